@@ -1,0 +1,1 @@
+"""The ``mutualrl`` command line (Typer). One module per subcommand."""

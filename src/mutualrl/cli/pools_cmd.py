@@ -1,0 +1,45 @@
+"""``mutualrl pools``: list and show the pool recipes."""
+
+from __future__ import annotations
+
+import typer
+import yaml
+from rich.table import Table
+
+from mutualrl.cli.common import console, report_errors
+from mutualrl.config.loader import list_pool_recipes, load_recipe_data, load_run_config
+from mutualrl.config.typed import to_plain
+
+app = typer.Typer(
+    help="List the pool recipes (one line each) or show one resolved recipe.",
+    invoke_without_command=True,
+    no_args_is_help=False,
+)
+
+
+@app.callback(invoke_without_command=True)
+@report_errors
+def pools(ctx: typer.Context) -> None:
+    """List the pools shipped as recipes: name, policies, regime and description."""
+    if ctx.invoked_subcommand is not None:
+        return
+    table = Table(title="mutualrl pools", show_lines=False, expand=False)
+    table.add_column("pool", style="bold cyan", no_wrap=True)
+    table.add_column("#", justify="right", no_wrap=True)
+    table.add_column("regime", no_wrap=True)
+    table.add_column("description", no_wrap=True, overflow="ellipsis", max_width=90)
+    for path in list_pool_recipes():
+        data = load_recipe_data(path)
+        pool = data.get("pool", {}) or {}
+        policies = pool.get("policies", []) or []
+        regime = (data.get("regime") or {}).get("name", "standalone")
+        table.add_row(path.stem, str(len(policies)), regime, str(pool.get("description", "")))
+    console.print(table)
+
+
+@app.command("show")
+@report_errors
+def show(name: str = typer.Argument(..., help="Pool name (see `mutualrl pools`) or a recipe path.")) -> None:
+    """Print the fully resolved recipe of a pool (extends merged, defaults filled in) as YAML."""
+    loaded = load_run_config(name, check_grpo=False)
+    console.print(yaml.safe_dump(to_plain(loaded.config), sort_keys=False), highlight=False, markup=False)

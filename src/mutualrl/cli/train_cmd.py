@@ -1,0 +1,53 @@
+"""``mutualrl train``: train a pool of policies with a sharing regime."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from mutualrl.cli.common import not_implemented, report_errors
+from mutualrl.config.schema import REGIME_NAMES
+
+REGIME_HELP = (
+    "Sharing regime: standalone (independent GRPO), xgrpo (pooled reward statistics in the advantages), "
+    "sgt (success-gated transfer: NLL on a verified peer success when the learner's whole group failed), "
+    "prp (peer rollout pooling; see --prp-denominator), grpo-randpert (GRPO with a randomly perturbed "
+    "baseline, the paper's control). Default: the recipe's."
+)
+
+
+@report_errors
+def train(
+    pool: str = typer.Option("tiny", "--pool", "-p", help="Pool name (see `mutualrl pools`) or a recipe YAML path."),
+    regime: str | None = typer.Option(None, "--regime", "-r", help=REGIME_HELP, show_default=False),
+    prp_denominator: str | None = typer.Option(
+        None,
+        "--prp-denominator",
+        help="PRP only: 'learner' (naive: learner snapshot) or 'peer' (THL-aligned peer trace).",
+        show_default=False,
+    ),
+    output_dir: Path | None = typer.Option(None, "--output-dir", "-o", help="Run folder (default: recipe's)."),
+    max_steps: int | None = typer.Option(None, "--max-steps", help="Optimizer steps per policy."),
+    seed: int | None = typer.Option(None, "--seed", help="Seed shared by every policy (same prompts each step)."),
+    overrides: list[str] = typer.Option(
+        [], "--set", "-s", help="Override any recipe field: --set grpo.learning_rate=1e-6 (repeatable)."
+    ),
+    gpus: int | None = typer.Option(None, "--gpus", help="GPUs to place policies on (default: all visible)."),
+    device_map: str | None = typer.Option(
+        None, "--device-map", help="Explicit placement, e.g. 'qwen-a=0,1;qwen-b=2,3' (overrides the even split)."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print placement, launch commands and resolved config; start nothing."
+    ),
+    resume: bool = typer.Option(False, "--resume", help="Continue a stopped run from its last common checkpoint."),
+) -> None:
+    """Train every policy of a pool concurrently with GRPO, exchanging experience through the SEE.
+
+    With no options: the embedded `tiny` pool (two small models with different tokenizers) with SGT on CPU.
+    """
+    if regime is not None and regime not in REGIME_NAMES:
+        from mutualrl.errors import UnknownNameError
+
+        raise UnknownNameError(f"--regime: unknown regime {regime!r}; expected one of {', '.join(REGIME_NAMES)}")
+    not_implemented("train", 3)

@@ -1,0 +1,275 @@
+"""Load YAML recipes into :class:`~mutualrl.config.schema.RunConfig`.
+
+A recipe is a YAML mapping with the fields of :class:`RunConfig`, plus an optional
+``extends: <path>`` (relative to the recipe) whose content it deep-merges over. Pools
+ship as ``recipes/pools/<name>.yaml``. Any field can be overridden from the command
+line with ``--set dotted.path=value`` (the value is parsed as YAML); policies are
+addressed by index or by name: ``--set pool.policies.qwen3.grpo.learning_rate=2e-6``.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import os
+import re
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mutualrl.config.schema import REGIME_NAMES, RunConfig
+from mutualrl.config.typed import ConfigError, build_dataclass, convert
+
+_FLOAT_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
+POLICY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+MULTI_POLICY_REGIMES = {"xgrpo", "sgt", "prp"}
+# GRPOConfig fields that mutualrl sets itself for every policy; a recipe must not set them.
+RESERVED_GRPO_FIELDS = {
+    "output_dir": "set the top-level `output_dir`; each policy writes to <output_dir>/policies/<name>",
+    "logging_dir": "TRL logs go to <output_dir>/policies/<name>",
+}
+
+
+def recipes_dir() -> Path:
+    """The folder holding the shipped recipes (package data, or the source tree's ``recipes/``)."""
+    env = os.environ.get("MUTUALRL_RECIPES")
+    if env:
+        return Path(env)
+    packaged = Path(__file__).resolve().parent.parent / "recipes"
+    if packaged.is_dir():
+        return packaged
+    for parent in Path(__file__).resolve().parents:
+        candidate = parent / "recipes"
+        if (candidate / "pools").is_dir():
+            return candidate
+    raise FileNotFoundError("mutualrl recipes folder not found (set MUTUALRL_RECIPES)")
+
+
+def pool_recipe_path(name: str) -> Path:
+    return recipes_dir() / "pools" / f"{name}.yaml"
+
+
+def list_pool_recipes() -> list[Path]:
+    return sorted((recipes_dir() / "pools").glob("*.yaml"))
+
+
+def resolve_recipe(pool_or_path: str) -> Path:
+    """A pool name (``2qwen``) or a path to a YAML recipe -> the recipe file."""
+    as_path = Path(pool_or_path)
+    if as_path.suffix in (".yaml", ".yml") or os.sep in pool_or_path:
+        if not as_path.is_file():
+            raise ConfigError(str(as_path), "", "recipe file not found")
+        return as_path
+    path = pool_recipe_path(pool_or_path)
+    if not path.is_file():
+        known = [p.stem for p in list_pool_recipes()]
+        close = difflib.get_close_matches(pool_or_path, known, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(
+            "--pool", "", f"unknown pool {pool_or_path!r}; known pools: {', '.join(known)}.{hint}"
+        )
+    return path
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise ConfigError(str(path), "", f"not valid YAML: {err}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(str(path), "", "a recipe must be a YAML mapping at the top level")
+    return data
+
+
+def load_recipe_data(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """Read a recipe and merge the chain of ``extends`` it names (child wins)."""
+    path = path.resolve()
+    if path in _seen:
+        raise ConfigError(str(path), "extends", "circular `extends` chain")
+    data = read_yaml(path)
+    parent = data.pop("extends", None)
+    if parent is None:
+        return data
+    if not isinstance(parent, str):
+        raise ConfigError(str(path), "extends", "expected a path to another recipe")
+    parent_path = (path.parent / parent).resolve()
+    if not parent_path.is_file():
+        raise ConfigError(str(path), "extends", f"parent recipe {parent_path} not found")
+    return deep_merge(load_recipe_data(parent_path, (*_seen, path)), data)
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``a.b.c=value`` -> (['a','b','c'], parsed YAML value)."""
+    if "=" not in text:
+        raise ConfigError("--set", text, "expected KEY=VALUE, e.g. grpo.learning_rate=1e-6")
+    key, raw = text.split("=", 1)
+    key = key.strip()
+    if not key:
+        raise ConfigError("--set", text, "empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as err:
+        raise ConfigError("--set", key, f"value is not valid YAML: {err}") from None
+    if isinstance(value, str) and _FLOAT_RE.match(value):
+        value = float(value)  # YAML 1.1 reads 2e-6 (no dot) as a string
+    return key.split("."), value
+
+
+def apply_override(data: dict[str, Any], keys: list[str], value: Any) -> None:
+    """Set ``data[keys...] = value``; list items are addressed by index or by their ``name``.
+
+    Names may contain dots (``qwen2.5-math``): the longest run of keys that names an item wins.
+    """
+    node: Any = data
+    i = 0
+    while i < len(keys):
+        key = keys[i]
+        dotted = ".".join(keys[: i + 1])
+        if isinstance(node, list):
+            index, used = _list_index(node, keys[i:], dotted)
+            i += used
+            if i == len(keys):
+                node[index] = value
+                return
+            node = node[index]
+            continue
+        if not isinstance(node, dict):
+            raise ConfigError("--set", dotted, "cannot descend into a non-mapping value")
+        if i == len(keys) - 1:
+            node[key] = value
+            return
+        if key not in node or node[key] is None:
+            node[key] = {}
+        node = node[key]
+        i += 1
+
+
+def _list_index(items: list[Any], keys: list[str], dotted: str) -> tuple[int, int]:
+    """(index of the addressed item, number of keys consumed)."""
+    key = keys[0]
+    if key.isdigit():
+        index = int(key)
+        if index >= len(items):
+            raise ConfigError("--set", dotted, f"index {index} out of range (list has {len(items)} items)")
+        return index, 1
+    names = [item.get("name") if isinstance(item, dict) else None for item in items]
+    for used in range(len(keys), 0, -1):
+        candidate = ".".join(keys[:used])
+        if candidate in names:
+            return names.index(candidate), used
+    known = ", ".join(str(n) for n in names if n is not None)
+    raise ConfigError("--set", dotted, f"no item named {key!r} (known: {known})")
+
+
+@dataclass
+class LoadedRecipe:
+    config: RunConfig
+    source: str
+    data: dict[str, Any]
+
+
+def load_run_config(
+    pool_or_path: str,
+    overrides: typing.Sequence[str] = (),
+    regime: str | None = None,
+    check_grpo: bool = True,
+) -> LoadedRecipe:
+    """Load a recipe by pool name or path, apply ``--set`` overrides and validate it."""
+    path = resolve_recipe(pool_or_path)
+    data = load_recipe_data(path)
+    if regime is not None:
+        data.setdefault("regime", {})
+        if not isinstance(data["regime"], dict):
+            raise ConfigError(str(path), "regime", "expected a mapping")
+        data["regime"]["name"] = regime
+    for text in overrides:
+        keys, value = parse_override(text)
+        apply_override(data, keys, value)
+    source = str(path) + (" (with --set overrides)" if overrides else "")
+    config = build_dataclass(RunConfig, data, source)
+    validate_run_config(config, source, check_grpo=check_grpo)
+    return LoadedRecipe(config=config, source=source, data=data)
+
+
+def validate_run_config(config: RunConfig, source: str, check_grpo: bool = True) -> None:
+    """Semantic checks that types alone cannot express."""
+    policies = config.pool.policies
+    if not policies:
+        raise ConfigError(source, "pool.policies", "a pool needs at least one policy")
+    seen: set[str] = set()
+    for i, policy in enumerate(policies):
+        where = f"pool.policies[{i}]"
+        if not POLICY_NAME_RE.match(policy.name):
+            raise ConfigError(
+                source, f"{where}.name", f"{policy.name!r} is not a valid name (letters, digits, '.', '_', '-')"
+            )
+        if policy.name in seen:
+            raise ConfigError(source, f"{where}.name", f"duplicate policy name {policy.name!r}")
+        seen.add(policy.name)
+        if not policy.model.strip():
+            raise ConfigError(source, f"{where}.model", "empty model (expected a hub id, folder or builtin:NAME)")
+        if policy.device_share <= 0:
+            raise ConfigError(source, f"{where}.device_share", "must be > 0")
+        if check_grpo:
+            policy.grpo = check_grpo_fields(policy.grpo, source, f"{where}.grpo")
+    if config.regime.name in MULTI_POLICY_REGIMES and len(policies) < 2:
+        raise ConfigError(
+            source,
+            "regime.name",
+            f"regime {config.regime.name!r} shares experience between policies and needs at least 2; "
+            f"pool {config.pool.name!r} has {len(policies)}",
+        )
+    if config.regime.name not in REGIME_NAMES:  # pragma: no cover - Literal already checks
+        raise ConfigError(source, "regime.name", f"unknown regime {config.regime.name!r}")
+    if config.launch.device_map is not None:
+        names = {p.name for p in policies}
+        for key in config.launch.device_map:
+            if key not in names:
+                raise ConfigError(
+                    source, f"launch.device_map.{key}", f"no policy named {key!r} (pool has: {', '.join(names)})"
+                )
+    if check_grpo:
+        config.grpo = check_grpo_fields(config.grpo, source, "grpo")
+
+
+def grpo_field_types() -> dict[str, Any]:
+    """Field name -> type annotation of TRL's GRPOConfig (imported lazily: it is slow)."""
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    hints = typing.get_type_hints(GRPOConfig)
+    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(GRPOConfig) if f.init}
+
+
+def check_grpo_fields(mapping: dict[str, Any], source: str, path: str) -> dict[str, Any]:
+    """Every key must be a GRPOConfig field of a compatible type; returns the converted values."""
+    if not mapping:
+        return {}
+    types_by_name = grpo_field_types()
+    converted = {}
+    for key, value in mapping.items():
+        where = f"{path}.{key}"
+        if key in RESERVED_GRPO_FIELDS:
+            raise ConfigError(source, where, f"set by mutualrl: {RESERVED_GRPO_FIELDS[key]}")
+        if key not in types_by_name:
+            close = difflib.get_close_matches(key, list(types_by_name), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(source, where, f"not a field of trl.GRPOConfig{hint}")
+        converted[key] = convert(value, types_by_name[key], source, where)
+    return converted

@@ -1,0 +1,292 @@
+"""Typed configuration of a mutual-RL run.
+
+A run is described by a YAML recipe (``recipes/pools/*.yaml``) that is loaded into
+:class:`RunConfig`. Every field carries a ``help`` string (TRL style) that ``mutualrl
+train --help-config`` prints. GRPO settings are *not* re-declared here: the ``grpo``
+mapping is passed through to TRL's :class:`~trl.GRPOConfig` (its keys are checked
+against that dataclass when the run is planned), so every TRL option keeps working.
+
+Defaults are the paper's (App. "Implementation details", App. "Implementation details
+for Success-Gated Transfer"), except where a comment says otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+REGIME_NAMES = ("standalone", "xgrpo", "sgt", "prp", "grpo-randpert")
+"""Sharing regimes (paper Sec. "Three Controlled Probes") plus the GRPO + random
+baseline-perturbation control (App. "Ablation: shared normalization for XGRPO")."""
+
+
+@dataclass
+class LoraSettings:
+    """LoRA adapter settings (peft); the paper trains full weights, LoRA is an option."""
+
+    r: int = field(default=16, metadata={"help": "LoRA rank."})
+    alpha: int = field(default=32, metadata={"help": "LoRA alpha (scaling numerator)."})
+    dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA branch."})
+    target_modules: str | list[str] = field(
+        default="all-linear",
+        metadata={"help": "Modules to adapt: a list of module names, or 'all-linear'."},
+    )
+
+
+@dataclass
+class PolicyConfig:
+    """One policy of the pool: its own weights, tokenizer and GRPO overrides."""
+
+    name: str = field(metadata={"help": "Unique policy name; names SEE shards, logs and output folders."})
+    model: str = field(
+        metadata={
+            "help": "Model to train: a hub id (Qwen/Qwen3-1.7B-Base), a local folder, or a builtin "
+            "model of mutualrl (builtin:tiny-bpe, builtin:tiny-sp, builtin:smollm2-135m, ...)."
+        }
+    )
+    tokenizer: str | None = field(
+        default=None,
+        metadata={
+            "help": "Tokenizer: a named offline vocabulary (qwen3, llama3, mistral-sp, mistral-tekken, phi3, "
+            "gpt2), a local folder or a hub id. Default: the model's own."
+        },
+    )
+    device_share: float = field(
+        default=1.0,
+        metadata={"help": "Relative share of the devices for this policy when MWRA splits them (default: even)."},
+    )
+    grpo: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "Per-policy overrides of TRL GRPOConfig fields (e.g. learning_rate)."},
+    )
+    lora: LoraSettings | None = field(
+        default=None, metadata={"help": "Train a LoRA adapter instead of the full weights (peft)."}
+    )
+    chat_template: bool | None = field(
+        default=None,
+        metadata={
+            "help": "Wrap prompts in the tokenizer's chat template. Default: yes if the tokenizer has one "
+            "and the model is an instruct model (its recipe says so), else plain text."
+        },
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = field(
+        default="auto", metadata={"help": "Weights dtype when loading the model ('auto': float32 on CPU)."}
+    )
+
+
+@dataclass
+class PoolConfig:
+    """A pool of policies trained together (paper Tab. "Policy pools")."""
+
+    name: str = field(metadata={"help": "Pool name (tiny, smol, 2qwen, 3qwen, 4qwen, llama-mist, qwen-phi4, ...)."})
+    policies: list[PolicyConfig] = field(metadata={"help": "The policies of the pool (at least one)."})
+    description: str = field(default="", metadata={"help": "One line shown by `mutualrl pools`."})
+
+
+@dataclass
+class SGTSettings:
+    """Success-Gated Transfer (paper Sec. "Regime 3", App. "Implementation details for SGT")."""
+
+    lam: float = field(default=0.1, metadata={"help": "lambda_SGT: weight of the gated NLL term relative to GRPO."})
+    success_threshold: float = field(
+        default=0.8, metadata={"help": "A rollout with reward above this is a verified success."}
+    )
+    failure_threshold: float = field(default=0.2, metadata={"help": "A rollout with reward below this is a negative."})
+    require_all_failed: bool = field(
+        default=True,
+        metadata={"help": "Gate only when all K learner rollouts are negative (the paper's strict setting)."},
+    )
+    selection: Literal["random", "shortest"] = field(
+        default="random", metadata={"help": "How to pick one peer success: uniformly at random, or the shortest."}
+    )
+    max_pairs_per_prompt: int = field(
+        default=1, metadata={"help": "Cap on SGT pairs formed for one prompt and learner per step."}
+    )
+
+
+@dataclass
+class XGRPOSettings:
+    """Cross-policy GRPO advantage sharing (paper Sec. "Regime 2", App. "Implementation details")."""
+
+    cross_model_factor: float = field(
+        default=0.2, metadata={"help": "Weight of the pooled advantage mixed into the learner's own (paper: 0.2)."}
+    )
+    length_correction: float = field(
+        default=0.1, metadata={"help": "Strength of the length correction (paper: 0.1); 0 disables it."}
+    )
+    advantage_clip: float = field(
+        default=5.0,
+        metadata={"help": "Effective advantages are clipped to [-c, c] (the paper does not state c; ours)."},
+    )
+    std_epsilon: float = field(default=1e-4, metadata={"help": "Added to standard deviations (TRL's 1e-4)."})
+
+
+@dataclass
+class PRPSettings:
+    """Peer Rollout Pooling (paper Sec. "Regime 1")."""
+
+    denominator: Literal["learner", "peer"] = field(
+        default="peer",
+        metadata={
+            "help": "Behaviour-policy denominator of peer rows: 'learner' = the learner's own snapshot (naive "
+            "pooling), 'peer' = the peer's trace aligned into the learner's tokens by THL (corrected)."
+        },
+    )
+    std_epsilon: float = field(default=1e-4, metadata={"help": "Added to the pooled reward standard deviation."})
+
+
+@dataclass
+class RandPertSettings:
+    """GRPO + random baseline perturbation (App. "Ablation: shared normalization for XGRPO")."""
+
+    scale: float = field(
+        default=0.1, metadata={"help": "Std of the Gaussian noise added to each prompt's baseline (reward units)."}
+    )
+
+
+@dataclass
+class RegimeConfig:
+    """Which sharing regime runs, and the settings of each."""
+
+    name: Literal["standalone", "xgrpo", "sgt", "prp", "grpo-randpert"] = field(
+        default="standalone", metadata={"help": "Sharing regime: " + ", ".join(REGIME_NAMES) + "."}
+    )
+    sgt: SGTSettings = field(default_factory=SGTSettings, metadata={"help": "SGT settings."})
+    xgrpo: XGRPOSettings = field(default_factory=XGRPOSettings, metadata={"help": "XGRPO settings."})
+    prp: PRPSettings = field(default_factory=PRPSettings, metadata={"help": "PRP settings."})
+    randpert: RandPertSettings = field(
+        default_factory=RandPertSettings, metadata={"help": "grpo-randpert control settings."}
+    )
+
+
+@dataclass
+class TaskConfig:
+    """The verifiable task: where prompts come from and how answers are checked."""
+
+    name: str = field(
+        default="synthetic-arith",
+        metadata={
+            "help": "Task: math, gsm8k, arc, openbookqa, boolq, piqa, hellaswag, siqa, qa-mix, synthetic-arith."
+        },
+    )
+    source: str | None = field(
+        default=None,
+        metadata={
+            "help": "Where the data comes from: a hub dataset id, a local jsonl/parquet/arrow file or folder, or "
+            "'offline' (the registry package described in the README). Default: the task's own default."
+        },
+    )
+    train_split: str = field(default="train", metadata={"help": "Split used for training prompts."})
+    eval_split: str = field(default="test", metadata={"help": "Split used for held-out validation."})
+    train_limit: int | None = field(default=None, metadata={"help": "Use at most this many training prompts."})
+    eval_limit: int | None = field(default=None, metadata={"help": "Validate on at most this many prompts."})
+    max_prompt_tokens: int = field(
+        default=1024,
+        metadata={"help": "Prompts longer than this for ANY policy's tokenizer are dropped for all (joint filter)."},
+    )
+    verifier: Literal["default", "exact", "equiv"] = field(
+        default="default",
+        metadata={"help": "Answer check: 'exact' string match, 'equiv' (math-verify), or the task's default."},
+    )
+
+
+@dataclass
+class SEESettings:
+    """Shared Experience Exchange: the file-backed store of typed rollout records."""
+
+    dir: str | None = field(
+        default=None,
+        metadata={"help": "Exchange folder; default <output_dir>/see. May be a shared filesystem path (multi-node)."},
+    )
+    barrier_timeout_s: float = field(
+        default=1800.0, metadata={"help": "Seconds to wait for every peer's records of a step before failing."}
+    )
+    poll_interval_s: float = field(default=0.02, metadata={"help": "Barrier polling interval in seconds."})
+    retention_steps: int | None = field(
+        default=16, metadata={"help": "Keep only the last N steps of records on disk (None: keep everything)."}
+    )
+    record_standalone: bool = field(
+        default=True,
+        metadata={"help": "In the standalone regime, still publish records (for inspection), without waiting."},
+    )
+
+
+@dataclass
+class LaunchConfig:
+    """MWRA placement and process launch."""
+
+    gpus: int | None = field(
+        default=None,
+        metadata={"help": "Number of GPUs to place policies on. Default: all visible. Set it with --dry-run to "
+                  "simulate a node (e.g. 8)."},
+    )
+    device_map: dict[str, list[int]] | None = field(
+        default=None,
+        metadata={"help": "Explicit placement {policy: [gpu ids]} overriding the even split."},
+    )
+    deepspeed: Literal["none", "zero2", "zero3"] = field(
+        default="none", metadata={"help": "DeepSpeed ZeRO stage per policy ('none': DDP / single process)."}
+    )
+    threads_per_policy: int | None = field(
+        default=None, metadata={"help": "CPU threads per policy process (default: cores split evenly)."}
+    )
+    main_process_port: int = field(
+        default=29500, metadata={"help": "First rendezvous port; policy i uses port + i."}
+    )
+    stall_timeout_s: float | None = field(
+        default=None,
+        metadata={"help": "Fail the run if a policy makes no progress for this long (default: the SEE barrier timeout)."},
+    )
+
+
+@dataclass
+class ValidationConfig:
+    """Held-out validation during training (greedy decoding, reward@1; paper: every 5 steps)."""
+
+    every_steps: int = field(default=5, metadata={"help": "Validate every N optimizer steps (0: start and end only)."})
+    limit: int | None = field(default=None, metadata={"help": "Validate on at most this many prompts."})
+    max_new_tokens: int | None = field(
+        default=None, metadata={"help": "Generation length for validation (default: grpo.max_completion_length)."}
+    )
+    batch_size: int = field(default=16, metadata={"help": "Prompts per generation batch during validation."})
+    at_start: bool = field(default=True, metadata={"help": "Validate before the first step (the 'No Train' point)."})
+
+
+@dataclass
+class BatchConfig:
+    """Paper-style batch sizes in prompts, turned into TRL's per-device sizes for each policy's world size.
+
+    The paper (App. "Implementation details") states its batch as 1024 prompts per step in 4 mini-batches,
+    with micro-batches of 2 prompts per GPU. TRL counts completions per device, so the launcher derives
+    ``per_device_train_batch_size``, ``gradient_accumulation_steps`` and ``steps_per_generation`` from these
+    and the number of devices MWRA gives the policy. Leave unset to use the ``grpo`` values as written.
+    """
+
+    prompts_per_step: int = field(metadata={"help": "Prompts per generation step (each gets K rollouts)."})
+    mini_batches_per_step: int = field(default=1, metadata={"help": "Optimizer updates per generation step."})
+    micro_batch_prompts_per_device: int = field(
+        default=1, metadata={"help": "Prompts per device per forward/backward pass (x K completions)."}
+    )
+
+
+@dataclass
+class RunConfig:
+    """Everything a `mutualrl train` run needs."""
+
+    pool: PoolConfig = field(metadata={"help": "The policy pool."})
+    regime: RegimeConfig = field(default_factory=RegimeConfig, metadata={"help": "The sharing regime."})
+    task: TaskConfig = field(default_factory=TaskConfig, metadata={"help": "The verifiable task."})
+    grpo: dict[str, Any] = field(
+        default_factory=dict,
+        metadata={"help": "TRL GRPOConfig fields shared by every policy (checked against GRPOConfig)."},
+    )
+    batch: BatchConfig | None = field(
+        default=None, metadata={"help": "Batch sizes in prompts (paper style); derived per policy world size."}
+    )
+    see: SEESettings = field(default_factory=SEESettings, metadata={"help": "Shared Experience Exchange."})
+    launch: LaunchConfig = field(default_factory=LaunchConfig, metadata={"help": "Placement and launch."})
+    validation: ValidationConfig = field(default_factory=ValidationConfig, metadata={"help": "Validation."})
+    output_dir: str = field(
+        default="runs/{pool}-{regime}", metadata={"help": "Run folder; {pool} and {regime} are filled in."}
+    )
+    description: str = field(default="", metadata={"help": "Free text describing the recipe."})

@@ -1,0 +1,1 @@
+"""Greedy evaluation, complementarity analysis and run plots."""

@@ -1,0 +1,1 @@
+"""MWRA placement and the per-policy process launcher."""

@@ -1,0 +1,1 @@
+"""Builtin pools: the embedded tiny pool and the offline smol pool."""

@@ -1,0 +1,1 @@
+"""The sharing regimes (paper Sec. "Three Controlled Probes"): pure functions over tensors."""

@@ -1,0 +1,1 @@
+"""SEE: the Shared Experience Exchange (paper Sec. "The Mutual RL System Design")."""

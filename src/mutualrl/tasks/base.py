@@ -1,0 +1,44 @@
+"""The task interface: dataset rows -> prompts with a gold answer, and a verifier.
+
+Rewards come only from verifiers (paper, "Experimental Setup"). A task turns raw dataset
+rows into :class:`TaskExample` (a stable ``prompt_id`` shared by every policy, the
+prompt text in the paper's unified template, the gold answer) and owns the function
+that scores a completion against the gold answer.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TaskExample:
+    """One verifiable prompt. ``prompt_id`` keys everything in the SEE, for every policy."""
+
+    prompt_id: str
+    prompt: str
+    answer: str
+    task: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def as_row(self) -> dict[str, Any]:
+        """The dataset row handed to TRL (``prompt`` plus columns the reward function reads)."""
+        return {"prompt_id": self.prompt_id, "prompt": self.prompt, "answer": self.answer, "task": self.task}
+
+
+class Task(ABC):
+    """A verifiable task. Subclasses set ``name`` and implement :meth:`load` and :meth:`score`."""
+
+    name: str = ""
+    #: Splits this task can load (e.g. ("train", "test")).
+    splits: tuple[str, ...] = ("train", "test")
+
+    @abstractmethod
+    def load(self, split: str, source: str | None = None, limit: int | None = None) -> list[TaskExample]:
+        """Load ``split`` from ``source`` (hub id, local file/folder, 'offline', or the task default)."""
+
+    @abstractmethod
+    def score(self, completion: str, answer: str) -> float:
+        """Verifier reward of ``completion`` against the gold ``answer`` (1.0 correct, 0.0 wrong)."""

@@ -1,0 +1,1 @@
+"""THL: the Tokenizer Heterogeneity Layer (paper Sec. "Tokenizer Heterogeneity Layer")."""
