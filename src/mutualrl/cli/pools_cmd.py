@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import typer
 import yaml
-from rich.table import Table
 
 from mutualrl.cli.common import console, report_errors
 from mutualrl.config.loader import list_pool_recipes, load_recipe_data, load_run_config
@@ -23,18 +22,20 @@ def pools(ctx: typer.Context) -> None:
     """List the pools shipped as recipes: name, policies, regime and description."""
     if ctx.invoked_subcommand is not None:
         return
-    table = Table(title="mutualrl pools", show_lines=False, expand=False)
-    table.add_column("pool", style="bold cyan", no_wrap=True)
-    table.add_column("#", justify="right", no_wrap=True)
-    table.add_column("regime", no_wrap=True)
-    table.add_column("description", no_wrap=True, overflow="ellipsis", max_width=90)
+    rows = []
     for path in list_pool_recipes():
         data = load_recipe_data(path)
         pool = data.get("pool", {}) or {}
         policies = pool.get("policies", []) or []
         regime = (data.get("regime") or {}).get("name", "standalone")
-        table.add_row(path.stem, str(len(policies)), regime, str(pool.get("description", "")))
-    console.print(table)
+        rows.append((path.stem, f"{len(policies)} policies", regime, str(pool.get("description", ""))))
+    width = max(console.width, 60)
+    name_w = max(len(r[0]) for r in rows)
+    for name, count, regime, description in rows:
+        head = f"{name:<{name_w}}  {count:<10}  {regime:<13}  "
+        room = width - len(head)
+        text = description if len(description) <= room else description[: max(room - 1, 0)] + "…"
+        console.print(f"[bold cyan]{name:<{name_w}}[/]  {count:<10}  {regime:<13}  {text}", highlight=False)
 
 
 @app.command("show")
