@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from mutualrl.cli.common import not_implemented, report_errors
+from mutualrl.cli.common import console, report_errors
 from mutualrl.config.schema import REGIME_NAMES
 
 REGIME_HELP = (
@@ -41,6 +41,7 @@ def train(
         False, "--dry-run", help="Print placement, launch commands and resolved config; start nothing."
     ),
     resume: bool = typer.Option(False, "--resume", help="Continue a stopped run from its last common checkpoint."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Delete an existing run folder and start again."),
 ) -> None:
     """Train every policy of a pool concurrently with GRPO, exchanging experience through the SEE.
 
@@ -50,4 +51,13 @@ def train(
         from mutualrl.errors import UnknownNameError
 
         raise UnknownNameError(f"--regime: unknown regime {regime!r}; expected one of {', '.join(REGIME_NAMES)}")
-    not_implemented("train", 3)
+    if prp_denominator is not None and prp_denominator not in ("learner", "peer"):
+        from mutualrl.errors import UsageError
+
+        raise UsageError(f"--prp-denominator: expected 'learner' or 'peer', got {prp_denominator!r}")
+    from mutualrl.launch.run import TrainOptions, run_train
+
+    options = TrainOptions(pool=pool, regime=regime, prp_denominator=prp_denominator, output_dir=output_dir,
+                           max_steps=max_steps, seed=seed, overrides=list(overrides), gpus=gpus,
+                           device_map=device_map, dry_run=dry_run, resume=resume, overwrite=overwrite)
+    raise typer.Exit(run_train(options, console))

@@ -1,0 +1,235 @@
+"""Run the policy processes of a pool: start, watch, show progress, stop cleanly on failure.
+
+The parent of ``mutualrl train`` only plans, launches, watches and reports (design notes,
+"Shape"). Each policy is its own process group (a subprocess on CPU, an ``accelerate
+launch`` group on GPUs). The runner
+
+- starts every group with its environment and sends its output to ``RUN/logs/<policy>.log``;
+- shows one live progress line per policy (step, reward, regime metric, phase) from the
+  status files the policy processes keep current;
+- merges the per-policy metric files into ``RUN/metrics.jsonl`` as they grow (one writer);
+- when a policy exits non-zero or stalls, writes its failure marker into the SEE (so peers'
+  barriers stop waiting at once and name it), gives the others a grace period to exit on
+  their own, then terminates whatever is left, and reports which policy failed and why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from mutualrl.training.paths import RunPaths
+
+
+@dataclass
+class PolicyProcess:
+    name: str
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    cwd: Path | None = None
+    popen: subprocess.Popen | None = None
+    returncode: int | None = None
+    started: float = 0.0
+    last_progress: float = 0.0
+    last_step: int = -1
+
+
+@dataclass
+class RunOutcome:
+    ok: bool
+    returncodes: dict[str, int | None]
+    failed_policy: str | None = None
+    reason: str = ""
+    log_tail: str = ""
+    seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class MetricsMerger:
+    """Tails ``RUN/metrics/<policy>.jsonl`` files into ``RUN/metrics.jsonl`` (complete lines only)."""
+
+    def __init__(self, paths: RunPaths, policies: Sequence[str]):
+        self.paths = paths
+        self.offsets = {p: 0 for p in policies}
+        for policy in policies:  # on resume, skip what was merged before
+            self.offsets[policy] = self._merged_bytes(policy)
+
+    def _merged_bytes(self, policy: str) -> int:
+        marker = self.paths.root / "metrics" / f".{policy}.merged"
+        return int(marker.read_text()) if marker.exists() else 0
+
+    def poll(self) -> None:
+        out_lines: list[str] = []
+        for policy, offset in self.offsets.items():
+            path = self.paths.policy_metrics(policy)
+            if not path.exists():
+                continue
+            with path.open("rb") as fh:
+                fh.seek(offset)
+                chunk = fh.read()
+            end = chunk.rfind(b"\n")
+            if end < 0:
+                continue
+            complete = chunk[: end + 1]
+            out_lines.extend(complete.decode().splitlines(keepends=True))
+            self.offsets[policy] = offset + len(complete)
+            (self.paths.root / "metrics" / f".{policy}.merged").write_text(str(self.offsets[policy]))
+        if out_lines:
+            with self.paths.metrics.open("a") as fh:
+                fh.writelines(out_lines)
+
+
+class PoolRunner:
+    def __init__(self, processes: Sequence[PolicyProcess], paths: RunPaths, see_root: Path,
+                 stall_timeout_s: float, grace_s: float = 60.0, poll_s: float = 0.5,
+                 console: Console | None = None):
+        self.procs = list(processes)
+        self.paths = paths
+        self.see_root = see_root
+        self.stall_timeout_s = stall_timeout_s
+        self.grace_s = grace_s
+        self.poll_s = poll_s
+        self.console = console or Console()
+        self.merger = MetricsMerger(paths, [p.name for p in self.procs])
+
+    # -- processes ------------------------------------------------------------------------
+    def start(self) -> None:
+        for proc in self.procs:
+            proc.log_path.parent.mkdir(parents=True, exist_ok=True)
+            log_fh = proc.log_path.open("ab")
+            env = {**os.environ, **proc.env}
+            proc.popen = subprocess.Popen(proc.argv, env=env, cwd=proc.cwd, stdout=log_fh, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True)
+            log_fh.close()
+            proc.started = proc.last_progress = time.time()
+
+    def terminate(self, procs: Sequence[PolicyProcess], sig: int = signal.SIGTERM) -> None:
+        for proc in procs:
+            if proc.popen is not None and proc.popen.poll() is None:
+                try:
+                    os.killpg(proc.popen.pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    def _status(self, proc: PolicyProcess) -> dict[str, Any]:
+        path = self.paths.status(proc.name)
+        try:
+            return json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return {}
+
+    # -- main loop ------------------------------------------------------------------------
+    def run(self) -> RunOutcome:
+        started = time.time()
+        self.start()
+        live = self.console.is_terminal
+        progress = Progress(
+            TextColumn("[bold cyan]{task.description:<18}"), BarColumn(bar_width=24), MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=self.console,
+            transient=False, disable=not live,
+        )
+        tasks = {p.name: progress.add_task(p.name, total=None, info="starting") for p in self.procs}
+        last_plain = 0.0
+        failure: tuple[str, str] | None = None
+        try:
+            with progress:
+                while True:
+                    self.merger.poll()
+                    now = time.time()
+                    lines = []
+                    for proc in self.procs:
+                        st = self._status(proc)
+                        step = int(st.get("step", 0) or 0)
+                        if step != proc.last_step or st.get("phase") != getattr(proc, "_phase", None):
+                            proc.last_step = step
+                            proc._phase = st.get("phase")  # type: ignore[attr-defined]
+                            proc.last_progress = now
+                        info = describe_status(st)
+                        total = st.get("max_steps") or None
+                        progress.update(tasks[proc.name], completed=step, total=total, info=info)
+                        lines.append(f"{proc.name}: step {step}/{total or '?'} {info}")
+                        if proc.returncode is None and proc.popen is not None:
+                            rc = proc.popen.poll()
+                            if rc is not None:
+                                proc.returncode = rc
+                                if rc != 0 and failure is None:
+                                    failure = (proc.name, f"exited with code {rc}")
+                        if (failure is None and proc.returncode is None
+                                and now - proc.last_progress > self.stall_timeout_s):
+                            failure = (proc.name, f"made no progress for {self.stall_timeout_s:.0f}s (stalled)")
+                            self.terminate([proc], signal.SIGKILL)
+                    if not live and now - last_plain > 30:
+                        last_plain = now
+                        self.console.print(" | ".join(lines), highlight=False)
+                    if failure is not None or all(p.returncode is not None for p in self.procs):
+                        break
+                    time.sleep(self.poll_s)
+            if failure is not None:
+                return self._handle_failure(*failure, started=started)
+        except KeyboardInterrupt:
+            self.terminate(self.procs)
+            self._reap(10.0)
+            self.merger.poll()
+            return RunOutcome(False, {p.name: p.returncode for p in self.procs}, None, "interrupted",
+                              seconds=time.time() - started)
+        self.merger.poll()
+        return RunOutcome(True, {p.name: p.returncode for p in self.procs}, seconds=time.time() - started)
+
+    def _handle_failure(self, policy: str, reason: str, started: float) -> RunOutcome:
+        from mutualrl.see.exchange import mark_failed
+
+        failed = next(p for p in self.procs if p.name == policy)
+        try:
+            mark_failed(self.see_root, policy, f"policy process {reason}")
+        except Exception:  # pragma: no cover - best effort
+            pass
+        # Peers notice the marker at their next barrier and exit non-zero naming the peer.
+        self._reap(self.grace_s)
+        self.terminate(self.procs)
+        self._reap(10.0)
+        self.terminate(self.procs, signal.SIGKILL)
+        self._reap(5.0)
+        self.merger.poll()
+        return RunOutcome(False, {p.name: p.returncode for p in self.procs}, policy, reason,
+                          log_tail=tail(failed.log_path), seconds=time.time() - started)
+
+    def _reap(self, timeout_s: float) -> None:
+        deadline = time.time() + timeout_s
+        for proc in self.procs:
+            if proc.popen is None:
+                continue
+            remaining = max(0.0, deadline - time.time())
+            try:
+                proc.returncode = proc.popen.wait(timeout=remaining)
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def describe_status(status: dict[str, Any]) -> str:
+    parts = [str(status.get("phase", "starting"))]
+    for key, label in (("reward_mean", "reward"), ("eval/reward@1", "val@1"), ("sgt/rescues", "rescues"),
+                       ("sgt/gate_rate", "gate"), ("xgrpo/mean_abs_adv_change", "|ΔA|"), ("prp/clip_rate", "clip"),
+                       ("entropy", "H")):
+        value = status.get(key)
+        if isinstance(value, (int, float)):
+            parts.append(f"{label} {value:.3g}")
+    return "  ".join(parts)
+
+
+def tail(path: Path, lines: int = 25) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])

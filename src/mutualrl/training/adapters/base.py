@@ -1,0 +1,164 @@
+"""Adapters between TRL's batch and the regimes' pure functions (:mod:`mutualrl.regimes`).
+
+The trainer calls :meth:`RegimeAdapter.process_step` once per generation step with TRL's
+batch dict and this policy's :class:`~mutualrl.training.trainer.StepRollouts`. The adapter
+
+1. publishes this rank's rollout records to the SEE (all regimes but a silent standalone),
+2. waits for and reads the peer fields its regime subscribes to (paper, SEE paragraph:
+   XGRPO subscribes to scalar rewards, SGT to verified successful responses, PRP to rollout
+   text and behaviour traces),
+3. calls the regime's pure function and writes the result back into TRL's batch,
+4. logs the regime's metrics under ``<regime>/<metric>``.
+
+The math lives in :mod:`mutualrl.regimes`; this module only moves tensors around.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from mutualrl.config.schema import RunConfig
+
+
+class RegimeAdapter:
+    """Standalone GRPO: no peer fields; optionally publishes records for inspection."""
+
+    name = "standalone"
+    needs_peers = False
+    publishes_traces = False
+    peer_columns: tuple[str, ...] | None = None
+
+    def __init__(self, config: RunConfig, policy: str, exchange: Any = None):
+        self.config = config
+        self.policy = policy
+        self.exchange = exchange
+        self.peers = [p.name for p in config.pool.policies if p.name != policy]
+        self.trainer: Any = None
+
+    def bind(self, trainer: Any) -> None:
+        self.trainer = trainer
+
+    # -- per step -------------------------------------------------------------------------
+    def process_step(self, output: dict[str, Any], rollouts: Any) -> dict[str, Any]:
+        if self.exchange is not None:
+            if self.publishes_traces:
+                self.ensure_behaviour_logps(output)
+            self.exchange.publish(rollouts.step, self.build_records(output, rollouts))
+        peers: dict[str, Any] = {}
+        if self.needs_peers:
+            peers = self.exchange.gather(rollouts.step, columns=self.peer_columns, policies=self.peers)
+        output, metrics = self.transform(output, rollouts, peers)
+        for key, value in metrics.items():
+            self.trainer._metrics["train"][f"{self.name}/{key}"].append(float(value))
+        if self.exchange is not None:
+            self.exchange.prune(rollouts.step)
+        return output
+
+    def transform(self, output: dict[str, Any], rollouts: Any, peers: dict[str, Any]):
+        return output, {}
+
+    def extra_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor | None:
+        return None
+
+    # -- helpers --------------------------------------------------------------------------
+    def ensure_behaviour_logps(self, output: dict[str, Any]) -> None:
+        """Make sure ``old_per_token_logps`` (the behaviour trace) exists in the batch.
+
+        TRL skips it when generation and optimisation are aligned (it then uses the detached
+        current log-probs, which are the same numbers). Regimes that publish traces need it.
+        """
+        if output.get("old_per_token_logps") is not None:
+            return
+        trainer = self.trainer
+        with torch.no_grad():
+            output["old_per_token_logps"] = trainer.score_completions(
+                trainer.model, output["prompt_ids"], output["prompt_mask"],
+                output["completion_ids"], output["completion_mask"],
+            )
+
+    def build_records(self, output: dict[str, Any], rollouts: Any) -> Any:
+        """This rank's rollout records for the SEE (text + token spans via THL)."""
+        from mutualrl.see.schema import RolloutBatch
+        from mutualrl.thl import batch_decode_with_spans
+
+        trainer = self.trainer
+        decoded = batch_decode_with_spans(trainer.processing_class, rollouts.completion_ids_local)
+        logps = output.get("old_per_token_logps") if self.publishes_traces else None
+        behaviour = None
+        if logps is not None:
+            mask = output["completion_mask"].bool()
+            behaviour = [logps[i][mask[i]].float().cpu().numpy() for i in range(logps.size(0))]
+        eos = set(trainer.eos_token_ids)
+        prompts = [_prompt_text(p) for p in rollouts.prompt_texts_local]
+        return RolloutBatch(
+            step=rollouts.step,
+            policy=self.policy,
+            rank=rollouts.process_index,
+            prompt_id=rollouts.prompt_ids_local,
+            sample_index=rollouts.sample_index_local,
+            prompt_text=prompts,
+            response_text=[d.text for d in decoded],
+            response_token_ids=[list(ids) for ids in rollouts.completion_ids_local],
+            response_token_spans=[d.spans for d in decoded],
+            reward=rollouts.rewards_local.float().numpy(),
+            advantage=output["advantages"].float().cpu().numpy(),
+            behaviour_logps=behaviour,
+            finished=[bool(ids) and ids[-1] in eos for ids in rollouts.completion_ids_local],
+        )
+
+
+def _prompt_text(prompt: Any) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
+        return str(prompt[-1].get("content", ""))
+    return str(prompt)
+
+
+def peer_table_index(table: Any, policy: str, step: int) -> dict[str, dict[int, int]]:
+    """prompt_id -> {sample_index: row} for one peer's records of a step."""
+    prompt_ids = table.column("prompt_id").to_pylist()
+    samples = table.column("sample_index").to_pylist()
+    index: dict[str, dict[int, int]] = {}
+    for row, (pid, k) in enumerate(zip(prompt_ids, samples, strict=True)):
+        index.setdefault(pid, {})[int(k)] = row
+    return index
+
+
+def group_rows(index: dict[str, dict[int, int]], prompt_id: str, k: int, policy: str, step: int) -> list[int]:
+    """Rows of a peer's K rollouts for ``prompt_id``; a gap means the policies saw different data."""
+    from mutualrl.errors import PeerError
+
+    rows = index.get(prompt_id)
+    if rows is None or len(rows) < k:
+        have = 0 if rows is None else len(rows)
+        raise PeerError(
+            f"peer {policy!r} published {have} of {k} rollouts for prompt {prompt_id!r} at step {step}: the "
+            "policies did not see the same prompts (check that every policy uses the same seed, dataset and "
+            "generation batch size)"
+        )
+    return [rows[i] for i in range(k)]
+
+
+def stable_seed(*parts: Any) -> int:
+    """A seed derived from (run seed, step, policy...) that does not touch the global RNG streams."""
+    import hashlib
+
+    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def require_whole_groups(rollouts: Any, regime: str) -> None:
+    """SGT and PRP attach data to a prompt's rows, so each rank must hold whole K-groups."""
+    from mutualrl.errors import UsageError
+
+    n_local = len(rollouts.prompt_ids_local)
+    k = rollouts.num_generations
+    if n_local % k != 0:
+        raise UsageError(
+            f"regime {regime!r} needs every process to hold whole groups of num_generations={k} rollouts, but "
+            f"this process holds {n_local} rows: make per_device_train_batch_size * steps_per_generation a "
+            f"multiple of num_generations"
+        )

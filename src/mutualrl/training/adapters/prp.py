@@ -1,0 +1,217 @@
+"""Data-level adapter: Peer Rollout Pooling (paper Sec. "Regime 1").
+
+The learner's candidate group for a prompt is its own K rollouts plus every peer's K
+(the "unified candidate pool"), with GRPO advantages normalised over the pool. Peer rows
+enter TRL's batch retokenized into the learner's vocabulary (THL), after the learner's own
+rows, with the learner's prompt tokens. Their behaviour log-probs (TRL's
+``old_per_token_logps``, the importance-ratio denominator) are either the learner's own
+snapshot (``denominator: learner``, naive pooling) or the peer's recorded trace aligned
+onto the learner's tokens by THL (``denominator: peer``); TRL's PPO clip (epsilon) then
+applies to every row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from mutualrl.errors import UsageError
+from mutualrl.training.adapters.base import RegimeAdapter, group_rows, peer_table_index, require_whole_groups
+
+UNSUPPORTED_KEYS = ("tool_mask", "pixel_values", "image_grid_thw", "token_type_ids", "mm_token_type_ids")
+
+
+def right_pad(tensor: torch.Tensor, width: int, value: float) -> torch.Tensor:
+    if tensor.size(1) >= width:
+        return tensor
+    pad = torch.full((tensor.size(0), width - tensor.size(1)), value, dtype=tensor.dtype, device=tensor.device)
+    return torch.cat([tensor, pad], dim=1)
+
+
+class PRPAdapter(RegimeAdapter):
+    name = "prp"
+    needs_peers = True
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.denominator = self.config.regime.prp.denominator
+        self.publishes_traces = self.denominator == "peer"
+        columns = ["prompt_id", "sample_index", "reward", "response_text", "finished"]
+        if self.denominator == "peer":
+            columns += ["response_token_spans", "behaviour_logps", "response_token_ids"]
+        self.peer_columns = tuple(columns)
+
+    @property
+    def pool_order(self) -> list[str]:
+        return [p.name for p in self.config.pool.policies]
+
+    def transform(self, output, rollouts, peers):
+        from mutualrl.regimes.prp import prp_pooled_advantages, ratio_statistics
+
+        for key in UNSUPPORTED_KEYS:
+            if output.get(key) is not None:
+                raise UsageError(f"regime 'prp' does not support batches with {key!r} (multimodal/tool rollouts)")
+        require_whole_groups(rollouts, self.name)
+        trainer = self.trainer
+        k = rollouts.num_generations
+        groups = rollouts.group_prompt_ids
+        order = self.pool_order
+        learner_m = order.index(self.policy)
+
+        # Pooled rewards over every rank's groups (so "batch" scaling sees the whole pooled batch).
+        pool = torch.empty(len(groups), len(order), k)
+        pool[:, learner_m] = rollouts.rewards_global.view(len(groups), k)
+        indexes = {}
+        for m, name in enumerate(order):
+            if name == self.policy:
+                continue
+            table = peers[name]
+            indexes[name] = peer_table_index(table, name, rollouts.step)
+            rewards = torch.tensor(table.column("reward").to_numpy(zero_copy_only=False), dtype=torch.float32)
+            for p, pid in enumerate(groups):
+                pool[p, m] = rewards[group_rows(indexes[name], pid, k, name, rollouts.step)]
+        advantages = prp_pooled_advantages(pool, scale_rewards=trainer.scale_rewards,
+                                           eps=self.config.regime.prp.std_epsilon)
+
+        n_local = len(rollouts.prompt_ids_local)
+        first_group = rollouts.process_index * n_local // k
+        local_groups = range(first_group, first_group + n_local // k)
+        device = output["completion_ids"].device
+        adv_dtype = output["advantages"].dtype
+        output["advantages"] = advantages[list(local_groups), learner_m].reshape(-1).to(device, adv_dtype)
+
+        # Peer rows: (local group, peer, sample) in a fixed order.
+        texts, finished, source_rows, prompt_rows, peer_adv = [], [], [], [], []
+        for local_p, p in enumerate(local_groups):
+            pid = groups[p]
+            for m, name in enumerate(order):
+                if name == self.policy:
+                    continue
+                table = peers[name]
+                rows = group_rows(indexes[name], pid, k, name, rollouts.step)
+                for j, row in enumerate(rows):
+                    texts.append(table.column("response_text")[row].as_py())
+                    finished.append(bool(table.column("finished")[row].as_py()))
+                    source_rows.append((name, row))
+                    prompt_rows.append(local_p * k)
+                    peer_adv.append(float(advantages[p, m, j]))
+        peer_ids, target_spans = self._retokenize(texts, finished)
+        n_peer = len(peer_ids)
+        width = max([output["completion_ids"].size(1)] + [len(ids) for ids in peer_ids])
+        pad_id = trainer.processing_class.pad_token_id
+        peer_completion = torch.full((n_peer, width), pad_id, dtype=torch.long, device=device)
+        peer_mask = torch.zeros((n_peer, width), dtype=torch.long, device=device)
+        for i, ids in enumerate(peer_ids):
+            if ids:
+                peer_completion[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+                peer_mask[i, : len(ids)] = 1
+        prompt_index = torch.tensor(prompt_rows, dtype=torch.long, device=device)
+
+        merged: dict[str, Any] = dict(output)
+        merged["prompt_ids"] = torch.cat([output["prompt_ids"], output["prompt_ids"][prompt_index]])
+        merged["prompt_mask"] = torch.cat([output["prompt_mask"], output["prompt_mask"][prompt_index]])
+        merged["completion_ids"] = torch.cat([right_pad(output["completion_ids"], width, pad_id), peer_completion])
+        merged["completion_mask"] = torch.cat([right_pad(output["completion_mask"], width, 0), peer_mask])
+        merged["advantages"] = torch.cat([output["advantages"],
+                                          torch.tensor(peer_adv, dtype=adv_dtype, device=device)])
+
+        # Behaviour log-probs: the learner's snapshot for every row (one extra scoring pass, the
+        # paper's "PRP adds about one rollout"), then the THL-aligned peer trace for peer rows.
+        with torch.no_grad():
+            snapshot = trainer.score_completions(trainer.model, merged["prompt_ids"], merged["prompt_mask"],
+                                                 merged["completion_ids"], merged["completion_mask"])
+        behaviour = snapshot.clone()
+        if self.denominator == "peer":
+            aligned = self._aligned_traces(peers, source_rows, texts, finished, target_spans, peer_ids)
+            for i, values in enumerate(aligned):
+                behaviour[n_local + i, : len(values)] = torch.as_tensor(values, dtype=behaviour.dtype,
+                                                                          device=device)
+        merged["old_per_token_logps"] = behaviour
+        if output.get("sampling_per_token_logps") is not None:
+            merged["sampling_per_token_logps"] = torch.cat(
+                [right_pad(output["sampling_per_token_logps"], width, 0.0), behaviour[n_local:]])
+        if output.get("importance_sampling_ratio") is not None:
+            ratio = output["importance_sampling_ratio"]
+            ones = torch.ones((n_peer, ratio.size(1) if ratio.size(1) == 1 else width), dtype=ratio.dtype,
+                              device=device)
+            merged["importance_sampling_ratio"] = torch.cat(
+                [ratio if ratio.size(1) == 1 else right_pad(ratio, width, 1.0), ones])
+        if output.get("ref_per_token_logps") is not None:
+            ref_peer = self._reference_logps(merged, n_local)
+            merged["ref_per_token_logps"] = torch.cat([right_pad(output["ref_per_token_logps"], width, 0.0),
+                                                       ref_peer])
+        mask_total = merged["completion_mask"].sum()
+        merged["num_items_in_batch"] = trainer.accelerator.gather(mask_total).sum()
+
+        peer_mask_f = peer_mask.float()
+        log_ratio = (snapshot[n_local:] - behaviour[n_local:]) * peer_mask_f
+        stats = ratio_statistics(torch.exp(log_ratio), peer_mask, epsilon=trainer.epsilon_high)
+        stats["peer_rows"] = float(n_peer)
+        return merged, stats
+
+    # -- THL -------------------------------------------------------------------------------
+    def _retokenize(self, texts: list[str], finished: list[bool]) -> tuple[list[list[int]], list[np.ndarray]]:
+        from mutualrl.thl import retokenize
+
+        trainer = self.trainer
+        eos = trainer.processing_class.eos_token_id
+        max_len = trainer.max_completion_length
+        retok = retokenize(trainer.processing_class, texts) if texts else []
+        ids_out, spans_out = [], []
+        for r, done in zip(retok, finished, strict=True):
+            ids = list(r.ids)
+            spans = np.asarray(r.spans, dtype=np.int64).reshape(-1, 2)
+            if done and eos is not None:
+                ids.append(eos)
+            if max_len and len(ids) > max_len:
+                ids = ids[:max_len]
+            ids_out.append(ids)
+            spans_out.append(spans[: min(len(spans), len(ids))])
+        return ids_out, spans_out
+
+    def _aligned_traces(self, peers, source_rows, texts, finished, target_spans, peer_ids) -> list[np.ndarray]:
+        """Peer behaviour traces on the learner's token grid (THL), EOS mapped onto EOS."""
+        from mutualrl.thl import align_logprobs
+
+        src_spans, src_logps, src_special, eos_logps = [], [], [], []
+        for name, row in source_rows:
+            table = peers[name]
+            spans = np.asarray(table.column("response_token_spans")[row].as_py(), dtype=np.int64).reshape(-1, 2)
+            logps_py = table.column("behaviour_logps")[row].as_py()
+            if logps_py is None:
+                raise UsageError(f"peer {name!r} did not publish behaviour log-probs, which PRP with "
+                                 "denominator 'peer' needs (all policies must run the same regime settings)")
+            logps = np.asarray(logps_py, dtype=np.float64)
+            special = spans[:, 0] < 0
+            src_spans.append(spans)
+            src_logps.append(logps)
+            src_special.append(special)
+            eos_logps.append(float(logps[-1]) if special.size and special[-1] else None)
+        result = align_logprobs(texts, src_spans, src_logps, target_spans, src_special=src_special)
+        out = []
+        for values, ids, done, spans, eos_lp in zip(result.values, peer_ids, finished, target_spans, eos_logps,
+                                                    strict=True):
+            trace = np.zeros(len(ids), dtype=np.float32)
+            n = min(len(values), len(ids))
+            trace[:n] = np.nan_to_num(np.asarray(values[:n], dtype=np.float32), nan=0.0)
+            if done and eos_lp is not None and len(ids) > len(spans):  # the appended learner EOS
+                trace[len(spans)] = eos_lp
+            out.append(trace)
+        return out
+
+    def _reference_logps(self, merged: dict[str, Any], n_local: int) -> torch.Tensor:
+        """Reference-model log-probs of the peer rows (for the KL term when beta > 0)."""
+        trainer = self.trainer
+        rows = slice(n_local, None)
+        args = (merged["prompt_ids"][rows], merged["prompt_mask"][rows], merged["completion_ids"][rows],
+                merged["completion_mask"][rows])
+        with torch.no_grad():
+            if trainer.ref_model is not None:
+                return trainer.score_completions(trainer.ref_model, *args)
+            model = trainer.accelerator.unwrap_model(trainer.model)
+            from trl.trainer.utils import use_adapter  # the helper TRL uses for its own reference pass
+
+            with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+                return trainer.score_completions(trainer.model, *args)

@@ -1,0 +1,146 @@
+"""Outcome-level adapter: Success-Gated Transfer (paper Sec. "Regime 3", App. SGT details).
+
+Per learner and prompt, the gate fires when the learner's K rollouts all failed and a peer
+has a verified success; one peer success is retokenized into the learner's vocabulary
+(THL), attached to the learner's rows of that prompt (up to ``max_pairs_per_prompt``), and
+:meth:`SGTAdapter.extra_loss` adds ``lambda * NLL`` on it (Eq. regime3_total). Rows outside
+the rescue subset carry zero weight; a step with no gated prompt adds no key to the batch,
+so the update is exactly pure GRPO.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from mutualrl.training.adapters.base import (
+    RegimeAdapter,
+    group_rows,
+    peer_table_index,
+    require_whole_groups,
+    stable_seed,
+)
+
+SGT_KEYS = ("sgt_completion_ids", "sgt_completion_mask", "sgt_weight")
+
+
+class SGTAdapter(RegimeAdapter):
+    name = "sgt"
+    needs_peers = True
+    peer_columns = ("prompt_id", "sample_index", "reward", "response_text", "finished", "num_tokens")
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.rescues_total = 0
+
+    def transform(self, output, rollouts, peers):
+        from mutualrl.regimes.sgt import (
+            assign_sgt_rows,
+            select_peer_successes,
+            sgt_example_weights,
+            sgt_gate,
+            sgt_metrics,
+        )
+        from mutualrl.thl import retokenize
+
+        require_whole_groups(rollouts, self.name)
+        settings = self.config.regime.sgt
+        trainer = self.trainer
+        k = rollouts.num_generations
+        n_local = len(rollouts.prompt_ids_local)
+        local_groups = rollouts.prompt_ids_local[::k]
+        learner = rollouts.rewards_local.view(len(local_groups), k)
+        peer_rewards = torch.empty(len(local_groups), len(self.peers), k)
+        peer_lengths = torch.empty(len(local_groups), len(self.peers), k)
+        peer_rows: list[list[list[int]]] = []
+        for m, name in enumerate(self.peers):
+            table = peers[name]
+            index = peer_table_index(table, name, rollouts.step)
+            rewards = torch.tensor(table.column("reward").to_numpy(zero_copy_only=False), dtype=torch.float32)
+            lengths = torch.tensor(table.column("num_tokens").to_numpy(zero_copy_only=False), dtype=torch.float32)
+            rows_m = []
+            for p, pid in enumerate(local_groups):
+                rows = group_rows(index, pid, k, name, rollouts.step)
+                peer_rewards[p, m] = rewards[rows]
+                peer_lengths[p, m] = lengths[rows]
+                rows_m.append(rows)
+            peer_rows.append(rows_m)
+
+        gate = sgt_gate(learner, peer_rewards, success_threshold=settings.success_threshold,
+                        failure_threshold=settings.failure_threshold,
+                        require_all_failed=settings.require_all_failed)
+        generator = torch.Generator().manual_seed(stable_seed(trainer.args.seed, rollouts.step, self.policy, "sgt"))
+        chosen = select_peer_successes(gate, peer_lengths, selection=settings.selection, generator=generator)
+        row_mask = assign_sgt_rows(gate.gated, k, settings.max_pairs_per_prompt)
+
+        gated_prompts = [p for p in range(len(local_groups)) if bool(gate.gated[p])]
+        texts, finished = [], []
+        for p in gated_prompts:
+            m, j = int(chosen[p, 0]), int(chosen[p, 1])
+            table = peers[self.peers[m]]
+            row = peer_rows[m][p][j]
+            texts.append(table.column("response_text")[row].as_py())
+            finished.append(bool(table.column("finished")[row].as_py()))
+
+        extra_tokens = 0
+        if gated_prompts:
+            retok = retokenize(trainer.processing_class, texts)
+            max_len = trainer.max_completion_length
+            eos = trainer.processing_class.eos_token_id
+            sequences = []
+            for r, done in zip(retok, finished, strict=True):
+                ids = list(r.ids)
+                if done and eos is not None:
+                    ids.append(eos)
+                sequences.append(ids[:max_len] if max_len else ids)
+            width = max(1, max(len(ids) for ids in sequences))
+            device = output["completion_ids"].device
+            pad = trainer.processing_class.pad_token_id
+            completion = torch.full((n_local, width), pad, dtype=torch.long, device=device)
+            mask = torch.zeros((n_local, width), dtype=torch.long, device=device)
+            flat_mask = row_mask.reshape(-1)
+            for p, ids in zip(gated_prompts, sequences, strict=True):
+                for i in range(p * k, (p + 1) * k):
+                    if flat_mask[i]:
+                        completion[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+                        mask[i, : len(ids)] = 1
+                        extra_tokens += len(ids)
+            weights = sgt_example_weights(flat_mask, settings.lam, trainer.args.steps_per_generation,
+                                          trainer.args.gradient_accumulation_steps)
+            output["sgt_completion_ids"] = completion
+            output["sgt_completion_mask"] = mask
+            output["sgt_weight"] = weights.to(device=device, dtype=torch.float32)
+
+        rescued = int(gate.gated.sum())
+        if rollouts.num_processes > 1:
+            rescued = int(trainer.accelerator.reduce(torch.tensor(rescued, device=trainer.accelerator.device),
+                                                     reduction="sum").item())
+        self.rescues_total += rescued
+        rollout_tokens = int(output["completion_mask"].sum().item())
+        metrics = sgt_metrics(gate, learner, peer_rewards, extra_tokens=extra_tokens, rollout_tokens=rollout_tokens,
+                              M=len(self.peers) + 1, K=k)
+        metrics["rescues"] = rescued
+        metrics["rescues_total"] = self.rescues_total
+        return output, metrics
+
+    def extra_loss(self, model, inputs):
+        weights = inputs.get("sgt_weight")
+        if weights is None:
+            return None
+        rows = torch.nonzero(weights > 0, as_tuple=True)[0]
+        if rows.numel() == 0:
+            return None
+        from mutualrl.regimes.sgt import sgt_nll
+
+        trainer = self.trainer
+        mask = inputs["sgt_completion_mask"][rows]
+        width = int(mask.sum(dim=1).max().item())
+        completion = inputs["sgt_completion_ids"][rows][:, :width]
+        mask = mask[:, :width]
+        logps = trainer.score_completions(model, inputs["prompt_ids"][rows], inputs["prompt_mask"][rows],
+                                          completion, mask)
+        loss = sgt_nll(logps, mask, weights[rows])
+        mode = "train" if model.training else "eval"
+        trainer._metrics[mode]["sgt/nll_term"].append(loss.detach().item())
+        return loss

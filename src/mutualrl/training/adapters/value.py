@@ -1,0 +1,76 @@
+"""Value-level adapters: XGRPO (pooled reward statistics) and the random-perturbation control.
+
+Both only rewrite TRL's ``advantages``; the actor stays strictly on-policy (paper, Sec.
+"Regime 2": "generation is local, but evaluation is global").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from mutualrl.training.adapters.base import RegimeAdapter, group_rows, peer_table_index, stable_seed
+
+
+def local_slice(rollouts: Any) -> slice:
+    n_local = len(rollouts.prompt_ids_local)
+    return slice(rollouts.process_index * n_local, (rollouts.process_index + 1) * n_local)
+
+
+class XGRPOAdapter(RegimeAdapter):
+    """Cross-policy GRPO advantage sharing; subscribes to peers' scalar rewards only."""
+
+    name = "xgrpo"
+    needs_peers = True
+    peer_columns = ("prompt_id", "sample_index", "reward")
+
+    def transform(self, output, rollouts, peers):
+        from mutualrl.regimes.xgrpo import xgrpo_advantages
+
+        settings = self.config.regime.xgrpo
+        k = rollouts.num_generations
+        groups = rollouts.group_prompt_ids
+        learner = rollouts.rewards_global.view(len(groups), k)
+        pool = torch.empty(len(groups), len(self.pool_order), k, dtype=torch.float32)
+        for m, name in enumerate(self.pool_order):
+            if name == self.policy:
+                pool[:, m] = learner
+                continue
+            table = peers[name]
+            index = peer_table_index(table, name, rollouts.step)
+            rewards = torch.tensor(table.column("reward").to_numpy(zero_copy_only=False), dtype=torch.float32)
+            for p, pid in enumerate(groups):
+                pool[p, m] = rewards[group_rows(index, pid, k, name, rollouts.step)]
+        result = xgrpo_advantages(
+            pool, self.pool_order.index(self.policy), rollouts.lengths_global.view(len(groups), k),
+            cross_model_factor=settings.cross_model_factor, length_correction=settings.length_correction,
+            advantage_clip=settings.advantage_clip, scale_rewards=self.trainer.scale_rewards,
+            eps=settings.std_epsilon,
+        )
+        advantages = result.advantages.reshape(-1)[local_slice(rollouts)]
+        output["advantages"] = advantages.to(output["advantages"].device, output["advantages"].dtype)
+        return output, dict(result.metrics)
+
+    @property
+    def pool_order(self) -> list[str]:
+        return [p.name for p in self.config.pool.policies]
+
+
+class RandPertAdapter(RegimeAdapter):
+    """GRPO + random baseline perturbation (App. "Ablation: shared normalization for XGRPO")."""
+
+    name = "grpo-randpert"
+
+    def transform(self, output, rollouts, peers):
+        from mutualrl.regimes.randpert import randpert_advantages
+
+        k = rollouts.num_generations
+        groups = len(rollouts.group_prompt_ids)
+        generator = torch.Generator().manual_seed(stable_seed(self.trainer.args.seed, rollouts.step, self.policy))
+        advantages = randpert_advantages(rollouts.rewards_global.view(groups, k), self.config.regime.randpert.scale,
+                                         generator, scale_rewards=self.trainer.scale_rewards)
+        before = output["advantages"]
+        after = advantages.reshape(-1)[local_slice(rollouts)].to(before.device, before.dtype)
+        output["advantages"] = after
+        return output, {"mean_abs_adv_change": (after - before).abs().mean().item()}

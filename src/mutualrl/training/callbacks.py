@@ -1,0 +1,205 @@
+"""Trainer callbacks of a policy process: metrics, live status, validation, SEE heartbeat."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import TrainerCallback
+
+from mutualrl.training.paths import RunPaths, atomic_write_json
+
+# TRL log keys -> the names metrics.jsonl uses (see docs/run-layout.md).
+RENAMES = {"reward": "reward_mean"}
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    if isinstance(value, (np.floating, np.integer)):
+        return value.item()
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return value.item()
+    return value
+
+
+class MetricsCallback(TrainerCallback):
+    """Appends one ``kind: train`` line per logging step to ``RUN/metrics/<policy>.jsonl``."""
+
+    def __init__(self, paths: RunPaths, policy: str, regime: str):
+        self.path = paths.policy_metrics(policy)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.policy, self.regime = policy, regime
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs or "train_runtime" in logs:
+            return
+        line = {"kind": "train", "policy": self.policy, "step": int(state.global_step),
+                "regime": self.regime, "time": time.time()}
+        for key, value in logs.items():
+            line[RENAMES.get(key, key)] = _clean(value)
+        append_jsonl(self.path, line)
+
+
+def append_jsonl(path: Path, obj: dict[str, Any]) -> None:
+    with path.open("a") as fh:
+        fh.write(json.dumps(obj) + "\n")
+        fh.flush()
+
+
+class StatusCallback(TrainerCallback):
+    """Keeps ``RUN/status/<policy>.json`` current for the launcher's live progress display."""
+
+    KEYS = ("reward_mean", "entropy", "kl", "sgt/gate_rate", "sgt/rescues", "xgrpo/mean_abs_adv_change",
+            "prp/clip_rate", "eval/reward@1")
+
+    def __init__(self, paths: RunPaths, policy: str):
+        self.path = paths.status(policy)
+        self.policy = policy
+        self.last: dict[str, Any] = {}
+        self.phase = "starting"
+
+    def write(self, state, phase: str | None = None) -> None:
+        if phase is not None:
+            self.phase = phase
+        atomic_write_json(self.path, {
+            "policy": self.policy, "phase": self.phase, "step": int(state.global_step),
+            "max_steps": int(state.max_steps or 0), "time": time.time(), "pid": os.getpid(), **self.last,
+        })
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.write(state, "training")
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        for key in self.KEYS:
+            source = {v: k for k, v in RENAMES.items()}.get(key, key)
+            if source in logs and logs[source] is not None:
+                self.last[key] = _clean(logs[source])
+        self.write(state)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.write(state)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            self.write(state, "finished")
+
+
+class HeartbeatCallback(TrainerCallback):
+    """Touches this policy's SEE heartbeat so peers' barriers can report how long it has been silent."""
+
+    def __init__(self, exchange: Any):
+        self.exchange = exchange
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self.exchange.heartbeat()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.exchange.heartbeat()
+
+
+class RngGuard:
+    """Save and restore every RNG so validation never perturbs the training trajectory."""
+
+    def __enter__(self):
+        self.state = (random.getstate(), np.random.get_state(), torch.get_rng_state(),
+                      torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None)
+        return self
+
+    def __exit__(self, *exc):
+        random.setstate(self.state[0])
+        np.random.set_state(self.state[1])
+        torch.set_rng_state(self.state[2])
+        if self.state[3] is not None:
+            torch.cuda.set_rng_state_all(self.state[3])
+        return False
+
+
+class ValidationCallback(TrainerCallback):
+    """Held-out greedy reward@1 every ``every_steps`` steps, at the start and at the end.
+
+    Paper, App. "Implementation details": validation every 5 steps with temperature 0, a single
+    completion per prompt; step 0 is the "No Train" point. Every rank evaluates a shard of the
+    prompts (all ranks must take part under ZeRO-3), rank 0 writes the results.
+    """
+
+    def __init__(self, paths: RunPaths, policy: str, regime: str, examples: list, tokenizer: Any,
+                 chat_template: bool, every_steps: int, max_new_tokens: int, batch_size: int, at_start: bool,
+                 status: StatusCallback | None = None):
+        self.paths, self.policy, self.regime = paths, policy, regime
+        self.examples, self.tokenizer, self.chat_template = examples, tokenizer, chat_template
+        self.every_steps, self.max_new_tokens, self.batch_size = every_steps, max_new_tokens, batch_size
+        self.at_start = at_start
+        self.status = status
+        self.trainer: Any = None
+        self.done_steps: set[int] = set()
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.at_start and state.global_step == 0:
+            self.validate(state)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.every_steps > 0 and state.global_step % self.every_steps == 0:
+            self.validate(state)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.validate(state)
+
+    def validate(self, state) -> None:
+        step = int(state.global_step)
+        if step in self.done_steps or not self.examples:
+            return
+        self.done_steps.add(step)
+        if self.paths.eval_result(self.policy, step).exists():  # already done before a resume
+            return
+        from accelerate.utils import gather_object
+        from trl.models.utils import unwrap_model_for_generation
+
+        from mutualrl.evaluation.generate import evaluate_examples
+        from mutualrl.evaluation.results import ModelEvalResult
+
+        trainer = self.trainer
+        accelerator = trainer.accelerator
+        if self.status is not None and state.is_world_process_zero:
+            self.status.write(state, f"validating (step {step})")
+        shard = self.examples[accelerator.process_index::accelerator.num_processes]
+        model = trainer.model_wrapped
+        was_training = trainer.model.training
+        started = time.perf_counter()
+        with RngGuard(), unwrap_model_for_generation(
+            model, accelerator, gather_deepspeed3_params=trainer.args.ds3_gather_for_generation
+        ) as unwrapped:
+            unwrapped.eval()
+            result = evaluate_examples(unwrapped, self.tokenizer, shard, max_new_tokens=self.max_new_tokens,
+                                       batch_size=self.batch_size, chat_template=self.chat_template)
+            if was_training:
+                unwrapped.train()
+        per_prompt = gather_object(result.to_json()["results"]) if accelerator.num_processes > 1 \
+            else result.to_json()["results"]
+        if not state.is_world_process_zero:
+            return
+        merged = ModelEvalResult.from_json({**result.to_json(), "results": per_prompt})
+        merged.model = self.policy
+        path = self.paths.eval_result(self.policy, step)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(path, merged.to_json())
+        line = {"kind": "eval", "policy": self.policy, "step": step, "regime": self.regime,
+                "time": time.time(), "eval/reward@1": merged.reward_at_1, "eval/n": len(merged.results),
+                "eval/seconds": time.perf_counter() - started}
+        for task, value in merged.reward_by_task.items():
+            line[f"eval/{task}/reward@1"] = value
+        append_jsonl(self.paths.policy_metrics(self.policy), line)
+        if self.status is not None:
+            self.status.last["eval/reward@1"] = merged.reward_at_1
+            self.status.write(state, "training")

@@ -1,0 +1,116 @@
+"""Prompts for a run: loaded once by the parent, filtered jointly, shared by every policy.
+
+Design notes, "Identical prompts at every step": every policy must see the same prompt ids
+in the same order. The parent process loads the task's splits once, drops every prompt
+that is too long for ANY policy's tokenizer (paper: "examples whose tokenized prompts exceed
+1024 tokens are dropped"), and writes the survivors to ``RUN/data/{train,eval}.jsonl``.
+Each policy process reads those files; with the same seed and generation batch size,
+TRL's ``RepeatSampler`` then yields identical prompt ids at every step.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mutualrl.errors import DataError
+from mutualrl.tasks.base import TaskExample
+
+TRAIN_FILE = "train.jsonl"
+EVAL_FILE = "eval.jsonl"
+
+
+def chat_messages(prompt: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": prompt}]
+
+
+def uses_chat_template(tokenizer: Any, chat_template: bool | None) -> bool:
+    """Whether a policy's prompts are wrapped in its chat template.
+
+    Explicit recipe setting wins; by default base models get plain text (the paper's MATH
+    setup), which is also what a tokenizer without a template can do.
+    """
+    if chat_template is not None:
+        if chat_template and not getattr(tokenizer, "chat_template", None):
+            raise DataError("chat_template: true, but the tokenizer has no chat template")
+        return chat_template
+    return False
+
+
+def prompt_token_length(tokenizer: Any, prompt: str, chat: bool) -> int:
+    """Length of a prompt as TRL will tokenize it (chat template, or plain text with specials)."""
+    if chat:
+        ids = tokenizer.apply_chat_template(chat_messages(prompt), add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return len(ids)
+    return len(tokenizer(prompt)["input_ids"])
+
+
+@dataclass
+class JointFilterReport:
+    kept: int
+    dropped: int
+    dropped_by_policy: dict[str, int]
+    max_tokens: int
+
+
+def joint_length_filter(
+    examples: Sequence[TaskExample],
+    tokenizers: dict[str, tuple[Any, bool]],
+    max_tokens: int,
+) -> tuple[list[TaskExample], JointFilterReport]:
+    """Keep examples whose prompt fits ``max_tokens`` for EVERY policy (tokenizer, chat flag)."""
+    kept: list[TaskExample] = []
+    dropped_by_policy = {name: 0 for name in tokenizers}
+    for example in examples:
+        too_long = [name for name, (tok, chat) in tokenizers.items()
+                    if prompt_token_length(tok, example.prompt, chat) > max_tokens]
+        for name in too_long:
+            dropped_by_policy[name] += 1
+        if not too_long:
+            kept.append(example)
+    report = JointFilterReport(len(kept), len(examples) - len(kept), dropped_by_policy, max_tokens)
+    return kept, report
+
+
+def write_examples(path: Path, examples: Sequence[TaskExample]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with tmp.open("w") as fh:
+        for ex in examples:
+            fh.write(json.dumps({**ex.as_row(), "meta": ex.meta}) + "\n")
+    tmp.replace(path)
+
+
+def read_examples(path: Path) -> list[TaskExample]:
+    """Read a prepared prompt file; a malformed row fails with its line number and field."""
+    examples = []
+    with path.open() as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
+            for key in ("prompt_id", "prompt", "answer", "task"):
+                if key not in row:
+                    raise DataError(f"{path}:{lineno}: row is missing field {key!r}")
+            examples.append(TaskExample(prompt_id=str(row["prompt_id"]), prompt=row["prompt"],
+                                        answer=str(row["answer"]), task=row["task"], meta=row.get("meta", {})))
+    return examples
+
+
+def to_trl_rows(examples: Sequence[TaskExample], chat: bool) -> list[dict[str, Any]]:
+    """Dataset rows for GRPOTrainer: ``prompt`` (text or chat messages) plus reward columns."""
+    rows = []
+    for ex in examples:
+        row = ex.as_row()
+        if chat:
+            row["prompt"] = chat_messages(ex.prompt)
+        rows.append(row)
+    return rows

@@ -1,0 +1,166 @@
+"""``MutualGRPOTrainer``: TRL's GRPOTrainer plus the SEE round-trip of mutual RL.
+
+Paper, "Dataflow in One Training Loop": each policy runs its native rollout and scoring,
+publishes typed fields to the Shared Experience Exchange, transforms the peer fields it
+subscribes to (THL), and builds its regime-specific GRPO objective locally. The hook
+points in TRL 1.16 are:
+
+1. :meth:`_calculate_rewards` -- TRL gathers every rank's rewards here; we keep them (and
+   the prompt ids of the rows) for the step's records and for regimes that need whole
+   groups.
+2. :meth:`_generate_and_score_completions` -- after TRL built the batch, we publish this
+   rank's rollout records, wait for the peers' records of the same step (barrier), and
+   let the active regime rewrite the batch (advantages for XGRPO / randpert, extra rows for
+   PRP, auxiliary SGT sequences). Every tensor keeps a consistent leading dimension, so
+   TRL's shuffling and splitting into micro-batches keep working.
+3. :meth:`compute_loss` -- the regime may add an auxiliary term (SGT's gated NLL), scaled
+   for gradient accumulation like TRL scales its own loss.
+
+With the ``standalone`` regime nothing but optional record publishing happens, and the
+parameters after N steps equal those of vanilla ``GRPOTrainer`` (App. "Infrastructure
+fidelity"; checked by ``benchmarks/fidelity.py`` and the test suite).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from accelerate.utils import gather_object
+from trl import GRPOTrainer
+
+
+@dataclass
+class StepRollouts:
+    """What the regimes and the SEE need to know about one generation step of this policy.
+
+    ``*_local`` fields cover this rank's rows (TRL's ``process_slice``); ``*_global`` fields
+    cover the rows of every rank of this policy, in TRL's gathered order, where each prompt's
+    K rollouts are contiguous.
+    """
+
+    step: int
+    num_generations: int
+    prompt_ids_local: list[str]
+    sample_index_local: list[int]
+    prompt_texts_local: list[Any]
+    completion_texts_local: list[Any]
+    completion_ids_local: list[list[int]]
+    rewards_local: torch.Tensor
+    prompt_ids_global: list[str]
+    rewards_global: torch.Tensor
+    lengths_global: torch.Tensor
+    process_index: int
+    num_processes: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def group_prompt_ids(self) -> list[str]:
+        """Prompt id of each K-group of the gathered batch, in order."""
+        k = self.num_generations
+        return self.prompt_ids_global[::k]
+
+
+class MutualGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer for one policy of a mutual-RL pool.
+
+    Args (besides GRPOTrainer's):
+        policy_name: this policy's name in the pool (names its SEE shards).
+        regime: a :class:`mutualrl.training.regime_adapters.RegimeAdapter`.
+        exchange: a :class:`mutualrl.see.ExperienceExchange` (None: publish nothing).
+        record_publisher: publishes this step's records (built lazily) to the exchange.
+    """
+
+    def __init__(self, *args: Any, policy_name: str, regime: Any, exchange: Any = None,
+                 record_builder: Any = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.policy_name = policy_name
+        self.regime = regime
+        self.exchange = exchange
+        self.record_builder = record_builder
+        self._pending_rewards: dict[str, Any] | None = None
+        self.regime.bind(self)
+
+    # -- 1. rewards -------------------------------------------------------------------
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._pending_rewards = {
+            "inputs": inputs,
+            "prompts": prompts,
+            "completions": completions,
+            "completion_ids": completion_ids_list,
+            "rewards_per_func": rewards_per_func,
+        }
+        return rewards_per_func
+
+    # -- 2. batch -----------------------------------------------------------------------
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if not self.model.training:  # TRL's own evaluation loop: no exchange
+            return output
+        rollouts = self._collect_step_rollouts()
+        started = time.perf_counter()
+        output = self.regime.process_step(output, rollouts)
+        self._metrics["train"]["mutual/exchange_seconds"].append(time.perf_counter() - started)
+        return output
+
+    def _collect_step_rollouts(self) -> StepRollouts:
+        pending = self._pending_rewards
+        if pending is None:  # pragma: no cover - TRL always calls _calculate_rewards first
+            raise RuntimeError("rewards were not captured for this step")
+        self._pending_rewards = None
+        inputs = pending["inputs"]
+        rewards_per_func = pending["rewards_per_func"]
+        weights = self.reward_weights.to(rewards_per_func.device)
+        rewards_global = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+        rewards_global[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+        n_local = len(inputs)
+        index = self.accelerator.process_index
+        local = slice(index * n_local, (index + 1) * n_local)
+        prompt_ids_local = [str(row["prompt_id"]) for row in inputs]
+        lengths_local = [len(ids) for ids in pending["completion_ids"]]
+        if self.accelerator.num_processes > 1:
+            prompt_ids_global = gather_object(prompt_ids_local)
+            lengths_global = gather_object(lengths_local)
+        else:
+            prompt_ids_global, lengths_global = prompt_ids_local, lengths_local
+        k = self.num_generations
+        first_global_row = index * n_local
+        return StepRollouts(
+            step=self.state.global_step,
+            num_generations=k,
+            prompt_ids_local=prompt_ids_local,
+            sample_index_local=[(first_global_row + i) % k for i in range(n_local)],
+            prompt_texts_local=pending["prompts"],
+            completion_texts_local=pending["completions"],
+            completion_ids_local=pending["completion_ids"],
+            rewards_local=rewards_global[local].detach().cpu(),
+            prompt_ids_global=list(prompt_ids_global),
+            rewards_global=rewards_global.detach().cpu(),
+            lengths_global=torch.tensor(lengths_global, dtype=torch.float32),
+            process_index=index,
+            num_processes=self.accelerator.num_processes,
+        )
+
+    # -- 3. loss ------------------------------------------------------------------------
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        loss = super().compute_loss(model, inputs, return_outputs=return_outputs,
+                                    num_items_in_batch=num_items_in_batch)
+        extra = self.regime.extra_loss(model, inputs)
+        if extra is not None:
+            loss = loss + extra
+        return loss
+
+    # -- helpers for regime adapters ------------------------------------------------------
+    def score_completions(self, model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                          batch_size: int | None = None) -> torch.Tensor:
+        """Per-token log-probs of ``completion_ids`` given ``prompt_ids`` under ``model``."""
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        logps, _, _ = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, completion_ids.size(1),
+            batch_size=batch_size or self.args.per_device_train_batch_size,
+        )
+        return logps

@@ -1,0 +1,177 @@
+"""One policy's training process: ``python -m mutualrl.training.worker --run-dir RUN --policy NAME``.
+
+Started by the launcher (``mutualrl train``) once per policy -- as a plain subprocess on
+CPU, or under ``accelerate launch`` with the policy's own GPUs (design notes: one process
+group per policy, since several DeepSpeed engines in one process break). It reads the
+resolved run config and prepared prompts from the run folder, trains with
+:class:`~mutualrl.training.trainer.MutualGRPOTrainer`, and reports through files:
+``metrics/<policy>.jsonl``, ``status/<policy>.json``, ``eval/<policy>/``, and the SEE. If it
+fails, it leaves a failure marker in the SEE so that peers stop waiting at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+from mutualrl.config.schema import PolicyConfig, RunConfig
+from mutualrl.errors import MutualRLError, UsageError
+from mutualrl.training.paths import RunPaths, read_json
+
+log = logging.getLogger("mutualrl.worker")
+
+
+def load_resolved_config(paths: RunPaths) -> RunConfig:
+    import yaml
+
+    from mutualrl.config.typed import build_dataclass
+
+    data = yaml.safe_load(paths.config.read_text())
+    return build_dataclass(RunConfig, data, str(paths.config))
+
+
+def find_policy(config: RunConfig, name: str) -> PolicyConfig:
+    for policy in config.pool.policies:
+        if policy.name == name:
+            return policy
+    raise UsageError(f"policy {name!r} is not in pool {config.pool.name!r}")
+
+
+def plan_overrides(paths: RunPaths, policy: str) -> dict[str, Any]:
+    """GRPO fields the launch plan derived for this policy (batch sizes, device adaptation)."""
+    plan_file = paths.launch / "plan.json"
+    overrides: dict[str, Any] = {}
+    if plan_file.exists():
+        plan = read_json(plan_file)
+        overrides = dict(plan.get("policies", {}).get(policy, {}).get("grpo", {}))
+    return {**device_defaults(), **overrides}
+
+
+def device_defaults() -> dict[str, Any]:
+    """Safe settings when this process has no GPU (bf16 and vLLM need one)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return {}
+    return {"use_cpu": True, "bf16": False, "fp16": False, "use_vllm": False}
+
+
+def exchange_root(config: RunConfig, paths: RunPaths) -> Path:
+    return Path(config.see.dir) if config.see.dir else paths.default_see()
+
+
+def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None) -> None:
+    import torch
+    from datasets import Dataset
+
+    from mutualrl.pools.loading import load_model, load_tokenizer_for
+    from mutualrl.training.callbacks import (
+        HeartbeatCallback,
+        MetricsCallback,
+        StatusCallback,
+        ValidationCallback,
+    )
+    from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, read_examples, to_trl_rows, uses_chat_template
+    from mutualrl.training.grpo_args import build_grpo_config
+    from mutualrl.training.adapters import make_regime_adapter
+    from mutualrl.training.rewards import make_reward_function
+    from mutualrl.training.trainer import MutualGRPOTrainer
+
+    config = load_resolved_config(paths)
+    policy = find_policy(config, policy_name)
+    args = build_grpo_config(config, policy, paths, plan_overrides(paths, policy_name))
+    rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+
+    status = StatusCallback(paths, policy_name)
+    if rank == 0:
+        status.path.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer = load_tokenizer_for(policy.model, policy.tokenizer)
+    model = load_model(policy.model, policy.dtype, device="cpu" if args.use_cpu else None)
+    chat = uses_chat_template(tokenizer, policy.chat_template)
+    train_examples = read_examples(paths.data / TRAIN_FILE)
+    eval_examples = read_examples(paths.data / EVAL_FILE) if (paths.data / EVAL_FILE).exists() else []
+    dataset = Dataset.from_list(to_trl_rows(train_examples, chat))
+
+    exchange = None
+    policies = [p.name for p in config.pool.policies]
+    needs_exchange = config.regime.name != "standalone" or config.see.record_standalone
+    if needs_exchange:
+        from mutualrl.see import ExperienceExchange
+
+        exchange = ExperienceExchange(
+            root=exchange_root(config, paths), run_id=paths.root.name, policy=policy_name, rank=rank,
+            world_size=world_size, policies=policies, barrier_timeout_s=config.see.barrier_timeout_s,
+            poll_interval_s=config.see.poll_interval_s, retention_steps=config.see.retention_steps,
+            provenance={"model": policy.model, "tokenizer": policy.tokenizer or policy.model},
+        )
+    regime = make_regime_adapter(config, policy_name, exchange)
+
+    validation = ValidationCallback(
+        paths, policy_name, config.regime.name, eval_examples, tokenizer, chat,
+        every_steps=config.validation.every_steps,
+        max_new_tokens=config.validation.max_new_tokens or args.max_completion_length,
+        batch_size=config.validation.batch_size, at_start=config.validation.at_start, status=status,
+    )
+    callbacks = [MetricsCallback(paths, policy_name, config.regime.name), status, validation]
+    if exchange is not None:
+        callbacks.append(HeartbeatCallback(exchange))
+    peft_config = None
+    if policy.lora is not None:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=policy.lora.r, lora_alpha=policy.lora.alpha, lora_dropout=policy.lora.dropout,
+                                 target_modules=policy.lora.target_modules, task_type="CAUSAL_LM")
+    trainer = MutualGRPOTrainer(
+        model=model, reward_funcs=make_reward_function(), args=args, train_dataset=dataset,
+        processing_class=tokenizer, callbacks=callbacks, peft_config=peft_config,
+        policy_name=policy_name, regime=regime, exchange=exchange,
+    )
+    validation.trainer = trainer
+    log.info("policy %s: %d train prompts, %d eval prompts, regime %s, torch threads %d",
+             policy_name, len(train_examples), len(eval_examples), config.regime.name, torch.get_num_threads())
+    trainer.train(resume_from_checkpoint=resume_from)
+    trainer.save_model(str(paths.final_model(policy_name)))
+    if trainer.accelerator.is_main_process:
+        tokenizer.save_pretrained(str(paths.final_model(policy_name)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--run-dir", required=True, type=Path)
+    parser.add_argument("--policy", required=True)
+    parser.add_argument("--resume-from", default=None, help="Checkpoint folder to resume from.")
+    ns = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stdout)
+    paths = RunPaths(ns.run_dir.resolve())
+    try:
+        run_policy(paths, ns.policy, ns.resume_from)
+    except BaseException as err:  # leave a marker so that peers' barriers fail fast and name us
+        reason = f"{type(err).__name__}: {err}"
+        if not isinstance(err, (MutualRLError, KeyboardInterrupt)):
+            traceback.print_exc()
+        else:
+            print(f"error: {err}", file=sys.stderr)
+        try:
+            mark_failed(paths, ns.policy, reason)
+        except Exception:  # pragma: no cover - best effort
+            pass
+        return err.exit_code if isinstance(err, MutualRLError) else 1
+    return 0
+
+
+def mark_failed(paths: RunPaths, policy: str, reason: str) -> None:
+    config = load_resolved_config(paths)
+    from mutualrl.see.exchange import mark_failed as see_mark_failed
+
+    see_mark_failed(exchange_root(config, paths), policy, reason)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
