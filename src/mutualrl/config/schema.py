@@ -65,8 +65,8 @@ class PolicyConfig:
     chat_template: bool | None = field(
         default=None,
         metadata={
-            "help": "Wrap prompts in the tokenizer's chat template. Default: yes if the tokenizer has one "
-            "and the model is an instruct model (its recipe says so), else plain text."
+            "help": "Wrap prompts in the tokenizer's chat template (instruct models; the paper pools set it). "
+            "Default: plain text, as the paper prompts base models."
         },
     )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = field(
@@ -206,8 +206,9 @@ class SEESettings:
         default=16, metadata={"help": "Keep only the last N steps of records on disk (None: keep everything)."}
     )
     record_standalone: bool = field(
-        default=True,
-        metadata={"help": "In the standalone regime, still publish records (for inspection), without waiting."},
+        default=False,
+        metadata={"help": "In standalone runs, still publish rollout records to the SEE (for `see inspect` and "
+                  "offline analysis). Off by default: standalone GRPO then does exactly what vanilla TRL does."},
     )
 
 
