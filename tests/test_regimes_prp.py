@@ -144,12 +144,12 @@ def test_usability_by_hand():
     #   PRP yes (1.0 in band); XGRPO: A_loc 0, pool mean 1/4 -> A_pool -1/4: yes; SGT: yes -> "all".
     # Prompt 1: learner [1, 0], peer [1, 0], ratios [3, 0.1]:
     #   PRP no; pool mean 1/2 = learner mean -> no change; SGT no (learner succeeded) -> "none".
-    # Prompt 2: learner [1, 1], peer [0, 0], ratios [0.9, NaN]:
-    #   PRP yes; XGRPO yes (0 -> 1/2); SGT no -> "prp+xgrpo".
+    # Prompt 2: learner [1, 1], peer [0, 0], ratios [0.8, NaN]:
+    #   PRP yes (0.8 is the band's closed edge); XGRPO yes (0 -> 1/2); SGT no -> "prp+xgrpo".
     # Prompt 3: learner [0, 0], peer [1, 1], ratios [2, 2]: PRP no; XGRPO yes; SGT yes -> "xgrpo+sgt".
     learner = torch.tensor([[0.0, 0.0], [1.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
     peers = torch.tensor([[[1.0, 0.0]], [[1.0, 0.0]], [[0.0, 0.0]], [[1.0, 1.0]]])
-    ratios = torch.tensor([[[1.0, 5.0]], [[3.0, 0.1]], [[0.9, NAN]], [[2.0, 2.0]]])
+    ratios = torch.tensor([[[1.0, 5.0]], [[3.0, 0.1]], [[0.8, NAN]], [[2.0, 2.0]]])
     u = regime_usability(learner, peers, ratios, scale_rewards="none")
     assert u.prp.tolist() == [True, False, True, False]
     assert u.xgrpo.tolist() == [True, False, True, True]
@@ -171,8 +171,9 @@ def test_usability_by_hand():
 def test_usability_table_partitions_prompts_and_sgt_implies_xgrpo(data):
     rewards = data.draw(pool_rewards(min_m=2, allow_nan=False, continuous=False))
     p, m, k = rewards.shape
-    ratios = torch.tensor(data.draw(st.lists(st.sampled_from([0.5, 0.9, 1.0, 1.3, NAN]), min_size=p * (m - 1) * k,
-                                             max_size=p * (m - 1) * k))).reshape(p, m - 1, k)
+    n = p * (m - 1) * k
+    ratios = torch.tensor(data.draw(st.lists(st.sampled_from([0.5, 0.9, 1.0, 1.3, NAN]), min_size=n, max_size=n)))
+    ratios = ratios.reshape(p, m - 1, k)
     u = regime_usability(rewards[:, 0].contiguous(), rewards[:, 1:].contiguous(), ratios)
     assert sum(u.table.values()) == pytest.approx(1.0)
     assert len(u.table) == len(USABILITY_CELLS) == 8

@@ -128,7 +128,8 @@ def test_random_selection_is_uniform_over_all_successes_not_over_peers():
     n = 8000
     learner = torch.zeros(n, 4)
     peers = t([[0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 1.0, 1.0]]).expand(n, 2, 4)
-    chosen = select_peer_successes(sgt_gate(learner, peers), torch.ones(n, 2, 4), "random", torch.Generator().manual_seed(0))
+    gate = sgt_gate(learner, peers)
+    chosen = select_peer_successes(gate, torch.ones(n, 2, 4), "random", torch.Generator().manual_seed(0))
     pairs = [tuple(c) for c in chosen.tolist()]
     counts = {pair: pairs.count(pair) / n for pair in set(pairs)}
     assert set(counts) == {(0, 1), (1, 0), (1, 2), (1, 3)}
@@ -164,6 +165,14 @@ def test_shortest_selection_by_hand_with_ties():
     lengths = torch.tensor([[[1, 7, 2], [5, 9, 5]], [[4, 4, 3], [4, 3, 4]], [[1, 1, 1], [1, 1, 1]]])
     chosen = select_peer_successes(sgt_gate(learner, peers), lengths, "shortest")
     assert chosen.tolist() == [[1, 0], [0, 2], [-1, -1]]
+
+
+def test_pool_of_one_has_no_peers_and_never_gates():
+    gate = sgt_gate(torch.zeros(3, 2), torch.zeros(3, 0, 2))
+    assert not bool(gate.gated.any())
+    for selection in ("random", "shortest"):
+        chosen = select_peer_successes(gate, torch.zeros(3, 0, 2), selection, torch.Generator().manual_seed(0))
+        assert chosen.tolist() == [[-1, -1]] * 3
 
 
 def test_selection_bad_inputs():
@@ -353,6 +362,7 @@ def test_gate_shape_errors():
         sgt_gate(torch.zeros(2, 3), torch.zeros(2, 1, 4))
     with pytest.raises(ValueError, match=r"learner_rewards must have shape \[P, K\]"):
         sgt_gate(torch.zeros(2, 3, 1), torch.zeros(2, 1, 3))
-    bad = SGTGate(torch.tensor([True]), torch.zeros(2, 1, 2, dtype=torch.bool), torch.tensor([True]), torch.tensor([True]))
+    one = torch.tensor([True])
+    bad = SGTGate(one, torch.zeros(2, 1, 2, dtype=torch.bool), one, one)
     with pytest.raises(ValueError, match=r"gate.gated must have shape \[P\]"):
         sgt_metrics(bad, torch.zeros(2, 2), torch.zeros(2, 1, 2), 0, 1, 2, 2)

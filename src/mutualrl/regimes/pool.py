@@ -78,7 +78,8 @@ def join_pool(learner_rewards: torch.Tensor, peer_rewards: torch.Tensor, learner
     p, k = learner_rewards.shape
     if peer_rewards.shape[0] != p or peer_rewards.shape[2] != k:
         raise ValueError(
-            f"peer_rewards must have shape [P={p}, M-1, K={k}] to match learner_rewards; got {tuple(peer_rewards.shape)}"
+            f"peer_rewards must have shape [P={p}, M-1, K={k}] to match learner_rewards; "
+            f"got {tuple(peer_rewards.shape)}"
         )
     m = peer_rewards.shape[1] + 1
     if not 0 <= learner_index < m:

@@ -75,8 +75,8 @@ def sgt_gate(
 
     For prompt ``x`` with learner rewards ``r_{n,1..K}`` and peer rewards ``r_{m,j}``, ``m ≠ n``:
 
-        learner_failed(x) = [∀i scorable: r_{n,i} < τ_fail] ∧ [∃i: r_{n,i} < τ_fail]   (strict, the paper's runs)
-        learner_failed(x) = ∃i: r_{n,i} < τ_fail                                         (require_all_failed=False)
+        learner_failed(x) = [∀i scorable: r_{n,i} < τ_fail] ∧ [∃i: r_{n,i} < τ_fail]    (strict: paper)
+        learner_failed(x) = ∃i: r_{n,i} < τ_fail                                          (non-strict)
         peer_has_success(x) = ∃ m≠n, j: r_{m,j} > τ_succ
         gated(x) = learner_failed(x) ∧ peer_has_success(x)
 
@@ -143,23 +143,25 @@ def select_peer_successes(
         got = tuple(peer_lengths.shape) if isinstance(peer_lengths, torch.Tensor) else type(peer_lengths).__name__
         raise ValueError(f"peer_lengths must have the peer shape [P, M-1, K] = {tuple(cand.shape)}; got {got}")
     p, peers, k = cand.shape
+    if selection not in ("random", "shortest"):
+        raise ValueError(f"SGT selection must be 'random' or 'shortest'; got {selection!r}")
+    if selection == "random" and generator is None:
+        raise ValueError("SGT selection 'random' needs a torch.Generator (no hidden global RNG state)")
+    if peers * k == 0:  # no peers (M = 1): nothing can be gated
+        return torch.full((p, 2), -1, dtype=torch.long, device=cand.device)
     flat = cand.reshape(p, peers * k) & gate.gated.unsqueeze(1)
     count = flat.sum(dim=1)
     if selection == "random":
-        if generator is None:
-            raise ValueError("SGT selection 'random' needs a torch.Generator (no hidden global RNG state)")
         u = torch.rand(p, generator=generator, device=generator.device, dtype=torch.float64).to(cand.device)
         rank = torch.minimum((u * count).floor().long(), (count - 1).clamp(min=0))
         # The (rank+1)-th True in row order: first position where the running count reaches rank+1.
         hit = flat & (flat.long().cumsum(dim=1) == (rank + 1).unsqueeze(1))
         pos = hit.long().argmax(dim=1)
-    elif selection == "shortest":
+    else:  # "shortest"
         lengths = peer_lengths.reshape(p, peers * k).to(torch.float64)
         keyed = torch.where(flat, lengths, torch.full_like(lengths, float("inf")))
-        pos = keyed.argmin(dim=1) if peers * k else torch.zeros(p, dtype=torch.long, device=cand.device)
-    else:
-        raise ValueError(f"SGT selection must be 'random' or 'shortest'; got {selection!r}")
-    chosen = torch.stack([pos // max(k, 1), pos % max(k, 1)], dim=1).long()
+        pos = keyed.argmin(dim=1)
+    chosen = torch.stack([pos // k, pos % k], dim=1).long()
     return torch.where((count > 0).unsqueeze(1), chosen, torch.full_like(chosen, -1))
 
 
@@ -239,7 +241,8 @@ def sgt_example_weights(
     """
     if not isinstance(row_mask_flat, torch.Tensor) or row_mask_flat.dim() != 1 or row_mask_flat.dtype != torch.bool:
         raise ValueError(
-            f"row_mask_flat must be a [B] bool tensor; got {getattr(row_mask_flat, 'shape', type(row_mask_flat).__name__)}"
+            "row_mask_flat must be a [B] bool tensor; got "
+            f"{getattr(row_mask_flat, 'shape', type(row_mask_flat).__name__)}"
         )
     if steps_per_generation < 1 or gradient_accumulation_steps < 1 or num_processes < 1:
         raise ValueError(
