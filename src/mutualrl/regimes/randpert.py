@@ -1,0 +1,60 @@
+"""GRPO + random baseline perturbation: the control of App. "Ablation: shared normalization for XGRPO".
+
+Paper wording: "a GRPO variant where each model still uses its own rollouts but we inject
+random perturbations into the per-prompt baseline used for advantage computation (the
+``id2mean`` values) before normalization". It tests whether XGRPO's gain is just baseline
+noise. The noise is Gaussian with a settable scale (``regime.randpert.scale``; the paper does
+not state its scale), and the normaliser is GRPO's own, untouched.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mutualrl.regimes.grpo import TRL_STD_EPS, reward_scale
+from mutualrl.regimes.pool import ScaleRewards, check_float, check_scale_rewards
+
+
+def randpert_advantages(
+    rewards: torch.Tensor,
+    scale: float,
+    generator: torch.Generator,
+    scale_rewards: ScaleRewards = "group",
+    eps: float = TRL_STD_EPS,
+) -> torch.Tensor:
+    """GRPO advantages around a randomly perturbed per-prompt baseline (App. "Ablation: shared normalization").
+
+    For prompt ``p`` draw ``ξ_p ~ N(0, scale²)`` once (one draw per prompt, from ``generator``):
+
+        b_p = nanmean_k r_{p,k} + ξ_p
+        A_{p,i} = (r_{p,i} - b_p) / (s + eps)     (s exactly as GRPO: group or batch nanstd)
+        A_{p,i} =  r_{p,i} - b_p                  for scale_rewards = "none"
+
+    and ``A = 0`` where NaN, as in :func:`~mutualrl.regimes.grpo.group_advantages`. With
+    ``scale = 0`` the result equals ``group_advantages`` bit for bit. Note that with a perturbed
+    baseline the advantages of a prompt no longer sum to zero: a uniform group (all rewards
+    equal) gets ``-ξ_p / (0 + eps)`` under group scaling, which is the point of the control.
+
+    Args:
+        rewards: ``[P, K]`` learner rewards (NaN = unscorable).
+        scale: standard deviation of the baseline noise, in reward units (``>= 0``).
+        generator: source of the noise (one ``randn`` of size P per call, also at scale 0; it advances).
+        scale_rewards: TRL's ``"group"``, ``"batch"`` or ``"none"``.
+        eps: added to the std (TRL's 1e-4).
+
+    Returns:
+        ``[P, K]`` advantages.
+    """
+    check_float("rewards", rewards, 2, "[P, K]")
+    check_scale_rewards(scale_rewards)
+    if not scale >= 0:
+        raise ValueError(f"randpert scale must be >= 0; got {scale}")
+    rewards = rewards.contiguous() + 0.0  # as group_advantages: no -0.0 rewards (TRL's nansum has none)
+    noise = torch.randn(rewards.shape[0], 1, generator=generator, device=generator.device, dtype=rewards.dtype)
+    baseline = torch.nanmean(rewards, dim=1, keepdim=True)
+    if scale != 0:  # scale 0 adds nothing, not even a +0.0 that would flip TRL's signed zeros
+        baseline = baseline + noise.to(rewards.device) * scale
+    advantages = rewards - baseline
+    if scale_rewards != "none":
+        advantages = advantages / (reward_scale(rewards, scale_rewards) + eps)
+    return torch.nan_to_num(advantages, nan=0.0)

@@ -1,0 +1,180 @@
+"""Standalone GRPO advantages: hand examples, and bit-identity with TRL 1.16's own code.
+
+TRL's advantage block is read from the installed ``trl/trainer/grpo_trainer.py`` and executed
+as is (with a stand-in ``self``), so a TRL upgrade that changes the formula makes these fail.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import textwrap
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from _regimes_strategies import NAN, learner_rewards, reward_tensor
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from trl.trainer.utils import nanstd as trl_nanstd
+
+from mutualrl.regimes.grpo import group_advantages, nanstd, reward_scale, trl_rewards
+
+EPS = 1e-4
+
+_BLOCK_START = "unscorable_mask = torch.isnan(rewards_per_func).all(dim=1)"
+_BLOCK_END = "advantages = torch.nan_to_num(advantages, nan=0.0)"
+
+
+def _trl_advantage_block() -> str:
+    """The installed TRL's advantage code, from the unscorable mask to the final nan_to_num."""
+    origin = importlib.util.find_spec("trl").origin
+    source = (Path(origin).parent / "trainer" / "grpo_trainer.py").read_text()
+    start, end = source.index(_BLOCK_START), source.index(_BLOCK_END) + len(_BLOCK_END)
+    line_start = source.rindex("\n", 0, start) + 1
+    return textwrap.dedent(source[line_start:end])
+
+
+TRL_BLOCK = compile(_trl_advantage_block(), "trl-grpo-advantages", "exec")
+
+
+def trl_block_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, k: int, scale: str) -> torch.Tensor:
+    """Run TRL's own advantage block on ``[B, F]`` rewards of F reward functions; returns ``[B]``."""
+    ns = {
+        "torch": torch,
+        "nanstd": trl_nanstd,
+        "self": SimpleNamespace(
+            multi_objective_aggregation="sum_then_normalize", reward_weights=weights, scale_rewards=scale
+        ),
+        "rewards_per_func": rewards_per_func.clone(),
+        "num_generations": k,
+        "device": "cpu",
+    }
+    exec(TRL_BLOCK, ns)
+    return ns["advantages"]
+
+
+def trl_advantages(rewards: torch.Tensor, scale_rewards: str) -> torch.Tensor:
+    """TRL's advantages for ``[P, K]`` rewards of one reward function with weight 1."""
+    p, k = rewards.shape
+    return trl_block_advantages(rewards.reshape(p * k, 1), torch.ones(1), k, scale_rewards).reshape(p, k)
+
+
+def test_trl_block_was_found():
+    # The block must contain the pieces we reproduce, else the comparisons below test nothing.
+    src = _trl_advantage_block()
+    assert "nanstd(rewards.view(-1, num_generations), dim=1)" in src
+    assert "advantages / (std_rewards + 1e-4)" in src
+
+
+def test_hand_example_none_scaling():
+    # rewards 3, 1, 2: mean 2 -> advantages 1, -1, 0 (no division).
+    a = group_advantages(torch.tensor([[3.0, 1.0, 2.0]]), "none")
+    assert a.tolist() == [[1.0, -1.0, 0.0]]
+
+
+def test_hand_example_group_scaling():
+    # Group [1, 0, 0, 1]: mean 0.5, deviations +-0.5, sample variance 4*0.25/3 = 1/3.
+    # A = +-0.5 / (sqrt(1/3) + 1e-4).
+    # Group [2, 2, 2, 2]: deviations 0, std 0 -> A = 0 / (0 + 1e-4) = 0.
+    a = group_advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0], [2.0, 2.0, 2.0, 2.0]]), "group")
+    s = 0.5 / (math.sqrt(1 / 3) + EPS)
+    torch.testing.assert_close(a, torch.tensor([[s, -s, -s, s], [0.0, 0.0, 0.0, 0.0]]))
+
+
+def test_hand_example_batch_scaling():
+    # Prompts [0, 2] and [4, 6]: group means 1 and 5 -> centred -1, 1, -1, 1.
+    # Batch std of the raw rewards 0, 2, 4, 6: mean 3, squared deviations 9+1+1+9 = 20,
+    # sample variance 20/3 -> A = +-1 / (sqrt(20/3) + 1e-4).
+    a = group_advantages(torch.tensor([[0.0, 2.0], [4.0, 6.0]]), "batch")
+    s = 1 / (math.sqrt(20 / 3) + EPS)
+    torch.testing.assert_close(a, torch.tensor([[-s, s], [-s, s]]))
+
+
+def test_nan_rewards_are_left_out_and_get_zero():
+    # [1, NaN, 0]: statistics over {1, 0}: mean 0.5, sample std sqrt(0.5); NaN row -> 0.
+    # [NaN, 1, NaN]: a single scorable reward has no sample std -> NaN -> 0 for every row.
+    # [NaN, NaN, NaN]: nothing scorable -> 0.
+    r = torch.tensor([[1.0, NAN, 0.0], [NAN, 1.0, NAN], [NAN, NAN, NAN]])
+    a = group_advantages(r, "group")
+    s = 0.5 / (math.sqrt(0.5) + EPS)
+    torch.testing.assert_close(a, torch.tensor([[s, 0.0, -s], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]))
+    # "none": [1, NaN, 0] -> 0.5, 0, -0.5; single scorable 1 - 1 = 0.
+    a = group_advantages(r, "none")
+    assert a.tolist() == [[0.5, 0.0, -0.5], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+
+
+def test_single_rollout_group_has_zero_std():
+    # K = 1: TRL uses std 0, so A = (r - r) / (0 + eps) = 0.
+    assert group_advantages(torch.tensor([[0.7], [0.1]]), "group").tolist() == [[0.0], [0.0]]
+    assert reward_scale(torch.tensor([[0.7], [0.1]]), "group").tolist() == [[0.0], [0.0]]
+
+
+def test_eps_is_added_to_the_std():
+    # Group [0, 2]: std sqrt(2); with eps = 1 the advantage is 1 / (sqrt(2) + 1).
+    a = group_advantages(torch.tensor([[0.0, 2.0]]), "group", eps=1.0)
+    torch.testing.assert_close(a, torch.tensor([[-1 / (math.sqrt(2) + 1), 1 / (math.sqrt(2) + 1)]]))
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_matches_trl_on_fixed_batch(scale):
+    r = torch.tensor(
+        [[1.0, 0.0, 0.0, 1.0, 1.0], [0.0] * 5, [1.0] * 5, [0.3, NAN, 0.9, 0.9, 0.1], [NAN] * 5, [NAN, 1, NAN, NAN, NAN]]
+    )
+    assert torch.equal(group_advantages(r, scale), trl_advantages(r, scale))
+
+
+@settings(max_examples=150, deadline=None)
+@given(rewards=learner_rewards(), scale=st.sampled_from(["group", "batch", "none"]))
+def test_bit_identical_to_trl(rewards, scale):
+    ours = group_advantages(rewards, scale)
+    theirs = trl_advantages(rewards, scale)
+    assert torch.equal(ours.view(torch.int32), theirs.view(torch.int32)), (rewards, ours, theirs)
+
+
+@settings(max_examples=100, deadline=None)
+@given(data=st.data(), scale=st.sampled_from(["group", "batch", "none"]))
+def test_several_weighted_reward_functions_bit_identical_to_trl(data, scale):
+    # TRL sums weighted reward functions (NaN-aware) before normalising; trl_rewards does the same.
+    p, k, f = data.draw(st.integers(1, 5)), data.draw(st.integers(1, 5)), data.draw(st.integers(1, 3))
+    per_func = data.draw(reward_tensor((p * k, f)))
+    weights = torch.tensor(data.draw(st.lists(st.sampled_from([1.0, 0.5, 2.0, -1.0]), min_size=f, max_size=f)))
+    ours = group_advantages(trl_rewards(per_func, weights).reshape(p, k), scale).reshape(-1)
+    theirs = trl_block_advantages(per_func, weights, k, scale)
+    assert torch.equal(ours.view(torch.int32), theirs.view(torch.int32)), (per_func, weights, ours, theirs)
+
+
+def test_trl_rewards_by_hand():
+    # Two functions, weights 1 and 0.5: row 0: 1 + 0.5 * 2 = 2; row 1: NaN skipped -> 0.5 * 4 = 2;
+    # row 2: both NaN -> unscorable -> NaN.
+    per_func = torch.tensor([[1.0, 2.0], [NAN, 4.0], [NAN, NAN]])
+    r = trl_rewards(per_func, torch.tensor([1.0, 0.5]))
+    assert r[:2].tolist() == [2.0, 2.0] and math.isnan(r[2].item())
+    with pytest.raises(ValueError, match=r"reward_weights must have shape \[F\]"):
+        trl_rewards(per_func, torch.ones(3))
+
+
+@settings(max_examples=100, deadline=None)
+@given(rewards=learner_rewards(max_k=7), dim=st.sampled_from([None, 0, 1]))
+def test_nanstd_matches_trl(rewards, dim):
+    ours, theirs = nanstd(rewards, dim=dim), trl_nanstd(rewards, dim=dim)
+    assert ours.shape == theirs.shape
+    assert torch.equal(torch.nan_to_num(ours, nan=-1.0), torch.nan_to_num(theirs, nan=-1.0))
+
+
+def test_strided_input_gives_the_same_bits():
+    # A learner slice of a pool is a strided view; the result must not depend on the layout.
+    pool = torch.rand(7, 3, 5, generator=torch.Generator().manual_seed(0))
+    view = pool[:, 1]
+    assert not view.is_contiguous()
+    assert torch.equal(group_advantages(view), trl_advantages(view.contiguous(), "group"))
+
+
+def test_bad_inputs_raise_clear_errors():
+    with pytest.raises(ValueError, match=r"rewards must have shape \[P, K\]"):
+        group_advantages(torch.zeros(4))
+    with pytest.raises(ValueError, match="floating"):
+        group_advantages(torch.zeros(2, 2, dtype=torch.long))
+    with pytest.raises(ValueError, match="scale_rewards must be one of"):
+        group_advantages(torch.zeros(2, 2), "batchwise")
