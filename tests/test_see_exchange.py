@@ -448,3 +448,17 @@ def test_two_processes_exchange_records_over_several_steps(tmp_path):
     assert report.ok, report.issues
     assert report.provenance["alpha"]["models"] == ["alpha"]
 
+
+
+def test_from_recipe_settings(tmp_path):
+    from mutualrl.config import SEESettings
+
+    ex = ExperienceExchange.from_settings(
+        SEESettings(barrier_timeout_s=12.0, retention_steps=3), tmp_path, run_id="r", policy="a", policies=["a", "b"]
+    )
+    assert ex.root == tmp_path / "see"
+    assert (ex.barrier_timeout_s, ex.retention_steps, ex.peers) == (12.0, 3, ("b",))
+    shared = ExperienceExchange.from_settings(
+        SEESettings(dir=str(tmp_path / "nfs")), tmp_path, run_id="r", policy="a", rank=1, world_size=2
+    )
+    assert shared.root == tmp_path / "nfs" and (shared.rank, shared.world_size) == (1, 2)

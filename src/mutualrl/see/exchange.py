@@ -247,6 +247,34 @@ class ExperienceExchange:
         for sub in (files.FAILED_DIR, files.HEARTBEAT_DIR):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
 
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Any,
+        output_dir: Path | str,
+        *,
+        run_id: str,
+        policy: str,
+        rank: int = 0,
+        world_size: int = 1,
+        policies: Sequence[str] = (),
+        provenance: dict[str, Any] | None = None,
+    ) -> ExperienceExchange:
+        """Build from a recipe's :class:`mutualrl.config.SEESettings` (``dir`` defaults to ``<output_dir>/see``)."""
+        root = Path(settings.dir) if settings.dir else Path(output_dir) / "see"
+        return cls(
+            root,
+            run_id,
+            policy,
+            rank=rank,
+            world_size=world_size,
+            policies=policies,
+            barrier_timeout_s=settings.barrier_timeout_s,
+            poll_interval_s=settings.poll_interval_s,
+            retention_steps=settings.retention_steps,
+            provenance=provenance,
+        )
+
     @property
     def peers(self) -> tuple[str, ...]:
         """The other policies of the run."""
