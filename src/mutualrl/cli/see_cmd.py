@@ -2,20 +2,117 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
+from rich.table import Table
 
-from mutualrl.cli.common import not_implemented, report_errors
+from mutualrl.cli.common import console, report_errors
 
 app = typer.Typer(help="Inspect the Shared Experience Exchange (SEE) of a run.", no_args_is_help=True)
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
 
 
 @app.command("inspect")
 @report_errors
 def inspect(
-    run_dir: Path = typer.Argument(..., help="A run folder (or its see/ folder)."),
-    json_output: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    run_dir: Path = typer.Argument(..., help="A run folder (its SEE is RUN_DIR/see) or the see/ folder itself."),
+    json_output: bool = typer.Option(False, "--json", help="Print one JSON object instead of tables."),
+    no_checksum: bool = typer.Option(
+        False, "--no-checksum", help="Skip hashing shard files (faster on huge exchanges; sizes are still checked)."
+    ),
+    show_files: bool = typer.Option(True, "--files/--no-files", help="List every file with its size."),
 ) -> None:
-    """Steps, records per policy, reward means, files, sizes, schema, and any inconsistency found."""
-    not_implemented("see inspect", 3)
+    """Steps, records per policy, reward means, files, sizes, schema, provenance, and any inconsistency found.
+
+    Exits 1 when an inconsistency is found (missing shards or ranks, checksum/size mismatch,
+    unreadable file, stray temporary files, failure markers, row counts differing from the
+    manifest, steps whose policies saw different prompt ids).
+    """
+    from mutualrl.see.inspect import inspect_exchange
+
+    report = inspect_exchange(run_dir, verify_checksums=not no_checksum)
+    if json_output:
+        typer.echo(json.dumps(report.to_dict(), indent=1, default=str))
+    else:
+        _print_report(report, show_files)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _print_report(report, show_files: bool) -> None:  # type: ignore[no-untyped-def]
+    console.print(f"[bold]SEE[/] {report.root}", highlight=False)
+    console.print(
+        f"steps: {len(report.steps)}"
+        + (f" ({report.steps[0]}..{report.steps[-1]})" if report.steps else "")
+        + f"   policies: {', '.join(report.policies) or '-'}   records: {report.records}"
+        + f"   files: {len(report.files)} ({_size(report.total_bytes)})"
+        + f"   schema version(s): {report.schema_versions or '-'}   run id(s): {report.run_ids or '-'}",
+        highlight=False,
+    )
+    if report.steps:
+        table = Table(title="Records (reward mean) per policy and step")
+        table.add_column("step", justify="right")
+        for policy in report.policies:
+            table.add_column(policy, justify="right")
+        table.add_column("all", justify="right")
+        for step in report.steps:
+            row = [str(step)]
+            for policy in report.policies:
+                cell = report.cells[step].get(policy)
+                row.append(
+                    "[red]missing[/]"
+                    if cell is None
+                    else f"{cell.records} ({_fmt(cell.reward_mean)})"
+                    + ("" if cell.world_size == 1 else f" [dim]{len(cell.ranks)}/{cell.world_size} ranks[/]")
+                    + (f" [red]corrupt rank(s) {cell.corrupt_ranks}[/]" if cell.corrupt_ranks else "")
+                )
+            row.append(_fmt(report.step_reward_mean.get(step)))
+            table.add_row(*row)
+        table.add_row(
+            "mean",
+            *[_fmt(report.policy_reward_mean.get(p)) for p in report.policies],
+            _fmt(report.overall_reward_mean),
+            style="bold",
+        )
+        console.print(table)
+    if report.provenance:
+        prov = Table(title="Provenance")
+        for col in ("policy", "model", "tokenizer", "hosts", "versions"):
+            prov.add_column(col)
+        for policy, p in report.provenance.items():
+            versions = "; ".join(", ".join(f"{k} {v}" for k, v in vs.items() if v) for vs in p["versions"])
+            prov.add_row(
+                policy, ", ".join(p["models"]) or "-", ", ".join(p["tokenizers"]) or "-", ", ".join(p["hostnames"]), versions
+            )
+        console.print(prov)
+    if show_files and report.files:
+        ftable = Table(title="Files")
+        ftable.add_column("path")
+        ftable.add_column("kind")
+        ftable.add_column("size", justify="right")
+        for f in report.files:
+            ftable.add_row(f.path, f.kind, _size(f.bytes))
+        console.print(ftable)
+    if report.issues:
+        itable = Table(title=f"[red]{len(report.issues)} inconsistenc{'y' if len(report.issues) == 1 else 'ies'}[/]")
+        itable.add_column("kind", style="red")
+        itable.add_column("detail")
+        for issue in report.issues:
+            itable.add_row(issue.kind, issue.message)
+        console.print(itable)
+    else:
+        checked = "every shard verified" if report.checksums_verified else "sizes checked (checksums skipped)"
+        console.print(f"[green]consistent:[/] {checked}, no stray files, no failure markers.")

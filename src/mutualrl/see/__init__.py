@@ -1,1 +1,70 @@
-"""SEE: the Shared Experience Exchange (paper Sec. "The Mutual RL System Design")."""
+"""SEE: the Shared Experience Exchange (paper Sec. "The Mutual RL System Design").
+
+A file-backed store of typed rollout records with provenance. Each policy process
+publishes its rollouts at every step and reads its peers' records for the same step:
+
+    from mutualrl.see import ExperienceExchange, RolloutBatch
+
+    see = ExperienceExchange(run_dir / "see", run_id, policy="qwen", rank=0, world_size=1,
+                             policies=["qwen", "llama"])
+    see.publish(step, RolloutBatch(...))
+    peers = see.gather(step, columns=["prompt_id", "reward"], policies=see.peers)
+
+See ``docs/see.md`` for the on-disk layout and guarantees.
+"""
+
+from mutualrl.see.errors import (
+    CorruptShardError,
+    InvalidRecordError,
+    PeerFailedError,
+    PeerTimeoutError,
+    SchemaMismatchError,
+    SEEPeerError,
+    ShardMissingError,
+)
+from mutualrl.see.exchange import (
+    ExperienceExchange,
+    ShardInfo,
+    clear_failure,
+    load_shard,
+    mark_failed,
+    read_failure,
+)
+from mutualrl.see.provenance import collect_provenance
+from mutualrl.see.schema import (
+    COLUMNS,
+    ROLLOUT_SCHEMA,
+    SCHEMA_VERSION,
+    Ragged,
+    RolloutBatch,
+    RolloutRecord,
+    ShardMetadata,
+    ragged,
+    validate_table,
+)
+
+__all__ = [
+    "COLUMNS",
+    "ROLLOUT_SCHEMA",
+    "SCHEMA_VERSION",
+    "CorruptShardError",
+    "ExperienceExchange",
+    "InvalidRecordError",
+    "PeerFailedError",
+    "PeerTimeoutError",
+    "Ragged",
+    "RolloutBatch",
+    "RolloutRecord",
+    "SEEPeerError",
+    "SchemaMismatchError",
+    "ShardInfo",
+    "ShardMetadata",
+    "ShardMissingError",
+    "clear_failure",
+    "collect_provenance",
+    "load_shard",
+    "mark_failed",
+    "ragged",
+    "read_failure",
+    "validate_table",
+]

@@ -1,0 +1,225 @@
+"""SEE records: round trips of every column and validation errors that name the row."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from mutualrl.errors import DataError, PeerError
+from mutualrl.see import (
+    COLUMNS,
+    ROLLOUT_SCHEMA,
+    SCHEMA_VERSION,
+    InvalidRecordError,
+    Ragged,
+    RolloutBatch,
+    RolloutRecord,
+    SchemaMismatchError,
+    ShardMetadata,
+    ragged,
+)
+from mutualrl.see.synthetic import synthetic_batch
+
+
+def sample_records() -> list[RolloutRecord]:
+    return [
+        RolloutRecord(
+            prompt_id="q1",
+            sample_index=0,
+            prompt_text="What is 2+2?",
+            response_text="The answer is 4",
+            response_token_ids=[791, 4320, 374, 220, 19, 151643],
+            response_token_spans=[(0, 3), (3, 10), (10, 13), (13, 14), (14, 15), (-1, -1)],
+            reward=1.0,
+            advantage=0.5,
+            behaviour_logps=[-0.1, -0.2, -0.3, -0.4, -0.5, -0.01],
+            finished=True,
+        ),
+        RolloutRecord(  # empty response, no advantage, no log-probs
+            prompt_id="q1",
+            sample_index=1,
+            prompt_text="What is 2+2?",
+            response_text="",
+            response_token_ids=[],
+            response_token_spans=[],
+            reward=0.0,
+            advantage=None,
+            behaviour_logps=None,
+            finished=False,
+        ),
+        RolloutRecord(  # multi-byte characters: spans count code points, one token inside a character
+            prompt_id="q2 ünïcode",
+            sample_index=0,
+            prompt_text="Say 你好",
+            response_text="你好 é",
+            response_token_ids=[1, 2, 3, 4],
+            response_token_spans=[(0, 1), (1, 2), (2, 4), (3, 4)],
+            reward=-0.25,
+            advantage=-1.5,
+            behaviour_logps=[-1.0, -2.0, -3.0, -4.0],
+            finished=True,
+        ),
+    ]
+
+
+def test_round_trip_every_column_with_nulls_and_empty_responses():
+    records = sample_records()
+    batch = RolloutBatch.from_records(records)
+    table = batch.to_table()
+    assert table.schema.remove_metadata().equals(ROLLOUT_SCHEMA)
+    assert table.column("num_tokens").to_pylist() == [6, 0, 4]
+    assert table.column("advantage").null_count == 1
+    assert table.column("behaviour_logps").null_count == 1
+    back = RolloutBatch.from_table(table).records()
+    for want, got in zip(records, back, strict=True):
+        assert got.prompt_id == want.prompt_id
+        assert got.sample_index == want.sample_index
+        assert got.prompt_text == want.prompt_text
+        assert got.response_text == want.response_text
+        assert got.response_token_ids == want.response_token_ids
+        assert got.response_token_spans == want.response_token_spans
+        assert got.reward == pytest.approx(want.reward)
+        assert got.finished == want.finished
+        if want.advantage is None:
+            assert got.advantage is None
+        else:
+            assert got.advantage == pytest.approx(want.advantage)
+        if want.behaviour_logps is None:
+            assert got.behaviour_logps is None
+        else:
+            assert got.behaviour_logps == pytest.approx(want.behaviour_logps)
+        assert (got.step, got.policy, got.rank) == (None, None, None)
+
+
+def test_stamped_sets_ids_and_rejects_conflicting_rows():
+    batch = RolloutBatch.from_records(sample_records())
+    stamped = batch.stamped(7, "qwen", 1)
+    assert set(stamped.column("step").to_pylist()) == {7}
+    assert set(stamped.column("policy").to_pylist()) == {"qwen"}
+    assert set(stamped.column("rank").to_pylist()) == {1}
+    # Batches that already carry the same ids are accepted; other ids are an error naming the row.
+    assert stamped.stamped(7, "qwen", 1).num_rows == 3
+    with pytest.raises(InvalidRecordError, match=r"row 0: column 'policy' is 'qwen'.*policy='llama'"):
+        stamped.stamped(7, "llama", 1)
+
+
+def test_from_padded_tensors_matches_per_row_lists():
+    ids = torch.tensor([[5, 6, 7, 0], [8, 0, 0, 0], [0, 0, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]])
+    logps = torch.tensor([[-1.0, -2.0, -3.0, 0.0], [-4.0, 0, 0, 0], [0, 0, 0, 0]], dtype=torch.bfloat16)
+    tokens = Ragged.from_padded(ids, mask, np.int32)
+    assert tokens.row(0).tolist() == [5, 6, 7] and tokens.row(1).tolist() == [8] and tokens.row(2).tolist() == []
+    by_len = Ragged.from_padded(ids, torch.tensor([3, 1, 0]), np.int32)
+    assert np.array_equal(by_len.values, tokens.values) and np.array_equal(by_len.offsets, tokens.offsets)
+    batch = RolloutBatch(
+        prompt_id=["a", "a", "b"],
+        sample_index=torch.tensor([0, 1, 0]),
+        prompt_text=["p", "p", "q"],
+        response_text=["xyz", "w", ""],
+        response_token_ids=tokens,
+        response_token_spans=[[0, 1, 1, 2, 2, 3], [0, 1], []],
+        reward=torch.tensor([1.0, 0.0, 0.5]),
+        advantage=torch.tensor([0.1, -0.1, 0.0]),
+        behaviour_logps=Ragged.from_padded(logps, mask, np.float32),
+        finished=torch.tensor([True, True, False]),
+    )
+    rec = batch.records()
+    assert rec[0].response_token_ids == [5, 6, 7]
+    assert rec[0].behaviour_logps == [-1.0, -2.0, -3.0]
+    assert rec[2].response_token_ids == [] and rec[2].behaviour_logps == []
+    flat = batch.ragged("response_token_ids")
+    assert flat.values.tolist() == [5, 6, 7, 8] and flat.offsets.tolist() == [0, 3, 4, 4]
+
+
+def test_ragged_view_of_a_sliced_column_is_rebased():
+    col = RolloutBatch.from_records(sample_records()).column("response_token_ids")
+    view = ragged(col.slice(1, 2))
+    assert view.offsets.tolist() == [0, 0, 4]
+    assert view.values.tolist() == col.to_pylist()[2]
+
+
+def _kwargs(**over):
+    base = dict(
+        prompt_id=["a", "a"],
+        sample_index=[0, 1],
+        prompt_text=["p", "p"],
+        response_text=["hi", "yo!"],
+        response_token_ids=[[1, 2], [3, 4]],
+        response_token_spans=[[0, 1, 1, 2], [0, 2, 2, 3]],
+        reward=[1.0, 0.0],
+        finished=[True, True],
+        behaviour_logps=[[-0.5, -0.5], [-1.0, -1.0]],
+    )
+    base.update(over)
+    return base
+
+
+@pytest.mark.parametrize(
+    ("override", "pattern"),
+    [
+        ({"response_token_spans": [[0, 1, 1, 2], [0, 2]]}, r"row 1 .*'response_token_spans': has 2 values; expected 2 per token = 4"),
+        ({"behaviour_logps": [[-0.5, -0.5], [-1.0]]}, r"row 1 .*'behaviour_logps': has 1 values for 2 tokens"),
+        ({"behaviour_logps": [[-0.5, -0.5], [-1.0, math.nan]]}, r"row 1 .*'behaviour_logps': token 1 has log-prob nan"),
+        ({"behaviour_logps": [[-math.inf, -0.5], [-1.0, -1.0]]}, r"row 0 .*'behaviour_logps': token 0 has log-prob -inf"),
+        ({"reward": [1.0, math.inf]}, r"row 1 .*'reward': is inf \(must be finite\)"),
+        ({"reward": [math.nan, 0.0]}, r"row 0 .*'reward': is nan"),
+        ({"advantage": [0.0, math.nan]}, r"row 1 .*'advantage': is nan"),
+        ({"response_token_spans": [[0, 1, 1, 3], [0, 2, 2, 3]]}, r"row 0 .*token 1 has span \(1, 3\) outside the response text of 2"),
+        ({"response_token_spans": [[0, 1, 1, 2], [0, 2, -1, 3]]}, r"row 1 .*token 1 has span \(-1, 3\)"),
+        ({"response_token_ids": [[1, 2], [3, -4]]}, r"row 1 .*negative token id -4"),
+        ({"sample_index": [0, 0]}, r"row 1 .*duplicates row 0"),
+        ({"sample_index": [0, -1]}, r"row 1 .*'sample_index': is -1"),
+        ({"num_tokens": [2, 3]}, r"row 1 .*'num_tokens': is 3 but response_token_ids has 2 tokens"),
+        ({"reward": [1.0]}, r"different numbers of rows"),
+        ({"response_token_ids": [[1, 2], ["x", 4]]}, r"'response_token_ids': cannot convert rows to int32"),
+    ],
+)
+def test_validation_names_row_and_column(override, pattern):
+    with pytest.raises(InvalidRecordError, match=pattern) as info:
+        RolloutBatch(**_kwargs(**override))
+    assert isinstance(info.value, DataError)
+
+
+def test_valid_batch_builds():
+    assert RolloutBatch(**_kwargs()).num_rows == 2
+
+
+def test_table_schema_mismatch_is_reported():
+    table = RolloutBatch(**_kwargs()).to_table()
+    with pytest.raises(SchemaMismatchError, match=r"missing column\(s\) \['reward'\]") as info:
+        RolloutBatch.from_table(table.drop_columns(["reward"]))
+    assert isinstance(info.value, PeerError)
+    extra = table.append_column("junk", pa.array([1, 2]))
+    with pytest.raises(SchemaMismatchError, match=r"unexpected column\(s\) \['junk'\]"):
+        RolloutBatch.from_table(extra)
+    bad_type = table.set_column(COLUMNS.index("reward"), "reward", pa.array(["a", "b"]))
+    with pytest.raises(SchemaMismatchError, match=r"column 'reward' has type string, expected float"):
+        RolloutBatch.from_table(bad_type)
+    # A safe cast (int64 ids, large_string texts) is accepted.
+    widened = table.set_column(COLUMNS.index("sample_index"), "sample_index", pa.array([0, 1], pa.int64()))
+    assert RolloutBatch.from_table(widened).column("sample_index").type == pa.int32()
+
+
+def test_table_with_null_required_value_names_row():
+    table = RolloutBatch(**_kwargs()).to_table()
+    broken = table.set_column(COLUMNS.index("response_text"), "response_text", pa.array(["hi", None]))
+    with pytest.raises(InvalidRecordError, match=r"row 1: column 'response_text' is null but required"):
+        RolloutBatch.from_table(broken)
+
+
+def test_shard_metadata_round_trip():
+    meta = ShardMetadata(SCHEMA_VERSION, "run-1", "qwen", 12, 1, 2, {"model": "m", "versions": {"trl": "1"}})
+    assert ShardMetadata.from_arrow(meta.to_arrow()) == meta
+
+
+def test_synthetic_batch_is_valid_and_shares_prompts():
+    a = synthetic_batch(4, 3, 0, 16, seed=1)
+    b = synthetic_batch(4, 3, 0, 16, seed=2)
+    assert a.num_rows == 12
+    assert a.column("prompt_id").to_pylist() == b.column("prompt_id").to_pylist()
+    assert a.column("prompt_text").to_pylist() == b.column("prompt_text").to_pylist()
+    assert a.column("response_text").to_pylist() != b.column("response_text").to_pylist()
