@@ -83,8 +83,15 @@ class SGTAdapter(RegimeAdapter):
             texts.append(table.column("response_text")[row].as_py())
             finished.append(bool(table.column("finished")[row].as_py()))
 
+        flat_mask = row_mask.reshape(-1)
+        num_gated = int(flat_mask.sum())
+        if rollouts.num_processes > 1:  # every rank takes part in the collective, gated or not
+            num_gated = int(trainer.accelerator.reduce(
+                torch.tensor(num_gated, device=trainer.accelerator.device), reduction="sum").item())
         extra_tokens = 0
-        if gated_prompts:
+        # Several ranks (DDP / ZeRO): every rank must run the same forward passes, so the SGT
+        # fields are attached at every step and the extra pass runs even with no gated rows (weight 0).
+        if gated_prompts or rollouts.num_processes > 1:
             retok = retokenize(trainer.processing_class, texts)
             max_len = trainer.max_completion_length
             eos = trainer.processing_class.eos_token_id
@@ -94,12 +101,11 @@ class SGTAdapter(RegimeAdapter):
                 if done and eos is not None:
                     ids.append(eos)
                 sequences.append(ids[:max_len] if max_len else ids)
-            width = max(1, max(len(ids) for ids in sequences))
+            width = max([1] + [len(ids) for ids in sequences])
             device = output["completion_ids"].device
             pad = trainer.processing_class.pad_token_id
             completion = torch.full((n_local, width), pad, dtype=torch.long, device=device)
             mask = torch.zeros((n_local, width), dtype=torch.long, device=device)
-            flat_mask = row_mask.reshape(-1)
             for p, ids in zip(gated_prompts, sequences, strict=True):
                 for i in range(p * k, (p + 1) * k):
                     if flat_mask[i]:
@@ -107,7 +113,8 @@ class SGTAdapter(RegimeAdapter):
                         mask[i, : len(ids)] = 1
                         extra_tokens += len(ids)
             weights = sgt_example_weights(flat_mask, settings.lam, trainer.args.steps_per_generation,
-                                          trainer.args.gradient_accumulation_steps)
+                                          trainer.current_gradient_accumulation_steps, num_gated=num_gated,
+                                          num_processes=rollouts.num_processes)
             output["sgt_completion_ids"] = completion
             output["sgt_completion_mask"] = mask
             output["sgt_weight"] = weights.to(device=device, dtype=torch.float32)
@@ -119,7 +126,8 @@ class SGTAdapter(RegimeAdapter):
         self.rescues_total += rescued
         rollout_tokens = int(output["completion_mask"].sum().item())
         metrics = sgt_metrics(gate, learner, peer_rewards, extra_tokens=extra_tokens, rollout_tokens=rollout_tokens,
-                              M=len(self.peers) + 1, K=k)
+                              m=len(self.peers) + 1, k=k, success_threshold=settings.success_threshold,
+                              max_pairs_per_prompt=settings.max_pairs_per_prompt)
         metrics["rescues"] = rescued
         metrics["rescues_total"] = self.rescues_total
         return output, metrics
@@ -130,12 +138,14 @@ class SGTAdapter(RegimeAdapter):
             return None
         rows = torch.nonzero(weights > 0, as_tuple=True)[0]
         if rows.numel() == 0:
-            return None
+            if self.trainer.accelerator.num_processes == 1:
+                return None
+            rows = torch.zeros(1, dtype=torch.long, device=weights.device)  # keep ranks in lock-step
         from mutualrl.regimes.sgt import sgt_nll
 
         trainer = self.trainer
         mask = inputs["sgt_completion_mask"][rows]
-        width = int(mask.sum(dim=1).max().item())
+        width = max(1, int(mask.sum(dim=1).max().item()))
         completion = inputs["sgt_completion_ids"][rows][:, :width]
         mask = mask[:, :width]
         logps = trainer.score_completions(model, inputs["prompt_ids"][rows], inputs["prompt_mask"][rows],

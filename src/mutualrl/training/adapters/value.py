@@ -50,7 +50,7 @@ class XGRPOAdapter(RegimeAdapter):
         )
         advantages = result.advantages.reshape(-1)[local_slice(rollouts)]
         output["advantages"] = advantages.to(output["advantages"].device, output["advantages"].dtype)
-        return output, dict(result.metrics)
+        return output, result.metrics()
 
     @property
     def pool_order(self) -> list[str]:
