@@ -59,12 +59,23 @@ def test_std_is_grpo_std_not_perturbed():
     torch.testing.assert_close(a, expected)
 
 
-def test_uniform_group_gets_noise_over_eps():
-    # All rewards equal: std 0, so A = -xi / (0 + eps) -- documented consequence of the rule.
+def test_uniform_group_gets_noise_over_eps_under_the_literal_rule():
+    # All rewards equal: std 0, so A = -xi / (0 + eps) -- the literal rule's consequence.
     r = torch.tensor([[1.0, 1.0, 1.0]])
     z = torch.randn(1, 1, generator=gen(5)).item()
-    a = randpert_advantages(r, 0.1, gen(5), "group")
+    a = randpert_advantages(r, 0.1, gen(5), "group", skip_uniform_groups=False)
     torch.testing.assert_close(a, torch.full((1, 3), -0.1 * z / EPS))
+
+
+def test_uniform_groups_are_left_unperturbed_by_default_under_group_scaling():
+    # Row 0 is uniform -> zero advantages like GRPO; row 1 has spread -> perturbed (r - mean - xi)/std.
+    r = torch.tensor([[1.0, 1.0, 1.0], [0.0, 1.0, 1.0]])
+    z = torch.randn(2, 1, generator=gen(6))
+    a = randpert_advantages(r, 0.1, gen(6), "group")
+    assert a[0].tolist() == [0.0, 0.0, 0.0]
+    std = r[1].std().item()  # sample std of (0, 1, 1) = sqrt(1/3)
+    expected = (r[1] - r[1].mean() - 0.1 * z[1, 0]) / (std + EPS)
+    torch.testing.assert_close(a[1], expected)
 
 
 def test_noise_statistics_and_determinism():

@@ -236,6 +236,7 @@ def validate_run_config(config: RunConfig, source: str, check_grpo: bool = True)
         )
     if config.regime.name not in REGIME_NAMES:  # pragma: no cover - Literal already checks
         raise ConfigError(source, "regime.name", f"unknown regime {config.regime.name!r}")
+    _check_regime_settings(config, source)
     if config.launch.device_map is not None:
         names = {p.name for p in policies}
         for key in config.launch.device_map:
@@ -245,6 +246,25 @@ def validate_run_config(config: RunConfig, source: str, check_grpo: bool = True)
                 )
     if check_grpo:
         config.grpo = check_grpo_fields(config.grpo, source, "grpo")
+
+
+def _check_regime_settings(config: RunConfig, source: str) -> None:
+    sgt, xgrpo, randpert = config.regime.sgt, config.regime.xgrpo, config.regime.randpert
+    checks = [
+        (sgt.lam >= 0, "regime.sgt.lam", "must be >= 0"),
+        (sgt.failure_threshold <= sgt.success_threshold, "regime.sgt.failure_threshold", f"must not exceed success_threshold ({sgt.success_threshold})"),
+        (sgt.max_pairs_per_prompt >= 1, "regime.sgt.max_pairs_per_prompt", "must be >= 1"),
+        (0 <= xgrpo.cross_model_factor <= 1, "regime.xgrpo.cross_model_factor", "must be in [0, 1]"),
+        (xgrpo.length_correction >= 0, "regime.xgrpo.length_correction", "must be >= 0"),
+        (xgrpo.advantage_clip > 0, "regime.xgrpo.advantage_clip", "must be > 0"),
+        (randpert.scale >= 0, "regime.randpert.scale", "must be >= 0"),
+        (config.see.retention_steps is None or config.see.retention_steps >= 1, "see.retention_steps",
+         "must be >= 1, or null to keep every step"),
+        (config.see.barrier_timeout_s > 0, "see.barrier_timeout_s", "must be > 0"),
+    ]
+    for ok, where, problem in checks:
+        if not ok:
+            raise ConfigError(source, where, problem)
 
 
 def grpo_field_types() -> dict[str, Any]:

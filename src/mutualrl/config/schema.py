@@ -142,6 +142,11 @@ class RandPertSettings:
     scale: float = field(
         default=0.1, metadata={"help": "Std of the Gaussian noise added to each prompt's baseline (reward units)."}
     )
+    skip_uniform_groups: bool = field(
+        default=True,
+        metadata={"help": "Leave prompts whose K rewards are all equal unperturbed (else group scaling turns the "
+                  "noise into advantages of about scale/1e-4)."},
+    )
 
 
 @dataclass

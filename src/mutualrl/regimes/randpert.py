@@ -21,6 +21,7 @@ def randpert_advantages(
     generator: torch.Generator,
     scale_rewards: ScaleRewards = "group",
     eps: float = TRL_STD_EPS,
+    skip_uniform_groups: bool = True,
 ) -> torch.Tensor:
     """GRPO advantages around a randomly perturbed per-prompt baseline (App. "Ablation: shared normalization").
 
@@ -41,6 +42,11 @@ def randpert_advantages(
         generator: source of the noise (one ``randn`` of size P per call, also at scale 0; it advances).
         scale_rewards: TRL's ``"group"``, ``"batch"`` or ``"none"``.
         eps: added to the std (TRL's 1e-4).
+        skip_uniform_groups: under ``"group"`` scaling, leave prompts whose rewards are all equal
+            unperturbed (advantage 0, as in GRPO). Such a group has no spread to normalise the noise by,
+            and the literal rule would give every rollout ``-xi/eps`` (about +-1000 at scale 0.1): a
+            pure-noise update that is not what the control is meant to test. ``"batch"``/``"none"``
+            scaling have no such blow-up and always perturb. Set False for the literal rule.
 
     Returns:
         ``[P, K]`` advantages.
@@ -53,7 +59,11 @@ def randpert_advantages(
     noise = torch.randn(rewards.shape[0], 1, generator=generator, device=generator.device, dtype=rewards.dtype)
     baseline = torch.nanmean(rewards, dim=1, keepdim=True)
     if scale != 0:  # scale 0 adds nothing, not even a +0.0 that would flip TRL's signed zeros
-        baseline = baseline + noise.to(rewards.device) * scale
+        perturbation = noise.to(rewards.device) * scale
+        if skip_uniform_groups and scale_rewards == "group":
+            spread = torch.nan_to_num(rewards.amax(dim=1, keepdim=True) - rewards.amin(dim=1, keepdim=True))
+            perturbation = torch.where(spread > 0, perturbation, torch.zeros_like(perturbation))
+        baseline = baseline + perturbation
     advantages = rewards - baseline
     if scale_rewards != "none":
         advantages = advantages / (reward_scale(rewards, scale_rewards) + eps)

@@ -68,8 +68,10 @@ class RandPertAdapter(RegimeAdapter):
         k = rollouts.num_generations
         groups = len(rollouts.group_prompt_ids)
         generator = torch.Generator().manual_seed(stable_seed(self.trainer.args.seed, rollouts.step, self.policy))
-        advantages = randpert_advantages(rollouts.rewards_global.view(groups, k), self.config.regime.randpert.scale,
-                                         generator, scale_rewards=self.trainer.scale_rewards)
+        settings = self.config.regime.randpert
+        advantages = randpert_advantages(rollouts.rewards_global.view(groups, k), settings.scale, generator,
+                                         scale_rewards=self.trainer.scale_rewards,
+                                         skip_uniform_groups=settings.skip_uniform_groups)
         before = output["advantages"]
         after = advantages.reshape(-1)[local_slice(rollouts)].to(before.device, before.dtype)
         output["advantages"] = after
