@@ -1,0 +1,80 @@
+"""The pool runner: live status, merged metrics, and clean stops when a policy fails or stalls."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from mutualrl.launch.runner import PolicyProcess, PoolRunner
+from mutualrl.see.exchange import read_failure
+from mutualrl.training.paths import RunPaths
+
+FAKE_WORKER = textwrap.dedent('''
+    import json, os, sys, time
+    from pathlib import Path
+    run, name, steps, mode = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    (run / "metrics").mkdir(parents=True, exist_ok=True)
+    (run / "status").mkdir(parents=True, exist_ok=True)
+    for step in range(1, steps + 1):
+        with open(run / "metrics" / f"{name}.jsonl", "a") as fh:
+            fh.write(json.dumps({"kind": "train", "policy": name, "step": step, "reward_mean": step / 10}) + "\\n")
+        tmp = run / "status" / f".{name}.tmp"
+        tmp.write_text(json.dumps({"policy": name, "step": step, "max_steps": steps, "phase": "training"}))
+        os.replace(tmp, run / "status" / f"{name}.json")
+        time.sleep(0.05)
+    if mode == "crash":
+        sys.exit(3)
+    if mode == "wait-for-peers":  # like a SEE barrier: leave as soon as a peer is marked failed
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            failed = list((run / "see" / "_failed").glob("*.json")) if (run / "see" / "_failed").exists() else []
+            if failed:
+                print(f"peer failed: {failed[0].stem}", flush=True)
+                sys.exit(1)
+            time.sleep(0.05)
+        sys.exit(0)
+    if mode == "stall":
+        time.sleep(120)
+''')
+
+
+def _procs(tmp_path: Path, modes: dict[str, str], steps: int = 3) -> list[PolicyProcess]:
+    script = tmp_path / "fake_worker.py"
+    script.write_text(FAKE_WORKER)
+    return [PolicyProcess(name=name, argv=[sys.executable, str(script), str(tmp_path), name, str(steps), mode],
+                          env={}, log_path=tmp_path / "logs" / f"{name}.log") for name, mode in modes.items()]
+
+
+def _runner(tmp_path: Path, procs, stall: float = 30.0) -> PoolRunner:
+    return PoolRunner(procs, RunPaths(tmp_path), tmp_path / "see", stall_timeout_s=stall, grace_s=20.0,
+                      poll_s=0.05, console=Console(file=open("/dev/null", "w")))
+
+
+def test_success_merges_every_metric_line(tmp_path):
+    outcome = _runner(tmp_path, _procs(tmp_path, {"a": "ok", "b": "ok"}, steps=4)).run()
+    assert outcome.ok and outcome.returncodes == {"a": 0, "b": 0}
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert sorted((line["policy"], line["step"]) for line in lines) == [(p, s) for p in "ab" for s in range(1, 5)]
+
+
+def test_crash_marks_the_peer_failed_and_stops_the_others(tmp_path):
+    started = time.time()
+    outcome = _runner(tmp_path, _procs(tmp_path, {"a": "crash", "b": "wait-for-peers"})).run()
+    assert not outcome.ok
+    assert outcome.failed_policy == "a" and "exited with code 3" in outcome.reason
+    assert outcome.returncodes["a"] == 3 and outcome.returncodes["b"] == 1  # b left on its own, naming a
+    assert "peer failed: a" in (tmp_path / "logs" / "b.log").read_text()
+    assert read_failure(tmp_path / "see", "a") is not None
+    assert time.time() - started < 20
+
+
+def test_stalled_policy_is_killed_and_reported(tmp_path):
+    outcome = _runner(tmp_path, _procs(tmp_path, {"a": "stall", "b": "wait-for-peers"}, steps=1), stall=2.0).run()
+    assert not outcome.ok and outcome.failed_policy == "a" and "stalled" in outcome.reason
+    assert outcome.returncodes["a"] is not None and outcome.returncodes["a"] != 0
+    assert outcome.returncodes["b"] == 1
