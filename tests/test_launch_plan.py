@@ -58,6 +58,12 @@ def test_one_policy_per_gpu_with_gpus_equal_to_pool_size(tmp_path):
     assert [p.placement.devices for p in plan.policies] == [(0,), (1,), (2,), (3,)]
 
 
+def test_simulation_ignores_this_machines_gpu_mask(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    plan = dry_run("2qwen", gpus=8, run_dir=tmp_path)
+    assert [p.launch.env["CUDA_VISIBLE_DEVICES"] for p in plan.policies] == ["0,1,2,3", "4,5,6,7"]
+
+
 def test_4qwen_on_2_gpus_fails_before_anything_starts(tmp_path):
     with pytest.raises(PlacementError, match="cannot place 4 policies on 2 GPUs"):
         dry_run("4qwen", gpus=2, run_dir=tmp_path)

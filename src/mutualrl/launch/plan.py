@@ -110,7 +110,7 @@ class LaunchPlan:
                 {
                     "name": p.name,
                     "model": p.model,
-                    "placement": self.placement.to_dict()["policies"][i],
+                    "placement": {**asdict(p.placement), "devices": list(p.placement.devices)},
                     "grpo": p.grpo,
                     "batch": asdict(p.batch) if p.batch else None,
                     "deepspeed": p.deepspeed,
@@ -123,7 +123,7 @@ class LaunchPlan:
                     "notes": list(p.notes),
                     "memory": asdict(p.memory) if p.memory else None,
                 }
-                for i, p in enumerate(self.policies)
+                for p in self.policies
             ],
         }
 
@@ -290,6 +290,8 @@ def make_launch_plan(
             )
     if cpu_cores is None:
         cpu_cores = detect_cpu_cores()
+    if simulate and parent_visible_devices is None:
+        parent_visible_devices = ""  # a simulated node's ids are not this machine's CUDA_VISIBLE_DEVICES
     if not simulate:
         gpu_memory_gib = gpu_memory_gib if gpu_memory_gib is not None else detect_gpu_memory_gib(gpus)
         ram_gib = ram_gib if ram_gib is not None else detect_ram_gib()
