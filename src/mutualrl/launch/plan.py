@@ -1,47 +1,609 @@
-"""TEMPORARY minimal CPU launch plan (replaced by the MWRA planner from the `launch` branch)."""
+"""The launch plan: MWRA placement + per-policy GRPO fields + configs + commands, and its dry run.
+
+``make_launch_plan`` decides everything the parent ``mutualrl train`` needs before a
+process starts; ``LaunchPlan.write(run_dir)`` puts ``RUN/launch/plan.json`` (read by each
+worker: ``LaunchPlan.read(run_dir).policy(name)``) and the accelerate / DeepSpeed
+files there; ``render_plan`` prints it for ``mutualrl train --dry-run``.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import sys
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from mutualrl.config.schema import RunConfig
+from mutualrl.errors import PlacementError, UsageError
+from mutualrl.launch.batching import BatchSizeError, DerivedBatch, apply_batch, fits, trl_generation_batch
+from mutualrl.launch.commands import LaunchSpec, adapt_grpo_to_device, build_launch_specs, policy_port
+from mutualrl.launch.configs import (
+    ZERO_STAGES,
+    accelerate_config,
+    accelerate_config_path,
+    deepspeed_config,
+    deepspeed_config_path,
+    launch_dir,
+    mixed_precision_of,
+    write_json,
+    write_yaml,
+)
+from mutualrl.launch.mwra import (
+    MemoryEstimate,
+    Placement,
+    PolicyPlacement,
+    check_memory,
+    estimate_training_memory,
+    param_count_for,
+    plan_placement,
+)
+
+PLAN_SCHEMA_VERSION = 1
+SHARING_REGIMES = {"xgrpo", "sgt", "prp"}
+
 
 @dataclass
-class LaunchSpec:
-    policy: str
-    argv: list[str]
-    env: dict[str, str]
-    cwd: str | None = None
+class PolicyPlan:
+    """Everything decided for one policy."""
+
+    name: str
+    model: str
+    placement: PolicyPlacement
+    grpo: dict[str, Any]
+    """GRPOConfig keyword arguments for the worker (shared + policy overrides, batch-derived,
+    device-adapted); the worker adds output_dir and logging_dir."""
+    batch: DerivedBatch | None
+    deepspeed: str
+    main_process_port: int
+    accelerate_config_path: str
+    accelerate_config: dict[str, Any]
+    deepspeed_config_path: str | None
+    deepspeed_config: dict[str, Any] | None
+    launch: LaunchSpec
+    notes: list[str] = field(default_factory=list)
+    memory: MemoryEstimate | None = None
+
+    @property
+    def vllm(self) -> str:
+        return str(self.grpo.get("vllm_mode", "colocate")) if self.grpo.get("use_vllm") else "off"
 
 
 @dataclass
 class LaunchPlan:
-    specs: list[LaunchSpec]
+    run_dir: str
+    pool: str
+    regime: str
+    placement: Placement
+    policies: list[PolicyPlan]
+    simulated: bool = False
     warnings: list[str] = field(default_factory=list)
+    schema_version: int = PLAN_SCHEMA_VERSION
 
-    def write(self, run_dir: Path) -> None:
-        (run_dir / "launch").mkdir(parents=True, exist_ok=True)
-        (run_dir / "launch" / "plan.json").write_text(json.dumps({"policies": {s.policy: {"grpo": {}} for s in self.specs}}))
+    def policy(self, name: str) -> PolicyPlan:
+        for plan in self.policies:
+            if plan.name == name:
+                return plan
+        raise KeyError(f"no policy {name!r} in the launch plan (has: {', '.join(p.name for p in self.policies)})")
+
+    @property
+    def specs(self) -> list[LaunchSpec]:
+        return [p.launch for p in self.policies]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "run_dir": self.run_dir,
+            "pool": self.pool,
+            "regime": self.regime,
+            "simulated": self.simulated,
+            "placement": self.placement.to_dict(),
+            "warnings": list(self.warnings),
+            "policies": [
+                {
+                    "name": p.name,
+                    "model": p.model,
+                    "placement": {**asdict(p.placement), "devices": list(p.placement.devices)},
+                    "grpo": p.grpo,
+                    "batch": asdict(p.batch) if p.batch else None,
+                    "deepspeed": p.deepspeed,
+                    "main_process_port": p.main_process_port,
+                    "accelerate_config_path": p.accelerate_config_path,
+                    "accelerate_config": p.accelerate_config,
+                    "deepspeed_config_path": p.deepspeed_config_path,
+                    "deepspeed_config": p.deepspeed_config,
+                    "launch": p.launch.to_dict(),
+                    "notes": list(p.notes),
+                    "memory": asdict(p.memory) if p.memory else None,
+                }
+                for p in self.policies
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LaunchPlan:
+        version = data.get("schema_version")
+        if version != PLAN_SCHEMA_VERSION:
+            raise UsageError(f"launch plan schema version {version!r} is not {PLAN_SCHEMA_VERSION}; re-plan the run")
+        raw_placement = data["placement"]
+        placed = [_placement_from(p) for p in raw_placement["policies"]]
+        placement = Placement(
+            policies=placed,
+            gpus=raw_placement["gpus"],
+            cpu_cores=raw_placement["cpu_cores"],
+            explicit=raw_placement["explicit"],
+            idle_gpus=list(raw_placement.get("idle_gpus", [])),
+            warnings=list(raw_placement.get("warnings", [])),
+        )
+        policies = []
+        for raw in data["policies"]:
+            policies.append(
+                PolicyPlan(
+                    name=raw["name"],
+                    model=raw["model"],
+                    placement=_placement_from(raw["placement"]),
+                    grpo=raw["grpo"],
+                    batch=DerivedBatch(**raw["batch"]) if raw.get("batch") else None,
+                    deepspeed=raw["deepspeed"],
+                    main_process_port=raw["main_process_port"],
+                    accelerate_config_path=raw["accelerate_config_path"],
+                    accelerate_config=raw["accelerate_config"],
+                    deepspeed_config_path=raw.get("deepspeed_config_path"),
+                    deepspeed_config=raw.get("deepspeed_config"),
+                    launch=LaunchSpec(**raw["launch"]),
+                    notes=list(raw.get("notes", [])),
+                    memory=MemoryEstimate(**raw["memory"]) if raw.get("memory") else None,
+                )
+            )
+        return cls(
+            run_dir=data["run_dir"],
+            pool=data["pool"],
+            regime=data["regime"],
+            placement=placement,
+            policies=policies,
+            simulated=bool(data.get("simulated", False)),
+            warnings=list(data.get("warnings", [])),
+        )
+
+    def write(self, run_dir: Path | None = None) -> list[Path]:
+        """Write ``RUN/launch/plan.json`` and every policy's config files; returns the paths.
+
+        The config files are always written where the commands expect them (under the
+        plan's run_dir); ``run_dir`` must be that folder if given.
+        """
+        target = Path(run_dir or self.run_dir).resolve()
+        if target != Path(self.run_dir).resolve():
+            raise ValueError(f"this plan's commands point at {self.run_dir}, not {target}")
+        written = []
+        for p in self.policies:
+            written.append(write_yaml(Path(p.accelerate_config_path), p.accelerate_config))
+            if p.deepspeed_config is not None and p.deepspeed_config_path:
+                written.append(write_json(Path(p.deepspeed_config_path), p.deepspeed_config))
+        (target / "logs").mkdir(parents=True, exist_ok=True)
+        written.append(write_json(plan_path(target), self.to_json()))
+        return written
+
+    @classmethod
+    def read(cls, run_dir: Path) -> LaunchPlan:
+        path = plan_path(run_dir)
+        if not path.is_file():
+            raise UsageError(f"{path}: no launch plan (the run was not planned by `mutualrl train`)")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as err:
+            raise UsageError(f"{path}: not valid JSON ({err})") from None
+        return cls.from_json(data)
 
 
-def make_launch_plan(config: Any, run_dir: Path, gpus: int | None = None) -> LaunchPlan:
-    cores = os.cpu_count() or 1
-    threads = max(1, cores // len(config.pool.policies))
-    src = str(Path(__file__).resolve().parents[2])
-    specs = []
-    for policy in config.pool.policies:
-        env = {"CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-               "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", ""), "PYTHONUNBUFFERED": "1",
-               "TOKENIZERS_PARALLELISM": "false"}
-        argv = [sys.executable, "-m", "mutualrl.training.worker", "--run-dir", str(run_dir), "--policy", policy.name]
-        specs.append(LaunchSpec(policy.name, argv, env))
-    return LaunchPlan(specs)
+def plan_path(run_dir: Path) -> Path:
+    return launch_dir(Path(run_dir)) / "plan.json"
 
 
-def render_plan(plan: LaunchPlan, console: Any, config: Any = None) -> None:
-    for spec in plan.specs:
-        console.print(spec.policy, " ".join(spec.argv))
+def _placement_from(raw: dict[str, Any]) -> PolicyPlacement:
+    return PolicyPlacement(
+        name=raw["name"],
+        device_type=raw["device_type"],
+        devices=tuple(raw["devices"]),
+        num_processes=raw["num_processes"],
+        cpu_threads=raw["cpu_threads"],
+        share=raw.get("share", 1.0),
+    )
+
+
+# ----------------------------------------------------------------------------------------
+# Planning
+# ----------------------------------------------------------------------------------------
+
+
+def detect_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def detect_gpu_memory_gib(gpus: int) -> float | None:
+    """The smallest total memory among the first ``gpus`` visible GPUs."""
+    if gpus <= 0:
+        return None
+    import torch
+
+    return min(torch.cuda.get_device_properties(i).total_memory for i in range(gpus)) / 2**30
+
+
+def detect_cpu_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def detect_ram_gib() -> float | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
+        return None
+
+
+def make_launch_plan(
+    config: RunConfig,
+    run_dir: Path,
+    gpus: int | None = None,
+    python: str = sys.executable,
+    *,
+    simulate: bool = False,
+    cpu_cores: int | None = None,
+    gpu_memory_gib: float | None = None,
+    ram_gib: float | None = None,
+    param_counts: dict[str, float] | None = None,
+    vllm_available: bool | None = None,
+    parent_visible_devices: str | None = None,
+) -> LaunchPlan:
+    """Plan the run: placement, per-policy GRPO fields, config files and commands.
+
+    ``gpus``: GPUs to use (default ``config.launch.gpus``, else all visible). Unless
+    ``simulate``, asking for more GPUs than are visible fails, and device memory, CPU
+    cores and RAM are detected; with ``simulate`` (``--dry-run --gpus 8``) nothing is
+    detected and the memory check runs only if ``gpu_memory_gib`` is given.
+    ``param_counts``: {policy: parameters} hints for the memory check (otherwise known
+    model cards, then the size in the model name). Raises PlacementError (before anything
+    starts) when the pool cannot be placed or its batch cannot be split.
+    """
+    run_dir = Path(run_dir).resolve()
+    launch = config.launch
+    if gpus is None:
+        gpus = launch.gpus
+    if gpus is None:
+        gpus = 0 if simulate else detect_gpus()
+    elif not simulate:
+        visible = detect_gpus()
+        if gpus > visible:
+            raise PlacementError(
+                f"--gpus {gpus} asks for more GPUs than are visible ({visible}); lower --gpus, or add --dry-run "
+                f"to simulate a bigger node"
+            )
+    if cpu_cores is None:
+        cpu_cores = detect_cpu_cores()
+    if simulate and parent_visible_devices is None:
+        parent_visible_devices = ""  # a simulated node's ids are not this machine's CUDA_VISIBLE_DEVICES
+    if not simulate:
+        gpu_memory_gib = gpu_memory_gib if gpu_memory_gib is not None else detect_gpu_memory_gib(gpus)
+        ram_gib = ram_gib if ram_gib is not None else detect_ram_gib()
+
+    policies = config.pool.policies
+    merged = {p.name: {**config.grpo, **p.grpo} for p in policies}
+    batch = config.batch
+    placement = plan_placement(
+        [(p.name, p.device_share) for p in policies],
+        gpus,
+        device_map=launch.device_map,
+        cpu_cores=cpu_cores,
+        threads_per_policy=launch.threads_per_policy,
+        world_size_ok=(lambda _name, n: fits(batch, n)) if batch is not None else None,
+    )
+    warnings = list(placement.warnings)
+    stage = ZERO_STAGES[launch.deepspeed]
+
+    specs = build_launch_specs(config, placement, run_dir, python, parent_visible_devices=parent_visible_devices)
+    plans: list[PolicyPlan] = []
+    for index, (policy, spec) in enumerate(zip(policies, specs, strict=True)):
+        placed = placement.of(policy.name)
+        grpo, notes = adapt_grpo_to_device(merged[policy.name], placed, launch.deepspeed, vllm_available)
+        try:
+            grpo, derived, batch_notes = apply_batch(grpo, batch, placed.world_size, policy.name)
+        except BatchSizeError as err:
+            if placement.explicit:
+                raise BatchSizeError(f"{err} (the explicit --device-map sets this device count)") from None
+            raise
+        port = policy_port(config, index)
+        ds_path = deepspeed_config_path(run_dir, policy.name) if stage else None
+        plans.append(
+            PolicyPlan(
+                name=policy.name,
+                model=policy.model,
+                placement=placed,
+                grpo=grpo,
+                batch=derived,
+                deepspeed=launch.deepspeed,
+                main_process_port=port,
+                accelerate_config_path=str(accelerate_config_path(run_dir, policy.name)),
+                accelerate_config=accelerate_config(
+                    placed,
+                    deepspeed=launch.deepspeed,
+                    mixed_precision=mixed_precision_of(grpo),
+                    main_process_port=port,
+                    # exactly what the launcher puts in CUDA_VISIBLE_DEVICES (see configs.py)
+                    gpu_ids=spec.env.get("CUDA_VISIBLE_DEVICES") or None,
+                    deepspeed_file=ds_path,
+                ),
+                deepspeed_config_path=str(ds_path) if ds_path else None,
+                deepspeed_config=(
+                    deepspeed_config(stage, bf16=bool(grpo.get("bf16")), fp16=bool(grpo.get("fp16"))) if stage else None
+                ),
+                launch=spec,
+                notes=[*notes, *batch_notes, *spec.notes],
+            )
+        )
+
+    warnings += _check_same_prompts(config, plans)
+    warnings += _memory_check(config, placement, plans, gpu_memory_gib, ram_gib, param_counts or {}, stage)
+    if simulate and gpu_memory_gib is None and gpus > 0:
+        warnings.append("memory check skipped: GPU memory is unknown for a simulated node")
+    return LaunchPlan(
+        run_dir=str(run_dir),
+        pool=config.pool.name,
+        regime=config.regime.name,
+        placement=placement,
+        policies=plans,
+        simulated=simulate,
+        warnings=warnings,
+    )
+
+
+def _check_same_prompts(config: RunConfig, plans: list[PolicyPlan]) -> list[str]:
+    """Sharing regimes need every policy to draw the same prompts per step (design notes)."""
+    per_step = {p.name: trl_generation_batch(p.grpo, p.placement.world_size)[1] for p in plans}
+    seeds = {p.name: p.grpo.get("seed", 42) for p in plans}
+    problems = []
+    if len(set(per_step.values())) > 1:
+        listing = ", ".join(f"{n}: {k}" for n, k in per_step.items())
+        problems.append(
+            f"policies draw different numbers of prompts per generation step ({listing}); set `batch` "
+            f"(prompts per step) so mutualrl derives per-device sizes for each policy's devices"
+        )
+    if len(set(seeds.values())) > 1:
+        listing = ", ".join(f"{n}: {s}" for n, s in seeds.items())
+        problems.append(f"policies use different grpo.seed values ({listing}), so their prompt order differs")
+    if problems and config.regime.name in SHARING_REGIMES:
+        raise BatchSizeError(
+            f"regime {config.regime.name!r} needs identical prompts at every step for every policy: "
+            + "; ".join(problems)
+        )
+    return problems
+
+
+def _memory_check(
+    config: RunConfig,
+    placement: Placement,
+    plans: list[PolicyPlan],
+    gpu_memory_gib: float | None,
+    ram_gib: float | None,
+    hints: dict[str, float],
+    stage: int,
+) -> list[str]:
+    estimates: dict[str, MemoryEstimate] = {}
+    reserved: dict[str, float] = {}
+    policies = {p.name: p for p in config.pool.policies}
+    for plan in plans:
+        params, source = param_count_for(plan.model, hints.get(plan.name))
+        if params is None:
+            continue
+        estimate = estimate_training_memory(
+            plan.name,
+            params,
+            device_type=plan.placement.device_type,
+            num_devices=plan.placement.num_processes,
+            zero_stage=stage,
+            lora=policies[plan.name].lora is not None,
+            reference_model=float(plan.grpo.get("beta", 0.0) or 0.0) > 0,
+            source=source,
+        )
+        plan.memory = estimate
+        estimates[plan.name] = estimate
+        grpo = plan.grpo
+        if grpo.get("use_vllm") and grpo.get("vllm_mode", "colocate") == "colocate":
+            if not grpo.get("vllm_enable_sleep_mode"):
+                reserved[plan.name] = float(grpo.get("vllm_gpu_memory_utilization", 0.3))
+    return check_memory(placement, estimates, gpu_memory_gib, ram_gib, reserved)
+
+
+# ----------------------------------------------------------------------------------------
+# CLI helpers: --device-map and the dry run
+# ----------------------------------------------------------------------------------------
+
+
+def parse_device_map(text: str) -> dict[str, list[int]]:
+    """``'qwen-a=0,1;qwen-b=2,3'`` (ranges allowed: ``qwen-a=0-3``) -> ``{'qwen-a': [0, 1], ...}``."""
+    if not text or not text.strip():
+        raise UsageError("--device-map is empty; expected e.g. 'policy-a=0,1;policy-b=2,3'")
+    out: dict[str, list[int]] = {}
+    for part in (p.strip() for p in text.split(";")):
+        if not part:
+            continue
+        if "=" not in part:
+            raise UsageError(f"--device-map: {part!r} has no '='; expected NAME=IDS, e.g. 'policy-a=0,1'")
+        name, ids_text = (s.strip() for s in part.split("=", 1))
+        if not name:
+            raise UsageError(f"--device-map: {part!r} has no policy name before '='")
+        if name in out:
+            raise UsageError(f"--device-map: policy {name!r} is listed twice")
+        ids: list[int] = []
+        for item in (i.strip() for i in ids_text.split(",")):
+            if not item:
+                raise UsageError(f"--device-map: {name!r} has an empty GPU id in {ids_text!r}")
+            try:
+                if "-" in item:
+                    lo, hi = (int(x) for x in item.split("-", 1))
+                    if lo > hi:
+                        raise UsageError(f"--device-map: {name!r}: range {item!r} runs backwards")
+                    ids.extend(range(lo, hi + 1))
+                else:
+                    ids.append(int(item))
+            except ValueError:
+                raise UsageError(
+                    f"--device-map: {name!r}: {item!r} is not a GPU id (expected integers like 0,1 or a range 0-3)"
+                ) from None
+        if any(i < 0 for i in ids):
+            raise UsageError(f"--device-map: {name!r}: GPU ids must be >= 0, got {ids}")
+        out[name] = ids
+    if not out:
+        raise UsageError("--device-map names no policy; expected e.g. 'policy-a=0,1;policy-b=2,3'")
+    return out
+
+
+def default_run_dir(config: RunConfig) -> Path:
+    return Path(config.output_dir.format(pool=config.pool.name, regime=config.regime.name))
+
+
+def dry_run(
+    pool_or_recipe: str,
+    overrides: Sequence[str] = (),
+    gpus: int | None = None,
+    device_map_text: str | None = None,
+    *,
+    regime: str | None = None,
+    run_dir: Path | None = None,
+    write: bool = True,
+    gpu_memory_gib: float | None = None,
+    python: str = sys.executable,
+) -> LaunchPlan:
+    """Plan a pool without starting anything (``mutualrl train --dry-run``).
+
+    ``gpus`` given: simulate a node with that many GPUs (nothing is detected). ``write``:
+    write plan.json and the config files under ``RUN/launch/`` (a real start re-plans
+    and rewrites them), so they can be inspected.
+    """
+    from mutualrl.config.loader import load_run_config
+
+    config = load_run_config(pool_or_recipe, overrides, regime=regime).config
+    if device_map_text is not None:
+        config.launch.device_map = parse_device_map(device_map_text)
+    simulate = gpus is not None or config.launch.gpus is not None
+    plan = make_launch_plan(
+        config,
+        Path(run_dir) if run_dir else default_run_dir(config),
+        gpus=gpus,
+        python=python,
+        simulate=simulate,
+        gpu_memory_gib=gpu_memory_gib,
+    )
+    if write:
+        plan.write()
+    return plan
+
+
+# ----------------------------------------------------------------------------------------
+# Rendering
+# ----------------------------------------------------------------------------------------
+
+
+def render_plan(plan: LaunchPlan, console: Console, written: bool = True) -> None:
+    """Print the plan: placement, derived batch fields, exact commands, config files, warnings."""
+    pl = plan.placement
+    where = (
+        f"{pl.gpus} GPU{'s' if pl.gpus != 1 else ''}{' (simulated)' if plan.simulated else ''}"
+        if pl.gpus
+        else f"CPU ({pl.cpu_cores} core{'s' if pl.cpu_cores != 1 else ''})"
+    )
+    console.print(
+        Text.assemble(
+            ("Launch plan ", "bold"),
+            f"pool {plan.pool}, regime {plan.regime}, on {where}; run folder {plan.run_dir}",
+        )
+    )
+    table = Table(title="MWRA placement" + (" (explicit device map)" if pl.explicit else " (even split)"))
+    for col in ("policy", "model", "devices", "processes", "threads", "DeepSpeed", "vLLM", "model state / device"):
+        table.add_column(col, overflow="fold")
+    for p in plan.policies:
+        devices = ",".join(map(str, p.placement.devices)) if p.placement.device_type == "cuda" else "cpu"
+        memory = f"{p.memory.gib_per_device:.1f} GiB ({p.memory.source})" if p.memory else "unknown size"
+        table.add_row(
+            p.name,
+            p.model,
+            devices,
+            str(p.placement.num_processes),
+            str(p.placement.cpu_threads),
+            p.deepspeed,
+            p.vllm,
+            memory,
+        )
+    console.print(table)
+    if pl.idle_gpus:
+        console.print(Text(f"idle GPUs: {','.join(map(str, pl.idle_gpus))}", style="yellow"))
+
+    batch = Table(title="GRPO batch per policy")
+    for col in (
+        "policy",
+        "K",
+        "per_device_train_batch_size",
+        "gradient_accumulation_steps",
+        "steps_per_generation",
+        "prompts / step",
+        "completions / step",
+        "updates / step",
+    ):
+        batch.add_column(col, overflow="fold")
+    for p in plan.policies:
+        completions, prompts = trl_generation_batch(p.grpo, p.placement.world_size)
+        updates = _updates_per_step(p)
+        batch.add_row(
+            p.name,
+            str(p.grpo.get("num_generations", "8 (TRL default)")),
+            str(p.grpo.get("per_device_train_batch_size", "8 (TRL default)")),
+            str(p.grpo.get("gradient_accumulation_steps", "1 (TRL default)")),
+            str(p.grpo.get("steps_per_generation", "= GA (TRL default)")),
+            str(prompts),
+            str(completions),
+            updates,
+        )
+    console.print(batch)
+
+    console.print(Text("Launch commands", style="bold"))
+    for p in plan.policies:
+        spec = p.launch
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in spec.env.items())
+        console.print(Text(f"# {p.name}  (log: {spec.log_path}, cwd: {spec.cwd})", style="dim"))
+        console.print(Text(f"{env} {shlex.join(spec.argv)}"), soft_wrap=True)
+
+    console.print(Text("Config files" + (" (written)" if written else " (not written)"), style="bold"))
+    for p in plan.policies:
+        console.print(Text(f"  {p.accelerate_config_path}"))
+        if p.deepspeed_config_path:
+            console.print(Text(f"  {p.deepspeed_config_path}"))
+    console.print(Text(f"  {plan_path(Path(plan.run_dir))}"))
+
+    notes = [n for p in plan.policies for n in p.notes]
+    if notes:
+        console.print(Text("Adjustments", style="bold"))
+        for note in notes:
+            console.print(Text(f"  - {note}"))
+    if plan.warnings:
+        console.print(Text("Warnings", style="bold yellow"))
+        for warning in plan.warnings:
+            console.print(Text(f"  ! {warning}", style="yellow"))
+
+
+def _updates_per_step(p: PolicyPlan) -> str:
+    grpo = p.grpo
+    ga = int(grpo.get("gradient_accumulation_steps", 1))
+    steps = grpo.get("steps_per_generation") or ga
+    mu = int(grpo.get("num_iterations", 1))
+    if int(steps) % ga:
+        return f"{int(steps) / ga:.2f} (uneven)"
+    return str(int(steps) // ga * mu)

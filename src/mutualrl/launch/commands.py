@@ -1,0 +1,245 @@
+"""Launch commands and environments, one process group per policy (design notes "Shape").
+
+Several DeepSpeed engines in one Python process share global state and break
+(accelerate#3170, transformers#35073), so every policy runs as its own process group:
+
+- GPU: ``python -m accelerate.commands.launch`` (= ``accelerate launch``) with the
+  policy's accelerate config, ``--num_processes N`` and its own rendezvous port, running
+  ``-m mutualrl.training.worker --run-dir RUN --policy NAME``, with
+  ``CUDA_VISIBLE_DEVICES`` set to the policy's GPUs.
+- CPU: ``python -m mutualrl.training.worker ...`` directly, ``CUDA_VISIBLE_DEVICES=""``,
+  ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` = the policy's threads, and with DeepSpeed the
+  single-process launcher environment DeepSpeed needs (verified end to end, see
+  docs/launch.md "CPU DeepSpeed").
+
+:class:`LaunchSpec` ``env`` is an overlay: the runtime starts the child with
+``{**os.environ, **spec.env}``.
+
+Device adaptations of a GPU recipe's GRPO fields (bf16, vLLM) are made in one place,
+:func:`adapt_grpo_to_device`, so that a CPU run never fails because a recipe asked for
+GPU features.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mutualrl.config.schema import RunConfig
+from mutualrl.errors import PlacementError
+from mutualrl.launch.configs import ZERO_STAGES, accelerate_config_path, deepspeed_config_path
+from mutualrl.launch.mwra import Placement, PolicyPlacement
+
+WORKER_MODULE = "mutualrl.training.worker"
+
+
+@dataclass
+class LaunchSpec:
+    """How to start one policy's process group."""
+
+    policy: str
+    argv: list[str]
+    env: dict[str, str]
+    """Variables to set on top of the parent's environment."""
+    cwd: str
+    log_path: str
+    """stdout and stderr of the whole group go here."""
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def vllm_importable() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def resolve_vllm(
+    grpo: dict[str, Any], placed: PolicyPlacement, vllm_available: bool | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """Keep vLLM generation only if requested, importable and on CUDA; else turn it off with a note."""
+    out = dict(grpo)
+    notes: list[str] = []
+    if not out.get("use_vllm"):
+        return out, notes
+    if placed.device_type != "cuda":
+        out["use_vllm"] = False
+        notes.append(f"{placed.name}: vLLM generation turned off: the policy runs on the CPU (generation uses transformers)")
+        return out, notes
+    available = vllm_importable() if vllm_available is None else vllm_available
+    if not available:
+        out["use_vllm"] = False
+        notes.append(
+            f"{placed.name}: vLLM generation turned off: `vllm` is not installed (pip install 'mutualrl[vllm]'); "
+            f"generation uses transformers, which is much slower"
+        )
+        return out, notes
+    mode = out.get("vllm_mode", "colocate")
+    if mode == "colocate":
+        tp = int(out.get("vllm_tensor_parallel_size", 1) or 1)
+        if placed.num_processes % tp:
+            raise PlacementError(
+                f"{placed.name}: grpo.vllm_tensor_parallel_size ({tp}) must divide the policy's "
+                f"{placed.num_processes} GPU process(es) in vLLM colocate mode"
+            )
+    elif mode == "server":
+        notes.append(
+            f"{placed.name}: vLLM server mode: start `trl vllm-serve` for this policy yourself "
+            f"(grpo.vllm_server_base_url / vllm_server_port); mutualrl only launches the trainers"
+        )
+    return out, notes
+
+
+def adapt_grpo_to_device(
+    grpo: dict[str, Any],
+    placed: PolicyPlacement,
+    deepspeed: str = "none",
+    vllm_available: bool | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """A policy's GRPOConfig fields adapted to where it runs; returns (fields, notes).
+
+    CPU: ``bf16``/``fp16`` off (TRL defaults to bf16, which fails on a CPU), ``tf32`` dropped,
+    ``use_cpu=True`` (DeepSpeed still engages through the launcher environment, verified),
+    vLLM off. GPU: vLLM kept only if importable (:func:`resolve_vllm`).
+    """
+    out, notes = resolve_vllm(grpo, placed, vllm_available)
+    if placed.device_type == "cpu":
+        for key in ("bf16", "fp16"):
+            if out.get(key):
+                notes.append(f"{placed.name}: grpo.{key} turned off on the CPU (training runs in fp32)")
+            out[key] = False
+        if out.pop("tf32", None):
+            notes.append(f"{placed.name}: grpo.tf32 dropped on the CPU")
+        out["use_cpu"] = True
+    else:
+        if out.get("use_cpu"):
+            notes.append(f"{placed.name}: grpo.use_cpu turned off: the policy is placed on GPU(s)")
+            out["use_cpu"] = False
+    return out, notes
+
+
+def visible_devices(devices: tuple[int, ...] | list[int], parent_mask: str | None) -> str:
+    """The child's ``CUDA_VISIBLE_DEVICES`` for parent-logical GPU ids.
+
+    If the parent itself runs under a mask (``CUDA_VISIBLE_DEVICES=2,3,5,7``), logical id
+    ``i`` is the mask's i-th entry; the child gets those entries, not ``i``.
+    """
+    if parent_mask is None or parent_mask.strip() == "":
+        return ",".join(str(d) for d in devices)
+    entries = [e.strip() for e in parent_mask.split(",") if e.strip()]
+    missing = [d for d in devices if d >= len(entries)]
+    if missing:
+        raise PlacementError(
+            f"GPU id(s) {missing} are not visible: this process runs with CUDA_VISIBLE_DEVICES={parent_mask} "
+            f"({len(entries)} GPU(s)); use ids 0..{len(entries) - 1} or lower --gpus"
+        )
+    return ",".join(entries[d] for d in devices)
+
+
+def torch_extensions_dir() -> Path:
+    """Where DeepSpeed compiles its ops once for every run (under the mutualrl cache)."""
+    from mutualrl.assets.cache import cache_dir
+
+    return cache_dir() / "torch_extensions"
+
+
+def policy_port(config: RunConfig, index: int) -> int:
+    return int(config.launch.main_process_port) + index
+
+
+def build_launch_specs(
+    config: RunConfig,
+    placement: Placement,
+    run_dir: Path,
+    python: str = sys.executable,
+    parent_visible_devices: str | None = None,
+    cwd: Path | None = None,
+) -> list[LaunchSpec]:
+    """One :class:`LaunchSpec` per policy, in pool order.
+
+    ``parent_visible_devices``: the parent's ``CUDA_VISIBLE_DEVICES`` (default: read from
+    the environment) to translate logical GPU ids. Config files are expected at
+    :func:`~mutualrl.launch.configs.accelerate_config_path` /
+    :func:`~mutualrl.launch.configs.deepspeed_config_path` (``LaunchPlan.write`` puts them there).
+    """
+    run_dir = Path(run_dir).resolve()
+    cwd = Path(cwd or Path.cwd()).resolve()
+    if parent_visible_devices is None:
+        parent_visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
+    deepspeed = config.launch.deepspeed
+    specs = []
+    for index, policy in enumerate(config.pool.policies):
+        placed = placement.of(policy.name)
+        port = policy_port(config, index)
+        worker = ["-m", WORKER_MODULE, "--run-dir", str(run_dir), "--policy", policy.name]
+        env = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+        notes: list[str] = []
+        if deepspeed != "none":
+            env["TORCH_EXTENSIONS_DIR"] = str(torch_extensions_dir())
+        if placed.device_type == "cuda":
+            threads = max(1, placed.cpu_threads // placed.num_processes)
+            env.update(
+                CUDA_VISIBLE_DEVICES=visible_devices(placed.devices, parent_visible_devices),
+                OMP_NUM_THREADS=str(threads),
+                MKL_NUM_THREADS=str(threads),
+            )
+            argv = [
+                python, "-m", "accelerate.commands.launch",
+                "--config_file", str(accelerate_config_path(run_dir, policy.name)),
+                "--num_processes", str(placed.num_processes),
+                "--main_process_port", str(port),
+                *worker,
+            ]  # fmt: skip
+        else:
+            env.update(
+                CUDA_VISIBLE_DEVICES="",
+                OMP_NUM_THREADS=str(placed.cpu_threads),
+                MKL_NUM_THREADS=str(placed.cpu_threads),
+            )
+            if deepspeed != "none":
+                env.update(cpu_deepspeed_env(deepspeed_config_path(run_dir, policy.name), deepspeed, port))
+                notes.append(
+                    f"{policy.name}: DeepSpeed {deepspeed} on the CPU as a single-process group (launcher variables "
+                    f"set by mutualrl); the first run compiles DeepSpeed's CPU ops into {env['TORCH_EXTENSIONS_DIR']}"
+                )
+            argv = [python, *worker]
+        specs.append(
+            LaunchSpec(
+                policy=policy.name,
+                argv=argv,
+                env=env,
+                cwd=str(cwd),
+                log_path=str(run_dir / "logs" / f"{policy.name}.log"),
+                notes=notes,
+            )
+        )
+    return specs
+
+
+def cpu_deepspeed_env(ds_config: Path, deepspeed: str, port: int) -> dict[str, str]:
+    """What a CPU worker needs for DeepSpeed without a launcher.
+
+    - ``RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT``: the variables
+      torchrun would set; without them ``deepspeed.init_distributed`` falls back to MPI
+      discovery and fails asking for mpi4py.
+    - ``ACCELERATE_USE_DEEPSPEED`` + ``ACCELERATE_DEEPSPEED_CONFIG_FILE`` (+ ZeRO-3 init flag):
+      what ``accelerate launch`` would export; transformers' ``TrainingArguments`` builds
+      its ``DeepSpeedPlugin`` from them.
+    - ``DS_ACCELERATOR=cpu``: no accelerator probing.
+    """
+    return {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "ACCELERATE_USE_DEEPSPEED": "true",
+        "ACCELERATE_DEEPSPEED_CONFIG_FILE": str(ds_config),
+        "ACCELERATE_DEEPSPEED_ZERO3_INIT": "true" if ZERO_STAGES[deepspeed] == 3 else "false",
+        "DS_ACCELERATOR": "cpu",
+    }

@@ -1,0 +1,393 @@
+"""Multi-Worker Resource Allocation: which devices each policy's worker group gets.
+
+Paper, Sec. "Multi-Worker Resource Allocation": "By default, it distributes workers for
+different policies evenly across devices. Users can override the placement with an
+explicit device map to pin specific policies to selected devices." App. "Implementation
+details" trains each policy on its own GPU(s) of one 8-GPU node.
+
+Everything here is a pure function of its arguments (device counts are passed in, never
+detected), so a placement can be planned and tested for a node this machine is not:
+``plan_placement(..., gpus=8)`` simulates an 8-GPU node. A placement that cannot work
+raises :class:`~mutualrl.errors.PlacementError` before any process starts.
+
+GPU ids are the parent's logical ids ``0..gpus-1`` (relative to its own
+``CUDA_VISIBLE_DEVICES``); :mod:`mutualrl.launch.commands` maps them to the child's mask.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from mutualrl.errors import PlacementError
+
+DeviceType = Literal["cuda", "cpu"]
+
+
+@dataclass(frozen=True)
+class PolicyPlacement:
+    """Where one policy's process group runs."""
+
+    name: str
+    device_type: DeviceType
+    devices: tuple[int, ...]
+    """GPU ids (parent-logical) for ``cuda``; empty for ``cpu``."""
+    num_processes: int
+    """One process per GPU; 1 on CPU."""
+    cpu_threads: int
+    """CPU threads for the whole group (``OMP_NUM_THREADS`` of a CPU worker)."""
+    share: float = 1.0
+
+    @property
+    def world_size(self) -> int:
+        return self.num_processes
+
+
+@dataclass
+class Placement:
+    """The result of MWRA: one :class:`PolicyPlacement` per policy, in pool order."""
+
+    policies: list[PolicyPlacement]
+    gpus: int
+    cpu_cores: int
+    explicit: bool
+    """True when the user gave a device map."""
+    idle_gpus: list[int] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def device_type(self) -> DeviceType:
+        return "cuda" if self.gpus > 0 else "cpu"
+
+    def of(self, name: str) -> PolicyPlacement:
+        for placed in self.policies:
+            if placed.name == name:
+                return placed
+        raise KeyError(name)
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        for placed in out["policies"]:
+            placed["devices"] = list(placed["devices"])
+        return out
+
+
+def plan_placement(
+    policies: Sequence[tuple[str, float]],
+    gpus: int | None,
+    device_map: Mapping[str, Sequence[int]] | None = None,
+    cpu_cores: int | None = None,
+    threads_per_policy: int | None = None,
+    world_size_ok: Callable[[str, int], bool] | None = None,
+) -> Placement:
+    """Place each ``(name, device_share)`` policy on GPUs (or on the CPU when ``gpus == 0``).
+
+    - Default: the ``gpus`` GPUs are split by ``device_share`` with largest-remainder
+      apportionment, every policy at least one GPU, each policy a contiguous block of ids
+      in pool order (2 policies on 8 GPUs: 4 + 4; 4 on 8: 2 each; 3 on 8: 3, 3, 2).
+    - ``device_map``: an explicit ``{policy: [gpu ids]}``; every policy must be mapped, ids
+      must exist; two policies may share a GPU (a warning says so).
+    - ``world_size_ok(name, n)``: optional check that a policy can use ``n`` processes (the
+      batch must divide across them, see :mod:`mutualrl.launch.batching`). In the default
+      split a policy whose share does not pass is shrunk to the largest size that does and
+      the freed GPUs stay idle (with a warning); an explicit map is never changed.
+    - CPU (``gpus == 0``): one process per policy; ``cpu_cores`` are split evenly
+      (``threads_per_policy`` overrides), at least one thread each.
+
+    ``gpus=None`` is an error here: the caller detects the count
+    (``torch.cuda.device_count()``) so that this function stays pure.
+    """
+    if gpus is None:
+        raise ValueError("plan_placement needs a GPU count; detect it at the call site (0 = CPU)")
+    if gpus < 0:
+        raise PlacementError(f"--gpus must be >= 0, got {gpus}")
+    if not policies:
+        raise PlacementError("cannot place an empty pool: it has no policies")
+    names = [name for name, _ in policies]
+    if len(set(names)) != len(names):
+        raise PlacementError(f"duplicate policy names in the pool: {names}")
+    for name, share in policies:
+        if not share > 0 or math.isinf(share):
+            raise PlacementError(f"policy {name!r}: device_share must be a positive number, got {share}")
+    cores = max(1, cpu_cores or 1)
+    if threads_per_policy is not None and threads_per_policy < 1:
+        raise PlacementError(f"launch.threads_per_policy must be >= 1, got {threads_per_policy}")
+
+    warnings: list[str] = []
+    if gpus == 0:
+        if device_map:
+            raise PlacementError(
+                "--device-map pins policies to GPUs, but no GPU is available (gpus=0); drop --device-map to "
+                "run every policy on the CPU, or run on a machine with GPUs"
+            )
+        threads = threads_per_policy or max(1, cores // len(policies))
+        if threads * len(policies) > cores:
+            warnings.append(
+                f"{len(policies)} policies x {threads} threads = {threads * len(policies)} threads on "
+                f"{cores} CPU cores: the processes will compete for cores (set launch.threads_per_policy)"
+            )
+        placed = [PolicyPlacement(name, "cpu", (), 1, threads, share) for name, share in policies]
+        return Placement(placed, 0, cores, explicit=False, warnings=warnings)
+
+    if device_map:
+        blocks, explicit_warnings = _check_device_map(names, gpus, device_map)
+        warnings += explicit_warnings
+        explicit = True
+        idle = sorted(set(range(gpus)) - {d for block in blocks.values() for d in block})
+        if idle:
+            warnings.append(f"GPUs {_ids(idle)} are not used by the device map")
+    else:
+        explicit = False
+        if len(policies) > gpus:
+            raise PlacementError(
+                f"cannot place {len(policies)} policies on {gpus} GPU{'s' if gpus != 1 else ''}: each policy "
+                f"needs at least one GPU; use --device-map to share GPUs (e.g. "
+                f"'{names[0]}=0;{names[1]}=0') or run on more GPUs"
+            )
+        counts = apportion([share for _, share in policies], gpus)
+        if world_size_ok is not None:
+            counts, shrink_warnings = _fit_world_sizes(names, counts, world_size_ok)
+            warnings += shrink_warnings
+        blocks, start = {}, 0
+        for name, count in zip(names, counts, strict=True):
+            blocks[name] = list(range(start, start + count))
+            start += count
+        idle = list(range(start, gpus))
+
+    threads = threads_per_policy or max(1, cores // len(policies))
+    placed = [
+        PolicyPlacement(name, "cuda", tuple(blocks[name]), len(blocks[name]), threads, share)
+        for name, share in policies
+    ]
+    return Placement(placed, gpus, cores, explicit=explicit, idle_gpus=idle, warnings=warnings)
+
+
+def apportion(shares: Sequence[float], seats: int) -> list[int]:
+    """Split ``seats`` GPUs by ``shares`` (largest remainder, every share at least 1).
+
+    Ties go to the earlier policy, so the split is deterministic. Requires
+    ``seats >= len(shares)``.
+    """
+    n = len(shares)
+    if seats < n:
+        raise ValueError(f"cannot give {n} shares at least one of {seats} seats")
+    total = float(sum(shares))
+    quotas = [seats * s / total for s in shares]
+    counts = [max(1, math.floor(q)) for q in quotas]
+    # Raising zeros to one can overshoot: take back from the most over-served share first.
+    while sum(counts) > seats:
+        candidates = [i for i in range(n) if counts[i] > 1]
+        worst = max(candidates, key=lambda i: (counts[i] - quotas[i], -i))
+        counts[worst] -= 1
+    while sum(counts) < seats:
+        best = max(range(n), key=lambda i: (quotas[i] - counts[i], -i))
+        counts[best] += 1
+    return counts
+
+
+def _fit_world_sizes(
+    names: Sequence[str], counts: Sequence[int], ok: Callable[[str, int], bool]
+) -> tuple[list[int], list[str]]:
+    fitted, warnings = [], []
+    for name, count in zip(names, counts, strict=True):
+        usable = next((n for n in range(count, 0, -1) if ok(name, n)), None)
+        if usable is None:
+            # Not even one GPU works: batching will raise the precise error later.
+            usable = count
+        elif usable < count:
+            warnings.append(
+                f"{name!r}: its batch does not divide across its share of {count} GPUs; using {usable} "
+                f"({count - usable} left idle). Adjust `batch` or device_share, or pass --device-map to use them"
+            )
+        fitted.append(usable)
+    return fitted, warnings
+
+
+def _check_device_map(
+    names: Sequence[str], gpus: int, device_map: Mapping[str, Sequence[int]]
+) -> tuple[dict[str, list[int]], list[str]]:
+    unknown = [key for key in device_map if key not in names]
+    if unknown:
+        raise PlacementError(
+            f"--device-map names {', '.join(repr(k) for k in unknown)}, which "
+            f"{'is' if len(unknown) == 1 else 'are'} not in the pool (policies: {', '.join(names)})"
+        )
+    missing = [name for name in names if name not in device_map]
+    if missing:
+        raise PlacementError(
+            f"--device-map does not place {', '.join(repr(m) for m in missing)}; an explicit map must give every "
+            f"policy its GPUs (pool: {', '.join(names)})"
+        )
+    blocks: dict[str, list[int]] = {}
+    owners: dict[int, list[str]] = {}
+    for name in names:
+        ids = list(device_map[name])
+        if not ids:
+            raise PlacementError(f"--device-map gives {name!r} no GPU; list at least one id (0..{gpus - 1})")
+        bad = [i for i in ids if not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < gpus]
+        if bad:
+            raise PlacementError(
+                f"--device-map gives {name!r} GPU id(s) {bad}, but only ids 0..{gpus - 1} exist ({gpus} GPUs)"
+            )
+        if len(set(ids)) != len(ids):
+            raise PlacementError(f"--device-map lists a GPU twice for {name!r}: {ids}")
+        blocks[name] = ids
+        for i in ids:
+            owners.setdefault(i, []).append(name)
+    warnings = [
+        f"GPU {gpu} is shared by {', '.join(sharing)} (explicit device map): their memory must fit together"
+        for gpu, sharing in sorted(owners.items())
+        if len(sharing) > 1
+    ]
+    return blocks, warnings
+
+
+def _ids(ids: Sequence[int]) -> str:
+    return ",".join(str(i) for i in ids)
+
+
+# ----------------------------------------------------------------------------------------
+# Memory sanity check
+# ----------------------------------------------------------------------------------------
+
+# Total parameter counts (embeddings included) from the model cards of the paper's pools.
+KNOWN_PARAM_COUNTS: dict[str, float] = {
+    "Qwen/Qwen2.5-Math-1.5B": 1.54e9,
+    "Qwen/Qwen2.5-1.5B-Instruct": 1.54e9,
+    "Qwen/Qwen2.5-Coder-1.5B": 1.54e9,
+    "Qwen/Qwen3-1.7B-Base": 1.7e9,
+    "Qwen/Qwen3-4B-Base": 4.0e9,
+    "meta-llama/Llama-3.2-3B-Instruct": 3.21e9,
+    "microsoft/Phi-4-mini-instruct": 3.84e9,
+}
+_SIZE_IN_NAME = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)[bB](?![a-zA-Z])")
+
+
+def param_count_for(model: str, hint: float | None = None) -> tuple[float | None, str]:
+    """(parameter count, where it came from) for a model id; ``(None, "unknown")`` if no clue."""
+    if hint is not None:
+        return float(hint), "hint"
+    if model in KNOWN_PARAM_COUNTS:
+        return KNOWN_PARAM_COUNTS[model], "model card"
+    matches = _SIZE_IN_NAME.findall(model.rsplit("/", 1)[-1])
+    if matches:
+        return float(matches[-1]) * 1e9, "model name"
+    return None, "unknown"
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Model-state memory of one policy on each of its devices (activations NOT included)."""
+
+    policy: str
+    params: float
+    source: str
+    bytes_per_device: float
+    breakdown: dict[str, float]
+    """Component name -> bytes per device."""
+
+    @property
+    def gib_per_device(self) -> float:
+        return self.bytes_per_device / 2**30
+
+
+def estimate_training_memory(
+    policy: str,
+    params: float,
+    *,
+    device_type: DeviceType,
+    num_devices: int,
+    zero_stage: int,
+    lora: bool = False,
+    reference_model: bool = False,
+    source: str = "",
+) -> MemoryEstimate:
+    """Bytes of model state per device, the ZeRO paper's accounting (Rajbhandari et al., 2020).
+
+    GPU, bf16 mixed precision with AdamW: bf16 weights 2 B/param, bf16 gradients 2 B/param,
+    fp32 master weights + Adam m + v 12 B/param (16 B/param in all). ZeRO-1/2/3 partition
+    optimizer states / + gradients / + weights over the policy's ``num_devices``; without
+    DeepSpeed (DDP) every GPU holds all 16 B/param. CPU trains in fp32: 4 + 4 + 8 = 16
+    B/param, one process. A reference model (``beta > 0``) adds its bf16 (CPU: fp32)
+    weights, partitioned under ZeRO-3. LoRA trains ~nothing: frozen weights only.
+    Activations, the KV cache, vLLM and allocator overhead are NOT counted, so this is a
+    lower bound: it tells you when a placement surely cannot fit.
+    """
+    n = max(1, num_devices)
+    if device_type == "cpu":
+        weight_b, grad_b, optim_b = 4.0, 4.0, 8.0
+        zero_stage, n = 0, 1
+    else:
+        weight_b, grad_b, optim_b = 2.0, 2.0, 12.0
+    if lora:
+        grad_b = optim_b = 0.0
+    parts = {
+        "weights": weight_b * params / (n if zero_stage >= 3 else 1),
+        "gradients": grad_b * params / (n if zero_stage >= 2 else 1),
+        "optimizer": optim_b * params / (n if zero_stage >= 1 else 1),
+    }
+    if reference_model and not lora:
+        parts["reference model"] = weight_b * params / (n if zero_stage >= 3 else 1)
+    return MemoryEstimate(policy, params, source, sum(parts.values()), parts)
+
+
+def check_memory(
+    placement: Placement,
+    estimates: Mapping[str, MemoryEstimate],
+    gpu_memory_gib: float | None,
+    ram_gib: float | None = None,
+    reserved_fraction: Mapping[str, float] | None = None,
+    warn_above: float = 0.75,
+) -> list[str]:
+    """Compare estimates with device memory; returns warnings, raises PlacementError if it cannot fit.
+
+    GPU: policies sharing a GPU (explicit map) add up. ``reserved_fraction[policy]`` is
+    the part of each GPU kept by something else while training (vLLM colocate without
+    sleep mode keeps ``vllm_gpu_memory_utilization``). CPU: every policy's state adds up
+    in RAM. An estimate above the memory raises; above ``warn_above`` of it warns (the
+    estimate leaves out activations).
+    """
+    warnings: list[str] = []
+    reserved_fraction = reserved_fraction or {}
+    if placement.device_type == "cpu":
+        if ram_gib is None or not estimates:
+            return warnings
+        need = sum(e.gib_per_device for e in estimates.values())
+        who = ", ".join(f"{e.policy} {e.gib_per_device:.1f}" for e in estimates.values())
+        if need > ram_gib:
+            raise PlacementError(
+                f"the pool needs at least {need:.1f} GiB of RAM for weights, gradients and Adam states in fp32 "
+                f"({who} GiB) but this machine has {ram_gib:.1f} GiB; use smaller models, LoRA, or a GPU machine"
+            )
+        if need > warn_above * ram_gib:
+            warnings.append(f"model states alone take {need:.1f} of {ram_gib:.1f} GiB RAM ({who} GiB)")
+        return warnings
+    if gpu_memory_gib is None:
+        return warnings
+    per_gpu: dict[int, list[tuple[str, float]]] = {}
+    for placed in placement.policies:
+        estimate = estimates.get(placed.name)
+        if estimate is None:
+            continue
+        for gpu in placed.devices:
+            per_gpu.setdefault(gpu, []).append((placed.name, estimate.gib_per_device))
+    for gpu, users in sorted(per_gpu.items()):
+        need = sum(g for _, g in users)
+        usable = gpu_memory_gib * (1.0 - max(reserved_fraction.get(name, 0.0) for name, _ in users))
+        who = " + ".join(f"{name} {g:.1f}" for name, g in users)
+        if need > usable:
+            raise PlacementError(
+                f"GPU {gpu}: {who} GiB of model state (weights, gradients, Adam states; activations not even "
+                f"counted) does not fit in {usable:.1f} of its {gpu_memory_gib:.1f} GiB; give the "
+                f"polic{'y' if len(users) == 1 else 'ies'} more GPUs to shard over (--gpus / --device-map, "
+                f"with --set launch.deepspeed=zero3), or train LoRA adapters"
+            )
+        if need > warn_above * usable:
+            warnings.append(
+                f"GPU {gpu}: model state alone ({who} GiB) takes {need / usable:.0%} of the {usable:.1f} GiB "
+                f"available; activations may not fit"
+            )
+    return warnings
