@@ -176,7 +176,8 @@ def build_launch_specs(
         placed = placement.of(policy.name)
         port = policy_port(config, index)
         worker = ["-m", WORKER_MODULE, "--run-dir", str(run_dir), "--policy", policy.name]
-        env = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
+        # PYTHONPATH: the policy processes run the same mutualrl as the parent, installed or not.
+        env = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": package_path()}
         notes: list[str] = []
         if deepspeed != "none":
             env["TORCH_EXTENSIONS_DIR"] = str(torch_extensions_dir())
@@ -218,6 +219,13 @@ def build_launch_specs(
             )
         )
     return specs
+
+
+def package_path() -> str:
+    """The folder holding the ``mutualrl`` package, ahead of any inherited PYTHONPATH."""
+    src = str(Path(__file__).resolve().parents[2])
+    inherited = os.environ.get("PYTHONPATH", "")
+    return src + (os.pathsep + inherited if inherited else "")
 
 
 def cpu_deepspeed_env(ds_config: Path, deepspeed: str, port: int) -> dict[str, str]:

@@ -69,8 +69,13 @@ def run_train(options: TrainOptions, console: Console | None = None) -> int:
     if options.dry_run:
         from mutualrl.launch.plan import make_launch_plan, render_plan
 
-        plan = make_launch_plan(config, paths.root, gpus=config.launch.gpus)
-        render_plan(plan, console, config=config)
+        # --gpus with --dry-run simulates a node of that size (nothing is detected).
+        simulate = config.launch.gpus is not None
+        # On a simulated node, plan vLLM as the GPU node would run it (installed there), not as this box can.
+        plan = make_launch_plan(config, paths.root, gpus=config.launch.gpus, simulate=simulate,
+                                vllm_available=True if simulate else None)
+        plan.write()
+        render_plan(plan, console)
         return 0
 
     check_run_dir(paths, options)
@@ -85,7 +90,7 @@ def run_train(options: TrainOptions, console: Console | None = None) -> int:
     from mutualrl.launch.plan import make_launch_plan
 
     plan = make_launch_plan(config, paths.root, gpus=config.launch.gpus)
-    plan.write(paths.root)
+    plan.write()
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     processes = processes_from_plan(plan, paths, resume_step)
@@ -173,8 +178,8 @@ def processes_from_plan(plan: Any, paths: RunPaths, resume_step: int | None) -> 
         argv = list(spec.argv)
         if resume_step is not None:
             argv += ["--resume-from", str(paths.policy_dir(spec.policy) / f"checkpoint-{resume_step}")]
-        processes.append(PolicyProcess(name=spec.policy, argv=argv, env=dict(spec.env), log_path=paths.log(spec.policy),
-                                       cwd=Path(spec.cwd) if getattr(spec, "cwd", None) else None))
+        processes.append(PolicyProcess(name=spec.policy, argv=argv, env=dict(spec.env), log_path=Path(spec.log_path),
+                                       cwd=Path(spec.cwd) if spec.cwd else None))
     return processes
 
 

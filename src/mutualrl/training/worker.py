@@ -21,7 +21,7 @@ from typing import Any
 
 from mutualrl.config.schema import PolicyConfig, RunConfig
 from mutualrl.errors import MutualRLError, UsageError
-from mutualrl.training.paths import RunPaths, read_json
+from mutualrl.training.paths import RunPaths
 
 log = logging.getLogger("mutualrl.worker")
 
@@ -43,13 +43,15 @@ def find_policy(config: RunConfig, name: str) -> PolicyConfig:
 
 
 def plan_overrides(paths: RunPaths, policy: str) -> dict[str, Any]:
-    """GRPO fields the launch plan derived for this policy (batch sizes, device adaptation)."""
-    plan_file = paths.launch / "plan.json"
-    overrides: dict[str, Any] = {}
-    if plan_file.exists():
-        plan = read_json(plan_file)
-        overrides = dict(plan.get("policies", {}).get(policy, {}).get("grpo", {}))
-    return {**device_defaults(), **overrides}
+    """GRPO fields the launch plan decided for this policy (batch derivation, device adaptation).
+
+    Without a plan (a worker started by hand) only the CPU safety settings apply.
+    """
+    from mutualrl.launch.plan import LaunchPlan, plan_path
+
+    if not plan_path(paths.root).exists():
+        return device_defaults()
+    return dict(LaunchPlan.read(paths.root).policy(policy).grpo)
 
 
 def device_defaults() -> dict[str, Any]:
