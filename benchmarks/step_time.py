@@ -1,0 +1,100 @@
+"""Standalone-regime step time vs vanilla TRL GRPOTrainer on the same tiny model (target: within 3%).
+
+Both trainers run in this process on the same model, data, GRPOConfig and thread count;
+the mutualrl side is what a policy process runs in the standalone regime
+(``MutualGRPOTrainer`` with its adapter and the metrics/status/heartbeat callbacks).
+Rounds alternate (vanilla, mutualrl, vanilla, ...) so machine noise hits both; each
+round trains ``--steps`` steps and the per-step time is TRL's own ``step_time`` metric
+(median over steps, warm-up steps dropped). Prints JSON with the median ratio::
+
+    python benchmarks/step_time.py [--rounds 5] [--steps 12] [--tokenizer gpt2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+
+def rows(n: int = 256) -> list[dict]:
+    from mutualrl.tasks.registry import get_task
+
+    return [ex.as_row() for ex in get_task("synthetic-arith").load("train", limit=n)]
+
+
+def grpo_args(out: str, steps: int):
+    from trl import GRPOConfig
+
+    return GRPOConfig(output_dir=out, use_cpu=True, bf16=False, per_device_train_batch_size=16, num_generations=4,
+                      max_completion_length=8, max_steps=steps, logging_steps=1, report_to=[], learning_rate=1e-3,
+                      save_strategy="no", disable_tqdm=True, seed=3, loss_type="grpo")
+
+
+def step_times(trainer) -> list[float]:
+    trainer.train()
+    return [h["step_time"] for h in trainer.state.log_history if "step_time" in h]
+
+
+def one_round(kind: str, model_dir: Path, dataset, steps: int, tmp: Path) -> list[float]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
+
+    from mutualrl.training.rewards import make_reward_function
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    common = dict(model=model, reward_funcs=make_reward_function(), args=grpo_args(str(tmp / kind), steps),
+                  train_dataset=dataset, processing_class=tokenizer)
+    if kind == "vanilla":
+        return step_times(GRPOTrainer(**common))
+    from mutualrl.config import load_run_config
+    from mutualrl.training.adapters import make_regime_adapter
+    from mutualrl.training.callbacks import MetricsCallback, StatusCallback
+    from mutualrl.training.paths import RunPaths
+    from mutualrl.training.trainer import MutualGRPOTrainer
+
+    config = load_run_config("tiny", regime="standalone", check_grpo=False).config
+    paths = RunPaths(tmp / "run")
+    callbacks = [MetricsCallback(paths, "tiny-bpe", "standalone"), StatusCallback(paths, "tiny-bpe")]
+    trainer = MutualGRPOTrainer(**common, callbacks=callbacks, policy_name="tiny-bpe",
+                                regime=make_regime_adapter(config, "tiny-bpe", None))
+    return step_times(trainer)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=12)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--tokenizer", default="gpt2")
+    args = parser.parse_args()
+    import torch
+    from datasets import Dataset
+    from tiny_models import build_tiny_lm
+
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        model_dir = build_tiny_lm(args.tokenizer, tmp / "model")
+        dataset = Dataset.from_list(rows())
+        times: dict[str, list[float]] = {"vanilla": [], "mutualrl": []}
+        for r in range(args.rounds):
+            for kind in (("vanilla", "mutualrl") if r % 2 == 0 else ("mutualrl", "vanilla")):
+                times[kind] += one_round(kind, model_dir, dataset, args.steps, tmp / f"r{r}")[args.warmup:]
+    vanilla, mutual = statistics.median(times["vanilla"]), statistics.median(times["mutualrl"])
+    print(json.dumps({
+        "rounds": args.rounds, "steps_per_round": args.steps, "torch_threads": torch.get_num_threads(),
+        "vanilla_step_s_median": round(vanilla, 5), "mutualrl_standalone_step_s_median": round(mutual, 5),
+        "ratio": round(mutual / vanilla, 4), "target": "<= 1.03",
+    }))
+
+
+if __name__ == "__main__":
+    main()
