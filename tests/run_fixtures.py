@@ -28,8 +28,9 @@ def write_run(folder: Path, regime: str, *, steps: int = 30, eval_every: int = 5
             if step % eval_every == 0:
                 line = {"kind": "eval", "policy": policy, "step": step, "regime": regime, "time": 1000.0 + step,
                         "eval/reward@1": base + lift * progress + rng.uniform(-0.01, 0.01), "eval/n": 200}
-                for j, task in enumerate(tasks):
-                    line[f"eval/{task}/reward@1"] = base - 0.1 * j + lift * progress
+                if len(tasks) > 1:  # per-task keys only when validating on several tasks (run_layout)
+                    for j, task in enumerate(tasks):
+                        line[f"eval/{task}/reward@1"] = base - 0.1 * j + lift * progress
                 lines.append(line)
             if step == 0:
                 continue

@@ -265,13 +265,14 @@ def plot_grid(
 
 
 def _task_keys(runs: Sequence[RunData]) -> list[str]:
+    """Per-task validation keys; none when there is a single task (it would repeat the overall figure)."""
     keys = []
     for r in runs:
         for line in r.evals:
             for k in line:
                 if k.startswith("eval/") and k.endswith("/reward@1") and k != "eval/reward@1" and k not in keys:
                     keys.append(k)
-    return keys
+    return keys if len(keys) > 1 else []
 
 
 KNOWN_REGIME_METRICS = {
