@@ -15,8 +15,8 @@ from mutualrl.evaluation.complementarity import (
     align,
     analyze,
     difficulty_table,
-    regime_usability,
     groups_from_results,
+    regime_usability,
     xgrpo_usable,
 )
 from mutualrl.evaluation.results import ModelEvalResult, PromptResult, save_eval_file

@@ -340,3 +340,18 @@ def test_eval_cli_joint_length_filter_and_errors(tiny_models: dict[str, Path], t
     assert results[0].settings["dropped_too_long"] == 4 - len(kept)
     res = runner.invoke(app, ["eval", str(tiny_models["tiny-bpe"]), "--suite", "nosuchtask"])
     assert res.exit_code == 2 and "unknown task or suite 'nosuchtask'" in " ".join(res.output.split())
+
+
+def test_complementarity_runs_the_evaluation_first(tiny_models: dict[str, Path], tmp_path: Path) -> None:
+    runner = CliRunner()
+    saved = tmp_path / "ran.json"
+    target = f"{tiny_models['tiny-bpe']},{tiny_models['tiny-sp']}"
+    res = runner.invoke(app, ["complementarity", "--run", target, "--suite", "gsm8k", "--limit", "3", "--source",
+                              "offline", "--max-new-tokens", "3", "--device", "cpu", "--save", str(saved), "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.stdout)  # status lines went to stderr: stdout is pure JSON
+    assert report["models"] == ["tiny-bpe", "tiny-sp"] and report["n_prompts"] == 3
+    results = load_results(saved)
+    assert [r.name for r in results] == ["tiny-bpe", "tiny-sp"]
+    # Three new tokens cannot spell a complete \\boxed{...}: every prompt is unsolved by both models.
+    assert report["pool"]["none"] == 1.0 and [r.reward_at_1 for r in results] == [0.0, 0.0]

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
+from run_fixtures import write_run
 from typer.testing import CliRunner
 
 from mutualrl.cli.main import app
 from mutualrl.errors import DataError
 from mutualrl.evaluation.plots import load_run, mean_series, plot_runs, series, summary_rows
-from run_fixtures import write_run
 
 ALL_FIGURES = {"validation_reward.png", "validation_reward_by_task.png", "training_reward.png", "optimization.png",
                "regime_metrics.png"}

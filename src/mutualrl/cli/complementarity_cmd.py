@@ -9,7 +9,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from mutualrl.cli.common import console, report_errors
+from mutualrl.cli.common import console, err_console, report_errors
 from mutualrl.errors import UsageError
 
 
@@ -122,11 +122,11 @@ def complementarity(
         ran, meta = run_eval_command(
             run_target, suite, limit=limit, split=split, source=source, max_new_tokens=max_new_tokens,
             batch_size=batch_size, device=device, backend=backend, verifier=None, chat_template=None,
-            tokenizer=None, max_prompt_tokens=None,
+            tokenizer=None, max_prompt_tokens=None, log=err_console,
         )
         if save is not None:
             save_eval_file(save, ran, meta)
-            console.print(f"eval results: {save}", highlight=False)
+            err_console.print(f"eval results: {save}", highlight=False)
         loaded.extend(ran)
     if not loaded:
         raise UsageError("give eval result files or run folders, or --run a pool / model list")

@@ -20,7 +20,14 @@ SUITE_HELP = (
 
 def progress_bars() -> tuple[Any, Callable[[str, int], Callable[[int], None]]]:
     """A rich progress display and a factory of per-model bars (``advance`` callbacks)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     progress = Progress(
         TextColumn("[bold]{task.description}"),
@@ -55,8 +62,13 @@ def run_eval_command(
     chat_template: bool | None,
     tokenizer: str | None,
     max_prompt_tokens: int | None,
+    log: Any = None,
 ) -> tuple[list[Any], dict[str, Any]]:
-    """Resolve everything from the target (pool defaults) and the options; evaluate; return results and metadata."""
+    """Resolve everything from the target (pool defaults) and the options; evaluate; return results and metadata.
+
+    Status lines go to ``log`` (a rich console; default stdout) -- callers printing JSON pass stderr.
+    """
+    log = log or console
     from mutualrl.evaluation.runner import load_suite, resolve_targets, run_eval
     from mutualrl.tasks.registry import resolve_suite
     from mutualrl.tasks.verifiers import check_mode
@@ -81,9 +93,9 @@ def run_eval_command(
 
         raise UsageError(f"--limit must be >= 1, got {limit}")
 
-    with console.status(f"loading {', '.join(tasks)} prompts ..."):
+    with log.status(f"loading {', '.join(tasks)} prompts ..."):
         examples = load_suite(tasks, split=split, source=source, limit=limit)
-    console.print(
+    log.print(
         f"[bold]eval[/] {len(chosen.targets)} model(s) x {len(tasks)} task(s) ({len(examples)} prompts), "
         f"greedy, max {max_new_tokens} new tokens, verifier {verifier}",
         highlight=False,
@@ -106,7 +118,7 @@ def run_eval_command(
             progress_factory=factory,
         )
     if dropped:
-        console.print(f"[yellow]dropped {dropped} prompt(s) longer than {max_prompt_tokens} tokens for some model[/]")
+        log.print(f"[yellow]dropped {dropped} prompt(s) longer than {max_prompt_tokens} tokens for some model[/]")
     from mutualrl.tasks.registry import get_task
 
     meta = {

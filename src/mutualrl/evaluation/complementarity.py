@@ -239,7 +239,9 @@ USABILITY_ROWS = (
 
 def groups_from_results(out: Outcomes) -> dict[str, dict[str, list[float]]]:
     """Eval outcomes as reward groups with one rollout per policy (K = 1)."""
-    return {pid: {m: [float(out.scores[r, k])] for k, m in enumerate(out.models)} for r, pid in enumerate(out.prompt_ids)}
+    return {
+        pid: {m: [float(out.scores[r, k])] for k, m in enumerate(out.models)} for r, pid in enumerate(out.prompt_ids)
+    }
 
 
 def _normalised(rewards: np.ndarray, mean: float, std: float, eps: float) -> np.ndarray:
@@ -366,7 +368,9 @@ def read_prp_ratios(path: str | Path) -> dict[tuple[str, str], list[float]]:
             key = (str(row["prompt_id"]), str(row["learner"]))
             ratios = [float(x) for x in row["ratios"]]
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
-            raise DataError(f"{path}: line {lineno}: expected {{prompt_id, learner, ratios: [numbers]}} ({err})") from None
+            raise DataError(
+                f"{path}: line {lineno}: expected {{prompt_id, learner, ratios: [numbers]}} ({err})"
+            ) from None
         out.setdefault(key, []).extend(ratios)
     return out
 
@@ -394,8 +398,11 @@ def analyze(
         "dropped_prompts": out.dropped,
         "pairs": pair_table(out),
         "pool": pool_table(out),
-        "difficulty": {"tie_rule": TIE_RULE, "source": "given" if difficulty is not None else "mean score across models",
-                       "buckets": difficulty_table(out, n_buckets, difficulty)},
+        "difficulty": {
+            "tie_rule": TIE_RULE,
+            "source": "given" if difficulty is not None else "mean score across models",
+            "buckets": difficulty_table(out, n_buckets, difficulty),
+        },
         "usability": regime_usability(groups_from_results(out), prp_ratios),
     }
     if len(set(out.tasks)) > 1:

@@ -46,7 +46,9 @@ def resolve_chat_template(setting: bool | None, tokenizer: Any, model_name: str 
         if setting and not has_chat_template(tokenizer):
             from mutualrl.errors import UsageError
 
-            raise UsageError(f"chat_template is on for {model_name or 'a model'}, but its tokenizer has no chat template")
+            raise UsageError(
+                f"chat_template is on for {model_name or 'a model'}, but its tokenizer has no chat template"
+            )
         return setting
     name = model_name.lower()
     instruct = any(tag in name for tag in ("instruct", "-it", "chat"))

@@ -42,7 +42,8 @@ def check_unique_ids(examples: list[TaskExample], origin: str) -> None:
     for i, ex in enumerate(examples):
         if ex.prompt_id in seen:
             raise DataError(
-                f"{origin}: rows {seen[ex.prompt_id]} and {i} have the same id ({ex.prompt_id!r}); prompt ids must be unique"
+                f"{origin}: rows {seen[ex.prompt_id]} and {i} have the same id ({ex.prompt_id!r}); "
+                "prompt ids must be unique"
             )
         seen[ex.prompt_id] = i
 

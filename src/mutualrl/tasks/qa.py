@@ -281,7 +281,8 @@ class SocialIQaTask(MultipleChoiceTask):
     )
 
     def make_example(self, row: dict[str, Any], index: int, split: str, origin: str) -> TaskExample:
-        fields = {f: str(require(row, index, f, origin)) for f in ("context", "question", "answerA", "answerB", "answerC")}
+        names = ("context", "question", "answerA", "answerB", "answerC")
+        fields = {f: str(require(row, index, f, origin)) for f in names}
         gold = _int_label(require(row, index, "label", origin), index, "label", origin, 1, 3)
         return self.example(split, index, self.template.format(**fields), gold, 3)
 

@@ -44,7 +44,13 @@ def get_task(name: str) -> Task:
     if callable(target):
         return target()
     module_name, attr = target.split(":")
-    return getattr(importlib.import_module(module_name), attr)()
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name != module_name:
+            raise
+        raise UnknownNameError(f"task {name!r} is registered, but its module {module_name} is not available") from None
+    return getattr(module, attr)()
 
 
 # Suites of `mutualrl eval --suite`: the paper's MATH benchmark, its six-task QA suite, or both plus GSM8K.
@@ -67,7 +73,8 @@ def resolve_suite(suite: str) -> list[str]:
                 close = difflib.get_close_matches(name, list(_TASKS) + list(SUITES), n=1)
                 hint = f" Did you mean {close[0]!r}?" if close else ""
                 raise UnknownNameError(
-                    f"unknown task or suite {name!r}; suites: {', '.join(SUITES)}; tasks: {', '.join(task_names())}.{hint}"
+                    f"unknown task or suite {name!r}; suites: {', '.join(SUITES)}; "
+                    f"tasks: {', '.join(task_names())}.{hint}"
                 )
             if name not in names:
                 names.append(name)

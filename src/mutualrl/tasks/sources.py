@@ -18,6 +18,7 @@ and the field name (:func:`require`).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -76,6 +77,12 @@ def hub_reachable(timeout_s: float = 2.0) -> bool:
             return False
     endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
     host = endpoint.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
+    return _can_connect(host, timeout_s)
+
+
+@functools.lru_cache(maxsize=8)
+def _can_connect(host: str, timeout_s: float) -> bool:
+    # Probed once per process: every task load of a suite would otherwise pay the timeout again.
     try:
         with socket.create_connection((host, 443), timeout=timeout_s):
             return True

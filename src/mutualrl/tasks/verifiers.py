@@ -106,7 +106,11 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, dict):
         return str(completion.get("content", ""))
     if isinstance(completion, Sequence):
-        parts = [m.get("content", "") for m in completion if isinstance(m, dict) and m.get("role", "assistant") == "assistant"]
+        parts = [
+            m.get("content", "")
+            for m in completion
+            if isinstance(m, dict) and m.get("role", "assistant") == "assistant"
+        ]
         return "".join(str(p) for p in parts)
     return str(completion)
 
