@@ -2,17 +2,150 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 import typer
+from rich.table import Table
 
-from mutualrl.cli.common import not_implemented, report_errors
+from mutualrl.cli.common import console, err_console, report_errors
+from mutualrl.errors import UsageError
+
+
+def _fmt(value: float | None, digits: int = 4) -> str:
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def render_report(report: dict[str, Any]) -> None:
+    """The paper's tables (App. "Cross-policy complementarity") as rich tables."""
+    n = report["n_prompts"]
+    console.print(
+        f"[bold]{len(report['models'])} models on {n} common prompts[/] ({', '.join(report['tasks'])}); "
+        f"success = score >= {report['threshold']}",
+        highlight=False,
+    )
+    dropped = {m: d for m, d in report["dropped_prompts"].items() if d}
+    if dropped:
+        console.print(f"[yellow]prompts not answered by every model were left out: {dropped}[/]", highlight=False)
+
+    pairs = Table(title="Prompt-level complementarity (Tab. complementarity-pairs)", title_justify="left")
+    for col in ("Learner", "Peer", "Learner succ.", "Peer succ.", "Jaccard", "Peer rescues fail"):
+        pairs.add_column(col, justify="right" if "succ" in col or col in ("Jaccard", "Peer rescues fail") else "left")
+    for p in report["pairs"]:
+        pairs.add_row(p["learner"], p["peer"], _fmt(p["learner_success"]), _fmt(p["peer_success"]),
+                      _fmt(p["jaccard"]), f"{_fmt(p['peer_rescues_fail'])} ({p['rescued']}/{p['learner_failures']})")
+    console.print(pairs)
+
+    pool = report["pool"]
+    table = Table(title="Pool-level success (Tab. complementarity-pool)", title_justify="left")
+    for col in ("Mean single-model", "Any-model", "All-model", "Exactly-one-model", "No model"):
+        table.add_column(col, justify="right")
+    table.add_row(_fmt(pool["mean_single"]), _fmt(pool["any"]), _fmt(pool["all"]), _fmt(pool["exactly_one"]),
+                  _fmt(pool["none"]))
+    console.print(table)
+
+    diff = Table(title="Difficulty-conditioned diversity (Tab. complementarity-difficulty)", title_justify="left",
+                 caption=f"buckets: {report['difficulty']['tie_rule']}", caption_justify="left")
+    for col in ("Bucket", "n", "mean reward", "Jaccard", "One-model", "Any", "All"):
+        diff.add_column(col, justify="left" if col == "Bucket" else "right")
+    for b in report["difficulty"]["buckets"]:
+        span = "–" if b["n"] == 0 else f"{b['mean_reward_min']:.2f}–{b['mean_reward_max']:.2f}"
+        diff.add_row(b["bucket"], str(b["n"]), span, _fmt(b["jaccard"]), _fmt(b["exactly_one"]), _fmt(b["any"]),
+                     _fmt(b["all"]))
+    console.print(diff)
+
+    usability = report["usability"]
+    use = Table(title="Regime usability over (prompt, learner) pairs (Tab. regime-overlap)", title_justify="left",
+                caption=usability["note"] or "", caption_justify="left")
+    use.add_column("Usable regimes on prompt")
+    use.add_column("% of pairs", justify="right")
+    use.add_column("count", justify="right")
+    for row in usability["rows"]:
+        use.add_row(row["label"], f"{100 * row['fraction']:.2f}", str(row["count"]))
+    console.print(use)
+
+    if "by_task" in report:
+        per_task = Table(title="Per task", title_justify="left")
+        for col in ("Task", "n", "Mean single", "Any", "All", "Exactly-one"):
+            per_task.add_column(col, justify="left" if col == "Task" else "right")
+        for task, data in report["by_task"].items():
+            p = data["pool"]
+            per_task.add_row(task, str(p["n"]), _fmt(p["mean_single"]), _fmt(p["any"]), _fmt(p["all"]),
+                             _fmt(p["exactly_one"]))
+        console.print(per_task)
 
 
 @report_errors
 def complementarity(
-    results: list[Path] = typer.Argument(None, help="Eval result JSON files (from `mutualrl eval`)."),
+    results: list[Path] = typer.Argument(
+        None, help="Eval result files (`mutualrl eval` output, or single-model files) and/or run folders "
+        "(their eval/<policy>/step-NNNNNN.json at --step)."),
+    step: str | None = typer.Option(None, "--step", help="For run folders: a step number, 'first' (No Train) or "
+                                    "'last' (default: the last step every policy has).", show_default=False),
+    run_target: str | None = typer.Option(
+        None, "--run", help="Instead of reading results, evaluate this pool / recipe / model list first (greedy) "
+        "and analyse that.", show_default=False),
+    suite: str | None = typer.Option(None, "--suite", help="With --run: the suite (default: the recipe's task, "
+                                     "else math).", show_default=False),
+    limit: int | None = typer.Option(None, "--limit", help="With --run: prompts per task (the paper: 500 MATH)."),
+    split: str | None = typer.Option(None, "--split", help="With --run: the split.", show_default=False),
+    source: str | None = typer.Option(None, "--source", help="With --run: the data source.", show_default=False),
+    max_new_tokens: int | None = typer.Option(None, "--max-new-tokens", help="With --run: generation length.",
+                                              show_default=False),
+    batch_size: int | None = typer.Option(None, "--batch-size", help="With --run: generation batch size.",
+                                          show_default=False),
+    device: str = typer.Option("auto", "--device", help="With --run: device."),
+    backend: str = typer.Option("auto", "--backend", help="With --run: transformers, vllm or auto."),
+    save: Path | None = typer.Option(None, "--save", help="With --run: also write the eval results JSON here.",
+                                     show_default=False),
+    threshold: float = typer.Option(0.5, "--threshold", help="A prompt counts as solved when its score is >= this."),
+    buckets: int = typer.Option(3, "--buckets", help="Number of equal-size difficulty buckets."),
+    difficulty: list[Path] = typer.Option(
+        [], "--difficulty", help="Eval results whose mean score per prompt ranks difficulty (default: the analysed "
+        "models' mean). Repeatable."),
+    prp_ratios: Path | None = typer.Option(
+        None, "--prp-ratios", help="JSON lines {prompt_id, learner, ratios:[...]} from a PRP run, to fill the PRP "
+        "column of the usability table.", show_default=False),
     json_output: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Also write the report JSON here.", show_default=False),
 ) -> None:
-    """Per-model success, pairwise Jaccard, peer-rescue rates, any/all/exactly-one success, by difficulty."""
-    not_implemented("complementarity", 6)
+    """Per-model success, pairwise Jaccard, peer-rescue rates, any/all/exactly-one success, by difficulty, and the
+    regime usability table (paper App. "Cross-policy complementarity and channel decomposition")."""
+    from mutualrl.evaluation.complementarity import analyze, read_prp_ratios
+    from mutualrl.evaluation.results import load_many, save_eval_file, write_json_atomic
+
+    loaded = load_many(list(results or []), step) if results else []
+    if run_target is not None:
+        from mutualrl.cli.eval_cmd import run_eval_command
+
+        ran, meta = run_eval_command(
+            run_target, suite, limit=limit, split=split, source=source, max_new_tokens=max_new_tokens,
+            batch_size=batch_size, device=device, backend=backend, verifier=None, chat_template=None,
+            tokenizer=None, max_prompt_tokens=None, log=err_console,
+        )
+        if save is not None:
+            save_eval_file(save, ran, meta)
+            err_console.print(f"eval results: {save}", highlight=False)
+        loaded.extend(ran)
+    if not loaded:
+        raise UsageError("give eval result files or run folders, or --run a pool / model list")
+    diff_scores = None
+    if difficulty:
+        from collections import defaultdict
+
+        sums: dict[str, list[float]] = defaultdict(list)
+        for r in load_many(list(difficulty), step):
+            for rec in r.records:
+                sums[rec.prompt_id].append(rec.score)
+        diff_scores = {pid: sum(v) / len(v) for pid, v in sums.items()}
+    ratios = read_prp_ratios(prp_ratios) if prp_ratios is not None else None
+    report = analyze(loaded, threshold=threshold, n_buckets=buckets, difficulty=diff_scores, prp_ratios=ratios)
+    if out is not None:
+        write_json_atomic(out, report)
+    if json_output:
+        print(json.dumps(report, indent=2))
+    else:
+        render_report(report)
+        if out is not None:
+            console.print(f"report: {out}", highlight=False)

@@ -2,19 +2,208 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import typer
 
-from mutualrl.cli.common import not_implemented, report_errors
+from mutualrl.cli.common import console, err_console, report_errors
+
+SUITE_HELP = (
+    "math (MATH), qa (ARC, OpenBookQA, BoolQ, PIQA, HellaSwag, Social IQa), all (MATH, GSM8K and the QA suite), "
+    "or comma-separated task names (math, gsm8k, arc, arc-easy, openbookqa, boolq, piqa, hellaswag, siqa, qa-mix, "
+    "synthetic-arith). Default: the recipe's task for a pool, else math."
+)
+
+
+def progress_bars() -> tuple[Any, Callable[[str, int], Callable[[int], None]]]:
+    """A rich progress display and a factory of per-model bars (``advance`` callbacks)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    progress = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("prompts"),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=err_console,
+        transient=False,
+    )
+
+    def factory(name: str, total: int) -> Callable[[int], None]:
+        task_id = progress.add_task(name, total=total)
+        return lambda n: progress.advance(task_id, n)
+
+    return progress, factory
+
+
+def run_eval_command(
+    target: str,
+    suite: str | None,
+    *,
+    limit: int | None,
+    split: str | None,
+    source: str | None,
+    max_new_tokens: int | None,
+    batch_size: int | None,
+    device: str,
+    backend: str,
+    verifier: str | None,
+    chat_template: bool | None,
+    tokenizer: str | None,
+    max_prompt_tokens: int | None,
+    log: Any = None,
+) -> tuple[list[Any], dict[str, Any]]:
+    """Resolve everything from the target (pool defaults) and the options; evaluate; return results and metadata.
+
+    Status lines go to ``log`` (a rich console; default stdout) -- callers printing JSON pass stderr.
+    """
+    log = log or console
+    from mutualrl.evaluation.runner import load_suite, resolve_targets, run_eval
+    from mutualrl.tasks.registry import resolve_suite
+    from mutualrl.tasks.verifiers import check_mode
+
+    chosen = resolve_targets(target, tokenizer=tokenizer, chat_template=chat_template)
+    recipe = chosen.recipe
+    if suite is None:
+        suite = recipe.task.name if recipe is not None else "math"
+    tasks = resolve_suite(suite)
+    if recipe is not None:
+        source = source if source is not None else recipe.task.source
+        verifier = verifier or recipe.task.verifier
+        max_prompt_tokens = max_prompt_tokens if max_prompt_tokens is not None else recipe.task.max_prompt_tokens
+        if max_new_tokens is None:
+            max_new_tokens = recipe.validation.max_new_tokens or recipe.grpo.get("max_completion_length")
+        batch_size = batch_size or recipe.validation.batch_size
+    verifier = check_mode(verifier or "default")
+    max_new_tokens = int(max_new_tokens or 1024)
+    batch_size = int(batch_size or 16)
+    if limit is not None and limit < 1:
+        from mutualrl.errors import UsageError
+
+        raise UsageError(f"--limit must be >= 1, got {limit}")
+
+    with log.status(f"loading {', '.join(tasks)} prompts ..."):
+        examples = load_suite(tasks, split=split, source=source, limit=limit)
+    log.print(
+        f"[bold]eval[/] {len(chosen.targets)} model(s) x {len(tasks)} task(s) ({len(examples)} prompts), "
+        f"greedy, max {max_new_tokens} new tokens, verifier {verifier}",
+        highlight=False,
+    )
+    progress, factory = progress_bars()
+    _quiet_transformers()
+    start = time.perf_counter()
+    with progress:
+        results, dropped = run_eval(
+            chosen.targets,
+            examples,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            device=device,
+            backend=backend,
+            verifier=verifier,
+            max_prompt_tokens=max_prompt_tokens,
+            split=split,
+            on_status=lambda msg: progress.console.print(f"[dim]{msg}[/]", highlight=False),
+            progress_factory=factory,
+        )
+    if dropped:
+        log.print(f"[yellow]dropped {dropped} prompt(s) longer than {max_prompt_tokens} tokens for some model[/]")
+    from mutualrl.tasks.registry import get_task
+
+    meta = {
+        "target": target,
+        "label": chosen.label,
+        "suite": suite,
+        "tasks": tasks,
+        "splits": {t: split or get_task(t).default_eval_split for t in tasks},
+        "source": source,
+        "limit": limit,
+        "max_new_tokens": max_new_tokens,
+        "verifier": verifier,
+        "dropped_too_long": dropped,
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+    return results, meta
+
+
+def _quiet_transformers() -> None:
+    # Our own progress bars replace transformers' per-model "Loading weights" bars.
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
+def default_output(label: str, suite: str) -> Path:
+    safe_suite = suite.replace(",", "+")
+    return Path("eval-results") / f"{label}-{safe_suite}-{time.strftime('%Y%m%d-%H%M%S')}.json"
 
 
 @report_errors
 def eval_command(
-    target: str = typer.Argument("tiny", help="A pool name, a recipe path, or comma-separated models."),
-    suite: str = typer.Option("math", "--suite", help="math, qa, all, or comma-separated task names."),
+    target: str = typer.Argument("tiny", help="A pool name, a recipe path, or comma-separated models "
+                                 "(builtin:NAME, local folders, hub ids)."),
+    suite: str | None = typer.Option(None, "--suite", help=SUITE_HELP, show_default=False),
     limit: int | None = typer.Option(None, "--limit", help="Evaluate at most this many prompts per task."),
+    split: str | None = typer.Option(
+        None, "--split", help="Split of every task (default: each task's evaluation split; MATH: test500).",
+        show_default=False),
+    source: str | None = typer.Option(
+        None, "--source",
+        help="Data source: auto (hub when reachable, else offline), offline, hub, a local file/folder, or a hub "
+        "dataset id. Default: the recipe's, else auto.", show_default=False),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Results JSON (default: eval-results/<models>-<suite>-<time>.json); the "
+        "markdown table is written next to it (.md).", show_default=False),
+    max_new_tokens: int | None = typer.Option(
+        None, "--max-new-tokens", help="Generation length (default: the recipe's validation length, else 1024).",
+        show_default=False),
+    batch_size: int | None = typer.Option(None, "--batch-size", help="Prompts per generation batch (default 16).",
+                                          show_default=False),
+    device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1, ... (auto: cuda when available)."),
+    backend: str = typer.Option("auto", "--backend", help="transformers, vllm, or auto (vllm when installed and on "
+                                "a GPU)."),
+    verifier: str | None = typer.Option(None, "--verifier", help="default (the task's own), exact (the paper's "
+                                        "strict string match) or equiv (math-verify / choice matching).",
+                                        show_default=False),
+    chat_template: bool | None = typer.Option(
+        None, "--chat-template/--no-chat-template", help="Wrap prompts in the tokenizer's chat template (default: "
+        "the recipe's setting; else only for instruct/chat models).", show_default=False),
+    tokenizer: str | None = typer.Option(None, "--tokenizer", help="Tokenizer for every model (named, folder or "
+                                         "hub id; default: each model's own).", show_default=False),
+    max_prompt_tokens: int | None = typer.Option(
+        None, "--max-prompt-tokens", help="Drop prompts longer than this for any model (default: the recipe's, "
+        "else keep all).", show_default=False),
 ) -> None:
     """Evaluate models with greedy decoding (one completion per prompt) and report reward@1 per task.
 
-    Writes a JSON file with every prompt's completion and score, and prints a markdown table.
+    Writes a JSON file with every prompt's completion and score, and a markdown table.
     """
-    not_implemented("eval", 6)
+    from mutualrl.evaluation.results import markdown_table, save_eval_file
+
+    results, meta = run_eval_command(
+        target, suite, limit=limit, split=split, source=source, max_new_tokens=max_new_tokens,
+        batch_size=batch_size, device=device, backend=backend, verifier=verifier, chat_template=chat_template,
+        tokenizer=tokenizer, max_prompt_tokens=max_prompt_tokens,
+    )
+    path = output or default_output(meta["label"], meta["suite"])
+    save_eval_file(path, results, meta)
+    table = markdown_table(results, meta["tasks"])
+    md_path = path.with_suffix(".md")
+    md_path.write_text(
+        f"# mutualrl eval: {meta['target']} on {meta['suite']}\n\n"
+        f"Greedy decoding, one completion per prompt, reward@1; verifier {meta['verifier']}; "
+        f"max {meta['max_new_tokens']} new tokens; {meta['seconds']:.1f}s.\n\n{table}"
+    )
+    console.print(table, markup=False, highlight=False)
+    console.print(f"results: {path}\ntable:   {md_path}", highlight=False)

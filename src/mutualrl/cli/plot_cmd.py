@@ -5,14 +5,41 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.table import Table
 
-from mutualrl.cli.common import not_implemented, report_errors
+from mutualrl.cli.common import console, report_errors
+
+
+def _fmt(value: float | None) -> str:
+    return "–" if value is None else f"{value:.4f}"
 
 
 @report_errors
 def plot(
     run_dirs: list[Path] = typer.Argument(..., help="One or more run folders (overlaid for comparison)."),
     out: Path | None = typer.Option(None, "--out", help="Folder for the PNG files (default: first run's plots/)."),
+    smooth: float = typer.Option(
+        0.3, "--smooth", help="EMA weight for training curves with more than 20 points (0 or 1: raw only)."),
 ) -> None:
-    """Plot validation reward@1, training reward, entropy, KL and regime metrics per policy."""
-    not_implemented("plot", 6)
+    """Plot validation reward@1, training reward, entropy, KL and regime metrics per policy.
+
+    Figures follow the paper's: validation reward@1 and training reward per policy with one line per run
+    (regime), entropy and KL ("optimization signatures"), and regime metrics such as the SGT gate rate.
+    """
+    from mutualrl.evaluation.plots import plot_runs, summary_rows
+
+    out_dir = out or (run_dirs[0] / "plots")
+    alpha = smooth if 0 < smooth < 1 else None
+    written = plot_runs(run_dirs, out_dir, smooth=alpha)
+    table = Table(title="Validation reward@1 (greedy)", title_justify="left")
+    for col in ("run", "policy", "No Train (step)", "final (step)", "best", "last train reward"):
+        table.add_column(col, justify="left" if col in ("run", "policy") else "right")
+    for row in summary_rows(run_dirs):
+        first = f"{_fmt(row['first'])} ({row['first_step']})" if row["first"] is not None else "–"
+        final = f"{_fmt(row['final'])} ({row['final_step']})" if row["final"] is not None else "–"
+        table.add_row(row["run"], row["policy"], first, final, _fmt(row["best"]), _fmt(row["last_train_reward"]))
+    console.print(table)
+    if not written:
+        console.print("[yellow]no metrics to plot yet[/]")
+    for path in written:
+        console.print(f"wrote {path}", highlight=False)

@@ -8,6 +8,7 @@ that scores a completion against the gold answer.
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +35,35 @@ class Task(ABC):
     name: str = ""
     #: Splits this task can load (e.g. ("train", "test")).
     splits: tuple[str, ...] = ("train", "test")
+    #: The split `mutualrl eval` uses when none is given.
+    default_eval_split: str = "test"
+    #: Answer checks this task supports (see :mod:`mutualrl.tasks.verifiers`); "default" is the task's own.
+    verifier_modes: tuple[str, ...] = ("default",)
+    #: The answer check in use ("default", "exact" or "equiv"); set with :meth:`with_verifier`.
+    verifier: str = "default"
+
+    def with_verifier(self, mode: str) -> Task:
+        """A copy of this task that checks answers with ``mode`` (recipe field ``task.verifier``)."""
+        if mode == "default":
+            return self
+        if mode not in self.verifier_modes:
+            from mutualrl.errors import UsageError
+
+            raise UsageError(
+                f"task {self.name!r} has no {mode!r} verifier; it supports: {', '.join(self.verifier_modes)}"
+            )
+        clone = copy.copy(self)
+        clone.verifier = mode
+        return clone
+
+    def extract(self, completion: str) -> str | None:
+        """The answer a completion gives (shown in eval results); boxed tasks take the last ``\\boxed{}``.
+
+        Tasks whose answers are not boxed override this.
+        """
+        from mutualrl.tasks.verifiers import extract_boxed
+
+        return extract_boxed(completion)
 
     @abstractmethod
     def load(self, split: str, source: str | None = None, limit: int | None = None) -> list[TaskExample]:

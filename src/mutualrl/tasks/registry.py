@@ -12,6 +12,16 @@ from mutualrl.tasks.base import Task
 # name -> "module:attribute" of a zero-argument factory returning a Task.
 _TASKS: dict[str, str] = {
     "synthetic-arith": "mutualrl.tasks.synthetic:SyntheticArithTask",
+    "math": "mutualrl.tasks.math:MathTask",
+    "gsm8k": "mutualrl.tasks.gsm8k:GSM8KTask",
+    "arc": "mutualrl.tasks.qa:ARCTask",
+    "arc-easy": "mutualrl.tasks.qa:ARCEasyTask",
+    "openbookqa": "mutualrl.tasks.qa:OpenBookQATask",
+    "boolq": "mutualrl.tasks.qa:BoolQTask",
+    "piqa": "mutualrl.tasks.qa:PIQATask",
+    "hellaswag": "mutualrl.tasks.qa:HellaSwagTask",
+    "siqa": "mutualrl.tasks.qa:SocialIQaTask",
+    "qa-mix": "mutualrl.tasks.mixture:QAMixTask",
 }
 
 
@@ -34,4 +44,40 @@ def get_task(name: str) -> Task:
     if callable(target):
         return target()
     module_name, attr = target.split(":")
-    return getattr(importlib.import_module(module_name), attr)()
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        if err.name != module_name:
+            raise
+        raise UnknownNameError(f"task {name!r} is registered, but its module {module_name} is not available") from None
+    return getattr(module, attr)()
+
+
+# Suites of `mutualrl eval --suite`: the paper's MATH benchmark, its six-task QA suite, or both plus GSM8K.
+SUITES: dict[str, tuple[str, ...]] = {
+    "math": ("math",),
+    "qa": ("arc", "openbookqa", "boolq", "piqa", "hellaswag", "siqa"),
+    "all": ("math", "gsm8k", "arc", "openbookqa", "boolq", "piqa", "hellaswag", "siqa"),
+}
+
+
+def resolve_suite(suite: str) -> list[str]:
+    """``math`` / ``qa`` / ``all`` or comma-separated task names (suites may be mixed in) -> task names."""
+    names: list[str] = []
+    for part in (p.strip() for p in suite.split(",")):
+        if not part:
+            continue
+        expanded = SUITES.get(part, (part,))
+        for name in expanded:
+            if name not in _TASKS:
+                close = difflib.get_close_matches(name, list(_TASKS) + list(SUITES), n=1)
+                hint = f" Did you mean {close[0]!r}?" if close else ""
+                raise UnknownNameError(
+                    f"unknown task or suite {name!r}; suites: {', '.join(SUITES)}; "
+                    f"tasks: {', '.join(task_names())}.{hint}"
+                )
+            if name not in names:
+                names.append(name)
+    if not names:
+        raise UnknownNameError(f"empty suite {suite!r}; suites: {', '.join(SUITES)}; tasks: {', '.join(task_names())}")
+    return names

@@ -1,0 +1,344 @@
+"""Greedy evaluation: one completion per prompt, scored by each example's task verifier.
+
+Paper, App. "Implementation details": "For validation we decode a single completion per
+prompt with temperature 0 (no sampling)"; reward@1 is the mean verifier reward. Two
+backends produce the completions from the same token ids:
+
+- transformers ``generate`` (CPU or GPU): left padding, greedy, stop at EOS -- used by the
+  training loop's validation hook through :func:`evaluate_examples`;
+- vLLM (``vllm.LLM`` at temperature 0) when vllm is installed and CUDA is available --
+  :func:`evaluate_examples_vllm`, imported lazily so CPU code never imports vllm.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import importlib.util
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from mutualrl.evaluation.results import ModelEvalResult, PromptResult
+from mutualrl.tasks.base import Task, TaskExample
+
+Progress = Callable[[int], None]
+
+
+# ---------------------------------------------------------------------------------------
+# Prompts
+# ---------------------------------------------------------------------------------------
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def resolve_chat_template(setting: bool | None, tokenizer: Any, model_name: str = "") -> bool:
+    """Whether to wrap prompts in the chat template.
+
+    An explicit ``True``/``False`` (recipe ``chat_template``, ``--chat-template``) wins. Unset:
+    yes when the tokenizer has a template and the model name says it is an instruct/chat
+    model (``instruct``, ``-it``, ``chat``), else plain text -- base models are evaluated on
+    the raw prompt, as in the paper.
+    """
+    if setting is not None:
+        if setting and not has_chat_template(tokenizer):
+            from mutualrl.errors import UsageError
+
+            raise UsageError(
+                f"chat_template is on for {model_name or 'a model'}, but its tokenizer has no chat template"
+            )
+        return setting
+    name = model_name.lower()
+    instruct = any(tag in name for tag in ("instruct", "-it", "chat"))
+    return has_chat_template(tokenizer) and instruct
+
+
+def prompt_token_ids(tokenizer: Any, prompt: str, chat_template: bool) -> list[int]:
+    """The token ids a policy sees for ``prompt`` (chat-wrapped with a generation prompt, or plain)."""
+    if chat_template:
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
+        )
+        return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    return list(tokenizer(prompt)["input_ids"])
+
+
+def eos_token_ids(tokenizer: Any, model: Any = None) -> list[int]:
+    """Every id that ends a completion: the tokenizer's EOS and the model's generation-config EOS."""
+    ids: list[int] = []
+    candidates: list[Any] = [getattr(tokenizer, "eos_token_id", None)]
+    gen_config = getattr(model, "generation_config", None)
+    if gen_config is not None:
+        candidates.append(getattr(gen_config, "eos_token_id", None))
+    for c in candidates:
+        for i in c if isinstance(c, (list, tuple)) else [c]:
+            if i is not None and int(i) not in ids:
+                ids.append(int(i))
+    return ids
+
+
+def decode_completion(tokenizer: Any, token_ids: Sequence[int], eos_ids: Sequence[int], pad_id: int | None) -> str:
+    """Completion text: tokens up to the first EOS, special tokens dropped."""
+    out = []
+    for t in token_ids:
+        t = int(t)
+        if t in eos_ids:
+            break
+        out.append(t)
+    if pad_id is not None and pad_id not in eos_ids:
+        while out and out[-1] == pad_id:
+            out.pop()
+    return tokenizer.decode(out, skip_special_tokens=True)
+
+
+# ---------------------------------------------------------------------------------------
+# transformers backend
+# ---------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _eval_mode(model: Any) -> Iterator[None]:
+    was_training = bool(getattr(model, "training", False))
+    model.eval()
+    try:
+        yield
+    finally:
+        if was_training:
+            model.train()
+
+
+def generate_greedy(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+    progress: Progress | None = None,
+) -> list[str]:
+    """Greedy completions (transformers ``generate``) for tokenised prompts, in input order.
+
+    Prompts are batched by length (less padding) and left-padded; generation stops at EOS.
+    The model's train/eval mode is restored afterwards (the training loop calls this mid-run).
+    """
+    import torch
+    from transformers import GenerationConfig
+
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    eos_ids = eos_token_ids(tokenizer, model)
+    pad_id = tokenizer.pad_token_id
+    if pad_id is None:
+        pad_id = eos_ids[0] if eos_ids else 0
+    config = GenerationConfig(
+        do_sample=False,
+        num_beams=1,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=eos_ids or None,
+        pad_token_id=pad_id,
+        use_cache=True,
+    )
+    device = next(model.parameters()).device
+    order = sorted(range(len(prompts)), key=lambda i: (-len(prompts[i]), i))
+    completions: list[str] = [""] * len(prompts)
+    with _eval_mode(model), torch.no_grad():
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            width = max(len(prompts[i]) for i in batch)
+            input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+            attention = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, i in enumerate(batch):
+                ids = prompts[i]
+                if ids:
+                    input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
+                    attention[row, width - len(ids) :] = 1
+            output = model.generate(
+                input_ids=input_ids.to(device), attention_mask=attention.to(device), generation_config=config
+            )
+            new_tokens = output[:, width:].tolist()
+            for row, i in enumerate(batch):
+                completions[i] = decode_completion(tokenizer, new_tokens[row], eos_ids, pad_id)
+            if progress is not None:
+                progress(len(batch))
+    return completions
+
+
+# ---------------------------------------------------------------------------------------
+# Scoring
+# ---------------------------------------------------------------------------------------
+
+
+def score_examples(
+    examples: Sequence[TaskExample], completions: Sequence[str], verifier: str = "default"
+) -> list[PromptResult]:
+    """Score each completion with the verifier of its example's task (``get_task(example.task)``)."""
+    from mutualrl.tasks.registry import get_task
+
+    if len(examples) != len(completions):
+        raise ValueError(f"{len(examples)} examples but {len(completions)} completions")
+    tasks: dict[str, Task] = {}
+    records = []
+    for ex, completion in zip(examples, completions, strict=True):
+        task = tasks.get(ex.task)
+        if task is None:
+            task = tasks[ex.task] = get_task(ex.task).with_verifier(verifier)
+        records.append(
+            PromptResult(
+                prompt_id=ex.prompt_id,
+                task=ex.task,
+                prompt=ex.prompt,
+                completion=completion,
+                answer=ex.answer,
+                extracted=task.extract(completion),
+                score=float(task.score(completion, ex.answer)),
+            )
+        )
+    return records
+
+
+def _model_name(model: Any) -> str:
+    config = getattr(model, "config", None)
+    return str(getattr(config, "_name_or_path", "") or type(model).__name__)
+
+
+def evaluate_examples(
+    model: Any,
+    tokenizer: Any,
+    examples: list[TaskExample],
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+    chat_template: bool,
+    progress: Progress | None = None,
+    model_name: str | None = None,
+    policy: str | None = None,
+    step: int | None = None,
+    verifier: str = "default",
+) -> ModelEvalResult:
+    """Greedy reward@1 of ``model`` on ``examples`` (transformers backend).
+
+    One completion per prompt (temperature 0, left padding, stop at EOS), each scored by
+    its example's task verifier. ``progress`` is called with the number of prompts finished
+    after every batch.
+    """
+    start = time.perf_counter()
+    prompts = [prompt_token_ids(tokenizer, ex.prompt, chat_template) for ex in examples]
+    completions = generate_greedy(
+        model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size, progress=progress
+    )
+    return ModelEvalResult(
+        model=model_name or _model_name(model),
+        records=score_examples(examples, completions, verifier),
+        policy=policy,
+        step=step,
+        settings={
+            "backend": "transformers",
+            "decoding": "greedy",
+            "max_new_tokens": max_new_tokens,
+            "batch_size": batch_size,
+            "chat_template": chat_template,
+            "verifier": verifier,
+        },
+        seconds=time.perf_counter() - start,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# vLLM backend
+# ---------------------------------------------------------------------------------------
+
+
+def vllm_available() -> bool:
+    """vllm is installed and a CUDA device is visible (never imports vllm)."""
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def generate_greedy_vllm(
+    model_path: str,
+    tokenizer: Any,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    dtype: str = "auto",
+    gpu_memory_utilization: float = 0.85,
+    eos_ids: Sequence[int] | None = None,
+) -> list[str]:
+    """Greedy completions with ``vllm.LLM`` (temperature 0) from the same token ids as the HF path.
+
+    vLLM gets token ids, not text (``skip_tokenizer_init``): prompts are tokenised once, by
+    our tokenizer, identically for both backends; completions are decoded by it too.
+    """
+    from vllm import LLM, SamplingParams
+
+    eos = list(eos_ids) if eos_ids is not None else eos_token_ids(tokenizer)
+    llm = LLM(
+        model=model_path,
+        skip_tokenizer_init=True,
+        dtype=dtype,
+        gpu_memory_utilization=gpu_memory_utilization,
+        seed=0,
+    )
+    try:
+        params = SamplingParams(
+            temperature=0.0, n=1, max_tokens=max_new_tokens, stop_token_ids=eos or None, detokenize=False
+        )
+        outputs = llm.generate([{"prompt_token_ids": ids} for ids in prompts], params, use_tqdm=False)
+        pad_id = tokenizer.pad_token_id
+        return [decode_completion(tokenizer, o.outputs[0].token_ids, eos, pad_id) for o in outputs]
+    finally:
+        del llm
+        release_vllm()
+
+
+def release_vllm() -> None:
+    """Best-effort release of vLLM's GPU memory between models."""
+    with contextlib.suppress(Exception):
+        from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+
+        destroy_model_parallel()
+        destroy_distributed_environment()
+    gc.collect()
+    with contextlib.suppress(Exception):
+        import torch
+
+        torch.cuda.empty_cache()
+
+
+def evaluate_examples_vllm(
+    model_path: str,
+    tokenizer: Any,
+    examples: list[TaskExample],
+    *,
+    max_new_tokens: int,
+    chat_template: bool,
+    progress: Progress | None = None,
+    model_name: str | None = None,
+    policy: str | None = None,
+    dtype: str = "auto",
+    verifier: str = "default",
+) -> ModelEvalResult:
+    """:func:`evaluate_examples` with the vLLM backend (model loaded from ``model_path``)."""
+    start = time.perf_counter()
+    prompts = [prompt_token_ids(tokenizer, ex.prompt, chat_template) for ex in examples]
+    completions = generate_greedy_vllm(model_path, tokenizer, prompts, max_new_tokens=max_new_tokens, dtype=dtype)
+    if progress is not None:
+        progress(len(examples))
+    return ModelEvalResult(
+        model=model_name or model_path,
+        records=score_examples(examples, completions, verifier),
+        policy=policy,
+        settings={
+            "backend": "vllm",
+            "decoding": "greedy",
+            "max_new_tokens": max_new_tokens,
+            "chat_template": chat_template,
+            "verifier": verifier,
+        },
+        seconds=time.perf_counter() - start,
+    )

@@ -1,0 +1,352 @@
+"""PNG figures of training runs, in the style of the paper's figures.
+
+Read from each run folder's ``metrics.jsonl`` (train and eval lines, see
+docs/run_layout) and ``run.json``; several runs are overlaid, one colour per run
+(labelled by regime, e.g. standalone / prp / xgrpo / sgt):
+
+- ``validation_reward.png`` -- validation reward@1 vs step, one panel per policy plus
+  their average (paper Fig. "probe comparison", top row); step 0 is "No Train";
+- ``validation_reward_by_task.png`` -- the same per task, when runs validate on several;
+- ``training_reward.png`` -- mean training reward per policy (bottom row of that figure);
+- ``optimization.png`` -- entropy and KL per policy (Fig. "optimization signatures");
+- ``regime_metrics.png`` -- regime metrics such as ``sgt/gate_rate`` when present.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mutualrl.errors import DataError
+
+REGIME_PREFIXES = ("sgt/", "xgrpo/", "prp/", "grpo-randpert/", "randpert/")
+OPTIMIZATION_KEYS = (("entropy", "entropy"), ("kl", "KL"))
+
+
+@dataclass
+class RunData:
+    path: Path
+    info: dict[str, Any]
+    train: list[dict[str, Any]] = field(default_factory=list)
+    evals: list[dict[str, Any]] = field(default_factory=list)
+    label: str = ""
+
+    @property
+    def regime(self) -> str:
+        if self.info.get("regime"):
+            return str(self.info["regime"])
+        regimes = [line.get("regime") for line in self.train + self.evals if line.get("regime")]
+        return max(set(regimes), key=regimes.count) if regimes else "run"
+
+    @property
+    def pool(self) -> str:
+        return str(self.info.get("pool") or "")
+
+    def policies(self) -> list[str]:
+        named = [p.get("name") for p in self.info.get("policies", []) if isinstance(p, dict) and p.get("name")]
+        seen = list(dict.fromkeys(named + [line["policy"] for line in self.train + self.evals if "policy" in line]))
+        return seen
+
+
+def load_run(path: str | Path) -> RunData:
+    """A run folder's metrics. A truncated last line (a run still writing) is skipped with a warning."""
+    path = Path(path)
+    metrics = path / "metrics.jsonl"
+    if not metrics.is_file():
+        raise DataError(f"{path}: no metrics.jsonl (is it a run folder written by `mutualrl train`?)")
+    info: dict[str, Any] = {}
+    if (path / "run.json").is_file():
+        try:
+            info = json.loads((path / "run.json").read_text())
+        except json.JSONDecodeError as err:
+            raise DataError(f"{path / 'run.json'}: not valid JSON ({err})") from None
+    run = RunData(path=path, info=info)
+    lines = metrics.read_text(encoding="utf-8").splitlines()
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            if lineno == len(lines):
+                warnings.warn(f"{metrics}: skipping a truncated last line", stacklevel=2)
+                continue
+            raise DataError(f"{metrics}: line {lineno} is not valid JSON ({err.msg})") from None
+        if not isinstance(row, dict):
+            raise DataError(f"{metrics}: line {lineno} is not a JSON object")
+        kind = row.get("kind")
+        if kind not in ("train", "eval"):
+            continue  # other kinds may appear later; they are not plotted
+        for key in ("policy", "step"):
+            if key not in row:
+                raise DataError(f"{metrics}: line {lineno} ({kind}) has no {key!r}")
+        (run.train if kind == "train" else run.evals).append(row)
+    return run
+
+
+def label_runs(runs: Sequence[RunData]) -> None:
+    """Legend labels: the regime; with the pool when pools differ; with the folder name when still ambiguous."""
+    pools = {r.pool for r in runs}
+    for r in runs:
+        r.label = f"{r.pool}/{r.regime}" if len(pools) > 1 and r.pool else r.regime
+    labels = [r.label for r in runs]
+    for r in runs:
+        if labels.count(r.label) > 1:
+            r.label = f"{r.label} ({r.path.name})"
+
+
+def series(lines: list[dict[str, Any]], policy: str, key: str) -> tuple[list[int], list[float]]:
+    """(steps, values) of ``key`` for ``policy``, sorted by step; the last value wins for a repeated step."""
+    points: dict[int, float] = {}
+    for line in lines:
+        if line.get("policy") != policy or key not in line:
+            continue
+        value = line[key]
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            points[int(line["step"])] = float(value)
+    steps = sorted(points)
+    return steps, [points[s] for s in steps]
+
+
+def mean_series(lines: list[dict[str, Any]], policies: list[str], key: str) -> tuple[list[int], list[float]]:
+    """Mean over policies at the steps every policy logged (the paper's averaged panel)."""
+    per = [dict(zip(*series(lines, p, key), strict=True)) for p in policies]
+    per = [p for p in per if p]
+    if len(per) < 2:
+        return [], []
+    common = sorted(set.intersection(*(set(p) for p in per)))
+    return common, [sum(p[s] for p in per) / len(per) for s in common]
+
+
+def ema(values: list[float], alpha: float) -> list[float]:
+    out: list[float] = []
+    for v in values:
+        out.append(v if not out else alpha * v + (1 - alpha) * out[-1])
+    return out
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"font.size": 10, "axes.titlesize": 11, "axes.grid": True, "grid.alpha": 0.3,
+                         "axes.spines.top": False, "axes.spines.right": False})
+    return plt
+
+
+def _colors(n: int) -> list[Any]:
+    plt = _pyplot()
+    cmap = plt.get_cmap("tab10")
+    return [cmap(i % 10) for i in range(n)]
+
+
+def _grid(plt: Any, rows: int, cols: int, title: str) -> tuple[Any, Any]:
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols + 0.4, 3.1 * rows + 0.9), squeeze=False)
+    fig.suptitle(title, fontweight="bold")
+    return fig, axes
+
+
+def _finish(fig: Any, runs: Sequence[RunData], colors: list[Any], drawn: set[int], out: Path) -> Path:
+    """Figure-level legend (only the runs that have data in this figure), layout, save."""
+    from matplotlib.lines import Line2D
+
+    shown = [i for i in range(len(runs)) if i in drawn]
+    handles = [Line2D([], [], color=colors[i], lw=2) for i in shown]
+    fig.legend(handles, [runs[i].label for i in shown], loc="lower center", ncol=min(len(shown), 6), frameon=False,
+               bbox_to_anchor=(0.5, 0.0))
+    fig.tight_layout(rect=(0, 0.07 if len(shown) <= 6 else 0.12, 1, 0.97))
+    fig.savefig(out, dpi=120)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return out
+
+
+def _panel_policies(runs: Sequence[RunData]) -> list[str]:
+    return list(dict.fromkeys(p for r in runs for p in r.policies()))
+
+
+def _empty(ax: Any, text: str = "no data") -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.5")
+
+
+def plot_metric_panels(
+    runs: Sequence[RunData],
+    out: Path,
+    *,
+    kind: str,
+    key: str,
+    title: str,
+    ylabel: str,
+    average: bool = True,
+    smooth: float | None = None,
+    markers: bool = True,
+) -> Path | None:
+    """One panel per policy (plus the mean over policies), one line per run, of metric ``key``."""
+    policies = _panel_policies(runs)
+    if not any(series(getattr(r, kind), p, key)[0] for r in runs for p in policies):
+        return None
+    plt = _pyplot()
+    panels: list[str | None] = list(policies)
+    if average and len(policies) > 1:
+        panels.append(None)
+    fig, axes = _grid(plt, 1, len(panels), title)
+    colors = _colors(len(runs))
+    drawn: set[int] = set()
+    for ax, policy in zip(axes[0], panels, strict=True):
+        drew = False
+        for r, (run, color) in enumerate(zip(runs, colors, strict=True)):
+            lines = getattr(run, kind)
+            steps, values = series(lines, policy, key) if policy else mean_series(lines, run.policies(), key)
+            if not steps:
+                continue
+            drew = True
+            drawn.add(r)
+            if smooth and len(values) > 20:
+                ax.plot(steps, values, color=color, alpha=0.25, lw=1)
+                ax.plot(steps, ema(values, smooth), color=color, lw=2)
+            else:
+                ax.plot(steps, values, color=color, lw=2, marker="o" if markers else None, ms=3.5)
+        if not drew:
+            _empty(ax)
+        ax.set_title(policy if policy else "average over policies")
+        ax.set_xlabel("step")
+        ax.set_ylabel(ylabel)
+    return _finish(fig, runs, colors, drawn, out)
+
+
+def plot_grid(
+    runs: Sequence[RunData],
+    out: Path,
+    *,
+    kind: str,
+    keys: list[tuple[str, str]],
+    title: str,
+    smooth: float | None,
+    ylabel: str | None = None,
+) -> Path | None:
+    """Rows = metrics (``(key, label)``), columns = policies, one line per run; ``ylabel`` defaults to the label."""
+    policies = _panel_policies(runs)
+    keys = [(k, lab) for k, lab in keys if any(series(getattr(r, kind), p, k)[0] for r in runs for p in policies)]
+    if not keys:
+        return None
+    plt = _pyplot()
+    fig, axes = _grid(plt, len(keys), len(policies), title)
+    colors = _colors(len(runs))
+    drawn: set[int] = set()
+    for row, (key, label) in enumerate(keys):
+        for col, policy in enumerate(policies):
+            ax = axes[row][col]
+            drew = False
+            for r, (run, color) in enumerate(zip(runs, colors, strict=True)):
+                steps, values = series(getattr(run, kind), policy, key)
+                if not steps:
+                    continue
+                drew = True
+                drawn.add(r)
+                if smooth and len(values) > 20:
+                    ax.plot(steps, values, color=color, alpha=0.25, lw=1)
+                    ax.plot(steps, ema(values, smooth), color=color, lw=2)
+                else:
+                    ax.plot(steps, values, color=color, lw=2, marker="o", ms=3)
+            if not drew:
+                _empty(ax)
+            ax.set_title(f"{policy}: {label}")
+            ax.set_xlabel("step")
+            ax.set_ylabel(ylabel or label)
+    return _finish(fig, runs, colors, drawn, out)
+
+
+def _task_keys(runs: Sequence[RunData]) -> list[str]:
+    """Per-task validation keys; none when there is a single task (it would repeat the overall figure)."""
+    keys = []
+    for r in runs:
+        for line in r.evals:
+            for k in line:
+                if k.startswith("eval/") and k.endswith("/reward@1") and k != "eval/reward@1" and k not in keys:
+                    keys.append(k)
+    return keys if len(keys) > 1 else []
+
+
+KNOWN_REGIME_METRICS = {
+    "sgt/gate_rate": "SGT gate rate",
+    "sgt/rescues": "SGT rescues",
+    "sgt/extra_token_frac": "SGT extra-token fraction",
+    "xgrpo/mean_abs_adv_change": "XGRPO |advantage change|",
+    "xgrpo/sign_flip_rate": "XGRPO sign-flip rate",
+    "prp/ratio_p99": "PRP importance ratio p99",
+    "prp/clip_rate": "PRP clip rate",
+}
+
+
+def regime_metric_label(key: str) -> str:
+    """``sgt/gate_rate`` -> ``SGT gate rate``; unknown keys are shown as logged."""
+    return KNOWN_REGIME_METRICS.get(key, key)
+
+
+def _regime_keys(runs: Sequence[RunData]) -> list[str]:
+    keys = []
+    for r in runs:
+        for line in r.train:
+            for k, v in line.items():
+                if k.startswith(REGIME_PREFIXES) and isinstance(v, (int, float)) and k not in keys:
+                    keys.append(k)
+    return keys
+
+
+def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, smooth: float | None = 0.3) -> list[Path]:
+    """Write every figure that the runs have data for into ``out_dir``; returns the files written."""
+    runs = [load_run(d) for d in run_dirs]
+    if not runs:
+        raise DataError("no run folders given")
+    label_runs(runs)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = [
+        plot_metric_panels(runs, out_dir / "validation_reward.png", kind="evals", key="eval/reward@1",
+                           title="Validation reward@1 (greedy; step 0 = No Train)", ylabel="reward@1"),
+        plot_grid(runs, out_dir / "validation_reward_by_task.png", kind="evals",
+                  keys=[(k, k[len("eval/"):-len("/reward@1")]) for k in _task_keys(runs)],
+                  title="Validation reward@1 per task", smooth=None, ylabel="reward@1"),
+        plot_metric_panels(runs, out_dir / "training_reward.png", kind="train", key="reward_mean",
+                           title="Training reward (mean over rollouts)", ylabel="reward", smooth=smooth,
+                           markers=False),
+        plot_grid(runs, out_dir / "optimization.png", kind="train", keys=list(OPTIMIZATION_KEYS),
+                  title="Optimization signatures: entropy and KL", smooth=smooth),
+        plot_grid(runs, out_dir / "regime_metrics.png", kind="train",
+                  keys=[(k, regime_metric_label(k)) for k in _regime_keys(runs)],
+                  title="Regime metrics", smooth=smooth),
+    ]
+    return [p for p in written if p is not None]
+
+
+def summary_rows(run_dirs: Sequence[str | Path]) -> list[dict[str, Any]]:
+    """Per run and policy: No-Train (first) / final / best validation reward@1 and the last training reward."""
+    runs = [load_run(d) for d in run_dirs]
+    label_runs(runs)
+    rows = []
+    for run in runs:
+        for policy in run.policies():
+            steps, values = series(run.evals, policy, "eval/reward@1")
+            tsteps, tvalues = series(run.train, policy, "reward_mean")
+            rows.append(
+                {
+                    "run": run.label,
+                    "policy": policy,
+                    "first_step": steps[0] if steps else None,
+                    "first": values[0] if values else None,
+                    "final_step": steps[-1] if steps else None,
+                    "final": values[-1] if values else None,
+                    "best": max(values) if values else None,
+                    "train_steps": tsteps[-1] if tsteps else None,
+                    "last_train_reward": tvalues[-1] if tvalues else None,
+                }
+            )
+    return rows

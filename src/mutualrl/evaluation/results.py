@@ -1,0 +1,336 @@
+"""Evaluation results: one model's per-prompt completions and scores, and files holding them.
+
+Paper, App. "Experimental Setup": "for each prompt we generate a single completion" with
+greedy decoding; reward@1 is the mean verifier reward of those completions.
+
+Two file shapes exist, and every reader here accepts both:
+
+- a *model file* -- one :class:`ModelEvalResult` (``"format": "mutualrl-model-eval"``);
+  the training loop writes one per policy and validation step to
+  ``RUN/eval/<policy>/step-NNNNNN.json``;
+- an *eval file* -- several models' results from ``mutualrl eval``
+  (``"format": "mutualrl-eval"``, ``"results": [...]``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mutualrl.errors import DataError
+
+MODEL_FORMAT = "mutualrl-model-eval"
+EVAL_FORMAT = "mutualrl-eval"
+FORMAT_VERSION = 1
+_STEP_FILE = re.compile(r"^step-(\d+)\.json$")
+
+
+@dataclass
+class PromptResult:
+    """One prompt's greedy completion and its verifier score."""
+
+    prompt_id: str
+    task: str
+    prompt: str
+    completion: str
+    answer: str
+    extracted: str | None
+    score: float
+
+
+@dataclass
+class ModelEvalResult:
+    """One model's evaluation: every prompt's completion and score, and reward@1 overall and per task."""
+
+    model: str
+    records: list[PromptResult] = field(default_factory=list)
+    #: Optional context: the policy name in a pool, the training step, the split, generation settings.
+    policy: str | None = None
+    step: int | None = None
+    split: str | None = None
+    settings: dict[str, Any] = field(default_factory=dict)
+    seconds: float | None = None
+    created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+
+    # -- summary ---------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """How the model is shown in tables: its policy name when it has one, else the model string."""
+        return self.policy or self.model
+
+    @property
+    def tasks(self) -> list[str]:
+        """Tasks evaluated, in first-seen order."""
+        return list(dict.fromkeys(r.task for r in self.records))
+
+    @property
+    def n(self) -> int:
+        return len(self.records)
+
+    @property
+    def reward_at_1(self) -> float | None:
+        """Mean score over all prompts (None without prompts)."""
+        if not self.records:
+            return None
+        return sum(r.score for r in self.records) / len(self.records)
+
+    def reward_at_1_by_task(self) -> dict[str, float]:
+        """Mean score per task."""
+        sums: dict[str, list[float]] = defaultdict(list)
+        for r in self.records:
+            sums[r.task].append(r.score)
+        return {task: sum(v) / len(v) for task, v in sums.items()}
+
+    def counts_by_task(self) -> dict[str, int]:
+        counts: dict[str, int] = defaultdict(int)
+        for r in self.records:
+            counts[r.task] += 1
+        return dict(counts)
+
+    def scores(self) -> dict[str, float]:
+        """prompt_id -> score."""
+        return {r.prompt_id: r.score for r in self.records}
+
+    def metrics(self, prefix: str = "eval/") -> dict[str, float | int]:
+        """The validation line of ``metrics.jsonl``: ``eval/reward@1``, ``eval/<task>/reward@1``, ``eval/n``."""
+        out: dict[str, float | int] = {f"{prefix}n": self.n}
+        if self.reward_at_1 is not None:
+            out[f"{prefix}reward@1"] = self.reward_at_1
+        by_task = self.reward_at_1_by_task()
+        if len(by_task) > 1:
+            for task, value in by_task.items():
+                out[f"{prefix}{task}/reward@1"] = value
+        return out
+
+    # -- serialisation -----------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (write it with ``json.dump`` or :meth:`save`), summary included."""
+        return {
+            "format": MODEL_FORMAT,
+            "version": FORMAT_VERSION,
+            "model": self.model,
+            "policy": self.policy,
+            "step": self.step,
+            "split": self.split,
+            "tasks": self.tasks,
+            "n": self.n,
+            "reward@1": self.reward_at_1,
+            "reward@1_by_task": self.reward_at_1_by_task(),
+            "n_by_task": self.counts_by_task(),
+            "settings": self.settings,
+            "seconds": self.seconds,
+            "created": self.created,
+            "records": [asdict(r) for r in self.records],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | str | bytes, origin: str = "<json>") -> ModelEvalResult:
+        """Rebuild from :meth:`to_json` output (a dict, or its JSON text)."""
+        if isinstance(data, (str, bytes)):
+            try:
+                data = json.loads(data)
+            except json.JSONDecodeError as err:
+                raise DataError(f"{origin}: not valid JSON ({err})") from None
+            if isinstance(data, str):  # json.dump of an already-encoded string
+                return cls.from_json(data, origin)
+        if not isinstance(data, dict):
+            raise DataError(f"{origin}: a model result must be a JSON object")
+        if data.get("format") not in (MODEL_FORMAT, None):
+            raise DataError(f"{origin}: format {data.get('format')!r} is not {MODEL_FORMAT!r}")
+        if "model" not in data or "records" not in data:
+            missing = [k for k in ("model", "records") if k not in data]
+            raise DataError(f"{origin}: model result lacks field(s) {', '.join(missing)}")
+        records = []
+        for i, raw in enumerate(data["records"]):
+            if not isinstance(raw, dict):
+                raise DataError(f"{origin}: record {i} is not an object")
+            missing = [k for k in ("prompt_id", "task", "score") if k not in raw]
+            if missing:
+                raise DataError(f"{origin}: record {i} lacks field(s) {', '.join(missing)}")
+            try:
+                score = float(raw["score"])
+            except (TypeError, ValueError):
+                raise DataError(f"{origin}: record {i}: score {raw['score']!r} is not a number") from None
+            records.append(
+                PromptResult(
+                    prompt_id=str(raw["prompt_id"]),
+                    task=str(raw["task"]),
+                    prompt=str(raw.get("prompt", "")),
+                    completion=str(raw.get("completion", "")),
+                    answer=str(raw.get("answer", "")),
+                    extracted=raw.get("extracted"),
+                    score=score,
+                )
+            )
+        return cls(
+            model=str(data["model"]),
+            records=records,
+            policy=data.get("policy"),
+            step=data.get("step"),
+            split=data.get("split"),
+            settings=dict(data.get("settings") or {}),
+            seconds=data.get("seconds"),
+            created=str(data.get("created", "")),
+        )
+
+    def save(self, path: str | Path) -> Path:
+        """Write this result as a model file (atomically: readers never see half a file)."""
+        return write_json_atomic(Path(path), self.to_json())
+
+    @classmethod
+    def load(cls, path: str | Path) -> ModelEvalResult:
+        results = load_results(path)
+        if len(results) != 1:
+            raise DataError(f"{path}: holds {len(results)} model results, expected one")
+        return results[0]
+
+
+def write_json_atomic(path: Path, data: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, ensure_ascii=False, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def save_eval_file(path: str | Path, results: list[ModelEvalResult], meta: dict[str, Any] | None = None) -> Path:
+    """Write several models' results as one eval file (``mutualrl eval`` output)."""
+    data = {
+        "format": EVAL_FORMAT,
+        "version": FORMAT_VERSION,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **(meta or {}),
+        "results": [r.to_json() for r in results],
+    }
+    return write_json_atomic(Path(path), data)
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise DataError(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise DataError(f"{path}: not valid JSON ({err})") from None
+    if isinstance(data, str):
+        data = json.loads(data)
+    return data
+
+
+def step_files(folder: Path) -> dict[int, Path]:
+    """``step-NNNNNN.json`` files of a policy's eval folder, by step."""
+    out = {}
+    for f in folder.iterdir() if folder.is_dir() else []:
+        m = _STEP_FILE.match(f.name)
+        if m:
+            out[int(m.group(1))] = f
+    return out
+
+
+def load_results(path: str | Path, step: int | str | None = None) -> list[ModelEvalResult]:
+    """Model results from an eval file, a model file, or a run folder.
+
+    For a run folder (or its ``eval/`` folder) each policy's results at ``step`` are read
+    from ``eval/<policy>/step-NNNNNN.json``: ``step`` is a number, ``"first"``, or ``"last"``
+    (default: the last step that every policy has).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: no such file or folder")
+    if path.is_dir():
+        return _load_run_folder(path, step)
+    data = _read_json(path)
+    if isinstance(data, dict) and data.get("format") == EVAL_FORMAT:
+        items = data.get("results")
+        if not isinstance(items, list):
+            raise DataError(f"{path}: eval file has no 'results' list")
+        return [ModelEvalResult.from_json(item, f"{path} (results[{i}])") for i, item in enumerate(items)]
+    result = ModelEvalResult.from_json(data, str(path))
+    if result.step is None:
+        m = _STEP_FILE.match(path.name)
+        if m:
+            result.step = int(m.group(1))
+    if result.policy is None and _STEP_FILE.match(path.name):
+        result.policy = path.parent.name
+    return [result]
+
+
+def _load_run_folder(path: Path, step: int | str | None) -> list[ModelEvalResult]:
+    eval_dir = path / "eval" if (path / "eval").is_dir() else path
+    policies = sorted(d for d in eval_dir.iterdir() if d.is_dir() and step_files(d))
+    if not policies:
+        if step_files(eval_dir):  # a single policy's folder
+            policies = [eval_dir]
+        else:
+            raise DataError(f"{path}: no eval/<policy>/step-NNNNNN.json files (is it a run folder?)")
+    by_policy = {d: step_files(d) for d in policies}
+    if step is None or step == "last":
+        common = set.intersection(*(set(s) for s in by_policy.values()))
+        if not common:
+            raise DataError(f"{path}: the policies share no validation step "
+                            + "; ".join(f"{d.name}: {sorted(s)}" for d, s in by_policy.items()))
+        chosen = max(common)
+    elif step == "first":
+        common = set.intersection(*(set(s) for s in by_policy.values()))
+        if not common:
+            raise DataError(f"{path}: the policies share no validation step")
+        chosen = min(common)
+    else:
+        chosen = int(step)
+    results = []
+    for d, steps in by_policy.items():
+        if chosen not in steps:
+            raise DataError(f"{d}: no validation results at step {chosen} (steps: {sorted(steps)})")
+        results.extend(load_results(steps[chosen]))
+    return results
+
+
+def load_many(paths: list[str | Path], step: int | str | None = None) -> list[ModelEvalResult]:
+    """Results from several files / run folders, in order."""
+    out: list[ModelEvalResult] = []
+    for p in paths:
+        out.extend(load_results(p, step))
+    return out
+
+
+def markdown_table(results: list[ModelEvalResult], tasks: list[str] | None = None) -> str:
+    """reward@1 per task (columns) per model (rows), with the mean over tasks and prompt counts."""
+    if tasks is None:
+        tasks = list(dict.fromkeys(t for r in results for t in r.tasks))
+    header = ["model", *tasks]
+    if len(tasks) > 1:
+        header.append("mean")
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join([" --- "] + [" ---: "] * (len(header) - 1)) + "|"]
+    for r in results:
+        by_task = r.reward_at_1_by_task()
+        counts = r.counts_by_task()
+        cells = [r.name]
+        values = []
+        for t in tasks:
+            if t in by_task:
+                cells.append(f"{by_task[t]:.4f} (n={counts[t]})")
+                values.append(by_task[t])
+            else:
+                cells.append("–")
+        if len(tasks) > 1:
+            cells.append(f"{sum(values) / len(values):.4f}" if values else "–")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,207 @@
+"""Evaluate a pool, a recipe or a list of models on a task suite (behind `mutualrl eval`).
+
+Every model sees the same prompts: the suite is loaded once, and a prompt too long for
+any model's tokenizer is dropped for all of them (the paper's joint 1,024-token filter),
+so the results line up prompt by prompt for `mutualrl complementarity`.
+"""
+
+from __future__ import annotations
+
+import gc
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mutualrl.errors import UsageError
+from mutualrl.evaluation.generate import (
+    evaluate_examples,
+    evaluate_examples_vllm,
+    prompt_token_ids,
+    resolve_chat_template,
+    vllm_available,
+)
+from mutualrl.evaluation.results import ModelEvalResult
+from mutualrl.tasks.base import TaskExample
+
+BACKENDS = ("auto", "transformers", "vllm")
+
+
+@dataclass
+class EvalTarget:
+    """One model to evaluate: a pool policy or a model given on the command line."""
+
+    name: str
+    model: str
+    tokenizer: str | None = None
+    chat_template: bool | None = None
+    dtype: str = "auto"
+
+
+@dataclass
+class TargetSet:
+    targets: list[EvalTarget]
+    label: str  # for default file names
+    recipe: Any = None  # the RunConfig when the target was a pool or recipe
+
+
+def _is_recipe(target: str) -> bool:
+    from mutualrl.config.loader import pool_recipe_path
+
+    if target.endswith((".yaml", ".yml")):
+        return True
+    if "," in target or "/" in target or ":" in target:
+        return False
+    try:
+        return pool_recipe_path(target).is_file()
+    except FileNotFoundError:
+        return False
+
+
+def resolve_targets(target: str, tokenizer: str | None = None, chat_template: bool | None = None) -> TargetSet:
+    """A pool name, a recipe path, or comma-separated models -> what to evaluate."""
+    target = target.strip()
+    if not target:
+        raise UsageError("no models to evaluate: give a pool name, a recipe path or comma-separated models")
+    if _is_recipe(target):
+        from mutualrl.config.loader import load_run_config
+
+        config = load_run_config(target, check_grpo=False).config
+        targets = [
+            EvalTarget(
+                name=p.name,
+                model=p.model,
+                tokenizer=tokenizer or p.tokenizer,
+                chat_template=p.chat_template if chat_template is None else chat_template,
+                dtype=p.dtype,
+            )
+            for p in config.pool.policies
+        ]
+        return TargetSet(targets, config.pool.name, config)
+    models = [m.strip() for m in target.split(",") if m.strip()]
+    names: list[str] = []
+    targets = []
+    for m in models:
+        name = Path(m).name if Path(m).exists() else m
+        name = name.removeprefix("builtin:")
+        base, k = name, 2
+        while name in names:
+            name = f"{base}-{k}"
+            k += 1
+        names.append(name)
+        targets.append(EvalTarget(name=name, model=m, tokenizer=tokenizer, chat_template=chat_template))
+    label = "+".join(re.sub(r"[^A-Za-z0-9._-]+", "_", n) for n in names)[:80]
+    return TargetSet(targets, label)
+
+
+def load_suite(
+    tasks: list[str],
+    *,
+    split: str | None = None,
+    source: str | None = None,
+    limit: int | None = None,
+) -> list[TaskExample]:
+    """Every task's examples (``split`` or each task's default evaluation split), concatenated."""
+    from mutualrl.tasks.registry import get_task
+
+    examples: list[TaskExample] = []
+    for name in tasks:
+        task = get_task(name)
+        examples.extend(task.load(split or task.default_eval_split, source, limit))
+    return examples
+
+
+def joint_length_filter(
+    examples: list[TaskExample], tokenized: dict[str, list[list[int]]], max_prompt_tokens: int | None
+) -> tuple[list[int], int]:
+    """Indices of examples whose prompt fits ``max_prompt_tokens`` for EVERY model; and how many were dropped."""
+    if max_prompt_tokens is None:
+        return list(range(len(examples))), 0
+    keep = [i for i in range(len(examples)) if all(len(ids[i]) <= max_prompt_tokens for ids in tokenized.values())]
+    return keep, len(examples) - len(keep)
+
+
+def pick_backend(backend: str) -> str:
+    if backend not in BACKENDS:
+        raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "auto":
+        return "vllm" if vllm_available() else "transformers"
+    if backend == "vllm" and not vllm_available():
+        raise UsageError("--backend vllm needs the vllm package and a CUDA device")
+    return backend
+
+
+def pick_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def run_eval(
+    targets: list[EvalTarget],
+    examples: list[TaskExample],
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+    device: str = "auto",
+    backend: str = "auto",
+    verifier: str = "default",
+    max_prompt_tokens: int | None = None,
+    split: str | None = None,
+    on_status: Callable[[str], None] = lambda msg: None,
+    progress_factory: Callable[[str, int], Callable[[int], None]] | None = None,
+) -> tuple[list[ModelEvalResult], int]:
+    """Evaluate each target on ``examples``; returns the results and the number of prompts dropped as too long."""
+    from mutualrl.pools.loading import load_model, load_tokenizer_for, resolve_model_path
+
+    backend = pick_backend(backend)
+    device = pick_device(device)
+    tokenizers = {}
+    tokenized: dict[str, list[list[int]]] = {}
+    chat: dict[str, bool] = {}
+    for t in targets:
+        on_status(f"loading tokenizer of {t.name}")
+        tok = load_tokenizer_for(t.model, t.tokenizer)
+        tokenizers[t.name] = tok
+        chat[t.name] = resolve_chat_template(t.chat_template, tok, t.model)
+        tokenized[t.name] = [prompt_token_ids(tok, ex.prompt, chat[t.name]) for ex in examples]
+    keep, dropped = joint_length_filter(examples, tokenized, max_prompt_tokens)
+    kept = [examples[i] for i in keep]
+    if not kept:
+        raise UsageError(f"no prompt fits --max-prompt-tokens {max_prompt_tokens} for every model")
+    results = []
+    for t in targets:
+        progress = progress_factory(t.name, len(kept)) if progress_factory else None
+        if backend == "vllm":
+            on_status(f"evaluating {t.name} with vLLM")
+            result = evaluate_examples_vllm(
+                resolve_model_path(t.model), tokenizers[t.name], kept, max_new_tokens=max_new_tokens,
+                chat_template=chat[t.name], progress=progress, model_name=t.model, policy=t.name,
+                dtype=t.dtype if t.dtype != "auto" else "auto", verifier=verifier,
+            )
+        else:
+            on_status(f"loading {t.name} ({t.model}) on {device}")
+            start = time.perf_counter()
+            model = load_model(t.model, t.dtype, device)
+            load_s = time.perf_counter() - start
+            result = evaluate_examples(
+                model, tokenizers[t.name], kept, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                chat_template=chat[t.name], progress=progress, model_name=t.model, policy=t.name, verifier=verifier,
+            )
+            result.settings["load_seconds"] = round(load_s, 3)
+            result.settings["device"] = device
+            del model
+            gc.collect()
+            if device.startswith("cuda"):
+                import torch
+
+                torch.cuda.empty_cache()
+        result.split = split
+        result.settings["max_prompt_tokens"] = max_prompt_tokens
+        result.settings["dropped_too_long"] = dropped
+        results.append(result)
+    return results, dropped

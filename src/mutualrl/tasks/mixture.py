@@ -1,0 +1,97 @@
+"""Task mixtures: several tasks' prompts in one training stream (``qa-mix``).
+
+Paper, App. "MATH and Commonsense Reasoning with Regime 3": the QA training sets are
+aggregated "into a unified mixture". Every example keeps its own task name in
+``TaskExample.task`` (and its own ``prompt_id`` prefix), so the reward function and the
+evaluation dispatch each row to its own verifier, and results are reported per task.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from mutualrl.errors import DataError, UsageError
+from mutualrl.tasks.base import Task, TaskExample
+from mutualrl.tasks.qa import QA_TASKS
+from mutualrl.tasks.verifiers import VERIFIER_MODES, extract_boxed, score_choice, score_yes_no
+
+
+class MixtureTask(Task):
+    """Round-robin interleaving of component tasks' examples."""
+
+    name = "mixture"
+    components: tuple[str, ...] = ()
+    splits = ("train", "validation", "test")
+    verifier_modes = VERIFIER_MODES
+
+    def component_tasks(self) -> list[Task]:
+        from mutualrl.tasks.registry import get_task
+
+        return [get_task(name).with_verifier(self.verifier) for name in self.components]
+
+    def load(self, split: str, source: str | None = None, limit: int | None = None) -> list[TaskExample]:
+        """Each component's ``split`` from ``source``, interleaved (a, b, c, a, b, c, ...).
+
+        ``limit`` bounds the total; it is shared evenly across components. A local ``source``
+        is one file or folder whose rows each name their task in a ``task`` column.
+        """
+        if split not in self.splits:
+            raise UsageError(f"task {self.name!r} has no split {split!r}; its splits: {', '.join(self.splits)}")
+        if source not in (None, "auto", "offline", "hub"):
+            return self._load_tagged(split, source, limit)
+        per_task = None if limit is None else math.ceil(limit / len(self.components))
+        streams = [task.load(split, source, per_task) for task in self.component_tasks()]
+        mixed: list[TaskExample] = []
+        for i in range(max((len(s) for s in streams), default=0)):
+            mixed.extend(s[i] for s in streams if i < len(s))
+        return mixed if limit is None else mixed[:limit]
+
+    def _load_tagged(self, split: str, source: str, limit: int | None) -> list[TaskExample]:
+        from pathlib import Path
+
+        from mutualrl.tasks.dataset_task import DatasetTask, check_unique_ids
+        from mutualrl.tasks.sources import read_local
+
+        path = Path(source).expanduser()
+        if not path.exists():
+            raise UsageError(
+                f"task {self.name!r}: source {source!r} must be 'auto', 'offline', 'hub' or a local file/folder whose "
+                "rows carry a 'task' column"
+            )
+        data = read_local(path, split)
+        tasks: dict[str, Any] = {t.name: t for t in self.component_tasks()}
+        rows = data.rows if limit is None else data.rows[:limit]
+        examples = []
+        for i, row in enumerate(rows):
+            name = row.get("task") if isinstance(row, dict) else None
+            if name is None:
+                raise DataError(f"{data.origin}: row {i} has no field 'task' (a mixture row names its task)")
+            if name not in tasks:
+                raise DataError(f"{data.origin}: row {i}: task {name!r} is not part of {self.name} "
+                                f"({', '.join(self.components)})")
+            task = tasks[name]
+            assert isinstance(task, DatasetTask)
+            examples.append(task.make_example(row, i, split, data.origin))
+        check_unique_ids(examples, data.origin)
+        return examples
+
+    def score(self, completion: str, answer: str) -> float:
+        """Without the row's task name: yes/no for ``Yes``/``No`` golds, option letters otherwise.
+
+        Prefer dispatching on ``TaskExample.task`` (as the reward function and evaluation do).
+        """
+        mode = "exact" if self.verifier == "exact" else "equiv"
+        if str(answer).strip() in ("Yes", "No"):
+            return score_yes_no(completion, answer, mode)
+        return score_choice(completion, answer, mode)
+
+    def extract(self, completion: str) -> str | None:
+        return extract_boxed(completion)
+
+
+class QAMixTask(MixtureTask):
+    """``qa-mix``: AI2-ARC (Challenge), OpenBookQA, BoolQ, PIQA, HellaSwag and Social IQa, mixed."""
+
+    name = "qa-mix"
+    components = QA_TASKS

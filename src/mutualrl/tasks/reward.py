@@ -1,0 +1,85 @@
+"""The TRL reward function: verifier rewards for a batch of completions.
+
+Rewards come only from verifiers (paper, "Experimental Setup"). TRL's ``GRPOTrainer``
+calls each reward function with ``prompts`` and ``completions`` plus every other dataset
+column as a keyword argument; our dataset rows (:meth:`TaskExample.as_row`) carry
+``answer`` and ``task``, so each completion is checked by the verifier of its own row's
+task -- which is what a mixture like ``qa-mix`` needs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from mutualrl.errors import DataError
+from mutualrl.tasks.base import Task
+from mutualrl.tasks.verifiers import completion_text
+
+RewardFunction = Callable[..., list[float]]
+
+
+def _expand(task_or_tasks: str | Task | Iterable[str | Task], verifier: str) -> dict[str, Task]:
+    from mutualrl.tasks.mixture import MixtureTask
+    from mutualrl.tasks.registry import get_task
+
+    items = [task_or_tasks] if isinstance(task_or_tasks, (str, Task)) else list(task_or_tasks)
+    tasks: dict[str, Task] = {}
+    for item in items:
+        task = get_task(item) if isinstance(item, str) else item
+        task = task.with_verifier(verifier) if verifier != "default" else task
+        tasks[task.name] = task
+        if isinstance(task, MixtureTask):
+            for component in task.component_tasks():
+                tasks.setdefault(component.name, component)
+    return tasks
+
+
+def make_reward_function(
+    task_or_tasks: str | Task | Iterable[str | Task], verifier: str = "default"
+) -> RewardFunction:
+    """A TRL reward function scoring each completion with its row's task verifier.
+
+    ``task_or_tasks``: a task name, a :class:`Task`, or several (a mixture brings its
+    components). ``verifier``: ``default``, ``exact`` or ``equiv`` for every task.
+
+    The returned callable has the TRL signature ``f(prompts, completions, answer, task,
+    **kwargs) -> list[float]``; ``completions`` may be strings or chat message lists. A row
+    whose ``task`` is not among the given tasks is a :class:`~mutualrl.errors.DataError`.
+    """
+    tasks = _expand(task_or_tasks, verifier)
+    if not tasks:
+        raise ValueError("make_reward_function needs at least one task")
+    only = next(iter(tasks.values())) if len(tasks) == 1 else None
+
+    def verifier_reward(
+        prompts: Sequence[Any] | None = None,
+        completions: Sequence[Any] = (),
+        answer: Sequence[str] | None = None,
+        task: Sequence[str] | None = None,
+        **kwargs: Any,
+    ) -> list[float]:
+        if answer is None:
+            raise DataError("reward function: the dataset has no 'answer' column")
+        if len(answer) != len(completions):
+            raise DataError(f"reward function: {len(completions)} completions but {len(answer)} answers")
+        rewards = []
+        for i, (completion, gold) in enumerate(zip(completions, answer, strict=True)):
+            name = task[i] if task is not None else None
+            if name is None:
+                if only is None:
+                    raise DataError(f"reward function: row {i} has no 'task' and several tasks are possible")
+                checker = only
+            else:
+                checker = tasks.get(name)
+                if checker is None:
+                    raise DataError(
+                        f"reward function: row {i} has task {name!r}, which this reward function does not score "
+                        f"(it scores: {', '.join(tasks)})"
+                    )
+            rewards.append(float(checker.score(completion_text(completion), str(gold))))
+        return rewards
+
+    verifier_reward.__name__ = "verifier"  # TRL logs rewards/<__name__>/mean
+    verifier_reward.__qualname__ = "verifier"
+    return verifier_reward
