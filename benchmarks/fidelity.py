@@ -52,14 +52,14 @@ def vanilla_child(run_dir: Path, model_dir: Path, out: Path) -> None:
 
     from mutualrl.launch.plan import LaunchPlan
     from mutualrl.training.data import TRAIN_FILE, read_examples, to_trl_rows
-    from mutualrl.training.rewards import make_reward_function
+    from mutualrl.tasks import make_reward_function
 
     grpo = dict(LaunchPlan.read(run_dir).policy("solo").grpo)
     grpo.update(output_dir=str(out / "vanilla"), disable_tqdm=True)
     dataset = Dataset.from_list(to_trl_rows(read_examples(run_dir / "data" / TRAIN_FILE), chat=False))
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    trainer = GRPOTrainer(model=model, reward_funcs=make_reward_function(), args=GRPOConfig(**grpo),
+    trainer = GRPOTrainer(model=model, reward_funcs=make_reward_function("synthetic-arith"), args=GRPOConfig(**grpo),
                           train_dataset=dataset, processing_class=tokenizer)
     trainer.train()
     trainer.save_model(str(out / "vanilla-final"))

@@ -47,11 +47,11 @@ def one_round(kind: str, model_dir: Path, dataset, steps: int, tmp: Path) -> lis
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOTrainer
 
-    from mutualrl.training.rewards import make_reward_function
+    from mutualrl.tasks import make_reward_function
 
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    common = dict(model=model, reward_funcs=make_reward_function(), args=grpo_args(str(tmp / kind), steps),
+    common = dict(model=model, reward_funcs=make_reward_function("synthetic-arith"), args=grpo_args(str(tmp / kind), steps),
                   train_dataset=dataset, processing_class=tokenizer)
     if kind == "vanilla":
         return step_times(GRPOTrainer(**common))

@@ -136,12 +136,13 @@ class ValidationCallback(TrainerCallback):
 
     def __init__(self, paths: RunPaths, policy: str, regime: str, examples: list, tokenizer: Any,
                  chat_template: bool, every_steps: int, max_new_tokens: int, batch_size: int, at_start: bool,
-                 status: StatusCallback | None = None):
+                 status: StatusCallback | None = None, verifier: str = "default"):
         self.paths, self.policy, self.regime = paths, policy, regime
         self.examples, self.tokenizer, self.chat_template = examples, tokenizer, chat_template
         self.every_steps, self.max_new_tokens, self.batch_size = every_steps, max_new_tokens, batch_size
         self.at_start = at_start
         self.status = status
+        self.verifier = verifier
         self.trainer: Any = None
         self.done_steps: set[int] = set()
 
@@ -174,32 +175,26 @@ class ValidationCallback(TrainerCallback):
         if self.status is not None and state.is_world_process_zero:
             self.status.write(state, f"validating (step {step})")
         shard = self.examples[accelerator.process_index::accelerator.num_processes]
-        model = trainer.model_wrapped
-        was_training = trainer.model.training
         started = time.perf_counter()
         with RngGuard(), unwrap_model_for_generation(
-            model, accelerator, gather_deepspeed3_params=trainer.args.ds3_gather_for_generation
+            trainer.model_wrapped, accelerator, gather_deepspeed3_params=trainer.args.ds3_gather_for_generation
         ) as unwrapped:
-            unwrapped.eval()
             result = evaluate_examples(unwrapped, self.tokenizer, shard, max_new_tokens=self.max_new_tokens,
-                                       batch_size=self.batch_size, chat_template=self.chat_template)
-            if was_training:
-                unwrapped.train()
-        per_prompt = gather_object(result.to_json()["results"]) if accelerator.num_processes > 1 \
-            else result.to_json()["results"]
+                                       batch_size=self.batch_size, chat_template=self.chat_template,
+                                       model_name=self.policy, policy=self.policy, step=step,
+                                       verifier=self.verifier)
+        if accelerator.num_processes > 1:  # every rank evaluated a shard: merge them on rank 0
+            records = [r for shard_records in gather_object([result.records]) for r in shard_records]
+            result = ModelEvalResult(model=result.model, records=records, policy=self.policy, step=step,
+                                     split=result.split, settings=result.settings)
+        result.seconds = time.perf_counter() - started
         if not state.is_world_process_zero:
             return
-        merged = ModelEvalResult.from_json({**result.to_json(), "results": per_prompt})
-        merged.model = self.policy
-        path = self.paths.eval_result(self.policy, step)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_json(path, merged.to_json())
-        line = {"kind": "eval", "policy": self.policy, "step": step, "regime": self.regime,
-                "time": time.time(), "eval/reward@1": merged.reward_at_1, "eval/n": len(merged.results),
-                "eval/seconds": time.perf_counter() - started}
-        for task, value in merged.reward_by_task.items():
-            line[f"eval/{task}/reward@1"] = value
+        result.save(self.paths.eval_result(self.policy, step))
+        metrics = result.metrics()
+        line = {"kind": "eval", "policy": self.policy, "step": step, "regime": self.regime, "time": time.time(),
+                **metrics, "eval/seconds": result.seconds}
         append_jsonl(self.paths.policy_metrics(self.policy), line)
         if self.status is not None:
-            self.status.last["eval/reward@1"] = merged.reward_at_1
+            self.status.last["eval/reward@1"] = result.reward_at_1
             self.status.write(state, "training")

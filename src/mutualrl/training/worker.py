@@ -81,7 +81,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, read_examples, to_trl_rows, uses_chat_template
     from mutualrl.training.grpo_args import build_grpo_config
     from mutualrl.training.adapters import make_regime_adapter
-    from mutualrl.training.rewards import make_reward_function
+    from mutualrl.tasks import make_reward_function
     from mutualrl.training.trainer import MutualGRPOTrainer
 
     config = load_resolved_config(paths)
@@ -119,6 +119,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         every_steps=config.validation.every_steps,
         max_new_tokens=config.validation.max_new_tokens or args.max_completion_length,
         batch_size=config.validation.batch_size, at_start=config.validation.at_start, status=status,
+        verifier=config.task.verifier,
     )
     callbacks = [MetricsCallback(paths, policy_name, config.regime.name), status, validation]
     if exchange is not None:
@@ -129,8 +130,9 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
 
         peft_config = LoraConfig(r=policy.lora.r, lora_alpha=policy.lora.alpha, lora_dropout=policy.lora.dropout,
                                  target_modules=policy.lora.target_modules, task_type="CAUSAL_LM")
+    reward = make_reward_function(config.task.name, config.task.verifier)
     trainer = MutualGRPOTrainer(
-        model=model, reward_funcs=make_reward_function(), args=args, train_dataset=dataset,
+        model=model, reward_funcs=reward, args=args, train_dataset=dataset,
         processing_class=tokenizer, callbacks=callbacks, peft_config=peft_config,
         policy_name=policy_name, regime=regime, exchange=exchange,
     )
