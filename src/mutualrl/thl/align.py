@@ -58,6 +58,12 @@ class AlignedTraces:
         return self.n_base_units - self.n_units
 
 
+def _stable_order(keys: np.ndarray) -> np.ndarray:
+    if len(keys) < 2 or bool((keys[1:] >= keys[:-1]).all()):
+        return np.arange(len(keys))
+    return np.argsort(keys, kind="stable")
+
+
 def _check_spans(spans: np.ndarray, n_chars: int, what: str) -> None:
     valid = spans[:, 0] >= 0
     s, e = spans[valid, 0], spans[valid, 1]
@@ -163,12 +169,14 @@ def align_one(
         n_src = np.bincount(s_unit, minlength=n_units)
         candidate = (n_src == count_t) & has_slot & ~touched_by_split
         if candidate.any():
-            order_t = np.argsort(t_unit, kind="stable")
-            first_t = np.searchsorted(t_unit[order_t], np.arange(n_units))
+            # Rank of each target token within its unit, and where each unit's source tokens start
+            # in unit order (spans are monotone in practice, so the sorts are usually skipped).
+            order_t = _stable_order(t_unit)
+            first_t = np.cumsum(count_t) - count_t
             rank_t = np.empty(len(t_unit), dtype=np.int64)
             rank_t[order_t] = np.arange(len(t_unit)) - first_t[t_unit[order_t]]
-            order_s = np.argsort(s_unit, kind="stable")
-            first_s = np.searchsorted(s_unit[order_s], np.arange(n_units))
+            order_s = _stable_order(s_unit)
+            first_s = np.cumsum(n_src) - n_src
             in_cand = candidate[t_unit]
             pos = np.where(in_cand, first_s[t_unit] + rank_t, 0)
             match = order_s[np.minimum(pos, max(len(order_s) - 1, 0))] if len(order_s) else pos

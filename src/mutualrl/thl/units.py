@@ -19,7 +19,7 @@ over words or characters.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -81,6 +81,7 @@ class Partition:
     next_nonws: np.ndarray  # int64 [n_chars]: first non-whitespace char at or after i (n_chars if none)
     prev_nonws: np.ndarray  # int64 [n_chars]: last non-whitespace char at or before i (-1 if none)
     nonws_before: np.ndarray  # int64 [n_chars + 1]: number of non-whitespace chars before i
+    _bounds: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
     def unit_ranges(self, spans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """First and last unit each span ``[s, e)`` covers (spans must be valid, non-special)."""
@@ -115,9 +116,13 @@ class Partition:
         return part, new_id
 
     def unit_char_bounds(self) -> tuple[np.ndarray, np.ndarray]:
-        """``[start, end)`` character range of each unit (whitespace included)."""
-        ids = np.arange(self.n_units)
-        return (np.searchsorted(self.char_unit, ids, side="left"), np.searchsorted(self.char_unit, ids, side="right"))
+        """``[start, end)`` character range of each unit (whitespace included; every unit owns a character)."""
+        if self._bounds is None:
+            cu = self.char_unit
+            starts = np.concatenate([[0], np.flatnonzero(cu[1:] != cu[:-1]) + 1]) if self.n_chars else np.zeros(0, np.int64)
+            ends = np.concatenate([starts[1:], [self.n_chars]]) if self.n_chars else starts
+            self._bounds = (starts.astype(np.int64), ends.astype(np.int64))
+        return self._bounds
 
     def unit_text(self, text: str, unit: int) -> str:
         start, end = self.unit_char_bounds()
