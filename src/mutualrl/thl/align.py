@@ -139,7 +139,7 @@ def align_one(
     s_first, s_last = base.unit_ranges(s_spans)
     s_first, s_last = new_id[s_first], new_id[s_last]
     single = s_first == s_last
-    mass = np.bincount(s_first[single], weights=s_lp[single], minlength=n_units)
+    mass = np.bincount(s_first[single], weights=s_lp[single], minlength=n_units).astype(np.float64)
     touched_by_split = np.zeros(n_units, dtype=bool)
     split_in_gap = np.zeros(0, dtype=bool)
     count_t = np.bincount(t_unit, minlength=n_units)
