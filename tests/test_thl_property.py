@@ -30,7 +30,7 @@ texts = st.lists(
 PAIRS = list(itertools.product(THL_TOKENIZERS, THL_TOKENIZERS))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=texts, seed=st.integers(0, 2**16), mode=st.sampled_from(["auto", "word", "char"]))
 def test_per_unit_conservation_for_every_pair(text: str, seed: int, mode: str) -> None:
     toks = tokenizers()

@@ -148,3 +148,27 @@ def test_out_of_vocabulary_id_is_a_clear_error() -> None:
     with pytest.raises(UsageError, match=r"batch_decode_with_spans\[1\]"):
         batch_decode_with_spans(tok, [[1], [-3]])
     assert decode_with_spans(tok, []).text == ""
+
+
+def test_normalizing_tokenizer_falls_back_to_offsets() -> None:
+    tok = tokenizers()["qwen3"]  # NFC normalizer: decomposed "é" is encoded as the composed character
+    text = "Cafe\u0301 au lait"
+    rt = retokenize(tok, [text])[0]
+    assert rt.from_offsets
+    assert rt.spans[0, 0] == 0 and rt.spans[-1, 1] == len(text) and (rt.spans[:, 1] <= len(text)).all()
+
+
+def test_non_canonical_generated_ids_keep_their_own_spans() -> None:
+    from mutualrl.thl import align_logprobs
+
+    tok = tokenizers()["gpt2"]
+    text = "hello world"
+    # A sampled sequence may spell the text one character per token (ids for "h", "e", ...).
+    ids = [tok.convert_tokens_to_ids(c if c != " " else "Ġ") for c in text]
+    decoded = decode_with_spans(tok, ids)
+    assert decoded.text == text and decoded.spans.tolist() == [[i, i + 1] for i in range(len(text))]
+    lp = np.linspace(-3, -0.1, len(ids)).astype(np.float32)
+    canonical = retokenize(tok, [text])[0]
+    res = align_logprobs([text], [decoded.spans], [lp], [canonical.spans])
+    assert len(canonical.ids) == 2
+    np.testing.assert_allclose(res.values[0], [lp[:5].sum(), lp[5:].sum()], rtol=1e-6)

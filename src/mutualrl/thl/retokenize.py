@@ -80,7 +80,10 @@ def retokenize(tokenizer: Any, texts: Sequence[str]) -> list[Retokenized]:
         return []
     encoder = continuation_encoder(tokenizer)
     table = byte_table(tokenizer)
-    encodings = encoder.encode_batch(list(texts), add_special_tokens=False)
+    # Spans come from the byte table, so the batch is encoded without offset tracking where the
+    # library offers that; a sequence whose ids do not spell its text is re-encoded with offsets.
+    fast = getattr(encoder, "encode_batch_fast", encoder.encode_batch)
+    encodings = fast(list(texts), add_special_tokens=False)
     out = []
     for text, enc in zip(texts, encodings, strict=True):
         ids_list = enc.ids
@@ -93,8 +96,9 @@ def retokenize(tokenizer: Any, texts: Sequence[str]) -> list[Retokenized]:
             _, spans = spans_from_bytes(raw, ends_b - lens, ends_b)
             out.append(Retokenized(ids=ids_list, spans=spans.astype(np.int32)))
         else:
-            spans = np.asarray(enc.offsets, dtype=np.int32).reshape(-1, 2)
-            out.append(Retokenized(ids=ids_list, spans=spans, from_offsets=True))
+            full = encoder.encode(text, add_special_tokens=False)
+            spans = np.asarray(full.offsets, dtype=np.int32).reshape(-1, 2)
+            out.append(Retokenized(ids=full.ids, spans=spans, from_offsets=True))
     return out
 
 
