@@ -173,6 +173,15 @@ def test_cjk_auto_switch_uses_characters_and_word_mode_does_not() -> None:
     assert res.n_merged[0] == 1
 
 
+def test_src_mask_drops_non_response_positions() -> None:
+    text = "ab cd"
+    spans = np.array([[0, 2], [2, 5], [-1, -1]])  # last: a padding slot
+    res = align_logprobs([text], [spans], [np.array([-1.0, -2.0, -7.0])], [np.array([[0, 2], [2, 5]])],
+                         src_mask=[np.array([1, 1, 0])])
+    np.testing.assert_allclose(res.values[0], [-1.0, -2.0])
+    assert res.residual[0] == 0 and res.residual_tokens[0] == 0
+
+
 def test_empty_text_gives_an_empty_result() -> None:
     res = align_logprobs([""], [np.zeros((0, 2), np.int32)], [np.zeros(0, np.float32)], [np.zeros((0, 2), np.int32)])
     assert res.values[0].shape == (0,) and res.residual[0] == 0
@@ -191,6 +200,7 @@ def test_empty_text_gives_an_empty_result() -> None:
         (dict(src_spans=[np.array([[0, 2], [-1, -1]])], src_logps=[np.array([-1.0, -1.0])],
               src_special=[np.array([False, False])]), r"no span \(-1, -1\) but is not marked special"),
         (dict(tgt_spans=[]), r"1 texts but 0 tgt_spans"),
+        (dict(src_mask=[np.array([1, 1, 0])]), r"sequence 0: src_mask has 3 entries but the trace has 2"),
         (dict(units="words"), r"unknown THL unit mode 'words'"),
         (dict(rule="spread"), r"unknown THL alignment rule 'spread'"),
     ],

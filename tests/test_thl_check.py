@@ -150,3 +150,6 @@ def test_model_scored_check_with_tiny_models(tmp_path: Path) -> None:
     assert set(ratios) == {"thl_aligned", "shuffled_prompt", "broken_alignment"}
     for r in ratios.values():
         assert r["n_responses"] == 10 and 0 <= r["token_clip_rate"] <= 1 and np.isfinite(r["token_ratio_p99"])
+    # A tokenizer larger than the model's embedding table is refused with a clear message.
+    result = _run(["--source", "qwen3", "--source-model", src, "--target-model", tgt, "--texts", str(texts)])
+    assert result.exit_code == 2 and "embeds only" in result.output

@@ -126,7 +126,15 @@ def thl_check(
             tok = load_tokenizer_for(model_name)
         else:
             tok = load_tokenizer(name)
-        return check.Policy(name=name, tokenizer=tok, model=models[side])
+        model = models[side]
+        if model is not None:
+            n_embed = model.get_input_embeddings().num_embeddings
+            if len(tok) > n_embed:
+                raise UsageError(
+                    f"--{side} {name!r} has {len(tok)} tokens but --{side}-model {model_name!r} embeds only "
+                    f"{n_embed}: give the model's own tokenizer (or leave --{side} out)"
+                )
+        return check.Policy(name=name, tokenizer=tok, model=model)
 
     pairs = [(policy(s, "source"), policy(t, "target")) for s, t in _pairs(sources, targets, cross)]
     result: dict[str, Any] = {"pairs": check.conservation_table(pairs, texts, seed=seed, units=units, rule=rule)}

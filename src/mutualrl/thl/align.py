@@ -58,27 +58,32 @@ class AlignedTraces:
         return self.n_base_units - self.n_units
 
 
-def _stable_order(keys: np.ndarray) -> np.ndarray:
+def _stable_order(keys: np.ndarray) -> np.ndarray | None:
+    """Stable sort order of ``keys``; None when they are already sorted (the usual case)."""
     if len(keys) < 2 or bool((keys[1:] >= keys[:-1]).all()):
-        return np.arange(len(keys))
+        return None
     return np.argsort(keys, kind="stable")
 
 
-def _check_spans(spans: np.ndarray, n_chars: int, what: str) -> None:
-    valid = spans[:, 0] >= 0
-    s, e = spans[valid, 0], spans[valid, 1]
-    bad = (e < s) | (e > n_chars)
+def _check_spans(spans: np.ndarray, n_chars: int, what: str, ignore: np.ndarray | None = None) -> None:
+    """Spans must lie in the text; ``(-1, -1)`` (special) passes, as do rows flagged in ``ignore``."""
+    s, e = spans[:, 0], spans[:, 1]
+    bad = (e < s) | (e > n_chars) | ((s < 0) & (e >= 0))
+    if ignore is not None:
+        bad &= ~ignore
     if bad.any():
-        j = int(np.nonzero(valid)[0][np.argmax(bad)])
+        j = int(np.argmax(bad))
         raise UsageError(
             f"{what}: token {j} has span {tuple(int(x) for x in spans[j])}, outside the text of {n_chars} characters"
         )
 
 
 def _as_spans(spans: object, what: str) -> np.ndarray:
-    arr = np.asarray(spans, dtype=np.int64)
+    arr = np.asarray(spans)
     if arr.size == 0:
         return np.zeros((0, 2), dtype=np.int64)
+    if arr.dtype.kind not in "iu":
+        arr = arr.astype(np.int64)
     if arr.ndim != 2 or arr.shape[1] != 2:
         raise UsageError(f"{what}: spans must have shape [n, 2], got {list(arr.shape)}")
     return arr
@@ -91,6 +96,7 @@ def align_one(
     tgt_spans: np.ndarray,
     src_special: np.ndarray | None = None,
     *,
+    src_mask: np.ndarray | None = None,
     units: str = "auto",
     rule: str = "exact-copy",
     ignore_value: float = 0.0,
@@ -102,6 +108,17 @@ def align_one(
     lp = np.asarray(src_logps, dtype=np.float64).reshape(-1)
     if len(lp) != len(ss):
         raise UsageError(f"{where}: {len(lp)} source log-probs but {len(ss)} source spans (they must agree)")
+    if src_mask is not None:
+        mask = np.asarray(src_mask).reshape(-1).astype(bool)
+        if len(mask) != len(ss):
+            raise UsageError(f"{where}: src_mask has {len(mask)} entries but the trace has {len(ss)} source tokens")
+        ss, lp = ss[mask], lp[mask]
+        if src_special is not None:
+            src_special = np.asarray(src_special, dtype=bool).reshape(-1)
+            if len(src_special) != len(mask):
+                raise UsageError(f"{where}: src_special has {len(src_special)} entries but there are {len(mask)} "
+                                 "source tokens")
+            src_special = src_special[mask]
     if not np.isfinite(lp).all():
         j = int(np.argmin(np.isfinite(lp)))
         raise UsageError(f"{where}: source log-prob {j} is {lp[j]} (NaN/inf log-probs cannot be aligned)")
@@ -109,7 +126,7 @@ def align_one(
     if len(special) != len(ss):
         raise UsageError(f"{where}: src_special has {len(special)} entries but there are {len(ss)} source tokens")
     n_chars = len(text)
-    _check_spans(ss[~special], n_chars, f"{where}: src_spans")
+    _check_spans(ss, n_chars, f"{where}: src_spans", ignore=special if src_special is not None else None)
     _check_spans(ts, n_chars, f"{where}: tgt_spans")
     if ((ss[:, 0] < 0) & ~special).any():
         j = int(np.argmax((ss[:, 0] < 0) & ~special))
@@ -126,24 +143,31 @@ def align_one(
                           max_unit_chars=0, unit_mass=np.zeros(0), partition=partition("", units))
 
     base = partition(text, units)
-    tv_spans = ts[t_valid]
+    all_t_valid = bool(t_valid.all())
+    tv_spans = ts if all_t_valid else ts[t_valid]
     t_first, t_last = base.unit_ranges(tv_spans)
     part, new_id = base.merged(t_first, t_last)
     n_units = part.n_units
     t_unit = new_id[t_first]
     target_units[t_valid] = t_unit
 
-    sv = ~special
-    s_spans = ss[sv]
-    s_lp = lp[sv]
+    if special.any():
+        s_spans, s_lp = ss[~special], lp[~special]
+    else:
+        s_spans, s_lp = ss, lp
     s_first, s_last = base.unit_ranges(s_spans)
     s_first, s_last = new_id[s_first], new_id[s_last]
     single = s_first == s_last
-    mass = np.bincount(s_first[single], weights=s_lp[single], minlength=n_units).astype(np.float64)
+    all_single = bool(single.all())
+    if all_single:
+        s_unit, single_spans, single_lp = s_first, s_spans, s_lp
+    else:
+        s_unit, single_spans, single_lp = s_first[single], s_spans[single], s_lp[single]
+    mass = np.bincount(s_unit, weights=single_lp, minlength=n_units).astype(np.float64)
     touched_by_split = np.zeros(n_units, dtype=bool)
     split_in_gap = np.zeros(0, dtype=bool)
     count_t = np.bincount(t_unit, minlength=n_units)
-    if not single.all():
+    if not all_single:
         # Straddling source tokens: apportion by non-whitespace character overlap with each unit.
         idx = np.nonzero(~single)[0]
         counts = s_last[idx] - s_first[idx] + 1
@@ -161,11 +185,10 @@ def align_one(
 
     has_slot = count_t > 0
     safe_count = np.maximum(count_t, 1)
-    values[t_valid] = (mass / safe_count)[t_unit]
+    spread = (mass / safe_count)[t_unit]
 
     n_copied = 0
     if rule == "exact-copy" and len(t_unit):
-        s_unit = s_first[single]
         n_src = np.bincount(s_unit, minlength=n_units)
         candidate = (n_src == count_t) & has_slot & ~touched_by_split
         if candidate.any():
@@ -173,31 +196,38 @@ def align_one(
             # in unit order (spans are monotone in practice, so the sorts are usually skipped).
             order_t = _stable_order(t_unit)
             first_t = np.cumsum(count_t) - count_t
-            rank_t = np.empty(len(t_unit), dtype=np.int64)
-            rank_t[order_t] = np.arange(len(t_unit)) - first_t[t_unit[order_t]]
+            if order_t is None:
+                rank_t = np.arange(len(t_unit)) - first_t[t_unit]
+            else:
+                rank_t = np.empty(len(t_unit), dtype=np.int64)
+                rank_t[order_t] = np.arange(len(t_unit)) - first_t[t_unit[order_t]]
             order_s = _stable_order(s_unit)
             first_s = np.cumsum(n_src) - n_src
             in_cand = candidate[t_unit]
             pos = np.where(in_cand, first_s[t_unit] + rank_t, 0)
-            match = order_s[np.minimum(pos, max(len(order_s) - 1, 0))] if len(order_s) else pos
-            single_spans = s_spans[single]
-            same = in_cand.copy()
-            if len(order_s):
-                same &= (single_spans[match] == tv_spans).all(axis=1)
+            if len(s_unit):
+                pos = np.minimum(pos, len(s_unit) - 1)
+                match = pos if order_s is None else order_s[pos]
+                same = (in_cand & (single_spans[match, 0] == tv_spans[:, 0])
+                        & (single_spans[match, 1] == tv_spans[:, 1]))
+            else:
+                match, same = pos, np.zeros(len(t_unit), dtype=bool)
             bad = np.bincount(t_unit[in_cand & ~same], minlength=n_units) > 0
             copy_unit = candidate & ~bad
             copy_t = copy_unit[t_unit]
             if copy_t.any():
-                sub = values[t_valid]
-                sub[copy_t] = s_lp[single][match[copy_t]]
-                values[t_valid] = sub
+                spread[copy_t] = single_lp[match[copy_t]]
             n_copied = int(copy_unit.sum())
     elif rule not in ALIGN_RULES:
         raise UsageError(f"unknown THL alignment rule {rule!r}; expected one of {', '.join(ALIGN_RULES)}")
+    if all_t_valid:
+        values[:] = spread
+    else:
+        values[t_valid] = spread
 
     gap = ~has_slot
     residual = residual_special + float(mass[gap].sum())
-    single_in_gap = int(gap[s_first[single]].sum())
+    single_in_gap = int(gap[s_unit].sum())
     residual_tokens = int(special.sum()) + single_in_gap + int(split_in_gap.sum())
     u_start, u_end = part.unit_char_bounds()
     unit_nonws = part.nonws_before[u_end] - part.nonws_before[u_start]
@@ -220,6 +250,7 @@ def align_logprobs(
     tgt_spans: Sequence[np.ndarray],
     *,
     src_special: Sequence[np.ndarray] | None = None,
+    src_mask: Sequence[np.ndarray] | None = None,
     units: str = "auto",
     rule: str = "exact-copy",
     ignore_value: float = 0.0,
@@ -230,6 +261,8 @@ def align_logprobs(
     (from :func:`~mutualrl.thl.spans.decode_with_spans` and
     :func:`~mutualrl.thl.retokenize.retokenize`); ``(-1, -1)`` marks special tokens
     (source: excluded, their mass counted in the residual; target: left at ``ignore_value``).
+    ``src_mask[i]`` (optional, one flag per source token) drops non-response positions
+    (padding, prompt) before alignment; they are neither aligned nor residual.
     """
     if rule not in ALIGN_RULES:
         raise UsageError(f"unknown THL alignment rule {rule!r}; expected one of {', '.join(ALIGN_RULES)}")
@@ -239,10 +272,13 @@ def align_logprobs(
             raise UsageError(f"align_logprobs: {len(texts)} texts but {len(seq)} {name}")
     if src_special is not None and len(src_special) != n:
         raise UsageError(f"align_logprobs: {n} texts but {len(src_special)} src_special masks")
+    if src_mask is not None and len(src_mask) != n:
+        raise UsageError(f"align_logprobs: {n} texts but {len(src_mask)} src_mask rows")
     rows = [
         align_one(
             texts[i], src_spans[i], src_logps[i], tgt_spans[i],
             None if src_special is None else src_special[i],
+            src_mask=None if src_mask is None else src_mask[i],
             units=units, rule=rule, ignore_value=ignore_value, where=f"sequence {i}",
         )
         for i in range(n)

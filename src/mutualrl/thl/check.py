@@ -71,6 +71,8 @@ def model_logps(model: Any, prompt_ids: Sequence[Sequence[int]], response_ids: S
             logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
         logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:].to(device).unsqueeze(-1)).squeeze(-1)
         for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
+            if not p:
+                raise ValueError("model_logps needs at least one prompt token to condition the first response token")
             start = len(p) - 1  # logits at position t predict token t+1
             out.append(logp[i, start:start + len(r)].cpu().numpy().astype(np.float32))
     return out

@@ -85,8 +85,8 @@ class Partition:
 
     def unit_ranges(self, spans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """First and last unit each span ``[s, e)`` covers (spans must be valid, non-special)."""
-        s = spans[:, 0].astype(np.int64)
-        e = spans[:, 1].astype(np.int64)
+        s = spans[:, 0]
+        e = spans[:, 1]
         n = self.n_chars
         has_nonws = self.nonws_before[e] > self.nonws_before[s]
         owner = self.char_unit[np.minimum(s, n - 1)]
