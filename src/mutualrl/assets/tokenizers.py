@@ -20,7 +20,6 @@ or a hub id (when the hub is reachable).
 from __future__ import annotations
 
 import ast
-import base64
 import difflib
 import functools
 import json
