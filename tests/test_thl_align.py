@@ -251,3 +251,28 @@ def test_append_to_prompts_builds_trl_layout() -> None:
     assert batch.position_ids[1, batch.prompt_mask.shape[1]] == len(prompts[1])
     with pytest.raises(UsageError, match="2 prompts but 1 responses"):
         append_to_prompts(prompts, resp[:1], pad_token_id=0)
+
+
+def test_batch_alignment_equals_one_sequence_at_a_time() -> None:
+    toks = tokenizers()
+    src, tgt = toks["mistral-tekken"], toks["phi3"]
+    texts = ["first text ends with spaces   ", "", "   ", "\nsecond\tstarts with a newline", "数学 mixed", "x"]
+    src_ids = [r.ids for r in retokenize(src, texts)]
+    src_ids[1] = [src.eos_token_id]  # an empty completion: EOS only
+    decoded = batch_decode_with_spans(src, src_ids)
+    rng = np.random.default_rng(3)
+    lp = [(-rng.uniform(0, 8, len(ids))).astype(np.float32) for ids in src_ids]
+    tgt_rt = retokenize(tgt, [d.text for d in decoded])
+    args = ([d.text for d in decoded], [d.spans for d in decoded], lp, [t.spans for t in tgt_rt])
+    batch = align_logprobs(*args)
+    for i in range(len(texts)):
+        one = align_logprobs(*([a[i]] for a in args))
+        assert np.array_equal(batch.values[i], one.values[0])
+        assert batch.residual[i] == one.residual[0] and batch.residual_tokens[i] == one.residual_tokens[0]
+        assert batch.n_units[i] == one.n_units[0] and batch.n_base_units[i] == one.n_base_units[0]
+        assert np.array_equal(batch.unit_mass[i], one.unit_mass[0])
+        assert np.array_equal(batch.target_units[i], one.target_units[0])
+        assert np.array_equal(batch.partitions[i].char_unit, one.partitions[0].char_unit)
+    # Trailing whitespace stays with its own text; an all-whitespace text is one unit; EOS is residual.
+    assert batch.n_units.tolist()[:3] == [5, 0, 1]
+    assert batch.residual[1] == pytest.approx(float(lp[1][0])) and batch.residual_tokens[1] == 1

@@ -214,7 +214,7 @@ TOKENIZER_SOURCES: dict[str, TokenizerSource] = {
         TokenizerSource("gpt2", "byte-level BPE", "GPT-2 (50,257) from the llama-cpp-python sdist GGUF vocab",
                         _gguf_builder("ggml-vocab-gpt-2.gguf"), 77, default=True),
         TokenizerSource("qwen2", "byte-level BPE", "Qwen2/Qwen2.5 from the llama-cpp-python sdist GGUF vocab",
-                        _gguf_builder("ggml-vocab-qwen2.gguf"), 77),
+                        _gguf_builder("ggml-vocab-qwen2.gguf"), 77, default=True),
         TokenizerSource("phi3", "SentencePiece", "Phi-3 (32k) from the llama-cpp-python sdist GGUF vocab",
                         _gguf_builder("ggml-vocab-phi-3.gguf"), 77, default=True),
         TokenizerSource("mistral-sp", "SentencePiece", "Mistral v1 SentencePiece (32k) from PyPI mistral-common",

@@ -22,6 +22,9 @@ Conservation (Theorem "THL conservation with a derived residual bound"): for eac
 with a target token, the aligned values sum to the unit's source mass; source mass with
 no target slot (special tokens such as EOS, units beyond a truncated target) is returned
 as the residual ``R_THL`` with its token count ``C_mis``, never dropped silently.
+
+The whole batch is aligned at once over the concatenated texts (units never cross texts),
+so there is no Python loop per word, per token, or even per sequence on the hot path.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from mutualrl.errors import UsageError
-from mutualrl.thl.units import Partition, partition
+from mutualrl.thl.units import BatchPartition, partition_batch
 
 ALIGN_RULES = ("exact-copy", "paper")
 
@@ -51,7 +54,7 @@ class AlignedTraces:
     max_unit_chars: np.ndarray  # int64 [B]: non-whitespace characters of the largest (merged) unit
     unit_mass: list[np.ndarray] = field(default_factory=list)  # float64 [U_i]: Z per unit
     target_units: list[np.ndarray] = field(default_factory=list)  # int64 [m_i]: unit of each target token (-1: special)
-    partitions: list[Partition] = field(default_factory=list)
+    partitions: BatchPartition | None = None  # the merged units (index it: partitions[i] is sequence i's)
 
     @property
     def n_merged(self) -> np.ndarray:
@@ -65,19 +68,6 @@ def _stable_order(keys: np.ndarray) -> np.ndarray | None:
     return np.argsort(keys, kind="stable")
 
 
-def _check_spans(spans: np.ndarray, n_chars: int, what: str, ignore: np.ndarray | None = None) -> None:
-    """Spans must lie in the text; ``(-1, -1)`` (special) passes, as do rows flagged in ``ignore``."""
-    s, e = spans[:, 0], spans[:, 1]
-    bad = (e < s) | (e > n_chars) | ((s < 0) & (e >= 0))
-    if ignore is not None:
-        bad &= ~ignore
-    if bad.any():
-        j = int(np.argmax(bad))
-        raise UsageError(
-            f"{what}: token {j} has span {tuple(int(x) for x in spans[j])}, outside the text of {n_chars} characters"
-        )
-
-
 def _as_spans(spans: object, what: str) -> np.ndarray:
     arr = np.asarray(spans)
     if arr.size == 0:
@@ -89,158 +79,17 @@ def _as_spans(spans: object, what: str) -> np.ndarray:
     return arr
 
 
-def align_one(
-    text: str,
-    src_spans: np.ndarray,
-    src_logps: np.ndarray,
-    tgt_spans: np.ndarray,
-    src_special: np.ndarray | None = None,
-    *,
-    src_mask: np.ndarray | None = None,
-    units: str = "auto",
-    rule: str = "exact-copy",
-    ignore_value: float = 0.0,
-    where: str = "sequence 0",
-) -> dict:
-    """Align one sequence (see :func:`align_logprobs`); returns a dict of per-sequence fields."""
-    ss = _as_spans(src_spans, f"{where}: src_spans")
-    ts = _as_spans(tgt_spans, f"{where}: tgt_spans")
-    lp = np.asarray(src_logps, dtype=np.float64).reshape(-1)
-    if len(lp) != len(ss):
-        raise UsageError(f"{where}: {len(lp)} source log-probs but {len(ss)} source spans (they must agree)")
-    if src_mask is not None:
-        mask = np.asarray(src_mask).reshape(-1).astype(bool)
-        if len(mask) != len(ss):
-            raise UsageError(f"{where}: src_mask has {len(mask)} entries but the trace has {len(ss)} source tokens")
-        ss, lp = ss[mask], lp[mask]
-        if src_special is not None:
-            src_special = np.asarray(src_special, dtype=bool).reshape(-1)
-            if len(src_special) != len(mask):
-                raise UsageError(f"{where}: src_special has {len(src_special)} entries but there are {len(mask)} "
-                                 "source tokens")
-            src_special = src_special[mask]
-    if not np.isfinite(lp).all():
-        j = int(np.argmin(np.isfinite(lp)))
-        raise UsageError(f"{where}: source log-prob {j} is {lp[j]} (NaN/inf log-probs cannot be aligned)")
-    special = (ss[:, 0] < 0) if src_special is None else np.asarray(src_special, dtype=bool).reshape(-1)
-    if len(special) != len(ss):
-        raise UsageError(f"{where}: src_special has {len(special)} entries but there are {len(ss)} source tokens")
-    n_chars = len(text)
-    _check_spans(ss, n_chars, f"{where}: src_spans", ignore=special if src_special is not None else None)
-    _check_spans(ts, n_chars, f"{where}: tgt_spans")
-    if ((ss[:, 0] < 0) & ~special).any():
-        j = int(np.argmax((ss[:, 0] < 0) & ~special))
-        raise UsageError(f"{where}: source token {j} has no span (-1, -1) but is not marked special")
+def _concat(arrays: list[np.ndarray], dtype: type, width: int | None = None) -> np.ndarray:
+    if arrays:
+        return np.concatenate(arrays).astype(dtype, copy=False)
+    return np.zeros((0, width) if width else 0, dtype=dtype)
 
-    values = np.full(len(ts), ignore_value, dtype=np.float32)
-    t_valid = ts[:, 0] >= 0
-    target_units = np.full(len(ts), -1, dtype=np.int64)
-    residual_special = float(lp[special].sum())
-    out = dict(values=values, residual_special=residual_special, target_units=target_units, n_copied_units=0)
-    if n_chars == 0:
-        # Empty text: nothing to align onto; all source mass is residual.
-        return out | dict(residual=float(lp.sum()), residual_tokens=len(lp), n_base_units=0, n_units=0,
-                          max_unit_chars=0, unit_mass=np.zeros(0), partition=partition("", units))
 
-    base = partition(text, units)
-    all_t_valid = bool(t_valid.all())
-    tv_spans = ts if all_t_valid else ts[t_valid]
-    t_first, t_last = base.unit_ranges(tv_spans)
-    part, new_id = base.merged(t_first, t_last)
-    n_units = part.n_units
-    t_unit = new_id[t_first]
-    target_units[t_valid] = t_unit
-
-    if special.any():
-        s_spans, s_lp = ss[~special], lp[~special]
-    else:
-        s_spans, s_lp = ss, lp
-    s_first, s_last = base.unit_ranges(s_spans)
-    s_first, s_last = new_id[s_first], new_id[s_last]
-    single = s_first == s_last
-    all_single = bool(single.all())
-    if all_single:
-        s_unit, single_spans, single_lp = s_first, s_spans, s_lp
-    else:
-        s_unit, single_spans, single_lp = s_first[single], s_spans[single], s_lp[single]
-    mass = np.bincount(s_unit, weights=single_lp, minlength=n_units).astype(np.float64)
-    touched_by_split = np.zeros(n_units, dtype=bool)
-    split_in_gap = np.zeros(0, dtype=bool)
-    count_t = np.bincount(t_unit, minlength=n_units)
-    if not all_single:
-        # Straddling source tokens: apportion by non-whitespace character overlap with each unit.
-        idx = np.nonzero(~single)[0]
-        counts = s_last[idx] - s_first[idx] + 1
-        rep = np.repeat(idx, counts)
-        offsets = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
-        unit = np.repeat(s_first[idx], counts) + offsets
-        u_start, u_end = part.unit_char_bounds()
-        nb = part.nonws_before
-        s, e = s_spans[rep, 0], s_spans[rep, 1]
-        overlap = nb[np.minimum(e, u_end[unit])] - nb[np.maximum(s, u_start[unit])]
-        weight = np.maximum(overlap, 0) / (nb[e] - nb[s])
-        mass += np.bincount(unit, weights=s_lp[rep] * weight, minlength=n_units)
-        touched_by_split[unit] = True
-        split_in_gap = np.bincount(rep, weights=(count_t[unit] == 0), minlength=len(s_lp))[idx] > 0
-
-    has_slot = count_t > 0
-    safe_count = np.maximum(count_t, 1)
-    spread = (mass / safe_count)[t_unit]
-
-    n_copied = 0
-    if rule == "exact-copy" and len(t_unit):
-        n_src = np.bincount(s_unit, minlength=n_units)
-        candidate = (n_src == count_t) & has_slot & ~touched_by_split
-        if candidate.any():
-            # Rank of each target token within its unit, and where each unit's source tokens start
-            # in unit order (spans are monotone in practice, so the sorts are usually skipped).
-            order_t = _stable_order(t_unit)
-            first_t = np.cumsum(count_t) - count_t
-            if order_t is None:
-                rank_t = np.arange(len(t_unit)) - first_t[t_unit]
-            else:
-                rank_t = np.empty(len(t_unit), dtype=np.int64)
-                rank_t[order_t] = np.arange(len(t_unit)) - first_t[t_unit[order_t]]
-            order_s = _stable_order(s_unit)
-            first_s = np.cumsum(n_src) - n_src
-            in_cand = candidate[t_unit]
-            pos = np.where(in_cand, first_s[t_unit] + rank_t, 0)
-            if len(s_unit):
-                pos = np.minimum(pos, len(s_unit) - 1)
-                match = pos if order_s is None else order_s[pos]
-                same = (in_cand & (single_spans[match, 0] == tv_spans[:, 0])
-                        & (single_spans[match, 1] == tv_spans[:, 1]))
-            else:
-                match, same = pos, np.zeros(len(t_unit), dtype=bool)
-            bad = np.bincount(t_unit[in_cand & ~same], minlength=n_units) > 0
-            copy_unit = candidate & ~bad
-            copy_t = copy_unit[t_unit]
-            if copy_t.any():
-                spread[copy_t] = single_lp[match[copy_t]]
-            n_copied = int(copy_unit.sum())
-    elif rule not in ALIGN_RULES:
-        raise UsageError(f"unknown THL alignment rule {rule!r}; expected one of {', '.join(ALIGN_RULES)}")
-    if all_t_valid:
-        values[:] = spread
-    else:
-        values[t_valid] = spread
-
-    gap = ~has_slot
-    residual = residual_special + float(mass[gap].sum())
-    single_in_gap = int(gap[s_unit].sum())
-    residual_tokens = int(special.sum()) + single_in_gap + int(split_in_gap.sum())
-    u_start, u_end = part.unit_char_bounds()
-    unit_nonws = part.nonws_before[u_end] - part.nonws_before[u_start]
-    return out | dict(
-        residual=residual,
-        residual_tokens=residual_tokens,
-        n_base_units=base.n_units,
-        n_units=n_units,
-        n_copied_units=n_copied,
-        max_unit_chars=int(unit_nonws.max()) if n_units else 0,
-        unit_mass=mass,
-        partition=part,
-    )
+def _first_bad(bad: np.ndarray, offsets: np.ndarray) -> tuple[int, int]:
+    """(sequence, index within it) of the first True in a flattened per-token mask."""
+    j = int(np.argmax(bad))
+    seq = int(np.searchsorted(offsets, j, side="right") - 1)
+    return seq, j - int(offsets[seq])
 
 
 def align_logprobs(
@@ -261,38 +110,188 @@ def align_logprobs(
     (from :func:`~mutualrl.thl.spans.decode_with_spans` and
     :func:`~mutualrl.thl.retokenize.retokenize`); ``(-1, -1)`` marks special tokens
     (source: excluded, their mass counted in the residual; target: left at ``ignore_value``).
+    ``src_special[i]`` (optional) flags special source tokens explicitly.
     ``src_mask[i]`` (optional, one flag per source token) drops non-response positions
     (padding, prompt) before alignment; they are neither aligned nor residual.
     """
     if rule not in ALIGN_RULES:
         raise UsageError(f"unknown THL alignment rule {rule!r}; expected one of {', '.join(ALIGN_RULES)}")
-    n = len(texts)
+    n_seq = len(texts)
     for name, seq in (("src_spans", src_spans), ("src_logps", src_logps), ("tgt_spans", tgt_spans)):
-        if len(seq) != n:
-            raise UsageError(f"align_logprobs: {len(texts)} texts but {len(seq)} {name}")
-    if src_special is not None and len(src_special) != n:
-        raise UsageError(f"align_logprobs: {n} texts but {len(src_special)} src_special masks")
-    if src_mask is not None and len(src_mask) != n:
-        raise UsageError(f"align_logprobs: {n} texts but {len(src_mask)} src_mask rows")
-    rows = [
-        align_one(
-            texts[i], src_spans[i], src_logps[i], tgt_spans[i],
-            None if src_special is None else src_special[i],
-            src_mask=None if src_mask is None else src_mask[i],
-            units=units, rule=rule, ignore_value=ignore_value, where=f"sequence {i}",
-        )
-        for i in range(n)
-    ]
+        if len(seq) != n_seq:
+            raise UsageError(f"align_logprobs: {n_seq} texts but {len(seq)} {name}")
+    if src_special is not None and len(src_special) != n_seq:
+        raise UsageError(f"align_logprobs: {n_seq} texts but {len(src_special)} src_special masks")
+    if src_mask is not None and len(src_mask) != n_seq:
+        raise UsageError(f"align_logprobs: {n_seq} texts but {len(src_mask)} src_mask rows")
+
+    # ---- per-sequence shape checks (O(1) each), then one flat batch --------------------------
+    ss_list, lp_list, sp_list, ts_list = [], [], [], []
+    for i in range(n_seq):
+        where = f"sequence {i}"
+        ss = _as_spans(src_spans[i], f"{where}: src_spans")
+        lp = np.asarray(src_logps[i], dtype=np.float64).reshape(-1)
+        if len(lp) != len(ss):
+            raise UsageError(f"{where}: {len(lp)} source log-probs but {len(ss)} source spans (they must agree)")
+        special = None
+        if src_special is not None:
+            special = np.asarray(src_special[i], dtype=bool).reshape(-1)
+            if len(special) != len(ss):
+                raise UsageError(f"{where}: src_special has {len(special)} entries but there are {len(ss)} source tokens")
+        if src_mask is not None:
+            mask = np.asarray(src_mask[i]).reshape(-1).astype(bool)
+            if len(mask) != len(ss):
+                raise UsageError(f"{where}: src_mask has {len(mask)} entries but the trace has {len(ss)} source tokens")
+            ss, lp = ss[mask], lp[mask]
+            special = special[mask] if special is not None else None
+        ss_list.append(ss)
+        lp_list.append(lp)
+        sp_list.append(special if special is not None else ss[:, 0] < 0)
+        ts_list.append(_as_spans(tgt_spans[i], f"{where}: tgt_spans"))
+
+    text_len = np.fromiter((len(t) for t in texts), dtype=np.int64, count=n_seq)
+    n_src = np.fromiter((len(x) for x in ss_list), dtype=np.int64, count=n_seq)
+    n_tgt = np.fromiter((len(x) for x in ts_list), dtype=np.int64, count=n_seq)
+    src_off = np.concatenate([[0], np.cumsum(n_src)])
+    tgt_off = np.concatenate([[0], np.cumsum(n_tgt)])
+    src_seq = np.repeat(np.arange(n_seq), n_src)
+    tgt_seq = np.repeat(np.arange(n_seq), n_tgt)
+    ss = _concat(ss_list, np.int64, 2)
+    ts = _concat(ts_list, np.int64, 2)
+    lp = _concat(lp_list, np.float64)
+    special = _concat(sp_list, bool)
+
+    # ---- validation over the flat batch (errors name the sequence and token) ------------------
+    finite = np.isfinite(lp)
+    if not finite.all():
+        i, j = _first_bad(~finite, src_off)
+        raise UsageError(f"sequence {i}: source log-prob {j} is {lp_list[i][j]} (NaN/inf log-probs cannot be aligned)")
+    for what, spans, seq, off, ignore in (("src_spans", ss, src_seq, src_off, special if src_special is not None else None),
+                                          ("tgt_spans", ts, tgt_seq, tgt_off, None)):
+        s_, e_ = spans[:, 0], spans[:, 1]
+        n_chars = text_len[seq]
+        bad = (e_ < s_) | (e_ > n_chars) | ((s_ < 0) & (e_ >= 0))
+        if ignore is not None:
+            bad &= ~ignore
+        if bad.any():
+            i, j = _first_bad(bad, off)
+            raise UsageError(f"sequence {i}: {what}: token {j} has span {tuple(int(x) for x in spans[off[i] + j])}, "
+                             f"outside the text of {int(text_len[i])} characters")
+    unmarked = (ss[:, 0] < 0) & ~special
+    if unmarked.any():
+        i, j = _first_bad(unmarked, src_off)
+        raise UsageError(f"sequence {i}: source token {j} has no span (-1, -1) but is not marked special")
+
+    # ---- units over the concatenated texts; spans shifted into it -----------------------------
+    bp = partition_batch(list(texts), units)
+    base = bp.whole
+    char_off = bp.char_offsets
+    residual_special = np.bincount(src_seq[special], weights=lp[special], minlength=n_seq)
+    # Tokens of an empty text have nowhere to go: they join the residual like specials do.
+    src_place = ~special & (text_len[src_seq] > 0)
+    lost = ~special & ~src_place
+    t_valid = (ts[:, 0] >= 0) & (text_len[tgt_seq] > 0)
+
+    t_seq = tgt_seq[t_valid]
+    tv_spans = ts[t_valid] + char_off[t_seq][:, None]
+    t_owner = np.minimum(tv_spans[:, 0], char_off[t_seq + 1] - 1)
+    t_first, t_last = base.unit_ranges(tv_spans, t_owner)
+    part, new_id = base.merged(t_first, t_last)
+    n_units = part.n_units
+    t_unit = new_id[t_first]
+
+    s_seq = src_seq[src_place]
+    s_spans = ss[src_place] + char_off[s_seq][:, None]
+    s_lp = lp[src_place]
+    s_owner = np.minimum(s_spans[:, 0], char_off[s_seq + 1] - 1)
+    s_first, s_last = base.unit_ranges(s_spans, s_owner)
+    s_first, s_last = new_id[s_first], new_id[s_last]
+    single = s_first == s_last
+    all_single = bool(single.all())
+    if all_single:
+        s_unit, single_spans, single_lp, single_seq = s_first, s_spans, s_lp, s_seq
+    else:
+        s_unit, single_spans, single_lp, single_seq = s_first[single], s_spans[single], s_lp[single], s_seq[single]
+    mass = np.bincount(s_unit, weights=single_lp, minlength=n_units).astype(np.float64)
+    count_t = np.bincount(t_unit, minlength=n_units)
+    touched_by_split = np.zeros(n_units, dtype=bool)
+    split_gap_seq = np.zeros(0, dtype=np.int64)
+    u_start, u_end = part.unit_char_bounds()
+    if not all_single:
+        # Straddling source tokens: apportion by non-whitespace character overlap with each unit.
+        idx = np.nonzero(~single)[0]
+        counts = s_last[idx] - s_first[idx] + 1
+        rep = np.repeat(idx, counts)
+        unit = np.repeat(s_first[idx], counts) + np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+        nb = part.nonws_before
+        s_, e_ = s_spans[rep, 0], s_spans[rep, 1]
+        overlap = nb[np.minimum(e_, u_end[unit])] - nb[np.maximum(s_, u_start[unit])]
+        weight = np.maximum(overlap, 0) / (nb[e_] - nb[s_])
+        mass += np.bincount(unit, weights=s_lp[rep] * weight, minlength=n_units)
+        touched_by_split[unit] = True
+        in_gap = np.bincount(rep, weights=(count_t[unit] == 0), minlength=len(s_lp))[idx] > 0
+        split_gap_seq = s_seq[idx[in_gap]]
+
+    has_slot = count_t > 0
+    spread = (mass / np.maximum(count_t, 1))[t_unit]
+
+    copy_unit = np.zeros(n_units, dtype=bool)
+    if rule == "exact-copy" and len(t_unit):
+        n_single = np.bincount(s_unit, minlength=n_units)
+        candidate = (n_single == count_t) & has_slot & ~touched_by_split
+        if candidate.any():
+            # The k-th target token of a unit meets the unit's k-th source token; the unit is
+            # copied when every such pair has the same span (spans are monotone in practice,
+            # so the sorts are usually skipped).
+            order_t = _stable_order(t_unit)
+            first_t = np.cumsum(count_t) - count_t
+            if order_t is None:
+                rank_t = np.arange(len(t_unit)) - first_t[t_unit]
+            else:
+                rank_t = np.empty(len(t_unit), dtype=np.int64)
+                rank_t[order_t] = np.arange(len(t_unit)) - first_t[t_unit[order_t]]
+            order_s = _stable_order(s_unit)
+            first_s = np.cumsum(n_single) - n_single
+            in_cand = candidate[t_unit]
+            if len(s_unit):
+                pos = np.minimum(np.where(in_cand, first_s[t_unit] + rank_t, 0), len(s_unit) - 1)
+                match = pos if order_s is None else order_s[pos]
+                same = (in_cand & (single_spans[match, 0] == tv_spans[:, 0])
+                        & (single_spans[match, 1] == tv_spans[:, 1]))
+                mismatch = np.bincount(t_unit[in_cand & ~same], minlength=n_units) > 0
+                copy_unit = candidate & ~mismatch
+                copy_t = copy_unit[t_unit]
+                spread[copy_t] = single_lp[match[copy_t]]
+
+    values_all = np.full(len(ts), ignore_value, dtype=np.float32)
+    values_all[t_valid] = spread
+    target_units_all = np.full(len(ts), -1, dtype=np.int64)
+
+    # ---- per-sequence results ------------------------------------------------------------------
+    unit_seq = np.searchsorted(char_off, u_start, side="right") - 1 if n_units else np.zeros(0, np.int64)
+    units_per_seq = np.bincount(unit_seq, minlength=n_seq)
+    unit_off = np.concatenate([[0], np.cumsum(units_per_seq)]).astype(np.int64)
+    target_units_all[t_valid] = t_unit - unit_off[t_seq]
+    gap = ~has_slot
+    residual = residual_special + np.bincount(unit_seq[gap], weights=mass[gap], minlength=n_seq)
+    residual += np.bincount(src_seq[lost], weights=lp[lost], minlength=n_seq)
+    residual_tokens = (np.bincount(src_seq[special | lost], minlength=n_seq)
+                       + np.bincount(single_seq[gap[s_unit]], minlength=n_seq)
+                       + np.bincount(split_gap_seq, minlength=n_seq))
+    unit_nonws = part.nonws_before[u_end] - part.nonws_before[u_start]
+    max_unit_chars = np.zeros(n_seq, dtype=np.int64)
+    np.maximum.at(max_unit_chars, unit_seq, unit_nonws)
+    cut_t, cut_u = tgt_off[1:-1], unit_off[1:-1]
     return AlignedTraces(
-        values=[r["values"] for r in rows],
-        residual=np.array([r["residual"] for r in rows], dtype=np.float64),
-        residual_tokens=np.array([r["residual_tokens"] for r in rows], dtype=np.int64),
-        residual_special=np.array([r["residual_special"] for r in rows], dtype=np.float64),
-        n_base_units=np.array([r["n_base_units"] for r in rows], dtype=np.int64),
-        n_units=np.array([r["n_units"] for r in rows], dtype=np.int64),
-        n_copied_units=np.array([r["n_copied_units"] for r in rows], dtype=np.int64),
-        max_unit_chars=np.array([r["max_unit_chars"] for r in rows], dtype=np.int64),
-        unit_mass=[r["unit_mass"] for r in rows],
-        target_units=[r["target_units"] for r in rows],
-        partitions=[r["partition"] for r in rows],
+        values=np.split(values_all, cut_t) if n_seq else [],
+        residual=residual.astype(np.float64),
+        residual_tokens=residual_tokens.astype(np.int64),
+        residual_special=residual_special.astype(np.float64),
+        n_base_units=np.diff(bp.unit_offsets),
+        n_units=units_per_seq.astype(np.int64),
+        n_copied_units=np.bincount(unit_seq[copy_unit], minlength=n_seq).astype(np.int64),
+        max_unit_chars=max_unit_chars,
+        unit_mass=np.split(mass, cut_u) if n_seq else [],
+        target_units=np.split(target_units_all, cut_t) if n_seq else [],
+        partitions=BatchPartition(whole=part, char_offsets=char_off, unit_offsets=unit_off),
     )

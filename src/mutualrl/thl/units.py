@@ -83,13 +83,17 @@ class Partition:
     nonws_before: np.ndarray  # int64 [n_chars + 1]: number of non-whitespace chars before i
     _bounds: tuple[np.ndarray, np.ndarray] | None = field(default=None, repr=False)
 
-    def unit_ranges(self, spans: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """First and last unit each span ``[s, e)`` covers (spans must be valid, non-special)."""
+    def unit_ranges(self, spans: np.ndarray, owner_pos: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """First and last unit each span ``[s, e)`` covers (spans must be valid, non-special).
+
+        A span without non-whitespace characters belongs to the unit owning character
+        ``owner_pos`` (default: its start, clipped to the last character).
+        """
         s = spans[:, 0]
         e = spans[:, 1]
         n = self.n_chars
         has_nonws = self.nonws_before[e] > self.nonws_before[s]
-        owner = self.char_unit[np.minimum(s, n - 1)]
+        owner = self.char_unit[np.minimum(s, n - 1) if owner_pos is None else owner_pos]
         first = np.where(has_nonws, self.char_unit[np.minimum(self.next_nonws[np.minimum(s, n - 1)], n - 1)], owner)
         last = np.where(has_nonws, self.char_unit[np.maximum(self.prev_nonws[np.maximum(e - 1, 0)], 0)], owner)
         return first, last
@@ -131,9 +135,55 @@ class Partition:
 
 def partition(text: str, units: str = "auto") -> Partition:
     """The unit partition of ``text`` (see module docstring)."""
+    return partition_batch([text], units)[0]
+
+
+@dataclass
+class BatchPartition:
+    """The partitions of a batch of texts, built at once over their concatenation.
+
+    Units never cross texts; ``unit_offsets[i]:unit_offsets[i + 1]`` are text ``i``'s units and
+    ``char_offsets[i]:char_offsets[i + 1]`` its characters in ``whole``.
+    """
+
+    whole: Partition
+    char_offsets: np.ndarray  # int64 [B + 1]
+    unit_offsets: np.ndarray  # int64 [B + 1]
+
+    def __len__(self) -> int:
+        return len(self.char_offsets) - 1
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return (self[i] for i in range(len(self)))
+
+    def __getitem__(self, i: int) -> Partition:
+        """Text ``i``'s own partition (positions relative to that text)."""
+        a, b = int(self.char_offsets[i]), int(self.char_offsets[i + 1])
+        u0, u1 = int(self.unit_offsets[i]), int(self.unit_offsets[i + 1])
+        w = self.whole
+        n = b - a
+        return Partition(
+            n_chars=n,
+            n_units=u1 - u0,
+            char_unit=w.char_unit[a:b] - u0,
+            next_nonws=np.minimum(w.next_nonws[a:b] - a, n),
+            prev_nonws=np.maximum(w.prev_nonws[a:b] - a, -1),
+            nonws_before=w.nonws_before[a:b + 1] - w.nonws_before[a],
+        )
+
+
+def partition_batch(texts: list[str], units: str = "auto") -> BatchPartition:
+    """Partitions of every text in one pass over their concatenation (no Python loop per text).
+
+    Each text's first character starts a unit; whitespace joins the following unit *of the
+    same text* (trailing whitespace: the text's last unit); an all-whitespace text is one unit
+    anchored at its first character.
+    """
     if units not in UNIT_MODES:
         raise UsageError(f"unknown THL unit mode {units!r}; expected one of {', '.join(UNIT_MODES)}")
-    cps = codepoints(text)
+    lengths = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
+    char_offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    cps = codepoints("".join(texts))
     n = len(cps)
     ws = whitespace_mask(cps)
     nonws = ~ws
@@ -143,20 +193,31 @@ def partition(text: str, units: str = "auto") -> Partition:
         cut = np.ones(n, dtype=bool)
     else:
         cut = no_space_script_mask(cps)
+    text_start = np.zeros(n, dtype=bool)
+    text_start[char_offsets[:-1][lengths > 0]] = True
+    text_id = np.repeat(np.arange(len(texts)), lengths)
+    nonws_before = np.concatenate([[0], np.cumsum(nonws)]).astype(np.int64)
+    # A text without any non-whitespace character gets one unit, anchored at its first character.
+    text_has_nonws = (nonws_before[char_offsets[1:]] - nonws_before[char_offsets[:-1]]) > 0
+    anchor = nonws | (text_start & ~text_has_nonws[text_id]) if n else nonws
     prev_ws = np.concatenate([[True], ws[:-1]]) if n else ws
     prev_cut = np.concatenate([[False], cut[:-1]]) if n else cut
-    starts = nonws & (prev_ws | cut | prev_cut)
-    unit_of_nonws = np.cumsum(starts) - 1
+    starts = anchor & (prev_ws | cut | prev_cut | text_start)
+    unit_of_anchor = np.cumsum(starts) - 1
     n_units = int(starts.sum())
     arange = np.arange(n, dtype=np.int64)
     next_nonws = np.minimum.accumulate(np.where(nonws, arange, n)[::-1])[::-1] if n else arange
     prev_nonws = np.maximum.accumulate(np.where(nonws, arange, -1)) if n else arange
-    nonws_before = np.concatenate([[0], np.cumsum(nonws)]).astype(np.int64)
-    if n_units == 0:
-        char_unit = np.zeros(n, dtype=np.int64)
-        n_units = 1 if n else 0
+    if n:
+        next_anchor = np.minimum.accumulate(np.where(anchor, arange, n)[::-1])[::-1]
+        prev_anchor = np.maximum.accumulate(np.where(anchor, arange, -1))
+        # Whitespace belongs to the next unit of its own text, else (trailing) to the text's last unit.
+        same_text = (next_anchor < n) & (text_id[np.minimum(next_anchor, n - 1)] == text_id)
+        char_unit = np.where(same_text, unit_of_anchor[np.minimum(next_anchor, n - 1)],
+                             unit_of_anchor[np.maximum(prev_anchor, 0)]).astype(np.int64)
     else:
-        # Whitespace belongs to the following unit; trailing whitespace to the last one.
-        char_unit = unit_of_nonws[np.minimum(next_nonws, n - 1)]
-        char_unit = np.where(next_nonws < n, char_unit, n_units - 1).astype(np.int64)
-    return Partition(n, n_units, char_unit, next_nonws, prev_nonws, nonws_before)
+        char_unit = np.zeros(0, dtype=np.int64)
+    units_per_text = np.bincount(text_id[starts], minlength=len(texts)) if n else np.zeros(len(texts), np.int64)
+    unit_offsets = np.concatenate([[0], np.cumsum(units_per_text)]).astype(np.int64)
+    whole = Partition(n, n_units, char_unit, next_nonws, prev_nonws, nonws_before)
+    return BatchPartition(whole=whole, char_offsets=char_offsets, unit_offsets=unit_offsets)
