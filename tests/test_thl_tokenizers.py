@@ -109,7 +109,7 @@ def test_special_tokens_get_no_span_and_no_text(name: str) -> None:
 def test_retokenize_is_a_continuation_of_the_prompt(name: str) -> None:
     tok = tokenizers()[name]
     prompt = "Question: what is 6 times 7?\nAnswer:"
-    responses = [" 42.", "The answer is 42.", "\n\n答案是 42。", " x\ty 🦙"]
+    responses = [" 42.", "", "The answer is 42.", "\n\n答案是 42。", " x\ty 🦙", ""]
     prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
     for resp, rt in zip(responses, retokenize(tok, responses), strict=True):
         special = set(tok.all_special_ids)
@@ -172,3 +172,15 @@ def test_non_canonical_generated_ids_keep_their_own_spans() -> None:
     res = align_logprobs([text], [decoded.spans], [lp], [canonical.spans])
     assert len(canonical.ids) == 2
     np.testing.assert_allclose(res.values[0], [lp[:5].sum(), lp[5:].sum()], rtol=1e-6)
+
+
+def test_batch_decode_handles_sequences_cut_inside_a_character() -> None:
+    tok = tokenizers()["gpt2"]
+    ids = tok("a🦙b", add_special_tokens=False)["input_ids"]
+    assert len(ids) >= 3
+    # Split the ids mid-character across two sequences: each decodes on its own (with U+FFFD).
+    batch = batch_decode_with_spans(tok, [ids[:2], ids[2:], [], ids])
+    singles = [decode_with_spans(tok, x) for x in (ids[:2], ids[2:], [], ids)]
+    for b, s in zip(batch, singles, strict=True):
+        assert b.text == s.text and np.array_equal(b.spans, s.spans) and np.array_equal(b.special, s.special)
+    assert batch[3].text == "a🦙b" and "\ufffd" in batch[0].text + batch[1].text

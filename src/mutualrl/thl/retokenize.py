@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from mutualrl.errors import UsageError
-from mutualrl.thl.spans import _backend, byte_table, gather_bytes, spans_from_bytes
+from mutualrl.thl.spans import _backend, _flat_ids, byte_table, char_spans, gather_bytes
 
 
 @dataclass(frozen=True)
@@ -84,21 +84,37 @@ def retokenize(tokenizer: Any, texts: Sequence[str]) -> list[Retokenized]:
     # library offers that; a sequence whose ids do not spell its text is re-encoded with offsets.
     fast = getattr(encoder, "encode_batch_fast", encoder.encode_batch)
     encodings = fast(list(texts), add_special_tokens=False)
+    id_lists = [enc.ids for enc in encodings]
+    flat, tok_off = _flat_ids(id_lists, table.vocab_size, "retokenize")
+    special = table.special[flat]
+    lens = np.where(special, 0, table.lengths[flat])
+    raw = gather_bytes(table, flat, lens)
+    text_bytes = [t.encode("utf-8") for t in texts]
+    # Per sequence: do the ids spell the text byte for byte (and carry no special token)?
+    ends_b = np.cumsum(lens)
+    byte_off = np.concatenate([[0], ends_b])[tok_off]
+    n_bytes = np.fromiter((len(b) for b in text_bytes), dtype=np.int64, count=len(texts))
+    n_special = np.bincount(np.repeat(np.arange(len(texts)), np.diff(tok_off))[special], minlength=len(texts))
+    ok = (np.diff(byte_off) == n_bytes) & (n_special == 0)
+    joined = b"".join(text_bytes)
+    if ok.all() and raw.tobytes() != joined:
+        ok[:] = [raw[byte_off[i]:byte_off[i + 1]].tobytes() == text_bytes[i] for i in range(len(texts))]
+    elif not ok.all():
+        ok &= np.array([bool(ok[i]) and raw[byte_off[i]:byte_off[i + 1]].tobytes() == text_bytes[i]
+                        for i in range(len(texts))])
+    char_start = (raw & 0xC0) != 0x80
+    spans = char_spans(char_start, ends_b - lens, ends_b)
+    chars_before = np.concatenate([[0], np.cumsum(char_start)])[byte_off]
+    spans -= np.repeat(chars_before[:-1], np.diff(tok_off))[:, None]
+    spans = spans.astype(np.int32)
     out = []
-    for text, enc in zip(texts, encodings, strict=True):
-        ids_list = enc.ids
-        ids = np.asarray(ids_list, dtype=np.int64)
-        lens = np.where(table.special[ids], 0, table.lengths[ids]) if ids.size else np.zeros(0, dtype=np.int64)
-        raw = gather_bytes(table, ids, lens)
-        text_bytes = text.encode("utf-8")
-        if raw.tobytes() == text_bytes and not table.special[ids].any():
-            ends_b = np.cumsum(lens)
-            _, spans = spans_from_bytes(raw, ends_b - lens, ends_b)
-            out.append(Retokenized(ids=ids_list, spans=spans.astype(np.int32)))
+    for i, text in enumerate(texts):
+        if ok[i]:
+            out.append(Retokenized(ids=id_lists[i], spans=spans[tok_off[i]:tok_off[i + 1]]))
         else:
             full = encoder.encode(text, add_special_tokens=False)
-            spans = np.asarray(full.offsets, dtype=np.int32).reshape(-1, 2)
-            out.append(Retokenized(ids=full.ids, spans=spans, from_offsets=True))
+            offsets = np.asarray(full.offsets, dtype=np.int32).reshape(-1, 2)
+            out.append(Retokenized(ids=full.ids, spans=offsets, from_offsets=True))
     return out
 
 

@@ -22,6 +22,7 @@ becomes one U+FFFD per invalid byte.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import re
 from collections.abc import Sequence
@@ -164,25 +165,31 @@ def gather_bytes(table: ByteTable, ids: np.ndarray, lengths: np.ndarray | None =
     return table.blob[index]
 
 
-def spans_from_bytes(raw: np.ndarray, byte_starts: np.ndarray, byte_ends: np.ndarray) -> tuple[str, np.ndarray]:
-    """Decode ``raw`` as UTF-8 and map each ``[byte_start, byte_end)`` to a character span.
+def char_spans(char_start: np.ndarray, byte_starts: np.ndarray, byte_ends: np.ndarray) -> np.ndarray:
+    """Character spans of byte ranges, given which bytes start a character.
 
     A span ending inside a character includes that character; an empty byte span maps to an
     empty character span at its position.
     """
+    n = len(char_start)
+    # chars_before[b] = number of characters that start before byte b.
+    chars_before = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(char_start, out=chars_before[1:])
+    nonempty = byte_ends > byte_starts
+    starts = np.where(nonempty, chars_before[np.minimum(byte_starts + 1, n)] - 1, chars_before[byte_starts])
+    ends = np.where(nonempty, chars_before[byte_ends], chars_before[byte_starts])
+    return np.stack([starts, ends], axis=1)
+
+
+def spans_from_bytes(raw: np.ndarray, byte_starts: np.ndarray, byte_ends: np.ndarray) -> tuple[str, np.ndarray]:
+    """Decode ``raw`` as UTF-8 and map each ``[byte_start, byte_end)`` to a character span."""
     data = raw.tobytes()
     try:
         text = data.decode("utf-8")
         char_start = (raw & 0xC0) != 0x80
     except UnicodeDecodeError:
         text, char_start = _decode_lossy(data)
-    # chars_before[b] = number of characters that start before byte b.
-    chars_before = np.zeros(len(raw) + 1, dtype=np.int64)
-    np.cumsum(char_start, out=chars_before[1:])
-    nonempty = byte_ends > byte_starts
-    starts = np.where(nonempty, chars_before[np.minimum(byte_starts + 1, len(raw))] - 1, chars_before[byte_starts])
-    ends = np.where(nonempty, chars_before[byte_ends], chars_before[byte_starts])
-    return text, np.stack([starts, ends], axis=1)
+    return text, char_spans(char_start, byte_starts, byte_ends)
 
 
 def _decode_lossy(data: bytes) -> tuple[str, np.ndarray]:
@@ -219,10 +226,48 @@ def _decode_ids(table: ByteTable, ids: np.ndarray) -> DecodedText:
     return DecodedText(text=text, spans=spans.astype(np.int32), special=special)
 
 
+def _flat_ids(batch_ids: Sequence[Sequence[int] | np.ndarray], vocab_size: int, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """All ids of a batch in one array, and each sequence's token offset into it."""
+    counts = np.fromiter((len(x) for x in batch_ids), dtype=np.int64, count=len(batch_ids))
+    flat = np.fromiter(itertools.chain.from_iterable(batch_ids), dtype=np.int64, count=int(counts.sum()))
+    tok_off = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    if flat.size:
+        bad = (flat < 0) | (flat >= vocab_size)
+        if bad.any():
+            j = int(np.argmax(bad))
+            i = int(np.searchsorted(tok_off, j, side="right") - 1)
+            raise UsageError(f"{where}[{i}]: token id {int(flat[j])} is outside the tokenizer's vocabulary "
+                             f"(0..{vocab_size - 1})")
+    return flat, tok_off
+
+
 def batch_decode_with_spans(tokenizer: Any, batch_ids: Sequence[Sequence[int] | np.ndarray]) -> list[DecodedText]:
-    """:func:`decode_with_spans` for a batch (the byte table is built once)."""
+    """:func:`decode_with_spans` for a batch, computed over the whole batch at once."""
     table = byte_table(tokenizer)
-    out = []
-    for i, ids in enumerate(batch_ids):
-        out.append(_decode_ids(table, _as_ids(ids, table.vocab_size, f"batch_decode_with_spans[{i}]")))
-    return out
+    flat, tok_off = _flat_ids(batch_ids, table.vocab_size, "batch_decode_with_spans")
+    special = table.special[flat]
+    lens = np.where(special, 0, table.lengths[flat])
+    ends_b = np.cumsum(lens)
+    starts_b = ends_b - lens
+    raw = gather_bytes(table, flat, lens)
+    byte_off = np.concatenate([[0], ends_b])[tok_off]
+    char_start = (raw & 0xC0) != 0x80
+    # One decode for the batch, unless a sequence ends or starts inside a character (then the
+    # bytes are only valid, or only invalid, across the boundary): decode those one by one.
+    boundary = byte_off[:-1][byte_off[:-1] < len(raw)]
+    try:
+        whole = raw.tobytes().decode("utf-8") if not (~char_start[boundary]).any() else None
+    except UnicodeDecodeError:
+        whole = None
+    if whole is None:
+        return [_decode_ids(table, flat[tok_off[i]:tok_off[i + 1]]) for i in range(len(batch_ids))]
+    spans = char_spans(char_start, starts_b, ends_b)
+    chars_before = np.concatenate([[0], np.cumsum(char_start)])[byte_off]
+    spans -= np.repeat(chars_before[:-1], np.diff(tok_off))[:, None]
+    spans[special] = -1
+    spans = spans.astype(np.int32)
+    return [
+        DecodedText(text=whole[chars_before[i]:chars_before[i + 1]], spans=spans[tok_off[i]:tok_off[i + 1]],
+                    special=special[tok_off[i]:tok_off[i + 1]])
+        for i in range(len(batch_ids))
+    ]
