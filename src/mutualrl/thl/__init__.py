@@ -16,12 +16,13 @@ from mutualrl.thl.align import ALIGN_RULES, AlignedTraces, align_logprobs
 from mutualrl.thl.metrics import ConservationStats, conservation_stats, ratio_stats, relative_mae, word_mass
 from mutualrl.thl.retokenize import LearnerBatch, Retokenized, append_to_prompts, retokenize
 from mutualrl.thl.spans import DecodedText, batch_decode_with_spans, byte_table, decode_with_spans
-from mutualrl.thl.units import UNIT_MODES, Partition, partition
+from mutualrl.thl.units import UNIT_MODES, BatchPartition, Partition, partition, partition_batch
 
 __all__ = [
     "ALIGN_RULES",
     "UNIT_MODES",
     "AlignedTraces",
+    "BatchPartition",
     "ConservationStats",
     "DecodedText",
     "LearnerBatch",
@@ -34,6 +35,7 @@ __all__ = [
     "conservation_stats",
     "decode_with_spans",
     "partition",
+    "partition_batch",
     "ratio_stats",
     "relative_mae",
     "retokenize",
