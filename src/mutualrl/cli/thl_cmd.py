@@ -1,17 +1,172 @@
-"""``mutualrl thl-check``: THL conservation and alignment diagnostics."""
+"""``mutualrl thl-check``: THL conservation and alignment diagnostics (paper App. "Sanity checks on
+THL word alignment" and App. "THL alignment diagnostics")."""
 
 from __future__ import annotations
 
-import typer
+import itertools
+import json
+import math
+from typing import Any
 
-from mutualrl.cli.common import not_implemented, report_errors
+import typer
+from rich.table import Table
+
+from mutualrl.cli.common import console, report_errors
+from mutualrl.errors import UsageError
+
+_PAIR_COLUMNS = [
+    ("source", "Source"), ("target", "Target"), ("n_texts", "Texts"), ("n_words", "Units"),
+    ("src_to_aligned_mae", "Src→Aligned MAE"), ("src_to_aligned_max", "Src→Aligned Max"),
+    ("aligned_to_target_mae", "Aligned→Target MAE"), ("aligned_to_target_max", "Aligned→Target Max"),
+    ("prefix_leak_max", "Prefix Leak Max"), ("residual_abs_max", "|R_THL| max"), ("n_merged_units", "Merged"),
+]
+
+
+def _pairs(sources: list[str], targets: list[str], cross: bool) -> list[tuple[str, str]]:
+    if cross:
+        return list(itertools.product(sources, targets))
+    if len(sources) == len(targets):
+        return list(zip(sources, targets, strict=True))
+    if len(sources) == 1:
+        return [(sources[0], t) for t in targets]
+    if len(targets) == 1:
+        return [(s, targets[0]) for s in sources]
+    raise UsageError(
+        f"{len(sources)} --source and {len(targets)} --target values: give equally many (zipped into pairs), "
+        "one of either (broadcast), or --cross for every combination"
+    )
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return "0" if value == 0 else (f"{value:.4g}" if abs(value) >= 1e-3 else f"{value:.2e}")
+    return str(value)
+
+
+def _table(title: str, rows: list[dict], columns: list[tuple[str, str]] | None = None) -> Table:
+    if columns is None:
+        columns = [(k, k) for k in rows[0]] if rows else []
+    columns = [(k, h) for k, h in columns if any(k in r for r in rows)]
+    table = Table(title=title, title_justify="left")
+    for _, header in columns:
+        table.add_column(header, justify="left" if header in ("Source", "Target", "source", "target") else "right",
+                         overflow="fold", min_width=6)
+    for r in rows:
+        table.add_row(*(_fmt(r.get(k, "")) for k, _ in columns))
+    return table
+
+
+def _lengths(spec: str) -> list[int]:
+    try:
+        values = [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"--long-lengths {spec!r}: expected comma-separated integers such as 1024,2048") from None
+    if not values or min(values) < 1:
+        raise UsageError(f"--long-lengths {spec!r}: expected positive token counts")
+    return values
 
 
 @report_errors
 def thl_check(
-    source: list[str] = typer.Option(["qwen3"], "--source", help="Source tokenizer(s) (named, path or hub id)."),
-    target: list[str] = typer.Option(["phi3"], "--target", help="Target tokenizer(s)."),
-    json_output: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+    source: list[str] = typer.Option(None, "--source", help="Source tokenizer(s): a name (qwen3, llama3, mistral-sp, "
+                                     "mistral-tekken, phi3, gpt2, ...), a folder or a hub id. Default: qwen3, or the "
+                                     "source model's own tokenizer."),
+    target: list[str] = typer.Option(None, "--target", help="Target tokenizer(s). Default: phi3, or the target "
+                                     "model's own tokenizer."),
+    cross: bool = typer.Option(False, "--cross", help="Check every source x target combination (else pairs are zipped)."),
+    texts_file: str = typer.Option(None, "--texts", help="JSONL file, one {\"text\": ...} per line. Default: the "
+                                   "built-in corpus (prose, LaTeX, code, whitespace, emoji, CJK, mixed scripts)."),
+    source_model: str = typer.Option(None, "--source-model", help="Causal LM (folder, hub id or builtin:NAME) whose "
+                                     "log-probs are aligned. Default: seeded synthetic log-probs."),
+    target_model: str = typer.Option(None, "--target-model", help="Causal LM scoring the target side "
+                                     "(Aligned→Target columns; with --source-model also the importance-ratio table)."),
+    units: str = typer.Option("auto", "--units", help="Alignment units: auto (CJK per character), word or char."),
+    rule: str = typer.Option("exact-copy", "--rule", help="exact-copy (copy per token where spans agree, else spread) "
+                             "or paper (always spread the word sum evenly)."),
+    long_context: bool = typer.Option(False, "--long-context", help="Add the long-context table (THL vs naive "
+                                      "copy/truncate/pad relative MAE)."),
+    long_lengths: str = typer.Option("1024,2048,4096,8192", "--long-lengths", help="Target lengths (tokens) for "
+                                     "--long-context."),
+    long_n: int = typer.Option(8, "--long-n", help="Texts per length for --long-context."),
+    cjk: bool = typer.Option(False, "--cjk", help="Add the CJK table (word-level, char-level, auto-switch units)."),
+    all_tables: bool = typer.Option(False, "--all", help="All tables (ratio statistics need both models)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the synthetic log-probs and text sampling."),
+    max_word_err: float = typer.Option(1e-4, "--max-word-err", help="Fail (exit 1) when Src→Aligned Max exceeds this "
+                                       "(nats per unit)."),
+    max_prefix_leak: float = typer.Option(1e-3, "--max-prefix-leak", help="Fail (exit 1) when Prefix Leak Max exceeds this."),
+    json_output: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
-    """Check THL's per-word mass conservation between tokenizers, as in the paper's THL diagnostics."""
-    not_implemented("thl-check", 4)
+    """Check THL's per-word mass conservation between tokenizers and reproduce the paper's THL diagnostics."""
+    from mutualrl.assets.tokenizers import load_tokenizer
+    from mutualrl.pools.loading import load_model, load_tokenizer_for
+    from mutualrl.thl import check
+    from mutualrl.thl.align import ALIGN_RULES
+    from mutualrl.thl.corpus import builtin_corpus, load_texts
+    from mutualrl.thl.units import UNIT_MODES
+
+    if units not in UNIT_MODES:
+        raise UsageError(f"--units {units!r}: expected one of {', '.join(UNIT_MODES)}")
+    if rule not in ALIGN_RULES:
+        raise UsageError(f"--rule {rule!r}: expected one of {', '.join(ALIGN_RULES)}")
+    for flag, value in (("--max-word-err", max_word_err), ("--max-prefix-leak", max_prefix_leak)):
+        if not math.isfinite(value) or value < 0:
+            raise UsageError(f"{flag} must be a non-negative number, got {value}")
+    if long_n < 1:
+        raise UsageError(f"--long-n must be at least 1, got {long_n}")
+    texts = load_texts(texts_file) if texts_file else builtin_corpus()
+
+    sources = list(source) if source else ([source_model] if source_model else ["qwen3"])
+    targets = list(target) if target else ([target_model] if target_model else ["phi3"])
+    models = {"source": load_model(source_model, dtype="float32", device="cpu") if source_model else None,
+              "target": load_model(target_model, dtype="float32", device="cpu") if target_model else None}
+
+    def policy(name: str, side: str) -> check.Policy:
+        model_name = source_model if side == "source" else target_model
+        if model_name is not None and name == model_name:
+            tok = load_tokenizer_for(model_name)
+        else:
+            tok = load_tokenizer(name)
+        model = models[side]
+        if model is not None:
+            n_embed = model.get_input_embeddings().num_embeddings
+            if len(tok) > n_embed:
+                raise UsageError(
+                    f"--{side} {name!r} has {len(tok)} tokens but --{side}-model {model_name!r} embeds only "
+                    f"{n_embed}: give the model's own tokenizer (or leave --{side} out)"
+                )
+        return check.Policy(name=name, tokenizer=tok, model=model)
+
+    pairs = [(policy(s, "source"), policy(t, "target")) for s, t in _pairs(sources, targets, cross)]
+    result: dict[str, Any] = {"pairs": check.conservation_table(pairs, texts, seed=seed, units=units, rule=rule)}
+    if long_context or all_tables:
+        lengths = _lengths(long_lengths)
+        result["long_context"] = [r for s, t in pairs
+                                  for r in check.long_context_table(s, t, texts, lengths, long_n, seed=seed, units=units)]
+    if cjk or all_tables:
+        result["cjk"] = [r for s, t in pairs for r in check.cjk_table(s, t, texts, seed=seed)]
+    if models["source"] is not None and models["target"] is not None:
+        result["ratios"] = [r for s, t in pairs for r in check.ratio_table(s, t, texts, seed=seed)]
+
+    failures = [
+        f"{r['source']} -> {r['target']}: " + ", ".join(
+            msg for ok, msg in (
+                (r["src_to_aligned_max"] <= max_word_err, f"src_to_aligned_max {r['src_to_aligned_max']:.3g} > {max_word_err:g}"),
+                (r["prefix_leak_max"] <= max_prefix_leak, f"prefix_leak_max {r['prefix_leak_max']:.3g} > {max_prefix_leak:g}"),
+            ) if not ok)
+        for r in result["pairs"]
+        if r["src_to_aligned_max"] > max_word_err or r["prefix_leak_max"] > max_prefix_leak
+    ]
+    if json_output:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        console.print(_table("THL conservation (per-unit mass; paper Tab. thl-wikitext)", result["pairs"], _PAIR_COLUMNS))
+        for key, title in (("long_context", "Long-context relative MAE (%): THL vs naive copy/truncate/pad"),
+                           ("cjk", "Relative MAE (%) by unit mode (words for Western text, characters for CJK)"),
+                           ("ratios", "Importance ratios exp(l_target - denominator)")):
+            if key in result:
+                console.print(_table(title, result[key]))
+    if failures:
+        from mutualrl.cli.common import err_console
+
+        err_console.print("[bold red]THL conservation check failed:[/]\n  " + "\n  ".join(failures), highlight=False)
+        raise typer.Exit(1)

@@ -1,1 +1,43 @@
-"""THL: the Tokenizer Heterogeneity Layer (paper Sec. "Tokenizer Heterogeneity Layer")."""
+"""THL: the Tokenizer Heterogeneity Layer (paper Sec. "Tokenizer Heterogeneity Layer").
+
+Heterogeneous policies exchange response text and log-prob traces across incompatible
+vocabularies:
+
+- :func:`decode_with_spans` / :func:`batch_decode_with_spans`: the text of the tokens a
+  policy generated and each token's character span (published with every rollout);
+- :func:`retokenize`: a peer response text -> learner token ids (continuation of the
+  learner's prompt), :func:`append_to_prompts` for TRL's batch layout;
+- :func:`align_logprobs`: the paper's word rule from character spans, vectorised, with
+  exact per-unit conservation and the residual ``R_THL`` reported;
+- :mod:`.metrics` / :mod:`.check`: the paper's THL diagnostics (``mutualrl thl-check``).
+"""
+
+from mutualrl.thl.align import ALIGN_RULES, AlignedTraces, align_logprobs
+from mutualrl.thl.metrics import ConservationStats, conservation_stats, ratio_stats, relative_mae, word_mass
+from mutualrl.thl.retokenize import LearnerBatch, Retokenized, append_to_prompts, retokenize
+from mutualrl.thl.spans import DecodedText, batch_decode_with_spans, byte_table, decode_with_spans
+from mutualrl.thl.units import UNIT_MODES, BatchPartition, Partition, partition, partition_batch
+
+__all__ = [
+    "ALIGN_RULES",
+    "UNIT_MODES",
+    "AlignedTraces",
+    "BatchPartition",
+    "ConservationStats",
+    "DecodedText",
+    "LearnerBatch",
+    "Partition",
+    "Retokenized",
+    "align_logprobs",
+    "append_to_prompts",
+    "batch_decode_with_spans",
+    "byte_table",
+    "conservation_stats",
+    "decode_with_spans",
+    "partition",
+    "partition_batch",
+    "ratio_stats",
+    "relative_mae",
+    "retokenize",
+    "word_mass",
+]
