@@ -164,7 +164,7 @@ class PoolRunner:
                             if rc is not None:
                                 proc.returncode = rc
                                 if rc != 0 and failure is None:
-                                    failure = (proc.name, f"exited with code {rc}")
+                                    failure = (proc.name, describe_exit(rc))
                         if (failure is None and proc.returncode is None
                                 and now - proc.last_progress > self.stall_timeout_s):
                             failure = (proc.name, f"made no progress for {self.stall_timeout_s:.0f}s (stalled)")
@@ -214,6 +214,16 @@ class PoolRunner:
                 proc.returncode = proc.popen.wait(timeout=remaining)
             except subprocess.TimeoutExpired:
                 pass
+
+
+def describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"was killed by signal {name}"
+    return f"exited with code {returncode}"
 
 
 def describe_status(status: dict[str, Any]) -> str:

@@ -1,0 +1,156 @@
+"""End to end: `mutualrl train` runs two policies with different tokenizers as two real processes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from e2e_helpers import metric_lines, run_train, write_recipe
+from mutualrl.see.exchange import ExperienceExchange
+from tiny_models import build_tiny_lm
+
+
+@pytest.fixture(scope="module")
+def tiny_pool(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tiny-pool")
+    return {"bpe": build_tiny_lm("gpt2", root / "bpe", seed=1),
+            "sp": build_tiny_lm("mistral-sp", root / "sp", seed=2, arch="qwen2")}
+
+
+def _exchange(run_dir: Path, policy: str) -> ExperienceExchange:
+    return ExperienceExchange(run_dir / "see", run_id=run_dir.name, policy=policy, policies=["bpe", "sp"],
+                              barrier_timeout_s=5, retention_steps=None)
+
+
+def test_two_policies_exchange_records_every_step(tiny_pool, tmp_path):
+    steps = 3
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_pool, regime="xgrpo", steps=steps)
+    run_dir = tmp_path / "run"
+    done = run_train(recipe, run_dir)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    exchange = _exchange(run_dir, "bpe")
+    for step in range(steps):
+        tables: dict[str, pa.Table] = exchange.gather(step, columns=["prompt_id", "sample_index", "reward"])
+        assert set(tables) == {"bpe", "sp"}
+        ids = {name: sorted(zip(t.column("prompt_id").to_pylist(), t.column("sample_index").to_pylist()))
+               for name, t in tables.items()}
+        assert len(ids["bpe"]) == 8  # per_device_train_batch_size rollouts per step
+        assert ids["bpe"] == ids["sp"], f"step {step}: policies saw different prompts"
+    train = metric_lines(run_dir)
+    for policy in ("bpe", "sp"):
+        rows = [line for line in train if line["policy"] == policy]
+        assert [line["step"] for line in rows] == list(range(1, steps + 1))
+        assert all("xgrpo/mean_abs_adv_change" in line for line in rows)
+    evals = metric_lines(run_dir, "eval")
+    assert {(e["policy"], e["step"]) for e in evals} == {(p, s) for p in ("bpe", "sp") for s in (0, steps)}
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert set(summary["policies"]) == {"bpe", "sp"} and summary["policies"]["sp"]["steps"] == steps
+    for policy in ("bpe", "sp"):
+        assert (run_dir / "policies" / policy / "final" / "config.json").exists()
+
+
+@pytest.mark.parametrize("regime,extra", [
+    ("sgt", {}),
+    ("prp", {"regime.prp.denominator": "peer"}),
+    ("prp", {"regime.prp.denominator": "learner"}),
+    ("grpo-randpert", {}),
+], ids=["sgt", "prp-peer", "prp-learner", "grpo-randpert"])
+def test_every_regime_trains_end_to_end(tiny_pool, tmp_path, regime, extra):
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_pool, regime=regime, steps=2,
+                          extra={**extra, "validation.at_start": False})
+    run_dir = tmp_path / "run"
+    done = run_train(recipe, run_dir)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    train = metric_lines(run_dir)
+    assert sorted((line["policy"], line["step"]) for line in train) == [(p, s) for p in ("bpe", "sp") for s in (1, 2)]
+    prefix = {"sgt": "sgt/", "prp": "prp/", "grpo-randpert": "grpo-randpert/"}[regime]
+    assert all(any(key.startswith(prefix) for key in line) for line in train)
+    if regime == "prp":
+        # peer rows joined the learner's batch: K=4 rollouts x 2 prompts from the one peer
+        assert all(line["prp/peer_rows"] == 8 for line in train)
+
+
+def _wait_for(predicate, timeout: float, what: str, proc=None) -> None:
+    import time
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        if proc is not None and proc.poll() is not None:
+            raise AssertionError(f"train exited (rc={proc.returncode}) before {what}")
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _status(run_dir: Path, policy: str) -> dict:
+    try:
+        return json.loads((run_dir / "status" / f"{policy}.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def test_killed_peer_stops_the_pool_and_is_named(tiny_pool, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from e2e_helpers import child_env, train_command
+    from mutualrl.see.inspect import inspect_exchange
+
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_pool, regime="sgt", steps=50,
+                          extra={"see.barrier_timeout_s": 60, "validation.at_start": False})
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(train_command(recipe, run_dir), env=child_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    _wait_for(lambda: _status(run_dir, "sp").get("step", 0) >= 2, 180, "policy sp to reach step 2", proc)
+    os.kill(_status(run_dir, "sp")["pid"], signal.SIGKILL)
+    killed_at = time.time()
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0
+    assert time.time() - killed_at < 60  # well inside the 60 s barrier timeout
+    assert "policy sp failed" in out
+    bpe_log = (run_dir / "logs" / "bpe.log").read_text()
+    assert "policy 'sp'" in bpe_log and "failed" in bpe_log and "stops waiting for step" in bpe_log
+    assert "killed by signal SIGKILL" in bpe_log
+    report = inspect_exchange(run_dir / "see")
+    corrupt = [c for row in report.cells.values() for c in row.values() if c.corrupt_ranks]
+    assert not corrupt, "a reader must never see a partial or damaged shard"
+    assert any(f["policy"] == "sp" for f in report.failures)
+
+
+def test_resume_after_kill_finishes_with_the_same_steps(tiny_pool, tmp_path):
+    import os
+    import signal
+    import subprocess
+
+    from e2e_helpers import child_env, train_command
+
+    steps = 6
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_pool, regime="xgrpo", steps=steps,
+                          extra={"grpo.save_strategy": "steps", "grpo.save_steps": 2, "validation.at_start": False})
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(train_command(recipe, run_dir), env=child_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    ckpt = lambda p: (run_dir / "policies" / p / "checkpoint-2" / "trainer_state.json").exists()  # noqa: E731
+    _wait_for(lambda: ckpt("bpe") and ckpt("sp") and _status(run_dir, "bpe").get("step", 0) >= 3, 240,
+              "checkpoint-2 of both policies", proc)
+    os.kill(_status(run_dir, "bpe")["pid"], signal.SIGKILL)
+    proc.wait(timeout=120)
+    assert proc.returncode != 0
+
+    done = run_train(recipe, run_dir, "--resume")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "resuming every policy from checkpoint-" in done.stdout
+    train = metric_lines(run_dir)
+    for policy in ("bpe", "sp"):
+        logged = [line["step"] for line in train if line["policy"] == policy]
+        assert logged == list(range(1, steps + 1)), f"{policy}: {logged}"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert all(p["steps"] == steps for p in summary["policies"].values())
+    for step in range(steps):
+        assert {p.name for p in (run_dir / "see" / f"step-{step:06d}").iterdir()} == {"bpe", "sp"}
