@@ -5,7 +5,7 @@ the mutualrl side is what a policy process runs in the standalone regime
 (``MutualGRPOTrainer`` with its adapter and the metrics/status/heartbeat callbacks).
 Rounds alternate (vanilla, mutualrl, vanilla, ...) so machine noise hits both; each
 round trains ``--steps`` steps and the per-step time is TRL's own ``step_time`` metric
-(median over steps, warm-up steps dropped). Prints JSON with the median ratio::
+(median over steps; one warm-up round per kind and the first steps of each round dropped). Prints JSON with the median ratio::
 
     python benchmarks/step_time.py [--rounds 5] [--steps 12] [--tokenizer gpt2]
 """
@@ -85,6 +85,8 @@ def main() -> None:
         model_dir = build_tiny_lm(args.tokenizer, tmp / "model")
         dataset = Dataset.from_list(rows())
         times: dict[str, list[float]] = {"vanilla": [], "mutualrl": []}
+        for kind in ("vanilla", "mutualrl"):  # warm-up round of each (first-touch costs), not measured
+            one_round(kind, model_dir, dataset, args.warmup + 1, tmp / f"warm-{kind}")
         for r in range(args.rounds):
             for kind in (("vanilla", "mutualrl") if r % 2 == 0 else ("mutualrl", "vanilla")):
                 times[kind] += one_round(kind, model_dir, dataset, args.steps, tmp / f"r{r}")[args.warmup:]
