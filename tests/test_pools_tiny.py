@@ -1,0 +1,80 @@
+"""The embedded tiny pool: warm-start mechanics, the cache, and the complementary skills."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from mutualrl.pools import tiny
+from mutualrl.pools.loading import load_model, load_tokenizer_for
+
+
+def _weights(folder):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(folder).state_dict()
+
+
+def test_reduced_warm_start_saves_loadable_model_and_report(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    seen = []
+    report = tiny.warm_start(tiny.TINY_MODELS["tiny-sp"], tmp_path, progress=lambda s, n, l: seen.append((s, n)), steps=12)
+    assert seen[-1] == (12, 12) and len(seen) == 12
+    model = AutoModelForCausalLM.from_pretrained(tmp_path)
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path)
+    assert type(model).__name__ == "LlamaForCausalLM" and len(tokenizer) == model.config.vocab_size == 32000
+    assert tokenizer.pad_token is not None and model.config.tie_word_embeddings
+    saved = json.loads((tmp_path / tiny.WARM_START_FILE).read_text())
+    assert saved == json.loads(json.dumps(report))
+    assert set(saved["test_accuracy"]) == {"add", "sub"} and saved["recipe"]["steps"] == 12
+    assert 0.0 <= saved["prob_mass_outside_task_vocab"] <= 1.0
+    completions = tiny.greedy_answers(model, tokenizer, ["3+5+7=", "9+5-2="])
+    assert len(completions) == 2 and all(isinstance(c, str) for c in completions)
+
+
+def test_warm_start_is_deterministic(tmp_path):
+    spec = tiny.TINY_MODELS["tiny-bpe"]
+    tiny.warm_start(spec, tmp_path / "a", steps=4)
+    tiny.warm_start(spec, tmp_path / "b", steps=4)
+    a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_cache_folder_is_versioned_by_the_recipe(monkeypatch):
+    spec = tiny.TINY_MODELS["tiny-bpe"]
+    changed = dataclasses.replace(spec, learning_rate=spec.learning_rate * 2)
+    assert changed.recipe_hash() != spec.recipe_hash()
+    assert dataclasses.replace(spec, description="other words").recipe_hash() == spec.recipe_hash()
+    assert tiny.tiny_model_dir("tiny-bpe").name == f"tiny-bpe-{spec.recipe_hash()}"
+    monkeypatch.setitem(tiny.TINY_MODELS, "tiny-bpe", changed)
+    assert tiny.tiny_model_dir("tiny-bpe").name == f"tiny-bpe-{changed.recipe_hash()}"
+
+
+def test_the_two_tiny_models_differ_in_tokenizer_family_and_architecture():
+    specs = tiny.TINY_MODELS
+    assert {s.tokenizer for s in specs.values()} == {"gpt2", "mistral-sp"}
+    assert {s.architecture for s in specs.values()} == {"gpt2", "llama"}
+    assert {s.strong_family for s in specs.values()} == {"add", "sub"}
+
+
+@pytest.fixture(scope="module")
+def built_pool():
+    """The real cached tiny pool (built here, about a minute on 2 cores, if `assets fetch` has not)."""
+    return tiny.ensure_tiny_models()
+
+
+def test_cached_tiny_models_have_complementary_skills(built_pool):
+    for name, path in built_pool.items():
+        spec = tiny.TINY_MODELS[name]
+        model = load_model(f"builtin:{name}")
+        tokenizer = load_tokenizer_for(f"builtin:{name}")
+        acc = tiny.family_accuracies(model, tokenizer, "test")
+        weak = "sub" if spec.strong_family == "add" else "add"
+        assert acc[spec.strong_family] >= 0.8, (name, acc)
+        assert acc[weak] <= 0.25, (name, acc)
+        recorded = json.loads((path / tiny.WARM_START_FILE).read_text())["test_accuracy"]
+        assert recorded == pytest.approx(acc)  # the report tells the truth about the cached weights
