@@ -130,14 +130,17 @@ def check_run_dir(paths: RunPaths, options: TrainOptions) -> None:
 
 def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Console) -> None:
     """Builtin models, the joint prompt filter, the resolved config -- before anything is launched."""
-    from mutualrl.pools.loading import load_tokenizer_for, resolve_model_path
+    from mutualrl.pools.builtin import ensure_builtin_models
+    from mutualrl.pools.loading import BUILTIN_PREFIX, load_tokenizer_for
     from mutualrl.tasks.registry import get_task
     from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, joint_length_filter, uses_chat_template, write_examples
 
     paths.root.mkdir(parents=True, exist_ok=True)
     tokenizers = {}
+    builtin = [p.model[len(BUILTIN_PREFIX):] for p in config.pool.policies if p.model.startswith(BUILTIN_PREFIX)]
+    if builtin:  # built or fetched once, here, with progress (tiny models warm-start side by side)
+        ensure_builtin_models(builtin)
     for policy in config.pool.policies:
-        resolve_model_path(policy.model)  # builds/fetches builtin models once, with progress, before launch
         tokenizer = load_tokenizer_for(policy.model, policy.tokenizer)
         tokenizers[policy.name] = (tokenizer, uses_chat_template(tokenizer, policy.chat_template))
     task = get_task(config.task.name)

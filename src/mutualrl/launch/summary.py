@@ -42,12 +42,41 @@ def summarise(paths: RunPaths, config: RunConfig, outcome: Any) -> dict[str, Any
             "train_reward_first": train[0].get("reward_mean") if train else None,
             "train_reward_last": train[-1].get("reward_mean") if train else None,
         }
+        groups = group_accuracy(paths, policy.name, config.task.name,
+                                [entry["eval_before_step"], entry["eval_after_step"]])
+        if groups:
+            entry["groups_before"], entry["groups_after"] = groups
         rescues = [l.get("sgt/rescues_total") for l in train if l.get("sgt/rescues_total") is not None]
         if rescues:
             entry["sgt_rescues"] = int(max(rescues))
         policies[policy.name] = entry
     return {"pool": config.pool.name, "regime": config.regime.name, "run_dir": str(paths.root),
             "seconds": round(outcome.seconds, 1), "policies": policies}
+
+
+def group_accuracy(paths: RunPaths, policy: str, task_name: str, steps: list[int | None]):
+    """Held-out accuracy per task group (e.g. problem family) at two validation steps, if the task has groups."""
+    if None in steps:
+        return None
+    from mutualrl.evaluation.results import ModelEvalResult
+    from mutualrl.tasks.base import TaskExample
+    from mutualrl.tasks.registry import get_task
+
+    task = get_task(task_name)
+    out = []
+    for step in steps:
+        path = paths.eval_result(policy, step)
+        if not path.exists():
+            return None
+        scores: dict[str, list[float]] = {}
+        for record in ModelEvalResult.load(path).records:
+            example = TaskExample(record.prompt_id, record.prompt, record.answer, record.task)
+            group = task.group_of(example)
+            if group is None:
+                return None
+            scores.setdefault(group, []).append(record.score)
+        out.append({g: sum(v) / len(v) for g, v in sorted(scores.items())})
+    return out
 
 
 def _fmt(value: Any) -> str:
@@ -75,6 +104,10 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
             row.append(str(p.get("sgt_rescues", "-")))
         table.add_row(*row)
     console.print(table)
+    for name, p in summary["policies"].items():
+        if "groups_after" in p:
+            parts = [f"{g} {p['groups_before'].get(g, 0):.2f}→{v:.2f}" for g, v in p["groups_after"].items()]
+            console.print(f"  {name} by group: " + ", ".join(parts), highlight=False)
     console.print(f"finished in {summary['seconds']:.0f}s; run folder {summary['run_dir']} "
                   f"(metrics.jsonl, eval/, see/, policies/)", highlight=False)
 

@@ -69,6 +69,10 @@ class Task(ABC):
     def load(self, split: str, source: str | None = None, limit: int | None = None) -> list[TaskExample]:
         """Load ``split`` from ``source`` (hub id, local file/folder, 'offline', or the task default)."""
 
+    def group_of(self, example: TaskExample) -> str | None:
+        """A sub-population of the task to report accuracy for (e.g. a problem family), or None."""
+        return None
+
     @abstractmethod
     def score(self, completion: str, answer: str) -> float:
         """Verifier reward of ``completion`` against the gold ``answer`` (1.0 correct, 0.0 wrong)."""

@@ -134,6 +134,10 @@ class SyntheticArithTask(Task):
     default_eval_split = "test"
     verifier_modes = ("default", "exact")
 
+    def group_of(self, example: TaskExample) -> str | None:
+        """Results are reported per family: the tiny pool's policies are each strong on one."""
+        return family_of(example.prompt_id)
+
     def load(self, split: str, source: str | None = None, limit: int | None = None) -> list[TaskExample]:
         """Both families' problems of ``split``, alternating between families; at most ``limit``."""
         if split not in self.splits:
