@@ -9,7 +9,7 @@ GRPOConfig, then compares the parameters after N steps. Prints one JSON object::
 ``params_moved`` (max |theta_N - theta_0| of the reference run) shows the comparison is not
 vacuous. Usage::
 
-    python benchmarks/fidelity.py [--steps 4] [--tokenizer gpt2] [--workdir DIR]
+    python benchmarks/fidelity.py [--steps 4] [--model builtin:tiny-bpe] [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -27,13 +27,12 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-sys.path.insert(0, str(ROOT / "tests"))
 
 
-def write_recipe(path: Path, model_dir: Path, steps: int, seed: int) -> None:
+def write_recipe(path: Path, model: str, steps: int, seed: int) -> None:
     recipe = {
         "pool": {"name": "fidelity", "description": "one policy, standalone",
-                 "policies": [{"name": "solo", "model": str(model_dir)}]},
+                 "policies": [{"name": "solo", "model": model}]},
         "regime": {"name": "standalone"},
         "task": {"name": "synthetic-arith", "max_prompt_tokens": 64, "train_limit": 200, "eval_limit": 16},
         "grpo": {"learning_rate": 5e-3, "num_generations": 4, "per_device_train_batch_size": 16,
@@ -73,14 +72,13 @@ def max_abs_diff(a_dir: Path, b_dir: Path) -> float:
     return max((p - q).abs().max().item() for p, q in zip(a.parameters(), b.parameters(), strict=True))
 
 
-def run(steps: int, tokenizer: str, workdir: Path, seed: int = 11) -> dict:
-    from tiny_models import build_tiny_lm
-
+def run(steps: int, model: str, workdir: Path, seed: int = 11) -> dict:
     from mutualrl.launch.plan import LaunchPlan
+    from mutualrl.pools.loading import resolve_model_path
 
-    model_dir = build_tiny_lm(tokenizer, workdir / "model")
+    model_dir = Path(resolve_model_path(model))
     recipe = workdir / "fidelity.yaml"
-    write_recipe(recipe, model_dir, steps, seed)
+    write_recipe(recipe, model, steps, seed)
     run_dir = workdir / "run"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
     started = time.perf_counter()
@@ -106,7 +104,8 @@ def run(steps: int, tokenizer: str, workdir: Path, seed: int = 11) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--tokenizer", default="gpt2")
+    parser.add_argument("--model", default="builtin:tiny-bpe",
+                        help="a model that earns some reward on synthetic-arith, so the parameters move")
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--vanilla-child", nargs=3, metavar=("RUN", "MODEL", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -116,10 +115,10 @@ def main() -> None:
         return
     if args.workdir is None:
         with tempfile.TemporaryDirectory() as tmp:
-            print(json.dumps(run(args.steps, args.tokenizer, Path(tmp))))
+            print(json.dumps(run(args.steps, args.model, Path(tmp))))
     else:
         args.workdir.mkdir(parents=True, exist_ok=True)
-        print(json.dumps(run(args.steps, args.tokenizer, args.workdir)))
+        print(json.dumps(run(args.steps, args.model, args.workdir)))
 
 
 if __name__ == "__main__":

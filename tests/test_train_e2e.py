@@ -53,11 +53,10 @@ def test_two_policies_exchange_records_every_step(tiny_pool, tmp_path):
 
 
 @pytest.mark.parametrize("regime,extra", [
-    ("sgt", {}),
     ("prp", {"regime.prp.denominator": "peer"}),
     ("prp", {"regime.prp.denominator": "learner"}),
     ("grpo-randpert", {}),
-], ids=["sgt", "prp-peer", "prp-learner", "grpo-randpert"])
+], ids=["prp-peer", "prp-learner", "grpo-randpert"])
 def test_every_regime_trains_end_to_end(tiny_pool, tmp_path, regime, extra):
     recipe = write_recipe(tmp_path / "r.yaml", tiny_pool, regime=regime, steps=2,
                           extra={**extra, "validation.at_start": False})
@@ -154,3 +153,59 @@ def test_resume_after_kill_finishes_with_the_same_steps(tiny_pool, tmp_path):
     assert all(p["steps"] == steps for p in summary["policies"].values())
     for step in range(steps):
         assert {p.name for p in (run_dir / "see" / f"step-{step:06d}").iterdir()} == {"bpe", "sp"}
+
+
+def test_sgt_on_the_tiny_pool_rescues_and_adds_the_nll_term(tmp_path):
+    """The embedded pool's policies have complementary skills, so SGT fires from the first steps."""
+    run_dir = tmp_path / "run"
+    from e2e_helpers import child_env  # noqa: F401  (same environment as the other runs)
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "mutualrl", "train", "--pool", "tiny", "--max-steps", "3",
+                           "-o", str(run_dir), "--set", "validation.limit=20", "--set", "validation.every_steps=0"],
+                          env=child_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    train = metric_lines(run_dir)
+    for policy in ("tiny-bpe", "tiny-sp"):
+        rows = [line for line in train if line["policy"] == policy]
+        assert [line["step"] for line in rows] == [1, 2, 3]
+        assert rows[-1]["sgt/rescues_total"] > 0, f"{policy}: SGT never fired"
+        assert any((line.get("sgt/nll_term") or 0) > 0 for line in rows)
+        assert all(0 <= line["sgt/gate_rate"] <= 1 for line in rows)
+    assert "SGT rescues" in done.stdout and "by group" in done.stdout
+
+
+def test_standalone_through_the_launcher_equals_vanilla_trl(tmp_path):
+    """App. "Infrastructure fidelity": `mutualrl train --regime standalone` == vanilla GRPOTrainer."""
+    import importlib.util
+
+    from e2e_helpers import ROOT
+
+    spec = importlib.util.spec_from_file_location("fidelity", ROOT / "benchmarks" / "fidelity.py")
+    fidelity = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fidelity)
+    result = fidelity.run(steps=3, model="builtin:tiny-bpe", workdir=tmp_path)
+    assert result["params_moved"] > 1e-4
+    assert result["max_abs_param_diff"] <= 1e-6
+
+
+def test_zero3_on_cpu_trains_the_tiny_pool(tmp_path):
+    """DeepSpeed ZeRO-3 through the same launch path, one policy per process, on CPU."""
+    import subprocess
+    import sys
+
+    from e2e_helpers import child_env
+
+    run_dir = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "mutualrl", "train", "--pool", "tiny", "--max-steps", "2",
+                           "-o", str(run_dir), "--set", "launch.deepspeed=zero3", "--set", "validation.limit=10",
+                           "--set", "validation.every_steps=0"],
+                          env=child_env(), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for policy in ("tiny-bpe", "tiny-sp"):
+        log = (run_dir / "logs" / f"{policy}.log").read_text()
+        assert "DeepSpeed ZeRO-3 on cpu" in log
+        assert (run_dir / "policies" / policy / "final").exists()
+    assert sorted((line["policy"], line["step"]) for line in metric_lines(run_dir)) == [
+        (p, s) for p in ("tiny-bpe", "tiny-sp") for s in (1, 2)]

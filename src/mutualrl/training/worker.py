@@ -137,8 +137,11 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         policy_name=policy_name, regime=regime, exchange=exchange,
     )
     validation.trainer = trainer
-    log.info("policy %s: %d train prompts, %d eval prompts, regime %s, torch threads %d",
-             policy_name, len(train_examples), len(eval_examples), config.regime.name, torch.get_num_threads())
+    plugin = trainer.accelerator.state.deepspeed_plugin
+    engine = f"DeepSpeed ZeRO-{plugin.zero_stage}" if plugin is not None else str(trainer.accelerator.distributed_type)
+    log.info("policy %s: %d train prompts, %d eval prompts, regime %s, %s on %s x%d, torch threads %d",
+             policy_name, len(train_examples), len(eval_examples), config.regime.name, engine,
+             trainer.accelerator.device, trainer.accelerator.num_processes, torch.get_num_threads())
     trainer.train(resume_from_checkpoint=resume_from)
     trainer.save_model(str(paths.final_model(policy_name)))
     if trainer.accelerator.is_main_process:
