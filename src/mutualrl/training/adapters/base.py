@@ -15,6 +15,7 @@ The math lives in :mod:`mutualrl.regimes`; this module only moves tensors around
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -42,16 +43,31 @@ class RegimeAdapter:
 
     # -- per step -------------------------------------------------------------------------
     def process_step(self, output: dict[str, Any], rollouts: Any) -> dict[str, Any]:
+        timings: dict[str, float] = {}
+        clock = time.perf_counter()
         if self.exchange is not None:
             if self.publishes_traces:
                 self.ensure_behaviour_logps(output)
-            self.exchange.publish(rollouts.step, self.build_records(output, rollouts))
+            records = self.build_records(output, rollouts)
+            timings["build_s"] = time.perf_counter() - clock
+            clock = time.perf_counter()
+            self.exchange.publish(rollouts.step, records)
+            timings["publish_s"] = time.perf_counter() - clock
         peers: dict[str, Any] = {}
         if self.needs_peers:
-            peers = self.exchange.gather(rollouts.step, columns=self.peer_columns, policies=self.peers)
+            clock = time.perf_counter()
+            self.exchange.wait_for(rollouts.step, policies=self.peers)
+            timings["wait_s"] = time.perf_counter() - clock
+            clock = time.perf_counter()
+            peers = {name: self.exchange.read(rollouts.step, name, columns=self.peer_columns) for name in self.peers}
+            timings["read_s"] = time.perf_counter() - clock
+        clock = time.perf_counter()
         output, metrics = self.transform(output, rollouts, peers)
+        timings["transform_s"] = time.perf_counter() - clock
         for key, value in metrics.items():
             self.trainer._metrics["train"][f"{self.name}/{key}"].append(float(value))
+        for key, value in timings.items():
+            self.trainer._metrics["train"][f"mutual/{key}"].append(value)
         if self.exchange is not None:
             self.exchange.prune(rollouts.step)
         return output
