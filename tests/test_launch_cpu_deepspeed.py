@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from _tiny import save_tiny_llama
+from tiny_models import build_tiny_lm
 
 from mutualrl.config.loader import load_run_config
 from mutualrl.launch.commands import WORKER_MODULE
@@ -73,7 +73,7 @@ def run_spec(spec, script_argv: list[str]) -> subprocess.Popen:
 
 
 def test_cpu_zero3_plan_trains_two_policies_concurrently(tmp_path):
-    models = {name: save_tiny_llama(tmp_path / name, seed=i) for i, name in enumerate(["llama-a", "llama-b"])}
+    models = {name: build_tiny_lm("mistral-sp", tmp_path / name, seed=i) for i, name in enumerate(["llama-a", "llama-b"])}
     config = load_run_config(str(write_recipe(tmp_path, models, free_port()))).config
     run_dir = tmp_path / "run"
     plan = make_launch_plan(config, run_dir, gpus=0, cpu_cores=2)
@@ -109,7 +109,7 @@ def test_cpu_zero3_plan_trains_two_policies_concurrently(tmp_path):
 
 def test_gpu_style_accelerate_config_runs_through_accelerate_launch(tmp_path):
     """The DEEPSPEED accelerate YAML + JSON the GPU path writes, launched by `accelerate launch`."""
-    models = {"llama-a": save_tiny_llama(tmp_path / "llama-a")}
+    models = {"llama-a": build_tiny_lm("mistral-sp", tmp_path / "llama-a")}
     config = load_run_config(str(write_recipe(tmp_path, models, free_port()))).config
     run_dir = tmp_path / "run"
     # Simulate one GPU so the GPU branch (accelerate launch, gpu_ids, DEEPSPEED yaml) is planned...
