@@ -117,12 +117,24 @@ class PRPAdapter(RegimeAdapter):
         merged["advantages"] = torch.cat([output["advantages"],
                                           torch.tensor(peer_adv, dtype=adv_dtype, device=device)])
 
-        # Behaviour log-probs: the learner's snapshot for every row (one extra scoring pass, the
-        # paper's "PRP adds about one rollout"), then the THL-aligned peer trace for peer rows.
-        with torch.no_grad():
-            snapshot = trainer.score_completions(trainer.model, merged["prompt_ids"], merged["prompt_mask"],
-                                                 merged["completion_ids"], merged["completion_mask"])
-        behaviour = snapshot.clone()
+        # Behaviour log-probs. Naive PRP with generation and optimisation aligned: TRL scores
+        # nothing and uses the detached current log-probs as the old ones, which *is* the learner's
+        # snapshot for every row -- so the pooled batch keeps that too (no extra scoring pass).
+        # Otherwise: the learner's snapshot of the rows that lack one (the peer rows; the local
+        # rows too if TRL did not score them) -- the paper's "PRP adds about one rollout's
+        # scoring" -- and, with the peer denominator, the THL-aligned peer trace on peer rows.
+        local_old = output.get("old_per_token_logps")
+        vllm_sampling = output.get("sampling_per_token_logps") is not None
+        if self.denominator == "learner" and local_old is None and not vllm_sampling:
+            snapshot = None
+        else:
+            first_scored = n_local if local_old is not None else 0
+            with torch.no_grad():
+                scored = trainer.score_completions(
+                    trainer.model, merged["prompt_ids"][first_scored:], merged["prompt_mask"][first_scored:],
+                    merged["completion_ids"][first_scored:], merged["completion_mask"][first_scored:])
+            snapshot = scored if local_old is None else torch.cat([right_pad(local_old, width, 0.0), scored])
+        behaviour = None if snapshot is None else snapshot.clone()
         if self.denominator == "peer":
             aligned = self._aligned_traces(peers, source_rows, texts, finished, target_spans, peer_ids)
             for i, values in enumerate(aligned):
@@ -145,9 +157,11 @@ class PRPAdapter(RegimeAdapter):
         mask_total = merged["completion_mask"].sum()
         merged["num_items_in_batch"] = trainer.accelerator.gather(mask_total).sum()
 
-        peer_mask_f = peer_mask.float()
-        log_ratio = (snapshot[n_local:] - behaviour[n_local:]) * peer_mask_f
-        stats = ratio_statistics(torch.exp(log_ratio), peer_mask, epsilon=trainer.epsilon_high)
+        if snapshot is None:  # the ratio is exp(logp - logp.detach()) = 1 on every row
+            ratios = torch.ones(peer_mask.shape, dtype=torch.float32, device=device)
+        else:
+            ratios = torch.exp((snapshot[n_local:] - behaviour[n_local:]) * peer_mask.float())
+        stats = ratio_statistics(ratios, peer_mask, epsilon=trainer.epsilon_high)
         stats["peer_rows"] = float(n_peer)
         return merged, stats
 
