@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -91,7 +92,10 @@ def pip_download(requirement: str, dest: Path, source: bool = False) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     before = set(dest.iterdir())
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "-d", str(dest), requirement]
-    cmd += ["--no-binary", ":all:"] if source else ["--only-binary", ":all:"]
+    # ``--no-binary`` names only this project: pip prepares the sdist's metadata in an isolated
+    # build env, and ``:all:`` would build every build dependency from source too (minutes).
+    project = re.split(r"[=<>!~\[; ]", requirement, maxsplit=1)[0]
+    cmd += ["--no-binary", project] if source else ["--only-binary", ":all:"]
     _run(cmd, f"PyPI package {requirement}")
     new = [p for p in dest.iterdir() if p not in before]
     if new:
