@@ -209,17 +209,22 @@ def plot_metric_panels(
                 continue
             drew = True
             drawn.add(r)
-            if smooth and len(values) > 20:
-                ax.plot(steps, values, color=color, alpha=0.25, lw=1)
-                ax.plot(steps, ema(values, smooth), color=color, lw=2)
-            else:
-                ax.plot(steps, values, color=color, lw=2, marker="o" if markers else None, ms=3.5)
+            _draw_series(ax, steps, values, color, smooth, marker="o" if markers else None, ms=3.5)
         if not drew:
             _empty(ax)
         ax.set_title(policy if policy else "average over policies")
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
     return _finish(fig, runs, colors, drawn, out)
+
+
+def _draw_series(ax, steps, values, color, smooth: float | None, *, marker: str | None, ms: float) -> None:
+    """One run's line; long series smoothed (EMA) over a faint raw line."""
+    if smooth and len(values) > 20:
+        ax.plot(steps, values, color=color, alpha=0.25, lw=1)
+        ax.plot(steps, ema(values, smooth), color=color, lw=2)
+    else:
+        ax.plot(steps, values, color=color, lw=2, marker=marker, ms=ms)
 
 
 def plot_grid(
@@ -251,11 +256,7 @@ def plot_grid(
                     continue
                 drew = True
                 drawn.add(r)
-                if smooth and len(values) > 20:
-                    ax.plot(steps, values, color=color, alpha=0.25, lw=1)
-                    ax.plot(steps, ema(values, smooth), color=color, lw=2)
-                else:
-                    ax.plot(steps, values, color=color, lw=2, marker="o", ms=3)
+                _draw_series(ax, steps, values, color, smooth, marker="o", ms=3)
             if not drew:
                 _empty(ax)
             ax.set_title(f"{policy}: {label}")
