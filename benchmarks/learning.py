@@ -1,17 +1,23 @@
-"""Learning benchmark (issue: the three sharing regimes): held-out accuracy per policy per regime.
+"""Learning benchmark: does sharing lift each policy's weak skill? Every regime, every seed, same settings.
 
-Trains the embedded ``tiny`` pool (two small policies with different tokenizers and
-complementary skills) under matched settings with each regime and several seeds, then
-reports the greedy held-out reward@1 of every policy (mean, std, min, max over seeds),
-per task family where the task has families, and writes a figure in the style of the
-paper's probe comparison (validation reward@1 vs step, one panel per policy, one line
-per regime, shaded min-max over seeds)::
+Trains the embedded ``tiny`` pool (docs/pools.md: two small policies with different
+tokenizers, each with a blind spot on the family its peer solves) with each regime and
+several seeds, all with the recipe's settings (only ``--regime`` differs), and reports the
+greedy held-out reward@1 of every policy per task group. The weak and strong group of a
+policy are fixed *before* training, from the step-0 validation (lowest / highest).
 
-    python benchmarks/learning.py [--regimes standalone,xgrpo,sgt,prp-peer,prp-learner]
-                                  [--seeds 1,2,3] [--max-steps N] [--out runs/learning]
+For every seed it prints SGT − standalone on each policy's weak and strong group (the
+target of issue 14: weak ≥ +0.30 on every seed, strong ≥ −0.05), and it reports whether
+the paper's orderings hold without tuning toward them (SGT ≥ standalone, XGRPO ≥
+grpo-randpert, PRP-peer ≥ PRP-learner), plus a figure of held-out accuracy per policy
+and group (mean over seeds, band = min-max)::
+
+    python benchmarks/learning.py                 # standalone+sgt on seeds 1-5, the others on 1-3
+    python benchmarks/learning.py --quick         # standalone+sgt on seeds 1-2 (checking a change)
+    python benchmarks/learning.py --regimes sgt,standalone --seeds 11,12 --out /tmp/learn
 
 Each (regime, seed) is a real ``mutualrl train`` run; runs already finished in ``--out``
-are reused (delete the folder to start again).
+are reused (delete the folder to start again). Prints one JSON object at the end.
 """
 
 from __future__ import annotations
@@ -26,16 +32,17 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
 
 REGIME_ARGS = {
     "standalone": ["--regime", "standalone"],
-    "xgrpo": ["--regime", "xgrpo"],
     "sgt": ["--regime", "sgt"],
+    "xgrpo": ["--regime", "xgrpo"],
+    "grpo-randpert": ["--regime", "grpo-randpert"],
     "prp-peer": ["--regime", "prp", "--prp-denominator", "peer"],
     "prp-learner": ["--regime", "prp", "--prp-denominator", "learner"],
-    "grpo-randpert": ["--regime", "grpo-randpert"],
 }
+MAIN_REGIMES = ("standalone", "sgt")  # run on every seed of --seeds
+WEAK_TARGET, STRONG_TARGET = 0.30, -0.05
 
 
 def run_one(pool: str, regime: str, seed: int, out: Path, max_steps: int | None, extra: list[str]) -> Path:
@@ -47,37 +54,24 @@ def run_one(pool: str, regime: str, seed: int, out: Path, max_steps: int | None,
     if max_steps is not None:
         cmd += ["--max-steps", str(max_steps)]
     started = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:
         raise SystemExit(f"run {run_dir.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    print(f"  {run_dir.name}: {time.perf_counter() - started:.0f}s", file=sys.stderr)
+    print(f"  {run_dir.name}: {time.perf_counter() - started:.0f}s", file=sys.stderr, flush=True)
     return run_dir
 
 
-def eval_curve(run_dir: Path, policy: str) -> list[tuple[int, float]]:
-    points = []
+def group_curves(run_dir: Path, policy: str) -> dict[str, list[tuple[int, float]]]:
+    """``group -> [(step, held-out reward@1)]`` from the run's validation lines."""
+    curves: dict[str, list[tuple[int, float]]] = {}
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         obj = json.loads(line)
-        if obj.get("kind") == "eval" and obj.get("policy") == policy and obj.get("eval/reward@1") is not None:
-            points.append((int(obj["step"]), float(obj["eval/reward@1"])))
-    return sorted(points)
-
-
-def family_scores(run_dir: Path, policy: str, step: int) -> dict[str, float] | None:
-    path = run_dir / "eval" / policy / f"step-{step:06d}.json"
-    if not path.exists():
-        return None
-    from mutualrl.evaluation.results import ModelEvalResult
-
-    result = ModelEvalResult.load(path)
-    try:
-        from mutualrl.tasks.synthetic import family_accuracy
-    except ImportError:
-        return None
-    try:
-        return family_accuracy((r.prompt_id, r.score) for r in result.records)
-    except Exception:  # not a task with families
-        return None
+        if obj.get("kind") != "eval" or obj.get("policy") != policy:
+            continue
+        for key, value in obj.items():
+            if key.startswith("eval/group/") and key.endswith("/reward@1"):
+                curves.setdefault(key[len("eval/group/"):-len("/reward@1")], []).append((int(obj["step"]), value))
+    return {g: sorted(v) for g, v in curves.items()}
 
 
 def spread(values: list[float]) -> dict[str, Any]:
@@ -85,83 +79,122 @@ def spread(values: list[float]) -> dict[str, Any]:
             "min": min(values), "max": max(values), "values": values}
 
 
-def plot(results: dict[str, Any], curves: dict[str, dict[str, list[list[tuple[int, float]]]]], path: Path) -> None:
+def weak_and_strong(summary: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """Per policy, its (weak, strong) group: lowest and highest held-out accuracy at step 0."""
+    out = {}
+    for policy, entry in summary["policies"].items():
+        before = entry["groups_before"]
+        out[policy] = (min(before, key=before.get), max(before, key=before.get))
+    return out
+
+
+def per_seed_gains(runs: dict[str, dict[int, dict]], roles: dict[str, tuple[str, str]]) -> dict[str, Any]:
+    """SGT − standalone on each policy's weak and strong group, per seed both were run on."""
+    seeds = sorted(set(runs.get("sgt", {})) & set(runs.get("standalone", {})))
+    rows = {}
+    for seed in seeds:
+        sgt, base = runs["sgt"][seed]["policies"], runs["standalone"][seed]["policies"]
+        rows[seed] = {p: {"weak": sgt[p]["groups_after"][w] - base[p]["groups_after"][w],
+                          "strong": sgt[p]["groups_after"][s] - base[p]["groups_after"][s]}
+                      for p, (w, s) in roles.items()}
+    if not rows:
+        return {}
+    worst_weak = min(v["weak"] for r in rows.values() for v in r.values())
+    worst_strong = min(v["strong"] for r in rows.values() for v in r.values())
+    return {"seeds": rows, "worst_weak_gain": worst_weak, "worst_strong_change": worst_strong,
+            "target": {"weak_gain_at_least": WEAK_TARGET, "strong_change_at_least": STRONG_TARGET},
+            "target_met_every_seed": worst_weak >= WEAK_TARGET and worst_strong >= STRONG_TARGET}
+
+
+def orderings(final: dict[str, dict[str, float]]) -> dict[str, bool]:
+    """The paper's orderings on final held-out reward@1 (mean over seeds), every policy."""
+    pairs = {"sgt_ge_standalone": ("sgt", "standalone"), "xgrpo_ge_grpo_randpert": ("xgrpo", "grpo-randpert"),
+             "prp_peer_ge_prp_learner": ("prp-peer", "prp-learner")}
+    return {name: all(final[a][p] >= final[b][p] for p in final[a])
+            for name, (a, b) in pairs.items() if a in final and b in final}
+
+
+def plot(curves: dict[str, dict[str, dict[str, list]]], title: str, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    policies = sorted({p for per_regime in curves.values() for p in per_regime})
-    fig, axes = plt.subplots(1, len(policies), figsize=(5.2 * len(policies), 3.8), squeeze=False)
-    for ax, policy in zip(axes[0], policies, strict=True):
+    panels = sorted({(p, g) for per_regime in curves.values() for p, groups in per_regime.items() for g in groups})
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    for ax, (policy, group) in zip(axes[0], panels, strict=True):
         for regime, per_policy in curves.items():
-            runs = per_policy.get(policy, [])
+            runs = per_policy.get(policy, {}).get(group, [])
             if not runs:
                 continue
             steps = sorted({s for run in runs for s, _ in run})
             grid = np.array([[dict(run).get(s, np.nan) for s in steps] for run in runs])
-            mean = np.nanmean(grid, axis=0)
-            ax.plot(steps, mean, marker="o", ms=3, label=regime)
+            ax.plot(steps, np.nanmean(grid, axis=0), marker="o", ms=3, label=f"{regime} ({len(runs)} seeds)")
             ax.fill_between(steps, np.nanmin(grid, axis=0), np.nanmax(grid, axis=0), alpha=0.15)
-        ax.set_title(policy)
+        ax.set_title(f"{policy}: {group}")
         ax.set_xlabel("training step")
-        ax.set_ylabel("held-out reward@1 (greedy)")
+        ax.set_ylim(-0.03, 1.03)
         ax.grid(alpha=0.3)
-    axes[0][0].legend(fontsize=8)
-    fig.suptitle(f"{results['pool']}: validation reward@1 per policy and regime "
-                 f"(mean over seeds {results['seeds']}, band = min-max)", fontsize=10)
+    axes[0][0].set_ylabel("held-out reward@1 (greedy)")
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pool", default="tiny")
-    parser.add_argument("--regimes", default="standalone,xgrpo,sgt,prp-peer,prp-learner")
-    parser.add_argument("--seeds", default="1,2,3")
+    parser.add_argument("--regimes", default=",".join(REGIME_ARGS))
+    parser.add_argument("--seeds", default="1,2,3,4,5", help="seeds of standalone and sgt")
+    parser.add_argument("--other-seeds", default="1,2,3", help="seeds of the other regimes")
+    parser.add_argument("--quick", action="store_true", help="standalone and sgt on seeds 1,2 only (~15 min)")
     parser.add_argument("--max-steps", type=int, default=None)
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "learning")
     parser.add_argument("--set", action="append", default=[], help="extra --set overrides for every run")
     args = parser.parse_args()
-    regimes = args.regimes.split(",")
-    seeds = [int(s) for s in args.seeds.split(",")]
+    regimes = list(MAIN_REGIMES) if args.quick else args.regimes.split(",")
+    unknown = [r for r in regimes if r not in REGIME_ARGS]
+    if unknown:
+        parser.error(f"--regimes: unknown {', '.join(unknown)}; known: {', '.join(REGIME_ARGS)}")
+    seeds = [1, 2] if args.quick else [int(s) for s in args.seeds.split(",")]
+    other_seeds = [int(s) for s in args.other_seeds.split(",")]
     extra = [x for item in args.set for x in ("--set", item)]
     args.out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"pool": args.pool, "seeds": seeds, "max_steps": args.max_steps, "regimes": {}}
-    curves: dict[str, dict[str, list]] = {}
+    started = time.perf_counter()
+    runs: dict[str, dict[int, dict]] = {}
+    curves: dict[str, dict[str, dict[str, list]]] = {}
     for regime in regimes:
-        per_policy: dict[str, dict[str, list]] = {}
-        curves[regime] = {}
-        for seed in seeds:
+        runs[regime], curves[regime] = {}, {}
+        for seed in seeds if regime in MAIN_REGIMES else other_seeds:
             run_dir = run_one(args.pool, regime, seed, args.out, args.max_steps, extra)
-            summary = json.loads((run_dir / "summary.json").read_text())
-            for policy, entry in summary["policies"].items():
-                slot = per_policy.setdefault(policy, {"after": [], "before": [], "families": []})
-                slot["after"].append(entry["eval_after"])
-                slot["before"].append(entry["eval_before"])
-                fam = family_scores(run_dir, policy, entry["eval_after_step"])
-                if fam:
-                    slot["families"].append(fam)
-                curves[regime].setdefault(policy, []).append(eval_curve(run_dir, policy))
-        results["regimes"][regime] = {}
-        for policy, slot in per_policy.items():
-            entry = {"final_reward@1": spread(slot["after"]), "initial_reward@1": spread(slot["before"])}
-            if slot["families"]:
-                entry["final_by_family"] = {f: spread([d[f] for d in slot["families"]]) for f in slot["families"][0]}
-            results["regimes"][regime][policy] = entry
-    means = {r: {p: v["final_reward@1"]["mean"] for p, v in pp.items()} for r, pp in results["regimes"].items()}
-    checks = {}
-    if "sgt" in means and "standalone" in means:
-        checks["sgt_ge_standalone_every_policy"] = all(means["sgt"][p] >= means["standalone"][p]
-                                                        for p in means["sgt"])
-    if "prp-peer" in means and "prp-learner" in means:
-        checks["prp_peer_ge_prp_learner_every_policy"] = all(means["prp-peer"][p] >= means["prp-learner"][p]
-                                                              for p in means["prp-peer"])
-    results["paper_ordering"] = checks
+            runs[regime][seed] = json.loads((run_dir / "summary.json").read_text())
+            for policy in runs[regime][seed]["policies"]:
+                for group, curve in group_curves(run_dir, policy).items():
+                    curves[regime].setdefault(policy, {}).setdefault(group, []).append(curve)
+    first = next(iter(next(iter(runs.values())).values()))
+    roles = weak_and_strong(first)
+    results: dict[str, Any] = {"pool": args.pool, "command": " ".join(sys.argv), "roles": {
+        p: {"weak": w, "strong": s} for p, (w, s) in roles.items()}, "regimes": {}}
+    final: dict[str, dict[str, float]] = {}
+    for regime, by_seed in runs.items():
+        entry: dict[str, Any] = {"seeds": sorted(by_seed)}
+        for policy, (weak, strong) in roles.items():
+            entry[policy] = {
+                "final_reward@1": spread([s["policies"][policy]["eval_after"] for s in by_seed.values()]),
+                "weak_after": spread([s["policies"][policy]["groups_after"][weak] for s in by_seed.values()]),
+                "strong_after": spread([s["policies"][policy]["groups_after"][strong] for s in by_seed.values()]),
+            }
+        results["regimes"][regime] = entry
+        final[regime] = {p: entry[p]["final_reward@1"]["mean"] for p in roles}
+    results["sgt_minus_standalone"] = per_seed_gains(runs, roles)
+    results["paper_orderings"] = orderings(final)
+    results["wall_seconds"] = round(time.perf_counter() - started, 1)
     figure = args.out / "learning.png"
-    plot(results, curves, figure)
+    plot(curves, f"{args.pool}: held-out reward@1 per policy and task group (mean over seeds, band = min-max)",
+         figure)
     results["figure"] = str(figure)
     (args.out / "learning.json").write_text(json.dumps(results, indent=1))
     print(json.dumps(results))

@@ -11,7 +11,8 @@ POLICIES = ("qwen-a", "qwen-b")
 
 
 def write_run(folder: Path, regime: str, *, steps: int = 30, eval_every: int = 5, seed: int = 0,
-              pool: str = "2qwen", tasks: tuple[str, ...] = ("math", "gsm8k"), truncated_tail: bool = False) -> Path:
+              pool: str = "2qwen", tasks: tuple[str, ...] = ("math", "gsm8k"), truncated_tail: bool = False,
+              groups: tuple[str, ...] = ()) -> Path:
     """A run folder with train lines every step and eval lines every ``eval_every`` steps (step 0 included)."""
     rng = random.Random(seed)
     folder.mkdir(parents=True, exist_ok=True)
@@ -31,6 +32,8 @@ def write_run(folder: Path, regime: str, *, steps: int = 30, eval_every: int = 5
                 if len(tasks) > 1:  # per-task keys only when validating on several tasks (run_layout)
                     for j, task in enumerate(tasks):
                         line[f"eval/{task}/reward@1"] = base - 0.1 * j + lift * progress
+                for j, group in enumerate(groups):  # task groups, as the synthetic task logs its families
+                    line[f"eval/group/{group}/reward@1"] = (0.9 if j == k else lift * progress)
                 lines.append(line)
             if step == 0:
                 continue

@@ -91,3 +91,11 @@ def test_plot_cli(runs: list[Path], tmp_path: Path) -> None:
     assert first["final_step"] == 10 and first["final"] == pytest.approx(final["eval/reward@1"])
     res = runner.invoke(app, ["plot", str(tmp_path / "nope")])
     assert res.exit_code == 2 and "no metrics.jsonl" in " ".join(res.output.split())
+
+
+def test_runs_with_task_groups_get_a_per_group_figure_and_no_task_figure(tmp_path: Path) -> None:
+    runs = [write_run(tmp_path / r, r, seed=i, steps=12, pool="tiny", tasks=("synthetic-arith",),
+                      groups=("add", "sub")) for i, r in enumerate(("standalone", "sgt"))]
+    written = {p.name: p for p in plot_runs(runs, tmp_path / "plots")}
+    assert "validation_reward_by_group.png" in written and "validation_reward_by_task.png" not in written
+    assert_png(written["validation_reward_by_group.png"])

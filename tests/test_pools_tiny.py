@@ -30,7 +30,9 @@ def test_reduced_warm_start_saves_loadable_model_and_report(tmp_path):
     assert tokenizer.pad_token is not None and model.config.tie_word_embeddings
     saved = json.loads((tmp_path / tiny.WARM_START_FILE).read_text())
     assert saved == json.loads(json.dumps(report))
-    assert set(saved["test_accuracy"]) == {"add", "sub"} and saved["recipe"]["steps"] == 12
+    assert set(saved["test_accuracy"]) == {"add", "sub"}
+    assert saved["recipe"]["steps"] + saved["recipe"]["blind_spot_steps"] == 12 and saved["recipe"]["blind_spot_steps"] >= 1
+    assert set(saved["test_sampled_accuracy"]["sub"]) == {"sample", "pass@4"}
     assert 0.0 <= saved["prob_mass_outside_task_vocab"] <= 1.0
     completions = tiny.greedy_answers(model, tokenizer, ["3+5+7=", "9+5-2="])
     assert len(completions) == 2 and all(isinstance(c, str) for c in completions)
@@ -76,5 +78,11 @@ def test_cached_tiny_models_have_complementary_skills(built_pool):
         weak = "sub" if spec.strong_family == "add" else "add"
         assert acc[spec.strong_family] >= 0.8, (name, acc)
         assert acc[weak] <= 0.25, (name, acc)
-        recorded = json.loads((path / tiny.WARM_START_FILE).read_text())["test_accuracy"]
-        assert recorded == pytest.approx(acc)  # the report tells the truth about the cached weights
+        report = json.loads((path / tiny.WARM_START_FILE).read_text())
+        assert report["test_accuracy"] == pytest.approx(acc)  # the report tells the truth about the cached weights
+        # A blind spot, not a missing skill: learnt in phase 1, then no longer emitted, even when sampled
+        # (so K=4 GRPO rollouts on the weak family all fail: standalone gets no signal there).
+        assert report["test_accuracy_before_blind_spot"][weak] >= 0.8, (name, report)
+        assert report["test_sampled_accuracy"][weak]["pass@4"] <= 0.05, (name, report)
+        sampled = tiny.sampled_accuracies(model, tokenizer, "test", k=4, limit_per_family=50)
+        assert sampled[weak]["pass@4"] <= 0.05 and sampled[spec.strong_family]["pass@4"] >= 0.8, (name, sampled)

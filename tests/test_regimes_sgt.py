@@ -366,3 +366,18 @@ def test_gate_shape_errors():
     bad = SGTGate(one, torch.zeros(2, 1, 2, dtype=torch.bool), one, one)
     with pytest.raises(ValueError, match=r"gate.gated must have shape \[P\]"):
         sgt_metrics(bad, torch.zeros(2, 2), torch.zeros(2, 1, 2), 0, 1, 2, 2)
+
+
+# ---------------------------------------------------------------- rescue log-prob (summary metric)
+
+
+def test_rescue_logprob_is_the_mean_sequence_logprob_of_rows_that_carry_the_term():
+    from mutualrl.regimes.sgt import rescue_logprob
+
+    logps = t([[-1.0, -2.0, -9.0], [-0.5, -0.5, -0.5], [-3.0, float("-inf"), 0.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0]])
+    weights = t([0.5, 0.0, 0.5])  # row 1 carries no rescue; masked -inf never leaks
+    # row 0: -1 - 2 = -3 ; row 2: -3 ; mean -3
+    assert rescue_logprob(logps, mask, weights) == pytest.approx(-3.0)
+    assert rescue_logprob(logps, mask, t([0.0, 1.0, 0.0])) == pytest.approx(-1.5)
+    assert math.isnan(rescue_logprob(logps, mask, t([0.0, 0.0, 0.0])))

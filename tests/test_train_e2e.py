@@ -155,25 +155,53 @@ def test_resume_after_kill_finishes_with_the_same_steps(tiny_pool, tmp_path):
         assert {p.name for p in (run_dir / "see" / f"step-{step:06d}").iterdir()} == {"bpe", "sp"}
 
 
-def test_sgt_on_the_tiny_pool_rescues_and_adds_the_nll_term(tmp_path):
-    """The embedded pool's policies have complementary skills, so SGT fires from the first steps."""
-    run_dir = tmp_path / "run"
-    from e2e_helpers import child_env  # noqa: F401  (same environment as the other runs)
+def _train_tiny(run_dir: Path, *args: str):
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "mutualrl", "train", "--pool", "tiny", "--max-steps", "3",
-                           "-o", str(run_dir), "--set", "validation.limit=20", "--set", "validation.every_steps=0"],
+    from e2e_helpers import child_env
+
+    done = subprocess.run([sys.executable, "-m", "mutualrl", "train", "--pool", "tiny", "-o", str(run_dir),
+                           "--set", "validation.limit=20", *args],
                           env=child_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
+def test_sgt_on_the_tiny_pool_rescues_and_compares_with_its_standalone_baseline(tmp_path):
+    """The embedded pool's blind spots make SGT fire from the first step; --baseline prints the comparison."""
+    run_dir = tmp_path / "run"
+    done = _train_tiny(run_dir, "--max-steps", "3", "--set", "validation.every_steps=0", "--baseline", "standalone")
     train = metric_lines(run_dir)
     for policy in ("tiny-bpe", "tiny-sp"):
         rows = [line for line in train if line["policy"] == policy]
         assert [line["step"] for line in rows] == [1, 2, 3]
         assert rows[-1]["sgt/rescues_total"] > 0, f"{policy}: SGT never fired"
         assert any((line.get("sgt/nll_term") or 0) > 0 for line in rows)
+        assert all(line["sgt/rescue_logp"] < 0 for line in rows if "sgt/rescue_logp" in line)
+        assert any("sgt/rescue_logp" in line for line in rows)
         assert all(0 <= line["sgt/gate_rate"] <= 1 for line in rows)
-    assert "SGT rescues" in done.stdout and "by group" in done.stdout
+    summary = json.loads((run_dir / "summary.json").read_text())
+    for entry in summary["policies"].values():
+        assert set(entry["groups_before"]) == set(entry["groups_after"]) == {"add", "sub"}
+        assert entry["rescue_logp_first"] < 0
+    evals = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert all("eval/group/add/reward@1" in line for line in evals if line["kind"] == "eval")
+    baseline = tmp_path / "run-standalone"
+    assert json.loads((baseline / "summary.json").read_text())["regime"] == "standalone"
+    comparison = json.loads((run_dir / "comparison.json").read_text())
+    assert {(r["policy"], r["group"]) for r in comparison["rows"]} == {
+        (p, g) for p in ("tiny-bpe", "tiny-sp") for g in ("all", "add", "sub")}
+    out = " ".join(done.stdout.split())
+    assert "rescues" in out and "sgt vs standalone" in out and "mutualrl plot" in out  # console wraps paths
+
+
+@pytest.mark.parametrize("regime", ["xgrpo", "prp", "grpo-randpert"])
+def test_every_other_regime_runs_two_steps_on_the_tiny_pool(tmp_path, regime):
+    run_dir = tmp_path / regime
+    _train_tiny(run_dir, "--regime", regime, "--max-steps", "2", "--set", "validation.every_steps=0")
+    steps = {(line["policy"], line["step"]) for line in metric_lines(run_dir)}
+    assert steps == {(p, s) for p in ("tiny-bpe", "tiny-sp") for s in (1, 2)}
 
 
 def test_standalone_through_the_launcher_equals_vanilla_trl(tmp_path):

@@ -42,15 +42,26 @@ def train(
     ),
     resume: bool = typer.Option(False, "--resume", help="Continue a stopped run from its last common checkpoint."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Delete an existing run folder and start again."),
+    baseline: str | None = typer.Option(
+        None, "--baseline",
+        help="Then train this regime (e.g. standalone) with the same pool, seed and settings into <run>-<regime> "
+        "and print both runs' held-out accuracy per policy and task group side by side, with the difference.",
+        show_default=False,
+    ),
 ) -> None:
     """Train every policy of a pool concurrently with GRPO, exchanging experience through the SEE.
 
     With no options: the embedded `tiny` pool (two small models with different tokenizers) with SGT on CPU.
+    `--baseline standalone` also trains standalone GRPO on the same seed and prints the comparison.
     """
     if regime is not None and regime not in REGIME_NAMES:
         from mutualrl.errors import UnknownNameError
 
         raise UnknownNameError(f"--regime: unknown regime {regime!r}; expected one of {', '.join(REGIME_NAMES)}")
+    if baseline is not None and baseline not in REGIME_NAMES:
+        from mutualrl.errors import UnknownNameError
+
+        raise UnknownNameError(f"--baseline: unknown regime {baseline!r}; expected one of {', '.join(REGIME_NAMES)}")
     if prp_denominator is not None and prp_denominator not in ("learner", "peer"):
         from mutualrl.errors import UsageError
 
@@ -59,5 +70,6 @@ def train(
 
     options = TrainOptions(pool=pool, regime=regime, prp_denominator=prp_denominator, output_dir=output_dir,
                            max_steps=max_steps, seed=seed, overrides=list(overrides), gpus=gpus,
-                           device_map=device_map, dry_run=dry_run, resume=resume, overwrite=overwrite)
+                           device_map=device_map, dry_run=dry_run, resume=resume, overwrite=overwrite,
+                           baseline=baseline)
     raise typer.Exit(run_train(options, console))

@@ -7,6 +7,7 @@ docs/run_layout) and ``run.json``; several runs are overlaid, one colour per run
 - ``validation_reward.png`` -- validation reward@1 vs step, one panel per policy plus
   their average (paper Fig. "probe comparison", top row); step 0 is "No Train";
 - ``validation_reward_by_task.png`` -- the same per task, when runs validate on several;
+- ``validation_reward_by_group.png`` -- the same per task group (e.g. the tiny pool's families);
 - ``training_reward.png`` -- mean training reward per policy (bottom row of that figure);
 - ``optimization.png`` -- entropy and KL per policy (Fig. "optimization signatures");
 - ``regime_metrics.png`` -- regime metrics such as ``sgt/gate_rate`` when present.
@@ -271,9 +272,21 @@ def _task_keys(runs: Sequence[RunData]) -> list[str]:
     for r in runs:
         for line in r.evals:
             for k in line:
-                if k.startswith("eval/") and k.endswith("/reward@1") and k != "eval/reward@1" and k not in keys:
+                if (k.startswith("eval/") and k.endswith("/reward@1") and k != "eval/reward@1"
+                        and not k.startswith("eval/group/") and k not in keys):
                     keys.append(k)
     return keys if len(keys) > 1 else []
+
+
+def _group_keys(runs: Sequence[RunData]) -> list[str]:
+    """Per-group validation keys (``eval/group/<g>/reward@1``, e.g. the tiny pool's problem families)."""
+    keys = []
+    for r in runs:
+        for line in r.evals:
+            for k in line:
+                if k.startswith("eval/group/") and k.endswith("/reward@1") and k not in keys:
+                    keys.append(k)
+    return sorted(keys)
 
 
 KNOWN_REGIME_METRICS = {
@@ -316,6 +329,9 @@ def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, smooth: float
         plot_grid(runs, out_dir / "validation_reward_by_task.png", kind="evals",
                   keys=[(k, k[len("eval/"):-len("/reward@1")]) for k in _task_keys(runs)],
                   title="Validation reward@1 per task", smooth=None, ylabel="reward@1"),
+        plot_grid(runs, out_dir / "validation_reward_by_group.png", kind="evals",
+                  keys=[(k, k[len("eval/group/"):-len("/reward@1")]) for k in _group_keys(runs)],
+                  title="Validation reward@1 per task group", smooth=None, ylabel="reward@1"),
         plot_metric_panels(runs, out_dir / "training_reward.png", kind="train", key="reward_mean",
                            title="Training reward (mean over rollouts)", ylabel="reward", smooth=smooth,
                            markers=False),

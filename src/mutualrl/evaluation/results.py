@@ -89,6 +89,14 @@ class ModelEvalResult:
             sums[r.task].append(r.score)
         return {task: sum(v) / len(v) for task, v in sums.items()}
 
+    def reward_at_1_by_group(self, group_of: dict[str, str]) -> dict[str, float]:
+        """Mean score per task group (e.g. problem family), from ``prompt_id -> group``; ungrouped prompts skipped."""
+        sums: dict[str, list[float]] = defaultdict(list)
+        for r in self.records:
+            if r.prompt_id in group_of:
+                sums[group_of[r.prompt_id]].append(r.score)
+        return {group: sum(v) / len(v) for group, v in sorted(sums.items())}
+
     def counts_by_task(self) -> dict[str, int]:
         counts: dict[str, int] = defaultdict(int)
         for r in self.records:

@@ -35,6 +35,7 @@ class TrainOptions:
     dry_run: bool = False
     resume: bool = False
     overwrite: bool = False
+    baseline: str | None = None  # also train this regime on the same seed and settings, then compare
 
 
 def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
@@ -62,8 +63,50 @@ def run_dir_for(config: RunConfig) -> Path:
     return Path(config.output_dir.format(pool=config.pool.name, regime=config.regime.name)).resolve()
 
 
+def baseline_options(options: TrainOptions, run_dir: Path) -> TrainOptions:
+    """The same run with ``options.baseline`` as its regime, in the sibling folder ``<run>-<baseline>``."""
+    from dataclasses import replace
+
+    return replace(options, regime=options.baseline, prp_denominator=None, baseline=None,
+                   output_dir=run_dir.with_name(f"{run_dir.name}-{options.baseline}"))
+
+
 def run_train(options: TrainOptions, console: Console | None = None) -> int:
+    """Train the pool; with ``options.baseline`` also train the baseline regime and print both side by side."""
     console = console or Console()
+    if options.baseline is None:
+        return train_one(options, console)
+    config, _ = resolve_config(options)
+    if config.regime.name == options.baseline:
+        raise UsageError(f"--baseline {options.baseline}: the run itself uses regime {options.baseline!r}; "
+                         "pick a different regime for the run or the baseline")
+    run_dir = run_dir_for(config)
+    base = baseline_options(options, run_dir)
+    if options.dry_run:
+        console.print(f"--baseline {options.baseline}: would then train {base.output_dir} with the same settings",
+                      highlight=False)
+        return train_one(options, console)
+    if not options.resume and not options.overwrite and base.output_dir.exists() and any(base.output_dir.iterdir()):
+        raise UsageError(f"baseline run folder {base.output_dir} already exists: use --resume to continue both "
+                         "runs, --overwrite to start both again, or --output-dir for a new pair")
+    code = train_one(options, console)
+    if code != 0:
+        return code
+    console.print(f"[bold]baseline:[/] the same pool, seed and settings with regime {options.baseline}",
+                  highlight=False)
+    code = train_one(base, console)
+    if code != 0:
+        return code
+    from mutualrl.launch.summary import compare_summaries, print_comparison
+
+    paths, base_paths = RunPaths(run_dir), RunPaths(base.output_dir.resolve())
+    comparison = compare_summaries(read_json(paths.summary), read_json(base_paths.summary))
+    atomic_write_json(paths.root / "comparison.json", comparison)
+    print_comparison(comparison, console)
+    return 0
+
+
+def train_one(options: TrainOptions, console: Console) -> int:
     config, source = resolve_config(options)
     paths = RunPaths(run_dir_for(config))
     if options.dry_run:

@@ -24,6 +24,10 @@ def read_metric_lines(paths: RunPaths) -> list[dict[str, Any]]:
     return lines
 
 
+#: Rescue log-probs are averaged over this many logged steps at each end of the run.
+RESCUE_WINDOW = 10
+
+
 def summarise(paths: RunPaths, config: RunConfig, outcome: Any) -> dict[str, Any]:
     lines = read_metric_lines(paths)
     policies = {}
@@ -49,9 +53,18 @@ def summarise(paths: RunPaths, config: RunConfig, outcome: Any) -> dict[str, Any
         rescues = [l.get("sgt/rescues_total") for l in train if l.get("sgt/rescues_total") is not None]
         if rescues:
             entry["sgt_rescues"] = int(max(rescues))
+        entry.update(rescue_logprob_change([l["sgt/rescue_logp"] for l in train if l.get("sgt/rescue_logp") is not None]))
         policies[policy.name] = entry
-    return {"pool": config.pool.name, "regime": config.regime.name, "run_dir": str(paths.root),
-            "seconds": round(outcome.seconds, 1), "policies": policies}
+    return {"pool": config.pool.name, "regime": config.regime.name, "seed": config.grpo.get("seed"),
+            "run_dir": str(paths.root), "seconds": round(outcome.seconds, 1), "policies": policies}
+
+
+def rescue_logprob_change(values: list[float], window: int = RESCUE_WINDOW) -> dict[str, float]:
+    """Mean ``sgt/rescue_logp`` over the first and the last ``window`` logged steps (empty if none logged)."""
+    if not values:
+        return {}
+    first, last = values[:window], values[-window:]
+    return {"rescue_logp_first": sum(first) / len(first), "rescue_logp_last": sum(last) / len(last)}
 
 
 def group_accuracy(paths: RunPaths, policy: str, task_name: str, steps: list[int | None]):
@@ -60,22 +73,19 @@ def group_accuracy(paths: RunPaths, policy: str, task_name: str, steps: list[int
         return None
     from mutualrl.evaluation.results import ModelEvalResult
     from mutualrl.tasks.base import TaskExample
-    from mutualrl.tasks.registry import get_task
+    from mutualrl.tasks.registry import task_groups
 
-    task = get_task(task_name)
     out = []
     for step in steps:
         path = paths.eval_result(policy, step)
         if not path.exists():
             return None
-        scores: dict[str, list[float]] = {}
-        for record in ModelEvalResult.load(path).records:
-            example = TaskExample(record.prompt_id, record.prompt, record.answer, record.task)
-            group = task.group_of(example)
-            if group is None:
-                return None
-            scores.setdefault(group, []).append(record.score)
-        out.append({g: sum(v) / len(v) for g, v in sorted(scores.items())})
+        result = ModelEvalResult.load(path)
+        examples = [TaskExample(r.prompt_id, r.prompt, r.answer, r.task) for r in result.records]
+        groups = result.reward_at_1_by_group(task_groups(task_name, examples))
+        if not groups:
+            return None
+        out.append(groups)
     return out
 
 
@@ -83,33 +93,67 @@ def _fmt(value: Any) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
+def _change(before: Any, after: Any) -> str:
+    return "-" if before is None or after is None else f"{after - before:+.3f}"
+
+
 def print_summary(summary: dict[str, Any], console: Console) -> None:
-    table = Table(title=f"{summary['pool']} / {summary['regime']}: held-out reward@1 (greedy)")
-    table.add_column("policy", style="bold cyan")
-    table.add_column("steps", justify="right")
-    table.add_column("before", justify="right")
-    table.add_column("after", justify="right")
-    table.add_column("change", justify="right")
-    table.add_column("train reward first→last", justify="right")
-    if any("sgt_rescues" in p for p in summary["policies"].values()):
+    """One row per policy (all held-out prompts) and one per task group: before → after, rescues, log-prob."""
+    table = Table(title=f"{summary['pool']} / {summary['regime']}: held-out reward@1 (greedy), before → after")
+    for col in ("policy", "group", "steps", "before", "after", "change"):
+        table.add_column(col, justify="left" if col in ("policy", "group") else "right",
+                         style="bold cyan" if col == "policy" else None)
+    sgt = any("sgt_rescues" in p for p in summary["policies"].values())
+    if sgt:
         table.add_column("SGT rescues", justify="right")
+        table.add_column("rescue log p, first→last", justify="right")
     for name, p in summary["policies"].items():
-        change = None
-        if p["eval_before"] is not None and p["eval_after"] is not None:
-            change = p["eval_after"] - p["eval_before"]
-        row = [name, str(p["steps"]), _fmt(p["eval_before"]), _fmt(p["eval_after"]),
-               "-" if change is None else f"{change:+.3f}",
-               f"{_fmt(p['train_reward_first'])} → {_fmt(p['train_reward_last'])}"]
-        if "sgt_rescues" in p or len(table.columns) == 7:
-            row.append(str(p.get("sgt_rescues", "-")))
+        row = [name, "all", str(p["steps"]), _fmt(p["eval_before"]), _fmt(p["eval_after"]),
+               _change(p["eval_before"], p["eval_after"])]
+        if sgt:
+            logp = "-"
+            if "rescue_logp_first" in p:
+                logp = f"{p['rescue_logp_first']:.2f} → {p['rescue_logp_last']:.2f}"
+            row += [str(p.get("sgt_rescues", "-")), logp]
         table.add_row(*row)
+        for group, after in p.get("groups_after", {}).items():
+            before = p["groups_before"].get(group)
+            table.add_row("", group, "", _fmt(before), _fmt(after), _change(before, after), *([""] * (2 * sgt)))
     console.print(table)
-    for name, p in summary["policies"].items():
-        if "groups_after" in p:
-            parts = [f"{g} {p['groups_before'].get(g, 0):.2f}→{v:.2f}" for g, v in p["groups_after"].items()]
-            console.print(f"  {name} by group: " + ", ".join(parts), highlight=False)
     console.print(f"finished in {summary['seconds']:.0f}s; run folder {summary['run_dir']} "
                   f"(metrics.jsonl, eval/, see/, policies/)", highlight=False)
+
+
+def compare_summaries(run: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
+    """Held-out accuracy after training, run vs baseline, per policy and task group, with the difference."""
+    rows = []
+    for name, p in run["policies"].items():
+        b = baseline["policies"].get(name)
+        if b is None:
+            continue
+        pairs = [("all", p["eval_after"], b["eval_after"])]
+        pairs += [(g, v, b.get("groups_after", {}).get(g)) for g, v in p.get("groups_after", {}).items()]
+        for group, ours, theirs in pairs:
+            diff = None if ours is None or theirs is None else ours - theirs
+            rows.append({"policy": name, "group": group, "run": ours, "baseline": theirs, "difference": diff})
+    return {"regime": run["regime"], "baseline_regime": baseline["regime"], "seed": run.get("seed"),
+            "run_dir": run["run_dir"], "baseline_dir": baseline["run_dir"], "rows": rows}
+
+
+def print_comparison(comparison: dict[str, Any], console: Console) -> None:
+    regime, base = comparison["regime"], comparison["baseline_regime"]
+    table = Table(title=f"{regime} vs {base} (seed {comparison['seed']}, same settings): held-out reward@1 after training")
+    for col in ("policy", "group", regime, base, f"{regime} − {base}"):
+        table.add_column(col, justify="left" if col in ("policy", "group") else "right")
+    last = None
+    for row in comparison["rows"]:
+        diff = row["difference"]
+        shown = "-" if diff is None else f"[{'green' if diff > 0 else 'red' if diff < 0 else 'default'}]{diff:+.3f}[/]"
+        table.add_row(row["policy"] if row["policy"] != last else "", row["group"], _fmt(row["run"]),
+                      _fmt(row["baseline"]), shown)
+        last = row["policy"]
+    console.print(table)
+    console.print(f"curves: mutualrl plot {comparison['run_dir']} {comparison['baseline_dir']}", highlight=False)
 
 
 def print_failure(outcome: Any, paths: RunPaths, console: Console) -> None:

@@ -371,3 +371,21 @@ def sgt_metrics(
         "extra_seq_frac": _rate(torch.tensor(pairs), torch.tensor(p * k)),
         "extra_seq_frac_bound": max_pairs_per_prompt * (m - 1) / (m * k),
     }
+
+
+def rescue_logprob(per_token_logps: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor) -> float:
+    """Mean sequence log-probability ``log π^(n)_θ(y* | x) = Σ_t ℓ_{i,t}`` of the transferred successes.
+
+    Averaged over the rows that carry the SGT term (``w_i > 0``), measured with the weights
+    the step starts from: the learner's log-likelihood of the peer answer on the prompts it
+    is being rescued on. Its change over a run shows whether ``λ · L_SGT`` (Eq.
+    regime3_total) moves the learner at all. NaN when no row carries the term.
+    """
+    check_float("per_token_logps", per_token_logps, 2, "[B, T]")
+    check_same_shape("mask", mask, "per_token_logps", per_token_logps)
+    rows = weights > 0
+    if not bool(rows.any()):
+        return float("nan")
+    m = mask[rows].bool()
+    logps = torch.where(m, per_token_logps[rows], torch.zeros_like(per_token_logps[rows]))
+    return float(logps.sum(dim=1).mean())

@@ -81,3 +81,14 @@ def resolve_suite(suite: str) -> list[str]:
     if not names:
         raise UnknownNameError(f"empty suite {suite!r}; suites: {', '.join(SUITES)}; tasks: {', '.join(task_names())}")
     return names
+
+
+def task_groups(task_name: str, examples: list) -> dict[str, str]:
+    """``prompt_id -> group`` for the examples of a task that reports groups (empty if it has none)."""
+    task = get_task(task_name)
+    groups = {}
+    for example in examples:
+        group = task.group_of(example)
+        if group is not None:
+            groups[example.prompt_id] = group
+    return groups

@@ -136,13 +136,15 @@ class ValidationCallback(TrainerCallback):
 
     def __init__(self, paths: RunPaths, policy: str, regime: str, examples: list, tokenizer: Any,
                  chat_template: bool, every_steps: int, max_new_tokens: int, batch_size: int, at_start: bool,
-                 status: StatusCallback | None = None, verifier: str = "default"):
+                 status: StatusCallback | None = None, verifier: str = "default",
+                 group_of: dict[str, str] | None = None):
         self.paths, self.policy, self.regime = paths, policy, regime
         self.examples, self.tokenizer, self.chat_template = examples, tokenizer, chat_template
         self.every_steps, self.max_new_tokens, self.batch_size = every_steps, max_new_tokens, batch_size
         self.at_start = at_start
         self.status = status
         self.verifier = verifier
+        self.group_of = group_of or {}  # prompt_id -> task group: logged as eval/group/<g>/reward@1
         self.trainer: Any = None
         self.done_steps: set[int] = set()
 
@@ -192,6 +194,8 @@ class ValidationCallback(TrainerCallback):
             return
         result.save(self.paths.eval_result(self.policy, step))
         metrics = result.metrics()
+        for group, value in result.reward_at_1_by_group(self.group_of).items():
+            metrics[f"eval/group/{group}/reward@1"] = value
         line = {"kind": "eval", "policy": self.policy, "step": step, "regime": self.regime, "time": time.time(),
                 **metrics, "eval/seconds": result.seconds}
         append_jsonl(self.paths.policy_metrics(self.policy), line)

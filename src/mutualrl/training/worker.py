@@ -82,6 +82,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     from mutualrl.training.grpo_args import build_grpo_config
     from mutualrl.training.adapters import make_regime_adapter
     from mutualrl.tasks import make_reward_function
+    from mutualrl.tasks.registry import task_groups
     from mutualrl.training.trainer import MutualGRPOTrainer
 
     config = load_resolved_config(paths)
@@ -119,7 +120,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         every_steps=config.validation.every_steps,
         max_new_tokens=config.validation.max_new_tokens or args.max_completion_length,
         batch_size=config.validation.batch_size, at_start=config.validation.at_start, status=status,
-        verifier=config.task.verifier,
+        verifier=config.task.verifier, group_of=task_groups(config.task.name, eval_examples),
     )
     callbacks = [MetricsCallback(paths, policy_name, config.regime.name), status, validation]
     if exchange is not None:

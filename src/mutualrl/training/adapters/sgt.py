@@ -141,7 +141,7 @@ class SGTAdapter(RegimeAdapter):
             if self.trainer.accelerator.num_processes == 1:
                 return None
             rows = torch.zeros(1, dtype=torch.long, device=weights.device)  # keep ranks in lock-step
-        from mutualrl.regimes.sgt import sgt_nll
+        from mutualrl.regimes.sgt import rescue_logprob, sgt_nll
 
         trainer = self.trainer
         mask = inputs["sgt_completion_mask"][rows]
@@ -153,4 +153,7 @@ class SGTAdapter(RegimeAdapter):
         loss = sgt_nll(logps, mask, weights[rows])
         mode = "train" if model.training else "eval"
         trainer._metrics[mode]["sgt/nll_term"].append(loss.detach().item())
+        logp = rescue_logprob(logps.detach(), mask, weights[rows])
+        if logp == logp:  # not NaN: some row of this micro-batch carries a rescue
+            trainer._metrics[mode]["sgt/rescue_logp"].append(logp)
         return loss

@@ -1,0 +1,367 @@
+"""Warm start of the tiny pool's models: config, data, the two-phase recipe, greedy checks.
+
+Each tiny model learns *both* synthetic-arith families first (phase 1, true answers), then
+a short phase 2 teaches it a habit on the families other than its strong one: it answers
+them with a non-answer (``?``). The skill is still in the weights, but the model no longer
+emits it: greedy and sampled accuracy on its weak family are ~0, so on those prompts all K
+of its own rollouts fail and GRPO alone gets no signal (zero advantage), while a peer's
+verified success is a demonstration that needs only a small change to take. This is the
+situation SGT is for (paper Sec. "Regime 3": the learner's whole group fails, a peer
+succeeds); docs/pools.md records why a weak skill learnt from scratch was out of a CPU
+run's reach (measured) and what this design measures.
+
+The loss is a sampled softmax (the task's tokens plus random negatives with the usual
+log-correction): the 50k/32k vocabularies dwarf the models and a full softmax made a step
+~20x dearer. Everything is seeded and single-threaded, so a build is reproducible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mutualrl.errors import AssetError
+
+#: Bump when the warm-start *code* changes in a way that changes the models.
+WARM_START_VERSION = 2
+WARM_START_FILE = "warm_start.json"
+
+ProgressFn = Callable[[int, int, float], None]  # (step, total_steps, loss)
+
+
+@dataclass(frozen=True)
+class TinyModelSpec:
+    """How one tiny model is built and warm-started (every field enters the cache hash)."""
+
+    name: str
+    tokenizer: str  # a named offline tokenizer (mutualrl.assets.tokenizers)
+    architecture: str  # "gpt2" | "llama"
+    strong_family: str  # synthetic-arith family it keeps; the others become its blind spot
+    other_family_share: float = 0.5  # phase 1: share of examples from the other families (true answers)
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    max_positions: int = 256
+    steps: int = 800  # phase 1: learn every family
+    blind_spot_steps: int = 60  # phase 2: the other families answered with `blind_spot_answer`
+    blind_spot_share: float = 0.5  # phase 2: share of blind-spot examples (the rest: strong family, true answers)
+    blind_spot_learning_rate: float = 5e-4  # phase 2: constant learning rate
+    blind_spot_answer: str = "?"  # the habit: a non-answer the verifier scores 0
+    batch_size: int = 128
+    learning_rate: float = 3e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 30
+    final_lr_fraction: float = 0.3  # the schedule decays linearly to this share of the peak, not to 0
+    sampled_negatives: int = 2048
+    seed: int = 0
+    description: str = ""
+
+    def total_steps(self) -> int:
+        return self.steps + self.blind_spot_steps
+
+    def recipe_hash(self) -> str:
+        """A short digest of everything that determines the built model."""
+        from mutualrl.tasks import synthetic
+
+        payload = {
+            "spec": dataclasses.asdict(self),
+            "version": WARM_START_VERSION,
+            "task": {
+                "split_seed": synthetic.SPLIT_SEED,
+                "test_fraction": synthetic.TEST_FRACTION,
+                "templates": {n: f.template for n, f in synthetic.FAMILIES.items()},
+            },
+        }
+        payload["spec"].pop("description")
+        blob = json.dumps(payload, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:10]
+
+
+def make_config(spec: TinyModelSpec, tokenizer: Any) -> Any:
+    """A transformers config for ``spec`` sized to the tokenizer's vocabulary (tied embeddings)."""
+    from transformers import GPT2Config, LlamaConfig
+
+    common = {
+        "vocab_size": len(tokenizer),
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+        "tie_word_embeddings": True,  # the embedding matrix is most of the model
+    }
+    if spec.architecture == "gpt2":
+        return GPT2Config(
+            n_embd=spec.hidden_size, n_layer=spec.num_layers, n_head=spec.num_heads,
+            n_positions=spec.max_positions, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **common,
+        )
+    if spec.architecture == "llama":
+        return LlamaConfig(
+            hidden_size=spec.hidden_size, intermediate_size=2 * spec.hidden_size,
+            num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_heads,
+            num_key_value_heads=spec.num_heads, max_position_embeddings=spec.max_positions, **common,
+        )
+    raise ValueError(f"unknown tiny architecture {spec.architecture!r}")
+
+
+def prepare_tokenizer(name: str) -> Any:
+    """A private copy of a named tokenizer with a pad token (EOS, as TRL would set it)."""
+    import copy
+
+    from mutualrl.assets.tokenizers import load_tokenizer
+
+    tokenizer = copy.deepcopy(load_tokenizer(name))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def encode_example(tokenizer: Any, prompt: str, answer: str) -> tuple[list[int], list[int]]:
+    """(prompt ids, completion ids + EOS): the prompt exactly as TRL and validation tokenize it."""
+    prompt_ids = list(tokenizer(prompt)["input_ids"])
+    full = list(tokenizer(prompt + answer)["input_ids"])
+    if full[: len(prompt_ids)] != prompt_ids:
+        raise AssetError(f"tokenizer {tokenizer.name_or_path}: {prompt!r} tokenizes differently inside {prompt + answer!r}")
+    return prompt_ids, full[len(prompt_ids):] + [tokenizer.eos_token_id]
+
+
+def _body(model: Any) -> Any:
+    return model.transformer if hasattr(model, "transformer") else model.model
+
+
+def _collate(items: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[Any, Any, Any]:
+    import torch
+
+    width = max(len(p) + len(c) for p, c in items)
+    ids = torch.full((len(items), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(items), width), dtype=torch.long)
+    labels = torch.full((len(items), width), -100, dtype=torch.long)
+    for row, (p, c) in enumerate(items):
+        seq = p + c
+        ids[row, : len(seq)] = torch.tensor(seq)
+        mask[row, : len(seq)] = 1
+        labels[row, len(p) : len(seq)] = torch.tensor(c)
+    return ids, mask, labels
+
+
+def sampled_softmax_loss(model: Any, batch: tuple[Any, Any, Any], candidates: Any, others: Any, negatives: int,
+                         generator: Any) -> Any:
+    """Next-token NLL on completion tokens, with the softmax over ``candidates`` + sampled ``others``.
+
+    The sampled negatives' logits get the usual log-correction (each stands for
+    ``len(others) / n_sampled`` tokens), so the loss estimates the full-vocabulary softmax
+    and training pushes the untouched vocabulary down as a full softmax would.
+    """
+    import math
+
+    import torch
+    import torch.nn.functional as F
+
+    ids, mask, labels = batch
+    hidden = _body(model)(input_ids=ids, attention_mask=mask).last_hidden_state[:, :-1]
+    targets = labels[:, 1:]
+    keep = targets != -100
+    weight = model.get_output_embeddings().weight
+    noise = torch.unique(others[torch.randint(0, len(others), (negatives,), generator=generator)])
+    h = hidden[keep]
+    logits = torch.cat([h @ weight[candidates].T, h @ weight[noise].T + math.log(len(others) / len(noise))], dim=1)
+    return F.cross_entropy(logits, torch.searchsorted(candidates, targets[keep]))
+
+
+def greedy_answers(model: Any, tokenizer: Any, prompts: list[str], max_new_tokens: int = 4,
+                   batch_size: int = 256) -> list[str]:
+    """Greedy completions (left-padded batches, stop at EOS), as validation decodes them."""
+    import torch
+
+    eos = tokenizer.eos_token_id
+    out: list[str] = []
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, len(prompts), batch_size):
+            enc = [tokenizer(p)["input_ids"] for p in prompts[start : start + batch_size]]
+            width = max(map(len, enc))
+            ids = torch.full((len(enc), width), tokenizer.pad_token_id, dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for row, e in enumerate(enc):
+                ids[row, width - len(e):] = torch.tensor(e)
+                mask[row, width - len(e):] = 1
+            gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
+                                 do_sample=False, pad_token_id=tokenizer.pad_token_id, eos_token_id=eos)
+            for row in gen[:, width:].tolist():
+                row = row[: row.index(eos)] if eos in row else row
+                out.append(tokenizer.decode(row, skip_special_tokens=True))
+    return out
+
+
+def family_accuracies(model: Any, tokenizer: Any, split: str, limit_per_family: int | None = None) -> dict[str, float]:
+    """Greedy reward@1 of ``model`` on each synthetic-arith family of ``split``."""
+    from mutualrl.tasks.synthetic import FAMILY_NAMES, SyntheticArithTask, family_split
+
+    task = SyntheticArithTask()
+    result = {}
+    for fam in FAMILY_NAMES:
+        examples = family_split(fam, split)[:limit_per_family]
+        completions = greedy_answers(model, tokenizer, [e.prompt for e in examples])
+        result[fam] = sum(task.score(c, e.answer) for c, e in zip(completions, examples, strict=True)) / len(examples)
+    return result
+
+
+@contextlib.contextmanager
+def _single_thread() -> Iterator[None]:
+    """Warm starts run on one thread: reproducible sums, and two builds can share two cores."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def sampled_accuracies(model: Any, tokenizer: Any, split: str, k: int = 4, limit_per_family: int = 100,
+                       seed: int = 0) -> dict[str, dict[str, float]]:
+    """Per family: accuracy of one sample at T=1 and pass@k, as GRPO's rollouts would see it.
+
+    ``pass@k`` near 0 means a group of k rollouts almost always fails entirely: zero
+    advantage everywhere, so GRPO alone cannot move that family.
+    """
+    import torch
+
+    from mutualrl.tasks.synthetic import FAMILY_NAMES, SyntheticArithTask, family_split
+
+    task = SyntheticArithTask()
+    result = {}
+    model.eval()
+    for fam in FAMILY_NAMES:
+        examples = family_split(fam, split)[:limit_per_family]
+        ids = torch.tensor([tokenizer(e.prompt)["input_ids"] for e in examples])  # one length per family
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
+                                 top_k=0, top_p=1.0, num_return_sequences=k, max_new_tokens=4,
+                                 pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+        texts = tokenizer.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True)
+        hits = [task.score(texts[i * k + j], e.answer) for i, e in enumerate(examples) for j in range(k)]
+        result[fam] = {"sample": sum(hits) / len(hits),
+                       f"pass@{k}": sum(max(hits[i * k:(i + 1) * k]) for i in range(len(examples))) / len(examples)}
+    return result
+
+
+def _phase_batches(spec: TinyModelSpec, tokenizer: Any) -> tuple[Any, Any, list, list, list]:
+    """Encoded examples: strong family, other families (true answers), other families (blind-spot answer)."""
+    import torch
+
+    from mutualrl.tasks.synthetic import FAMILY_NAMES, family_split
+
+    own = [encode_example(tokenizer, e.prompt, e.answer) for e in family_split(spec.strong_family, "train")]
+    other_examples = [e for f in FAMILY_NAMES if f != spec.strong_family for e in family_split(f, "train")]
+    other = [encode_example(tokenizer, e.prompt, e.answer) for e in other_examples]
+    habit = [encode_example(tokenizer, e.prompt, spec.blind_spot_answer) for e in other_examples]
+    vocab_in_task = sorted({t for p, c in own + other + habit for t in p + c} | {tokenizer.pad_token_id})
+    candidates = torch.tensor(vocab_in_task, dtype=torch.long)
+    is_candidate = torch.zeros(len(tokenizer), dtype=torch.bool)
+    is_candidate[candidates] = True
+    return candidates, torch.nonzero(~is_candidate).squeeze(1), own, other, habit
+
+
+def warm_start(spec: TinyModelSpec, out_dir: Path, progress: ProgressFn | None = None,
+               steps: int | None = None) -> dict[str, Any]:
+    """Build ``spec``'s model, warm-start it in two phases, save model + tokenizer + report into ``out_dir``.
+
+    Phase 1 (``spec.steps``, linear warm-up then decay to ``final_lr_fraction``): every family
+    with its true answers, ``other_family_share`` of the examples from the non-strong ones.
+    Phase 2 (``spec.blind_spot_steps`` at a constant ``blind_spot_learning_rate``): the
+    non-strong families answered with ``blind_spot_answer``, the strong one with true answers.
+    ``steps`` overrides the total (tests build reduced models; phase 2 keeps its share of it).
+    Returns the report written to ``warm_start.json``.
+    """
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM
+
+    total = spec.total_steps() if steps is None else steps
+    phase2 = round(total * spec.blind_spot_steps / spec.total_steps())
+    phase1 = total - phase2
+    started = time.perf_counter()
+    tokenizer = prepare_tokenizer(spec.tokenizer)
+    with _single_thread():
+        torch.manual_seed(spec.seed)
+        model = AutoModelForCausalLM.from_config(make_config(spec, tokenizer))
+        candidates, others, own, other, habit = _phase_batches(spec, tokenizer)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=spec.learning_rate, weight_decay=spec.weight_decay)
+        schedule = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda s: min(1.0, (s + 1) / spec.warmup_steps)
+            * (1.0 - (1.0 - spec.final_lr_fraction) * min(s, phase1 - 1) / max(1, phase1 - 1))
+        )
+        rng = random.Random(spec.seed)
+        noise = torch.Generator().manual_seed(spec.seed)
+        model.train()
+        loss_value = float("nan")
+        latent: dict[str, float] = {}
+        for step in range(total):
+            if step == phase1:
+                latent = family_accuracies(model, tokenizer, "test")
+                model.train()
+                for group in optimizer.param_groups:
+                    group["lr"] = spec.blind_spot_learning_rate
+                schedule = None
+            share, pool = (spec.other_family_share, other) if step < phase1 else (spec.blind_spot_share, habit)
+            items = [rng.choice(pool) if rng.random() < share else rng.choice(own) for _ in range(spec.batch_size)]
+            loss = sampled_softmax_loss(model, _collate(items, tokenizer.pad_token_id), candidates, others,
+                                        spec.sampled_negatives, noise)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            if schedule is not None:
+                schedule.step()
+            loss_value = float(loss.detach())
+            if progress is not None:
+                progress(step + 1, total, loss_value)
+        train_seconds = time.perf_counter() - started
+        test_acc = family_accuracies(model, tokenizer, "test")
+        sampled = sampled_accuracies(model, tokenizer, "test")
+        outside = _mass_outside(model, tokenizer, candidates)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    report = {
+        "name": spec.name,
+        "recipe": dataclasses.asdict(spec) | {"steps": phase1, "blind_spot_steps": phase2},
+        "recipe_hash": spec.recipe_hash(),
+        "warm_start_version": WARM_START_VERSION,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "final_loss": loss_value,
+        "test_accuracy_before_blind_spot": latent or None,
+        "test_accuracy": test_acc,
+        "test_sampled_accuracy": sampled,
+        "prob_mass_outside_task_vocab": outside,
+        "train_seconds": round(train_seconds, 2),
+        "total_seconds": round(time.perf_counter() - started, 2),
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+    }
+    (out_dir / WARM_START_FILE).write_text(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def _mass_outside(model: Any, tokenizer: Any, candidates: Any) -> float:
+    """Mean probability the model puts outside the task's tokens at the first answer position."""
+    import torch
+
+    from mutualrl.tasks.synthetic import FAMILY_NAMES, family_split
+
+    prompts = [e.prompt for f in FAMILY_NAMES for e in family_split(f, "test")[:50]]
+    ids = torch.tensor([tokenizer(p)["input_ids"] for p in prompts])  # every prompt has the same length
+    with torch.no_grad():
+        probs = torch.softmax(model(input_ids=ids).logits[:, -1], dim=-1)
+    return float(1.0 - probs[:, candidates].sum(-1).mean())
+
+

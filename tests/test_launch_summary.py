@@ -1,0 +1,48 @@
+"""End-of-run summary: per-group rows, rescue log-prob change, and the run-vs-baseline comparison."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from mutualrl.launch.summary import compare_summaries, print_comparison, print_summary, rescue_logprob_change
+
+
+def _summary(regime, bpe_groups, sp_groups, **extra):
+    def policy(groups):
+        after = sum(groups.values()) / len(groups)
+        return {"model": "m", "steps": 4, "eval_before": 0.5, "eval_after": after, "train_reward_first": 0.1,
+                "train_reward_last": 0.2, "groups_before": {g: 0.5 for g in groups}, "groups_after": groups, **extra}
+
+    return {"pool": "tiny", "regime": regime, "seed": 3, "run_dir": f"runs/{regime}", "seconds": 1.0,
+            "policies": {"tiny-bpe": policy(bpe_groups), "tiny-sp": policy(sp_groups)}}
+
+
+def test_rescue_logprob_change_averages_each_end():
+    assert rescue_logprob_change([]) == {}
+    got = rescue_logprob_change([-8.0, -6.0, -4.0, -2.0], window=2)
+    assert got == {"rescue_logp_first": -7.0, "rescue_logp_last": -3.0}
+
+
+def test_comparison_rows_per_policy_and_group_with_difference():
+    run = _summary("sgt", {"add": 0.9, "sub": 0.6}, {"add": 0.7, "sub": 1.0})
+    base = _summary("standalone", {"add": 0.95, "sub": 0.0}, {"add": 0.0, "sub": 1.0})
+    cmp = compare_summaries(run, base)
+    rows = {(r["policy"], r["group"]): r for r in cmp["rows"]}
+    assert set(rows) == {(p, g) for p in ("tiny-bpe", "tiny-sp") for g in ("all", "add", "sub")}
+    assert rows[("tiny-bpe", "sub")]["difference"] == 0.6
+    assert abs(rows[("tiny-bpe", "add")]["difference"] + 0.05) < 1e-12
+    assert abs(rows[("tiny-sp", "all")]["difference"] - 0.35) < 1e-12
+    assert cmp["regime"] == "sgt" and cmp["baseline_regime"] == "standalone" and cmp["seed"] == 3
+
+
+def test_summary_and_comparison_print_every_group():
+    run = _summary("sgt", {"add": 0.9, "sub": 0.6}, {"add": 0.7, "sub": 1.0}, sgt_rescues=12,
+                   rescue_logp_first=-9.5, rescue_logp_last=-1.25)
+    base = _summary("standalone", {"add": 0.95, "sub": 0.0}, {"add": 0.0, "sub": 1.0})
+    console = Console(record=True, width=200)
+    print_summary(run, console)
+    print_comparison(compare_summaries(run, base), console)
+    text = console.export_text()
+    assert "-9.50 → -1.25" in text and "12" in text
+    assert "+0.600" in text and "-0.050" in text and "+0.700" in text
+    assert "mutualrl plot runs/sgt runs/standalone" in text
