@@ -32,6 +32,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from mutualrl.evaluation.results import group_rewards  # noqa: E402
 
 REGIME_ARGS = {
     "standalone": ["--regime", "standalone"],
@@ -68,9 +71,8 @@ def group_curves(run_dir: Path, policy: str) -> dict[str, list[tuple[int, float]
         obj = json.loads(line)
         if obj.get("kind") != "eval" or obj.get("policy") != policy:
             continue
-        for key, value in obj.items():
-            if key.startswith("eval/group/") and key.endswith("/reward@1"):
-                curves.setdefault(key[len("eval/group/"):-len("/reward@1")], []).append((int(obj["step"]), value))
+        for group, value in group_rewards(obj).items():
+            curves.setdefault(group, []).append((int(obj["step"]), value))
     return {g: sorted(v) for g, v in curves.items()}
 
 

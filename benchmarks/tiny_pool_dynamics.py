@@ -60,27 +60,8 @@ def load_policy(name: str) -> tuple[Any, Any]:
     return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
 
 
-def pass_at_k(model: Any, tokenizer: Any, examples: list, k: int, max_new_tokens: int = 4) -> float:
-    """Share of prompts where at least one of k samples (T=1) is correct."""
-    from mutualrl.tasks.synthetic import SyntheticArithTask
-
-    task = SyntheticArithTask()
-    ids = torch.tensor([tokenizer(e.prompt)["input_ids"] for e in examples])  # equal lengths
-    torch.manual_seed(0)
-    with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0,
-                             top_k=0, top_p=1.0, num_return_sequences=k, max_new_tokens=max_new_tokens,
-                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
-    texts = tokenizer.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True)
-    hits = [task.score(texts[i * k + j], e.answer) for i, e in enumerate(examples) for j in range(k)]
-    per_prompt = [max(hits[i * k:(i + 1) * k]) for i in range(len(examples))]
-    sample_acc = sum(hits) / len(hits)
-    return {"pass@k": sum(per_prompt) / len(per_prompt), "sample_accuracy": sample_acc}
-
-
 def run_eval(args: argparse.Namespace) -> dict[str, Any]:
-    from mutualrl.pools.tiny import family_accuracies, read_warm_start_report
-    from mutualrl.tasks.synthetic import FAMILY_NAMES, family_split
+    from mutualrl.pools.tiny import family_accuracies, read_warm_start_report, sampled_accuracies
 
     result: dict[str, Any] = {}
     for name in ("tiny-bpe", "tiny-sp"):
@@ -92,9 +73,8 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
             "parameters": sum(p.numel() for p in model.parameters()),
         }
         if args.samples:
-            entry[f"sampled_T1_K{args.samples}_test"] = {
-                fam: pass_at_k(model, tokenizer, family_split(fam, "test"), args.samples) for fam in FAMILY_NAMES
-            }
+            entry[f"sampled_T1_K{args.samples}_test"] = sampled_accuracies(model, tokenizer, "test", k=args.samples,
+                                                                           limit_per_family=None)
         result[name] = entry
     return result
 

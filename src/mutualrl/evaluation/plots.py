@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.errors import DataError
+from mutualrl.evaluation.results import GROUP_KEY_PREFIX, REWARD_KEY_SUFFIX, group_rewards
 
 REGIME_PREFIXES = ("sgt/", "xgrpo/", "prp/", "grpo-randpert/", "randpert/")
 OPTIMIZATION_KEYS = (("entropy", "entropy"), ("kl", "KL"))
@@ -273,20 +274,15 @@ def _task_keys(runs: Sequence[RunData]) -> list[str]:
         for line in r.evals:
             for k in line:
                 if (k.startswith("eval/") and k.endswith("/reward@1") and k != "eval/reward@1"
-                        and not k.startswith("eval/group/") and k not in keys):
+                        and not k.startswith(GROUP_KEY_PREFIX) and k not in keys):
                     keys.append(k)
     return keys if len(keys) > 1 else []
 
 
-def _group_keys(runs: Sequence[RunData]) -> list[str]:
-    """Per-group validation keys (``eval/group/<g>/reward@1``, e.g. the tiny pool's problem families)."""
-    keys = []
-    for r in runs:
-        for line in r.evals:
-            for k in line:
-                if k.startswith("eval/group/") and k.endswith("/reward@1") and k not in keys:
-                    keys.append(k)
-    return sorted(keys)
+def _group_keys(runs: Sequence[RunData]) -> list[tuple[str, str]]:
+    """``(eval/group/<g>/reward@1, g)`` for every task group the runs validated (e.g. the tiny pool's families)."""
+    groups = sorted({g for r in runs for line in r.evals for g in group_rewards(line)})
+    return [(f"{GROUP_KEY_PREFIX}{g}{REWARD_KEY_SUFFIX}", g) for g in groups]
 
 
 KNOWN_REGIME_METRICS = {
@@ -330,7 +326,7 @@ def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, smooth: float
                   keys=[(k, k[len("eval/"):-len("/reward@1")]) for k in _task_keys(runs)],
                   title="Validation reward@1 per task", smooth=None, ylabel="reward@1"),
         plot_grid(runs, out_dir / "validation_reward_by_group.png", kind="evals",
-                  keys=[(k, k[len("eval/group/"):-len("/reward@1")]) for k in _group_keys(runs)],
+                  keys=_group_keys(runs),
                   title="Validation reward@1 per task group", smooth=None, ylabel="reward@1"),
         plot_metric_panels(runs, out_dir / "training_reward.png", kind="train", key="reward_mean",
                            title="Training reward (mean over rollouts)", ylabel="reward", smooth=smooth,

@@ -27,6 +27,8 @@ from typing import Any
 from mutualrl.errors import DataError
 
 MODEL_FORMAT = "mutualrl-model-eval"
+#: Validation-line keys of task groups: ``eval/group/<group>/reward@1``.
+GROUP_KEY_PREFIX, REWARD_KEY_SUFFIX = "eval/group/", "/reward@1"
 EVAL_FORMAT = "mutualrl-eval"
 FORMAT_VERSION = 1
 _STEP_FILE = re.compile(r"^step-(\d+)\.json$")
@@ -107,8 +109,9 @@ class ModelEvalResult:
         """prompt_id -> score."""
         return {r.prompt_id: r.score for r in self.records}
 
-    def metrics(self, prefix: str = "eval/") -> dict[str, float | int]:
-        """The validation line of ``metrics.jsonl``: ``eval/reward@1``, ``eval/<task>/reward@1``, ``eval/n``."""
+    def metrics(self, prefix: str = "eval/", group_of: dict[str, str] | None = None) -> dict[str, float | int]:
+        """The validation line of ``metrics.jsonl``: ``eval/reward@1``, ``eval/<task>/reward@1``, ``eval/n``,
+        and with ``group_of`` (``prompt_id -> group``) ``eval/group/<group>/reward@1``."""
         out: dict[str, float | int] = {f"{prefix}n": self.n}
         if self.reward_at_1 is not None:
             out[f"{prefix}reward@1"] = self.reward_at_1
@@ -116,6 +119,8 @@ class ModelEvalResult:
         if len(by_task) > 1:
             for task, value in by_task.items():
                 out[f"{prefix}{task}/reward@1"] = value
+        for group, value in self.reward_at_1_by_group(group_of or {}).items():
+            out[f"{GROUP_KEY_PREFIX}{group}{REWARD_KEY_SUFFIX}"] = value
         return out
 
     # -- serialisation -----------------------------------------------------------------------
@@ -342,3 +347,9 @@ def markdown_table(results: list[ModelEvalResult], tasks: list[str] | None = Non
             cells.append(f"{sum(values) / len(values):.4f}" if values else "–")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+def group_rewards(line: dict[str, Any]) -> dict[str, float]:
+    """``group -> reward@1`` from one validation line of ``metrics.jsonl`` (empty if it has no groups)."""
+    return {k[len(GROUP_KEY_PREFIX):-len(REWARD_KEY_SUFFIX)]: v for k, v in sorted(line.items())
+            if k.startswith(GROUP_KEY_PREFIX) and k.endswith(REWARD_KEY_SUFFIX)}

@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from mutualrl.config.schema import RunConfig
+from mutualrl.evaluation.results import group_rewards
 from mutualrl.training.paths import RunPaths
 
 
@@ -46,9 +47,8 @@ def summarise(paths: RunPaths, config: RunConfig, outcome: Any) -> dict[str, Any
             "train_reward_first": train[0].get("reward_mean") if train else None,
             "train_reward_last": train[-1].get("reward_mean") if train else None,
         }
-        groups = group_accuracy(paths, policy.name, config.task.name,
-                                [entry["eval_before_step"], entry["eval_after_step"]])
-        if groups:
+        groups = [group_rewards(evals[0]), group_rewards(evals[-1])] if evals else []
+        if all(groups):
             entry["groups_before"], entry["groups_after"] = groups
         rescues = [l.get("sgt/rescues_total") for l in train if l.get("sgt/rescues_total") is not None]
         if rescues:
@@ -65,28 +65,6 @@ def rescue_logprob_change(values: list[float], window: int = RESCUE_WINDOW) -> d
         return {}
     first, last = values[:window], values[-window:]
     return {"rescue_logp_first": sum(first) / len(first), "rescue_logp_last": sum(last) / len(last)}
-
-
-def group_accuracy(paths: RunPaths, policy: str, task_name: str, steps: list[int | None]):
-    """Held-out accuracy per task group (e.g. problem family) at two validation steps, if the task has groups."""
-    if None in steps:
-        return None
-    from mutualrl.evaluation.results import ModelEvalResult
-    from mutualrl.tasks.base import TaskExample
-    from mutualrl.tasks.registry import task_groups
-
-    out = []
-    for step in steps:
-        path = paths.eval_result(policy, step)
-        if not path.exists():
-            return None
-        result = ModelEvalResult.load(path)
-        examples = [TaskExample(r.prompt_id, r.prompt, r.answer, r.task) for r in result.records]
-        groups = result.reward_at_1_by_group(task_groups(task_name, examples))
-        if not groups:
-            return None
-        out.append(groups)
-    return out
 
 
 def _fmt(value: Any) -> str:

@@ -225,7 +225,7 @@ def _single_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def sampled_accuracies(model: Any, tokenizer: Any, split: str, k: int = 4, limit_per_family: int = 100,
+def sampled_accuracies(model: Any, tokenizer: Any, split: str, k: int = 4, limit_per_family: int | None = 100,
                        seed: int = 0) -> dict[str, dict[str, float]]:
     """Per family: accuracy of one sample at T=1 and pass@k, as GRPO's rollouts would see it.
 

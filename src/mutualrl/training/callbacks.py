@@ -193,9 +193,7 @@ class ValidationCallback(TrainerCallback):
         if not state.is_world_process_zero:
             return
         result.save(self.paths.eval_result(self.policy, step))
-        metrics = result.metrics()
-        for group, value in result.reward_at_1_by_group(self.group_of).items():
-            metrics[f"eval/group/{group}/reward@1"] = value
+        metrics = result.metrics(group_of=self.group_of)
         line = {"kind": "eval", "policy": self.policy, "step": step, "regime": self.regime, "time": time.time(),
                 **metrics, "eval/seconds": result.seconds}
         append_jsonl(self.paths.policy_metrics(self.policy), line)
