@@ -23,11 +23,13 @@ elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; the
   "${PIP[@]}" install --quiet torch
 else
   echo "==> no GPU: installing the CPU build of torch 2.13.0"
-  # The CPU wheel: from a local wheel folder when pip is configured with one, else PyTorch's CPU index.
-  # A plain `torch` requirement would pull a multi-GB CUDA build.
-  "${PIP[@]}" install --quiet "torch==2.13.0+cpu" 2>/dev/null \
-    || "${PIP[@]}" install --quiet "torch==2.13.0" --index-url https://download.pytorch.org/whl/cpu \
-         --extra-index-url https://pypi.org/simple
+  # The CPU wheel through pip's own configuration (pip.conf, PIP_INDEX_URL / PIP_EXTRA_INDEX_URL,
+  # a find-links wheel folder). A plain `torch` requirement would pull a multi-GB CUDA build.
+  if ! "${PIP[@]}" install --quiet "torch==2.13.0+cpu"; then
+    echo "setup: pip's configured indexes offer no CPU build of torch 2.13.0; install one into $VENV" \
+         "following PyTorch's own install selector (CPU), then run ./setup.sh again" >&2
+    exit 1
+  fi
 fi
 
 echo "==> installing mutualrl (editable) with its dev extras"
