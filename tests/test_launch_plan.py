@@ -10,7 +10,8 @@ from rich.console import Console
 
 from mutualrl.errors import PlacementError, UsageError
 from mutualrl.launch.batching import BatchSizeError
-from mutualrl.launch.plan import LaunchPlan, dry_run, make_launch_plan, parse_device_map, render_plan
+from mutualrl.launch.mwra import parse_device_map
+from mutualrl.launch.plan import LaunchPlan, dry_run, make_launch_plan, render_plan
 
 PAPER_POOLS = ["2qwen", "3qwen", "4qwen", "llama-mist", "qwen-phi4"]
 

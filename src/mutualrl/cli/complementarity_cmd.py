@@ -9,7 +9,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from mutualrl.cli.common import console, err_console, report_errors
+from mutualrl.cli.common import check_output_path, console, err_console, report_errors
 from mutualrl.errors import UsageError
 
 
@@ -88,19 +88,19 @@ def complementarity(
         "and analyse that.", show_default=False),
     suite: str | None = typer.Option(None, "--suite", help="With --run: the suite (default: the recipe's task, "
                                      "else math).", show_default=False),
-    limit: int | None = typer.Option(None, "--limit", help="With --run: prompts per task (the paper: 500 MATH)."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="With --run: prompts per task (the paper: 500 MATH)."),
     split: str | None = typer.Option(None, "--split", help="With --run: the split.", show_default=False),
     source: str | None = typer.Option(None, "--source", help="With --run: the data source.", show_default=False),
-    max_new_tokens: int | None = typer.Option(None, "--max-new-tokens", help="With --run: generation length.",
+    max_new_tokens: int | None = typer.Option(None, "--max-new-tokens", min=1, help="With --run: generation length.",
                                               show_default=False),
-    batch_size: int | None = typer.Option(None, "--batch-size", help="With --run: generation batch size.",
+    batch_size: int | None = typer.Option(None, "--batch-size", min=1, help="With --run: generation batch size.",
                                           show_default=False),
     device: str = typer.Option("auto", "--device", help="With --run: device."),
     backend: str = typer.Option("auto", "--backend", help="With --run: transformers, vllm or auto."),
     save: Path | None = typer.Option(None, "--save", help="With --run: also write the eval results JSON here.",
                                      show_default=False),
-    threshold: float = typer.Option(0.5, "--threshold", help="A prompt counts as solved when its score is >= this."),
-    buckets: int = typer.Option(3, "--buckets", help="Number of equal-size difficulty buckets."),
+    threshold: float = typer.Option(0.5, "--threshold", min=0.0, max=1.0, help="A prompt counts as solved when its score is >= this."),
+    buckets: int = typer.Option(3, "--buckets", min=1, help="Number of equal-size difficulty buckets."),
     difficulty: list[Path] = typer.Option(
         [], "--difficulty", help="Eval results whose mean score per prompt ranks difficulty (default: the analysed "
         "models' mean). Repeatable."),
@@ -115,6 +115,9 @@ def complementarity(
     from mutualrl.evaluation.complementarity import analyze, read_prp_ratios
     from mutualrl.evaluation.results import load_many, save_eval_file, write_json_atomic
 
+    for path, option in ((out, "--out"), (save, "--save")):
+        if path is not None:
+            check_output_path(path, option)
     loaded = load_many(list(results or []), step) if results else []
     if run_target is not None:
         from mutualrl.cli.eval_cmd import run_eval_command

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from mutualrl.cli.common import console, err_console, report_errors
+from mutualrl.cli.common import check_output_path, console, err_console, report_errors
 
 SUITE_HELP = (
     "math (MATH), qa (ARC, OpenBookQA, BoolQ, PIQA, HellaSwag, Social IQa), all (MATH, GSM8K and the QA suite), "
@@ -69,10 +69,11 @@ def run_eval_command(
     Status lines go to ``log`` (a rich console; default stdout) -- callers printing JSON pass stderr.
     """
     log = log or console
-    from mutualrl.evaluation.runner import load_suite, resolve_targets, run_eval
+    from mutualrl.evaluation.runner import load_suite, pick_backend, pick_device, resolve_targets, run_eval
     from mutualrl.tasks.registry import resolve_suite
     from mutualrl.tasks.verifiers import check_mode
 
+    device, backend = pick_device(device), pick_backend(backend)  # checked before anything is loaded
     chosen = resolve_targets(target, tokenizer=tokenizer, chat_template=chat_template)
     recipe = chosen.recipe
     if suite is None:
@@ -88,11 +89,6 @@ def run_eval_command(
     verifier = check_mode(verifier or "default")
     max_new_tokens = int(max_new_tokens or 1024)
     batch_size = int(batch_size or 16)
-    if limit is not None and limit < 1:
-        from mutualrl.errors import UsageError
-
-        raise UsageError(f"--limit must be >= 1, got {limit}")
-
     with log.status(f"loading {', '.join(tasks)} prompts ..."):
         examples = load_suite(tasks, split=split, source=source, limit=limit)
     log.print(
@@ -154,7 +150,7 @@ def eval_command(
     target: str = typer.Argument("tiny", help="A pool name, a recipe path, or comma-separated models "
                                  "(builtin:NAME, local folders, hub ids)."),
     suite: str | None = typer.Option(None, "--suite", help=SUITE_HELP, show_default=False),
-    limit: int | None = typer.Option(None, "--limit", help="Evaluate at most this many prompts per task."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="Evaluate at most this many prompts per task."),
     split: str | None = typer.Option(
         None, "--split", help="Split of every task (default: each task's evaluation split; MATH: test500).",
         show_default=False),
@@ -166,9 +162,9 @@ def eval_command(
         None, "--output", "-o", help="Results JSON (default: eval-results/<models>-<suite>-<time>.json); the "
         "markdown table is written next to it (.md).", show_default=False),
     max_new_tokens: int | None = typer.Option(
-        None, "--max-new-tokens", help="Generation length (default: the recipe's validation length, else 1024).",
+        None, "--max-new-tokens", min=1, help="Generation length (default: the recipe's validation length, else 1024).",
         show_default=False),
-    batch_size: int | None = typer.Option(None, "--batch-size", help="Prompts per generation batch (default 16).",
+    batch_size: int | None = typer.Option(None, "--batch-size", min=1, help="Prompts per generation batch (default 16).",
                                           show_default=False),
     device: str = typer.Option("auto", "--device", help="cpu, cuda, cuda:1, ... (auto: cuda when available)."),
     backend: str = typer.Option("auto", "--backend", help="transformers, vllm, or auto (vllm when installed and on "
@@ -182,7 +178,7 @@ def eval_command(
     tokenizer: str | None = typer.Option(None, "--tokenizer", help="Tokenizer for every model (named, folder or "
                                          "hub id; default: each model's own).", show_default=False),
     max_prompt_tokens: int | None = typer.Option(
-        None, "--max-prompt-tokens", help="Drop prompts longer than this for any model (default: the recipe's, "
+        None, "--max-prompt-tokens", min=1, help="Drop prompts longer than this for any model (default: the recipe's, "
         "else keep all).", show_default=False),
 ) -> None:
     """Evaluate models with greedy decoding (one completion per prompt) and report reward@1 per task.
@@ -191,6 +187,8 @@ def eval_command(
     """
     from mutualrl.evaluation.results import markdown_table, save_eval_file
 
+    if output is not None:
+        check_output_path(output, "--output")
     results, meta = run_eval_command(
         target, suite, limit=limit, split=split, source=source, max_new_tokens=max_new_tokens,
         batch_size=batch_size, device=device, backend=backend, verifier=verifier, chat_template=chat_template,

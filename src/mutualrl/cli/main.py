@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Sequence
+
 import typer
 
 from mutualrl import __version__
 from mutualrl.cli import assets_cmd, complementarity_cmd, eval_cmd, plot_cmd, pools_cmd, see_cmd, thl_cmd, train_cmd
+from mutualrl.cli.common import err_console, one_line
 
 app = typer.Typer(
     name="mutualrl",
@@ -46,8 +51,37 @@ def _root(
     """Mutual RL command line."""
 
 
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI and return its exit code; every user error is one line on stderr.
+
+    Bad options and arguments (click's usage errors, exit 2) and environment errors (a path
+    that is a file, permission denied, disk full: exit 1) are printed as ``error: ...`` without
+    a traceback; ``MUTUALRL_DEBUG=1`` shows the traceback instead. Any other exception is a bug
+    and keeps its traceback.
+    """
+    debug = os.environ.get("MUTUALRL_DEBUG", "") not in ("", "0")
+    command = typer.main.get_command(app)
+    try:
+        result = command.main(args=argv, prog_name="mutualrl", standalone_mode=False)
+    except typer.TyperException as err:
+        ctx = getattr(err, "ctx", None)
+        where = f"{ctx.command_path}: " if ctx is not None else ""
+        err_console.print(f"error: {where}{one_line(err.format_message())}", highlight=False, markup=False)
+        return getattr(err, "exit_code", 2)
+    except typer.Abort:
+        err_console.print("aborted", highlight=False)
+        return 130
+    except OSError as err:
+        if debug:
+            raise
+        where = f": {err.filename}" if getattr(err, "filename", None) else ""
+        err_console.print(f"error: {err.strerror or err}{where}", highlight=False, markup=False)
+        return 1
+    return result if isinstance(result, int) else 0
+
+
 def main() -> None:
-    app()
+    sys.exit(run())
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from mutualrl.cli.common import console, report_errors
+from mutualrl.cli.common import check_output_path, console, report_errors
 
 
 def _fmt(value: float | None) -> str:
@@ -19,7 +19,7 @@ def plot(
     run_dirs: list[Path] = typer.Argument(..., help="One or more run folders (overlaid for comparison)."),
     out: Path | None = typer.Option(None, "--out", help="Folder for the PNG files (default: first run's plots/)."),
     smooth: float = typer.Option(
-        0.3, "--smooth", help="EMA weight for training curves with more than 20 points (0 or 1: raw only)."),
+        0.3, "--smooth", min=0.0, max=1.0, help="EMA weight for training curves with more than 20 points (0 or 1: raw only)."),
 ) -> None:
     """Plot validation reward@1, training reward, entropy, KL and regime metrics per policy.
 
@@ -28,7 +28,7 @@ def plot(
     """
     from mutualrl.evaluation.plots import plot_runs, summary_rows
 
-    out_dir = out or (run_dirs[0] / "plots")
+    out_dir = check_output_path(out or (run_dirs[0] / "plots"), "--out", kind="folder")
     alpha = smooth if 0 < smooth < 1 else None
     written = plot_runs(run_dirs, out_dir, smooth=alpha)
     table = Table(title="Validation reward@1 (greedy)", title_justify="left")

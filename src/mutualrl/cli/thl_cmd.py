@@ -87,10 +87,10 @@ def thl_check(
                                       "copy/truncate/pad relative MAE)."),
     long_lengths: str = typer.Option("1024,2048,4096,8192", "--long-lengths", help="Target lengths (tokens) for "
                                      "--long-context."),
-    long_n: int = typer.Option(8, "--long-n", help="Texts per length for --long-context."),
+    long_n: int = typer.Option(8, "--long-n", min=1, help="Texts per length for --long-context."),
     cjk: bool = typer.Option(False, "--cjk", help="Add the CJK table (word-level, char-level, auto-switch units)."),
     all_tables: bool = typer.Option(False, "--all", help="All tables (ratio statistics need both models)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the synthetic log-probs and text sampling."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the synthetic log-probs and text sampling."),
     max_word_err: float = typer.Option(1e-4, "--max-word-err", help="Fail (exit 1) when Src→Aligned Max exceeds this "
                                        "(nats per unit)."),
     max_prefix_leak: float = typer.Option(1e-3, "--max-prefix-leak", help="Fail (exit 1) when Prefix Leak Max exceeds this."),

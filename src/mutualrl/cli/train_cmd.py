@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from mutualrl.cli.common import console, report_errors
+from mutualrl.cli.common import check_output_path, console, report_errors
 from mutualrl.config.schema import REGIME_NAMES
 
 REGIME_HELP = (
@@ -19,7 +19,9 @@ REGIME_HELP = (
 
 @report_errors
 def train(
-    pool: str = typer.Option("tiny", "--pool", "-p", help="Pool name (see `mutualrl pools`) or a recipe YAML path."),
+    pool: str | None = typer.Option(
+        None, "--pool", "-p", help="Pool name (see `mutualrl pools`) or a recipe YAML path. Default: tiny; with "
+        "--resume, the run's own settings.", show_default=False),
     regime: str | None = typer.Option(None, "--regime", "-r", help=REGIME_HELP, show_default=False),
     prp_denominator: str | None = typer.Option(
         None,
@@ -28,20 +30,25 @@ def train(
         show_default=False,
     ),
     output_dir: Path | None = typer.Option(None, "--output-dir", "-o", help="Run folder (default: recipe's)."),
-    max_steps: int | None = typer.Option(None, "--max-steps", help="Optimizer steps per policy."),
-    seed: int | None = typer.Option(None, "--seed", help="Seed shared by every policy (same prompts each step)."),
+    max_steps: int | None = typer.Option(None, "--max-steps", min=1, help="Optimizer steps per policy."),
+    seed: int | None = typer.Option(None, "--seed", min=0, help="Seed shared by every policy (same prompts each step)."),
     overrides: list[str] = typer.Option(
         [], "--set", "-s", help="Override any recipe field: --set grpo.learning_rate=1e-6 (repeatable)."
     ),
-    gpus: int | None = typer.Option(None, "--gpus", help="GPUs to place policies on (default: all visible)."),
+    gpus: int | None = typer.Option(None, "--gpus", min=0, help="GPUs to place policies on (default: all visible)."),
     device_map: str | None = typer.Option(
         None, "--device-map", help="Explicit placement, e.g. 'qwen-a=0,1;qwen-b=2,3' (overrides the even split)."
     ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print placement, launch commands and resolved config; start nothing."
     ),
-    resume: bool = typer.Option(False, "--resume", help="Continue a stopped run from its last common checkpoint."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Delete an existing run folder and start again."),
+    resume: bool = typer.Option(
+        False, "--resume", help="Continue a stopped run from the last checkpoint every policy has (from step 0 when "
+        "there is none), with the run's own settings; only max_steps, logging, saving, validation, launch and "
+        "SEE timeouts may change."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Delete an existing run folder (only a mutualrl run that is not live) and start "
+        "again."),
     baseline: str | None = typer.Option(
         None, "--baseline",
         help="Then train this regime (e.g. standalone) with the same pool, seed and settings into <run>-<regime> "
@@ -66,6 +73,8 @@ def train(
         from mutualrl.errors import UsageError
 
         raise UsageError(f"--prp-denominator: expected 'learner' or 'peer', got {prp_denominator!r}")
+    if output_dir is not None:
+        check_output_path(output_dir, "--output-dir", kind="folder")
     from mutualrl.launch.run import TrainOptions, run_train
 
     options = TrainOptions(pool=pool, regime=regime, prp_denominator=prp_denominator, output_dir=output_dir,

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from mutualrl.config.schema import REGIME_NAMES, RunConfig
-from mutualrl.config.typed import ConfigError, build_dataclass, convert
+from mutualrl.config.typed import ConfigError, build_dataclass, check_bounds, convert
 
 _FLOAT_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 POLICY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -223,8 +223,6 @@ def validate_run_config(config: RunConfig, source: str, check_grpo: bool = True)
         seen.add(policy.name)
         if not policy.model.strip():
             raise ConfigError(source, f"{where}.model", "empty model (expected a hub id, folder or builtin:NAME)")
-        if policy.device_share <= 0:
-            raise ConfigError(source, f"{where}.device_share", "must be > 0")
         if check_grpo:
             policy.grpo = check_grpo_fields(policy.grpo, source, f"{where}.grpo")
     if config.regime.name in MULTI_POLICY_REGIMES and len(policies) < 2:
@@ -237,6 +235,7 @@ def validate_run_config(config: RunConfig, source: str, check_grpo: bool = True)
     if config.regime.name not in REGIME_NAMES:  # pragma: no cover - Literal already checks
         raise ConfigError(source, "regime.name", f"unknown regime {config.regime.name!r}")
     _check_regime_settings(config, source)
+    check_output_dir(config, source)
     if config.launch.device_map is not None:
         names = {p.name for p in policies}
         for key in config.launch.device_map:
@@ -249,22 +248,20 @@ def validate_run_config(config: RunConfig, source: str, check_grpo: bool = True)
 
 
 def _check_regime_settings(config: RunConfig, source: str) -> None:
-    sgt, xgrpo, randpert = config.regime.sgt, config.regime.xgrpo, config.regime.randpert
-    checks = [
-        (sgt.lam >= 0, "regime.sgt.lam", "must be >= 0"),
-        (sgt.failure_threshold <= sgt.success_threshold, "regime.sgt.failure_threshold", f"must not exceed success_threshold ({sgt.success_threshold})"),
-        (sgt.max_pairs_per_prompt >= 1, "regime.sgt.max_pairs_per_prompt", "must be >= 1"),
-        (0 <= xgrpo.cross_model_factor <= 1, "regime.xgrpo.cross_model_factor", "must be in [0, 1]"),
-        (xgrpo.length_correction >= 0, "regime.xgrpo.length_correction", "must be >= 0"),
-        (xgrpo.advantage_clip > 0, "regime.xgrpo.advantage_clip", "must be > 0"),
-        (randpert.scale >= 0, "regime.randpert.scale", "must be >= 0"),
-        (config.see.retention_steps is None or config.see.retention_steps >= 1, "see.retention_steps",
-         "must be >= 1, or null to keep every step"),
-        (config.see.barrier_timeout_s > 0, "see.barrier_timeout_s", "must be > 0"),
-    ]
-    for ok, where, problem in checks:
-        if not ok:
-            raise ConfigError(source, where, problem)
+    """Cross-field checks (single-field ranges are the schema's ``ge``/``gt``/``le`` bounds)."""
+    sgt = config.regime.sgt
+    if sgt.failure_threshold > sgt.success_threshold:
+        raise ConfigError(source, "regime.sgt.failure_threshold",
+                          f"must not exceed success_threshold ({sgt.success_threshold})")
+
+
+def check_output_dir(config: RunConfig, source: str) -> None:
+    """``output_dir`` may use only the {pool} and {regime} placeholders."""
+    try:
+        config.output_dir.format(pool=config.pool.name, regime=config.regime.name)
+    except (KeyError, IndexError, ValueError) as err:
+        raise ConfigError(source, "output_dir", f"{config.output_dir!r} is not a valid folder template ({err!r}); "
+                          "the only placeholders are {pool} and {regime} (write {{ and }} for literal braces)") from None
 
 
 def grpo_field_types() -> dict[str, Any]:
@@ -292,4 +289,25 @@ def check_grpo_fields(mapping: dict[str, Any], source: str, path: str) -> dict[s
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ConfigError(source, where, f"not a field of trl.GRPOConfig{hint}")
         converted[key] = convert(value, types_by_name[key], source, where)
+        check_grpo_bounds(key, converted[key], source, where)
     return converted
+
+
+# Ranges of the GRPOConfig fields a recipe commonly sets (TRL checks few of them itself).
+GRPO_FIELD_BOUNDS: dict[str, dict[str, float]] = {
+    "learning_rate": {"gt": 0}, "seed": {"ge": 0}, "num_generations": {"ge": 2},
+    "per_device_train_batch_size": {"ge": 1}, "per_device_eval_batch_size": {"ge": 1},
+    "gradient_accumulation_steps": {"ge": 1}, "steps_per_generation": {"ge": 1}, "num_iterations": {"ge": 1},
+    "max_completion_length": {"ge": 1}, "max_prompt_length": {"ge": 1}, "temperature": {"gt": 0},
+    "top_p": {"gt": 0, "le": 1}, "beta": {"ge": 0}, "epsilon": {"ge": 0}, "epsilon_high": {"ge": 0},
+    "warmup_steps": {"ge": 0}, "warmup_ratio": {"ge": 0, "le": 1}, "weight_decay": {"ge": 0},
+    "max_grad_norm": {"ge": 0}, "logging_steps": {"gt": 0}, "save_steps": {"gt": 0}, "eval_steps": {"gt": 0},
+    "save_total_limit": {"ge": 1}, "num_train_epochs": {"gt": 0}, "generation_batch_size": {"ge": 1},
+}
+
+
+def check_grpo_bounds(key: str, value: Any, source: str, where: str) -> None:
+    """Range of one GRPOConfig value; ``max_steps`` is >= 1, or -1 (TRL: train ``num_train_epochs``)."""
+    if key == "max_steps" and isinstance(value, int) and value != -1 and value < 1:
+        raise ConfigError(source, where, f"must be >= 1 (or -1: train num_train_epochs), got {value}")
+    check_bounds(value, GRPO_FIELD_BOUNDS.get(key, {}), source, where)

@@ -24,9 +24,9 @@ baseline-perturbation control (App. "Ablation: shared normalization for XGRPO").
 class LoraSettings:
     """LoRA adapter settings (peft); the paper trains full weights, LoRA is an option."""
 
-    r: int = field(default=16, metadata={"help": "LoRA rank."})
-    alpha: int = field(default=32, metadata={"help": "LoRA alpha (scaling numerator)."})
-    dropout: float = field(default=0.05, metadata={"help": "Dropout on the LoRA branch."})
+    r: int = field(default=16, metadata={"ge": 1, "help": "LoRA rank."})
+    alpha: int = field(default=32, metadata={"gt": 0, "help": "LoRA alpha (scaling numerator)."})
+    dropout: float = field(default=0.05, metadata={"ge": 0, "le": 1, "help": "Dropout on the LoRA branch."})
     target_modules: str | list[str] = field(
         default="all-linear",
         metadata={"help": "Modules to adapt: a list of module names, or 'all-linear'."},
@@ -53,7 +53,7 @@ class PolicyConfig:
     )
     device_share: float = field(
         default=1.0,
-        metadata={"help": "Relative share of the devices for this policy when MWRA splits them (default: even)."},
+        metadata={"gt": 0, "help": "Relative share of the devices for this policy when MWRA splits them (default: even)."},
     )
     grpo: dict[str, Any] = field(
         default_factory=dict,
@@ -87,7 +87,7 @@ class PoolConfig:
 class SGTSettings:
     """Success-Gated Transfer (paper Sec. "Regime 3", App. "Implementation details for SGT")."""
 
-    lam: float = field(default=0.1, metadata={"help": "lambda_SGT: weight of the gated NLL term relative to GRPO."})
+    lam: float = field(default=0.1, metadata={"ge": 0, "help": "lambda_SGT: weight of the gated NLL term relative to GRPO."})
     success_threshold: float = field(
         default=0.8, metadata={"help": "A rollout with reward above this is a verified success."}
     )
@@ -100,7 +100,7 @@ class SGTSettings:
         default="random", metadata={"help": "How to pick one peer success: uniformly at random, or the shortest."}
     )
     max_pairs_per_prompt: int = field(
-        default=1, metadata={"help": "Cap on SGT pairs formed for one prompt and learner per step."}
+        default=1, metadata={"ge": 1, "help": "Cap on SGT pairs formed for one prompt and learner per step."}
     )
 
 
@@ -109,16 +109,16 @@ class XGRPOSettings:
     """Cross-policy GRPO advantage sharing (paper Sec. "Regime 2", App. "Implementation details")."""
 
     cross_model_factor: float = field(
-        default=0.2, metadata={"help": "Weight of the pooled advantage mixed into the learner's own (paper: 0.2)."}
+        default=0.2, metadata={"ge": 0, "le": 1, "help": "Weight of the pooled advantage mixed into the learner's own (paper: 0.2)."}
     )
     length_correction: float = field(
-        default=0.1, metadata={"help": "Strength of the length correction (paper: 0.1); 0 disables it."}
+        default=0.1, metadata={"ge": 0, "help": "Strength of the length correction (paper: 0.1); 0 disables it."}
     )
     advantage_clip: float = field(
         default=5.0,
-        metadata={"help": "Effective advantages are clipped to [-c, c] (the paper does not state c; ours)."},
+        metadata={"gt": 0, "help": "Effective advantages are clipped to [-c, c] (the paper does not state c; ours)."},
     )
-    std_epsilon: float = field(default=1e-4, metadata={"help": "Added to standard deviations (TRL's 1e-4)."})
+    std_epsilon: float = field(default=1e-4, metadata={"gt": 0, "help": "Added to standard deviations (TRL's 1e-4)."})
 
 
 @dataclass
@@ -132,7 +132,7 @@ class PRPSettings:
             "pooling), 'peer' = the peer's trace aligned into the learner's tokens by THL (corrected)."
         },
     )
-    std_epsilon: float = field(default=1e-4, metadata={"help": "Added to the pooled reward standard deviation."})
+    std_epsilon: float = field(default=1e-4, metadata={"gt": 0, "help": "Added to the pooled reward standard deviation."})
 
 
 @dataclass
@@ -140,7 +140,7 @@ class RandPertSettings:
     """GRPO + random baseline perturbation (App. "Ablation: shared normalization for XGRPO")."""
 
     scale: float = field(
-        default=0.1, metadata={"help": "Std of the Gaussian noise added to each prompt's baseline (reward units)."}
+        default=0.1, metadata={"ge": 0, "help": "Std of the Gaussian noise added to each prompt's baseline (reward units)."}
     )
     skip_uniform_groups: bool = field(
         default=True,
@@ -183,11 +183,11 @@ class TaskConfig:
     )
     train_split: str = field(default="train", metadata={"help": "Split used for training prompts."})
     eval_split: str = field(default="test", metadata={"help": "Split used for held-out validation."})
-    train_limit: int | None = field(default=None, metadata={"help": "Use at most this many training prompts."})
-    eval_limit: int | None = field(default=None, metadata={"help": "Validate on at most this many prompts."})
+    train_limit: int | None = field(default=None, metadata={"ge": 1, "help": "Use at most this many training prompts."})
+    eval_limit: int | None = field(default=None, metadata={"ge": 1, "help": "Validate on at most this many prompts."})
     max_prompt_tokens: int = field(
         default=1024,
-        metadata={"help": "Prompts longer than this for ANY policy's tokenizer are dropped for all (joint filter)."},
+        metadata={"ge": 1, "help": "Prompts longer than this for ANY policy's tokenizer are dropped for all (joint filter)."},
     )
     verifier: Literal["default", "exact", "equiv"] = field(
         default="default",
@@ -204,11 +204,11 @@ class SEESettings:
         metadata={"help": "Exchange folder; default <output_dir>/see. May be a shared filesystem path (multi-node)."},
     )
     barrier_timeout_s: float = field(
-        default=1800.0, metadata={"help": "Seconds to wait for every peer's records of a step before failing."}
+        default=1800.0, metadata={"gt": 0, "help": "Seconds to wait for every peer's records of a step before failing."}
     )
-    poll_interval_s: float = field(default=0.02, metadata={"help": "Barrier polling interval in seconds."})
+    poll_interval_s: float = field(default=0.02, metadata={"gt": 0, "help": "Barrier polling interval in seconds."})
     retention_steps: int | None = field(
-        default=16, metadata={"help": "Keep only the last N steps of records on disk (None: keep everything)."}
+        default=16, metadata={"ge": 1, "help": "Keep only the last N steps of records on disk (None: keep everything)."}
     )
     record_standalone: bool = field(
         default=False,
@@ -223,7 +223,7 @@ class LaunchConfig:
 
     gpus: int | None = field(
         default=None,
-        metadata={"help": "Number of GPUs to place policies on. Default: all visible. Set it with --dry-run to "
+        metadata={"ge": 0, "help": "Number of GPUs to place policies on. Default: all visible. Set it with --dry-run to "
                   "simulate a node (e.g. 8)."},
     )
     device_map: dict[str, list[int]] | None = field(
@@ -234,14 +234,14 @@ class LaunchConfig:
         default="none", metadata={"help": "DeepSpeed ZeRO stage per policy ('none': DDP / single process)."}
     )
     threads_per_policy: int | None = field(
-        default=None, metadata={"help": "CPU threads per policy process (default: cores split evenly)."}
+        default=None, metadata={"ge": 1, "help": "CPU threads per policy process (default: cores split evenly)."}
     )
     main_process_port: int = field(
-        default=29500, metadata={"help": "First rendezvous port; policy i uses port + i."}
+        default=29500, metadata={"ge": 1, "le": 65535, "help": "First rendezvous port; policy i uses port + i."}
     )
     stall_timeout_s: float | None = field(
         default=None,
-        metadata={"help": "Fail the run if a policy makes no progress for this long (default: the SEE barrier timeout)."},
+        metadata={"gt": 0, "help": "Fail the run if a policy makes no progress for this long (default: the SEE barrier timeout)."},
     )
 
 
@@ -249,12 +249,12 @@ class LaunchConfig:
 class ValidationConfig:
     """Held-out validation during training (greedy decoding, reward@1; paper: every 5 steps)."""
 
-    every_steps: int = field(default=5, metadata={"help": "Validate every N optimizer steps (0: start and end only)."})
-    limit: int | None = field(default=None, metadata={"help": "Validate on at most this many prompts."})
+    every_steps: int = field(default=5, metadata={"ge": 0, "help": "Validate every N optimizer steps (0: start and end only)."})
+    limit: int | None = field(default=None, metadata={"ge": 1, "help": "Validate on at most this many prompts."})
     max_new_tokens: int | None = field(
-        default=None, metadata={"help": "Generation length for validation (default: grpo.max_completion_length)."}
+        default=None, metadata={"ge": 1, "help": "Generation length for validation (default: grpo.max_completion_length)."}
     )
-    batch_size: int = field(default=16, metadata={"help": "Prompts per generation batch during validation."})
+    batch_size: int = field(default=16, metadata={"ge": 1, "help": "Prompts per generation batch during validation."})
     at_start: bool = field(default=True, metadata={"help": "Validate before the first step (the 'No Train' point)."})
 
 
@@ -268,10 +268,10 @@ class BatchConfig:
     and the number of devices MWRA gives the policy. Leave unset to use the ``grpo`` values as written.
     """
 
-    prompts_per_step: int = field(metadata={"help": "Prompts per generation step (each gets K rollouts)."})
-    mini_batches_per_step: int = field(default=1, metadata={"help": "Optimizer updates per generation step."})
+    prompts_per_step: int = field(metadata={"ge": 1, "help": "Prompts per generation step (each gets K rollouts)."})
+    mini_batches_per_step: int = field(default=1, metadata={"ge": 1, "help": "Optimizer updates per generation step."})
     micro_batch_prompts_per_device: int = field(
-        default=1, metadata={"help": "Prompts per device per forward/backward pass (x K completions)."}
+        default=1, metadata={"ge": 1, "help": "Prompts per device per forward/backward pass (x K completions)."}
     )
 
 

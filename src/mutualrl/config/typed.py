@@ -2,7 +2,9 @@
 
 A tiny, strict converter: unknown keys, wrong types and missing required fields are
 reported as ``<source>: <dotted.path>: <problem> (expected <type>)``, with a
-"did you mean" hint for misspelt keys.
+"did you mean" hint for misspelt keys. A field's metadata may bound a number
+(``{"ge": 0}``, ``{"gt": 0}``, ``{"le": 1}``): values outside are rejected here, at the
+recipe/CLI boundary, never deep in a worker.
 """
 
 from __future__ import annotations
@@ -166,12 +168,29 @@ def build_dataclass(cls: type, data: Any, source: str, path: str = "") -> Any:
         sub = _join(path, name)
         if name in data:
             kwargs[name] = convert(data[name], hints[name], source, sub)
+            check_bounds(kwargs[name], f.metadata, source, sub)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             help_text = f.metadata.get("help", "")
             raise ConfigError(
                 source, sub, f"required field is missing (expected {describe_type(hints[name])}: {help_text})"
             )
     return cls(**kwargs)
+
+
+BOUND_CHECKS = {
+    "gt": (lambda value, bound: value > bound, "must be > {bound}"),
+    "ge": (lambda value, bound: value >= bound, "must be >= {bound}"),
+    "le": (lambda value, bound: value <= bound, "must be <= {bound}"),
+}
+
+
+def check_bounds(value: Any, bounds: typing.Mapping[str, Any], source: str, path: str) -> None:
+    """Reject a number outside the ``gt``/``ge``/``le`` bounds named in ``bounds`` (None passes)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return
+    for key, (ok, problem) in BOUND_CHECKS.items():
+        if key in bounds and not ok(value, bounds[key]):
+            raise ConfigError(source, path, f"{problem.format(bound=bounds[key])}, got {value!r}")
 
 
 def _join(path: str, name: str) -> str:

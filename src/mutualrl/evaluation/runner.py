@@ -134,11 +134,20 @@ def pick_backend(backend: str) -> str:
 
 
 def pick_device(device: str) -> str:
-    if device != "auto":
-        return device
+    """``auto`` -> cuda when available, else cpu; anything else must be a torch device this machine has."""
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise UsageError(f"--device: {device!r} is not a device; expected auto, cpu, cuda or cuda:N") from None
+    if parsed.type == "cuda" and (not torch.cuda.is_available() or (parsed.index or 0) >= torch.cuda.device_count()):
+        raise UsageError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if parsed.type not in ("cpu", "cuda", "mps"):
+        raise UsageError(f"--device: {device!r} is not supported; expected auto, cpu, cuda or cuda:N")
+    return device
 
 
 def run_eval(

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
-from mutualrl.errors import PlacementError
+from mutualrl.errors import PlacementError, UsageError
 
 DeviceType = Literal["cuda", "cpu"]
 
@@ -391,3 +391,42 @@ def check_memory(
                 f"available; activations may not fit"
             )
     return warnings
+
+
+def parse_device_map(text: str) -> dict[str, list[int]]:
+    """``'qwen-a=0,1;qwen-b=2,3'`` (ranges allowed: ``qwen-a=0-3``) -> ``{'qwen-a': [0, 1], ...}``."""
+    if not text or not text.strip():
+        raise UsageError("--device-map is empty; expected e.g. 'policy-a=0,1;policy-b=2,3'")
+    out: dict[str, list[int]] = {}
+    for part in (p.strip() for p in text.split(";")):
+        if not part:
+            continue
+        if "=" not in part:
+            raise UsageError(f"--device-map: {part!r} has no '='; expected NAME=IDS, e.g. 'policy-a=0,1'")
+        name, ids_text = (s.strip() for s in part.split("=", 1))
+        if not name:
+            raise UsageError(f"--device-map: {part!r} has no policy name before '='")
+        if name in out:
+            raise UsageError(f"--device-map: policy {name!r} is listed twice")
+        ids: list[int] = []
+        for item in (i.strip() for i in ids_text.split(",")):
+            if not item:
+                raise UsageError(f"--device-map: {name!r} has an empty GPU id in {ids_text!r}")
+            try:
+                if "-" in item:
+                    lo, hi = (int(x) for x in item.split("-", 1))
+                    if lo > hi:
+                        raise UsageError(f"--device-map: {name!r}: range {item!r} runs backwards")
+                    ids.extend(range(lo, hi + 1))
+                else:
+                    ids.append(int(item))
+            except ValueError:
+                raise UsageError(
+                    f"--device-map: {name!r}: {item!r} is not a GPU id (expected integers like 0,1 or a range 0-3)"
+                ) from None
+        if any(i < 0 for i in ids):
+            raise UsageError(f"--device-map: {name!r}: GPU ids must be >= 0, got {ids}")
+        out[name] = ids
+    if not out:
+        raise UsageError("--device-map names no policy; expected e.g. 'policy-a=0,1;policy-b=2,3'")
+    return out

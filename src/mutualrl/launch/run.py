@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-import re
-import shutil
+import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +19,21 @@ from mutualrl.config.loader import load_run_config
 from mutualrl.config.schema import RunConfig
 from mutualrl.config.typed import to_plain
 from mutualrl.errors import UsageError
+from mutualrl.launch.run_lock import (
+    LOCK_NAME,
+    RUN_MARKER,
+    RunLock,
+    check_no_escaping_symlinks,
+    clear_run_folder,
+    is_run_folder,
+    mark_run_folder,
+)
 from mutualrl.training.paths import RunPaths, atomic_write_json, atomic_write_text, read_json
 
 
 @dataclass
 class TrainOptions:
-    pool: str = "tiny"
+    pool: str | None = None  # None: the default pool, or on --resume the run's own recipe
     regime: str | None = None
     prp_denominator: str | None = None
     output_dir: Path | None = None
@@ -38,8 +48,15 @@ class TrainOptions:
     baseline: str | None = None  # also train this regime on the same seed and settings, then compare
 
 
+DEFAULT_POOL = "tiny"
+
+
 def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
-    """Recipe + ``--set`` overrides + the dedicated CLI options (which win)."""
+    """Recipe + ``--set`` overrides + the dedicated CLI options (which win).
+
+    ``--resume`` continues from the run folder's own resolved config (not the recipe's
+    current content); only the options given now are applied on top of it.
+    """
     overrides = list(options.overrides)
     if options.max_steps is not None:
         overrides.append(f"grpo.max_steps={options.max_steps}")
@@ -49,13 +66,21 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
         overrides.append(f"regime.prp.denominator={options.prp_denominator}")
     if options.gpus is not None:
         overrides.append(f"launch.gpus={options.gpus}")
-    if options.output_dir is not None:
-        overrides.append(f"output_dir={json.dumps(str(options.output_dir))}")
+    if options.output_dir is not None:  # a literal path: braces are not {pool}/{regime} placeholders
+        literal = str(options.output_dir).replace("{", "{{").replace("}", "}}")
+        overrides.append(f"output_dir={json.dumps(literal)}")
     if options.device_map is not None:
         from mutualrl.launch.mwra import parse_device_map
 
         overrides.append(f"launch.device_map={json.dumps(parse_device_map(options.device_map))}")
-    loaded = load_run_config(options.pool, overrides=overrides, regime=options.regime)
+    loaded = load_run_config(options.pool or DEFAULT_POOL, overrides=overrides, regime=options.regime)
+    stored = RunPaths(run_dir_for(loaded.config)).config
+    if options.resume and stored.is_file():  # the run's own settings; the options above still apply
+        recipe_pool = loaded.config.pool.name
+        loaded = load_run_config(str(stored), overrides=overrides, regime=options.regime)
+        if options.pool is not None and recipe_pool != loaded.config.pool.name:
+            raise UsageError(f"--resume: {stored.parent} is a run of pool {loaded.config.pool.name!r}, not "
+                             f"{recipe_pool!r}; drop --pool to continue it, or start a new run with --output-dir")
     return loaded.config, loaded.source
 
 
@@ -65,8 +90,6 @@ def run_dir_for(config: RunConfig) -> Path:
 
 def baseline_options(options: TrainOptions, run_dir: Path) -> TrainOptions:
     """The same run with ``options.baseline`` as its regime, in the sibling folder ``<run>-<baseline>``."""
-    from dataclasses import replace
-
     return replace(options, regime=options.baseline, prp_denominator=None, baseline=None,
                    output_dir=run_dir.with_name(f"{run_dir.name}-{options.baseline}"))
 
@@ -94,6 +117,8 @@ def run_train(options: TrainOptions, console: Console | None = None) -> int:
         return code
     console.print(f"[bold]baseline:[/] the same pool, seed and settings with regime {options.baseline}",
                   highlight=False)
+    if base.resume and not base.output_dir.exists():  # stopped before the baseline began: start it
+        base = replace(base, resume=False)
     code = train_one(base, console)
     if code != 0:
         return code
@@ -121,14 +146,30 @@ def train_one(options: TrainOptions, console: Console) -> int:
         render_plan(plan, console)
         return 0
 
-    check_run_dir(paths, options)
+    check_run_dir(paths, options)  # refuses before anything is written
+    with RunLock(paths.root).acquire("resume" if options.resume else "train into") as lock:
+        mark_interrupted(paths)
+        if options.overwrite and not options.resume:
+            clear_run_folder(paths.root)
+        return launch_locked(options, config, source, paths, console, lock)
+
+
+def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: RunPaths, console: Console,
+                  lock: RunLock) -> int:
+    """Prepare (or roll back), launch and watch the pool; ``lock`` is held and passed on to every worker."""
+    from mutualrl.launch.resume import clear_training_outputs
+    from mutualrl.training.worker import exchange_root
+
+    resume_step = None
+    if options.resume and paths.config.exists():
+        config, resume_step = prepare_resume(paths, config, console)
+        if resume_step is None:  # nothing to resume from yet: the same run from step 0
+            clear_training_outputs(paths, exchange_root(config, paths))
+            prepare_run(paths, config, read_source(paths) or source, console)
+    else:  # a new run, or one stopped before its config was written
+        prepare_run(paths, config, source, console)
     console.print(f"[bold]mutualrl train[/] pool [cyan]{config.pool.name}[/] ({len(config.pool.policies)} policies), "
                   f"regime [cyan]{config.regime.name}[/], run folder {paths.root}", highlight=False)
-    resume_step = None
-    if options.resume:
-        resume_step = prepare_resume(paths, config, console)
-    else:
-        prepare_run(paths, config, source, console)
 
     from mutualrl.launch.plan import make_launch_plan
 
@@ -140,35 +181,80 @@ def train_one(options: TrainOptions, console: Console) -> int:
     write_run_json(paths, config, status="running")
 
     from mutualrl.launch.runner import PoolRunner
-    from mutualrl.training.worker import exchange_root
 
     stall = config.launch.stall_timeout_s or config.see.barrier_timeout_s + 60.0
     runner = PoolRunner(processes, paths, exchange_root(config, paths), stall_timeout_s=stall,
-                        grace_s=min(60.0, config.see.barrier_timeout_s + 10.0), console=console)
-    outcome = runner.run()
-    write_run_json(paths, config, status="done" if outcome.ok else "failed")
+                        grace_s=min(60.0, config.see.barrier_timeout_s + 10.0), console=console,
+                        inherit_fds=(lock.fd,) if lock.fd is not None else (),
+                        max_steps=config.grpo.get("max_steps"))
+    with stop_on_termination_signals():
+        outcome = runner.run()
+    status = "done" if outcome.ok else ("interrupted" if outcome.reason == "interrupted" else "failed")
+    write_run_json(paths, config, status=status)
     from mutualrl.launch.summary import print_failure, print_summary, summarise
 
     if not outcome.ok:
         print_failure(outcome, paths, console)
-        return 1
+        return 130 if status == "interrupted" else 1
     summary = summarise(paths, config, outcome)
     atomic_write_json(paths.summary, summary)
     print_summary(summary, console)
     return 0
 
 
+@contextlib.contextmanager
+def stop_on_termination_signals() -> Iterator[None]:
+    """SIGTERM / SIGHUP to the launcher stop the pool like Ctrl-C: workers stopped, run left resumable."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def check_run_dir(paths: RunPaths, options: TrainOptions) -> None:
+    """Refuse, before writing anything, a folder this launch must not use (the lock then checks liveness)."""
+    root = paths.root
     if options.resume:
-        if not paths.config.exists():
-            raise UsageError(f"--resume: {paths.root} holds no run to resume (no config.yaml)")
+        if not paths.config.exists() and not is_run_folder(root):
+            raise UsageError(f"--resume: {root} holds no run to resume (no config.yaml)")
+        check_no_escaping_symlinks(root)
         return
-    if paths.root.exists() and any(paths.root.iterdir()):
-        if options.overwrite:
-            shutil.rmtree(paths.root)
-        else:
-            raise UsageError(f"run folder {paths.root} already exists: use --resume to continue it, --overwrite to "
-                             "start it again, or --output-dir for a new one")
+    content = [c for c in root.iterdir() if c.name != LOCK_NAME] if root.is_dir() else []
+    if not content:
+        return
+    if not options.overwrite:
+        raise UsageError(f"run folder {root} already exists: use --resume to continue it, --overwrite to "
+                         "start it again, or --output-dir for a new one")
+    if not is_run_folder(root):
+        raise UsageError(f"--overwrite: {root} is not a mutualrl run folder (no {RUN_MARKER} marker): nothing was "
+                         "deleted; remove it yourself or choose another --output-dir")
+
+
+def mark_interrupted(paths: RunPaths) -> None:
+    """A run.json still saying "running" while we hold the lock was left by a killed launcher."""
+    if not paths.run_json.exists():
+        return
+    try:
+        info = read_json(paths.run_json)
+    except (OSError, ValueError):
+        return
+    if isinstance(info, dict) and info.get("status") == "running":
+        atomic_write_json(paths.run_json, {**info, "status": "interrupted"})
+
+
+def read_source(paths: RunPaths) -> str | None:
+    """The recipe a run was resolved from (first line of its config.yaml)."""
+    try:
+        first = paths.config.read_text().splitlines()[0]
+    except (OSError, IndexError):
+        return None
+    return first[len("# resolved from "):] if first.startswith("# resolved from ") else None
 
 
 def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Console) -> None:
@@ -178,7 +264,7 @@ def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Consol
     from mutualrl.tasks.registry import get_task
     from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, joint_length_filter, uses_chat_template, write_examples
 
-    paths.root.mkdir(parents=True, exist_ok=True)
+    mark_run_folder(paths.root)
     tokenizers = {}
     builtin = [p.model[len(BUILTIN_PREFIX):] for p in config.pool.policies if p.model.startswith(BUILTIN_PREFIX)]
     if builtin:  # built or fetched once, here, with progress (tiny models warm-start side by side)
@@ -229,89 +315,33 @@ def processes_from_plan(plan: Any, paths: RunPaths, resume_step: int | None) -> 
     return processes
 
 
-CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+def prepare_resume(paths: RunPaths, config: RunConfig, console: Console) -> tuple[RunConfig, int | None]:
+    """Check the resumed config against the stored one and roll the folder back to the restart step.
 
-
-def checkpoint_steps(policy_dir: Path) -> set[int]:
-    if not policy_dir.exists():
-        return set()
-    steps = set()
-    for child in policy_dir.iterdir():
-        match = CHECKPOINT_RE.match(child.name)
-        if match and (child / "trainer_state.json").exists():
-            steps.add(int(match.group(1)))
-    return steps
-
-
-def prepare_resume(paths: RunPaths, config: RunConfig, console: Console) -> int:
-    """Pick the last checkpoint step every policy has, and roll the run folder back to it.
-
-    Policies save at the same steps, but one may have died between two saves: resuming all
-    of them from the latest COMMON step keeps them in lock-step. SEE records and metrics
-    lines after that step are removed (they will be produced again), so the exchange stays
-    consistent with the models.
+    Returns the config to run (the stored one with the allowed changes) and the last
+    checkpoint step common to every policy, or None when there is none yet (start from 0).
     """
-    common: set[int] | None = None
-    for policy in config.pool.policies:
-        steps = checkpoint_steps(paths.policy_dir(policy.name))
-        common = steps if common is None else common & steps
-    if not common:
-        raise UsageError(f"--resume: no checkpoint common to every policy under {paths.root / 'policies'} "
-                         f"(checkpoints are saved every grpo.save_steps={config.grpo.get('save_steps', 500)} steps)")
-    step = max(common)
-    from mutualrl.training.worker import exchange_root
+    from mutualrl.launch.resume import common_checkpoint, config_changes, rollback_exchange, rollback_metrics
+    from mutualrl.training.worker import exchange_root, load_resolved_config
 
+    stored = load_resolved_config(paths)
+    refused, allowed = config_changes(to_plain(stored), to_plain(config))
+    if refused:
+        raise UsageError(f"--resume: {paths.root} was started with other settings; these may not change on resume "
+                         f"(start a new run with --output-dir instead): {'; '.join(refused)}")
+    if allowed:
+        console.print(f"resume: changed {'; '.join(allowed)}", highlight=False)
+        atomic_write_text(paths.config, f"# resolved from {read_source(paths) or 'resume'}\n"
+                          + yaml.safe_dump(to_plain(config), sort_keys=False))
+    policies = [p.name for p in config.pool.policies]
+    step = common_checkpoint(paths, policies, config.grpo.get("max_steps"))
+    if step is None:
+        console.print("resume: no checkpoint common to every policy yet: starting again from step 0", highlight=False)
+        return config, None
     removed = rollback_exchange(exchange_root(config, paths), step)
-    trimmed = rollback_metrics(paths, [p.name for p in config.pool.policies], step)
+    dropped = rollback_metrics(paths, policies, step)
     console.print(f"resuming every policy from checkpoint-{step} (removed {removed} SEE step folders and "
-                  f"{trimmed} metric lines after it)", highlight=False)
-    for policy in config.pool.policies:  # stale status from the killed run
-        paths.status(policy.name).unlink(missing_ok=True)
-    failed = exchange_root(config, paths) / "_failed"
-    if failed.exists():
-        shutil.rmtree(failed)
-    return step
-
-
-def rollback_exchange(root: Path, step: int) -> int:
-    removed = 0
-    if not root.exists():
-        return 0
-    for child in root.iterdir():
-        match = re.match(r"^step-(\d+)$", child.name)
-        if match and int(match.group(1)) >= step:
-            shutil.rmtree(child)
-            removed += 1
-    return removed
-
-
-def rollback_metrics(paths: RunPaths, policies: list[str], step: int) -> int:
-    """Drop metric lines of steps after ``step`` (per-policy files, the merged file, eval results)."""
-    trimmed = 0
-    files = [paths.policy_metrics(p) for p in policies] + [paths.metrics]
-    for path in files:
-        if not path.exists():
-            continue
-        keep = []
-        for line in path.read_text().splitlines():
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError:
-                trimmed += 1
-                continue
-            if int(obj.get("step", 0)) > step:
-                trimmed += 1
-                continue
-            keep.append(line)
-        atomic_write_text(path, "".join(f"{line}\n" for line in keep))
-    for policy in policies:
-        marker = paths.root / "metrics" / f".{policy}.merged"
-        marker.unlink(missing_ok=True)
-        # the merged file was rewritten above: mark every kept per-policy line as merged
-        per_policy = paths.policy_metrics(policy)
-        if per_policy.exists():
-            marker.write_text(str(per_policy.stat().st_size))
-        for result in (paths.root / "eval" / policy).glob("step-*.json"):
-            if int(result.stem.split("-")[1]) > step:
-                result.unlink()
-    return trimmed
+                  f"{dropped} metric rows after it; they are trained again)", highlight=False)
+    for policy in policies:  # stale status from the stopped run
+        paths.status(policy).unlink(missing_ok=True)
+    return config, step

@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from mutualrl.training.paths import RunPaths
+from mutualrl.training.watchdog import LAUNCHER_PID_ENV
 
 
 @dataclass
@@ -93,8 +94,10 @@ class MetricsMerger:
 class PoolRunner:
     def __init__(self, processes: Sequence[PolicyProcess], paths: RunPaths, see_root: Path,
                  stall_timeout_s: float, grace_s: float = 60.0, poll_s: float = 0.5,
-                 console: Console | None = None):
+                 console: Console | None = None, inherit_fds: Sequence[int] = (), max_steps: int | None = None):
         self.procs = list(processes)
+        self.max_steps = max_steps  # shown until a worker reports its own total
+        self.inherit_fds = tuple(inherit_fds)  # the run lock: held while any worker lives
         self.paths = paths
         self.see_root = see_root
         self.stall_timeout_s = stall_timeout_s
@@ -108,9 +111,10 @@ class PoolRunner:
         for proc in self.procs:
             proc.log_path.parent.mkdir(parents=True, exist_ok=True)
             log_fh = proc.log_path.open("ab")
-            env = {**os.environ, **proc.env}
+            # Workers watch this pid and stop when it dies (training.watchdog): no orphans.
+            env = {**os.environ, **proc.env, LAUNCHER_PID_ENV: str(os.getpid())}
             proc.popen = subprocess.Popen(proc.argv, env=env, cwd=proc.cwd, stdout=log_fh, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True)
+                                          stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=self.inherit_fds)
             log_fh.close()
             proc.started = proc.last_progress = time.time()
 
@@ -156,7 +160,7 @@ class PoolRunner:
                             proc._phase = st.get("phase")  # type: ignore[attr-defined]
                             proc.last_progress = now
                         info = describe_status(st)
-                        total = st.get("max_steps") or None
+                        total = st.get("max_steps") or self.max_steps or None
                         progress.update(tasks[proc.name], completed=step, total=total, info=info)
                         lines.append(f"{proc.name}: step {step}/{total or '?'} {info}")
                         if proc.returncode is None and proc.popen is not None:

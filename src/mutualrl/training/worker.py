@@ -22,6 +22,7 @@ from typing import Any
 from mutualrl.config.schema import PolicyConfig, RunConfig
 from mutualrl.errors import MutualRLError, UsageError
 from mutualrl.training.paths import RunPaths
+from mutualrl.training.watchdog import start_launcher_watchdog
 
 log = logging.getLogger("mutualrl.worker")
 
@@ -143,10 +144,34 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     log.info("policy %s: %d train prompts, %d eval prompts, regime %s, %s on %s x%d, torch threads %d",
              policy_name, len(train_examples), len(eval_examples), config.regime.name, engine,
              trainer.accelerator.device, trainer.accelerator.num_processes, torch.get_num_threads())
-    trainer.train(resume_from_checkpoint=resume_from)
+    if resume_from is not None and checkpoint_reached_max_steps(resume_from, args.max_steps):
+        finish_from_checkpoint(trainer, resume_from, validation)
+    else:
+        trainer.train(resume_from_checkpoint=resume_from)
     trainer.save_model(str(paths.final_model(policy_name)))
     if trainer.accelerator.is_main_process:
         tokenizer.save_pretrained(str(paths.final_model(policy_name)))
+
+
+def checkpoint_reached_max_steps(checkpoint: str, max_steps: int) -> bool:
+    """True when a checkpoint already holds every step (Trainer would still run one more step from it)."""
+    import json
+
+    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
+    return max_steps > 0 and int(state.get("global_step", 0)) >= max_steps
+
+
+def finish_from_checkpoint(trainer: Any, checkpoint: str, validation: Any) -> None:
+    """A run stopped after its last checkpoint: load it, validate at the end (unless done), train nothing."""
+    from transformers import TrainerState
+
+    trainer._load_from_checkpoint(checkpoint)
+    state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
+    state.is_world_process_zero = trainer.is_world_process_zero()
+    trainer.state = state
+    validation.validate(state)
+    log.info("checkpoint %s already holds step %d of %d: nothing left to train", checkpoint, state.global_step,
+             trainer.args.max_steps)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stdout)
     paths = RunPaths(ns.run_dir.resolve())
+    start_launcher_watchdog()
     try:
         run_policy(paths, ns.policy, ns.resume_from)
     except BaseException as err:  # leave a marker so that peers' barriers fail fast and name us

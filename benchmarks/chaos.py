@@ -1,0 +1,213 @@
+"""Chaos: kill a random process of a short run at a random moment, resume, and check that nothing was lost.
+
+Each trial trains the embedded ``tiny`` pool for a few steps (checkpoints every 2 steps,
+validation every 2) and injects one or two faults, each at a random moment of a launch:
+
+- ``launcher``: SIGKILL of ``mutualrl train`` (its workers must stop by themselves);
+- ``worker``: SIGKILL of one policy worker (the launcher stops the pool and names it);
+- ``all``: SIGKILL of the launcher and every worker at once (a dead node);
+- ``interrupt``: SIGINT of the launcher (Ctrl-C: every process stopped within seconds).
+
+After each fault it waits for every process of the run to end (a process still alive
+30 s after the fault is an orphan), then ``mutualrl train --resume`` (itself the target of
+the second fault, when there is one) until a resume finishes. It then checks: exactly
+one train row per policy and step 1..max_steps and one validation row per validated step
+in ``metrics.jsonl``, final models that load, an exchange that ``see inspect`` finds clean,
+``run.json`` "done", and no process of the run left. Prints one JSON object::
+
+    python benchmarks/chaos.py --trials 30 --out /tmp/chaos
+    python benchmarks/chaos.py --trials 10 --seed 3   # what tests/test_chaos.py runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+FAULTS = ("launcher", "worker", "all", "interrupt")
+STEPS, SAVE_EVERY, VALIDATE_EVERY = 6, 2, 2
+ORPHAN_WAIT_S = 30.0
+
+
+def train_command(run_dir: Path, resume: bool) -> list[str]:
+    """The user's command; a resume repeats it with --resume (as a user would, from the shell history)."""
+    return [sys.executable, "-m", "mutualrl", "train", "--pool", "tiny", "-o", str(run_dir), "--max-steps", str(STEPS),
+            "--set", f"grpo.save_steps={SAVE_EVERY}", "--set", f"validation.every_steps={VALIDATE_EVERY}",
+            "--set", "validation.limit=20", *(["--resume"] if resume else [])]
+
+
+def child_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def processes_of(run_dir: Path) -> list[int]:
+    """Pids of every live process whose command line names the run folder (launcher and workers)."""
+    needle = str(run_dir).encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if needle in cmdline and state != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def inject(fault: str, launcher: subprocess.Popen, run_dir: Path, rng: random.Random) -> bool:
+    """Apply ``fault``; False when there was nothing to hit (no worker running yet)."""
+    workers = [p for p in processes_of(run_dir) if p != launcher.pid]
+    if fault == "launcher":
+        kill(launcher.pid, signal.SIGKILL)
+    elif fault == "interrupt":
+        kill(launcher.pid, signal.SIGINT)
+    elif fault == "all":
+        for pid in [launcher.pid, *workers]:
+            kill(pid, signal.SIGKILL)
+    elif workers:
+        kill(rng.choice(workers), signal.SIGKILL)
+    else:
+        return False
+    return True
+
+
+def wait_until_gone(run_dir: Path, launcher: subprocess.Popen) -> list[int]:
+    """Wait for the launcher and every worker to end; returns the orphans left after the wait (then killed)."""
+    try:
+        launcher.wait(timeout=180)
+    except subprocess.TimeoutExpired:
+        kill(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+    deadline = time.time() + ORPHAN_WAIT_S
+    while processes_of(run_dir) and time.time() < deadline:
+        time.sleep(0.2)
+    orphans = processes_of(run_dir)
+    for pid in orphans:
+        kill(pid, signal.SIGKILL)
+    return orphans
+
+
+def count_rows(run_dir: Path, policies: list[str]) -> dict[str, int]:
+    """Rows lost and duplicated against one train row per step 1..STEPS and one eval row per validated step."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    expected_eval = sorted({0, STEPS, *range(VALIDATE_EVERY, STEPS + 1, VALIDATE_EVERY)})
+    lost = duplicated = 0
+    for policy in policies:
+        for kind, steps in (("train", range(1, STEPS + 1)), ("eval", expected_eval)):
+            seen = Counter(r["step"] for r in rows if r.get("policy") == policy and r.get("kind") == kind)
+            lost += sum(1 for s in steps if seen[s] == 0)
+            duplicated += sum(n - 1 for n in seen.values() if n > 1) + sum(n for s, n in seen.items() if s not in steps)
+    return {"rows_lost": lost, "rows_duplicated": duplicated}
+
+
+def check_outputs(run_dir: Path) -> dict[str, Any]:
+    from transformers import AutoModelForCausalLM
+
+    from mutualrl.see.inspect import inspect_exchange
+
+    info = json.loads((run_dir / "run.json").read_text())
+    policies = [p["name"] for p in info["policies"]]
+    loadable = 0
+    for policy in policies:
+        try:
+            AutoModelForCausalLM.from_pretrained(run_dir / "policies" / policy / "final")
+            loadable += 1
+        except (OSError, ValueError):
+            pass
+    report = inspect_exchange(run_dir / "see")
+    return {**count_rows(run_dir, policies), "models_unloadable": len(policies) - loadable,
+            "see_issues": len(report.issues) + len(report.failures), "status": info["status"]}
+
+
+def is_run(run_dir: Path) -> bool:
+    """A launch got far enough to mark the folder: continue it with --resume (else start it anew)."""
+    return (run_dir / ".mutualrl-run").exists()
+
+
+def trial(index: int, rng: random.Random, out: Path, max_delay_s: float) -> dict[str, Any]:
+    run_dir = (out / f"trial-{index:03d}").resolve()
+    shutil.rmtree(run_dir, ignore_errors=True)
+    logs = out / f"trial-{index:03d}.log"
+    faults: list[str] = []
+    orphans = 0
+    with logs.open("w") as log:
+        for _ in range(rng.choice((1, 2))):
+            launcher = subprocess.Popen(train_command(run_dir, is_run(run_dir)), env=child_env(), stdout=log,
+                                        stderr=subprocess.STDOUT, cwd=ROOT)
+            deadline = time.time() + rng.uniform(0.5, max_delay_s)
+            while time.time() < deadline and launcher.poll() is None:
+                time.sleep(0.05)
+            if launcher.poll() is not None:  # finished (or failed) before the fault
+                break
+            fault = rng.choice(FAULTS)
+            if inject(fault, launcher, run_dir, rng):
+                faults.append(fault)
+            orphans += len(wait_until_gone(run_dir, launcher))
+        final = subprocess.run(train_command(run_dir, is_run(run_dir)), env=child_env(), stdout=log,
+                               stderr=subprocess.STDOUT, cwd=ROOT, timeout=900)
+    result: dict[str, Any] = {"trial": index, "faults": faults, "orphans": orphans, "final_rc": final.returncode}
+    if final.returncode == 0:
+        result.update(check_outputs(run_dir))
+    result["orphans"] += len(processes_of(run_dir))
+    return result
+
+
+def run_trials(trials: int, seed: int, out: Path, max_delay_s: float = 40.0) -> dict[str, Any]:
+    out.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    started = time.time()
+    results = []
+    for index in range(trials):
+        results.append(trial(index, rng, out, max_delay_s))
+        print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+    faults = Counter(f for r in results for f in r["faults"])
+    failed = [r["trial"] for r in results if r["final_rc"] != 0 or r.get("status") != "done"]
+    return {
+        "trials": trials, "seed": seed, "faults_injected": sum(faults.values()), "faults_by_kind": dict(faults),
+        "rows_lost": sum(r.get("rows_lost", 0) for r in results),
+        "rows_duplicated": sum(r.get("rows_duplicated", 0) for r in results),
+        "orphans": sum(r["orphans"] for r in results),
+        "models_unloadable": sum(r.get("models_unloadable", 0) for r in results),
+        "see_issues": sum(r.get("see_issues", 0) for r in results),
+        "failed_trials": failed, "seconds": round(time.time() - started, 1), "per_trial": results,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the fault schedule")
+    parser.add_argument("--max-delay", type=float, default=40.0, help="latest moment of a fault after a launch (s)")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "chaos")
+    args = parser.parse_args()
+    summary = run_trials(args.trials, args.seed, args.out, args.max_delay)
+    print(json.dumps(summary))
+    sys.exit(0 if not summary["failed_trials"] and summary["rows_lost"] == summary["rows_duplicated"] == 0
+             and summary["orphans"] == 0 else 1)
+
+
+if __name__ == "__main__":
+    main()

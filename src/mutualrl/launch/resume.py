@@ -1,0 +1,155 @@
+"""Resuming a stopped run: what may change, where to restart, and rolling the folder back to it.
+
+A run can stop anywhere (Ctrl-C, a killed launcher or worker, a dead node). ``--resume``
+restarts every policy from the last checkpoint *common* to all of them (policies train in
+lock-step through the SEE), or from step 0 when there is none yet, and rolls everything a
+later step produced back to that point: SEE step folders, metric rows, validation results.
+The rows are then produced again by the resumed training, so ``metrics.jsonl`` ends with
+exactly one train row per policy and step.
+
+The run's identity may not change on resume (regime, pool, models, task, seed, learning
+settings): :func:`config_changes` lists every difference and the launcher refuses them.
+Fields that only say how long to train or how to report may change (:data:`MUTABLE_ON_RESUME`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from mutualrl.training.paths import RunPaths, atomic_write_text
+
+# Dotted prefixes a resumed run may change (the rest of the config is the run's identity).
+# `grpo.max_steps` also sets the length of the learning-rate schedule from the resumed step on.
+MUTABLE_ON_RESUME = (
+    "output_dir", "pool.description", "grpo.max_steps", "grpo.logging_steps", "grpo.save_steps",
+    "grpo.save_total_limit", "grpo.report_to", "validation.", "see.barrier_timeout_s", "see.poll_interval_s",
+    "launch.",
+)
+CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+STEP_FOLDER_RE = re.compile(r"^step-(\d+)$")
+# What a run produces while training (removed when a run without any checkpoint starts again).
+TRAINING_OUTPUTS = ("policies", "metrics", "metrics.jsonl", "eval", "status", "summary.json", "comparison.json")
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """``{'a': {'b': 1}}`` -> ``{'a.b': 1}``; policies are keyed by name, so reordering is no change."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(flatten(item, f"{prefix}{key}."))
+        return out
+    if isinstance(value, list) and value and all(isinstance(v, dict) and "name" in v for v in value):
+        return flatten({str(v["name"]): v for v in value}, prefix)
+    return {prefix[:-1]: value}
+
+
+def config_changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(refused, allowed) differences between a run's stored config and the resumed one, as ``field: a -> b``."""
+    old, new = flatten(before), flatten(after)
+    refused, allowed = [], []
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) == new.get(key):
+            continue
+        change = f"{key}: {old.get(key, '<unset>')!r} -> {new.get(key, '<unset>')!r}"
+        policy_free = re.sub(r"^pool\.policies\.[^.]+\.", "", key)  # per-policy grpo fields follow the same rule
+        mutable = any(k == p or (p.endswith(".") and k.startswith(p)) for k in (key, policy_free)
+                      for p in MUTABLE_ON_RESUME)
+        (allowed if mutable else refused).append(change)
+    return refused, allowed
+
+
+def checkpoint_steps(policy_dir: Path) -> set[int]:
+    """Steps of the complete checkpoints in a policy folder (a trainer state is written last)."""
+    if not policy_dir.exists():
+        return set()
+    steps = set()
+    for child in policy_dir.iterdir():
+        match = CHECKPOINT_RE.match(child.name)
+        if match and (child / "trainer_state.json").exists():
+            steps.add(int(match.group(1)))
+    return steps
+
+
+def common_checkpoint(paths: RunPaths, policies: list[str], max_steps: int | None = None) -> int | None:
+    """The last checkpoint step every policy has (not past ``max_steps``), or None."""
+    common: set[int] | None = None
+    for policy in policies:
+        steps = checkpoint_steps(paths.policy_dir(policy))
+        common = steps if common is None else common & steps
+    usable = {s for s in common or () if max_steps is None or max_steps <= 0 or s <= max_steps}
+    return max(usable) if usable else None
+
+
+def clear_training_outputs(paths: RunPaths, see_root: Path) -> None:
+    """Forget every step of a run that has no checkpoint yet (prompts, config and logs stay)."""
+    for name in TRAINING_OUTPUTS:
+        target = paths.root / name
+        if target.is_symlink() or target.is_file():
+            target.unlink()
+        elif target.is_dir():
+            shutil.rmtree(target)
+    if see_root.is_dir():
+        shutil.rmtree(see_root)
+
+
+def rollback_exchange(root: Path, step: int) -> int:
+    """Remove SEE step folders from ``step`` on (the exchange of step k feeds optimizer step k + 1)."""
+    removed = 0
+    if not root.exists():
+        return 0
+    for child in root.iterdir():
+        match = STEP_FOLDER_RE.match(child.name)
+        if match and int(match.group(1)) >= step:
+            shutil.rmtree(child)
+            removed += 1
+    failed = root / "_failed"
+    if failed.exists():
+        shutil.rmtree(failed)
+    return removed
+
+
+def read_rows(path: Path) -> tuple[list[str], int]:
+    """Complete JSON lines of a metrics file, and how many were damaged (a write cut by a kill)."""
+    if not path.exists():
+        return [], 0
+    rows, damaged = [], 0
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            damaged += int(bool(line.strip()))
+            continue
+        if isinstance(obj, dict):
+            rows.append(line)
+    return rows, damaged
+
+
+def rollback_metrics(paths: RunPaths, policies: list[str], step: int) -> int:
+    """Keep each policy's rows up to ``step`` and rebuild ``metrics.jsonl`` from them.
+
+    The per-policy files are the source of truth: the merged file lags them by up to one
+    poll of the launcher, and a killed launcher never merged its last rows. Returns how
+    many rows (after ``step`` or damaged) were dropped.
+    """
+    dropped, merged = 0, []
+    for policy in policies:
+        path = paths.policy_metrics(policy)
+        rows, damaged = read_rows(path)
+        kept = [line for line in rows if int(json.loads(line).get("step", 0)) <= step]
+        dropped += damaged + len(rows) - len(kept)
+        if path.exists():
+            atomic_write_text(path, "".join(f"{line}\n" for line in kept))
+            (path.parent / f".{policy}.merged").write_text(str(path.stat().st_size))
+        merged.extend(kept)
+        # A validation result without its row (killed between the two writes) is run again.
+        logged = {json.loads(line).get("step") for line in kept if json.loads(line).get("kind") == "eval"}
+        for result in (paths.root / "eval" / policy).glob("step-*.json"):
+            if int(result.stem.split("-")[1]) not in logged:
+                result.unlink()
+    merged.sort(key=lambda line: (json.loads(line).get("time", 0.0), json.loads(line).get("step", 0)))
+    atomic_write_text(paths.metrics, "".join(f"{line}\n" for line in merged))
+    return dropped
