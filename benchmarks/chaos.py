@@ -1,7 +1,8 @@
 """Chaos: kill a random process of a short run at a random moment, resume, and check that nothing was lost.
 
 Each trial trains the embedded ``tiny`` pool for a few steps (checkpoints every 2 steps,
-validation every 2) and injects one or two faults, each at a random moment of a launch:
+validation every 2) and injects one or two faults, each at a random moment of a launch
+(during start-up, or a random time into a random training step):
 
 - ``launcher``: SIGKILL of ``mutualrl train`` (its workers must stop by themselves);
 - ``worker``: SIGKILL of one policy worker (the launcher stops the pool and names it);
@@ -142,12 +143,36 @@ def check_outputs(run_dir: Path) -> dict[str, Any]:
             "see_issues": len(report.issues) + len(report.failures), "status": info["status"]}
 
 
+def progress(run_dir: Path) -> int:
+    """The furthest step any policy reported (0 before the workers are up)."""
+    steps = [0]
+    for path in (run_dir / "status").glob("*.json"):
+        try:
+            steps.append(int(json.loads(path.read_text()).get("step", 0)))
+        except (OSError, ValueError):
+            pass
+    return max(steps)
+
+
+def wait_for_moment(rng: random.Random, run_dir: Path, launcher: subprocess.Popen) -> None:
+    """A random moment of a launch: during start-up (planning, loading) or within a random training step."""
+    moment = rng.choice(["startup", *range(STEPS)])
+    if moment == "startup":
+        deadline = time.time() + rng.uniform(0.2, 8.0)
+        while time.time() < deadline and launcher.poll() is None:
+            time.sleep(0.05)
+        return
+    while progress(run_dir) < moment and launcher.poll() is None:
+        time.sleep(0.05)
+    time.sleep(rng.uniform(0.0, 1.5))
+
+
 def is_run(run_dir: Path) -> bool:
     """A launch got far enough to mark the folder: continue it with --resume (else start it anew)."""
     return (run_dir / ".mutualrl-run").exists()
 
 
-def trial(index: int, rng: random.Random, out: Path, max_delay_s: float) -> dict[str, Any]:
+def trial(index: int, rng: random.Random, out: Path) -> dict[str, Any]:
     run_dir = (out / f"trial-{index:03d}").resolve()
     shutil.rmtree(run_dir, ignore_errors=True)
     logs = out / f"trial-{index:03d}.log"
@@ -157,9 +182,7 @@ def trial(index: int, rng: random.Random, out: Path, max_delay_s: float) -> dict
         for _ in range(rng.choice((1, 2))):
             launcher = subprocess.Popen(train_command(run_dir, is_run(run_dir)), env=child_env(), stdout=log,
                                         stderr=subprocess.STDOUT, cwd=ROOT)
-            deadline = time.time() + rng.uniform(0.5, max_delay_s)
-            while time.time() < deadline and launcher.poll() is None:
-                time.sleep(0.05)
+            wait_for_moment(rng, run_dir, launcher)
             if launcher.poll() is not None:  # finished (or failed) before the fault
                 break
             fault = rng.choice(FAULTS)
@@ -175,13 +198,13 @@ def trial(index: int, rng: random.Random, out: Path, max_delay_s: float) -> dict
     return result
 
 
-def run_trials(trials: int, seed: int, out: Path, max_delay_s: float = 40.0) -> dict[str, Any]:
+def run_trials(trials: int, seed: int, out: Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     started = time.time()
     results = []
     for index in range(trials):
-        results.append(trial(index, rng, out, max_delay_s))
+        results.append(trial(index, rng, out))
         print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     faults = Counter(f for r in results for f in r["faults"])
     failed = [r["trial"] for r in results if r["final_rc"] != 0 or r.get("status") != "done"]
@@ -200,10 +223,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault schedule")
-    parser.add_argument("--max-delay", type=float, default=40.0, help="latest moment of a fault after a launch (s)")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "chaos")
     args = parser.parse_args()
-    summary = run_trials(args.trials, args.seed, args.out, args.max_delay)
+    summary = run_trials(args.trials, args.seed, args.out)
     print(json.dumps(summary))
     sys.exit(0 if not summary["failed_trials"] and summary["rows_lost"] == summary["rows_duplicated"] == 0
              and summary["orphans"] == 0 else 1)

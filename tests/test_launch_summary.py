@@ -46,3 +46,16 @@ def test_summary_and_comparison_print_every_group():
     assert "-9.50 → -1.25" in text and "12" in text
     assert "+0.600" in text and "-0.050" in text and "+0.700" in text
     assert "mutualrl plot runs/sgt runs/standalone" in text
+
+
+def test_trained_steps_come_from_the_trainer_state_not_the_logged_rows(tmp_path):
+    import json
+
+    from mutualrl.launch.summary import trained_steps
+    from mutualrl.training.paths import RunPaths
+
+    paths = RunPaths(tmp_path)
+    assert trained_steps(paths, "a", logged=0) == 0  # no final state yet: what was logged
+    paths.final_model("a").mkdir(parents=True)
+    (paths.final_model("a") / "trainer_state.json").write_text(json.dumps({"global_step": 4}))
+    assert trained_steps(paths, "a", logged=0) == 4  # logging_steps > max_steps logs no row

@@ -147,6 +147,8 @@ def train_one(options: TrainOptions, console: Console) -> int:
         return 0
 
     check_run_dir(paths, options)  # refuses before anything is written
+    if options.resume and paths.config.exists():
+        resume_changes(paths, config)
     with RunLock(paths.root).acquire("resume" if options.resume else "train into") as lock:
         mark_interrupted(paths)
         if options.overwrite and not options.resume:
@@ -315,20 +317,28 @@ def processes_from_plan(plan: Any, paths: RunPaths, resume_step: int | None) -> 
     return processes
 
 
+def resume_changes(paths: RunPaths, config: RunConfig) -> list[str]:
+    """The allowed differences between the stored config and ``config``; refuses any other one."""
+    from mutualrl.launch.resume import config_changes
+    from mutualrl.training.worker import load_resolved_config
+
+    refused, allowed = config_changes(to_plain(load_resolved_config(paths)), to_plain(config))
+    if refused:
+        raise UsageError(f"--resume: {paths.root} was started with other settings; these may not change on resume "
+                         f"(start a new run with --output-dir instead): {'; '.join(refused)}")
+    return allowed
+
+
 def prepare_resume(paths: RunPaths, config: RunConfig, console: Console) -> tuple[RunConfig, int | None]:
     """Check the resumed config against the stored one and roll the folder back to the restart step.
 
     Returns the config to run (the stored one with the allowed changes) and the last
     checkpoint step common to every policy, or None when there is none yet (start from 0).
     """
-    from mutualrl.launch.resume import common_checkpoint, config_changes, rollback_exchange, rollback_metrics
-    from mutualrl.training.worker import exchange_root, load_resolved_config
+    from mutualrl.launch.resume import common_checkpoint, rollback_exchange, rollback_metrics
+    from mutualrl.training.worker import exchange_root
 
-    stored = load_resolved_config(paths)
-    refused, allowed = config_changes(to_plain(stored), to_plain(config))
-    if refused:
-        raise UsageError(f"--resume: {paths.root} was started with other settings; these may not change on resume "
-                         f"(start a new run with --output-dir instead): {'; '.join(refused)}")
+    allowed = resume_changes(paths, config)
     if allowed:
         console.print(f"resume: changed {'; '.join(allowed)}", highlight=False)
         atomic_write_text(paths.config, f"# resolved from {read_source(paths) or 'resume'}\n"

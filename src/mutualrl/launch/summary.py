@@ -25,6 +25,14 @@ def read_metric_lines(paths: RunPaths) -> list[dict[str, Any]]:
     return lines
 
 
+def trained_steps(paths: RunPaths, policy: str, logged: int) -> int:
+    """Optimizer steps from the trainer's final state (logged rows miss steps when logging_steps > 1)."""
+    try:
+        return int(json.loads((paths.final_model(policy) / "trainer_state.json").read_text())["global_step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return logged
+
+
 #: Rescue log-probs are averaged over this many logged steps at each end of the run.
 RESCUE_WINDOW = 10
 
@@ -39,7 +47,7 @@ def summarise(paths: RunPaths, config: RunConfig, outcome: Any) -> dict[str, Any
                  and "reward_mean" in l]
         entry: dict[str, Any] = {
             "model": policy.model,
-            "steps": max((l["step"] for l in train), default=0),
+            "steps": trained_steps(paths, policy.name, max((l["step"] for l in train), default=0)),
             "eval_before": evals[0]["eval/reward@1"] if evals else None,
             "eval_before_step": evals[0]["step"] if evals else None,
             "eval_after": evals[-1]["eval/reward@1"] if evals else None,

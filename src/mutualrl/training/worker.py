@@ -151,6 +151,8 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     trainer.save_model(str(paths.final_model(policy_name)))
     if trainer.accelerator.is_main_process:
         tokenizer.save_pretrained(str(paths.final_model(policy_name)))
+        # The steps actually trained, for the summary (logged rows depend on logging_steps).
+        trainer.state.save_to_json(str(paths.final_model(policy_name) / "trainer_state.json"))
 
 
 def checkpoint_reached_max_steps(checkpoint: str, max_steps: int) -> bool:

@@ -1,0 +1,159 @@
+"""Bad input: a one-line error naming the option or field, a non-zero exit, no traceback, nothing written."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from mutualrl.cli.main import run
+from mutualrl.config.typed import to_plain
+from mutualrl.launch.run import TrainOptions, resolve_config
+from mutualrl.launch.run_lock import RUN_MARKER
+
+
+def snapshot(root: Path) -> dict[str, tuple[int, float]]:
+    return {str(p.relative_to(root)): (p.lstat().st_size, p.lstat().st_mtime) for p in root.rglob("*")}
+
+
+def run_cli(argv: list[str], capsys) -> tuple[int, str]:
+    code = run(argv)
+    captured = capsys.readouterr()
+    return code, captured.err
+
+
+def assert_one_line_error(code: int, err: str, *needles: str, exit_code: int = 2) -> None:
+    assert code == exit_code, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error:") and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in lines[0], err
+
+
+@pytest.fixture()
+def workdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("user data\n")
+    return tmp_path
+
+
+BAD_INPUTS = [
+    (["train", "--max-steps", "-5"], ["--max-steps"]),
+    (["train", "--max-steps", "0"], ["--max-steps"]),
+    (["train", "--seed", "-1"], ["--seed"]),
+    (["train", "--set", "grpo.learning_rate=-1"], ["grpo.learning_rate", "> 0"]),
+    (["train", "--set", "grpo.learning_rate=[x]"], ["grpo.learning_rate"]),
+    (["train", "--set", "grpo.num_generations=1"], ["grpo.num_generations"]),
+    (["train", "--set", "grpo.no_such_field=1"], ["grpo.no_such_field"]),
+    (["train", "--set", "see.barrier_timeout_s=-3"], ["see.barrier_timeout_s"]),
+    (["train", "--set", "regime.sgt.lam=-1"], ["regime.sgt.lam"]),
+    (["train", "--set", "launch.main_process_port=70000"], ["launch.main_process_port"]),
+    (["train", "--set", "validation.every_steps=-1"], ["validation.every_steps"]),
+    (["train", "--set", "output_dir=runs/{nope}"], ["output_dir", "{pool}"]),
+    (["train", "--set", "nonsense"], ["KEY=VALUE"]),
+    (["train", "--pool", "/dev/null"], ["/dev/null"]),
+    (["train", "--pool", "no-such-pool"], ["no-such-pool"]),
+    (["train", "--regime", "banana"], ["--regime", "banana"]),
+    (["train", "-o", "a-file"], ["a-file", "not a folder"]),
+    (["train", "-o", "a-file/run"], ["a-file", "not a folder"]),
+    (["train", "--device-map", "tiny-bpe"], ["--device-map"]),
+    (["train", "--device-map", "tiny-bpe=x"], ["--device-map"]),
+    (["train", "--gpus", "-1"], ["--gpus"]),
+    (["train", "--no-such-option"], ["--no-such-option"]),
+    (["eval", "--device", "banana"], ["--device", "banana"]),
+    (["eval", "--max-new-tokens", "-3"], ["--max-new-tokens"]),
+    (["eval", "--batch-size", "0"], ["--batch-size"]),
+    (["eval", "--limit", "0"], ["--limit"]),
+    (["eval", "-o", "a-file/out.json"], ["a-file"]),
+    (["thl-check", "--seed", "-1"], ["--seed"]),
+    (["see", "inspect", "a-file"], ["a-file"]),
+    (["see", "inspect", "missing-folder"], ["missing-folder"]),
+    (["plot", ".", "--out", "a-file/plots"], ["a-file"]),
+    (["plot", ".", "--smooth", "2"], ["--smooth"]),
+    (["complementarity", "--buckets", "0"], ["--buckets"]),
+]
+
+
+@pytest.mark.parametrize("argv,needles", BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
+def test_bad_input_is_one_line_with_nothing_written(workdir, capsys, argv, needles):
+    before = snapshot(workdir)
+    code, err = run_cli(argv, capsys)
+    assert code != 0
+    assert_one_line_error(code, err, *needles, exit_code=code)
+    assert code in (1, 2)
+    assert snapshot(workdir) == before
+
+
+def test_braces_in_the_output_folder_are_literal(workdir, capsys):
+    assert run(["train", "-o", "my{run}", "--dry-run"]) == 0
+    assert (workdir / "my{run}").is_dir()
+
+
+def _stored_run(folder: Path, regime: str = "sgt") -> Path:
+    """A run folder as `mutualrl train` leaves it once prepared (config.yaml, run.json, marker)."""
+    config, source = resolve_config(TrainOptions(output_dir=folder, regime=regime, max_steps=4))
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(f"# resolved from {source}\n" + yaml.safe_dump(to_plain(config)))
+    (folder / "run.json").write_text('{"status": "running"}')
+    (folder / RUN_MARKER).write_text("{}")
+    return folder
+
+
+def test_resume_refuses_another_regime_or_seed_and_lists_each(workdir, capsys):
+    run_dir = _stored_run(workdir / "run")
+    before = snapshot(workdir)
+    code, err = run_cli(["train", "-o", "run", "--resume", "--regime", "xgrpo", "--seed", "7"], capsys)
+    assert_one_line_error(code, err, "may not change", "regime.name: 'sgt' -> 'xgrpo'", "grpo.seed: 42 -> 7")
+    assert snapshot(workdir) == before
+    code, err = run_cli(["train", "-o", "run", "--resume", "--pool", "2qwen"], capsys)
+    assert_one_line_error(code, err, "pool 'tiny'", "not '2qwen'")
+    assert run_dir.is_dir()
+
+
+def test_overwrite_refuses_a_folder_that_is_not_a_run(workdir, capsys):
+    folder = workdir / "mine"
+    folder.mkdir()
+    (folder / "thesis.tex").write_text("precious")
+    code, err = run_cli(["train", "-o", "mine", "--overwrite"], capsys)
+    assert_one_line_error(code, err, "not a mutualrl run folder", "nothing was deleted")
+    assert (folder / "thesis.tex").read_text() == "precious"
+    code, err = run_cli(["train", "-o", "mine"], capsys)
+    assert_one_line_error(code, err, "already exists")
+
+
+def test_resume_refuses_a_symlink_out_of_the_run_folder(workdir, capsys):
+    run_dir = _stored_run(workdir / "run")
+    (run_dir / "metrics").mkdir()
+    (run_dir / "metrics" / "tiny-bpe.jsonl").symlink_to(workdir / "a-file")
+    code, err = run_cli(["train", "-o", "run", "--resume"], capsys)
+    assert_one_line_error(code, err, "symlink pointing outside", "tiny-bpe.jsonl")
+    assert (workdir / "a-file").read_text() == "user data\n"
+
+
+def test_a_live_run_is_refused_naming_its_holder_and_a_dead_holder_is_taken_over(workdir, capsys):
+    run_dir = _stored_run(workdir / "run")
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from mutualrl.launch.run_lock import RunLock; "
+        f"RunLock({str(run_dir)!r}).acquire('test'); print('held', flush=True); time.sleep(60)")],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        for argv in (["train", "-o", "run", "--resume"], ["train", "-o", "run", "--overwrite"]):
+            code, err = run_cli(argv, capsys)
+            assert_one_line_error(code, err, "the run is live", f"pid {holder.pid}")
+        assert (run_dir / "config.yaml").exists()  # --overwrite deleted nothing
+    finally:
+        holder.kill()
+        holder.wait()
+    from mutualrl.launch.run_lock import RunLock
+
+    started = time.time()
+    with RunLock(run_dir).acquire("test", wait_for_orphans_s=5) as lock:  # the dead holder's lock is free
+        assert lock.fd is not None
+    assert time.time() - started < 5
