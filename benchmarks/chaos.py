@@ -79,8 +79,12 @@ def kill(pid: int, sig: int) -> None:
 
 
 def inject(fault: str, launcher: subprocess.Popen, run_dir: Path, rng: random.Random) -> bool:
-    """Apply ``fault``; False when there was nothing to hit (no worker running yet)."""
+    """Apply ``fault``; False when there was nothing to hit (the launch ended first)."""
     workers = [p for p in processes_of(run_dir) if p != launcher.pid]
+    deadline = time.time() + 30
+    while fault == "worker" and not workers and launcher.poll() is None and time.time() < deadline:
+        time.sleep(0.05)  # a worker fault during start-up hits the first worker to appear
+        workers = [p for p in processes_of(run_dir) if p != launcher.pid]
     if fault == "launcher":
         kill(launcher.pid, signal.SIGKILL)
     elif fault == "interrupt":
