@@ -206,6 +206,11 @@ class SEESettings:
     barrier_timeout_s: float = field(
         default=1800.0, metadata={"gt": 0, "help": "Seconds to wait for every peer's records of a step before failing."}
     )
+    peer_timeout_s: float = field(
+        default=300.0,
+        metadata={"gt": 0, "help": "The launcher stops the pool, naming the policy, when a policy process sends no "
+                  "heartbeat (every few seconds, also mid-step) for this long: hung or stopped, though alive."},
+    )
     poll_interval_s: float = field(default=0.02, metadata={"gt": 0, "help": "Barrier polling interval in seconds."})
     retention_steps: int | None = field(
         default=16, metadata={"ge": 1, "help": "Keep only the last N steps of records on disk (None: keep everything)."}

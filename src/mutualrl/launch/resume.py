@@ -26,8 +26,8 @@ from mutualrl.training.paths import RunPaths, atomic_write_text
 # `grpo.max_steps` also sets the length of the learning-rate schedule from the resumed step on.
 MUTABLE_ON_RESUME = (
     "output_dir", "pool.description", "grpo.max_steps", "grpo.logging_steps", "grpo.save_steps",
-    "grpo.save_total_limit", "grpo.report_to", "validation.", "see.barrier_timeout_s", "see.poll_interval_s",
-    "launch.",
+    "grpo.save_total_limit", "grpo.report_to", "validation.", "see.barrier_timeout_s", "see.peer_timeout_s",
+    "see.poll_interval_s", "launch.",
 )
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 STEP_FOLDER_RE = re.compile(r"^step-(\d+)$")

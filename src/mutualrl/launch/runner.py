@@ -28,6 +28,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from mutualrl.see.liveness import freshest_heartbeat_age
 from mutualrl.training.paths import RunPaths
 from mutualrl.training.watchdog import LAUNCHER_PID_ENV
 
@@ -94,9 +95,11 @@ class MetricsMerger:
 class PoolRunner:
     def __init__(self, processes: Sequence[PolicyProcess], paths: RunPaths, see_root: Path,
                  stall_timeout_s: float, grace_s: float = 60.0, poll_s: float = 0.5,
-                 console: Console | None = None, inherit_fds: Sequence[int] = (), max_steps: int | None = None):
+                 console: Console | None = None, inherit_fds: Sequence[int] = (), max_steps: int | None = None,
+                 peer_timeout_s: float | None = None):
         self.procs = list(processes)
         self.max_steps = max_steps  # shown until a worker reports its own total
+        self.peer_timeout_s = peer_timeout_s  # heartbeat silence that stops the pool (None: not watched)
         self.inherit_fds = tuple(inherit_fds)  # the run lock: held while any worker lives
         self.paths = paths
         self.see_root = see_root
@@ -169,10 +172,10 @@ class PoolRunner:
                                 proc.returncode = rc
                                 if rc != 0 and failure is None:
                                     failure = (proc.name, describe_exit(rc))
-                        if (failure is None and proc.returncode is None
-                                and now - proc.last_progress > self.stall_timeout_s):
-                            failure = (proc.name, f"made no progress for {self.stall_timeout_s:.0f}s (stalled)")
-                            self.terminate([proc], signal.SIGKILL)
+                        if failure is None and proc.returncode is None:
+                            failure = self._silent_or_stalled(proc, now, started)
+                            if failure is not None:
+                                self.terminate([proc], signal.SIGKILL)
                     if not live and now - last_plain > 30:
                         last_plain = now
                         self.console.print(" | ".join(lines), highlight=False)
@@ -189,6 +192,17 @@ class PoolRunner:
                               seconds=time.time() - started)
         self.merger.poll()
         return RunOutcome(True, {p.name: p.returncode for p in self.procs}, seconds=time.time() - started)
+
+    def _silent_or_stalled(self, proc: PolicyProcess, now: float, started: float) -> tuple[str, str] | None:
+        """A live process that stopped beating (hung, stopped) or stopped making progress: (policy, reason)."""
+        if self.peer_timeout_s is not None:
+            age = freshest_heartbeat_age(self.see_root, proc.name, since=started, now=now)
+            if age is not None and age > self.peer_timeout_s:
+                return proc.name, (f"sent no heartbeat for {age:.0f}s (see.peer_timeout_s={self.peer_timeout_s:g}): "
+                                   "alive but hung or stopped")
+        if now - proc.last_progress > self.stall_timeout_s:
+            return proc.name, f"made no progress for {self.stall_timeout_s:.0f}s (stalled)"
+        return None
 
     def _handle_failure(self, policy: str, reason: str, started: float) -> RunOutcome:
         from mutualrl.see.exchange import mark_failed

@@ -114,6 +114,9 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
             poll_interval_s=config.see.poll_interval_s, retention_steps=config.see.retention_steps,
             provenance={"model": policy.model, "tokenizer": policy.tokenizer or policy.model},
         )
+        from mutualrl.see.liveness import start_heartbeat_thread
+
+        start_heartbeat_thread(exchange)  # beats through long steps: silence means stopped or frozen
     regime = make_regime_adapter(config, policy_name, exchange)
 
     validation = ValidationCallback(

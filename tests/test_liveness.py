@@ -1,0 +1,64 @@
+"""Liveness: heartbeats beat through long steps; a stopped (alive, not progressing) policy stops the pool by name."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from mutualrl.see.exchange import ExperienceExchange
+from mutualrl.see.liveness import freshest_heartbeat_age, start_heartbeat_thread
+
+
+def test_heartbeat_thread_keeps_the_age_small_and_old_beats_do_not_count(tmp_path):
+    exchange = ExperienceExchange(tmp_path, run_id="r", policy="a", world_size=2, rank=1)
+    assert freshest_heartbeat_age(tmp_path, "a") is None
+    start_heartbeat_thread(exchange, interval_s=0.05)
+    time.sleep(0.3)
+    age = freshest_heartbeat_age(tmp_path, "a")
+    assert age is not None and age < 0.5
+    beat = next((tmp_path / "_heartbeat").iterdir())
+    os.utime(beat, (time.time() - 100, time.time() - 100))
+    now = time.time()
+    assert freshest_heartbeat_age(tmp_path, "a", now=now) >= 99
+    assert freshest_heartbeat_age(tmp_path, "a", since=now - 10, now=now) is None  # a previous launch's beat
+    assert freshest_heartbeat_age(tmp_path, "b") is None
+
+
+@pytest.mark.slow
+def test_a_stopped_policy_stops_the_pool_naming_it_long_before_the_barrier_timeout(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from e2e_helpers import child_env, train_command, write_recipe
+    from tiny_models import build_tiny_lm
+
+    pool = {"bpe": build_tiny_lm("gpt2", tmp_path / "bpe", seed=1),
+            "sp": build_tiny_lm("mistral-sp", tmp_path / "sp", seed=2, arch="qwen2")}
+    recipe = write_recipe(tmp_path / "r.yaml", pool, regime="sgt", steps=200,
+                          extra={"see.barrier_timeout_s": 600, "see.peer_timeout_s": 8, "validation.at_start": False})
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(train_command(recipe, run_dir), env=child_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    status = run_dir / "status" / "sp.json"
+    deadline = time.time() + 180
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            if json.loads(status.read_text()).get("step", 0) >= 2:
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    pid = json.loads(status.read_text())["pid"]
+    os.kill(pid, signal.SIGSTOP)  # alive, holding its place, doing nothing
+    stopped = time.time()
+    out, _ = proc.communicate(timeout=180)
+    assert proc.returncode != 0
+    assert time.time() - stopped < 60, "must not wait for the 600 s barrier timeout"
+    assert "policy sp failed" in out and "no heartbeat" in out and "peer_timeout_s" in out, out[-2000:]
+    assert not os.path.exists(f"/proc/{pid}") or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
