@@ -135,3 +135,38 @@ def test_rows_of_any_kind_keep_their_step_order_when_times_tie(tmp_path: Path):
     paths.policy_metrics("a").write_text("\n".join(rows) + "\n")
     assert rollback_metrics(paths, ["a"], step=1) == 0
     assert [json.loads(line)["step"] for line in paths.metrics.read_text().splitlines()] == [0, 1]
+
+
+def _real_checkpoint(paths: RunPaths, policy: str, step: int) -> Path:
+    import torch
+    from safetensors.torch import save_file
+
+    folder = paths.policy_dir(policy) / f"checkpoint-{step}"
+    folder.mkdir(parents=True)
+    save_file({"w": torch.ones(64, 64)}, str(folder / "model.safetensors"))
+    torch.save({"state": torch.zeros(32)}, folder / "optimizer.pt")
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    return folder
+
+
+def test_a_checkpoint_cut_short_is_named_and_the_previous_one_is_used(tmp_path):
+    from mutualrl.launch.resume import checkpoint_problem
+
+    paths = RunPaths(tmp_path)
+    for policy in ("a", "b"):
+        for step in (2, 4):
+            _real_checkpoint(paths, policy, step)
+    assert checkpoint_problem(paths.policy_dir("a") / "checkpoint-4") is None
+    model = paths.policy_dir("b") / "checkpoint-4" / "model.safetensors"
+    with model.open("r+b") as fh:  # a full disk stopped the write half-way
+        fh.truncate(model.stat().st_size // 2)
+    damaged: list[str] = []
+    assert common_checkpoint(paths, ["a", "b"], damaged=damaged) == 2
+    assert len(damaged) == 1 and str(model) in damaged[0] and "truncated" in damaged[0]
+
+    optimizer = paths.policy_dir("a") / "checkpoint-2" / "optimizer.pt"
+    optimizer.write_bytes(optimizer.read_bytes()[:100])
+    assert "optimizer.pt: damaged" in checkpoint_problem(optimizer.parent)
+    (paths.policy_dir("a") / "checkpoint-2" / "trainer_state.json").write_text('{"global_st')
+    assert "trainer_state.json: unreadable" in checkpoint_problem(optimizer.parent)
+    assert common_checkpoint(paths, ["a", "b"]) is None  # nothing intact: start again from step 0

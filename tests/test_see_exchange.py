@@ -462,3 +462,30 @@ def test_from_recipe_settings(tmp_path):
         SEESettings(dir=str(tmp_path / "nfs")), tmp_path, run_id="r", policy="a", rank=1, world_size=2
     )
     assert shared.root == tmp_path / "nfs" and (shared.rank, shared.world_size) == (1, 2)
+
+
+def test_a_full_disk_mid_publish_names_the_file_and_leaves_earlier_steps_intact(tmp_path, monkeypatch):
+    import errno
+
+    from mutualrl.see import files
+
+    writer, reader = exchange(tmp_path, "b"), exchange(tmp_path, "a")
+    writer.publish(0, synthetic_batch(6, 2, 8, 48, seed=5))
+    real_write, written = files.HashingSink.write, []
+
+    def write_until_full(self, data):
+        if written:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        written.append(len(data))
+        return real_write(self, data)
+
+    monkeypatch.setattr(files.HashingSink, "write", write_until_full)
+    with pytest.raises(OSError) as info:
+        writer.publish(1, synthetic_batch(6, 2, 8, 48, seed=6))
+    assert info.value.errno == errno.ENOSPC and "step-000001" in str(info.value)
+    monkeypatch.undo()
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and ".tmp" in p.name]  # no half-written file left
+    assert reader.read(0, "b").num_rows == 12  # the last good step reads and verifies
+    report = inspect_exchange(tmp_path)  # step 0 clean; step 1 only "not committed" (resume rolls it back)
+    assert not report.cells[0]["b"].corrupt_ranks
+    assert [(i.step, "stopped" in i.message) for i in report.issues] == [(1, True)]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -74,14 +75,55 @@ def checkpoint_steps(policy_dir: Path) -> set[int]:
     return steps
 
 
-def common_checkpoint(paths: RunPaths, policies: list[str], max_steps: int | None = None) -> int | None:
-    """The last checkpoint step every policy has (not past ``max_steps``), or None."""
+def checkpoint_problem(folder: Path) -> str | None:
+    """Why a checkpoint cannot be resumed from (a file cut short by a full disk or a crash), or None.
+
+    Cheap structural checks, no tensor is read: the trainer state parses, every safetensors
+    file is as long as its header says, every torch file's zip directory is readable.
+    """
+    try:
+        json.loads((folder / "trainer_state.json").read_text())
+    except (OSError, ValueError) as err:
+        return f"{folder / 'trainer_state.json'}: unreadable ({err})"
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with path.open("rb") as fh:
+                header_len = int.from_bytes(fh.read(8), "little")
+                header = json.loads(fh.read(header_len))
+            ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
+            expected = 8 + header_len + max(ends, default=0)
+        except (OSError, ValueError, KeyError, TypeError, IndexError):
+            return f"{path}: damaged safetensors header"
+        if path.stat().st_size < expected:
+            return f"{path}: truncated ({path.stat().st_size} of {expected} bytes)"
+    for path in sorted(folder.glob("*.pt")) + sorted(folder.glob("*.pth")) + sorted(folder.glob("*.bin")):
+        try:
+            with zipfile.ZipFile(path) as archive:
+                archive.infolist()
+        except (OSError, zipfile.BadZipFile) as err:
+            return f"{path}: damaged ({err})"
+    return None
+
+
+def common_checkpoint(paths: RunPaths, policies: list[str], max_steps: int | None = None,
+                      damaged: list[str] | None = None) -> int | None:
+    """The last checkpoint step every policy has intact (not past ``max_steps``), or None.
+
+    Damaged checkpoints are skipped (an earlier common one is used) and described in ``damaged``.
+    """
     common: set[int] | None = None
     for policy in policies:
         steps = checkpoint_steps(paths.policy_dir(policy))
         common = steps if common is None else common & steps
-    usable = {s for s in common or () if max_steps is None or max_steps <= 0 or s <= max_steps}
-    return max(usable) if usable else None
+    usable = sorted((s for s in common or () if max_steps is None or max_steps <= 0 or s <= max_steps), reverse=True)
+    for step in usable:
+        problems = [p for p in (checkpoint_problem(paths.policy_dir(name) / f"checkpoint-{step}") for name in policies)
+                    if p is not None]
+        if not problems:
+            return step
+        if damaged is not None:
+            damaged.extend(problems)
+    return None
 
 
 def clear_training_outputs(paths: RunPaths, see_root: Path) -> None:

@@ -344,7 +344,10 @@ def prepare_resume(paths: RunPaths, config: RunConfig, console: Console) -> tupl
         atomic_write_text(paths.config, f"# resolved from {read_source(paths) or 'resume'}\n"
                           + yaml.safe_dump(to_plain(config), sort_keys=False))
     policies = [p.name for p in config.pool.policies]
-    step = common_checkpoint(paths, policies, config.grpo.get("max_steps"))
+    damaged: list[str] = []
+    step = common_checkpoint(paths, policies, config.grpo.get("max_steps"), damaged)
+    for problem in damaged:
+        console.print(f"[yellow]warning:[/] skipping a damaged checkpoint: {problem}", highlight=False)
     if step is None:
         console.print("resume: no checkpoint common to every policy yet: starting again from step 0", highlight=False)
         return config, None

@@ -160,11 +160,13 @@ def write_atomic(final: Path, write: Callable[[HashingSink], None], *, durable: 
         finally:
             os.close(fd)
         commit_rename(tmp, final)
-    except BaseException:
+    except BaseException as err:
         try:
             tmp.unlink()
         except FileNotFoundError:
             pass
+        if isinstance(err, OSError) and err.filename is None:  # e.g. ENOSPC from write(): say where
+            raise OSError(err.errno, err.strerror or str(err), str(final)) from err
         raise
     if durable:
         fsync_dir(final.parent)
