@@ -48,6 +48,8 @@ def check_output_path(path: Path, option: str, kind: str = "file") -> Path:
 
     An existing entry of the other kind, or an existing file among its parents, is a usage error.
     """
+    if not str(path).strip() or str(path) == ".":
+        raise UsageError(f"{option}: empty path; name a {kind}")
     path = Path(path)
     if path.exists() and kind == "folder" and not path.is_dir():
         raise UsageError(f"{option} {path}: exists and is not a folder")

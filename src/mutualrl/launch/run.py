@@ -81,7 +81,20 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
         if options.pool is not None and recipe_pool != loaded.config.pool.name:
             raise UsageError(f"--resume: {stored.parent} is a run of pool {loaded.config.pool.name!r}, not "
                              f"{recipe_pool!r}; drop --pool to continue it, or start a new run with --output-dir")
+    check_task(loaded.config)
     return loaded.config, loaded.source
+
+
+def check_task(config: RunConfig) -> None:
+    """The task and its splits exist: a typo fails here, not in every worker after the launch."""
+    from mutualrl.tasks.registry import get_task
+
+    task = get_task(config.task.name)
+    for field_name in ("train_split", "eval_split"):
+        split = getattr(config.task, field_name)
+        if task.splits and split not in task.splits:
+            raise UsageError(f"task.{field_name}: task {config.task.name!r} has no split {split!r}; "
+                             f"it has: {', '.join(task.splits)}")
 
 
 def run_dir_for(config: RunConfig) -> Path:
