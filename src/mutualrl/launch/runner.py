@@ -205,7 +205,7 @@ class PoolRunner:
         return None
 
     def _handle_failure(self, policy: str, reason: str, started: float) -> RunOutcome:
-        from mutualrl.see.exchange import mark_failed
+        from mutualrl.see.liveness import mark_failed
 
         failed = next(p for p in self.procs if p.name == policy)
         try:

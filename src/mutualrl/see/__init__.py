@@ -22,14 +22,9 @@ from mutualrl.see.errors import (
     SEEPeerError,
     ShardMissingError,
 )
-from mutualrl.see.exchange import (
-    ExperienceExchange,
-    ShardInfo,
-    clear_failure,
-    load_shard,
-    mark_failed,
-    read_failure,
-)
+from mutualrl.see.exchange import ExperienceExchange
+from mutualrl.see.liveness import clear_failure, mark_failed, read_failure
+from mutualrl.see.shards import ShardInfo, load_shard
 from mutualrl.see.provenance import collect_provenance
 from mutualrl.see.schema import (
     COLUMNS,

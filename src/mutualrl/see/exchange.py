@@ -22,7 +22,6 @@ import os
 import socket
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,156 +29,27 @@ import pyarrow as pa
 
 from mutualrl.errors import UsageError
 from mutualrl.see import files
-from mutualrl.see.errors import (
-    CorruptShardError,
-    PeerFailedError,
-    PeerTimeoutError,
-    SchemaMismatchError,
-    ShardMissingError,
+from mutualrl.see.errors import PeerFailedError, ShardMissingError
+from mutualrl.see.files import CHECKSUM_ALGORITHM
+from mutualrl.see.liveness import (  # noqa: F401 - re-exported: the exchange's failure markers
+    barrier_timeout_error,
+    clear_failure,
+    heartbeat_ages,
+    mark_failed,
+    read_failure,
 )
-from mutualrl.see.files import CHECKSUM_ALGORITHM, MANIFEST_RE
 from mutualrl.see.provenance import refresh_provenance
-from mutualrl.see.schema import COLUMNS, ROLLOUT_SCHEMA, SCHEMA_VERSION, RolloutBatch, ShardMetadata
+from mutualrl.see.schema import COLUMNS, SCHEMA_VERSION, RolloutBatch, ShardMetadata
+from mutualrl.see.shards import (  # noqa: F401 - re-exported: what readers of the exchange use
+    ShardInfo,
+    complete_shards,
+    load_shard,
+    read_manifest,
+    scan_committed,
+    shard_info_from_manifest,
+)
 
 _COMPRESSIONS = (None, "lz4", "zstd")
-
-
-@dataclass(frozen=True)
-class ShardInfo:
-    """A committed shard, as described by its manifest."""
-
-    policy: str
-    step: int
-    rank: int
-    world_size: int
-    data_path: Path
-    manifest_path: Path
-    rows: int
-    bytes: int
-    checksum: str
-    schema_version: int
-    run_id: str
-    published_at: float
-    provenance: dict[str, Any] = field(default_factory=dict, compare=False)
-
-
-def read_manifest(path: Path) -> dict[str, Any]:
-    """Parse a committed manifest; :class:`CorruptShardError` if it is unreadable or incomplete."""
-    try:
-        data = json.loads(path.read_bytes())
-        for key in ("schema_version", "run_id", "policy", "step", "rank", "world_size", "rows", "bytes", "checksum"):
-            data[key]  # noqa: B018 - presence check
-    except FileNotFoundError:
-        raise
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise CorruptShardError(
-            f"SEE manifest {path} is unreadable ({type(err).__name__}: {err}); the shard cannot be trusted",
-            path=path,
-            problem="unreadable",
-        ) from None
-    return data
-
-
-def shard_info_from_manifest(path: Path, manifest: dict[str, Any]) -> ShardInfo:
-    return ShardInfo(
-        policy=manifest["policy"],
-        step=int(manifest["step"]),
-        rank=int(manifest["rank"]),
-        world_size=int(manifest["world_size"]),
-        data_path=path.with_name(manifest.get("data_file") or path.name.replace(".manifest.json", ".arrow")),
-        manifest_path=path,
-        rows=int(manifest["rows"]),
-        bytes=int(manifest["bytes"]),
-        checksum=str(manifest["checksum"]),
-        schema_version=int(manifest["schema_version"]),
-        run_id=str(manifest["run_id"]),
-        published_at=float(manifest.get("published_at", 0.0)),
-        provenance=manifest.get("provenance") or {},
-    )
-
-
-def read_failure(root: Path | str, policy: str) -> dict[str, Any] | None:
-    """The failure marker of ``policy`` (``None`` if there is none). An unreadable marker still counts as a failure."""
-    path = files.failure_path(Path(root), policy)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    try:
-        marker = json.loads(raw)
-        if not isinstance(marker, dict):
-            raise ValueError("not an object")
-    except ValueError:
-        marker = {"policy": policy, "reason": f"unreadable failure marker {path}"}
-    return marker
-
-
-def mark_failed(
-    root: Path | str,
-    policy: str,
-    reason: str,
-    *,
-    run_id: str | None = None,
-    rank: int | None = None,
-    step: int | None = None,
-) -> Path:
-    """Leave a failure marker for ``policy`` so its peers stop waiting at the barrier at once.
-
-    Called by a policy process that hits a fatal error, and by the launcher when it sees a
-    policy process die. The first marker of a run wins (it usually holds the root cause, e.g.
-    the process's own exception rather than the launcher's "exited with code 1"); a marker
-    left by another ``run_id`` is replaced.
-    """
-    root = Path(root)
-    files.check_policy_name(policy)
-    final = files.failure_path(root, policy)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    existing = read_failure(root, policy)
-    if existing is not None and (run_id is None or existing.get("run_id") in (None, run_id)):
-        return final
-    marker = {
-        "policy": policy,
-        "reason": reason,
-        "run_id": run_id,
-        "rank": rank,
-        "step": step,
-        "hostname": socket.gethostname(),
-        "pid": os.getpid(),
-        "time": time.time(),
-    }
-    files.write_bytes_atomic(final, json.dumps(marker, indent=1).encode())
-    return final
-
-
-def clear_failure(root: Path | str, policy: str) -> bool:
-    """Remove ``policy``'s failure marker (the launcher does this before a fresh attempt). True if one existed."""
-    try:
-        files.failure_path(Path(root), policy).unlink()
-        return True
-    except FileNotFoundError:
-        return False
-
-
-def heartbeat_ages(root: Path, policy: str, now: float | None = None) -> dict[int, tuple[float, dict[str, Any]]]:
-    """Per rank of ``policy``: (seconds since its last heartbeat, last heartbeat content)."""
-    now = time.time() if now is None else now
-    out: dict[int, tuple[float, dict[str, Any]]] = {}
-    folder = root / files.HEARTBEAT_DIR
-    try:
-        entries = list(os.scandir(folder))
-    except FileNotFoundError:
-        return out
-    for entry in entries:
-        m = files.HEARTBEAT_RE.match(entry.name)
-        if not m or m.group("policy") != policy:
-            continue
-        try:
-            st = entry.stat()
-            content = json.loads(Path(entry.path).read_bytes())
-        except (OSError, ValueError):
-            continue
-        out[int(m.group("rank"))] = (now - st.st_mtime, content if isinstance(content, dict) else {})
-    return out
 
 
 class ExperienceExchange:
@@ -350,37 +220,6 @@ class ExperienceExchange:
     # barrier
     # ------------------------------------------------------------------------------------
 
-    def _scan(self, step: int, policy: str, found: dict[int, dict[int, ShardInfo]], other_runs: set[str]) -> None:
-        """Add the committed shards of (step, policy) in this run to ``found[world_size][rank]``."""
-        folder = files.policy_dir(self.root, step, policy)
-        try:
-            entries = list(os.scandir(folder))
-        except FileNotFoundError:
-            return
-        for entry in entries:
-            m = MANIFEST_RE.match(entry.name)
-            if not m:
-                continue
-            rank, world = int(m.group(1)), int(m.group(2))
-            if rank in found.get(world, {}):
-                continue
-            try:
-                manifest = read_manifest(Path(entry.path))
-            except FileNotFoundError:  # pruned or replaced between listing and reading
-                continue
-            if manifest["run_id"] != self.run_id:
-                other_runs.add(str(manifest["run_id"]))
-                continue
-            info = shard_info_from_manifest(Path(entry.path), manifest)
-            found.setdefault(world, {})[rank] = info
-
-    @staticmethod
-    def _complete(found: dict[int, dict[int, ShardInfo]]) -> list[ShardInfo] | None:
-        for world in sorted(found):
-            if len(found[world]) == world and set(found[world]) == set(range(world)):
-                return [found[world][r] for r in range(world)]
-        return None
-
     def _check_failed(self, policy: str, step: int) -> None:
         marker = read_failure(self.root, policy)
         if marker is None:
@@ -427,8 +266,8 @@ class ExperienceExchange:
             for policy in targets:
                 if policy in done:
                     continue
-                self._scan(step, policy, found[policy], other_runs[policy])
-                complete = self._complete(found[policy])
+                scan_committed(self.root, self.run_id, step, policy, found[policy], other_runs[policy])
+                complete = complete_shards(found[policy])
                 if complete is not None:
                     done[policy] = complete
             pending = [p for p in targets if p not in done]
@@ -438,56 +277,12 @@ class ExperienceExchange:
                 self._check_failed(policy, step)
             now = time.monotonic()
             if now >= deadline:
-                raise self._timeout_error(step, pending, found, other_runs, now - start)
+                raise barrier_timeout_error(self.root, self.policy, step, pending, found, other_runs, now - start,
+                                            self.barrier_timeout_s, self.run_id, self.rank)
             if time.time() - self._last_heartbeat > 1.0:  # waiting at the barrier is being alive
                 self.heartbeat()
             time.sleep(min(delay, deadline - now))
             delay = min(delay * 2, self.poll_interval_s)
-
-    def _timeout_error(
-        self,
-        step: int,
-        pending: list[str],
-        found: dict[str, dict[int, dict[int, ShardInfo]]],
-        other_runs: dict[str, set[str]],
-        waited: float,
-    ) -> PeerTimeoutError:
-        missing: dict[str, list[int] | None] = {}
-        ages: dict[str, float | None] = {}
-        parts = []
-        for policy in pending:
-            beats = heartbeat_ages(self.root, policy)
-            by_world = found[policy]
-            if by_world:
-                world = max(by_world, key=lambda w: len(by_world[w]))
-                lost = sorted(set(range(world)) - set(by_world[world]))
-                missing[policy] = lost
-                what = f"ranks {lost} of {world} not committed"
-                relevant = [beats[r] for r in lost if r in beats]
-            else:
-                missing[policy] = None
-                what = "no shard committed"
-                relevant = list(beats.values())
-            if relevant:
-                age, content = min(relevant, key=lambda b: b[0])
-                ages[policy] = age
-                last = content.get("step")
-                beat = f"last heartbeat {age:.1f} s ago" + (f", last published step {last}" if last is not None else "")
-            else:
-                ages[policy] = None
-                beat = "no heartbeat ever"
-            stale = f"; ignored shards of other run(s) {sorted(other_runs[policy])}" if other_runs[policy] else ""
-            parts.append(f"policy {policy!r}: {what} ({beat}){stale}")
-        message = (
-            f"SEE barrier timed out after {waited:.1f} s (barrier_timeout_s={self.barrier_timeout_s:g}) at step {step} "
-            f"of run {self.run_id!r} in {self.root}, waiting as policy {self.policy!r} rank {self.rank}: "
-            + "; ".join(parts)
-            + ". A slow but live peer shows a recent heartbeat (raise see.barrier_timeout_s); "
-            "a dead or stuck one shows an old or no heartbeat."
-        )
-        return PeerTimeoutError(
-            message, step=step, path=self.root, missing=missing, waited_s=waited, heartbeat_age_s=ages
-        )
 
     # ------------------------------------------------------------------------------------
     # read
@@ -497,8 +292,8 @@ class ExperienceExchange:
         """The committed shards of (step, policy) in this run, in rank order; :class:`ShardMissingError` if incomplete."""
         found: dict[int, dict[int, ShardInfo]] = {}
         other: set[str] = set()
-        self._scan(int(step), files.check_policy_name(policy), found, other)
-        complete = self._complete(found)
+        scan_committed(self.root, self.run_id, int(step), files.check_policy_name(policy), found, other)
+        complete = complete_shards(found)
         if complete is None:
             have = {w: sorted(r) for w, r in found.items()}
             raise ShardMissingError(
@@ -627,74 +422,3 @@ class ExperienceExchange:
                 except OSError:  # not empty: other ranks or policies still keep files there
                     break
         return removed
-
-
-def load_shard(
-    info: ShardInfo, verified: set[tuple[Any, ...]] | None = None, *, verify_checksum: bool = True
-) -> pa.Table:
-    """Memory-map one shard and verify it against its manifest (size, checksum, schema, metadata, rows).
-
-    ``verified`` caches (file identity, checksum) of shards already hashed, so re-reading a
-    shard (e.g. other columns) does not hash it again. ``verify_checksum=False`` skips the
-    hash (only ``mutualrl see inspect --no-checksum`` does that).
-    """
-    path = info.data_path
-
-    def corrupt(problem: str, detail: str, cls: type[CorruptShardError] = CorruptShardError) -> CorruptShardError:
-        return cls(
-            f"SEE shard {path} (policy {info.policy!r}, step {info.step}, rank {info.rank}) is corrupt: {detail}",
-            path=path,
-            problem=problem,
-            peer=info.policy,
-            step=info.step,
-        )
-
-    if info.schema_version != SCHEMA_VERSION:
-        raise corrupt(
-            "schema_version",
-            f"manifest says schema version {info.schema_version}, this mutualrl reads version {SCHEMA_VERSION}",
-            SchemaMismatchError,
-        )
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise corrupt("missing", f"the data file named by manifest {info.manifest_path.name} does not exist") from None
-    if st.st_size != info.bytes:
-        kind = "truncated" if st.st_size < info.bytes else "size"
-        raise corrupt(kind, f"{st.st_size} bytes on disk, manifest says {info.bytes}")
-    try:
-        mapped = pa.memory_map(str(path))
-        buffer = mapped.read_buffer()
-    except OSError as err:
-        raise corrupt("unreadable", f"cannot memory-map it ({err})") from None
-    key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, info.checksum)
-    if verify_checksum and (verified is None or key not in verified):
-        digest = files.file_checksum(buffer)
-        if digest != info.checksum:
-            raise corrupt("checksum", f"{CHECKSUM_ALGORITHM} is {digest}, manifest says {info.checksum}")
-        if verified is not None:
-            verified.add(key)
-    try:
-        reader = pa.ipc.open_file(pa.BufferReader(buffer))
-        table = reader.read_all()
-    except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as err:
-        raise corrupt("unreadable", f"not a readable Arrow IPC file ({err})") from None
-    try:
-        meta = ShardMetadata.from_arrow(table.schema.metadata)
-    except (KeyError, ValueError) as err:
-        raise corrupt("metadata", f"missing or malformed file metadata ({type(err).__name__}: {err})") from None
-    if meta.schema_version != SCHEMA_VERSION:
-        raise corrupt(
-            "schema_version",
-            f"file has schema version {meta.schema_version}, this mutualrl reads version {SCHEMA_VERSION}",
-            SchemaMismatchError,
-        )
-    if not table.schema.remove_metadata().equals(ROLLOUT_SCHEMA.remove_metadata()):
-        raise corrupt("schema", f"columns differ from SEE schema v{SCHEMA_VERSION}: {table.schema.names}", SchemaMismatchError)
-    expected = (info.run_id, info.policy, info.step, info.rank, info.world_size)
-    actual = (meta.run_id, meta.policy, meta.step, meta.rank, meta.world_size)
-    if actual != expected:
-        raise corrupt("metadata", f"file metadata (run, policy, step, rank, world) = {actual}, manifest says {expected}")
-    if table.num_rows != info.rows:
-        raise corrupt("rows", f"{table.num_rows} rows in the file, manifest says {info.rows}")
-    return table

@@ -23,7 +23,7 @@ import pyarrow.compute as pc
 from mutualrl.errors import UsageError
 from mutualrl.see import files
 from mutualrl.see.errors import CorruptShardError
-from mutualrl.see.exchange import ShardInfo, load_shard, read_manifest, shard_info_from_manifest
+from mutualrl.see.shards import ShardInfo, load_shard, read_manifest, shard_info_from_manifest
 
 
 @dataclass

@@ -1,25 +1,156 @@
-"""Liveness of a policy process: a heartbeat that keeps beating through long steps, and its age.
+"""Liveness and failure of policy processes: heartbeats, failure markers, the barrier's timeout report.
 
-The SEE heartbeat (``see/_heartbeat/<policy>.rank-<rank>.json``) is touched at step boundaries and
-while waiting at a barrier; a paper-scale step (generation of 1024 x 5 long rollouts) can
-take many minutes without either. :func:`start_heartbeat_thread` touches it every few
-seconds from a daemon thread for as long as the process runs, so a silent heartbeat means
-the process is stopped, frozen or gone -- not busy. The launcher reads the ages with
-:func:`freshest_heartbeat_age` and stops the pool, naming the policy, after
+The SEE heartbeat (``see/_heartbeat/<policy>.rank-<rank>.json``) is touched at step
+boundaries and while waiting at a barrier; a paper-scale step (generation of 1024 x 5 long
+rollouts) can take many minutes without either. :func:`start_heartbeat_thread` touches it
+every few seconds from a daemon thread for as long as the process runs, so a silent
+heartbeat means the process is stopped, frozen or gone -- not busy. The launcher reads the
+ages with :func:`freshest_heartbeat_age` and stops the pool, naming the policy, after
 ``see.peer_timeout_s`` (far shorter than the barrier timeout, which stays as a backstop
 when no launcher watches).
+
+Failure markers (``see/_failed/<policy>.json``) let a dying process, or the launcher that
+saw it die, stop its peers' barriers at once with the reason.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import socket
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
-from mutualrl.see.exchange import heartbeat_ages
+from mutualrl.see import files
+from mutualrl.see.errors import PeerTimeoutError
 
 HEARTBEAT_INTERVAL_S = 5.0
+
+
+def read_failure(root: Path | str, policy: str) -> dict[str, Any] | None:
+    """The failure marker of ``policy`` (``None`` if there is none). An unreadable marker still counts as a failure."""
+    path = files.failure_path(Path(root), policy)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        marker = json.loads(raw)
+        if not isinstance(marker, dict):
+            raise ValueError("not an object")
+    except ValueError:
+        marker = {"policy": policy, "reason": f"unreadable failure marker {path}"}
+    return marker
+
+
+def mark_failed(
+    root: Path | str,
+    policy: str,
+    reason: str,
+    *,
+    run_id: str | None = None,
+    rank: int | None = None,
+    step: int | None = None,
+) -> Path:
+    """Leave a failure marker for ``policy`` so its peers stop waiting at the barrier at once.
+
+    Called by a policy process that hits a fatal error, and by the launcher when it sees a
+    policy process die. The first marker of a run wins (it usually holds the root cause, e.g.
+    the process's own exception rather than the launcher's "exited with code 1"); a marker
+    left by another ``run_id`` is replaced.
+    """
+    root = Path(root)
+    files.check_policy_name(policy)
+    final = files.failure_path(root, policy)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    existing = read_failure(root, policy)
+    if existing is not None and (run_id is None or existing.get("run_id") in (None, run_id)):
+        return final
+    marker = {
+        "policy": policy,
+        "reason": reason,
+        "run_id": run_id,
+        "rank": rank,
+        "step": step,
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "time": time.time(),
+    }
+    files.write_bytes_atomic(final, json.dumps(marker, indent=1).encode())
+    return final
+
+
+def clear_failure(root: Path | str, policy: str) -> bool:
+    """Remove ``policy``'s failure marker (the launcher does this before a fresh attempt). True if one existed."""
+    try:
+        files.failure_path(Path(root), policy).unlink()
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def heartbeat_ages(root: Path, policy: str, now: float | None = None) -> dict[int, tuple[float, dict[str, Any]]]:
+    """Per rank of ``policy``: (seconds since its last heartbeat, last heartbeat content)."""
+    now = time.time() if now is None else now
+    out: dict[int, tuple[float, dict[str, Any]]] = {}
+    folder = root / files.HEARTBEAT_DIR
+    try:
+        entries = list(os.scandir(folder))
+    except FileNotFoundError:
+        return out
+    for entry in entries:
+        m = files.HEARTBEAT_RE.match(entry.name)
+        if not m or m.group("policy") != policy:
+            continue
+        try:
+            st = entry.stat()
+            content = json.loads(Path(entry.path).read_bytes())
+        except (OSError, ValueError):
+            continue
+        out[int(m.group("rank"))] = (now - st.st_mtime, content if isinstance(content, dict) else {})
+    return out
+
+
+def barrier_timeout_error(root: Path, waiter: str, step: int, pending: list[str],
+                          found: dict[str, dict[int, dict[int, Any]]], other_runs: dict[str, set[str]],
+                          waited: float, barrier_timeout_s: float, run_id: str, rank: int) -> PeerTimeoutError:
+    """The barrier's timeout error: each missing policy and rank, with its heartbeat age."""
+    missing: dict[str, list[int] | None] = {}
+    ages: dict[str, float | None] = {}
+    parts = []
+    for policy in pending:
+        beats = heartbeat_ages(root, policy)
+        by_world = found[policy]
+        if by_world:
+            world = max(by_world, key=lambda w: len(by_world[w]))
+            lost = sorted(set(range(world)) - set(by_world[world]))
+            missing[policy] = lost
+            what = f"ranks {lost} of {world} not committed"
+            relevant = [beats[r] for r in lost if r in beats]
+        else:
+            missing[policy] = None
+            what = "no shard committed"
+            relevant = list(beats.values())
+        if relevant:
+            age, content = min(relevant, key=lambda b: b[0])
+            ages[policy] = age
+            last = content.get("step")
+            beat = f"last heartbeat {age:.1f} s ago" + (f", last published step {last}" if last is not None else "")
+        else:
+            ages[policy] = None
+            beat = "no heartbeat ever"
+        stale = f"; ignored shards of other run(s) {sorted(other_runs[policy])}" if other_runs[policy] else ""
+        parts.append(f"policy {policy!r}: {what} ({beat}){stale}")
+    message = (
+        f"SEE barrier timed out after {waited:.1f} s (barrier_timeout_s={barrier_timeout_s:g}) at step {step} "
+        f"of run {run_id!r} in {root}, waiting as policy {waiter!r} rank {rank}: "
+        + "; ".join(parts)
+        + ". A slow but live peer shows a recent heartbeat (raise see.barrier_timeout_s); "
+        "a dead or stuck one shows an old or no heartbeat."
+    )
+    return PeerTimeoutError(message, step=step, path=root, missing=missing, waited_s=waited, heartbeat_age_s=ages)
 
 
 def start_heartbeat_thread(exchange: Any, interval_s: float = HEARTBEAT_INTERVAL_S) -> threading.Thread:

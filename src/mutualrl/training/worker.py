@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def mark_failed(paths: RunPaths, policy: str, reason: str) -> None:
     config = load_resolved_config(paths)
-    from mutualrl.see.exchange import mark_failed as see_mark_failed
+    from mutualrl.see.liveness import mark_failed as see_mark_failed
 
     see_mark_failed(exchange_root(config, paths), policy, reason)
 
