@@ -23,6 +23,7 @@ from rich.text import Text
 
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError, UsageError
+from mutualrl.training.paths import RunPaths
 from mutualrl.launch.batching import BatchSizeError, DerivedBatch, apply_batch, fits, trl_generation_batch
 from mutualrl.launch.commands import LaunchSpec, adapt_grpo_to_device, build_launch_specs, policy_port
 from mutualrl.launch.configs import (
@@ -187,6 +188,8 @@ class LaunchPlan:
             written.append(write_yaml(Path(p.accelerate_config_path), p.accelerate_config))
             if p.deepspeed_config is not None and p.deepspeed_config_path:
                 written.append(write_json(Path(p.deepspeed_config_path), p.deepspeed_config))
+            # What the worker needs of the plan, in a file of its own (training reads no launch code).
+            written.append(write_json(RunPaths(target).planned_grpo(p.name), p.grpo))
         (target / "logs").mkdir(parents=True, exist_ok=True)
         written.append(write_json(plan_path(target), self.to_json()))
         return written

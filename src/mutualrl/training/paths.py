@@ -45,6 +45,10 @@ class RunPaths:
     def default_see(self) -> Path:
         return self.root / "see"
 
+    def planned_grpo(self, policy: str) -> Path:
+        """GRPOConfig fields the launch plan decided for ``policy`` (batch derivation, device adaptation)."""
+        return self.launch / f"{policy}.grpo.json"
+
     def policy_metrics(self, policy: str) -> Path:
         return self.root / "metrics" / f"{policy}.jsonl"
 

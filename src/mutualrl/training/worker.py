@@ -44,15 +44,16 @@ def find_policy(config: RunConfig, name: str) -> PolicyConfig:
 
 
 def plan_overrides(paths: RunPaths, policy: str) -> dict[str, Any]:
-    """GRPO fields the launch plan decided for this policy (batch derivation, device adaptation).
+    """GRPO fields the launch plan decided for this policy (``RUN/launch/<policy>.grpo.json``).
 
     Without a plan (a worker started by hand) only the CPU safety settings apply.
     """
-    from mutualrl.launch.plan import LaunchPlan, plan_path
+    import json
 
-    if not plan_path(paths.root).exists():
+    path = paths.planned_grpo(policy)
+    if not path.exists():
         return device_defaults()
-    return dict(LaunchPlan.read(paths.root).policy(policy).grpo)
+    return dict(json.loads(path.read_text()))
 
 
 def device_defaults() -> dict[str, Any]:

@@ -1,0 +1,61 @@
+"""The layout is the architecture: imports only go down the layers (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "mutualrl"
+
+#: Layer of each top-level package or module; a module may import only from its own layer or below.
+LAYERS = {
+    "__init__": 0, "errors": 0,
+    "assets": 1, "config": 1, "see": 1, "thl": 1, "regimes": 1,
+    "tasks": 2,
+    "pools": 3,
+    "evaluation": 4,
+    "training": 5,
+    "launch": 6,
+    "cli": 7, "__main__": 7,
+}
+
+
+def imported_packages(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "mutualrl":
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names if a.name.split(".")[0] == "mutualrl"]
+        for name in names:
+            parts = name.split(".")
+            found.add(parts[1] if len(parts) > 1 else "__init__")
+    return found
+
+
+def package_of(path: Path) -> str:
+    parts = path.relative_to(SRC).parts
+    return parts[0] if len(parts) > 1 else parts[0].removesuffix(".py")
+
+
+def test_every_package_has_a_layer():
+    packages = {package_of(p) for p in SRC.rglob("*.py")}
+    assert packages <= set(LAYERS), f"give these a layer in LAYERS and docs/architecture.md: {packages - set(LAYERS)}"
+
+
+def test_imports_only_go_down_the_layers():
+    upward = []
+    for path in sorted(SRC.rglob("*.py")):
+        own = package_of(path)
+        for target in imported_packages(path):
+            if LAYERS.get(target, 99) > LAYERS.get(own, -1):
+                upward.append(f"{path.relative_to(SRC)} ({own}, layer {LAYERS.get(own)}) imports {target} "
+                              f"(layer {LAYERS.get(target)})")
+    assert upward == []
+
+
+def test_the_checker_sees_an_upward_import(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("from mutualrl.launch.plan import LaunchPlan\nimport mutualrl.training.worker\n")
+    assert imported_packages(module) == {"launch", "training"}
