@@ -45,6 +45,14 @@ def test_paper_pool_has_paper_settings():
     assert cfg.regime.xgrpo.cross_model_factor == pytest.approx(0.2)
 
 
+@pytest.mark.parametrize("pool", PAPER_POOLS)
+def test_paper_pools_use_a_plain_kl_loss_term(pool):
+    # Paper App. "Implementation details": per-token KL as a separate loss term, not ratio-weighted.
+    cfg = load_run_config(pool).config
+    assert cfg.grpo["beta"] == pytest.approx(1e-3)
+    assert cfg.grpo["use_bias_correction_kl"] is False
+
+
 def test_overrides_by_index_name_and_regime():
     loaded = load_run_config(
         "2qwen",
