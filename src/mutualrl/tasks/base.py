@@ -59,11 +59,12 @@ class Task(ABC):
     def extract(self, completion: str) -> str | None:
         """The answer a completion gives (shown in eval results); boxed tasks take the last ``\\boxed{}``.
 
-        Tasks whose answers are not boxed override this.
+        With the ``exact`` verifier only ``\\boxed{...}`` counts (the paper's rule). Tasks whose
+        answers are not boxed override this.
         """
         from mutualrl.tasks.verifiers import extract_boxed
 
-        return extract_boxed(completion)
+        return extract_boxed(completion, strict=self.verifier == "exact")
 
     @abstractmethod
     def load(self, split: str, source: str | None = None, limit: int | None = None) -> list[TaskExample]:

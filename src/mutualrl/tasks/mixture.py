@@ -87,7 +87,7 @@ class MixtureTask(Task):
         return score_choice(completion, answer, mode)
 
     def extract(self, completion: str) -> str | None:
-        return extract_boxed(completion)
+        return extract_boxed(completion, strict=self.verifier == "exact")
 
 
 class QAMixTask(MixtureTask):
