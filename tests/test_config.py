@@ -37,8 +37,10 @@ def test_paper_pool_has_paper_settings():
     assert cfg.grpo["num_generations"] == 5
     assert cfg.grpo["max_completion_length"] == 3072
     assert cfg.grpo["beta"] == pytest.approx(1e-3)
-    assert cfg.grpo["save_steps"] == 20
-    assert cfg.validation.every_steps == 5
+    # Counted in paper steps (1024 prompts = 4 optimizer steps); tests/test_launch_cadence.py converts them.
+    assert cfg.schedule.unit == "paper"
+    assert (cfg.schedule.save_every, cfg.schedule.validate_every, cfg.schedule.log_every) == (20, 5, 1)
+    assert "save_steps" not in cfg.grpo and cfg.validation.every_steps is None
     assert cfg.task.max_prompt_tokens == 1024
     assert cfg.batch is not None and cfg.batch.prompts_per_step == 1024
     assert cfg.regime.sgt.lam == pytest.approx(0.1)

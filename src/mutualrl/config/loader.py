@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from mutualrl.config.schema import REGIME_NAMES, RunConfig
+from mutualrl.config.schema import REGIME_NAMES, SCHEDULE_GRPO_FIELDS, RunConfig
 from mutualrl.config.typed import ConfigError, build_dataclass, check_bounds, convert
 
 _FLOAT_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
@@ -188,8 +188,13 @@ def load_run_config(
     overrides: typing.Sequence[str] = (),
     regime: str | None = None,
     check_grpo: bool = True,
+    max_steps: int | None = None,
 ) -> LoadedRecipe:
-    """Load a recipe by pool name or path, apply ``--set`` overrides and validate it."""
+    """Load a recipe by pool name or path, apply ``--set`` overrides and validate it.
+
+    ``max_steps`` (``--max-steps``) is the run length in the recipe's own unit: it sets
+    ``schedule.max_steps`` when the recipe has a ``schedule``, else ``grpo.max_steps``.
+    """
     path = resolve_recipe(pool_or_path)
     data = load_recipe_data(path)
     if regime is not None:
@@ -200,10 +205,40 @@ def load_run_config(
     for text in overrides:
         keys, value = parse_override(text)
         apply_override(data, keys, value)
-    source = str(path) + (" (with --set overrides)" if overrides else "")
+    source = str(path) + (" (with --set overrides)" if overrides or max_steps is not None else "")
+    if max_steps is not None:
+        set_max_steps(data, max_steps)
+    check_schedule_conflicts(data, source)
     config = build_dataclass(RunConfig, data, source)
     validate_run_config(config, source, check_grpo=check_grpo)
     return LoadedRecipe(config=config, source=source, data=data)
+
+
+def set_max_steps(data: dict[str, Any], steps: int) -> None:
+    """The run length in the recipe's unit: ``schedule.max_steps`` if it has a schedule, else ``grpo.max_steps``."""
+    schedule = data.get("schedule")
+    if isinstance(schedule, dict):
+        schedule["max_steps"] = steps
+        if isinstance(data.get("grpo"), dict):
+            data["grpo"].pop("max_steps", None)
+    else:
+        apply_override(data, ["grpo", "max_steps"], steps)
+
+
+def check_schedule_conflicts(data: dict[str, Any], source: str) -> None:
+    """A count set both in ``schedule`` (its unit) and in ``grpo`` / ``validation`` (optimizer steps) is an error."""
+    schedule = data.get("schedule")
+    if not isinstance(schedule, dict):
+        return
+    grpo = data.get("grpo") if isinstance(data.get("grpo"), dict) else {}
+    for ours, trl in SCHEDULE_GRPO_FIELDS.items():
+        if schedule.get(ours) is not None and grpo.get(trl) is not None:
+            raise ConfigError(source, f"schedule.{ours}", f"grpo.{trl} sets the same count; keep one "
+                              f"(schedule.{ours} counts schedule.unit steps, grpo.{trl} optimizer steps)")
+    validation = data.get("validation") if isinstance(data.get("validation"), dict) else {}
+    if schedule.get("validate_every") is not None and validation.get("every_steps") is not None:
+        raise ConfigError(source, "schedule.validate_every", "validation.every_steps sets the same interval; keep one "
+                          "(schedule.validate_every counts schedule.unit steps, validation.every_steps optimizer steps)")
 
 
 def validate_run_config(config: RunConfig, source: str, check_grpo: bool = True) -> None:
@@ -235,6 +270,9 @@ def validate_run_config(config: RunConfig, source: str, check_grpo: bool = True)
     if config.regime.name not in REGIME_NAMES:  # pragma: no cover - Literal already checks
         raise ConfigError(source, "regime.name", f"unknown regime {config.regime.name!r}")
     _check_regime_settings(config, source)
+    if config.schedule is not None and config.schedule.unit == "paper" and config.batch is None:
+        raise ConfigError(source, "schedule.unit", "'paper' counts paper steps, which `batch` defines "
+                          "(prompts_per_step, mini_batches_per_step); set `batch`, or schedule.unit: optimizer")
     check_output_dir(config, source)
     if config.launch.device_map is not None:
         names = {p.name for p in policies}

@@ -41,6 +41,8 @@ class Task(ABC):
     verifier_modes: tuple[str, ...] = ("default",)
     #: The answer check in use ("default", "exact" or "equiv"); set with :meth:`with_verifier`.
     verifier: str = "default"
+    #: Rows of the default (hub) ``train`` split, for the dry run's run-length estimate (None: unknown).
+    train_rows: int | None = None
 
     def with_verifier(self, mode: str) -> Task:
         """A copy of this task that checks answers with ``mode`` (recipe field ``task.verifier``)."""

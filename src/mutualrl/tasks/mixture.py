@@ -25,6 +25,14 @@ class MixtureTask(Task):
     splits = ("train", "validation", "test")
     verifier_modes = VERIFIER_MODES
 
+    @property
+    def train_rows(self) -> int | None:  # type: ignore[override]
+        """The components' train rows together (the mixture uses every row once per epoch)."""
+        from mutualrl.tasks.registry import get_task
+
+        rows = [get_task(name).train_rows for name in self.components]
+        return None if any(r is None for r in rows) else sum(rows)  # type: ignore[arg-type]
+
     def component_tasks(self) -> list[Task]:
         from mutualrl.tasks.registry import get_task
 
