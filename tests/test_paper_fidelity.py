@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from mutualrl.cli.main import run
+from mutualrl.config.loader import load_recipe_data, load_run_config, recipes_dir
+from mutualrl.training.trackers import missing_trackers, report_validation, tracker_logs, tracker_names
 
 PAPER_POOLS = ["2qwen", "3qwen", "4qwen", "llama-mist", "qwen-phi4"]
 
@@ -15,3 +20,96 @@ def test_pools_show_prints_plain_kl_and_exact_verifier(pool, capsys):
     out = capsys.readouterr().out
     assert "use_bias_correction_kl: false" in out
     assert "verifier: exact" in out
+
+
+# ---------------------------------------------------------------------------------------
+# Every shipped recipe loads; every tracker it names is installed; validation reaches it
+# ---------------------------------------------------------------------------------------
+
+RECIPES = sorted(recipes_dir().rglob("*.yaml"))
+FRAGMENTS = [p for p in RECIPES if "pool" not in load_recipe_data(p)]  # shared settings, e.g. base/paper.yaml
+
+
+def _id(path: Path) -> str:
+    return str(path.relative_to(recipes_dir()))
+
+
+@pytest.mark.parametrize("path", [p for p in RECIPES if p not in FRAGMENTS], ids=_id)
+def test_every_recipe_loads(path):
+    from mutualrl.launch.run import check_task
+
+    config = load_run_config(str(path)).config
+    check_task(config)
+    assert config.pool.policies
+
+
+@pytest.mark.parametrize("fragment", FRAGMENTS, ids=_id)
+def test_every_shared_fragment_is_extended(fragment):
+    parents = {p: (yaml.safe_load(p.read_text()) or {}).get("extends") for p in RECIPES}
+    extended_by = [p for p, parent in parents.items() if parent and (p.parent / parent).resolve() == fragment.resolve()]
+    assert extended_by, f"{fragment} is extended by no recipe"
+
+
+def named_trackers() -> set[str]:
+    names: set[str] = set()
+    for path in RECIPES:
+        if path in FRAGMENTS:
+            continue
+        config = load_run_config(str(path)).config
+        for grpo in [config.grpo, *(p.grpo for p in config.pool.policies)]:
+            names.update(tracker_names(grpo.get("report_to")))
+    return names
+
+
+def test_every_tracker_a_recipe_names_imports():
+    """Needs the project's dependencies installed (./setup.sh installs tensorboard)."""
+    names = named_trackers()
+    assert "tensorboard" in names  # the paper recipes log to TensorBoard
+    assert missing_trackers(sorted(names)) == []
+    from transformers.integrations import INTEGRATION_TO_CALLBACK
+
+    for name in names:  # transformers' own callback starts (it imports its SummaryWriter, ...)
+        if name == "tensorboard":
+            assert INTEGRATION_TO_CALLBACK[name]()._SummaryWriter is not None
+
+
+def test_missing_and_unknown_trackers_are_named():
+    assert tracker_names("none") == [] and tracker_names(None) == [] and tracker_names("wandb") == ["wandb"]
+    problems = missing_trackers(["surely-no-such-tracker"])
+    assert len(problems) == 1 and "unknown tracker 'surely-no-such-tracker'" in problems[0]
+
+
+def test_validation_reward_per_task_reaches_the_trackers():
+    metrics = {"eval/n": 20, "eval/reward@1": 0.5, "eval/math/reward@1": 0.25, "eval/arc/reward@1": 0.75,
+               "eval/group/add/reward@1": 1.0}
+    assert tracker_logs(metrics) == {"eval_n": 20.0, "eval_reward@1": 0.5, "eval_math/reward@1": 0.25,
+                                     "eval_arc/reward@1": 0.75, "eval_group/add/reward@1": 1.0}
+
+    class Tracker:
+        def __init__(self):
+            self.calls = []
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            self.calls.append((state.global_step, logs))
+
+    class Other:  # not a tracker: left alone
+        def on_log(self, *a, **k):
+            raise AssertionError("called")
+
+    tracker = Tracker()
+
+    class Handler:
+        callbacks = [Other(), tracker]
+
+    class Trainer:
+        args, control, callback_handler = object(), object(), Handler()
+
+    class State:
+        global_step = 20
+
+    assert report_validation(Trainer(), State(), metrics, tracker_types=(Tracker,)) == 1
+    assert tracker.calls == [(20, tracker_logs(metrics))]
+    # transformers files eval_* keys under eval/: the tracker shows eval/math/reward@1.
+    from transformers.integrations.integration_utils import rewrite_logs
+
+    assert "eval/math/reward@1" in rewrite_logs(tracker.calls[0][1])

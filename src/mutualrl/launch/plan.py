@@ -369,6 +369,7 @@ def make_launch_plan(
             )
         )
 
+    warnings += _check_trackers(plans, simulate)
     warnings += _check_same_prompts(config, plans)
     warnings += _memory_check(config, placement, plans, gpu_memory_gib, ram_gib, param_counts or {}, stage)
     if simulate and gpu_memory_gib is None and gpus > 0:
@@ -382,6 +383,16 @@ def make_launch_plan(
         simulated=simulate,
         warnings=warnings,
     )
+
+
+def _check_trackers(plans: list[PolicyPlan], simulate: bool) -> list[str]:
+    """Every tracker of ``grpo.report_to`` imports here: an error before launch, a warning in a dry run."""
+    from mutualrl.training.trackers import missing_trackers
+
+    problems = sorted({problem for p in plans for problem in missing_trackers(p.grpo.get("report_to"))})
+    if problems and not simulate:
+        raise UsageError("; ".join(problems))
+    return problems
 
 
 def _check_same_prompts(config: RunConfig, plans: list[PolicyPlan]) -> list[str]:
