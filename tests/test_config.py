@@ -161,6 +161,19 @@ def test_extends_merges_and_child_wins(tmp_path):
     assert cfg.regime.name == "sgt"
 
 
+def test_extends_a_list_merges_in_order_and_child_wins(tmp_path):
+    write(tmp_path, "grpo: {learning_rate: 1.0e-6, num_generations: 5}\nregime: {name: sgt}\n", "base.yaml")
+    write(tmp_path, "grpo: {num_generations: 4, seed: 7}\ntask: {name: qa-mix}\n", "experiment.yaml")
+    child = write(tmp_path, "extends: [base.yaml, experiment.yaml]\npool:\n  name: x\n  policies: "
+                            "[{name: a, model: m}, {name: b, model: m}]\ngrpo: {seed: 8}\n", "child.yaml")
+    cfg = load_run_config(str(child)).config
+    assert cfg.grpo == {"learning_rate": 1e-6, "num_generations": 4, "seed": 8}
+    assert (cfg.regime.name, cfg.task.name) == ("sgt", "qa-mix")
+    bad = write(tmp_path, "extends: [base.yaml, 3]\n", "bad.yaml")
+    with pytest.raises(ConfigError, match="extends: expected a path"):
+        load_run_config(str(bad))
+
+
 def test_unknown_pool_suggests():
     with pytest.raises(ConfigError, match="unknown pool '2qwn'.*Did you mean '2qwen'"):
         load_run_config("2qwn")

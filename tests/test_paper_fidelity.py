@@ -45,9 +45,11 @@ def test_every_recipe_loads(path):
 
 @pytest.mark.parametrize("fragment", FRAGMENTS, ids=_id)
 def test_every_shared_fragment_is_extended(fragment):
-    parents = {p: (yaml.safe_load(p.read_text()) or {}).get("extends") for p in RECIPES}
-    extended_by = [p for p, parent in parents.items() if parent and (p.parent / parent).resolve() == fragment.resolve()]
-    assert extended_by, f"{fragment} is extended by no recipe"
+    def parents(path: Path) -> list[Path]:
+        named = (yaml.safe_load(path.read_text()) or {}).get("extends") or []
+        return [(path.parent / p).resolve() for p in ([named] if isinstance(named, str) else named)]
+
+    assert any(fragment.resolve() in parents(p) for p in RECIPES), f"{fragment} is extended by no recipe"
 
 
 def named_trackers() -> set[str]:
@@ -113,3 +115,51 @@ def test_validation_reward_per_task_reaches_the_trackers():
     from transformers.integrations.integration_utils import rewrite_logs
 
     assert "eval/math/reward@1" in rewrite_logs(tracker.calls[0][1])
+
+
+# ---------------------------------------------------------------------------------------
+# Every experiment is a recipe
+# ---------------------------------------------------------------------------------------
+
+COMMONSENSE_POOLS = ["3qwen", "4qwen", "llama-mist", "qwen-phi4"]
+
+
+@pytest.mark.parametrize("pool", COMMONSENSE_POOLS)
+def test_commonsense_recipe_dry_runs_on_8_gpus(pool, tmp_path):
+    from mutualrl.launch.plan import dry_run
+
+    config = load_run_config(f"commonsense-{pool}").config
+    assert (config.pool.name, config.task.name, config.task.verifier) == (pool, "math-qa-mix", "exact")
+    assert config.schedule.max_steps == 50 and config.grpo["use_bias_correction_kl"] is False
+    plan = dry_run(f"commonsense-{pool}", gpus=8, run_dir=tmp_path, write=False)
+    for p in plan.policies:
+        assert p.grpo["max_steps"] == 200  # 50 paper steps of 1024 prompts in 4 mini-batches
+        assert p.batch.prompts_per_step == 1024 and p.placement.device_type == "cuda"
+    assert plan.regime == "sgt"
+
+
+def test_math_qa_mix_is_math_plus_the_six_qa_tasks_each_with_its_own_check():
+    from mutualrl.tasks import make_reward_function
+    from mutualrl.tasks.registry import get_task
+
+    task = get_task("math-qa-mix")
+    assert task.components == ("math", "arc", "openbookqa", "boolq", "piqa", "hellaswag", "siqa")
+    assert task.splits == ("train", "test")
+    reward = make_reward_function("math-qa-mix", "exact")
+    completions = ["\\boxed{\\frac{1}{2}}", "\\boxed{\\dfrac{1}{2}}", "\\boxed{B}", "\\boxed{(B)}", "\\boxed{Yes}"]
+    answers = ["\\frac{1}{2}", "\\frac{1}{2}", "B", "B", "Yes"]
+    tasks = ["math", "math", "arc", "piqa", "boolq"]
+    assert reward(completions=completions, answer=answers, task=tasks) == [1.0, 0.0, 1.0, 0.0, 1.0]
+    # Without a task column: letters and Yes/No are choices, anything else a MATH answer.
+    strict = task.with_verifier("exact")
+    assert [strict.score(c, a) for c, a in zip(completions, answers)] == [1.0, 0.0, 1.0, 0.0, 1.0]
+
+
+def test_controls_are_recipes_with_their_own_run_folders():
+    naive = load_run_config("prp-naive-2qwen").config
+    corrected = load_run_config("prp-corrected-2qwen").config
+    assert (naive.regime.name, naive.regime.prp.denominator) == ("prp", "learner")
+    assert (corrected.regime.name, corrected.regime.prp.denominator) == ("prp", "peer")
+    assert naive.output_dir != corrected.output_dir
+    assert load_run_config("xgrpo-2qwen").config.regime.name == "xgrpo"
+    assert load_run_config("grpo-randpert-2qwen").config.regime.name == "grpo-randpert"

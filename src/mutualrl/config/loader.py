@@ -1,8 +1,10 @@
 """Load YAML recipes into :class:`~mutualrl.config.schema.RunConfig`.
 
 A recipe is a YAML mapping with the fields of :class:`RunConfig`, plus an optional
-``extends: <path>`` (relative to the recipe) whose content it deep-merges over. Pools
-ship as ``recipes/pools/<name>.yaml``. Any field can be overridden from the command
+``extends: <path>`` or ``extends: [<path>, ...]`` (relative to the recipe; merged in
+order, later wins) whose content it deep-merges over. Pools ship as
+``recipes/pools/<name>.yaml``, the paper's experiments and controls as
+``recipes/experiments/<name>.yaml``; both are found by name. Any field can be overridden from the command
 line with ``--set dotted.path=value`` (the value is parsed as YAML); policies are
 addressed by index or by name: ``--set pool.policies.qwen3.grpo.learning_rate=2e-6``.
 """
@@ -48,8 +50,22 @@ def recipes_dir() -> Path:
     raise FileNotFoundError("mutualrl recipes folder not found (set MUTUALRL_RECIPES)")
 
 
+RECIPE_FOLDERS = ("pools", "experiments")
+"""Folders of ``recipes/`` whose recipes are found by name (``--pool 2qwen``, ``--pool commonsense-3qwen``)."""
+
+
 def pool_recipe_path(name: str) -> Path:
+    """The named recipe: ``recipes/pools/<name>.yaml``, else ``recipes/experiments/<name>.yaml``."""
+    for folder in RECIPE_FOLDERS:
+        path = recipes_dir() / folder / f"{name}.yaml"
+        if path.is_file():
+            return path
     return recipes_dir() / "pools" / f"{name}.yaml"
+
+
+def list_named_recipes() -> list[Path]:
+    """Every recipe that can be named: the pools, then the experiments."""
+    return [p for folder in RECIPE_FOLDERS for p in sorted((recipes_dir() / folder).glob("*.yaml"))]
 
 
 def list_pool_recipes() -> list[Path]:
@@ -65,11 +81,11 @@ def resolve_recipe(pool_or_path: str) -> Path:
         return as_path
     path = pool_recipe_path(pool_or_path)
     if not path.is_file():
-        known = [p.stem for p in list_pool_recipes()]
+        known = [p.stem for p in list_named_recipes()]
         close = difflib.get_close_matches(pool_or_path, known, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ConfigError(
-            "--pool", "", f"unknown pool {pool_or_path!r}; known pools: {', '.join(known)}.{hint}"
+            "--pool", "", f"unknown pool {pool_or_path!r}; known pools and experiments: {', '.join(known)}.{hint}"
         )
     return path
 
@@ -92,15 +108,20 @@ def load_recipe_data(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]
     if path in _seen:
         raise ConfigError(str(path), "extends", "circular `extends` chain")
     data = read_yaml(path)
-    parent = data.pop("extends", None)
-    if parent is None:
+    parents = data.pop("extends", None)
+    if parents is None:
         return data
-    if not isinstance(parent, str):
-        raise ConfigError(str(path), "extends", "expected a path to another recipe")
-    parent_path = (path.parent / parent).resolve()
-    if not parent_path.is_file():
-        raise ConfigError(str(path), "extends", f"parent recipe {parent_path} not found")
-    return deep_merge(load_recipe_data(parent_path, (*_seen, path)), data)
+    if isinstance(parents, str):
+        parents = [parents]
+    if not isinstance(parents, list) or not parents or not all(isinstance(p, str) for p in parents):
+        raise ConfigError(str(path), "extends", "expected a path to another recipe, or a list of paths")
+    merged: dict[str, Any] = {}
+    for parent in parents:
+        parent_path = (path.parent / parent).resolve()
+        if not parent_path.is_file():
+            raise ConfigError(str(path), "extends", f"parent recipe {parent_path} not found")
+        merged = deep_merge(merged, load_recipe_data(parent_path, (*_seen, path)))
+    return deep_merge(merged, data)
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

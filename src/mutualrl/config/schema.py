@@ -171,7 +171,8 @@ class TaskConfig:
     name: str = field(
         default="synthetic-arith",
         metadata={
-            "help": "Task: math, gsm8k, arc, openbookqa, boolq, piqa, hellaswag, siqa, qa-mix, synthetic-arith."
+            "help": "Task: math, gsm8k, arc, openbookqa, boolq, piqa, hellaswag, siqa, qa-mix (the six QA tasks), "
+            "math-qa-mix (MATH + the six QA tasks, the paper's commonsense experiment), synthetic-arith."
         },
     )
     source: str | None = field(

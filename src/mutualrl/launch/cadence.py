@@ -92,7 +92,10 @@ def validation_interval(cadence: Cadence | None, every_steps: int | None) -> int
 
 
 def apply_cadence(grpo: dict[str, Any], cadence: Cadence | None) -> tuple[dict[str, Any], list[str]]:
-    """``grpo`` with the schedule's fields set (optimizer steps), and a note per converted field."""
+    """``grpo`` with the schedule's fields set (optimizer steps); a note where it replaces a policy override.
+
+    The conversions themselves are shown in the dry run's "Run length and cadence" table.
+    """
     out = dict(grpo)
     notes: list[str] = []
     if cadence is None:
@@ -101,10 +104,6 @@ def apply_cadence(grpo: dict[str, Any], cadence: Cadence | None) -> tuple[dict[s
         if out.get(name) is not None and out[name] != value:
             notes.append(f"grpo.{name}={out[name]} (a policy override) replaced by the schedule's {value}")
         out[name] = value
-        if cadence.unit == "paper":
-            ours = next(k for k, v in GRPO_FIELDS.items() if v == name)
-            notes.append(f"grpo.{name}={value} optimizer steps (schedule.{ours}={cadence.counts[ours]} paper steps "
-                         f"x {cadence.optimizer_steps_per_unit})")
     return out, notes
 
 
@@ -156,7 +155,10 @@ def describe(cadence: Cadence | None, grpo: dict[str, Any], validate_every: int,
         if cadence is not None and cadence.counts[ours] is not None:
             count = cadence.counts[ours]
             recipe = f"{count} {unit} step{'s' if count != 1 else ''}"
-        return label, recipe, "-" if optimizer_value is None else str(optimizer_value)
+        shown = "-" if optimizer_value is None else str(optimizer_value)
+        if ours == "validate_every" and optimizer_value == 0:
+            shown = "0 (at the start and the end only)"
+        return label, recipe, shown
 
     epochs = grpo.get("num_train_epochs")
     length = grpo.get("max_steps")
