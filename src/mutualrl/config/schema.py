@@ -119,6 +119,12 @@ class XGRPOSettings:
         metadata={"gt": 0, "help": "Effective advantages are clipped to [-c, c] (the paper does not state c; ours)."},
     )
     std_epsilon: float = field(default=1e-4, metadata={"gt": 0, "help": "Added to standard deviations (TRL's 1e-4)."})
+    normalisation: Literal["pooled", "per-policy"] = field(
+        default="pooled",
+        metadata={"help": "Scale of the pooled advantage: 'pooled' (the paper: the pool's reward std) or "
+                  "'per-policy' (Dr. MAS: the learner's own reward std; the baseline stays pooled). Use "
+                  "'per-policy' with grpo.scale_rewards: batch."},
+    )
 
 
 @dataclass
