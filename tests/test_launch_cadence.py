@@ -109,7 +109,7 @@ def test_tiny_pool_keeps_its_optimizer_step_counts(tmp_path):
     for p in plan.policies:
         assert (p.grpo["max_steps"], p.grpo["save_steps"], p.grpo["logging_steps"], p.grpo["warmup_steps"]) == (
             200, 100, 1, 10)
-        assert dict((row[0], row[2]) for row in p.schedule)["validate every"] == "20"
+        assert {row[0]: row[2] for row in p.schedule}["validate every"] == "20"
 
 
 def test_schedule_counts_may_change_on_resume():

@@ -101,7 +101,8 @@ def test_validation_reward_per_task_reaches_the_trackers():
     tracker = Tracker()
 
     class Handler:
-        callbacks = [Other(), tracker]
+        def __init__(self):
+            self.callbacks = [Other(), tracker]
 
     class Trainer:
         args, control, callback_handler = object(), object(), Handler()

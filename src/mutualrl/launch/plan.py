@@ -24,14 +24,8 @@ from rich.text import Text
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError, UsageError
 from mutualrl.launch.batching import BatchSizeError, DerivedBatch, apply_batch, fits, trl_generation_batch
-from mutualrl.launch.cadence import (
-    apply_cadence,
-    describe,
-    known_train_prompts,
-    policy_cadence,
-    render_schedule,
-    validation_interval,
-)
+from mutualrl.launch.cadence import apply_cadence, describe, known_train_prompts, policy_cadence, render_schedule
+from mutualrl.launch.cadence import validation_interval
 from mutualrl.launch.commands import LaunchSpec, adapt_grpo_to_device, build_launch_specs, policy_port
 from mutualrl.launch.configs import (
     ZERO_STAGES,
@@ -54,6 +48,7 @@ from mutualrl.launch.mwra import (
     param_count_for,
     plan_placement,
 )
+from mutualrl.training.trackers import check_trackers
 
 PLAN_SCHEMA_VERSION = 1
 SHARING_REGIMES = {"xgrpo", "sgt", "prp"}
@@ -369,7 +364,7 @@ def make_launch_plan(
             )
         )
 
-    warnings += _check_trackers(plans, simulate)
+    warnings += check_trackers([p.grpo.get("report_to") for p in plans], fail=not simulate)
     warnings += _check_same_prompts(config, plans)
     warnings += _memory_check(config, placement, plans, gpu_memory_gib, ram_gib, param_counts or {}, stage)
     if simulate and gpu_memory_gib is None and gpus > 0:
@@ -383,16 +378,6 @@ def make_launch_plan(
         simulated=simulate,
         warnings=warnings,
     )
-
-
-def _check_trackers(plans: list[PolicyPlan], simulate: bool) -> list[str]:
-    """Every tracker of ``grpo.report_to`` imports here: an error before launch, a warning in a dry run."""
-    from mutualrl.training.trackers import missing_trackers
-
-    problems = sorted({problem for p in plans for problem in missing_trackers(p.grpo.get("report_to"))})
-    if problems and not simulate:
-        raise UsageError("; ".join(problems))
-    return problems
 
 
 def _check_same_prompts(config: RunConfig, plans: list[PolicyPlan]) -> list[str]:

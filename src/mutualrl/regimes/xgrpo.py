@@ -45,10 +45,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
-
-from typing import Literal
 
 from mutualrl.regimes.grpo import TRL_STD_EPS, group_advantages, nanstd, reward_scale
 from mutualrl.regimes.pool import ScaleRewards, check_pool, check_scale_rewards, split_pool

@@ -67,6 +67,16 @@ def missing_trackers(report_to: Any) -> list[str]:
     return problems
 
 
+def check_trackers(report_tos: Iterable[Any], fail: bool) -> list[str]:
+    """:func:`missing_trackers` of several ``report_to`` values: raised (``fail``, before a launch) or returned."""
+    problems = sorted({problem for report_to in report_tos for problem in missing_trackers(report_to)})
+    if problems and fail:
+        from mutualrl.errors import UsageError
+
+        raise UsageError("; ".join(problems))
+    return problems
+
+
 def tracker_logs(metrics: dict[str, Any]) -> dict[str, float]:
     """Validation metrics as tracker logs: ``eval/reward@1`` -> ``eval_reward@1`` (trackers show ``eval/...``).
 
