@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -9,7 +11,13 @@ import yaml
 
 from mutualrl.cli.main import run
 from mutualrl.config.loader import load_recipe_data, load_run_config, recipes_dir
-from mutualrl.training.trackers import missing_trackers, report_validation, tracker_logs, tracker_names
+from mutualrl.training.trackers import (
+    TRACKER_MODULES,
+    missing_trackers,
+    report_validation,
+    tracker_logs,
+    tracker_names,
+)
 
 PAPER_POOLS = ["2qwen", "3qwen", "4qwen", "llama-mist", "qwen-phi4"]
 
@@ -63,10 +71,32 @@ def named_trackers() -> set[str]:
     return names
 
 
-def test_every_tracker_a_recipe_names_imports():
-    """Needs the project's dependencies installed (./setup.sh installs tensorboard)."""
+def _requirement_names(requirements: list[str]) -> set[str]:
+    return {re.split(r"[<>=!~;\[ ]", r.strip(), maxsplit=1)[0].lower() for r in requirements}
+
+
+def test_every_tracker_a_recipe_names_is_a_dependency():
+    """./setup.sh installs the project's dependencies, so every named tracker must be one."""
+    with (Path(__file__).resolve().parents[1] / "pyproject.toml").open("rb") as fh:
+        declared = _requirement_names(tomllib.load(fh)["project"]["dependencies"])
     names = named_trackers()
     assert "tensorboard" in names  # the paper recipes log to TensorBoard
+    assert {TRACKER_MODULES[name][0] for name in names} <= declared
+
+
+def test_every_tracker_a_recipe_names_imports():
+    """After ./setup.sh (pip install -e .) every tracker imports and transformers' callback starts."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        installed = _requirement_names(requires("mutualrl") or [])
+    except PackageNotFoundError:
+        installed = set()
+    names = named_trackers()
+    stale = {TRACKER_MODULES[name][0] for name in names} - installed
+    if stale:
+        pytest.skip(f"this environment was installed before {', '.join(sorted(stale))} became a dependency: "
+                    "run ./setup.sh again")
     assert missing_trackers(sorted(names)) == []
     from transformers.integrations import INTEGRATION_TO_CALLBACK
 
