@@ -121,3 +121,16 @@ def test_schedule_counts_may_change_on_resume():
     assert refused == [] and len(allowed) == 2
     refused, _ = config_changes(before, {"schedule": {**before["schedule"], "unit": "optimizer"}})
     assert refused == ["schedule.unit: 'paper' -> 'optimizer'"]
+
+
+def test_every_count_states_its_unit_in_its_help():
+    import dataclasses
+
+    from mutualrl.config import schema
+
+    for cls in (schema.ScheduleConfig, schema.ValidationConfig, schema.RunConfig, schema.BatchConfig):
+        for f in dataclasses.fields(cls):
+            assert f.metadata.get("help"), f"{cls.__name__}.{f.name} has no help"
+    counts = {f.name: f.metadata["help"] for f in dataclasses.fields(schema.ScheduleConfig) if f.name != "unit"}
+    assert all("`unit` steps" in text for text in counts.values()), counts
+    assert "OPTIMIZER steps" in schema.ValidationConfig.__dataclass_fields__["every_steps"].metadata["help"]
