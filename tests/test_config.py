@@ -37,12 +37,22 @@ def test_paper_pool_has_paper_settings():
     assert cfg.grpo["num_generations"] == 5
     assert cfg.grpo["max_completion_length"] == 3072
     assert cfg.grpo["beta"] == pytest.approx(1e-3)
-    assert cfg.grpo["save_steps"] == 20
-    assert cfg.validation.every_steps == 5
+    # Counted in paper steps (1024 prompts = 4 optimizer steps); tests/test_launch_cadence.py converts them.
+    assert cfg.schedule.unit == "paper"
+    assert (cfg.schedule.save_every, cfg.schedule.validate_every, cfg.schedule.log_every) == (20, 5, 1)
+    assert "save_steps" not in cfg.grpo and cfg.validation.every_steps is None
     assert cfg.task.max_prompt_tokens == 1024
     assert cfg.batch is not None and cfg.batch.prompts_per_step == 1024
     assert cfg.regime.sgt.lam == pytest.approx(0.1)
     assert cfg.regime.xgrpo.cross_model_factor == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("pool", PAPER_POOLS)
+def test_paper_pools_use_a_plain_kl_loss_term(pool):
+    # Paper App. "Implementation details": per-token KL as a separate loss term, not ratio-weighted.
+    cfg = load_run_config(pool).config
+    assert cfg.grpo["beta"] == pytest.approx(1e-3)
+    assert cfg.grpo["use_bias_correction_kl"] is False
 
 
 def test_overrides_by_index_name_and_regime():
@@ -149,6 +159,19 @@ def test_extends_merges_and_child_wins(tmp_path):
     cfg = load_run_config(str(child)).config
     assert cfg.grpo == {"learning_rate": 1e-6, "num_generations": 3}
     assert cfg.regime.name == "sgt"
+
+
+def test_extends_a_list_merges_in_order_and_child_wins(tmp_path):
+    write(tmp_path, "grpo: {learning_rate: 1.0e-6, num_generations: 5}\nregime: {name: sgt}\n", "base.yaml")
+    write(tmp_path, "grpo: {num_generations: 4, seed: 7}\ntask: {name: qa-mix}\n", "experiment.yaml")
+    child = write(tmp_path, "extends: [base.yaml, experiment.yaml]\npool:\n  name: x\n  policies: "
+                            "[{name: a, model: m}, {name: b, model: m}]\ngrpo: {seed: 8}\n", "child.yaml")
+    cfg = load_run_config(str(child)).config
+    assert cfg.grpo == {"learning_rate": 1e-6, "num_generations": 4, "seed": 8}
+    assert (cfg.regime.name, cfg.task.name) == ("sgt", "qa-mix")
+    bad = write(tmp_path, "extends: [base.yaml, 3]\n", "bad.yaml")
+    with pytest.raises(ConfigError, match="extends: expected a path"):
+        load_run_config(str(bad))
 
 
 def test_unknown_pool_suggests():

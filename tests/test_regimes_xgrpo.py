@@ -148,7 +148,12 @@ def test_diagnostics_by_hand():
         "rollout_sign_flip_rate",
         "spread_change_corr",
         "clip_fraction",
+        "adv_abs_mean",
+        "adv_std",
     }
+    # The advantage scale: |A| = [.45, .55, .05, .05, .1, .1] -> mean 1.3/6; std of the signed values.
+    assert res.adv_abs_mean == pytest.approx(1.3 / 6)
+    assert res.adv_std == pytest.approx(torch.tensor([0.45, -0.55, -0.05, -0.05, 0.1, 0.1]).std().item())
 
 
 def test_diagnostics_ignore_unscored_rollouts():
@@ -224,3 +229,61 @@ def test_pooled_part_is_prp_pooled_slice():
     rewards = torch.rand(4, 3, 5, generator=g)
     res = xgrpo_advantages(rewards, 2, torch.ones(4, 5))
     assert torch.equal(res.pooled_advantages, prp_pooled_advantages(rewards)[:, 2])
+
+
+# ---------------------------------------------------------------------------------------
+# Normalisation: pooled (paper) vs per-policy (Dr. MAS)
+# ---------------------------------------------------------------------------------------
+
+
+def test_per_policy_normalisation_by_hand_batch_scaling():
+    # Learner [[1, 0], [0, 0]], peer [[1, 1], [1, 1]]; scale_rewards "batch", eps 0; α = 1, γ = 0, c = ∞
+    # so A_eff = A_pool.
+    # Pooled baselines: prompt 0 {1, 0, 1, 1} -> 0.75; prompt 1 {0, 0, 1, 1} -> 0.5.
+    # per-policy scale: sample std of the learner's {1, 0, 0, 0}: mean .25, var (.5625 + 3 * .0625) / 3 = .25 -> 0.5
+    #   A = [[(1 - .75)/.5, (0 - .75)/.5], [(0 - .5)/.5, (0 - .5)/.5]] = [[.5, -1.5], [-1, -1]]
+    # pooled scale: sample std of all 8 rewards {1 x5, 0 x3}: mean .625,
+    #   var (5 * .140625 + 3 * .390625) / 7 = 1.875 / 7 -> std 0.517549
+    p = pool([[1.0, 0.0], [0.0, 0.0]], [[1.0, 1.0], [1.0, 1.0]])
+    lengths = torch.ones(2, 2)
+    per_policy = xgrpo_advantages(p, 0, lengths, 1.0, 0.0, math.inf, "batch", eps=0.0, normalisation="per-policy")
+    torch.testing.assert_close(per_policy.advantages, torch.tensor([[0.5, -1.5], [-1.0, -1.0]]))
+    pooled = xgrpo_advantages(p, 0, lengths, 1.0, 0.0, math.inf, "batch", eps=0.0, normalisation="pooled")
+    s = math.sqrt(1.875 / 7)
+    assert s == pytest.approx(0.517549, abs=1e-6)
+    torch.testing.assert_close(pooled.advantages, torch.tensor([[0.25 / s, -0.75 / s], [-0.5 / s, -0.5 / s]]))
+    # The peer's own advantages under per-policy use its own scale: its rewards are all 1 (std 0), so
+    # with eps 1e-4: (1 - .75)/1e-4 = 2500 and (1 - .5)/1e-4 = 5000, then clipped at c = 5.
+    peer = xgrpo_advantages(p, 1, lengths, 1.0, 0.0, 5.0, "batch", eps=EPS, normalisation="per-policy")
+    torch.testing.assert_close(peer.advantages, torch.full((2, 2), 5.0))
+    assert peer.clip_fraction == 1.0
+
+
+def test_per_policy_normalisation_group_scaling_by_hand():
+    # Learner [1, 0], peer [1, 1]; "group", eps 0: pooled baseline .75.
+    #   per-policy: learner std sqrt(.5) -> [.25, -.75] / .70711 = [.35355, -1.06066]
+    #   pooled: pool std of {1, 0, 1, 1} = sqrt(.75 / 3) = .5 -> [.5, -1.5]
+    p = pool([[1.0, 0.0]], [[1.0, 1.0]])
+    per_policy = xgrpo_advantages(p, 0, torch.ones(1, 2), 1.0, 0.0, math.inf, "group", eps=0.0,
+                                  normalisation="per-policy")
+    torch.testing.assert_close(per_policy.advantages, torch.tensor([[0.25 / math.sqrt(0.5), -0.75 / math.sqrt(0.5)]]))
+    pooled = xgrpo_advantages(p, 0, torch.ones(1, 2), 1.0, 0.0, math.inf, "group", eps=0.0)
+    torch.testing.assert_close(pooled.advantages, torch.tensor([[0.5, -1.5]]))
+
+
+@pytest.mark.parametrize("scale", ["group", "batch", "none"])
+def test_per_policy_equals_pooled_for_a_pool_of_one_and_rejects_unknown_names(scale):
+    rewards = torch.tensor([[[1.0, 0.0, 1.0]], [[0.0, 0.0, 1.0]]])  # [P=2, M=1, K=3]
+    a = xgrpo_advantages(rewards, 0, torch.ones(2, 3), 0.2, 0.0, math.inf, scale, normalisation="per-policy")
+    b = xgrpo_advantages(rewards, 0, torch.ones(2, 3), 0.2, 0.0, math.inf, scale, normalisation="pooled")
+    torch.testing.assert_close(a.advantages, b.advantages)
+    with pytest.raises(ValueError, match="normalisation"):
+        xgrpo_advantages(rewards, 0, torch.ones(2, 3), normalisation="global")
+
+
+def test_normalisation_is_a_recipe_setting():
+    from mutualrl.config import load_run_config
+
+    assert load_run_config("xgrpo-2qwen").config.regime.xgrpo.normalisation == "pooled"
+    cfg = load_run_config("xgrpo-2qwen", overrides=["regime.xgrpo.normalisation=per-policy"]).config
+    assert cfg.regime.xgrpo.normalisation == "per-policy"

@@ -165,6 +165,57 @@ def test_strict_exact_match_counts_formatting_differences_as_wrong() -> None:
     assert exact_match(None, "5") is False
 
 
+# The paper's rule (App. "Experimental Setup"): the string between the outermost \boxed{}
+# tokens must equal the canonical label; "semantically correct answers with non-matching
+# formatting are counted as incorrect; additional text outside the \boxed{} tokens is
+# ignored". Each case: (completion, gold label, paper's exact rule, math-verify equivalence).
+PAPER_RULE = [
+    ("so $\\boxed{\\frac{1}{2}}$.", "\\frac{1}{2}", 1.0, 1.0),
+    ("so $\\boxed{\\dfrac{1}{2}}$.", "\\frac{1}{2}", 0.0, 1.0),
+    ("so $\\boxed{\\frac12}$.", "\\frac{1}{2}", 0.0, 1.0),
+    ("so $\\boxed{0.5}$.", "\\frac{1}{2}", 0.0, 1.0),
+    ("so $\\boxed{0.5}$.", "\\frac12", 0.0, 1.0),
+    ("so $\\boxed{1/2}$.", "\\frac{1}{2}", 0.0, 1.0),
+    ("$\\boxed{10\\text{ cm}}$", "10", 0.0, 1.0),
+    ("$\\boxed{x = 5}$", "5", 0.0, 1.0),
+    ("$\\boxed{\\left( 3, \\frac{\\pi}{2} \\right)}$", "\\left( 3, \\frac{\\pi}{2} \\right)", 1.0, 1.0),
+    ("$\\boxed{(3,\\frac{\\pi}{2})}$", "\\left( 3, \\frac{\\pi}{2} \\right)", 0.0, 1.0),
+    # the outermost box is the answer: an inner box makes the string differ (math-verify reads 7)
+    ("$\\boxed{\\boxed{7}}$", "7", 0.0, 1.0),
+    # text outside the box is ignored; the last outermost box counts
+    ("I guess 3. Actually \\boxed{4}, final: \\boxed{5} (not 4)", "5", 1.0, 1.0),
+    # only \boxed{...} is the paper's box: \fbox and the brace-less form are not answers
+    ("\\fbox{5}", "5", 0.0, 1.0),
+    ("$\\boxed 5$", "5", 0.0, 1.0),
+    # a wrong value is wrong under both
+    ("$\\boxed{\\frac{1}{3}}$", "\\frac{1}{2}", 0.0, 0.0),
+    ("the answer is 5", "5", 0.0, 0.0),
+]
+
+
+@pytest.mark.parametrize(("completion", "gold", "exact", "equiv"), PAPER_RULE)
+def test_paper_rule_exact_vs_math_verify(completion: str, gold: str, exact: float, equiv: float) -> None:
+    assert score_math(completion, gold, "exact") == exact
+    assert score_math(completion, gold, "equiv") == equiv
+
+
+def test_paper_rule_multiple_choice_matches_the_option_letter() -> None:
+    # "rewards are computed ... by matching the correct option for multiple-choice tasks"
+    assert [score_choice(c, "B", "exact") for c in ("\\boxed{B}", "\\boxed{ B }", "\\boxed{(B)}",
+                                                    "\\boxed{B. Planetary days}", "\\fbox{B}")] == [1, 1, 0, 0, 0]
+    assert [score_choice(c, "B", "equiv") for c in ("\\boxed{B}", "\\boxed{(B)}", "\\boxed{B. Planetary days}",
+                                                    "\\fbox{B}")] == [1, 1, 1, 1]
+
+
+def test_exact_tasks_show_what_the_paper_rule_extracts() -> None:
+    from mutualrl.tasks.registry import get_task
+
+    math = get_task("math")
+    assert math.extract("\\fbox{5}") == "5"
+    assert math.with_verifier("exact").extract("\\fbox{5}") is None
+    assert get_task("qa-mix").with_verifier("exact").extract("$\\boxed 5$ and \\boxed{C}") == "C"
+
+
 # ---------------------------------------------------------------------------------------
 # Multiple choice and yes/no
 # ---------------------------------------------------------------------------------------

@@ -30,7 +30,9 @@ def train(
         show_default=False,
     ),
     output_dir: Path | None = typer.Option(None, "--output-dir", "-o", help="Run folder (default: recipe's)."),
-    max_steps: int | None = typer.Option(None, "--max-steps", min=1, help="Optimizer steps per policy."),
+    max_steps: int | None = typer.Option(None, "--max-steps", min=1, help="Run length per policy in the recipe's unit: "
+                                        "schedule.max_steps (paper steps in the paper recipes) when the recipe has a "
+                                        "schedule, else grpo.max_steps (optimizer steps). The dry run shows both."),
     seed: int | None = typer.Option(None, "--seed", min=0, help="Seed shared by every policy (same prompts each step)."),
     overrides: list[str] = typer.Option(
         [], "--set", "-s", help="Override any recipe field: --set grpo.learning_rate=1e-6 (repeatable)."

@@ -1,8 +1,10 @@
 """Load YAML recipes into :class:`~mutualrl.config.schema.RunConfig`.
 
 A recipe is a YAML mapping with the fields of :class:`RunConfig`, plus an optional
-``extends: <path>`` (relative to the recipe) whose content it deep-merges over. Pools
-ship as ``recipes/pools/<name>.yaml``. Any field can be overridden from the command
+``extends: <path>`` or ``extends: [<path>, ...]`` (relative to the recipe; merged in
+order, later wins) whose content it deep-merges over. Pools ship as
+``recipes/pools/<name>.yaml``, the paper's experiments and controls as
+``recipes/experiments/<name>.yaml``; both are found by name. Any field can be overridden from the command
 line with ``--set dotted.path=value`` (the value is parsed as YAML); policies are
 addressed by index or by name: ``--set pool.policies.qwen3.grpo.learning_rate=2e-6``.
 """
@@ -20,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from mutualrl.config.schema import REGIME_NAMES, RunConfig
+from mutualrl.config.schema import REGIME_NAMES, SCHEDULE_GRPO_FIELDS, RunConfig
 from mutualrl.config.typed import ConfigError, build_dataclass, check_bounds, convert
 
 _FLOAT_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
@@ -48,8 +50,22 @@ def recipes_dir() -> Path:
     raise FileNotFoundError("mutualrl recipes folder not found (set MUTUALRL_RECIPES)")
 
 
+RECIPE_FOLDERS = ("pools", "experiments")
+"""Folders of ``recipes/`` whose recipes are found by name (``--pool 2qwen``, ``--pool commonsense-3qwen``)."""
+
+
 def pool_recipe_path(name: str) -> Path:
+    """The named recipe: ``recipes/pools/<name>.yaml``, else ``recipes/experiments/<name>.yaml``."""
+    for folder in RECIPE_FOLDERS:
+        path = recipes_dir() / folder / f"{name}.yaml"
+        if path.is_file():
+            return path
     return recipes_dir() / "pools" / f"{name}.yaml"
+
+
+def list_named_recipes() -> list[Path]:
+    """Every recipe that can be named: the pools, then the experiments."""
+    return [p for folder in RECIPE_FOLDERS for p in sorted((recipes_dir() / folder).glob("*.yaml"))]
 
 
 def list_pool_recipes() -> list[Path]:
@@ -65,11 +81,11 @@ def resolve_recipe(pool_or_path: str) -> Path:
         return as_path
     path = pool_recipe_path(pool_or_path)
     if not path.is_file():
-        known = [p.stem for p in list_pool_recipes()]
+        known = [p.stem for p in list_named_recipes()]
         close = difflib.get_close_matches(pool_or_path, known, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ConfigError(
-            "--pool", "", f"unknown pool {pool_or_path!r}; known pools: {', '.join(known)}.{hint}"
+            "--pool", "", f"unknown pool {pool_or_path!r}; known pools and experiments: {', '.join(known)}.{hint}"
         )
     return path
 
@@ -92,15 +108,20 @@ def load_recipe_data(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]
     if path in _seen:
         raise ConfigError(str(path), "extends", "circular `extends` chain")
     data = read_yaml(path)
-    parent = data.pop("extends", None)
-    if parent is None:
+    parents = data.pop("extends", None)
+    if parents is None:
         return data
-    if not isinstance(parent, str):
-        raise ConfigError(str(path), "extends", "expected a path to another recipe")
-    parent_path = (path.parent / parent).resolve()
-    if not parent_path.is_file():
-        raise ConfigError(str(path), "extends", f"parent recipe {parent_path} not found")
-    return deep_merge(load_recipe_data(parent_path, (*_seen, path)), data)
+    if isinstance(parents, str):
+        parents = [parents]
+    if not isinstance(parents, list) or not parents or not all(isinstance(p, str) for p in parents):
+        raise ConfigError(str(path), "extends", "expected a path to another recipe, or a list of paths")
+    merged: dict[str, Any] = {}
+    for parent in parents:
+        parent_path = (path.parent / parent).resolve()
+        if not parent_path.is_file():
+            raise ConfigError(str(path), "extends", f"parent recipe {parent_path} not found")
+        merged = deep_merge(merged, load_recipe_data(parent_path, (*_seen, path)))
+    return deep_merge(merged, data)
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -188,8 +209,13 @@ def load_run_config(
     overrides: typing.Sequence[str] = (),
     regime: str | None = None,
     check_grpo: bool = True,
+    max_steps: int | None = None,
 ) -> LoadedRecipe:
-    """Load a recipe by pool name or path, apply ``--set`` overrides and validate it."""
+    """Load a recipe by pool name or path, apply ``--set`` overrides and validate it.
+
+    ``max_steps`` (``--max-steps``) is the run length in the recipe's own unit: it sets
+    ``schedule.max_steps`` when the recipe has a ``schedule``, else ``grpo.max_steps``.
+    """
     path = resolve_recipe(pool_or_path)
     data = load_recipe_data(path)
     if regime is not None:
@@ -200,10 +226,40 @@ def load_run_config(
     for text in overrides:
         keys, value = parse_override(text)
         apply_override(data, keys, value)
-    source = str(path) + (" (with --set overrides)" if overrides else "")
+    source = str(path) + (" (with --set overrides)" if overrides or max_steps is not None else "")
+    if max_steps is not None:
+        set_max_steps(data, max_steps)
+    check_schedule_conflicts(data, source)
     config = build_dataclass(RunConfig, data, source)
     validate_run_config(config, source, check_grpo=check_grpo)
     return LoadedRecipe(config=config, source=source, data=data)
+
+
+def set_max_steps(data: dict[str, Any], steps: int) -> None:
+    """The run length in the recipe's unit: ``schedule.max_steps`` if it has a schedule, else ``grpo.max_steps``."""
+    schedule = data.get("schedule")
+    if isinstance(schedule, dict):
+        schedule["max_steps"] = steps
+        if isinstance(data.get("grpo"), dict):
+            data["grpo"].pop("max_steps", None)
+    else:
+        apply_override(data, ["grpo", "max_steps"], steps)
+
+
+def check_schedule_conflicts(data: dict[str, Any], source: str) -> None:
+    """A count set both in ``schedule`` (its unit) and in ``grpo`` / ``validation`` (optimizer steps) is an error."""
+    schedule = data.get("schedule")
+    if not isinstance(schedule, dict):
+        return
+    grpo = data.get("grpo") if isinstance(data.get("grpo"), dict) else {}
+    for ours, trl in SCHEDULE_GRPO_FIELDS.items():
+        if schedule.get(ours) is not None and grpo.get(trl) is not None:
+            raise ConfigError(source, f"schedule.{ours}", f"grpo.{trl} sets the same count; keep one "
+                              f"(schedule.{ours} counts schedule.unit steps, grpo.{trl} optimizer steps)")
+    validation = data.get("validation") if isinstance(data.get("validation"), dict) else {}
+    if schedule.get("validate_every") is not None and validation.get("every_steps") is not None:
+        raise ConfigError(source, "schedule.validate_every", "validation.every_steps sets the same interval; keep one "
+                          "(schedule.validate_every counts schedule.unit steps, validation.every_steps optimizer steps)")
 
 
 def validate_run_config(config: RunConfig, source: str, check_grpo: bool = True) -> None:
@@ -235,6 +291,9 @@ def validate_run_config(config: RunConfig, source: str, check_grpo: bool = True)
     if config.regime.name not in REGIME_NAMES:  # pragma: no cover - Literal already checks
         raise ConfigError(source, "regime.name", f"unknown regime {config.regime.name!r}")
     _check_regime_settings(config, source)
+    if config.schedule is not None and config.schedule.unit == "paper" and config.batch is None:
+        raise ConfigError(source, "schedule.unit", "'paper' counts paper steps, which `batch` defines "
+                          "(prompts_per_step, mini_batches_per_step); set `batch`, or schedule.unit: optimizer")
     check_output_dir(config, source)
     if config.launch.device_map is not None:
         names = {p.name for p in policies}

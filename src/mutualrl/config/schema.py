@@ -119,6 +119,12 @@ class XGRPOSettings:
         metadata={"gt": 0, "help": "Effective advantages are clipped to [-c, c] (the paper does not state c; ours)."},
     )
     std_epsilon: float = field(default=1e-4, metadata={"gt": 0, "help": "Added to standard deviations (TRL's 1e-4)."})
+    normalisation: Literal["pooled", "per-policy"] = field(
+        default="pooled",
+        metadata={"help": "Scale of the pooled advantage: 'pooled' (the paper: the pool's reward std) or "
+                  "'per-policy' (Dr. MAS: the learner's own reward std; the baseline stays pooled). Use "
+                  "'per-policy' with grpo.scale_rewards: batch."},
+    )
 
 
 @dataclass
@@ -171,7 +177,8 @@ class TaskConfig:
     name: str = field(
         default="synthetic-arith",
         metadata={
-            "help": "Task: math, gsm8k, arc, openbookqa, boolq, piqa, hellaswag, siqa, qa-mix, synthetic-arith."
+            "help": "Task: math, gsm8k, arc, openbookqa, boolq, piqa, hellaswag, siqa, qa-mix (the six QA tasks), "
+            "math-qa-mix (MATH + the six QA tasks, the paper's commonsense experiment), synthetic-arith."
         },
     )
     source: str | None = field(
@@ -254,7 +261,12 @@ class LaunchConfig:
 class ValidationConfig:
     """Held-out validation during training (greedy decoding, reward@1; paper: every 5 steps)."""
 
-    every_steps: int = field(default=5, metadata={"ge": 0, "help": "Validate every N optimizer steps (0: start and end only)."})
+    every_steps: int | None = field(
+        default=None,
+        metadata={"ge": 0, "help": "Validate every N OPTIMIZER steps (0: start and end only). Default: "
+                  "`schedule.validate_every` (in `schedule.unit`) when the recipe has a schedule, else 5. "
+                  "Set one of the two, not both."},
+    )
     limit: int | None = field(default=None, metadata={"ge": 1, "help": "Validate on at most this many prompts."})
     max_new_tokens: int | None = field(
         default=None, metadata={"ge": 1, "help": "Generation length for validation (default: grpo.max_completion_length)."}
@@ -280,6 +292,61 @@ class BatchConfig:
     )
 
 
+STEP_UNITS = ("paper", "optimizer")
+"""Units of ``schedule`` counts: a paper step (one GRPO update of the paper) or an optimizer step."""
+
+SCHEDULE_GRPO_FIELDS = {"max_steps": "max_steps", "warmup_steps": "warmup_steps", "save_every": "save_steps",
+                        "log_every": "logging_steps"}
+"""``schedule`` count -> the GRPOConfig field (optimizer steps) it sets; ``validate_every`` sets
+``validation.every_steps``."""
+
+
+@dataclass
+class ScheduleConfig:
+    """Run length and cadence, counted in ``unit`` steps (paper App. "Implementation details").
+
+    One *paper step* is one GRPO update of the paper: ``batch.prompts_per_step`` prompts
+    (1024) generated once and trained in ``batch.mini_batches_per_step`` (4) mini-batches,
+    i.e. ``mini_batches_per_step x grpo.num_iterations`` optimizer steps (TRL's
+    ``global_step``). The launcher converts every count here to optimizer steps
+    (``mutualrl.launch.cadence``) and the dry run shows both. A recipe without ``schedule``
+    sets TRL's ``grpo.max_steps`` / ``save_steps`` / ... directly, in optimizer steps.
+    """
+
+    unit: Literal["paper", "optimizer"] = field(
+        default="paper",
+        metadata={"help": "Unit of every count in `schedule`: 'paper' (one step = batch.prompts_per_step prompts = "
+                  "batch.mini_batches_per_step x grpo.num_iterations optimizer steps; needs `batch`) or "
+                  "'optimizer' (TRL's global_step)."},
+    )
+    max_steps: int | None = field(
+        default=None,
+        metadata={"ge": 1, "help": "Run length in `unit` steps; also the length of the learning-rate schedule. "
+                  "None: grpo.num_train_epochs decides (each epoch = floor(train prompts / prompts_per_step) paper "
+                  "steps). Sets grpo.max_steps (optimizer steps): set one of the two."},
+    )
+    warmup_steps: int | None = field(
+        default=None,
+        metadata={"ge": 0, "help": "Learning-rate warm-up in `unit` steps (paper: 0). Sets grpo.warmup_steps "
+                  "(optimizer steps): set one of the two."},
+    )
+    save_every: int | None = field(
+        default=None,
+        metadata={"ge": 1, "help": "Checkpoint every N `unit` steps (paper: 20 paper steps). Sets grpo.save_steps "
+                  "(optimizer steps): set one of the two."},
+    )
+    log_every: int | None = field(
+        default=None,
+        metadata={"ge": 1, "help": "Log training metrics every N `unit` steps (paper: every paper step). Sets "
+                  "grpo.logging_steps (optimizer steps): set one of the two."},
+    )
+    validate_every: int | None = field(
+        default=None,
+        metadata={"ge": 0, "help": "Validate every N `unit` steps (paper: 5 paper steps; 0: start and end only). "
+                  "Sets validation.every_steps (optimizer steps): set one of the two."},
+    )
+
+
 @dataclass
 class RunConfig:
     """Everything a `mutualrl train` run needs."""
@@ -293,6 +360,11 @@ class RunConfig:
     )
     batch: BatchConfig | None = field(
         default=None, metadata={"help": "Batch sizes in prompts (paper style); derived per policy world size."}
+    )
+    schedule: ScheduleConfig | None = field(
+        default=None,
+        metadata={"help": "Run length and cadence in paper steps (or optimizer steps), converted for TRL. "
+                  "Unset: the grpo/validation counts as written, in optimizer steps."},
     )
     see: SEESettings = field(default_factory=SEESettings, metadata={"help": "Shared Experience Exchange."})
     launch: LaunchConfig = field(default_factory=LaunchConfig, metadata={"help": "Placement and launch."})

@@ -25,6 +25,8 @@ from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError, UsageError
 from mutualrl.training.paths import RunPaths
 from mutualrl.launch.batching import BatchSizeError, DerivedBatch, apply_batch, fits, trl_generation_batch
+from mutualrl.launch.cadence import apply_cadence, describe, known_train_prompts, policy_cadence, render_schedule
+from mutualrl.launch.cadence import validation_interval
 from mutualrl.launch.commands import LaunchSpec, adapt_grpo_to_device, build_launch_specs, policy_port
 from mutualrl.launch.configs import (
     ZERO_STAGES,
@@ -47,6 +49,7 @@ from mutualrl.launch.mwra import (
     param_count_for,
     plan_placement,
 )
+from mutualrl.training.trackers import check_trackers
 
 PLAN_SCHEMA_VERSION = 1
 SHARING_REGIMES = {"xgrpo", "sgt", "prp"}
@@ -72,6 +75,8 @@ class PolicyPlan:
     launch: LaunchSpec
     notes: list[str] = field(default_factory=list)
     memory: MemoryEstimate | None = None
+    schedule: list[list[str]] = field(default_factory=list)
+    """Run length and cadence rows (setting, recipe value with its unit, optimizer steps) for the dry run."""
 
     @property
     def vllm(self) -> str:
@@ -124,6 +129,7 @@ class LaunchPlan:
                     "launch": p.launch.to_dict(),
                     "notes": list(p.notes),
                     "memory": asdict(p.memory) if p.memory else None,
+                    "schedule": [list(row) for row in p.schedule],
                 }
                 for p in self.policies
             ],
@@ -162,6 +168,7 @@ class LaunchPlan:
                     launch=LaunchSpec(**raw["launch"]),
                     notes=list(raw.get("notes", [])),
                     memory=MemoryEstimate(**raw["memory"]) if raw.get("memory") else None,
+                    schedule=[list(row) for row in raw.get("schedule", [])],
                 )
             )
         return cls(
@@ -325,6 +332,10 @@ def make_launch_plan(
             if placement.explicit:
                 raise BatchSizeError(f"{err} (the explicit --device-map sets this device count)") from None
             raise
+        cadence = policy_cadence(config.schedule, batch, grpo)
+        grpo, cadence_notes = apply_cadence(grpo, cadence)
+        schedule_rows = describe(cadence, grpo, validation_interval(cadence, config.validation.every_steps),
+                                 known_train_prompts(config.task))
         port = policy_port(config, index)
         ds_path = deepspeed_config_path(run_dir, policy.name) if stage else None
         plans.append(
@@ -351,10 +362,12 @@ def make_launch_plan(
                     deepspeed_config(stage, bf16=bool(grpo.get("bf16")), fp16=bool(grpo.get("fp16"))) if stage else None
                 ),
                 launch=spec,
-                notes=[*notes, *batch_notes, *spec.notes],
+                notes=[*notes, *batch_notes, *cadence_notes, *spec.notes],
+                schedule=[list(row) for row in schedule_rows],
             )
         )
 
+    warnings += check_trackers([p.grpo.get("report_to") for p in plans], fail=not simulate)
     warnings += _check_same_prompts(config, plans)
     warnings += _memory_check(config, placement, plans, gpu_memory_gib, ram_gib, param_counts or {}, stage)
     if simulate and gpu_memory_gib is None and gpus > 0:
@@ -538,6 +551,7 @@ def render_plan(plan: LaunchPlan, console: Console, written: bool = True) -> Non
             updates,
         )
     console.print(batch)
+    render_schedule([(p.name, p.schedule) for p in plan.policies], console)
 
     console.print(Text("Launch commands", style="bold"))
     for p in plan.policies:

@@ -24,9 +24,10 @@ from typing import Any
 from mutualrl.training.paths import RunPaths, atomic_write_text
 
 # Dotted prefixes a resumed run may change (the rest of the config is the run's identity).
-# `grpo.max_steps` also sets the length of the learning-rate schedule from the resumed step on.
+# `grpo.max_steps` (or `schedule.max_steps`) also sets the length of the learning-rate schedule from the resumed step on.
 MUTABLE_ON_RESUME = (
     "output_dir", "pool.description", "grpo.max_steps", "grpo.logging_steps", "grpo.save_steps",
+    "schedule.max_steps", "schedule.log_every", "schedule.save_every", "schedule.validate_every",
     "grpo.save_total_limit", "grpo.report_to", "validation.", "see.barrier_timeout_s", "see.peer_timeout_s",
     "see.poll_interval_s", "launch.",
 )

@@ -19,6 +19,7 @@ from mutualrl.config.loader import load_run_config
 from mutualrl.config.schema import RunConfig
 from mutualrl.config.typed import to_plain
 from mutualrl.errors import UsageError
+from mutualrl.launch.cadence import max_optimizer_steps
 from mutualrl.launch.run_lock import (
     LOCK_NAME,
     RUN_MARKER,
@@ -58,8 +59,6 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
     current content); only the options given now are applied on top of it.
     """
     overrides = list(options.overrides)
-    if options.max_steps is not None:
-        overrides.append(f"grpo.max_steps={options.max_steps}")
     if options.seed is not None:
         overrides.append(f"grpo.seed={options.seed}")
     if options.prp_denominator is not None:
@@ -73,11 +72,13 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
         from mutualrl.launch.mwra import parse_device_map
 
         overrides.append(f"launch.device_map={json.dumps(parse_device_map(options.device_map))}")
-    loaded = load_run_config(options.pool or DEFAULT_POOL, overrides=overrides, regime=options.regime)
+    loaded = load_run_config(options.pool or DEFAULT_POOL, overrides=overrides, regime=options.regime,
+                             max_steps=options.max_steps)
     stored = RunPaths(run_dir_for(loaded.config)).config
     if options.resume and stored.is_file():  # the run's own settings; the options above still apply
         recipe_pool = loaded.config.pool.name
-        loaded = load_run_config(str(stored), overrides=overrides, regime=options.regime)
+        loaded = load_run_config(str(stored), overrides=overrides, regime=options.regime,
+                                 max_steps=options.max_steps)
         if options.pool is not None and recipe_pool != loaded.config.pool.name:
             raise UsageError(f"--resume: {stored.parent} is a run of pool {loaded.config.pool.name!r}, not "
                              f"{recipe_pool!r}; drop --pool to continue it, or start a new run with --output-dir")
@@ -201,7 +202,7 @@ def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
     runner = PoolRunner(processes, paths, exchange_root(config, paths), stall_timeout_s=stall,
                         grace_s=min(60.0, config.see.barrier_timeout_s + 10.0), console=console,
                         inherit_fds=(lock.fd,) if lock.fd is not None else (),
-                        max_steps=config.grpo.get("max_steps"), peer_timeout_s=config.see.peer_timeout_s)
+                        max_steps=max_optimizer_steps(config), peer_timeout_s=config.see.peer_timeout_s)
     with stop_on_termination_signals():
         outcome = runner.run()
     status = "done" if outcome.ok else ("interrupted" if outcome.reason == "interrupted" else "failed")
@@ -358,7 +359,7 @@ def prepare_resume(paths: RunPaths, config: RunConfig, console: Console) -> tupl
                           + yaml.safe_dump(to_plain(config), sort_keys=False))
     policies = [p.name for p in config.pool.policies]
     damaged: list[str] = []
-    step = common_checkpoint(paths, policies, config.grpo.get("max_steps"), damaged)
+    step = common_checkpoint(paths, policies, max_optimizer_steps(config), damaged)
     for problem in damaged:
         console.print(f"[yellow]warning:[/] skipping a damaged checkpoint: {problem}", highlight=False)
     if step is None:

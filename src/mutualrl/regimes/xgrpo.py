@@ -27,18 +27,34 @@ length of the learner's K responses; lengths are clamped to at least one token. 
 factor is multiplicative, so it never flips a sign, and it shrinks the advantage of responses
 longer than the group's mean (positive or negative alike), which is how we read "discourage
 long-response domination". With ``α = 0, γ = 0, c = ∞`` the result is ``A_loc`` bit for bit.
+
+Normalisation of ``A_pool`` (``regime.xgrpo.normalisation``; one control beyond the paper):
+
+- ``pooled`` (the paper's, default): baseline and scale from the pool, as above;
+- ``per-policy`` (Dr. MAS, arXiv 2602.08847: one normalisation shared across agents
+  destabilises gradient norms, agent-wise normalisation fixes it): the baseline stays pooled,
+  ``μ_pool(x)`` (XGRPO's cross-policy signal), and the scale is the learner's own, the same
+  ``scale_rewards`` statistic computed over its rewards only:
+  ``A_pool = (r_{n,i} - μ_pool(x)) / (σ_n + ε)``. A fully per-policy mean would make
+  ``A_pool = A_loc`` and XGRPO plain GRPO. With ``scale_rewards = "group"``, a prompt whose K
+  learner rewards are equal has ``σ_n(x) = 0`` and its advantage is divided by ε alone (then
+  clipped at ``±c``): use it with ``"batch"`` (the paper recipes), as Dr. MAS does.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 
-from mutualrl.regimes.grpo import TRL_STD_EPS, group_advantages, nanstd
+from mutualrl.regimes.grpo import TRL_STD_EPS, group_advantages, nanstd, reward_scale
 from mutualrl.regimes.pool import ScaleRewards, check_pool, check_scale_rewards, split_pool
 from mutualrl.regimes.prp import prp_pooled_advantages
+
+Normalisation = Literal["pooled", "per-policy"]
+NORMALISATIONS = ("pooled", "per-policy")
 
 
 @dataclass
@@ -58,6 +74,9 @@ class XGRPOResult:
             advantage change (mean ``|A_eff - A_loc|`` over its scored rollouts); NaN when fewer
             than two prompts have both, or either has zero variance.
         clip_fraction: fraction of scored rollouts whose ``|A_len|`` exceeded ``c``.
+        adv_abs_mean: mean ``|A_eff|`` over scored rollouts (the advantage scale, logged per step
+            so that a normalisation that destabilises training shows).
+        adv_std: sample std of ``A_eff`` over scored rollouts.
     """
 
     advantages: torch.Tensor
@@ -68,6 +87,8 @@ class XGRPOResult:
     rollout_sign_flip_rate: float
     spread_change_corr: float
     clip_fraction: float
+    adv_abs_mean: float = float("nan")
+    adv_std: float = float("nan")
 
     def metrics(self) -> dict[str, float]:
         """The scalar diagnostics, keyed for logging (prefix them with ``xgrpo/``)."""
@@ -77,6 +98,8 @@ class XGRPOResult:
             "rollout_sign_flip_rate": self.rollout_sign_flip_rate,
             "spread_change_corr": self.spread_change_corr,
             "clip_fraction": self.clip_fraction,
+            "adv_abs_mean": self.adv_abs_mean,
+            "adv_std": self.adv_std,
         }
 
 
@@ -97,6 +120,32 @@ def pearson(x: torch.Tensor, y: torch.Tensor) -> float:
     return float((xc * yc).sum()) / den if den > 0 else float("nan")
 
 
+def pooled_counterpart(
+    pool_rewards: torch.Tensor,
+    learner_index: int,
+    scale_rewards: ScaleRewards = "group",
+    eps: float = TRL_STD_EPS,
+    normalisation: Normalisation = "pooled",
+) -> torch.Tensor:
+    """``A_pool`` ``[P, K]`` of the learner: pooled baseline, pooled or the learner's own scale (module doc).
+
+    ``pooled``: ``(r - μ_pool(x)) / (σ_pool + ε)`` (:func:`prp_pooled_advantages`, the paper's);
+    ``per-policy``: ``(r - μ_pool(x)) / (σ_n + ε)`` with ``σ_n`` the ``scale_rewards`` std of the
+    learner's own rewards (Dr. MAS). NaN rewards get 0; ``"none"`` divides by nothing in both.
+    """
+    if normalisation not in NORMALISATIONS:
+        raise ValueError(f"normalisation must be one of {', '.join(NORMALISATIONS)}; got {normalisation!r}")
+    if normalisation == "pooled":
+        return prp_pooled_advantages(pool_rewards, scale_rewards, eps)[:, learner_index]
+    p, m, k = pool_rewards.shape
+    flat = pool_rewards.reshape(p, m * k).contiguous() + 0.0
+    learner = pool_rewards[:, learner_index].contiguous() + 0.0
+    advantages = learner - torch.nanmean(flat, dim=1, keepdim=True)
+    if scale_rewards != "none":
+        advantages = advantages / (reward_scale(learner, scale_rewards) + eps)
+    return torch.nan_to_num(advantages, nan=0.0)
+
+
 def _sign(a: torch.Tensor, tol: float) -> torch.Tensor:
     return torch.where(a.abs() <= tol, torch.zeros_like(a), torch.sign(a))
 
@@ -111,6 +160,7 @@ def xgrpo_advantages(
     scale_rewards: ScaleRewards = "group",
     eps: float = TRL_STD_EPS,
     zero_tol: float = 1e-6,
+    normalisation: Normalisation = "pooled",
 ) -> XGRPOResult:
     """XGRPO effective advantages of learner ``learner_index`` (paper Sec. "Regime 2"; rule in the module doc).
 
@@ -129,6 +179,8 @@ def xgrpo_advantages(
         scale_rewards: TRL's ``scale_rewards`` of the run.
         eps: added to both stds (``regime.xgrpo.std_epsilon``; TRL's 1e-4 keeps ``A_loc`` TRL-exact).
         zero_tol: advantages within this of 0 count as sign 0 in the sign-flip diagnostics.
+        normalisation: ``"pooled"`` (paper) or ``"per-policy"`` (Dr. MAS) scale of ``A_pool``
+            (``regime.xgrpo.normalisation``; :func:`pooled_counterpart`).
     """
     check_pool(pool_rewards, learner_index)
     check_scale_rewards(scale_rewards)
@@ -145,7 +197,7 @@ def xgrpo_advantages(
 
     learner, peers = split_pool(pool_rewards, learner_index)
     a_loc = group_advantages(learner, scale_rewards, eps)
-    a_pool = prp_pooled_advantages(pool_rewards, scale_rewards, eps)[:, learner_index]
+    a_pool = pooled_counterpart(pool_rewards, learner_index, scale_rewards, eps, normalisation)
     # α = 0 skips the sum: -0.0 + 0.0 would turn TRL's signed zeros into +0.0 (same loss, other bits).
     a_mix = a_loc if cross_model_factor == 0 else (1 - cross_model_factor) * a_loc + cross_model_factor * a_pool
     a_len = a_mix * length_factor(lengths.to(a_mix.device), length_correction, a_mix.dtype)
@@ -171,6 +223,8 @@ def xgrpo_advantages(
         rollout_sign_flip_rate=float(flipped.sum()) / n_scored if n_scored else float("nan"),
         spread_change_corr=pearson(spread.to(per_prompt_change.device), per_prompt_change),
         clip_fraction=float(clipped.sum()) / n_scored if n_scored else float("nan"),
+        adv_abs_mean=float(a_eff[scored].abs().double().mean()) if n_scored else float("nan"),
+        adv_std=float(a_eff[scored].double().std()) if n_scored > 1 else float("nan"),
     )
 
 
@@ -185,6 +239,7 @@ def shuffled_pool_control(
     scale_rewards: ScaleRewards = "group",
     eps: float = TRL_STD_EPS,
     zero_tol: float = 1e-6,
+    normalisation: Normalisation = "pooled",
 ) -> XGRPOResult:
     """XGRPO with the peer reward bags permuted across prompts (App. "Pooled normalization vs. shuffled-pool control").
 
@@ -212,4 +267,5 @@ def shuffled_pool_control(
         scale_rewards=scale_rewards,
         eps=eps,
         zero_tol=zero_tol,
+        normalisation=normalisation,
     )

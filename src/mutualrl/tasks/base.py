@@ -41,6 +41,8 @@ class Task(ABC):
     verifier_modes: tuple[str, ...] = ("default",)
     #: The answer check in use ("default", "exact" or "equiv"); set with :meth:`with_verifier`.
     verifier: str = "default"
+    #: Rows of the default (hub) ``train`` split, for the dry run's run-length estimate (None: unknown).
+    train_rows: int | None = None
 
     def with_verifier(self, mode: str) -> Task:
         """A copy of this task that checks answers with ``mode`` (recipe field ``task.verifier``)."""
@@ -59,11 +61,12 @@ class Task(ABC):
     def extract(self, completion: str) -> str | None:
         """The answer a completion gives (shown in eval results); boxed tasks take the last ``\\boxed{}``.
 
-        Tasks whose answers are not boxed override this.
+        With the ``exact`` verifier only ``\\boxed{...}`` counts (the paper's rule). Tasks whose
+        answers are not boxed override this.
         """
         from mutualrl.tasks.verifiers import extract_boxed
 
-        return extract_boxed(completion)
+        return extract_boxed(completion, strict=self.verifier == "exact")
 
     @abstractmethod
     def load(self, split: str, source: str | None = None, limit: int | None = None) -> list[TaskExample]:

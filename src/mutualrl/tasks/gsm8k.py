@@ -30,6 +30,7 @@ def gsm8k_gold(answer: str) -> str | None:
 
 class GSM8KTask(DatasetTask):
     name = "gsm8k"
+    train_rows = 7473
     splits = ("train", "test")
     hub = {
         "train": HubSpec("openai/gsm8k", "main", "train"),

@@ -28,6 +28,7 @@ MATH_TEMPLATE = "{problem} " + BOXED_FMT
 
 class MathTask(DatasetTask):
     name = "math"
+    train_rows = 7500
     splits = ("train", "test", "test500")
     default_eval_split = "test500"
     hub = {

@@ -1,7 +1,10 @@
-"""Task mixtures: several tasks' prompts in one training stream (``qa-mix``).
+"""Task mixtures: several tasks' prompts in one training stream (``qa-mix``, ``math-qa-mix``).
 
-Paper, App. "MATH and Commonsense Reasoning with Regime 3": the QA training sets are
-aggregated "into a unified mixture". Every example keeps its own task name in
+Paper, App. "MATH and Commonsense Reasoning with Regime 3": "We combine MATH with six
+datasets ... We aggregate these training sets into a unified mixture and evaluate on their
+respective test sets", every input in the unified chain-of-thought template that asks for
+the answer in ``\\boxed{}`` (App. "Prompt Templates for Evaluation"); ``math-qa-mix`` is
+that mixture, ``qa-mix`` the six QA tasks alone. Every example keeps its own task name in
 ``TaskExample.task`` (and its own ``prompt_id`` prefix), so the reward function and the
 evaluation dispatch each row to its own verifier, and results are reported per task.
 """
@@ -13,8 +16,8 @@ from typing import Any
 
 from mutualrl.errors import DataError, UsageError
 from mutualrl.tasks.base import Task, TaskExample
-from mutualrl.tasks.qa import QA_TASKS
-from mutualrl.tasks.verifiers import VERIFIER_MODES, extract_boxed, score_choice, score_yes_no
+from mutualrl.tasks.qa import LETTERS, QA_TASKS
+from mutualrl.tasks.verifiers import VERIFIER_MODES, extract_boxed, score_choice, score_math, score_yes_no
 
 
 class MixtureTask(Task):
@@ -24,6 +27,14 @@ class MixtureTask(Task):
     components: tuple[str, ...] = ()
     splits = ("train", "validation", "test")
     verifier_modes = VERIFIER_MODES
+
+    @property
+    def train_rows(self) -> int | None:  # type: ignore[override]
+        """The components' train rows together (the mixture uses every row once per epoch)."""
+        from mutualrl.tasks.registry import get_task
+
+        rows = [get_task(name).train_rows for name in self.components]
+        return None if any(r is None for r in rows) else sum(rows)  # type: ignore[arg-type]
 
     def component_tasks(self) -> list[Task]:
         from mutualrl.tasks.registry import get_task
@@ -87,7 +98,7 @@ class MixtureTask(Task):
         return score_choice(completion, answer, mode)
 
     def extract(self, completion: str) -> str | None:
-        return extract_boxed(completion)
+        return extract_boxed(completion, strict=self.verifier == "exact")
 
 
 class QAMixTask(MixtureTask):
@@ -95,3 +106,27 @@ class QAMixTask(MixtureTask):
 
     name = "qa-mix"
     components = QA_TASKS
+
+
+class MathQAMixTask(MixtureTask):
+    """``math-qa-mix``: MATH plus the six QA tasks, the paper's 50-step commonsense experiment.
+
+    Each row keeps its own task's template and verifier: MATH's answer is checked against its
+    label (exactly under ``verifier: exact``, the paper's rule), the QA tasks' option letter
+    (``Yes``/``No`` for BoolQ). Splits are the ones every component has: ``train`` and ``test``
+    (MATH's full 5,000-problem test set; the QA tasks' test or validation sets, docs/tasks.md).
+    """
+
+    name = "math-qa-mix"
+    components = ("math", *QA_TASKS)
+    splits = ("train", "test")
+
+    def score(self, completion: str, answer: str) -> float:
+        """Without the row's task name: a letter or Yes/No is a choice, anything else a MATH answer.
+
+        Prefer dispatching on ``TaskExample.task`` (as the reward function and evaluation do).
+        """
+        gold = str(answer).strip()
+        if gold in ("Yes", "No") or (len(gold) == 1 and gold in LETTERS):
+            return super().score(completion, answer)
+        return score_math(completion, answer, "exact" if self.verifier == "exact" else "equiv")

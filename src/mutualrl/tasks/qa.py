@@ -94,6 +94,7 @@ class ARCTask(MultipleChoiceTask):
     """AI2-ARC (Clark et al., 2018); ``arc`` is ARC-Challenge, ``arc-easy`` ARC-Easy."""
 
     name = "arc"
+    train_rows = 1119
     hub_config = "ARC-Challenge"
     offline_dataset = "arc-challenge"
     offline = {"train": "validation", "validation": "validation", "test": "test"}
@@ -114,6 +115,7 @@ class ARCTask(MultipleChoiceTask):
 
 class ARCEasyTask(ARCTask):
     name = "arc-easy"
+    train_rows = 2251
     hub_config = "ARC-Easy"
     offline_dataset = "arc-easy"
 
@@ -122,6 +124,7 @@ class OpenBookQATask(MultipleChoiceTask):
     """OpenBookQA (Mihaylov et al., 2018), with its supporting fact when the rows carry ``fact1``."""
 
     name = "openbookqa"
+    train_rows = 4957
     hub = {s: HubSpec("allenai/openbookqa", "additional", s) for s in ("train", "validation", "test")}
     offline_dataset = "openbookqa"
     offline = {"train": "validation", "validation": "validation", "test": "test"}
@@ -163,6 +166,7 @@ class BoolQTask(DatasetTask):
     """BoolQ (Clark et al., 2019): a yes/no question about a passage; gold ``Yes`` or ``No``."""
 
     name = "boolq"
+    train_rows = 9427
     splits = ("train", "validation", "test")
     hub = {
         "train": HubSpec("google/boolq", None, "train"),
@@ -206,6 +210,7 @@ class PIQATask(MultipleChoiceTask):
     """PIQA (Bisk et al., 2020): the better of two solutions to a physical goal."""
 
     name = "piqa"
+    train_rows = 16113
     hub = {
         "train": HubSpec("ybisk/piqa", "default", "train", revision="refs/convert/parquet"),
         "validation": HubSpec("ybisk/piqa", "default", "validation", revision="refs/convert/parquet"),
@@ -234,6 +239,7 @@ class HellaSwagTask(MultipleChoiceTask):
     """HellaSwag (Zellers et al., 2019): the ending that best completes a story."""
 
     name = "hellaswag"
+    train_rows = 39905
     hub = {
         "train": HubSpec("Rowan/hellaswag", None, "train"),
         "validation": HubSpec("Rowan/hellaswag", None, "validation"),
@@ -268,6 +274,7 @@ class SocialIQaTask(MultipleChoiceTask):
     """Social IQa (Sap et al., 2019): three answers about a social situation; ``label`` is 1-based."""
 
     name = "siqa"
+    train_rows = 33410
     hub = {
         "train": HubSpec("allenai/social_i_qa", "default", "train", revision="refs/convert/parquet"),
         "validation": HubSpec("allenai/social_i_qa", "default", "validation", revision="refs/convert/parquet"),

@@ -22,6 +22,7 @@ _TASKS: dict[str, str] = {
     "hellaswag": "mutualrl.tasks.qa:HellaSwagTask",
     "siqa": "mutualrl.tasks.qa:SocialIQaTask",
     "qa-mix": "mutualrl.tasks.mixture:QAMixTask",
+    "math-qa-mix": "mutualrl.tasks.mixture:MathQAMixTask",
 }
 
 

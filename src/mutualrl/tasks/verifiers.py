@@ -8,8 +8,10 @@ outside the boxed tokens is ignored").
 
 Three checks are provided, selectable per task (``task.verifier`` in a recipe):
 
-- ``exact`` -- the paper's strict rule: the boxed string, stripped of surrounding
-  whitespace, equals the label.
+- ``exact`` -- the paper's strict rule: the content of the last outermost ``\\boxed{...}``
+  (only that command with braces: no ``\\fbox``, no brace-less ``\\boxed 5``), stripped of
+  surrounding whitespace, equals the label; for multiple-choice tasks the label is the option
+  letter, so ``\\boxed{B}`` is right and ``\\boxed{(B)}`` wrong.
 - ``equiv`` -- mathematical equivalence with ``math-verify`` (``\\dfrac{1}{2}`` = ``0.5``,
   ``10\\text{ cm}`` = ``10``, ``\\left( 3, \\frac{\\pi}{2} \\right)`` = ``(3,\\frac{\\pi}{2})``, ...);
   the default for MATH and GSM8K.
@@ -36,12 +38,16 @@ _BOXED_COMMANDS = ("\\boxed", "\\fbox")
 # ---------------------------------------------------------------------------------------
 
 
-def _boxed_spans(text: str) -> list[tuple[int, int, str]]:
-    """Every well-formed ``\\boxed{...}`` (or ``\\fbox{...}``, ``\\boxed 5``) as (start, end, content)."""
+def _boxed_spans(text: str, strict: bool = False) -> list[tuple[int, int, str]]:
+    """Every well-formed ``\\boxed{...}`` (or ``\\fbox{...}``, ``\\boxed 5``) as (start, end, content).
+
+    ``strict``: only ``\\boxed{...}`` (the paper's ``\\boxed{}`` tokens).
+    """
     spans: list[tuple[int, int, str]] = []
+    commands = ("\\boxed",) if strict else _BOXED_COMMANDS
     i = 0
     while True:
-        starts = [(text.find(cmd, i), cmd) for cmd in _BOXED_COMMANDS]
+        starts = [(text.find(cmd, i), cmd) for cmd in commands]
         starts = [(pos, cmd) for pos, cmd in starts if pos >= 0]
         if not starts:
             return spans
@@ -69,7 +75,7 @@ def _boxed_spans(text: str) -> list[tuple[int, int, str]]:
             # Unbalanced (e.g. a completion cut off by the length limit): not an answer.
             i = j
             continue
-        if j < len(text) and text[j] == " ":
+        if j < len(text) and text[j] == " " and not strict:
             # "\boxed 5": the MATH solutions' brace-less form; the argument ends at whitespace or "$".
             m = re.match(r" +([^\s$]+)", text[j:])
             if m:
@@ -79,18 +85,23 @@ def _boxed_spans(text: str) -> list[tuple[int, int, str]]:
         i = j
 
 
-def extract_boxed(text: str) -> str | None:
+def extract_boxed(text: str, strict: bool = False) -> str | None:
     """The content of the last outermost ``\\boxed{...}`` in ``text`` (nested braces allowed).
 
     "Outermost" (paper, App. "Experimental Setup"): in ``\\boxed{\\boxed{3}}`` the answer is
-    ``\\boxed{3}``; "last": when a completion boxes several things, the final one is the
-    answer. Returns ``None`` when there is no complete boxed expression (an unbalanced one,
-    e.g. cut off by the length limit, does not count).
+    ``\\boxed{3}`` (VERL's ``last_boxed_only_string`` would take the inner ``3``); "last":
+    when a completion boxes several things, the final one is the answer. Returns ``None``
+    when there is no complete boxed expression (an unbalanced one, e.g. cut off by the
+    length limit, does not count).
+
+    ``strict`` (the ``exact`` verifier): only ``\\boxed{...}`` counts, as the paper states.
+    Otherwise ``\\fbox{...}`` and MATH's brace-less ``\\boxed 5`` count too (needed to read
+    gold answers from MATH reference solutions).
     """
     if not text:
         return None
     outermost: list[tuple[int, int, str]] = []
-    for span in _boxed_spans(text):
+    for span in _boxed_spans(text, strict):
         if outermost and span[0] < outermost[-1][1]:
             continue  # nested inside the previous one
         outermost.append(span)
@@ -250,7 +261,7 @@ def check_mode(mode: str) -> str:
 
 def score_math(completion: str, gold: str, mode: str = "equiv") -> float:
     """1.0 when the last boxed answer of ``completion`` matches ``gold`` (exact or math-equivalent)."""
-    extracted = extract_boxed(completion)
+    extracted = extract_boxed(completion, strict=mode == "exact")
     if extracted is None:
         return 0.0
     if mode == "exact":
@@ -260,7 +271,7 @@ def score_math(completion: str, gold: str, mode: str = "equiv") -> float:
 
 def score_choice(completion: str, gold: str, mode: str = "equiv", n_options: int | None = None) -> float:
     """1.0 when the boxed answer names option ``gold`` (a letter)."""
-    extracted = extract_boxed(completion)
+    extracted = extract_boxed(completion, strict=mode == "exact")
     if extracted is None:
         return 0.0
     if mode == "exact":
@@ -270,7 +281,7 @@ def score_choice(completion: str, gold: str, mode: str = "equiv", n_options: int
 
 def score_yes_no(completion: str, gold: str, mode: str = "equiv") -> float:
     """1.0 when the boxed answer says ``gold`` (``Yes`` or ``No``)."""
-    extracted = extract_boxed(completion)
+    extracted = extract_boxed(completion, strict=mode == "exact")
     if extracted is None:
         return 0.0
     if mode == "exact":

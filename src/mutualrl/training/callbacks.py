@@ -127,11 +127,13 @@ class RngGuard:
 
 
 class ValidationCallback(TrainerCallback):
-    """Held-out greedy reward@1 every ``every_steps`` steps, at the start and at the end.
+    """Held-out greedy reward@1 every ``every_steps`` optimizer steps, at the start and at the end.
 
     Paper, App. "Implementation details": validation every 5 steps with temperature 0, a single
-    completion per prompt; step 0 is the "No Train" point. Every rank evaluates a shard of the
-    prompts (all ranks must take part under ZeRO-3), rank 0 writes the results.
+    completion per prompt; step 0 is the "No Train" point. ``every_steps`` comes from
+    ``schedule.validate_every`` converted to optimizer steps (``mutualrl.launch.cadence``). Every
+    rank evaluates a shard of the prompts (all ranks must take part under ZeRO-3), rank 0 writes
+    the results to ``metrics/`` and to the trackers of ``grpo.report_to``.
     """
 
     def __init__(self, paths: RunPaths, policy: str, regime: str, examples: list, tokenizer: Any,
@@ -197,6 +199,9 @@ class ValidationCallback(TrainerCallback):
         line = {"kind": "eval", "policy": self.policy, "step": step, "regime": self.regime, "time": time.time(),
                 **metrics, "eval/seconds": result.seconds}
         append_jsonl(self.paths.policy_metrics(self.policy), line)
+        from mutualrl.training.trackers import report_validation
+
+        report_validation(trainer, state, metrics)  # reward@1 overall and per task, to grpo.report_to
         if self.status is not None:
             self.status.last["eval/reward@1"] = result.reward_at_1
             self.status.write(state, "training")

@@ -120,9 +120,12 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         start_heartbeat_thread(exchange)  # beats through long steps: silence means stopped or frozen
     regime = make_regime_adapter(config, policy_name, exchange)
 
+    from mutualrl.launch.cadence import resolve_cadence, validation_interval
+
+    cadence = resolve_cadence(config.schedule, config.batch, args.num_iterations)
     validation = ValidationCallback(
         paths, policy_name, config.regime.name, eval_examples, tokenizer, chat,
-        every_steps=config.validation.every_steps,
+        every_steps=validation_interval(cadence, config.validation.every_steps),  # optimizer steps
         max_new_tokens=config.validation.max_new_tokens or args.max_completion_length,
         batch_size=config.validation.batch_size, at_start=config.validation.at_start, status=status,
         verifier=config.task.verifier, group_of=task_groups(config.task.name, eval_examples),

@@ -46,7 +46,7 @@ class XGRPOAdapter(RegimeAdapter):
             pool, self.pool_order.index(self.policy), rollouts.lengths_global.view(len(groups), k),
             cross_model_factor=settings.cross_model_factor, length_correction=settings.length_correction,
             advantage_clip=settings.advantage_clip, scale_rewards=self.trainer.scale_rewards,
-            eps=settings.std_epsilon,
+            eps=settings.std_epsilon, normalisation=settings.normalisation,
         )
         advantages = result.advantages.reshape(-1)[local_slice(rollouts)]
         output["advantages"] = advantages.to(output["advantages"].device, output["advantages"].dtype)

@@ -1,0 +1,111 @@
+"""Experiment trackers (``grpo.report_to``): installed before launch, and validation reaches them.
+
+TRL logs training metrics to the trackers a recipe names in ``grpo.report_to``
+(transformers' integration callbacks). Two things it does not do for us:
+
+- check, before any process starts, that each named tracker's package is installed (a
+  missing ``tensorboard`` otherwise crashes every worker at start): :func:`missing_trackers`;
+- send our held-out validation (paper: "validation runs every 5 steps", reward@1 overall and
+  per task) to them, since it is computed in a callback, outside TRL's ``log``:
+  :func:`tracker_logs` and :func:`report_validation`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+from typing import Any
+
+# Tracker name (transformers' report_to) -> the modules its callback imports (any one is enough).
+TRACKER_MODULES: dict[str, tuple[str, ...]] = {
+    "tensorboard": ("tensorboard", "tensorboardX"),
+    "wandb": ("wandb",),
+    "trackio": ("trackio",),
+    "mlflow": ("mlflow",),
+    "comet_ml": ("comet_ml",),
+    "neptune": ("neptune",),
+    "clearml": ("clearml",),
+    "dvclive": ("dvclive",),
+    "swanlab": ("swanlab",),
+    "codecarbon": ("codecarbon",),
+    "azure_ml": ("azureml",),
+    "dagshub": ("dagshub",),
+    "flyte": ("flytekit",),
+    "kubeflow": ("kubeflow",),
+}
+
+
+def tracker_names(report_to: Any) -> list[str]:
+    """``report_to`` as a list of tracker names (``"none"``, ``None`` and ``[]`` name none)."""
+    if report_to is None or report_to == "none":
+        return []
+    if isinstance(report_to, str):
+        return [report_to]
+    return [str(name) for name in report_to if name != "none"]
+
+
+def missing_trackers(report_to: Any) -> list[str]:
+    """One message per named tracker that is unknown or whose package does not import."""
+    problems = []
+    for name in tracker_names(report_to):
+        if name == "all":
+            continue  # transformers picks the installed ones
+        modules = TRACKER_MODULES.get(name)
+        if modules is None:
+            problems.append(f"grpo.report_to: unknown tracker {name!r} (known: {', '.join(TRACKER_MODULES)})")
+            continue
+        errors = []
+        for module in modules:
+            try:
+                importlib.import_module(module)
+                break
+            except Exception as err:  # noqa: BLE001 - a broken install is as bad as a missing one
+                errors.append(f"{module}: {type(err).__name__}: {err}")
+        else:
+            problems.append(f"grpo.report_to names {name!r}, which does not import ({'; '.join(errors)}); install "
+                            f"it (`pip install {modules[0]}`) or drop it from report_to")
+    return problems
+
+
+def check_trackers(report_tos: Iterable[Any], fail: bool) -> list[str]:
+    """:func:`missing_trackers` of several ``report_to`` values: raised (``fail``, before a launch) or returned."""
+    problems = sorted({problem for report_to in report_tos for problem in missing_trackers(report_to)})
+    if problems and fail:
+        from mutualrl.errors import UsageError
+
+        raise UsageError("; ".join(problems))
+    return problems
+
+
+def tracker_logs(metrics: dict[str, Any]) -> dict[str, float]:
+    """Validation metrics as tracker logs: ``eval/reward@1`` -> ``eval_reward@1`` (trackers show ``eval/...``).
+
+    transformers' trackers file ``eval_*`` keys under ``eval/`` and everything else under
+    ``train/``; numbers only (``eval/n`` included).
+    """
+    out = {}
+    for key, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        name = "eval_" + key[len("eval/"):] if key.startswith("eval/") else f"eval_{key}"
+        out[name] = float(value)
+    return out
+
+
+def tracker_callbacks(callbacks: Iterable[Any], tracker_types: tuple[type, ...] | None = None) -> list[Any]:
+    """The tracker (report_to) callbacks among a trainer's callbacks."""
+    if tracker_types is None:
+        from transformers.integrations import INTEGRATION_TO_CALLBACK
+
+        tracker_types = tuple(INTEGRATION_TO_CALLBACK.values())
+    return [cb for cb in callbacks if isinstance(cb, tracker_types)]
+
+
+def report_validation(trainer: Any, state: Any, metrics: dict[str, Any],
+                      tracker_types: tuple[type, ...] | None = None) -> int:
+    """Send one validation's metrics to every tracker of ``trainer`` at ``state.global_step``; returns how many."""
+    logs = tracker_logs(metrics)
+    targets = tracker_callbacks(trainer.callback_handler.callbacks, tracker_types)
+    for callback in targets:
+        callback.on_log(trainer.args, state, trainer.control, logs=dict(logs))
+    return len(targets)
