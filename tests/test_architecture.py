@@ -59,3 +59,11 @@ def test_the_checker_sees_an_upward_import(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("from mutualrl.launch.plan import LaunchPlan\nimport mutualrl.training.worker\n")
     assert imported_packages(module) == {"launch", "training"}
+
+
+MAX_LINES = 450
+
+
+def test_no_source_file_is_over_the_line_limit():
+    long = {str(p.relative_to(SRC)): n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}, f"split these along their seams (docs/architecture.md): {long}"

@@ -16,7 +16,8 @@ from mutualrl.launch.cadence import (
     resolve_cadence,
     validation_interval,
 )
-from mutualrl.launch.plan import dry_run, render_plan
+from mutualrl.launch.render import render_plan
+from plan_helpers import dry_run
 
 PAPER_BATCH = BatchConfig(prompts_per_step=1024, mini_batches_per_step=4, micro_batch_prompts_per_device=2)
 PAPER_SCHEDULE = ScheduleConfig(unit="paper", max_steps=50, warmup_steps=0, save_every=20, log_every=1,

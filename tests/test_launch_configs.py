@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from mutualrl.launch.configs import deepspeed_config, resolve_deepspeed_auto
-from mutualrl.launch.plan import dry_run
+from plan_helpers import dry_run
 
 
 def accelerate_launch_env(argv: list[str]) -> tuple[object, dict[str, str]]:

@@ -11,7 +11,9 @@ from rich.console import Console
 from mutualrl.errors import PlacementError, UsageError
 from mutualrl.launch.batching import BatchSizeError
 from mutualrl.launch.mwra import parse_device_map
-from mutualrl.launch.plan import LaunchPlan, dry_run, make_launch_plan, render_plan
+from mutualrl.launch.plan import LaunchPlan, make_launch_plan
+from mutualrl.launch.render import render_plan
+from plan_helpers import dry_run
 
 PAPER_POOLS = ["2qwen", "3qwen", "4qwen", "llama-mist", "qwen-phi4"]
 
@@ -78,7 +80,9 @@ def test_device_map_that_breaks_the_batch_names_the_map(tmp_path):
 
 
 def test_device_map_with_an_unknown_policy(tmp_path):
-    with pytest.raises(PlacementError, match="'nope'"):
+    from mutualrl.config.typed import ConfigError
+
+    with pytest.raises(ConfigError, match="launch.device_map.nope: no policy named 'nope'"):
         dry_run("2qwen", gpus=8, device_map_text="nope=0", run_dir=tmp_path)
 
 

@@ -157,7 +157,7 @@ COMMONSENSE_POOLS = ["3qwen", "4qwen", "llama-mist", "qwen-phi4"]
 
 @pytest.mark.parametrize("pool", COMMONSENSE_POOLS)
 def test_commonsense_recipe_dry_runs_on_8_gpus(pool, tmp_path):
-    from mutualrl.launch.plan import dry_run
+    from plan_helpers import dry_run
 
     config = load_run_config(f"commonsense-{pool}").config
     assert (config.pool.name, config.task.name, config.task.verifier) == (pool, "math-qa-mix", "exact")

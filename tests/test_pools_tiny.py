@@ -18,6 +18,7 @@ def _weights(folder):
     return AutoModelForCausalLM.from_pretrained(folder).state_dict()
 
 
+@pytest.mark.slow
 def test_reduced_warm_start_saves_loadable_model_and_report(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -38,6 +39,7 @@ def test_reduced_warm_start_saves_loadable_model_and_report(tmp_path):
     assert len(completions) == 2 and all(isinstance(c, str) for c in completions)
 
 
+@pytest.mark.slow
 def test_warm_start_is_deterministic(tmp_path):
     spec = tiny.TINY_MODELS["tiny-bpe"]
     tiny.warm_start(spec, tmp_path / "a", steps=4)

@@ -278,6 +278,7 @@ def test_bad_files_are_data_errors(tmp_path: Path) -> None:
         get_task("arc").load("test", str(dup))
 
 
+@pytest.mark.slow
 def test_hub_source_without_hub_is_a_clear_error() -> None:
     with pytest.raises(UsageError, match="cannot load hub openai/gsm8k"):
         get_task("gsm8k").load("test", "hub")

@@ -52,6 +52,7 @@ def test_two_policies_exchange_records_every_step(tiny_pool, tmp_path):
         assert (run_dir / "policies" / policy / "final" / "config.json").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("regime,extra", [
     ("prp", {"regime.prp.denominator": "peer"}),
     ("prp", {"regime.prp.denominator": "learner"}),
@@ -92,6 +93,7 @@ def _status(run_dir: Path, policy: str) -> dict:
         return {}
 
 
+@pytest.mark.slow
 def test_killed_peer_stops_the_pool_and_is_named(tiny_pool, tmp_path):
     import os
     import signal
@@ -122,6 +124,7 @@ def test_killed_peer_stops_the_pool_and_is_named(tiny_pool, tmp_path):
     assert any(f["policy"] == "sp" for f in report.failures)
 
 
+@pytest.mark.slow
 def test_resume_after_kill_finishes_with_the_same_steps(tiny_pool, tmp_path):
     import os
     import signal
@@ -168,6 +171,7 @@ def _train_tiny(run_dir: Path, *args: str):
     return done
 
 
+@pytest.mark.slow
 def test_sgt_on_the_tiny_pool_rescues_and_compares_with_its_standalone_baseline(tmp_path):
     """The embedded pool's blind spots make SGT fire from the first step; --baseline prints the comparison."""
     run_dir = tmp_path / "run"
@@ -196,6 +200,7 @@ def test_sgt_on_the_tiny_pool_rescues_and_compares_with_its_standalone_baseline(
     assert "rescues" in out and "sgt vs standalone" in out and "mutualrl plot" in out  # console wraps paths
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("regime", ["xgrpo", "prp", "grpo-randpert"])
 def test_every_other_regime_runs_two_steps_on_the_tiny_pool(tmp_path, regime):
     run_dir = tmp_path / regime
@@ -204,6 +209,7 @@ def test_every_other_regime_runs_two_steps_on_the_tiny_pool(tmp_path, regime):
     assert steps == {(p, s) for p in ("tiny-bpe", "tiny-sp") for s in (1, 2)}
 
 
+@pytest.mark.slow
 def test_standalone_through_the_launcher_equals_vanilla_trl(tmp_path):
     """App. "Infrastructure fidelity": `mutualrl train --regime standalone` == vanilla GRPOTrainer."""
     import importlib.util
@@ -218,6 +224,7 @@ def test_standalone_through_the_launcher_equals_vanilla_trl(tmp_path):
     assert result["max_abs_param_diff"] <= 1e-6
 
 
+@pytest.mark.slow
 def test_zero3_on_cpu_trains_the_tiny_pool(tmp_path):
     """DeepSpeed ZeRO-3 through the same launch path, one policy per process, on CPU."""
     import subprocess

@@ -9,25 +9,33 @@ files there; ``render_plan`` prints it for ``mutualrl train --dry-run``.
 from __future__ import annotations
 
 import json
-import os
-import shlex
 import sys
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError, UsageError
-from mutualrl.training.paths import RunPaths
-from mutualrl.launch.batching import BatchSizeError, DerivedBatch, apply_batch, fits, trl_generation_batch
-from mutualrl.launch.cadence import apply_cadence, describe, known_train_prompts, policy_cadence, render_schedule
-from mutualrl.launch.cadence import validation_interval
-from mutualrl.launch.commands import LaunchSpec, adapt_grpo_to_device, build_launch_specs, policy_port
+from mutualrl.launch.batching import (
+    BatchSizeError,
+    DerivedBatch,
+    apply_batch,
+    fits,
+    trl_generation_batch,
+)
+from mutualrl.launch.cadence import (
+    apply_cadence,
+    describe,
+    known_train_prompts,
+    policy_cadence,
+    validation_interval,
+)
+from mutualrl.launch.commands import (
+    LaunchSpec,
+    adapt_grpo_to_device,
+    build_launch_specs,
+    policy_port,
+)
 from mutualrl.launch.configs import (
     ZERO_STAGES,
     accelerate_config,
@@ -39,16 +47,22 @@ from mutualrl.launch.configs import (
     write_json,
     write_yaml,
 )
+from mutualrl.launch.detect import (
+    detect_cpu_cores,
+    detect_gpu_memory_gib,
+    detect_gpus,
+    detect_ram_gib,
+)
 from mutualrl.launch.mwra import (
     MemoryEstimate,
     Placement,
     PolicyPlacement,
     check_memory,
     estimate_training_memory,
-    parse_device_map,
     param_count_for,
     plan_placement,
 )
+from mutualrl.training.paths import RunPaths
 from mutualrl.training.trackers import check_trackers
 
 PLAN_SCHEMA_VERSION = 1
@@ -233,35 +247,6 @@ def _placement_from(raw: dict[str, Any]) -> PolicyPlacement:
 # ----------------------------------------------------------------------------------------
 
 
-def detect_gpus() -> int:
-    import torch
-
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
-
-
-def detect_gpu_memory_gib(gpus: int) -> float | None:
-    """The smallest total memory among the first ``gpus`` visible GPUs."""
-    if gpus <= 0:
-        return None
-    import torch
-
-    return min(torch.cuda.get_device_properties(i).total_memory for i in range(gpus)) / 2**30
-
-
-def detect_cpu_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
-def detect_ram_gib() -> float | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
-        return None
-
-
 def make_launch_plan(
     config: RunConfig,
     run_dir: Path,
@@ -438,151 +423,3 @@ def _memory_check(
             if not grpo.get("vllm_enable_sleep_mode"):
                 reserved[plan.name] = float(grpo.get("vllm_gpu_memory_utilization", 0.3))
     return check_memory(placement, estimates, gpu_memory_gib, ram_gib, reserved)
-
-
-# ----------------------------------------------------------------------------------------
-# CLI helper: the dry run
-# ----------------------------------------------------------------------------------------
-
-
-def default_run_dir(config: RunConfig) -> Path:
-    return Path(config.output_dir.format(pool=config.pool.name, regime=config.regime.name))
-
-
-def dry_run(
-    pool_or_recipe: str,
-    overrides: Sequence[str] = (),
-    gpus: int | None = None,
-    device_map_text: str | None = None,
-    *,
-    regime: str | None = None,
-    run_dir: Path | None = None,
-    write: bool = True,
-    gpu_memory_gib: float | None = None,
-    python: str = sys.executable,
-) -> LaunchPlan:
-    """Plan a pool without starting anything (``mutualrl train --dry-run``).
-
-    ``gpus`` given: simulate a node with that many GPUs (nothing is detected). ``write``:
-    write plan.json and the config files under ``RUN/launch/`` (a real start re-plans
-    and rewrites them), so they can be inspected.
-    """
-    from mutualrl.config.loader import load_run_config
-
-    config = load_run_config(pool_or_recipe, overrides, regime=regime).config
-    if device_map_text is not None:
-        config.launch.device_map = parse_device_map(device_map_text)
-    simulate = gpus is not None or config.launch.gpus is not None
-    plan = make_launch_plan(
-        config,
-        Path(run_dir) if run_dir else default_run_dir(config),
-        gpus=gpus,
-        python=python,
-        simulate=simulate,
-        gpu_memory_gib=gpu_memory_gib,
-    )
-    if write:
-        plan.write()
-    return plan
-
-
-# ----------------------------------------------------------------------------------------
-# Rendering
-# ----------------------------------------------------------------------------------------
-
-
-def render_plan(plan: LaunchPlan, console: Console, written: bool = True) -> None:
-    """Print the plan: placement, derived batch fields, exact commands, config files, warnings."""
-    pl = plan.placement
-    where = (
-        f"{pl.gpus} GPU{'s' if pl.gpus != 1 else ''}{' (simulated)' if plan.simulated else ''}"
-        if pl.gpus
-        else f"CPU ({pl.cpu_cores} core{'s' if pl.cpu_cores != 1 else ''})"
-    )
-    console.print(
-        Text.assemble(
-            ("Launch plan ", "bold"),
-            f"pool {plan.pool}, regime {plan.regime}, on {where}; run folder {plan.run_dir}",
-        )
-    )
-    table = Table(title="MWRA placement" + (" (explicit device map)" if pl.explicit else " (even split)"))
-    for col in ("policy", "model", "devices", "processes", "threads", "DeepSpeed", "vLLM", "model state / device"):
-        table.add_column(col, overflow="fold")
-    for p in plan.policies:
-        devices = ",".join(map(str, p.placement.devices)) if p.placement.device_type == "cuda" else "cpu"
-        memory = f"{p.memory.gib_per_device:.1f} GiB ({p.memory.source})" if p.memory else "unknown size"
-        table.add_row(
-            p.name,
-            p.model,
-            devices,
-            str(p.placement.num_processes),
-            str(p.placement.cpu_threads),
-            p.deepspeed,
-            p.vllm,
-            memory,
-        )
-    console.print(table)
-    if pl.idle_gpus:
-        console.print(Text(f"idle GPUs: {','.join(map(str, pl.idle_gpus))}", style="yellow"))
-
-    batch = Table(title="GRPO batch per policy")
-    for col in (
-        "policy",
-        "K",
-        "per_device_train_batch_size",
-        "gradient_accumulation_steps",
-        "steps_per_generation",
-        "prompts / step",
-        "completions / step",
-        "updates / step",
-    ):
-        batch.add_column(col, overflow="fold")
-    for p in plan.policies:
-        completions, prompts = trl_generation_batch(p.grpo, p.placement.world_size)
-        updates = _updates_per_step(p)
-        batch.add_row(
-            p.name,
-            str(p.grpo.get("num_generations", "8 (TRL default)")),
-            str(p.grpo.get("per_device_train_batch_size", "8 (TRL default)")),
-            str(p.grpo.get("gradient_accumulation_steps", "1 (TRL default)")),
-            str(p.grpo.get("steps_per_generation", "= GA (TRL default)")),
-            str(prompts),
-            str(completions),
-            updates,
-        )
-    console.print(batch)
-    render_schedule([(p.name, p.schedule) for p in plan.policies], console)
-
-    console.print(Text("Launch commands", style="bold"))
-    for p in plan.policies:
-        spec = p.launch
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in spec.env.items())
-        console.print(Text(f"# {p.name}  (log: {spec.log_path}, cwd: {spec.cwd})", style="dim"))
-        console.print(Text(f"{env} {shlex.join(spec.argv)}"), soft_wrap=True)
-
-    console.print(Text("Config files" + (" (written)" if written else " (not written)"), style="bold"))
-    for p in plan.policies:
-        console.print(Text(f"  {p.accelerate_config_path}"))
-        if p.deepspeed_config_path:
-            console.print(Text(f"  {p.deepspeed_config_path}"))
-    console.print(Text(f"  {plan_path(Path(plan.run_dir))}"))
-
-    notes = [n for p in plan.policies for n in p.notes]
-    if notes:
-        console.print(Text("Adjustments", style="bold"))
-        for note in notes:
-            console.print(Text(f"  - {note}"))
-    if plan.warnings:
-        console.print(Text("Warnings", style="bold yellow"))
-        for warning in plan.warnings:
-            console.print(Text(f"  ! {warning}", style="yellow"))
-
-
-def _updates_per_step(p: PolicyPlan) -> str:
-    grpo = p.grpo
-    ga = int(grpo.get("gradient_accumulation_steps", 1))
-    steps = grpo.get("steps_per_generation") or ga
-    mu = int(grpo.get("num_iterations", 1))
-    if int(steps) % ga:
-        return f"{int(steps) / ga:.2f} (uneven)"
-    return str(int(steps) // ga * mu)

@@ -19,7 +19,7 @@ from mutualrl.config.loader import load_run_config
 from mutualrl.config.schema import RunConfig
 from mutualrl.config.typed import to_plain
 from mutualrl.errors import UsageError
-from mutualrl.launch.cadence import max_optimizer_steps
+from mutualrl.config.cadence import max_optimizer_steps
 from mutualrl.launch.run_lock import (
     LOCK_NAME,
     RUN_MARKER,
@@ -149,15 +149,9 @@ def train_one(options: TrainOptions, console: Console) -> int:
     config, source = resolve_config(options)
     paths = RunPaths(run_dir_for(config))
     if options.dry_run:
-        from mutualrl.launch.plan import make_launch_plan, render_plan
+        from mutualrl.launch.render import render_plan
 
-        # --gpus with --dry-run simulates a node of that size (nothing is detected).
-        simulate = config.launch.gpus is not None
-        # On a simulated node, plan vLLM as the GPU node would run it (installed there), not as this box can.
-        plan = make_launch_plan(config, paths.root, gpus=config.launch.gpus, simulate=simulate,
-                                vllm_available=True if simulate else None)
-        plan.write()
-        render_plan(plan, console)
+        render_plan(plan_without_launch(config, paths.root), console)
         return 0
 
     check_run_dir(paths, options)  # refuses before anything is written
@@ -168,6 +162,27 @@ def train_one(options: TrainOptions, console: Console) -> int:
         if options.overwrite and not options.resume:
             clear_run_folder(paths.root)
         return launch_locked(options, config, source, paths, console, lock)
+
+
+def plan_without_launch(config: RunConfig, run_dir: Path, gpu_memory_gib: float | None = None) -> Any:
+    """Plan and write the launch (``RUN/launch/``) without starting anything: ``--dry-run``.
+
+    ``launch.gpus`` set (``--gpus``) simulates a node of that size (nothing is detected);
+    there vLLM is planned as the GPU node would run it (installed there), not as this box can.
+    """
+    from mutualrl.launch.plan import make_launch_plan
+
+    simulate = config.launch.gpus is not None
+    plan = make_launch_plan(config, run_dir, gpus=config.launch.gpus, simulate=simulate,
+                            vllm_available=True if simulate else None, gpu_memory_gib=gpu_memory_gib)
+    plan.write()
+    return plan
+
+
+def dry_run(options: TrainOptions, gpu_memory_gib: float | None = None) -> Any:
+    """The plan ``mutualrl train --dry-run`` makes for ``options`` (the same code path)."""
+    config, _ = resolve_config(options)
+    return plan_without_launch(config, run_dir_for(config), gpu_memory_gib)
 
 
 def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: RunPaths, console: Console,

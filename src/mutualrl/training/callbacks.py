@@ -131,7 +131,7 @@ class ValidationCallback(TrainerCallback):
 
     Paper, App. "Implementation details": validation every 5 steps with temperature 0, a single
     completion per prompt; step 0 is the "No Train" point. ``every_steps`` comes from
-    ``schedule.validate_every`` converted to optimizer steps (``mutualrl.launch.cadence``). Every
+    ``schedule.validate_every`` converted to optimizer steps (``mutualrl.config.cadence``). Every
     rank evaluates a shard of the prompts (all ranks must take part under ZeRO-3), rank 0 writes
     the results to ``metrics/`` and to the trackers of ``grpo.report_to``.
     """

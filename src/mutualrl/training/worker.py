@@ -120,7 +120,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         start_heartbeat_thread(exchange)  # beats through long steps: silence means stopped or frozen
     regime = make_regime_adapter(config, policy_name, exchange)
 
-    from mutualrl.launch.cadence import resolve_cadence, validation_interval
+    from mutualrl.config.cadence import resolve_cadence, validation_interval
 
     cadence = resolve_cadence(config.schedule, config.batch, args.num_iterations)
     validation = ValidationCallback(

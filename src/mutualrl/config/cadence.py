@@ -1,0 +1,120 @@
+"""Run length and cadence: recipe counts in paper steps -> TRL's optimizer steps.
+
+Paper, App. "Implementation details": "each GRPO update sees a global batch of 1024
+prompts, split into four mini-batches of 256 prompts ...; checkpoints are saved every 20
+steps, validation runs every 5 steps". A *step* there is one GRPO update of 1024 prompts
+(VERL's ``global_steps``); TRL's ``global_step`` counts optimizer steps, and one paper
+step is ``mini_batches_per_step`` of them (x ``num_iterations`` when a generation is
+reused, VERL's ``ppo_epochs``). With the paper batch::
+
+    1 paper step        = 1024 prompts = 4 optimizer steps
+    validate every 5    = every 20 optimizer steps
+    checkpoint every 20 = every 80 optimizer steps
+    log every 1         = every 4 optimizer steps (one row per paper step)
+    max_steps 50        = 200 optimizer steps (and a cosine schedule 200 steps long)
+
+The learning-rate schedule: TRL steps it once per optimizer step over ``max_steps``
+optimizer steps; VERL steps it once per paper step over the paper steps. Both span the
+same run; TRL's is the smooth version of VERL's four-step staircase.
+
+:func:`resolve_cadence` is the one conversion (pure, hand-checked in the tests); the plan
+applies it to each policy's GRPO fields and the worker takes the validation interval from
+it. A recipe without ``schedule`` keeps its ``grpo`` / ``validation`` counts as written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mutualrl.config.schema import SCHEDULE_GRPO_FIELDS as GRPO_FIELDS
+from mutualrl.config.schema import BatchConfig, ScheduleConfig
+from mutualrl.errors import UsageError
+
+DEFAULT_VALIDATE_EVERY = 5
+"""Validation interval, in optimizer steps, of a recipe that sets neither schedule nor validation."""
+
+@dataclass(frozen=True)
+class Cadence:
+    """Every schedule count in both units; ``None``: the recipe leaves it to TRL / the defaults."""
+
+    unit: str
+    optimizer_steps_per_unit: int
+    counts: dict[str, int | None]
+    """The recipe's counts in ``unit`` (keys: the ScheduleConfig count fields)."""
+    prompts_per_unit: int | None = None
+    """Prompts of one paper step (``batch.prompts_per_step``); None for optimizer steps."""
+
+    def optimizer(self, name: str) -> int | None:
+        value = self.counts[name]
+        return None if value is None else value * self.optimizer_steps_per_unit
+
+    def grpo_fields(self) -> dict[str, int]:
+        """The GRPOConfig fields this schedule sets, in optimizer steps."""
+        return {trl: self.optimizer(ours) for ours, trl in GRPO_FIELDS.items() if self.counts[ours] is not None}
+
+
+def optimizer_steps_per_paper_step(mini_batches_per_step: int, num_iterations: int = 1) -> int:
+    """Optimizer steps of one paper step: one per mini-batch, per pass over the generation."""
+    if mini_batches_per_step < 1 or num_iterations < 1:
+        raise ValueError(f"mini_batches_per_step and num_iterations must be >= 1, got "
+                         f"{mini_batches_per_step} and {num_iterations}")
+    return mini_batches_per_step * num_iterations
+
+
+def resolve_cadence(schedule: ScheduleConfig | None, batch: BatchConfig | None,
+                    num_iterations: int = 1) -> Cadence | None:
+    """The schedule in optimizer steps (None without a schedule).
+
+    ``unit: paper`` needs ``batch`` (it defines the paper step); raises :class:`UsageError`
+    naming the field otherwise.
+    """
+    if schedule is None:
+        return None
+    counts = {name: getattr(schedule, name) for name in (*GRPO_FIELDS, "validate_every")}
+    if schedule.unit == "optimizer":
+        return Cadence(unit="optimizer", optimizer_steps_per_unit=1, counts=counts)
+    if batch is None:
+        raise UsageError("schedule.unit: 'paper' counts paper steps, which `batch` defines (prompts_per_step, "
+                         "mini_batches_per_step); set `batch`, or schedule.unit: optimizer")
+    per = optimizer_steps_per_paper_step(batch.mini_batches_per_step, num_iterations)
+    return Cadence(unit="paper", optimizer_steps_per_unit=per, counts=counts, prompts_per_unit=batch.prompts_per_step)
+
+
+def validation_interval(cadence: Cadence | None, every_steps: int | None) -> int:
+    """Optimizer steps between validations: ``validation.every_steps``, else the schedule's, else 5."""
+    if every_steps is not None:
+        return every_steps
+    if cadence is not None and cadence.counts["validate_every"] is not None:
+        return int(cadence.optimizer("validate_every") or 0)
+    return DEFAULT_VALIDATE_EVERY
+
+
+def apply_cadence(grpo: dict[str, Any], cadence: Cadence | None) -> tuple[dict[str, Any], list[str]]:
+    """``grpo`` with the schedule's fields set (optimizer steps); a note where it replaces a policy override.
+
+    The conversions themselves are shown in the dry run's "Run length and cadence" table.
+    """
+    out = dict(grpo)
+    notes: list[str] = []
+    if cadence is None:
+        return out, notes
+    for name, value in cadence.grpo_fields().items():
+        if out.get(name) is not None and out[name] != value:
+            notes.append(f"grpo.{name}={out[name]} (a policy override) replaced by the schedule's {value}")
+        out[name] = value
+    return out, notes
+
+
+def policy_cadence(schedule: ScheduleConfig | None, batch: BatchConfig | None,
+                   grpo: dict[str, Any]) -> Cadence | None:
+    """:func:`resolve_cadence` for a policy whose merged GRPO fields are ``grpo`` (its ``num_iterations``)."""
+    return resolve_cadence(schedule, batch, int(grpo.get("num_iterations") or 1))
+
+
+def max_optimizer_steps(config: Any) -> int | None:
+    """A run's length in optimizer steps (``schedule.max_steps`` converted, else ``grpo.max_steps``)."""
+    cadence = policy_cadence(config.schedule, config.batch, config.grpo)
+    if cadence is not None and cadence.counts["max_steps"] is not None:
+        return cadence.optimizer("max_steps")
+    return config.grpo.get("max_steps")

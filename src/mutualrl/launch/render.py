@@ -1,0 +1,113 @@
+"""The launch plan as the user reads it (`mutualrl train --dry-run`): placement, batch, cadence, commands, files."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from mutualrl.launch.batching import trl_generation_batch
+from mutualrl.launch.cadence import render_schedule
+from mutualrl.launch.plan import LaunchPlan, PolicyPlan, plan_path
+
+
+
+
+def render_plan(plan: LaunchPlan, console: Console, written: bool = True) -> None:
+    """Print the plan: placement, derived batch fields, exact commands, config files, warnings."""
+    pl = plan.placement
+    where = (
+        f"{pl.gpus} GPU{'s' if pl.gpus != 1 else ''}{' (simulated)' if plan.simulated else ''}"
+        if pl.gpus
+        else f"CPU ({pl.cpu_cores} core{'s' if pl.cpu_cores != 1 else ''})"
+    )
+    console.print(
+        Text.assemble(
+            ("Launch plan ", "bold"),
+            f"pool {plan.pool}, regime {plan.regime}, on {where}; run folder {plan.run_dir}",
+        )
+    )
+    table = Table(title="MWRA placement" + (" (explicit device map)" if pl.explicit else " (even split)"))
+    for col in ("policy", "model", "devices", "processes", "threads", "DeepSpeed", "vLLM", "model state / device"):
+        table.add_column(col, overflow="fold")
+    for p in plan.policies:
+        devices = ",".join(map(str, p.placement.devices)) if p.placement.device_type == "cuda" else "cpu"
+        memory = f"{p.memory.gib_per_device:.1f} GiB ({p.memory.source})" if p.memory else "unknown size"
+        table.add_row(
+            p.name,
+            p.model,
+            devices,
+            str(p.placement.num_processes),
+            str(p.placement.cpu_threads),
+            p.deepspeed,
+            p.vllm,
+            memory,
+        )
+    console.print(table)
+    if pl.idle_gpus:
+        console.print(Text(f"idle GPUs: {','.join(map(str, pl.idle_gpus))}", style="yellow"))
+
+    batch = Table(title="GRPO batch per policy")
+    for col in (
+        "policy",
+        "K",
+        "per_device_train_batch_size",
+        "gradient_accumulation_steps",
+        "steps_per_generation",
+        "prompts / step",
+        "completions / step",
+        "updates / step",
+    ):
+        batch.add_column(col, overflow="fold")
+    for p in plan.policies:
+        completions, prompts = trl_generation_batch(p.grpo, p.placement.world_size)
+        updates = _updates_per_step(p)
+        batch.add_row(
+            p.name,
+            str(p.grpo.get("num_generations", "8 (TRL default)")),
+            str(p.grpo.get("per_device_train_batch_size", "8 (TRL default)")),
+            str(p.grpo.get("gradient_accumulation_steps", "1 (TRL default)")),
+            str(p.grpo.get("steps_per_generation", "= GA (TRL default)")),
+            str(prompts),
+            str(completions),
+            updates,
+        )
+    console.print(batch)
+    render_schedule([(p.name, p.schedule) for p in plan.policies], console)
+
+    console.print(Text("Launch commands", style="bold"))
+    for p in plan.policies:
+        spec = p.launch
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in spec.env.items())
+        console.print(Text(f"# {p.name}  (log: {spec.log_path}, cwd: {spec.cwd})", style="dim"))
+        console.print(Text(f"{env} {shlex.join(spec.argv)}"), soft_wrap=True)
+
+    console.print(Text("Config files" + (" (written)" if written else " (not written)"), style="bold"))
+    for p in plan.policies:
+        console.print(Text(f"  {p.accelerate_config_path}"))
+        if p.deepspeed_config_path:
+            console.print(Text(f"  {p.deepspeed_config_path}"))
+    console.print(Text(f"  {plan_path(Path(plan.run_dir))}"))
+
+    notes = [n for p in plan.policies for n in p.notes]
+    if notes:
+        console.print(Text("Adjustments", style="bold"))
+        for note in notes:
+            console.print(Text(f"  - {note}"))
+    if plan.warnings:
+        console.print(Text("Warnings", style="bold yellow"))
+        for warning in plan.warnings:
+            console.print(Text(f"  ! {warning}", style="yellow"))
+
+
+def _updates_per_step(p: PolicyPlan) -> str:
+    grpo = p.grpo
+    ga = int(grpo.get("gradient_accumulation_steps", 1))
+    steps = grpo.get("steps_per_generation") or ga
+    mu = int(grpo.get("num_iterations", 1))
+    if int(steps) % ga:
+        return f"{int(steps) / ga:.2f} (uneven)"
+    return str(int(steps) // ga * mu)
