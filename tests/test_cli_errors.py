@@ -164,3 +164,16 @@ def test_a_live_run_is_refused_naming_its_holder_and_a_dead_holder_is_taken_over
     with RunLock(run_dir).acquire("test", wait_for_orphans_s=5) as lock:  # the dead holder's lock is free
         assert lock.fd is not None
     assert time.time() - started < 5
+
+
+def test_overwrite_into_a_new_folder_or_an_old_run_starts_it(workdir, capsys, monkeypatch):
+    import mutualrl.launch.run as launch_run
+
+    launched = []
+    monkeypatch.setattr(launch_run, "launch_locked", lambda options, config, source, paths, console, lock:
+                        launched.append(sorted(p.name for p in paths.root.iterdir())) or 0)
+    assert run(["train", "-o", "fresh", "--overwrite"]) == 0  # nothing there yet: nothing to delete
+    run_dir = _stored_run(workdir / "old")
+    (run_dir / "metrics.jsonl").write_text("{}\n")
+    assert run(["train", "-o", "old", "--overwrite"]) == 0
+    assert launched == [[".lock"], [".lock"]]  # the old run's files were deleted, the lock kept

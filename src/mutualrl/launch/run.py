@@ -159,7 +159,7 @@ def train_one(options: TrainOptions, console: Console) -> int:
         resume_changes(paths, config)
     with RunLock(paths.root).acquire("resume" if options.resume else "train into") as lock:
         mark_interrupted(paths)
-        if options.overwrite and not options.resume:
+        if options.overwrite and not options.resume and is_run_folder(paths.root):  # a new folder has only .lock
             clear_run_folder(paths.root)
         return launch_locked(options, config, source, paths, console, lock)
 
