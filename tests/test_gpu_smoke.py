@@ -1,0 +1,40 @@
+"""The GPU smoke check: a clear skip on CPU, and every training command it would run is valid."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mutualrl.cli.main import run
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_smoke.py"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("gpu_smoke", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_without_a_gpu_it_says_skipped_and_exits_0():
+    done = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1])["skipped"] == "no GPU"
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 4])
+def test_every_training_check_plans_on_a_simulated_node(gpus, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    plan = load().checks(tmp_path, gpus, steps=3, learning=True)
+    assert [name for name, _ in plan][:3] == ["two-policies-transformers", "two-policies-vllm-colocate", "zero3-2-ranks"]
+    trains = [command for _, command in plan if isinstance(command, list) and "train" in command]
+    assert len(trains) >= 2
+    for command in trains:
+        argv = command[command.index("train"):]
+        assert run([*argv, "--dry-run", "--gpus", str(gpus)]) == 0, capsys.readouterr().err
