@@ -248,6 +248,12 @@ class LaunchConfig:
     threads_per_policy: int | None = field(
         default=None, metadata={"ge": 1, "help": "CPU threads per policy process (default: cores split evenly)."}
     )
+    cpu_processes: int = field(
+        default=1,
+        metadata={"ge": 1, "help": "On CPU: ranks per policy (torch.distributed with gloo), to exercise the "
+                  "multi-rank path without GPUs. Each rank gets per_device_train_batch_size / N, so every step "
+                  "draws the same prompts as one rank. Ignored on GPUs (ranks = the policy's GPUs)."},
+    )
     main_process_port: int = field(
         default=29500, metadata={"ge": 1, "le": 65535, "help": "First rendezvous port; policy i uses port + i."}
     )

@@ -210,3 +210,20 @@ def check_trl_batch(grpo: dict[str, Any], world_size: int, policy: str = "") -> 
             f"x {world_size} device(s) x steps per generation) must be divisible by grpo.num_generations ({k}); "
             f"set `batch` (prompts per step) instead and mutualrl derives the per-device sizes"
         )
+
+
+def split_across_cpu_ranks(grpo: dict[str, Any], ranks: int, policy: str = "") -> tuple[dict[str, Any], list[str]]:
+    """A recipe without ``batch`` run on ``ranks`` CPU ranks: each rank takes 1/ranks of the per-device batch.
+
+    So a step draws the same prompts as on one rank (``launch.cpu_processes`` exists to check
+    exactly that equivalence).
+    """
+    if ranks <= 1:
+        return grpo, []
+    per_device = int(grpo.get("per_device_train_batch_size") or grpo_defaults()["per_device_train_batch_size"])
+    if per_device % ranks:
+        raise BatchSizeError(f"policy {policy!r}: per_device_train_batch_size={per_device} does not split over "
+                             f"launch.cpu_processes={ranks} ranks; choose a divisor of it")
+    out = {**grpo, "per_device_train_batch_size": per_device // ranks}
+    return out, [f"{policy}: {ranks} CPU ranks x per_device_train_batch_size {per_device // ranks} "
+                 f"(= {per_device} on one rank)"]

@@ -196,18 +196,24 @@ def build_launch_specs(
                 *worker,
             ]  # fmt: skip
         else:
-            env.update(
-                CUDA_VISIBLE_DEVICES="",
-                OMP_NUM_THREADS=str(placed.cpu_threads),
-                MKL_NUM_THREADS=str(placed.cpu_threads),
-            )
+            ranks = placed.num_processes
+            threads = max(1, placed.cpu_threads // ranks)
+            env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
             if deepspeed != "none":
-                env.update(cpu_deepspeed_env(deepspeed_config_path(run_dir, policy.name), deepspeed, port))
+                env.update(cpu_deepspeed_env(deepspeed_config_path(run_dir, policy.name), deepspeed, port, ranks))
                 notes.append(
-                    f"{policy.name}: DeepSpeed {deepspeed} on the CPU as a single-process group (launcher variables "
-                    f"set by mutualrl); the first run compiles DeepSpeed's CPU ops into {env['TORCH_EXTENSIONS_DIR']}"
+                    f"{policy.name}: DeepSpeed {deepspeed} on the CPU ({ranks} rank(s), launcher variables set by "
+                    f"mutualrl); the first run compiles DeepSpeed's CPU ops into {env['TORCH_EXTENSIONS_DIR']}"
                 )
-            argv = [python, *worker]
+            if ranks > 1:
+                # accelerate launches several CPU ranks only through mpirun; torchrun sets RANK/WORLD_SIZE/...
+                # and accelerate then runs MULTI_CPU over gloo.
+                if deepspeed == "none":  # with DeepSpeed, accelerate takes the CPU from DS_ACCELERATOR
+                    env["ACCELERATE_USE_CPU"] = "true"
+                argv = [python, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_addr",
+                        "127.0.0.1", "--master_port", str(port), *worker]
+            else:
+                argv = [python, *worker]
         specs.append(
             LaunchSpec(
                 policy=policy.name,
@@ -228,7 +234,7 @@ def package_path() -> str:
     return src + (os.pathsep + inherited if inherited else "")
 
 
-def cpu_deepspeed_env(ds_config: Path, deepspeed: str, port: int) -> dict[str, str]:
+def cpu_deepspeed_env(ds_config: Path, deepspeed: str, port: int, ranks: int = 1) -> dict[str, str]:
     """What a CPU worker needs for DeepSpeed without a launcher.
 
     - ``RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE MASTER_ADDR MASTER_PORT``: the variables
@@ -239,13 +245,10 @@ def cpu_deepspeed_env(ds_config: Path, deepspeed: str, port: int) -> dict[str, s
       its ``DeepSpeedPlugin`` from them.
     - ``DS_ACCELERATOR=cpu``: no accelerator probing.
     """
+    single = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+              "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     return {
-        "RANK": "0",
-        "WORLD_SIZE": "1",
-        "LOCAL_RANK": "0",
-        "LOCAL_WORLD_SIZE": "1",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
+        **(single if ranks == 1 else {}),  # several ranks: torchrun sets these per rank
         "ACCELERATE_USE_DEEPSPEED": "true",
         "ACCELERATE_DEEPSPEED_CONFIG_FILE": str(ds_config),
         "ACCELERATE_DEEPSPEED_ZERO3_INIT": "true" if ZERO_STAGES[deepspeed] == 3 else "false",

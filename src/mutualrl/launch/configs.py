@@ -107,7 +107,9 @@ def accelerate_config(
         "enable_cpu_affinity": False,
     }
     if placed.device_type == "cpu":
-        return {**base, "distributed_type": "NO", "num_processes": 1, "use_cpu": True, "mixed_precision": "no"}
+        distributed = "MULTI_CPU" if placed.num_processes > 1 else "NO"
+        return {**base, "distributed_type": distributed, "num_processes": placed.num_processes, "use_cpu": True,
+                "mixed_precision": "no"}
     base.update(num_processes=placed.num_processes, use_cpu=False, gpu_ids=gpu_ids or "all")
     if deepspeed != "none":
         if deepspeed_file is None:

@@ -82,6 +82,7 @@ def plan_placement(
     cpu_cores: int | None = None,
     threads_per_policy: int | None = None,
     world_size_ok: Callable[[str, int], bool] | None = None,
+    cpu_processes: int = 1,
 ) -> Placement:
     """Place each ``(name, device_share)`` policy on GPUs (or on the CPU when ``gpus == 0``).
 
@@ -94,8 +95,8 @@ def plan_placement(
       batch must divide across them, see :mod:`mutualrl.launch.batching`). In the default
       split a policy whose share does not pass is shrunk to the largest size that does and
       the freed GPUs stay idle (with a warning); an explicit map is never changed.
-    - CPU (``gpus == 0``): one process per policy; ``cpu_cores`` are split evenly
-      (``threads_per_policy`` overrides), at least one thread each.
+    - CPU (``gpus == 0``): ``cpu_processes`` ranks per policy (default one); ``cpu_cores`` are
+      split evenly between policies (``threads_per_policy`` overrides), at least one thread each.
 
     ``gpus=None`` is an error here: the caller detects the count
     (``torch.cuda.device_count()``) so that this function stays pure.
@@ -129,7 +130,7 @@ def plan_placement(
                 f"{len(policies)} policies x {threads} threads = {threads * len(policies)} threads on "
                 f"{cores} CPU cores: the processes will compete for cores (set launch.threads_per_policy)"
             )
-        placed = [PolicyPlacement(name, "cpu", (), 1, threads, share) for name, share in policies]
+        placed = [PolicyPlacement(name, "cpu", (), cpu_processes, threads, share) for name, share in policies]
         return Placement(placed, 0, cores, explicit=False, warnings=warnings)
 
     if device_map:

@@ -21,6 +21,7 @@ from mutualrl.launch.batching import (
     DerivedBatch,
     apply_batch,
     fits,
+    split_across_cpu_ranks,
     trl_generation_batch,
 )
 from mutualrl.launch.cadence import (
@@ -302,6 +303,7 @@ def make_launch_plan(
         cpu_cores=cpu_cores,
         threads_per_policy=launch.threads_per_policy,
         world_size_ok=(lambda _name, n: fits(batch, n)) if batch is not None else None,
+        cpu_processes=launch.cpu_processes,
     )
     warnings = list(placement.warnings)
     stage = ZERO_STAGES[launch.deepspeed]
@@ -317,6 +319,9 @@ def make_launch_plan(
             if placement.explicit:
                 raise BatchSizeError(f"{err} (the explicit --device-map sets this device count)") from None
             raise
+        if batch is None and placed.device_type == "cpu":
+            grpo, rank_notes = split_across_cpu_ranks(grpo, placed.num_processes, policy.name)
+            batch_notes = [*batch_notes, *rank_notes]
         cadence = policy_cadence(config.schedule, batch, grpo)
         grpo, cadence_notes = apply_cadence(grpo, cadence)
         schedule_rows = describe(cadence, grpo, validation_interval(cadence, config.validation.every_steps),

@@ -1,0 +1,72 @@
+"""Several ranks per policy on CPU (launch.cpu_processes): the multi-rank path a GPU node runs, without GPUs.
+
+A 2-policy SGT run with 2 ranks per policy must draw the same prompts per step, publish the
+same number of SEE records (one shard per rank) and make the same gate decisions as the
+1-rank run with the same seed. Sampled completions differ (each rank has its own RNG stream).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from e2e_helpers import child_env
+from mutualrl.see.exchange import ExperienceExchange
+from mutualrl.see.inspect import inspect_exchange
+
+POLICIES = ("tiny-bpe", "tiny-sp")
+STEPS = 3
+
+
+def train(run_dir: Path, *extra: str) -> None:
+    done = subprocess.run([sys.executable, "-m", "mutualrl", "train", "--pool", "tiny", "--regime", "sgt", "--max-steps",
+                           str(STEPS), "--set", "validation.limit=20", "-o", str(run_dir), *extra],
+                          env=child_env(), capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def prompts(run_dir: Path, step: int, policy: str) -> list[tuple[str, int]]:
+    exchange = ExperienceExchange(run_dir / "see", run_id=run_dir.name, policy="reader", policies=list(POLICIES))
+    table = exchange.read(step, policy, columns=["prompt_id", "sample_index"])
+    return sorted(zip(table.column("prompt_id").to_pylist(), table.column("sample_index").to_pylist(), strict=True))
+
+
+def train_rows(run_dir: Path) -> dict[tuple[str, int], dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return {(r["policy"], r["step"]): r for r in rows if r["kind"] == "train"}
+
+
+@pytest.mark.slow
+def test_two_cpu_ranks_per_policy_match_one_rank(tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    train(one)
+    train(two, "--set", "launch.cpu_processes=2")
+    report = inspect_exchange(two)
+    assert report.ok, report.issues
+    assert all(cell.ranks == [0, 1] and cell.world_size == 2 for row in report.cells.values() for cell in row.values())
+    for step in range(STEPS):
+        for policy in POLICIES:
+            assert prompts(one, step, policy) == prompts(two, step, policy)
+            assert report.cells[step][policy].records == inspect_exchange(one).cells[step][policy].records
+    rows_one, rows_two = train_rows(one), train_rows(two)
+    assert sorted(rows_one) == sorted(rows_two) == sorted((p, s) for p in POLICIES for s in range(1, STEPS + 1))
+    assert {k: r["sgt/rescues"] for k, r in rows_one.items()} == {k: r["sgt/rescues"] for k, r in rows_two.items()}
+    plan = json.loads((two / "launch" / "plan.json").read_text())
+    assert [p["grpo"]["per_device_train_batch_size"] for p in plan["policies"]] == [16, 16]
+
+
+@pytest.mark.slow
+def test_zero3_with_two_cpu_ranks_per_policy(tmp_path):
+    run_dir = tmp_path / "zero3"
+    train(run_dir, "--set", "launch.cpu_processes=2", "--set", "launch.deepspeed=zero3")
+    report = inspect_exchange(run_dir)
+    assert report.ok, report.issues
+    assert all(cell.ranks == [0, 1] for row in report.cells.values() for cell in row.values())
+    assert sorted(train_rows(run_dir)) == sorted((p, s) for p in POLICIES for s in range(1, STEPS + 1))
+    for policy in POLICIES:
+        assert "DeepSpeed ZeRO-3 on cpu:0 x2" in (run_dir / "logs" / f"{policy}.log").read_text()
+        assert (run_dir / "policies" / policy / "final" / "config.json").exists()
