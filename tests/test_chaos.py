@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-CHAOS = Path(__file__).resolve().parents[1] / "benchmarks" / "chaos.py"
+from bench_helpers import load_benchmark
 
 
 def load_chaos():
-    spec = importlib.util.spec_from_file_location("chaos_bench", CHAOS)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("chaos")
 
 
 def test_row_counter_sees_lost_and_duplicated_rows(tmp_path):

@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
+from bench_helpers import BENCHMARKS, load_benchmark
 from mutualrl.cli.main import run
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_smoke.py"
+SCRIPT = BENCHMARKS / "gpu_smoke.py"
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("gpu_smoke", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("gpu_smoke")
 
 
 def test_without_a_gpu_it_says_skipped_and_exits_0():
