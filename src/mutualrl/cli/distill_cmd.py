@@ -78,18 +78,17 @@ def distill(
                                   "the run's RUN_DIR/data/eval.jsonl."),
     eval_limit: int | None = typer.Option(None, "--eval-limit", min=1, help="Evaluate only the first N held-out "
                                           "prompts.", show_default=False),
-    device: str = typer.Option("auto", "--device", help="cpu, cuda, ... (auto: cuda when available)."),
+    device: str = typer.Option("auto", "--device", help="Evaluation device: cpu, cuda, cuda:1, ... (auto: cuda when "
+                               "available). The SFT runs on the CPU with cpu, else on the first visible GPU."),
     backend: str = typer.Option("auto", "--backend", help="Evaluation backend: transformers, vllm or auto."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an output folder written by an earlier "
                                    "`mutualrl distill`."),
 ) -> None:
-    """Sequential peer distillation (paper App. "Online Gating versus Sequential Peer Distillation").
+    """Sequential peer distillation: SFT of a learner on its peer's recorded successes (the paper's control for SGT).
 
-    Harvests every distinct successful rollout (reward > 0.8) the peer generated during its
-    standalone GRPO run, fine-tunes the learner's final model on them with SFT (the learner's
-    prompt template; the peer's text retokenized with the learner's tokenizer; the loss is
-    SGT's auxiliary NLL, offline, with no gate and no GRPO), saves the model, and prints the
-    learner's held-out reward@1 before and after, per task group.
+    Harvests every distinct rollout with reward > 0.8 that the peer generated in its standalone GRPO run.
+    Fine-tunes the learner's final model on them: its own prompt template, the peer's text retokenized with its tokenizer, SGT's auxiliary NLL offline (no gate, no GRPO).
+    Saves the model and prints the learner's held-out reward@1 before and after, per task group.
     """
     from mutualrl.evaluation.runner import pick_backend, pick_device
     from mutualrl.training.distill import DistillOptions, finish_distill, plan_distill, train_distill
