@@ -9,7 +9,17 @@ from collections.abc import Sequence
 import typer
 
 from mutualrl import __version__
-from mutualrl.cli import assets_cmd, complementarity_cmd, eval_cmd, plot_cmd, pools_cmd, see_cmd, thl_cmd, train_cmd
+from mutualrl.cli import (
+    assets_cmd,
+    complementarity_cmd,
+    distill_cmd,
+    eval_cmd,
+    plot_cmd,
+    pools_cmd,
+    see_cmd,
+    thl_cmd,
+    train_cmd,
+)
 from mutualrl.cli.common import err_console, one_line
 
 app = typer.Typer(
@@ -30,6 +40,7 @@ app.command("train")(train_cmd.train)
 app.command("eval")(eval_cmd.eval_command)
 app.command("thl-check")(thl_cmd.thl_check)
 app.command("complementarity")(complementarity_cmd.complementarity)
+app.command("distill")(distill_cmd.distill)
 app.add_typer(see_cmd.app, name="see")
 app.add_typer(pools_cmd.app, name="pools")
 app.command("plot")(plot_cmd.plot)
