@@ -13,6 +13,7 @@ from mutualrl.cli import (
     assets_cmd,
     complementarity_cmd,
     distill_cmd,
+    doctor_cmd,
     eval_cmd,
     plot_cmd,
     pools_cmd,
@@ -41,6 +42,7 @@ app.command("eval")(eval_cmd.eval_command)
 app.command("thl-check")(thl_cmd.thl_check)
 app.command("complementarity")(complementarity_cmd.complementarity)
 app.command("distill")(distill_cmd.distill)
+app.command("doctor")(doctor_cmd.doctor)
 app.add_typer(see_cmd.app, name="see")
 app.add_typer(pools_cmd.app, name="pools")
 app.command("plot")(plot_cmd.plot)

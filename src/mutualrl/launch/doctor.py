@@ -1,0 +1,140 @@
+"""`mutualrl doctor`: what this machine has for a run, each line OK / missing with the fix.
+
+Run it before a long job. Each :class:`Check` is one fact (a version, a device, a free-disk
+figure) with a status: ``ok``; ``warn`` (optional, or fine for the tiny pool but not for
+the paper pools); ``fail`` (the default tiny pool cannot run). Nothing is installed or
+downloaded; the hub check is one HEAD request with a short timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.metadata
+import os
+import shutil
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+HUB_TIMEOUT_S = 3.0
+MIN_FREE_GIB = 20.0
+COMMON_TRACKERS = ("tensorboard", "wandb", "trackio", "mlflow")  # the ones TRL users reach for  # a paper-scale run folder: checkpoints of two 1.5B-4B policies, SEE, logs
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: str  # "ok" | "warn" | "fail"
+    detail: str
+    fix: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def version_of(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def check_torch() -> list[Check]:
+    try:
+        import torch
+    except ImportError as err:
+        return [Check("torch", "fail", f"does not import ({err})", "run ./setup.sh (CPU) or install PyTorch for "
+                      "your CUDA version following PyTorch's own instructions, then ./setup.sh")]
+    checks = [Check("torch", "ok", f"{torch.__version__}")]
+    if not torch.cuda.is_available():
+        checks.append(Check("cuda", "warn", "no CUDA device: the tiny pool runs on the CPU; the paper pools need GPUs",
+                            "on a GPU machine install a CUDA build of torch (PyTorch's install instructions)"))
+        return checks
+    count = torch.cuda.device_count()
+    memory = [torch.cuda.get_device_properties(i).total_memory / 2**30 for i in range(count)]
+    nccl = ".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else "unknown"
+    checks.append(Check("cuda", "ok", f"CUDA {torch.version.cuda}, NCCL {nccl}, {count} GPU(s): "
+                        + ", ".join(f"{torch.cuda.get_device_name(i)} {m:.0f} GiB" for i, m in enumerate(memory))))
+    return checks
+
+
+def check_module(name: str, module: str, fix: str, needed_for: str) -> Check:
+    """An optional package: ok with its version, else warn with what it is needed for."""
+    try:
+        with contextlib.redirect_stdout(sys.stderr):  # some (DeepSpeed) log to stdout on import: keep --json clean
+            importlib.import_module(module)
+    except ModuleNotFoundError:
+        return Check(name, "warn", f"not installed; needed for {needed_for}", fix)
+    except Exception as err:  # noqa: BLE001 - a broken install (e.g. a CUDA build without CUDA) is reported
+        return Check(name, "warn", f"installed but does not import ({type(err).__name__}: {str(err)[:120]}); "
+                     f"needed for {needed_for}", fix)
+    return Check(name, "ok", version_of(name) or "installed")
+
+
+def check_deepspeed_ops() -> Check:
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            from deepspeed.ops.op_builder import CPUAdamBuilder
+
+            compatible = CPUAdamBuilder().is_compatible(verbose=False)
+    except Exception as err:  # noqa: BLE001
+        return Check("deepspeed-ops", "warn", f"cannot inspect ({type(err).__name__})", "")
+    return Check("deepspeed-ops", "ok" if compatible else "warn",
+                 "CPU Adam op compatible (compiled on first use)" if compatible else "CPU Adam op not compatible here",
+                 "" if compatible else "install a C++ compiler and the Python headers")
+
+
+def check_assets() -> Check:
+    from mutualrl.assets.registry import all_assets
+
+    missing = [a.name for a in all_assets() if a.default and not a.is_cached()]
+    if missing:
+        return Check("assets", "fail", f"default assets not cached: {', '.join(missing)}",
+                     "mutualrl assets fetch (or ./setup.sh)")
+    return Check("assets", "ok", "every default asset is cached (tiny pool, tests, offline evaluation)")
+
+
+def check_hub(timeout_s: float = HUB_TIMEOUT_S) -> Check:
+    import urllib.error
+    import urllib.request
+
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
+    if os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0"):
+        return Check("hub", "warn", "HF_HUB_OFFLINE is set: only cached and builtin models", "unset HF_HUB_OFFLINE")
+    try:
+        urllib.request.urlopen(urllib.request.Request(endpoint, method="HEAD"), timeout=timeout_s)  # noqa: S310
+    except (urllib.error.URLError, OSError) as err:
+        return Check("hub", "warn", f"{endpoint} unreachable ({getattr(err, 'reason', err)}): the paper pools' models "
+                     "must be in the local HF cache; the tiny pool needs no hub", "")
+    return Check("hub", "ok", f"{endpoint} reachable")
+
+
+def check_disk(run_dir: Path) -> Check:
+    target = Path(run_dir).resolve()
+    existing = next((p for p in [target, *target.parents] if p.exists()), Path("/"))
+    free = shutil.disk_usage(existing).free / 2**30
+    status = "ok" if free >= MIN_FREE_GIB else "warn"
+    return Check("disk", status, f"{free:.0f} GiB free under {existing}",
+                 "" if status == "ok" else f"a paper run wants >= {MIN_FREE_GIB:.0f} GiB for checkpoints and the SEE")
+
+
+def run_checks(run_dir: Path, hub: bool = True) -> list[Check]:
+    from mutualrl.training.trackers import TRACKER_MODULES
+
+    checks = check_torch()
+    checks += [
+        check_module("trl", "trl", "pip install -e .", "training"),
+        check_module("deepspeed", "deepspeed", "./setup.sh installs it (pip install -e '.[deepspeed]')",
+                     "ZeRO-2/3 (the paper recipes)"),
+        check_deepspeed_ops(),
+        check_module("vllm", "vllm", "pip install -e '.[vllm]' on a GPU machine", "fast generation (paper recipes)"),
+        check_module("flash-attn", "flash_attn", "pip install flash-attn (GPU only)", "faster attention (optional)"),
+    ]
+    checks += [check_module(name, TRACKER_MODULES[name][0], f"pip install {TRACKER_MODULES[name][0]}",
+                            f"grpo.report_to: [{name}]") for name in COMMON_TRACKERS]
+    checks += [check_assets(), check_disk(run_dir)]
+    if hub:
+        checks.append(check_hub())
+    return checks
