@@ -193,3 +193,19 @@ def test_deep_merge_does_not_mutate():
     base = {"a": {"b": 1, "c": 2}}
     merged = deep_merge(base, {"a": {"c": 3}})
     assert merged == {"a": {"b": 1, "c": 3}} and base == {"a": {"b": 1, "c": 2}}
+
+
+def test_lora_section_passes_peft_fields_through_and_names_an_unknown_key():
+    from mutualrl.config.loader import load_run_config
+    from mutualrl.config.lora import lora_kwargs
+    from mutualrl.config.typed import ConfigError
+
+    config = load_run_config("tiny", overrides=["pool.policies.tiny-bpe.lora={r: 8, alpha: 16, use_rslora: true}"]).config
+    kwargs = lora_kwargs(config.pool.policies[0].lora)
+    assert kwargs["r"] == 8 and kwargs["lora_alpha"] == 16 and kwargs["use_rslora"] is True
+    assert kwargs["lora_dropout"] == 0.05 and kwargs["target_modules"] == "all-linear"  # the paper's defaults
+    from peft import LoraConfig
+
+    assert LoraConfig(**kwargs).r == 8
+    with pytest.raises(ConfigError, match=r"pool.policies\[1\].lora.rank: not a field of peft.LoraConfig"):
+        load_run_config("tiny", overrides=["pool.policies.tiny-sp.lora={rank: 8}"])

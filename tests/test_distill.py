@@ -139,11 +139,12 @@ def test_settings_and_overrides():
     assert PAPER_SFT == {"learning_rate": 2e-5, "lr_scheduler_type": "cosine", "warmup_steps": 0.03,
                          "num_train_epochs": 1.0}
     lora = lora_settings(True, {})
-    assert (lora.r, lora.alpha, lora.dropout) == (16, 32, 0.05)
-    assert lora_settings(True, {"r": 8}).r == 8 and lora_settings(False, {}) is None
+    assert (lora["r"], lora["lora_alpha"], lora["lora_dropout"]) == (16, 32, 0.05)
+    assert lora_settings(True, {"r": 8})["r"] == 8 and lora_settings(False, {}) is None
+    assert lora_settings(True, {"use_rslora": True})["use_rslora"] is True  # any peft LoraConfig field
     sft, lora_over = split_overrides([(["per_device_train_batch_size"], 2), (["lora", "alpha"], 8)])
     assert sft == {"per_device_train_batch_size": 2} and lora_over == {"alpha": 8}
-    for bad, match in [((["learning_rat"], 1.0), "did you mean 'learning_rate'"), ((["lora", "rank"], 4), "lora.r"),
+    for bad, match in [((["learning_rat"], 1.0), "did you mean 'learning_rate'"), ((["lora", "rank"], 4), "not a field of peft.LoraConfig"),
                        ((["output_dir"], "x"), "--output-dir"), ((["a", "b"], 1), "not a field")]:
         with pytest.raises(UsageError, match=match):
             split_overrides([bad])

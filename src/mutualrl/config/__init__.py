@@ -10,7 +10,6 @@ from mutualrl.config.loader import (
 from mutualrl.config.schema import (
     REGIME_NAMES,
     LaunchConfig,
-    LoraSettings,
     PolicyConfig,
     PoolConfig,
     PRPSettings,
@@ -30,7 +29,6 @@ __all__ = [
     "ConfigError",
     "LaunchConfig",
     "LoadedRecipe",
-    "LoraSettings",
     "PolicyConfig",
     "PoolConfig",
     "PRPSettings",

@@ -281,6 +281,8 @@ def validate_run_config(config: RunConfig, source: str, check_grpo: bool = True)
             raise ConfigError(source, f"{where}.model", "empty model (expected a hub id, folder or builtin:NAME)")
         if check_grpo:
             policy.grpo = check_grpo_fields(policy.grpo, source, f"{where}.grpo")
+        if policy.lora is not None:
+            check_lora(policy.lora, source, f"{where}.lora")
     if config.regime.name in MULTI_POLICY_REGIMES and len(policies) < 2:
         raise ConfigError(
             source,
@@ -331,6 +333,19 @@ def grpo_field_types() -> dict[str, Any]:
 
     hints = typing.get_type_hints(GRPOConfig)
     return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(GRPOConfig) if f.init}
+
+
+def check_lora(section: Any, source: str, path: str) -> None:
+    """A ``lora:`` section is a mapping of peft ``LoraConfig`` fields (config.lora)."""
+    from mutualrl.config.lora import lora_kwargs
+
+    if not isinstance(section, dict):
+        raise ConfigError(source, path, f"expected a mapping of peft LoraConfig fields, got {section!r}")
+    try:
+        lora_kwargs(section)
+    except KeyError as err:
+        key, hint = err.args
+        raise ConfigError(source, f"{path}.{key}", f"not a field of peft.LoraConfig{hint}") from None
 
 
 def check_grpo_fields(mapping: dict[str, Any], source: str, path: str) -> dict[str, Any]:

@@ -21,19 +21,6 @@ baseline-perturbation control (App. "Ablation: shared normalization for XGRPO").
 
 
 @dataclass
-class LoraSettings:
-    """LoRA adapter settings (peft); the paper trains full weights, LoRA is an option."""
-
-    r: int = field(default=16, metadata={"ge": 1, "help": "LoRA rank."})
-    alpha: int = field(default=32, metadata={"gt": 0, "help": "LoRA alpha (scaling numerator)."})
-    dropout: float = field(default=0.05, metadata={"ge": 0, "le": 1, "help": "Dropout on the LoRA branch."})
-    target_modules: str | list[str] = field(
-        default="all-linear",
-        metadata={"help": "Modules to adapt: a list of module names, or 'all-linear'."},
-    )
-
-
-@dataclass
 class PolicyConfig:
     """One policy of the pool: its own weights, tokenizer and GRPO overrides."""
 
@@ -59,8 +46,11 @@ class PolicyConfig:
         default_factory=dict,
         metadata={"help": "Per-policy overrides of TRL GRPOConfig fields (e.g. learning_rate)."},
     )
-    lora: LoraSettings | None = field(
-        default=None, metadata={"help": "Train a LoRA adapter instead of the full weights (peft)."}
+    lora: dict[str, Any] | None = field(
+        default=None,
+        metadata={"help": "Train a LoRA adapter instead of the full weights: peft LoraConfig fields (r, lora_alpha or "
+                  "alpha, lora_dropout or dropout, target_modules, use_rslora, ...); unset ones take r 16, alpha 32, "
+                  "dropout 0.05, all-linear. `lora: {}` uses those defaults."},
     )
     chat_template: bool | None = field(
         default=None,

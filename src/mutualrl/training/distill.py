@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mutualrl.config.schema import LoraSettings, PolicyConfig, RunConfig
+from mutualrl.config.schema import PolicyConfig, RunConfig
 from mutualrl.errors import UnknownNameError, UsageError
 from mutualrl.see.harvest import Harvest, Success, harvest_successes, see_root_of
 from mutualrl.training.paths import RunPaths, atomic_write_json
@@ -72,7 +72,7 @@ class DistillPlan:
     harvest: Harvest
     successes: list[Success]
     sft_overrides: dict[str, Any]
-    lora: LoraSettings | None
+    lora: dict[str, Any] | None  # peft LoraConfig keyword arguments; None: full weights
     max_completion_tokens: int
     warnings: list[str]
 
@@ -314,7 +314,7 @@ def _checkpointing(grpo: dict[str, Any]) -> bool | None:
     return None
 
 
-def _sft_settings(config: Any, lora: LoraSettings | None, loss_reduction: str) -> dict[str, Any]:
+def _sft_settings(config: Any, lora: dict[str, Any] | None, loss_reduction: str) -> dict[str, Any]:
     return {
         "learning_rate": config.learning_rate,
         "lr_scheduler_type": str(getattr(config.lr_scheduler_type, "value", config.lr_scheduler_type)),
@@ -325,8 +325,7 @@ def _sft_settings(config: Any, lora: LoraSettings | None, loss_reduction: str) -
         "gradient_accumulation_steps": config.gradient_accumulation_steps,
         "seed": config.seed,
         "loss": f"completion-only NLL, {loss_reduction}-averaged",
-        "lora": None if lora is None else {"r": lora.r, "alpha": lora.alpha, "dropout": lora.dropout,
-                                           "target_modules": lora.target_modules},
+        "lora": None if lora is None else {k: v for k, v in lora.items() if k != "task_type"},
     }
 
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mutualrl.config.schema import LoraSettings
+from mutualrl.config.lora import lora_kwargs
 from mutualrl.errors import UsageError
 
 #: The paper's SFT hyper-parameters (everything else: TRL's SFTConfig defaults).
@@ -31,8 +31,6 @@ PAPER_SFT: dict[str, Any] = {
     "warmup_steps": 0.03,  # transformers 5: a float in [0, 1) is a ratio of the total steps
     "num_train_epochs": 1.0,
 }
-#: The paper's LoRA adapter (peft); ``target_modules`` is not stated in the paper.
-PAPER_LORA = LoraSettings(r=16, alpha=32, dropout=0.05, target_modules="all-linear")
 LOSS_REDUCTIONS = ("sequence", "token")
 #: SFTConfig fields that distill owns.
 _OWNED = ("output_dir",)
@@ -43,37 +41,34 @@ def split_overrides(overrides: list[tuple[list[str], Any]]) -> tuple[dict[str, A
     from trl import SFTConfig
 
     sft_fields = {f.name for f in dataclasses.fields(SFTConfig) if f.init}
-    lora_fields = {f.name for f in dataclasses.fields(LoraSettings)}
     sft: dict[str, Any] = {}
     lora: dict[str, Any] = {}
     for keys, value in overrides:
         name = ".".join(keys)
         if keys[0] == "lora" and len(keys) == 2:
-            if keys[1] not in lora_fields:
-                raise UsageError(f"--set {name}: unknown LoRA setting; expected one of "
-                                 f"{', '.join('lora.' + f for f in sorted(lora_fields))}")
+            try:
+                lora_kwargs({keys[1]: value})
+            except KeyError as err:
+                raise UsageError(f"--set {name}: not a field of peft.LoraConfig{err.args[1]}") from None
             lora[keys[1]] = value
             continue
         if len(keys) != 1 or name not in sft_fields:
             close = difflib.get_close_matches(name, sorted(sft_fields), n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise UsageError(f"--set {name}: not a field of trl.SFTConfig (nor lora.r, lora.alpha, lora.dropout, "
-                             f"lora.target_modules){hint}")
+            raise UsageError(f"--set {name}: not a field of trl.SFTConfig (nor lora.<peft LoraConfig field>){hint}")
         if name in _OWNED:
             raise UsageError(f"--set {name}: set by mutualrl distill (use --output-dir)")
         sft[name] = value
     return sft, lora
 
 
-def lora_settings(enabled: bool, overrides: dict[str, Any]) -> LoraSettings | None:
-    """The paper's LoRA settings with ``--set lora.*`` applied; None for full-weight SFT."""
+def lora_settings(enabled: bool, overrides: dict[str, Any]) -> dict[str, Any] | None:
+    """``LoraConfig`` keyword arguments: the paper's LoRA with ``--set lora.*`` applied; None for full weights."""
     if not enabled:
         if overrides:
             raise UsageError(f"--set lora.{next(iter(overrides))}: LoRA settings need --lora (not --full)")
         return None
-    from mutualrl.config.typed import build_dataclass
-
-    return build_dataclass(LoraSettings, {**dataclasses.asdict(PAPER_LORA), **overrides}, "--set", "lora")
+    return lora_kwargs(overrides)
 
 
 def sft_kwargs(output_dir: Path, *, device: str, seed: int, gradient_checkpointing: bool | None,
@@ -157,7 +152,7 @@ def _status_callback(on_status: Callable[[str], None]) -> Any:
 
 
 def train_sft(model: Any, tokenizer: Any, rows: list[dict[str, list[int]]], config: Any,
-              lora: LoraSettings | None, loss_reduction: str, adapter_dir: Path | None = None,
+              lora: dict[str, Any] | None, loss_reduction: str, adapter_dir: Path | None = None,
               on_status: Callable[[str], None] | None = None) -> tuple[Any, dict[str, Any]]:
     """Fine-tune ``model`` on pre-tokenized ``rows``; returns the trained model (LoRA merged into it) and stats.
 
@@ -172,8 +167,7 @@ def train_sft(model: Any, tokenizer: Any, rows: list[dict[str, list[int]]], conf
     if lora is not None:
         from peft import LoraConfig
 
-        peft_config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-                                 target_modules=lora.target_modules, task_type="CAUSAL_LM")
+        peft_config = LoraConfig(**lora)
     dataset = Dataset.from_list([{"input_ids": r["input_ids"], "labels": r["labels"]} for r in rows])
     trainer = _peer_sft_trainer_class()(model=model, args=config, train_dataset=dataset, processing_class=tokenizer,
                                         peft_config=peft_config)

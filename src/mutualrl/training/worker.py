@@ -137,8 +137,9 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     if policy.lora is not None:
         from peft import LoraConfig
 
-        peft_config = LoraConfig(r=policy.lora.r, lora_alpha=policy.lora.alpha, lora_dropout=policy.lora.dropout,
-                                 target_modules=policy.lora.target_modules, task_type="CAUSAL_LM")
+        from mutualrl.config.lora import lora_kwargs
+
+        peft_config = LoraConfig(**lora_kwargs(policy.lora))
     reward = make_reward_function(config.task.name, config.task.verifier)
     trainer = MutualGRPOTrainer(
         model=model, reward_funcs=reward, args=args, train_dataset=dataset,
