@@ -184,6 +184,16 @@ def finish_from_checkpoint(trainer: Any, checkpoint: str, validation: Any) -> No
              trainer.args.max_steps)
 
 
+def close_process_group() -> None:
+    """Tear the rank's process group down before exit (several ranks: gloo threads left running abort the
+    interpreter at exit, seen with ZeRO-3 on 2 CPU ranks)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", required=True, type=Path)
@@ -196,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     start_launcher_watchdog()
     try:
         run_policy(paths, ns.policy, ns.resume_from)
+        close_process_group()
     except BaseException as err:  # leave a marker so that peers' barriers fail fast and name us
         reason = f"{type(err).__name__}: {err}"
         if not isinstance(err, (MutualRLError, KeyboardInterrupt)):
