@@ -89,6 +89,11 @@ def register_regime(spec: RegimeSpec) -> RegimeSpec:
     return spec
 
 
+def unregister_regime(name: str) -> None:
+    """Remove a regime (tests that register a throwaway one clean up with this)."""
+    _REGISTRY.pop(name, None)
+
+
 def load_regimes() -> None:
     """Import the built-in ``*_spec`` modules and those named in ``MUTUALRL_REGIMES`` (once each)."""
     package = sys.modules[__package__]
@@ -150,4 +155,4 @@ def regimes_help() -> str:
 
 
 __all__ = ["ENV_VAR", "RegimeSpec", "all_regimes", "get_regime", "load_regimes", "regime_names",
-           "regimes_help", "register_regime", "settings_regimes"]
+           "regimes_help", "register_regime", "settings_regimes", "unregister_regime"]
