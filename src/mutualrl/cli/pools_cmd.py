@@ -8,6 +8,7 @@ import yaml
 from mutualrl.cli.common import console, report_errors
 from mutualrl.config.loader import list_pool_recipes, load_recipe_data, load_run_config
 from mutualrl.config.typed import to_plain
+from mutualrl.regimes.standalone_spec import STANDALONE
 
 app = typer.Typer(
     help="List the pool recipes (one line each) or show one resolved recipe.",
@@ -27,7 +28,7 @@ def pools(ctx: typer.Context) -> None:
         data = load_recipe_data(path)
         pool = data.get("pool", {}) or {}
         policies = pool.get("policies", []) or []
-        regime = (data.get("regime") or {}).get("name", "standalone")
+        regime = (data.get("regime") or {}).get("name", STANDALONE.name)
         rows.append((path.stem, f"{len(policies)} policies", regime, str(pool.get("description", ""))))
     width = max(console.width, 60)
     name_w = max(len(r[0]) for r in rows)

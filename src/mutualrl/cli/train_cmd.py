@@ -7,14 +7,10 @@ from pathlib import Path
 import typer
 
 from mutualrl.cli.common import check_output_path, console, report_errors
-from mutualrl.config.schema import REGIME_NAMES
+from mutualrl.regimes.prp_spec import DENOMINATORS
+from mutualrl.regimes.registry import get_regime, regimes_help
 
-REGIME_HELP = (
-    "Sharing regime: standalone (independent GRPO), xgrpo (pooled reward statistics in the advantages), "
-    "sgt (success-gated transfer: NLL on a verified peer success when the learner's whole group failed), "
-    "prp (peer rollout pooling; see --prp-denominator), grpo-randpert (GRPO with a randomly perturbed "
-    "baseline, the paper's control). Default: the recipe's."
-)
+REGIME_HELP = "Sharing regime: " + regimes_help() + ". Default: the recipe's."
 
 
 @report_errors
@@ -63,15 +59,11 @@ def train(
     With no options: the embedded `tiny` pool (two small models with different tokenizers) with SGT on CPU.
     `--baseline standalone` also trains standalone GRPO on the same seed and prints the comparison.
     """
-    if regime is not None and regime not in REGIME_NAMES:
-        from mutualrl.errors import UnknownNameError
-
-        raise UnknownNameError(f"--regime: unknown regime {regime!r}; expected one of {', '.join(REGIME_NAMES)}")
-    if baseline is not None and baseline not in REGIME_NAMES:
-        from mutualrl.errors import UnknownNameError
-
-        raise UnknownNameError(f"--baseline: unknown regime {baseline!r}; expected one of {', '.join(REGIME_NAMES)}")
-    if prp_denominator is not None and prp_denominator not in ("learner", "peer"):
+    if regime is not None:
+        get_regime(regime, where="--regime")
+    if baseline is not None:
+        get_regime(baseline, where="--baseline")
+    if prp_denominator is not None and prp_denominator not in DENOMINATORS:
         from mutualrl.errors import UsageError
 
         raise UsageError(f"--prp-denominator: expected 'learner' or 'peer', got {prp_denominator!r}")

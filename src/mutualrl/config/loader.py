@@ -22,12 +22,12 @@ from typing import Any
 
 import yaml
 
-from mutualrl.config.schema import REGIME_NAMES, SCHEDULE_GRPO_FIELDS, RunConfig
+from mutualrl.config.schema import SCHEDULE_GRPO_FIELDS, RunConfig
 from mutualrl.config.typed import ConfigError, build_dataclass, check_bounds, convert
+from mutualrl.regimes.registry import get_regime, settings_regimes
 
 _FLOAT_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 POLICY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-MULTI_POLICY_REGIMES = {"xgrpo", "sgt", "prp"}
 # GRPOConfig fields that mutualrl sets itself for every policy; a recipe must not set them.
 RESERVED_GRPO_FIELDS = {
     "output_dir": "set the top-level `output_dir`; each policy writes to <output_dir>/policies/<name>",
@@ -283,15 +283,13 @@ def validate_run_config(config: RunConfig, source: str, check_grpo: bool = True)
             policy.grpo = check_grpo_fields(policy.grpo, source, f"{where}.grpo")
         if policy.lora is not None:
             check_lora(policy.lora, source, f"{where}.lora")
-    if config.regime.name in MULTI_POLICY_REGIMES and len(policies) < 2:
+    if get_regime(config.regime.name).needs_peers and len(policies) < 2:
         raise ConfigError(
             source,
             "regime.name",
             f"regime {config.regime.name!r} shares experience between policies and needs at least 2; "
             f"pool {config.pool.name!r} has {len(policies)}",
         )
-    if config.regime.name not in REGIME_NAMES:  # pragma: no cover - Literal already checks
-        raise ConfigError(source, "regime.name", f"unknown regime {config.regime.name!r}")
     _check_regime_settings(config, source)
     if config.schedule is not None and config.schedule.unit == "paper" and config.batch is None:
         raise ConfigError(source, "schedule.unit", "'paper' counts paper steps, which `batch` defines "
@@ -309,11 +307,11 @@ def validate_run_config(config: RunConfig, source: str, check_grpo: bool = True)
 
 
 def _check_regime_settings(config: RunConfig, source: str) -> None:
-    """Cross-field checks (single-field ranges are the schema's ``ge``/``gt``/``le`` bounds)."""
-    sgt = config.regime.sgt
-    if sgt.failure_threshold > sgt.success_threshold:
-        raise ConfigError(source, "regime.sgt.failure_threshold",
-                          f"must not exceed success_threshold ({sgt.success_threshold})")
+    """Cross-field checks of each regime's settings (single-field ranges are ``ge``/``gt``/``le`` bounds)."""
+    for spec in settings_regimes():
+        problem = spec.check(getattr(config.regime, spec.settings_key)) if spec.check else None
+        if problem is not None:
+            raise ConfigError(source, f"regime.{spec.settings_key}.{problem[0]}", problem[1])
 
 
 def check_output_dir(config: RunConfig, source: str) -> None:

@@ -15,9 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-REGIME_NAMES = ("standalone", "xgrpo", "sgt", "prp", "grpo-randpert")
-"""Sharing regimes (paper Sec. "Three Controlled Probes") plus the GRPO + random
-baseline-perturbation control (App. "Ablation: shared normalization for XGRPO")."""
+from mutualrl.regimes.registry import get_regime, regime_names, settings_regimes
+from mutualrl.regimes.standalone_spec import STANDALONE
 
 
 @dataclass
@@ -74,90 +73,74 @@ class PoolConfig:
 
 
 @dataclass
-class SGTSettings:
-    """Success-Gated Transfer (paper Sec. "Regime 3", App. "Implementation details for SGT")."""
-
-    lam: float = field(default=0.1, metadata={"ge": 0, "help": "lambda_SGT: weight of the gated NLL term relative to GRPO."})
-    success_threshold: float = field(
-        default=0.8, metadata={"help": "A rollout with reward above this is a verified success."}
-    )
-    failure_threshold: float = field(default=0.2, metadata={"help": "A rollout with reward below this is a negative."})
-    require_all_failed: bool = field(
-        default=True,
-        metadata={"help": "Gate only when all K learner rollouts are negative (the paper's strict setting)."},
-    )
-    selection: Literal["random", "shortest"] = field(
-        default="random", metadata={"help": "How to pick one peer success: uniformly at random, or the shortest."}
-    )
-    max_pairs_per_prompt: int = field(
-        default=1, metadata={"ge": 1, "help": "Cap on SGT pairs formed for one prompt and learner per step."}
-    )
-
-
-@dataclass
-class XGRPOSettings:
-    """Cross-policy GRPO advantage sharing (paper Sec. "Regime 2", App. "Implementation details")."""
-
-    cross_model_factor: float = field(
-        default=0.2, metadata={"ge": 0, "le": 1, "help": "Weight of the pooled advantage mixed into the learner's own (paper: 0.2)."}
-    )
-    length_correction: float = field(
-        default=0.1, metadata={"ge": 0, "help": "Strength of the length correction (paper: 0.1); 0 disables it."}
-    )
-    advantage_clip: float = field(
-        default=5.0,
-        metadata={"gt": 0, "help": "Effective advantages are clipped to [-c, c] (the paper does not state c; ours)."},
-    )
-    std_epsilon: float = field(default=1e-4, metadata={"gt": 0, "help": "Added to standard deviations (TRL's 1e-4)."})
-    normalisation: Literal["pooled", "per-policy"] = field(
-        default="pooled",
-        metadata={"help": "Scale of the pooled advantage: 'pooled' (the paper: the pool's reward std) or "
-                  "'per-policy' (Dr. MAS: the learner's own reward std; the baseline stays pooled). Use "
-                  "'per-policy' with grpo.scale_rewards: batch."},
-    )
-
-
-@dataclass
-class PRPSettings:
-    """Peer Rollout Pooling (paper Sec. "Regime 1")."""
-
-    denominator: Literal["learner", "peer"] = field(
-        default="peer",
-        metadata={
-            "help": "Behaviour-policy denominator of peer rows: 'learner' = the learner's own snapshot (naive "
-            "pooling), 'peer' = the peer's trace aligned into the learner's tokens by THL (corrected)."
-        },
-    )
-    std_epsilon: float = field(default=1e-4, metadata={"gt": 0, "help": "Added to the pooled reward standard deviation."})
-
-
-@dataclass
-class RandPertSettings:
-    """GRPO + random baseline perturbation (App. "Ablation: shared normalization for XGRPO")."""
-
-    scale: float = field(
-        default=0.1, metadata={"ge": 0, "help": "Std of the Gaussian noise added to each prompt's baseline (reward units)."}
-    )
-    skip_uniform_groups: bool = field(
-        default=True,
-        metadata={"help": "Leave prompts whose K rewards are all equal unperturbed (else group scaling turns the "
-                  "noise into advantages of about scale/1e-4)."},
-    )
-
-
-@dataclass
 class RegimeConfig:
-    """Which sharing regime runs, and the settings of each."""
+    """Which sharing regime runs, and the settings of every registered regime (``regime.<key>``).
 
-    name: Literal["standalone", "xgrpo", "sgt", "prp", "grpo-randpert"] = field(
-        default="standalone", metadata={"help": "Sharing regime: " + ", ".join(REGIME_NAMES) + "."}
-    )
-    sgt: SGTSettings = field(default_factory=SGTSettings, metadata={"help": "SGT settings."})
-    xgrpo: XGRPOSettings = field(default_factory=XGRPOSettings, metadata={"help": "XGRPO settings."})
-    prp: PRPSettings = field(default_factory=PRPSettings, metadata={"help": "PRP settings."})
-    randpert: RandPertSettings = field(
-        default_factory=RandPertSettings, metadata={"help": "grpo-randpert control settings."}
-    )
+    The regimes and their settings come from :mod:`mutualrl.regimes.registry`: a recipe's
+    ``regime.sgt.lam`` is the ``lam`` field of the settings dataclass the regime registered under
+    the key ``sgt``, read back as ``config.regime.sgt.lam``.
+    """
+
+    name: str = field(default=STANDALONE.name, metadata={"help": "Sharing regime (see `mutualrl train --help`)."})
+    settings: dict[str, Any] = field(default_factory=dict, repr=False,
+                                     metadata={"help": "Settings by regime key (regime.<key> in a recipe)."})
+
+    def __post_init__(self) -> None:
+        for spec in settings_regimes():
+            if self.settings.get(spec.settings_key) is None:
+                self.settings[spec.settings_key] = spec.settings()
+
+    def __getattr__(self, key: str) -> Any:
+        if key.startswith("_") or key in ("name", "settings"):
+            raise AttributeError(key)
+        for spec in settings_regimes():
+            if spec.settings_key == key:
+                return self.settings.setdefault(key, spec.settings())
+        raise AttributeError(f"{type(self).__name__} has no attribute {key!r} (no regime has settings {key!r})")
+
+    # -- the recipe's shape, {name: ..., <key>: {...}} (config.typed uses these hooks) ----------
+    @classmethod
+    def from_config_data(cls, data: Any, source: str, path: str) -> RegimeConfig:
+        from mutualrl.config.typed import ConfigError, build_dataclass, convert
+        from mutualrl.errors import UnknownNameError
+
+        if isinstance(data, cls):
+            return data
+        if not isinstance(data, dict):
+            raise ConfigError(source, path, f"expected a mapping (RegimeConfig), got {type(data).__name__} {data!r}")
+        name = convert(data.get("name", STANDALONE.name), str, source, f"{path}.name")
+        try:
+            get_regime(name)
+        except UnknownNameError as err:
+            raise ConfigError(source, f"{path}.name", str(err).split(": ", 1)[-1]) from None
+        specs = {spec.settings_key: spec for spec in settings_regimes()}
+        for key in data:
+            if key != "name" and key not in specs:
+                import difflib
+
+                close = difflib.get_close_matches(str(key), ["name", *specs], n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                raise ConfigError(source, f"{path}.{key}",
+                                  f"unknown key (expected one of: {', '.join(['name', *specs])}){hint}")
+        settings = {key: build_dataclass(spec.settings, data.get(key) or {}, source, f"{path}.{key}")
+                    for key, spec in specs.items()}
+        return cls(name=name, settings=settings)
+
+    def to_config_data(self) -> dict[str, Any]:
+        return {"name": self.name, **self.settings}
+
+    @classmethod
+    def field_help(cls, prefix: str) -> list[tuple[str, str, str, Any]]:
+        """(dotted name, type, help, default) rows for ``--help-config``."""
+        from mutualrl.config.typed import describe_type, iter_field_help
+
+        rows: list[tuple[str, str, str, Any]] = [
+            (f"{prefix}.name", "a string", "Sharing regime: " + ", ".join(regime_names()) + ".", STANDALONE.name)]
+        for spec in settings_regimes():
+            key = f"{prefix}.{spec.settings_key}"
+            rows.append((key, describe_type(spec.settings), f"{spec.name} settings.", None))
+            rows.extend(iter_field_help(spec.settings, key))
+        return rows
 
 
 @dataclass

@@ -42,7 +42,7 @@ def describe_type(tp: Any) -> str:
     if origin is dict:
         args = get_args(tp)
         return f"a mapping of {describe_type(args[0])} to {describe_type(args[1])}" if args else "a mapping"
-    if dataclasses.is_dataclass(tp):
+    if dataclasses.is_dataclass(tp) or hasattr(tp, "from_config_data"):
         return f"a mapping ({tp.__name__})"
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return "one of " + ", ".join(repr(m.value) for m in tp)
@@ -97,6 +97,8 @@ def convert(value: Any, tp: Any, source: str, path: str) -> Any:
             close = difflib.get_close_matches(value, [str(a) for a in allowed], n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(source, path, f"got {value!r}, expected {describe_type(tp)}{hint}")
+    if hasattr(tp, "from_config_data"):  # a class with its own shape (RegimeConfig: settings from the registry)
+        return tp.from_config_data(value, source, path)
     if dataclasses.is_dataclass(tp):
         return build_dataclass(tp, value, source, path)
     if origin in (list, tuple) or tp in (list, tuple):
@@ -149,6 +151,8 @@ def convert(value: Any, tp: Any, source: str, path: str) -> Any:
 
 def build_dataclass(cls: type, data: Any, source: str, path: str = "") -> Any:
     """Instantiate dataclass ``cls`` from mapping ``data``, strictly."""
+    if hasattr(cls, "from_config_data"):
+        return cls.from_config_data(data, source, path)
     if isinstance(data, cls):
         return data
     if not isinstance(data, dict):
@@ -199,6 +203,8 @@ def _join(path: str, name: str) -> str:
 
 def to_plain(obj: Any) -> Any:
     """Dataclass tree -> plain dict/list tree (for YAML/JSON dumps)."""
+    if hasattr(obj, "to_config_data") and not isinstance(obj, type):
+        return to_plain(obj.to_config_data())
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
     if isinstance(obj, dict):
@@ -222,6 +228,10 @@ def iter_field_help(cls: type, prefix: str = "") -> typing.Iterator[tuple[str, s
             default = f.default_factory()
         else:
             default = dataclasses.MISSING
+        if hasattr(tp, "field_help"):  # a class with its own shape (RegimeConfig)
+            yield name, describe_type(tp), f.metadata.get("help", ""), None
+            yield from tp.field_help(name)
+            continue
         inner = [a for a in get_args(tp) if dataclasses.is_dataclass(a)] if get_origin(tp) else []
         target = tp if dataclasses.is_dataclass(tp) else (inner[0] if inner else None)
         if target is not None and get_origin(tp) not in (list,):

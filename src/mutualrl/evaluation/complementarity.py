@@ -39,6 +39,9 @@ import numpy as np
 
 from mutualrl.errors import DataError
 from mutualrl.evaluation.results import ModelEvalResult
+from mutualrl.regimes.prp_spec import PRP
+from mutualrl.regimes.sgt_spec import SGT
+from mutualrl.regimes.xgrpo_spec import XGRPO
 
 BUCKET_NAMES = {3: ("easy", "medium", "hard")}
 TIE_RULE = ("prompts sorted by mean reward across models, highest first; ties broken by prompt_id (ascending); "
@@ -309,11 +312,11 @@ def regime_usability(
                     p_ok = prp_usable(ratios, *ratio_band)
             key = (p_ok, x_ok, s_ok)
             counts[key] = counts.get(key, 0) + 1
-            stats = per_learner.setdefault(learner, {"n": 0, "xgrpo": 0, "sgt": 0, "prp": 0})
+            stats = per_learner.setdefault(learner, {"n": 0, XGRPO.name: 0, SGT.name: 0, PRP.name: 0})
             stats["n"] += 1
-            stats["xgrpo"] += int(x_ok)
-            stats["sgt"] += int(s_ok)
-            stats["prp"] += int(bool(p_ok))
+            stats[XGRPO.name] += int(x_ok)
+            stats[SGT.name] += int(s_ok)
+            stats[PRP.name] += int(bool(p_ok))
             total += 1
     if total == 0:
         raise DataError("regime usability needs prompts answered by at least two policies")
@@ -323,7 +326,7 @@ def regime_usability(
         for label, p, x, s in USABILITY_ROWS:
             c = counts.get((p, x, s), 0)
             if c or label in {r[0] for r in USABILITY_ROWS[:6]}:
-                rows.append({"label": label, "prp": p, "xgrpo": x, "sgt": s, "count": c, "fraction": c / total})
+                rows.append({"label": label, PRP.name: p, XGRPO.name: x, SGT.name: s, "count": c, "fraction": c / total})
     else:
         for label, x, s in (
             ("Neither XGRPO nor SGT", False, False),
@@ -333,7 +336,8 @@ def regime_usability(
         ):
             c = sum(v for (p, xx, ss), v in counts.items() if xx == x and ss == s)
             if c or label != "Only SGT":
-                rows.append({"label": label, "prp": None, "xgrpo": x, "sgt": s, "count": c, "fraction": c / total})
+                rows.append({"label": label, PRP.name: None, XGRPO.name: x, SGT.name: s, "count": c,
+                             "fraction": c / total})
     note = None
     if not prp_known:
         note = ("PRP usability needs importance ratios of peer responses under the learner (from a PRP run's SEE "
@@ -345,7 +349,7 @@ def regime_usability(
         "thresholds": {"success": success, "failure": failure, "ratio_band": list(ratio_band)},
         "rows": rows,
         "per_learner": {
-            name: {k: (v / st["n"] if k != "n" else v) for k, v in st.items() if k != "prp" or prp_known}
+            name: {k: (v / st["n"] if k != "n" else v) for k, v in st.items() if k != PRP.name or prp_known}
             for name, st in per_learner.items()
         },
         "note": note,

@@ -63,11 +63,11 @@ from mutualrl.launch.mwra import (
     param_count_for,
     plan_placement,
 )
+from mutualrl.regimes.registry import get_regime
 from mutualrl.training.paths import RunPaths
 from mutualrl.training.trackers import check_trackers
 
 PLAN_SCHEMA_VERSION = 1
-SHARING_REGIMES = {"xgrpo", "sgt", "prp"}
 
 
 @dataclass
@@ -387,7 +387,7 @@ def _check_same_prompts(config: RunConfig, plans: list[PolicyPlan]) -> list[str]
     if len(set(seeds.values())) > 1:
         listing = ", ".join(f"{n}: {s}" for n, s in seeds.items())
         problems.append(f"policies use different grpo.seed values ({listing}), so their prompt order differs")
-    if problems and config.regime.name in SHARING_REGIMES:
+    if problems and get_regime(config.regime.name).needs_peers:
         raise BatchSizeError(
             f"regime {config.regime.name!r} needs identical prompts at every step for every policy: "
             + "; ".join(problems)

@@ -26,8 +26,15 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
+from mutualrl.regimes.registry import all_regimes
 from mutualrl.see.liveness import freshest_heartbeat_age
 from mutualrl.training.paths import RunPaths
 from mutualrl.training.watchdog import LAUNCHER_PID_ENV
@@ -246,9 +253,8 @@ def describe_exit(returncode: int) -> str:
 
 def describe_status(status: dict[str, Any]) -> str:
     parts = [str(status.get("phase", "starting"))]
-    for key, label in (("reward_mean", "reward"), ("eval/reward@1", "val@1"), ("sgt/rescues", "rescues"),
-                       ("sgt/gate_rate", "gate"), ("xgrpo/mean_abs_adv_change", "|ΔA|"), ("prp/clip_rate", "clip"),
-                       ("entropy", "H")):
+    regime_keys = [pair for spec in all_regimes() for pair in spec.status_keys]
+    for key, label in (("reward_mean", "reward"), ("eval/reward@1", "val@1"), *regime_keys, ("entropy", "H")):
         value = status.get(key)
         if isinstance(value, (int, float)):
             parts.append(f"{label} {value:.3g}")

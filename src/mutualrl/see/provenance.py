@@ -39,7 +39,7 @@ def collect_provenance(
 ) -> dict[str, Any]:
     """A provenance record: model and tokenizer names, package versions, host, pid and unix time.
 
-    ``extra`` keys (JSON-serialisable) are kept as given, e.g. ``regime="sgt"``.
+    ``extra`` keys (JSON-serialisable) are kept as given, e.g. ``regime=<name>``.
     """
     return {
         "model": model,

@@ -30,6 +30,7 @@ from typing import Any
 
 from mutualrl.config.schema import PolicyConfig, RunConfig
 from mutualrl.errors import UnknownNameError, UsageError
+from mutualrl.regimes.standalone_spec import STANDALONE
 from mutualrl.see.harvest import Harvest, Success, harvest_successes, see_root_of
 from mutualrl.training.paths import RunPaths, atomic_write_json
 
@@ -124,7 +125,11 @@ def max_completion_tokens(config: RunConfig, policy: PolicyConfig) -> int:
 def plan_distill(options: DistillOptions) -> DistillPlan:
     """Check every input and harvest the peer's successes; one-line errors for anything wrong."""
     from mutualrl.config.loader import parse_override
-    from mutualrl.training.distill_sft import LOSS_REDUCTIONS, lora_settings, split_overrides
+    from mutualrl.training.distill_sft import (
+        LOSS_REDUCTIONS,
+        lora_settings,
+        split_overrides,
+    )
 
     if options.loss_reduction not in LOSS_REDUCTIONS:
         raise UsageError(f"--loss-reduction must be one of {', '.join(LOSS_REDUCTIONS)}, "
@@ -155,7 +160,7 @@ def plan_distill(options: DistillOptions) -> DistillPlan:
                          f"{harvest.records.get(peer, 0)} recorded rollouts over {len(harvest.steps)} step(s) of "
                          f"{see_root}: nothing to distil")
     warnings = []
-    if peer_config.regime.name != "standalone":
+    if peer_config.regime.name != STANDALONE.name:
         warnings.append(f"the peer's run trained with regime {peer_config.regime.name!r}; the paper's control "
                         "harvests standalone GRPO runs")
     if harvest.steps and harvest.steps[0] > 0:

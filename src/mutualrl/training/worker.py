@@ -21,6 +21,7 @@ from typing import Any
 
 from mutualrl.config.schema import PolicyConfig, RunConfig
 from mutualrl.errors import MutualRLError, UsageError
+from mutualrl.regimes.registry import get_regime
 from mutualrl.training.paths import RunPaths
 from mutualrl.training.watchdog import start_launcher_watchdog
 
@@ -105,7 +106,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
 
     exchange = None
     policies = [p.name for p in config.pool.policies]
-    needs_exchange = config.regime.name != "standalone" or config.see.record_standalone
+    needs_exchange = get_regime(config.regime.name).needs_exchange or config.see.record_standalone
     if needs_exchange:
         from mutualrl.see import ExperienceExchange
 

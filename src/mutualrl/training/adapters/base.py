@@ -21,22 +21,35 @@ from typing import Any
 import torch
 
 from mutualrl.config.schema import RunConfig
+from mutualrl.regimes.registry import RegimeSpec
+from mutualrl.regimes.standalone_spec import STANDALONE
 
 
 class RegimeAdapter:
     """Standalone GRPO: no peer fields; optionally publishes records for inspection."""
 
-    name = "standalone"
-    needs_peers = False
+    spec: RegimeSpec = STANDALONE
+    """The regime this adapter runs (its name prefixes the metrics); set per instance by
+    :func:`~mutualrl.training.adapters.make_regime_adapter` from the registry."""
     publishes_traces = False
     peer_columns: tuple[str, ...] | None = None
 
-    def __init__(self, config: RunConfig, policy: str, exchange: Any = None):
+    def __init__(self, config: RunConfig, policy: str, exchange: Any = None, spec: RegimeSpec | None = None):
+        if spec is not None:
+            self.spec = spec
         self.config = config
         self.policy = policy
         self.exchange = exchange
         self.peers = [p.name for p in config.pool.policies if p.name != policy]
         self.trainer: Any = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def needs_peers(self) -> bool:
+        return self.spec.needs_peers
 
     def bind(self, trainer: Any) -> None:
         self.trainer = trainer

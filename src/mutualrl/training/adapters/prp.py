@@ -18,7 +18,13 @@ import numpy as np
 import torch
 
 from mutualrl.errors import UsageError
-from mutualrl.training.adapters.base import RegimeAdapter, group_rows, peer_table_index, require_whole_groups
+from mutualrl.regimes.prp_spec import PRP
+from mutualrl.training.adapters.base import (
+    RegimeAdapter,
+    group_rows,
+    peer_table_index,
+    require_whole_groups,
+)
 
 UNSUPPORTED_KEYS = ("tool_mask", "pixel_values", "image_grid_thw", "token_type_ids", "mm_token_type_ids")
 
@@ -31,8 +37,7 @@ def right_pad(tensor: torch.Tensor, width: int, value: float) -> torch.Tensor:
 
 
 class PRPAdapter(RegimeAdapter):
-    name = "prp"
-    needs_peers = True
+    spec = PRP
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -52,7 +57,7 @@ class PRPAdapter(RegimeAdapter):
 
         for key in UNSUPPORTED_KEYS:
             if output.get(key) is not None:
-                raise UsageError(f"regime 'prp' does not support batches with {key!r} (multimodal/tool rollouts)")
+                raise UsageError(f"regime {self.name!r} does not support batches with {key!r} (multimodal/tool rollouts)")
         require_whole_groups(rollouts, self.name)
         trainer = self.trainer
         k = rollouts.num_generations
@@ -225,7 +230,9 @@ class PRPAdapter(RegimeAdapter):
             if trainer.ref_model is not None:
                 return trainer.score_completions(trainer.ref_model, *args)
             model = trainer.accelerator.unwrap_model(trainer.model)
-            from trl.trainer.utils import use_adapter  # the helper TRL uses for its own reference pass
+            from trl.trainer.utils import (
+                use_adapter,  # the helper TRL uses for its own reference pass
+            )
 
             with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
                 return trainer.score_completions(trainer.model, *args)

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from mutualrl.regimes.sgt_spec import SGT
 from mutualrl.training.adapters.base import (
     RegimeAdapter,
     group_rows,
@@ -26,8 +27,7 @@ SGT_KEYS = ("sgt_completion_ids", "sgt_completion_mask", "sgt_weight")
 
 
 class SGTAdapter(RegimeAdapter):
-    name = "sgt"
-    needs_peers = True
+    spec = SGT
     peer_columns = ("prompt_id", "sample_index", "reward", "response_text", "finished", "num_tokens")
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -70,7 +70,7 @@ class SGTAdapter(RegimeAdapter):
         gate = sgt_gate(learner, peer_rewards, success_threshold=settings.success_threshold,
                         failure_threshold=settings.failure_threshold,
                         require_all_failed=settings.require_all_failed)
-        generator = torch.Generator().manual_seed(stable_seed(trainer.args.seed, rollouts.step, self.policy, "sgt"))
+        generator = torch.Generator().manual_seed(stable_seed(trainer.args.seed, rollouts.step, self.policy, self.name))
         chosen = select_peer_successes(gate, peer_lengths, selection=settings.selection, generator=generator)
         row_mask = assign_sgt_rows(gate.gated, k, settings.max_pairs_per_prompt)
 

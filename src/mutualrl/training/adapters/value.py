@@ -10,7 +10,14 @@ from typing import Any
 
 import torch
 
-from mutualrl.training.adapters.base import RegimeAdapter, group_rows, peer_table_index, stable_seed
+from mutualrl.regimes.randpert_spec import RANDPERT
+from mutualrl.regimes.xgrpo_spec import XGRPO
+from mutualrl.training.adapters.base import (
+    RegimeAdapter,
+    group_rows,
+    peer_table_index,
+    stable_seed,
+)
 
 
 def local_slice(rollouts: Any) -> slice:
@@ -21,8 +28,7 @@ def local_slice(rollouts: Any) -> slice:
 class XGRPOAdapter(RegimeAdapter):
     """Cross-policy GRPO advantage sharing; subscribes to peers' scalar rewards only."""
 
-    name = "xgrpo"
-    needs_peers = True
+    spec = XGRPO
     peer_columns = ("prompt_id", "sample_index", "reward")
 
     def transform(self, output, rollouts, peers):
@@ -60,7 +66,7 @@ class XGRPOAdapter(RegimeAdapter):
 class RandPertAdapter(RegimeAdapter):
     """GRPO + random baseline perturbation (App. "Ablation: shared normalization for XGRPO")."""
 
-    name = "grpo-randpert"
+    spec = RANDPERT
 
     def transform(self, output, rollouts, peers):
         from mutualrl.regimes.randpert import randpert_advantages

@@ -1,0 +1,40 @@
+"""PRP, Peer Rollout Pooling (paper Sec. "Regime 1"): settings, metrics, registration.
+
+The maths is :mod:`mutualrl.regimes.prp`, the adapter
+:class:`~mutualrl.training.adapters.prp.PRPAdapter` (subscribes to peers' text and traces).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from mutualrl.regimes.registry import RegimeSpec, register_regime
+
+DENOMINATORS = ("learner", "peer")
+
+
+@dataclass
+class PRPSettings:
+    """Peer Rollout Pooling (paper Sec. "Regime 1")."""
+
+    denominator: Literal["learner", "peer"] = field(
+        default="peer",
+        metadata={
+            "help": "Behaviour-policy denominator of peer rows: 'learner' = the learner's own snapshot (naive "
+            "pooling), 'peer' = the peer's trace aligned into the learner's tokens by THL (corrected)."
+        },
+    )
+    std_epsilon: float = field(default=1e-4, metadata={"gt": 0, "help": "Added to the pooled reward standard deviation."})
+
+
+PRP = register_regime(RegimeSpec(
+    name="prp",
+    help="peer rollout pooling; see --prp-denominator",
+    needs_peers=True,
+    settings_key="prp",
+    settings=PRPSettings,
+    adapter="mutualrl.training.adapters.prp:PRPAdapter",
+    status=(("clip_rate", "clip"),),
+    order=3,
+))

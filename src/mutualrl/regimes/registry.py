@@ -1,0 +1,158 @@
+"""The regime registry: one :class:`RegimeSpec` per sharing regime, the only place names are listed.
+
+Each built-in regime registers itself in one torch-free module ``mutualrl/regimes/<x>_spec.py``
+(its settings dataclass, metric names and spec; the pure maths live next to it in
+``regimes/<x>.py``, the trainer adapter in ``training/adapters/``, named here by import path
+so this layer never imports the training layer). Every module of this package whose name ends
+in ``_spec`` is imported on the first lookup, so adding a regime is adding one such module.
+
+Regimes outside the package (a plugin, a test) are imported from the ``MUTUALRL_REGIMES``
+environment variable: module names or ``.py`` file paths, separated by commas. The launcher's
+policy processes inherit the variable, so a regime named there trains like a built-in one.
+
+CLI validation and help, config validation and settings, the launcher's sharing check, the
+worker's exchange, the adapter lookup and the status line all read from here.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.util
+import os
+import pkgutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mutualrl.errors import UnknownNameError
+
+ENV_VAR = "MUTUALRL_REGIMES"
+"""Extra regime modules to import (module names or .py paths, comma-separated)."""
+
+BASE_ADAPTER = "mutualrl.training.adapters.base:RegimeAdapter"
+
+
+@dataclass(frozen=True)
+class RegimeSpec:
+    """Everything the rest of mutualrl needs to know about one regime."""
+
+    name: str
+    """The name in recipes (``regime.name``), on the command line (``--regime``) and in metric keys."""
+    help: str
+    """One line for ``--help`` (what the regime does)."""
+    needs_peers: bool = False
+    """Reads peers' records each step: needs >= 2 policies that draw identical prompts."""
+    needs_exchange: bool = False
+    """Publishes records to the SEE every step (always true when ``needs_peers``)."""
+    settings_key: str | None = None
+    """Key of its settings under ``regime:`` in a recipe (``regime.sgt.lam``), if it has settings."""
+    settings: type | None = None
+    """The settings dataclass (a ``help`` per field); its defaults are the paper's."""
+    adapter: str = BASE_ADAPTER
+    """The trainer adapter, ``"module:Class"``, imported only by the training layer."""
+    status: tuple[tuple[str, str], ...] = ()
+    """(metric, label) shown on the live status line; the metric is logged as ``<name>/<metric>``."""
+    check: Callable[[Any], tuple[str, str] | None] | None = None
+    """Cross-field check of the settings: None, or (field, problem)."""
+    order: int = 100
+    """Position in listings (help, error messages)."""
+
+    def __post_init__(self) -> None:
+        if (self.settings_key is None) != (self.settings is None):
+            raise ValueError(f"regime {self.name!r}: give settings_key and settings together")
+        if self.needs_peers and not self.needs_exchange:
+            object.__setattr__(self, "needs_exchange", True)
+
+    @property
+    def status_keys(self) -> tuple[tuple[str, str], ...]:
+        """(full metric key, label) for the status line."""
+        return tuple((f"{self.name}/{metric}", label) for metric, label in self.status)
+
+
+_REGISTRY: dict[str, RegimeSpec] = {}
+_loaded: set[str] = set()
+
+
+def register_regime(spec: RegimeSpec) -> RegimeSpec:
+    """Add ``spec``; a second, different spec under the same name (or settings key) is an error."""
+    known = _REGISTRY.get(spec.name)
+    if known is not None and known != spec:
+        raise ValueError(f"regime {spec.name!r} is already registered (by {known.adapter})")
+    if spec.settings_key is not None:
+        for other in _REGISTRY.values():
+            if other.name != spec.name and other.settings_key == spec.settings_key:
+                raise ValueError(f"regime {spec.name!r}: settings key {spec.settings_key!r} is taken by {other.name!r}")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def unregister_regime(name: str) -> None:
+    """Remove a regime (tests that register a throwaway one clean up with this)."""
+    _REGISTRY.pop(name, None)
+
+
+def load_regimes() -> None:
+    """Import the built-in ``*_spec`` modules and those named in ``MUTUALRL_REGIMES`` (once each)."""
+    package = sys.modules[__package__]
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name.endswith("_spec"):
+            _import_once(f"{__package__}.{info.name}")
+    for entry in os.environ.get(ENV_VAR, "").split(","):
+        if entry.strip():
+            _import_once(entry.strip())
+
+
+def _import_once(entry: str) -> None:
+    if entry in _loaded:
+        return
+    _loaded.add(entry)
+    if entry.endswith(".py"):
+        path = Path(entry).resolve()
+        if not path.is_file():
+            raise UnknownNameError(f"{ENV_VAR}: regime module file {entry!r} not found")
+        name = "mutualrl_regime_" + "".join(c if c.isalnum() else "_" for c in path.stem)
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        sys.modules[name] = module
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+    else:
+        importlib.import_module(entry)
+
+
+def all_regimes() -> list[RegimeSpec]:
+    """Every registered regime, in listing order."""
+    load_regimes()
+    return sorted(_REGISTRY.values(), key=lambda s: (s.order, s.name))
+
+
+def regime_names() -> tuple[str, ...]:
+    return tuple(s.name for s in all_regimes())
+
+
+def get_regime(name: str, where: str = "regime") -> RegimeSpec:
+    """The spec of ``name``; an unknown name raises :class:`UnknownNameError` listing the known ones."""
+    load_regimes()
+    spec = _REGISTRY.get(name)
+    if spec is None:
+        known = regime_names()
+        close = difflib.get_close_matches(str(name), known, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise UnknownNameError(f"{where}: unknown regime {name!r}; expected one of {', '.join(known)}{hint}")
+    return spec
+
+
+def settings_regimes() -> list[RegimeSpec]:
+    """Regimes with settings (``regime.<settings_key>`` in a recipe)."""
+    return [s for s in all_regimes() if s.settings_key is not None]
+
+
+def regimes_help() -> str:
+    """``name (help), ...`` for the CLI."""
+    return ", ".join(f"{s.name} ({s.help})" for s in all_regimes())
+
+
+__all__ = ["ENV_VAR", "RegimeSpec", "all_regimes", "get_regime", "load_regimes", "regime_names",
+           "regimes_help", "register_regime", "settings_regimes", "unregister_regime"]

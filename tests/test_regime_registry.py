@@ -1,0 +1,156 @@
+"""The regime registry: one RegimeSpec per regime; a regime added from outside the package trains.
+
+This file is itself a regime module: ``MUTUALRL_REGIMES=<this file>`` makes the launcher and the
+policy processes import it, and it registers the throwaway regime ``throwaway-test`` (settings
+under ``regime.throwaway``, an adapter that reads the peers' rewards). Inside pytest it registers
+only through the ``throwaway`` fixture, so other tests never see it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from mutualrl.errors import UnknownNameError
+from mutualrl.regimes.registry import (
+    ENV_VAR,
+    RegimeSpec,
+    get_regime,
+    regime_names,
+    register_regime,
+    unregister_regime,
+)
+from mutualrl.training.adapters.base import RegimeAdapter
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class ThrowawaySettings:
+    """Settings of the throwaway regime."""
+
+    bonus: float = field(default=0.25, metadata={"ge": 0, "help": "A number logged every step (proves settings reach the worker)."})
+
+
+class ThrowawayAdapter(RegimeAdapter):
+    """Reads the peers' rewards and logs their mean; leaves TRL's batch as it is."""
+
+    peer_columns = ("prompt_id", "sample_index", "reward")
+
+    def transform(self, output, rollouts, peers):
+        settings = getattr(self.config.regime, self.spec.settings_key)
+        rewards = [float(r) for table in peers.values() for r in table.column("reward").to_pylist()]
+        return output, {"peer_reward_mean": sum(rewards) / max(len(rewards), 1), "peers": len(peers),
+                        "bonus": settings.bonus}
+
+
+SPEC = RegimeSpec(
+    name="throwaway-test", help="a regime defined in a test file", needs_peers=True, settings_key="throwaway",
+    settings=ThrowawaySettings, adapter=f"{__name__}:ThrowawayAdapter", status=(("peer_reward_mean", "peer r"),),
+)
+if __name__.startswith("mutualrl_regime_"):  # imported through MUTUALRL_REGIMES (launcher, policy processes)
+    register_regime(SPEC)
+
+
+@pytest.fixture
+def throwaway():
+    register_regime(SPEC)
+    yield SPEC
+    unregister_regime(SPEC.name)
+
+
+def test_builtin_regimes_in_order():
+    assert regime_names()[:5] == ("standalone", "xgrpo", "sgt", "prp", "grpo-randpert")
+    assert [get_regime(n).needs_peers for n in ("standalone", "xgrpo", "sgt", "prp", "grpo-randpert")] == [
+        False, True, True, True, False]
+    assert get_regime("grpo-randpert").needs_exchange and not get_regime("standalone").needs_exchange
+
+
+def test_unknown_regime_lists_the_known_ones():
+    with pytest.raises(UnknownNameError, match="unknown regime 'sgtt'.*standalone, xgrpo, sgt, prp.*did you mean 'sgt'"):
+        get_regime("sgtt")
+
+
+def test_a_second_spec_under_a_taken_name_is_refused():
+    with pytest.raises(ValueError, match="already registered"):
+        register_regime(RegimeSpec(name="sgt", help="impostor"))
+
+
+def test_a_regime_name_is_spelled_in_one_source_file():
+    hits = [p for p in (ROOT / "src").rglob("*.py") if '"xgrpo"' in p.read_text()]
+    assert [p.name for p in hits] == ["xgrpo_spec.py"]
+
+
+def test_config_loading_does_not_import_torch():
+    code = "import sys, mutualrl.config; print('torch' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_a_registered_regime_gets_config_validation_settings_and_status(throwaway, tmp_path):
+    import yaml
+
+    from mutualrl.config.loader import load_run_config
+    from mutualrl.config.schema import RunConfig
+    from mutualrl.config.typed import ConfigError, iter_field_help, to_plain
+    from mutualrl.launch.runner import describe_status
+    from mutualrl.training.adapters import make_regime_adapter
+
+    recipe = {"pool": {"name": "p", "policies": [{"name": "a", "model": "builtin:tiny-bpe"},
+                                                 {"name": "b", "model": "builtin:tiny-sp"}]},
+              "regime": {"name": "throwaway-test", "throwaway": {"bonus": 0.5}, "sgt": {"lam": 0.3}}}
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    config = load_run_config(str(path), check_grpo=False).config
+    assert config.regime.throwaway.bonus == 0.5 and config.regime.sgt.lam == 0.3
+    assert to_plain(config)["regime"]["throwaway"] == {"bonus": 0.5}
+    assert "regime.throwaway.bonus" in {row[0] for row in iter_field_help(RunConfig)}
+    adapter = make_regime_adapter(config, "a")
+    assert isinstance(adapter, ThrowawayAdapter) and adapter.name == "throwaway-test" and adapter.needs_peers
+    assert describe_status({"phase": "train", "throwaway-test/peer_reward_mean": 0.5}) == "train  peer r 0.5"
+    with pytest.raises(ConfigError, match="regime.throwaway.bonus: must be >= 0"):
+        load_run_config(str(path), overrides=["regime.throwaway.bonus=-1"], check_grpo=False)
+    one = tmp_path / "one.yaml"
+    one.write_text(yaml.safe_dump({**recipe, "pool": {"name": "p", "policies": recipe["pool"]["policies"][:1]}}))
+    with pytest.raises(ConfigError, match="needs at least 2"):
+        load_run_config(str(one), check_grpo=False)
+
+
+def test_an_unknown_regime_in_a_recipe_names_the_field(tmp_path):
+    import yaml
+
+    from mutualrl.config.loader import load_run_config
+    from mutualrl.config.typed import ConfigError
+
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump({"pool": {"name": "p", "policies": [{"name": "a", "model": "builtin:tiny-bpe"}]},
+                                    "regime": {"name": "xgrp"}}))
+    with pytest.raises(ConfigError, match="regime.name: unknown regime 'xgrp'.*did you mean 'xgrpo'"):
+        load_run_config(str(path), check_grpo=False)
+
+
+@pytest.mark.slow
+def test_a_regime_registered_from_a_test_file_trains_two_steps(tmp_path):
+    from e2e_helpers import child_env, metric_lines, train_command, write_recipe
+    from tiny_models import build_tiny_lm
+
+    models = {"bpe": build_tiny_lm("gpt2", tmp_path / "bpe", seed=1),
+              "sp": build_tiny_lm("mistral-sp", tmp_path / "sp", seed=2, arch="qwen2")}
+    recipe = write_recipe(tmp_path / "r.yaml", models, regime=SPEC.name, steps=2,
+                          extra={"regime.throwaway.bonus": 0.5})
+    run_dir = tmp_path / "run"
+    done = subprocess.run(train_command(recipe, run_dir), env={**child_env(), ENV_VAR: str(Path(__file__).resolve())},
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    train = metric_lines(run_dir)
+    for policy in ("bpe", "sp"):
+        rows = [line for line in train if line["policy"] == policy]
+        assert [line["step"] for line in rows] == [1, 2]
+        assert all(line["throwaway-test/peers"] == 1 and line["throwaway-test/bonus"] == 0.5 for line in rows)
+        assert all("throwaway-test/peer_reward_mean" in line for line in rows)
