@@ -170,7 +170,7 @@ def test_overwrite_into_a_new_folder_or_an_old_run_starts_it(workdir, capsys, mo
     import mutualrl.launch.run as launch_run
 
     launched = []
-    monkeypatch.setattr(launch_run, "launch_locked", lambda options, config, source, paths, console, lock:
+    monkeypatch.setattr(launch_run, "launch_locked", lambda options, config, source, paths, console, lock, allowed:
                         launched.append(sorted(p.name for p in paths.root.iterdir())) or 0)
     assert run(["train", "-o", "fresh", "--overwrite"]) == 0  # nothing there yet: nothing to delete
     run_dir = _stored_run(workdir / "old")

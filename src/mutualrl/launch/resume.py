@@ -155,8 +155,8 @@ def rollback_exchange(root: Path, step: int) -> int:
     return removed
 
 
-def read_rows(path: Path) -> tuple[list[str], int]:
-    """Complete JSON lines of a metrics file, and how many were damaged (a write cut by a kill)."""
+def read_rows(path: Path) -> tuple[list[tuple[str, dict[str, Any]]], int]:
+    """(line, parsed row) of every complete JSON line of a metrics file, and how many were damaged (cut by a kill)."""
     if not path.exists():
         return [], 0
     rows, damaged = [], 0
@@ -167,7 +167,7 @@ def read_rows(path: Path) -> tuple[list[str], int]:
             damaged += int(bool(line.strip()))
             continue
         if isinstance(obj, dict):
-            rows.append(line)
+            rows.append((line, obj))
     return rows, damaged
 
 
@@ -182,17 +182,17 @@ def rollback_metrics(paths: RunPaths, policies: list[str], step: int) -> int:
     for policy in policies:
         path = paths.policy_metrics(policy)
         rows, damaged = read_rows(path)
-        kept = [line for line in rows if int(json.loads(line).get("step", 0)) <= step]
+        kept = [(line, obj) for line, obj in rows if int(obj.get("step", 0)) <= step]
         dropped += damaged + len(rows) - len(kept)
         if path.exists():
-            atomic_write_text(path, "".join(f"{line}\n" for line in kept))
+            atomic_write_text(path, "".join(f"{line}\n" for line, _ in kept))
             (path.parent / f".{policy}.merged").write_text(str(path.stat().st_size))
         merged.extend(kept)
         # A validation result without its row (killed between the two writes) is run again.
-        logged = {json.loads(line).get("step") for line in kept if json.loads(line).get("kind") == "eval"}
+        logged = {obj.get("step") for _, obj in kept if obj.get("kind") == "eval"}
         for result in (paths.root / "eval" / policy).glob("step-*.json"):
             if int(result.stem.split("-")[1]) not in logged:
                 result.unlink()
-    merged.sort(key=lambda line: (json.loads(line).get("time", 0.0), json.loads(line).get("step", 0)))
-    atomic_write_text(paths.metrics, "".join(f"{line}\n" for line in merged))
+    merged.sort(key=lambda row: (row[1].get("time", 0.0), row[1].get("step", 0)))
+    atomic_write_text(paths.metrics, "".join(f"{line}\n" for line, _ in merged))
     return dropped

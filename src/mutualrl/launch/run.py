@@ -22,12 +22,12 @@ from mutualrl.errors import UsageError
 from mutualrl.config.cadence import max_optimizer_steps
 from mutualrl.launch.run_lock import (
     LOCK_NAME,
-    RUN_MARKER,
     RunLock,
     check_no_escaping_symlinks,
     clear_run_folder,
     is_run_folder,
     mark_run_folder,
+    require_run_folder,
 )
 from mutualrl.training.paths import RunPaths, atomic_write_json, atomic_write_text, read_json
 
@@ -155,13 +155,12 @@ def train_one(options: TrainOptions, console: Console) -> int:
         return 0
 
     check_run_dir(paths, options)  # refuses before anything is written
-    if options.resume and paths.config.exists():
-        resume_changes(paths, config)
+    allowed = resume_changes(paths, config) if options.resume and paths.config.exists() else []
     with RunLock(paths.root).acquire("resume" if options.resume else "train into") as lock:
         mark_interrupted(paths)
         if options.overwrite and not options.resume and is_run_folder(paths.root):  # a new folder has only .lock
             clear_run_folder(paths.root)
-        return launch_locked(options, config, source, paths, console, lock)
+        return launch_locked(options, config, source, paths, console, lock, allowed)
 
 
 def plan_without_launch(config: RunConfig, run_dir: Path, gpu_memory_gib: float | None = None) -> Any:
@@ -186,14 +185,17 @@ def dry_run(options: TrainOptions, gpu_memory_gib: float | None = None) -> Any:
 
 
 def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: RunPaths, console: Console,
-                  lock: RunLock) -> int:
-    """Prepare (or roll back), launch and watch the pool; ``lock`` is held and passed on to every worker."""
+                  lock: RunLock, allowed: list[str] | None = None) -> int:
+    """Prepare (or roll back), launch and watch the pool; ``lock`` is held and passed on to every worker.
+
+    ``allowed``: on resume, the permitted setting changes :func:`resume_changes` found.
+    """
     from mutualrl.launch.resume import clear_training_outputs
     from mutualrl.training.worker import exchange_root
 
     resume_step = None
     if options.resume and paths.config.exists():
-        config, resume_step = prepare_resume(paths, config, console)
+        config, resume_step = prepare_resume(paths, config, allowed or [], console)
         if resume_step is None:  # nothing to resume from yet: the same run from step 0
             clear_training_outputs(paths, exchange_root(config, paths))
             prepare_run(paths, config, read_source(paths) or source, console)
@@ -262,9 +264,7 @@ def check_run_dir(paths: RunPaths, options: TrainOptions) -> None:
     if not options.overwrite:
         raise UsageError(f"run folder {root} already exists: use --resume to continue it, --overwrite to "
                          "start it again, or --output-dir for a new one")
-    if not is_run_folder(root):
-        raise UsageError(f"--overwrite: {root} is not a mutualrl run folder (no {RUN_MARKER} marker): nothing was "
-                         "deleted; remove it yourself or choose another --output-dir")
+    require_run_folder(root)
 
 
 def mark_interrupted(paths: RunPaths) -> None:
@@ -279,13 +279,21 @@ def mark_interrupted(paths: RunPaths) -> None:
         atomic_write_json(paths.run_json, {**info, "status": "interrupted"})
 
 
+SOURCE_HEADER = "# resolved from "
+
+
+def write_resolved_config(paths: RunPaths, config: RunConfig, source: str) -> None:
+    """``RUN/config.yaml``: the resolved config, headed by the recipe it came from (what workers and resume read)."""
+    atomic_write_text(paths.config, f"{SOURCE_HEADER}{source}\n" + yaml.safe_dump(to_plain(config), sort_keys=False))
+
+
 def read_source(paths: RunPaths) -> str | None:
     """The recipe a run was resolved from (first line of its config.yaml)."""
     try:
         first = paths.config.read_text().splitlines()[0]
     except (OSError, IndexError):
         return None
-    return first[len("# resolved from "):] if first.startswith("# resolved from ") else None
+    return first[len(SOURCE_HEADER):] if first.startswith(SOURCE_HEADER) else None
 
 
 def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Console) -> None:
@@ -319,7 +327,7 @@ def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Consol
     console.print(f"prompts: {report.kept} train, {eval_report.kept} held-out; {dropped} dropped for all policies "
                   f"as longer than {config.task.max_prompt_tokens} tokens for some policy "
                   f"({', '.join(f'{k}: {v}' for k, v in report.dropped_by_policy.items())})", highlight=False)
-    atomic_write_text(paths.config, f"# resolved from {source}\n" + yaml.safe_dump(to_plain(config), sort_keys=False))
+    write_resolved_config(paths, config, source)
 
 
 def write_run_json(paths: RunPaths, config: RunConfig, status: str) -> None:
@@ -358,20 +366,19 @@ def resume_changes(paths: RunPaths, config: RunConfig) -> list[str]:
     return allowed
 
 
-def prepare_resume(paths: RunPaths, config: RunConfig, console: Console) -> tuple[RunConfig, int | None]:
-    """Check the resumed config against the stored one and roll the folder back to the restart step.
+def prepare_resume(paths: RunPaths, config: RunConfig, allowed: list[str],
+                   console: Console) -> tuple[RunConfig, int | None]:
+    """Store the allowed setting changes and roll the folder back to the restart step.
 
-    Returns the config to run (the stored one with the allowed changes) and the last
+    Returns the config to run (the stored one with the ``allowed`` changes) and the last
     checkpoint step common to every policy, or None when there is none yet (start from 0).
     """
     from mutualrl.launch.resume import common_checkpoint, rollback_exchange, rollback_metrics
     from mutualrl.training.worker import exchange_root
 
-    allowed = resume_changes(paths, config)
     if allowed:
         console.print(f"resume: changed {'; '.join(allowed)}", highlight=False)
-        atomic_write_text(paths.config, f"# resolved from {read_source(paths) or 'resume'}\n"
-                          + yaml.safe_dump(to_plain(config), sort_keys=False))
+        write_resolved_config(paths, config, read_source(paths) or "resume")
     policies = [p.name for p in config.pool.policies]
     damaged: list[str] = []
     step = common_checkpoint(paths, policies, max_optimizer_steps(config), damaged)

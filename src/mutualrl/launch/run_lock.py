@@ -113,6 +113,13 @@ def is_run_folder(root: Path) -> bool:
     return (root / RUN_MARKER).is_file() or ((root / "config.yaml").is_file() and (root / "run.json").is_file())
 
 
+def require_run_folder(root: Path) -> None:
+    """Refuse ``--overwrite`` of a folder mutualrl did not create (nothing is deleted)."""
+    if not is_run_folder(root):
+        raise UsageError(f"--overwrite: {root} is not a mutualrl run folder (no {RUN_MARKER} marker): nothing was "
+                         "deleted; remove it yourself or choose another --output-dir")
+
+
 def mark_run_folder(root: Path) -> None:
     from mutualrl import __version__
 
@@ -127,9 +134,7 @@ def clear_run_folder(root: Path) -> None:
     """
     import shutil
 
-    if not is_run_folder(root):
-        raise UsageError(f"--overwrite: {root} is not a mutualrl run folder (no {RUN_MARKER} marker): "
-                         "nothing was deleted; remove it yourself or choose another --output-dir")
+    require_run_folder(root)
     for child in root.iterdir():
         if child.name == LOCK_NAME:
             continue
