@@ -153,9 +153,10 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     log.info("policy %s: %d train prompts, %d eval prompts, regime %s, %s on %s x%d, torch threads %d",
              policy_name, len(train_examples), len(eval_examples), config.regime.name, engine,
              trainer.accelerator.device, trainer.accelerator.num_processes, torch.get_num_threads())
-    if resume_from is not None and checkpoint_reached_max_steps(resume_from, args.max_steps):
-        finish_from_checkpoint(trainer, resume_from, validation)
-    else:
+    finished = checkpoint_state(resume_from) if resume_from is not None else None
+    if finished is not None and 0 < args.max_steps <= finished.global_step:
+        finish_from_checkpoint(trainer, resume_from, finished, validation)
+    else:  # Trainer would run one more step from a checkpoint that already holds every step
         trainer.train(resume_from_checkpoint=resume_from)
     trainer.save_model(str(paths.final_model(policy_name)))
     if trainer.accelerator.is_main_process:
@@ -164,20 +165,16 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         trainer.state.save_to_json(str(paths.final_model(policy_name) / "trainer_state.json"))
 
 
-def checkpoint_reached_max_steps(checkpoint: str, max_steps: int) -> bool:
-    """True when a checkpoint already holds every step (Trainer would still run one more step from it)."""
-    import json
-
-    state = json.loads((Path(checkpoint) / "trainer_state.json").read_text())
-    return max_steps > 0 and int(state.get("global_step", 0)) >= max_steps
-
-
-def finish_from_checkpoint(trainer: Any, checkpoint: str, validation: Any) -> None:
-    """A run stopped after its last checkpoint: load it, validate at the end (unless done), train nothing."""
+def checkpoint_state(checkpoint: str) -> Any:
+    """The ``TrainerState`` a checkpoint was saved with."""
     from transformers import TrainerState
 
+    return TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
+
+
+def finish_from_checkpoint(trainer: Any, checkpoint: str, state: Any, validation: Any) -> None:
+    """A run stopped after its last checkpoint: load it, validate at the end (unless done), train nothing."""
     trainer._load_from_checkpoint(checkpoint)
-    state = TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
     state.is_world_process_zero = trainer.is_world_process_zero()
     trainer.state = state
     validation.validate(state)
