@@ -195,6 +195,19 @@ class SEESettings:
     retention_steps: int | None = field(
         default=16, metadata={"ge": 1, "help": "Keep only the last N steps of records on disk (None: keep everything)."}
     )
+    max_staleness: int = field(
+        default=0,
+        metadata={"ge": 0, "help": "Bounded staleness, in exchange rounds: a policy at round i reads the newest peer "
+                  "records of rounds >= i - S without waiting, and waits only for a peer more than S rounds behind; "
+                  "each peer round is read once. 0: the paper's lock-step barrier (bit-identical). SGT rescues "
+                  "stale rounds' prompts; XGRPO and PRP use peer data of the same round only (docs/see.md)."},
+    )
+    on_peer_failure: Literal["stop", "continue"] = field(
+        default="stop",
+        metadata={"help": "When a peer dies or stops beating: 'stop' the whole pool (default), or 'continue': drop "
+                  "it, survivors train on (standalone for steps without peer data) and finish; the summary names "
+                  "who left and when."},
+    )
     record_standalone: bool = field(
         default=False,
         metadata={"help": "In standalone runs, still publish rollout records to the SEE (for `see inspect` and "

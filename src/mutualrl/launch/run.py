@@ -219,7 +219,8 @@ def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
     runner = PoolRunner(processes, paths, exchange_root(config, paths), stall_timeout_s=stall,
                         grace_s=min(60.0, config.see.barrier_timeout_s + 10.0), console=console,
                         inherit_fds=(lock.fd,) if lock.fd is not None else (),
-                        max_steps=max_optimizer_steps(config), peer_timeout_s=config.see.peer_timeout_s)
+                        max_steps=max_optimizer_steps(config), peer_timeout_s=config.see.peer_timeout_s,
+                        on_peer_failure=config.see.on_peer_failure)
     with stop_on_termination_signals():
         outcome = runner.run()
     status = "done" if outcome.ok else ("interrupted" if outcome.reason == "interrupted" else "failed")

@@ -103,8 +103,10 @@ class PoolRunner:
     def __init__(self, processes: Sequence[PolicyProcess], paths: RunPaths, see_root: Path,
                  stall_timeout_s: float, grace_s: float = 60.0, poll_s: float = 0.5,
                  console: Console | None = None, inherit_fds: Sequence[int] = (), max_steps: int | None = None,
-                 peer_timeout_s: float | None = None):
+                 peer_timeout_s: float | None = None, on_peer_failure: str = "stop"):
         self.procs = list(processes)
+        self.on_peer_failure = on_peer_failure  # "continue": a failed policy leaves, the others go on
+        self.lost: dict[str, dict[str, Any]] = {}
         self.max_steps = max_steps  # shown until a worker reports its own total
         self.peer_timeout_s = peer_timeout_s  # heartbeat silence that stops the pool (None: not watched)
         self.inherit_fds = tuple(inherit_fds)  # the run lock: held while any worker lives
@@ -183,6 +185,8 @@ class PoolRunner:
                             failure = self._silent_or_stalled(proc, now, started)
                             if failure is not None:
                                 self.terminate([proc], signal.SIGKILL)
+                        if failure is not None and failure[0] == proc.name and self._let_go(proc, failure[1]):
+                            failure = None
                     if not live and now - last_plain > 30:
                         last_plain = now
                         self.console.print(" | ".join(lines), highlight=False)
@@ -198,7 +202,28 @@ class PoolRunner:
             return RunOutcome(False, {p.name: p.returncode for p in self.procs}, None, "interrupted",
                               seconds=time.time() - started)
         self.merger.poll()
-        return RunOutcome(True, {p.name: p.returncode for p in self.procs}, seconds=time.time() - started)
+        return RunOutcome(True, {p.name: p.returncode for p in self.procs}, seconds=time.time() - started,
+                          extra={"lost": self.lost} if self.lost else {})
+
+    def _let_go(self, proc: PolicyProcess, reason: str) -> bool:
+        """Under ``see.on_peer_failure=continue``, let a failed policy leave while another still trains or has
+        finished: mark it failed (its peers drop it at their next exchange) and go on. False: stop the pool."""
+        from mutualrl.see.liveness import mark_failed
+
+        others = [p for p in self.procs if p is not proc and p.name not in self.lost]
+        if self.on_peer_failure != "continue" or not any(p.returncode in (None, 0) for p in others):
+            return False
+        try:
+            mark_failed(self.see_root, proc.name, f"policy process {reason}")
+        except Exception:  # pragma: no cover - best effort
+            pass
+        self.lost[proc.name] = {"step": proc.last_step, "reason": reason, "log_tail": tail(proc.log_path, 5)}
+        self.console.print(f"[yellow]policy {proc.name} left the pool at step {proc.last_step}: {reason}; "
+                           f"see.on_peer_failure=continue, the others go on[/]", highlight=False)
+        if proc.popen is not None and proc.popen.poll() is None:
+            self.terminate([proc], signal.SIGKILL)
+            proc.returncode = proc.popen.wait()
+        return True
 
     def _silent_or_stalled(self, proc: PolicyProcess, now: float, started: float) -> tuple[str, str] | None:
         """A live process that stopped beating (hung, stopped) or stopped making progress: (policy, reason)."""

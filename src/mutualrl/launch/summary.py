@@ -63,8 +63,12 @@ def summarise(paths: RunPaths, config: RunConfig, outcome: Any) -> dict[str, Any
             entry["sgt_rescues"] = int(max(rescues))
         entry.update(rescue_logprob_change([l["sgt/rescue_logp"] for l in train if l.get("sgt/rescue_logp") is not None]))
         policies[policy.name] = entry
-    return {"pool": config.pool.name, "regime": config.regime.name, "seed": config.grpo.get("seed"),
-            "run_dir": str(paths.root), "seconds": round(outcome.seconds, 1), "policies": policies}
+    summary = {"pool": config.pool.name, "regime": config.regime.name, "seed": config.grpo.get("seed"),
+               "run_dir": str(paths.root), "seconds": round(outcome.seconds, 1), "policies": policies}
+    lost = outcome.extra.get("lost") if isinstance(getattr(outcome, "extra", None), dict) else None
+    if lost:  # see.on_peer_failure=continue: who left the pool, when and why
+        summary["lost"] = {name: {"step": v["step"], "reason": v["reason"]} for name, v in lost.items()}
+    return summary
 
 
 def rescue_logprob_change(values: list[float], window: int = RESCUE_WINDOW) -> dict[str, float]:
@@ -106,6 +110,9 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
             before = p["groups_before"].get(group)
             table.add_row("", group, "", _fmt(before), _fmt(after), _change(before, after), *([""] * (2 * sgt)))
     console.print(table)
+    for name, left in summary.get("lost", {}).items():
+        console.print(f"[yellow]lost:[/] {name} left the pool at step {left['step']} ({left['reason']}); "
+                      "its row shows what it had reached", highlight=False)
     console.print(f"finished in {summary['seconds']:.0f}s; run folder {summary['run_dir']} "
                   f"(metrics.jsonl, eval/, see/, policies/)", highlight=False)
 

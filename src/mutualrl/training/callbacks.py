@@ -1,4 +1,4 @@
-"""Trainer callbacks of a policy process: metrics, live status, validation, SEE heartbeat."""
+"""Trainer callbacks of a policy process: metrics, live status, validation, SEE heartbeat, a test throttle."""
 
 from __future__ import annotations
 
@@ -107,6 +107,35 @@ class HeartbeatCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self.exchange.heartbeat()
+
+
+THROTTLE_ENV = "MUTUALRL_DEBUG_STEP_DELAY"
+"""``policy=seconds[@even|@odd][,...]``: a sleep added to each step (or only even / odd steps) of the named
+policies, to make a slow or a jittery peer on purpose (benchmarks/async_exchange.py). Not a setting: it
+changes wall time only, never results."""
+
+
+def step_delay(policy: str, spec: str | None = None) -> tuple[float, str | None]:
+    """(seconds, parity) :data:`THROTTLE_ENV` gives ``policy``: ``(0.0, None)`` when it names none."""
+    for item in (os.environ.get(THROTTLE_ENV, "") if spec is None else spec).split(","):
+        name, _, value = item.partition("=")
+        if name.strip() == policy and value.strip():
+            seconds, _, parity = value.strip().partition("@")
+            if parity not in ("", "even", "odd"):
+                raise ValueError(f"{THROTTLE_ENV}: {item!r}: write policy=seconds, policy=seconds@even or @odd")
+            return float(seconds), parity or None
+    return 0.0, None
+
+
+class ThrottleCallback(TrainerCallback):
+    """Sleeps ``delay_s`` at the start of every step (or every even / odd step): a deliberately slow policy."""
+
+    def __init__(self, delay_s: float, parity: str | None = None):
+        self.delay_s, self.parity = delay_s, parity
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if self.parity is None or (state.global_step % 2 == 0) == (self.parity == "even"):
+            time.sleep(self.delay_s)
 
 
 class RngGuard:

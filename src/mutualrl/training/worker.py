@@ -80,7 +80,9 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         HeartbeatCallback,
         MetricsCallback,
         StatusCallback,
+        ThrottleCallback,
         ValidationCallback,
+        step_delay,
     )
     from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, read_examples, to_trl_rows, uses_chat_template
     from mutualrl.training.grpo_args import build_grpo_config
@@ -135,6 +137,9 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     callbacks = [MetricsCallback(paths, policy_name, config.regime.name), status, validation]
     if exchange is not None:
         callbacks.append(HeartbeatCallback(exchange))
+    delay_s, parity = step_delay(policy_name)
+    if delay_s > 0:
+        callbacks.append(ThrottleCallback(delay_s, parity))
     peft_config = None
     if policy.lora is not None:
         from peft import LoraConfig

@@ -42,6 +42,7 @@ class RegimeAdapter:
         self.exchange = exchange
         self.peers = [p.name for p in config.pool.policies if p.name != policy]
         self.trainer: Any = None
+        self.consumption: Any = None
 
     @property
     def name(self) -> str:
@@ -53,6 +54,12 @@ class RegimeAdapter:
 
     def bind(self, trainer: Any) -> None:
         self.trainer = trainer
+        if self.needs_peers and self.exchange is not None:
+            from mutualrl.training.adapters.consumption import PeerConsumption
+
+            see = self.config.see
+            self.consumption = PeerConsumption(self.exchange, self.peers, see.max_staleness, see.on_peer_failure,
+                                               accelerator=trainer.accelerator)
 
     # -- per step -------------------------------------------------------------------------
     def process_step(self, output: dict[str, Any], rollouts: Any) -> dict[str, Any]:
@@ -67,26 +74,59 @@ class RegimeAdapter:
             self.exchange.publish(rollouts.step, records)
             timings["publish_s"] = time.perf_counter() - clock
         peers: dict[str, Any] = {}
+        peer_step = rollouts.step
         if self.needs_peers:
+            self.remember(output, rollouts)
             clock = time.perf_counter()
-            self.exchange.wait_for(rollouts.step, policies=self.peers)
+            chosen = self.consumption.next_round(rollouts.step) if self.consumption.active else None
+            self.peers = list(self.consumption.active)
             timings["wait_s"] = time.perf_counter() - clock
-            clock = time.perf_counter()
-            peers = {name: self.exchange.read(rollouts.step, name, columns=self.peer_columns) for name in self.peers}
-            timings["read_s"] = time.perf_counter() - clock
+            peer_step = chosen.peer_step if chosen is not None else None
+            self._log_round(chosen)
+            if peer_step is not None:
+                clock = time.perf_counter()
+                peers = {name: self.exchange.read(peer_step, name, columns=self.peer_columns) for name in self.peers}
+                timings["read_s"] = time.perf_counter() - clock
         clock = time.perf_counter()
-        output, metrics = self.transform(output, rollouts, peers)
+        if peer_step == rollouts.step:
+            output, metrics = self.transform(output, rollouts, peers)
+        elif peer_step is not None:
+            output, metrics = self.transform_stale(output, rollouts, peers, peer_step)
+        else:  # no peer left, or nothing new within the staleness bound: plain GRPO this step
+            metrics = {}
         timings["transform_s"] = time.perf_counter() - clock
         for key, value in metrics.items():
             self.trainer._metrics["train"][f"{self.name}/{key}"].append(float(value))
         for key, value in timings.items():
             self.trainer._metrics["train"][f"mutual/{key}"].append(value)
         if self.exchange is not None:
-            self.exchange.prune(rollouts.step)
+            # Under bounded staleness a peer may still read our rounds back to the window's oldest.
+            window = self.consumption.own_rounds if self.needs_peers else [rollouts.step]
+            self.exchange.prune(window[0] if window else rollouts.step)
         return output
+
+    def _log_round(self, chosen: Any) -> None:
+        """Staleness metrics (only off the lock-step path, whose age is always 0)."""
+        if self.consumption.lock_step:
+            return
+        train = self.trainer._metrics["train"]
+        train["mutual/peers_active"].append(float(len(self.peers)))
+        train["mutual/peer_data"].append(0.0 if chosen is None or chosen.peer_step is None else 1.0)
+        if chosen is not None and chosen.age is not None:
+            train["mutual/peer_age"].append(float(chosen.age))
+        if chosen is not None:
+            train["mutual/waited"].append(float(chosen.waited))
 
     def transform(self, output: dict[str, Any], rollouts: Any, peers: dict[str, Any]):
         return output, {}
+
+    def remember(self, output: dict[str, Any], rollouts: Any) -> None:
+        """Keep what :meth:`transform_stale` needs of this step (called every step, before any transform)."""
+
+    def transform_stale(self, output: dict[str, Any], rollouts: Any, peers: dict[str, Any], peer_step: int):
+        """Use peer records of an earlier round (``see.max_staleness > 0``). Default: they are not applicable
+        to this step's prompts (XGRPO, PRP pair peer rows with the same prompts), so the step is plain GRPO."""
+        return output, {"stale_unused": 1.0}
 
     def extra_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor | None:
         return None

@@ -10,6 +10,7 @@ so the update is exactly pure GRPO.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,6 +27,17 @@ from mutualrl.training.adapters.base import (
 SGT_KEYS = ("sgt_completion_ids", "sgt_completion_mask", "sgt_weight")
 
 
+@dataclass
+class OwnRound:
+    """This rank's K-groups of one round: prompt ids, learner rewards ``[P, K]`` and, for an earlier
+    round, the prompts' token rows (left-padded, one per rollout row) to score a rescue against."""
+
+    groups: list[str]
+    rewards: torch.Tensor
+    prompt_ids: torch.Tensor | None = None
+    prompt_mask: torch.Tensor | None = None
+
+
 class SGTAdapter(RegimeAdapter):
     spec = SGT
     peer_columns = ("prompt_id", "sample_index", "reward", "response_text", "finished", "num_tokens")
@@ -33,8 +45,37 @@ class SGTAdapter(RegimeAdapter):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.rescues_total = 0
+        self.history: dict[int, OwnRound] = {}
+
+    def remember(self, output, rollouts):
+        """Under bounded staleness, keep this rank's groups of the last S+1 rounds: a later step may rescue them."""
+        staleness = self.config.see.max_staleness
+        if staleness == 0:
+            return
+        k = rollouts.num_generations
+        groups = rollouts.prompt_ids_local[::k]
+        self.history[rollouts.step] = OwnRound(
+            groups, rollouts.rewards_local.view(len(groups), k).clone(),
+            output["prompt_ids"].detach().clone(), output["prompt_mask"].detach().clone())
+        for old in sorted(self.history)[:-(staleness + 1)]:
+            del self.history[old]
 
     def transform(self, output, rollouts, peers):
+        require_whole_groups(rollouts, self.name)
+        k = rollouts.num_generations
+        groups = rollouts.prompt_ids_local[::k]
+        learner = rollouts.rewards_local.view(len(groups), k)
+        return self._rescue(output, rollouts, peers, OwnRound(groups, learner), rollouts.step)
+
+    def transform_stale(self, output, rollouts, peers, peer_step):
+        """Rescue the prompts of an earlier round ``peer_step`` (their own prompt tokens ride along)."""
+        require_whole_groups(rollouts, self.name)
+        output, metrics = self._rescue(output, rollouts, peers, self.history[peer_step], peer_step)
+        metrics["stale_rounds"] = 1.0
+        return output, metrics
+
+    def _rescue(self, output, rollouts, peers, own: OwnRound, step: int):
+        """SGT on ``own``'s groups (this step's or an earlier round's) against the peers' records of ``step``."""
         from mutualrl.regimes.sgt import (
             assign_sgt_rows,
             select_peer_successes,
@@ -44,24 +85,22 @@ class SGTAdapter(RegimeAdapter):
         )
         from mutualrl.thl import retokenize
 
-        require_whole_groups(rollouts, self.name)
         settings = self.config.regime.sgt
         trainer = self.trainer
         k = rollouts.num_generations
         n_local = len(rollouts.prompt_ids_local)
-        local_groups = rollouts.prompt_ids_local[::k]
-        learner = rollouts.rewards_local.view(len(local_groups), k)
+        local_groups, learner = own.groups, own.rewards
         peer_rewards = torch.empty(len(local_groups), len(self.peers), k)
         peer_lengths = torch.empty(len(local_groups), len(self.peers), k)
         peer_rows: list[list[list[int]]] = []
         for m, name in enumerate(self.peers):
             table = peers[name]
-            index = peer_table_index(table, name, rollouts.step)
+            index = peer_table_index(table, name, step)
             rewards = torch.tensor(table.column("reward").to_numpy(zero_copy_only=False), dtype=torch.float32)
             lengths = torch.tensor(table.column("num_tokens").to_numpy(zero_copy_only=False), dtype=torch.float32)
             rows_m = []
             for p, pid in enumerate(local_groups):
-                rows = group_rows(index, pid, k, name, rollouts.step)
+                rows = group_rows(index, pid, k, name, step)
                 peer_rewards[p, m] = rewards[rows]
                 peer_lengths[p, m] = lengths[rows]
                 rows_m.append(rows)
@@ -70,7 +109,7 @@ class SGTAdapter(RegimeAdapter):
         gate = sgt_gate(learner, peer_rewards, success_threshold=settings.success_threshold,
                         failure_threshold=settings.failure_threshold,
                         require_all_failed=settings.require_all_failed)
-        generator = torch.Generator().manual_seed(stable_seed(trainer.args.seed, rollouts.step, self.policy, self.name))
+        generator = torch.Generator().manual_seed(stable_seed(trainer.args.seed, step, self.policy, self.name))
         chosen = select_peer_successes(gate, peer_lengths, selection=settings.selection, generator=generator)
         row_mask = assign_sgt_rows(gate.gated, k, settings.max_pairs_per_prompt)
 
@@ -118,6 +157,9 @@ class SGTAdapter(RegimeAdapter):
             output["sgt_completion_ids"] = completion
             output["sgt_completion_mask"] = mask
             output["sgt_weight"] = weights.to(device=device, dtype=torch.float32)
+            if own.prompt_ids is not None:  # an earlier round: its prompts, not this step's
+                output["sgt_prompt_ids"] = own.prompt_ids.to(device)
+                output["sgt_prompt_mask"] = own.prompt_mask.to(device)
 
         rescued = int(gate.gated.sum())
         if rollouts.num_processes > 1:
@@ -148,8 +190,9 @@ class SGTAdapter(RegimeAdapter):
         width = max(1, int(mask.sum(dim=1).max().item()))
         completion = inputs["sgt_completion_ids"][rows][:, :width]
         mask = mask[:, :width]
-        logps = trainer.score_completions(model, inputs["prompt_ids"][rows], inputs["prompt_mask"][rows],
-                                          completion, mask)
+        prompt_ids = inputs.get("sgt_prompt_ids", inputs["prompt_ids"])
+        prompt_mask = inputs.get("sgt_prompt_mask", inputs["prompt_mask"])
+        logps = trainer.score_completions(model, prompt_ids[rows], prompt_mask[rows], completion, mask)
         loss = sgt_nll(logps, mask, weights[rows])
         mode = "train" if model.training else "eval"
         trainer._metrics[mode]["sgt/nll_term"].append(loss.detach().item())

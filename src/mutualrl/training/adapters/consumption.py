@@ -1,0 +1,126 @@
+"""Which peer round each training step reads, and which peers are still in the pool.
+
+``see.max_staleness = 0`` with ``see.on_peer_failure = stop`` is the paper's lock-step: every
+rank waits at the SEE barrier for the peers' records of its own step (exactly as before
+these settings existed). Otherwise rank 0 of the policy decides, through
+:func:`mutualrl.see.staleness.choose_peer_round`, which peer round to read (waiting only for a
+peer more than S rounds behind) and drops a failed peer under ``continue``; the decision
+is broadcast so every rank reads the same round. Rank 0 logs each decision to
+``<see>/_consumed/<policy>.jsonl`` so a run can be replayed and audited.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from mutualrl.see.errors import PeerFailedError, PeerTimeoutError
+from mutualrl.see.liveness import read_failure
+from mutualrl.see.staleness import PeerRound, choose_peer_round
+
+log = logging.getLogger("mutualrl.consumption")
+
+CONSUMED_DIR = "_consumed"
+
+
+class PeerConsumption:
+    """Per policy: its own exchange rounds, the last peer round read, the active and departed peers."""
+
+    def __init__(self, exchange: Any, peers: list[str], max_staleness: int = 0, on_peer_failure: str = "stop",
+                 accelerator: Any = None):
+        self.exchange = exchange
+        self.active = list(peers)
+        self.departed: dict[str, dict[str, Any]] = {}
+        self.max_staleness = int(max_staleness)
+        self.on_peer_failure = on_peer_failure
+        self.accelerator = accelerator
+        self.own_rounds: list[int] = []
+        self.last_consumed: int | None = None
+
+    @property
+    def lock_step(self) -> bool:
+        return self.max_staleness == 0 and self.on_peer_failure == "stop"
+
+    @property
+    def is_main(self) -> bool:
+        return self.accelerator is None or self.accelerator.is_main_process
+
+    def next_round(self, step: int) -> PeerRound:
+        """The peer round to read at ``step`` (this policy's newest published round)."""
+        self.own_rounds = [*self.own_rounds, int(step)][-(self.max_staleness + 1):]
+        if self.lock_step:
+            self.exchange.wait_for(step, policies=self.active)
+            chosen = PeerRound(int(step), int(step), 0)
+        else:
+            decision = self._decide(int(step)) if self.is_main else None
+            if self.accelerator is not None and self.accelerator.num_processes > 1:
+                from accelerate.utils import broadcast_object_list
+
+                decision = broadcast_object_list([decision], from_process=0)[0]
+            chosen, self.active, self.departed = decision
+        if chosen.peer_step is not None:
+            self.last_consumed = chosen.peer_step
+        if self.is_main:
+            self._log(chosen)
+        return chosen
+
+    def _decide(self, step: int) -> tuple[PeerRound, list[str], dict[str, dict[str, Any]]]:
+        while self.active:
+            if self.on_peer_failure == "continue":
+                for peer, reason in self._failed_peers().items():
+                    self._drop(peer, step, reason)
+                if not self.active:
+                    break
+            try:
+                chosen = choose_peer_round(self.exchange, self.own_rounds, self.active, self.max_staleness,
+                                           self.last_consumed)
+                return chosen, list(self.active), dict(self.departed)
+            except PeerFailedError as err:
+                if self.on_peer_failure == "stop":
+                    raise
+                self._drop(str(err.peer), step, err.reason)
+            except PeerTimeoutError as err:
+                if self.on_peer_failure == "stop":
+                    raise
+                for peer in err.peers:
+                    self._drop(peer, step, f"committed nothing for {err.waited_s:.0f}s (see.barrier_timeout_s)")
+        return PeerRound(step, None, None), [], dict(self.departed)
+
+    def _failed_peers(self) -> dict[str, str]:
+        """Active peers with a failure marker of this run, and the reason recorded."""
+        failed = {}
+        for peer in self.active:
+            marker = read_failure(self.exchange.root, peer)
+            if marker is not None and marker.get("run_id") in (None, self.exchange.run_id):
+                failed[peer] = str(marker.get("reason", "no reason recorded"))
+        return failed
+
+    def _drop(self, peer: str, step: int, reason: str) -> None:
+        if peer not in self.active:
+            return
+        self.active.remove(peer)
+        self.departed[peer] = {"step": step, "reason": reason, "time": time.time()}
+        log.warning("policy %s: peer %s left the pool at step %d (%s); continuing with %s", self.exchange.policy,
+                    peer, step, reason, ", ".join(self.active) or "no peers (standalone)")
+
+    def _log(self, chosen: PeerRound) -> None:
+        path = Path(self.exchange.root) / CONSUMED_DIR / f"{self.exchange.policy}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        row = {"run_id": self.exchange.run_id, "step": chosen.step, "peer_step": chosen.peer_step, "age": chosen.age,
+               "waited": chosen.waited, "peers": list(self.active), "departed": sorted(self.departed)}
+        with path.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+
+def read_consumption(see_root: Path | str, policy: str, run_id: str | None = None) -> list[dict[str, Any]]:
+    """The consumption log of ``policy`` (rows of ``run_id`` only, when given)."""
+    path = Path(see_root) / CONSUMED_DIR / f"{policy}.jsonl"
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    rows = [json.loads(line) for line in lines if line.strip()]
+    return [r for r in rows if run_id is None or r.get("run_id") == run_id]
