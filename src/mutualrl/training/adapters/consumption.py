@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mutualrl.see.files import failure_path
 from mutualrl.see.errors import PeerFailedError, PeerTimeoutError
 from mutualrl.see.liveness import read_failure
 from mutualrl.see.staleness import PeerRound, choose_peer_round
@@ -69,11 +70,14 @@ class PeerConsumption:
 
     def _decide(self, step: int) -> tuple[PeerRound, list[str], dict[str, dict[str, Any]]]:
         while self.active:
-            if self.on_peer_failure == "continue":
-                for peer, reason in self._failed_peers().items():
-                    self._drop(peer, step, reason)
-                if not self.active:
-                    break
+            for peer, reason in self._failed_peers().items():  # also when no wait would notice it
+                if self.on_peer_failure == "stop":
+                    raise PeerFailedError(f"SEE: policy {peer!r} failed; policy {self.exchange.policy!r} stops at "
+                                          f"step {step}. Reason: {reason}", peer=peer, step=step,
+                                          path=failure_path(Path(self.exchange.root), peer), reason=reason)
+                self._drop(peer, step, reason)
+            if not self.active:
+                break
             try:
                 chosen = choose_peer_round(self.exchange, self.own_rounds, self.active, self.max_staleness,
                                            self.last_consumed)

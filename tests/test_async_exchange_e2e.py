@@ -1,0 +1,107 @@
+"""Bounded staleness and on_peer_failure on real 2-policy tiny runs (slow tier)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from e2e_helpers import child_env
+from mutualrl.training.adapters.consumption import read_consumption
+
+POLICIES = ("tiny-bpe", "tiny-sp")
+
+
+def train_argv(run_dir: Path, steps: int, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "mutualrl", "train", "--pool", "tiny", "--regime", "sgt", "--max-steps", str(steps),
+            "--set", "validation.limit=20", "--set", "validation.every_steps=0", "-o", str(run_dir), *extra]
+
+
+def train(run_dir: Path, steps: int, *extra: str, delay: str = "") -> subprocess.CompletedProcess:
+    env = {**child_env(), "MUTUALRL_DEBUG_STEP_DELAY": delay}
+    return subprocess.run(train_argv(run_dir, steps, *extra), env=env, capture_output=True, text=True, timeout=600)
+
+
+def final_weights(run_dir: Path, policy: str) -> dict:
+    return load_file(str(run_dir / "policies" / policy / "final" / "model.safetensors"))
+
+
+def kill_policy_at_step(proc: subprocess.Popen, run_dir: Path, policy: str, step: int) -> str:
+    """SIGKILL ``policy``'s worker once it reports ``step``; the launcher's output."""
+    status = run_dir / "status" / f"{policy}.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        try:
+            if json.loads(status.read_text()).get("step", 0) >= step:
+                break
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.1)
+    os.kill(json.loads(status.read_text())["pid"], signal.SIGKILL)
+    return proc.communicate(timeout=300)[0]
+
+
+@pytest.mark.slow
+def test_staleness_zero_off_the_lock_step_path_is_bit_identical(tmp_path):
+    """S = 0 through the staleness machinery (on_peer_failure=continue) trains exactly like the lock-step barrier."""
+    lock, other = tmp_path / "lock", tmp_path / "other"
+    for run_dir, extra in ((lock, ()), (other, ("--set", "see.on_peer_failure=continue"))):
+        done = train(run_dir, 3, *extra)
+        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for policy in POLICIES:
+        a, b = final_weights(lock, policy), final_weights(other, policy)
+        assert a.keys() == b.keys()
+        assert all(a[k].equal(b[k]) for k in a), policy
+        rows = read_consumption(other / "see", policy)
+        assert [(r["step"], r["peer_step"], r["age"]) for r in rows] == [(s, s, 0) for s in range(3)]
+
+
+@pytest.mark.slow
+def test_a_slow_peer_is_read_stale_within_the_bound_and_each_round_once(tmp_path):
+    run_dir = tmp_path / "stale"
+    done = train(run_dir, 6, "--set", "see.max_staleness=2", delay="tiny-sp=1.0")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    fast = read_consumption(run_dir / "see", "tiny-bpe")
+    assert [r["step"] for r in fast] == list(range(6))
+    used = [r["peer_step"] for r in fast if r["peer_step"] is not None]
+    assert used == sorted(set(used)), "a peer round was read twice"
+    assert all(0 <= r["age"] <= 2 for r in fast if r["age"] is not None)
+    assert any(r["age"] and r["age"] > 0 for r in fast), "the throttled peer never lagged: no staleness exercised"
+    rows = [json.loads(line) for line in (run_dir / "metrics" / "tiny-bpe.jsonl").read_text().splitlines()]
+    train_rows = [r for r in rows if r["kind"] == "train"]
+    assert max(r.get("mutual/peer_age", 0) for r in train_rows) > 0
+    assert any("sgt/stale_rounds" in r for r in train_rows)
+
+
+@pytest.mark.slow
+def test_continue_lets_the_survivor_finish_when_a_peer_is_killed(tmp_path):
+    run_dir = tmp_path / "kill"
+    env = {**child_env(), "MUTUALRL_DEBUG_STEP_DELAY": "tiny-sp=0.5"}
+    proc = subprocess.Popen(train_argv(run_dir, 10, "--set", "see.on_peer_failure=continue"), env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = kill_policy_at_step(proc, run_dir, "tiny-sp", 3)
+    assert proc.returncode == 0, out[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert list(summary["lost"]) == ["tiny-sp"] and "SIGKILL" in summary["lost"]["tiny-sp"]["reason"]
+    assert summary["policies"]["tiny-bpe"]["steps"] == 10
+    assert "lost: tiny-sp left the pool" in " ".join(out.split())
+    fast = read_consumption(run_dir / "see", "tiny-bpe")
+    assert fast[-1]["departed"] == ["tiny-sp"] and fast[-1]["peer_step"] is None
+
+
+@pytest.mark.slow
+def test_stop_is_the_default_a_killed_peer_fails_the_run(tmp_path):
+    run_dir = tmp_path / "stop"
+    env = {**child_env(), "MUTUALRL_DEBUG_STEP_DELAY": "tiny-sp=0.5"}
+    proc = subprocess.Popen(train_argv(run_dir, 10), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    out = kill_policy_at_step(proc, run_dir, "tiny-sp", 3)
+    assert proc.returncode != 0
+    assert "policy tiny-sp failed" in " ".join(out.split()), out[-2000:]

@@ -1,0 +1,141 @@
+"""Bounded staleness (see.max_staleness) and on_peer_failure: which peer round a step reads, and who is left."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from mutualrl.see.errors import PeerFailedError, PeerTimeoutError
+from mutualrl.see.exchange import ExperienceExchange
+from mutualrl.see.staleness import choose_peer_round
+from mutualrl.see.synthetic import synthetic_batch
+from mutualrl.training.adapters.consumption import PeerConsumption, read_consumption
+from mutualrl.training.callbacks import step_delay
+
+POLICIES = ["fast", "slow"]
+
+
+def client(root, policy, timeout=5.0):
+    return ExperienceExchange(root, "run", policy, policies=POLICIES, barrier_timeout_s=timeout, poll_interval_s=0.01)
+
+
+def publish(exchange, *steps):
+    for step in steps:
+        exchange.publish(step, synthetic_batch(2, 2, seed=step, prompt_offset=2 * step, with_logps=False))
+
+
+def test_lock_step_reads_the_same_round_and_waits_for_it(tmp_path):
+    fast, slow = client(tmp_path, "fast"), client(tmp_path, "slow")
+    publish(fast, 0)
+    threading.Timer(0.3, publish, (slow, 0)).start()
+    started = time.monotonic()
+    chosen = choose_peer_round(fast, [0], ["slow"], max_staleness=0, last_consumed=None)
+    assert time.monotonic() - started >= 0.25
+    assert (chosen.step, chosen.peer_step, chosen.age, chosen.waited) == (0, 0, 0, True)
+
+
+def test_a_peer_within_the_bound_is_read_without_waiting_at_its_age(tmp_path):
+    fast, slow = client(tmp_path, "fast", timeout=0.2), client(tmp_path, "slow")
+    publish(fast, 0, 1, 2, 3)
+    publish(slow, 0, 1)
+    chosen = choose_peer_round(fast, [1, 2, 3], ["slow"], max_staleness=2, last_consumed=0)
+    assert (chosen.step, chosen.peer_step, chosen.age, chosen.waited) == (3, 1, 2, False)
+    # A round is read once: with round 1 consumed and the peer still there, nothing new (and no wait).
+    again = choose_peer_round(fast, [1, 2, 3], ["slow"], max_staleness=2, last_consumed=1)
+    assert again.peer_step is None and again.age is None and not again.waited
+
+
+def test_early_steps_do_not_wait_for_a_peer_that_has_published_nothing(tmp_path):
+    fast = client(tmp_path, "fast", timeout=0.2)
+    publish(fast, 0, 1)
+    chosen = choose_peer_round(fast, [0, 1], ["slow"], max_staleness=2, last_consumed=None)
+    assert chosen.peer_step is None and not chosen.waited
+
+
+def test_a_peer_more_than_s_rounds_behind_blocks_until_it_catches_up(tmp_path):
+    fast, slow = client(tmp_path, "fast", timeout=0.3), client(tmp_path, "slow")
+    publish(fast, 0, 1, 2, 3)
+    publish(slow, 0)
+    with pytest.raises(PeerTimeoutError) as err:  # round 1 = 3 - S is the oldest allowed: it must wait for it
+        choose_peer_round(fast, [1, 2, 3], ["slow"], max_staleness=2, last_consumed=0)
+    assert err.value.step == 1 and err.value.peers == ["slow"]
+    fast.barrier_timeout_s = 5.0
+    threading.Timer(0.2, publish, (slow, 1)).start()
+    chosen = choose_peer_round(fast, [1, 2, 3], ["slow"], max_staleness=2, last_consumed=0)
+    assert (chosen.peer_step, chosen.age, chosen.waited) == (1, 2, True)
+
+
+def test_the_newest_round_every_peer_has_is_chosen(tmp_path):
+    root = tmp_path
+    names = ["a", "b", "c"]
+    a, b, c = (ExperienceExchange(root, "run", n, policies=names, barrier_timeout_s=1.0) for n in names)
+    publish(a, 0, 1, 2)
+    publish(b, 0, 1, 2)
+    publish(c, 0, 1)
+    chosen = choose_peer_round(a, [0, 1, 2], ["b", "c"], max_staleness=2, last_consumed=None)
+    assert (chosen.peer_step, chosen.age) == (1, 1)
+
+
+def test_a_failed_peer_stops_the_wait_at_once(tmp_path):
+    fast, slow = client(tmp_path, "fast", timeout=30.0), client(tmp_path, "slow")
+    publish(fast, 0, 1, 2, 3)
+    slow.mark_failed("out of memory")
+    started = time.monotonic()
+    with pytest.raises(PeerFailedError, match="out of memory"):
+        choose_peer_round(fast, [1, 2, 3], ["slow"], max_staleness=2, last_consumed=None)
+    assert time.monotonic() - started < 5
+
+
+def test_consumption_under_stop_raises_on_a_dead_peer(tmp_path):
+    fast, slow = client(tmp_path, "fast", timeout=30.0), client(tmp_path, "slow")
+    publish(fast, 0)
+    slow.mark_failed("killed")
+    with pytest.raises(PeerFailedError):
+        PeerConsumption(fast, ["slow"], max_staleness=0, on_peer_failure="stop").next_round(0)
+    with pytest.raises(PeerFailedError):
+        PeerConsumption(fast, ["slow"], max_staleness=2, on_peer_failure="stop").next_round(0)
+
+
+@pytest.mark.parametrize("staleness", [0, 2])
+def test_consumption_under_continue_drops_a_dead_peer_and_goes_on_alone(tmp_path, staleness):
+    fast, slow = client(tmp_path, "fast", timeout=30.0), client(tmp_path, "slow")
+    consumption = PeerConsumption(fast, ["slow"], max_staleness=staleness, on_peer_failure="continue")
+    publish(fast, 0)
+    publish(slow, 0)
+    assert consumption.next_round(0).peer_step == 0
+    publish(fast, 1)
+    slow.mark_failed("killed by signal SIGKILL")
+    chosen = consumption.next_round(1)
+    assert chosen.peer_step is None and consumption.active == []
+    assert consumption.departed["slow"]["step"] == 1 and "SIGKILL" in consumption.departed["slow"]["reason"]
+    rows = read_consumption(tmp_path, "fast", run_id="run")
+    assert [(r["step"], r["peer_step"], r["departed"]) for r in rows] == [(0, 0, []), (1, None, ["slow"])]
+
+
+def test_consumption_under_continue_drops_a_peer_that_never_commits(tmp_path):
+    fast = client(tmp_path, "fast", timeout=0.3)
+    consumption = PeerConsumption(fast, ["slow"], max_staleness=0, on_peer_failure="continue")
+    publish(fast, 0)
+    assert consumption.next_round(0).peer_step is None
+    assert "committed nothing" in consumption.departed["slow"]["reason"]
+
+
+def test_lock_step_consumption_logs_age_zero_every_step(tmp_path):
+    fast, slow = client(tmp_path, "fast"), client(tmp_path, "slow")
+    consumption = PeerConsumption(fast, ["slow"])
+    for step in range(3):
+        publish(fast, step)
+        publish(slow, step)
+        consumption.next_round(step)
+    rows = read_consumption(tmp_path, "fast")
+    assert [(r["step"], r["peer_step"], r["age"]) for r in rows] == [(0, 0, 0), (1, 1, 0), (2, 2, 0)]
+
+
+def test_step_delay_spec():
+    assert step_delay("a", "a=1.5,b=2@odd") == (1.5, None)
+    assert step_delay("b", "a=1.5,b=2@odd") == (2.0, "odd")
+    assert step_delay("c", "a=1.5") == (0.0, None)
+    with pytest.raises(ValueError, match="@even or @odd"):
+        step_delay("a", "a=1@sometimes")
