@@ -78,6 +78,14 @@ def test_a_slow_peer_is_read_stale_within_the_bound_and_each_round_once(tmp_path
     train_rows = [r for r in rows if r["kind"] == "train"]
     assert max(r.get("mutual/peer_age", 0) for r in train_rows) > 0
     assert any("sgt/stale_rounds" in r for r in train_rows)
+    # Replaying the recorded choices without the throttle reproduces the run bit for bit.
+    replay = tmp_path / "replay"
+    done = train(replay, 6, "--set", "see.max_staleness=2", "--set", f"see.replay_consumption={run_dir}")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert [r["peer_step"] for r in read_consumption(replay / "see", "tiny-bpe")] == [r["peer_step"] for r in fast]
+    for policy in POLICIES:
+        a, b = final_weights(run_dir, policy), final_weights(replay, policy)
+        assert all(a[k].equal(b[k]) for k in a), policy
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 
@@ -139,3 +140,20 @@ def test_step_delay_spec():
     assert step_delay("c", "a=1.5") == (0.0, None)
     with pytest.raises(ValueError, match="@even or @odd"):
         step_delay("a", "a=1@sometimes")
+
+
+def test_replay_reads_the_recorded_round_and_names_a_missing_log(tmp_path):
+    from mutualrl.errors import UsageError
+
+    fast, slow = client(tmp_path / "see", "fast"), client(tmp_path / "see", "slow")
+    publish(fast, 0, 1, 2)
+    publish(slow, 0, 1, 2)
+    log = tmp_path / "old" / "see" / "_consumed"
+    log.mkdir(parents=True)
+    rows = [{"run_id": "old", "step": s, "peer_step": p, "age": a, "waited": False, "peers": ["slow"], "departed": []}
+            for s, p, a in ((0, None, None), (1, 0, 1), (2, 1, 1))]
+    (log / "fast.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    consumption = PeerConsumption(fast, ["slow"], max_staleness=2, replay=tmp_path / "old")
+    assert [consumption.next_round(s).peer_step for s in range(3)] == [None, 0, 1]
+    with pytest.raises(UsageError, match="no consumption log of policy 'fast'"):
+        PeerConsumption(fast, ["slow"], replay=tmp_path / "nowhere")

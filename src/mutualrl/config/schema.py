@@ -208,6 +208,12 @@ class SEESettings:
                   "it, survivors train on (standalone for steps without peer data) and finish; the summary names "
                   "who left and when."},
     )
+    replay_consumption: str | None = field(
+        default=None,
+        metadata={"help": "Replay an earlier run's choices: a folder of <policy>.jsonl consumption logs (that run's "
+                  "see/_consumed). Each step reads exactly the peer round that run read (waiting for it), so a "
+                  "bounded-staleness run can be reproduced bit for bit for debugging."},
+    )
     record_standalone: bool = field(
         default=False,
         metadata={"help": "In standalone runs, still publish rollout records to the SEE (for `see inspect` and "

@@ -59,7 +59,7 @@ class RegimeAdapter:
 
             see = self.config.see
             self.consumption = PeerConsumption(self.exchange, self.peers, see.max_staleness, see.on_peer_failure,
-                                               accelerator=trainer.accelerator)
+                                               accelerator=trainer.accelerator, replay=see.replay_consumption)
 
     # -- per step -------------------------------------------------------------------------
     def process_step(self, output: dict[str, Any], rollouts: Any) -> dict[str, Any]:

@@ -17,8 +17,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mutualrl.see.files import failure_path
+from mutualrl.errors import UsageError
 from mutualrl.see.errors import PeerFailedError, PeerTimeoutError
+from mutualrl.see.files import failure_path
 from mutualrl.see.liveness import read_failure
 from mutualrl.see.staleness import PeerRound, choose_peer_round
 
@@ -31,7 +32,7 @@ class PeerConsumption:
     """Per policy: its own exchange rounds, the last peer round read, the active and departed peers."""
 
     def __init__(self, exchange: Any, peers: list[str], max_staleness: int = 0, on_peer_failure: str = "stop",
-                 accelerator: Any = None):
+                 accelerator: Any = None, replay: Path | str | None = None):
         self.exchange = exchange
         self.active = list(peers)
         self.departed: dict[str, dict[str, Any]] = {}
@@ -40,10 +41,11 @@ class PeerConsumption:
         self.accelerator = accelerator
         self.own_rounds: list[int] = []
         self.last_consumed: int | None = None
+        self.replay = replay_plan(replay, exchange.policy) if replay else None
 
     @property
     def lock_step(self) -> bool:
-        return self.max_staleness == 0 and self.on_peer_failure == "stop"
+        return self.max_staleness == 0 and self.on_peer_failure == "stop" and self.replay is None
 
     @property
     def is_main(self) -> bool:
@@ -69,6 +71,8 @@ class PeerConsumption:
         return chosen
 
     def _decide(self, step: int) -> tuple[PeerRound, list[str], dict[str, dict[str, Any]]]:
+        if self.replay is not None:
+            return self._replayed(step)
         while self.active:
             for peer, reason in self._failed_peers().items():  # also when no wait would notice it
                 if self.on_peer_failure == "stop":
@@ -92,6 +96,19 @@ class PeerConsumption:
                 for peer in err.peers:
                     self._drop(peer, step, f"committed nothing for {err.waited_s:.0f}s (see.barrier_timeout_s)")
         return PeerRound(step, None, None), [], dict(self.departed)
+
+    def _replayed(self, step: int) -> tuple[PeerRound, list[str], dict[str, dict[str, Any]]]:
+        """The recorded choice of ``step``: the same round (waited for), the same peers."""
+        row = self.replay.get(step)
+        if row is None:
+            raise UsageError(f"see.replay_consumption: no record of step {step} for policy {self.exchange.policy!r}")
+        for peer in row["departed"]:
+            if peer in self.active:
+                self._drop(peer, step, "left at this step in the replayed run")
+        peer_step = row["peer_step"]
+        if peer_step is not None:
+            self.exchange.wait_for(peer_step, policies=self.active)
+        return PeerRound(step, peer_step, row["age"], bool(row["waited"])), list(self.active), dict(self.departed)
 
     def _failed_peers(self) -> dict[str, str]:
         """Active peers with a failure marker of this run, and the reason recorded."""
@@ -119,12 +136,30 @@ class PeerConsumption:
             fh.write(json.dumps(row) + "\n")
 
 
+def replay_plan(folder: Path | str, policy: str) -> dict[int, dict[str, Any]]:
+    """step -> recorded choice of ``policy`` in an earlier run (its last run id) for ``see.replay_consumption``.
+
+    ``folder`` is that run's folder, its exchange folder or the ``_consumed`` folder itself.
+    """
+    base = Path(folder)
+    for candidate in (base, base / CONSUMED_DIR, base / "see" / CONSUMED_DIR):
+        rows = parse_log(candidate / f"{policy}.jsonl")
+        if rows:
+            last_run = rows[-1]["run_id"]
+            return {int(r["step"]): r for r in rows if r["run_id"] == last_run}
+    raise UsageError(f"see.replay_consumption: no consumption log of policy {policy!r} in {base} "
+                     f"(expected {base}/see/{CONSUMED_DIR}/{policy}.jsonl or {base}/{policy}.jsonl)")
+
+
 def read_consumption(see_root: Path | str, policy: str, run_id: str | None = None) -> list[dict[str, Any]]:
-    """The consumption log of ``policy`` (rows of ``run_id`` only, when given)."""
-    path = Path(see_root) / CONSUMED_DIR / f"{policy}.jsonl"
+    """The consumption log of ``policy`` in the exchange ``see_root`` (rows of ``run_id`` only, when given)."""
+    rows = parse_log(Path(see_root) / CONSUMED_DIR / f"{policy}.jsonl")
+    return [r for r in rows if run_id is None or r.get("run_id") == run_id]
+
+
+def parse_log(path: Path) -> list[dict[str, Any]]:
     try:
         lines = path.read_text().splitlines()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
-    rows = [json.loads(line) for line in lines if line.strip()]
-    return [r for r in rows if run_id is None or r.get("run_id") == run_id]
+    return [json.loads(line) for line in lines if line.strip()]

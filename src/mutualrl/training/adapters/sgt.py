@@ -70,6 +70,12 @@ class SGTAdapter(RegimeAdapter):
     def transform_stale(self, output, rollouts, peers, peer_step):
         """Rescue the prompts of an earlier round ``peer_step`` (their own prompt tokens ride along)."""
         require_whole_groups(rollouts, self.name)
+        if peer_step not in self.history:
+            from mutualrl.errors import UsageError
+
+            raise UsageError(f"SGT keeps its own groups of the last see.max_staleness + 1 = "
+                             f"{self.config.see.max_staleness + 1} rounds; round {peer_step} is older (replaying a run "
+                             "with a larger see.max_staleness? set the same value)")
         output, metrics = self._rescue(output, rollouts, peers, self.history[peer_step], peer_step)
         metrics["stale_rounds"] = 1.0
         return output, metrics
