@@ -70,3 +70,18 @@ def test_zero3_with_two_cpu_ranks_per_policy(tmp_path):
     for policy in POLICIES:
         assert "DeepSpeed ZeRO-3 on cpu:0 x2" in (run_dir / "logs" / f"{policy}.log").read_text()
         assert (run_dir / "policies" / policy / "final" / "config.json").exists()
+
+
+@pytest.mark.slow
+def test_bounded_staleness_with_two_cpu_ranks_per_policy(tmp_path, monkeypatch):
+    """Rank 0 chooses the peer round and broadcasts it: both ranks read the same stale round and train on."""
+    from mutualrl.training.adapters.consumption import read_consumption
+
+    monkeypatch.setenv("MUTUALRL_DEBUG_STEP_DELAY", "tiny-sp=1.0")
+    run_dir = tmp_path / "stale"
+    train(run_dir, "--set", "launch.cpu_processes=2", "--set", "see.max_staleness=2",
+          "--set", "validation.every_steps=0")
+    fast = read_consumption(run_dir / "see", "tiny-bpe")
+    assert [r["step"] for r in fast] == list(range(STEPS)), "one line per step: rank 0 alone logs"
+    assert any(r["age"] == 2 for r in fast)
+    assert sorted(train_rows(run_dir)) == sorted((p, s) for p in POLICIES for s in range(1, STEPS + 1))
