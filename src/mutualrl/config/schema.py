@@ -210,9 +210,9 @@ class SEESettings:
     )
     replay_consumption: str | None = field(
         default=None,
-        metadata={"help": "Replay an earlier run's choices: a folder of <policy>.jsonl consumption logs (that run's "
-                  "see/_consumed). Each step reads exactly the peer round that run read (waiting for it), so a "
-                  "bounded-staleness run can be reproduced bit for bit for debugging."},
+        metadata={"help": "Replay an earlier run's peer-round choices: its run folder (or its see/ or see/_consumed "
+                  "folder). Each step waits for and reads exactly the round that run read, so a bounded-staleness "
+                  "run is reproduced bit for bit (same seed and settings) for debugging."},
     )
     record_standalone: bool = field(
         default=False,
