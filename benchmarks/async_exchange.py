@@ -91,7 +91,8 @@ def wait_part(out: Path, steps: int, delay: float) -> dict[str, Any]:
     for shape, spec in shapes.items():
         profiles = {}
         for s in (0, STALENESS):
-            run = train(out / f"wait-{shape}-S{s}-{steps}steps", [*common, "--set", f"see.max_staleness={s}"], delay=spec)
+            run = train(out / f"wait-{shape}-S{s}-{steps}steps", [*common, "--set", f"see.max_staleness={s}"],
+                        delay=spec)
             profiles[f"S={s}"] = wait_profile(run)
         lock, stale = profiles["S=0"][FAST]["wait_share"], profiles[f"S={STALENESS}"][FAST]["wait_share"]
         own = profiles["S=0"]
