@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.errors import AssetError
+from mutualrl.padding import pad_token_rows
 
 #: Bump when the warm-start *code* changes in a way that changes the models.
 WARM_START_VERSION = 2
@@ -136,17 +137,9 @@ def _body(model: Any) -> Any:
 
 
 def _collate(items: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[Any, Any, Any]:
-    import torch
-
-    width = max(len(p) + len(c) for p, c in items)
-    ids = torch.full((len(items), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(items), width), dtype=torch.long)
-    labels = torch.full((len(items), width), -100, dtype=torch.long)
-    for row, (p, c) in enumerate(items):
-        seq = p + c
-        ids[row, : len(seq)] = torch.tensor(seq)
-        mask[row, : len(seq)] = 1
-        labels[row, len(p) : len(seq)] = torch.tensor(c)
+    """(ids, mask, labels) of prompt + completion rows, right-padded; labels -100 except on completion tokens."""
+    ids, mask = pad_token_rows([p + c for p, c in items], pad_id)
+    labels, _ = pad_token_rows([[-100] * len(p) + c for p, c in items], -100)
     return ids, mask, labels
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from mutualrl.padding import pad_token_rows
 from mutualrl.regimes.sgt_spec import SGT
 from mutualrl.training.adapters.base import (
     RegimeAdapter,
@@ -104,14 +105,13 @@ class SGTAdapter(RegimeAdapter):
             width = max([1] + [len(ids) for ids in sequences])
             device = output["completion_ids"].device
             pad = trainer.processing_class.pad_token_id
-            completion = torch.full((n_local, width), pad, dtype=torch.long, device=device)
-            mask = torch.zeros((n_local, width), dtype=torch.long, device=device)
+            rows: list[list[int]] = [[] for _ in range(n_local)]  # the rescue target on gated rows only
             for p, ids in zip(gated_prompts, sequences, strict=True):
                 for i in range(p * k, (p + 1) * k):
                     if flat_mask[i]:
-                        completion[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-                        mask[i, : len(ids)] = 1
+                        rows[i] = ids
                         extra_tokens += len(ids)
+            completion, mask = pad_token_rows(rows, pad, min_width=width, device=device)
             weights = sgt_example_weights(flat_mask, settings.lam, trainer.args.steps_per_generation,
                                           trainer.current_gradient_accumulation_steps, num_gated=num_gated,
                                           num_processes=rollouts.num_processes)
