@@ -22,8 +22,8 @@ from mutualrl.padding import pad_to_width, pad_token_rows
 from mutualrl.regimes.prp_spec import PRP
 from mutualrl.training.adapters.base import (
     RegimeAdapter,
-    group_rows,
-    peer_table_index,
+    peer_groups,
+    peer_values,
     require_whole_groups,
 )
 
@@ -62,15 +62,12 @@ class PRPAdapter(RegimeAdapter):
         # Pooled rewards over every rank's groups (so "batch" scaling sees the whole pooled batch).
         pool = torch.empty(len(groups), len(order), k)
         pool[:, learner_m] = rollouts.rewards_global.view(len(groups), k)
-        indexes = {}
+        rows_of = {}  # peer -> its table's rows of every group, [P, K]
         for m, name in enumerate(order):
             if name == self.policy:
                 continue
-            table = peers[name]
-            indexes[name] = peer_table_index(table, name, rollouts.step)
-            rewards = torch.tensor(table.column("reward").to_numpy(zero_copy_only=False), dtype=torch.float32)
-            for p, pid in enumerate(groups):
-                pool[p, m] = rewards[group_rows(indexes[name], pid, k, name, rollouts.step)]
+            rows_of[name] = peer_groups(peers[name], groups, k, name, rollouts.step)
+            pool[:, m] = peer_values(peers[name], "reward", rows_of[name])
         advantages = prp_pooled_advantages(pool, scale_rewards=trainer.scale_rewards,
                                            eps=self.config.regime.prp.std_epsilon)
 
@@ -84,13 +81,11 @@ class PRPAdapter(RegimeAdapter):
         # Peer rows: (local group, peer, sample) in a fixed order.
         texts, finished, source_rows, prompt_rows, peer_adv = [], [], [], [], []
         for local_p, p in enumerate(local_groups):
-            pid = groups[p]
             for m, name in enumerate(order):
                 if name == self.policy:
                     continue
                 table = peers[name]
-                rows = group_rows(indexes[name], pid, k, name, rollouts.step)
-                for j, row in enumerate(rows):
+                for j, row in enumerate(rows_of[name][p].tolist()):
                     texts.append(table.column("response_text")[row].as_py())
                     finished.append(bool(table.column("finished")[row].as_py()))
                     source_rows.append((name, row))

@@ -18,8 +18,8 @@ from mutualrl.padding import pad_token_rows
 from mutualrl.regimes.sgt_spec import SGT
 from mutualrl.training.adapters.base import (
     RegimeAdapter,
-    group_rows,
-    peer_table_index,
+    peer_groups,
+    peer_values,
     require_whole_groups,
     stable_seed,
 )
@@ -57,16 +57,10 @@ class SGTAdapter(RegimeAdapter):
         peer_rows: list[list[list[int]]] = []
         for m, name in enumerate(self.peers):
             table = peers[name]
-            index = peer_table_index(table, name, rollouts.step)
-            rewards = torch.tensor(table.column("reward").to_numpy(zero_copy_only=False), dtype=torch.float32)
-            lengths = torch.tensor(table.column("num_tokens").to_numpy(zero_copy_only=False), dtype=torch.float32)
-            rows_m = []
-            for p, pid in enumerate(local_groups):
-                rows = group_rows(index, pid, k, name, rollouts.step)
-                peer_rewards[p, m] = rewards[rows]
-                peer_lengths[p, m] = lengths[rows]
-                rows_m.append(rows)
-            peer_rows.append(rows_m)
+            rows = peer_groups(table, local_groups, k, name, rollouts.step)
+            peer_rewards[:, m] = peer_values(table, "reward", rows)
+            peer_lengths[:, m] = peer_values(table, "num_tokens", rows)
+            peer_rows.append(rows.tolist())
 
         gate = sgt_gate(learner, peer_rewards, success_threshold=settings.success_threshold,
                         failure_threshold=settings.failure_threshold,
