@@ -18,10 +18,8 @@ from mutualrl.assets.tokenizers import load_tokenizer
 from mutualrl.cli.main import app
 from mutualrl.errors import DataError
 from mutualrl.evaluation.generate import (
-    decode_completion,
     evaluate_examples,
     evaluate_examples_vllm,
-    generate_greedy,
     prompt_token_ids,
     resolve_chat_template,
 )
@@ -33,6 +31,7 @@ from mutualrl.evaluation.results import (
     markdown_table,
     save_eval_file,
 )
+from mutualrl.pools.greedy import decode_completion, generate_greedy
 from mutualrl.tasks import get_task
 from mutualrl.tasks.base import TaskExample
 

@@ -112,8 +112,9 @@ def complementarity(
 ) -> None:
     """Per-model success, pairwise Jaccard, peer-rescue rates, any/all/exactly-one success, by difficulty, and the
     regime usability table (paper App. "Cross-policy complementarity and channel decomposition")."""
+    from mutualrl.atomic_io import write_json_atomic
     from mutualrl.evaluation.complementarity import analyze, read_prp_ratios
-    from mutualrl.evaluation.results import load_many, save_eval_file, write_json_atomic
+    from mutualrl.evaluation.results import load_many, save_eval_file
 
     for path, option in ((out, "--out"), (save, "--save")):
         if path is not None:
@@ -145,7 +146,7 @@ def complementarity(
     ratios = read_prp_ratios(prp_ratios) if prp_ratios is not None else None
     report = analyze(loaded, threshold=threshold, n_buckets=buckets, difficulty=diff_scores, prp_ratios=ratios)
     if out is not None:
-        write_json_atomic(out, report)
+        write_json_atomic(out, report, ensure_ascii=False)
     if json_output:
         print(json.dumps(report, indent=2))
     else:

@@ -4,7 +4,8 @@ Paper, App. "Implementation details": "For validation we decode a single complet
 prompt with temperature 0 (no sampling)"; reward@1 is the mean verifier reward. Two
 backends produce the completions from the same token ids:
 
-- transformers ``generate`` (CPU or GPU): left padding, greedy, stop at EOS -- used by the
+- transformers ``generate`` (CPU or GPU): left padding, greedy, stop at EOS
+  (:mod:`mutualrl.pools.greedy`, shared with the tiny pool's warm start) -- used by the
   training loop's validation hook through :func:`evaluate_examples`;
 - vLLM (``vllm.LLM`` at temperature 0) when vllm is installed and CUDA is available --
   :func:`evaluate_examples_vllm`, imported lazily so CPU code never imports vllm.
@@ -16,14 +17,17 @@ import contextlib
 import gc
 import importlib.util
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from mutualrl.evaluation.results import ModelEvalResult, PromptResult
+from mutualrl.pools.greedy import (
+    Progress,
+    decode_completion,
+    eos_token_ids,
+    generate_greedy,
+)
 from mutualrl.tasks.base import Task, TaskExample
-
-Progress = Callable[[int], None]
-
 
 # ---------------------------------------------------------------------------------------
 # Prompts
@@ -63,106 +67,6 @@ def prompt_token_ids(tokenizer: Any, prompt: str, chat_template: bool) -> list[i
         )
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
     return list(tokenizer(prompt)["input_ids"])
-
-
-def eos_token_ids(tokenizer: Any, model: Any = None) -> list[int]:
-    """Every id that ends a completion: the tokenizer's EOS and the model's generation-config EOS."""
-    ids: list[int] = []
-    candidates: list[Any] = [getattr(tokenizer, "eos_token_id", None)]
-    gen_config = getattr(model, "generation_config", None)
-    if gen_config is not None:
-        candidates.append(getattr(gen_config, "eos_token_id", None))
-    for c in candidates:
-        for i in c if isinstance(c, (list, tuple)) else [c]:
-            if i is not None and int(i) not in ids:
-                ids.append(int(i))
-    return ids
-
-
-def decode_completion(tokenizer: Any, token_ids: Sequence[int], eos_ids: Sequence[int], pad_id: int | None) -> str:
-    """Completion text: tokens up to the first EOS, special tokens dropped."""
-    out = []
-    for t in token_ids:
-        t = int(t)
-        if t in eos_ids:
-            break
-        out.append(t)
-    if pad_id is not None and pad_id not in eos_ids:
-        while out and out[-1] == pad_id:
-            out.pop()
-    return tokenizer.decode(out, skip_special_tokens=True)
-
-
-# ---------------------------------------------------------------------------------------
-# transformers backend
-# ---------------------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _eval_mode(model: Any) -> Iterator[None]:
-    was_training = bool(getattr(model, "training", False))
-    model.eval()
-    try:
-        yield
-    finally:
-        if was_training:
-            model.train()
-
-
-def generate_greedy(
-    model: Any,
-    tokenizer: Any,
-    prompts: list[list[int]],
-    *,
-    max_new_tokens: int,
-    batch_size: int,
-    progress: Progress | None = None,
-) -> list[str]:
-    """Greedy completions (transformers ``generate``) for tokenised prompts, in input order.
-
-    Prompts are batched by length (less padding) and left-padded; generation stops at EOS.
-    The model's train/eval mode is restored afterwards (the training loop calls this mid-run).
-    """
-    import torch
-    from transformers import GenerationConfig
-
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    eos_ids = eos_token_ids(tokenizer, model)
-    pad_id = tokenizer.pad_token_id
-    if pad_id is None:
-        pad_id = eos_ids[0] if eos_ids else 0
-    config = GenerationConfig(
-        do_sample=False,
-        num_beams=1,
-        max_new_tokens=max_new_tokens,
-        eos_token_id=eos_ids or None,
-        pad_token_id=pad_id,
-        use_cache=True,
-    )
-    device = next(model.parameters()).device
-    order = sorted(range(len(prompts)), key=lambda i: (-len(prompts[i]), i))
-    completions: list[str] = [""] * len(prompts)
-    with _eval_mode(model), torch.no_grad():
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
-            width = max(len(prompts[i]) for i in batch)
-            input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
-            attention = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, i in enumerate(batch):
-                ids = prompts[i]
-                if ids:
-                    input_ids[row, width - len(ids) :] = torch.tensor(ids, dtype=torch.long)
-                    attention[row, width - len(ids) :] = 1
-            output = model.generate(
-                input_ids=input_ids.to(device), attention_mask=attention.to(device), generation_config=config
-            )
-            new_tokens = output[:, width:].tolist()
-            for row, i in enumerate(batch):
-                completions[i] = decode_completion(tokenizer, new_tokens[row], eos_ids, pad_id)
-            if progress is not None:
-                progress(len(batch))
-    return completions
 
 
 # ---------------------------------------------------------------------------------------
@@ -299,7 +203,10 @@ def generate_greedy_vllm(
 def release_vllm() -> None:
     """Best-effort release of vLLM's GPU memory between models."""
     with contextlib.suppress(Exception):
-        from vllm.distributed.parallel_state import destroy_distributed_environment, destroy_model_parallel
+        from vllm.distributed.parallel_state import (
+            destroy_distributed_environment,
+            destroy_model_parallel,
+        )
 
         destroy_model_parallel()
         destroy_distributed_environment()

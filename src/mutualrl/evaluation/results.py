@@ -15,15 +15,14 @@ Two file shapes exist, and every reader here accepts both:
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mutualrl.atomic_io import write_json_atomic
 from mutualrl.errors import DataError
 
 MODEL_FORMAT = "mutualrl-model-eval"
@@ -197,7 +196,7 @@ class ModelEvalResult:
 
     def save(self, path: str | Path) -> Path:
         """Write this result as a model file (atomically: readers never see half a file)."""
-        return write_json_atomic(Path(path), self.to_json())
+        return write_json_atomic(path, self.to_json(), ensure_ascii=False)
 
     @classmethod
     def load(cls, path: str | Path) -> ModelEvalResult:
@@ -205,21 +204,6 @@ class ModelEvalResult:
         if len(results) != 1:
             raise DataError(f"{path}: holds {len(results)} model results, expected one")
         return results[0]
-
-
-def write_json_atomic(path: Path, data: Any) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(data, fh, ensure_ascii=False, indent=1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
 
 
 def save_eval_file(path: str | Path, results: list[ModelEvalResult], meta: dict[str, Any] | None = None) -> Path:
@@ -231,7 +215,7 @@ def save_eval_file(path: str | Path, results: list[ModelEvalResult], meta: dict[
         **(meta or {}),
         "results": [r.to_json() for r in results],
     }
-    return write_json_atomic(Path(path), data)
+    return write_json_atomic(path, data, ensure_ascii=False)
 
 
 def _read_json(path: Path) -> Any:

@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 import yaml
 
+from mutualrl.atomic_io import write_text_atomic
 from mutualrl.launch.mwra import PolicyPlacement
 
 DeepSpeedChoice = Literal["none", "zero2", "zero3"]
@@ -129,19 +130,11 @@ def accelerate_config(
 
 
 def write_yaml(path: Path, data: dict[str, Any]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(yaml.safe_dump(data, sort_keys=True))
-    tmp.replace(path)
-    return path
+    return write_text_atomic(path, yaml.safe_dump(data, sort_keys=True))
 
 
 def write_json(path: Path, data: dict[str, Any]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
-    tmp.replace(path)
-    return path
+    return write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def resolve_deepspeed_auto(

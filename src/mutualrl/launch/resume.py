@@ -21,7 +21,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from mutualrl.training.paths import RunPaths, atomic_write_text
+from mutualrl.atomic_io import write_text_atomic
+from mutualrl.training.paths import RunPaths
 
 # Dotted prefixes a resumed run may change (the rest of the config is the run's identity).
 # `grpo.max_steps` (or `schedule.max_steps`) also sets the length of the learning-rate schedule from the resumed step on.
@@ -185,7 +186,7 @@ def rollback_metrics(paths: RunPaths, policies: list[str], step: int) -> int:
         kept = [(line, obj) for line, obj in rows if int(obj.get("step", 0)) <= step]
         dropped += damaged + len(rows) - len(kept)
         if path.exists():
-            atomic_write_text(path, "".join(f"{line}\n" for line, _ in kept))
+            write_text_atomic(path, "".join(f"{line}\n" for line, _ in kept))
             (path.parent / f".{policy}.merged").write_text(str(path.stat().st_size))
         merged.extend(kept)
         # A validation result without its row (killed between the two writes) is run again.
@@ -194,5 +195,5 @@ def rollback_metrics(paths: RunPaths, policies: list[str], step: int) -> int:
             if int(result.stem.split("-")[1]) not in logged:
                 result.unlink()
     merged.sort(key=lambda row: (row[1].get("time", 0.0), row[1].get("step", 0)))
-    atomic_write_text(paths.metrics, "".join(f"{line}\n" for line, _ in merged))
+    write_text_atomic(paths.metrics, "".join(f"{line}\n" for line, _ in merged))
     return dropped

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from rich.console import Console
 
+from mutualrl.atomic_io import write_json_atomic, write_text_atomic
 from mutualrl.config.loader import load_run_config
 from mutualrl.config.schema import RunConfig
 from mutualrl.config.typed import to_plain
@@ -29,7 +30,7 @@ from mutualrl.launch.run_lock import (
     mark_run_folder,
     require_run_folder,
 )
-from mutualrl.training.paths import RunPaths, atomic_write_json, atomic_write_text, read_json
+from mutualrl.training.paths import RunPaths, read_json
 
 
 @dataclass
@@ -140,7 +141,7 @@ def run_train(options: TrainOptions, console: Console | None = None) -> int:
 
     paths, base_paths = RunPaths(run_dir), RunPaths(base.output_dir.resolve())
     comparison = compare_summaries(read_json(paths.summary), read_json(base_paths.summary))
-    atomic_write_json(paths.root / "comparison.json", comparison)
+    write_json_atomic(paths.root / "comparison.json", comparison)
     print_comparison(comparison, console)
     return 0
 
@@ -231,7 +232,7 @@ def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
         print_failure(outcome, paths, console)
         return 130 if status == "interrupted" else 1
     summary = summarise(paths, config, outcome)
-    atomic_write_json(paths.summary, summary)
+    write_json_atomic(paths.summary, summary)
     print_summary(summary, console)
     return 0
 
@@ -277,7 +278,7 @@ def mark_interrupted(paths: RunPaths) -> None:
     except (OSError, ValueError):
         return
     if isinstance(info, dict) and info.get("status") == "running":
-        atomic_write_json(paths.run_json, {**info, "status": "interrupted"})
+        write_json_atomic(paths.run_json, {**info, "status": "interrupted"})
 
 
 SOURCE_HEADER = "# resolved from "
@@ -285,7 +286,7 @@ SOURCE_HEADER = "# resolved from "
 
 def write_resolved_config(paths: RunPaths, config: RunConfig, source: str) -> None:
     """``RUN/config.yaml``: the resolved config, headed by the recipe it came from (what workers and resume read)."""
-    atomic_write_text(paths.config, f"{SOURCE_HEADER}{source}\n" + yaml.safe_dump(to_plain(config), sort_keys=False))
+    write_text_atomic(paths.config, f"{SOURCE_HEADER}{source}\n" + yaml.safe_dump(to_plain(config), sort_keys=False))
 
 
 def read_source(paths: RunPaths) -> str | None:
@@ -333,7 +334,7 @@ def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Consol
 
 def write_run_json(paths: RunPaths, config: RunConfig, status: str) -> None:
     previous = read_json(paths.run_json) if paths.run_json.exists() else {}
-    atomic_write_json(paths.run_json, {
+    write_json_atomic(paths.run_json, {
         "pool": config.pool.name, "regime": config.regime.name, "task": config.task.name,
         "policies": [{"name": p.name, "model": p.model, "tokenizer": p.tokenizer} for p in config.pool.policies],
         "started": previous.get("started") or time.strftime("%Y-%m-%dT%H:%M:%S"),

@@ -29,6 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.errors import AssetError
+from mutualrl.padding import pad_token_rows
+from mutualrl.pools.greedy import generate_greedy
 
 #: Bump when the warm-start *code* changes in a way that changes the models.
 WARM_START_VERSION = 2
@@ -136,17 +138,9 @@ def _body(model: Any) -> Any:
 
 
 def _collate(items: list[tuple[list[int], list[int]]], pad_id: int) -> tuple[Any, Any, Any]:
-    import torch
-
-    width = max(len(p) + len(c) for p, c in items)
-    ids = torch.full((len(items), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(items), width), dtype=torch.long)
-    labels = torch.full((len(items), width), -100, dtype=torch.long)
-    for row, (p, c) in enumerate(items):
-        seq = p + c
-        ids[row, : len(seq)] = torch.tensor(seq)
-        mask[row, : len(seq)] = 1
-        labels[row, len(p) : len(seq)] = torch.tensor(c)
+    """(ids, mask, labels) of prompt + completion rows, right-padded; labels -100 except on completion tokens."""
+    ids, mask = pad_token_rows([p + c for p, c in items], pad_id)
+    labels, _ = pad_token_rows([[-100] * len(p) + c for p, c in items], -100)
     return ids, mask, labels
 
 
@@ -176,27 +170,9 @@ def sampled_softmax_loss(model: Any, batch: tuple[Any, Any, Any], candidates: An
 
 def greedy_answers(model: Any, tokenizer: Any, prompts: list[str], max_new_tokens: int = 4,
                    batch_size: int = 256) -> list[str]:
-    """Greedy completions (left-padded batches, stop at EOS), as validation decodes them."""
-    import torch
-
-    eos = tokenizer.eos_token_id
-    out: list[str] = []
-    model.eval()
-    with torch.no_grad():
-        for start in range(0, len(prompts), batch_size):
-            enc = [tokenizer(p)["input_ids"] for p in prompts[start : start + batch_size]]
-            width = max(map(len, enc))
-            ids = torch.full((len(enc), width), tokenizer.pad_token_id, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for row, e in enumerate(enc):
-                ids[row, width - len(e):] = torch.tensor(e)
-                mask[row, width - len(e):] = 1
-            gen = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens,
-                                 do_sample=False, pad_token_id=tokenizer.pad_token_id, eos_token_id=eos)
-            for row in gen[:, width:].tolist():
-                row = row[: row.index(eos)] if eos in row else row
-                out.append(tokenizer.decode(row, skip_special_tokens=True))
-    return out
+    """Greedy completions of text prompts, generated and decoded as held-out validation does."""
+    ids = [tokenizer(p)["input_ids"] for p in prompts]
+    return generate_greedy(model, tokenizer, ids, max_new_tokens=max_new_tokens, batch_size=batch_size)
 
 
 def family_accuracies(model: Any, tokenizer: Any, split: str, limit_per_family: int | None = None) -> dict[str, float]:

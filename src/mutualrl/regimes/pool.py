@@ -73,14 +73,7 @@ def split_pool(pool_rewards: torch.Tensor, learner_index: int) -> tuple[torch.Te
 
 def join_pool(learner_rewards: torch.Tensor, peer_rewards: torch.Tensor, learner_index: int) -> torch.Tensor:
     """Inverse of :func:`split_pool`: put the learner's ``[P, K]`` back at ``learner_index`` of ``[P, M, K]``."""
-    check_float("learner_rewards", learner_rewards, 2, "[P, K]")
-    check_float("peer_rewards", peer_rewards, 3, "[P, M-1, K]")
-    p, k = learner_rewards.shape
-    if peer_rewards.shape[0] != p or peer_rewards.shape[2] != k:
-        raise ValueError(
-            f"peer_rewards must have shape [P={p}, M-1, K={k}] to match learner_rewards; "
-            f"got {tuple(peer_rewards.shape)}"
-        )
+    check_learner_and_peers(learner_rewards, peer_rewards)
     m = peer_rewards.shape[1] + 1
     if not 0 <= learner_index < m:
         raise ValueError(f"learner_index must be in [0, {m}) for a pool of M={m} policies; got {learner_index}")

@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 VERIFIER_MODES = ("default", "exact", "equiv")
@@ -259,31 +259,27 @@ def check_mode(mode: str) -> str:
     return mode
 
 
-def score_math(completion: str, gold: str, mode: str = "equiv") -> float:
-    """1.0 when the last boxed answer of ``completion`` matches ``gold`` (exact or math-equivalent)."""
+def score_boxed(completion: str, gold: str, mode: str, equivalent: Callable[[str, str], bool]) -> float:
+    """1.0 when the last boxed answer of ``completion`` is ``gold``: exactly, or by ``equivalent(answer, gold)``."""
     extracted = extract_boxed(completion, strict=mode == "exact")
     if extracted is None:
         return 0.0
     if mode == "exact":
         return float(exact_match(extracted, gold))
-    return float(math_equivalent(extracted, gold))
+    return float(equivalent(extracted, gold))
+
+
+def score_math(completion: str, gold: str, mode: str = "equiv") -> float:
+    """1.0 when the last boxed answer of ``completion`` matches ``gold`` (exact or math-equivalent)."""
+    return score_boxed(completion, gold, mode, math_equivalent)
 
 
 def score_choice(completion: str, gold: str, mode: str = "equiv", n_options: int | None = None) -> float:
     """1.0 when the boxed answer names option ``gold`` (a letter)."""
-    extracted = extract_boxed(completion, strict=mode == "exact")
-    if extracted is None:
-        return 0.0
-    if mode == "exact":
-        return float(exact_match(extracted, gold))
-    return float(choice_letter(extracted, n_options) == str(gold).strip().upper())
+    letter = str(gold).strip().upper()
+    return score_boxed(completion, gold, mode, lambda answer, _: choice_letter(answer, n_options) == letter)
 
 
 def score_yes_no(completion: str, gold: str, mode: str = "equiv") -> float:
     """1.0 when the boxed answer says ``gold`` (``Yes`` or ``No``)."""
-    extracted = extract_boxed(completion, strict=mode == "exact")
-    if extracted is None:
-        return 0.0
-    if mode == "exact":
-        return float(exact_match(extracted, gold))
-    return float(yes_no(extracted) == yes_no(gold))
+    return score_boxed(completion, gold, mode, lambda answer, g: yes_no(answer) == yes_no(g))

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from mutualrl.padding import pad_token_rows
 from mutualrl.thl.align import align_logprobs
 from mutualrl.thl.metrics import conservation_stats, naive_copy, ratio_stats, relative_mae
 from mutualrl.thl.retokenize import retokenize
@@ -61,12 +62,7 @@ def model_logps(model: Any, prompt_ids: Sequence[Sequence[int]], response_ids: S
     for b in range(0, len(response_ids), batch_size):
         prompts, responses = prompt_ids[b:b + batch_size], response_ids[b:b + batch_size]
         seqs = [list(p) + list(r) for p, r in zip(prompts, responses, strict=True)]
-        width = max(len(s) for s in seqs)
-        ids = torch.zeros((len(seqs), width), dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        for i, s in enumerate(seqs):
-            ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-            mask[i, : len(s)] = 1
+        ids, mask = pad_token_rows(seqs, 0)
         with torch.no_grad():
             logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.float()
         logp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:].to(device).unsqueeze(-1)).squeeze(-1)

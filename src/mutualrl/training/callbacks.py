@@ -14,7 +14,8 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
-from mutualrl.training.paths import RunPaths, atomic_write_json
+from mutualrl.atomic_io import write_json_atomic
+from mutualrl.training.paths import RunPaths
 
 # TRL log keys -> the names metrics.jsonl uses (see docs/run-layout.md).
 RENAMES = {"reward": "reward_mean"}
@@ -69,7 +70,7 @@ class StatusCallback(TrainerCallback):
     def write(self, state, phase: str | None = None) -> None:
         if phase is not None:
             self.phase = phase
-        atomic_write_json(self.path, {
+        write_json_atomic(self.path, {
             "policy": self.policy, "phase": self.phase, "step": int(state.global_step),
             "max_steps": int(state.max_steps or 0), "time": time.time(), "pid": os.getpid(), **self.last,
         })

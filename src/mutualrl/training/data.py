@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mutualrl.atomic_io import write_text_atomic
 from mutualrl.errors import DataError
 from mutualrl.tasks.base import TaskExample
 
@@ -78,12 +79,7 @@ def joint_length_filter(
 
 
 def write_examples(path: Path, examples: Sequence[TaskExample]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w") as fh:
-        for ex in examples:
-            fh.write(json.dumps({**ex.as_row(), "meta": ex.meta}) + "\n")
-    tmp.replace(path)
+    write_text_atomic(path, "".join(json.dumps({**ex.as_row(), "meta": ex.meta}) + "\n" for ex in examples))
 
 
 def read_examples(path: Path) -> list[TaskExample]:

@@ -28,11 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mutualrl.atomic_io import write_json_atomic
 from mutualrl.config.schema import PolicyConfig, RunConfig
 from mutualrl.errors import UnknownNameError, UsageError
 from mutualrl.regimes.standalone_spec import STANDALONE
 from mutualrl.see.harvest import Harvest, Success, harvest_successes, see_root_of
-from mutualrl.training.paths import RunPaths, atomic_write_json
+from mutualrl.training.paths import RunPaths
 
 #: Marks an output folder as written by `mutualrl distill` (``--overwrite`` deletes only such folders).
 MARKER = ".mutualrl-distill"
@@ -296,7 +297,7 @@ def train_distill(plan: DistillPlan, on_status: Callable[[str], None] = lambda m
         "warnings": plan.warnings,
         "seconds_sft": round(time.perf_counter() - started, 3),
     }
-    atomic_write_json(plan.output / "summary.json", summary)
+    write_json_atomic(plan.output / "summary.json", summary)
     return summary
 
 
@@ -307,7 +308,7 @@ def finish_distill(plan: DistillPlan, summary: dict[str, Any], on_status: Callab
     if plan.options.evaluate:
         summary["eval"] = evaluate_before_after(plan, summary["chat_template"], on_status, progress_factory)
         summary["seconds_eval"] = round(time.perf_counter() - started, 3)
-    atomic_write_json(plan.output / "summary.json", summary)
+    write_json_atomic(plan.output / "summary.json", summary)
     return summary
 
 

@@ -1,10 +1,8 @@
-"""The layout of a run folder (see docs/run-layout.md) and small atomic-write helpers."""
+"""The layout of a run folder (see docs/run-layout.md)."""
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,24 +64,6 @@ class RunPaths:
 
     def eval_result(self, policy: str, step: int) -> Path:
         return self.root / "eval" / policy / f"step-{step:06d}.json"
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so readers see the old or the new content, never a mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=1, default=str))
 
 
 def read_json(path: Path) -> Any:

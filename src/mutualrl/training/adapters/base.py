@@ -16,6 +16,7 @@ The math lives in :mod:`mutualrl.regimes`; this module only moves tensors around
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -209,6 +210,18 @@ def group_rows(index: dict[str, dict[int, int]], prompt_id: str, k: int, policy:
             "generation batch size)"
         )
     return [rows[i] for i in range(k)]
+
+
+def peer_groups(table: Any, prompt_ids: Sequence[str], k: int, policy: str, step: int) -> torch.Tensor:
+    """int64 ``[P, K]``: each prompt's K rollout rows in one peer's table (a gap fails: :func:`group_rows`)."""
+    index = peer_table_index(table, policy, step)
+    rows = [group_rows(index, pid, k, policy, step) for pid in prompt_ids]
+    return torch.tensor(rows, dtype=torch.long).reshape(len(prompt_ids), k)
+
+
+def peer_values(table: Any, column: str, groups: torch.Tensor) -> torch.Tensor:
+    """A numeric column of a peer's table (reward, num_tokens) as float32 ``[P, K]``, laid out as ``groups``."""
+    return torch.tensor(table.column(column).to_numpy(zero_copy_only=False), dtype=torch.float32)[groups]
 
 
 def stable_seed(*parts: Any) -> int:

@@ -18,22 +18,16 @@ import numpy as np
 import torch
 
 from mutualrl.errors import UsageError
+from mutualrl.padding import pad_to_width, pad_token_rows
 from mutualrl.regimes.prp_spec import PRP
 from mutualrl.training.adapters.base import (
     RegimeAdapter,
-    group_rows,
-    peer_table_index,
+    peer_groups,
+    peer_values,
     require_whole_groups,
 )
 
 UNSUPPORTED_KEYS = ("tool_mask", "pixel_values", "image_grid_thw", "token_type_ids", "mm_token_type_ids")
-
-
-def right_pad(tensor: torch.Tensor, width: int, value: float) -> torch.Tensor:
-    if tensor.size(1) >= width:
-        return tensor
-    pad = torch.full((tensor.size(0), width - tensor.size(1)), value, dtype=tensor.dtype, device=tensor.device)
-    return torch.cat([tensor, pad], dim=1)
 
 
 class PRPAdapter(RegimeAdapter):
@@ -68,15 +62,12 @@ class PRPAdapter(RegimeAdapter):
         # Pooled rewards over every rank's groups (so "batch" scaling sees the whole pooled batch).
         pool = torch.empty(len(groups), len(order), k)
         pool[:, learner_m] = rollouts.rewards_global.view(len(groups), k)
-        indexes = {}
+        rows_of = {}  # peer -> its table's rows of every group, [P, K]
         for m, name in enumerate(order):
             if name == self.policy:
                 continue
-            table = peers[name]
-            indexes[name] = peer_table_index(table, name, rollouts.step)
-            rewards = torch.tensor(table.column("reward").to_numpy(zero_copy_only=False), dtype=torch.float32)
-            for p, pid in enumerate(groups):
-                pool[p, m] = rewards[group_rows(indexes[name], pid, k, name, rollouts.step)]
+            rows_of[name] = peer_groups(peers[name], groups, k, name, rollouts.step)
+            pool[:, m] = peer_values(peers[name], "reward", rows_of[name])
         advantages = prp_pooled_advantages(pool, scale_rewards=trainer.scale_rewards,
                                            eps=self.config.regime.prp.std_epsilon)
 
@@ -90,13 +81,11 @@ class PRPAdapter(RegimeAdapter):
         # Peer rows: (local group, peer, sample) in a fixed order.
         texts, finished, source_rows, prompt_rows, peer_adv = [], [], [], [], []
         for local_p, p in enumerate(local_groups):
-            pid = groups[p]
             for m, name in enumerate(order):
                 if name == self.policy:
                     continue
                 table = peers[name]
-                rows = group_rows(indexes[name], pid, k, name, rollouts.step)
-                for j, row in enumerate(rows):
+                for j, row in enumerate(rows_of[name][p].tolist()):
                     texts.append(table.column("response_text")[row].as_py())
                     finished.append(bool(table.column("finished")[row].as_py()))
                     source_rows.append((name, row))
@@ -106,19 +95,14 @@ class PRPAdapter(RegimeAdapter):
         n_peer = len(peer_ids)
         width = max([output["completion_ids"].size(1)] + [len(ids) for ids in peer_ids])
         pad_id = trainer.processing_class.pad_token_id
-        peer_completion = torch.full((n_peer, width), pad_id, dtype=torch.long, device=device)
-        peer_mask = torch.zeros((n_peer, width), dtype=torch.long, device=device)
-        for i, ids in enumerate(peer_ids):
-            if ids:
-                peer_completion[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-                peer_mask[i, : len(ids)] = 1
+        peer_completion, peer_mask = pad_token_rows(peer_ids, pad_id, min_width=width, device=device)
         prompt_index = torch.tensor(prompt_rows, dtype=torch.long, device=device)
 
         merged: dict[str, Any] = dict(output)
         merged["prompt_ids"] = torch.cat([output["prompt_ids"], output["prompt_ids"][prompt_index]])
         merged["prompt_mask"] = torch.cat([output["prompt_mask"], output["prompt_mask"][prompt_index]])
-        merged["completion_ids"] = torch.cat([right_pad(output["completion_ids"], width, pad_id), peer_completion])
-        merged["completion_mask"] = torch.cat([right_pad(output["completion_mask"], width, 0), peer_mask])
+        merged["completion_ids"] = torch.cat([pad_to_width(output["completion_ids"], width, pad_id), peer_completion])
+        merged["completion_mask"] = torch.cat([pad_to_width(output["completion_mask"], width, 0), peer_mask])
         merged["advantages"] = torch.cat([output["advantages"],
                                           torch.tensor(peer_adv, dtype=adv_dtype, device=device)])
 
@@ -138,7 +122,7 @@ class PRPAdapter(RegimeAdapter):
                 scored = trainer.score_completions(
                     trainer.model, merged["prompt_ids"][first_scored:], merged["prompt_mask"][first_scored:],
                     merged["completion_ids"][first_scored:], merged["completion_mask"][first_scored:])
-            snapshot = scored if local_old is None else torch.cat([right_pad(local_old, width, 0.0), scored])
+            snapshot = scored if local_old is None else torch.cat([pad_to_width(local_old, width, 0.0), scored])
         behaviour = None if snapshot is None else snapshot.clone()
         if self.denominator == "peer":
             aligned = self._aligned_traces(peers, source_rows, texts, finished, target_spans, peer_ids)
@@ -148,16 +132,16 @@ class PRPAdapter(RegimeAdapter):
         merged["old_per_token_logps"] = behaviour
         if output.get("sampling_per_token_logps") is not None:
             merged["sampling_per_token_logps"] = torch.cat(
-                [right_pad(output["sampling_per_token_logps"], width, 0.0), behaviour[n_local:]])
+                [pad_to_width(output["sampling_per_token_logps"], width, 0.0), behaviour[n_local:]])
         if output.get("importance_sampling_ratio") is not None:
             ratio = output["importance_sampling_ratio"]
             ones = torch.ones((n_peer, ratio.size(1) if ratio.size(1) == 1 else width), dtype=ratio.dtype,
                               device=device)
             merged["importance_sampling_ratio"] = torch.cat(
-                [ratio if ratio.size(1) == 1 else right_pad(ratio, width, 1.0), ones])
+                [ratio if ratio.size(1) == 1 else pad_to_width(ratio, width, 1.0), ones])
         if output.get("ref_per_token_logps") is not None:
             ref_peer = self._reference_logps(merged, n_local)
-            merged["ref_per_token_logps"] = torch.cat([right_pad(output["ref_per_token_logps"], width, 0.0),
+            merged["ref_per_token_logps"] = torch.cat([pad_to_width(output["ref_per_token_logps"], width, 0.0),
                                                        ref_peer])
         mask_total = merged["completion_mask"].sum()
         merged["num_items_in_batch"] = trainer.accelerator.gather(mask_total).sum()

@@ -15,11 +15,12 @@ from typing import Any
 
 import torch
 
+from mutualrl.padding import pad_token_rows
 from mutualrl.regimes.sgt_spec import SGT
 from mutualrl.training.adapters.base import (
     RegimeAdapter,
-    group_rows,
-    peer_table_index,
+    peer_groups,
+    peer_values,
     require_whole_groups,
     stable_seed,
 )
@@ -101,16 +102,10 @@ class SGTAdapter(RegimeAdapter):
         peer_rows: list[list[list[int]]] = []
         for m, name in enumerate(self.peers):
             table = peers[name]
-            index = peer_table_index(table, name, step)
-            rewards = torch.tensor(table.column("reward").to_numpy(zero_copy_only=False), dtype=torch.float32)
-            lengths = torch.tensor(table.column("num_tokens").to_numpy(zero_copy_only=False), dtype=torch.float32)
-            rows_m = []
-            for p, pid in enumerate(local_groups):
-                rows = group_rows(index, pid, k, name, step)
-                peer_rewards[p, m] = rewards[rows]
-                peer_lengths[p, m] = lengths[rows]
-                rows_m.append(rows)
-            peer_rows.append(rows_m)
+            rows = peer_groups(table, local_groups, k, name, step)
+            peer_rewards[:, m] = peer_values(table, "reward", rows)
+            peer_lengths[:, m] = peer_values(table, "num_tokens", rows)
+            peer_rows.append(rows.tolist())
 
         gate = sgt_gate(learner, peer_rewards, success_threshold=settings.success_threshold,
                         failure_threshold=settings.failure_threshold,
@@ -149,14 +144,13 @@ class SGTAdapter(RegimeAdapter):
             width = max([1] + [len(ids) for ids in sequences])
             device = output["completion_ids"].device
             pad = trainer.processing_class.pad_token_id
-            completion = torch.full((n_local, width), pad, dtype=torch.long, device=device)
-            mask = torch.zeros((n_local, width), dtype=torch.long, device=device)
+            rows: list[list[int]] = [[] for _ in range(n_local)]  # the rescue target on gated rows only
             for p, ids in zip(gated_prompts, sequences, strict=True):
                 for i in range(p * k, (p + 1) * k):
                     if flat_mask[i]:
-                        completion[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-                        mask[i, : len(ids)] = 1
+                        rows[i] = ids
                         extra_tokens += len(ids)
+            completion, mask = pad_token_rows(rows, pad, min_width=width, device=device)
             weights = sgt_example_weights(flat_mask, settings.lam, trainer.args.steps_per_generation,
                                           trainer.current_gradient_accumulation_steps, num_gated=num_gated,
                                           num_processes=rollouts.num_processes)

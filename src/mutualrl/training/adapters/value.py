@@ -14,8 +14,8 @@ from mutualrl.regimes.randpert_spec import RANDPERT
 from mutualrl.regimes.xgrpo_spec import XGRPO
 from mutualrl.training.adapters.base import (
     RegimeAdapter,
-    group_rows,
-    peer_table_index,
+    peer_groups,
+    peer_values,
     stable_seed,
 )
 
@@ -44,10 +44,7 @@ class XGRPOAdapter(RegimeAdapter):
                 pool[:, m] = learner
                 continue
             table = peers[name]
-            index = peer_table_index(table, name, rollouts.step)
-            rewards = torch.tensor(table.column("reward").to_numpy(zero_copy_only=False), dtype=torch.float32)
-            for p, pid in enumerate(groups):
-                pool[p, m] = rewards[group_rows(index, pid, k, name, rollouts.step)]
+            pool[:, m] = peer_values(table, "reward", peer_groups(table, groups, k, name, rollouts.step))
         result = xgrpo_advantages(
             pool, self.pool_order.index(self.policy), rollouts.lengths_global.view(len(groups), k),
             cross_model_factor=settings.cross_model_factor, length_correction=settings.length_correction,

@@ -1,0 +1,103 @@
+"""Greedy completions with transformers ``generate``: left-padded batches, temperature 0, stop at EOS.
+
+Held-out evaluation (the training loop's validation, ``mutualrl eval``) and the tiny pool's
+warm-start checks decode the same way, so a family accuracy in ``warm_start.json`` and
+reward@1 in a run are the same measurement.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from mutualrl.padding import pad_token_rows
+
+Progress = Callable[[int], None]
+
+
+def eos_token_ids(tokenizer: Any, model: Any = None) -> list[int]:
+    """Every id that ends a completion: the tokenizer's EOS and the model's generation-config EOS."""
+    ids: list[int] = []
+    candidates: list[Any] = [getattr(tokenizer, "eos_token_id", None)]
+    gen_config = getattr(model, "generation_config", None)
+    if gen_config is not None:
+        candidates.append(getattr(gen_config, "eos_token_id", None))
+    for c in candidates:
+        for i in c if isinstance(c, (list, tuple)) else [c]:
+            if i is not None and int(i) not in ids:
+                ids.append(int(i))
+    return ids
+
+
+def decode_completion(tokenizer: Any, token_ids: Sequence[int], eos_ids: Sequence[int], pad_id: int | None) -> str:
+    """Completion text: tokens up to the first EOS, special tokens dropped."""
+    out = []
+    for t in token_ids:
+        t = int(t)
+        if t in eos_ids:
+            break
+        out.append(t)
+    if pad_id is not None and pad_id not in eos_ids:
+        while out and out[-1] == pad_id:
+            out.pop()
+    return tokenizer.decode(out, skip_special_tokens=True)
+
+
+@contextlib.contextmanager
+def eval_mode(model: Any) -> Iterator[None]:
+    """Eval mode for the block, then the mode the model had (validation runs mid-training)."""
+    was_training = bool(getattr(model, "training", False))
+    model.eval()
+    try:
+        yield
+    finally:
+        if was_training:
+            model.train()
+
+
+def generate_greedy(
+    model: Any,
+    tokenizer: Any,
+    prompts: list[list[int]],
+    *,
+    max_new_tokens: int,
+    batch_size: int,
+    progress: Progress | None = None,
+) -> list[str]:
+    """Greedy completions (transformers ``generate``) for tokenised prompts, in input order.
+
+    Prompts are batched by length (less padding) and left-padded; generation stops at EOS.
+    The model's train/eval mode is restored afterwards (the training loop calls this mid-run).
+    """
+    import torch
+    from transformers import GenerationConfig
+
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    eos_ids = eos_token_ids(tokenizer, model)
+    pad_id = tokenizer.pad_token_id
+    if pad_id is None:
+        pad_id = eos_ids[0] if eos_ids else 0
+    config = GenerationConfig(
+        do_sample=False,
+        num_beams=1,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=eos_ids or None,
+        pad_token_id=pad_id,
+        use_cache=True,
+    )
+    device = next(model.parameters()).device
+    order = sorted(range(len(prompts)), key=lambda i: (-len(prompts[i]), i))
+    completions: list[str] = [""] * len(prompts)
+    with eval_mode(model), torch.no_grad():
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            input_ids, attention = pad_token_rows([prompts[i] for i in batch], pad_id, side="left", device=device)
+            output = model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config)
+            new_tokens = output[:, input_ids.size(1) :].tolist()
+            for row, i in enumerate(batch):
+                completions[i] = decode_completion(tokenizer, new_tokens[row], eos_ids, pad_id)
+            if progress is not None:
+                progress(len(batch))
+    return completions

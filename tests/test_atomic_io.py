@@ -1,0 +1,44 @@
+"""The one atomic writer: whole files only, no temporaries left behind, the umask decides the mode."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from mutualrl.atomic_io import write_json_atomic, write_text_atomic
+
+
+def test_writes_replace_the_file_and_create_its_folder(tmp_path):
+    path = tmp_path / "a" / "b.txt"
+    assert write_text_atomic(path, "old") == path
+    write_text_atomic(path, "new é")
+    assert path.read_text(encoding="utf-8") == "new é"
+    assert os.listdir(path.parent) == ["b.txt"]
+
+
+def test_json_defaults_and_overrides(tmp_path):
+    path = write_json_atomic(tmp_path / "x.json", {"p": tmp_path, "s": "é"})
+    assert path.read_text() == json.dumps({"p": str(tmp_path), "s": "é"}, indent=1)
+    write_json_atomic(path, {"s": "é"}, ensure_ascii=False, indent=2)
+    assert path.read_text(encoding="utf-8") == '{\n  "s": "é"\n}'
+
+
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path):
+    path = write_text_atomic(tmp_path / "x.json", "old")
+    with pytest.raises(TypeError):
+        write_json_atomic(path, {"x": object()}, default=None)
+    with pytest.raises(UnicodeEncodeError):
+        write_text_atomic(path, "\udc80")  # a lone surrogate cannot be encoded: fails mid-write
+    assert path.read_text() == "old"
+    assert os.listdir(tmp_path) == ["x.json"]
+
+
+def test_the_mode_follows_the_umask(tmp_path):
+    old = os.umask(0o022)
+    try:
+        path = write_text_atomic(tmp_path / "x", "x")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o644
