@@ -25,6 +25,18 @@ from mutualrl.errors import UsageError
 
 LOCK_NAME = ".lock"
 RUN_MARKER = ".mutualrl-run"
+MACHINES_DIR = ".machines"
+"""Files through which the launchers of several machines coordinate (launch.nodes)."""
+
+
+def machine_lock_name(machine: int) -> str:
+    """The lock of machine ``machine`` (0: the run lock) of a run on several machines."""
+    return LOCK_NAME if machine == 0 else f"{LOCK_NAME}-machine-{machine}"
+
+
+def is_coordination_entry(name: str) -> bool:
+    """A run folder entry of the launchers themselves (locks, the machines' join files), not of the run."""
+    return name.startswith(LOCK_NAME) or name == MACHINES_DIR
 # Workers of a killed launcher notice within ~1 s (training.watchdog) and then exit; a second
 # launch waits this long for them before it reports the folder as busy.
 ORPHAN_GRACE_S = 20.0
@@ -35,11 +47,12 @@ class RunBusyError(UsageError):
 
 
 class RunLock:
-    """Exclusive lock on ``root/.lock``; ``fd`` stays open (and inheritable) while held."""
+    """Exclusive lock on ``root/.lock`` (``name``: another lock file, e.g. machine k's); ``fd`` stays open (and
+    inheritable) while held."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, name: str = LOCK_NAME):
         self.root = Path(root)
-        self.path = self.root / LOCK_NAME
+        self.path = self.root / name
         self.fd: int | None = None
 
     def acquire(self, action: str, wait_for_orphans_s: float = ORPHAN_GRACE_S) -> RunLock:
@@ -130,13 +143,14 @@ def mark_run_folder(root: Path) -> None:
 def clear_run_folder(root: Path) -> None:
     """Delete a run folder's content for ``--overwrite``; refuses a folder that is not a mutualrl run.
 
-    The lock file stays (we hold it); symlinks are removed, never followed.
+    The lock files stay (we hold ours; other machines' launchers may hold theirs); symlinks are removed,
+    never followed.
     """
     import shutil
 
     require_run_folder(root)
     for child in root.iterdir():
-        if child.name == LOCK_NAME:
+        if child.name.startswith(LOCK_NAME):
             continue
         if child.is_symlink() or not child.is_dir():
             child.unlink()
