@@ -214,3 +214,21 @@ def test_a_second_launcher_for_the_same_machine_rank_is_refused(tmp_path):
 def test_machine_0_names_the_machines_that_never_joined(tmp_path):
     with pytest.raises(UsageError, match=r"machine\(s\) 1, 2 did not join"):
         open_session(tmp_path, 3, "main", None, 0.01, lambda _: None)
+
+
+def test_a_filesystem_without_locks_warns_and_a_holder_elsewhere_counts_as_live(tmp_path, monkeypatch):
+    import errno
+    import fcntl
+
+    from mutualrl.launch import run_lock
+
+    assert run_lock.holder_alive({"host": "another-machine", "pid": 999999999})
+    assert not run_lock.holder_alive({"host": run_lock.socket.gethostname(), "pid": 999999999})
+
+    def no_locks(fd, how):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    lock = RunLock(tmp_path).acquire("train into")
+    assert "no file locks" in lock.warning and "-o flock" in lock.warning
+    lock.release()

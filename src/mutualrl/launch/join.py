@@ -30,6 +30,8 @@ def join_run(config: RunConfig, paths: RunPaths, console: Console) -> int:
     if machine >= launch.nodes:
         raise UsageError(f"--machine-rank {machine} is not a machine of --nodes {launch.nodes} (0..{launch.nodes - 1})")
     with RunLock(paths.root, machine_lock_name(machine)).acquire(f"join as machine {machine}") as lock:
+        if lock.warning:
+            console.print(f"[yellow]warning:[/] {lock.warning}", highlight=False)
         session = join_session(paths.root, machine, launch.nodes, local_address(launch.main_address),
                                launch.join_timeout_s, say=lambda text: console.print(text, highlight=False))
         watch = RemoteWatch(paths.root, paths.default_see(), session, machine, {}, wait_for=(), peer_timeout_s=None)

@@ -165,6 +165,8 @@ def train_one(options: TrainOptions, console: Console) -> int:
     check_run_dir(paths, options)  # refuses before anything is written
     allowed = resume_changes(paths, config) if options.resume and paths.config.exists() else []
     with RunLock(paths.root).acquire("resume" if options.resume else "train into") as lock:
+        if lock.warning:
+            console.print(f"[yellow]warning:[/] {lock.warning}", highlight=False)
         mark_interrupted(paths)
         if options.overwrite and not options.resume and is_run_folder(paths.root):  # a new folder has only .lock
             clear_run_folder(paths.root)
