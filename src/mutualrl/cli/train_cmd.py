@@ -35,8 +35,19 @@ def train(
     ),
     gpus: int | None = typer.Option(None, "--gpus", min=0, help="GPUs to place policies on (default: all visible)."),
     device_map: str | None = typer.Option(
-        None, "--device-map", help="Explicit placement, e.g. 'qwen-a=0,1;qwen-b=2,3' (overrides the even split)."
+        None, "--device-map", help="Explicit placement, e.g. 'qwen-a=0,1;qwen-b=2,3' (overrides the even split). With "
+        "--nodes, ids are global: machine k has k*gpus .. k*gpus+gpus-1."
     ),
+    nodes: int | None = typer.Option(
+        None, "--nodes", min=1, help="Machines to run the pool on (default 1), each with --gpus GPUs; the run folder "
+        "must be on a filesystem they all mount at the same path. Start the same command on every machine with "
+        "its own --machine-rank.", show_default=False),
+    machine_rank: int | None = typer.Option(
+        None, "--machine-rank", min=0, help="Which machine this is (0..nodes-1). Machine 0 creates the run; the "
+        "others join it and start only their workers.", show_default=False),
+    main_address: str | None = typer.Option(
+        None, "--main-address", help="Address of machine 0 as the others reach it (default 127.0.0.1: several "
+        "launchers on one machine).", show_default=False),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print placement, launch commands and resolved config; start nothing."
     ),
@@ -73,6 +84,6 @@ def train(
 
     options = TrainOptions(pool=pool, regime=regime, prp_denominator=prp_denominator, output_dir=output_dir,
                            max_steps=max_steps, seed=seed, overrides=list(overrides), gpus=gpus,
-                           device_map=device_map, dry_run=dry_run, resume=resume, overwrite=overwrite,
-                           baseline=baseline)
+                           device_map=device_map, nodes=nodes, machine_rank=machine_rank, main_address=main_address,
+                           dry_run=dry_run, resume=resume, overwrite=overwrite, baseline=baseline)
     raise typer.Exit(run_train(options, console))

@@ -249,6 +249,28 @@ class LaunchConfig:
     main_process_port: int = field(
         default=29500, metadata={"ge": 1, "le": 65535, "help": "First rendezvous port; policy i uses port + i."}
     )
+    nodes: int = field(
+        default=1,
+        metadata={"ge": 1, "help": "Machines the pool runs on (--nodes), each with `gpus` GPUs; the run folder must be "
+                  "on a filesystem every machine mounts at the same path. Start `mutualrl train` on every machine "
+                  "with the same options and its own --machine-rank."},
+    )
+    machine_rank: int = field(
+        default=0,
+        metadata={"ge": 0, "help": "Which machine this launcher is (--machine-rank), 0..nodes-1. Machine 0 creates "
+                  "the run (config, plan, run.json, summary); the others join it and start only their workers."},
+    )
+    main_address: str = field(
+        default="127.0.0.1",
+        metadata={"help": "Address of machine 0 as the other machines reach it (--main-address): the rendezvous "
+                  "address of every policy whose ranks span machine 0 and others. 127.0.0.1 simulates "
+                  "several machines on one."},
+    )
+    join_timeout_s: float = field(
+        default=600.0,
+        metadata={"gt": 0, "help": "With nodes > 1: how long machine 0 waits for the other machines to join, and "
+                  "they for machine 0 to plan the run."},
+    )
     stall_timeout_s: float | None = field(
         default=None,
         metadata={"gt": 0, "help": "Fail the run if a policy makes no progress for this long (default: the SEE barrier timeout)."},

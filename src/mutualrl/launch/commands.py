@@ -11,6 +11,10 @@ Several DeepSpeed engines in one Python process share global state and break
   ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` = the policy's threads, and with DeepSpeed the
   single-process launcher environment DeepSpeed needs (verified end to end, see
   docs/launch.md "CPU DeepSpeed").
+- Several machines (``launch.nodes``): a policy has one command per machine it runs on;
+  one whose ranks span machines adds accelerate's ``--num_machines --machine_rank
+  --main_process_ip --gpu_ids`` (torchrun's ``--nnodes --node_rank --master_addr`` on CPU),
+  meeting at its first machine on its own port.
 
 :class:`LaunchSpec` ``env`` is an overlay: the runtime starts the child with
 ``{**os.environ, **spec.env}``.
@@ -25,6 +29,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +37,9 @@ from typing import Any
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError
 from mutualrl.launch.configs import ZERO_STAGES, accelerate_config_path, deepspeed_config_path
+from mutualrl.launch.machines import local_devices
 from mutualrl.launch.mwra import Placement, PolicyPlacement
+from mutualrl.training.trackers import tracker_group_env
 
 WORKER_MODULE = "mutualrl.training.worker"
 
@@ -49,6 +56,8 @@ class LaunchSpec:
     log_path: str
     """stdout and stderr of the whole group go here."""
     notes: list[str] = field(default_factory=list)
+    machine: int = 0
+    """The machine that runs this command (``launch.nodes`` > 1)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -159,72 +168,112 @@ def build_launch_specs(
     parent_visible_devices: str | None = None,
     cwd: Path | None = None,
 ) -> list[LaunchSpec]:
-    """One :class:`LaunchSpec` per policy, in pool order.
+    """One :class:`LaunchSpec` per policy (on its first machine), in pool order.
 
     ``parent_visible_devices``: the parent's ``CUDA_VISIBLE_DEVICES`` (default: read from
     the environment) to translate logical GPU ids. Config files are expected at
     :func:`~mutualrl.launch.configs.accelerate_config_path` /
     :func:`~mutualrl.launch.configs.deepspeed_config_path` (``LaunchPlan.write`` puts them there).
     """
+    specs = build_machine_specs(config, placement, run_dir, python, parent_visible_devices, cwd)
+    return [per_machine[0] for per_machine in specs]
+
+
+def build_machine_specs(
+    config: RunConfig,
+    placement: Placement,
+    run_dir: Path,
+    python: str = sys.executable,
+    parent_visible_devices: str | None = None,
+    cwd: Path | None = None,
+    machine: int = 0,
+    addresses: Mapping[int, str] | None = None,
+) -> list[list[LaunchSpec]]:
+    """Per policy (pool order), one :class:`LaunchSpec` for each machine it runs on (``placed.machines``).
+
+    ``machine`` is the machine planning: ``parent_visible_devices`` applies to its commands only
+    (another machine's are shown with plain ids). ``addresses``: {machine: address} of machines
+    other than 0, known once they joined the run; a policy whose ranks span machines meets at its
+    first machine (machine 0: ``launch.main_address``), else a placeholder is shown.
+    """
     run_dir = Path(run_dir).resolve()
     cwd = Path(cwd or Path.cwd()).resolve()
     if parent_visible_devices is None:
         parent_visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
-    deepspeed = config.launch.deepspeed
-    specs = []
+    out = []
     for index, policy in enumerate(config.pool.policies):
         placed = placement.of(policy.name)
-        port = policy_port(config, index)
-        worker = ["-m", WORKER_MODULE, "--run-dir", str(run_dir), "--policy", policy.name]
-        # PYTHONPATH: the policy processes run the same mutualrl as the parent, installed or not.
-        env = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": package_path()}
-        notes: list[str] = []
+        out.append([
+            _spec(config, index, placed, placement.gpus, run_dir, python, cwd, where,
+                  parent_visible_devices if where == machine else "", addresses)
+            for where in placed.machines
+        ])
+    return out
+
+
+def machine_address(machine: int, main_address: str, addresses: Mapping[int, str] | None = None) -> str:
+    """Where ranks meet when a policy's first machine is ``machine``."""
+    if machine == 0:
+        return main_address
+    return (addresses or {}).get(machine) or ADDRESS_PLACEHOLDER.format(machine=machine)
+
+
+ADDRESS_PLACEHOLDER = "<address of machine {machine}>"
+
+
+def _spec(config: RunConfig, index: int, placed: PolicyPlacement, gpus: int, run_dir: Path, python: str, cwd: Path,
+          machine: int, parent_mask: str | None, addresses: Mapping[int, str] | None) -> LaunchSpec:
+    name = placed.name
+    deepspeed = config.launch.deepspeed
+    port = policy_port(config, index)
+    worker = ["-m", WORKER_MODULE, "--run-dir", str(run_dir), "--policy", name]
+    # PYTHONPATH: the policy processes run the same mutualrl as the parent, installed or not.
+    env = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": package_path()}
+    policy = config.pool.policies[index]
+    env.update(tracker_group_env({**config.grpo, **policy.grpo}.get("report_to"), run_dir.name, os.environ))
+    notes: list[str] = []
+    if deepspeed != "none":
+        env["TORCH_EXTENSIONS_DIR"] = str(torch_extensions_dir())
+    machines = placed.machines
+    group: list[str] = []  # where the policy's ranks meet when they span machines
+    if len(machines) > 1:
+        group = ["--master_addr", machine_address(machines[0], config.launch.main_address, addresses)]
+    per_machine = placed.processes_per_machine
+    threads = max(1, placed.cpu_threads // per_machine)
+    if placed.device_type == "cuda":
+        visible = visible_devices(local_devices(placed, machine, gpus), parent_mask)
+        env.update(CUDA_VISIBLE_DEVICES=visible, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        spanning = ["--num_machines", str(len(machines)), "--machine_rank", str(machines.index(machine)),
+                    "--main_process_ip", group[1], "--gpu_ids", visible] if group else []
+        argv = [
+            python, "-m", "accelerate.commands.launch",
+            "--config_file", str(accelerate_config_path(run_dir, name)),
+            "--num_processes", str(placed.num_processes),
+            *spanning,
+            "--main_process_port", str(port),
+            *worker,
+        ]  # fmt: skip
+    else:
+        env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
         if deepspeed != "none":
-            env["TORCH_EXTENSIONS_DIR"] = str(torch_extensions_dir())
-        if placed.device_type == "cuda":
-            threads = max(1, placed.cpu_threads // placed.num_processes)
-            env.update(
-                CUDA_VISIBLE_DEVICES=visible_devices(placed.devices, parent_visible_devices),
-                OMP_NUM_THREADS=str(threads),
-                MKL_NUM_THREADS=str(threads),
+            env.update(cpu_deepspeed_env(deepspeed_config_path(run_dir, name), deepspeed, port, placed.num_processes))
+            notes.append(
+                f"{name}: DeepSpeed {deepspeed} on the CPU ({placed.num_processes} rank(s), launcher variables set by "
+                f"mutualrl); the first run compiles DeepSpeed's CPU ops into {env['TORCH_EXTENSIONS_DIR']}"
             )
-            argv = [
-                python, "-m", "accelerate.commands.launch",
-                "--config_file", str(accelerate_config_path(run_dir, policy.name)),
-                "--num_processes", str(placed.num_processes),
-                "--main_process_port", str(port),
-                *worker,
-            ]  # fmt: skip
+        if placed.num_processes > 1:
+            # accelerate launches several CPU ranks only through mpirun; torchrun sets RANK/WORLD_SIZE/...
+            # and accelerate then runs MULTI_CPU over gloo.
+            if deepspeed == "none":  # with DeepSpeed, accelerate takes the CPU from DS_ACCELERATOR
+                env["ACCELERATE_USE_CPU"] = "true"
+            nodes = ["--nnodes", str(len(machines)), "--node_rank", str(machines.index(machine))] if group else []
+            argv = [python, "-m", "torch.distributed.run", *nodes, "--nproc_per_node", str(per_machine),
+                    *(group or ["--master_addr", "127.0.0.1"]), "--master_port", str(port), *worker]
         else:
-            ranks = placed.num_processes
-            threads = max(1, placed.cpu_threads // ranks)
-            env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-            if deepspeed != "none":
-                env.update(cpu_deepspeed_env(deepspeed_config_path(run_dir, policy.name), deepspeed, port, ranks))
-                notes.append(
-                    f"{policy.name}: DeepSpeed {deepspeed} on the CPU ({ranks} rank(s), launcher variables set by "
-                    f"mutualrl); the first run compiles DeepSpeed's CPU ops into {env['TORCH_EXTENSIONS_DIR']}"
-                )
-            if ranks > 1:
-                # accelerate launches several CPU ranks only through mpirun; torchrun sets RANK/WORLD_SIZE/...
-                # and accelerate then runs MULTI_CPU over gloo.
-                if deepspeed == "none":  # with DeepSpeed, accelerate takes the CPU from DS_ACCELERATOR
-                    env["ACCELERATE_USE_CPU"] = "true"
-                argv = [python, "-m", "torch.distributed.run", "--nproc_per_node", str(ranks), "--master_addr",
-                        "127.0.0.1", "--master_port", str(port), *worker]
-            else:
-                argv = [python, *worker]
-        specs.append(
-            LaunchSpec(
-                policy=policy.name,
-                argv=argv,
-                env=env,
-                cwd=str(cwd),
-                log_path=str(run_dir / "logs" / f"{policy.name}.log"),
-                notes=notes,
-            )
-        )
-    return specs
+            argv = [python, *worker]
+    log = f"{name}.log" if machine == machines[0] else f"{name}.machine-{machine}.log"
+    return LaunchSpec(policy=name, argv=argv, env=env, cwd=str(cwd), log_path=str(run_dir / "logs" / log),
+                      notes=notes, machine=machine)
 
 
 def package_path() -> str:

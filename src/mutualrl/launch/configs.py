@@ -89,10 +89,15 @@ def accelerate_config(
     main_process_port: int,
     gpu_ids: str | None,
     deepspeed_file: Path | None = None,
+    main_process_ip: str | None = None,
 ) -> dict[str, Any]:
     """The accelerate config (``accelerate launch --config_file``) of one policy.
 
     ``gpu_ids``: the ids the launcher also puts in ``CUDA_VISIBLE_DEVICES`` (see module doc).
+    A policy on several machines (``placed.machines``) gets ``num_machines``, ``main_process_ip``
+    (its first machine's address, when known) and DeepSpeed's ``standard`` multi-node launcher
+    (torchrun on each machine; accelerate's default, pdsh, would ssh into the others); each
+    machine's command passes its own ``--machine_rank`` and ``--gpu_ids``, which win over the file.
     On CPU the file is written for completeness (plain single process, ``use_cpu``); the
     CPU launcher runs the worker directly (see :mod:`mutualrl.launch.commands`).
     """
@@ -100,13 +105,15 @@ def accelerate_config(
         "compute_environment": "LOCAL_MACHINE",
         "debug": False,
         "machine_rank": 0,
-        "num_machines": 1,
+        "num_machines": len(placed.machines),
         "rdzv_backend": "static",
         "same_network": True,
         "main_training_function": "main",
         "main_process_port": int(main_process_port),
         "enable_cpu_affinity": False,
     }
+    if len(placed.machines) > 1 and main_process_ip:
+        base["main_process_ip"] = main_process_ip
     if placed.device_type == "cpu":
         distributed = "MULTI_CPU" if placed.num_processes > 1 else "NO"
         return {**base, "distributed_type": distributed, "num_processes": placed.num_processes, "use_cpu": True,
@@ -123,6 +130,7 @@ def accelerate_config(
             "deepspeed_config": {
                 "deepspeed_config_file": str(deepspeed_file),
                 "zero3_init_flag": ZERO_STAGES[deepspeed] == 3,
+                **({"deepspeed_multinode_launcher": "standard"} if len(placed.machines) > 1 else {}),
             },
         }
     distributed = "MULTI_GPU" if placed.num_processes > 1 else "NO"

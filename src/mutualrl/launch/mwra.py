@@ -34,16 +34,23 @@ class PolicyPlacement:
     name: str
     device_type: DeviceType
     devices: tuple[int, ...]
-    """GPU ids (parent-logical) for ``cuda``; empty for ``cpu``."""
+    """GPU ids (parent-logical) for ``cuda``; empty for ``cpu``. With several machines: global ids, machine
+    ``id // gpus`` (see :mod:`mutualrl.launch.machines`)."""
     num_processes: int
-    """One process per GPU; 1 on CPU."""
+    """One process per GPU; ``launch.cpu_processes`` on CPU; summed over the policy's machines."""
     cpu_threads: int
-    """CPU threads for the whole group (``OMP_NUM_THREADS`` of a CPU worker)."""
+    """CPU threads for the whole group on one machine (``OMP_NUM_THREADS`` of a CPU worker)."""
     share: float = 1.0
+    machines: tuple[int, ...] = (0,)
+    """The machines the policy's ranks run on (the first one hosts its rank 0)."""
 
     @property
     def world_size(self) -> int:
         return self.num_processes
+
+    @property
+    def processes_per_machine(self) -> int:
+        return self.num_processes // len(self.machines)
 
 
 @dataclass
@@ -57,6 +64,8 @@ class Placement:
     """True when the user gave a device map."""
     idle_gpus: list[int] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    nodes: int = 1
+    """Machines; ``gpus`` is per machine."""
 
     @property
     def device_type(self) -> DeviceType:
@@ -71,7 +80,7 @@ class Placement:
     def to_dict(self) -> dict:
         out = asdict(self)
         for placed in out["policies"]:
-            placed["devices"] = list(placed["devices"])
+            placed["devices"], placed["machines"] = list(placed["devices"]), list(placed["machines"])
         return out
 
 

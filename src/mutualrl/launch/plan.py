@@ -16,14 +16,7 @@ from typing import Any
 
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError, UsageError
-from mutualrl.launch.batching import (
-    BatchSizeError,
-    DerivedBatch,
-    apply_batch,
-    fits,
-    split_across_cpu_ranks,
-    trl_generation_batch,
-)
+from mutualrl.launch.batching import BatchSizeError, DerivedBatch, apply_batch, fits, split_across_cpu_ranks
 from mutualrl.launch.cadence import (
     apply_cadence,
     describe,
@@ -32,9 +25,11 @@ from mutualrl.launch.cadence import (
     validation_interval,
 )
 from mutualrl.launch.commands import (
+    ADDRESS_PLACEHOLDER,
     LaunchSpec,
     adapt_grpo_to_device,
-    build_launch_specs,
+    build_machine_specs,
+    machine_address,
     policy_port,
 )
 from mutualrl.launch.configs import (
@@ -54,18 +49,11 @@ from mutualrl.launch.detect import (
     detect_gpus,
     detect_ram_gib,
 )
-from mutualrl.launch.mwra import (
-    MemoryEstimate,
-    Placement,
-    PolicyPlacement,
-    check_memory,
-    estimate_training_memory,
-    param_count_for,
-    plan_placement,
-)
-from mutualrl.regimes.registry import get_regime
+from mutualrl.launch.machines import plan_placement_nodes
+from mutualrl.launch.mwra import MemoryEstimate, Placement, PolicyPlacement
+from mutualrl.launch.plan_checks import check_same_prompts, memory_check
 from mutualrl.training.paths import RunPaths
-from mutualrl.training.trackers import check_trackers
+from mutualrl.training.trackers import check_trackers, policy_run_name
 
 PLAN_SCHEMA_VERSION = 1
 
@@ -92,6 +80,12 @@ class PolicyPlan:
     memory: MemoryEstimate | None = None
     schedule: list[list[str]] = field(default_factory=list)
     """Run length and cadence rows (setting, recipe value with its unit, optimizer steps) for the dry run."""
+    launches: list[LaunchSpec] = field(default_factory=list)
+    """One command per machine the policy runs on (``launch`` is the first machine's)."""
+
+    @property
+    def commands(self) -> list[LaunchSpec]:
+        return self.launches or [self.launch]
 
     @property
     def vllm(self) -> str:
@@ -108,6 +102,10 @@ class LaunchPlan:
     simulated: bool = False
     warnings: list[str] = field(default_factory=list)
     schema_version: int = PLAN_SCHEMA_VERSION
+    nodes: int = 1
+    machine: int = 0
+    """The machine that made this plan (``launch.machine_rank``)."""
+    main_address: str = "127.0.0.1"
 
     def policy(self, name: str) -> PolicyPlan:
         for plan in self.policies:
@@ -117,7 +115,11 @@ class LaunchPlan:
 
     @property
     def specs(self) -> list[LaunchSpec]:
-        return [p.launch for p in self.policies]
+        """The commands this plan's machine runs (one machine: one per policy)."""
+        return self.specs_for(self.machine)
+
+    def specs_for(self, machine: int) -> list[LaunchSpec]:
+        return [spec for p in self.policies for spec in p.commands if spec.machine == machine]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -126,13 +128,17 @@ class LaunchPlan:
             "pool": self.pool,
             "regime": self.regime,
             "simulated": self.simulated,
+            "nodes": self.nodes,
+            "machine": self.machine,
+            "main_address": self.main_address,
             "placement": self.placement.to_dict(),
             "warnings": list(self.warnings),
             "policies": [
                 {
                     "name": p.name,
                     "model": p.model,
-                    "placement": {**asdict(p.placement), "devices": list(p.placement.devices)},
+                    "placement": {**asdict(p.placement), "devices": list(p.placement.devices),
+                                  "machines": list(p.placement.machines)},
                     "grpo": p.grpo,
                     "batch": asdict(p.batch) if p.batch else None,
                     "deepspeed": p.deepspeed,
@@ -142,6 +148,7 @@ class LaunchPlan:
                     "deepspeed_config_path": p.deepspeed_config_path,
                     "deepspeed_config": p.deepspeed_config,
                     "launch": p.launch.to_dict(),
+                    "launches": [spec.to_dict() for spec in p.launches],
                     "notes": list(p.notes),
                     "memory": asdict(p.memory) if p.memory else None,
                     "schedule": [list(row) for row in p.schedule],
@@ -164,6 +171,7 @@ class LaunchPlan:
             explicit=raw_placement["explicit"],
             idle_gpus=list(raw_placement.get("idle_gpus", [])),
             warnings=list(raw_placement.get("warnings", [])),
+            nodes=int(raw_placement.get("nodes", 1)),
         )
         policies = []
         for raw in data["policies"]:
@@ -184,6 +192,7 @@ class LaunchPlan:
                     notes=list(raw.get("notes", [])),
                     memory=MemoryEstimate(**raw["memory"]) if raw.get("memory") else None,
                     schedule=[list(row) for row in raw.get("schedule", [])],
+                    launches=[LaunchSpec(**spec) for spec in raw.get("launches", [])],
                 )
             )
         return cls(
@@ -194,6 +203,9 @@ class LaunchPlan:
             policies=policies,
             simulated=bool(data.get("simulated", False)),
             warnings=list(data.get("warnings", [])),
+            nodes=int(data.get("nodes", 1)),
+            machine=int(data.get("machine", 0)),
+            main_address=str(data.get("main_address", "127.0.0.1")),
         )
 
     def write(self, run_dir: Path | None = None) -> list[Path]:
@@ -240,6 +252,7 @@ def _placement_from(raw: dict[str, Any]) -> PolicyPlacement:
         num_processes=raw["num_processes"],
         cpu_threads=raw["cpu_threads"],
         share=raw.get("share", 1.0),
+        machines=tuple(raw.get("machines", (0,))),
     )
 
 
@@ -261,6 +274,7 @@ def make_launch_plan(
     param_counts: dict[str, float] | None = None,
     vllm_available: bool | None = None,
     parent_visible_devices: str | None = None,
+    addresses: dict[int, str] | None = None,
 ) -> LaunchPlan:
     """Plan the run: placement, per-policy GRPO fields, config files and commands.
 
@@ -271,9 +285,16 @@ def make_launch_plan(
     ``param_counts``: {policy: parameters} hints for the memory check (otherwise known
     model cards, then the size in the model name). Raises PlacementError (before anything
     starts) when the pool cannot be placed or its batch cannot be split.
+
+    Several machines (``launch.nodes``): ``gpus`` is per machine, every machine's commands are
+    planned (``PolicyPlan.launches``) as ``launch.machine_rank`` sees them; ``addresses``
+    {machine: address} fills in where a policy spanning machines other than 0 meets.
     """
     run_dir = Path(run_dir).resolve()
     launch = config.launch
+    if launch.machine_rank >= launch.nodes:
+        raise UsageError(f"--machine-rank {launch.machine_rank} is not a machine of --nodes {launch.nodes} "
+                         f"(0..{launch.nodes - 1})")
     if gpus is None:
         gpus = launch.gpus
     if gpus is None:
@@ -296,9 +317,10 @@ def make_launch_plan(
     policies = config.pool.policies
     merged = {p.name: {**config.grpo, **p.grpo} for p in policies}
     batch = config.batch
-    placement = plan_placement(
+    placement = plan_placement_nodes(
         [(p.name, p.device_share) for p in policies],
         gpus,
+        nodes=launch.nodes,
         device_map=launch.device_map,
         cpu_cores=cpu_cores,
         threads_per_policy=launch.threads_per_policy,
@@ -308,10 +330,11 @@ def make_launch_plan(
     warnings = list(placement.warnings)
     stage = ZERO_STAGES[launch.deepspeed]
 
-    specs = build_launch_specs(config, placement, run_dir, python, parent_visible_devices=parent_visible_devices)
+    specs = build_machine_specs(config, placement, run_dir, python, parent_visible_devices=parent_visible_devices,
+                                machine=launch.machine_rank, addresses=addresses)
     plans: list[PolicyPlan] = []
-    for index, (policy, spec) in enumerate(zip(policies, specs, strict=True)):
-        placed = placement.of(policy.name)
+    for index, (policy, launches) in enumerate(zip(policies, specs, strict=True)):
+        placed, spec = placement.of(policy.name), launches[0]
         grpo, notes = adapt_grpo_to_device(merged[policy.name], placed, launch.deepspeed, vllm_available)
         try:
             grpo, derived, batch_notes = apply_batch(grpo, batch, placed.world_size, policy.name)
@@ -324,6 +347,8 @@ def make_launch_plan(
             batch_notes = [*batch_notes, *rank_notes]
         cadence = policy_cadence(config.schedule, batch, grpo)
         grpo, cadence_notes = apply_cadence(grpo, cadence)
+        grpo["run_name"] = policy_run_name(run_dir.name, policy.name, config.grpo, policy.grpo)
+        meet = machine_address(placed.machines[0], launch.main_address, addresses)
         schedule_rows = describe(cadence, grpo, validation_interval(cadence, config.validation.every_steps),
                                  known_train_prompts(config.task))
         port = policy_port(config, index)
@@ -346,6 +371,7 @@ def make_launch_plan(
                     # exactly what the launcher puts in CUDA_VISIBLE_DEVICES (see configs.py)
                     gpu_ids=spec.env.get("CUDA_VISIBLE_DEVICES") or None,
                     deepspeed_file=ds_path,
+                    main_process_ip=None if meet == ADDRESS_PLACEHOLDER.format(machine=placed.machines[0]) else meet,
                 ),
                 deepspeed_config_path=str(ds_path) if ds_path else None,
                 deepspeed_config=(
@@ -354,12 +380,13 @@ def make_launch_plan(
                 launch=spec,
                 notes=[*notes, *batch_notes, *cadence_notes, *spec.notes],
                 schedule=[list(row) for row in schedule_rows],
+                launches=launches if launch.nodes > 1 else [],
             )
         )
 
     warnings += check_trackers([p.grpo.get("report_to") for p in plans], fail=not simulate)
-    warnings += _check_same_prompts(config, plans)
-    warnings += _memory_check(config, placement, plans, gpu_memory_gib, ram_gib, param_counts or {}, stage)
+    warnings += check_same_prompts(config, plans)
+    warnings += memory_check(config, placement, plans, gpu_memory_gib, ram_gib, param_counts or {}, stage)
     if simulate and gpu_memory_gib is None and gpus > 0:
         warnings.append("memory check skipped: GPU memory is unknown for a simulated node")
     return LaunchPlan(
@@ -370,61 +397,7 @@ def make_launch_plan(
         policies=plans,
         simulated=simulate,
         warnings=warnings,
+        nodes=launch.nodes,
+        machine=launch.machine_rank,
+        main_address=launch.main_address,
     )
-
-
-def _check_same_prompts(config: RunConfig, plans: list[PolicyPlan]) -> list[str]:
-    """Sharing regimes need every policy to draw the same prompts per step (design notes)."""
-    per_step = {p.name: trl_generation_batch(p.grpo, p.placement.world_size)[1] for p in plans}
-    seeds = {p.name: p.grpo.get("seed", 42) for p in plans}
-    problems = []
-    if len(set(per_step.values())) > 1:
-        listing = ", ".join(f"{n}: {k}" for n, k in per_step.items())
-        problems.append(
-            f"policies draw different numbers of prompts per generation step ({listing}); set `batch` "
-            f"(prompts per step) so mutualrl derives per-device sizes for each policy's devices"
-        )
-    if len(set(seeds.values())) > 1:
-        listing = ", ".join(f"{n}: {s}" for n, s in seeds.items())
-        problems.append(f"policies use different grpo.seed values ({listing}), so their prompt order differs")
-    if problems and get_regime(config.regime.name).needs_peers:
-        raise BatchSizeError(
-            f"regime {config.regime.name!r} needs identical prompts at every step for every policy: "
-            + "; ".join(problems)
-        )
-    return problems
-
-
-def _memory_check(
-    config: RunConfig,
-    placement: Placement,
-    plans: list[PolicyPlan],
-    gpu_memory_gib: float | None,
-    ram_gib: float | None,
-    hints: dict[str, float],
-    stage: int,
-) -> list[str]:
-    estimates: dict[str, MemoryEstimate] = {}
-    reserved: dict[str, float] = {}
-    policies = {p.name: p for p in config.pool.policies}
-    for plan in plans:
-        params, source = param_count_for(plan.model, hints.get(plan.name))
-        if params is None:
-            continue
-        estimate = estimate_training_memory(
-            plan.name,
-            params,
-            device_type=plan.placement.device_type,
-            num_devices=plan.placement.num_processes,
-            zero_stage=stage,
-            lora=policies[plan.name].lora is not None,
-            reference_model=float(plan.grpo.get("beta", 0.0) or 0.0) > 0,
-            source=source,
-        )
-        plan.memory = estimate
-        estimates[plan.name] = estimate
-        grpo = plan.grpo
-        if grpo.get("use_vllm") and grpo.get("vllm_mode", "colocate") == "colocate":
-            if not grpo.get("vllm_enable_sleep_mode"):
-                reserved[plan.name] = float(grpo.get("vllm_gpu_memory_utilization", 0.3))
-    return check_memory(placement, estimates, gpu_memory_gib, ram_gib, reserved)

@@ -14,8 +14,6 @@ from mutualrl.launch.cadence import render_schedule
 from mutualrl.launch.plan import LaunchPlan, PolicyPlan, plan_path
 
 
-
-
 def render_plan(plan: LaunchPlan, console: Console, written: bool = True) -> None:
     """Print the plan: placement, derived batch fields, exact commands, config files, warnings."""
     pl = plan.placement
@@ -24,6 +22,8 @@ def render_plan(plan: LaunchPlan, console: Console, written: bool = True) -> Non
         if pl.gpus
         else f"CPU ({pl.cpu_cores} core{'s' if pl.cpu_cores != 1 else ''})"
     )
+    if plan.nodes > 1:
+        where = f"{plan.nodes} machines x {where} (machine 0 at {plan.main_address})"
     console.print(
         Text.assemble(
             ("Launch plan ", "bold"),
@@ -31,14 +31,19 @@ def render_plan(plan: LaunchPlan, console: Console, written: bool = True) -> Non
         )
     )
     table = Table(title="MWRA placement" + (" (explicit device map)" if pl.explicit else " (even split)"))
-    for col in ("policy", "model", "devices", "processes", "threads", "DeepSpeed", "vLLM", "model state / device"):
+    columns = ["policy", "model", "devices", "processes", "threads", "DeepSpeed", "vLLM", "model state / device"]
+    if plan.nodes > 1:
+        columns.insert(2, "machines")
+    for col in columns:
         table.add_column(col, overflow="fold")
     for p in plan.policies:
-        devices = ",".join(map(str, p.placement.devices)) if p.placement.device_type == "cuda" else "cpu"
+        devices = _devices(p, plan) if p.placement.device_type == "cuda" else "cpu"
         memory = f"{p.memory.gib_per_device:.1f} GiB ({p.memory.source})" if p.memory else "unknown size"
+        machines = [",".join(map(str, p.placement.machines))] if plan.nodes > 1 else []
         table.add_row(
             p.name,
             p.model,
+            *machines,
             devices,
             str(p.placement.num_processes),
             str(p.placement.cpu_threads),
@@ -79,11 +84,13 @@ def render_plan(plan: LaunchPlan, console: Console, written: bool = True) -> Non
     render_schedule([(p.name, p.schedule) for p in plan.policies], console)
 
     console.print(Text("Launch commands", style="bold"))
-    for p in plan.policies:
-        spec = p.launch
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in spec.env.items())
-        console.print(Text(f"# {p.name}  (log: {spec.log_path}, cwd: {spec.cwd})", style="dim"))
-        console.print(Text(f"{env} {shlex.join(spec.argv)}"), soft_wrap=True)
+    for machine in range(plan.nodes):
+        if plan.nodes > 1:
+            console.print(Text(f"## machine {machine} (--machine-rank {machine}) starts:", style="bold"))
+        for spec in plan.specs_for(machine):
+            env = " ".join(f"{k}={shlex.quote(v)}" for k, v in spec.env.items())
+            console.print(Text(f"# {spec.policy}  (log: {spec.log_path}, cwd: {spec.cwd})", style="dim"))
+            console.print(Text(f"{env} {shlex.join(spec.argv)}"), soft_wrap=True)
 
     console.print(Text("Config files" + (" (written)" if written else " (not written)"), style="bold"))
     for p in plan.policies:
@@ -101,6 +108,15 @@ def render_plan(plan: LaunchPlan, console: Console, written: bool = True) -> Non
         console.print(Text("Warnings", style="bold yellow"))
         for warning in plan.warnings:
             console.print(Text(f"  ! {warning}", style="yellow"))
+
+
+def _devices(p: PolicyPlan, plan: LaunchPlan) -> str:
+    """GPU ids; with several machines ``m<k>:<local ids>`` per machine."""
+    if plan.nodes == 1:
+        return ",".join(map(str, p.placement.devices))
+    gpus = plan.placement.gpus
+    return " ".join(f"m{m}:" + ",".join(str(d % gpus) for d in p.placement.devices if d // gpus == m)
+                    for m in p.placement.machines)
 
 
 def _updates_per_step(p: PolicyPlan) -> str:

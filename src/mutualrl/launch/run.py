@@ -22,10 +22,10 @@ from mutualrl.config.typed import to_plain
 from mutualrl.errors import UsageError
 from mutualrl.config.cadence import max_optimizer_steps
 from mutualrl.launch.run_lock import (
-    LOCK_NAME,
     RunLock,
     check_no_escaping_symlinks,
     clear_run_folder,
+    is_coordination_entry,
     is_run_folder,
     mark_run_folder,
     require_run_folder,
@@ -44,6 +44,9 @@ class TrainOptions:
     overrides: list[str] = field(default_factory=list)
     gpus: int | None = None
     device_map: str | None = None
+    nodes: int | None = None  # several machines: launch.nodes, launch.machine_rank, launch.main_address
+    machine_rank: int | None = None
+    main_address: str | None = None
     dry_run: bool = False
     resume: bool = False
     overwrite: bool = False
@@ -64,8 +67,9 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
         overrides.append(f"grpo.seed={options.seed}")
     if options.prp_denominator is not None:
         overrides.append(f"regime.prp.denominator={options.prp_denominator}")
-    if options.gpus is not None:
-        overrides.append(f"launch.gpus={options.gpus}")
+    for key in ("gpus", "nodes", "machine_rank", "main_address"):
+        if getattr(options, key) is not None:
+            overrides.append(f"launch.{key}={json.dumps(getattr(options, key))}")
     if options.output_dir is not None:  # a literal path: braces are not {pool}/{regime} placeholders
         literal = str(options.output_dir).replace("{", "{{").replace("}", "}}")
         overrides.append(f"output_dir={json.dumps(literal)}")
@@ -135,7 +139,7 @@ def run_train(options: TrainOptions, console: Console | None = None) -> int:
     if base.resume and not base.output_dir.exists():  # stopped before the baseline began: start it
         base = replace(base, resume=False)
     code = train_one(base, console)
-    if code != 0:
+    if code != 0 or config.launch.machine_rank > 0:  # machine 0 of several compares the two runs
         return code
     from mutualrl.launch.summary import compare_summaries, print_comparison
 
@@ -154,10 +158,16 @@ def train_one(options: TrainOptions, console: Console) -> int:
 
         render_plan(plan_without_launch(config, paths.root), console)
         return 0
+    if config.launch.machine_rank > 0:  # another machine of a multi-machine run: join machine 0's run
+        from mutualrl.launch.join import join_run
+
+        return join_run(config, paths, console)
 
     check_run_dir(paths, options)  # refuses before anything is written
     allowed = resume_changes(paths, config) if options.resume and paths.config.exists() else []
     with RunLock(paths.root).acquire("resume" if options.resume else "train into") as lock:
+        if lock.warning:
+            console.print(f"[yellow]warning:[/] {lock.warning}", highlight=False)
         mark_interrupted(paths)
         if options.overwrite and not options.resume and is_run_folder(paths.root):  # a new folder has only .lock
             clear_run_folder(paths.root)
@@ -211,19 +221,19 @@ def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
     plan.write()
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
-    processes = processes_from_plan(plan, paths, resume_step)
-    write_run_json(paths, config, status="running")
+    from mutualrl.launch.nodes import RemoteWatch, machines_of, open_session, reporting
 
-    from mutualrl.launch.runner import PoolRunner
-
-    stall = config.launch.stall_timeout_s or config.see.barrier_timeout_s + 60.0
-    runner = PoolRunner(processes, paths, exchange_root(config, paths), stall_timeout_s=stall,
-                        grace_s=min(60.0, config.see.barrier_timeout_s + 10.0), console=console,
-                        inherit_fds=(lock.fd,) if lock.fd is not None else (),
-                        max_steps=max_optimizer_steps(config), peer_timeout_s=config.see.peer_timeout_s,
-                        on_peer_failure=config.see.on_peer_failure)
-    with stop_on_termination_signals():
-        outcome = runner.run()
+    remote = None
+    if config.launch.nodes > 1:  # the other machines join now (launch/nodes.py)
+        nodes = config.launch.nodes
+        session = open_session(paths.root, nodes, config.launch.main_address, resume_step,
+                               config.launch.join_timeout_s, say=lambda text: console.print(text, highlight=False))
+        remote = RemoteWatch(paths.root, exchange_root(config, paths), session, 0, machines_of(plan),
+                             wait_for=range(1, nodes), peer_timeout_s=config.see.peer_timeout_s)
+    with reporting(remote):  # several machines: a launcher error stops the others' workers at once
+        processes = processes_from_plan(plan, paths, resume_step)
+        write_run_json(paths, config, status="running")
+        outcome = run_pool(config, paths, processes, lock, console, remote)
     status = "done" if outcome.ok else ("interrupted" if outcome.reason == "interrupted" else "failed")
     write_run_json(paths, config, status=status)
     from mutualrl.launch.summary import print_failure, print_summary, summarise
@@ -235,6 +245,26 @@ def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
     write_json_atomic(paths.summary, summary)
     print_summary(summary, console)
     return 0
+
+
+def run_pool(config: RunConfig, paths: RunPaths, processes: list[Any], lock: RunLock, console: Console,
+             remote: Any = None) -> Any:
+    """Start and watch this machine's workers until they end (machine 0 of several: until every machine ended)."""
+    from mutualrl.launch.runner import PoolRunner
+    from mutualrl.training.worker import exchange_root
+
+    stall = config.launch.stall_timeout_s or config.see.barrier_timeout_s + 60.0
+    runner = PoolRunner(processes, paths, exchange_root(config, paths), stall_timeout_s=stall,
+                        grace_s=min(60.0, config.see.barrier_timeout_s + 10.0), console=console,
+                        inherit_fds=(lock.fd,) if lock.fd is not None else (),
+                        max_steps=max_optimizer_steps(config), peer_timeout_s=config.see.peer_timeout_s,
+                        remote=remote, merge_metrics=config.launch.machine_rank == 0,
+                        on_peer_failure=config.see.on_peer_failure)
+    with stop_on_termination_signals():
+        outcome = runner.run()
+    if remote is not None and not outcome.ok:
+        remote.report(False, outcome.reason, outcome.failed_policy, outcome.returncodes)
+    return outcome
 
 
 @contextlib.contextmanager
@@ -260,7 +290,7 @@ def check_run_dir(paths: RunPaths, options: TrainOptions) -> None:
             raise UsageError(f"--resume: {root} holds no run to resume (no config.yaml)")
         check_no_escaping_symlinks(root)
         return
-    content = [c for c in root.iterdir() if c.name != LOCK_NAME] if root.is_dir() else []
+    content = [c for c in root.iterdir() if not is_coordination_entry(c.name)] if root.is_dir() else []
     if not content:
         return
     if not options.overwrite:

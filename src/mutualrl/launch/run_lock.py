@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -25,9 +26,25 @@ from mutualrl.errors import UsageError
 
 LOCK_NAME = ".lock"
 RUN_MARKER = ".mutualrl-run"
+MACHINES_DIR = ".machines"
+"""Files through which the launchers of several machines coordinate (launch.nodes)."""
+
+
+def machine_lock_name(machine: int) -> str:
+    """The lock of machine ``machine`` (0: the run lock) of a run on several machines."""
+    return LOCK_NAME if machine == 0 else f"{LOCK_NAME}-machine-{machine}"
+
+
+def is_coordination_entry(name: str) -> bool:
+    """A run folder entry of the launchers themselves (locks, the machines' join files), not of the run."""
+    return name.startswith(LOCK_NAME) or name == MACHINES_DIR
 # Workers of a killed launcher notice within ~1 s (training.watchdog) and then exit; a second
 # launch waits this long for them before it reports the folder as busy.
 ORPHAN_GRACE_S = 20.0
+
+
+NO_LOCKS = (errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOLCK)
+"""flock errors of a filesystem without locks: the launch goes on, with a warning."""
 
 
 class RunBusyError(UsageError):
@@ -35,12 +52,15 @@ class RunBusyError(UsageError):
 
 
 class RunLock:
-    """Exclusive lock on ``root/.lock``; ``fd`` stays open (and inheritable) while held."""
+    """Exclusive lock on ``root/.lock`` (``name``: another lock file, e.g. machine k's); ``fd`` stays open (and
+    inheritable) while held."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, name: str = LOCK_NAME):
         self.root = Path(root)
-        self.path = self.root / LOCK_NAME
+        self.path = self.root / name
         self.fd: int | None = None
+        self.warning: str | None = None
+        """Set when the filesystem has no file locks (e.g. Lustre without -o flock): the run is not protected."""
 
     def acquire(self, action: str, wait_for_orphans_s: float = ORPHAN_GRACE_S) -> RunLock:
         """Take the lock or raise :class:`RunBusyError` naming the holder.
@@ -57,11 +77,19 @@ class RunLock:
                 break
             except BlockingIOError:
                 holder = read_holder(self.path)
-                if pid_alive(holder.get("pid")) or time.time() >= deadline:
+                if holder_alive(holder) or time.time() >= deadline:
                     os.close(fd)
                     raise RunBusyError(f"cannot {action} {self.root}: the run is live ({describe_holder(holder)}); "
                                        "stop it first (Ctrl-C in its terminal, or kill that pid)") from None
                 time.sleep(0.5)
+            except OSError as err:
+                if err.errno not in NO_LOCKS:
+                    os.close(fd)
+                    raise
+                self.warning = (f"{self.path}: this filesystem has no file locks ({os.strerror(err.errno)}); "
+                                "nothing stops a second launcher from using this run folder (on Lustre mount with "
+                                "-o flock or -o localflock)")
+                break
         os.set_inheritable(fd, True)
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
@@ -92,8 +120,15 @@ def read_holder(path: Path) -> dict[str, Any]:
 def describe_holder(holder: dict[str, Any]) -> str:
     if not holder:
         return "held by an unknown process"
-    alive = "alive" if pid_alive(holder.get("pid")) else "launcher gone, its workers still exiting"
+    alive = "alive" if holder_alive(holder) else "launcher gone, its workers still exiting"
     return f"held by pid {holder.get('pid')} on {holder.get('host')} since {holder.get('since')}, {alive}"
+
+
+def holder_alive(holder: dict[str, Any]) -> bool:
+    """The recorded holder is alive (a holder on another machine, seen through a shared filesystem, is taken to be)."""
+    if holder.get("host") not in (None, socket.gethostname()):
+        return True
+    return pid_alive(holder.get("pid"))
 
 
 def pid_alive(pid: Any) -> bool:
@@ -130,13 +165,14 @@ def mark_run_folder(root: Path) -> None:
 def clear_run_folder(root: Path) -> None:
     """Delete a run folder's content for ``--overwrite``; refuses a folder that is not a mutualrl run.
 
-    The lock file stays (we hold it); symlinks are removed, never followed.
+    The lock files stay (we hold ours; other machines' launchers may hold theirs); symlinks are removed,
+    never followed.
     """
     import shutil
 
     require_run_folder(root)
     for child in root.iterdir():
-        if child.name == LOCK_NAME:
+        if child.name.startswith(LOCK_NAME):
             continue
         if child.is_symlink() or not child.is_dir():
             child.unlink()

@@ -103,10 +103,14 @@ class PoolRunner:
     def __init__(self, processes: Sequence[PolicyProcess], paths: RunPaths, see_root: Path,
                  stall_timeout_s: float, grace_s: float = 60.0, poll_s: float = 0.5,
                  console: Console | None = None, inherit_fds: Sequence[int] = (), max_steps: int | None = None,
-                 peer_timeout_s: float | None = None, on_peer_failure: str = "stop"):
+                 peer_timeout_s: float | None = None, remote: Any = None, merge_metrics: bool = True,
+                 on_peer_failure: str = "stop"):
         self.procs = list(processes)
         self.on_peer_failure = on_peer_failure  # "continue": a failed policy leaves, the others go on
         self.lost: dict[str, dict[str, Any]] = {}
+        # Several machines (launch.nodes): the policies elsewhere (launch.nodes.RemoteWatch); the run ends
+        # here when the local workers exited and remote.finished().
+        self.remote = remote
         self.max_steps = max_steps  # shown until a worker reports its own total
         self.peer_timeout_s = peer_timeout_s  # heartbeat silence that stops the pool (None: not watched)
         self.inherit_fds = tuple(inherit_fds)  # the run lock: held while any worker lives
@@ -116,7 +120,18 @@ class PoolRunner:
         self.grace_s = grace_s
         self.poll_s = poll_s
         self.console = console or Console()
-        self.merger = MetricsMerger(paths, [p.name for p in self.procs])
+        remote_names = [n for n in (remote.policies if remote is not None else []) if n not in self.names]
+        self.remote_names = remote_names
+        # One writer of RUN/metrics.jsonl (machine 0 with several machines), merging every policy's rows.
+        self.merger = MetricsMerger(paths, [*self.names, *remote_names]) if merge_metrics else None
+
+    @property
+    def names(self) -> list[str]:
+        return list(dict.fromkeys(p.name for p in self.procs))
+
+    def _merge(self) -> None:
+        if self.merger is not None:
+            self.merger.poll()
 
     # -- processes ------------------------------------------------------------------------
     def start(self) -> None:
@@ -139,7 +154,10 @@ class PoolRunner:
                     pass
 
     def _status(self, proc: PolicyProcess) -> dict[str, Any]:
-        path = self.paths.status(proc.name)
+        return self._status_of(proc.name)
+
+    def _status_of(self, name: str) -> dict[str, Any]:
+        path = self.paths.status(name)
         try:
             return json.loads(path.read_text())
         except (OSError, json.JSONDecodeError):
@@ -155,15 +173,21 @@ class PoolRunner:
             TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=self.console,
             transient=False, disable=not live,
         )
-        tasks = {p.name: progress.add_task(p.name, total=None, info="starting") for p in self.procs}
+        tasks = {name: progress.add_task(name, total=None, info="starting") for name in [*self.names, *self.remote_names]}
         last_plain = 0.0
         failure: tuple[str, str] | None = None
         try:
             with progress:
                 while True:
-                    self.merger.poll()
+                    self._merge()
                     now = time.time()
                     lines = []
+                    for name in self.remote_names:  # progress of the policies on other machines
+                        st = self._status_of(name)
+                        total = st.get("max_steps") or self.max_steps or None
+                        info = describe_status(st) + " (elsewhere)"
+                        progress.update(tasks[name], completed=int(st.get("step", 0) or 0), total=total, info=info)
+                        lines.append(f"{name}: step {st.get('step', 0)}/{total or '?'} {info}")
                     for proc in self.procs:
                         st = self._status(proc)
                         step = int(st.get("step", 0) or 0)
@@ -187,10 +211,15 @@ class PoolRunner:
                                 self.terminate([proc], signal.SIGKILL)
                         if failure is not None and failure[0] == proc.name and self._let_go(proc, failure[1]):
                             failure = None
+                    if failure is None and self.remote is not None:
+                        failure = self.remote.failure(now, started)
                     if not live and now - last_plain > 30:
                         last_plain = now
                         self.console.print(" | ".join(lines), highlight=False)
-                    if failure is not None or all(p.returncode is not None for p in self.procs):
+                    local_done = all(p.returncode is not None for p in self.procs)
+                    if local_done and failure is None and self.remote is not None:
+                        self.remote.report(True, returncodes={p.name: p.returncode for p in self.procs})
+                    if failure is not None or (local_done and (self.remote is None or self.remote.finished())):
                         break
                     time.sleep(self.poll_s)
             if failure is not None:
@@ -198,10 +227,10 @@ class PoolRunner:
         except KeyboardInterrupt:
             self.terminate(self.procs)
             self._reap(10.0)
-            self.merger.poll()
+            self._merge()
             return RunOutcome(False, {p.name: p.returncode for p in self.procs}, None, "interrupted",
                               seconds=time.time() - started)
-        self.merger.poll()
+        self._merge()
         return RunOutcome(True, {p.name: p.returncode for p in self.procs}, seconds=time.time() - started,
                           extra={"lost": self.lost} if self.lost else {})
 
@@ -239,7 +268,7 @@ class PoolRunner:
     def _handle_failure(self, policy: str, reason: str, started: float) -> RunOutcome:
         from mutualrl.see.liveness import mark_failed
 
-        failed = next(p for p in self.procs if p.name == policy)
+        failed = next((p for p in self.procs if p.name == policy), None)  # None: a policy on another machine
         try:
             mark_failed(self.see_root, policy, f"policy process {reason}")
         except Exception:  # pragma: no cover - best effort
@@ -250,9 +279,10 @@ class PoolRunner:
         self._reap(10.0)
         self.terminate(self.procs, signal.SIGKILL)
         self._reap(5.0)
-        self.merger.poll()
+        self._merge()
         return RunOutcome(False, {p.name: p.returncode for p in self.procs}, policy, reason,
-                          log_tail=tail(failed.log_path), seconds=time.time() - started)
+                          log_tail=tail(failed.log_path if failed else self.paths.log(policy)),
+                          seconds=time.time() - started)
 
     def _reap(self, timeout_s: float) -> None:
         deadline = time.time() + timeout_s

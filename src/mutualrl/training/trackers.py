@@ -5,6 +5,8 @@ TRL logs training metrics to the trackers a recipe names in ``grpo.report_to``
 
 - check, before any process starts, that each named tracker's package is installed (a
   missing ``tensorboard`` otherwise crashes every worker at start): :func:`missing_trackers`;
+- name each policy's run ``<run>/<policy>`` and group a run's policies (:func:`policy_run_name`,
+  :func:`tracker_group_env`);
 - send our held-out validation (paper: "validation runs every 5 steps", reward@1 overall and
   per task) to them, since it is computed in a callback, outside TRL's ``log``:
   :func:`tracker_logs` and :func:`report_validation`.
@@ -13,7 +15,7 @@ TRL logs training metrics to the trackers a recipe names in ``grpo.report_to``
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 # Tracker name (transformers' report_to) -> the modules its callback imports (any one is enough).
@@ -33,6 +35,29 @@ TRACKER_MODULES: dict[str, tuple[str, ...]] = {
     "flyte": ("flytekit",),
     "kubeflow": ("kubeflow",),
 }
+
+
+#: Environment variable that groups a tracker's runs: every policy of a mutualrl run lands in one group / experiment.
+TRACKER_GROUP_ENV: dict[str, str] = {"wandb": "WANDB_RUN_GROUP", "mlflow": "MLFLOW_EXPERIMENT_NAME"}
+
+
+def policy_run_name(run: str, policy: str, shared: Mapping[str, Any], own: Mapping[str, Any]) -> str:
+    """The tracker run name (GRPOConfig ``run_name``) of ``policy``: ``<run>/<policy>``.
+
+    ``run`` is the run folder's name; a recipe's shared ``grpo.run_name`` replaces it as the prefix,
+    and a policy's own ``grpo.run_name`` is used as it is.
+    """
+    if own.get("run_name"):
+        return str(own["run_name"])
+    return f"{shared.get('run_name') or run}/{policy}"
+
+
+def tracker_group_env(report_to: Any, group: str, environ: Mapping[str, str]) -> dict[str, str]:
+    """``WANDB_RUN_GROUP`` / ``MLFLOW_EXPERIMENT_NAME`` = ``group`` for the trackers ``report_to`` names,
+    unless ``environ`` (the user's environment) already sets them."""
+    names = tracker_names(report_to)
+    return {var: group for tracker, var in TRACKER_GROUP_ENV.items()
+            if (tracker in names or "all" in names) and not environ.get(var)}
 
 
 def tracker_names(report_to: Any) -> list[str]:

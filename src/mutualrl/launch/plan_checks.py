@@ -1,0 +1,67 @@
+"""Checks of a launch plan across its policies: identical prompts for the sharing regimes, and model memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mutualrl.config.schema import RunConfig
+from mutualrl.launch.batching import BatchSizeError, trl_generation_batch
+from mutualrl.launch.mwra import MemoryEstimate, Placement, check_memory, estimate_training_memory, param_count_for
+from mutualrl.regimes.registry import get_regime
+
+
+def check_same_prompts(config: RunConfig, plans: list[Any]) -> list[str]:
+    """Sharing regimes need every policy to draw the same prompts per step (design notes)."""
+    per_step = {p.name: trl_generation_batch(p.grpo, p.placement.world_size)[1] for p in plans}
+    seeds = {p.name: p.grpo.get("seed", 42) for p in plans}
+    problems = []
+    if len(set(per_step.values())) > 1:
+        listing = ", ".join(f"{n}: {k}" for n, k in per_step.items())
+        problems.append(
+            f"policies draw different numbers of prompts per generation step ({listing}); set `batch` "
+            f"(prompts per step) so mutualrl derives per-device sizes for each policy's devices"
+        )
+    if len(set(seeds.values())) > 1:
+        listing = ", ".join(f"{n}: {s}" for n, s in seeds.items())
+        problems.append(f"policies use different grpo.seed values ({listing}), so their prompt order differs")
+    if problems and get_regime(config.regime.name).needs_peers:
+        raise BatchSizeError(
+            f"regime {config.regime.name!r} needs identical prompts at every step for every policy: "
+            + "; ".join(problems)
+        )
+    return problems
+
+
+def memory_check(
+    config: RunConfig,
+    placement: Placement,
+    plans: list[Any],
+    gpu_memory_gib: float | None,
+    ram_gib: float | None,
+    hints: dict[str, float],
+    stage: int,
+) -> list[str]:
+    estimates: dict[str, MemoryEstimate] = {}
+    reserved: dict[str, float] = {}
+    policies = {p.name: p for p in config.pool.policies}
+    for plan in plans:
+        params, source = param_count_for(plan.model, hints.get(plan.name))
+        if params is None:
+            continue
+        estimate = estimate_training_memory(
+            plan.name,
+            params,
+            device_type=plan.placement.device_type,
+            num_devices=plan.placement.num_processes,
+            zero_stage=stage,
+            lora=policies[plan.name].lora is not None,
+            reference_model=float(plan.grpo.get("beta", 0.0) or 0.0) > 0,
+            source=source,
+        )
+        plan.memory = estimate
+        estimates[plan.name] = estimate
+        grpo = plan.grpo
+        if grpo.get("use_vllm") and grpo.get("vllm_mode", "colocate") == "colocate":
+            if not grpo.get("vllm_enable_sleep_mode"):
+                reserved[plan.name] = float(grpo.get("vllm_gpu_memory_utilization", 0.3))
+    return check_memory(placement, estimates, gpu_memory_gib, ram_gib, reserved)

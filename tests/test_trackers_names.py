@@ -1,0 +1,49 @@
+"""Trackers (grpo.report_to): each policy is run `<run>/<policy>`, and a run's policies share one group / experiment."""
+
+from __future__ import annotations
+
+import json
+
+from mutualrl.launch.plan import LaunchPlan
+from mutualrl.training.grpo_args import grpo_kwargs
+from mutualrl.training.paths import RunPaths
+from mutualrl.training.trackers import policy_run_name, tracker_group_env
+from plan_helpers import dry_run
+
+POLICIES = ("tiny-bpe", "tiny-sp")
+
+
+def test_each_policy_is_a_run_named_after_the_run_and_the_policy(tmp_path, monkeypatch):
+    monkeypatch.delenv("WANDB_RUN_GROUP", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    run_dir = tmp_path / "tiny-sgt-7"
+    plan = dry_run("tiny", ["grpo.report_to=[wandb, mlflow]"], gpus=0, run_dir=run_dir)
+    paths = RunPaths(run_dir.resolve())
+    for policy in POLICIES:
+        written = json.loads(paths.planned_grpo(policy).read_text())  # what the worker's GRPOConfig gets
+        assert written["run_name"] == f"tiny-sgt-7/{policy}"
+        assert LaunchPlan.read(run_dir).policy(policy).grpo["run_name"] == f"tiny-sgt-7/{policy}"
+        env = plan.policy(policy).launch.env
+        assert env["WANDB_RUN_GROUP"] == env["MLFLOW_EXPERIMENT_NAME"] == "tiny-sgt-7"
+
+
+def test_the_worker_config_keeps_the_planned_run_name(tmp_path):
+    from mutualrl.config.loader import load_run_config
+
+    config = load_run_config("tiny").config
+    policy = config.pool.policies[0]
+    paths = RunPaths(tmp_path / "my-run")
+    assert grpo_kwargs(config, policy, paths, {"run_name": "planned/x"})["run_name"] == "planned/x"
+    assert grpo_kwargs(config, policy, paths)["run_name"] == f"my-run/{policy.name}"  # started by hand: no plan
+
+
+def test_the_users_group_and_run_names_win(tmp_path, monkeypatch):
+    monkeypatch.setenv("WANDB_RUN_GROUP", "my-sweep")
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    plan = dry_run("tiny", ["grpo.report_to=[wandb]"], gpus=0, run_dir=tmp_path / "run")
+    env = plan.policies[0].launch.env
+    assert "WANDB_RUN_GROUP" not in env and "MLFLOW_EXPERIMENT_NAME" not in env  # mlflow is not a tracker here
+    assert policy_run_name("run", "a", {"run_name": "sweep-3"}, {}) == "sweep-3/a"
+    assert policy_run_name("run", "a", {"run_name": "sweep-3"}, {"run_name": "mine"}) == "mine"
+    assert tracker_group_env(["all"], "run", {}) == {"WANDB_RUN_GROUP": "run", "MLFLOW_EXPERIMENT_NAME": "run"}
+    assert tracker_group_env("none", "run", {}) == {} == tracker_group_env(["tensorboard"], "run", {})
