@@ -41,7 +41,7 @@ from typing import Any
 from mutualrl.errors import UsageError
 from mutualrl.launch.run_lock import MACHINES_DIR
 from mutualrl.see.liveness import freshest_heartbeat_age, read_failure
-from mutualrl.training.paths import atomic_write_json
+from mutualrl.atomic_io import write_json_atomic
 
 REJOIN_S = 1.0
 
@@ -112,7 +112,7 @@ def open_session(root: Path, nodes: int, main_address: str, resume_step: int | N
         "machines": {"0": {"host": socket.gethostname(), "pid": os.getpid(), "address": main_address},
                      **{str(k): entry for k, entry in sorted(joined.items())}},
     }
-    atomic_write_json(session_path(root), session)
+    write_json_atomic(session_path(root), session)
     listing = ", ".join(f"{k} ({entry.get('host')})" for k, entry in sorted(joined.items()))
     say(f"machine(s) {listing} joined")
     return session
@@ -130,7 +130,7 @@ def join_session(root: Path, machine: int, nodes: int, address: str, timeout_s: 
     while True:
         now = time.time()
         if now - written >= REJOIN_S:  # machine 0 clears the joins of earlier launches when it starts
-            atomic_write_json(join_path(root, machine), entry)
+            write_json_atomic(join_path(root, machine), entry)
             written = now
         session = read_entry(session_path(root))
         if session and session.get("session") != before:
@@ -151,7 +151,7 @@ def join_session(root: Path, machine: int, nodes: int, address: str, timeout_s: 
 
 def write_done(root: Path, machine: int, session: dict[str, Any], ok: bool, reason: str = "",
                failed_policy: str | None = None, returncodes: dict[str, int | None] | None = None) -> None:
-    atomic_write_json(done_path(root, machine), {
+    write_json_atomic(done_path(root, machine), {
         "session": session.get("session"), "machine": machine, "ok": ok, "reason": reason,
         "failed_policy": failed_policy, "returncodes": returncodes or {}, "host": socket.gethostname(),
     })
