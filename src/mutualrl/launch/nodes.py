@@ -38,10 +38,10 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from mutualrl.atomic_io import write_json_atomic
 from mutualrl.errors import UsageError
 from mutualrl.launch.run_lock import MACHINES_DIR
 from mutualrl.see.liveness import freshest_heartbeat_age, read_failure
-from mutualrl.atomic_io import write_json_atomic
 
 REJOIN_S = 1.0
 
