@@ -29,6 +29,11 @@ FAKE_WORKER = textwrap.dedent('''
         time.sleep(0.05)
     if mode == "crash":
         sys.exit(3)
+    if mode == "crash-late":  # after its peers finished
+        time.sleep(2.0)
+        sys.exit(3)
+    if mode == "slow-ok":
+        time.sleep(2.0)
     if mode == "wait-for-peers":  # like a SEE barrier: leave as soon as a peer is marked failed
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -50,9 +55,9 @@ def _procs(tmp_path: Path, modes: dict[str, str], steps: int = 3) -> list[Policy
                           env={}, log_path=tmp_path / "logs" / f"{name}.log") for name, mode in modes.items()]
 
 
-def _runner(tmp_path: Path, procs, stall: float = 30.0) -> PoolRunner:
+def _runner(tmp_path: Path, procs, stall: float = 30.0, on_peer_failure: str = "stop") -> PoolRunner:
     return PoolRunner(procs, RunPaths(tmp_path), tmp_path / "see", stall_timeout_s=stall, grace_s=20.0,
-                      poll_s=0.05, console=Console(file=open("/dev/null", "w")))
+                      poll_s=0.05, console=Console(file=open("/dev/null", "w")), on_peer_failure=on_peer_failure)
 
 
 def test_success_merges_every_metric_line(tmp_path):
@@ -78,3 +83,15 @@ def test_stalled_policy_is_killed_and_reported(tmp_path):
     assert not outcome.ok and outcome.failed_policy == "a" and "stalled" in outcome.reason
     assert outcome.returncodes["a"] is not None and outcome.returncodes["a"] != 0
     assert outcome.returncodes["b"] == 1
+
+
+def test_continue_lets_a_crashed_policy_leave_while_another_trains(tmp_path):
+    outcome = _runner(tmp_path, _procs(tmp_path, {"a": "crash", "b": "slow-ok"}), on_peer_failure="continue").run()
+    assert outcome.ok and outcome.returncodes == {"a": 3, "b": 0}
+    assert list(outcome.extra["lost"]) == ["a"] and "exited with code 3" in outcome.extra["lost"]["a"]["reason"]
+    assert read_failure(tmp_path / "see", "a") is not None  # b's exchange drops it at its next round
+
+
+def test_continue_does_not_hide_a_crash_after_everyone_else_finished(tmp_path):
+    outcome = _runner(tmp_path, _procs(tmp_path, {"a": "crash-late", "b": "ok"}), on_peer_failure="continue").run()
+    assert not outcome.ok and outcome.failed_policy == "a"

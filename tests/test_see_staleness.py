@@ -157,3 +157,24 @@ def test_replay_reads_the_recorded_round_and_names_a_missing_log(tmp_path):
     assert [consumption.next_round(s).peer_step for s in range(3)] == [None, 0, 1]
     with pytest.raises(UsageError, match="no consumption log of policy 'fast'"):
         PeerConsumption(fast, ["slow"], replay=tmp_path / "nowhere")
+
+
+def test_a_peer_that_ran_ahead_and_pruned_the_window_is_not_waited_for(tmp_path):
+    fast, slow = client(tmp_path, "fast", timeout=0.3), client(tmp_path, "slow")
+    publish(fast, 1, 2, 3)
+    publish(slow, 7)  # ahead of us (it dropped us under continue), its rounds 1-3 pruned
+    chosen = choose_peer_round(fast, [1, 2, 3], ["slow"], max_staleness=2, last_consumed=None)
+    assert chosen.peer_step is None and not chosen.waited
+
+
+def test_replay_merges_a_resumed_runs_launches(tmp_path):
+    fast, slow = client(tmp_path / "see", "fast"), client(tmp_path / "see", "slow")
+    publish(fast, 0, 1, 2)
+    publish(slow, 0, 1, 2)
+    log = tmp_path / "old" / "see" / "_consumed"
+    log.mkdir(parents=True)
+    rows = [{"run_id": run, "step": s, "peer_step": p, "age": 0, "waited": False, "peers": ["slow"], "departed": []}
+            for run, s, p in (("launch1", 0, 0), ("launch1", 1, 1), ("launch2", 1, 0), ("launch2", 2, 2))]
+    (log / "fast.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    consumption = PeerConsumption(fast, ["slow"], max_staleness=2, replay=tmp_path / "old")
+    assert [consumption.next_round(s).peer_step for s in range(3)] == [0, 0, 2]

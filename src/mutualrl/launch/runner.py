@@ -235,13 +235,14 @@ class PoolRunner:
                           extra={"lost": self.lost} if self.lost else {})
 
     def _let_go(self, proc: PolicyProcess, reason: str) -> bool:
-        """Under ``see.on_peer_failure=continue``, let a failed policy leave while another still trains or has
-        finished: mark it failed (its peers drop it at their next exchange) and go on. False: stop the pool."""
+        """Under ``see.on_peer_failure=continue``, let a failed policy leave while another still trains: mark it
+        failed (its peers drop it at their next exchange) and go on. False: stop the pool (as under ``stop``).
+        Only this machine's policies can leave; a failure reported from another machine stops the pool."""
         from mutualrl.see.liveness import mark_failed
 
         others = [p for p in self.procs if p is not proc and p.name not in self.lost]
-        if self.on_peer_failure != "continue" or not any(p.returncode in (None, 0) for p in others):
-            return False
+        if self.on_peer_failure != "continue" or not any(p.returncode is None for p in others):
+            return False  # nobody left to go on: the run failed
         try:
             mark_failed(self.see_root, proc.name, f"policy process {reason}")
         except Exception:  # pragma: no cover - best effort
@@ -249,9 +250,10 @@ class PoolRunner:
         self.lost[proc.name] = {"step": proc.last_step, "reason": reason, "log_tail": tail(proc.log_path, 5)}
         self.console.print(f"[yellow]policy {proc.name} left the pool at step {proc.last_step}: {reason}; "
                            f"see.on_peer_failure=continue, the others go on[/]", highlight=False)
-        if proc.popen is not None and proc.popen.poll() is None:
-            self.terminate([proc], signal.SIGKILL)
-            proc.returncode = proc.popen.wait()
+        if proc.popen is not None:
+            if proc.popen.poll() is None:
+                self.terminate([proc], signal.SIGKILL)
+            proc.returncode = proc.popen.wait()  # once: the reason recorded above stays
         return True
 
     def _silent_or_stalled(self, proc: PolicyProcess, now: float, started: float) -> tuple[str, str] | None:

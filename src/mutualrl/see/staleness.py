@@ -15,11 +15,13 @@ barrier (the caller keeps using :meth:`~mutualrl.see.exchange.ExperienceExchange
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mutualrl.see.files import STEP_DIR_RE
 from mutualrl.see.shards import complete_shards, scan_committed
 
 if TYPE_CHECKING:
@@ -54,6 +56,16 @@ def committed_steps(root: Path | str, run_id: str, policy: str, candidates: Sequ
     return done
 
 
+def newest_committed(exchange: ExperienceExchange, policy: str) -> int | None:
+    """The newest step ``policy`` has fully committed in this run (None: none), scanning step folders newest first."""
+    steps = sorted((int(m.group(1)) for entry in os.scandir(exchange.root) if (m := STEP_DIR_RE.match(entry.name))),
+                   reverse=True)
+    for step in steps:
+        if committed_steps(exchange.root, exchange.run_id, policy, [step]):
+            return step
+    return None
+
+
 def newest_common_round(exchange: ExperienceExchange, peers: Sequence[str], rounds: Sequence[int]) -> int | None:
     """The newest of ``rounds`` (own steps, oldest first) that every peer has committed; None if there is none."""
     for step in reversed(rounds):
@@ -80,7 +92,8 @@ def choose_peer_round(exchange: ExperienceExchange, own_rounds: Sequence[int], p
     waited = False
     if len(own_rounds) > max_staleness:  # a peer more than S rounds behind blocks us
         oldest = window[0]
-        lagging = [p for p in peers if not committed_steps(exchange.root, exchange.run_id, p, [oldest])]
+        # Behind = nothing committed at or after the oldest allowed round (a peer ahead may have pruned it).
+        lagging = [p for p in peers if (newest_committed(exchange, p) or -1) < oldest]
         if lagging:
             exchange.wait_for(oldest, policies=lagging)
             waited = True

@@ -154,6 +154,8 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         policy_name=policy_name, regime=regime, exchange=exchange,
     )
     validation.trainer = trainer
+    if trainer.accelerator.is_main_process:  # a long wait for peers shows as a phase, not as a stall
+        regime.phase_hook = lambda phase: status.write(trainer.state, phase)
     plugin = trainer.accelerator.state.deepspeed_plugin
     engine = f"DeepSpeed ZeRO-{plugin.zero_stage}" if plugin is not None else str(trainer.accelerator.distributed_type)
     log.info("policy %s: %d train prompts, %d eval prompts, regime %s, %s on %s x%d, torch threads %d",

@@ -15,8 +15,9 @@ The math lives in :mod:`mutualrl.regimes`; this module only moves tensors around
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -44,6 +45,7 @@ class RegimeAdapter:
         self.peers = [p.name for p in config.pool.policies if p.name != policy]
         self.trainer: Any = None
         self.consumption: Any = None
+        self.phase_hook: Callable[[str], None] | None = None  # set by the worker: writes the status phase
 
     @property
     def name(self) -> str:
@@ -75,19 +77,10 @@ class RegimeAdapter:
             self.exchange.publish(rollouts.step, records)
             timings["publish_s"] = time.perf_counter() - clock
         peers: dict[str, Any] = {}
-        peer_step = rollouts.step
+        peer_step: int | None = rollouts.step
         if self.needs_peers:
             self.remember(output, rollouts)
-            clock = time.perf_counter()
-            chosen = self.consumption.next_round(rollouts.step) if self.consumption.active else None
-            self.peers = list(self.consumption.active)
-            timings["wait_s"] = time.perf_counter() - clock
-            peer_step = chosen.peer_step if chosen is not None else None
-            self._log_round(chosen)
-            if peer_step is not None:
-                clock = time.perf_counter()
-                peers = {name: self.exchange.read(peer_step, name, columns=self.peer_columns) for name in self.peers}
-                timings["read_s"] = time.perf_counter() - clock
+            peer_step, peers = self.read_peer_round(rollouts.step, timings)
         clock = time.perf_counter()
         if peer_step == rollouts.step:
             output, metrics = self.transform(output, rollouts, peers)
@@ -106,15 +99,65 @@ class RegimeAdapter:
             self.exchange.prune(window[0] if window else rollouts.step)
         return output
 
-    def _log_round(self, chosen: Any) -> None:
+    def read_peer_round(self, step: int, timings: dict[str, float]) -> tuple[int | None, dict[str, Any]]:
+        """The peer round this step uses (see.max_staleness; lock-step: ``step``) and the peers' tables of it."""
+        from mutualrl.see.errors import ShardMissingError
+
+        consumption = self.consumption
+        clock = time.perf_counter()
+        if not consumption.active:  # every peer left (see.on_peer_failure=continue): plain GRPO from now on
+            consumption.note_round(step)
+            chosen = None
+        else:
+            with self.phase("waiting for peers", enabled=not consumption.lock_step):
+                chosen = consumption.next_round(step)
+        self.peers = list(consumption.active)
+        timings["wait_s"] = time.perf_counter() - clock
+        peer_step = None if chosen is None else chosen.peer_step
+        if peer_step is not None and peer_step != step and not self.uses_stale_rounds:
+            peer_step = None  # an older round this regime cannot use: do not read it
+        self._log_round(chosen, peer_step)
+        if peer_step is None:
+            return None, {}
+        clock = time.perf_counter()
+        try:
+            peers = {name: self.exchange.read(peer_step, name, columns=self.peer_columns) for name in self.peers}
+        except ShardMissingError:
+            if consumption.lock_step:
+                raise
+            return None, {}  # pruned by a peer that ran ahead after dropping us: no peer data this step
+        timings["read_s"] = time.perf_counter() - clock
+        return peer_step, peers
+
+    @property
+    def uses_stale_rounds(self) -> bool:
+        return type(self).transform_stale is not RegimeAdapter.transform_stale
+
+    @contextlib.contextmanager
+    def phase(self, name: str, enabled: bool = True) -> Iterator[None]:
+        """Show ``name`` as this policy's phase while inside (the launcher counts a phase change as progress,
+        so a long wait for peers is not taken for a stall)."""
+        if not enabled or self.phase_hook is None:
+            yield
+            return
+        self.phase_hook(name)
+        try:
+            yield
+        finally:
+            self.phase_hook("training")
+
+    def _log_round(self, chosen: Any, used_step: int | None) -> None:
         """Staleness metrics (only off the lock-step path, whose age is always 0)."""
         if self.consumption.lock_step:
             return
         train = self.trainer._metrics["train"]
         train["mutual/peers_active"].append(float(len(self.peers)))
-        train["mutual/peer_data"].append(0.0 if chosen is None or chosen.peer_step is None else 1.0)
-        if chosen is not None and chosen.age is not None:
+        got = chosen is not None and chosen.peer_step is not None
+        train["mutual/peer_data"].append(float(got))
+        if got:
             train["mutual/peer_age"].append(float(chosen.age))
+            train["mutual/stale"].append(float(chosen.age > 0))
+            train["mutual/stale_used"].append(float(used_step is not None))
         if chosen is not None:
             train["mutual/waited"].append(float(chosen.waited))
 
@@ -125,9 +168,9 @@ class RegimeAdapter:
         """Keep what :meth:`transform_stale` needs of this step (called every step, before any transform)."""
 
     def transform_stale(self, output: dict[str, Any], rollouts: Any, peers: dict[str, Any], peer_step: int):
-        """Use peer records of an earlier round (``see.max_staleness > 0``). Default: they are not applicable
-        to this step's prompts (XGRPO, PRP pair peer rows with the same prompts), so the step is plain GRPO."""
-        return output, {"stale_unused": 1.0}
+        """Use peer records of an earlier round (``see.max_staleness > 0``). Not overridden: the regime cannot
+        (XGRPO and PRP pair peer rows with the same prompts), the round is not read and the step is plain GRPO."""
+        return output, {}
 
     def extra_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor | None:
         return None

@@ -4,9 +4,10 @@
 rank waits at the SEE barrier for the peers' records of its own step (exactly as before
 these settings existed). Otherwise rank 0 of the policy decides, through
 :func:`mutualrl.see.staleness.choose_peer_round`, which peer round to read (waiting only for a
-peer more than S rounds behind) and drops a failed peer under ``continue``; the decision
-is broadcast so every rank reads the same round. Rank 0 logs each decision to
-``<see>/_consumed/<policy>.jsonl`` so a run can be replayed and audited.
+peer more than S rounds behind) and drops a failed peer under ``continue``. It logs each
+decision to ``<see>/_consumed/<policy>.jsonl``; the other ranks poll that line (files, like
+the SEE barrier: no collective with its own timeout), so every rank reads the same round, and
+a run can be replayed and audited.
 """
 
 from __future__ import annotations
@@ -51,24 +52,45 @@ class PeerConsumption:
     def is_main(self) -> bool:
         return self.accelerator is None or self.accelerator.is_main_process
 
+    def note_round(self, step: int) -> None:
+        """Record that this policy published round ``step`` (its window of the last S+1 rounds)."""
+        self.own_rounds = [*self.own_rounds, int(step)][-(self.max_staleness + 1):]
+
     def next_round(self, step: int) -> PeerRound:
         """The peer round to read at ``step`` (this policy's newest published round)."""
-        self.own_rounds = [*self.own_rounds, int(step)][-(self.max_staleness + 1):]
+        self.note_round(step)
         if self.lock_step:
             self.exchange.wait_for(step, policies=self.active)
             chosen = PeerRound(int(step), int(step), 0)
-        else:
-            decision = self._decide(int(step)) if self.is_main else None
-            if self.accelerator is not None and self.accelerator.num_processes > 1:
-                from accelerate.utils import broadcast_object_list
-
-                decision = broadcast_object_list([decision], from_process=0)[0]
-            chosen, self.active, self.departed = decision
+        elif self.is_main:
+            chosen, self.active, self.departed = self._decide(int(step))
+        else:  # rank 0 decides (it may wait long); the others read its decision from the log, no collective
+            chosen = self._await_decision(int(step))
         if chosen.peer_step is not None:
             self.last_consumed = chosen.peer_step
         if self.is_main:
             self._log(chosen)
         return chosen
+
+    def _await_decision(self, step: int) -> PeerRound:
+        """Ranks > 0: poll rank 0's consumption log for this step's line (files, like the SEE barrier)."""
+        path = Path(self.exchange.root) / CONSUMED_DIR / f"{self.exchange.policy}.jsonl"
+        deadline = time.monotonic() + self.exchange.barrier_timeout_s * (len(self.active) + 1) + 600.0
+        delay = 0.001
+        while True:
+            for row in reversed(parse_log(path)):
+                if row.get("run_id") == self.exchange.run_id and row.get("step") == step:
+                    for peer in row["departed"]:
+                        self.departed.setdefault(peer, {"step": step, "reason": "dropped by rank 0"})
+                    self.active = list(row["peers"])
+                    return PeerRound(step, row["peer_step"], row["age"], bool(row["waited"]))
+            if time.monotonic() > deadline:
+                raise PeerTimeoutError(
+                    f"SEE: rank {self.exchange.rank} of policy {self.exchange.policy!r} found no decision of rank 0 "
+                    f"for step {step} in {path}", step=step, path=path, missing={self.exchange.policy: [0]},
+                    waited_s=0.0, heartbeat_age_s={})
+            time.sleep(delay)
+            delay = min(delay * 2, self.exchange.poll_interval_s)
 
     def _decide(self, step: int) -> tuple[PeerRound, list[str], dict[str, dict[str, Any]]]:
         if self.replay is not None:
@@ -137,7 +159,7 @@ class PeerConsumption:
 
 
 def replay_plan(folder: Path | str, policy: str) -> dict[int, dict[str, Any]]:
-    """step -> recorded choice of ``policy`` in an earlier run (its last run id) for ``see.replay_consumption``.
+    """step -> recorded choice of ``policy`` in an earlier run (over its launches) for ``see.replay_consumption``.
 
     ``folder`` is that run's folder, its exchange folder or the ``_consumed`` folder itself.
     """
@@ -145,8 +167,7 @@ def replay_plan(folder: Path | str, policy: str) -> dict[int, dict[str, Any]]:
     for candidate in (base, base / CONSUMED_DIR, base / "see" / CONSUMED_DIR):
         rows = parse_log(candidate / f"{policy}.jsonl")
         if rows:
-            last_run = rows[-1]["run_id"]
-            return {int(r["step"]): r for r in rows if r["run_id"] == last_run}
+            return {int(r["step"]): r for r in rows}  # a resumed run's later launches replace the steps they redid
     raise UsageError(f"see.replay_consumption: no consumption log of policy {policy!r} in {base} "
                      f"(expected {base}/see/{CONSUMED_DIR}/{policy}.jsonl or {base}/{policy}.jsonl)")
 
@@ -162,4 +183,10 @@ def parse_log(path: Path) -> list[dict[str, Any]]:
         lines = path.read_text().splitlines()
     except (FileNotFoundError, NotADirectoryError):
         return []
-    return [json.loads(line) for line in lines if line.strip()]
+    rows = []
+    for line in lines:
+        try:
+            rows.append(json.loads(line))
+        except ValueError:  # a line being appended right now
+            continue
+    return rows

@@ -53,6 +53,7 @@ class SGTAdapter(RegimeAdapter):
         staleness = self.config.see.max_staleness
         if staleness == 0:
             return
+        require_whole_groups(rollouts, self.name)
         k = rollouts.num_generations
         groups = rollouts.prompt_ids_local[::k]
         self.history[rollouts.step] = OwnRound(
@@ -77,9 +78,7 @@ class SGTAdapter(RegimeAdapter):
             raise UsageError(f"SGT keeps its own groups of the last see.max_staleness + 1 = "
                              f"{self.config.see.max_staleness + 1} rounds; round {peer_step} is older (replaying a run "
                              "with a larger see.max_staleness? set the same value)")
-        output, metrics = self._rescue(output, rollouts, peers, self.history[peer_step], peer_step)
-        metrics["stale_rounds"] = 1.0
-        return output, metrics
+        return self._rescue(output, rollouts, peers, self.history[peer_step], peer_step)
 
     def _rescue(self, output, rollouts, peers, own: OwnRound, step: int):
         """SGT on ``own``'s groups (this step's or an earlier round's) against the peers' records of ``step``."""
