@@ -178,3 +178,14 @@ def test_replay_merges_a_resumed_runs_launches(tmp_path):
     (log / "fast.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     consumption = PeerConsumption(fast, ["slow"], max_staleness=2, replay=tmp_path / "old")
     assert [consumption.next_round(s).peer_step for s in range(3)] == [0, 0, 2]
+
+
+def test_staleness_settings_are_checked_with_one_line_errors(tmp_path):
+    from mutualrl.config.loader import load_run_config
+    from mutualrl.config.typed import ConfigError
+
+    for setting, message in (("see.max_staleness=-1", "must be >= 0"),
+                             ("see.on_peer_failure=maybe", "expected one of 'stop', 'continue'"),
+                             (f"see.replay_consumption={tmp_path / 'none'}", "is not a folder")):
+        with pytest.raises(ConfigError, match=message):
+            load_run_config("tiny", overrides=[setting])

@@ -291,6 +291,10 @@ def validate_run_config(config: RunConfig, source: str, check_grpo: bool = True)
             f"pool {config.pool.name!r} has {len(policies)}",
         )
     _check_regime_settings(config, source)
+    replay = config.see.replay_consumption
+    if replay is not None and not Path(replay).expanduser().is_dir():
+        raise ConfigError(source, "see.replay_consumption", f"{replay!r} is not a folder (give the run folder whose "
+                          "peer-round choices to replay)")
     if config.schedule is not None and config.schedule.unit == "paper" and config.batch is None:
         raise ConfigError(source, "schedule.unit", "'paper' counts paper steps, which `batch` defines "
                           "(prompts_per_step, mini_batches_per_step); set `batch`, or schedule.unit: optimizer")
