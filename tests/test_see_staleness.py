@@ -142,17 +142,24 @@ def test_step_delay_spec():
         step_delay("a", "a=1@sometimes")
 
 
-def test_replay_reads_the_recorded_round_and_names_a_missing_log(tmp_path):
-    from mutualrl.errors import UsageError
-
+def replay_setup(tmp_path, choices):
+    """Rounds 0-2 of both policies in ``tmp_path/see``; an earlier run ``tmp_path/old`` whose fast policy logged
+    ``choices`` = [(run_id, step, peer_step, age)]. Returns the fast policy's exchange client."""
     fast, slow = client(tmp_path / "see", "fast"), client(tmp_path / "see", "slow")
     publish(fast, 0, 1, 2)
     publish(slow, 0, 1, 2)
     log = tmp_path / "old" / "see" / "_consumed"
     log.mkdir(parents=True)
-    rows = [{"run_id": "old", "step": s, "peer_step": p, "age": a, "waited": False, "peers": ["slow"], "departed": []}
-            for s, p, a in ((0, None, None), (1, 0, 1), (2, 1, 1))]
+    rows = [{"run_id": run, "step": s, "peer_step": p, "age": a, "waited": False, "peers": ["slow"], "departed": []}
+            for run, s, p, a in choices]
     (log / "fast.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return fast
+
+
+def test_replay_reads_the_recorded_round_and_names_a_missing_log(tmp_path):
+    from mutualrl.errors import UsageError
+
+    fast = replay_setup(tmp_path, [("old", s, p, a) for s, p, a in ((0, None, None), (1, 0, 1), (2, 1, 1))])
     consumption = PeerConsumption(fast, ["slow"], max_staleness=2, replay=tmp_path / "old")
     assert [consumption.next_round(s).peer_step for s in range(3)] == [None, 0, 1]
     with pytest.raises(UsageError, match="no consumption log of policy 'fast'"):
@@ -168,14 +175,8 @@ def test_a_peer_that_ran_ahead_and_pruned_the_window_is_not_waited_for(tmp_path)
 
 
 def test_replay_merges_a_resumed_runs_launches(tmp_path):
-    fast, slow = client(tmp_path / "see", "fast"), client(tmp_path / "see", "slow")
-    publish(fast, 0, 1, 2)
-    publish(slow, 0, 1, 2)
-    log = tmp_path / "old" / "see" / "_consumed"
-    log.mkdir(parents=True)
-    rows = [{"run_id": run, "step": s, "peer_step": p, "age": 0, "waited": False, "peers": ["slow"], "departed": []}
-            for run, s, p in (("launch1", 0, 0), ("launch1", 1, 1), ("launch2", 1, 0), ("launch2", 2, 2))]
-    (log / "fast.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fast = replay_setup(tmp_path, [(run, s, p, 0) for run, s, p in (("launch1", 0, 0), ("launch1", 1, 1),
+                                                                     ("launch2", 1, 0), ("launch2", 2, 2))])
     consumption = PeerConsumption(fast, ["slow"], max_staleness=2, replay=tmp_path / "old")
     assert [consumption.next_round(s).peer_step for s in range(3)] == [0, 0, 2]
 
@@ -189,3 +190,11 @@ def test_staleness_settings_are_checked_with_one_line_errors(tmp_path):
                              (f"see.replay_consumption={tmp_path / 'none'}", "is not a folder")):
         with pytest.raises(ConfigError, match=message):
             load_run_config("tiny", overrides=[setting])
+
+
+def test_a_peer_at_round_zero_is_not_counted_as_behind_when_round_zero_is_the_oldest_allowed(tmp_path):
+    fast, slow = client(tmp_path, "fast", timeout=0.3), client(tmp_path, "slow")
+    publish(fast, 0, 1, 2)
+    publish(slow, 0)
+    chosen = choose_peer_round(fast, [0, 1, 2], ["slow"], max_staleness=2, last_consumed=None)
+    assert (chosen.peer_step, chosen.age, chosen.waited) == (0, 2, False)

@@ -45,15 +45,11 @@ class PeerRound:
     waited: bool = False
 
 
-def committed_steps(root: Path | str, run_id: str, policy: str, candidates: Sequence[int]) -> list[int]:
-    """Which of ``candidates`` (steps) ``policy`` has fully committed in run ``run_id`` (all ranks)."""
-    done = []
-    for step in candidates:
-        found: dict[int, dict[int, object]] = {}
-        scan_committed(Path(root), run_id, int(step), policy, found, set())
-        if complete_shards(found) is not None:
-            done.append(int(step))
-    return done
+def is_committed(exchange: ExperienceExchange, policy: str, step: int) -> bool:
+    """Whether ``policy`` has committed every rank's shard of ``step`` in this run."""
+    found: dict[int, dict[int, object]] = {}
+    scan_committed(Path(exchange.root), exchange.run_id, int(step), policy, found, set())
+    return complete_shards(found) is not None
 
 
 def newest_committed(exchange: ExperienceExchange, policy: str) -> int | None:
@@ -61,7 +57,7 @@ def newest_committed(exchange: ExperienceExchange, policy: str) -> int | None:
     steps = sorted((int(m.group(1)) for entry in os.scandir(exchange.root) if (m := STEP_DIR_RE.match(entry.name))),
                    reverse=True)
     for step in steps:
-        if committed_steps(exchange.root, exchange.run_id, policy, [step]):
+        if is_committed(exchange, policy, step):
             return step
     return None
 
@@ -69,7 +65,7 @@ def newest_committed(exchange: ExperienceExchange, policy: str) -> int | None:
 def newest_common_round(exchange: ExperienceExchange, peers: Sequence[str], rounds: Sequence[int]) -> int | None:
     """The newest of ``rounds`` (own steps, oldest first) that every peer has committed; None if there is none."""
     for step in reversed(rounds):
-        if all(committed_steps(exchange.root, exchange.run_id, peer, [step]) for peer in peers):
+        if all(is_committed(exchange, peer, step) for peer in peers):
             return int(step)
     return None
 
@@ -93,7 +89,7 @@ def choose_peer_round(exchange: ExperienceExchange, own_rounds: Sequence[int], p
     if len(own_rounds) > max_staleness:  # a peer more than S rounds behind blocks us
         oldest = window[0]
         # Behind = nothing committed at or after the oldest allowed round (a peer ahead may have pruned it).
-        lagging = [p for p in peers if (newest_committed(exchange, p) or -1) < oldest]
+        lagging = [p for p in peers if (last := newest_committed(exchange, p)) is None or last < oldest]
         if lagging:
             exchange.wait_for(oldest, policies=lagging)
             waited = True
