@@ -65,8 +65,7 @@ def summarise(paths: RunPaths, config: RunConfig, outcome: Any) -> dict[str, Any
         policies[policy.name] = entry
     summary = {"pool": config.pool.name, "regime": config.regime.name, "seed": config.grpo.get("seed"),
                "run_dir": str(paths.root), "seconds": round(outcome.seconds, 1), "policies": policies}
-    lost = outcome.extra.get("lost") if isinstance(getattr(outcome, "extra", None), dict) else None
-    if lost:  # see.on_peer_failure=continue: who left the pool, when and why
+    if lost := outcome.extra.get("lost"):  # see.on_peer_failure=continue: who left the pool, when and why
         summary["lost"] = {name: {"step": v["step"], "reason": v["reason"]} for name, v in lost.items()}
     return summary
 

@@ -220,7 +220,8 @@ class ExperienceExchange:
     # barrier
     # ------------------------------------------------------------------------------------
 
-    def _check_failed(self, policy: str, step: int) -> None:
+    def raise_if_failed(self, policy: str, step: int) -> None:
+        """:class:`PeerFailedError` (peer, step, reason) if ``policy`` left a failure marker in this run."""
         marker = read_failure(self.root, policy)
         if marker is None:
             return
@@ -274,7 +275,7 @@ class ExperienceExchange:
             if not pending:
                 return {p: done[p] for p in targets}
             for policy in pending:
-                self._check_failed(policy, step)
+                self.raise_if_failed(policy, step)
             now = time.monotonic()
             if now >= deadline:
                 raise barrier_timeout_error(self.root, self.policy, step, pending, found, other_runs, now - start,

@@ -95,8 +95,7 @@ class RegimeAdapter:
             self.trainer._metrics["train"][f"mutual/{key}"].append(value)
         if self.exchange is not None:
             # Under bounded staleness a peer may still read our rounds back to the window's oldest.
-            window = self.consumption.own_rounds if self.needs_peers else [rollouts.step]
-            self.exchange.prune(window[0] if window else rollouts.step)
+            self.exchange.prune(self.consumption.own_rounds[0] if self.needs_peers else rollouts.step)
         return output
 
     def read_peer_round(self, step: int, timings: dict[str, float]) -> tuple[int | None, dict[str, Any]]:

@@ -20,8 +20,6 @@ from typing import Any
 
 from mutualrl.errors import UsageError
 from mutualrl.see.errors import PeerFailedError, PeerTimeoutError
-from mutualrl.see.files import failure_path
-from mutualrl.see.liveness import read_failure
 from mutualrl.see.staleness import PeerRound, choose_peer_round
 
 log = logging.getLogger("mutualrl.consumption")
@@ -74,7 +72,7 @@ class PeerConsumption:
 
     def _await_decision(self, step: int) -> PeerRound:
         """Ranks > 0: poll rank 0's consumption log for this step's line (files, like the SEE barrier)."""
-        path = Path(self.exchange.root) / CONSUMED_DIR / f"{self.exchange.policy}.jsonl"
+        path = log_path(self.exchange.root, self.exchange.policy)
         deadline = time.monotonic() + self.exchange.barrier_timeout_s * (len(self.active) + 1) + 600.0
         delay = 0.001
         while True:
@@ -96,15 +94,9 @@ class PeerConsumption:
         if self.replay is not None:
             return self._replayed(step)
         while self.active:
-            for peer, reason in self._failed_peers().items():  # also when no wait would notice it
-                if self.on_peer_failure == "stop":
-                    raise PeerFailedError(f"SEE: policy {peer!r} failed; policy {self.exchange.policy!r} stops at "
-                                          f"step {step}. Reason: {reason}", peer=peer, step=step,
-                                          path=failure_path(Path(self.exchange.root), peer), reason=reason)
-                self._drop(peer, step, reason)
-            if not self.active:
-                break
             try:
+                for peer in list(self.active):  # a failure marker counts even when no wait would notice it
+                    self.exchange.raise_if_failed(peer, step)
                 chosen = choose_peer_round(self.exchange, self.own_rounds, self.active, self.max_staleness,
                                            self.last_consumed)
                 return chosen, list(self.active), dict(self.departed)
@@ -132,15 +124,6 @@ class PeerConsumption:
             self.exchange.wait_for(peer_step, policies=self.active)
         return PeerRound(step, peer_step, row["age"], bool(row["waited"])), list(self.active), dict(self.departed)
 
-    def _failed_peers(self) -> dict[str, str]:
-        """Active peers with a failure marker of this run, and the reason recorded."""
-        failed = {}
-        for peer in self.active:
-            marker = read_failure(self.exchange.root, peer)
-            if marker is not None and marker.get("run_id") in (None, self.exchange.run_id):
-                failed[peer] = str(marker.get("reason", "no reason recorded"))
-        return failed
-
     def _drop(self, peer: str, step: int, reason: str) -> None:
         if peer not in self.active:
             return
@@ -150,7 +133,7 @@ class PeerConsumption:
                     peer, step, reason, ", ".join(self.active) or "no peers (standalone)")
 
     def _log(self, chosen: PeerRound) -> None:
-        path = Path(self.exchange.root) / CONSUMED_DIR / f"{self.exchange.policy}.jsonl"
+        path = log_path(self.exchange.root, self.exchange.policy)
         path.parent.mkdir(parents=True, exist_ok=True)
         row = {"run_id": self.exchange.run_id, "step": chosen.step, "peer_step": chosen.peer_step, "age": chosen.age,
                "waited": chosen.waited, "peers": list(self.active), "departed": sorted(self.departed)}
@@ -174,8 +157,13 @@ def replay_plan(folder: Path | str, policy: str) -> dict[int, dict[str, Any]]:
 
 def read_consumption(see_root: Path | str, policy: str, run_id: str | None = None) -> list[dict[str, Any]]:
     """The consumption log of ``policy`` in the exchange ``see_root`` (rows of ``run_id`` only, when given)."""
-    rows = parse_log(Path(see_root) / CONSUMED_DIR / f"{policy}.jsonl")
+    rows = parse_log(log_path(see_root, policy))
     return [r for r in rows if run_id is None or r.get("run_id") == run_id]
+
+
+def log_path(see_root: Path | str, policy: str) -> Path:
+    """``<see>/_consumed/<policy>.jsonl``: one line per step, written by the policy's rank 0."""
+    return Path(see_root) / CONSUMED_DIR / f"{policy}.jsonl"
 
 
 def parse_log(path: Path) -> list[dict[str, Any]]:

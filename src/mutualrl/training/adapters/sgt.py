@@ -53,25 +53,25 @@ class SGTAdapter(RegimeAdapter):
         staleness = self.config.see.max_staleness
         if staleness == 0:
             return
-        require_whole_groups(rollouts, self.name)
-        k = rollouts.num_generations
-        groups = rollouts.prompt_ids_local[::k]
-        self.history[rollouts.step] = OwnRound(
-            groups, rollouts.rewards_local.view(len(groups), k).clone(),
-            output["prompt_ids"].detach().clone(), output["prompt_mask"].detach().clone())
+        own = self.own_round(rollouts)
+        self.history[rollouts.step] = OwnRound(own.groups, own.rewards.clone(), output["prompt_ids"].detach().clone(),
+                                               output["prompt_mask"].detach().clone())
         for old in sorted(self.history)[:-(staleness + 1)]:
             del self.history[old]
 
-    def transform(self, output, rollouts, peers):
+    def own_round(self, rollouts) -> OwnRound:
+        """This rank's K-groups of the step and the learner's rewards ``[P, K]`` (whole groups required)."""
         require_whole_groups(rollouts, self.name)
         k = rollouts.num_generations
         groups = rollouts.prompt_ids_local[::k]
-        learner = rollouts.rewards_local.view(len(groups), k)
-        return self._rescue(output, rollouts, peers, OwnRound(groups, learner), rollouts.step)
+        return OwnRound(groups, rollouts.rewards_local.view(len(groups), k))
+
+    def transform(self, output, rollouts, peers):
+        return self._rescue(output, rollouts, peers, self.own_round(rollouts), rollouts.step)
 
     def transform_stale(self, output, rollouts, peers, peer_step):
-        """Rescue the prompts of an earlier round ``peer_step`` (their own prompt tokens ride along)."""
-        require_whole_groups(rollouts, self.name)
+        """Rescue the prompts of an earlier round ``peer_step`` (their own prompt tokens ride along;
+        :meth:`remember` checked this step's groups)."""
         if peer_step not in self.history:
             from mutualrl.errors import UsageError
 
