@@ -14,7 +14,7 @@ import pytest
 from safetensors.torch import load_file
 
 from e2e_helpers import child_env
-from mutualrl.training.adapters.consumption import read_consumption
+from mutualrl.see.consumed import read_consumption
 
 POLICIES = ("tiny-bpe", "tiny-sp")
 

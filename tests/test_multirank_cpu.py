@@ -75,7 +75,7 @@ def test_zero3_with_two_cpu_ranks_per_policy(tmp_path):
 @pytest.mark.slow
 def test_bounded_staleness_with_two_cpu_ranks_per_policy(tmp_path, monkeypatch):
     """Rank 0 chooses the peer round and logs it; rank 1 reads that choice: both read the same stale round."""
-    from mutualrl.training.adapters.consumption import read_consumption
+    from mutualrl.see.consumed import read_consumption
 
     monkeypatch.setenv("MUTUALRL_DEBUG_STEP_DELAY", "tiny-sp=1.0")
     run_dir = tmp_path / "stale"

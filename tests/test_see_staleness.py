@@ -12,7 +12,8 @@ from mutualrl.see.errors import PeerFailedError, PeerTimeoutError
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.staleness import choose_peer_round
 from mutualrl.see.synthetic import synthetic_batch
-from mutualrl.training.adapters.consumption import PeerConsumption, read_consumption
+from mutualrl.see.consumed import read_consumption
+from mutualrl.training.adapters.consumption import PeerConsumption
 from mutualrl.training.callbacks import step_delay
 
 POLICIES = ["fast", "slow"]

@@ -291,6 +291,9 @@ def validate_run_config(config: RunConfig, source: str, check_grpo: bool = True)
             f"pool {config.pool.name!r} has {len(policies)}",
         )
     _check_regime_settings(config, source)
+    if config.see.catch_up and config.see.max_staleness < 1:
+        raise ConfigError(source, "see.catch_up", "a policy that skips rounds relies on its peers reading records "
+                          "up to see.max_staleness rounds old: set see.max_staleness >= 1 (e.g. 2)")
     replay = config.see.replay_consumption
     if replay is not None and not Path(replay).expanduser().is_dir():
         raise ConfigError(source, "see.replay_consumption", f"{replay!r} is not a folder (give the run folder whose "

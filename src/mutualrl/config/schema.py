@@ -208,6 +208,13 @@ class SEESettings:
                   "it, survivors train on (standalone for steps without peer data) and finish; the summary names "
                   "who left and when."},
     )
+    catch_up: bool = field(
+        default=False,
+        metadata={"help": "With max_staleness >= 1: a policy that a persistently faster peer would keep waiting for "
+                  "skips rounds (no generation, no update; data and LR schedule move on) so that its next records "
+                  "land within the bound: the fast peer stops waiting, the slow one trains fewer rounds "
+                  "(SAPO-style; docs/see.md 'Catching up')."},
+    )
     replay_consumption: str | None = field(
         default=None,
         metadata={"help": "Replay an earlier run's peer-round choices: its run folder (or its see/ or see/_consumed "

@@ -30,7 +30,7 @@ MUTABLE_ON_RESUME = (
     "output_dir", "pool.description", "grpo.max_steps", "grpo.logging_steps", "grpo.save_steps",
     "schedule.max_steps", "schedule.log_every", "schedule.save_every", "schedule.validate_every",
     "grpo.save_total_limit", "grpo.report_to", "validation.", "see.barrier_timeout_s", "see.peer_timeout_s",
-    "see.poll_interval_s", "see.on_peer_failure", "launch.",
+    "see.poll_interval_s", "see.on_peer_failure", "see.catch_up", "launch.",
 )
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 STEP_FOLDER_RE = re.compile(r"^step-(\d+)$")

@@ -21,7 +21,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -243,9 +243,11 @@ class ExperienceExchange:
             reason=reason,
         )
 
-    def wait_for(self, step: int, policies: Iterable[str] | None = None) -> dict[str, list[ShardInfo]]:
+    def wait_for(self, step: int, policies: Iterable[str] | None = None,
+                 arrived: Callable[[str], bool] | None = None) -> dict[str, list[ShardInfo]]:
         """Per-step barrier: block until every listed policy (default: all, self included) has
         committed all ``world_size`` shards of ``step``; return their shards in rank order.
+        ``arrived(policy)`` true also ends the wait for a policy, with no shards (it skipped ``step``).
 
         Raises :class:`PeerFailedError` at once when a pending policy has a failure marker, and
         :class:`PeerTimeoutError` after ``barrier_timeout_s`` naming each missing policy and
@@ -271,6 +273,8 @@ class ExperienceExchange:
                 complete = complete_shards(found[policy])
                 if complete is not None:
                     done[policy] = complete
+                elif arrived is not None and arrived(policy):
+                    done[policy] = []
             pending = [p for p in targets if p not in done]
             if not pending:
                 return {p: done[p] for p in targets}

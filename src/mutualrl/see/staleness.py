@@ -8,6 +8,11 @@ only while some peer has not yet committed round ``i - S`` (docs/see.md, "Bounde
 staleness"). Each peer round is consumed at most once: a round already used yields
 nothing new, and the step runs without peer data (standalone).
 
+With ``see.catch_up`` a policy its peers keep waiting for skips rounds (SAPO-style, docs/see.md
+"Catching up"): it logs the span it skips (:mod:`mutualrl.see.consumed`), and a peer counts a
+skipped round as reached (never waited for) but without data. :func:`catch_up_target` is that
+decision, a pure function of the policies' round times.
+
 Everything here is file scanning on top of :class:`~mutualrl.see.exchange.ExperienceExchange`;
 the choice is a pure function of what is committed, so ``S = 0`` is exactly the lock-step
 barrier (the caller keeps using :meth:`~mutualrl.see.exchange.ExperienceExchange.wait_for`).
@@ -15,12 +20,15 @@ barrier (the caller keeps using :meth:`~mutualrl.see.exchange.ExperienceExchange
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Sequence
+import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from mutualrl.see.consumed import LogTail
 from mutualrl.see.files import STEP_DIR_RE
 from mutualrl.see.shards import complete_shards, scan_committed
 
@@ -37,12 +45,15 @@ class PeerRound:
         peer_step: the peers' round it reads (``None``: nothing new within the bound).
         age: exchange rounds between ``step`` and ``peer_step`` (0: lock-step fresh; ``None`` with no data).
         waited: whether the consumer had to wait for a peer more than S rounds behind.
+        peers: the peers with records of ``peer_step`` (``None``: every active peer; a peer that skipped the
+            round has none).
     """
 
     step: int
     peer_step: int | None
     age: int | None
     waited: bool = False
+    peers: tuple[str, ...] | None = None
 
 
 def is_committed(exchange: ExperienceExchange, policy: str, step: int) -> bool:
@@ -62,38 +73,85 @@ def newest_committed(exchange: ExperienceExchange, policy: str) -> int | None:
     return None
 
 
-def newest_common_round(exchange: ExperienceExchange, peers: Sequence[str], rounds: Sequence[int]) -> int | None:
-    """The newest of ``rounds`` (own steps, oldest first) that every peer has committed; None if there is none."""
-    for step in reversed(rounds):
-        if all(is_committed(exchange, peer, step) for peer in peers):
-            return int(step)
-    return None
+def has_reached(exchange: ExperienceExchange, policy: str, step: int, log: LogTail | None) -> bool:
+    """Whether ``policy`` committed a round at or after ``step``, or skipped past it (it will never commit it)."""
+    if log is not None and log.skipped_past(step):
+        return True
+    newest = newest_committed(exchange, policy)
+    return newest is not None and newest >= step
 
 
 def choose_peer_round(exchange: ExperienceExchange, own_rounds: Sequence[int], peers: Sequence[str], max_staleness: int,
-                      last_consumed: int | None) -> PeerRound:
+                      last_consumed: int | None, peer_logs: Mapping[str, LogTail] | None = None) -> PeerRound:
     """The peer round a consumer at ``own_rounds[-1]`` reads under staleness bound ``max_staleness``.
 
-    ``own_rounds`` are the steps at which this policy published, oldest first, ending with the
-    current one (peers share the cadence: every policy generates on the same prompts at the same
-    steps). Rounds older than ``own_rounds[-1 - S]`` are never used. When some peer has not
-    committed that oldest allowed round, this blocks in the exchange's barrier for it
-    (:meth:`wait_for`: failure markers and the barrier timeout apply), then picks the newest round
-    every peer has. A round not newer than ``last_consumed`` is not read again.
+    ``own_rounds`` are the rounds this policy trained, oldest first, ending with the current one
+    (ages count them: a round it skipped under ``see.catch_up`` updated nothing); peers share the
+    cadence, so every policy generates on the same prompts at the same rounds. Rounds older than
+    ``own_rounds[-1 - S]`` are never used. When some peer has not reached that oldest allowed
+    round, this blocks in the exchange's barrier for it (:meth:`wait_for`: failure markers and
+    the barrier timeout apply; a skip in the peer's log counts as arrival), then picks the newest
+    round that every peer committed or skipped and at least one committed. A round not newer
+    than ``last_consumed`` is not read again.
     """
     if max_staleness < 0:
         raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
+    logs = peer_logs or {}
     step = int(own_rounds[-1])
     window = [int(s) for s in own_rounds[-1 - max_staleness:]]
     waited = False
     if len(own_rounds) > max_staleness:  # a peer more than S rounds behind blocks us
         oldest = window[0]
-        # Behind = nothing committed at or after the oldest allowed round (a peer ahead may have pruned it).
-        lagging = [p for p in peers if (last := newest_committed(exchange, p)) is None or last < oldest]
+        lagging = [p for p in peers if not has_reached(exchange, p, oldest, logs.get(p))]
         if lagging:
-            exchange.wait_for(oldest, policies=lagging)
+            exchange.wait_for(oldest, policies=lagging,
+                              arrived=lambda p: p in logs and logs[p].skipped_past(oldest))
             waited = True
-    newest = newest_common_round(exchange, peers, window)
-    if newest is None or (last_consumed is not None and newest <= last_consumed):
-        return PeerRound(step, None, None, waited)
-    return PeerRound(step, newest, len(window) - 1 - window.index(newest), waited)
+    for candidate in reversed(window):
+        if last_consumed is not None and candidate <= last_consumed:
+            break
+        with_data = tuple(p for p in peers if is_committed(exchange, p, candidate))
+        skipped = [p for p in peers if p not in with_data and p in logs and logs[p].skipped(candidate)]
+        if with_data and len(with_data) + len(skipped) == len(peers):
+            return PeerRound(step, candidate, len(window) - 1 - window.index(candidate), waited,
+                             None if len(with_data) == len(peers) else with_data)
+    return PeerRound(step, None, None, waited)
+
+
+CATCH_UP_RATIO = 1.5
+"""A peer counts as persistently faster when its round time is under 1/1.5 of ours: below that, rounds
+of unequal length (jitter) are what the staleness bound alone absorbs, and skipping would only cost
+training rounds."""
+
+
+def round_seconds(rows: Sequence[Mapping[str, float]], last: int = 4) -> float | None:
+    """A policy's time per trained round from its consumption-log rows (``time`` and ``wait_s`` of each):
+    the median of its last ``last`` intervals between decisions, less the time it waited for peers."""
+    timed = [r for r in rows if r.get("time") is not None]
+    intervals = [b["time"] - a["time"] - float(b.get("wait_s") or 0.0) for a, b in zip(timed, timed[1:], strict=False)]
+    intervals = [i for i in intervals[-last:] if i > 0]
+    return statistics.median(intervals) if intervals else None
+
+
+def catch_up_target(step: int, stride: int, max_staleness: int, own_round_s: float | None,
+                    peers: Mapping[str, tuple[int, float | None]]) -> int:
+    """The round a policy at round ``step`` should train next so that no faster peer waits for it.
+
+    ``peers`` maps each active peer to (the round it is now working on, its seconds per round);
+    rounds are ``stride`` optimizer steps apart. With ``rho`` = our round time / a peer's, the
+    peer advances ``rho`` rounds while we do one. If we train round ``j`` now, it is committed
+    about when the peer reaches ``f + rho``, and our next one when it reaches ``f + 2 rho``;
+    the peer, reading rounds up to ``S`` old, does not wait in between when
+    ``j >= f + ceil(2 rho - 1) - S``. Only peers ``CATCH_UP_RATIO`` times faster count. Returns
+    ``step`` (train now) or a later round (skip the ones between).
+    """
+    target = step
+    if own_round_s is None or own_round_s <= 0:
+        return target
+    for current, peer_round_s in peers.values():
+        if peer_round_s is None or peer_round_s <= 0 or own_round_s < CATCH_UP_RATIO * peer_round_s:
+            continue
+        rho = own_round_s / peer_round_s
+        ahead = math.ceil(2 * rho - 1) - max_staleness
+        target = max(target, int(current) + stride * ahead)
+    return target

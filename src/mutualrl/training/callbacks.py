@@ -111,9 +111,10 @@ class HeartbeatCallback(TrainerCallback):
 
 
 THROTTLE_ENV = "MUTUALRL_DEBUG_STEP_DELAY"
-"""``policy=seconds[@even|@odd][,...]``: a sleep added to each step (or only even / odd steps) of the named
-policies, to make a slow or a jittery peer on purpose (benchmarks/async_exchange.py). Not a setting: it
-changes wall time only, never results."""
+"""``policy=seconds[@even|@odd][,...]``: a sleep added to each generation (or only those at even / odd
+steps) of the named policies, to make a slow or a jittery peer on purpose (benchmarks/async_exchange.py;
+a skipped round generates nothing, so it sleeps not). Not a setting: it changes wall time only, never
+results (:meth:`~mutualrl.training.trainer.MutualGRPOTrainer.throttle`)."""
 
 
 def step_delay(policy: str, spec: str | None = None) -> tuple[float, str | None]:
@@ -126,17 +127,6 @@ def step_delay(policy: str, spec: str | None = None) -> tuple[float, str | None]
                 raise ValueError(f"{THROTTLE_ENV}: {item!r}: write policy=seconds, policy=seconds@even or @odd")
             return float(seconds), parity or None
     return 0.0, None
-
-
-class ThrottleCallback(TrainerCallback):
-    """Sleeps ``delay_s`` at the start of every step (or every even / odd step): a deliberately slow policy."""
-
-    def __init__(self, delay_s: float, parity: str | None = None):
-        self.delay_s, self.parity = delay_s, parity
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        if self.parity is None or (state.global_step % 2 == 0) == (self.parity == "even"):
-            time.sleep(self.delay_s)
 
 
 class RngGuard:

@@ -81,7 +81,27 @@ class MutualGRPOTrainer(GRPOTrainer):
         self.exchange = exchange
         self.record_builder = record_builder
         self._pending_rewards: dict[str, Any] | None = None
+        self._skipping_round = False
+        self.generation_delay: tuple[float, str | None] = (0.0, None)  # (seconds, "even" | "odd" | None)
         self.regime.bind(self)
+
+    # -- 0. rounds a slow policy skips (see.catch_up) -------------------------------------
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """At each round's first micro-step, ask the regime whether to skip the round; a skipped round's
+        micro-steps do nothing (no generation, no forward, no backward: no gradient, so the optimizer step
+        leaves every parameter and moment as it is; the data and the LR schedule advance as usual)."""
+        if self._step % (self.args.steps_per_generation * self.num_iterations) == 0:
+            self._skipping_round = self.regime.skip_round(self.state.global_step)
+        if self._skipping_round:
+            self._step += 1
+            return torch.zeros((), device=self.args.device)
+        return super().training_step(model, inputs, num_items_in_batch)
+
+    def throttle(self) -> None:
+        """Sleep ``generation_delay`` before a generation (``MUTUALRL_DEBUG_STEP_DELAY``: wall time only)."""
+        seconds, parity = self.generation_delay
+        if seconds > 0 and (parity is None or (self.state.global_step % 2 == 0) == (parity == "even")):
+            time.sleep(seconds)
 
     # -- 1. rewards -------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -97,6 +117,8 @@ class MutualGRPOTrainer(GRPOTrainer):
 
     # -- 2. batch -----------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs):
+        if self.model.training:
+            self.throttle()
         output = super()._generate_and_score_completions(inputs)
         if not self.model.training:  # TRL's own evaluation loop: no exchange
             return output

@@ -80,7 +80,6 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         HeartbeatCallback,
         MetricsCallback,
         StatusCallback,
-        ThrottleCallback,
         ValidationCallback,
         step_delay,
     )
@@ -137,9 +136,6 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     callbacks = [MetricsCallback(paths, policy_name, config.regime.name), status, validation]
     if exchange is not None:
         callbacks.append(HeartbeatCallback(exchange))
-    delay_s, parity = step_delay(policy_name)
-    if delay_s > 0:
-        callbacks.append(ThrottleCallback(delay_s, parity))
     peft_config = None
     if policy.lora is not None:
         from peft import LoraConfig
@@ -153,6 +149,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         processing_class=tokenizer, callbacks=callbacks, peft_config=peft_config,
         policy_name=policy_name, regime=regime, exchange=exchange,
     )
+    trainer.generation_delay = step_delay(policy_name)  # MUTUALRL_DEBUG_STEP_DELAY: a slow peer on purpose
     validation.trainer = trainer
     if trainer.accelerator.is_main_process:  # a long wait for peers shows as a phase, not as a stall
         regime.phase_hook = lambda phase: status.write(trainer.state, phase)

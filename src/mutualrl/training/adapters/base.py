@@ -62,7 +62,19 @@ class RegimeAdapter:
 
             see = self.config.see
             self.consumption = PeerConsumption(self.exchange, self.peers, see.max_staleness, see.on_peer_failure,
-                                               accelerator=trainer.accelerator, replay=see.replay_consumption)
+                                               accelerator=trainer.accelerator, replay=see.replay_consumption,
+                                               catch_up=see.catch_up, stride=round_stride(trainer.args,
+                                                                                          see.catch_up))
+
+    def skip_round(self, step: int) -> bool:
+        """Whether this policy skips the exchange round starting at optimizer step ``step`` (``see.catch_up``:
+        no generation, no update; docs/see.md "Catching up"). Called by the trainer at each round's start."""
+        if self.consumption is None or not self.consumption.may_skip:
+            return False
+        with self.phase("catching up", enabled=True):
+            skipped = self.consumption.skip_round(step, self.trainer.state.max_steps)
+        self.trainer._metrics["train"]["mutual/skipped"].append(float(skipped))
+        return skipped
 
     # -- per step -------------------------------------------------------------------------
     def process_step(self, output: dict[str, Any], rollouts: Any) -> dict[str, Any]:
@@ -110,7 +122,8 @@ class RegimeAdapter:
         else:
             with self.phase("waiting for peers", enabled=not consumption.lock_step):
                 chosen = consumption.next_round(step)
-        self.peers = list(consumption.active)
+        # this step's peers: the active ones with records of the round read (a peer may have skipped it)
+        self.peers = list(consumption.active if chosen is None or chosen.peers is None else chosen.peers)
         timings["wait_s"] = time.perf_counter() - clock
         peer_step = None if chosen is None else chosen.peer_step
         if peer_step is not None and peer_step != step and not self.uses_stale_rounds:
@@ -150,7 +163,7 @@ class RegimeAdapter:
         if self.consumption.lock_step:
             return
         train = self.trainer._metrics["train"]
-        train["mutual/peers_active"].append(float(len(self.peers)))
+        train["mutual/peers_active"].append(float(len(self.consumption.active)))
         got = chosen is not None and chosen.peer_step is not None
         train["mutual/peer_data"].append(float(got))
         if got:
@@ -219,6 +232,23 @@ class RegimeAdapter:
             behaviour_logps=behaviour,
             finished=[bool(ids) and ids[-1] in eos for ids in rollouts.completion_ids_local],
         )
+
+
+def round_stride(args: Any, required: bool) -> int:
+    """Optimizer steps between two exchange rounds (one generation): ``steps_per_generation * num_iterations /
+    gradient_accumulation_steps``. Skipping whole rounds (``required``) needs it to be a whole number."""
+    from mutualrl.errors import UsageError
+
+    generate_every = args.steps_per_generation * args.num_iterations
+    stride, rest = divmod(generate_every, args.gradient_accumulation_steps)
+    if stride >= 1 and rest == 0:
+        return stride
+    if required:
+        raise UsageError(
+            f"see.catch_up skips whole rounds, so a generation must span whole optimizer steps: "
+            f"steps_per_generation x num_iterations ({generate_every}) must be a multiple of "
+            f"gradient_accumulation_steps ({args.gradient_accumulation_steps})")
+    return 1
 
 
 def _prompt_text(prompt: Any) -> str:

@@ -8,55 +8,70 @@ peer more than S rounds behind) and drops a failed peer under ``continue``. It l
 decision to ``<see>/_consumed/<policy>.jsonl``; the other ranks poll that line (files, like
 the SEE barrier: no collective with its own timeout), so every rank reads the same round, and
 a run can be replayed and audited.
+
+With ``see.catch_up`` rank 0 also decides, at the start of each round, whether to skip it
+(:func:`mutualrl.see.staleness.catch_up_target`: a peer persistently faster than this policy
+would otherwise keep waiting for it) and logs the skipped span, which the peers read.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
 from typing import Any
 
 from mutualrl.errors import UsageError
+from mutualrl.see.consumed import CONSUMED_DIR, SKIP, LogTail, append_row, is_skip_row, log_path, parse_log
 from mutualrl.see.errors import PeerFailedError, PeerTimeoutError
-from mutualrl.see.staleness import PeerRound, choose_peer_round
+from mutualrl.see.staleness import PeerRound, catch_up_target, choose_peer_round, round_seconds
 
 log = logging.getLogger("mutualrl.consumption")
-
-CONSUMED_DIR = "_consumed"
 
 
 class PeerConsumption:
     """Per policy: its own exchange rounds, the last peer round read, the active and departed peers."""
 
     def __init__(self, exchange: Any, peers: list[str], max_staleness: int = 0, on_peer_failure: str = "stop",
-                 accelerator: Any = None, replay: Path | str | None = None):
+                 accelerator: Any = None, replay: Path | str | None = None, catch_up: bool = False,
+                 stride: int = 1):
         self.exchange = exchange
         self.active = list(peers)
         self.departed: dict[str, dict[str, Any]] = {}
         self.max_staleness = int(max_staleness)
         self.on_peer_failure = on_peer_failure
         self.accelerator = accelerator
+        self.catch_up = catch_up
+        self.stride = int(stride)  # optimizer steps between two exchange rounds
         self.own_rounds: list[int] = []
+        self.skip_until = -1  # rounds before this were decided skipped
         self.last_consumed: int | None = None
-        self.replay = replay_plan(replay, exchange.policy) if replay else None
+        self.replay, self.replay_skips = replay_plan(replay, exchange.policy) if replay else (None, None)
+        self.peer_logs = {p: LogTail(exchange.root, p, exchange.run_id) for p in peers}
+        self.own_log = LogTail(exchange.root, exchange.policy, exchange.run_id)
 
     @property
     def lock_step(self) -> bool:
         return self.max_staleness == 0 and self.on_peer_failure == "stop" and self.replay is None
 
     @property
+    def may_skip(self) -> bool:
+        """Whether rounds may be skipped: under see.catch_up, or replaying a run that skipped some."""
+        return self.catch_up or bool(self.replay_skips)
+
+    @property
     def is_main(self) -> bool:
         return self.accelerator is None or self.accelerator.is_main_process
 
     def note_round(self, step: int) -> None:
-        """Record that this policy published round ``step`` (its window of the last S+1 rounds)."""
+        """Record that this policy trained round ``step`` (its window of the last S+1 trained rounds: a skipped
+        round updates nothing, so it does not age the records this policy reads)."""
         self.own_rounds = [*self.own_rounds, int(step)][-(self.max_staleness + 1):]
 
     def next_round(self, step: int) -> PeerRound:
         """The peer round to read at ``step`` (this policy's newest published round)."""
         self.note_round(step)
+        started = time.monotonic()
         if self.lock_step:
             self.exchange.wait_for(step, policies=self.active)
             chosen = PeerRound(int(step), int(step), 0)
@@ -67,21 +82,61 @@ class PeerConsumption:
         if chosen.peer_step is not None:
             self.last_consumed = chosen.peer_step
         if self.is_main:
-            self._log(chosen)
+            self._log(chosen, time.monotonic() - started)
         return chosen
+
+    # -- catching up (see.catch_up) -----------------------------------------------------
+    def skip_round(self, step: int, last_step: int) -> bool:
+        """Whether to skip round ``step`` (train nothing, publish nothing); rank 0 decides at the first round of a
+        span and logs ``[step, until)``, the other ranks read that line. Rounds at or after ``last_step`` never run."""
+        step = int(step)
+        if step >= self.skip_until:
+            if not self.is_main:
+                until = self._await_skip(step)
+            else:
+                until = self._plan_skip(step, int(last_step))
+                append_row(self.exchange.root, self.exchange.policy,
+                           {"run_id": self.exchange.run_id, "kind": SKIP, "step": step, "until": until})
+                if until > step:
+                    log.info("policy %s: skipping rounds %d..%d so faster peers need not wait", self.exchange.policy,
+                             step, until - self.stride)
+            self.skip_until = until
+        return step < self.skip_until
+
+    def _plan_skip(self, step: int, last_step: int) -> int:
+        if self.replay_skips is not None:
+            return int(self.replay_skips.get(step, {"until": step})["until"])
+        if not self.catch_up or not self.active:
+            return step
+        own_s = round_seconds(self.own_log.read_rows())
+        peers = {}
+        for peer in self.active:
+            rows = self.peer_logs[peer].read_rows()
+            if rows:
+                peers[peer] = (int(rows[-1]["step"]) + self.stride, round_seconds(rows))
+        return min(catch_up_target(step, self.stride, self.max_staleness, own_s, peers), last_step)
+
+    def _await_skip(self, step: int) -> int:
+        row = self._await_row(lambda r: is_skip_row(r) and r.get("step") == step, step)
+        return int(row["until"])
 
     def _await_decision(self, step: int) -> PeerRound:
         """Ranks > 0: poll rank 0's consumption log for this step's line (files, like the SEE barrier)."""
+        row = self._await_row(lambda r: not is_skip_row(r) and r.get("step") == step, step)
+        for peer in row["departed"]:
+            self.departed.setdefault(peer, {"step": step, "reason": "dropped by rank 0"})
+        self.active = list(row["peers"])
+        return PeerRound(step, row["peer_step"], row["age"], bool(row["waited"]),
+                         None if row.get("read_from") is None else tuple(row["read_from"]))
+
+    def _await_row(self, match: Any, step: int) -> dict[str, Any]:
         path = log_path(self.exchange.root, self.exchange.policy)
         deadline = time.monotonic() + self.exchange.barrier_timeout_s * (len(self.active) + 1) + 600.0
         delay = 0.001
         while True:
-            for row in reversed(parse_log(path)):
-                if row.get("run_id") == self.exchange.run_id and row.get("step") == step:
-                    for peer in row["departed"]:
-                        self.departed.setdefault(peer, {"step": step, "reason": "dropped by rank 0"})
-                    self.active = list(row["peers"])
-                    return PeerRound(step, row["peer_step"], row["age"], bool(row["waited"]))
+            for row in reversed(self.own_log.refresh()):
+                if match(row):
+                    return row
             if time.monotonic() > deadline:
                 raise PeerTimeoutError(
                     f"SEE: rank {self.exchange.rank} of policy {self.exchange.policy!r} found no decision of rank 0 "
@@ -98,7 +153,7 @@ class PeerConsumption:
                 for peer in list(self.active):  # a failure marker counts even when no wait would notice it
                     self.exchange.raise_if_failed(peer, step)
                 chosen = choose_peer_round(self.exchange, self.own_rounds, self.active, self.max_staleness,
-                                           self.last_consumed)
+                                           self.last_consumed, self.peer_logs)
                 return chosen, list(self.active), dict(self.departed)
             except PeerFailedError as err:
                 if self.on_peer_failure == "stop":
@@ -120,9 +175,11 @@ class PeerConsumption:
             if peer in self.active:
                 self._drop(peer, step, "left at this step in the replayed run")
         peer_step = row["peer_step"]
+        read_from = None if row.get("read_from") is None else tuple(row["read_from"])
         if peer_step is not None:
-            self.exchange.wait_for(peer_step, policies=self.active)
-        return PeerRound(step, peer_step, row["age"], bool(row["waited"])), list(self.active), dict(self.departed)
+            self.exchange.wait_for(peer_step, policies=read_from or self.active)
+        return (PeerRound(step, peer_step, row["age"], bool(row["waited"]), read_from), list(self.active),
+                dict(self.departed))
 
     def _drop(self, peer: str, step: int, reason: str) -> None:
         if peer not in self.active:
@@ -132,49 +189,26 @@ class PeerConsumption:
         log.warning("policy %s: peer %s left the pool at step %d (%s); continuing with %s", self.exchange.policy,
                     peer, step, reason, ", ".join(self.active) or "no peers (standalone)")
 
-    def _log(self, chosen: PeerRound) -> None:
-        path = log_path(self.exchange.root, self.exchange.policy)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        row = {"run_id": self.exchange.run_id, "step": chosen.step, "peer_step": chosen.peer_step, "age": chosen.age,
-               "waited": chosen.waited, "peers": list(self.active), "departed": sorted(self.departed)}
-        with path.open("a") as fh:
-            fh.write(json.dumps(row) + "\n")
+    def _log(self, chosen: PeerRound, wait_s: float) -> None:
+        """One read row: the choice, and when it was made and how long it waited (peers' catch-up reads them)."""
+        append_row(self.exchange.root, self.exchange.policy, {
+            "run_id": self.exchange.run_id, "step": chosen.step, "peer_step": chosen.peer_step, "age": chosen.age,
+            "waited": chosen.waited, "peers": list(self.active), "departed": sorted(self.departed),
+            "read_from": None if chosen.peers is None else list(chosen.peers), "time": time.time(),
+            "wait_s": round(wait_s, 6)})
 
 
-def replay_plan(folder: Path | str, policy: str) -> dict[int, dict[str, Any]]:
-    """step -> recorded choice of ``policy`` in an earlier run (over its launches) for ``see.replay_consumption``.
+def replay_plan(folder: Path | str, policy: str) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
+    """step -> recorded read choice, and step -> recorded skip decision, of ``policy`` in an earlier run (over its
+    launches) for ``see.replay_consumption``.
 
     ``folder`` is that run's folder, its exchange folder or the ``_consumed`` folder itself.
     """
     base = Path(folder)
     for candidate in (base, base / CONSUMED_DIR, base / "see" / CONSUMED_DIR):
         rows = parse_log(candidate / f"{policy}.jsonl")
-        if rows:
-            return {int(r["step"]): r for r in rows}  # a resumed run's later launches replace the steps they redid
+        if rows:  # a resumed run's later launches replace the steps they redid
+            return ({int(r["step"]): r for r in rows if not is_skip_row(r)},
+                    {int(r["step"]): r for r in rows if is_skip_row(r)})
     raise UsageError(f"see.replay_consumption: no consumption log of policy {policy!r} in {base} "
                      f"(expected {base}/see/{CONSUMED_DIR}/{policy}.jsonl or {base}/{policy}.jsonl)")
-
-
-def read_consumption(see_root: Path | str, policy: str, run_id: str | None = None) -> list[dict[str, Any]]:
-    """The consumption log of ``policy`` in the exchange ``see_root`` (rows of ``run_id`` only, when given)."""
-    rows = parse_log(log_path(see_root, policy))
-    return [r for r in rows if run_id is None or r.get("run_id") == run_id]
-
-
-def log_path(see_root: Path | str, policy: str) -> Path:
-    """``<see>/_consumed/<policy>.jsonl``: one line per step, written by the policy's rank 0."""
-    return Path(see_root) / CONSUMED_DIR / f"{policy}.jsonl"
-
-
-def parse_log(path: Path) -> list[dict[str, Any]]:
-    try:
-        lines = path.read_text().splitlines()
-    except (FileNotFoundError, NotADirectoryError):
-        return []
-    rows = []
-    for line in lines:
-        try:
-            rows.append(json.loads(line))
-        except ValueError:  # a line being appended right now
-            continue
-    return rows
