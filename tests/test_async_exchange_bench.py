@@ -33,3 +33,12 @@ def test_weak_group_is_the_lowest_before_training():
     summary = {"policies": {"a": {"groups_before": {"add": 0.9, "sub": 0.1}}, "b": {"groups_before": {"add": 0.0,
                                                                                                        "sub": 0.8}}}}
     assert bench.weak_groups(summary) == {"a": "sub", "b": "add"}
+
+
+def test_trained_rounds_counts_read_lines_not_skip_lines(tmp_path):
+    log = tmp_path / "see" / "_consumed" / "tiny-sp.jsonl"
+    log.parent.mkdir(parents=True)
+    rows = [{"run_id": "r", "kind": "skip", "step": 0, "until": 0}, {"run_id": "r", "step": 0, "peer_step": 0},
+            {"run_id": "r", "kind": "skip", "step": 1, "until": 5}, {"run_id": "r", "step": 5, "peer_step": None}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert bench.trained_rounds(tmp_path, "tiny-sp") == 2

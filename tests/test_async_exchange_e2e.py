@@ -89,6 +89,39 @@ def test_a_slow_peer_is_read_stale_within_the_bound_and_each_round_once(tmp_path
 
 
 @pytest.mark.slow
+def test_catch_up_a_persistently_slow_peer_skips_rounds_and_the_fast_one_stops_waiting(tmp_path):
+    run_dir = tmp_path / "catch-up"
+    steps = 16
+    done = train(run_dir, steps, "--set", "see.max_staleness=2", "--set", "see.catch_up=true", delay="tiny-sp=1.0")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    spans = [(r["step"], r["until"]) for r in read_consumption(run_dir / "see", "tiny-sp", kind="skip")
+             if r["until"] > r["step"]]
+    assert spans, "the throttled policy never skipped a round"
+    assert not [r for r in read_consumption(run_dir / "see", "tiny-bpe", kind="skip") if r["until"] > r["step"]]
+    slow = read_consumption(run_dir / "see", "tiny-sp")
+    trained = [r["step"] for r in slow]
+    assert len(trained) < steps and not any(start <= t < until for t in trained for start, until in spans)
+    fast = read_consumption(run_dir / "see", "tiny-bpe")
+    assert [r["step"] for r in fast] == list(range(steps))
+    after = [r for r in fast if r["step"] >= spans[0][1]]  # once the slow policy has caught up
+    assert sum(r["waited"] for r in after) <= 2, [(r["step"], r["waited"], r["wait_s"]) for r in after]
+    assert {r["peer_step"] for r in after if r["peer_step"] is not None} <= set(trained)
+    assert any(r["peer_step"] is not None for r in after), "the fast policy got no records of the slow one"
+    rows = [json.loads(line) for line in (run_dir / "metrics" / "tiny-sp.jsonl").read_text().splitlines()]
+    assert any(r.get("mutual/skipped", 0) > 0 for r in rows if r["kind"] == "train")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["policies"]["tiny-sp"]["steps"] == steps  # skipped rounds still count as (empty) steps
+    # Replaying the recorded skips and reads without the throttle reproduces the run bit for bit.
+    replay = tmp_path / "replay"
+    done = train(replay, steps, "--set", "see.max_staleness=2", "--set", f"see.replay_consumption={run_dir}")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert [r["step"] for r in read_consumption(replay / "see", "tiny-sp")] == trained
+    for policy in POLICIES:
+        a, b = final_weights(run_dir, policy), final_weights(replay, policy)
+        assert all(a[k].equal(b[k]) for k in a), policy
+
+
+@pytest.mark.slow
 def test_continue_lets_the_survivor_finish_when_a_peer_is_killed(tmp_path):
     run_dir = tmp_path / "kill"
     env = {**child_env(), "MUTUALRL_DEBUG_STEP_DELAY": "tiny-sp=0.5"}
