@@ -138,6 +138,31 @@ def test_continue_lets_the_survivor_finish_when_a_peer_is_killed(tmp_path):
 
 
 @pytest.mark.slow
+def test_max_restarts_a_killed_peer_restarts_from_its_checkpoint_and_rejoins(tmp_path):
+    run_dir = tmp_path / "rejoin"
+    env = {**child_env(), "MUTUALRL_DEBUG_STEP_DELAY": "tiny-sp=0.5"}
+    argv = train_argv(run_dir, 10, "--set", "see.on_peer_failure=continue", "--set", "see.max_restarts=1",
+                      "--set", "see.max_staleness=1", "--set", "grpo.save_steps=2")
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = kill_policy_at_step(proc, run_dir, "tiny-sp", 5)
+    assert proc.returncode == 0, out[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert "lost" not in summary
+    [attempt] = summary["restarted"]["tiny-sp"]
+    assert attempt["resumed_from"] in (2, 4) and "SIGKILL" in attempt["reason"]
+    assert {p["steps"] for p in summary["policies"].values()} == {10}
+    assert "rejoined from checkpoint" in " ".join(out.split())
+    # tiny-bpe dropped tiny-sp, then took it back once it had caught up
+    peers = [r["peers"] for r in read_consumption(run_dir / "see", "tiny-bpe")]
+    assert [] in peers and peers[-1] == ["tiny-sp"], peers
+    # every step of each policy is in metrics.jsonl once (the redone steps replaced, not repeated)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for policy in POLICIES:
+        steps = [r["step"] for r in rows if r.get("policy") == policy and r["kind"] == "train"]
+        assert sorted(steps) == sorted(set(steps)) and max(steps) == 10, (policy, steps)
+
+
+@pytest.mark.slow
 def test_stop_is_the_default_a_killed_peer_fails_the_run(tmp_path):
     run_dir = tmp_path / "stop"
     env = {**child_env(), "MUTUALRL_DEBUG_STEP_DELAY": "tiny-sp=0.5"}

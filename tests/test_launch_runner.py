@@ -18,9 +18,10 @@ FAKE_WORKER = textwrap.dedent('''
     import json, os, sys, time
     from pathlib import Path
     run, name, steps, mode = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
+    first = int(sys.argv[5]) if len(sys.argv) > 5 else 1  # resumed after step first - 1
     (run / "metrics").mkdir(parents=True, exist_ok=True)
     (run / "status").mkdir(parents=True, exist_ok=True)
-    for step in range(1, steps + 1):
+    for step in range(first, steps + 1):
         with open(run / "metrics" / f"{name}.jsonl", "a") as fh:
             fh.write(json.dumps({"kind": "train", "policy": name, "step": step, "reward_mean": step / 10}) + "\\n")
         tmp = run / "status" / f".{name}.tmp"
@@ -95,3 +96,35 @@ def test_continue_lets_a_crashed_policy_leave_while_another_trains(tmp_path):
 def test_continue_does_not_hide_a_crash_after_everyone_else_finished(tmp_path):
     outcome = _runner(tmp_path, _procs(tmp_path, {"a": "crash-late", "b": "ok"}), on_peer_failure="continue").run()
     assert not outcome.ok and outcome.failed_policy == "a"
+
+
+def test_max_restarts_starts_a_failed_policy_again_and_it_rejoins(tmp_path):
+    procs = _procs(tmp_path, {"a": "crash", "b": "slow-ok"})
+    calls = []
+
+    def restart(name):  # the second start of a succeeds, resuming after step 2 (its "newest checkpoint")
+        calls.append(name)
+        return [*procs[0].argv[:-1], "ok", "3"], 2
+
+    runner = PoolRunner(procs, RunPaths(tmp_path), tmp_path / "see", stall_timeout_s=30.0, grace_s=20.0, poll_s=0.05,
+                        console=Console(file=open("/dev/null", "w")), on_peer_failure="continue", max_restarts=1,
+                        restart_argv=restart)
+    outcome = runner.run()
+    assert outcome.ok and outcome.returncodes == {"a": 0, "b": 0} and calls == ["a"]
+    assert "lost" not in outcome.extra
+    [attempt] = outcome.extra["restarted"]["a"]
+    assert attempt["resumed_from"] == 2 and "exited with code 3" in attempt["reason"]
+    # a wrote steps 1-3 before it crashed; step 3 is redone: every step is in metrics.jsonl exactly once
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert sorted(line["step"] for line in lines if line["policy"] == "a") == [1, 2, 3]
+    assert [json.loads(line)["step"] for line in (tmp_path / "metrics" / "a.jsonl").read_text().splitlines()] == [1, 2, 3]
+
+
+def test_a_policy_that_fails_more_often_than_max_restarts_is_lost(tmp_path):
+    procs = _procs(tmp_path, {"a": "crash", "b": "slow-ok"})
+    runner = PoolRunner(procs, RunPaths(tmp_path), tmp_path / "see", stall_timeout_s=30.0, grace_s=20.0, poll_s=0.05,
+                        console=Console(file=open("/dev/null", "w")), on_peer_failure="continue", max_restarts=1,
+                        restart_argv=lambda name: (list(procs[0].argv), None))
+    outcome = runner.run()
+    assert outcome.ok and outcome.returncodes == {"a": 3, "b": 0}
+    assert list(outcome.extra["lost"]) == ["a"] and len(outcome.extra["restarted"]["a"]) == 1

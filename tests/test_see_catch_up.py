@@ -164,8 +164,9 @@ def test_rank0_skips_a_span_logs_it_and_a_replay_repeats_it(tmp_path):
     assert [consumption.skip_round(s, last_step=20) for s in range(2, 11)] == [True] * 7 + [False, False]
     rows = read_consumption(see, "slow", kind="skip")
     assert [(r["step"], r["until"]) for r in rows] == [(2, 9), (9, 9), (10, 10)]
-    capped = PeerConsumption(slow, ["fast"], max_staleness=2, catch_up=True)
-    assert capped._plan_skip(2, last_step=5) == 5
+    assert consumption._plan_skip(2, last_step=5) == 5  # never past the last step
+    # A policy restarted into the run reads only its own lines from then on: no timing yet, no skip.
+    assert PeerConsumption(slow, ["fast"], max_staleness=2, catch_up=True)._plan_skip(2, last_step=20) == 2
     del fast
 
     replay_see = tmp_path / "replay"
@@ -180,6 +181,17 @@ def test_catch_up_needs_a_staleness_bound():
         load_run_config("tiny", regime="sgt", overrides=["see.catch_up=true"])
     config = load_run_config("tiny", regime="sgt", overrides=["see.catch_up=true", "see.max_staleness=2"]).config
     assert config.see.catch_up and config.see.max_staleness == 2
+
+
+def test_restarts_need_continue_and_one_machine():
+    with pytest.raises(ConfigError, match="see.max_restarts.*on_peer_failure=continue"):
+        load_run_config("tiny", regime="sgt", overrides=["see.max_restarts=1"])
+    with pytest.raises(ConfigError, match="one machine"):
+        load_run_config("tiny", regime="sgt", overrides=["see.max_restarts=1", "see.on_peer_failure=continue",
+                                                          "launch.nodes=2", "launch.main_address=10.0.0.1"])
+    config = load_run_config("tiny", regime="sgt", overrides=["see.max_restarts=2",
+                                                               "see.on_peer_failure=continue"]).config
+    assert config.see.max_restarts == 2
 
 
 # -- a skipped round changes no parameter, but the data and the schedule move on -------------------

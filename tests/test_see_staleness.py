@@ -199,3 +199,52 @@ def test_a_peer_at_round_zero_is_not_counted_as_behind_when_round_zero_is_the_ol
     publish(slow, 0)
     chosen = choose_peer_round(fast, [0, 1, 2], ["slow"], max_staleness=2, last_consumed=None)
     assert (chosen.peer_step, chosen.age, chosen.waited) == (0, 2, False)
+
+
+def test_a_departed_peer_rejoins_once_its_marker_is_gone_and_it_caught_up(tmp_path):
+    from mutualrl.see.liveness import clear_failure
+
+    fast, slow = client(tmp_path, "fast", timeout=0.2), client(tmp_path, "slow")
+    consumption = PeerConsumption(fast, ["slow"], max_staleness=1, on_peer_failure="continue")
+    publish(fast, 0, 1, 2, 3, 4)
+    publish(slow, 0)
+    consumption.next_round(0)
+    slow.mark_failed("killed")
+    assert consumption.next_round(1).peer_step is None and consumption.active == []
+    clear_failure(tmp_path, "slow")  # restarted (see.max_restarts) from an early checkpoint: not caught up yet
+    slow.keep_committed = True
+    publish(slow, 0)  # redone: the shard it had committed is kept
+    assert consumption.next_round(2).peer_step is None and consumption.active == []  # window [1, 2]: not before 1
+    assert consumption.next_round(3).peer_step is None and consumption.active == []  # window [2, 3]: 1 is behind
+    publish(slow, 1, 2, 3)
+    chosen = consumption.next_round(4)  # window [3, 4]: slow reached 3
+    assert consumption.active == ["slow"] and consumption.departed == {} and chosen.peer_step == 3
+    rows = read_consumption(tmp_path, "fast")
+    assert [r["peers"] for r in rows] == [["slow"], [], [], [], ["slow"]]
+
+
+def test_keep_committed_leaves_an_already_published_shard_alone(tmp_path):
+    slow = client(tmp_path, "slow")
+    publish(slow, 0)
+    first = slow.shards(0, "slow")[0].checksum
+    slow.publish(0, synthetic_batch(2, 2, seed=99, with_logps=False))  # a plain second publish replaces the shard
+    replaced = slow.shards(0, "slow")[0].checksum
+    assert replaced != first
+    slow.keep_committed = True
+    slow.publish(0, synthetic_batch(2, 2, seed=5, with_logps=False))
+    assert slow.shards(0, "slow")[0].checksum == replaced
+    slow.publish(1, synthetic_batch(2, 2, seed=99, with_logps=False))  # a new step is published as always
+    assert slow.shards(1, "slow")
+
+
+def test_resume_rolls_the_consumption_logs_back_with_the_exchange(tmp_path):
+    from mutualrl.launch.resume import rollback_exchange
+    from mutualrl.see.consumed import append_row
+
+    for step in range(4):
+        append_row(tmp_path, "fast", {"run_id": "run", "step": step, "peer_step": step})
+    append_row(tmp_path, "slow", {"run_id": "run", "kind": "skip", "step": 0, "until": 2})
+    append_row(tmp_path, "slow", {"run_id": "run", "kind": "skip", "step": 2, "until": 6})
+    rollback_exchange(tmp_path, 3)
+    assert [r["step"] for r in read_consumption(tmp_path, "fast")] == [0, 1, 2]
+    assert [(r["step"], r["until"]) for r in read_consumption(tmp_path, "slow", kind="skip")] == [(0, 2)]

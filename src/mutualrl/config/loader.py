@@ -294,6 +294,12 @@ def validate_run_config(config: RunConfig, source: str, check_grpo: bool = True)
     if config.see.catch_up and config.see.max_staleness < 1:
         raise ConfigError(source, "see.catch_up", "a policy that skips rounds relies on its peers reading records "
                           "up to see.max_staleness rounds old: set see.max_staleness >= 1 (e.g. 2)")
+    if config.see.max_restarts > 0 and config.see.on_peer_failure != "continue":
+        raise ConfigError(source, "see.max_restarts", "a restarted policy rejoins a pool that went on without it: "
+                          "set see.on_peer_failure=continue (under 'stop' its failure stops the pool)")
+    if config.see.max_restarts > 0 and config.launch.nodes > 1:
+        raise ConfigError(source, "see.max_restarts", "restarting a policy into its pool is built for one machine "
+                          "only; with launch.nodes > 1 leave it 0 (a failed policy then leaves the pool)")
     replay = config.see.replay_consumption
     if replay is not None and not Path(replay).expanduser().is_dir():
         raise ConfigError(source, "see.replay_consumption", f"{replay!r} is not a folder (give the run folder whose "

@@ -208,6 +208,12 @@ class SEESettings:
                   "it, survivors train on (standalone for steps without peer data) and finish; the summary names "
                   "who left and when."},
     )
+    max_restarts: int = field(
+        default=0,
+        metadata={"ge": 0, "help": "With on_peer_failure=continue: the launcher starts a policy that left again, from "
+                  "its newest checkpoint, up to this many times; it rejoins the pool once it has caught up with "
+                  "its peers' rounds (docs/see.md 'Rejoining')."},
+    )
     catch_up: bool = field(
         default=False,
         metadata={"help": "With max_staleness >= 1: a policy that a persistently faster peer would keep waiting for "

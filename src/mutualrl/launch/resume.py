@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.atomic_io import write_text_atomic
+from mutualrl.see.consumed import rollback_log
 from mutualrl.training.paths import RunPaths
 
 # Dotted prefixes a resumed run may change (the rest of the config is the run's identity).
@@ -30,7 +31,7 @@ MUTABLE_ON_RESUME = (
     "output_dir", "pool.description", "grpo.max_steps", "grpo.logging_steps", "grpo.save_steps",
     "schedule.max_steps", "schedule.log_every", "schedule.save_every", "schedule.validate_every",
     "grpo.save_total_limit", "grpo.report_to", "validation.", "see.barrier_timeout_s", "see.peer_timeout_s",
-    "see.poll_interval_s", "see.on_peer_failure", "see.catch_up", "launch.",
+    "see.poll_interval_s", "see.on_peer_failure", "see.catch_up", "see.max_restarts", "launch.",
 )
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 STEP_FOLDER_RE = re.compile(r"^step-(\d+)$")
@@ -153,6 +154,7 @@ def rollback_exchange(root: Path, step: int) -> int:
     failed = root / "_failed"
     if failed.exists():
         shutil.rmtree(failed)
+    rollback_log(root, step)
     return removed
 
 
@@ -197,3 +199,17 @@ def rollback_metrics(paths: RunPaths, policies: list[str], step: int) -> int:
     merged.sort(key=lambda row: (row[1].get("time", 0.0), row[1].get("step", 0)))
     write_text_atomic(paths.metrics, "".join(f"{line}\n" for line, _ in merged))
     return dropped
+
+
+def restart_command(processes: list[Any], paths: RunPaths, policy: str) -> tuple[list[str], int | None]:
+    """The command that starts ``policy`` again into its running pool (see.max_restarts), resuming from its newest
+    intact checkpoint (or from its start), and that checkpoint's step."""
+    argv = next(p.argv for p in processes if p.name == policy)
+    if "--resume-from" in argv:  # this launch resumed the run: drop that (older) checkpoint
+        at = argv.index("--resume-from")
+        argv = argv[:at] + argv[at + 2:]
+    for step in sorted(checkpoint_steps(paths.policy_dir(policy)), reverse=True):
+        folder = paths.policy_dir(policy) / f"checkpoint-{step}"
+        if checkpoint_problem(folder) is None:
+            return [*argv, "--resume-from", str(folder)], step
+    return list(argv), None

@@ -250,6 +250,7 @@ def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
 def run_pool(config: RunConfig, paths: RunPaths, processes: list[Any], lock: RunLock, console: Console,
              remote: Any = None) -> Any:
     """Start and watch this machine's workers until they end (machine 0 of several: until every machine ended)."""
+    from mutualrl.launch.resume import restart_command
     from mutualrl.launch.runner import PoolRunner
     from mutualrl.training.worker import exchange_root
 
@@ -259,7 +260,8 @@ def run_pool(config: RunConfig, paths: RunPaths, processes: list[Any], lock: Run
                         inherit_fds=(lock.fd,) if lock.fd is not None else (),
                         max_steps=max_optimizer_steps(config), peer_timeout_s=config.see.peer_timeout_s,
                         remote=remote, merge_metrics=config.launch.machine_rank == 0,
-                        on_peer_failure=config.see.on_peer_failure)
+                        on_peer_failure=config.see.on_peer_failure, max_restarts=config.see.max_restarts,
+                        restart_argv=lambda policy: restart_command(processes, paths, policy))
     with stop_on_termination_signals():
         outcome = runner.run()
     if remote is not None and not outcome.ok:

@@ -20,7 +20,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,16 +98,39 @@ class MetricsMerger:
             with self.paths.metrics.open("a") as fh:
                 fh.writelines(out_lines)
 
+    def rollback(self, policy: str, step: int) -> None:
+        """``policy`` restarts from optimizer step ``step`` (see.max_restarts) and redoes the steps after it: drop
+        its rows past ``step`` from its file and from ``metrics.jsonl`` so none is there twice."""
+        from mutualrl.atomic_io import write_text_atomic
+        from mutualrl.launch.resume import read_rows
+
+        self.poll()
+        path = self.paths.policy_metrics(policy)
+        rows, _ = read_rows(path)
+        if path.exists():
+            write_text_atomic(path, "".join(f"{line}\n" for line, obj in rows if int(obj.get("step", 0)) <= step))
+            self.offsets[policy] = path.stat().st_size
+            (self.paths.root / "metrics" / f".{policy}.merged").write_text(str(self.offsets[policy]))
+        merged, _ = read_rows(self.paths.metrics)
+        write_text_atomic(self.paths.metrics, "".join(
+            f"{line}\n" for line, obj in merged if obj.get("policy") != policy or int(obj.get("step", 0)) <= step))
+
 
 class PoolRunner:
     def __init__(self, processes: Sequence[PolicyProcess], paths: RunPaths, see_root: Path,
                  stall_timeout_s: float, grace_s: float = 60.0, poll_s: float = 0.5,
                  console: Console | None = None, inherit_fds: Sequence[int] = (), max_steps: int | None = None,
                  peer_timeout_s: float | None = None, remote: Any = None, merge_metrics: bool = True,
-                 on_peer_failure: str = "stop"):
+                 on_peer_failure: str = "stop", max_restarts: int = 0,
+                 restart_argv: Callable[[str], tuple[list[str], int | None]] | None = None):
         self.procs = list(processes)
         self.on_peer_failure = on_peer_failure  # "continue": a failed policy leaves, the others go on
         self.lost: dict[str, dict[str, Any]] = {}
+        # see.max_restarts: a policy that left is started again (restart_argv: its command, resuming from its
+        # newest checkpoint, and that checkpoint's step) and rejoins the pool
+        self.max_restarts = max_restarts
+        self.restart_argv = restart_argv
+        self.restarts: dict[str, list[dict[str, Any]]] = {}
         # Several machines (launch.nodes): the policies elsewhere (launch.nodes.RemoteWatch); the run ends
         # here when the local workers exited and remote.finished().
         self.remote = remote
@@ -136,14 +159,18 @@ class PoolRunner:
     # -- processes ------------------------------------------------------------------------
     def start(self) -> None:
         for proc in self.procs:
-            proc.log_path.parent.mkdir(parents=True, exist_ok=True)
-            log_fh = proc.log_path.open("ab")
-            # Workers watch this pid and stop when it dies (training.watchdog): no orphans.
-            env = {**os.environ, **proc.env, LAUNCHER_PID_ENV: str(os.getpid())}
-            proc.popen = subprocess.Popen(proc.argv, env=env, cwd=proc.cwd, stdout=log_fh, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=self.inherit_fds)
-            log_fh.close()
-            proc.started = proc.last_progress = time.time()
+            self._spawn(proc)
+
+    def _spawn(self, proc: PolicyProcess) -> None:
+        proc.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log_fh = proc.log_path.open("ab")
+        # Workers watch this pid and stop when it dies (training.watchdog): no orphans.
+        env = {**os.environ, **proc.env, LAUNCHER_PID_ENV: str(os.getpid())}
+        proc.popen = subprocess.Popen(proc.argv, env=env, cwd=proc.cwd, stdout=log_fh, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=self.inherit_fds)
+        log_fh.close()
+        proc.returncode = None
+        proc.started = proc.last_progress = time.time()
 
     def terminate(self, procs: Sequence[PolicyProcess], sig: int = signal.SIGTERM) -> None:
         for proc in procs:
@@ -231,8 +258,11 @@ class PoolRunner:
             return RunOutcome(False, {p.name: p.returncode for p in self.procs}, None, "interrupted",
                               seconds=time.time() - started)
         self._merge()
+        extra = {"lost": self.lost} if self.lost else {}
+        if self.restarts:
+            extra["restarted"] = self.restarts
         return RunOutcome(True, {p.name: p.returncode for p in self.procs}, seconds=time.time() - started,
-                          extra={"lost": self.lost} if self.lost else {})
+                          extra=extra)
 
     def _let_go(self, proc: PolicyProcess, reason: str) -> bool:
         """Under ``see.on_peer_failure=continue``, let a failed policy leave while another still trains: mark it
@@ -254,7 +284,25 @@ class PoolRunner:
             if proc.popen.poll() is None:
                 self.terminate([proc], signal.SIGKILL)
             proc.returncode = proc.popen.wait()  # once: the reason recorded above stays
+        if self.restart_argv is not None and len(self.restarts.get(proc.name, [])) < self.max_restarts:
+            self._restart(proc, self.lost.pop(proc.name))
         return True
+
+    def _restart(self, proc: PolicyProcess, left: dict[str, Any]) -> None:
+        """Start a policy that left again, from its newest checkpoint; it clears its failure marker and rejoins."""
+        from mutualrl.training.watchdog import REJOIN_ENV
+
+        argv, checkpoint = self.restart_argv(proc.name)
+        if self.merger is not None:
+            self.merger.rollback(proc.name, checkpoint or 0)
+        attempts = self.restarts.setdefault(proc.name, [])
+        attempts.append({"step": left["step"], "reason": left["reason"], "resumed_from": checkpoint})
+        proc.argv, proc.env = argv, {**proc.env, REJOIN_ENV: str(len(attempts))}
+        self.console.print(f"[yellow]restarting {proc.name} from "
+                           f"{'checkpoint ' + str(checkpoint) if checkpoint is not None else 'its start'} "
+                           f"(restart {len(attempts)} of {self.max_restarts}, see.max_restarts); it rejoins the "
+                           f"pool[/]", highlight=False)
+        self._spawn(proc)
 
     def _silent_or_stalled(self, proc: PolicyProcess, now: float, started: float) -> tuple[str, str] | None:
         """A live process that stopped beating (hung, stopped) or stopped making progress: (policy, reason)."""

@@ -67,6 +67,8 @@ def summarise(paths: RunPaths, config: RunConfig, outcome: Any) -> dict[str, Any
                "run_dir": str(paths.root), "seconds": round(outcome.seconds, 1), "policies": policies}
     if lost := outcome.extra.get("lost"):  # see.on_peer_failure=continue: who left the pool, when and why
         summary["lost"] = {name: {"step": v["step"], "reason": v["reason"]} for name, v in lost.items()}
+    if restarted := outcome.extra.get("restarted"):  # see.max_restarts: who was started again, from where
+        summary["restarted"] = restarted
     return summary
 
 
@@ -112,6 +114,11 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
     for name, left in summary.get("lost", {}).items():
         console.print(f"[yellow]lost:[/] {name} left the pool at step {left['step']} ({left['reason']}); "
                       "its row shows what it had reached", highlight=False)
+    for name, attempts in summary.get("restarted", {}).items():
+        for attempt in attempts:
+            origin = f"checkpoint {attempt['resumed_from']}" if attempt["resumed_from"] is not None else "its start"
+            console.print(f"[yellow]restarted:[/] {name} left at step {attempt['step']} ({attempt['reason']}) and "
+                          f"rejoined from {origin}", highlight=False)
     console.print(f"finished in {summary['seconds']:.0f}s; run folder {summary['run_dir']} "
                   f"(metrics.jsonl, eval/, see/, policies/)", highlight=False)
 

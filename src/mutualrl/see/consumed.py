@@ -20,6 +20,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from mutualrl.atomic_io import write_text_atomic
+
 CONSUMED_DIR = "_consumed"
 SKIP = "skip"
 
@@ -59,6 +61,20 @@ def read_consumption(see_root: Path | str, policy: str, run_id: str | None = Non
     return [r for r in rows if (run_id is None or r.get("run_id") == run_id) and is_skip_row(r) == (kind == SKIP)]
 
 
+def rollback_log(see_root: Path | str, step: int) -> int:
+    """Resuming from optimizer step ``step``: drop every policy's lines of rounds from ``step`` on (and skip spans
+    reaching past it), as the exchange's step folders are; returns how many lines went."""
+    removed = 0
+    folder = Path(see_root) / CONSUMED_DIR
+    for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
+        rows = parse_log(path)
+        kept = [r for r in rows if int(r.get("step", 0)) < step and not (is_skip_row(r) and int(r["until"]) > step)]
+        removed += len(rows) - len(kept)
+        if len(kept) < len(rows):
+            write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
+    return removed
+
+
 def append_row(see_root: Path | str, policy: str, row: dict[str, Any]) -> None:
     path = log_path(see_root, policy)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -69,10 +85,15 @@ def append_row(see_root: Path | str, policy: str, row: dict[str, Any]) -> None:
 class LogTail:
     """A peer's consumption log of one run, read incrementally (only bytes appended since the last call)."""
 
-    def __init__(self, see_root: Path | str, policy: str, run_id: str):
+    def __init__(self, see_root: Path | str, policy: str, run_id: str, from_end: bool = False):
         self.path = log_path(see_root, policy)
         self.run_id = run_id
         self.offset = 0
+        if from_end:  # only what is appended from now on (a restarted policy's own earlier lines are not news)
+            try:
+                self.offset = os.stat(self.path).st_size
+            except (FileNotFoundError, NotADirectoryError):
+                pass
         self.rows: list[dict[str, Any]] = []
         self.skipped_spans: list[tuple[int, int]] = []
 

@@ -114,6 +114,9 @@ class ExperienceExchange:
         self.provenance = dict(provenance or {})
         self._verified: set[tuple[Any, ...]] = set()
         self._last_heartbeat = 0.0
+        # A policy restarted into its running pool (see.max_restarts) redoes steps it already published: keep
+        # those shards (a peer may be reading them right now) instead of replacing them.
+        self.keep_committed = False
         for sub in (files.FAILED_DIR, files.HEARTBEAT_DIR):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
 
@@ -167,11 +170,15 @@ class ExperienceExchange:
         folder fsynced; then the manifest (rows, bytes, xxh3_128 of the file computed while
         writing, provenance) is committed the same way. The manifest is the commit marker.
         Publishing a step twice replaces the shard (readers of that step may then see a
-        checksum mismatch: publish each step once per run).
+        checksum mismatch: publish each step once per run), unless ``keep_committed`` is set:
+        then a step this rank already committed in this run is left as it is.
         """
         step = int(step)
         if step < 0:
             raise UsageError(f"SEE step must be >= 0, got {step}")
+        data_final = files.data_path(self.root, step, self.policy, self.rank, self.world_size)
+        if self.keep_committed and self._own_shard_committed(step):
+            return data_final
         if isinstance(records, pa.Table):
             batch = RolloutBatch.from_table(records)
         elif isinstance(records, RolloutBatch):
@@ -187,7 +194,6 @@ class ExperienceExchange:
 
         folder = files.policy_dir(self.root, step, self.policy)
         folder.mkdir(parents=True, exist_ok=True)
-        data_final = files.data_path(self.root, step, self.policy, self.rank, self.world_size)
         options = pa.ipc.IpcWriteOptions(compression=self.compression)
 
         def write_ipc(sink: files.HashingSink) -> None:
@@ -215,6 +221,11 @@ class ExperienceExchange:
         files.write_bytes_atomic(manifest_final, json.dumps(manifest, indent=1).encode(), durable=self.durable)
         self.heartbeat(step=step)
         return data_final
+
+    def _own_shard_committed(self, step: int) -> bool:
+        found: dict[int, dict[int, ShardInfo]] = {}
+        scan_committed(self.root, self.run_id, step, self.policy, found, set())
+        return self.rank in found.get(self.world_size, {})
 
     # ------------------------------------------------------------------------------------
     # barrier

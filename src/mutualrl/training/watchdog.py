@@ -17,6 +17,9 @@ import threading
 import time
 
 LAUNCHER_PID_ENV = "MUTUALRL_LAUNCHER_PID"
+REJOIN_ENV = "MUTUALRL_REJOIN"
+"""Set (to the restart count) by the launcher when it starts a policy again into its running pool
+(``see.max_restarts``): the worker clears its failure marker and keeps the shards it already published."""
 
 
 def launcher_alive(pid: int) -> bool:

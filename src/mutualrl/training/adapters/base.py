@@ -116,16 +116,13 @@ class RegimeAdapter:
 
         consumption = self.consumption
         clock = time.perf_counter()
-        if not consumption.active:  # every peer left (see.on_peer_failure=continue): plain GRPO from now on
-            consumption.note_round(step)
-            chosen = None
-        else:
-            with self.phase("waiting for peers", enabled=not consumption.lock_step):
-                chosen = consumption.next_round(step)
+        # With every peer gone (see.on_peer_failure=continue) this is plain GRPO, unless one rejoins.
+        with self.phase("waiting for peers", enabled=not consumption.lock_step):
+            chosen = consumption.next_round(step)
         # this step's peers: the active ones with records of the round read (a peer may have skipped it)
-        self.peers = list(consumption.active if chosen is None or chosen.peers is None else chosen.peers)
+        self.peers = list(consumption.active if chosen.peers is None else chosen.peers)
         timings["wait_s"] = time.perf_counter() - clock
-        peer_step = None if chosen is None else chosen.peer_step
+        peer_step = chosen.peer_step
         if peer_step is not None and peer_step != step and not self.uses_stale_rounds:
             peer_step = None  # an older round this regime cannot use: do not read it
         self._log_round(chosen, peer_step)
@@ -164,14 +161,13 @@ class RegimeAdapter:
             return
         train = self.trainer._metrics["train"]
         train["mutual/peers_active"].append(float(len(self.consumption.active)))
-        got = chosen is not None and chosen.peer_step is not None
+        got = chosen.peer_step is not None
         train["mutual/peer_data"].append(float(got))
         if got:
             train["mutual/peer_age"].append(float(chosen.age))
             train["mutual/stale"].append(float(chosen.age > 0))
             train["mutual/stale_used"].append(float(used_step is not None))
-        if chosen is not None:
-            train["mutual/waited"].append(float(chosen.waited))
+        train["mutual/waited"].append(float(chosen.waited))
 
     def transform(self, output: dict[str, Any], rollouts: Any, peers: dict[str, Any]):
         return output, {}

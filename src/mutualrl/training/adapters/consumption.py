@@ -36,6 +36,7 @@ class PeerConsumption:
                  accelerator: Any = None, replay: Path | str | None = None, catch_up: bool = False,
                  stride: int = 1):
         self.exchange = exchange
+        self.peers = list(peers)
         self.active = list(peers)
         self.departed: dict[str, dict[str, Any]] = {}
         self.max_staleness = int(max_staleness)
@@ -48,7 +49,7 @@ class PeerConsumption:
         self.last_consumed: int | None = None
         self.replay, self.replay_skips = replay_plan(replay, exchange.policy) if replay else (None, None)
         self.peer_logs = {p: LogTail(exchange.root, p, exchange.run_id) for p in peers}
-        self.own_log = LogTail(exchange.root, exchange.policy, exchange.run_id)
+        self.own_log = LogTail(exchange.root, exchange.policy, exchange.run_id, from_end=True)
 
     @property
     def lock_step(self) -> bool:
@@ -123,8 +124,7 @@ class PeerConsumption:
     def _await_decision(self, step: int) -> PeerRound:
         """Ranks > 0: poll rank 0's consumption log for this step's line (files, like the SEE barrier)."""
         row = self._await_row(lambda r: not is_skip_row(r) and r.get("step") == step, step)
-        for peer in row["departed"]:
-            self.departed.setdefault(peer, {"step": step, "reason": "dropped by rank 0"})
+        self.departed = {p: self.departed.get(p, {"step": step, "reason": "dropped by rank 0"}) for p in row["departed"]}
         self.active = list(row["peers"])
         return PeerRound(step, row["peer_step"], row["age"], bool(row["waited"]),
                          None if row.get("read_from") is None else tuple(row["read_from"]))
@@ -148,6 +148,7 @@ class PeerConsumption:
     def _decide(self, step: int) -> tuple[PeerRound, list[str], dict[str, dict[str, Any]]]:
         if self.replay is not None:
             return self._replayed(step)
+        self._readmit(step)
         while self.active:
             try:
                 for peer in list(self.active):  # a failure marker counts even when no wait would notice it
@@ -180,6 +181,22 @@ class PeerConsumption:
             self.exchange.wait_for(peer_step, policies=read_from or self.active)
         return (PeerRound(step, peer_step, row["age"], bool(row["waited"]), read_from), list(self.active),
                 dict(self.departed))
+
+    def _readmit(self, step: int) -> None:
+        """A departed peer rejoins (restarted into the run, see.max_restarts; or dropped as silent and back) once
+        its failure marker is gone and it has reached the oldest round we may read: from then on it is bounded
+        like any active peer."""
+        from mutualrl.see.liveness import read_failure
+        from mutualrl.see.staleness import has_reached
+
+        for peer in list(self.departed):
+            marker = read_failure(self.exchange.root, peer)
+            if marker is not None and marker.get("run_id") in (None, self.exchange.run_id):
+                continue
+            if has_reached(self.exchange, peer, self.own_rounds[0], self.peer_logs.get(peer)):
+                del self.departed[peer]
+                self.active = [p for p in self.peers if p in self.active or p == peer]
+                log.warning("policy %s: peer %s rejoined the pool at step %d", self.exchange.policy, peer, step)
 
     def _drop(self, peer: str, step: int, reason: str) -> None:
         if peer not in self.active:
