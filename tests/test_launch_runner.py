@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 import textwrap
@@ -107,7 +108,7 @@ def test_max_restarts_starts_a_failed_policy_again_and_it_rejoins(tmp_path):
         return [*procs[0].argv[:-1], "ok", "3"], 2
 
     runner = PoolRunner(procs, RunPaths(tmp_path), tmp_path / "see", stall_timeout_s=30.0, grace_s=20.0, poll_s=0.05,
-                        console=Console(file=open("/dev/null", "w")), on_peer_failure="continue", max_restarts=1,
+                        console=Console(file=io.StringIO()), on_peer_failure="continue", max_restarts=1,
                         restart_argv=restart)
     outcome = runner.run()
     assert outcome.ok and outcome.returncodes == {"a": 0, "b": 0} and calls == ["a"]
@@ -123,7 +124,7 @@ def test_max_restarts_starts_a_failed_policy_again_and_it_rejoins(tmp_path):
 def test_a_policy_that_fails_more_often_than_max_restarts_is_lost(tmp_path):
     procs = _procs(tmp_path, {"a": "crash", "b": "slow-ok"})
     runner = PoolRunner(procs, RunPaths(tmp_path), tmp_path / "see", stall_timeout_s=30.0, grace_s=20.0, poll_s=0.05,
-                        console=Console(file=open("/dev/null", "w")), on_peer_failure="continue", max_restarts=1,
+                        console=Console(file=io.StringIO()), on_peer_failure="continue", max_restarts=1,
                         restart_argv=lambda name: (list(procs[0].argv), None))
     outcome = runner.run()
     assert outcome.ok and outcome.returncodes == {"a": 3, "b": 0}

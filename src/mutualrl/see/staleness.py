@@ -20,6 +20,7 @@ barrier (the caller keeps using :meth:`~mutualrl.see.exchange.ExperienceExchange
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import statistics
@@ -128,7 +129,7 @@ def round_seconds(rows: Sequence[Mapping[str, float]], last: int = 4) -> float |
     """A policy's time per trained round from its consumption-log rows (``time`` and ``wait_s`` of each):
     the median of its last ``last`` intervals between decisions, less the time it waited for peers."""
     timed = [r for r in rows if r.get("time") is not None]
-    intervals = [b["time"] - a["time"] - float(b.get("wait_s") or 0.0) for a, b in zip(timed, timed[1:], strict=False)]
+    intervals = [b["time"] - a["time"] - float(b.get("wait_s") or 0.0) for a, b in itertools.pairwise(timed)]
     intervals = [i for i in intervals[-last:] if i > 0]
     return statistics.median(intervals) if intervals else None
 
