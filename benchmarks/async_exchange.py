@@ -70,7 +70,7 @@ def train_rows(run_dir: Path, policy: str) -> list[dict[str, Any]]:
 def trained_rounds(run_dir: Path, policy: str) -> int:
     """Rounds ``policy`` trained (the read lines of its consumption log: skipped rounds have none)."""
     path = run_dir / "see" / "_consumed" / f"{policy}.jsonl"
-    return sum(1 for line in path.read_text().splitlines() if line.strip() and '"kind": "skip"' not in line)
+    return sum(1 for line in path.read_text().splitlines() if line.strip() and '"kind"' not in line)
 
 
 def wait_profile(run_dir: Path) -> dict[str, Any]:

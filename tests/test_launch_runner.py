@@ -47,6 +47,12 @@ FAKE_WORKER = textwrap.dedent('''
         sys.exit(0)
     if mode == "stall":
         time.sleep(120)
+    if mode == "hang-beat":  # beats once, then hangs silent
+        (run / "see" / "_heartbeat").mkdir(parents=True, exist_ok=True)
+        (run / "see" / "_heartbeat" / f"{name}.rank-0.json").write_text("{}")
+        time.sleep(120)
+    if mode == "slow-start":  # a restarted worker loading its checkpoint: no heartbeat for a while
+        time.sleep(2.0)
 ''')
 
 
@@ -129,3 +135,14 @@ def test_a_policy_that_fails_more_often_than_max_restarts_is_lost(tmp_path):
     outcome = runner.run()
     assert outcome.ok and outcome.returncodes == {"a": 3, "b": 0}
     assert list(outcome.extra["lost"]) == ["a"] and len(outcome.extra["restarted"]["a"]) == 1
+
+
+def test_a_restarted_policy_is_not_judged_by_its_predecessors_heartbeat(tmp_path):
+    procs = _procs(tmp_path, {"a": "hang-beat", "b": "slow-ok"}, steps=2)
+    runner = PoolRunner(procs, RunPaths(tmp_path), tmp_path / "see", stall_timeout_s=30.0, grace_s=20.0, poll_s=0.05,
+                        console=Console(file=io.StringIO()), on_peer_failure="continue", max_restarts=1,
+                        peer_timeout_s=1.0, restart_argv=lambda name: ([*procs[0].argv[:-1], "slow-start"], None))
+    outcome = runner.run()
+    assert outcome.ok and outcome.returncodes == {"a": 0, "b": 0}, outcome
+    [attempt] = outcome.extra["restarted"]["a"]
+    assert "no heartbeat" in attempt["reason"]

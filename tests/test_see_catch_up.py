@@ -183,6 +183,12 @@ def test_catch_up_needs_a_staleness_bound():
     assert config.see.catch_up and config.see.max_staleness == 2
 
 
+def test_catch_up_refuses_fp16():
+    with pytest.raises(ConfigError, match="see.catch_up.*fp16"):
+        load_run_config("tiny", regime="sgt", overrides=["see.catch_up=true", "see.max_staleness=2",
+                                                          "pool.policies.tiny-sp.grpo.fp16=true"])
+
+
 def test_restarts_need_continue_and_one_machine():
     with pytest.raises(ConfigError, match="see.max_restarts.*on_peer_failure=continue"):
         load_run_config("tiny", regime="sgt", overrides=["see.max_restarts=1"])
@@ -227,3 +233,33 @@ def test_a_skipped_round_leaves_every_parameter_and_advances_the_schedule(tmp_pa
     assert trainer.lr_scheduler.get_last_lr()[0] == pytest.approx(0.0)  # linear schedule ran its 3 steps
     assert not trainer.optimizer.state  # AdamW never stepped a parameter
     assert json.dumps(trainer.state.log_history)  # logging went on
+
+
+def test_a_rejoin_line_makes_peers_forget_what_the_policy_did_before(tmp_path):
+    from mutualrl.see.staleness import has_reached
+    from mutualrl.training.adapters.consumption import rejoin_pool
+
+    fast, slow = client(tmp_path, "fast", timeout=0.3), client(tmp_path, "slow")
+    publish(slow, *range(11))  # the crashed run got to round 10 ...
+    skip(tmp_path, "slow", 11, 14)
+    log = LogTail(tmp_path, "slow", "run")
+    assert has_reached(fast, "slow", 12, log)
+    slow.mark_failed("killed")
+    rejoin_pool(slow, str(tmp_path / "checkpoint-2"), stride=1)  # ... and restarts from checkpoint 2
+    assert slow.keep_committed and fast.raise_if_failed("slow", 3) is None
+    assert not has_reached(fast, "slow", 5, log) and not log.skipped(12)  # kept shards do not count
+    append_row(tmp_path, "slow", {"run_id": "run", "step": 5, "peer_step": 5, "time": 1.0, "wait_s": 0.0})
+    assert has_reached(fast, "slow", 5, log) and not has_reached(fast, "slow", 6, log)
+    assert [r["kind"] for r in read_consumption(tmp_path, "slow", kind="rejoin")] == ["rejoin"]
+    with pytest.raises(UsageError, match="round boundary"):
+        rejoin_pool(slow, str(tmp_path / "checkpoint-6"), stride=4)
+
+
+def test_resume_inside_a_skipped_span_keeps_the_part_before_it(tmp_path):
+    from mutualrl.see.consumed import rollback_log
+
+    skip(tmp_path, "slow", 2, 9)
+    append_row(tmp_path, "slow", {"run_id": "run", "step": 9, "peer_step": None})
+    rollback_log(tmp_path, 6)
+    assert [(r["step"], r["until"]) for r in read_consumption(tmp_path, "slow", kind="skip")] == [(2, 6)]
+    assert read_consumption(tmp_path, "slow") == []

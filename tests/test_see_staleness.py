@@ -247,4 +247,20 @@ def test_resume_rolls_the_consumption_logs_back_with_the_exchange(tmp_path):
     append_row(tmp_path, "slow", {"run_id": "run", "kind": "skip", "step": 2, "until": 6})
     rollback_exchange(tmp_path, 3)
     assert [r["step"] for r in read_consumption(tmp_path, "fast")] == [0, 1, 2]
-    assert [(r["step"], r["until"]) for r in read_consumption(tmp_path, "slow", kind="skip")] == [(0, 2)]
+    assert [(r["step"], r["until"]) for r in read_consumption(tmp_path, "slow", kind="skip")] == [(0, 2), (2, 3)]  # the span cut by the resume ends there
+
+
+def test_a_replay_takes_back_a_peer_that_rejoined_in_the_replayed_run(tmp_path):
+    from mutualrl.see.consumed import append_row
+
+    old = tmp_path / "old"
+    for step, peers, departed, peer_step in ((0, ["slow"], [], 0), (1, [], ["slow"], None), (2, ["slow"], [], 2)):
+        append_row(old, "fast", {"run_id": "run", "step": step, "peer_step": peer_step, "age": 0, "waited": False,
+                                 "peers": peers, "departed": departed})
+    see = tmp_path / "see"
+    fast, slow = client(see, "fast"), client(see, "slow")
+    publish(slow, 0, 2)
+    consumption = PeerConsumption(fast, ["slow"], max_staleness=1, on_peer_failure="continue", replay=old)
+    assert consumption.next_round(0).peer_step == 0 and consumption.active == ["slow"]
+    assert consumption.next_round(1).peer_step is None and consumption.active == []
+    assert consumption.next_round(2).peer_step == 2 and consumption.active == ["slow"] and not consumption.departed

@@ -294,6 +294,9 @@ def validate_run_config(config: RunConfig, source: str, check_grpo: bool = True)
     if config.see.catch_up and config.see.max_staleness < 1:
         raise ConfigError(source, "see.catch_up", "a policy that skips rounds relies on its peers reading records "
                           "up to see.max_staleness rounds old: set see.max_staleness >= 1 (e.g. 2)")
+    if config.see.catch_up and any(grpo.get("fp16") for grpo in (config.grpo, *(p.grpo for p in policies))):
+        raise ConfigError(source, "see.catch_up", "a skipped round steps the optimizer with no gradient, which "
+                          "fp16's loss scaler refuses: use bf16 (or fp32) with see.catch_up")
     if config.see.max_restarts > 0 and config.see.on_peer_failure != "continue":
         raise ConfigError(source, "see.max_restarts", "a restarted policy rejoins a pool that went on without it: "
                           "set see.on_peer_failure=continue (under 'stop' its failure stops the pool)")

@@ -111,6 +111,9 @@ class MetricsMerger:
             write_text_atomic(path, "".join(f"{line}\n" for line, obj in rows if int(obj.get("step", 0)) <= step))
             self.offsets[policy] = path.stat().st_size
             (self.paths.root / "metrics" / f".{policy}.merged").write_text(str(self.offsets[policy]))
+        for result in (self.paths.root / "eval" / policy).glob("step-*.json"):  # validated again when redone
+            if int(result.stem.split("-")[1]) > step:
+                result.unlink()
         merged, _ = read_rows(self.paths.metrics)
         write_text_atomic(self.paths.metrics, "".join(
             f"{line}\n" for line, obj in merged if obj.get("policy") != policy or int(obj.get("step", 0)) <= step))
@@ -307,7 +310,7 @@ class PoolRunner:
     def _silent_or_stalled(self, proc: PolicyProcess, now: float, started: float) -> tuple[str, str] | None:
         """A live process that stopped beating (hung, stopped) or stopped making progress: (policy, reason)."""
         if self.peer_timeout_s is not None:
-            age = freshest_heartbeat_age(self.see_root, proc.name, since=started, now=now)
+            age = freshest_heartbeat_age(self.see_root, proc.name, since=proc.started, now=now)  # not a predecessor's
             if age is not None and age > self.peer_timeout_s:
                 return proc.name, (f"sent no heartbeat for {age:.0f}s (see.peer_timeout_s={self.peer_timeout_s:g}): "
                                    "alive but hung or stopped")

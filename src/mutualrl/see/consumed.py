@@ -7,7 +7,10 @@ decision (plain appends: a reader skips a line still being written):
   "departed", "time", "wait_s"}`` (``see.max_staleness``, ``see.on_peer_failure``);
 - a *skip* row per catch-up decision (``see.catch_up``): ``{"run_id", "kind": "skip", "step",
   "until"}``: the policy trains no round in ``[step, until)``. Peers read these rows to tell a
-  skipped round (committed as "no data", never waited for) from a late one.
+  skipped round (committed as "no data", never waited for) from a late one;
+- a *rejoin* row when the launcher restarted the policy into the run (``see.max_restarts``):
+  ``{"run_id", "kind": "rejoin", "step"}`` (the checkpoint it resumed from). Peers forget its
+  earlier lines: what it committed or skipped before says nothing about where it is now.
 
 The other ranks of the policy poll it for rank 0's decisions, peers read it for skips and round
 times, and ``see.replay_consumption`` replays it.
@@ -24,6 +27,7 @@ from mutualrl.atomic_io import write_text_atomic
 
 CONSUMED_DIR = "_consumed"
 SKIP = "skip"
+REJOIN = "rejoin"
 
 
 def log_path(see_root: Path | str, policy: str) -> Path:
@@ -53,12 +57,16 @@ def is_skip_row(row: dict[str, Any]) -> bool:
     return row.get("kind") == SKIP
 
 
+def is_read_row(row: dict[str, Any]) -> bool:
+    return row.get("kind") is None
+
+
 def read_consumption(see_root: Path | str, policy: str, run_id: str | None = None,
                      kind: str = "read") -> list[dict[str, Any]]:
     """The consumption log of ``policy`` in the exchange ``see_root``: its ``kind`` rows ("read" or "skip"),
     of ``run_id`` only when given."""
     rows = parse_log(log_path(see_root, policy))
-    return [r for r in rows if (run_id is None or r.get("run_id") == run_id) and is_skip_row(r) == (kind == SKIP)]
+    return [r for r in rows if (run_id is None or r.get("run_id") == run_id) and (r.get("kind") or "read") == kind]
 
 
 def rollback_log(see_root: Path | str, step: int) -> int:
@@ -68,9 +76,10 @@ def rollback_log(see_root: Path | str, step: int) -> int:
     folder = Path(see_root) / CONSUMED_DIR
     for path in sorted(folder.glob("*.jsonl")) if folder.is_dir() else []:
         rows = parse_log(path)
-        kept = [r for r in rows if int(r.get("step", 0)) < step and not (is_skip_row(r) and int(r["until"]) > step)]
+        kept = [r if not is_skip_row(r) else {**r, "until": min(int(r["until"]), step)}
+                for r in rows if int(r.get("step", 0)) < step]  # a span cut by the resume ends there
         removed += len(rows) - len(kept)
-        if len(kept) < len(rows):
+        if kept != rows:
             write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
     return removed
 
@@ -96,6 +105,7 @@ class LogTail:
                 pass
         self.rows: list[dict[str, Any]] = []
         self.skipped_spans: list[tuple[int, int]] = []
+        self.rejoined = False  # restarted into the run: only lines after its rejoin line count
 
     def refresh(self) -> list[dict[str, Any]]:
         try:
@@ -111,6 +121,9 @@ class LogTail:
         self.offset += len(complete)
         for row in _parse_lines(complete.decode().splitlines()):
             if row.get("run_id") != self.run_id:
+                continue
+            if row.get("kind") == REJOIN:
+                self.rows, self.skipped_spans, self.rejoined = [], [], True
                 continue
             self.rows.append(row)
             if is_skip_row(row) and row["until"] > row["step"]:
@@ -129,4 +142,9 @@ class LogTail:
         return any(until > step for _, until in self.skipped_spans)
 
     def read_rows(self) -> list[dict[str, Any]]:
-        return [r for r in self.refresh() if not is_skip_row(r)]
+        return [r for r in self.refresh() if is_read_row(r)]
+
+    def reached(self, step: int) -> bool:
+        """From its lines alone: whether this policy read a round at or after ``step`` (after committing it), or
+        skipped past it."""
+        return self.skipped_past(step) or any(int(r["step"]) >= step for r in self.read_rows())

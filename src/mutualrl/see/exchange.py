@@ -177,7 +177,7 @@ class ExperienceExchange:
         if step < 0:
             raise UsageError(f"SEE step must be >= 0, got {step}")
         data_final = files.data_path(self.root, step, self.policy, self.rank, self.world_size)
-        if self.keep_committed and self._own_shard_committed(step):
+        if self.keep_committed and self._round_committed(step):
             return data_final
         if isinstance(records, pa.Table):
             batch = RolloutBatch.from_table(records)
@@ -222,10 +222,12 @@ class ExperienceExchange:
         self.heartbeat(step=step)
         return data_final
 
-    def _own_shard_committed(self, step: int) -> bool:
+    def _round_committed(self, step: int) -> bool:
+        """Every rank's shard of ``step`` is committed (a round cut by a crash is published again, whole: no reader
+        reads an incomplete round, so replacing its shards is safe)."""
         found: dict[int, dict[int, ShardInfo]] = {}
         scan_committed(self.root, self.run_id, step, self.policy, found, set())
-        return self.rank in found.get(self.world_size, {})
+        return len(found.get(self.world_size, {})) == self.world_size
 
     # ------------------------------------------------------------------------------------
     # barrier

@@ -78,6 +78,8 @@ def has_reached(exchange: ExperienceExchange, policy: str, step: int, log: LogTa
     """Whether ``policy`` committed a round at or after ``step``, or skipped past it (it will never commit it)."""
     if log is not None and log.skipped_past(step):
         return True
+    if log is not None and log.rejoined:  # its shards from before the restart stay: only its new lines count
+        return log.reached(step)
     newest = newest_committed(exchange, policy)
     return newest is not None and newest >= step
 

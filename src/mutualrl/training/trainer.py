@@ -94,7 +94,8 @@ class MutualGRPOTrainer(GRPOTrainer):
             self._skipping_round = self.regime.skip_round(self.state.global_step)
         if self._skipping_round:
             self._step += 1
-            return torch.zeros((), device=self.args.device)
+            # NaN: the Trainer's logging_nan_inf_filter (on by default) keeps it out of the logged loss
+            return torch.full((), float("nan"), device=self.args.device)
         return super().training_step(model, inputs, num_items_in_batch)
 
     def throttle(self) -> None:

@@ -118,11 +118,13 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
             poll_interval_s=config.see.poll_interval_s, retention_steps=config.see.retention_steps,
             provenance={"model": policy.model, "tokenizer": policy.tokenizer or policy.model},
         )
-        from mutualrl.see.liveness import clear_failure, start_heartbeat_thread
+        from mutualrl.see.liveness import start_heartbeat_thread
 
         if os.environ.get(REJOIN_ENV):  # restarted into the running pool: peers readmit us once we catch up
-            exchange.keep_committed = True
-            clear_failure(exchange.root, policy_name)
+            from mutualrl.training.adapters.base import round_stride
+            from mutualrl.training.adapters.consumption import rejoin_pool
+
+            rejoin_pool(exchange, resume_from, round_stride(args, required=False))
         start_heartbeat_thread(exchange)  # beats through long steps: silence means stopped or frozen
     regime = make_regime_adapter(config, policy_name, exchange)
 

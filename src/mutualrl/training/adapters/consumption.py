@@ -22,9 +22,23 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.errors import UsageError
-from mutualrl.see.consumed import CONSUMED_DIR, SKIP, LogTail, append_row, is_skip_row, log_path, parse_log
+from mutualrl.see.consumed import (
+    CONSUMED_DIR,
+    SKIP,
+    LogTail,
+    append_row,
+    is_read_row,
+    is_skip_row,
+    log_path,
+    parse_log,
+)
 from mutualrl.see.errors import PeerFailedError, PeerTimeoutError
-from mutualrl.see.staleness import PeerRound, catch_up_target, choose_peer_round, round_seconds
+from mutualrl.see.staleness import (
+    PeerRound,
+    catch_up_target,
+    choose_peer_round,
+    round_seconds,
+)
 
 log = logging.getLogger("mutualrl.consumption")
 
@@ -123,7 +137,7 @@ class PeerConsumption:
 
     def _await_decision(self, step: int) -> PeerRound:
         """Ranks > 0: poll rank 0's consumption log for this step's line (files, like the SEE barrier)."""
-        row = self._await_row(lambda r: not is_skip_row(r) and r.get("step") == step, step)
+        row = self._await_row(lambda r: is_read_row(r) and r.get("step") == step, step)
         self.departed = {p: self.departed.get(p, {"step": step, "reason": "dropped by rank 0"}) for p in row["departed"]}
         self.active = list(row["peers"])
         return PeerRound(step, row["peer_step"], row["age"], bool(row["waited"]),
@@ -175,6 +189,9 @@ class PeerConsumption:
         for peer in row["departed"]:
             if peer in self.active:
                 self._drop(peer, step, "left at this step in the replayed run")
+        for peer in [p for p in row["peers"] if p in self.departed]:  # it rejoined in the replayed run
+            del self.departed[peer]
+        self.active = [p for p in self.peers if p in row["peers"]]
         peer_step = row["peer_step"]
         read_from = None if row.get("read_from") is None else tuple(row["read_from"])
         if peer_step is not None:
@@ -215,6 +232,23 @@ class PeerConsumption:
             "wait_s": round(wait_s, 6)})
 
 
+def rejoin_pool(exchange: Any, resume_from: str | None, stride: int) -> None:
+    """A policy restarted into its running pool (see.max_restarts): keep the rounds it already committed, tell the
+    peers where it starts again (a rejoin line: they forget its earlier lines), then clear its failure marker."""
+    from mutualrl.see.consumed import REJOIN
+    from mutualrl.see.liveness import clear_failure
+
+    step = int(Path(resume_from).name.rpartition("-")[2]) if resume_from else 0
+    if step % stride:
+        raise UsageError(f"policy {exchange.policy!r} cannot rejoin from {resume_from}: step {step} is not on a "
+                         f"round boundary (a round is {stride} optimizer steps); make grpo.save_steps a multiple "
+                         f"of {stride}")
+    exchange.keep_committed = True
+    if exchange.rank == 0:
+        append_row(exchange.root, exchange.policy, {"run_id": exchange.run_id, "kind": REJOIN, "step": step})
+        clear_failure(exchange.root, exchange.policy)
+
+
 def replay_plan(folder: Path | str, policy: str) -> tuple[dict[int, dict[str, Any]], dict[int, dict[str, Any]]]:
     """step -> recorded read choice, and step -> recorded skip decision, of ``policy`` in an earlier run (over its
     launches) for ``see.replay_consumption``.
@@ -225,7 +259,7 @@ def replay_plan(folder: Path | str, policy: str) -> tuple[dict[int, dict[str, An
     for candidate in (base, base / CONSUMED_DIR, base / "see" / CONSUMED_DIR):
         rows = parse_log(candidate / f"{policy}.jsonl")
         if rows:  # a resumed run's later launches replace the steps they redid
-            return ({int(r["step"]): r for r in rows if not is_skip_row(r)},
+            return ({int(r["step"]): r for r in rows if is_read_row(r)},
                     {int(r["step"]): r for r in rows if is_skip_row(r)})
     raise UsageError(f"see.replay_consumption: no consumption log of policy {policy!r} in {base} "
                      f"(expected {base}/see/{CONSUMED_DIR}/{policy}.jsonl or {base}/{policy}.jsonl)")
