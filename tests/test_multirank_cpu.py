@@ -22,9 +22,9 @@ POLICIES = ("tiny-bpe", "tiny-sp")
 STEPS = 3
 
 
-def train(run_dir: Path, *extra: str) -> None:
+def train(run_dir: Path, *extra: str, steps: int = STEPS) -> None:
     done = subprocess.run([sys.executable, "-m", "mutualrl", "train", "--pool", "tiny", "--regime", "sgt", "--max-steps",
-                           str(STEPS), "--set", "validation.limit=20", "-o", str(run_dir), *extra],
+                           str(steps), "--set", "validation.limit=20", "-o", str(run_dir), *extra],
                           env=child_env(), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
@@ -85,3 +85,28 @@ def test_bounded_staleness_with_two_cpu_ranks_per_policy(tmp_path, monkeypatch):
     assert [r["step"] for r in fast] == list(range(STEPS)), "one line per step: rank 0 alone logs"
     assert any(r["age"] == 2 for r in fast)
     assert sorted(train_rows(run_dir)) == sorted((p, s) for p in POLICIES for s in range(1, STEPS + 1))
+
+
+@pytest.mark.slow
+def test_catch_up_with_two_cpu_ranks_per_policy(tmp_path, monkeypatch):
+    """Rank 0 of the slow policy decides which rounds to skip and logs it; rank 1 skips the same ones (a rank
+    that trained a round the other skipped would hang in a collective): every round is published by both
+    ranks or by neither."""
+    from mutualrl.see.consumed import read_consumption
+
+    monkeypatch.setenv("MUTUALRL_DEBUG_STEP_DELAY", "tiny-sp=3.0")
+    run_dir = tmp_path / "catch-up"
+    steps = 12
+    train(run_dir, "--set", "launch.cpu_processes=2", "--set", "see.max_staleness=1", "--set", "see.catch_up=true",
+          "--set", "validation.every_steps=0", steps=steps)
+    spans = [(r["step"], r["until"]) for r in read_consumption(run_dir / "see", "tiny-sp", kind="skip")
+             if r["until"] > r["step"]]
+    assert spans, "tiny-sp never skipped a round"
+    trained = {r["step"] for r in read_consumption(run_dir / "see", "tiny-sp")}
+    skipped = {s for start, until in spans for s in range(start, until)}
+    assert trained and not trained & skipped and len(trained) + len(skipped) == steps
+    report = inspect_exchange(run_dir)
+    assert report.ok, report.issues
+    published = {step for step, row in report.cells.items() if "tiny-sp" in row}
+    assert all(row["tiny-sp"].ranks == [0, 1] for row in report.cells.values() if "tiny-sp" in row)
+    assert not published & skipped

@@ -152,3 +152,22 @@ def test_missing_folder_is_a_usage_error(tmp_path):
     (tmp_path / "empty").mkdir()
     result = runner.invoke(app, ["see", "inspect", str(tmp_path / "empty")])
     assert result.exit_code == 2
+
+
+def test_rounds_a_policy_skipped_are_not_reported_missing(tmp_path):
+    from mutualrl.see.consumed import append_row
+
+    see = tmp_path / "see"
+    a = ExperienceExchange(see, "run-x", "a", policies=["a", "b"])
+    b = ExperienceExchange(see, "run-x", "b", policies=["a", "b"])
+    for step in range(4):
+        a.publish(step, synthetic_batch(3, 2, seed=step))
+    for step in (0, 3):
+        b.publish(step, synthetic_batch(3, 2, seed=step))
+    append_row(see, "b", {"run_id": "run-x", "kind": "skip", "step": 1, "until": 3})  # see.catch_up
+    code, report = inspect_json(tmp_path)
+    assert code == 0 and report["ok"], report["issues"]
+    append_row(see, "b", {"run_id": "run-x", "kind": "skip", "step": 1, "until": 2})
+    (see / "_consumed" / "b.jsonl").write_text((see / "_consumed" / "b.jsonl").read_text().splitlines()[1] + "\n")
+    code, report = inspect_json(tmp_path)
+    assert ("missing_policy", 2, "b") in {(i["kind"], i["step"], i["policy"]) for i in report["issues"]}

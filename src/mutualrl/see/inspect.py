@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from mutualrl.errors import UsageError
 from mutualrl.see import files
+from mutualrl.see.consumed import read_consumption
 from mutualrl.see.errors import CorruptShardError
 from mutualrl.see.shards import ShardInfo, load_shard, read_manifest, shard_info_from_manifest
 
@@ -192,8 +193,13 @@ def inspect_exchange(path: Path | str, *, verify_checksums: bool = True) -> Insp
             seen_steps[policy].append(step)
     failed = {m.get("policy") for m in report.failures}
     report.policies = sorted(set(seen_steps) | failed)
+    # Rounds a policy skipped (see.catch_up) are absent by design, not missing.
+    skipped = {policy: [(int(r["step"]), int(r["until"])) for r in read_consumption(root, policy, kind="skip")]
+               for policy in seen_steps}
     for step in report.steps:
         for policy in sorted(seen_steps):
+            if any(start <= step < until for start, until in skipped[policy]):
+                continue
             if policy not in report.cells[step] and step >= min(seen_steps[policy]):
                 issue(
                     "missing_policy",
