@@ -94,9 +94,9 @@ def test_catch_up_with_two_cpu_ranks_per_policy(tmp_path, monkeypatch):
     ranks or by neither."""
     from mutualrl.see.consumed import read_consumption
 
-    monkeypatch.setenv("MUTUALRL_DEBUG_STEP_DELAY", "tiny-sp=3.0")
+    monkeypatch.setenv("MUTUALRL_DEBUG_STEP_DELAY", "tiny-sp=1.5")
     run_dir = tmp_path / "catch-up"
-    steps = 12
+    steps = 16
     train(run_dir, "--set", "launch.cpu_processes=2", "--set", "see.max_staleness=1", "--set", "see.catch_up=true",
           "--set", "validation.every_steps=0", steps=steps)
     spans = [(r["step"], r["until"]) for r in read_consumption(run_dir / "see", "tiny-sp", kind="skip")
@@ -104,7 +104,7 @@ def test_catch_up_with_two_cpu_ranks_per_policy(tmp_path, monkeypatch):
     assert spans, "tiny-sp never skipped a round"
     trained = {r["step"] for r in read_consumption(run_dir / "see", "tiny-sp")}
     skipped = {s for start, until in spans for s in range(start, until)}
-    assert trained and not trained & skipped and len(trained) + len(skipped) == steps
+    assert {0, 1} <= trained and not trained & skipped and len(trained) + len(skipped) == steps
     report = inspect_exchange(run_dir)
     assert report.ok, report.issues
     published = {step for step, row in report.cells.items() if "tiny-sp" in row}
