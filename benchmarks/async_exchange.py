@@ -69,8 +69,9 @@ def train_rows(run_dir: Path, policy: str) -> list[dict[str, Any]]:
 
 def trained_rounds(run_dir: Path, policy: str) -> int:
     """Rounds ``policy`` trained (the read lines of its consumption log: skipped rounds have none)."""
-    path = run_dir / "see" / "_consumed" / f"{policy}.jsonl"
-    return sum(1 for line in path.read_text().splitlines() if line.strip() and '"kind"' not in line)
+    from mutualrl.see.consumed import read_consumption
+
+    return len(read_consumption(run_dir / "see", policy))
 
 
 def wait_profile(run_dir: Path) -> dict[str, Any]:

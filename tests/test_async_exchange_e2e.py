@@ -33,6 +33,17 @@ def final_weights(run_dir: Path, policy: str) -> dict:
     return load_file(str(run_dir / "policies" / policy / "final" / "model.safetensors"))
 
 
+def replay_bit_identical(run_dir: Path, replay: Path, steps: int) -> Path:
+    """Train ``replay`` unthrottled with see.replay_consumption=run_dir (S = 2); every policy's final weights must
+    equal the original run's."""
+    done = train(replay, steps, "--set", "see.max_staleness=2", "--set", f"see.replay_consumption={run_dir}")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for policy in POLICIES:
+        a, b = final_weights(run_dir, policy), final_weights(replay, policy)
+        assert all(a[k].equal(b[k]) for k in a), policy
+    return replay
+
+
 def kill_policy_at_step(proc: subprocess.Popen, run_dir: Path, policy: str, step: int) -> str:
     """SIGKILL ``policy``'s worker once it reports ``step``; the launcher's output."""
     status = run_dir / "status" / f"{policy}.json"
@@ -79,13 +90,8 @@ def test_a_slow_peer_is_read_stale_within_the_bound_and_each_round_once(tmp_path
     assert max(r.get("mutual/peer_age", 0) for r in train_rows) > 0
     assert any(r.get("mutual/stale_used", 0) > 0 for r in train_rows)
     # Replaying the recorded choices without the throttle reproduces the run bit for bit.
-    replay = tmp_path / "replay"
-    done = train(replay, 6, "--set", "see.max_staleness=2", "--set", f"see.replay_consumption={run_dir}")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    replay = replay_bit_identical(run_dir, tmp_path / "replay", 6)
     assert [r["peer_step"] for r in read_consumption(replay / "see", "tiny-bpe")] == [r["peer_step"] for r in fast]
-    for policy in POLICIES:
-        a, b = final_weights(run_dir, policy), final_weights(replay, policy)
-        assert all(a[k].equal(b[k]) for k in a), policy
 
 
 @pytest.mark.slow
@@ -112,13 +118,8 @@ def test_catch_up_a_persistently_slow_peer_skips_rounds_and_the_fast_one_stops_w
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["policies"]["tiny-sp"]["steps"] == steps  # skipped rounds still count as (empty) steps
     # Replaying the recorded skips and reads without the throttle reproduces the run bit for bit.
-    replay = tmp_path / "replay"
-    done = train(replay, steps, "--set", "see.max_staleness=2", "--set", f"see.replay_consumption={run_dir}")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    replay = replay_bit_identical(run_dir, tmp_path / "replay", steps)
     assert [r["step"] for r in read_consumption(replay / "see", "tiny-sp")] == trained
-    for policy in POLICIES:
-        a, b = final_weights(run_dir, policy), final_weights(replay, policy)
-        assert all(a[k].equal(b[k]) for k in a), policy
 
 
 @pytest.mark.slow

@@ -174,6 +174,18 @@ def read_rows(path: Path) -> tuple[list[tuple[str, dict[str, Any]]], int]:
     return rows, damaged
 
 
+def keep_policy_rows(paths: RunPaths, policy: str, step: int) -> tuple[list[tuple[str, dict[str, Any]]], int]:
+    """Keep ``policy``'s metric rows up to ``step`` in its own file, marked as merged; (kept rows, rows dropped:
+    after ``step`` or damaged)."""
+    path = paths.policy_metrics(policy)
+    rows, damaged = read_rows(path)
+    kept = [(line, obj) for line, obj in rows if int(obj.get("step", 0)) <= step]
+    if path.exists():
+        write_text_atomic(path, "".join(f"{line}\n" for line, _ in kept))
+        (path.parent / f".{policy}.merged").write_text(str(path.stat().st_size))
+    return kept, damaged + len(rows) - len(kept)
+
+
 def rollback_metrics(paths: RunPaths, policies: list[str], step: int) -> int:
     """Keep each policy's rows up to ``step`` and rebuild ``metrics.jsonl`` from them.
 
@@ -183,13 +195,8 @@ def rollback_metrics(paths: RunPaths, policies: list[str], step: int) -> int:
     """
     dropped, merged = 0, []
     for policy in policies:
-        path = paths.policy_metrics(policy)
-        rows, damaged = read_rows(path)
-        kept = [(line, obj) for line, obj in rows if int(obj.get("step", 0)) <= step]
-        dropped += damaged + len(rows) - len(kept)
-        if path.exists():
-            write_text_atomic(path, "".join(f"{line}\n" for line, _ in kept))
-            (path.parent / f".{policy}.merged").write_text(str(path.stat().st_size))
+        kept, gone = keep_policy_rows(paths, policy, step)
+        dropped += gone
         merged.extend(kept)
         # A validation result without its row (killed between the two writes) is run again.
         logged = {obj.get("step") for _, obj in kept if obj.get("kind") == "eval"}

@@ -102,15 +102,11 @@ class MetricsMerger:
         """``policy`` restarts from optimizer step ``step`` (see.max_restarts) and redoes the steps after it: drop
         its rows past ``step`` from its file and from ``metrics.jsonl`` so none is there twice."""
         from mutualrl.atomic_io import write_text_atomic
-        from mutualrl.launch.resume import read_rows
+        from mutualrl.launch.resume import keep_policy_rows, read_rows
 
         self.poll()
-        path = self.paths.policy_metrics(policy)
-        rows, _ = read_rows(path)
-        if path.exists():
-            write_text_atomic(path, "".join(f"{line}\n" for line, obj in rows if int(obj.get("step", 0)) <= step))
-            self.offsets[policy] = path.stat().st_size
-            (self.paths.root / "metrics" / f".{policy}.merged").write_text(str(self.offsets[policy]))
+        keep_policy_rows(self.paths, policy, step)
+        self.offsets[policy] = self._merged_bytes(policy)
         for result in (self.paths.root / "eval" / policy).glob("step-*.json"):  # validated again when redone
             if int(result.stem.split("-")[1]) > step:
                 result.unlink()

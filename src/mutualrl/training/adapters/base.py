@@ -71,8 +71,7 @@ class RegimeAdapter:
         no generation, no update; docs/see.md "Catching up"). Called by the trainer at each round's start."""
         if self.consumption is None or not self.consumption.may_skip:
             return False
-        with self.phase("catching up", enabled=True):
-            skipped = self.consumption.skip_round(step, self.trainer.state.max_steps)
+        skipped = self.consumption.skip_round(step, self.trainer.state.max_steps)
         self.trainer._metrics["train"]["mutual/skipped"].append(float(skipped))
         return skipped
 

@@ -24,6 +24,7 @@ from typing import Any
 from mutualrl.errors import UsageError
 from mutualrl.see.consumed import (
     CONSUMED_DIR,
+    REJOIN,
     SKIP,
     LogTail,
     append_row,
@@ -37,6 +38,7 @@ from mutualrl.see.staleness import (
     PeerRound,
     catch_up_target,
     choose_peer_round,
+    has_reached,
     round_seconds,
 )
 
@@ -203,12 +205,10 @@ class PeerConsumption:
         """A departed peer rejoins (restarted into the run, see.max_restarts; or dropped as silent and back) once
         its failure marker is gone and it has reached the oldest round we may read: from then on it is bounded
         like any active peer."""
-        from mutualrl.see.liveness import read_failure
-        from mutualrl.see.staleness import has_reached
-
         for peer in list(self.departed):
-            marker = read_failure(self.exchange.root, peer)
-            if marker is not None and marker.get("run_id") in (None, self.exchange.run_id):
+            try:
+                self.exchange.raise_if_failed(peer, step)
+            except PeerFailedError:  # still marked failed in this run
                 continue
             if has_reached(self.exchange, peer, self.own_rounds[0], self.peer_logs.get(peer)):
                 del self.departed[peer]
@@ -235,7 +235,6 @@ class PeerConsumption:
 def rejoin_pool(exchange: Any, resume_from: str | None, stride: int) -> None:
     """A policy restarted into its running pool (see.max_restarts): keep the rounds it already committed, tell the
     peers where it starts again (a rejoin line: they forget its earlier lines), then clear its failure marker."""
-    from mutualrl.see.consumed import REJOIN
     from mutualrl.see.liveness import clear_failure
 
     step = int(Path(resume_from).name.rpartition("-")[2]) if resume_from else 0
