@@ -96,7 +96,10 @@ def test_cpu_deepspeed_env(tmp_path):
         assert spec.notes and "compiles DeepSpeed's CPU ops" in spec.notes[0]
 
 
-def test_adapt_on_cpu_turns_off_gpu_features():
+def test_adapt_on_cpu_turns_off_gpu_features(monkeypatch):
+    from mutualrl.launch import vllm_cpu
+
+    monkeypatch.setattr(vllm_cpu, "cpu_blocker", lambda build=None: "vLLM is not installed")
     grpo, notes = adapt_grpo_to_device(GPU_RECIPE, CPU, deepspeed="zero3", vllm_available=True)
     assert grpo["bf16"] is False and grpo["fp16"] is False
     assert grpo["use_vllm"] is False and grpo["use_cpu"] is True

@@ -56,7 +56,6 @@ grpo:
   learning_rate: 1.0e-2
   beta: 0.001
   bf16: true            # a GPU recipe's setting: the plan must turn it off on the CPU
-  use_vllm: true        # likewise
   report_to: []
   logging_steps: 1
   seed: 7

@@ -7,8 +7,10 @@ backends produce the completions from the same token ids:
 - transformers ``generate`` (CPU or GPU): left padding, greedy, stop at EOS
   (:mod:`mutualrl.pools.greedy`, shared with the tiny pool's warm start) -- used by the
   training loop's validation hook through :func:`evaluate_examples`;
-- vLLM (``vllm.LLM`` at temperature 0) when vllm is installed and CUDA is available --
-  :func:`evaluate_examples_vllm`, imported lazily so CPU code never imports vllm.
+- vLLM (``vllm.LLM`` at temperature 0) when vllm can run here (CUDA, or a usable CPU build of
+  vLLM: :mod:`mutualrl.launch.vllm_cpu`) -- :func:`evaluate_examples_vllm` (its own engine) and
+  :func:`evaluate_examples_llm` (an engine already running: a training run's colocated one,
+  synced to the policy's weights), imported lazily so other code never imports vllm.
 """
 
 from __future__ import annotations
@@ -155,12 +157,30 @@ def evaluate_examples(
 
 
 def vllm_available() -> bool:
-    """vllm is installed and a CUDA device is visible (never imports vllm)."""
+    """vllm can generate here: CUDA with vllm installed, or a usable CPU build (never imports vllm)."""
     if importlib.util.find_spec("vllm") is None:
         return False
     import torch
 
-    return torch.cuda.is_available()
+    if torch.cuda.is_available():
+        return True
+    from mutualrl.launch.vllm_cpu import cpu_blocker
+
+    return cpu_blocker() is None
+
+
+def greedy_with_llm(llm: Any, tokenizer: Any, prompts: list[list[int]], *, max_new_tokens: int,
+                    eos_ids: Sequence[int] | None = None) -> list[str]:
+    """Greedy completions (temperature 0) of a running ``vllm.LLM`` from token ids, decoded by ``tokenizer``."""
+    from vllm import SamplingParams
+
+    eos = list(eos_ids) if eos_ids is not None else eos_token_ids(tokenizer)
+    params = SamplingParams(
+        temperature=0.0, n=1, max_tokens=max_new_tokens, stop_token_ids=eos or None, detokenize=False
+    )
+    outputs = llm.generate([{"prompt_token_ids": ids} for ids in prompts], params, use_tqdm=False)
+    pad_id = tokenizer.pad_token_id
+    return [decode_completion(tokenizer, o.outputs[0].token_ids, eos, pad_id) for o in outputs]
 
 
 def generate_greedy_vllm(
@@ -176,11 +196,24 @@ def generate_greedy_vllm(
     """Greedy completions with ``vllm.LLM`` (temperature 0) from the same token ids as the HF path.
 
     vLLM gets token ids, not text (``skip_tokenizer_init``): prompts are tokenised once, by
-    our tokenizer, identically for both backends; completions are decoded by it too.
+    our tokenizer, identically for both backends; completions are decoded by it too. On a CPU
+    the KV cache is sized for these prompts (``VLLM_CPU_KVCACHE_SPACE``, unless set).
     """
-    from vllm import LLM, SamplingParams
+    import os
 
-    eos = list(eos_ids) if eos_ids is not None else eos_token_ids(tokenizer)
+    import torch
+    from vllm import LLM
+
+    if not torch.cuda.is_available():
+        from transformers import AutoConfig
+
+        from mutualrl.launch.vllm_cpu import KV_ENV, kv_cache_gib
+
+        with contextlib.suppress(OSError):  # no config to read: vLLM sizes it from vllm_gpu_memory_utilization
+            config = AutoConfig.from_pretrained(model_path)
+            longest = max((len(p) for p in prompts), default=0) + max_new_tokens
+            max_len = int(getattr(getattr(config, "text_config", None) or config, "max_position_embeddings", longest))
+            os.environ.setdefault(KV_ENV, str(kv_cache_gib(config, min(len(prompts), 256), longest, max_len)))
     llm = LLM(
         model=model_path,
         skip_tokenizer_init=True,
@@ -189,12 +222,7 @@ def generate_greedy_vllm(
         seed=0,
     )
     try:
-        params = SamplingParams(
-            temperature=0.0, n=1, max_tokens=max_new_tokens, stop_token_ids=eos or None, detokenize=False
-        )
-        outputs = llm.generate([{"prompt_token_ids": ids} for ids in prompts], params, use_tqdm=False)
-        pad_id = tokenizer.pad_token_id
-        return [decode_completion(tokenizer, o.outputs[0].token_ids, eos, pad_id) for o in outputs]
+        return greedy_with_llm(llm, tokenizer, prompts, max_new_tokens=max_new_tokens, eos_ids=eos_ids)
     finally:
         del llm
         release_vllm()
@@ -240,6 +268,38 @@ def evaluate_examples_vllm(
         model=model_name or model_path,
         records=score_examples(examples, completions, verifier),
         policy=policy,
+        settings={
+            "backend": "vllm",
+            "decoding": "greedy",
+            "max_new_tokens": max_new_tokens,
+            "chat_template": chat_template,
+            "verifier": verifier,
+        },
+        seconds=time.perf_counter() - start,
+    )
+
+
+def evaluate_examples_llm(
+    llm: Any,
+    tokenizer: Any,
+    examples: list[TaskExample],
+    *,
+    max_new_tokens: int,
+    chat_template: bool,
+    model_name: str,
+    policy: str | None = None,
+    step: int | None = None,
+    verifier: str = "default",
+) -> ModelEvalResult:
+    """:func:`evaluate_examples` with a running vLLM engine (a training run's colocated one)."""
+    start = time.perf_counter()
+    prompts = [prompt_token_ids(tokenizer, ex.prompt, chat_template) for ex in examples]
+    completions = greedy_with_llm(llm, tokenizer, prompts, max_new_tokens=max_new_tokens) if prompts else []
+    return ModelEvalResult(
+        model=model_name,
+        records=score_examples(examples, completions, verifier),
+        policy=policy,
+        step=step,
         settings={
             "backend": "vllm",
             "decoding": "greedy",

@@ -126,10 +126,13 @@ def joint_length_filter(
 def pick_backend(backend: str) -> str:
     if backend not in BACKENDS:
         raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    if backend == "auto":
-        return "vllm" if vllm_available() else "transformers"
+    if backend == "auto":  # on a CPU an engine start (about a minute) outweighs vLLM's speed for evaluation
+        import torch
+
+        return "vllm" if torch.cuda.is_available() and vllm_available() else "transformers"
     if backend == "vllm" and not vllm_available():
-        raise UsageError("--backend vllm needs the vllm package and a CUDA device")
+        raise UsageError("--backend vllm needs vllm with a CUDA device, or a usable CPU build of vLLM "
+                         "(mutualrl doctor says why not)")
     return backend
 
 

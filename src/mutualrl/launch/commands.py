@@ -19,7 +19,7 @@ Several DeepSpeed engines in one Python process share global state and break
 :class:`LaunchSpec` ``env`` is an overlay: the runtime starts the child with
 ``{**os.environ, **spec.env}``.
 
-Device adaptations of a GPU recipe's GRPO fields (bf16, vLLM) are made in one place,
+Device adaptations of a GPU recipe's GRPO fields (bf16, vLLM: CUDA-only settings on a CPU) are made in one place,
 :func:`adapt_grpo_to_device`, so that a CPU run never fails because a recipe asked for
 GPU features.
 """
@@ -70,24 +70,41 @@ def vllm_importable() -> bool:
 def resolve_vllm(
     grpo: dict[str, Any], placed: PolicyPlacement, vllm_available: bool | None = None
 ) -> tuple[dict[str, Any], list[str]]:
-    """Keep vLLM generation only if requested, importable and on CUDA; else turn it off with a note."""
+    """Keep vLLM generation only where it can run; else turn it off with a note saying why.
+
+    GPU: the ``vllm`` module importable (``vllm_available`` overrides: a simulated node).
+    CPU: a usable CPU build of vLLM (:func:`~mutualrl.launch.vllm_cpu.cpu_blocker`), colocate or
+    server mode, with the CUDA-only settings replaced (:func:`~mutualrl.launch.vllm_cpu.adapt_cpu_vllm`).
+    """
     out = dict(grpo)
     notes: list[str] = []
     if not out.get("use_vllm"):
         return out, notes
-    if placed.device_type != "cuda":
-        out["use_vllm"] = False
-        notes.append(f"{placed.name}: vLLM generation turned off: the policy runs on the CPU (generation uses transformers)")
-        return out, notes
-    available = vllm_importable() if vllm_available is None else vllm_available
-    if not available:
-        out["use_vllm"] = False
-        notes.append(
-            f"{placed.name}: vLLM generation turned off: `vllm` is not installed (pip install 'mutualrl[vllm]'); "
-            f"generation uses transformers, which is much slower"
-        )
-        return out, notes
     mode = out.get("vllm_mode", "colocate")
+    if placed.device_type != "cuda":
+        from mutualrl.launch import vllm_cpu
+
+        blocker = vllm_cpu.cpu_blocker()
+        if blocker is not None:
+            out["use_vllm"] = False
+            notes.append(f"{placed.name}: vLLM generation turned off on the CPU: {blocker}; generation uses transformers")
+            return out, notes
+        if mode == "colocate":
+            out, cpu_notes = vllm_cpu.adapt_cpu_vllm(out, placed.name)
+            notes.append(f"{placed.name}: vLLM on the CPU ({vllm_cpu.installed_build().describe()}), colocate: "
+                         f"an engine in each of the policy's {placed.num_processes} process(es), KV cache "
+                         f"{vllm_cpu.KV_ENV} sized at start from the model and batch")
+            notes.extend(cpu_notes)
+            return out, notes
+    else:
+        available = vllm_importable() if vllm_available is None else vllm_available
+        if not available:
+            out["use_vllm"] = False
+            notes.append(
+                f"{placed.name}: vLLM generation turned off: `vllm` is not installed (pip install 'mutualrl[vllm]'); "
+                f"generation uses transformers, which is much slower"
+            )
+            return out, notes
     if mode == "colocate":
         tp = int(out.get("vllm_tensor_parallel_size", 1) or 1)
         if placed.num_processes % tp:
@@ -113,7 +130,7 @@ def adapt_grpo_to_device(
 
     CPU: ``bf16``/``fp16`` off (TRL defaults to bf16, which fails on a CPU), ``tf32`` dropped,
     ``use_cpu=True`` (DeepSpeed still engages through the launcher environment, verified),
-    vLLM off. GPU: vLLM kept only if importable (:func:`resolve_vllm`).
+    vLLM kept only with a usable CPU build. GPU: vLLM kept only if importable (:func:`resolve_vllm`).
     """
     out, notes = resolve_vllm(grpo, placed, vllm_available)
     if placed.device_type == "cpu":

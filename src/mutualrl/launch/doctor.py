@@ -29,9 +29,13 @@ class Check:
     status: str  # "ok" | "warn" | "fail"
     detail: str
     fix: str = ""
+    info: dict[str, Any] | None = None  # machine-readable facts (--json), e.g. the vLLM build
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        if self.info is None:
+            out.pop("info")
+        return out
 
 
 def version_of(distribution: str) -> str | None:
@@ -71,6 +75,43 @@ def check_module(name: str, module: str, fix: str, needed_for: str) -> Check:
         return Check(name, "warn", f"installed but does not import ({type(err).__name__}: {str(err)[:120]}); "
                      f"needed for {needed_for}", fix)
     return Check(name, "ok", version_of(name) or "installed")
+
+
+VLLM_PROBE = ("import json, vllm; from vllm.platforms import current_platform as p; "
+               "print(json.dumps({'device': p.device_type}))")
+
+
+def check_vllm(timeout_s: float = 120.0) -> Check:
+    """Which vLLM build is installed and whether it can generate here (imported in a child process:
+    importing vllm takes seconds and changes process-global state)."""
+    import json
+    import subprocess
+
+    import torch
+
+    from mutualrl.launch.vllm_cpu import CPU_BUILD, cpu_blocker, installed_build
+
+    build = installed_build()
+    gpu = torch.cuda.is_available()
+    info: dict[str, Any] = {"build": build.to_dict(), "usable": False, "device": None}
+    needed = "fast generation (the paper recipes' use_vllm)"
+    if not build.installed:
+        fix = "pip install -e '.[vllm]'" if gpu else f"./setup.sh (installs {CPU_BUILD})"
+        return Check("vllm", "warn", f"not installed; needed for {needed}", fix, info)
+    blocker = None if gpu and not build.cpu else cpu_blocker(build)
+    if blocker is not None:
+        return Check("vllm", "warn", f"{build.describe()}: cannot run here: {blocker}", "", info)
+    try:
+        probe = subprocess.run([sys.executable, "-c", VLLM_PROBE], capture_output=True, text=True, timeout=timeout_s)
+        device = json.loads(probe.stdout.strip().splitlines()[-1])["device"] if probe.returncode == 0 else None
+    except (subprocess.TimeoutExpired, ValueError, IndexError, KeyError):
+        device, probe = None, None
+    if device is None:
+        tail = (probe.stderr.strip().splitlines() or ["no output"])[-1][:160] if probe is not None else "timed out"
+        return Check("vllm", "warn", f"{build.describe()}: does not import ({tail})", "", info)
+    info.update(usable=True, device=device)
+    where = "on the CPU (colocate mode: one engine per policy rank)" if device == "cpu" else f"on {device}"
+    return Check("vllm", "ok", f"{build.describe()}: usable {where}", "", info)
 
 
 def check_deepspeed_ops() -> Check:
@@ -129,7 +170,7 @@ def run_checks(run_dir: Path, hub: bool = True) -> list[Check]:
         check_module("deepspeed", "deepspeed", "./setup.sh installs it (pip install -e '.[deepspeed]')",
                      "ZeRO-2/3 (the paper recipes)"),
         check_deepspeed_ops(),
-        check_module("vllm", "vllm", "pip install -e '.[vllm]' on a GPU machine", "fast generation (paper recipes)"),
+        check_vllm(),
         check_module("flash-attn", "flash_attn", "pip install flash-attn (GPU only)", "faster attention (optional)"),
     ]
     checks += [check_module(name, TRACKER_MODULES[name][0], f"pip install {TRACKER_MODULES[name][0]}",

@@ -200,13 +200,16 @@ class ValidationCallback(TrainerCallback):
             self.status.write(state, f"validating (step {step})")
         shard = self.examples[accelerator.process_index::accelerator.num_processes]
         started = time.perf_counter()
-        with RngGuard(), unwrap_model_for_generation(
-            trainer.model_wrapped, accelerator, gather_deepspeed3_params=trainer.args.ds3_gather_for_generation
-        ) as unwrapped:
-            result = evaluate_examples(unwrapped, self.tokenizer, shard, max_new_tokens=self.max_new_tokens,
-                                       batch_size=self.batch_size, chat_template=self.chat_template,
-                                       model_name=self.policy, policy=self.policy, step=step,
-                                       verifier=self.verifier)
+        if getattr(trainer, "use_vllm", False) and trainer.vllm_mode == "colocate":
+            result = self.validate_with_vllm(trainer, shard, step)
+        else:
+            with RngGuard(), unwrap_model_for_generation(
+                trainer.model_wrapped, accelerator, gather_deepspeed3_params=trainer.args.ds3_gather_for_generation
+            ) as unwrapped:
+                result = evaluate_examples(unwrapped, self.tokenizer, shard, max_new_tokens=self.max_new_tokens,
+                                           batch_size=self.batch_size, chat_template=self.chat_template,
+                                           model_name=self.policy, policy=self.policy, step=step,
+                                           verifier=self.verifier)
         if accelerator.num_processes > 1:  # every rank evaluated a shard: merge them on rank 0
             records = [r for shard_records in gather_object([result.records]) for r in shard_records]
             result = ModelEvalResult(model=result.model, records=records, policy=self.policy, step=step,
@@ -225,3 +228,16 @@ class ValidationCallback(TrainerCallback):
         if self.status is not None:
             self.status.last["eval/reward@1"] = result.reward_at_1
             self.status.write(state, "training")
+
+    def validate_with_vllm(self, trainer: Any, shard: list, step: int) -> Any:
+        """Greedy validation through the policy's colocated vLLM engine, first synced to the current weights
+        (as TRL syncs before a generation; the next generation at this step then needs no second sync)."""
+        from mutualrl.evaluation.generate import evaluate_examples_llm
+
+        with RngGuard():
+            trainer.vllm_generation.sync_weights()
+            trainer._last_loaded_step = trainer.state.global_step
+            return evaluate_examples_llm(trainer.vllm_generation.llm, self.tokenizer, shard,
+                                         max_new_tokens=self.max_new_tokens, chat_template=self.chat_template,
+                                         model_name=self.policy, policy=self.policy, step=step,
+                                         verifier=self.verifier)

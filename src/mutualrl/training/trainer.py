@@ -75,7 +75,12 @@ class MutualGRPOTrainer(GRPOTrainer):
 
     def __init__(self, *args: Any, policy_name: str, regime: Any, exchange: Any = None,
                  record_builder: Any = None, **kwargs: Any):
-        super().__init__(*args, **kwargs)
+        from mutualrl.training.vllm_engine import cpu_engine_overrides, install_cpu_weight_sync, on_cpu_colocate
+
+        with cpu_engine_overrides(kwargs.get("args"), kwargs.get("model")):  # CPU vLLM: the model's dtype, eager
+            super().__init__(*args, **kwargs)
+        if on_cpu_colocate(self.args):
+            install_cpu_weight_sync(self.vllm_generation)  # vLLM's CPU backend repacks its weights
         self.policy_name = policy_name
         self.regime = regime
         self.exchange = exchange

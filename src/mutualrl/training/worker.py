@@ -59,12 +59,52 @@ def plan_overrides(paths: RunPaths, policy: str) -> dict[str, Any]:
 
 
 def device_defaults() -> dict[str, Any]:
-    """Safe settings when this process has no GPU (bf16 and vLLM need one)."""
+    """Safe settings when this process has no GPU: bf16 off; vLLM only with a usable CPU build, its
+    CUDA-only settings off (docs/launch.md "vLLM on a CPU")."""
     import torch
 
     if torch.cuda.is_available():
         return {}
-    return {"use_cpu": True, "bf16": False, "fp16": False, "use_vllm": False}
+    from mutualrl.launch.vllm_cpu import cpu_blocker
+
+    out: dict[str, Any] = {"use_cpu": True, "bf16": False, "fp16": False,
+                           "vllm_enable_sleep_mode": False, "vllm_tensor_parallel_size": 1}
+    if cpu_blocker() is not None:
+        out["use_vllm"] = False
+    return out
+
+
+def prepare_cpu_vllm(args: Any, model: Any, tokenizer: Any, examples: list, chat: bool, policy: str) -> None:
+    """Before TRL starts a colocated vLLM engine on the CPU: refuse a head size its attention lacks,
+    and size its KV cache (``VLLM_CPU_KVCACHE_SPACE``, GiB; a value already set wins)."""
+    if not (args.use_vllm and args.use_cpu and args.vllm_mode == "colocate"):
+        return
+    from mutualrl.launch.vllm_cpu import KV_ENV, head_dim_problem, kv_cache_gib
+    from mutualrl.training.data import prompt_token_length
+
+    problem = head_dim_problem(model.config)
+    if problem is not None:
+        raise UsageError(f"policy {policy!r}: vLLM on the CPU: {problem}")
+    if os.environ.get("WORLD_SIZE", "1") == "1" and not os.environ.get("MASTER_PORT"):
+        # The engine's one-rank process group: TRL would try 29500 first, and two policies starting together
+        # both find it free; the kernel's choice of a free port differs between processes.
+        import socket
+
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+            os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
+    if os.environ.get(KV_ENV):
+        log.info("policy %s: vLLM KV cache %s=%s GiB (set by you)", policy, KV_ENV, os.environ[KV_ENV])
+        return
+    longest = max((prompt_token_length(tokenizer, ex.prompt, chat) for ex in examples), default=0)
+    sequence = longest + args.max_completion_length
+    max_len = args.vllm_max_model_length or getattr(model.config, "max_position_embeddings", None) or sequence
+    seqs = args.per_device_train_batch_size * args.vllm_tensor_parallel_size * args.steps_per_generation
+    dtype_bytes = next(model.parameters()).element_size()
+    os.environ[KV_ENV] = str(kv_cache_gib(model.config, seqs, sequence, max_len, dtype_bytes))
+    log.info("policy %s: vLLM KV cache %s=%s GiB (%d sequences of up to %d tokens, max_model_len %d)",
+             policy, KV_ENV, os.environ[KV_ENV], seqs, sequence, max_len)
 
 
 def exchange_root(config: RunConfig, paths: RunPaths) -> Path:
@@ -149,6 +189,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
 
         peft_config = LoraConfig(**lora_kwargs(policy.lora))
     reward = make_reward_function(config.task.name, config.task.verifier)
+    prepare_cpu_vllm(args, model, tokenizer, train_examples, chat, policy_name)
     trainer = MutualGRPOTrainer(
         model=model, reward_funcs=reward, args=args, train_dataset=dataset,
         processing_class=tokenizer, callbacks=callbacks, peft_config=peft_config,
