@@ -24,6 +24,10 @@ _TASKS: dict[str, str] = {
     "qa-mix": "mutualrl.tasks.mixture:QAMixTask",
     "math-qa-mix": "mutualrl.tasks.mixture:MathQAMixTask",
 }
+# Answer-line variants of the QA tasks (``arc-easy-line``, ...): same questions, no \boxed{} (tasks/answer_line.py).
+_LINE_BASES = ("arc", "arc-easy", "openbookqa", "boolq", "piqa", "hellaswag", "siqa")
+for _base in _LINE_BASES:
+    _TASKS[f"{_base}-line"] = f"mutualrl.tasks.answer_line:{_base}"
 
 
 def register_task(name: str, target: str | Callable[[], Task]) -> None:
@@ -45,6 +49,10 @@ def get_task(name: str) -> Task:
     if callable(target):
         return target()
     module_name, attr = target.split(":")
+    if module_name == "mutualrl.tasks.answer_line":
+        from mutualrl.tasks.answer_line import AnswerLineTask
+
+        return AnswerLineTask(get_task(attr))
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as err:
@@ -59,6 +67,7 @@ SUITES: dict[str, tuple[str, ...]] = {
     "math": ("math",),
     "qa": ("arc", "openbookqa", "boolq", "piqa", "hellaswag", "siqa"),
     "all": ("math", "gsm8k", "arc", "openbookqa", "boolq", "piqa", "hellaswag", "siqa"),
+    "qa-line": tuple(f"{name}-line" for name in ("arc", "openbookqa", "boolq", "piqa", "hellaswag", "siqa")),
 }
 
 

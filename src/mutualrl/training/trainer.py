@@ -125,9 +125,12 @@ class MutualGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         if self.model.training:
             self.throttle()
+        started = time.perf_counter()
         output = super()._generate_and_score_completions(inputs)
         if not self.model.training:  # TRL's own evaluation loop: no exchange
             return output
+        # Where a step's time goes: rollout (generation, rewards, old log-probs) vs TRL's step_time.
+        self._metrics["train"]["mutual/rollout_seconds"].append(time.perf_counter() - started)
         rollouts = self._collect_step_rollouts()
         started = time.perf_counter()
         output = self.regime.process_step(output, rollouts)
