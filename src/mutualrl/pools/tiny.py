@@ -51,7 +51,7 @@ TINY_MODELS: dict[str, TinyModelSpec] = {
             tokenizer="gpt2",
             architecture="gpt2",
             strong_family="add",
-            description="GPT-2 architecture, 2x64, real GPT-2 byte-level BPE vocabulary; warm-started on "
+            description="GPT-2 architecture, 2x64 (2 heads), real GPT-2 byte-level BPE vocabulary; warm-started on "
             "synthetic-arith, strong on `add`, blind spot on `sub`",
         ),
         TinyModelSpec(
@@ -59,7 +59,7 @@ TINY_MODELS: dict[str, TinyModelSpec] = {
             tokenizer="mistral-sp",
             architecture="llama",
             strong_family="sub",
-            description="Llama architecture, 2x64, real Mistral SentencePiece vocabulary; warm-started on "
+            description="Llama architecture, 2x64 (2 heads), real Mistral SentencePiece vocabulary; warm-started on "
             "synthetic-arith, strong on `sub`, blind spot on `add`",
         ),
     )
