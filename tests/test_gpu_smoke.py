@@ -29,6 +29,7 @@ def test_every_training_check_plans_on_a_simulated_node(gpus, tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     plan = load().checks(tmp_path, gpus, steps=3, learning=True)
     assert [name for name, _ in plan][:3] == ["two-policies-transformers", "two-policies-vllm-colocate", "zero3-2-ranks"]
+    assert {name for name, _ in plan} <= set(load().COVERED_ON_CPU)  # each check says what the CPU suite covers
     trains = [command for _, command in plan if isinstance(command, list) and "train" in command]
     assert len(trains) >= 2
     for command in trains:
