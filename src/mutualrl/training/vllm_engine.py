@@ -31,6 +31,8 @@ from collections.abc import Iterator
 from typing import Any
 
 COMPILE_ENV = "MUTUALRL_VLLM_COMPILE"
+#: Debugging only: ``1`` leaves the engine on its initial weights (tests check that the log-prob gap then grows).
+NO_SYNC_ENV = "MUTUALRL_DEBUG_VLLM_NO_SYNC"
 
 
 def on_cpu_colocate(args: Any) -> bool:
@@ -76,4 +78,7 @@ def cpu_sync_weights(generation: Any) -> None:
 
 def install_cpu_weight_sync(generation: Any) -> None:
     """Make ``generation.sync_weights()`` (called by TRL before each generation) use :func:`cpu_sync_weights`."""
+    if os.environ.get(NO_SYNC_ENV) == "1":
+        generation.sync_weights = types.MethodType(lambda self: None, generation)
+        return
     generation.sync_weights = types.MethodType(cpu_sync_weights, generation)
