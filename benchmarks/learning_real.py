@@ -1,7 +1,7 @@
 """Learning benchmark on real pretrained models: does sharing help when nothing is built to make it help?
 
-Trains the real-model pool (``--pool``, default ``smol-boolq``: SmolLM2-135M-Instruct and
-Gemma-3-270M, docs/pools.md "The smol-boolq pool") with each regime and seed, all with the
+Trains the real-model pool (``--pool``, default ``smol-qa``: SmolLM2-135M-Instruct and
+Gemma-3-270M, docs/pools.md "Real pretrained models on a paper benchmark") with each regime and seed, all with the
 recipe's settings (only ``--regime`` differs), and reports each policy's greedy held-out
 reward@1 before → after, SGT's rescues and the rescue log-prob (first → last logged steps).
 The weaker and the stronger policy are fixed from the step-0 validation, which is the same
@@ -32,7 +32,7 @@ sys.path.insert(0, str(BENCH))
 
 from learning import REGIME_ARGS, group_curves, orderings, plot, run_one, spread  # noqa: E402
 
-DEFAULT_POOL = "smol-boolq"
+DEFAULT_POOL = "smol-qa"
 MAIN_REGIMES = ("standalone", "sgt")  # every seed of --seeds
 OTHER_REGIMES = ("xgrpo", "grpo-randpert", "prp-peer", "prp-learner")  # every seed of --other-seeds
 WEAKER_TARGET, STRONGER_TARGET = 0.05, 0.0

@@ -64,7 +64,14 @@ def survey_task(name: str, chat: bool, loaded: tuple, task_name: str, args: argp
     new_tokens = args.boxed_tokens if boxed else args.max_new_tokens
     prompts = [prompt_token_ids(tokenizer, ex.prompt, chat) for ex in examples]
     t0 = time.perf_counter()
-    greedy = generate_greedy(model, tokenizer, prompts, max_new_tokens=new_tokens, batch_size=args.batch_size)
+    sampled = bool(args.k) and (not boxed or args.sample_boxed)
+    if sampled:  # greedy and K samples from one prefill per prompt
+        groups = sample_completions(model, tokenizer, prompts, k=args.k, temperature=args.temperature,
+                                    max_new_tokens=new_tokens, batch_size=args.batch_size, seed=args.seed,
+                                    with_greedy=True)
+        greedy, samples = [g[0] for g in groups], [g[1:] for g in groups]
+    else:
+        greedy = generate_greedy(model, tokenizer, prompts, max_new_tokens=new_tokens, batch_size=args.batch_size)
     t_greedy = time.perf_counter() - t0
     records = score_examples(examples, greedy)
     row: dict = {
@@ -75,29 +82,23 @@ def survey_task(name: str, chat: bool, loaded: tuple, task_name: str, args: argp
         # What the greedy answers are: a model that always says "Yes" scores the majority rate.
         "greedy_answers": dict(Counter(str(r.extracted) for r in records).most_common()),
         "gold_answers": dict(Counter(ex.answer for ex in examples).most_common()),
-        "greedy_seconds": round(t_greedy, 1),
+        "seconds": round(t_greedy, 1),  # greedy and samples together
         "mean_prompt_tokens": round(sum(map(len, prompts)) / len(prompts), 1),
         "examples": [{"completion": r.completion, "answer": r.answer} for r in records[:3]],
         "per_prompt": {r.prompt_id: {"greedy": r.score} for r in records},
     }
-    if args.k and (not boxed or args.sample_boxed):
-        t0 = time.perf_counter()
-        samples = sample_completions(model, tokenizer, prompts, k=args.k, temperature=args.temperature,
-                                     max_new_tokens=new_tokens, batch_size=max(1, args.batch_size // 2),
-                                     seed=args.seed)
+    if sampled:
         scores = [[task.score(c, ex.answer) for c in group] for ex, group in zip(examples, samples, strict=True)]
         row.update({
             "sampled": sum(map(sum, scores)) / (len(scores) * args.k),
             "pass_at_k": pass_at_k(scores),
             "mixed_groups": mixed_groups(scores),
-            "sample_seconds": round(time.perf_counter() - t0, 1),
         })
         for ex, s in zip(examples, scores, strict=True):
             row["per_prompt"][ex.prompt_id]["samples"] = s
     print(f"{name:14s} {task_name:16s} answers {row['greedy_answers']} greedy {row['greedy']:.3f} format {row['format']:.2f} "
           f"sampled {row.get('sampled', float('nan')):.3f} pass@{args.k} {row.get('pass_at_k', float('nan')):.3f} "
-          f"mixed {row.get('mixed_groups', float('nan')):.3f} ({row['greedy_seconds']}s"
-          f"+{row.get('sample_seconds', 0)}s) e.g. {row['examples'][0]['completion'][:40]!r}", flush=True)
+          f"mixed {row.get('mixed_groups', float('nan')):.3f} ({row['seconds']}s) e.g. {row['examples'][0]['completion'][:40]!r}", flush=True)
     return row
 
 
@@ -145,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=20, help="Prompts per generation batch.")
     parser.add_argument("--seed", type=int, default=0, help="Sampling seed.")
     parser.add_argument("--out", type=Path, required=True, help="Output folder (real-pool-survey.json).")
+    parser.add_argument("--resume", action="store_true", help="Keep the rows OUT/real-pool-survey.json already has.")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -157,10 +159,17 @@ def main(argv: list[str] | None = None) -> int:
     models: dict = {name: {"chat_template": MODELS.get(name, False), "tasks": {}} for name in names}
     pool: dict = {}
     args.out.mkdir(parents=True, exist_ok=True)
+    done_file = args.out / "real-pool-survey.json"
+    if args.resume and done_file.exists():  # keep (model, task) rows an earlier run of this folder measured
+        earlier = json.loads(done_file.read_text())
+        for name in names:
+            models[name]["tasks"].update(earlier["models"].get(name, {}).get("tasks", {}))
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     # Task by task, every model, then the pool numbers: partial results are written after each task.
     for task_name in tasks:
         for name in names:
+            if task_name in models[name]["tasks"]:
+                continue
             models[name]["tasks"][task_name] = survey_task(name, models[name]["chat_template"], loaded[name],
                                                            task_name, args)
         if len(names) > 1:

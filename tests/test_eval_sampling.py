@@ -29,6 +29,9 @@ def test_cold_sampling_equals_greedy_on_left_padded_batches(model_and_tokenizer)
     greedy = generate_greedy(model, tok, prompts, max_new_tokens=6, batch_size=3)
     cold = sample_completions(model, tok, prompts, k=3, temperature=1e-4, max_new_tokens=6, batch_size=3, seed=0)
     assert [group for group in cold] == [[g] * 3 for g in greedy]
+    both = sample_completions(model, tok, prompts, k=2, temperature=1.0, max_new_tokens=6, batch_size=2, seed=0,
+                              with_greedy=True)
+    assert [group[0] for group in both] == greedy and all(len(group) == 3 for group in both)
 
 
 def test_samples_are_seeded_varied_and_leave_the_global_rng_alone(model_and_tokenizer) -> None:

@@ -10,6 +10,8 @@ times (``Cache.batch_repeat_interleave``) and lets ``generate`` continue from it
 
 from __future__ import annotations
 
+import copy
+
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,9 +29,14 @@ def sample_completions(
     max_new_tokens: int,
     batch_size: int,
     seed: int,
+    with_greedy: bool = False,
     progress: Progress | None = None,
 ) -> list[list[str]]:
-    """``k`` sampled completions (top-k/top-p off, like TRL's default sampling) per tokenised prompt."""
+    """``k`` sampled completions (top-k/top-p off, like TRL's default sampling) per tokenised prompt.
+
+    ``with_greedy``: each prompt's list starts with its greedy completion (from a copy of the same
+    prefill), then the ``k`` samples -- greedy accuracy and pass@K for the price of one prefill.
+    """
     import torch
     from transformers import DynamicCache, GenerationConfig
 
@@ -42,6 +49,8 @@ def sample_completions(
     config = GenerationConfig(do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
                               max_new_tokens=max_new_tokens, eos_token_id=eos_ids or None, pad_token_id=pad_id,
                               use_cache=True)
+    greedy_config = GenerationConfig(do_sample=False, num_beams=1, max_new_tokens=max_new_tokens,
+                                     eos_token_id=eos_ids or None, pad_token_id=pad_id, use_cache=True)
     device = next(model.parameters()).device
     order = sorted(range(len(prompts)), key=lambda i: (-len(prompts[i]), i))
     out: list[list[str]] = [[] for _ in prompts]
@@ -58,7 +67,13 @@ def sample_completions(
                 # padding: positions count real tokens only, as generate() computes them.
                 positions = (attention.long().cumsum(-1) - 1).clamp(min=0)
                 model(input_ids=input_ids[:, :-1], attention_mask=attention[:, :-1],
-                      position_ids=positions[:, :-1], past_key_values=cache, use_cache=True)
+                      position_ids=positions[:, :-1], past_key_values=cache, use_cache=True,
+                      logits_to_keep=1)  # only the cache is wanted: no (batch, length, vocab) logits
+                greedy_tokens = None
+                if with_greedy:
+                    greedy_out = model.generate(input_ids=input_ids, attention_mask=attention,
+                                                past_key_values=copy.deepcopy(cache), generation_config=greedy_config)
+                    greedy_tokens = greedy_out[:, input_ids.size(1):].tolist()
                 cache.batch_repeat_interleave(k)
                 output = model.generate(
                     input_ids=input_ids.repeat_interleave(k, dim=0),
@@ -70,6 +85,8 @@ def sample_completions(
                 for row, i in enumerate(batch):
                     out[i] = [decode_completion(tokenizer, new_tokens[row * k + j], eos_ids, pad_id)
                               for j in range(k)]
+                    if greedy_tokens is not None:
+                        out[i].insert(0, decode_completion(tokenizer, greedy_tokens[row], eos_ids, pad_id))
                 if progress is not None:
                     progress(len(batch))
     finally:
