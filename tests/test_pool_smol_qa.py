@@ -1,0 +1,61 @@
+"""The real-model pool smol-qa (issue 29): loads offline, held-out split fixed, a 2-step run of every regime."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from mutualrl.config.loader import load_run_config, resolve_recipe
+from mutualrl.pools.builtin import ensure_builtin_model
+from mutualrl.tasks.registry import get_task
+from tests.e2e_helpers import run_train
+
+REGIMES = {
+    "standalone": ["--regime", "standalone"],
+    "sgt": ["--regime", "sgt"],
+    "xgrpo": ["--regime", "xgrpo"],
+    "grpo-randpert": ["--regime", "grpo-randpert"],
+    "prp-peer": ["--regime", "prp", "--prp-denominator", "peer"],
+    "prp-learner": ["--regime", "prp", "--prp-denominator", "learner"],
+}
+# Small limits: one prompt x K=2 per step, 4 new tokens, 2 validation prompts.
+SMALL = ["--max-steps", "2", "--set", "grpo.per_device_train_batch_size=2", "--set", "grpo.num_generations=2",
+         "--set", "grpo.max_completion_length=4", "--set", "validation.limit=2", "--set", "validation.max_new_tokens=4",
+         "--set", "task.train_limit=8", "--set", "grpo.save_strategy=no"]
+
+
+@pytest.fixture(autouse=True)
+def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+
+
+def test_pool_loads_offline_with_real_models_and_a_fixed_held_out_split() -> None:
+    config = load_run_config("smol-qa").config
+    models = [p.model for p in config.pool.policies]
+    assert models == ["builtin:smollm2-135m", "builtin:gemma3-270m"]
+    for model in models:  # set-up fetched them: no download here
+        assert (ensure_builtin_model(model.split(":", 1)[1]) / "config.json").exists()
+    task = get_task(config.task.name)
+    assert config.task.name.endswith("-line")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        train = {e.prompt_id.rsplit("/", 1)[1] for e in task.load(config.task.train_split, "offline")}
+        test = {e.prompt_id.rsplit("/", 1)[1] for e in task.load(config.task.eval_split, "offline")}
+    assert train and test and not train & test
+    assert config.validation.limit is not None and config.validation.limit >= 200
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("regime", list(REGIMES))
+def test_two_steps_of_every_regime(regime: str, tmp_path: Path) -> None:
+    run_dir = tmp_path / regime
+    done = run_train(resolve_recipe("smol-qa"), run_dir, *REGIMES[regime], "--seed", "3", *SMALL, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert set(summary["policies"]) == {"smollm2-135m", "gemma3-270m"}
+    for entry in summary["policies"].values():
+        assert entry["steps"] == 2 and entry["eval_before"] is not None and entry["eval_after"] is not None
