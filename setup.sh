@@ -80,4 +80,6 @@ fi
 
 echo "==> fetching offline assets (tokenizers, data) into ${MUTUALRL_CACHE:-~/.cache/mutualrl}"
 "$VENV/bin/mutualrl" assets fetch
+echo "==> fetching the real models of the smol and smol-qa pools (SmolLM2-135M-Instruct, Gemma-3-270M; ~330 MB, ~2 min once)"
+"$VENV/bin/mutualrl" assets fetch model:smollm2-135m model:gemma3-270m
 echo "==> done. Try: $VENV/bin/mutualrl train"
