@@ -110,7 +110,7 @@ def test_tiny_pool_on_cpu(tmp_path):
 
 def test_paper_recipe_on_cpu_turns_off_gpu_features(tmp_path, monkeypatch):
     from mutualrl.config.loader import load_run_config
-    from mutualrl.launch import vllm_cpu
+    from mutualrl import vllm_cpu
 
     monkeypatch.setattr(vllm_cpu, "cpu_blocker", lambda build=None: "vLLM is not installed")  # with it: test_vllm_plan
 

@@ -73,8 +73,8 @@ def resolve_vllm(
     """Keep vLLM generation only where it can run; else turn it off with a note saying why.
 
     GPU: the ``vllm`` module importable (``vllm_available`` overrides: a simulated node).
-    CPU: a usable CPU build of vLLM (:func:`~mutualrl.launch.vllm_cpu.cpu_blocker`), colocate or
-    server mode, with the CUDA-only settings replaced (:func:`~mutualrl.launch.vllm_cpu.adapt_cpu_vllm`).
+    CPU: a usable CPU build of vLLM (:func:`~mutualrl.vllm_cpu.cpu_blocker`), colocate or
+    server mode, with the CUDA-only settings replaced (:func:`~mutualrl.vllm_cpu.adapt_cpu_vllm`).
     """
     out = dict(grpo)
     notes: list[str] = []
@@ -82,7 +82,7 @@ def resolve_vllm(
         return out, notes
     mode = out.get("vllm_mode", "colocate")
     if placed.device_type != "cuda":
-        from mutualrl.launch import vllm_cpu
+        from mutualrl import vllm_cpu
 
         blocker = vllm_cpu.cpu_blocker()
         if blocker is not None:

@@ -65,7 +65,7 @@ def device_defaults() -> dict[str, Any]:
 
     if torch.cuda.is_available():
         return {}
-    from mutualrl.launch.vllm_cpu import cpu_blocker
+    from mutualrl.vllm_cpu import cpu_blocker
 
     out: dict[str, Any] = {"use_cpu": True, "bf16": False, "fp16": False,
                            "vllm_enable_sleep_mode": False, "vllm_tensor_parallel_size": 1}
@@ -79,7 +79,7 @@ def prepare_cpu_vllm(args: Any, model: Any, tokenizer: Any, examples: list, chat
     and size its KV cache (``VLLM_CPU_KVCACHE_SPACE``, GiB; a value already set wins)."""
     if not (args.use_vllm and args.use_cpu and args.vllm_mode == "colocate"):
         return
-    from mutualrl.launch.vllm_cpu import KV_ENV, head_dim_problem, kv_cache_gib
+    from mutualrl.vllm_cpu import KV_ENV, head_dim_problem, kv_cache_gib
     from mutualrl.training.data import prompt_token_length
 
     problem = head_dim_problem(model.config)
