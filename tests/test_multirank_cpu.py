@@ -54,7 +54,12 @@ def test_two_cpu_ranks_per_policy_match_one_rank(tmp_path):
             assert report.cells[step][policy].records == inspect_exchange(one).cells[step][policy].records
     rows_one, rows_two = train_rows(one), train_rows(two)
     assert sorted(rows_one) == sorted(rows_two) == sorted((p, s) for p in POLICIES for s in range(1, STEPS + 1))
-    assert {k: r["sgt/rescues"] for k, r in rows_one.items()} == {k: r["sgt/rescues"] for k, r in rows_two.items()}
+    # Gate decisions follow sampled rewards and each rank samples from its own RNG stream, so a group at a
+    # threshold can go either way (with the 2-head tiny pool: 5 vs 6 rescues once); gating on half groups,
+    # the multi-rank bug this guards against, changes far more.
+    rescues_one = {k: r["sgt/rescues"] for k, r in rows_one.items()}
+    rescues_two = {k: r["sgt/rescues"] for k, r in rows_two.items()}
+    assert all(abs(rescues_one[k] - rescues_two[k]) <= 1 for k in rescues_one), (rescues_one, rescues_two)
     plan = json.loads((two / "launch" / "plan.json").read_text())
     assert [p["grpo"]["per_device_train_batch_size"] for p in plan["policies"]] == [16, 16]
 
