@@ -12,7 +12,8 @@ import typer
 from mutualrl.cli.common import check_output_path, console, err_console, report_errors
 
 SUITE_HELP = (
-    "math (MATH), qa (ARC, OpenBookQA, BoolQ, PIQA, HellaSwag, Social IQa), all (MATH, GSM8K and the QA suite), "
+    "math (MATH), qa (ARC, OpenBookQA, BoolQ, PIQA, HellaSwag, Social IQa), qa-line (the same with an answer line "
+    "instead of \\boxed{}, for small models), all (MATH, GSM8K and the QA suite), "
     "or comma-separated task names (math, gsm8k, arc, arc-easy, openbookqa, boolq, piqa, hellaswag, siqa, qa-mix, "
     "synthetic-arith). Default: the recipe's task for a pool, else math."
 )

@@ -151,7 +151,8 @@ class TaskConfig:
         default="synthetic-arith",
         metadata={
             "help": "Task: math, gsm8k, arc, openbookqa, boolq, piqa, hellaswag, siqa, qa-mix (the six QA tasks), "
-            "math-qa-mix (MATH + the six QA tasks, the paper's commonsense experiment), synthetic-arith."
+            "math-qa-mix (MATH + the six QA tasks, the paper's commonsense experiment), synthetic-arith; "
+            "<qa task>-line (arc-easy-line, openbookqa-line, ...): the QA task with an answer line instead of \\boxed{}."
         },
     )
     source: str | None = field(
