@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 from pathlib import Path
 
@@ -13,14 +14,11 @@ from mutualrl.pools.builtin import ensure_builtin_model
 from mutualrl.tasks.registry import get_task
 from tests.e2e_helpers import run_train
 
-REGIMES = {
-    "standalone": ["--regime", "standalone"],
-    "sgt": ["--regime", "sgt"],
-    "xgrpo": ["--regime", "xgrpo"],
-    "grpo-randpert": ["--regime", "grpo-randpert"],
-    "prp-peer": ["--regime", "prp", "--prp-denominator", "peer"],
-    "prp-learner": ["--regime", "prp", "--prp-denominator", "learner"],
-}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from learning import REGIME_ARGS  # noqa: E402  (the benchmark's own command line per regime)
+
+REGIMES = {name: REGIME_ARGS[name] for name in
+           ("standalone", "sgt", "xgrpo", "grpo-randpert", "prp-peer", "prp-learner")}
 # Small limits: one prompt x K=2 per step, 4 new tokens, 2 validation prompts.
 SMALL = ["--max-steps", "2", "--set", "grpo.per_device_train_batch_size=2", "--set", "grpo.num_generations=2",
          "--set", "grpo.max_completion_length=4", "--set", "validation.limit=2", "--set", "validation.max_new_tokens=4",

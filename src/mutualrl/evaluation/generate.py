@@ -264,19 +264,8 @@ def evaluate_examples_vllm(
     completions = generate_greedy_vllm(model_path, tokenizer, prompts, max_new_tokens=max_new_tokens, dtype=dtype)
     if progress is not None:
         progress(len(examples))
-    return ModelEvalResult(
-        model=model_name or model_path,
-        records=score_examples(examples, completions, verifier),
-        policy=policy,
-        settings={
-            "backend": "vllm",
-            "decoding": "greedy",
-            "max_new_tokens": max_new_tokens,
-            "chat_template": chat_template,
-            "verifier": verifier,
-        },
-        seconds=time.perf_counter() - start,
-    )
+    return vllm_result(model_name or model_path, examples, completions, max_new_tokens=max_new_tokens,
+                       chat_template=chat_template, verifier=verifier, policy=policy, step=None, started=start)
 
 
 def evaluate_examples_llm(
@@ -295,8 +284,16 @@ def evaluate_examples_llm(
     start = time.perf_counter()
     prompts = [prompt_token_ids(tokenizer, ex.prompt, chat_template) for ex in examples]
     completions = greedy_with_llm(llm, tokenizer, prompts, max_new_tokens=max_new_tokens) if prompts else []
+    return vllm_result(model_name, examples, completions, max_new_tokens=max_new_tokens, chat_template=chat_template,
+                       verifier=verifier, policy=policy, step=step, started=start)
+
+
+def vllm_result(model: str, examples: list[TaskExample], completions: list[str], *, max_new_tokens: int,
+                chat_template: bool, verifier: str, policy: str | None, step: int | None,
+                started: float) -> ModelEvalResult:
+    """Score vLLM greedy completions into a :class:`ModelEvalResult` (both vLLM evaluation paths)."""
     return ModelEvalResult(
-        model=model_name,
+        model=model,
         records=score_examples(examples, completions, verifier),
         policy=policy,
         step=step,
@@ -307,5 +304,5 @@ def evaluate_examples_llm(
             "chat_template": chat_template,
             "verifier": verifier,
         },
-        seconds=time.perf_counter() - start,
+        seconds=time.perf_counter() - started,
     )
