@@ -1,0 +1,46 @@
+"""benchmarks/learning_real.py: its JSON arithmetic on hand-built run summaries."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from learning_real import regime_entry, roles_from, sgt_gains  # noqa: E402
+
+
+def summary(before: dict[str, float], after: dict[str, float]) -> dict:
+    return {"seconds": 10.0, "policies": {p: {"eval_before": before[p], "eval_after": after[p], "steps": 30}
+                                          for p in before}}
+
+
+BEFORE = {"a": 0.30, "b": 0.20}
+
+
+def test_roles_from_step_zero_validation() -> None:
+    assert roles_from(summary(BEFORE, BEFORE)) == {"a": "stronger", "b": "weaker"}
+    assert roles_from(summary({"a": 0.2, "b": 0.2}, BEFORE)) == {"a": "weaker", "b": "stronger"}  # tie: first
+
+
+def test_sgt_gains_and_targets_by_hand() -> None:
+    runs = {"standalone": {1: summary(BEFORE, {"a": 0.30, "b": 0.20}), 2: summary(BEFORE, {"a": 0.32, "b": 0.25})},
+            "sgt": {1: summary(BEFORE, {"a": 0.31, "b": 0.27}), 2: summary(BEFORE, {"a": 0.32, "b": 0.29})}}
+    roles = {"a": "stronger", "b": "weaker"}
+    out = sgt_gains(runs, roles)
+    assert out["seeds"] == {1: {"a": 0.01, "b": 0.07}, 2: {"a": 0.0, "b": 0.04}}
+    assert out["worst_weaker_gain"] == 0.04 and out["worst_stronger_change"] == 0.0
+    assert out["target_met_every_seed"] is False  # seed 2's weaker gain 0.04 < 0.05
+    runs["sgt"][2] = summary(BEFORE, {"a": 0.31, "b": 0.31})
+    assert sgt_gains(runs, roles)["target_met_every_seed"] is False  # stronger -0.01 < 0
+    runs["sgt"][2] = summary(BEFORE, {"a": 0.32, "b": 0.31})
+    assert sgt_gains(runs, roles)["target_met_every_seed"] is True
+    assert sgt_gains({"sgt": runs["sgt"]}, roles) == {}
+
+
+def test_regime_entry_spreads_over_seeds() -> None:
+    entry = regime_entry({1: summary(BEFORE, {"a": 0.2, "b": 0.4}), 3: summary(BEFORE, {"a": 0.4, "b": 0.4})},
+                         {"a": "stronger", "b": "weaker"})
+    assert entry["seeds"] == [1, 3]
+    assert abs(entry["a"]["final_reward@1"]["mean"] - 0.3) < 1e-12
+    assert entry["a"]["per_seed"][3]["eval_after"] == 0.4
