@@ -98,6 +98,32 @@ def regime_entry(by_seed: dict[int, dict], roles: dict[str, str]) -> dict[str, A
     return entry
 
 
+def run_order(regimes: list[str], seeds: list[int], other_seeds: list[int]) -> list[tuple[str, int]]:
+    """Seed by seed, standalone then SGT first (the pairs the targets compare), then the other regimes."""
+    order = [(r, s) for s in seeds for r in regimes if r in MAIN_REGIMES]
+    return order + [(r, s) for s in other_seeds for r in regimes if r not in MAIN_REGIMES]
+
+
+def write_results(args: argparse.Namespace, runs: dict[str, dict[int, dict]],
+                  curves: dict[str, dict[str, dict[str, list]]], mechanisms: dict[str, dict[int, dict]],
+                  seconds: float) -> dict[str, Any]:
+    """Write ``learning-real.json`` and the figure for the runs finished so far; returns the results."""
+    first = next(iter(next(iter(runs.values())).values()))
+    roles = roles_from(first)
+    results: dict[str, Any] = {"pool": args.pool, "command": " ".join(sys.argv), "roles": roles,
+                               "regimes": {r: regime_entry(by_seed, roles) for r, by_seed in runs.items()}}
+    final = {r: {p: e[p]["final_reward@1"]["mean"] for p in roles} for r, e in results["regimes"].items()}
+    results["sgt_minus_standalone"] = sgt_gains(runs, roles)
+    results["paper_orderings"] = orderings(final)
+    results["mechanism"] = mechanisms
+    results["wall_seconds"] = round(seconds, 1)
+    figure = args.out / "learning-real.png"
+    plot(curves, f"{args.pool}: held-out reward@1 per policy (mean over seeds, band = min-max)", figure)
+    results["figure"] = str(figure)
+    (args.out / "learning-real.json").write_text(json.dumps(results, indent=1))
+    return results
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pool", default=DEFAULT_POOL, help="Pool (recipe) to train.")
@@ -121,31 +147,18 @@ def main(argv: list[str] | None = None) -> int:
     runs: dict[str, dict[int, dict]] = {}
     curves: dict[str, dict[str, dict[str, list]]] = {}
     mechanisms: dict[str, dict[int, dict]] = {}
-    for regime in regimes:
-        runs[regime], curves[regime], mechanisms[regime] = {}, {}, {}
-        for seed in seeds if regime in MAIN_REGIMES else other_seeds:
-            run_dir = run_one(args.pool, regime, seed, args.out, args.max_steps, extra)
-            summary = json.loads((run_dir / "summary.json").read_text())
-            runs[regime][seed] = summary
-            mechanisms[regime][seed] = {p: mechanism(run_dir, p) for p in summary["policies"]}
-            for policy in summary["policies"]:
-                for group, curve in group_curves(run_dir, policy).items():
-                    curves[regime].setdefault(policy, {}).setdefault(group, []).append(curve)
-    first = next(iter(next(iter(runs.values())).values()))
-    roles = roles_from(first)
-    results: dict[str, Any] = {"pool": args.pool, "command": " ".join(sys.argv), "roles": roles, "regimes": {}}
-    for regime, by_seed in runs.items():
-        results["regimes"][regime] = regime_entry(by_seed, roles)
-    final = {r: {p: e[p]["final_reward@1"]["mean"] for p in roles} for r, e in results["regimes"].items()}
-    results["sgt_minus_standalone"] = sgt_gains(runs, roles)
-    results["paper_orderings"] = orderings(final)
-    results["mechanism"] = mechanisms
-    results["wall_seconds"] = round(time.perf_counter() - started, 1)
-    figure = args.out / "learning-real.png"
-    plot(curves, f"{args.pool}: held-out reward@1 per policy (mean over seeds, band = min-max)", figure)
-    results["figure"] = str(figure)
-    (args.out / "learning-real.json").write_text(json.dumps(results, indent=1))
+    for regime, seed in run_order(regimes, seeds, other_seeds):
+        run_dir = run_one(args.pool, regime, seed, args.out, args.max_steps, extra)
+        summary = json.loads((run_dir / "summary.json").read_text())
+        runs.setdefault(regime, {})[seed] = summary
+        mechanisms.setdefault(regime, {})[seed] = {p: mechanism(run_dir, p) for p in summary["policies"]}
+        for policy in summary["policies"]:
+            for group, curve in group_curves(run_dir, policy).items():
+                curves.setdefault(regime, {}).setdefault(policy, {}).setdefault(group, []).append(curve)
+        # Written after every run, so a long benchmark stopped half-way still leaves its measured part.
+        results = write_results(args, runs, curves, mechanisms, time.perf_counter() - started)
     gains = results["sgt_minus_standalone"]
+    roles = results["roles"]
     if gains:
         for seed, row in gains["seeds"].items():
             print("seed", seed, "SGT - standalone:", ", ".join(f"{p} ({roles[p]}) {v:+.3f}" for p, v in row.items()))
