@@ -73,7 +73,8 @@ def group_curves(run_dir: Path, policy: str) -> dict[str, list[tuple[int, float]
         obj = json.loads(line)
         if obj.get("kind") != "eval" or obj.get("policy") != policy:
             continue
-        for group, value in group_rewards(obj).items():
+        # A single-task pool's validation has no groups: its curve is the overall held-out reward@1.
+        for group, value in (group_rewards(obj) or {"held-out": obj["eval/reward@1"]}).items():
             curves.setdefault(group, []).append((int(obj["step"]), value))
     return {g: sorted(v) for g, v in curves.items()}
 
