@@ -24,6 +24,7 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +81,31 @@ def mechanism(run_dir: Path, policy: str) -> dict[str, Any]:
         out["gate_rate_mean"] = sum(gate) / len(gate)
     if logp:
         out["rescue_logp_per_step"] = logp
+    out.update(answer_drift(run_dir, policy))
     return out
+
+
+def answer_histogram(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """What greedy answered on the held-out prompts, against the best constant answer.
+
+    ``constant_ceiling`` is the accuracy of always giving the most frequent gold answer:
+    a policy that learned only an answer prior (not the questions) cannot beat it.
+    """
+    answers = Counter(str(r.get("extracted")) for r in records)
+    gold = Counter(str(r.get("answer")) for r in records)
+    top, count = answers.most_common(1)[0]
+    return {"answers": dict(sorted(answers.items())), "top_answer": top, "top_answer_share": count / len(records),
+            "accuracy": sum(float(r.get("score", 0.0)) for r in records) / len(records),
+            "constant_ceiling": max(gold.values()) / len(records)}
+
+
+def answer_drift(run_dir: Path, policy: str) -> dict[str, Any]:
+    """Greedy answer histogram at the first and the last validation (``eval/<policy>/step-*.json``)."""
+    files = sorted((run_dir / "eval" / policy).glob("step-*.json"))
+    if not files:
+        return {}
+    first, last = (json.loads(f.read_text())["records"] for f in (files[0], files[-1]))
+    return {"answers_before": answer_histogram(first), "answers_after": answer_histogram(last)}
 
 
 def regime_entry(by_seed: dict[int, dict], roles: dict[str, str]) -> dict[str, Any]:

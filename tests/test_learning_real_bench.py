@@ -44,3 +44,14 @@ def test_regime_entry_spreads_over_seeds() -> None:
     assert entry["seeds"] == [1, 3]
     assert abs(entry["a"]["final_reward@1"]["mean"] - 0.3) < 1e-12
     assert entry["a"]["per_seed"][3]["eval_after"] == 0.4
+
+
+def test_answer_histogram_by_hand() -> None:
+    from learning_real import answer_histogram
+
+    records = [{"extracted": "B", "answer": "B", "score": 1.0}, {"extracted": "B", "answer": "A", "score": 0.0},
+               {"extracted": "B", "answer": "A", "score": 0.0}, {"extracted": "C", "answer": "C", "score": 1.0}]
+    out = answer_histogram(records)
+    assert out["answers"] == {"B": 3, "C": 1} and out["top_answer"] == "B"
+    assert out["top_answer_share"] == 0.75 and out["accuracy"] == 0.5
+    assert out["constant_ceiling"] == 0.5  # always "A" would score 2 of 4
