@@ -54,3 +54,46 @@ def run_train(recipe: Path, run_dir: Path, *args: str, timeout: float = 600) -> 
 def metric_lines(run_dir: Path, kind: str = "train") -> list[dict[str, Any]]:
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return [line for line in lines if line.get("kind") == kind]
+
+
+# ---------------------------------------------------------------------------------------
+# Runs shared by tests: one launch per test session, read (never written) by every test that
+# needs exactly that run. A launch costs ~15 s of process start-up on 2 cores, whatever it checks.
+# ---------------------------------------------------------------------------------------
+
+TINY = ("--pool", "tiny", "--set", "validation.limit=20", "--set", "validation.every_steps=0")
+"""The embedded tiny pool, validated at the start and the end on 20 held-out prompts."""
+
+TINY_SGT_3_STEPS = (*TINY, "--regime", "sgt", "--max-steps", "3", "--baseline", "standalone")
+"""3 SGT steps, then its standalone baseline in ``<run>-standalone`` (the baseline does not touch the SGT run)."""
+
+TINY_REGIMES_2_STEPS = {
+    "xgrpo": ("--regime", "xgrpo", "--set", "grpo.report_to=[tensorboard]"),
+    "prp-peer": ("--regime", "prp", "--set", "regime.prp.denominator=peer"),
+    "prp-learner": ("--regime", "prp", "--set", "regime.prp.denominator=learner"),
+    "grpo-randpert": ("--regime", "grpo-randpert"),
+}
+"""2 steps of each of the other regimes (``TINY + ("--max-steps", "2") + args``)."""
+
+_SHARED: dict[tuple[str, ...], tuple[Path, subprocess.CompletedProcess]] = {}
+
+
+def shared_train(tmp_path_factory: Any, *args: str) -> tuple[Path, subprocess.CompletedProcess]:
+    """``mutualrl train -o RUN *args`` once per session (keyed by ``args``): the run folder and the finished
+    process; each caller asserts on the return code itself."""
+    if args not in _SHARED:
+        run_dir = tmp_path_factory.mktemp("shared-run") / "run"
+        env = {k: v for k, v in child_env().items() if not k.startswith("MUTUALRL_DEBUG")}  # no test's throttle
+        done = subprocess.run([sys.executable, "-m", "mutualrl", "train", "-o", str(run_dir), *args], env=env,
+                              capture_output=True, text=True, timeout=900)
+        _SHARED[args] = (run_dir, done)
+    return _SHARED[args]
+
+
+def tiny_regime_run(tmp_path_factory: Any, name: str) -> tuple[Path, subprocess.CompletedProcess]:
+    """The shared 2-step tiny run of regime ``name`` (a key of :data:`TINY_REGIMES_2_STEPS`)."""
+    return shared_train(tmp_path_factory, *TINY, "--max-steps", "2", *TINY_REGIMES_2_STEPS[name])
+
+
+def assert_ok(done: subprocess.CompletedProcess) -> None:
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from e2e_helpers import child_env
+from e2e_helpers import TINY_SGT_3_STEPS, assert_ok, child_env, shared_train
 from mutualrl.see.consumed import read_consumption
 
 POLICIES = ("tiny-bpe", "tiny-sp")
@@ -60,12 +60,13 @@ def kill_policy_at_step(proc: subprocess.Popen, run_dir: Path, policy: str, step
 
 
 @pytest.mark.slow
-def test_staleness_zero_off_the_lock_step_path_is_bit_identical(tmp_path):
+def test_staleness_zero_off_the_lock_step_path_is_bit_identical(tmp_path, tmp_path_factory):
     """S = 0 through the staleness machinery (on_peer_failure=continue) trains exactly like the lock-step barrier."""
-    lock, other = tmp_path / "lock", tmp_path / "other"
-    for run_dir, extra in ((lock, ()), (other, ("--set", "see.on_peer_failure=continue"))):
-        done = train(run_dir, 3, *extra)
-        assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lock, done = shared_train(tmp_path_factory, *TINY_SGT_3_STEPS)  # the same 3 SGT steps, lock-step
+    assert_ok(done)
+    other = tmp_path / "other"
+    done = train(other, 3, "--set", "see.on_peer_failure=continue")
+    assert_ok(done)
     for policy in POLICIES:
         a, b = final_weights(lock, policy), final_weights(other, policy)
         assert a.keys() == b.keys()
@@ -165,12 +166,5 @@ def test_max_restarts_a_killed_peer_restarts_from_its_checkpoint_and_rejoins(tmp
         assert sorted(done) == sorted(set(done)) and max(done) == steps, (policy, done)
 
 
-@pytest.mark.slow
-def test_stop_is_the_default_a_killed_peer_fails_the_run(tmp_path):
-    run_dir = tmp_path / "stop"
-    env = {**child_env(), "MUTUALRL_DEBUG_STEP_DELAY": "tiny-sp=0.5"}
-    proc = subprocess.Popen(train_argv(run_dir, 10), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
-    out = kill_policy_at_step(proc, run_dir, "tiny-sp", 3)
-    assert proc.returncode != 0
-    assert "policy tiny-sp failed" in " ".join(out.split()), out[-2000:]
+# A killed peer failing the run under the default on_peer_failure=stop: test_train_e2e.py
+# test_killed_peer_stops_the_pool_and_is_named (it also checks the survivor's log and the exchange).

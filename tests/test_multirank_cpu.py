@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_helpers import child_env
+from e2e_helpers import TINY, TINY_SGT_3_STEPS, assert_ok, child_env, shared_train
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.inspect import inspect_exchange
 
@@ -23,10 +23,11 @@ STEPS = 3
 
 
 def train(run_dir: Path, *extra: str, steps: int = STEPS) -> None:
-    done = subprocess.run([sys.executable, "-m", "mutualrl", "train", "--pool", "tiny", "--regime", "sgt", "--max-steps",
-                           str(steps), "--set", "validation.limit=20", "-o", str(run_dir), *extra],
+    """The 3-step SGT run of :data:`e2e_helpers.TINY_SGT_3_STEPS` (without its baseline), changed by ``extra``."""
+    done = subprocess.run([sys.executable, "-m", "mutualrl", "train", *TINY, "--regime", "sgt", "--max-steps",
+                           str(steps), "-o", str(run_dir), *extra],
                           env=child_env(), capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert_ok(done)
 
 
 def prompts(run_dir: Path, step: int, policy: str) -> list[tuple[str, int]]:
@@ -41,9 +42,10 @@ def train_rows(run_dir: Path) -> dict[tuple[str, int], dict]:
 
 
 @pytest.mark.slow
-def test_two_cpu_ranks_per_policy_match_one_rank(tmp_path):
-    one, two = tmp_path / "one", tmp_path / "two"
-    train(one)
+def test_two_cpu_ranks_per_policy_match_one_rank(tmp_path, tmp_path_factory):
+    one, done = shared_train(tmp_path_factory, *TINY_SGT_3_STEPS)  # the same run on 1 rank per policy
+    assert_ok(done)
+    two = tmp_path / "two"
     train(two, "--set", "launch.cpu_processes=2")
     report = inspect_exchange(two)
     assert report.ok, report.issues
@@ -84,8 +86,7 @@ def test_bounded_staleness_with_two_cpu_ranks_per_policy(tmp_path, monkeypatch):
 
     monkeypatch.setenv("MUTUALRL_DEBUG_STEP_DELAY", "tiny-sp=1.0")
     run_dir = tmp_path / "stale"
-    train(run_dir, "--set", "launch.cpu_processes=2", "--set", "see.max_staleness=2",
-          "--set", "validation.every_steps=0")
+    train(run_dir, "--set", "launch.cpu_processes=2", "--set", "see.max_staleness=2")
     fast = read_consumption(run_dir / "see", "tiny-bpe")
     assert [r["step"] for r in fast] == list(range(STEPS)), "one line per step: rank 0 alone logs"
     assert any(r["age"] == 2 for r in fast)
@@ -103,7 +104,7 @@ def test_catch_up_with_two_cpu_ranks_per_policy(tmp_path, monkeypatch):
     run_dir = tmp_path / "catch-up"
     steps = 16
     train(run_dir, "--set", "launch.cpu_processes=2", "--set", "see.max_staleness=1", "--set", "see.catch_up=true",
-          "--set", "validation.every_steps=0", steps=steps)
+          steps=steps)
     spans = [(r["step"], r["until"]) for r in read_consumption(run_dir / "see", "tiny-sp", kind="skip")
              if r["until"] > r["step"]]
     assert spans, "tiny-sp never skipped a round"

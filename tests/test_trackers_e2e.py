@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from e2e_helpers import child_env
+from e2e_helpers import assert_ok, tiny_regime_run
 
 
 @pytest.mark.slow
-def test_tensorboard_event_files_carry_validation_reward_per_policy(tmp_path):
+def test_tensorboard_event_files_carry_validation_reward_per_policy(tmp_path_factory):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    run_dir = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "mutualrl", "train", "--pool", "tiny", "--max-steps", "2",
-                           "--set", "grpo.report_to=[tensorboard]", "--set", "validation.limit=20",
-                           "--set", "validation.every_steps=2", "-o", str(run_dir)],
-                          env=child_env(), capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    # the shared 2-step xgrpo run (test_train_e2e.py checks its training) reports to TensorBoard
+    run_dir, done = tiny_regime_run(tmp_path_factory, "xgrpo")
+    assert_ok(done)
     for policy in ("tiny-bpe", "tiny-sp"):
         files = list((run_dir / "policies" / policy).rglob("events.out.tfevents*"))
         assert files, f"{policy}: no TensorBoard event file"

@@ -7,10 +7,22 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+import yaml
 
-from e2e_helpers import metric_lines, run_train, write_recipe
+from e2e_helpers import (
+    TINY_REGIMES_2_STEPS,
+    TINY_SGT_3_STEPS,
+    assert_ok,
+    metric_lines,
+    run_train,
+    shared_train,
+    tiny_regime_run,
+    write_recipe,
+)
 from mutualrl.see.exchange import ExperienceExchange
 from tiny_models import build_tiny_lm
+
+POLICIES = ("tiny-bpe", "tiny-sp")
 
 
 @pytest.fixture(scope="module")
@@ -52,27 +64,6 @@ def test_two_policies_exchange_records_every_step(tiny_pool, tmp_path):
         assert (run_dir / "policies" / policy / "final" / "config.json").exists()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("regime,extra", [
-    ("prp", {"regime.prp.denominator": "peer"}),
-    ("prp", {"regime.prp.denominator": "learner"}),
-    ("grpo-randpert", {}),
-], ids=["prp-peer", "prp-learner", "grpo-randpert"])
-def test_every_regime_trains_end_to_end(tiny_pool, tmp_path, regime, extra):
-    recipe = write_recipe(tmp_path / "r.yaml", tiny_pool, regime=regime, steps=2,
-                          extra={**extra, "validation.at_start": False})
-    run_dir = tmp_path / "run"
-    done = run_train(recipe, run_dir)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    train = metric_lines(run_dir)
-    assert sorted((line["policy"], line["step"]) for line in train) == [(p, s) for p in ("bpe", "sp") for s in (1, 2)]
-    prefix = {"sgt": "sgt/", "prp": "prp/", "grpo-randpert": "grpo-randpert/"}[regime]
-    assert all(any(key.startswith(prefix) for key in line) for line in train)
-    if regime == "prp":
-        # peer rows joined the learner's batch: K=4 rollouts x 2 prompts from the one peer
-        assert all(line["prp/peer_rows"] == 8 for line in train)
-
-
 def _wait_for(predicate, timeout: float, what: str, proc=None) -> None:
     import time
 
@@ -95,6 +86,7 @@ def _status(run_dir: Path, policy: str) -> dict:
 
 @pytest.mark.slow
 def test_killed_peer_stops_the_pool_and_is_named(tiny_pool, tmp_path):
+    """see.on_peer_failure left at its default (stop): a killed peer fails the run, named."""
     import os
     import signal
     import subprocess
@@ -114,6 +106,8 @@ def test_killed_peer_stops_the_pool_and_is_named(tiny_pool, tmp_path):
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0
     assert time.time() - killed_at < 60  # well inside the 60 s barrier timeout
+    # 'stop' is the default: the recipe leaves see.on_peer_failure unset
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["see"]["on_peer_failure"] == "stop"
     assert "policy sp failed" in out
     bpe_log = (run_dir / "logs" / "bpe.log").read_text()
     assert "policy 'sp'" in bpe_log and "failed" in bpe_log and "stops waiting for step" in bpe_log
@@ -158,24 +152,11 @@ def test_resume_after_kill_finishes_with_the_same_steps(tiny_pool, tmp_path):
         assert {p.name for p in (run_dir / "see" / f"step-{step:06d}").iterdir()} == {"bpe", "sp"}
 
 
-def _train_tiny(run_dir: Path, *args: str):
-    import subprocess
-    import sys
-
-    from e2e_helpers import child_env
-
-    done = subprocess.run([sys.executable, "-m", "mutualrl", "train", "--pool", "tiny", "-o", str(run_dir),
-                           "--set", "validation.limit=20", *args],
-                          env=child_env(), capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return done
-
-
 @pytest.mark.slow
-def test_sgt_on_the_tiny_pool_rescues_and_compares_with_its_standalone_baseline(tmp_path):
+def test_sgt_on_the_tiny_pool_rescues_and_compares_with_its_standalone_baseline(tmp_path_factory):
     """The embedded pool's blind spots make SGT fire from the first step; --baseline prints the comparison."""
-    run_dir = tmp_path / "run"
-    done = _train_tiny(run_dir, "--max-steps", "3", "--set", "validation.every_steps=0", "--baseline", "standalone")
+    run_dir, done = shared_train(tmp_path_factory, *TINY_SGT_3_STEPS)
+    assert_ok(done)
     train = metric_lines(run_dir)
     for policy in ("tiny-bpe", "tiny-sp"):
         rows = [line for line in train if line["policy"] == policy]
@@ -191,7 +172,7 @@ def test_sgt_on_the_tiny_pool_rescues_and_compares_with_its_standalone_baseline(
         assert entry["rescue_logp_first"] < 0
     evals = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert all("eval/group/add/reward@1" in line for line in evals if line["kind"] == "eval")
-    baseline = tmp_path / "run-standalone"
+    baseline = run_dir.with_name(f"{run_dir.name}-standalone")
     assert json.loads((baseline / "summary.json").read_text())["regime"] == "standalone"
     comparison = json.loads((run_dir / "comparison.json").read_text())
     assert {(r["policy"], r["group"]) for r in comparison["rows"]} == {
@@ -201,12 +182,24 @@ def test_sgt_on_the_tiny_pool_rescues_and_compares_with_its_standalone_baseline(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("regime", ["xgrpo", "prp", "grpo-randpert"])
-def test_every_other_regime_runs_two_steps_on_the_tiny_pool(tmp_path, regime):
-    run_dir = tmp_path / regime
-    _train_tiny(run_dir, "--regime", regime, "--max-steps", "2", "--set", "validation.every_steps=0")
-    steps = {(line["policy"], line["step"]) for line in metric_lines(run_dir)}
-    assert steps == {(p, s) for p in ("tiny-bpe", "tiny-sp") for s in (1, 2)}
+@pytest.mark.parametrize("name", list(TINY_REGIMES_2_STEPS))
+def test_every_other_regime_trains_two_steps_on_the_tiny_pool(tmp_path_factory, name):
+    """One run per regime (PRP with each ratio denominator), shared with the tracker test."""
+    run_dir, done = tiny_regime_run(tmp_path_factory, name)
+    assert_ok(done)
+    train = metric_lines(run_dir)
+    assert sorted((line["policy"], line["step"]) for line in train) == [(p, s) for p in POLICIES for s in (1, 2)]
+    regime = json.loads((run_dir / "summary.json").read_text())["regime"]
+    assert regime == name.removesuffix("-peer").removesuffix("-learner")
+    assert all(any(key.startswith(f"{regime}/") for key in line) for line in train)
+    if regime == "prp":
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        assert config["regime"]["prp"]["denominator"] == name.split("-")[1]
+        # peer rows joined the learner's batch: all of the one peer's rollouts of the step (K x its prompts)
+        plan = json.loads((run_dir / "launch" / "plan.json").read_text())
+        rollouts = {p["name"]: p["grpo"]["per_device_train_batch_size"] for p in plan["policies"]}
+        peer_of = dict(zip(POLICIES, reversed(POLICIES)))
+        assert all(line["prp/peer_rows"] == rollouts[peer_of[line["policy"]]] for line in train)
 
 
 @pytest.mark.slow

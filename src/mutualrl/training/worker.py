@@ -111,7 +111,25 @@ def exchange_root(config: RunConfig, paths: RunPaths) -> Path:
     return Path(config.see.dir) if config.see.dir else paths.default_see()
 
 
+def block_unused_vllm(args: Any) -> None:
+    """Make vLLM absent to a worker whose policy does not generate with it.
+
+    TRL's trainer module imports vLLM whenever it is installed (about 3 s of CPU per worker start); a policy
+    with ``use_vllm`` off never calls it. ``sys.modules["vllm"] = None`` is Python's own "not importable"
+    mark: ``find_spec`` then answers None, so TRL takes its no-vLLM branch (docs/launch.md "Device adaptations").
+    """
+    if not getattr(args, "use_vllm", False):
+        sys.modules.setdefault("vllm", None)
+
+
 def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None) -> None:
+    from mutualrl.training.grpo_args import build_grpo_config
+
+    config = load_resolved_config(paths)
+    policy = find_policy(config, policy_name)
+    args = build_grpo_config(config, policy, paths, plan_overrides(paths, policy_name))  # trl's config: no vLLM
+    block_unused_vllm(args)  # before the trainer's import below
+
     import torch
     from datasets import Dataset
 
@@ -124,15 +142,11 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         step_delay,
     )
     from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, read_examples, to_trl_rows, uses_chat_template
-    from mutualrl.training.grpo_args import build_grpo_config
     from mutualrl.training.adapters import make_regime_adapter
     from mutualrl.tasks import make_reward_function
     from mutualrl.tasks.registry import task_groups
     from mutualrl.training.trainer import MutualGRPOTrainer
 
-    config = load_resolved_config(paths)
-    policy = find_policy(config, policy_name)
-    args = build_grpo_config(config, policy, paths, plan_overrides(paths, policy_name))
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
 
