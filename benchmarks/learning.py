@@ -120,7 +120,9 @@ def orderings(final: dict[str, dict[str, float]]) -> dict[str, bool]:
             for name, (a, b) in pairs.items() if a in final and b in final}
 
 
-def plot(curves: dict[str, dict[str, dict[str, list]]], title: str, path: Path) -> None:
+def plot(curves: dict[str, dict[str, dict[str, list]]], title: str, path: Path,
+         ylim: tuple[float, float] | None = (-0.03, 1.03)) -> None:
+    """One panel per (policy, group): mean over seeds per regime, band = min-max; ``ylim=None`` zooms to the data."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -129,18 +131,23 @@ def plot(curves: dict[str, dict[str, dict[str, list]]], title: str, path: Path) 
 
     panels = sorted({(p, g) for per_regime in curves.values() for p, groups in per_regime.items() for g in groups})
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    styles = [("o", "-"), ("s", "--"), ("^", "-."), ("D", ":"), ("v", "-"), ("P", "--")]
     for ax, (policy, group) in zip(axes[0], panels, strict=True):
-        for regime, per_policy in curves.items():
+        for index, (regime, per_policy) in enumerate(curves.items()):
+            marker, line = styles[index % len(styles)]
             runs = per_policy.get(policy, {}).get(group, [])
             if not runs:
                 continue
             steps = sorted({s for run in runs for s, _ in run})
             grid = np.array([[dict(run).get(s, np.nan) for s in steps] for run in runs])
-            ax.plot(steps, np.nanmean(grid, axis=0), marker="o", ms=3, label=f"{regime} ({len(runs)} seeds)")
+            # Distinct marker and dash per regime: equal curves stay visible on top of each other.
+            ax.plot(steps, np.nanmean(grid, axis=0), marker=marker, linestyle=line, ms=4,
+                    label=f"{regime} ({len(runs)} seeds)")
             ax.fill_between(steps, np.nanmin(grid, axis=0), np.nanmax(grid, axis=0), alpha=0.15)
         ax.set_title(f"{policy}: {group}")
         ax.set_xlabel("training step")
-        ax.set_ylim(-0.03, 1.03)
+        if ylim is not None:
+            ax.set_ylim(*ylim)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("held-out reward@1 (greedy)")
     axes[0][0].legend(fontsize=7)
