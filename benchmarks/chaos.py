@@ -17,7 +17,7 @@ in ``metrics.jsonl``, final models that load, an exchange that ``see inspect`` f
 ``run.json`` "done", and no process of the run left. Prints one JSON object::
 
     python benchmarks/chaos.py --trials 30 --out /tmp/chaos
-    python benchmarks/chaos.py --trials 10 --seed 3   # what tests/test_chaos.py runs
+    python benchmarks/chaos.py --trials 10 --seed 3   # tests/test_chaos.py runs each fault kind once instead
 """
 
 from __future__ import annotations
@@ -176,20 +176,21 @@ def is_run(run_dir: Path) -> bool:
     return (run_dir / ".mutualrl-run").exists()
 
 
-def trial(index: int, rng: random.Random, out: Path) -> dict[str, Any]:
+def trial(index: int, rng: random.Random, out: Path, planned: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """One run with one or two faults (random kinds, or ``planned`` in order), resumed until it finishes."""
     run_dir = (out / f"trial-{index:03d}").resolve()
     shutil.rmtree(run_dir, ignore_errors=True)
     logs = out / f"trial-{index:03d}.log"
     faults: list[str] = []
     orphans = 0
     with logs.open("w") as log:
-        for _ in range(rng.choice((1, 2))):
+        for attempt in range(len(planned) if planned else rng.choice((1, 2))):
             launcher = subprocess.Popen(train_command(run_dir, is_run(run_dir)), env=child_env(), stdout=log,
                                         stderr=subprocess.STDOUT, cwd=ROOT)
             wait_for_moment(rng, run_dir, launcher)
             if launcher.poll() is not None:  # finished (or failed) before the fault
                 break
-            fault = rng.choice(FAULTS)
+            fault = planned[attempt] if planned else rng.choice(FAULTS)
             if inject(fault, launcher, run_dir, rng):
                 faults.append(fault)
             orphans += len(wait_until_gone(run_dir, launcher))
@@ -202,18 +203,19 @@ def trial(index: int, rng: random.Random, out: Path) -> dict[str, Any]:
     return result
 
 
-def run_trials(trials: int, seed: int, out: Path) -> dict[str, Any]:
+def run_trials(trials: int, seed: int, out: Path, schedule: list[tuple[str, ...]] | None = None) -> dict[str, Any]:
+    """``trials`` random trials, or one trial per entry of ``schedule`` (its fault kinds, in order)."""
     out.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
     started = time.time()
     results = []
-    for index in range(trials):
-        results.append(trial(index, rng, out))
+    for index in range(len(schedule) if schedule else trials):
+        results.append(trial(index, rng, out, schedule[index] if schedule else None))
         print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     faults = Counter(f for r in results for f in r["faults"])
     failed = [r["trial"] for r in results if r["final_rc"] != 0 or r.get("status") != "done"]
     return {
-        "trials": trials, "seed": seed, "faults_injected": sum(faults.values()), "faults_by_kind": dict(faults),
+        "trials": len(results), "seed": seed, "faults_injected": sum(faults.values()), "faults_by_kind": dict(faults),
         "rows_lost": sum(r.get("rows_lost", 0) for r in results),
         "rows_duplicated": sum(r.get("rows_duplicated", 0) for r in results),
         "orphans": sum(r["orphans"] for r in results),

@@ -25,12 +25,16 @@ def test_row_counter_sees_lost_and_duplicated_rows(tmp_path):
 
 
 @pytest.mark.slow
-def test_ten_random_faults_lose_nothing(tmp_path):
-    summary = load_chaos().run_trials(trials=10, seed=11, out=tmp_path)
+def test_every_fault_kind_loses_nothing(tmp_path):
+    """Each kind of fault once (two per run, the second one during the resume); the random 30-trial run
+    is ``python benchmarks/chaos.py`` (benchmarks/README.md), too long for the suite."""
+    chaos = load_chaos()
+    summary = chaos.run_trials(trials=0, seed=11, out=tmp_path,
+                               schedule=[("launcher", "worker"), ("all", "interrupt")])
     print(f"chaos: {summary['trials']} trials, {summary['faults_injected']} faults {summary['faults_by_kind']}, "
           f"rows lost {summary['rows_lost']}, rows duplicated {summary['rows_duplicated']}, "
           f"orphans {summary['orphans']}, {summary['seconds']}s")
-    assert summary["faults_injected"] >= 10
+    assert summary["faults_injected"] >= 3, summary["per_trial"]  # a fault is skipped only if its launch ended first
     assert summary["failed_trials"] == [], summary["per_trial"]
     for key in ("rows_lost", "rows_duplicated", "orphans", "models_unloadable", "see_issues"):
         assert summary[key] == 0, (key, summary["per_trial"])
