@@ -351,7 +351,7 @@ def grpo_field_types() -> dict[str, Any]:
 
 def check_lora(section: Any, source: str, path: str) -> None:
     """A ``lora:`` section is a mapping of peft ``LoraConfig`` fields (config.lora)."""
-    from mutualrl.config.lora import lora_kwargs
+    from mutualrl.config.lora import ALIASES, lora_kwargs
 
     if not isinstance(section, dict):
         raise ConfigError(source, path, f"expected a mapping of peft LoraConfig fields, got {section!r}")
@@ -360,6 +360,19 @@ def check_lora(section: Any, source: str, path: str) -> None:
     except KeyError as err:
         key, hint = err.args
         raise ConfigError(source, f"{path}.{key}", f"not a field of peft.LoraConfig{hint}") from None
+    for key, value in list(section.items()):
+        name = ALIASES.get(key, key)
+        if name in LORA_FIELD_BOUNDS:
+            kind, bounds = LORA_FIELD_BOUNDS[name]
+            number = convert(value, kind, source, f"{path}.{key}")
+            check_bounds(number, bounds, source, f"{path}.{key}")
+            if isinstance(value, str):  # ``--set ...lora.alpha=1.5e3``: YAML leaves exponents as text
+                section[key] = number
+
+
+# Types and ranges of peft LoraConfig's numeric fields (peft checks few of them before the model is built).
+LORA_FIELD_BOUNDS: dict[str, tuple[type, dict[str, float]]] = {
+    "r": (int, {"ge": 1}), "lora_alpha": (float, {"gt": 0}), "lora_dropout": (float, {"ge": 0, "le": 1})}
 
 
 def check_grpo_fields(mapping: dict[str, Any], source: str, path: str) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
+import math
 import types
 import typing
 from typing import Any, Literal, Union, get_args, get_origin
@@ -189,9 +190,15 @@ BOUND_CHECKS = {
 
 
 def check_bounds(value: Any, bounds: typing.Mapping[str, Any], source: str, path: str) -> None:
-    """Reject a number outside the ``gt``/``ge``/``le`` bounds named in ``bounds`` (None passes)."""
+    """Reject a non-finite number anywhere, and one outside the ``gt``/``ge``/``le`` bounds in ``bounds``.
+
+    No setting of a run means anything at infinity or NaN (``1e999`` parses as ``inf``): refusing them
+    here, for every numeric field, stops a run that would die at step 2 in ``torch.multinomial``.
+    """
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return
+    if not math.isfinite(value):
+        raise ConfigError(source, path, f"must be a finite number, got {value!r}")
     for key, (ok, problem) in BOUND_CHECKS.items():
         if key in bounds and not ok(value, bounds[key]):
             raise ConfigError(source, path, f"{problem.format(bound=bounds[key])}, got {value!r}")
