@@ -84,7 +84,9 @@ def test_bounded_staleness_with_two_cpu_ranks_per_policy(tmp_path, monkeypatch):
     """Rank 0 chooses the peer round and logs it; rank 1 reads that choice: both read the same stale round."""
     from mutualrl.see.consumed import read_consumption
 
-    monkeypatch.setenv("MUTUALRL_DEBUG_STEP_DELAY", "tiny-sp=1.0")
+    # The fast policy must finish 2 steps while the slow one finishes 1: a 3 s delay keeps that true on a
+    # loaded 2-core box (1 s did not: a tiny step itself took over 1 s there).
+    monkeypatch.setenv("MUTUALRL_DEBUG_STEP_DELAY", "tiny-sp=3.0")
     run_dir = tmp_path / "stale"
     train(run_dir, "--set", "launch.cpu_processes=2", "--set", "see.max_staleness=2")
     fast = read_consumption(run_dir / "see", "tiny-bpe")
