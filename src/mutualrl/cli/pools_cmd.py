@@ -44,4 +44,6 @@ def pools(ctx: typer.Context) -> None:
 def show(name: str = typer.Argument(..., help="Pool name (see `mutualrl pools`) or a recipe path.")) -> None:
     """Print the fully resolved recipe of a pool (extends merged, defaults filled in) as YAML."""
     loaded = load_run_config(name, check_grpo=False)
-    console.print(yaml.safe_dump(to_plain(loaded.config), sort_keys=False), highlight=False, markup=False)
+    # Plain stdout, not rich: rich wraps long lines to the terminal width even when piped, which breaks the
+    # YAML of `mutualrl pools show NAME > recipe.yaml` ("save the resolved recipe and edit it").
+    typer.echo(yaml.safe_dump(to_plain(loaded.config), sort_keys=False, width=10**6), nl=False)
