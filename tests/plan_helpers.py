@@ -19,4 +19,6 @@ def dry_run(pool: str, overrides: Sequence[str] = (), gpus: int | None = None, d
     """
     options = TrainOptions(pool=pool, regime=regime, overrides=list(overrides), gpus=gpus, device_map=device_map_text,
                            output_dir=run_dir, dry_run=True)
-    return cli_dry_run(options, gpu_memory_gib=gpu_memory_gib)
+    plan = cli_dry_run(options, gpu_memory_gib=gpu_memory_gib)
+    plan.write()  # the files a real launch writes, for the tests that read them (a dry run writes nothing)
+    return plan

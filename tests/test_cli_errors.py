@@ -98,8 +98,9 @@ def test_bad_input_is_one_line_with_nothing_written(workdir, capsys, argv, needl
 
 
 def test_braces_in_the_output_folder_are_literal(workdir, capsys):
-    assert run(["train", "-o", "my{run}", "--dry-run"]) == 0
-    assert (workdir / "my{run}").is_dir()
+    assert run(["train", "-o", "my{run}", "--dry-run", "--save-plan", "plan.json"]) == 0
+    assert not (workdir / "my{run}").exists()  # a dry run writes nothing
+    assert str(workdir / "my{run}") in (workdir / "plan.json").read_text()
 
 
 def _stored_run(folder: Path, regime: str = "sgt") -> Path:

@@ -49,8 +49,11 @@ def train(
         None, "--main-address", help="Address of machine 0 as the others reach it (default 127.0.0.1: several "
         "launchers on one machine).", show_default=False),
     dry_run: bool = typer.Option(
-        False, "--dry-run", help="Print placement, launch commands and resolved config; start nothing."
+        False, "--dry-run", help="Print placement, launch commands and resolved config; start and write nothing."
     ),
+    save_plan: Path | None = typer.Option(
+        None, "--save-plan", help="With --dry-run: also write the plan (placement, commands, per-policy GRPO "
+        "fields) as JSON to this file.", show_default=False),
     resume: bool = typer.Option(
         False, "--resume", help="Continue a stopped run from the last checkpoint every policy has (from step 0 when "
         "there is none), with the run's own settings; only max_steps, logging, saving, validation, launch and "
@@ -80,10 +83,17 @@ def train(
         raise UsageError(f"--prp-denominator: expected 'learner' or 'peer', got {prp_denominator!r}")
     if output_dir is not None:
         check_output_path(output_dir, "--output-dir", kind="folder")
+    if save_plan is not None:
+        if not dry_run:
+            from mutualrl.errors import UsageError
+
+            raise UsageError("--save-plan: only with --dry-run (a real launch writes RUN/launch/plan.json itself)")
+        check_output_path(save_plan, "--save-plan", kind="file")
     from mutualrl.launch.run import TrainOptions, run_train
 
     options = TrainOptions(pool=pool, regime=regime, prp_denominator=prp_denominator, output_dir=output_dir,
                            max_steps=max_steps, seed=seed, overrides=list(overrides), gpus=gpus,
                            device_map=device_map, nodes=nodes, machine_rank=machine_rank, main_address=main_address,
-                           dry_run=dry_run, resume=resume, overwrite=overwrite, baseline=baseline)
+                           dry_run=dry_run, resume=resume, overwrite=overwrite, baseline=baseline,
+                           save_plan=save_plan)
     raise typer.Exit(run_train(options, console))

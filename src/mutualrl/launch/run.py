@@ -51,6 +51,7 @@ class TrainOptions:
     resume: bool = False
     overwrite: bool = False
     baseline: str | None = None  # also train this regime on the same seed and settings, then compare
+    save_plan: Path | None = None  # --dry-run: also write the plan's JSON to this file (nothing else is written)
 
 
 DEFAULT_POOL = "tiny"
@@ -156,7 +157,11 @@ def train_one(options: TrainOptions, console: Console) -> int:
     if options.dry_run:
         from mutualrl.launch.render import render_plan
 
-        render_plan(plan_without_launch(config, paths.root), console)
+        plan = plan_without_launch(config, paths.root)
+        render_plan(plan, console)
+        if options.save_plan is not None:
+            write_json_atomic(options.save_plan, plan.to_json())
+            console.print(f"plan written to {options.save_plan}", highlight=False)
         return 0
     if config.launch.machine_rank > 0:  # another machine of a multi-machine run: join machine 0's run
         from mutualrl.launch.join import join_run
@@ -175,7 +180,8 @@ def train_one(options: TrainOptions, console: Console) -> int:
 
 
 def plan_without_launch(config: RunConfig, run_dir: Path, gpu_memory_gib: float | None = None) -> Any:
-    """Plan and write the launch (``RUN/launch/``) without starting anything: ``--dry-run``.
+    """Plan the launch without starting or writing anything: ``--dry-run`` (a dry run into a finished run
+    must not overwrite its record; ``LaunchPlan.write`` is the real launch's job).
 
     ``launch.gpus`` set (``--gpus``) simulates a node of that size (nothing is detected);
     there vLLM is planned as the GPU node would run it (installed there), not as this box can.
@@ -185,7 +191,6 @@ def plan_without_launch(config: RunConfig, run_dir: Path, gpu_memory_gib: float 
     simulate = config.launch.gpus is not None
     plan = make_launch_plan(config, run_dir, gpus=config.launch.gpus, simulate=simulate,
                             vllm_available=True if simulate else None, gpu_memory_gib=gpu_memory_gib)
-    plan.write()
     return plan
 
 
