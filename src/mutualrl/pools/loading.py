@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from mutualrl.assets.hub import unreachable_and_uncached
 from mutualrl.errors import UnknownNameError
 
 BUILTIN_PREFIX = "builtin:"
@@ -43,6 +44,10 @@ def load_model(model: str, dtype: str = "auto", device: Any = None) -> Any:
         torch_dtype = torch.bfloat16 if (torch.cuda.is_available() and device != "cpu") else torch.float32
     else:
         torch_dtype = getattr(torch, dtype)
+    if not Path(path).exists() and unreachable_and_uncached(path, "config.json"):
+        raise UnknownNameError(f"cannot load model {model!r}: not a builtin model (builtin:NAME), not a local "
+                               "folder, and the hub cannot be reached from here (offline, or HF_HUB_OFFLINE set) "
+                               "and it is not in the local hub cache")
     try:
         model_obj = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
     except OSError as err:

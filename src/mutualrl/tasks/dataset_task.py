@@ -16,12 +16,12 @@ from abc import abstractmethod
 from pathlib import Path
 from typing import Any
 
+from mutualrl.assets.hub import hub_reachable
 from mutualrl.errors import DataError, UsageError
 from mutualrl.tasks.base import Task, TaskExample
 from mutualrl.tasks.sources import (
     HubSpec,
     Rows,
-    hub_reachable,
     local_has_split,
     parse_hub_id,
     read_hub,

@@ -18,10 +18,7 @@ and the field name (:func:`require`).
 
 from __future__ import annotations
 
-import functools
 import json
-import os
-import socket
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,26 +65,6 @@ def require(row: dict[str, Any], index: int, field: str, origin: str) -> Any:
         present = ", ".join(sorted(map(str, row))) or "none"
         raise DataError(f"{origin}: row {index} has no field {field!r} (fields present: {present})")
     return value
-
-
-def hub_reachable(timeout_s: float = 2.0) -> bool:
-    """Whether the Hugging Face hub can be reached (respects ``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE``)."""
-    for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE"):
-        if os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on"):
-            return False
-    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co")
-    host = endpoint.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
-    return _can_connect(host, timeout_s)
-
-
-@functools.lru_cache(maxsize=8)
-def _can_connect(host: str, timeout_s: float) -> bool:
-    # Probed once per process: every task load of a suite would otherwise pay the timeout again.
-    try:
-        with socket.create_connection((host, 443), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
 
 
 # ---------------------------------------------------------------------------------------
