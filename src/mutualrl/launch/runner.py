@@ -200,20 +200,21 @@ class PoolRunner:
             transient=False, disable=not live,
         )
         tasks = {name: progress.add_task(name, total=None, info="starting") for name in [*self.names, *self.remote_names]}
-        last_plain = 0.0
+        last_plain, last_key = 0.0, None
         failure: tuple[str, str] | None = None
         try:
             with progress:
                 while True:
                     self._merge()
                     now = time.time()
-                    lines = []
+                    lines, key = [], []
                     for name in self.remote_names:  # progress of the policies on other machines
                         st = self._status_of(name)
                         total = st.get("max_steps") or self.max_steps or None
                         info = describe_status(st) + " (elsewhere)"
                         progress.update(tasks[name], completed=int(st.get("step", 0) or 0), total=total, info=info)
                         lines.append(f"{name}: step {st.get('step', 0)}/{total or '?'} {info}")
+                        key.append((name, st.get("step", 0), st.get("phase")))
                     for proc in self.procs:
                         st = self._status(proc)
                         step = int(st.get("step", 0) or 0)
@@ -225,6 +226,7 @@ class PoolRunner:
                         total = st.get("max_steps") or self.max_steps or None
                         progress.update(tasks[proc.name], completed=step, total=total, info=info)
                         lines.append(f"{proc.name}: step {step}/{total or '?'} {info}")
+                        key.append((proc.name, step, st.get("phase")))
                         if proc.returncode is None and proc.popen is not None:
                             rc = proc.popen.poll()
                             if rc is not None:
@@ -239,8 +241,10 @@ class PoolRunner:
                             failure = None
                     if failure is None and self.remote is not None:
                         failure = self.remote.failure(now, started)
-                    if not live and now - last_plain > 30:
-                        last_plain = now
+                    # Piped to a log: a line whenever a policy's step or phase changes (as TRL logs a
+                    # line per logged step), else one every 30 s to show the run is alive.
+                    if not live and (key != last_key or now - last_plain > 30):
+                        last_plain, last_key = now, key
                         self.console.print(" | ".join(lines), highlight=False)
                     local_done = all(p.returncode is not None for p in self.procs)
                     if local_done and failure is None and self.remote is not None:
