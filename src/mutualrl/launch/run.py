@@ -57,6 +57,12 @@ class TrainOptions:
 DEFAULT_POOL = "tiny"
 
 
+def as_yaml_value(value: Any) -> str:
+    """``value`` as the text of a ``--set`` value (JSON is YAML). Not ASCII-escaped: YAML reads JSON's
+    ``\\ud83d\\ude00`` surrogate pairs as two broken characters, so an emoji in ``-o`` broke the path."""
+    return json.dumps(value, ensure_ascii=False)
+
+
 def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
     """Recipe + ``--set`` overrides + the dedicated CLI options (which win).
 
@@ -70,14 +76,19 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
         overrides.append(f"regime.prp.denominator={options.prp_denominator}")
     for key in ("gpus", "nodes", "machine_rank", "main_address"):
         if getattr(options, key) is not None:
-            overrides.append(f"launch.{key}={json.dumps(getattr(options, key))}")
+            overrides.append(f"launch.{key}={as_yaml_value(getattr(options, key))}")
     if options.output_dir is not None:  # a literal path: braces are not {pool}/{regime} placeholders
         literal = str(options.output_dir).replace("{", "{{").replace("}", "}}")
-        overrides.append(f"output_dir={json.dumps(literal)}")
+        try:
+            literal.encode("utf-8")
+        except UnicodeEncodeError:  # bytes that are not UTF-8 (a name from another locale)
+            raise UsageError(f"--output-dir {options.output_dir!r}: the name is not valid UTF-8 text; "
+                             "rename it or choose another folder") from None
+        overrides.append(f"output_dir={as_yaml_value(literal)}")
     if options.device_map is not None:
         from mutualrl.launch.mwra import parse_device_map
 
-        overrides.append(f"launch.device_map={json.dumps(parse_device_map(options.device_map))}")
+        overrides.append(f"launch.device_map={as_yaml_value(parse_device_map(options.device_map))}")
     loaded = load_run_config(options.pool or DEFAULT_POOL, overrides=overrides, regime=options.regime,
                              max_steps=options.max_steps)
     stored = RunPaths(run_dir_for(loaded.config)).config
