@@ -51,6 +51,9 @@ def train(
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print placement, launch commands and resolved config; start and write nothing."
     ),
+    force: bool = typer.Option(
+        False, "--force", help="Start even when the admission check finds this machine cannot hold the pool "
+        "(launch.force)."),
     save_plan: Path | None = typer.Option(
         None, "--save-plan", help="With --dry-run: also write the plan (placement, commands, per-policy GRPO "
         "fields) as JSON to this file.", show_default=False),
@@ -92,7 +95,8 @@ def train(
     from mutualrl.launch.run import TrainOptions, run_train
 
     options = TrainOptions(pool=pool, regime=regime, prp_denominator=prp_denominator, output_dir=output_dir,
-                           max_steps=max_steps, seed=seed, overrides=list(overrides), gpus=gpus,
+                           max_steps=max_steps, seed=seed,
+                           overrides=[*overrides, *(["launch.force=true"] if force else [])], gpus=gpus,
                            device_map=device_map, nodes=nodes, machine_rank=machine_rank, main_address=main_address,
                            dry_run=dry_run, resume=resume, overwrite=overwrite, baseline=baseline,
                            save_plan=save_plan)

@@ -254,6 +254,11 @@ class LaunchConfig:
     threads_per_policy: int | None = field(
         default=None, metadata={"ge": 1, "help": "CPU threads per policy process (default: cores split evenly)."}
     )
+    force: bool = field(
+        default=False,
+        metadata={"help": "Start even when the admission check finds that this machine cannot hold the pool "
+                  "(CPU: more than 4 policy processes per core, or more RAM than it has); --force."},
+    )
     cpu_processes: int = field(
         default=1,
         metadata={"ge": 1, "help": "On CPU: ranks per policy (torch.distributed with gloo), to exercise the "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mutualrl.config.schema import RunConfig
+from mutualrl.errors import PlacementError
 from mutualrl.launch.batching import BatchSizeError, trl_generation_batch
 from mutualrl.launch.mwra import MemoryEstimate, Placement, check_memory, estimate_training_memory, param_count_for
 from mutualrl.regimes.registry import get_regime
@@ -64,4 +65,39 @@ def memory_check(
         if grpo.get("use_vllm") and grpo.get("vllm_mode", "colocate") == "colocate":
             if not grpo.get("vllm_enable_sleep_mode"):
                 reserved[plan.name] = float(grpo.get("vllm_gpu_memory_utilization", 0.3))
-    return check_memory(placement, estimates, gpu_memory_gib, ram_gib, reserved)
+    warnings = check_memory(placement, estimates, gpu_memory_gib, ram_gib, reserved)
+    states = sum(e.gib_per_device for e in estimates.values()) if placement.device_type == "cpu" else 0.0
+    return warnings + admission_check(placement, states, ram_gib, config.launch.force)
+
+
+# Admission on a CPU machine (issue 26): beyond this many policy processes per core a pool makes no step
+# in minutes (50 policies on 2 cores: 51 processes, ~14 GB, no step in 4 min); each process also holds
+# torch + transformers + TRL before its model (~0.3 GiB measured for the tiny pool's workers).
+MAX_PROCESSES_PER_CORE = 4
+PROCESS_BASELINE_GIB = 0.3
+
+
+def admission_check(placement: Placement, estimates_gib: float, ram_gib: float | None, force: bool) -> list[str]:
+    """Refuse a CPU pool the machine cannot hold (processes per core, RAM with each process's baseline).
+
+    ``estimates_gib``: the pool's model states (the memory check's sum). With ``force`` the refusal
+    becomes a warning (``--force``).
+    """
+    if placement.device_type != "cpu":
+        return []
+    processes = sum(p.processes_per_machine for p in placement.policies)
+    cores = max(placement.cpu_cores, 1)
+    problems = []
+    if processes > MAX_PROCESSES_PER_CORE * cores:
+        problems.append(f"{processes} policy processes on {cores} CPU cores (at most {MAX_PROCESSES_PER_CORE} per "
+                        f"core make progress)")
+    need = estimates_gib + processes * PROCESS_BASELINE_GIB
+    if ram_gib is not None and need > ram_gib:
+        problems.append(f"about {need:.1f} GiB of RAM needed ({processes} processes x {PROCESS_BASELINE_GIB} GiB "
+                        f"+ {estimates_gib:.1f} GiB of model states) but this machine has {ram_gib:.1f} GiB")
+    if not problems:
+        return []
+    text = "this machine cannot hold the pool: " + "; ".join(problems)
+    if force:
+        return [text + " (starting anyway: --force)"]
+    raise PlacementError(text + "; use fewer policies or launch.cpu_processes, a bigger machine, or --force")
