@@ -192,7 +192,12 @@ class PoolRunner:
     # -- main loop ------------------------------------------------------------------------
     def run(self) -> RunOutcome:
         started = time.time()
-        self.start()
+        try:
+            self.start()
+        except KeyboardInterrupt:  # Ctrl-C while a large pool is still starting: stop what has started
+            self._stop_all()
+            return RunOutcome(False, {p.name: p.returncode for p in self.procs}, None, "interrupted",
+                              seconds=time.time() - started)
         live = self.console.is_terminal
         progress = Progress(
             TextColumn("[bold cyan]{task.description:<18}"), BarColumn(bar_width=24), MofNCompleteColumn(),
@@ -255,8 +260,7 @@ class PoolRunner:
             if failure is not None:
                 return self._handle_failure(*failure, started=started)
         except KeyboardInterrupt:
-            self.terminate(self.procs)
-            self._reap(10.0)
+            self._stop_all()
             self._merge()
             return RunOutcome(False, {p.name: p.returncode for p in self.procs}, None, "interrupted",
                               seconds=time.time() - started)
@@ -336,6 +340,16 @@ class PoolRunner:
         return RunOutcome(False, {p.name: p.returncode for p in self.procs}, policy, reason,
                           log_tail=tail(failed.log_path if failed else self.paths.log(policy)),
                           seconds=time.time() - started)
+
+    def _stop_all(self, grace_s: float = 10.0) -> None:
+        """Ctrl-C: SIGTERM every policy at once, then SIGKILL whatever still runs after ``grace_s``, so a pool
+        of any size is gone within seconds (a worker busy importing torch can miss a SIGTERM)."""
+        self.terminate(self.procs)
+        self._reap(grace_s)
+        left = [p for p in self.procs if p.popen is not None and p.popen.poll() is None]
+        if left:
+            self.terminate(left, signal.SIGKILL)
+            self._reap(5.0)
 
     def _reap(self, timeout_s: float) -> None:
         deadline = time.time() + timeout_s

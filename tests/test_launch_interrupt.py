@@ -1,0 +1,66 @@
+"""Ctrl-C stops a pool of any size within seconds, even workers that ignore SIGTERM, even while it starts."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from mutualrl.launch.runner import PolicyProcess, PoolRunner
+from mutualrl.training.paths import RunPaths
+
+# A worker busy where SIGTERM does not reach it (as one importing torch can be): only SIGKILL stops it.
+STUBBORN = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(300)\n"
+
+
+class InterruptedRunner(PoolRunner):
+    """Raises KeyboardInterrupt (what Ctrl-C does) once: after ``after_spawns`` starts, or in the first loop."""
+
+    def __init__(self, *args, after_spawns: int | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.after_spawns, self.spawned, self.interrupted = after_spawns, 0, False
+
+    def _spawn(self, proc):
+        super()._spawn(proc)
+        self.spawned += 1
+        if self.after_spawns is not None and self.spawned == self.after_spawns:
+            self.interrupted = True
+            raise KeyboardInterrupt
+
+    def _merge(self):
+        if self.after_spawns is None and not self.interrupted:
+            self.interrupted = True
+            time.sleep(1.0)  # every worker is up and ignoring SIGTERM
+            raise KeyboardInterrupt
+        return super()._merge()
+
+
+def stubborn_pool(tmp_path: Path, size: int) -> list[PolicyProcess]:
+    script = tmp_path / "stubborn.py"
+    script.write_text(STUBBORN)
+    return [PolicyProcess(name=f"p{i}", argv=[sys.executable, str(script)], env={},
+                          log_path=tmp_path / "logs" / f"p{i}.log") for i in range(size)]
+
+
+def runner(tmp_path: Path, procs, **kwargs) -> InterruptedRunner:
+    return InterruptedRunner(procs, RunPaths(tmp_path), tmp_path / "see", stall_timeout_s=60.0, grace_s=20.0,
+                             poll_s=0.05, console=Console(file=open("/dev/null", "w")), **kwargs)
+
+
+def test_ctrl_c_kills_a_large_pool_that_ignores_sigterm(tmp_path):
+    procs = stubborn_pool(tmp_path, 12)
+    started = time.time()
+    outcome = runner(tmp_path, procs).run()
+    assert outcome.reason == "interrupted" and not outcome.ok
+    assert time.time() - started < 25  # 1 s up + 10 s grace + the kill: seconds, not the workers' 300 s
+    assert all(p.popen.poll() is not None for p in procs)
+
+
+def test_ctrl_c_while_the_pool_is_still_starting_stops_those_started(tmp_path):
+    procs = stubborn_pool(tmp_path, 8)
+    outcome = runner(tmp_path, procs, after_spawns=5).run()
+    assert outcome.reason == "interrupted"
+    started = [p for p in procs if p.popen is not None]
+    assert len(started) == 5 and all(p.popen.poll() is not None for p in started)
