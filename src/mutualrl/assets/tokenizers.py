@@ -278,12 +278,13 @@ def load_tokenizer(name_or_path: str) -> Any:
         path = str(fetch_tokenizer(name_or_path))
     else:
         path = name_or_path
-        # A bare word that is neither a named tokenizer nor a folder is almost surely a typo;
-        # hub ids are "owner/name". Fail at once instead of after the hub client's retries.
-        if "/" not in path and "\\" not in path and not Path(path).exists():
-            raise _unknown(name_or_path)
-        if not Path(path).exists() and unreachable_and_uncached(path, "tokenizer_config.json", "config.json"):
-            raise _unknown(name_or_path, hub_offline=True)
+        if not Path(path).exists():
+            # A bare word that is neither a named tokenizer nor a folder is almost surely a typo;
+            # hub ids are "owner/name". Fail at once instead of after the hub client's retries.
+            if "/" not in path and "\\" not in path:
+                raise _unknown(name_or_path)
+            if unreachable_and_uncached(path, "tokenizer_config.json", "config.json"):
+                raise _unknown(name_or_path, hub_offline=True)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as err:

@@ -346,10 +346,8 @@ class PoolRunner:
         of any size is gone within seconds (a worker busy importing torch can miss a SIGTERM)."""
         self.terminate(self.procs)
         self._reap(grace_s)
-        left = [p for p in self.procs if p.popen is not None and p.popen.poll() is None]
-        if left:
-            self.terminate(left, signal.SIGKILL)
-            self._reap(5.0)
+        self.terminate(self.procs, signal.SIGKILL)  # terminate() skips the processes that have ended
+        self._reap(5.0)
 
     def _reap(self, timeout_s: float) -> None:
         deadline = time.time() + timeout_s
