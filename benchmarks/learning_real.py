@@ -11,9 +11,15 @@ seed, ≥ +0.05 for the weaker policy on every seed and ≥ 0.00 for the stronge
     python benchmarks/learning_real.py                         # standalone+sgt on 1-3, other regimes on 1
     python benchmarks/learning_real.py --quick                 # standalone+sgt on seed 1
     python benchmarks/learning_real.py --seeds 17 --regimes standalone,sgt --out DIR
+    python benchmarks/learning_real.py --seeds '' --regimes prp-peer,prp-learner \
+        --reuse benchmarks/results/learning-real --out DIR   # add runs to the committed ones
 
 Every (regime, seed) is a real ``mutualrl train`` run; runs already finished in ``--out``
-are reused (delete the folder to start again). Writes ``OUT/learning-real.json`` (the keys of
+are reused (delete the folder to start again). Each finished run also leaves
+``OUT/results/<regime>-seed<N>-{summary.json,metrics.jsonl,answers.json}``: what the JSON
+and the figure are built from. ``--reuse DIR`` takes runs from such a folder (the committed
+``benchmarks/results/learning-real``) instead of training them again, so a benchmark can
+be completed across sessions and machines. Writes ``OUT/learning-real.json`` (the keys of
 ``learning-tiny.json``: ``roles``, ``regimes``, ``sgt_minus_standalone``, ``paper_orderings``,
 ``wall_seconds``) and ``OUT/learning-real.png``.
 """
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from collections import Counter
@@ -81,7 +88,7 @@ def mechanism(run_dir: Path, policy: str) -> dict[str, Any]:
         out["gate_rate_mean"] = sum(gate) / len(gate)
     if logp:
         out["rescue_logp_per_step"] = logp
-    out.update(answer_drift(run_dir, policy))
+    out.update(run_answers(run_dir, policy))
     return out
 
 
@@ -106,6 +113,36 @@ def answer_drift(run_dir: Path, policy: str) -> dict[str, Any]:
         return {}
     first, last = (json.loads(f.read_text())["records"] for f in (files[0], files[-1]))
     return {"answers_before": answer_histogram(first), "answers_after": answer_histogram(last)}
+
+
+def save_run(run_dir: Path, results_dir: Path, answers: dict[str, Any]) -> None:
+    """Keep what the benchmark reads of a finished run: ``<run>-summary.json``, ``-metrics.jsonl``, ``-answers.json``
+    (each policy's greedy answer histograms before/after; the eval files they come from are not kept)."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("summary.json", "metrics.jsonl"):
+        shutil.copyfile(run_dir / name, results_dir / f"{run_dir.name}-{name}")
+    (results_dir / f"{run_dir.name}-answers.json").write_text(json.dumps(answers, indent=1))
+
+
+def restore_run(reuse: Path, run_dir: Path) -> bool:
+    """Put a run saved by :func:`save_run` back as ``run_dir`` (summary and metrics); False if ``reuse`` lacks it."""
+    if not (reuse / f"{run_dir.name}-summary.json").exists() or (run_dir / "summary.json").exists():
+        return (run_dir / "summary.json").exists()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("summary.json", "metrics.jsonl"):
+        shutil.copyfile(reuse / f"{run_dir.name}-{name}", run_dir / name)
+    answers = reuse / f"{run_dir.name}-answers.json"
+    if answers.exists():
+        shutil.copyfile(answers, run_dir / "answers.json")
+    return True
+
+
+def run_answers(run_dir: Path, policy: str) -> dict[str, Any]:
+    """Greedy answer histograms of ``policy``: from its eval files, else from a restored ``answers.json``."""
+    drift = answer_drift(run_dir, policy)
+    if not drift and (run_dir / "answers.json").exists():
+        drift = json.loads((run_dir / "answers.json").read_text()).get(policy, {})
+    return drift
 
 
 def regime_entry(by_seed: dict[int, dict], roles: dict[str, str]) -> dict[str, Any]:
@@ -160,22 +197,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, default=None, help="Override the recipe's steps (every run).")
     parser.add_argument("--out", type=Path, default=BENCH.parent / "runs" / "learning-real", help="Output folder.")
     parser.add_argument("--set", action="append", default=[], help="Extra --set overrides for every run.")
+    parser.add_argument("--reuse", type=Path, default=None,
+                        help="Folder of saved runs (OUT/results of an earlier benchmark, or the committed "
+                             "benchmarks/results/learning-real): its runs are taken instead of trained again.")
     args = parser.parse_args(argv)
     regimes = list(MAIN_REGIMES) if args.quick else [r for r in args.regimes.split(",") if r]
     unknown = [r for r in regimes if r not in REGIME_ARGS]
     if unknown:
         parser.error(f"--regimes: unknown {', '.join(unknown)}; known: {', '.join(REGIME_ARGS)}")
-    seeds = [1] if args.quick else [int(s) for s in args.seeds.split(",")]
-    other_seeds = [int(s) for s in args.other_seeds.split(",")]
+    seeds = [1] if args.quick else [int(s) for s in args.seeds.split(",") if s]
+    other_seeds = [int(s) for s in args.other_seeds.split(",") if s]
     extra = [x for item in args.set for x in ("--set", item)]
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     runs: dict[str, dict[int, dict]] = {}
     curves: dict[str, dict[str, dict[str, list]]] = {}
     mechanisms: dict[str, dict[int, dict]] = {}
-    for regime, seed in run_order(regimes, seeds, other_seeds):
-        run_dir = run_one(args.pool, regime, seed, args.out, args.max_steps, extra)
+    order = run_order(regimes, seeds, other_seeds)
+    if args.reuse is not None:  # every saved run of the pool, then what this call adds
+        saved = sorted(f.name[: -len("-summary.json")] for f in args.reuse.glob("*-seed*-summary.json"))
+        kept = [(name.rsplit("-seed", 1)[0], int(name.rsplit("-seed", 1)[1])) for name in saved]
+        order = [*[run for run in kept if run[0] in REGIME_ARGS], *[run for run in order if run not in kept]]
+    for regime, seed in order:
+        run_dir = args.out / f"{regime}-seed{seed}"
+        if args.reuse is None or not restore_run(args.reuse, run_dir):
+            run_dir = run_one(args.pool, regime, seed, args.out, args.max_steps, extra)
         summary = json.loads((run_dir / "summary.json").read_text())
+        save_run(run_dir, args.out / "results", {p: run_answers(run_dir, p) for p in summary["policies"]})
         runs.setdefault(regime, {})[seed] = summary
         mechanisms.setdefault(regime, {})[seed] = {p: mechanism(run_dir, p) for p in summary["policies"]}
         for policy in summary["policies"]:

@@ -55,3 +55,23 @@ def test_answer_histogram_by_hand() -> None:
     assert out["answers"] == {"B": 3, "C": 1} and out["top_answer"] == "B"
     assert out["top_answer_share"] == 0.75 and out["accuracy"] == 0.5
     assert out["constant_ceiling"] == 0.5  # always "A" would score 2 of 4
+
+
+def test_a_saved_run_is_restored_with_its_answers(tmp_path) -> None:
+    """--reuse: a run saved by one benchmark (summary, metrics, answer histograms) is rebuilt in another's --out."""
+    import json
+
+    from learning_real import restore_run, run_answers, save_run
+
+    run = tmp_path / "a" / "sgt-seed4"
+    run.mkdir(parents=True)
+    (run / "summary.json").write_text(json.dumps(summary(BEFORE, BEFORE)))
+    (run / "metrics.jsonl").write_text('{"kind": "eval", "policy": "a", "step": 0, "eval/reward@1": 0.3}\n')
+    answers = {"a": {"answers_after": {"top_answer": "B"}}, "b": {}}
+    save_run(run, tmp_path / "saved", answers)
+    target = tmp_path / "b" / "sgt-seed4"
+    assert not restore_run(tmp_path / "saved", tmp_path / "b" / "sgt-seed5")  # not saved: train it
+    assert restore_run(tmp_path / "saved", target)
+    assert (target / "metrics.jsonl").read_text() == (run / "metrics.jsonl").read_text()
+    assert json.loads((target / "summary.json").read_text()) == summary(BEFORE, BEFORE)
+    assert run_answers(target, "a") == {"answers_after": {"top_answer": "B"}}  # no eval files: the saved ones

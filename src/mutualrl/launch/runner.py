@@ -78,7 +78,8 @@ class MetricsMerger:
         marker = self.paths.root / "metrics" / f".{policy}.merged"
         return int(marker.read_text()) if marker.exists() else 0
 
-    def poll(self) -> None:
+    def poll(self) -> list[dict[str, Any]]:
+        """Merge what the policies wrote since the last poll; returns the new rows (parsed), in merge order."""
         out_lines: list[str] = []
         for policy, offset in self.offsets.items():
             path = self.paths.policy_metrics(policy)
@@ -97,6 +98,13 @@ class MetricsMerger:
         if out_lines:
             with self.paths.metrics.open("a") as fh:
                 fh.writelines(out_lines)
+        rows = []
+        for line in out_lines:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # a damaged line is merged as it is, just not shown
+                continue
+        return rows
 
     def rollback(self, policy: str, step: int) -> None:
         """``policy`` restarts from optimizer step ``step`` (see.max_restarts) and redoes the steps after it: drop
@@ -151,9 +159,15 @@ class PoolRunner:
     def names(self) -> list[str]:
         return list(dict.fromkeys(p.name for p in self.procs))
 
-    def _merge(self) -> None:
-        if self.merger is not None:
-            self.merger.poll()
+    def _merge(self) -> list[dict[str, Any]]:
+        return self.merger.poll() if self.merger is not None else []
+
+    def _print_steps(self, rows: list[dict[str, Any]]) -> None:
+        """Non-TTY progress: one line per merged ``kind: train`` row (a logged step of one policy)."""
+        for row in rows:
+            if row.get("kind") == "train":
+                total = self._status_of(str(row.get("policy"))).get("max_steps") or self.max_steps
+                self.console.print(step_line(row, total), highlight=False)
 
     # -- processes ------------------------------------------------------------------------
     def start(self) -> None:
@@ -210,7 +224,7 @@ class PoolRunner:
         try:
             with progress:
                 while True:
-                    self._merge()
+                    new_rows = self._merge()
                     now = time.time()
                     lines, key = [], []
                     for name in self.remote_names:  # progress of the policies on other machines
@@ -231,7 +245,8 @@ class PoolRunner:
                         total = st.get("max_steps") or self.max_steps or None
                         progress.update(tasks[proc.name], completed=step, total=total, info=info)
                         lines.append(f"{proc.name}: step {step}/{total or '?'} {info}")
-                        key.append((proc.name, step, st.get("phase")))
+                        # With merged metrics, each logged step gets its own line below: only phases count here.
+                        key.append((proc.name, None if self.merger is not None else step, st.get("phase")))
                         if proc.returncode is None and proc.popen is not None:
                             rc = proc.popen.poll()
                             if rc is not None:
@@ -246,11 +261,14 @@ class PoolRunner:
                             failure = None
                     if failure is None and self.remote is not None:
                         failure = self.remote.failure(now, started)
-                    # Piped to a log: a line whenever a policy's step or phase changes (as TRL logs a
-                    # line per logged step), else one every 30 s to show the run is alive.
-                    if not live and (key != last_key or now - last_plain > 30):
-                        last_plain, last_key = now, key
-                        self.console.print(" | ".join(lines), highlight=False)
+                    # Piped to a log: a line per logged step of each policy, from its merged metrics rows (as
+                    # TRL logs; polling the status files would skip steps made between two polls), and the
+                    # status of all policies whenever a phase changes, else every 30 s to show the run is alive.
+                    if not live:
+                        self._print_steps(new_rows)
+                        if key != last_key or now - last_plain > 30:
+                            last_plain, last_key = now, key
+                            self.console.print(" | ".join(lines), highlight=False)
                     local_done = all(p.returncode is not None for p in self.procs)
                     if local_done and failure is None and self.remote is not None:
                         self.remote.report(True, returncodes={p.name: p.returncode for p in self.procs})
@@ -264,7 +282,9 @@ class PoolRunner:
             self._merge()
             return RunOutcome(False, {p.name: p.returncode for p in self.procs}, None, "interrupted",
                               seconds=time.time() - started)
-        self._merge()
+        final_rows = self._merge()
+        if not live:
+            self._print_steps(final_rows)
         extra = {"lost": self.lost} if self.lost else {}
         if self.restarts:
             extra["restarted"] = self.restarts
@@ -372,13 +392,23 @@ def describe_exit(returncode: int) -> str:
 
 
 def describe_status(status: dict[str, Any]) -> str:
-    parts = [str(status.get("phase", "starting"))]
+    return "  ".join([str(status.get("phase", "starting")), *metric_parts(status)])
+
+
+def metric_parts(status: dict[str, Any]) -> list[str]:
+    """The progress line's figures (reward, held-out reward@1, each regime's status metrics, entropy)."""
+    parts = []
     regime_keys = [pair for spec in all_regimes() for pair in spec.status_keys]
     for key, label in (("reward_mean", "reward"), ("eval/reward@1", "val@1"), *regime_keys, ("entropy", "H")):
         value = status.get(key)
         if isinstance(value, (int, float)):
             parts.append(f"{label} {value:.3g}")
-    return "  ".join(parts)
+    return parts
+
+
+def step_line(row: dict[str, Any], total: int | None) -> str:
+    """One log line for a merged ``kind: train`` metrics row (non-TTY progress)."""
+    return "  ".join([f"{row.get('policy')}: step {row.get('step')}/{total or '?'}", *metric_parts(row)])
 
 
 def tail(path: Path, lines: int = 25) -> str:
