@@ -1,0 +1,29 @@
+"""benchmarks/learning.py (tiny pool): SGT − standalone per weak/strong group, on the validation subset and on the
+whole test split, by hand."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+from learning import STRONG_FULL_TEST_TARGET, per_seed_gains  # noqa: E402
+
+
+def run(after: dict[str, float], full: dict[str, float]) -> dict:
+    return {"policies": {"p": {"groups_after": after, "groups_full_test": full}}}
+
+
+def test_gains_on_the_subset_and_on_the_whole_test_split() -> None:
+    roles = {"p": ("sub", "add")}  # (weak, strong)
+    runs = {"standalone": {1: run({"add": 0.99, "sub": 0.0}, {"add": 0.98, "sub": 0.0})},
+            "sgt": {1: run({"add": 0.95, "sub": 0.8}, {"add": 0.97, "sub": 0.78})}}
+    subset = per_seed_gains(runs, roles)
+    assert subset["seeds"] == {1: {"p": {"weak": 0.8, "strong": -0.04}}}
+    assert subset["target_met_every_seed"] is True  # -0.04 >= -0.05
+    full = per_seed_gains(runs, roles, "groups_full_test", STRONG_FULL_TEST_TARGET)
+    assert full["seeds"] == {1: {"p": {"weak": 0.78, "strong": -0.01}}}
+    assert full["target"]["strong_change_at_least"] == -0.02 and full["target_met_every_seed"] is True
+    runs["sgt"][1]["policies"]["p"]["groups_full_test"]["add"] = 0.95  # -0.03 on the whole split
+    assert per_seed_gains(runs, roles, "groups_full_test", STRONG_FULL_TEST_TARGET)["target_met_every_seed"] is False
