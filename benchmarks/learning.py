@@ -67,21 +67,23 @@ def run_one(pool: str, regime: str, seed: int, out: Path, max_steps: int | None,
     return run_dir
 
 
-def full_test_groups(run_dir: Path, policy: str, task_name: str) -> dict[str, float]:
+def full_test_groups(run_dir: Path, policy: str, task_name: str, split: str = "test",
+                     limit: int | None = None) -> dict[str, float]:
     """``group -> greedy reward@1`` of the run's final weights on the task's *whole* test split (the recipe's
-    validation sees a subset: 100 prompts per family cannot resolve a few points; issue 25). Cached in the run."""
+    validation sees a subset: 100 prompts per family cannot resolve a few points; issue 25). Cached in the run.
+    ``split="train"`` (with a ``limit``) is for choosing settings without looking at the test split."""
     from mutualrl.tasks.registry import get_task
 
-    out = run_dir / "full-test" / f"{policy}.json"
+    out = run_dir / f"full-{split}" / f"{policy}.json"
     if not out.exists():
         cmd = [sys.executable, "-m", "mutualrl", "eval", str(run_dir / "policies" / policy / "final"),
-               "--suite", task_name, "--split", "test", "-o", str(out)]
+               "--suite", task_name, "--split", split, "-o", str(out), *(["--limit", str(limit)] if limit else [])]
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         if done.returncode != 0:
             raise SystemExit(f"full-test eval of {run_dir.name}/{policy} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     records = json.loads(out.read_text())["results"][0]["records"]
     task = get_task(task_name)
-    by_id = {e.prompt_id: task.group_of(e) for e in task.load("test", source="offline")}
+    by_id = {e.prompt_id: task.group_of(e) for e in task.load(split, source="offline")}
     groups: dict[str, list[float]] = {}
     for record in records:
         groups.setdefault(str(by_id[record["prompt_id"]]), []).append(float(record["score"]))

@@ -36,6 +36,8 @@ sys.path.insert(0, str(ROOT / "src"))
 # format for MATH and GSM8K, which have no answer-line variant.
 DEFAULT_TASKS = ("boolq-line", "arc-easy-line", "piqa-line", "openbookqa-line", "siqa-line", "arc-line",
                  "hellaswag-line", "gsm8k", "math", "arc", "boolq")
+# Tasks whose answer is a short line (no \boxed{}): sampled at --max-new-tokens like the answer-line tasks.
+SHORT_ANSWER_TASKS = ("synthetic-arith",)
 # model -> chat template on/off, as recipes/pools/smol.yaml sets them.
 MODELS = {"smollm2-135m": True, "gemma3-270m": False}
 
@@ -60,7 +62,7 @@ def survey_task(name: str, chat: bool, loaded: tuple, task_name: str, args: argp
     model, tokenizer = loaded
     task = get_task(task_name)
     examples = task.load(task.default_eval_split, "offline", args.limit)
-    boxed = not task_name.endswith("-line")
+    boxed = not (task_name.endswith("-line") or task_name in SHORT_ANSWER_TASKS)
     new_tokens = args.boxed_tokens if boxed else args.max_new_tokens
     prompts = [prompt_token_ids(tokenizer, ex.prompt, chat) for ex in examples]
     t0 = time.perf_counter()

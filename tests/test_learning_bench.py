@@ -27,3 +27,18 @@ def test_gains_on_the_subset_and_on_the_whole_test_split() -> None:
     assert full["target"]["strong_change_at_least"] == -0.02 and full["target_met_every_seed"] is True
     runs["sgt"][1]["policies"]["p"]["groups_full_test"]["add"] = 0.95  # -0.03 on the whole split
     assert per_seed_gains(runs, roles, "groups_full_test", STRONG_FULL_TEST_TARGET)["target_met_every_seed"] is False
+
+
+def test_tiny_sgt_dev_rule_by_hand() -> None:
+    """The λ rule fixed before the dev runs: the largest λ within the strong bound with the weak target met."""
+    from tiny_sgt_dev import choose
+
+    def table(weak: float, strong: float) -> dict:
+        return {101: {"a": {"weak": weak, "strong": strong}, "b": {"weak": 0.8, "strong": 0.0}}}
+
+    picked = choose({"1.0": table(0.5, -0.10), "0.3": table(0.4, -0.01), "0.1": table(0.35, 0.0)})
+    assert picked["lam"] == "0.3" and picked["qualified"] is True
+    picked = choose({"1.0": table(0.5, -0.10), "0.3": table(0.2, -0.01), "0.1": table(0.1, -0.05)})
+    assert picked == {"lam": "0.3", "qualified": False, "worst": {
+        "1.0": {"weak": 0.5, "strong": -0.10}, "0.3": {"weak": 0.2, "strong": -0.01},
+        "0.1": {"weak": 0.1, "strong": -0.05}}}
