@@ -59,7 +59,12 @@ TINY_MODELS: dict[str, TinyModelSpec] = {
             tokenizer="mistral-sp",
             architecture="llama",
             strong_family="sub",
-            description="Llama architecture, 2x64 (2 heads), real Mistral SentencePiece vocabulary; warm-started on "
+            # 4 heads of 32 (hidden 128): with 2 heads of 32 (hidden 64) SGT's `add` answers broke its two-digit
+            # `sub` answers (docs/pools.md, "The rebuilt pool, measured"); 4 heads per layer as before issue 25.
+            hidden_size=128,
+            num_heads=4,
+            blind_spot_steps=200,  # 60 left the larger model's `add` recoverable by standalone GRPO (docs/pools.md)
+            description="Llama architecture, 2x128 (4 heads), real Mistral SentencePiece vocabulary; warm-started on "
             "synthetic-arith, strong on `sub`, blind spot on `add`",
         ),
     )
