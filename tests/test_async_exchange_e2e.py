@@ -143,7 +143,7 @@ def test_continue_lets_the_survivor_finish_when_a_peer_is_killed(tmp_path):
 def test_max_restarts_a_killed_peer_restarts_from_its_checkpoint_and_rejoins(tmp_path):
     run_dir = tmp_path / "rejoin"
     # The survivor is the slower one, so the restarted policy (model load: seconds) catches up while it trains.
-    env = {**child_env(), "MUTUALRL_DEBUG_STEP_DELAY": "tiny-bpe=0.7"}
+    env = {**child_env(), "MUTUALRL_DEBUG_STEP_DELAY": "tiny-bpe=2.0"}  # 0.7 s was too short on a loaded box
     steps = 16
     argv = train_argv(run_dir, steps, "--set", "see.on_peer_failure=continue", "--set", "see.max_restarts=1",
                       "--set", "see.max_staleness=1", "--set", "grpo.save_steps=2")
