@@ -67,11 +67,12 @@ def run_one(pool: str, regime: str, seed: int, out: Path, max_steps: int | None,
     return run_dir
 
 
-def full_test_groups(run_dir: Path, policy: str, task_name: str, split: str = "test",
-                     limit: int | None = None) -> dict[str, float]:
+def final_groups(run_dir: Path, policy: str, task_name: str, split: str = "test",
+                 limit: int | None = None) -> dict[str, float]:
     """``group -> greedy reward@1`` of the run's final weights on the task's *whole* test split (the recipe's
     validation sees a subset: 100 prompts per family cannot resolve a few points; issue 25). Cached in the run.
     ``split="train"`` (with a ``limit``) is for choosing settings without looking at the test split."""
+    from mutualrl.evaluation.results import ModelEvalResult
     from mutualrl.tasks.registry import get_task
 
     out = run_dir / f"full-{split}" / f"{policy}.json"
@@ -80,14 +81,11 @@ def full_test_groups(run_dir: Path, policy: str, task_name: str, split: str = "t
                "--suite", task_name, "--split", split, "-o", str(out), *(["--limit", str(limit)] if limit else [])]
         done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         if done.returncode != 0:
-            raise SystemExit(f"full-test eval of {run_dir.name}/{policy} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
-    records = json.loads(out.read_text())["results"][0]["records"]
+            raise SystemExit(f"final eval of {run_dir.name}/{policy} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     task = get_task(task_name)
-    by_id = {e.prompt_id: task.group_of(e) for e in task.load(split, source="offline")}
-    groups: dict[str, list[float]] = {}
-    for record in records:
-        groups.setdefault(str(by_id[record["prompt_id"]]), []).append(float(record["score"]))
-    return {g: sum(v) / len(v) for g, v in sorted(groups.items())}
+    group_of = {e.prompt_id: task.group_of(e) for e in task.load(split, source="offline")}
+    result = ModelEvalResult.from_json(json.loads(out.read_text())["results"][0], origin=str(out))
+    return result.reward_at_1_by_group({pid: g for pid, g in group_of.items() if g is not None})
 
 
 def group_curves(run_dir: Path, policy: str) -> dict[str, list[tuple[int, float]]]:
@@ -118,10 +116,9 @@ def weak_and_strong(summary: dict[str, Any]) -> dict[str, tuple[str, str]]:
 
 
 def per_seed_gains(runs: dict[str, dict[int, dict]], roles: dict[str, tuple[str, str]], key: str = "groups_after",
-                   strong_target: float | None = None) -> dict[str, Any]:
+                   strong_target: float = STRONG_TARGET) -> dict[str, Any]:
     """SGT − standalone on each policy's weak and strong group, per seed both were run on (``key``: the
     validation subset's ``groups_after`` or the whole test split's ``groups_full_test``)."""
-    strong_target = STRONG_TARGET if strong_target is None else strong_target
     seeds = sorted(set(runs.get("sgt", {})) & set(runs.get("standalone", {})))
     rows = {}
     for seed in seeds:
@@ -215,7 +212,7 @@ def main() -> None:
             runs[regime][seed] = json.loads((run_dir / "summary.json").read_text())
             if args.full_test_task:
                 for policy, entry in runs[regime][seed]["policies"].items():
-                    entry["groups_full_test"] = full_test_groups(run_dir, policy, args.full_test_task)
+                    entry["groups_full_test"] = final_groups(run_dir, policy, args.full_test_task)
             for policy in runs[regime][seed]["policies"]:
                 for group, curve in group_curves(run_dir, policy).items():
                     curves[regime].setdefault(policy, {}).setdefault(group, []).append(curve)

@@ -126,8 +126,10 @@ def save_run(run_dir: Path, results_dir: Path, answers: dict[str, Any]) -> None:
 
 def restore_run(reuse: Path, run_dir: Path) -> bool:
     """Put a run saved by :func:`save_run` back as ``run_dir`` (summary and metrics); False if ``reuse`` lacks it."""
-    if not (reuse / f"{run_dir.name}-summary.json").exists() or (run_dir / "summary.json").exists():
-        return (run_dir / "summary.json").exists()
+    if (run_dir / "summary.json").exists():  # already there (trained or restored earlier)
+        return True
+    if not (reuse / f"{run_dir.name}-summary.json").exists():
+        return False
     run_dir.mkdir(parents=True, exist_ok=True)
     for name in ("summary.json", "metrics.jsonl"):
         shutil.copyfile(reuse / f"{run_dir.name}-{name}", run_dir / name)

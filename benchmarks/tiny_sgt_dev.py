@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from learning import full_test_groups, run_one, weak_and_strong  # noqa: E402
+from learning import final_groups, run_one, weak_and_strong  # noqa: E402
 
 STRONG_BOUND, WEAK_TARGET = -0.02, 0.30
 
@@ -59,7 +59,7 @@ def main() -> None:
             run_dir = run_one("tiny", regime, seed, out, None, extra)
             summary = json.loads((run_dir / "summary.json").read_text())
             roles = roles or weak_and_strong(summary)
-            finals.setdefault(lam, {})[seed] = {p: full_test_groups(run_dir, p, "synthetic-arith", "train", args.limit)
+            finals.setdefault(lam, {})[seed] = {p: final_groups(run_dir, p, "synthetic-arith", "train", args.limit)
                                                 for p in summary["policies"]}
     table = {lam: {seed: {p: {"weak": round(finals[lam][seed][p][w] - finals["standalone"][seed][p][w], 4),
                               "strong": round(finals[lam][seed][p][s] - finals["standalone"][seed][p][s], 4)}

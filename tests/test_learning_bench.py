@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from learning import STRONG_FULL_TEST_TARGET, per_seed_gains  # noqa: E402
@@ -42,3 +44,18 @@ def test_tiny_sgt_dev_rule_by_hand() -> None:
     assert picked == {"lam": "0.3", "qualified": False, "worst": {
         "1.0": {"weak": 0.5, "strong": -0.10}, "0.3": {"weak": 0.2, "strong": -0.01},
         "0.1": {"weak": 0.1, "strong": -0.05}}}
+
+
+@pytest.mark.slow
+def test_final_groups_evaluates_a_real_runs_final_weights(tmp_path_factory) -> None:
+    """Smoke: the benchmarks' whole-split evaluation runs `mutualrl eval` on a finished run and groups by family."""
+    from e2e_helpers import assert_ok, tiny_regime_run
+    from learning import final_groups
+
+    run_dir, done = tiny_regime_run(tmp_path_factory, "grpo-randpert")
+    assert_ok(done)
+    groups = final_groups(run_dir, "tiny-bpe", "synthetic-arith", "train", limit=40)
+    assert set(groups) == {"add", "sub"} and all(0.0 <= v <= 1.0 for v in groups.values())
+    assert groups["add"] > groups["sub"]  # tiny-bpe's strong family, after 2 steps
+    assert (run_dir / "full-train" / "tiny-bpe.json").exists()  # cached: a second call reads it
+    assert final_groups(run_dir, "tiny-bpe", "synthetic-arith", "train", limit=40) == groups
