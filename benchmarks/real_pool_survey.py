@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 # Answer-line variants for the QA suite (small models do not write \boxed{}); the paper's boxed
-# format for MATH and GSM8K, which have no answer-line variant.
+# format for MATH and GSM8K, which have no answer-line variant. Any task may also be asked with a
+# few-shot prefix (``synthetic-arith-4shot``, tasks/few_shot.py).
 DEFAULT_TASKS = ("boolq-line", "arc-easy-line", "piqa-line", "openbookqa-line", "siqa-line", "arc-line",
                  "hellaswag-line", "gsm8k", "math", "arc", "boolq")
 # Tasks whose answer is a short line (no \boxed{}): sampled at --max-new-tokens like the answer-line tasks.
@@ -57,12 +58,14 @@ def survey_task(name: str, chat: bool, loaded: tuple, task_name: str, args: argp
     from mutualrl.evaluation.generate import prompt_token_ids, score_examples
     from mutualrl.evaluation.sampling import mixed_groups, pass_at_k, sample_completions
     from mutualrl.pools.greedy import generate_greedy
+    from mutualrl.tasks.few_shot import parse_few_shot
     from mutualrl.tasks.registry import get_task
 
     model, tokenizer = loaded
     task = get_task(task_name)
+    base_name = (parse_few_shot(task_name) or (task_name, 0))[0]
     examples = task.load(task.default_eval_split, "offline", args.limit)
-    boxed = not (task_name.endswith("-line") or task_name in SHORT_ANSWER_TASKS)
+    boxed = not (base_name.endswith("-line") or base_name in SHORT_ANSWER_TASKS)
     new_tokens = args.boxed_tokens if boxed else args.max_new_tokens
     prompts = [prompt_token_ids(tokenizer, ex.prompt, chat) for ex in examples]
     t0 = time.perf_counter()
@@ -168,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
             models[name]["tasks"].update(earlier["models"].get(name, {}).get("tasks", {}))
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     # Task by task, every model, then the pool numbers: partial results are written after each task.
-    for task_name in tasks:
+    # Tasks kept from an earlier run of this folder get their pool numbers again (they are derived).
+    kept = [t for t in models[names[0]]["tasks"] if t not in tasks and all(t in models[n]["tasks"] for n in names)]
+    for task_name in kept + tasks:
         for name in names:
             if task_name in models[name]["tasks"]:
                 continue

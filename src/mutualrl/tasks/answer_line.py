@@ -103,6 +103,10 @@ class AnswerLineTask(Task):
         rows = rows if limit is None else rows[:limit]
         return [self.rewrite(ex, split) for ex in rows]
 
+    def answer_text(self, answer: str) -> str:
+        """After ``Answer:``: the option letter (BoolQ: ``Yes``/``No``)."""
+        return f" {yes_no(answer) if self.base.name == 'boolq' else str(answer).strip().upper()}"
+
     def extract(self, completion: str) -> str | None:
         if self.base.name == "boolq":
             return line_yes_no(completion)

@@ -72,6 +72,10 @@ class Task(ABC):
     def load(self, split: str, source: str | None = None, limit: int | None = None) -> list[TaskExample]:
         """Load ``split`` from ``source`` (hub id, local file/folder, 'offline', or the task default)."""
 
+    def answer_text(self, answer: str) -> str:
+        """How a correct completion writes ``answer`` right after the prompt (few-shot demonstrations)."""
+        return f" \\boxed{{{answer}}}"
+
     def group_of(self, example: TaskExample) -> str | None:
         """A sub-population of the task to report accuracy for (e.g. a problem family), or None."""
         return None

@@ -39,8 +39,21 @@ def task_names() -> list[str]:
     return sorted(_TASKS)
 
 
+def known_task(name: str) -> bool:
+    """Whether ``name`` is a registered task or a few-shot variant ``<task>-<k>shot`` of one."""
+    from mutualrl.tasks.few_shot import parse_few_shot
+
+    few_shot = parse_few_shot(name)
+    return name in _TASKS or (few_shot is not None and few_shot[0] in _TASKS)
+
+
 def get_task(name: str) -> Task:
-    """The task called ``name``; raises :class:`UnknownNameError` with the known names."""
+    """The task called ``name`` (or ``<task>-<k>shot``); raises :class:`UnknownNameError` with the known names."""
+    from mutualrl.tasks.few_shot import FewShotTask, parse_few_shot
+
+    few_shot = parse_few_shot(name)
+    if name not in _TASKS and few_shot is not None and few_shot[0] in _TASKS:
+        return FewShotTask(get_task(few_shot[0]), few_shot[1])
     target = _TASKS.get(name)
     if target is None:
         close = difflib.get_close_matches(name, list(_TASKS), n=1)
@@ -79,7 +92,7 @@ def resolve_suite(suite: str) -> list[str]:
             continue
         expanded = SUITES.get(part, (part,))
         for name in expanded:
-            if name not in _TASKS:
+            if not known_task(name):
                 close = difflib.get_close_matches(name, list(_TASKS) + list(SUITES), n=1)
                 hint = f" Did you mean {close[0]!r}?" if close else ""
                 raise UnknownNameError(

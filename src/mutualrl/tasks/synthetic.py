@@ -151,6 +151,10 @@ class SyntheticArithTask(Task):
         examples = interleave(family_split(f, split) for f in FAMILY_NAMES)
         return examples if limit is None else examples[:limit]
 
+    def answer_text(self, answer: str) -> str:
+        """Right after ``a+b+c=``: the number itself."""
+        return str(answer)
+
     def extract(self, completion: str) -> str | None:
         """The answer a completion gives: its first number."""
         return first_number(completion)
