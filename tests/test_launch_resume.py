@@ -57,8 +57,15 @@ def test_a_changed_model_is_refused_by_policy_name_and_reordering_is_not_a_chang
 
 
 def _checkpoint(paths: RunPaths, policy: str, step: int, complete: bool = True) -> None:
+    """Every file a plain checkpoint needs (empty zips stand for the torch files); without ``complete`` the
+    trainer state, which transformers writes last, is missing."""
+    import zipfile
+
     folder = paths.policy_dir(policy) / f"checkpoint-{step}"
     folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(len(b"{}").to_bytes(8, "little") + b"{}")
+    for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth"):
+        zipfile.ZipFile(folder / name, "w").close()
     if complete:
         (folder / "trainer_state.json").write_text("{}")
 
@@ -145,6 +152,8 @@ def _real_checkpoint(paths: RunPaths, policy: str, step: int) -> Path:
     folder.mkdir(parents=True)
     save_file({"w": torch.ones(64, 64)}, str(folder / "model.safetensors"))
     torch.save({"state": torch.zeros(32)}, folder / "optimizer.pt")
+    torch.save({"last_epoch": step}, folder / "scheduler.pt")
+    torch.save({"cpu": torch.get_rng_state()}, folder / "rng_state.pth")
     (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     return folder
 

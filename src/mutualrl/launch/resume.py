@@ -17,12 +17,12 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import zipfile
 from pathlib import Path
 from typing import Any
 
 from mutualrl.atomic_io import write_text_atomic
 from mutualrl.see.consumed import rollback_log
+from mutualrl.training.checkpoint_files import checkpoint_problem
 from mutualrl.training.paths import RunPaths
 
 # Dotted prefixes a resumed run may change (the rest of the config is the run's identity).
@@ -67,52 +67,19 @@ def config_changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[
 
 
 def checkpoint_steps(policy_dir: Path) -> set[int]:
-    """Steps of the complete checkpoints in a policy folder (a trainer state is written last)."""
+    """Steps of the checkpoint folders of a policy (complete or not: :func:`checkpoint_problem` judges them)."""
     if not policy_dir.exists():
         return set()
-    steps = set()
-    for child in policy_dir.iterdir():
-        match = CHECKPOINT_RE.match(child.name)
-        if match and (child / "trainer_state.json").exists():
-            steps.add(int(match.group(1)))
-    return steps
-
-
-def checkpoint_problem(folder: Path) -> str | None:
-    """Why a checkpoint cannot be resumed from (a file cut short by a full disk or a crash), or None.
-
-    Cheap structural checks, no tensor is read: the trainer state parses, every safetensors
-    file is as long as its header says, every torch file's zip directory is readable.
-    """
-    try:
-        json.loads((folder / "trainer_state.json").read_text())
-    except (OSError, ValueError) as err:
-        return f"{folder / 'trainer_state.json'}: unreadable ({err})"
-    for path in sorted(folder.glob("*.safetensors")):
-        try:
-            with path.open("rb") as fh:
-                header_len = int.from_bytes(fh.read(8), "little")
-                header = json.loads(fh.read(header_len))
-            ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
-            expected = 8 + header_len + max(ends, default=0)
-        except (OSError, ValueError, KeyError, TypeError, IndexError):
-            return f"{path}: damaged safetensors header"
-        if path.stat().st_size < expected:
-            return f"{path}: truncated ({path.stat().st_size} of {expected} bytes)"
-    for path in sorted(folder.glob("*.pt")) + sorted(folder.glob("*.pth")) + sorted(folder.glob("*.bin")):
-        try:
-            with zipfile.ZipFile(path) as archive:
-                archive.infolist()
-        except (OSError, zipfile.BadZipFile) as err:
-            return f"{path}: damaged ({err})"
-    return None
+    return {int(m.group(1)) for child in policy_dir.iterdir() if (m := CHECKPOINT_RE.match(child.name))
+            and child.is_dir()}
 
 
 def common_checkpoint(paths: RunPaths, policies: list[str], max_steps: int | None = None,
                       damaged: list[str] | None = None) -> int | None:
-    """The last checkpoint step every policy has intact (not past ``max_steps``), or None.
+    """The last checkpoint step every policy has complete and intact (not past ``max_steps``), or None.
 
-    Damaged checkpoints are skipped (an earlier common one is used) and described in ``damaged``.
+    Incomplete or damaged checkpoints are skipped (an earlier common one is used: never one
+    without its optimizer state) and each is described in ``damaged``, newest first.
     """
     common: set[int] | None = None
     for policy in policies:
@@ -182,7 +149,7 @@ def keep_policy_rows(paths: RunPaths, policy: str, step: int) -> tuple[list[tupl
     kept = [(line, obj) for line, obj in rows if int(obj.get("step", 0)) <= step]
     if path.exists():
         write_text_atomic(path, "".join(f"{line}\n" for line, _ in kept))
-        (path.parent / f".{policy}.merged").write_text(str(path.stat().st_size))
+        write_text_atomic(path.parent / f".{policy}.merged", str(path.stat().st_size))
     return kept, damaged + len(rows) - len(kept)
 
 
