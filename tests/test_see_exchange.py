@@ -480,9 +480,13 @@ def test_a_full_disk_mid_publish_names_the_file_and_leaves_earlier_steps_intact(
         return real_write(self, data)
 
     monkeypatch.setattr(files.HashingSink, "write", write_until_full)
-    with pytest.raises(OSError) as info:
+    from mutualrl.errors import StorageError
+
+    with pytest.raises(StorageError) as info:  # one line: the shard's path and the free space
         writer.publish(1, synthetic_batch(6, 2, 8, 48, seed=6))
-    assert info.value.errno == errno.ENOSPC and "step-000001" in str(info.value)
+    message = str(info.value)
+    assert message.startswith("no space left on ") and "step-000001" in message and " free)" in message
+    assert "\n" not in message
     monkeypatch.undo()
     assert not [p for p in tmp_path.rglob("*") if p.is_file() and ".tmp" in p.name]  # no half-written file left
     assert reader.read(0, "b").num_rows == 12  # the last good step reads and verifies

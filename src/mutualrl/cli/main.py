@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import typer
 
@@ -22,6 +23,7 @@ from mutualrl.cli import (
     train_cmd,
 )
 from mutualrl.cli.common import err_console, one_line
+from mutualrl.errors import storage_error
 
 app = typer.Typer(
     name="mutualrl",
@@ -87,8 +89,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     except OSError as err:
         if debug:
             raise
+        disk = storage_error(err, err.filename or Path.cwd())  # a full disk: the path and the free space
         where = f": {err.filename}" if getattr(err, "filename", None) else ""
-        err_console.print(f"error: {err.strerror or err}{where}", highlight=False, markup=False)
+        err_console.print(f"error: {disk or f'{err.strerror or err}{where}'}", highlight=False, markup=False)
         return 1
     return result if isinstance(result, int) else 0
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import signal
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -19,7 +17,7 @@ from mutualrl.atomic_io import write_json_atomic, write_text_atomic
 from mutualrl.config.loader import load_run_config
 from mutualrl.config.schema import RunConfig
 from mutualrl.config.typed import to_plain
-from mutualrl.errors import UsageError
+from mutualrl.errors import StorageError, UsageError, storage_errors
 from mutualrl.config.cadence import max_optimizer_steps
 from mutualrl.launch.run_lock import (
     RunLock,
@@ -30,6 +28,7 @@ from mutualrl.launch.run_lock import (
     mark_run_folder,
     require_run_folder,
 )
+from mutualrl.launch.run_record import mark_failed, mark_interrupted, write_run_json
 from mutualrl.training.paths import RunPaths, read_json
 
 
@@ -187,7 +186,12 @@ def train_one(options: TrainOptions, console: Console) -> int:
         mark_interrupted(paths)
         if options.overwrite and not options.resume and is_run_folder(paths.root):  # a new folder has only .lock
             clear_run_folder(paths.root)
-        return launch_locked(options, config, source, paths, console, lock, allowed)
+        try:
+            with storage_errors(paths.root):  # a full disk anywhere: one line naming the path, run.json says so
+                return launch_locked(options, config, source, paths, console, lock, allowed)
+        except StorageError as err:
+            mark_failed(paths, str(err))
+            raise
 
 
 def plan_without_launch(config: RunConfig, run_dir: Path, gpu_memory_gib: float | None = None) -> Any:
@@ -251,7 +255,7 @@ def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
         write_run_json(paths, config, status="running")
         outcome = run_pool(config, paths, processes, lock, console, remote)
     status = "done" if outcome.ok else ("interrupted" if outcome.reason == "interrupted" else "failed")
-    write_run_json(paths, config, status=status)
+    write_run_json(paths, config, status=status, reason=None if outcome.ok else outcome.reason)
     from mutualrl.launch.summary import print_failure, print_summary, summarise
 
     if not outcome.ok:
@@ -317,18 +321,6 @@ def check_run_dir(paths: RunPaths, options: TrainOptions) -> None:
     require_run_folder(root)
 
 
-def mark_interrupted(paths: RunPaths) -> None:
-    """A run.json still saying "running" while we hold the lock was left by a killed launcher."""
-    if not paths.run_json.exists():
-        return
-    try:
-        info = read_json(paths.run_json)
-    except (OSError, ValueError):
-        return
-    if isinstance(info, dict) and info.get("status") == "running":
-        write_json_atomic(paths.run_json, {**info, "status": "interrupted"})
-
-
 SOURCE_HEADER = "# resolved from "
 
 
@@ -378,17 +370,6 @@ def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Consol
                   f"as longer than {config.task.max_prompt_tokens} tokens for some policy "
                   f"({', '.join(f'{k}: {v}' for k, v in report.dropped_by_policy.items())})", highlight=False)
     write_resolved_config(paths, config, source)
-
-
-def write_run_json(paths: RunPaths, config: RunConfig, status: str) -> None:
-    previous = read_json(paths.run_json) if paths.run_json.exists() else {}
-    write_json_atomic(paths.run_json, {
-        "pool": config.pool.name, "regime": config.regime.name, "task": config.task.name,
-        "policies": [{"name": p.name, "model": p.model, "tokenizer": p.tokenizer} for p in config.pool.policies],
-        "started": previous.get("started") or time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "finished": time.strftime("%Y-%m-%dT%H:%M:%S") if status != "running" else None,
-        "status": status, "argv": sys.argv,
-    })
 
 
 def processes_from_plan(plan: Any, paths: RunPaths, resume_step: int | None) -> list[Any]:

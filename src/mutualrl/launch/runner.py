@@ -34,6 +34,8 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from mutualrl.atomic_io import append_text, write_text_atomic
+from mutualrl.errors import DISK_FULL_EXIT, StorageError, describe_free, free_bytes, is_storage_message
 from mutualrl.regimes.registry import all_regimes
 from mutualrl.see.liveness import freshest_heartbeat_age
 from mutualrl.training.paths import RunPaths
@@ -81,6 +83,7 @@ class MetricsMerger:
     def poll(self) -> list[dict[str, Any]]:
         """Merge what the policies wrote since the last poll; returns the new rows (parsed), in merge order."""
         out_lines: list[str] = []
+        advanced: dict[str, int] = {}  # policy -> its new offset, kept once its rows are appended
         for policy, offset in self.offsets.items():
             path = self.paths.policy_metrics(policy)
             if not path.exists():
@@ -93,11 +96,12 @@ class MetricsMerger:
                 continue
             complete = chunk[: end + 1]
             out_lines.extend(complete.decode().splitlines(keepends=True))
-            self.offsets[policy] = offset + len(complete)
-            (self.paths.root / "metrics" / f".{policy}.merged").write_text(str(self.offsets[policy]))
-        if out_lines:
-            with self.paths.metrics.open("a") as fh:
-                fh.writelines(out_lines)
+            advanced[policy] = offset + len(complete)
+        if out_lines:  # whole lines or none (a full disk), then the offsets that say they were merged
+            append_text(self.paths.metrics, "".join(out_lines))
+        for policy, offset in advanced.items():
+            self.offsets[policy] = offset
+            write_text_atomic(self.paths.root / "metrics" / f".{policy}.merged", str(offset))
         rows = []
         for line in out_lines:
             try:
@@ -109,7 +113,6 @@ class MetricsMerger:
     def rollback(self, policy: str, step: int) -> None:
         """``policy`` restarts from optimizer step ``step`` (see.max_restarts) and redoes the steps after it: drop
         its rows past ``step`` from its file and from ``metrics.jsonl`` so none is there twice."""
-        from mutualrl.atomic_io import write_text_atomic
         from mutualrl.launch.resume import keep_policy_rows, read_rows
 
         self.poll()
@@ -252,7 +255,8 @@ class PoolRunner:
                             if rc is not None:
                                 proc.returncode = rc
                                 if rc != 0 and failure is None:
-                                    failure = (proc.name, describe_exit(rc))
+                                    failure = (proc.name, storage_reason(proc.log_path, rc, self.paths.root)
+                                               or describe_exit(rc))
                         if failure is None and proc.returncode is None:
                             failure = self._silent_or_stalled(proc, now, started)
                             if failure is not None:
@@ -282,6 +286,10 @@ class PoolRunner:
             self._merge()
             return RunOutcome(False, {p.name: p.returncode for p in self.procs}, None, "interrupted",
                               seconds=time.time() - started)
+        except StorageError as err:  # the launcher's own write (metrics.jsonl): stop the pool, say where
+            self._stop_all()
+            return RunOutcome(False, {p.name: p.returncode for p in self.procs}, None, str(err),
+                              seconds=time.time() - started, extra={"storage": True})
         final_rows = self._merge()
         if not live:
             self._print_steps(final_rows)
@@ -359,7 +367,7 @@ class PoolRunner:
         self._merge()
         return RunOutcome(False, {p.name: p.returncode for p in self.procs}, policy, reason,
                           log_tail=tail(failed.log_path if failed else self.paths.log(policy)),
-                          seconds=time.time() - started)
+                          seconds=time.time() - started, extra={"storage": True} if is_storage_message(reason) else {})
 
     def _stop_all(self, grace_s: float = 10.0) -> None:
         """Ctrl-C: SIGTERM every policy at once, then SIGKILL whatever still runs after ``grace_s``, so a pool
@@ -389,6 +397,18 @@ def describe_exit(returncode: int) -> str:
             name = f"signal {-returncode}"
         return f"was killed by signal {name}"
     return f"exited with code {returncode}"
+
+
+def storage_reason(log_path: Path, returncode: int, root: Path) -> str | None:
+    """A worker stopped by a full disk or an I/O error: its one-line error (the last ``error:`` line of its log),
+    or, when the log could not hold it, the run folder and its free space. None for any other failure."""
+    for line in reversed(tail(log_path, 5).splitlines()):
+        message = line.removeprefix("error: ")
+        if line.startswith("error: ") and is_storage_message(message):
+            return message
+    if returncode == DISK_FULL_EXIT:
+        return f"no space left on {root} ({describe_free(free_bytes(root))}; the worker's log could not say where)"
+    return None
 
 
 def describe_status(status: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from mutualrl.config.schema import RunConfig
@@ -156,6 +157,10 @@ def print_comparison(comparison: dict[str, Any], console: Console) -> None:
 
 
 def print_failure(outcome: Any, paths: RunPaths, console: Console) -> None:
+    if outcome.extra.get("storage"):  # a full disk or an I/O error: the one line that says where is enough
+        who = f" (policy {outcome.failed_policy}; the others were stopped)" if outcome.failed_policy else ""
+        console.print(f"[bold red]error:[/] {escape(outcome.reason + who)}", highlight=False, soft_wrap=True)
+        return
     if outcome.failed_policy is None:
         console.print(f"[bold red]run stopped:[/] {outcome.reason}", highlight=False)
         return

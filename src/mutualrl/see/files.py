@@ -27,7 +27,8 @@ from typing import Any
 
 import xxhash
 
-from mutualrl.errors import UsageError
+from mutualrl.atomic_io import inject_disk_full
+from mutualrl.errors import UsageError, storage_error
 
 CHECKSUM_ALGORITHM = "xxh3_128"
 
@@ -153,6 +154,7 @@ def write_atomic(final: Path, write: Callable[[HashingSink], None], *, durable: 
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         try:
+            inject_disk_full(final)
             sink = HashingSink(fd)
             write(sink)
             if durable:
@@ -165,7 +167,10 @@ def write_atomic(final: Path, write: Callable[[HashingSink], None], *, durable: 
             tmp.unlink()
         except FileNotFoundError:
             pass
-        if isinstance(err, OSError) and err.filename is None:  # e.g. ENOSPC from write(): say where
+        converted = storage_error(err, final) if isinstance(err, OSError) else None  # ENOSPC: say where
+        if converted is not None:
+            raise converted from err
+        if isinstance(err, OSError) and err.filename is None:
             raise OSError(err.errno, err.strerror or str(err), str(final)) from err
         raise
     if durable:

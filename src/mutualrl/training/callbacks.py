@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from transformers import TrainerCallback
 
-from mutualrl.atomic_io import write_json_atomic
+from mutualrl.atomic_io import append_text, write_json_atomic
 from mutualrl.training.paths import RunPaths
 
 # TRL log keys -> the names metrics.jsonl uses (see docs/run-layout.md).
@@ -50,9 +50,8 @@ class MetricsCallback(TrainerCallback):
 
 
 def append_jsonl(path: Path, obj: dict[str, Any]) -> None:
-    with path.open("a") as fh:
-        fh.write(json.dumps(obj) + "\n")
-        fh.flush()
+    """One metrics row, whole or not at all (a full disk leaves no half line: ``atomic_io.append_text``)."""
+    append_text(path, json.dumps(obj) + "\n")
 
 
 class StatusCallback(TrainerCallback):

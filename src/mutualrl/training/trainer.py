@@ -184,6 +184,34 @@ class MutualGRPOTrainer(GRPOTrainer):
             loss = loss + extra
         return loss
 
+    # -- 4. checkpoints: complete by construction ----------------------------------------
+    def _save_checkpoint(self, model, trial):
+        """Transformers' save, then the checkpoint's manifest as its last file (``checkpoint_files``): a save
+        stopped anywhere (kill, crash, full disk) leaves a folder that resume names and skips. A disk error
+        becomes one line naming the folder and the free space (``errors.StorageError``)."""
+        from pathlib import Path
+
+        from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
+
+        from mutualrl.errors import storage_errors
+        from mutualrl.training.checkpoint_files import drop_manifest, write_manifest
+
+        folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        with storage_errors(folder):
+            if self.args.should_save:
+                drop_manifest(folder)
+            super()._save_checkpoint(model, trial)
+            self.accelerator.wait_for_everyone()  # every rank's shards and RNG state are on disk
+            if self.args.should_save:
+                write_manifest(folder, self.state.global_step)
+
+    def _save_optimizer_and_scheduler(self, output_dir):
+        """Transformers' own; ``MUTUALRL_DEBUG_DISK_FULL`` can fill the disk here, the weights already written."""
+        from mutualrl.atomic_io import inject_disk_full
+
+        inject_disk_full(f"{output_dir}/optimizer.pt")
+        super()._save_optimizer_and_scheduler(output_dir)
+
     # -- helpers for regime adapters ------------------------------------------------------
     def score_completions(self, model, prompt_ids, prompt_mask, completion_ids, completion_mask,
                           batch_size: int | None = None) -> torch.Tensor:

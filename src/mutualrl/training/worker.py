@@ -6,7 +6,9 @@ group per policy, since several DeepSpeed engines in one process break). It read
 resolved run config and prepared prompts from the run folder, trains with
 :class:`~mutualrl.training.trainer.MutualGRPOTrainer`, and reports through files:
 ``metrics/<policy>.jsonl``, ``status/<policy>.json``, ``eval/<policy>/``, and the SEE. If it
-fails, it leaves a failure marker in the SEE so that peers stop waiting at once.
+fails, it leaves a failure marker in the SEE so that peers stop waiting at once; a write that
+failed for space or I/O (checkpoint, SEE shard, metrics, eval result) is one line naming the
+path and the free space, and exit code 28 (``errors.DISK_FULL_EXIT``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from mutualrl.config.schema import PolicyConfig, RunConfig
-from mutualrl.errors import MutualRLError, UsageError
+from mutualrl.errors import (
+    DISK_FULL_EXIT,
+    MutualRLError,
+    StorageError,
+    UsageError,
+    storage_error,
+    storage_errors,
+)
 from mutualrl.regimes.registry import get_regime
 from mutualrl.training.paths import RunPaths
 from mutualrl.training.watchdog import REJOIN_ENV, start_launcher_watchdog
@@ -218,16 +227,30 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     log.info("policy %s: %d train prompts, %d eval prompts, regime %s, %s on %s x%d, torch threads %d",
              policy_name, len(train_examples), len(eval_examples), config.regime.name, engine,
              trainer.accelerator.device, trainer.accelerator.num_processes, torch.get_num_threads())
+    if resume_from is not None:
+        check_resumable(resume_from)
     finished = checkpoint_state(resume_from) if resume_from is not None else None
     if finished is not None and 0 < args.max_steps <= finished.global_step:
         finish_from_checkpoint(trainer, resume_from, finished, validation)
     else:  # Trainer would run one more step from a checkpoint that already holds every step
         trainer.train(resume_from_checkpoint=resume_from)
-    trainer.save_model(str(paths.final_model(policy_name)))
-    if trainer.accelerator.is_main_process:
-        tokenizer.save_pretrained(str(paths.final_model(policy_name)))
-        # The steps actually trained, for the summary (logged rows depend on logging_steps).
-        trainer.state.save_to_json(str(paths.final_model(policy_name) / "trainer_state.json"))
+    with storage_errors(paths.final_model(policy_name)):
+        trainer.save_model(str(paths.final_model(policy_name)))
+        if trainer.accelerator.is_main_process:
+            tokenizer.save_pretrained(str(paths.final_model(policy_name)))
+            # The steps actually trained, for the summary (logged rows depend on logging_steps).
+            trainer.state.save_to_json(str(paths.final_model(policy_name) / "trainer_state.json"))
+
+
+def check_resumable(checkpoint: str) -> None:
+    """Refuse a checkpoint that is incomplete or damaged: TRL would fail on it at every retry, or resume
+    without its optimizer state (a fresh AdamW) and say nothing."""
+    from mutualrl.training.checkpoint_files import checkpoint_problem
+
+    problem = checkpoint_problem(Path(checkpoint))
+    if problem is not None:
+        raise UsageError(f"--resume-from: cannot resume exactly from {problem}; `mutualrl train --resume` "
+                         "picks the newest complete checkpoint")
 
 
 def checkpoint_state(checkpoint: str) -> Any:
@@ -288,6 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         if close_process_group():
             exit_without_teardown(0)
     except BaseException as err:  # leave a marker so that peers' barriers fail fast and name us
+        err = as_storage_error(err, paths.root)
         reason = f"{type(err).__name__}: {err}"
         if not isinstance(err, (MutualRLError, KeyboardInterrupt)):
             traceback.print_exc()
@@ -297,8 +321,17 @@ def main(argv: list[str] | None = None) -> int:
             mark_failed(paths, ns.policy, reason)
         except Exception:  # pragma: no cover - best effort
             pass
+        if isinstance(err, StorageError):
+            return DISK_FULL_EXIT  # the launcher says "no space left" even if this log could not hold the line
         return err.exit_code if isinstance(err, MutualRLError) else 1
     return 0
+
+
+def as_storage_error(err: BaseException, root: Path) -> BaseException:
+    """A write that failed for space or I/O anywhere (TRL, datasets, the SEE) as one line naming the path."""
+    if isinstance(err, Exception) and not isinstance(err, MutualRLError):
+        return storage_error(err, root) or err
+    return err
 
 
 def mark_failed(paths: RunPaths, policy: str, reason: str) -> None:

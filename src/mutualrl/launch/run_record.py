@@ -1,0 +1,81 @@
+"""``RUN/run.json``: the run's record (what ran, since when, how it ended and why).
+
+Its ``status`` is ``running`` while a launch holds the run, then ``done``, ``interrupted`` or
+``failed``; a failed run also says why in ``reason`` (e.g. ``no space left on RUN/metrics.jsonl
+(12.0 MB free); ...``), so a look at the folder tells what happened without the console.
+The record is written even on a full disk when it can be: atomically first, else in place
+over the old one (which needs no new block on most filesystems).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from mutualrl.atomic_io import write_json_atomic
+from mutualrl.config.schema import RunConfig
+from mutualrl.errors import StorageError
+from mutualrl.training.paths import RunPaths, read_json
+
+
+def read_record(paths: RunPaths) -> dict[str, Any]:
+    """The current record, or ``{}`` when there is none or it cannot be read."""
+    try:
+        info = read_json(paths.run_json)
+    except (OSError, ValueError):
+        return {}
+    return info if isinstance(info, dict) else {}
+
+
+def write_run_json(paths: RunPaths, config: RunConfig, status: str, reason: str | None = None) -> None:
+    previous = read_record(paths)
+    record = {
+        "pool": config.pool.name, "regime": config.regime.name, "task": config.task.name,
+        "policies": [{"name": p.name, "model": p.model, "tokenizer": p.tokenizer} for p in config.pool.policies],
+        "started": previous.get("started") or time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "finished": time.strftime("%Y-%m-%dT%H:%M:%S") if status != "running" else None,
+        "status": status, "argv": sys.argv,
+    }
+    if reason:
+        record["reason"] = reason
+    write_record(paths, record)
+
+
+def write_record(paths: RunPaths, record: dict[str, Any]) -> None:
+    """Replace run.json atomically; on a full disk, overwrite it in place (its old blocks hold the new text)."""
+    try:
+        write_json_atomic(paths.run_json, record)
+    except StorageError:
+        if not paths.run_json.exists():
+            raise
+        data = json.dumps(record, indent=1, default=str).encode()
+        fd = os.open(paths.run_json, os.O_WRONLY)
+        try:
+            os.write(fd, data)
+            os.ftruncate(fd, len(data))
+        finally:
+            os.close(fd)
+
+
+def mark_interrupted(paths: RunPaths) -> None:
+    """A run.json still saying "running" while we hold the lock was left by a killed launcher."""
+    info = read_record(paths)
+    if info.get("status") == "running":
+        write_json_atomic(paths.run_json, {**info, "status": "interrupted"})
+
+
+def mark_failed(paths: RunPaths, reason: str) -> bool:
+    """Record a launch that stopped on an error of its own (e.g. a full disk); False when run.json could not
+    be written either (``--resume`` then finds it "running" and marks it interrupted)."""
+    info = read_record(paths)
+    if not info:
+        return False
+    try:
+        write_record(paths, {**info, "status": "failed", "reason": reason,
+                             "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    except (OSError, StorageError):
+        return False
+    return True

@@ -1,0 +1,156 @@
+"""A full disk at each write site: one line naming the path and the free space, nothing half-written.
+
+Sites in process (the end-to-end run with ``MUTUALRL_DEBUG_DISK_FULL`` is the slow test at
+the end): atomic files (status, run.json, eval results), appended metric rows (a worker's
+and the launcher's merged file), SEE shards (tests/test_see_exchange.py), checkpoints.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from mutualrl import atomic_io
+from mutualrl.atomic_io import DISK_FULL_ENV, append_text, write_json_atomic
+from mutualrl.errors import DISK_FULL_EXIT, StorageError, storage_error
+from mutualrl.training.paths import RunPaths
+
+
+@pytest.fixture
+def disk_full(monkeypatch):
+    """``disk_full("text")``: every write to a path containing ``text`` fails with ENOSPC from now on."""
+    monkeypatch.setattr(atomic_io, "_matching_writes", 0)
+
+    def fill(text: str) -> None:
+        monkeypatch.setenv(DISK_FULL_ENV, text)
+
+    return fill
+
+
+def assert_one_line_naming(err: StorageError, path: Path) -> None:
+    message = str(err)
+    assert message.startswith(f"no space left on {path} (") and " free)" in message and "\n" not in message
+
+
+def test_an_atomic_file_keeps_its_old_content_and_leaves_no_temporary(tmp_path, disk_full):
+    target = write_json_atomic(tmp_path / "status" / "a.json", {"step": 3})
+    disk_full("status/a.json")
+    with pytest.raises(StorageError) as info:
+        write_json_atomic(target, {"step": 4})
+    assert_one_line_naming(info.value, target)
+    assert json.loads(target.read_text()) == {"step": 3}
+    assert sorted(p.name for p in target.parent.iterdir()) == ["a.json"]
+
+
+def test_a_metrics_row_is_appended_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A real partial write (the first half of the row fits, then ENOSPC) is cut back: no half line."""
+    from mutualrl.training.callbacks import append_jsonl
+
+    path = tmp_path / "a.jsonl"
+    append_jsonl(path, {"step": 1})
+    real_write = os.write
+
+    def half_then_full(fd, data):
+        if len(data) > 4:
+            return real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    with pytest.raises(StorageError) as info:
+        append_jsonl(path, {"step": 2, "reward_mean": 0.5})
+    monkeypatch.undo()
+    assert_one_line_naming(info.value, path)
+    assert path.read_text() == '{"step": 1}\n'
+    append_text(path, '{"step": 2}\n')  # space freed: the row goes in after the last whole one
+    assert [json.loads(line)["step"] for line in path.read_text().splitlines()] == [1, 2]
+
+
+def test_the_launchers_merge_loses_no_row_when_the_disk_fills_and_then_frees(tmp_path, disk_full, monkeypatch):
+    from mutualrl.launch.runner import MetricsMerger
+
+    paths = RunPaths(tmp_path)
+    paths.policy_metrics("a").parent.mkdir(parents=True)
+    merger = MetricsMerger(paths, ["a"])
+    append_text(paths.policy_metrics("a"), '{"step": 1}\n')
+    merger.poll()
+    append_text(paths.policy_metrics("a"), '{"step": 2}\n{"step": 3}\n')
+    disk_full(str(paths.metrics))
+    with pytest.raises(StorageError) as info:
+        merger.poll()
+    assert_one_line_naming(info.value, paths.metrics)
+    assert paths.metrics.read_text() == '{"step": 1}\n'  # nothing half merged
+    monkeypatch.delenv(DISK_FULL_ENV)
+    merger.poll()
+    assert [json.loads(line)["step"] for line in paths.metrics.read_text().splitlines()] == [1, 2, 3]
+    assert int((tmp_path / "metrics" / ".a.merged").read_text()) == paths.policy_metrics("a").stat().st_size
+
+
+def test_an_eval_result_names_its_file(tmp_path, disk_full):
+    from mutualrl.evaluation.results import ModelEvalResult
+
+    path = RunPaths(tmp_path).eval_result("a", 4)
+    disk_full("eval/a/")
+    with pytest.raises(StorageError) as info:
+        ModelEvalResult(model="m", records=[], policy="a", step=4).save(path)
+    assert_one_line_naming(info.value, path)
+    assert not path.parent.exists() or list(path.parent.iterdir()) == []
+
+
+def test_a_write_failure_without_errno_is_named_only_when_the_disk_is_nearly_full(tmp_path, monkeypatch):
+    """torch.save reports ENOSPC as a RuntimeError ("unexpected pos ..."); other errors keep their traceback."""
+    from mutualrl import errors
+
+    cut = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
+    monkeypatch.setattr(errors, "free_bytes", lambda path: 4096)
+    assert str(storage_error(cut, tmp_path / "checkpoint-4")).startswith(f"no space left on {tmp_path}/checkpoint-4")
+    assert storage_error(RuntimeError("CUDA out of memory"), tmp_path) is None
+    assert storage_error(ValueError("no space left, but not a write"), tmp_path) is None
+    quota = storage_error(OSError(errno.EDQUOT, "Disk quota exceeded", str(tmp_path / "x")), tmp_path)
+    assert str(quota).startswith(f"disk quota exceeded on {tmp_path / 'x'} (4.1 KB free)")
+
+
+def test_a_worker_stopped_by_a_full_disk_is_reported_from_its_log_or_its_exit_code(tmp_path):
+    from mutualrl.launch.runner import storage_reason
+
+    log = tmp_path / "a.log"
+    log.write_text("step 3\nerror: no space left on /run/see/step-000003/a (0 B free); free some space\n")
+    assert storage_reason(log, 1, tmp_path).startswith("no space left on /run/see/step-000003/a")
+    log.write_text("")  # the log could not hold the line either
+    assert storage_reason(log, DISK_FULL_EXIT, tmp_path).startswith(f"no space left on {tmp_path} (")
+    assert storage_reason(log, 1, tmp_path) is None  # any other failure: its own description
+
+
+def test_run_json_says_failed_and_why_even_when_no_new_file_fits(tmp_path, monkeypatch):
+    from mutualrl.launch import run_record
+
+    paths = RunPaths(tmp_path)
+    write_json_atomic(paths.run_json, {"status": "running", "started": "then", "pool": "tiny"})
+
+    def full(path, data, **kwargs):
+        raise StorageError(f"no space left on {path} (0 B free)")
+
+    monkeypatch.setattr(run_record, "write_json_atomic", full)  # only an in-place rewrite can work
+    assert run_record.mark_failed(paths, f"no space left on {tmp_path}/metrics.jsonl (0 B free)")
+    record = json.loads(paths.run_json.read_text())
+    assert record["status"] == "failed" and record["reason"].startswith("no space left on ")
+    assert record["started"] == "then" and record["pool"] == "tiny"
+
+
+def test_a_worker_error_from_a_full_disk_becomes_one_line_and_exit_28(tmp_path, monkeypatch, capsys):
+    """Anywhere in the worker (here: loading its config fails to write nothing but raises ENOSPC)."""
+    from mutualrl.training import worker
+
+    def fail(paths, policy, resume_from=None):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(paths.root / "policies" / "a" / "final"))
+
+    monkeypatch.setattr(worker, "run_policy", fail)
+    monkeypatch.setattr(worker, "start_launcher_watchdog", lambda: None)
+    monkeypatch.setattr(worker, "mark_failed", lambda *args: None)
+    assert worker.main(["--run-dir", str(tmp_path), "--policy", "a"]) == DISK_FULL_EXIT
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: no space left on {tmp_path}/policies/a/final (") and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
