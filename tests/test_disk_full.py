@@ -154,3 +154,44 @@ def test_a_worker_error_from_a_full_disk_becomes_one_line_and_exit_28(tmp_path, 
     err = capsys.readouterr().err
     assert err.startswith(f"error: no space left on {tmp_path}/policies/a/final (") and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_a_disk_full_mid_checkpoint_then_resume_loses_nothing(tmp_path):
+    """The disk fills while step 4's checkpoint is saved (weights written, optimizer not): one line naming the
+    file, run.json failed with the reason, the lock free, no half metrics line. After freeing space, --resume
+    names the incomplete checkpoint, goes on from checkpoint-2 (its optimizer state), and every row is there
+    once; every checkpoint left is complete and carries its manifest."""
+    import subprocess
+    import sys
+
+    from e2e_helpers import TINY, child_env, metric_lines
+    from mutualrl.launch.run_lock import RunLock
+    from mutualrl.training.checkpoint_files import MANIFEST_NAME, checkpoint_problem
+
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "mutualrl", "train", "-o", str(run_dir), *TINY, "--max-steps", "5",
+               "--set", "grpo.save_steps=2"]
+    env = {k: v for k, v in child_env().items() if not k.startswith("MUTUALRL_DEBUG")}
+    full = subprocess.run(command, env={**env, DISK_FULL_ENV: "checkpoint-4"}, capture_output=True, text=True,
+                          timeout=900)
+    assert full.returncode == 1, full.stdout[-3000:] + full.stderr[-3000:]
+    errors = [line for line in (full.stdout + full.stderr).splitlines() if "no space left on" in line]
+    assert errors and "checkpoint-4/optimizer.pt (" in errors[0] and " free)" in errors[0], errors
+    assert "Traceback" not in full.stdout + full.stderr
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "failed" and record["reason"].startswith("no space left on "), record
+    with RunLock(run_dir).acquire("check", wait_for_orphans_s=5):  # released: no process of the run holds it
+        pass
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        json.loads(line)  # no half line
+
+    resumed = subprocess.run([*command, "--resume"], env=env, capture_output=True, text=True, timeout=900)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "checkpoint-4: incomplete, missing" in resumed.stdout and "optimizer state (optimizer.pt)" in resumed.stdout
+    assert "resuming every policy from checkpoint-2" in resumed.stdout
+    rows = metric_lines(run_dir)
+    for policy in ("tiny-bpe", "tiny-sp"):
+        assert sorted(r["step"] for r in rows if r["policy"] == policy) == [1, 2, 3, 4, 5]
+    checkpoints = sorted((run_dir / "policies").glob("*/checkpoint-*"))
+    assert checkpoints and all((c / MANIFEST_NAME).exists() and checkpoint_problem(c) is None for c in checkpoints)
