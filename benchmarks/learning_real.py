@@ -103,7 +103,24 @@ def answer_histogram(records: list[dict[str, Any]]) -> dict[str, Any]:
     top, count = answers.most_common(1)[0]
     return {"answers": dict(sorted(answers.items())), "top_answer": top, "top_answer_share": count / len(records),
             "accuracy": sum(float(r.get("score", 0.0)) for r in records) / len(records),
-            "constant_ceiling": max(gold.values()) / len(records)}
+            "constant_ceiling": max(gold.values()) / len(records), "accuracy_by_group": accuracy_by_group(records)}
+
+
+def accuracy_by_group(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Accuracy per group of the task (``synthetic-arith``'s families); empty for a task without groups."""
+    from mutualrl.tasks.base import TaskExample
+    from mutualrl.tasks.registry import get_task
+
+    tasks: dict[str, Any] = {}
+    scores: dict[str, list[float]] = {}
+    for r in records:
+        if "task" not in r:  # records of an older format
+            continue
+        task = tasks.setdefault(r["task"], get_task(r["task"]))
+        group = task.group_of(TaskExample(r["prompt_id"], r.get("prompt", ""), str(r["answer"]), r["task"]))
+        if group is not None:
+            scores.setdefault(group, []).append(float(r.get("score", 0.0)))
+    return {group: sum(v) / len(v) for group, v in sorted(scores.items())}
 
 
 def answer_drift(run_dir: Path, policy: str) -> dict[str, Any]:

@@ -57,6 +57,17 @@ def test_answer_histogram_by_hand() -> None:
     assert out["constant_ceiling"] == 0.5  # always "A" would score 2 of 4
 
 
+def test_accuracy_by_group_of_the_task_families() -> None:
+    from learning_real import accuracy_by_group
+
+    task = "synthetic-arith-4shot"
+    records = [{"task": task, "prompt_id": f"{task}/arith-add-384", "answer": "15", "score": 1.0},
+               {"task": task, "prompt_id": f"{task}/arith-add-111", "answer": "3", "score": 0.0},
+               {"task": task, "prompt_id": f"{task}/arith-sub-813", "answer": "6", "score": 1.0}]
+    assert accuracy_by_group(records) == {"add": 0.5, "sub": 1.0}
+    assert accuracy_by_group([{**r, "task": "openbookqa-line"} for r in records]) == {}  # a task without groups
+
+
 def test_a_saved_run_is_restored_with_its_answers(tmp_path) -> None:
     """--reuse: a run saved by one benchmark (summary, metrics, answer histograms) is rebuilt in another's --out."""
     import json
