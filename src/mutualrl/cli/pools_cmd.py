@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 import yaml
 
 from mutualrl.cli.common import console, report_errors
-from mutualrl.config.loader import list_pool_recipes, load_recipe_data, load_run_config
+from mutualrl.config.loader import (
+    list_experiment_recipes,
+    list_pool_recipes,
+    load_recipe_data,
+    load_run_config,
+    read_yaml,
+)
 from mutualrl.config.typed import to_plain
 from mutualrl.regimes.standalone_spec import STANDALONE
 
 app = typer.Typer(
-    help="List the pool recipes (one line each) or show one resolved recipe.",
+    help="List the pool and experiment recipes (one line each) or show one resolved recipe.",
     invoke_without_command=True,
     no_args_is_help=False,
 )
@@ -20,18 +28,45 @@ app = typer.Typer(
 @app.callback(invoke_without_command=True)
 @report_errors
 def pools(ctx: typer.Context) -> None:
-    """List the pools shipped as recipes: name, policies, regime and description."""
+    """List the recipes that can be named: the pools, then the paper's experiments (recipes/experiments/,
+    named like pools: --pool commonsense-3qwen, mutualrl pools show commonsense-3qwen)."""
     if ctx.invoked_subcommand is not None:
         return
-    rows = []
-    for path in list_pool_recipes():
-        data = load_recipe_data(path)
-        pool = data.get("pool", {}) or {}
-        policies = pool.get("policies", []) or []
-        regime = (data.get("regime") or {}).get("name", STANDALONE.name)
-        rows.append((path.stem, f"{len(policies)} policies", regime, str(pool.get("description", ""))))
+    pool_rows = [recipe_row(path, experiment=False) for path in list_pool_recipes()]
+    experiment_rows = [recipe_row(path, experiment=True) for path in list_experiment_recipes()]
+    name_w = max(len(row[0]) for row in [*pool_rows, *experiment_rows])
+    console.print("[bold]Pools[/] (recipes/pools/)", highlight=False)
+    print_rows(pool_rows, name_w)
+    if experiment_rows:
+        console.print("\n[bold]Experiments[/] (recipes/experiments/, named like pools: --pool NAME)", highlight=False)
+        print_rows(experiment_rows, name_w)
+
+
+def recipe_row(path: Path, experiment: bool) -> tuple[str, str, str, str]:
+    """(name, policies, regime, description) of one recipe (an experiment's name says its pool)."""
+    data = load_recipe_data(path)
+    pool = data.get("pool", {}) or {}
+    policies = pool.get("policies", []) or []
+    regime = (data.get("regime") or {}).get("name", STANDALONE.name)
+    if experiment:  # its own description or opening comment, not the one of the pool or base it extends
+        description = str(read_yaml(path).get("description") or "") or opening_comment(path)
+    else:
+        description = str(pool.get("description", ""))
+    return path.stem, f"{len(policies)} policies", regime, description
+
+
+def opening_comment(path: Path) -> str:
+    """The recipe file's first comment line, without ``#`` (the experiment recipes say there what they are)."""
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.startswith("#"):
+            return line.lstrip("#").strip()
+        if line.strip():
+            break
+    return ""
+
+
+def print_rows(rows: list[tuple[str, str, str, str]], name_w: int) -> None:
     width = max(console.width, 60)
-    name_w = max(len(r[0]) for r in rows)
     for name, count, regime, description in rows:
         head = f"{name:<{name_w}}  {count:<10}  {regime:<13}  "
         room = width - len(head)
@@ -41,7 +76,7 @@ def pools(ctx: typer.Context) -> None:
 
 @app.command("show")
 @report_errors
-def show(name: str = typer.Argument(..., help="Pool name (see `mutualrl pools`) or a recipe path.")) -> None:
+def show(name: str = typer.Argument(..., help="Pool or experiment name (see `mutualrl pools`) or a recipe path.")) -> None:
     """Print the fully resolved recipe of a pool (extends merged, defaults filled in) as YAML."""
     loaded = load_run_config(name, check_grpo=False)
     # Plain stdout, not rich: rich wraps long lines to the terminal width even when piped, which breaks the

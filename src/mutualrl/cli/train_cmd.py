@@ -96,7 +96,7 @@ def train(
 
     options = TrainOptions(pool=pool, regime=regime, prp_denominator=prp_denominator, output_dir=output_dir,
                            max_steps=max_steps, seed=seed,
-                           overrides=[*overrides, *(["launch.force=true"] if force else [])], gpus=gpus,
+                           overrides=list(overrides), force=force, gpus=gpus,
                            device_map=device_map, nodes=nodes, machine_rank=machine_rank, main_address=main_address,
                            dry_run=dry_run, resume=resume, overwrite=overwrite, baseline=baseline,
                            save_plan=save_plan)

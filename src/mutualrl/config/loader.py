@@ -72,6 +72,10 @@ def list_pool_recipes() -> list[Path]:
     return sorted((recipes_dir() / "pools").glob("*.yaml"))
 
 
+def list_experiment_recipes() -> list[Path]:
+    return sorted((recipes_dir() / "experiments").glob("*.yaml"))
+
+
 def resolve_recipe(pool_or_path: str) -> Path:
     """A pool name (``2qwen``) or a path to a YAML recipe -> the recipe file."""
     as_path = Path(pool_or_path)
@@ -210,11 +214,15 @@ def load_run_config(
     regime: str | None = None,
     check_grpo: bool = True,
     max_steps: int | None = None,
+    option_settings: typing.Sequence[tuple[str, str]] = (),
 ) -> LoadedRecipe:
     """Load a recipe by pool name or path, apply ``--set`` overrides and validate it.
 
     ``max_steps`` (``--max-steps``) is the run length in the recipe's own unit: it sets
     ``schedule.max_steps`` when the recipe has a ``schedule``, else ``grpo.max_steps``.
+    ``option_settings`` are the dedicated CLI options as ``(flag, KEY=VALUE)``: applied after the ``--set``
+    overrides (they win) and named by their flag in error messages, so an error never blames a ``--set``
+    the user did not give.
     """
     path = resolve_recipe(pool_or_path)
     data = load_recipe_data(path)
@@ -223,16 +231,26 @@ def load_run_config(
         if not isinstance(data["regime"], dict):
             raise ConfigError(str(path), "regime", "expected a mapping")
         data["regime"]["name"] = regime
-    for text in overrides:
+    for text in [*overrides, *(setting for _, setting in option_settings)]:
         keys, value = parse_override(text)
         apply_override(data, keys, value)
-    source = str(path) + (" (with --set overrides)" if overrides or max_steps is not None else "")
+    source = str(path) + changes_note(overrides, regime, max_steps, option_settings)
     if max_steps is not None:
         set_max_steps(data, max_steps)
     check_schedule_conflicts(data, source)
     config = build_dataclass(RunConfig, data, source)
     validate_run_config(config, source, check_grpo=check_grpo)
     return LoadedRecipe(config=config, source=source, data=data)
+
+
+def changes_note(overrides: typing.Sequence[str], regime: str | None, max_steps: int | None,
+                 option_settings: typing.Sequence[tuple[str, str]]) -> str:
+    """`` (with --set overrides, --max-steps)``: what changed the recipe, for error messages; empty if nothing."""
+    changes = ["--set overrides"] if overrides else []
+    flags = [*(["--regime"] if regime is not None else []), *(flag for flag, _ in option_settings),
+             *(["--max-steps"] if max_steps is not None else [])]
+    changes += list(dict.fromkeys(flags))  # one mention per flag, in order
+    return f" (with {', '.join(changes)})" if changes else ""
 
 
 def set_max_steps(data: dict[str, Any], steps: int) -> None:

@@ -40,7 +40,8 @@ class TrainOptions:
     output_dir: Path | None = None
     max_steps: int | None = None
     seed: int | None = None
-    overrides: list[str] = field(default_factory=list)
+    overrides: list[str] = field(default_factory=list)  # --set KEY=VALUE, as given
+    force: bool = False  # --force: launch.force
     gpus: int | None = None
     device_map: str | None = None
     nodes: int | None = None  # several machines: launch.nodes, launch.machine_rank, launch.main_address
@@ -68,14 +69,16 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
     ``--resume`` continues from the run folder's own resolved config (not the recipe's
     current content); only the options given now are applied on top of it.
     """
-    overrides = list(options.overrides)
+    settings: list[tuple[str, str]] = []  # (flag, KEY=VALUE): the dedicated options, named by flag in errors
+    if options.force:
+        settings.append(("--force", "launch.force=true"))
     if options.seed is not None:
-        overrides.append(f"grpo.seed={options.seed}")
+        settings.append(("--seed", f"grpo.seed={options.seed}"))
     if options.prp_denominator is not None:
-        overrides.append(f"regime.prp.denominator={options.prp_denominator}")
+        settings.append(("--prp-denominator", f"regime.prp.denominator={options.prp_denominator}"))
     for key in ("gpus", "nodes", "machine_rank", "main_address"):
         if getattr(options, key) is not None:
-            overrides.append(f"launch.{key}={as_yaml_value(getattr(options, key))}")
+            settings.append((f"--{key.replace('_', '-')}", f"launch.{key}={as_yaml_value(getattr(options, key))}"))
     if options.output_dir is not None:  # a literal path: braces are not {pool}/{regime} placeholders
         literal = str(options.output_dir).replace("{", "{{").replace("}", "}}")
         try:
@@ -83,18 +86,18 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
         except UnicodeEncodeError:  # bytes that are not UTF-8 (a name from another locale)
             raise UsageError(f"--output-dir {options.output_dir!r}: the name is not valid UTF-8 text; "
                              "rename it or choose another folder") from None
-        overrides.append(f"output_dir={as_yaml_value(literal)}")
+        settings.append(("--output-dir", f"output_dir={as_yaml_value(literal)}"))
     if options.device_map is not None:
         from mutualrl.launch.mwra import parse_device_map
 
-        overrides.append(f"launch.device_map={as_yaml_value(parse_device_map(options.device_map))}")
-    loaded = load_run_config(options.pool or DEFAULT_POOL, overrides=overrides, regime=options.regime,
-                             max_steps=options.max_steps)
+        settings.append(("--device-map", f"launch.device_map={as_yaml_value(parse_device_map(options.device_map))}"))
+    loaded = load_run_config(options.pool or DEFAULT_POOL, overrides=options.overrides, regime=options.regime,
+                             max_steps=options.max_steps, option_settings=settings)
     stored = RunPaths(run_dir_for(loaded.config)).config
     if options.resume and stored.is_file():  # the run's own settings; the options above still apply
         recipe_pool = loaded.config.pool.name
-        loaded = load_run_config(str(stored), overrides=overrides, regime=options.regime,
-                                 max_steps=options.max_steps)
+        loaded = load_run_config(str(stored), overrides=options.overrides, regime=options.regime,
+                                 max_steps=options.max_steps, option_settings=settings)
         if options.pool is not None and recipe_pool != loaded.config.pool.name:
             raise UsageError(f"--resume: {stored.parent} is a run of pool {loaded.config.pool.name!r}, not "
                              f"{recipe_pool!r}; drop --pool to continue it, or start a new run with --output-dir")
