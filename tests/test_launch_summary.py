@@ -4,7 +4,14 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from mutualrl.launch.summary import compare_summaries, print_comparison, print_summary, rescue_logprob_change
+from mutualrl.launch.summary import (
+    compare_summaries,
+    print_comparison,
+    print_summary,
+    rescue_logprob_change,
+    rescue_windows_note,
+    rescue_windows_text,
+)
 
 
 def _summary(regime, bpe_groups, sp_groups, **extra):
@@ -19,8 +26,26 @@ def _summary(regime, bpe_groups, sp_groups, **extra):
 
 def test_rescue_logprob_change_averages_each_end():
     assert rescue_logprob_change([]) == {}
-    got = rescue_logprob_change([-8.0, -6.0, -4.0, -2.0], window=2)
-    assert got == {"rescue_logp_first": -7.0, "rescue_logp_last": -3.0}
+    got = rescue_logprob_change([(1, -8.0), (2, -6.0), (3, -4.0), (4, -2.0)], window=2)
+    assert got == {"rescue_logp_first": -7.0, "rescue_logp_last": -3.0, "rescue_logp_first_steps": [1, 2],
+                   "rescue_logp_last_steps": [3, 4]}
+
+
+def test_rescue_windows_never_overlap_on_a_short_run():
+    """Issue 27: 8 logged steps under a window of 10 gave the same mean twice although the values moved."""
+    logged = [(step, -10.0 + step) for step in range(1, 9)]
+    got = rescue_logprob_change(logged, window=10)
+    assert got["rescue_logp_first_steps"] == [1, 4] and got["rescue_logp_last_steps"] == [5, 8]
+    assert got["rescue_logp_first"] == -7.5 and got["rescue_logp_last"] == -3.5
+    assert rescue_windows_text(got) == "steps 1-4 → 5-8"
+    odd = rescue_logprob_change([(2, -5.0), (4, -4.0), (6, -1.0)], window=10)  # the middle step is in neither
+    assert (odd["rescue_logp_first"], odd["rescue_logp_last"]) == (-5.0, -1.0)
+    assert rescue_windows_text(odd) == "steps 2 → 6"
+    assert rescue_windows_text(rescue_logprob_change([(3, -2.0)])) == "step 3 only"
+    long = rescue_logprob_change([(step, float(step)) for step in range(1, 31)], window=3)
+    assert (long["rescue_logp_first"], long["rescue_logp_last"]) == (2.0, 29.0)
+    assert rescue_windows_note({"a": long, "b": long}).endswith("mean over logged steps 1-3 → 28-30")
+    assert rescue_windows_note({"a": long, "b": got}).endswith("steps 1-3 → 28-30; b steps 1-4 → 5-8")
 
 
 def test_comparison_rows_per_policy_and_group_with_difference():
@@ -37,13 +62,15 @@ def test_comparison_rows_per_policy_and_group_with_difference():
 
 def test_summary_and_comparison_print_every_group():
     run = _summary("sgt", {"add": 0.9, "sub": 0.6}, {"add": 0.7, "sub": 1.0}, sgt_rescues=12,
-                   rescue_logp_first=-9.5, rescue_logp_last=-1.25)
+                   rescue_logp_first=-9.5, rescue_logp_last=-1.25, rescue_logp_first_steps=[1, 3],
+                   rescue_logp_last_steps=[28, 30])
     base = _summary("standalone", {"add": 0.95, "sub": 0.0}, {"add": 0.0, "sub": 1.0})
     console = Console(record=True, width=200)
     print_summary(run, console)
     print_comparison(compare_summaries(run, base), console)
     text = console.export_text()
     assert "-9.50 → -1.25" in text and "12" in text
+    assert "mean over logged steps 1-3 → 28-30" in text
     assert "+0.600" in text and "-0.050" in text and "+0.700" in text
     assert "mutualrl plot runs/sgt runs/standalone" in text
 

@@ -34,7 +34,7 @@ def trained_steps(paths: RunPaths, policy: str, logged: int) -> int:
         return logged
 
 
-#: Rescue log-probs are averaged over this many logged steps at each end of the run.
+#: Rescue log-probs are averaged over at most this many logged steps at each end of the run.
 RESCUE_WINDOW = 10
 
 
@@ -62,7 +62,8 @@ def summarise(paths: RunPaths, config: RunConfig, outcome: Any) -> dict[str, Any
         rescues = [l.get("sgt/rescues_total") for l in train if l.get("sgt/rescues_total") is not None]
         if rescues:
             entry["sgt_rescues"] = int(max(rescues))
-        entry.update(rescue_logprob_change([l["sgt/rescue_logp"] for l in train if l.get("sgt/rescue_logp") is not None]))
+        entry.update(rescue_logprob_change([(l["step"], l["sgt/rescue_logp"]) for l in train
+                                            if l.get("sgt/rescue_logp") is not None]))
         policies[policy.name] = entry
     summary = {"pool": config.pool.name, "regime": config.regime.name, "seed": config.grpo.get("seed"),
                "run_dir": str(paths.root), "seconds": round(outcome.seconds, 1), "policies": policies}
@@ -73,12 +74,42 @@ def summarise(paths: RunPaths, config: RunConfig, outcome: Any) -> dict[str, Any
     return summary
 
 
-def rescue_logprob_change(values: list[float], window: int = RESCUE_WINDOW) -> dict[str, float]:
-    """Mean ``sgt/rescue_logp`` over the first and the last ``window`` logged steps (empty if none logged)."""
-    if not values:
+def rescue_logprob_change(logged: list[tuple[int, float]], window: int = RESCUE_WINDOW) -> dict[str, Any]:
+    """Mean ``sgt/rescue_logp`` over the first and the last logged steps (empty if none logged), with the
+    steps each mean covers. The two windows never overlap: on a short run each is half of the logged steps
+    (so first and last differ whenever the values move), and a run with one logged step has one value."""
+    if not logged:
         return {}
-    first, last = values[:window], values[-window:]
-    return {"rescue_logp_first": sum(first) / len(first), "rescue_logp_last": sum(last) / len(last)}
+    size = max(1, min(window, len(logged) // 2))
+    first, last = logged[:size], logged[-size:]
+    return {"rescue_logp_first": sum(v for _, v in first) / len(first),
+            "rescue_logp_last": sum(v for _, v in last) / len(last),
+            "rescue_logp_first_steps": [first[0][0], first[-1][0]],
+            "rescue_logp_last_steps": [last[0][0], last[-1][0]]}
+
+
+def rescue_windows_text(entry: dict[str, Any]) -> str:
+    """``steps 1-3 → 28-30``: the logged steps the first and the last rescue log-prob means are taken over."""
+    first, last = entry.get("rescue_logp_first_steps"), entry.get("rescue_logp_last_steps")
+    if not first or not last:
+        return ""
+    if first == last:  # one logged step: one value, shown twice so the column reads the same
+        return f"step {first[0]} only"
+    return f"steps {step_range(first)} → {step_range(last)}"
+
+
+def rescue_windows_note(policies: dict[str, dict[str, Any]]) -> str:
+    """The line under the table saying what "first → last" averages (per policy when their steps differ)."""
+    windows = {name: rescue_windows_text(p) for name, p in policies.items() if rescue_windows_text(p)}
+    if not windows:
+        return ""
+    shown = (next(iter(windows.values())) if len(set(windows.values())) == 1
+             else "; ".join(f"{name} {text}" for name, text in windows.items()))
+    return f"rescue log p, first → last: the learner's log-prob of the rescued peer answers, mean over logged {shown}"
+
+
+def step_range(steps: list[int]) -> str:
+    return str(steps[0]) if steps[0] == steps[1] else f"{steps[0]}-{steps[1]}"
 
 
 def _fmt(value: Any) -> str:
@@ -98,20 +129,20 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
     sgt = any("sgt_rescues" in p for p in summary["policies"].values())
     if sgt:
         table.add_column("SGT rescues", justify="right")
-        table.add_column("rescue log p, first→last", justify="right")
+        table.add_column("rescue log p", justify="right", no_wrap=True)  # "first → last": the note says which
     for name, p in summary["policies"].items():
         row = [name, "all", str(p["steps"]), _fmt(p["eval_before"]), _fmt(p["eval_after"]),
                _change(p["eval_before"], p["eval_after"])]
         if sgt:
-            logp = "-"
-            if "rescue_logp_first" in p:
-                logp = f"{p['rescue_logp_first']:.2f} → {p['rescue_logp_last']:.2f}"
+            logp = f"{p['rescue_logp_first']:.2f} → {p['rescue_logp_last']:.2f}" if "rescue_logp_first" in p else "-"
             row += [str(p.get("sgt_rescues", "-")), logp]
         table.add_row(*row)
         for group, after in p.get("groups_after", {}).items():
             before = p["groups_before"].get(group)
             table.add_row("", group, "", _fmt(before), _fmt(after), _change(before, after), *([""] * (2 * sgt)))
     console.print(table)
+    if note := rescue_windows_note(summary["policies"]):
+        console.print(note, highlight=False)
     for name, left in summary.get("lost", {}).items():
         console.print(f"[yellow]lost:[/] {name} left the pool at step {left['step']} ({left['reason']}); "
                       "its row shows what it had reached", highlight=False)
