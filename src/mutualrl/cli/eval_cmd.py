@@ -75,7 +75,8 @@ def run_eval_command(
     from mutualrl.tasks.verifiers import check_mode
 
     device, backend = pick_device(device), pick_backend(backend)  # checked before anything is loaded
-    chosen = resolve_targets(target, tokenizer=tokenizer, chat_template=chat_template)
+    chosen = (run_folder_targets(target, tokenizer=tokenizer, chat_template=chat_template)
+              or resolve_targets(target, tokenizer=tokenizer, chat_template=chat_template))
     recipe = chosen.recipe
     if suite is None:
         suite = recipe.task.name if recipe is not None else "math"
@@ -134,6 +135,31 @@ def run_eval_command(
     return results, meta
 
 
+def run_folder_targets(target: str, tokenizer: str | None, chat_template: bool | None) -> Any:
+    """A run folder -> every policy's final model with the run's own settings (task, lengths, tokenizers);
+    None when ``target`` is not a run folder. A policy without a final model is an error naming its checkpoints."""
+    from mutualrl.config.loader import load_run_config
+    from mutualrl.errors import UsageError
+    from mutualrl.evaluation.runner import EvalTarget, TargetSet
+    from mutualrl.training.paths import RunPaths
+
+    paths = RunPaths(Path(target.strip()))
+    if "," in target or not paths.config.is_file() or not (paths.root / "policies").is_dir():
+        return None
+    config = load_run_config(str(paths.config), check_grpo=False).config
+    unfinished = [p.name for p in config.pool.policies if not (paths.final_model(p.name) / "config.json").is_file()]
+    if unfinished:
+        saved = sorted(str(c) for name in unfinished for c in paths.policy_dir(name).glob("checkpoint-*"))
+        hint = f"pass checkpoint folders instead: {', '.join(saved)}" if saved else "and no checkpoint was saved"
+        raise UsageError(f"{target}: run folder without a final model for {', '.join(unfinished)} (the run did not "
+                         f"finish: {paths.final_model(unfinished[0])} is missing); {hint}")
+    targets = [EvalTarget(name=f"{p.name}/final", model=str(paths.final_model(p.name)),
+                          tokenizer=tokenizer or p.tokenizer,
+                          chat_template=p.chat_template if chat_template is None else chat_template, dtype=p.dtype)
+               for p in config.pool.policies]
+    return TargetSet(targets, f"{paths.root.resolve().name}-final", config)
+
+
 def _quiet_transformers() -> None:
     # Our own progress bars replace transformers' per-model "Loading weights" bars.
     from transformers.utils import logging as hf_logging
@@ -148,8 +174,9 @@ def default_output(label: str, suite: str) -> Path:
 
 @report_errors
 def eval_command(
-    target: str = typer.Argument("tiny", help="A pool name, a recipe path, or comma-separated models "
-                                 "(builtin:NAME, local folders, hub ids)."),
+    target: str = typer.Argument("tiny", help="A pool name, a recipe path, a run folder (every policy's final "
+                                 "model, with the run's settings), or comma-separated models (builtin:NAME, local "
+                                 "folders such as RUN/policies/NAME/checkpoint-N, hub ids)."),
     suite: str | None = typer.Option(None, "--suite", help=SUITE_HELP, show_default=False),
     limit: int | None = typer.Option(None, "--limit", min=1, help="Evaluate at most this many prompts per task."),
     split: str | None = typer.Option(

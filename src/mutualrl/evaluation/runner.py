@@ -84,7 +84,8 @@ def resolve_targets(target: str, tokenizer: str | None = None, chat_template: bo
     names: list[str] = []
     targets = []
     for m in models:
-        name = Path(m).name if Path(m).exists() else m
+        check_model_folder(m)
+        name = local_model_name(Path(m)) if Path(m).exists() else m
         name = name.removeprefix("builtin:")
         base, k = name, 2
         while name in names:
@@ -94,6 +95,26 @@ def resolve_targets(target: str, tokenizer: str | None = None, chat_template: bo
         targets.append(EvalTarget(name=name, model=m, tokenizer=tokenizer, chat_template=chat_template))
     label = "+".join(re.sub(r"[^A-Za-z0-9._-]+", "_", n) for n in names)[:80]
     return TargetSet(targets, label)
+
+
+def local_model_name(folder: Path) -> str:
+    """A model folder's name in results: ``tiny-bpe/checkpoint-8`` for ``RUN/policies/tiny-bpe/checkpoint-8``
+    (every policy has a ``final`` and ``checkpoint-N``: the folder alone would not say whose), else the folder."""
+    folder = folder.resolve()
+    if folder.parent.parent.name == "policies":
+        return f"{folder.parent.name}/{folder.name}"
+    return folder.name
+
+
+def check_model_folder(model: str) -> None:
+    """A local folder given as a model holds one (``config.json``); else name the model folders inside it,
+    instead of the tokenizer error transformers gives for a folder with no model."""
+    folder = Path(model)
+    if not folder.is_dir() or (folder / "config.json").is_file():
+        return
+    inside = sorted({str(p.parent) for p in [*folder.glob("*/config.json"), *folder.glob("*/*/config.json")]})
+    hint = f"; model folders in it: {', '.join(inside[:6])}{' ...' if len(inside) > 6 else ''}" if inside else ""
+    raise UsageError(f"{model}: not a model folder (no config.json){hint}")
 
 
 def load_suite(
