@@ -90,8 +90,11 @@ def distill(
     Fine-tunes the learner's final model on them: its own prompt template, the peer's text retokenized with its tokenizer, SGT's auxiliary NLL offline (no gate, no GRPO).
     Saves the model and prints the learner's held-out reward@1 before and after, per task group.
     """
+    from mutualrl.cli.quiet import quiet_third_party
     from mutualrl.evaluation.runner import pick_backend, pick_device
     from mutualrl.training.distill import DistillOptions, finish_distill, plan_distill, train_distill
+
+    quiet_third_party()
 
     if output_dir is not None:
         check_output_path(output_dir, "--output-dir", kind="folder")

@@ -161,8 +161,13 @@ def run_folder_targets(target: str, tokenizer: str | None, chat_template: bool |
 
 
 def _quiet_transformers() -> None:
-    # Our own progress bars replace transformers' per-model "Loading weights" bars.
+    # Our own progress bars replace transformers' per-model "Loading weights" bars; the libraries' warnings
+    # and log lines would bury the table.
     from transformers.utils import logging as hf_logging
+
+    from mutualrl.cli.quiet import quiet_third_party
+
+    quiet_third_party()
 
     hf_logging.disable_progress_bar()
 
