@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,8 @@ from typer.testing import CliRunner
 
 from mutualrl.cli.main import app
 from mutualrl.errors import DataError
-from mutualrl.evaluation.plots import load_run, mean_series, plot_runs, series, summary_rows
+from mutualrl.evaluation.plot_style import run_styles
+from mutualrl.evaluation.plots import kl_note, load_run, mean_series, plot_runs, series, summary_rows
 
 ALL_FIGURES = {"validation_reward.png", "validation_reward_by_task.png", "training_reward.png", "optimization.png",
                "regime_metrics.png"}
@@ -99,3 +101,59 @@ def test_runs_with_task_groups_get_a_per_group_figure_and_no_task_figure(tmp_pat
     written = {p.name: p for p in plot_runs(runs, tmp_path / "plots")}
     assert "validation_reward_by_group.png" in written and "validation_reward_by_task.png" not in written
     assert_png(written["validation_reward_by_group.png"])
+
+
+# ---------------------------------------------------------------------------------------
+# What a reader trips on (issue 27): hidden lines, a silently missing KL panel, a 5316-px strip
+# ---------------------------------------------------------------------------------------
+
+
+def pixels_near(path: Path, rgb: tuple[int, int, int], tolerance: int = 30) -> int:
+    with Image.open(path) as img:
+        return sum(count for count, pixel in img.convert("RGB").getcolors(maxcolors=1 << 22)
+                   if all(abs(a - b) <= tolerance for a, b in zip(pixel, rgb, strict=True)))
+
+
+def test_every_run_has_its_own_dash_pattern_and_marker() -> None:
+    styles = run_styles(6)
+    assert len({str(s.linestyle) for s in styles}) == 6 and len({s.marker for s in styles}) == 6
+    assert not styles[0].hollow and all(s.hollow for s in styles[1:])
+
+
+def test_a_run_equal_to_another_stays_visible(tmp_path: Path) -> None:
+    """SGT whose gate never fired logs exactly the standalone values: both lines must show."""
+    first = write_run(tmp_path / "standalone", "standalone", steps=10, seed=0)
+    same = tmp_path / "sgt"
+    shutil.copytree(first, same)
+    (same / "run.json").write_text((first / "run.json").read_text().replace('"standalone"', '"sgt"'))
+    written = {p.name: p for p in plot_runs([first, same], tmp_path / "plots")}
+    blue, orange = (31, 119, 180), (255, 127, 14)  # tab10's first two colours: the two runs
+    figure = written["validation_reward.png"]
+    assert pixels_near(figure, blue) > 300 and pixels_near(figure, orange) > 300
+
+
+def test_kl_panels_say_why_they_are_empty_when_beta_is_zero(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "beta0", "standalone", steps=6)
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    (run / "metrics.jsonl").write_text("".join(json.dumps({k: v for k, v in line.items() if k != "kl"}) + "\n"
+                                               for line in lines))
+    (run / "config.yaml").write_text("grpo:\n  beta: 0.0\n")
+    loaded = load_run(run)
+    assert loaded.beta == 0.0 and "β = 0" in kl_note([loaded])
+    assert "β = 0" not in kl_note([load_run(write_run(tmp_path / "no-config", "standalone", steps=2))])
+    figure = next(p for p in plot_runs([run], tmp_path / "plots") if p.name == "optimization.png")
+    with Image.open(figure) as img:
+        assert img.height > 700  # two rows of panels: entropy, and the KL row with its note
+
+
+def test_regime_metrics_are_a_grid_with_a_readable_aspect(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "sgt", "sgt", steps=8)
+    lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for line in lines:
+        if line["kind"] == "train":
+            line.update({f"sgt/metric_with_a_long_name_{i}": 0.1 * i for i in range(12)})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    figure = next(p for p in plot_runs([run], tmp_path / "plots") if p.name == "regime_metrics.png")
+    assert_png(figure)
+    with Image.open(figure) as img:  # 14 metrics: 4 columns x 4 rows, not 14 rows of 2 panels (1056x5316 px)
+        assert img.height < 2000 and 0.6 < img.width / img.height < 2.0

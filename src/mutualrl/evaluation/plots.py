@@ -1,16 +1,17 @@
 """PNG figures of training runs, in the style of the paper's figures.
 
 Read from each run folder's ``metrics.jsonl`` (train and eval lines, see
-docs/run_layout) and ``run.json``; several runs are overlaid, one colour per run
-(labelled by regime, e.g. standalone / prp / xgrpo / sgt):
+docs/run_layout), ``run.json`` and ``config.yaml``; several runs are overlaid, one colour, dash pattern
+and marker per run (labelled by regime, e.g. standalone / prp / xgrpo / sgt; :mod:`.plot_style`):
 
 - ``validation_reward.png`` -- validation reward@1 vs step, one panel per policy plus
   their average (paper Fig. "probe comparison", top row); step 0 is "No Train";
 - ``validation_reward_by_task.png`` -- the same per task, when runs validate on several;
 - ``validation_reward_by_group.png`` -- the same per task group (e.g. the tiny pool's families);
 - ``training_reward.png`` -- mean training reward per policy (bottom row of that figure);
-- ``optimization.png`` -- entropy and KL per policy (Fig. "optimization signatures");
-- ``regime_metrics.png`` -- regime metrics such as ``sgt/gate_rate`` when present.
+- ``optimization.png`` -- entropy and KL per policy (Fig. "optimization signatures"); with β = 0 the KL
+  panels say so;
+- ``regime_metrics.png`` -- regime metrics such as ``sgt/gate_rate`` when present, a panel per metric.
 """
 
 from __future__ import annotations
@@ -24,6 +25,16 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.errors import DataError
+from mutualrl.evaluation.plot_style import (
+    colors,
+    empty_panel,
+    line_kwargs,
+    panel_grid,
+    run_legend,
+    run_styles,
+    save_with_legend,
+    short_title,
+)
 from mutualrl.evaluation.results import GROUP_KEY_PREFIX, REWARD_KEY_SUFFIX, group_rewards
 
 REGIME_PREFIXES = ("sgt/", "xgrpo/", "prp/", "grpo-randpert/", "randpert/")
@@ -37,6 +48,7 @@ class RunData:
     train: list[dict[str, Any]] = field(default_factory=list)
     evals: list[dict[str, Any]] = field(default_factory=list)
     label: str = ""
+    beta: float | None = None  # grpo.beta of the run's config.yaml (None: no config to read)
 
     @property
     def regime(self) -> str:
@@ -67,7 +79,7 @@ def load_run(path: str | Path) -> RunData:
             info = json.loads((path / "run.json").read_text())
         except json.JSONDecodeError as err:
             raise DataError(f"{path / 'run.json'}: not valid JSON ({err})") from None
-    run = RunData(path=path, info=info)
+    run = RunData(path=path, info=info, beta=recipe_beta(path / "config.yaml"))
     lines = metrics.read_text(encoding="utf-8").splitlines()
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
@@ -89,6 +101,17 @@ def load_run(path: str | Path) -> RunData:
                 raise DataError(f"{metrics}: line {lineno} ({kind}) has no {key!r}")
         (run.train if kind == "train" else run.evals).append(row)
     return run
+
+
+def recipe_beta(config: Path) -> float | None:
+    """``grpo.beta`` of a run's resolved recipe (TRL's default 0 when unset); None if it cannot be read."""
+    import yaml
+
+    try:
+        grpo = (yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("grpo") or {}
+        return float(grpo.get("beta", 0.0))
+    except (OSError, yaml.YAMLError, AttributeError, TypeError, ValueError):
+        return None
 
 
 def label_runs(runs: Sequence[RunData]) -> None:
@@ -132,51 +155,8 @@ def ema(values: list[float], alpha: float) -> list[float]:
     return out
 
 
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    plt.rcParams.update({"font.size": 10, "axes.titlesize": 11, "axes.grid": True, "grid.alpha": 0.3,
-                         "axes.spines.top": False, "axes.spines.right": False})
-    return plt
-
-
-def _colors(n: int) -> list[Any]:
-    plt = _pyplot()
-    cmap = plt.get_cmap("tab10")
-    return [cmap(i % 10) for i in range(n)]
-
-
-def _grid(plt: Any, rows: int, cols: int, title: str) -> tuple[Any, Any]:
-    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols + 0.4, 3.1 * rows + 0.9), squeeze=False)
-    fig.suptitle(title, fontweight="bold")
-    return fig, axes
-
-
-def _finish(fig: Any, runs: Sequence[RunData], colors: list[Any], drawn: set[int], out: Path) -> Path:
-    """Figure-level legend (only the runs that have data in this figure), layout, save."""
-    from matplotlib.lines import Line2D
-
-    shown = [i for i in range(len(runs)) if i in drawn]
-    handles = [Line2D([], [], color=colors[i], lw=2) for i in shown]
-    fig.legend(handles, [runs[i].label for i in shown], loc="lower center", ncol=min(len(shown), 6), frameon=False,
-               bbox_to_anchor=(0.5, 0.0))
-    fig.tight_layout(rect=(0, 0.07 if len(shown) <= 6 else 0.12, 1, 0.97))
-    fig.savefig(out, dpi=120)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return out
-
-
 def _panel_policies(runs: Sequence[RunData]) -> list[str]:
     return list(dict.fromkeys(p for r in runs for p in r.policies()))
-
-
-def _empty(ax: Any, text: str = "no data") -> None:
-    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="0.5")
 
 
 def plot_metric_panels(
@@ -195,38 +175,37 @@ def plot_metric_panels(
     policies = _panel_policies(runs)
     if not any(series(getattr(r, kind), p, key)[0] for r in runs for p in policies):
         return None
-    plt = _pyplot()
     panels: list[str | None] = list(policies)
     if average and len(policies) > 1:
         panels.append(None)
-    fig, axes = _grid(plt, 1, len(panels), title)
-    colors = _colors(len(runs))
+    fig, axes = panel_grid(1, len(panels), title)
+    palette, styles = colors(len(runs)), run_styles(len(runs))
     drawn: set[int] = set()
     for ax, policy in zip(axes[0], panels, strict=True):
-        drew = False
-        for r, (run, color) in enumerate(zip(runs, colors, strict=True)):
+        for r, run in enumerate(runs):
             lines = getattr(run, kind)
             steps, values = series(lines, policy, key) if policy else mean_series(lines, run.policies(), key)
-            if not steps:
-                continue
-            drew = True
-            drawn.add(r)
-            _draw_series(ax, steps, values, color, smooth, marker="o" if markers else None, ms=3.5)
-        if not drew:
-            _empty(ax)
+            if steps:
+                drawn.add(r)
+                _draw_series(ax, steps, values, line_kwargs(palette[r], styles[r], marker=markers, markersize=3.5),
+                             smooth)
+        if not ax.lines:
+            empty_panel(ax)
         ax.set_title(policy if policy else "average over policies")
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
-    return _finish(fig, runs, colors, drawn, out)
+    return save_with_legend(fig, run_legend([r.label for r in runs], palette, styles, sorted(drawn), markers), out)
 
 
-def _draw_series(ax, steps, values, color, smooth: float | None, *, marker: str | None, ms: float) -> None:
+def _draw_series(ax: Any, steps: list[int], values: list[float], kwargs: dict[str, Any],
+                 smooth: float | None) -> None:
     """One run's line; long series smoothed (EMA) over a faint raw line."""
     if smooth and len(values) > 20:
-        ax.plot(steps, values, color=color, alpha=0.25, lw=1)
-        ax.plot(steps, ema(values, smooth), color=color, lw=2)
+        ax.plot(steps, values, color=kwargs["color"], alpha=0.25, lw=1)
+        ax.plot(steps, ema(values, smooth), **{k: v for k, v in kwargs.items() if not k.startswith("marker")
+                                               and k != "ms"})
     else:
-        ax.plot(steps, values, color=color, lw=2, marker=marker, ms=ms)
+        ax.plot(steps, values, **kwargs)
 
 
 def plot_grid(
@@ -238,33 +217,88 @@ def plot_grid(
     title: str,
     smooth: float | None,
     ylabel: str | None = None,
+    empty_notes: dict[str, str] | None = None,
 ) -> Path | None:
-    """Rows = metrics (``(key, label)``), columns = policies, one line per run; ``ylabel`` defaults to the label."""
+    """Rows = metrics (``(key, label)``), columns = policies, one line per run; ``ylabel`` defaults to the label.
+
+    A metric no run logged is left out, unless ``empty_notes`` names it: then its row stays, with the note
+    saying why it is empty (a figure titled "entropy and KL" with no KL row hid that β was 0)."""
     policies = _panel_policies(runs)
-    keys = [(k, lab) for k, lab in keys if any(series(getattr(r, kind), p, k)[0] for r in runs for p in policies)]
-    if not keys:
+    notes = empty_notes or {}
+    logged = [(k, lab) for k, lab in keys if any(series(getattr(r, kind), p, k)[0] for r in runs for p in policies)]
+    if not logged:
         return None
-    plt = _pyplot()
-    fig, axes = _grid(plt, len(keys), len(policies), title)
-    colors = _colors(len(runs))
+    keys = [(k, lab) for k, lab in keys if (k, lab) in logged or k in notes]
+    fig, axes = panel_grid(len(keys), len(policies), title)
+    palette, styles = colors(len(runs)), run_styles(len(runs))
     drawn: set[int] = set()
     for row, (key, label) in enumerate(keys):
         for col, policy in enumerate(policies):
             ax = axes[row][col]
-            drew = False
-            for r, (run, color) in enumerate(zip(runs, colors, strict=True)):
+            for r, run in enumerate(runs):
                 steps, values = series(getattr(run, kind), policy, key)
-                if not steps:
-                    continue
-                drew = True
-                drawn.add(r)
-                _draw_series(ax, steps, values, color, smooth, marker="o", ms=3)
-            if not drew:
-                _empty(ax)
+                if steps:
+                    drawn.add(r)
+                    _draw_series(ax, steps, values, line_kwargs(palette[r], styles[r], marker=True, markersize=3),
+                                 smooth)
+            if not ax.lines:
+                empty_panel(ax, notes.get(key, "no data"))
             ax.set_title(f"{policy}: {label}")
             ax.set_xlabel("step")
             ax.set_ylabel(ylabel or label)
-    return _finish(fig, runs, colors, drawn, out)
+    return save_with_legend(fig, run_legend([r.label for r in runs], palette, styles, sorted(drawn)), out)
+
+
+def plot_metric_mosaic(
+    runs: Sequence[RunData],
+    out: Path,
+    *,
+    kind: str,
+    keys: list[tuple[str, str]],
+    title: str,
+    smooth: float | None,
+    columns: int = 4,
+) -> Path | None:
+    """One panel per metric in a grid of ``columns``; a line per policy (colour) and run, each with its own dash
+    pattern and marker.
+
+    For the many regime metrics: a row per metric and a column per policy made a 1056x5316 px strip."""
+    policies = _panel_policies(runs)
+    keys = [(k, lab) for k, lab in keys if any(series(getattr(r, kind), p, k)[0] for r in runs for p in policies)]
+    if not keys:
+        return None
+    cols = min(columns, len(keys))
+    rows = -(-len(keys) // cols)
+    fig, axes = panel_grid(rows, cols, title, width=3.6, height=2.7)
+    # Each (run, policy) line that has a regime metric gets its own style, so equal values stay visible.
+    lines = [(run, policy) for run in runs for policy in policies
+             if any(series(getattr(run, kind), policy, k)[0] for k, _ in keys)]
+    palette, styles = colors(len(policies)), run_styles(len(lines))
+    drawn: set[int] = set()
+    for n, (key, label) in enumerate(keys):
+        ax = axes[n // cols][n % cols]
+        for k, (run, policy) in enumerate(lines):
+            steps, values = series(getattr(run, kind), policy, key)
+            if steps:
+                drawn.add(k)
+                _draw_series(ax, steps, values, line_kwargs(palette[policies.index(policy)], styles[k], marker=True,
+                                                            markersize=3), smooth)
+        ax.set_title(short_title(label), fontsize=9)
+        ax.set_xlabel("step")
+    for n in range(len(keys), rows * cols):
+        axes[n // cols][n % cols].set_visible(False)
+    several_runs = len({id(lines[k][0]) for k in drawn}) > 1
+    labels = [f"{run.label}: {policy}" if several_runs else policy for run, policy in lines]
+    return save_with_legend(fig, run_legend(labels, [palette[policies.index(p)] for _, p in lines], styles,
+                                            sorted(drawn)), out)
+
+
+def kl_note(runs: Sequence[RunData]) -> str:
+    """Why the KL panels are empty: TRL computes the KL term (and logs ``kl``) only when β > 0."""
+    betas = {run.beta for run in runs}
+    if betas == {0.0}:
+        return "no KL logged: β = 0 (grpo.beta), so there is no KL term"
+    return "no KL logged (TRL logs kl only when grpo.beta > 0)"
 
 
 def _task_keys(runs: Sequence[RunData]) -> list[str]:
@@ -332,10 +366,10 @@ def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, smooth: float
                            title="Training reward (mean over rollouts)", ylabel="reward", smooth=smooth,
                            markers=False),
         plot_grid(runs, out_dir / "optimization.png", kind="train", keys=list(OPTIMIZATION_KEYS),
-                  title="Optimization signatures: entropy and KL", smooth=smooth),
-        plot_grid(runs, out_dir / "regime_metrics.png", kind="train",
-                  keys=[(k, regime_metric_label(k)) for k in _regime_keys(runs)],
-                  title="Regime metrics", smooth=smooth),
+                  title="Optimization signatures: entropy and KL", smooth=smooth, empty_notes={"kl": kl_note(runs)}),
+        plot_metric_mosaic(runs, out_dir / "regime_metrics.png", kind="train",
+                           keys=[(k, regime_metric_label(k)) for k in _regime_keys(runs)],
+                           title="Regime metrics", smooth=smooth),
     ]
     return [p for p in written if p is not None]
 

@@ -1,0 +1,100 @@
+"""How the figures of :mod:`mutualrl.evaluation.plots` look: one distinguishable style per run, the figure
+frame (grid of panels, legend, layout) and the text of an empty panel.
+
+Runs differ in colour *and* in dash pattern, marker shape and width, so that two runs with equal values (a
+regime whose gate never fired, exactly on the standalone line) stay visible: the later run is drawn thinner,
+dashed, with hollow markers, on top of the earlier one. No jitter: every point is where it was logged.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 2)))
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+
+
+@dataclass(frozen=True)
+class LineStyle:
+    """What tells one run's line from another's, colour aside."""
+
+    linestyle: Any
+    marker: str
+    linewidth: float
+    hollow: bool  # later runs: hollow markers show a filled one under them
+
+
+def run_styles(count: int) -> list[LineStyle]:
+    """One style per run, each differing from every other in dash pattern and marker shape."""
+    return [LineStyle(LINESTYLES[i % len(LINESTYLES)], MARKERS[i % len(MARKERS)], max(1.2, 2.6 - 0.5 * i), i > 0)
+            for i in range(count)]
+
+
+def line_kwargs(color: Any, style: LineStyle, *, marker: bool, markersize: float) -> dict[str, Any]:
+    """``ax.plot`` keyword arguments of one run's line (``marker=False``: long curves, no markers)."""
+    kwargs: dict[str, Any] = {"color": color, "linestyle": style.linestyle, "lw": style.linewidth}
+    if marker:
+        kwargs.update(marker=style.marker, ms=markersize + (1.5 if style.hollow else 0),
+                      markerfacecolor="none" if style.hollow else color, markeredgewidth=1.3)
+    return kwargs
+
+
+def pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"font.size": 10, "axes.titlesize": 11, "axes.grid": True, "grid.alpha": 0.3,
+                         "axes.spines.top": False, "axes.spines.right": False})
+    return plt
+
+
+def colors(n: int) -> list[Any]:
+    cmap = pyplot().get_cmap("tab10")
+    return [cmap(i % 10) for i in range(n)]
+
+
+def panel_grid(rows: int, cols: int, title: str, *, width: float = 4.2, height: float = 3.1) -> tuple[Any, Any]:
+    fig, axes = pyplot().subplots(rows, cols, figsize=(width * cols + 0.4, height * rows + 0.9), squeeze=False)
+    fig.suptitle(title, fontweight="bold")
+    return fig, axes
+
+
+def empty_panel(ax: Any, text: str = "no data") -> None:
+    """Say why a panel has no line (the panel stays, so the reader sees what is missing)."""
+    ax.text(0.5, 0.5, "\n".join(textwrap.wrap(text, 34)), ha="center", va="center", transform=ax.transAxes,
+            color="0.4")
+    ax.set_xticks([])  # no made-up 0..1 axes under the note
+    ax.set_yticks([])
+
+
+def short_title(text: str, width: int = 34) -> str:
+    """A panel title wrapped to the panel's width (long metric names were cut at the figure's edge)."""
+    return "\n".join(textwrap.wrap(text, width)) or text
+
+
+def save_with_legend(fig: Any, entries: Sequence[tuple[str, dict[str, Any]]], out: Path) -> Path:
+    """Figure-level legend (``(label, Line2D keyword arguments)``), layout, save, close."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], **kwargs) for _, kwargs in entries]
+    ncol = min(len(entries), 6)
+    fig.legend(handles, [label for label, _ in entries], loc="lower center", ncol=ncol, frameon=False,
+               bbox_to_anchor=(0.5, 0.0), handlelength=3.2)
+    legend_rows = -(-len(entries) // 6)
+    height_in = fig.get_size_inches()[1]
+    fig.tight_layout(rect=(0, min(0.3, (0.3 + 0.25 * legend_rows) / height_in), 1, 1 - 0.35 / height_in))
+    fig.savefig(out, dpi=120)
+    pyplot().close(fig)
+    return out
+
+
+def run_legend(labels: Sequence[str], palette: Sequence[Any], styles: Sequence[LineStyle],
+               shown: Sequence[int], marker: bool = True) -> list[tuple[str, dict[str, Any]]]:
+    """Legend entries of the runs drawn in a figure: colour, dash pattern and marker as in the panels."""
+    return [(labels[i], line_kwargs(palette[i], styles[i], marker=marker, markersize=5)) for i in shown]
