@@ -50,7 +50,7 @@ REGIMES = {
                          "--set", "regime.xgrpo.length_correction=0", "--set", "regime.xgrpo.advantage_clip=1e9"],
 }
 NO_VALIDATION = ["--set", "validation.every_steps=0", "--set", "validation.at_start=false",
-                 "--set", "validation.limit=0"]
+                 "--set", "validation.limit=1"]  # the end-of-run validation, after the timed steps
 
 
 EXCHANGE_KEYS = ("mutual/build_s", "mutual/publish_s", "mutual/read_s", "mutual/transform_s")

@@ -1,0 +1,83 @@
+"""Every benchmark script runs end to end with tiny arguments (issue 28: none can rot unnoticed).
+
+Scripts with their own tests elsewhere: learning.py / tiny_sgt_dev.py (test_learning_bench.py),
+async_exchange.py, chaos.py, see_bandwidth.py, fidelity.py, gpu_smoke.py. The rest run here as a
+user would start them, and their output is checked for the figures they promise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+
+
+def run_script(name: str, *args: str, timeout: int = 600) -> str:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), str(ROOT)]),
+           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, str(BENCH / name), *args], capture_output=True, text=True, env=env,
+                          cwd=ROOT, timeout=timeout)
+    assert done.returncode == 0, f"{name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+def last_json(stdout: str) -> dict:
+    """The JSON object a script prints last (one line, or indented over several)."""
+    start = stdout.rfind("\n{") + 1 if not stdout.startswith("{") or stdout.rfind("\n{") > 0 else 0
+    return json.loads(stdout[start:])
+
+
+def test_verifier_agreement() -> None:
+    lines = [json.loads(line) for line in run_script("verifier_agreement.py", "--limit", "20").splitlines()
+             if line.startswith("{")]
+    verbatim = next(row for row in lines if row["variant"] == "verbatim")
+    assert verbatim["applies"] == verbatim["exact_accepts"] == 20  # a label boxed verbatim is always right
+
+
+def test_thl_speed() -> None:
+    out = last_json(run_script("thl_speed.py", "--n", "2", "--min-tokens", "20", "--max-tokens", "40",
+                               "--repeats", "1", "--ref-n", "1"))
+    assert out["n_responses"] == 2 and out["thl_s"] > 0
+    assert out["thl_conservation_loss_nats_total"] < 1e-3  # THL conserves the log-prob mass
+
+
+@pytest.mark.slow
+def test_step_time() -> None:
+    out = last_json(run_script("step_time.py", "--rounds", "1", "--steps", "2", "--warmup", "0"))
+    assert out["ratio"] > 0 and out["vanilla_step_s_median"] > 0
+
+
+@pytest.mark.slow
+def test_tiny_pool_dynamics_eval() -> None:
+    out = last_json(run_script("tiny_pool_dynamics.py", "--mode", "eval"))
+    assert out
+
+
+@pytest.mark.slow
+def test_regime_overhead() -> None:
+    out = last_json(run_script("regime_overhead.py", "--steps", "3", "--rounds", "1", "--skip", "1",
+                               "--regimes", "standalone,xgrpo"))
+    assert out["ratio_to_standalone"]["standalone"] == 1.0 and out["ratio_to_standalone"]["xgrpo"] > 0
+
+
+@pytest.mark.slow
+def test_real_pool_survey(tmp_path: Path) -> None:
+    run_script("real_pool_survey.py", "--models", "smollm2-135m", "--tasks", "synthetic-arith-4shot",
+               "--limit", "2", "--k", "2", "--max-new-tokens", "2", "--out", str(tmp_path))
+    row = json.loads((tmp_path / "real-pool-survey.json").read_text())["models"]["smollm2-135m"]["tasks"]
+    assert row["synthetic-arith-4shot"]["n"] == 2 and "pass_at_k" in row["synthetic-arith-4shot"]
+
+
+@pytest.mark.slow
+def test_vllm_generation() -> None:
+    out = run_script("vllm_generation.py", "--pool", "tiny", "--policy", "tiny-bpe", "--prompts", "1", "--k", "2",
+                     "--new-tokens", "2", "--repeats", "1", "--threads", "1")
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert rows and all(row.get("ratio", 0) > 0 for row in rows if "ratio" in row)
