@@ -55,6 +55,14 @@ def test_imports_only_go_down_the_layers():
     assert upward == []
 
 
+def test_no_two_packages_of_a_layer_import_each_other():
+    """Inside a layer arrows run one way too: in layer 1 config -> regimes (the registry) and regimes -> see, thl
+    (a regime's adapter publishes and reads SEE records, retokenizes with THL); never back."""
+    arrows = {(package_of(path), target) for path in SRC.rglob("*.py") for target in imported_packages(path)
+              if target != package_of(path)}
+    assert sorted(f"{a} <-> {b}" for a, b in arrows if (b, a) in arrows and a < b) == []
+
+
 def test_the_checker_sees_an_upward_import(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("from mutualrl.launch.plan import LaunchPlan\nimport mutualrl.training.worker\n")

@@ -162,7 +162,7 @@ def test_settings_and_overrides():
 
 def test_sequence_loss_is_sgt_auxiliary_nll(tmp_path):
     """PeerSFTTrainer's loss on a batch == SGT's sgt_nll with weight 1/n (mean of per-example token means)."""
-    from mutualrl.regimes.sgt import sgt_nll
+    from mutualrl.regimes.sgt.maths import sgt_nll
     from mutualrl.training.distill_sft import _peer_sft_trainer_class, build_sft_config, sft_kwargs
     from tiny_models import build_tiny_lm
     from transformers import AutoModelForCausalLM, AutoTokenizer

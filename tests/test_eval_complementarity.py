@@ -16,8 +16,7 @@ from mutualrl.evaluation.complementarity import (
     analyze,
     difficulty_table,
     groups_from_results,
-    regime_usability,
-    xgrpo_usable,
+    usability_table,
 )
 from mutualrl.evaluation.results import ModelEvalResult, PromptResult, save_eval_file
 
@@ -101,7 +100,7 @@ def test_regime_usability_by_hand_without_and_with_prp_ratios(two_model_file: Pa
     out = align(load_results(two_model_file))
     # K = 1 per policy: XGRPO is usable where the models disagree (p06 p07 p08 p09 p11, for both learners: 10
     # of 24 pairs); SGT where the learner fails and the peer solves (A: p07 p08 p11; B: p06 p09 -> 5 pairs).
-    usability = regime_usability(groups_from_results(out))
+    usability = usability_table(groups_from_results(out))
     assert usability["n_pairs"] == 24 and usability["prp_available"] is False
     assert "PRP usability needs importance ratios" in usability["note"]
     rows = {r["label"]: r["count"] for r in usability["rows"]}
@@ -114,14 +113,14 @@ def test_regime_usability_by_hand_without_and_with_prp_ratios(two_model_file: Pa
     ratios = {(pid, learner): [2.0] for pid in PIDS for learner in ("A", "B")}
     ratios.update({("p01", "A"): [0.5, 1.1], ("p06", "A"): [0.95], ("p07", "A"): [1.2], ("p06", "B"): [0.8],
                    ("p10", "B"): [1.0]})
-    full = regime_usability(groups_from_results(out), ratios)
+    full = usability_table(groups_from_results(out), ratios)
     counts = {r["label"]: r["count"] for r in full["rows"]}
     # A: none p02-p05 p10 p12 (6); only XGRPO p09; XGRPO+SGT p08 p11; only PRP p01; PRP+XGRPO p06; all three p07
     # B: none p01-p05 p12 (6); only XGRPO p07 p08 p11; XGRPO+SGT p09; only PRP p10; all three p06
     assert counts == {"None of the three": 12, "Only XGRPO": 4, "XGRPO and SGT, not PRP": 3, "Only PRP": 2,
                       "PRP and XGRPO, not SGT": 1, "All three": 2}
     assert full["prp_available"] is True and full["note"] is None
-    partial = regime_usability(groups_from_results(out), {("p01", "A"): [1.0]})
+    partial = usability_table(groups_from_results(out), {("p01", "A"): [1.0]})
     assert partial["prp_available"] is False and "23 (prompt, learner) pairs had no ratios" in partial["note"]
 
 
@@ -177,8 +176,10 @@ def test_given_difficulty_and_errors() -> None:
         analyze([a])
     with pytest.raises(DataError, match="share no prompt_id"):
         analyze([a, result("C", {"z": 1})])
-    assert xgrpo_usable([0.0, 1.0], [0.0, 1.0, 0.0, 1.0]) is False  # same mean and std: no change
-    assert xgrpo_usable([0.0, 1.0], [0.0, 1.0, 1.0, 1.0]) is True
+    # K = 2: learner [0, 1] in the pool [0, 1, 0, 1] has the pool's mean and population std, but GRPO's
+    # sample std (0.71 vs the pool's 0.58) differs, so pooling changes its advantages: XGRPO-usable.
+    groups = {"q": {"A": [0.0, 1.0], "B": [0.0, 1.0]}, "r": {"A": [1.0, 1.0], "B": [1.0, 1.0]}}
+    assert usability_table(groups)["per_learner"]["A"] == {"n": 2, "xgrpo": 0.5, "sgt": 0.0}
 
 
 def test_cli_json_tables_and_run_folder(two_model_file: Path, tmp_path: Path) -> None:

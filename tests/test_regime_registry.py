@@ -25,7 +25,7 @@ from mutualrl.regimes.registry import (
     register_regime,
     unregister_regime,
 )
-from mutualrl.training.adapters.base import RegimeAdapter
+from mutualrl.regimes.adapter import RegimeAdapter
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,12 +82,22 @@ def test_a_second_spec_under_a_taken_name_is_refused():
 
 
 def test_a_regime_name_is_spelled_in_one_source_file():
-    hits = [p for p in (ROOT / "src").rglob("*.py") if '"xgrpo"' in p.read_text()]
-    assert [p.name for p in hits] == ["xgrpo_spec.py"]
+    src = ROOT / "src" / "mutualrl"
+    hits = [p for p in src.rglob("*.py") if '"xgrpo"' in p.read_text()]
+    assert [str(p.relative_to(src)) for p in hits] == ["regimes/xgrpo/spec.py"]
 
 
-def test_config_loading_does_not_import_torch():
-    code = "import sys, mutualrl.config; print('torch' in sys.modules)"
+def test_every_builtin_regime_is_one_folder():
+    folders = sorted(p.parent.name for p in (ROOT / "src" / "mutualrl" / "regimes").glob("*/spec.py"))
+    assert folders == ["prp", "randpert", "sgt", "standalone", "xgrpo"]
+    assert {get_regime(n).adapter.split(":")[0] for n in ("xgrpo", "sgt", "prp", "grpo-randpert")} == {
+        "mutualrl.regimes.xgrpo.adapter", "mutualrl.regimes.sgt.adapter", "mutualrl.regimes.prp.adapter",
+        "mutualrl.regimes.randpert.adapter"}
+
+
+def test_config_loading_and_every_regime_spec_do_not_import_torch():
+    code = ("import sys, mutualrl.config; from mutualrl.regimes.registry import regime_names; "
+            "assert len(regime_names()) >= 5; print('torch' in sys.modules)")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert out.stdout.strip() == "False"
@@ -136,8 +146,14 @@ def test_an_unknown_regime_in_a_recipe_names_the_field(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_regime_registered_from_a_test_file_trains_two_steps(tmp_path):
+def test_a_regime_registered_from_a_test_file_trains_two_steps(throwaway, tmp_path):
+    """The regime of this file trains, and its status metric reaches the live progress line (the policies'
+    status files, which the launcher shows for every policy, and the step lines it prints)."""
+    import json
+
     from e2e_helpers import child_env, metric_lines, train_command, write_recipe
+
+    from mutualrl.launch.runner import describe_status
     from tiny_models import build_tiny_lm
 
     models = {"bpe": build_tiny_lm("gpt2", tmp_path / "bpe", seed=1),
@@ -154,3 +170,6 @@ def test_a_regime_registered_from_a_test_file_trains_two_steps(tmp_path):
         assert [line["step"] for line in rows] == [1, 2]
         assert all(line["throwaway-test/peers"] == 1 and line["throwaway-test/bonus"] == 0.5 for line in rows)
         assert all("throwaway-test/peer_reward_mean" in line for line in rows)
+        status = json.loads((run_dir / "status" / f"{policy}.json").read_text())
+        shown = f"peer r {status['throwaway-test/peer_reward_mean']:.3g}"
+        assert shown in describe_status(status) and shown in done.stdout

@@ -11,14 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mutualrl.regimes.grpo import group_advantages
-from mutualrl.regimes.prp import (
-    USABILITY_CELLS,
+from mutualrl.regimes.prp.maths import (
     peer_log_ratio,
     prp_behaviour_logps,
     prp_pooled_advantages,
     ratio_statistics,
-    regime_usability,
 )
+from mutualrl.regimes.usability import USABILITY_CELLS, regime_usability
 
 EPS = 1e-4
 
@@ -184,5 +183,5 @@ def test_usability_table_partitions_prompts_and_sgt_implies_xgrpo(data):
 
 
 def test_usability_shape_errors():
-    with pytest.raises(ValueError, match="peer_seq_ratios must have the shape of peer_rewards"):
-        regime_usability(torch.zeros(2, 2), torch.zeros(2, 1, 2), torch.zeros(2, 2))
+    with pytest.raises(ValueError, match="peer_seq_ratios must have P=2 rows"):
+        regime_usability(torch.zeros(2, 2), torch.zeros(2, 1, 2), torch.zeros(3, 2))

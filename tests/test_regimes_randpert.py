@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mutualrl.regimes.grpo import group_advantages
-from mutualrl.regimes.randpert import randpert_advantages
+from mutualrl.regimes.randpert.maths import randpert_advantages
 
 EPS = 1e-4
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mutualrl.regimes.pool import split_pool
-from mutualrl.regimes.sgt import (
+from mutualrl.regimes.sgt.maths import (
     SGTGate,
     assign_sgt_rows,
     select_peer_successes,
@@ -372,7 +372,7 @@ def test_gate_shape_errors():
 
 
 def test_rescue_logprob_is_the_mean_sequence_logprob_of_rows_that_carry_the_term():
-    from mutualrl.regimes.sgt import rescue_logprob
+    from mutualrl.regimes.sgt.maths import rescue_logprob
 
     logps = t([[-1.0, -2.0, -9.0], [-0.5, -0.5, -0.5], [-3.0, float("-inf"), 0.0]])
     mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0]])

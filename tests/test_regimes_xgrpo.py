@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from mutualrl.regimes.grpo import group_advantages
 from mutualrl.regimes.pool import split_pool
-from mutualrl.regimes.prp import prp_pooled_advantages
-from mutualrl.regimes.xgrpo import pearson, shuffled_pool_control, xgrpo_advantages
+from mutualrl.regimes.prp.maths import prp_pooled_advantages
+from mutualrl.regimes.xgrpo.maths import pearson, shuffled_pool_control, xgrpo_advantages
 
 EPS = 1e-4
 

@@ -20,8 +20,8 @@ from mutualrl.see.consumed import LogTail, append_row, log_path, read_consumptio
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.staleness import catch_up_target, choose_peer_round, round_seconds
 from mutualrl.see.synthetic import synthetic_batch
-from mutualrl.training.adapters.base import RegimeAdapter, round_stride
-from mutualrl.training.adapters.consumption import PeerConsumption
+from mutualrl.regimes.adapter import RegimeAdapter, round_stride
+from mutualrl.see.consumption import PeerConsumption
 from mutualrl.training.trainer import MutualGRPOTrainer
 from tiny_models import build_tiny_lm
 
@@ -237,7 +237,7 @@ def test_a_skipped_round_leaves_every_parameter_and_advances_the_schedule(tmp_pa
 
 def test_a_rejoin_line_makes_peers_forget_what_the_policy_did_before(tmp_path):
     from mutualrl.see.staleness import has_reached
-    from mutualrl.training.adapters.consumption import rejoin_pool
+    from mutualrl.see.consumption import rejoin_pool
 
     fast, slow = client(tmp_path, "fast", timeout=0.3), client(tmp_path, "slow")
     publish(slow, *range(11))  # the crashed run got to round 10 ...

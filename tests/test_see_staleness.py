@@ -13,7 +13,7 @@ from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.staleness import choose_peer_round
 from mutualrl.see.synthetic import synthetic_batch
 from mutualrl.see.consumed import read_consumption
-from mutualrl.training.adapters.consumption import PeerConsumption
+from mutualrl.see.consumption import PeerConsumption
 from mutualrl.training.callbacks import step_delay
 
 POLICIES = ["fast", "slow"]

@@ -9,7 +9,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from mutualrl.assets.tokenizers import load_tokenizer
 from mutualrl.config import load_run_config
-from mutualrl.training.adapters.base import RegimeAdapter
+from mutualrl.regimes.adapter import RegimeAdapter
 from mutualrl.training.trainer import MutualGRPOTrainer
 from tiny_models import build_tiny_lm
 

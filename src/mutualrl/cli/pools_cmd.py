@@ -16,7 +16,7 @@ from mutualrl.config.loader import (
     read_yaml,
 )
 from mutualrl.config.typed import to_plain
-from mutualrl.regimes.standalone_spec import STANDALONE
+from mutualrl.regimes.standalone.spec import STANDALONE
 
 app = typer.Typer(
     help="List the pool and experiment recipes (one line each) or show one resolved recipe.",

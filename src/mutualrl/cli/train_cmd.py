@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from mutualrl.cli.common import check_output_path, console, report_errors
-from mutualrl.regimes.prp_spec import DENOMINATORS
+from mutualrl.regimes.prp.spec import DENOMINATORS
 from mutualrl.regimes.registry import get_regime, regimes_help
 
 REGIME_HELP = "Sharing regime: " + regimes_help() + ". Default: the recipe's."

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mutualrl.regimes.registry import get_regime, regime_names, settings_regimes
-from mutualrl.regimes.standalone_spec import STANDALONE
+from mutualrl.regimes.standalone.spec import STANDALONE
 
 
 @dataclass

@@ -11,7 +11,7 @@ validation step of a run) this module computes the paper's tables:
 - Tab. complementarity-difficulty: the same Jaccard and exactly-one rates inside
   equal-size easy / medium / hard buckets of prompts ranked by mean reward;
 - Tab. regime-overlap (channel decomposition): per (prompt, learner), whether XGRPO, SGT
-  and PRP would be *usable* -- see :func:`regime_usability` for what eval results can and
+  and PRP would be *usable* -- see :func:`usability_table` for what eval results can and
   cannot tell.
 
 Conventions (documented in docs/evaluation.md):
@@ -39,9 +39,9 @@ import numpy as np
 
 from mutualrl.errors import DataError
 from mutualrl.evaluation.results import ModelEvalResult
-from mutualrl.regimes.prp_spec import PRP
-from mutualrl.regimes.sgt_spec import SGT
-from mutualrl.regimes.xgrpo_spec import XGRPO
+from mutualrl.regimes.prp.spec import PRP
+from mutualrl.regimes.sgt.spec import SGT
+from mutualrl.regimes.xgrpo.spec import XGRPO
 
 BUCKET_NAMES = {3: ("easy", "medium", "hard")}
 TIE_RULE = ("prompts sorted by mean reward across models, highest first; ties broken by prompt_id (ascending); "
@@ -247,30 +247,7 @@ def groups_from_results(out: Outcomes) -> dict[str, dict[str, list[float]]]:
     }
 
 
-def _normalised(rewards: np.ndarray, mean: float, std: float, eps: float) -> np.ndarray:
-    return (rewards - mean) / (std + eps)
-
-
-def xgrpo_usable(learner: Sequence[float], pooled: Sequence[float], eps: float = 1e-4, tol: float = 1e-6) -> bool:
-    """Pooled normalisation changes the learner's advantages relative to its own group's (population std)."""
-    r = np.asarray(learner, dtype=float)
-    p = np.asarray(pooled, dtype=float)
-    own = _normalised(r, r.mean(), r.std(), eps)
-    shared = _normalised(r, p.mean(), p.std(), eps)
-    return bool(np.max(np.abs(shared - own)) > tol)
-
-
-def sgt_usable(learner: Sequence[float], peers: Sequence[float], success: float = 0.8, failure: float = 0.2) -> bool:
-    """The SGT gate: every learner rollout is a failure and some peer rollout is a verified success."""
-    return bool(all(x < failure for x in learner) and any(x > success for x in peers))
-
-
-def prp_usable(ratios: Sequence[float], low: float = 0.8, high: float = 1.2) -> bool:
-    """At least one peer response has importance ratio inside [low, high] for the learner."""
-    return any(low <= x <= high for x in ratios)
-
-
-def regime_usability(
+def usability_table(
     groups: Groups,
     prp_ratios: Mapping[tuple[str, str], Sequence[float]] | None = None,
     *,
@@ -280,17 +257,23 @@ def regime_usability(
 ) -> dict[str, Any]:
     """Tab. regime-overlap: over (prompt, learner) pairs, which regimes could use the prompt.
 
-    - XGRPO: pooled reward normalisation changes the learner's advantage (:func:`xgrpo_usable`);
-    - SGT: the learner fails everywhere and a peer succeeds (:func:`sgt_usable`);
+    - XGRPO: pooled reward normalisation changes the learner's advantage;
+    - SGT: the learner fails everywhere and a peer succeeds (the SGT gate);
     - PRP: some peer response has importance ratio in ``ratio_band`` for the learner. The
       ratios come from a PRP run (its SEE records: learner log-probs of peer responses over
       the peer's THL-aligned log-probs), so they are **not** in eval results; pass
       ``prp_ratios`` ``{(prompt_id, learner): [ratio, ...]}`` to fill the PRP column,
       otherwise it is reported as not available and rows are split by XGRPO x SGT only.
 
-    With eval results (K = 1 per policy, 0/1 rewards) XGRPO-usable means the policies
-    disagree on the prompt and SGT-usable means the learner failed where a peer succeeded.
+    Each (prompt, learner) is decided by :func:`mutualrl.regimes.usability.regime_usability`, the one
+    definition (GRPO's sample std in both advantages; it says why). With eval results (K = 1 per policy,
+    0/1 rewards) XGRPO-usable means the policies disagree on the prompt and SGT-usable means the learner
+    failed where a peer succeeded. Every policy must have the same number of rollouts of a prompt.
     """
+    import torch  # local: the other tables need no torch
+
+    from mutualrl.regimes.usability import regime_usability
+
     counts: dict[tuple[bool | None, bool, bool], int] = {}
     per_learner: dict[str, dict[str, int]] = {}
     missing_ratios = 0
@@ -299,17 +282,15 @@ def regime_usability(
         if len(by_policy) < 2:
             continue
         for learner, rewards in by_policy.items():
-            peers = [x for name, rs in by_policy.items() if name != learner for x in rs]
-            pooled = [x for rs in by_policy.values() for x in rs]
-            x_ok = xgrpo_usable(rewards, pooled)
-            s_ok = sgt_usable(rewards, peers, success, failure)
-            p_ok: bool | None = None
-            if prp_ratios is not None:
-                ratios = prp_ratios.get((pid, learner))
-                if ratios is None:
-                    missing_ratios += 1
-                else:
-                    p_ok = prp_usable(ratios, *ratio_band)
+            peers = [list(rs) for name, rs in by_policy.items() if name != learner]
+            ratios = None if prp_ratios is None else prp_ratios.get((pid, learner))
+            missing_ratios += prp_ratios is not None and ratios is None
+            usable = regime_usability(
+                torch.tensor([list(rewards)], dtype=torch.float64), torch.tensor([peers], dtype=torch.float64),
+                None if ratios is None else torch.tensor([list(ratios)], dtype=torch.float64), ratio_band=ratio_band,
+                success_threshold=success, failure_threshold=failure)
+            x_ok, s_ok = bool(usable.xgrpo[0]), bool(usable.sgt[0])
+            p_ok = None if ratios is None else bool(usable.prp[0])
             key = (p_ok, x_ok, s_ok)
             counts[key] = counts.get(key, 0) + 1
             stats = per_learner.setdefault(learner, {"n": 0, XGRPO.name: 0, SGT.name: 0, PRP.name: 0})
@@ -407,7 +388,7 @@ def analyze(
             "source": "given" if difficulty is not None else "mean score across models",
             "buckets": difficulty_table(out, n_buckets, difficulty),
         },
-        "usability": regime_usability(groups_from_results(out), prp_ratios),
+        "usability": usability_table(groups_from_results(out), prp_ratios),
     }
     if len(set(out.tasks)) > 1:
         by_task = {}

@@ -36,8 +36,8 @@ from mutualrl.evaluation.plot_style import (
     short_title,
 )
 from mutualrl.evaluation.results import GROUP_KEY_PREFIX, REWARD_KEY_SUFFIX, group_rewards
+from mutualrl.regimes.registry import all_regimes
 
-REGIME_PREFIXES = ("sgt/", "xgrpo/", "prp/", "grpo-randpert/", "randpert/")
 OPTIMIZATION_KEYS = (("entropy", "entropy"), ("kl", "KL"))
 
 
@@ -319,28 +319,24 @@ def _group_keys(runs: Sequence[RunData]) -> list[tuple[str, str]]:
     return [(f"{GROUP_KEY_PREFIX}{g}{REWARD_KEY_SUFFIX}", g) for g in groups]
 
 
-KNOWN_REGIME_METRICS = {
-    "sgt/gate_rate": "SGT gate rate",
-    "sgt/rescues": "SGT rescues",
-    "sgt/extra_token_frac": "SGT extra-token fraction",
-    "xgrpo/mean_abs_adv_change": "XGRPO |advantage change|",
-    "xgrpo/sign_flip_rate": "XGRPO sign-flip rate",
-    "prp/ratio_p99": "PRP importance ratio p99",
-    "prp/clip_rate": "PRP clip rate",
-}
-
-
 def regime_metric_label(key: str) -> str:
-    """``sgt/gate_rate`` -> ``SGT gate rate``; unknown keys are shown as logged."""
-    return KNOWN_REGIME_METRICS.get(key, key)
+    """``sgt/gate_rate`` -> ``SGT gate rate`` (the regime's ``titles``); unknown keys are shown as logged."""
+    return next((spec.title_keys[key] for spec in all_regimes() if key in spec.title_keys), key)
+
+
+def regime_prefixes() -> tuple[str, ...]:
+    """``<name>/`` and ``<settings_key>/`` of every registered regime: the keys of regime metrics."""
+    names = {part for spec in all_regimes() for part in (spec.name, spec.settings_key) if part}
+    return tuple(sorted(f"{part}/" for part in names))
 
 
 def _regime_keys(runs: Sequence[RunData]) -> list[str]:
     keys = []
+    prefixes = regime_prefixes()
     for r in runs:
         for line in r.train:
             for k, v in line.items():
-                if k.startswith(REGIME_PREFIXES) and isinstance(v, (int, float)) and k not in keys:
+                if k.startswith(prefixes) and isinstance(v, (int, float)) and k not in keys:
                     keys.append(k)
     return keys
 

@@ -1,10 +1,10 @@
 """The regime registry: one :class:`RegimeSpec` per sharing regime, the only place names are listed.
 
-Each built-in regime registers itself in one torch-free module ``mutualrl/regimes/<x>_spec.py``
-(its settings dataclass, metric names and spec; the pure maths live next to it in
-``regimes/<x>.py``, the trainer adapter in ``training/adapters/``, named here by import path
-so this layer never imports the training layer). Every module of this package whose name ends
-in ``_spec`` is imported on the first lookup, so adding a regime is adding one such module.
+Each built-in regime is one folder ``mutualrl/regimes/<name>/``: a torch-free ``spec.py`` (its
+settings dataclass, metric names and the :class:`RegimeSpec` it registers), its pure maths
+``maths.py`` and its TRL adapter ``adapter.py``, named in the spec by import path so that
+importing a spec never imports torch or TRL. Every sub-package of this package with a ``spec``
+module is imported on the first lookup, so adding a regime is adding one such folder.
 
 Regimes outside the package (a plugin, a test) are imported from the ``MUTUALRL_REGIMES``
 environment variable: module names or ``.py`` file paths, separated by commas. The launcher's
@@ -32,7 +32,7 @@ from mutualrl.errors import UnknownNameError
 ENV_VAR = "MUTUALRL_REGIMES"
 """Extra regime modules to import (module names or .py paths, comma-separated)."""
 
-BASE_ADAPTER = "mutualrl.training.adapters.base:RegimeAdapter"
+BASE_ADAPTER = "mutualrl.regimes.adapter:RegimeAdapter"
 
 
 @dataclass(frozen=True)
@@ -52,9 +52,13 @@ class RegimeSpec:
     settings: type | None = None
     """The settings dataclass (a ``help`` per field); its defaults are the paper's."""
     adapter: str = BASE_ADAPTER
-    """The trainer adapter, ``"module:Class"``, imported only by the training layer."""
+    """The trainer adapter, ``"module:Class"`` (a :class:`~mutualrl.regimes.adapter.RegimeAdapter`), imported
+    only by the training layer."""
     status: tuple[tuple[str, str], ...] = ()
-    """(metric, label) shown on the live status line; the metric is logged as ``<name>/<metric>``."""
+    """(metric, label) shown on the live status line (the policy's status file and the launcher's progress);
+    the metric is logged as ``<name>/<metric>``."""
+    titles: tuple[tuple[str, str], ...] = ()
+    """(metric, title) for the plots of ``mutualrl plot``; a metric without one is titled by its key."""
     check: Callable[[Any], tuple[str, str] | None] | None = None
     """Cross-field check of the settings: None, or (field, problem)."""
     order: int = 100
@@ -70,6 +74,11 @@ class RegimeSpec:
     def status_keys(self) -> tuple[tuple[str, str], ...]:
         """(full metric key, label) for the status line."""
         return tuple((f"{self.name}/{metric}", label) for metric, label in self.status)
+
+    @property
+    def title_keys(self) -> dict[str, str]:
+        """Full metric key -> plot title."""
+        return {f"{self.name}/{metric}": title for metric, title in self.titles}
 
 
 _REGISTRY: dict[str, RegimeSpec] = {}
@@ -95,11 +104,11 @@ def unregister_regime(name: str) -> None:
 
 
 def load_regimes() -> None:
-    """Import the built-in ``*_spec`` modules and those named in ``MUTUALRL_REGIMES`` (once each)."""
+    """Import the built-in ``<name>/spec.py`` modules and those named in ``MUTUALRL_REGIMES`` (once each)."""
     package = sys.modules[__package__]
     for info in pkgutil.iter_modules(package.__path__):
-        if info.name.endswith("_spec"):
-            _import_once(f"{__package__}.{info.name}")
+        if info.ispkg and (Path(info.module_finder.path) / info.name / "spec.py").is_file():  # type: ignore[union-attr]
+            _import_once(f"{__package__}.{info.name}.spec")
     for entry in os.environ.get(ENV_VAR, "").split(","):
         if entry.strip():
             _import_once(entry.strip())

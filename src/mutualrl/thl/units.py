@@ -128,10 +128,6 @@ class Partition:
             self._bounds = (starts.astype(np.int64), ends.astype(np.int64))
         return self._bounds
 
-    def unit_text(self, text: str, unit: int) -> str:
-        start, end = self.unit_char_bounds()
-        return text[int(start[unit]):int(end[unit])]
-
 
 def partition(text: str, units: str = "auto") -> Partition:
     """The unit partition of ``text`` (see module docstring)."""

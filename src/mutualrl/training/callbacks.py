@@ -15,6 +15,7 @@ import torch
 from transformers import TrainerCallback
 
 from mutualrl.atomic_io import append_text, write_json_atomic
+from mutualrl.regimes.registry import all_regimes
 from mutualrl.training.paths import RunPaths
 
 # TRL log keys -> the names metrics.jsonl uses (see docs/run-layout.md).
@@ -55,12 +56,15 @@ def append_jsonl(path: Path, obj: dict[str, Any]) -> None:
 
 
 class StatusCallback(TrainerCallback):
-    """Keeps ``RUN/status/<policy>.json`` current for the launcher's live progress display."""
+    """Keeps ``RUN/status/<policy>.json`` current for the launcher's live progress display.
 
-    KEYS = ("reward_mean", "entropy", "kl", "sgt/gate_rate", "sgt/rescues", "xgrpo/mean_abs_adv_change",
-            "prp/clip_rate", "eval/reward@1")
+    It carries :data:`KEYS` and every registered regime's status metrics (``RegimeSpec.status``), so a
+    regime added from outside the package reaches the progress line like a built-in one."""
+
+    KEYS = ("reward_mean", "entropy", "kl", "eval/reward@1")
 
     def __init__(self, paths: RunPaths, policy: str):
+        self.keys = (*self.KEYS, *(key for spec in all_regimes() for key, _ in spec.status_keys))
         self.path = paths.status(policy)
         self.policy = policy
         self.last: dict[str, Any] = {}
@@ -81,7 +85,7 @@ class StatusCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
             return
-        for key in self.KEYS:
+        for key in self.keys:
             source = {v: k for k, v in RENAMES.items()}.get(key, key)
             if source in logs and logs[source] is not None:
                 self.last[key] = _clean(logs[source])

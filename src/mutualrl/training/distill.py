@@ -11,7 +11,7 @@ control that removes SGT's online failure gate and its interleaving with GRPO:
    the prompt in the learner's own template (the ids its GRPO run and validation saw), the
    completion the peer's response text retokenized by THL with the learner's tokenizer, plus
    the learner's EOS when the peer's response ended -- exactly what SGT's auxiliary NLL scores
-   (:mod:`mutualrl.training.adapters.sgt`), offline, on every prompt, with no gate and no GRPO.
+   (:mod:`mutualrl.regimes.sgt.adapter`), offline, on every prompt, with no gate and no GRPO.
 
 Held-out greedy reward@1 of the learner before and after the SFT is measured with the
 evaluation code on the run's own held-out prompts (``RUN/data/eval.jsonl``), overall, per
@@ -31,7 +31,7 @@ from typing import Any
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.config.schema import PolicyConfig, RunConfig
 from mutualrl.errors import UnknownNameError, UsageError
-from mutualrl.regimes.standalone_spec import STANDALONE
+from mutualrl.regimes.standalone.spec import STANDALONE
 from mutualrl.see.harvest import Harvest, Success, harvest_successes, see_root_of
 from mutualrl.training.paths import RunPaths
 
@@ -233,13 +233,6 @@ def load_start_model(plan: DistillPlan, dtype: str, device: str) -> Any:
         base = load_model(plan.learner.model, dtype, device)
         return PeftModel.from_pretrained(base, str(plan.start_model)).merge_and_unload()
     return load_model(str(plan.start_model), dtype, device)
-
-
-def run_distill(plan: DistillPlan, on_status: Callable[[str], None] = lambda msg: None,
-                progress_factory: Callable[[str, int], Callable[[int], None]] | None = None) -> dict[str, Any]:
-    """SFT the learner on the peer's successes, save the model, evaluate before/after; returns the summary."""
-    summary = train_distill(plan, on_status)
-    return finish_distill(plan, summary, on_status, progress_factory)
 
 
 def train_distill(plan: DistillPlan, on_status: Callable[[str], None] = lambda msg: None) -> dict[str, Any]:

@@ -31,6 +31,8 @@ import torch
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
+from mutualrl.regimes.adapter import log_trl_metrics
+
 
 @dataclass
 class StepRollouts:
@@ -67,14 +69,11 @@ class MutualGRPOTrainer(GRPOTrainer):
     """GRPOTrainer for one policy of a mutual-RL pool.
 
     Args (besides GRPOTrainer's):
-        policy_name: this policy's name in the pool (names its SEE shards).
-        regime: a :class:`mutualrl.training.regime_adapters.RegimeAdapter`.
-        exchange: a :class:`mutualrl.see.ExperienceExchange` (None: publish nothing).
-        record_publisher: publishes this step's records (built lazily) to the exchange.
+        policy_name: this policy's name in the pool.
+        regime: a :class:`mutualrl.regimes.adapter.RegimeAdapter` (it holds the SEE exchange, if any).
     """
 
-    def __init__(self, *args: Any, policy_name: str, regime: Any, exchange: Any = None,
-                 record_builder: Any = None, **kwargs: Any):
+    def __init__(self, *args: Any, policy_name: str, regime: Any, **kwargs: Any):
         from mutualrl.training.vllm_engine import cpu_engine_overrides, install_cpu_weight_sync, on_cpu_colocate
 
         with cpu_engine_overrides(kwargs.get("args"), kwargs.get("model")):  # CPU vLLM: the model's dtype, eager
@@ -83,8 +82,6 @@ class MutualGRPOTrainer(GRPOTrainer):
             install_cpu_weight_sync(self.vllm_generation)  # vLLM's CPU backend repacks its weights
         self.policy_name = policy_name
         self.regime = regime
-        self.exchange = exchange
-        self.record_builder = record_builder
         self._pending_rewards: dict[str, Any] | None = None
         self._skipping_round = False
         self.generation_delay: tuple[float, str | None] = (0.0, None)  # (seconds, "even" | "odd" | None)
@@ -130,11 +127,11 @@ class MutualGRPOTrainer(GRPOTrainer):
         if not self.model.training:  # TRL's own evaluation loop: no exchange
             return output
         # Where a step's time goes: rollout (generation, rewards, old log-probs) vs TRL's step_time.
-        self._metrics["train"]["mutual/rollout_seconds"].append(time.perf_counter() - started)
+        log_trl_metrics(self, {"mutual/rollout_seconds": time.perf_counter() - started})
         rollouts = self._collect_step_rollouts()
         started = time.perf_counter()
         output = self.regime.process_step(output, rollouts)
-        self._metrics["train"]["mutual/exchange_seconds"].append(time.perf_counter() - started)
+        log_trl_metrics(self, {"mutual/exchange_seconds": time.perf_counter() - started})
         return output
 
     def _collect_step_rollouts(self) -> StepRollouts:

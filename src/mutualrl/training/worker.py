@@ -184,8 +184,8 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         from mutualrl.see.liveness import start_heartbeat_thread
 
         if os.environ.get(REJOIN_ENV):  # restarted into the running pool: peers readmit us once we catch up
-            from mutualrl.training.adapters.base import round_stride
-            from mutualrl.training.adapters.consumption import rejoin_pool
+            from mutualrl.regimes.adapter import round_stride
+            from mutualrl.see.consumption import rejoin_pool
 
             rejoin_pool(exchange, resume_from, round_stride(args, required=False))
         start_heartbeat_thread(exchange)  # beats through long steps: silence means stopped or frozen
@@ -216,7 +216,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     trainer = MutualGRPOTrainer(
         model=model, reward_funcs=reward, args=args, train_dataset=dataset,
         processing_class=tokenizer, callbacks=callbacks, peft_config=peft_config,
-        policy_name=policy_name, regime=regime, exchange=exchange,
+        policy_name=policy_name, regime=regime,
     )
     trainer.generation_delay = step_delay(policy_name)  # MUTUALRL_DEBUG_STEP_DELAY: a slow peer on purpose
     validation.trainer = trainer

@@ -16,14 +16,9 @@ from typing import Any
 import torch
 
 from mutualrl.padding import pad_token_rows
-from mutualrl.regimes.sgt_spec import SGT
-from mutualrl.training.adapters.base import (
-    RegimeAdapter,
-    peer_groups,
-    peer_values,
-    require_whole_groups,
-    stable_seed,
-)
+from mutualrl.regimes.adapter import RegimeAdapter, log_trl_metrics
+from mutualrl.regimes.peers import gather_peer_groups, require_whole_groups, stable_seed
+from mutualrl.regimes.sgt.spec import SGT
 
 SGT_KEYS = ("sgt_completion_ids", "sgt_completion_mask", "sgt_weight")
 
@@ -82,7 +77,7 @@ class SGTAdapter(RegimeAdapter):
 
     def _rescue(self, output, rollouts, peers, own: OwnRound, step: int):
         """SGT on ``own``'s groups (this step's or an earlier round's) against the peers' records of ``step``."""
-        from mutualrl.regimes.sgt import (
+        from mutualrl.regimes.sgt.maths import (
             assign_sgt_rows,
             select_peer_successes,
             sgt_example_weights,
@@ -96,15 +91,8 @@ class SGTAdapter(RegimeAdapter):
         k = rollouts.num_generations
         n_local = len(rollouts.prompt_ids_local)
         local_groups, learner = own.groups, own.rewards
-        peer_rewards = torch.empty(len(local_groups), len(self.peers), k)
-        peer_lengths = torch.empty(len(local_groups), len(self.peers), k)
-        peer_rows: list[list[list[int]]] = []
-        for m, name in enumerate(self.peers):
-            table = peers[name]
-            rows = peer_groups(table, local_groups, k, name, step)
-            peer_rewards[:, m] = peer_values(table, "reward", rows)
-            peer_lengths[:, m] = peer_values(table, "num_tokens", rows)
-            peer_rows.append(rows.tolist())
+        peer = gather_peer_groups(peers, self.peers, local_groups, k, step, columns=("reward", "num_tokens"))
+        peer_rewards, peer_lengths = peer.values["reward"], peer.values["num_tokens"]
 
         gate = sgt_gate(learner, peer_rewards, success_threshold=settings.success_threshold,
                         failure_threshold=settings.failure_threshold,
@@ -118,7 +106,7 @@ class SGTAdapter(RegimeAdapter):
         for p in gated_prompts:
             m, j = int(chosen[p, 0]), int(chosen[p, 1])
             table = peers[self.peers[m]]
-            row = peer_rows[m][p][j]
+            row = int(peer.rows[p, m, j])
             texts.append(table.column("response_text")[row].as_py())
             finished.append(bool(table.column("finished")[row].as_py()))
 
@@ -182,7 +170,7 @@ class SGTAdapter(RegimeAdapter):
             if self.trainer.accelerator.num_processes == 1:
                 return None
             rows = torch.zeros(1, dtype=torch.long, device=weights.device)  # keep ranks in lock-step
-        from mutualrl.regimes.sgt import rescue_logprob, sgt_nll
+        from mutualrl.regimes.sgt.maths import rescue_logprob, sgt_nll
 
         trainer = self.trainer
         mask = inputs["sgt_completion_mask"][rows]
@@ -193,9 +181,10 @@ class SGTAdapter(RegimeAdapter):
         prompt_mask = inputs.get("sgt_prompt_mask", inputs["prompt_mask"])
         logps = trainer.score_completions(model, prompt_ids[rows], prompt_mask[rows], completion, mask)
         loss = sgt_nll(logps, mask, weights[rows])
-        mode = "train" if model.training else "eval"
-        trainer._metrics[mode]["sgt/nll_term"].append(loss.detach().item())
+        values = {"nll_term": loss.detach().item()}
         logp = rescue_logprob(logps.detach(), mask, weights[rows])
         if logp == logp:  # not NaN: some row of this micro-batch carries a rescue
-            trainer._metrics[mode]["sgt/rescue_logp"].append(logp)
+            values["rescue_logp"] = logp
+        log_trl_metrics(trainer, {f"{self.name}/{key}": value for key, value in values.items()},
+                        mode="train" if model.training else "eval")
         return loss

@@ -19,13 +19,9 @@ import torch
 
 from mutualrl.errors import UsageError
 from mutualrl.padding import pad_to_width, pad_token_rows
-from mutualrl.regimes.prp_spec import PRP
-from mutualrl.training.adapters.base import (
-    RegimeAdapter,
-    peer_groups,
-    peer_values,
-    require_whole_groups,
-)
+from mutualrl.regimes.adapter import RegimeAdapter
+from mutualrl.regimes.peers import gather_peer_groups, require_whole_groups
+from mutualrl.regimes.prp.spec import PRP
 
 UNSUPPORTED_KEYS = ("tool_mask", "pixel_values", "image_grid_thw", "token_type_ids", "mm_token_type_ids")
 
@@ -47,7 +43,7 @@ class PRPAdapter(RegimeAdapter):
         return [p.name for p in self.config.pool.policies]
 
     def transform(self, output, rollouts, peers):
-        from mutualrl.regimes.prp import prp_pooled_advantages, ratio_statistics
+        from mutualrl.regimes.prp.maths import prp_pooled_advantages, ratio_statistics
 
         for key in UNSUPPORTED_KEYS:
             if output.get(key) is not None:
@@ -60,14 +56,8 @@ class PRPAdapter(RegimeAdapter):
         learner_m = order.index(self.policy)
 
         # Pooled rewards over every rank's groups (so "batch" scaling sees the whole pooled batch).
-        pool = torch.empty(len(groups), len(order), k)
-        pool[:, learner_m] = rollouts.rewards_global.view(len(groups), k)
-        rows_of = {}  # peer -> its table's rows of every group, [P, K]
-        for m, name in enumerate(order):
-            if name == self.policy:
-                continue
-            rows_of[name] = peer_groups(peers[name], groups, k, name, rollouts.step)
-            pool[:, m] = peer_values(peers[name], "reward", rows_of[name])
+        peer = gather_peer_groups(peers, [n for n in order if n != self.policy], groups, k, rollouts.step)
+        pool = peer.pool(rollouts.rewards_global.view(len(groups), k), learner_m)
         advantages = prp_pooled_advantages(pool, scale_rewards=trainer.scale_rewards,
                                            eps=self.config.regime.prp.std_epsilon)
 
@@ -81,11 +71,10 @@ class PRPAdapter(RegimeAdapter):
         # Peer rows: (local group, peer, sample) in a fixed order.
         texts, finished, source_rows, prompt_rows, peer_adv = [], [], [], [], []
         for local_p, p in enumerate(local_groups):
-            for m, name in enumerate(order):
-                if name == self.policy:
-                    continue
+            for slot, name in enumerate(peer.names):
+                m = order.index(name)
                 table = peers[name]
-                for j, row in enumerate(rows_of[name][p].tolist()):
+                for j, row in enumerate(peer.rows[p, slot].tolist()):
                     texts.append(table.column("response_text")[row].as_py())
                     finished.append(bool(table.column("finished")[row].as_py()))
                     source_rows.append((name, row))

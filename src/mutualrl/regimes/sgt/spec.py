@@ -1,7 +1,7 @@
 """SGT, Success-Gated Transfer (paper Sec. "Regime 3"): settings, metrics, registration.
 
-The maths is :mod:`mutualrl.regimes.sgt`, the adapter
-:class:`~mutualrl.training.adapters.sgt.SGTAdapter` (subscribes to peers' verified successes).
+The maths is :mod:`mutualrl.regimes.sgt.maths`, the adapter
+:class:`~mutualrl.regimes.sgt.adapter.SGTAdapter` (subscribes to peers' verified successes).
 """
 
 from __future__ import annotations
@@ -45,8 +45,10 @@ SGT = register_regime(RegimeSpec(
     needs_peers=True,
     settings_key="sgt",
     settings=SGTSettings,
-    adapter="mutualrl.training.adapters.sgt:SGTAdapter",
+    adapter="mutualrl.regimes.sgt.adapter:SGTAdapter",
     status=(("rescues", "rescues"), ("gate_rate", "gate")),
+    titles=(("gate_rate", "SGT gate rate"), ("rescues", "SGT rescues"),
+            ("extra_token_frac", "SGT extra-token fraction")),
     check=check_sgt_settings,
     order=2,
 ))

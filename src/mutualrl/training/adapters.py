@@ -1,4 +1,9 @@
-"""Regime adapters: TRL batch <-> the pure regime functions of :mod:`mutualrl.regimes`."""
+"""The regime adapter of a policy process: looked up in the registry, imported only here (torch, TRL).
+
+Each regime's adapter lives in its folder (``regimes/<name>/adapter.py``, a subclass of
+:class:`~mutualrl.regimes.adapter.RegimeAdapter`) and is named by import path in its
+:class:`~mutualrl.regimes.registry.RegimeSpec`, so importing a spec never imports torch.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +12,8 @@ from typing import Any
 
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import UsageError
-from mutualrl.regimes.registry import RegimeSpec, all_regimes, get_regime
-from mutualrl.training.adapters.base import RegimeAdapter
+from mutualrl.regimes.adapter import RegimeAdapter
+from mutualrl.regimes.registry import RegimeSpec, get_regime
 
 
 def adapter_class(spec: RegimeSpec) -> type[RegimeAdapter]:
@@ -20,14 +25,10 @@ def adapter_class(spec: RegimeSpec) -> type[RegimeAdapter]:
     return cls
 
 
-def adapter_classes() -> dict[str, type[RegimeAdapter]]:
-    """Regime name -> adapter class, for every registered regime."""
-    return {spec.name: adapter_class(spec) for spec in all_regimes()}
-
-
 def make_regime_adapter(config: RunConfig, policy: str, exchange: Any = None) -> RegimeAdapter:
+    """The adapter of the run's regime (``config.regime.name``) for ``policy``."""
     spec = get_regime(config.regime.name)
     return adapter_class(spec)(config, policy, exchange, spec=spec)
 
 
-__all__ = ["RegimeAdapter", "adapter_class", "adapter_classes", "make_regime_adapter"]
+__all__ = ["RegimeAdapter", "adapter_class", "make_regime_adapter"]

@@ -1,8 +1,8 @@
 """GRPO + random baseline perturbation, the paper's control (App. "Ablation: shared normalization
 for XGRPO"): settings, registration.
 
-The maths is :mod:`mutualrl.regimes.randpert`, the adapter
-:class:`~mutualrl.training.adapters.value.RandPertAdapter` (no peers; publishes its records).
+The maths is :mod:`mutualrl.regimes.randpert.maths`, the adapter
+:class:`~mutualrl.regimes.randpert.adapter.RandPertAdapter` (no peers; publishes its records).
 """
 
 from __future__ import annotations
@@ -32,6 +32,6 @@ RANDPERT = register_regime(RegimeSpec(
     needs_exchange=True,
     settings_key="randpert",
     settings=RandPertSettings,
-    adapter="mutualrl.training.adapters.value:RandPertAdapter",
+    adapter="mutualrl.regimes.randpert.adapter:RandPertAdapter",
     order=4,
 ))

@@ -1,7 +1,8 @@
-"""Adapters between TRL's batch and the regimes' pure functions (:mod:`mutualrl.regimes`).
+"""The base of every regime's adapter between TRL's batch and the regime's pure maths.
 
-The trainer calls :meth:`RegimeAdapter.process_step` once per generation step with TRL's
-batch dict and this policy's :class:`~mutualrl.training.trainer.StepRollouts`. The adapter
+Each regime's own adapter (``regimes/<name>/adapter.py``) subclasses :class:`RegimeAdapter`. The
+trainer (:class:`~mutualrl.training.trainer.MutualGRPOTrainer`) calls :meth:`RegimeAdapter.process_step`
+once per generation step with TRL's batch dict and this policy's :class:`~mutualrl.training.trainer.StepRollouts`. The adapter
 
 1. publishes this rank's rollout records to the SEE (all regimes but a silent standalone),
 2. waits for and reads the peer fields its regime subscribes to (paper, SEE paragraph:
@@ -10,21 +11,31 @@ batch dict and this policy's :class:`~mutualrl.training.trainer.StepRollouts`. T
 3. calls the regime's pure function and writes the result back into TRL's batch,
 4. logs the regime's metrics under ``<regime>/<metric>``.
 
-The math lives in :mod:`mutualrl.regimes`; this module only moves tensors around.
+The math lives in each regime's ``maths.py``; this module only moves tensors around. It uses the
+SEE and THL (same layer) and reads the trainer by duck typing, so no import goes up to ``training/``;
+it imports torch, so only the training layer imports it
+(:func:`mutualrl.training.adapters.make_regime_adapter`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
 
-from mutualrl.config.schema import RunConfig
 from mutualrl.regimes.registry import RegimeSpec
-from mutualrl.regimes.standalone_spec import STANDALONE
+from mutualrl.regimes.standalone.spec import STANDALONE
+
+
+def log_trl_metrics(trainer: Any, values: Mapping[str, float], mode: str = "train") -> None:
+    """Append ``values`` to TRL's per-step metric lists (its private ``_metrics``; TRL averages each list
+    into the logged row): the one place mutualrl writes them."""
+    metrics = trainer._metrics[mode]
+    for key, value in values.items():
+        metrics[key].append(float(value))
 
 
 class RegimeAdapter:
@@ -36,7 +47,7 @@ class RegimeAdapter:
     publishes_traces = False
     peer_columns: tuple[str, ...] | None = None
 
-    def __init__(self, config: RunConfig, policy: str, exchange: Any = None, spec: RegimeSpec | None = None):
+    def __init__(self, config: Any, policy: str, exchange: Any = None, spec: RegimeSpec | None = None):
         if spec is not None:
             self.spec = spec
         self.config = config
@@ -58,7 +69,7 @@ class RegimeAdapter:
     def bind(self, trainer: Any) -> None:
         self.trainer = trainer
         if self.needs_peers and self.exchange is not None:
-            from mutualrl.training.adapters.consumption import PeerConsumption
+            from mutualrl.see.consumption import PeerConsumption
 
             see = self.config.see
             self.consumption = PeerConsumption(self.exchange, self.peers, see.max_staleness, see.on_peer_failure,
@@ -72,7 +83,7 @@ class RegimeAdapter:
         if self.consumption is None or not self.consumption.may_skip:
             return False
         skipped = self.consumption.skip_round(step, self.trainer.state.max_steps)
-        self.trainer._metrics["train"]["mutual/skipped"].append(float(skipped))
+        log_trl_metrics(self.trainer, {"mutual/skipped": skipped})
         return skipped
 
     # -- per step -------------------------------------------------------------------------
@@ -100,10 +111,8 @@ class RegimeAdapter:
         else:  # no peer left, or nothing new within the staleness bound: plain GRPO this step
             metrics = {}
         timings["transform_s"] = time.perf_counter() - clock
-        for key, value in metrics.items():
-            self.trainer._metrics["train"][f"{self.name}/{key}"].append(float(value))
-        for key, value in timings.items():
-            self.trainer._metrics["train"][f"mutual/{key}"].append(value)
+        log_trl_metrics(self.trainer, {f"{self.name}/{key}": value for key, value in metrics.items()})
+        log_trl_metrics(self.trainer, {f"mutual/{key}": value for key, value in timings.items()})
         if self.exchange is not None:
             # Under bounded staleness a peer may still read our rounds back to the window's oldest.
             self.exchange.prune(self.consumption.own_rounds[0] if self.needs_peers else rollouts.step)
@@ -158,15 +167,13 @@ class RegimeAdapter:
         """Staleness metrics (only off the lock-step path, whose age is always 0)."""
         if self.consumption.lock_step:
             return
-        train = self.trainer._metrics["train"]
-        train["mutual/peers_active"].append(float(len(self.consumption.active)))
         got = chosen.peer_step is not None
-        train["mutual/peer_data"].append(float(got))
+        values = {"mutual/peers_active": len(self.consumption.active), "mutual/peer_data": got}
         if got:
-            train["mutual/peer_age"].append(float(chosen.age))
-            train["mutual/stale"].append(float(chosen.age > 0))
-            train["mutual/stale_used"].append(float(used_step is not None))
-        train["mutual/waited"].append(float(chosen.waited))
+            values.update({"mutual/peer_age": chosen.age, "mutual/stale": chosen.age > 0,
+                           "mutual/stale_used": used_step is not None})
+        values["mutual/waited"] = chosen.waited
+        log_trl_metrics(self.trainer, values)
 
     def transform(self, output: dict[str, Any], rollouts: Any, peers: dict[str, Any]):
         return output, {}
@@ -252,62 +259,3 @@ def _prompt_text(prompt: Any) -> str:
     if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
         return str(prompt[-1].get("content", ""))
     return str(prompt)
-
-
-def peer_table_index(table: Any, policy: str, step: int) -> dict[str, dict[int, int]]:
-    """prompt_id -> {sample_index: row} for one peer's records of a step."""
-    prompt_ids = table.column("prompt_id").to_pylist()
-    samples = table.column("sample_index").to_pylist()
-    index: dict[str, dict[int, int]] = {}
-    for row, (pid, k) in enumerate(zip(prompt_ids, samples, strict=True)):
-        index.setdefault(pid, {})[int(k)] = row
-    return index
-
-
-def group_rows(index: dict[str, dict[int, int]], prompt_id: str, k: int, policy: str, step: int) -> list[int]:
-    """Rows of a peer's K rollouts for ``prompt_id``; a gap means the policies saw different data."""
-    from mutualrl.errors import PeerError
-
-    rows = index.get(prompt_id)
-    if rows is None or len(rows) < k:
-        have = 0 if rows is None else len(rows)
-        raise PeerError(
-            f"peer {policy!r} published {have} of {k} rollouts for prompt {prompt_id!r} at step {step}: the "
-            "policies did not see the same prompts (check that every policy uses the same seed, dataset and "
-            "generation batch size)"
-        )
-    return [rows[i] for i in range(k)]
-
-
-def peer_groups(table: Any, prompt_ids: Sequence[str], k: int, policy: str, step: int) -> torch.Tensor:
-    """int64 ``[P, K]``: each prompt's K rollout rows in one peer's table (a gap fails: :func:`group_rows`)."""
-    index = peer_table_index(table, policy, step)
-    rows = [group_rows(index, pid, k, policy, step) for pid in prompt_ids]
-    return torch.tensor(rows, dtype=torch.long).reshape(len(prompt_ids), k)
-
-
-def peer_values(table: Any, column: str, groups: torch.Tensor) -> torch.Tensor:
-    """A numeric column of a peer's table (reward, num_tokens) as float32 ``[P, K]``, laid out as ``groups``."""
-    return torch.tensor(table.column(column).to_numpy(zero_copy_only=False), dtype=torch.float32)[groups]
-
-
-def stable_seed(*parts: Any) -> int:
-    """A seed derived from (run seed, step, policy...) that does not touch the global RNG streams."""
-    import hashlib
-
-    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
-
-
-def require_whole_groups(rollouts: Any, regime: str) -> None:
-    """SGT and PRP attach data to a prompt's rows, so each rank must hold whole K-groups."""
-    from mutualrl.errors import UsageError
-
-    n_local = len(rollouts.prompt_ids_local)
-    k = rollouts.num_generations
-    if n_local % k != 0:
-        raise UsageError(
-            f"regime {regime!r} needs every process to hold whole groups of num_generations={k} rollouts, but "
-            f"this process holds {n_local} rows: make per_device_train_batch_size * steps_per_generation a "
-            f"multiple of num_generations"
-        )

@@ -1,7 +1,7 @@
 """PRP, Peer Rollout Pooling (paper Sec. "Regime 1"): settings, metrics, registration.
 
-The maths is :mod:`mutualrl.regimes.prp`, the adapter
-:class:`~mutualrl.training.adapters.prp.PRPAdapter` (subscribes to peers' text and traces).
+The maths is :mod:`mutualrl.regimes.prp.maths`, the adapter
+:class:`~mutualrl.regimes.prp.adapter.PRPAdapter` (subscribes to peers' text and traces).
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ PRP = register_regime(RegimeSpec(
     needs_peers=True,
     settings_key="prp",
     settings=PRPSettings,
-    adapter="mutualrl.training.adapters.prp:PRPAdapter",
+    adapter="mutualrl.regimes.prp.adapter:PRPAdapter",
     status=(("clip_rate", "clip"),),
+    titles=(("ratio_p99", "PRP importance ratio p99"), ("clip_rate", "PRP clip rate")),
     order=3,
 ))

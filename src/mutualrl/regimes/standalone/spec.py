@@ -1,7 +1,7 @@
 """Standalone GRPO (paper Sec. "Preliminaries"): no sharing; TRL's own update, bit for bit.
 
 Its maths is TRL's (:mod:`mutualrl.regimes.grpo` reproduces it); the adapter is the base
-:class:`~mutualrl.training.adapters.base.RegimeAdapter`, which adds nothing to TRL's batch.
+:class:`~mutualrl.regimes.adapter.RegimeAdapter`, which adds nothing to TRL's batch.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """XGRPO, cross-policy GRPO advantage sharing (paper Sec. "Regime 2"): settings, metrics, registration.
 
-The maths is :mod:`mutualrl.regimes.xgrpo`, the adapter
-:class:`~mutualrl.training.adapters.value.XGRPOAdapter` (subscribes to peers' scalar rewards).
+The maths is :mod:`mutualrl.regimes.xgrpo.maths`, the adapter
+:class:`~mutualrl.regimes.xgrpo.adapter.XGRPOAdapter` (subscribes to peers' scalar rewards).
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ XGRPO = register_regime(RegimeSpec(
     needs_peers=True,
     settings_key="xgrpo",
     settings=XGRPOSettings,
-    adapter="mutualrl.training.adapters.value:XGRPOAdapter",
+    adapter="mutualrl.regimes.xgrpo.adapter:XGRPOAdapter",
     status=(("mean_abs_adv_change", "|ΔA|"),),
+    titles=(("mean_abs_adv_change", "XGRPO |advantage change|"), ("sign_flip_rate", "XGRPO sign-flip rate")),
     order=1,
 ))

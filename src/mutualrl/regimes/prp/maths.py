@@ -6,13 +6,12 @@ with group-relative advantages "normalized across the entire pool", and importan
 ('learner', naive pooling) or the peer's recorded trace aligned into the learner's tokens by
 THL ('peer', corrected). The clipped surrogate itself is TRL's (``GRPOTrainer._compute_loss``);
 this module only supplies what goes into it, plus the diagnostics of
-App. "Importance-ratio distribution under the THL-aligned denominator" and
-App. "Channel decomposition of the three sharing regimes".
+App. "Importance-ratio distribution under the THL-aligned denominator" (the channel
+decomposition of the three regimes is :mod:`mutualrl.regimes.usability`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -21,10 +20,8 @@ from mutualrl.regimes.grpo import TRL_STD_EPS, group_advantages
 from mutualrl.regimes.pool import (
     ScaleRewards,
     check_float,
-    check_learner_and_peers,
     check_pool,
     check_same_shape,
-    join_pool,
 )
 
 PRPDenominator = Literal["learner", "peer"]
@@ -162,91 +159,3 @@ def ratio_statistics(
         "seq_clip_rate": seq_outside.double().mean().item() if seq.numel() else float("nan"),
         "nan_token_frac": nan_tok.double().mean().item() if tok.numel() else float("nan"),
     }
-
-
-@dataclass
-class Usability:
-    """Per-prompt usability of the three regimes (App. "Channel decomposition of the three sharing regimes").
-
-    Attributes:
-        prp: ``[P]`` some peer response has its sequence ratio inside ``[1-ε, 1+ε]`` for the learner.
-        xgrpo: ``[P]`` pooled normalisation changes some learner advantage (by more than ``atol``).
-        sgt: ``[P]`` the SGT gate fires (learner fails, a peer succeeds).
-        table: fraction of prompts in each of the 8 cells, keyed ``"none"``, ``"prp_only"``,
-            ``"xgrpo_only"``, ``"sgt_only"``, ``"prp+xgrpo"``, ``"prp+sgt"``, ``"xgrpo+sgt"``, ``"all"``
-            (the paper's Tab. "Joint usability" uses the same cells; ``"X+Y"`` means exactly X and Y).
-    """
-
-    prp: torch.Tensor
-    xgrpo: torch.Tensor
-    sgt: torch.Tensor
-    table: dict[str, float]
-
-
-USABILITY_CELLS: tuple[tuple[str, bool, bool, bool], ...] = (
-    ("none", False, False, False),
-    ("xgrpo_only", False, True, False),
-    ("xgrpo+sgt", False, True, True),
-    ("sgt_only", False, False, True),
-    ("prp_only", True, False, False),
-    ("prp+xgrpo", True, True, False),
-    ("prp+sgt", True, False, True),
-    ("all", True, True, True),
-)
-"""(cell name, PRP usable, XGRPO usable, SGT usable) for every cell of the joint-usability table."""
-
-
-def regime_usability(
-    learner_rewards: torch.Tensor,
-    peer_rewards: torch.Tensor,
-    peer_seq_ratios: torch.Tensor,
-    epsilon: float = 0.2,
-    scale_rewards: ScaleRewards = "group",
-    std_eps: float = TRL_STD_EPS,
-    success_threshold: float = 0.8,
-    failure_threshold: float = 0.2,
-    require_all_failed: bool = True,
-    atol: float = 1e-6,
-) -> Usability:
-    """Which regimes can act on each prompt, and their joint table (App. "Channel decomposition").
-
-    Paper definitions, per prompt ``x`` and learner ``n``:
-
-    - PRP-usable: ``∃ m≠n, j: 1-ε ≤ W^(n)(x, y_{m,j}) ≤ 1+ε`` with ``W`` the sequence-level ratio of a
-      peer response under the learner (``peer_seq_ratios``, NaN = not available);
-    - XGRPO-usable: ``∃ i: |A^pool_{n,i} - A^loc_{n,i}| > atol`` with ``A^pool`` the learner's slice of
-      :func:`prp_pooled_advantages` (pooled normalisation) and ``A^loc`` its standalone GRPO advantage;
-    - SGT-usable: the SGT gate fires (:func:`mutualrl.regimes.sgt.sgt_gate` with the given thresholds).
-
-    Args:
-        learner_rewards: ``[P, K]``.
-        peer_rewards: ``[P, M-1, K]``.
-        peer_seq_ratios: ``[P, M-1, K]`` sequence ratios ``exp(L_θ - L_behavior)`` of peer responses.
-        epsilon: half-width of the usable ratio band (paper: 0.2, i.e. ``[0.8, 1.2]``).
-        scale_rewards, std_eps: normalisation of both advantages.
-        success_threshold, failure_threshold, require_all_failed: SGT gate settings.
-        atol: an advantage change larger than this counts as a change (float noise does not).
-    """
-    from mutualrl.regimes.sgt import sgt_gate  # local: sgt imports nothing from here, keep it one-way
-
-    check_learner_and_peers(learner_rewards, peer_rewards)
-    check_same_shape("peer_seq_ratios", peer_seq_ratios, "peer_rewards", peer_rewards)
-    in_band = (peer_seq_ratios >= 1 - epsilon) & (peer_seq_ratios <= 1 + epsilon)
-    prp = in_band.flatten(1).any(dim=1)
-    pool = join_pool(learner_rewards, peer_rewards, 0)
-    pooled = prp_pooled_advantages(pool, scale_rewards, std_eps)[:, 0]
-    local = group_advantages(learner_rewards, scale_rewards, std_eps)
-    xgrpo = ((pooled - local).abs() > atol).any(dim=1)
-    sgt = sgt_gate(
-        learner_rewards,
-        peer_rewards,
-        success_threshold=success_threshold,
-        failure_threshold=failure_threshold,
-        require_all_failed=require_all_failed,
-    ).gated
-    n = learner_rewards.shape[0]
-    table = {
-        name: (((prp == a) & (xgrpo == b) & (sgt == c)).sum().item() / n if n else float("nan"))
-        for name, a, b, c in USABILITY_CELLS
-    }
-    return Usability(prp=prp, xgrpo=xgrpo, sgt=sgt, table=table)

@@ -1,0 +1,115 @@
+"""Peer tables (the SEE records a regime reads) as tensors in the learner's prompt order.
+
+Paper, SEE paragraph of "The Mutual RL System Design": a learner reads only the peer fields its
+regime subscribes to, keyed by ``(prompt_id, sample_index)``. Every adapter that reads peers
+builds its ``[P, M-1, K]`` peer tensors with :func:`gather_peer_groups` (the layout of
+:mod:`mutualrl.regimes.pool`), so the row matching and the "policies saw different prompts"
+error live here once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from mutualrl.regimes.pool import join_pool
+
+
+@dataclass
+class PeerGroups:
+    """Peers' rollouts of the learner's K-groups: ``rows[p, j, i]`` is the table row of peer ``names[j]``'s
+    i-th rollout of prompt ``p``; ``values[column]`` is that column there, float32 ``[P, M-1, K]``."""
+
+    names: list[str]
+    rows: torch.Tensor
+    values: dict[str, torch.Tensor]
+
+    def pool(self, learner: torch.Tensor, learner_index: int, column: str = "reward") -> torch.Tensor:
+        """The pool ``[P, M, K]``: the learner's float32 ``[P, K]`` at ``learner_index``, the peers around it."""
+        return join_pool(learner.float(), self.values[column], learner_index)
+
+
+def gather_peer_groups(peers: dict[str, Any], names: Sequence[str], prompt_ids: Sequence[str], k: int, step: int,
+                       columns: Sequence[str] = ("reward",)) -> PeerGroups:
+    """The rows and numeric ``columns`` of each peer in ``names`` (that order) for the K-groups ``prompt_ids``.
+
+    ``peers`` maps a peer to its Arrow table of round ``step``; a peer missing a rollout of a prompt
+    fails (:func:`group_rows`).
+    """
+    p = len(prompt_ids)
+    rows = torch.empty(p, len(names), k, dtype=torch.long)
+    values = {column: torch.empty(p, len(names), k, dtype=torch.float32) for column in columns}
+    for j, name in enumerate(names):
+        groups = peer_groups(peers[name], prompt_ids, k, name, step)
+        rows[:, j] = groups
+        for column in columns:
+            values[column][:, j] = peer_values(peers[name], column, groups)
+    return PeerGroups(list(names), rows, values)
+
+
+def peer_table_index(table: Any, policy: str, step: int) -> dict[str, dict[int, int]]:
+    """prompt_id -> {sample_index: row} for one peer's records of a step."""
+    prompt_ids = table.column("prompt_id").to_pylist()
+    samples = table.column("sample_index").to_pylist()
+    index: dict[str, dict[int, int]] = {}
+    for row, (pid, k) in enumerate(zip(prompt_ids, samples, strict=True)):
+        index.setdefault(pid, {})[int(k)] = row
+    return index
+
+
+def group_rows(index: dict[str, dict[int, int]], prompt_id: str, k: int, policy: str, step: int) -> list[int]:
+    """Rows of a peer's K rollouts for ``prompt_id``; a gap means the policies saw different data."""
+    from mutualrl.errors import PeerError
+
+    rows = index.get(prompt_id)
+    if rows is None or len(rows) < k:
+        have = 0 if rows is None else len(rows)
+        raise PeerError(
+            f"peer {policy!r} published {have} of {k} rollouts for prompt {prompt_id!r} at step {step}: the "
+            "policies did not see the same prompts (check that every policy uses the same seed, dataset and "
+            "generation batch size)"
+        )
+    return [rows[i] for i in range(k)]
+
+
+def peer_groups(table: Any, prompt_ids: Sequence[str], k: int, policy: str, step: int) -> torch.Tensor:
+    """int64 ``[P, K]``: each prompt's K rollout rows in one peer's table (a gap fails: :func:`group_rows`)."""
+    index = peer_table_index(table, policy, step)
+    rows = [group_rows(index, pid, k, policy, step) for pid in prompt_ids]
+    return torch.tensor(rows, dtype=torch.long).reshape(len(prompt_ids), k)
+
+
+def peer_values(table: Any, column: str, groups: torch.Tensor) -> torch.Tensor:
+    """A numeric column of a peer's table (reward, num_tokens) as float32 ``[P, K]``, laid out as ``groups``."""
+    return torch.tensor(table.column(column).to_numpy(zero_copy_only=False), dtype=torch.float32)[groups]
+
+
+def stable_seed(*parts: Any) -> int:
+    """A seed derived from (run seed, step, policy...) that does not touch the global RNG streams."""
+    import hashlib
+
+    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def require_whole_groups(rollouts: Any, regime: str) -> None:
+    """SGT and PRP attach data to a prompt's rows, so each rank must hold whole K-groups."""
+    from mutualrl.errors import UsageError
+
+    n_local = len(rollouts.prompt_ids_local)
+    k = rollouts.num_generations
+    if n_local % k != 0:
+        raise UsageError(
+            f"regime {regime!r} needs every process to hold whole groups of num_generations={k} rollouts, but "
+            f"this process holds {n_local} rows: make per_device_train_batch_size * steps_per_generation a "
+            f"multiple of num_generations"
+        )
+
+
+def local_slice(rollouts: Any) -> slice:
+    """This rank's rows of the gathered batch (TRL's ``process_slice``)."""
+    n_local = len(rollouts.prompt_ids_local)
+    return slice(rollouts.process_index * n_local, (rollouts.process_index + 1) * n_local)

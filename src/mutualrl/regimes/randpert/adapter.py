@@ -1,0 +1,34 @@
+"""The random-perturbation control's adapter (App. "Ablation: shared normalization for XGRPO").
+
+It only rewrites TRL's ``advantages`` (GRPO with a randomly perturbed baseline); it reads no peer
+but publishes its records to the SEE (``needs_exchange`` in its spec).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from mutualrl.regimes.adapter import RegimeAdapter
+from mutualrl.regimes.peers import local_slice, stable_seed
+from mutualrl.regimes.randpert.spec import RANDPERT
+
+
+class RandPertAdapter(RegimeAdapter):
+    """GRPO + random baseline perturbation (App. "Ablation: shared normalization for XGRPO")."""
+
+    spec = RANDPERT
+
+    def transform(self, output, rollouts, peers):
+        from mutualrl.regimes.randpert.maths import randpert_advantages
+
+        k = rollouts.num_generations
+        groups = len(rollouts.group_prompt_ids)
+        generator = torch.Generator().manual_seed(stable_seed(self.trainer.args.seed, rollouts.step, self.policy))
+        settings = self.config.regime.randpert
+        advantages = randpert_advantages(rollouts.rewards_global.view(groups, k), settings.scale, generator,
+                                         scale_rewards=self.trainer.scale_rewards,
+                                         skip_uniform_groups=settings.skip_uniform_groups)
+        before = output["advantages"]
+        after = advantages.reshape(-1)[local_slice(rollouts)].to(before.device, before.dtype)
+        output["advantages"] = after
+        return output, {"mean_abs_adv_change": (after - before).abs().mean().item()}

@@ -1,0 +1,2 @@
+"""XGRPO, cross-policy GRPO advantage sharing (paper Sec. "Regime 2"): ``spec`` (settings, metrics;
+torch-free), ``maths`` (pooled advantages, shuffled-pool control), ``adapter`` (TRL batch)."""

@@ -1,0 +1,42 @@
+"""XGRPO's adapter (paper Sec. "Regime 2"): pooled reward statistics in TRL's advantages.
+
+It only rewrites TRL's ``advantages``; the actor stays strictly on-policy (paper: "generation is
+local, but evaluation is global"). Subscribes to the peers' scalar rewards only.
+"""
+
+from __future__ import annotations
+
+from mutualrl.regimes.adapter import RegimeAdapter
+from mutualrl.regimes.peers import gather_peer_groups, local_slice
+from mutualrl.regimes.xgrpo.spec import XGRPO
+
+
+class XGRPOAdapter(RegimeAdapter):
+    """Cross-policy GRPO advantage sharing; subscribes to peers' scalar rewards only."""
+
+    spec = XGRPO
+    peer_columns = ("prompt_id", "sample_index", "reward")
+
+    def transform(self, output, rollouts, peers):
+        from mutualrl.regimes.xgrpo.maths import xgrpo_advantages
+
+        settings = self.config.regime.xgrpo
+        k = rollouts.num_generations
+        groups = rollouts.group_prompt_ids
+        order = self.pool_order
+        learner_index = order.index(self.policy)
+        peer = gather_peer_groups(peers, [n for n in order if n != self.policy], groups, k, rollouts.step)
+        pool = peer.pool(rollouts.rewards_global.view(len(groups), k), learner_index)
+        result = xgrpo_advantages(
+            pool, learner_index, rollouts.lengths_global.view(len(groups), k),
+            cross_model_factor=settings.cross_model_factor, length_correction=settings.length_correction,
+            advantage_clip=settings.advantage_clip, scale_rewards=self.trainer.scale_rewards,
+            eps=settings.std_epsilon, normalisation=settings.normalisation,
+        )
+        advantages = result.advantages.reshape(-1)[local_slice(rollouts)]
+        output["advantages"] = advantages.to(output["advantages"].device, output["advantages"].dtype)
+        return output, result.metrics()
+
+    @property
+    def pool_order(self) -> list[str]:
+        return [p.name for p in self.config.pool.policies]
