@@ -8,11 +8,13 @@ only through the ``throwaway`` fixture, so other tests never see it.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -111,6 +113,8 @@ def test_a_registered_regime_gets_config_validation_settings_and_status(throwawa
     from mutualrl.config.typed import ConfigError, iter_field_help, to_plain
     from mutualrl.launch.runner import describe_status
     from mutualrl.training.adapters import make_regime_adapter
+    from mutualrl.training.callbacks import StatusCallback
+    from mutualrl.training.paths import RunPaths
 
     recipe = {"pool": {"name": "p", "policies": [{"name": "a", "model": "builtin:tiny-bpe"},
                                                  {"name": "b", "model": "builtin:tiny-sp"}]},
@@ -124,6 +128,12 @@ def test_a_registered_regime_gets_config_validation_settings_and_status(throwawa
     adapter = make_regime_adapter(config, "a")
     assert isinstance(adapter, ThrowawayAdapter) and adapter.name == "throwaway-test" and adapter.needs_peers
     assert describe_status({"phase": "train", "throwaway-test/peer_reward_mean": 0.5}) == "train  peer r 0.5"
+    status = StatusCallback(RunPaths(tmp_path / "run"), "a")  # the policy's side of the live progress line
+    status.path.parent.mkdir(parents=True)
+    status.on_log(None, SimpleNamespace(is_world_process_zero=True, global_step=1, max_steps=2), None,
+                  logs={"throwaway-test/peer_reward_mean": 0.5, "throwaway-test/peers": 1})
+    written = json.loads(status.path.read_text())
+    assert written["throwaway-test/peer_reward_mean"] == 0.5 and "throwaway-test/peers" not in written
     with pytest.raises(ConfigError, match="regime.throwaway.bonus: must be >= 0"):
         load_run_config(str(path), overrides=["regime.throwaway.bonus=-1"], check_grpo=False)
     one = tmp_path / "one.yaml"
@@ -149,12 +159,10 @@ def test_an_unknown_regime_in_a_recipe_names_the_field(tmp_path):
 def test_a_regime_registered_from_a_test_file_trains_two_steps(throwaway, tmp_path):
     """The regime of this file trains, and its status metric reaches the live progress line (the policies'
     status files, which the launcher shows for every policy, and the step lines it prints)."""
-    import json
-
     from e2e_helpers import child_env, metric_lines, train_command, write_recipe
+    from tiny_models import build_tiny_lm
 
     from mutualrl.launch.runner import describe_status
-    from tiny_models import build_tiny_lm
 
     models = {"bpe": build_tiny_lm("gpt2", tmp_path / "bpe", seed=1),
               "sp": build_tiny_lm("mistral-sp", tmp_path / "sp", seed=2, arch="qwen2")}

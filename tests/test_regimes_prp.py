@@ -151,6 +151,8 @@ def test_usability_by_hand():
     ratios = torch.tensor([[[1.0, 5.0]], [[3.0, 0.1]], [[0.8, NAN]], [[2.0, 2.0]]])
     u = regime_usability(learner, peers, ratios, scale_rewards="none")
     assert u.prp.tolist() == [True, False, True, False]
+    no_ratios = regime_usability(learner, peers, None, scale_rewards="none")  # e.g. eval results
+    assert no_ratios.prp.tolist() == [False] * 4 and torch.equal(no_ratios.xgrpo, u.xgrpo)
     assert u.xgrpo.tolist() == [True, False, True, True]
     assert u.sgt.tolist() == [True, False, False, True]
     assert u.table == {
@@ -185,3 +187,12 @@ def test_usability_table_partitions_prompts_and_sgt_implies_xgrpo(data):
 def test_usability_shape_errors():
     with pytest.raises(ValueError, match="peer_seq_ratios must have P=2 rows"):
         regime_usability(torch.zeros(2, 2), torch.zeros(2, 1, 2), torch.zeros(3, 2))
+
+
+def test_usability_uses_grpo_sample_std_as_trl_trains():
+    # Learner [0, 1] in the pool [0, 1, 0, 1]: same mean and population std as the pool, but the sample
+    # std differs (0.71 vs 0.58), so TRL's advantages change under pooling: XGRPO-usable.
+    u = regime_usability(torch.tensor([[0.0, 1.0]]), torch.tensor([[[0.0, 1.0]]]), None)
+    assert u.xgrpo.tolist() == [True]
+    same = regime_usability(torch.tensor([[0.0, 1.0]]), torch.tensor([[[1.0, 0.0]]]), None, scale_rewards="none")
+    assert same.xgrpo.tolist() == [False]  # no scaling: only the mean matters, and it is the pool's
