@@ -85,33 +85,37 @@ def see_root_of(path: Path | str) -> Path:
     path = Path(path)
     if (path / "see").is_dir():
         return path / "see"
-    if path.is_dir() and any(files.STEP_DIR_RE.match(e.name) for e in os.scandir(path)):
-        return path
+    if path.is_dir():
+        with os.scandir(path) as entries:
+            if any(files.STEP_DIR_RE.match(e.name) for e in entries):
+                return path
     raise UsageError(f"{path}: no recorded experience (no {path / 'see'} with step folders); train the run with "
                      "--set see.record_standalone=true --set see.retention_steps=null")
 
 
 def _step_dirs(root: Path) -> list[tuple[int, Path]]:
     steps = []
-    for entry in os.scandir(root):
-        m = files.STEP_DIR_RE.match(entry.name)
-        if m and entry.is_dir():
-            steps.append((int(m.group(1)), Path(entry.path)))
+    with os.scandir(root) as entries:
+        for entry in entries:
+            m = files.STEP_DIR_RE.match(entry.name)
+            if m and entry.is_dir():
+                steps.append((int(m.group(1)), Path(entry.path)))
     return sorted(steps)
 
 
 def _committed(folder: Path) -> dict[str, dict[int, dict[int, ShardInfo]]]:
     """The committed shards in one (step, policy) folder: run id -> world size -> rank -> shard."""
     found: dict[str, dict[int, dict[int, ShardInfo]]] = {}
-    for entry in os.scandir(folder):
-        m = files.MANIFEST_RE.match(entry.name)
-        if not m:
-            continue
-        try:
-            info = shard_info_from_manifest(Path(entry.path), read_manifest(Path(entry.path)))
-        except FileNotFoundError:
-            continue
-        found.setdefault(info.run_id, {}).setdefault(info.world_size, {})[info.rank] = info
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            m = files.MANIFEST_RE.match(entry.name)
+            if not m:
+                continue
+            try:
+                info = shard_info_from_manifest(Path(entry.path), read_manifest(Path(entry.path)))
+            except FileNotFoundError:
+                continue
+            found.setdefault(info.run_id, {}).setdefault(info.world_size, {})[info.rank] = info
     return found
 
 
