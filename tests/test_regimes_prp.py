@@ -196,3 +196,10 @@ def test_usability_uses_grpo_sample_std_as_trl_trains():
     assert u.xgrpo.tolist() == [True]
     same = regime_usability(torch.tensor([[0.0, 1.0]]), torch.tensor([[[1.0, 0.0]]]), None, scale_rewards="none")
     assert same.xgrpo.tolist() == [False]  # no scaling: only the mean matters, and it is the pool's
+
+
+def test_prp_status_and_plot_metrics_are_ones_it_logs():
+    from mutualrl.regimes.prp.spec import PRP
+
+    logged = set(ratio_statistics(torch.ones(1, 2), torch.ones(1, 2), epsilon=0.2)) | {"peer_rows"}
+    assert {metric for metric, _ in PRP.status + PRP.titles} <= logged

@@ -35,7 +35,7 @@ PRP = register_regime(RegimeSpec(
     settings_key="prp",
     settings=PRPSettings,
     adapter="mutualrl.regimes.prp.adapter:PRPAdapter",
-    status=(("clip_rate", "clip"),),
-    titles=(("ratio_p99", "PRP importance ratio p99"), ("clip_rate", "PRP clip rate")),
+    status=(("token_clip_rate", "clip"),),
+    titles=(("token_ratio_p99", "PRP importance ratio p99"), ("token_clip_rate", "PRP clip rate")),
     order=3,
 ))
