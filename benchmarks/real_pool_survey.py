@@ -10,7 +10,7 @@ each model and task, on the first ``--limit`` prompts of the task's test split:
   there);
 - per task, the pool's complementarity as the paper reports it (App. "Prompt-level
   complementarity", "Pool-level success") from greedy success, and the SGT gate rate from
-  the samples as the regime gates (regimes/sgt_spec.py, paper thresholds): P(all K learner
+  the samples as the regime gates (regimes/sgt/spec.py, paper thresholds): P(all K learner
   rollouts score < 0.2 and at least one of the peer's K scores > 0.8).
 
     python benchmarks/real_pool_survey.py --out /tmp/survey            # all suites, 200 prompts each
