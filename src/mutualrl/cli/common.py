@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -61,12 +60,3 @@ def check_output_path(path: Path, option: str, kind: str = "file") -> Path:
                 raise UsageError(f"{option} {path}: {parent} is a file, not a folder")
             break
     return path
-
-
-def not_implemented(command: str, issue: int) -> None:
-    """Exit non-zero for a subcommand whose behaviour is not built yet (never a fake result)."""
-    err_console.print(
-        f"[bold red]error:[/] `mutualrl {command}` is not implemented yet (tracked in issue #{issue}).",
-        highlight=False,
-    )
-    sys.exit(3)

@@ -36,11 +36,6 @@ def local_devices(placed: PolicyPlacement, machine: int, gpus: int) -> tuple[int
     return tuple(d % gpus for d in placed.devices if d // gpus == machine)
 
 
-def on_machine(placement: Placement, machine: int) -> list[PolicyPlacement]:
-    """The policies with ranks on ``machine``, in pool order."""
-    return [p for p in placement.policies if machine in p.machines]
-
-
 def machine_groups(shares: Sequence[float], nodes: int) -> list[tuple[int, ...]]:
     """The machines of each policy (pool order): contiguous groups of policies per machine, or whole machines
     per policy when there are fewer policies than machines."""

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from mutualrl.config.schema import RunConfig
 from mutualrl.evaluation.results import group_rewards
+from mutualrl.regimes.sgt.spec import RESCUE_LOGP_KEY, RESCUES_TOTAL_KEY
 from mutualrl.training.paths import RunPaths
 
 
@@ -59,11 +60,11 @@ def summarise(paths: RunPaths, config: RunConfig, outcome: Any) -> dict[str, Any
         groups = [group_rewards(evals[0]), group_rewards(evals[-1])] if evals else []
         if all(groups):
             entry["groups_before"], entry["groups_after"] = groups
-        rescues = [l.get("sgt/rescues_total") for l in train if l.get("sgt/rescues_total") is not None]
+        rescues = [l.get(RESCUES_TOTAL_KEY) for l in train if l.get(RESCUES_TOTAL_KEY) is not None]
         if rescues:
             entry["sgt_rescues"] = int(max(rescues))
-        entry.update(rescue_logprob_change([(l["step"], l["sgt/rescue_logp"]) for l in train
-                                            if l.get("sgt/rescue_logp") is not None]))
+        entry.update(rescue_logprob_change([(l["step"], l[RESCUE_LOGP_KEY]) for l in train
+                                            if l.get(RESCUE_LOGP_KEY) is not None]))
         policies[policy.name] = entry
     summary = {"pool": config.pool.name, "regime": config.regime.name, "seed": config.grpo.get("seed"),
                "run_dir": str(paths.root), "seconds": round(outcome.seconds, 1), "policies": policies}

@@ -33,6 +33,12 @@ class SGTSettings:
     )
 
 
+#: Metric keys the end-of-run summary reads (launch/summary.py): rescues so far, and the learner's
+#: log-prob of the rescued peer answers (paper App. "Implementation details for SGT").
+RESCUES_TOTAL_KEY = "sgt/rescues_total"
+RESCUE_LOGP_KEY = "sgt/rescue_logp"
+
+
 def check_sgt_settings(settings: SGTSettings) -> tuple[str, str] | None:
     if settings.failure_threshold > settings.success_threshold:
         return "failure_threshold", f"must not exceed success_threshold ({settings.success_threshold})"
