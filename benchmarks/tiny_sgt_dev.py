@@ -12,7 +12,10 @@ which is what keeps the strong family in place. So λ is chosen here, by a rule 
   (the issue's bound) and whose worst weak-family gain is ≥ 0.30; if none qualifies, the λ with the
   best worst strong-family change, reported as such.
 
-    python benchmarks/tiny_sgt_dev.py --out DIR [--lams 1.0,0.3,0.1] [--seeds 101,102]
+    python benchmarks/tiny_sgt_dev.py --out DIR [--lams 1.0,0.3,0.1] [--seeds 101,102] [--set grpo.max_steps=300]
+
+``--set`` overrides apply to every run, standalone included (a candidate with another budget is
+compared with a standalone of the same budget).
 
 Writes ``DIR/tiny-sgt-dev.json``.
 """
@@ -31,11 +34,11 @@ from learning import final_groups, run_one, weak_and_strong  # noqa: E402
 STRONG_BOUND, WEAK_TARGET = -0.02, 0.30
 
 
-def choose(table: dict[str, dict[int, dict[str, dict[str, float]]]]) -> dict:
+def choose(table: dict[str, dict[int, dict[str, dict[str, float]]]], weak_target: float = WEAK_TARGET) -> dict:
     """``table[lam][seed][policy] = {"weak": gain, "strong": change}`` -> the rule's choice (module docstring)."""
     worst = {lam: {kind: min(v[kind] for by_policy in by_seed.values() for v in by_policy.values())
                    for kind in ("weak", "strong")} for lam, by_seed in table.items()}
-    ok = [lam for lam, w in worst.items() if w["strong"] >= STRONG_BOUND and w["weak"] >= WEAK_TARGET]
+    ok = [lam for lam, w in worst.items() if w["strong"] >= STRONG_BOUND and w["weak"] >= weak_target]
     if ok:
         return {"lam": max(ok, key=float), "qualified": True, "worst": worst}
     return {"lam": max(worst, key=lambda lam: worst[lam]["strong"]), "qualified": False, "worst": worst}
@@ -47,14 +50,19 @@ def main() -> None:
     parser.add_argument("--lams", default="1.0,0.3,0.1")
     parser.add_argument("--seeds", default="101,102")
     parser.add_argument("--limit", type=int, default=600, help="train-split prompts (families alternate)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        help="recipe override for every run, standalone included (e.g. grpo.max_steps=300)")
+    parser.add_argument("--weak-target", type=float, default=WEAK_TARGET,
+                        help="the rule's least weak-family gain (docs/pools.md states the one in force)")
     args = parser.parse_args()
+    common = [arg for override in args.overrides for arg in ("--set", override)]
     seeds = [int(s) for s in args.seeds.split(",") if s]
     finals: dict[str, dict[int, dict[str, dict[str, float]]]] = {}
     roles = None
     for lam in ["standalone", *args.lams.split(",")]:
         out = args.out / (lam if lam == "standalone" else f"lam-{lam}")
         regime = "standalone" if lam == "standalone" else "sgt"
-        extra = [] if lam == "standalone" else ["--set", f"regime.sgt.lam={lam}"]
+        extra = common + ([] if lam == "standalone" else ["--set", f"regime.sgt.lam={lam}"])
         for seed in seeds:
             run_dir = run_one("tiny", regime, seed, out, None, extra)
             summary = json.loads((run_dir / "summary.json").read_text())
@@ -66,8 +74,10 @@ def main() -> None:
                           for p, (w, s) in roles.items()} for seed in seeds}
              for lam in finals if lam != "standalone"}
     result = {"command": " ".join(sys.argv), "split": "train", "limit": args.limit, "seeds": seeds,
+              "overrides": args.overrides,
               "roles": {p: {"weak": w, "strong": s} for p, (w, s) in roles.items()},
-              "final_groups": finals, "sgt_minus_standalone": table, "choice": choose(table)}
+              "final_groups": finals, "sgt_minus_standalone": table,
+              "choice": choose(table, args.weak_target)}
     (args.out / "tiny-sgt-dev.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result["sgt_minus_standalone"]), "\nchoice:", result["choice"])
 
