@@ -63,6 +63,50 @@ def test_no_two_packages_of_a_layer_import_each_other():
     assert sorted(f"{a} <-> {b}" for a, b in arrows if (b, a) in arrows and a < b) == []
 
 
+def module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, modules: set[str]) -> set[str]:
+    """The project modules ``path`` imports, at the top or inside a function (``from pkg import mod`` names mod)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "mutualrl":
+            found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                      for a in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name in modules}
+    return found & modules
+
+
+def import_cycles(arrows: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or round a circle (strongly connected, size > 1)."""
+    def reach(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for target in arrows.get(todo.pop(), ()):
+                if target not in seen:
+                    seen.add(target)
+                    todo.append(target)
+        return seen
+
+    reached = {module: reach(module) for module in arrows}
+    groups = {frozenset(m for m in reached[module] if module in reached[m]) for module in arrows if module in reached[module]}
+    return sorted(sorted(group) for group in groups)
+
+
+def test_no_module_imports_itself_round_a_circle():
+    """Inside a package too (launch/ most of all): a circle of modules is one room split in two."""
+    paths = {module_name(p): p for p in SRC.rglob("*.py")}
+    arrows = {module: imported_modules(path, set(paths)) - {module} for module, path in paths.items()}
+    assert import_cycles(arrows) == []
+
+
+def test_the_cycle_finder_sees_a_circle():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
 def test_the_checker_sees_an_upward_import(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("from mutualrl.launch.plan import LaunchPlan\nimport mutualrl.training.worker\n")

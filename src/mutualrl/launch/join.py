@@ -18,6 +18,7 @@ from rich.console import Console
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import UsageError
 from mutualrl.launch.nodes import RemoteWatch, addresses, join_session, local_address, machines_of, reporting
+from mutualrl.launch.pool import run_pool
 from mutualrl.launch.run_lock import RunLock, machine_lock_name
 from mutualrl.training.paths import RunPaths
 
@@ -47,7 +48,6 @@ def join_run(config: RunConfig, paths: RunPaths, console: Console) -> int:
 def run_machine(config: RunConfig, paths: RunPaths, console: Console, session: dict[str, Any], lock: RunLock) -> Any:
     """Plan the stored run for this machine, check it against machine 0's plan, run this machine's workers."""
     from mutualrl.launch.plan import LaunchPlan, make_launch_plan
-    from mutualrl.launch.run import processes_from_plan, run_pool
     from mutualrl.training.worker import exchange_root, load_resolved_config
 
     launch, machine = config.launch, config.launch.machine_rank
@@ -65,10 +65,9 @@ def run_machine(config: RunConfig, paths: RunPaths, console: Console, session: d
     here = [spec.policy for spec in plan.specs]
     console.print(f"[bold]mutualrl train[/] machine {machine} of {launch.nodes}: runs {', '.join(here) or 'nothing'}"
                   f" of pool [cyan]{stored.pool.name}[/], run folder {paths.root}", highlight=False)
-    processes = processes_from_plan(plan, paths, session.get("resume_step"))
     remote = RemoteWatch(paths.root, exchange_root(run_config, paths), session, machine,
                          machines_of(plan), wait_for=(), peer_timeout_s=stored.see.peer_timeout_s)
-    return run_pool(run_config, paths, processes, lock, console, remote)
+    return run_pool(run_config, plan, paths, session.get("resume_step"), lock, console, remote)
 
 
 def check_same_plan(mine: Any, machine0: Any) -> None:

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
-from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -28,6 +25,7 @@ from mutualrl.launch.run_lock import (
     mark_run_folder,
     require_run_folder,
 )
+from mutualrl.launch.pool import run_pool
 from mutualrl.launch.run_record import mark_failed, mark_interrupted, write_run_json
 from mutualrl.training.paths import RunPaths, read_json
 
@@ -254,9 +252,8 @@ def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
         remote = RemoteWatch(paths.root, exchange_root(config, paths), session, 0, machines_of(plan),
                              wait_for=range(1, nodes), peer_timeout_s=config.see.peer_timeout_s)
     with reporting(remote):  # several machines: a launcher error stops the others' workers at once
-        processes = processes_from_plan(plan, paths, resume_step)
         write_run_json(paths, config, status="running")
-        outcome = run_pool(config, paths, processes, lock, console, remote)
+        outcome = run_pool(config, plan, paths, resume_step, lock, console, remote)
     status = "done" if outcome.ok else ("interrupted" if outcome.reason == "interrupted" else "failed")
     write_run_json(paths, config, status=status, reason=None if outcome.ok else outcome.reason)
     from mutualrl.launch.summary import print_failure, print_summary, summarise
@@ -268,43 +265,6 @@ def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
     write_json_atomic(paths.summary, summary)
     print_summary(summary, console)
     return 0
-
-
-def run_pool(config: RunConfig, paths: RunPaths, processes: list[Any], lock: RunLock, console: Console,
-             remote: Any = None) -> Any:
-    """Start and watch this machine's workers until they end (machine 0 of several: until every machine ended)."""
-    from mutualrl.launch.resume import restart_command
-    from mutualrl.launch.runner import PoolRunner
-    from mutualrl.training.worker import exchange_root
-
-    stall = config.launch.stall_timeout_s or config.see.barrier_timeout_s + 60.0
-    runner = PoolRunner(processes, paths, exchange_root(config, paths), stall_timeout_s=stall,
-                        grace_s=min(60.0, config.see.barrier_timeout_s + 10.0), console=console,
-                        inherit_fds=(lock.fd,) if lock.fd is not None else (),
-                        max_steps=max_optimizer_steps(config), peer_timeout_s=config.see.peer_timeout_s,
-                        remote=remote, merge_metrics=config.launch.machine_rank == 0,
-                        on_peer_failure=config.see.on_peer_failure, max_restarts=config.see.max_restarts,
-                        restart_argv=lambda policy: restart_command(processes, paths, policy))
-    with stop_on_termination_signals():
-        outcome = runner.run()
-    if remote is not None and not outcome.ok:
-        remote.report(False, outcome.reason, outcome.failed_policy, outcome.returncodes)
-    return outcome
-
-
-@contextlib.contextmanager
-def stop_on_termination_signals() -> Iterator[None]:
-    """SIGTERM / SIGHUP to the launcher stop the pool like Ctrl-C: workers stopped, run left resumable."""
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def check_run_dir(paths: RunPaths, options: TrainOptions) -> None:
@@ -373,19 +333,6 @@ def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Consol
                   f"as longer than {config.task.max_prompt_tokens} tokens for some policy "
                   f"({', '.join(f'{k}: {v}' for k, v in report.dropped_by_policy.items())})", highlight=False)
     write_resolved_config(paths, config, source)
-
-
-def processes_from_plan(plan: Any, paths: RunPaths, resume_step: int | None) -> list[Any]:
-    from mutualrl.launch.runner import PolicyProcess
-
-    processes = []
-    for spec in plan.specs:
-        argv = list(spec.argv)
-        if resume_step is not None:
-            argv += ["--resume-from", str(paths.policy_dir(spec.policy) / f"checkpoint-{resume_step}")]
-        processes.append(PolicyProcess(name=spec.policy, argv=argv, env=dict(spec.env), log_path=Path(spec.log_path),
-                                       cwd=Path(spec.cwd) if spec.cwd else None))
-    return processes
 
 
 def resume_changes(paths: RunPaths, config: RunConfig) -> list[str]:

@@ -1,0 +1,72 @@
+"""The pool loop every machine runs: start this machine's workers of a plan and watch them until they end.
+
+Machine 0 (:mod:`mutualrl.launch.run`) and the other machines of a run (:mod:`mutualrl.launch.join`)
+both call :func:`run_pool`; they differ only in what comes before (prepare or join) and after (summary).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from mutualrl.config.cadence import max_optimizer_steps
+from mutualrl.config.schema import RunConfig
+from mutualrl.launch.run_lock import RunLock
+from mutualrl.launch.runner import PolicyProcess, PoolRunner, RunOutcome
+from mutualrl.training.paths import RunPaths
+
+
+def run_pool(config: RunConfig, plan: Any, paths: RunPaths, resume_step: int | None, lock: RunLock,
+             console: Console, remote: Any = None) -> RunOutcome:
+    """Start and watch the workers ``plan`` places on this machine until they end (machine 0 of several: until
+    every machine ended); a failure is reported to the other machines through ``remote``."""
+    from mutualrl.launch.resume import restart_command
+
+    from mutualrl.training.worker import exchange_root
+
+    processes = processes_from_plan(plan, paths, resume_step)
+    stall = config.launch.stall_timeout_s or config.see.barrier_timeout_s + 60.0
+    runner = PoolRunner(processes, paths, exchange_root(config, paths), stall_timeout_s=stall,
+                        grace_s=min(60.0, config.see.barrier_timeout_s + 10.0), console=console,
+                        inherit_fds=(lock.fd,) if lock.fd is not None else (),
+                        max_steps=max_optimizer_steps(config), peer_timeout_s=config.see.peer_timeout_s,
+                        remote=remote, merge_metrics=config.launch.machine_rank == 0,
+                        on_peer_failure=config.see.on_peer_failure, max_restarts=config.see.max_restarts,
+                        restart_argv=lambda policy: restart_command(processes, paths, policy))
+    with stop_on_termination_signals():
+        outcome = runner.run()
+    if remote is not None and not outcome.ok:
+        remote.report(False, outcome.reason, outcome.failed_policy, outcome.returncodes)
+    return outcome
+
+
+def processes_from_plan(plan: Any, paths: RunPaths, resume_step: int | None) -> list[PolicyProcess]:
+    """The processes of the workers ``plan`` places on this machine, resuming from ``checkpoint-<resume_step>``."""
+    processes = []
+    for spec in plan.specs:
+        argv = list(spec.argv)
+        if resume_step is not None:
+            argv += ["--resume-from", str(paths.policy_dir(spec.policy) / f"checkpoint-{resume_step}")]
+        processes.append(PolicyProcess(name=spec.policy, argv=argv, env=dict(spec.env), log_path=Path(spec.log_path),
+                                       cwd=Path(spec.cwd) if spec.cwd else None))
+    return processes
+
+
+@contextlib.contextmanager
+def stop_on_termination_signals() -> Iterator[None]:
+    """SIGTERM / SIGHUP to the launcher stop the pool like Ctrl-C: workers stopped, run left resumable."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
