@@ -70,7 +70,7 @@ def test_a_metrics_row_is_appended_whole_or_not_at_all(tmp_path, monkeypatch):
 
 
 def test_the_launchers_merge_loses_no_row_when_the_disk_fills_and_then_frees(tmp_path, disk_full, monkeypatch):
-    from mutualrl.launch.runner import MetricsMerger
+    from mutualrl.launch.metrics_merge import MetricsMerger
 
     paths = RunPaths(tmp_path)
     paths.policy_metrics("a").parent.mkdir(parents=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from mutualrl.launch.runner import PolicyProcess, PoolRunner
+from mutualrl.launch.runner import PolicyProcess, PoolRunner, PoolSettings
 from mutualrl.training.paths import RunPaths
 
 # A worker busy where SIGTERM does not reach it (as one importing torch can be): only SIGKILL stops it.
@@ -45,8 +45,9 @@ def stubborn_pool(tmp_path: Path, size: int) -> list[PolicyProcess]:
 
 
 def runner(tmp_path: Path, procs, **kwargs) -> InterruptedRunner:
-    return InterruptedRunner(procs, RunPaths(tmp_path), tmp_path / "see", stall_timeout_s=60.0, grace_s=20.0,
-                             poll_s=0.05, console=Console(file=open("/dev/null", "w")), **kwargs)
+    settings = PoolSettings(tmp_path / "see", stall_timeout_s=60.0, grace_s=20.0, poll_s=0.05)
+    return InterruptedRunner(procs, RunPaths(tmp_path), settings, console=Console(file=open("/dev/null", "w")),
+                             **kwargs)
 
 
 def test_ctrl_c_kills_a_large_pool_that_ignores_sigterm(tmp_path):

@@ -10,8 +10,8 @@ from mutualrl.launch.resume import (
     common_checkpoint,
     config_changes,
     rollback_exchange,
-    rollback_metrics,
 )
+from mutualrl.launch.metrics_merge import rollback_metrics
 from mutualrl.training.paths import RunPaths
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from mutualrl.launch.runner import PolicyProcess, PoolRunner
+from mutualrl.launch.runner import PolicyProcess, PoolRunner, PoolSettings
 from mutualrl.see.exchange import read_failure
 from mutualrl.training.paths import RunPaths
 
@@ -64,8 +64,9 @@ def _procs(tmp_path: Path, modes: dict[str, str], steps: int = 3) -> list[Policy
 
 
 def _runner(tmp_path: Path, procs, stall: float = 30.0, on_peer_failure: str = "stop") -> PoolRunner:
-    return PoolRunner(procs, RunPaths(tmp_path), tmp_path / "see", stall_timeout_s=stall, grace_s=20.0,
-                      poll_s=0.05, console=Console(file=open("/dev/null", "w")), on_peer_failure=on_peer_failure)
+    settings = PoolSettings(tmp_path / "see", stall_timeout_s=stall, grace_s=20.0, poll_s=0.05,
+                            on_peer_failure=on_peer_failure)
+    return PoolRunner(procs, RunPaths(tmp_path), settings, console=Console(file=open("/dev/null", "w")))
 
 
 def test_success_merges_every_metric_line(tmp_path):
@@ -113,9 +114,9 @@ def test_max_restarts_starts_a_failed_policy_again_and_it_rejoins(tmp_path):
         calls.append(name)
         return [*procs[0].argv[:-1], "ok", "3"], 2
 
-    runner = PoolRunner(procs, RunPaths(tmp_path), tmp_path / "see", stall_timeout_s=30.0, grace_s=20.0, poll_s=0.05,
-                        console=Console(file=io.StringIO()), on_peer_failure="continue", max_restarts=1,
-                        restart_argv=restart)
+    settings = PoolSettings(tmp_path / "see", stall_timeout_s=30.0, grace_s=20.0, poll_s=0.05,
+                            on_peer_failure="continue", max_restarts=1, restart_argv=restart)
+    runner = PoolRunner(procs, RunPaths(tmp_path), settings, console=Console(file=io.StringIO()))
     outcome = runner.run()
     assert outcome.ok and outcome.returncodes == {"a": 0, "b": 0} and calls == ["a"]
     assert "lost" not in outcome.extra
@@ -129,9 +130,9 @@ def test_max_restarts_starts_a_failed_policy_again_and_it_rejoins(tmp_path):
 
 def test_a_policy_that_fails_more_often_than_max_restarts_is_lost(tmp_path):
     procs = _procs(tmp_path, {"a": "crash", "b": "slow-ok"})
-    runner = PoolRunner(procs, RunPaths(tmp_path), tmp_path / "see", stall_timeout_s=30.0, grace_s=20.0, poll_s=0.05,
-                        console=Console(file=io.StringIO()), on_peer_failure="continue", max_restarts=1,
-                        restart_argv=lambda name: (list(procs[0].argv), None))
+    settings = PoolSettings(tmp_path / "see", stall_timeout_s=30.0, grace_s=20.0, poll_s=0.05,
+                            on_peer_failure="continue", max_restarts=1, restart_argv=lambda name: (list(procs[0].argv), None))
+    runner = PoolRunner(procs, RunPaths(tmp_path), settings, console=Console(file=io.StringIO()))
     outcome = runner.run()
     assert outcome.ok and outcome.returncodes == {"a": 3, "b": 0}
     assert list(outcome.extra["lost"]) == ["a"] and len(outcome.extra["restarted"]["a"]) == 1
@@ -139,9 +140,10 @@ def test_a_policy_that_fails_more_often_than_max_restarts_is_lost(tmp_path):
 
 def test_a_restarted_policy_is_not_judged_by_its_predecessors_heartbeat(tmp_path):
     procs = _procs(tmp_path, {"a": "hang-beat", "b": "slow-ok"}, steps=2)
-    runner = PoolRunner(procs, RunPaths(tmp_path), tmp_path / "see", stall_timeout_s=30.0, grace_s=20.0, poll_s=0.05,
-                        console=Console(file=io.StringIO()), on_peer_failure="continue", max_restarts=1,
-                        peer_timeout_s=1.0, restart_argv=lambda name: ([*procs[0].argv[:-1], "slow-start"], None))
+    settings = PoolSettings(tmp_path / "see", stall_timeout_s=30.0, grace_s=20.0, poll_s=0.05,
+                            on_peer_failure="continue", max_restarts=1, peer_timeout_s=1.0,
+                            restart_argv=lambda name: ([*procs[0].argv[:-1], "slow-start"], None))
+    runner = PoolRunner(procs, RunPaths(tmp_path), settings, console=Console(file=io.StringIO()))
     outcome = runner.run()
     assert outcome.ok and outcome.returncodes == {"a": 0, "b": 0}, outcome
     [attempt] = outcome.extra["restarted"]["a"]

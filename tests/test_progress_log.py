@@ -27,7 +27,7 @@ def test_steps_made_between_two_polls_still_get_a_line_each(tmp_path):
 
     from rich.console import Console
 
-    from mutualrl.launch.runner import PolicyProcess, PoolRunner
+    from mutualrl.launch.runner import PolicyProcess, PoolRunner, PoolSettings
     from mutualrl.training.paths import RunPaths
 
     paths = RunPaths(tmp_path / "run")
@@ -42,8 +42,8 @@ def test_steps_made_between_two_polls_still_get_a_line_each(tmp_path):
                   f"pathlib.Path({str(paths.status(policy))!r}).write_text({status!r})")
         procs.append(PolicyProcess(policy, [sys.executable, "-c", script], {}, paths.log(policy)))
     out = io.StringIO()
-    runner = PoolRunner(procs, paths, tmp_path / "see", stall_timeout_s=60, poll_s=5.0,  # one poll sees all 3 steps
-                        console=Console(file=out, force_terminal=False, width=200))
+    settings = PoolSettings(tmp_path / "see", stall_timeout_s=60, poll_s=5.0)  # one poll sees all 3 steps
+    runner = PoolRunner(procs, paths, settings, console=Console(file=out, force_terminal=False, width=200))
     assert runner.run().ok
     for policy in ("a", "b"):
         assert re.findall(rf"^{policy}: step (\d+)/3  reward", out.getvalue(), re.M) == ["1", "2", "3"], out.getvalue()

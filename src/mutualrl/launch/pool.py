@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from rich.console import Console
 from mutualrl.config.cadence import max_optimizer_steps
 from mutualrl.config.schema import RunConfig
 from mutualrl.launch.run_lock import RunLock
-from mutualrl.launch.runner import PolicyProcess, PoolRunner, RunOutcome
+from mutualrl.launch.runner import PolicyProcess, PoolRunner, PoolSettings, RunOutcome
 from mutualrl.training.paths import RunPaths
 
 
@@ -27,22 +27,28 @@ def run_pool(config: RunConfig, plan: Any, paths: RunPaths, resume_step: int | N
     every machine ended); a failure is reported to the other machines through ``remote``."""
     from mutualrl.launch.resume import restart_command
 
-    from mutualrl.training.worker import exchange_root
-
     processes = processes_from_plan(plan, paths, resume_step)
-    stall = config.launch.stall_timeout_s or config.see.barrier_timeout_s + 60.0
-    runner = PoolRunner(processes, paths, exchange_root(config, paths), stall_timeout_s=stall,
-                        grace_s=min(60.0, config.see.barrier_timeout_s + 10.0), console=console,
-                        inherit_fds=(lock.fd,) if lock.fd is not None else (),
-                        max_steps=max_optimizer_steps(config), peer_timeout_s=config.see.peer_timeout_s,
-                        remote=remote, merge_metrics=config.launch.machine_rank == 0,
-                        on_peer_failure=config.see.on_peer_failure, max_restarts=config.see.max_restarts,
-                        restart_argv=lambda policy: restart_command(processes, paths, policy))
+    settings = pool_settings(config, paths, lock, restart_argv=lambda policy: restart_command(processes, paths, policy))
+    runner = PoolRunner(processes, paths, settings, console=console, remote=remote)
     with stop_on_termination_signals():
         outcome = runner.run()
     if remote is not None and not outcome.ok:
         remote.report(False, outcome.reason, outcome.failed_policy, outcome.returncodes)
     return outcome
+
+
+def pool_settings(config: RunConfig, paths: RunPaths, lock: RunLock,
+                  restart_argv: Callable[[str], tuple[list[str], int | None]]) -> PoolSettings:
+    """How the runner watches this run's pool, from its config."""
+    from mutualrl.training.worker import exchange_root
+
+    return PoolSettings(see_root=exchange_root(config, paths),
+                        stall_timeout_s=config.launch.stall_timeout_s or config.see.barrier_timeout_s + 60.0,
+                        grace_s=min(60.0, config.see.barrier_timeout_s + 10.0),
+                        inherit_fds=(lock.fd,) if lock.fd is not None else (),
+                        max_steps=max_optimizer_steps(config), peer_timeout_s=config.see.peer_timeout_s,
+                        merge_metrics=config.launch.machine_rank == 0, on_peer_failure=config.see.on_peer_failure,
+                        max_restarts=config.see.max_restarts, restart_argv=restart_argv)
 
 
 def processes_from_plan(plan: Any, paths: RunPaths, resume_step: int | None) -> list[PolicyProcess]:

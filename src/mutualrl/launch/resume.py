@@ -14,13 +14,11 @@ Fields that only say how long to train or how to report may change (:data:`MUTAB
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
-from mutualrl.atomic_io import write_text_atomic
 from mutualrl.see.consumed import rollback_log
 from mutualrl.training.checkpoint_files import checkpoint_problem
 from mutualrl.training.paths import RunPaths
@@ -123,56 +121,6 @@ def rollback_exchange(root: Path, step: int) -> int:
         shutil.rmtree(failed)
     rollback_log(root, step)
     return removed
-
-
-def read_rows(path: Path) -> tuple[list[tuple[str, dict[str, Any]]], int]:
-    """(line, parsed row) of every complete JSON line of a metrics file, and how many were damaged (cut by a kill)."""
-    if not path.exists():
-        return [], 0
-    rows, damaged = [], 0
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            damaged += int(bool(line.strip()))
-            continue
-        if isinstance(obj, dict):
-            rows.append((line, obj))
-    return rows, damaged
-
-
-def keep_policy_rows(paths: RunPaths, policy: str, step: int) -> tuple[list[tuple[str, dict[str, Any]]], int]:
-    """Keep ``policy``'s metric rows up to ``step`` in its own file, marked as merged; (kept rows, rows dropped:
-    after ``step`` or damaged)."""
-    path = paths.policy_metrics(policy)
-    rows, damaged = read_rows(path)
-    kept = [(line, obj) for line, obj in rows if int(obj.get("step", 0)) <= step]
-    if path.exists():
-        write_text_atomic(path, "".join(f"{line}\n" for line, _ in kept))
-        write_text_atomic(path.parent / f".{policy}.merged", str(path.stat().st_size))
-    return kept, damaged + len(rows) - len(kept)
-
-
-def rollback_metrics(paths: RunPaths, policies: list[str], step: int) -> int:
-    """Keep each policy's rows up to ``step`` and rebuild ``metrics.jsonl`` from them.
-
-    The per-policy files are the source of truth: the merged file lags them by up to one
-    poll of the launcher, and a killed launcher never merged its last rows. Returns how
-    many rows (after ``step`` or damaged) were dropped.
-    """
-    dropped, merged = 0, []
-    for policy in policies:
-        kept, gone = keep_policy_rows(paths, policy, step)
-        dropped += gone
-        merged.extend(kept)
-        # A validation result without its row (killed between the two writes) is run again.
-        logged = {obj.get("step") for _, obj in kept if obj.get("kind") == "eval"}
-        for result in (paths.root / "eval" / policy).glob("step-*.json"):
-            if int(result.stem.split("-")[1]) not in logged:
-                result.unlink()
-    merged.sort(key=lambda row: (row[1].get("time", 0.0), row[1].get("step", 0)))
-    write_text_atomic(paths.metrics, "".join(f"{line}\n" for line, _ in merged))
-    return dropped
 
 
 def restart_command(processes: list[Any], paths: RunPaths, policy: str) -> tuple[list[str], int | None]:

@@ -354,7 +354,8 @@ def prepare_resume(paths: RunPaths, config: RunConfig, allowed: list[str],
     Returns the config to run (the stored one with the ``allowed`` changes) and the last
     checkpoint step common to every policy, or None when there is none yet (start from 0).
     """
-    from mutualrl.launch.resume import common_checkpoint, rollback_exchange, rollback_metrics
+    from mutualrl.launch.metrics_merge import rollback_metrics
+    from mutualrl.launch.resume import common_checkpoint, rollback_exchange
     from mutualrl.training.worker import exchange_root
 
     if allowed:

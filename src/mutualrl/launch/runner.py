@@ -34,10 +34,10 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from mutualrl.atomic_io import append_text, write_text_atomic
 from mutualrl.errors import DISK_FULL_EXIT, StorageError, describe_free, free_bytes, is_storage_message
 from mutualrl.regimes.registry import all_regimes
 from mutualrl.see.liveness import freshest_heartbeat_age
+from mutualrl.launch.metrics_merge import MetricsMerger
 from mutualrl.training.paths import RunPaths
 from mutualrl.training.watchdog import LAUNCHER_PID_ENV
 
@@ -67,96 +67,48 @@ class RunOutcome:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-class MetricsMerger:
-    """Tails ``RUN/metrics/<policy>.jsonl`` files into ``RUN/metrics.jsonl`` (complete lines only)."""
+@dataclass(frozen=True)
+class PoolSettings:
+    """How :class:`PoolRunner` watches a pool (:func:`mutualrl.launch.pool.pool_settings` fills it from a config)."""
 
-    def __init__(self, paths: RunPaths, policies: Sequence[str]):
-        self.paths = paths
-        self.offsets = {p: 0 for p in policies}
-        for policy in policies:  # on resume, skip what was merged before
-            self.offsets[policy] = self._merged_bytes(policy)
-
-    def _merged_bytes(self, policy: str) -> int:
-        marker = self.paths.root / "metrics" / f".{policy}.merged"
-        return int(marker.read_text()) if marker.exists() else 0
-
-    def poll(self) -> list[dict[str, Any]]:
-        """Merge what the policies wrote since the last poll; returns the new rows (parsed), in merge order."""
-        out_lines: list[str] = []
-        advanced: dict[str, int] = {}  # policy -> its new offset, kept once its rows are appended
-        for policy, offset in self.offsets.items():
-            path = self.paths.policy_metrics(policy)
-            if not path.exists():
-                continue
-            with path.open("rb") as fh:
-                fh.seek(offset)
-                chunk = fh.read()
-            end = chunk.rfind(b"\n")
-            if end < 0:
-                continue
-            complete = chunk[: end + 1]
-            out_lines.extend(complete.decode().splitlines(keepends=True))
-            advanced[policy] = offset + len(complete)
-        if out_lines:  # whole lines or none (a full disk), then the offsets that say they were merged
-            append_text(self.paths.metrics, "".join(out_lines))
-        for policy, offset in advanced.items():
-            self.offsets[policy] = offset
-            write_text_atomic(self.paths.root / "metrics" / f".{policy}.merged", str(offset))
-        rows = []
-        for line in out_lines:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:  # a damaged line is merged as it is, just not shown
-                continue
-        return rows
-
-    def rollback(self, policy: str, step: int) -> None:
-        """``policy`` restarts from optimizer step ``step`` (see.max_restarts) and redoes the steps after it: drop
-        its rows past ``step`` from its file and from ``metrics.jsonl`` so none is there twice."""
-        from mutualrl.launch.resume import keep_policy_rows, read_rows
-
-        self.poll()
-        keep_policy_rows(self.paths, policy, step)
-        self.offsets[policy] = self._merged_bytes(policy)
-        for result in (self.paths.root / "eval" / policy).glob("step-*.json"):  # validated again when redone
-            if int(result.stem.split("-")[1]) > step:
-                result.unlink()
-        merged, _ = read_rows(self.paths.metrics)
-        write_text_atomic(self.paths.metrics, "".join(
-            f"{line}\n" for line, obj in merged if obj.get("policy") != policy or int(obj.get("step", 0)) <= step))
+    see_root: Path = field(metadata={"help": "The run's SEE folder: failure markers are written, heartbeats read."})
+    stall_timeout_s: float = field(metadata={"help": "A live policy that shows no progress this long is stalled."})
+    grace_s: float = field(default=60.0, metadata={"help": "After a failure, how long the others may exit on their "
+                                                          "own before they are terminated."})
+    poll_s: float = field(default=0.5, metadata={"help": "Seconds between two looks at the processes and files."})
+    inherit_fds: tuple[int, ...] = field(default=(), metadata={"help": "Descriptors every worker inherits: the run "
+                                                                      "lock, held while any worker lives."})
+    max_steps: int | None = field(default=None, metadata={"help": "Steps shown until a worker reports its total."})
+    peer_timeout_s: float | None = field(default=None, metadata={"help": "see.peer_timeout_s: heartbeat silence "
+                                                                         "that stops the pool (None: not watched)."})
+    merge_metrics: bool = field(default=True, metadata={"help": "Write RUN/metrics.jsonl (one writer: machine 0 "
+                                                                "of several)."})
+    on_peer_failure: str = field(default="stop", metadata={"help": "see.on_peer_failure: 'continue' lets a failed "
+                                                                   "policy leave while the others go on."})
+    max_restarts: int = field(default=0, metadata={"help": "see.max_restarts: how often a policy that left is "
+                                                           "started again and rejoins."})
+    restart_argv: Callable[[str], tuple[list[str], int | None]] | None = field(
+        default=None, metadata={"help": "A policy's restart command, resuming from its newest checkpoint, and that "
+                                        "checkpoint's step (None: no restart)."})
 
 
 class PoolRunner:
-    def __init__(self, processes: Sequence[PolicyProcess], paths: RunPaths, see_root: Path,
-                 stall_timeout_s: float, grace_s: float = 60.0, poll_s: float = 0.5,
-                 console: Console | None = None, inherit_fds: Sequence[int] = (), max_steps: int | None = None,
-                 peer_timeout_s: float | None = None, remote: Any = None, merge_metrics: bool = True,
-                 on_peer_failure: str = "stop", max_restarts: int = 0,
-                 restart_argv: Callable[[str], tuple[list[str], int | None]] | None = None):
+    """Starts and watches one machine's policy processes; ``remote`` (several machines, launch.nodes): the
+    policies elsewhere (:class:`mutualrl.launch.nodes.RemoteWatch`), and the run ends here when the local
+    workers exited and ``remote.finished()``."""
+
+    def __init__(self, processes: Sequence[PolicyProcess], paths: RunPaths, settings: PoolSettings,
+                 console: Console | None = None, remote: Any = None):
         self.procs = list(processes)
-        self.on_peer_failure = on_peer_failure  # "continue": a failed policy leaves, the others go on
-        self.lost: dict[str, dict[str, Any]] = {}
-        # see.max_restarts: a policy that left is started again (restart_argv: its command, resuming from its
-        # newest checkpoint, and that checkpoint's step) and rejoins the pool
-        self.max_restarts = max_restarts
-        self.restart_argv = restart_argv
-        self.restarts: dict[str, list[dict[str, Any]]] = {}
-        # Several machines (launch.nodes): the policies elsewhere (launch.nodes.RemoteWatch); the run ends
-        # here when the local workers exited and remote.finished().
-        self.remote = remote
-        self.max_steps = max_steps  # shown until a worker reports its own total
-        self.peer_timeout_s = peer_timeout_s  # heartbeat silence that stops the pool (None: not watched)
-        self.inherit_fds = tuple(inherit_fds)  # the run lock: held while any worker lives
         self.paths = paths
-        self.see_root = see_root
-        self.stall_timeout_s = stall_timeout_s
-        self.grace_s = grace_s
-        self.poll_s = poll_s
+        self.settings = settings
         self.console = console or Console()
-        remote_names = [n for n in (remote.policies if remote is not None else []) if n not in self.names]
-        self.remote_names = remote_names
+        self.remote = remote
+        self.lost: dict[str, dict[str, Any]] = {}
+        self.restarts: dict[str, list[dict[str, Any]]] = {}
+        self.remote_names = [n for n in (remote.policies if remote is not None else []) if n not in self.names]
         # One writer of RUN/metrics.jsonl (machine 0 with several machines), merging every policy's rows.
-        self.merger = MetricsMerger(paths, [*self.names, *remote_names]) if merge_metrics else None
+        self.merger = MetricsMerger(paths, [*self.names, *self.remote_names]) if settings.merge_metrics else None
 
     @property
     def names(self) -> list[str]:
@@ -169,7 +121,7 @@ class PoolRunner:
         """Non-TTY progress: one line per merged ``kind: train`` row (a logged step of one policy)."""
         for row in rows:
             if row.get("kind") == "train":
-                total = self._status_of(str(row.get("policy"))).get("max_steps") or self.max_steps
+                total = self._status_of(str(row.get("policy"))).get("max_steps") or self.settings.max_steps
                 self.console.print(step_line(row, total), highlight=False)
 
     # -- processes ------------------------------------------------------------------------
@@ -183,7 +135,8 @@ class PoolRunner:
         # Workers watch this pid and stop when it dies (training.watchdog): no orphans.
         env = {**os.environ, **proc.env, LAUNCHER_PID_ENV: str(os.getpid())}
         proc.popen = subprocess.Popen(proc.argv, env=env, cwd=proc.cwd, stdout=log_fh, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=self.inherit_fds)
+                                      stdin=subprocess.DEVNULL, start_new_session=True,
+                                      pass_fds=self.settings.inherit_fds)
         log_fh.close()
         proc.returncode = None
         proc.started = proc.last_progress = time.time()
@@ -232,7 +185,7 @@ class PoolRunner:
                     lines, key = [], []
                     for name in self.remote_names:  # progress of the policies on other machines
                         st = self._status_of(name)
-                        total = st.get("max_steps") or self.max_steps or None
+                        total = st.get("max_steps") or self.settings.max_steps or None
                         info = describe_status(st) + " (elsewhere)"
                         progress.update(tasks[name], completed=int(st.get("step", 0) or 0), total=total, info=info)
                         lines.append(f"{name}: step {st.get('step', 0)}/{total or '?'} {info}")
@@ -245,7 +198,7 @@ class PoolRunner:
                             proc._phase = st.get("phase")  # type: ignore[attr-defined]
                             proc.last_progress = now
                         info = describe_status(st)
-                        total = st.get("max_steps") or self.max_steps or None
+                        total = st.get("max_steps") or self.settings.max_steps or None
                         progress.update(tasks[proc.name], completed=step, total=total, info=info)
                         lines.append(f"{proc.name}: step {step}/{total or '?'} {info}")
                         # With merged metrics, each logged step gets its own line below: only phases count here.
@@ -278,7 +231,7 @@ class PoolRunner:
                         self.remote.report(True, returncodes={p.name: p.returncode for p in self.procs})
                     if failure is not None or (local_done and (self.remote is None or self.remote.finished())):
                         break
-                    time.sleep(self.poll_s)
+                    time.sleep(self.settings.poll_s)
             if failure is not None:
                 return self._handle_failure(*failure, started=started)
         except KeyboardInterrupt:
@@ -306,10 +259,10 @@ class PoolRunner:
         from mutualrl.see.liveness import mark_failed
 
         others = [p for p in self.procs if p is not proc and p.name not in self.lost]
-        if self.on_peer_failure != "continue" or not any(p.returncode is None for p in others):
+        if self.settings.on_peer_failure != "continue" or not any(p.returncode is None for p in others):
             return False  # nobody left to go on: the run failed
         try:
-            mark_failed(self.see_root, proc.name, f"policy process {reason}")
+            mark_failed(self.settings.see_root, proc.name, f"policy process {reason}")
         except Exception:  # pragma: no cover - best effort
             pass
         self.lost[proc.name] = {"step": proc.last_step, "reason": reason, "log_tail": tail(proc.log_path, 5)}
@@ -319,7 +272,8 @@ class PoolRunner:
             if proc.popen.poll() is None:
                 self.terminate([proc], signal.SIGKILL)
             proc.returncode = proc.popen.wait()  # once: the reason recorded above stays
-        if self.restart_argv is not None and len(self.restarts.get(proc.name, [])) < self.max_restarts:
+        settings = self.settings
+        if settings.restart_argv is not None and len(self.restarts.get(proc.name, [])) < settings.max_restarts:
             self._restart(proc, self.lost.pop(proc.name))
         return True
 
@@ -327,7 +281,7 @@ class PoolRunner:
         """Start a policy that left again, from its newest checkpoint; it clears its failure marker and rejoins."""
         from mutualrl.training.watchdog import REJOIN_ENV
 
-        argv, checkpoint = self.restart_argv(proc.name)
+        argv, checkpoint = self.settings.restart_argv(proc.name)
         if self.merger is not None:
             self.merger.rollback(proc.name, checkpoint or 0)
         attempts = self.restarts.setdefault(proc.name, [])
@@ -335,19 +289,21 @@ class PoolRunner:
         proc.argv, proc.env = argv, {**proc.env, REJOIN_ENV: str(len(attempts))}
         self.console.print(f"[yellow]restarting {proc.name} from "
                            f"{'checkpoint ' + str(checkpoint) if checkpoint is not None else 'its start'} "
-                           f"(restart {len(attempts)} of {self.max_restarts}, see.max_restarts); it rejoins the "
-                           f"pool[/]", highlight=False)
+                           f"(restart {len(attempts)} of {self.settings.max_restarts}, see.max_restarts); it rejoins "
+                           f"the pool[/]", highlight=False)
         self._spawn(proc)
 
     def _silent_or_stalled(self, proc: PolicyProcess, now: float, started: float) -> tuple[str, str] | None:
         """A live process that stopped beating (hung, stopped) or stopped making progress: (policy, reason)."""
-        if self.peer_timeout_s is not None:
-            age = freshest_heartbeat_age(self.see_root, proc.name, since=proc.started, now=now)  # not a predecessor's
-            if age is not None and age > self.peer_timeout_s:
-                return proc.name, (f"sent no heartbeat for {age:.0f}s (see.peer_timeout_s={self.peer_timeout_s:g}): "
-                                   "alive but hung or stopped")
-        if now - proc.last_progress > self.stall_timeout_s:
-            return proc.name, f"made no progress for {self.stall_timeout_s:.0f}s (stalled)"
+        settings = self.settings
+        if settings.peer_timeout_s is not None:
+            # since it started: a restarted policy is not judged by its predecessor's heartbeat
+            age = freshest_heartbeat_age(settings.see_root, proc.name, since=proc.started, now=now)
+            if age is not None and age > settings.peer_timeout_s:
+                return proc.name, (f"sent no heartbeat for {age:.0f}s (see.peer_timeout_s="
+                                   f"{settings.peer_timeout_s:g}): alive but hung or stopped")
+        if now - proc.last_progress > settings.stall_timeout_s:
+            return proc.name, f"made no progress for {settings.stall_timeout_s:.0f}s (stalled)"
         return None
 
     def _handle_failure(self, policy: str, reason: str, started: float) -> RunOutcome:
@@ -355,11 +311,11 @@ class PoolRunner:
 
         failed = next((p for p in self.procs if p.name == policy), None)  # None: a policy on another machine
         try:
-            mark_failed(self.see_root, policy, f"policy process {reason}")
+            mark_failed(self.settings.see_root, policy, f"policy process {reason}")
         except Exception:  # pragma: no cover - best effort
             pass
         # Peers notice the marker at their next barrier and exit non-zero naming the peer.
-        self._reap(self.grace_s)
+        self._reap(self.settings.grace_s)
         self.terminate(self.procs)
         self._reap(10.0)
         self.terminate(self.procs, signal.SIGKILL)
