@@ -17,7 +17,7 @@ import pytest
 from mutualrl import atomic_io
 from mutualrl.atomic_io import DISK_FULL_ENV, append_text, write_json_atomic
 from mutualrl.errors import DISK_FULL_EXIT, StorageError, storage_error
-from mutualrl.training.paths import RunPaths
+from mutualrl.run_folder import RunPaths
 
 
 @pytest.fixture

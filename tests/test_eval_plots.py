@@ -65,16 +65,19 @@ def test_series_and_averages(runs: list[Path]) -> None:
     assert gate_steps == list(range(1, 13))
 
 
-def test_truncated_last_line_is_skipped_but_corruption_is_an_error(tmp_path: Path) -> None:
+def test_damaged_lines_are_skipped_with_a_warning(tmp_path: Path) -> None:
+    """One rule for every reader of a metrics file (mutualrl.run_folder.read_metric_rows): a line cut short by a
+    kill, at the end or (once more rows were appended after it) in the middle, is skipped and counted."""
     run = write_run(tmp_path / "live", "sgt", steps=4, truncated_tail=True)
-    with pytest.warns(UserWarning, match="truncated last line"):
+    with pytest.warns(UserWarning, match="skipping 1 damaged line$"):
         data = load_run(run)
     assert len(data.train) == 8
     lines = (run / "metrics.jsonl").read_text().splitlines()
     lines.insert(2, "{broken")
+    lines.insert(3, "[1, 2]")  # JSON, but not a row
     (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    with pytest.raises(DataError, match="line 3 is not valid JSON"):
-        load_run(run)
+    with pytest.warns(UserWarning, match="skipping 3 damaged lines"):
+        assert len(load_run(run).train) == 8
     with pytest.raises(DataError, match="no metrics.jsonl"):
         load_run(tmp_path)
 

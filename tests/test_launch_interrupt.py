@@ -9,7 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from mutualrl.launch.runner import PolicyProcess, PoolRunner, PoolSettings
-from mutualrl.training.paths import RunPaths
+from mutualrl.run_folder import RunPaths
 
 # A worker busy where SIGTERM does not reach it (as one importing torch can be): only SIGKILL stops it.
 STUBBORN = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(300)\n"

@@ -28,8 +28,8 @@ from mutualrl.launch.nodes import (
 from mutualrl.launch.render import render_plan
 from mutualrl.launch.run import TrainOptions, check_run_dir
 from mutualrl.launch.run_lock import RunLock, machine_lock_name
+from mutualrl.run_folder import RunPaths
 from mutualrl.see.liveness import mark_failed
-from mutualrl.training.paths import RunPaths
 from plan_helpers import dry_run
 from test_launch_configs import accelerate_launch_env
 

@@ -5,14 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mutualrl.launch.resume import (
-    clear_training_outputs,
-    common_checkpoint,
-    config_changes,
-    rollback_exchange,
-)
 from mutualrl.launch.metrics_merge import rollback_metrics
-from mutualrl.training.paths import RunPaths
+from mutualrl.launch.resume import clear_training_outputs, common_checkpoint, config_changes
+from mutualrl.run_folder import RunPaths
+from mutualrl.see.rollback import rollback_exchange
 
 
 def _config(**changes):

@@ -12,8 +12,8 @@ from pathlib import Path
 from rich.console import Console
 
 from mutualrl.launch.runner import PolicyProcess, PoolRunner, PoolSettings
+from mutualrl.run_folder import RunPaths
 from mutualrl.see.exchange import read_failure
-from mutualrl.training.paths import RunPaths
 
 FAKE_WORKER = textwrap.dedent('''
     import json, os, sys, time

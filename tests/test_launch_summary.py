@@ -79,7 +79,7 @@ def test_trained_steps_come_from_the_trainer_state_not_the_logged_rows(tmp_path)
     import json
 
     from mutualrl.launch.summary import trained_steps
-    from mutualrl.training.paths import RunPaths
+    from mutualrl.run_folder import RunPaths
 
     paths = RunPaths(tmp_path)
     assert trained_steps(paths, "a", logged=0) == 0  # no final state yet: what was logged

@@ -114,7 +114,7 @@ def test_a_registered_regime_gets_config_validation_settings_and_status(throwawa
     from mutualrl.launch.runner import describe_status
     from mutualrl.training.adapters import make_regime_adapter
     from mutualrl.training.callbacks import StatusCallback
-    from mutualrl.training.paths import RunPaths
+    from mutualrl.run_folder import RunPaths
 
     recipe = {"pool": {"name": "p", "policies": [{"name": "a", "model": "builtin:tiny-bpe"},
                                                  {"name": "b", "model": "builtin:tiny-sp"}]},

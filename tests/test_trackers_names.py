@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 from mutualrl.launch.plan import LaunchPlan
+from mutualrl.run_folder import RunPaths
 from mutualrl.training.grpo_args import grpo_kwargs
-from mutualrl.training.paths import RunPaths
 from mutualrl.training.trackers import policy_run_name, tracker_group_env
 from plan_helpers import dry_run
 

@@ -141,10 +141,10 @@ def run_folder_targets(target: str, tokenizer: str | None, chat_template: bool |
     from mutualrl.config.loader import load_run_config
     from mutualrl.errors import UsageError
     from mutualrl.evaluation.runner import EvalTarget, TargetSet
-    from mutualrl.training.paths import RunPaths
+    from mutualrl.run_folder import RunPaths
 
     paths = RunPaths(Path(target.strip()))
-    if "," in target or not paths.config.is_file() or not (paths.root / "policies").is_dir():
+    if "," in target or not paths.config.is_file() or not paths.policies.is_dir():
         return None
     config = load_run_config(str(paths.config), check_grpo=False).config
     unfinished = [p.name for p in config.pool.policies if not (paths.final_model(p.name) / "config.json").is_file()]

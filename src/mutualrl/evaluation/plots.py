@@ -1,7 +1,7 @@
 """PNG figures of training runs, in the style of the paper's figures.
 
-Read from each run folder's ``metrics.jsonl`` (train and eval lines, see
-docs/run_layout), ``run.json`` and ``config.yaml``; several runs are overlaid, one colour, dash pattern
+Read from each run folder's merged metrics (train and eval lines, see
+docs/run-layout.md), ``run.json`` and ``config.yaml``; several runs are overlaid, one colour, dash pattern
 and marker per run (labelled by regime, e.g. standalone / prp / xgrpo / sgt; :mod:`.plot_style`):
 
 - ``validation_reward.png`` -- validation reward@1 vs step, one panel per policy plus
@@ -37,6 +37,7 @@ from mutualrl.evaluation.plot_style import (
 )
 from mutualrl.evaluation.results import GROUP_KEY_PREFIX, REWARD_KEY_SUFFIX, group_rewards
 from mutualrl.regimes.registry import all_regimes
+from mutualrl.run_folder import RunPaths, read_metric_rows
 
 OPTIMIZATION_KEYS = (("entropy", "entropy"), ("kl", "KL"))
 
@@ -68,37 +69,29 @@ class RunData:
 
 
 def load_run(path: str | Path) -> RunData:
-    """A run folder's metrics. A truncated last line (a run still writing) is skipped with a warning."""
+    """A run folder's metrics. Damaged lines (a run still writing, or one cut by a kill) are skipped with a
+    warning (:func:`mutualrl.run_folder.read_metric_rows`)."""
     path = Path(path)
-    metrics = path / "metrics.jsonl"
-    if not metrics.is_file():
-        raise DataError(f"{path}: no metrics.jsonl (is it a run folder written by `mutualrl train`?)")
+    paths = RunPaths(path)
+    if not paths.metrics.is_file():
+        raise DataError(f"{path}: no {paths.metrics.name} (is it a run folder written by `mutualrl train`?)")
     info: dict[str, Any] = {}
-    if (path / "run.json").is_file():
+    if paths.run_json.is_file():
         try:
-            info = json.loads((path / "run.json").read_text())
+            info = json.loads(paths.run_json.read_text())
         except json.JSONDecodeError as err:
-            raise DataError(f"{path / 'run.json'}: not valid JSON ({err})") from None
-    run = RunData(path=path, info=info, beta=recipe_beta(path / "config.yaml"))
-    lines = metrics.read_text(encoding="utf-8").splitlines()
-    for lineno, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            if lineno == len(lines):
-                warnings.warn(f"{metrics}: skipping a truncated last line", stacklevel=2)
-                continue
-            raise DataError(f"{metrics}: line {lineno} is not valid JSON ({err.msg})") from None
-        if not isinstance(row, dict):
-            raise DataError(f"{metrics}: line {lineno} is not a JSON object")
+            raise DataError(f"{paths.run_json}: not valid JSON ({err})") from None
+    run = RunData(path=path, info=info, beta=recipe_beta(paths.config))
+    rows, damaged = read_metric_rows(paths.metrics)
+    if damaged:
+        warnings.warn(f"{paths.metrics}: skipping {damaged} damaged line{'s' if damaged > 1 else ''}", stacklevel=2)
+    for _, row in rows:
         kind = row.get("kind")
         if kind not in ("train", "eval"):
             continue  # other kinds may appear later; they are not plotted
         for key in ("policy", "step"):
             if key not in row:
-                raise DataError(f"{metrics}: line {lineno} ({kind}) has no {key!r}")
+                raise DataError(f"{paths.metrics}: a {kind} line has no {key!r}")
         (run.train if kind == "train" else run.evals).append(row)
     return run
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.errors import DataError
+from mutualrl.run_folder import RunPaths
 
 MODEL_FORMAT = "mutualrl-model-eval"
 #: Validation-line keys of task groups: ``eval/group/<group>/reward@1``.
@@ -271,7 +272,7 @@ def load_results(path: str | Path, step: int | str | None = None) -> list[ModelE
 
 
 def _load_run_folder(path: Path, step: int | str | None) -> list[ModelEvalResult]:
-    eval_dir = path / "eval" if (path / "eval").is_dir() else path
+    eval_dir = RunPaths(path).eval_dir if RunPaths(path).eval_dir.is_dir() else path
     policies = sorted(d for d in eval_dir.iterdir() if d.is_dir() and step_files(d))
     if not policies:
         if step_files(eval_dir):  # a single policy's folder

@@ -39,6 +39,7 @@ from mutualrl.errors import PlacementError
 from mutualrl.launch.configs import ZERO_STAGES, accelerate_config_path, deepspeed_config_path
 from mutualrl.launch.machines import local_devices
 from mutualrl.launch.mwra import Placement, PolicyPlacement
+from mutualrl.run_folder import RunPaths
 from mutualrl.training.trackers import tracker_group_env
 
 WORKER_MODULE = "mutualrl.training.worker"
@@ -289,7 +290,7 @@ def _spec(config: RunConfig, index: int, placed: PolicyPlacement, gpus: int, run
         else:
             argv = [python, *worker]
     log = f"{name}.log" if machine == machines[0] else f"{name}.machine-{machine}.log"
-    return LaunchSpec(policy=name, argv=argv, env=env, cwd=str(cwd), log_path=str(run_dir / "logs" / log),
+    return LaunchSpec(policy=name, argv=argv, env=env, cwd=str(cwd), log_path=str(RunPaths(run_dir).logs / log),
                       notes=notes, machine=machine)
 
 

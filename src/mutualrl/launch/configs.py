@@ -29,13 +29,14 @@ import yaml
 
 from mutualrl.atomic_io import write_text_atomic
 from mutualrl.launch.mwra import PolicyPlacement
+from mutualrl.run_folder import RunPaths
 
 DeepSpeedChoice = Literal["none", "zero2", "zero3"]
 ZERO_STAGES = {"none": 0, "zero2": 2, "zero3": 3}
 
 
 def launch_dir(run_dir: Path) -> Path:
-    return Path(run_dir) / "launch"
+    return RunPaths(Path(run_dir)).launch
 
 
 def accelerate_config_path(run_dir: Path, policy: str) -> Path:

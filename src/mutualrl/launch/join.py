@@ -20,7 +20,7 @@ from mutualrl.errors import UsageError
 from mutualrl.launch.nodes import RemoteWatch, addresses, join_session, local_address, machines_of, reporting
 from mutualrl.launch.pool import run_pool
 from mutualrl.launch.run_lock import RunLock, machine_lock_name
-from mutualrl.training.paths import RunPaths
+from mutualrl.run_folder import RunPaths
 
 
 def join_run(config: RunConfig, paths: RunPaths, console: Console) -> int:
@@ -35,7 +35,7 @@ def join_run(config: RunConfig, paths: RunPaths, console: Console) -> int:
             console.print(f"[yellow]warning:[/] {lock.warning}", highlight=False)
         session = join_session(paths.root, machine, launch.nodes, local_address(launch.main_address),
                                launch.join_timeout_s, say=lambda text: console.print(text, highlight=False))
-        watch = RemoteWatch(paths.root, paths.default_see(), session, machine, {}, wait_for=(), peer_timeout_s=None)
+        watch = RemoteWatch(paths.root, paths.see_root(), session, machine, {}, wait_for=(), peer_timeout_s=None)
         with reporting(watch):  # a failure from here on stops the other machines at once
             outcome = run_machine(config, paths, console, session, lock)
     if not outcome.ok:
@@ -48,7 +48,7 @@ def join_run(config: RunConfig, paths: RunPaths, console: Console) -> int:
 def run_machine(config: RunConfig, paths: RunPaths, console: Console, session: dict[str, Any], lock: RunLock) -> Any:
     """Plan the stored run for this machine, check it against machine 0's plan, run this machine's workers."""
     from mutualrl.launch.plan import LaunchPlan, make_launch_plan
-    from mutualrl.training.worker import exchange_root, load_resolved_config
+    from mutualrl.config.resolved import load_resolved_config
 
     launch, machine = config.launch, config.launch.machine_rank
     stored = load_resolved_config(paths)  # machine 0's resolved config: every machine runs the same run
@@ -65,7 +65,7 @@ def run_machine(config: RunConfig, paths: RunPaths, console: Console, session: d
     here = [spec.policy for spec in plan.specs]
     console.print(f"[bold]mutualrl train[/] machine {machine} of {launch.nodes}: runs {', '.join(here) or 'nothing'}"
                   f" of pool [cyan]{stored.pool.name}[/], run folder {paths.root}", highlight=False)
-    remote = RemoteWatch(paths.root, exchange_root(run_config, paths), session, machine,
+    remote = RemoteWatch(paths.root, paths.see_root(run_config.see.dir), session, machine,
                          machines_of(plan), wait_for=(), peer_timeout_s=stored.see.peer_timeout_s)
     return run_pool(run_config, plan, paths, session.get("resume_step"), lock, console, remote)
 

@@ -3,17 +3,15 @@ into it as it grows, and rolls both back when a policy restarts or the run resum
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from mutualrl.atomic_io import append_text, write_text_atomic
-from mutualrl.training.paths import RunPaths
+from mutualrl.run_folder import RunPaths, parse_metric_row, read_metric_rows
 
 
 class MetricsMerger:
-    """Tails ``RUN/metrics/<policy>.jsonl`` files into ``RUN/metrics.jsonl`` (complete lines only)."""
+    """Tails each policy's own metrics file into the run's merged one (complete lines only)."""
 
     def __init__(self, paths: RunPaths, policies: Sequence[str]):
         self.paths = paths
@@ -22,7 +20,7 @@ class MetricsMerger:
             self.offsets[policy] = self._merged_bytes(policy)
 
     def _merged_bytes(self, policy: str) -> int:
-        marker = self.paths.root / "metrics" / f".{policy}.merged"
+        marker = self.paths.merged_marker(policy)
         return int(marker.read_text()) if marker.exists() else 0
 
     def poll(self) -> list[dict[str, Any]]:
@@ -46,60 +44,39 @@ class MetricsMerger:
             append_text(self.paths.metrics, "".join(out_lines))
         for policy, offset in advanced.items():
             self.offsets[policy] = offset
-            write_text_atomic(self.paths.root / "metrics" / f".{policy}.merged", str(offset))
-        rows = []
-        for line in out_lines:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:  # a damaged line is merged as it is, just not shown
-                continue
-        return rows
+            write_text_atomic(self.paths.merged_marker(policy), str(offset))
+        # a damaged line is merged as it is, just not shown
+        return [row for line in out_lines if (row := parse_metric_row(line)) is not None]
 
     def rollback(self, policy: str, step: int) -> None:
         """``policy`` restarts from optimizer step ``step`` (see.max_restarts) and redoes the steps after it: drop
-        its rows past ``step`` from its file and from ``metrics.jsonl`` so none is there twice."""
+        its rows past ``step`` from its file and from the merged file so none is there twice."""
         self.poll()
         keep_policy_rows(self.paths, policy, step)
         self.offsets[policy] = self._merged_bytes(policy)
-        for result in (self.paths.root / "eval" / policy).glob("step-*.json"):  # validated again when redone
+        for result in self.paths.policy_eval_dir(policy).glob("step-*.json"):  # validated again when redone
             if int(result.stem.split("-")[1]) > step:
                 result.unlink()
-        merged, _ = read_rows(self.paths.metrics)
+        merged, _ = read_metric_rows(self.paths.metrics)
         write_text_atomic(self.paths.metrics, "".join(
             f"{line}\n" for line, obj in merged if obj.get("policy") != policy or int(obj.get("step", 0)) <= step))
 
-
-
-def read_rows(path: Path) -> tuple[list[tuple[str, dict[str, Any]]], int]:
-    """(line, parsed row) of every complete JSON line of a metrics file, and how many were damaged (cut by a kill)."""
-    if not path.exists():
-        return [], 0
-    rows, damaged = [], 0
-    for line in path.read_text(errors="replace").splitlines():
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            damaged += int(bool(line.strip()))
-            continue
-        if isinstance(obj, dict):
-            rows.append((line, obj))
-    return rows, damaged
 
 
 def keep_policy_rows(paths: RunPaths, policy: str, step: int) -> tuple[list[tuple[str, dict[str, Any]]], int]:
     """Keep ``policy``'s metric rows up to ``step`` in its own file, marked as merged; (kept rows, rows dropped:
     after ``step`` or damaged)."""
     path = paths.policy_metrics(policy)
-    rows, damaged = read_rows(path)
+    rows, damaged = read_metric_rows(path)
     kept = [(line, obj) for line, obj in rows if int(obj.get("step", 0)) <= step]
     if path.exists():
         write_text_atomic(path, "".join(f"{line}\n" for line, _ in kept))
-        write_text_atomic(path.parent / f".{policy}.merged", str(path.stat().st_size))
+        write_text_atomic(paths.merged_marker(policy), str(path.stat().st_size))
     return kept, damaged + len(rows) - len(kept)
 
 
 def rollback_metrics(paths: RunPaths, policies: list[str], step: int) -> int:
-    """Keep each policy's rows up to ``step`` and rebuild ``metrics.jsonl`` from them.
+    """Keep each policy's rows up to ``step`` and rebuild the merged metrics file from them.
 
     The per-policy files are the source of truth: the merged file lags them by up to one
     poll of the launcher, and a killed launcher never merged its last rows. Returns how
@@ -112,7 +89,7 @@ def rollback_metrics(paths: RunPaths, policies: list[str], step: int) -> int:
         merged.extend(kept)
         # A validation result without its row (killed between the two writes) is run again.
         logged = {obj.get("step") for _, obj in kept if obj.get("kind") == "eval"}
-        for result in (paths.root / "eval" / policy).glob("step-*.json"):
+        for result in paths.policy_eval_dir(policy).glob("step-*.json"):
             if int(result.stem.split("-")[1]) not in logged:
                 result.unlink()
     merged.sort(key=lambda row: (row[1].get("time", 0.0), row[1].get("step", 0)))

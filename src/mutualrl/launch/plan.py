@@ -52,7 +52,7 @@ from mutualrl.launch.detect import (
 from mutualrl.launch.machines import plan_placement_nodes
 from mutualrl.launch.mwra import MemoryEstimate, Placement, PolicyPlacement
 from mutualrl.launch.plan_checks import check_same_prompts, memory_check
-from mutualrl.training.paths import RunPaths
+from mutualrl.run_folder import RunPaths
 from mutualrl.training.trackers import check_trackers, policy_run_name
 
 PLAN_SCHEMA_VERSION = 1
@@ -224,7 +224,7 @@ class LaunchPlan:
                 written.append(write_json(Path(p.deepspeed_config_path), p.deepspeed_config))
             # What the worker needs of the plan, in a file of its own (training reads no launch code).
             written.append(write_json(RunPaths(target).planned_grpo(p.name), p.grpo))
-        (target / "logs").mkdir(parents=True, exist_ok=True)
+        RunPaths(target).logs.mkdir(parents=True, exist_ok=True)
         written.append(write_json(plan_path(target), self.to_json()))
         return written
 

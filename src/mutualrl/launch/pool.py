@@ -18,7 +18,7 @@ from mutualrl.config.cadence import max_optimizer_steps
 from mutualrl.config.schema import RunConfig
 from mutualrl.launch.run_lock import RunLock
 from mutualrl.launch.runner import PolicyProcess, PoolRunner, PoolSettings, RunOutcome
-from mutualrl.training.paths import RunPaths
+from mutualrl.run_folder import RunPaths
 
 
 def run_pool(config: RunConfig, plan: Any, paths: RunPaths, resume_step: int | None, lock: RunLock,
@@ -40,9 +40,7 @@ def run_pool(config: RunConfig, plan: Any, paths: RunPaths, resume_step: int | N
 def pool_settings(config: RunConfig, paths: RunPaths, lock: RunLock,
                   restart_argv: Callable[[str], tuple[list[str], int | None]]) -> PoolSettings:
     """How the runner watches this run's pool, from its config."""
-    from mutualrl.training.worker import exchange_root
-
-    return PoolSettings(see_root=exchange_root(config, paths),
+    return PoolSettings(see_root=paths.see_root(config.see.dir),
                         stall_timeout_s=config.launch.stall_timeout_s or config.see.barrier_timeout_s + 60.0,
                         grace_s=min(60.0, config.see.barrier_timeout_s + 10.0),
                         inherit_fds=(lock.fd,) if lock.fd is not None else (),

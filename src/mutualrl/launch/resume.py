@@ -4,7 +4,7 @@ A run can stop anywhere (Ctrl-C, a killed launcher or worker, a dead node). ``--
 restarts every policy from the last checkpoint *common* to all of them (policies train in
 lock-step through the SEE), or from step 0 when there is none yet, and rolls everything a
 later step produced back to that point: SEE step folders, metric rows, validation results.
-The rows are then produced again by the resumed training, so ``metrics.jsonl`` ends with
+The rows are then produced again by the resumed training, so the merged metrics file ends with
 exactly one train row per policy and step.
 
 The run's identity may not change on resume (regime, pool, models, task, seed, learning
@@ -19,9 +19,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from mutualrl.see.consumed import rollback_log
+from mutualrl.run_folder import RunPaths
 from mutualrl.training.checkpoint_files import checkpoint_problem
-from mutualrl.training.paths import RunPaths
 
 # Dotted prefixes a resumed run may change (the rest of the config is the run's identity).
 # `grpo.max_steps` (or `schedule.max_steps`) also sets the length of the learning-rate schedule from the resumed step on.
@@ -32,9 +31,6 @@ MUTABLE_ON_RESUME = (
     "see.poll_interval_s", "see.on_peer_failure", "see.catch_up", "see.max_restarts", "launch.",
 )
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
-STEP_FOLDER_RE = re.compile(r"^step-(\d+)$")
-# What a run produces while training (removed when a run without any checkpoint starts again).
-TRAINING_OUTPUTS = ("policies", "metrics", "metrics.jsonl", "eval", "status", "summary.json", "comparison.json")
 
 
 def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -96,31 +92,13 @@ def common_checkpoint(paths: RunPaths, policies: list[str], max_steps: int | Non
 
 def clear_training_outputs(paths: RunPaths, see_root: Path) -> None:
     """Forget every step of a run that has no checkpoint yet (prompts, config and logs stay)."""
-    for name in TRAINING_OUTPUTS:
-        target = paths.root / name
+    for target in paths.training_outputs():
         if target.is_symlink() or target.is_file():
             target.unlink()
         elif target.is_dir():
             shutil.rmtree(target)
     if see_root.is_dir():
         shutil.rmtree(see_root)
-
-
-def rollback_exchange(root: Path, step: int) -> int:
-    """Remove SEE step folders from ``step`` on (the exchange of step k feeds optimizer step k + 1)."""
-    removed = 0
-    if not root.exists():
-        return 0
-    for child in root.iterdir():
-        match = STEP_FOLDER_RE.match(child.name)
-        if match and int(match.group(1)) >= step:
-            shutil.rmtree(child)
-            removed += 1
-    failed = root / "_failed"
-    if failed.exists():
-        shutil.rmtree(failed)
-    rollback_log(root, step)
-    return removed
 
 
 def restart_command(processes: list[Any], paths: RunPaths, policy: str) -> tuple[list[str], int | None]:

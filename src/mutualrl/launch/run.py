@@ -7,11 +7,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 
-from mutualrl.atomic_io import write_json_atomic, write_text_atomic
+from mutualrl.atomic_io import write_json_atomic
 from mutualrl.config.loader import load_run_config
+from mutualrl.config.resolved import load_resolved_config, read_source, write_resolved_config
 from mutualrl.config.schema import RunConfig
 from mutualrl.config.typed import to_plain
 from mutualrl.errors import StorageError, UsageError, storage_errors
@@ -27,7 +27,7 @@ from mutualrl.launch.run_lock import (
 )
 from mutualrl.launch.pool import run_pool
 from mutualrl.launch.run_record import mark_failed, mark_interrupted, write_run_json
-from mutualrl.training.paths import RunPaths, read_json
+from mutualrl.run_folder import RunPaths, read_json
 
 
 @dataclass
@@ -157,7 +157,7 @@ def run_train(options: TrainOptions, console: Console | None = None) -> int:
 
     paths, base_paths = RunPaths(run_dir), RunPaths(base.output_dir.resolve())
     comparison = compare_summaries(read_json(paths.summary), read_json(base_paths.summary))
-    write_json_atomic(paths.root / "comparison.json", comparison)
+    write_json_atomic(paths.comparison, comparison)
     print_comparison(comparison, console)
     return 0
 
@@ -223,13 +223,11 @@ def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
     ``allowed``: on resume, the permitted setting changes :func:`resume_changes` found.
     """
     from mutualrl.launch.resume import clear_training_outputs
-    from mutualrl.training.worker import exchange_root
-
     resume_step = None
     if options.resume and paths.config.exists():
         config, resume_step = prepare_resume(paths, config, allowed or [], console)
         if resume_step is None:  # nothing to resume from yet: the same run from step 0
-            clear_training_outputs(paths, exchange_root(config, paths))
+            clear_training_outputs(paths, paths.see_root(config.see.dir))
             prepare_run(paths, config, read_source(paths) or source, console)
     else:  # a new run, or one stopped before its config was written
         prepare_run(paths, config, source, console)
@@ -249,7 +247,7 @@ def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
         nodes = config.launch.nodes
         session = open_session(paths.root, nodes, config.launch.main_address, resume_step,
                                config.launch.join_timeout_s, say=lambda text: console.print(text, highlight=False))
-        remote = RemoteWatch(paths.root, exchange_root(config, paths), session, 0, machines_of(plan),
+        remote = RemoteWatch(paths.root, paths.see_root(config.see.dir), session, 0, machines_of(plan),
                              wait_for=range(1, nodes), peer_timeout_s=config.see.peer_timeout_s)
     with reporting(remote):  # several machines: a launcher error stops the others' workers at once
         write_run_json(paths, config, status="running")
@@ -282,23 +280,6 @@ def check_run_dir(paths: RunPaths, options: TrainOptions) -> None:
         raise UsageError(f"run folder {root} already exists: use --resume to continue it, --overwrite to "
                          "start it again, or --output-dir for a new one")
     require_run_folder(root)
-
-
-SOURCE_HEADER = "# resolved from "
-
-
-def write_resolved_config(paths: RunPaths, config: RunConfig, source: str) -> None:
-    """``RUN/config.yaml``: the resolved config, headed by the recipe it came from (what workers and resume read)."""
-    write_text_atomic(paths.config, f"{SOURCE_HEADER}{source}\n" + yaml.safe_dump(to_plain(config), sort_keys=False))
-
-
-def read_source(paths: RunPaths) -> str | None:
-    """The recipe a run was resolved from (first line of its config.yaml)."""
-    try:
-        first = paths.config.read_text().splitlines()[0]
-    except (OSError, IndexError):
-        return None
-    return first[len(SOURCE_HEADER):] if first.startswith(SOURCE_HEADER) else None
 
 
 def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Console) -> None:
@@ -338,7 +319,6 @@ def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Consol
 def resume_changes(paths: RunPaths, config: RunConfig) -> list[str]:
     """The allowed differences between the stored config and ``config``; refuses any other one."""
     from mutualrl.launch.resume import config_changes
-    from mutualrl.training.worker import load_resolved_config
 
     refused, allowed = config_changes(to_plain(load_resolved_config(paths)), to_plain(config))
     if refused:
@@ -355,9 +335,8 @@ def prepare_resume(paths: RunPaths, config: RunConfig, allowed: list[str],
     checkpoint step common to every policy, or None when there is none yet (start from 0).
     """
     from mutualrl.launch.metrics_merge import rollback_metrics
-    from mutualrl.launch.resume import common_checkpoint, rollback_exchange
-    from mutualrl.training.worker import exchange_root
-
+    from mutualrl.launch.resume import common_checkpoint
+    from mutualrl.see.rollback import rollback_exchange
     if allowed:
         console.print(f"resume: changed {'; '.join(allowed)}", highlight=False)
         write_resolved_config(paths, config, read_source(paths) or "resume")
@@ -369,7 +348,7 @@ def prepare_resume(paths: RunPaths, config: RunConfig, allowed: list[str],
     if step is None:
         console.print("resume: no checkpoint common to every policy yet: starting again from step 0", highlight=False)
         return config, None
-    removed = rollback_exchange(exchange_root(config, paths), step)
+    removed = rollback_exchange(paths.see_root(config.see.dir), step)
     dropped = rollback_metrics(paths, policies, step)
     console.print(f"resuming every policy from checkpoint-{step} (removed {removed} SEE step folders and "
                   f"{dropped} metric rows after it; they are trained again)", highlight=False)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.errors import UsageError
+from mutualrl.run_folder import RunPaths
 
 LOCK_NAME = ".lock"
 RUN_MARKER = ".mutualrl-run"
@@ -145,7 +146,8 @@ def pid_alive(pid: Any) -> bool:
 
 def is_run_folder(root: Path) -> bool:
     """A folder mutualrl created (its marker; runs from before the marker: config.yaml + run.json)."""
-    return (root / RUN_MARKER).is_file() or ((root / "config.yaml").is_file() and (root / "run.json").is_file())
+    paths = RunPaths(root)
+    return (root / RUN_MARKER).is_file() or (paths.config.is_file() and paths.run_json.is_file())
 
 
 def require_run_folder(root: Path) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import StorageError
-from mutualrl.training.paths import RunPaths, read_json
+from mutualrl.run_folder import RunPaths, read_json
 
 
 def read_record(paths: RunPaths) -> dict[str, Any]:

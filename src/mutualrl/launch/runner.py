@@ -38,7 +38,7 @@ from mutualrl.errors import DISK_FULL_EXIT, StorageError, describe_free, free_by
 from mutualrl.regimes.registry import all_regimes
 from mutualrl.see.liveness import freshest_heartbeat_age
 from mutualrl.launch.metrics_merge import MetricsMerger
-from mutualrl.training.paths import RunPaths
+from mutualrl.run_folder import RunPaths
 from mutualrl.training.watchdog import LAUNCHER_PID_ENV
 
 

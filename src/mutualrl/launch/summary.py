@@ -12,19 +12,7 @@ from rich.table import Table
 from mutualrl.config.schema import RunConfig
 from mutualrl.evaluation.results import group_rewards
 from mutualrl.regimes.sgt.spec import RESCUE_LOGP_KEY, RESCUES_TOTAL_KEY
-from mutualrl.training.paths import RunPaths
-
-
-def read_metric_lines(paths: RunPaths) -> list[dict[str, Any]]:
-    if not paths.metrics.exists():
-        return []
-    lines = []
-    for raw in paths.metrics.read_text().splitlines():
-        try:
-            lines.append(json.loads(raw))
-        except json.JSONDecodeError:
-            continue
-    return lines
+from mutualrl.run_folder import RunPaths, read_metric_rows
 
 
 def trained_steps(paths: RunPaths, policy: str, logged: int) -> int:
@@ -40,7 +28,7 @@ RESCUE_WINDOW = 10
 
 
 def summarise(paths: RunPaths, config: RunConfig, outcome: Any) -> dict[str, Any]:
-    lines = read_metric_lines(paths)
+    lines = [row for _, row in read_metric_rows(paths.metrics)[0]]
     policies = {}
     for policy in config.pool.policies:
         evals = sorted((l for l in lines if l.get("kind") == "eval" and l.get("policy") == policy.name),

@@ -28,6 +28,7 @@ from typing import Any
 import pyarrow as pa
 
 from mutualrl.errors import UsageError
+from mutualrl.run_folder import RunPaths
 from mutualrl.see import files
 from mutualrl.see.errors import PeerFailedError, ShardMissingError
 from mutualrl.see.files import CHECKSUM_ALGORITHM
@@ -134,7 +135,7 @@ class ExperienceExchange:
         provenance: dict[str, Any] | None = None,
     ) -> ExperienceExchange:
         """Build from a recipe's :class:`mutualrl.config.SEESettings` (``dir`` defaults to ``<output_dir>/see``)."""
-        root = Path(settings.dir) if settings.dir else Path(output_dir) / "see"
+        root = RunPaths(Path(output_dir)).see_root(settings.dir)
         return cls(
             root,
             run_id,

@@ -29,6 +29,7 @@ import xxhash
 
 from mutualrl.atomic_io import inject_disk_full
 from mutualrl.errors import UsageError, storage_error
+from mutualrl.run_folder import RunPaths
 
 CHECKSUM_ALGORITHM = "xxh3_128"
 
@@ -52,6 +53,19 @@ def check_policy_name(name: str) -> str:
             "starting with a letter or digit"
         )
     return name
+
+
+def find_see_root(path: Path | str) -> Path | None:
+    """The exchange of ``path``: a run folder's own (:meth:`mutualrl.run_folder.RunPaths.see_root`), or ``path``
+    itself when it is an exchange folder (step folders, failure markers or heartbeats in it); None: neither."""
+    path = Path(path)
+    if RunPaths(path).see_root().is_dir():
+        return RunPaths(path).see_root()
+    if path.is_dir():
+        with os.scandir(path) as entries:
+            if any(e.name in (FAILED_DIR, HEARTBEAT_DIR) or STEP_DIR_RE.match(e.name) for e in entries):
+                return path
+    return None
 
 
 def step_dir(root: Path, step: int) -> Path:

@@ -82,15 +82,11 @@ class Harvest:
 
 def see_root_of(path: Path | str) -> Path:
     """``path/see`` for a run folder, or ``path`` when it is an exchange folder (it must exist)."""
-    path = Path(path)
-    if (path / "see").is_dir():
-        return path / "see"
-    if path.is_dir():
-        with os.scandir(path) as entries:
-            if any(files.STEP_DIR_RE.match(e.name) for e in entries):
-                return path
-    raise UsageError(f"{path}: no recorded experience (no {path / 'see'} with step folders); train the run with "
-                     "--set see.record_standalone=true --set see.retention_steps=null")
+    root = files.find_see_root(path)
+    if root is None:
+        raise UsageError(f"{path}: no recorded experience (no {Path(path) / 'see'} with step folders); train the run "
+                         "with --set see.record_standalone=true --set see.retention_steps=null")
+    return root
 
 
 def _step_dirs(root: Path) -> list[tuple[int, Path]]:

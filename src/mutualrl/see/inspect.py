@@ -96,13 +96,10 @@ def resolve_see_root(path: Path | str) -> Path:
     path = Path(path)
     if not path.exists():
         raise UsageError(f"{path} does not exist")
-    if (path / "see").is_dir():
-        return path / "see"
-    if path.is_dir():
-        names = {e.name for e in os.scandir(path)}
-        if names & {files.FAILED_DIR, files.HEARTBEAT_DIR} or any(files.STEP_DIR_RE.match(n) for n in names):
-            return path
-    raise UsageError(f"no Shared Experience Exchange in {path}: expected {path / 'see'} or step-NNNNNN folders")
+    root = files.find_see_root(path)
+    if root is None:
+        raise UsageError(f"no Shared Experience Exchange in {path}: expected {path / 'see'} or step-NNNNNN folders")
+    return root
 
 
 def _mean(total: float, count: int) -> float | None:

@@ -16,7 +16,7 @@ from transformers import TrainerCallback
 
 from mutualrl.atomic_io import append_text, write_json_atomic
 from mutualrl.regimes.registry import all_regimes
-from mutualrl.training.paths import RunPaths
+from mutualrl.run_folder import RunPaths
 
 # TRL log keys -> the names metrics.jsonl uses (see docs/run-layout.md).
 RENAMES = {"reward": "reward_mean"}

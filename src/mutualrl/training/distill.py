@@ -32,8 +32,8 @@ from mutualrl.atomic_io import write_json_atomic
 from mutualrl.config.schema import PolicyConfig, RunConfig
 from mutualrl.errors import UnknownNameError, UsageError
 from mutualrl.regimes.standalone.spec import STANDALONE
+from mutualrl.run_folder import RunPaths
 from mutualrl.see.harvest import Harvest, Success, harvest_successes, see_root_of
-from mutualrl.training.paths import RunPaths
 
 #: Marks an output folder as written by `mutualrl distill` (``--overwrite`` deletes only such folders).
 MARKER = ".mutualrl-distill"
@@ -80,7 +80,7 @@ class DistillPlan:
 
 
 def load_run(run_dir: Path) -> tuple[RunPaths, RunConfig]:
-    from mutualrl.training.worker import load_resolved_config
+    from mutualrl.config.resolved import load_resolved_config
 
     run_dir = Path(run_dir)
     if not run_dir.is_dir():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mutualrl.config.schema import PolicyConfig, RunConfig
-from mutualrl.training.paths import RunPaths
+from mutualrl.run_folder import RunPaths
 from mutualrl.training.trackers import policy_run_name
 
 

@@ -22,6 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
+from mutualrl.config.resolved import load_resolved_config
 from mutualrl.config.schema import PolicyConfig, RunConfig
 from mutualrl.errors import (
     DISK_FULL_EXIT,
@@ -32,19 +33,10 @@ from mutualrl.errors import (
     storage_errors,
 )
 from mutualrl.regimes.registry import get_regime
-from mutualrl.training.paths import RunPaths
+from mutualrl.run_folder import RunPaths
 from mutualrl.training.watchdog import REJOIN_ENV, start_launcher_watchdog
 
 log = logging.getLogger("mutualrl.worker")
-
-
-def load_resolved_config(paths: RunPaths) -> RunConfig:
-    import yaml
-
-    from mutualrl.config.typed import build_dataclass
-
-    data = yaml.safe_load(paths.config.read_text())
-    return build_dataclass(RunConfig, data, str(paths.config))
 
 
 def find_policy(config: RunConfig, name: str) -> PolicyConfig:
@@ -116,10 +108,6 @@ def prepare_cpu_vllm(args: Any, model: Any, tokenizer: Any, examples: list, chat
              policy, KV_ENV, os.environ[KV_ENV], seqs, sequence, max_len)
 
 
-def exchange_root(config: RunConfig, paths: RunPaths) -> Path:
-    return Path(config.see.dir) if config.see.dir else paths.default_see()
-
-
 def block_unused_vllm(args: Any) -> None:
     """Make vLLM absent to a worker whose policy does not generate with it.
 
@@ -176,7 +164,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         from mutualrl.see import ExperienceExchange
 
         exchange = ExperienceExchange(
-            root=exchange_root(config, paths), run_id=paths.root.name, policy=policy_name, rank=rank,
+            root=paths.see_root(config.see.dir), run_id=paths.root.name, policy=policy_name, rank=rank,
             world_size=world_size, policies=policies, barrier_timeout_s=config.see.barrier_timeout_s,
             poll_interval_s=config.see.poll_interval_s, retention_steps=config.see.retention_steps,
             provenance={"model": policy.model, "tokenizer": policy.tokenizer or policy.model},
@@ -338,7 +326,7 @@ def mark_failed(paths: RunPaths, policy: str, reason: str) -> None:
     config = load_resolved_config(paths)
     from mutualrl.see.liveness import mark_failed as see_mark_failed
 
-    see_mark_failed(exchange_root(config, paths), policy, reason)
+    see_mark_failed(paths.see_root(config.see.dir), policy, reason)
 
 
 if __name__ == "__main__":
