@@ -12,6 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+#: The run's metrics file, every policy's rows merged by the launcher.
+METRICS_FILE = "metrics.jsonl"
+
 
 @dataclass(frozen=True)
 class RunPaths:
@@ -29,7 +32,7 @@ class RunPaths:
     @property
     def metrics(self) -> Path:
         """Every policy's rows, merged by the launcher from :meth:`policy_metrics`."""
-        return self.root / "metrics.jsonl"
+        return self.root / METRICS_FILE
 
     @property
     def metrics_dir(self) -> Path:

@@ -110,7 +110,7 @@ class ModelEvalResult:
         return {r.prompt_id: r.score for r in self.records}
 
     def metrics(self, prefix: str = "eval/", group_of: dict[str, str] | None = None) -> dict[str, float | int]:
-        """The validation line of ``metrics.jsonl``: ``eval/reward@1``, ``eval/<task>/reward@1``, ``eval/n``,
+        """The validation row of the run's metrics: ``eval/reward@1``, ``eval/<task>/reward@1``, ``eval/n``,
         and with ``group_of`` (``prompt_id -> group``) ``eval/group/<group>/reward@1``."""
         out: dict[str, float | int] = {f"{prefix}n": self.n}
         if self.reward_at_1 is not None:
@@ -335,6 +335,6 @@ def markdown_table(results: list[ModelEvalResult], tasks: list[str] | None = Non
 
 
 def group_rewards(line: dict[str, Any]) -> dict[str, float]:
-    """``group -> reward@1`` from one validation line of ``metrics.jsonl`` (empty if it has no groups)."""
+    """``group -> reward@1`` from one validation row of a run's metrics (empty if it has no groups)."""
     return {k[len(GROUP_KEY_PREFIX):-len(REWARD_KEY_SUFFIX)]: v for k, v in sorted(line.items())
             if k.startswith(GROUP_KEY_PREFIX) and k.endswith(REWARD_KEY_SUFFIX)}

@@ -4,7 +4,7 @@ It joins the run machine 0 creates in the shared run folder (:mod:`mutualrl.laun
 plans the run's stored config for itself, checks the placement agrees with machine 0's plan,
 starts only the workers placed on this machine and watches them (and, through the shared
 folder, the policies elsewhere). It writes no run-level file: machine 0 keeps ``run.json``,
-``metrics.jsonl`` and ``summary.json``.
+the merged metrics and ``summary.json``.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ polled -- no sockets, no clocks compared, no lock shared between machines:
    with machine 0's ``launch/plan.json``, and starts only its own workers.
 4. Each machine writes ``done-K.json`` (session id, ok or the failure) when its workers have
    exited. Machine 0 waits for every machine's report before it writes ``run.json``'s final
-   status and ``summary.json``; only machine 0 writes run-level files (``run.json``,
-   ``metrics.jsonl``, ``summary.json``).
+   status and ``summary.json``; only machine 0 writes run-level files (``run.json``, the
+   merged metrics, ``summary.json``).
 
 While training, each launcher also watches the policies of the other machines through the
 shared folder (:class:`RemoteWatch`): a failure marker, a heartbeat older than

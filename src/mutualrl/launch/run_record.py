@@ -1,8 +1,8 @@
 """``RUN/run.json``: the run's record (what ran, since when, how it ended and why).
 
 Its ``status`` is ``running`` while a launch holds the run, then ``done``, ``interrupted`` or
-``failed``; a failed run also says why in ``reason`` (e.g. ``no space left on RUN/metrics.jsonl
-(12.0 MB free); ...``), so a look at the folder tells what happened without the console.
+``failed``; a failed run also says why in ``reason`` (e.g. ``no space left on
+RUN/<file> (12.0 MB free); ...``), so a look at the folder tells what happened without the console.
 The record is written even on a full disk when it can be: atomically first, else in place
 over the old one (which needs no new block on most filesystems).
 """

@@ -7,7 +7,7 @@ launch`` group on GPUs). The runner
 - starts every group with its environment and sends its output to ``RUN/logs/<policy>.log``;
 - shows one live progress line per policy (step, reward, regime metric, phase) from the
   status files the policy processes keep current;
-- merges the per-policy metric files into ``RUN/metrics.jsonl`` as they grow (one writer);
+- merges the per-policy metric files into the run's merged metrics as they grow (one writer);
 - when a policy exits non-zero or stalls, writes its failure marker into the SEE (so peers'
   barriers stop waiting at once and name it), gives the others a grace period to exit on
   their own, then terminates whatever is left, and reports which policy failed and why.
@@ -81,7 +81,7 @@ class PoolSettings:
     max_steps: int | None = field(default=None, metadata={"help": "Steps shown until a worker reports its total."})
     peer_timeout_s: float | None = field(default=None, metadata={"help": "see.peer_timeout_s: heartbeat silence "
                                                                          "that stops the pool (None: not watched)."})
-    merge_metrics: bool = field(default=True, metadata={"help": "Write RUN/metrics.jsonl (one writer: machine 0 "
+    merge_metrics: bool = field(default=True, metadata={"help": "Write the merged metrics (one writer: machine 0 "
                                                                 "of several)."})
     on_peer_failure: str = field(default="stop", metadata={"help": "see.on_peer_failure: 'continue' lets a failed "
                                                                    "policy leave while the others go on."})
@@ -107,7 +107,7 @@ class PoolRunner:
         self.lost: dict[str, dict[str, Any]] = {}
         self.restarts: dict[str, list[dict[str, Any]]] = {}
         self.remote_names = [n for n in (remote.policies if remote is not None else []) if n not in self.names]
-        # One writer of RUN/metrics.jsonl (machine 0 with several machines), merging every policy's rows.
+        # One writer of the merged metrics (machine 0 with several machines), merging every policy's rows.
         self.merger = MetricsMerger(paths, [*self.names, *self.remote_names]) if settings.merge_metrics else None
 
     @property
@@ -239,7 +239,7 @@ class PoolRunner:
             self._merge()
             return RunOutcome(False, {p.name: p.returncode for p in self.procs}, None, "interrupted",
                               seconds=time.time() - started)
-        except StorageError as err:  # the launcher's own write (metrics.jsonl): stop the pool, say where
+        except StorageError as err:  # the launcher's own write (merged metrics): stop the pool, say where
             self._stop_all()
             return RunOutcome(False, {p.name: p.returncode for p in self.procs}, None, str(err),
                               seconds=time.time() - started, extra={"storage": True})

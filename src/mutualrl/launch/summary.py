@@ -12,7 +12,7 @@ from rich.table import Table
 from mutualrl.config.schema import RunConfig
 from mutualrl.evaluation.results import group_rewards
 from mutualrl.regimes.sgt.spec import RESCUE_LOGP_KEY, RESCUES_TOTAL_KEY
-from mutualrl.run_folder import RunPaths, read_metric_rows
+from mutualrl.run_folder import METRICS_FILE, RunPaths, read_metric_rows
 
 
 def trained_steps(paths: RunPaths, policy: str, logged: int) -> int:
@@ -141,7 +141,7 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
             console.print(f"[yellow]restarted:[/] {name} left at step {attempt['step']} ({attempt['reason']}) and "
                           f"rejoined from {origin}", highlight=False)
     console.print(f"finished in {summary['seconds']:.0f}s; run folder {summary['run_dir']} "
-                  f"(metrics.jsonl, eval/, see/, policies/)", highlight=False)
+                  f"({METRICS_FILE}, eval/, see/, policies/)", highlight=False)
 
 
 def compare_summaries(run: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:

