@@ -49,7 +49,7 @@ def vanilla_child(run_dir: Path, model_dir: Path, out: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from mutualrl.launch.plan import LaunchPlan
+    from mutualrl.launch.plan.launch_plan import LaunchPlan
     from mutualrl.training.data import TRAIN_FILE, read_examples, to_trl_rows
     from mutualrl.tasks import make_reward_function
 
@@ -73,7 +73,7 @@ def max_abs_diff(a_dir: Path, b_dir: Path) -> float:
 
 
 def run(steps: int, model: str, workdir: Path, seed: int = 11) -> dict:
-    from mutualrl.launch.plan import LaunchPlan
+    from mutualrl.launch.plan.launch_plan import LaunchPlan
     from mutualrl.pools.loading import resolve_model_path
 
     model_dir = Path(resolve_model_path(model))

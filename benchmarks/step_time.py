@@ -61,7 +61,7 @@ def one_round(kind: str, model_dir: Path, dataset, steps: int, tmp: Path) -> lis
     from mutualrl.config import load_run_config
     from mutualrl.training.adapters import make_regime_adapter
     from mutualrl.training.callbacks import MetricsCallback, StatusCallback
-    from mutualrl.training.paths import RunPaths
+    from mutualrl.run_folder import RunPaths
     from mutualrl.training.trainer import MutualGRPOTrainer
 
     config = load_run_config("tiny", regime="standalone", check_grpo=False).config

@@ -30,7 +30,7 @@ def main() -> int:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig, GRPOTrainer
 
-    from mutualrl.launch.plan import LaunchPlan
+    from mutualrl.launch.plan.launch_plan import LaunchPlan
 
     plan = LaunchPlan.read(args.run_dir).policy(args.policy)
     model_dir = plan.model

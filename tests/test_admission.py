@@ -10,8 +10,8 @@ import pytest
 
 from e2e_helpers import child_env
 from mutualrl.errors import PlacementError
-from mutualrl.launch.mwra import Placement, PolicyPlacement
-from mutualrl.launch.plan_checks import MAX_PROCESSES_PER_CORE, PROCESS_BASELINE_GIB, admission_check
+from mutualrl.launch.plan.checks import MAX_PROCESSES_PER_CORE, PROCESS_BASELINE_GIB, admission_check
+from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 
 
 def cpu_placement(policies: int, processes_each: int = 1, cores: int = 2) -> Placement:

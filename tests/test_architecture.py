@@ -15,7 +15,7 @@ LAYERS = {
     "pools": 3,
     "evaluation": 4,
     "training": 5,
-    "launch": 6,
+    "launch": 6, "doctor": 6,
     "cli": 7, "__main__": 7,
 }
 
@@ -103,13 +103,31 @@ def test_no_module_imports_itself_round_a_circle():
     assert import_cycles(arrows) == []
 
 
+#: The rooms of launch/ and the rooms each may import (docs/architecture.md): plan is pure and rundir only touches
+#: the run folder, so neither imports another room; supervise runs what plan made, in the folder rundir keeps.
+LAUNCH_ROOMS = {"plan": set(), "rundir": set(), "supervise": {"plan", "rundir"}}
+
+
+def test_the_rooms_of_launch_import_only_what_they_may():
+    launch = SRC / "launch"
+    wrong = []
+    for room, allowed in LAUNCH_ROOMS.items():
+        for path in sorted((launch / room).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                module = node.module if isinstance(node, ast.ImportFrom) and node.module else ""
+                parts = module.split(".")
+                if parts[:2] == ["mutualrl", "launch"] and (len(parts) < 3 or parts[2] not in allowed | {room}):
+                    wrong.append(f"{path.relative_to(SRC)} imports {module}")
+    assert wrong == []
+
+
 def test_the_cycle_finder_sees_a_circle():
     assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
 def test_the_checker_sees_an_upward_import(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("from mutualrl.launch.plan import LaunchPlan\nimport mutualrl.training.worker\n")
+    module.write_text("from mutualrl.launch.plan.launch_plan import LaunchPlan\nimport mutualrl.training.worker\n")
     assert imported_packages(module) == {"launch", "training"}
 
 

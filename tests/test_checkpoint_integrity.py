@@ -15,7 +15,7 @@ import torch
 from safetensors.torch import save_file
 
 from mutualrl.errors import UsageError
-from mutualrl.launch.resume import common_checkpoint, restart_command
+from mutualrl.launch.rundir.resume import common_checkpoint, restart_command
 from mutualrl.run_folder import RunPaths
 from mutualrl.training.checkpoint_files import MANIFEST_NAME, checkpoint_problem, required_missing, write_manifest
 from mutualrl.training.worker import check_resumable

@@ -14,7 +14,7 @@ import yaml
 from mutualrl.cli.main import run
 from mutualrl.config.typed import to_plain
 from mutualrl.launch.run import TrainOptions, resolve_config
-from mutualrl.launch.run_lock import RUN_MARKER
+from mutualrl.launch.rundir.lock import RUN_MARKER
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, float]]:
@@ -147,7 +147,7 @@ def test_resume_refuses_a_symlink_out_of_the_run_folder(workdir, capsys):
 def test_a_live_run_is_refused_naming_its_holder_and_a_dead_holder_is_taken_over(workdir, capsys):
     run_dir = _stored_run(workdir / "run")
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from mutualrl.launch.run_lock import RunLock; "
+        "import sys, time; from mutualrl.launch.rundir.lock import RunLock; "
         f"RunLock({str(run_dir)!r}).acquire('test'); print('held', flush=True); time.sleep(60)")],
         stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")})
     try:
@@ -159,7 +159,7 @@ def test_a_live_run_is_refused_naming_its_holder_and_a_dead_holder_is_taken_over
     finally:
         holder.kill()
         holder.wait()
-    from mutualrl.launch.run_lock import RunLock
+    from mutualrl.launch.rundir.lock import RunLock
 
     started = time.time()
     with RunLock(run_dir).acquire("test", wait_for_orphans_s=5) as lock:  # the dead holder's lock is free

@@ -70,7 +70,7 @@ def test_a_metrics_row_is_appended_whole_or_not_at_all(tmp_path, monkeypatch):
 
 
 def test_the_launchers_merge_loses_no_row_when_the_disk_fills_and_then_frees(tmp_path, disk_full, monkeypatch):
-    from mutualrl.launch.metrics_merge import MetricsMerger
+    from mutualrl.launch.rundir.metrics_merge import MetricsMerger
 
     paths = RunPaths(tmp_path)
     paths.policy_metrics("a").parent.mkdir(parents=True)
@@ -114,7 +114,7 @@ def test_a_write_failure_without_errno_is_named_only_when_the_disk_is_nearly_ful
 
 
 def test_a_worker_stopped_by_a_full_disk_is_reported_from_its_log_or_its_exit_code(tmp_path):
-    from mutualrl.launch.runner import storage_reason
+    from mutualrl.launch.supervise.runner import storage_reason
 
     log = tmp_path / "a.log"
     log.write_text("step 3\nerror: no space left on /run/see/step-000003/a (0 B free); free some space\n")
@@ -125,7 +125,7 @@ def test_a_worker_stopped_by_a_full_disk_is_reported_from_its_log_or_its_exit_co
 
 
 def test_run_json_says_failed_and_why_even_when_no_new_file_fits(tmp_path, monkeypatch):
-    from mutualrl.launch import run_record
+    from mutualrl.launch.rundir import record as run_record
 
     paths = RunPaths(tmp_path)
     write_json_atomic(paths.run_json, {"status": "running", "started": "then", "pool": "tiny"})
@@ -166,7 +166,7 @@ def test_a_disk_full_mid_checkpoint_then_resume_loses_nothing(tmp_path):
     import sys
 
     from e2e_helpers import TINY, child_env, metric_lines
-    from mutualrl.launch.run_lock import RunLock
+    from mutualrl.launch.rundir.lock import RunLock
     from mutualrl.training.checkpoint_files import MANIFEST_NAME, checkpoint_problem
 
     run_dir = tmp_path / "run"

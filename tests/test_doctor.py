@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from mutualrl.cli.main import run
-from mutualrl.launch import doctor
+from mutualrl import doctor
 
 
 def test_json_lists_every_check_and_this_machine_can_run_the_tiny_pool(tmp_path, capsys):

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from mutualrl.config.schema import BatchConfig
 from mutualrl.errors import PlacementError
-from mutualrl.launch.batching import (
+from mutualrl.launch.plan.batching import (
     BatchSizeError,
     apply_batch,
     check_trl_batch,

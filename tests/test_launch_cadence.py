@@ -8,7 +8,7 @@ from rich.console import Console
 from mutualrl.config import ConfigError, load_run_config
 from mutualrl.config.schema import BatchConfig, ScheduleConfig
 from mutualrl.errors import UsageError
-from mutualrl.launch.cadence import (
+from mutualrl.launch.plan.cadence import (
     apply_cadence,
     epoch_length,
     max_optimizer_steps,
@@ -16,7 +16,7 @@ from mutualrl.launch.cadence import (
     resolve_cadence,
     validation_interval,
 )
-from mutualrl.launch.render import render_plan
+from mutualrl.launch.plan.render import render_plan
 from plan_helpers import dry_run
 
 PAPER_BATCH = BatchConfig(prompts_per_step=1024, mini_batches_per_step=4, micro_batch_prompts_per_device=2)
@@ -114,7 +114,7 @@ def test_tiny_pool_keeps_its_optimizer_step_counts(tmp_path):
 
 
 def test_schedule_counts_may_change_on_resume():
-    from mutualrl.launch.resume import config_changes
+    from mutualrl.launch.rundir.resume import config_changes
 
     before = {"schedule": {"unit": "paper", "max_steps": 50, "validate_every": 5}}
     after = {"schedule": {"unit": "paper", "max_steps": 60, "validate_every": 2}}

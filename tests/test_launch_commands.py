@@ -8,7 +8,7 @@ import pytest
 
 from mutualrl.config.loader import load_run_config
 from mutualrl.errors import PlacementError
-from mutualrl.launch.commands import (
+from mutualrl.launch.plan.commands import (
     WORKER_MODULE,
     adapt_grpo_to_device,
     build_launch_specs,
@@ -16,7 +16,7 @@ from mutualrl.launch.commands import (
     torch_extensions_dir,
     visible_devices,
 )
-from mutualrl.launch.mwra import PolicyPlacement, plan_placement
+from mutualrl.launch.plan.mwra import PolicyPlacement, plan_placement
 
 GPU = PolicyPlacement("p", "cuda", (0, 1), 2, 4)
 CPU = PolicyPlacement("p", "cpu", (), 1, 2)

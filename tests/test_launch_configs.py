@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from mutualrl.launch.configs import deepspeed_config, resolve_deepspeed_auto
+from mutualrl.launch.plan.configs import deepspeed_config, resolve_deepspeed_auto
 from plan_helpers import dry_run
 
 

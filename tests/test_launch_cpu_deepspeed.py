@@ -25,8 +25,8 @@ import pytest
 from tiny_models import build_tiny_lm
 
 from mutualrl.config.loader import load_run_config
-from mutualrl.launch.commands import WORKER_MODULE
-from mutualrl.launch.plan import make_launch_plan
+from mutualrl.launch.plan.commands import WORKER_MODULE
+from mutualrl.launch.plan.launch_plan import make_launch_plan
 
 pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).with_name("_grpo_steps.py")

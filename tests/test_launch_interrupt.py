@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from mutualrl.launch.runner import PolicyProcess, PoolRunner, PoolSettings
+from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSettings
 from mutualrl.run_folder import RunPaths
 
 # A worker busy where SIGTERM does not reach it (as one importing torch can be): only SIGKILL stops it.

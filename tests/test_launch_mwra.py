@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mutualrl.errors import PlacementError
-from mutualrl.launch.mwra import (
+from mutualrl.launch.plan.mwra import (
     apportion,
     check_memory,
     estimate_training_memory,

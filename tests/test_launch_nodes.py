@@ -16,8 +16,11 @@ import pytest
 from rich.console import Console
 
 from mutualrl.errors import PlacementError, UsageError
-from mutualrl.launch.machines import local_devices, machine_groups, plan_placement_nodes
-from mutualrl.launch.nodes import (
+from mutualrl.launch.plan.machines import local_devices, machine_groups, plan_placement_nodes
+from mutualrl.launch.plan.render import render_plan
+from mutualrl.launch.rundir.lock import RunLock, machine_lock_name
+from mutualrl.launch.rundir.prepare import check_run_dir
+from mutualrl.launch.supervise.nodes import (
     RemoteWatch,
     join_path,
     join_session,
@@ -25,9 +28,6 @@ from mutualrl.launch.nodes import (
     read_done,
     session_path,
 )
-from mutualrl.launch.render import render_plan
-from mutualrl.launch.run import TrainOptions, check_run_dir
-from mutualrl.launch.run_lock import RunLock, machine_lock_name
 from mutualrl.run_folder import RunPaths
 from mutualrl.see.liveness import mark_failed
 from plan_helpers import dry_run
@@ -86,7 +86,7 @@ def test_a_policy_spanning_machines_meets_at_its_first_machine(tmp_path):
 
 def test_addresses_of_joined_machines_fill_in_the_meeting_point(tmp_path):
     from mutualrl.config.loader import load_run_config
-    from mutualrl.launch.plan import make_launch_plan
+    from mutualrl.launch.plan.launch_plan import make_launch_plan
 
     config = load_run_config("2qwen", ["launch.nodes=4", "launch.machine_rank=3", "launch.deepspeed=none"]).config
     plan = make_launch_plan(config, tmp_path, gpus=8, simulate=True, addresses={2: "10.0.0.3"})
@@ -153,7 +153,7 @@ def test_another_machines_files_do_not_make_a_new_run_folder_look_used(tmp_path)
     with RunLock(root, machine_lock_name(1)).acquire("join"):
         join_path(root, 1).parent.mkdir(parents=True)
         join_path(root, 1).write_text("{}")
-        check_run_dir(RunPaths(root), TrainOptions())  # machine 0 may still create the run here
+        check_run_dir(RunPaths(root), resume=False, overwrite=False)  # machine 0 may still create the run here
         RunLock(root).acquire("train into").release()  # machine 0's lock is another file
         with pytest.raises(UsageError, match="join as machine 1"):
             RunLock(root, machine_lock_name(1)).acquire("join as machine 1", wait_for_orphans_s=0)
@@ -220,7 +220,7 @@ def test_a_filesystem_without_locks_warns_and_a_holder_elsewhere_counts_as_live(
     import errno
     import fcntl
 
-    from mutualrl.launch import run_lock
+    from mutualrl.launch.rundir import lock as run_lock
 
     assert run_lock.holder_alive({"host": "another-machine", "pid": 999999999})
     assert not run_lock.holder_alive({"host": run_lock.socket.gethostname(), "pid": 999999999})

@@ -9,10 +9,10 @@ import pytest
 from rich.console import Console
 
 from mutualrl.errors import PlacementError, UsageError
-from mutualrl.launch.batching import BatchSizeError
-from mutualrl.launch.mwra import parse_device_map
-from mutualrl.launch.plan import LaunchPlan, make_launch_plan
-from mutualrl.launch.render import render_plan
+from mutualrl.launch.plan.batching import BatchSizeError
+from mutualrl.launch.plan.launch_plan import LaunchPlan, make_launch_plan
+from mutualrl.launch.plan.mwra import parse_device_map
+from mutualrl.launch.plan.render import render_plan
 from plan_helpers import dry_run
 
 PAPER_POOLS = ["2qwen", "3qwen", "4qwen", "llama-mist", "qwen-phi4"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mutualrl.launch.metrics_merge import rollback_metrics
-from mutualrl.launch.resume import clear_training_outputs, common_checkpoint, config_changes
+from mutualrl.launch.rundir.metrics_merge import rollback_metrics
+from mutualrl.launch.rundir.resume import clear_training_outputs, common_checkpoint, config_changes
 from mutualrl.run_folder import RunPaths
 from mutualrl.see.rollback import rollback_exchange
 
@@ -155,7 +155,7 @@ def _real_checkpoint(paths: RunPaths, policy: str, step: int) -> Path:
 
 
 def test_a_checkpoint_cut_short_is_named_and_the_previous_one_is_used(tmp_path):
-    from mutualrl.launch.resume import checkpoint_problem
+    from mutualrl.launch.rundir.resume import checkpoint_problem
 
     paths = RunPaths(tmp_path)
     for policy in ("a", "b"):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from mutualrl.launch.runner import PolicyProcess, PoolRunner, PoolSettings
+from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSettings
 from mutualrl.run_folder import RunPaths
 from mutualrl.see.exchange import read_failure
 

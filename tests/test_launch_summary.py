@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from mutualrl.launch.summary import (
+from mutualrl.launch.rundir.summary import (
     compare_summaries,
     print_comparison,
     print_summary,
@@ -78,7 +78,7 @@ def test_summary_and_comparison_print_every_group():
 def test_trained_steps_come_from_the_trainer_state_not_the_logged_rows(tmp_path):
     import json
 
-    from mutualrl.launch.summary import trained_steps
+    from mutualrl.launch.rundir.summary import trained_steps
     from mutualrl.run_folder import RunPaths
 
     paths = RunPaths(tmp_path)

@@ -27,7 +27,7 @@ def test_steps_made_between_two_polls_still_get_a_line_each(tmp_path):
 
     from rich.console import Console
 
-    from mutualrl.launch.runner import PolicyProcess, PoolRunner, PoolSettings
+    from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSettings
     from mutualrl.run_folder import RunPaths
 
     paths = RunPaths(tmp_path / "run")

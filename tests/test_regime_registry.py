@@ -111,7 +111,7 @@ def test_a_registered_regime_gets_config_validation_settings_and_status(throwawa
     from mutualrl.config.loader import load_run_config
     from mutualrl.config.schema import RunConfig
     from mutualrl.config.typed import ConfigError, iter_field_help, to_plain
-    from mutualrl.launch.runner import describe_status
+    from mutualrl.launch.supervise.runner import describe_status
     from mutualrl.training.adapters import make_regime_adapter
     from mutualrl.training.callbacks import StatusCallback
     from mutualrl.run_folder import RunPaths
@@ -162,7 +162,7 @@ def test_a_regime_registered_from_a_test_file_trains_two_steps(throwaway, tmp_pa
     from e2e_helpers import child_env, metric_lines, train_command, write_recipe
     from tiny_models import build_tiny_lm
 
-    from mutualrl.launch.runner import describe_status
+    from mutualrl.launch.supervise.runner import describe_status
 
     models = {"bpe": build_tiny_lm("gpt2", tmp_path / "bpe", seed=1),
               "sp": build_tiny_lm("mistral-sp", tmp_path / "sp", seed=2, arch="qwen2")}

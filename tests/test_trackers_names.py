@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from mutualrl.launch.plan import LaunchPlan
+from mutualrl.launch.plan.launch_plan import LaunchPlan
 from mutualrl.run_folder import RunPaths
 from mutualrl.training.grpo_args import grpo_kwargs
 from mutualrl.training.trackers import policy_run_name, tracker_group_env

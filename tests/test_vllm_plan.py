@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from mutualrl import vllm_cpu
-from mutualrl.launch.commands import resolve_vllm
-from mutualrl.launch.mwra import PolicyPlacement
+from mutualrl.launch.plan.commands import resolve_vllm
+from mutualrl.launch.plan.mwra import PolicyPlacement
 from mutualrl.vllm_cpu import VllmBuild
 
 CPU = PolicyPlacement("p", "cpu", (), 2, 1)
@@ -70,7 +70,7 @@ def test_plan_turns_vllm_off_on_the_cpu_with_the_reason(monkeypatch):
 
 def test_paper_recipe_dry_run_on_this_cpu_box_says_what_the_cpu_path_does(tmp_path):
     from mutualrl.config.loader import load_run_config
-    from mutualrl.launch.plan import make_launch_plan
+    from mutualrl.launch.plan.launch_plan import make_launch_plan
 
     plan = make_launch_plan(load_run_config("2qwen").config, tmp_path, gpus=0, simulate=True, cpu_cores=2)
     for p in plan.policies:
@@ -125,7 +125,7 @@ def test_doctor_names_the_build_and_says_it_is_usable(tmp_path, capsys):
 
 
 def test_doctor_reports_a_blocked_build_without_importing_it(monkeypatch):
-    from mutualrl.launch import doctor
+    from mutualrl import doctor
 
     monkeypatch.setattr(vllm_cpu, "installed_build", lambda: VllmBuild("vllm", "0.11.0"))
     check = doctor.check_vllm()

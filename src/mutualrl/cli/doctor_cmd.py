@@ -23,7 +23,7 @@ def doctor(
     """Check torch/CUDA/NCCL, GPUs and memory, DeepSpeed, vLLM, flash-attention, trackers, cached assets, hub
     reachability and free disk. Exit 1 when the default tiny pool cannot run here; optional parts only warn."""
     from mutualrl.cli.quiet import quiet_third_party
-    from mutualrl.launch.doctor import run_checks
+    from mutualrl.doctor import run_checks
 
     quiet_third_party()  # DeepSpeed's import-time log line is not a check result
     checks = run_checks(run_dir, hub=hub)

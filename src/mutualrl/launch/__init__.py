@@ -1,10 +1,11 @@
-"""MWRA placement and launch planning (paper Sec. "Multi-Worker Resource Allocation").
+"""``mutualrl train``: plan, start and watch a pool, in three rooms (docs/architecture.md, docs/launch.md).
 
-- :mod:`~mutualrl.launch.mwra`: which devices each policy gets; memory sanity check.
-- :mod:`~mutualrl.launch.batching`: paper batch in prompts -> TRL GRPOConfig batch fields.
-- :mod:`~mutualrl.launch.configs`: per-policy accelerate / DeepSpeed config files.
-- :mod:`~mutualrl.launch.commands`: per-policy launch commands, environments, device adaptations.
-- :mod:`~mutualrl.launch.plan`: the launch plan (``RUN/launch/plan.json``) and the dry run.
-
-See docs/launch.md.
+- :mod:`~mutualrl.launch.run`: the command flow of machine 0, top to bottom (resolve, prepare, plan, run,
+  summarise); :mod:`~mutualrl.launch.join`: the flow of the other machines of a run.
+- :mod:`~mutualrl.launch.plan.launch_plan`: pure planning, everything ``--dry-run`` shows (MWRA placement, batching and
+  cadence, commands, configs, checks, rendering). Imports neither of the other rooms.
+- :mod:`~mutualrl.launch.supervise`: start, watch, restart and stop the policy processes; the pool loop every
+  machine runs, and the machines' sessions.
+- :mod:`~mutualrl.launch.rundir`: what the launcher does to the run folder (lock, preparing, record, resume
+  and roll-back, checkpoints, metrics merge, summary). Imports neither of the other rooms.
 """

@@ -1,6 +1,6 @@
 """Machine K > 0 of a run on several machines (``mutualrl train --nodes N --machine-rank K``).
 
-It joins the run machine 0 creates in the shared run folder (:mod:`mutualrl.launch.nodes`),
+It joins the run machine 0 creates in the shared run folder (:mod:`mutualrl.launch.supervise.nodes`),
 plans the run's stored config for itself, checks the placement agrees with machine 0's plan,
 starts only the workers placed on this machine and watches them (and, through the shared
 folder, the policies elsewhere). It writes no run-level file: machine 0 keeps ``run.json``,
@@ -17,15 +17,15 @@ from rich.console import Console
 
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import UsageError
-from mutualrl.launch.nodes import RemoteWatch, addresses, join_session, local_address, machines_of, reporting
-from mutualrl.launch.pool import run_pool
-from mutualrl.launch.run_lock import RunLock, machine_lock_name
+from mutualrl.launch.rundir.lock import RunLock, machine_lock_name
+from mutualrl.launch.supervise.nodes import RemoteWatch, addresses, join_session, local_address, machines_of, reporting
+from mutualrl.launch.supervise.pool import run_pool
 from mutualrl.run_folder import RunPaths
 
 
 def join_run(config: RunConfig, paths: RunPaths, console: Console) -> int:
     """Join machine 0's run as machine ``config.launch.machine_rank``; the exit code of this machine's workers."""
-    from mutualrl.launch.summary import print_failure
+    from mutualrl.launch.rundir.summary import print_failure
 
     launch, machine = config.launch, config.launch.machine_rank
     if machine >= launch.nodes:
@@ -47,7 +47,7 @@ def join_run(config: RunConfig, paths: RunPaths, console: Console) -> int:
 
 def run_machine(config: RunConfig, paths: RunPaths, console: Console, session: dict[str, Any], lock: RunLock) -> Any:
     """Plan the stored run for this machine, check it against machine 0's plan, run this machine's workers."""
-    from mutualrl.launch.plan import LaunchPlan, make_launch_plan
+    from mutualrl.launch.plan.launch_plan import LaunchPlan, make_launch_plan
     from mutualrl.config.resolved import load_resolved_config
 
     launch, machine = config.launch, config.launch.machine_rank

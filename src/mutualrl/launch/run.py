@@ -11,22 +11,13 @@ from rich.console import Console
 
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.config.loader import load_run_config
-from mutualrl.config.resolved import load_resolved_config, read_source, write_resolved_config
+from mutualrl.config.resolved import read_source
 from mutualrl.config.schema import RunConfig
-from mutualrl.config.typed import to_plain
 from mutualrl.errors import StorageError, UsageError, storage_errors
-from mutualrl.config.cadence import max_optimizer_steps
-from mutualrl.launch.run_lock import (
-    RunLock,
-    check_no_escaping_symlinks,
-    clear_run_folder,
-    is_coordination_entry,
-    is_run_folder,
-    mark_run_folder,
-    require_run_folder,
-)
-from mutualrl.launch.pool import run_pool
-from mutualrl.launch.run_record import mark_failed, mark_interrupted, write_run_json
+from mutualrl.launch.rundir.lock import RunLock, clear_run_folder, is_run_folder
+from mutualrl.launch.rundir.prepare import check_run_dir, prepare_resume, prepare_run, resume_changes
+from mutualrl.launch.rundir.record import mark_failed, mark_interrupted, write_run_json
+from mutualrl.launch.supervise.pool import run_pool
 from mutualrl.run_folder import RunPaths, read_json
 
 
@@ -86,7 +77,7 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
                              "rename it or choose another folder") from None
         settings.append(("--output-dir", f"output_dir={as_yaml_value(literal)}"))
     if options.device_map is not None:
-        from mutualrl.launch.mwra import parse_device_map
+        from mutualrl.launch.plan.mwra import parse_device_map
 
         settings.append(("--device-map", f"launch.device_map={as_yaml_value(parse_device_map(options.device_map))}"))
     loaded = load_run_config(options.pool or DEFAULT_POOL, overrides=options.overrides, regime=options.regime,
@@ -153,7 +144,7 @@ def run_train(options: TrainOptions, console: Console | None = None) -> int:
     code = train_one(base, console)
     if code != 0 or config.launch.machine_rank > 0:  # machine 0 of several compares the two runs
         return code
-    from mutualrl.launch.summary import compare_summaries, print_comparison
+    from mutualrl.launch.rundir.summary import compare_summaries, print_comparison
 
     paths, base_paths = RunPaths(run_dir), RunPaths(base.output_dir.resolve())
     comparison = compare_summaries(read_json(paths.summary), read_json(base_paths.summary))
@@ -166,7 +157,7 @@ def train_one(options: TrainOptions, console: Console) -> int:
     config, source = resolve_config(options)
     paths = RunPaths(run_dir_for(config))
     if options.dry_run:
-        from mutualrl.launch.render import render_plan
+        from mutualrl.launch.plan.render import render_plan
 
         plan = plan_without_launch(config, paths.root)
         render_plan(plan, console)
@@ -179,7 +170,7 @@ def train_one(options: TrainOptions, console: Console) -> int:
 
         return join_run(config, paths, console)
 
-    check_run_dir(paths, options)  # refuses before anything is written
+    check_run_dir(paths, options.resume, options.overwrite)  # refuses before anything is written
     allowed = resume_changes(paths, config) if options.resume and paths.config.exists() else []
     with RunLock(paths.root).acquire("resume" if options.resume else "train into") as lock:
         if lock.warning:
@@ -202,7 +193,7 @@ def plan_without_launch(config: RunConfig, run_dir: Path, gpu_memory_gib: float 
     ``launch.gpus`` set (``--gpus``) simulates a node of that size (nothing is detected);
     there vLLM is planned as the GPU node would run it (installed there), not as this box can.
     """
-    from mutualrl.launch.plan import make_launch_plan
+    from mutualrl.launch.plan.launch_plan import make_launch_plan
 
     simulate = config.launch.gpus is not None
     plan = make_launch_plan(config, run_dir, gpus=config.launch.gpus, simulate=simulate,
@@ -222,7 +213,7 @@ def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
 
     ``allowed``: on resume, the permitted setting changes :func:`resume_changes` found.
     """
-    from mutualrl.launch.resume import clear_training_outputs
+    from mutualrl.launch.rundir.resume import clear_training_outputs
     resume_step = None
     if options.resume and paths.config.exists():
         config, resume_step = prepare_resume(paths, config, allowed or [], console)
@@ -234,16 +225,16 @@ def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
     console.print(f"[bold]mutualrl train[/] pool [cyan]{config.pool.name}[/] ({len(config.pool.policies)} policies), "
                   f"regime [cyan]{config.regime.name}[/], run folder {paths.root}", highlight=False)
 
-    from mutualrl.launch.plan import make_launch_plan
+    from mutualrl.launch.plan.launch_plan import make_launch_plan
 
     plan = make_launch_plan(config, paths.root, gpus=config.launch.gpus)
     plan.write()
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
-    from mutualrl.launch.nodes import RemoteWatch, machines_of, open_session, reporting
+    from mutualrl.launch.supervise.nodes import RemoteWatch, machines_of, open_session, reporting
 
     remote = None
-    if config.launch.nodes > 1:  # the other machines join now (launch/nodes.py)
+    if config.launch.nodes > 1:  # the other machines join now (launch/supervise/nodes.py)
         nodes = config.launch.nodes
         session = open_session(paths.root, nodes, config.launch.main_address, resume_step,
                                config.launch.join_timeout_s, say=lambda text: console.print(text, highlight=False))
@@ -254,7 +245,7 @@ def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
         outcome = run_pool(config, plan, paths, resume_step, lock, console, remote)
     status = "done" if outcome.ok else ("interrupted" if outcome.reason == "interrupted" else "failed")
     write_run_json(paths, config, status=status, reason=None if outcome.ok else outcome.reason)
-    from mutualrl.launch.summary import print_failure, print_summary, summarise
+    from mutualrl.launch.rundir.summary import print_failure, print_summary, summarise
 
     if not outcome.ok:
         print_failure(outcome, paths, console)
@@ -263,95 +254,3 @@ def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
     write_json_atomic(paths.summary, summary)
     print_summary(summary, console)
     return 0
-
-
-def check_run_dir(paths: RunPaths, options: TrainOptions) -> None:
-    """Refuse, before writing anything, a folder this launch must not use (the lock then checks liveness)."""
-    root = paths.root
-    if options.resume:
-        if not paths.config.exists() and not is_run_folder(root):
-            raise UsageError(f"--resume: {root} holds no run to resume (no config.yaml)")
-        check_no_escaping_symlinks(root)
-        return
-    content = [c for c in root.iterdir() if not is_coordination_entry(c.name)] if root.is_dir() else []
-    if not content:
-        return
-    if not options.overwrite:
-        raise UsageError(f"run folder {root} already exists: use --resume to continue it, --overwrite to "
-                         "start it again, or --output-dir for a new one")
-    require_run_folder(root)
-
-
-def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Console) -> None:
-    """Builtin models, the joint prompt filter, the resolved config -- before anything is launched."""
-    from mutualrl.pools.builtin import ensure_builtin_models
-    from mutualrl.pools.loading import BUILTIN_PREFIX, load_tokenizer_for
-    from mutualrl.tasks.registry import get_task
-    from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, joint_length_filter, uses_chat_template, write_examples
-
-    mark_run_folder(paths.root)
-    tokenizers = {}
-    builtin = [p.model[len(BUILTIN_PREFIX):] for p in config.pool.policies if p.model.startswith(BUILTIN_PREFIX)]
-    if builtin:  # built or fetched once, here, with progress (tiny models warm-start side by side)
-        ensure_builtin_models(builtin)
-    for policy in config.pool.policies:
-        tokenizer = load_tokenizer_for(policy.model, policy.tokenizer)
-        tokenizers[policy.name] = (tokenizer, uses_chat_template(tokenizer, policy.chat_template))
-    task = get_task(config.task.name)
-    with console.status(f"loading task {config.task.name} ..."):
-        train = task.load(config.task.train_split, config.task.source, config.task.train_limit)
-        eval_limit = config.validation.limit if config.validation.limit is not None else config.task.eval_limit
-        evals = task.load(config.task.eval_split, config.task.source, eval_limit)
-    train_kept, report = joint_length_filter(train, tokenizers, config.task.max_prompt_tokens)
-    eval_kept, eval_report = joint_length_filter(evals, tokenizers, config.task.max_prompt_tokens)
-    if not train_kept:
-        raise UsageError(f"no training prompt of task {config.task.name!r} fits task.max_prompt_tokens="
-                         f"{config.task.max_prompt_tokens} for every policy")
-    write_examples(paths.data / TRAIN_FILE, train_kept)
-    write_examples(paths.data / EVAL_FILE, eval_kept)
-    dropped = report.dropped + eval_report.dropped
-    console.print(f"prompts: {report.kept} train, {eval_report.kept} held-out; {dropped} dropped for all policies "
-                  f"as longer than {config.task.max_prompt_tokens} tokens for some policy "
-                  f"({', '.join(f'{k}: {v}' for k, v in report.dropped_by_policy.items())})", highlight=False)
-    write_resolved_config(paths, config, source)
-
-
-def resume_changes(paths: RunPaths, config: RunConfig) -> list[str]:
-    """The allowed differences between the stored config and ``config``; refuses any other one."""
-    from mutualrl.launch.resume import config_changes
-
-    refused, allowed = config_changes(to_plain(load_resolved_config(paths)), to_plain(config))
-    if refused:
-        raise UsageError(f"--resume: {paths.root} was started with other settings; these may not change on resume "
-                         f"(start a new run with --output-dir instead): {'; '.join(refused)}")
-    return allowed
-
-
-def prepare_resume(paths: RunPaths, config: RunConfig, allowed: list[str],
-                   console: Console) -> tuple[RunConfig, int | None]:
-    """Store the allowed setting changes and roll the folder back to the restart step.
-
-    Returns the config to run (the stored one with the ``allowed`` changes) and the last
-    checkpoint step common to every policy, or None when there is none yet (start from 0).
-    """
-    from mutualrl.launch.metrics_merge import rollback_metrics
-    from mutualrl.launch.resume import common_checkpoint
-    from mutualrl.see.rollback import rollback_exchange
-    if allowed:
-        console.print(f"resume: changed {'; '.join(allowed)}", highlight=False)
-        write_resolved_config(paths, config, read_source(paths) or "resume")
-    policies = [p.name for p in config.pool.policies]
-    damaged: list[str] = []
-    step = common_checkpoint(paths, policies, max_optimizer_steps(config), damaged)
-    for problem in damaged:
-        console.print(f"[yellow]warning:[/] skipping a damaged checkpoint: {problem}", highlight=False)
-    if step is None:
-        console.print("resume: no checkpoint common to every policy yet: starting again from step 0", highlight=False)
-        return config, None
-    removed = rollback_exchange(paths.see_root(config.see.dir), step)
-    dropped = rollback_metrics(paths, policies, step)
-    console.print(f"resuming every policy from checkpoint-{step} (removed {removed} SEE step folders and "
-                  f"{dropped} metric rows after it; they are trained again)", highlight=False)
-    for policy in policies:  # stale status from the stopped run
-        paths.status(policy).unlink(missing_ok=True)
-    return config, step

@@ -33,7 +33,7 @@ class SGTSettings:
     )
 
 
-#: Metric keys the end-of-run summary reads (launch/summary.py): rescues so far, and the learner's
+#: Metric keys the end-of-run summary reads (launch/rundir/summary.py): rescues so far, and the learner's
 #: log-prob of the rescued peer answers (paper App. "Implementation details for SGT").
 RESCUES_TOTAL_KEY = "sgt/rescues_total"
 RESCUE_LOGP_KEY = "sgt/rescue_logp"

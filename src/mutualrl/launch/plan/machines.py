@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from mutualrl.errors import PlacementError
-from mutualrl.launch.mwra import Placement, PolicyPlacement, _check_device_map, apportion, plan_placement
+from mutualrl.launch.plan.mwra import Placement, PolicyPlacement, check_device_map, apportion, plan_placement
 
 
 def local_devices(placed: PolicyPlacement, machine: int, gpus: int) -> tuple[int, ...]:
@@ -122,7 +122,7 @@ def _spanning_size(name: str, gpus: int, machines: int, ok: Callable[[str, int],
 def _explicit(policies: Sequence[tuple[str, float]], gpus: int, nodes: int, device_map: Mapping[str, Sequence[int]],
               cpu_cores: int | None, threads_per_policy: int | None) -> Placement:
     names = [name for name, _ in policies]
-    blocks, warnings = _check_device_map(names, gpus * nodes, device_map)
+    blocks, warnings = check_device_map(names, gpus * nodes, device_map)
     cores = max(1, cpu_cores or 1)
     placed = []
     for name, share in policies:

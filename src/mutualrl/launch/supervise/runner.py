@@ -35,10 +35,10 @@ from rich.progress import (
 )
 
 from mutualrl.errors import DISK_FULL_EXIT, StorageError, describe_free, free_bytes, is_storage_message
+from mutualrl.launch.rundir.metrics_merge import MetricsMerger
 from mutualrl.regimes.registry import all_regimes
-from mutualrl.see.liveness import freshest_heartbeat_age
-from mutualrl.launch.metrics_merge import MetricsMerger
 from mutualrl.run_folder import RunPaths
+from mutualrl.see.liveness import freshest_heartbeat_age
 from mutualrl.training.watchdog import LAUNCHER_PID_ENV
 
 

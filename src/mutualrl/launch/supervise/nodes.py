@@ -40,7 +40,7 @@ from typing import Any
 
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.errors import UsageError
-from mutualrl.launch.run_lock import MACHINES_DIR
+from mutualrl.launch.rundir.lock import MACHINES_DIR
 from mutualrl.see.liveness import freshest_heartbeat_age, read_failure
 
 REJOIN_S = 1.0

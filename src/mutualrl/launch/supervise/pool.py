@@ -16,8 +16,8 @@ from rich.console import Console
 
 from mutualrl.config.cadence import max_optimizer_steps
 from mutualrl.config.schema import RunConfig
-from mutualrl.launch.run_lock import RunLock
-from mutualrl.launch.runner import PolicyProcess, PoolRunner, PoolSettings, RunOutcome
+from mutualrl.launch.rundir.lock import RunLock
+from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSettings, RunOutcome
 from mutualrl.run_folder import RunPaths
 
 
@@ -25,7 +25,7 @@ def run_pool(config: RunConfig, plan: Any, paths: RunPaths, resume_step: int | N
              console: Console, remote: Any = None) -> RunOutcome:
     """Start and watch the workers ``plan`` places on this machine until they end (machine 0 of several: until
     every machine ended); a failure is reported to the other machines through ``remote``."""
-    from mutualrl.launch.resume import restart_command
+    from mutualrl.launch.rundir.resume import restart_command
 
     processes = processes_from_plan(plan, paths, resume_step)
     settings = pool_settings(config, paths, lock, restart_argv=lambda policy: restart_command(processes, paths, policy))

@@ -16,15 +16,16 @@ from typing import Any
 
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError, UsageError
-from mutualrl.launch.batching import BatchSizeError, DerivedBatch, apply_batch, fits, split_across_cpu_ranks
-from mutualrl.launch.cadence import (
+from mutualrl.launch.plan.batching import BatchSizeError, DerivedBatch, apply_batch, fits, split_across_cpu_ranks
+from mutualrl.launch.plan.cadence import (
     apply_cadence,
     describe,
     known_train_prompts,
     policy_cadence,
     validation_interval,
 )
-from mutualrl.launch.commands import (
+from mutualrl.launch.plan.checks import check_same_prompts, memory_check
+from mutualrl.launch.plan.commands import (
     ADDRESS_PLACEHOLDER,
     LaunchSpec,
     adapt_grpo_to_device,
@@ -32,7 +33,7 @@ from mutualrl.launch.commands import (
     machine_address,
     policy_port,
 )
-from mutualrl.launch.configs import (
+from mutualrl.launch.plan.configs import (
     ZERO_STAGES,
     accelerate_config,
     accelerate_config_path,
@@ -43,15 +44,14 @@ from mutualrl.launch.configs import (
     write_json,
     write_yaml,
 )
-from mutualrl.launch.detect import (
+from mutualrl.launch.plan.detect import (
     detect_cpu_cores,
     detect_gpu_memory_gib,
     detect_gpus,
     detect_ram_gib,
 )
-from mutualrl.launch.machines import plan_placement_nodes
-from mutualrl.launch.mwra import MemoryEstimate, Placement, PolicyPlacement
-from mutualrl.launch.plan_checks import check_same_prompts, memory_check
+from mutualrl.launch.plan.machines import plan_placement_nodes
+from mutualrl.launch.plan.mwra import MemoryEstimate, Placement, PolicyPlacement
 from mutualrl.run_folder import RunPaths
 from mutualrl.training.trackers import check_trackers, policy_run_name
 

@@ -6,8 +6,8 @@ from typing import Any
 
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError
-from mutualrl.launch.batching import BatchSizeError, trl_generation_batch
-from mutualrl.launch.mwra import MemoryEstimate, Placement, check_memory, estimate_training_memory, param_count_for
+from mutualrl.launch.plan.batching import BatchSizeError, trl_generation_batch
+from mutualrl.launch.plan.mwra import MemoryEstimate, Placement, check_memory, estimate_training_memory, param_count_for
 from mutualrl.regimes.registry import get_regime
 
 

@@ -11,7 +11,7 @@ detected), so a placement can be planned and tested for a node this machine is n
 raises :class:`~mutualrl.errors.PlacementError` before any process starts.
 
 GPU ids are the parent's logical ids ``0..gpus-1`` (relative to its own
-``CUDA_VISIBLE_DEVICES``); :mod:`mutualrl.launch.commands` maps them to the child's mask.
+``CUDA_VISIBLE_DEVICES``); :mod:`mutualrl.launch.plan.commands` maps them to the child's mask.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class PolicyPlacement:
     device_type: DeviceType
     devices: tuple[int, ...]
     """GPU ids (parent-logical) for ``cuda``; empty for ``cpu``. With several machines: global ids, machine
-    ``id // gpus`` (see :mod:`mutualrl.launch.machines`)."""
+    ``id // gpus`` (see :mod:`mutualrl.launch.plan.machines`)."""
     num_processes: int
     """One process per GPU; ``launch.cpu_processes`` on CPU; summed over the policy's machines."""
     cpu_threads: int
@@ -101,7 +101,7 @@ def plan_placement(
     - ``device_map``: an explicit ``{policy: [gpu ids]}``; every policy must be mapped, ids
       must exist; two policies may share a GPU (a warning says so).
     - ``world_size_ok(name, n)``: optional check that a policy can use ``n`` processes (the
-      batch must divide across them, see :mod:`mutualrl.launch.batching`). In the default
+      batch must divide across them, see :mod:`mutualrl.launch.plan.batching`). In the default
       split a policy whose share does not pass is shrunk to the largest size that does and
       the freed GPUs stay idle (with a warning); an explicit map is never changed.
     - CPU (``gpus == 0``): ``cpu_processes`` ranks per policy (default one); ``cpu_cores`` are
@@ -143,7 +143,7 @@ def plan_placement(
         return Placement(placed, 0, cores, explicit=False, warnings=warnings)
 
     if device_map:
-        blocks, explicit_warnings = _check_device_map(names, gpus, device_map)
+        blocks, explicit_warnings = check_device_map(names, gpus, device_map)
         warnings += explicit_warnings
         explicit = True
         idle = sorted(set(range(gpus)) - {d for block in blocks.values() for d in block})
@@ -216,7 +216,7 @@ def _fit_world_sizes(
     return fitted, warnings
 
 
-def _check_device_map(
+def check_device_map(
     names: Sequence[str], gpus: int, device_map: Mapping[str, Sequence[int]]
 ) -> tuple[dict[str, list[int]], list[str]]:
     unknown = [key for key in device_map if key not in names]

@@ -36,9 +36,9 @@ from typing import Any
 
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError
-from mutualrl.launch.configs import ZERO_STAGES, accelerate_config_path, deepspeed_config_path
-from mutualrl.launch.machines import local_devices
-from mutualrl.launch.mwra import Placement, PolicyPlacement
+from mutualrl.launch.plan.configs import ZERO_STAGES, accelerate_config_path, deepspeed_config_path
+from mutualrl.launch.plan.machines import local_devices
+from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 from mutualrl.run_folder import RunPaths
 from mutualrl.training.trackers import tracker_group_env
 

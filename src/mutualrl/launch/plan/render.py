@@ -9,9 +9,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from mutualrl.launch.batching import trl_generation_batch
-from mutualrl.launch.cadence import render_schedule
-from mutualrl.launch.plan import LaunchPlan, PolicyPlan, plan_path
+from mutualrl.launch.plan.batching import trl_generation_batch
+from mutualrl.launch.plan.cadence import render_schedule
+from mutualrl.launch.plan.launch_plan import LaunchPlan, PolicyPlan, plan_path
 
 
 def render_plan(plan: LaunchPlan, console: Console, written: bool = True) -> None:

@@ -28,7 +28,7 @@ from typing import Any, Literal
 import yaml
 
 from mutualrl.atomic_io import write_text_atomic
-from mutualrl.launch.mwra import PolicyPlacement
+from mutualrl.launch.plan.mwra import PolicyPlacement
 from mutualrl.run_folder import RunPaths
 
 DeepSpeedChoice = Literal["none", "zero2", "zero3"]
@@ -100,7 +100,7 @@ def accelerate_config(
     (torchrun on each machine; accelerate's default, pdsh, would ssh into the others); each
     machine's command passes its own ``--machine_rank`` and ``--gpu_ids``, which win over the file.
     On CPU the file is written for completeness (plain single process, ``use_cpu``); the
-    CPU launcher runs the worker directly (see :mod:`mutualrl.launch.commands`).
+    CPU launcher runs the worker directly (see :mod:`mutualrl.launch.plan.commands`).
     """
     base: dict[str, Any] = {
         "compute_environment": "LOCAL_MACHINE",

@@ -1,0 +1,111 @@
+"""Preparing the run folder before a launch: refuse a folder this launch must not use, write the prompts and
+the resolved config of a new run, or roll a resumed run back to its restart step."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from mutualrl.config.cadence import max_optimizer_steps
+from mutualrl.config.resolved import load_resolved_config, read_source, write_resolved_config
+from mutualrl.config.schema import RunConfig
+from mutualrl.config.typed import to_plain
+from mutualrl.errors import UsageError
+from mutualrl.launch.rundir.lock import (
+    check_no_escaping_symlinks,
+    is_coordination_entry,
+    is_run_folder,
+    mark_run_folder,
+    require_run_folder,
+)
+from mutualrl.launch.rundir.metrics_merge import rollback_metrics
+from mutualrl.launch.rundir.resume import common_checkpoint, config_changes
+from mutualrl.run_folder import RunPaths
+from mutualrl.see.rollback import rollback_exchange
+
+
+def check_run_dir(paths: RunPaths, resume: bool, overwrite: bool) -> None:
+    """Refuse, before writing anything, a folder this launch must not use (the lock then checks liveness)."""
+    root = paths.root
+    if resume:
+        if not paths.config.exists() and not is_run_folder(root):
+            raise UsageError(f"--resume: {root} holds no run to resume (no config.yaml)")
+        check_no_escaping_symlinks(root)
+        return
+    content = [c for c in root.iterdir() if not is_coordination_entry(c.name)] if root.is_dir() else []
+    if not content:
+        return
+    if not overwrite:
+        raise UsageError(f"run folder {root} already exists: use --resume to continue it, --overwrite to "
+                         "start it again, or --output-dir for a new one")
+    require_run_folder(root)
+
+
+def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Console) -> None:
+    """Builtin models, the joint prompt filter, the resolved config -- before anything is launched."""
+    from mutualrl.pools.builtin import ensure_builtin_models
+    from mutualrl.pools.loading import BUILTIN_PREFIX, load_tokenizer_for
+    from mutualrl.tasks.registry import get_task
+    from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, joint_length_filter, uses_chat_template, write_examples
+
+    mark_run_folder(paths.root)
+    tokenizers = {}
+    builtin = [p.model[len(BUILTIN_PREFIX):] for p in config.pool.policies if p.model.startswith(BUILTIN_PREFIX)]
+    if builtin:  # built or fetched once, here, with progress (tiny models warm-start side by side)
+        ensure_builtin_models(builtin)
+    for policy in config.pool.policies:
+        tokenizer = load_tokenizer_for(policy.model, policy.tokenizer)
+        tokenizers[policy.name] = (tokenizer, uses_chat_template(tokenizer, policy.chat_template))
+    task = get_task(config.task.name)
+    with console.status(f"loading task {config.task.name} ..."):
+        train = task.load(config.task.train_split, config.task.source, config.task.train_limit)
+        eval_limit = config.validation.limit if config.validation.limit is not None else config.task.eval_limit
+        evals = task.load(config.task.eval_split, config.task.source, eval_limit)
+    train_kept, report = joint_length_filter(train, tokenizers, config.task.max_prompt_tokens)
+    eval_kept, eval_report = joint_length_filter(evals, tokenizers, config.task.max_prompt_tokens)
+    if not train_kept:
+        raise UsageError(f"no training prompt of task {config.task.name!r} fits task.max_prompt_tokens="
+                         f"{config.task.max_prompt_tokens} for every policy")
+    write_examples(paths.data / TRAIN_FILE, train_kept)
+    write_examples(paths.data / EVAL_FILE, eval_kept)
+    dropped = report.dropped + eval_report.dropped
+    console.print(f"prompts: {report.kept} train, {eval_report.kept} held-out; {dropped} dropped for all policies "
+                  f"as longer than {config.task.max_prompt_tokens} tokens for some policy "
+                  f"({', '.join(f'{k}: {v}' for k, v in report.dropped_by_policy.items())})", highlight=False)
+    write_resolved_config(paths, config, source)
+
+
+def resume_changes(paths: RunPaths, config: RunConfig) -> list[str]:
+    """The allowed differences between the stored config and ``config``; refuses any other one."""
+
+    refused, allowed = config_changes(to_plain(load_resolved_config(paths)), to_plain(config))
+    if refused:
+        raise UsageError(f"--resume: {paths.root} was started with other settings; these may not change on resume "
+                         f"(start a new run with --output-dir instead): {'; '.join(refused)}")
+    return allowed
+
+
+def prepare_resume(paths: RunPaths, config: RunConfig, allowed: list[str],
+                   console: Console) -> tuple[RunConfig, int | None]:
+    """Store the allowed setting changes and roll the folder back to the restart step.
+
+    Returns the config to run (the stored one with the ``allowed`` changes) and the last
+    checkpoint step common to every policy, or None when there is none yet (start from 0).
+    """
+    if allowed:
+        console.print(f"resume: changed {'; '.join(allowed)}", highlight=False)
+        write_resolved_config(paths, config, read_source(paths) or "resume")
+    policies = [p.name for p in config.pool.policies]
+    damaged: list[str] = []
+    step = common_checkpoint(paths, policies, max_optimizer_steps(config), damaged)
+    for problem in damaged:
+        console.print(f"[yellow]warning:[/] skipping a damaged checkpoint: {problem}", highlight=False)
+    if step is None:
+        console.print("resume: no checkpoint common to every policy yet: starting again from step 0", highlight=False)
+        return config, None
+    removed = rollback_exchange(paths.see_root(config.see.dir), step)
+    dropped = rollback_metrics(paths, policies, step)
+    console.print(f"resuming every policy from checkpoint-{step} (removed {removed} SEE step folders and "
+                  f"{dropped} metric rows after it; they are trained again)", highlight=False)
+    for policy in policies:  # stale status from the stopped run
+        paths.status(policy).unlink(missing_ok=True)
+    return config, step
