@@ -181,3 +181,20 @@ def test_a_regime_registered_from_a_test_file_trains_two_steps(throwaway, tmp_pa
         status = json.loads((run_dir / "status" / f"{policy}.json").read_text())
         shown = f"peer r {status['throwaway-test/peer_reward_mean']:.3g}"
         assert shown in describe_status(status) and shown in done.stdout
+
+
+def test_a_regimes_own_train_option_comes_from_its_spec():
+    """``--prp-denominator`` is PRP's RegimeFlag: the CLI adds it after --regime, the registry turns it into the
+    override and refuses a value its settings field does not allow."""
+    import inspect
+
+    from mutualrl.cli.train_cmd import train
+    from mutualrl.errors import UsageError
+    from mutualrl.regimes.registry import flag_override, regime_flags
+
+    assert [f.flag for _, f in regime_flags()] == ["--prp-denominator"]
+    names = list(inspect.signature(train).parameters)
+    assert names[names.index("regime") + 1] == "prp_denominator"
+    assert flag_override("--prp-denominator", "learner") == "regime.prp.denominator=learner"
+    with pytest.raises(UsageError, match="--prp-denominator: expected 'learner' or 'peer', got 'both'"):
+        flag_override("--prp-denominator", "both")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from mutualrl.cli.common import check_output_path, console, report_errors
-from mutualrl.regimes.prp.spec import DENOMINATORS
-from mutualrl.regimes.registry import get_regime, regimes_help
+from mutualrl.regimes.registry import flag_override, get_regime, regime_flags, regimes_help
 
 REGIME_HELP = "Sharing regime: " + regimes_help() + ". Default: the recipe's."
 
@@ -19,12 +21,6 @@ def train(
         None, "--pool", "-p", help="Pool name (see `mutualrl pools`) or a recipe YAML path. Default: tiny; with "
         "--resume, the run's own settings.", show_default=False),
     regime: str | None = typer.Option(None, "--regime", "-r", help=REGIME_HELP, show_default=False),
-    prp_denominator: str | None = typer.Option(
-        None,
-        "--prp-denominator",
-        help="PRP only: 'learner' (naive: learner snapshot) or 'peer' (THL-aligned peer trace).",
-        show_default=False,
-    ),
     output_dir: Path | None = typer.Option(None, "--output-dir", "-o", help="Run folder (default: recipe's)."),
     max_steps: int | None = typer.Option(None, "--max-steps", min=1, help="Run length per policy in the recipe's unit: "
                                         "schedule.max_steps (paper steps in the paper recipes) when the recipe has a "
@@ -70,6 +66,7 @@ def train(
         "and print both runs' held-out accuracy per policy and task group side by side, with the difference.",
         show_default=False,
     ),
+    **regime_options: str | None,  # each regime's own options (RegimeSpec.flags), added by with_regime_flags
 ) -> None:
     """Train every policy of a pool concurrently with GRPO, exchanging experience through the SEE.
 
@@ -80,10 +77,8 @@ def train(
         get_regime(regime, where="--regime")
     if baseline is not None:
         get_regime(baseline, where="--baseline")
-    if prp_denominator is not None and prp_denominator not in DENOMINATORS:
-        from mutualrl.errors import UsageError
-
-        raise UsageError(f"--prp-denominator: expected 'learner' or 'peer', got {prp_denominator!r}")
+    flags = {f.flag: regime_options[option_name(f.flag)] for _, f in regime_flags()}
+    regime_overrides = [(flag, flag_override(flag, value)) for flag, value in flags.items() if value is not None]
     if output_dir is not None:
         check_output_path(output_dir, "--output-dir", kind="folder")
     if save_plan is not None:
@@ -94,10 +89,30 @@ def train(
         check_output_path(save_plan, "--save-plan", kind="file")
     from mutualrl.launch.run import TrainOptions, run_train
 
-    options = TrainOptions(pool=pool, regime=regime, prp_denominator=prp_denominator, output_dir=output_dir,
+    options = TrainOptions(pool=pool, regime=regime, regime_overrides=regime_overrides, output_dir=output_dir,
                            max_steps=max_steps, seed=seed,
                            overrides=list(overrides), force=force, gpus=gpus,
                            device_map=device_map, nodes=nodes, machine_rank=machine_rank, main_address=main_address,
                            dry_run=dry_run, resume=resume, overwrite=overwrite, baseline=baseline,
                            save_plan=save_plan)
     raise typer.Exit(run_train(options, console))
+
+
+def option_name(flag: str) -> str:
+    """``--prp-denominator`` -> ``prp_denominator``, the parameter Typer passes it as."""
+    return flag.removeprefix("--").replace("-", "_")
+
+
+def with_regime_flags(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``command`` with each regime's own options (:attr:`RegimeSpec.flags`) right after ``--regime``."""
+    signature = inspect.signature(command, eval_str=True)
+    params = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    after = [p.name for p in params].index("regime") + 1
+    added = [inspect.Parameter(option_name(f.flag), inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str | None,
+                               default=typer.Option(None, f.flag, help=f.help, show_default=False))
+             for _, f in regime_flags()]
+    command.__signature__ = signature.replace(parameters=[*params[:after], *added, *params[after:]])  # type: ignore[attr-defined]
+    return command
+
+
+with_regime_flags(train)

@@ -25,7 +25,7 @@ from mutualrl.run_folder import RunPaths, read_json
 class TrainOptions:
     pool: str | None = None  # None: the default pool, or on --resume the run's own recipe
     regime: str | None = None
-    prp_denominator: str | None = None
+    regime_overrides: list[tuple[str, str]] = field(default_factory=list)  # (--<regime>-<field>, KEY=VALUE)
     output_dir: Path | None = None
     max_steps: int | None = None
     seed: int | None = None
@@ -63,8 +63,7 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
         settings.append(("--force", "launch.force=true"))
     if options.seed is not None:
         settings.append(("--seed", f"grpo.seed={options.seed}"))
-    if options.prp_denominator is not None:
-        settings.append(("--prp-denominator", f"regime.prp.denominator={options.prp_denominator}"))
+    settings += options.regime_overrides
     for key in ("gpus", "nodes", "machine_rank", "main_address"):
         if getattr(options, key) is not None:
             settings.append((f"--{key.replace('_', '-')}", f"launch.{key}={as_yaml_value(getattr(options, key))}"))
@@ -112,7 +111,7 @@ def run_dir_for(config: RunConfig) -> Path:
 
 def baseline_options(options: TrainOptions, run_dir: Path) -> TrainOptions:
     """The same run with ``options.baseline`` as its regime, in the sibling folder ``<run>-<baseline>``."""
-    return replace(options, regime=options.baseline, prp_denominator=None, baseline=None,
+    return replace(options, regime=options.baseline, regime_overrides=[], baseline=None,
                    output_dir=run_dir.with_name(f"{run_dir.name}-{options.baseline}"))
 
 

@@ -22,17 +22,30 @@ import importlib.util
 import os
 import pkgutil
 import sys
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mutualrl.errors import UnknownNameError
+from mutualrl.errors import UnknownNameError, UsageError
 
 ENV_VAR = "MUTUALRL_REGIMES"
 """Extra regime modules to import (module names or .py paths, comma-separated)."""
 
 BASE_ADAPTER = "mutualrl.regimes.adapter:RegimeAdapter"
+
+
+@dataclass(frozen=True)
+class RegimeFlag:
+    """An option of ``mutualrl train`` that sets one field of its regime's settings (``--prp-denominator``)."""
+
+    flag: str
+    """The option as typed, ``--<regime>-<field>``."""
+    setting: str
+    """The field of the regime's settings dataclass it sets."""
+    help: str
+    """Its ``--help`` text."""
 
 
 @dataclass(frozen=True)
@@ -63,10 +76,14 @@ class RegimeSpec:
     """Cross-field check of the settings: None, or (field, problem)."""
     order: int = 100
     """Position in listings (help, error messages)."""
+    flags: tuple[RegimeFlag, ...] = ()
+    """Options of ``mutualrl train`` that set one of its settings."""
 
     def __post_init__(self) -> None:
         if (self.settings_key is None) != (self.settings is None):
             raise ValueError(f"regime {self.name!r}: give settings_key and settings together")
+        if self.flags and self.settings is None:
+            raise ValueError(f"regime {self.name!r}: flags set settings, and it has none")
         if self.needs_peers and not self.needs_exchange:
             object.__setattr__(self, "needs_exchange", True)
 
@@ -158,10 +175,25 @@ def settings_regimes() -> list[RegimeSpec]:
     return [s for s in all_regimes() if s.settings_key is not None]
 
 
+def regime_flags() -> list[tuple[RegimeSpec, RegimeFlag]]:
+    """Every regime's own ``mutualrl train`` options, in listing order."""
+    return [(spec, flag) for spec in all_regimes() for flag in spec.flags]
+
+
+def flag_override(flag: str, value: str) -> str:
+    """The ``KEY=VALUE`` a regime's option sets (``regime.prp.denominator=peer``); a value outside the field's
+    ``Literal`` choices is refused here, naming the option."""
+    spec, option = next((s, f) for s, f in regime_flags() if f.flag == flag)
+    choices = typing.get_args(typing.get_type_hints(spec.settings)[option.setting])
+    if choices and value not in choices:
+        raise UsageError(f"{flag}: expected {' or '.join(repr(c) for c in choices)}, got {value!r}")
+    return f"regime.{spec.settings_key}.{option.setting}={value}"
+
+
 def regimes_help() -> str:
     """``name (help), ...`` for the CLI."""
     return ", ".join(f"{s.name} ({s.help})" for s in all_regimes())
 
 
-__all__ = ["ENV_VAR", "RegimeSpec", "all_regimes", "get_regime", "load_regimes", "regime_names",
-           "regimes_help", "register_regime", "settings_regimes", "unregister_regime"]
+__all__ = ["ENV_VAR", "RegimeFlag", "RegimeSpec", "all_regimes", "flag_override", "get_regime", "load_regimes",
+           "regime_flags", "regime_names", "regimes_help", "register_regime", "settings_regimes", "unregister_regime"]

@@ -296,7 +296,9 @@ def _spec(config: RunConfig, index: int, placed: PolicyPlacement, gpus: int, run
 
 def package_path() -> str:
     """The folder holding the ``mutualrl`` package, ahead of any inherited PYTHONPATH."""
-    src = str(Path(__file__).resolve().parents[2])
+    import mutualrl
+
+    src = str(Path(mutualrl.__file__).resolve().parents[1])
     inherited = os.environ.get("PYTHONPATH", "")
     return src + (os.pathsep + inherited if inherited else "")
 

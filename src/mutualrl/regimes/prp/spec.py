@@ -9,9 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mutualrl.regimes.registry import RegimeSpec, register_regime
-
-DENOMINATORS = ("learner", "peer")
+from mutualrl.regimes.registry import RegimeFlag, RegimeSpec, register_regime
 
 
 @dataclass
@@ -38,4 +36,6 @@ PRP = register_regime(RegimeSpec(
     status=(("token_clip_rate", "clip"),),
     titles=(("token_ratio_p99", "PRP importance ratio p99"), ("token_clip_rate", "PRP clip rate")),
     order=3,
+    flags=(RegimeFlag("--prp-denominator", "denominator",
+                      "PRP only: 'learner' (naive: learner snapshot) or 'peer' (THL-aligned peer trace)."),),
 ))
