@@ -174,7 +174,8 @@ class PoolRunner:
             TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=self.console,
             transient=False, disable=not live,
         )
-        tasks = {name: progress.add_task(name, total=None, info="starting") for name in [*self.names, *self.remote_names]}
+        tasks = {name: progress.add_task(name, total=None, info="starting")
+                 for name in [*self.names, *self.remote_names]}
         last_plain, last_key = 0.0, None
         failure: tuple[str, str] | None = None
         try:
@@ -182,40 +183,12 @@ class PoolRunner:
                 while True:
                     new_rows = self._merge()
                     now = time.time()
-                    lines, key = [], []
-                    for name in self.remote_names:  # progress of the policies on other machines
-                        st = self._status_of(name)
-                        total = st.get("max_steps") or self.settings.max_steps or None
-                        info = describe_status(st) + " (elsewhere)"
-                        progress.update(tasks[name], completed=int(st.get("step", 0) or 0), total=total, info=info)
-                        lines.append(f"{name}: step {st.get('step', 0)}/{total or '?'} {info}")
-                        key.append((name, st.get("step", 0), st.get("phase")))
+                    lines, key = self._remote_progress(progress, tasks)
                     for proc in self.procs:
-                        st = self._status(proc)
-                        step = int(st.get("step", 0) or 0)
-                        if step != proc.last_step or st.get("phase") != getattr(proc, "_phase", None):
-                            proc.last_step = step
-                            proc._phase = st.get("phase")  # type: ignore[attr-defined]
-                            proc.last_progress = now
-                        info = describe_status(st)
-                        total = st.get("max_steps") or self.settings.max_steps or None
-                        progress.update(tasks[proc.name], completed=step, total=total, info=info)
-                        lines.append(f"{proc.name}: step {step}/{total or '?'} {info}")
-                        # With merged metrics, each logged step gets its own line below: only phases count here.
-                        key.append((proc.name, None if self.merger is not None else step, st.get("phase")))
-                        if proc.returncode is None and proc.popen is not None:
-                            rc = proc.popen.poll()
-                            if rc is not None:
-                                proc.returncode = rc
-                                if rc != 0 and failure is None:
-                                    failure = (proc.name, storage_reason(proc.log_path, rc, self.paths.root)
-                                               or describe_exit(rc))
-                        if failure is None and proc.returncode is None:
-                            failure = self._silent_or_stalled(proc, now, started)
-                            if failure is not None:
-                                self.terminate([proc], signal.SIGKILL)
-                        if failure is not None and failure[0] == proc.name and self._let_go(proc, failure[1]):
-                            failure = None
+                        line, proc_key = self._local_progress(proc, progress, tasks[proc.name], now)
+                        lines.append(line)
+                        key.append(proc_key)
+                        failure = self._check(proc, failure, now, started)
                     if failure is None and self.remote is not None:
                         failure = self.remote.failure(now, started)
                     # Piped to a log: a line per logged step of each policy, from its merged metrics rows (as
@@ -251,6 +224,51 @@ class PoolRunner:
             extra["restarted"] = self.restarts
         return RunOutcome(True, {p.name: p.returncode for p in self.procs}, seconds=time.time() - started,
                           extra=extra)
+
+    def _remote_progress(self, progress: Progress, tasks: dict[str, Any]) -> tuple[list[str], list[Any]]:
+        """The progress of the policies on other machines: their bars, plain-text lines and change keys."""
+        lines, key = [], []
+        for name in self.remote_names:
+            st = self._status_of(name)
+            total = st.get("max_steps") or self.settings.max_steps or None
+            info = describe_status(st) + " (elsewhere)"
+            progress.update(tasks[name], completed=int(st.get("step", 0) or 0), total=total, info=info)
+            lines.append(f"{name}: step {st.get('step', 0)}/{total or '?'} {info}")
+            key.append((name, st.get("step", 0), st.get("phase")))
+        return lines, key
+
+    def _local_progress(self, proc: PolicyProcess, progress: Progress, task: Any, now: float) -> tuple[str, Any]:
+        """A local policy's bar, plain-text line and change key; a new step or phase is progress (not stalled)."""
+        st = self._status(proc)
+        step = int(st.get("step", 0) or 0)
+        if step != proc.last_step or st.get("phase") != getattr(proc, "_phase", None):
+            proc.last_step = step
+            proc._phase = st.get("phase")  # type: ignore[attr-defined]
+            proc.last_progress = now
+        info = describe_status(st)
+        total = st.get("max_steps") or self.settings.max_steps or None
+        progress.update(task, completed=step, total=total, info=info)
+        # With merged metrics, each logged step gets its own line: only phases count in the key.
+        return (f"{proc.name}: step {step}/{total or '?'} {info}",
+                (proc.name, None if self.merger is not None else step, st.get("phase")))
+
+    def _check(self, proc: PolicyProcess, failure: tuple[str, str] | None, now: float,
+               started: float) -> tuple[str, str] | None:
+        """The pool's failure, (policy, reason), after a look at ``proc``: its exit, its silence or stall. A failure
+        of its own that ``see.on_peer_failure=continue`` lets go is none."""
+        if proc.returncode is None and proc.popen is not None:
+            rc = proc.popen.poll()
+            if rc is not None:
+                proc.returncode = rc
+                if rc != 0 and failure is None:
+                    failure = (proc.name, storage_reason(proc.log_path, rc, self.paths.root) or describe_exit(rc))
+        if failure is None and proc.returncode is None:
+            failure = self._silent_or_stalled(proc, now, started)
+            if failure is not None:
+                self.terminate([proc], signal.SIGKILL)
+        if failure is not None and failure[0] == proc.name and self._let_go(proc, failure[1]):
+            failure = None
+        return failure
 
     def _let_go(self, proc: PolicyProcess, reason: str) -> bool:
         """Under ``see.on_peer_failure=continue``, let a failed policy leave while another still trains: mark it
