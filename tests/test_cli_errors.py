@@ -14,7 +14,7 @@ import yaml
 from mutualrl.cli.main import run
 from mutualrl.config.typed import to_plain
 from mutualrl.launch.run import TrainOptions, resolve_config
-from mutualrl.launch.rundir.lock import RUN_MARKER
+from mutualrl.run_folder import RUN_MARKER
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, float]]:

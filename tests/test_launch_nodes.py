@@ -18,7 +18,7 @@ from rich.console import Console
 from mutualrl.errors import PlacementError, UsageError
 from mutualrl.launch.plan.machines import local_devices, machine_groups, plan_placement_nodes
 from mutualrl.launch.plan.render import render_plan
-from mutualrl.launch.rundir.lock import RunLock, machine_lock_name
+from mutualrl.launch.rundir.lock import RunLock
 from mutualrl.launch.rundir.prepare import check_run_dir
 from mutualrl.launch.supervise.nodes import (
     RemoteWatch,
@@ -28,7 +28,7 @@ from mutualrl.launch.supervise.nodes import (
     read_done,
     session_path,
 )
-from mutualrl.run_folder import RunPaths
+from mutualrl.run_folder import RunPaths, machine_lock_name
 from mutualrl.see.liveness import mark_failed
 from plan_helpers import dry_run
 from test_launch_configs import accelerate_launch_env

@@ -14,6 +14,12 @@ from typing import Any
 
 #: The run's metrics file, every policy's rows merged by the launcher.
 METRICS_FILE = "metrics.jsonl"
+#: Marks a folder as a mutualrl run: ``--overwrite`` deletes nothing else.
+RUN_MARKER = ".mutualrl-run"
+#: The run lock (machine K > 0 of several: ``.lock-machine-K``).
+LOCK_NAME = ".lock"
+#: Files through which the launchers of several machines coordinate.
+MACHINES_DIR = ".machines"
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,19 @@ class RunPaths:
         return self.root / "launch"
 
     @property
+    def plan(self) -> Path:
+        """The launch plan (``--dry-run`` shows the same)."""
+        return self.launch / "plan.json"
+
+    @property
+    def marker(self) -> Path:
+        return self.root / RUN_MARKER
+
+    @property
+    def machines_dir(self) -> Path:
+        return self.root / MACHINES_DIR
+
+    @property
     def logs(self) -> Path:
         return self.root / "logs"
 
@@ -79,6 +98,12 @@ class RunPaths:
         """What a run produces while training (removed when a run without any checkpoint starts again)."""
         return (self.policies, self.metrics_dir, self.metrics, self.eval_dir, self.status_dir, self.summary,
                 self.comparison)
+
+    def accelerate_config(self, policy: str) -> Path:
+        return self.launch / f"{policy}.accelerate.yaml"
+
+    def deepspeed_config(self, policy: str) -> Path:
+        return self.launch / f"{policy}.deepspeed.json"
 
     def planned_grpo(self, policy: str) -> Path:
         """GRPOConfig fields the launch plan decided for ``policy`` (batch derivation, device adaptation)."""
@@ -109,6 +134,11 @@ class RunPaths:
 
     def eval_result(self, policy: str, step: int) -> Path:
         return self.policy_eval_dir(policy) / f"step-{step:06d}.json"
+
+
+def machine_lock_name(machine: int) -> str:
+    """The lock file of machine ``machine`` (0: the run lock) of a run on several machines."""
+    return LOCK_NAME if machine == 0 else f"{LOCK_NAME}-machine-{machine}"
 
 
 def read_json(path: Path) -> Any:

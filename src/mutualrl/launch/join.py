@@ -17,10 +17,10 @@ from rich.console import Console
 
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import UsageError
-from mutualrl.launch.rundir.lock import RunLock, machine_lock_name
+from mutualrl.launch.rundir.lock import RunLock
 from mutualrl.launch.supervise.nodes import RemoteWatch, addresses, join_session, local_address, machines_of, reporting
 from mutualrl.launch.supervise.pool import run_pool
-from mutualrl.run_folder import RunPaths
+from mutualrl.run_folder import RunPaths, machine_lock_name
 
 
 def join_run(config: RunConfig, paths: RunPaths, console: Console) -> int:

@@ -36,7 +36,7 @@ from typing import Any
 
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError
-from mutualrl.launch.plan.configs import ZERO_STAGES, accelerate_config_path, deepspeed_config_path
+from mutualrl.launch.plan.configs import ZERO_STAGES
 from mutualrl.launch.plan.machines import local_devices
 from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 from mutualrl.run_folder import RunPaths
@@ -265,7 +265,7 @@ def _spec(config: RunConfig, index: int, placed: PolicyPlacement, gpus: int, run
                     "--main_process_ip", group[1], "--gpu_ids", visible] if group else []
         argv = [
             python, "-m", "accelerate.commands.launch",
-            "--config_file", str(accelerate_config_path(run_dir, name)),
+            "--config_file", str(RunPaths(run_dir).accelerate_config(name)),
             "--num_processes", str(placed.num_processes),
             *spanning,
             "--main_process_port", str(port),
@@ -274,7 +274,7 @@ def _spec(config: RunConfig, index: int, placed: PolicyPlacement, gpus: int, run
     else:
         env.update(CUDA_VISIBLE_DEVICES="", OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
         if deepspeed != "none":
-            env.update(cpu_deepspeed_env(deepspeed_config_path(run_dir, name), deepspeed, port, placed.num_processes))
+            env.update(cpu_deepspeed_env(RunPaths(run_dir).deepspeed_config(name), deepspeed, port, placed.num_processes))
             notes.append(
                 f"{name}: DeepSpeed {deepspeed} on the CPU ({placed.num_processes} rank(s), launcher variables set by "
                 f"mutualrl); the first run compiles DeepSpeed's CPU ops into {env['TORCH_EXTENSIONS_DIR']}"

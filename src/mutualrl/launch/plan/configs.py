@@ -29,22 +29,9 @@ import yaml
 
 from mutualrl.atomic_io import write_text_atomic
 from mutualrl.launch.plan.mwra import PolicyPlacement
-from mutualrl.run_folder import RunPaths
 
 DeepSpeedChoice = Literal["none", "zero2", "zero3"]
 ZERO_STAGES = {"none": 0, "zero2": 2, "zero3": 3}
-
-
-def launch_dir(run_dir: Path) -> Path:
-    return RunPaths(Path(run_dir)).launch
-
-
-def accelerate_config_path(run_dir: Path, policy: str) -> Path:
-    return launch_dir(run_dir) / f"{policy}.accelerate.yaml"
-
-
-def deepspeed_config_path(run_dir: Path, policy: str) -> Path:
-    return launch_dir(run_dir) / f"{policy}.deepspeed.json"
 
 
 def mixed_precision_of(grpo: dict[str, Any]) -> str:

@@ -36,10 +36,7 @@ from mutualrl.launch.plan.commands import (
 from mutualrl.launch.plan.configs import (
     ZERO_STAGES,
     accelerate_config,
-    accelerate_config_path,
     deepspeed_config,
-    deepspeed_config_path,
-    launch_dir,
     mixed_precision_of,
     write_json,
     write_yaml,
@@ -241,7 +238,7 @@ class LaunchPlan:
 
 
 def plan_path(run_dir: Path) -> Path:
-    return launch_dir(Path(run_dir)) / "plan.json"
+    return RunPaths(Path(run_dir)).plan
 
 
 def _placement_from(raw: dict[str, Any]) -> PolicyPlacement:
@@ -352,7 +349,7 @@ def make_launch_plan(
         schedule_rows = describe(cadence, grpo, validation_interval(cadence, config.validation.every_steps),
                                  known_train_prompts(config.task))
         port = policy_port(config, index)
-        ds_path = deepspeed_config_path(run_dir, policy.name) if stage else None
+        ds_path = RunPaths(run_dir).deepspeed_config(policy.name) if stage else None
         plans.append(
             PolicyPlan(
                 name=policy.name,
@@ -362,7 +359,7 @@ def make_launch_plan(
                 batch=derived,
                 deepspeed=launch.deepspeed,
                 main_process_port=port,
-                accelerate_config_path=str(accelerate_config_path(run_dir, policy.name)),
+                accelerate_config_path=str(RunPaths(run_dir).accelerate_config(policy.name)),
                 accelerate_config=accelerate_config(
                     placed,
                     deepspeed=launch.deepspeed,

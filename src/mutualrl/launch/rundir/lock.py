@@ -23,17 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.errors import UsageError
-from mutualrl.run_folder import RunPaths
-
-LOCK_NAME = ".lock"
-RUN_MARKER = ".mutualrl-run"
-MACHINES_DIR = ".machines"
-"""Files through which the launchers of several machines coordinate (launch.nodes)."""
-
-
-def machine_lock_name(machine: int) -> str:
-    """The lock of machine ``machine`` (0: the run lock) of a run on several machines."""
-    return LOCK_NAME if machine == 0 else f"{LOCK_NAME}-machine-{machine}"
+from mutualrl.run_folder import LOCK_NAME, MACHINES_DIR, RUN_MARKER, RunPaths
 
 
 def is_coordination_entry(name: str) -> bool:
@@ -147,7 +137,7 @@ def pid_alive(pid: Any) -> bool:
 def is_run_folder(root: Path) -> bool:
     """A folder mutualrl created (its marker; runs from before the marker: config.yaml + run.json)."""
     paths = RunPaths(root)
-    return (root / RUN_MARKER).is_file() or (paths.config.is_file() and paths.run_json.is_file())
+    return paths.marker.is_file() or (paths.config.is_file() and paths.run_json.is_file())
 
 
 def require_run_folder(root: Path) -> None:
@@ -161,7 +151,7 @@ def mark_run_folder(root: Path) -> None:
     from mutualrl import __version__
 
     root.mkdir(parents=True, exist_ok=True)
-    (root / RUN_MARKER).write_text(json.dumps({"mutualrl": __version__}) + "\n")
+    RunPaths(root).marker.write_text(json.dumps({"mutualrl": __version__}) + "\n")
 
 
 def clear_run_folder(root: Path) -> None:

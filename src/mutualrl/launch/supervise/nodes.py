@@ -40,22 +40,22 @@ from typing import Any
 
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.errors import UsageError
-from mutualrl.launch.rundir.lock import MACHINES_DIR
+from mutualrl.run_folder import RunPaths
 from mutualrl.see.liveness import freshest_heartbeat_age, read_failure
 
 REJOIN_S = 1.0
 
 
 def session_path(root: Path) -> Path:
-    return Path(root) / MACHINES_DIR / "session.json"
+    return RunPaths(Path(root)).machines_dir / "session.json"
 
 
 def join_path(root: Path, machine: int) -> Path:
-    return Path(root) / MACHINES_DIR / f"join-{machine}.json"
+    return RunPaths(Path(root)).machines_dir / f"join-{machine}.json"
 
 
 def done_path(root: Path, machine: int) -> Path:
-    return Path(root) / MACHINES_DIR / f"done-{machine}.json"
+    return RunPaths(Path(root)).machines_dir / f"done-{machine}.json"
 
 
 def local_address(toward: str) -> str:
