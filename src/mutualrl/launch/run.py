@@ -11,11 +11,10 @@ from rich.console import Console
 
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.config.loader import load_run_config
-from mutualrl.config.resolved import read_source
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import StorageError, UsageError, storage_errors
 from mutualrl.launch.rundir.lock import RunLock, clear_run_folder, is_run_folder
-from mutualrl.launch.rundir.prepare import check_run_dir, prepare_resume, prepare_run, resume_changes
+from mutualrl.launch.rundir.prepare import check_run_dir, prepare_launch, resume_changes
 from mutualrl.launch.rundir.record import mark_failed, mark_interrupted, write_run_json
 from mutualrl.launch.supervise.pool import run_pool
 from mutualrl.run_folder import RunPaths, read_json
@@ -212,15 +211,7 @@ def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
 
     ``allowed``: on resume, the permitted setting changes :func:`resume_changes` found.
     """
-    from mutualrl.launch.rundir.resume import clear_training_outputs
-    resume_step = None
-    if options.resume and paths.config.exists():
-        config, resume_step = prepare_resume(paths, config, allowed or [], console)
-        if resume_step is None:  # nothing to resume from yet: the same run from step 0
-            clear_training_outputs(paths, paths.see_root(config.see.dir))
-            prepare_run(paths, config, read_source(paths) or source, console)
-    else:  # a new run, or one stopped before its config was written
-        prepare_run(paths, config, source, console)
+    config, resume_step = prepare_launch(paths, config, source, options.resume, allowed or [], console)
     console.print(f"[bold]mutualrl train[/] pool [cyan]{config.pool.name}[/] ({len(config.pool.policies)} policies), "
                   f"regime [cyan]{config.regime.name}[/], run folder {paths.root}", highlight=False)
 

@@ -18,7 +18,7 @@ from mutualrl.launch.rundir.lock import (
     require_run_folder,
 )
 from mutualrl.launch.rundir.metrics_merge import rollback_metrics
-from mutualrl.launch.rundir.resume import common_checkpoint, config_changes
+from mutualrl.launch.rundir.resume import clear_training_outputs, common_checkpoint, config_changes
 from mutualrl.run_folder import RunPaths
 from mutualrl.see.rollback import rollback_exchange
 
@@ -38,6 +38,20 @@ def check_run_dir(paths: RunPaths, resume: bool, overwrite: bool) -> None:
         raise UsageError(f"run folder {root} already exists: use --resume to continue it, --overwrite to "
                          "start it again, or --output-dir for a new one")
     require_run_folder(root)
+
+
+def prepare_launch(paths: RunPaths, config: RunConfig, source: str, resume: bool, allowed: list[str],
+                   console: Console) -> tuple[RunConfig, int | None]:
+    """Prepare a new run, or roll a resumed one back: the config to run and the checkpoint step every policy
+    resumes from (None: from step 0). ``allowed``: the setting changes :func:`resume_changes` permitted."""
+    if not (resume and paths.config.exists()):  # a new run, or one stopped before its config was written
+        prepare_run(paths, config, source, console)
+        return config, None
+    config, resume_step = prepare_resume(paths, config, allowed, console)
+    if resume_step is None:  # nothing to resume from yet: the same run from step 0
+        clear_training_outputs(paths, paths.see_root(config.see.dir))
+        prepare_run(paths, config, read_source(paths) or source, console)
+    return config, resume_step
 
 
 def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Console) -> None:
