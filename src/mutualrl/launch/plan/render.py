@@ -30,57 +30,10 @@ def render_plan(plan: LaunchPlan, console: Console, written: bool = True) -> Non
             f"pool {plan.pool}, regime {plan.regime}, on {where}; run folder {plan.run_dir}",
         )
     )
-    table = Table(title="MWRA placement" + (" (explicit device map)" if pl.explicit else " (even split)"))
-    columns = ["policy", "model", "devices", "processes", "threads", "DeepSpeed", "vLLM", "model state / device"]
-    if plan.nodes > 1:
-        columns.insert(2, "machines")
-    for col in columns:
-        table.add_column(col, overflow="fold")
-    for p in plan.policies:
-        devices = _devices(p, plan) if p.placement.device_type == "cuda" else "cpu"
-        memory = f"{p.memory.gib_per_device:.1f} GiB ({p.memory.source})" if p.memory else "unknown size"
-        machines = [",".join(map(str, p.placement.machines))] if plan.nodes > 1 else []
-        table.add_row(
-            p.name,
-            p.model,
-            *machines,
-            devices,
-            str(p.placement.num_processes),
-            str(p.placement.cpu_threads),
-            p.deepspeed,
-            p.vllm,
-            memory,
-        )
-    console.print(table)
+    console.print(_placement_table(plan))
     if pl.idle_gpus:
         console.print(Text(f"idle GPUs: {','.join(map(str, pl.idle_gpus))}", style="yellow"))
-
-    batch = Table(title="GRPO batch per policy")
-    for col in (
-        "policy",
-        "K",
-        "per_device_train_batch_size",
-        "gradient_accumulation_steps",
-        "steps_per_generation",
-        "prompts / step",
-        "completions / step",
-        "updates / step",
-    ):
-        batch.add_column(col, overflow="fold")
-    for p in plan.policies:
-        completions, prompts = trl_generation_batch(p.grpo, p.placement.world_size)
-        updates = _updates_per_step(p)
-        batch.add_row(
-            p.name,
-            str(p.grpo.get("num_generations", "8 (TRL default)")),
-            str(p.grpo.get("per_device_train_batch_size", "8 (TRL default)")),
-            str(p.grpo.get("gradient_accumulation_steps", "1 (TRL default)")),
-            str(p.grpo.get("steps_per_generation", "= GA (TRL default)")),
-            str(prompts),
-            str(completions),
-            updates,
-        )
-    console.print(batch)
+    console.print(_batch_table(plan))
     render_schedule([(p.name, p.schedule) for p in plan.policies], console)
 
     console.print(Text("Launch commands", style="bold"))
@@ -108,6 +61,62 @@ def render_plan(plan: LaunchPlan, console: Console, written: bool = True) -> Non
         console.print(Text("Warnings", style="bold yellow"))
         for warning in plan.warnings:
             console.print(Text(f"  ! {warning}", style="yellow"))
+
+def _placement_table(plan: LaunchPlan) -> Table:
+    """Each policy's machines, devices, processes, threads, DeepSpeed, vLLM and memory per device."""
+    pl = plan.placement
+    table = Table(title="MWRA placement" + (" (explicit device map)" if pl.explicit else " (even split)"))
+    columns = ["policy", "model", "devices", "processes", "threads", "DeepSpeed", "vLLM", "model state / device"]
+    if plan.nodes > 1:
+        columns.insert(2, "machines")
+    for col in columns:
+        table.add_column(col, overflow="fold")
+    for p in plan.policies:
+        devices = _devices(p, plan) if p.placement.device_type == "cuda" else "cpu"
+        memory = f"{p.memory.gib_per_device:.1f} GiB ({p.memory.source})" if p.memory else "unknown size"
+        machines = [",".join(map(str, p.placement.machines))] if plan.nodes > 1 else []
+        table.add_row(
+            p.name,
+            p.model,
+            *machines,
+            devices,
+            str(p.placement.num_processes),
+            str(p.placement.cpu_threads),
+            p.deepspeed,
+            p.vllm,
+            memory,
+        )
+    return table
+
+
+def _batch_table(plan: LaunchPlan) -> Table:
+    """Each policy's GRPO batch fields and what one step samples and updates."""
+    batch = Table(title="GRPO batch per policy")
+    for col in (
+        "policy",
+        "K",
+        "per_device_train_batch_size",
+        "gradient_accumulation_steps",
+        "steps_per_generation",
+        "prompts / step",
+        "completions / step",
+        "updates / step",
+    ):
+        batch.add_column(col, overflow="fold")
+    for p in plan.policies:
+        completions, prompts = trl_generation_batch(p.grpo, p.placement.world_size)
+        updates = _updates_per_step(p)
+        batch.add_row(
+            p.name,
+            str(p.grpo.get("num_generations", "8 (TRL default)")),
+            str(p.grpo.get("per_device_train_batch_size", "8 (TRL default)")),
+            str(p.grpo.get("gradient_accumulation_steps", "1 (TRL default)")),
+            str(p.grpo.get("steps_per_generation", "= GA (TRL default)")),
+            str(prompts),
+            str(completions),
+            updates,
+        )
+    return batch
 
 
 def _devices(p: PolicyPlan, plan: LaunchPlan) -> str:
