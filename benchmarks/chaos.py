@@ -27,6 +27,7 @@ JSON object::
 
     python benchmarks/chaos.py --trials 30 --out /tmp/chaos
     python benchmarks/chaos.py --trials 10 --seed 3   # tests/test_chaos.py runs each fault kind once instead
+    python benchmarks/chaos.py --every-damage         # one trial per damaged file kind and mode
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ sys.path.insert(0, str(ROOT / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from chaos_faults import (  # noqa: E402
+    CHECKPOINT_FILES,
+    DAMAGE_MODES,
     damage_checkpoint,
     disk_full_spec,
     judge_damage,
@@ -287,6 +290,7 @@ def trial(index: int, rng: random.Random, out: Path, planned: tuple[str, ...] | 
                 faults.append(fault)
                 details.append(f"disk_full:{spec}")
                 continue
+            fault, _, variant = fault.partition(":")  # "damage:<kind>:<mode>" plans which file and how
             launcher = launch(run_dir, log)
             wait_for_moment(rng, run_dir, launcher, after_checkpoint=fault == "damage")
             if launcher.poll() is not None:  # finished (or failed) before the fault
@@ -300,11 +304,10 @@ def trial(index: int, rng: random.Random, out: Path, planned: tuple[str, ...] | 
                 tally["stuck"] += 1  # the launcher outlived the fault but left the run marked as running
             judge_pending_damage()
             if fault == "damage":
-                damage = damage_checkpoint(run_dir, rng)
+                damage = damage_checkpoint(run_dir, rng, *(variant.split(":") if variant else ()))
                 damage_at = end_of(log)
-                if damage is not None:
-                    faults.append("damage")
-                    details.append(f"damage:{damage['kind']}:{damage['mode']}")
+                details.append(f"damage:{damage['kind']}:{damage['mode']}" if damage else "damage:none (no checkpoint)")
+                faults += ["damage"] if damage else []
         try:
             final = subprocess.run(train_command(run_dir, is_run(run_dir)), env=child_env(), stdout=log,
                                    stderr=subprocess.STDOUT, cwd=ROOT, timeout=FINAL_TIMEOUT_S)
@@ -339,13 +342,20 @@ def run_trials(trials: int, seed: int, out: Path, schedule: list[tuple[str, ...]
     }
 
 
+def every_damage() -> list[tuple[str, ...]]:
+    """One trial per damaged file kind and mode (``--every-damage``): ``("damage:<kind>:<mode>",)``."""
+    return [(f"damage:{kind}:{mode}",) for kind in CHECKPOINT_FILES for mode in DAMAGE_MODES]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault schedule")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "chaos")
+    parser.add_argument("--every-damage", action="store_true",
+                        help="instead of random trials, one per damaged file kind and mode (10 trials)")
     args = parser.parse_args()
-    summary = run_trials(args.trials, args.seed, args.out)
+    summary = run_trials(args.trials, args.seed, args.out, every_damage() if args.every_damage else None)
     print(json.dumps(summary))
     sys.exit(0 if not summary["failed_trials"] and not any(summary[key] for key in MUST_BE_ZERO) else 1)
 

@@ -106,7 +106,8 @@ def test_every_fault_kind_loses_nothing(tmp_path):
     ``python benchmarks/chaos.py`` (benchmarks/README.md), too long for the suite."""
     chaos = load_chaos()
     summary = chaos.run_trials(trials=0, seed=11, out=tmp_path,
-                               schedule=[("launcher", "worker"), ("all", "interrupt"), ("damage", "disk_full")])
+                               schedule=[("launcher", "worker"), ("all", "interrupt"),
+                                         ("damage:optimizer:missing", "disk_full")])
     print(f"chaos: {summary['trials']} trials, {summary['faults_injected']} faults {summary['faults_by_kind']} "
           f"{summary['fault_details']}, " + ", ".join(f"{key} {summary[key]}" for key in chaos.MUST_BE_ZERO)
           + f", {summary['seconds']}s")
