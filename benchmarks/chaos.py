@@ -8,7 +8,7 @@ validation every 2) and injects one or two faults, each at a random moment of a 
 - ``worker``: SIGKILL of one policy worker (the launcher stops the pool and names it);
 - ``all``: SIGKILL of the launcher and every worker at once (a dead node);
 - ``interrupt``: SIGINT of the launcher (Ctrl-C: every process stopped within seconds);
-- ``damage``: SIGKILL of everything once a checkpoint exists, then one file of the newest
+- ``damage``: SIGKILL of everything once a checkpoint exists, then one file of the newest complete
   checkpoint of a random policy deleted or cut to half (weights, optimizer, scheduler, RNG
   or trainer state), before ``--resume`` (``chaos_faults.py``);
 - ``disk_full``: the launch runs with ENOSPC injected at a random write (a random site:

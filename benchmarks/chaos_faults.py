@@ -1,6 +1,6 @@
 """Faults of ``chaos.py`` beyond kills: damaged checkpoints, a full disk, and the silent optimizer reset check.
 
-- :func:`damage_checkpoint`: in the newest checkpoint of a random policy (after a kill, before
+- :func:`damage_checkpoint`: in the newest complete checkpoint of a random policy (after a kill, before
   ``--resume``), delete or cut to half one file of a kind the trainer needs: weights,
   optimizer, scheduler, RNG or trainer state (:data:`CHECKPOINT_FILES`).
 - :func:`disk_full_spec`: ENOSPC at a random write, through the project's own fault injection
@@ -44,14 +44,22 @@ def checkpoints(policy_dir: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+def complete_checkpoints(policy_dir: Path) -> list[Path]:
+    """A policy's complete checkpoints, oldest first (a kill can leave the newest one half-saved)."""
+    from mutualrl.training.checkpoint_files import checkpoint_problem
+
+    return [folder for folder in checkpoints(policy_dir) if checkpoint_problem(folder) is None]
+
+
 def damage_checkpoint(run_dir: Path, rng: random.Random, kind: str | None = None,
                       mode: str | None = None) -> dict[str, Any] | None:
-    """Delete or truncate one file of the newest checkpoint of a random policy; None when none has one."""
-    policies = [p for p in sorted((run_dir / "policies").glob("*")) if checkpoints(p)]
+    """Delete or truncate one file of the newest complete checkpoint of a random policy (the one a resume
+    would take); None when no policy has one."""
+    policies = [p for p in sorted((run_dir / "policies").glob("*")) if complete_checkpoints(p)]
     if not policies:
         return None
     policy = rng.choice(policies)
-    folder = checkpoints(policy)[-1]
+    folder = complete_checkpoints(policy)[-1]
     kind = kind or rng.choice(sorted(CHECKPOINT_FILES))
     mode = mode or rng.choice(DAMAGE_MODES)
     target = next((folder / n for n in CHECKPOINT_FILES[kind] if (folder / n).is_file()), None)

@@ -52,6 +52,17 @@ def test_each_damage_hits_the_newest_checkpoint_and_resume_names_and_skips_it(tm
             assert chaos_faults.judge_damage(damage, "step 0/6 starting\n") is None  # killed before choosing
 
 
+def test_a_half_saved_newest_checkpoint_is_passed_over_for_the_one_a_resume_would_take(tmp_path):
+    load_chaos()
+    import chaos_faults
+
+    policy = tmp_path / "policies" / "a"
+    build_checkpoint(policy / "checkpoint-2", "full", 2)
+    (build_checkpoint(policy / "checkpoint-4", "full", 4, manifest=False) / "rng_state.pth").unlink()  # killed
+    damage = chaos_faults.damage_checkpoint(tmp_path, random.Random(0), "rng", "truncated")
+    assert damage["step"] == 2 and damage["file"].endswith("checkpoint-2/rng_state.pth"), damage
+
+
 def test_a_full_disk_must_be_one_line_and_a_failed_run_record():
     load_chaos()
     from chaos_faults import HEARTBEAT_WARNING, judge_disk_full
