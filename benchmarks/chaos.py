@@ -1,4 +1,4 @@
-"""Chaos: kill a random process of a short run at a random moment, resume, and check that nothing was lost.
+"""Chaos: kill, damage or fill the disk of a short run at a random moment, resume, and check that nothing was lost.
 
 Each trial trains the embedded ``tiny`` pool for a few steps (checkpoints every 2 steps,
 validation every 2) and injects one or two faults, each at a random moment of a launch
@@ -7,17 +7,27 @@ validation every 2) and injects one or two faults, each at a random moment of a 
 - ``launcher``: SIGKILL of ``mutualrl train`` (its workers must stop by themselves);
 - ``worker``: SIGKILL of one policy worker (the launcher stops the pool and names it);
 - ``all``: SIGKILL of the launcher and every worker at once (a dead node);
-- ``interrupt``: SIGINT of the launcher (Ctrl-C: every process stopped within seconds).
+- ``interrupt``: SIGINT of the launcher (Ctrl-C: every process stopped within seconds);
+- ``damage``: SIGKILL of everything once a checkpoint exists, then one file of the newest complete
+  checkpoint of a random policy deleted or cut to half (weights, optimizer, scheduler, RNG
+  or trainer state), before ``--resume`` (``chaos_faults.py``);
+- ``disk_full``: the launch runs with ENOSPC injected at a random write (a random site:
+  metrics, status, checkpoint, SEE shard or log, validation result, run.json, heartbeat).
 
 After each fault it waits for every process of the run to end (a process still alive
 30 s after the fault is an orphan), then ``mutualrl train --resume`` (itself the target of
 the second fault, when there is one) until a resume finishes. It then checks: exactly
 one train row per policy and step 1..max_steps and one validation row per validated step
 in ``metrics.jsonl``, final models that load, an exchange that ``see inspect`` finds clean,
-``run.json`` "done", and no process of the run left. Prints one JSON object::
+``run.json`` "done", no process of the run left, no run stuck (a launcher that outlived its
+fault but did not end, or left ``run.json`` "running"), every damaged checkpoint named and
+skipped by the next resume, a full disk reported as one line with ``run.json`` failed, and
+no silent optimizer reset (every checkpoint's AdamW step count equals its step). Prints one
+JSON object::
 
     python benchmarks/chaos.py --trials 30 --out /tmp/chaos
     python benchmarks/chaos.py --trials 10 --seed 3   # tests/test_chaos.py runs each fault kind once instead
+    python benchmarks/chaos.py --every-damage         # one trial per damaged file kind and mode
 """
 
 from __future__ import annotations
@@ -33,14 +43,32 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-FAULTS = ("launcher", "worker", "all", "interrupt")
+from chaos_faults import (  # noqa: E402
+    CHECKPOINT_FILES,
+    DAMAGE_MODES,
+    damage_checkpoint,
+    disk_full_spec,
+    judge_damage,
+    judge_disk_full,
+    optimizer_resets,
+)
+
+from mutualrl.atomic_io import DISK_FULL_ENV  # noqa: E402
+
+FAULTS = ("launcher", "worker", "all", "interrupt", "damage", "disk_full")
 STEPS, SAVE_EVERY, VALIDATE_EVERY = 6, 2, 2
 ORPHAN_WAIT_S = 30.0
+LAUNCH_TIMEOUT_S, FINAL_TIMEOUT_S = 300, 900
+# Counted per trial while it runs / over all trials; every one of MUST_BE_ZERO must be 0.
+TRIAL_COUNTS = ("orphans", "stuck", "damage_unreported", "damaged_checkpoint_used", "disk_full_unclear")
+MUST_BE_ZERO = ("rows_lost", "rows_duplicated", *TRIAL_COUNTS, "optimizer_resets", "models_unloadable",
+                "see_issues")
 
 
 def train_command(run_dir: Path, resume: bool) -> list[str]:
@@ -99,11 +127,18 @@ def inject(fault: str, launcher: subprocess.Popen, run_dir: Path, rng: random.Ra
     return True
 
 
-def wait_until_gone(run_dir: Path, launcher: subprocess.Popen) -> list[int]:
-    """Wait for the launcher and every worker to end; returns the orphans left after the wait (then killed)."""
+class Gone(NamedTuple):
+    orphans: list[int]  # processes of the run alive ORPHAN_WAIT_S after the launcher ended (then killed)
+    hung: bool  # the launcher itself did not end within LAUNCH_TIMEOUT_S (then killed): a stuck run
+
+
+def wait_until_gone(run_dir: Path, launcher: subprocess.Popen) -> Gone:
+    """Wait for the launcher and every worker to end."""
+    hung = False
     try:
-        launcher.wait(timeout=180)
+        launcher.wait(timeout=LAUNCH_TIMEOUT_S)
     except subprocess.TimeoutExpired:
+        hung = True
         kill(launcher.pid, signal.SIGKILL)
         launcher.wait()
     deadline = time.time() + ORPHAN_WAIT_S
@@ -112,7 +147,7 @@ def wait_until_gone(run_dir: Path, launcher: subprocess.Popen) -> list[int]:
     orphans = processes_of(run_dir)
     for pid in orphans:
         kill(pid, signal.SIGKILL)
-    return orphans
+    return Gone(orphans, hung)
 
 
 def count_rows(run_dir: Path, policies: list[str]) -> dict[str, int]:
@@ -143,8 +178,10 @@ def check_outputs(run_dir: Path) -> dict[str, Any]:
         except (OSError, ValueError):
             pass
     report = inspect_exchange(run_dir / "see")
+    resets = optimizer_resets(run_dir)
     return {**count_rows(run_dir, policies), "models_unloadable": len(policies) - loadable,
-            "see_issues": len(report.issues) + len(report.failures), "status": info["status"]}
+            "see_issues": len(report.issues) + len(report.failures), "status": info["status"],
+            "optimizer_resets": len(resets), **({"reset_checkpoints": resets} if resets else {})}
 
 
 def progress(run_dir: Path) -> int:
@@ -158,9 +195,11 @@ def progress(run_dir: Path) -> int:
     return max(steps)
 
 
-def wait_for_moment(rng: random.Random, run_dir: Path, launcher: subprocess.Popen) -> None:
-    """A random moment of a launch: during start-up (planning, loading) or within a random training step."""
-    moment = rng.choice(["startup", *range(STEPS)])
+def wait_for_moment(rng: random.Random, run_dir: Path, launcher: subprocess.Popen,
+                    after_checkpoint: bool = False) -> None:
+    """A random moment of a launch: during start-up (planning, loading) or within a random training step
+    (``after_checkpoint``: a step after the first checkpoint, so that there is one to damage)."""
+    moment = rng.choice([*range(SAVE_EVERY + 1, STEPS)] if after_checkpoint else ["startup", *range(STEPS)])
     if moment == "startup":
         deadline = time.time() + rng.uniform(0.2, 8.0)
         while time.time() < deadline and launcher.poll() is None:
@@ -176,28 +215,109 @@ def is_run(run_dir: Path) -> bool:
     return (run_dir / ".mutualrl-run").exists()
 
 
+def launch(run_dir: Path, log: Any, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """``mutualrl train`` into ``run_dir`` (``--resume`` once the folder is a run), its output into ``log``."""
+    log.flush()
+    return subprocess.Popen(train_command(run_dir, is_run(run_dir)), env=env or child_env(), stdout=log,
+                            stderr=subprocess.STDOUT, cwd=ROOT)
+
+
+def run_record(run_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((run_dir / "run.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def disk_full_launch(run_dir: Path, log: Any, rng: random.Random, tally: Counter) -> tuple[str | None, int | None]:
+    """One launch with ENOSPC at a random write; (its spec when the injection fired, its exit code)."""
+    spec = disk_full_spec(rng)
+    start = end_of(log)
+    workers = {path: path.stat().st_size for path in (run_dir / "logs").glob("*.log")}
+    launcher = launch(run_dir, log, {**child_env(), DISK_FULL_ENV: spec})
+    gone = wait_until_gone(run_dir, launcher)
+    tally["orphans"] += len(gone.orphans)
+    tally["stuck"] += int(gone.hung or (launcher.returncode != 0 and run_record(run_dir).get("status") == "running"))
+    worker_logs = "".join(read_from(str(path), workers.get(path, 0)) for path in (run_dir / "logs").glob("*.log"))
+    verdict = judge_disk_full(read_from(log.name, start), launcher.returncode, run_record(run_dir), worker_logs)
+    if verdict is None:
+        return None, launcher.returncode
+    tally.update(verdict)
+    return spec, launcher.returncode
+
+
+def end_of(log: Any) -> int:
+    """Where the next launch's output begins (every process of the run has ended)."""
+    log.flush()
+    return os.path.getsize(log.name)
+
+
+def read_from(path: str, offset: int) -> str:
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        fh.seek(offset)
+        return fh.read()
+
+
 def trial(index: int, rng: random.Random, out: Path, planned: tuple[str, ...] | None = None) -> dict[str, Any]:
     """One run with one or two faults (random kinds, or ``planned`` in order), resumed until it finishes."""
     run_dir = (out / f"trial-{index:03d}").resolve()
     shutil.rmtree(run_dir, ignore_errors=True)
     logs = out / f"trial-{index:03d}.log"
     faults: list[str] = []
-    orphans = 0
+    details: list[str] = []
+    tally: Counter = Counter()
+    damage: dict[str, Any] | None = None  # the last damaged checkpoint, until a launch chose where to resume
+    damage_at = 0
+
+    def judge_pending_damage() -> None:
+        nonlocal damage
+        if damage is not None:
+            verdict = judge_damage(damage, read_from(str(logs), damage_at))
+            if verdict is not None:
+                tally.update(verdict)
+                damage = None
+
     with logs.open("w") as log:
         for attempt in range(len(planned) if planned else rng.choice((1, 2))):
-            launcher = subprocess.Popen(train_command(run_dir, is_run(run_dir)), env=child_env(), stdout=log,
-                                        stderr=subprocess.STDOUT, cwd=ROOT)
-            wait_for_moment(rng, run_dir, launcher)
+            fault = planned[attempt] if planned else rng.choice(FAULTS)
+            if fault == "disk_full":
+                spec, returncode = disk_full_launch(run_dir, log, rng, tally)
+                judge_pending_damage()
+                if spec is None or returncode == 0:  # finished: nothing more to resume
+                    faults += ["disk_full"] if spec else []
+                    details += [f"disk_full:{spec}"] if spec else []
+                    break
+                faults.append(fault)
+                details.append(f"disk_full:{spec}")
+                continue
+            fault, _, variant = fault.partition(":")  # "damage:<kind>:<mode>" plans which file and how
+            launcher = launch(run_dir, log)
+            wait_for_moment(rng, run_dir, launcher, after_checkpoint=fault == "damage")
             if launcher.poll() is not None:  # finished (or failed) before the fault
                 break
-            fault = planned[attempt] if planned else rng.choice(FAULTS)
-            if inject(fault, launcher, run_dir, rng):
-                faults.append(fault)
-            orphans += len(wait_until_gone(run_dir, launcher))
-        final = subprocess.run(train_command(run_dir, is_run(run_dir)), env=child_env(), stdout=log,
-                               stderr=subprocess.STDOUT, cwd=ROOT, timeout=900)
-    result: dict[str, Any] = {"trial": index, "faults": faults, "orphans": orphans, "final_rc": final.returncode}
-    if final.returncode == 0:
+            if inject("all" if fault == "damage" else fault, launcher, run_dir, rng):
+                faults.append(fault if fault != "damage" else "all")
+            gone = wait_until_gone(run_dir, launcher)
+            tally["orphans"] += len(gone.orphans)
+            tally["stuck"] += int(gone.hung)
+            if fault in ("worker", "interrupt") and not gone.hung and run_record(run_dir).get("status") == "running":
+                tally["stuck"] += 1  # the launcher outlived the fault but left the run marked as running
+            judge_pending_damage()
+            if fault == "damage":
+                damage = damage_checkpoint(run_dir, rng, *(variant.split(":") if variant else ()))
+                damage_at = end_of(log)
+                details.append(f"damage:{damage['kind']}:{damage['mode']}" if damage else "damage:none (no checkpoint)")
+                faults += ["damage"] if damage else []
+        try:
+            final = subprocess.run(train_command(run_dir, is_run(run_dir)), env=child_env(), stdout=log,
+                                   stderr=subprocess.STDOUT, cwd=ROOT, timeout=FINAL_TIMEOUT_S)
+            final_rc = final.returncode
+        except subprocess.TimeoutExpired:
+            final_rc, tally["stuck"] = None, tally["stuck"] + 1
+    judge_pending_damage()
+    result: dict[str, Any] = {"trial": index, "faults": faults, "details": details, "final_rc": final_rc,
+                              **{key: tally[key] for key in TRIAL_COUNTS}}
+    if final_rc == 0:
         result.update(check_outputs(run_dir))
     result["orphans"] += len(processes_of(run_dir))
     return result
@@ -216,13 +336,15 @@ def run_trials(trials: int, seed: int, out: Path, schedule: list[tuple[str, ...]
     failed = [r["trial"] for r in results if r["final_rc"] != 0 or r.get("status") != "done"]
     return {
         "trials": len(results), "seed": seed, "faults_injected": sum(faults.values()), "faults_by_kind": dict(faults),
-        "rows_lost": sum(r.get("rows_lost", 0) for r in results),
-        "rows_duplicated": sum(r.get("rows_duplicated", 0) for r in results),
-        "orphans": sum(r["orphans"] for r in results),
-        "models_unloadable": sum(r.get("models_unloadable", 0) for r in results),
-        "see_issues": sum(r.get("see_issues", 0) for r in results),
+        "fault_details": dict(Counter(d for r in results for d in r["details"])),
+        **{key: sum(r.get(key, 0) for r in results) for key in MUST_BE_ZERO},
         "failed_trials": failed, "seconds": round(time.time() - started, 1), "per_trial": results,
     }
+
+
+def every_damage() -> list[tuple[str, ...]]:
+    """One trial per damaged file kind and mode (``--every-damage``): ``("damage:<kind>:<mode>",)``."""
+    return [(f"damage:{kind}:{mode}",) for kind in CHECKPOINT_FILES for mode in DAMAGE_MODES]
 
 
 def main() -> None:
@@ -230,11 +352,12 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0, help="seed of the fault schedule")
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "chaos")
+    parser.add_argument("--every-damage", action="store_true",
+                        help="instead of random trials, one per damaged file kind and mode (10 trials)")
     args = parser.parse_args()
-    summary = run_trials(args.trials, args.seed, args.out)
+    summary = run_trials(args.trials, args.seed, args.out, every_damage() if args.every_damage else None)
     print(json.dumps(summary))
-    sys.exit(0 if not summary["failed_trials"] and summary["rows_lost"] == summary["rows_duplicated"] == 0
-             and summary["orphans"] == 0 else 1)
+    sys.exit(0 if not summary["failed_trials"] and not any(summary[key] for key in MUST_BE_ZERO) else 1)
 
 
 if __name__ == "__main__":

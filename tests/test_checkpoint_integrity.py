@@ -151,3 +151,20 @@ def test_a_manifest_written_for_a_folder_saved_again_is_dropped_first(tmp_path):
     assert "scheduler state (scheduler.pt)" in checkpoint_problem(folder)
     manifest = json.loads(write_manifest(folder, 4).read_text())
     assert "scheduler.pt" not in manifest["files"] and manifest["step"] == 4
+
+
+def test_a_resume_proves_the_optimizer_state_came_with_it(tmp_path):
+    """MutualGRPOTrainer._load_optimizer_and_scheduler's check: Trainer skips a missing optimizer.pt silently."""
+    from mutualrl.training.checkpoint_files import resumed_optimizer_step
+
+    folder = build_checkpoint(tmp_path / "checkpoint-4", "full", 4)
+    weight = torch.nn.Parameter(torch.ones(3))
+    adam = torch.optim.AdamW([weight])
+    for _ in range(4):
+        weight.grad = torch.ones(3)
+        adam.step()
+    assert resumed_optimizer_step(folder, adam.state) == 4
+    assert resumed_optimizer_step(folder, torch.optim.SGD([weight]).state) is None  # keeps no step count
+    (folder / "optimizer.pt").unlink()
+    with pytest.raises(UsageError, match="checkpoint-4: no optimizer state"):
+        resumed_optimizer_step(folder, {})

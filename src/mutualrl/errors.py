@@ -12,6 +12,8 @@ import contextlib
 import errno
 import os
 import shutil
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -132,3 +134,21 @@ def storage_errors(path: str | os.PathLike[str]) -> Iterator[None]:
         if converted is None:
             raise
         raise converted from err
+
+
+def report_thread_write_failures() -> None:
+    """A background thread that dies of a failed write (TensorBoard's event writer on a full disk) prints one
+    warning line instead of a traceback; the error itself is reported, as one line naming the path, where it
+    surfaces in the main thread (the writer raises it again at its next call). Other errors keep theirs."""
+    previous = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        err = args.exc_value
+        if err is None or storage_error(err, getattr(err, "filename", None) or os.devnull) is None:
+            previous(args)
+            return
+        name = args.thread.name if args.thread is not None else "a thread"
+        print(f"warning: {name}: {type(err).__name__}: {err} (a write failed; reported where it surfaces)",
+              file=sys.stderr)
+
+    threading.excepthook = hook

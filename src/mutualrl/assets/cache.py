@@ -23,7 +23,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from mutualrl.errors import AssetError
+from mutualrl.atomic_io import inject_disk_full
+from mutualrl.errors import AssetError, storage_errors
 
 
 def cache_dir() -> Path:
@@ -50,14 +51,17 @@ def asset_lock(kind: str, name: str, timeout_s: float = 1800.0) -> Iterator[None
 
 @contextlib.contextmanager
 def building(dest: Path) -> Iterator[Path]:
-    """Build a folder aside and move it to ``dest`` only when the block succeeds."""
+    """Build a folder aside and move it to ``dest`` only when the block succeeds; a write of the block that
+    fails for space or I/O is one line naming the file (or ``dest``) and the free space (``StorageError``)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
-        yield tmp
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(tmp, dest)
+        with storage_errors(dest):
+            inject_disk_full(dest)  # MUTUALRL_DEBUG_DISK_FULL: a full disk while fetching an asset
+            yield tmp
+            if dest.exists():
+                shutil.rmtree(dest)
+            os.replace(tmp, dest)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -91,6 +91,7 @@ def distill(
     Saves the model and prints the learner's held-out reward@1 before and after, per task group.
     """
     from mutualrl.cli.quiet import quiet_third_party
+    from mutualrl.errors import storage_errors
     from mutualrl.evaluation.runner import pick_backend, pick_device
     from mutualrl.training.distill import DistillOptions, finish_distill, plan_distill, train_distill
 
@@ -109,11 +110,12 @@ def distill(
     from mutualrl.cli.eval_cmd import _quiet_transformers, progress_bars
 
     _quiet_transformers()
-    summary = train_distill(plan, on_status=lambda msg: err_console.print(f"[dim]{msg}[/]", highlight=False))
-    if evaluate:
-        progress, factory = progress_bars()
-        with progress:
-            summary = finish_distill(
-                plan, summary, on_status=lambda msg: progress.console.print(f"[dim]{msg}[/]", highlight=False),
-                progress_factory=factory)
+    with storage_errors(plan.output):  # a full disk (data, SFT checkpoints, model, summary): one line naming it
+        summary = train_distill(plan, on_status=lambda msg: err_console.print(f"[dim]{msg}[/]", highlight=False))
+        if evaluate:
+            progress, factory = progress_bars()
+            with progress:
+                summary = finish_distill(
+                    plan, summary, on_status=lambda msg: progress.console.print(f"[dim]{msg}[/]", highlight=False),
+                    progress_factory=factory)
     print_summary(summary)

@@ -9,6 +9,7 @@ from typing import Any
 
 import typer
 
+from mutualrl.atomic_io import write_text_atomic
 from mutualrl.cli.common import check_output_path, console, err_console, report_errors
 
 SUITE_HELP = (
@@ -231,7 +232,8 @@ def eval_command(
     save_eval_file(path, results, meta)
     table = markdown_table(results, meta["tasks"])
     md_path = path.with_suffix(".md")
-    md_path.write_text(
+    write_text_atomic(
+        md_path,
         f"# mutualrl eval: {meta['target']} on {meta['suite']}\n\n"
         f"Greedy decoding, one completion per prompt, reward@1; verifier {meta['verifier']}; "
         f"max {meta['max_new_tokens']} new tokens; {meta['seconds']:.1f}s.\n\n{table}"

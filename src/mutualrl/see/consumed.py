@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mutualrl.atomic_io import write_text_atomic
+from mutualrl.atomic_io import append_text, write_text_atomic
 
 CONSUMED_DIR = "_consumed"
 SKIP = "skip"
@@ -87,8 +87,7 @@ def rollback_log(see_root: Path | str, step: int) -> int:
 def append_row(see_root: Path | str, policy: str, row: dict[str, Any]) -> None:
     path = log_path(see_root, policy)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as fh:
-        fh.write(json.dumps(row) + "\n")
+    append_text(path, json.dumps(row) + "\n")  # a whole line or none; a full disk names the file
 
 
 class LogTail:

@@ -38,6 +38,7 @@ from mutualrl.see.liveness import (  # noqa: F401 - re-exported: the exchange's 
     heartbeat_ages,
     mark_failed,
     read_failure,
+    write_heartbeat,
 )
 from mutualrl.see.provenance import refresh_provenance
 from mutualrl.see.schema import COLUMNS, SCHEMA_VERSION, RolloutBatch, ShardMetadata
@@ -389,8 +390,7 @@ class ExperienceExchange:
             "pid": os.getpid(),
             "time": now,
         }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        files.write_bytes_atomic(path, json.dumps(content).encode(), durable=False)
+        write_heartbeat(path, content)  # best effort: a full disk is a warning here (see write_heartbeat)
 
     def mark_failed(self, reason: str, step: int | None = None) -> Path:
         """Leave this policy's failure marker (peers waiting at the barrier raise :class:`PeerFailedError`)."""

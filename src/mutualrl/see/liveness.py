@@ -9,6 +9,11 @@ ages with :func:`freshest_heartbeat_age` and stops the pool, naming the policy, 
 ``see.peer_timeout_s`` (far shorter than the barrier timeout, which stays as a backstop
 when no launcher watches).
 
+A heartbeat is written best effort (:func:`write_heartbeat`): it holds no training data, and
+on a full disk its mtime can still be set (that needs no space), so a failed write is one
+warning and training goes on; the next write that holds data (a shard, a metric row, a
+checkpoint) stops the policy with the one-line "no space left" error.
+
 Failure markers (``see/_failed/<policy>.json``) let a dying process, or the launcher that
 saw it die, stop its peers' barriers at once with the reason.
 """
@@ -16,6 +21,7 @@ saw it die, stop its peers' barriers at once with the reason.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import threading
@@ -23,10 +29,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mutualrl.errors import MutualRLError
 from mutualrl.see import files
 from mutualrl.see.errors import PeerTimeoutError
 
 HEARTBEAT_INTERVAL_S = 5.0
+HEARTBEAT_WARNING = "could not write the SEE heartbeat"
+log = logging.getLogger(__name__)
+_warned_heartbeats: set[str] = set()  # heartbeat files this process already warned about (one warning each)
 
 
 def read_failure(root: Path | str, policy: str) -> dict[str, Any] | None:
@@ -153,6 +163,29 @@ def barrier_timeout_error(root: Path, waiter: str, step: int, pending: list[str]
     return PeerTimeoutError(message, step=step, path=root, missing=missing, waited_s=waited, heartbeat_age_s=ages)
 
 
+def write_heartbeat(path: Path, content: dict[str, Any]) -> bool:
+    """Write a heartbeat file; on a failed write (full disk, I/O error) touch its mtime instead and warn once.
+
+    Best effort, not an error: the heartbeat carries no training data, and stopping a policy
+    for it would lose a step that may still complete. Its age stays right as long as the file
+    exists (setting an mtime needs no space); only the step it names falls behind.
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        files.write_bytes_atomic(path, json.dumps(content).encode(), durable=False)
+        return True
+    except (OSError, MutualRLError) as err:
+        try:
+            os.utime(path)
+        except OSError:
+            pass
+        if str(path) not in _warned_heartbeats:
+            _warned_heartbeats.add(str(path))
+            log.warning("%s %s (%s); training goes on: peers see its age from the file's time, and a write that "
+                        "holds data stops the run with the error", HEARTBEAT_WARNING, path, str(err).split(";")[0])
+        return False
+
+
 def start_heartbeat_thread(exchange: Any, interval_s: float = HEARTBEAT_INTERVAL_S) -> threading.Thread:
     """Touch ``exchange``'s heartbeat every ``interval_s`` seconds in a daemon thread."""
 
@@ -160,7 +193,7 @@ def start_heartbeat_thread(exchange: Any, interval_s: float = HEARTBEAT_INTERVAL
         while True:
             try:
                 exchange.heartbeat()
-            except OSError:  # a full or vanished disk must not kill training; the barrier reports it
+            except (OSError, MutualRLError):  # a vanished folder must not kill training; the barrier reports it
                 pass
             time.sleep(interval_s)
 

@@ -23,10 +23,12 @@ from __future__ import annotations
 import json
 import re
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from mutualrl.atomic_io import write_json_atomic
+from mutualrl.errors import UsageError
 
 MANIFEST_NAME = "mutualrl-manifest.json"
 MANIFEST_FORMAT = "mutualrl-checkpoint-manifest"
@@ -206,3 +208,14 @@ def checkpoint_problem(folder: Path) -> str | None:
     if missing:
         return f"{folder}: incomplete, missing {'; '.join(missing)}"
     return manifest_problem(folder) or content_problem(folder)
+
+
+def resumed_optimizer_step(checkpoint: Path, optimizer_state: Mapping[Any, Any]) -> int | None:
+    """After Trainer resumed from ``checkpoint`` (not DeepSpeed, whose shards :func:`zero_missing` checks): the
+    optimizer's step count (None: its kind keeps none). Raises when the checkpoint holds no optimizer state:
+    Trainer would then go on with a fresh optimizer and say nothing."""
+    if not any((checkpoint / name).is_file() for name in ("optimizer.pt", "optimizer.bin")):
+        raise UsageError(f"{checkpoint}: no optimizer state (optimizer.pt); resuming from it would restart the "
+                         "optimizer afresh: `mutualrl train --resume` picks the newest complete checkpoint")
+    steps = [float(s["step"]) for s in optimizer_state.values() if isinstance(s, Mapping) and "step" in s]
+    return int(max(steps)) if steps else None

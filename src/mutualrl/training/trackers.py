@@ -9,13 +9,20 @@ TRL logs training metrics to the trackers a recipe names in ``grpo.report_to``
   :func:`tracker_group_env`);
 - send our held-out validation (paper: "validation runs every 5 steps", reward@1 overall and
   per task) to them, since it is computed in a callback, outside TRL's ``log``:
-  :func:`tracker_logs` and :func:`report_validation`.
+  :func:`tracker_logs` and :func:`report_validation`;
+- say where a tracker's write failed: a full disk under TensorBoard's event files (written
+  from a background thread, the error surfacing at the next call) is the one-line "no space
+  left on <logging dir>" error, as for metrics, not a traceback (:func:`guard_tracker_writes`).
+  An error, not a warning: the event files are a record the user reads, and a gap in them
+  would be silent.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 # Tracker name (transformers' report_to) -> the modules its callback imports (any one is enough).
@@ -134,3 +141,36 @@ def report_validation(trainer: Any, state: Any, metrics: dict[str, Any],
     for callback in targets:
         callback.on_log(trainer.args, state, trainer.control, logs=dict(logs))
     return len(targets)
+
+
+def tracker_folder(callback: Any, args: Any) -> Path:
+    """Where ``callback`` writes: its own logging dir (TensorBoard's), else the trainer's output folder."""
+    return Path(getattr(callback, "logging_dir", None) or getattr(args, "logging_dir", None) or args.output_dir)
+
+
+def guarded_event(method: Callable[..., Any], callback: Any) -> Callable[..., Any]:
+    """``method`` (a tracker callback's ``on_*``) with a failed write raised as a one-line ``StorageError``."""
+    from mutualrl.atomic_io import inject_disk_full
+    from mutualrl.errors import storage_errors
+
+    @functools.wraps(method)
+    def call(args: Any, *rest: Any, **kwargs: Any) -> Any:
+        folder = tracker_folder(callback, args)
+        with storage_errors(folder):
+            inject_disk_full(folder)  # MUTUALRL_DEBUG_DISK_FULL naming the folder (e.g. "/runs/"): a full disk here
+            return method(args, *rest, **kwargs)
+
+    return call
+
+
+def guard_tracker_writes(callbacks: Iterable[Any], tracker_types: tuple[type, ...] | None = None) -> int:
+    """Wrap each event the tracker callbacks among ``callbacks`` handle (:func:`guarded_event`); returns how many."""
+    from transformers import TrainerCallback
+
+    guarded = 0
+    for callback in tracker_callbacks(callbacks, tracker_types):
+        for name in dir(type(callback)):
+            if name.startswith("on_") and getattr(type(callback), name) is not getattr(TrainerCallback, name, None):
+                setattr(callback, name, guarded_event(getattr(callback, name), callback))
+                guarded += 1
+    return guarded

@@ -23,6 +23,7 @@ fidelity"; checked by ``benchmarks/fidelity.py`` and the test suite).
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,8 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from mutualrl.regimes.adapter import log_trl_metrics
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -208,6 +211,20 @@ class MutualGRPOTrainer(GRPOTrainer):
 
         inject_disk_full(f"{output_dir}/optimizer.pt")
         super()._save_optimizer_and_scheduler(output_dir)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        """Transformers' own, then proof that the optimizer state came with it: without ``optimizer.pt`` Trainer
+        goes on with a fresh AdamW and says nothing (this raises instead); the log names the step count loaded."""
+        from pathlib import Path
+
+        from mutualrl.training.checkpoint_files import resumed_optimizer_step
+
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is None or self.is_deepspeed_enabled:
+            return
+        step = resumed_optimizer_step(Path(checkpoint), self.optimizer.state)
+        log.info("policy %s: resumed from %s with its optimizer state (step count %s)", self.policy_name,
+                 checkpoint, "not kept by this optimizer" if step is None else step)
 
     # -- helpers for regime adapters ------------------------------------------------------
     def score_completions(self, model, prompt_ids, prompt_mask, completion_ids, completion_mask,

@@ -29,11 +29,13 @@ from mutualrl.errors import (
     MutualRLError,
     StorageError,
     UsageError,
+    report_thread_write_failures,
     storage_error,
     storage_errors,
 )
 from mutualrl.regimes.registry import get_regime
 from mutualrl.run_folder import RunPaths
+from mutualrl.training.trackers import guard_tracker_writes
 from mutualrl.training.watchdog import REJOIN_ENV, start_launcher_watchdog
 
 log = logging.getLogger("mutualrl.worker")
@@ -206,6 +208,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         processing_class=tokenizer, callbacks=callbacks, peft_config=peft_config,
         policy_name=policy_name, regime=regime,
     )
+    guard_tracker_writes(trainer.callback_handler.callbacks)  # a full disk under TensorBoard: one line, its folder
     trainer.generation_delay = step_delay(policy_name)  # MUTUALRL_DEBUG_STEP_DELAY: a slow peer on purpose
     validation.trainer = trainer
     if trainer.accelerator.is_main_process:  # a long wait for peers shows as a phase, not as a stall
@@ -294,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
                         stream=sys.stdout)
     paths = RunPaths(ns.run_dir.resolve())
     start_launcher_watchdog()
+    report_thread_write_failures()  # TensorBoard's writer thread on a full disk: no traceback
     try:
         run_policy(paths, ns.policy, ns.resume_from)
         if close_process_group():

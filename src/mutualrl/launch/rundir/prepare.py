@@ -112,7 +112,8 @@ def prepare_resume(paths: RunPaths, config: RunConfig, allowed: list[str],
     damaged: list[str] = []
     step = common_checkpoint(paths, policies, max_optimizer_steps(config), damaged)
     for problem in damaged:
-        console.print(f"[yellow]warning:[/] skipping a damaged checkpoint: {problem}", highlight=False)
+        console.print(f"[yellow]warning:[/] skipping a damaged checkpoint: {problem}", highlight=False,
+                      soft_wrap=True)  # one line, whatever the path's length (a log is read with grep)
     if step is None:
         console.print("resume: no checkpoint common to every policy yet: starting again from step 0", highlight=False)
         return config, None
