@@ -67,6 +67,11 @@ TINY = ("--pool", "tiny", "--set", "validation.limit=20", "--set", "validation.e
 TINY_SGT_3_STEPS = (*TINY, "--regime", "sgt", "--max-steps", "3", "--baseline", "standalone")
 """3 SGT steps, then its standalone baseline in ``<run>-standalone`` (the baseline does not touch the SGT run)."""
 
+TINY_SGT_3_STEPS_OFF_LOCK_STEP = (*TINY, "--regime", "sgt", "--max-steps", "3", "--set", "see.on_peer_failure=continue",
+                                  "--set", "grpo.report_to=[tensorboard]")
+"""The same 3 SGT steps through the staleness machinery (S = 0: the exchange logs its age metrics), reporting to
+TensorBoard; trains bit-identically to the lock-step run (test_async_exchange_e2e.py)."""
+
 TINY_REGIMES_2_STEPS = {
     "xgrpo": ("--regime", "xgrpo", "--set", "grpo.report_to=[tensorboard]"),
     "prp-peer": ("--regime", "prp", "--set", "regime.prp.denominator=peer"),

@@ -47,3 +47,12 @@ def test_the_users_group_and_run_names_win(tmp_path, monkeypatch):
     assert policy_run_name("run", "a", {"run_name": "sweep-3"}, {"run_name": "mine"}) == "mine"
     assert tracker_group_env(["all"], "run", {}) == {"WANDB_RUN_GROUP": "run", "MLFLOW_EXPERIMENT_NAME": "run"}
     assert tracker_group_env("none", "run", {}) == {} == tracker_group_env(["tensorboard"], "run", {})
+
+
+def test_a_users_tensorboard_folder_gets_one_run_per_policy(tmp_path):
+    from mutualrl.training.trackers import tensorboard_dir_env
+
+    assert tensorboard_dir_env({}, "run/a") == {} == tensorboard_dir_env({"TENSORBOARD_LOGGING_DIR": ""}, "run/a")
+    env = {"TENSORBOARD_LOGGING_DIR": str(tmp_path / "tb")}
+    dirs = {tensorboard_dir_env(env, f"tiny-sgt/{p}")["TENSORBOARD_LOGGING_DIR"] for p in POLICIES}
+    assert dirs == {str(tmp_path / "tb" / "tiny-sgt" / p) for p in POLICIES}

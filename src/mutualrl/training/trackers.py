@@ -6,7 +6,8 @@ TRL logs training metrics to the trackers a recipe names in ``grpo.report_to``
 - check, before any process starts, that each named tracker's package is installed (a
   missing ``tensorboard`` otherwise crashes every worker at start): :func:`missing_trackers`;
 - name each policy's run ``<run>/<policy>`` and group a run's policies (:func:`policy_run_name`,
-  :func:`tracker_group_env`);
+  :func:`tracker_group_env`); keep a user's ``TENSORBOARD_LOGGING_DIR`` one folder per policy
+  (:func:`tensorboard_dir_env`), so two policies never write one TensorBoard run;
 - send our held-out validation (paper: "validation runs every 5 steps", reward@1 overall and
   per task) to them, since it is computed in a callback, outside TRL's ``log``:
   :func:`tracker_logs` and :func:`report_validation`;
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -65,6 +67,21 @@ def tracker_group_env(report_to: Any, group: str, environ: Mapping[str, str]) ->
     names = tracker_names(report_to)
     return {var: group for tracker, var in TRACKER_GROUP_ENV.items()
             if (tracker in names or "all" in names) and not environ.get(var)}
+
+
+TENSORBOARD_DIR_ENV = "TENSORBOARD_LOGGING_DIR"
+"""transformers' TensorBoard callback writes here instead of ``<output_dir>/runs/<time>_<host>`` when it is set."""
+
+
+def tensorboard_dir_env(environ: Mapping[str, str], run_name: str) -> dict[str, str]:
+    """``TENSORBOARD_LOGGING_DIR`` for one policy process: the user's folder + ``run_name`` (``<run>/<policy>``).
+
+    Set for the whole pool, the variable would put every policy's scalars into one TensorBoard run on one
+    step axis (each policy's ``train/reward`` at step 1, 2, ... interleaved); empty when it is not set."""
+    base = environ.get(TENSORBOARD_DIR_ENV)
+    if not base:
+        return {}
+    return {TENSORBOARD_DIR_ENV: os.path.join(os.path.expanduser(base), *run_name.split("/"))}
 
 
 def tracker_names(report_to: Any) -> list[str]:

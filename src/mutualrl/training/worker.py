@@ -123,11 +123,13 @@ def block_unused_vllm(args: Any) -> None:
 
 def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None) -> None:
     from mutualrl.training.grpo_args import build_grpo_config
+    from mutualrl.training.trackers import tensorboard_dir_env
 
     config = load_resolved_config(paths)
     policy = find_policy(config, policy_name)
     args = build_grpo_config(config, policy, paths, plan_overrides(paths, policy_name))  # trl's config: no vLLM
     block_unused_vllm(args)  # before the trainer's import below
+    os.environ.update(tensorboard_dir_env(os.environ, args.run_name))  # a user's TensorBoard folder: one per policy
 
     import torch
     from datasets import Dataset

@@ -1,0 +1,110 @@
+"""README.md's quick tour is run as written: every command of its shell block, in order, in one folder.
+
+The block is the documentation; this test reads it and runs each line with bash (so globs and quoting are
+the shell's), ``mutualrl`` being this tree's CLI. Only the length of training differs from a user's run:
+the recipes folder (``MUTUALRL_RECIPES``) holds the shipped recipes with ``tiny`` cut to 2 steps and 20
+held-out prompts, so the whole tour takes a few minutes on a CPU. A renamed option, a run folder the
+tour never made, a command that needs the hub: the test fails on that line.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import typer
+import yaml
+
+from e2e_helpers import ROOT, child_env
+from mutualrl.cli.main import app
+
+TOUR_HEADING = "## A quick tour"
+SHORT_TINY = {"grpo": {"max_steps": 2, "save_steps": 1}, "validation": {"every_steps": 0, "limit": 20}}
+"""What the test's ``tiny`` recipe changes: 2 steps (a checkpoint each, for ``--resume``), 20 held-out prompts."""
+
+
+def tour_lines(readme: str) -> list[str]:
+    """The quick tour's command lines: the first ``bash`` block under its heading, a trailing ``\\`` joining
+    lines, comment-only lines dropped (a comment after a command stays: bash ignores it)."""
+    section = readme[readme.index(TOUR_HEADING):]
+    block = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert block, f"README.md: no ```bash block under {TOUR_HEADING!r}"
+    joined = re.sub(r"\s*\\\n\s*", " ", block.group(1))
+    return [line.strip() for line in joined.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+
+
+def readme_tour() -> list[str]:
+    return tour_lines((ROOT / "README.md").read_text())
+
+
+def test_the_tour_is_read_whole():
+    lines = readme_tour()
+    assert len(lines) >= 20, lines
+    assert all(line.startswith("mutualrl ") for line in lines), [x for x in lines if not x.startswith("mutualrl ")]
+    assert tour_lines("## A quick tour\n\n```bash\nmutualrl a \\\n  --b 1   # c\n# d\n\nmutualrl e\n```\n") == [
+        "mutualrl a --b 1   # c", "mutualrl e"]
+
+
+def parsed_command(argv: list[str]):
+    """Parse ``argv`` down to its subcommand as the CLI would, running nothing."""
+    command = typer.main.get_command(app)
+    ctx = command.make_context("mutualrl", list(argv))
+    while hasattr(command, "resolve_command") and [*ctx._protected_args, *ctx.args]:  # a group (typer's click)
+        name, command, rest = command.resolve_command(ctx, [*ctx._protected_args, *ctx.args])
+        ctx = command.make_context(name, rest, parent=ctx)
+    return ctx
+
+
+@pytest.mark.parametrize("line", readme_tour(), ids=lambda line: shlex.join(shlex.split(line, comments=True)[1:3]))
+def test_each_tour_command_parses(line):
+    """Fast: every tour command names a subcommand and options the CLI has (the slow test runs them)."""
+    words = shlex.split(line, comments=True)
+    assert words[0] == "mutualrl"
+    parsed_command(words[1:])
+
+
+def test_a_renamed_option_would_fail():
+    with pytest.raises(Exception, match="No such option: --prp-denominatr") as err:
+        parsed_command(["train", "--prp-denominatr", "learner"])
+    assert type(err.value).__name__ == "NoSuchOption"
+    with pytest.raises(Exception, match="No such command"):
+        parsed_command(["see", "inspekt", "runs/x"])
+
+
+def short_recipes(folder: Path) -> Path:
+    """The shipped recipes with ``tiny`` cut short (:data:`SHORT_TINY`)."""
+    shutil.copytree(ROOT / "recipes", folder)
+    path = folder / "pools" / "tiny.yaml"
+    recipe = yaml.safe_load(path.read_text())
+    for section, values in SHORT_TINY.items():
+        recipe[section].update(values)
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    return folder
+
+
+@pytest.mark.slow
+def test_the_quick_tour_runs_as_written(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    shim = bin_dir / "mutualrl"
+    shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m mutualrl "$@"\n')
+    shim.chmod(0o755)
+    env = child_env()
+    env.update(PATH=f"{bin_dir}:{env.get('PATH', '')}", MUTUALRL_RECIPES=str(short_recipes(tmp_path / "recipes")),
+               COLUMNS="120")
+    env = {k: v for k, v in env.items() if not k.startswith("MUTUALRL_DEBUG")}
+    work = tmp_path / "work"
+    work.mkdir()
+    for line in readme_tour():
+        done = subprocess.run(["bash", "-c", line], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"README quick tour: `{line}` failed\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    runs = {p.name for p in (work / "runs").iterdir()}
+    assert {"tiny-xgrpo", "tiny-sgt", "tiny-sgt-standalone", "tiny-prp", "tiny-lr", "tiny-async",
+            "tiny-recorded"} <= runs, runs
+    assert list((work / "runs" / "tiny-sgt" / "plots").glob("*.png"))
+    assert (work / "runs" / "tiny-recorded" / "distill" / "tiny-bpe-from-tiny-sp" / "summary.json").is_file()
