@@ -37,6 +37,7 @@ def _exchange(run_dir: Path, policy: str) -> ExperienceExchange:
                               barrier_timeout_s=5, retention_steps=None)
 
 
+@pytest.mark.slow  # launches a training run (the fast tier keeps launcher logic, not launches)
 def test_two_policies_exchange_records_every_step(tiny_pool, tmp_path):
     steps = 3
     recipe = write_recipe(tmp_path / "r.yaml", tiny_pool, regime="xgrpo", steps=steps)
