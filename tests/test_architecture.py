@@ -137,3 +137,32 @@ MAX_LINES = 450
 def test_no_source_file_is_over_the_line_limit():
     long = {str(p.relative_to(SRC)): n for p in SRC.rglob("*.py") if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert long == {}, f"split these along their seams (docs/architecture.md): {long}"
+
+
+#: Issue 28: no function in launch/ longer than this (``def`` line to last line, decorators excluded).
+MAX_FUNCTION_LINES = 80
+
+
+def long_functions(root: Path, limit: int = MAX_FUNCTION_LINES) -> dict[str, int]:
+    """``{"file.py:name": lines}`` for every function (methods and nested ones too) under ``root`` over ``limit``."""
+    found = {}
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                if (lines := node.end_lineno - node.lineno + 1) > limit:
+                    found[f"{path.relative_to(root)}:{node.name}"] = lines
+    return found
+
+
+def test_no_function_in_launch_is_over_the_line_limit():
+    assert long_functions(SRC / "launch") == {}, "split these along their seams (docs/architecture.md)"
+
+
+def test_the_function_length_check_sees_a_long_function(tmp_path):
+    def method(body_lines: int) -> str:
+        return "class C:\n    def m(self):\n" + "".join(f"        x{i} = {i}\n" for i in range(body_lines))
+
+    (tmp_path / "m.py").write_text(method(MAX_FUNCTION_LINES - 1))  # def line + 79 = exactly the limit
+    assert long_functions(tmp_path) == {}
+    (tmp_path / "m.py").write_text(method(MAX_FUNCTION_LINES))
+    assert long_functions(tmp_path) == {"m.py:m": MAX_FUNCTION_LINES + 1}

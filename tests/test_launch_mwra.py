@@ -7,13 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mutualrl.errors import PlacementError
-from mutualrl.launch.plan.mwra import (
-    apportion,
-    check_memory,
-    estimate_training_memory,
-    param_count_for,
-    plan_placement,
-)
+from mutualrl.launch.plan.checks import check_memory, estimate_training_memory, param_count_for
+from mutualrl.launch.plan.mwra import apportion, plan_placement
 
 
 def names(n: int) -> list[tuple[str, float]]:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError
 from mutualrl.launch.plan.batching import BatchSizeError, trl_generation_batch
-from mutualrl.launch.plan.mwra import MemoryEstimate, Placement, check_memory, estimate_training_memory, param_count_for
+from mutualrl.launch.plan.mwra import DeviceType, Placement
 from mutualrl.regimes.registry import get_regime
 
 
@@ -101,3 +104,147 @@ def admission_check(placement: Placement, estimates_gib: float, ram_gib: float |
     if force:
         return [text + " (starting anyway: --force)"]
     raise PlacementError(text + "; use fewer policies or launch.cpu_processes, a bigger machine, or --force")
+
+
+# ----------------------------------------------------------------------------------------
+# Memory sanity check
+# ----------------------------------------------------------------------------------------
+
+# Total parameter counts (embeddings included) from the model cards of the paper's pools.
+KNOWN_PARAM_COUNTS: dict[str, float] = {
+    "Qwen/Qwen2.5-Math-1.5B": 1.54e9,
+    "Qwen/Qwen2.5-1.5B-Instruct": 1.54e9,
+    "Qwen/Qwen2.5-Coder-1.5B": 1.54e9,
+    "Qwen/Qwen3-1.7B-Base": 1.7e9,
+    "Qwen/Qwen3-4B-Base": 4.0e9,
+    "meta-llama/Llama-3.2-3B-Instruct": 3.21e9,
+    "microsoft/Phi-4-mini-instruct": 3.84e9,
+}
+_SIZE_IN_NAME = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)[bB](?![a-zA-Z])")
+
+
+def param_count_for(model: str, hint: float | None = None) -> tuple[float | None, str]:
+    """(parameter count, where it came from) for a model id; ``(None, "unknown")`` if no clue."""
+    if hint is not None:
+        return float(hint), "hint"
+    if model in KNOWN_PARAM_COUNTS:
+        return KNOWN_PARAM_COUNTS[model], "model card"
+    matches = _SIZE_IN_NAME.findall(model.rsplit("/", 1)[-1])
+    if matches:
+        return float(matches[-1]) * 1e9, "model name"
+    return None, "unknown"
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Model-state memory of one policy on each of its devices (activations NOT included)."""
+
+    policy: str
+    params: float
+    source: str
+    bytes_per_device: float
+    breakdown: dict[str, float]
+    """Component name -> bytes per device."""
+
+    @property
+    def gib_per_device(self) -> float:
+        return self.bytes_per_device / 2**30
+
+
+def estimate_training_memory(
+    policy: str,
+    params: float,
+    *,
+    device_type: DeviceType,
+    num_devices: int,
+    zero_stage: int,
+    lora: bool = False,
+    reference_model: bool = False,
+    source: str = "",
+) -> MemoryEstimate:
+    """Bytes of model state per device, the ZeRO paper's accounting (Rajbhandari et al., 2020).
+
+    GPU, bf16 mixed precision with AdamW: bf16 weights 2 B/param, bf16 gradients 2 B/param,
+    fp32 master weights + Adam m + v 12 B/param (16 B/param in all). ZeRO-1/2/3 partition
+    optimizer states / + gradients / + weights over the policy's ``num_devices``; without
+    DeepSpeed (DDP) every GPU holds all 16 B/param. CPU trains in fp32: 4 + 4 + 8 = 16
+    B/param, one process. A reference model (``beta > 0``) adds its bf16 (CPU: fp32)
+    weights, partitioned under ZeRO-3. LoRA trains ~nothing: frozen weights only.
+    Activations, the KV cache, vLLM and allocator overhead are NOT counted, so this is a
+    lower bound: it tells you when a placement surely cannot fit.
+    """
+    n = max(1, num_devices)
+    if device_type == "cpu":
+        weight_b, grad_b, optim_b = 4.0, 4.0, 8.0
+        zero_stage, n = 0, 1
+    else:
+        weight_b, grad_b, optim_b = 2.0, 2.0, 12.0
+    if lora:
+        grad_b = optim_b = 0.0
+    parts = {
+        "weights": weight_b * params / (n if zero_stage >= 3 else 1),
+        "gradients": grad_b * params / (n if zero_stage >= 2 else 1),
+        "optimizer": optim_b * params / (n if zero_stage >= 1 else 1),
+    }
+    if reference_model and not lora:
+        parts["reference model"] = weight_b * params / (n if zero_stage >= 3 else 1)
+    return MemoryEstimate(policy, params, source, sum(parts.values()), parts)
+
+
+def check_memory(
+    placement: Placement,
+    estimates: Mapping[str, MemoryEstimate],
+    gpu_memory_gib: float | None,
+    ram_gib: float | None = None,
+    reserved_fraction: Mapping[str, float] | None = None,
+    warn_above: float = 0.75,
+) -> list[str]:
+    """Compare estimates with device memory; returns warnings, raises PlacementError if it cannot fit.
+
+    GPU: policies sharing a GPU (explicit map) add up. ``reserved_fraction[policy]`` is
+    the part of each GPU kept by something else while training (vLLM colocate without
+    sleep mode keeps ``vllm_gpu_memory_utilization``). CPU: every policy's state adds up
+    in RAM. An estimate above the memory raises; above ``warn_above`` of it warns (the
+    estimate leaves out activations).
+    """
+    warnings: list[str] = []
+    reserved_fraction = reserved_fraction or {}
+    if placement.device_type == "cpu":
+        if ram_gib is None or not estimates:
+            return warnings
+        need = sum(e.gib_per_device for e in estimates.values())
+        who = ", ".join(f"{e.policy} {e.gib_per_device:.1f}" for e in estimates.values())
+        if need > ram_gib:
+            raise PlacementError(
+                f"the pool needs at least {need:.1f} GiB of RAM for weights, gradients and Adam states in fp32 "
+                f"({who} GiB) but this machine has {ram_gib:.1f} GiB; use smaller models, LoRA, or a GPU machine"
+            )
+        if need > warn_above * ram_gib:
+            warnings.append(f"model states alone take {need:.1f} of {ram_gib:.1f} GiB RAM ({who} GiB)")
+        return warnings
+    if gpu_memory_gib is None:
+        return warnings
+    per_gpu: dict[int, list[tuple[str, float]]] = {}
+    for placed in placement.policies:
+        estimate = estimates.get(placed.name)
+        if estimate is None:
+            continue
+        for gpu in placed.devices:
+            per_gpu.setdefault(gpu, []).append((placed.name, estimate.gib_per_device))
+    for gpu, users in sorted(per_gpu.items()):
+        need = sum(g for _, g in users)
+        usable = gpu_memory_gib * (1.0 - max(reserved_fraction.get(name, 0.0) for name, _ in users))
+        who = " + ".join(f"{name} {g:.1f}" for name, g in users)
+        if need > usable:
+            raise PlacementError(
+                f"GPU {gpu}: {who} GiB of model state (weights, gradients, Adam states; activations not even "
+                f"counted) does not fit in {usable:.1f} of its {gpu_memory_gib:.1f} GiB; give the "
+                f"polic{'y' if len(users) == 1 else 'ies'} more GPUs to shard over (--gpus / --device-map, "
+                f"with --set launch.deepspeed=zero3), or train LoRA adapters"
+            )
+        if need > warn_above * usable:
+            warnings.append(
+                f"GPU {gpu}: model state alone ({who} GiB) takes {need / usable:.0%} of the {usable:.1f} GiB "
+                f"available; activations may not fit"
+            )
+    return warnings

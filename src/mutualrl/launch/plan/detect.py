@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+
+from mutualrl.config.schema import RunConfig
+from mutualrl.errors import PlacementError, UsageError
 
 
 def detect_gpus() -> int:
@@ -34,3 +38,48 @@ def detect_ram_gib() -> float | None:
         return None
 
 
+@dataclass(frozen=True)
+class Node:
+    """What planning knows of one machine: given, detected, or (simulated) left unknown."""
+
+    gpus: int
+    cpu_cores: int
+    gpu_memory_gib: float | None
+    ram_gib: float | None
+    visible_devices: str | None
+    """The parent's CUDA_VISIBLE_DEVICES as the commands should see it (None: read it from the environment)."""
+
+
+def this_node(
+    config: RunConfig,
+    gpus: int | None,
+    simulate: bool,
+    cpu_cores: int | None,
+    gpu_memory_gib: float | None,
+    ram_gib: float | None,
+    parent_visible_devices: str | None,
+) -> Node:
+    """Check ``--machine-rank`` and ``--gpus``, and detect what was not given (nothing when ``simulate``)."""
+    launch = config.launch
+    if launch.machine_rank >= launch.nodes:
+        raise UsageError(f"--machine-rank {launch.machine_rank} is not a machine of --nodes {launch.nodes} "
+                         f"(0..{launch.nodes - 1})")
+    if gpus is None:
+        gpus = launch.gpus
+    if gpus is None:
+        gpus = 0 if simulate else detect_gpus()
+    elif not simulate:
+        visible = detect_gpus()
+        if gpus > visible:
+            raise PlacementError(
+                f"--gpus {gpus} asks for more GPUs than are visible ({visible}); lower --gpus, or add --dry-run "
+                f"to simulate a bigger node"
+            )
+    if cpu_cores is None:
+        cpu_cores = detect_cpu_cores()
+    if simulate and parent_visible_devices is None:
+        parent_visible_devices = ""  # a simulated node's ids are not this machine's CUDA_VISIBLE_DEVICES
+    if not simulate:
+        gpu_memory_gib = gpu_memory_gib if gpu_memory_gib is not None else detect_gpu_memory_gib(gpus)
+        ram_gib = ram_gib if ram_gib is not None else detect_ram_gib()
+    return Node(gpus, cpu_cores, gpu_memory_gib, ram_gib, parent_visible_devices)

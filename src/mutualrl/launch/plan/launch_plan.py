@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.config.schema import RunConfig
-from mutualrl.errors import PlacementError, UsageError
+from mutualrl.errors import UsageError
 from mutualrl.launch.plan.batching import BatchSizeError, DerivedBatch, apply_batch, fits, split_across_cpu_ranks
 from mutualrl.launch.plan.cadence import (
     apply_cadence,
@@ -24,7 +24,7 @@ from mutualrl.launch.plan.cadence import (
     policy_cadence,
     validation_interval,
 )
-from mutualrl.launch.plan.checks import check_same_prompts, memory_check
+from mutualrl.launch.plan.checks import MemoryEstimate, check_same_prompts, memory_check
 from mutualrl.launch.plan.commands import (
     ADDRESS_PLACEHOLDER,
     LaunchSpec,
@@ -41,14 +41,9 @@ from mutualrl.launch.plan.configs import (
     write_json,
     write_yaml,
 )
-from mutualrl.launch.plan.detect import (
-    detect_cpu_cores,
-    detect_gpu_memory_gib,
-    detect_gpus,
-    detect_ram_gib,
-)
+from mutualrl.launch.plan.detect import Node, this_node
 from mutualrl.launch.plan.machines import plan_placement_nodes
-from mutualrl.launch.plan.mwra import MemoryEstimate, Placement, PolicyPlacement
+from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 from mutualrl.run_folder import RunPaths
 from mutualrl.training.trackers import check_trackers, policy_run_name
 
@@ -289,102 +284,22 @@ def make_launch_plan(
     """
     run_dir = Path(run_dir).resolve()
     launch = config.launch
-    if launch.machine_rank >= launch.nodes:
-        raise UsageError(f"--machine-rank {launch.machine_rank} is not a machine of --nodes {launch.nodes} "
-                         f"(0..{launch.nodes - 1})")
-    if gpus is None:
-        gpus = launch.gpus
-    if gpus is None:
-        gpus = 0 if simulate else detect_gpus()
-    elif not simulate:
-        visible = detect_gpus()
-        if gpus > visible:
-            raise PlacementError(
-                f"--gpus {gpus} asks for more GPUs than are visible ({visible}); lower --gpus, or add --dry-run "
-                f"to simulate a bigger node"
-            )
-    if cpu_cores is None:
-        cpu_cores = detect_cpu_cores()
-    if simulate and parent_visible_devices is None:
-        parent_visible_devices = ""  # a simulated node's ids are not this machine's CUDA_VISIBLE_DEVICES
-    if not simulate:
-        gpu_memory_gib = gpu_memory_gib if gpu_memory_gib is not None else detect_gpu_memory_gib(gpus)
-        ram_gib = ram_gib if ram_gib is not None else detect_ram_gib()
-
-    policies = config.pool.policies
-    merged = {p.name: {**config.grpo, **p.grpo} for p in policies}
-    batch = config.batch
-    placement = plan_placement_nodes(
-        [(p.name, p.device_share) for p in policies],
-        gpus,
-        nodes=launch.nodes,
-        device_map=launch.device_map,
-        cpu_cores=cpu_cores,
-        threads_per_policy=launch.threads_per_policy,
-        world_size_ok=(lambda _name, n: fits(batch, n)) if batch is not None else None,
-        cpu_processes=launch.cpu_processes,
-    )
-    warnings = list(placement.warnings)
+    node = this_node(config, gpus, simulate, cpu_cores, gpu_memory_gib, ram_gib, parent_visible_devices)
+    placement = _place_pool(config, node)
     stage = ZERO_STAGES[launch.deepspeed]
-
-    specs = build_machine_specs(config, placement, run_dir, python, parent_visible_devices=parent_visible_devices,
+    specs = build_machine_specs(config, placement, run_dir, python, parent_visible_devices=node.visible_devices,
                                 machine=launch.machine_rank, addresses=addresses)
-    plans: list[PolicyPlan] = []
-    for index, (policy, launches) in enumerate(zip(policies, specs, strict=True)):
-        placed, spec = placement.of(policy.name), launches[0]
-        grpo, notes = adapt_grpo_to_device(merged[policy.name], placed, launch.deepspeed, vllm_available)
-        try:
-            grpo, derived, batch_notes = apply_batch(grpo, batch, placed.world_size, policy.name)
-        except BatchSizeError as err:
-            if placement.explicit:
-                raise BatchSizeError(f"{err} (the explicit --device-map sets this device count)") from None
-            raise
-        if batch is None and placed.device_type == "cpu":
-            grpo, rank_notes = split_across_cpu_ranks(grpo, placed.num_processes, policy.name)
-            batch_notes = [*batch_notes, *rank_notes]
-        cadence = policy_cadence(config.schedule, batch, grpo)
-        grpo, cadence_notes = apply_cadence(grpo, cadence)
-        grpo["run_name"] = policy_run_name(run_dir.name, policy.name, config.grpo, policy.grpo)
-        meet = machine_address(placed.machines[0], launch.main_address, addresses)
-        schedule_rows = describe(cadence, grpo, validation_interval(cadence, config.validation.every_steps),
-                                 known_train_prompts(config.task))
-        port = policy_port(config, index)
-        ds_path = RunPaths(run_dir).deepspeed_config(policy.name) if stage else None
-        plans.append(
-            PolicyPlan(
-                name=policy.name,
-                model=policy.model,
-                placement=placed,
-                grpo=grpo,
-                batch=derived,
-                deepspeed=launch.deepspeed,
-                main_process_port=port,
-                accelerate_config_path=str(RunPaths(run_dir).accelerate_config(policy.name)),
-                accelerate_config=accelerate_config(
-                    placed,
-                    deepspeed=launch.deepspeed,
-                    mixed_precision=mixed_precision_of(grpo),
-                    main_process_port=port,
-                    # exactly what the launcher puts in CUDA_VISIBLE_DEVICES (see configs.py)
-                    gpu_ids=spec.env.get("CUDA_VISIBLE_DEVICES") or None,
-                    deepspeed_file=ds_path,
-                    main_process_ip=None if meet == ADDRESS_PLACEHOLDER.format(machine=placed.machines[0]) else meet,
-                ),
-                deepspeed_config_path=str(ds_path) if ds_path else None,
-                deepspeed_config=(
-                    deepspeed_config(stage, bf16=bool(grpo.get("bf16")), fp16=bool(grpo.get("fp16"))) if stage else None
-                ),
-                launch=spec,
-                notes=[*notes, *batch_notes, *cadence_notes, *spec.notes],
-                schedule=[list(row) for row in schedule_rows],
-                launches=launches if launch.nodes > 1 else [],
-            )
-        )
-
-    warnings += check_trackers([p.grpo.get("report_to") for p in plans], fail=not simulate)
-    warnings += check_same_prompts(config, plans)
-    warnings += memory_check(config, placement, plans, gpu_memory_gib, ram_gib, param_counts or {}, stage)
-    if simulate and gpu_memory_gib is None and gpus > 0:
+    plans = [
+        _plan_policy(config, index, placement, launches, run_dir, vllm_available, addresses)
+        for index, (_, launches) in enumerate(zip(config.pool.policies, specs, strict=True))
+    ]
+    warnings = [
+        *placement.warnings,
+        *check_trackers([p.grpo.get("report_to") for p in plans], fail=not simulate),
+        *check_same_prompts(config, plans),
+        *memory_check(config, placement, plans, node.gpu_memory_gib, node.ram_gib, param_counts or {}, stage),
+    ]
+    if simulate and node.gpu_memory_gib is None and node.gpus > 0:
         warnings.append("memory check skipped: GPU memory is unknown for a simulated node")
     return LaunchPlan(
         run_dir=str(run_dir),
@@ -397,4 +312,93 @@ def make_launch_plan(
         nodes=launch.nodes,
         machine=launch.machine_rank,
         main_address=launch.main_address,
+    )
+
+
+def _place_pool(config: RunConfig, node: Node) -> Placement:
+    """MWRA over every machine; a policy's world size must divide its batch (``batch:`` recipes)."""
+    launch, batch = config.launch, config.batch
+    return plan_placement_nodes(
+        [(p.name, p.device_share) for p in config.pool.policies],
+        node.gpus,
+        nodes=launch.nodes,
+        device_map=launch.device_map,
+        cpu_cores=node.cpu_cores,
+        threads_per_policy=launch.threads_per_policy,
+        world_size_ok=(lambda _name, n: fits(batch, n)) if batch is not None else None,
+        cpu_processes=launch.cpu_processes,
+    )
+
+
+def _policy_grpo(
+    config: RunConfig, index: int, placement: Placement, run_dir: Path, vllm_available: bool | None
+) -> tuple[dict[str, Any], DerivedBatch | None, list[str], list[list[str]]]:
+    """One policy's GRPOConfig fields: shared + its overrides, fitted to its devices, batch and cadence.
+
+    Returns (grpo, derived batch, notes, schedule rows for the dry run).
+    """
+    launch, batch, policy = config.launch, config.batch, config.pool.policies[index]
+    placed = placement.of(policy.name)
+    grpo, notes = adapt_grpo_to_device({**config.grpo, **policy.grpo}, placed, launch.deepspeed, vllm_available)
+    try:
+        grpo, derived, batch_notes = apply_batch(grpo, batch, placed.world_size, policy.name)
+    except BatchSizeError as err:
+        if placement.explicit:
+            raise BatchSizeError(f"{err} (the explicit --device-map sets this device count)") from None
+        raise
+    if batch is None and placed.device_type == "cpu":
+        grpo, rank_notes = split_across_cpu_ranks(grpo, placed.num_processes, policy.name)
+        batch_notes = [*batch_notes, *rank_notes]
+    cadence = policy_cadence(config.schedule, batch, grpo)
+    grpo, cadence_notes = apply_cadence(grpo, cadence)
+    grpo["run_name"] = policy_run_name(run_dir.name, policy.name, config.grpo, policy.grpo)
+    schedule_rows = describe(cadence, grpo, validation_interval(cadence, config.validation.every_steps),
+                             known_train_prompts(config.task))
+    return grpo, derived, [*notes, *batch_notes, *cadence_notes], [list(row) for row in schedule_rows]
+
+
+def _plan_policy(
+    config: RunConfig,
+    index: int,
+    placement: Placement,
+    launches: list[LaunchSpec],
+    run_dir: Path,
+    vllm_available: bool | None,
+    addresses: dict[int, str] | None,
+) -> PolicyPlan:
+    """Everything for pool policy ``index``: its GRPO fields, accelerate / DeepSpeed files and commands."""
+    launch, policy = config.launch, config.pool.policies[index]
+    placed, spec = placement.of(policy.name), launches[0]
+    grpo, derived, notes, schedule = _policy_grpo(config, index, placement, run_dir, vllm_available)
+    meet = machine_address(placed.machines[0], launch.main_address, addresses)
+    port = policy_port(config, index)
+    stage = ZERO_STAGES[launch.deepspeed]
+    ds_path = RunPaths(run_dir).deepspeed_config(policy.name) if stage else None
+    return PolicyPlan(
+        name=policy.name,
+        model=policy.model,
+        placement=placed,
+        grpo=grpo,
+        batch=derived,
+        deepspeed=launch.deepspeed,
+        main_process_port=port,
+        accelerate_config_path=str(RunPaths(run_dir).accelerate_config(policy.name)),
+        accelerate_config=accelerate_config(
+            placed,
+            deepspeed=launch.deepspeed,
+            mixed_precision=mixed_precision_of(grpo),
+            main_process_port=port,
+            # exactly what the launcher puts in CUDA_VISIBLE_DEVICES (see configs.py)
+            gpu_ids=spec.env.get("CUDA_VISIBLE_DEVICES") or None,
+            deepspeed_file=ds_path,
+            main_process_ip=None if meet == ADDRESS_PLACEHOLDER.format(machine=placed.machines[0]) else meet,
+        ),
+        deepspeed_config_path=str(ds_path) if ds_path else None,
+        deepspeed_config=(
+            deepspeed_config(stage, bf16=bool(grpo.get("bf16")), fp16=bool(grpo.get("fp16"))) if stage else None
+        ),
+        launch=spec,
+        notes=[*notes, *spec.notes],
+        schedule=schedule,
+        launches=launches if launch.nodes > 1 else [],
     )

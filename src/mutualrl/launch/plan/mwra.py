@@ -17,7 +17,6 @@ GPU ids are the parent's logical ids ``0..gpus-1`` (relative to its own
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Literal
@@ -110,6 +109,28 @@ def plan_placement(
     ``gpus=None`` is an error here: the caller detects the count
     (``torch.cuda.device_count()``) so that this function stays pure.
     """
+    _check_placement_args(policies, gpus, threads_per_policy)
+    cores = max(1, cpu_cores or 1)
+    if gpus == 0:
+        return _place_on_cpu(policies, cores, device_map, threads_per_policy, cpu_processes)
+
+    names = [name for name, _ in policies]
+    if device_map:
+        blocks, idle, warnings = _explicit_blocks(names, gpus, device_map)
+    else:
+        blocks, idle, warnings = _even_blocks(policies, gpus, world_size_ok)
+
+    threads = threads_per_policy or max(1, cores // len(policies))
+    placed = [
+        PolicyPlacement(name, "cuda", tuple(blocks[name]), len(blocks[name]), threads, share)
+        for name, share in policies
+    ]
+    return Placement(placed, gpus, cores, explicit=bool(device_map), idle_gpus=idle, warnings=warnings)
+
+
+def _check_placement_args(policies: Sequence[tuple[str, float]], gpus: int | None,
+                          threads_per_policy: int | None) -> None:
+    """Refuse what no placement can satisfy: no GPU count, a negative one, no policy, a duplicate name, a bad share."""
     if gpus is None:
         raise ValueError("plan_placement needs a GPU count; detect it at the call site (0 = CPU)")
     if gpus < 0:
@@ -122,57 +143,65 @@ def plan_placement(
     for name, share in policies:
         if not share > 0 or math.isinf(share):
             raise PlacementError(f"policy {name!r}: device_share must be a positive number, got {share}")
-    cores = max(1, cpu_cores or 1)
     if threads_per_policy is not None and threads_per_policy < 1:
         raise PlacementError(f"launch.threads_per_policy must be >= 1, got {threads_per_policy}")
 
-    warnings: list[str] = []
-    if gpus == 0:
-        if device_map:
-            raise PlacementError(
-                "--device-map pins policies to GPUs, but no GPU is available (gpus=0); drop --device-map to "
-                "run every policy on the CPU, or run on a machine with GPUs"
-            )
-        threads = threads_per_policy or max(1, cores // len(policies))
-        if threads * len(policies) > cores:
-            warnings.append(
-                f"{len(policies)} policies x {threads} threads = {threads * len(policies)} threads on "
-                f"{cores} CPU cores: the processes will compete for cores (set launch.threads_per_policy)"
-            )
-        placed = [PolicyPlacement(name, "cpu", (), cpu_processes, threads, share) for name, share in policies]
-        return Placement(placed, 0, cores, explicit=False, warnings=warnings)
 
+def _place_on_cpu(
+    policies: Sequence[tuple[str, float]],
+    cores: int,
+    device_map: Mapping[str, Sequence[int]] | None,
+    threads_per_policy: int | None,
+    cpu_processes: int,
+) -> Placement:
+    """No GPU: ``cpu_processes`` ranks per policy, the cores split evenly (warning when they are oversubscribed)."""
     if device_map:
-        blocks, explicit_warnings = check_device_map(names, gpus, device_map)
-        warnings += explicit_warnings
-        explicit = True
-        idle = sorted(set(range(gpus)) - {d for block in blocks.values() for d in block})
-        if idle:
-            warnings.append(f"GPUs {_ids(idle)} are not used by the device map")
-    else:
-        explicit = False
-        if len(policies) > gpus:
-            raise PlacementError(
-                f"cannot place {len(policies)} policies on {gpus} GPU{'s' if gpus != 1 else ''}: each policy "
-                f"needs at least one GPU; use --device-map to share GPUs (e.g. "
-                f"'{names[0]}=0;{names[1]}=0') or run on more GPUs"
-            )
-        counts = apportion([share for _, share in policies], gpus)
-        if world_size_ok is not None:
-            counts, shrink_warnings = _fit_world_sizes(names, counts, world_size_ok)
-            warnings += shrink_warnings
-        blocks, start = {}, 0
-        for name, count in zip(names, counts, strict=True):
-            blocks[name] = list(range(start, start + count))
-            start += count
-        idle = list(range(start, gpus))
-
+        raise PlacementError(
+            "--device-map pins policies to GPUs, but no GPU is available (gpus=0); drop --device-map to "
+            "run every policy on the CPU, or run on a machine with GPUs"
+        )
+    warnings: list[str] = []
     threads = threads_per_policy or max(1, cores // len(policies))
-    placed = [
-        PolicyPlacement(name, "cuda", tuple(blocks[name]), len(blocks[name]), threads, share)
-        for name, share in policies
-    ]
-    return Placement(placed, gpus, cores, explicit=explicit, idle_gpus=idle, warnings=warnings)
+    if threads * len(policies) > cores:
+        warnings.append(
+            f"{len(policies)} policies x {threads} threads = {threads * len(policies)} threads on "
+            f"{cores} CPU cores: the processes will compete for cores (set launch.threads_per_policy)"
+        )
+    placed = [PolicyPlacement(name, "cpu", (), cpu_processes, threads, share) for name, share in policies]
+    return Placement(placed, 0, cores, explicit=False, warnings=warnings)
+
+
+def _explicit_blocks(
+    names: list[str], gpus: int, device_map: Mapping[str, Sequence[int]]
+) -> tuple[dict[str, list[int]], list[int], list[str]]:
+    """The user's device map, checked: ({policy: gpu ids}, idle GPUs, warnings)."""
+    blocks, warnings = check_device_map(names, gpus, device_map)
+    idle = sorted(set(range(gpus)) - {d for block in blocks.values() for d in block})
+    if idle:
+        warnings.append(f"GPUs {_ids(idle)} are not used by the device map")
+    return blocks, idle, warnings
+
+
+def _even_blocks(
+    policies: Sequence[tuple[str, float]], gpus: int, world_size_ok: Callable[[str, int], bool] | None
+) -> tuple[dict[str, list[int]], list[int], list[str]]:
+    """The default split: contiguous blocks by device_share, each shrunk to a world size its batch allows."""
+    names = [name for name, _ in policies]
+    if len(policies) > gpus:
+        raise PlacementError(
+            f"cannot place {len(policies)} policies on {gpus} GPU{'s' if gpus != 1 else ''}: each policy "
+            f"needs at least one GPU; use --device-map to share GPUs (e.g. "
+            f"'{names[0]}=0;{names[1]}=0') or run on more GPUs"
+        )
+    warnings: list[str] = []
+    counts = apportion([share for _, share in policies], gpus)
+    if world_size_ok is not None:
+        counts, warnings = _fit_world_sizes(names, counts, world_size_ok)
+    blocks, start = {}, 0
+    for name, count in zip(names, counts, strict=True):
+        blocks[name] = list(range(start, start + count))
+        start += count
+    return blocks, list(range(start, gpus)), warnings
 
 
 def apportion(shares: Sequence[float], seats: int) -> list[int]:
@@ -257,150 +286,6 @@ def check_device_map(
 
 def _ids(ids: Sequence[int]) -> str:
     return ",".join(str(i) for i in ids)
-
-
-# ----------------------------------------------------------------------------------------
-# Memory sanity check
-# ----------------------------------------------------------------------------------------
-
-# Total parameter counts (embeddings included) from the model cards of the paper's pools.
-KNOWN_PARAM_COUNTS: dict[str, float] = {
-    "Qwen/Qwen2.5-Math-1.5B": 1.54e9,
-    "Qwen/Qwen2.5-1.5B-Instruct": 1.54e9,
-    "Qwen/Qwen2.5-Coder-1.5B": 1.54e9,
-    "Qwen/Qwen3-1.7B-Base": 1.7e9,
-    "Qwen/Qwen3-4B-Base": 4.0e9,
-    "meta-llama/Llama-3.2-3B-Instruct": 3.21e9,
-    "microsoft/Phi-4-mini-instruct": 3.84e9,
-}
-_SIZE_IN_NAME = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)[bB](?![a-zA-Z])")
-
-
-def param_count_for(model: str, hint: float | None = None) -> tuple[float | None, str]:
-    """(parameter count, where it came from) for a model id; ``(None, "unknown")`` if no clue."""
-    if hint is not None:
-        return float(hint), "hint"
-    if model in KNOWN_PARAM_COUNTS:
-        return KNOWN_PARAM_COUNTS[model], "model card"
-    matches = _SIZE_IN_NAME.findall(model.rsplit("/", 1)[-1])
-    if matches:
-        return float(matches[-1]) * 1e9, "model name"
-    return None, "unknown"
-
-
-@dataclass(frozen=True)
-class MemoryEstimate:
-    """Model-state memory of one policy on each of its devices (activations NOT included)."""
-
-    policy: str
-    params: float
-    source: str
-    bytes_per_device: float
-    breakdown: dict[str, float]
-    """Component name -> bytes per device."""
-
-    @property
-    def gib_per_device(self) -> float:
-        return self.bytes_per_device / 2**30
-
-
-def estimate_training_memory(
-    policy: str,
-    params: float,
-    *,
-    device_type: DeviceType,
-    num_devices: int,
-    zero_stage: int,
-    lora: bool = False,
-    reference_model: bool = False,
-    source: str = "",
-) -> MemoryEstimate:
-    """Bytes of model state per device, the ZeRO paper's accounting (Rajbhandari et al., 2020).
-
-    GPU, bf16 mixed precision with AdamW: bf16 weights 2 B/param, bf16 gradients 2 B/param,
-    fp32 master weights + Adam m + v 12 B/param (16 B/param in all). ZeRO-1/2/3 partition
-    optimizer states / + gradients / + weights over the policy's ``num_devices``; without
-    DeepSpeed (DDP) every GPU holds all 16 B/param. CPU trains in fp32: 4 + 4 + 8 = 16
-    B/param, one process. A reference model (``beta > 0``) adds its bf16 (CPU: fp32)
-    weights, partitioned under ZeRO-3. LoRA trains ~nothing: frozen weights only.
-    Activations, the KV cache, vLLM and allocator overhead are NOT counted, so this is a
-    lower bound: it tells you when a placement surely cannot fit.
-    """
-    n = max(1, num_devices)
-    if device_type == "cpu":
-        weight_b, grad_b, optim_b = 4.0, 4.0, 8.0
-        zero_stage, n = 0, 1
-    else:
-        weight_b, grad_b, optim_b = 2.0, 2.0, 12.0
-    if lora:
-        grad_b = optim_b = 0.0
-    parts = {
-        "weights": weight_b * params / (n if zero_stage >= 3 else 1),
-        "gradients": grad_b * params / (n if zero_stage >= 2 else 1),
-        "optimizer": optim_b * params / (n if zero_stage >= 1 else 1),
-    }
-    if reference_model and not lora:
-        parts["reference model"] = weight_b * params / (n if zero_stage >= 3 else 1)
-    return MemoryEstimate(policy, params, source, sum(parts.values()), parts)
-
-
-def check_memory(
-    placement: Placement,
-    estimates: Mapping[str, MemoryEstimate],
-    gpu_memory_gib: float | None,
-    ram_gib: float | None = None,
-    reserved_fraction: Mapping[str, float] | None = None,
-    warn_above: float = 0.75,
-) -> list[str]:
-    """Compare estimates with device memory; returns warnings, raises PlacementError if it cannot fit.
-
-    GPU: policies sharing a GPU (explicit map) add up. ``reserved_fraction[policy]`` is
-    the part of each GPU kept by something else while training (vLLM colocate without
-    sleep mode keeps ``vllm_gpu_memory_utilization``). CPU: every policy's state adds up
-    in RAM. An estimate above the memory raises; above ``warn_above`` of it warns (the
-    estimate leaves out activations).
-    """
-    warnings: list[str] = []
-    reserved_fraction = reserved_fraction or {}
-    if placement.device_type == "cpu":
-        if ram_gib is None or not estimates:
-            return warnings
-        need = sum(e.gib_per_device for e in estimates.values())
-        who = ", ".join(f"{e.policy} {e.gib_per_device:.1f}" for e in estimates.values())
-        if need > ram_gib:
-            raise PlacementError(
-                f"the pool needs at least {need:.1f} GiB of RAM for weights, gradients and Adam states in fp32 "
-                f"({who} GiB) but this machine has {ram_gib:.1f} GiB; use smaller models, LoRA, or a GPU machine"
-            )
-        if need > warn_above * ram_gib:
-            warnings.append(f"model states alone take {need:.1f} of {ram_gib:.1f} GiB RAM ({who} GiB)")
-        return warnings
-    if gpu_memory_gib is None:
-        return warnings
-    per_gpu: dict[int, list[tuple[str, float]]] = {}
-    for placed in placement.policies:
-        estimate = estimates.get(placed.name)
-        if estimate is None:
-            continue
-        for gpu in placed.devices:
-            per_gpu.setdefault(gpu, []).append((placed.name, estimate.gib_per_device))
-    for gpu, users in sorted(per_gpu.items()):
-        need = sum(g for _, g in users)
-        usable = gpu_memory_gib * (1.0 - max(reserved_fraction.get(name, 0.0) for name, _ in users))
-        who = " + ".join(f"{name} {g:.1f}" for name, g in users)
-        if need > usable:
-            raise PlacementError(
-                f"GPU {gpu}: {who} GiB of model state (weights, gradients, Adam states; activations not even "
-                f"counted) does not fit in {usable:.1f} of its {gpu_memory_gib:.1f} GiB; give the "
-                f"polic{'y' if len(users) == 1 else 'ies'} more GPUs to shard over (--gpus / --device-map, "
-                f"with --set launch.deepspeed=zero3), or train LoRA adapters"
-            )
-        if need > warn_above * usable:
-            warnings.append(
-                f"GPU {gpu}: model state alone ({who} GiB) takes {need / usable:.0%} of the {usable:.1f} GiB "
-                f"available; activations may not fit"
-            )
-    return warnings
 
 
 def parse_device_map(text: str) -> dict[str, list[int]]:
