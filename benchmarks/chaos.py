@@ -20,7 +20,7 @@ the second fault, when there is one) until a resume finishes. It then checks: ex
 one train row per policy and step 1..max_steps and one validation row per validated step
 in ``metrics.jsonl``, final models that load, an exchange that ``see inspect`` finds clean,
 ``run.json`` "done", no process of the run left, no run stuck (a launcher that outlived its
-fault but did not end, or left ``run.json`` "running"), every damaged checkpoint named and
+fault but did not end, or wrote ``run.json`` "running" and left it so), every damaged checkpoint named and
 skipped by the next resume, a full disk reported as one line with ``run.json`` failed, and
 no silent optimizer reset (every checkpoint's AdamW step count equals its step). Prints one
 JSON object::
@@ -229,15 +229,33 @@ def run_record(run_dir: Path) -> dict[str, Any]:
         return {}
 
 
+def record_mtime(run_dir: Path) -> int | None:
+    """When ``run.json`` was last written (ns), None without one."""
+    try:
+        return (run_dir / "run.json").stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def left_running(run_dir: Path, mtime_before: int | None) -> bool:
+    """The launch that began when ``run.json`` had ``mtime_before`` left it saying "running": a stuck run.
+
+    A launch stopped before it took the run's lock (a Ctrl-C in its first seconds) never writes the
+    record; a "running" there is an earlier SIGKILLed launcher's, which no process can correct and the
+    next launch marks interrupted, so it is not this launch's doing."""
+    return run_record(run_dir).get("status") == "running" and record_mtime(run_dir) != mtime_before
+
+
 def disk_full_launch(run_dir: Path, log: Any, rng: random.Random, tally: Counter) -> tuple[str | None, int | None]:
     """One launch with ENOSPC at a random write; (its spec when the injection fired, its exit code)."""
     spec = disk_full_spec(rng)
     start = end_of(log)
     workers = {path: path.stat().st_size for path in (run_dir / "logs").glob("*.log")}
+    before = record_mtime(run_dir)
     launcher = launch(run_dir, log, {**child_env(), DISK_FULL_ENV: spec})
     gone = wait_until_gone(run_dir, launcher)
     tally["orphans"] += len(gone.orphans)
-    tally["stuck"] += int(gone.hung or (launcher.returncode != 0 and run_record(run_dir).get("status") == "running"))
+    tally["stuck"] += int(gone.hung or (launcher.returncode != 0 and left_running(run_dir, before)))
     worker_logs = "".join(read_from(str(path), workers.get(path, 0)) for path in (run_dir / "logs").glob("*.log"))
     verdict = judge_disk_full(read_from(log.name, start), launcher.returncode, run_record(run_dir), worker_logs)
     if verdict is None:
@@ -291,6 +309,7 @@ def trial(index: int, rng: random.Random, out: Path, planned: tuple[str, ...] | 
                 details.append(f"disk_full:{spec}")
                 continue
             fault, _, variant = fault.partition(":")  # "damage:<kind>:<mode>" plans which file and how
+            before = record_mtime(run_dir)
             launcher = launch(run_dir, log)
             wait_for_moment(rng, run_dir, launcher, after_checkpoint=fault == "damage")
             if launcher.poll() is not None:  # finished (or failed) before the fault
@@ -300,7 +319,7 @@ def trial(index: int, rng: random.Random, out: Path, planned: tuple[str, ...] | 
             gone = wait_until_gone(run_dir, launcher)
             tally["orphans"] += len(gone.orphans)
             tally["stuck"] += int(gone.hung)
-            if fault in ("worker", "interrupt") and not gone.hung and run_record(run_dir).get("status") == "running":
+            if fault in ("worker", "interrupt") and not gone.hung and left_running(run_dir, before):
                 tally["stuck"] += 1  # the launcher outlived the fault but left the run marked as running
             judge_pending_damage()
             if fault == "damage":

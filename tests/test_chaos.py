@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 
 import pytest
 
@@ -127,3 +128,18 @@ def test_every_fault_kind_loses_nothing(tmp_path):
     assert summary["failed_trials"] == [], summary["per_trial"]
     for key in chaos.MUST_BE_ZERO:
         assert summary[key] == 0, (key, summary["per_trial"])
+
+
+def test_stuck_means_this_launch_left_the_record_running(tmp_path):
+    """A Ctrl-C before the lock leaves an earlier SIGKILLed launcher's "running" untouched: not this launch's doing."""
+    chaos = load_chaos()
+    record = tmp_path / "run.json"
+    record.write_text(json.dumps({"status": "running"}))
+    before = chaos.record_mtime(tmp_path)
+    assert not chaos.left_running(tmp_path, before)  # untouched since the launch began
+    time.sleep(0.01)
+    record.write_text(json.dumps({"status": "running"}))  # the launch wrote it, then stopped without a word
+    assert chaos.left_running(tmp_path, before)
+    record.write_text(json.dumps({"status": "interrupted"}))
+    assert not chaos.left_running(tmp_path, before)
+    assert not chaos.left_running(tmp_path / "none", None)  # no record at all

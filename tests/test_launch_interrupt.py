@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSettings
+from mutualrl.launch.supervise.signals import interrupt_requested, raise_if_interrupted, stop_signals
 from mutualrl.run_folder import RunPaths
 
 # A worker busy where SIGTERM does not reach it (as one importing torch can be): only SIGKILL stops it.
@@ -65,3 +69,43 @@ def test_ctrl_c_while_the_pool_is_still_starting_stops_those_started(tmp_path):
     assert outcome.reason == "interrupted"
     started = [p for p in procs if p.popen is not None]
     assert len(started) == 5 and all(p.popen.poll() is not None for p in started)
+
+
+class DropsAKeyboardInterrupt:
+    """Receives SIGINT inside its finalizer, where Python prints "Exception ignored" and drops the
+    KeyboardInterrupt (as it did inside the regex module's ``__del__`` while a tokenizer loaded)."""
+
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # the handler runs at the next bytecode boundary, still inside __del__
+            pass
+
+
+def test_a_ctrl_c_python_drops_in_a_finalizer_still_stops_the_pool(tmp_path, monkeypatch):
+    procs = [PolicyProcess(name=f"p{i}", argv=[sys.executable, "-c", "pass"], env={},
+                           log_path=tmp_path / "logs" / f"p{i}.log") for i in range(2)]  # would finish "ok"
+    dropped = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda info: dropped.append(info.exc_type))
+    with stop_signals():
+        DropsAKeyboardInterrupt()  # collected at once: the interrupt is raised and dropped in __del__
+        assert dropped == [KeyboardInterrupt]  # Python dropped it: nothing was raised here
+        assert interrupt_requested() == "SIGINT"
+        settings = PoolSettings(tmp_path / "see", stall_timeout_s=60.0, grace_s=5.0, poll_s=0.05)
+        outcome = PoolRunner(procs, RunPaths(tmp_path), settings, console=Console(file=open("/dev/null", "w"))).run()
+    assert outcome.reason == "interrupted" and not outcome.ok
+    assert all(p.popen is None for p in procs)  # stopped before a worker started
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored after
+
+
+def test_without_a_stop_signal_the_check_does_nothing_and_nested_blocks_keep_a_request():
+    with stop_signals():
+        raise_if_interrupted()  # nothing requested: no exception
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):
+                pass
+        with stop_signals():  # an inner block (a run of a pair) does not forget the outer request
+            with pytest.raises(KeyboardInterrupt, match="SIGTERM"):
+                raise_if_interrupted()
+    with stop_signals():  # a new outermost block starts clean
+        assert interrupt_requested() is None

@@ -17,6 +17,7 @@ from mutualrl.launch.rundir.lock import RunLock, clear_run_folder, is_run_folder
 from mutualrl.launch.rundir.prepare import check_run_dir, prepare_launch, resume_changes
 from mutualrl.launch.rundir.record import mark_failed, mark_interrupted, write_run_json
 from mutualrl.launch.supervise.pool import run_pool
+from mutualrl.launch.supervise.signals import raise_if_interrupted, stop_signals
 from mutualrl.run_folder import RunPaths, read_json
 
 
@@ -116,7 +117,11 @@ def baseline_options(options: TrainOptions, run_dir: Path) -> TrainOptions:
 
 def run_train(options: TrainOptions, console: Console | None = None) -> int:
     """Train the pool; with ``options.baseline`` also train the baseline regime and print both side by side."""
-    console = console or Console()
+    with stop_signals():  # one Ctrl-C stops both runs of a pair, even if it came between them
+        return _run_train(options, console or Console())
+
+
+def _run_train(options: TrainOptions, console: Console) -> int:
     if options.baseline is None:
         return train_one(options, console)
     config, _ = resolve_config(options)
@@ -152,6 +157,12 @@ def run_train(options: TrainOptions, console: Console | None = None) -> int:
 
 
 def train_one(options: TrainOptions, console: Console) -> int:
+    """``mutualrl train`` for one run; a stop signal at any moment, even one Python drops, stops it (:mod:`.supervise.signals`)."""
+    with stop_signals():
+        return _train_one(options, console)
+
+
+def _train_one(options: TrainOptions, console: Console) -> int:
     config, source = resolve_config(options)
     paths = RunPaths(run_dir_for(config))
     if options.dry_run:
@@ -170,6 +181,7 @@ def train_one(options: TrainOptions, console: Console) -> int:
 
     check_run_dir(paths, options.resume, options.overwrite)  # refuses before anything is written
     allowed = resume_changes(paths, config) if options.resume and paths.config.exists() else []
+    raise_if_interrupted()  # stopped while loading: leave the run as it was
     with RunLock(paths.root).acquire("resume" if options.resume else "train into") as lock:
         if lock.warning:
             console.print(f"[yellow]warning:[/] {lock.warning}", highlight=False)

@@ -6,9 +6,7 @@ both call :func:`run_pool`; they differ only in what comes before (prepare or jo
 
 from __future__ import annotations
 
-import contextlib
-import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +16,7 @@ from mutualrl.config.cadence import max_optimizer_steps
 from mutualrl.config.schema import RunConfig
 from mutualrl.launch.rundir.lock import RunLock
 from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSettings, RunOutcome
+from mutualrl.launch.supervise.signals import stop_signals
 from mutualrl.run_folder import RunPaths
 
 
@@ -30,7 +29,7 @@ def run_pool(config: RunConfig, plan: Any, paths: RunPaths, resume_step: int | N
     processes = processes_from_plan(plan, paths, resume_step)
     settings = pool_settings(config, paths, lock, restart_argv=lambda policy: restart_command(processes, paths, policy))
     runner = PoolRunner(processes, paths, settings, console=console, remote=remote)
-    with stop_on_termination_signals():
+    with stop_signals():  # Ctrl-C, SIGTERM, SIGHUP: workers stopped, run left resumable
         outcome = runner.run()
     if remote is not None and not outcome.ok:
         remote.report(False, outcome.reason, outcome.failed_policy, outcome.returncodes)
@@ -59,18 +58,3 @@ def processes_from_plan(plan: Any, paths: RunPaths, resume_step: int | None) -> 
         processes.append(PolicyProcess(name=spec.policy, argv=argv, env=dict(spec.env), log_path=Path(spec.log_path),
                                        cwd=Path(spec.cwd) if spec.cwd else None))
     return processes
-
-
-@contextlib.contextmanager
-def stop_on_termination_signals() -> Iterator[None]:
-    """SIGTERM / SIGHUP to the launcher stop the pool like Ctrl-C: workers stopped, run left resumable."""
-
-    def interrupt(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(signal.Signals(signum).name)
-
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)

@@ -36,6 +36,7 @@ from rich.progress import (
 
 from mutualrl.errors import DISK_FULL_EXIT, StorageError, describe_free, free_bytes, is_storage_message
 from mutualrl.launch.rundir.metrics_merge import MetricsMerger
+from mutualrl.launch.supervise.signals import raise_if_interrupted
 from mutualrl.regimes.registry import all_regimes
 from mutualrl.run_folder import RunPaths
 from mutualrl.see.liveness import freshest_heartbeat_age
@@ -163,6 +164,7 @@ class PoolRunner:
     def run(self) -> RunOutcome:
         started = time.time()
         try:
+            raise_if_interrupted()  # a Ctrl-C during planning whose KeyboardInterrupt Python dropped
             self.start()
         except KeyboardInterrupt:  # Ctrl-C while a large pool is still starting: stop what has started
             self._stop_all()
@@ -181,6 +183,7 @@ class PoolRunner:
         try:
             with progress:
                 while True:
+                    raise_if_interrupted()
                     new_rows = self._merge()
                     now = time.time()
                     lines, key = self._remote_progress(progress, tasks)
