@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +42,21 @@ def write_recipe(path: Path, models: dict[str, Path], regime: str = "xgrpo", ste
 
 def train_command(recipe: Path, run_dir: Path, *args: str) -> list[str]:
     return [sys.executable, "-m", "mutualrl", "train", "--pool", str(recipe), "-o", str(run_dir), *args]
+
+
+def free_ports(count: int) -> int:
+    """The first of ``count`` consecutive free ports (policy i rendezvouses on ``launch.main_process_port`` + i):
+    runs that start several ranks must not share the recipe's default port with another test's run."""
+    for _ in range(50):
+        start = random.randint(30000, 60000)
+        try:
+            for port in range(start, start + count):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port))
+            return start
+        except OSError:
+            continue
+    raise RuntimeError("no free ports")
 
 
 def child_env() -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -122,6 +123,48 @@ def test_resume_refuses_another_regime_or_seed_and_lists_each(workdir, capsys):
     code, err = run_cli(["train", "-o", "run", "--resume", "--pool", "2qwen"], capsys)
     assert_one_line_error(code, err, "pool 'tiny'", "not '2qwen'")
     assert run_dir.is_dir()
+
+
+def test_resume_of_a_named_folder_loads_only_its_own_config(workdir, monkeypatch):
+    """`--resume -o RUN`: the run's config.yaml is loaded once; the recipe is read only to find a folder
+    (no -o) or to check --pool against the run's pool."""
+    import mutualrl.launch.run as run_module
+
+    run_dir = _stored_run(workdir / "run")
+    loaded_from: list[str] = []
+    real_load = run_module.load_run_config
+
+    def recording_load(source, **kwargs):
+        loaded_from.append(source)
+        return real_load(source, **kwargs)
+
+    monkeypatch.setattr(run_module, "load_run_config", recording_load)
+    config, _ = resolve_config(TrainOptions(output_dir=Path("run"), resume=True, gpus=0))
+    assert loaded_from == [str(run_dir / "config.yaml")] and config.grpo["max_steps"] == 4
+    assert config.launch.gpus == 0  # a dedicated option, applied typed on top of the stored config
+    loaded_from.clear()
+    resolve_config(TrainOptions(output_dir=Path("run"), resume=True, pool="tiny"))
+    assert loaded_from == ["tiny", str(run_dir / "config.yaml")]  # --pool: checked against the run's pool
+
+
+def test_resume_of_a_finished_run_starts_no_worker_unless_it_trains_longer(workdir, capsys, monkeypatch):
+    import mutualrl.launch.run as run_module
+
+    run_dir = _stored_run(workdir / "run")
+    (run_dir / "run.json").write_text('{"status": "done"}')
+    (run_dir / "summary.json").write_text(json.dumps({
+        "pool": "tiny", "regime": "sgt", "run_dir": str(run_dir), "seconds": 9.0,
+        "policies": {"tiny-bpe": {"steps": 4, "eval_before": 0.25, "eval_after": 0.75}}}))
+    started = []
+    monkeypatch.setattr(run_module, "launch_locked", lambda *args, **kwargs: started.append(args) or 0)
+    assert run(["train", "-o", "run", "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "finished; nothing to resume" in out and "0.250" in out and "0.750" in out and not started
+    assert json.loads((run_dir / "run.json").read_text()) == {"status": "done"}  # untouched
+    assert run(["train", "-o", "run", "--resume", "--max-steps", "6"]) == 0  # longer: it launches
+    assert len(started) == 1
+    (run_dir / "run.json").write_text('{"status": "interrupted"}')
+    assert run(["train", "-o", "run", "--resume"]) == 0 and len(started) == 2
 
 
 def test_overwrite_refuses_a_folder_that_is_not_a_run(workdir, capsys):

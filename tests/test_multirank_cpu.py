@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_helpers import TINY, TINY_SGT_3_STEPS, assert_ok, child_env, shared_train
+from e2e_helpers import TINY, TINY_SGT_3_STEPS, assert_ok, child_env, free_ports, shared_train
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.inspect import inspect_exchange
 
@@ -25,7 +25,7 @@ STEPS = 3
 def train(run_dir: Path, *extra: str, steps: int = STEPS) -> None:
     """The 3-step SGT run of :data:`e2e_helpers.TINY_SGT_3_STEPS` (without its baseline), changed by ``extra``."""
     done = subprocess.run([sys.executable, "-m", "mutualrl", "train", *TINY, "--regime", "sgt", "--max-steps",
-                           str(steps), "-o", str(run_dir), *extra],
+                           str(steps), "-o", str(run_dir), "--set", f"launch.main_process_port={free_ports(2)}", *extra],
                           env=child_env(), capture_output=True, text=True, timeout=900)
     assert_ok(done)
 

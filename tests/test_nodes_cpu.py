@@ -8,14 +8,12 @@ With 4 machines each policy is one torchrun group of 2 ranks spanning two machin
 from __future__ import annotations
 
 import json
-import random
-import socket
 import subprocess
 import sys
 
 import pytest
 
-from e2e_helpers import child_env
+from e2e_helpers import child_env, free_ports
 from mutualrl.see.inspect import inspect_exchange
 
 STEPS = 2
@@ -26,20 +24,6 @@ def launcher(run_dir, machine: int, nodes: int = 2, *extra: str) -> subprocess.P
             "--nodes", str(nodes), "--machine-rank", str(machine), "--main-address", "127.0.0.1", "-o", str(run_dir),
             "--set", "validation.limit=20", "--set", "launch.threads_per_policy=1", *extra]
     return subprocess.Popen(argv, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def free_ports(count: int) -> int:
-    """The first of ``count`` consecutive free ports (policy i rendezvouses on port + i)."""
-    for _ in range(50):
-        start = random.randint(30000, 60000)
-        try:
-            for port in range(start, start + count):
-                with socket.socket() as sock:
-                    sock.bind(("127.0.0.1", port))
-            return start
-        except OSError:
-            continue
-    raise RuntimeError("no free ports")
 
 
 @pytest.mark.slow

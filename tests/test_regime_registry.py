@@ -190,11 +190,11 @@ def test_a_regimes_own_train_option_comes_from_its_spec():
 
     from mutualrl.cli.train_cmd import train
     from mutualrl.errors import UsageError
-    from mutualrl.regimes.registry import flag_override, regime_flags
+    from mutualrl.regimes.registry import flag_setting, regime_flags
 
     assert [f.flag for _, f in regime_flags()] == ["--prp-denominator"]
     names = list(inspect.signature(train).parameters)
     assert names[names.index("regime") + 1] == "prp_denominator"
-    assert flag_override("--prp-denominator", "learner") == "regime.prp.denominator=learner"
+    assert flag_setting("--prp-denominator", "learner") == ("regime.prp.denominator", "learner")
     with pytest.raises(UsageError, match="--prp-denominator: expected 'learner' or 'peer', got 'both'"):
-        flag_override("--prp-denominator", "both")
+        flag_setting("--prp-denominator", "both")

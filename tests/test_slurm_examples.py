@@ -108,7 +108,8 @@ def dry_run(args: list[str], plan_file: Path) -> tuple[dict, str]:
     """`mutualrl <args> --dry-run --save-plan FILE`, in this process: the saved plan and the printed one."""
     result = CliRunner().invoke(app, [*args, "--dry-run", "--save-plan", str(plan_file)])
     assert result.exit_code == 0, result.output
-    return json.loads(plan_file.read_text()), result.output.replace(str(plan_file), "PLAN_FILE")
+    # Lines joined: a long tmp folder (an xdist worker's) wraps the plan file's path mid-name.
+    return json.loads(plan_file.read_text()), "".join(result.output.splitlines()).replace(str(plan_file), "PLAN_FILE")
 
 
 def launches_on(plan: dict, machine: int) -> dict[str, dict]:

@@ -224,11 +224,12 @@ def test_zero3_on_cpu_trains_the_tiny_pool(tmp_path):
     import subprocess
     import sys
 
-    from e2e_helpers import child_env
+    from e2e_helpers import child_env, free_ports
 
     run_dir = tmp_path / "run"
     done = subprocess.run([sys.executable, "-m", "mutualrl", "train", "--pool", "tiny", "--max-steps", "2",
                            "-o", str(run_dir), "--set", "launch.deepspeed=zero3", "--set", "validation.limit=10",
+                           "--set", f"launch.main_process_port={free_ports(2)}",
                            "--set", "validation.every_steps=0"],
                           env=child_env(), capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -10,7 +10,7 @@ from typing import Any
 import typer
 
 from mutualrl.cli.common import check_output_path, console, report_errors
-from mutualrl.regimes.registry import flag_override, get_regime, regime_flags, regimes_help
+from mutualrl.regimes.registry import flag_setting, get_regime, regime_flags, regimes_help
 
 REGIME_HELP = "Sharing regime: " + regimes_help() + ". Default: the recipe's."
 
@@ -78,7 +78,7 @@ def train(
     if baseline is not None:
         get_regime(baseline, where="--baseline")
     flags = {f.flag: regime_options[option_name(f.flag)] for _, f in regime_flags()}
-    regime_overrides = [(flag, flag_override(flag, value)) for flag, value in flags.items() if value is not None]
+    regime_overrides = [(flag, *flag_setting(flag, value)) for flag, value in flags.items() if value is not None]
     if output_dir is not None:
         check_output_path(output_dir, "--output-dir", kind="folder")
     if save_plan is not None:

@@ -201,6 +201,16 @@ def _list_index(items: list[Any], keys: list[str], dotted: str) -> tuple[int, in
     raise ConfigError("--set", dotted, f"no item named {key!r} (known: {known})")
 
 
+@dataclass(frozen=True)
+class OptionSetting:
+    """A field set by a dedicated CLI option (``--gpus 8`` -> ``launch.gpus`` = 8): a typed value applied as is,
+    never re-parsed from text, and named by its flag in error messages."""
+
+    flag: str
+    key: str  # dotted, as in ``--set`` (``launch.gpus``, ``regime.prp.denominator``)
+    value: Any
+
+
 @dataclass
 class LoadedRecipe:
     config: RunConfig
@@ -214,13 +224,13 @@ def load_run_config(
     regime: str | None = None,
     check_grpo: bool = True,
     max_steps: int | None = None,
-    option_settings: typing.Sequence[tuple[str, str]] = (),
+    option_settings: typing.Sequence[OptionSetting] = (),
 ) -> LoadedRecipe:
     """Load a recipe by pool name or path, apply ``--set`` overrides and validate it.
 
     ``max_steps`` (``--max-steps``) is the run length in the recipe's own unit: it sets
     ``schedule.max_steps`` when the recipe has a ``schedule``, else ``grpo.max_steps``.
-    ``option_settings`` are the dedicated CLI options as ``(flag, KEY=VALUE)``: applied after the ``--set``
+    ``option_settings`` are the dedicated CLI options (:class:`OptionSetting`): applied after the ``--set``
     overrides (they win) and named by their flag in error messages, so an error never blames a ``--set``
     the user did not give.
     """
@@ -231,9 +241,10 @@ def load_run_config(
         if not isinstance(data["regime"], dict):
             raise ConfigError(str(path), "regime", "expected a mapping")
         data["regime"]["name"] = regime
-    for text in [*overrides, *(setting for _, setting in option_settings)]:
-        keys, value = parse_override(text)
-        apply_override(data, keys, value)
+    for text in overrides:
+        apply_override(data, *parse_override(text))
+    for setting in option_settings:
+        apply_override(data, setting.key.split("."), setting.value)
     source = str(path) + changes_note(overrides, regime, max_steps, option_settings)
     if max_steps is not None:
         set_max_steps(data, max_steps)
@@ -244,10 +255,10 @@ def load_run_config(
 
 
 def changes_note(overrides: typing.Sequence[str], regime: str | None, max_steps: int | None,
-                 option_settings: typing.Sequence[tuple[str, str]]) -> str:
+                 option_settings: typing.Sequence[OptionSetting]) -> str:
     """`` (with --set overrides, --max-steps)``: what changed the recipe, for error messages; empty if nothing."""
     changes = ["--set overrides"] if overrides else []
-    flags = [*(["--regime"] if regime is not None else []), *(flag for flag, _ in option_settings),
+    flags = [*(["--regime"] if regime is not None else []), *(setting.flag for setting in option_settings),
              *(["--max-steps"] if max_steps is not None else [])]
     changes += list(dict.fromkeys(flags))  # one mention per flag, in order
     return f" (with {', '.join(changes)})" if changes else ""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -10,12 +9,13 @@ from typing import Any
 from rich.console import Console
 
 from mutualrl.atomic_io import write_json_atomic
-from mutualrl.config.loader import load_run_config
+from mutualrl.config.loader import LoadedRecipe, OptionSetting, load_run_config
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import StorageError, UsageError, storage_errors
 from mutualrl.launch.rundir.lock import RunLock, clear_run_folder, is_run_folder
 from mutualrl.launch.rundir.prepare import check_run_dir, prepare_launch, resume_changes
-from mutualrl.launch.rundir.record import mark_failed, mark_interrupted, write_run_json
+from mutualrl.launch.rundir.record import is_finished, mark_failed, mark_interrupted, write_run_json
+from mutualrl.launch.rundir.resume import changes_training
 from mutualrl.launch.supervise.pool import run_pool
 from mutualrl.launch.supervise.signals import raise_if_interrupted, stop_signals
 from mutualrl.run_folder import RunPaths, read_json
@@ -25,7 +25,7 @@ from mutualrl.run_folder import RunPaths, read_json
 class TrainOptions:
     pool: str | None = None  # None: the default pool, or on --resume the run's own recipe
     regime: str | None = None
-    regime_overrides: list[tuple[str, str]] = field(default_factory=list)  # (--<regime>-<field>, KEY=VALUE)
+    regime_overrides: list[tuple[str, str, str]] = field(default_factory=list)  # (--<regime>-<field>, key, value)
     output_dir: Path | None = None
     max_steps: int | None = None
     seed: int | None = None
@@ -46,27 +46,16 @@ class TrainOptions:
 DEFAULT_POOL = "tiny"
 
 
-def as_yaml_value(value: Any) -> str:
-    """``value`` as the text of a ``--set`` value (JSON is YAML). Not ASCII-escaped: YAML reads JSON's
-    ``\\ud83d\\ude00`` surrogate pairs as two broken characters, so an emoji in ``-o`` broke the path."""
-    return json.dumps(value, ensure_ascii=False)
-
-
-def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
-    """Recipe + ``--set`` overrides + the dedicated CLI options (which win).
-
-    ``--resume`` continues from the run folder's own resolved config (not the recipe's
-    current content); only the options given now are applied on top of it.
-    """
-    settings: list[tuple[str, str]] = []  # (flag, KEY=VALUE): the dedicated options, named by flag in errors
+def option_settings(options: TrainOptions) -> list[OptionSetting]:
+    """The dedicated options as typed recipe settings (they win over ``--set``; errors name the flag)."""
+    settings = [OptionSetting(flag, key, value) for flag, key, value in options.regime_overrides]
     if options.force:
-        settings.append(("--force", "launch.force=true"))
+        settings.append(OptionSetting("--force", "launch.force", True))
     if options.seed is not None:
-        settings.append(("--seed", f"grpo.seed={options.seed}"))
-    settings += options.regime_overrides
+        settings.append(OptionSetting("--seed", "grpo.seed", options.seed))
     for key in ("gpus", "nodes", "machine_rank", "main_address"):
         if getattr(options, key) is not None:
-            settings.append((f"--{key.replace('_', '-')}", f"launch.{key}={as_yaml_value(getattr(options, key))}"))
+            settings.append(OptionSetting(f"--{key.replace('_', '-')}", f"launch.{key}", getattr(options, key)))
     if options.output_dir is not None:  # a literal path: braces are not {pool}/{regime} placeholders
         literal = str(options.output_dir).replace("{", "{{").replace("}", "}}")
         try:
@@ -74,21 +63,43 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
         except UnicodeEncodeError:  # bytes that are not UTF-8 (a name from another locale)
             raise UsageError(f"--output-dir {options.output_dir!r}: the name is not valid UTF-8 text; "
                              "rename it or choose another folder") from None
-        settings.append(("--output-dir", f"output_dir={as_yaml_value(literal)}"))
+        settings.append(OptionSetting("--output-dir", "output_dir", literal))
     if options.device_map is not None:
         from mutualrl.launch.plan.mwra import parse_device_map
 
-        settings.append(("--device-map", f"launch.device_map={as_yaml_value(parse_device_map(options.device_map))}"))
-    loaded = load_run_config(options.pool or DEFAULT_POOL, overrides=options.overrides, regime=options.regime,
-                             max_steps=options.max_steps, option_settings=settings)
+        settings.append(OptionSetting("--device-map", "launch.device_map", parse_device_map(options.device_map)))
+    return settings
+
+
+def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
+    """Recipe + ``--set`` overrides + the dedicated CLI options (which win).
+
+    ``--resume`` continues from the run folder's own resolved config (not the recipe's
+    current content); only the options given now are applied on top of it. The recipe is
+    read only when it is needed: to find the run folder (no ``-o``) or to check ``--pool``.
+    """
+    settings = option_settings(options)
+
+    def load(source: str) -> LoadedRecipe:
+        return load_run_config(source, overrides=options.overrides, regime=options.regime,
+                               max_steps=options.max_steps, option_settings=settings)
+
+    given = RunPaths(options.output_dir.resolve()).config if options.output_dir is not None else None
+    if options.resume and options.pool is None and given is not None and given.is_file():
+        return checked(load(str(given)))  # the folder is known: its own settings, the recipe is not read
+    loaded = load(options.pool or DEFAULT_POOL)
     stored = RunPaths(run_dir_for(loaded.config)).config
     if options.resume and stored.is_file():  # the run's own settings; the options above still apply
         recipe_pool = loaded.config.pool.name
-        loaded = load_run_config(str(stored), overrides=options.overrides, regime=options.regime,
-                                 max_steps=options.max_steps, option_settings=settings)
+        loaded = load(str(stored))
         if options.pool is not None and recipe_pool != loaded.config.pool.name:
             raise UsageError(f"--resume: {stored.parent} is a run of pool {loaded.config.pool.name!r}, not "
                              f"{recipe_pool!r}; drop --pool to continue it, or start a new run with --output-dir")
+    return checked(loaded)
+
+
+def checked(loaded: LoadedRecipe) -> tuple[RunConfig, str]:
+    """The loaded config and its source, once its task and splits are known to exist."""
     check_task(loaded.config)
     return loaded.config, loaded.source
 
@@ -185,6 +196,8 @@ def _train_one(options: TrainOptions, console: Console) -> int:
     with RunLock(paths.root).acquire("resume" if options.resume else "train into") as lock:
         if lock.warning:
             console.print(f"[yellow]warning:[/] {lock.warning}", highlight=False)
+        if options.resume and not changes_training(allowed) and is_finished(paths):  # nothing lost, nothing to train: no workers
+            return report_finished(paths, console)
         mark_interrupted(paths)
         if options.overwrite and not options.resume and is_run_folder(paths.root):  # a new folder has only .lock
             clear_run_folder(paths.root)
@@ -194,6 +207,16 @@ def _train_one(options: TrainOptions, console: Console) -> int:
         except StorageError as err:
             mark_failed(paths, str(err))
             raise
+
+
+def report_finished(paths: RunPaths, console: Console) -> int:
+    """``--resume`` of a run that finished with these settings: say so and show its summary again."""
+    from mutualrl.launch.rundir.summary import print_summary
+
+    console.print(f"--resume: {paths.root} finished; nothing to resume (train it longer: --resume --max-steps N)",
+                  highlight=False)
+    print_summary(read_json(paths.summary), console)
+    return 0
 
 
 def plan_without_launch(config: RunConfig, run_dir: Path, gpu_memory_gib: float | None = None) -> Any:

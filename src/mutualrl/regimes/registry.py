@@ -180,14 +180,14 @@ def regime_flags() -> list[tuple[RegimeSpec, RegimeFlag]]:
     return [(spec, flag) for spec in all_regimes() for flag in spec.flags]
 
 
-def flag_override(flag: str, value: str) -> str:
-    """The ``KEY=VALUE`` a regime's option sets (``regime.prp.denominator=peer``); a value outside the field's
-    ``Literal`` choices is refused here, naming the option."""
+def flag_setting(flag: str, value: str) -> tuple[str, str]:
+    """The (dotted key, value) a regime's option sets (``regime.prp.denominator``, ``peer``); a value outside the
+    field's ``Literal`` choices is refused here, naming the option."""
     spec, option = next((s, f) for s, f in regime_flags() if f.flag == flag)
     choices = typing.get_args(typing.get_type_hints(spec.settings)[option.setting])
     if choices and value not in choices:
         raise UsageError(f"{flag}: expected {' or '.join(repr(c) for c in choices)}, got {value!r}")
-    return f"regime.{spec.settings_key}.{option.setting}={value}"
+    return f"regime.{spec.settings_key}.{option.setting}", value
 
 
 def regimes_help() -> str:
@@ -195,5 +195,5 @@ def regimes_help() -> str:
     return ", ".join(f"{s.name} ({s.help})" for s in all_regimes())
 
 
-__all__ = ["ENV_VAR", "RegimeFlag", "RegimeSpec", "all_regimes", "flag_override", "get_regime", "load_regimes",
+__all__ = ["ENV_VAR", "RegimeFlag", "RegimeSpec", "all_regimes", "flag_setting", "get_regime", "load_regimes",
            "regime_flags", "regime_names", "regimes_help", "register_regime", "settings_regimes", "unregister_regime"]

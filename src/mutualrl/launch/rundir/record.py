@@ -30,6 +30,11 @@ def read_record(paths: RunPaths) -> dict[str, Any]:
     return info if isinstance(info, dict) else {}
 
 
+def is_finished(paths: RunPaths) -> bool:
+    """The run ended ``done`` and its summary is written: a ``--resume`` with the same settings has nothing to do."""
+    return read_record(paths).get("status") == "done" and paths.summary.is_file()
+
+
 def write_run_json(paths: RunPaths, config: RunConfig, status: str, reason: str | None = None) -> None:
     previous = read_record(paths)
     record = {

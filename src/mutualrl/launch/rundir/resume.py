@@ -60,6 +60,12 @@ def config_changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[
     return refused, allowed
 
 
+def changes_training(allowed: list[str]) -> bool:
+    """Whether the allowed changes (:func:`config_changes`) touch what is trained: ``output_dir`` only
+    respells the folder being resumed (``runs/x`` -> ``/home/me/runs/x``)."""
+    return any(not change.startswith("output_dir: ") for change in allowed)
+
+
 def checkpoint_steps(policy_dir: Path) -> set[int]:
     """Steps of the checkpoint folders of a policy (complete or not: :func:`checkpoint_problem` judges them)."""
     if not policy_dir.exists():
