@@ -21,7 +21,7 @@ import pytest
 
 SHARED_RUN_FILES = frozenset({
     "test_async_exchange_e2e.py", "test_learning_bench.py", "test_multirank_cpu.py", "test_progress_log.py",
-    "test_trackers_e2e.py", "test_train_e2e.py",
+    "test_trackers_e2e.py", "test_train_e2e.py", "test_vllm_cpu.py",
 })
 """Files whose tests read :func:`e2e_helpers.shared_train` runs or launch several CPU ranks (fixed port)."""
 

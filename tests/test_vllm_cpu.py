@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_helpers import child_env
+from e2e_helpers import TINY, TINY_SGT_3_STEPS, assert_ok, child_env, shared_train
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.inspect import inspect_exchange
 
@@ -34,8 +34,8 @@ pytestmark = pytest.mark.slow
 
 
 def train(run_dir: Path, *extra: str, env: dict[str, str] | None = None) -> Path:
-    done = subprocess.run([sys.executable, "-m", "mutualrl", "train", "--pool", "tiny", "--max-steps", str(STEPS),
-                           "--set", "validation.limit=40", "-o", str(run_dir), *extra],
+    done = subprocess.run([sys.executable, "-m", "mutualrl", "train", *TINY, "--max-steps", str(STEPS),
+                           "-o", str(run_dir), *extra],
                           env={**child_env(), **(env or {})}, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     return run_dir
@@ -48,9 +48,13 @@ def rows(run_dir: Path, kind: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("vllm")
-    return {"vllm": train(root / "vllm", "--set", "grpo.use_vllm=true"),
-            "transformers": train(root / "transformers", "--set", "grpo.use_vllm=false")}
+    """The 3-step SGT run with vLLM, and the shared one without it (e2e_helpers.TINY_SGT_3_STEPS: the same
+    settings; tiny's recipe runs transformers generate on a CPU)."""
+    without, done = shared_train(tmp_path_factory, *TINY_SGT_3_STEPS)
+    assert_ok(done)
+    assert not json.loads((without / "launch" / "plan.json").read_text())["policies"][0]["grpo"].get("use_vllm")
+    return {"vllm": train(tmp_path_factory.mktemp("vllm") / "vllm", "--regime", "sgt", "--set", "grpo.use_vllm=true"),
+            "transformers": without}
 
 
 def test_every_policy_trains_with_its_own_synced_engine(runs):

@@ -34,8 +34,6 @@ def stop_signals() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    if _state["depth"] == 0:
-        _state["requested"] = None
     previous = {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS}
     _state["depth"] += 1
     try:
@@ -44,6 +42,8 @@ def stop_signals() -> Iterator[None]:
         _state["depth"] -= 1
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if _state["depth"] == 0:  # forgotten with the block: a later pool run in this process starts clean
+            _state["requested"] = None
 
 
 def interrupt_requested() -> str | None:
