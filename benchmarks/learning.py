@@ -136,6 +136,21 @@ def per_seed_gains(runs: dict[str, dict[int, dict]], roles: dict[str, tuple[str,
             "target_met_every_seed": worst_weak >= WEAK_TARGET and worst_strong >= strong_target}
 
 
+def standalone_noise_floor(strong: dict[str, list[float]], observed: dict[str, Any], bound: float) -> dict[str, Any]:
+    """How often the bound is missed with no sharing at all: over every ordered pair of different seeds of
+    standalone GRPO (``strong``: policy -> its strong-family accuracy per seed), the share of pairs whose
+    difference is below ``bound``; times the number of (seed, policy) comparisons SGT made (``observed``:
+    ``per_seed_gains``'s result), the misses to expect if SGT changed nothing, beside the misses seen; and
+    the largest drop between two standalone seeds beside SGT's largest cost."""
+    pairs = [b - a for values in strong.values() for i, a in enumerate(values) for j, b in enumerate(values) if i != j]
+    share = sum(round(d, 6) < bound for d in pairs) / len(pairs) if pairs else 0.0
+    changes = [v["strong"] for row in observed.get("seeds", {}).values() for v in row.values()]
+    return {"bound": bound, "standalone_pairs": len(pairs), "standalone_pairs_below_bound": round(share, 4),
+            "standalone_worst_pair": round(min(pairs), 6) if pairs else None,
+            "comparisons": len(changes), "misses_expected_without_any_effect": round(share * len(changes), 2),
+            "misses_seen": sum(c < bound for c in changes), "worst_seen": min(changes) if changes else None}
+
+
 def orderings(final: dict[str, dict[str, float]]) -> dict[str, bool]:
     """The paper's orderings on final held-out reward@1 (mean over seeds), every policy."""
     pairs = {"sgt_ge_standalone": ("sgt", "standalone"), "xgrpo_ge_grpo_randpert": ("xgrpo", "grpo-randpert"),
@@ -239,6 +254,10 @@ def main() -> None:
     if args.full_test_task:  # the strong family's cost where it can be resolved: bound -0.02 (issue 25)
         results["sgt_minus_standalone_full_test"] = per_seed_gains(runs, roles, "groups_full_test",
                                                                    STRONG_FULL_TEST_TARGET)
+        if "standalone" in results["regimes"]:  # is a miss an effect, or one run's noise? (docs/pools.md)
+            results["noise_floor_full_test"] = standalone_noise_floor(
+                {p: results["regimes"]["standalone"][p]["strong_full_test"]["values"] for p in roles},
+                results["sgt_minus_standalone_full_test"], STRONG_FULL_TEST_TARGET)
     results["paper_orderings"] = orderings(final)
     results["wall_seconds"] = round(time.perf_counter() - started, 1)
     figure = args.out / "learning.png"

@@ -10,11 +10,23 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
-from learning import STRONG_FULL_TEST_TARGET, per_seed_gains  # noqa: E402
+from learning import STRONG_FULL_TEST_TARGET, per_seed_gains, standalone_noise_floor  # noqa: E402
 
 
 def run(after: dict[str, float], full: dict[str, float]) -> dict:
     return {"policies": {"p": {"groups_after": after, "groups_full_test": full}}}
+
+
+def test_noise_floor_counts_standalone_seed_pairs_below_the_bound_by_hand() -> None:
+    # seeds 1-3 of one policy: 0.98, 0.95, 0.98 -> ordered pairs (b - a): -0.03, 0, +0.03, +0.03, 0, -0.03
+    observed = {"seeds": {1: {"p": {"strong": -0.03}}, 2: {"p": {"strong": 0.0}}, 3: {"p": {"strong": -0.02}}}}
+    floor = standalone_noise_floor({"p": [0.98, 0.95, 0.98]}, observed, -0.02)
+    assert floor["standalone_pairs"] == 6 and floor["standalone_pairs_below_bound"] == pytest.approx(2 / 6, abs=1e-4)
+    assert floor["comparisons"] == 3 and floor["misses_expected_without_any_effect"] == 1.0
+    assert floor["misses_seen"] == 1  # -0.02 itself meets the bound
+    assert floor["standalone_worst_pair"] == -0.03 and floor["worst_seen"] == -0.03
+    quiet = standalone_noise_floor({"p": [0.97, 0.97, 0.97]}, observed, -0.02)
+    assert quiet["standalone_pairs_below_bound"] == 0 and quiet["misses_expected_without_any_effect"] == 0
 
 
 def test_gains_on_the_subset_and_on_the_whole_test_split() -> None:
