@@ -5,8 +5,8 @@ busy, a fast test one). Under ``--dist loadgroup`` the tests of one ``xdist_grou
 on one worker:
 
 - every test that reads a shared session run (:func:`e2e_helpers.shared_train`) is in one group, so each
-  shared run is launched once, not once per worker; the multi-rank runs, which rendezvous on the
-  recipe's fixed port (``launch.main_process_port``), are among them and so never meet another;
+  shared run is launched once, not once per worker; the multi-rank and DeepSpeed runs are among them
+  (they also take free ports, :func:`e2e_helpers.free_ports`, rather than the recipe's fixed one);
 - every other end-to-end test is grouped by its file (a file's tests often build one fixture);
 - the fast tests are spread one by one.
 
@@ -23,7 +23,7 @@ SHARED_RUN_FILES = frozenset({
     "test_async_exchange_e2e.py", "test_learning_bench.py", "test_multirank_cpu.py", "test_progress_log.py",
     "test_trackers_e2e.py", "test_train_e2e.py", "test_vllm_cpu.py",
 })
-"""Files whose tests read :func:`e2e_helpers.shared_train` runs or launch several CPU ranks (fixed port)."""
+"""Files whose tests read :func:`e2e_helpers.shared_train` runs or launch several CPU ranks or DeepSpeed."""
 
 
 def xdist_group_of(path: Path, slow: bool) -> str | None:

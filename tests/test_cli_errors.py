@@ -147,24 +147,43 @@ def test_resume_of_a_named_folder_loads_only_its_own_config(workdir, monkeypatch
     assert loaded_from == ["tiny", str(run_dir / "config.yaml")]  # --pool: checked against the run's pool
 
 
-def test_resume_of_a_finished_run_starts_no_worker_unless_it_trains_longer(workdir, capsys, monkeypatch):
+def test_resume_of_a_finished_run_starts_no_worker_unless_something_is_left_to_train(workdir, capsys, monkeypatch):
     import mutualrl.launch.run as run_module
 
-    run_dir = _stored_run(workdir / "run")
+    run_dir = _stored_run(workdir / "run")  # 4 steps
     (run_dir / "run.json").write_text('{"status": "done"}')
-    (run_dir / "summary.json").write_text(json.dumps({
-        "pool": "tiny", "regime": "sgt", "run_dir": str(run_dir), "seconds": 9.0,
-        "policies": {"tiny-bpe": {"steps": 4, "eval_before": 0.25, "eval_after": 0.75}}}))
+    summary = {"pool": "tiny", "regime": "sgt", "run_dir": str(run_dir), "seconds": 9.0, "policies": {
+        name: {"steps": 4, "eval_before": 0.25, "eval_after": 0.75} for name in ("tiny-bpe", "tiny-sp")}}
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    for name in ("tiny-bpe", "tiny-sp"):
+        (run_dir / "policies" / name / "final").mkdir(parents=True)
     started = []
     monkeypatch.setattr(run_module, "launch_locked", lambda *args, **kwargs: started.append(args) or 0)
     assert run(["train", "-o", "run", "--resume"]) == 0
     out = capsys.readouterr().out
     assert "finished; nothing to resume" in out and "0.250" in out and "0.750" in out and not started
     assert json.loads((run_dir / "run.json").read_text()) == {"status": "done"}  # untouched
-    assert run(["train", "-o", "run", "--resume", "--max-steps", "6"]) == 0  # longer: it launches
-    assert len(started) == 1
+
+    def launches(*argv: str) -> bool:
+        before = len(started)
+        assert run(["train", "-o", "run", "--resume", *argv]) == 0
+        return len(started) == before + 1
+
+    assert launches("--max-steps", "6")  # longer: it trains
+    config = (run_dir / "config.yaml").read_text()
+    (run_dir / "config.yaml").write_text(config.replace("max_steps: 4", "max_steps: 6"))
+    assert launches()  # a stopped `--resume --max-steps 6` stored 6 but trained 4: still to train
+    (run_dir / "config.yaml").write_text(config)
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "lost": {"tiny-sp": {"step": 2, "reason": "x"}}}))
+    assert launches()  # a policy left the pool (see.on_peer_failure=continue): it trains again
+    (run_dir / "summary.json").write_text(json.dumps(summary))
+    (run_dir / "policies" / "tiny-sp" / "final").rmdir()
+    assert launches()  # a final model is missing
+    (run_dir / "policies" / "tiny-sp" / "final").mkdir()
     (run_dir / "run.json").write_text('{"status": "interrupted"}')
-    assert run(["train", "-o", "run", "--resume"]) == 0 and len(started) == 2
+    assert launches()
+    (run_dir / "run.json").write_text('{"status": "done"}')
+    assert not launches()
 
 
 def test_overwrite_refuses_a_folder_that_is_not_a_run(workdir, capsys):

@@ -198,3 +198,30 @@ def test_a_regimes_own_train_option_comes_from_its_spec():
     assert flag_setting("--prp-denominator", "learner") == ("regime.prp.denominator", "learner")
     with pytest.raises(UsageError, match="--prp-denominator: expected 'learner' or 'peer', got 'both'"):
         flag_setting("--prp-denominator", "both")
+
+
+@dataclass
+class FlaggedSettings:
+    k: int = field(default=1, metadata={"help": "an integer"})
+    on: bool = field(default=False, metadata={"help": "a switch"})
+    label: str | None = field(default=None, metadata={"help": "text"})
+
+
+def test_a_regime_flag_gives_the_type_of_its_settings_field():
+    """A plugin regime's ``--<regime>-k 3`` sets the integer 3 (and true the boolean), as ``--set`` would; text
+    fields keep the text ("007" stays "007")."""
+    from mutualrl.errors import UsageError
+    from mutualrl.regimes.registry import RegimeFlag, flag_setting
+
+    spec = RegimeSpec(name="flagged-test", help="test", settings_key="flagged", settings=FlaggedSettings,
+                      flags=(RegimeFlag("--flagged-k", "k", "k"), RegimeFlag("--flagged-on", "on", "on"),
+                             RegimeFlag("--flagged-label", "label", "label")))
+    register_regime(spec)
+    try:
+        assert flag_setting("--flagged-k", "3") == ("regime.flagged.k", 3)
+        assert flag_setting("--flagged-on", "true") == ("regime.flagged.on", True)
+        assert flag_setting("--flagged-label", "007") == ("regime.flagged.label", "007")
+        with pytest.raises(UsageError, match="--flagged-k: '\\[1' is not a value"):
+            flag_setting("--flagged-k", "[1")
+    finally:
+        unregister_regime(spec.name)

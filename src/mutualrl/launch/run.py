@@ -196,7 +196,8 @@ def _train_one(options: TrainOptions, console: Console) -> int:
     with RunLock(paths.root).acquire("resume" if options.resume else "train into") as lock:
         if lock.warning:
             console.print(f"[yellow]warning:[/] {lock.warning}", highlight=False)
-        if options.resume and not changes_training(allowed) and is_finished(paths):  # nothing lost, nothing to train: no workers
+        if (options.resume and config.launch.nodes == 1 and not changes_training(allowed)
+                and is_finished(paths, config)):  # nothing to train: no workers (several machines: all relaunch)
             return report_finished(paths, console)
         mark_interrupted(paths)
         if options.overwrite and not options.resume and is_run_folder(paths.root):  # a new folder has only .lock

@@ -180,14 +180,26 @@ def regime_flags() -> list[tuple[RegimeSpec, RegimeFlag]]:
     return [(spec, flag) for spec in all_regimes() for flag in spec.flags]
 
 
-def flag_setting(flag: str, value: str) -> tuple[str, str]:
-    """The (dotted key, value) a regime's option sets (``regime.prp.denominator``, ``peer``); a value outside the
-    field's ``Literal`` choices is refused here, naming the option."""
+def flag_setting(flag: str, value: str) -> tuple[str, Any]:
+    """The (dotted key, value) a regime's option sets (``regime.prp.denominator``, ``peer``). A value outside the
+    field's ``Literal`` choices is refused here, naming the option; for a field that is not text (``int``,
+    ``bool``, ``float``...) the option's text is read as YAML, as ``--set`` reads it, and the loader checks it."""
     spec, option = next((s, f) for s, f in regime_flags() if f.flag == flag)
-    choices = typing.get_args(typing.get_type_hints(spec.settings)[option.setting])
-    if choices and value not in choices:
-        raise UsageError(f"{flag}: expected {' or '.join(repr(c) for c in choices)}, got {value!r}")
-    return f"regime.{spec.settings_key}.{option.setting}", value
+    key = f"regime.{spec.settings_key}.{option.setting}"
+    hint = typing.get_type_hints(spec.settings)[option.setting]
+    if typing.get_origin(hint) is typing.Literal:
+        choices = typing.get_args(hint)
+        if value not in choices:
+            raise UsageError(f"{flag}: expected {' or '.join(repr(c) for c in choices)}, got {value!r}")
+        return key, value
+    if str in (typing.get_args(hint) or (hint,)):
+        return key, value
+    import yaml
+
+    try:
+        return key, yaml.safe_load(value)
+    except yaml.YAMLError:
+        raise UsageError(f"{flag}: {value!r} is not a value (write a number, true/false or a list)") from None
 
 
 def regimes_help() -> str:

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from mutualrl.atomic_io import write_json_atomic
+from mutualrl.config.cadence import max_optimizer_steps
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import StorageError
 from mutualrl.run_folder import RunPaths, read_json
@@ -30,9 +31,21 @@ def read_record(paths: RunPaths) -> dict[str, Any]:
     return info if isinstance(info, dict) else {}
 
 
-def is_finished(paths: RunPaths) -> bool:
-    """The run ended ``done`` and its summary is written: a ``--resume`` with the same settings has nothing to do."""
-    return read_record(paths).get("status") == "done" and paths.summary.is_file()
+def is_finished(paths: RunPaths, config: RunConfig) -> bool:
+    """Nothing is left to train with ``config``: the run ended ``done``, its summary says every policy trained
+    all of ``config``'s steps and none left the pool, and every final model is saved. (A stopped ``--resume
+    --max-steps N`` leaves "done" with the longer config stored: the steps tell it apart.)"""
+    target = max_optimizer_steps(config)
+    if read_record(paths).get("status") != "done" or not isinstance(target, int) or target < 1:
+        return False
+    try:
+        summary = read_json(paths.summary)
+    except (OSError, ValueError):
+        return False
+    trained = summary.get("policies", {}) if isinstance(summary, dict) else {}
+    return not summary.get("lost") and all(
+        trained.get(p.name, {}).get("steps", 0) >= target and paths.final_model(p.name).is_dir()
+        for p in config.pool.policies)
 
 
 def write_run_json(paths: RunPaths, config: RunConfig, status: str, reason: str | None = None) -> None:
