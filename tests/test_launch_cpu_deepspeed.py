@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from e2e_helpers import free_ports
 from tiny_models import build_tiny_lm
 
 from mutualrl.config.loader import load_run_config
@@ -30,12 +30,6 @@ from mutualrl.launch.plan.launch_plan import make_launch_plan
 
 pytestmark = pytest.mark.slow
 SCRIPT = Path(__file__).with_name("_grpo_steps.py")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_recipe(tmp_path: Path, models: dict[str, Path], port: int) -> Path:
@@ -73,7 +67,7 @@ def run_spec(spec, script_argv: list[str]) -> subprocess.Popen:
 
 def test_cpu_zero3_plan_trains_two_policies_concurrently(tmp_path):
     models = {name: build_tiny_lm("mistral-sp", tmp_path / name, seed=i) for i, name in enumerate(["llama-a", "llama-b"])}
-    config = load_run_config(str(write_recipe(tmp_path, models, free_port()))).config
+    config = load_run_config(str(write_recipe(tmp_path, models, free_ports(len(models))))).config
     run_dir = tmp_path / "run"
     plan = make_launch_plan(config, run_dir, gpus=0, cpu_cores=2)
     plan.write()
@@ -109,7 +103,7 @@ def test_cpu_zero3_plan_trains_two_policies_concurrently(tmp_path):
 def test_gpu_style_accelerate_config_runs_through_accelerate_launch(tmp_path):
     """The DEEPSPEED accelerate YAML + JSON the GPU path writes, launched by `accelerate launch`."""
     models = {"llama-a": build_tiny_lm("mistral-sp", tmp_path / "llama-a")}
-    config = load_run_config(str(write_recipe(tmp_path, models, free_port()))).config
+    config = load_run_config(str(write_recipe(tmp_path, models, free_ports(len(models))))).config
     run_dir = tmp_path / "run"
     # Simulate one GPU so the GPU branch (accelerate launch, gpu_ids, DEEPSPEED yaml) is planned...
     gpu_plan = make_launch_plan(config, run_dir, gpus=1, simulate=True, parent_visible_devices="")
