@@ -121,7 +121,7 @@ def test_schedule_counts_may_change_on_resume():
     refused, allowed = config_changes(before, after)
     assert refused == [] and len(allowed) == 2
     refused, _ = config_changes(before, {"schedule": {**before["schedule"], "unit": "optimizer"}})
-    assert refused == ["schedule.unit: 'paper' -> 'optimizer'"]
+    assert [str(change) for change in refused] == ["schedule.unit: 'paper' -> 'optimizer'"]
 
 
 def test_every_count_states_its_unit_in_its_help():

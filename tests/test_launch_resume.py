@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from mutualrl.launch.rundir.metrics_merge import rollback_metrics
-from mutualrl.launch.rundir.resume import clear_training_outputs, common_checkpoint, config_changes
+from mutualrl.launch.rundir.resume import changes_training, clear_training_outputs, common_checkpoint, config_changes
 from mutualrl.run_folder import RunPaths
 from mutualrl.see.rollback import rollback_exchange
 
@@ -25,9 +25,13 @@ def _config(**changes):
     return config
 
 
+def _texts(changes) -> list[str]:
+    return [str(change) for change in changes]
+
+
 def test_identity_changes_are_refused_and_named_each():
     refused, allowed = config_changes(_config(), _config(**{"regime.name": "xgrpo", "grpo.seed": 2}))
-    assert refused == ["grpo.seed: 1 -> 2", "regime.name: 'sgt' -> 'xgrpo'"]
+    assert _texts(refused) == ["grpo.seed: 1 -> 2", "regime.name: 'sgt' -> 'xgrpo'"]
     assert allowed == []
 
 
@@ -35,7 +39,14 @@ def test_length_and_reporting_may_change():
     refused, allowed = config_changes(_config(), _config(**{"grpo.max_steps": 20, "validation.every_steps": 2,
                                                             "output_dir": "/abs/x"}))
     assert refused == []
-    assert allowed == ["grpo.max_steps: 10 -> 20", "output_dir: 'runs/x' -> '/abs/x'", "validation.every_steps: 5 -> 2"]
+    assert _texts(allowed) == ["grpo.max_steps: 10 -> 20", "output_dir: 'runs/x' -> '/abs/x'", "validation.every_steps: 5 -> 2"]
+
+
+def test_only_a_respelled_output_dir_leaves_training_unchanged():
+    _, respelled = config_changes(_config(), _config(output_dir="/abs/x"))
+    _, longer = config_changes(_config(), _config(**{"output_dir": "/abs/x", "grpo.max_steps": 20}))
+    assert not changes_training(respelled) and not changes_training([])
+    assert changes_training(longer)
 
 
 def test_a_changed_model_is_refused_by_policy_name_and_reordering_is_not_a_change():
@@ -44,12 +55,12 @@ def test_a_changed_model_is_refused_by_policy_name_and_reordering_is_not_a_chang
     after["pool"]["policies"] = list(reversed(after["pool"]["policies"]))
     assert config_changes(before, after) == ([], [])
     after["pool"]["policies"][0]["model"] = "other"
-    assert config_changes(before, after)[0] == ["pool.policies.b.model: 'm2' -> 'other'"]
+    assert _texts(config_changes(before, after)[0]) == ["pool.policies.b.model: 'm2' -> 'other'"]
     after = _config()
     after["pool"]["policies"][0]["grpo"] = {"max_steps": 5, "beta": 0.1}
     refused, allowed = config_changes(before, after)
-    assert refused == ["pool.policies.a.grpo.beta: '<unset>' -> 0.1"]
-    assert allowed == ["pool.policies.a.grpo.max_steps: '<unset>' -> 5"]
+    assert _texts(refused) == ["pool.policies.a.grpo.beta: '<unset>' -> 0.1"]
+    assert _texts(allowed) == ["pool.policies.a.grpo.max_steps: '<unset>' -> 5"]
 
 
 def _checkpoint(paths: RunPaths, policy: str, step: int, complete: bool = True) -> None:

@@ -15,7 +15,7 @@ from mutualrl.errors import StorageError, UsageError, storage_errors
 from mutualrl.launch.rundir.lock import RunLock, clear_run_folder, is_run_folder
 from mutualrl.launch.rundir.prepare import check_run_dir, prepare_launch, resume_changes
 from mutualrl.launch.rundir.record import is_finished, mark_failed, mark_interrupted, write_run_json
-from mutualrl.launch.rundir.resume import changes_training
+from mutualrl.launch.rundir.resume import ConfigChange, changes_training
 from mutualrl.launch.supervise.pool import run_pool
 from mutualrl.launch.supervise.signals import raise_if_interrupted, stop_signals
 from mutualrl.run_folder import RunPaths, read_json
@@ -242,7 +242,7 @@ def dry_run(options: TrainOptions, gpu_memory_gib: float | None = None) -> Any:
 
 
 def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: RunPaths, console: Console,
-                  lock: RunLock, allowed: list[str] | None = None) -> int:
+                  lock: RunLock, allowed: list[ConfigChange] | None = None) -> int:
     """Prepare (or roll back), launch and watch the pool; ``lock`` is held and passed on to every worker.
 
     ``allowed``: on resume, the permitted setting changes :func:`resume_changes` found.

@@ -18,7 +18,7 @@ from mutualrl.launch.rundir.lock import (
     require_run_folder,
 )
 from mutualrl.launch.rundir.metrics_merge import rollback_metrics
-from mutualrl.launch.rundir.resume import clear_training_outputs, common_checkpoint, config_changes
+from mutualrl.launch.rundir.resume import ConfigChange, clear_training_outputs, common_checkpoint, config_changes
 from mutualrl.run_folder import RunPaths
 from mutualrl.see.rollback import rollback_exchange
 
@@ -40,7 +40,7 @@ def check_run_dir(paths: RunPaths, resume: bool, overwrite: bool) -> None:
     require_run_folder(root)
 
 
-def prepare_launch(paths: RunPaths, config: RunConfig, source: str, resume: bool, allowed: list[str],
+def prepare_launch(paths: RunPaths, config: RunConfig, source: str, resume: bool, allowed: list[ConfigChange],
                    console: Console) -> tuple[RunConfig, int | None]:
     """Prepare a new run, or roll a resumed one back: the config to run and the checkpoint step every policy
     resumes from (None: from step 0). ``allowed``: the setting changes :func:`resume_changes` permitted."""
@@ -88,17 +88,17 @@ def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Consol
     write_resolved_config(paths, config, source)
 
 
-def resume_changes(paths: RunPaths, config: RunConfig) -> list[str]:
+def resume_changes(paths: RunPaths, config: RunConfig) -> list[ConfigChange]:
     """The allowed differences between the stored config and ``config``; refuses any other one."""
 
     refused, allowed = config_changes(to_plain(load_resolved_config(paths)), to_plain(config))
     if refused:
         raise UsageError(f"--resume: {paths.root} was started with other settings; these may not change on resume "
-                         f"(start a new run with --output-dir instead): {'; '.join(refused)}")
+                         f"(start a new run with --output-dir instead): {'; '.join(map(str, refused))}")
     return allowed
 
 
-def prepare_resume(paths: RunPaths, config: RunConfig, allowed: list[str],
+def prepare_resume(paths: RunPaths, config: RunConfig, allowed: list[ConfigChange],
                    console: Console) -> tuple[RunConfig, int | None]:
     """Store the allowed setting changes and roll the folder back to the restart step.
 
@@ -106,7 +106,7 @@ def prepare_resume(paths: RunPaths, config: RunConfig, allowed: list[str],
     checkpoint step common to every policy, or None when there is none yet (start from 0).
     """
     if allowed:
-        console.print(f"resume: changed {'; '.join(allowed)}", highlight=False)
+        console.print(f"resume: changed {'; '.join(map(str, allowed))}", highlight=False)
         write_resolved_config(paths, config, read_source(paths) or "resume")
     policies = [p.name for p in config.pool.policies]
     damaged: list[str] = []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,14 +46,26 @@ def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix[:-1]: value}
 
 
-def config_changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """(refused, allowed) differences between a run's stored config and the resumed one, as ``field: a -> b``."""
+@dataclass(frozen=True)
+class ConfigChange:
+    """One difference between a run's stored config and the resumed one; prints as ``field: a -> b``."""
+
+    key: str
+    before: Any
+    after: Any
+
+    def __str__(self) -> str:
+        return f"{self.key}: {self.before!r} -> {self.after!r}"
+
+
+def config_changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[ConfigChange], list[ConfigChange]]:
+    """(refused, allowed) differences between a run's stored config and the resumed one, sorted by field."""
     old, new = flatten(before), flatten(after)
     refused, allowed = [], []
     for key in sorted(set(old) | set(new)):
         if old.get(key) == new.get(key):
             continue
-        change = f"{key}: {old.get(key, '<unset>')!r} -> {new.get(key, '<unset>')!r}"
+        change = ConfigChange(key, old.get(key, "<unset>"), new.get(key, "<unset>"))
         policy_free = re.sub(r"^pool\.policies\.[^.]+\.", "", key)  # per-policy grpo fields follow the same rule
         mutable = any(k == p or (p.endswith(".") and k.startswith(p)) for k in (key, policy_free)
                       for p in MUTABLE_ON_RESUME)
@@ -60,10 +73,10 @@ def config_changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[
     return refused, allowed
 
 
-def changes_training(allowed: list[str]) -> bool:
+def changes_training(allowed: list[ConfigChange]) -> bool:
     """Whether the allowed changes (:func:`config_changes`) touch what is trained: ``output_dir`` only
     respells the folder being resumed (``runs/x`` -> ``/home/me/runs/x``)."""
-    return any(not change.startswith("output_dir: ") for change in allowed)
+    return any(change.key != "output_dir" for change in allowed)
 
 
 def checkpoint_steps(policy_dir: Path) -> set[int]:
