@@ -1,0 +1,109 @@
+"""A whole GRPO training step on the CPU with vLLM generation against transformers generation (issue 25).
+
+``vllm_generation.py`` times generation alone; this times what a user pays per step: a real
+``mutualrl train`` of a pool recipe, once with ``grpo.use_vllm=false`` and once with
+``grpo.use_vllm=true`` (TRL colocate: the engine in the policy's process, weights synced into it
+every step, LoRA merged for the sync), same seed, steps and settings otherwise. Rounds alternate
+(transformers, vLLM, transformers, ...) so machine noise hits both. Per policy it reports the
+median of TRL's ``step_time`` and of ``mutual/rollout_seconds`` (generation + rewards) over the
+steps after the first (the first pays vLLM's warm-up), and each run's wall time (engine start-up
+included). Validation is cut to a few prompts at the end so it does not dominate either run::
+
+    python benchmarks/vllm_train_step.py --pool smol-arith --steps 5 --out DIR
+
+``ratio = transformers / vllm`` (> 1: vLLM faster). Writes ``DIR/vllm-train-step.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+BACKENDS = {"transformers": "false", "vllm": "true"}
+TIMED_KEYS = ("step_time", "mutual/rollout_seconds")
+
+
+def step_medians(rows: list[dict[str, Any]], skip_first: int = 1) -> dict[str, dict[str, float]]:
+    """Per policy: the median of each timed key over its train rows after the first ``skip_first`` steps."""
+    by_policy: dict[str, dict[str, list[float]]] = {}
+    for row in rows:
+        if row.get("kind") != "train" or row.get("step", 0) <= skip_first:
+            continue
+        timed = by_policy.setdefault(row["policy"], {key: [] for key in TIMED_KEYS})
+        for key in TIMED_KEYS:
+            if isinstance(row.get(key), (int, float)):
+                timed[key].append(float(row[key]))
+    return {policy: {key: statistics.median(values) for key, values in timed.items() if values}
+            for policy, timed in by_policy.items()}
+
+
+def ratios(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """transformers / vLLM for each policy and timed key (median over rounds), and for the runs' wall time."""
+    def median_over_rounds(backend: str, policy: str, key: str) -> float | None:
+        values = [r["steps"][policy][key] for r in results[backend] if key in r["steps"].get(policy, {})]
+        return statistics.median(values) if values else None
+
+    policies = sorted({p for r in results["transformers"] for p in r["steps"]})
+    out: dict[str, Any] = {}
+    for policy in policies:
+        out[policy] = {}
+        for key in TIMED_KEYS:
+            hf, vl = median_over_rounds("transformers", policy, key), median_over_rounds("vllm", policy, key)
+            out[policy][key] = {"transformers_s": hf, "vllm_s": vl,
+                                "ratio": round(hf / vl, 3) if hf and vl else None}
+    walls = {b: statistics.median(r["wall_seconds"] for r in results[b]) for b in BACKENDS}
+    out["wall_seconds"] = {**walls, "ratio": round(walls["transformers"] / walls["vllm"], 3)}
+    return out
+
+
+def run_once(args: argparse.Namespace, backend: str, round_index: int) -> dict[str, Any]:
+    run_dir = args.out / f"{backend}-round{round_index}"
+    cmd = [sys.executable, "-m", "mutualrl", "train", "--pool", args.pool, "--regime", "standalone",
+           "--seed", str(args.seed), "--max-steps", str(args.steps), "-o", str(run_dir), "--overwrite",
+           "--set", f"grpo.use_vllm={BACKENDS[backend]}", "--set", "validation.at_start=false",
+           "--set", f"validation.limit={args.validation_prompts}", "--set", "grpo.save_steps=100000"]
+    started = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"{run_dir.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    print(f"  {run_dir.name}: {wall:.0f}s", file=sys.stderr, flush=True)
+    return {"run": run_dir.name, "wall_seconds": round(wall, 1), "steps": step_medians(rows)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--pool", default="smol-arith", help="Pool recipe to train (standalone baseline).")
+    parser.add_argument("--steps", type=int, default=5, help="Training steps per run (the first is not timed).")
+    parser.add_argument("--rounds", type=int, default=1, help="Runs per backend, alternated.")
+    parser.add_argument("--seed", type=int, default=1, help="Training seed (the same for both backends).")
+    parser.add_argument("--validation-prompts", type=int, default=4, help="Held-out prompts validated at the end.")
+    parser.add_argument("--out", type=Path, required=True, help="Folder for the runs and vllm-train-step.json.")
+    args = parser.parse_args(argv)
+    if args.steps < 2:
+        parser.error("--steps must be at least 2 (the first step is not timed)")
+    args.out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, list[dict[str, Any]]] = {b: [] for b in BACKENDS}
+    for round_index in range(args.rounds):
+        for backend in BACKENDS:
+            results[backend].append(run_once(args, backend, round_index))
+    report = {"command": " ".join(["python", "benchmarks/vllm_train_step.py", *(argv or sys.argv[1:])]),
+              "pool": args.pool, "steps": args.steps, "rounds": args.rounds, "runs": results,
+              "transformers_over_vllm": ratios(results)}
+    path = args.out / "vllm-train-step.json"
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report["transformers_over_vllm"], indent=2))
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
