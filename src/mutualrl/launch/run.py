@@ -14,7 +14,7 @@ from mutualrl.config.schema import RunConfig
 from mutualrl.errors import StorageError, UsageError, storage_errors
 from mutualrl.launch.rundir.lock import RunLock, clear_run_folder, is_run_folder
 from mutualrl.launch.rundir.prepare import check_run_dir, prepare_launch, resume_changes
-from mutualrl.launch.rundir.record import is_finished, mark_failed, mark_interrupted, write_run_json
+from mutualrl.launch.rundir.record import finished_summary, mark_failed, mark_interrupted, write_run_json
 from mutualrl.launch.rundir.resume import ConfigChange, changes_training
 from mutualrl.launch.supervise.pool import run_pool
 from mutualrl.launch.supervise.signals import raise_if_interrupted, stop_signals
@@ -196,9 +196,10 @@ def _train_one(options: TrainOptions, console: Console) -> int:
     with RunLock(paths.root).acquire("resume" if options.resume else "train into") as lock:
         if lock.warning:
             console.print(f"[yellow]warning:[/] {lock.warning}", highlight=False)
-        if (options.resume and config.launch.nodes == 1 and not changes_training(allowed)
-                and is_finished(paths, config)):  # nothing to train: no workers (several machines: all relaunch)
-            return report_finished(paths, console)
+        finished = (finished_summary(paths, config) if options.resume and config.launch.nodes == 1
+                    and not changes_training(allowed) else None)
+        if finished is not None:  # nothing to train: no workers (several machines: all relaunch)
+            return report_finished(paths, finished, console)
         mark_interrupted(paths)
         if options.overwrite and not options.resume and is_run_folder(paths.root):  # a new folder has only .lock
             clear_run_folder(paths.root)
@@ -210,13 +211,13 @@ def _train_one(options: TrainOptions, console: Console) -> int:
             raise
 
 
-def report_finished(paths: RunPaths, console: Console) -> int:
+def report_finished(paths: RunPaths, summary: dict[str, Any], console: Console) -> int:
     """``--resume`` of a run that finished with these settings: say so and show its summary again."""
     from mutualrl.launch.rundir.summary import print_summary
 
     console.print(f"--resume: {paths.root} finished; nothing to resume (train it longer: --resume --max-steps N)",
                   highlight=False)
-    print_summary(read_json(paths.summary), console)
+    print_summary(summary, console)
     return 0
 
 

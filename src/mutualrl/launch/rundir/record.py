@@ -31,21 +31,24 @@ def read_record(paths: RunPaths) -> dict[str, Any]:
     return info if isinstance(info, dict) else {}
 
 
-def is_finished(paths: RunPaths, config: RunConfig) -> bool:
-    """Nothing is left to train with ``config``: the run ended ``done``, its summary says every policy trained
-    all of ``config``'s steps and none left the pool, and every final model is saved. (A stopped ``--resume
-    --max-steps N`` leaves "done" with the longer config stored: the steps tell it apart.)"""
+def finished_summary(paths: RunPaths, config: RunConfig) -> dict[str, Any] | None:
+    """The run's summary when nothing is left to train with ``config``, else None: the run ended ``done``, its
+    summary says every policy trained all of ``config``'s steps and none left the pool, and every final model is
+    saved. (A stopped ``--resume --max-steps N`` leaves "done" with the longer config stored: the steps tell it
+    apart.)"""
     target = max_optimizer_steps(config)
     if read_record(paths).get("status") != "done" or not isinstance(target, int) or target < 1:
-        return False
+        return None
     try:
         summary = read_json(paths.summary)
     except (OSError, ValueError):
-        return False
-    trained = summary.get("policies", {}) if isinstance(summary, dict) else {}
-    return not summary.get("lost") and all(
-        trained.get(p.name, {}).get("steps", 0) >= target and paths.final_model(p.name).is_dir()
-        for p in config.pool.policies)
+        return None
+    if not isinstance(summary, dict) or summary.get("lost"):
+        return None
+    trained = summary.get("policies") if isinstance(summary.get("policies"), dict) else {}
+    finished = all(trained.get(p.name, {}).get("steps", 0) >= target and paths.final_model(p.name).is_dir()
+                   for p in config.pool.policies)
+    return summary if finished else None
 
 
 def write_run_json(paths: RunPaths, config: RunConfig, status: str, reason: str | None = None) -> None:
