@@ -165,10 +165,12 @@ def main(argv: list[str] | None = None) -> int:
     pool: dict = {}
     args.out.mkdir(parents=True, exist_ok=True)
     done_file = args.out / "real-pool-survey.json"
+    earlier_settings: list = []  # the settings of the calls whose rows are kept (each row also has its lengths)
     if args.resume and done_file.exists():  # keep (model, task) rows an earlier run of this folder measured
         earlier = json.loads(done_file.read_text())
         for name in names:
             models[name]["tasks"].update(earlier["models"].get(name, {}).get("tasks", {}))
+        earlier_settings = [*earlier.get("earlier_settings", []), earlier["settings"]]
     settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
     # Task by task, every model, then the pool numbers: partial results are written after each task.
     # Tasks kept from an earlier run of this folder get their pool numbers again (they are derived).
@@ -185,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                               f"gate {v.get('sgt_gate_rate', float('nan')):.3f}" for k, v in p["pairs"].items())
             print(f"pool {task_name:16s} mean-single {p['mean_single']:.3f} any {p['any']:.3f} "
                   f"exactly-one {p['exactly_one']:.3f} | {gates}", flush=True)
-        result = {"settings": settings, "models": models, "pool": pool,
+        result = {"settings": settings, "earlier_settings": earlier_settings, "models": models, "pool": pool,
                   "wall_seconds": round(time.perf_counter() - start, 1)}
         (args.out / "real-pool-survey.json").write_text(json.dumps(result, indent=1))
     print(f"wrote {args.out / 'real-pool-survey.json'} ({round(time.perf_counter() - start, 1)} s)")
