@@ -219,7 +219,14 @@ def launch(run_dir: Path, log: Any, env: dict[str, str] | None = None) -> subpro
     """``mutualrl train`` into ``run_dir`` (``--resume`` once the folder is a run), its output into ``log``."""
     log.flush()
     return subprocess.Popen(train_command(run_dir, is_run(run_dir)), env=env or child_env(), stdout=log,
-                            stderr=subprocess.STDOUT, cwd=ROOT)
+                            stderr=subprocess.STDOUT, cwd=ROOT, preexec_fn=catch_ctrl_c)
+
+
+def catch_ctrl_c() -> None:
+    """In the launcher's process before it starts: SIGINT at its default, as in a terminal, so the ``interrupt``
+    fault is a user's Ctrl-C even when this harness was itself started with SIGINT ignored (``cmd &`` in a
+    script), which the launcher would keep ignoring."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run_record(run_dir: Path) -> dict[str, Any]:

@@ -81,11 +81,21 @@ class DropsAKeyboardInterrupt:
             pass
 
 
-def test_a_ctrl_c_python_drops_in_a_finalizer_still_stops_the_pool(tmp_path, monkeypatch):
+@pytest.fixture
+def sigint_restored():
+    """Put back the SIGINT handler pytest was started with, whatever a test set."""
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_a_ctrl_c_python_drops_in_a_finalizer_still_stops_the_pool(tmp_path, monkeypatch, sigint_restored):
     procs = [PolicyProcess(name=f"p{i}", argv=[sys.executable, "-c", "pass"], env={},
                            log_path=tmp_path / "logs" / f"p{i}.log") for i in range(2)]  # would finish "ok"
     dropped = []
     monkeypatch.setattr(sys, "unraisablehook", lambda info: dropped.append(info.exc_type))
+    # A Ctrl-C reaches this process whatever started pytest (a script's `cmd &` starts it with SIGINT ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     with stop_signals():
         DropsAKeyboardInterrupt()  # collected at once: the interrupt is raised and dropped in __del__
         assert dropped == [KeyboardInterrupt]  # Python dropped it: nothing was raised here
@@ -109,3 +119,19 @@ def test_without_a_stop_signal_the_check_does_nothing_and_nested_blocks_keep_a_r
                 raise_if_interrupted()
     assert interrupt_requested() is None  # forgotten when the outermost block ended
     raise_if_interrupted()  # so a pool run afterwards, outside any block, is not stopped by it
+
+
+def test_a_signal_ignored_on_entry_stays_ignored_as_under_nohup():
+    """`nohup mutualrl train &` ignores SIGHUP so that closing the terminal does not stop the run."""
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with stop_signals():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN  # the others are still caught
+            os.kill(os.getpid(), signal.SIGHUP)
+            for _ in range(1000):  # a handler would run at the next bytecode boundary
+                pass
+            raise_if_interrupted()  # nothing was requested
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)

@@ -7,6 +7,10 @@ a Ctrl-C 3 s into ``mutualrl train --resume`` on the tiny pool). The handler her
 request, and the launcher checks it at its safe points (:func:`raise_if_interrupted`: before the
 workers start, at every poll of the pool), so a dropped ``KeyboardInterrupt`` comes back there.
 SIGTERM and SIGHUP (a cluster's scheduler, a closed terminal) stop the pool the same way.
+
+A signal the launcher was started with ignored stays ignored, as Python itself leaves an ignored
+SIGINT: ``nohup mutualrl train ... &`` must survive the terminal closing (nohup ignores SIGHUP), and
+a script's ``mutualrl train ... &`` runs with SIGINT ignored.
 """
 
 from __future__ import annotations
@@ -29,12 +33,14 @@ def _interrupt(signum: int, frame: Any) -> None:
 @contextlib.contextmanager
 def stop_signals() -> Iterator[None]:
     """Within: SIGINT, SIGTERM and SIGHUP raise ``KeyboardInterrupt`` and are remembered until the outermost
-    block ends. Nested blocks share the request (a signal between two blocks is not forgotten); outside the
-    main thread (where Python allows no handler) this does nothing."""
+    block ends; one that is ignored on entry stays ignored (``nohup``). Nested blocks share the request (a
+    signal between two blocks is not forgotten); outside the main thread (where Python allows no handler)
+    this does nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, _interrupt) for sig in STOP_SIGNALS
+                if signal.getsignal(sig) is not signal.SIG_IGN}
     _state["depth"] += 1
     try:
         yield
