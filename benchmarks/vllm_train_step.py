@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from learning import run_one  # noqa: E402  (the benchmarks' own `mutualrl train` runner)
+
 BACKENDS = {"transformers": "false", "vllm": "true"}
 TIMED_KEYS = ("step_time", "mutual/rollout_seconds")
 
@@ -64,19 +67,17 @@ def ratios(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 
 def run_once(args: argparse.Namespace, backend: str, round_index: int) -> dict[str, Any]:
-    run_dir = args.out / f"{backend}-round{round_index}"
-    cmd = [sys.executable, "-m", "mutualrl", "train", "--pool", args.pool, "--regime", "standalone",
-           "--seed", str(args.seed), "--max-steps", str(args.steps), "-o", str(run_dir), "--overwrite",
-           "--set", f"grpo.use_vllm={BACKENDS[backend]}", "--set", "validation.at_start=false",
-           "--set", f"validation.limit={args.validation_prompts}", "--set", "grpo.save_steps=100000"]
+    """One timed standalone run with ``backend`` generating (never a reused one: a timing must be fresh)."""
+    round_dir = args.out / f"{backend}-round{round_index}"
+    shutil.rmtree(round_dir, ignore_errors=True)
+    settings = [f"grpo.use_vllm={BACKENDS[backend]}", "validation.at_start=false",
+                f"validation.limit={args.validation_prompts}", "grpo.save_steps=100000"]
     started = time.perf_counter()
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    run_dir = run_one(args.pool, "standalone", args.seed, round_dir, args.steps,
+                      [x for setting in settings for x in ("--set", setting)])
     wall = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"{run_dir.name} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    print(f"  {run_dir.name}: {wall:.0f}s", file=sys.stderr, flush=True)
-    return {"run": run_dir.name, "wall_seconds": round(wall, 1), "steps": step_medians(rows)}
+    return {"run": f"{round_dir.name}/{run_dir.name}", "wall_seconds": round(wall, 1), "steps": step_medians(rows)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,8 @@
 
 Scripts with their own tests elsewhere: learning.py / tiny_sgt_dev.py (test_learning_bench.py),
 async_exchange.py, chaos.py, see_bandwidth.py, fidelity.py, gpu_smoke.py. The rest run here as a
-user would start them, and their output is checked for the figures they promise.
+user would start them, and their output is checked for the figures they promise (vllm_train_step.py's
+arithmetic is also tested by hand in test_vllm_train_step_bench.py).
 """
 
 from __future__ import annotations
@@ -81,3 +82,14 @@ def test_vllm_generation() -> None:
                      "--new-tokens", "2", "--repeats", "1", "--threads", "1")
     rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert rows and all(row.get("ratio", 0) > 0 for row in rows if "ratio" in row)
+
+
+@pytest.mark.slow
+def test_vllm_train_step(tmp_path: Path) -> None:
+    run_script("vllm_train_step.py", "--pool", "tiny", "--steps", "2", "--validation-prompts", "2",
+               "--out", str(tmp_path))
+    out = json.loads((tmp_path / "vllm-train-step.json").read_text())
+    assert [r["run"] for r in out["runs"]["vllm"]] == ["vllm-round0/standalone-seed1"]
+    for policy in ("tiny-bpe", "tiny-sp"):  # step 2 of each run timed, both backends
+        assert out["transformers_over_vllm"][policy]["step_time"]["ratio"] > 0
+    assert out["transformers_over_vllm"]["wall_seconds"]["ratio"] > 0
