@@ -74,12 +74,16 @@ class MutualGRPOTrainer(GRPOTrainer):
     Args (besides GRPOTrainer's):
         policy_name: this policy's name in the pool.
         regime: a :class:`mutualrl.regimes.adapter.RegimeAdapter` (it holds the SEE exchange, if any).
+        vllm_caps: ``(launch.vllm_max_num_seqs, launch.vllm_max_num_batched_tokens)`` for a colocated engine
+            (:func:`mutualrl.training.vllm_engine.engine_caps`; ``None``: TRL's, capped so vLLM accepts them).
     """
 
-    def __init__(self, *args: Any, policy_name: str, regime: Any, **kwargs: Any):
-        from mutualrl.training.vllm_engine import cpu_engine_overrides, install_cpu_weight_sync, on_cpu_colocate
+    def __init__(self, *args: Any, policy_name: str, regime: Any,
+                 vllm_caps: tuple[int | None, int | None] = (None, None), **kwargs: Any):
+        from mutualrl.training.vllm_engine import engine_overrides, install_cpu_weight_sync, on_cpu_colocate
 
-        with cpu_engine_overrides(kwargs.get("args"), kwargs.get("model")):  # CPU vLLM: the model's dtype, eager
+        # The engine's caps (any device); on a CPU also the model's dtype and eager mode.
+        with engine_overrides(kwargs.get("args"), kwargs.get("model"), *vllm_caps):
             super().__init__(*args, **kwargs)
         if on_cpu_colocate(self.args):
             install_cpu_weight_sync(self.vllm_generation)  # vLLM's CPU backend repacks its weights
