@@ -68,6 +68,18 @@ class StepRollouts:
         return self.prompt_ids_global[::k]
 
 
+def step_deepspeed_schedule(engine: Any) -> None:
+    """Advance the LR schedule by one optimizer step of a skipped round under DeepSpeed.
+
+    There the Trainer's ``optimizer.step()`` and ``lr_scheduler.step()`` are no-ops (accelerate's DeepSpeed
+    wrappers): ``accelerator.backward`` runs ``engine.step()``, which steps the engine's scheduler. A skipped
+    round has no backward, so without this its rounds would not move the schedule (issue 38), unlike
+    without DeepSpeed. The weights and moments stay as they are, as without DeepSpeed (no gradient)."""
+    scheduler = getattr(engine, "lr_scheduler", None)
+    if scheduler is not None:
+        scheduler.step()
+
+
 class MutualGRPOTrainer(GRPOTrainer):
     """GRPOTrainer for one policy of a mutual-RL pool.
 
@@ -103,6 +115,8 @@ class MutualGRPOTrainer(GRPOTrainer):
             self._skipping_round = self.regime.skip_round(self.state.global_step)
         if self._skipping_round:
             self._step += 1
+            if self.is_deepspeed_enabled and self.accelerator.sync_gradients:
+                step_deepspeed_schedule(self.model_wrapped)
             # NaN: the Trainer's logging_nan_inf_filter (on by default) keeps it out of the logged loss
             return torch.full((), float("nan"), device=self.args.device)
         return super().training_step(model, inputs, num_items_in_batch)
