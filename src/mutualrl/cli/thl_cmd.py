@@ -6,13 +6,16 @@ from __future__ import annotations
 import itertools
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
 
 from mutualrl.cli.common import console, report_errors
 from mutualrl.errors import UsageError
+
+if TYPE_CHECKING:
+    from mutualrl.thl.check import Policy
 
 _PAIR_COLUMNS = [
     ("source", "Source"), ("target", "Target"), ("n_texts", "Texts"), ("n_words", "Units"),
@@ -97,11 +100,24 @@ def thl_check(
     json_output: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
     """Check THL's per-word mass conservation between tokenizers and reproduce the paper's THL diagnostics."""
-    from mutualrl.assets.tokenizers import load_tokenizer
-    from mutualrl.pools.loading import load_model, load_tokenizer_for
-    from mutualrl.thl import check
-    from mutualrl.thl.align import ALIGN_RULES
     from mutualrl.thl.corpus import builtin_corpus, load_texts
+
+    _check_options(units, rule, max_word_err, max_prefix_leak, long_n)
+    texts = load_texts(texts_file) if texts_file else builtin_corpus()
+    pairs, both_models = _policy_pairs(source, target, cross, source_model, target_model)
+    result = _diagnostics(pairs, texts, seed=seed, units=units, rule=rule, ratios=both_models, cjk=cjk or all_tables,
+                          long_lengths=long_lengths if long_context or all_tables else None, long_n=long_n)
+    failures = _failures(result["pairs"], max_word_err, max_prefix_leak)
+    _print_result(result, json_output)
+    if failures:
+        from mutualrl.cli.common import err_console
+
+        err_console.print("[bold red]THL conservation check failed:[/]\n  " + "\n  ".join(failures), highlight=False)
+        raise typer.Exit(1)
+
+
+def _check_options(units: str, rule: str, max_word_err: float, max_prefix_leak: float, long_n: int) -> None:
+    from mutualrl.thl.align import ALIGN_RULES
     from mutualrl.thl.units import UNIT_MODES
 
     if units not in UNIT_MODES:
@@ -113,49 +129,74 @@ def thl_check(
             raise UsageError(f"{flag} must be a non-negative number, got {value}")
     if long_n < 1:
         raise UsageError(f"--long-n must be at least 1, got {long_n}")
-    texts = load_texts(texts_file) if texts_file else builtin_corpus()
+
+
+def _policy_pairs(
+    source: list[str] | None, target: list[str] | None, cross: bool, source_model: str | None, target_model: str | None
+) -> tuple[list[tuple[Policy, Policy]], bool]:
+    """The (source, target) policies to check, and whether both sides have a model."""
+    from mutualrl.pools.loading import load_model
 
     sources = list(source) if source else ([source_model] if source_model else ["qwen3"])
     targets = list(target) if target else ([target_model] if target_model else ["phi3"])
     models = {"source": load_model(source_model, dtype="float32", device="cpu") if source_model else None,
               "target": load_model(target_model, dtype="float32", device="cpu") if target_model else None}
+    pairs = [(_policy(s, "source", source_model, models["source"]), _policy(t, "target", target_model, models["target"]))
+             for s, t in _pairs(sources, targets, cross)]
+    return pairs, models["source"] is not None and models["target"] is not None
 
-    def policy(name: str, side: str) -> check.Policy:
-        model_name = source_model if side == "source" else target_model
-        if model_name is not None and name == model_name:
-            tok = load_tokenizer_for(model_name)
-        else:
-            tok = load_tokenizer(name)
-        model = models[side]
-        if model is not None:
-            n_embed = model.get_input_embeddings().num_embeddings
-            if len(tok) > n_embed:
-                raise UsageError(
-                    f"--{side} {name!r} has {len(tok)} tokens but --{side}-model {model_name!r} embeds only "
-                    f"{n_embed}: give the model's own tokenizer (or leave --{side} out)"
-                )
-        return check.Policy(name=name, tokenizer=tok, model=model)
 
-    pairs = [(policy(s, "source"), policy(t, "target")) for s, t in _pairs(sources, targets, cross)]
+def _policy(name: str, side: str, model_name: str | None, model: Any) -> Policy:
+    """Tokenizer ``name`` (the model's own when it names the model) with the side's model, if any."""
+    from mutualrl.assets.tokenizers import load_tokenizer
+    from mutualrl.pools.loading import load_tokenizer_for
+    from mutualrl.thl import check
+
+    if model_name is not None and name == model_name:
+        tok = load_tokenizer_for(model_name)
+    else:
+        tok = load_tokenizer(name)
+    if model is not None:
+        n_embed = model.get_input_embeddings().num_embeddings
+        if len(tok) > n_embed:
+            raise UsageError(
+                f"--{side} {name!r} has {len(tok)} tokens but --{side}-model {model_name!r} embeds only "
+                f"{n_embed}: give the model's own tokenizer (or leave --{side} out)"
+            )
+    return check.Policy(name=name, tokenizer=tok, model=model)
+
+
+def _diagnostics(pairs: list[tuple[Policy, Policy]], texts: list[str], *, seed: int, units: str, rule: str,
+                 ratios: bool, cjk: bool, long_lengths: str | None, long_n: int) -> dict[str, Any]:
+    """The conservation table, then the optional long-context, CJK and importance-ratio tables."""
+    from mutualrl.thl import check
+
     result: dict[str, Any] = {"pairs": check.conservation_table(pairs, texts, seed=seed, units=units, rule=rule)}
-    if long_context or all_tables:
+    if long_lengths is not None:
         lengths = _lengths(long_lengths)
         result["long_context"] = [r for s, t in pairs
                                   for r in check.long_context_table(s, t, texts, lengths, long_n, seed=seed, units=units)]
-    if cjk or all_tables:
+    if cjk:
         result["cjk"] = [r for s, t in pairs for r in check.cjk_table(s, t, texts, seed=seed)]
-    if models["source"] is not None and models["target"] is not None:
+    if ratios:
         result["ratios"] = [r for s, t in pairs for r in check.ratio_table(s, t, texts, seed=seed)]
+    return result
 
-    failures = [
+
+def _failures(rows: list[dict], max_word_err: float, max_prefix_leak: float) -> list[str]:
+    """One line per pair over a threshold, naming the measures that are."""
+    return [
         f"{r['source']} -> {r['target']}: " + ", ".join(
             msg for ok, msg in (
                 (r["src_to_aligned_max"] <= max_word_err, f"src_to_aligned_max {r['src_to_aligned_max']:.3g} > {max_word_err:g}"),
                 (r["prefix_leak_max"] <= max_prefix_leak, f"prefix_leak_max {r['prefix_leak_max']:.3g} > {max_prefix_leak:g}"),
             ) if not ok)
-        for r in result["pairs"]
+        for r in rows
         if r["src_to_aligned_max"] > max_word_err or r["prefix_leak_max"] > max_prefix_leak
     ]
+
+
+def _print_result(result: dict[str, Any], json_output: bool) -> None:
     if json_output:
         typer.echo(json.dumps(result, indent=2))
     else:
@@ -165,8 +206,3 @@ def thl_check(
                            ("ratios", "Importance ratios exp(l_target - denominator)")):
             if key in result:
                 console.print(_table(title, result[key]))
-    if failures:
-        from mutualrl.cli.common import err_console
-
-        err_console.print("[bold red]THL conservation check failed:[/]\n  " + "\n  ".join(failures), highlight=False)
-        raise typer.Exit(1)
