@@ -20,7 +20,7 @@ import torch
 from mutualrl.errors import UsageError
 from mutualrl.padding import pad_to_width, pad_token_rows
 from mutualrl.regimes.adapter import RegimeAdapter
-from mutualrl.regimes.peers import gather_peer_groups, require_whole_groups
+from mutualrl.regimes.peers import PeerGroups, gather_peer_groups, require_whole_groups
 from mutualrl.regimes.prp.spec import PRP
 
 UNSUPPORTED_KEYS = ("tool_mask", "pixel_values", "image_grid_thw", "token_type_ids", "mm_token_type_ids")
@@ -43,13 +43,49 @@ class PRPAdapter(RegimeAdapter):
         return [p.name for p in self.config.pool.policies]
 
     def transform(self, output, rollouts, peers):
-        from mutualrl.regimes.prp.maths import prp_pooled_advantages, ratio_statistics
+        from mutualrl.regimes.prp.maths import ratio_statistics
 
         for key in UNSUPPORTED_KEYS:
             if output.get(key) is not None:
                 raise UsageError(f"regime {self.name!r} does not support batches with {key!r} (multimodal/tool rollouts)")
         require_whole_groups(rollouts, self.name)
         trainer = self.trainer
+        peer, advantages, local_groups, own_adv = self._pooled_advantages(rollouts, peers)
+        n_local = len(rollouts.prompt_ids_local)
+        device = output["completion_ids"].device
+        output["advantages"] = own_adv.to(device, output["advantages"].dtype)
+
+        texts, finished, source_rows, prompt_rows, peer_adv = self._peer_rows(
+            peers, peer.names, peer.rows, advantages, local_groups, rollouts.num_generations)
+        peer_ids, target_spans = self._retokenize(texts, finished)
+        n_peer = len(peer_ids)
+        merged, width, peer_mask = self._merged_batch(output, peer_ids, prompt_rows, peer_adv)
+
+        snapshot = self._snapshot(output, merged, n_local, width)
+        behaviour = None if snapshot is None else snapshot.clone()
+        if self.denominator == "peer":
+            aligned = self._aligned_traces(peers, source_rows, texts, finished, target_spans, peer_ids)
+            for i, values in enumerate(aligned):
+                behaviour[n_local + i, : len(values)] = torch.as_tensor(values, dtype=behaviour.dtype,
+                                                                          device=device)
+        merged["old_per_token_logps"] = behaviour
+        self._extend_trl_extras(output, merged, behaviour, n_local, n_peer, width)
+        mask_total = merged["completion_mask"].sum()
+        merged["num_items_in_batch"] = trainer.accelerator.gather(mask_total).sum()
+
+        if snapshot is None:  # the ratio is exp(logp - logp.detach()) = 1 on every row
+            ratios = torch.ones(peer_mask.shape, dtype=torch.float32, device=device)
+        else:
+            ratios = torch.exp((snapshot[n_local:] - behaviour[n_local:]) * peer_mask.float())
+        stats = ratio_statistics(ratios, peer_mask, epsilon=trainer.epsilon_high)
+        stats["peer_rows"] = float(n_peer)
+        return merged, stats
+
+    def _pooled_advantages(self, rollouts, peers) -> tuple[PeerGroups, torch.Tensor, range, torch.Tensor]:
+        """GRPO advantages over the unified candidate pool of every group: the peer groups,
+        the advantages ``[groups, policies, K]``, this process's groups and its own rows' advantages."""
+        from mutualrl.regimes.prp.maths import prp_pooled_advantages
+
         k = rollouts.num_generations
         groups = rollouts.group_prompt_ids
         order = self.pool_order
@@ -58,32 +94,37 @@ class PRPAdapter(RegimeAdapter):
         # Pooled rewards over every rank's groups (so "batch" scaling sees the whole pooled batch).
         peer = gather_peer_groups(peers, [n for n in order if n != self.policy], groups, k, rollouts.step)
         pool = peer.pool(rollouts.rewards_global.view(len(groups), k), learner_m)
-        advantages = prp_pooled_advantages(pool, scale_rewards=trainer.scale_rewards,
+        advantages = prp_pooled_advantages(pool, scale_rewards=self.trainer.scale_rewards,
                                            eps=self.config.regime.prp.std_epsilon)
 
         n_local = len(rollouts.prompt_ids_local)
         first_group = rollouts.process_index * n_local // k
         local_groups = range(first_group, first_group + n_local // k)
-        device = output["completion_ids"].device
-        adv_dtype = output["advantages"].dtype
-        output["advantages"] = advantages[list(local_groups), learner_m].reshape(-1).to(device, adv_dtype)
+        return peer, advantages, local_groups, advantages[list(local_groups), learner_m].reshape(-1)
 
-        # Peer rows: (local group, peer, sample) in a fixed order.
+    def _peer_rows(self, peers, names, rows, advantages, local_groups, k) -> tuple[list, list, list, list, list]:
+        """Peer rows of this process's groups, (local group, peer, sample) in a fixed order: their
+        texts, finished flags, (peer, row) sources, learner prompt rows and pooled advantages."""
+        order = self.pool_order
         texts, finished, source_rows, prompt_rows, peer_adv = [], [], [], [], []
         for local_p, p in enumerate(local_groups):
-            for slot, name in enumerate(peer.names):
+            for slot, name in enumerate(names):
                 m = order.index(name)
                 table = peers[name]
-                for j, row in enumerate(peer.rows[p, slot].tolist()):
+                for j, row in enumerate(rows[p, slot].tolist()):
                     texts.append(table.column("response_text")[row].as_py())
                     finished.append(bool(table.column("finished")[row].as_py()))
                     source_rows.append((name, row))
                     prompt_rows.append(local_p * k)
                     peer_adv.append(float(advantages[p, m, j]))
-        peer_ids, target_spans = self._retokenize(texts, finished)
-        n_peer = len(peer_ids)
+        return texts, finished, source_rows, prompt_rows, peer_adv
+
+    def _merged_batch(self, output, peer_ids, prompt_rows, peer_adv) -> tuple[dict[str, Any], int, torch.Tensor]:
+        """TRL's batch with the peer rows after the learner's own (with the learner's prompt tokens),
+        padded to one width; returns it, the width and the peer rows' completion mask."""
+        device = output["completion_ids"].device
         width = max([output["completion_ids"].size(1)] + [len(ids) for ids in peer_ids])
-        pad_id = trainer.processing_class.pad_token_id
+        pad_id = self.trainer.processing_class.pad_token_id
         peer_completion, peer_mask = pad_token_rows(peer_ids, pad_id, min_width=width, device=device)
         prompt_index = torch.tensor(prompt_rows, dtype=torch.long, device=device)
 
@@ -93,32 +134,35 @@ class PRPAdapter(RegimeAdapter):
         merged["completion_ids"] = torch.cat([pad_to_width(output["completion_ids"], width, pad_id), peer_completion])
         merged["completion_mask"] = torch.cat([pad_to_width(output["completion_mask"], width, 0), peer_mask])
         merged["advantages"] = torch.cat([output["advantages"],
-                                          torch.tensor(peer_adv, dtype=adv_dtype, device=device)])
+                                          torch.tensor(peer_adv, dtype=output["advantages"].dtype, device=device)])
+        return merged, width, peer_mask
 
-        # Behaviour log-probs. Naive PRP with generation and optimisation aligned: TRL scores
-        # nothing and uses the detached current log-probs as the old ones, which *is* the learner's
-        # snapshot for every row -- so the pooled batch keeps that too (no extra scoring pass).
-        # Otherwise: the learner's snapshot of the rows that lack one (the peer rows; the local
-        # rows too if TRL did not score them) -- the paper's "PRP adds about one rollout's
-        # scoring" -- and, with the peer denominator, the THL-aligned peer trace on peer rows.
+    def _snapshot(self, output, merged, n_local: int, width: int) -> torch.Tensor | None:
+        """The learner's own log-probs of every merged row, or None where TRL needs none.
+
+        Naive PRP with generation and optimisation aligned: TRL scores nothing and uses the
+        detached current log-probs as the old ones, which *is* the learner's snapshot for every
+        row -- so the pooled batch keeps that too (no extra scoring pass). Otherwise: the
+        learner's snapshot of the rows that lack one (the peer rows; the local rows too if TRL
+        did not score them) -- the paper's "PRP adds about one rollout's scoring"; with the peer
+        denominator the caller puts the THL-aligned peer trace on the peer rows.
+        """
+        trainer = self.trainer
         local_old = output.get("old_per_token_logps")
         vllm_sampling = output.get("sampling_per_token_logps") is not None
         if self.denominator == "learner" and local_old is None and not vllm_sampling:
-            snapshot = None
-        else:
-            first_scored = n_local if local_old is not None else 0
-            with torch.no_grad():
-                scored = trainer.score_completions(
-                    trainer.model, merged["prompt_ids"][first_scored:], merged["prompt_mask"][first_scored:],
-                    merged["completion_ids"][first_scored:], merged["completion_mask"][first_scored:])
-            snapshot = scored if local_old is None else torch.cat([pad_to_width(local_old, width, 0.0), scored])
-        behaviour = None if snapshot is None else snapshot.clone()
-        if self.denominator == "peer":
-            aligned = self._aligned_traces(peers, source_rows, texts, finished, target_spans, peer_ids)
-            for i, values in enumerate(aligned):
-                behaviour[n_local + i, : len(values)] = torch.as_tensor(values, dtype=behaviour.dtype,
-                                                                          device=device)
-        merged["old_per_token_logps"] = behaviour
+            return None
+        first_scored = n_local if local_old is not None else 0
+        with torch.no_grad():
+            scored = trainer.score_completions(
+                trainer.model, merged["prompt_ids"][first_scored:], merged["prompt_mask"][first_scored:],
+                merged["completion_ids"][first_scored:], merged["completion_mask"][first_scored:])
+        return scored if local_old is None else torch.cat([pad_to_width(local_old, width, 0.0), scored])
+
+    def _extend_trl_extras(self, output, merged, behaviour, n_local: int, n_peer: int, width: int) -> None:
+        """TRL's optional per-row tensors (vLLM sampling log-probs, importance-sampling ratio,
+        reference log-probs) extended over the peer rows in ``merged``."""
+        device = output["completion_ids"].device
         if output.get("sampling_per_token_logps") is not None:
             merged["sampling_per_token_logps"] = torch.cat(
                 [pad_to_width(output["sampling_per_token_logps"], width, 0.0), behaviour[n_local:]])
@@ -132,16 +176,6 @@ class PRPAdapter(RegimeAdapter):
             ref_peer = self._reference_logps(merged, n_local)
             merged["ref_per_token_logps"] = torch.cat([pad_to_width(output["ref_per_token_logps"], width, 0.0),
                                                        ref_peer])
-        mask_total = merged["completion_mask"].sum()
-        merged["num_items_in_batch"] = trainer.accelerator.gather(mask_total).sum()
-
-        if snapshot is None:  # the ratio is exp(logp - logp.detach()) = 1 on every row
-            ratios = torch.ones(peer_mask.shape, dtype=torch.float32, device=device)
-        else:
-            ratios = torch.exp((snapshot[n_local:] - behaviour[n_local:]) * peer_mask.float())
-        stats = ratio_statistics(ratios, peer_mask, epsilon=trainer.epsilon_high)
-        stats["peer_rows"] = float(n_peer)
-        return merged, stats
 
     # -- THL -------------------------------------------------------------------------------
     def _retokenize(self, texts: list[str], finished: list[bool]) -> tuple[list[list[int]], list[np.ndarray]]:
