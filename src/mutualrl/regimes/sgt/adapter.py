@@ -11,14 +11,17 @@ so the update is exactly pure GRPO.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from mutualrl.padding import pad_token_rows
 from mutualrl.regimes.adapter import RegimeAdapter, log_trl_metrics
-from mutualrl.regimes.peers import gather_peer_groups, require_whole_groups, stable_seed
+from mutualrl.regimes.peers import PeerGroups, gather_peer_groups, require_whole_groups, stable_seed
 from mutualrl.regimes.sgt.spec import SGT
+
+if TYPE_CHECKING:
+    from mutualrl.regimes.sgt.maths import SGTGate
 
 SGT_KEYS = ("sgt_completion_ids", "sgt_completion_mask", "sgt_weight")
 
@@ -77,31 +80,53 @@ class SGTAdapter(RegimeAdapter):
 
     def _rescue(self, output, rollouts, peers, own: OwnRound, step: int):
         """SGT on ``own``'s groups (this step's or an earlier round's) against the peers' records of ``step``."""
-        from mutualrl.regimes.sgt.maths import (
-            assign_sgt_rows,
-            select_peer_successes,
-            sgt_example_weights,
-            sgt_gate,
-            sgt_metrics,
-        )
-        from mutualrl.thl import retokenize
+        from mutualrl.regimes.sgt.maths import sgt_metrics
 
         settings = self.config.regime.sgt
-        trainer = self.trainer
         k = rollouts.num_generations
-        n_local = len(rollouts.prompt_ids_local)
-        local_groups, learner = own.groups, own.rewards
-        peer = gather_peer_groups(peers, self.peers, local_groups, k, step, columns=("reward", "num_tokens"))
+        peer, gate, chosen, row_mask = self._gate(peers, own, k, step)
+        gated_prompts, texts, finished = self._chosen_successes(peers, peer, gate, chosen, len(own.groups))
+        flat_mask = row_mask.reshape(-1)
+        num_gated = self._sum_over_ranks(int(flat_mask.sum()), rollouts)
+        extra_tokens = 0
+        # Several ranks (DDP / ZeRO): every rank must run the same forward passes, so the SGT
+        # fields are attached at every step and the extra pass runs even with no gated rows (weight 0).
+        if gated_prompts or rollouts.num_processes > 1:
+            extra_tokens = self._attach_rescues(output, rollouts, own, gated_prompts, texts, finished, flat_mask,
+                                                num_gated)
+
+        rescued = self._sum_over_ranks(int(gate.gated.sum()), rollouts)
+        self.rescues_total += rescued
+        rollout_tokens = int(output["completion_mask"].sum().item())
+        metrics = sgt_metrics(gate, own.rewards, peer.values["reward"], extra_tokens=extra_tokens,
+                              rollout_tokens=rollout_tokens, m=len(self.peers) + 1, k=k,
+                              success_threshold=settings.success_threshold,
+                              max_pairs_per_prompt=settings.max_pairs_per_prompt)
+        metrics["rescues"] = rescued
+        metrics["rescues_total"] = self.rescues_total
+        return output, metrics
+
+    def _gate(self, peers, own: OwnRound, k: int, step: int) -> tuple[PeerGroups, SGTGate, torch.Tensor, torch.Tensor]:
+        """The gate per prompt (all K own rollouts failed, a peer succeeded), the peer success chosen
+        for each gated prompt (seeded per step, policy and regime) and the learner rows it rescues."""
+        from mutualrl.regimes.sgt.maths import assign_sgt_rows, select_peer_successes, sgt_gate
+
+        settings = self.config.regime.sgt
+        peer = gather_peer_groups(peers, self.peers, own.groups, k, step, columns=("reward", "num_tokens"))
         peer_rewards, peer_lengths = peer.values["reward"], peer.values["num_tokens"]
 
-        gate = sgt_gate(learner, peer_rewards, success_threshold=settings.success_threshold,
+        gate = sgt_gate(own.rewards, peer_rewards, success_threshold=settings.success_threshold,
                         failure_threshold=settings.failure_threshold,
                         require_all_failed=settings.require_all_failed)
-        generator = torch.Generator().manual_seed(stable_seed(trainer.args.seed, step, self.policy, self.name))
+        generator = torch.Generator().manual_seed(stable_seed(self.trainer.args.seed, step, self.policy, self.name))
         chosen = select_peer_successes(gate, peer_lengths, selection=settings.selection, generator=generator)
         row_mask = assign_sgt_rows(gate.gated, k, settings.max_pairs_per_prompt)
+        return peer, gate, chosen, row_mask
 
-        gated_prompts = [p for p in range(len(local_groups)) if bool(gate.gated[p])]
+    def _chosen_successes(self, peers, peer: PeerGroups, gate: SGTGate, chosen: torch.Tensor,
+                          n_groups: int) -> tuple[list[int], list[str], list[bool]]:
+        """The gated prompts and, for each, the chosen peer success's text and finished flag."""
+        gated_prompts = [p for p in range(n_groups) if bool(gate.gated[p])]
         texts, finished = [], []
         for p in gated_prompts:
             m, j = int(chosen[p, 0]), int(chosen[p, 1])
@@ -109,57 +134,56 @@ class SGTAdapter(RegimeAdapter):
             row = int(peer.rows[p, m, j])
             texts.append(table.column("response_text")[row].as_py())
             finished.append(bool(table.column("finished")[row].as_py()))
+        return gated_prompts, texts, finished
 
-        flat_mask = row_mask.reshape(-1)
-        num_gated = int(flat_mask.sum())
-        if rollouts.num_processes > 1:  # every rank takes part in the collective, gated or not
-            num_gated = int(trainer.accelerator.reduce(
-                torch.tensor(num_gated, device=trainer.accelerator.device), reduction="sum").item())
-        extra_tokens = 0
-        # Several ranks (DDP / ZeRO): every rank must run the same forward passes, so the SGT
-        # fields are attached at every step and the extra pass runs even with no gated rows (weight 0).
-        if gated_prompts or rollouts.num_processes > 1:
-            retok = retokenize(trainer.processing_class, texts)
-            max_len = trainer.max_completion_length
-            eos = trainer.processing_class.eos_token_id
-            sequences = []
-            for r, done in zip(retok, finished, strict=True):
-                ids = list(r.ids)
-                if done and eos is not None:
-                    ids.append(eos)
-                sequences.append(ids[:max_len] if max_len else ids)
-            width = max([1] + [len(ids) for ids in sequences])
-            device = output["completion_ids"].device
-            pad = trainer.processing_class.pad_token_id
-            rows: list[list[int]] = [[] for _ in range(n_local)]  # the rescue target on gated rows only
-            for p, ids in zip(gated_prompts, sequences, strict=True):
-                for i in range(p * k, (p + 1) * k):
-                    if flat_mask[i]:
-                        rows[i] = ids
-                        extra_tokens += len(ids)
-            completion, mask = pad_token_rows(rows, pad, min_width=width, device=device)
-            weights = sgt_example_weights(flat_mask, settings.lam, trainer.args.steps_per_generation,
-                                          trainer.current_gradient_accumulation_steps, num_gated=num_gated,
-                                          num_processes=rollouts.num_processes)
-            output["sgt_completion_ids"] = completion
-            output["sgt_completion_mask"] = mask
-            output["sgt_weight"] = weights.to(device=device, dtype=torch.float32)
-            if own.prompt_ids is not None:  # an earlier round: its prompts, not this step's
-                output["sgt_prompt_ids"] = own.prompt_ids.to(device)
-                output["sgt_prompt_mask"] = own.prompt_mask.to(device)
-
-        rescued = int(gate.gated.sum())
+    def _sum_over_ranks(self, count: int, rollouts) -> int:
+        """``count`` summed over the ranks (every rank takes part in the collective, gated or not)."""
         if rollouts.num_processes > 1:
-            rescued = int(trainer.accelerator.reduce(torch.tensor(rescued, device=trainer.accelerator.device),
-                                                     reduction="sum").item())
-        self.rescues_total += rescued
-        rollout_tokens = int(output["completion_mask"].sum().item())
-        metrics = sgt_metrics(gate, learner, peer_rewards, extra_tokens=extra_tokens, rollout_tokens=rollout_tokens,
-                              m=len(self.peers) + 1, k=k, success_threshold=settings.success_threshold,
-                              max_pairs_per_prompt=settings.max_pairs_per_prompt)
-        metrics["rescues"] = rescued
-        metrics["rescues_total"] = self.rescues_total
-        return output, metrics
+            accelerator = self.trainer.accelerator
+            return int(accelerator.reduce(torch.tensor(count, device=accelerator.device), reduction="sum").item())
+        return count
+
+    def _attach_rescues(self, output, rollouts, own: OwnRound, gated_prompts: list[int], texts: list[str],
+                        finished: list[bool], flat_mask: torch.Tensor, num_gated: int) -> int:
+        """The rescues retokenized into the learner's vocabulary (THL), EOS appended where the peer
+        finished, put on the gated rows of ``output`` with their weights (Eq. regime3_total);
+        returns the rescue tokens added."""
+        from mutualrl.regimes.sgt.maths import sgt_example_weights
+        from mutualrl.thl import retokenize
+
+        trainer = self.trainer
+        k = rollouts.num_generations
+        retok = retokenize(trainer.processing_class, texts)
+        max_len = trainer.max_completion_length
+        eos = trainer.processing_class.eos_token_id
+        sequences = []
+        for r, done in zip(retok, finished, strict=True):
+            ids = list(r.ids)
+            if done and eos is not None:
+                ids.append(eos)
+            sequences.append(ids[:max_len] if max_len else ids)
+        width = max([1] + [len(ids) for ids in sequences])
+        device = output["completion_ids"].device
+        pad = trainer.processing_class.pad_token_id
+        extra_tokens = 0
+        n_local = len(rollouts.prompt_ids_local)
+        rows: list[list[int]] = [[] for _ in range(n_local)]  # the rescue target on gated rows only
+        for p, ids in zip(gated_prompts, sequences, strict=True):
+            for i in range(p * k, (p + 1) * k):
+                if flat_mask[i]:
+                    rows[i] = ids
+                    extra_tokens += len(ids)
+        completion, mask = pad_token_rows(rows, pad, min_width=width, device=device)
+        weights = sgt_example_weights(flat_mask, self.config.regime.sgt.lam, trainer.args.steps_per_generation,
+                                      trainer.current_gradient_accumulation_steps, num_gated=num_gated,
+                                      num_processes=rollouts.num_processes)
+        output["sgt_completion_ids"] = completion
+        output["sgt_completion_mask"] = mask
+        output["sgt_weight"] = weights.to(device=device, dtype=torch.float32)
+        if own.prompt_ids is not None:  # an earlier round: its prompts, not this step's
+            output["sgt_prompt_ids"] = own.prompt_ids.to(device)
+            output["sgt_prompt_mask"] = own.prompt_mask.to(device)
+        return extra_tokens
 
     def extra_loss(self, model, inputs):
         weights = inputs.get("sgt_weight")
