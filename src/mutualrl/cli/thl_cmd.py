@@ -141,8 +141,8 @@ def _policy_pairs(
     targets = list(target) if target else ([target_model] if target_model else ["phi3"])
     models = {"source": load_model(source_model, dtype="float32", device="cpu") if source_model else None,
               "target": load_model(target_model, dtype="float32", device="cpu") if target_model else None}
-    pairs = [(_policy(s, "source", source_model, models["source"]), _policy(t, "target", target_model, models["target"]))
-             for s, t in _pairs(sources, targets, cross)]
+    pairs = [(_policy(s, "source", source_model, models["source"]),
+              _policy(t, "target", target_model, models["target"])) for s, t in _pairs(sources, targets, cross)]
     return pairs, models["source"] is not None and models["target"] is not None
 
 

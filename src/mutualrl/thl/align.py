@@ -320,7 +320,8 @@ def _straddling_mass(
     n_units = part.n_units
     counts = s_last[idx] - s_first[idx] + 1  # [k_src]: units each straddling token reaches
     rep = np.repeat(idx, counts)  # [k_pairs]: the token of each (token, unit) pair
-    unit = np.repeat(s_first[idx], counts) + np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)  # [k_pairs]
+    unit = (np.repeat(s_first[idx], counts) + np.arange(int(counts.sum()))
+            - np.repeat(np.cumsum(counts) - counts, counts))  # [k_pairs]: the unit of each pair
     nb = part.nonws_before  # [n_chars + 1]
     s_, e_ = s_spans[rep, 0], s_spans[rep, 1]  # [k_pairs], [k_pairs]
     overlap = nb[np.minimum(e_, u_end[unit])] - nb[np.maximum(s_, u_start[unit])]  # [k_pairs]
