@@ -162,6 +162,10 @@ def align_logprobs(
     ``src_special[i]`` (optional) flags special source tokens explicitly.
     ``src_mask[i]`` (optional, one flag per source token) drops non-response positions
     (padding, prompt) before alignment; they are neither aligned nor residual.
+
+    Stages: flat batch (:func:`_flat_batch`) -> validation (:func:`_validate`) -> units and
+    mass (:func:`_place_mass`) -> spread or exact copy (:func:`_target_values`) -> per-sequence
+    results (:func:`_results`).
     """
     if rule not in ALIGN_RULES:
         raise UsageError(f"unknown THL alignment rule {rule!r}; expected one of {', '.join(ALIGN_RULES)}")
@@ -180,7 +184,8 @@ def _flat_batch(
     src_special: Sequence[np.ndarray] | None,
     src_mask: Sequence[np.ndarray] | None,
 ) -> _FlatBatch:
-    """Stage 1: input counts and per-sequence shapes (O(1) checks each), then one flat batch."""
+    """Stage 1: input counts and per-sequence shapes (O(1) checks each), then one flat batch
+    (paper Sec. "Tokenizer Heterogeneity Layer", operation (2): the source traces to project)."""
     n_seq = len(texts)
     for name, seq in (("src_spans", src_spans), ("src_logps", src_logps), ("tgt_spans", tgt_spans)):
         if len(seq) != n_seq:
@@ -231,7 +236,8 @@ def _flat_batch(
 
 
 def _validate(fb: _FlatBatch) -> None:
-    """Stage 2: validation over the flat batch; errors name the sequence and the token."""
+    """Stage 2: validation over the flat batch; errors name the sequence and the token (paper Sec.
+    "Tokenizer Heterogeneity Layer": finite log-probs, spans inside the shared text)."""
     finite = np.isfinite(fb.logps)  # [n_src]
     if not finite.all():
         i, j = _first_bad(~finite, fb.src_off)
@@ -334,10 +340,11 @@ def _straddling_mass(
 
 
 def _target_values(pl: _Placement, rule: str) -> tuple[np.ndarray, np.ndarray]:
-    """Stage 4: each target token's value. The paper's rule spreads ``Z_w`` evenly over the
-    ``C_w`` target tokens of unit ``w``; ``rule="exact-copy"`` instead copies the source values
-    token by token into a unit whose source spans equal its target spans one for one (so a
-    self-pair is reproduced exactly). Returns the values ``[m]`` and the copied units ``[U]``."""
+    """Stage 4: each target token's value. The paper's rule (App. "Detailed Logits Word
+    Alignment", Alg. WordAlignLogProbs) spreads ``Z_w`` evenly over the ``C_w`` target tokens
+    of unit ``w``; ``rule="exact-copy"`` instead copies the source values token by token into a
+    unit whose source spans equal its target spans one for one (so a self-pair is reproduced
+    exactly). Returns the values ``[m]`` and the copied units ``[U]``."""
     n_units = pl.part.n_units
     spread = (pl.mass / np.maximum(pl.count_t, 1))[pl.t_unit]  # float64 [m]: Z_w / C_w
     copy_unit = np.zeros(n_units, dtype=bool)  # [U]
