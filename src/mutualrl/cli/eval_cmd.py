@@ -73,6 +73,7 @@ def run_eval_command(
     log = log or console
     from mutualrl.evaluation.runner import load_suite, pick_backend, pick_device, resolve_targets, run_eval
     from mutualrl.tasks.registry import resolve_suite
+    from mutualrl.evaluation.generate import scoring_label
     from mutualrl.tasks.verifiers import check_mode
 
     device, backend = pick_device(device), pick_backend(backend)  # checked before anything is loaded
@@ -90,13 +91,15 @@ def run_eval_command(
             max_new_tokens = recipe.validation.max_new_tokens or recipe.grpo.get("max_completion_length")
         batch_size = batch_size or recipe.validation.batch_size
     verifier = check_mode(verifier or "default")
+    scoring = recipe_scoring(recipe, tasks, verifier)
     max_new_tokens = int(max_new_tokens or 1024)
     batch_size = int(batch_size or 16)
     with log.status(f"loading {', '.join(tasks)} prompts ..."):
-        examples = load_suite(tasks, split=split, source=source, limit=limit)
+        examples = load_suite(tasks, split=split, source=source, limit=limit,
+                              task_config=recipe.task if recipe is not None else None)
     log.print(
         f"[bold]eval[/] {len(chosen.targets)} model(s) x {len(tasks)} task(s) ({len(examples)} prompts), "
-        f"greedy, max {max_new_tokens} new tokens, verifier {verifier}",
+        f"greedy, max {max_new_tokens} new tokens, {scoring_label(scoring)}",
         highlight=False,
     )
     progress, factory = progress_bars()
@@ -110,7 +113,7 @@ def run_eval_command(
             batch_size=batch_size,
             device=device,
             backend=backend,
-            verifier=verifier,
+            verifier=scoring,
             max_prompt_tokens=max_prompt_tokens,
             split=split,
             on_status=lambda msg: progress.console.print(f"[dim]{msg}[/]", highlight=False),
@@ -118,22 +121,36 @@ def run_eval_command(
         )
     if dropped:
         log.print(f"[yellow]dropped {dropped} prompt(s) longer than {max_prompt_tokens} tokens for some model[/]")
-    from mutualrl.tasks.registry import get_task
+    from mutualrl.tasks.registry import get_task, task_from_config
 
     meta = {
         "target": target,
         "label": chosen.label,
         "suite": suite,
         "tasks": tasks,
-        "splits": {t: split or get_task(t).default_eval_split for t in tasks},
+        "splits": {t: split or (task_from_config(recipe.task) if recipe is not None and recipe.task.name == t
+                                else get_task(t)).default_eval_split for t in tasks},
         "source": source,
         "limit": limit,
         "max_new_tokens": max_new_tokens,
-        "verifier": verifier,
+        "verifier": scoring_label(scoring),
         "dropped_too_long": dropped,
         "seconds": round(time.perf_counter() - start, 3),
     }
     return results, meta
+
+
+def recipe_scoring(recipe: Any, tasks: list[str], verifier: str) -> Any:
+    """How to score: the recipe's own reward functions and weights when its task is the one evaluated (a run's
+    held-out validation and ``eval`` then agree), else the verifier mode."""
+    if recipe is None or tasks != [recipe.task.name]:
+        return verifier
+    from dataclasses import replace
+
+    from mutualrl.tasks.reward_funcs import RewardSpec, reward_spec
+
+    spec: RewardSpec = replace(reward_spec(recipe.task, recipe.grpo), verifier=verifier)
+    return spec if spec.funcs or not spec.uses_verifier() else verifier
 
 
 def run_folder_targets(target: str, tokenizer: str | None, chat_template: bool | None) -> Any:

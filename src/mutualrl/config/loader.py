@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from mutualrl.config.plugins import import_plugins
 from mutualrl.config.schema import SCHEDULE_GRPO_FIELDS, RunConfig
 from mutualrl.config.typed import ConfigError, build_dataclass, check_bounds, convert
 from mutualrl.regimes.registry import get_regime, settings_regimes
@@ -249,6 +250,7 @@ def load_run_config(
     if max_steps is not None:
         set_max_steps(data, max_steps)
     check_schedule_conflicts(data, source)
+    import_plugins(data.get("plugins"))  # a plugin's regime or task is named further down the recipe
     config = build_dataclass(RunConfig, data, source)
     validate_run_config(config, source, check_grpo=check_grpo)
     return LoadedRecipe(config=config, source=source, data=data)

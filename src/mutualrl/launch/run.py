@@ -105,15 +105,20 @@ def checked(loaded: LoadedRecipe) -> tuple[RunConfig, str]:
 
 
 def check_task(config: RunConfig) -> None:
-    """The task and its splits exist: a typo fails here, not in every worker after the launch."""
-    from mutualrl.tasks.registry import get_task
+    """The task, its splits, its source and its reward functions exist: a typo or an import error fails here
+    (the dry run too), not in every worker after the launch."""
+    from mutualrl.tasks.registry import task_from_config
+    from mutualrl.tasks.reward_funcs import check_reward_spec, reward_spec
 
-    task = get_task(config.task.name)
+    task = task_from_config(config.task)
     for field_name in ("train_split", "eval_split"):
         split = getattr(config.task, field_name)
         if task.splits and split not in task.splits:
             raise UsageError(f"task.{field_name}: task {config.task.name!r} has no split {split!r}; "
                              f"it has: {', '.join(task.splits)}")
+    task.check_source(config.task.source)
+    for policy in config.pool.policies:  # a policy's own grpo.reward_weights must fit the functions too
+        check_reward_spec(reward_spec(config.task, {**config.grpo, **policy.grpo}))
 
 
 def run_dir_for(config: RunConfig) -> Path:

@@ -58,7 +58,7 @@ def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Consol
     """Builtin models, the joint prompt filter, the resolved config -- before anything is launched."""
     from mutualrl.pools.builtin import ensure_builtin_models
     from mutualrl.pools.loading import BUILTIN_PREFIX, load_tokenizer_for
-    from mutualrl.tasks.registry import get_task
+    from mutualrl.tasks.registry import task_from_config
     from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, joint_length_filter, uses_chat_template, write_examples
 
     mark_run_folder(paths.root)
@@ -69,7 +69,7 @@ def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Consol
     for policy in config.pool.policies:
         tokenizer = load_tokenizer_for(policy.model, policy.tokenizer)
         tokenizers[policy.name] = (tokenizer, uses_chat_template(tokenizer, policy.chat_template))
-    task = get_task(config.task.name)
+    task = task_from_config(config.task)
     with console.status(f"loading task {config.task.name} ..."):
         train = task.load(config.task.train_split, config.task.source, config.task.train_limit)
         eval_limit = config.validation.limit if config.validation.limit is not None else config.task.eval_limit
