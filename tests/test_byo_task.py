@@ -1,0 +1,193 @@
+"""Bring your own task (issue 39): the ``dataset`` task, ``task.reward_funcs`` resolved and combined as TRL does,
+``plugins`` and ``package.module:Class`` tasks, and the launcher's checks that refuse them before any worker."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from mutualrl.config.plugins import import_plugins
+from mutualrl.errors import DataError, UsageError
+from mutualrl.tasks.registry import get_task, task_from_config
+from mutualrl.tasks.reward_funcs import RewardSpec, resolve_reward_func, reward_functions, score_batch
+from mutualrl.tasks.user_dataset import UserDatasetTask, held_out_indices
+
+REWARD_MODULE = '''
+def exact(prompts, completions, completion_ids, answer, family, **kwargs):
+    return [1.0 if str(c).strip() == str(a) else 0.0 for c, a in zip(completions, answer)]
+
+def half_or_none(prompts, completions, completion_ids, **kwargs):
+    return [None if c == "skip" else 0.5 for c in completions]
+
+NOT_A_FUNCTION = 3
+'''
+
+TASK_MODULE = '''
+from mutualrl.tasks.base import Task, TaskExample
+from mutualrl.tasks.registry import register_task
+
+class Echo(Task):
+    name = "byo-echo"
+    def load(self, split, source=None, limit=None):
+        return [TaskExample(prompt_id=f"echo/{i}", prompt=f"{i}=", answer=str(i), task=self.name) for i in range(3)]
+    def score(self, completion, answer):
+        return float(completion.strip() == answer)
+
+register_task("byo-registered", "byo_task_mod:Echo")
+'''
+
+
+def write_rows(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def rows(n: int, start: int = 0) -> list[dict]:
+    return [{"prompt": f"{i}+1=", "answer": i + 1, "family": "add" if i % 2 else "sub"} for i in range(start, start + n)]
+
+
+@pytest.fixture()
+def user_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder outside the repository with the user's modules, as the working directory."""
+    (tmp_path / "byo_rewards.py").write_text(REWARD_MODULE)
+    (tmp_path / "byo_task_mod.py").write_text(TASK_MODULE)
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path
+    for name in ("byo_rewards", "byo_task_mod"):
+        sys.modules.pop(name, None)
+
+
+def configured(eval_fraction: float | None = None, seed: int = 0) -> UserDatasetTask:
+    task = get_task("dataset")
+    task.configure("train", "test", eval_fraction, seed)
+    return task
+
+
+# -- the dataset task ----------------------------------------------------------------------
+
+
+def test_a_folder_with_two_splits_keeps_every_column_and_stable_ids(tmp_path: Path) -> None:
+    write_rows(tmp_path / "d" / "train.jsonl", rows(5))
+    write_rows(tmp_path / "d" / "test.jsonl", [{**r, "id": f"q{i}"} for i, r in enumerate(rows(2, 50))])
+    task = configured()
+    train, test = task.load("train", str(tmp_path / "d")), task.load("test", str(tmp_path / "d"))
+    assert [ex.prompt_id for ex in train][:2] == ["dataset/train/00000", "dataset/train/00001"]
+    assert [ex.prompt_id for ex in test] == ["dataset/q0", "dataset/q1"]  # an id column wins
+    row = train[1].as_row()
+    assert row["family"] == "add" and row["answer"] == 2 and row["task"] == "dataset" and row["prompt"] == "1+1="
+
+
+def test_one_file_holds_out_a_seeded_fraction_the_same_in_every_process(tmp_path: Path) -> None:
+    source = str(write_rows(tmp_path / "all.jsonl", rows(20)))
+    train, held = configured().load("train", source), configured().load("test", source)
+    assert len(held) == 2 and len(train) == 18  # default 0.1
+    assert not {e.prompt_id for e in train} & {e.prompt_id for e in held}
+    assert [e.prompt_id for e in configured().load("test", source)] == [e.prompt_id for e in held]
+    assert [e.prompt_id for e in configured(0.25, seed=1).load("test", source)] != [e.prompt_id for e in held]
+    assert len(configured(0.25).load("test", source)) == 5
+    assert held_out_indices(2, 0.9, 0) and len(held_out_indices(2, 0.9, 0)) == 1  # one row left to train on
+
+
+def test_chat_message_prompts_reach_chat_policies_as_messages(tmp_path: Path) -> None:
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2="}]
+    source = str(write_rows(tmp_path / "d" / "train.jsonl", [{"prompt": messages, "answer": 4}] * 1))
+    write_rows(tmp_path / "d" / "test.jsonl", [{"prompt": "3+3=", "answer": 6}])
+    (ex,) = configured().load("train", str(Path(source).parent))
+    assert ex.for_policy(True) == messages
+    assert ex.for_policy(False) == "Be brief.\n\n2+2="
+
+
+@pytest.mark.parametrize("row, needle", [({"question": "x"}, "no field 'prompt'"),
+                                         ({"prompt": "x", "task": "t"}, "'task', which mutualrl sets"),
+                                         ({"prompt": 3}, "text or a list of chat messages")])
+def test_bad_rows_name_the_row_and_the_column(tmp_path: Path, row: dict, needle: str) -> None:
+    source = str(write_rows(tmp_path / "x.jsonl", [row, row]))
+    with pytest.raises(DataError, match=needle):
+        configured().load("train", source)
+
+
+def test_source_is_checked_before_a_launch(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="needs task.source"):
+        configured().check_source(None)
+    with pytest.raises(UsageError, match="neither an existing file"):
+        configured().check_source(str(tmp_path / "missing.jsonl"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DataError, match="no split 'train'"):
+        configured().check_source(str(tmp_path / "empty"))
+    configured().check_source("owner/name:config")  # a hub id: read (and checked) by datasets.load_dataset
+
+
+# -- reward functions ------------------------------------------------------------------------
+
+
+def test_names_resolve_as_trl_grpo_resolves_them(user_code: Path) -> None:
+    assert resolve_reward_func("byo_rewards.exact").__name__ == "exact"  # from the working directory
+    assert resolve_reward_func("think_format_reward").__name__ == "think_format_reward"  # TRL's own
+    with pytest.raises(UsageError, match=r"task.reward_funcs: cannot import module 'nope_mod'.*working directory"):
+        resolve_reward_func("nope_mod.fn")
+    with pytest.raises(UsageError, match="has no 'missing'"):
+        resolve_reward_func("byo_rewards.missing")
+    with pytest.raises(UsageError, match="is not a function"):
+        resolve_reward_func("byo_rewards.NOT_A_FUNCTION")
+    with pytest.raises(UsageError, match="neither one of TRL's reward functions"):
+        resolve_reward_func("exact")
+
+
+def test_a_builtin_verifier_comes_first_and_weights_must_match(user_code: Path) -> None:
+    funcs = reward_functions(RewardSpec("synthetic-arith", funcs=("byo_rewards.half_or_none",)))
+    assert [f.__name__ for f in funcs] == ["verifier", "half_or_none"]
+    with pytest.raises(UsageError, match=r"grpo.reward_weights: 1 weight\(s\) for 2 reward function\(s\) "
+                                         r"\(verifier, byo_rewards.half_or_none\)"):
+        reward_functions(RewardSpec("synthetic-arith", funcs=("byo_rewards.half_or_none",), weights=(1.0,)))
+    with pytest.raises(UsageError, match="no built-in verifier: name your reward functions"):
+        reward_functions(RewardSpec("dataset"))
+
+
+def test_combined_reward_is_trl_weighted_nansum(user_code: Path) -> None:
+    spec = RewardSpec("dataset", funcs=("byo_rewards.exact", "byo_rewards.half_or_none"), weights=(2.0, 1.0))
+    columns = {"answer": [3, 3, 3], "family": ["add"] * 3}
+    scores = score_batch(spec, ["1+2="] * 3, ["3", "4", "skip"], [[1], [2], [3]], columns)
+    assert scores == [2.5, 0.5, 0.0]  # None is missing: "skip" scores 0 from exact and nothing from the other
+
+
+def test_greedy_scoring_uses_the_runs_reward_functions(user_code: Path) -> None:
+    from mutualrl.evaluation.generate import score_examples
+
+    source = str(write_rows(user_code / "d.jsonl", rows(10)))
+    examples = configured().load("test", source)
+    spec = RewardSpec("dataset", funcs=("byo_rewards.exact",))
+    records = score_examples(examples, [str(ex.as_row()["answer"]) for ex in examples], spec)
+    assert [r.score for r in records] == [1.0] * len(examples)
+    with pytest.raises(UsageError, match="no built-in verifier"):
+        score_examples(examples, ["1"] * len(examples), "default")
+
+
+# -- plugins and task classes ---------------------------------------------------------------
+
+
+def test_plugins_and_class_paths_register_tasks_in_this_process(user_code: Path) -> None:
+    import_plugins(["byo_task_mod"])
+    assert get_task("byo-registered").name == "byo-echo"
+    task = get_task("byo_task_mod:Echo")
+    assert len(task.load("train")) == 3 and get_task("byo-echo").score("1", "1") == 1.0  # rows name it "byo-echo"
+    with pytest.raises(UsageError, match=r"plugins\[1\]: cannot import module 'no_such_plugin'"):
+        import_plugins(["byo_task_mod", "no_such_plugin"])
+    with pytest.raises(UsageError, match="task.name: module 'byo_task_mod' has no 'Nope'"):
+        get_task("byo_task_mod:Nope")
+
+
+def test_the_launcher_refuses_a_reward_function_that_does_not_import(user_code: Path) -> None:
+    from mutualrl.launch.run import TrainOptions, resolve_config
+
+    write_rows(user_code / "data" / "train.jsonl", rows(8))
+    sets = ["task.name=dataset", f"task.source={user_code / 'data'}"]
+    config, _ = resolve_config(TrainOptions(overrides=[*sets, "task.reward_funcs=[byo_rewards.exact]"]))
+    assert task_from_config(config.task).holds_out(config.task.source)  # no test split: 10% held out
+    with pytest.raises(UsageError, match=r"task.reward_funcs\[0\]: cannot import module 'typo_rewards'"):
+        resolve_config(TrainOptions(overrides=[*sets, "task.reward_funcs=[typo_rewards.exact]"]))
+    with pytest.raises(UsageError, match="plugins"):
+        resolve_config(TrainOptions(overrides=[*sets, "task.reward_funcs=[byo_rewards.exact]", "plugins=[nope_x]"]))
