@@ -191,3 +191,36 @@ def test_the_launcher_refuses_a_reward_function_that_does_not_import(user_code: 
         resolve_config(TrainOptions(overrides=[*sets, "task.reward_funcs=[typo_rewards.exact]"]))
     with pytest.raises(UsageError, match="plugins"):
         resolve_config(TrainOptions(overrides=[*sets, "task.reward_funcs=[byo_rewards.exact]", "plugins=[nope_x]"]))
+
+
+# -- the Python API --------------------------------------------------------------------------
+
+
+def test_import_mutualrl_stays_light_and_offers_the_api() -> None:
+    import subprocess
+
+    code = ("import sys, mutualrl; assert callable(mutualrl.train) and callable(mutualrl.evaluate); "
+            "print('torch' in sys.modules, 'trl' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parents[1] / "src")})
+    assert out.stdout.split() == ["False", "False"]
+
+
+def test_reward_callables_must_be_importable_by_the_workers(user_code: Path) -> None:
+    from mutualrl.api import load_config, override_texts, reward_func_path
+
+    from byo_rewards import exact  # noqa: I001 - the user's module, from the working directory
+
+    assert reward_func_path(exact) == "byo_rewards.exact"
+    with pytest.raises(UsageError, match=r"defined in .*<lambda>.*Move it to a .py file"):
+        reward_func_path(lambda prompts, completions, **kw: [0.0] * len(completions))
+    main_fn = type(exact)(exact.__code__, {}, "in_notebook")
+    main_fn.__module__ = "__main__"
+    with pytest.raises(UsageError, match="defined in __main__"):
+        reward_func_path(main_fn)
+    assert override_texts({"task.source": "d/", "validation.limit": 4}, [exact]) == [
+        'task.source="d/"', "validation.limit=4", 'task.reward_funcs=["byo_rewards.exact"]']
+    write_rows(user_code / "data" / "train.jsonl", rows(8))
+    config = load_config(overrides={"task.name": "dataset", "task.source": str(user_code / "data")},
+                         reward_funcs=[exact])
+    assert config.task.reward_funcs == ["byo_rewards.exact"]

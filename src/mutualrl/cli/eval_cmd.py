@@ -20,8 +20,8 @@ SUITE_HELP = (
 )
 
 
-def progress_bars() -> tuple[Any, Callable[[str, int], Callable[[int], None]]]:
-    """A rich progress display and a factory of per-model bars (``advance`` callbacks)."""
+def progress_bars(enabled: bool = True) -> tuple[Any, Callable[[str, int], Callable[[int], None]]]:
+    """A rich progress display and a factory of per-model bars (``advance`` callbacks); hidden unless ``enabled``."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -40,6 +40,7 @@ def progress_bars() -> tuple[Any, Callable[[str, int], Callable[[int], None]]]:
         TimeRemainingColumn(),
         console=err_console,
         transient=False,
+        disable=not enabled,
     )
 
     def factory(name: str, total: int) -> Callable[[int], None]:
@@ -65,6 +66,7 @@ def run_eval_command(
     tokenizer: str | None,
     max_prompt_tokens: int | None,
     log: Any = None,
+    bars: bool = True,
 ) -> tuple[list[Any], dict[str, Any]]:
     """Resolve everything from the target (pool defaults) and the options; evaluate; return results and metadata.
 
@@ -102,7 +104,7 @@ def run_eval_command(
         f"greedy, max {max_new_tokens} new tokens, {scoring_label(scoring)}",
         highlight=False,
     )
-    progress, factory = progress_bars()
+    progress, factory = progress_bars(bars)
     _quiet_transformers()
     start = time.perf_counter()
     with progress:
