@@ -224,3 +224,15 @@ def test_reward_callables_must_be_importable_by_the_workers(user_code: Path) -> 
     config = load_config(overrides={"task.name": "dataset", "task.source": str(user_code / "data")},
                          reward_funcs=[exact])
     assert config.task.reward_funcs == ["byo_rewards.exact"]
+
+
+def test_sgt_thresholds_outside_the_rewards_range_are_named_at_the_first_step() -> None:
+    import torch
+
+    from mutualrl.regimes.sgt.maths import threshold_problem
+
+    assert threshold_problem(torch.tensor([0.0, 1.0, 0.0]), 0.8, 0.2) is None  # 0/1 rewards
+    assert threshold_problem(torch.tensor([0.0, 0.0]), 0.8, 0.2) is None  # nothing solved yet: usual early on
+    assert "no reward exceeded success_threshold=0.8" in threshold_problem(torch.tensor([0.0, 0.5]), 0.8, 0.2)
+    assert "no reward is below failure_threshold=0.2" in threshold_problem(torch.tensor([1.0, 3.0]), 2.5, 0.2)
+    assert threshold_problem(torch.tensor([1.0, 3.0]), 2.5, 1.5) is None  # thresholds set inside a 1..3 reward

@@ -42,6 +42,21 @@ class SGTAdapter(RegimeAdapter):
         super().__init__(*args, **kwargs)
         self.rescues_total = 0
         self.history: dict[int, OwnRound] = {}
+        self.thresholds_checked = False
+
+    def warn_thresholds(self, own: torch.Tensor, peers: dict[str, Any]) -> None:
+        """Log once when this step's rewards (own and peers') lie where SGT's thresholds can never gate."""
+        import logging
+
+        from mutualrl.regimes.sgt.maths import threshold_problem
+
+        seen = [own.float().flatten()] + [torch.tensor(t.column("reward").to_pylist(), dtype=torch.float32)
+                                          for t in peers.values() if t is not None and "reward" in t.column_names]
+        settings = self.config.regime.sgt
+        problem = threshold_problem(torch.cat(seen), settings.success_threshold, settings.failure_threshold)
+        if problem is not None:
+            logging.getLogger("mutualrl.sgt").warning("policy %s, SGT at its first step: %s (docs/regimes.md)",
+                                                      self.policy, problem)
 
     def remember(self, output, rollouts):
         """Under bounded staleness, keep this rank's groups of the last S+1 rounds: a later step may rescue them."""
@@ -62,6 +77,9 @@ class SGTAdapter(RegimeAdapter):
         return OwnRound(groups, rollouts.rewards_local.view(len(groups), k))
 
     def transform(self, output, rollouts, peers):
+        if not self.thresholds_checked:  # once, at the first step: a gate that cannot fire says so
+            self.thresholds_checked = True
+            self.warn_thresholds(rollouts.rewards_global, peers)
         return self._rescue(output, rollouts, peers, self.own_round(rollouts), rollouts.step)
 
     def transform_stale(self, output, rollouts, peers, peer_step):
