@@ -33,6 +33,8 @@ POLICY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 RESERVED_GRPO_FIELDS = {
     "output_dir": "set the top-level `output_dir`; each policy writes to <output_dir>/policies/<name>",
     "logging_dir": "TRL logs go to <output_dir>/policies/<name>",
+    "deepspeed": "set launch.deepspeed (none, zero2, zero3); mutualrl writes each policy's DeepSpeed config for "
+                 "its own GPUs (a file here would be ignored while the plan said DeepSpeed none)",
 }
 
 

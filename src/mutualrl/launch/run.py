@@ -13,7 +13,7 @@ from mutualrl.config.loader import LoadedRecipe, OptionSetting, load_run_config
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import StorageError, UsageError, storage_errors
 from mutualrl.launch.rundir.lock import RunLock, clear_run_folder, is_run_folder
-from mutualrl.launch.rundir.prepare import check_run_dir, prepare_launch, resume_changes
+from mutualrl.launch.rundir.prepare import check_run_dir, discard_unstarted, prepare_launch, resume_changes
 from mutualrl.launch.rundir.record import finished_summary, mark_failed, mark_interrupted, write_run_json
 from mutualrl.launch.rundir.resume import ConfigChange, changes_training
 from mutualrl.launch.supervise.pool import run_pool
@@ -182,10 +182,11 @@ def _train_one(options: TrainOptions, console: Console) -> int:
     config, source = resolve_config(options)
     paths = RunPaths(run_dir_for(config))
     if options.dry_run:
-        from mutualrl.launch.plan.render import render_plan
+        from mutualrl.launch.plan.render import render_plan, task_text
 
         plan = plan_without_launch(config, paths.root)
         render_plan(plan, console)
+        console.print(task_text(config), highlight=False)
         if options.save_plan is not None:
             write_json_atomic(options.save_plan, plan.to_json())
             console.print(f"plan written to {options.save_plan}", highlight=False)
@@ -198,6 +199,17 @@ def _train_one(options: TrainOptions, console: Console) -> int:
     check_run_dir(paths, options.resume, options.overwrite)  # refuses before anything is written
     allowed = resume_changes(paths, config) if options.resume and paths.config.exists() else []
     raise_if_interrupted()  # stopped while loading: leave the run as it was
+    fresh = not paths.root.exists() and config.launch.nodes == 1  # several machines share the folder
+    try:
+        return _train_locked(options, config, source, paths, allowed, console)
+    except BaseException:
+        if fresh:  # refused before any worker started (prepare, plan): no half-made folder blocks the next try
+            discard_unstarted(paths)
+        raise
+
+
+def _train_locked(options: TrainOptions, config: RunConfig, source: str, paths: RunPaths,
+                  allowed: list[ConfigChange], console: Console) -> int:
     with RunLock(paths.root).acquire("resume" if options.resume else "train into") as lock:
         if lock.warning:
             console.print(f"[yellow]warning:[/] {lock.warning}", highlight=False)
@@ -237,7 +249,7 @@ def plan_without_launch(config: RunConfig, run_dir: Path, gpu_memory_gib: float 
 
     simulate = config.launch.gpus is not None
     plan = make_launch_plan(config, run_dir, gpus=config.launch.gpus, simulate=simulate,
-                            vllm_available=True if simulate else None, gpu_memory_gib=gpu_memory_gib)
+                            vllm_available=True if simulate else None, gpu_memory_gib=gpu_memory_gib, dry_run=True)
     return plan
 
 

@@ -40,6 +40,14 @@ def check_run_dir(paths: RunPaths, resume: bool, overwrite: bool) -> None:
     require_run_folder(root)
 
 
+def discard_unstarted(paths: RunPaths) -> None:
+    """Remove a run folder this launch created and refused before starting any worker (no ``run.json`` yet)."""
+    import shutil
+
+    if paths.root.is_dir() and not paths.run_json.exists():
+        shutil.rmtree(paths.root, ignore_errors=True)
+
+
 def prepare_launch(paths: RunPaths, config: RunConfig, source: str, resume: bool, allowed: list[ConfigChange],
                    console: Console) -> tuple[RunConfig, int | None]:
     """Prepare a new run, or roll a resumed one back: the config to run and the checkpoint step every policy
