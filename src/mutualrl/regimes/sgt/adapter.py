@@ -18,7 +18,7 @@ import torch
 from mutualrl.padding import pad_token_rows
 from mutualrl.regimes.adapter import RegimeAdapter, log_trl_metrics
 from mutualrl.regimes.peers import gather_peer_groups, require_whole_groups, stable_seed
-from mutualrl.regimes.sgt.spec import SGT
+from mutualrl.regimes.sgt.spec import RESCUES_TOTAL_KEY, SGT
 
 SGT_KEYS = ("sgt_completion_ids", "sgt_completion_mask", "sgt_weight")
 
@@ -34,6 +34,15 @@ class OwnRound:
     prompt_mask: torch.Tensor | None = None
 
 
+def logged_total(log_history: list[dict[str, Any]]) -> int:
+    """The last ``sgt/rescues_total`` a trainer logged (0 if none): TRL restores ``log_history`` from the checkpoint
+    a run resumes from, so the counter continues across ``--resume`` instead of restarting at 0."""
+    for row in reversed(log_history or []):
+        if RESCUES_TOTAL_KEY in row:
+            return int(round(row[RESCUES_TOTAL_KEY]))
+    return 0
+
+
 class SGTAdapter(RegimeAdapter):
     spec = SGT
     peer_columns = ("prompt_id", "sample_index", "reward", "response_text", "finished", "num_tokens")
@@ -43,6 +52,7 @@ class SGTAdapter(RegimeAdapter):
         self.rescues_total = 0
         self.history: dict[int, OwnRound] = {}
         self.thresholds_checked = False
+        self.total_restored = False
 
     def warn_thresholds(self, own: torch.Tensor, peers: dict[str, Any]) -> None:
         """Log once when this step's rewards (own and peers') lie where SGT's thresholds can never gate."""
@@ -170,6 +180,9 @@ class SGTAdapter(RegimeAdapter):
         if rollouts.num_processes > 1:
             rescued = int(trainer.accelerator.reduce(torch.tensor(rescued, device=trainer.accelerator.device),
                                                      reduction="sum").item())
+        if not self.total_restored:  # a resumed run goes on counting from its checkpoint's logged total
+            self.total_restored = True
+            self.rescues_total = max(self.rescues_total, logged_total(trainer.state.log_history))
         self.rescues_total += rescued
         rollout_tokens = int(output["completion_mask"].sum().item())
         metrics = sgt_metrics(gate, learner, peer_rewards, extra_tokens=extra_tokens, rollout_tokens=rollout_tokens,
