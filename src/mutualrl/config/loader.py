@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 
+from mutualrl.config.lora import grpo_key_hint
 from mutualrl.config.plugins import import_plugins
 from mutualrl.config.schema import SCHEDULE_GRPO_FIELDS, RunConfig
 from mutualrl.config.typed import ConfigError, build_dataclass, check_bounds, convert
@@ -420,7 +421,7 @@ def check_grpo_fields(mapping: dict[str, Any], source: str, path: str) -> dict[s
             raise ConfigError(source, where, f"set by mutualrl: {RESERVED_GRPO_FIELDS[key]}")
         if key not in types_by_name:
             close = difflib.get_close_matches(key, list(types_by_name), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = grpo_key_hint(key) or (f"; did you mean {close[0]!r}?" if close else "")
             raise ConfigError(source, where, f"not a field of trl.GRPOConfig{hint}")
         converted[key] = convert(value, types_by_name[key], source, where)
         check_grpo_bounds(key, converted[key], source, where)
