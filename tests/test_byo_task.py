@@ -47,7 +47,8 @@ def write_rows(path: Path, rows: list[dict]) -> Path:
 
 
 def rows(n: int, start: int = 0) -> list[dict]:
-    return [{"prompt": f"{i}+1=", "answer": i + 1, "family": "add" if i % 2 else "sub"} for i in range(start, start + n)]
+    return [{"prompt": f"{i}+1=", "answer": i + 1, "family": "add" if i % 2 else "sub"}
+            for i in range(start, start + n)]
 
 
 @pytest.fixture()
@@ -236,3 +237,39 @@ def test_sgt_thresholds_outside_the_rewards_range_are_named_at_the_first_step() 
     assert "no reward exceeded success_threshold=0.8" in threshold_problem(torch.tensor([0.0, 0.5]), 0.8, 0.2)
     assert "no reward is below failure_threshold=0.2" in threshold_problem(torch.tensor([1.0, 3.0]), 2.5, 0.2)
     assert threshold_problem(torch.tensor([1.0, 3.0]), 2.5, 1.5) is None  # thresholds set inside a 1..3 reward
+
+
+REGIME_PLUGIN = '''
+from dataclasses import dataclass
+from mutualrl.regimes.registry import RegimeSpec, register_regime
+
+@dataclass
+class EchoRegimeSettings:
+    pass
+
+register_regime(RegimeSpec(name="byo-echo-regime", help="a plugin's regime", needs_peers=False))
+'''
+
+
+def test_a_plugin_regime_and_task_are_known_wherever_the_config_is_loaded(user_code: Path) -> None:
+    """The launcher loads the recipe (config/loader.py), every worker RUN/config.yaml (config/resolved.py):
+    both import ``plugins`` before the regime and task names are read."""
+    from mutualrl.config.loader import load_run_config
+    from mutualrl.config.resolved import load_resolved_config, write_resolved_config
+    from mutualrl.regimes.registry import unregister_regime
+    from mutualrl.run_folder import RunPaths
+
+    (user_code / "byo_regime_plugin.py").write_text(REGIME_PLUGIN)
+    try:
+        config = load_run_config("tiny", overrides=["plugins=[byo_regime_plugin, byo_task_mod]",
+                                                    "regime.name=byo-echo-regime", "task.name=byo-registered"],
+                                 check_grpo=False).config
+        paths = RunPaths(user_code / "run")
+        paths.root.mkdir()
+        write_resolved_config(paths, config, "test")
+        unregister_regime("byo-echo-regime")  # as in a fresh worker process: only the config names it
+        sys.modules.pop("byo_regime_plugin")
+        assert load_resolved_config(paths).regime.name == "byo-echo-regime"
+    finally:
+        unregister_regime("byo-echo-regime")
+        sys.modules.pop("byo_regime_plugin", None)

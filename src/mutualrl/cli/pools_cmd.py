@@ -99,7 +99,8 @@ def explain_lines(config: Any) -> list[str]:
     plain = to_plain(config)
     rows = [row for row in iter_field_help(RunConfig) if row[0] != "pool.policies"]
     for policy in config.pool.policies:
-        rows += [(f"pool.policies.{policy.name}.{k[len('x.'):]}", *rest) for k, *rest in iter_field_help(PolicyConfig, "x")]
+        rows += [(f"pool.policies.{policy.name}.{key[len('x.'):]}", *rest)
+                 for key, *rest in iter_field_help(PolicyConfig, "x")]
     rows += [(f"grpo.{key}", "", "TRL GRPOConfig field (see TRL's documentation).", None) for key in config.grpo]
     lines = []
     for key, _type, help_text, _default in rows:

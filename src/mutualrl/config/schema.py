@@ -152,8 +152,9 @@ class TaskConfig:
         metadata={
             "help": "Task: math, gsm8k, arc, openbookqa, boolq, piqa, hellaswag, siqa, qa-mix (the six QA tasks), "
             "math-qa-mix (MATH + the six QA tasks, the paper's commonsense experiment), synthetic-arith; "
-            "<qa task>-line (arc-easy-line, openbookqa-line, ...): the QA task with an answer line instead of \\boxed{}; "
-            "dataset: your own rows (task.source, task.reward_funcs); package.module:Class: your Task subclass."
+            "<qa task>-line (arc-easy-line, openbookqa-line, ...): the QA task with an answer line instead of "
+            "\\boxed{}; dataset: your own rows (task.source, task.reward_funcs); package.module:Class: your "
+            "Task subclass."
         },
     )
     source: str | None = field(
