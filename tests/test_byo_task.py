@@ -273,3 +273,43 @@ def test_a_plugin_regime_and_task_are_known_wherever_the_config_is_loaded(user_c
     finally:
         unregister_regime("byo-echo-regime")
         sys.modules.pop("byo_regime_plugin", None)
+
+
+TRL_CONFIG = '''# what `trl grpo --config grpo.yaml` reads, plus the one line naming the pool's models
+model_name_or_path: builtin:tiny-bpe
+models: [builtin:tiny-bpe, builtin:tiny-sp]
+dataset_name: data
+dataset_test_split: test
+reward_funcs: [byo_rewards.exact, think_format_reward]
+reward_weights: [1.0, 0.1]
+learning_rate: 3.0e-4
+num_generations: 4
+per_device_train_batch_size: 8
+max_completion_length: 4
+max_steps: 2
+output_dir: runs/from-trl
+use_peft: true
+lora_r: 8
+torch_dtype: bfloat16
+regime: {name: sgt}
+'''
+
+
+def test_a_trl_grpo_config_file_is_a_recipe(user_code: Path) -> None:
+    from mutualrl.launch.run import TrainOptions, resolve_config, run_dir_for
+
+    write_rows(user_code / "data" / "train.jsonl", rows(8))
+    (user_code / "grpo.yaml").write_text(TRL_CONFIG)
+    config, _ = resolve_config(TrainOptions(pool=str(user_code / "grpo.yaml"), max_steps=3))
+    assert [(p.name, p.model, p.lora) for p in config.pool.policies] == [
+        ("tiny-bpe", "builtin:tiny-bpe", {"r": 8}), ("tiny-sp", "builtin:tiny-sp", {"r": 8})]
+    assert (config.task.name, config.task.source, config.task.eval_split) == ("dataset", "data", "test")
+    assert config.task.reward_funcs == ["byo_rewards.exact", "think_format_reward"]
+    assert config.grpo["learning_rate"] == 3.0e-4 and config.grpo["max_steps"] == 3 and config.regime.name == "sgt"
+    assert run_dir_for(config) == (user_code / "runs" / "from-trl").resolve()
+    (user_code / "one.yaml").write_text("model_name_or_path: builtin:tiny-bpe\ndataset_name: data\n"
+                                        "reward_funcs: [byo_rewards.exact]\nregime: {name: sgt}\n")
+    from mutualrl.config.typed import ConfigError
+
+    with pytest.raises(ConfigError, match="needs at least 2"):
+        resolve_config(TrainOptions(pool=str(user_code / "one.yaml")))

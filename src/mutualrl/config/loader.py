@@ -25,6 +25,7 @@ import yaml
 from mutualrl.config.lora import grpo_key_hint
 from mutualrl.config.plugins import import_plugins
 from mutualrl.config.schema import SCHEDULE_GRPO_FIELDS, RunConfig
+from mutualrl.config.trl_config import from_trl_config
 from mutualrl.config.typed import ConfigError, build_dataclass, check_bounds, convert
 from mutualrl.regimes.registry import get_regime, settings_regimes
 
@@ -239,7 +240,7 @@ def load_run_config(
     the user did not give.
     """
     path = resolve_recipe(pool_or_path)
-    data = load_recipe_data(path)
+    data = from_trl_config(load_recipe_data(path), str(path))  # a `trl grpo --config` file works as a recipe
     if regime is not None:
         data.setdefault("regime", {})
         if not isinstance(data["regime"], dict):
