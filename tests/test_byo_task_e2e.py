@@ -92,3 +92,7 @@ def test_own_dataset_and_reward_function_train_through_the_cli_and_the_api(tmp_p
                                                                   for p in result.models.values())
     assert result.rows("eval", "tiny-sp") and result.summary["regime"] == "sgt"
     assert set(result.held_out()) == {"tiny-bpe", "tiny-sp"}
+    evaluated = mutualrl.evaluate(result, progress=False)  # the run's held-out rows, scored by its function
+    assert set(evaluated["reward@1"]) == {"tiny-bpe/final", "tiny-sp/final"}
+    assert evaluated["meta"]["verifier"] == "byo_accept.exact"
+    assert {c["policy"] for c in calls(log)} == {None}

@@ -118,7 +118,7 @@ def run_eval_command(
             verifier=scoring,
             max_prompt_tokens=max_prompt_tokens,
             split=split,
-            on_status=lambda msg: progress.console.print(f"[dim]{msg}[/]", highlight=False),
+            on_status=(lambda msg: progress.console.print(f"[dim]{msg}[/]", highlight=False)) if bars else print_nothing,
             progress_factory=factory,
         )
     if dropped:
@@ -153,6 +153,10 @@ def recipe_scoring(recipe: Any, tasks: list[str], verifier: str) -> Any:
 
     spec: RewardSpec = replace(reward_spec(recipe.task, recipe.grpo), verifier=verifier)
     return spec if spec.funcs or not spec.uses_verifier() else verifier
+
+
+def print_nothing(message: str) -> None:
+    """The status callback of a quiet evaluation (``mutualrl.evaluate(..., progress=False)``)."""
 
 
 def run_folder_targets(target: str, tokenizer: str | None, chat_template: bool | None) -> Any:
