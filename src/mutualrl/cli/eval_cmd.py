@@ -118,7 +118,8 @@ def run_eval_command(
             verifier=scoring,
             max_prompt_tokens=max_prompt_tokens,
             split=split,
-            on_status=(lambda msg: progress.console.print(f"[dim]{msg}[/]", highlight=False)) if bars else print_nothing,
+            on_status=(lambda msg: progress.console.print(f"[dim]{msg}[/]", highlight=False)) if bars
+            else print_nothing,
             progress_factory=factory,
         )
     if dropped:
