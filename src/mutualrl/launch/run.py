@@ -182,11 +182,12 @@ def _train_one(options: TrainOptions, console: Console) -> int:
     config, source = resolve_config(options)
     paths = RunPaths(run_dir_for(config))
     if options.dry_run:
-        from mutualrl.launch.plan.render import render_plan, task_text
+        from mutualrl.launch.plan.render import render_plan
+        from mutualrl.tasks.reward_funcs import task_summary
 
         plan = plan_without_launch(config, paths.root)
         render_plan(plan, console)
-        console.print(task_text(config), highlight=False)
+        console.print(task_summary(config.task, config.grpo), highlight=False)
         if options.save_plan is not None:
             write_json_atomic(options.save_plan, plan.to_json())
             console.print(f"plan written to {options.save_plan}", highlight=False)

@@ -112,3 +112,19 @@ def score_batch(spec: RewardSpec, prompts: Sequence[Any], completions: Sequence[
             if reward is not None and not math.isnan(float(reward)):
                 totals[i] += weight * float(reward)
     return totals
+
+
+def task_summary(task: Any, grpo: dict[str, Any]) -> str:
+    """What a run trains on and how it scores, one line for the dry run's plan and the run's start: the task,
+    its source, where its held-out rows come from (a ``dataset`` source with one split: the fraction and seed
+    drawn) and the reward functions."""
+    from mutualrl.tasks.registry import task_from_config
+    from mutualrl.tasks.user_dataset import DEFAULT_EVAL_FRACTION
+
+    held = f"held-out: split {task.eval_split!r}"
+    if task.name == "dataset" and task_from_config(task).holds_out(task.source):
+        fraction = task.eval_fraction or DEFAULT_EVAL_FRACTION
+        held = f"held-out: {fraction:g} of split {task.train_split!r}, drawn with task.split_seed={task.split_seed}"
+    source = f" from {task.source}" if task.source else ""
+    return (f"Task {task.name}{source}; train: split {task.train_split!r}; {held}; "
+            f"reward: {reward_spec(task, grpo).describe()}")

@@ -9,7 +9,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from mutualrl.config.schema import RunConfig
 from mutualrl.launch.plan.batching import trl_generation_batch
 from mutualrl.launch.plan.cadence import render_schedule
 from mutualrl.launch.plan.launch_plan import LaunchPlan, PolicyPlan, plan_path
@@ -138,20 +137,3 @@ def _updates_per_step(p: PolicyPlan) -> str:
     if int(steps) % ga:
         return f"{int(steps) / ga:.2f} (uneven)"
     return str(int(steps) // ga * mu)
-
-
-def task_text(config: RunConfig) -> str:
-    """What the run trains on and how it scores, for the plan: the task, its source, where its held-out
-    rows come from (a ``dataset`` source with one split: the fraction and seed drawn) and the rewards."""
-    from mutualrl.tasks.registry import task_from_config
-    from mutualrl.tasks.reward_funcs import reward_spec
-    from mutualrl.tasks.user_dataset import DEFAULT_EVAL_FRACTION
-
-    task = config.task
-    held = f"held-out: split {task.eval_split!r}"
-    if task.name == "dataset" and task_from_config(task).holds_out(task.source):
-        fraction = task.eval_fraction or DEFAULT_EVAL_FRACTION
-        held = f"held-out: {fraction:g} of split {task.train_split!r}, drawn with task.split_seed={task.split_seed}"
-    source = f" from {task.source}" if task.source else ""
-    return (f"Task {task.name}{source}; train: split {task.train_split!r}; {held}; "
-            f"reward: {reward_spec(task, config.grpo).describe()}")

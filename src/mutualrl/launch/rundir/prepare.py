@@ -87,6 +87,9 @@ def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Consol
     if not train_kept:
         raise UsageError(f"no training prompt of task {config.task.name!r} fits task.max_prompt_tokens="
                          f"{config.task.max_prompt_tokens} for every policy")
+    from mutualrl.tasks.reward_funcs import task_summary
+
+    console.print(task_summary(config.task, config.grpo), highlight=False)
     write_examples(paths.data / TRAIN_FILE, train_kept)
     write_examples(paths.data / EVAL_FILE, eval_kept)
     dropped = report.dropped + eval_report.dropped
