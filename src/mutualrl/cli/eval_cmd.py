@@ -73,9 +73,9 @@ def run_eval_command(
     Status lines go to ``log`` (a rich console; default stdout) -- callers printing JSON pass stderr.
     """
     log = log or console
+    from mutualrl.evaluation.generate import scoring_label
     from mutualrl.evaluation.runner import load_suite, pick_backend, pick_device, resolve_targets, run_eval
     from mutualrl.tasks.registry import resolve_suite
-    from mutualrl.evaluation.generate import scoring_label
     from mutualrl.tasks.verifiers import check_mode
 
     device, backend = pick_device(device), pick_backend(backend)  # checked before anything is loaded
