@@ -119,8 +119,6 @@ def complementarity(
     from mutualrl.evaluation.results import load_many, save_eval_file
 
     if threshold != threshold or threshold in (float("inf"), float("-inf")):
-        from mutualrl.errors import UsageError
-
         raise UsageError(f"--threshold: expected a finite number, got {threshold}")
     for path, option in ((out, "--out"), (save, "--save")):
         if path is not None:
