@@ -60,14 +60,28 @@ def test_own_dataset_and_reward_function_train_through_the_cli_and_the_api(tmp_p
     user = tmp_path / "user"
     log = write_user_folder(user)
     run = tmp_path / "run-cli"
-    sets = ["task.name=dataset", f"task.source={user / 'data'}", "task.reward_funcs=[byo_accept.exact]", *SETTINGS]
-    argv = [sys.executable, "-m", "mutualrl", "train", "--regime", "sgt", "--max-steps", "2", "-o", str(run)]
-    done = subprocess.run([*argv, *(a for s in sets for a in ("--set", s))], cwd=user, env=child_env(),
-                          capture_output=True, text=True, timeout=600)
+    sets = ["task.name=dataset", f"task.source={user / 'data'}", "task.reward_funcs=[byo_accept.exact]", *SETTINGS,
+            "grpo.save_steps=1"]
+    argv = [sys.executable, "-m", "mutualrl", "train", "--regime", "sgt", "-o", str(run)]
+    done = subprocess.run([*argv, "--max-steps", "2", *(a for s in sets for a in ("--set", s))], cwd=user,
+                          env=child_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     check_calls(calls(log))
+    assert set(json.loads((run / "summary.json").read_text())["policies"]) == {"tiny-bpe", "tiny-sp"}
+
+    # Train it longer from its checkpoint: the rescue counter goes on, and the summary counts every step's rescues.
+    done = subprocess.run([*argv, "--resume", "--max-steps", "4"], cwd=user, env=child_env(), capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0 and "resuming every policy from checkpoint-2" in done.stdout, done.stdout[-3000:]
+    calls(log)
     summary = json.loads((run / "summary.json").read_text())
-    assert set(summary["policies"]) == {"tiny-bpe", "tiny-sp"} and "sgt_rescues" in summary["policies"]["tiny-sp"]
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for policy, entry in summary["policies"].items():
+        mine = [r for r in rows if r.get("kind") == "train" and r["policy"] == policy]
+        assert [r["step"] for r in mine] == [1, 2, 3, 4]
+        totals = [r["sgt/rescues_total"] for r in mine]
+        assert totals == sorted(totals) and totals[-1] == sum(r["sgt/rescues"] for r in mine) == entry["sgt_rescues"]
+    assert summary["policies"]["tiny-sp"]["sgt_rescues"] > 0  # tiny-sp's blind spot: rescued from the first step
 
     done = subprocess.run([sys.executable, "-m", "mutualrl", "eval", str(run), "-o", str(tmp_path / "ev.json")],
                           cwd=user, env=child_env(), capture_output=True, text=True, timeout=600)
