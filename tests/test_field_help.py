@@ -21,3 +21,8 @@ def test_use_peft_points_at_the_policys_lora_section(capsys):
     assert_one_line_error(code, err, "grpo.use_peft", "pool.policies.<name>.lora", exit_code=code)
     code, err = run_cli(["train", "--dry-run", "--set", "grpo.lora_r=8"], capsys)
     assert_one_line_error(code, err, "pool.policies.<name>.lora: {r: ...}", exit_code=code)
+
+
+def test_trl_script_options_under_grpo_say_where_they_go(capsys):
+    code, err = run_cli(["train", "--dry-run", "--set", "grpo.reward_funcs=[m.f]"], capsys)
+    assert_one_line_error(code, err, "grpo.reward_funcs", "task.reward_funcs: [module.function]", exit_code=code)

@@ -22,10 +22,9 @@ from typing import Any
 
 import yaml
 
-from mutualrl.config.lora import grpo_key_hint
 from mutualrl.config.plugins import import_plugins
 from mutualrl.config.schema import SCHEDULE_GRPO_FIELDS, RunConfig
-from mutualrl.config.trl_config import from_trl_config
+from mutualrl.config.trl_config import from_trl_config, grpo_key_hint
 from mutualrl.config.typed import ConfigError, build_dataclass, check_bounds, convert
 from mutualrl.regimes.registry import get_regime, settings_regimes
 

@@ -33,18 +33,3 @@ def lora_kwargs(section: dict[str, Any]) -> dict[str, Any]:
             raise KeyError(key, f"; did you mean {close[0]!r}?" if close else "")
         out[name] = value
     return out
-
-
-PEFT_SCRIPT_KEYS = ("use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_task_type",
-                    "peft_config", "use_rslora")
-"""What TRL's scripts (``trl grpo --use_peft --lora_r 16``, ModelConfig) call LoRA; not GRPOConfig fields."""
-
-
-def grpo_key_hint(key: str) -> str | None:
-    """The hint for a ``grpo.<key>`` that is a TRL script's LoRA option: LoRA is set per policy here."""
-    if key not in PEFT_SCRIPT_KEYS:
-        return None
-    field = {"lora_r": "r", "lora_target_modules": "target_modules", "lora_task_type": "task_type"}.get(key, key)
-    example = "{}" if key in ("use_peft", "peft_config") else f"{{{field}: ...}}"
-    return (f"; LoRA is set per policy: pool.policies.<name>.lora: {example} (peft LoraConfig fields; "
-            "`mutualrl pools show NAME --explain` lists every setting)")

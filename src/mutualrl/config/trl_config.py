@@ -78,3 +78,22 @@ def from_trl_config(data: dict[str, Any], source: str) -> dict[str, Any]:
     recipe["task"] = task
     recipe["grpo"] = {**flat, **(recipe.get("grpo") or {})}
     return recipe
+
+
+PEFT_SCRIPT_KEYS = ("use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules", "lora_task_type",
+                    "peft_config", "use_rslora")
+"""What TRL's scripts (``trl grpo --use_peft --lora_r 16``, ModelConfig) call LoRA; not GRPOConfig fields."""
+SCRIPT_KEY_HOMES = {"reward_funcs": "task.reward_funcs: [module.function]", "dataset_name": "task.source",
+                    "model_name_or_path": "pool.policies.<name>.model"}
+
+
+def grpo_key_hint(key: str) -> str | None:
+    """Where a TRL script option given as ``grpo.<key>`` goes in a recipe (LoRA is per policy), or None."""
+    if key in SCRIPT_KEY_HOMES:
+        return f"; TRL's script option {key} is {SCRIPT_KEY_HOMES[key]} here"
+    if key not in PEFT_SCRIPT_KEYS:
+        return None
+    field = {"lora_r": "r", "lora_target_modules": "target_modules", "lora_task_type": "task_type"}.get(key, key)
+    example = "{}" if key in ("use_peft", "peft_config") else f"{{{field}: ...}}"
+    return (f"; LoRA is set per policy: pool.policies.<name>.lora: {example} (peft LoraConfig fields; "
+            "`mutualrl pools show NAME --explain` lists every setting)")
