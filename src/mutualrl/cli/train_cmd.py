@@ -28,7 +28,7 @@ def train(
     seed: int | None = typer.Option(None, "--seed", min=0, help="Seed shared by every policy (same prompts each step)."),
     overrides: list[str] = typer.Option(
         [], "--set", "-s", help="Override any recipe field: --set grpo.learning_rate=1e-6, --set "
-        "'task.reward_funcs=[my_rewards.exact]' (repeatable)."
+        "'task.reward_funcs=\\[my_rewards.exact]' (repeatable)."
     ),
     gpus: int | None = typer.Option(None, "--gpus", min=0, help="GPUs to place policies on (default: all visible)."),
     device_map: str | None = typer.Option(
@@ -73,7 +73,7 @@ def train(
 
     With no options: the embedded `tiny` pool (two small models with different tokenizers) with SGT on CPU.
     `--baseline standalone` also trains standalone GRPO on the same seed and prints the comparison.
-    Your own data: --set task.name=dataset --set task.source=DIR --set 'task.reward_funcs=[module.fn]'
+    Your own data: --set task.name=dataset --set task.source=DIR --set 'task.reward_funcs=\\[module.fn]'
     (docs/tasks.md).
 
     The progress line per policy: step done/total; reward: mean combined reward of the step's completions;
