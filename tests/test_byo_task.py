@@ -313,3 +313,14 @@ def test_a_trl_grpo_config_file_is_a_recipe(user_code: Path) -> None:
 
     with pytest.raises(ConfigError, match="needs at least 2"):
         resolve_config(TrainOptions(pool=str(user_code / "one.yaml")))
+
+
+def test_a_loaded_config_passed_to_train_is_the_same_recipe(tmp_path: Path) -> None:
+    from mutualrl.api import load_config, recipe_source
+    from mutualrl.config.loader import load_run_config
+    from mutualrl.config.typed import to_plain
+
+    config = load_config("tiny", regime="xgrpo", overrides=["grpo.learning_rate=1e-4"], max_steps=3)
+    again = load_run_config(recipe_source(config, tmp_path)).config
+    assert to_plain(again) == to_plain(config) and again.regime.name == "xgrpo" and again.grpo["max_steps"] == 3
+    assert recipe_source("tiny", tmp_path) == "tiny"
