@@ -57,6 +57,7 @@ def user_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "byo_rewards.py").write_text(REWARD_MODULE)
     (tmp_path / "byo_task_mod.py").write_text(TASK_MODULE)
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # the importer puts the working directory first: undone after
     yield tmp_path
     for name in ("byo_rewards", "byo_task_mod"):
         sys.modules.pop(name, None)

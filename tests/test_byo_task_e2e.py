@@ -93,6 +93,8 @@ def test_own_dataset_and_reward_function_train_through_the_cli_and_the_api(tmp_p
     import mutualrl
 
     monkeypatch.chdir(user)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "byo_accept", raising=False)
     from mutualrl.config.plugins import import_module_for
 
     exact = import_module_for("byo_accept", "test").exact
