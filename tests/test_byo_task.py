@@ -211,7 +211,9 @@ def test_import_mutualrl_stays_light_and_offers_the_api() -> None:
 def test_reward_callables_must_be_importable_by_the_workers(user_code: Path) -> None:
     from mutualrl.api import load_config, override_texts, reward_func_path
 
-    from byo_rewards import exact  # noqa: I001 - the user's module, from the working directory
+    from mutualrl.config.plugins import import_module_for
+
+    exact = import_module_for("byo_rewards", "test").exact  # the user's module, from the working directory
 
     assert reward_func_path(exact) == "byo_rewards.exact"
     with pytest.raises(UsageError, match=r"defined in .*<lambda>.*Move it to a .py file"):
