@@ -16,7 +16,7 @@ LAYERS = {
     "evaluation": 4,
     "training": 5,
     "launch": 6, "doctor": 6,
-    "cli": 7, "__main__": 7,
+    "cli": 7, "__main__": 7, "api": 7,
 }
 
 

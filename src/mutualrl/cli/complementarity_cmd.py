@@ -99,7 +99,9 @@ def complementarity(
     backend: str = typer.Option("auto", "--backend", help="With --run: transformers, vllm or auto."),
     save: Path | None = typer.Option(None, "--save", help="With --run: also write the eval results JSON here.",
                                      show_default=False),
-    threshold: float = typer.Option(0.5, "--threshold", min=0.0, max=1.0, help="A prompt counts as solved when its score is >= this."),
+    threshold: float = typer.Option(0.5, "--threshold", help="A prompt counts as solved when its score is >= this "
+                                    "(in the scores' own units: 0.5 for 0/1 verifiers; a run's reward functions may "
+                                    "use another range)."),
     buckets: int = typer.Option(3, "--buckets", min=1, help="Number of equal-size difficulty buckets."),
     difficulty: list[Path] = typer.Option(
         [], "--difficulty", help="Eval results whose mean score per prompt ranks difficulty (default: the analysed "
@@ -116,6 +118,8 @@ def complementarity(
     from mutualrl.evaluation.complementarity import analyze, read_prp_ratios
     from mutualrl.evaluation.results import load_many, save_eval_file
 
+    if threshold != threshold or threshold in (float("inf"), float("-inf")):
+        raise UsageError(f"--threshold: expected a finite number, got {threshold}")
     for path, option in ((out, "--out"), (save, "--save")):
         if path is not None:
             check_output_path(path, option)

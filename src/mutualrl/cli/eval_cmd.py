@@ -20,8 +20,8 @@ SUITE_HELP = (
 )
 
 
-def progress_bars() -> tuple[Any, Callable[[str, int], Callable[[int], None]]]:
-    """A rich progress display and a factory of per-model bars (``advance`` callbacks)."""
+def progress_bars(enabled: bool = True) -> tuple[Any, Callable[[str, int], Callable[[int], None]]]:
+    """A rich progress display and a factory of per-model bars (``advance`` callbacks); hidden unless ``enabled``."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -40,6 +40,7 @@ def progress_bars() -> tuple[Any, Callable[[str, int], Callable[[int], None]]]:
         TimeRemainingColumn(),
         console=err_console,
         transient=False,
+        disable=not enabled,
     )
 
     def factory(name: str, total: int) -> Callable[[int], None]:
@@ -65,12 +66,14 @@ def run_eval_command(
     tokenizer: str | None,
     max_prompt_tokens: int | None,
     log: Any = None,
+    bars: bool = True,
 ) -> tuple[list[Any], dict[str, Any]]:
     """Resolve everything from the target (pool defaults) and the options; evaluate; return results and metadata.
 
     Status lines go to ``log`` (a rich console; default stdout) -- callers printing JSON pass stderr.
     """
     log = log or console
+    from mutualrl.evaluation.generate import scoring_label
     from mutualrl.evaluation.runner import load_suite, pick_backend, pick_device, resolve_targets, run_eval
     from mutualrl.tasks.registry import resolve_suite
     from mutualrl.tasks.verifiers import check_mode
@@ -90,16 +93,18 @@ def run_eval_command(
             max_new_tokens = recipe.validation.max_new_tokens or recipe.grpo.get("max_completion_length")
         batch_size = batch_size or recipe.validation.batch_size
     verifier = check_mode(verifier or "default")
+    scoring = recipe_scoring(recipe, tasks, verifier)
     max_new_tokens = int(max_new_tokens or 1024)
     batch_size = int(batch_size or 16)
     with log.status(f"loading {', '.join(tasks)} prompts ..."):
-        examples = load_suite(tasks, split=split, source=source, limit=limit)
+        examples = load_suite(tasks, split=split, source=source, limit=limit,
+                              task_config=recipe.task if recipe is not None else None)
     log.print(
         f"[bold]eval[/] {len(chosen.targets)} model(s) x {len(tasks)} task(s) ({len(examples)} prompts), "
-        f"greedy, max {max_new_tokens} new tokens, verifier {verifier}",
+        f"greedy, max {max_new_tokens} new tokens, {scoring_label(scoring)}",
         highlight=False,
     )
-    progress, factory = progress_bars()
+    progress, factory = progress_bars(bars)
     _quiet_transformers()
     start = time.perf_counter()
     with progress:
@@ -110,30 +115,49 @@ def run_eval_command(
             batch_size=batch_size,
             device=device,
             backend=backend,
-            verifier=verifier,
+            verifier=scoring,
             max_prompt_tokens=max_prompt_tokens,
             split=split,
-            on_status=lambda msg: progress.console.print(f"[dim]{msg}[/]", highlight=False),
+            on_status=(lambda msg: progress.console.print(f"[dim]{msg}[/]", highlight=False)) if bars
+            else print_nothing,
             progress_factory=factory,
         )
     if dropped:
         log.print(f"[yellow]dropped {dropped} prompt(s) longer than {max_prompt_tokens} tokens for some model[/]")
-    from mutualrl.tasks.registry import get_task
+    from mutualrl.tasks.registry import get_task, task_from_config
 
     meta = {
         "target": target,
         "label": chosen.label,
         "suite": suite,
         "tasks": tasks,
-        "splits": {t: split or get_task(t).default_eval_split for t in tasks},
+        "splits": {t: split or (task_from_config(recipe.task) if recipe is not None and recipe.task.name == t
+                                else get_task(t)).default_eval_split for t in tasks},
         "source": source,
         "limit": limit,
         "max_new_tokens": max_new_tokens,
-        "verifier": verifier,
+        "verifier": scoring_label(scoring),
         "dropped_too_long": dropped,
         "seconds": round(time.perf_counter() - start, 3),
     }
     return results, meta
+
+
+def recipe_scoring(recipe: Any, tasks: list[str], verifier: str) -> Any:
+    """How to score: the recipe's own reward functions and weights when its task is the one evaluated (a run's
+    held-out validation and ``eval`` then agree), else the verifier mode."""
+    if recipe is None or tasks != [recipe.task.name]:
+        return verifier
+    from dataclasses import replace
+
+    from mutualrl.tasks.reward_funcs import RewardSpec, reward_spec
+
+    spec: RewardSpec = replace(reward_spec(recipe.task, recipe.grpo), verifier=verifier)
+    return spec if spec.funcs or not spec.uses_verifier() else verifier
+
+
+def print_nothing(message: str) -> None:
+    """The status callback of a quiet evaluation (``mutualrl.evaluate(..., progress=False)``)."""
 
 
 def run_folder_targets(target: str, tokenizer: str | None, chat_template: bool | None) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 import yaml
@@ -76,9 +77,53 @@ def print_rows(rows: list[tuple[str, str, str, str]], name_w: int) -> None:
 
 @app.command("show")
 @report_errors
-def show(name: str = typer.Argument(..., help="Pool or experiment name (see `mutualrl pools`) or a recipe path.")) -> None:
+def show(name: str = typer.Argument(..., help="Pool or experiment name (see `mutualrl pools`) or a recipe path."),
+         explain: bool = typer.Option(False, "--explain", help="Each setting with its value and its help text "
+                                      "(what it does, its unit), instead of the YAML.")) -> None:
     """Print the fully resolved recipe of a pool (extends merged, defaults filled in) as YAML."""
     loaded = load_run_config(name, check_grpo=False)
+    if explain:
+        typer.echo("\n".join(explain_lines(loaded.config)))
+        return
     # Plain stdout, not rich: rich wraps long lines to the terminal width even when piped, which breaks the
     # YAML of `mutualrl pools show NAME > recipe.yaml` ("save the resolved recipe and edit it").
     typer.echo(yaml.safe_dump(to_plain(loaded.config), sort_keys=False, width=10**6), nl=False)
+
+
+def explain_lines(config: Any) -> list[str]:
+    """``key = value`` then its help, for every setting of a resolved recipe (the schema's help strings; a policy's
+    fields under ``pool.policies.<name>``; ``grpo`` keys are TRL's GRPOConfig fields)."""
+    from mutualrl.config.schema import PolicyConfig, RunConfig
+    from mutualrl.config.typed import iter_field_help
+
+    plain = to_plain(config)
+    rows = [row for row in iter_field_help(RunConfig) if row[0] != "pool.policies"]
+    for policy in config.pool.policies:
+        rows += [(f"pool.policies.{policy.name}.{key[len('x.'):]}", *rest)
+                 for key, *rest in iter_field_help(PolicyConfig, "x")]
+    rows += [(f"grpo.{key}", "", "TRL GRPOConfig field (see TRL's documentation).", None) for key in config.grpo]
+    lines = []
+    for key, _type, help_text, _default in rows:
+        value = lookup(plain, key.split("."), config)
+        if isinstance(value, dict) and value and key != "launch.device_map":
+            continue  # a section: its fields follow
+        lines += [f"{key} = {value!r}" if value is not MISSING else key, f"    {help_text}"] if help_text else []
+    return lines
+
+
+MISSING = object()
+
+
+def lookup(plain: Any, parts: list[str], config: Any) -> Any:
+    """The value at a dotted key of the plain recipe (a policy by its name), or :data:`MISSING`."""
+    node = plain
+    for i, part in enumerate(parts):
+        if isinstance(node, list) and parts[i - 1] == "policies":
+            node = next((p for p in node if p.get("name") == part), MISSING)
+        elif isinstance(node, dict):
+            node = node.get(part, MISSING)
+        else:
+            return MISSING
+        if node is MISSING:
+            return MISSING
+    return node

@@ -27,7 +27,8 @@ def train(
                                         "schedule, else grpo.max_steps (optimizer steps). The dry run shows both."),
     seed: int | None = typer.Option(None, "--seed", min=0, help="Seed shared by every policy (same prompts each step)."),
     overrides: list[str] = typer.Option(
-        [], "--set", "-s", help="Override any recipe field: --set grpo.learning_rate=1e-6 (repeatable)."
+        [], "--set", "-s", help="Override any recipe field: --set grpo.learning_rate=1e-6, --set "
+        "'task.reward_funcs=\\[my_rewards.exact]' (repeatable)."
     ),
     gpus: int | None = typer.Option(None, "--gpus", min=0, help="GPUs to place policies on (default: all visible)."),
     gpu_memory: float | None = typer.Option(
@@ -76,6 +77,12 @@ def train(
 
     With no options: the embedded `tiny` pool (two small models with different tokenizers) with SGT on CPU.
     `--baseline standalone` also trains standalone GRPO on the same seed and prints the comparison.
+    Your own data: --set task.name=dataset --set task.source=DIR --set 'task.reward_funcs=\\[module.fn]'
+    (docs/tasks.md).
+
+    The progress line per policy: step done/total; reward: mean combined reward of the step's completions;
+    val@1: held-out greedy reward@1; the regime's figures (SGT: rescues, prompts whose failed group got a
+    peer's success this step, and gate, the share of prompts gated); H: mean token entropy.
     """
     if regime is not None:
         get_regime(regime, where="--regime")

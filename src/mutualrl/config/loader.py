@@ -22,7 +22,9 @@ from typing import Any
 
 import yaml
 
+from mutualrl.config.plugins import import_plugins
 from mutualrl.config.schema import SCHEDULE_GRPO_FIELDS, RunConfig
+from mutualrl.config.trl_config import from_trl_config, grpo_key_hint
 from mutualrl.config.typed import ConfigError, build_dataclass, check_bounds, convert
 from mutualrl.regimes.registry import get_regime, settings_regimes
 
@@ -32,6 +34,8 @@ POLICY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 RESERVED_GRPO_FIELDS = {
     "output_dir": "set the top-level `output_dir`; each policy writes to <output_dir>/policies/<name>",
     "logging_dir": "TRL logs go to <output_dir>/policies/<name>",
+    "deepspeed": "set launch.deepspeed (none, zero2, zero3); mutualrl writes each policy's DeepSpeed config for "
+                 "its own GPUs (a file here would be ignored while the plan said DeepSpeed none)",
 }
 
 
@@ -235,7 +239,7 @@ def load_run_config(
     the user did not give.
     """
     path = resolve_recipe(pool_or_path)
-    data = load_recipe_data(path)
+    data = from_trl_config(load_recipe_data(path), str(path))  # a `trl grpo --config` file works as a recipe
     if regime is not None:
         data.setdefault("regime", {})
         if not isinstance(data["regime"], dict):
@@ -249,6 +253,7 @@ def load_run_config(
     if max_steps is not None:
         set_max_steps(data, max_steps)
     check_schedule_conflicts(data, source)
+    import_plugins(data.get("plugins"))  # a plugin's regime or task is named further down the recipe
     config = build_dataclass(RunConfig, data, source)
     validate_run_config(config, source, check_grpo=check_grpo)
     return LoadedRecipe(config=config, source=source, data=data)
@@ -416,7 +421,7 @@ def check_grpo_fields(mapping: dict[str, Any], source: str, path: str) -> dict[s
             raise ConfigError(source, where, f"set by mutualrl: {RESERVED_GRPO_FIELDS[key]}")
         if key not in types_by_name:
             close = difflib.get_close_matches(key, list(types_by_name), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = grpo_key_hint(key) or (f"; did you mean {close[0]!r}?" if close else "")
             raise ConfigError(source, where, f"not a field of trl.GRPOConfig{hint}")
         converted[key] = convert(value, types_by_name[key], source, where)
         check_grpo_bounds(key, converted[key], source, where)

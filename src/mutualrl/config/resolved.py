@@ -6,6 +6,7 @@ from __future__ import annotations
 import yaml
 
 from mutualrl.atomic_io import write_text_atomic
+from mutualrl.config.plugins import import_plugins
 from mutualrl.config.schema import RunConfig
 from mutualrl.config.typed import build_dataclass, to_plain
 from mutualrl.run_folder import RunPaths
@@ -20,6 +21,8 @@ def write_resolved_config(paths: RunPaths, config: RunConfig, source: str) -> No
 
 def load_resolved_config(paths: RunPaths) -> RunConfig:
     data = yaml.safe_load(paths.config.read_text())
+    if isinstance(data, dict):  # every policy process imports what the launcher imported (config/plugins.py)
+        import_plugins(data.get("plugins"))
     return build_dataclass(RunConfig, data, str(paths.config))
 
 

@@ -153,7 +153,9 @@ class TaskConfig:
         metadata={
             "help": "Task: math, gsm8k, arc, openbookqa, boolq, piqa, hellaswag, siqa, qa-mix (the six QA tasks), "
             "math-qa-mix (MATH + the six QA tasks, the paper's commonsense experiment), synthetic-arith; "
-            "<qa task>-line (arc-easy-line, openbookqa-line, ...): the QA task with an answer line instead of \\boxed{}."
+            "<qa task>-line (arc-easy-line, openbookqa-line, ...): the QA task with an answer line instead of "
+            "\\boxed{}; dataset: your own rows (task.source, task.reward_funcs); package.module:Class: your "
+            "Task subclass."
         },
     )
     source: str | None = field(
@@ -175,6 +177,19 @@ class TaskConfig:
         default="default",
         metadata={"help": "Answer check: 'exact' string match, 'equiv' (math-verify), or the task's default."},
     )
+    reward_funcs: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Reward functions as `trl grpo --reward_funcs` names them: import paths module.function "
+                  "(from the working directory and PYTHONPATH) or TRL's own (accuracy_reward, think_format_reward, "
+                  "...); called fn(prompts, completions, completion_ids, **columns). With a built-in task they are "
+                  "added to its verifier; weights: grpo.reward_weights (docs/tasks.md)."},
+    )
+    eval_fraction: float | None = field(
+        default=None,
+        metadata={"gt": 0, "lt": 1, "help": "task 'dataset': hold out this fraction of the training split for "
+                  "validation (seeded by split_seed). Unset: the eval_split, or 0.1 when the source has none."},
+    )
+    split_seed: int = field(default=0, metadata={"help": "task 'dataset': seed of the held-out rows' draw."})
 
 
 @dataclass
@@ -308,8 +323,7 @@ class LaunchConfig:
     )
     vllm_max_num_batched_tokens: int | None = field(
         default=None,
-        metadata={"ge": 1, "help": "Colocated vLLM engine: most tokens per scheduler step (vLLM's "
-                  "max_num_batched_tokens; the paper's rollout cap is 8192). Default: TRL's 4096."},
+        metadata={"ge": 1, "help": "Colocated vLLM engine: most tokens per scheduler step (vLLM's max_num_batched_tokens; the paper's rollout cap is 8192). Default: TRL's 4096."},
     )
 
 
@@ -429,3 +443,8 @@ class RunConfig:
         default="runs/{pool}-{regime}", metadata={"help": "Run folder; {pool} and {regime} are filled in."}
     )
     description: str = field(default="", metadata={"help": "Free text describing the recipe."})
+    plugins: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Modules (or .py files) imported by the launcher, every policy process and `mutualrl "
+                  "eval` before the rest of the recipe is read: register_task / register_regime calls live there."},
+    )

@@ -186,11 +186,12 @@ BOUND_CHECKS = {
     "gt": (lambda value, bound: value > bound, "must be > {bound}"),
     "ge": (lambda value, bound: value >= bound, "must be >= {bound}"),
     "le": (lambda value, bound: value <= bound, "must be <= {bound}"),
+    "lt": (lambda value, bound: value < bound, "must be < {bound}"),
 }
 
 
 def check_bounds(value: Any, bounds: typing.Mapping[str, Any], source: str, path: str) -> None:
-    """Reject a non-finite number anywhere, and one outside the ``gt``/``ge``/``le`` bounds in ``bounds``.
+    """Reject a non-finite number anywhere, and one outside the ``gt``/``ge``/``le``/``lt`` bounds in ``bounds``.
 
     No setting of a run means anything at infinity or NaN (``1e999`` parses as ``inf``): refusing them
     here, for every numeric field, stops a run that would die at step 2 in ``torch.multinomial``.

@@ -30,6 +30,7 @@ from mutualrl.pools.greedy import (
     generate_greedy,
 )
 from mutualrl.tasks.base import Task, TaskExample
+from mutualrl.tasks.reward_funcs import RewardSpec, score_batch
 
 # ---------------------------------------------------------------------------------------
 # Prompts
@@ -61,12 +62,12 @@ def resolve_chat_template(setting: bool | None, tokenizer: Any, model_name: str 
     return has_chat_template(tokenizer) and instruct
 
 
-def prompt_token_ids(tokenizer: Any, prompt: str, chat_template: bool) -> list[int]:
-    """The token ids a policy sees for ``prompt`` (chat-wrapped with a generation prompt, or plain)."""
+def prompt_token_ids(tokenizer: Any, prompt: str | list[dict[str, str]], chat_template: bool) -> list[int]:
+    """The token ids a policy sees for ``prompt`` (chat-wrapped with a generation prompt, or plain); a list is
+    chat messages already (``TaskExample.for_policy``)."""
     if chat_template:
-        text = tokenizer.apply_chat_template(
-            [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=False
-        )
+        messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
     return list(tokenizer(prompt)["input_ids"])
 
@@ -77,13 +78,20 @@ def prompt_token_ids(tokenizer: Any, prompt: str, chat_template: bool) -> list[i
 
 
 def score_examples(
-    examples: Sequence[TaskExample], completions: Sequence[str], verifier: str = "default"
+    examples: Sequence[TaskExample], completions: Sequence[str], verifier: str | RewardSpec = "default",
+    tokenizer: Any = None, chat: bool = False,
 ) -> list[PromptResult]:
-    """Score each completion with the verifier of its example's task (``get_task(example.task)``)."""
+    """Score each completion with the verifier of its example's task (``get_task(example.task)``), or, given a
+    run's :class:`RewardSpec` with reward functions, with the weighted reward TRL trained on
+    (:func:`score_with_funcs`)."""
     from mutualrl.tasks.registry import get_task
 
     if len(examples) != len(completions):
         raise ValueError(f"{len(examples)} examples but {len(completions)} completions")
+    if isinstance(verifier, RewardSpec):
+        if verifier.funcs or not verifier.uses_verifier():
+            return score_with_funcs(verifier, examples, completions, tokenizer, chat)
+        verifier = verifier.verifier
     tasks: dict[str, Task] = {}
     records = []
     for ex, completion in zip(examples, completions, strict=True):
@@ -104,6 +112,30 @@ def score_examples(
     return records
 
 
+def score_with_funcs(spec: RewardSpec, examples: Sequence[TaskExample], completions: Sequence[str], tokenizer: Any,
+                     chat: bool) -> list[PromptResult]:
+    """Greedy completions scored as in training: prompts and completions in the form TRL gives the reward
+    functions (chat messages for a policy under its chat template, else text), every dataset column by name,
+    ``completion_ids`` the completion re-tokenized (``tokenizer``, no special tokens)."""
+    if not examples:
+        return []
+    rows = [ex.as_row() for ex in examples]
+    columns = {key: [row.get(key) for row in rows] for key in dict.fromkeys(k for row in rows for k in row)
+               if key != "prompt"}
+    prompts = [ex.for_policy(chat) for ex in examples]
+    shown = [[{"role": "assistant", "content": c}] for c in completions] if chat else list(completions)
+    ids = [tokenizer(c, add_special_tokens=False)["input_ids"] if tokenizer is not None else [] for c in completions]
+    scores = score_batch(spec, prompts, shown, ids, columns)
+    return [PromptResult(prompt_id=ex.prompt_id, task=ex.task, prompt=ex.prompt, completion=completion,
+                         answer=ex.answer, extracted=None, score=score)
+            for ex, completion, score in zip(examples, completions, scores, strict=True)]
+
+
+def scoring_label(verifier: str | RewardSpec) -> str:
+    """How completions were scored, for results' settings (``default``, ``verifier exact + mod.fn``)."""
+    return verifier.describe() if isinstance(verifier, RewardSpec) else verifier
+
+
 def _model_name(model: Any) -> str:
     config = getattr(model, "config", None)
     return str(getattr(config, "_name_or_path", "") or type(model).__name__)
@@ -121,7 +153,7 @@ def evaluate_examples(
     model_name: str | None = None,
     policy: str | None = None,
     step: int | None = None,
-    verifier: str = "default",
+    verifier: str | RewardSpec = "default",
 ) -> ModelEvalResult:
     """Greedy reward@1 of ``model`` on ``examples`` (transformers backend).
 
@@ -130,13 +162,13 @@ def evaluate_examples(
     after every batch.
     """
     start = time.perf_counter()
-    prompts = [prompt_token_ids(tokenizer, ex.prompt, chat_template) for ex in examples]
+    prompts = [prompt_token_ids(tokenizer, ex.for_policy(chat_template), chat_template) for ex in examples]
     completions = generate_greedy(
         model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size, progress=progress
     )
     return ModelEvalResult(
         model=model_name or _model_name(model),
-        records=score_examples(examples, completions, verifier),
+        records=score_examples(examples, completions, verifier, tokenizer, chat_template),
         policy=policy,
         step=step,
         settings={
@@ -145,7 +177,7 @@ def evaluate_examples(
             "max_new_tokens": max_new_tokens,
             "batch_size": batch_size,
             "chat_template": chat_template,
-            "verifier": verifier,
+            "verifier": scoring_label(verifier),
         },
         seconds=time.perf_counter() - start,
     )
@@ -256,16 +288,17 @@ def evaluate_examples_vllm(
     model_name: str | None = None,
     policy: str | None = None,
     dtype: str = "auto",
-    verifier: str = "default",
+    verifier: str | RewardSpec = "default",
 ) -> ModelEvalResult:
     """:func:`evaluate_examples` with the vLLM backend (model loaded from ``model_path``)."""
     start = time.perf_counter()
-    prompts = [prompt_token_ids(tokenizer, ex.prompt, chat_template) for ex in examples]
+    prompts = [prompt_token_ids(tokenizer, ex.for_policy(chat_template), chat_template) for ex in examples]
     completions = generate_greedy_vllm(model_path, tokenizer, prompts, max_new_tokens=max_new_tokens, dtype=dtype)
     if progress is not None:
         progress(len(examples))
     return vllm_result(model_name or model_path, examples, completions, max_new_tokens=max_new_tokens,
-                       chat_template=chat_template, verifier=verifier, policy=policy, step=None, started=start)
+                       chat_template=chat_template, verifier=verifier, policy=policy, step=None, started=start,
+                       tokenizer=tokenizer)
 
 
 def evaluate_examples_llm(
@@ -278,14 +311,14 @@ def evaluate_examples_llm(
     model_name: str,
     policy: str | None = None,
     step: int | None = None,
-    verifier: str = "default",
+    verifier: str | RewardSpec = "default",
     progress: Progress | None = None,
     chunk: int | None = None,
 ) -> ModelEvalResult:
     """:func:`evaluate_examples` with a running vLLM engine (a training run's colocated one); with ``chunk``, the
     prompts go to the engine ``chunk`` at a time and ``progress`` hears the count finished after each."""
     start = time.perf_counter()
-    prompts = [prompt_token_ids(tokenizer, ex.prompt, chat_template) for ex in examples]
+    prompts = [prompt_token_ids(tokenizer, ex.for_policy(chat_template), chat_template) for ex in examples]
     size = max(1, chunk or len(prompts) or 1)
     completions: list[str] = []
     for at in range(0, len(prompts), size):
@@ -293,16 +326,16 @@ def evaluate_examples_llm(
         if progress is not None:
             progress(len(completions))
     return vllm_result(model_name, examples, completions, max_new_tokens=max_new_tokens, chat_template=chat_template,
-                       verifier=verifier, policy=policy, step=step, started=start)
+                       verifier=verifier, policy=policy, step=step, started=start, tokenizer=tokenizer)
 
 
 def vllm_result(model: str, examples: list[TaskExample], completions: list[str], *, max_new_tokens: int,
-                chat_template: bool, verifier: str, policy: str | None, step: int | None,
-                started: float) -> ModelEvalResult:
+                chat_template: bool, verifier: str | RewardSpec, policy: str | None, step: int | None,
+                started: float, tokenizer: Any = None) -> ModelEvalResult:
     """Score vLLM greedy completions into a :class:`ModelEvalResult` (both vLLM evaluation paths)."""
     return ModelEvalResult(
         model=model,
-        records=score_examples(examples, completions, verifier),
+        records=score_examples(examples, completions, verifier, tokenizer, chat_template),
         policy=policy,
         step=step,
         settings={
@@ -310,7 +343,7 @@ def vllm_result(model: str, examples: list[TaskExample], completions: list[str],
             "decoding": "greedy",
             "max_new_tokens": max_new_tokens,
             "chat_template": chat_template,
-            "verifier": verifier,
+            "verifier": scoring_label(verifier),
         },
         seconds=time.perf_counter() - started,
     )

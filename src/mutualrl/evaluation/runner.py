@@ -123,13 +123,15 @@ def load_suite(
     split: str | None = None,
     source: str | None = None,
     limit: int | None = None,
+    task_config: Any = None,
 ) -> list[TaskExample]:
-    """Every task's examples (``split`` or each task's default evaluation split), concatenated."""
-    from mutualrl.tasks.registry import get_task
+    """Every task's examples (``split`` or each task's default evaluation split), concatenated; the task a
+    recipe's ``task_config`` names is read with its split settings (a ``dataset`` task's held-out rows)."""
+    from mutualrl.tasks.registry import get_task, task_from_config
 
     examples: list[TaskExample] = []
     for name in tasks:
-        task = get_task(name)
+        task = task_from_config(task_config) if task_config is not None and task_config.name == name else get_task(name)
         examples.extend(task.load(split or task.default_eval_split, source, limit))
     return examples
 
@@ -182,7 +184,7 @@ def run_eval(
     batch_size: int,
     device: str = "auto",
     backend: str = "auto",
-    verifier: str = "default",
+    verifier: Any = "default",  # a verifier mode, or a run's RewardSpec (its reward functions)
     max_prompt_tokens: int | None = None,
     split: str | None = None,
     on_status: Callable[[str], None] = lambda msg: None,
@@ -201,7 +203,7 @@ def run_eval(
         tok = load_tokenizer_for(t.model, t.tokenizer)
         tokenizers[t.name] = tok
         chat[t.name] = resolve_chat_template(t.chat_template, tok, t.model)
-        tokenized[t.name] = [prompt_token_ids(tok, ex.prompt, chat[t.name]) for ex in examples]
+        tokenized[t.name] = [prompt_token_ids(tok, ex.for_policy(chat[t.name]), chat[t.name]) for ex in examples]
     keep, dropped = joint_length_filter(examples, tokenized, max_prompt_tokens)
     kept = [examples[i] for i in keep]
     if not kept:

@@ -13,7 +13,7 @@ from mutualrl.config.loader import LoadedRecipe, OptionSetting, load_run_config
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import StorageError, UsageError, storage_errors
 from mutualrl.launch.rundir.lock import RunLock, clear_run_folder, is_run_folder
-from mutualrl.launch.rundir.prepare import check_run_dir, prepare_launch, resume_changes
+from mutualrl.launch.rundir.prepare import check_run_dir, discard_unstarted, prepare_launch, resume_changes
 from mutualrl.launch.rundir.record import finished_summary, mark_failed, mark_interrupted, write_run_json
 from mutualrl.launch.rundir.resume import ConfigChange, changes_training
 from mutualrl.launch.supervise.pool import run_pool
@@ -108,15 +108,20 @@ def checked(loaded: LoadedRecipe) -> tuple[RunConfig, str]:
 
 
 def check_task(config: RunConfig) -> None:
-    """The task and its splits exist: a typo fails here, not in every worker after the launch."""
-    from mutualrl.tasks.registry import get_task
+    """The task, its splits, its source and its reward functions exist: a typo or an import error fails here
+    (the dry run too), not in every worker after the launch."""
+    from mutualrl.tasks.registry import task_from_config
+    from mutualrl.tasks.reward_funcs import check_reward_spec, reward_spec
 
-    task = get_task(config.task.name)
+    task = task_from_config(config.task)
     for field_name in ("train_split", "eval_split"):
         split = getattr(config.task, field_name)
         if task.splits and split not in task.splits:
             raise UsageError(f"task.{field_name}: task {config.task.name!r} has no split {split!r}; "
                              f"it has: {', '.join(task.splits)}")
+    task.check_source(config.task.source)
+    for policy in config.pool.policies:  # a policy's own grpo.reward_weights must fit the functions too
+        check_reward_spec(reward_spec(config.task, {**config.grpo, **policy.grpo}))
 
 
 def run_dir_for(config: RunConfig) -> Path:
@@ -181,9 +186,11 @@ def _train_one(options: TrainOptions, console: Console) -> int:
     paths = RunPaths(run_dir_for(config))
     if options.dry_run:
         from mutualrl.launch.plan.render import render_plan
+        from mutualrl.tasks.reward_funcs import task_summary
 
         plan = plan_without_launch(config, paths.root)
         render_plan(plan, console)
+        console.print(task_summary(config.task, config.grpo), highlight=False)
         if options.save_plan is not None:
             write_json_atomic(options.save_plan, plan.to_json())
             console.print(f"plan written to {options.save_plan}", highlight=False)
@@ -196,6 +203,17 @@ def _train_one(options: TrainOptions, console: Console) -> int:
     check_run_dir(paths, options.resume, options.overwrite)  # refuses before anything is written
     allowed = resume_changes(paths, config) if options.resume and paths.config.exists() else []
     raise_if_interrupted()  # stopped while loading: leave the run as it was
+    fresh = not paths.root.exists() and config.launch.nodes == 1  # several machines share the folder
+    try:
+        return _train_locked(options, config, source, paths, allowed, console)
+    except BaseException:
+        if fresh:  # refused before any worker started (prepare, plan): no half-made folder blocks the next try
+            discard_unstarted(paths)
+        raise
+
+
+def _train_locked(options: TrainOptions, config: RunConfig, source: str, paths: RunPaths,
+                  allowed: list[ConfigChange], console: Console) -> int:
     with RunLock(paths.root).acquire("resume" if options.resume else "train into") as lock:
         if lock.warning:
             console.print(f"[yellow]warning:[/] {lock.warning}", highlight=False)
@@ -235,7 +253,7 @@ def plan_without_launch(config: RunConfig, run_dir: Path, gpu_memory_gib: float 
 
     simulate = config.launch.gpus is not None
     plan = make_launch_plan(config, run_dir, gpus=config.launch.gpus, simulate=simulate,
-                            vllm_available=True if simulate else None, gpu_memory_gib=gpu_memory_gib)
+                            vllm_available=True if simulate else None, gpu_memory_gib=gpu_memory_gib, dry_run=True)
     return plan
 
 

@@ -136,16 +136,23 @@ def _import_once(entry: str) -> None:
         return
     _loaded.add(entry)
     if entry.endswith(".py"):
-        path = Path(entry).resolve()
-        if not path.is_file():
-            raise UnknownNameError(f"{ENV_VAR}: regime module file {entry!r} not found")
-        name = "mutualrl_regime_" + "".join(c if c.isalnum() else "_" for c in path.stem)
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        sys.modules[name] = module
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        import_file(entry, ENV_VAR)
     else:
         importlib.import_module(entry)
+
+
+def import_file(entry: str, where: str) -> None:
+    """Import a ``.py`` file by path, once (``MUTUALRL_REGIMES`` entries, a recipe's ``plugins``)."""
+    path = Path(entry).resolve()
+    if not path.is_file():
+        raise UnknownNameError(f"{where}: module file {entry!r} not found")
+    name = "mutualrl_regime_" + "".join(c if c.isalnum() else "_" for c in path.stem)
+    if name in sys.modules:
+        return
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[name] = module
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
 
 
 def all_regimes() -> list[RegimeSpec]:
@@ -207,5 +214,5 @@ def regimes_help() -> str:
     return ", ".join(f"{s.name} ({s.help})" for s in all_regimes())
 
 
-__all__ = ["ENV_VAR", "RegimeFlag", "RegimeSpec", "all_regimes", "flag_setting", "get_regime", "load_regimes",
-           "regime_flags", "regime_names", "regimes_help", "register_regime", "settings_regimes", "unregister_regime"]
+__all__ = ["ENV_VAR", "RegimeFlag", "RegimeSpec", "all_regimes", "flag_setting", "get_regime", "import_file",
+           "load_regimes", "regime_flags", "regime_names", "regimes_help", "register_regime", "settings_regimes", "unregister_regime"]

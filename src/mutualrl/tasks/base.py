@@ -25,8 +25,22 @@ class TaskExample:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def as_row(self) -> dict[str, Any]:
-        """The dataset row handed to TRL (``prompt`` plus columns the reward function reads)."""
-        return {"prompt_id": self.prompt_id, "prompt": self.prompt, "answer": self.answer, "task": self.task}
+        """The dataset row handed to TRL (``prompt`` plus columns the reward functions read).
+
+        A ``dataset`` task's rows keep every column of the source (``meta["columns"]``): TRL passes each
+        to the reward functions by name, as ``GRPOTrainer`` does with a user's own dataset.
+        """
+        columns = self.meta.get("columns") or {}
+        return {**columns, "prompt_id": self.prompt_id, "prompt": self.prompt,
+                "answer": columns.get("answer", self.answer), "task": self.task}
+
+    def for_policy(self, chat: bool) -> str | list[dict[str, str]]:
+        """What a policy is prompted with: chat messages under its chat template, else the text."""
+        return self.chat_prompt() if chat else self.prompt
+
+    def chat_prompt(self) -> list[dict[str, str]]:
+        """The prompt as chat messages: the source's own (TRL's conversational format), else one user turn."""
+        return self.meta.get("messages") or [{"role": "user", "content": self.prompt}]
 
 
 class Task(ABC):
@@ -43,6 +57,14 @@ class Task(ABC):
     verifier: str = "default"
     #: Rows of the default (hub) ``train`` split, for the dry run's run-length estimate (None: unknown).
     train_rows: int | None = None
+    #: Whether :meth:`score` checks answers; a task without one is scored by ``task.reward_funcs`` only.
+    has_verifier: bool = True
+
+    def configure(self, train_split: str, eval_split: str, eval_fraction: float | None, split_seed: int) -> None:
+        """Take the recipe's ``task`` split settings; only tasks that derive splits themselves need them."""
+
+    def check_source(self, source: str | None) -> None:
+        """Refuse, before a launch (and in a dry run), a ``task.source`` this task cannot read; loading stays lazy."""
 
     def with_verifier(self, mode: str) -> Task:
         """A copy of this task that checks answers with ``mode`` (recipe field ``task.verifier``)."""

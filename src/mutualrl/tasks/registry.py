@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import importlib
 from collections.abc import Callable
+from typing import Any
 
 from mutualrl.errors import UnknownNameError
 from mutualrl.tasks.base import Task
@@ -23,6 +24,7 @@ _TASKS: dict[str, str] = {
     "siqa": "mutualrl.tasks.qa:SocialIQaTask",
     "qa-mix": "mutualrl.tasks.mixture:QAMixTask",
     "math-qa-mix": "mutualrl.tasks.mixture:MathQAMixTask",
+    "dataset": "mutualrl.tasks.user_dataset:UserDatasetTask",
 }
 # Answer-line variants of the QA tasks (``arc-easy-line``, ...): same questions, no \boxed{} (tasks/answer_line.py).
 _LINE_BASES = ("arc", "arc-easy", "openbookqa", "boolq", "piqa", "hellaswag", "siqa")
@@ -44,7 +46,28 @@ def known_task(name: str) -> bool:
     from mutualrl.tasks.few_shot import parse_few_shot
 
     few_shot = parse_few_shot(name)
-    return name in _TASKS or (few_shot is not None and few_shot[0] in _TASKS)
+    return name in _TASKS or ":" in name or (few_shot is not None and few_shot[0] in _TASKS)
+
+
+def task_class_by_path(name: str) -> Task:
+    """``task.name: package.module:Class`` -> an instance, registered under its own ``name`` too (rows carry
+    that name, and scoring looks tasks up by it); imported in every process that reads the config."""
+    from mutualrl.config.plugins import import_object
+
+    factory = import_object(name, "task.name", sep=":")
+    task = factory() if callable(factory) else None
+    if not isinstance(task, Task):
+        raise UnknownNameError(f"task.name: {name!r} is not a mutualrl.tasks.base.Task subclass")
+    if task.name and task.name not in _TASKS:
+        _TASKS[task.name] = name
+    return task
+
+
+def task_from_config(task_config: Any) -> Task:
+    """The task of a recipe's ``task`` section, with the split settings a task that derives splits needs."""
+    task = get_task(task_config.name)
+    task.configure(task_config.train_split, task_config.eval_split, task_config.eval_fraction, task_config.split_seed)
+    return task
 
 
 def get_task(name: str) -> Task:
@@ -55,6 +78,8 @@ def get_task(name: str) -> Task:
     if name not in _TASKS and few_shot is not None and few_shot[0] in _TASKS:
         return FewShotTask(get_task(few_shot[0]), few_shot[1])
     target = _TASKS.get(name)
+    if target is None and ":" in name:
+        return task_class_by_path(name)
     if target is None:
         close = difflib.get_close_matches(name, list(_TASKS), n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""

@@ -142,14 +142,19 @@ class SyntheticArithTask(Task):
         """Both families' problems of ``split``, alternating between families; at most ``limit``."""
         if split not in self.splits:
             raise UsageError(f"task {self.name!r} has no split {split!r}; it has: {', '.join(self.splits)}")
-        if source not in GENERATED_SOURCES:
-            raise UsageError(
-                f"task {self.name!r} generates its problems; task.source must be unset (got {source!r})"
-            )
+        self.check_source(source)
         if limit is not None and limit < 0:
             raise UsageError(f"task {self.name!r}: limit must be >= 0, got {limit}")
         examples = interleave(family_split(f, split) for f in FAMILY_NAMES)
         return examples if limit is None else examples[:limit]
+
+    def check_source(self, source: str | None) -> None:
+        """Refused before a launch and in a dry run alike: a source here would be ignored."""
+        if source not in GENERATED_SOURCES:
+            raise UsageError(
+                f"task {self.name!r} generates its problems; task.source must be unset (got {source!r}); "
+                "for your own rows use task.name=dataset"
+            )
 
     def answer_text(self, answer: str) -> str:
         """Right after ``a+b+c=``: the number itself."""

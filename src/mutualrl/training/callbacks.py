@@ -166,7 +166,7 @@ class ValidationCallback(TrainerCallback):
 
     def __init__(self, paths: RunPaths, policy: str, regime: str, examples: list, tokenizer: Any,
                  chat_template: bool, every_steps: int, max_new_tokens: int, batch_size: int, at_start: bool,
-                 status: StatusCallback | None = None, verifier: str = "default",
+                 status: StatusCallback | None = None, verifier: Any = "default",
                  group_of: dict[str, str] | None = None, exchange: Any = None):
         self.paths, self.policy, self.regime = paths, policy, regime
         self.examples, self.tokenizer, self.chat_template = examples, tokenizer, chat_template

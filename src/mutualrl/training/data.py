@@ -24,8 +24,9 @@ TRAIN_FILE = "train.jsonl"
 EVAL_FILE = "eval.jsonl"
 
 
-def chat_messages(prompt: str) -> list[dict[str, str]]:
-    return [{"role": "user", "content": prompt}]
+def chat_messages(prompt: str | list[dict[str, str]]) -> list[dict[str, str]]:
+    """Chat messages as given (a dataset's conversational prompt), or one user turn around text."""
+    return prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
 
 
 def uses_chat_template(tokenizer: Any, chat_template: bool | None) -> bool:
@@ -41,7 +42,7 @@ def uses_chat_template(tokenizer: Any, chat_template: bool | None) -> bool:
     return False
 
 
-def prompt_token_length(tokenizer: Any, prompt: str, chat: bool) -> int:
+def prompt_token_length(tokenizer: Any, prompt: str | list[dict[str, str]], chat: bool) -> int:
     """Length of a prompt as TRL will tokenize it (chat template, or plain text with specials)."""
     if chat:
         ids = tokenizer.apply_chat_template(chat_messages(prompt), add_generation_prompt=True, tokenize=True)
@@ -69,7 +70,7 @@ def joint_length_filter(
     dropped_by_policy = {name: 0 for name in tokenizers}
     for example in examples:
         too_long = [name for name, (tok, chat) in tokenizers.items()
-                    if prompt_token_length(tok, example.prompt, chat) > max_tokens]
+                    if prompt_token_length(tok, example.for_policy(chat), chat) > max_tokens]
         for name in too_long:
             dropped_by_policy[name] += 1
         if not too_long:
@@ -107,6 +108,6 @@ def to_trl_rows(examples: Sequence[TaskExample], chat: bool) -> list[dict[str, A
     for ex in examples:
         row = ex.as_row()
         if chat:
-            row["prompt"] = chat_messages(ex.prompt)
+            row["prompt"] = ex.chat_prompt()
         rows.append(row)
     return rows

@@ -102,6 +102,7 @@ class MutualGRPOTrainer(GRPOTrainer):
         self.policy_name = policy_name
         self.regime = regime
         self._pending_rewards: dict[str, Any] | None = None
+        self.no_signal: Any = None  # training.no_signal.NoSignalWatch, made at the first step
         self._skipping_round = False
         self.generation_delay: tuple[float, str | None] = (0.0, None)  # (seconds, "even" | "odd" | None)
         self.regime.bind(self)
@@ -150,10 +151,25 @@ class MutualGRPOTrainer(GRPOTrainer):
         # Where a step's time goes: rollout (generation, rewards, old log-probs) vs TRL's step_time.
         log_trl_metrics(self, {"mutual/rollout_seconds": time.perf_counter() - started})
         rollouts = self._collect_step_rollouts()
+        self.watch_signal(rollouts)
         started = time.perf_counter()
         output = self.regime.process_step(output, rollouts)
         log_trl_metrics(self, {"mutual/exchange_seconds": time.perf_counter() - started})
         return output
+
+    def watch_signal(self, rollouts: StepRollouts) -> None:
+        """Log the all-fail share, and once, after several steps with no reward spread, why (training/no_signal.py)."""
+        from mutualrl.training.no_signal import ALL_FAIL_KEY, NoSignalWatch
+
+        if self.no_signal is None:
+            self.no_signal = NoSignalWatch(self.policy_name)
+        rewards = rollouts.rewards_global.tolist()
+        first = rollouts.completion_texts_local[0] if rollouts.completion_texts_local else ""
+        failed, note = self.no_signal.observe(rewards, rollouts.num_generations, first,
+                                              float(rollouts.rewards_local[0]) if len(rollouts.rewards_local) else 0.0)
+        log_trl_metrics(self, {ALL_FAIL_KEY: failed})
+        if note is not None and self.accelerator.is_main_process:
+            logging.getLogger("mutualrl.worker").warning(note)
 
     def _collect_step_rollouts(self) -> StepRollouts:
         pending = self._pending_rewards

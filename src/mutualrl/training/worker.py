@@ -100,7 +100,7 @@ def prepare_cpu_vllm(args: Any, model: Any, tokenizer: Any, examples: list, chat
     if os.environ.get(KV_ENV):
         log.info("policy %s: vLLM KV cache %s=%s GiB (set by you)", policy, KV_ENV, os.environ[KV_ENV])
         return
-    longest = max((prompt_token_length(tokenizer, ex.prompt, chat) for ex in examples), default=0)
+    longest = max((prompt_token_length(tokenizer, ex.for_policy(chat), chat) for ex in examples), default=0)
     sequence = longest + args.max_completion_length
     max_len = args.vllm_max_model_length or getattr(model.config, "max_position_embeddings", None) or sequence
     seqs = args.per_device_train_batch_size * args.vllm_tensor_parallel_size * args.steps_per_generation
@@ -144,8 +144,8 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     )
     from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, read_examples, to_trl_rows, uses_chat_template
     from mutualrl.training.adapters import make_regime_adapter
-    from mutualrl.tasks import make_reward_function
     from mutualrl.tasks.registry import task_groups
+    from mutualrl.tasks.reward_funcs import reward_functions, reward_spec
     from mutualrl.training.trainer import MutualGRPOTrainer
 
     rank = int(os.environ.get("RANK", "0"))
@@ -186,12 +186,14 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     from mutualrl.config.cadence import resolve_cadence, validation_interval
 
     cadence = resolve_cadence(config.schedule, config.batch, args.num_iterations)
+    scoring = reward_spec(config.task, {**config.grpo, **policy.grpo})  # training and validation score alike
+    reward = reward_functions(scoring)
     validation = ValidationCallback(
         paths, policy_name, config.regime.name, eval_examples, tokenizer, chat,
         every_steps=validation_interval(cadence, config.validation.every_steps),  # optimizer steps
         max_new_tokens=config.validation.max_new_tokens or args.max_completion_length,
         batch_size=config.validation.batch_size, at_start=config.validation.at_start, status=status,
-        verifier=config.task.verifier, group_of=task_groups(config.task.name, eval_examples), exchange=exchange,
+        verifier=scoring, group_of=task_groups(config.task.name, eval_examples), exchange=exchange,
     )
     callbacks = [MetricsCallback(paths, policy_name, config.regime.name), status, validation]
     if exchange is not None:
@@ -203,7 +205,6 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         from mutualrl.config.lora import lora_kwargs
 
         peft_config = LoraConfig(**lora_kwargs(policy.lora))
-    reward = make_reward_function(config.task.name, config.task.verifier)
     prepare_cpu_vllm(args, model, tokenizer, train_examples, chat, policy_name)
     trainer = MutualGRPOTrainer(
         model=model, reward_funcs=reward, args=args, train_dataset=dataset,

@@ -268,8 +268,11 @@ def make_launch_plan(
     vllm_available: bool | None = None,
     parent_visible_devices: str | None = None,
     addresses: dict[int, str] | None = None,
+    dry_run: bool = False,
 ) -> LaunchPlan:
     """Plan the run: placement, per-policy GRPO fields, config files and commands.
+
+    ``dry_run``: a tracker that is not installed is a warning (the real run refuses it), as docs/evaluation.md says.
 
     ``gpus``: GPUs to use (default ``config.launch.gpus``, else all visible). Unless
     ``simulate``, asking for more GPUs than are visible fails, and device memory, CPU
@@ -296,7 +299,7 @@ def make_launch_plan(
     ]
     warnings = [
         *placement.warnings,
-        *check_trackers([p.grpo.get("report_to") for p in plans], fail=not simulate),
+        *check_trackers([p.grpo.get("report_to") for p in plans], fail=not (simulate or dry_run)),
         *check_same_prompts(config, plans),
         *memory_check(config, placement, plans, node.gpu_memory_gib, node.ram_gib, param_counts or {}, stage),
     ]

@@ -14,7 +14,7 @@ from mutualrl.launch.plan.cadence import render_schedule
 from mutualrl.launch.plan.launch_plan import LaunchPlan, PolicyPlan, plan_path
 
 
-def render_plan(plan: LaunchPlan, console: Console, written: bool = True) -> None:
+def render_plan(plan: LaunchPlan, console: Console, written: bool = False) -> None:
     """Print the plan: placement, derived batch fields, exact commands, config files, warnings."""
     pl = plan.placement
     where = (
@@ -45,7 +45,8 @@ def render_plan(plan: LaunchPlan, console: Console, written: bool = True) -> Non
             console.print(Text(f"# {spec.policy}  (log: {spec.log_path}, cwd: {spec.cwd})", style="dim"))
             console.print(Text(f"{env} {shlex.join(spec.argv)}"), soft_wrap=True)
 
-    console.print(Text("Config files" + (" (written)" if written else " (not written)"), style="bold"))
+    console.print(Text("Config files" + (" (written)" if written else " (would be written by the run)"),
+                       style="bold"))
     for p in plan.policies:
         console.print(Text(f"  {p.accelerate_config_path}"))
         if p.deepspeed_config_path:

@@ -40,6 +40,14 @@ def check_run_dir(paths: RunPaths, resume: bool, overwrite: bool) -> None:
     require_run_folder(root)
 
 
+def discard_unstarted(paths: RunPaths) -> None:
+    """Remove a run folder this launch created and refused before starting any worker (no ``run.json`` yet)."""
+    import shutil
+
+    if paths.root.is_dir() and not paths.run_json.exists():
+        shutil.rmtree(paths.root, ignore_errors=True)
+
+
 def prepare_launch(paths: RunPaths, config: RunConfig, source: str, resume: bool, allowed: list[ConfigChange],
                    console: Console) -> tuple[RunConfig, int | None]:
     """Prepare a new run, or roll a resumed one back: the config to run and the checkpoint step every policy
@@ -58,7 +66,7 @@ def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Consol
     """Builtin models, the joint prompt filter, the resolved config -- before anything is launched."""
     from mutualrl.pools.builtin import ensure_builtin_models
     from mutualrl.pools.loading import BUILTIN_PREFIX, load_tokenizer_for
-    from mutualrl.tasks.registry import get_task
+    from mutualrl.tasks.registry import task_from_config
     from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, joint_length_filter, uses_chat_template, write_examples
 
     mark_run_folder(paths.root)
@@ -69,7 +77,7 @@ def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Consol
     for policy in config.pool.policies:
         tokenizer = load_tokenizer_for(policy.model, policy.tokenizer)
         tokenizers[policy.name] = (tokenizer, uses_chat_template(tokenizer, policy.chat_template))
-    task = get_task(config.task.name)
+    task = task_from_config(config.task)
     with console.status(f"loading task {config.task.name} ..."):
         train = task.load(config.task.train_split, config.task.source, config.task.train_limit)
         eval_limit = config.validation.limit if config.validation.limit is not None else config.task.eval_limit
@@ -79,6 +87,9 @@ def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Consol
     if not train_kept:
         raise UsageError(f"no training prompt of task {config.task.name!r} fits task.max_prompt_tokens="
                          f"{config.task.max_prompt_tokens} for every policy")
+    from mutualrl.tasks.reward_funcs import task_summary
+
+    console.print(task_summary(config.task, config.grpo), highlight=False)
     write_examples(paths.data / TRAIN_FILE, train_kept)
     write_examples(paths.data / EVAL_FILE, eval_kept)
     dropped = report.dropped + eval_report.dropped

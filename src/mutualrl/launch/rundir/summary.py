@@ -46,11 +46,11 @@ def summarise(paths: RunPaths, config: RunConfig, outcome: Any) -> dict[str, Any
             "train_reward_last": train[-1].get("reward_mean") if train else None,
         }
         groups = [group_rewards(evals[0]), group_rewards(evals[-1])] if evals else []
-        if all(groups):
+        if groups and all(groups):  # a run without validation rows has none
             entry["groups_before"], entry["groups_after"] = groups
         rescues = [l.get(RESCUES_TOTAL_KEY) for l in train if l.get(RESCUES_TOTAL_KEY) is not None]
         if rescues:
-            entry["sgt_rescues"] = int(max(rescues))
+            entry["sgt_rescues"] = cumulative_total(rescues)
         entry.update(rescue_logprob_change([(l["step"], l[RESCUE_LOGP_KEY]) for l in train
                                             if l.get(RESCUE_LOGP_KEY) is not None]))
         policies[policy.name] = entry
@@ -61,6 +61,17 @@ def summarise(paths: RunPaths, config: RunConfig, outcome: Any) -> dict[str, Any
     if restarted := outcome.extra.get("restarted"):  # see.max_restarts: who was started again, from where
         summary["restarted"] = restarted
     return summary
+
+
+def cumulative_total(counter: list[float]) -> int:
+    """A cumulative counter's total over a run's rows in step order, also when it restarted at 0 on a resume
+    (runs from before the counter carried over): the last value of every stretch between restarts, summed."""
+    total, previous = 0.0, 0.0
+    for value in counter:
+        if value < previous:
+            total += previous
+        previous = value
+    return int(round(total + previous))
 
 
 def rescue_logprob_change(logged: list[tuple[int, float]], window: int = RESCUE_WINDOW) -> dict[str, Any]:

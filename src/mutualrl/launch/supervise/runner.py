@@ -110,13 +110,32 @@ class PoolRunner:
         self.remote_names = [n for n in (remote.policies if remote is not None else []) if n not in self.names]
         # One writer of the merged metrics (machine 0 with several machines), merging every policy's rows.
         self.merger = MetricsMerger(paths, [*self.names, *self.remote_names]) if settings.merge_metrics else None
+        self.recent_rows: dict[str, list[dict[str, Any]]] = {}  # the last logged train rows of each policy
+        self.silent_said: set[str] = set()  # policies whose missing learning signal was said
 
     @property
     def names(self) -> list[str]:
         return list(dict.fromkeys(p.name for p in self.procs))
 
     def _merge(self) -> list[dict[str, Any]]:
-        return self.merger.poll() if self.merger is not None else []
+        rows = self.merger.poll() if self.merger is not None else []
+        self._say_no_signal(rows)
+        return rows
+
+    def _say_no_signal(self, rows: list[dict[str, Any]]) -> None:
+        """Once per policy, on the progress display: several logged steps without reward spread in any group."""
+        from mutualrl.training.no_signal import PATIENCE, no_signal_note
+
+        for row in rows:
+            name = str(row.get("policy"))
+            if row.get("kind") != "train" or name in self.silent_said:
+                continue
+            recent = self.recent_rows.setdefault(name, [])
+            recent[:] = [*recent, row][-PATIENCE:]
+            note = no_signal_note(name, recent)
+            if note is not None:
+                self.silent_said.add(name)
+                self.console.print(f"[yellow]warning:[/] {note}", highlight=False, soft_wrap=True)
 
     def _print_steps(self, rows: list[dict[str, Any]]) -> None:
         """Non-TTY progress: one line per merged ``kind: train`` row (a logged step of one policy)."""

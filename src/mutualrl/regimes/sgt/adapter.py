@@ -18,7 +18,7 @@ import torch
 from mutualrl.padding import pad_token_rows
 from mutualrl.regimes.adapter import RegimeAdapter, log_trl_metrics
 from mutualrl.regimes.peers import PeerGroups, gather_peer_groups, require_whole_groups, stable_seed
-from mutualrl.regimes.sgt.spec import SGT
+from mutualrl.regimes.sgt.spec import RESCUES_TOTAL_KEY, SGT
 
 if TYPE_CHECKING:
     from mutualrl.regimes.sgt.maths import SGTGate
@@ -37,6 +37,15 @@ class OwnRound:
     prompt_mask: torch.Tensor | None = None
 
 
+def logged_total(log_history: list[dict[str, Any]]) -> int:
+    """The last ``sgt/rescues_total`` a trainer logged (0 if none): TRL restores ``log_history`` from the checkpoint
+    a run resumes from, so the counter continues across ``--resume`` instead of restarting at 0."""
+    for row in reversed(log_history or []):
+        if RESCUES_TOTAL_KEY in row:
+            return int(round(row[RESCUES_TOTAL_KEY]))
+    return 0
+
+
 class SGTAdapter(RegimeAdapter):
     spec = SGT
     peer_columns = ("prompt_id", "sample_index", "reward", "response_text", "finished", "num_tokens")
@@ -45,6 +54,22 @@ class SGTAdapter(RegimeAdapter):
         super().__init__(*args, **kwargs)
         self.rescues_total = 0
         self.history: dict[int, OwnRound] = {}
+        self.thresholds_checked = False
+        self.total_restored = False
+
+    def warn_thresholds(self, own: torch.Tensor, peers: dict[str, Any]) -> None:
+        """Log once when this step's rewards (own and peers') lie where SGT's thresholds can never gate."""
+        import logging
+
+        from mutualrl.regimes.sgt.maths import threshold_problem
+
+        seen = [own.float().flatten()] + [torch.tensor(t.column("reward").to_pylist(), dtype=torch.float32)
+                                          for t in peers.values() if t is not None and "reward" in t.column_names]
+        settings = self.config.regime.sgt
+        problem = threshold_problem(torch.cat(seen), settings.success_threshold, settings.failure_threshold)
+        if problem is not None:
+            logging.getLogger("mutualrl.sgt").warning("policy %s, SGT at its first step: %s (docs/regimes.md)",
+                                                      self.policy, problem)
 
     def remember(self, output, rollouts):
         """Under bounded staleness, keep this rank's groups of the last S+1 rounds: a later step may rescue them."""
@@ -65,6 +90,9 @@ class SGTAdapter(RegimeAdapter):
         return OwnRound(groups, rollouts.rewards_local.view(len(groups), k))
 
     def transform(self, output, rollouts, peers):
+        if not self.thresholds_checked:  # once, at the first step: a gate that cannot fire says so
+            self.thresholds_checked = True
+            self.warn_thresholds(rollouts.rewards_global, peers)
         return self._rescue(output, rollouts, peers, self.own_round(rollouts), rollouts.step)
 
     def transform_stale(self, output, rollouts, peers, peer_step):
@@ -96,6 +124,9 @@ class SGTAdapter(RegimeAdapter):
                                                 num_gated)
 
         rescued = self._sum_over_ranks(int(gate.gated.sum()), rollouts)
+        if not self.total_restored:  # a resumed run goes on counting from its checkpoint's logged total
+            self.total_restored = True
+            self.rescues_total = max(self.rescues_total, logged_total(self.trainer.state.log_history))
         self.rescues_total += rescued
         rollout_tokens = int(output["completion_mask"].sum().item())
         metrics = sgt_metrics(gate, own.rewards, peer.values["reward"], extra_tokens=extra_tokens,

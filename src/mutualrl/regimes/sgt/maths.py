@@ -54,6 +54,27 @@ def _check_thresholds(success_threshold: float, failure_threshold: float) -> Non
         )
 
 
+def threshold_problem(rewards: torch.Tensor, success_threshold: float, failure_threshold: float) -> str | None:
+    """Why the gate cannot work on these rewards (the first step's, every policy's), or None.
+
+    The thresholds compare the combined reward (``task.reward_funcs`` weighted by ``grpo.reward_weights``,
+    docs/regimes.md). Rewards that never exceed ``success_threshold`` leave no success to transfer; rewards that
+    are never below ``failure_threshold`` leave no failed group to rescue. One step is a small sample (a hard
+    task may show no success yet), so this is a warning, not an error.
+    """
+    seen = rewards[~torch.isnan(rewards)]
+    if seen.numel() == 0:
+        return None
+    low, high = float(seen.min()), float(seen.max())
+    if high <= success_threshold and (low, high) != (0.0, 0.0):  # all zero: nothing solved yet, as usual early
+        return (f"no reward exceeded success_threshold={success_threshold} (rewards seen: {low:g} to {high:g}); "
+                "set regime.sgt.success_threshold inside your rewards' range")
+    if low >= failure_threshold:
+        return (f"no reward is below failure_threshold={failure_threshold} (rewards seen: {low:g} to {high:g}), so no "
+                "group counts as failed; set regime.sgt.failure_threshold inside your rewards' range")
+    return None
+
+
 def is_success(rewards: torch.Tensor, success_threshold: float = 0.8) -> torch.Tensor:
     """Verified success: ``r > success_threshold`` (App. SGT: "responses with rewards above 0.8"); NaN → False."""
     return rewards > success_threshold

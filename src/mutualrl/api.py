@@ -1,0 +1,164 @@
+"""The Python API: ``mutualrl.train``, ``mutualrl.load_config``, ``mutualrl.evaluate`` (issue 39).
+
+The same run as the command line, not a second launcher: :func:`train` builds the
+:class:`~mutualrl.launch.run.TrainOptions` that ``mutualrl train`` builds and calls
+:func:`~mutualrl.launch.run.run_train` (same run folder, lock, resume, summary), then reads the
+folder back into a :class:`RunResult`. ``import mutualrl`` stays light: the package's
+``__getattr__`` imports this module on first use only.
+
+Reward functions may be given as callables, as ``GRPOTrainer(reward_funcs=[...])`` takes them.
+Policies train in other processes, which import a function by its module path; so a module-level
+function of an importable module works (its path goes to the workers), and one defined in
+``__main__`` or a notebook, a lambda or a nested function fails at once, saying what to do.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mutualrl.config.schema import RunConfig
+from mutualrl.errors import MutualRLError, UsageError
+
+Overrides = Mapping[str, Any] | Sequence[str] | None
+
+
+@dataclass
+class RunResult:
+    """What a finished run left in its folder: the summary, every policy's final model, the metrics rows."""
+
+    run_dir: Path
+    summary: dict[str, Any]
+    models: dict[str, Path]
+    metrics: list[dict[str, Any]] = field(repr=False)
+
+    def rows(self, kind: str = "train", policy: str | None = None) -> list[dict[str, Any]]:
+        """Metrics rows of one kind (``train`` or ``eval``), optionally of one policy."""
+        return [r for r in self.metrics if r.get("kind") == kind and (policy is None or r.get("policy") == policy)]
+
+    def held_out(self) -> dict[str, tuple[float | None, float | None]]:
+        """Each policy's held-out greedy reward@1, (before, after) training."""
+        return {name: (p.get("eval_before"), p.get("eval_after")) for name, p in self.summary["policies"].items()}
+
+
+def reward_func_path(func: str | Callable[..., Any]) -> str:
+    """A reward function as the import path workers use; a callable must be importable by that path."""
+    if isinstance(func, str):
+        return func
+    module, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", "")
+    if not module or module == "__main__" or "<" in qualname or "." in qualname:
+        raise UsageError(
+            f"reward function {getattr(func, '__name__', func)!r} is defined in {module or 'no module'} "
+            f"({qualname or type(func).__name__}): policies train in other processes, which import a reward "
+            "function by its module path. Move it to a .py file next to your notebook or script (e.g. "
+            "my_rewards.py) and pass my_rewards.function, or the function imported from there")
+    from mutualrl.config.plugins import import_object
+
+    if import_object(f"{module}.{qualname}", "reward_funcs") is not func:
+        raise UsageError(f"reward function {module}.{qualname}: importing that path gives another object; pass a "
+                         "module-level function")
+    return f"{module}.{qualname}"
+
+
+def override_texts(overrides: Overrides, reward_funcs: Sequence[str | Callable[..., Any]] | None) -> list[str]:
+    """``{"task.source": "data/"}`` or ``["task.source=data/"]`` -> ``--set`` texts (values as JSON, which is YAML)."""
+    if overrides is None:
+        texts: list[str] = []
+    elif isinstance(overrides, Mapping):
+        texts = [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
+    elif isinstance(overrides, str):
+        raise UsageError("overrides: a mapping {key: value} or a list of 'KEY=VALUE' strings, not one string")
+    else:
+        texts = list(overrides)
+    if reward_funcs is not None:
+        texts.append(f"task.reward_funcs={json.dumps([reward_func_path(f) for f in reward_funcs])}")
+    return texts
+
+
+def recipe_source(recipe_or_config: str | Path | RunConfig, folder: Path) -> str:
+    """A pool name or recipe path as given; a :class:`RunConfig` written as a recipe file in ``folder``."""
+    if not isinstance(recipe_or_config, RunConfig):
+        return str(recipe_or_config)
+    import yaml
+
+    from mutualrl.config.typed import to_plain
+
+    path = folder / "recipe.yaml"
+    path.write_text(yaml.safe_dump(to_plain(recipe_or_config), sort_keys=False))
+    return str(path)
+
+
+def load_config(recipe: str | Path = "tiny", *, regime: str | None = None, overrides: Overrides = None,
+                max_steps: int | None = None, reward_funcs: Sequence[str | Callable[..., Any]] | None = None
+                ) -> RunConfig:
+    """The resolved, validated config ``mutualrl train`` would run (recipe + overrides), without running it."""
+    from mutualrl.launch.run import TrainOptions, resolve_config
+
+    options = TrainOptions(pool=str(recipe), regime=regime, max_steps=max_steps,
+                           overrides=override_texts(overrides, reward_funcs))
+    return resolve_config(options)[0]
+
+
+def train(recipe_or_config: str | Path | RunConfig = "tiny", *, regime: str | None = None,
+          overrides: Overrides = None, output_dir: str | Path | None = None, max_steps: int | None = None,
+          reward_funcs: Sequence[str | Callable[..., Any]] | None = None, resume: bool = False,
+          overwrite: bool = False, progress: bool = True) -> RunResult:
+    """Train a pool, exactly as ``mutualrl train`` does, and return what the run folder holds.
+
+    ``recipe_or_config``: a pool name, a recipe path or a :class:`RunConfig` (:func:`load_config`).
+    ``overrides``: ``--set`` settings as a mapping or ``KEY=VALUE`` strings. ``reward_funcs``: import
+    paths or module-level functions (``task.reward_funcs``). ``progress=False``: print nothing.
+    A run that fails raises :class:`~mutualrl.errors.MutualRLError` naming its folder.
+    """
+    from rich.console import Console
+
+    from mutualrl.launch.run import TrainOptions, resolve_config, run_dir_for, run_train
+
+    console = Console() if progress else Console(file=io.StringIO())
+    with tempfile.TemporaryDirectory(prefix="mutualrl-api-") as tmp:
+        options = TrainOptions(pool=recipe_source(recipe_or_config, Path(tmp)), regime=regime,
+                               output_dir=Path(output_dir) if output_dir is not None else None,
+                               max_steps=max_steps, overrides=override_texts(overrides, reward_funcs),
+                               resume=resume, overwrite=overwrite)
+        run_dir = run_dir_for(resolve_config(options)[0])
+        code = run_train(options, console)
+    if code != 0:
+        raise MutualRLError(f"training failed (exit code {code}); see {run_dir}/run.json and {run_dir}/logs/")
+    return read_run(run_dir)
+
+
+def read_run(run_dir: str | Path) -> RunResult:
+    """A finished run folder as a :class:`RunResult`."""
+    from mutualrl.config.resolved import load_resolved_config
+    from mutualrl.run_folder import RunPaths, read_json, read_metric_rows
+
+    paths = RunPaths(Path(run_dir).resolve())
+    if not paths.summary.is_file():
+        raise UsageError(f"{paths.root}: no summary.json (the run did not finish)")
+    config = load_resolved_config(paths)
+    return RunResult(run_dir=paths.root, summary=read_json(paths.summary),
+                     models={p.name: paths.final_model(p.name) for p in config.pool.policies},
+                     metrics=[row for _, row in read_metric_rows(paths.metrics)[0]])
+
+
+def evaluate(target: str | Path | RunResult, suite: str | None = None, *, limit: int | None = None,
+             split: str | None = None, source: str | None = None, max_new_tokens: int | None = None,
+             device: str = "auto", progress: bool = True) -> dict[str, Any]:
+    """``mutualrl eval``: greedy reward@1 of a run's final models (with the run's task and reward functions),
+    a pool or models; returns ``{"reward@1": {model: value}, "results": [...], "meta": {...}}``."""
+    from rich.console import Console
+
+    from mutualrl.cli.eval_cmd import run_eval_command
+
+    name = str(target.run_dir if isinstance(target, RunResult) else target)
+    log = Console() if progress else Console(file=io.StringIO())
+    results, meta = run_eval_command(name, suite, limit=limit, split=split, source=source,
+                                     max_new_tokens=max_new_tokens, batch_size=None, device=device, backend="auto",
+                                     verifier=None, chat_template=None, tokenizer=None, max_prompt_tokens=None,
+                                     log=log, bars=progress)
+    return {"reward@1": {r.name: r.reward_at_1 for r in results}, "results": results, "meta": meta}

@@ -1,0 +1,130 @@
+"""Reward functions named in a recipe (``task.reward_funcs``), resolved and combined as TRL does.
+
+Names resolve exactly as ``trl grpo --reward_funcs`` resolves them (``trl/scripts/grpo.py``): one of TRL's
+own reward names (:data:`TRL_REWARDS`), else an import path ``module.function`` looked up from the working
+directory and ``PYTHONPATH`` (:mod:`mutualrl.config.plugins`). A function is called as TRL calls it,
+``fn(prompts=..., completions=..., completion_ids=..., **columns)`` with every dataset column by name,
+and returns one float (or None) per completion. Several functions are combined as ``GRPOTrainer``
+combines them: ``nansum(rewards * grpo.reward_weights)`` (weights 1 when unset; None counts as missing).
+
+A built-in task's verifier (:func:`mutualrl.tasks.reward.make_reward_function`) comes first and the
+named functions after it, so ``grpo.reward_weights`` lists the verifier's weight first. The same
+functions score training, held-out validation, ``mutualrl eval`` and ``complementarity``
+(:func:`score_batch`): greedy reward@1 is the weighted reward of the greedy completion.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from mutualrl.errors import DataError, UsageError
+
+REWARD_FUNCS_KEY = "task.reward_funcs"
+TRL_REWARDS = ("accuracy_reward", "reasoning_accuracy_reward", "think_format_reward", "get_soft_overlong_punishment")
+"""The names ``trl grpo --reward_funcs`` knows without an import path (its ``reward_funcs_registry``)."""
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    """How a run scores completions: its task's verifier (if the task has one), its reward functions, weights."""
+
+    task: str
+    verifier: str = "default"
+    funcs: tuple[str, ...] = ()
+    weights: tuple[float, ...] | None = None
+
+    def describe(self) -> str:
+        """One line for eval metadata and the plan (``verifier default + mod.fn (weights 1, 0.5)``)."""
+        parts = [f"verifier {self.verifier}"] if self.uses_verifier() else []
+        parts += list(self.funcs)
+        weights = f" (weights {', '.join(f'{w:g}' for w in self.weights)})" if self.weights else ""
+        return " + ".join(parts) + weights
+
+    def uses_verifier(self) -> bool:
+        from mutualrl.tasks.registry import get_task
+
+        return get_task(self.task).has_verifier
+
+
+def reward_spec(task: Any, grpo: dict[str, Any]) -> RewardSpec:
+    """The :class:`RewardSpec` of a recipe's ``task`` section and (merged) ``grpo`` fields."""
+    weights = grpo.get("reward_weights")
+    return RewardSpec(task=task.name, verifier=task.verifier, funcs=tuple(task.reward_funcs),
+                      weights=tuple(float(w) for w in weights) if weights else None)
+
+
+def resolve_reward_func(name: str, key: str = REWARD_FUNCS_KEY) -> Callable[..., Any]:
+    """One name of ``task.reward_funcs`` -> the function, as ``trl grpo --reward_funcs`` resolves it."""
+    if name in TRL_REWARDS:
+        import trl.rewards as trl_rewards
+
+        func = getattr(trl_rewards, name)
+        return func(max_completion_len=1280, soft_punish_cache=256) if name == "get_soft_overlong_punishment" else func
+    if "." not in name:
+        raise UsageError(f"{key}: {name!r} is neither one of TRL's reward functions ({', '.join(TRL_REWARDS)}) "
+                         "nor an import path module.function")
+    from mutualrl.config.plugins import import_object
+
+    func = import_object(name, key)
+    if not callable(func):
+        raise UsageError(f"{key}: {name!r} is not a function (got {type(func).__name__})")
+    return func
+
+
+def reward_functions(spec: RewardSpec) -> list[Callable[..., Any]]:
+    """The functions TRL's ``GRPOTrainer`` gets: the task's verifier (if any), then ``task.reward_funcs``."""
+    from mutualrl.tasks.reward import make_reward_function
+
+    funcs = [make_reward_function(spec.task, spec.verifier)] if spec.uses_verifier() else []
+    funcs += [resolve_reward_func(name, f"{REWARD_FUNCS_KEY}[{i}]") for i, name in enumerate(spec.funcs)]
+    if not funcs:
+        raise UsageError(f"task {spec.task!r} has no built-in verifier: name your reward functions in "
+                         f"{REWARD_FUNCS_KEY} (e.g. [my_rewards.exact_match])")
+    if spec.weights is not None and len(spec.weights) != len(funcs):
+        names = (["verifier"] if spec.uses_verifier() else []) + list(spec.funcs)
+        raise UsageError(f"grpo.reward_weights: {len(spec.weights)} weight(s) for {len(funcs)} reward function(s) "
+                         f"({', '.join(names)}); give one weight per function, in that order")
+    return funcs
+
+
+def check_reward_spec(spec: RewardSpec) -> None:
+    """Resolve every function now (the launcher, the dry run): an import error names the module and the key."""
+    reward_functions(spec)
+
+
+def score_batch(spec: RewardSpec, prompts: Sequence[Any], completions: Sequence[Any],
+                completion_ids: Sequence[Sequence[int]], columns: dict[str, list[Any]],
+                funcs: list[Callable[..., Any]] | None = None) -> list[float]:
+    """The combined reward of each completion, as ``GRPOTrainer`` computes it (a row all None scores 0)."""
+    funcs = funcs if funcs is not None else reward_functions(spec)
+    weights = spec.weights or (1.0,) * len(funcs)
+    totals = [0.0] * len(completions)
+    for func, weight in zip(funcs, weights, strict=True):
+        rewards = list(func(prompts=list(prompts), completions=list(completions),
+                            completion_ids=[list(ids) for ids in completion_ids], **columns))
+        if len(rewards) != len(completions):
+            raise DataError(f"reward function {getattr(func, '__name__', func)!r} returned {len(rewards)} rewards "
+                            f"for {len(completions)} completions (one per completion)")
+        for i, reward in enumerate(rewards):
+            if reward is not None and not math.isnan(float(reward)):
+                totals[i] += weight * float(reward)
+    return totals
+
+
+def task_summary(task: Any, grpo: dict[str, Any]) -> str:
+    """What a run trains on and how it scores, one line for the dry run's plan and the run's start: the task,
+    its source, where its held-out rows come from (a ``dataset`` source with one split: the fraction and seed
+    drawn) and the reward functions."""
+    from mutualrl.tasks.registry import task_from_config
+    from mutualrl.tasks.user_dataset import DEFAULT_EVAL_FRACTION
+
+    held = f"held-out: split {task.eval_split!r}"
+    if task.name == "dataset" and task_from_config(task).holds_out(task.source):
+        fraction = task.eval_fraction or DEFAULT_EVAL_FRACTION
+        held = f"held-out: {fraction:g} of split {task.train_split!r}, drawn with task.split_seed={task.split_seed}"
+    source = f" from {task.source}" if task.source else ""
+    return (f"Task {task.name}{source}; train: split {task.train_split!r}; {held}; "
+            f"reward: {reward_spec(task, grpo).describe()}")
