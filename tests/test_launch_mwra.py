@@ -123,12 +123,27 @@ def test_device_map_without_gpus_fails():
         plan_placement(names(2), gpus=0, device_map={"p0": [0], "p1": [1]})
 
 
-def test_world_size_check_shrinks_shares_and_leaves_gpus_idle():
-    # Only even world sizes are acceptable here.
+def test_world_size_check_shrinks_shares_and_gives_the_freed_gpus_back():
+    # Only even world sizes are acceptable here: 3+3+2 shrinks to 2+2+2, and the two freed GPUs go to one
+    # policy instead of idling (issue 38: 3qwen left two of eight GPUs idle).
     placement = plan_placement(names(3), gpus=8, world_size_ok=lambda _n, k: k % 2 == 0)
-    assert [p.num_processes for p in placement.policies] == [2, 2, 2]
-    assert placement.idle_gpus == [6, 7]
-    assert sum("left idle" in w for w in placement.warnings) == 2
+    assert [p.num_processes for p in placement.policies] == [4, 2, 2]
+    assert placement.idle_gpus == []
+    assert sum("does not divide" in w for w in placement.warnings) == 2
+    assert not any("left idle" in w for w in placement.warnings)
+
+
+def test_gpus_no_batch_can_use_stay_idle_with_a_warning():
+    placement = plan_placement(names(2), gpus=8, world_size_ok=lambda _n, k: k in (1, 2))
+    assert [p.num_processes for p in placement.policies] == [2, 2]
+    assert placement.idle_gpus == [4, 5, 6, 7]
+    assert any("4 GPU(s) left idle" in w for w in placement.warnings)
+
+
+def test_freed_gpus_go_to_the_most_under_served_share():
+    # shares 1.5 : 1.7 : 4 of 8 GPUs -> 2, 2, 4 (the largest model gets the most)
+    placement = plan_placement([("a", 1.5), ("b", 1.7), ("c", 4.0)], gpus=8, world_size_ok=lambda _n, k: k in (1, 2, 4))
+    assert [p.num_processes for p in placement.policies] == [2, 2, 4]
 
 
 def test_gpus_none_must_be_detected_by_the_caller():
@@ -174,7 +189,9 @@ def test_memory_estimate_follows_zero_accounting():
     cpu = estimate_training_memory("a", p, device_type="cpu", num_devices=1, zero_stage=3)
     assert cpu.bytes_per_device == 16 * p
     lora = estimate_training_memory("a", p, device_type="cuda", num_devices=1, zero_stage=0, lora=True)
-    assert lora.bytes_per_device == 2 * p
+    assert lora.bytes_per_device == 4 * p  # without DeepSpeed the frozen weights are fp32 (TRL's loading dtype)
+    lora_z3 = estimate_training_memory("a", p, device_type="cuda", num_devices=2, zero_stage=3, lora=True)
+    assert lora_z3.bytes_per_device == 2 * p / 2
 
 
 def test_memory_check_errors_warns_and_passes():

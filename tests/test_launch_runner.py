@@ -47,6 +47,14 @@ FAKE_WORKER = textwrap.dedent('''
         sys.exit(0)
     if mode == "stall":
         time.sleep(120)
+    if mode == "validate-long":  # a held-out pass longer than the stall limit, showing its progress
+        for done in range(9):
+            tmp.write_text(json.dumps({"policy": name, "step": steps, "max_steps": steps,
+                                       "phase": f"validating {done}/8 (step {steps})"}))
+            os.replace(tmp, run / "status" / f"{name}.json")
+            time.sleep(0.5)
+    if mode == "idle-ok":  # waits at the barrier for a validating peer: no progress of its own, then done
+        time.sleep(4.5)
     if mode == "hang-beat":  # beats once, then hangs silent
         (run / "see" / "_heartbeat").mkdir(parents=True, exist_ok=True)
         (run / "see" / "_heartbeat" / f"{name}.rank-0.json").write_text("{}")
@@ -85,6 +93,13 @@ def test_crash_marks_the_peer_failed_and_stops_the_others(tmp_path):
     assert "peer failed: a" in (tmp_path / "logs" / "b.log").read_text()
     assert read_failure(tmp_path / "see", "a") is not None
     assert time.time() - started < 20
+
+
+def test_a_policy_waiting_for_a_validating_peer_is_not_stalled(tmp_path):
+    """Issue 38: a peer's long validation (progress in its status) keeps the pool alive; the waiting policy has
+    no progress of its own for longer than the stall limit and must not be killed for it."""
+    outcome = _runner(tmp_path, _procs(tmp_path, {"a": "validate-long", "b": "idle-ok"}, steps=1), stall=2.0).run()
+    assert outcome.ok, outcome.reason
 
 
 def test_stalled_policy_is_killed_and_reported(tmp_path):

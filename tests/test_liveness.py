@@ -62,3 +62,34 @@ def test_a_stopped_policy_stops_the_pool_naming_it_long_before_the_barrier_timeo
     assert time.time() - stopped < 60, "must not wait for the 600 s barrier timeout"
     assert "policy sp failed" in out and "no heartbeat" in out and "peer_timeout_s" in out, out[-2000:]
     assert not os.path.exists(f"/proc/{pid}") or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
+
+
+def test_the_barrier_waits_while_a_peer_reports_validation_progress(tmp_path):
+    """Issue 38: a peer validating a large held-out set for longer than ``barrier_timeout_s`` is waited for as
+    long as its heartbeat reports progress; once it stops reporting, the barrier times out as before."""
+    import threading
+
+    from mutualrl.see.errors import PeerTimeoutError
+    from mutualrl.see.synthetic import synthetic_batch
+
+    a = ExperienceExchange(tmp_path, "run", "a", policies=["a", "b"], barrier_timeout_s=0.6, poll_interval_s=0.01)
+    b = ExperienceExchange(tmp_path, "run", "b", policies=["a", "b"], barrier_timeout_s=0.6, poll_interval_s=0.01)
+    a.publish(0, synthetic_batch(2, 2, seed=1))
+
+    def validate_then_publish() -> None:
+        for done in range(8):  # 8 x 0.2 s of validation = 1.6 s, beyond the 0.6 s barrier timeout
+            b.heartbeat(progress=f"validating {done}/8 (step 0)")
+            time.sleep(0.2)
+        b.publish(0, synthetic_batch(2, 2, seed=2))
+
+    started = time.monotonic()
+    worker = threading.Thread(target=validate_then_publish)
+    worker.start()
+    shards = a.wait_for(0)
+    worker.join()
+    assert set(shards) == {"a", "b"} and time.monotonic() - started >= 1.5
+    a.publish(1, synthetic_batch(2, 2, seed=3))
+    started = time.monotonic()
+    with pytest.raises(PeerTimeoutError):  # no progress at step 1: the usual timeout
+        a.wait_for(1)
+    assert time.monotonic() - started < 1.5

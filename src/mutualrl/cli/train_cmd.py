@@ -30,6 +30,10 @@ def train(
         [], "--set", "-s", help="Override any recipe field: --set grpo.learning_rate=1e-6 (repeatable)."
     ),
     gpus: int | None = typer.Option(None, "--gpus", min=0, help="GPUs to place policies on (default: all visible)."),
+    gpu_memory: float | None = typer.Option(
+        None, "--gpu-memory", min=0.01, metavar="GIB", help="Memory of each GPU in GiB for the memory check (default: "
+        "detected); with --dry-run --gpus N it checks the card you will get, vLLM's share counted.",
+        show_default=False),
     device_map: str | None = typer.Option(
         None, "--device-map", help="Explicit placement, e.g. 'qwen-a=0,1;qwen-b=2,3' (overrides the even split). With "
         "--nodes, ids are global: machine k has k*gpus .. k*gpus+gpus-1."
@@ -91,7 +95,7 @@ def train(
 
     options = TrainOptions(pool=pool, regime=regime, regime_overrides=regime_overrides, output_dir=output_dir,
                            max_steps=max_steps, seed=seed,
-                           overrides=list(overrides), force=force, gpus=gpus,
+                           overrides=list(overrides), force=force, gpus=gpus, gpu_memory=gpu_memory,
                            device_map=device_map, nodes=nodes, machine_rank=machine_rank, main_address=main_address,
                            dry_run=dry_run, resume=resume, overwrite=overwrite, baseline=baseline,
                            save_plan=save_plan)

@@ -59,7 +59,8 @@ class PolicyConfig:
         },
     )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = field(
-        default="auto", metadata={"help": "Weights dtype when loading the model ('auto': float32 on CPU)."}
+        default="auto", metadata={"help": "Weights dtype when loading the model for training ('auto': float32, as TRL "
+                                   "loads a model; grpo.bf16 then computes in bf16 with fp32 weights)."}
     )
 
 
@@ -244,6 +245,11 @@ class LaunchConfig:
         metadata={"ge": 0, "help": "Number of GPUs to place policies on. Default: all visible. Set it with --dry-run to "
                   "simulate a node (e.g. 8)."},
     )
+    gpu_memory_gib: float | None = field(
+        default=None,
+        metadata={"gt": 0, "help": "Memory of each GPU in GiB for the plan's memory check (--gpu-memory). Default: "
+                  "detected on a real node; give it with --dry-run --gpus N to check the card you will get."},
+    )
     device_map: dict[str, list[int]] | None = field(
         default=None,
         metadata={"help": "Explicit placement {policy: [gpu ids]} overriding the even split."},
@@ -293,6 +299,17 @@ class LaunchConfig:
     stall_timeout_s: float | None = field(
         default=None,
         metadata={"gt": 0, "help": "Fail the run if a policy makes no progress for this long (default: the SEE barrier timeout)."},
+    )
+    vllm_max_num_seqs: int | None = field(
+        default=None,
+        metadata={"ge": 1, "help": "Colocated vLLM engine: most sequences scheduled at once (vLLM's max_num_seqs; the "
+                  "paper's rollout cap is 1024). Default: TRL's (per-device batch x TP x steps_per_generation), capped "
+                  "at vllm_max_num_batched_tokens, which vLLM requires."},
+    )
+    vllm_max_num_batched_tokens: int | None = field(
+        default=None,
+        metadata={"ge": 1, "help": "Colocated vLLM engine: most tokens per scheduler step (vLLM's "
+                  "max_num_batched_tokens; the paper's rollout cap is 8192). Default: TRL's 4096."},
     )
 
 

@@ -279,11 +279,19 @@ def evaluate_examples_llm(
     policy: str | None = None,
     step: int | None = None,
     verifier: str = "default",
+    progress: Progress | None = None,
+    chunk: int | None = None,
 ) -> ModelEvalResult:
-    """:func:`evaluate_examples` with a running vLLM engine (a training run's colocated one)."""
+    """:func:`evaluate_examples` with a running vLLM engine (a training run's colocated one); with ``chunk``, the
+    prompts go to the engine ``chunk`` at a time and ``progress`` hears the count finished after each."""
     start = time.perf_counter()
     prompts = [prompt_token_ids(tokenizer, ex.prompt, chat_template) for ex in examples]
-    completions = greedy_with_llm(llm, tokenizer, prompts, max_new_tokens=max_new_tokens) if prompts else []
+    size = max(1, chunk or len(prompts) or 1)
+    completions: list[str] = []
+    for at in range(0, len(prompts), size):
+        completions += greedy_with_llm(llm, tokenizer, prompts[at:at + size], max_new_tokens=max_new_tokens)
+        if progress is not None:
+            progress(len(completions))
     return vllm_result(model_name, examples, completions, max_new_tokens=max_new_tokens, chat_template=chat_template,
                        verifier=verifier, policy=policy, step=step, started=start)
 

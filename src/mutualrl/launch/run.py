@@ -32,6 +32,7 @@ class TrainOptions:
     overrides: list[str] = field(default_factory=list)  # --set KEY=VALUE, as given
     force: bool = False  # --force: launch.force
     gpus: int | None = None
+    gpu_memory: float | None = None  # --gpu-memory: launch.gpu_memory_gib
     device_map: str | None = None
     nodes: int | None = None  # several machines: launch.nodes, launch.machine_rank, launch.main_address
     machine_rank: int | None = None
@@ -56,6 +57,8 @@ def option_settings(options: TrainOptions) -> list[OptionSetting]:
     for key in ("gpus", "nodes", "machine_rank", "main_address"):
         if getattr(options, key) is not None:
             settings.append(OptionSetting(f"--{key.replace('_', '-')}", f"launch.{key}", getattr(options, key)))
+    if options.gpu_memory is not None:
+        settings.append(OptionSetting("--gpu-memory", "launch.gpu_memory_gib", options.gpu_memory))
     if options.output_dir is not None:  # a literal path: braces are not {pool}/{regime} placeholders
         literal = str(options.output_dir).replace("{", "{{").replace("}", "}}")
         try:

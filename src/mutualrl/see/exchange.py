@@ -37,6 +37,7 @@ from mutualrl.see.liveness import (  # noqa: F401 - re-exported: the exchange's 
     clear_failure,
     heartbeat_ages,
     mark_failed,
+    progress_window,
     read_failure,
     write_heartbeat,
 )
@@ -116,6 +117,7 @@ class ExperienceExchange:
         self.provenance = dict(provenance or {})
         self._verified: set[tuple[Any, ...]] = set()
         self._last_heartbeat = 0.0
+        self._published_step: int | None = None  # the last step :meth:`publish` announced in the heartbeat
         # A policy restarted into its running pool (see.max_restarts) redoes steps it already published: keep
         # those shards (a peer may be reading them right now) instead of replacing them.
         self.keep_committed = False
@@ -296,6 +298,8 @@ class ExperienceExchange:
             for policy in pending:
                 self.raise_if_failed(policy, step)
             now = time.monotonic()
+            if now >= deadline:  # a peer whose validation still moves is waited for (issue 38)
+                deadline = max(deadline, now + progress_window(self.root, pending, self.barrier_timeout_s))
             if now >= deadline:
                 raise barrier_timeout_error(self.root, self.policy, step, pending, found, other_runs, now - start,
                                             self.barrier_timeout_s, self.run_id, self.rank)
@@ -366,16 +370,18 @@ class ExperienceExchange:
     # liveness, failure, retention
     # ------------------------------------------------------------------------------------
 
-    def heartbeat(self, step: int | None = None) -> None:
+    def heartbeat(self, step: int | None = None, progress: str | None = None) -> None:
         """Record that this rank is alive (the barrier reports peers' heartbeat ages).
 
-        Cheap: touches a file; with ``step`` (done by :meth:`publish`) it also records the
-        last published step.
+        Cheap: touches a file; with ``step`` (by :meth:`publish`) it records the last published step; with
+        ``progress`` (a long validation) that work outside a step moves: peers' barriers wait on (:meth:`wait_for`).
         """
         path = files.heartbeat_path(self.root, self.policy, self.rank)
         now = time.time()
         self._last_heartbeat = now
-        if step is None:
+        if step is not None:
+            self._published_step = step
+        if step is None and progress is None:
             try:
                 os.utime(path)
                 return
@@ -385,10 +391,11 @@ class ExperienceExchange:
             "policy": self.policy,
             "rank": self.rank,
             "run_id": self.run_id,
-            "step": step,
+            "step": self._published_step,
             "hostname": socket.gethostname(),
             "pid": os.getpid(),
             "time": now,
+            **({"progress": progress, "progress_time": now} if progress is not None else {}),
         }
         write_heartbeat(path, content)  # best effort: a full disk is a warning here (see write_heartbeat)
 

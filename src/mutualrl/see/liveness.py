@@ -123,6 +123,16 @@ def heartbeat_ages(root: Path, policy: str, now: float | None = None) -> dict[in
     return out
 
 
+def progress_window(root: Path, policies: list[str], timeout_s: float, now: float | None = None) -> float:
+    """Seconds the barrier may still wait for ``policies``: what is left of ``timeout_s`` since the latest
+    progress any of their ranks reported in its heartbeat (a long validation, :meth:`ExperienceExchange.heartbeat`);
+    0 when none reported progress within ``timeout_s``."""
+    now = time.time() if now is None else now
+    times = [content.get("progress_time") for policy in policies for _, content in heartbeat_ages(root, policy, now).values()]
+    latest = max((t for t in times if isinstance(t, (int, float))), default=None)
+    return 0.0 if latest is None else max(0.0, latest + timeout_s - now)
+
+
 def barrier_timeout_error(root: Path, waiter: str, step: int, pending: list[str],
                           found: dict[str, dict[int, dict[int, Any]]], other_runs: dict[str, set[str]],
                           waited: float, barrier_timeout_s: float, run_id: str, rank: int) -> PeerTimeoutError:

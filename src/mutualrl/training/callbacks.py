@@ -149,6 +149,11 @@ class RngGuard:
         return False
 
 
+VLLM_VALIDATION_CHUNK = 1024
+"""Prompts per vLLM call in validation: large enough to keep the engine's batch full, small enough that
+progress shows every few minutes even for 3072-token answers."""
+
+
 class ValidationCallback(TrainerCallback):
     """Held-out greedy reward@1 every ``every_steps`` optimizer steps, at the start and at the end.
 
@@ -162,7 +167,7 @@ class ValidationCallback(TrainerCallback):
     def __init__(self, paths: RunPaths, policy: str, regime: str, examples: list, tokenizer: Any,
                  chat_template: bool, every_steps: int, max_new_tokens: int, batch_size: int, at_start: bool,
                  status: StatusCallback | None = None, verifier: str = "default",
-                 group_of: dict[str, str] | None = None):
+                 group_of: dict[str, str] | None = None, exchange: Any = None):
         self.paths, self.policy, self.regime = paths, policy, regime
         self.examples, self.tokenizer, self.chat_template = examples, tokenizer, chat_template
         self.every_steps, self.max_new_tokens, self.batch_size = every_steps, max_new_tokens, batch_size
@@ -170,6 +175,7 @@ class ValidationCallback(TrainerCallback):
         self.status = status
         self.verifier = verifier
         self.group_of = group_of or {}  # prompt_id -> task group: logged as eval/group/<g>/reward@1
+        self.exchange = exchange  # the SEE: peers waiting at its barrier see this validation progress
         self.trainer: Any = None
         self.done_steps: set[int] = set()
 
@@ -199,12 +205,12 @@ class ValidationCallback(TrainerCallback):
 
         trainer = self.trainer
         accelerator = trainer.accelerator
-        if self.status is not None and state.is_world_process_zero:
-            self.status.write(state, f"validating (step {step})")
         shard = self.examples[accelerator.process_index::accelerator.num_processes]
+        report = self.progress_reporter(state, step, len(shard))
+        report(0)
         started = time.perf_counter()
         if getattr(trainer, "use_vllm", False) and trainer.vllm_mode == "colocate":
-            result = self.validate_with_vllm(trainer, shard, step)
+            result = self.validate_with_vllm(trainer, shard, step, report)
         else:
             with RngGuard(), unwrap_model_for_generation(
                 trainer.model_wrapped, accelerator, gather_deepspeed3_params=trainer.args.ds3_gather_for_generation
@@ -212,7 +218,7 @@ class ValidationCallback(TrainerCallback):
                 result = evaluate_examples(unwrapped, self.tokenizer, shard, max_new_tokens=self.max_new_tokens,
                                            batch_size=self.batch_size, chat_template=self.chat_template,
                                            model_name=self.policy, policy=self.policy, step=step,
-                                           verifier=self.verifier)
+                                           verifier=self.verifier, progress=report)
         if accelerator.num_processes > 1:  # every rank evaluated a shard: merge them on rank 0
             records = [r for shard_records in gather_object([result.records]) for r in shard_records]
             result = ModelEvalResult(model=result.model, records=records, policy=self.policy, step=step,
@@ -232,15 +238,28 @@ class ValidationCallback(TrainerCallback):
             self.status.last["eval/reward@1"] = result.reward_at_1
             self.status.write(state, "training")
 
-    def validate_with_vllm(self, trainer: Any, shard: list, step: int) -> Any:
-        """Greedy validation through the policy's colocated vLLM engine, first synced to the current weights
-        (as TRL syncs before a generation; the next generation at this step then needs no second sync)."""
-        from mutualrl.evaluation.generate import evaluate_examples_llm
+    def progress_reporter(self, state: Any, step: int, total: int) -> Any:
+        """``report(done)``: "validating done/total" in the status (the launcher's stall clock follows a phase that
+        changes) and in this rank's SEE heartbeat (a peer's barrier waits as long as validation moves, issue 38)."""
+        def report(done: int) -> None:
+            phase = f"validating {done}/{total} (step {step})"
+            if self.status is not None and state.is_world_process_zero:
+                self.status.write(state, phase)
+            if self.exchange is not None:
+                self.exchange.heartbeat(progress=phase)
 
-        with RngGuard():
-            trainer.vllm_generation.sync_weights()
+        return report
+
+    def validate_with_vllm(self, trainer: Any, shard: list, step: int, report: Any = None) -> Any:
+        """Greedy validation through the policy's colocated vLLM engine, synced to the current weights and woken
+        from sleep mode (:func:`~mutualrl.training.vllm_engine.awake_engine`); the next generation at this step
+        then needs no second sync, unless sleep mode discarded the weights again (TRL re-pushes them then)."""
+        from mutualrl.evaluation.generate import evaluate_examples_llm
+        from mutualrl.training.vllm_engine import awake_engine
+
+        with RngGuard(), awake_engine(trainer.vllm_generation) as llm:
             trainer._last_loaded_step = trainer.state.global_step
-            return evaluate_examples_llm(trainer.vllm_generation.llm, self.tokenizer, shard,
-                                         max_new_tokens=self.max_new_tokens, chat_template=self.chat_template,
-                                         model_name=self.policy, policy=self.policy, step=step,
-                                         verifier=self.verifier)
+            return evaluate_examples_llm(llm, self.tokenizer, shard, max_new_tokens=self.max_new_tokens,
+                                         chat_template=self.chat_template, model_name=self.policy,
+                                         policy=self.policy, step=step, verifier=self.verifier, progress=report,
+                                         chunk=VLLM_VALIDATION_CHUNK)

@@ -68,18 +68,34 @@ class StepRollouts:
         return self.prompt_ids_global[::k]
 
 
+def step_deepspeed_schedule(engine: Any) -> None:
+    """Advance the LR schedule by one optimizer step of a skipped round under DeepSpeed.
+
+    There the Trainer's ``optimizer.step()`` and ``lr_scheduler.step()`` are no-ops (accelerate's DeepSpeed
+    wrappers): ``accelerator.backward`` runs ``engine.step()``, which steps the engine's scheduler. A skipped
+    round has no backward, so without this its rounds would not move the schedule (issue 38), unlike
+    without DeepSpeed. The weights and moments stay as they are, as without DeepSpeed (no gradient)."""
+    scheduler = getattr(engine, "lr_scheduler", None)
+    if scheduler is not None:
+        scheduler.step()
+
+
 class MutualGRPOTrainer(GRPOTrainer):
     """GRPOTrainer for one policy of a mutual-RL pool.
 
     Args (besides GRPOTrainer's):
         policy_name: this policy's name in the pool.
         regime: a :class:`mutualrl.regimes.adapter.RegimeAdapter` (it holds the SEE exchange, if any).
+        vllm_caps: ``(launch.vllm_max_num_seqs, launch.vllm_max_num_batched_tokens)`` for a colocated engine
+            (:func:`mutualrl.training.vllm_engine.engine_caps`; ``None``: TRL's, capped so vLLM accepts them).
     """
 
-    def __init__(self, *args: Any, policy_name: str, regime: Any, **kwargs: Any):
-        from mutualrl.training.vllm_engine import cpu_engine_overrides, install_cpu_weight_sync, on_cpu_colocate
+    def __init__(self, *args: Any, policy_name: str, regime: Any,
+                 vllm_caps: tuple[int | None, int | None] = (None, None), **kwargs: Any):
+        from mutualrl.training.vllm_engine import engine_overrides, install_cpu_weight_sync, on_cpu_colocate
 
-        with cpu_engine_overrides(kwargs.get("args"), kwargs.get("model")):  # CPU vLLM: the model's dtype, eager
+        # The engine's caps (any device); on a CPU also the model's dtype and eager mode.
+        with engine_overrides(kwargs.get("args"), kwargs.get("model"), *vllm_caps):
             super().__init__(*args, **kwargs)
         if on_cpu_colocate(self.args):
             install_cpu_weight_sync(self.vllm_generation)  # vLLM's CPU backend repacks its weights
@@ -99,6 +115,8 @@ class MutualGRPOTrainer(GRPOTrainer):
             self._skipping_round = self.regime.skip_round(self.state.global_step)
         if self._skipping_round:
             self._step += 1
+            if self.is_deepspeed_enabled and self.accelerator.sync_gradients:
+                step_deepspeed_schedule(self.model_wrapped)
             # NaN: the Trainer's logging_nan_inf_filter (on by default) keeps it out of the logged loss
             return torch.full((), float("nan"), device=self.args.device)
         return super().training_step(model, inputs, num_items_in_batch)

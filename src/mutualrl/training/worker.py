@@ -155,7 +155,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     if rank == 0:
         status.path.parent.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer_for(policy.model, policy.tokenizer)
-    model = load_model(policy.model, policy.dtype, device="cpu" if args.use_cpu else None)
+    model = load_model(policy.model, training_dtype(policy.dtype), device="cpu" if args.use_cpu else None)
     chat = uses_chat_template(tokenizer, policy.chat_template)
     train_examples = read_examples(paths.data / TRAIN_FILE)
     eval_examples = read_examples(paths.data / EVAL_FILE) if (paths.data / EVAL_FILE).exists() else []
@@ -191,7 +191,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         every_steps=validation_interval(cadence, config.validation.every_steps),  # optimizer steps
         max_new_tokens=config.validation.max_new_tokens or args.max_completion_length,
         batch_size=config.validation.batch_size, at_start=config.validation.at_start, status=status,
-        verifier=config.task.verifier, group_of=task_groups(config.task.name, eval_examples),
+        verifier=config.task.verifier, group_of=task_groups(config.task.name, eval_examples), exchange=exchange,
     )
     callbacks = [MetricsCallback(paths, policy_name, config.regime.name), status, validation]
     if exchange is not None:
@@ -209,6 +209,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         model=model, reward_funcs=reward, args=args, train_dataset=dataset,
         processing_class=tokenizer, callbacks=callbacks, peft_config=peft_config,
         policy_name=policy_name, regime=regime,
+        vllm_caps=(config.launch.vllm_max_num_seqs, config.launch.vllm_max_num_batched_tokens),
     )
     guard_tracker_writes(trainer.callback_handler.callbacks)  # a full disk under TensorBoard: one line, its folder
     trainer.generation_delay = step_delay(policy_name)  # MUTUALRL_DEBUG_STEP_DELAY: a slow peer on purpose
@@ -253,9 +254,29 @@ def checkpoint_state(checkpoint: str) -> Any:
     return TrainerState.load_from_json(str(Path(checkpoint) / "trainer_state.json"))
 
 
+def training_dtype(dtype: str) -> str:
+    """The dtype a policy's weights are loaded in for training: ``auto`` is float32 on every device, as TRL loads a
+    model by name (``model_init_kwargs`` dtype). With ``grpo.bf16`` the Trainer computes in bf16 under autocast
+    (DeepSpeed: bf16 with fp32 master weights); weights loaded in bf16 without DeepSpeed would be updated in bf16,
+    where lr 1e-6 steps fall below bf16's spacing and nothing is learned (issue 38)."""
+    return "float32" if dtype == "auto" else dtype
+
+
 def finish_from_checkpoint(trainer: Any, checkpoint: str, state: Any, validation: Any) -> None:
-    """A run stopped after its last checkpoint: load it, validate at the end (unless done), train nothing."""
-    trainer._load_from_checkpoint(checkpoint)
+    """A run stopped after its last checkpoint: load it, validate at the end (unless done), train nothing.
+
+    Under ZeRO-3 the model's parameters are partitioned from the start (``zero.Init``: shape [0] on every rank)
+    and nothing has prepared DeepSpeed yet, so the weights are loaded into the gathered parameters, which rank
+    0's copy then re-partitions (DeepSpeed's ``GatheredParameters(modifier_rank=0)``)."""
+    from transformers.integrations import is_deepspeed_zero3_enabled
+
+    if is_deepspeed_zero3_enabled():
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(trainer.model.parameters()), modifier_rank=0):
+            trainer._load_from_checkpoint(checkpoint)
+    else:
+        trainer._load_from_checkpoint(checkpoint)
     state.is_world_process_zero = trainer.is_world_process_zero()
     trainer.state = state
     validation.validate(state)

@@ -66,8 +66,9 @@ def memory_check(
         estimates[plan.name] = estimate
         grpo = plan.grpo
         if grpo.get("use_vllm") and grpo.get("vllm_mode", "colocate") == "colocate":
-            if not grpo.get("vllm_enable_sleep_mode"):
-                reserved[plan.name] = float(grpo.get("vllm_gpu_memory_utilization", 0.3))
+            # Sleep mode or not: while the engine generates, it holds its whole share next to the trainer's
+            # state, which stays resident (TRL wakes the engine before each generation).
+            reserved[plan.name] = float(grpo.get("vllm_gpu_memory_utilization", 0.3))
     warnings = check_memory(placement, estimates, gpu_memory_gib, ram_gib, reserved)
     states = sum(e.gib_per_device for e in estimates.values()) if placement.device_type == "cpu" else 0.0
     return warnings + admission_check(placement, states, ram_gib, config.launch.force)
@@ -164,12 +165,12 @@ def estimate_training_memory(
 ) -> MemoryEstimate:
     """Bytes of model state per device, the ZeRO paper's accounting (Rajbhandari et al., 2020).
 
-    GPU, bf16 mixed precision with AdamW: bf16 weights 2 B/param, bf16 gradients 2 B/param,
-    fp32 master weights + Adam m + v 12 B/param (16 B/param in all). ZeRO-1/2/3 partition
-    optimizer states / + gradients / + weights over the policy's ``num_devices``; without
-    DeepSpeed (DDP) every GPU holds all 16 B/param. CPU trains in fp32: 4 + 4 + 8 = 16
-    B/param, one process. A reference model (``beta > 0``) adds its bf16 (CPU: fp32)
-    weights, partitioned under ZeRO-3. LoRA trains ~nothing: frozen weights only.
+    GPU under DeepSpeed, bf16 mixed precision with AdamW: bf16 weights 2 B/param, bf16 gradients
+    2 B/param, fp32 master weights + Adam m + v 12 B/param (16 B/param in all). ZeRO-1/2/3
+    partition optimizer states / + gradients / + weights over the policy's ``num_devices``.
+    Without DeepSpeed (DDP) and on the CPU the weights are fp32 (TRL's loading dtype; bf16 is
+    autocast only): 4 + 4 + 8 = 16 B/param on every device. A reference model (``beta > 0``)
+    adds its weights, partitioned under ZeRO-3. LoRA trains ~nothing: frozen weights only.
     Activations, the KV cache, vLLM and allocator overhead are NOT counted, so this is a
     lower bound: it tells you when a placement surely cannot fit.
     """
@@ -177,6 +178,8 @@ def estimate_training_memory(
     if device_type == "cpu":
         weight_b, grad_b, optim_b = 4.0, 4.0, 8.0
         zero_stage, n = 0, 1
+    elif zero_stage == 0:
+        weight_b, grad_b, optim_b = 4.0, 4.0, 8.0
     else:
         weight_b, grad_b, optim_b = 2.0, 2.0, 12.0
     if lora:
@@ -233,18 +236,33 @@ def check_memory(
             per_gpu.setdefault(gpu, []).append((placed.name, estimate.gib_per_device))
     for gpu, users in sorted(per_gpu.items()):
         need = sum(g for _, g in users)
-        usable = gpu_memory_gib * (1.0 - max(reserved_fraction.get(name, 0.0) for name, _ in users))
+        # Every colocated engine on this GPU takes its own share of the card (vLLM's gpu_memory_utilization).
+        shares = {name: reserved_fraction[name] for name, _ in users if reserved_fraction.get(name)}
+        usable = gpu_memory_gib * (1.0 - sum(shares.values()))
         who = " + ".join(f"{name} {g:.1f}" for name, g in users)
         if need > usable:
-            raise PlacementError(
-                f"GPU {gpu}: {who} GiB of model state (weights, gradients, Adam states; activations not even "
-                f"counted) does not fit in {usable:.1f} of its {gpu_memory_gib:.1f} GiB; give the "
-                f"polic{'y' if len(users) == 1 else 'ies'} more GPUs to shard over (--gpus / --device-map, "
-                f"with --set launch.deepspeed=zero3), or train LoRA adapters"
-            )
+            raise PlacementError(_does_not_fit(gpu, who, usable, gpu_memory_gib, shares, len(users)))
         if need > warn_above * usable:
+            engines = "".join(f"; {name}'s vLLM engine holds {share:g} of the card" for name, share in shares.items())
             warnings.append(
+                f"GPU {gpu}: model state alone ({who} GiB) takes {need / usable:.0%} of the {usable:.1f} GiB "
+                f"available{engines}; activations may not fit (lower grpo.vllm_gpu_memory_utilization or use more "
+                f"GPUs)" if shares else
                 f"GPU {gpu}: model state alone ({who} GiB) takes {need / usable:.0%} of the {usable:.1f} GiB "
                 f"available; activations may not fit"
             )
     return warnings
+
+
+def _does_not_fit(gpu: int, who: str, usable: float, gpu_memory_gib: float, shares: Mapping[str, float],
+                  users: int) -> str:
+    """The one-line refusal of a GPU whose model states and vLLM shares exceed its memory, with what to change."""
+    engines = ", ".join(f"{name}'s vLLM engine {share:g} ({share * gpu_memory_gib:.1f} GiB)"
+                        for name, share in shares.items())
+    vllm = (f" after {engines} (grpo.vllm_gpu_memory_utilization, held next to the trainer while it generates)"
+            if shares else "")
+    fixes = "lower grpo.vllm_gpu_memory_utilization, " if shares else ""
+    return (f"GPU {gpu}: {who} GiB of model state (weights, gradients, Adam states; activations not even counted) "
+            f"does not fit in the {max(usable, 0.0):.1f} GiB left of its {gpu_memory_gib:.1f} GiB{vllm}; {fixes}give "
+            f"the polic{'y' if users == 1 else 'ies'} more GPUs to shard over (--gpus / --device-map, with "
+            f"--set launch.deepspeed=zero3), or train LoRA adapters")

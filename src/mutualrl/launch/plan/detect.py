@@ -77,6 +77,8 @@ def this_node(
             )
     if cpu_cores is None:
         cpu_cores = detect_cpu_cores()
+    if gpu_memory_gib is None:
+        gpu_memory_gib = launch.gpu_memory_gib  # --gpu-memory: the card a simulated (or this) node has
     if simulate and parent_visible_devices is None:
         parent_visible_devices = ""  # a simulated node's ids are not this machine's CUDA_VISIBLE_DEVICES
     if not simulate:

@@ -42,6 +42,7 @@ from mutualrl.launch.plan.configs import (
     write_yaml,
 )
 from mutualrl.launch.plan.detect import Node, this_node
+from mutualrl.launch.plan.engine import engine_note, planned_engine
 from mutualrl.launch.plan.machines import plan_placement_nodes
 from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 from mutualrl.run_folder import RunPaths
@@ -352,6 +353,7 @@ def _policy_grpo(
     cadence = policy_cadence(config.schedule, batch, grpo)
     grpo, cadence_notes = apply_cadence(grpo, cadence)
     grpo["run_name"] = policy_run_name(run_dir.name, policy.name, config.grpo, policy.grpo)
+    cadence_notes = [*cadence_notes, *engine_note(policy.name, planned_engine(grpo, launch))]
     schedule_rows = describe(cadence, grpo, validation_interval(cadence, config.validation.every_steps),
                              known_train_prompts(config.task))
     return grpo, derived, [*notes, *batch_notes, *cadence_notes], [list(row) for row in schedule_rows]

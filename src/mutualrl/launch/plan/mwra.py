@@ -101,8 +101,9 @@ def plan_placement(
       must exist; two policies may share a GPU (a warning says so).
     - ``world_size_ok(name, n)``: optional check that a policy can use ``n`` processes (the
       batch must divide across them, see :mod:`mutualrl.launch.plan.batching`). In the default
-      split a policy whose share does not pass is shrunk to the largest size that does and
-      the freed GPUs stay idle (with a warning); an explicit map is never changed.
+      split a policy whose share does not pass is shrunk to the largest size that does, and
+      the freed GPUs go to the policies that can use them (:func:`_regrow`); only what none can
+      use stays idle (with a warning). An explicit map is never changed.
     - CPU (``gpus == 0``): ``cpu_processes`` ranks per policy (default one); ``cpu_cores`` are
       split evenly between policies (``threads_per_policy`` overrides), at least one thread each.
 
@@ -194,9 +195,14 @@ def _even_blocks(
             f"'{names[0]}=0;{names[1]}=0') or run on more GPUs"
         )
     warnings: list[str] = []
-    counts = apportion([share for _, share in policies], gpus)
+    shares = [share for _, share in policies]
+    counts = apportion(shares, gpus)
     if world_size_ok is not None:
         counts, warnings = _fit_world_sizes(names, counts, world_size_ok)
+        counts = _regrow(names, shares, counts, gpus, world_size_ok)
+        if gpus > sum(counts):
+            warnings.append(f"{gpus - sum(counts)} GPU(s) left idle: no policy's batch divides across more. Adjust "
+                            "`batch` or device_share, or pass --device-map to use them")
     blocks, start = {}, 0
     for name, count in zip(names, counts, strict=True):
         blocks[name] = list(range(start, start + count))
@@ -238,11 +244,25 @@ def _fit_world_sizes(
             usable = count
         elif usable < count:
             warnings.append(
-                f"{name!r}: its batch does not divide across its share of {count} GPUs; using {usable} "
-                f"({count - usable} left idle). Adjust `batch` or device_share, or pass --device-map to use them"
+                f"{name!r}: its batch does not divide across its share of {count} GPUs; using {usable}"
             )
         fitted.append(usable)
     return fitted, warnings
+
+
+def _regrow(names: Sequence[str], shares: Sequence[float], counts: Sequence[int], gpus: int,
+            ok: Callable[[str, int], bool]) -> list[int]:
+    """Give GPUs that shrinking left idle back to policies that can use them: the most under-served by share
+    first, each to the largest world size its batch allows (3 policies on 8 GPUs, 3+3+2 shrunk to 2+2+2 because
+    3 does not divide the batch: the two idle GPUs go to one policy, 4+2+2, instead of staying idle)."""
+    counts, total = list(counts), float(sum(shares))
+    while (idle := gpus - sum(counts)) > 0:
+        order = sorted(range(len(counts)), key=lambda i: (counts[i] - gpus * shares[i] / total, i))
+        grown = next(((i, n) for i in order for n in range(counts[i] + idle, counts[i], -1) if ok(names[i], n)), None)
+        if grown is None:
+            return counts
+        counts[grown[0]] = grown[1]
+    return counts
 
 
 def check_device_map(

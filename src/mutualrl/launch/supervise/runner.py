@@ -323,8 +323,12 @@ class PoolRunner:
             if age is not None and age > settings.peer_timeout_s:
                 return proc.name, (f"sent no heartbeat for {age:.0f}s (see.peer_timeout_s="
                                    f"{settings.peer_timeout_s:g}): alive but hung or stopped")
-        if now - proc.last_progress > settings.stall_timeout_s:
-            return proc.name, f"made no progress for {settings.stall_timeout_s:.0f}s (stalled)"
+        # Lock-step policies wait for each other, so one whose peer still moves (a long validation: issue 38)
+        # is not stalled: the pool is, once none of its live policies moved; the longest still is named.
+        live = [p for p in self.procs if p.returncode is None and p.popen is not None] or [proc]
+        if now - max(p.last_progress for p in live) > settings.stall_timeout_s and \
+                proc is min(live, key=lambda p: p.last_progress):
+            return proc.name, f"made no progress for {now - proc.last_progress:.0f}s (stalled)"
         return None
 
     def _handle_failure(self, policy: str, reason: str, started: float) -> RunOutcome:
