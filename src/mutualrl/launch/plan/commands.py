@@ -131,7 +131,9 @@ def adapt_grpo_to_device(
 
     CPU: ``bf16``/``fp16`` off (TRL defaults to bf16, which fails on a CPU), ``tf32`` dropped,
     ``use_cpu=True`` (DeepSpeed still engages through the launcher environment, verified),
-    vLLM kept only with a usable CPU build. GPU: vLLM kept only if importable (:func:`resolve_vllm`).
+    vLLM kept only with a usable CPU build. GPU: vLLM kept only if importable (:func:`resolve_vllm`), ``bf16``
+    explicit (TRL's default when unset: a DeepSpeed JSON saying bf16 off next to GRPOConfig's bf16 on fails
+    transformers' ``HfTrainerDeepSpeedConfig`` check).
     """
     out, notes = resolve_vllm(grpo, placed, vllm_available)
     if placed.device_type == "cpu":
@@ -143,6 +145,8 @@ def adapt_grpo_to_device(
             notes.append(f"{placed.name}: grpo.tf32 dropped on the CPU")
         out["use_cpu"] = True
     else:
+        if out.get("bf16") is None:  # TRL's own default (trl/trainer/base_config.py): made explicit, so that the
+            out["bf16"] = not out.get("fp16")  # DeepSpeed JSON and accelerate's mixed_precision say what GRPOConfig does
         if out.get("use_cpu"):
             notes.append(f"{placed.name}: grpo.use_cpu turned off: the policy is placed on GPU(s)")
             out["use_cpu"] = False

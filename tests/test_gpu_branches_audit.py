@@ -1,0 +1,184 @@
+"""GPU-only branches found wrong by the issue 38 audit (docs/launch.md "GPU paths: how they are tested on a CPU"),
+each shown on the CPU against the library contract it broke:
+
+- a GPU plan without ``grpo.bf16`` wrote a DeepSpeed JSON with bf16 off while TRL's ``GRPOConfig`` turns bf16 on
+  by default: transformers refuses the pair (``HfTrainerDeepSpeedConfig``), so ``zero3-2-ranks`` of
+  benchmarks/gpu_smoke.py (the tiny pool under ZeRO-3) could not start on a GPU;
+- validation under ZeRO-3 on several ranks gave ranks shards of different sizes, hence different batch counts,
+  while transformers' ``generate`` runs ``synced_gpus`` (a collective per token) there;
+- validation through a tensor-parallel vLLM engine (``grpo.vllm_tensor_parallel_size`` > 1, CUDA only) gave each
+  rank of the TP group its own prompts, while the group drives one engine that needs the same ones from each;
+- transformers' validation path reported each batch's size as the count done, so the status phase stopped
+  changing after the first batch and the launcher's stall clock (issue 38) did not see it move.
+
+Fast: no training, no engine; plans are simulated GPU nodes.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from mutualrl.config.loader import load_run_config
+from mutualrl.evaluation.results import ModelEvalResult, PromptResult
+from mutualrl.launch.plan.launch_plan import make_launch_plan
+from mutualrl.run_folder import RunPaths
+from mutualrl.tasks.base import TaskExample
+from mutualrl.training.callbacks import ValidationCallback, running_total, validation_shard
+
+
+def gpu_plan(*sets: str):
+    config = load_run_config("tiny", overrides=["launch.gpus=4", "launch.gpu_memory_gib=80", *sets]).config
+    return make_launch_plan(config, Path("/tmp/unused-run"), simulate=True, vllm_available=True)
+
+
+def grpo_config(fields: dict, tmp_path: Path):
+    from trl import GRPOConfig
+
+    return GRPOConfig(output_dir=str(tmp_path), use_cpu=True, **{k: fields[k] for k in ("bf16", "fp16") if k in fields})
+
+
+# -- precision: the DeepSpeed JSON and accelerate's mixed_precision say what GRPOConfig does -------------------------
+
+@pytest.mark.parametrize("sets, precision", [((), "bf16"), (("grpo.fp16=true",), "fp16"), (("grpo.bf16=false",), "no")])
+def test_a_gpu_plan_without_grpo_bf16_writes_a_deepspeed_file_transformers_accepts(sets, precision, tmp_path):
+    from transformers.integrations.deepspeed import HfTrainerDeepSpeedConfig
+
+    for policy in gpu_plan("launch.deepspeed=zero3", *sets).policies:
+        assert policy.placement.device_type == "cuda"
+        checked = HfTrainerDeepSpeedConfig(copy.deepcopy(policy.deepspeed_config))
+        checked.trainer_config_process(grpo_config(policy.grpo, tmp_path))
+        assert checked.mismatches == [], policy.name  # trainer_config_finalize raises on any
+        assert checked.is_true("bf16.enabled") == (precision == "bf16")
+    for policy in gpu_plan(*sets).policies:  # without DeepSpeed: accelerate's config names the same precision
+        assert policy.accelerate_config["mixed_precision"] == precision
+
+
+def test_trl_turns_bf16_on_when_a_recipe_leaves_it_unset(tmp_path):
+    assert grpo_config({}, tmp_path).bf16 is True  # the default the plan must write down (trl/trainer/base_config.py)
+
+
+# -- validation shards: equal batch counts on every rank, one copy per TP group --------------------------------------
+
+def test_validation_shards_have_one_size_on_every_rank_and_cover_each_prompt_once():
+    for n in range(1, 12):
+        examples = list(range(n))
+        for world, tp in ((1, 1), (2, 1), (3, 1), (4, 1), (2, 2), (4, 2), (8, 4)):
+            shards = [validation_shard(examples, rank, world, tp) for rank in range(world)]
+            assert len({len(prompts) for prompts, _, _ in shards}) == 1, (n, world, tp)
+            counted = sorted(x for prompts, real, counts in shards if counts for x in prompts[:real])
+            assert counted == examples, (n, world, tp)
+            for rank in range(world):  # a TP group's ranks feed their engine the same prompts
+                assert shards[rank][0] == shards[rank - rank % tp][0]
+
+
+def test_transformers_generate_syncs_ranks_under_zero3():
+    import transformers.generation.utils as generation
+
+    source = inspect.getsource(generation)  # synced_gpus unless the caller says: ZeRO-3 (or FSDP) on several ranks
+    assert "(is_deepspeed_zero3_enabled() or is_fsdp_managed_module(self)) and world_size > 1" in source
+
+
+def test_trl_gathers_a_tp_groups_prompts_for_its_engine():
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    source = inspect.getsource(VLLMGeneration.generate)
+    assert "all_gather_object(gathered_prompts, prompts, group=self.tp_group)" in source
+
+
+EXAMPLES = [TaskExample(prompt_id=f"p{i}", prompt=f"{i}+1=", answer=str(i + 1), task="synthetic-arith")
+            for i in range(5)]
+
+
+class Heartbeats:
+    def __init__(self):
+        self.phases: list[str] = []
+
+    def heartbeat(self, progress=None):
+        self.phases.append(progress)
+
+
+def validate_as(rank: int, world: int, trainer: SimpleNamespace, tmp_path: Path, monkeypatch) -> tuple[list, list]:
+    """Run one rank's ValidationCallback.validate; (records it hands to the gather, heartbeat phases)."""
+    import accelerate.utils
+
+    from mutualrl.assets.tokenizers import load_tokenizer
+
+    gathered: list = []
+    monkeypatch.setattr(accelerate.utils, "gather_object", lambda obj: gathered.extend(obj) or obj)
+    trainer.accelerator = SimpleNamespace(process_index=rank, num_processes=world)
+    trainer.state = SimpleNamespace(global_step=3)
+    beats = Heartbeats()
+    callback = ValidationCallback(RunPaths(tmp_path), "p", "sgt", EXAMPLES, load_tokenizer("gpt2"), False,
+                                  every_steps=1, max_new_tokens=4, batch_size=2, at_start=False, exchange=beats)
+    callback.trainer = trainer
+    callback.validate(SimpleNamespace(global_step=3, is_world_process_zero=False))
+    return [r for records in gathered for r in records], beats.phases
+
+
+class RecordingLLM:
+    def __init__(self):
+        self.prompts: list[list[int]] = []
+
+    def generate(self, prompts, params, use_tqdm=False):
+        self.prompts += [p["prompt_token_ids"] for p in prompts]
+        return [SimpleNamespace(outputs=[SimpleNamespace(token_ids=[7])]) for _ in prompts]
+
+
+def test_the_ranks_of_a_tensor_parallel_group_validate_the_same_prompts_once(tmp_path, monkeypatch):
+    records, engines = [], []
+    for rank in range(4):  # two TP groups of 2 ranks: ranks 0+1 drive one engine, 2+3 the other
+        generation = SimpleNamespace(mode="colocate", enable_sleep_mode=False, tensor_parallel_size=2,
+                                     llm=RecordingLLM(), sync_weights=lambda: None)
+        trainer = SimpleNamespace(use_vllm=True, vllm_mode="colocate", vllm_generation=generation, _last_loaded_step=-1)
+        got, _ = validate_as(rank, 4, trainer, tmp_path, monkeypatch)
+        records += got
+        engines.append(generation.llm.prompts)
+    assert engines[0] == engines[1] and engines[2] == engines[3] and engines[0] != engines[2]
+    assert sorted(r.prompt_id for r in records) == [ex.prompt_id for ex in EXAMPLES]  # each prompt once
+
+
+def fake_evaluate(seen: list):
+    """transformers' validation path as far as the callback sees it: progress hears each batch's size."""
+    def evaluate(model, tokenizer, examples, *, batch_size, progress, **kw):
+        seen.append(len(examples))
+        for start in range(0, len(examples), batch_size):
+            progress(len(examples[start:start + batch_size]))
+        return ModelEvalResult(model="p", records=[PromptResult(prompt_id=ex.prompt_id, task=ex.task, prompt=ex.prompt,
+                                                                completion="", answer="", extracted=None, score=0.0)
+                                                   for ex in examples])
+    return evaluate
+
+
+def test_zero3_ranks_validate_as_many_batches_each_and_the_phase_moves_at_every_batch(tmp_path, monkeypatch):
+    import contextlib
+
+    import trl.models.utils
+
+    import mutualrl.evaluation.generate as generate
+
+    sizes: list[int] = []
+    monkeypatch.setattr(generate, "evaluate_examples", fake_evaluate(sizes))
+    monkeypatch.setattr(trl.models.utils, "unwrap_model_for_generation",
+                        lambda model, *a, **k: contextlib.nullcontext(model))
+    records, phases = [], []
+    for rank in range(2):  # 5 prompts on 2 ranks: 3 and 2 used to give 2 batches and 1
+        trainer = SimpleNamespace(use_vllm=False, model_wrapped=None, args=SimpleNamespace(ds3_gather_for_generation=True))
+        got, beats = validate_as(rank, 2, trainer, tmp_path, monkeypatch)
+        records += got
+        phases.append(beats)
+    assert sizes == [3, 3]
+    assert sorted(r.prompt_id for r in records) == [ex.prompt_id for ex in EXAMPLES]
+    assert phases[0] == ["validating 0/3 (step 3)", "validating 2/3 (step 3)", "validating 3/3 (step 3)"]
+
+
+def test_running_total_turns_batch_sizes_into_counts_done():
+    heard: list[int] = []
+    add = running_total(heard.append)
+    for size in (64, 64, 2):
+        add(size)
+    assert heard == [64, 128, 130]
