@@ -17,6 +17,7 @@ Fast: no training, no engine; plans are simulated GPU nodes.
 from __future__ import annotations
 
 import copy
+import os
 import inspect
 from pathlib import Path
 from types import SimpleNamespace
@@ -182,3 +183,61 @@ def test_running_total_turns_batch_sizes_into_counts_done():
     for size in (64, 64, 2):
         add(size)
     assert heard == [64, 128, 130]
+
+
+# -- a colocated engine's process group: each single-process GPU policy has its own port ------------------------------
+
+def test_single_process_gpu_policies_give_their_vllm_engines_distinct_ports(monkeypatch, tmp_path):
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import prepare_simple_launcher_cmd_env
+    from plan_helpers import dry_run
+
+    # gpu_smoke's two-policies-vllm-colocate on one GPU: both policies on GPU 0, one process each, no DeepSpeed
+    plan = dry_run("tiny", ["grpo.use_vllm=true", "grpo.vllm_mode=colocate"], gpus=1,
+                   device_map_text="tiny-bpe=0;tiny-sp=0", run_dir=tmp_path / "run", gpu_memory_gib=80.0)
+    ports = []
+    for policy in plan.policies:
+        assert policy.placement.num_processes == 1
+        for key in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE"):
+            monkeypatch.delenv(key, raising=False)
+        for key, value in policy.launch.env.items():
+            monkeypatch.setenv(key, value)
+        args, _, _ = _validate_launch_command(launch_command_parser().parse_args(policy.launch.argv[3:]))
+        _, env = prepare_simple_launcher_cmd_env(args)  # what the worker (and TRL's engine start) inherit
+        ports.append(env.get("MASTER_PORT"))
+    assert None not in ports and len(set(ports)) == len(ports), ports
+
+
+def test_trl_gives_every_unset_master_port_the_same_first_choice(monkeypatch):
+    import trl.trainer.utils as utils
+
+    chosen = []
+    for _ in range(2):  # two policies that check before either binds
+        monkeypatch.delenv("MASTER_PORT", raising=False)
+        monkeypatch.setattr(utils, "_is_port_free", lambda port: True)
+        utils.ensure_master_addr_port()
+        chosen.append(os.environ["MASTER_PORT"])
+    assert chosen == ["29500", "29500"]
+
+
+# -- a bf16 ZeRO-3 checkpoint (DeepSpeed's bf16_ optimizer shard names) is complete ------------------------------------
+
+def test_a_bf16_zero3_checkpoint_counts_as_complete_with_every_rank(tmp_path):
+    import torch
+    from deepspeed.runtime.engine import DeepSpeedEngine
+
+    from mutualrl.training.checkpoint_files import world_size, zero_missing
+
+    tag = tmp_path / "global_step4"
+    tag.mkdir()
+    (tmp_path / "latest").write_text("global_step4")
+    for rank in range(2):
+        optim = DeepSpeedEngine._get_rank_zero_ckpt_name(SimpleNamespace(
+            _get_zero_ckpt_prefix=lambda r, bf16_mode: DeepSpeedEngine._get_zero_ckpt_prefix(None, r, bf16_mode)),
+            str(tmp_path), "global_step4", 0, rank, bf16_mode=True)
+        assert Path(optim).name.startswith("bf16_zero_pp_rank_")
+        torch.save({}, optim)
+        torch.save({}, tag / f"zero_pp_rank_{rank}_mp_rank_00_model_states.pt")
+    assert world_size(tmp_path) == 2 and zero_missing(tmp_path, 2) == []
+    (tag / "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()
+    assert zero_missing(tmp_path, 2) == ["ZeRO optimizer shard of rank 1 (global_step4/zero_pp_rank_1_*optim_states.pt)"]

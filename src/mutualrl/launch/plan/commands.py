@@ -265,6 +265,10 @@ def _spec(config: RunConfig, index: int, placed: PolicyPlacement, gpus: int, run
     if placed.device_type == "cuda":
         visible = visible_devices(local_devices(placed, machine, gpus), parent_mask)
         env.update(CUDA_VISIBLE_DEVICES=visible, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        if placed.num_processes == 1:  # accelerate sets MASTER_PORT for several processes only; a colocated vLLM
+            # engine's one-rank group would take TRL's first free port (29500), which policies starting together
+            # all find free (trl.trainer.utils.ensure_master_addr_port): the policy's own port instead
+            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         spanning = ["--num_machines", str(len(machines)), "--machine_rank", str(machines.index(machine)),
                     "--main_process_ip", group[1], "--gpu_ids", visible] if group else []
         argv = [
