@@ -241,3 +241,19 @@ def test_a_bf16_zero3_checkpoint_counts_as_complete_with_every_rank(tmp_path):
     assert world_size(tmp_path) == 2 and zero_missing(tmp_path, 2) == []
     (tag / "bf16_zero_pp_rank_1_mp_rank_00_optim_states.pt").unlink()
     assert zero_missing(tmp_path, 2) == ["ZeRO optimizer shard of rank 1 (global_step4/zero_pp_rank_1_*optim_states.pt)"]
+
+
+# -- mutualrl doctor on a CUDA machine ------------------------------------------------------------------------------
+
+def test_doctor_reports_cuda_nccl_and_every_gpu(monkeypatch):
+    import torch
+
+    from mutualrl.doctor import check_torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=80 * 2**30))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 21, 5))  # torch/cuda/nccl.py: a tuple
+    check = check_torch()[-1]
+    assert check.status == "ok" and "NCCL 2.21.5, 8 GPU(s)" in check.detail and check.detail.count("80 GiB") == 8
