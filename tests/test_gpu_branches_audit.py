@@ -257,3 +257,23 @@ def test_doctor_reports_cuda_nccl_and_every_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 21, 5))  # torch/cuda/nccl.py: a tuple
     check = check_torch()[-1]
     assert check.status == "ok" and "NCCL 2.21.5, 8 GPU(s)" in check.detail and check.detail.count("80 GiB") == 8
+
+
+# -- what a real (not simulated) GPU node is detected as ---------------------------------------------------------------
+
+def test_a_cuda_node_is_detected_with_its_smallest_card_and_no_more_gpus_than_visible(monkeypatch):
+    import torch
+
+    from mutualrl.errors import PlacementError
+    from mutualrl.launch.plan.detect import this_node
+
+    sizes = [80, 80, 80, 40, 80, 80, 80, 80]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(sizes))
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=sizes[i] * 2**30))
+    config = load_run_config("2qwen").config
+    node = this_node(config, None, False, None, None, None, None)
+    assert (node.gpus, node.gpu_memory_gib) == (8, 40.0)
+    assert this_node(config, 3, False, None, None, None, None).gpu_memory_gib == 80.0  # the first 3 cards only
+    with pytest.raises(PlacementError, match="more GPUs than are visible"):
+        this_node(config, 9, False, None, None, None, None)
