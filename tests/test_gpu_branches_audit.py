@@ -277,3 +277,52 @@ def test_a_cuda_node_is_detected_with_its_smallest_card_and_no_more_gpus_than_vi
     assert this_node(config, 3, False, None, None, None, None).gpu_memory_gib == 80.0  # the first 3 cards only
     with pytest.raises(PlacementError, match="more GPUs than are visible"):
         this_node(config, 9, False, None, None, None, None)
+
+
+# -- small CUDA branches, CUDA mocked: evaluation backend and device, validation's RNG guard, distillation's bf16 -----
+
+def fake_cuda(monkeypatch, count: int = 2, bf16: bool = True):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *a, **k: bf16)
+
+
+def test_evaluation_picks_vllm_and_a_visible_cuda_device_on_a_gpu_machine(monkeypatch):
+    import mutualrl.evaluation.runner as runner
+    from mutualrl.errors import UsageError
+
+    fake_cuda(monkeypatch)
+    monkeypatch.setattr(runner, "vllm_available", lambda: True)
+    assert runner.pick_backend("auto") == "vllm" and runner.pick_device("auto") == "cuda"
+    assert runner.pick_device("cuda:1") == "cuda:1"
+    with pytest.raises(UsageError, match="2 CUDA device"):
+        runner.pick_device("cuda:2")
+    monkeypatch.setattr(runner, "vllm_available", lambda: False)
+    assert runner.pick_backend("auto") == "transformers"
+
+
+def test_validation_restores_the_cuda_generators_too(monkeypatch):
+    import torch
+
+    from mutualrl.training.callbacks import RngGuard
+
+    fake_cuda(monkeypatch)
+    restored = []
+    monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: ["gpu0", "gpu1"])
+    monkeypatch.setattr(torch.cuda, "set_rng_state_all", restored.append)
+    with RngGuard():
+        torch.rand(3)
+    assert restored == [["gpu0", "gpu1"]]
+
+
+@pytest.mark.parametrize("supported", [True, False])
+def test_distillation_trains_in_bf16_only_where_the_gpu_supports_it(monkeypatch, supported, tmp_path):
+    from mutualrl.training.distill_sft import sft_kwargs
+
+    fake_cuda(monkeypatch, bf16=supported)
+    kwargs = sft_kwargs(tmp_path, device="auto", seed=0, gradient_checkpointing=None, max_steps=1, overrides={})
+    assert kwargs["bf16"] is supported and kwargs["fp16"] is False and "use_cpu" not in kwargs
+    assert sft_kwargs(tmp_path, device="cpu", seed=0, gradient_checkpointing=None, max_steps=1,
+                      overrides={})["use_cpu"] is True
