@@ -326,3 +326,10 @@ def test_distillation_trains_in_bf16_only_where_the_gpu_supports_it(monkeypatch,
     assert kwargs["bf16"] is supported and kwargs["fp16"] is False and "use_cpu" not in kwargs
     assert sft_kwargs(tmp_path, device="cpu", seed=0, gradient_checkpointing=None, max_steps=1,
                       overrides={})["use_cpu"] is True
+
+
+def test_a_worker_started_by_hand_on_a_gpu_keeps_the_recipes_gpu_settings(monkeypatch):
+    from mutualrl.training.worker import device_defaults
+
+    fake_cuda(monkeypatch)
+    assert device_defaults() == {}  # bf16, sleep mode and tensor parallelism stay as the recipe says
