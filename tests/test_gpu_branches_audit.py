@@ -9,7 +9,12 @@ each shown on the CPU against the library contract it broke:
 - validation through a tensor-parallel vLLM engine (``grpo.vllm_tensor_parallel_size`` > 1, CUDA only) gave each
   rank of the TP group its own prompts, while the group drives one engine that needs the same ones from each;
 - transformers' validation path reported each batch's size as the count done, so the status phase stopped
-  changing after the first batch and the launcher's stall clock (issue 38) did not see it move.
+  changing after the first batch and the launcher's stall clock (issue 38) did not see it move;
+- a single-process GPU policy had no MASTER_PORT (accelerate sets it for several processes only), so colocated
+  engines of policies starting together all took TRL's first free port, 29500;
+- ``--resume`` of a DeepSpeed run stopped after its last checkpoint loaded it (issue 38) and then failed saving the
+  final model: transformers' ``save_model`` asks the DeepSpeed engine, which ``train()`` never built (checked by hand
+  in a real ZeRO-3 CPU rank too: ``save_model`` raised, ``save_final_model`` saved the checkpoint's weights exactly).
 
 Fast: no training, no engine; plans are simulated GPU nodes.
 """
@@ -333,3 +338,35 @@ def test_a_worker_started_by_hand_on_a_gpu_keeps_the_recipes_gpu_settings(monkey
 
     fake_cuda(monkeypatch)
     assert device_defaults() == {}  # bf16, sleep mode and tensor parallelism stay as the recipe says
+
+
+# -- the final model of a DeepSpeed run finished from its last checkpoint (no engine: train() never ran) ---------------
+
+def unprepared_deepspeed_trainer(tmp_path: Path):
+    """A trainer as :func:`mutualrl.training.worker.finish_from_checkpoint` leaves it under DeepSpeed: DeepSpeed
+    enabled, ``deepspeed`` still None, ``model_wrapped`` the bare model (transformers' ``Trainer.__init__``)."""
+    from mutualrl.pools.loading import load_model
+
+    model = load_model("builtin:tiny-bpe", "float32", device="cpu")
+    return SimpleNamespace(is_deepspeed_enabled=True, is_fsdp_enabled=False, deepspeed=None, model=model,
+                           model_wrapped=model, args=SimpleNamespace(output_dir=str(tmp_path), should_save=True))
+
+
+def test_transformers_save_model_fails_on_a_deepspeed_trainer_that_never_trained(tmp_path):
+    from transformers import Trainer
+
+    with pytest.raises(AttributeError, match="save_checkpoint"):
+        Trainer.save_model(unprepared_deepspeed_trainer(tmp_path), str(tmp_path / "final"))
+
+
+def test_a_deepspeed_run_finished_from_its_checkpoint_saves_its_final_model(tmp_path):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from mutualrl.training.worker import save_final_model
+
+    trainer = unprepared_deepspeed_trainer(tmp_path)
+    save_final_model(trainer, tmp_path / "final")
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "final")
+    for (name, want), got in zip(trainer.model.state_dict().items(), saved.state_dict().values(), strict=True):
+        assert torch.equal(want, got), name
