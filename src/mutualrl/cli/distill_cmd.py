@@ -99,7 +99,7 @@ def distill(
 
     if output_dir is not None:
         check_output_path(output_dir, "--output-dir", kind="folder")
-    pick_device(device), pick_backend(backend)  # checked before anything is loaded
+    pick_backend(backend, pick_device(device))  # checked before anything is loaded
     options = DistillOptions(run_dir=run_dir, learner=learner, peer=peer, peer_run=peer_run, output_dir=output_dir,
                              lora=lora, loss_reduction=loss_reduction, max_steps=max_steps,
                              success_threshold=success_threshold, overrides=list(overrides), evaluate=evaluate,

@@ -78,7 +78,8 @@ def run_eval_command(
     from mutualrl.tasks.registry import resolve_suite
     from mutualrl.tasks.verifiers import check_mode
 
-    device, backend = pick_device(device), pick_backend(backend)  # checked before anything is loaded
+    device = pick_device(device)
+    backend = pick_backend(backend, device)  # checked before anything is loaded
     chosen = (run_folder_targets(target, tokenizer=tokenizer, chat_template=chat_template)
               or resolve_targets(target, tokenizer=tokenizer, chat_template=chat_template))
     recipe = chosen.recipe

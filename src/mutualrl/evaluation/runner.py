@@ -146,13 +146,19 @@ def joint_length_filter(
     return keep, len(examples) - len(keep)
 
 
-def pick_backend(backend: str) -> str:
+def pick_backend(backend: str, device: str = "auto") -> str:
+    """The evaluation backend. vLLM takes the first visible GPU whatever ``--device`` says, so a device other than
+    the first GPU (``cpu``, ``cuda:1``) on a CUDA machine makes ``auto`` transformers and ``vllm`` an error."""
     if backend not in BACKENDS:
         raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
-    if backend == "auto":  # on a CPU an engine start (about a minute) outweighs vLLM's speed for evaluation
-        import torch
+    import torch
 
-        return "vllm" if torch.cuda.is_available() and vllm_available() else "transformers"
+    elsewhere = torch.cuda.is_available() and device not in ("auto", "cuda", "cuda:0")
+    if backend == "auto":  # on a CPU an engine start (about a minute) outweighs vLLM's speed for evaluation
+        return "vllm" if torch.cuda.is_available() and vllm_available() and not elsewhere else "transformers"
+    if backend == "vllm" and elsewhere:
+        raise UsageError(f"--backend vllm runs on the first visible GPU, not --device {device}: choose the GPU with "
+                         "CUDA_VISIBLE_DEVICES and --device cuda, or use --backend transformers")
     if backend == "vllm" and not vllm_available():
         raise UsageError("--backend vllm needs vllm with a CUDA device, or a usable CPU build of vLLM "
                          "(mutualrl doctor says why not)")
@@ -193,8 +199,8 @@ def run_eval(
     """Evaluate each target on ``examples``; returns the results and the number of prompts dropped as too long."""
     from mutualrl.pools.loading import load_model, load_tokenizer_for, resolve_model_path
 
-    backend = pick_backend(backend)
     device = pick_device(device)
+    backend = pick_backend(backend, device)
     tokenizers = {}
     tokenized: dict[str, list[list[int]]] = {}
     chat: dict[str, bool] = {}

@@ -154,6 +154,36 @@ VLLM_VALIDATION_CHUNK = 1024
 progress shows every few minutes even for 3072-token answers."""
 
 
+def validation_shard(examples: list, rank: int, world: int, tp: int = 1) -> tuple[list, int, bool]:
+    """(prompts, how many of them are real, whether its records count) of one rank's validation.
+
+    Every rank gets as many prompts (a short shard is padded with a repeat of the first prompt): under ZeRO-3
+    transformers' ``generate`` runs ``synced_gpus`` (a collective per token) whenever DeepSpeed ZeRO-3 is on and
+    the world has several ranks, so ranks with different batch counts would wait on each other forever. The ranks
+    of one vLLM tensor-parallel group (``grpo.vllm_tensor_parallel_size``) drive a single engine
+    (``distributed_executor_backend="external_launcher"``), which needs the same prompts from each, as TRL's
+    ``VLLMGeneration.generate`` gathers them over the group: they get the same shard, and the group's first rank
+    reports it."""
+    groups = max(1, world // max(1, tp))
+    group = rank // max(1, tp)
+    own = examples[group::groups]
+    size = -(-len(examples) // groups)
+    return own + [examples[0]] * (size - len(own)), len(own), rank % max(1, tp) == 0
+
+
+def running_total(report: Any) -> Any:
+    """``report(done)`` called with the count finished so far, from a progress that hears each batch's size
+    (transformers' path, :func:`mutualrl.pools.greedy.generate_greedy`): the status phase must change at each
+    batch for the launcher's stall clock to see it move."""
+    done = [0]
+
+    def add(count: int) -> None:
+        done[0] += count
+        report(done[0])
+
+    return add
+
+
 class ValidationCallback(TrainerCallback):
     """Held-out greedy reward@1 every ``every_steps`` optimizer steps, at the start and at the end.
 
@@ -205,11 +235,13 @@ class ValidationCallback(TrainerCallback):
 
         trainer = self.trainer
         accelerator = trainer.accelerator
-        shard = self.examples[accelerator.process_index::accelerator.num_processes]
+        vllm = getattr(trainer, "use_vllm", False) and trainer.vllm_mode == "colocate"
+        tp = int(getattr(trainer.vllm_generation, "tensor_parallel_size", 1) or 1) if vllm else 1
+        shard, real, counts = validation_shard(self.examples, accelerator.process_index, accelerator.num_processes, tp)
         report = self.progress_reporter(state, step, len(shard))
         report(0)
         started = time.perf_counter()
-        if getattr(trainer, "use_vllm", False) and trainer.vllm_mode == "colocate":
+        if vllm:
             result = self.validate_with_vllm(trainer, shard, step, report)
         else:
             with RngGuard(), unwrap_model_for_generation(
@@ -218,7 +250,8 @@ class ValidationCallback(TrainerCallback):
                 result = evaluate_examples(unwrapped, self.tokenizer, shard, max_new_tokens=self.max_new_tokens,
                                            batch_size=self.batch_size, chat_template=self.chat_template,
                                            model_name=self.policy, policy=self.policy, step=step,
-                                           verifier=self.verifier, progress=report)
+                                           verifier=self.verifier, progress=running_total(report))
+        result.records = result.records[:real] if counts else []  # the padding, and a TP group's copies, dropped
         if accelerator.num_processes > 1:  # every rank evaluated a shard: merge them on rank 0
             records = [r for shard_records in gather_object([result.records]) for r in shard_records]
             result = ModelEvalResult(model=result.model, records=records, policy=self.policy, step=step,

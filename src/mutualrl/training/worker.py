@@ -230,7 +230,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     else:  # Trainer would run one more step from a checkpoint that already holds every step
         trainer.train(resume_from_checkpoint=resume_from)
     with storage_errors(paths.final_model(policy_name)):
-        trainer.save_model(str(paths.final_model(policy_name)))
+        save_final_model(trainer, paths.final_model(policy_name))
         if trainer.accelerator.is_main_process:
             tokenizer.save_pretrained(str(paths.final_model(policy_name)))
             # The steps actually trained, for the summary (logged rows depend on logging_steps).
@@ -283,6 +283,23 @@ def finish_from_checkpoint(trainer: Any, checkpoint: str, state: Any, validation
     validation.validate(state)
     log.info("checkpoint %s already holds step %d of %d: nothing left to train", checkpoint, state.global_step,
              trainer.args.max_steps)
+
+
+def save_final_model(trainer: Any, folder: Path) -> None:
+    """``trainer.save_model``, or after :func:`finish_from_checkpoint` under DeepSpeed (no engine yet: transformers'
+    ``save_model`` asks ``model_wrapped.save_checkpoint`` of the bare model and fails) the weights gathered on every
+    rank (``GatheredParameters``: a collective; ZeRO-3's partitions, nothing to gather under ZeRO-2) and saved by the
+    main process as ``save_model`` would."""
+    if not (trainer.is_deepspeed_enabled and getattr(trainer, "deepspeed", None) is None):
+        trainer.save_model(str(folder))
+        return
+    import deepspeed
+
+    with deepspeed.zero.GatheredParameters(list(trainer.model.parameters())):
+        state = ({k: v.detach().cpu().clone() for k, v in trainer.model.state_dict().items()}
+                 if trainer.args.should_save else None)
+    if trainer.args.should_save:
+        trainer.model.save_pretrained(str(folder), state_dict=state)
 
 
 def close_process_group() -> bool:

@@ -131,7 +131,9 @@ def adapt_grpo_to_device(
 
     CPU: ``bf16``/``fp16`` off (TRL defaults to bf16, which fails on a CPU), ``tf32`` dropped,
     ``use_cpu=True`` (DeepSpeed still engages through the launcher environment, verified),
-    vLLM kept only with a usable CPU build. GPU: vLLM kept only if importable (:func:`resolve_vllm`).
+    vLLM kept only with a usable CPU build. GPU: vLLM kept only if importable (:func:`resolve_vllm`), ``bf16``
+    explicit (TRL's default when unset: a DeepSpeed JSON saying bf16 off next to GRPOConfig's bf16 on fails
+    transformers' ``HfTrainerDeepSpeedConfig`` check).
     """
     out, notes = resolve_vllm(grpo, placed, vllm_available)
     if placed.device_type == "cpu":
@@ -143,6 +145,8 @@ def adapt_grpo_to_device(
             notes.append(f"{placed.name}: grpo.tf32 dropped on the CPU")
         out["use_cpu"] = True
     else:
+        if out.get("bf16") is None:  # TRL's own default (trl/trainer/base_config.py): made explicit, so that the
+            out["bf16"] = not out.get("fp16")  # DeepSpeed JSON and accelerate's mixed_precision say what GRPOConfig does
         if out.get("use_cpu"):
             notes.append(f"{placed.name}: grpo.use_cpu turned off: the policy is placed on GPU(s)")
             out["use_cpu"] = False
@@ -261,6 +265,10 @@ def _spec(config: RunConfig, index: int, placed: PolicyPlacement, gpus: int, run
     if placed.device_type == "cuda":
         visible = visible_devices(local_devices(placed, machine, gpus), parent_mask)
         env.update(CUDA_VISIBLE_DEVICES=visible, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        if placed.num_processes == 1:  # accelerate sets MASTER_PORT for several processes only; a colocated vLLM
+            # engine's one-rank group would take TRL's first free port (29500), which policies starting together
+            # all find free (trl.trainer.utils.ensure_master_addr_port): the policy's own port instead
+            env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         spanning = ["--num_machines", str(len(machines)), "--machine_rank", str(machines.index(machine)),
                     "--main_process_ip", group[1], "--gpu_ids", visible] if group else []
         argv = [
