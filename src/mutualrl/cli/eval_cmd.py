@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -75,14 +76,88 @@ def run_eval_command(
     log = log or console
     from mutualrl.evaluation.generate import scoring_label
     from mutualrl.evaluation.runner import load_suite, pick_backend, pick_device, resolve_targets, run_eval
-    from mutualrl.tasks.registry import resolve_suite
-    from mutualrl.tasks.verifiers import check_mode
 
     device = pick_device(device)
     backend = pick_backend(backend, device)  # checked before anything is loaded
     chosen = (run_folder_targets(target, tokenizer=tokenizer, chat_template=chat_template)
               or resolve_targets(target, tokenizer=tokenizer, chat_template=chat_template))
     recipe = chosen.recipe
+    settings = eval_settings(recipe, suite, source=source, verifier=verifier, max_new_tokens=max_new_tokens,
+                             batch_size=batch_size, max_prompt_tokens=max_prompt_tokens)
+    tasks, scoring = settings.tasks, settings.scoring
+    with log.status(f"loading {', '.join(tasks)} prompts ..."):
+        examples = load_suite(tasks, split=split, source=settings.source, limit=limit,
+                              task_config=recipe.task if recipe is not None else None)
+    log.print(
+        f"[bold]eval[/] {len(chosen.targets)} model(s) x {len(tasks)} task(s) ({len(examples)} prompts), "
+        f"greedy, max {settings.max_new_tokens} new tokens, {scoring_label(scoring)}",
+        highlight=False,
+    )
+    progress, factory = progress_bars(bars)
+    _quiet_transformers()
+    start = time.perf_counter()
+    with progress:
+        results, dropped = run_eval(
+            chosen.targets,
+            examples,
+            max_new_tokens=settings.max_new_tokens,
+            batch_size=settings.batch_size,
+            device=device,
+            backend=backend,
+            verifier=scoring,
+            max_prompt_tokens=settings.max_prompt_tokens,
+            split=split,
+            on_status=(lambda msg: progress.console.print(f"[dim]{msg}[/]", highlight=False)) if bars
+            else print_nothing,
+            progress_factory=factory,
+        )
+    if dropped:
+        log.print(f"[yellow]dropped {dropped} prompt(s) longer than {settings.max_prompt_tokens} tokens for some "
+                  "model[/]")
+    meta = {
+        "target": target,
+        "label": chosen.label,
+        "suite": settings.suite,
+        "tasks": tasks,
+        "splits": eval_splits(tasks, split, recipe),
+        "source": settings.source,
+        "limit": limit,
+        "max_new_tokens": settings.max_new_tokens,
+        "verifier": scoring_label(scoring),
+        "dropped_too_long": dropped,
+        "seconds": round(time.perf_counter() - start, 3),
+    }
+    return results, meta
+
+
+@dataclass
+class EvalSettings:
+    """What ``mutualrl eval`` runs with: each option as given, else the recipe's (a pool's, a run's), else the
+    defaults."""
+
+    suite: str
+    tasks: list[str]
+    source: str | None
+    scoring: Any  # a verifier mode, or the recipe's RewardSpec (recipe_scoring)
+    max_new_tokens: int
+    batch_size: int
+    max_prompt_tokens: int | None
+
+
+def eval_settings(
+    recipe: Any,
+    suite: str | None,
+    *,
+    source: str | None,
+    verifier: str | None,
+    max_new_tokens: int | None,
+    batch_size: int | None,
+    max_prompt_tokens: int | None,
+) -> EvalSettings:
+    """The options not given, from ``recipe`` (None for models named on the command line), then the defaults."""
+    from mutualrl.tasks.registry import resolve_suite
+    from mutualrl.tasks.verifiers import check_mode
+
     if suite is None:
         suite = recipe.task.name if recipe is not None else "math"
     tasks = resolve_suite(suite)
@@ -95,53 +170,18 @@ def run_eval_command(
         batch_size = batch_size or recipe.validation.batch_size
     verifier = check_mode(verifier or "default")
     scoring = recipe_scoring(recipe, tasks, verifier)
-    max_new_tokens = int(max_new_tokens or 1024)
-    batch_size = int(batch_size or 16)
-    with log.status(f"loading {', '.join(tasks)} prompts ..."):
-        examples = load_suite(tasks, split=split, source=source, limit=limit,
-                              task_config=recipe.task if recipe is not None else None)
-    log.print(
-        f"[bold]eval[/] {len(chosen.targets)} model(s) x {len(tasks)} task(s) ({len(examples)} prompts), "
-        f"greedy, max {max_new_tokens} new tokens, {scoring_label(scoring)}",
-        highlight=False,
-    )
-    progress, factory = progress_bars(bars)
-    _quiet_transformers()
-    start = time.perf_counter()
-    with progress:
-        results, dropped = run_eval(
-            chosen.targets,
-            examples,
-            max_new_tokens=max_new_tokens,
-            batch_size=batch_size,
-            device=device,
-            backend=backend,
-            verifier=scoring,
-            max_prompt_tokens=max_prompt_tokens,
-            split=split,
-            on_status=(lambda msg: progress.console.print(f"[dim]{msg}[/]", highlight=False)) if bars
-            else print_nothing,
-            progress_factory=factory,
-        )
-    if dropped:
-        log.print(f"[yellow]dropped {dropped} prompt(s) longer than {max_prompt_tokens} tokens for some model[/]")
+    return EvalSettings(suite=suite, tasks=tasks, source=source, scoring=scoring,
+                        max_new_tokens=int(max_new_tokens or 1024), batch_size=int(batch_size or 16),
+                        max_prompt_tokens=max_prompt_tokens)
+
+
+def eval_splits(tasks: list[str], split: str | None, recipe: Any) -> dict[str, str]:
+    """Each task's split: ``split`` when given, else the task's evaluation split (the recipe's own task as the
+    recipe configures it)."""
     from mutualrl.tasks.registry import get_task, task_from_config
 
-    meta = {
-        "target": target,
-        "label": chosen.label,
-        "suite": suite,
-        "tasks": tasks,
-        "splits": {t: split or (task_from_config(recipe.task) if recipe is not None and recipe.task.name == t
-                                else get_task(t)).default_eval_split for t in tasks},
-        "source": source,
-        "limit": limit,
-        "max_new_tokens": max_new_tokens,
-        "verifier": scoring_label(scoring),
-        "dropped_too_long": dropped,
-        "seconds": round(time.perf_counter() - start, 3),
-    }
-    return results, meta
+    return {t: split or (task_from_config(recipe.task) if recipe is not None and recipe.task.name == t
+                         else get_task(t)).default_eval_split for t in tasks}
 
 
 def recipe_scoring(recipe: Any, tasks: list[str], verifier: str) -> Any:
