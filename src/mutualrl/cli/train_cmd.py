@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
@@ -14,63 +14,77 @@ from mutualrl.regimes.registry import flag_setting, get_regime, regime_flags, re
 
 REGIME_HELP = "Sharing regime: " + regimes_help() + ". Default: the recipe's."
 
+# The options of ``mutualrl train`` (Typer's ``Annotated`` style), so that its signature stays short.
+PoolOption = Annotated[str | None, typer.Option(
+    "--pool", "-p", help="Pool name (see `mutualrl pools`) or a recipe YAML path. Default: tiny; with "
+    "--resume, the run's own settings.", show_default=False)]
+RegimeOption = Annotated[str | None, typer.Option("--regime", "-r", help=REGIME_HELP, show_default=False)]
+OutputDirOption = Annotated[Path | None, typer.Option("--output-dir", "-o", help="Run folder (default: recipe's).")]
+MaxStepsOption = Annotated[int | None, typer.Option(
+    "--max-steps", min=1, help="Run length per policy in the recipe's unit: schedule.max_steps (paper steps in the "
+    "paper recipes) when the recipe has a schedule, else grpo.max_steps (optimizer steps). The dry run shows both.")]
+SeedOption = Annotated[int | None, typer.Option(
+    "--seed", min=0, help="Seed shared by every policy (same prompts each step).")]
+SetOption = Annotated[list[str], typer.Option(
+    "--set", "-s", help="Override any recipe field: --set grpo.learning_rate=1e-6, --set "
+    "'task.reward_funcs=\\[my_rewards.exact]' (repeatable).")]
+GpusOption = Annotated[int | None, typer.Option(
+    "--gpus", min=0, help="GPUs to place policies on (default: all visible).")]
+GpuMemoryOption = Annotated[float | None, typer.Option(
+    "--gpu-memory", min=0.01, metavar="GIB", help="Memory of each GPU in GiB for the memory check (default: "
+    "detected); with --dry-run --gpus N it checks the card you will get, vLLM's share counted.", show_default=False)]
+DeviceMapOption = Annotated[str | None, typer.Option(
+    "--device-map", help="Explicit placement, e.g. 'qwen-a=0,1;qwen-b=2,3' (overrides the even split). With "
+    "--nodes, ids are global: machine k has k*gpus .. k*gpus+gpus-1.")]
+NodesOption = Annotated[int | None, typer.Option(
+    "--nodes", min=1, help="Machines to run the pool on (default 1), each with --gpus GPUs; the run folder "
+    "must be on a filesystem they all mount at the same path. Start the same command on every machine with "
+    "its own --machine-rank.", show_default=False)]
+MachineRankOption = Annotated[int | None, typer.Option(
+    "--machine-rank", min=0, help="Which machine this is (0..nodes-1). Machine 0 creates the run; the "
+    "others join it and start only their workers.", show_default=False)]
+MainAddressOption = Annotated[str | None, typer.Option(
+    "--main-address", help="Address of machine 0 as the others reach it (default 127.0.0.1: several "
+    "launchers on one machine).", show_default=False)]
+DryRunOption = Annotated[bool, typer.Option(
+    "--dry-run", help="Print placement, launch commands and resolved config; start and write nothing.")]
+ForceOption = Annotated[bool, typer.Option(
+    "--force", help="Start even when the admission check finds this machine cannot hold the pool (launch.force).")]
+SavePlanOption = Annotated[Path | None, typer.Option(
+    "--save-plan", help="With --dry-run: also write the plan (placement, commands, per-policy GRPO "
+    "fields) as JSON to this file.", show_default=False)]
+ResumeOption = Annotated[bool, typer.Option(
+    "--resume", help="Continue a stopped run from the last checkpoint every policy has (from step 0 when "
+    "there is none), with the run's own settings; only max_steps, logging, saving, validation, launch and "
+    "SEE timeouts may change.")]
+OverwriteOption = Annotated[bool, typer.Option(
+    "--overwrite", help="Delete an existing run folder (only a mutualrl run that is not live) and start again.")]
+BaselineOption = Annotated[str | None, typer.Option(
+    "--baseline", help="Then train this regime (e.g. standalone) with the same pool, seed and settings into "
+    "<run>-<regime> and print both runs' held-out accuracy per policy and task group side by side, with the "
+    "difference.", show_default=False)]
+
 
 @report_errors
 def train(
-    pool: str | None = typer.Option(
-        None, "--pool", "-p", help="Pool name (see `mutualrl pools`) or a recipe YAML path. Default: tiny; with "
-        "--resume, the run's own settings.", show_default=False),
-    regime: str | None = typer.Option(None, "--regime", "-r", help=REGIME_HELP, show_default=False),
-    output_dir: Path | None = typer.Option(None, "--output-dir", "-o", help="Run folder (default: recipe's)."),
-    max_steps: int | None = typer.Option(None, "--max-steps", min=1, help="Run length per policy in the recipe's unit: "
-                                        "schedule.max_steps (paper steps in the paper recipes) when the recipe has a "
-                                        "schedule, else grpo.max_steps (optimizer steps). The dry run shows both."),
-    seed: int | None = typer.Option(None, "--seed", min=0, help="Seed shared by every policy (same prompts each step)."),
-    overrides: list[str] = typer.Option(
-        [], "--set", "-s", help="Override any recipe field: --set grpo.learning_rate=1e-6, --set "
-        "'task.reward_funcs=\\[my_rewards.exact]' (repeatable)."
-    ),
-    gpus: int | None = typer.Option(None, "--gpus", min=0, help="GPUs to place policies on (default: all visible)."),
-    gpu_memory: float | None = typer.Option(
-        None, "--gpu-memory", min=0.01, metavar="GIB", help="Memory of each GPU in GiB for the memory check (default: "
-        "detected); with --dry-run --gpus N it checks the card you will get, vLLM's share counted.",
-        show_default=False),
-    device_map: str | None = typer.Option(
-        None, "--device-map", help="Explicit placement, e.g. 'qwen-a=0,1;qwen-b=2,3' (overrides the even split). With "
-        "--nodes, ids are global: machine k has k*gpus .. k*gpus+gpus-1."
-    ),
-    nodes: int | None = typer.Option(
-        None, "--nodes", min=1, help="Machines to run the pool on (default 1), each with --gpus GPUs; the run folder "
-        "must be on a filesystem they all mount at the same path. Start the same command on every machine with "
-        "its own --machine-rank.", show_default=False),
-    machine_rank: int | None = typer.Option(
-        None, "--machine-rank", min=0, help="Which machine this is (0..nodes-1). Machine 0 creates the run; the "
-        "others join it and start only their workers.", show_default=False),
-    main_address: str | None = typer.Option(
-        None, "--main-address", help="Address of machine 0 as the others reach it (default 127.0.0.1: several "
-        "launchers on one machine).", show_default=False),
-    dry_run: bool = typer.Option(
-        False, "--dry-run", help="Print placement, launch commands and resolved config; start and write nothing."
-    ),
-    force: bool = typer.Option(
-        False, "--force", help="Start even when the admission check finds this machine cannot hold the pool "
-        "(launch.force)."),
-    save_plan: Path | None = typer.Option(
-        None, "--save-plan", help="With --dry-run: also write the plan (placement, commands, per-policy GRPO "
-        "fields) as JSON to this file.", show_default=False),
-    resume: bool = typer.Option(
-        False, "--resume", help="Continue a stopped run from the last checkpoint every policy has (from step 0 when "
-        "there is none), with the run's own settings; only max_steps, logging, saving, validation, launch and "
-        "SEE timeouts may change."),
-    overwrite: bool = typer.Option(
-        False, "--overwrite", help="Delete an existing run folder (only a mutualrl run that is not live) and start "
-        "again."),
-    baseline: str | None = typer.Option(
-        None, "--baseline",
-        help="Then train this regime (e.g. standalone) with the same pool, seed and settings into <run>-<regime> "
-        "and print both runs' held-out accuracy per policy and task group side by side, with the difference.",
-        show_default=False,
-    ),
+    pool: PoolOption = None,
+    regime: RegimeOption = None,
+    output_dir: OutputDirOption = None,
+    max_steps: MaxStepsOption = None,
+    seed: SeedOption = None,
+    overrides: SetOption = [],  # noqa: B006 - Typer's default, never mutated
+    gpus: GpusOption = None,
+    gpu_memory: GpuMemoryOption = None,
+    device_map: DeviceMapOption = None,
+    nodes: NodesOption = None,
+    machine_rank: MachineRankOption = None,
+    main_address: MainAddressOption = None,
+    dry_run: DryRunOption = False,
+    force: ForceOption = False,
+    save_plan: SavePlanOption = None,
+    resume: ResumeOption = False,
+    overwrite: OverwriteOption = False,
+    baseline: BaselineOption = None,
     **regime_options: str | None,  # each regime's own options (RegimeSpec.flags), added by with_regime_flags
 ) -> None:
     """Train every policy of a pool concurrently with GRPO, exchanging experience through the SEE.
