@@ -117,6 +117,12 @@ def convert(value: Any, tp: Any, source: str, path: str) -> Any:
             convert(k, key_tp, source, f"{path}.{k}"): convert(v, val_tp, source, f"{path}.{k}")
             for k, v in value.items()
         }
+    return _convert_leaf(value, tp, source, path)
+
+
+def _convert_leaf(value: Any, tp: Any, source: str, path: str) -> Any:
+    """:func:`convert` for an annotation that holds no other: an enum, bool, int, float, str, another class (or
+    one it does not understand, passed through)."""
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         try:
             return tp(value).value
