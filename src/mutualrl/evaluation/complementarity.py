@@ -302,23 +302,7 @@ def usability_table(
     if total == 0:
         raise DataError("regime usability needs prompts answered by at least two policies")
     prp_known = prp_ratios is not None and missing_ratios == 0
-    rows = []
-    if prp_known:
-        for label, p, x, s in USABILITY_ROWS:
-            c = counts.get((p, x, s), 0)
-            if c or label in {r[0] for r in USABILITY_ROWS[:6]}:
-                rows.append({"label": label, PRP.name: p, XGRPO.name: x, SGT.name: s, "count": c, "fraction": c / total})
-    else:
-        for label, x, s in (
-            ("Neither XGRPO nor SGT", False, False),
-            ("Only XGRPO", True, False),
-            ("XGRPO and SGT", True, True),
-            ("Only SGT", False, True),
-        ):
-            c = sum(v for (p, xx, ss), v in counts.items() if xx == x and ss == s)
-            if c or label != "Only SGT":
-                rows.append({"label": label, PRP.name: None, XGRPO.name: x, SGT.name: s, "count": c,
-                             "fraction": c / total})
+    rows = _usability_rows(counts, total, prp_known)
     note = None
     if not prp_known:
         note = ("PRP usability needs importance ratios of peer responses under the learner (from a PRP run's SEE "
@@ -336,6 +320,30 @@ def usability_table(
         "note": note,
     }
 
+
+def _usability_rows(counts: Mapping[tuple[bool | None, bool, bool], int], total: int,
+                    prp_known: bool) -> list[dict[str, Any]]:
+    """The rows of :func:`usability_table` from its counts per (PRP, XGRPO, SGT) usability: the paper's rows when
+    the PRP column is known (a combination it does not list only when it occurs), else XGRPO x SGT ("Only SGT"
+    only when it occurs)."""
+    rows = []
+    if prp_known:
+        for label, p, x, s in USABILITY_ROWS:
+            c = counts.get((p, x, s), 0)
+            if c or label in {r[0] for r in USABILITY_ROWS[:6]}:
+                rows.append({"label": label, PRP.name: p, XGRPO.name: x, SGT.name: s, "count": c, "fraction": c / total})
+    else:
+        for label, x, s in (
+            ("Neither XGRPO nor SGT", False, False),
+            ("Only XGRPO", True, False),
+            ("XGRPO and SGT", True, True),
+            ("Only SGT", False, True),
+        ):
+            c = sum(v for (p, xx, ss), v in counts.items() if xx == x and ss == s)
+            if c or label != "Only SGT":
+                rows.append({"label": label, PRP.name: None, XGRPO.name: x, SGT.name: s, "count": c,
+                             "fraction": c / total})
+    return rows
 
 def read_prp_ratios(path: str | Path) -> dict[tuple[str, str], list[float]]:
     """``{"prompt_id", "learner", "ratios": [...]}`` JSON lines -> the ``prp_ratios`` mapping."""
