@@ -131,7 +131,6 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     block_unused_vllm(args)  # before the trainer's import below
     os.environ.update(tensorboard_dir_env(os.environ, args.run_name))  # a user's TensorBoard folder: one per policy
 
-    import torch
     from datasets import Dataset
 
     from mutualrl.pools.loading import load_model, load_tokenizer_for
@@ -161,26 +160,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     eval_examples = read_examples(paths.data / EVAL_FILE) if (paths.data / EVAL_FILE).exists() else []
     dataset = Dataset.from_list(to_trl_rows(train_examples, chat))
 
-    exchange = None
-    policies = [p.name for p in config.pool.policies]
-    needs_exchange = get_regime(config.regime.name).needs_exchange or config.see.record_standalone
-    if needs_exchange:
-        from mutualrl.see import ExperienceExchange
-
-        exchange = ExperienceExchange(
-            root=paths.see_root(config.see.dir), run_id=paths.root.name, policy=policy_name, rank=rank,
-            world_size=world_size, policies=policies, barrier_timeout_s=config.see.barrier_timeout_s,
-            poll_interval_s=config.see.poll_interval_s, retention_steps=config.see.retention_steps,
-            provenance={"model": policy.model, "tokenizer": policy.tokenizer or policy.model},
-        )
-        from mutualrl.see.liveness import start_heartbeat_thread
-
-        if os.environ.get(REJOIN_ENV):  # restarted into the running pool: peers readmit us once we catch up
-            from mutualrl.regimes.adapter import round_stride
-            from mutualrl.see.consumption import rejoin_pool
-
-            rejoin_pool(exchange, resume_from, round_stride(args, required=False))
-        start_heartbeat_thread(exchange)  # beats through long steps: silence means stopped or frozen
+    exchange = open_exchange(config, paths, policy, rank, world_size, args, resume_from)
     regime = make_regime_adapter(config, policy_name, exchange)
 
     from mutualrl.config.cadence import resolve_cadence, validation_interval
@@ -198,13 +178,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     callbacks = [MetricsCallback(paths, policy_name, config.regime.name), status, validation]
     if exchange is not None:
         callbacks.append(HeartbeatCallback(exchange))
-    peft_config = None
-    if policy.lora is not None:
-        from peft import LoraConfig
-
-        from mutualrl.config.lora import lora_kwargs
-
-        peft_config = LoraConfig(**lora_kwargs(policy.lora))
+    peft_config = lora_config(policy)
     prepare_cpu_vllm(args, model, tokenizer, train_examples, chat, policy_name)
     trainer = MutualGRPOTrainer(
         model=model, reward_funcs=reward, args=args, train_dataset=dataset,
@@ -217,25 +191,77 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     validation.trainer = trainer
     if trainer.accelerator.is_main_process:  # a long wait for peers shows as a phase, not as a stall
         regime.phase_hook = lambda phase: status.write(trainer.state, phase)
+    log_start(trainer, policy_name, config.regime.name, len(train_examples), len(eval_examples))
+    train_or_finish(trainer, resume_from, validation)
+    save_outputs(trainer, tokenizer, paths.final_model(policy_name))
+
+
+def open_exchange(config: Any, paths: RunPaths, policy: Any, rank: int, world_size: int, args: Any,
+                  resume_from: str | None) -> Any:
+    """This rank's SEE (paper, "Shared Experience Exchange"), heartbeat started; None when the regime shares
+    nothing and standalone records are off. A policy restarted into its running pool rejoins it first."""
+    if not (get_regime(config.regime.name).needs_exchange or config.see.record_standalone):
+        return None
+    from mutualrl.see import ExperienceExchange
+    from mutualrl.see.liveness import start_heartbeat_thread
+
+    exchange = ExperienceExchange(
+        root=paths.see_root(config.see.dir), run_id=paths.root.name, policy=policy.name, rank=rank,
+        world_size=world_size, policies=[p.name for p in config.pool.policies],
+        barrier_timeout_s=config.see.barrier_timeout_s, poll_interval_s=config.see.poll_interval_s,
+        retention_steps=config.see.retention_steps,
+        provenance={"model": policy.model, "tokenizer": policy.tokenizer or policy.model},
+    )
+    if os.environ.get(REJOIN_ENV):  # restarted into the running pool: peers readmit us once we catch up
+        from mutualrl.regimes.adapter import round_stride
+        from mutualrl.see.consumption import rejoin_pool
+
+        rejoin_pool(exchange, resume_from, round_stride(args, required=False))
+    start_heartbeat_thread(exchange)  # beats through long steps: silence means stopped or frozen
+    return exchange
+
+
+def lora_config(policy: PolicyConfig) -> Any:
+    """peft's ``LoraConfig`` of a policy trained as a LoRA adapter (``pool.policies.<name>.lora``), else None."""
+    if policy.lora is None:
+        return None
+    from peft import LoraConfig
+
+    from mutualrl.config.lora import lora_kwargs
+
+    return LoraConfig(**lora_kwargs(policy.lora))
+
+
+def log_start(trainer: Any, policy_name: str, regime: str, n_train: int, n_eval: int) -> None:
+    import torch
+
     plugin = trainer.accelerator.state.deepspeed_plugin
     engine = f"DeepSpeed ZeRO-{plugin.zero_stage}" if plugin is not None else str(trainer.accelerator.distributed_type)
     log.info("policy %s: %d train prompts, %d eval prompts, regime %s, %s on %s x%d, torch threads %d",
-             policy_name, len(train_examples), len(eval_examples), config.regime.name, engine,
-             trainer.accelerator.device, trainer.accelerator.num_processes, torch.get_num_threads())
+             policy_name, n_train, n_eval, regime, engine, trainer.accelerator.device,
+             trainer.accelerator.num_processes, torch.get_num_threads())
+
+
+def train_or_finish(trainer: Any, resume_from: str | None, validation: Any) -> None:
+    """Train (from ``resume_from`` if given), or only finish from a checkpoint that already holds every step
+    (the Trainer would run one more step from it)."""
     if resume_from is not None:
         check_resumable(resume_from)
     finished = checkpoint_state(resume_from) if resume_from is not None else None
-    if finished is not None and 0 < args.max_steps <= finished.global_step:
+    if finished is not None and 0 < trainer.args.max_steps <= finished.global_step:
         finish_from_checkpoint(trainer, resume_from, finished, validation)
-    else:  # Trainer would run one more step from a checkpoint that already holds every step
+    else:
         trainer.train(resume_from_checkpoint=resume_from)
-    with storage_errors(paths.final_model(policy_name)):
-        save_final_model(trainer, paths.final_model(policy_name))
-        if trainer.accelerator.is_main_process:
-            tokenizer.save_pretrained(str(paths.final_model(policy_name)))
-            # The steps actually trained, for the summary (logged rows depend on logging_steps).
-            trainer.state.save_to_json(str(paths.final_model(policy_name) / "trainer_state.json"))
 
+
+def save_outputs(trainer: Any, tokenizer: Any, folder: Path) -> None:
+    """The final model, its tokenizer, and the steps actually trained (for the summary: logged rows depend on
+    logging_steps)."""
+    with storage_errors(folder):
+        save_final_model(trainer, folder)
+        if trainer.accelerator.is_main_process:
+            tokenizer.save_pretrained(str(folder))
+            trainer.state.save_to_json(str(folder / "trainer_state.json"))
 
 def check_resumable(checkpoint: str) -> None:
     """Refuse a checkpoint that is incomplete or damaged: TRL would fail on it at every retry, or resume
