@@ -119,7 +119,9 @@ def test_rollback_rebuilds_the_merged_file_from_every_policy_row_up_to_the_step(
         assert kept == [0, 1, 2, 3]
         marker = tmp_path / "metrics" / f".{policy}.merged"
         assert int(marker.read_text()) == paths.policy_metrics(policy).stat().st_size  # nothing merged twice
-        assert sorted(p.name for p in (tmp_path / "eval" / policy).iterdir()) == ["step-000000.json"]
+        # step 5's result is validated again; step 2's (unreadable "{}", its row gone) is moved aside, not deleted
+        assert sorted(p.name for p in (tmp_path / "eval" / policy).iterdir()) == ["step-000000.json",
+                                                                                 "step-000002.json.damaged"]
 
 
 def test_rollback_exchange_removes_the_restart_step_and_later(tmp_path):

@@ -50,6 +50,11 @@ class PeerError(MutualRLError):
     """A peer policy failed, stalled or published unreadable records."""
 
 
+class RunFolderError(UsageError):
+    """A file of a run folder that is damaged: not JSON, the wrong JSON type, a special file (a FIFO), cut short;
+    the message names the file."""
+
+
 class StorageError(MutualRLError):
     """A write failed for lack of space or an I/O error; the message names the path and the free space.
 

@@ -4,6 +4,7 @@ the resolved config of a new run, or roll a resumed run back to its restart step
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 
 from mutualrl.config.cadence import max_optimizer_steps
 from mutualrl.config.resolved import load_resolved_config, read_source, write_resolved_config
@@ -118,9 +119,12 @@ def prepare_resume(paths: RunPaths, config: RunConfig, allowed: list[ConfigChang
         console.print("resume: no checkpoint common to every policy yet: starting again from step 0", highlight=False)
         return config, None
     removed = rollback_exchange(paths.see_root(config.see.dir), step)
-    dropped = rollback_metrics(paths, policies, step)
-    console.print(f"resuming every policy from checkpoint-{step} (removed {removed} SEE step folders and "
-                  f"{dropped} metric rows after it; they are trained again)", highlight=False)
+    notes: list[str] = []
+    dropped = rollback_metrics(paths, policies, step, notes)
+    for note in notes:
+        console.print(f"[yellow]warning:[/] {escape(note)}", highlight=False, soft_wrap=True)
+    console.print(f"resuming every policy from checkpoint-{step} (removed {removed} SEE step folders; dropped "
+                  f"{dropped} metric rows after it or damaged: steps after it are trained again)", highlight=False)
     for policy in policies:  # stale status from the stopped run
         paths.status(policy).unlink(missing_ok=True)
     return config, step

@@ -15,7 +15,6 @@ launch`` group on GPUs). The runner
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -38,7 +37,7 @@ from mutualrl.errors import DISK_FULL_EXIT, StorageError, describe_free, free_by
 from mutualrl.launch.rundir.metrics_merge import MetricsMerger
 from mutualrl.launch.supervise.signals import raise_if_interrupted
 from mutualrl.regimes.registry import all_regimes
-from mutualrl.run_folder import RunPaths
+from mutualrl.run_folder import RunPaths, read_status, read_tail
 from mutualrl.see.liveness import freshest_heartbeat_age
 from mutualrl.training.watchdog import LAUNCHER_PID_ENV
 
@@ -154,11 +153,7 @@ class PoolRunner:
         return self._status_of(proc.name)
 
     def _status_of(self, name: str) -> dict[str, Any]:
-        path = self.paths.status(name)
-        try:
-            return json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            return {}
+        return read_status(self.paths.status(name))
 
     # -- main loop ------------------------------------------------------------------------
     def run(self) -> RunOutcome:
@@ -408,9 +403,17 @@ def step_line(row: dict[str, Any], total: int | None) -> str:
     return "  ".join([f"{row.get('policy')}: step {row.get('step')}/{total or '?'}", *metric_parts(row)])
 
 
-def tail(path: Path, lines: int = 25) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
+TAIL_BYTES = 64 * 1024
+TAIL_LINE_CHARS = 500
+
+
+def tail(path: Path, lines: int = 25, max_bytes: int = TAIL_BYTES, line_chars: int = TAIL_LINE_CHARS) -> str:
+    """The last ``lines`` lines of a worker's log, bounded whatever the worker wrote: only the file's last
+    ``max_bytes`` are read, and a line longer than ``line_chars`` is cut (saying how much was left out)."""
+    data = read_tail(path, max_bytes)
+    text = data.decode("utf-8", errors="replace")
+    kept = text.splitlines()[-lines:]
+    if len(data) == max_bytes and kept and len(kept) == len(text.splitlines()):  # the first line began earlier
+        kept[0] = "[...]" + kept[0]
+    return "\n".join(line if len(line) <= line_chars else
+                     f"{line[:line_chars]} [... {len(line) - line_chars} more characters cut]" for line in kept)
