@@ -33,12 +33,18 @@ def check_run_dir(paths: RunPaths, resume: bool, overwrite: bool) -> None:
         check_no_escaping_symlinks(root)
         return
     content = [c for c in root.iterdir() if not is_coordination_entry(c.name)] if root.is_dir() else []
-    if not content:
+    if not content or never_started(paths):  # a failed start left only what it began: it is started again
         return
     if not overwrite:
         raise UsageError(f"run folder {root} already exists: use --resume to continue it, --overwrite to "
                          "start it again, or --output-dir for a new one")
     require_run_folder(root)
+
+
+def never_started(paths: RunPaths) -> bool:
+    """A run folder whose start failed before its config was written (bad data, a typo): it holds nothing of a
+    run (prompts at most), so the corrected command starts it again instead of asking for ``--resume``."""
+    return paths.marker.is_file() and not paths.config.exists() and not paths.run_json.exists()
 
 
 def prepare_launch(paths: RunPaths, config: RunConfig, source: str, resume: bool, allowed: list[ConfigChange],

@@ -134,8 +134,8 @@ class PoolRunner:
         log_fh = proc.log_path.open("ab")
         # Workers watch this pid and stop when it dies (training.watchdog): no orphans.
         env = {**os.environ, **proc.env, LAUNCHER_PID_ENV: str(os.getpid())}
-        proc.popen = subprocess.Popen(proc.argv, env=env, cwd=proc.cwd, stdout=log_fh, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, start_new_session=True,
+        proc.popen = subprocess.Popen(proc.argv, env=env, cwd=proc.cwd or spawn_dir(self.paths.root), stdout=log_fh,
+                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                       pass_fds=self.settings.inherit_fds)
         log_fh.close()
         proc.returncode = None
@@ -359,6 +359,16 @@ class PoolRunner:
                 proc.returncode = proc.popen.wait(timeout=remaining)
             except subprocess.TimeoutExpired:
                 pass
+
+
+def spawn_dir(root: Path) -> Path | None:
+    """Where a worker starts: the launcher's folder (None), or the run folder when that one was deleted since the
+    launch (a worker started in a deleted folder fails importing TRL)."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return root
+    return None
 
 
 def describe_exit(returncode: int) -> str:

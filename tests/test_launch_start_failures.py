@@ -1,0 +1,98 @@
+"""Issue 42: an odd start (a failed one before, a deleted folder, empty data, a read-only folder) is one clear
+line, and the launcher leaves run.json true whatever stops it."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from mutualrl.errors import UsageError, storage_error
+from mutualrl.errors import DataError
+from mutualrl.launch import run as launch_run
+from mutualrl.launch.rundir.lock import RunLock, mark_run_folder
+from mutualrl.launch.rundir.prepare import check_run_dir
+from mutualrl.launch.run import TrainOptions, resolve_config, train_one
+from mutualrl.run_folder import RunPaths
+from mutualrl.tasks.sources import read_local
+
+
+def _failed_start(root: Path) -> RunPaths:
+    """What a start refused for bad data leaves: the lock file and the marker, no config."""
+    RunLock(root).acquire("train into").release()
+    mark_run_folder(root)
+    return RunPaths(root)
+
+
+def test_the_corrected_command_starts_a_folder_whose_start_failed(tmp_path):
+    """Case 8: the corrected command was refused ("already exists: use --resume")."""
+    paths = _failed_start(tmp_path / "run")
+    (paths.data).mkdir()  # prompts written before the failure
+    check_run_dir(paths, resume=False, overwrite=False)  # no error
+    (paths.root / "notes.txt").write_text("mine")
+    paths.config.write_text("x")  # a folder that did start is still refused
+    with pytest.raises(UsageError, match="already exists"):
+        check_run_dir(paths, resume=False, overwrite=False)
+
+
+def test_a_bare_resume_of_a_folder_whose_start_failed_is_refused_not_the_default_pool(tmp_path):
+    """Case 8: a bare --resume of that folder silently trained the default pool."""
+    paths = _failed_start(tmp_path / "run")
+    with pytest.raises(UsageError, match="holds no run to resume"):
+        resolve_config(TrainOptions(output_dir=paths.root, resume=True))
+
+
+def test_a_launcher_error_leaves_run_json_failed_not_running(tmp_path, monkeypatch):
+    """Case 4 / 11 class: whatever stops the launcher (an AttributeError here), run.json is not left "running"."""
+    root = tmp_path / "run"
+
+    def crash(options, config, source, paths, console, lock, allowed):
+        mark_run_folder(paths.root)
+        paths.run_json.write_text(json.dumps({"status": "running", "pool": "tiny"}))
+        raise AttributeError("'NoneType' object has no attribute 'get'")
+
+    monkeypatch.setattr(launch_run, "launch_locked", crash)
+    with pytest.raises(AttributeError):
+        train_one(TrainOptions(output_dir=root), Console(file=open(os.devnull, "w")))
+    record = json.loads((root / "run.json").read_text())
+    assert record["status"] == "failed" and "AttributeError" in record["reason"]
+
+
+def test_a_deleted_working_folder_is_one_line_not_a_traceback(tmp_path):
+    """Case 11: the folder the command was started from deleted (before or during start-up)."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.run(f"cd {gone} && rmdir {gone} && {sys.executable} -m mutualrl train --dry-run",
+                          shell=True, capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr and "current folder no longer exists" in proc.stderr
+
+
+def test_workers_start_in_the_run_folder_when_the_launch_folder_is_gone(tmp_path, monkeypatch):
+    from mutualrl.launch.supervise import runner
+
+    monkeypatch.setattr(runner.os, "getcwd", lambda: (_ for _ in ()).throw(FileNotFoundError(errno.ENOENT, "gone")))
+    assert runner.spawn_dir(tmp_path) == tmp_path
+
+
+def test_an_empty_data_file_says_it_is_empty(tmp_path):
+    """Case 12: an empty dataset file said "no training prompt fits task.max_prompt_tokens=200"."""
+    empty = tmp_path / "train.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(DataError, match="train.jsonl: holds no rows"):
+        read_local(empty, "train")
+
+
+@pytest.mark.parametrize("code", [errno.EROFS, errno.EACCES])
+def test_a_read_only_run_folder_is_not_told_to_free_space(tmp_path, code):
+    """Case 12: a read-only run folder said "free some space"."""
+    err = storage_error(OSError(code, os.strerror(code), str(tmp_path / "run.json")), tmp_path)
+    assert err is not None and "make it writable" in str(err) and "free some space" not in str(err)
+    assert str(tmp_path / "run.json") in str(err)
