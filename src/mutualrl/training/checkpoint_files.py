@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 import zipfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -178,8 +179,24 @@ def safetensors_problem(path: Path) -> str | None:
     return None
 
 
+def torch_file_problem(path: Path) -> str | None:
+    """A torch file (a zip archive) cut short, or with a byte changed anywhere: every member is read against its
+    CRC (torch.load would fail on a damaged header, and load damaged tensor data silently). It reads the file
+    once (GB/s), the price of never resuming from garbage."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (OSError, EOFError, ValueError, NotImplementedError, zipfile.BadZipFile, zlib.error) as err:
+        return f"{path}: damaged ({err})"
+    return f"{path}: damaged ({bad} fails its checksum)" if bad is not None else None
+
+
 def content_problem(folder: Path) -> str | None:
-    """The first file of ``folder`` that is cut short or unreadable, or None."""
+    """The first file of ``folder`` that is cut short, unreadable or not a regular file (a FIFO would hang the
+    reader), or None."""
+    special = [p for p in sorted(folder.rglob("*")) if not p.is_dir() and not p.is_file()]
+    if special:
+        return f"{special[0]}: not a regular file (a FIFO, a device or a dangling link)"
     for path in sorted(folder.glob("*.json")):
         try:
             json.loads(path.read_text())
@@ -191,11 +208,28 @@ def content_problem(folder: Path) -> str | None:
             return problem
     for pattern in ("*.pt", "*.pth", "*.bin"):
         for path in sorted(folder.rglob(pattern)):
-            try:
-                with zipfile.ZipFile(path) as archive:
-                    archive.infolist()
-            except (OSError, zipfile.BadZipFile) as err:
-                return f"{path}: damaged ({err})"
+            problem = torch_file_problem(path)
+            if problem is not None:
+                return problem
+    return None
+
+
+def step_problem(folder: Path) -> str | None:
+    """``checkpoint-N`` whose trainer state (or manifest) says another step: resuming from it would log step N
+    twice, or leave the policies waiting on each other's steps. None when they agree (or it is no checkpoint-N)."""
+    named = re.match(r"^checkpoint-(\d+)$", folder.name)
+    if named is None:
+        return None
+    step = int(named.group(1))
+    for name, key in ((TRAINER_STATE, "global_step"), (MANIFEST_NAME, "step")):
+        try:
+            value = json.loads((folder / name).read_text())[key]
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            return f"{folder / name}: holds no {key} ({type(err).__name__})"
+        if not isinstance(value, int) or isinstance(value, bool) or value != step:
+            return f"{folder / name}: says {key} {value!r}, but the folder is step {step}; not resumed from"
     return None
 
 
@@ -207,7 +241,7 @@ def checkpoint_problem(folder: Path) -> str | None:
     missing = required_missing(folder)
     if missing:
         return f"{folder}: incomplete, missing {'; '.join(missing)}"
-    return manifest_problem(folder) or content_problem(folder)
+    return manifest_problem(folder) or content_problem(folder) or step_problem(folder)
 
 
 def resumed_optimizer_step(checkpoint: Path, optimizer_state: Mapping[Any, Any]) -> int | None:
