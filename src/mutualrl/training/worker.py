@@ -203,7 +203,10 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         from mutualrl.config.lora import lora_kwargs
 
         peft_config = LoraConfig(**lora_kwargs(policy.lora))
-    reward = make_reward_function(config.task.name, config.task.verifier)
+    from mutualrl.tasks.reward import max_completion_chars
+
+    reward = make_reward_function(config.task.name, config.task.verifier,  # bounded in size: docs/tasks.md
+                                  max_chars=max_completion_chars(tokenizer, args.max_completion_length))
     prepare_cpu_vllm(args, model, tokenizer, train_examples, chat, policy_name)
     trainer = MutualGRPOTrainer(
         model=model, reward_funcs=reward, args=args, train_dataset=dataset,
