@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from mutualrl.config.schema import SCHEDULE_GRPO_FIELDS, RunConfig
 from mutualrl.config.typed import ConfigError, build_dataclass, check_bounds, convert
+from mutualrl.config.yaml_strict import load_yaml
 from mutualrl.regimes.registry import get_regime, settings_regimes
 
 _FLOAT_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
@@ -95,10 +95,7 @@ def resolve_recipe(pool_or_path: str) -> Path:
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(str(path), "", f"not valid YAML: {err}") from None
+    data = load_yaml(path.read_text(), str(path))
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -146,10 +143,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key = key.strip()
     if not key:
         raise ConfigError("--set", text, "empty key")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as err:
-        raise ConfigError("--set", key, f"value is not valid YAML: {err}") from None
+    value = load_yaml(raw, f"--set {key}") if raw.strip() else ""
     if isinstance(value, str) and _FLOAT_RE.match(value):
         value = float(value)  # YAML 1.1 reads 2e-6 (no dot) as a string
     return key.split("."), value
