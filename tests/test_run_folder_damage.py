@@ -103,3 +103,30 @@ def test_the_log_tail_is_bounded_whatever_the_worker_wrote(tmp_path):
     assert len(shown) < 2000
     assert shown.endswith("Traceback: boom")
     assert "more characters cut" in shown
+
+
+def test_a_see_folder_deleted_mid_run_stops_the_run_saying_so(tmp_path):
+    """Case 6: the SEE folder deleted mid-run was not noticed; the run ended "done" without its exchange."""
+    import shutil
+    import sys
+    import threading
+    import time
+
+    from rich.console import Console
+
+    from mutualrl.launch.supervise.runner import PolicyProcess
+
+    see = tmp_path / "see"
+    worker = tmp_path / "w.py"
+    worker.write_text("import pathlib, sys, time\nfor _ in range(300):\n"
+                      "    pathlib.Path(sys.argv[1], '_heartbeat').mkdir(parents=True, exist_ok=True)\n"
+                      "    time.sleep(0.05)\n")
+    procs = [PolicyProcess(name="a", argv=[sys.executable, str(worker), str(see)], env={},
+                           log_path=tmp_path / "logs" / "a.log")]
+    settings = PoolSettings(see, stall_timeout_s=60.0, grace_s=5.0, poll_s=0.05, watch_see=True)
+    runner = PoolRunner(procs, RunPaths(tmp_path), settings, console=Console(file=open(os.devnull, "w")))
+    threading.Timer(1.0, lambda: shutil.move(see, tmp_path / "gone")).start()  # atomic: the worker writes on
+    started = time.time()
+    outcome = runner.run()
+    assert not outcome.ok and "SEE folder" in outcome.reason and "deleted" in outcome.reason
+    assert time.time() - started < 20

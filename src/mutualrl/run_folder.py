@@ -140,6 +140,15 @@ class RunPaths:
         return self.policy_eval_dir(policy) / f"step-{step:06d}.json"
 
 
+SEE_MARKER = ".mutualrl-see"
+
+
+def see_marker(see_root: Path) -> Path:
+    """Written into the exchange folder by the launcher as the pool starts: its disappearance mid-run means the
+    folder was deleted (workers re-create the folders they write, so only a file they never write tells)."""
+    return Path(see_root) / SEE_MARKER
+
+
 def machine_lock_name(machine: int) -> str:
     """The lock file of machine ``machine`` (0: the run lock) of a run on several machines."""
     return LOCK_NAME if machine == 0 else f"{LOCK_NAME}-machine-{machine}"

@@ -33,11 +33,18 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from mutualrl.errors import DISK_FULL_EXIT, StorageError, describe_free, free_bytes, is_storage_message
+from mutualrl.atomic_io import write_text_atomic
+from mutualrl.errors import RunFolderError, StorageError, is_storage_message
 from mutualrl.launch.rundir.metrics_merge import MetricsMerger
 from mutualrl.launch.supervise.signals import raise_if_interrupted
+from mutualrl.launch.supervise.worker_output import (  # noqa: F401 - re-exported
+    describe_exit,
+    spawn_dir,
+    storage_reason,
+    tail,
+)
 from mutualrl.regimes.registry import all_regimes
-from mutualrl.run_folder import RunPaths, read_status, read_tail
+from mutualrl.run_folder import RunPaths, read_status, see_marker
 from mutualrl.see.liveness import freshest_heartbeat_age
 from mutualrl.training.watchdog import LAUNCHER_PID_ENV
 
@@ -87,6 +94,8 @@ class PoolSettings:
                                                                    "policy leave while the others go on."})
     max_restarts: int = field(default=0, metadata={"help": "see.max_restarts: how often a policy that left is "
                                                            "started again and rejoins."})
+    watch_see: bool = field(default=False, metadata={"help": "The pool exchanges through the SEE: a deleted SEE "
+                                                             "folder stops the run (its steps are gone)."})
     restart_argv: Callable[[str], tuple[list[str], int | None]] | None = field(
         default=None, metadata={"help": "A policy's restart command, resuming from its newest checkpoint, and that "
                                         "checkpoint's step (None: no restart)."})
@@ -126,8 +135,18 @@ class PoolRunner:
 
     # -- processes ------------------------------------------------------------------------
     def start(self) -> None:
+        if self.settings.watch_see:
+            write_text_atomic(see_marker(self.settings.see_root), f"{self.paths.root}\n")
         for proc in self.procs:
             self._spawn(proc)
+
+    def _check_see(self) -> None:
+        """The SEE folder of a pool that exchanges must outlive the run: deleted, its steps and consumption logs are
+        gone and the run cannot be trusted (workers would re-create empty folders and go on)."""
+        if self.settings.watch_see and not see_marker(self.settings.see_root).exists():
+            raise RunFolderError(f"the SEE folder {self.settings.see_root} was deleted while the run trained (its "
+                                 "marker is gone): the exchange's steps are lost; the run was stopped. `mutualrl "
+                                 "train --resume` starts again from the newest checkpoint")
 
     def _spawn(self, proc: PolicyProcess) -> None:
         proc.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -179,6 +198,7 @@ class PoolRunner:
             with progress:
                 while True:
                     raise_if_interrupted()
+                    self._check_see()
                     new_rows = self._merge()
                     now = time.time()
                     lines, key = self._remote_progress(progress, tasks)
@@ -210,10 +230,11 @@ class PoolRunner:
             self._merge()
             return RunOutcome(False, {p.name: p.returncode for p in self.procs}, None, "interrupted",
                               seconds=time.time() - started)
-        except StorageError as err:  # the launcher's own write (merged metrics): stop the pool, say where
+        except (StorageError, RunFolderError) as err:  # the launcher's own write, a deleted SEE: stop, say why
             self._stop_all()
             return RunOutcome(False, {p.name: p.returncode for p in self.procs}, None, str(err),
-                              seconds=time.time() - started, extra={"storage": True})
+                              seconds=time.time() - started,
+                              extra={"storage": True} if isinstance(err, StorageError) else {})
         final_rows = self._merge()
         if not live:
             self._print_steps(final_rows)
@@ -361,38 +382,6 @@ class PoolRunner:
                 pass
 
 
-def spawn_dir(root: Path) -> Path | None:
-    """Where a worker starts: the launcher's folder (None), or the run folder when that one was deleted since the
-    launch (a worker started in a deleted folder fails importing TRL)."""
-    try:
-        os.getcwd()
-    except FileNotFoundError:
-        return root
-    return None
-
-
-def describe_exit(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"was killed by signal {name}"
-    return f"exited with code {returncode}"
-
-
-def storage_reason(log_path: Path, returncode: int, root: Path) -> str | None:
-    """A worker stopped by a full disk or an I/O error: its one-line error (the last ``error:`` line of its log),
-    or, when the log could not hold it, the run folder and its free space. None for any other failure."""
-    for line in reversed(tail(log_path, 5).splitlines()):
-        message = line.removeprefix("error: ")
-        if line.startswith("error: ") and is_storage_message(message):
-            return message
-    if returncode == DISK_FULL_EXIT:
-        return f"no space left on {root} ({describe_free(free_bytes(root))}; the worker's log could not say where)"
-    return None
-
-
 def describe_status(status: dict[str, Any]) -> str:
     return "  ".join([str(status.get("phase", "starting")), *metric_parts(status)])
 
@@ -411,19 +400,3 @@ def metric_parts(status: dict[str, Any]) -> list[str]:
 def step_line(row: dict[str, Any], total: int | None) -> str:
     """One log line for a merged ``kind: train`` metrics row (non-TTY progress)."""
     return "  ".join([f"{row.get('policy')}: step {row.get('step')}/{total or '?'}", *metric_parts(row)])
-
-
-TAIL_BYTES = 64 * 1024
-TAIL_LINE_CHARS = 500
-
-
-def tail(path: Path, lines: int = 25, max_bytes: int = TAIL_BYTES, line_chars: int = TAIL_LINE_CHARS) -> str:
-    """The last ``lines`` lines of a worker's log, bounded whatever the worker wrote: only the file's last
-    ``max_bytes`` are read, and a line longer than ``line_chars`` is cut (saying how much was left out)."""
-    data = read_tail(path, max_bytes)
-    text = data.decode("utf-8", errors="replace")
-    kept = text.splitlines()[-lines:]
-    if len(data) == max_bytes and kept and len(kept) == len(text.splitlines()):  # the first line began earlier
-        kept[0] = "[...]" + kept[0]
-    return "\n".join(line if len(line) <= line_chars else
-                     f"{line[:line_chars]} [... {len(line) - line_chars} more characters cut]" for line in kept)
