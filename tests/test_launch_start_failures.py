@@ -96,3 +96,15 @@ def test_a_read_only_run_folder_is_not_told_to_free_space(tmp_path, code):
     err = storage_error(OSError(code, os.strerror(code), str(tmp_path / "run.json")), tmp_path)
     assert err is not None and "make it writable" in str(err) and "free some space" not in str(err)
     assert str(tmp_path / "run.json") in str(err)
+
+
+def test_max_prompt_tokens_above_the_model_context_is_refused_by_the_dry_run(tmp_path):
+    """Case 7: task.max_prompt_tokens above the tiny models' 256 positions was accepted (IndexError in the run)."""
+    from mutualrl.errors import PlacementError
+
+    options = TrainOptions(output_dir=tmp_path / "run", dry_run=True, overrides=["task.max_prompt_tokens=300"])
+    with pytest.raises(PlacementError, match=r"max_prompt_tokens=300 \+ grpo.max_completion_length=4 = 304 tokens: "
+                                             r"more than policy .* 256 positions"):
+        resolve_config(options)
+    resolve_config(TrainOptions(output_dir=tmp_path / "run", overrides=["task.max_prompt_tokens=200"]))  # fits
+    assert not (tmp_path / "run").exists()

@@ -110,7 +110,10 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
 
 def checked(loaded: LoadedRecipe) -> tuple[RunConfig, str]:
     """The loaded config and its source, once its task and splits are known to exist."""
+    from mutualrl.launch.plan.checks import check_model_context
+
     check_task(loaded.config)
+    check_model_context(loaded.config)
     return loaded.config, loaded.source
 
 

@@ -248,3 +248,25 @@ def check_memory(
                 f"available; activations may not fit"
             )
     return warnings
+
+
+def check_model_context(config: RunConfig) -> None:
+    """A prompt of ``task.max_prompt_tokens`` plus a completion of ``grpo.max_completion_length`` must fit each
+    policy's model context (its position embedding): the dry run and the run refuse, before anything is written,
+    what would otherwise die as an IndexError inside the model. A model whose context is not known here passes."""
+    from mutualrl.pools.loading import model_context
+
+    for policy in config.pool.policies:
+        known = model_context(policy.model)
+        if known is None:
+            continue
+        positions, source = known
+        completion = {**config.grpo, **policy.grpo}.get("max_completion_length")
+        completion = completion if isinstance(completion, int) else 0  # unset: the prompt alone must fit
+        needed = config.task.max_prompt_tokens + completion
+        if needed > positions:
+            raise PlacementError(
+                f"task.max_prompt_tokens={config.task.max_prompt_tokens} + grpo.max_completion_length={completion} "
+                f"= {needed} tokens: more than policy {policy.name!r}'s model holds ({policy.model}: {positions} "
+                f"positions, {source}); lower them")
+
