@@ -130,3 +130,52 @@ def test_a_see_folder_deleted_mid_run_stops_the_run_saying_so(tmp_path):
     outcome = runner.run()
     assert not outcome.ok and "SEE folder" in outcome.reason and "deleted" in outcome.reason
     assert time.time() - started < 20
+
+
+def test_a_see_manifest_of_wrong_types_or_a_fifo_is_a_corrupt_shard_naming_it(tmp_path):
+    from mutualrl.see.errors import CorruptShardError
+    from mutualrl.see.shards import read_manifest
+
+    manifest = tmp_path / "m.json"
+    fields = {"schema_version": 1, "run_id": "r", "policy": "a", "step": "x", "rank": 0, "world_size": 1,
+              "rows": 1, "bytes": 1, "checksum": "c"}
+    manifest.write_text(json.dumps(fields))
+    with pytest.raises(CorruptShardError, match="m.json is unreadable .*step is 'x'"):
+        read_manifest(manifest)
+    manifest.unlink()
+    os.mkfifo(manifest)
+    with pytest.raises(CorruptShardError, match="not a regular file"):
+        read_manifest(manifest)
+
+
+def test_damaged_consumption_log_lines_are_skipped_not_a_traceback(tmp_path):
+    from mutualrl.see.consumed import log_path, parse_log, rollback_log
+
+    path = log_path(tmp_path, "a")
+    path.parent.mkdir(parents=True)
+    path.write_text('null\n[1]\n{"step": "x"}\n{"step": 1, "kind": "skip", "until": "y"}\n{"step": 2, "kind": "read"}\n')
+    assert parse_log(path) == [{"step": 2, "kind": "read"}]
+    assert rollback_log(tmp_path, 1) == 1
+
+
+def test_a_damaged_merged_marker_merges_the_policy_again_rather_than_stopping(tmp_path):
+    from mutualrl.launch.rundir.metrics_merge import MetricsMerger
+
+    paths = RunPaths(tmp_path)
+    paths.metrics_dir.mkdir()
+    paths.merged_marker("a").write_text("garbage")
+    assert MetricsMerger(paths, ["a"]).offsets == {"a": 0}
+
+
+def test_a_plan_file_deleted_under_a_launched_worker_is_named(tmp_path, monkeypatch):
+    """Case 11 (the run's launch/ folder deleted during start-up): a worker never trains on unplanned defaults."""
+    from mutualrl.errors import UsageError
+    from mutualrl.training.worker import plan_overrides
+
+    monkeypatch.setenv("MUTUALRL_LAUNCHER_PID", "1")
+    with pytest.raises(UsageError, match=r"a.grpo.json: the launch plan of policy 'a' was deleted"):
+        plan_overrides(RunPaths(tmp_path), "a")
+    (tmp_path / "launch").mkdir()
+    (tmp_path / "launch" / "a.grpo.json").write_text("[]")
+    with pytest.raises(RunFolderError, match="a.grpo.json: damaged, holds a JSON list"):
+        plan_overrides(RunPaths(tmp_path), "a")

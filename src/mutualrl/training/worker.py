@@ -36,7 +36,7 @@ from mutualrl.errors import (
 from mutualrl.regimes.registry import get_regime
 from mutualrl.run_folder import RunPaths
 from mutualrl.training.trackers import guard_tracker_writes
-from mutualrl.training.watchdog import REJOIN_ENV, start_launcher_watchdog
+from mutualrl.training.watchdog import LAUNCHER_PID_ENV, REJOIN_ENV, start_launcher_watchdog
 
 log = logging.getLogger("mutualrl.worker")
 
@@ -53,12 +53,15 @@ def plan_overrides(paths: RunPaths, policy: str) -> dict[str, Any]:
 
     Without a plan (a worker started by hand) only the CPU safety settings apply.
     """
-    import json
+    from mutualrl.run_folder import read_json
 
     path = paths.planned_grpo(policy)
     if not path.exists():
+        if os.environ.get(LAUNCHER_PID_ENV):  # the launcher wrote it: gone means deleted, not "no plan"
+            raise UsageError(f"{path}: the launch plan of policy {policy!r} was deleted after the launch (the run "
+                             "folder's launch/ folder?); `mutualrl train --resume` plans the run again")
         return device_defaults()
-    return dict(json.loads(path.read_text()))
+    return read_json(path)
 
 
 def device_defaults() -> dict[str, Any]:

@@ -9,7 +9,8 @@ from typing import Any
 
 from mutualrl.atomic_io import append_text, write_text_atomic
 from mutualrl.evaluation.results import step_files
-from mutualrl.run_folder import RunPaths, parse_metric_row, read_metric_rows
+from mutualrl.errors import RunFolderError
+from mutualrl.run_folder import RunPaths, parse_metric_row, read_bytes, read_metric_rows
 
 
 class MetricsMerger:
@@ -22,8 +23,11 @@ class MetricsMerger:
             self.offsets[policy] = self._merged_bytes(policy)
 
     def _merged_bytes(self, policy: str) -> int:
-        marker = self.paths.merged_marker(policy)
-        return int(marker.read_text()) if marker.exists() else 0
+        try:  # damaged (not a number): merge the policy's file from its start again, rather than stop the run
+            merged = int(read_bytes(self.paths.merged_marker(policy), max_bytes=100))
+        except (FileNotFoundError, RunFolderError, ValueError):
+            return 0
+        return merged if merged >= 0 else 0
 
     def poll(self) -> list[dict[str, Any]]:
         """Merge what the policies wrote since the last poll; returns the new rows (parsed), in merge order."""
