@@ -14,8 +14,10 @@ Issue 42's classes, one random damage per trial, applied to a copy of one finish
 - ``huge_log``: a 20 MB line appended to a worker's log;
 - ``yaml``: ``config.yaml`` given a duplicate key, an alias bomb, or made a list.
 
-Then the folder is used as a user would: ``mutualrl train --resume`` of the finished run (its summary, or,
-when the record no longer says it finished, the last checkpoint validated and saved again),
+The folder is that of the finished run, or (at random) of the run killed near its end (``run.json``
+"running", no summary, the last checkpoint and final models gone). Then it is used as a user would:
+``mutualrl train --resume`` (a finished run prints its summary; a killed one, or one whose record no longer
+says it finished, is rolled back to its newest intact checkpoint and trains the rest again),
 ``mutualrl see inspect`` and ``mutualrl plot``. Each trial checks: no traceback in any output, no command
 running past :data:`HANG_S` (a hang), ``run.json`` true afterwards (done, failed or interrupted, never
 "running"), and nothing silently lost: every validation result and train row there before is still there
@@ -46,6 +48,7 @@ STEPS = 6
 HANG_S = 60.0
 TRAIN_S = 600.0  # the base run, and a resume that validates and saves the last checkpoint again (training)
 JSON_DAMAGE = ("null", "[]", '"text"', "{}", "half")
+STATES = ("finished", "stopped")  # the folder of a run that ended, or of one killed near its end
 
 
 def child_env() -> dict[str, str]:
@@ -224,12 +227,27 @@ def trial(index: int, base: Path, out: Path, rng: random.Random, cls: str | None
     for path in run.rglob("*"):  # the copy is its own run: paths inside name the new folder
         if path.name in ("config.yaml", "plan.json") or path.suffix == ".yaml":
             path.write_text(path.read_text().replace(str(base), str(run)))
+    state = rng.choice(STATES)
+    if state == "stopped":
+        stop(run)
     before = kept_results(run)
-    damage = tamper(run, cls or rng.choice(CLASSES), rng)
+    damage = {**tamper(run, cls or rng.choice(CLASSES), rng), "state": state}
     outcomes = use(run, out / f"tamper-{index:03d}.log")
     verdict = judge(run, damage, before, outcomes)
     return {"trial": index, **damage, **verdict,
             "commands": [{k: v for k, v in o.items() if k != "output"} for o in outcomes]}
+
+
+def stop(run: Path) -> None:
+    """Make the finished run a killed one: killed while saving its last checkpoint, before the summary; the
+    resume then rolls back to the checkpoint before and trains the last steps again."""
+    record = json.loads((run / "run.json").read_text())
+    (run / "run.json").write_text(json.dumps({**record, "status": "running", "finished": None}))
+    (run / "summary.json").unlink()
+    for folder in (run / "policies").glob(f"*/checkpoint-{STEPS}"):
+        shutil.rmtree(folder)
+    for final in (run / "policies").glob("*/final"):
+        shutil.rmtree(final)
 
 
 def base_run(out: Path) -> Path:
