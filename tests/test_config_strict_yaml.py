@@ -59,3 +59,11 @@ def test_recursive_aliases_and_deep_nesting_are_one_error():
 def test_a_set_value_is_parsed_strictly_too():
     with pytest.raises(ConfigError, match="given twice"):
         parse_override("grpo.model_init_kwargs={a: 1, a: 2}")
+
+
+def test_a_seed_numpy_refuses_is_refused_at_the_boundary():
+    """A value a library refuses later (transformers' set_seed: numpy takes 0 <= seed < 2**32) fails here."""
+    from mutualrl.config.loader import load_run_config
+
+    with pytest.raises(ConfigError, match=r"grpo.seed: must be <= 4294967295"):
+        load_run_config("tiny", overrides=[f"grpo.seed={2**32}"])

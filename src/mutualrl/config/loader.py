@@ -419,7 +419,7 @@ def check_grpo_fields(mapping: dict[str, Any], source: str, path: str) -> dict[s
 
 # Ranges of the GRPOConfig fields a recipe commonly sets (TRL checks few of them itself).
 GRPO_FIELD_BOUNDS: dict[str, dict[str, float]] = {
-    "learning_rate": {"gt": 0}, "seed": {"ge": 0}, "num_generations": {"ge": 2},
+    "learning_rate": {"gt": 0}, "seed": {"ge": 0, "le": 2**32 - 1}, "num_generations": {"ge": 2},  # numpy's range
     "per_device_train_batch_size": {"ge": 1}, "per_device_eval_batch_size": {"ge": 1},
     "gradient_accumulation_steps": {"ge": 1}, "steps_per_generation": {"ge": 1}, "num_iterations": {"ge": 1},
     "max_completion_length": {"ge": 1}, "max_prompt_length": {"ge": 1}, "temperature": {"gt": 0},
