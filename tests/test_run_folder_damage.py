@@ -179,3 +179,24 @@ def test_a_plan_file_deleted_under_a_launched_worker_is_named(tmp_path, monkeypa
     (tmp_path / "launch" / "a.grpo.json").write_text("[]")
     with pytest.raises(RunFolderError, match="a.grpo.json: damaged, holds a JSON list"):
         plan_overrides(RunPaths(tmp_path), "a")
+
+
+def test_metric_rows_of_the_wrong_types_are_damaged_lines_for_every_reader(tmp_path):
+    from mutualrl.run_folder import parse_metric_row
+
+    assert parse_metric_row('{"kind": "train", "policy": "a", "step": 3}') is not None
+    for line in ('{"step": "seven"}', '{"step": true}', '{"kind": 1, "step": 1}', '{"policy": null}', "[1]"):
+        assert parse_metric_row(line) is None, line
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(b'{"kind": "train", "policy": "a", "step": 1}\n\xff\xfe garbage\n{"step": "x"}\n')
+    rows, damaged = read_metric_rows(path)
+    assert [row["step"] for _, row in rows] == [1] and damaged == 2
+
+
+def test_the_merge_survives_bytes_that_are_not_text(tmp_path):
+    from mutualrl.launch.rundir.metrics_merge import MetricsMerger
+
+    paths = RunPaths(tmp_path)
+    paths.metrics_dir.mkdir()
+    paths.policy_metrics("a").write_bytes(b'\xff\xfe\n{"kind": "train", "policy": "a", "step": 1}\n')
+    assert [row["step"] for row in MetricsMerger(paths, ["a"]).poll()] == [1]

@@ -243,12 +243,18 @@ def read_status(path: Path) -> dict[str, Any]:
 
 
 def parse_metric_row(line: str) -> dict[str, Any] | None:
-    """One metrics line as its row; None when the line is damaged (not one whole JSON object)."""
+    """One metrics line as its row; None when the line is damaged: not one whole JSON object, or a ``step`` that is
+    not a whole number, a ``kind`` or ``policy`` that is not text (a hand edit: every reader would trip on it)."""
     try:
         row = json.loads(line)
     except json.JSONDecodeError:
         return None
-    return row if isinstance(row, dict) else None
+    if not isinstance(row, dict):
+        return None
+    step = row.get("step", 0)
+    if not isinstance(step, int) or isinstance(step, bool):
+        return None
+    return row if all(isinstance(row.get(key, ""), str) for key in ("kind", "policy")) else None
 
 
 def read_metric_rows(path: Path) -> tuple[list[tuple[str, dict[str, Any]]], int]:

@@ -44,7 +44,7 @@ class MetricsMerger:
             if end < 0:
                 continue
             complete = chunk[: end + 1]
-            out_lines.extend(complete.decode().splitlines(keepends=True))
+            out_lines.extend(complete.decode(errors="replace").splitlines(keepends=True))  # whatever was written
             advanced[policy] = offset + len(complete)
         if out_lines:  # whole lines or none (a full disk), then the offsets that say they were merged
             append_text(self.paths.metrics, "".join(out_lines))

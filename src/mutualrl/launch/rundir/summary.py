@@ -173,7 +173,13 @@ def print_comparison(comparison: dict[str, Any], console: Console) -> None:
     console.print(f"curves: mutualrl plot {comparison['run_dir']} {comparison['baseline_dir']}", highlight=False)
 
 
+MAX_REASON_CHARS = 2000
+
+
 def print_failure(outcome: Any, paths: RunPaths, console: Console) -> None:
+    """Why the run stopped: bounded, whatever a worker (or another machine) reported."""
+    if len(outcome.reason) > MAX_REASON_CHARS:
+        outcome.reason = f"{outcome.reason[:MAX_REASON_CHARS]} [... cut]"
     if outcome.extra.get("storage"):  # a full disk or an I/O error: the one line that says where is enough
         who = f" (policy {outcome.failed_policy}; the others were stopped)" if outcome.failed_policy else ""
         console.print(f"[bold red]error:[/] {escape(outcome.reason + who)}", highlight=False, soft_wrap=True)
