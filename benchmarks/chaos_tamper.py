@@ -221,8 +221,8 @@ def judge(run: Path, damage: dict[str, Any], before: tuple[set, set], outcomes: 
 
 
 def trial(index: int, base: Path, out: Path, rng: random.Random, cls: str | None = None) -> dict[str, Any]:
-    run = (out / f"tamper-{index:03d}").resolve()
-    shutil.rmtree(run, ignore_errors=True)
+    run = (out / f"tamper-{index:03d}" / base.name).resolve()  # same name: the SEE's run id (the folder's name) holds
+    shutil.rmtree(run.parent, ignore_errors=True)
     shutil.copytree(base, run, symlinks=True)
     for path in run.rglob("*"):  # the copy is its own run: paths inside name the new folder
         if path.name in ("config.yaml", "plan.json") or path.suffix == ".yaml":

@@ -200,3 +200,15 @@ def test_the_merge_survives_bytes_that_are_not_text(tmp_path):
     paths.metrics_dir.mkdir()
     paths.policy_metrics("a").write_bytes(b'\xff\xfe\n{"kind": "train", "policy": "a", "step": 1}\n')
     assert [row["step"] for row in MetricsMerger(paths, ["a"]).poll()] == [1]
+
+
+def test_a_failure_marker_of_another_type_or_a_fifo_is_an_unreadable_marker(tmp_path):
+    from mutualrl.see.inspect import inspect_exchange
+    from mutualrl.see.liveness import read_failure
+
+    (tmp_path / "_failed").mkdir()
+    (tmp_path / "_failed" / "a.json").write_text("null")
+    os.mkfifo(tmp_path / "_failed" / "b.json")
+    assert "unreadable" in read_failure(tmp_path, "b")["reason"]
+    report = inspect_exchange(tmp_path)
+    assert sorted(m["policy"] for m in report.failures) == ["a", "b"]

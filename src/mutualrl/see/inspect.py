@@ -21,6 +21,7 @@ from typing import Any
 import pyarrow.compute as pc
 
 from mutualrl.errors import UsageError
+from mutualrl.run_folder import read_json_or
 from mutualrl.see import files
 from mutualrl.see.consumed import read_consumption
 from mutualrl.see.errors import CorruptShardError
@@ -150,9 +151,8 @@ def inspect_exchange(path: Path | str, *, verify_checksums: bool = True) -> Insp
                 add_file(Path(fentry.path), "temp" if files.TEMP_RE.match(fentry.name) else "failure")
                 if files.TEMP_RE.match(fentry.name) or not fentry.name.endswith(".json"):
                     continue
-                try:
-                    marker = json.loads(Path(fentry.path).read_bytes())
-                except (OSError, ValueError):
+                marker = read_json_or(Path(fentry.path), None)  # damaged, another type, a FIFO: said so
+                if marker is None:
                     marker = {"policy": fentry.name[: -len(".json")], "reason": "unreadable failure marker"}
                 marker.setdefault("policy", fentry.name[: -len(".json")])
                 report.failures.append(marker)
