@@ -12,7 +12,10 @@ Issue 42's classes, one random damage per trial, applied to a copy of one finish
 - ``metrics``: a line of a policy's ``metrics/<policy>.jsonl`` cut short, a garbage line, a row whose step is
   text, or the merged-bytes marker made garbage;
 - ``huge_log``: a 20 MB line appended to a worker's log;
-- ``yaml``: ``config.yaml`` given a duplicate key, an alias bomb, or made a list.
+- ``yaml``: ``config.yaml`` given a duplicate key, an alias bomb, or made a list;
+- ``live``: while the killed run trains again (``--resume``, at its step 5), a status file set to ``null``,
+  garbage appended to a policy's metrics, a 20 MB log line, the SEE folder deleted, or ``run.json`` set to
+  ``null``: the launcher must end without a traceback and leave ``run.json`` true.
 
 The folder is that of the finished run, or (at random) of the run killed near its end (``run.json``
 "running", no summary, the last checkpoint and final models gone). Then it is used as a user would:
@@ -43,12 +46,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-CLASSES = ("json_type", "special", "binary", "metrics", "huge_log", "yaml")
+CLASSES = ("json_type", "special", "binary", "metrics", "huge_log", "yaml", "live")
 STEPS = 6
 HANG_S = 60.0
 TRAIN_S = 600.0  # the base run, and a resume that validates and saves the last checkpoint again (training)
 JSON_DAMAGE = ("null", "[]", '"text"', "{}", "half")
 STATES = ("finished", "stopped")  # the folder of a run that ended, or of one killed near its end
+LIVE_DAMAGE = ("status null", "metrics garbage", "huge log line", "see deleted", "run.json null")
 
 
 def child_env() -> dict[str, str]:
@@ -215,7 +219,8 @@ def judge(run: Path, damage: dict[str, Any], before: tuple[set, set], outcomes: 
     return {
         "tracebacks": int(any(o["traceback"] for o in outcomes)),
         "hangs": int(any(o["hung"] for o in outcomes)),
-        "run_json_untrue": int(status not in ("done", "failed", "interrupted") and not named),
+        "run_json_untrue": int((status not in ("done", "failed", "interrupted") and not named)
+                               or any(o.get("left_running") for o in outcomes)),
         "silently_lost": int(bool(lost_rows or lost_results) and not named),
     }
 
@@ -227,15 +232,68 @@ def trial(index: int, base: Path, out: Path, rng: random.Random, cls: str | None
     for path in run.rglob("*"):  # the copy is its own run: paths inside name the new folder
         if path.name in ("config.yaml", "plan.json") or path.suffix == ".yaml":
             path.write_text(path.read_text().replace(str(base), str(run)))
-    state = rng.choice(STATES)
-    if state == "stopped":
+    cls = cls or rng.choice(CLASSES)
+    state = "running" if cls == "live" else rng.choice(STATES)
+    if state != "finished":
         stop(run)
     before = kept_results(run)
-    damage = {**tamper(run, cls or rng.choice(CLASSES), rng), "state": state}
-    outcomes = use(run, out / f"tamper-{index:03d}.log")
-    verdict = judge(run, damage, before, outcomes)
+    log = out / f"tamper-{index:03d}.log"
+    live: list[dict[str, Any]] = []
+    if state == "running":
+        damage, live = run_live(run, rng, log)
+    else:
+        damage = tamper(run, cls, rng)
+    outcomes = live + use(run, log)
+    verdict = judge(run, {**damage, "state": state}, before, outcomes)
+    damage["state"] = state
     return {"trial": index, **damage, **verdict,
             "commands": [{k: v for k, v in o.items() if k != "output"} for o in outcomes]}
+
+
+def tamper_live(run: Path, rng: random.Random) -> dict[str, Any]:
+    """One damage a hand (or a bug) does to the folder of a run while it trains."""
+    how = rng.choice(LIVE_DAMAGE)
+    policy = rng.choice(sorted(p.stem for p in (run / "metrics").glob("*.jsonl")))
+    path = {"status null": run / "status" / f"{policy}.json", "metrics garbage": run / "metrics" / f"{policy}.jsonl",
+            "huge log line": run / "logs" / f"{policy}.log", "see deleted": run / "see",
+            "run.json null": run / "run.json"}[how]
+    if how == "see deleted":
+        shutil.rmtree(path, ignore_errors=True)
+    elif how in ("status null", "run.json null"):
+        path.write_text("null")
+    else:
+        with path.open("ab") as fh:
+            fh.write(b"x" * 20_000_000 + b"\n" if how == "huge log line" else b'\xff\xfe garbage\n{"step": "x"}\n')
+    return {"class": "live", "path": str(path.relative_to(run)), "how": how}
+
+
+def run_live(run: Path, rng: random.Random, log: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``--resume`` of the killed run, damaged once it trains again (step 5); the launcher must end, without a
+    traceback, leaving ``run.json`` true."""
+    from mutualrl.run_folder import read_status
+
+    started = time.time()
+    with log.open("a") as fh:
+        launcher = subprocess.Popen(train_command(run, True), env=child_env(), cwd=ROOT, stdout=fh,
+                                    stderr=subprocess.STDOUT)
+    at = log.stat().st_size
+    while launcher.poll() is None and time.time() - started < TRAIN_S and not any(
+            read_status(p).get("step", 0) >= STEPS - 1 for p in (run / "status").glob("*.json")):
+        time.sleep(0.1)
+    damage = tamper_live(run, rng)
+    try:
+        code, hung = launcher.wait(timeout=max(1.0, TRAIN_S - (time.time() - started))), False
+    except subprocess.TimeoutExpired:
+        launcher.kill()
+        code, hung = launcher.wait(), True
+    output = log.read_bytes()[at:].decode(errors="replace")
+    try:
+        left_running = json.loads((run / "run.json").read_text()).get("status") == "running"
+    except (OSError, ValueError, AttributeError):
+        left_running = True
+    return damage, [{"command": "live resume", "rc": code, "seconds": round(time.time() - started, 1), "hung": hung,
+                     "traceback": "Traceback (most recent call last)" in output, "output": output,
+                     "left_running": left_running}]
 
 
 def stop(run: Path) -> None:

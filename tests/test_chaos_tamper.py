@@ -32,11 +32,23 @@ def _fake_run(root: Path) -> Path:
 def test_every_damage_class_applies_to_a_run_folder(tmp_path):
     tamper = load_benchmark("chaos_tamper")
     rng = random.Random(0)
-    for cls in tamper.CLASSES:
+    for cls in (c for c in tamper.CLASSES if c != "live"):
         for attempt in range(3):
             run = _fake_run(tmp_path / f"{cls}-{attempt}")
             damage = tamper.tamper(run, cls, rng)
             assert damage["class"] == cls and (run / damage["path"]).exists() or damage["how"] == "fifo", damage
+
+
+def test_every_live_damage_applies_to_a_training_run_folder(tmp_path):
+    tamper = load_benchmark("chaos_tamper")
+    seen = set()
+    for attempt in range(12):
+        run = _fake_run(tmp_path / f"live-{attempt}")
+        damage = tamper.tamper_live(run, random.Random(attempt))
+        seen.add(damage["how"])
+        path = run / damage["path"]
+        assert damage["how"] == "see deleted" and not path.exists() or path.exists(), damage
+    assert seen == set(tamper.LIVE_DAMAGE)
 
 
 def test_the_judge_counts_tracebacks_hangs_untrue_records_and_silent_losses(tmp_path):
@@ -55,3 +67,6 @@ def test_the_judge_counts_tracebacks_hangs_untrue_records_and_silent_losses(tmp_
                                                       "silently_lost": 1}
     named = [{"output": "warning: eval/a/step-000002.json ... a.jsonl: damaged", "traceback": False, "hung": False}]
     assert tamper.judge(run, damage, before, named)["silently_lost"] == 0  # the loss is named, not silent
+    left = [{"output": "", "traceback": False, "hung": False, "left_running": True}]
+    (run / "run.json").write_text(json.dumps({"status": "failed"}))
+    assert tamper.judge(run, damage, before, left)["run_json_untrue"] == 1  # the live launcher left "running"
