@@ -238,6 +238,7 @@ def trial(index: int, base: Path, out: Path, rng: random.Random, cls: str | None
         stop(run)
     before = kept_results(run)
     log = out / f"tamper-{index:03d}.log"
+    log.unlink(missing_ok=True)
     live: list[dict[str, Any]] = []
     if state == "running":
         damage, live = run_live(run, rng, log)
@@ -277,8 +278,11 @@ def run_live(run: Path, rng: random.Random, log: Path) -> tuple[dict[str, Any], 
         launcher = subprocess.Popen(train_command(run, True), env=child_env(), cwd=ROOT, stdout=fh,
                                     stderr=subprocess.STDOUT)
     at = log.stat().st_size
-    while launcher.poll() is None and time.time() - started < TRAIN_S and not any(
-            read_status(p).get("step", 0) >= STEPS - 1 for p in (run / "status").glob("*.json")):
+    def training_again() -> bool:  # a status written by this launch's workers (the killed run's are older)
+        return any(p.stat().st_mtime > started and read_status(p).get("step", 0) >= STEPS - 1
+                   for p in (run / "status").glob("*.json"))
+
+    while launcher.poll() is None and time.time() - started < TRAIN_S and not training_again():
         time.sleep(0.1)
     damage = tamper_live(run, rng)
     try:
