@@ -108,3 +108,14 @@ def test_max_prompt_tokens_above_the_model_context_is_refused_by_the_dry_run(tmp
         resolve_config(options)
     resolve_config(TrainOptions(output_dir=tmp_path / "run", overrides=["task.max_prompt_tokens=200"]))  # fits
     assert not (tmp_path / "run").exists()
+
+
+def test_the_corrected_command_clears_what_the_failed_start_left_then_launches(tmp_path, monkeypatch):
+    """Case 8 end to end up to the launch: the leftovers go, the lock is taken, the launch proceeds."""
+    paths = _failed_start(tmp_path / "run")
+    (paths.data).mkdir()
+    (paths.data / "train.jsonl").write_text("{}\n")
+    launched = []
+    monkeypatch.setattr(launch_run, "launch_locked", lambda *args, **kwargs: launched.append(args[3]) or 0)
+    assert train_one(TrainOptions(output_dir=paths.root), Console(file=open(os.devnull, "w"))) == 0
+    assert launched == [paths] and not paths.data.exists() and not paths.marker.exists()
