@@ -205,3 +205,18 @@ def test_a_fifo_in_a_checkpoint_is_named_not_waited_on(tmp_path):
     folder = build_checkpoint(tmp_path / "checkpoint-2", "full", 2, manifest=False)
     os.mkfifo(folder / "config.json.tmp.json")
     assert "not a regular file" in checkpoint_problem(folder)
+
+
+def test_weights_with_a_byte_changed_are_caught_by_the_manifest_hash(tmp_path):
+    """Found by benchmarks/chaos_tamper.py: 32 bytes changed inside model.safetensors (same size) were resumed from,
+    and the policy died at its first generation on every --resume."""
+    paths = RunPaths(tmp_path)
+    for step in (2, 4):
+        build_checkpoint(paths.policy_dir("a") / f"checkpoint-{step}", "full", step)
+    weights = paths.policy_dir("a") / "checkpoint-4" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-64:-32] = bytes(range(32))
+    weights.write_bytes(bytes(data))
+    damaged: list[str] = []
+    assert common_checkpoint(paths, ["a"], damaged=damaged) == 2
+    assert "model.safetensors: damaged (its content changed" in damaged[0]

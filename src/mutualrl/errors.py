@@ -70,7 +70,7 @@ DISK_FULL_EXIT = 28
 # (torch.save reports a full disk as a RuntimeError such as "unexpected pos 704 vs 598" or "file write failed").
 _DISK_ERRNOS = {errno.ENOSPC: "no space left on", errno.EDQUOT: "disk quota exceeded on",
                 errno.EIO: "I/O error writing", errno.EROFS: "read-only file system at",
-                errno.EACCES: "permission denied writing", errno.EPERM: "not permitted to write"}
+                errno.EACCES: "permission denied at", errno.EPERM: "operation not permitted at"}
 # A folder that cannot be written at all: space is not the cure.
 _NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 STORAGE_MESSAGE_STARTS = (*_DISK_ERRNOS.values(), "could not write")
