@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -202,8 +203,16 @@ def use(run: Path, log: Path) -> list[dict[str, Any]]:
                 output, code, hung = str(err.stdout or "") + str(err.stderr or ""), None, True
             fh.write(f"$ {' '.join(argv)}\n{output[-20000:]}\n[rc {code}]\n")
             outcomes.append({"command": name, "rc": code, "seconds": round(time.time() - started, 1), "hung": hung,
-                             "traceback": "Traceback (most recent call last)" in output, "output": output})
+                             "traceback": has_traceback(output), "output": output})
     return outcomes
+
+
+TRACEBACK_RE = re.compile(r'Traceback \(most recent call last\)|File\s+"[^"]+",\s*line\s*\d+')
+
+
+def has_traceback(output: str) -> bool:
+    """A traceback, or the end of one (a worker's log tail the launcher shows), in a command's output."""
+    return TRACEBACK_RE.search(output) is not None
 
 
 def judge(run: Path, damage: dict[str, Any], before: tuple[set, set], outcomes: list[dict[str, Any]]) -> dict[str, int]:
@@ -296,7 +305,7 @@ def run_live(run: Path, rng: random.Random, log: Path) -> tuple[dict[str, Any], 
     except (OSError, ValueError, AttributeError):
         left_running = True
     return damage, [{"command": "live resume", "rc": code, "seconds": round(time.time() - started, 1), "hung": hung,
-                     "traceback": "Traceback (most recent call last)" in output, "output": output,
+                     "traceback": has_traceback(output), "output": output,
                      "left_running": left_running}]
 
 

@@ -70,3 +70,10 @@ def test_the_judge_counts_tracebacks_hangs_untrue_records_and_silent_losses(tmp_
     left = [{"output": "", "traceback": False, "hung": False, "left_running": True}]
     (run / "run.json").write_text(json.dumps({"status": "failed"}))
     assert tamper.judge(run, damage, before, left)["run_json_untrue"] == 1  # the live launcher left "running"
+
+
+def test_the_end_of_a_worker_traceback_shown_by_the_launcher_counts_as_one():
+    tamper = load_benchmark("chaos_tamper")
+    shown = 'last lines of x.log:\n  File \n"/venv/lib/trl/grpo_trainer.py", \nline 2436, in _generate\n'
+    assert tamper.has_traceback(shown) and tamper.has_traceback("Traceback (most recent call last):\n")
+    assert not tamper.has_traceback("error: run.json: damaged, holds a JSON list where a dict belongs")
