@@ -119,3 +119,11 @@ def test_the_corrected_command_clears_what_the_failed_start_left_then_launches(t
     monkeypatch.setattr(launch_run, "launch_locked", lambda *args, **kwargs: launched.append(args[3]) or 0)
     assert train_one(TrainOptions(output_dir=paths.root), Console(file=open(os.devnull, "w"))) == 0
     assert launched == [paths] and not paths.data.exists() and not paths.marker.exists()
+
+
+def test_a_rendezvous_port_past_65535_is_refused_by_the_dry_run(tmp_path):
+    from mutualrl.errors import PlacementError
+
+    options = TrainOptions(output_dir=tmp_path / "run", dry_run=True, overrides=["launch.main_process_port=65535"])
+    with pytest.raises(PlacementError, match="2 policies reach 65536, past 65535"):
+        resolve_config(options)

@@ -110,10 +110,11 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
 
 def checked(loaded: LoadedRecipe) -> tuple[RunConfig, str]:
     """The loaded config and its source, once its task and splits are known to exist."""
-    from mutualrl.launch.plan.checks import check_model_context
+    from mutualrl.launch.plan.checks import check_model_context, check_ports
 
     check_task(loaded.config)
     check_model_context(loaded.config)
+    check_ports(loaded.config)
     return loaded.config, loaded.source
 
 

@@ -270,3 +270,12 @@ def check_model_context(config: RunConfig) -> None:
                 f"= {needed} tokens: more than policy {policy.name!r}'s model holds ({policy.model}: {positions} "
                 f"positions, {source}); lower them")
 
+
+def check_ports(config: RunConfig) -> None:
+    """Policy i meets its ranks on ``launch.main_process_port + i``: the last one must still be a port (<= 65535),
+    or every launch of that policy fails inside torch.distributed."""
+    last = config.launch.main_process_port + len(config.pool.policies) - 1
+    if last > 65535:
+        raise PlacementError(f"launch.main_process_port={config.launch.main_process_port}: policy i uses that port "
+                             f"+ i, and {len(config.pool.policies)} policies reach {last}, past 65535; lower it")
+
