@@ -153,7 +153,7 @@ class PoolRunner:
         log_fh = proc.log_path.open("ab")
         # Workers watch this pid and stop when it dies (training.watchdog): no orphans.
         env = {**os.environ, **proc.env, LAUNCHER_PID_ENV: str(os.getpid())}
-        proc.popen = subprocess.Popen(proc.argv, env=env, cwd=proc.cwd or spawn_dir(self.paths.root), stdout=log_fh,
+        proc.popen = subprocess.Popen(proc.argv, env=env, cwd=spawn_dir(self.paths.root, proc.cwd), stdout=log_fh,
                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                       pass_fds=self.settings.inherit_fds)
         log_fh.close()

@@ -12,9 +12,11 @@ from mutualrl.errors import DISK_FULL_EXIT, describe_free, free_bytes, is_storag
 from mutualrl.run_folder import read_tail
 
 
-def spawn_dir(root: Path) -> Path | None:
-    """Where a worker starts: the launcher's folder (None), or the run folder when that one was deleted since the
-    launch (a worker started in a deleted folder fails importing TRL)."""
+def spawn_dir(root: Path, planned: Path | None = None) -> Path | None:
+    """Where a worker starts: its planned folder (None: the launcher's), or the run folder when that one was
+    deleted since (a worker started in a deleted folder fails importing TRL; Popen refuses a missing one)."""
+    if planned is not None:
+        return planned if planned.is_dir() else root
     try:
         os.getcwd()
     except FileNotFoundError:
