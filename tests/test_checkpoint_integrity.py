@@ -168,3 +168,55 @@ def test_a_resume_proves_the_optimizer_state_came_with_it(tmp_path):
     (folder / "optimizer.pt").unlink()
     with pytest.raises(UsageError, match="checkpoint-4: no optimizer state"):
         resumed_optimizer_step(folder, {})
+
+
+def test_a_checkpoint_whose_trainer_state_names_another_step_is_skipped(tmp_path):
+    """Issue 42 case 2: global_step 3 inside checkpoint-4 was used silently (a duplicate train row for step 4)."""
+    paths = RunPaths(tmp_path)
+    for step in (2, 4):
+        build_checkpoint(paths.policy_dir("a") / f"checkpoint-{step}", "full", step, manifest=False)
+    state = paths.policy_dir("a") / "checkpoint-4" / "trainer_state.json"
+    state.write_text(json.dumps({"global_step": 3, "log_history": []}))
+    damaged: list[str] = []
+    assert common_checkpoint(paths, ["a"], damaged=damaged) == 2
+    assert "says global_step 3, but the folder is step 4" in damaged[0]
+    state.write_text("null")
+    assert "holds no global_step" in checkpoint_problem(state.parent)
+
+
+def test_a_corrupt_optimizer_of_the_right_size_falls_back_to_an_older_checkpoint(tmp_path):
+    """Issue 42 case 3: bytes changed inside optimizer.pt (same size) made every --resume fail on it."""
+    paths = RunPaths(tmp_path)
+    for step in (2, 4):
+        build_checkpoint(paths.policy_dir("a") / f"checkpoint-{step}", "full", step)
+    optimizer = paths.policy_dir("a") / "checkpoint-4" / "optimizer.pt"
+    data = bytearray(optimizer.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 16] = bytes(16)
+    optimizer.write_bytes(bytes(data))
+    damaged: list[str] = []
+    assert common_checkpoint(paths, ["a"], damaged=damaged) == 2
+    assert "optimizer.pt: damaged" in damaged[0] and "checksum" in damaged[0]
+
+
+def test_a_fifo_in_a_checkpoint_is_named_not_waited_on(tmp_path):
+    import os
+
+    folder = build_checkpoint(tmp_path / "checkpoint-2", "full", 2, manifest=False)
+    os.mkfifo(folder / "config.json.tmp.json")
+    assert "not a regular file" in checkpoint_problem(folder)
+
+
+def test_weights_with_a_byte_changed_are_caught_by_the_manifest_hash(tmp_path):
+    """Found by benchmarks/chaos_tamper.py: 32 bytes changed inside model.safetensors (same size) were resumed from,
+    and the policy died at its first generation on every --resume."""
+    paths = RunPaths(tmp_path)
+    for step in (2, 4):
+        build_checkpoint(paths.policy_dir("a") / f"checkpoint-{step}", "full", step)
+    weights = paths.policy_dir("a") / "checkpoint-4" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-64:-32] = bytes(range(32))
+    weights.write_bytes(bytes(data))
+    damaged: list[str] = []
+    assert common_checkpoint(paths, ["a"], damaged=damaged) == 2
+    assert "model.safetensors: damaged (its content changed" in damaged[0]

@@ -158,7 +158,7 @@ def test_reading_a_missing_or_bad_plan(tmp_path):
         LaunchPlan.read(tmp_path)
     (tmp_path / "launch").mkdir()
     (tmp_path / "launch" / "plan.json").write_text("{not json")
-    with pytest.raises(UsageError, match="not valid JSON"):
+    with pytest.raises(UsageError, match="plan.json: damaged, not JSON"):
         LaunchPlan.read(tmp_path)
 
 

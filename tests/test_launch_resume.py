@@ -74,7 +74,7 @@ def _checkpoint(paths: RunPaths, policy: str, step: int, complete: bool = True) 
     for name in ("optimizer.pt", "scheduler.pt", "rng_state.pth"):
         zipfile.ZipFile(folder / name, "w").close()
     if complete:
-        (folder / "trainer_state.json").write_text("{}")
+        (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
 
 
 def test_restart_step_is_the_last_complete_checkpoint_every_policy_has(tmp_path):
@@ -86,7 +86,7 @@ def test_restart_step_is_the_last_complete_checkpoint_every_policy_has(tmp_path)
     _checkpoint(paths, "b", 4, complete=False)  # killed while saving
     assert common_checkpoint(paths, ["a", "b"]) == 2
     _checkpoint(paths, "a", 6)
-    (paths.policy_dir("b") / "checkpoint-4" / "trainer_state.json").write_text("{}")
+    (paths.policy_dir("b") / "checkpoint-4" / "trainer_state.json").write_text(json.dumps({"global_step": 4}))
     assert common_checkpoint(paths, ["a", "b"]) == 4
     assert common_checkpoint(paths, ["a", "b"], max_steps=3) == 2  # never resume past max_steps
     assert common_checkpoint(paths, ["a", "b"], max_steps=1) is None
@@ -119,7 +119,9 @@ def test_rollback_rebuilds_the_merged_file_from_every_policy_row_up_to_the_step(
         assert kept == [0, 1, 2, 3]
         marker = tmp_path / "metrics" / f".{policy}.merged"
         assert int(marker.read_text()) == paths.policy_metrics(policy).stat().st_size  # nothing merged twice
-        assert sorted(p.name for p in (tmp_path / "eval" / policy).iterdir()) == ["step-000000.json"]
+        # step 5's result is validated again; step 2's (unreadable "{}", its row gone) is moved aside, not deleted
+        assert sorted(p.name for p in (tmp_path / "eval" / policy).iterdir()) == ["step-000000.json",
+                                                                                 "step-000002.json.damaged"]
 
 
 def test_rollback_exchange_removes_the_restart_step_and_later(tmp_path):

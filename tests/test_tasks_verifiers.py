@@ -272,3 +272,40 @@ def test_completion_text_from_chat_messages() -> None:
     assert completion_text("plain") == "plain"
     assert completion_text([{"role": "assistant", "content": "\\boxed{3}"}]) == "\\boxed{3}"
     assert completion_text({"role": "assistant", "content": "x"}) == "x"
+
+
+def test_extraction_is_linear_on_adversarial_completions():
+    """Issue 42 case 9: '\\boxed{' * 8000 took 28-50 s, a 1 MB completion of boxes 329 s."""
+    import time
+
+    from mutualrl.tasks.verifiers import extract_boxed
+
+    started = time.perf_counter()
+    assert extract_boxed("\\boxed{" * 8000) is None
+    assert extract_boxed("\\boxed{1}" * 60_000 + "\\boxed{" * 60_000) == "1"
+    assert extract_boxed("\\fbox" * 100_000 + "\\boxed{7}", strict=True) == "7"
+    assert time.perf_counter() - started < 3.0
+
+
+def test_a_completion_longer_than_its_tokens_can_decode_to_scores_zero_unread(caplog):
+    from mutualrl.tasks.reward import make_reward_function, max_completion_chars
+
+    class Vocab:
+        def get_vocab(self):
+            return {"a": 0, "Ġlongest": 1}
+
+    limit = max_completion_chars(Vocab(), 4)
+    assert limit == 4 * 16  # tokens shorter than 16 characters count as 16
+    reward = make_reward_function("gsm8k", "exact", max_chars=limit)
+    with caplog.at_level("WARNING", logger="mutualrl.reward"):
+        scores = reward(completions=["\\boxed{3}", "x" * (limit + 1) + "\\boxed{3}"], answer=["3", "3"])
+    assert scores == [1.0, 0.0]
+    assert "scored 0, not read" in caplog.text
+
+
+def test_a_huge_boxed_answer_is_not_given_to_math_verify(caplog):
+    from mutualrl.tasks.verifiers import MAX_PARSED_CHARS, math_equivalent
+
+    with caplog.at_level("WARNING", logger="mutualrl.reward"):
+        assert not math_equivalent("1+" * MAX_PARSED_CHARS + "1", "2")
+    assert "not parsed" in caplog.text

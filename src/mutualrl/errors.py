@@ -50,6 +50,11 @@ class PeerError(MutualRLError):
     """A peer policy failed, stalled or published unreadable records."""
 
 
+class RunFolderError(UsageError):
+    """A file of a run folder that is damaged: not JSON, the wrong JSON type, a special file (a FIFO), cut short;
+    the message names the file."""
+
+
 class StorageError(MutualRLError):
     """A write failed for lack of space or an I/O error; the message names the path and the free space.
 
@@ -64,7 +69,10 @@ DISK_FULL_EXIT = 28
 # errno -> how the message begins; anything else that carries one of the hints below is a write failure too
 # (torch.save reports a full disk as a RuntimeError such as "unexpected pos 704 vs 598" or "file write failed").
 _DISK_ERRNOS = {errno.ENOSPC: "no space left on", errno.EDQUOT: "disk quota exceeded on",
-                errno.EIO: "I/O error writing", errno.EROFS: "read-only file system at"}
+                errno.EIO: "I/O error writing", errno.EROFS: "read-only file system at",
+                errno.EACCES: "permission denied at", errno.EPERM: "operation not permitted at"}
+# A folder that cannot be written at all: space is not the cure.
+_NOT_WRITABLE = (errno.EROFS, errno.EACCES, errno.EPERM)
 STORAGE_MESSAGE_STARTS = (*_DISK_ERRNOS.values(), "could not write")
 
 
@@ -120,7 +128,8 @@ def storage_error(err: BaseException, path: str | os.PathLike[str]) -> StorageEr
         what = "no space left on" if free is not None and free < LOW_SPACE_BYTES else "could not write"
     else:
         return None
-    return StorageError(f"{what} {where} ({describe_free(free)}); free some space and run the command "
+    cure = ("make it writable (or choose another --output-dir)" if code in _NOT_WRITABLE else "free some space")
+    return StorageError(f"{what} {where} ({describe_free(free)}); {cure} and run the command "
                         "again (a run continues with `mutualrl train --resume`, losing nothing)")
 
 

@@ -8,9 +8,13 @@ full disk) is skipped and counted, never an error.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from mutualrl.errors import RunFolderError
 
 #: The run's metrics file, every policy's rows merged by the launcher.
 METRICS_FILE = "metrics.jsonl"
@@ -136,31 +140,132 @@ class RunPaths:
         return self.policy_eval_dir(policy) / f"step-{step:06d}.json"
 
 
+SEE_MARKER = ".mutualrl-see"
+
+
+def see_marker(see_root: Path) -> Path:
+    """Written into the exchange folder by the launcher as the pool starts: its disappearance mid-run means the
+    folder was deleted (workers re-create the folders they write, so only a file they never write tells)."""
+    return Path(see_root) / SEE_MARKER
+
+
 def machine_lock_name(machine: int) -> str:
     """The lock file of machine ``machine`` (0: the run lock) of a run on several machines."""
     return LOCK_NAME if machine == 0 else f"{LOCK_NAME}-machine-{machine}"
 
 
-def read_json(path: Path) -> Any:
-    return json.loads(path.read_text())
+MAX_JSON_BYTES = 256 * 1000 * 1000
+"""A run-folder JSON file larger than this is damaged (the largest, an eval result, holds a few MB)."""
+
+
+def read_bytes(path: Path, max_bytes: int = MAX_JSON_BYTES) -> bytes:
+    """The content of a regular file of the run folder; a FIFO, a device, a folder or an oversized file is a
+    :class:`RunFolderError` naming it (opened without blocking: a FIFO never hangs the reader)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise
+    except IsADirectoryError:
+        raise RunFolderError(f"{path}: a folder where a file belongs; remove it") from None
+    except OSError as err:
+        raise RunFolderError(f"{path}: cannot be read ({err.strerror or err})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RunFolderError(f"{path}: not a regular file (a FIFO, device or folder); remove it")
+        if info.st_size > max_bytes:
+            raise RunFolderError(f"{path}: {info.st_size} bytes, more than such a file ever holds; damaged")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            return fh.read()
+    except OSError as err:
+        raise RunFolderError(f"{path}: cannot be read ({err.strerror or err})") from None
+    finally:
+        os.close(fd)
+
+
+def read_tail(path: Path, max_bytes: int) -> bytes:
+    """The last ``max_bytes`` of a regular file (a log), without reading the rest; ``b""`` when it is missing,
+    unreadable or not a regular file (a FIFO never blocks the reader)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return b""
+    try:
+        size = os.fstat(fd).st_size
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        return os.pread(fd, max_bytes, max(0, size - max_bytes))
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+
+
+def read_json(path: Path, expect: type | tuple[type, ...] = dict) -> Any:
+    """A JSON file of the run folder, of type ``expect`` (default: an object); missing: ``FileNotFoundError``;
+    anything else wrong (not JSON, another type, a special file) is one :class:`RunFolderError` naming it."""
+    data = read_bytes(Path(path))
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise RunFolderError(f"{path}: damaged, not JSON ({err})") from None
+    if not isinstance(value, expect):
+        names = " or ".join(t.__name__ for t in (expect if isinstance(expect, tuple) else (expect,)))
+        raise RunFolderError(f"{path}: damaged, holds a JSON {type(value).__name__} where a {names} belongs")
+    return value
+
+
+def read_json_or(path: Path, default: Any = None, expect: type | tuple[type, ...] = dict) -> Any:
+    """:func:`read_json`, or ``default`` when the file is missing or damaged: for files whose loss costs nothing
+    (live status, heartbeats) and that their writer replaces soon."""
+    try:
+        return read_json(path, expect)
+    except (FileNotFoundError, RunFolderError):
+        return default
+
+
+def read_status(path: Path) -> dict[str, Any]:
+    """A policy's live status (``status/<policy>.json``) for the launcher's progress line: ``{}`` when missing or
+    damaged (its worker rewrites it at the next step), ``step`` and ``max_steps`` kept only as whole numbers,
+    ``phase`` only as text, figures only as numbers (whatever a hand or a bug wrote there)."""
+    status = read_json_or(path, {})
+    clean: dict[str, Any] = {}
+    for key, value in status.items():
+        if key in ("step", "max_steps"):
+            if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**53:
+                clean[key] = value
+        elif key == "phase":
+            if isinstance(value, str):
+                clean[key] = value[:200]
+        elif isinstance(value, (int, float, str)) and not isinstance(value, bool):
+            clean[key] = value
+    return clean
 
 
 def parse_metric_row(line: str) -> dict[str, Any] | None:
-    """One metrics line as its row; None when the line is damaged (not one whole JSON object)."""
+    """One metrics line as its row; None when the line is damaged: not one whole JSON object, or a ``step`` that is
+    not a whole number, a ``kind`` or ``policy`` that is not text (a hand edit: every reader would trip on it)."""
     try:
         row = json.loads(line)
     except json.JSONDecodeError:
         return None
-    return row if isinstance(row, dict) else None
+    if not isinstance(row, dict):
+        return None
+    step = row.get("step", 0)
+    if not isinstance(step, int) or isinstance(step, bool):
+        return None
+    return row if all(isinstance(row.get(key, ""), str) for key in ("kind", "policy")) else None
 
 
 def read_metric_rows(path: Path) -> tuple[list[tuple[str, dict[str, Any]]], int]:
     """(line, row) of every whole row of a metrics file (none when it does not exist), and how many damaged
     lines were skipped; blank lines are neither."""
-    if not path.exists():
+    try:
+        text = read_bytes(path, max_bytes=2**62).decode("utf-8", errors="replace")
+    except FileNotFoundError:
         return [], 0
     rows, damaged = [], 0
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for line in text.splitlines():
         row = parse_metric_row(line)
         if row is not None:
             rows.append((line, row))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 import typer
 
@@ -75,6 +74,10 @@ def run(argv: Sequence[str] | None = None) -> int:
     and keeps its traceback.
     """
     debug = os.environ.get("MUTUALRL_DEBUG", "") not in ("", "0")
+    if not working_dir_exists():  # libraries imported later (TRL) fail on it with a traceback
+        err_console.print("error: the current folder no longer exists (deleted or moved away): cd into an existing "
+                          "folder and run the command again", highlight=False, markup=False)
+        return 1
     command = typer.main.get_command(app)
     try:
         result = command.main(args=argv, prog_name="mutualrl", standalone_mode=False)
@@ -89,11 +92,19 @@ def run(argv: Sequence[str] | None = None) -> int:
     except OSError as err:
         if debug:
             raise
-        disk = storage_error(err, err.filename or Path.cwd())  # a full disk: the path and the free space
+        disk = storage_error(err, err.filename or os.sep)  # a full disk: the path and the free space
         where = f": {err.filename}" if getattr(err, "filename", None) else ""
         err_console.print(f"error: {disk or f'{err.strerror or err}{where}'}", highlight=False, markup=False)
         return 1
     return result if isinstance(result, int) else 0
+
+
+def working_dir_exists() -> bool:
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return False
+    return True
 
 
 def main() -> None:

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from mutualrl.config.plugins import import_plugins
 from mutualrl.config.schema import SCHEDULE_GRPO_FIELDS, RunConfig
 from mutualrl.config.trl_config import from_trl_config, grpo_key_hint
 from mutualrl.config.typed import ConfigError, build_dataclass, check_bounds, convert
+from mutualrl.config.yaml_strict import load_yaml
 from mutualrl.regimes.registry import get_regime, settings_regimes
 
 _FLOAT_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
@@ -99,10 +99,7 @@ def resolve_recipe(pool_or_path: str) -> Path:
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise ConfigError(str(path), "", f"not valid YAML: {err}") from None
+    data = load_yaml(path.read_text(), str(path))
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -150,10 +147,7 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     key = key.strip()
     if not key:
         raise ConfigError("--set", text, "empty key")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as err:
-        raise ConfigError("--set", key, f"value is not valid YAML: {err}") from None
+    value = load_yaml(raw, f"--set {key}") if raw.strip() else ""
     if isinstance(value, str) and _FLOAT_RE.match(value):
         value = float(value)  # YAML 1.1 reads 2e-6 (no dot) as a string
     return key.split("."), value
@@ -430,7 +424,7 @@ def check_grpo_fields(mapping: dict[str, Any], source: str, path: str) -> dict[s
 
 # Ranges of the GRPOConfig fields a recipe commonly sets (TRL checks few of them itself).
 GRPO_FIELD_BOUNDS: dict[str, dict[str, float]] = {
-    "learning_rate": {"gt": 0}, "seed": {"ge": 0}, "num_generations": {"ge": 2},
+    "learning_rate": {"gt": 0}, "seed": {"ge": 0, "le": 2**32 - 1}, "num_generations": {"ge": 2},  # numpy's range
     "per_device_train_batch_size": {"ge": 1}, "per_device_eval_batch_size": {"ge": 1},
     "gradient_accumulation_steps": {"ge": 1}, "steps_per_generation": {"ge": 1}, "num_iterations": {"ge": 1},
     "max_completion_length": {"ge": 1}, "max_prompt_length": {"ge": 1}, "temperature": {"gt": 0},

@@ -20,9 +20,15 @@ def write_resolved_config(paths: RunPaths, config: RunConfig, source: str) -> No
 
 
 def load_resolved_config(paths: RunPaths) -> RunConfig:
-    data = yaml.safe_load(paths.config.read_text())
-    if isinstance(data, dict):  # every policy process imports what the launcher imported (config/plugins.py)
-        import_plugins(data.get("plugins"))
+    """The run's config; a damaged one (not YAML, a FIFO, not a mapping) is one error naming the file."""
+    from mutualrl.config.typed import ConfigError
+    from mutualrl.config.yaml_strict import load_yaml
+    from mutualrl.run_folder import read_bytes
+
+    data = load_yaml(read_bytes(paths.config).decode("utf-8", errors="replace"), str(paths.config))
+    if not isinstance(data, dict):
+        raise ConfigError(str(paths.config), "", f"damaged: holds a {type(data).__name__}, not the run's settings")
+    import_plugins(data.get("plugins"))  # every policy process imports what the launcher imported (config/plugins.py)
     return build_dataclass(RunConfig, data, str(paths.config))
 
 

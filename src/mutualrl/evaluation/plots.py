@@ -37,7 +37,7 @@ from mutualrl.evaluation.plot_style import (
 )
 from mutualrl.evaluation.results import GROUP_KEY_PREFIX, REWARD_KEY_SUFFIX, group_rewards
 from mutualrl.regimes.registry import all_regimes
-from mutualrl.run_folder import RunPaths, read_metric_rows
+from mutualrl.run_folder import RunPaths, read_json, read_metric_rows
 
 OPTIMIZATION_KEYS = (("entropy", "entropy"), ("kl", "KL"))
 
@@ -76,11 +76,8 @@ def load_run(path: str | Path) -> RunData:
     if not paths.metrics.is_file():
         raise DataError(f"{path}: no {paths.metrics.name} (is it a run folder written by `mutualrl train`?)")
     info: dict[str, Any] = {}
-    if paths.run_json.is_file():
-        try:
-            info = json.loads(paths.run_json.read_text())
-        except json.JSONDecodeError as err:
-            raise DataError(f"{paths.run_json}: not valid JSON ({err})") from None
+    if paths.run_json.exists():
+        info = read_json(paths.run_json)  # damaged: one line naming it
     run = RunData(path=path, info=info, beta=recipe_beta(paths.config))
     rows, damaged = read_metric_rows(paths.metrics)
     if damaged:

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.atomic_io import write_json_atomic
-from mutualrl.errors import DataError
-from mutualrl.run_folder import RunPaths
+from mutualrl.errors import DataError, RunFolderError
+from mutualrl.run_folder import RunPaths, read_bytes
 
 MODEL_FORMAT = "mutualrl-model-eval"
 #: Validation-line keys of task groups: ``eval/group/<group>/reward@1``.
@@ -221,9 +221,9 @@ def save_eval_file(path: str | Path, results: list[ModelEvalResult], meta: dict[
 
 def _read_json(path: Path) -> Any:
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise DataError(f"{path}: cannot read ({err.strerror})") from None
+        text = read_bytes(path).decode("utf-8", errors="replace")  # a FIFO or a folder: named, never waited on
+    except (OSError, RunFolderError) as err:
+        raise DataError(f"{path}: cannot read ({getattr(err, 'strerror', None) or err})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:

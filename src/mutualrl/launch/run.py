@@ -13,8 +13,20 @@ from mutualrl.config.loader import LoadedRecipe, OptionSetting, load_run_config
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import StorageError, UsageError, storage_errors
 from mutualrl.launch.rundir.lock import RunLock, clear_run_folder, is_run_folder
-from mutualrl.launch.rundir.prepare import check_run_dir, discard_unstarted, prepare_launch, resume_changes
-from mutualrl.launch.rundir.record import finished_summary, mark_failed, mark_interrupted, write_run_json
+from mutualrl.launch.rundir.prepare import (
+    check_run_dir,
+    discard_unstarted,
+    never_started,
+    prepare_launch,
+    resume_changes,
+)
+from mutualrl.launch.rundir.record import (
+    finished_summary,
+    mark_ended,
+    mark_failed,
+    mark_interrupted,
+    write_run_json,
+)
 from mutualrl.launch.rundir.resume import ConfigChange, changes_training
 from mutualrl.launch.supervise.pool import run_pool
 from mutualrl.launch.supervise.signals import raise_if_interrupted, stop_signals
@@ -90,6 +102,10 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
     given = RunPaths(options.output_dir.resolve()).config if options.output_dir is not None else None
     if options.resume and options.pool is None and given is not None and given.is_file():
         return checked(load(str(given)))  # the folder is known: its own settings, the recipe is not read
+    if options.resume and options.pool is None and given is not None and given.parent.is_dir():
+        raise UsageError(f"--resume: {given.parent} holds no run to resume (no config.yaml: its start failed "
+                         "before training began, or it is no run folder); start it with the command you meant, "
+                         "without --resume (the folder is reused)")
     loaded = load(options.pool or DEFAULT_POOL)
     stored = RunPaths(run_dir_for(loaded.config)).config
     if options.resume and stored.is_file():  # the run's own settings; the options above still apply
@@ -103,7 +119,11 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
 
 def checked(loaded: LoadedRecipe) -> tuple[RunConfig, str]:
     """The loaded config and its source, once its task and splits are known to exist."""
+    from mutualrl.launch.plan.checks import check_model_context, check_ports
+
     check_task(loaded.config)
+    check_model_context(loaded.config)
+    check_ports(loaded.config)
     return loaded.config, loaded.source
 
 
@@ -222,13 +242,19 @@ def _train_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
         if finished is not None:  # nothing to train: no workers (several machines: all relaunch)
             return report_finished(paths, finished, console)
         mark_interrupted(paths)
-        if options.overwrite and not options.resume and is_run_folder(paths.root):  # a new folder has only .lock
-            clear_run_folder(paths.root)
+        if not options.resume and is_run_folder(paths.root) and (options.overwrite or never_started(paths)):
+            clear_run_folder(paths.root)  # a new folder has only .lock; a failed start's leftovers go
         try:
             with storage_errors(paths.root):  # a full disk anywhere: one line naming the path, run.json says so
                 return launch_locked(options, config, source, paths, console, lock, allowed)
         except StorageError as err:
             mark_failed(paths, str(err))
+            raise
+        except KeyboardInterrupt:
+            mark_ended(paths, "interrupted", "interrupted")
+            raise
+        except BaseException as err:  # whatever stopped the launcher, run.json never stays "running"
+            mark_ended(paths, "failed", f"launcher error: {type(err).__name__}: {str(err)[:500]}")
             raise
 
 

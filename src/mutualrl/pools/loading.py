@@ -60,3 +60,39 @@ def load_model(model: str, dtype: str = "auto", device: Any = None) -> Any:
     if device is not None:
         model_obj = model_obj.to(device)
     return model_obj
+
+
+def model_context(model: str) -> tuple[int, str] | None:
+    """(positions the model can attend to, where that was read) without loading or building it; None when it is
+    not known here (a hub model not in the local cache: the worker then finds out)."""
+    import json
+
+    if model.startswith(BUILTIN_PREFIX):
+        from mutualrl.pools import builtin, tiny
+
+        name = model[len(BUILTIN_PREFIX):]
+        if name in tiny.TINY_MODELS:
+            return tiny.TINY_MODELS[name].max_positions, f"builtin {name}"
+        folder = Path(builtin.get_builtin(name).ensure()) if builtin.get_builtin(name).is_cached() else None
+        config_file = folder / "config.json" if folder is not None else None
+    elif Path(model).is_dir():
+        config_file = Path(model) / "config.json"
+    else:
+        try:
+            from huggingface_hub import try_to_load_from_cache
+
+            cached = try_to_load_from_cache(model, "config.json")
+        except Exception:  # noqa: BLE001 - not a repo id, no cache: unknown
+            cached = None
+        config_file = Path(cached) if isinstance(cached, str) else None
+    try:
+        config = json.loads(config_file.read_text()) if config_file is not None and config_file.is_file() else {}
+    except (OSError, ValueError):
+        return None
+    config = config.get("text_config") or config if isinstance(config, dict) else {}
+    for key in ("max_position_embeddings", "n_positions"):
+        value = config.get(key) if isinstance(config, dict) else None
+        if isinstance(value, int) and value > 0:
+            return value, f"{config_file} {key}"
+    return None
+

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.atomic_io import append_text, write_text_atomic
+from mutualrl.run_folder import read_bytes
 
 CONSUMED_DIR = "_consumed"
 SKIP = "skip"
@@ -37,7 +38,7 @@ def log_path(see_root: Path | str, policy: str) -> Path:
 
 def parse_log(path: Path) -> list[dict[str, Any]]:
     try:
-        lines = path.read_text().splitlines()
+        lines = read_bytes(path, max_bytes=2**40).decode("utf-8", errors="replace").splitlines()
     except (FileNotFoundError, NotADirectoryError):
         return []
     return _parse_lines(lines)
@@ -47,9 +48,11 @@ def _parse_lines(lines: list[str]) -> list[dict[str, Any]]:
     rows = []
     for line in lines:
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except ValueError:  # a line being appended right now
             continue
+        if isinstance(row, dict) and all(isinstance(row.get(k, 0), int) for k in ("step", "until")):  # else damaged
+            rows.append(row)
     return rows
 
 
@@ -118,7 +121,7 @@ class LogTail:
             chunk = fh.read(size - self.offset)
         complete = chunk[: chunk.rfind(b"\n") + 1]  # keep a half-written last line for the next call
         self.offset += len(complete)
-        for row in _parse_lines(complete.decode().splitlines()):
+        for row in _parse_lines(complete.decode(errors="replace").splitlines()):
             if row.get("run_id") != self.run_id:
                 continue
             if row.get("kind") == REJOIN:

@@ -11,7 +11,6 @@ different prompt ids (the paper requires identical prompts at every step).
 
 from __future__ import annotations
 
-import json
 import os
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 import pyarrow.compute as pc
 
 from mutualrl.errors import UsageError
+from mutualrl.run_folder import read_json_or
 from mutualrl.see import files
 from mutualrl.see.consumed import read_consumption
 from mutualrl.see.errors import CorruptShardError
@@ -149,9 +149,8 @@ def _read_failure_markers(state: _Inspection, folder: str) -> None:
         state.add_file(Path(fentry.path), _temp_or(fentry.name, "failure"))
         if files.TEMP_RE.match(fentry.name) or not fentry.name.endswith(".json"):
             continue
-        try:
-            marker = json.loads(Path(fentry.path).read_bytes())
-        except (OSError, ValueError):
+        marker = read_json_or(Path(fentry.path), None)  # damaged, another type, a FIFO: said so
+        if marker is None:
             marker = {"policy": fentry.name[: -len(".json")], "reason": "unreadable failure marker"}
         marker.setdefault("policy", fentry.name[: -len(".json")])
         state.report.failures.append(marker)

@@ -29,7 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mutualrl.errors import MutualRLError
+from mutualrl.errors import MutualRLError, RunFolderError
+from mutualrl.run_folder import read_bytes
 from mutualrl.see import files
 from mutualrl.see.errors import PeerTimeoutError
 
@@ -43,9 +44,11 @@ def read_failure(root: Path | str, policy: str) -> dict[str, Any] | None:
     """The failure marker of ``policy`` (``None`` if there is none). An unreadable marker still counts as a failure."""
     path = files.failure_path(Path(root), policy)
     try:
-        raw = path.read_bytes()
+        raw = read_bytes(path)  # a FIFO or a folder in its place: unreadable, never waited on
     except FileNotFoundError:
         return None
+    except RunFolderError:
+        raw = b""
     try:
         marker = json.loads(raw)
         if not isinstance(marker, dict):

@@ -16,6 +16,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from mutualrl.errors import RunFolderError
+from mutualrl.run_folder import read_bytes
 from mutualrl.see import files
 from mutualrl.see.errors import CorruptShardError, SchemaMismatchError
 from mutualrl.see.files import CHECKSUM_ALGORITHM, MANIFEST_RE
@@ -44,12 +46,18 @@ class ShardInfo:
 def read_manifest(path: Path) -> dict[str, Any]:
     """Parse a committed manifest; :class:`CorruptShardError` if it is unreadable or incomplete."""
     try:
-        data = json.loads(path.read_bytes())
+        data = json.loads(read_bytes(path))
         for key in ("schema_version", "run_id", "policy", "step", "rank", "world_size", "rows", "bytes", "checksum"):
             data[key]  # noqa: B018 - presence check
+        for key in ("step", "rank", "world_size", "rows", "bytes"):  # a hand edit or a bug: never a traceback later
+            if not isinstance(data[key], int) or isinstance(data[key], bool) or data[key] < 0:
+                raise TypeError(f"{key} is {data[key]!r}, not a whole number")
+        for key in ("run_id", "policy", "checksum"):
+            if not isinstance(data[key], str):
+                raise TypeError(f"{key} is {data[key]!r}, not text")
     except FileNotFoundError:
         raise
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (OSError, ValueError, KeyError, TypeError, RunFolderError) as err:
         raise CorruptShardError(
             f"SEE manifest {path} is unreadable ({type(err).__name__}: {err}); the shard cannot be trusted",
             path=path,

@@ -9,6 +9,7 @@ task -- which is what a mixture like ``qa-mix`` needs.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -17,6 +18,15 @@ from mutualrl.tasks.base import Task
 from mutualrl.tasks.verifiers import completion_text
 
 RewardFunction = Callable[..., list[float]]
+log = logging.getLogger("mutualrl.reward")
+MIN_TOKEN_CHARS = 16
+
+
+def max_completion_chars(tokenizer: Any, max_tokens: int) -> int:
+    """The most characters ``max_tokens`` tokens of ``tokenizer`` can decode to: that many of its longest token
+    (as the vocabulary spells it, which is never shorter than its decoded text), at least 16 characters each."""
+    longest = max((len(token) for token in tokenizer.get_vocab()), default=MIN_TOKEN_CHARS)
+    return int(max_tokens) * max(longest, MIN_TOKEN_CHARS)
 
 
 def _expand(task_or_tasks: str | Task | Iterable[str | Task], verifier: str) -> dict[str, Task]:
@@ -36,7 +46,7 @@ def _expand(task_or_tasks: str | Task | Iterable[str | Task], verifier: str) -> 
 
 
 def make_reward_function(
-    task_or_tasks: str | Task | Iterable[str | Task], verifier: str = "default"
+    task_or_tasks: str | Task | Iterable[str | Task], verifier: str = "default", max_chars: int | None = None
 ) -> RewardFunction:
     """A TRL reward function scoring each completion with its row's task verifier.
 
@@ -46,6 +56,10 @@ def make_reward_function(
     The returned callable has the TRL signature ``f(prompts, completions, answer, task,
     **kwargs) -> list[float]``; ``completions`` may be strings or chat message lists. A row
     whose ``task`` is not among the given tasks is a :class:`~mutualrl.errors.DataError`.
+
+    ``max_chars`` bounds each call in size: a completion of at most ``max_completion_length`` tokens
+    cannot be longer than that many of its tokenizer's longest tokens (:func:`max_completion_chars`),
+    so a longer one is pathological (a bug, a hand-fed batch): it scores 0 with a warning, unread.
     """
     tasks = _expand(task_or_tasks, verifier)
     if not tasks:
@@ -77,7 +91,13 @@ def make_reward_function(
                         f"reward function: row {i} has task {name!r}, which this reward function does not score "
                         f"(it scores: {', '.join(tasks)})"
                     )
-            rewards.append(float(checker.score(completion_text(completion), str(gold))))
+            text = completion_text(completion)
+            if max_chars is not None and len(text) > max_chars:
+                log.warning("reward function: completion %d is %d characters, more than a completion within the "
+                            "length cap can decode to (%d characters): scored 0, not read", i, len(text), max_chars)
+                rewards.append(0.0)
+                continue
+            rewards.append(float(checker.score(text, str(gold))))
         return rewards
 
     verifier_reward.__name__ = "verifier"  # TRL logs rewards/<__name__>/mean

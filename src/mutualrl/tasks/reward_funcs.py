@@ -74,11 +74,12 @@ def resolve_reward_func(name: str, key: str = REWARD_FUNCS_KEY) -> Callable[...,
     return func
 
 
-def reward_functions(spec: RewardSpec) -> list[Callable[..., Any]]:
-    """The functions TRL's ``GRPOTrainer`` gets: the task's verifier (if any), then ``task.reward_funcs``."""
+def reward_functions(spec: RewardSpec, max_chars: int | None = None) -> list[Callable[..., Any]]:
+    """The functions TRL's ``GRPOTrainer`` gets: the task's verifier (if any, bounded in size by ``max_chars``:
+    :func:`mutualrl.tasks.reward.make_reward_function`), then ``task.reward_funcs``."""
     from mutualrl.tasks.reward import make_reward_function
 
-    funcs = [make_reward_function(spec.task, spec.verifier)] if spec.uses_verifier() else []
+    funcs = [make_reward_function(spec.task, spec.verifier, max_chars=max_chars)] if spec.uses_verifier() else []
     funcs += [resolve_reward_func(name, f"{REWARD_FUNCS_KEY}[{i}]") for i, name in enumerate(spec.funcs)]
     if not funcs:
         raise UsageError(f"task {spec.task!r} has no built-in verifier: name your reward functions in "

@@ -158,7 +158,7 @@ def local_has_split(folder: Path, split: str) -> bool:
 def read_local(path: Path, split: str) -> Rows:
     """Rows of ``split`` from a local file or folder (see the module docstring for the layouts)."""
     if path.is_file():
-        return Rows(read_local_file(path), str(path))
+        return non_empty(Rows(read_local_file(path), str(path)))
     if (path / "dataset_info.json").is_file() or (path / "dataset_dict.json").is_file():
         import datasets
 
@@ -170,7 +170,7 @@ def read_local(path: Path, split: str) -> Rows:
             if split not in loaded:
                 raise DataError(f"{path}: no split {split!r} (splits: {', '.join(loaded)})")
             loaded = loaded[split]
-        return Rows(loaded.to_list(), f"{path} [{split}]")
+        return non_empty(Rows(loaded.to_list(), f"{path} [{split}]"))
     files = _split_files(path, split)
     if not files:
         raise DataError(
@@ -181,7 +181,14 @@ def read_local(path: Path, split: str) -> Rows:
     for f in files:
         rows.extend(read_local_file(f))
     origin = str(files[0]) if len(files) == 1 else f"{path} [{split}: {len(files)} files]"
-    return Rows(rows, origin)
+    return non_empty(Rows(rows, origin))
+
+
+def non_empty(rows: Rows) -> Rows:
+    """An empty local file is a mistake (a failed export, the wrong file): said so, not later as "no prompt fits"."""
+    if not rows.rows:
+        raise DataError(f"{rows.origin}: holds no rows (the file is empty); point task.source at the data")
+    return rows
 
 
 # ---------------------------------------------------------------------------------------

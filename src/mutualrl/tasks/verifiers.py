@@ -30,7 +30,8 @@ from typing import Any
 
 VERIFIER_MODES = ("default", "exact", "equiv")
 
-_BOXED_COMMANDS = ("\\boxed", "\\fbox")
+MAX_PARSED_CHARS = 2000
+"""A boxed answer longer than this is not given to math-verify (no real answer is that long)."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -38,51 +39,52 @@ _BOXED_COMMANDS = ("\\boxed", "\\fbox")
 # ---------------------------------------------------------------------------------------
 
 
+_COMMAND_RE = {False: re.compile(r"\\(?:boxed|fbox)"), True: re.compile(r"\\boxed")}
+_BRACE_RE = re.compile(r"\\[{}]|[{}]")  # an escaped brace (\{ or \}) is content, not structure
+_BRACELESS_RE = re.compile(r" +([^\s$]+)")
+
+
+def _matching_braces(text: str) -> dict[int, int]:
+    """Position of each ``{`` that is closed -> position of its ``}``, in one pass over the braces (so
+    extraction stays linear on ``'\\boxed{' * 8000``, where scanning from every opening was quadratic)."""
+    closing: dict[int, int] = {}
+    stack: list[int] = []
+    for brace in _BRACE_RE.finditer(text):
+        if brace.end() - brace.start() == 2:
+            continue
+        if brace.group() == "{":
+            stack.append(brace.start())
+        elif stack:
+            closing[stack.pop()] = brace.start()
+    return closing
+
+
 def _boxed_spans(text: str, strict: bool = False) -> list[tuple[int, int, str]]:
-    """Every well-formed ``\\boxed{...}`` (or ``\\fbox{...}``, ``\\boxed 5``) as (start, end, content).
+    """Every well-formed ``\\boxed{...}`` (or ``\\fbox{...}``, ``\\boxed 5``) as (start, end, content), not looking
+    inside one already found; linear in ``len(text)``.
 
     ``strict``: only ``\\boxed{...}`` (the paper's ``\\boxed{}`` tokens).
     """
     spans: list[tuple[int, int, str]] = []
-    commands = ("\\boxed",) if strict else _BOXED_COMMANDS
-    i = 0
-    while True:
-        starts = [(text.find(cmd, i), cmd) for cmd in commands]
-        starts = [(pos, cmd) for pos, cmd in starts if pos >= 0]
-        if not starts:
-            return spans
-        start, cmd = min(starts)
-        j = start + len(cmd)
+    closing: dict[int, int] | None = None
+    resume_at = 0
+    for command in _COMMAND_RE[strict].finditer(text):
+        start, j = command.start(), command.end()
+        if start < resume_at:
+            continue  # inside the previous span
         if j < len(text) and text[j] == "{":
-            depth = 0
-            k = j
-            while k < len(text):
-                ch = text[k]
-                if ch == "\\" and k + 1 < len(text) and text[k + 1] in "{}":
-                    k += 2  # an escaped brace (\{ or \}) is content, not structure
-                    continue
-                if ch == "{":
-                    depth += 1
-                elif ch == "}":
-                    depth -= 1
-                    if depth == 0:
-                        break
-                k += 1
-            if depth == 0 and k < len(text):
+            closing = _matching_braces(text) if closing is None else closing
+            k = closing.get(j)
+            if k is not None:  # unbalanced (a completion cut by the length limit): not an answer
                 spans.append((start, k + 1, text[j + 1 : k]))
-                i = k + 1
-                continue
-            # Unbalanced (e.g. a completion cut off by the length limit): not an answer.
-            i = j
-            continue
-        if j < len(text) and text[j] == " " and not strict:
+                resume_at = k + 1
+        elif j < len(text) and text[j] == " " and not strict:
             # "\boxed 5": the MATH solutions' brace-less form; the argument ends at whitespace or "$".
-            m = re.match(r" +([^\s$]+)", text[j:])
+            m = _BRACELESS_RE.match(text, j)
             if m:
-                spans.append((start, j + m.end(), m.group(1)))
-                i = j + m.end()
-                continue
-        i = j
+                spans.append((start, m.end(), m.group(1)))
+                resume_at = m.end()
+    return spans
 
 
 def extract_boxed(text: str, strict: bool = False) -> str | None:
@@ -175,6 +177,10 @@ def math_equivalent(prediction: str, gold: str) -> bool:
         return False
     if _light_normalise(prediction) == _light_normalise(gold):
         return True
+    if len(prediction) > MAX_PARSED_CHARS:  # sympy is unbounded in time on it (no timeout off the main thread)
+        logging.getLogger("mutualrl.reward").warning("an answer of %d characters is not parsed (more than %d): "
+                                                     "not equal", len(prediction), MAX_PARSED_CHARS)
+        return False
     try:
         from math_verify import LatexExtractionConfig, parse, verify
     except ImportError as err:  # pragma: no cover - a declared dependency

@@ -8,14 +8,16 @@ silently without the optimizer's state (a fresh AdamW, which wrecks small models
 checkpoint counts only when :func:`checkpoint_problem` finds nothing:
 
 - **its manifest** (:data:`MANIFEST_NAME`, written last by :func:`write_manifest` once every
-  rank has saved) lists every file with its size: each must be there, exactly that long;
+  rank has saved) lists every file with its size: each must be there, exactly that long; and
+  the xxh3_128 of each safetensors file, which must still match (a byte changed in the weights);
 - **the files its kind needs** (checked with or without a manifest, so a checkpoint of an
   older version is judged too): trainer state, RNG state of every rank, and either the
   weights (full, sharded or a LoRA adapter) with ``optimizer.pt`` and ``scheduler.pt``, or
   under DeepSpeed ``latest`` and the ZeRO model and optimizer shards of every rank of the
   tag it names (the ranks are read from the per-rank files present);
 - **no file cut short**: JSON parses, a safetensors file is as long as its header says, a
-  torch file's zip directory (at its end) is readable. No tensor is read: it stays cheap.
+  torch file's members match their CRCs. Every byte of the weights and the optimizer is read once (GB/s):
+  the price of never resuming from garbage.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 import zipfile
+import zlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,8 @@ from mutualrl.errors import UsageError
 
 MANIFEST_NAME = "mutualrl-manifest.json"
 MANIFEST_FORMAT = "mutualrl-checkpoint-manifest"
+HASH_KEY = "xxh3_128"
+HASHED_SUFFIXES = (".safetensors",)
 TRAINER_STATE = "trainer_state.json"
 RANK_FILE_RE = re.compile(r"^(?:rng_state_|(?:bf16_)?zero_pp_rank_)(\d+)[_.]")
 ZERO_TAG_RE = re.compile(r"^global_step\d+$")
@@ -50,10 +55,24 @@ def checkpoint_files(folder: Path) -> dict[str, int]:
     return files
 
 
+def file_hash(path: Path) -> str:
+    """xxh3_128 of a file, read in 16 MB pieces (several GB/s: the file was just written, it is in the page cache)."""
+    import xxhash
+
+    digest = xxhash.xxh3_128()
+    with path.open("rb") as fh:
+        for piece in iter(lambda: fh.read(1 << 24), b""):
+            digest.update(piece)
+    return digest.hexdigest()
+
+
 def write_manifest(folder: Path, step: int) -> Path:
-    """Record ``folder`` as complete: called once every rank has saved, so it is the last file written."""
+    """Record ``folder`` as complete: called once every rank has saved, so it is the last file written. Weights in
+    safetensors carry no checksum of their own (torch files do: their zip CRCs), so theirs is recorded."""
+    files = checkpoint_files(folder)
+    hashes = {name: file_hash(folder / name) for name in files if name.endswith(HASHED_SUFFIXES)}
     return write_json_atomic(folder / MANIFEST_NAME, {
-        "format": MANIFEST_FORMAT, "version": 1, "step": int(step), "files": checkpoint_files(folder)})
+        "format": MANIFEST_FORMAT, "version": 1, "step": int(step), "files": files, HASH_KEY: hashes})
 
 
 def drop_manifest(folder: Path) -> None:
@@ -77,6 +96,12 @@ def manifest_problem(folder: Path) -> str | None:
             return f"{target}: missing (its manifest lists it)"
         if target.stat().st_size != size:
             return f"{target}: {target.stat().st_size} bytes, its manifest says {size}"
+    hashes = manifest.get(HASH_KEY) or {}
+    if not isinstance(hashes, dict):
+        return f"{path}: unreadable manifest ({HASH_KEY} is not a mapping)"
+    for name, digest in sorted(hashes.items()):
+        if (folder / str(name)).is_file() and file_hash(folder / str(name)) != digest:
+            return f"{folder / str(name)}: damaged (its content changed since it was saved: {HASH_KEY} differs)"
     return None
 
 
@@ -178,8 +203,24 @@ def safetensors_problem(path: Path) -> str | None:
     return None
 
 
+def torch_file_problem(path: Path) -> str | None:
+    """A torch file (a zip archive) cut short, or with a byte changed anywhere: every member is read against its
+    CRC (torch.load would fail on a damaged header, and load damaged tensor data silently). It reads the file
+    once (GB/s), the price of never resuming from garbage."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (OSError, EOFError, ValueError, NotImplementedError, zipfile.BadZipFile, zlib.error) as err:
+        return f"{path}: damaged ({err})"
+    return f"{path}: damaged ({bad} fails its checksum)" if bad is not None else None
+
+
 def content_problem(folder: Path) -> str | None:
-    """The first file of ``folder`` that is cut short or unreadable, or None."""
+    """The first file of ``folder`` that is cut short, unreadable or not a regular file (a FIFO would hang the
+    reader), or None."""
+    special = [p for p in sorted(folder.rglob("*")) if not p.is_dir() and not p.is_file()]
+    if special:
+        return f"{special[0]}: not a regular file (a FIFO, a device or a dangling link)"
     for path in sorted(folder.glob("*.json")):
         try:
             json.loads(path.read_text())
@@ -191,11 +232,28 @@ def content_problem(folder: Path) -> str | None:
             return problem
     for pattern in ("*.pt", "*.pth", "*.bin"):
         for path in sorted(folder.rglob(pattern)):
-            try:
-                with zipfile.ZipFile(path) as archive:
-                    archive.infolist()
-            except (OSError, zipfile.BadZipFile) as err:
-                return f"{path}: damaged ({err})"
+            problem = torch_file_problem(path)
+            if problem is not None:
+                return problem
+    return None
+
+
+def step_problem(folder: Path) -> str | None:
+    """``checkpoint-N`` whose trainer state (or manifest) says another step: resuming from it would log step N
+    twice, or leave the policies waiting on each other's steps. None when they agree (or it is no checkpoint-N)."""
+    named = re.match(r"^checkpoint-(\d+)$", folder.name)
+    if named is None:
+        return None
+    step = int(named.group(1))
+    for name, key in ((TRAINER_STATE, "global_step"), (MANIFEST_NAME, "step")):
+        try:
+            value = json.loads((folder / name).read_text())[key]
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            return f"{folder / name}: holds no {key} ({type(err).__name__})"
+        if not isinstance(value, int) or isinstance(value, bool) or value != step:
+            return f"{folder / name}: says {key} {value!r}, but the folder is step {step}; not resumed from"
     return None
 
 
@@ -207,7 +265,7 @@ def checkpoint_problem(folder: Path) -> str | None:
     missing = required_missing(folder)
     if missing:
         return f"{folder}: incomplete, missing {'; '.join(missing)}"
-    return manifest_problem(folder) or content_problem(folder)
+    return manifest_problem(folder) or content_problem(folder) or step_problem(folder)
 
 
 def resumed_optimizer_step(checkpoint: Path, optimizer_state: Mapping[Any, Any]) -> int | None:

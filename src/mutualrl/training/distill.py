@@ -32,7 +32,7 @@ from mutualrl.atomic_io import write_json_atomic
 from mutualrl.config.schema import PolicyConfig, RunConfig
 from mutualrl.errors import UnknownNameError, UsageError
 from mutualrl.regimes.standalone.spec import STANDALONE
-from mutualrl.run_folder import RunPaths
+from mutualrl.run_folder import RunPaths, read_json_or
 from mutualrl.see.harvest import Harvest, Success, harvest_successes, see_root_of
 
 #: Marks an output folder as written by `mutualrl distill` (``--overwrite`` deletes only such folders).
@@ -175,10 +175,7 @@ def plan_distill(options: DistillOptions) -> DistillPlan:
 
 
 def _run_status(paths: RunPaths) -> str:
-    try:
-        return str(json.loads(paths.run_json.read_text()).get("status", "unknown"))
-    except (OSError, ValueError):
-        return "unknown"
+    return str(read_json_or(paths.run_json, {}).get("status", "unknown"))
 
 
 def _check_output(output: Path, overwrite: bool) -> None:

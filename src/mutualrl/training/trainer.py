@@ -257,6 +257,12 @@ class MutualGRPOTrainer(GRPOTrainer):
         if checkpoint is None or self.is_deepspeed_enabled:
             return
         step = resumed_optimizer_step(Path(checkpoint), self.optimizer.state)
+        if step is not None and step != self.state.global_step and not self.args.fp16:  # fp16 skips overflowed steps
+            from mutualrl.errors import UsageError
+
+            raise UsageError(f"{checkpoint}: its optimizer state has taken {step} steps but its trainer state says "
+                             f"step {self.state.global_step}; `mutualrl train --resume` picks the newest "
+                             "checkpoint whose files agree")
         log.info("policy %s: resumed from %s with its optimizer state (step count %s)", self.policy_name,
                  checkpoint, "not kept by this optimizer" if step is None else step)
 

@@ -36,7 +36,7 @@ from mutualrl.errors import (
 from mutualrl.regimes.registry import get_regime
 from mutualrl.run_folder import RunPaths
 from mutualrl.training.trackers import guard_tracker_writes
-from mutualrl.training.watchdog import REJOIN_ENV, start_launcher_watchdog
+from mutualrl.training.watchdog import LAUNCHER_PID_ENV, REJOIN_ENV, start_launcher_watchdog
 
 log = logging.getLogger("mutualrl.worker")
 
@@ -53,12 +53,15 @@ def plan_overrides(paths: RunPaths, policy: str) -> dict[str, Any]:
 
     Without a plan (a worker started by hand) only the CPU safety settings apply.
     """
-    import json
+    from mutualrl.run_folder import read_json
 
     path = paths.planned_grpo(policy)
     if not path.exists():
+        if os.environ.get(LAUNCHER_PID_ENV):  # the launcher wrote it: gone means deleted, not "no plan"
+            raise UsageError(f"{path}: the launch plan of policy {policy!r} was deleted after the launch (the run "
+                             "folder's launch/ folder?); `mutualrl train --resume` plans the run again")
         return device_defaults()
-    return dict(json.loads(path.read_text()))
+    return read_json(path)
 
 
 def device_defaults() -> dict[str, Any]:
@@ -167,7 +170,9 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
 
     cadence = resolve_cadence(config.schedule, config.batch, args.num_iterations)
     scoring = reward_spec(config.task, {**config.grpo, **policy.grpo})  # training and validation score alike
-    reward = reward_functions(scoring)
+    from mutualrl.tasks.reward import max_completion_chars
+
+    reward = reward_functions(scoring, max_chars=max_completion_chars(tokenizer, args.max_completion_length))
     validation = ValidationCallback(
         paths, policy_name, config.regime.name, eval_examples, tokenizer, chat,
         every_steps=validation_interval(cadence, config.validation.every_steps),  # optimizer steps

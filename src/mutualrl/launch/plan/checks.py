@@ -266,3 +266,34 @@ def _does_not_fit(gpu: int, who: str, usable: float, gpu_memory_gib: float, shar
             f"does not fit in the {max(usable, 0.0):.1f} GiB left of its {gpu_memory_gib:.1f} GiB{vllm}; {fixes}give "
             f"the polic{'y' if users == 1 else 'ies'} more GPUs to shard over (--gpus / --device-map, with "
             f"--set launch.deepspeed=zero3), or train LoRA adapters")
+
+
+def check_model_context(config: RunConfig) -> None:
+    """A prompt of ``task.max_prompt_tokens`` plus a completion of ``grpo.max_completion_length`` must fit each
+    policy's model context (its position embedding): the dry run and the run refuse, before anything is written,
+    what would otherwise die as an IndexError inside the model. A model whose context is not known here passes."""
+    from mutualrl.pools.loading import model_context
+
+    for policy in config.pool.policies:
+        known = model_context(policy.model)
+        if known is None:
+            continue
+        positions, source = known
+        completion = {**config.grpo, **policy.grpo}.get("max_completion_length")
+        completion = completion if isinstance(completion, int) else 0  # unset: the prompt alone must fit
+        needed = config.task.max_prompt_tokens + completion
+        if needed > positions:
+            raise PlacementError(
+                f"task.max_prompt_tokens={config.task.max_prompt_tokens} + grpo.max_completion_length={completion} "
+                f"= {needed} tokens: more than policy {policy.name!r}'s model holds ({policy.model}: {positions} "
+                f"positions, {source}); lower them")
+
+
+def check_ports(config: RunConfig) -> None:
+    """Policy i meets its ranks on ``launch.main_process_port + i``: the last one must still be a port (<= 65535),
+    or every launch of that policy fails inside torch.distributed."""
+    last = config.launch.main_process_port + len(config.pool.policies) - 1
+    if last > 65535:
+        raise PlacementError(f"launch.main_process_port={config.launch.main_process_port}: policy i uses that port "
+                             f"+ i, and {len(config.pool.policies)} policies reach {last}, past 65535; lower it")
+

@@ -201,6 +201,16 @@ def build_launch_specs(
     return [per_machine[0] for per_machine in specs]
 
 
+def launch_dir(run_dir: Path) -> Path:
+    """Where workers start: the folder ``mutualrl train`` was started from (relative paths of the recipe are
+    read from there), or the run folder when that one was deleted during start-up (the CLI refuses to start
+    from a deleted folder; later, the run goes on from its own folder rather than fail)."""
+    try:
+        return Path.cwd()
+    except FileNotFoundError:
+        return run_dir
+
+
 def build_machine_specs(
     config: RunConfig,
     placement: Placement,
@@ -219,7 +229,7 @@ def build_machine_specs(
     first machine (machine 0: ``launch.main_address``), else a placeholder is shown.
     """
     run_dir = Path(run_dir).resolve()
-    cwd = Path(cwd or Path.cwd()).resolve()
+    cwd = Path(cwd or launch_dir(run_dir)).resolve()
     if parent_visible_devices is None:
         parent_visible_devices = os.environ.get("CUDA_VISIBLE_DEVICES")
     out = []

@@ -8,7 +8,6 @@ files there; ``render_plan`` prints it for ``mutualrl train --dry-run``.
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,7 +44,7 @@ from mutualrl.launch.plan.detect import Node, this_node
 from mutualrl.launch.plan.engine import engine_note, planned_engine
 from mutualrl.launch.plan.machines import plan_placement_nodes
 from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
-from mutualrl.run_folder import RunPaths
+from mutualrl.run_folder import RunPaths, read_json
 from mutualrl.training.trackers import check_trackers, policy_run_name
 
 PLAN_SCHEMA_VERSION = 1
@@ -226,11 +225,7 @@ class LaunchPlan:
         path = plan_path(run_dir)
         if not path.is_file():
             raise UsageError(f"{path}: no launch plan (the run was not planned by `mutualrl train`)")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise UsageError(f"{path}: not valid JSON ({err})") from None
-        return cls.from_json(data)
+        return cls.from_json(read_json(path))  # damaged, another type, a FIFO: one line naming it
 
 
 def plan_path(run_dir: Path) -> Path:

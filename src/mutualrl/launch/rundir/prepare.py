@@ -4,6 +4,7 @@ the resolved config of a new run, or roll a resumed run back to its restart step
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 
 from mutualrl.config.cadence import max_optimizer_steps
 from mutualrl.config.resolved import load_resolved_config, read_source, write_resolved_config
@@ -32,7 +33,7 @@ def check_run_dir(paths: RunPaths, resume: bool, overwrite: bool) -> None:
         check_no_escaping_symlinks(root)
         return
     content = [c for c in root.iterdir() if not is_coordination_entry(c.name)] if root.is_dir() else []
-    if not content:
+    if not content or never_started(paths):  # a failed start left only what it began: it is started again
         return
     if not overwrite:
         raise UsageError(f"run folder {root} already exists: use --resume to continue it, --overwrite to "
@@ -46,6 +47,12 @@ def discard_unstarted(paths: RunPaths) -> None:
 
     if paths.root.is_dir() and not paths.run_json.exists():
         shutil.rmtree(paths.root, ignore_errors=True)
+
+
+def never_started(paths: RunPaths) -> bool:
+    """A run folder whose start failed before its config was written (bad data, a typo): it holds nothing of a
+    run (prompts at most), so the corrected command starts it again instead of asking for ``--resume``."""
+    return paths.marker.is_file() and not paths.config.exists() and not paths.run_json.exists()
 
 
 def prepare_launch(paths: RunPaths, config: RunConfig, source: str, resume: bool, allowed: list[ConfigChange],
@@ -129,9 +136,12 @@ def prepare_resume(paths: RunPaths, config: RunConfig, allowed: list[ConfigChang
         console.print("resume: no checkpoint common to every policy yet: starting again from step 0", highlight=False)
         return config, None
     removed = rollback_exchange(paths.see_root(config.see.dir), step)
-    dropped = rollback_metrics(paths, policies, step)
-    console.print(f"resuming every policy from checkpoint-{step} (removed {removed} SEE step folders and "
-                  f"{dropped} metric rows after it; they are trained again)", highlight=False)
+    notes: list[str] = []
+    dropped = rollback_metrics(paths, policies, step, notes)
+    for note in notes:
+        console.print(f"[yellow]warning:[/] {escape(note)}", highlight=False, soft_wrap=True)
+    console.print(f"resuming every policy from checkpoint-{step} (removed {removed} SEE step folders; dropped "
+                  f"{dropped} metric rows after it or damaged: steps after it are trained again)", highlight=False)
     for policy in policies:  # stale status from the stopped run
         paths.status(policy).unlink(missing_ok=True)
     return config, step

@@ -19,16 +19,12 @@ from mutualrl.atomic_io import write_json_atomic
 from mutualrl.config.cadence import max_optimizer_steps
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import StorageError
-from mutualrl.run_folder import RunPaths, read_json
+from mutualrl.run_folder import RunPaths, read_json_or
 
 
 def read_record(paths: RunPaths) -> dict[str, Any]:
-    """The current record, or ``{}`` when there is none or it cannot be read."""
-    try:
-        info = read_json(paths.run_json)
-    except (OSError, ValueError):
-        return {}
-    return info if isinstance(info, dict) else {}
+    """The current record, or ``{}`` when there is none or it cannot be read (damaged, a FIFO, another type)."""
+    return read_json_or(paths.run_json, {})
 
 
 def finished_summary(paths: RunPaths, config: RunConfig) -> dict[str, Any] | None:
@@ -39,11 +35,8 @@ def finished_summary(paths: RunPaths, config: RunConfig) -> dict[str, Any] | Non
     target = max_optimizer_steps(config)
     if read_record(paths).get("status") != "done" or not isinstance(target, int) or target < 1:
         return None
-    try:
-        summary = read_json(paths.summary)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(summary, dict) or summary.get("lost"):
+    summary = read_json_or(paths.summary, None)
+    if summary is None or summary.get("lost"):
         return None
     trained = summary.get("policies") if isinstance(summary.get("policies"), dict) else {}
     finished = all(trained.get(p.name, {}).get("steps", 0) >= target and paths.final_model(p.name).is_dir()
@@ -86,6 +79,21 @@ def mark_interrupted(paths: RunPaths) -> None:
     info = read_record(paths)
     if info.get("status") == "running":
         write_json_atomic(paths.run_json, {**info, "status": "interrupted"})
+
+
+def mark_ended(paths: RunPaths, status: str, reason: str) -> bool:
+    """A launch that stopped on an exception: a record still saying "running" (this launch's) says ``status``
+    and why; a record that already says how the run ended is kept. False when nothing was written."""
+    if read_record(paths).get("status") != "running":
+        return False
+    if status == "failed":
+        return mark_failed(paths, reason)
+    try:
+        write_record(paths, {**read_record(paths), "status": status,
+                             "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    except (OSError, StorageError):
+        return False
+    return True
 
 
 def mark_failed(paths: RunPaths, reason: str) -> bool:

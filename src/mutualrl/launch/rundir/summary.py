@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rich.console import Console
@@ -12,15 +11,13 @@ from rich.table import Table
 from mutualrl.config.schema import RunConfig
 from mutualrl.evaluation.results import group_rewards
 from mutualrl.regimes.sgt.spec import RESCUE_LOGP_KEY, RESCUES_TOTAL_KEY
-from mutualrl.run_folder import METRICS_FILE, RunPaths, read_metric_rows
+from mutualrl.run_folder import METRICS_FILE, RunPaths, read_json_or, read_metric_rows
 
 
 def trained_steps(paths: RunPaths, policy: str, logged: int) -> int:
     """Optimizer steps from the trainer's final state (logged rows miss steps when logging_steps > 1)."""
-    try:
-        return int(json.loads((paths.final_model(policy) / "trainer_state.json").read_text())["global_step"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return logged
+    steps = read_json_or(paths.final_model(policy) / "trainer_state.json", {}).get("global_step")
+    return steps if isinstance(steps, int) and not isinstance(steps, bool) else logged
 
 
 #: Rescue log-probs are averaged over at most this many logged steps at each end of the run.
@@ -187,7 +184,13 @@ def print_comparison(comparison: dict[str, Any], console: Console) -> None:
     console.print(f"curves: mutualrl plot {comparison['run_dir']} {comparison['baseline_dir']}", highlight=False)
 
 
+MAX_REASON_CHARS = 2000
+
+
 def print_failure(outcome: Any, paths: RunPaths, console: Console) -> None:
+    """Why the run stopped: bounded, whatever a worker (or another machine) reported."""
+    if len(outcome.reason) > MAX_REASON_CHARS:
+        outcome.reason = f"{outcome.reason[:MAX_REASON_CHARS]} [... cut]"
     if outcome.extra.get("storage"):  # a full disk or an I/O error: the one line that says where is enough
         who = f" (policy {outcome.failed_policy}; the others were stopped)" if outcome.failed_policy else ""
         console.print(f"[bold red]error:[/] {escape(outcome.reason + who)}", highlight=False, soft_wrap=True)

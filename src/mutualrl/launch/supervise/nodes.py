@@ -29,7 +29,6 @@ shared folder (:class:`RemoteWatch`): a failure marker, a heartbeat older than
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import time
@@ -40,7 +39,7 @@ from typing import Any
 
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.errors import UsageError
-from mutualrl.run_folder import RunPaths
+from mutualrl.run_folder import RunPaths, read_json_or
 from mutualrl.see.liveness import freshest_heartbeat_age, read_failure
 
 REJOIN_S = 1.0
@@ -70,11 +69,8 @@ def local_address(toward: str) -> str:
 
 
 def read_entry(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    """A machines' coordination file (session, join, done), or None while it is missing or damaged."""
+    return read_json_or(path, None)
 
 
 def addresses(session: dict[str, Any]) -> dict[int, str]:

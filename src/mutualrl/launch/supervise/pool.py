@@ -17,6 +17,7 @@ from mutualrl.config.schema import RunConfig
 from mutualrl.launch.rundir.lock import RunLock
 from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSettings, RunOutcome
 from mutualrl.launch.supervise.signals import stop_signals
+from mutualrl.regimes.registry import get_regime
 from mutualrl.run_folder import RunPaths
 
 
@@ -45,7 +46,8 @@ def pool_settings(config: RunConfig, paths: RunPaths, lock: RunLock,
                         inherit_fds=(lock.fd,) if lock.fd is not None else (),
                         max_steps=max_optimizer_steps(config), peer_timeout_s=config.see.peer_timeout_s,
                         merge_metrics=config.launch.machine_rank == 0, on_peer_failure=config.see.on_peer_failure,
-                        max_restarts=config.see.max_restarts, restart_argv=restart_argv)
+                        max_restarts=config.see.max_restarts, restart_argv=restart_argv,
+                        watch_see=get_regime(config.regime.name).needs_exchange or config.see.record_standalone)
 
 
 def processes_from_plan(plan: Any, paths: RunPaths, resume_step: int | None) -> list[PolicyProcess]:

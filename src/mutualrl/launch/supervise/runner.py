@@ -15,7 +15,6 @@ launch`` group on GPUs). The runner
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -34,11 +33,18 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from mutualrl.errors import DISK_FULL_EXIT, StorageError, describe_free, free_bytes, is_storage_message
+from mutualrl.atomic_io import write_text_atomic
+from mutualrl.errors import RunFolderError, StorageError, is_storage_message
 from mutualrl.launch.rundir.metrics_merge import MetricsMerger
 from mutualrl.launch.supervise.signals import raise_if_interrupted
+from mutualrl.launch.supervise.worker_output import (  # noqa: F401 - re-exported
+    describe_exit,
+    spawn_dir,
+    storage_reason,
+    tail,
+)
 from mutualrl.regimes.registry import all_regimes
-from mutualrl.run_folder import RunPaths
+from mutualrl.run_folder import RunPaths, read_status, see_marker
 from mutualrl.see.liveness import freshest_heartbeat_age
 from mutualrl.training.watchdog import LAUNCHER_PID_ENV
 
@@ -88,6 +94,8 @@ class PoolSettings:
                                                                    "policy leave while the others go on."})
     max_restarts: int = field(default=0, metadata={"help": "see.max_restarts: how often a policy that left is "
                                                            "started again and rejoins."})
+    watch_see: bool = field(default=False, metadata={"help": "The pool exchanges through the SEE: a deleted SEE "
+                                                             "folder stops the run (its steps are gone)."})
     restart_argv: Callable[[str], tuple[list[str], int | None]] | None = field(
         default=None, metadata={"help": "A policy's restart command, resuming from its newest checkpoint, and that "
                                         "checkpoint's step (None: no restart)."})
@@ -146,16 +154,26 @@ class PoolRunner:
 
     # -- processes ------------------------------------------------------------------------
     def start(self) -> None:
+        if self.settings.watch_see:
+            write_text_atomic(see_marker(self.settings.see_root), f"{self.paths.root}\n")
         for proc in self.procs:
             self._spawn(proc)
+
+    def _check_see(self) -> None:
+        """The SEE folder of a pool that exchanges must outlive the run: deleted, its steps and consumption logs are
+        gone and the run cannot be trusted (workers would re-create empty folders and go on)."""
+        if self.settings.watch_see and not see_marker(self.settings.see_root).exists():
+            raise RunFolderError(f"the SEE folder {self.settings.see_root} was deleted while the run trained (its "
+                                 "marker is gone): the exchange's steps are lost; the run was stopped. `mutualrl "
+                                 "train --resume` starts again from the newest checkpoint")
 
     def _spawn(self, proc: PolicyProcess) -> None:
         proc.log_path.parent.mkdir(parents=True, exist_ok=True)
         log_fh = proc.log_path.open("ab")
         # Workers watch this pid and stop when it dies (training.watchdog): no orphans.
         env = {**os.environ, **proc.env, LAUNCHER_PID_ENV: str(os.getpid())}
-        proc.popen = subprocess.Popen(proc.argv, env=env, cwd=proc.cwd, stdout=log_fh, stderr=subprocess.STDOUT,
-                                      stdin=subprocess.DEVNULL, start_new_session=True,
+        proc.popen = subprocess.Popen(proc.argv, env=env, cwd=spawn_dir(self.paths.root, proc.cwd), stdout=log_fh,
+                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
                                       pass_fds=self.settings.inherit_fds)
         log_fh.close()
         proc.returncode = None
@@ -173,11 +191,7 @@ class PoolRunner:
         return self._status_of(proc.name)
 
     def _status_of(self, name: str) -> dict[str, Any]:
-        path = self.paths.status(name)
-        try:
-            return json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError):
-            return {}
+        return read_status(self.paths.status(name))
 
     # -- main loop ------------------------------------------------------------------------
     def run(self) -> RunOutcome:
@@ -203,6 +217,7 @@ class PoolRunner:
             with progress:
                 while True:
                     raise_if_interrupted()
+                    self._check_see()
                     new_rows = self._merge()
                     now = time.time()
                     lines, key = self._remote_progress(progress, tasks)
@@ -234,10 +249,11 @@ class PoolRunner:
             self._merge()
             return RunOutcome(False, {p.name: p.returncode for p in self.procs}, None, "interrupted",
                               seconds=time.time() - started)
-        except StorageError as err:  # the launcher's own write (merged metrics): stop the pool, say where
+        except (StorageError, RunFolderError) as err:  # the launcher's own write, a deleted SEE: stop, say why
             self._stop_all()
             return RunOutcome(False, {p.name: p.returncode for p in self.procs}, None, str(err),
-                              seconds=time.time() - started, extra={"storage": True})
+                              seconds=time.time() - started,
+                              extra={"storage": True} if isinstance(err, StorageError) else {})
         final_rows = self._merge()
         if not live:
             self._print_steps(final_rows)
@@ -389,28 +405,6 @@ class PoolRunner:
                 pass
 
 
-def describe_exit(returncode: int) -> str:
-    if returncode < 0:
-        try:
-            name = signal.Signals(-returncode).name
-        except ValueError:
-            name = f"signal {-returncode}"
-        return f"was killed by signal {name}"
-    return f"exited with code {returncode}"
-
-
-def storage_reason(log_path: Path, returncode: int, root: Path) -> str | None:
-    """A worker stopped by a full disk or an I/O error: its one-line error (the last ``error:`` line of its log),
-    or, when the log could not hold it, the run folder and its free space. None for any other failure."""
-    for line in reversed(tail(log_path, 5).splitlines()):
-        message = line.removeprefix("error: ")
-        if line.startswith("error: ") and is_storage_message(message):
-            return message
-    if returncode == DISK_FULL_EXIT:
-        return f"no space left on {root} ({describe_free(free_bytes(root))}; the worker's log could not say where)"
-    return None
-
-
 def describe_status(status: dict[str, Any]) -> str:
     return "  ".join([str(status.get("phase", "starting")), *metric_parts(status)])
 
@@ -429,11 +423,3 @@ def metric_parts(status: dict[str, Any]) -> list[str]:
 def step_line(row: dict[str, Any], total: int | None) -> str:
     """One log line for a merged ``kind: train`` metrics row (non-TTY progress)."""
     return "  ".join([f"{row.get('policy')}: step {row.get('step')}/{total or '?'}", *metric_parts(row)])
-
-
-def tail(path: Path, lines: int = 25) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
