@@ -100,12 +100,15 @@ def model_shapes(model: Any) -> dict[str, Any]:
             else:
                 frozen += size
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    heads = getattr(config, "num_attention_heads")
+    heads = config.num_attention_heads
+    # transformers 5 renamed the flag; reading the old name only warns
+    checkpointing = ("is_activation_checkpointing" if hasattr(type(model), "is_activation_checkpointing")
+                     else "is_gradient_checkpointing")
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     return {"kind": "model", "linear_frozen": frozen, "linear_trainable": trainable,
             "hidden": head.in_features, "vocab": head.out_features, "head_trainable": bool(head.weight.requires_grad),
             "layers": config.num_hidden_layers, "attn_width": heads * head_dim,
-            "gradient_checkpointing": bool(getattr(model, "is_gradient_checkpointing", False)),
+            "gradient_checkpointing": bool(getattr(model, checkpointing, False)),
             "torch_threads": torch.get_num_threads()}
 
 
