@@ -225,6 +225,10 @@ def summarize(prof: dict[str, Any]) -> dict[str, Any]:
     prof.update({"gemm_flops_per_s": rates, "flops_forward_backward": flops, "forward_backward_s": seconds,
                  "flops_split": used[-1]["flops_train"], "achieved_flops_per_s": flops / seconds,
                  "mfu_forward_backward": statistics.median(s["mfu_forward_backward"] for s in used)})
+    grad = [p for s in used for p in s["passes"] if p["grad"] and "completion" in p]
+    if grad:  # off Triton the fused head scores every position; the loss reads only the completions'
+        prof["head_scored_per_completion_token"] = sum(p["scored"] for p in grad) / max(
+            1, sum(p["completion"] for p in grad))
     return prof
 
 
@@ -241,7 +245,8 @@ def table(result: dict[str, Any]) -> str:
                        ("achieved GFLOP/s", lambda p: (p["achieved_flops_per_s"] or 0) / 1e9),
                        ("GEMM hh GFLOP/s", lambda p: p["gemm_flops_per_s"]["hh"] / 1e9),
                        ("GEMM hv GFLOP/s", lambda p: p["gemm_flops_per_s"]["hv"] / 1e9),
-                       ("MFU fwd+bwd", lambda p: p["mfu_forward_backward"])):
+                       ("MFU fwd+bwd", lambda p: p["mfu_forward_backward"]),
+                       ("head scored/compl.", lambda p: p.get("head_scored_per_completion_token", float("nan")))):
         lines.append(f"{label:<22}" + "".join(f"{get(result['policies'][n]):>16.3f}" for n in names))
     return "\n".join(lines)
 

@@ -124,11 +124,12 @@ def logps_wrapper(func):
             return func(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
         finally:
             rows, length = input_ids.shape
+            completion = int(attention_mask[:, -logits_to_keep:].sum())  # the positions the loss reads
             # TRL's fused head scores only labelled positions on Triton devices, every position elsewhere.
-            scored = (int(attention_mask[:, -logits_to_keep:].sum()) if _use_triton(input_ids.device)
-                      else rows * (length - 1))
+            scored = completion if _use_triton(input_ids.device) else rows * (length - 1)
             STATE.logps.append({"phase": STATE.phase, "grad": torch.is_grad_enabled(), "rows": rows,
                                 "length": length, "scored": scored, "keep": int(logits_to_keep),
+                                "completion": completion,
                                 "seconds": time.perf_counter() - start})
     wrapper.__wrapped__ = func
     return wrapper
