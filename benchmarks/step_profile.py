@@ -147,11 +147,12 @@ def run_pool(pool: str, regime: str, steps: int, out: Path, validation_limit: in
     inherited = os.environ.get("PYTHONPATH", "")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), str(site), inherited) if p),
            "MUTUALRL_STEP_PROFILE_OUT": str(profile), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
-    started = time.perf_counter()
+    started, load_before = time.perf_counter(), os.getloadavg()
     done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"mutualrl train failed ({done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    return {"argv": argv[1:], "run_dir": run_dir, "profile": profile, "seconds": time.perf_counter() - started}
+    return {"argv": argv[1:], "run_dir": run_dir, "profile": profile, "seconds": time.perf_counter() - started,
+            "loadavg_1_5_15": {"before": load_before, "after": os.getloadavg()}}  # others' work on a shared box
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -229,6 +230,10 @@ def summarize(prof: dict[str, Any]) -> dict[str, Any]:
     if grad:  # off Triton the fused head scores every position; the loss reads only the completions'
         prof["head_scored_per_completion_token"] = sum(p["scored"] for p in grad) / max(
             1, sum(p["completion"] for p in grad))
+        # "useful" MFU: the same time, FLOPs as if the head scored only the completion positions
+        useful = [mfu(step_flops(prof["model"], [{**p, "scored": p["completion"]} for p in s["passes"]], True),
+                      s["train_s"], rates) for s in used]
+        prof["mfu_forward_backward_completion_head"] = statistics.median(useful)
     return prof
 
 
@@ -246,7 +251,8 @@ def table(result: dict[str, Any]) -> str:
                        ("GEMM hh GFLOP/s", lambda p: p["gemm_flops_per_s"]["hh"] / 1e9),
                        ("GEMM hv GFLOP/s", lambda p: p["gemm_flops_per_s"]["hv"] / 1e9),
                        ("MFU fwd+bwd", lambda p: p["mfu_forward_backward"]),
-                       ("head scored/compl.", lambda p: p.get("head_scored_per_completion_token", float("nan")))):
+                       ("head scored/compl.", lambda p: p.get("head_scored_per_completion_token", float("nan"))),
+                       ("MFU, useful head", lambda p: p.get("mfu_forward_backward_completion_head", float("nan")))):
         lines.append(f"{label:<22}" + "".join(f"{get(result['policies'][n]):>16.3f}" for n in names))
     return "\n".join(lines)
 
@@ -268,6 +274,7 @@ def main() -> None:
 
     result = {"pool": args.pool, "regime": args.regime, "steps": args.steps, "run_seconds": run["seconds"],
               "command": "mutualrl " + " ".join(run["argv"][2:]), "cpu_count": os.cpu_count(),
+              "loadavg_1_5_15": run["loadavg_1_5_15"],
               "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
               "policies": policies}
     path = args.out / f"step-profile-{args.pool}-{args.regime}.json"

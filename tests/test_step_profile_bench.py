@@ -88,3 +88,6 @@ def test_step_profile_tiny(tmp_path: Path) -> None:
         assert prof["peak_rss_mib"] > 0 and prof["validation_s_per_prompt"] > 0
         assert prof["gemm_flops_per_s"]["hh"] > 0 and prof["flops_forward_backward"] > 0
         assert 0 < prof["mfu_forward_backward"] < 1
+        # on the CPU TRL's fused head scores every position, so counting only completions gives less
+        assert prof["head_scored_per_completion_token"] > 1
+        assert 0 < prof["mfu_forward_backward_completion_head"] < prof["mfu_forward_backward"]
