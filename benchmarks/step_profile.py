@@ -2,7 +2,8 @@
 
 Runs ``mutualrl train`` unchanged, with ``benchmarks/step_profile_hook.py`` loaded into the policy
 processes (a generated ``sitecustomize.py``; nothing in ``src/`` changes), and splits each optimizer
-step into: generation, reward, old/reference log-probs, SEE publish/read, barrier wait, regime work
+step into: generation, reward, old/reference log-probs (and the behaviour log-probs PRP scores before
+publishing, which the trainer counts in ``mutual/build_s``), SEE publish/read, barrier wait, regime work
 (THL and the regime's transform, PRP's peer scoring, SGT's extra forward), forward+backward, optimizer,
 and what is left (``rollout_other``: batching, advantages; ``other``: scheduler, zero_grad, callbacks).
 The SEE, wait and regime figures are the trainer's own ``mutual/*_s`` rows of ``RUN/metrics.jsonl``;
@@ -38,6 +39,8 @@ _prepare_inputs) / matmul rate, the rate measured in the same run after training
 policy's thread count, on the step's GEMM shapes: ``[T, h] @ [h, h]`` and ``[min(M, 4096), h] @ [h, c]``
 (TRL's token tile; ``c``: TRL's 32768-column vocabulary tile, narrowed so one GEMM stays near 1 GFLOP),
 combined in the step's FLOP proportions (body and attention at the first rate, the head at the second).
+``mfu_forward_backward_completion_head`` is the same with ``M`` = completion tokens: the work the loss
+needs, where the CPU path of the fused head does ``head_scored_per_completion_token`` times more.
 """
 
 from __future__ import annotations
@@ -105,12 +108,13 @@ def breakdown(step: dict[str, Any], metrics: dict[str, Any]) -> dict[str, float]
     trl, m = step.get("trl", {}), metrics
     get = lambda key: float(m.get(key) or 0.0)  # noqa: E731 - a regime that does not exchange logs none
     prepare = step.get("prepare_inputs_s", 0.0)
+    behaviour = sum(p["seconds"] for p in step.get("logps", []) if p["phase"] == "behaviour")  # inside build_s
     parts = {
         "generation": sum(v for k, v in trl.items() if k.startswith(("transformers.generate", "vLLM.generate",
                                                                        "sync_weights"))),
         "reward": trl.get("_calculate_rewards", 0.0),
-        "old_ref_logps": sum(p["seconds"] for p in step.get("logps", []) if p["phase"] == "rollout"),
-        "see_publish_read": get("mutual/build_s") + get("mutual/publish_s") + get("mutual/read_s"),
+        "old_ref_logps": behaviour + sum(p["seconds"] for p in step.get("logps", []) if p["phase"] == "rollout"),
+        "see_publish_read": get("mutual/build_s") - behaviour + get("mutual/publish_s") + get("mutual/read_s"),
         "barrier_wait": get("mutual/wait_s"),
         "regime": get("mutual/transform_s") + step.get("extra_loss_s", 0.0),
         "forward_backward": step.get("training_step_s", 0.0) - prepare - step.get("extra_loss_s", 0.0),
@@ -187,13 +191,17 @@ def gemm_rate(rows: int, inner: int, cols: int, threads: int, min_seconds: float
     import torch
 
     torch.set_num_threads(threads)
-    a, b = torch.randn(rows, inner), torch.randn(inner, cols)
-    out = torch.empty(rows, cols)
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # where the policies trained (not tried on a GPU yet)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    a, b = torch.randn(rows, inner, device=device), torch.randn(inner, cols, device=device)
+    out = torch.empty(rows, cols, device=device)
     torch.mm(a, b, out=out)  # first touch
     best, spent = float("inf"), 0.0
     while spent < min_seconds or best == float("inf"):
+        sync()
         start = time.perf_counter()
         torch.mm(a, b, out=out)
+        sync()
         took = time.perf_counter() - start
         best, spent = min(best, took), spent + took
     return 2.0 * rows * inner * cols / best

@@ -10,7 +10,8 @@ nothing -- and then wraps, on the class ``MutualGRPOTrainer``:
   (Trainer calls ``_prepare_inputs`` inside ``training_step``; GRPO generates there);
 - ``compute_loss`` and the regime's ``extra_loss`` (SGT's extra forward on a peer's success);
 - ``_get_per_token_logps_and_entropies``: its time and the shapes FLOPs are counted from, tagged by phase
-  (``rollout``: old/reference log-probs; ``exchange``: a regime's scoring in its transform, PRP;
+  (``rollout``: old/reference log-probs; ``behaviour``: the behaviour log-probs a regime publishes, scored
+  inside the SEE build when TRL kept none; ``exchange``: a regime's scoring in its transform, PRP;
   ``loss``: the training forward, with grad);
 - TRL's own ``ProfilingContext`` (generation, reward functions, weight sync): TRL only sends these to
   wandb/mlflow/trackio, so they are summed here per step;
@@ -217,6 +218,8 @@ def patch_trainer(module: Any, out: Path) -> None:
         regime = self.regime
         regime.extra_loss = timed("extra_loss", phased("extra", regime.extra_loss))
         regime.process_step = phased("exchange", regime.process_step)
+        # PRP scores its behaviour log-probs inside the SEE build (mutual/build_s): tell them apart
+        regime.ensure_behaviour_logps = phased("behaviour", regime.ensure_behaviour_logps)
         callback = make_callback(out)
         callback.trainer = self
         self.callback_handler.callbacks.insert(0, callback)

@@ -54,14 +54,15 @@ def test_mfu_is_ideal_time_over_actual_time() -> None:
 def test_breakdown_splits_a_step() -> None:
     step = {"step_s": 10.0, "prepare_inputs_s": 4.0, "training_step_s": 9.0, "extra_loss_s": 0.5, "optimizer_s": 0.6,
             "trl": {"transformers.generate": 2.0, "_calculate_rewards": 0.1, "_prepare_inputs": 4.0},
-            "logps": [{"phase": "rollout", "seconds": 0.4}, {"phase": "loss", "seconds": 2.0}]}
-    metrics = {"mutual/build_s": 0.1, "mutual/publish_s": 0.1, "mutual/read_s": 0.1, "mutual/wait_s": 0.5,
+            "logps": [{"phase": "rollout", "seconds": 0.4}, {"phase": "loss", "seconds": 2.0},
+                      {"phase": "behaviour", "seconds": 0.05}]}  # PRP: scored inside the SEE build
+    metrics = {"mutual/build_s": 0.15, "mutual/publish_s": 0.1, "mutual/read_s": 0.1, "mutual/wait_s": 0.5,
                "mutual/transform_s": 0.3}
     parts = profile.breakdown(step, metrics)
-    assert parts["generation"] == 2.0 and parts["reward"] == 0.1 and parts["old_ref_logps"] == 0.4
+    assert parts["generation"] == 2.0 and parts["reward"] == 0.1 and parts["old_ref_logps"] == pytest.approx(0.45)
     assert parts["see_publish_read"] == pytest.approx(0.3) and parts["barrier_wait"] == 0.5
     assert parts["regime"] == pytest.approx(0.8) and parts["forward_backward"] == pytest.approx(4.5)
-    assert parts["rollout_other"] == pytest.approx(4.0 - 2.0 - 0.1 - 0.4 - 0.3 - 0.5 - 0.3)
+    assert parts["rollout_other"] == pytest.approx(4.0 - 2.0 - 0.1 - 0.45 - 0.3 - 0.5 - 0.3)
     assert parts["other"] == pytest.approx(10.0 - 9.0 - 0.6)
     measured = sum(parts[k] for k in profile.PARTS)
     assert measured + parts["rollout_other"] + parts["other"] == pytest.approx(10.0)  # nothing counted twice
