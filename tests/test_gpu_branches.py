@@ -233,3 +233,23 @@ def test_training_loads_float32_weights_on_cuda_as_trl_does(monkeypatch):
     assert next(model.parameters()).dtype == torch.float32
     assert training_dtype("bfloat16") == "bfloat16"  # a dtype the recipe forces is kept
     assert load_model("builtin:tiny-bpe", "auto", device=None).dtype == torch.bfloat16  # inference keeps bf16
+
+
+def test_a_master_port_in_the_launchers_shell_never_reaches_the_policies(monkeypatch, tmp_path):
+    """Single-process CPU policies each pick their engine's port: an inherited MASTER_PORT=29500 (a user's shell,
+    or a test that let TRL write it into os.environ) would give two colocated engines the same port."""
+    from mutualrl.launch.run import TrainOptions, dry_run
+    from mutualrl.training import worker
+
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    plan = dry_run(TrainOptions(pool="tiny", overrides=["grpo.use_vllm=true"], output_dir=tmp_path / "run",
+                                dry_run=True))
+    assert {p.launch.env.get("MASTER_PORT") for p in plan.policies} == {"auto"}
+    monkeypatch.setenv("MASTER_PORT", "auto")
+    monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # set: prepare_cpu_vllm returns after the port
+    args = SimpleNamespace(use_vllm=True, use_cpu=True, vllm_mode="colocate")
+    model = SimpleNamespace(config=SimpleNamespace(head_dim=64, hidden_size=256, num_attention_heads=4))
+    worker.prepare_cpu_vllm(args, model, None, [], False, "p")
+    import os
+
+    assert os.environ["MASTER_PORT"].isdigit() and os.environ["MASTER_PORT"] != "29500"

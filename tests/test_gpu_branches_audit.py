@@ -217,6 +217,8 @@ def test_trl_gives_every_unset_master_port_the_same_first_choice(monkeypatch):
     import trl.trainer.utils as utils
 
     chosen = []
+    for key in ("MASTER_ADDR", "MASTER_PORT"):  # registered for undo: TRL writes them into os.environ, and a
+        monkeypatch.setenv(key, "")             # leaked MASTER_PORT=29500 reaches every later test's subprocesses
     for _ in range(2):  # two policies that check before either binds
         monkeypatch.delenv("MASTER_PORT", raising=False)
         monkeypatch.setattr(utils, "_is_port_free", lambda port: True)

@@ -91,7 +91,7 @@ def prepare_cpu_vllm(args: Any, model: Any, tokenizer: Any, examples: list, chat
     problem = head_dim_problem(model.config)
     if problem is not None:
         raise UsageError(f"policy {policy!r}: vLLM on the CPU: {problem}")
-    if os.environ.get("WORLD_SIZE", "1") == "1" and not os.environ.get("MASTER_PORT"):
+    if os.environ.get("WORLD_SIZE", "1") == "1" and os.environ.get("MASTER_PORT", "") in ("", "0", "auto"):
         # The engine's one-rank process group: TRL would try 29500 first, and two policies starting together
         # both find it free; the kernel's choice of a free port differs between processes.
         import socket

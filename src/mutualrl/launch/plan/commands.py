@@ -297,6 +297,8 @@ def _spec(config: RunConfig, index: int, placed: PolicyPlacement, gpus: int, run
                 f"{name}: DeepSpeed {deepspeed} on the CPU ({placed.num_processes} rank(s), launcher variables set by "
                 f"mutualrl); the first run compiles DeepSpeed's CPU ops into {env['TORCH_EXTENSIONS_DIR']}"
             )
+        elif placed.num_processes == 1:  # a colocated vLLM engine's one-rank group: the worker picks a free port,
+            env.update(MASTER_PORT="auto")  # never one the launcher's shell exported (shared by every policy)
         if placed.num_processes > 1:
             # accelerate launches several CPU ranks only through mpirun; torchrun sets RANK/WORLD_SIZE/...
             # and accelerate then runs MULTI_CPU over gloo.
