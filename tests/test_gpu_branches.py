@@ -253,3 +253,22 @@ def test_a_master_port_in_the_launchers_shell_never_reaches_the_policies(monkeyp
     import os
 
     assert os.environ["MASTER_PORT"].isdigit() and os.environ["MASTER_PORT"] != "29500"
+
+
+def test_vllm_validation_in_chunks_reports_each_chunk_as_the_transformers_path_reports_each_batch():
+    from mutualrl.assets.tokenizers import load_tokenizer
+    from mutualrl.evaluation.generate import evaluate_examples_llm
+    from mutualrl.tasks.base import TaskExample
+    from mutualrl.training.callbacks import running_total
+
+    examples = [TaskExample(prompt_id=f"p{i}", prompt=f"{i}+1=", answer=str(i + 1), task="synthetic-arith")
+                for i in range(5)]
+    heard, done = [], []
+    llm = SleepingLLM()
+    result = evaluate_examples_llm(llm, load_tokenizer("gpt2"), examples, max_new_tokens=4, chat_template=False,
+                                   model_name="p", progress=heard.append, chunk=2)
+    assert heard == [2, 2, 1] and llm.generated == 5 and len(result.records) == 5
+    total = running_total(done.append)
+    for n in heard:
+        total(n)
+    assert done == [2, 4, 5]

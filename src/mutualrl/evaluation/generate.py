@@ -158,8 +158,8 @@ def evaluate_examples(
     """Greedy reward@1 of ``model`` on ``examples`` (transformers backend).
 
     One completion per prompt (temperature 0, left padding, stop at EOS), each scored by
-    its example's task verifier. ``progress`` is called with the number of prompts finished
-    after every batch.
+    its example's task verifier. ``progress`` is called after every batch with how many
+    prompts it finished.
     """
     start = time.perf_counter()
     prompts = [prompt_token_ids(tokenizer, ex.for_policy(chat_template), chat_template) for ex in examples]
@@ -316,15 +316,16 @@ def evaluate_examples_llm(
     chunk: int | None = None,
 ) -> ModelEvalResult:
     """:func:`evaluate_examples` with a running vLLM engine (a training run's colocated one); with ``chunk``, the
-    prompts go to the engine ``chunk`` at a time and ``progress`` hears the count finished after each."""
+    prompts go to the engine ``chunk`` at a time and ``progress`` hears how many each one finished."""
     start = time.perf_counter()
     prompts = [prompt_token_ids(tokenizer, ex.for_policy(chat_template), chat_template) for ex in examples]
     size = max(1, chunk or len(prompts) or 1)
     completions: list[str] = []
     for at in range(0, len(prompts), size):
-        completions += greedy_with_llm(llm, tokenizer, prompts[at:at + size], max_new_tokens=max_new_tokens)
+        batch = greedy_with_llm(llm, tokenizer, prompts[at:at + size], max_new_tokens=max_new_tokens)
+        completions += batch
         if progress is not None:
-            progress(len(completions))
+            progress(len(batch))
     return vllm_result(model_name, examples, completions, max_new_tokens=max_new_tokens, chat_template=chat_template,
                        verifier=verifier, policy=policy, step=step, started=start, tokenizer=tokenizer)
 

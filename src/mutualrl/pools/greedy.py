@@ -14,6 +14,7 @@ from typing import Any
 from mutualrl.padding import pad_token_rows
 
 Progress = Callable[[int], None]
+"""Called after each batch with how many prompts it finished (an increment, as rich's ``advance``)."""
 
 
 def eos_token_ids(tokenizer: Any, model: Any = None) -> list[int]:

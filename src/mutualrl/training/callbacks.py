@@ -172,9 +172,9 @@ def validation_shard(examples: list, rank: int, world: int, tp: int = 1) -> tupl
 
 
 def running_total(report: Any) -> Any:
-    """``report(done)`` called with the count finished so far, from a progress that hears each batch's size
-    (transformers' path, :func:`mutualrl.pools.greedy.generate_greedy`): the status phase must change at each
-    batch for the launcher's stall clock to see it move."""
+    """``report(done)`` called with the count finished so far, from a progress that hears each batch's size (the
+    evaluation functions' :data:`~mutualrl.pools.greedy.Progress`): the status phase must change at each batch
+    for the launcher's stall clock to see it move."""
     done = [0]
 
     def add(count: int) -> None:
@@ -240,9 +240,10 @@ class ValidationCallback(TrainerCallback):
         shard, real, counts = validation_shard(self.examples, accelerator.process_index, accelerator.num_processes, tp)
         report = self.progress_reporter(state, step, len(shard))
         report(0)
+        finished = running_total(report)  # both backends report each batch's size
         started = time.perf_counter()
         if vllm:
-            result = self.validate_with_vllm(trainer, shard, step, report)
+            result = self.validate_with_vllm(trainer, shard, step, finished)
         else:
             with RngGuard(), unwrap_model_for_generation(
                 trainer.model_wrapped, accelerator, gather_deepspeed3_params=trainer.args.ds3_gather_for_generation
@@ -250,7 +251,7 @@ class ValidationCallback(TrainerCallback):
                 result = evaluate_examples(unwrapped, self.tokenizer, shard, max_new_tokens=self.max_new_tokens,
                                            batch_size=self.batch_size, chat_template=self.chat_template,
                                            model_name=self.policy, policy=self.policy, step=step,
-                                           verifier=self.verifier, progress=running_total(report))
+                                           verifier=self.verifier, progress=finished)
         result.records = result.records[:real] if counts else []  # the padding, and a TP group's copies, dropped
         if accelerator.num_processes > 1:  # every rank evaluated a shard: merge them on rank 0
             records = [r for shard_records in gather_object([result.records]) for r in shard_records]
