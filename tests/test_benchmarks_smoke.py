@@ -1,7 +1,7 @@
 """Every benchmark script runs end to end with tiny arguments (issue 28: none can rot unnoticed).
 
 Scripts with their own tests elsewhere: learning.py / tiny_sgt_dev.py (test_learning_bench.py),
-async_exchange.py, chaos.py, see_bandwidth.py, fidelity.py, gpu_smoke.py. The rest run here as a
+async_exchange.py, chaos.py, see_bandwidth.py, fidelity.py, gpu_smoke.py, step_profile.py. The rest run here as a
 user would start them, and their output is checked for the figures they promise (vllm_train_step.py's
 arithmetic is also tested by hand in test_vllm_train_step_bench.py).
 """
@@ -93,3 +93,12 @@ def test_vllm_train_step(tmp_path: Path) -> None:
     for policy in ("tiny-bpe", "tiny-sp"):  # step 2 of each run timed, both backends
         assert out["transformers_over_vllm"][policy]["step_time"]["ratio"] > 0
     assert out["transformers_over_vllm"]["wall_seconds"]["ratio"] > 0
+
+
+@pytest.mark.slow
+def test_chaos_tamper(tmp_path: Path) -> None:
+    """One tampering trial end to end (tests/test_chaos_tamper.py checks each damage class and the judge)."""
+    summary = last_json(run_script("chaos_tamper.py", "--trials", "1", "--seed", "3", "--out", str(tmp_path)))
+    assert summary["trials"] == 1 and summary["held"] == 1 and summary["failed_trials"] == []
+    assert summary["tracebacks"] == summary["hangs"] == summary["run_json_untrue"] == summary["silently_lost"] == 0
+    assert [c["command"] for c in summary["per_trial"][0]["commands"]] == ["resume", "see inspect", "plot"]
