@@ -46,9 +46,14 @@ def train_command(recipe: Path, run_dir: Path, *args: str) -> list[str]:
 
 def free_ports(count: int) -> int:
     """The first of ``count`` consecutive free ports (policy i rendezvouses on ``launch.main_process_port`` + i):
-    runs that start several ranks must not share the recipe's default port with another test's run."""
+    runs that start several ranks must not share the recipe's default port with another test's run.
+
+    Drawn below the kernel's ephemeral range (``ip_local_port_range``, 32768 and up on Linux): a port found free
+    there can be handed, before the run binds it, to any process's outgoing connection or ``bind(0)`` (a worker's
+    ``MASTER_PORT=auto``), which is how a CI run once failed with EADDRINUSE."""
+    low = ephemeral_range()[0]
     for _ in range(50):
-        start = random.randint(30000, 60000)
+        start = random.randint(20000, max(low - count - 1, 20100))
         try:
             for port in range(start, start + count):
                 with socket.socket() as sock:
@@ -57,6 +62,15 @@ def free_ports(count: int) -> int:
         except OSError:
             continue
     raise RuntimeError("no free ports")
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for ports it picks itself (Linux; 32768-60999 by default elsewhere)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 def child_env() -> dict[str, str]:
