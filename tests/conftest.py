@@ -1,40 +1,96 @@
-"""Test-session wiring: how end-to-end tests are spread over pytest-xdist's workers (``-n 2``).
+"""Test-session wiring: the runs tests share, and how tests are spread over pytest-xdist's workers (``-n 2``).
 
-The README's test command runs two workers (the box has 2 cores; an end-to-end test keeps ~1.4 of them
-busy, a fast test one). Under ``--dist loadgroup`` the tests of one ``xdist_group`` run one after another
-on one worker:
+Shared runs are session fixtures (:data:`SHARED_RUNS`): a test that reads the 3-step SGT run asks for
+``sgt_3_steps``, and the run is launched once per worker that has such a test.
 
-- every test that reads a shared session run (:func:`e2e_helpers.shared_train`) is in one group, so each
-  shared run is launched once, not once per worker; the multi-rank and DeepSpeed runs are among them
-  (they also take free ports, :func:`e2e_helpers.free_ports`, rather than the recipe's fixed one);
-- every other end-to-end test is grouped by its file (a file's tests often build one fixture);
-- the fast tests are spread one by one.
+The README's test command runs two workers (the box has 2 cores; an end-to-end test keeps ~1.4 of them busy,
+a fast test one). Under ``--dist loadgroup`` the tests of one ``xdist_group`` run one after another on one
+worker, so an expensive fixture is built once. A test's group follows from the fixtures it asks for
+(:func:`xdist_groups`): tests that share a module- or session-scoped fixture of this folder (a shared run, a
+module's built models) are one group, joined through every fixture they share; every other test, slow or
+fast, is spread freely. No file list to keep up to date: a test cannot read a shared run without asking for
+its fixture.
 
 Without xdist (``-p no:xdist``, or no ``-n``) the marks do nothing and everything runs in order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
-SHARED_RUN_FILES = frozenset({
-    "test_async_exchange_e2e.py", "test_learning_bench.py", "test_multirank_cpu.py", "test_progress_log.py",
-    "test_trackers_e2e.py", "test_train_e2e.py", "test_vllm_cpu.py",
-})
-"""Files whose tests read :func:`e2e_helpers.shared_train` runs or launch several CPU ranks or DeepSpeed."""
+from e2e_helpers import TINY, TINY_REGIMES_2_STEPS, TINY_SGT_3_STEPS, TINY_SGT_3_STEPS_OFF_LOCK_STEP, shared_train
+
+TESTS = Path(__file__).parent
 
 
-def xdist_group_of(path: Path, slow: bool) -> str | None:
-    """The xdist group a test of file ``path`` belongs to (None: spread freely)."""
-    if path.name in SHARED_RUN_FILES:
-        return "shared-runs"
-    return f"e2e:{path.name}" if slow else None
+@pytest.fixture(scope="session")
+def sgt_3_steps(tmp_path_factory):
+    """``TINY_SGT_3_STEPS``: 3 SGT steps and its standalone baseline; (run folder, finished process)."""
+    return shared_train(tmp_path_factory, *TINY_SGT_3_STEPS)
+
+
+@pytest.fixture(scope="session")
+def sgt_3_steps_off_lock_step(tmp_path_factory):
+    """``TINY_SGT_3_STEPS_OFF_LOCK_STEP``: the same 3 SGT steps through the staleness machinery."""
+    return shared_train(tmp_path_factory, *TINY_SGT_3_STEPS_OFF_LOCK_STEP)
+
+
+@pytest.fixture(scope="session", params=sorted(TINY_REGIMES_2_STEPS))
+def tiny_regime_2_steps(request, tmp_path_factory):
+    """2 tiny steps of regime ``request.param`` (a key of ``TINY_REGIMES_2_STEPS``; ask for one with
+    ``@pytest.mark.parametrize("tiny_regime_2_steps", ["xgrpo"], indirect=True)``); (run folder, process)."""
+    return shared_train(tmp_path_factory, *TINY, "--max-steps", "2", *TINY_REGIMES_2_STEPS[request.param])
+
+
+SHARED_SCOPES = frozenset({"session", "package", "module", "class"})
+
+
+def shared_fixture_keys(item: pytest.Item) -> list[str]:
+    """The expensive fixtures ``item`` shares with other tests: module- or wider-scoped fixtures defined in this
+    folder, not autouse (those are everywhere), keyed with the parameter the test takes of them."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    keys = []
+    for name in item.fixturenames:
+        definitions = info.name2fixturedefs.get(name) or ()
+        if not definitions:
+            continue
+        definition = definitions[-1]
+        if getattr(definition, "_autouse", False):
+            continue
+        source = Path(getattr(definition.func, "__code__").co_filename)
+        if definition.scope in SHARED_SCOPES and source.parent == TESTS:
+            keys.append(f"{name}[{params[name]}]" if name in params else name)
+    return keys
+
+
+def xdist_groups(tests: Iterable[tuple[str, list[str]]]) -> dict[str, str]:
+    """Test id -> group, for the tests that share a fixture: the connected parts of the graph whose edges join
+    the fixtures one test asks for (union-find), each named after its first fixture in sorted order."""
+    parent: dict[str, str] = {}
+
+    def root(key: str) -> str:
+        while parent.setdefault(key, key) != key:
+            parent[key] = parent[parent[key]]
+            key = parent[key]
+        return key
+
+    tests = list(tests)
+    for _, keys in tests:
+        for key in keys[1:]:
+            a, b = root(keys[0]), root(key)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    return {test: f"shared:{root(keys[0])}" for test, keys in tests if keys}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    groups = xdist_groups((item.nodeid, shared_fixture_keys(item)) for item in items)
     for item in items:
-        group = xdist_group_of(Path(str(item.fspath)), slow=item.get_closest_marker("slow") is not None)
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
+        if item.nodeid in groups:
+            item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))

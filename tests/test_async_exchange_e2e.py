@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from e2e_helpers import TINY_SGT_3_STEPS, TINY_SGT_3_STEPS_OFF_LOCK_STEP, assert_ok, child_env, shared_train
+from e2e_helpers import assert_ok, child_env
 from mutualrl.see.consumed import read_consumption
 
 POLICIES = ("tiny-bpe", "tiny-sp")
@@ -60,11 +60,11 @@ def kill_policy_at_step(proc: subprocess.Popen, run_dir: Path, policy: str, step
 
 
 @pytest.mark.slow
-def test_staleness_zero_off_the_lock_step_path_is_bit_identical(tmp_path_factory):
+def test_staleness_zero_off_the_lock_step_path_is_bit_identical(sgt_3_steps, sgt_3_steps_off_lock_step):
     """S = 0 through the staleness machinery (on_peer_failure=continue) trains exactly like the lock-step barrier."""
-    lock, done = shared_train(tmp_path_factory, *TINY_SGT_3_STEPS)  # the same 3 SGT steps, lock-step
+    lock, done = sgt_3_steps  # the same 3 SGT steps, lock-step
     assert_ok(done)
-    other, done = shared_train(tmp_path_factory, *TINY_SGT_3_STEPS_OFF_LOCK_STEP)  # test_trackers_e2e.py reads it too
+    other, done = sgt_3_steps_off_lock_step  # test_trackers_e2e.py reads it too
     assert_ok(done)
     for policy in POLICIES:
         a, b = final_weights(lock, policy), final_weights(other, policy)

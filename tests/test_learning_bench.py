@@ -59,12 +59,13 @@ def test_tiny_sgt_dev_rule_by_hand() -> None:
 
 
 @pytest.mark.slow
-def test_final_groups_evaluates_a_real_runs_final_weights(tmp_path_factory) -> None:
+@pytest.mark.parametrize("tiny_regime_2_steps", ["grpo-randpert"], indirect=True)
+def test_final_groups_evaluates_a_real_runs_final_weights(tiny_regime_2_steps) -> None:
     """Smoke: the benchmarks' whole-split evaluation runs `mutualrl eval` on a finished run and groups by family."""
-    from e2e_helpers import assert_ok, tiny_regime_run
+    from e2e_helpers import assert_ok
     from learning import final_groups
 
-    run_dir, done = tiny_regime_run(tmp_path_factory, "grpo-randpert")
+    run_dir, done = tiny_regime_2_steps
     assert_ok(done)
     groups = final_groups(run_dir, "tiny-bpe", "synthetic-arith", "train", limit=40)
     assert set(groups) == {"add", "sub"} and all(0.0 <= v <= 1.0 for v in groups.values())

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_helpers import TINY, TINY_SGT_3_STEPS, assert_ok, child_env, free_ports, shared_train
+from e2e_helpers import TINY, assert_ok, child_env, free_ports
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.inspect import inspect_exchange
 
@@ -42,8 +42,8 @@ def train_rows(run_dir: Path) -> dict[tuple[str, int], dict]:
 
 
 @pytest.mark.slow
-def test_two_cpu_ranks_per_policy_match_one_rank(tmp_path, tmp_path_factory):
-    one, done = shared_train(tmp_path_factory, *TINY_SGT_3_STEPS)  # the same run on 1 rank per policy
+def test_two_cpu_ranks_per_policy_match_one_rank(tmp_path, sgt_3_steps):
+    one, done = sgt_3_steps  # the same run on 1 rank per policy
     assert_ok(done)
     two = tmp_path / "two"
     train(two, "--set", "launch.cpu_processes=2")

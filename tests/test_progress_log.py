@@ -6,12 +6,13 @@ import re
 
 import pytest
 
-from e2e_helpers import assert_ok, tiny_regime_run
+from e2e_helpers import assert_ok
 
 
 @pytest.mark.slow
-def test_piped_run_prints_a_line_for_every_step_of_every_policy(tmp_path_factory):
-    _, done = tiny_regime_run(tmp_path_factory, "xgrpo")  # 2 steps; stdout is a pipe, as in a cluster log
+@pytest.mark.parametrize("tiny_regime_2_steps", ["xgrpo"], indirect=True)
+def test_piped_run_prints_a_line_for_every_step_of_every_policy(tiny_regime_2_steps):
+    _, done = tiny_regime_2_steps  # 2 steps; stdout is a pipe, as in a cluster log
     assert_ok(done)
     for policy in ("tiny-bpe", "tiny-sp"):
         steps = {int(m) for m in re.findall(rf"{policy}: step (\d+)/2", done.stdout)}

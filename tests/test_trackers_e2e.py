@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_helpers import TINY_SGT_3_STEPS_OFF_LOCK_STEP, assert_ok, shared_train, tiny_regime_run
+from e2e_helpers import assert_ok
 
 POLICIES = ("tiny-bpe", "tiny-sp")
 VALIDATION_TAGS = {"eval/reward@1", "eval/group/add/reward@1", "eval/group/sub/reward@1"}
@@ -35,9 +35,9 @@ def policy_rows(run_dir: Path, policy: str, kind: str) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_each_policy_is_its_own_tensorboard_run_with_its_metrics(tmp_path_factory):
+def test_each_policy_is_its_own_tensorboard_run_with_its_metrics(sgt_3_steps_off_lock_step):
     # the 3-step SGT run off the lock-step path (test_async_exchange_e2e.py checks its training)
-    run_dir, done = shared_train(tmp_path_factory, *TINY_SGT_3_STEPS_OFF_LOCK_STEP)
+    run_dir, done = sgt_3_steps_off_lock_step
     assert_ok(done)
     runs = tensorboard_runs(run_dir)
     by_policy = {policy: [folder for folder in runs if folder.parts[:2] == ("policies", policy)] for policy in POLICIES}
@@ -64,9 +64,10 @@ def test_each_policy_is_its_own_tensorboard_run_with_its_metrics(tmp_path_factor
 
 
 @pytest.mark.slow
-def test_tensorboard_event_files_carry_validation_reward_per_policy(tmp_path_factory):
+@pytest.mark.parametrize("tiny_regime_2_steps", ["xgrpo"], indirect=True)
+def test_tensorboard_event_files_carry_validation_reward_per_policy(tiny_regime_2_steps):
     # the shared 2-step xgrpo run (test_train_e2e.py checks its training) reports to TensorBoard
-    run_dir, done = tiny_regime_run(tmp_path_factory, "xgrpo")
+    run_dir, done = tiny_regime_2_steps
     assert_ok(done)
     runs = tensorboard_runs(run_dir)
     for policy in POLICIES:

@@ -9,16 +9,7 @@ import pyarrow as pa
 import pytest
 import yaml
 
-from e2e_helpers import (
-    TINY_REGIMES_2_STEPS,
-    TINY_SGT_3_STEPS,
-    assert_ok,
-    metric_lines,
-    run_train,
-    shared_train,
-    tiny_regime_run,
-    write_recipe,
-)
+from e2e_helpers import TINY_REGIMES_2_STEPS, assert_ok, metric_lines, run_train, write_recipe
 from mutualrl.see.exchange import ExperienceExchange
 from tiny_models import build_tiny_lm
 
@@ -154,9 +145,9 @@ def test_resume_after_kill_finishes_with_the_same_steps(tiny_pool, tmp_path):
 
 
 @pytest.mark.slow
-def test_sgt_on_the_tiny_pool_rescues_and_compares_with_its_standalone_baseline(tmp_path_factory):
+def test_sgt_on_the_tiny_pool_rescues_and_compares_with_its_standalone_baseline(sgt_3_steps):
     """The embedded pool's blind spots make SGT fire from the first step; --baseline prints the comparison."""
-    run_dir, done = shared_train(tmp_path_factory, *TINY_SGT_3_STEPS)
+    run_dir, done = sgt_3_steps
     assert_ok(done)
     train = metric_lines(run_dir)
     for policy in ("tiny-bpe", "tiny-sp"):
@@ -183,10 +174,11 @@ def test_sgt_on_the_tiny_pool_rescues_and_compares_with_its_standalone_baseline(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(TINY_REGIMES_2_STEPS))
-def test_every_other_regime_trains_two_steps_on_the_tiny_pool(tmp_path_factory, name):
+@pytest.mark.parametrize("tiny_regime_2_steps", list(TINY_REGIMES_2_STEPS), indirect=True)
+def test_every_other_regime_trains_two_steps_on_the_tiny_pool(tiny_regime_2_steps, request):
     """One run per regime (PRP with each ratio denominator), shared with the tracker test."""
-    run_dir, done = tiny_regime_run(tmp_path_factory, name)
+    run_dir, done = tiny_regime_2_steps
+    name = request.node.callspec.params["tiny_regime_2_steps"]
     assert_ok(done)
     train = metric_lines(run_dir)
     assert sorted((line["policy"], line["step"]) for line in train) == [(p, s) for p in POLICIES for s in (1, 2)]

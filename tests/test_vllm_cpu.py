@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_helpers import TINY, TINY_SGT_3_STEPS, assert_ok, child_env, shared_train
+from e2e_helpers import TINY, assert_ok, child_env
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.inspect import inspect_exchange
 
@@ -47,10 +47,10 @@ def rows(run_dir: Path, kind: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
+def runs(tmp_path_factory, sgt_3_steps) -> dict[str, Path]:
     """The 3-step SGT run with vLLM, and the shared one without it (e2e_helpers.TINY_SGT_3_STEPS: the same
     settings; tiny's recipe runs transformers generate on a CPU)."""
-    without, done = shared_train(tmp_path_factory, *TINY_SGT_3_STEPS)
+    without, done = sgt_3_steps
     assert_ok(done)
     assert not json.loads((without / "launch" / "plan.json").read_text())["policies"][0]["grpo"].get("use_vllm")
     return {"vllm": train(tmp_path_factory.mktemp("vllm") / "vllm", "--regime", "sgt", "--set", "grpo.use_vllm=true"),

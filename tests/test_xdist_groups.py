@@ -1,30 +1,71 @@
-"""The xdist grouping (tests/conftest.py) covers every test file that reads a shared run or rendezvous on the
-recipe's fixed port: a new such file left out would launch its shared runs twice or collide on the port."""
+"""The xdist grouping (tests/conftest.py): tests that share an expensive fixture are one group, joined through
+every fixture they share; the rest spread freely; and a shared run is only reachable through its fixture."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
-from conftest import SHARED_RUN_FILES, xdist_group_of
+import pytest
+from conftest import xdist_groups
 
 TESTS = Path(__file__).parent
-NEEDS_THE_SHARED_GROUP = re.compile(r"\b(shared_train|tiny_regime_run)\(|launch\.(cpu_processes=[2-9]|deepspeed=zero)")
+CALLS_A_SHARED_RUN = re.compile(r"\b(shared_train|tiny_regime_run)\(")
 
 
-def files_needing_the_shared_group() -> set[str]:
-    """End-to-end test files (a ``slow`` mark) that read a shared run or launch several ranks / DeepSpeed."""
-    return {path.name for path in TESTS.glob("test_*.py")
-            if "mark.slow" in (text := path.read_text()) and NEEDS_THE_SHARED_GROUP.search(text)}
+def test_tests_sharing_a_fixture_are_joined_through_every_fixture_they_share():
+    groups = xdist_groups([
+        ("a", ["sgt"]), ("b", ["sgt", "off_lock_step"]), ("c", ["off_lock_step"]),  # a-b-c joined through b
+        ("d", ["regime[xgrpo]"]), ("e", ["regime[prp]"]), ("f", []),
+    ])
+    assert groups["a"] == groups["b"] == groups["c"] == "shared:off_lock_step"  # named after its first fixture
+    assert groups["d"] == "shared:regime[xgrpo]" and groups["e"] == "shared:regime[prp]"  # one per parameter
+    assert "f" not in groups
 
 
-def test_every_file_with_a_shared_run_or_several_ranks_is_in_the_shared_group():
-    needed = files_needing_the_shared_group()
-    assert {"test_multirank_cpu.py", "test_train_e2e.py"} <= needed  # the scan finds what it looks for
-    assert needed - {"test_xdist_groups.py"} <= SHARED_RUN_FILES, needed - SHARED_RUN_FILES
+def test_no_test_launches_a_shared_run_except_through_its_fixture():
+    """A shared run launched from a test body would not be seen by the grouping: the run would be launched once
+    per worker that meets such a test, and a test using two runs could find them on different workers."""
+    callers = {path.name for path in TESTS.glob("test_*.py")
+               if path.name != Path(__file__).name and CALLS_A_SHARED_RUN.search(path.read_text())}
+    assert callers == set()
+    assert CALLS_A_SHARED_RUN.search("    run, done = shared_train(tmp_path_factory, *TINY)")  # the scan can fail
 
 
-def test_groups():
-    assert xdist_group_of(TESTS / "test_train_e2e.py", slow=False) == "shared-runs"
-    assert xdist_group_of(TESTS / "test_chaos.py", slow=True) == "e2e:test_chaos.py"
-    assert xdist_group_of(TESTS / "test_config.py", slow=False) is None
+SHOW_GROUPS = """
+def pytest_collection_finish(session):
+    for item in session.items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark:
+            print("xdist-group", item.nodeid, mark.args[0])
+"""
+
+
+@pytest.mark.slow
+def test_collected_groups_of_the_shared_runs(tmp_path):
+    """Collected as the README's command collects: the readers of one shared run are one group, a test with no
+    shared fixture is in none."""
+    (tmp_path / "show_groups.py").write_text(SHOW_GROUPS)
+    files = ["test_train_e2e.py", "test_vllm_cpu.py", "test_progress_log.py", "test_trackers_e2e.py",
+             "test_async_exchange_e2e.py"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist", "-p", "show_groups",
+                          "-p", "no:cacheprovider", *(f"tests/{name}" for name in files)],
+                         cwd=TESTS.parent, capture_output=True, text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    shown = dict(re.findall(r"^xdist-group (\S+) (\S+)$", out.stdout, re.M))
+    sgt = shown["tests/test_vllm_cpu.py::test_every_policy_trains_with_its_own_synced_engine"]
+    assert sgt in ("shared:runs", "shared:sgt_3_steps")  # joined through test_vllm_cpu.py's module fixture `runs`
+    for test in ("test_train_e2e.py::test_sgt_on_the_tiny_pool_rescues_and_compares_with_its_standalone_baseline",
+                 "test_async_exchange_e2e.py::test_staleness_zero_off_the_lock_step_path_is_bit_identical",
+                 "test_trackers_e2e.py::test_each_policy_is_its_own_tensorboard_run_with_its_metrics"):
+        assert shown[f"tests/{test}"] == sgt, test
+    xgrpo = "shared:tiny_regime_2_steps[xgrpo]"
+    for test in ("test_progress_log.py::test_piped_run_prints_a_line_for_every_step_of_every_policy[xgrpo]",
+                 "test_train_e2e.py::test_every_other_regime_trains_two_steps_on_the_tiny_pool[xgrpo]"):
+        assert shown[f"tests/{test}"] == xgrpo, test
+    assert shown["tests/test_train_e2e.py::test_two_policies_exchange_records_every_step"] == "shared:tiny_pool"
+    assert "tests/test_async_exchange_e2e.py::test_continue_lets_the_survivor_finish_when_a_peer_is_killed" not in shown
