@@ -283,12 +283,6 @@ def plan_without_launch(config: RunConfig, run_dir: Path, gpu_memory_gib: float 
     return plan
 
 
-def dry_run(options: TrainOptions, gpu_memory_gib: float | None = None) -> Any:
-    """The plan ``mutualrl train --dry-run`` makes for ``options`` (the same code path)."""
-    config, _ = resolve_config(options)
-    return plan_without_launch(config, run_dir_for(config), gpu_memory_gib)
-
-
 def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: RunPaths, console: Console,
                   lock: RunLock, allowed: list[ConfigChange] | None = None) -> int:
     """Prepare (or roll back), launch and watch the pool; ``lock`` is held and passed on to every worker.
