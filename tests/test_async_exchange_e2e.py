@@ -14,7 +14,7 @@ import pytest
 from safetensors.torch import load_file
 
 from e2e_helpers import TINY_SGT_3_STEPS, TINY_SGT_3_STEPS_OFF_LOCK_STEP, assert_ok, child_env, shared_train
-from mutualrl.see.consumed import read_consumption
+from mutualrl.see.consumption_log import read_consumption
 
 POLICIES = ("tiny-bpe", "tiny-sp")
 

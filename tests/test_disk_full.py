@@ -134,7 +134,7 @@ def test_run_json_says_failed_and_why_even_when_no_new_file_fits(tmp_path, monke
         raise StorageError(f"no space left on {path} (0 B free)")
 
     monkeypatch.setattr(run_record, "write_json_atomic", full)  # only an in-place rewrite can work
-    assert run_record.mark_failed(paths, f"no space left on {tmp_path}/metrics.jsonl (0 B free)")
+    assert run_record.mark_run_failed(paths, f"no space left on {tmp_path}/metrics.jsonl (0 B free)")
     record = json.loads(paths.run_json.read_text())
     assert record["status"] == "failed" and record["reason"].startswith("no space left on ")
     assert record["started"] == "then" and record["pool"] == "tiny"

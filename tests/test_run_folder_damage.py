@@ -149,7 +149,7 @@ def test_a_see_manifest_of_wrong_types_or_a_fifo_is_a_corrupt_shard_naming_it(tm
 
 
 def test_damaged_consumption_log_lines_are_skipped_not_a_traceback(tmp_path):
-    from mutualrl.see.consumed import log_path, parse_log, rollback_log
+    from mutualrl.see.consumption_log import log_path, parse_log, rollback_log
 
     path = log_path(tmp_path, "a")
     path.parent.mkdir(parents=True)

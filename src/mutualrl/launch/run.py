@@ -23,8 +23,8 @@ from mutualrl.launch.rundir.prepare import (
 from mutualrl.launch.rundir.record import (
     finished_summary,
     mark_ended,
-    mark_failed,
     mark_interrupted,
+    mark_run_failed,
     write_run_json,
 )
 from mutualrl.launch.rundir.resume import ConfigChange, changes_training
@@ -248,7 +248,7 @@ def _train_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
             with storage_errors(paths.root):  # a full disk anywhere: one line naming the path, run.json says so
                 return launch_locked(options, config, source, paths, console, lock, allowed)
         except StorageError as err:
-            mark_failed(paths, str(err))
+            mark_run_failed(paths, str(err))
             raise
         except KeyboardInterrupt:
             mark_ended(paths, "interrupted", "interrupted")

@@ -23,7 +23,7 @@ from mutualrl.see.errors import (
     ShardMissingError,
 )
 from mutualrl.see.exchange import ExperienceExchange
-from mutualrl.see.liveness import clear_failure, mark_failed, read_failure
+from mutualrl.see.liveness import clear_failure, mark_policy_failed, read_failure
 from mutualrl.see.shards import ShardInfo, load_shard
 from mutualrl.see.provenance import collect_provenance
 from mutualrl.see.schema import (
@@ -58,7 +58,7 @@ __all__ = [
     "clear_failure",
     "collect_provenance",
     "load_shard",
-    "mark_failed",
+    "mark_policy_failed",
     "ragged",
     "read_failure",
     "validate_table",

@@ -312,13 +312,13 @@ class PoolRunner:
         """Under ``see.on_peer_failure=continue``, let a failed policy leave while another still trains: mark it
         failed (its peers drop it at their next exchange) and go on. False: stop the pool (as under ``stop``).
         Only this machine's policies can leave; a failure reported from another machine stops the pool."""
-        from mutualrl.see.liveness import mark_failed
+        from mutualrl.see.liveness import mark_policy_failed
 
         others = [p for p in self.procs if p is not proc and p.name not in self.lost]
         if self.settings.on_peer_failure != "continue" or not any(p.returncode is None for p in others):
             return False  # nobody left to go on: the run failed
         try:
-            mark_failed(self.settings.see_root, proc.name, f"policy process {reason}")
+            mark_policy_failed(self.settings.see_root, proc.name, f"policy process {reason}")
         except Exception:  # pragma: no cover - best effort
             pass
         self.lost[proc.name] = {"step": proc.last_step, "reason": reason, "log_tail": tail(proc.log_path, 5)}
@@ -367,11 +367,11 @@ class PoolRunner:
         return None
 
     def _handle_failure(self, policy: str, reason: str, started: float) -> RunOutcome:
-        from mutualrl.see.liveness import mark_failed
+        from mutualrl.see.liveness import mark_policy_failed
 
         failed = next((p for p in self.procs if p.name == policy), None)  # None: a policy on another machine
         try:
-            mark_failed(self.settings.see_root, policy, f"policy process {reason}")
+            mark_policy_failed(self.settings.see_root, policy, f"policy process {reason}")
         except Exception:  # pragma: no cover - best effort
             pass
         # Peers notice the marker at their next barrier and exit non-zero naming the peer.
