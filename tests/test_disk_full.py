@@ -114,7 +114,7 @@ def test_a_write_failure_without_errno_is_named_only_when_the_disk_is_nearly_ful
 
 
 def test_a_worker_stopped_by_a_full_disk_is_reported_from_its_log_or_its_exit_code(tmp_path):
-    from mutualrl.launch.supervise.runner import storage_reason
+    from mutualrl.launch.supervise.worker_output import storage_reason
 
     log = tmp_path / "a.log"
     log.write_text("step 3\nerror: no space left on /run/see/step-000003/a (0 B free); free some space\n")

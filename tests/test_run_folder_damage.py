@@ -11,7 +11,8 @@ import pytest
 from mutualrl.errors import RunFolderError
 from mutualrl.evaluation.results import ModelEvalResult, PromptResult
 from mutualrl.launch.rundir.metrics_merge import rollback_metrics
-from mutualrl.launch.supervise.runner import PoolRunner, PoolSettings, tail
+from mutualrl.launch.supervise.runner import PoolRunner, PoolSettings
+from mutualrl.launch.supervise.worker_output import tail
 from mutualrl.run_folder import RunPaths, read_json, read_json_or, read_metric_rows, read_status
 
 

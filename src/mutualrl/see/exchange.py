@@ -40,7 +40,8 @@ from mutualrl.see.liveness import (
     write_heartbeat,
 )
 from mutualrl.see.provenance import refresh_provenance
-from mutualrl.see.schema import COLUMNS, SCHEMA_VERSION, RolloutBatch, ShardMetadata
+from mutualrl.see.columns import COLUMNS, SCHEMA_VERSION
+from mutualrl.see.schema import RolloutBatch, ShardMetadata
 from mutualrl.see.shards import ShardInfo, complete_shards, load_shard, scan_committed
 
 _COMPRESSIONS = (None, "lz4", "zstd")

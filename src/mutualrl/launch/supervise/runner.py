@@ -37,12 +37,7 @@ from mutualrl.atomic_io import write_text_atomic
 from mutualrl.errors import RunFolderError, StorageError, is_storage_message
 from mutualrl.launch.rundir.metrics_merge import MetricsMerger
 from mutualrl.launch.supervise.signals import raise_if_interrupted
-from mutualrl.launch.supervise.worker_output import (  # noqa: F401 - re-exported
-    describe_exit,
-    spawn_dir,
-    storage_reason,
-    tail,
-)
+from mutualrl.launch.supervise.worker_output import describe_exit, spawn_dir, storage_reason, tail
 from mutualrl.regimes.registry import all_regimes
 from mutualrl.run_folder import RunPaths, read_status, see_marker
 from mutualrl.see.liveness import freshest_heartbeat_age
