@@ -71,7 +71,7 @@ class RunOutcome:
 
 @dataclass(frozen=True)
 class PoolSettings:
-    """How :class:`PoolRunner` watches a pool (:func:`mutualrl.launch.pool.pool_settings` fills it from a config)."""
+    """How :class:`PoolRunner` watches a pool (:func:`mutualrl.launch.supervise.pool.pool_settings` fills it from a config)."""
 
     see_root: Path = field(metadata={"help": "The run's SEE folder: failure markers are written, heartbeats read."})
     stall_timeout_s: float = field(metadata={"help": "A live policy that shows no progress this long is stalled."})
@@ -98,7 +98,7 @@ class PoolSettings:
 
 class PoolRunner:
     """Starts and watches one machine's policy processes; ``remote`` (several machines, launch.nodes): the
-    policies elsewhere (:class:`mutualrl.launch.nodes.RemoteWatch`), and the run ends here when the local
+    policies elsewhere (:class:`mutualrl.launch.supervise.nodes.RemoteWatch`), and the run ends here when the local
     workers exited and ``remote.finished()``."""
 
     def __init__(self, processes: Sequence[PolicyProcess], paths: RunPaths, settings: PoolSettings,
