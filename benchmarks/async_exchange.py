@@ -69,7 +69,7 @@ def train_rows(run_dir: Path, policy: str) -> list[dict[str, Any]]:
 
 def trained_rounds(run_dir: Path, policy: str) -> int:
     """Rounds ``policy`` trained (the read lines of its consumption log: skipped rounds have none)."""
-    from mutualrl.see.consumed import read_consumption
+    from mutualrl.see.consumption_log import read_consumption
 
     return len(read_consumption(run_dir / "see", policy))
 

@@ -61,7 +61,8 @@ def load_policy(name: str) -> tuple[Any, Any]:
 
 
 def run_eval(args: argparse.Namespace) -> dict[str, Any]:
-    from mutualrl.pools.tiny import family_accuracies, read_warm_start_report, sampled_accuracies
+    from mutualrl.pools.tiny import read_warm_start_report
+    from mutualrl.pools.tiny_warm_start import family_accuracies, sampled_accuracies
 
     result: dict[str, Any] = {}
     for name in ("tiny-bpe", "tiny-sp"):
@@ -81,7 +82,7 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
 
 def peer_successes(peer_name: str) -> dict[str, str]:
     """prompt_id -> the peer's greedy completion text, for train prompts it solves."""
-    from mutualrl.pools.tiny import greedy_answers
+    from mutualrl.pools.tiny_warm_start import greedy_answers
     from mutualrl.tasks.synthetic import SyntheticArithTask
 
     task = SyntheticArithTask()
@@ -97,7 +98,7 @@ def run_training(args: argparse.Namespace) -> dict[str, Any]:
     from trl import GRPOConfig, GRPOTrainer
 
     from mutualrl.config import load_run_config
-    from mutualrl.pools.tiny import family_accuracies
+    from mutualrl.pools.tiny_warm_start import family_accuracies
     from mutualrl.tasks.synthetic import SyntheticArithTask
 
     recipe = load_run_config("tiny", overrides=args.overrides).config

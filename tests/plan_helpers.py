@@ -6,8 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mutualrl.launch.run import TrainOptions
-from mutualrl.launch.run import dry_run as cli_dry_run
+from mutualrl.launch.run import TrainOptions, plan_without_launch, resolve_config, run_dir_for
 
 
 def dry_run(pool: str, overrides: Sequence[str] = (), gpus: int | None = None, device_map_text: str | None = None, *,
@@ -19,6 +18,7 @@ def dry_run(pool: str, overrides: Sequence[str] = (), gpus: int | None = None, d
     """
     options = TrainOptions(pool=pool, regime=regime, overrides=list(overrides), gpus=gpus, device_map=device_map_text,
                            output_dir=run_dir, dry_run=True)
-    plan = cli_dry_run(options, gpu_memory_gib=gpu_memory_gib)
+    config, _ = resolve_config(options)  # what `mutualrl train --dry-run` does (launch/run.py `_train_one`)
+    plan = plan_without_launch(config, run_dir_for(config), gpu_memory_gib)
     plan.write()  # the files a real launch writes, for the tests that read them (a dry run writes nothing)
     return plan

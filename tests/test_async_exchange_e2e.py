@@ -14,7 +14,7 @@ import pytest
 from safetensors.torch import load_file
 
 from e2e_helpers import assert_ok, child_env
-from mutualrl.see.consumed import read_consumption
+from mutualrl.see.consumption_log import read_consumption
 
 POLICIES = ("tiny-bpe", "tiny-sp")
 

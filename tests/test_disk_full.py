@@ -114,7 +114,7 @@ def test_a_write_failure_without_errno_is_named_only_when_the_disk_is_nearly_ful
 
 
 def test_a_worker_stopped_by_a_full_disk_is_reported_from_its_log_or_its_exit_code(tmp_path):
-    from mutualrl.launch.supervise.runner import storage_reason
+    from mutualrl.launch.supervise.worker_output import storage_reason
 
     log = tmp_path / "a.log"
     log.write_text("step 3\nerror: no space left on /run/see/step-000003/a (0 B free); free some space\n")
@@ -134,7 +134,7 @@ def test_run_json_says_failed_and_why_even_when_no_new_file_fits(tmp_path, monke
         raise StorageError(f"no space left on {path} (0 B free)")
 
     monkeypatch.setattr(run_record, "write_json_atomic", full)  # only an in-place rewrite can work
-    assert run_record.mark_failed(paths, f"no space left on {tmp_path}/metrics.jsonl (0 B free)")
+    assert run_record.mark_run_failed(paths, f"no space left on {tmp_path}/metrics.jsonl (0 B free)")
     record = json.loads(paths.run_json.read_text())
     assert record["status"] == "failed" and record["reason"].startswith("no space left on ")
     assert record["started"] == "then" and record["pool"] == "tiny"

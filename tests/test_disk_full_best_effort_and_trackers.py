@@ -52,7 +52,7 @@ def test_a_heartbeat_on_a_full_disk_warns_once_and_keeps_its_age(tmp_path, disk_
 
 
 def test_the_consumption_log_appends_whole_lines_or_names_its_file(tmp_path, disk_full):
-    from mutualrl.see.consumed import append_row, log_path
+    from mutualrl.see.consumption_log import append_row, log_path
 
     append_row(tmp_path, "a", {"step": 1})
     disk_full("_consumed")

@@ -238,12 +238,13 @@ def test_training_loads_float32_weights_on_cuda_as_trl_does(monkeypatch):
 def test_a_master_port_in_the_launchers_shell_never_reaches_the_policies(monkeypatch, tmp_path):
     """Single-process CPU policies each pick their engine's port: an inherited MASTER_PORT=29500 (a user's shell,
     or a test that let TRL write it into os.environ) would give two colocated engines the same port."""
-    from mutualrl.launch.run import TrainOptions, dry_run
+    from mutualrl.launch.run import TrainOptions, plan_without_launch, resolve_config, run_dir_for
     from mutualrl.training import worker
 
     monkeypatch.setenv("MASTER_PORT", "29500")
-    plan = dry_run(TrainOptions(pool="tiny", overrides=["grpo.use_vllm=true"], output_dir=tmp_path / "run",
-                                dry_run=True))
+    config, _ = resolve_config(TrainOptions(pool="tiny", overrides=["grpo.use_vllm=true"], output_dir=tmp_path / "run",
+                                            dry_run=True))
+    plan = plan_without_launch(config, run_dir_for(config))
     assert {p.launch.env.get("MASTER_PORT") for p in plan.policies} == {"auto"}
     monkeypatch.setenv("MASTER_PORT", "auto")
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # set: prepare_cpu_vllm returns after the port

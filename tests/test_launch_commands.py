@@ -11,7 +11,7 @@ from mutualrl.errors import PlacementError
 from mutualrl.launch.plan.commands import (
     WORKER_MODULE,
     adapt_grpo_to_device,
-    build_launch_specs,
+    build_machine_specs,
     resolve_vllm,
     torch_extensions_dir,
     visible_devices,
@@ -27,10 +27,15 @@ def config_for(pool: str, *overrides: str):
     return load_run_config(pool, overrides).config
 
 
+def first_machine_specs(*args, **kwargs):
+    """Each policy's spec on its first machine (the only one on a single machine), in pool order."""
+    return [per_machine[0] for per_machine in build_machine_specs(*args, **kwargs)]
+
+
 def test_gpu_specs_launch_one_accelerate_group_per_policy(tmp_path):
     config = config_for("2qwen")
     placement = plan_placement([(p.name, 1.0) for p in config.pool.policies], gpus=8, cpu_cores=16)
-    specs = build_launch_specs(config, placement, tmp_path, python="/py", parent_visible_devices=None, cwd=tmp_path)
+    specs = first_machine_specs(config, placement, tmp_path, python="/py", parent_visible_devices=None, cwd=tmp_path)
     assert [s.policy for s in specs] == ["qwen2.5-math-1.5b", "qwen3-1.7b-base"]
     first, second = specs
     run = str(tmp_path.resolve())
@@ -52,7 +57,7 @@ def test_gpu_specs_launch_one_accelerate_group_per_policy(tmp_path):
 def test_parent_mask_is_translated_for_children(tmp_path):
     config = config_for("2qwen")
     placement = plan_placement([(p.name, 1.0) for p in config.pool.policies], gpus=4)
-    specs = build_launch_specs(config, placement, tmp_path, parent_visible_devices="2,3,5,7")
+    specs = first_machine_specs(config, placement, tmp_path, parent_visible_devices="2,3,5,7")
     assert [s.env["CUDA_VISIBLE_DEVICES"] for s in specs] == ["2,3", "5,7"]
 
 
@@ -65,7 +70,7 @@ def test_visible_devices_errors_when_the_mask_is_shorter():
 def test_cpu_specs_run_the_worker_directly(tmp_path):
     config = config_for("tiny")
     placement = plan_placement([(p.name, 1.0) for p in config.pool.policies], gpus=0, cpu_cores=4)
-    specs = build_launch_specs(config, placement, tmp_path, python="/py")
+    specs = first_machine_specs(config, placement, tmp_path, python="/py")
     for spec in specs:
         assert spec.argv == ["/py", "-m", WORKER_MODULE, "--run-dir", str(tmp_path.resolve()), "--policy", spec.policy]
         assert spec.env["CUDA_VISIBLE_DEVICES"] == ""
@@ -77,7 +82,7 @@ def test_cpu_specs_run_the_worker_directly(tmp_path):
 def test_cpu_deepspeed_env(tmp_path):
     config = config_for("tiny", "launch.deepspeed=zero3", "launch.main_process_port=31000")
     placement = plan_placement([(p.name, 1.0) for p in config.pool.policies], gpus=0, cpu_cores=2)
-    specs = build_launch_specs(config, placement, tmp_path)
+    specs = first_machine_specs(config, placement, tmp_path)
     run = tmp_path.resolve()
     for i, spec in enumerate(specs):
         env = spec.env

@@ -29,7 +29,7 @@ from mutualrl.launch.supervise.nodes import (
     session_path,
 )
 from mutualrl.run_folder import RunPaths, machine_lock_name
-from mutualrl.see.liveness import mark_failed
+from mutualrl.see.liveness import mark_policy_failed
 from plan_helpers import dry_run
 from test_launch_configs import accelerate_launch_env
 
@@ -191,7 +191,7 @@ def test_machines_join_a_session_and_report(tmp_path):
     assert watch.failure(0.0, 0.0) is None and not watch.finished()
     elsewhere.report(True, returncodes={"b": 0})
     assert read_done(root, 1, session)["ok"] and watch.finished()
-    mark_failed(root / "see", "a", "out of memory")
+    mark_policy_failed(root / "see", "a", "out of memory")
     assert elsewhere.failure(0.0, 0.0) == ("a", "failed on machine 0: out of memory")
 
 

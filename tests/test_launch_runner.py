@@ -13,7 +13,7 @@ from rich.console import Console
 
 from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSettings
 from mutualrl.run_folder import RunPaths
-from mutualrl.see.exchange import read_failure
+from mutualrl.see.liveness import read_failure
 
 FAKE_WORKER = textwrap.dedent('''
     import json, os, sys, time

@@ -76,15 +76,13 @@ def test_a_deleted_working_folder_is_one_line_not_a_traceback(tmp_path):
 
 
 def test_workers_start_in_the_run_folder_when_the_launch_folder_is_gone(tmp_path, monkeypatch):
-    from mutualrl.launch.supervise import runner
-
     from mutualrl.launch.plan.commands import launch_dir
     from mutualrl.launch.supervise import worker_output
 
-    assert runner.spawn_dir(tmp_path, tmp_path / "deleted") == tmp_path  # the planned folder is gone
-    assert runner.spawn_dir(tmp_path, Path.cwd()) == Path.cwd()
+    assert worker_output.spawn_dir(tmp_path, tmp_path / "deleted") == tmp_path  # the planned folder is gone
+    assert worker_output.spawn_dir(tmp_path, Path.cwd()) == Path.cwd()
     monkeypatch.setattr(worker_output.os, "getcwd", lambda: (_ for _ in ()).throw(FileNotFoundError(errno.ENOENT, "")))
-    assert runner.spawn_dir(tmp_path) == tmp_path
+    assert worker_output.spawn_dir(tmp_path) == tmp_path
     monkeypatch.setattr(Path, "cwd", classmethod(lambda cls: (_ for _ in ()).throw(FileNotFoundError(errno.ENOENT, ""))))
     assert launch_dir(tmp_path) == tmp_path  # the plan of a launch whose folder was deleted during start-up
 

@@ -82,7 +82,7 @@ def test_zero3_with_two_cpu_ranks_per_policy(tmp_path):
 @pytest.mark.slow
 def test_bounded_staleness_with_two_cpu_ranks_per_policy(tmp_path, monkeypatch):
     """Rank 0 chooses the peer round and logs it; rank 1 reads that choice: both read the same stale round."""
-    from mutualrl.see.consumed import read_consumption
+    from mutualrl.see.consumption_log import read_consumption
 
     # The fast policy must finish 2 steps while the slow one finishes 1: a 3 s delay keeps that true on a
     # loaded 2-core box (1 s did not: a tiny step itself took over 1 s there).
@@ -100,7 +100,7 @@ def test_catch_up_with_two_cpu_ranks_per_policy(tmp_path, monkeypatch):
     """Rank 0 of the slow policy decides which rounds to skip and logs it; rank 1 skips the same ones (a rank
     that trained a round the other skipped would hang in a collective): every round is published by both
     ranks or by neither."""
-    from mutualrl.see.consumed import read_consumption
+    from mutualrl.see.consumption_log import read_consumption
 
     monkeypatch.setenv("MUTUALRL_DEBUG_STEP_DELAY", "tiny-sp=1.5")
     run_dir = tmp_path / "catch-up"

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from mutualrl.pools import tiny
+from mutualrl.pools import tiny, tiny_warm_start
 from mutualrl.pools.loading import load_model, load_tokenizer_for
 
 
@@ -23,27 +23,27 @@ def test_reduced_warm_start_saves_loadable_model_and_report(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     seen = []
-    report = tiny.warm_start(tiny.TINY_MODELS["tiny-sp"], tmp_path, progress=lambda s, n, l: seen.append((s, n)), steps=12)
+    report = tiny_warm_start.warm_start(tiny.TINY_MODELS["tiny-sp"], tmp_path, progress=lambda s, n, l: seen.append((s, n)), steps=12)
     assert seen[-1] == (12, 12) and len(seen) == 12
     model = AutoModelForCausalLM.from_pretrained(tmp_path)
     tokenizer = AutoTokenizer.from_pretrained(tmp_path)
     assert type(model).__name__ == "LlamaForCausalLM" and len(tokenizer) == model.config.vocab_size == 32000
     assert tokenizer.pad_token is not None and model.config.tie_word_embeddings
-    saved = json.loads((tmp_path / tiny.WARM_START_FILE).read_text())
+    saved = json.loads((tmp_path / tiny_warm_start.WARM_START_FILE).read_text())
     assert saved == json.loads(json.dumps(report))
     assert set(saved["test_accuracy"]) == {"add", "sub"}
     assert saved["recipe"]["steps"] + saved["recipe"]["blind_spot_steps"] == 12 and saved["recipe"]["blind_spot_steps"] >= 1
     assert set(saved["test_sampled_accuracy"]["sub"]) == {"sample", "pass@4"}
     assert 0.0 <= saved["prob_mass_outside_task_vocab"] <= 1.0
-    completions = tiny.greedy_answers(model, tokenizer, ["3+5+7=", "9+5-2="])
+    completions = tiny_warm_start.greedy_answers(model, tokenizer, ["3+5+7=", "9+5-2="])
     assert len(completions) == 2 and all(isinstance(c, str) for c in completions)
 
 
 @pytest.mark.slow
 def test_warm_start_is_deterministic(tmp_path):
     spec = tiny.TINY_MODELS["tiny-bpe"]
-    tiny.warm_start(spec, tmp_path / "a", steps=4)
-    tiny.warm_start(spec, tmp_path / "b", steps=4)
+    tiny_warm_start.warm_start(spec, tmp_path / "a", steps=4)
+    tiny_warm_start.warm_start(spec, tmp_path / "b", steps=4)
     a, b = _weights(tmp_path / "a"), _weights(tmp_path / "b")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
@@ -76,15 +76,15 @@ def test_cached_tiny_models_have_complementary_skills(built_pool):
         spec = tiny.TINY_MODELS[name]
         model = load_model(f"builtin:{name}")
         tokenizer = load_tokenizer_for(f"builtin:{name}")
-        acc = tiny.family_accuracies(model, tokenizer, "test")
+        acc = tiny_warm_start.family_accuracies(model, tokenizer, "test")
         weak = "sub" if spec.strong_family == "add" else "add"
         assert acc[spec.strong_family] >= 0.8, (name, acc)
         assert acc[weak] <= 0.25, (name, acc)
-        report = json.loads((path / tiny.WARM_START_FILE).read_text())
+        report = json.loads((path / tiny_warm_start.WARM_START_FILE).read_text())
         assert report["test_accuracy"] == pytest.approx(acc)  # the report tells the truth about the cached weights
         # A blind spot, not a missing skill: learnt in phase 1, then no longer emitted, even when sampled
         # (so K=4 GRPO rollouts on the weak family all fail: standalone gets no signal there).
         assert report["test_accuracy_before_blind_spot"][weak] >= 0.8, (name, report)
         assert report["test_sampled_accuracy"][weak]["pass@4"] <= 0.05, (name, report)
-        sampled = tiny.sampled_accuracies(model, tokenizer, "test", k=4, limit_per_family=50)
+        sampled = tiny_warm_start.sampled_accuracies(model, tokenizer, "test", k=4, limit_per_family=50)
         assert sampled[weak]["pass@4"] <= 0.05 and sampled[spec.strong_family]["pass@4"] >= 0.8, (name, sampled)

@@ -11,7 +11,8 @@ import pytest
 from mutualrl.errors import RunFolderError
 from mutualrl.evaluation.results import ModelEvalResult, PromptResult
 from mutualrl.launch.rundir.metrics_merge import rollback_metrics
-from mutualrl.launch.supervise.runner import PoolRunner, PoolSettings, tail
+from mutualrl.launch.supervise.runner import PoolRunner, PoolSettings
+from mutualrl.launch.supervise.worker_output import tail
 from mutualrl.run_folder import RunPaths, read_json, read_json_or, read_metric_rows, read_status
 
 
@@ -149,7 +150,7 @@ def test_a_see_manifest_of_wrong_types_or_a_fifo_is_a_corrupt_shard_naming_it(tm
 
 
 def test_damaged_consumption_log_lines_are_skipped_not_a_traceback(tmp_path):
-    from mutualrl.see.consumed import log_path, parse_log, rollback_log
+    from mutualrl.see.consumption_log import log_path, parse_log, rollback_log
 
     path = log_path(tmp_path, "a")
     path.parent.mkdir(parents=True)

@@ -16,7 +16,7 @@ from mutualrl.assets.tokenizers import load_tokenizer
 from mutualrl.config import load_run_config
 from mutualrl.config.typed import ConfigError
 from mutualrl.errors import UsageError
-from mutualrl.see.consumed import LogTail, append_row, log_path, read_consumption
+from mutualrl.see.consumption_log import LogTail, append_row, log_path, read_consumption
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.staleness import catch_up_target, choose_peer_round, round_seconds
 from mutualrl.see.synthetic import synthetic_batch
@@ -244,7 +244,7 @@ def test_a_rejoin_line_makes_peers_forget_what_the_policy_did_before(tmp_path):
     skip(tmp_path, "slow", 11, 14)
     log = LogTail(tmp_path, "slow", "run")
     assert has_reached(fast, "slow", 12, log)
-    slow.mark_failed("killed")
+    slow.mark_policy_failed("killed")
     rejoin_pool(slow, str(tmp_path / "checkpoint-2"), stride=1)  # ... and restarts from checkpoint 2
     assert slow.keep_committed and fast.raise_if_failed("slow", 3) is None
     assert not has_reached(fast, "slow", 5, log) and not log.skipped(12)  # kept shards do not count
@@ -256,7 +256,7 @@ def test_a_rejoin_line_makes_peers_forget_what_the_policy_did_before(tmp_path):
 
 
 def test_resume_inside_a_skipped_span_keeps_the_part_before_it(tmp_path):
-    from mutualrl.see.consumed import rollback_log
+    from mutualrl.see.consumption_log import rollback_log
 
     skip(tmp_path, "slow", 2, 9)
     append_row(tmp_path, "slow", {"run_id": "run", "step": 9, "peer_step": None})

@@ -25,7 +25,7 @@ from mutualrl.see import (
     RolloutRecord,
     SchemaMismatchError,
     ShardMissingError,
-    mark_failed,
+    mark_policy_failed,
     read_failure,
 )
 from mutualrl.see.inspect import inspect_exchange
@@ -296,9 +296,9 @@ def test_barrier_ignores_shards_of_another_run(tmp_path):
 def test_failure_marker_stops_the_barrier_at_once(tmp_path):
     a = exchange(tmp_path, "a", barrier_timeout_s=30)
     b = exchange(tmp_path, "b")
-    marker = b.mark_failed("CUDA out of memory in generate()", step=5)
+    marker = b.mark_policy_failed("CUDA out of memory in generate()", step=5)
     # The launcher's later, vaguer marker does not replace the first one.
-    mark_failed(tmp_path, "b", "process exited with code 1", run_id="run-1")
+    mark_policy_failed(tmp_path, "b", "process exited with code 1", run_id="run-1")
     assert read_failure(tmp_path, "b")["reason"] == "CUDA out of memory in generate()"
     t0 = time.monotonic()
     with pytest.raises(PeerFailedError) as info:
@@ -311,12 +311,12 @@ def test_failure_marker_stops_the_barrier_at_once(tmp_path):
 
 
 def test_failure_marker_of_another_run_is_ignored(tmp_path):
-    mark_failed(tmp_path, "b", "old crash", run_id="run-0")
+    mark_policy_failed(tmp_path, "b", "old crash", run_id="run-0")
     a = exchange(tmp_path, "a", barrier_timeout_s=0.2)
     with pytest.raises(PeerTimeoutError):
         a.wait_for(0)
     # A new run's marker replaces the stale one.
-    mark_failed(tmp_path, "b", "new crash", run_id="run-1")
+    mark_policy_failed(tmp_path, "b", "new crash", run_id="run-1")
     assert read_failure(tmp_path, "b")["reason"] == "new crash"
     with pytest.raises(PeerFailedError, match="new crash"):
         a.wait_for(0)

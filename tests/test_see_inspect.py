@@ -99,7 +99,7 @@ def test_damaged_exchange_reports_every_problem(tmp_path):
     (see / "step-000002" / "b" / "rank-1-of-2.manifest.json").unlink()
     # stray temp file and a failure marker
     (see / "step-000002" / "a" / ".rank-0-of-1.arrow.tmp-nodeA-4242-deadbeef").write_bytes(b"partial")
-    ExperienceExchange(see, "run-x", "b", policies=["a", "b"]).mark_failed("killed by OOM", step=2)
+    ExperienceExchange(see, "run-x", "b", policies=["a", "b"]).mark_policy_failed("killed by OOM", step=2)
     # a step where policies saw different prompts
     a = ExperienceExchange(see, "run-x", "a", policies=["a", "b"])
     b = ExperienceExchange(see, "run-x", "b", policies=["a", "b"])
@@ -155,7 +155,7 @@ def test_missing_folder_is_a_usage_error(tmp_path):
 
 
 def test_rounds_a_policy_skipped_are_not_reported_missing(tmp_path):
-    from mutualrl.see.consumed import append_row
+    from mutualrl.see.consumption_log import append_row
 
     see = tmp_path / "see"
     a = ExperienceExchange(see, "run-x", "a", policies=["a", "b"])

@@ -12,7 +12,7 @@ from mutualrl.see.errors import PeerFailedError, PeerTimeoutError
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.staleness import choose_peer_round
 from mutualrl.see.synthetic import synthetic_batch
-from mutualrl.see.consumed import read_consumption
+from mutualrl.see.consumption_log import read_consumption
 from mutualrl.see.consumption import PeerConsumption
 from mutualrl.training.callbacks import step_delay
 
@@ -83,7 +83,7 @@ def test_the_newest_round_every_peer_has_is_chosen(tmp_path):
 def test_a_failed_peer_stops_the_wait_at_once(tmp_path):
     fast, slow = client(tmp_path, "fast", timeout=30.0), client(tmp_path, "slow")
     publish(fast, 0, 1, 2, 3)
-    slow.mark_failed("out of memory")
+    slow.mark_policy_failed("out of memory")
     started = time.monotonic()
     with pytest.raises(PeerFailedError, match="out of memory"):
         choose_peer_round(fast, [1, 2, 3], ["slow"], max_staleness=2, last_consumed=None)
@@ -93,7 +93,7 @@ def test_a_failed_peer_stops_the_wait_at_once(tmp_path):
 def test_consumption_under_stop_raises_on_a_dead_peer(tmp_path):
     fast, slow = client(tmp_path, "fast", timeout=30.0), client(tmp_path, "slow")
     publish(fast, 0)
-    slow.mark_failed("killed")
+    slow.mark_policy_failed("killed")
     with pytest.raises(PeerFailedError):
         PeerConsumption(fast, ["slow"], max_staleness=0, on_peer_failure="stop").next_round(0)
     with pytest.raises(PeerFailedError):
@@ -108,7 +108,7 @@ def test_consumption_under_continue_drops_a_dead_peer_and_goes_on_alone(tmp_path
     publish(slow, 0)
     assert consumption.next_round(0).peer_step == 0
     publish(fast, 1)
-    slow.mark_failed("killed by signal SIGKILL")
+    slow.mark_policy_failed("killed by signal SIGKILL")
     chosen = consumption.next_round(1)
     assert chosen.peer_step is None and consumption.active == []
     assert consumption.departed["slow"]["step"] == 1 and "SIGKILL" in consumption.departed["slow"]["reason"]
@@ -209,7 +209,7 @@ def test_a_departed_peer_rejoins_once_its_marker_is_gone_and_it_caught_up(tmp_pa
     publish(fast, 0, 1, 2, 3, 4)
     publish(slow, 0)
     consumption.next_round(0)
-    slow.mark_failed("killed")
+    slow.mark_policy_failed("killed")
     assert consumption.next_round(1).peer_step is None and consumption.active == []
     clear_failure(tmp_path, "slow")  # restarted (see.max_restarts) from an early checkpoint: not caught up yet
     slow.keep_committed = True
@@ -239,7 +239,7 @@ def test_keep_committed_leaves_an_already_published_shard_alone(tmp_path):
 
 def test_resume_rolls_the_consumption_logs_back_with_the_exchange(tmp_path):
     from mutualrl.see.rollback import rollback_exchange
-    from mutualrl.see.consumed import append_row
+    from mutualrl.see.consumption_log import append_row
 
     for step in range(4):
         append_row(tmp_path, "fast", {"run_id": "run", "step": step, "peer_step": step})
@@ -251,7 +251,7 @@ def test_resume_rolls_the_consumption_logs_back_with_the_exchange(tmp_path):
 
 
 def test_a_replay_takes_back_a_peer_that_rejoined_in_the_replayed_run(tmp_path):
-    from mutualrl.see.consumed import append_row
+    from mutualrl.see.consumption_log import append_row
 
     old = tmp_path / "old"
     for step, peers, departed, peer_step in ((0, ["slow"], [], 0), (1, [], ["slow"], None), (2, ["slow"], [], 2)):

@@ -11,10 +11,7 @@ from rich.table import Table
 
 from mutualrl.cli.common import check_output_path, console, err_console, report_errors
 from mutualrl.errors import UsageError
-
-
-def _fmt(value: float | None, digits: int = 4) -> str:
-    return "n/a" if value is None else f"{value:.{digits}f}"
+from mutualrl.evaluation.results import NO_VALUE, fmt_number
 
 
 def render_report(report: dict[str, Any]) -> None:
@@ -33,16 +30,16 @@ def render_report(report: dict[str, Any]) -> None:
     for col in ("Learner", "Peer", "Learner succ.", "Peer succ.", "Jaccard", "Peer rescues fail"):
         pairs.add_column(col, justify="right" if "succ" in col or col in ("Jaccard", "Peer rescues fail") else "left")
     for p in report["pairs"]:
-        pairs.add_row(p["learner"], p["peer"], _fmt(p["learner_success"]), _fmt(p["peer_success"]),
-                      _fmt(p["jaccard"]), f"{_fmt(p['peer_rescues_fail'])} ({p['rescued']}/{p['learner_failures']})")
+        rescues = f"{fmt_number(p['peer_rescues_fail'])} ({p['rescued']}/{p['learner_failures']})"
+        pairs.add_row(p["learner"], p["peer"], *map(fmt_number, (p["learner_success"], p["peer_success"], p["jaccard"])),
+                      rescues)
     console.print(pairs)
 
     pool = report["pool"]
     table = Table(title="Pool-level success (Tab. complementarity-pool)", title_justify="left")
     for col in ("Mean single-model", "Any-model", "All-model", "Exactly-one-model", "No model"):
         table.add_column(col, justify="right")
-    table.add_row(_fmt(pool["mean_single"]), _fmt(pool["any"]), _fmt(pool["all"]), _fmt(pool["exactly_one"]),
-                  _fmt(pool["none"]))
+    table.add_row(*(fmt_number(pool[k]) for k in ("mean_single", "any", "all", "exactly_one", "none")))
     console.print(table)
 
     diff = Table(title="Difficulty-conditioned diversity (Tab. complementarity-difficulty)", title_justify="left",
@@ -50,9 +47,8 @@ def render_report(report: dict[str, Any]) -> None:
     for col in ("Bucket", "n", "mean reward", "Jaccard", "One-model", "Any", "All"):
         diff.add_column(col, justify="left" if col == "Bucket" else "right")
     for b in report["difficulty"]["buckets"]:
-        span = "–" if b["n"] == 0 else f"{b['mean_reward_min']:.2f}–{b['mean_reward_max']:.2f}"
-        diff.add_row(b["bucket"], str(b["n"]), span, _fmt(b["jaccard"]), _fmt(b["exactly_one"]), _fmt(b["any"]),
-                     _fmt(b["all"]))
+        span = NO_VALUE if b["n"] == 0 else f"{b['mean_reward_min']:.2f}–{b['mean_reward_max']:.2f}"
+        diff.add_row(b["bucket"], str(b["n"]), span, *(fmt_number(b[k]) for k in ("jaccard", "exactly_one", "any", "all")))
     console.print(diff)
 
     usability = report["usability"]
@@ -71,8 +67,7 @@ def render_report(report: dict[str, Any]) -> None:
             per_task.add_column(col, justify="left" if col == "Task" else "right")
         for task, data in report["by_task"].items():
             p = data["pool"]
-            per_task.add_row(task, str(p["n"]), _fmt(p["mean_single"]), _fmt(p["any"]), _fmt(p["all"]),
-                             _fmt(p["exactly_one"]))
+            per_task.add_row(task, str(p["n"]), *(fmt_number(p[k]) for k in ("mean_single", "any", "all", "exactly_one")))
         console.print(per_task)
 
 

@@ -9,14 +9,7 @@ import typer
 from rich.table import Table
 
 from mutualrl.cli.common import check_output_path, console, err_console, report_errors
-
-
-def _fmt(value: Any) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
-def _change(before: Any, after: Any) -> str:
-    return "-" if before is None or after is None else f"{after - before:+.3f}"
+from mutualrl.evaluation.results import fmt_change, fmt_number
 
 
 def print_summary(summary: dict[str, Any]) -> None:
@@ -25,7 +18,7 @@ def print_summary(summary: dict[str, Any]) -> None:
         f"harvested {harvest['distinct_successes']} distinct successes of {summary['peer']} on "
         f"{harvest['prompts_solved']} prompts ({harvest['successful_rollouts']} of {harvest['rollouts']} rollouts, "
         f"{harvest['steps']} steps); SFT {sft['steps']} step(s) on {summary['examples']} examples, "
-        f"loss {_fmt(sft['loss_first'])} → {_fmt(sft['loss_last'])}",
+        f"loss {fmt_number(sft['loss_first'], 3)} → {fmt_number(sft['loss_last'], 3)}",
         highlight=False,
     )
     evaluation = summary.get("eval") or {}
@@ -41,7 +34,7 @@ def print_summary(summary: dict[str, Any]) -> None:
             rows += [(task, value, after["tasks"].get(task)) for task, value in before["tasks"].items()]
         rows += [(group, value, after["groups"].get(group)) for group, value in before["groups"].items()]
         for name, b, a in rows:
-            table.add_row(name, _fmt(b), _fmt(a), _change(b, a))
+            table.add_row(name, fmt_number(b, 3), fmt_number(a, 3), fmt_change(b, a))
         console.print(table)
     console.print(f"greedy, {evaluation['n']} held-out prompts" if evaluation else "not evaluated (--no-eval)",
                   style="dim", highlight=False)

@@ -8,10 +8,7 @@ import typer
 from rich.table import Table
 
 from mutualrl.cli.common import check_output_path, console, report_errors
-
-
-def _fmt(value: float | None) -> str:
-    return "–" if value is None else f"{value:.4f}"
+from mutualrl.evaluation.results import NO_VALUE, fmt_number
 
 
 @report_errors
@@ -35,9 +32,10 @@ def plot(
     for col in ("run", "policy", "No Train (step)", "final (step)", "best", "last train reward"):
         table.add_column(col, justify="left" if col in ("run", "policy") else "right")
     for row in summary_rows(run_dirs):
-        first = f"{_fmt(row['first'])} ({row['first_step']})" if row["first"] is not None else "–"
-        final = f"{_fmt(row['final'])} ({row['final_step']})" if row["final"] is not None else "–"
-        table.add_row(row["run"], row["policy"], first, final, _fmt(row["best"]), _fmt(row["last_train_reward"]))
+        first = f"{fmt_number(row['first'])} ({row['first_step']})" if row["first"] is not None else NO_VALUE
+        final = f"{fmt_number(row['final'])} ({row['final_step']})" if row["final"] is not None else NO_VALUE
+        table.add_row(row["run"], row["policy"], first, final, fmt_number(row["best"]),
+                      fmt_number(row["last_train_reward"]))
     console.print(table)
     if not written:
         console.print("[yellow]no metrics to plot yet[/]")

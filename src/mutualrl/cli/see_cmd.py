@@ -9,12 +9,9 @@ import typer
 from rich.table import Table
 
 from mutualrl.cli.common import console, report_errors
+from mutualrl.evaluation.results import fmt_number
 
 app = typer.Typer(help="Inspect the Shared Experience Exchange (SEE) of a run.", no_args_is_help=True)
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.4f}"
 
 
 def _size(n: int) -> str:
@@ -75,16 +72,16 @@ def _print_report(report, show_files: bool) -> None:  # type: ignore[no-untyped-
                 row.append(
                     "[red]missing[/]"
                     if cell is None
-                    else f"{cell.records} ({_fmt(cell.reward_mean)})"
+                    else f"{cell.records} ({fmt_number(cell.reward_mean)})"
                     + ("" if cell.world_size == 1 else f" [dim]{len(cell.ranks)}/{cell.world_size} ranks[/]")
                     + (f" [red]corrupt rank(s) {cell.corrupt_ranks}[/]" if cell.corrupt_ranks else "")
                 )
-            row.append(_fmt(report.step_reward_mean.get(step)))
+            row.append(fmt_number(report.step_reward_mean.get(step)))
             table.add_row(*row)
         table.add_row(
             "mean",
-            *[_fmt(report.policy_reward_mean.get(p)) for p in report.policies],
-            _fmt(report.overall_reward_mean),
+            *[fmt_number(report.policy_reward_mean.get(p)) for p in report.policies],
+            fmt_number(report.overall_reward_mean),
             style="bold",
         )
         console.print(table)

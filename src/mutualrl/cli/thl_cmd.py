@@ -13,6 +13,7 @@ from rich.table import Table
 
 from mutualrl.cli.common import console, report_errors
 from mutualrl.errors import UsageError
+from mutualrl.evaluation.results import NO_VALUE
 
 if TYPE_CHECKING:
     from mutualrl.thl.check import Policy
@@ -40,7 +41,10 @@ def _pairs(sources: list[str], targets: list[str], cross: bool) -> list[tuple[st
     )
 
 
-def _fmt(value: Any) -> str:
+def _cell(value: Any) -> str:
+    """A diagnostics value: floats to 4 significant digits (tiny ones in e-notation), None as every table shows it."""
+    if value is None:
+        return NO_VALUE
     if isinstance(value, float):
         return "0" if value == 0 else (f"{value:.4g}" if abs(value) >= 1e-3 else f"{value:.2e}")
     return str(value)
@@ -55,7 +59,7 @@ def _table(title: str, rows: list[dict], columns: list[tuple[str, str]] | None =
         table.add_column(header, justify="left" if header in ("Source", "Target", "source", "target") else "right",
                          overflow="fold", min_width=6)
     for r in rows:
-        table.add_row(*(_fmt(r.get(k, "")) for k, _ in columns))
+        table.add_row(*(_cell(r.get(k, "")) for k, _ in columns))
     return table
 
 

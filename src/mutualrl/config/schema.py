@@ -379,7 +379,7 @@ class ScheduleConfig:
     (1024) generated once and trained in ``batch.mini_batches_per_step`` (4) mini-batches,
     i.e. ``mini_batches_per_step x grpo.num_iterations`` optimizer steps (TRL's
     ``global_step``). The launcher converts every count here to optimizer steps
-    (``mutualrl.launch.plan.cadence``) and the dry run shows both. A recipe without ``schedule``
+    (``mutualrl.config.cadence``) and the dry run shows both. A recipe without ``schedule``
     sets TRL's ``grpo.max_steps`` / ``save_steps`` / ... directly, in optimizer steps.
     """
 

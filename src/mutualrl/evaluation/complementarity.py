@@ -18,7 +18,7 @@ Conventions (documented in docs/evaluation.md):
 
 - success = score >= ``threshold`` (0.5 by default; verifier scores are 0 or 1);
 - an undefined rate (Jaccard of two empty success sets, rescue rate of a learner that
-  never fails) is ``None``, shown as "n/a";
+  never fails) is ``None``, shown as "-";
 - difficulty buckets: prompts sorted by mean reward across the models, highest first
   (easy), ties broken by ``prompt_id`` in ascending string order; ``n`` prompts split into
   buckets whose sizes differ by at most one, the earlier (easier) buckets taking the extra
@@ -227,17 +227,20 @@ def difficulty_table(
 Groups = Mapping[str, Mapping[str, Sequence[float]]]
 """prompt_id -> policy -> rewards of that policy's rollouts (K per policy; K = 1 for eval results)."""
 
-USABILITY_ROWS = (
-    # (label, prp, xgrpo, sgt) in the paper's order, then the combinations the paper does not list.
-    ("None of the three", False, False, False),
-    ("Only XGRPO", False, True, False),
-    ("XGRPO and SGT, not PRP", False, True, True),
-    ("Only PRP", True, False, False),
-    ("PRP and XGRPO, not SGT", True, True, False),
-    ("All three", True, True, True),
-    ("Only SGT", False, False, True),
-    ("PRP and SGT, not XGRPO", True, False, True),
-)
+USABILITY_LABELS = {
+    "none": "None of the three",
+    "xgrpo_only": "Only XGRPO",
+    "xgrpo+sgt": "XGRPO and SGT, not PRP",
+    "prp_only": "Only PRP",
+    "prp+xgrpo": "PRP and XGRPO, not SGT",
+    "all": "All three",
+    "sgt_only": "Only SGT",
+    "prp+sgt": "PRP and SGT, not XGRPO",
+}
+"""Row label of each cell of :data:`mutualrl.regimes.usability.USABILITY_CELLS` (which says what a cell is), in
+the table's order: the paper's :data:`PAPER_ROWS` rows, then the combinations the paper does not list."""
+
+PAPER_ROWS = 6
 
 
 def groups_from_results(out: Outcomes) -> dict[str, dict[str, list[float]]]:
@@ -326,11 +329,15 @@ def _usability_rows(counts: Mapping[tuple[bool | None, bool, bool], int], total:
     """The rows of :func:`usability_table` from its counts per (PRP, XGRPO, SGT) usability: the paper's rows when
     the PRP column is known (a combination it does not list only when it occurs), else XGRPO x SGT ("Only SGT"
     only when it occurs)."""
+    from mutualrl.regimes.usability import USABILITY_CELLS  # torch: imported where usability_table needs it
+
     rows = []
     if prp_known:
-        for label, p, x, s in USABILITY_ROWS:
+        cells = {name: (p, x, s) for name, p, x, s in USABILITY_CELLS}
+        for index, (name, label) in enumerate(USABILITY_LABELS.items()):
+            p, x, s = cells[name]
             c = counts.get((p, x, s), 0)
-            if c or label in {r[0] for r in USABILITY_ROWS[:6]}:
+            if c or index < PAPER_ROWS:
                 rows.append({"label": label, PRP.name: p, XGRPO.name: x, SGT.name: s, "count": c, "fraction": c / total})
     else:
         for label, x, s in (

@@ -309,6 +309,20 @@ def load_many(paths: list[str | Path], step: int | str | None = None) -> list[Mo
     return out
 
 
+NO_VALUE = "-"
+"""How every table of mutualrl shows a missing or undefined value (None)."""
+
+
+def fmt_number(value: float | None, digits: int = 4) -> str:
+    """``value`` with ``digits`` decimals, or :data:`NO_VALUE` for None."""
+    return NO_VALUE if value is None else f"{value:.{digits}f}"
+
+
+def fmt_change(before: float | None, after: float | None, digits: int = 3) -> str:
+    """``after - before`` with its sign and ``digits`` decimals, or :data:`NO_VALUE` when either is None."""
+    return NO_VALUE if before is None or after is None else f"{after - before:+.{digits}f}"
+
+
 def markdown_table(results: list[ModelEvalResult], tasks: list[str] | None = None) -> str:
     """reward@1 per task (columns) per model (rows), with the mean over tasks and prompt counts."""
     if tasks is None:
@@ -324,12 +338,12 @@ def markdown_table(results: list[ModelEvalResult], tasks: list[str] | None = Non
         values = []
         for t in tasks:
             if t in by_task:
-                cells.append(f"{by_task[t]:.4f} (n={counts[t]})")
+                cells.append(f"{fmt_number(by_task[t])} (n={counts[t]})")
                 values.append(by_task[t])
             else:
-                cells.append("–")
+                cells.append(NO_VALUE)
         if len(tasks) > 1:
-            cells.append(f"{sum(values) / len(values):.4f}" if values else "–")
+            cells.append(fmt_number(sum(values) / len(values) if values else None))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

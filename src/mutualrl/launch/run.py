@@ -23,8 +23,8 @@ from mutualrl.launch.rundir.prepare import (
 from mutualrl.launch.rundir.record import (
     finished_summary,
     mark_ended,
-    mark_failed,
     mark_interrupted,
+    mark_run_failed,
     write_run_json,
 )
 from mutualrl.launch.rundir.resume import ConfigChange, changes_training
@@ -248,7 +248,7 @@ def _train_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
             with storage_errors(paths.root):  # a full disk anywhere: one line naming the path, run.json says so
                 return launch_locked(options, config, source, paths, console, lock, allowed)
         except StorageError as err:
-            mark_failed(paths, str(err))
+            mark_run_failed(paths, str(err))
             raise
         except KeyboardInterrupt:
             mark_ended(paths, "interrupted", "interrupted")
@@ -281,12 +281,6 @@ def plan_without_launch(config: RunConfig, run_dir: Path, gpu_memory_gib: float 
     plan = make_launch_plan(config, run_dir, gpus=config.launch.gpus, simulate=simulate,
                             vllm_available=True if simulate else None, gpu_memory_gib=gpu_memory_gib, dry_run=True)
     return plan
-
-
-def dry_run(options: TrainOptions, gpu_memory_gib: float | None = None) -> Any:
-    """The plan ``mutualrl train --dry-run`` makes for ``options`` (the same code path)."""
-    config, _ = resolve_config(options)
-    return plan_without_launch(config, run_dir_for(config), gpu_memory_gib)
 
 
 def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: RunPaths, console: Console,

@@ -32,16 +32,7 @@ from typing import Any
 
 from mutualrl.assets.cache import asset_lock, asset_path, building
 from mutualrl.errors import AssetError
-from mutualrl.pools.tiny_warm_start import (  # noqa: F401  (the tiny pool's public helpers)
-    WARM_START_FILE,
-    WARM_START_VERSION,
-    ProgressFn,
-    TinyModelSpec,
-    family_accuracies,
-    greedy_answers,
-    sampled_accuracies,
-    warm_start,
-)
+from mutualrl.pools.tiny_warm_start import WARM_START_FILE, ProgressFn, TinyModelSpec, warm_start
 
 TINY_MODELS: dict[str, TinyModelSpec] = {
     s.name: s

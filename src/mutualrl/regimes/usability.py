@@ -4,7 +4,8 @@ The three regimes use different channels of the same experience: PRP the peer re
 themselves (through the importance ratio), XGRPO the peers' rewards (through the pooled
 normalisation), SGT a verified peer success where the learner failed. This module decides, per
 prompt and learner, which of them has something to act on, from rewards and (for PRP) ratios.
-It is the only definition: the eval tables (:mod:`mutualrl.evaluation.complementarity`) call it.
+It defines usability and the cells of the joint table (:data:`USABILITY_CELLS`) once; the one caller,
+:func:`mutualrl.evaluation.complementarity.usability_table`, labels those cells for Tab. regime-overlap.
 """
 
 from __future__ import annotations
@@ -83,8 +84,8 @@ def regime_usability(
     its sample std (0.71) is not the pool's (0.58), so its advantages move. With one rollout per
     policy (eval results, K = 1) the two agree: the learner's own advantage is 0 either way.
 
-    Called per (prompt, learner) by :func:`mutualrl.evaluation.complementarity.usability_table` on eval
-    results, and on the ``[P, K]`` tensors of a run.
+    Called per (prompt, learner) by :func:`mutualrl.evaluation.complementarity.usability_table`, on eval
+    results (K = 1) or on K > 1 reward groups a caller gathered (e.g. from a run's SEE records).
 
     Args:
         learner_rewards: ``[P, K]``.

@@ -23,20 +23,13 @@ from mutualrl.see.errors import (
     ShardMissingError,
 )
 from mutualrl.see.exchange import ExperienceExchange
-from mutualrl.see.liveness import clear_failure, mark_failed, read_failure
+from mutualrl.see.liveness import clear_failure, mark_policy_failed, read_failure
 from mutualrl.see.shards import ShardInfo, load_shard
 from mutualrl.see.provenance import collect_provenance
-from mutualrl.see.schema import (
-    COLUMNS,
-    ROLLOUT_SCHEMA,
-    SCHEMA_VERSION,
-    Ragged,
-    RolloutBatch,
-    RolloutRecord,
-    ShardMetadata,
-    ragged,
-    validate_table,
-)
+from mutualrl.see.columns import COLUMNS, ROLLOUT_SCHEMA, SCHEMA_VERSION
+from mutualrl.see.ragged import Ragged, ragged
+from mutualrl.see.schema import RolloutBatch, RolloutRecord, ShardMetadata
+from mutualrl.see.validation import validate_table
 
 __all__ = [
     "COLUMNS",
@@ -58,7 +51,7 @@ __all__ = [
     "clear_failure",
     "collect_provenance",
     "load_shard",
-    "mark_failed",
+    "mark_policy_failed",
     "ragged",
     "read_failure",
     "validate_table",

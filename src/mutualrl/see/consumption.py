@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.errors import UsageError
-from mutualrl.see.consumed import (
+from mutualrl.see.consumption_log import (
     CONSUMED_DIR,
     REJOIN,
     SKIP,

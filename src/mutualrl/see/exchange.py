@@ -32,25 +32,17 @@ from mutualrl.run_folder import RunPaths
 from mutualrl.see import files
 from mutualrl.see.errors import PeerFailedError, ShardMissingError
 from mutualrl.see.files import CHECKSUM_ALGORITHM
-from mutualrl.see.liveness import (  # noqa: F401 - re-exported: the exchange's failure markers
+from mutualrl.see.liveness import (
     barrier_timeout_error,
-    clear_failure,
-    heartbeat_ages,
-    mark_failed,
+    mark_policy_failed,
     progress_window,
     read_failure,
     write_heartbeat,
 )
 from mutualrl.see.provenance import refresh_provenance
-from mutualrl.see.schema import COLUMNS, SCHEMA_VERSION, RolloutBatch, ShardMetadata
-from mutualrl.see.shards import (  # noqa: F401 - re-exported: what readers of the exchange use
-    ShardInfo,
-    complete_shards,
-    load_shard,
-    read_manifest,
-    scan_committed,
-    shard_info_from_manifest,
-)
+from mutualrl.see.columns import COLUMNS, SCHEMA_VERSION
+from mutualrl.see.schema import RolloutBatch, ShardMetadata
+from mutualrl.see.shards import ShardInfo, complete_shards, load_shard, scan_committed
 
 _COMPRESSIONS = (None, "lz4", "zstd")
 
@@ -399,9 +391,9 @@ class ExperienceExchange:
         }
         write_heartbeat(path, content)  # best effort: a full disk is a warning here (see write_heartbeat)
 
-    def mark_failed(self, reason: str, step: int | None = None) -> Path:
+    def mark_policy_failed(self, reason: str, step: int | None = None) -> Path:
         """Leave this policy's failure marker (peers waiting at the barrier raise :class:`PeerFailedError`)."""
-        return mark_failed(self.root, self.policy, reason, run_id=self.run_id, rank=self.rank, step=step)
+        return mark_policy_failed(self.root, self.policy, reason, run_id=self.run_id, rank=self.rank, step=step)
 
     def prune(self, current_step: int) -> list[Path]:
         """Delete this rank's own shards of steps older than ``current_step - retention_steps``.

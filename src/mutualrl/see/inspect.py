@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from mutualrl.errors import UsageError
 from mutualrl.run_folder import read_json_or
 from mutualrl.see import files
-from mutualrl.see.consumed import read_consumption
+from mutualrl.see.consumption_log import read_consumption
 from mutualrl.see.errors import CorruptShardError
 from mutualrl.see.inspect_report import (
     FileEntry,

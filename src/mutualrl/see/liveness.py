@@ -58,7 +58,7 @@ def read_failure(root: Path | str, policy: str) -> dict[str, Any] | None:
     return marker
 
 
-def mark_failed(
+def mark_policy_failed(
     root: Path | str,
     policy: str,
     reason: str,
@@ -220,3 +220,8 @@ def freshest_heartbeat_age(root: Path, policy: str, since: float = 0.0, now: flo
     now = time.time() if now is None else now
     ages = [age for age, _ in heartbeat_ages(root, policy, now=now).values() if now - age >= since]
     return min(ages) if ages else None
+
+
+mark_failed = mark_policy_failed
+"""The old name, kept only while ``training/worker.py`` imports it (it is being edited elsewhere); use
+:func:`mark_policy_failed`."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from mutualrl.see.consumed import rollback_log
+from mutualrl.see.consumption_log import rollback_log
 from mutualrl.see.files import FAILED_DIR, STEP_DIR_RE
 
 

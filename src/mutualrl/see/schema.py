@@ -17,16 +17,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from mutualrl.see.columns import (  # noqa: F401 - re-exported: the schema's public names
-    COLUMNS,
-    ID_COLUMNS,
-    METADATA_KEYS,
-    ROLLOUT_SCHEMA,
-    SCHEMA_VERSION,
-)
+from mutualrl.see.columns import COLUMNS, ROLLOUT_SCHEMA
 from mutualrl.see.errors import InvalidRecordError
 from mutualrl.see.ragged import Ragged, ragged, ragged_input, to_numpy
-from mutualrl.see.validation import conform_schema, first_true, single_chunk, validate_table  # noqa: F401
+from mutualrl.see.validation import conform_schema, first_true, single_chunk, validate_table
 
 
 

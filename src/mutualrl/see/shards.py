@@ -21,7 +21,8 @@ from mutualrl.run_folder import read_bytes
 from mutualrl.see import files
 from mutualrl.see.errors import CorruptShardError, SchemaMismatchError
 from mutualrl.see.files import CHECKSUM_ALGORITHM, MANIFEST_RE
-from mutualrl.see.schema import ROLLOUT_SCHEMA, SCHEMA_VERSION, ShardMetadata
+from mutualrl.see.columns import ROLLOUT_SCHEMA, SCHEMA_VERSION
+from mutualrl.see.schema import ShardMetadata
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ staleness"). Each peer round is consumed at most once: a round already used yiel
 nothing new, and the step runs without peer data (standalone).
 
 With ``see.catch_up`` a policy its peers keep waiting for skips rounds (SAPO-style, docs/see.md
-"Catching up"): it logs the span it skips (:mod:`mutualrl.see.consumed`), and a peer counts a
+"Catching up"): it logs the span it skips (:mod:`mutualrl.see.consumption_log`), and a peer counts a
 skipped round as reached (never waited for) but without data. :func:`catch_up_target` is that
 decision, a pure function of the policies' round times.
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mutualrl.see.consumed import LogTail
+from mutualrl.see.consumption_log import LogTail
 from mutualrl.see.files import STEP_DIR_RE
 from mutualrl.see.shards import complete_shards, scan_committed
 

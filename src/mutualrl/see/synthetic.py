@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from mutualrl.see.schema import Ragged, RolloutBatch
+from mutualrl.see.ragged import Ragged
+from mutualrl.see.schema import RolloutBatch
 
 _ALPHABET = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz      0123456789+-*/=()\n", dtype=np.uint8)
 

@@ -8,14 +8,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mutualrl.config.cadence import (  # noqa: F401 - re-exported for the planner
-    DEFAULT_VALIDATE_EVERY,
-    Cadence,
+from mutualrl.config.cadence import Cadence
+from mutualrl.config.cadence import (  # noqa: F401 - re-exported until launch_plan.py imports them from config
     apply_cadence,
-    max_optimizer_steps,
-    optimizer_steps_per_paper_step,
     policy_cadence,
-    resolve_cadence,
     validation_interval,
 )
 

@@ -182,25 +182,6 @@ def policy_port(config: RunConfig, index: int) -> int:
     return int(config.launch.main_process_port) + index
 
 
-def build_launch_specs(
-    config: RunConfig,
-    placement: Placement,
-    run_dir: Path,
-    python: str = sys.executable,
-    parent_visible_devices: str | None = None,
-    cwd: Path | None = None,
-) -> list[LaunchSpec]:
-    """One :class:`LaunchSpec` per policy (on its first machine), in pool order.
-
-    ``parent_visible_devices``: the parent's ``CUDA_VISIBLE_DEVICES`` (default: read from
-    the environment) to translate logical GPU ids. Config files are expected at
-    :func:`~mutualrl.launch.configs.accelerate_config_path` /
-    :func:`~mutualrl.launch.configs.deepspeed_config_path` (``LaunchPlan.write`` puts them there).
-    """
-    specs = build_machine_specs(config, placement, run_dir, python, parent_visible_devices, cwd)
-    return [per_machine[0] for per_machine in specs]
-
-
 def launch_dir(run_dir: Path) -> Path:
     """Where workers start: the folder ``mutualrl train`` was started from (relative paths of the recipe are
     read from there), or the run folder when that one was deleted during start-up (the CLI refuses to start

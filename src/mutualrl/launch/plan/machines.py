@@ -1,6 +1,6 @@
 """MWRA over several machines (``launch.nodes``): which machines, and which GPUs on them, each policy gets.
 
-Pure functions, like :func:`~mutualrl.launch.mwra.plan_placement` (which places a pool on one
+Pure functions, like :func:`~mutualrl.launch.plan.mwra.plan_placement` (which places a pool on one
 machine and is reused here for each machine's share of the pool):
 
 - **As many policies as machines or more**: the pool is cut, in pool order, into ``nodes``
@@ -17,7 +17,7 @@ machine and is reused here for each machine's share of the pool):
 
 GPU ids in the placement are global; :func:`local_devices` gives one machine's ids (what its
 ``CUDA_VISIBLE_DEVICES`` is built from). One machine (``nodes == 1``) is exactly
-:func:`~mutualrl.launch.mwra.plan_placement`.
+:func:`~mutualrl.launch.plan.mwra.plan_placement`.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def plan_placement_nodes(
     world_size_ok: Callable[[str, int], bool] | None = None,
     cpu_processes: int = 1,
 ) -> Placement:
-    """:func:`~mutualrl.launch.mwra.plan_placement` for ``nodes`` machines of ``gpus`` GPUs (and ``cpu_cores``) each."""
+    """:func:`~mutualrl.launch.plan.mwra.plan_placement` for ``nodes`` machines of ``gpus`` GPUs (and ``cpu_cores``) each."""
     if nodes < 1:
         raise PlacementError(f"--nodes must be >= 1, got {nodes}")
     kwargs = dict(cpu_cores=cpu_cores, threads_per_policy=threads_per_policy, cpu_processes=cpu_processes)

@@ -87,7 +87,7 @@ def mark_ended(paths: RunPaths, status: str, reason: str) -> bool:
     if read_record(paths).get("status") != "running":
         return False
     if status == "failed":
-        return mark_failed(paths, reason)
+        return mark_run_failed(paths, reason)
     try:
         write_record(paths, {**read_record(paths), "status": status,
                              "finished": time.strftime("%Y-%m-%dT%H:%M:%S")})
@@ -96,7 +96,7 @@ def mark_ended(paths: RunPaths, status: str, reason: str) -> bool:
     return True
 
 
-def mark_failed(paths: RunPaths, reason: str) -> bool:
+def mark_run_failed(paths: RunPaths, reason: str) -> bool:
     """Record a launch that stopped on an error of its own (e.g. a full disk); False when run.json could not
     be written either (``--resume`` then finds it "running" and marks it interrupted)."""
     info = read_record(paths)

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from mutualrl.config.schema import RunConfig
-from mutualrl.evaluation.results import group_rewards
+from mutualrl.evaluation.results import NO_VALUE, fmt_change, fmt_number, group_rewards
 from mutualrl.regimes.sgt.spec import RESCUE_LOGP_KEY, RESCUES_TOTAL_KEY
 from mutualrl.run_folder import METRICS_FILE, RunPaths, read_json_or, read_metric_rows
 
@@ -109,14 +109,6 @@ def step_range(steps: list[int]) -> str:
     return str(steps[0]) if steps[0] == steps[1] else f"{steps[0]}-{steps[1]}"
 
 
-def _fmt(value: Any) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
-def _change(before: Any, after: Any) -> str:
-    return "-" if before is None or after is None else f"{after - before:+.3f}"
-
-
 def print_summary(summary: dict[str, Any], console: Console) -> None:
     """One row per policy (all held-out prompts) and one per task group: before → after, rescues, log-prob."""
     table = Table(title=f"{summary['pool']} / {summary['regime']}: held-out reward@1 (greedy), before → after")
@@ -128,15 +120,16 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
         table.add_column("SGT rescues", justify="right")
         table.add_column("rescue log p", justify="right", no_wrap=True)  # "first → last": the note says which
     for name, p in summary["policies"].items():
-        row = [name, "all", str(p["steps"]), _fmt(p["eval_before"]), _fmt(p["eval_after"]),
-               _change(p["eval_before"], p["eval_after"])]
+        row = [name, "all", str(p["steps"]), fmt_number(p["eval_before"], 3), fmt_number(p["eval_after"], 3),
+               fmt_change(p["eval_before"], p["eval_after"])]
         if sgt:
-            logp = f"{p['rescue_logp_first']:.2f} → {p['rescue_logp_last']:.2f}" if "rescue_logp_first" in p else "-"
-            row += [str(p.get("sgt_rescues", "-")), logp]
+            logp = f"{p['rescue_logp_first']:.2f} → {p['rescue_logp_last']:.2f}" if "rescue_logp_first" in p else NO_VALUE
+            row += [str(p.get("sgt_rescues", NO_VALUE)), logp]
         table.add_row(*row)
         for group, after in p.get("groups_after", {}).items():
             before = p["groups_before"].get(group)
-            table.add_row("", group, "", _fmt(before), _fmt(after), _change(before, after), *([""] * (2 * sgt)))
+            table.add_row("", group, "", fmt_number(before, 3), fmt_number(after, 3), fmt_change(before, after),
+                          *([""] * (2 * sgt)))
     console.print(table)
     if note := rescue_windows_note(summary["policies"]):
         console.print(note, highlight=False)
@@ -176,9 +169,9 @@ def print_comparison(comparison: dict[str, Any], console: Console) -> None:
     last = None
     for row in comparison["rows"]:
         diff = row["difference"]
-        shown = "-" if diff is None else f"[{'green' if diff > 0 else 'red' if diff < 0 else 'default'}]{diff:+.3f}[/]"
-        table.add_row(row["policy"] if row["policy"] != last else "", row["group"], _fmt(row["run"]),
-                      _fmt(row["baseline"]), shown)
+        shown = NO_VALUE if diff is None else f"[{'green' if diff > 0 else 'red' if diff < 0 else 'default'}]{diff:+.3f}[/]"
+        table.add_row(row["policy"] if row["policy"] != last else "", row["group"], fmt_number(row["run"], 3),
+                      fmt_number(row["baseline"], 3), shown)
         last = row["policy"]
     console.print(table)
     console.print(f"curves: mutualrl plot {comparison['run_dir']} {comparison['baseline_dir']}", highlight=False)

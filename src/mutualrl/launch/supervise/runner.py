@@ -37,12 +37,7 @@ from mutualrl.atomic_io import write_text_atomic
 from mutualrl.errors import RunFolderError, StorageError, is_storage_message
 from mutualrl.launch.rundir.metrics_merge import MetricsMerger
 from mutualrl.launch.supervise.signals import raise_if_interrupted
-from mutualrl.launch.supervise.worker_output import (  # noqa: F401 - re-exported
-    describe_exit,
-    spawn_dir,
-    storage_reason,
-    tail,
-)
+from mutualrl.launch.supervise.worker_output import describe_exit, spawn_dir, storage_reason, tail
 from mutualrl.regimes.registry import all_regimes
 from mutualrl.run_folder import RunPaths, read_status, see_marker
 from mutualrl.see.liveness import freshest_heartbeat_age
@@ -76,7 +71,7 @@ class RunOutcome:
 
 @dataclass(frozen=True)
 class PoolSettings:
-    """How :class:`PoolRunner` watches a pool (:func:`mutualrl.launch.pool.pool_settings` fills it from a config)."""
+    """How :class:`PoolRunner` watches a pool (:func:`mutualrl.launch.supervise.pool.pool_settings` fills it from a config)."""
 
     see_root: Path = field(metadata={"help": "The run's SEE folder: failure markers are written, heartbeats read."})
     stall_timeout_s: float = field(metadata={"help": "A live policy that shows no progress this long is stalled."})
@@ -103,7 +98,7 @@ class PoolSettings:
 
 class PoolRunner:
     """Starts and watches one machine's policy processes; ``remote`` (several machines, launch.nodes): the
-    policies elsewhere (:class:`mutualrl.launch.nodes.RemoteWatch`), and the run ends here when the local
+    policies elsewhere (:class:`mutualrl.launch.supervise.nodes.RemoteWatch`), and the run ends here when the local
     workers exited and ``remote.finished()``."""
 
     def __init__(self, processes: Sequence[PolicyProcess], paths: RunPaths, settings: PoolSettings,
@@ -312,13 +307,13 @@ class PoolRunner:
         """Under ``see.on_peer_failure=continue``, let a failed policy leave while another still trains: mark it
         failed (its peers drop it at their next exchange) and go on. False: stop the pool (as under ``stop``).
         Only this machine's policies can leave; a failure reported from another machine stops the pool."""
-        from mutualrl.see.liveness import mark_failed
+        from mutualrl.see.liveness import mark_policy_failed
 
         others = [p for p in self.procs if p is not proc and p.name not in self.lost]
         if self.settings.on_peer_failure != "continue" or not any(p.returncode is None for p in others):
             return False  # nobody left to go on: the run failed
         try:
-            mark_failed(self.settings.see_root, proc.name, f"policy process {reason}")
+            mark_policy_failed(self.settings.see_root, proc.name, f"policy process {reason}")
         except Exception:  # pragma: no cover - best effort
             pass
         self.lost[proc.name] = {"step": proc.last_step, "reason": reason, "log_tail": tail(proc.log_path, 5)}
@@ -367,11 +362,11 @@ class PoolRunner:
         return None
 
     def _handle_failure(self, policy: str, reason: str, started: float) -> RunOutcome:
-        from mutualrl.see.liveness import mark_failed
+        from mutualrl.see.liveness import mark_policy_failed
 
         failed = next((p for p in self.procs if p.name == policy), None)  # None: a policy on another machine
         try:
-            mark_failed(self.settings.see_root, policy, f"policy process {reason}")
+            mark_policy_failed(self.settings.see_root, policy, f"policy process {reason}")
         except Exception:  # pragma: no cover - best effort
             pass
         # Peers notice the marker at their next barrier and exit non-zero naming the peer.
