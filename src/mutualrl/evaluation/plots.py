@@ -16,7 +16,6 @@ and marker per run (labelled by regime, e.g. standalone / prp / xgrpo / sgt; :mo
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from collections.abc import Sequence
