@@ -2,7 +2,8 @@
 
 Each regime's own adapter (``regimes/<name>/adapter.py``) subclasses :class:`RegimeAdapter`. The
 trainer (:class:`~mutualrl.training.trainer.MutualGRPOTrainer`) calls :meth:`RegimeAdapter.process_step`
-once per generation step with TRL's batch dict and this policy's :class:`~mutualrl.regimes.seam.StepRollouts`. The adapter
+once per generation step with TRL's batch dict and this policy's :class:`~mutualrl.regimes.seam.StepRollouts`.
+The adapter
 
 1. publishes this rank's rollout records to the SEE (all regimes but a silent standalone),
 2. waits for and reads the peer fields its regime subscribes to (paper, SEE paragraph:
@@ -33,7 +34,12 @@ from mutualrl.regimes.seam import GRPOArgsView, StepRollouts, TrainerView
 from mutualrl.regimes.standalone.spec import STANDALONE
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from mutualrl.see.consumption import PeerConsumption
+    from mutualrl.see.exchange import ExperienceExchange
     from mutualrl.see.schema import RolloutBatch
+    from mutualrl.see.staleness import PeerRound
 
 
 class RegimeAdapter:
@@ -48,7 +54,8 @@ class RegimeAdapter:
     """Whether the regime implements :meth:`transform_stale` (declared, not detected): only then is a peer round
     older than this step read under ``see.max_staleness > 0``; otherwise such a step is plain GRPO."""
 
-    def __init__(self, config: Any, policy: str, exchange: Any = None, spec: RegimeSpec | None = None):
+    def __init__(self, config: Any, policy: str, exchange: ExperienceExchange | None = None,
+                 spec: RegimeSpec | None = None):
         if spec is not None:
             self.spec = spec
         self.config = config
@@ -56,7 +63,7 @@ class RegimeAdapter:
         self.exchange = exchange
         self.peers = [p.name for p in config.pool.policies if p.name != policy]
         self.trainer: TrainerView | None = None  # set by bind()
-        self.consumption: Any = None
+        self.consumption: PeerConsumption | None = None  # set by bind() where the regime reads peers
         self.phase_hook: Callable[[str], None] | None = None  # set by the worker: writes the status phase
 
     @property
@@ -113,14 +120,14 @@ class RegimeAdapter:
         timings["publish_s"] = time.perf_counter() - clock
 
     def read_peers(self, output: dict[str, Any], rollouts: StepRollouts,
-                   timings: dict[str, float]) -> tuple[int | None, dict[str, Any]]:
+                   timings: dict[str, float]) -> tuple[int | None, dict[str, pa.Table]]:
         """The peer round this step uses and the peers' tables of it (``{}`` for a regime that reads none)."""
         if not self.needs_peers:
             return rollouts.step, {}
         self.remember(output, rollouts)
         return self.read_peer_round(rollouts.step, timings)
 
-    def apply_regime(self, output: dict[str, Any], rollouts: StepRollouts, peers: dict[str, Any],
+    def apply_regime(self, output: dict[str, Any], rollouts: StepRollouts, peers: dict[str, pa.Table],
                      peer_step: int | None, timings: dict[str, float]) -> tuple[dict[str, Any], dict[str, float]]:
         """The regime's rewrite of TRL's batch with the round ``peer_step``: this step's (:meth:`transform`), an
         earlier one (:meth:`transform_stale`) or none (plain GRPO: no peer left, or nothing new in the bound)."""
@@ -145,7 +152,7 @@ class RegimeAdapter:
         if self.exchange is not None:
             self.exchange.prune(self.consumption.own_rounds[0] if self.needs_peers else step)
 
-    def read_peer_round(self, step: int, timings: dict[str, float]) -> tuple[int | None, dict[str, Any]]:
+    def read_peer_round(self, step: int, timings: dict[str, float]) -> tuple[int | None, dict[str, pa.Table]]:
         """The peer round this step uses (see.max_staleness; lock-step: ``step``) and the peers' tables of it."""
         from mutualrl.see.errors import ShardMissingError
 
@@ -186,7 +193,7 @@ class RegimeAdapter:
         finally:
             self.phase_hook("training")
 
-    def _log_round(self, chosen: Any, used_step: int | None) -> None:
+    def _log_round(self, chosen: PeerRound, used_step: int | None) -> None:
         """Staleness metrics (only off the lock-step path, whose age is always 0)."""
         if self.consumption.lock_step:
             return
@@ -200,20 +207,20 @@ class RegimeAdapter:
 
     # -- the hooks a regime implements --------------------------------------------------------
     def transform(self, output: dict[str, Any], rollouts: StepRollouts,
-                  peers: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
+                  peers: dict[str, pa.Table]) -> tuple[dict[str, Any], dict[str, float]]:
         """Rewrite TRL's batch with the peers' tables of this step; returns it and the regime's metrics."""
         return output, {}
 
     def remember(self, output: dict[str, Any], rollouts: StepRollouts) -> None:
         """Keep what :meth:`transform_stale` needs of this step (called every step, before any transform)."""
 
-    def transform_stale(self, output: dict[str, Any], rollouts: StepRollouts, peers: dict[str, Any],
+    def transform_stale(self, output: dict[str, Any], rollouts: StepRollouts, peers: dict[str, pa.Table],
                         peer_step: int) -> tuple[dict[str, Any], dict[str, float]]:
         """Use peer records of an earlier round (``see.max_staleness > 0``); called only where the regime
         declares ``uses_stale_rounds = True`` (XGRPO and PRP cannot: they pair peer rows with the same prompts)."""
         return output, {}
 
-    def extra_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor | None:
+    def extra_loss(self, model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor | None:
         return None
 
     # -- helpers --------------------------------------------------------------------------
