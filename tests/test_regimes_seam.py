@@ -170,6 +170,50 @@ def test_stale_rounds_are_declared_by_the_regimes_that_implement_them():
     assert SGTAdapter.uses_stale_rounds and not PRPAdapter.uses_stale_rounds
 
 
+class OlderRound:
+    """A consumption that always offers the round before this step (bounded staleness, age 1)."""
+
+    lock_step = False
+    active = ["tiny-sp"]
+
+    def next_round(self, step):
+        from mutualrl.see.staleness import PeerRound
+
+        return PeerRound(step, step - 1, 1)
+
+
+class ReadLog:
+    """An exchange that records the rounds read."""
+
+    def __init__(self):
+        self.reads = []
+
+    def read(self, step, policy, columns=None):
+        self.reads.append((step, policy))
+        return pa.table({"reward": [1.0]})
+
+
+@pytest.mark.parametrize("stale", [False, True])
+def test_an_older_round_is_read_only_by_a_regime_that_declares_it(stale):
+    config = load_run_config("tiny", regime="xgrpo", check_grpo=False).config
+
+    class Declared(RegimeAdapter):
+        uses_stale_rounds = stale
+
+        def transform_stale(self, output, rollouts, peers, peer_step):
+            return output, {"stale_rows": float(sum(t.num_rows for t in peers.values()))}
+
+    adapter = Declared(config, "tiny-bpe", spec=get_regime("xgrpo"))
+    adapter.bind(FakeTrainer(tokenizers()["gpt2"]))
+    adapter.exchange, adapter.consumption = ReadLog(), OlderRound()
+    peer_step, peers = adapter.read_peer_round(3, {})
+    assert adapter.exchange.reads == ([(2, "tiny-sp")] if stale else [])
+    assert peer_step == (2 if stale else None)
+    output, metrics = adapter.apply_regime({}, SimpleNamespace(step=3), peers, peer_step, {})
+    assert metrics == ({"stale_rows": 1.0} if stale else {})
+    assert adapter.trainer.recorded[("train", "mutual/stale_used")] == [float(stale)]
+
+
 def test_no_regime_module_types_the_trainer_as_any_nor_writes_trl_metrics():
     from pathlib import Path
 
