@@ -43,8 +43,8 @@ def test_standalone_trainer_matches_vanilla_grpo(tmp_path):
     mutual = MutualGRPOTrainer(model=mutual_model, reward_funcs=_reward, args=_args(str(tmp_path / "m")),
                                train_dataset=dataset, processing_class=tokenizer, policy_name="tiny-bpe",
                                regime=RegimeAdapter(config, "tiny-bpe", exchange=None))
-    assert isinstance(mutual, TrainerView)  # the seam a regime sees (regimes/seam.py)
     mutual.train()
+    assert isinstance(mutual, TrainerView)  # the seam a regime sees (regimes/seam.py), complete once training runs
 
     moved = max((p - q).abs().max().item() for p, q in zip(vanilla_model.parameters(), initial.parameters()))
     diff = max((p - q).abs().max().item() for p, q in zip(vanilla_model.parameters(), mutual_model.parameters()))

@@ -98,7 +98,7 @@ class TrainerView(Protocol):
     processing_class: PreTrainedTokenizerBase  # the learner's tokenizer (THL retokenizes into it)
     eos_token_ids: list[int]  # every id that ends a generation (TRL: the tokenizer's and the model's)
     max_completion_length: int | None
-    current_gradient_accumulation_steps: int
+    current_gradient_accumulation_steps: int  # micro-batches of this optimizer step (Transformers sets it in train())
     scale_rewards: str  # GRPO's advantage scaling: "group", "batch" or "none"
     epsilon_high: float  # the PPO clip's upper epsilon
 
