@@ -23,6 +23,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from transformers import PreTrainedTokenizerBase
 
+    from mutualrl.regimes.seam import StepRollouts
+
 
 @dataclass
 class PeerGroups:
@@ -38,7 +40,7 @@ class PeerGroups:
         return join_pool(learner.float(), self.values[column], learner_index)
 
 
-def gather_peer_groups(peers: dict[str, Any], names: Sequence[str], prompt_ids: Sequence[str], k: int, step: int,
+def gather_peer_groups(peers: dict[str, pa.Table], names: Sequence[str], prompt_ids: Sequence[str], k: int, step: int,
                        columns: Sequence[str] = ("reward",)) -> PeerGroups:
     """The rows and numeric ``columns`` of each peer in ``names`` (that order) for the K-groups ``prompt_ids``.
 
@@ -56,7 +58,7 @@ def gather_peer_groups(peers: dict[str, Any], names: Sequence[str], prompt_ids: 
     return PeerGroups(list(names), rows, values)
 
 
-def peer_table_index(table: Any, policy: str, step: int) -> dict[str, dict[int, int]]:
+def peer_table_index(table: pa.Table, policy: str, step: int) -> dict[str, dict[int, int]]:
     """prompt_id -> {sample_index: row} for one peer's records of a step."""
     prompt_ids = table.column("prompt_id").to_pylist()
     samples = table.column("sample_index").to_pylist()
@@ -81,14 +83,14 @@ def group_rows(index: dict[str, dict[int, int]], prompt_id: str, k: int, policy:
     return [rows[i] for i in range(k)]
 
 
-def peer_groups(table: Any, prompt_ids: Sequence[str], k: int, policy: str, step: int) -> torch.Tensor:
+def peer_groups(table: pa.Table, prompt_ids: Sequence[str], k: int, policy: str, step: int) -> torch.Tensor:
     """int64 ``[P, K]``: each prompt's K rollout rows in one peer's table (a gap fails: :func:`group_rows`)."""
     index = peer_table_index(table, policy, step)
     rows = [group_rows(index, pid, k, policy, step) for pid in prompt_ids]
     return torch.tensor(rows, dtype=torch.long).reshape(len(prompt_ids), k)
 
 
-def peer_values(table: Any, column: str, groups: torch.Tensor) -> torch.Tensor:
+def peer_values(table: pa.Table, column: str, groups: torch.Tensor) -> torch.Tensor:
     """A numeric column of a peer's table (reward, num_tokens) as float32 ``[P, K]``, laid out as ``groups``."""
     return torch.tensor(table.column(column).to_numpy(zero_copy_only=False), dtype=torch.float32)[groups]
 
@@ -101,7 +103,7 @@ def stable_seed(*parts: Any) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def require_whole_groups(rollouts: Any, regime: str) -> None:
+def require_whole_groups(rollouts: StepRollouts, regime: str) -> None:
     """SGT and PRP attach data to a prompt's rows, so each rank must hold whole K-groups."""
     from mutualrl.errors import UsageError
 
@@ -115,7 +117,7 @@ def require_whole_groups(rollouts: Any, regime: str) -> None:
         )
 
 
-def local_slice(rollouts: Any) -> slice:
+def local_slice(rollouts: StepRollouts) -> slice:
     """This rank's rows of the gathered batch (TRL's ``process_slice``)."""
     n_local = len(rollouts.prompt_ids_local)
     return slice(rollouts.process_index * n_local, (rollouts.process_index + 1) * n_local)
