@@ -199,7 +199,7 @@ class SGTAdapter(RegimeAdapter):
                 if flat_mask[i]:
                     rows[i] = ids
                     extra_tokens += len(ids)
-        completion, mask = pad_token_rows(rows, pad, min_width=width, device=device)
+        completion, mask = pad_token_rows(rows, pad, min_width=width, device=device)  # [B_local, T] each
         weights = sgt_example_weights(flat_mask, self.config.regime.sgt.lam, trainer.args.steps_per_generation,
                                       trainer.current_gradient_accumulation_steps, num_gated=num_gated,
                                       num_processes=rollouts.num_processes)
