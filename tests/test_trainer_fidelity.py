@@ -10,6 +10,7 @@ from trl import GRPOConfig, GRPOTrainer
 from mutualrl.assets.tokenizers import load_tokenizer
 from mutualrl.config import load_run_config
 from mutualrl.regimes.adapter import RegimeAdapter
+from mutualrl.regimes.seam import TrainerView
 from mutualrl.training.trainer import MutualGRPOTrainer
 from tiny_models import build_tiny_lm
 
@@ -39,9 +40,11 @@ def test_standalone_trainer_matches_vanilla_grpo(tmp_path):
 
     mutual_model = AutoModelForCausalLM.from_pretrained(folder)
     config = load_run_config("tiny", regime="standalone", check_grpo=False).config
-    MutualGRPOTrainer(model=mutual_model, reward_funcs=_reward, args=_args(str(tmp_path / "m")),
-                      train_dataset=dataset, processing_class=tokenizer, policy_name="tiny-bpe",
-                      regime=RegimeAdapter(config, "tiny-bpe", exchange=None)).train()
+    mutual = MutualGRPOTrainer(model=mutual_model, reward_funcs=_reward, args=_args(str(tmp_path / "m")),
+                               train_dataset=dataset, processing_class=tokenizer, policy_name="tiny-bpe",
+                               regime=RegimeAdapter(config, "tiny-bpe", exchange=None))
+    mutual.train()
+    assert isinstance(mutual, TrainerView)  # the seam a regime sees (regimes/seam.py), complete once training runs
 
     moved = max((p - q).abs().max().item() for p, q in zip(vanilla_model.parameters(), initial.parameters()))
     diff = max((p - q).abs().max().item() for p, q in zip(vanilla_model.parameters(), mutual_model.parameters()))

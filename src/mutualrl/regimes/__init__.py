@@ -9,8 +9,9 @@
 - Shared by them: :mod:`~mutualrl.regimes.grpo` (standalone GRPO advantages, TRL-exact, Sec.
   "Preliminaries"), :mod:`~mutualrl.regimes.pool` (the ``[P, K]`` / ``[P, M, K]`` layout),
   :mod:`~mutualrl.regimes.usability` (App. "Channel decomposition"), and for the adapters
+  :mod:`~mutualrl.regimes.seam` (what the trainer hands a regime: ``StepRollouts``, ``TrainerView``),
   :mod:`~mutualrl.regimes.adapter` (the base adapter) and :mod:`~mutualrl.regimes.peers` (peer tables
-  as tensors).
+  as tensors, peer responses as learner token rows).
 
 Importing this package or a ``spec`` module never imports torch: config loading and every CLI
 command import the registry.

@@ -2,18 +2,21 @@
 
 Each regime's own adapter (``regimes/<name>/adapter.py``) subclasses :class:`RegimeAdapter`. The
 trainer (:class:`~mutualrl.training.trainer.MutualGRPOTrainer`) calls :meth:`RegimeAdapter.process_step`
-once per generation step with TRL's batch dict and this policy's :class:`~mutualrl.training.trainer.StepRollouts`. The adapter
+once per generation step with TRL's batch dict and this policy's :class:`~mutualrl.regimes.seam.StepRollouts`.
+The adapter
 
 1. publishes this rank's rollout records to the SEE (all regimes but a silent standalone),
 2. waits for and reads the peer fields its regime subscribes to (paper, SEE paragraph:
    XGRPO subscribes to scalar rewards, SGT to verified successful responses, PRP to rollout
    text and behaviour traces),
 3. calls the regime's pure function and writes the result back into TRL's batch,
-4. logs the regime's metrics under ``<regime>/<metric>``.
+4. logs the regime's metrics under ``<regime>/<metric>``,
+5. prunes its old SEE rounds.
 
-The math lives in each regime's ``maths.py``; this module only moves tensors around. It uses the
-SEE and THL (same layer) and reads the trainer by duck typing, so no import goes up to ``training/``;
-it imports torch, so only the training layer imports it
+:meth:`RegimeAdapter.process_step` runs these stages in that order, one method each. The math lives in
+each regime's ``maths.py``; this module only moves tensors around. It uses the SEE and THL (same layer)
+and sees the trainer only through :class:`~mutualrl.regimes.seam.TrainerView` (a typed protocol at this
+layer), so no import goes up to ``training/``; it imports torch, so only the training layer imports it
 (:func:`mutualrl.training.adapters.make_regime_adapter`).
 """
 
@@ -21,21 +24,22 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
 from mutualrl.regimes.registry import RegimeSpec
+from mutualrl.regimes.seam import GRPOArgsView, StepRollouts, TrainerView
 from mutualrl.regimes.standalone.spec import STANDALONE
 
+if TYPE_CHECKING:
+    import pyarrow as pa
 
-def log_trl_metrics(trainer: Any, values: Mapping[str, float], mode: str = "train") -> None:
-    """Append ``values`` to TRL's per-step metric lists (its private ``_metrics``; TRL averages each list
-    into the logged row): the one place mutualrl writes them."""
-    metrics = trainer._metrics[mode]
-    for key, value in values.items():
-        metrics[key].append(float(value))
+    from mutualrl.see.consumption import PeerConsumption
+    from mutualrl.see.exchange import ExperienceExchange
+    from mutualrl.see.schema import RolloutBatch
+    from mutualrl.see.staleness import PeerRound
 
 
 class RegimeAdapter:
@@ -46,16 +50,20 @@ class RegimeAdapter:
     :func:`~mutualrl.training.adapters.make_regime_adapter` from the registry."""
     publishes_traces = False
     peer_columns: tuple[str, ...] | None = None
+    uses_stale_rounds: ClassVar[bool] = False
+    """Whether the regime implements :meth:`transform_stale` (declared, not detected): only then is a peer round
+    older than this step read under ``see.max_staleness > 0``; otherwise such a step is plain GRPO."""
 
-    def __init__(self, config: Any, policy: str, exchange: Any = None, spec: RegimeSpec | None = None):
+    def __init__(self, config: Any, policy: str, exchange: ExperienceExchange | None = None,
+                 spec: RegimeSpec | None = None):
         if spec is not None:
             self.spec = spec
         self.config = config
         self.policy = policy
         self.exchange = exchange
         self.peers = [p.name for p in config.pool.policies if p.name != policy]
-        self.trainer: Any = None
-        self.consumption: Any = None
+        self.trainer: TrainerView | None = None  # set by bind()
+        self.consumption: PeerConsumption | None = None  # set by bind() where the regime reads peers
         self.phase_hook: Callable[[str], None] | None = None  # set by the worker: writes the status phase
 
     @property
@@ -66,7 +74,7 @@ class RegimeAdapter:
     def needs_peers(self) -> bool:
         return self.spec.needs_peers
 
-    def bind(self, trainer: Any) -> None:
+    def bind(self, trainer: TrainerView) -> None:
         self.trainer = trainer
         if self.needs_peers and self.exchange is not None:
             from mutualrl.see.consumption import PeerConsumption
@@ -83,42 +91,68 @@ class RegimeAdapter:
         if self.consumption is None or not self.consumption.may_skip:
             return False
         skipped = self.consumption.skip_round(step, self.trainer.state.max_steps)
-        log_trl_metrics(self.trainer, {"mutual/skipped": skipped})
+        self.trainer.record_metrics({"mutual/skipped": skipped})
         return skipped
 
-    # -- per step -------------------------------------------------------------------------
-    def process_step(self, output: dict[str, Any], rollouts: Any) -> dict[str, Any]:
-        timings: dict[str, float] = {}
+    # -- per step: the stages, top to bottom ------------------------------------------------
+    def process_step(self, output: dict[str, Any], rollouts: StepRollouts) -> dict[str, Any]:
+        """One generation step of the regime (paper, "Dataflow in One Training Loop"): publish this rank's
+        records, read the peers' round, rewrite TRL's batch, log, prune. Returns the (rewritten) batch."""
+        timings: dict[str, float] = {}  # seconds per stage, logged as mutual/<stage>_s
+        self.publish_records(output, rollouts, timings)
+        peer_step, peers = self.read_peers(output, rollouts, timings)
+        output, metrics = self.apply_regime(output, rollouts, peers, peer_step, timings)
+        self.log_step(metrics, timings)
+        self.prune_records(rollouts.step)
+        return output
+
+    def publish_records(self, output: dict[str, Any], rollouts: StepRollouts, timings: dict[str, float]) -> None:
+        """Publish this rank's records to the SEE (nothing without an exchange: a silent standalone)."""
+        if self.exchange is None:
+            return
         clock = time.perf_counter()
-        if self.exchange is not None:
-            if self.publishes_traces:
-                self.ensure_behaviour_logps(output)
-            records = self.build_records(output, rollouts)
-            timings["build_s"] = time.perf_counter() - clock
-            clock = time.perf_counter()
-            self.exchange.publish(rollouts.step, records)
-            timings["publish_s"] = time.perf_counter() - clock
-        peers: dict[str, Any] = {}
-        peer_step: int | None = rollouts.step
-        if self.needs_peers:
-            self.remember(output, rollouts)
-            peer_step, peers = self.read_peer_round(rollouts.step, timings)
+        if self.publishes_traces:
+            self.ensure_behaviour_logps(output)
+        records = self.build_records(output, rollouts)
+        timings["build_s"] = time.perf_counter() - clock
+        clock = time.perf_counter()
+        self.exchange.publish(rollouts.step, records)
+        timings["publish_s"] = time.perf_counter() - clock
+
+    def read_peers(self, output: dict[str, Any], rollouts: StepRollouts,
+                   timings: dict[str, float]) -> tuple[int | None, dict[str, pa.Table]]:
+        """The peer round this step uses and the peers' tables of it (``{}`` for a regime that reads none)."""
+        if not self.needs_peers:
+            return rollouts.step, {}
+        self.remember(output, rollouts)
+        return self.read_peer_round(rollouts.step, timings)
+
+    def apply_regime(self, output: dict[str, Any], rollouts: StepRollouts, peers: dict[str, pa.Table],
+                     peer_step: int | None, timings: dict[str, float]) -> tuple[dict[str, Any], dict[str, float]]:
+        """The regime's rewrite of TRL's batch with the round ``peer_step``: this step's (:meth:`transform`), an
+        earlier one (:meth:`transform_stale`) or none (plain GRPO: no peer left, or nothing new in the bound)."""
         clock = time.perf_counter()
         if peer_step == rollouts.step:
             output, metrics = self.transform(output, rollouts, peers)
         elif peer_step is not None:
             output, metrics = self.transform_stale(output, rollouts, peers, peer_step)
-        else:  # no peer left, or nothing new within the staleness bound: plain GRPO this step
+        else:
             metrics = {}
         timings["transform_s"] = time.perf_counter() - clock
-        log_trl_metrics(self.trainer, {f"{self.name}/{key}": value for key, value in metrics.items()})
-        log_trl_metrics(self.trainer, {f"mutual/{key}": value for key, value in timings.items()})
-        if self.exchange is not None:
-            # Under bounded staleness a peer may still read our rounds back to the window's oldest.
-            self.exchange.prune(self.consumption.own_rounds[0] if self.needs_peers else rollouts.step)
-        return output
+        return output, metrics
 
-    def read_peer_round(self, step: int, timings: dict[str, float]) -> tuple[int | None, dict[str, Any]]:
+    def log_step(self, metrics: dict[str, float], timings: dict[str, float]) -> None:
+        """The regime's metrics as ``<regime>/<metric>``, the stages' seconds as ``mutual/<stage>_s``."""
+        self.trainer.record_metrics({f"{self.name}/{key}": value for key, value in metrics.items()})
+        self.trainer.record_metrics({f"mutual/{key}": value for key, value in timings.items()})
+
+    def prune_records(self, step: int) -> None:
+        """Drop this policy's old SEE rounds; under bounded staleness a peer may still read back to the window's
+        oldest round."""
+        if self.exchange is not None:
+            self.exchange.prune(self.consumption.own_rounds[0] if self.needs_peers else step)
+
+    def read_peer_round(self, step: int, timings: dict[str, float]) -> tuple[int | None, dict[str, pa.Table]]:
         """The peer round this step uses (see.max_staleness; lock-step: ``step``) and the peers' tables of it."""
         from mutualrl.see.errors import ShardMissingError
 
@@ -146,10 +180,6 @@ class RegimeAdapter:
         timings["read_s"] = time.perf_counter() - clock
         return peer_step, peers
 
-    @property
-    def uses_stale_rounds(self) -> bool:
-        return type(self).transform_stale is not RegimeAdapter.transform_stale
-
     @contextlib.contextmanager
     def phase(self, name: str, enabled: bool = True) -> Iterator[None]:
         """Show ``name`` as this policy's phase while inside (the launcher counts a phase change as progress,
@@ -163,7 +193,7 @@ class RegimeAdapter:
         finally:
             self.phase_hook("training")
 
-    def _log_round(self, chosen: Any, used_step: int | None) -> None:
+    def _log_round(self, chosen: PeerRound, used_step: int | None) -> None:
         """Staleness metrics (only off the lock-step path, whose age is always 0)."""
         if self.consumption.lock_step:
             return
@@ -173,20 +203,24 @@ class RegimeAdapter:
             values.update({"mutual/peer_age": chosen.age, "mutual/stale": chosen.age > 0,
                            "mutual/stale_used": used_step is not None})
         values["mutual/waited"] = chosen.waited
-        log_trl_metrics(self.trainer, values)
+        self.trainer.record_metrics(values)
 
-    def transform(self, output: dict[str, Any], rollouts: Any, peers: dict[str, Any]):
+    # -- the hooks a regime implements --------------------------------------------------------
+    def transform(self, output: dict[str, Any], rollouts: StepRollouts,
+                  peers: dict[str, pa.Table]) -> tuple[dict[str, Any], dict[str, float]]:
+        """Rewrite TRL's batch with the peers' tables of this step; returns it and the regime's metrics."""
         return output, {}
 
-    def remember(self, output: dict[str, Any], rollouts: Any) -> None:
+    def remember(self, output: dict[str, Any], rollouts: StepRollouts) -> None:
         """Keep what :meth:`transform_stale` needs of this step (called every step, before any transform)."""
 
-    def transform_stale(self, output: dict[str, Any], rollouts: Any, peers: dict[str, Any], peer_step: int):
-        """Use peer records of an earlier round (``see.max_staleness > 0``). Not overridden: the regime cannot
-        (XGRPO and PRP pair peer rows with the same prompts), the round is not read and the step is plain GRPO."""
+    def transform_stale(self, output: dict[str, Any], rollouts: StepRollouts, peers: dict[str, pa.Table],
+                        peer_step: int) -> tuple[dict[str, Any], dict[str, float]]:
+        """Use peer records of an earlier round (``see.max_staleness > 0``); called only where the regime
+        declares ``uses_stale_rounds = True`` (XGRPO and PRP cannot: they pair peer rows with the same prompts)."""
         return output, {}
 
-    def extra_loss(self, model: Any, inputs: dict[str, Any]) -> torch.Tensor | None:
+    def extra_loss(self, model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor | None:
         return None
 
     # -- helpers --------------------------------------------------------------------------
@@ -205,7 +239,7 @@ class RegimeAdapter:
                 output["completion_ids"], output["completion_mask"],
             )
 
-    def build_records(self, output: dict[str, Any], rollouts: Any) -> Any:
+    def build_records(self, output: dict[str, Any], rollouts: StepRollouts) -> RolloutBatch:
         """This rank's rollout records for the SEE (text + token spans via THL)."""
         from mutualrl.see.schema import RolloutBatch
         from mutualrl.thl import batch_decode_with_spans
@@ -236,7 +270,7 @@ class RegimeAdapter:
         )
 
 
-def round_stride(args: Any, required: bool) -> int:
+def round_stride(args: GRPOArgsView, required: bool) -> int:
     """Optimizer steps between two exchange rounds (one generation): ``steps_per_generation * num_iterations /
     gradient_accumulation_steps``. Skipping whole rounds (``required``) needs it to be a whole number."""
     from mutualrl.errors import UsageError

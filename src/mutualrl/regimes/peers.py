@@ -4,18 +4,26 @@ Paper, SEE paragraph of "The Mutual RL System Design": a learner reads only the 
 regime subscribes to, keyed by ``(prompt_id, sample_index)``. Every adapter that reads peers
 builds its ``[P, M-1, K]`` peer tensors with :func:`gather_peer_groups` (the layout of
 :mod:`mutualrl.regimes.pool`), so the row matching and the "policies saw different prompts"
-error live here once.
+error live here once. Peer responses that enter the learner's batch (SGT's rescues, PRP's pooled
+rows) become learner token rows here once too (:func:`learner_responses`, THL's retokenization).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from mutualrl.regimes.pool import join_pool
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from transformers import PreTrainedTokenizerBase
+
+    from mutualrl.regimes.seam import StepRollouts
 
 
 @dataclass
@@ -32,7 +40,7 @@ class PeerGroups:
         return join_pool(learner.float(), self.values[column], learner_index)
 
 
-def gather_peer_groups(peers: dict[str, Any], names: Sequence[str], prompt_ids: Sequence[str], k: int, step: int,
+def gather_peer_groups(peers: dict[str, pa.Table], names: Sequence[str], prompt_ids: Sequence[str], k: int, step: int,
                        columns: Sequence[str] = ("reward",)) -> PeerGroups:
     """The rows and numeric ``columns`` of each peer in ``names`` (that order) for the K-groups ``prompt_ids``.
 
@@ -50,7 +58,7 @@ def gather_peer_groups(peers: dict[str, Any], names: Sequence[str], prompt_ids: 
     return PeerGroups(list(names), rows, values)
 
 
-def peer_table_index(table: Any, policy: str, step: int) -> dict[str, dict[int, int]]:
+def peer_table_index(table: pa.Table, policy: str, step: int) -> dict[str, dict[int, int]]:
     """prompt_id -> {sample_index: row} for one peer's records of a step."""
     prompt_ids = table.column("prompt_id").to_pylist()
     samples = table.column("sample_index").to_pylist()
@@ -75,14 +83,14 @@ def group_rows(index: dict[str, dict[int, int]], prompt_id: str, k: int, policy:
     return [rows[i] for i in range(k)]
 
 
-def peer_groups(table: Any, prompt_ids: Sequence[str], k: int, policy: str, step: int) -> torch.Tensor:
+def peer_groups(table: pa.Table, prompt_ids: Sequence[str], k: int, policy: str, step: int) -> torch.Tensor:
     """int64 ``[P, K]``: each prompt's K rollout rows in one peer's table (a gap fails: :func:`group_rows`)."""
     index = peer_table_index(table, policy, step)
     rows = [group_rows(index, pid, k, policy, step) for pid in prompt_ids]
     return torch.tensor(rows, dtype=torch.long).reshape(len(prompt_ids), k)
 
 
-def peer_values(table: Any, column: str, groups: torch.Tensor) -> torch.Tensor:
+def peer_values(table: pa.Table, column: str, groups: torch.Tensor) -> torch.Tensor:
     """A numeric column of a peer's table (reward, num_tokens) as float32 ``[P, K]``, laid out as ``groups``."""
     return torch.tensor(table.column(column).to_numpy(zero_copy_only=False), dtype=torch.float32)[groups]
 
@@ -95,7 +103,7 @@ def stable_seed(*parts: Any) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def require_whole_groups(rollouts: Any, regime: str) -> None:
+def require_whole_groups(rollouts: StepRollouts, regime: str) -> None:
     """SGT and PRP attach data to a prompt's rows, so each rank must hold whole K-groups."""
     from mutualrl.errors import UsageError
 
@@ -109,7 +117,62 @@ def require_whole_groups(rollouts: Any, regime: str) -> None:
         )
 
 
-def local_slice(rollouts: Any) -> slice:
+def local_slice(rollouts: StepRollouts) -> slice:
     """This rank's rows of the gathered batch (TRL's ``process_slice``)."""
     n_local = len(rollouts.prompt_ids_local)
     return slice(rollouts.process_index * n_local, (rollouts.process_index + 1) * n_local)
+
+
+def peer_rows(peers: dict[str, pa.Table], sources: Sequence[tuple[str, int]],
+              columns: Sequence[str]) -> dict[str, list[Any]]:
+    """``columns`` of the peer rows ``sources`` (``(peer, row)``, any order) as Python lists in that order.
+
+    Column-wise: one Arrow ``take`` and ``to_pylist`` per peer and column, not one ``as_py`` per cell.
+    """
+    by_peer: dict[str, list[int]] = {}
+    for i, (name, _) in enumerate(sources):
+        by_peer.setdefault(name, []).append(i)
+    out: dict[str, list[Any]] = {column: [None] * len(sources) for column in columns}
+    for name, positions in by_peer.items():
+        rows = [int(sources[i][1]) for i in positions]
+        for column in columns:
+            values = peers[name].column(column).take(rows).to_pylist()
+            for i, value in zip(positions, values, strict=True):
+                out[column][i] = value
+    return out
+
+
+@dataclass
+class LearnerResponses:
+    """Peer responses as learner token rows (paper, THL operation (1), and App. SGT details: EOS where the
+    peer finished): ``ids[i]`` is ready for TRL's batch, ``spans[i]`` the character spans of its retokenized
+    tokens (an appended EOS has none, so ``len(spans[i]) <= len(ids[i])``)."""
+
+    texts: list[str]
+    finished: list[bool]
+    ids: list[list[int]]
+    spans: list[np.ndarray]  # int64 [n_i, 2] each
+
+
+def learner_responses(peers: dict[str, pa.Table], sources: Sequence[tuple[str, int]],
+                      tokenizer: PreTrainedTokenizerBase, max_len: int | None) -> LearnerResponses:
+    """The peer rows ``sources`` (``(peer, row)``) in the learner's vocabulary: their ``response_text``
+    retokenized as a continuation of the learner's prompt (one batched THL call), the learner's EOS
+    appended where the peer ``finished``, then cut to ``max_len`` tokens (TRL's ``max_completion_length``)."""
+    from mutualrl.thl import retokenize
+
+    columns = peer_rows(peers, sources, ("response_text", "finished"))
+    texts = columns["response_text"]
+    finished = [bool(done) for done in columns["finished"]]
+    eos = tokenizer.eos_token_id
+    ids_out, spans_out = [], []
+    for r, done in zip(retokenize(tokenizer, texts), finished, strict=True):
+        ids = list(r.ids)
+        spans = np.asarray(r.spans, dtype=np.int64).reshape(-1, 2)  # [n, 2]
+        if done and eos is not None:
+            ids.append(eos)
+        if max_len and len(ids) > max_len:
+            ids = ids[:max_len]
+        ids_out.append(ids)
+        spans_out.append(spans[: min(len(spans), len(ids))])  # [min(n, len(ids)), 2]
+    return LearnerResponses(texts, finished, ids_out, spans_out)

@@ -106,9 +106,9 @@ def build_sft_config(kwargs: dict[str, Any]) -> Any:
 def _peer_sft_trainer_class() -> type:
     from trl import SFTTrainer
 
-    from mutualrl.regimes.adapter import log_trl_metrics
+    from mutualrl.training.trl_metrics import TRLMetrics
 
-    class PeerSFTTrainer(SFTTrainer):
+    class PeerSFTTrainer(TRLMetrics, SFTTrainer):
         """SFTTrainer whose loss is SGT's: the mean over examples of each one's token-averaged NLL."""
 
         loss_reduction = "sequence"
@@ -129,11 +129,11 @@ def _peer_sft_trainer_class() -> type:
             with_tokens = self.accelerator.gather_for_metrics(tokens.sum()).sum()
             if outputs.entropy is not None:
                 entropy = self.accelerator.gather_for_metrics(outputs.entropy.detach().sum()).sum()
-                log_trl_metrics(self, {"entropy": (entropy / with_tokens).item() if with_tokens > 0 else 0.0}, mode)
+                self.record_metrics({"entropy": (entropy / with_tokens).item() if with_tokens > 0 else 0.0}, mode)
             if outputs.is_top1 is not None:
                 correct = self.accelerator.gather_for_metrics(outputs.is_top1.sum()).sum()
-                log_trl_metrics(self, {"mean_token_accuracy": (correct / with_tokens).item() if with_tokens > 0
-                                       else 0.0}, mode)
+                self.record_metrics({"mean_token_accuracy": (correct / with_tokens).item() if with_tokens > 0
+                                     else 0.0}, mode)
             return (loss, outputs) if return_outputs else loss
 
     return PeerSFTTrainer

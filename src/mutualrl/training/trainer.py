@@ -19,53 +19,27 @@ points in TRL 1.16 are:
 With the ``standalone`` regime nothing but optional record publishing happens, and the
 parameters after N steps equal those of vanilla ``GRPOTrainer`` (App. "Infrastructure
 fidelity"; checked by ``benchmarks/fidelity.py`` and the test suite).
+
+The regime sees this trainer only through :class:`~mutualrl.regimes.seam.TrainerView` (what it may
+read and call) and each step through :class:`~mutualrl.regimes.seam.StepRollouts`; both live at the
+regimes' layer, so the regimes never import this module.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
-from mutualrl.regimes.adapter import log_trl_metrics
+from mutualrl.regimes.adapter import RegimeAdapter
+from mutualrl.regimes.seam import StepRollouts
+from mutualrl.training.trl_metrics import TRLMetrics
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class StepRollouts:
-    """What the regimes and the SEE need to know about one generation step of this policy.
-
-    ``*_local`` fields cover this rank's rows (TRL's ``process_slice``); ``*_global`` fields
-    cover the rows of every rank of this policy, in TRL's gathered order, where each prompt's
-    K rollouts are contiguous.
-    """
-
-    step: int
-    num_generations: int
-    prompt_ids_local: list[str]
-    sample_index_local: list[int]
-    prompt_texts_local: list[Any]
-    completion_texts_local: list[Any]
-    completion_ids_local: list[list[int]]
-    rewards_local: torch.Tensor
-    prompt_ids_global: list[str]
-    rewards_global: torch.Tensor
-    lengths_global: torch.Tensor
-    process_index: int
-    num_processes: int
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def group_prompt_ids(self) -> list[str]:
-        """Prompt id of each K-group of the gathered batch, in order."""
-        k = self.num_generations
-        return self.prompt_ids_global[::k]
 
 
 def step_deepspeed_schedule(engine: Any) -> None:
@@ -80,7 +54,7 @@ def step_deepspeed_schedule(engine: Any) -> None:
         scheduler.step()
 
 
-class MutualGRPOTrainer(GRPOTrainer):
+class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
     """GRPOTrainer for one policy of a mutual-RL pool.
 
     Args (besides GRPOTrainer's):
@@ -90,7 +64,7 @@ class MutualGRPOTrainer(GRPOTrainer):
             (:func:`mutualrl.training.vllm_engine.engine_caps`; ``None``: TRL's, capped so vLLM accepts them).
     """
 
-    def __init__(self, *args: Any, policy_name: str, regime: Any,
+    def __init__(self, *args: Any, policy_name: str, regime: RegimeAdapter,
                  vllm_caps: tuple[int | None, int | None] = (None, None), **kwargs: Any):
         from mutualrl.training.vllm_engine import engine_overrides, install_cpu_weight_sync, on_cpu_colocate
 
@@ -149,12 +123,12 @@ class MutualGRPOTrainer(GRPOTrainer):
         if not self.model.training:  # TRL's own evaluation loop: no exchange
             return output
         # Where a step's time goes: rollout (generation, rewards, old log-probs) vs TRL's step_time.
-        log_trl_metrics(self, {"mutual/rollout_seconds": time.perf_counter() - started})
+        self.record_metrics({"mutual/rollout_seconds": time.perf_counter() - started})
         rollouts = self._collect_step_rollouts()
         self.watch_signal(rollouts)
         started = time.perf_counter()
         output = self.regime.process_step(output, rollouts)
-        log_trl_metrics(self, {"mutual/exchange_seconds": time.perf_counter() - started})
+        self.record_metrics({"mutual/exchange_seconds": time.perf_counter() - started})
         return output
 
     def watch_signal(self, rollouts: StepRollouts) -> None:
@@ -167,7 +141,7 @@ class MutualGRPOTrainer(GRPOTrainer):
         first = rollouts.completion_texts_local[0] if rollouts.completion_texts_local else ""
         failed, note = self.no_signal.observe(rewards, rollouts.num_generations, first,
                                               float(rollouts.rewards_local[0]) if len(rollouts.rewards_local) else 0.0)
-        log_trl_metrics(self, {ALL_FAIL_KEY: failed})
+        self.record_metrics({ALL_FAIL_KEY: failed})
         if note is not None and self.accelerator.is_main_process:
             logging.getLogger("mutualrl.worker").warning(note)
 
@@ -266,7 +240,7 @@ class MutualGRPOTrainer(GRPOTrainer):
         log.info("policy %s: resumed from %s with its optimizer state (step count %s)", self.policy_name,
                  checkpoint, "not kept by this optimizer" if step is None else step)
 
-    # -- helpers for regime adapters ------------------------------------------------------
+    # -- the rest of the regimes' TrainerView (regimes/seam.py; record_metrics: TRLMetrics) -------------
     def score_completions(self, model, prompt_ids, prompt_mask, completion_ids, completion_mask,
                           batch_size: int | None = None) -> torch.Tensor:
         """Per-token log-probs of ``completion_ids`` given ``prompt_ids`` under ``model``."""
@@ -277,3 +251,16 @@ class MutualGRPOTrainer(GRPOTrainer):
             batch_size=batch_size or self.args.per_device_train_batch_size,
         )
         return logps
+
+    def score_reference(self, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
+        """Per-token log-probs ``[B, C]`` of the rows under the reference model (for the KL term when beta > 0),
+        no grad: TRL's ``ref_model``, or the policy with its PEFT adapter switched to "ref" (or off), as TRL does."""
+        rows = (prompt_ids, prompt_mask, completion_ids, completion_mask)
+        with torch.no_grad():
+            if self.ref_model is not None:
+                return self.score_completions(self.ref_model, *rows)  # [B, C]
+            from trl.trainer.utils import use_adapter  # the helper TRL uses for its own reference pass
+
+            model = self.accelerator.unwrap_model(self.model)
+            with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+                return self.score_completions(self.model, *rows)  # [B, C]

@@ -20,7 +20,7 @@ import torch
 from mutualrl.errors import UsageError
 from mutualrl.padding import pad_to_width, pad_token_rows
 from mutualrl.regimes.adapter import RegimeAdapter
-from mutualrl.regimes.peers import PeerGroups, gather_peer_groups, require_whole_groups
+from mutualrl.regimes.peers import PeerGroups, gather_peer_groups, learner_responses, peer_rows, require_whole_groups
 from mutualrl.regimes.prp.spec import PRP
 
 UNSUPPORTED_KEYS = ("tool_mask", "pixel_values", "image_grid_thw", "token_type_ids", "mm_token_type_ids")
@@ -55,16 +55,18 @@ class PRPAdapter(RegimeAdapter):
         device = output["completion_ids"].device
         output["advantages"] = own_adv.to(device, output["advantages"].dtype)
 
-        texts, finished, source_rows, prompt_rows, peer_adv = self._peer_rows(
-            peers, peer.names, peer.rows, advantages, local_groups, rollouts.num_generations)
-        peer_ids, target_spans = self._retokenize(texts, finished)
+        source_rows, prompt_rows, peer_adv = self._peer_rows(peer.names, peer.rows, advantages, local_groups,
+                                                             rollouts.num_generations)
+        responses = learner_responses(peers, source_rows, trainer.processing_class, trainer.max_completion_length)
+        peer_ids = responses.ids
         n_peer = len(peer_ids)
         merged, width, peer_mask = self._merged_batch(output, peer_ids, prompt_rows, peer_adv)
 
         snapshot = self._snapshot(output, merged, n_local, width)
         behaviour = None if snapshot is None else snapshot.clone()
         if self.denominator == "peer":
-            aligned = self._aligned_traces(peers, source_rows, texts, finished, target_spans, peer_ids)
+            aligned = self._aligned_traces(peers, source_rows, responses.texts, responses.finished, responses.spans,
+                                           peer_ids)
             for i, values in enumerate(aligned):
                 behaviour[n_local + i, : len(values)] = torch.as_tensor(values, dtype=behaviour.dtype,
                                                                           device=device)
@@ -102,22 +104,19 @@ class PRPAdapter(RegimeAdapter):
         local_groups = range(first_group, first_group + n_local // k)
         return peer, advantages, local_groups, advantages[list(local_groups), learner_m].reshape(-1)
 
-    def _peer_rows(self, peers, names, rows, advantages, local_groups, k) -> tuple[list, list, list, list, list]:
+    def _peer_rows(self, names, rows, advantages, local_groups, k) -> tuple[list, list, list]:
         """Peer rows of this process's groups, (local group, peer, sample) in a fixed order: their
-        texts, finished flags, (peer, row) sources, learner prompt rows and pooled advantages."""
+        (peer, row) sources, learner prompt rows and pooled advantages (``advantages``: ``[P, M, K]``)."""
         order = self.pool_order
-        texts, finished, source_rows, prompt_rows, peer_adv = [], [], [], [], []
+        source_rows, prompt_rows, peer_adv = [], [], []
         for local_p, p in enumerate(local_groups):
             for slot, name in enumerate(names):
                 m = order.index(name)
-                table = peers[name]
-                for j, row in enumerate(rows[p, slot].tolist()):
-                    texts.append(table.column("response_text")[row].as_py())
-                    finished.append(bool(table.column("finished")[row].as_py()))
+                for j, row in enumerate(rows[p, slot].tolist()):  # rows: int64 [P, M-1, K]
                     source_rows.append((name, row))
                     prompt_rows.append(local_p * k)
                     peer_adv.append(float(advantages[p, m, j]))
-        return texts, finished, source_rows, prompt_rows, peer_adv
+        return source_rows, prompt_rows, peer_adv
 
     def _merged_batch(self, output, peer_ids, prompt_rows, peer_adv) -> tuple[dict[str, Any], int, torch.Tensor]:
         """TRL's batch with the peer rows after the learner's own (with the learner's prompt tokens),
@@ -178,38 +177,19 @@ class PRPAdapter(RegimeAdapter):
                                                        ref_peer])
 
     # -- THL -------------------------------------------------------------------------------
-    def _retokenize(self, texts: list[str], finished: list[bool]) -> tuple[list[list[int]], list[np.ndarray]]:
-        from mutualrl.thl import retokenize
-
-        trainer = self.trainer
-        eos = trainer.processing_class.eos_token_id
-        max_len = trainer.max_completion_length
-        retok = retokenize(trainer.processing_class, texts) if texts else []
-        ids_out, spans_out = [], []
-        for r, done in zip(retok, finished, strict=True):
-            ids = list(r.ids)
-            spans = np.asarray(r.spans, dtype=np.int64).reshape(-1, 2)
-            if done and eos is not None:
-                ids.append(eos)
-            if max_len and len(ids) > max_len:
-                ids = ids[:max_len]
-            ids_out.append(ids)
-            spans_out.append(spans[: min(len(spans), len(ids))])
-        return ids_out, spans_out
-
     def _aligned_traces(self, peers, source_rows, texts, finished, target_spans, peer_ids) -> list[np.ndarray]:
         """Peer behaviour traces on the learner's token grid (THL), EOS mapped onto EOS."""
         from mutualrl.thl import align_logprobs
 
+        columns = peer_rows(peers, source_rows, ("response_token_spans", "behaviour_logps"))
         src_spans, src_logps, src_special, eos_logps = [], [], [], []
-        for name, row in source_rows:
-            table = peers[name]
-            spans = np.asarray(table.column("response_token_spans")[row].as_py(), dtype=np.int64).reshape(-1, 2)
-            logps_py = table.column("behaviour_logps")[row].as_py()
+        for (name, _), spans_py, logps_py in zip(source_rows, columns["response_token_spans"],
+                                                 columns["behaviour_logps"], strict=True):
+            spans = np.asarray(spans_py, dtype=np.int64).reshape(-1, 2)  # [n, 2] the peer's own token spans
             if logps_py is None:
                 raise UsageError(f"peer {name!r} did not publish behaviour log-probs, which PRP with "
                                  "denominator 'peer' needs (all policies must run the same regime settings)")
-            logps = np.asarray(logps_py, dtype=np.float64)
+            logps = np.asarray(logps_py, dtype=np.float64)  # [n]
             special = spans[:, 0] < 0
             src_spans.append(spans)
             src_logps.append(logps)
@@ -229,17 +209,6 @@ class PRPAdapter(RegimeAdapter):
 
     def _reference_logps(self, merged: dict[str, Any], n_local: int) -> torch.Tensor:
         """Reference-model log-probs of the peer rows (for the KL term when beta > 0)."""
-        trainer = self.trainer
         rows = slice(n_local, None)
-        args = (merged["prompt_ids"][rows], merged["prompt_mask"][rows], merged["completion_ids"][rows],
-                merged["completion_mask"][rows])
-        with torch.no_grad():
-            if trainer.ref_model is not None:
-                return trainer.score_completions(trainer.ref_model, *args)
-            model = trainer.accelerator.unwrap_model(trainer.model)
-            from trl.trainer.utils import (
-                use_adapter,  # the helper TRL uses for its own reference pass
-            )
-
-            with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-                return trainer.score_completions(trainer.model, *args)
+        return self.trainer.score_reference(merged["prompt_ids"][rows], merged["prompt_mask"][rows],
+                                            merged["completion_ids"][rows], merged["completion_mask"][rows])  # [N, C]

@@ -16,8 +16,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from mutualrl.padding import pad_token_rows
-from mutualrl.regimes.adapter import RegimeAdapter, log_trl_metrics
-from mutualrl.regimes.peers import PeerGroups, gather_peer_groups, require_whole_groups, stable_seed
+from mutualrl.regimes.adapter import RegimeAdapter
+from mutualrl.regimes.peers import (
+    PeerGroups,
+    gather_peer_groups,
+    learner_responses,
+    require_whole_groups,
+    stable_seed,
+)
 from mutualrl.regimes.sgt.spec import RESCUES_TOTAL_KEY, SGT
 
 if TYPE_CHECKING:
@@ -49,6 +55,7 @@ def logged_total(log_history: list[dict[str, Any]]) -> int:
 class SGTAdapter(RegimeAdapter):
     spec = SGT
     peer_columns = ("prompt_id", "sample_index", "reward", "response_text", "finished", "num_tokens")
+    uses_stale_rounds = True  # transform_stale rescues an earlier round's groups (see.max_staleness)
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -113,14 +120,14 @@ class SGTAdapter(RegimeAdapter):
         settings = self.config.regime.sgt
         k = rollouts.num_generations
         peer, gate, chosen, row_mask = self._gate(peers, own, k, step)
-        gated_prompts, texts, finished = self._chosen_successes(peers, peer, gate, chosen, len(own.groups))
+        gated_prompts, sources = self._chosen_successes(peer, gate, chosen, len(own.groups))
         flat_mask = row_mask.reshape(-1)
         num_gated = self._sum_over_ranks(int(flat_mask.sum()), rollouts)
         extra_tokens = 0
         # Several ranks (DDP / ZeRO): every rank must run the same forward passes, so the SGT
         # fields are attached at every step and the extra pass runs even with no gated rows (weight 0).
         if gated_prompts or rollouts.num_processes > 1:
-            extra_tokens = self._attach_rescues(output, rollouts, own, gated_prompts, texts, finished, flat_mask,
+            extra_tokens = self._attach_rescues(output, rollouts, own, gated_prompts, peers, sources, flat_mask,
                                                 num_gated)
 
         rescued = self._sum_over_ranks(int(gate.gated.sum()), rollouts)
@@ -154,18 +161,15 @@ class SGTAdapter(RegimeAdapter):
         row_mask = assign_sgt_rows(gate.gated, k, settings.max_pairs_per_prompt)
         return peer, gate, chosen, row_mask
 
-    def _chosen_successes(self, peers, peer: PeerGroups, gate: SGTGate, chosen: torch.Tensor,
-                          n_groups: int) -> tuple[list[int], list[str], list[bool]]:
-        """The gated prompts and, for each, the chosen peer success's text and finished flag."""
+    def _chosen_successes(self, peer: PeerGroups, gate: SGTGate, chosen: torch.Tensor,
+                          n_groups: int) -> tuple[list[int], list[tuple[str, int]]]:
+        """The gated prompts and, for each, the chosen peer success as ``(peer, row)`` of its table."""
         gated_prompts = [p for p in range(n_groups) if bool(gate.gated[p])]
-        texts, finished = [], []
+        sources = []
         for p in gated_prompts:
-            m, j = int(chosen[p, 0]), int(chosen[p, 1])
-            table = peers[self.peers[m]]
-            row = int(peer.rows[p, m, j])
-            texts.append(table.column("response_text")[row].as_py())
-            finished.append(bool(table.column("finished")[row].as_py()))
-        return gated_prompts, texts, finished
+            m, j = int(chosen[p, 0]), int(chosen[p, 1])  # chosen: int64 [P, 2] (peer, sample)
+            sources.append((self.peers[m], int(peer.rows[p, m, j])))
+        return gated_prompts, sources
 
     def _sum_over_ranks(self, count: int, rollouts) -> int:
         """``count`` summed over the ranks (every rank takes part in the collective, gated or not)."""
@@ -174,25 +178,16 @@ class SGTAdapter(RegimeAdapter):
             return int(accelerator.reduce(torch.tensor(count, device=accelerator.device), reduction="sum").item())
         return count
 
-    def _attach_rescues(self, output, rollouts, own: OwnRound, gated_prompts: list[int], texts: list[str],
-                        finished: list[bool], flat_mask: torch.Tensor, num_gated: int) -> int:
-        """The rescues retokenized into the learner's vocabulary (THL), EOS appended where the peer
-        finished, put on the gated rows of ``output`` with their weights (Eq. regime3_total);
-        returns the rescue tokens added."""
+    def _attach_rescues(self, output, rollouts, own: OwnRound, gated_prompts: list[int], peers,
+                        sources: list[tuple[str, int]], flat_mask: torch.Tensor, num_gated: int) -> int:
+        """The rescues ``sources`` in the learner's vocabulary (THL, EOS appended where the peer finished:
+        :func:`~mutualrl.regimes.peers.learner_responses`), put on the gated rows of ``output`` with their
+        weights (Eq. regime3_total); returns the rescue tokens added."""
         from mutualrl.regimes.sgt.maths import sgt_example_weights
-        from mutualrl.thl import retokenize
 
         trainer = self.trainer
         k = rollouts.num_generations
-        retok = retokenize(trainer.processing_class, texts)
-        max_len = trainer.max_completion_length
-        eos = trainer.processing_class.eos_token_id
-        sequences = []
-        for r, done in zip(retok, finished, strict=True):
-            ids = list(r.ids)
-            if done and eos is not None:
-                ids.append(eos)
-            sequences.append(ids[:max_len] if max_len else ids)
+        sequences = learner_responses(peers, sources, trainer.processing_class, trainer.max_completion_length).ids
         width = max([1] + [len(ids) for ids in sequences])
         device = output["completion_ids"].device
         pad = trainer.processing_class.pad_token_id
@@ -204,7 +199,7 @@ class SGTAdapter(RegimeAdapter):
                 if flat_mask[i]:
                     rows[i] = ids
                     extra_tokens += len(ids)
-        completion, mask = pad_token_rows(rows, pad, min_width=width, device=device)
+        completion, mask = pad_token_rows(rows, pad, min_width=width, device=device)  # [B_local, T] each
         weights = sgt_example_weights(flat_mask, self.config.regime.sgt.lam, trainer.args.steps_per_generation,
                                       trainer.current_gradient_accumulation_steps, num_gated=num_gated,
                                       num_processes=rollouts.num_processes)
@@ -240,6 +235,6 @@ class SGTAdapter(RegimeAdapter):
         logp = rescue_logprob(logps.detach(), mask, weights[rows])
         if logp == logp:  # not NaN: some row of this micro-batch carries a rescue
             values["rescue_logp"] = logp
-        log_trl_metrics(trainer, {f"{self.name}/{key}": value for key, value in values.items()},
-                        mode="train" if model.training else "eval")
+        trainer.record_metrics({f"{self.name}/{key}": value for key, value in values.items()},
+                               mode="train" if model.training else "eval")
         return loss

@@ -1,0 +1,118 @@
+"""The typed seam between the trainer (layer 5) and a regime's adapter (layer 1).
+
+Paper, "Dataflow in One Training Loop": each policy runs its native rollout and scoring, then hands the
+step to its regime, which publishes, reads its peers' fields and rewrites the GRPO batch. The trainer
+(:class:`~mutualrl.training.trainer.MutualGRPOTrainer`) hands over two things, both declared here so that
+a regime never imports ``training/`` and never reaches into TRL's private attributes:
+
+- :class:`StepRollouts`, what one generation step produced (ids, texts, rewards; this rank's rows and
+  every rank's);
+- :class:`TrainerView`, everything a regime may read or call on the trainer; the trainer implements it,
+  and a test fake needs nothing more (``tests/test_regimes_seam.py``).
+
+Torch-free at import (annotations only), like a regime's ``spec.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedTokenizerBase
+
+
+@dataclass
+class StepRollouts:
+    """What the regimes and the SEE need to know about one generation step of this policy.
+
+    ``*_local`` fields cover this rank's rows (TRL's ``process_slice``); ``*_global`` fields
+    cover the rows of every rank of this policy, in TRL's gathered order, where each prompt's
+    K rollouts are contiguous.
+    """
+
+    step: int
+    num_generations: int
+    prompt_ids_local: list[str]
+    sample_index_local: list[int]
+    prompt_texts_local: list[Any]
+    completion_texts_local: list[Any]
+    completion_ids_local: list[list[int]]
+    rewards_local: torch.Tensor  # float [B_local]
+    prompt_ids_global: list[str]
+    rewards_global: torch.Tensor  # float [B_global]
+    lengths_global: torch.Tensor  # float32 [B_global]
+    process_index: int
+    num_processes: int
+
+    @property
+    def group_prompt_ids(self) -> list[str]:
+        """Prompt id of each K-group of the gathered batch, in order."""
+        k = self.num_generations
+        return self.prompt_ids_global[::k]
+
+
+class GRPOArgsView(Protocol):
+    """The fields of TRL's ``GRPOConfig`` a regime reads."""
+
+    seed: int
+    steps_per_generation: int
+    num_iterations: int
+    gradient_accumulation_steps: int
+
+
+class TrainStateView(Protocol):
+    """The fields of Transformers' ``TrainerState`` a regime reads."""
+
+    max_steps: int
+    log_history: list[dict[str, Any]]
+
+
+class RanksView(Protocol):
+    """What a regime needs of accelerate's ``Accelerator``: this policy's ranks and two collectives."""
+
+    is_main_process: bool
+    num_processes: int
+    device: torch.device
+
+    def reduce(self, tensor: torch.Tensor, reduction: str = "sum") -> torch.Tensor: ...
+
+    def gather(self, tensor: torch.Tensor) -> torch.Tensor: ...
+
+
+@runtime_checkable
+class TrainerView(Protocol):
+    """Everything a regime's adapter may read or call on the trainer it is bound to.
+
+    Attributes are TRL's public ones (``GRPOTrainer`` sets them); the three methods are
+    :class:`~mutualrl.training.trainer.MutualGRPOTrainer`'s, so a regime never touches TRL's private
+    ``_metrics`` nor its log-prob internals.
+    """
+
+    args: GRPOArgsView
+    state: TrainStateView
+    accelerator: RanksView
+    model: torch.nn.Module
+    processing_class: PreTrainedTokenizerBase  # the learner's tokenizer (THL retokenizes into it)
+    eos_token_ids: list[int]  # every id that ends a generation (TRL: the tokenizer's and the model's)
+    max_completion_length: int | None
+    current_gradient_accumulation_steps: int  # micro-batches of this optimizer step (Transformers sets it in train())
+    scale_rewards: str  # GRPO's advantage scaling: "group", "batch" or "none"
+    epsilon_high: float  # the PPO clip's upper epsilon
+
+    def record_metrics(self, values: Mapping[str, float], mode: str = "train") -> None:
+        """Add ``values`` to this step's logged row (TRL averages what a step records under one key)."""
+        ...
+
+    def score_completions(self, model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                          completion_ids: torch.Tensor, completion_mask: torch.Tensor,
+                          batch_size: int | None = None) -> torch.Tensor:
+        """Per-token log-probs ``[B, C]`` of ``completion_ids`` after ``prompt_ids`` under ``model``."""
+        ...
+
+    def score_reference(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
+                        completion_mask: torch.Tensor) -> torch.Tensor:
+        """Per-token log-probs ``[B, C]`` under the reference model (TRL's KL term, ``beta > 0``), no grad."""
+        ...
