@@ -56,11 +56,11 @@ def test_hub_model_without_hub_fails_fast(no_hub):
 
 
 @pytest.mark.parametrize("source", ["nosuch", "nosuch-owner/nosuch-model"])
-def test_thl_check_with_unknown_source_is_one_line_in_seconds(source):
-    started = time.perf_counter()
+def test_thl_check_with_unknown_source_is_one_line(source):
+    """The CLI's end of the look-ups above (their speed is timed there, in-process: a subprocess's start-up
+    time on a loaded CI box says nothing about hub retries)."""
     done = subprocess.run([sys.executable, "-m", "mutualrl", "thl-check", "--source", source, "--target", "gpt2"],
                           capture_output=True, text=True, timeout=120, env={**os.environ, **NO_HUB})
-    assert time.perf_counter() - started < 30  # process start included (was over 50 s, hub retries)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and source in errors[0], done.stderr
