@@ -194,8 +194,8 @@ def build_launch_specs(
 
     ``parent_visible_devices``: the parent's ``CUDA_VISIBLE_DEVICES`` (default: read from
     the environment) to translate logical GPU ids. Config files are expected at
-    :func:`~mutualrl.launch.configs.accelerate_config_path` /
-    :func:`~mutualrl.launch.configs.deepspeed_config_path` (``LaunchPlan.write`` puts them there).
+    :meth:`~mutualrl.run_folder.RunPaths.accelerate_config` /
+    :meth:`~mutualrl.run_folder.RunPaths.deepspeed_config` (``LaunchPlan.write`` puts them there).
     """
     specs = build_machine_specs(config, placement, run_dir, python, parent_visible_devices, cwd)
     return [per_machine[0] for per_machine in specs]
