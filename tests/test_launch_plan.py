@@ -121,7 +121,8 @@ def test_the_planned_grpo_file_is_the_workers_whole_grpo_config(tmp_path):
         written = json.loads(RunPaths(tmp_path).planned_grpo(p.name).read_text())
         assert written == p.grpo and written["learning_rate"] == rate
         assert written["output_dir"] == str(RunPaths(tmp_path.resolve()).policy_dir(p.name))
-        assert (written["report_to"], written["disable_tqdm"], written["run_name"]) == ([], True, f"{tmp_path.name}/{p.name}")
+        owned = (written["report_to"], written["disable_tqdm"], written["run_name"])
+        assert owned == ([], True, f"{tmp_path.name}/{p.name}")
         assert "tf32" not in written  # dropped on the CPU by the plan, and so gone for the worker too
         args = build_grpo_config(written)
         assert (args.learning_rate, args.output_dir, args.use_cpu) == (rate, written["output_dir"], True)

@@ -179,7 +179,8 @@ def test_a_plan_file_deleted_under_a_launched_worker_is_named(tmp_path, monkeypa
     (tmp_path / "launch" / "a.grpo.json").write_text("[]")
     with pytest.raises(RunFolderError, match="a.grpo.json: damaged, holds a JSON list"):
         planned_grpo_args(RunPaths(tmp_path), "a", dict)
-    (tmp_path / "launch" / "a.grpo.json").write_text('{"learning_rate": 1e-6, "run_name": "r/a"}')  # before 0.x
+    old_plan = '{"learning_rate": 1e-6, "run_name": "r/a"}'  # as planned before issue 41
+    (tmp_path / "launch" / "a.grpo.json").write_text(old_plan)
     with pytest.raises(UsageError, match=r"a.grpo.json: planned by an older mutualrl \(no output_dir, report_to, "
                        r"disable_tqdm\); `mutualrl train --resume` plans the run again"):
         planned_grpo_args(RunPaths(tmp_path), "a", dict)

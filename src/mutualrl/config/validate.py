@@ -4,8 +4,9 @@
 :func:`~mutualrl.config.typed.build_dataclass` built and returns a checked copy with every
 ``grpo`` and ``lora`` value converted to its field's type; it never changes its input and
 never looks at a file or folder (a path a recipe names that must exist is the resolver's check,
-:func:`mutualrl.config.loader.check_paths`; the regime registry lists its own package on a lookup). Every error is a :class:`ConfigError`
-naming the source, the field and what was expected (did-you-mean for a misspelt key).
+:func:`mutualrl.config.loader.check_paths`; the regime registry lists its own package on a
+lookup). Every error is a :class:`ConfigError` naming the source, the field and what was expected
+(did-you-mean for a misspelt key).
 :func:`check_schedule_conflicts` is the one check made on the raw recipe mapping, before
 it is typed (a count given in two units).
 """

@@ -2,7 +2,7 @@
 
 ``make_launch_plan`` decides everything the parent ``mutualrl train`` needs before a
 process starts, each policy's final GRPOConfig arguments included; ``LaunchPlan.write(run_dir)``
-puts ``RUN/launch/plan.json`` (read by the launcher: ``--resume``, other machines, restarts),
+puts ``RUN/launch/plan.json`` (the record; machines K > 0 check theirs against it, launch/join.py),
 each policy's ``RUN/launch/<policy>.grpo.json`` (the one file a worker reads of the plan: its
 ``GRPOConfig(**...)``, training/grpo_args.py) and the accelerate / DeepSpeed files there;
 ``render_plan`` prints it for ``mutualrl train --dry-run``.
@@ -338,7 +338,7 @@ def _policy_grpo(
 ) -> tuple[dict[str, Any], DerivedBatch | None, list[str], list[list[str]]]:
     """One policy's GRPOConfig arguments, final: shared + its overrides, fitted to its devices, batch and cadence,
     with the fields mutualrl owns (:func:`~mutualrl.training.grpo_args.owned_grpo_fields`). The only merge of
-    ``config.grpo`` and ``policy.grpo`` a GRPOConfig is built from.
+    ``config.grpo`` and ``policy.grpo`` a launched worker's GRPOConfig is built from.
 
     Returns (grpo, derived batch, notes, schedule rows for the dry run).
     """
