@@ -209,3 +209,31 @@ def test_lora_section_passes_peft_fields_through_and_names_an_unknown_key():
     assert LoraConfig(**kwargs).r == 8
     with pytest.raises(ConfigError, match=r"pool.policies\[1\].lora.rank: not a field of peft.LoraConfig"):
         load_run_config("tiny", overrides=["pool.policies.tiny-sp.lora={rank: 8}"])
+
+
+def test_validation_is_pure_it_neither_changes_its_input_nor_reads_files(tmp_path, monkeypatch):
+    """Issue 41: config/validate.py checks and converts into a new config; the paths a recipe names are the
+    resolver's check (config/loader.py), with the same message."""
+    import copy
+    import os
+
+    from mutualrl.config.schema import RunConfig
+    from mutualrl.config.typed import build_dataclass, to_plain
+    from mutualrl.config.validate import validate_run_config
+
+    data = {"pool": {"name": "p", "policies": [
+        {"name": "a", "model": "builtin:tiny-bpe", "grpo": {"learning_rate": "2e-6"}, "lora": {"alpha": "1.5e3"}},
+        {"name": "b", "model": "builtin:tiny-sp"}]},
+        "grpo": {"max_steps": 3, "weight_decay": "1e-1"}, "see": {"replay_consumption": str(tmp_path / "none")}}
+    config = build_dataclass(RunConfig, copy.deepcopy(data), "recipe.yaml")
+    before = to_plain(config)
+    looked_at, real_stat = [], os.stat
+    with monkeypatch.context() as patched:  # every stat of a path (exists, is_dir, open...) goes through os.stat
+        patched.setattr(os, "stat", lambda path, *a, **k: looked_at.append(str(path)) or real_stat(path, *a, **k))
+        checked = validate_run_config(config, "recipe.yaml")
+    assert not [path for path in looked_at if path.startswith(str(tmp_path))]  # the regime registry's own: fine
+    assert to_plain(config) == before  # the input is as it was
+    assert checked.grpo["weight_decay"] == 0.1 and checked.pool.policies[0].grpo["learning_rate"] == 2e-6
+    assert checked.pool.policies[0].lora["alpha"] == 1500.0
+    with pytest.raises(ConfigError, match="see.replay_consumption: .* is not a folder"):
+        load_run_config("tiny", overrides=[f"see.replay_consumption={tmp_path / 'none'}"])

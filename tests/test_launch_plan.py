@@ -110,6 +110,24 @@ def test_tiny_pool_on_cpu(tmp_path):
         assert p.accelerate_config["use_cpu"] is True
 
 
+def test_the_planned_grpo_file_is_the_workers_whole_grpo_config(tmp_path):
+    """Issue 41: the plan is the one source of a policy's GRPO arguments; the worker passes the file as it is."""
+    from mutualrl.run_folder import RunPaths
+    from mutualrl.training.grpo_args import build_grpo_config
+
+    overrides = ["grpo.learning_rate=1e-5", "pool.policies.tiny-sp.grpo.learning_rate=2e-5", "grpo.tf32=true"]
+    plan = dry_run("tiny", overrides, gpus=0, run_dir=tmp_path)
+    for p, rate in zip(plan.policies, (1e-5, 2e-5), strict=True):
+        written = json.loads(RunPaths(tmp_path).planned_grpo(p.name).read_text())
+        assert written == p.grpo and written["learning_rate"] == rate
+        assert written["output_dir"] == str(RunPaths(tmp_path.resolve()).policy_dir(p.name))
+        owned = (written["report_to"], written["disable_tqdm"], written["run_name"])
+        assert owned == ([], True, f"{tmp_path.name}/{p.name}")
+        assert "tf32" not in written  # dropped on the CPU by the plan, and so gone for the worker too
+        args = build_grpo_config(written)
+        assert (args.learning_rate, args.output_dir, args.use_cpu) == (rate, written["output_dir"], True)
+
+
 def test_paper_recipe_on_cpu_turns_off_gpu_features(tmp_path, monkeypatch):
     from mutualrl.config.loader import load_run_config
     from mutualrl import vllm_cpu

@@ -171,15 +171,20 @@ def test_a_damaged_merged_marker_merges_the_policy_again_rather_than_stopping(tm
 def test_a_plan_file_deleted_under_a_launched_worker_is_named(tmp_path, monkeypatch):
     """Case 11 (the run's launch/ folder deleted during start-up): a worker never trains on unplanned defaults."""
     from mutualrl.errors import UsageError
-    from mutualrl.training.worker import plan_overrides
+    from mutualrl.training.grpo_args import planned_grpo_args
 
     monkeypatch.setenv("MUTUALRL_LAUNCHER_PID", "1")
     with pytest.raises(UsageError, match=r"a.grpo.json: the launch plan of policy 'a' was deleted"):
-        plan_overrides(RunPaths(tmp_path), "a")
+        planned_grpo_args(RunPaths(tmp_path), "a", dict)
     (tmp_path / "launch").mkdir()
     (tmp_path / "launch" / "a.grpo.json").write_text("[]")
     with pytest.raises(RunFolderError, match="a.grpo.json: damaged, holds a JSON list"):
-        plan_overrides(RunPaths(tmp_path), "a")
+        planned_grpo_args(RunPaths(tmp_path), "a", dict)
+    old_plan = '{"learning_rate": 1e-6, "run_name": "r/a"}'  # as planned before issue 41
+    (tmp_path / "launch" / "a.grpo.json").write_text(old_plan)
+    with pytest.raises(UsageError, match=r"a.grpo.json: planned by an older mutualrl \(no output_dir, report_to, "
+                       r"disable_tqdm\); `mutualrl train --resume` plans the run again"):
+        planned_grpo_args(RunPaths(tmp_path), "a", dict)
 
 
 def test_metric_rows_of_the_wrong_types_are_damaged_lines_for_every_reader(tmp_path):

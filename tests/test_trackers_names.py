@@ -6,7 +6,7 @@ import json
 
 from mutualrl.launch.plan.launch_plan import LaunchPlan
 from mutualrl.run_folder import RunPaths
-from mutualrl.training.grpo_args import grpo_kwargs
+from mutualrl.training.grpo_args import planned_grpo_args, unplanned_grpo_args
 from mutualrl.training.trackers import policy_run_name, tracker_group_env
 from plan_helpers import dry_run
 
@@ -27,14 +27,20 @@ def test_each_policy_is_a_run_named_after_the_run_and_the_policy(tmp_path, monke
         assert env["WANDB_RUN_GROUP"] == env["MLFLOW_EXPERIMENT_NAME"] == "tiny-sgt-7"
 
 
-def test_the_worker_config_keeps_the_planned_run_name(tmp_path):
+def test_the_worker_config_keeps_the_planned_run_name(tmp_path, monkeypatch):
     from mutualrl.config.loader import load_run_config
 
+    monkeypatch.delenv("MUTUALRL_LAUNCHER_PID", raising=False)
     config = load_run_config("tiny").config
     policy = config.pool.policies[0]
     paths = RunPaths(tmp_path / "my-run")
-    assert grpo_kwargs(config, policy, paths, {"run_name": "planned/x"})["run_name"] == "planned/x"
-    assert grpo_kwargs(config, policy, paths)["run_name"] == f"my-run/{policy.name}"  # started by hand: no plan
+    by_hand = planned_grpo_args(paths, policy.name, lambda: unplanned_grpo_args(config, policy, paths, {}))
+    assert by_hand["run_name"] == f"my-run/{policy.name}"  # started by hand: no plan
+    assert by_hand["output_dir"] == str(paths.policy_dir(policy.name)) and by_hand["disable_tqdm"] is True
+    paths.launch.mkdir(parents=True)
+    planned = {"run_name": "planned/x", "output_dir": "o", "report_to": [], "disable_tqdm": True}
+    paths.planned_grpo(policy.name).write_text(json.dumps(planned))
+    assert planned_grpo_args(paths, policy.name, dict) == planned  # the plan's arguments, as they are
 
 
 def test_the_users_group_and_run_names_win(tmp_path, monkeypatch):

@@ -1,4 +1,4 @@
-"""Load YAML recipes into :class:`~mutualrl.config.schema.RunConfig`.
+"""Resolve YAML recipes into :class:`~mutualrl.config.schema.RunConfig`: find, ``extends``, merge, ``--set``.
 
 A recipe is a YAML mapping with the fields of :class:`RunConfig`, plus an optional
 ``extends: <path>`` or ``extends: [<path>, ...]`` (relative to the recipe; merged in
@@ -7,6 +7,9 @@ order, later wins) whose content it deep-merges over. Pools ship as
 ``recipes/experiments/<name>.yaml``; both are found by name. Any field can be overridden from the command
 line with ``--set dotted.path=value`` (the value is parsed as YAML); policies are
 addressed by index or by name: ``--set pool.policies.qwen3.grpo.learning_rate=2e-6``.
+
+Resolution is this module's job (it reads files: recipes, their parents, the paths a recipe names);
+the checks of what the result means are :mod:`mutualrl.config.validate`, pure.
 """
 
 from __future__ import annotations
@@ -20,23 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 from mutualrl.config.plugins import import_plugins
-from mutualrl.config.schema import SCHEDULE_GRPO_FIELDS, RunConfig
-from mutualrl.config.trl_config import from_trl_config, grpo_key_hint
-from mutualrl.config.typed import ConfigError, build_dataclass, check_bounds, convert
+from mutualrl.config.schema import RunConfig
+from mutualrl.config.trl_config import from_trl_config
+from mutualrl.config.typed import ConfigError, build_dataclass
+from mutualrl.config.validate import check_schedule_conflicts, validate_run_config
 from mutualrl.config.yaml_strict import load_yaml
-from mutualrl.regimes.registry import get_regime, settings_regimes
 
 _FLOAT_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
-POLICY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-# GRPOConfig fields that mutualrl sets itself for every policy; a recipe must not set them.
-RESERVED_GRPO_FIELDS = {
-    "output_dir": "set the top-level `output_dir`; each policy writes to <output_dir>/policies/<name>",
-    "logging_dir": "TRL logs go to <output_dir>/policies/<name>",
-    "deepspeed": "set launch.deepspeed (none, zero2, zero3); mutualrl writes each policy's DeepSpeed config for "
-                 "its own GPUs (a file here would be ignored while the plan said DeepSpeed none)",
-}
 
 
 def recipes_dir() -> Path:
@@ -248,8 +242,8 @@ def load_run_config(
         set_max_steps(data, max_steps)
     check_schedule_conflicts(data, source)
     import_plugins(data.get("plugins"))  # a plugin's regime or task is named further down the recipe
-    config = build_dataclass(RunConfig, data, source)
-    validate_run_config(config, source, check_grpo=check_grpo)
+    config = validate_run_config(build_dataclass(RunConfig, data, source), source, check_grpo=check_grpo)
+    check_paths(config, source)
     return LoadedRecipe(config=config, source=source, data=data)
 
 
@@ -274,169 +268,9 @@ def set_max_steps(data: dict[str, Any], steps: int) -> None:
         apply_override(data, ["grpo", "max_steps"], steps)
 
 
-def check_schedule_conflicts(data: dict[str, Any], source: str) -> None:
-    """A count set both in ``schedule`` (its unit) and in ``grpo`` / ``validation`` (optimizer steps) is an error."""
-    schedule = data.get("schedule")
-    if not isinstance(schedule, dict):
-        return
-    grpo = data.get("grpo") if isinstance(data.get("grpo"), dict) else {}
-    for ours, trl in SCHEDULE_GRPO_FIELDS.items():
-        if schedule.get(ours) is not None and grpo.get(trl) is not None:
-            raise ConfigError(source, f"schedule.{ours}", f"grpo.{trl} sets the same count; keep one "
-                              f"(schedule.{ours} counts schedule.unit steps, grpo.{trl} optimizer steps)")
-    validation = data.get("validation") if isinstance(data.get("validation"), dict) else {}
-    if schedule.get("validate_every") is not None and validation.get("every_steps") is not None:
-        raise ConfigError(source, "schedule.validate_every", "validation.every_steps sets the same interval; keep one "
-                          "(schedule.validate_every counts schedule.unit steps, validation.every_steps optimizer steps)")
-
-
-def validate_run_config(config: RunConfig, source: str, check_grpo: bool = True) -> None:
-    """Semantic checks that types alone cannot express."""
-    policies = config.pool.policies
-    if not policies:
-        raise ConfigError(source, "pool.policies", "a pool needs at least one policy")
-    seen: set[str] = set()
-    for i, policy in enumerate(policies):
-        where = f"pool.policies[{i}]"
-        if not POLICY_NAME_RE.match(policy.name):
-            raise ConfigError(
-                source, f"{where}.name", f"{policy.name!r} is not a valid name (letters, digits, '.', '_', '-')"
-            )
-        if policy.name in seen:
-            raise ConfigError(source, f"{where}.name", f"duplicate policy name {policy.name!r}")
-        seen.add(policy.name)
-        if not policy.model.strip():
-            raise ConfigError(source, f"{where}.model", "empty model (expected a hub id, folder or builtin:NAME)")
-        if check_grpo:
-            policy.grpo = check_grpo_fields(policy.grpo, source, f"{where}.grpo")
-        if policy.lora is not None:
-            check_lora(policy.lora, source, f"{where}.lora")
-    if get_regime(config.regime.name).needs_peers and len(policies) < 2:
-        raise ConfigError(
-            source,
-            "regime.name",
-            f"regime {config.regime.name!r} shares experience between policies and needs at least 2; "
-            f"pool {config.pool.name!r} has {len(policies)}",
-        )
-    _check_regime_settings(config, source)
-    if config.see.catch_up and config.see.max_staleness < 1:
-        raise ConfigError(source, "see.catch_up", "a policy that skips rounds relies on its peers reading records "
-                          "up to see.max_staleness rounds old: set see.max_staleness >= 1 (e.g. 2)")
-    if config.see.catch_up and any(grpo.get("fp16") for grpo in (config.grpo, *(p.grpo for p in policies))):
-        raise ConfigError(source, "see.catch_up", "a skipped round steps the optimizer with no gradient, which "
-                          "fp16's loss scaler refuses: use bf16 (or fp32) with see.catch_up")
-    if config.see.max_restarts > 0 and config.see.on_peer_failure != "continue":
-        raise ConfigError(source, "see.max_restarts", "a restarted policy rejoins a pool that went on without it: "
-                          "set see.on_peer_failure=continue (under 'stop' its failure stops the pool)")
-    if config.see.max_restarts > 0 and config.launch.nodes > 1:
-        raise ConfigError(source, "see.max_restarts", "restarting a policy into its pool is built for one machine "
-                          "only; with launch.nodes > 1 leave it 0 (a failed policy then leaves the pool)")
+def check_paths(config: RunConfig, source: str) -> None:
+    """The paths a recipe names that must exist when it is resolved (validation itself reads no filesystem)."""
     replay = config.see.replay_consumption
     if replay is not None and not Path(replay).expanduser().is_dir():
         raise ConfigError(source, "see.replay_consumption", f"{replay!r} is not a folder (give the run folder whose "
                           "peer-round choices to replay)")
-    if config.schedule is not None and config.schedule.unit == "paper" and config.batch is None:
-        raise ConfigError(source, "schedule.unit", "'paper' counts paper steps, which `batch` defines "
-                          "(prompts_per_step, mini_batches_per_step); set `batch`, or schedule.unit: optimizer")
-    check_output_dir(config, source)
-    if config.launch.device_map is not None:
-        names = {p.name for p in policies}
-        for key in config.launch.device_map:
-            if key not in names:
-                raise ConfigError(
-                    source, f"launch.device_map.{key}", f"no policy named {key!r} (pool has: {', '.join(names)})"
-                )
-    if check_grpo:
-        config.grpo = check_grpo_fields(config.grpo, source, "grpo")
-
-
-def _check_regime_settings(config: RunConfig, source: str) -> None:
-    """Cross-field checks of each regime's settings (single-field ranges are ``ge``/``gt``/``le`` bounds)."""
-    for spec in settings_regimes():
-        problem = spec.check(getattr(config.regime, spec.settings_key)) if spec.check else None
-        if problem is not None:
-            raise ConfigError(source, f"regime.{spec.settings_key}.{problem[0]}", problem[1])
-
-
-def check_output_dir(config: RunConfig, source: str) -> None:
-    """``output_dir`` may use only the {pool} and {regime} placeholders."""
-    try:
-        config.output_dir.format(pool=config.pool.name, regime=config.regime.name)
-    except (KeyError, IndexError, ValueError) as err:
-        raise ConfigError(source, "output_dir", f"{config.output_dir!r} is not a valid folder template ({err!r}); "
-                          "the only placeholders are {pool} and {regime} (write {{ and }} for literal braces)") from None
-
-
-def grpo_field_types() -> dict[str, Any]:
-    """Field name -> type annotation of TRL's GRPOConfig (imported lazily: it is slow)."""
-    import dataclasses
-
-    from trl import GRPOConfig
-
-    hints = typing.get_type_hints(GRPOConfig)
-    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(GRPOConfig) if f.init}
-
-
-def check_lora(section: Any, source: str, path: str) -> None:
-    """A ``lora:`` section is a mapping of peft ``LoraConfig`` fields (config.lora)."""
-    from mutualrl.config.lora import ALIASES, lora_kwargs
-
-    if not isinstance(section, dict):
-        raise ConfigError(source, path, f"expected a mapping of peft LoraConfig fields, got {section!r}")
-    try:
-        lora_kwargs(section)
-    except KeyError as err:
-        key, hint = err.args
-        raise ConfigError(source, f"{path}.{key}", f"not a field of peft.LoraConfig{hint}") from None
-    for key, value in list(section.items()):
-        name = ALIASES.get(key, key)
-        if name in LORA_FIELD_BOUNDS:
-            kind, bounds = LORA_FIELD_BOUNDS[name]
-            number = convert(value, kind, source, f"{path}.{key}")
-            check_bounds(number, bounds, source, f"{path}.{key}")
-            if isinstance(value, str):  # ``--set ...lora.alpha=1.5e3``: YAML leaves exponents as text
-                section[key] = number
-
-
-# Types and ranges of peft LoraConfig's numeric fields (peft checks few of them before the model is built).
-LORA_FIELD_BOUNDS: dict[str, tuple[type, dict[str, float]]] = {
-    "r": (int, {"ge": 1}), "lora_alpha": (float, {"gt": 0}), "lora_dropout": (float, {"ge": 0, "le": 1})}
-
-
-def check_grpo_fields(mapping: dict[str, Any], source: str, path: str) -> dict[str, Any]:
-    """Every key must be a GRPOConfig field of a compatible type; returns the converted values."""
-    if not mapping:
-        return {}
-    types_by_name = grpo_field_types()
-    converted = {}
-    for key, value in mapping.items():
-        where = f"{path}.{key}"
-        if key in RESERVED_GRPO_FIELDS:
-            raise ConfigError(source, where, f"set by mutualrl: {RESERVED_GRPO_FIELDS[key]}")
-        if key not in types_by_name:
-            close = difflib.get_close_matches(key, list(types_by_name), n=1)
-            hint = grpo_key_hint(key) or (f"; did you mean {close[0]!r}?" if close else "")
-            raise ConfigError(source, where, f"not a field of trl.GRPOConfig{hint}")
-        converted[key] = convert(value, types_by_name[key], source, where)
-        check_grpo_bounds(key, converted[key], source, where)
-    return converted
-
-
-# Ranges of the GRPOConfig fields a recipe commonly sets (TRL checks few of them itself).
-GRPO_FIELD_BOUNDS: dict[str, dict[str, float]] = {
-    "learning_rate": {"gt": 0}, "seed": {"ge": 0, "le": 2**32 - 1}, "num_generations": {"ge": 2},  # numpy's range
-    "per_device_train_batch_size": {"ge": 1}, "per_device_eval_batch_size": {"ge": 1},
-    "gradient_accumulation_steps": {"ge": 1}, "steps_per_generation": {"ge": 1}, "num_iterations": {"ge": 1},
-    "max_completion_length": {"ge": 1}, "max_prompt_length": {"ge": 1}, "temperature": {"gt": 0},
-    "top_p": {"gt": 0, "le": 1}, "beta": {"ge": 0}, "epsilon": {"ge": 0}, "epsilon_high": {"ge": 0},
-    "warmup_steps": {"ge": 0}, "warmup_ratio": {"ge": 0, "le": 1}, "weight_decay": {"ge": 0},
-    "max_grad_norm": {"ge": 0}, "logging_steps": {"gt": 0}, "save_steps": {"gt": 0}, "eval_steps": {"gt": 0},
-    "save_total_limit": {"ge": 1}, "num_train_epochs": {"gt": 0}, "generation_batch_size": {"ge": 1},
-}
-
-
-def check_grpo_bounds(key: str, value: Any, source: str, where: str) -> None:
-    """Range of one GRPOConfig value; ``max_steps`` is >= 1, or -1 (TRL: train ``num_train_epochs``)."""
-    if key == "max_steps" and isinstance(value, int) and value != -1 and value < 1:
-        raise ConfigError(source, where, f"must be >= 1 (or -1: train num_train_epochs), got {value}")
-    check_bounds(value, GRPO_FIELD_BOUNDS.get(key, {}), source, where)

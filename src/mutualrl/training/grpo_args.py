@@ -1,33 +1,75 @@
-"""Build each policy's ``trl.GRPOConfig`` from the recipe (pass-through, never re-declared)."""
+"""Each policy's ``trl.GRPOConfig`` arguments: the fields mutualrl owns, and the worker's copy of the plan.
+
+The launch plan is the one place where a policy's GRPO arguments are decided
+(:func:`mutualrl.launch.plan.launch_plan.make_launch_plan`: recipe ``grpo`` < the policy's ``grpo`` < batch
+derivation, device adaptation and cadence < :func:`owned_grpo_fields`). It writes them, final, to
+``RUN/launch/<policy>.grpo.json``, and the worker passes that mapping to ``GRPOConfig`` as it is
+(:func:`planned_grpo_args`): no field is merged or recomputed twice. Only a worker started by hand on a run
+folder that was never planned builds them here (:func:`unplanned_grpo_args`).
+"""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from mutualrl.config.schema import PolicyConfig, RunConfig
-from mutualrl.run_folder import RunPaths
+from mutualrl.errors import UsageError
+from mutualrl.run_folder import RunPaths, read_json
 from mutualrl.training.trackers import policy_run_name
+from mutualrl.training.watchdog import LAUNCHER_PID_ENV
+
+PLANNED_BY_MUTUALRL = ("output_dir", "run_name", "report_to", "disable_tqdm")
+"""The fields :func:`owned_grpo_fields` adds: a planned file without them predates this module's rule."""
 
 
-def grpo_kwargs(config: RunConfig, policy: PolicyConfig, paths: RunPaths,
-                plan_overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Recipe ``grpo`` < policy ``grpo`` < launch-plan overrides (batch derivation, device adaptation).
+def owned_grpo_fields(grpo: dict[str, Any], run_dir: Path, policy: str, shared: dict[str, Any],
+                      own: dict[str, Any]) -> dict[str, Any]:
+    """``grpo`` (a policy's planned fields) with the ones mutualrl owns: ``run_name``, ``output_dir``, defaults.
 
-    mutualrl owns only ``output_dir`` (per policy) and the tracker ``run_name`` (``<run>/<policy>``, see
-    :func:`~mutualrl.training.trackers.policy_run_name`), and turns off TRL's own progress bar (the launcher
-    shows one line per policy); everything else is the recipe's.
+    ``run_name``: the tracker run ``<run>/<policy>`` (:func:`~mutualrl.training.trackers.policy_run_name`, from
+    the recipe's ``shared`` and the policy's ``own`` fields); ``output_dir``: the policy's folder under the run
+    folder (a recipe may not set it: ``config.validate.RESERVED_GRPO_FIELDS``); ``report_to`` none and
+    ``disable_tqdm`` (the launcher shows one progress line per policy) unless the recipe says otherwise.
     """
-    kwargs: dict[str, Any] = {**config.grpo, **policy.grpo, **(plan_overrides or {})}
-    kwargs["output_dir"] = str(paths.policy_dir(policy.name))
-    kwargs["run_name"] = (plan_overrides or {}).get("run_name") or policy_run_name(
-        paths.root.name, policy.name, config.grpo, policy.grpo)
-    kwargs.setdefault("report_to", [])
-    kwargs.setdefault("disable_tqdm", True)
-    return kwargs
+    out = dict(grpo)  # existing keys keep their place: the planned file only grows at its end
+    out["run_name"] = policy_run_name(run_dir.name, policy, shared, own)
+    out["output_dir"] = str(RunPaths(run_dir).policy_dir(policy))
+    out.setdefault("report_to", [])
+    out.setdefault("disable_tqdm", True)
+    return out
 
 
-def build_grpo_config(config: RunConfig, policy: PolicyConfig, paths: RunPaths,
-                      plan_overrides: dict[str, Any] | None = None) -> Any:
+def planned_grpo_args(paths: RunPaths, policy: str, unplanned: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """The GRPOConfig arguments the launch plan decided for ``policy`` (``RUN/launch/<policy>.grpo.json``).
+
+    Without a plan (a worker started by hand) ``unplanned()`` gives them; one the launcher wrote and that is gone,
+    or that an older mutualrl wrote (without :data:`PLANNED_BY_MUTUALRL`), is an error saying how to plan again.
+    """
+    path = paths.planned_grpo(policy)
+    if not path.exists():
+        if os.environ.get(LAUNCHER_PID_ENV):  # the launcher wrote it: gone means deleted, not "no plan"
+            raise UsageError(f"{path}: the launch plan of policy {policy!r} was deleted after the launch (the run "
+                             "folder's launch/ folder?); `mutualrl train --resume` plans the run again")
+        return unplanned()
+    planned = read_json(path)
+    missing = [key for key in PLANNED_BY_MUTUALRL if key not in planned]
+    if missing:
+        raise UsageError(f"{path}: planned by an older mutualrl (no {', '.join(missing)}); "
+                         "`mutualrl train --resume` plans the run again")
+    return planned
+
+
+def unplanned_grpo_args(config: Any, policy: Any, paths: RunPaths, device: dict[str, Any]) -> dict[str, Any]:
+    """A worker started by hand on a folder with no plan: the recipe's fields (shared < the policy's), the
+    ``device`` safety settings over them, and :func:`owned_grpo_fields`; no batch derivation or cadence."""
+    merged = {**config.grpo, **policy.grpo, **device}
+    return owned_grpo_fields(merged, paths.root, policy.name, config.grpo, policy.grpo)
+
+
+def build_grpo_config(grpo: dict[str, Any]) -> Any:
+    """``trl.GRPOConfig(**grpo)`` (trl imported here: it is slow, and a worker blocks vLLM before it)."""
     from trl import GRPOConfig
 
-    return GRPOConfig(**grpo_kwargs(config, policy, paths, plan_overrides))
+    return GRPOConfig(**grpo)

@@ -36,7 +36,7 @@ from mutualrl.errors import (
 from mutualrl.regimes.registry import get_regime
 from mutualrl.run_folder import RunPaths
 from mutualrl.training.trackers import guard_tracker_writes
-from mutualrl.training.watchdog import LAUNCHER_PID_ENV, REJOIN_ENV, start_launcher_watchdog
+from mutualrl.training.watchdog import REJOIN_ENV, start_launcher_watchdog
 
 log = logging.getLogger("mutualrl.worker")
 
@@ -48,25 +48,9 @@ def find_policy(config: RunConfig, name: str) -> PolicyConfig:
     raise UsageError(f"policy {name!r} is not in pool {config.pool.name!r}")
 
 
-def plan_overrides(paths: RunPaths, policy: str) -> dict[str, Any]:
-    """GRPO fields the launch plan decided for this policy (``RUN/launch/<policy>.grpo.json``).
-
-    Without a plan (a worker started by hand) only the CPU safety settings apply.
-    """
-    from mutualrl.run_folder import read_json
-
-    path = paths.planned_grpo(policy)
-    if not path.exists():
-        if os.environ.get(LAUNCHER_PID_ENV):  # the launcher wrote it: gone means deleted, not "no plan"
-            raise UsageError(f"{path}: the launch plan of policy {policy!r} was deleted after the launch (the run "
-                             "folder's launch/ folder?); `mutualrl train --resume` plans the run again")
-        return device_defaults()
-    return read_json(path)
-
-
 def device_defaults() -> dict[str, Any]:
-    """Safe settings when this process has no GPU: bf16 off; vLLM only with a usable CPU build, its
-    CUDA-only settings off (docs/launch.md "vLLM on a CPU")."""
+    """Safe settings of a worker started by hand (no plan) when this process has no GPU: bf16 off; vLLM only
+    with a usable CPU build, its CUDA-only settings off (docs/launch.md "vLLM on a CPU")."""
     import torch
 
     if torch.cuda.is_available():
@@ -125,12 +109,14 @@ def block_unused_vllm(args: Any) -> None:
 
 
 def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None) -> None:
-    from mutualrl.training.grpo_args import build_grpo_config
+    from mutualrl.training.grpo_args import build_grpo_config, planned_grpo_args, unplanned_grpo_args
     from mutualrl.training.trackers import tensorboard_dir_env
 
     config = load_resolved_config(paths)
     policy = find_policy(config, policy_name)
-    args = build_grpo_config(config, policy, paths, plan_overrides(paths, policy_name))  # trl's config: no vLLM
+    # The plan's arguments as they are (training/grpo_args.py); started by hand without a plan: the recipe's.
+    grpo = planned_grpo_args(paths, policy_name, lambda: unplanned_grpo_args(config, policy, paths, device_defaults()))
+    args = build_grpo_config(grpo)  # trl's config: no vLLM
     block_unused_vllm(args)  # before the trainer's import below
     os.environ.update(tensorboard_dir_env(os.environ, args.run_name))  # a user's TensorBoard folder: one per policy
 
@@ -169,7 +155,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     from mutualrl.config.cadence import resolve_cadence, validation_interval
 
     cadence = resolve_cadence(config.schedule, config.batch, args.num_iterations)
-    scoring = reward_spec(config.task, {**config.grpo, **policy.grpo})  # training and validation score alike
+    scoring = reward_spec(config.task, grpo)  # training and validation score alike
     from mutualrl.tasks.reward import max_completion_chars
 
     reward = reward_functions(scoring, max_chars=max_completion_chars(tokenizer, args.max_completion_length))

@@ -1,9 +1,11 @@
 """The launch plan: MWRA placement + per-policy GRPO fields + configs + commands, and its dry run.
 
 ``make_launch_plan`` decides everything the parent ``mutualrl train`` needs before a
-process starts; ``LaunchPlan.write(run_dir)`` puts ``RUN/launch/plan.json`` (read by each
-worker: ``LaunchPlan.read(run_dir).policy(name)``) and the accelerate / DeepSpeed
-files there; ``render_plan`` prints it for ``mutualrl train --dry-run``.
+process starts, each policy's final GRPOConfig arguments included; ``LaunchPlan.write(run_dir)``
+puts ``RUN/launch/plan.json`` (the record; machines K > 0 check theirs against it, launch/join.py),
+each policy's ``RUN/launch/<policy>.grpo.json`` (the one file a worker reads of the plan: its
+``GRPOConfig(**...)``, training/grpo_args.py) and the accelerate / DeepSpeed files there;
+``render_plan`` prints it for ``mutualrl train --dry-run``.
 """
 
 from __future__ import annotations
@@ -45,7 +47,8 @@ from mutualrl.launch.plan.engine import engine_note, planned_engine
 from mutualrl.launch.plan.machines import plan_placement_nodes
 from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 from mutualrl.run_folder import RunPaths, read_json
-from mutualrl.training.trackers import check_trackers, policy_run_name
+from mutualrl.training.grpo_args import owned_grpo_fields
+from mutualrl.training.trackers import check_trackers
 
 PLAN_SCHEMA_VERSION = 1
 
@@ -58,8 +61,9 @@ class PolicyPlan:
     model: str
     placement: PolicyPlacement
     grpo: dict[str, Any]
-    """GRPOConfig keyword arguments for the worker (shared + policy overrides, batch-derived,
-    device-adapted); the worker adds output_dir and logging_dir."""
+    """The policy's GRPOConfig keyword arguments, final (shared + policy overrides, batch-derived,
+    device-adapted, cadence, and mutualrl's own fields: output_dir, run_name, report_to, disable_tqdm);
+    the worker passes them to GRPOConfig as they are."""
     batch: DerivedBatch | None
     deepspeed: str
     main_process_port: int
@@ -201,7 +205,7 @@ class LaunchPlan:
         )
 
     def write(self, run_dir: Path | None = None) -> list[Path]:
-        """Write ``RUN/launch/plan.json`` and every policy's config files; returns the paths.
+        """Write ``RUN/launch/plan.json``, every policy's ``<policy>.grpo.json`` and config files; returns the paths.
 
         The config files are always written where the commands expect them (under the
         plan's run_dir); ``run_dir`` must be that folder if given.
@@ -214,7 +218,7 @@ class LaunchPlan:
             written.append(write_yaml(Path(p.accelerate_config_path), p.accelerate_config))
             if p.deepspeed_config is not None and p.deepspeed_config_path:
                 written.append(write_json(Path(p.deepspeed_config_path), p.deepspeed_config))
-            # What the worker needs of the plan, in a file of its own (training reads no launch code).
+            # What the worker needs of the plan, in a file of its own (training reads no launch code): its GRPOConfig.
             written.append(write_json(RunPaths(target).planned_grpo(p.name), p.grpo))
         RunPaths(target).logs.mkdir(parents=True, exist_ok=True)
         written.append(write_json(plan_path(target), self.to_json()))
@@ -332,7 +336,9 @@ def _place_pool(config: RunConfig, node: Node) -> Placement:
 def _policy_grpo(
     config: RunConfig, index: int, placement: Placement, run_dir: Path, vllm_available: bool | None
 ) -> tuple[dict[str, Any], DerivedBatch | None, list[str], list[list[str]]]:
-    """One policy's GRPOConfig fields: shared + its overrides, fitted to its devices, batch and cadence.
+    """One policy's GRPOConfig arguments, final: shared + its overrides, fitted to its devices, batch and cadence,
+    with the fields mutualrl owns (:func:`~mutualrl.training.grpo_args.owned_grpo_fields`). The only merge of
+    ``config.grpo`` and ``policy.grpo`` a launched worker's GRPOConfig is built from.
 
     Returns (grpo, derived batch, notes, schedule rows for the dry run).
     """
@@ -350,7 +356,7 @@ def _policy_grpo(
         batch_notes = [*batch_notes, *rank_notes]
     cadence = policy_cadence(config.schedule, batch, grpo)
     grpo, cadence_notes = apply_cadence(grpo, cadence)
-    grpo["run_name"] = policy_run_name(run_dir.name, policy.name, config.grpo, policy.grpo)
+    grpo = owned_grpo_fields(grpo, run_dir, policy.name, config.grpo, policy.grpo)  # the worker's GRPOConfig, final
     cadence_notes = [*cadence_notes, *engine_note(policy.name, planned_engine(grpo, launch))]
     schedule_rows = describe(cadence, grpo, validation_interval(cadence, config.validation.every_steps),
                              known_train_prompts(config.task))
