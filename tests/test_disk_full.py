@@ -149,7 +149,7 @@ def test_a_worker_error_from_a_full_disk_becomes_one_line_and_exit_28(tmp_path, 
 
     monkeypatch.setattr(worker, "run_policy", fail)
     monkeypatch.setattr(worker, "start_launcher_watchdog", lambda: None)
-    monkeypatch.setattr(worker, "mark_failed", lambda *args: None)
+    monkeypatch.setattr(worker, "mark_this_policy_failed", lambda *args: None)
     assert worker.main(["--run-dir", str(tmp_path), "--policy", "a"]) == DISK_FULL_EXIT
     err = capsys.readouterr().err
     assert err.startswith(f"error: no space left on {tmp_path}/policies/a/final (") and "Traceback" not in err

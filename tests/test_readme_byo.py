@@ -9,7 +9,6 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from test_readme_tour import short_recipes

@@ -221,7 +221,3 @@ def freshest_heartbeat_age(root: Path, policy: str, since: float = 0.0, now: flo
     ages = [age for age, _ in heartbeat_ages(root, policy, now=now).values() if now - age >= since]
     return min(ages) if ages else None
 
-
-mark_failed = mark_policy_failed
-"""The old name, kept only while ``training/worker.py`` imports it (it is being edited elsewhere); use
-:func:`mark_policy_failed`."""

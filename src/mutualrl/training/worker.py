@@ -196,11 +196,9 @@ def open_exchange(config: Any, paths: RunPaths, policy: Any, rank: int, world_si
     from mutualrl.see import ExperienceExchange
     from mutualrl.see.liveness import start_heartbeat_thread
 
-    exchange = ExperienceExchange(
-        root=paths.see_root(config.see.dir), run_id=paths.root.name, policy=policy.name, rank=rank,
-        world_size=world_size, policies=[p.name for p in config.pool.policies],
-        barrier_timeout_s=config.see.barrier_timeout_s, poll_interval_s=config.see.poll_interval_s,
-        retention_steps=config.see.retention_steps,
+    exchange = ExperienceExchange.from_settings(
+        config.see, paths.root, run_id=paths.root.name, policy=policy.name, rank=rank, world_size=world_size,
+        policies=[p.name for p in config.pool.policies],
         provenance={"model": policy.model, "tokenizer": policy.tokenizer or policy.model},
     )
     if os.environ.get(REJOIN_ENV):  # restarted into the running pool: peers readmit us once we catch up
@@ -368,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print(f"error: {err}", file=sys.stderr)
         try:
-            mark_failed(paths, ns.policy, reason)
+            mark_this_policy_failed(paths, ns.policy, reason)
         except Exception:  # pragma: no cover - best effort
             pass
         if isinstance(err, StorageError):
@@ -384,11 +382,11 @@ def as_storage_error(err: BaseException, root: Path) -> BaseException:
     return err
 
 
-def mark_failed(paths: RunPaths, policy: str, reason: str) -> None:
-    config = load_resolved_config(paths)
-    from mutualrl.see.liveness import mark_failed as see_mark_failed
+def mark_this_policy_failed(paths: RunPaths, policy: str, reason: str) -> None:
+    """The SEE's failure marker for this worker's policy, where the run's config puts the SEE."""
+    from mutualrl.see.liveness import mark_policy_failed
 
-    see_mark_failed(paths.see_root(config.see.dir), policy, reason)
+    mark_policy_failed(paths.see_root(load_resolved_config(paths).see.dir), policy, reason)
 
 
 if __name__ == "__main__":

@@ -9,11 +9,6 @@ import math
 from typing import Any
 
 from mutualrl.config.cadence import Cadence
-from mutualrl.config.cadence import (  # noqa: F401 - re-exported until launch_plan.py imports them from config
-    apply_cadence,
-    policy_cadence,
-    validation_interval,
-)
 
 
 def known_train_prompts(task: Any) -> int | None:

@@ -15,16 +15,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mutualrl.config.cadence import apply_cadence, policy_cadence, validation_interval
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import UsageError
 from mutualrl.launch.plan.batching import BatchSizeError, DerivedBatch, apply_batch, fits, split_across_cpu_ranks
-from mutualrl.launch.plan.cadence import (
-    apply_cadence,
-    describe,
-    known_train_prompts,
-    policy_cadence,
-    validation_interval,
-)
+from mutualrl.launch.plan.cadence import describe, known_train_prompts
 from mutualrl.launch.plan.checks import MemoryEstimate, check_same_prompts, memory_check
 from mutualrl.launch.plan.commands import (
     ADDRESS_PLACEHOLDER,
