@@ -224,6 +224,23 @@ def read_json_or(path: Path, default: Any = None, expect: type | tuple[type, ...
         return default
 
 
+def launch_folders(paths: RunPaths) -> list[Path]:
+    """Where the run's workers looked for user code: each policy's working directory and ``PYTHONPATH`` as its
+    launch plan recorded them (``launch/plan.json``), in order, once each; empty without a readable plan."""
+    plan = read_json_or(paths.plan, {})
+    policies = plan.get("policies") if isinstance(plan, dict) else None
+    folders: list[Path] = []
+    for entry in policies if isinstance(policies, list) else []:
+        launch = entry.get("launch") if isinstance(entry, dict) else None
+        if not isinstance(launch, dict):
+            continue
+        env = launch.get("env") if isinstance(launch.get("env"), dict) else {}
+        for text in [launch.get("cwd"), *str(env.get("PYTHONPATH") or "").split(os.pathsep)]:
+            if isinstance(text, str) and text and Path(text) not in folders:
+                folders.append(Path(text))
+    return folders
+
+
 def read_status(path: Path) -> dict[str, Any]:
     """A policy's live status (``status/<policy>.json``) for the launcher's progress line: ``{}`` when missing or
     damaged (its worker rewrites it at the next step), ``step`` and ``max_steps`` kept only as whole numbers,

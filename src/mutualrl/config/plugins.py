@@ -7,7 +7,9 @@ invisible to them), so every process that loads the config imports the same name
 (validation, the dry run), each policy's worker (it reads ``RUN/config.yaml``) and ``mutualrl eval``.
 Names resolve as ``trl grpo --reward_funcs`` resolves them: the working directory first, then
 ``PYTHONPATH``; the launcher starts its workers in its own working directory, so they find the same
-modules. An import error names the module and the recipe key, before any worker starts.
+modules. A process that reads a finished run (``mutualrl eval RUN``, ``distill``, the Python API) from another
+folder also searches where the run's workers looked (:func:`search_run_folders`), after its own path. An import
+error names the module and the recipe key, before any worker starts.
 """
 
 from __future__ import annotations
@@ -21,6 +23,19 @@ from typing import Any
 from mutualrl.errors import UsageError
 
 PLUGINS_KEY = "plugins"
+_RUN_FOLDERS: list[str] = []
+"""Folders added by :func:`search_run_folders` (named in an import error)."""
+
+
+def search_run_folders(paths: Any) -> None:
+    """Let user code named by the run at ``paths`` (a ``RunPaths``) import from where its workers imported it:
+    their working directory and ``PYTHONPATH`` (``launch/plan.json``), after this process's own search path."""
+    from mutualrl.run_folder import launch_folders
+
+    for folder in map(str, launch_folders(paths)):
+        if folder not in sys.path and os.path.isdir(folder):
+            sys.path.append(folder)
+            _RUN_FOLDERS.append(folder)
 
 
 def _with_cwd_on_path() -> None:
@@ -40,10 +55,15 @@ def import_module_for(module: str, key: str) -> Any:
         inner = f" ({type(err).__name__}: {err})" if missing and missing != module else ""
         raise UsageError(
             f"{key}: cannot import module {module!r}{inner}; it is looked up from the working directory "
-            f"({os.getcwd()}) and PYTHONPATH: run from the folder that holds it or add that folder to PYTHONPATH"
+            f"({os.getcwd()}) and PYTHONPATH{_run_folders_text()}: run from the folder that holds it or add that "
+            f"folder to PYTHONPATH"
         ) from None
     except Exception as err:  # noqa: BLE001 - user code failing at import: name it, one line
         raise UsageError(f"{key}: importing module {module!r} failed: {type(err).__name__}: {err}") from None
+
+
+def _run_folders_text() -> str:
+    return f", then the run's launch folders ({', '.join(_RUN_FOLDERS)})" if _RUN_FOLDERS else ""
 
 
 def import_object(dotted: str, key: str, sep: str = ".") -> Any:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import yaml
 
 from mutualrl.atomic_io import write_text_atomic
-from mutualrl.config.plugins import import_plugins
+from mutualrl.config.plugins import import_plugins, search_run_folders
 from mutualrl.config.schema import RunConfig
 from mutualrl.config.typed import build_dataclass, to_plain
 from mutualrl.run_folder import RunPaths
@@ -28,6 +28,7 @@ def load_resolved_config(paths: RunPaths) -> RunConfig:
     data = load_yaml(read_bytes(paths.config).decode("utf-8", errors="replace"), str(paths.config))
     if not isinstance(data, dict):
         raise ConfigError(str(paths.config), "", f"damaged: holds a {type(data).__name__}, not the run's settings")
+    search_run_folders(paths)  # read from another folder: user code is found where the run's workers found it
     import_plugins(data.get("plugins"))  # every policy process imports what the launcher imported (config/plugins.py)
     return build_dataclass(RunConfig, data, str(paths.config))
 
