@@ -37,9 +37,7 @@ def main() -> int:
     before = {k: v.clone() for k, v in AutoModelForCausalLM.from_pretrained(model_dir).state_dict().items()}
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     grpo = dict(plan.grpo)
-    config = GRPOConfig(
-        output_dir=str(args.run_dir / "policies" / args.policy), save_strategy="no", **grpo
-    )
+    config = GRPOConfig(**{**grpo, "save_strategy": "no"})  # the plan's arguments, output_dir included
     prompts = Dataset.from_dict({"prompt": [f"{i} plus {i} is" for i in range(64)]})
 
     def reward_length(completions, **_):

@@ -39,7 +39,7 @@ def build(run_dir: Path, policy: str, out: str, regime_cls, steps: int, save: bo
     plan = LaunchPlan.read(run_dir).policy(policy)
     grpo = {**plan.grpo, "max_steps": steps, "learning_rate": 1e-2, "lr_scheduler_type": "linear", "warmup_steps": 0,
             "save_strategy": "steps" if save else "no", "save_steps": steps, "logging_steps": 1, "report_to": []}
-    args = GRPOConfig(output_dir=str(run_dir / out), **grpo)  # before the model: zero.Init partitions it
+    args = GRPOConfig(**{**grpo, "output_dir": str(run_dir / out)})  # before the model: zero.Init partitions it
     model = AutoModelForCausalLM.from_pretrained(plan.model)
     config = load_run_config("tiny", regime="standalone", check_grpo=False).config
     rows = [{"prompt": f"{a} plus {b} is", "prompt_id": f"p{a}-{b}"} for a in range(8) for b in range(8)]
