@@ -94,3 +94,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.nodeid in groups:
             item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+
+
+# ---------------------------------------------------------------------------------------
+# Fixtures shared by several test files (added after the xdist wiring above).
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def offline_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test never reaches for the Hugging Face hub: ``HF_HUB_OFFLINE=1`` and ``HF_DATASETS_OFFLINE=1`` for the
+    test and every process it starts (a task's source 'auto' resolves to the offline package).
+
+    A file whose every test is offline says so once: ``pytestmark = pytest.mark.usefixtures("offline_hub")``."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")

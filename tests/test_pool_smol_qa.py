@@ -25,10 +25,7 @@ SMALL = ["--max-steps", "2", "--set", "grpo.per_device_train_batch_size=2", "--s
          "--set", "task.train_limit=8"]
 
 
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("offline_hub")
 
 
 @pytest.mark.parametrize("pool", ["smol-qa", "smol-arith"])
