@@ -109,3 +109,17 @@ def offline_hub(monkeypatch: pytest.MonkeyPatch) -> None:
     A file whose every test is offline says so once: ``pytestmark = pytest.mark.usefixtures("offline_hub")``."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+
+
+@pytest.fixture
+def disk_full(monkeypatch: pytest.MonkeyPatch):
+    """``disk_full("text")``: from now on, every write of this process to a path containing ``text`` fails with
+    ENOSPC (``atomic_io``'s injection hook, ``DISK_FULL_ENV``; its count of matching writes starts at 0)."""
+    from mutualrl import atomic_io
+
+    monkeypatch.setattr(atomic_io, "_matching_writes", 0)
+
+    def fill(text: str) -> None:
+        monkeypatch.setenv(atomic_io.DISK_FULL_ENV, text)
+
+    return fill
