@@ -132,3 +132,15 @@ def thl_tokenizers() -> dict:
     from mutualrl.assets.tokenizers import THL_TOKENIZERS, load_tokenizer
 
     return {name: load_tokenizer(name) for name in THL_TOKENIZERS}
+
+
+@pytest.fixture(scope="session")
+def random_lm_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two tiny random models with different tokenizers, built once per session and only read: ``bpe`` (GPT-2's
+    byte-level BPE, Llama, seed 1) and ``sp`` (Mistral's SentencePiece, Qwen2, seed 2), for
+    :func:`e2e_helpers.write_recipe` (policy name -> model folder)."""
+    from tiny_models import build_tiny_lm
+
+    root = tmp_path_factory.mktemp("random-lm-pair")
+    return {"bpe": build_tiny_lm("gpt2", root / "bpe", seed=1),
+            "sp": build_tiny_lm("mistral-sp", root / "sp", seed=2, arch="qwen2")}
