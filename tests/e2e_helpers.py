@@ -1,4 +1,5 @@
-"""Helpers for end-to-end tests: a two-policy pool of tiny random models with different tokenizers."""
+"""Helpers for end-to-end tests: recipes over a pool of model folders (conftest's ``random_lm_pair``), the
+``mutualrl train`` command and its environment, free ports, and the runs shared by a test session."""
 
 from __future__ import annotations
 

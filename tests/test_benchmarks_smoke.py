@@ -20,9 +20,11 @@ ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
 
 
+pytestmark = pytest.mark.usefixtures("offline_hub")  # the scripts inherit HF_HUB_OFFLINE / HF_DATASETS_OFFLINE
+
+
 def run_script(name: str, *args: str, timeout: int = 600) -> str:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), str(ROOT)]),
-           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), str(ROOT)])}
     done = subprocess.run([sys.executable, str(BENCH / name), *args], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=timeout)
     assert done.returncode == 0, f"{name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"

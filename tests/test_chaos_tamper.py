@@ -36,7 +36,7 @@ def test_every_damage_class_applies_to_a_run_folder(tmp_path):
         for attempt in range(3):
             run = _fake_run(tmp_path / f"{cls}-{attempt}")
             damage = tamper.tamper(run, cls, rng)
-            assert damage["class"] == cls and (run / damage["path"]).exists() or damage["how"] == "fifo", damage
+            assert damage["class"] == cls and ((run / damage["path"]).exists() or damage["how"] == "fifo"), damage
 
 
 def test_every_live_damage_applies_to_a_training_run_folder(tmp_path):
@@ -47,7 +47,7 @@ def test_every_live_damage_applies_to_a_training_run_folder(tmp_path):
         damage = tamper.tamper_live(run, random.Random(attempt))
         seen.add(damage["how"])
         path = run / damage["path"]
-        assert damage["how"] == "see deleted" and not path.exists() or path.exists(), damage
+        assert (not path.exists()) if damage["how"] == "see deleted" else path.exists(), damage
     assert seen == set(tamper.LIVE_DAMAGE)
 
 

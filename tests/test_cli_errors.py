@@ -225,7 +225,8 @@ def test_a_live_run_is_refused_naming_its_holder_and_a_dead_holder_is_taken_over
 
     started = time.time()
     with RunLock(run_dir).acquire("test", wait_for_orphans_s=5) as lock:  # the dead holder's lock is free
-        assert lock.fd is not None
+        assert lock.warning is None  # a real file lock, not the no-locks fallback
+        assert json.loads(lock.path.read_text())["pid"] == os.getpid()  # the dead holder's record replaced by ours
     assert time.time() - started < 5
 
 

@@ -14,21 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from mutualrl import atomic_io
 from mutualrl.atomic_io import DISK_FULL_ENV, append_text, write_json_atomic
 from mutualrl.errors import DISK_FULL_EXIT, StorageError, storage_error
 from mutualrl.run_folder import RunPaths
-
-
-@pytest.fixture
-def disk_full(monkeypatch):
-    """``disk_full("text")``: every write to a path containing ``text`` fails with ENOSPC from now on."""
-    monkeypatch.setattr(atomic_io, "_matching_writes", 0)
-
-    def fill(text: str) -> None:
-        monkeypatch.setenv(DISK_FULL_ENV, text)
-
-    return fill
 
 
 def assert_one_line_naming(err: StorageError, path: Path) -> None:

@@ -15,16 +15,7 @@ import time
 
 import pytest
 
-from mutualrl import atomic_io
-from mutualrl.atomic_io import DISK_FULL_ENV
 from mutualrl.errors import StorageError
-
-
-@pytest.fixture
-def disk_full(monkeypatch):
-    """``disk_full("text")``: every write of this process to a path containing ``text`` fails with ENOSPC."""
-    monkeypatch.setattr(atomic_io, "_matching_writes", 0)
-    return lambda text: monkeypatch.setenv(DISK_FULL_ENV, text)
 
 
 def test_a_heartbeat_on_a_full_disk_warns_once_and_keeps_its_age(tmp_path, disk_full, caplog):

@@ -41,10 +41,7 @@ CHAT_TEMPLATE = (
 )
 
 
-@pytest.fixture(autouse=True)
-def _no_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("offline_hub")
 
 
 def tiny_llama(tokenizer, seed: int) -> LlamaForCausalLM:

@@ -16,10 +16,7 @@ from mutualrl.evaluation.results import load_results
 from test_eval_generate import tiny_llama
 
 
-@pytest.fixture(autouse=True)
-def _no_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("offline_hub")
 
 
 @pytest.fixture(scope="module")

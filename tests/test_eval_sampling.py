@@ -10,7 +10,7 @@ import torch
 
 from mutualrl.evaluation.sampling import mixed_groups, pass_at_k, sample_completions
 from mutualrl.pools.greedy import generate_greedy
-from tests.tiny_models import build_tiny_lm
+from tiny_models import build_tiny_lm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 

@@ -154,6 +154,7 @@ def plan_or_refusal(recipe: str, gpus: int, nodes: int, device_map: str | None, 
 
 @pytest.mark.parametrize("recipe", PAPER_RECIPES)
 def test_every_paper_recipe_plans_an_engine_vllm_accepts_and_a_memory_model_that_counts_it(recipe):
+    planned = 0
     for gpus in (1, 2, 4, 8):
         for nodes in (1, 2):
             for device_map in (None, "shared", "one-each"):
@@ -163,6 +164,8 @@ def test_every_paper_recipe_plans_an_engine_vllm_accepts_and_a_memory_model_that
                         assert "\n" not in plan and plan, (recipe, gpus, nodes, device_map)
                         continue
                     check_plan(plan, config, memory)
+                    planned += 1
+    assert planned, f"{recipe}: every layout refused, so no plan was checked"
 
 
 def check_plan(plan, config, memory: float) -> None:

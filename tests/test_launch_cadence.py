@@ -90,6 +90,7 @@ def test_max_steps_option_counts_in_the_recipe_unit():
 
 def test_paper_plan_sets_trl_fields_and_shows_both_units(tmp_path):
     plan = dry_run("2qwen", gpus=8, run_dir=tmp_path, write=False)
+    assert not any(tmp_path.iterdir())  # a dry run writes nothing
     for p in plan.policies:
         assert (p.grpo["save_steps"], p.grpo["logging_steps"], p.grpo["warmup_steps"]) == (80, 4, 0)
         assert "max_steps" not in p.grpo  # 15 epochs
@@ -107,6 +108,7 @@ def test_tiny_pool_keeps_its_optimizer_step_counts(tmp_path):
     cfg = load_run_config("tiny").config
     assert cfg.schedule is None and cfg.validation.every_steps == 20
     plan = dry_run("tiny", run_dir=tmp_path, write=False)
+    assert not any(tmp_path.iterdir())
     for p in plan.policies:
         assert (p.grpo["max_steps"], p.grpo["save_steps"], p.grpo["logging_steps"], p.grpo["warmup_steps"]) == (
             200, 100, 1, 10)

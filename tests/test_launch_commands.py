@@ -71,6 +71,7 @@ def test_cpu_specs_run_the_worker_directly(tmp_path):
     config = config_for("tiny")
     placement = plan_placement([(p.name, 1.0) for p in config.pool.policies], gpus=0, cpu_cores=4)
     specs = first_machine_specs(config, placement, tmp_path, python="/py")
+    assert [spec.policy for spec in specs] == [p.name for p in config.pool.policies]  # one per policy: none unchecked
     for spec in specs:
         assert spec.argv == ["/py", "-m", WORKER_MODULE, "--run-dir", str(tmp_path.resolve()), "--policy", spec.policy]
         assert spec.env["CUDA_VISIBLE_DEVICES"] == ""
@@ -84,6 +85,7 @@ def test_cpu_deepspeed_env(tmp_path):
     placement = plan_placement([(p.name, 1.0) for p in config.pool.policies], gpus=0, cpu_cores=2)
     specs = first_machine_specs(config, placement, tmp_path)
     run = tmp_path.resolve()
+    assert len(specs) == len(config.pool.policies) == 2
     for i, spec in enumerate(specs):
         env = spec.env
         assert {k: env[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")} == {

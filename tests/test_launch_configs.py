@@ -57,7 +57,8 @@ def plans(tmp_path_factory):
         for mapped in (False, True):
             run_dir = tmp_path_factory.mktemp(f"{ds}-{mapped}")
             device_map = "qwen2.5-math-1.5b=0;qwen3-1.7b-base=5" if mapped else None
-            out[ds, mapped] = dry_run("2qwen", [f"launch.deepspeed={ds}"], gpus=8, device_map_text=device_map, run_dir=run_dir)
+            out[ds, mapped] = dry_run("2qwen", [f"launch.deepspeed={ds}"], gpus=8, device_map_text=device_map,
+                                      run_dir=run_dir, write=True)
     return out
 
 
@@ -140,6 +141,7 @@ def test_deepspeed_accepts_the_json(stage, bf16):
     if stage == 3:
         assert parsed.zero_config.gather_16bit_weights_on_model_save
     # Unfilled "auto" values are exactly what DeepSpeed itself cannot read.
+    assert "auto" in json.dumps(ds)  # the refusal below is of a file with "auto" left in it
     with pytest.raises(Exception):  # noqa: B017 - DeepSpeed raises pydantic / ValueError variants
         DeepSpeedConfig(ds)
 
@@ -169,7 +171,7 @@ def test_transformers_fills_auto_fields_like_we_do():
 
 
 def test_cpu_accelerate_config_goes_through_accelerate_launch(tmp_path):
-    plan = dry_run("tiny", gpus=0, run_dir=tmp_path)
+    plan = dry_run("tiny", gpus=0, run_dir=tmp_path, write=True)
     for policy in plan.policies:
         argv = ["--config_file", policy.accelerate_config_path, "-m", "mutualrl.training.worker"]
         args, env = accelerate_launch_env(argv)

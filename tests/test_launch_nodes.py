@@ -41,7 +41,8 @@ def flag(argv: list[str], name: str) -> str | None:
 
 
 def test_two_machines_of_8_gpus_run_one_policy_each(tmp_path):
-    plan = dry_run("2qwen", ["launch.nodes=2", "launch.main_address=10.0.0.1"], gpus=8, regime="sgt", run_dir=tmp_path)
+    plan = dry_run("2qwen", ["launch.nodes=2", "launch.main_address=10.0.0.1"], gpus=8, regime="sgt", run_dir=tmp_path,
+                   write=True)
     assert plan.nodes == 2 and plan.placement.nodes == 2
     a, b = plan.policies
     assert (a.placement.machines, b.placement.machines) == ((0,), (1,))
@@ -65,7 +66,7 @@ def test_two_machines_of_8_gpus_run_one_policy_each(tmp_path):
 
 
 def test_a_policy_spanning_machines_meets_at_its_first_machine(tmp_path):
-    plan = dry_run("2qwen", ["launch.nodes=4", "launch.main_address=10.0.0.1"], gpus=8, run_dir=tmp_path)
+    plan = dry_run("2qwen", ["launch.nodes=4", "launch.main_address=10.0.0.1"], gpus=8, run_dir=tmp_path, write=True)
     a, b = plan.policies
     assert (a.placement.machines, b.placement.machines) == ((0, 1), (2, 3))
     assert a.placement.num_processes == 16 and a.grpo["gradient_accumulation_steps"] == 8  # 1024 prompts / (2 x 16)

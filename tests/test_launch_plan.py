@@ -26,7 +26,7 @@ def policy_names(pool: str) -> list[str]:
 
 @pytest.mark.parametrize("pool", PAPER_POOLS)
 def test_paper_pool_default_placement_on_8_gpus(pool, tmp_path):
-    plan = dry_run(pool, gpus=8, run_dir=tmp_path)
+    plan = dry_run(pool, gpus=8, run_dir=tmp_path, write=True)
     n = len(plan.policies)
     sizes = [p.placement.num_processes for p in plan.policies]
     # Split by device_share: 3qwen's shares follow parameter counts (2 + 2 + 4; before issue 38 an even share
@@ -71,7 +71,7 @@ def test_simulation_ignores_this_machines_gpu_mask(tmp_path, monkeypatch):
 
 def test_4qwen_on_2_gpus_fails_before_anything_starts(tmp_path):
     with pytest.raises(PlacementError, match="cannot place 4 policies on 2 GPUs"):
-        dry_run("4qwen", gpus=2, run_dir=tmp_path)
+        dry_run("4qwen", gpus=2, run_dir=tmp_path, write=True)  # refused before anything is written
     assert not (tmp_path / "launch").exists()
 
 
@@ -159,7 +159,7 @@ def test_sharing_regime_refuses_policies_with_different_prompt_batches(tmp_path)
 
 
 def test_plan_json_round_trip(tmp_path):
-    plan = dry_run("3qwen", gpus=8, run_dir=tmp_path)
+    plan = dry_run("3qwen", gpus=8, run_dir=tmp_path, write=True)
     data = json.loads((tmp_path / "launch" / "plan.json").read_text())
     assert data["schema_version"] == 1
     again = LaunchPlan.read(tmp_path)

@@ -31,16 +31,10 @@ def test_heartbeat_thread_keeps_the_age_small_and_old_beats_do_not_count(tmp_pat
 
 
 @pytest.mark.slow
-def test_a_stopped_policy_stops_the_pool_naming_it_long_before_the_barrier_timeout(tmp_path):
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
+def test_a_stopped_policy_stops_the_pool_naming_it_long_before_the_barrier_timeout(random_lm_pair, tmp_path):
     from e2e_helpers import child_env, train_command, write_recipe
-    from tiny_models import build_tiny_lm
 
-    pool = {"bpe": build_tiny_lm("gpt2", tmp_path / "bpe", seed=1),
-            "sp": build_tiny_lm("mistral-sp", tmp_path / "sp", seed=2, arch="qwen2")}
-    recipe = write_recipe(tmp_path / "r.yaml", pool, regime="sgt", steps=200,
+    recipe = write_recipe(tmp_path / "r.yaml", random_lm_pair, regime="sgt", steps=200,
                           extra={"see.barrier_timeout_s": 600, "see.peer_timeout_s": 8, "validation.at_start": False})
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(train_command(recipe, run_dir), env=child_env(), stdout=subprocess.PIPE,

@@ -17,7 +17,9 @@ NO_HUB = {"HF_ENDPOINT": "https://127.0.0.1:9", "HF_HUB_OFFLINE": "0"}
 
 
 @pytest.fixture
-def no_hub(monkeypatch):
+def unreachable_hub(monkeypatch):
+    """Online mode (``HF_HUB_OFFLINE=0``) with a hub endpoint that refuses connections (not conftest's
+    ``offline_hub``, which turns the hub off by its variables)."""
     for key, value in NO_HUB.items():
         monkeypatch.setenv(key, value)
     hub._can_connect.cache_clear()
@@ -25,13 +27,13 @@ def no_hub(monkeypatch):
     hub._can_connect.cache_clear()
 
 
-def test_probe_honours_offline_variables_and_a_dead_endpoint(no_hub, monkeypatch):
+def test_probe_honours_offline_variables_and_a_dead_endpoint(unreachable_hub, monkeypatch):
     assert hub.hub_reachable(timeout_s=1.0) is False
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert hub.hub_reachable() is False
 
 
-def test_hub_tokenizer_without_hub_fails_fast_naming_what_works(no_hub):
+def test_hub_tokenizer_without_hub_fails_fast_naming_what_works(unreachable_hub):
     from transformers import AutoTokenizer  # noqa: F401  (import time is not look-up time)
 
     from mutualrl.assets.tokenizers import load_tokenizer
@@ -44,7 +46,7 @@ def test_hub_tokenizer_without_hub_fails_fast_naming_what_works(no_hub):
     assert "'nosuch-owner/nosuch-model'" in message and "cannot be reached" in message and "qwen3" in message
 
 
-def test_hub_model_without_hub_fails_fast(no_hub):
+def test_hub_model_without_hub_fails_fast(unreachable_hub):
     from transformers import AutoModelForCausalLM  # noqa: F401  (import time is not look-up time)
 
     from mutualrl.pools.loading import load_model

@@ -162,6 +162,7 @@ def test_commonsense_recipe_dry_runs_on_8_gpus(pool, tmp_path):
     assert (config.pool.name, config.task.name, config.task.verifier) == (pool, "math-qa-mix", "exact")
     assert config.schedule.max_steps == 50 and config.grpo["use_bias_correction_kl"] is False
     plan = dry_run(f"commonsense-{pool}", gpus=8, run_dir=tmp_path, write=False)
+    assert not any(tmp_path.iterdir())  # a dry run writes nothing
     for p in plan.policies:
         assert p.grpo["max_steps"] == 200  # 50 paper steps of 1024 prompts in 4 mini-batches
         assert p.batch.prompts_per_step == 1024 and p.placement.device_type == "cuda"

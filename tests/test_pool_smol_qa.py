@@ -8,11 +8,11 @@ import warnings
 from pathlib import Path
 
 import pytest
+from e2e_helpers import run_train
 
 from mutualrl.config.loader import load_run_config, resolve_recipe
 from mutualrl.pools.builtin import ensure_builtin_model
 from mutualrl.tasks.registry import get_task
-from tests.e2e_helpers import run_train
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from learning import REGIME_ARGS  # noqa: E402  (the benchmark's own command line per regime)
@@ -25,10 +25,7 @@ SMALL = ["--max-steps", "2", "--set", "grpo.per_device_train_batch_size=2", "--s
          "--set", "task.train_limit=8"]
 
 
-@pytest.fixture(autouse=True)
-def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("offline_hub")
 
 
 @pytest.mark.parametrize("pool", ["smol-qa", "smol-arith"])

@@ -72,6 +72,7 @@ def built_pool():
 
 
 def test_cached_tiny_models_have_complementary_skills(built_pool):
+    assert set(built_pool) == set(tiny.TINY_MODELS)  # the loop below checks every tiny model, not none
     for name, path in built_pool.items():
         spec = tiny.TINY_MODELS[name]
         model = load_model(f"builtin:{name}")

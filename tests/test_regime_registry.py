@@ -156,17 +156,14 @@ def test_an_unknown_regime_in_a_recipe_names_the_field(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_regime_registered_from_a_test_file_trains_two_steps(throwaway, tmp_path):
+def test_a_regime_registered_from_a_test_file_trains_two_steps(throwaway, random_lm_pair, tmp_path):
     """The regime of this file trains, and its status metric reaches the live progress line (the policies'
     status files, which the launcher shows for every policy, and the step lines it prints)."""
     from e2e_helpers import child_env, metric_lines, train_command, write_recipe
-    from tiny_models import build_tiny_lm
 
     from mutualrl.launch.supervise.runner import describe_status
 
-    models = {"bpe": build_tiny_lm("gpt2", tmp_path / "bpe", seed=1),
-              "sp": build_tiny_lm("mistral-sp", tmp_path / "sp", seed=2, arch="qwen2")}
-    recipe = write_recipe(tmp_path / "r.yaml", models, regime=SPEC.name, steps=2,
+    recipe = write_recipe(tmp_path / "r.yaml", random_lm_pair, regime=SPEC.name, steps=2,
                           extra={"regime.throwaway.bonus": 0.5})
     run_dir = tmp_path / "run"
     done = subprocess.run(train_command(recipe, run_dir), env={**child_env(), ENV_VAR: str(Path(__file__).resolve())},

@@ -1,16 +1,16 @@
 """Standalone GRPO advantages: hand examples, and bit-identity with TRL 1.16's own code.
 
-TRL's advantage block is read from the installed ``trl/trainer/grpo_trainer.py`` and executed
-as is (with a stand-in ``self``), so a TRL upgrade that changes the formula makes these fail.
+TRL computes advantages inside ``GRPOTrainer._generate_and_score_completions`` (no function of its own), so the
+tests call that method on a real trainer over a tiny model, with two stand-ins: ``_generate`` (one fixed token per
+completion, no sampling) and ``_calculate_rewards`` (the rewards under test). Everything from the rewards to the
+advantages is TRL's code as installed, so a TRL upgrade that changes the formula makes these fail; one that moves
+the seams makes :func:`test_trl_driver_reaches_trls_advantage_code` fail by name (not the collection).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import textwrap
-from pathlib import Path
-from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -23,49 +23,71 @@ from mutualrl.regimes.grpo import group_advantages, nanstd, reward_scale, trl_re
 
 EPS = 1e-4
 
-_BLOCK_START = "unscorable_mask = torch.isnan(rewards_per_func).all(dim=1)"
-_BLOCK_END = "advantages = torch.nan_to_num(advantages, nan=0.0)"
+
+@pytest.fixture(scope="module")
+def trl_trainer(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """A vanilla TRL ``GRPOTrainer`` on a one-layer, 8-wide random model (never run: only its advantage code)."""
+    from datasets import Dataset
+    from transformers import LlamaConfig, LlamaForCausalLM
+    from trl import GRPOConfig, GRPOTrainer
+
+    from mutualrl.assets.tokenizers import load_tokenizer
+
+    tokenizer = load_tokenizer("gpt2")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=8, intermediate_size=16,
+                                         num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1,
+                                         max_position_embeddings=32, eos_token_id=tokenizer.eos_token_id))
+    args = GRPOConfig(output_dir=str(tmp_path_factory.mktemp("trl-grpo")), use_cpu=True, bf16=False,
+                      per_device_train_batch_size=4, num_generations=2, max_completion_length=1, report_to=[],
+                      save_strategy="no", disable_tqdm=True)
+    trainer = GRPOTrainer(model=model, reward_funcs=lambda completions, **_: [0.0] * len(completions), args=args,
+                          train_dataset=Dataset.from_list([{"prompt": "1+1="}] * 4), processing_class=tokenizer)
+    trainer.model.train()  # the "train" branch: num_generations, not num_generations_eval
+    eos = tokenizer.eos_token_id
+    trainer._generate = lambda prompts: ([[eos]] * len(prompts), [[eos]] * len(prompts), None, ["x"] * len(prompts),
+                                         None, {}, None, None)
+    return trainer
 
 
-def _trl_advantage_block() -> str:
-    """The installed TRL's advantage code, from the unscorable mask to the final nan_to_num."""
-    origin = importlib.util.find_spec("trl").origin
-    source = (Path(origin).parent / "trainer" / "grpo_trainer.py").read_text()
-    start, end = source.index(_BLOCK_START), source.index(_BLOCK_END) + len(_BLOCK_END)
-    line_start = source.rindex("\n", 0, start) + 1
-    return textwrap.dedent(source[line_start:end])
+@pytest.fixture(scope="module")
+def trl_block_advantages(trl_trainer: Any):
+    """``(rewards_per_func [B, F], weights [F], k, scale) -> [B]``: TRL's advantages for ``B / k`` groups of ``k``."""
+
+    def advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, k: int, scale: str) -> torch.Tensor:
+        b, f = rewards_per_func.shape
+        trl_trainer.num_generations, trl_trainer.scale_rewards = k, scale
+        trl_trainer.multi_objective_aggregation = "sum_then_normalize"
+        trl_trainer.reward_weights = weights
+        trl_trainer.reward_func_names = [f"r{i}" for i in range(f)]  # its per-function metrics
+        trl_trainer._calculate_rewards = lambda *_: rewards_per_func.clone()
+        return trl_trainer._generate_and_score_completions([{"prompt": "1+1="}] * b)["advantages"]
+
+    return advantages
 
 
-TRL_BLOCK = compile(_trl_advantage_block(), "trl-grpo-advantages", "exec")
+@pytest.fixture(scope="module")
+def trl_advantages(trl_block_advantages):
+    """``(rewards [P, K], scale) -> [P, K]``: TRL's advantages for one reward function of weight 1."""
+
+    def advantages(rewards: torch.Tensor, scale_rewards: str) -> torch.Tensor:
+        p, k = rewards.shape
+        return trl_block_advantages(rewards.reshape(p * k, 1), torch.ones(1), k, scale_rewards).reshape(p, k)
+
+    return advantages
 
 
-def trl_block_advantages(rewards_per_func: torch.Tensor, weights: torch.Tensor, k: int, scale: str) -> torch.Tensor:
-    """Run TRL's own advantage block on ``[B, F]`` rewards of F reward functions; returns ``[B]``."""
-    ns = {
-        "torch": torch,
-        "nanstd": trl_nanstd,
-        "self": SimpleNamespace(
-            multi_objective_aggregation="sum_then_normalize", reward_weights=weights, scale_rewards=scale
-        ),
-        "rewards_per_func": rewards_per_func.clone(),
-        "num_generations": k,
-        "device": "cpu",
-    }
-    exec(TRL_BLOCK, ns)
-    return ns["advantages"]
-
-
-def trl_advantages(rewards: torch.Tensor, scale_rewards: str) -> torch.Tensor:
-    """TRL's advantages for ``[P, K]`` rewards of one reward function with weight 1."""
-    p, k = rewards.shape
-    return trl_block_advantages(rewards.reshape(p * k, 1), torch.ones(1), k, scale_rewards).reshape(p, k)
-
-
-def test_trl_block_was_found():
-    # The block must contain the pieces we reproduce, else the comparisons below test nothing.
-    src = _trl_advantage_block()
-    assert "nanstd(rewards.view(-1, num_generations), dim=1)" in src
-    assert "advantages / (std_rewards + 1e-4)" in src
+def test_trl_driver_reaches_trls_advantage_code(trl_advantages, trl_block_advantages):
+    # The rewards given must be the ones TRL normalises, else the comparisons below test nothing. By hand:
+    # group [1, 0, 0, 1]: +-0.5 / (sqrt(1/3) + 1e-4); [3, 1, 2] unscaled: 1, -1, 0; an unscorable row (all NaN): 0.
+    s = 0.5 / (math.sqrt(1 / 3) + EPS)
+    torch.testing.assert_close(trl_advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0]]), "group"),
+                               torch.tensor([[s, -s, -s, s]]))
+    assert trl_advantages(torch.tensor([[3.0, 1.0, 2.0]]), "none").tolist() == [[1.0, -1.0, 0.0]]
+    # Two functions of weights 1 and 0.5 are summed before normalising; [NaN, NaN] is unscorable.
+    per_func = torch.tensor([[1.0, 2.0], [NAN, 4.0], [0.0, 0.0], [NAN, NAN]])
+    torch.testing.assert_close(trl_block_advantages(per_func, torch.tensor([1.0, 0.5]), 4, "none"),
+                               torch.tensor([2 - 4 / 3, 2 - 4 / 3, -4 / 3, 0.0]))
 
 
 def test_hand_example_none_scaling():
@@ -118,7 +140,7 @@ def test_eps_is_added_to_the_std():
 
 
 @pytest.mark.parametrize("scale", ["group", "batch", "none"])
-def test_matches_trl_on_fixed_batch(scale):
+def test_matches_trl_on_fixed_batch(scale, trl_advantages):
     r = torch.tensor(
         [[1.0, 0.0, 0.0, 1.0, 1.0], [0.0] * 5, [1.0] * 5, [0.3, NAN, 0.9, 0.9, 0.1], [NAN] * 5, [NAN, 1, NAN, NAN, NAN]]
     )
@@ -127,7 +149,7 @@ def test_matches_trl_on_fixed_batch(scale):
 
 @settings(max_examples=150, deadline=None)
 @given(rewards=learner_rewards(), scale=st.sampled_from(["group", "batch", "none"]))
-def test_bit_identical_to_trl(rewards, scale):
+def test_bit_identical_to_trl(trl_advantages, rewards, scale):
     ours = group_advantages(rewards, scale)
     theirs = trl_advantages(rewards, scale)
     assert torch.equal(ours.view(torch.int32), theirs.view(torch.int32)), (rewards, ours, theirs)
@@ -135,7 +157,7 @@ def test_bit_identical_to_trl(rewards, scale):
 
 @settings(max_examples=100, deadline=None)
 @given(data=st.data(), scale=st.sampled_from(["group", "batch", "none"]))
-def test_several_weighted_reward_functions_bit_identical_to_trl(data, scale):
+def test_several_weighted_reward_functions_bit_identical_to_trl(trl_block_advantages, data, scale):
     # TRL sums weighted reward functions (NaN-aware) before normalising; trl_rewards does the same.
     p, k, f = data.draw(st.integers(1, 5)), data.draw(st.integers(1, 5)), data.draw(st.integers(1, 3))
     per_func = data.draw(reward_tensor((p * k, f)))
@@ -163,7 +185,7 @@ def test_nanstd_matches_trl(rewards, dim):
     assert torch.equal(torch.nan_to_num(ours, nan=-1.0), torch.nan_to_num(theirs, nan=-1.0))
 
 
-def test_strided_input_gives_the_same_bits():
+def test_strided_input_gives_the_same_bits(trl_advantages):
     # A learner slice of a pool is a strided view; the result must not depend on the layout.
     pool = torch.rand(7, 3, 5, generator=torch.Generator().manual_seed(0))
     view = pool[:, 1]

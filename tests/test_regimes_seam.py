@@ -24,7 +24,6 @@ from mutualrl.regimes.sgt.adapter import SGTAdapter
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.thl import retokenize
 from mutualrl.training.adapters import adapter_class
-from thl_helpers import tokenizers
 
 POLICIES = ("tiny-bpe", "tiny-sp")  # the tiny pool's names: GPT-2 BPE and Mistral SentencePiece
 VOCAB = {"tiny-bpe": "gpt2", "tiny-sp": "mistral-sp"}
@@ -103,7 +102,7 @@ def padded(tokenizer):
     return tokenizer
 
 
-def pool_of(tmp_path, regime, **settings):
+def pool_of(tmp_path, tokenizers, regime, **settings):
     """One adapter per tiny policy, each bound to a FakeTrainer with its real tokenizer, over one real SEE."""
     overrides = [f"regime.{regime}.{key}={value}" for key, value in settings.items()]
     config = load_run_config("tiny", regime=regime, overrides=overrides, check_grpo=False).config
@@ -113,18 +112,18 @@ def pool_of(tmp_path, regime, **settings):
         exchange = ExperienceExchange(tmp_path, "run", name, policies=POLICIES, barrier_timeout_s=10.0,
                                       poll_interval_s=0.01)
         adapter = adapter_class(spec)(config, name, exchange, spec=spec)
-        adapter.bind(FakeTrainer(padded(tokenizers()[VOCAB[name]])))
+        adapter.bind(FakeTrainer(padded(tokenizers[VOCAB[name]])))
         adapters[name] = adapter
     return adapters
 
 
-def test_the_fake_satisfies_trainer_view():
-    assert isinstance(FakeTrainer(tokenizers()["gpt2"]), TrainerView)
+def test_the_fake_satisfies_trainer_view(thl_tokenizers):
+    assert isinstance(FakeTrainer(thl_tokenizers["gpt2"]), TrainerView)
     assert not isinstance(SimpleNamespace(), TrainerView)
 
 
-def test_sgt_runs_a_whole_step_and_its_loss_through_a_fake_trainer(tmp_path):
-    adapters = pool_of(tmp_path, "sgt")
+def test_sgt_runs_a_whole_step_and_its_loss_through_a_fake_trainer(thl_tokenizers, tmp_path):
+    adapters = pool_of(tmp_path, thl_tokenizers, "sgt")
     learner, peer = adapters["tiny-bpe"], adapters["tiny-sp"]
     # The peer solved prompt p0 (sample 1) which the learner failed K times: SGT's gate fires on p0 only.
     peer_out, peer_step = step_of(peer.trainer.processing_class, [" 5", " 4", " 4", " 3"], [0.0, 1.0, 1.0, 0.0])
@@ -147,8 +146,8 @@ def test_sgt_runs_a_whole_step_and_its_loss_through_a_fake_trainer(tmp_path):
     assert recorded[("train", "sgt/nll_term")] == [pytest.approx(loss.item())]
 
 
-def test_prp_pools_the_peer_rows_through_a_fake_trainer(tmp_path):
-    adapters = pool_of(tmp_path, "prp", denominator="peer")
+def test_prp_pools_the_peer_rows_through_a_fake_trainer(thl_tokenizers, tmp_path):
+    adapters = pool_of(tmp_path, thl_tokenizers, "prp", denominator="peer")
     learner, peer = adapters["tiny-bpe"], adapters["tiny-sp"]
     peer_out, peer_step = step_of(peer.trainer.processing_class, [" 4", " 5", " 4", " 3"], [1.0, 0.0, 1.0, 0.0])
     peer.publish_records(peer_out, peer_step, {})
@@ -194,7 +193,7 @@ class ReadLog:
 
 
 @pytest.mark.parametrize("stale", [False, True])
-def test_an_older_round_is_read_only_by_a_regime_that_declares_it(stale):
+def test_an_older_round_is_read_only_by_a_regime_that_declares_it(thl_tokenizers, stale):
     config = load_run_config("tiny", regime="xgrpo", check_grpo=False).config
 
     class Declared(RegimeAdapter):
@@ -204,7 +203,7 @@ def test_an_older_round_is_read_only_by_a_regime_that_declares_it(stale):
             return output, {"stale_rows": float(sum(t.num_rows for t in peers.values()))}
 
     adapter = Declared(config, "tiny-bpe", spec=get_regime("xgrpo"))
-    adapter.bind(FakeTrainer(tokenizers()["gpt2"]))
+    adapter.bind(FakeTrainer(thl_tokenizers["gpt2"]))
     adapter.exchange, adapter.consumption = ReadLog(), OlderRound()
     peer_step, peers = adapter.read_peer_round(3, {})
     assert adapter.exchange.reads == ([(2, "tiny-sp")] if stale else [])
@@ -260,8 +259,8 @@ TEXTS = [" 12", "The answer is 42.", "", " naïve café ∑ 你好", "7\n", " x"
 
 @pytest.mark.parametrize("vocab", ["gpt2", "mistral-sp", "qwen3", "llama3"])
 @pytest.mark.parametrize("max_len", [None, 3, 64])
-def test_learner_responses_equal_the_old_sgt_and_prp_code(vocab, max_len):
-    tokenizer = tokenizers()[vocab]
+def test_learner_responses_equal_the_old_sgt_and_prp_code(thl_tokenizers, vocab, max_len):
+    tokenizer = thl_tokenizers[vocab]
     one = pa.table({"response_text": TEXTS[:3], "finished": [True, False, True]})
     two = pa.table({"response_text": TEXTS[3:], "finished": [False, True, True]})
     sources = [("two", 2), ("one", 0), ("two", 0), ("one", 2), ("one", 1), ("two", 1), ("one", 0)]
@@ -276,10 +275,10 @@ def test_learner_responses_equal_the_old_sgt_and_prp_code(vocab, max_len):
     assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(got.spans, spans, strict=True))
 
 
-def test_peer_rows_reads_column_wise_in_source_order():
+def test_peer_rows_reads_column_wise_in_source_order(thl_tokenizers):
     one = pa.table({"response_text": ["a", "b"], "finished": [True, False]})
     two = pa.table({"response_text": ["c"], "finished": [False]})
     got = peer_rows({"one": one, "two": two}, [("two", 0), ("one", 1), ("one", 0)], ("response_text", "finished"))
     assert got == {"response_text": ["c", "b", "a"], "finished": [False, False, True]}
-    empty = learner_responses({"one": one}, [], tokenizers()["gpt2"], 4)
+    empty = learner_responses({"one": one}, [], thl_tokenizers["gpt2"], 4)
     assert (empty.texts, empty.ids, empty.spans) == ([], [], [])

@@ -70,10 +70,9 @@ def test_breakdown_splits_a_step() -> None:
 
 
 @pytest.mark.slow
-def test_step_profile_tiny(tmp_path: Path) -> None:
+def test_step_profile_tiny(tmp_path: Path, offline_hub: None) -> None:
     root = BENCHMARKS.parent
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root / "tests")]),
-           "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root / "tests")])}
     done = subprocess.run([sys.executable, str(BENCHMARKS / "step_profile.py"), "--pool", "tiny", "--regime", "sgt",
                            "--steps", "2", "--out", str(tmp_path)], capture_output=True, text=True, env=env, cwd=root,
                           timeout=120)

@@ -11,10 +11,7 @@ from mutualrl.tasks.dataset_task import BOXED_INSTRUCTION
 from mutualrl.tasks.registry import get_task, resolve_suite
 
 
-@pytest.fixture(autouse=True)
-def _no_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("offline_hub")
 
 
 def test_prompt_drops_boxed_instruction_and_ends_with_answer_line() -> None:

@@ -11,10 +11,7 @@ from mutualrl.tasks.few_shot import parse_few_shot
 from mutualrl.tasks.registry import get_task, resolve_suite, task_groups
 
 
-@pytest.fixture(autouse=True)
-def _no_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+pytestmark = pytest.mark.usefixtures("offline_hub")
 
 
 def test_names() -> None:

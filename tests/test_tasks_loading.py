@@ -22,11 +22,8 @@ from mutualrl.tasks import (
 BOXED = "Let's think step by step and output the final answer within \\boxed{}."
 
 
-@pytest.fixture(autouse=True)
-def _no_hub(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Tests never reach for the hub: 'auto' resolves to the offline package.
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+# Tests never reach for the hub: 'auto' resolves to the offline package.
+pytestmark = pytest.mark.usefixtures("offline_hub")
 
 
 def test_registry_and_suites() -> None:

@@ -11,7 +11,6 @@ from mutualrl.errors import UsageError
 from mutualrl.thl import align_logprobs, append_to_prompts, batch_decode_with_spans, partition, retokenize
 from mutualrl.thl.metrics import conservation_stats, word_mass
 from mutualrl.thl.paper_reference import word_align_logprobs
-from thl_helpers import tokenizers
 
 
 def _spans_of(text: str, pieces: list[str]) -> np.ndarray:
@@ -213,8 +212,8 @@ def test_bad_input_is_a_clear_error(kwargs, match) -> None:
         align_logprobs(**args)
 
 
-def test_paper_reference_loses_mass_on_sentencepiece_targets_and_thl_does_not() -> None:
-    toks = tokenizers()
+def test_paper_reference_loses_mass_on_sentencepiece_targets_and_thl_does_not(thl_tokenizers: dict) -> None:
+    toks = thl_tokenizers
     src, tgt = toks["qwen3"], toks["phi3"]
     texts = ["The quick brown fox jumps over the lazy dog, twice.", "Step 1: 48 / 6 = 8.\nStep 2: 8 * 7 = 56."]
     src_ids = [r.ids for r in retokenize(src, texts)]
@@ -236,8 +235,8 @@ def test_word_mass_apportions_straddling_tokens() -> None:
     np.testing.assert_allclose(word_mass(part, np.array([[0, 2], [-1, -1]]), np.array([-1.0, -9.0])), [-1.0, 0.0])
 
 
-def test_append_to_prompts_builds_trl_layout() -> None:
-    tok = tokenizers()["phi3"]
+def test_append_to_prompts_builds_trl_layout(thl_tokenizers: dict) -> None:
+    tok = thl_tokenizers["phi3"]
     prompts = [tok("Q: 2+2?\nA:", add_special_tokens=True)["input_ids"], tok("Hi", add_special_tokens=True)["input_ids"]]
     resp = retokenize(tok, [" 4", " Hello there, friend."])
     batch = append_to_prompts(prompts, resp, pad_token_id=0, eos_token_id=tok.eos_token_id, max_completion_length=4)
@@ -253,8 +252,8 @@ def test_append_to_prompts_builds_trl_layout() -> None:
         append_to_prompts(prompts, resp[:1], pad_token_id=0)
 
 
-def test_batch_alignment_equals_one_sequence_at_a_time() -> None:
-    toks = tokenizers()
+def test_batch_alignment_equals_one_sequence_at_a_time(thl_tokenizers: dict) -> None:
+    toks = thl_tokenizers
     src, tgt = toks["mistral-tekken"], toks["phi3"]
     texts = ["first text ends with spaces   ", "", "   ", "\nsecond\tstarts with a newline", "数学 mixed", "x"]
     src_ids = [r.ids for r in retokenize(src, texts)]

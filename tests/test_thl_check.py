@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 from mutualrl.assets.tokenizers import THL_TOKENIZERS
 from mutualrl.cli.main import app
 from mutualrl.thl.corpus import builtin_corpus
-from thl_helpers import tokenizers
 
 runner = CliRunner()
+pytestmark = pytest.mark.usefixtures("thl_tokenizers")  # the six vocabularies, loaded (fetched if needed) once
 
 MIXED = [
     "Proof. Let $x \\in \\mathbb{R}$; then $x^2 \\ge 0$. 证明完毕。\n\n```python\nprint(sum(range(10)))\n```",
@@ -28,7 +28,6 @@ PAIR_KEYS = {"source", "target", "n_texts", "n_words", "src_to_aligned_mae", "sr
 
 
 def _run(args: list[str]):
-    tokenizers()  # load the six vocabularies once (fetching them if needed)
     return runner.invoke(app, ["thl-check", *args])
 
 
@@ -122,11 +121,11 @@ def test_malformed_texts_file_names_the_line(tmp_path: Path) -> None:
     assert json.loads(result.stdout)["pairs"][0]["n_words"] == 0
 
 
-def _tiny_model(tmp_path: Path, name: str, seed: int) -> str:
+def _tiny_model(tmp_path: Path, tokenizers: dict, name: str, seed: int) -> str:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    tok = tokenizers()[name]
+    tok = tokenizers[name]
     torch.manual_seed(seed)
     config = LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=1024)
@@ -136,8 +135,8 @@ def _tiny_model(tmp_path: Path, name: str, seed: int) -> str:
     return str(folder)
 
 
-def test_model_scored_check_with_tiny_models(tmp_path: Path) -> None:
-    src, tgt = _tiny_model(tmp_path, "gpt2", 0), _tiny_model(tmp_path, "mistral-sp", 1)
+def test_model_scored_check_with_tiny_models(tmp_path: Path, thl_tokenizers: dict) -> None:
+    src, tgt = _tiny_model(tmp_path, thl_tokenizers, "gpt2", 0), _tiny_model(tmp_path, thl_tokenizers, "mistral-sp", 1)
     texts = tmp_path / "t.jsonl"
     texts.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in builtin_corpus()[:10]))
     result = _run(["--source-model", src, "--target-model", tgt, "--texts", str(texts), "--json"])

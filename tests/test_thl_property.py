@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from mutualrl.assets.tokenizers import THL_TOKENIZERS
 from mutualrl.thl import align_logprobs, batch_decode_with_spans, retokenize
 from mutualrl.thl.metrics import unit_slots, word_mass
-from thl_helpers import tokenizers
 
 FRAGMENTS = [
     " ", "  ", "\n", "\n\n", "\t", "\r\n", "\u00a0", "\u3000", " \t \n",
@@ -32,8 +31,8 @@ PAIRS = list(itertools.product(THL_TOKENIZERS, THL_TOKENIZERS))
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=texts, seed=st.integers(0, 2**16), mode=st.sampled_from(["auto", "word", "char"]))
-def test_per_unit_conservation_for_every_pair(text: str, seed: int, mode: str) -> None:
-    toks = tokenizers()
+def test_per_unit_conservation_for_every_pair(thl_tokenizers: dict, text: str, seed: int, mode: str) -> None:
+    toks = thl_tokenizers
     rng = np.random.default_rng(seed)
     for src_name, tgt_name in PAIRS:
         src, tgt = toks[src_name], toks[tgt_name]

@@ -21,7 +21,6 @@ from mutualrl.assets.tokenizers import (
 )
 from mutualrl.errors import UnknownNameError
 from mutualrl.thl import batch_decode_with_spans, decode_with_spans, retokenize
-from thl_helpers import tokenizers
 
 ORDINARY = [
     "Hello world",
@@ -80,8 +79,8 @@ def test_unknown_tokenizer_name_is_a_fast_clear_error() -> None:
 
 
 @pytest.mark.parametrize("name", THL_TOKENIZERS)
-def test_decode_with_spans_agrees_with_tokenizer_decode(name: str) -> None:
-    tok = tokenizers()[name]
+def test_decode_with_spans_agrees_with_tokenizer_decode(thl_tokenizers: dict, name: str) -> None:
+    tok = thl_tokenizers[name]
     for text in ORDINARY:
         ids = tok(text, add_special_tokens=False)["input_ids"]
         decoded = decode_with_spans(tok, ids)
@@ -96,8 +95,8 @@ def test_decode_with_spans_agrees_with_tokenizer_decode(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", THL_TOKENIZERS)
-def test_special_tokens_get_no_span_and_no_text(name: str) -> None:
-    tok = tokenizers()[name]
+def test_special_tokens_get_no_span_and_no_text(thl_tokenizers: dict, name: str) -> None:
+    tok = thl_tokenizers[name]
     ids = tok("Hi there", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     decoded = decode_with_spans(tok, ids)
     assert decoded.special.tolist() == [False] * (len(ids) - 1) + [True]
@@ -106,8 +105,8 @@ def test_special_tokens_get_no_span_and_no_text(name: str) -> None:
 
 
 @pytest.mark.parametrize("name", THL_TOKENIZERS)
-def test_retokenize_is_a_continuation_of_the_prompt(name: str) -> None:
-    tok = tokenizers()[name]
+def test_retokenize_is_a_continuation_of_the_prompt(thl_tokenizers: dict, name: str) -> None:
+    tok = thl_tokenizers[name]
     prompt = "Question: what is 6 times 7?\nAnswer:"
     responses = [" 42.", "", "The answer is 42.", "\n\n答案是 42。", " x\ty 🦙", ""]
     prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
@@ -119,8 +118,8 @@ def test_retokenize_is_a_continuation_of_the_prompt(name: str) -> None:
         assert [resp[s:e] for s, e in rt.spans] == [resp[s:e] for s, e in decode_with_spans(tok, rt.ids).spans]
 
 
-def test_byte_level_token_splitting_a_character_shares_it() -> None:
-    tok = tokenizers()["gpt2"]
+def test_byte_level_token_splitting_a_character_shares_it(thl_tokenizers: dict) -> None:
+    tok = thl_tokenizers["gpt2"]
     text = "日本語"  # GPT-2 splits these 3-byte characters across tokens
     ids = tok(text, add_special_tokens=False)["input_ids"]
     decoded = decode_with_spans(tok, ids)
@@ -131,18 +130,18 @@ def test_byte_level_token_splitting_a_character_shares_it() -> None:
     assert (covered >= 1).all() and (covered > 1).any()
 
 
-def test_invalid_utf8_becomes_one_replacement_per_byte() -> None:
-    tok = tokenizers()["gpt2"]
+def test_invalid_utf8_becomes_one_replacement_per_byte(thl_tokenizers: dict) -> None:
+    tok = thl_tokenizers["gpt2"]
     ids = tok("🦙", add_special_tokens=False)["input_ids"]  # 4 bytes over several tokens
     decoded = decode_with_spans(tok, ids[:-1])  # cut inside the character
     assert set(decoded.text) == {"\ufffd"} and 1 <= len(decoded.text) <= 3
     assert decoded.spans.max() <= len(decoded.text)
 
 
-def test_out_of_vocabulary_id_is_a_clear_error() -> None:
+def test_out_of_vocabulary_id_is_a_clear_error(thl_tokenizers: dict) -> None:
     from mutualrl.errors import UsageError
 
-    tok = tokenizers()["gpt2"]
+    tok = thl_tokenizers["gpt2"]
     with pytest.raises(UsageError, match="token id 999999 is outside"):
         decode_with_spans(tok, [1, 999999])
     with pytest.raises(UsageError, match=r"batch_decode_with_spans\[1\]"):
@@ -150,18 +149,18 @@ def test_out_of_vocabulary_id_is_a_clear_error() -> None:
     assert decode_with_spans(tok, []).text == ""
 
 
-def test_normalizing_tokenizer_falls_back_to_offsets() -> None:
-    tok = tokenizers()["qwen3"]  # NFC normalizer: decomposed "é" is encoded as the composed character
+def test_normalizing_tokenizer_falls_back_to_offsets(thl_tokenizers: dict) -> None:
+    tok = thl_tokenizers["qwen3"]  # NFC normalizer: decomposed "é" is encoded as the composed character
     text = "Cafe\u0301 au lait"
     rt = retokenize(tok, [text])[0]
     assert rt.from_offsets
     assert rt.spans[0, 0] == 0 and rt.spans[-1, 1] == len(text) and (rt.spans[:, 1] <= len(text)).all()
 
 
-def test_non_canonical_generated_ids_keep_their_own_spans() -> None:
+def test_non_canonical_generated_ids_keep_their_own_spans(thl_tokenizers: dict) -> None:
     from mutualrl.thl import align_logprobs
 
-    tok = tokenizers()["gpt2"]
+    tok = thl_tokenizers["gpt2"]
     text = "hello world"
     # A sampled sequence may spell the text one character per token (ids for "h", "e", ...).
     ids = [tok.convert_tokens_to_ids(c if c != " " else "Ġ") for c in text]
@@ -174,8 +173,8 @@ def test_non_canonical_generated_ids_keep_their_own_spans() -> None:
     np.testing.assert_allclose(res.values[0], [lp[:5].sum(), lp[5:].sum()], rtol=1e-6)
 
 
-def test_batch_decode_handles_sequences_cut_inside_a_character() -> None:
-    tok = tokenizers()["gpt2"]
+def test_batch_decode_handles_sequences_cut_inside_a_character(thl_tokenizers: dict) -> None:
+    tok = thl_tokenizers["gpt2"]
     ids = tok("a🦙b", add_special_tokens=False)["input_ids"]
     assert len(ids) >= 3
     # Split the ids mid-character across two sequences: each decodes on its own (with U+FFFD).

@@ -17,7 +17,7 @@ def test_each_policy_is_a_run_named_after_the_run_and_the_policy(tmp_path, monke
     monkeypatch.delenv("WANDB_RUN_GROUP", raising=False)
     monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
     run_dir = tmp_path / "tiny-sgt-7"
-    plan = dry_run("tiny", ["grpo.report_to=[wandb, mlflow]"], gpus=0, run_dir=run_dir)
+    plan = dry_run("tiny", ["grpo.report_to=[wandb, mlflow]"], gpus=0, run_dir=run_dir, write=True)
     paths = RunPaths(run_dir.resolve())
     for policy in POLICIES:
         written = json.loads(paths.planned_grpo(policy).read_text())  # what the worker's GRPOConfig gets

@@ -11,16 +11,8 @@ import yaml
 
 from e2e_helpers import TINY_REGIMES_2_STEPS, assert_ok, metric_lines, run_train, write_recipe
 from mutualrl.see.exchange import ExperienceExchange
-from tiny_models import build_tiny_lm
 
 POLICIES = ("tiny-bpe", "tiny-sp")
-
-
-@pytest.fixture(scope="module")
-def tiny_pool(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("tiny-pool")
-    return {"bpe": build_tiny_lm("gpt2", root / "bpe", seed=1),
-            "sp": build_tiny_lm("mistral-sp", root / "sp", seed=2, arch="qwen2")}
 
 
 def _exchange(run_dir: Path, policy: str) -> ExperienceExchange:
@@ -29,9 +21,9 @@ def _exchange(run_dir: Path, policy: str) -> ExperienceExchange:
 
 
 @pytest.mark.slow  # launches a training run (the fast tier keeps launcher logic, not launches)
-def test_two_policies_exchange_records_every_step(tiny_pool, tmp_path):
+def test_two_policies_exchange_records_every_step(random_lm_pair, tmp_path):
     steps = 3
-    recipe = write_recipe(tmp_path / "r.yaml", tiny_pool, regime="xgrpo", steps=steps)
+    recipe = write_recipe(tmp_path / "r.yaml", random_lm_pair, regime="xgrpo", steps=steps)
     run_dir = tmp_path / "run"
     done = run_train(recipe, run_dir)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -77,7 +69,7 @@ def _status(run_dir: Path, policy: str) -> dict:
 
 
 @pytest.mark.slow
-def test_killed_peer_stops_the_pool_and_is_named(tiny_pool, tmp_path):
+def test_killed_peer_stops_the_pool_and_is_named(random_lm_pair, tmp_path):
     """see.on_peer_failure left at its default (stop): a killed peer fails the run, named."""
     import os
     import signal
@@ -87,7 +79,7 @@ def test_killed_peer_stops_the_pool_and_is_named(tiny_pool, tmp_path):
     from e2e_helpers import child_env, train_command
     from mutualrl.see.inspect import inspect_exchange
 
-    recipe = write_recipe(tmp_path / "r.yaml", tiny_pool, regime="sgt", steps=50,
+    recipe = write_recipe(tmp_path / "r.yaml", random_lm_pair, regime="sgt", steps=50,
                           extra={"see.barrier_timeout_s": 60, "validation.at_start": False})
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(train_command(recipe, run_dir), env=child_env(), stdout=subprocess.PIPE,
@@ -111,7 +103,7 @@ def test_killed_peer_stops_the_pool_and_is_named(tiny_pool, tmp_path):
 
 
 @pytest.mark.slow
-def test_resume_after_kill_finishes_with_the_same_steps(tiny_pool, tmp_path):
+def test_resume_after_kill_finishes_with_the_same_steps(random_lm_pair, tmp_path):
     import os
     import signal
     import subprocess
@@ -119,7 +111,7 @@ def test_resume_after_kill_finishes_with_the_same_steps(tiny_pool, tmp_path):
     from e2e_helpers import child_env, train_command
 
     steps = 6
-    recipe = write_recipe(tmp_path / "r.yaml", tiny_pool, regime="xgrpo", steps=steps,
+    recipe = write_recipe(tmp_path / "r.yaml", random_lm_pair, regime="xgrpo", steps=steps,
                           extra={"grpo.save_strategy": "steps", "grpo.save_steps": 2, "validation.at_start": False})
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(train_command(recipe, run_dir), env=child_env(), stdout=subprocess.DEVNULL,
