@@ -46,6 +46,9 @@ def tiny_regime_2_steps(request, tmp_path_factory):
 
 
 SHARED_SCOPES = frozenset({"session", "package", "module", "class"})
+BUILT_PER_WORKER = frozenset({"thl_tokenizers", "random_lm_pair"})
+"""Session fixtures cheap next to the tests that use them (tokenizers, two tiny random models: seconds): each
+worker builds its own, and they join no group, so the tests that use them spread over both workers."""
 
 
 def shared_fixture_keys(item: pytest.Item) -> list[str]:
@@ -61,7 +64,7 @@ def shared_fixture_keys(item: pytest.Item) -> list[str]:
         if not definitions:
             continue
         definition = definitions[-1]
-        if getattr(definition, "_autouse", False):
+        if getattr(definition, "_autouse", False) or name in BUILT_PER_WORKER:
             continue
         source = Path(getattr(definition.func, "__code__").co_filename)
         if definition.scope in SHARED_SCOPES and source.parent == TESTS:
