@@ -116,7 +116,7 @@ def test_the_planned_grpo_file_is_the_workers_whole_grpo_config(tmp_path):
     from mutualrl.training.grpo_args import build_grpo_config
 
     overrides = ["grpo.learning_rate=1e-5", "pool.policies.tiny-sp.grpo.learning_rate=2e-5", "grpo.tf32=true"]
-    plan = dry_run("tiny", overrides, gpus=0, run_dir=tmp_path)
+    plan = dry_run("tiny", overrides, gpus=0, run_dir=tmp_path, write=True)
     for p, rate in zip(plan.policies, (1e-5, 2e-5), strict=True):
         written = json.loads(RunPaths(tmp_path).planned_grpo(p.name).read_text())
         assert written == p.grpo and written["learning_rate"] == rate
