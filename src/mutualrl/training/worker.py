@@ -14,13 +14,12 @@ path and the free space, and exit code 28 (``errors.DISK_FULL_EXIT``).
 from __future__ import annotations
 
 import argparse
-import atexit
 import logging
 import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from mutualrl.config.resolved import load_resolved_config
 from mutualrl.config.schema import PolicyConfig, RunConfig
@@ -34,6 +33,7 @@ from mutualrl.errors import (
     storage_errors,
 )
 from mutualrl.regimes.registry import get_regime
+from mutualrl.process_exit import exit_without_teardown
 from mutualrl.run_folder import RunPaths
 from mutualrl.training.trackers import guard_tracker_writes
 from mutualrl.training.watchdog import REJOIN_ENV, start_launcher_watchdog
@@ -328,21 +328,6 @@ def close_process_group() -> bool:
     return False
 
 
-def exit_without_teardown(code: int) -> NoReturn:
-    """Leave a finished multi-rank worker without the interpreter's teardown.
-
-    After a gloo run (ZeRO-3 on 2 CPU ranks: about 1 run in 5) a C++ thread still joinable when
-    static objects are destroyed aborts the process ("terminate called without an active
-    exception", SIGABRT) after all work is done, and torchrun then reports the policy failed.
-    Python's exit handlers still run; only the native teardown is skipped.
-    """
-    atexit._run_exitfuncs()
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", required=True, type=Path)
@@ -390,4 +375,7 @@ def mark_this_policy_failed(paths: RunPaths, policy: str, reason: str) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if status == 0:
+        exit_without_teardown(0)  # a finished worker: nothing left to write
+    sys.exit(status)
