@@ -41,6 +41,7 @@ def test_gpu_placements_are_left_to_the_gpu_memory_check():
     assert admission_check(gpu, 1e6, 1.0, force=False) == []
 
 
+@pytest.mark.slow  # over 5 s on the 2-core box: the full suite, not the fast tier
 def test_fifty_policies_on_this_box_are_refused_in_one_line_and_nothing_is_written(tmp_path):
     policies = "\n".join(f"    - {{name: p{i}, model: 'builtin:tiny-bpe'}}" for i in range(50))
     recipe = tmp_path / "fifty.yaml"

@@ -44,6 +44,7 @@ def test_verifier_agreement() -> None:
     assert verbatim["applies"] == verbatim["exact_accepts"] == 20  # a label boxed verbatim is always right
 
 
+@pytest.mark.slow  # over 5 s on the 2-core box: the full suite, not the fast tier
 def test_thl_speed() -> None:
     out = last_json(run_script("thl_speed.py", "--n", "2", "--min-tokens", "20", "--max-tokens", "40",
                                "--repeats", "1", "--ref-n", "1"))

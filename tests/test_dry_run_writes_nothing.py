@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import hashlib
 import json
 import subprocess
@@ -21,6 +23,7 @@ def dry_run(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # over 5 s on the 2-core box: the full suite, not the fast tier
 def test_dry_run_into_a_finished_run_changes_nothing(tmp_path):
     run = tmp_path / "run"
     (run / "launch").mkdir(parents=True)
@@ -36,6 +39,7 @@ def test_dry_run_into_a_finished_run_changes_nothing(tmp_path):
     assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "launch", "run.json"]
 
 
+@pytest.mark.slow  # over 5 s on the 2-core box: the full suite, not the fast tier
 def test_dry_run_creates_no_folder_and_save_plan_writes_only_its_file(tmp_path):
     run, saved = tmp_path / "new-run", tmp_path / "plans" / "plan.json"
     done = dry_run("--baseline", "standalone", "-o", str(run), "--save-plan", str(saved))

@@ -54,6 +54,7 @@ def runner(tmp_path: Path, procs, **kwargs) -> InterruptedRunner:
                              **kwargs)
 
 
+@pytest.mark.slow  # over 5 s on the 2-core box: the full suite, not the fast tier
 def test_ctrl_c_kills_a_large_pool_that_ignores_sigterm(tmp_path):
     procs = stubborn_pool(tmp_path, 12)
     started = time.time()

@@ -17,6 +17,7 @@ from mutualrl.config.typed import to_plain
 EXPERIMENTS = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "recipes" / "experiments").glob("*.yaml"))
 
 
+@pytest.mark.slow  # over 5 s on the 2-core box: the full suite, not the fast tier
 @pytest.mark.parametrize("pool", sorted(path.stem for path in list_pool_recipes()) + EXPERIMENTS)
 def test_pools_show_output_loads_back_as_the_same_recipe(pool, tmp_path):
     done = subprocess.run([sys.executable, "-m", "mutualrl", "pools", "show", pool], capture_output=True, text=True,

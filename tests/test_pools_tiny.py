@@ -71,6 +71,7 @@ def built_pool():
     return tiny.ensure_tiny_models()
 
 
+@pytest.mark.slow  # over 5 s on the 2-core box: the full suite, not the fast tier
 def test_cached_tiny_models_have_complementary_skills(built_pool):
     assert set(built_pool) == set(tiny.TINY_MODELS)  # the loop below checks every tiny model, not none
     for name, path in built_pool.items():

@@ -19,6 +19,7 @@ def test_piped_run_prints_a_line_for_every_step_of_every_policy(tiny_regime_2_st
         assert steps >= {1, 2}, done.stdout[-3000:]
 
 
+@pytest.mark.slow  # over 5 s on the 2-core box: the full suite, not the fast tier
 def test_steps_made_between_two_polls_still_get_a_line_each(tmp_path):
     """Polling status files alone skips steps a policy makes between two polls (a CI failure on a fast tiny
     run): the non-TTY lines come from the merged metrics rows, so every logged step of every policy shows."""

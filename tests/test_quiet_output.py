@@ -60,6 +60,7 @@ def test_deepspeed_log_lines_under_error_are_dropped_errors_kept(restored_logger
     assert sum(isinstance(f, BelowError) for f in logger.filters) == 1
 
 
+@pytest.mark.slow  # over 5 s on the 2-core box: the full suite, not the fast tier
 def test_doctor_prints_no_library_noise():
     done = subprocess.run([sys.executable, "-m", "mutualrl", "doctor", "--no-hub", "--json"], capture_output=True,
                           text=True, timeout=300)
