@@ -78,6 +78,18 @@ def test_cpu_placement_at_least_one_thread_and_warns_on_oversubscription():
     assert any("compete for cores" in w for w in placement.warnings)
 
 
+def test_cpu_threads_follow_device_share_in_a_lock_step_pool():
+    """Issue 40: the policy whose step costs more gets more cores; equal shares split evenly (unchanged); GPU
+    placement does not look at it."""
+    placement = plan_placement([("gemma", 1.5), ("smollm2", 1.0)], gpus=0, cpu_cores=16)
+    assert [p.cpu_threads for p in placement.policies] == [9, 6] and placement.warnings == []
+    placement = plan_placement([("gemma", 1.5), ("smollm2", 1.0)], gpus=0, cpu_cores=2)
+    assert [p.cpu_threads for p in placement.policies] == [1, 1]  # at least one each: nothing to split on 2 cores
+    assert [p.cpu_threads for p in plan_placement(names(3), gpus=0, cpu_cores=16).policies] == [5, 5, 5]
+    gpu = plan_placement([("gemma", 1.5), ("smollm2", 1.0)], gpus=2, cpu_cores=16)
+    assert [(p.devices, p.cpu_threads) for p in gpu.policies] == [((0,), 8), ((1,), 8)]
+
+
 def test_threads_per_policy_overrides_the_split():
     placement = plan_placement(names(2), gpus=0, cpu_cores=16, threads_per_policy=3)
     assert [p.cpu_threads for p in placement.policies] == [3, 3]

@@ -273,7 +273,7 @@ class LaunchConfig:
         default="none", metadata={"help": "DeepSpeed ZeRO stage per policy ('none': DDP / single process)."}
     )
     threads_per_policy: int | None = field(
-        default=None, metadata={"ge": 1, "help": "CPU threads per policy process (default: cores split evenly)."}
+        default=None, metadata={"ge": 1, "help": "CPU threads per policy process (default: the cores split by device_share; equal shares: evenly)."}
     )
     force: bool = field(
         default=False,

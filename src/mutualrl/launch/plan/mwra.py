@@ -162,14 +162,24 @@ def _place_on_cpu(
             "run every policy on the CPU, or run on a machine with GPUs"
         )
     warnings: list[str] = []
-    threads = threads_per_policy or max(1, cores // len(policies))
-    if threads * len(policies) > cores:
+    threads = [threads_per_policy] * len(policies) if threads_per_policy else cpu_thread_split(policies, cores)
+    if sum(threads) > cores:
         warnings.append(
-            f"{len(policies)} policies x {threads} threads = {threads * len(policies)} threads on "
+            f"{len(policies)} policies x {max(threads)} threads = {sum(threads)} threads on "
             f"{cores} CPU cores: the processes will compete for cores (set launch.threads_per_policy)"
         )
-    placed = [PolicyPlacement(name, "cpu", (), cpu_processes, threads, share) for name, share in policies]
+    placed = [PolicyPlacement(name, "cpu", (), cpu_processes, count, share)
+              for (name, share), count in zip(policies, threads, strict=True)]
     return Placement(placed, 0, cores, explicit=False, warnings=warnings)
+
+
+def cpu_thread_split(policies: Sequence[tuple[str, float]], cores: int) -> list[int]:
+    """MWRA on a CPU, where the resource is cores: each policy's threads in proportion to its ``device_share``
+    (floor of ``cores x share / total``, at least one). In a lock-step pool (SGT, XGRPO, PRP) every step waits for
+    the slowest policy, so a policy whose step costs more (a larger model) should get more cores: say so with
+    ``device_share``. Equal shares split the cores evenly, as before shares counted here."""
+    total = sum(share for _, share in policies)
+    return [max(1, math.floor(cores * share / total + 1e-9)) for _, share in policies]
 
 
 def _explicit_blocks(
