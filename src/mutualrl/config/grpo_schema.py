@@ -150,7 +150,8 @@ def encode_schema(schema: GrpoSchema) -> list[dict[str, Any]]:
         if tree is not None and describe_type(decode_type(tree)) != describe_type(tp):
             tree = None
         default = schema.defaults[name]
-        stored = {"missing": True} if default is dataclasses.MISSING else {"value": default} if exact_json(default) else {}
+        stored = ({"missing": True} if default is dataclasses.MISSING
+                  else {"value": default} if exact_json(default) else {})
         out.append({"name": name, "type": tree, "default": stored})
     return out
 
@@ -226,7 +227,7 @@ def encode_enum(tp: type[enum.Enum]) -> dict[str, Any] | None:
 
 
 def decode_type(tree: dict[str, Any]) -> Any:
-    """The typing object a tree of :func:`encode_type` stands for; raises ``ValueError``/``KeyError`` on a damaged one."""
+    """The typing object a tree of :func:`encode_type` stands for; raises (``KeyError``, ...) on a damaged one."""
     kind = tree["kind"]
     if kind in ("none", "any", "ellipsis"):
         return {"none": type(None), "any": Any, "ellipsis": Ellipsis}[kind]
