@@ -36,7 +36,8 @@ from mutualrl.errors import StorageError
 from mutualrl.run_folder import read_json_or
 
 FORMAT = 1
-"""Version of the cache file's layout (part of its name: a new layout never reads an old file)."""
+"""Version of the cache file's layout (part of its name: a new layout never reads an old file); raise it whenever
+:func:`encode_type` or :func:`encode_schema` changes what they write."""
 VERSIONED = ("trl", "transformers", "accelerate")
 NOT_REBUILT = object()
 """In :attr:`GrpoSchema.types`: an annotation the cache cannot rebuild; :meth:`GrpoSchema.field_type` imports TRL."""

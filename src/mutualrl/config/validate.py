@@ -3,7 +3,8 @@
 :func:`validate_run_config` reads a :class:`~mutualrl.config.schema.RunConfig` that
 :func:`~mutualrl.config.typed.build_dataclass` built and returns a checked copy with every
 ``grpo`` and ``lora`` value converted to its field's type; it never changes its input and
-never looks at a file or folder (a path a recipe names that must exist is the resolver's check,
+never looks at a file or folder of the recipe's (GRPOConfig's fields come from the schema cache,
+:mod:`mutualrl.config.grpo_schema`; a path a recipe names that must exist is the resolver's check,
 :func:`mutualrl.config.loader.check_paths`; the regime registry lists its own package on a
 lookup). Every error is a :class:`ConfigError` naming the source, the field and what was expected
 (did-you-mean for a misspelt key).
