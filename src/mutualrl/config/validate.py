@@ -3,7 +3,8 @@
 :func:`validate_run_config` reads a :class:`~mutualrl.config.schema.RunConfig` that
 :func:`~mutualrl.config.typed.build_dataclass` built and returns a checked copy with every
 ``grpo`` and ``lora`` value converted to its field's type; it never changes its input and
-never looks at a file or folder (a path a recipe names that must exist is the resolver's check,
+never looks at a file or folder of the recipe's (GRPOConfig's fields come from the schema cache,
+:mod:`mutualrl.config.grpo_schema`; a path a recipe names that must exist is the resolver's check,
 :func:`mutualrl.config.loader.check_paths`; the regime registry lists its own package on a
 lookup). Every error is a :class:`ConfigError` naming the source, the field and what was expected
 (did-you-mean for a misspelt key).
@@ -16,9 +17,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
-import typing
 from typing import Any
 
+from mutualrl.config.grpo_schema import grpo_schema
 from mutualrl.config.schema import SCHEDULE_GRPO_FIELDS, RunConfig
 from mutualrl.config.trl_config import grpo_key_hint
 from mutualrl.config.typed import ConfigError, check_bounds, convert
@@ -142,14 +143,6 @@ def check_output_dir(config: RunConfig, source: str) -> None:
                           "the only placeholders are {pool} and {regime} (write {{ and }} for literal braces)") from None
 
 
-def grpo_field_types() -> dict[str, Any]:
-    """Field name -> type annotation of TRL's GRPOConfig (imported lazily: it is slow)."""
-    from trl import GRPOConfig
-
-    hints = typing.get_type_hints(GRPOConfig)
-    return {f.name: hints.get(f.name, Any) for f in dataclasses.fields(GRPOConfig) if f.init}
-
-
 def check_lora(section: Any, source: str, path: str) -> dict[str, Any]:
     """A ``lora:`` section is a mapping of peft ``LoraConfig`` fields (config.lora); returns it with the numbers
     given as text (``--set ...lora.alpha=1.5e3``: YAML leaves exponents as text) converted, in a new mapping."""
@@ -183,17 +176,17 @@ def check_grpo_fields(mapping: dict[str, Any], source: str, path: str) -> dict[s
     """Every key must be a GRPOConfig field of a compatible type; returns the converted values (a new mapping)."""
     if not mapping:
         return {}
-    types_by_name = grpo_field_types()
+    schema = grpo_schema()  # GRPOConfig's fields from the schema cache: TRL is imported only when it is cold
     converted = {}
     for key, value in mapping.items():
         where = f"{path}.{key}"
         if key in RESERVED_GRPO_FIELDS:
             raise ConfigError(source, where, f"set by mutualrl: {RESERVED_GRPO_FIELDS[key]}")
-        if key not in types_by_name:
-            close = difflib.get_close_matches(key, list(types_by_name), n=1)
+        if key not in schema.types:
+            close = difflib.get_close_matches(key, list(schema.types), n=1)
             hint = grpo_key_hint(key) or (f"; did you mean {close[0]!r}?" if close else "")
             raise ConfigError(source, where, f"not a field of trl.GRPOConfig{hint}")
-        converted[key] = convert(value, types_by_name[key], source, where)
+        converted[key] = convert(value, schema.field_type(key), source, where)
         check_grpo_bounds(key, converted[key], source, where)
     return converted
 

@@ -30,11 +30,10 @@ for mu passes, i.e. mu x mini_batches_per_step updates.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 from dataclasses import dataclass
 from typing import Any
 
+from mutualrl.config.grpo_schema import grpo_default
 from mutualrl.config.schema import BatchConfig
 from mutualrl.errors import PlacementError
 
@@ -73,14 +72,6 @@ class DerivedBatch:
             "gradient_accumulation_steps": self.gradient_accumulation_steps,
             "steps_per_generation": self.steps_per_generation,
         }
-
-
-@functools.cache
-def grpo_defaults() -> dict[str, Any]:
-    """GRPOConfig's own defaults (trl imported lazily: it is slow)."""
-    from trl import GRPOConfig
-
-    return {f.name: f.default for f in dataclasses.fields(GRPOConfig) if f.init}
 
 
 def derive_batch(batch: BatchConfig, num_generations: int, world_size: int, policy: str = "") -> DerivedBatch:
@@ -160,7 +151,7 @@ def apply_batch(
     if batch is None:
         check_trl_batch(out, world_size, policy)
         return out, None, notes
-    num_generations = int(out.get("num_generations", grpo_defaults()["num_generations"]))
+    num_generations = int(out.get("num_generations", grpo_default("num_generations")))
     derived = derive_batch(batch, num_generations, world_size, policy)
     for key, value in derived.grpo_fields().items():
         if key in out and out[key] != value:
@@ -173,15 +164,14 @@ def apply_batch(
 
 def trl_generation_batch(grpo: dict[str, Any], world_size: int) -> tuple[int, int]:
     """(completions, prompts) per generation step that TRL will use for these fields."""
-    defaults = grpo_defaults()
-    per_device = int(grpo.get("per_device_train_batch_size", defaults["per_device_train_batch_size"]))
-    k = int(grpo.get("num_generations", defaults["num_generations"]))
+    per_device = int(grpo.get("per_device_train_batch_size", grpo_default("per_device_train_batch_size")))
+    k = int(grpo.get("num_generations", grpo_default("num_generations")))
     if grpo.get("generation_batch_size") is not None:
         completions = int(grpo["generation_batch_size"])
     else:
         steps = grpo.get("steps_per_generation")
         if steps is None:
-            steps = grpo.get("gradient_accumulation_steps", defaults["gradient_accumulation_steps"])
+            steps = grpo.get("gradient_accumulation_steps", grpo_default("gradient_accumulation_steps"))
         completions = per_device * world_size * int(steps)
     return completions, completions // k if k else 0
 
@@ -189,9 +179,8 @@ def trl_generation_batch(grpo: dict[str, Any], world_size: int) -> tuple[int, in
 def check_trl_batch(grpo: dict[str, Any], world_size: int, policy: str = "") -> None:
     """The checks of ``GRPOConfig.__post_init__`` on batch fields, with our field names, before launch."""
     who = f"policy {policy!r}: " if policy else ""
-    defaults = grpo_defaults()
-    per_device = int(grpo.get("per_device_train_batch_size", defaults["per_device_train_batch_size"]))
-    k = int(grpo.get("num_generations", defaults["num_generations"]))
+    per_device = int(grpo.get("per_device_train_batch_size", grpo_default("per_device_train_batch_size")))
+    k = int(grpo.get("num_generations", grpo_default("num_generations")))
     if k < 2:
         raise BatchSizeError(f"{who}grpo.num_generations must be >= 2 for group advantages, got {k}")
     if grpo.get("generation_batch_size") is not None and grpo.get("steps_per_generation") is not None:
@@ -220,7 +209,7 @@ def split_across_cpu_ranks(grpo: dict[str, Any], ranks: int, policy: str = "") -
     """
     if ranks <= 1:
         return grpo, []
-    per_device = int(grpo.get("per_device_train_batch_size") or grpo_defaults()["per_device_train_batch_size"])
+    per_device = int(grpo.get("per_device_train_batch_size") or grpo_default("per_device_train_batch_size"))
     if per_device % ranks:
         raise BatchSizeError(f"policy {policy!r}: per_device_train_batch_size={per_device} does not split over "
                              f"launch.cpu_processes={ranks} ranks; choose a divisor of it")
