@@ -129,13 +129,9 @@ def test_check_grpo_fields_reads_the_warm_cache_with_trls_messages(cache, trl_ca
 def test_a_warm_cache_spares_a_dry_run_the_import_of_trl(cache, tmp_path):
     warm(cache)
     code = ("import contextlib, io, sys\n"
-            "from mutualrl.cli.main import main\n"
-            "sys.argv = ['mutualrl', 'train', '--pool', 'tiny', '--dry-run', '-o', sys.argv[1]]\n"
+            "from mutualrl.cli.main import run\n"
             "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
-            "    try:\n"
-            "        main()\n"
-            "    except SystemExit as stop:\n"
-            "        rc = stop.code\n"
+            "    rc = run(['train', '--pool', 'tiny', '--dry-run', '-o', sys.argv[1]])\n"
             "print(rc, 'tiny-bpe' in out.getvalue(), 'trl' in sys.modules,\n"
             "      'transformers.training_args' in sys.modules)")
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "run")],
