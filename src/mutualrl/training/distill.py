@@ -115,12 +115,10 @@ def _pick_peer(options: DistillOptions, peer_config: RunConfig, peer_run: Path) 
 
 def max_completion_tokens(config: RunConfig, policy: PolicyConfig) -> int:
     """The learner's GRPO completion length: SGT truncates a retokenized peer success to it."""
-    value = {**config.grpo, **policy.grpo}.get("max_completion_length")
-    if value is None:
-        from trl import GRPOConfig
+    from mutualrl.config.grpo_schema import grpo_default
 
-        value = GRPOConfig.__dataclass_fields__["max_completion_length"].default
-    return int(value)
+    value = {**config.grpo, **policy.grpo}.get("max_completion_length")
+    return int(grpo_default("max_completion_length") if value is None else value)
 
 
 def plan_distill(options: DistillOptions) -> DistillPlan:

@@ -32,8 +32,8 @@ from mutualrl.errors import (
     storage_error,
     storage_errors,
 )
-from mutualrl.regimes.registry import get_regime
 from mutualrl.process_exit import exit_without_teardown
+from mutualrl.regimes.registry import get_regime
 from mutualrl.run_folder import RunPaths
 from mutualrl.training.trackers import guard_tracker_writes
 from mutualrl.training.watchdog import REJOIN_ENV, start_launcher_watchdog
@@ -317,15 +317,13 @@ def save_final_model(trainer: Any, folder: Path) -> None:
         trainer.model.save_pretrained(str(folder), state_dict=state)
 
 
-def close_process_group() -> bool:
-    """Tear the rank's process group down before exit; True when there was one (a multi-rank worker)."""
+def close_process_group() -> None:
+    """Tear the rank's process group down before exit (a multi-rank worker; nothing for a single process)."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         dist.barrier()  # every rank has written its outputs
         dist.destroy_process_group()
-        return True
-    return False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -341,8 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     report_thread_write_failures()  # TensorBoard's writer thread on a full disk: no traceback
     try:
         run_policy(paths, ns.policy, ns.resume_from)
-        if close_process_group():
-            exit_without_teardown(0)
+        close_process_group()  # then __main__ leaves without the teardown (exit_without_teardown)
     except BaseException as err:  # leave a marker so that peers' barriers fail fast and name us
         err = as_storage_error(err, paths.root)
         reason = f"{type(err).__name__}: {err}"
