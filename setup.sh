@@ -78,7 +78,7 @@ else
   fi
 fi
 
-echo "==> fetching offline assets (tokenizers, data) into ${MUTUALRL_CACHE:-~/.cache/mutualrl}"
+echo "==> fetching offline assets (tokenizers, data; DeepSpeed's CPU op compiled once, ~1 min) into ${MUTUALRL_CACHE:-~/.cache/mutualrl}"
 "$VENV/bin/mutualrl" assets fetch
 echo "==> fetching the real models of the smol and smol-qa pools (SmolLM2-135M-Instruct, Gemma-3-270M; ~330 MB, ~2 min once)"
 "$VENV/bin/mutualrl" assets fetch model:smollm2-135m model:gemma3-270m

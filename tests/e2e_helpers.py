@@ -54,7 +54,9 @@ def free_ports(count: int) -> int:
     ``MASTER_PORT=auto``), which is how a CI run once failed with EADDRINUSE."""
     low = ephemeral_range()[0]
     for _ in range(50):
-        start = random.randint(20000, max(low - count - 1, 20100))
+        # The system's entropy, not the `random` module: in-process trainings seed it (transformers' set_seed),
+        # after which both xdist workers would draw the same "free" ports in the same order.
+        start = random.SystemRandom().randint(20000, max(low - count - 1, 20100))
         try:
             for port in range(start, start + count):
                 with socket.socket() as sock:

@@ -22,6 +22,8 @@ FAKE_WORKER = textwrap.dedent('''
     first = int(sys.argv[5]) if len(sys.argv) > 5 else 1  # resumed after step first - 1
     (run / "metrics").mkdir(parents=True, exist_ok=True)
     (run / "status").mkdir(parents=True, exist_ok=True)
+    with open(run / f"starts-{name}", "a") as fh:
+        fh.write("started\\n")
     for step in range(first, steps + 1):
         with open(run / "metrics" / f"{name}.jsonl", "a") as fh:
             fh.write(json.dumps({"kind": "train", "policy": name, "step": step, "reward_mean": step / 10}) + "\\n")
@@ -35,6 +37,12 @@ FAKE_WORKER = textwrap.dedent('''
         time.sleep(2.0)
         sys.exit(3)
     if mode == "slow-ok":
+        time.sleep(2.0)
+    if mode == "ok-after-a-restarted":  # still training until policy a's second start is well under way
+        deadline = time.time() + 60
+        starts = run / "starts-a"
+        while time.time() < deadline and (not starts.exists() or len(starts.read_text().splitlines()) < 2):
+            time.sleep(0.05)
         time.sleep(2.0)
     if mode == "wait-for-peers":  # like a SEE barrier: leave as soon as a peer is marked failed
         deadline = time.time() + 60
@@ -144,7 +152,7 @@ def test_max_restarts_starts_a_failed_policy_again_and_it_rejoins(tmp_path):
 
 
 def test_a_policy_that_fails_more_often_than_max_restarts_is_lost(tmp_path):
-    procs = _procs(tmp_path, {"a": "crash", "b": "slow-ok"})
+    procs = _procs(tmp_path, {"a": "crash", "b": "ok-after-a-restarted"})
     settings = PoolSettings(tmp_path / "see", stall_timeout_s=30.0, grace_s=20.0, poll_s=0.05,
                             on_peer_failure="continue", max_restarts=1, restart_argv=lambda name: (list(procs[0].argv), None))
     runner = PoolRunner(procs, RunPaths(tmp_path), settings, console=Console(file=io.StringIO()))
@@ -154,7 +162,7 @@ def test_a_policy_that_fails_more_often_than_max_restarts_is_lost(tmp_path):
 
 
 def test_a_restarted_policy_is_not_judged_by_its_predecessors_heartbeat(tmp_path):
-    procs = _procs(tmp_path, {"a": "hang-beat", "b": "slow-ok"}, steps=2)
+    procs = _procs(tmp_path, {"a": "hang-beat", "b": "ok-after-a-restarted"}, steps=2)
     settings = PoolSettings(tmp_path / "see", stall_timeout_s=30.0, grace_s=20.0, poll_s=0.05,
                             on_peer_failure="continue", max_restarts=1, peer_timeout_s=1.0,
                             restart_argv=lambda name: ([*procs[0].argv[:-1], "slow-start"], None))

@@ -17,7 +17,8 @@ from pathlib import Path
 from mutualrl.errors import UnknownNameError
 
 # Modules that register assets when imported.
-PROVIDER_MODULES = ("mutualrl.assets.tokenizers", "mutualrl.assets.data", "mutualrl.pools.builtin")
+PROVIDER_MODULES = ("mutualrl.assets.tokenizers", "mutualrl.assets.data", "mutualrl.pools.builtin",
+                    "mutualrl.assets.deepspeed_ops")
 
 
 @dataclass(frozen=True)

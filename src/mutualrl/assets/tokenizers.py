@@ -265,6 +265,15 @@ def _unknown(name: str, hub_offline: bool = False) -> UnknownNameError:
     )
 
 
+def tokenizer_folder(name_or_path: str) -> Path | None:
+    """The local folder :func:`load_tokenizer` reads for ``name_or_path`` (a named tokenizer fetched once), or None
+    for anything else (a hub id, or a name it will refuse)."""
+    if name_or_path in TOKENIZER_SOURCES:
+        return fetch_tokenizer(name_or_path)
+    path = Path(name_or_path)
+    return path if path.is_dir() else None
+
+
 @functools.lru_cache(maxsize=32)
 def load_tokenizer(name_or_path: str) -> Any:
     """A transformers tokenizer from a named offline vocabulary, a local folder, or a hub id.

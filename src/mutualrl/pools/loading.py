@@ -25,13 +25,17 @@ def resolve_model_path(model: str) -> str:
     return model
 
 
+def tokenizer_source(model: str, tokenizer: str | None = None) -> str:
+    """What names a policy's tokenizer for :func:`~mutualrl.assets.tokenizers.load_tokenizer`: the named/explicit
+    one, else the model's own folder or hub id."""
+    return tokenizer if tokenizer is not None else resolve_model_path(model)
+
+
 def load_tokenizer_for(model: str, tokenizer: str | None = None) -> Any:
     """The tokenizer of a policy: the named/explicit one, else the model's own."""
     from mutualrl.assets.tokenizers import load_tokenizer
 
-    if tokenizer is not None:
-        return load_tokenizer(tokenizer)
-    return load_tokenizer(resolve_model_path(model))
+    return load_tokenizer(tokenizer_source(model, tokenizer))
 
 
 def load_model(model: str, dtype: str = "auto", device: Any = None) -> Any:

@@ -11,7 +11,7 @@ TRL's ``RepeatSampler`` then yields identical prompt ids at every step.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,15 +62,15 @@ class JointFilterReport:
 
 def joint_length_filter(
     examples: Sequence[TaskExample],
-    tokenizers: dict[str, tuple[Any, bool]],
+    lengths: Mapping[str, Callable[[TaskExample], int]],
     max_tokens: int,
 ) -> tuple[list[TaskExample], JointFilterReport]:
-    """Keep examples whose prompt fits ``max_tokens`` for EVERY policy (tokenizer, chat flag)."""
+    """Keep examples whose prompt fits ``max_tokens`` for EVERY policy (``lengths``: policy -> the token count of
+    an example's prompt for it, e.g. :class:`~mutualrl.training.prompt_lengths.PromptLengths`)."""
     kept: list[TaskExample] = []
-    dropped_by_policy = {name: 0 for name in tokenizers}
+    dropped_by_policy = {name: 0 for name in lengths}
     for example in examples:
-        too_long = [name for name, (tok, chat) in tokenizers.items()
-                    if prompt_token_length(tok, example.for_policy(chat), chat) > max_tokens]
+        too_long = [name for name, length in lengths.items() if length(example) > max_tokens]
         for name in too_long:
             dropped_by_policy[name] += 1
         if not too_long:

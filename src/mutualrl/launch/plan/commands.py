@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mutualrl.assets.deepspeed_ops import torch_extensions_dir
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError
 from mutualrl.launch.plan.configs import ZERO_STAGES
@@ -171,13 +172,6 @@ def visible_devices(devices: tuple[int, ...] | list[int], parent_mask: str | Non
     return ",".join(entries[d] for d in devices)
 
 
-def torch_extensions_dir() -> Path:
-    """Where DeepSpeed compiles its ops once for every run (under the mutualrl cache)."""
-    from mutualrl.assets.cache import cache_dir
-
-    return cache_dir() / "torch_extensions"
-
-
 def policy_port(config: RunConfig, index: int) -> int:
     return int(config.launch.main_process_port) + index
 
@@ -276,7 +270,8 @@ def _spec(config: RunConfig, index: int, placed: PolicyPlacement, gpus: int, run
             env.update(cpu_deepspeed_env(RunPaths(run_dir).deepspeed_config(name), deepspeed, port, placed.num_processes))
             notes.append(
                 f"{name}: DeepSpeed {deepspeed} on the CPU ({placed.num_processes} rank(s), launcher variables set by "
-                f"mutualrl); the first run compiles DeepSpeed's CPU ops into {env['TORCH_EXTENSIONS_DIR']}"
+                f"mutualrl); DeepSpeed's CPU ops compiled once into {env['TORCH_EXTENSIONS_DIR']} (by the set-up's "
+                f"`mutualrl assets fetch`, else by the first run)"
             )
         elif placed.num_processes == 1:  # a colocated vLLM engine's one-rank group: the worker picks a free port,
             env.update(MASTER_PORT="auto")  # never one the launcher's shell exported (shared by every policy)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 from dataclasses import dataclass
 
@@ -9,7 +10,18 @@ from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError, UsageError
 
 
+def torch_is_cpu_build() -> bool:
+    """The installed torch is a CPU-only build (its version says ``+cpu``): it sees no GPU, whatever the machine
+    has. Read from the package's metadata, so a launcher on a CPU box never imports torch (about 2 s)."""
+    try:
+        return importlib.metadata.version("torch").endswith("+cpu")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
 def detect_gpus() -> int:
+    if torch_is_cpu_build():
+        return 0
     import torch
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -72,25 +72,26 @@ def prepare_launch(paths: RunPaths, config: RunConfig, source: str, resume: bool
 def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Console) -> None:
     """Builtin models, the joint prompt filter, the resolved config -- before anything is launched."""
     from mutualrl.pools.builtin import ensure_builtin_models
-    from mutualrl.pools.loading import BUILTIN_PREFIX, load_tokenizer_for
+    from mutualrl.pools.loading import BUILTIN_PREFIX, tokenizer_source
     from mutualrl.tasks.registry import task_from_config
-    from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, joint_length_filter, uses_chat_template, write_examples
+    from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, joint_length_filter, write_examples
+    from mutualrl.training.prompt_lengths import PromptLengths
 
     mark_run_folder(paths.root)
-    tokenizers = {}
     builtin = [p.model[len(BUILTIN_PREFIX):] for p in config.pool.policies if p.model.startswith(BUILTIN_PREFIX)]
     if builtin:  # built or fetched once, here, with progress (tiny models warm-start side by side)
         ensure_builtin_models(builtin)
-    for policy in config.pool.policies:
-        tokenizer = load_tokenizer_for(policy.model, policy.tokenizer)
-        tokenizers[policy.name] = (tokenizer, uses_chat_template(tokenizer, policy.chat_template))
+    lengths = {policy.name: PromptLengths(tokenizer_source(policy.model, policy.tokenizer), policy.chat_template)
+               for policy in config.pool.policies}  # remembered counts: most launches load no tokenizer
     task = task_from_config(config.task)
     with console.status(f"loading task {config.task.name} ..."):
         train = task.load(config.task.train_split, config.task.source, config.task.train_limit)
         eval_limit = config.validation.limit if config.validation.limit is not None else config.task.eval_limit
         evals = task.load(config.task.eval_split, config.task.source, eval_limit)
-    train_kept, report = joint_length_filter(train, tokenizers, config.task.max_prompt_tokens)
-    eval_kept, eval_report = joint_length_filter(evals, tokenizers, config.task.max_prompt_tokens)
+    train_kept, report = joint_length_filter(train, lengths, config.task.max_prompt_tokens)
+    eval_kept, eval_report = joint_length_filter(evals, lengths, config.task.max_prompt_tokens)
+    for policy_lengths in lengths.values():
+        policy_lengths.save()
     if not train_kept:
         raise UsageError(f"no training prompt of task {config.task.name!r} fits task.max_prompt_tokens="
                          f"{config.task.max_prompt_tokens} for every policy")

@@ -1,0 +1,133 @@
+"""A policy's prompt lengths for the launcher's joint length filter, remembered across launches.
+
+The filter (:func:`mutualrl.training.data.joint_length_filter`) needs every prompt's token count under every
+policy's tokenizer, and loading a tokenizer imports transformers, torch and DeepSpeed: about 3 s of CPU in
+every launch, for counts that depend only on the tokenizer's files, the tokenizer libraries' versions and the
+prompt. So the counts are kept under ``$MUTUALRL_CACHE/prompt-lengths/<fingerprint>.json``; a launch whose
+prompts were all counted before loads no tokenizer. A tokenizer that is not a local folder (a hub id) is
+counted every time. A memo that cannot be read is ignored and one that cannot be written is skipped: it is a
+cache, never a reason for a run to fail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from mutualrl.assets.cache import cache_dir
+from mutualrl.errors import DataError
+from mutualrl.tasks.base import TaskExample
+
+MEMO_FORMAT = 1
+WEIGHT_SUFFIXES = frozenset({".safetensors", ".bin", ".pt", ".pth", ".gguf", ".h5", ".msgpack", ".onnx"})
+"""Files of a model folder that no tokenizer reads (a builtin model's folder holds its tokenizer and weights)."""
+MAX_REMEMBERED = 500_000
+"""Above this many prompts a memo is not written (a few tens of MB of JSON)."""
+
+
+def tokenizer_fingerprint(folder: Path) -> str:
+    """A hash of everything a tokenizer's counts depend on: its folder's non-weight files and the library versions."""
+    digest = hashlib.blake2b(digest_size=16)
+    for name in ("transformers", "tokenizers"):
+        digest.update(f"{name}={importlib.metadata.version(name)};".encode())
+    for path in sorted(p for p in folder.iterdir() if p.is_file() and p.suffix not in WEIGHT_SUFFIXES):
+        digest.update(f"{path.name}:{path.stat().st_size};".encode())
+        digest.update(path.read_bytes())
+    return f"v{MEMO_FORMAT}-{digest.hexdigest()}"
+
+
+def prompt_key(chat: bool, prompt: str | list[dict[str, str]]) -> str:
+    text = json.dumps([chat, prompt], ensure_ascii=False, sort_keys=True)
+    return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+class PromptLengths:
+    """Token counts of prompts under one policy's tokenizer, as TRL will tokenize them (chat template or plain
+    text with specials, :func:`~mutualrl.training.data.prompt_token_length`); the tokenizer is loaded only for
+    a prompt the memo has not seen. ``source`` is what :func:`~mutualrl.assets.tokenizers.load_tokenizer`
+    takes; ``chat_template`` the policy's setting (None: plain text)."""
+
+    def __init__(self, source: str, chat_template: bool | None) -> None:
+        from mutualrl.assets.tokenizers import tokenizer_folder
+
+        self.source = source
+        self.chat_template = chat_template
+        self._tokenizer: Any = None
+        folder = tokenizer_folder(source)
+        self.memo_path = cache_dir() / "prompt-lengths" / f"{tokenizer_fingerprint(folder)}.json" if folder else None
+        self._memo = self._read()
+        self._changed = False
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            memo = json.loads(self.memo_path.read_text()) if self.memo_path and self.memo_path.is_file() else {}
+        except (OSError, ValueError):
+            return {"lengths": {}}
+        ok = isinstance(memo, dict) and isinstance(memo.get("lengths"), dict)
+        return memo if ok else {"lengths": {}}
+
+    @property
+    def tokenizer_loaded(self) -> bool:
+        return self._tokenizer is not None
+
+    @property
+    def tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            from mutualrl.assets.tokenizers import load_tokenizer
+
+            self._tokenizer = load_tokenizer(self.source)
+            self._memo["has_chat_template"] = bool(getattr(self._tokenizer, "chat_template", None))
+        return self._tokenizer
+
+    @property
+    def chat(self) -> bool:
+        """Whether prompts go through the chat template (:func:`~mutualrl.training.data.uses_chat_template`)."""
+        if not self.chat_template:
+            return False
+        has_template = self._memo.get("has_chat_template")
+        if not isinstance(has_template, bool):
+            self._changed = True
+            has_template = bool(getattr(self.tokenizer, "chat_template", None))
+        if not has_template:
+            raise DataError("chat_template: true, but the tokenizer has no chat template")
+        return True
+
+    def __call__(self, example: TaskExample) -> int:
+        from mutualrl.training.data import prompt_token_length
+
+        chat = self.chat
+        prompt = example.for_policy(chat)
+        key = prompt_key(chat, prompt)
+        lengths = self._memo["lengths"]
+        known = lengths.get(key)
+        if isinstance(known, int):
+            return known
+        lengths[key] = prompt_token_length(self.tokenizer, prompt, chat)
+        self._changed = True
+        return lengths[key]
+
+    def save(self) -> None:
+        """Write what this launch counted, merged with what another process may have written meanwhile."""
+        if not self._changed or self.memo_path is None:
+            return
+        merged = {**self._read()["lengths"], **self._memo["lengths"]}
+        if len(merged) > MAX_REMEMBERED:
+            return
+        memo = {**self._memo, "lengths": merged}
+        tmp: Path | None = None
+        try:
+            self.memo_path.parent.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(prefix=".memo.", dir=self.memo_path.parent)
+            tmp = Path(name)
+            with os.fdopen(fd, "w") as fh:
+                json.dump(memo, fh)
+            os.replace(tmp, self.memo_path)
+        except OSError:  # a full or read-only cache: the next launch counts again
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
+        self._changed = False
