@@ -272,9 +272,11 @@ def test_a_cuda_node_is_detected_with_its_smallest_card_and_no_more_gpus_than_vi
     import torch
 
     from mutualrl.errors import PlacementError
+    from mutualrl.launch.plan import detect
     from mutualrl.launch.plan.detect import this_node
 
     sizes = [80, 80, 80, 40, 80, 80, 80, 80]
+    monkeypatch.setattr(detect, "torch_is_cpu_build", lambda: False)  # a CUDA node has a CUDA build of torch
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: len(sizes))
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=sizes[i] * 2**30))
