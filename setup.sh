@@ -78,8 +78,12 @@ else
   fi
 fi
 
-echo "==> fetching offline assets (tokenizers, data; DeepSpeed's CPU op compiled once, ~1 min) into ${MUTUALRL_CACHE:-~/.cache/mutualrl}"
+echo "==> fetching offline assets (tokenizers, data) into ${MUTUALRL_CACHE:-~/.cache/mutualrl}"
 "$VENV/bin/mutualrl" assets fetch
 echo "==> fetching the real models of the smol and smol-qa pools (SmolLM2-135M-Instruct, Gemma-3-270M; ~330 MB, ~2 min once)"
 "$VENV/bin/mutualrl" assets fetch model:smollm2-135m model:gemma3-270m
+echo "==> compiling DeepSpeed's CPU communication op once for this environment (~1 min; nothing to do with a GPU)"
+if ! "$VENV/bin/mutualrl" assets fetch op:deepspeed_shm_comm; then
+  echo "==> not compiled (see above): DeepSpeed runs on this CPU compile it at their start, or fail there"
+fi
 echo "==> done. Try: $VENV/bin/mutualrl train"

@@ -5,7 +5,7 @@ On a CPU, DeepSpeed's torch backend builds its shared-memory all-reduce op (``de
 initialises DeepSpeed; ninja rebuilds it whenever the compiler command differs, and the command names the
 Python environment's paths. So the build folder is kept per environment (two virtual environments sharing
 one ``$MUTUALRL_CACHE`` would otherwise rebuild it each time they alternate, a minute or more each), and
-``mutualrl assets fetch`` (the set-up) builds it where DeepSpeed runs on the CPU. With a GPU, DeepSpeed's
+``mutualrl assets fetch op:deepspeed_shm_comm`` (a step of setup.sh) builds it where DeepSpeed runs on the CPU. With a GPU, DeepSpeed's
 accelerator has no such op and nothing is built.
 """
 
@@ -19,6 +19,7 @@ from pathlib import Path
 
 from mutualrl.assets.cache import asset_lock, cache_dir
 from mutualrl.assets.registry import Asset, register_asset
+from mutualrl.errors import AssetError
 
 SHM_OP = "deepspeed_shm_comm"
 """The op DeepSpeed's CPU accelerator builds at start-up (``ShareMemCommBuilder.NAME``'s library)."""
@@ -58,7 +59,12 @@ def build_shm_op() -> Path:
 
         builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
         if builder is not None and deepspeed.ops.__compatible_ops__.get(builder.NAME, False):  # as DeepSpeed does
-            builder.load(verbose=False)
+            try:
+                builder.load(verbose=False)
+            except Exception as err:  # the compiler's own message is above it, on stderr
+                raise AssetError(f"DeepSpeed's CPU op {SHM_OP} did not compile into {folder} ({type(err).__name__}: "
+                                 f"{str(err).splitlines()[0] if str(err) else 'no message'}); DeepSpeed runs on "
+                                 f"this CPU need a C++ compiler (g++) and ninja") from None
     return folder / SHM_OP
 
 
@@ -69,6 +75,6 @@ register_asset(
         description="DeepSpeed's CPU shared-memory all-reduce, compiled once for this environment (CPU only)",
         fetch=build_shm_op,
         is_cached=lambda: shm_op_built() or not deepspeed_on_cpu(),
-        default=True,
+        default=False,  # setup.sh compiles it on its own line: a box without a compiler still gets the rest
     )
 )
