@@ -118,7 +118,7 @@ def logps_wrapper(func):
     import torch
 
     def wrapper(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        from trl.kernels.chunked_logprob import _use_triton
+        import trl.trainer.utils as trl_utils  # the choice add_fused_lm_head asks (mutualrl sets it on a CPU)
 
         start = time.perf_counter()
         try:
@@ -126,8 +126,9 @@ def logps_wrapper(func):
         finally:
             rows, length = input_ids.shape
             completion = int(attention_mask[:, -logits_to_keep:].sum())  # the positions the loss reads
-            # TRL's fused head scores only labelled positions on Triton devices, every position elsewhere.
-            scored = completion if _use_triton(input_ids.device) else rows * (length - 1)
+            # TRL's fused head scores only labelled positions on Triton devices, every position elsewhere;
+            # mutualrl makes a CPU score only labelled positions where the head is frozen (training/cpu_lm_head.py).
+            scored = completion if trl_utils._use_triton(input_ids.device) else rows * (length - 1)
             STATE.logps.append({"phase": STATE.phase, "grad": torch.is_grad_enabled(), "rows": rows,
                                 "length": length, "scored": scored, "keep": int(logits_to_keep),
                                 "completion": completion,
