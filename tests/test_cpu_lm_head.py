@@ -66,6 +66,7 @@ def test_a_lora_policy_gets_trls_numbers_bit_for_bit_from_the_completion_rows_on
 
 def test_a_trained_head_keeps_trls_choice(random_lm_pair, trl_choice):
     """Its weight's gradient would sum fewer rows in another order (last bits differ): TRL's path is kept."""
+    assert score_completions_only_on_cpu(lora_policy(random_lm_pair["sp"]))  # an earlier trainer in this process
     model = AutoModelForCausalLM.from_pretrained(random_lm_pair["sp"], dtype=torch.float32)
     assert not score_completions_only_on_cpu(model)
     assert not trl_utils._use_triton(torch.device("cpu"))

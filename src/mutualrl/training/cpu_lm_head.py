@@ -35,9 +35,9 @@ def head_is_frozen(model: Any) -> bool:
 
 
 def score_completions_only_on_cpu(model: Any) -> bool:
-    """Make this process's fused LM heads score only labelled positions on a CPU, if ``model`` (the policy being
-    trained, PEFT-wrapped or not) has a frozen head; whether it did."""
-    if not head_is_frozen(model):
-        return False
-    trl_utils._use_triton = compact_on_cpu
-    return True
+    """Make this process's fused LM heads score only labelled positions on a CPU if ``model`` (the policy being
+    trained, PEFT-wrapped or not) has a frozen head, else TRL's own choice again (the choice is process-wide: a
+    worker trains one policy; in one process, the latest trainer's model decides); whether it did."""
+    frozen = head_is_frozen(model)
+    trl_utils._use_triton = compact_on_cpu if frozen else _trl_use_triton
+    return frozen
