@@ -1,5 +1,6 @@
 """On a CPU, TRL's fused LM head scores only the completion positions where the head is frozen: the same log-probs
-and the same gradients into every trainable weight, bit for bit, from fewer rows (issue 40)."""
+and the same gradients into every trainable weight, bit for bit on an ordinary batch, from fewer rows (issue 40);
+a batch of one or two labelled tokens only to float rounding."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def lora_policy(folder):
     return get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], lora_dropout=0.0))
 
 
-def batch(vocab: int, prompt: int = 12, completion: int = 6):
+def batch(vocab: int, prompt: int = 12, completion: int = 6, labelled: int | None = None):
     """Left-padded prompts and completions, labels -100 on prompt and padding, as TRL's GRPO builds them."""
     torch.manual_seed(0)
     ids = torch.randint(0, vocab, (4, prompt + completion))  # [B, P+C]
@@ -35,6 +36,11 @@ def batch(vocab: int, prompt: int = 12, completion: int = 6):
     attention[2, -2:] = 0  # a completion that stopped early
     labels = ids.masked_fill(attention == 0, -100)  # [B, P+C]
     labels[:, :prompt] = -100
+    if labelled is not None:  # keep only the first `labelled` labelled positions
+        keep = (labels != -100).flatten().nonzero()[:labelled]  # [labelled, 1]
+        only = torch.full_like(labels, -100).flatten()  # [B*(P+C)]
+        only[keep] = labels.flatten()[keep]
+        labels = only.view_as(labels)  # [B, P+C]
     return ids, attention, labels
 
 
@@ -70,3 +76,16 @@ def test_a_trained_head_keeps_trls_choice(random_lm_pair, trl_choice):
     model = AutoModelForCausalLM.from_pretrained(random_lm_pair["sp"], dtype=torch.float32)
     assert not score_completions_only_on_cpu(model)
     assert not trl_utils._use_triton(torch.device("cpu"))
+
+
+def test_a_batch_of_one_labelled_token_agrees_to_float_rounding(random_lm_pair, trl_choice):
+    """An fp32 product over one row rounds differently from one over every position: equal to rounding, not bits."""
+    model = lora_policy(random_lm_pair["bpe"])
+    ids, attention, labels = batch(model.config.vocab_size, labelled=1)
+    full = score(model, ids, attention, labels)
+    score_completions_only_on_cpu(model)
+    compact = score(model, ids, attention, labels)
+    assert int((labels[:, 1:] != -100).sum()) == 1
+    assert torch.allclose(full[0], compact[0], rtol=1e-5, atol=1e-6)
+    for name, grad in full[2].items():  # ~1e-5 of the largest entry, measured
+        assert (grad - compact[2][name]).abs().max() <= 1e-4 * grad.abs().max(), name

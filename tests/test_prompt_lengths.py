@@ -13,7 +13,7 @@ import pytest
 from e2e_helpers import child_env
 from mutualrl.assets.cache import cache_dir
 from mutualrl.assets.tokenizers import load_tokenizer
-from mutualrl.errors import DataError
+from mutualrl.errors import DataError, UnknownNameError
 from mutualrl.tasks.base import TaskExample
 from mutualrl.training.data import joint_length_filter
 from mutualrl.training.prompt_lengths import PromptLengths
@@ -118,3 +118,35 @@ def test_a_cpu_build_of_torch_sees_no_gpu_without_importing_torch():
     code = "import sys; from mutualrl.launch.plan.detect import detect_gpus; print(detect_gpus(), 'torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=child_env(), check=True)
     assert done.stdout.split() == ["0", "False"]
+
+
+def test_a_chat_template_in_a_subfolder_is_part_of_the_fingerprint(tokenizers):
+    """transformers reads ``additional_chat_templates/default.jinja`` as the chat template: editing it counts again."""
+    folder = tokenizers["gpt2"]
+    (folder / "additional_chat_templates").mkdir()
+    template = folder / "additional_chat_templates" / "default.jinja"
+    template.write_text("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+    first = PromptLengths(str(folder), True)
+    counted = first(EXAMPLES[0])
+    first.save()
+    template.write_text("{% for m in messages %}<|user|> {{ m['content'] }} <|end|> {% endfor %}<|assistant|>")
+    load_tokenizer.cache_clear()  # a launch is a new process; this test's process caches tokenizers by path
+    again = PromptLengths(str(folder), True)
+    assert again.memo_path != first.memo_path and again(EXAMPLES[0]) > counted and again.tokenizer_loaded
+
+
+def test_a_tokenizer_name_that_cannot_load_is_refused_before_any_data():
+    with pytest.raises(UnknownNameError, match="unknown tokenizer 'qwne3'.*Did you mean 'qwen3'"):
+        PromptLengths("qwne3", None)
+
+
+def test_an_unreadable_tokenizer_folder_is_counted_without_a_memo(tokenizers, monkeypatch):
+    import mutualrl.training.prompt_lengths as prompt_lengths
+
+    def unreadable(folder):
+        raise PermissionError(13, "Permission denied", str(folder / "tokenizer.json"))
+
+    monkeypatch.setattr(prompt_lengths, "tokenizer_fingerprint", unreadable)
+    lengths = PromptLengths(str(tokenizers["gpt2"]), None)
+    assert lengths.memo_path is None and lengths(EXAMPLES[0]) > 0
+    lengths.save()  # nothing to write, no error

@@ -265,12 +265,24 @@ def _unknown(name: str, hub_offline: bool = False) -> UnknownNameError:
     )
 
 
-def tokenizer_folder(name_or_path: str) -> Path | None:
-    """The local folder :func:`load_tokenizer` reads for ``name_or_path`` (a named tokenizer fetched once), or None
-    for anything else (a hub id, or a name it will refuse)."""
+def tokenizer_path(name_or_path: str) -> str:
+    """What :func:`load_tokenizer` hands transformers for ``name_or_path``: a named tokenizer's folder (fetched
+    once), a local folder, or a hub id; a bare word that is none of them, or a hub id the hub cannot give from
+    here, is refused at once (``UnknownNameError``) instead of after the hub client's retries."""
     if name_or_path in TOKENIZER_SOURCES:
-        return fetch_tokenizer(name_or_path)
-    path = Path(name_or_path)
+        return str(fetch_tokenizer(name_or_path))
+    if not Path(name_or_path).exists():
+        if "/" not in name_or_path and "\\" not in name_or_path:  # hub ids are "owner/name": a typo
+            raise _unknown(name_or_path)
+        if unreachable_and_uncached(name_or_path, "tokenizer_config.json", "config.json"):
+            raise _unknown(name_or_path, hub_offline=True)
+    return name_or_path
+
+
+def tokenizer_folder(name_or_path: str) -> Path | None:
+    """The local folder :func:`load_tokenizer` reads for ``name_or_path``, or None for a hub id; refuses what
+    :func:`tokenizer_path` refuses."""
+    path = Path(tokenizer_path(name_or_path))
     return path if path.is_dir() else None
 
 
@@ -283,17 +295,7 @@ def load_tokenizer(name_or_path: str) -> Any:
     """
     from transformers import AutoTokenizer
 
-    if name_or_path in TOKENIZER_SOURCES:
-        path = str(fetch_tokenizer(name_or_path))
-    else:
-        path = name_or_path
-        if not Path(path).exists():
-            # A bare word that is neither a named tokenizer nor a folder is almost surely a typo;
-            # hub ids are "owner/name". Fail at once instead of after the hub client's retries.
-            if "/" not in path and "\\" not in path:
-                raise _unknown(name_or_path)
-            if unreachable_and_uncached(path, "tokenizer_config.json", "config.json"):
-                raise _unknown(name_or_path, hub_offline=True)
+    path = tokenizer_path(name_or_path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError) as err:

@@ -8,9 +8,12 @@ is only wasted work: Gemma-3-270M's 262k-row head over prompt and padding positi
 ``smol-arith`` step (benchmarks/README.md, "Where a step's time goes").
 
 Each position's log-probability comes from the same vocabulary tiles either way, and so does the gradient into
-the hidden states; only the head weight's own gradient sums another number of (zero) rows, in another order. So
-the switch is made only where the head is frozen (LoRA, and any policy whose head does not train): the numbers
-are TRL's own, bit for bit (``tests/test_cpu_lm_head.py``), in about half the forward and backward time.
+the hidden states, as long as the matrix products keep their blocking: the head weight's own gradient sums
+another number of (zero) rows in another order, so the switch is made only where the head is frozen (LoRA, and
+any policy whose head does not train). Then the numbers are TRL's own bit for bit on ordinary batches (a
+``smol-arith`` run: the same metrics and byte-identical adapters; ``tests/test_cpu_lm_head.py``); a micro-batch
+with only one or two labelled tokens can differ in the last bits (fp32 products over one or two rows round
+differently from products over all positions), in about half the forward and backward time.
 ``trl.trainer.utils`` imports ``_use_triton`` into its own namespace and asks it only for that choice; the
 kernels keep their own (``trl/kernels/chunked_logprob.py``), so the CPU tiles stay the CPU tiles.
 """

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import inspect
 import json
 import os
 import tempfile
@@ -30,20 +31,51 @@ MAX_REMEMBERED = 500_000
 """Above this many prompts a memo is not written (a few tens of MB of JSON)."""
 
 
+COUNTING_LIBRARIES = ("transformers", "tokenizers", "sentencepiece", "protobuf", "jinja2")
+"""Libraries whose version can change a count: loading (a SentencePiece model is converted at load), encoding,
+chat templates."""
+
+
+def library_versions() -> str:
+    versions = []
+    for name in COUNTING_LIBRARIES:
+        try:
+            versions.append(f"{name}={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            versions.append(f"{name}=-")
+    return ";".join(versions)
+
+
+def counting_code() -> str:
+    """mutualrl's own part of a count (a change to it makes every memo stale)."""
+    from mutualrl.training import data
+
+    return inspect.getsource(data.prompt_token_length) + inspect.getsource(data.chat_messages)
+
+
 def tokenizer_fingerprint(folder: Path) -> str:
-    """A hash of everything a tokenizer's counts depend on: its folder's non-weight files and the library versions."""
+    """A hash of everything a tokenizer's counts depend on: every non-weight file under its folder (subfolders
+    too: transformers reads ``additional_chat_templates/``), the libraries' versions and mutualrl's counting code."""
     digest = hashlib.blake2b(digest_size=16)
-    for name in ("transformers", "tokenizers"):
-        digest.update(f"{name}={importlib.metadata.version(name)};".encode())
-    for path in sorted(p for p in folder.iterdir() if p.is_file() and p.suffix not in WEIGHT_SUFFIXES):
-        digest.update(f"{path.name}:{path.stat().st_size};".encode())
-        digest.update(path.read_bytes())
+    digest.update(f"{library_versions()}|{counting_code()}|".encode())
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix not in WEIGHT_SUFFIXES):
+        data = path.read_bytes()
+        digest.update(f"{path.relative_to(folder).as_posix()}:{len(data)};".encode())
+        digest.update(data)
     return f"v{MEMO_FORMAT}-{digest.hexdigest()}"
 
 
 def prompt_key(chat: bool, prompt: str | list[dict[str, str]]) -> str:
     text = json.dumps([chat, prompt], ensure_ascii=False, sort_keys=True)
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
+
+
+def memo_path(folder: Path) -> Path | None:
+    """Where ``folder``'s counts are remembered; None when the folder cannot be read whole (it is counted)."""
+    try:
+        return cache_dir() / "prompt-lengths" / f"{tokenizer_fingerprint(folder)}.json"
+    except OSError:
+        return None
 
 
 class PromptLengths:
@@ -58,8 +90,8 @@ class PromptLengths:
         self.source = source
         self.chat_template = chat_template
         self._tokenizer: Any = None
-        folder = tokenizer_folder(source)
-        self.memo_path = cache_dir() / "prompt-lengths" / f"{tokenizer_fingerprint(folder)}.json" if folder else None
+        folder = tokenizer_folder(source)  # a name load_tokenizer would refuse is refused here, before any data
+        self.memo_path = memo_path(folder) if folder else None
         self._memo = self._read()
         self._changed = False
 
@@ -84,9 +116,9 @@ class PromptLengths:
             self._memo["has_chat_template"] = bool(getattr(self._tokenizer, "chat_template", None))
         return self._tokenizer
 
-    @property
-    def chat(self) -> bool:
-        """Whether prompts go through the chat template (:func:`~mutualrl.training.data.uses_chat_template`)."""
+    def uses_chat(self) -> bool:
+        """Whether prompts go through the chat template (:func:`~mutualrl.training.data.uses_chat_template`); a
+        template asked of a tokenizer without one is a ``DataError`` (call it before loading data to fail early)."""
         if not self.chat_template:
             return False
         has_template = self._memo.get("has_chat_template")
@@ -100,7 +132,7 @@ class PromptLengths:
     def __call__(self, example: TaskExample) -> int:
         from mutualrl.training.data import prompt_token_length
 
-        chat = self.chat
+        chat = self.uses_chat()
         prompt = example.for_policy(chat)
         key = prompt_key(chat, prompt)
         lengths = self._memo["lengths"]
@@ -126,6 +158,7 @@ class PromptLengths:
             tmp = Path(name)
             with os.fdopen(fd, "w") as fh:
                 json.dump(memo, fh)
+            tmp.chmod(0o644)  # a cache like the others under $MUTUALRL_CACHE (mkstemp makes it private)
             os.replace(tmp, self.memo_path)
         except OSError:  # a full or read-only cache: the next launch counts again
             if tmp is not None:

@@ -83,6 +83,8 @@ def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Consol
         ensure_builtin_models(builtin)
     lengths = {policy.name: PromptLengths(tokenizer_source(policy.model, policy.tokenizer), policy.chat_template)
                for policy in config.pool.policies}  # remembered counts: most launches load no tokenizer
+    for policy_lengths in lengths.values():
+        policy_lengths.uses_chat()  # refuses a chat template the tokenizer lacks before any data is loaded
     task = task_from_config(config.task)
     with console.status(f"loading task {config.task.name} ..."):
         train = task.load(config.task.train_split, config.task.source, config.task.train_limit)
