@@ -87,4 +87,4 @@ def test_the_barrier_waits_while_a_peer_reports_validation_progress(tmp_path):
     started = time.monotonic()
     with pytest.raises(PeerTimeoutError):  # no progress at step 1: the usual timeout
         a.wait_for(1)
-    assert time.monotonic() - started < 4.0
+    assert time.monotonic() - started < 2.8  # one timeout (1.5 s) and a margin: stale progress must not extend it
