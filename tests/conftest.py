@@ -16,6 +16,8 @@ Without xdist (``-p no:xdist``, or no ``-n``) the marks do nothing and everythin
 
 from __future__ import annotations
 
+import sys
+
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -102,6 +104,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # ---------------------------------------------------------------------------------------
 # Fixtures shared by several test files (added after the xdist wiring above).
 # ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_deepspeed_config():
+    """transformers keeps the last DeepSpeed config behind a process-wide weak reference
+    (``integrations/deepspeed.py:set_hf_deepspeed_config``); one held alive by a reference cycle until the next
+    garbage collection made a later in-process ``from_pretrained`` partition its model under ``zero.Init``
+    (which then looked for MPI). Every test starts and ends without one."""
+    yield
+    if "transformers.integrations.deepspeed" in sys.modules:
+        sys.modules["transformers.integrations.deepspeed"].unset_hf_deepspeed_config()
 
 
 @pytest.fixture
