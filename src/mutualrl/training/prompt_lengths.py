@@ -15,13 +15,12 @@ import hashlib
 import importlib.metadata
 import inspect
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from mutualrl.assets.cache import cache_dir
-from mutualrl.errors import DataError
+from mutualrl.atomic_io import write_text_atomic
+from mutualrl.errors import DataError, StorageError
 from mutualrl.tasks.base import TaskExample
 
 MEMO_FORMAT = 1
@@ -150,17 +149,8 @@ class PromptLengths:
         merged = {**self._read()["lengths"], **self._memo["lengths"]}
         if len(merged) > MAX_REMEMBERED:
             return
-        memo = {**self._memo, "lengths": merged}
-        tmp: Path | None = None
         try:
-            self.memo_path.parent.mkdir(parents=True, exist_ok=True)
-            fd, name = tempfile.mkstemp(prefix=".memo.", dir=self.memo_path.parent)
-            tmp = Path(name)
-            with os.fdopen(fd, "w") as fh:
-                json.dump(memo, fh)
-            tmp.chmod(0o644)  # a cache like the others under $MUTUALRL_CACHE (mkstemp makes it private)
-            os.replace(tmp, self.memo_path)
-        except OSError:  # a full or read-only cache: the next launch counts again
-            if tmp is not None:
-                tmp.unlink(missing_ok=True)
+            write_text_atomic(self.memo_path, json.dumps({**self._memo, "lengths": merged}))
+        except (OSError, StorageError):  # a full or read-only cache: the next launch counts again
+            pass
         self._changed = False
