@@ -45,6 +45,13 @@ FAKE_WORKER = textwrap.dedent('''
             time.sleep(0.05)
         time.sleep(2.0)
     if mode == "wait-for-peers":  # like a SEE barrier: leave as soon as a peer is marked failed
+        # reached the barrier after its peer's last step: its progress is the newer (a loaded box can start
+        # the peer late, and then the waiting policy, not the stalled one, would be the longest still)
+        deadline = time.time() + 10
+        while time.time() < deadline and len(list((run / "status").glob("*.json"))) < 2:
+            time.sleep(0.05)
+        tmp.write_text(json.dumps({"policy": name, "step": steps, "max_steps": steps, "phase": "waiting for peers"}))
+        os.replace(tmp, run / "status" / f"{name}.json")
         deadline = time.time() + 60
         while time.time() < deadline:
             failed = list((run / "see" / "_failed").glob("*.json")) if (run / "see" / "_failed").exists() else []

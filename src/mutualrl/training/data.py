@@ -35,11 +35,15 @@ def uses_chat_template(tokenizer: Any, chat_template: bool | None) -> bool:
     Explicit recipe setting wins; by default base models get plain text (the paper's MATH
     setup), which is also what a tokenizer without a template can do.
     """
-    if chat_template is not None:
-        if chat_template and not getattr(tokenizer, "chat_template", None):
-            raise DataError("chat_template: true, but the tokenizer has no chat template")
-        return chat_template
-    return False
+    return chat_template_choice(chat_template, bool(getattr(tokenizer, "chat_template", None)))
+
+
+def chat_template_choice(chat_template: bool | None, has_template: bool) -> bool:
+    """The recipe's ``chat_template`` against whether the tokenizer has one: asking for a missing template is a
+    ``DataError``; unset means plain text."""
+    if chat_template and not has_template:
+        raise DataError("chat_template: true, but the tokenizer has no chat template")
+    return bool(chat_template)
 
 
 def prompt_token_length(tokenizer: Any, prompt: str | list[dict[str, str]], chat: bool) -> int:

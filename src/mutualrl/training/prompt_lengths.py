@@ -20,7 +20,7 @@ from typing import Any
 
 from mutualrl.assets.cache import cache_dir
 from mutualrl.atomic_io import write_text_atomic
-from mutualrl.errors import DataError, StorageError
+from mutualrl.errors import StorageError
 from mutualrl.tasks.base import TaskExample
 
 MEMO_FORMAT = 1
@@ -118,15 +118,15 @@ class PromptLengths:
     def uses_chat(self) -> bool:
         """Whether prompts go through the chat template (:func:`~mutualrl.training.data.uses_chat_template`); a
         template asked of a tokenizer without one is a ``DataError`` (call it before loading data to fail early)."""
+        from mutualrl.training.data import chat_template_choice
+
         if not self.chat_template:
             return False
         has_template = self._memo.get("has_chat_template")
         if not isinstance(has_template, bool):
             self._changed = True
             has_template = bool(getattr(self.tokenizer, "chat_template", None))
-        if not has_template:
-            raise DataError("chat_template: true, but the tokenizer has no chat template")
-        return True
+        return chat_template_choice(self.chat_template, has_template)
 
     def __call__(self, example: TaskExample) -> int:
         from mutualrl.training.data import prompt_token_length
