@@ -105,3 +105,9 @@ def test_chaos_tamper(tmp_path: Path) -> None:
     assert summary["trials"] == 1 and summary["held"] == 1 and summary["failed_trials"] == []
     assert summary["tracebacks"] == summary["hangs"] == summary["run_json_untrue"] == summary["silently_lost"] == 0
     assert [c["command"] for c in summary["per_trial"][0]["commands"]] == ["resume", "see inspect", "plot"]
+
+
+@pytest.mark.slow
+def test_worker_start() -> None:
+    out = last_json(run_script("worker_start.py", "--rounds", "1"))
+    assert set(out["median_cpu_s"]) == {"on", "paused"} and out["paused_over_on"] > 0

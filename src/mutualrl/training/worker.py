@@ -33,6 +33,7 @@ from mutualrl.errors import (
     storage_errors,
 )
 from mutualrl.process_exit import exit_without_teardown
+from mutualrl.process_start import collector_paused_for_imports, imports_done
 from mutualrl.regimes.registry import get_regime
 from mutualrl.run_folder import RunPaths
 from mutualrl.training.trackers import guard_tracker_writes
@@ -136,6 +137,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     from mutualrl.tasks.reward_funcs import reward_functions, reward_spec
     from mutualrl.training.trainer import MutualGRPOTrainer
 
+    imports_done()  # the collector, paused by main() for the imports above, is on again (process_start.py)
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
 
@@ -338,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     start_launcher_watchdog()
     report_thread_write_failures()  # TensorBoard's writer thread on a full disk: no traceback
     try:
-        run_policy(paths, ns.policy, ns.resume_from)
+        with collector_paused_for_imports():  # until run_policy has imported torch, transformers and TRL
+            run_policy(paths, ns.policy, ns.resume_from)
         close_process_group()  # then __main__ leaves without the teardown (exit_without_teardown)
     except BaseException as err:  # leave a marker so that peers' barriers fail fast and name us
         err = as_storage_error(err, paths.root)

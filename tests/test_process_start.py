@@ -1,0 +1,44 @@
+"""A worker imports torch, transformers and TRL with the garbage collector paused, then turns it back on."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from mutualrl.process_start import collector_paused_for_imports, imports_done
+from mutualrl.training import worker
+
+
+@pytest.fixture
+def collector_restored():
+    """Whatever a test leaves, the collector is on and nothing of this process stays frozen."""
+    yield
+    gc.unfreeze()
+    gc.enable()
+
+
+def test_paused_for_the_imports_then_on_with_the_imports_frozen(collector_restored):
+    gc.unfreeze()
+    with collector_paused_for_imports():
+        assert not gc.isenabled()
+        imported = [object() for _ in range(10)]  # stands for the imported modules
+        imports_done()
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+        assert imported
+    assert gc.isenabled()
+
+
+def test_an_error_before_the_imports_finished_leaves_the_collector_on_and_nothing_frozen(collector_restored):
+    gc.unfreeze()
+    with pytest.raises(RuntimeError), collector_paused_for_imports():
+        raise RuntimeError("import failed")
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_the_worker_runs_its_policy_with_the_collector_paused_and_leaves_it_on(tmp_path, monkeypatch,
+                                                                               collector_restored):
+    seen = []
+    monkeypatch.setattr(worker, "run_policy", lambda *args: seen.append(gc.isenabled()))
+    assert worker.main(["--run-dir", str(tmp_path), "--policy", "a"]) == 0
+    assert seen == [False] and gc.isenabled()
