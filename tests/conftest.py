@@ -16,6 +16,7 @@ Without xdist (``-p no:xdist``, or no ``-n``) the marks do nothing and everythin
 
 from __future__ import annotations
 
+import gc
 import sys
 
 from collections.abc import Iterable
@@ -24,6 +25,11 @@ from pathlib import Path
 import pytest
 
 from e2e_helpers import TINY, TINY_REGIMES_2_STEPS, TINY_SGT_3_STEPS, TINY_SGT_3_STEPS_OFF_LOCK_STEP, shared_train
+from mutualrl.process_start import imports_done
+
+# Collecting the tests imports torch, transformers and TRL, as a worker does: with the collector paused until
+# pytest_collection_finish, which freezes the collected modules (later collections of the session skip them).
+gc.disable()
 
 TESTS = Path(__file__).parent
 
@@ -92,6 +98,10 @@ def xdist_groups(tests: Iterable[tuple[str, list[str]]]) -> dict[str, str]:
             if a != b:
                 parent[max(a, b)] = min(a, b)
     return {test: f"shared:{root(keys[0])}" for test, keys in tests if keys}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    imports_done()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

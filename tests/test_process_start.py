@@ -12,28 +12,27 @@ from mutualrl.training import worker
 
 @pytest.fixture
 def collector_restored():
-    """Whatever a test leaves, the collector is on and nothing of this process stays frozen."""
+    """Whatever a test leaves, the collector is on (what the session froze stays frozen: conftest.py)."""
     yield
-    gc.unfreeze()
     gc.enable()
 
 
 def test_paused_for_the_imports_then_on_with_the_imports_frozen(collector_restored):
-    gc.unfreeze()
+    frozen = gc.get_freeze_count()
     with collector_paused_for_imports():
         assert not gc.isenabled()
         imported = [object() for _ in range(10)]  # stands for the imported modules
         imports_done()
-        assert gc.isenabled() and gc.get_freeze_count() > 0
+        assert gc.isenabled() and gc.get_freeze_count() > frozen
         assert imported
     assert gc.isenabled()
 
 
 def test_an_error_before_the_imports_finished_leaves_the_collector_on_and_nothing_frozen(collector_restored):
-    gc.unfreeze()
+    frozen = gc.get_freeze_count()
     with pytest.raises(RuntimeError), collector_paused_for_imports():
         raise RuntimeError("import failed")
-    assert gc.isenabled() and gc.get_freeze_count() == 0
+    assert gc.isenabled() and gc.get_freeze_count() == frozen
 
 
 def test_the_worker_runs_its_policy_with_the_collector_paused_and_leaves_it_on(tmp_path, monkeypatch,
