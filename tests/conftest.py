@@ -104,6 +104,13 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     imports_done()
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """xdist's controller never collects (its workers do), so it never reaches pytest_collection_finish:
+    its collector goes back on here."""
+    if getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput"):
+        gc.enable()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     groups = xdist_groups((item.nodeid, shared_fixture_keys(item)) for item in items)
     for item in items:
