@@ -2,8 +2,9 @@
 
 A worker imports torch, transformers, TRL, datasets and mutualrl's trainer stack before it builds a model; the
 suite starts about two hundred of them and a user's run one per policy and rank. Each round starts two fresh
-Python processes that do exactly those imports, one with the collector on (before the change) and one with it
-paused as the worker now does, alternating which goes first, and reads each one's CPU seconds (user + system,
+Python processes that make the imports ``worker.run_policy`` makes inside the pause (:data:`IMPORTS`, kept by
+hand beside it: the worker module's own top-level imports come before the pause and are left out), one with the
+collector on (before the change) and one with it paused as the worker now does, alternating which goes first, and reads each one's CPU seconds (user + system,
 ``getrusage``: less noisy than wall time on a shared box). Prints one line per process, then JSON with the
 medians and their ratio::
 
