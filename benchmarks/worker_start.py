@@ -2,9 +2,10 @@
 
 A worker imports torch, transformers, TRL, datasets and mutualrl's trainer stack before it builds a model; the
 suite starts about two hundred of them and a user's run one per policy and rank. Each round starts two fresh
-Python processes that make the imports ``worker.run_policy`` makes inside the pause (:data:`IMPORTS`, kept by
-hand beside it: the worker module's own top-level imports come before the pause and are left out), one with the
-collector on (before the change) and one with it paused as the worker now does, alternating which goes first, and reads each one's CPU seconds (user + system,
+Python processes that import the worker module and then make ``worker.run_policy``'s imports inside the pause
+(its first two, then :func:`mutualrl.training.worker.import_training_stack`, the function the worker calls), one
+with the collector on (before the change) and one with it paused as the worker now does, alternating which goes
+first, and reads each one's CPU seconds (user + system,
 ``getrusage``: less noisy than wall time on a shared box). Prints one line per process, then JSON with the
 medians and their ratio::
 
@@ -24,17 +25,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 IMPORTS = """
-import resource, sys
-sys.modules["vllm"] = None  # as a worker whose policy does not generate with vLLM (worker.block_unused_vllm)
+import contextlib, resource, sys, types
 from mutualrl.process_start import collector_paused_for_imports, imports_done
-import contextlib
+import mutualrl.training.worker as worker  # its top-level imports come before the pause, as in a worker
 with (collector_paused_for_imports() if sys.argv[1] == "paused" else contextlib.nullcontext()):
-    import trl
-    trl.GRPOConfig
-    from datasets import Dataset
-    import mutualrl.pools.loading, mutualrl.training.callbacks, mutualrl.training.data, mutualrl.training.adapters
-    import mutualrl.tasks.registry, mutualrl.tasks.reward_funcs
-    from mutualrl.training.trainer import MutualGRPOTrainer
+    import mutualrl.training.grpo_args, mutualrl.training.trackers  # run_policy's first imports (TRL's config)
+    worker.import_training_stack(types.SimpleNamespace(use_vllm=False))  # then the rest, as run_policy does
     if sys.argv[1] == "paused":
         imports_done()
 usage = resource.getrusage(resource.RUSAGE_SELF)

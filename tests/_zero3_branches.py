@@ -4,7 +4,7 @@ Run under the environment a CPU DeepSpeed launch plan gives (``ACCELERATE_USE_DE
 ZeRO-3 with ``zero.Init``) as ``python tests/_zero3_branches.py --run-dir RUN --policy NAME``. It writes
 ``RUN/zero3-branches.json``:
 
-- ``skip``: :class:`MutualGRPOTrainer` skips every round (``see.catch_up``): the learning rate of each step, and
+- ``skip``: :class:`CatchUpTrainer` skips every round (``see.catch_up``): the learning rate of each step, and
   whether any weight moved (none may; the schedule must advance as without DeepSpeed). With ``--skip-only``
   only this, into ``RUN/zero3-skip.json`` (run with a DeepSpeed file that has its own ``scheduler``);
 - ``finish``: trains 2 steps with a checkpoint, then a fresh trainer (weights partitioned to shape [0] by
@@ -27,14 +27,14 @@ def gathered(model):
         return {k: v.detach().clone().float() for k, v in model.state_dict().items()}
 
 
-def build(run_dir: Path, policy: str, out: str, regime_cls, steps: int, save: bool):
+def build(run_dir: Path, policy: str, out: str, trainer_cls, steps: int, save: bool):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import GRPOConfig
 
     from mutualrl.config.loader import load_run_config
     from mutualrl.launch.plan.launch_plan import LaunchPlan
-    from mutualrl.training.trainer import MutualGRPOTrainer
+    from mutualrl.regimes.adapter import RegimeAdapter
 
     plan = LaunchPlan.read(run_dir).policy(policy)
     grpo = {**plan.grpo, "max_steps": steps, "learning_rate": 1e-2, "lr_scheduler_type": "linear", "warmup_steps": 0,
@@ -43,10 +43,10 @@ def build(run_dir: Path, policy: str, out: str, regime_cls, steps: int, save: bo
     model = AutoModelForCausalLM.from_pretrained(plan.model)
     config = load_run_config("tiny", regime="standalone", check_grpo=False).config
     rows = [{"prompt": f"{a} plus {b} is", "prompt_id": f"p{a}-{b}"} for a in range(8) for b in range(8)]
-    return MutualGRPOTrainer(model=model, reward_funcs=lambda completions, **kw: [float(len(c)) for c in completions],
-                             args=args, train_dataset=Dataset.from_list(rows),
-                             processing_class=AutoTokenizer.from_pretrained(plan.model), policy_name=policy,
-                             regime=regime_cls(config, "tiny-bpe", exchange=None))
+    return trainer_cls(model=model, reward_funcs=lambda completions, **kw: [float(len(c)) for c in completions],
+                       args=args, train_dataset=Dataset.from_list(rows),
+                       processing_class=AutoTokenizer.from_pretrained(plan.model), policy_name=policy,
+                       regime=RegimeAdapter(config, "tiny-bpe", exchange=None))
 
 
 def main() -> int:
@@ -58,10 +58,11 @@ def main() -> int:
 
     from transformers import TrainerState
 
-    from mutualrl.regimes.adapter import RegimeAdapter
+    from mutualrl.training.catch_up import CatchUpTrainer
+    from mutualrl.training.trainer import MutualGRPOTrainer
     from mutualrl.training.worker import finish_from_checkpoint
 
-    class SkipEveryRound(RegimeAdapter):
+    class SkipEveryRound(CatchUpTrainer):
         def skip_round(self, step):
             return True
 
@@ -78,11 +79,11 @@ def main() -> int:
         (ns.run_dir / "zero3-skip.json").write_text(json.dumps(result))
         return 0
 
-    trained = build(ns.run_dir, ns.policy, "finish", RegimeAdapter, steps=2, save=True)
+    trained = build(ns.run_dir, ns.policy, "finish", MutualGRPOTrainer, steps=2, save=True)
     trained.train()
     checkpoint = ns.run_dir / "finish" / "checkpoint-2"
     final = gathered(trained.model)
-    fresh = build(ns.run_dir, ns.policy, "finish-again", RegimeAdapter, steps=2, save=False)
+    fresh = build(ns.run_dir, ns.policy, "finish-again", MutualGRPOTrainer, steps=2, save=False)
     shapes = sorted({tuple(p.shape) for p in fresh.model.parameters()})
     validated = []
     state = TrainerState.load_from_json(str(checkpoint / "trainer_state.json"))

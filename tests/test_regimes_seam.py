@@ -176,7 +176,7 @@ class OlderRound:
     active = ["tiny-sp"]
 
     def next_round(self, step):
-        from mutualrl.see.staleness import PeerRound
+        from mutualrl.see.lockstep import PeerRound
 
         return PeerRound(step, step - 1, 1)
 
@@ -205,7 +205,7 @@ def test_an_older_round_is_read_only_by_a_regime_that_declares_it(thl_tokenizers
     adapter = Declared(config, "tiny-bpe", spec=get_regime("xgrpo"))
     adapter.bind(FakeTrainer(thl_tokenizers["gpt2"]))
     adapter.exchange, adapter.consumption = ReadLog(), OlderRound()
-    peer_step, peers = adapter.read_peer_round(3, {})
+    peer_step, peers = adapter.read_peers({}, SimpleNamespace(step=3), {})
     assert adapter.exchange.reads == ([(2, "tiny-sp")] if stale else [])
     assert peer_step == (2 if stale else None)
     output, metrics = adapter.apply_regime({}, SimpleNamespace(step=3), peers, peer_step, {})

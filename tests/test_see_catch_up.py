@@ -18,10 +18,12 @@ from mutualrl.config.typed import ConfigError
 from mutualrl.errors import UsageError
 from mutualrl.see.consumption_log import LogTail, append_row, log_path, read_consumption
 from mutualrl.see.exchange import ExperienceExchange
-from mutualrl.see.staleness import catch_up_target, choose_peer_round, round_seconds
+from mutualrl.see.offlock.staleness import catch_up_target, choose_peer_round, round_seconds
 from mutualrl.see.synthetic import synthetic_batch
-from mutualrl.regimes.adapter import RegimeAdapter, round_stride
-from mutualrl.see.consumption import PeerConsumption
+from mutualrl.regimes.adapter import RegimeAdapter
+from mutualrl.regimes.offlock import round_stride
+from mutualrl.see.offlock.consumption import BoundedConsumption
+from mutualrl.training.catch_up import CatchUpTrainer, trainer_class
 from mutualrl.training.trainer import MutualGRPOTrainer
 from tiny_models import build_tiny_lm
 
@@ -155,7 +157,7 @@ def test_with_three_policies_a_round_one_peer_skipped_is_read_from_the_other(tmp
 def test_rank0_skips_a_span_logs_it_and_a_replay_repeats_it(tmp_path):
     see = tmp_path / "see"
     slow, fast = client(see, "slow"), client(see, "fast")
-    consumption = PeerConsumption(slow, ["fast"], max_staleness=2, on_peer_failure="stop", catch_up=True)
+    consumption = BoundedConsumption(slow, ["fast"], max_staleness=2, on_peer_failure="stop", catch_up=True)
     for step in range(2):  # slow takes 3 s per round, fast 1 s
         append_row(see, "slow", {"run_id": "run", "step": step, "peer_step": step, "time": 3.0 * step, "wait_s": 0.0})
     for step in range(6):
@@ -166,11 +168,11 @@ def test_rank0_skips_a_span_logs_it_and_a_replay_repeats_it(tmp_path):
     assert [(r["step"], r["until"]) for r in rows] == [(2, 9), (9, 9), (10, 10)]
     assert consumption._plan_skip(2, last_step=5) == 5  # never past the last step
     # A policy restarted into the run reads only its own lines from then on: no timing yet, no skip.
-    assert PeerConsumption(slow, ["fast"], max_staleness=2, catch_up=True)._plan_skip(2, last_step=20) == 2
+    assert BoundedConsumption(slow, ["fast"], max_staleness=2, catch_up=True)._plan_skip(2, last_step=20) == 2
     del fast
 
     replay_see = tmp_path / "replay"
-    replayed = PeerConsumption(client(replay_see, "slow"), ["fast"], max_staleness=2, catch_up=False,
+    replayed = BoundedConsumption(client(replay_see, "slow"), ["fast"], max_staleness=2, catch_up=False,
                                replay=tmp_path)
     assert replayed.may_skip
     assert [replayed.skip_round(s, last_step=20) for s in range(2, 11)] == [True] * 7 + [False, False]
@@ -202,13 +204,11 @@ def test_restarts_need_continue_and_one_machine():
 
 # -- a skipped round changes no parameter, but the data and the schedule move on -------------------
 
-class SkipEveryRound(RegimeAdapter):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.asked: list[int] = []
+class SkipEveryRound(CatchUpTrainer):
+    asked: list[int]
 
     def skip_round(self, step):
-        self.asked.append(step)
+        self.asked = [*getattr(self, "asked", []), step]
         return True
 
 
@@ -219,25 +219,34 @@ def test_a_skipped_round_leaves_every_parameter_and_advances_the_schedule(tmp_pa
     model = AutoModelForCausalLM.from_pretrained(folder)
     initial = [p.detach().clone() for p in model.parameters()]
     config = load_run_config("tiny", regime="standalone", check_grpo=False).config
-    regime = SkipEveryRound(config, "tiny-bpe", exchange=None)
+    regime = RegimeAdapter(config, "tiny-bpe", exchange=None)
     args = GRPOConfig(output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, per_device_train_batch_size=8,
                       num_generations=4, max_completion_length=6, max_steps=3, logging_steps=1, report_to=[],
                       learning_rate=5e-3, weight_decay=0.1, lr_scheduler_type="linear", save_strategy="no",
                       disable_tqdm=True, seed=7)
-    trainer = MutualGRPOTrainer(model=model, reward_funcs=lambda completions, **kw: [1.0] * len(completions),
-                                args=args, train_dataset=Dataset.from_list(rows),
-                                processing_class=load_tokenizer("gpt2"), policy_name="tiny-bpe", regime=regime)
+    trainer = SkipEveryRound(model=model, reward_funcs=lambda completions, **kw: [1.0] * len(completions),
+                             args=args, train_dataset=Dataset.from_list(rows),
+                             processing_class=load_tokenizer("gpt2"), policy_name="tiny-bpe", regime=regime)
     trainer.train()
-    assert regime.asked == [0, 1, 2] and trainer.state.global_step == 3
+    assert trainer.asked == [0, 1, 2] and trainer.state.global_step == 3
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), initial, strict=True))  # no decay, no moment
     assert trainer.lr_scheduler.get_last_lr()[0] == pytest.approx(0.0)  # linear schedule ran its 3 steps
     assert not trainer.optimizer.state  # AdamW never stepped a parameter
     assert json.dumps(trainer.state.log_history)  # logging went on
 
 
+def test_only_a_run_that_may_skip_rounds_gets_the_trainer_that_skips():
+    lock_step = load_run_config("tiny", regime="sgt", check_grpo=False).config.see
+    assert trainer_class(lock_step) is MutualGRPOTrainer
+    assert "training_step" not in vars(MutualGRPOTrainer)  # the paper's path: TRL's own step
+    catching_up = load_run_config("tiny", regime="sgt", overrides=["see.max_staleness=2", "see.catch_up=true"],
+                                  check_grpo=False).config.see
+    assert trainer_class(catching_up) is CatchUpTrainer
+
+
 def test_a_rejoin_line_makes_peers_forget_what_the_policy_did_before(tmp_path):
-    from mutualrl.see.staleness import has_reached
-    from mutualrl.see.consumption import rejoin_pool
+    from mutualrl.see.offlock.staleness import has_reached
+    from mutualrl.see.offlock.consumption import rejoin_pool
 
     fast, slow = client(tmp_path, "fast", timeout=0.3), client(tmp_path, "slow")
     publish(slow, *range(11))  # the crashed run got to round 10 ...

@@ -10,10 +10,11 @@ import pytest
 
 from mutualrl.see.errors import PeerFailedError, PeerTimeoutError
 from mutualrl.see.exchange import ExperienceExchange
-from mutualrl.see.staleness import choose_peer_round
+from mutualrl.see.offlock.staleness import choose_peer_round
 from mutualrl.see.synthetic import synthetic_batch
 from mutualrl.see.consumption_log import read_consumption
-from mutualrl.see.consumption import PeerConsumption
+from mutualrl.see.lockstep import LockStepConsumption
+from mutualrl.see.offlock.consumption import BoundedConsumption
 from mutualrl.training.callbacks import step_delay
 
 POLICIES = ["fast", "slow"]
@@ -95,15 +96,15 @@ def test_consumption_under_stop_raises_on_a_dead_peer(tmp_path):
     publish(fast, 0)
     slow.mark_policy_failed("killed")
     with pytest.raises(PeerFailedError):
-        PeerConsumption(fast, ["slow"], max_staleness=0, on_peer_failure="stop").next_round(0)
+        LockStepConsumption(fast, ["slow"]).next_round(0)
     with pytest.raises(PeerFailedError):
-        PeerConsumption(fast, ["slow"], max_staleness=2, on_peer_failure="stop").next_round(0)
+        BoundedConsumption(fast, ["slow"], max_staleness=2, on_peer_failure="stop").next_round(0)
 
 
 @pytest.mark.parametrize("staleness", [0, 2])
 def test_consumption_under_continue_drops_a_dead_peer_and_goes_on_alone(tmp_path, staleness):
     fast, slow = client(tmp_path, "fast", timeout=30.0), client(tmp_path, "slow")
-    consumption = PeerConsumption(fast, ["slow"], max_staleness=staleness, on_peer_failure="continue")
+    consumption = BoundedConsumption(fast, ["slow"], max_staleness=staleness, on_peer_failure="continue")
     publish(fast, 0)
     publish(slow, 0)
     assert consumption.next_round(0).peer_step == 0
@@ -118,7 +119,7 @@ def test_consumption_under_continue_drops_a_dead_peer_and_goes_on_alone(tmp_path
 
 def test_consumption_under_continue_drops_a_peer_that_never_commits(tmp_path):
     fast = client(tmp_path, "fast", timeout=0.3)
-    consumption = PeerConsumption(fast, ["slow"], max_staleness=0, on_peer_failure="continue")
+    consumption = BoundedConsumption(fast, ["slow"], max_staleness=0, on_peer_failure="continue")
     publish(fast, 0)
     assert consumption.next_round(0).peer_step is None
     assert "committed nothing" in consumption.departed["slow"]["reason"]
@@ -126,7 +127,7 @@ def test_consumption_under_continue_drops_a_peer_that_never_commits(tmp_path):
 
 def test_lock_step_consumption_logs_age_zero_every_step(tmp_path):
     fast, slow = client(tmp_path, "fast"), client(tmp_path, "slow")
-    consumption = PeerConsumption(fast, ["slow"])
+    consumption = LockStepConsumption(fast, ["slow"])
     for step in range(3):
         publish(fast, step)
         publish(slow, step)
@@ -161,10 +162,10 @@ def test_replay_reads_the_recorded_round_and_names_a_missing_log(tmp_path):
     from mutualrl.errors import UsageError
 
     fast = replay_setup(tmp_path, [("old", s, p, a) for s, p, a in ((0, None, None), (1, 0, 1), (2, 1, 1))])
-    consumption = PeerConsumption(fast, ["slow"], max_staleness=2, replay=tmp_path / "old")
+    consumption = BoundedConsumption(fast, ["slow"], max_staleness=2, replay=tmp_path / "old")
     assert [consumption.next_round(s).peer_step for s in range(3)] == [None, 0, 1]
     with pytest.raises(UsageError, match="no consumption log of policy 'fast'"):
-        PeerConsumption(fast, ["slow"], replay=tmp_path / "nowhere")
+        BoundedConsumption(fast, ["slow"], replay=tmp_path / "nowhere")
 
 
 def test_a_peer_that_ran_ahead_and_pruned_the_window_is_not_waited_for(tmp_path):
@@ -178,7 +179,7 @@ def test_a_peer_that_ran_ahead_and_pruned_the_window_is_not_waited_for(tmp_path)
 def test_replay_merges_a_resumed_runs_launches(tmp_path):
     fast = replay_setup(tmp_path, [(run, s, p, 0) for run, s, p in (("launch1", 0, 0), ("launch1", 1, 1),
                                                                      ("launch2", 1, 0), ("launch2", 2, 2))])
-    consumption = PeerConsumption(fast, ["slow"], max_staleness=2, replay=tmp_path / "old")
+    consumption = BoundedConsumption(fast, ["slow"], max_staleness=2, replay=tmp_path / "old")
     assert [consumption.next_round(s).peer_step for s in range(3)] == [0, 0, 2]
 
 
@@ -205,7 +206,7 @@ def test_a_departed_peer_rejoins_once_its_marker_is_gone_and_it_caught_up(tmp_pa
     from mutualrl.see.liveness import clear_failure
 
     fast, slow = client(tmp_path, "fast", timeout=0.2), client(tmp_path, "slow")
-    consumption = PeerConsumption(fast, ["slow"], max_staleness=1, on_peer_failure="continue")
+    consumption = BoundedConsumption(fast, ["slow"], max_staleness=1, on_peer_failure="continue")
     publish(fast, 0, 1, 2, 3, 4)
     publish(slow, 0)
     consumption.next_round(0)
@@ -260,7 +261,7 @@ def test_a_replay_takes_back_a_peer_that_rejoined_in_the_replayed_run(tmp_path):
     see = tmp_path / "see"
     fast, slow = client(see, "fast"), client(see, "slow")
     publish(slow, 0, 2)
-    consumption = PeerConsumption(fast, ["slow"], max_staleness=1, on_peer_failure="continue", replay=old)
+    consumption = BoundedConsumption(fast, ["slow"], max_staleness=1, on_peer_failure="continue", replay=old)
     assert consumption.next_round(0).peer_step == 0 and consumption.active == ["slow"]
     assert consumption.next_round(1).peer_step is None and consumption.active == []
     assert consumption.next_round(2).peer_step == 2 and consumption.active == ["slow"] and not consumption.departed

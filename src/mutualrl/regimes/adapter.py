@@ -30,16 +30,15 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from mutualrl.regimes.registry import RegimeSpec
-from mutualrl.regimes.seam import GRPOArgsView, StepRollouts, TrainerView
+from mutualrl.regimes.seam import StepRollouts, TrainerView
 from mutualrl.regimes.standalone.spec import STANDALONE
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from mutualrl.see.consumption import PeerConsumption
     from mutualrl.see.exchange import ExperienceExchange
+    from mutualrl.see.lockstep import LockStepConsumption
     from mutualrl.see.schema import RolloutBatch
-    from mutualrl.see.staleness import PeerRound
 
 
 class RegimeAdapter:
@@ -52,7 +51,8 @@ class RegimeAdapter:
     peer_columns: tuple[str, ...] | None = None
     uses_stale_rounds: ClassVar[bool] = False
     """Whether the regime implements :meth:`transform_stale` (declared, not detected): only then is a peer round
-    older than this step read under ``see.max_staleness > 0``; otherwise such a step is plain GRPO."""
+    older than this step read under ``see.max_staleness > 0`` (:mod:`mutualrl.regimes.offlock`); otherwise such a
+    step is plain GRPO."""
 
     def __init__(self, config: Any, policy: str, exchange: ExperienceExchange | None = None,
                  spec: RegimeSpec | None = None):
@@ -63,7 +63,7 @@ class RegimeAdapter:
         self.exchange = exchange
         self.peers = [p.name for p in config.pool.policies if p.name != policy]
         self.trainer: TrainerView | None = None  # set by bind()
-        self.consumption: PeerConsumption | None = None  # set by bind() where the regime reads peers
+        self.consumption: LockStepConsumption | None = None  # set by bind() where the regime reads peers
         self.phase_hook: Callable[[str], None] | None = None  # set by the worker: writes the status phase
 
     @property
@@ -75,24 +75,18 @@ class RegimeAdapter:
         return self.spec.needs_peers
 
     def bind(self, trainer: TrainerView) -> None:
+        """Bind to the trainer; a regime that reads peers gets its consumption of the SEE: the paper's lock-step
+        barrier, or (``see.max_staleness``, ``see.on_peer_failure``, ...) the optional :mod:`mutualrl.see.offlock`."""
         self.trainer = trainer
         if self.needs_peers and self.exchange is not None:
-            from mutualrl.see.consumption import PeerConsumption
+            from mutualrl.see.lockstep import LockStepConsumption, is_lock_step
 
-            see = self.config.see
-            self.consumption = PeerConsumption(self.exchange, self.peers, see.max_staleness, see.on_peer_failure,
-                                               accelerator=trainer.accelerator, replay=see.replay_consumption,
-                                               catch_up=see.catch_up, stride=round_stride(trainer.args,
-                                                                                          see.catch_up))
+            if is_lock_step(self.config.see):
+                self.consumption = LockStepConsumption(self.exchange, self.peers, accelerator=trainer.accelerator)
+            else:
+                from mutualrl.regimes.offlock import bounded_consumption
 
-    def skip_round(self, step: int) -> bool:
-        """Whether this policy skips the exchange round starting at optimizer step ``step`` (``see.catch_up``:
-        no generation, no update; docs/see.md "Catching up"). Called by the trainer at each round's start."""
-        if self.consumption is None or not self.consumption.may_skip:
-            return False
-        skipped = self.consumption.skip_round(step, self.trainer.state.max_steps)
-        self.trainer.record_metrics({"mutual/skipped": skipped})
-        return skipped
+                self.consumption = bounded_consumption(self, trainer)
 
     # -- per step: the stages, top to bottom ------------------------------------------------
     def process_step(self, output: dict[str, Any], rollouts: StepRollouts) -> dict[str, Any]:
@@ -121,16 +115,20 @@ class RegimeAdapter:
 
     def read_peers(self, output: dict[str, Any], rollouts: StepRollouts,
                    timings: dict[str, float]) -> tuple[int | None, dict[str, pa.Table]]:
-        """The peer round this step uses and the peers' tables of it (``{}`` for a regime that reads none)."""
+        """The peer round this step uses and the peers' tables of it (``{}`` for a regime that reads none):
+        lock-step, this step's round (:meth:`read_peer_round`); otherwise :mod:`mutualrl.regimes.offlock` decides."""
         if not self.needs_peers:
             return rollouts.step, {}
-        self.remember(output, rollouts)
+        if not self.consumption.lock_step:
+            from mutualrl.regimes.offlock import read_bounded_round
+
+            return read_bounded_round(self, output, rollouts, timings)
         return self.read_peer_round(rollouts.step, timings)
 
     def apply_regime(self, output: dict[str, Any], rollouts: StepRollouts, peers: dict[str, pa.Table],
                      peer_step: int | None, timings: dict[str, float]) -> tuple[dict[str, Any], dict[str, float]]:
-        """The regime's rewrite of TRL's batch with the round ``peer_step``: this step's (:meth:`transform`), an
-        earlier one (:meth:`transform_stale`) or none (plain GRPO: no peer left, or nothing new in the bound)."""
+        """The regime's rewrite of TRL's batch with the round ``peer_step``: this step's (:meth:`transform`); off
+        lock-step an earlier one (:meth:`transform_stale`) or none (plain GRPO: no peer left, nothing new)."""
         clock = time.perf_counter()
         if peer_step == rollouts.step:
             output, metrics = self.transform(output, rollouts, peers)
@@ -152,39 +150,21 @@ class RegimeAdapter:
         if self.exchange is not None:
             self.exchange.prune(self.consumption.own_rounds[0] if self.needs_peers else step)
 
-    def read_peer_round(self, step: int, timings: dict[str, float]) -> tuple[int | None, dict[str, pa.Table]]:
-        """The peer round this step uses (see.max_staleness; lock-step: ``step``) and the peers' tables of it."""
-        from mutualrl.see.errors import ShardMissingError
-
-        consumption = self.consumption
+    def read_peer_round(self, step: int, timings: dict[str, float]) -> tuple[int, dict[str, pa.Table]]:
+        """Lock-step (paper, SEE barrier): wait until every peer committed round ``step``, then read its tables."""
         clock = time.perf_counter()
-        # With every peer gone (see.on_peer_failure=continue) this is plain GRPO, unless one rejoins.
-        with self.phase("waiting for peers", enabled=not consumption.lock_step):
-            chosen = consumption.next_round(step)
-        # this step's peers: the active ones with records of the round read (a peer may have skipped it)
-        self.peers = list(consumption.active if chosen.peers is None else chosen.peers)
+        self.consumption.next_round(step)
         timings["wait_s"] = time.perf_counter() - clock
-        peer_step = chosen.peer_step
-        if peer_step is not None and peer_step != step and not self.uses_stale_rounds:
-            peer_step = None  # an older round this regime cannot use: do not read it
-        self._log_round(chosen, peer_step)
-        if peer_step is None:
-            return None, {}
         clock = time.perf_counter()
-        try:
-            peers = {name: self.exchange.read(peer_step, name, columns=self.peer_columns) for name in self.peers}
-        except ShardMissingError:
-            if consumption.lock_step:
-                raise
-            return None, {}  # pruned by a peer that ran ahead after dropping us: no peer data this step
+        peers = {name: self.exchange.read(step, name, columns=self.peer_columns) for name in self.peers}
         timings["read_s"] = time.perf_counter() - clock
-        return peer_step, peers
+        return step, peers
 
     @contextlib.contextmanager
-    def phase(self, name: str, enabled: bool = True) -> Iterator[None]:
+    def phase(self, name: str) -> Iterator[None]:
         """Show ``name`` as this policy's phase while inside (the launcher counts a phase change as progress,
         so a long wait for peers is not taken for a stall)."""
-        if not enabled or self.phase_hook is None:
+        if self.phase_hook is None:
             yield
             return
         self.phase_hook(name)
@@ -193,18 +173,6 @@ class RegimeAdapter:
         finally:
             self.phase_hook("training")
 
-    def _log_round(self, chosen: PeerRound, used_step: int | None) -> None:
-        """Staleness metrics (only off the lock-step path, whose age is always 0)."""
-        if self.consumption.lock_step:
-            return
-        got = chosen.peer_step is not None
-        values = {"mutual/peers_active": len(self.consumption.active), "mutual/peer_data": got}
-        if got:
-            values.update({"mutual/peer_age": chosen.age, "mutual/stale": chosen.age > 0,
-                           "mutual/stale_used": used_step is not None})
-        values["mutual/waited"] = chosen.waited
-        self.trainer.record_metrics(values)
-
     # -- the hooks a regime implements --------------------------------------------------------
     def transform(self, output: dict[str, Any], rollouts: StepRollouts,
                   peers: dict[str, pa.Table]) -> tuple[dict[str, Any], dict[str, float]]:
@@ -212,7 +180,7 @@ class RegimeAdapter:
         return output, {}
 
     def remember(self, output: dict[str, Any], rollouts: StepRollouts) -> None:
-        """Keep what :meth:`transform_stale` needs of this step (called every step, before any transform)."""
+        """Keep what :meth:`transform_stale` needs of this step (off lock-step only: each step, before reading)."""
 
     def transform_stale(self, output: dict[str, Any], rollouts: StepRollouts, peers: dict[str, pa.Table],
                         peer_step: int) -> tuple[dict[str, Any], dict[str, float]]:
@@ -268,23 +236,6 @@ class RegimeAdapter:
             behaviour_logps=behaviour,
             finished=[bool(ids) and ids[-1] in eos for ids in rollouts.completion_ids_local],
         )
-
-
-def round_stride(args: GRPOArgsView, required: bool) -> int:
-    """Optimizer steps between two exchange rounds (one generation): ``steps_per_generation * num_iterations /
-    gradient_accumulation_steps``. Skipping whole rounds (``required``) needs it to be a whole number."""
-    from mutualrl.errors import UsageError
-
-    generate_every = args.steps_per_generation * args.num_iterations
-    stride, rest = divmod(generate_every, args.gradient_accumulation_steps)
-    if stride >= 1 and rest == 0:
-        return stride
-    if required:
-        raise UsageError(
-            f"see.catch_up skips whole rounds, so a generation must span whole optimizer steps: "
-            f"steps_per_generation x num_iterations ({generate_every}) must be a multiple of "
-            f"gradient_accumulation_steps ({args.gradient_accumulation_steps})")
-    return 1
 
 
 def _prompt_text(prompt: Any) -> str:

@@ -42,18 +42,6 @@ from mutualrl.training.trl_metrics import TRLMetrics
 log = logging.getLogger(__name__)
 
 
-def step_deepspeed_schedule(engine: Any) -> None:
-    """Advance the LR schedule by one optimizer step of a skipped round under DeepSpeed.
-
-    There the Trainer's ``optimizer.step()`` and ``lr_scheduler.step()`` are no-ops (accelerate's DeepSpeed
-    wrappers): ``accelerator.backward`` runs ``engine.step()``, which steps the engine's scheduler. A skipped
-    round has no backward, so without this its rounds would not move the schedule (issue 38), unlike
-    without DeepSpeed. The weights and moments stay as they are, as without DeepSpeed (no gradient)."""
-    scheduler = getattr(engine, "lr_scheduler", None)
-    if scheduler is not None:
-        scheduler.step()
-
-
 class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
     """GRPOTrainer for one policy of a mutual-RL pool.
 
@@ -79,24 +67,8 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         self.regime = regime
         self._pending_rewards: dict[str, Any] | None = None
         self.no_signal: Any = None  # training.no_signal.NoSignalWatch, made at the first step
-        self._skipping_round = False
         self.generation_delay: tuple[float, str | None] = (0.0, None)  # (seconds, "even" | "odd" | None)
         self.regime.bind(self)
-
-    # -- 0. rounds a slow policy skips (see.catch_up) -------------------------------------
-    def training_step(self, model, inputs, num_items_in_batch=None):
-        """At each round's first micro-step, ask the regime whether to skip the round; a skipped round's
-        micro-steps do nothing (no generation, no forward, no backward: no gradient, so the optimizer step
-        leaves every parameter and moment as it is; the data and the LR schedule advance as usual)."""
-        if self._step % (self.args.steps_per_generation * self.num_iterations) == 0:
-            self._skipping_round = self.regime.skip_round(self.state.global_step)
-        if self._skipping_round:
-            self._step += 1
-            if self.is_deepspeed_enabled and self.accelerator.sync_gradients:
-                step_deepspeed_schedule(self.model_wrapped)
-            # NaN: the Trainer's logging_nan_inf_filter (on by default) keeps it out of the logged loss
-            return torch.full((), float("nan"), device=self.args.device)
-        return super().training_step(model, inputs, num_items_in_batch)
 
     def throttle(self) -> None:
         """Sleep ``generation_delay`` before a generation (``MUTUALRL_DEBUG_STEP_DELAY``: wall time only)."""

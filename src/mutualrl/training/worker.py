@@ -109,6 +109,23 @@ def block_unused_vllm(args: Any) -> None:
         sys.modules.setdefault("vllm", None)
 
 
+TRAINING_STACK = ("datasets", "mutualrl.pools.loading", "mutualrl.training.callbacks", "mutualrl.training.data",
+                  "mutualrl.training.adapters", "mutualrl.tasks.registry", "mutualrl.tasks.reward_funcs",
+                  "mutualrl.training.catch_up")
+"""The modules :func:`run_policy` trains with, beyond the worker module's own (TRL's trainer through ``catch_up``)."""
+
+
+def import_training_stack(args: Any) -> None:
+    """Import :data:`TRAINING_STACK` (seconds of CPU: torch, transformers, TRL, datasets), vLLM only where ``args``
+    generate with it. :func:`main` pauses the garbage collector around these imports (process_start.py);
+    ``benchmarks/worker_start.py`` times this very function, so the two cannot drift apart."""
+    import importlib
+
+    block_unused_vllm(args)  # before TRL's trainer module, which imports vLLM whenever it is installed
+    for module in TRAINING_STACK:
+        importlib.import_module(module)
+
+
 def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None) -> None:
     from mutualrl.training.grpo_args import build_grpo_config, planned_grpo_args, unplanned_grpo_args
     from mutualrl.training.trackers import tensorboard_dir_env
@@ -118,7 +135,8 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     # The plan's arguments as they are (training/grpo_args.py); started by hand without a plan: the recipe's.
     grpo = planned_grpo_args(paths, policy_name, lambda: unplanned_grpo_args(config, policy, paths, device_defaults()))
     args = build_grpo_config(grpo)  # trl's config: no vLLM
-    block_unused_vllm(args)  # before the trainer's import below
+    import_training_stack(args)  # the libraries, with the collector paused by main()
+    imports_done()  # ... and on again (process_start.py): training is unchanged
     os.environ.update(tensorboard_dir_env(os.environ, args.run_name))  # a user's TensorBoard folder: one per policy
 
     from datasets import Dataset
@@ -135,9 +153,8 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     from mutualrl.training.adapters import make_regime_adapter
     from mutualrl.tasks.registry import task_groups
     from mutualrl.tasks.reward_funcs import reward_functions, reward_spec
-    from mutualrl.training.trainer import MutualGRPOTrainer
+    from mutualrl.training.catch_up import trainer_class
 
-    imports_done()  # the collector, paused by main() for the imports above, is on again (process_start.py)
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
 
@@ -173,7 +190,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         callbacks.append(HeartbeatCallback(exchange))
     peft_config = lora_config(policy)
     prepare_cpu_vllm(args, model, tokenizer, train_examples, chat, policy_name)
-    trainer = MutualGRPOTrainer(
+    trainer = trainer_class(config.see)(  # MutualGRPOTrainer; one that may skip rounds under see.catch_up
         model=model, reward_funcs=reward, args=args, train_dataset=dataset,
         processing_class=tokenizer, callbacks=callbacks, peft_config=peft_config,
         policy_name=policy_name, regime=regime,
@@ -204,8 +221,8 @@ def open_exchange(config: Any, paths: RunPaths, policy: Any, rank: int, world_si
         provenance={"model": policy.model, "tokenizer": policy.tokenizer or policy.model},
     )
     if os.environ.get(REJOIN_ENV):  # restarted into the running pool: peers readmit us once we catch up
-        from mutualrl.regimes.adapter import round_stride
-        from mutualrl.see.consumption import rejoin_pool
+        from mutualrl.regimes.offlock import round_stride
+        from mutualrl.see.offlock.consumption import rejoin_pool
 
         rejoin_pool(exchange, resume_from, round_stride(args, required=False))
     start_heartbeat_thread(exchange)  # beats through long steps: silence means stopped or frozen

@@ -1,16 +1,14 @@
-"""Which peer round each training step reads, and which peers are still in the pool.
+"""Which peer round each training step reads, and which peers are still in the pool, off lock-step.
 
-``see.max_staleness = 0`` with ``see.on_peer_failure = stop`` is the paper's lock-step: every
-rank waits at the SEE barrier for the peers' records of its own step (exactly as before
-these settings existed). Otherwise rank 0 of the policy decides, through
-:func:`mutualrl.see.staleness.choose_peer_round`, which peer round to read (waiting only for a
-peer more than S rounds behind) and drops a failed peer under ``continue``. It logs each
-decision to ``<see>/_consumed/<policy>.jsonl``; the other ranks poll that line (files, like
-the SEE barrier: no collective with its own timeout), so every rank reads the same round, and
-a run can be replayed and audited.
+With ``see.max_staleness = S > 0``, ``see.on_peer_failure = continue`` or ``see.replay_consumption``,
+rank 0 of the policy decides, through :func:`mutualrl.see.offlock.staleness.choose_peer_round`, which
+peer round to read (waiting only for a peer more than S rounds behind) and drops a failed peer under
+``continue``. It logs each decision to ``<see>/_consumed/<policy>.jsonl``; the other ranks poll that
+line (files, like the SEE barrier: no collective with its own timeout), so every rank reads the same
+round, and a run can be replayed and audited.
 
 With ``see.catch_up`` rank 0 also decides, at the start of each round, whether to skip it
-(:func:`mutualrl.see.staleness.catch_up_target`: a peer persistently faster than this policy
+(:func:`mutualrl.see.offlock.staleness.catch_up_target`: a peer persistently faster than this policy
 would otherwise keep waiting for it) and logs the skipped span, which the peers read.
 """
 
@@ -34,51 +32,38 @@ from mutualrl.see.consumption_log import (
     parse_log,
 )
 from mutualrl.see.errors import PeerFailedError, PeerTimeoutError
-from mutualrl.see.staleness import (
-    PeerRound,
-    catch_up_target,
-    choose_peer_round,
-    has_reached,
-    round_seconds,
-)
+from mutualrl.see.lockstep import LockStepConsumption, PeerRound
+from mutualrl.see.offlock.staleness import catch_up_target, choose_peer_round, has_reached, round_seconds
 
 log = logging.getLogger("mutualrl.consumption")
 
 
-class PeerConsumption:
-    """Per policy: its own exchange rounds, the last peer round read, the active and departed peers."""
+class BoundedConsumption(LockStepConsumption):
+    """The lock-step consumption widened: reads up to ``max_staleness`` rounds old, drops and readmits peers,
+    replays a recorded run, skips rounds to catch up. With ``max_staleness=0``, ``on_peer_failure="stop"`` and
+    no replay it is lock-step (the regimes then build :class:`LockStepConsumption` itself)."""
 
     def __init__(self, exchange: Any, peers: list[str], max_staleness: int = 0, on_peer_failure: str = "stop",
                  accelerator: Any = None, replay: Path | str | None = None, catch_up: bool = False,
                  stride: int = 1):
-        self.exchange = exchange
-        self.peers = list(peers)
-        self.active = list(peers)
-        self.departed: dict[str, dict[str, Any]] = {}
+        super().__init__(exchange, peers, accelerator)
         self.max_staleness = int(max_staleness)
         self.on_peer_failure = on_peer_failure
-        self.accelerator = accelerator
         self.catch_up = catch_up
         self.stride = int(stride)  # optimizer steps between two exchange rounds
-        self.own_rounds: list[int] = []
         self.skip_until = -1  # rounds before this were decided skipped
-        self.last_consumed: int | None = None
         self.replay, self.replay_skips = replay_plan(replay, exchange.policy) if replay else (None, None)
         self.peer_logs = {p: LogTail(exchange.root, p, exchange.run_id) for p in peers}
         self.own_log = LogTail(exchange.root, exchange.policy, exchange.run_id, from_end=True)
 
     @property
-    def lock_step(self) -> bool:
+    def lock_step(self) -> bool:  # type: ignore[override]
         return self.max_staleness == 0 and self.on_peer_failure == "stop" and self.replay is None
 
     @property
-    def may_skip(self) -> bool:
+    def may_skip(self) -> bool:  # type: ignore[override]
         """Whether rounds may be skipped: under see.catch_up, or replaying a run that skipped some."""
         return self.catch_up or bool(self.replay_skips)
-
-    @property
-    def is_main(self) -> bool:
-        return self.accelerator is None or self.accelerator.is_main_process
 
     def note_round(self, step: int) -> None:
         """Record that this policy trained round ``step`` (its window of the last S+1 trained rounds: a skipped
@@ -87,19 +72,18 @@ class PeerConsumption:
 
     def next_round(self, step: int) -> PeerRound:
         """The peer round to read at ``step`` (this policy's newest published round)."""
+        if self.lock_step:
+            return super().next_round(step)
         self.note_round(step)
         started = time.monotonic()
-        if self.lock_step:
-            self.exchange.wait_for(step, policies=self.active)
-            chosen = PeerRound(int(step), int(step), 0)
-        elif self.is_main:
+        if self.is_main:
             chosen, self.active, self.departed = self._decide(int(step))
         else:  # rank 0 decides (it may wait long); the others read its decision from the log, no collective
             chosen = self._await_decision(int(step))
         if chosen.peer_step is not None:
             self.last_consumed = chosen.peer_step
         if self.is_main:
-            self._log(chosen, time.monotonic() - started)
+            self.log_round(chosen, time.monotonic() - started)
         return chosen
 
     # -- catching up (see.catch_up) -----------------------------------------------------
@@ -222,14 +206,6 @@ class PeerConsumption:
         self.departed[peer] = {"step": step, "reason": reason, "time": time.time()}
         log.warning("policy %s: peer %s left the pool at step %d (%s); continuing with %s", self.exchange.policy,
                     peer, step, reason, ", ".join(self.active) or "no peers (standalone)")
-
-    def _log(self, chosen: PeerRound, wait_s: float) -> None:
-        """One read row: the choice, and when it was made and how long it waited (peers' catch-up reads them)."""
-        append_row(self.exchange.root, self.exchange.policy, {
-            "run_id": self.exchange.run_id, "step": chosen.step, "peer_step": chosen.peer_step, "age": chosen.age,
-            "waited": chosen.waited, "peers": list(self.active), "departed": sorted(self.departed),
-            "read_from": None if chosen.peers is None else list(chosen.peers), "time": time.time(),
-            "wait_s": round(wait_s, 6)})
 
 
 def rejoin_pool(exchange: Any, resume_from: str | None, stride: int) -> None:

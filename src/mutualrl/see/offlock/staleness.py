@@ -25,36 +25,16 @@ import math
 import os
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mutualrl.see.consumption_log import LogTail
 from mutualrl.see.files import STEP_DIR_RE
+from mutualrl.see.lockstep import PeerRound
 from mutualrl.see.shards import complete_shards, scan_committed
 
 if TYPE_CHECKING:
     from mutualrl.see.exchange import ExperienceExchange
-
-
-@dataclass(frozen=True)
-class PeerRound:
-    """What one consumer step reads from its peers.
-
-    Attributes:
-        step: the trainer step of the consumer (its own published round).
-        peer_step: the peers' round it reads (``None``: nothing new within the bound).
-        age: exchange rounds between ``step`` and ``peer_step`` (0: lock-step fresh; ``None`` with no data).
-        waited: whether the consumer had to wait for a peer more than S rounds behind.
-        peers: the peers with records of ``peer_step`` (``None``: every active peer; a peer that skipped the
-            round has none).
-    """
-
-    step: int
-    peer_step: int | None
-    age: int | None
-    waited: bool = False
-    peers: tuple[str, ...] | None = None
 
 
 def is_committed(exchange: ExperienceExchange, policy: str, step: int) -> bool:
