@@ -265,3 +265,36 @@ def test_a_replay_takes_back_a_peer_that_rejoined_in_the_replayed_run(tmp_path):
     assert consumption.next_round(0).peer_step == 0 and consumption.active == ["slow"]
     assert consumption.next_round(1).peer_step is None and consumption.active == []
     assert consumption.next_round(2).peer_step == 2 and consumption.active == ["slow"] and not consumption.departed
+
+
+LOCK_STEP_BIND = """
+import sys
+from types import SimpleNamespace
+from mutualrl.config import load_run_config
+from mutualrl.see.exchange import ExperienceExchange
+from mutualrl.training.adapters import make_regime_adapter
+config = load_run_config("tiny", regime=sys.argv[2], overrides=sys.argv[3:], check_grpo=False).config
+names = [p.name for p in config.pool.policies]
+exchange = ExperienceExchange(sys.argv[1], "run", names[0], policies=names)
+adapter = make_regime_adapter(config, names[0], exchange)
+args = SimpleNamespace(steps_per_generation=1, num_iterations=1, gradient_accumulation_steps=1)
+adapter.bind(SimpleNamespace(accelerator=None, args=args))
+print(type(adapter.consumption).__name__, sorted(m for m in sys.modules if m.endswith("offlock")
+                                                 or ".offlock." in m))
+"""
+
+
+@pytest.mark.parametrize("overrides, expected", [
+    ([], "LockStepConsumption []"),
+    (["see.max_staleness=1"], "BoundedConsumption ['mutualrl.regimes.offlock', 'mutualrl.see.offlock', "
+                              "'mutualrl.see.offlock.consumption', 'mutualrl.see.offlock.staleness']"),
+])
+def test_a_lock_step_regime_never_imports_the_off_lock_step_layer(tmp_path, overrides, expected):
+    """The paper's path reads lock-step code only: the optional layer is imported where the settings leave it."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", LOCK_STEP_BIND, str(tmp_path), "sgt", *overrides],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == expected
