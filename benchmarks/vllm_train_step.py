@@ -11,7 +11,9 @@ included). Validation is cut to a few prompts at the end so it does not dominate
 
     python benchmarks/vllm_train_step.py --pool smol-arith --steps 5 --out DIR
 
-``ratio = transformers / vllm`` (> 1: vLLM faster). Writes ``DIR/vllm-train-step.json``.
+Three arms: transformers, vLLM as the plan runs it on a CPU (no importance-sampling pass), and vLLM with TRL's
+``vllm_importance_sampling_correction`` on (TRL's default, the CPU plan's before session 18).
+``ratio_<arm> = transformers / arm`` (> 1: vLLM faster). Writes ``DIR/vllm-train-step.json``.
 """
 
 from __future__ import annotations
@@ -29,7 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from learning import run_one  # noqa: E402  (the benchmarks' own `mutualrl train` runner)
 
-BACKENDS = {"transformers": "false", "vllm": "true"}
+BACKENDS = {
+    "transformers": ["grpo.use_vllm=false"],
+    "vllm": ["grpo.use_vllm=true"],  # the plan's CPU default: no importance-sampling pass (vllm_cpu.SAME_SAMPLER)
+    "vllm-is": ["grpo.use_vllm=true", "grpo.vllm_importance_sampling_correction=true"],  # TRL's default (before)
+}
 TIMED_KEYS = ("step_time", "mutual/rollout_seconds")
 
 
@@ -48,21 +54,25 @@ def step_medians(rows: list[dict[str, Any]], skip_first: int = 1) -> dict[str, d
 
 
 def ratios(results: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """transformers / vLLM for each policy and timed key (median over rounds), and for the runs' wall time."""
+    """transformers / each vLLM arm for each policy and timed key (median over rounds), and for the runs' wall
+    time: ``{policy: {key: {"<arm>_s": seconds, "ratio_<arm>": transformers / arm}}}``."""
     def median_over_rounds(backend: str, policy: str, key: str) -> float | None:
         values = [r["steps"][policy][key] for r in results[backend] if key in r["steps"].get(policy, {})]
         return statistics.median(values) if values else None
 
+    arms = [b for b in results if b != "transformers"]
     policies = sorted({p for r in results["transformers"] for p in r["steps"]})
     out: dict[str, Any] = {}
     for policy in policies:
         out[policy] = {}
         for key in TIMED_KEYS:
-            hf, vl = median_over_rounds("transformers", policy, key), median_over_rounds("vllm", policy, key)
-            out[policy][key] = {"transformers_s": hf, "vllm_s": vl,
-                                "ratio": round(hf / vl, 3) if hf and vl else None}
-    walls = {b: statistics.median(r["wall_seconds"] for r in results[b]) for b in BACKENDS}
-    out["wall_seconds"] = {**walls, "ratio": round(walls["transformers"] / walls["vllm"], 3)}
+            seconds = {b: median_over_rounds(b, policy, key) for b in results}
+            hf = seconds["transformers"]
+            out[policy][key] = {**{f"{b}_s": v for b, v in seconds.items()},
+                                **{f"ratio_{b}": round(hf / seconds[b], 3) if hf and seconds[b] else None
+                                   for b in arms}}
+    walls = {b: statistics.median(r["wall_seconds"] for r in results[b]) for b in results}
+    out["wall_seconds"] = {**walls, **{f"ratio_{b}": round(walls["transformers"] / walls[b], 3) for b in arms}}
     return out
 
 
@@ -70,7 +80,7 @@ def run_once(args: argparse.Namespace, backend: str, round_index: int) -> dict[s
     """One timed standalone run with ``backend`` generating (never a reused one: a timing must be fresh)."""
     round_dir = args.out / f"{backend}-round{round_index}"
     shutil.rmtree(round_dir, ignore_errors=True)
-    settings = [f"grpo.use_vllm={BACKENDS[backend]}", "validation.at_start=false",
+    settings = [*BACKENDS[backend], "validation.at_start=false",
                 f"validation.limit={args.validation_prompts}", "grpo.save_steps=100000"]
     started = time.perf_counter()
     run_dir = run_one(args.pool, "standalone", args.seed, round_dir, args.steps,
@@ -88,13 +98,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="Training seed (the same for both backends).")
     parser.add_argument("--validation-prompts", type=int, default=4, help="Held-out prompts validated at the end.")
     parser.add_argument("--out", type=Path, required=True, help="Folder for the runs and vllm-train-step.json.")
+    parser.add_argument("--backends", default=",".join(BACKENDS),
+                        help=f"Comma-separated arms, transformers first ({', '.join(BACKENDS)}).")
     args = parser.parse_args(argv)
     if args.steps < 2:
         parser.error("--steps must be at least 2 (the first step is not timed)")
     args.out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, list[dict[str, Any]]] = {b: [] for b in BACKENDS}
+    backends = args.backends.split(",")
+    if backends[0] != "transformers" or not set(backends) <= set(BACKENDS):
+        parser.error(f"--backends: transformers first, then any of {', '.join(BACKENDS)}; got {args.backends}")
+    results: dict[str, list[dict[str, Any]]] = {b: [] for b in backends}
     for round_index in range(args.rounds):
-        for backend in BACKENDS:
+        for backend in backends:
             results[backend].append(run_once(args, backend, round_index))
     report = {"command": " ".join(["python", "benchmarks/vllm_train_step.py", *(argv or sys.argv[1:])]),
               "pool": args.pool, "steps": args.steps, "rounds": args.rounds, "runs": results,

@@ -10,6 +10,10 @@ process-group state), on the default tiny pool, 3 steps:
   the same run without vLLM;
 - with the sync switched off (MUTUALRL_DEBUG_VLLM_NO_SYNC) at a high learning rate: the same gap
   check fails, so it can tell a synced engine from a stale one.
+
+The gap is TRL's diagnostic of its importance-sampling correction, which the CPU plan turns off by default
+(vllm_cpu.SAME_SAMPLER); these runs turn it on to read it. The default path (no correction) runs end to end
+in tests/test_benchmarks_smoke.py::test_vllm_train_step.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from mutualrl.see.inspect import inspect_exchange
 POLICIES = ("tiny-bpe", "tiny-sp")
 STEPS = 3
 GAP = "sampling/sampling_logp_difference/mean"
+WITH_GAP = ("--set", "grpo.use_vllm=true", "--set", "grpo.vllm_importance_sampling_correction=true")
 MAX_GAP = 0.01
 
 pytestmark = pytest.mark.slow
@@ -53,7 +58,7 @@ def runs(tmp_path_factory, sgt_3_steps) -> dict[str, Path]:
     without, done = sgt_3_steps
     assert_ok(done)
     assert not json.loads((without / "launch" / "plan.json").read_text())["policies"][0]["grpo"].get("use_vllm")
-    return {"vllm": train(tmp_path_factory.mktemp("vllm") / "vllm", "--regime", "sgt", "--set", "grpo.use_vllm=true"),
+    return {"vllm": train(tmp_path_factory.mktemp("vllm") / "vllm", "--regime", "sgt", *WITH_GAP),
             "transformers": without}
 
 
@@ -109,7 +114,7 @@ def test_the_gap_check_fails_when_the_engine_is_not_synced(tmp_path):
     # tiny-bpe: its samples are right ~70 % of the time on its strong family, so groups are mixed and the two
     # updates move the weights (tiny-sp's are near-uniform since issue 25: zero advantages, nothing to sync).
     run = train(tmp_path / "nosync", "--regime", "standalone", "--set", "pool.policies=[{name: tiny-bpe, model: "
-                "'builtin:tiny-bpe'}]", "--set", "grpo.use_vllm=true", "--set", "grpo.learning_rate=1e-2",
+                "'builtin:tiny-bpe'}]", *WITH_GAP, "--set", "grpo.learning_rate=1e-2",
                 "--set", "grpo.warmup_steps=0", "--set", "validation.at_start=false",
                 env={"MUTUALRL_DEBUG_VLLM_NO_SYNC": "1"})
     gaps = {r["step"]: r[GAP] for r in rows(run, "train")}

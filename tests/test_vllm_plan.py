@@ -60,6 +60,20 @@ def test_plan_keeps_vllm_on_the_cpu_and_replaces_the_cuda_only_settings(monkeypa
     assert "an engine in each of the policy's 2 process(es)" in text and vllm_cpu.KV_ENV in text
 
 
+@pytest.mark.parametrize(("asked", "planned"), [(None, False), (True, True), (False, False)])
+def test_the_cpu_path_drops_trls_importance_sampling_pass_unless_asked(monkeypatch, asked, planned):
+    """The CPU engine samples with the trainer's fp32 weights: TRL's correction pass is off unless set."""
+    monkeypatch.setattr(vllm_cpu, "cpu_blocker", lambda build=None: None)
+    recipe = PAPER_VLLM if asked is None else {**PAPER_VLLM, "vllm_importance_sampling_correction": asked}
+    grpo, notes = resolve_vllm(recipe, CPU)
+    assert grpo["vllm_importance_sampling_correction"] is planned
+    said = [n for n in notes if "vllm_importance_sampling_correction" in n]
+    assert said == ([f"p: grpo.vllm_importance_sampling_correction off on the CPU: {vllm_cpu.SAME_SAMPLER}"]
+                    if asked is None else [])
+    gpu, _ = resolve_vllm(PAPER_VLLM, PolicyPlacement("p", "cuda", (0, 1), 2, 1), vllm_available=True)
+    assert "vllm_importance_sampling_correction" not in gpu  # a GPU keeps TRL's default (bf16 engine)
+
+
 def test_plan_turns_vllm_off_on_the_cpu_with_the_reason(monkeypatch):
     monkeypatch.setattr(vllm_cpu, "cpu_blocker", lambda build=None: "this CPU has no AVX2, which vLLM's CPU kernels need")
     grpo, notes = resolve_vllm(PAPER_VLLM, CPU)

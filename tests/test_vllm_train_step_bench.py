@@ -20,13 +20,22 @@ def test_step_medians_drop_the_first_step_and_other_rows():
                                         "b": {"step_time": 8.0, "mutual/rollout_seconds": 2.0}}
 
 
-def test_ratios_are_transformers_over_vllm_per_policy_and_wall_time():
+def test_ratios_are_transformers_over_each_vllm_arm_per_policy_and_wall_time():
     def run(step_time: float, rollout: float, wall: float) -> dict:
         return {"wall_seconds": wall, "steps": {"a": {"step_time": step_time, "mutual/rollout_seconds": rollout}}}
 
     results = {"transformers": [run(10.0, 4.0, 100.0), run(12.0, 6.0, 120.0)],
-               "vllm": [run(8.0, 2.0, 150.0), run(8.0, 3.0, 130.0)]}
+               "vllm": [run(8.0, 2.0, 150.0), run(8.0, 3.0, 130.0)],
+               "vllm-is": [run(20.0, 8.0, 200.0), run(24.0, 10.0, 240.0)]}
     out = bench.ratios(results)
-    assert out["a"]["step_time"] == {"transformers_s": 11.0, "vllm_s": 8.0, "ratio": 1.375}
-    assert out["a"]["mutual/rollout_seconds"]["ratio"] == pytest.approx(2.0)
-    assert out["wall_seconds"] == {"transformers": 110.0, "vllm": 140.0, "ratio": 0.786}
+    assert out["a"]["step_time"] == {"transformers_s": 11.0, "vllm_s": 8.0, "vllm-is_s": 22.0,
+                                     "ratio_vllm": 1.375, "ratio_vllm-is": 0.5}
+    assert out["a"]["mutual/rollout_seconds"]["ratio_vllm"] == pytest.approx(2.0)
+    assert out["wall_seconds"] == {"transformers": 110.0, "vllm": 140.0, "vllm-is": 220.0, "ratio_vllm": 0.786,
+                                   "ratio_vllm-is": 0.5}
+
+
+def test_an_arm_list_must_start_with_transformers(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--backends", "vllm,transformers", "--out", str(tmp_path)])
+    assert "--backends: transformers first" in capsys.readouterr().err

@@ -7,7 +7,8 @@ engine in-process (``external_launcher``), generates its rollouts with it and pu
 into it every step (docs/launch.md "vLLM on a CPU").
 
 Three of the paper recipes' vLLM settings only mean something on CUDA (:data:`CUDA_ONLY`); the
-CPU path replaces them (:func:`adapt_cpu_vllm`), and sizes the KV cache with
+CPU path replaces them (:func:`adapt_cpu_vllm`), turns TRL's importance-sampling correction off
+unless asked for (:data:`SAME_SAMPLER`), and sizes the KV cache with
 ``VLLM_CPU_KVCACHE_SPACE`` from the model and the batch (:func:`kv_cache_gib`), since on a CPU
 ``vllm_gpu_memory_utilization`` would reserve that share of the host's RAM.
 
@@ -140,7 +141,17 @@ def adapt_cpu_vllm(grpo: dict[str, Any], name: str) -> tuple[dict[str, Any], lis
         notes.append(f"{name}: grpo.vllm_tensor_parallel_size: {CUDA_ONLY['vllm_tensor_parallel_size']}")
     if "vllm_gpu_memory_utilization" in out:
         notes.append(f"{name}: grpo.vllm_gpu_memory_utilization: {CUDA_ONLY['vllm_gpu_memory_utilization']}")
+    if "vllm_importance_sampling_correction" not in out:  # a value the user set is kept
+        out["vllm_importance_sampling_correction"] = False
+        notes.append(f"{name}: grpo.vllm_importance_sampling_correction off on the CPU: {SAME_SAMPLER}")
     return out, notes
+
+
+SAME_SAMPLER = ("the engine samples with the trainer's own fp32 weights, synced before each generation, so TRL's "
+                "correction (an extra no-grad forward pass over every rollout each step) would weigh each response by "
+                "exp(~1e-5); set it true to keep it and TRL's sampling/* metrics")
+"""Why the CPU path does without TRL's vLLM importance-sampling correction (``benchmarks/vllm_train_step.py``:
+that pass, not generation, made a vLLM step slower than a transformers step; docs/launch.md)."""
 
 
 def kv_bytes_per_token(config: Any, dtype_bytes: int = 4) -> int:
