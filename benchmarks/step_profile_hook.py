@@ -7,7 +7,9 @@ driver puts a ``sitecustomize.py`` on the policies' ``PYTHONPATH`` that calls :f
 nothing -- and then wraps, on the class ``MutualGRPOTrainer``:
 
 - ``training_step`` and ``_prepare_inputs``: forward+backward = training_step - _prepare_inputs
-  (Trainer calls ``_prepare_inputs`` inside ``training_step``; GRPO generates there);
+  (Trainer calls ``_prepare_inputs`` inside ``training_step``; GRPO generates there). Under ``see.catch_up``
+  the worker's ``CatchUpTrainer`` decides each round's skip before calling this ``training_step``: that
+  decision counts in ``other``, and a skipped round has no ``training_step`` time;
 - ``compute_loss`` and the regime's ``extra_loss`` (SGT's extra forward on a peer's success);
 - ``_get_per_token_logps_and_entropies``: its time and the shapes FLOPs are counted from, tagged by phase
   (``rollout``: old/reference log-probs; ``behaviour``: the behaviour log-probs a regime publishes, scored
