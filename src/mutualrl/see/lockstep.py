@@ -44,7 +44,7 @@ class PeerRound:
 def is_lock_step(see: Any) -> bool:
     """Whether the SEE settings ``see`` are the paper's lock-step (no staleness, a failed peer stops the run,
     no replayed run): then :class:`LockStepConsumption` is the whole consumption."""
-    return see.max_staleness == 0 and see.on_peer_failure == "stop" and see.replay_consumption is None
+    return see.max_staleness == 0 and see.on_peer_failure == "stop" and not see.replay_consumption
 
 
 class LockStepConsumption:

@@ -60,4 +60,4 @@ class CatchUpTrainer(MutualGRPOTrainer):
 def trainer_class(see: Any) -> type[MutualGRPOTrainer]:
     """:class:`CatchUpTrainer` where rounds may be skipped (``see.catch_up``, or replaying a run that may have
     skipped some), else the lock-step :class:`MutualGRPOTrainer`."""
-    return CatchUpTrainer if see.catch_up or see.replay_consumption is not None else MutualGRPOTrainer
+    return CatchUpTrainer if see.catch_up or see.replay_consumption else MutualGRPOTrainer
