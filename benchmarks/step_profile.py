@@ -2,7 +2,7 @@
 
 Runs ``mutualrl train`` unchanged, with ``benchmarks/step_profile_hook.py`` loaded into the policy
 processes (a generated ``sitecustomize.py``; nothing in ``src/`` changes), and splits each optimizer
-step into: generation, reward, old/reference log-probs (and the behaviour log-probs PRP scores before
+step into: generation, vLLM's weight sync, reward, old/reference log-probs (and the behaviour log-probs PRP scores before
 publishing, which the trainer counts in ``mutual/build_s``), SEE publish/read, barrier wait, regime work
 (THL and the regime's transform, PRP's peer scoring, SGT's extra forward), forward+backward, optimizer,
 and what is left (``rollout_other``: batching, advantages; ``other``: scheduler, zero_grad, callbacks).
@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-PARTS = ("generation", "reward", "old_ref_logps", "see_publish_read", "barrier_wait", "regime",
+PARTS = ("generation", "weight_sync", "reward", "old_ref_logps", "see_publish_read", "barrier_wait", "regime",
          "forward_backward", "optimizer")
 RESIDUALS = ("rollout_other", "other")
 TOKEN_TILE = 4096  # trl.kernels.chunked_logprob.TOKEN_CHUNK_SIZE
@@ -110,8 +110,8 @@ def breakdown(step: dict[str, Any], metrics: dict[str, Any]) -> dict[str, float]
     prepare = step.get("prepare_inputs_s", 0.0)
     behaviour = sum(p["seconds"] for p in step.get("logps", []) if p["phase"] == "behaviour")  # inside build_s
     parts = {
-        "generation": sum(v for k, v in trl.items() if k.startswith(("transformers.generate", "vLLM.generate",
-                                                                       "sync_weights"))),
+        "generation": sum(v for k, v in trl.items() if k.startswith(("transformers.generate", "vLLM.generate"))),
+        "weight_sync": trl.get("sync_weights", 0.0),  # vLLM colocate: the trainer's weights into the engine
         "reward": trl.get("_calculate_rewards", 0.0),
         "old_ref_logps": behaviour + sum(p["seconds"] for p in step.get("logps", []) if p["phase"] == "rollout"),
         "see_publish_read": get("mutual/build_s") - behaviour + get("mutual/publish_s") + get("mutual/read_s"),
@@ -120,7 +120,7 @@ def breakdown(step: dict[str, Any], metrics: dict[str, Any]) -> dict[str, float]
         "forward_backward": step.get("training_step_s", 0.0) - prepare - step.get("extra_loss_s", 0.0),
         "optimizer": step.get("optimizer_s", 0.0),
     }
-    in_rollout = ("generation", "reward", "old_ref_logps", "see_publish_read", "barrier_wait")
+    in_rollout = ("generation", "weight_sync", "reward", "old_ref_logps", "see_publish_read", "barrier_wait")
     parts["rollout_other"] = prepare - sum(parts[k] for k in in_rollout) - get("mutual/transform_s")
     parts["other"] = step["step_s"] - step.get("training_step_s", 0.0) - parts["optimizer"]
     parts["step"] = step["step_s"]

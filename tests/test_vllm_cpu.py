@@ -120,3 +120,20 @@ def test_the_gap_check_fails_when_the_engine_is_not_synced(tmp_path):
     gaps = {r["step"]: r[GAP] for r in rows(run, "train")}
     assert gaps[1] <= MAX_GAP  # nothing trained yet: engine and trainer agree
     assert gaps[STEPS] > MAX_GAP, gaps  # two updates the engine never saw
+
+
+def test_a_lora_policy_syncs_its_adapted_layers_and_keeps_its_frozen_embeddings(tmp_path):
+    # From the second sync on the frozen embedding stays in the engine (vllm_engine.cpu_sync_weights). LoRA's B
+    # starts at zero, so a nonzero B after training means the merged layers moved; a gap <= MAX_GAP at every step
+    # means the engine sampled from those moved layers around an intact embedding (a damaged or stale one fails the
+    # check, as the unsynced run above shows).
+    from safetensors.torch import load_file
+
+    run = train(tmp_path / "lora", "--regime", "standalone", "--set", "pool.policies=[{name: tiny-bpe, model: "
+                "'builtin:tiny-bpe', lora: {r: 8, alpha: 16, dropout: 0.0}}]", *WITH_GAP,
+                "--set", "grpo.learning_rate=1e-2", "--set", "grpo.warmup_steps=0")
+    gaps = {r["step"]: r[GAP] for r in rows(run, "train")}
+    assert sorted(gaps) == [1, 2, 3] and max(gaps.values()) <= MAX_GAP, gaps
+    adapter = load_file(run / "policies" / "tiny-bpe" / "final" / "adapter_model.safetensors")
+    assert max(t.abs().max().item() for name, t in adapter.items() if "lora_B" in name) > 0
+    assert "frozen embedding weight(s) stay in the engine" in (run / "logs" / "tiny-bpe.log").read_text()
