@@ -14,11 +14,11 @@ reload (``Worker.reload_weights``), which re-packs each layer it loads, with thr
 - **Frozen embeddings stay in the engine** (:func:`kept_embedding_storages`). From the second sync on, an input
   or output embedding layer that is a plain torch layer with nothing trainable (LoRA leaves both so) is not sent:
   vLLM puts a layer that got none of its weights back as it was (``finalize_layerwise_processing``). Every
-  parameter of such a layer is left out (a head's bias too: a layer that gets some of its weights is re-processed
-  with the rest uninitialised), and only a layer frozen at the previous sync and now. Gemma-3-270M's sync 2.5-6 s
+  parameter of such a layer is left out (a head's bias too: a bias sent without its weight would make vLLM
+  re-process the layer from an uninitialised weight), and only a layer frozen at the previous sync and now. Gemma-3-270M's sync 2.5-6 s
   -> 0.4 s (its 262k-row table is 168M of its 268M weights).
 - **vLLM's reload warnings** (:class:`ReloadWarnings`): every warning of the first sync is logged; later syncs
-  drop only the ones the first sync logged and the ones about the embeddings kept on purpose.
+  log each new one once and drop those about the embeddings kept on purpose.
 """
 
 from __future__ import annotations
@@ -51,28 +51,26 @@ def embedding_modules(model: Any) -> list[torch.nn.Module]:
     return modules
 
 
-def frozen_embedding_storages(model: Any) -> set[int]:
-    """``data_ptr()`` of every parameter of each embedding module that is a plain ``nn.Embedding`` or ``nn.Linear``
-    with nothing trainable. A PEFT wrapper (LoRA on the embedding merges into the base weight in place;
-    ``modules_to_save``; trainable tokens) is not a plain layer, so it is always sent."""
-    storages: set[int] = set()
-    wrapped: set[int] = set()  # what a wrapper holds, also when a tied plain head shares it
+def frozen_embedding_layers(model: Any) -> set[frozenset[int]]:
+    """Each embedding module that is a plain ``nn.Embedding`` or ``nn.Linear`` with nothing trainable, as the
+    ``data_ptr()`` of all its parameters. A PEFT wrapper (LoRA on the embedding merges into the base weight in
+    place; ``modules_to_save``; trainable tokens) is not a plain layer: what it holds is always sent, also through a
+    plain head tied to it."""
+    layers: set[frozenset[int]] = set()
+    wrapped: set[int] = set()
     for module in embedding_modules(model):
-        params = [p for p in module.parameters() if p.numel() > 0]
+        storages = frozenset(p.data_ptr() for p in module.parameters() if p.numel() > 0)
         if not isinstance(module, (torch.nn.Embedding, torch.nn.Linear)) or hasattr(module, "base_layer"):
-            wrapped.update(p.data_ptr() for p in params)
-        elif params and not any(p.requires_grad for p in params):
-            storages.update(p.data_ptr() for p in params)
-    return storages - wrapped
+            wrapped |= storages
+        elif storages and not any(p.requires_grad for p in module.parameters()):
+            layers.add(storages)
+    return {layer for layer in layers if not layer & wrapped}
 
 
-def kept_embedding_storages(generation: Any) -> set[int]:
-    """What this sync leaves in the engine: frozen at the previous sync of this process and now (nothing at the
-    first, so the engine holds the trainer's weights whatever it was built from)."""
-    now = frozen_embedding_storages(generation.model)
-    previous = getattr(generation, "_mutualrl_frozen", None)
-    generation._mutualrl_frozen = now
-    return set() if previous is None else now & previous
+def kept_embedding_storages(previous: set[frozenset[int]] | None, now: set[frozenset[int]]) -> set[int]:
+    """What a sync leaves in the engine: the whole layers frozen at the previous sync of this process and now
+    (nothing at the first, so the engine holds the trainer's weights whatever it was built from)."""
+    return set() if previous is None else {ptr for layer in now & previous for ptr in layer}
 
 
 class ReloadWarnings(logging.Filter):
@@ -87,29 +85,38 @@ class ReloadWarnings(logging.Filter):
         self.kept: set[str] = set()  # names this sync left out on purpose
 
     def filter(self, record: logging.LogRecord) -> bool:
+        try:  # logging does not catch a filter's error: it would surface inside vLLM's reload
+            return self._keep(record)
+        except Exception:  # noqa: BLE001 - a record of another shape is logged as it is
+            return True
+
+    def _keep(self, record: logging.LogRecord) -> bool:
         message = str(record.msg)
         if LAYER_NOT_LOADED not in message and WEIGHTS_NOT_LOADED not in message:
             return True
-        names = set(record.args[0]) if WEIGHTS_NOT_LOADED in message and record.args else set()
+        first_arg = record.args[0] if isinstance(record.args, tuple) and record.args else None
+        names = set(first_arg) if isinstance(first_arg, (set, frozenset, list, tuple)) else set()
+        text = record.getMessage()
         if self.first:
-            self.seen.add(record.getMessage())
             self.missing_at_first |= names
-            return True
-        if record.getMessage() in self.seen:
+        elif text in self.seen or (names and names <= self.missing_at_first | self.kept) or (
+                not names and self.kept and first_arg in EMBEDDING_LAYERS):
             return False
-        if names:
-            return not names <= self.missing_at_first | self.kept
-        return not (self.kept and record.args and record.args[0] in EMBEDDING_LAYERS)
+        self.seen.add(text)  # each warning once
+        return True
 
 
 def repack_tied_heads(engine_model: torch.nn.Module) -> int:
     """Re-pack each ``ParallelLMHead`` that shares its weight with an embedding layer (the packing its own
     ``process_weights_after_loading`` made when the engine was built); returns how many."""
     from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
+    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
 
-    embeddings = {id(m.weight) for m in engine_model.modules()
+    embeddings = {id(getattr(m, "weight", None)) for m in engine_model.modules()
                   if isinstance(m, VocabParallelEmbedding) and not isinstance(m, ParallelLMHead)}
-    heads = [m for m in engine_model.modules() if isinstance(m, ParallelLMHead) and id(m.weight) in embeddings]
+    heads = [m for m in engine_model.modules() if isinstance(m, ParallelLMHead)
+             and isinstance(m.quant_method, UnquantizedEmbeddingMethod)  # a quantized one is packed once only
+             and id(getattr(m, "weight", None)) in embeddings]
     for head in heads:
         head.quant_method.process_weights_after_loading(head)
     return len(heads)
@@ -118,7 +125,8 @@ def repack_tied_heads(engine_model: torch.nn.Module) -> int:
 def cpu_sync_weights(generation: Any) -> None:
     """Push the trainer's current weights into ``generation.llm`` (installed as TRL's ``sync_weights``)."""
     worker = generation.llm.llm_engine.model_executor.driver_worker
-    kept = kept_embedding_storages(generation)
+    frozen = frozen_embedding_layers(generation.model)
+    kept = kept_embedding_storages(getattr(generation, "_mutualrl_frozen", None), frozen)
     warnings = getattr(generation, "_mutualrl_reload_warnings", None) or ReloadWarnings()
     generation._mutualrl_reload_warnings = warnings
     warnings.kept = set()
@@ -139,8 +147,12 @@ def cpu_sync_weights(generation: Any) -> None:
     finally:
         for name in RELOAD_LOGGERS:
             logging.getLogger(name).removeFilter(warnings)
+    generation._mutualrl_frozen = frozen  # after a reload that went through
     if not warnings.kept:  # the embedding was sent, so a head tied to it must be packed again
-        repack_tied_heads(worker.get_model())
+        repacked = repack_tied_heads(worker.get_model())
+        if warnings.first:
+            log.info("vLLM weight sync: %d LM head(s) tied to the embedding packed again after each sync that "
+                     "sends it", repacked)
     generation.llm.reset_prefix_cache()
     if warnings.kept and not getattr(generation, "_mutualrl_kept_logged", False):
         log.info("vLLM weight sync: the frozen embedding weight(s) %s stay in the engine from the first sync",
