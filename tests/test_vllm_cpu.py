@@ -9,7 +9,9 @@ process-group state), on the default tiny pool, 3 steps:
   transformers greedy gives; the SEE holds the same record schema and per-step record counts as
   the same run without vLLM;
 - with the sync switched off (MUTUALRL_DEBUG_VLLM_NO_SYNC) at a high learning rate: the same gap
-  check fails, so it can tell a synced engine from a stale one.
+  check fails, so it can tell a synced engine from a stale one;
+- at that learning rate with the sync on: a full fine-tune (its tied head re-packed after each sync) and a LoRA
+  policy (its frozen embedding kept in the engine) both keep the gap small (training/vllm_cpu_sync.py).
 
 The gap is TRL's diagnostic of its importance-sampling correction, which the CPU plan turns off by default
 (vllm_cpu.SAME_SAMPLER); these runs turn it on to read it. The default path (no correction) runs end to end
