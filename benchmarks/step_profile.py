@@ -2,8 +2,8 @@
 
 Runs ``mutualrl train`` unchanged, with ``benchmarks/step_profile_hook.py`` loaded into the policy
 processes (a generated ``sitecustomize.py``; nothing in ``src/`` changes), and splits each optimizer
-step into: generation, vLLM's weight sync, reward, old/reference log-probs (and the behaviour log-probs PRP scores before
-publishing, which the trainer counts in ``mutual/build_s``), SEE publish/read, barrier wait, regime work
+step into: generation, vLLM's weight sync, reward, old/reference log-probs (and the behaviour log-probs PRP
+scores before publishing, which the trainer counts in ``mutual/build_s``), SEE publish/read, barrier wait, regime work
 (THL and the regime's transform, PRP's peer scoring, SGT's extra forward), forward+backward, optimizer,
 and what is left (``rollout_other``: batching, advantages; ``other``: scheduler, zero_grad, callbacks).
 The SEE, wait and regime figures are the trainer's own ``mutual/*_s`` rows of ``RUN/metrics.jsonl``;

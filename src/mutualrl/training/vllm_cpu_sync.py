@@ -15,8 +15,8 @@ reload (``Worker.reload_weights``), which re-packs each layer it loads, with thr
   or output embedding layer that is a plain torch layer with nothing trainable (LoRA leaves both so) is not sent:
   vLLM puts a layer that got none of its weights back as it was (``finalize_layerwise_processing``). Every
   parameter of such a layer is left out (a head's bias too: a bias sent without its weight would make vLLM
-  re-process the layer from an uninitialised weight), and only a layer frozen at the previous sync and now. Gemma-3-270M's sync 2.5-6 s
-  -> 0.4 s (its 262k-row table is 168M of its 268M weights).
+  re-process the layer from an uninitialised weight), and only a layer frozen at the previous sync and now.
+  Gemma-3-270M's sync 2.5-6 s -> 0.4 s (its 262k-row table is 168M of its 268M weights).
 - **vLLM's reload warnings** (:class:`ReloadWarnings`): every warning of the first sync is logged; later syncs
   log each new one once and drop those about the embeddings kept on purpose.
 """
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -109,8 +110,8 @@ class ReloadWarnings(logging.Filter):
 def repack_tied_heads(engine_model: torch.nn.Module) -> int:
     """Re-pack each ``ParallelLMHead`` that shares its weight with an embedding layer (the packing its own
     ``process_weights_after_loading`` made when the engine was built); returns how many."""
-    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
-    from vllm.model_executor.layers.vocab_parallel_embedding import UnquantizedEmbeddingMethod
+    from vllm.model_executor.layers.vocab_parallel_embedding import (ParallelLMHead, UnquantizedEmbeddingMethod,
+                                                                     VocabParallelEmbedding)
 
     embeddings = {id(getattr(m, "weight", None)) for m in engine_model.modules()
                   if isinstance(m, VocabParallelEmbedding) and not isinstance(m, ParallelLMHead)}
@@ -122,13 +123,23 @@ def repack_tied_heads(engine_model: torch.nn.Module) -> int:
     return len(heads)
 
 
+@dataclass
+class SyncState:
+    """What one policy process's syncs remember (kept on TRL's ``VLLMGeneration`` as ``_mutualrl_sync``)."""
+
+    warnings: ReloadWarnings = field(default_factory=ReloadWarnings)
+    frozen: set[frozenset[int]] | None = None  # the frozen embedding layers at the last sync that went through
+    kept_logged: bool = False
+
+
 def cpu_sync_weights(generation: Any) -> None:
     """Push the trainer's current weights into ``generation.llm`` (installed as TRL's ``sync_weights``)."""
     worker = generation.llm.llm_engine.model_executor.driver_worker
+    state = getattr(generation, "_mutualrl_sync", None) or SyncState()
+    generation._mutualrl_sync = state
+    warnings = state.warnings
     frozen = frozen_embedding_layers(generation.model)
-    kept = kept_embedding_storages(getattr(generation, "_mutualrl_frozen", None), frozen)
-    warnings = getattr(generation, "_mutualrl_reload_warnings", None) or ReloadWarnings()
-    generation._mutualrl_reload_warnings = warnings
+    kept = kept_embedding_storages(state.frozen, frozen)
     warnings.kept = set()
 
     def weights() -> Iterator[tuple[str, torch.Tensor]]:
@@ -147,15 +158,15 @@ def cpu_sync_weights(generation: Any) -> None:
     finally:
         for name in RELOAD_LOGGERS:
             logging.getLogger(name).removeFilter(warnings)
-    generation._mutualrl_frozen = frozen  # after a reload that went through
+    state.frozen = frozen  # after a reload that went through
     if not warnings.kept:  # the embedding was sent, so a head tied to it must be packed again
         repacked = repack_tied_heads(worker.get_model())
         if warnings.first:
             log.info("vLLM weight sync: %d LM head(s) tied to the embedding packed again after each sync that "
                      "sends it", repacked)
     generation.llm.reset_prefix_cache()
-    if warnings.kept and not getattr(generation, "_mutualrl_kept_logged", False):
+    if warnings.kept and not state.kept_logged:
         log.info("vLLM weight sync: the frozen embedding weight(s) %s stay in the engine from the first sync",
                  ", ".join(sorted(warnings.kept)))
-        generation._mutualrl_kept_logged = True
+        state.kept_logged = True
     warnings.first = False

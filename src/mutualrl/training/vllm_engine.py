@@ -119,7 +119,8 @@ def awake_engine(generation: Any) -> Iterator[Any]:
 
 
 def install_cpu_weight_sync(generation: Any) -> None:
-    """Make ``generation.sync_weights()`` (called by TRL before each generation) use :func:`~mutualrl.training.vllm_cpu_sync.cpu_sync_weights`."""
+    """Make ``generation.sync_weights()`` (called by TRL before each generation) use
+    :func:`~mutualrl.training.vllm_cpu_sync.cpu_sync_weights`."""
     if os.environ.get(NO_SYNC_ENV) == "1":
         generation.sync_weights = types.MethodType(lambda self: None, generation)
         return
