@@ -169,10 +169,10 @@ class TaskConfig:
     eval_split: str = field(default="test", metadata={"help": "Split used for held-out validation."})
     train_limit: int | None = field(default=None, metadata={"ge": 1, "help": "Use at most this many training prompts."})
     eval_limit: int | None = field(default=None, metadata={"ge": 1, "help": "Validate on at most this many prompts."})
-    max_prompt_tokens: int = field(
-        default=1024,
-        metadata={"ge": 1, "help": "Prompts longer than this for ANY policy's tokenizer are dropped for all (joint filter)."},
-    )
+    max_prompt_tokens: int = field(default=1024, metadata={"ge": 1, "help": "Prompts longer than this for ANY "
+                                   "policy's tokenizer are dropped for all (joint filter)."})
+    max_prompt_chars: int = field(default=200_000, metadata={"ge": 1, "help": "Longest text (characters) a data row's "
+                                  "prompt or other column may hold; longer is refused before tokenization."})
     verifier: Literal["default", "exact", "equiv"] = field(
         default="default",
         metadata={"help": "Answer check: 'exact' string match, 'equiv' (math-verify), or the task's default."},

@@ -13,6 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any
 
+from mutualrl.tasks.row_checks import DEFAULT_MAX_PROMPT_CHARS
 
 @dataclass(frozen=True)
 class TaskExample:
@@ -59,6 +60,8 @@ class Task(ABC):
     train_rows: int | None = None
     #: Whether :meth:`score` checks answers; a task without one is scored by ``task.reward_funcs`` only.
     has_verifier: bool = True
+    #: Longest text a row may hold, in characters (``task.max_prompt_chars``: :mod:`mutualrl.tasks.row_checks`).
+    max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS
 
     def configure(self, train_split: str, eval_split: str, eval_fraction: float | None, split_seed: int) -> None:
         """Take the recipe's ``task`` split settings; only tasks that derive splits themselves need them."""

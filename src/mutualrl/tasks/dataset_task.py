@@ -28,6 +28,7 @@ from mutualrl.tasks.sources import (
     read_local,
     warn_evaluation_split,
 )
+from mutualrl.tasks.row_checks import check_text, where
 from mutualrl.tasks.verifiers import VERIFIER_MODES
 
 BOXED_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
@@ -113,6 +114,8 @@ class DatasetTask(Task):
         data = self.read_rows(split, source)
         rows = data.rows if limit is None else data.rows[:limit]
         examples = [self.make_example(row, i, split, data.origin) for i, row in enumerate(rows)]
+        for i, example in enumerate(examples):  # a local file's text is the user's: bounded before tokenization
+            check_text(example.prompt, where(data.origin, i, "prompt"), self.max_prompt_chars)
         self.after_load(examples, data.origin)
         check_unique_ids(examples, data.origin)
         return examples

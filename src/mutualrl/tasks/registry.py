@@ -67,6 +67,7 @@ def task_from_config(task_config: Any) -> Task:
     """The task of a recipe's ``task`` section, with the split settings a task that derives splits needs."""
     task = get_task(task_config.name)
     task.configure(task_config.train_split, task_config.eval_split, task_config.eval_fraction, task_config.split_seed)
+    task.max_prompt_chars = task_config.max_prompt_chars
     return task
 
 

@@ -23,25 +23,12 @@ from typing import Any
 
 from mutualrl.errors import DataError, UsageError
 from mutualrl.tasks.base import Task, TaskExample
+from mutualrl.tasks.row_checks import ColumnTypes, check_cell, prompt_text, where
 from mutualrl.tasks.sources import Rows, local_has_split, parse_hub_id, read_hub, read_local, require
 
 DEFAULT_EVAL_FRACTION = 0.1
 RESERVED_COLUMNS = ("prompt_id", "task")
 """Columns mutualrl sets on every row (the SEE keys records by ``prompt_id``); a dataset may not bring them."""
-
-
-def prompt_text(prompt: Any, origin: str, index: int) -> tuple[str, list[dict[str, str]] | None]:
-    """A row's ``prompt`` as text and, for a chat-message list, the messages.
-
-    A policy without a chat template reads the messages' contents joined by blank lines (docs/tasks.md).
-    """
-    if isinstance(prompt, str):
-        return prompt, None
-    if isinstance(prompt, list) and prompt and all(isinstance(m, dict) and "content" in m for m in prompt):
-        messages = [{"role": str(m.get("role", "user")), "content": str(m["content"])} for m in prompt]
-        return "\n\n".join(m["content"] for m in messages), messages
-    raise DataError(f"{origin}: row {index}: 'prompt' must be text or a list of chat messages "
-                    f"({{'role': ..., 'content': ...}}), got {type(prompt).__name__}")
 
 
 class UserDatasetTask(Task):
@@ -109,7 +96,8 @@ class UserDatasetTask(Task):
         holding_out = self.holds_out(source)
         read_split = self.train_split if holding_out else split
         data = self.read(read_split, source)
-        examples = [self.make_example(row, i, read_split, data.origin) for i, row in enumerate(data.rows)]
+        columns = ColumnTypes(data.origin)
+        examples = [self.make_example(row, i, read_split, data.origin, columns) for i, row in enumerate(data.rows)]
         if holding_out:
             if split not in (self.train_split, self.eval_split):
                 raise UsageError(f"task 'dataset': {data.origin} has one split; use {self.train_split!r} (training "
@@ -122,12 +110,19 @@ class UserDatasetTask(Task):
         check_unique_ids(examples, data.origin)
         return examples if limit is None else examples[:limit]
 
-    def make_example(self, row: dict[str, Any], index: int, split: str, origin: str) -> TaskExample:
-        text, messages = prompt_text(require(row, index, "prompt", origin), origin, index)
+    def make_example(self, row: dict[str, Any], index: int, split: str, origin: str,
+                     columns: ColumnTypes | None = None) -> TaskExample:
+        """One row, checked before anything tokenizes it (:mod:`mutualrl.tasks.row_checks`)."""
+        prompt = require(row, index, "prompt", origin)
         for column in RESERVED_COLUMNS:
             if column in row:
                 raise DataError(f"{origin}: row {index} has a column {column!r}, which mutualrl sets itself; "
                                 "rename it")
+        text, messages = prompt_text(prompt, where(origin, index, "prompt"), self.max_prompt_chars)
+        for column, value in row.items():
+            if column != "prompt":
+                check_cell(value, where(origin, index, str(column)), self.max_prompt_chars)
+        (columns or ColumnTypes(origin)).check(row, index)
         columns = {k: v for k, v in row.items() if k != "prompt"}
         key = row.get("id")
         prompt_id = f"dataset/{key}" if key is not None else f"dataset/{split}/{index:05d}"
