@@ -66,9 +66,9 @@ def load_model(model: str, dtype: str = "auto", device: Any = None) -> Any:
     return model_obj
 
 
-def model_context(model: str) -> tuple[int, str] | None:
-    """(positions the model can attend to, where that was read) without loading or building it; None when it is
-    not known here (a hub model not in the local cache: the worker then finds out)."""
+def cached_model_config(model: str) -> tuple[dict[str, Any], str] | None:
+    """A model's ``config.json`` (its text part for a multimodal one) and the file it was read from, without loading
+    or building the model; None when it is not known here (a hub model not in the local cache, an unbuilt builtin)."""
     import json
 
     if model.startswith(BUILTIN_PREFIX):
@@ -76,8 +76,9 @@ def model_context(model: str) -> tuple[int, str] | None:
 
         name = model[len(BUILTIN_PREFIX):]
         if name in tiny.TINY_MODELS:
-            return tiny.TINY_MODELS[name].max_positions, f"builtin {name}"
-        folder = Path(builtin.get_builtin(name).ensure()) if builtin.get_builtin(name).is_cached() else None
+            folder = tiny.tiny_model_dir(name) if tiny.is_tiny_model_cached(name) else None
+        else:
+            folder = Path(builtin.get_builtin(name).ensure()) if builtin.get_builtin(name).is_cached() else None
         config_file = folder / "config.json" if folder is not None else None
     elif Path(model).is_dir():
         config_file = Path(model) / "config.json"
@@ -90,12 +91,30 @@ def model_context(model: str) -> tuple[int, str] | None:
             cached = None
         config_file = Path(cached) if isinstance(cached, str) else None
     try:
-        config = json.loads(config_file.read_text()) if config_file is not None and config_file.is_file() else {}
+        config = json.loads(config_file.read_text()) if config_file is not None and config_file.is_file() else None
     except (OSError, ValueError):
         return None
-    config = config.get("text_config") or config if isinstance(config, dict) else {}
+    if not isinstance(config, dict):
+        return None
+    text = config.get("text_config")
+    return (text if isinstance(text, dict) else config), str(config_file)
+
+
+def model_context(model: str) -> tuple[int, str] | None:
+    """(positions the model can attend to, where that was read) without loading or building it; None when it is
+    not known here (a hub model not in the local cache: the worker then finds out)."""
+    if model.startswith(BUILTIN_PREFIX):
+        from mutualrl.pools import tiny
+
+        name = model[len(BUILTIN_PREFIX):]
+        if name in tiny.TINY_MODELS:
+            return tiny.TINY_MODELS[name].max_positions, f"builtin {name}"
+    found = cached_model_config(model)
+    if found is None:
+        return None
+    config, config_file = found
     for key in ("max_position_embeddings", "n_positions"):
-        value = config.get(key) if isinstance(config, dict) else None
+        value = config.get(key)
         if isinstance(value, int) and value > 0:
             return value, f"{config_file} {key}"
     return None
