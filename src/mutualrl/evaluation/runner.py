@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mutualrl.errors import UsageError
+from mutualrl.errors import DataError, UsageError
 from mutualrl.evaluation.generate import (
     evaluate_examples,
     evaluate_examples_vllm,
@@ -117,6 +117,23 @@ def check_model_folder(model: str) -> None:
     raise UsageError(f"{model}: not a model folder (no config.json){hint}")
 
 
+def check_weight_files(model: str) -> None:
+    """Every safetensors file of a local model folder opens (its header, and the file as long as the header says):
+    a file cut short is one :class:`DataError` naming it, not the loader's traceback halfway through the models."""
+    from safetensors import safe_open
+
+    folder = Path(model)
+    if not folder.is_dir():
+        return
+    for path in sorted(folder.rglob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="np"):
+                pass
+        except Exception as err:  # noqa: BLE001 - SafetensorError, OSError: the file cannot be loaded
+            raise DataError(f"{path}: damaged weights ({str(err).splitlines()[0] if str(err) else type(err).__name__}"
+                            "); the model cannot be evaluated (evaluate another checkpoint)") from None
+
+
 def load_suite(
     tasks: list[str],
     *,
@@ -205,6 +222,7 @@ def run_eval(
     tokenized: dict[str, list[list[int]]] = {}
     chat: dict[str, bool] = {}
     for t in targets:
+        check_weight_files(t.model)
         on_status(f"loading tokenizer of {t.name}")
         tok = load_tokenizer_for(t.model, t.tokenizer)
         tokenizers[t.name] = tok

@@ -61,14 +61,14 @@ class RunLock:
         """
         self.root.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        deadline = time.time() + wait_for_orphans_s
+        deadline = time.monotonic() + wait_for_orphans_s
         while True:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 holder = read_holder(self.path)
-                if holder_alive(holder) or time.time() >= deadline:
+                if holder_alive(holder) or time.monotonic() >= deadline:
                     os.close(fd)
                     raise RunBusyError(f"cannot {action} {self.root}: the run is live ({describe_holder(holder)}); "
                                        "stop it first (Ctrl-C in its terminal, or kill that pid)") from None
@@ -179,7 +179,10 @@ def check_no_escaping_symlinks(root: Path) -> None:
         for name in dirnames + filenames:
             path = Path(dirpath) / name
             if path.is_symlink():
-                target = path.resolve()
+                try:
+                    target = path.resolve()
+                except (RuntimeError, OSError):  # Python < 3.13 raises RuntimeError("Symlink loop ...")
+                    raise UsageError(f"run folder {root} holds a symlink loop: {path}; remove it") from None
                 if target != root and root not in target.parents:
                     raise UsageError(f"run folder {root} holds a symlink pointing outside it: {path} -> {target}; "
                                      "remove it (a run writes only inside its folder)")
