@@ -35,7 +35,7 @@ from mutualrl.errors import (
 from mutualrl.process_exit import exit_without_teardown
 from mutualrl.process_start import collector_paused_for_imports, imports_done
 from mutualrl.regimes.registry import get_regime
-from mutualrl.run_folder import RunPaths, run_id
+from mutualrl.run_folder import RunPaths
 from mutualrl.tested_versions import check_tested_versions
 from mutualrl.training.trackers import guard_tracker_writes
 from mutualrl.training.watchdog import REJOIN_ENV, start_launcher_watchdog
@@ -219,7 +219,7 @@ def open_exchange(config: Any, paths: RunPaths, policy: Any, rank: int, world_si
     from mutualrl.see.liveness import start_heartbeat_thread
 
     exchange = ExperienceExchange.from_settings(
-        config.see, paths.root, run_id=run_id(paths), policy=policy.name, rank=rank, world_size=world_size,
+        config.see, paths.root, run_id=paths.root.name, policy=policy.name, rank=rank, world_size=world_size,
         policies=[p.name for p in config.pool.policies],
         provenance={"model": policy.model, "tokenizer": policy.tokenizer or policy.model},
     )
@@ -255,25 +255,14 @@ def log_start(trainer: Any, policy_name: str, regime: str, n_train: int, n_eval:
 
 def train_or_finish(trainer: Any, resume_from: str | None, validation: Any) -> None:
     """Train (from ``resume_from`` if given), or only finish from a checkpoint that already holds every step
-    (the Trainer would run one more step from it). Rank 0 reads the checkpoint and decides for every rank
-    (:mod:`~mutualrl.training.rank_zero`): the two paths enter different collectives."""
-    from mutualrl.training.rank_zero import decided_on_rank_zero
-
-    finished = decided_on_rank_zero(trainer.accelerator, lambda: finished_checkpoint(resume_from, trainer.args.max_steps))
-    if finished is not None:
+    (the Trainer would run one more step from it)."""
+    if resume_from is not None:
+        check_resumable(resume_from)
+    finished = checkpoint_state(resume_from) if resume_from is not None else None
+    if finished is not None and 0 < trainer.args.max_steps <= finished.global_step:
         finish_from_checkpoint(trainer, resume_from, finished, validation)
     else:
         trainer.train(resume_from_checkpoint=resume_from)
-
-
-def finished_checkpoint(resume_from: str | None, max_steps: int) -> Any:
-    """The ``TrainerState`` of ``resume_from`` where it already holds ``max_steps`` (> 0), else None; a checkpoint
-    that cannot be resumed exactly is refused (:func:`check_resumable`)."""
-    if resume_from is None:
-        return None
-    check_resumable(resume_from)
-    state = checkpoint_state(resume_from)
-    return state if 0 < max_steps <= state.global_step else None
 
 
 def save_outputs(trainer: Any, tokenizer: Any, folder: Path) -> None:
