@@ -189,11 +189,11 @@ def test_machines_join_a_session_and_report(tmp_path):
     policies = {"a": (0,), "b": (1,)}
     watch = RemoteWatch(root, root / "see", session, 0, policies, wait_for=[1], peer_timeout_s=300)
     elsewhere = RemoteWatch(root, root / "see", session, 1, policies, wait_for=[], peer_timeout_s=300)
-    assert watch.failure(0.0, 0.0) is None and not watch.finished()
+    assert watch.failure() is None and not watch.finished()
     elsewhere.report(True, returncodes={"b": 0})
     assert read_done(root, 1, session)["ok"] and watch.finished()
     mark_policy_failed(root / "see", "a", "out of memory")
-    assert elsewhere.failure(0.0, 0.0) == ("a", "failed on machine 0: out of memory")
+    assert elsewhere.failure() == ("a", "failed on machine 0: out of memory")
 
 
 def test_a_second_launcher_for_the_same_machine_rank_is_refused(tmp_path):

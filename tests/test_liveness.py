@@ -12,22 +12,21 @@ from pathlib import Path
 import pytest
 
 from mutualrl.see.exchange import ExperienceExchange
-from mutualrl.see.liveness import freshest_heartbeat_age, start_heartbeat_thread
+from mutualrl.see.liveness import HeartbeatWatch, start_heartbeat_thread
 
 
-def test_heartbeat_thread_keeps_the_age_small_and_old_beats_do_not_count(tmp_path):
+def test_the_heartbeat_thread_beats_and_a_watch_counts_only_changes_after_its_first_look(tmp_path):
     exchange = ExperienceExchange(tmp_path, run_id="r", policy="a", world_size=2, rank=1)
-    assert freshest_heartbeat_age(tmp_path, "a") is None
+    exchange.heartbeat(step=0)  # a beat from before the watch's first look (a previous launch)
+    watch = HeartbeatWatch(tmp_path)
+    watch.look()
+    assert watch.silent_for("a") is None
     start_heartbeat_thread(exchange, interval_s=0.05)
     time.sleep(0.3)
-    age = freshest_heartbeat_age(tmp_path, "a")
+    watch.look()
+    age = watch.silent_for("a")
     assert age is not None and age < 0.5
-    beat = next((tmp_path / "_heartbeat").iterdir())
-    os.utime(beat, (time.time() - 100, time.time() - 100))
-    now = time.time()
-    assert freshest_heartbeat_age(tmp_path, "a", now=now) >= 99
-    assert freshest_heartbeat_age(tmp_path, "a", since=now - 10, now=now) is None  # a previous launch's beat
-    assert freshest_heartbeat_age(tmp_path, "b") is None
+    assert watch.silent_for("a", ranks=[0]) is None and watch.silent_for("b") is None
 
 
 @pytest.mark.slow

@@ -18,6 +18,7 @@ disk and on a shared filesystem across nodes. See ``docs/see.md``.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import time
@@ -32,13 +33,7 @@ from mutualrl.run_folder import RunPaths
 from mutualrl.see import files
 from mutualrl.see.errors import PeerFailedError, ShardMissingError
 from mutualrl.see.files import CHECKSUM_ALGORITHM
-from mutualrl.see.liveness import (
-    barrier_timeout_error,
-    mark_policy_failed,
-    progress_window,
-    read_failure,
-    write_heartbeat,
-)
+from mutualrl.see.liveness import HeartbeatWatch, barrier_timeout_error, mark_policy_failed, read_failure, write_heartbeat
 from mutualrl.see.provenance import refresh_provenance
 from mutualrl.see.columns import COLUMNS, SCHEMA_VERSION
 from mutualrl.see.schema import RolloutBatch, ShardMetadata
@@ -108,8 +103,10 @@ class ExperienceExchange:
         self.durable = durable
         self.provenance = dict(provenance or {})
         self._verified: set[tuple[Any, ...]] = set()
-        self._last_heartbeat = 0.0
+        self._last_heartbeat = -math.inf  # on the monotonic clock
         self._published_step: int | None = None  # the last step :meth:`publish` announced in the heartbeat
+        self.work = 0  # looks at which the training thread had moved (liveness.start_heartbeat_thread)
+        self.waiting = False  # in :meth:`wait_for`: waiting is not work
         # A policy restarted into its running pool (see.max_restarts) redoes steps it already published: keep
         # those shards (a peer may be reading them right now) instead of replacing them.
         self.keep_committed = False
@@ -259,8 +256,9 @@ class ExperienceExchange:
         ``arrived(policy)`` true also ends the wait for a policy, with no shards (it skipped ``step``).
 
         Raises :class:`PeerFailedError` at once when a pending policy has a failure marker, and
-        :class:`PeerTimeoutError` after ``barrier_timeout_s`` naming each missing policy and
-        rank, the step, the time waited and each peer's heartbeat age. Returns after one scan
+        :class:`PeerTimeoutError` once no pending policy was seen progressing (its heartbeat's work or
+        validation progress, :class:`~mutualrl.see.liveness.HeartbeatWatch`) for ``barrier_timeout_s``,
+        naming each missing policy and rank, the step, the time waited and each peer's heartbeat age. Returns after one scan
         (no sleep) when everything is already there; otherwise polls with a backoff from 1 ms
         up to ``poll_interval_s``.
         """
@@ -273,32 +271,41 @@ class ExperienceExchange:
         found: dict[str, dict[int, dict[int, ShardInfo]]] = {p: {} for p in targets}
         other_runs: dict[str, set[str]] = {p: set() for p in targets}
         done: dict[str, list[ShardInfo]] = {}
+        peers, look_every, looked = HeartbeatWatch(self.root), min(1.0, self.barrier_timeout_s / 10), -math.inf
         delay = 0.001
-        while True:
-            for policy in targets:
-                if policy in done:
-                    continue
-                scan_committed(self.root, self.run_id, step, policy, found[policy], other_runs[policy])
-                complete = complete_shards(found[policy])
-                if complete is not None:
-                    done[policy] = complete
-                elif arrived is not None and arrived(policy):
-                    done[policy] = []
-            pending = [p for p in targets if p not in done]
-            if not pending:
-                return {p: done[p] for p in targets}
-            for policy in pending:
-                self.raise_if_failed(policy, step)
-            now = time.monotonic()
-            if now >= deadline:  # a peer whose validation still moves is waited for (issue 38)
-                deadline = max(deadline, now + progress_window(self.root, pending, self.barrier_timeout_s))
-            if now >= deadline:
-                raise barrier_timeout_error(self.root, self.policy, step, pending, found, other_runs, now - start,
-                                            self.barrier_timeout_s, self.run_id, self.rank)
-            if time.time() - self._last_heartbeat > 1.0:  # waiting at the barrier is being alive
-                self.heartbeat()
-            time.sleep(min(delay, deadline - now))
-            delay = min(delay * 2, self.poll_interval_s)
+        self.waiting = True
+        try:
+            while True:
+                for policy in targets:
+                    if policy in done:
+                        continue
+                    scan_committed(self.root, self.run_id, step, policy, found[policy], other_runs[policy])
+                    complete = complete_shards(found[policy])
+                    if complete is not None:
+                        done[policy] = complete
+                    elif arrived is not None and arrived(policy):
+                        done[policy] = []
+                pending = [p for p in targets if p not in done]
+                if not pending:
+                    return {p: done[p] for p in targets}
+                for policy in pending:
+                    self.raise_if_failed(policy, step)
+                now = time.monotonic()
+                if now - looked >= look_every or now >= deadline:  # a pending peer that gets on is waited for
+                    peers.look()
+                    looked = now
+                    idle = peers.idle_for(pending)
+                    if idle is not None:
+                        deadline = max(deadline, now - idle + self.barrier_timeout_s)
+                if now >= deadline:
+                    raise barrier_timeout_error(self.root, self.policy, step, pending, found, other_runs, now - start,
+                                                self.barrier_timeout_s, self.run_id, self.rank)
+                if now - self._last_heartbeat > 1.0:  # waiting at the barrier is being alive
+                    self.heartbeat()
+                time.sleep(min(delay, deadline - now))
+                delay = min(delay * 2, self.poll_interval_s)
+        finally:
+            self.waiting = False
 
     # ------------------------------------------------------------------------------------
     # read
@@ -362,32 +369,28 @@ class ExperienceExchange:
     # liveness, failure, retention
     # ------------------------------------------------------------------------------------
 
-    def heartbeat(self, step: int | None = None, progress: str | None = None) -> None:
-        """Record that this rank is alive (the barrier reports peers' heartbeat ages).
+    def heartbeat(self, step: int | None = None, progress: str | None = None, worked: bool = False) -> None:
+        """Record that this rank is alive (the launcher stops a pool whose heartbeat goes silent).
 
         Cheap: touches a file; with ``step`` (by :meth:`publish`) it records the last published step; with
-        ``progress`` (a long validation) that work outside a step moves: peers' barriers wait on (:meth:`wait_for`).
+        ``progress`` (a long validation) or ``worked`` (the training thread moved) that this rank gets on:
+        peers' barriers wait on (:meth:`wait_for`).
         """
         path = files.heartbeat_path(self.root, self.policy, self.rank)
-        now = time.time()
-        self._last_heartbeat = now
+        self._last_heartbeat = time.monotonic()
+        self.work += worked
         if step is not None:
             self._published_step = step
-        if step is None and progress is None:
+        if step is None and progress is None and not worked:
             try:
                 os.utime(path)
                 return
             except FileNotFoundError:
                 pass
         content = {
-            "policy": self.policy,
-            "rank": self.rank,
-            "run_id": self.run_id,
-            "step": self._published_step,
-            "hostname": socket.gethostname(),
-            "pid": os.getpid(),
-            "time": now,
-            **({"progress": progress, "progress_time": now} if progress is not None else {}),
+            "policy": self.policy, "rank": self.rank, "run_id": self.run_id, "step": self._published_step,
+            "hostname": socket.gethostname(), "pid": os.getpid(), "time": time.time(), "work": self.work,
+            **({"progress": progress} if progress is not None else {}),
         }
         write_heartbeat(path, content)  # best effort: a full disk is a warning here (see write_heartbeat)
 

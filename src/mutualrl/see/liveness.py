@@ -4,10 +4,16 @@ The SEE heartbeat (``see/_heartbeat/<policy>.rank-<rank>.json``) is touched at s
 boundaries and while waiting at a barrier; a paper-scale step (generation of 1024 x 5 long
 rollouts) can take many minutes without either. :func:`start_heartbeat_thread` touches it
 every few seconds from a daemon thread for as long as the process runs, so a silent
-heartbeat means the process is stopped, frozen or gone -- not busy. The launcher reads the
-ages with :func:`freshest_heartbeat_age` and stops the pool, naming the policy, after
-``see.peer_timeout_s`` (far shorter than the barrier timeout, which stays as a backstop
-when no launcher watches).
+heartbeat means the process is stopped, frozen or gone -- not busy. The same thread counts
+the main thread's *work*: a look at which its stack moved since the last one (a thread stuck
+in one call, or waiting at the barrier, does not count), so a slow step shows as progress and
+a hung one does not.
+
+Readers never compare clocks: a heartbeat is written by another process, maybe on another
+machine whose clock differs or jumps. :class:`HeartbeatWatch` notes, on the reader's own
+monotonic clock, when it saw a heartbeat change (a beat) and when its work or validation
+progress changed (progress); the launcher stops the pool after ``see.peer_timeout_s`` without a
+beat, and a peer's barrier waits while a pending peer progresses.
 
 A heartbeat is written best effort (:func:`write_heartbeat`): it holds no training data, and
 on a full disk its mtime can still be set (that needs no space), so a failed write is one
@@ -24,8 +30,10 @@ import json
 import logging
 import os
 import socket
+import sys
 import threading
 import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -126,16 +134,6 @@ def heartbeat_ages(root: Path, policy: str, now: float | None = None) -> dict[in
     return out
 
 
-def progress_window(root: Path, policies: list[str], timeout_s: float, now: float | None = None) -> float:
-    """Seconds the barrier may still wait for ``policies``: what is left of ``timeout_s`` since the latest
-    progress any of their ranks reported in its heartbeat (a long validation, :meth:`ExperienceExchange.heartbeat`);
-    0 when none reported progress within ``timeout_s``."""
-    now = time.time() if now is None else now
-    times = [content.get("progress_time") for policy in policies for _, content in heartbeat_ages(root, policy, now).values()]
-    latest = max((t for t in times if isinstance(t, (int, float))), default=None)
-    return 0.0 if latest is None else max(0.0, latest + timeout_s - now)
-
-
 def barrier_timeout_error(root: Path, waiter: str, step: int, pending: list[str],
                           found: dict[str, dict[int, dict[int, Any]]], other_runs: dict[str, set[str]],
                           waited: float, barrier_timeout_s: float, run_id: str, rank: int) -> PeerTimeoutError:
@@ -199,13 +197,30 @@ def write_heartbeat(path: Path, content: dict[str, Any]) -> bool:
         return False
 
 
-def start_heartbeat_thread(exchange: Any, interval_s: float = HEARTBEAT_INTERVAL_S) -> threading.Thread:
-    """Touch ``exchange``'s heartbeat every ``interval_s`` seconds in a daemon thread."""
+def stack_position(thread_id: int | None) -> tuple[tuple[int, int], ...]:
+    """Where a thread is now: (code, line) of each of its frames, innermost first (empty: no such thread)."""
+    frame = sys._current_frames().get(thread_id) if thread_id is not None else None
+    where = []
+    while frame is not None and len(where) < 64:
+        where.append((id(frame.f_code), frame.f_lineno))
+        frame = frame.f_back
+    return tuple(where)
+
+
+def start_heartbeat_thread(exchange: Any, interval_s: float = HEARTBEAT_INTERVAL_S,
+                           worker: threading.Thread | None = None) -> threading.Thread:
+    """Touch ``exchange``'s heartbeat every ``interval_s`` seconds in a daemon thread, counting a look at which
+    ``worker`` (default: the main thread, which trains) moved and is not waiting at the barrier as work."""
+    worker = worker or threading.main_thread()
 
     def beat() -> None:
+        last: tuple[tuple[int, int], ...] | None = None
         while True:
+            where = stack_position(worker.ident)
+            moved = last is not None and where != last and not exchange.waiting
+            last = where
             try:
-                exchange.heartbeat()
+                exchange.heartbeat(worked=moved)
             except (OSError, MutualRLError):  # a vanished folder must not kill training; the barrier reports it
                 pass
             time.sleep(interval_s)
@@ -215,9 +230,69 @@ def start_heartbeat_thread(exchange: Any, interval_s: float = HEARTBEAT_INTERVAL
     return thread
 
 
-def freshest_heartbeat_age(root: Path, policy: str, since: float = 0.0, now: float | None = None) -> float | None:
-    """Seconds since ``policy``'s most recent heartbeat (any rank) written after ``since``; None if none."""
-    now = time.time() if now is None else now
-    ages = [age for age, _ in heartbeat_ages(root, policy, now=now).values() if now - age >= since]
-    return min(ages) if ages else None
+def progress_mark(content: dict[str, Any]) -> tuple[Any, ...]:
+    """What changes in a heartbeat when its process gets on: the step it published, its validation progress, its
+    work count (:func:`start_heartbeat_thread`)."""
+    return content.get("step"), content.get("progress"), content.get("work")
 
+
+class HeartbeatWatch:
+    """The SEE heartbeats of other processes as this one sees them change, timed on this process's monotonic clock.
+
+    What a first :meth:`look` finds is where each heartbeat stood before (a previous launch, a restarted policy's
+    predecessor); a file that changes after, or appears, is a beat, and a changed :func:`progress_mark` is progress.
+    """
+
+    def __init__(self, root: Path | str, clock: Callable[[], float] = time.monotonic):
+        self.root, self.clock = Path(root), clock
+        self._seen: dict[tuple[str, int], tuple[tuple[int, int, int], tuple[Any, ...]]] = {}
+        self._looked = False
+        self.beat_at: dict[tuple[str, int], float] = {}  # (policy, rank): when a change of its file was last seen
+        self.progress_at: dict[tuple[str, int], float] = {}  # (policy, rank): when its progress mark last changed
+
+    def look(self) -> None:
+        """Read every heartbeat once; note the ones that changed since the last look."""
+        now = self.clock()
+        try:
+            entries = list(os.scandir(self.root / files.HEARTBEAT_DIR))
+        except FileNotFoundError:
+            entries = []
+        for entry in entries:
+            m = files.HEARTBEAT_RE.match(entry.name)
+            if not m:
+                continue
+            try:
+                content = json.loads(Path(entry.path).read_bytes())
+                st = os.stat(entry.path)  # after the read: an open refreshes a shared filesystem's cached times
+            except (OSError, ValueError):
+                continue
+            key = (m.group("policy"), int(m.group("rank")))
+            stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
+            mark = progress_mark(content if isinstance(content, dict) else {})
+            before = self._seen.get(key)
+            self._seen[key] = (stamp, mark)
+            if before is None and not self._looked or before == (stamp, mark):
+                continue
+            self.beat_at[key] = now
+            if before is None or before[1] != mark:
+                self.progress_at[key] = now
+        self._looked = True
+
+    def forget(self, policy: str) -> None:
+        """``policy`` starts again: its heartbeats count from their next change."""
+        for times in (self.beat_at, self.progress_at):
+            for key in [k for k in times if k[0] == policy]:
+                del times[key]
+
+    def silent_for(self, policy: str, ranks: Iterable[int] | None = None) -> float | None:
+        """Seconds since a beat of ``policy`` (any of ``ranks``, default all) was last seen; None: none seen."""
+        return self._since(self.beat_at, [policy], ranks)
+
+    def idle_for(self, policies: Iterable[str]) -> float | None:
+        """Seconds since any of ``policies`` was last seen progressing; None: not seen."""
+        return self._since(self.progress_at, list(policies), None)
+
+    def _since(self, times: dict[tuple[str, int], float], policies: list[str], ranks: Iterable[int] | None) -> float | None:
+        wanted = None if ranks is None else set(ranks)
+        seen = [t for (policy, rank), t in times.items() if policy in policies and (wanted is None or rank in wanted)]
+        return self.clock() - max(seen) if seen else None

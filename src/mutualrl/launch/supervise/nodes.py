@@ -22,8 +22,9 @@ polled -- no sockets, no clocks compared, no lock shared between machines:
    merged metrics, ``summary.json``).
 
 While training, each launcher also watches the policies of the other machines through the
-shared folder (:class:`RemoteWatch`): a failure marker, a heartbeat older than
-``see.peer_timeout_s`` or a failed report stops its own workers.
+shared folder (:class:`RemoteWatch`): a failure marker, a heartbeat not seen to change for
+``see.peer_timeout_s`` (timed on this launcher's clock, never compared with the other machine's)
+or a failed report stops its own workers.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from typing import Any
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.errors import UsageError
 from mutualrl.run_folder import RunPaths, read_json_or
-from mutualrl.see.liveness import freshest_heartbeat_age, read_failure
+from mutualrl.see.liveness import HeartbeatWatch, read_failure
 
 REJOIN_S = 1.0
 
@@ -88,7 +89,7 @@ def open_session(root: Path, nodes: int, main_address: str, resume_step: int | N
         stale.unlink(missing_ok=True)  # a live joiner re-writes its file within a second
     say(f"waiting for machine(s) {', '.join(map(str, others))} to join: run the same `mutualrl train` there with "
         f"--nodes {nodes} --machine-rank K --main-address {main_address}")
-    deadline = time.time() + timeout_s
+    deadline = time.monotonic() + timeout_s
     joined: dict[int, dict[str, Any]] = {}
     while True:
         for machine in others:
@@ -97,7 +98,7 @@ def open_session(root: Path, nodes: int, main_address: str, resume_step: int | N
                 joined[machine] = entry
         if len(joined) == len(others):
             break
-        if time.time() > deadline:
+        if time.monotonic() > deadline:
             missing = ", ".join(str(k) for k in others if k not in joined)
             raise UsageError(f"machine(s) {missing} did not join {root} within launch.join_timeout_s={timeout_s:g}s: "
                              f"start `mutualrl train` with the same options and --nodes {nodes} --machine-rank K on "
@@ -122,9 +123,9 @@ def join_session(root: Path, machine: int, nodes: int, address: str, timeout_s: 
     before = (read_entry(session_path(root)) or {}).get("session")
     entry = {"token": token, "host": socket.gethostname(), "pid": os.getpid(), "address": address}
     say(f"machine {machine} of {nodes}: waiting for machine 0 to plan the run in {root}")
-    deadline, written = time.time() + timeout_s, 0.0
+    deadline, written = time.monotonic() + timeout_s, -REJOIN_S
     while True:
-        now = time.time()
+        now = time.monotonic()
         if now - written >= REJOIN_S:  # machine 0 clears the joins of earlier launches when it starts
             write_json_atomic(join_path(root, machine), entry)
             written = now
@@ -175,6 +176,7 @@ class RemoteWatch:
         # Reports that stop this machine: every machine it waits for or shares a policy with.
         self.watched = sorted(set(self.wait_for) | {m for ms in self.remote.values() for m in ms} - {machine})
         self.peer_timeout_s = peer_timeout_s
+        self.heartbeats = HeartbeatWatch(see_root)
         self.done_ok: set[int] = set()
         self.reported = False
 
@@ -198,15 +200,16 @@ class RemoteWatch:
                 self.done_ok.add(machine)
         return True
 
-    def failure(self, now: float, started: float) -> tuple[str, str] | None:
+    def failure(self) -> tuple[str, str] | None:
         """(policy, reason) when a policy elsewhere failed or went silent, or a machine reported a failure."""
+        self.heartbeats.look()
         for policy, machines in self.remote.items():
             if self._finished_elsewhere(machines):
                 continue
             marker = read_failure(self.see_root, policy)
             if marker is not None:
                 return policy, f"failed on machine {machines[0]}: {marker.get('reason')}"
-            age = freshest_heartbeat_age(self.see_root, policy, since=started, now=now)
+            age = self.heartbeats.silent_for(policy)
             if self.peer_timeout_s is not None and age is not None and age > self.peer_timeout_s:
                 return policy, (f"(machine {machines[0]}) sent no heartbeat for {age:.0f}s (see.peer_timeout_s="
                                 f"{self.peer_timeout_s:g}): its machine or launcher is gone, or it hung")

@@ -36,11 +36,11 @@ from rich.progress import (
 from mutualrl.atomic_io import write_text_atomic
 from mutualrl.errors import RunFolderError, StorageError, is_storage_message
 from mutualrl.launch.rundir.metrics_merge import MetricsMerger
+from mutualrl.launch.supervise.progress import PoolProgress
 from mutualrl.launch.supervise.signals import raise_if_interrupted
 from mutualrl.launch.supervise.worker_output import describe_exit, spawn_dir, storage_reason, tail
 from mutualrl.regimes.registry import all_regimes
 from mutualrl.run_folder import RunPaths, read_status, see_marker
-from mutualrl.see.liveness import freshest_heartbeat_age
 from mutualrl.training.watchdog import LAUNCHER_PID_ENV
 
 
@@ -53,8 +53,6 @@ class PolicyProcess:
     cwd: Path | None = None
     popen: subprocess.Popen | None = None
     returncode: int | None = None
-    started: float = 0.0
-    last_progress: float = 0.0
     last_step: int = -1
 
 
@@ -74,7 +72,8 @@ class PoolSettings:
     """How :class:`PoolRunner` watches a pool (:func:`mutualrl.launch.supervise.pool.pool_settings` fills it from a config)."""
 
     see_root: Path = field(metadata={"help": "The run's SEE folder: failure markers are written, heartbeats read."})
-    stall_timeout_s: float = field(metadata={"help": "A live policy that shows no progress this long is stalled."})
+    stall_timeout_s: float = field(metadata={"help": "A pool none of whose policies (on any machine) shows progress "
+                                                    "this long is stalled; this machine's stillest is stopped."})
     grace_s: float = field(default=60.0, metadata={"help": "After a failure, how long the others may exit on their "
                                                           "own before they are terminated."})
     poll_s: float = field(default=0.5, metadata={"help": "Seconds between two looks at the processes and files."})
@@ -115,6 +114,7 @@ class PoolRunner:
         self.merger = MetricsMerger(paths, [*self.names, *self.remote_names]) if settings.merge_metrics else None
         self.recent_rows: dict[str, list[dict[str, Any]]] = {}  # the last logged train rows of each policy
         self.silent_said: set[str] = set()  # policies whose missing learning signal was said
+        self.progress = PoolProgress(settings.see_root)  # on this launcher's monotonic clock
 
     @property
     def names(self) -> list[str]:
@@ -172,7 +172,7 @@ class PoolRunner:
                                       pass_fds=self.settings.inherit_fds)
         log_fh.close()
         proc.returncode = None
-        proc.started = proc.last_progress = time.time()
+        self.progress.started(proc.name)
 
     def terminate(self, procs: Sequence[PolicyProcess], sig: int = signal.SIGTERM) -> None:
         for proc in procs:
@@ -182,22 +182,19 @@ class PoolRunner:
                 except ProcessLookupError:
                     pass
 
-    def _status(self, proc: PolicyProcess) -> dict[str, Any]:
-        return self._status_of(proc.name)
-
     def _status_of(self, name: str) -> dict[str, Any]:
         return read_status(self.paths.status(name))
 
     # -- main loop ------------------------------------------------------------------------
     def run(self) -> RunOutcome:
-        started = time.time()
+        started = time.monotonic()
         try:
             raise_if_interrupted()  # a Ctrl-C during planning whose KeyboardInterrupt Python dropped
             self.start()
         except KeyboardInterrupt:  # Ctrl-C while a large pool is still starting: stop what has started
             self._stop_all()
             return RunOutcome(False, {p.name: p.returncode for p in self.procs}, None, "interrupted",
-                              seconds=time.time() - started)
+                              seconds=time.monotonic() - started)
         live = self.console.is_terminal
         progress = Progress(
             TextColumn("[bold cyan]{task.description:<18}"), BarColumn(bar_width=24), MofNCompleteColumn(),
@@ -214,15 +211,17 @@ class PoolRunner:
                     raise_if_interrupted()
                     self._check_see()
                     new_rows = self._merge()
-                    now = time.time()
-                    lines, key = self._remote_progress(progress, tasks)
+                    now = time.monotonic()
+                    statuses = {name: self._status_of(name) for name in [*self.names, *self.remote_names]}
+                    self.progress.look(statuses)
+                    lines, key = self._remote_progress(progress, tasks, statuses)
                     for proc in self.procs:
-                        line, proc_key = self._local_progress(proc, progress, tasks[proc.name], now)
+                        line, proc_key = self._local_progress(proc, progress, tasks[proc.name], statuses[proc.name])
                         lines.append(line)
                         key.append(proc_key)
-                        failure = self._check(proc, failure, now, started)
+                        failure = self._check(proc, failure)
                     if failure is None and self.remote is not None:
-                        failure = self.remote.failure(now, started)
+                        failure = self.remote.failure()
                     # Piped to a log: a line per logged step of each policy, from its merged metrics rows (as
                     # TRL logs; polling the status files would skip steps made between two polls), and the
                     # status of all policies whenever a phase changes, else every 30 s to show the run is alive.
@@ -243,11 +242,11 @@ class PoolRunner:
             self._stop_all()
             self._merge()
             return RunOutcome(False, {p.name: p.returncode for p in self.procs}, None, "interrupted",
-                              seconds=time.time() - started)
+                              seconds=time.monotonic() - started)
         except (StorageError, RunFolderError) as err:  # the launcher's own write, a deleted SEE: stop, say why
             self._stop_all()
             return RunOutcome(False, {p.name: p.returncode for p in self.procs}, None, str(err),
-                              seconds=time.time() - started,
+                              seconds=time.monotonic() - started,
                               extra={"storage": True} if isinstance(err, StorageError) else {})
         final_rows = self._merge()
         if not live:
@@ -255,14 +254,15 @@ class PoolRunner:
         extra = {"lost": self.lost} if self.lost else {}
         if self.restarts:
             extra["restarted"] = self.restarts
-        return RunOutcome(True, {p.name: p.returncode for p in self.procs}, seconds=time.time() - started,
+        return RunOutcome(True, {p.name: p.returncode for p in self.procs}, seconds=time.monotonic() - started,
                           extra=extra)
 
-    def _remote_progress(self, progress: Progress, tasks: dict[str, Any]) -> tuple[list[str], list[Any]]:
+    def _remote_progress(self, progress: Progress, tasks: dict[str, Any],
+                         statuses: dict[str, dict[str, Any]]) -> tuple[list[str], list[Any]]:
         """The progress of the policies on other machines: their bars, plain-text lines and change keys."""
         lines, key = [], []
         for name in self.remote_names:
-            st = self._status_of(name)
+            st = statuses[name]
             total = st.get("max_steps") or self.settings.max_steps or None
             info = describe_status(st) + " (elsewhere)"
             progress.update(tasks[name], completed=int(st.get("step", 0) or 0), total=total, info=info)
@@ -270,14 +270,10 @@ class PoolRunner:
             key.append((name, st.get("step", 0), st.get("phase")))
         return lines, key
 
-    def _local_progress(self, proc: PolicyProcess, progress: Progress, task: Any, now: float) -> tuple[str, Any]:
-        """A local policy's bar, plain-text line and change key; a new step or phase is progress (not stalled)."""
-        st = self._status(proc)
-        step = int(st.get("step", 0) or 0)
-        if step != proc.last_step or st.get("phase") != getattr(proc, "_phase", None):
-            proc.last_step = step
-            proc._phase = st.get("phase")  # type: ignore[attr-defined]
-            proc.last_progress = now
+    def _local_progress(self, proc: PolicyProcess, progress: Progress, task: Any,
+                        st: dict[str, Any]) -> tuple[str, Any]:
+        """A local policy's bar, plain-text line and change key."""
+        step = proc.last_step = int(st.get("step", 0) or 0)
         info = describe_status(st)
         total = st.get("max_steps") or self.settings.max_steps or None
         progress.update(task, completed=step, total=total, info=info)
@@ -285,8 +281,7 @@ class PoolRunner:
         return (f"{proc.name}: step {step}/{total or '?'} {info}",
                 (proc.name, None if self.merger is not None else step, st.get("phase")))
 
-    def _check(self, proc: PolicyProcess, failure: tuple[str, str] | None, now: float,
-               started: float) -> tuple[str, str] | None:
+    def _check(self, proc: PolicyProcess, failure: tuple[str, str] | None) -> tuple[str, str] | None:
         """The pool's failure, (policy, reason), after a look at ``proc``: its exit, its silence or stall. A failure
         of its own that ``see.on_peer_failure=continue`` lets go is none."""
         if proc.returncode is None and proc.popen is not None:
@@ -296,7 +291,7 @@ class PoolRunner:
                 if rc != 0 and failure is None:
                     failure = (proc.name, storage_reason(proc.log_path, rc, self.paths.root) or describe_exit(rc))
         if failure is None and proc.returncode is None:
-            failure = self._silent_or_stalled(proc, now, started)
+            failure = self._silent_or_stalled(proc)
             if failure is not None:
                 self.terminate([proc], signal.SIGKILL)
         if failure is not None and failure[0] == proc.name and self._let_go(proc, failure[1]):
@@ -344,21 +339,20 @@ class PoolRunner:
                            f"the pool[/]", highlight=False)
         self._spawn(proc)
 
-    def _silent_or_stalled(self, proc: PolicyProcess, now: float, started: float) -> tuple[str, str] | None:
-        """A live process that stopped beating (hung, stopped) or stopped making progress: (policy, reason)."""
+    def _silent_or_stalled(self, proc: PolicyProcess) -> tuple[str, str] | None:
+        """A live process that stopped beating (hung, stopped) or a pool that stopped getting on: (policy, reason)."""
         settings = self.settings
         if settings.peer_timeout_s is not None:
-            # since it started: a restarted policy is not judged by its predecessor's heartbeat
-            age = freshest_heartbeat_age(settings.see_root, proc.name, since=proc.started, now=now)
+            age = self.progress.silent_for(proc.name)  # a restarted policy is not judged by its predecessor's beat
             if age is not None and age > settings.peer_timeout_s:
                 return proc.name, (f"sent no heartbeat for {age:.0f}s (see.peer_timeout_s="
                                    f"{settings.peer_timeout_s:g}): alive but hung or stopped")
-        # Lock-step policies wait for each other, so one whose peer still moves (a long validation: issue 38)
-        # is not stalled: the pool is, once none of its live policies moved; the longest still is named.
-        live = [p for p in self.procs if p.returncode is None and p.popen is not None] or [proc]
-        if now - max(p.last_progress for p in live) > settings.stall_timeout_s and \
-                proc is min(live, key=lambda p: p.last_progress):
-            return proc.name, f"made no progress for {now - proc.last_progress:.0f}s (stalled)"
+        # Lock-step policies wait for each other, so one whose peer still gets on (a long validation, a long step,
+        # on this machine or another) is not stalled: the pool is, once none got on; this machine's stillest is named.
+        live = [p.name for p in self.procs if p.returncode is None and p.popen is not None] or [proc.name]
+        if self.progress.pool_still_for([*live, *self.remote_names]) > settings.stall_timeout_s and \
+                proc.name == max(live, key=self.progress.still_for):
+            return proc.name, f"made no progress for {self.progress.still_for(proc.name):.0f}s (stalled)"
         return None
 
     def _handle_failure(self, policy: str, reason: str, started: float) -> RunOutcome:
@@ -378,7 +372,7 @@ class PoolRunner:
         self._merge()
         return RunOutcome(False, {p.name: p.returncode for p in self.procs}, policy, reason,
                           log_tail=tail(failed.log_path if failed else self.paths.log(policy)),
-                          seconds=time.time() - started, extra={"storage": True} if is_storage_message(reason) else {})
+                          seconds=time.monotonic() - started, extra={"storage": True} if is_storage_message(reason) else {})
 
     def _stop_all(self, grace_s: float = 10.0) -> None:
         """Ctrl-C: SIGTERM every policy at once, then SIGKILL whatever still runs after ``grace_s``, so a pool
@@ -389,11 +383,11 @@ class PoolRunner:
         self._reap(5.0)
 
     def _reap(self, timeout_s: float) -> None:
-        deadline = time.time() + timeout_s
+        deadline = time.monotonic() + timeout_s
         for proc in self.procs:
             if proc.popen is None:
                 continue
-            remaining = max(0.0, deadline - time.time())
+            remaining = max(0.0, deadline - time.monotonic())
             try:
                 proc.returncode = proc.popen.wait(timeout=remaining)
             except subprocess.TimeoutExpired:

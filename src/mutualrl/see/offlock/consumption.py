@@ -15,6 +15,7 @@ would otherwise keep waiting for it) and logs the skipped span, which the peers 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from mutualrl.see.consumption_log import (
     parse_log,
 )
 from mutualrl.see.errors import PeerFailedError, PeerTimeoutError
+from mutualrl.see.liveness import HeartbeatWatch
 from mutualrl.see.lockstep import LockStepConsumption, PeerRound
 from mutualrl.see.offlock.staleness import catch_up_target, choose_peer_round, has_reached, round_seconds
 
@@ -130,18 +132,26 @@ class BoundedConsumption(LockStepConsumption):
                          None if row.get("read_from") is None else tuple(row["read_from"]))
 
     def _await_row(self, match: Any, step: int) -> dict[str, Any]:
+        """Rank 0's logged row ``match`` of ``step``, waited for while rank 0 is heard beating (it may wait at the
+        barrier for as long as a slow peer gets on)."""
         path = log_path(self.exchange.root, self.exchange.policy)
-        deadline = time.monotonic() + self.exchange.barrier_timeout_s * (len(self.active) + 1) + 600.0
+        limit = self.exchange.barrier_timeout_s * (len(self.active) + 1) + 600.0
+        rank0, started, looked = HeartbeatWatch(self.exchange.root), time.monotonic(), -math.inf
         delay = 0.001
         while True:
             for row in reversed(self.own_log.refresh()):
                 if match(row):
                     return row
-            if time.monotonic() > deadline:
+            now = time.monotonic()
+            if now - looked >= 1.0:
+                rank0.look()
+                looked = now
+            silent = rank0.silent_for(self.exchange.policy, ranks=[0])
+            if (now - started if silent is None else silent) > limit:
                 raise PeerTimeoutError(
                     f"SEE: rank {self.exchange.rank} of policy {self.exchange.policy!r} found no decision of rank 0 "
                     f"for step {step} in {path}", step=step, path=path, missing={self.exchange.policy: [0]},
-                    waited_s=0.0, heartbeat_age_s={})
+                    waited_s=now - started, heartbeat_age_s={})
             time.sleep(delay)
             delay = min(delay * 2, self.exchange.poll_interval_s)
 
