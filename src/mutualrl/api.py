@@ -26,6 +26,8 @@ from mutualrl.config.schema import RunConfig
 from mutualrl.errors import MutualRLError, UsageError
 
 Overrides = Mapping[str, Any] | Sequence[str] | None
+INTERRUPTED_EXIT = 130
+"""What ``run_train`` returns for a run stopped by Ctrl-C, SIGTERM or SIGHUP (128 + SIGINT, as a shell says)."""
 
 
 @dataclass
@@ -113,7 +115,8 @@ def train(recipe_or_config: str | Path | RunConfig = "tiny", *, regime: str | No
     ``recipe_or_config``: a pool name, a recipe path or a :class:`RunConfig` (:func:`load_config`).
     ``overrides``: ``--set`` settings as a mapping or ``KEY=VALUE`` strings. ``reward_funcs``: import
     paths or module-level functions (``task.reward_funcs``). ``progress=False``: print nothing.
-    A run that fails raises :class:`~mutualrl.errors.MutualRLError` naming its folder.
+    A run that fails raises :class:`~mutualrl.errors.MutualRLError` naming its folder; a run stopped by Ctrl-C
+    raises ``KeyboardInterrupt`` (a sweep's ``except MutualRLError`` must not go on to its next configuration).
     """
     from rich.console import Console
 
@@ -127,6 +130,8 @@ def train(recipe_or_config: str | Path | RunConfig = "tiny", *, regime: str | No
                                resume=resume, overwrite=overwrite)
         run_dir = run_dir_for(resolve_config(options)[0])
         code = run_train(options, console)
+    if code == INTERRUPTED_EXIT:
+        raise KeyboardInterrupt(f"training interrupted; {run_dir} is resumable (resume=True)")
     if code != 0:
         raise MutualRLError(f"training failed (exit code {code}); see {run_dir}/run.json and {run_dir}/logs/")
     return read_run(run_dir)
