@@ -332,10 +332,10 @@ def test_a_loaded_config_passed_to_train_is_the_same_recipe(tmp_path: Path) -> N
     assert recipe_source("tiny", tmp_path) == "tiny"
 
 
-def test_a_run_read_from_another_folder_imports_user_code_from_where_its_workers_did(
+def test_a_run_read_from_another_folder_names_where_its_workers_imported_user_code_but_does_not_search_it(
         user_code: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``mutualrl eval RUN`` (or the API) run elsewhere: the run's launch folder, from its plan, is searched after
-    this process's own path; without a plan the error says where it looked."""
+    """``mutualrl eval RUN`` (or the API) run elsewhere: the run's launch folder, from its plan, is named in the
+    import error, never searched (a run folder is data: a path only it names is not trusted either)."""
     from mutualrl.config import plugins
     from mutualrl.run_folder import RunPaths, launch_folders
 
@@ -343,20 +343,21 @@ def test_a_run_read_from_another_folder_imports_user_code_from_where_its_workers
     elsewhere = tmp_path_factory.mktemp("elsewhere")
     monkeypatch.chdir(elsewhere)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in (str(user_code), "")])
-    monkeypatch.setattr(plugins, "_RUN_FOLDERS", [])
+    monkeypatch.setattr(plugins, "_DATA_FOLDERS", [])
+    monkeypatch.setattr(plugins, "_HINT_FOLDERS", [])
     with pytest.raises(UsageError, match="cannot import module 'byo_rewards'") as err:
         resolve_reward_func("byo_rewards.exact", "task.reward_funcs[0]")
-    assert "launch folders" not in str(err.value)
-    plugins.search_run_folders(run)  # no plan: nothing added
-    assert launch_folders(run) == [] and str(user_code) not in sys.path
+    assert "workers ran from" not in str(err.value)
 
     run.plan.parent.mkdir(parents=True)
     run.plan.write_text(json.dumps({"policies": [
         {"launch": {"cwd": str(user_code), "env": {"PYTHONPATH": f"/nonexistent{os.pathsep}"}}},
         {"launch": {"cwd": str(user_code), "env": {}}}]}))
     assert launch_folders(run) == [user_code, Path("/nonexistent")]
-    plugins.search_run_folders(run)
-    assert sys.path[-1] == str(user_code) and "/nonexistent" not in sys.path  # after our own path; only real folders
+    plugins.open_run_folder(run.root, launch_folders(run))
+    assert str(user_code) not in sys.path
+    with pytest.raises(UsageError, match=r"the run's workers ran from .+, /nonexistent; a run folder's own "
+                                         r"record is not searched"):
+        resolve_reward_func("byo_rewards.exact", "task.reward_funcs[0]")
+    monkeypatch.syspath_prepend(str(user_code))  # the user puts it on the path: found
     assert callable(resolve_reward_func("byo_rewards.exact", "task.reward_funcs[0]"))
-    with pytest.raises(UsageError, match=r"then the run's launch folders \(.*\)"):
-        resolve_reward_func("byo_nothing.exact", "task.reward_funcs[0]")

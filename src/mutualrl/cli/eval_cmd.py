@@ -212,9 +212,10 @@ def run_folder_targets(target: str, tokenizer: str | None, chat_template: bool |
     paths = RunPaths(Path(target.strip()))
     if "," in target or not paths.config.is_file() or not paths.policies.is_dir():
         return None
-    from mutualrl.config.plugins import search_run_folders
+    from mutualrl.config.plugins import open_run_folder
+    from mutualrl.run_folder import launch_folders
 
-    search_run_folders(paths)  # the run's reward functions import from where its workers imported them
+    open_run_folder(paths.root, launch_folders(paths))  # a run folder is data: no code is imported from inside it
     config = load_run_config(str(paths.config), check_grpo=False).config
     unfinished = [p.name for p in config.pool.policies if not (paths.final_model(p.name) / "config.json").is_file()]
     if unfinished:

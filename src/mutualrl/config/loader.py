@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.config.plugins import import_plugins
+from mutualrl.config.resolved import open_if_run_folder
 from mutualrl.config.schema import RunConfig
 from mutualrl.config.trl_config import from_trl_config
 from mutualrl.config.typed import ConfigError, build_dataclass
@@ -227,6 +228,7 @@ def load_run_config(
     the user did not give.
     """
     path = resolve_recipe(pool_or_path)
+    open_if_run_folder(path)  # a run's own config.yaml: nothing it names is imported from inside the run folder
     data = from_trl_config(load_recipe_data(path), str(path))  # a `trl grpo --config` file works as a recipe
     if regime is not None:
         data.setdefault("regime", {})

@@ -7,47 +7,102 @@ invisible to them), so every process that loads the config imports the same name
 (validation, the dry run), each policy's worker (it reads ``RUN/config.yaml``) and ``mutualrl eval``.
 Names resolve as ``trl grpo --reward_funcs`` resolves them: the working directory first, then
 ``PYTHONPATH``; the launcher starts its workers in its own working directory, so they find the same
-modules. A process that reads a finished run (``mutualrl eval RUN``, ``distill``, the Python API) from another
-folder also searches where the run's workers looked (:func:`search_run_folders`), after its own path. An import
-error names the module and the recipe key, before any worker starts.
+modules. An import error names the module and the recipe key, before any worker starts.
+
+A run folder is data (docs/run-layout.md, "What is trusted"): a process that opens one
+(:func:`open_run_folder`: ``mutualrl eval RUN``, ``distill``, ``train --resume``, a worker, the Python API)
+imports nothing from inside it, whatever its ``config.yaml`` names, and never searches a folder only the run
+folder names (its plan's working directory): such a folder is named in the import error, for the user to
+put on ``PYTHONPATH``. Each module a run folder's config names is said on stderr with the file it comes from.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 from typing import Any
 
 from mutualrl.errors import UsageError
 
 PLUGINS_KEY = "plugins"
-_RUN_FOLDERS: list[str] = []
-"""Folders added by :func:`search_run_folders` (named in an import error)."""
+_DATA_FOLDERS: list[Path] = []
+"""Run folders this process opened: no code is imported from inside them (:func:`open_run_folder`)."""
+_HINT_FOLDERS: list[str] = []
+"""Where an opened run's workers imported user code (its plan): named in an import error, never searched."""
+_SAID: set[str] = set()
 
 
-def search_run_folders(paths: Any) -> None:
-    """Let user code named by the run at ``paths`` (a ``RunPaths``) import from where its workers imported it:
-    their working directory and ``PYTHONPATH`` (``launch/plan.json``), after this process's own search path."""
-    from mutualrl.run_folder import launch_folders
+def open_run_folder(root: Path | str, hints: Iterable[Path] = ()) -> None:
+    """Treat the run folder ``root`` as data from now on in this process: no module is imported from inside it
+    (``sys.path`` entries inside it are dropped, the working directory too when it is inside), and ``hints``
+    (the working directories its plan recorded) are only named when an import fails."""
+    folder = Path(root).resolve()
+    if folder not in _DATA_FOLDERS:
+        _DATA_FOLDERS.append(folder)
+    sys.path[:] = [entry for entry in sys.path if not inside_data_folder(Path(entry or os.curdir))]
+    for hint in hints:
+        text = str(hint)[:300]  # a hostile plan may hold anything: bounded, and only printed
+        if text not in _HINT_FOLDERS and len(_HINT_FOLDERS) < 4:
+            _HINT_FOLDERS.append(text)
 
-    for folder in map(str, launch_folders(paths)):
-        if folder not in sys.path and os.path.isdir(folder):
-            sys.path.append(folder)
-            _RUN_FOLDERS.append(folder)
+
+def inside_data_folder(path: Path) -> Path | None:
+    """The opened run folder that holds ``path`` (after resolving links), or None."""
+    try:
+        resolved = path.resolve()
+    except (OSError, RuntimeError):  # a link loop: nothing importable there
+        return None
+    return next((folder for folder in _DATA_FOLDERS if resolved.is_relative_to(folder)), None)
 
 
 def _with_cwd_on_path() -> None:
-    """``sys.path`` starts with the working directory, as under ``python -m`` and in TRL's script."""
+    """``sys.path`` starts with the working directory, as under ``python -m`` and in TRL's script (not when the
+    working directory is inside an opened run folder)."""
     cwd = os.getcwd()
-    if cwd not in sys.path:
+    if cwd not in sys.path and inside_data_folder(Path(cwd)) is None:
         sys.path.insert(0, cwd)
+
+
+def module_origins(module: str) -> Iterator[Path]:
+    """Where ``module`` and each package above it would be imported from, outermost first. Finding a child imports
+    its parent package, so a caller checks each origin before asking for the next; a module not found ends it."""
+    parts = module.split(".")
+    for depth in range(1, len(parts) + 1):
+        try:
+            spec = importlib.util.find_spec(".".join(parts[:depth]))
+        except (ImportError, ValueError):
+            return
+        if spec is None:
+            return
+        places = [spec.origin] if spec.origin and spec.has_location else []
+        yield from (Path(place) for place in [*places, *(spec.submodule_search_locations or [])])
+
+
+def refuse_data_folder_code(module: str, key: str) -> None:
+    """A module (or a package above it) that would come from inside an opened run folder: one error naming both,
+    before that package runs. Otherwise, when a run folder is open, stderr says which file is imported."""
+    if not _DATA_FOLDERS:
+        return
+    origin = None
+    for origin in module_origins(module):
+        folder = inside_data_folder(origin)
+        if folder is not None:
+            raise UsageError(f"{key}: module {module!r} would be imported from {origin}, inside the run folder "
+                             f"{folder}: a run folder is data and no code is imported from it; put the module in "
+                             "the working directory or on PYTHONPATH")
+    if origin is not None and module not in _SAID:
+        _SAID.add(module)
+        print(f"mutualrl: {key} named by a run folder: importing {module!r} from {origin}", file=sys.stderr)
 
 
 def import_module_for(module: str, key: str) -> Any:
     """Import ``module`` for the recipe key ``key``; a failure is one line naming both and the search path."""
     _with_cwd_on_path()
+    refuse_data_folder_code(module, key)
     try:
         return importlib.import_module(module)
     except ImportError as err:
@@ -55,15 +110,24 @@ def import_module_for(module: str, key: str) -> Any:
         inner = f" ({type(err).__name__}: {err})" if missing and missing != module else ""
         raise UsageError(
             f"{key}: cannot import module {module!r}{inner}; it is looked up from the working directory "
-            f"({os.getcwd()}) and PYTHONPATH{_run_folders_text()}: run from the folder that holds it or add that "
-            f"folder to PYTHONPATH"
+            f"({os.getcwd()}) and PYTHONPATH: run from the folder that holds it or add that folder to "
+            f"PYTHONPATH{_hint_folders_text()}{_inside_text(module)}"
         ) from None
     except Exception as err:  # noqa: BLE001 - user code failing at import: name it, one line
         raise UsageError(f"{key}: importing module {module!r} failed: {type(err).__name__}: {err}") from None
 
 
-def _run_folders_text() -> str:
-    return f", then the run's launch folders ({', '.join(_RUN_FOLDERS)})" if _RUN_FOLDERS else ""
+def _hint_folders_text() -> str:
+    if not _HINT_FOLDERS:
+        return ""
+    return f" (the run's workers ran from {', '.join(_HINT_FOLDERS)}; a run folder's own record is not searched)"
+
+
+def _inside_text(module: str) -> str:
+    """Where a module not found sits inside an opened run folder (not searched: a run folder is data)."""
+    top = module.split(".")[0]
+    found = [place for folder in _DATA_FOLDERS for place in (folder / f"{top}.py", folder / top) if place.exists()]
+    return f"; {found[0]} is inside a run folder, which is data: no code is imported from it" if found else ""
 
 
 def import_object(dotted: str, key: str, sep: str = ".") -> Any:
@@ -89,8 +153,20 @@ def import_plugins(entries: Iterable[Any] | None, key: str = PLUGINS_KEY) -> Non
         if not isinstance(entry, str) or not entry.strip():
             raise UsageError(f"{key}[{i}]: expected a module name, got {entry!r}")
         if entry.endswith(".py"):
-            from mutualrl.regimes.registry import import_file
-
-            import_file(entry.strip(), f"{key}[{i}]")
+            import_plugin_file(entry.strip(), f"{key}[{i}]")
         else:
             import_module_for(entry.strip(), f"{key}[{i}]")
+
+
+def import_plugin_file(entry: str, key: str) -> None:
+    """A plugin named by its ``.py`` path; never one inside an opened run folder."""
+    from mutualrl.regimes.registry import import_file
+
+    folder = inside_data_folder(Path(entry))
+    if folder is not None:
+        raise UsageError(f"{key}: {entry!r} is inside the run folder {folder}: a run folder is data and no code "
+                         "is imported from it; name a module in the working directory or on PYTHONPATH")
+    if _DATA_FOLDERS and entry not in _SAID:
+        _SAID.add(entry)
+        print(f"mutualrl: {key} named by a run folder: importing {Path(entry).resolve()}", file=sys.stderr)
+    import_file(entry, key)

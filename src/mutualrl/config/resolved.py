@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import yaml
 
 from mutualrl.atomic_io import write_text_atomic
-from mutualrl.config.plugins import import_plugins, search_run_folders
+from mutualrl.config.plugins import import_plugins, open_run_folder
 from mutualrl.config.schema import RunConfig
 from mutualrl.config.typed import build_dataclass, to_plain
-from mutualrl.run_folder import RunPaths
+from mutualrl.run_folder import RunPaths, launch_folders
 
 SOURCE_HEADER = "# resolved from "
 
@@ -28,9 +30,25 @@ def load_resolved_config(paths: RunPaths) -> RunConfig:
     data = load_yaml(read_bytes(paths.config).decode("utf-8", errors="replace"), str(paths.config))
     if not isinstance(data, dict):
         raise ConfigError(str(paths.config), "", f"damaged: holds a {type(data).__name__}, not the run's settings")
-    search_run_folders(paths)  # read from another folder: user code is found where the run's workers found it
+    open_run_folder(paths.root, launch_folders(paths))  # a run folder is data: nothing is imported from inside it
     import_plugins(data.get("plugins"))  # every policy process imports what the launcher imported (config/plugins.py)
     return build_dataclass(RunConfig, data, str(paths.config))
+
+
+def open_if_run_folder(recipe: Path) -> None:
+    """A recipe file that is a run folder's ``config.yaml`` (``--resume``, ``mutualrl eval RUN``): that folder is
+    data from now on (:func:`~mutualrl.config.plugins.open_run_folder`). A run folder is known by the header
+    its config was written with, or by what a launch left beside it."""
+    paths = RunPaths(recipe.parent)
+    if recipe.name != paths.config.name or not recipe.is_file():
+        return
+    try:
+        with recipe.open("rb") as handle:
+            headed = handle.read(len(SOURCE_HEADER)) == SOURCE_HEADER.encode()
+    except OSError:
+        headed = False
+    if headed or any(p.exists() for p in (paths.run_json, paths.launch, paths.policies, paths.marker)):
+        open_run_folder(paths.root, launch_folders(paths))
 
 
 def read_source(paths: RunPaths) -> str | None:

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.config.loader import LoadedRecipe, OptionSetting, load_run_config
+from mutualrl.config.plugins import open_run_folder
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import StorageError, UsageError, storage_errors
 from mutualrl.launch.rundir.lock import RunLock, clear_run_folder, is_run_folder
@@ -100,6 +101,8 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
                                max_steps=options.max_steps, option_settings=settings)
 
     given = RunPaths(options.output_dir.resolve()).config if options.output_dir is not None else None
+    if options.resume and given is not None:
+        open_run_folder(given.parent)  # the run to resume is data: nothing it names is imported from inside it
     if options.resume and options.pool is None and given is not None and given.is_file():
         return checked(load(str(given)))  # the folder is known: its own settings, the recipe is not read
     if options.resume and options.pool is None and given is not None and given.parent.is_dir():
@@ -109,6 +112,7 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
     loaded = load(options.pool or DEFAULT_POOL)
     stored = RunPaths(run_dir_for(loaded.config)).config
     if options.resume and stored.is_file():  # the run's own settings; the options above still apply
+        open_run_folder(stored.parent)
         recipe_pool = loaded.config.pool.name
         loaded = load(str(stored))
         if options.pool is not None and recipe_pool != loaded.config.pool.name:
