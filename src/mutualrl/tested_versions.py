@@ -77,7 +77,8 @@ def check_tested_versions(uses_vllm: bool) -> str | None:
     found = ", ".join(f"{v.distribution or v.library} {v.installed}" for v in untested)
     tested = ", ".join(f"{v.library} {v.tested}.x" for v in untested)
     if overridden():
-        return f"{found} installed, mutualrl is tested with {tested}: running anyway ({OVERRIDE_ENV}=1, at your own risk)"
+        return (f"{found} installed, mutualrl is tested with {tested}: running anyway ({OVERRIDE_ENV}=1, "
+                "at your own risk)")
     pins = " ".join(f"'{v.distribution or v.library}~={v.tested}.0'" for v in untested)
     raise UsageError(f"{found} installed, but mutualrl is tested with {tested}: pip install {pins}, "
                      f"or set {OVERRIDE_ENV}=1 to run anyway at your own risk")
