@@ -31,6 +31,7 @@ import pyarrow as pa
 from mutualrl.errors import UsageError
 from mutualrl.run_folder import RunPaths
 from mutualrl.see import files
+from mutualrl.see.binding import check_exchange_owner
 from mutualrl.see.errors import PeerFailedError, ShardMissingError
 from mutualrl.see.files import CHECKSUM_ALGORITHM
 from mutualrl.see.liveness import HeartbeatWatch, barrier_timeout_error, mark_policy_failed, read_failure, write_heartbeat
@@ -81,6 +82,7 @@ class ExperienceExchange:
         self.run_id = str(run_id)
         if not self.run_id:
             raise UsageError("SEE run_id must not be empty")
+        check_exchange_owner(self.root, self.run_id)  # a folder bound to another run is never read or written
         self.policy = files.check_policy_name(policy)
         if world_size < 1 or not 0 <= rank < world_size:
             raise UsageError(f"SEE rank {rank} is not in [0, world_size={world_size})")

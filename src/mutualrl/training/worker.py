@@ -35,7 +35,7 @@ from mutualrl.errors import (
 from mutualrl.process_exit import exit_without_teardown
 from mutualrl.process_start import collector_paused_for_imports, imports_done
 from mutualrl.regimes.registry import get_regime
-from mutualrl.run_folder import RunPaths
+from mutualrl.run_folder import RunPaths, run_id
 from mutualrl.tested_versions import check_tested_versions
 from mutualrl.training.trackers import guard_tracker_writes
 from mutualrl.training.watchdog import REJOIN_ENV, start_launcher_watchdog
@@ -219,7 +219,7 @@ def open_exchange(config: Any, paths: RunPaths, policy: Any, rank: int, world_si
     from mutualrl.see.liveness import start_heartbeat_thread
 
     exchange = ExperienceExchange.from_settings(
-        config.see, paths.root, run_id=paths.root.name, policy=policy.name, rank=rank, world_size=world_size,
+        config.see, paths.root, run_id=run_id(paths), policy=policy.name, rank=rank, world_size=world_size,
         policies=[p.name for p in config.pool.policies],
         provenance={"model": policy.model, "tokenizer": policy.tokenizer or policy.model},
     )

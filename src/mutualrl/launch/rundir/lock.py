@@ -19,6 +19,7 @@ import json
 import os
 import socket
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +152,8 @@ def mark_run_folder(root: Path) -> None:
     from mutualrl import __version__
 
     root.mkdir(parents=True, exist_ok=True)
-    RunPaths(root).marker.write_text(json.dumps({"mutualrl": __version__}) + "\n")
+    unique = f"{root.name[:80]}-{uuid.uuid4().hex[:12]}"  # two runs of one name never share an exchange's records
+    RunPaths(root).marker.write_text(json.dumps({"mutualrl": __version__, "run_id": unique}) + "\n")
 
 
 def clear_run_folder(root: Path) -> None:
