@@ -72,7 +72,13 @@ class RunPaths:
 
     @property
     def marker(self) -> Path:
+        """Marks a mutualrl run and holds its unique id (:func:`run_id`)."""
         return self.root / RUN_MARKER
+
+    @property
+    def inputs(self) -> Path:
+        """What the run's user code and data were (module files and hashes, the data copy's hashes)."""
+        return self.root / "inputs.json"
 
     @property
     def machines_dir(self) -> Path:
@@ -138,6 +144,15 @@ class RunPaths:
 
     def eval_result(self, policy: str, step: int) -> Path:
         return self.policy_eval_dir(policy) / f"step-{step:06d}.json"
+
+
+def run_id(paths: RunPaths) -> str:
+    """The run's unique id, written in its marker when it started; a run from before ids, or a marker that is
+    damaged, has its folder's name (what the SEE keyed its records by then)."""
+    marker = read_json_or(paths.marker, {})
+    value = marker.get("run_id")
+    ok = isinstance(value, str) and 0 < len(value) <= 200 and value.isprintable()
+    return value if ok else paths.root.name
 
 
 SEE_MARKER = ".mutualrl-see"

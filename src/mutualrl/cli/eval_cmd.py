@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from rich.markup import escape
 
 from mutualrl.atomic_io import write_text_atomic
 from mutualrl.cli.common import check_output_path, console, err_console, report_errors
@@ -85,9 +86,10 @@ def run_eval_command(
     settings = eval_settings(recipe, suite, source=source, verifier=verifier, max_new_tokens=max_new_tokens,
                              batch_size=batch_size, max_prompt_tokens=max_prompt_tokens)
     tasks, scoring = settings.tasks, settings.scoring
+    own = run_held_out(chosen, tasks, split=split, source=source, limit=limit, log=log)
     with log.status(f"loading {', '.join(tasks)} prompts ..."):
-        examples = load_suite(tasks, split=split, source=settings.source, limit=limit,
-                              task_config=recipe.task if recipe is not None else None)
+        examples = own if own is not None else load_suite(tasks, split=split, source=settings.source, limit=limit,
+                                                          task_config=recipe.task if recipe is not None else None)
     log.print(
         f"[bold]eval[/] {len(chosen.targets)} model(s) x {len(tasks)} task(s) ({len(examples)} prompts), "
         f"greedy, max {settings.max_new_tokens} new tokens, {scoring_label(scoring)}",
@@ -197,6 +199,25 @@ def recipe_scoring(recipe: Any, tasks: list[str], verifier: str) -> Any:
     return spec if spec.funcs or not spec.uses_verifier() else verifier
 
 
+def run_held_out(chosen: Any, tasks: list[str], *, split: str | None, source: str | None, limit: int | None,
+                 log: Any) -> list[Any] | None:
+    """A run folder's own held-out prompts (``RUN/data/eval.jsonl``, what its validation scored), when its own
+    task is evaluated without another ``--source`` or ``--split``; None otherwise. A user module that is not
+    what the run recorded is named (scoring uses the code there is now); a changed data copy is refused."""
+    if chosen.run_folder is None:
+        return None
+    from mutualrl.launch.rundir.inputs import code_changes, held_out_copy
+    from mutualrl.run_folder import RunPaths
+
+    paths = RunPaths(chosen.run_folder)
+    for change in code_changes(paths):
+        log.print(f"[yellow]warning:[/] {escape(change)}: scored with the code there is now", highlight=False,
+                  soft_wrap=True)
+    if source is not None or split is not None or tasks != [chosen.recipe.task.name]:
+        return None
+    return held_out_copy(paths, limit) or None
+
+
 def print_nothing(message: str) -> None:
     """The status callback of a quiet evaluation (``mutualrl.evaluate(..., progress=False)``)."""
 
@@ -227,7 +248,7 @@ def run_folder_targets(target: str, tokenizer: str | None, chat_template: bool |
                           tokenizer=tokenizer or p.tokenizer,
                           chat_template=p.chat_template if chat_template is None else chat_template, dtype=p.dtype)
                for p in config.pool.policies]
-    return TargetSet(targets, f"{paths.root.resolve().name}-final", config)
+    return TargetSet(targets, f"{paths.root.resolve().name}-final", config, run_folder=paths.root)
 
 
 def _quiet_transformers() -> None:

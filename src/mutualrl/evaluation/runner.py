@@ -45,6 +45,7 @@ class TargetSet:
     targets: list[EvalTarget]
     label: str  # for default file names
     recipe: Any = None  # the RunConfig when the target was a pool or recipe
+    run_folder: Path | None = None  # when the target was a run folder (its own held-out prompts are evaluated)
 
 
 def _is_recipe(target: str) -> bool:

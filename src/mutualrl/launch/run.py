@@ -13,6 +13,7 @@ from mutualrl.config.loader import LoadedRecipe, OptionSetting, load_run_config
 from mutualrl.config.plugins import open_run_folder
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import StorageError, UsageError, storage_errors
+from mutualrl.launch.rundir.inputs import check_resume_inputs
 from mutualrl.launch.rundir.lock import RunLock, clear_run_folder, is_run_folder
 from mutualrl.launch.rundir.prepare import (
     check_run_dir,
@@ -103,6 +104,7 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
     given = RunPaths(options.output_dir.resolve()).config if options.output_dir is not None else None
     if options.resume and given is not None:
         open_run_folder(given.parent)  # the run to resume is data: nothing it names is imported from inside it
+        check_resume_inputs(RunPaths(given.parent))  # its user code and data copy as recorded, before any import
     if options.resume and options.pool is None and given is not None and given.is_file():
         return checked(load(str(given)))  # the folder is known: its own settings, the recipe is not read
     if options.resume and options.pool is None and given is not None and given.parent.is_dir():
@@ -113,6 +115,7 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
     stored = RunPaths(run_dir_for(loaded.config)).config
     if options.resume and stored.is_file():  # the run's own settings; the options above still apply
         open_run_folder(stored.parent)
+        check_resume_inputs(RunPaths(stored.parent))
         recipe_pool = loaded.config.pool.name
         loaded = load(str(stored))
         if options.pool is not None and recipe_pool != loaded.config.pool.name:

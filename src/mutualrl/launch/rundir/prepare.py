@@ -11,6 +11,7 @@ from mutualrl.config.resolved import load_resolved_config, read_source, write_re
 from mutualrl.config.schema import RunConfig
 from mutualrl.config.typed import to_plain
 from mutualrl.errors import UsageError
+from mutualrl.launch.rundir.inputs import record_inputs
 from mutualrl.launch.rundir.lock import (
     check_no_escaping_symlinks,
     is_coordination_entry,
@@ -20,6 +21,7 @@ from mutualrl.launch.rundir.lock import (
 )
 from mutualrl.launch.rundir.metrics_merge import rollback_metrics
 from mutualrl.launch.rundir.resume import ConfigChange, clear_training_outputs, common_checkpoint, config_changes
+from mutualrl.launch.rundir.see_owner import claim_exchange, refuse_live_owner
 from mutualrl.run_folder import RunPaths
 from mutualrl.see.rollback import rollback_exchange
 
@@ -59,13 +61,19 @@ def prepare_launch(paths: RunPaths, config: RunConfig, source: str, resume: bool
                    console: Console) -> tuple[RunConfig, int | None]:
     """Prepare a new run, or roll a resumed one back: the config to run and the checkpoint step every policy
     resumes from (None: from step 0). ``allowed``: the setting changes :func:`resume_changes` permitted."""
+    see_root = paths.see_root(config.see.dir)
+    refuse_live_owner(see_root, paths)  # before anything of the exchange is rolled back or removed
+    resume_step = None
     if not (resume and paths.config.exists()):  # a new run, or one stopped before its config was written
         prepare_run(paths, config, source, console)
-        return config, None
-    config, resume_step = prepare_resume(paths, config, allowed, console)
-    if resume_step is None:  # nothing to resume from yet: the same run from step 0
-        clear_training_outputs(paths, paths.see_root(config.see.dir))
-        prepare_run(paths, config, read_source(paths) or source, console)
+    else:
+        config, resume_step = prepare_resume(paths, config, allowed, console)
+        if resume_step is None:  # nothing to resume from yet: the same run from step 0
+            clear_training_outputs(paths, see_root)
+            prepare_run(paths, config, read_source(paths) or source, console)
+    if claim_exchange(see_root, paths):
+        console.print(f"[yellow]warning:[/] {escape(str(see_root))} belonged to another run (stopped); it now "
+                      "belongs to this one", highlight=False, soft_wrap=True)
     return config, resume_step
 
 
@@ -102,6 +110,7 @@ def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Consol
     console.print(task_summary(config.task, config.grpo), highlight=False)
     write_examples(paths.data / TRAIN_FILE, train_kept)
     write_examples(paths.data / EVAL_FILE, eval_kept)
+    record_inputs(paths, config)  # what --resume and eval check the user's code and this data copy against
     dropped = report.dropped + eval_report.dropped
     console.print(f"prompts: {report.kept} train, {eval_report.kept} held-out; {dropped} dropped for all policies "
                   f"as longer than {config.task.max_prompt_tokens} tokens for some policy "

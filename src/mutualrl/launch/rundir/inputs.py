@@ -1,0 +1,146 @@
+"""What a run's user code and data were, recorded as it starts (``RUN/inputs.json``) and checked on ``--resume``
+and ``eval``.
+
+A run's rewards come from the user's modules (``task.reward_funcs``, ``plugins``, a ``task.name`` class) and its
+prompts from its own copy of the data (``RUN/data/``). A module edited between the run and ``--resume``, or the
+same name found elsewhere (resumed from another working directory), silently changes what is rewarded mid-run;
+a data copy edited by hand changes what is trained on. So each module's file and content hash, and each data
+file's hash, are recorded, and a difference is named: ``--resume`` refuses it, before any of the modules is
+imported; ``eval`` says which module differs (it scores with the code there is) and refuses a changed data copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from mutualrl.atomic_io import write_text_atomic
+from mutualrl.errors import DataError, RunFolderError, UsageError
+from mutualrl.run_folder import RunPaths, read_json
+from mutualrl.tasks.reward_funcs import TRL_REWARDS
+
+RECORD_FORMAT = 1
+
+
+def user_modules(config: Any) -> list[str]:
+    """The user's modules a config names: reward functions' modules, plugins, a ``task.name`` class's module."""
+    names = [name.rpartition(".")[0] for name in config.task.reward_funcs if name not in TRL_REWARDS]
+    names += [str(entry).strip() for entry in config.plugins or []]
+    if ":" in config.task.name:
+        names.append(config.task.name.partition(":")[0])
+    return list(dict.fromkeys(name for name in names if name))
+
+
+def module_file(module: str) -> Path | None:
+    """The file ``module`` is (or would be) imported from in this process, without running it: the working
+    directory first, as :mod:`mutualrl.config.plugins` imports; a ``.py`` path is itself."""
+    if module.endswith(".py"):
+        return Path(module).resolve()
+    loaded = sys.modules.get(module)
+    if loaded is not None and getattr(loaded, "__file__", None):
+        return Path(loaded.__file__).resolve()
+    search = [os.getcwd(), *[p for p in sys.path if p != os.getcwd()]]
+    spec = None
+    parts = module.split(".")
+    for depth in range(len(parts)):
+        places = search if spec is None else list(spec.submodule_search_locations or [])
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:depth + 1]), places) if places else None
+        if spec is None:
+            return None
+    return Path(spec.origin).resolve() if spec and spec.origin and spec.has_location else None
+
+
+def file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def data_files(paths: RunPaths) -> list[Path]:
+    return sorted(p for p in paths.data.glob("*.jsonl") if p.is_file())
+
+
+def current_inputs(paths: RunPaths, modules: list[str]) -> dict[str, Any]:
+    code = {}
+    for module in modules:
+        found = module_file(module)
+        code[module] = {"file": str(found), "sha256": file_hash(found)} if found and found.is_file() else None
+    data = {p.name: file_hash(p) for p in data_files(paths)}
+    return {"format": RECORD_FORMAT, "code": code, "data": data}
+
+
+def record_inputs(paths: RunPaths, config: Any) -> None:
+    """Write ``RUN/inputs.json`` for a run whose data copy was just written."""
+    write_text_atomic(paths.inputs, json.dumps(current_inputs(paths, user_modules(config)), indent=1) + "\n")
+
+
+def recorded_inputs(paths: RunPaths) -> dict[str, Any] | None:
+    """The run's record; None for a run from before records. A damaged one is a :class:`RunFolderError`."""
+    try:
+        record = read_json(paths.inputs)
+    except FileNotFoundError:
+        return None
+    code, data = record.get("code"), record.get("data")
+    if not isinstance(code, dict) or not isinstance(data, dict) or len(code) > 1000 or len(data) > 1000:
+        raise RunFolderError(f"{paths.inputs}: damaged (no 'code' and 'data' objects)")
+    return record
+
+
+def code_changes(paths: RunPaths) -> list[str]:
+    """Each recorded module that is now another file or has other content, as one phrase naming it."""
+    record = recorded_inputs(paths)
+    changes = []
+    for module, was in (record or {}).get("code", {}).items():
+        if not isinstance(was, dict):
+            continue
+        now = current_inputs(paths, [str(module)])["code"][str(module)]
+        if now is None:
+            continue  # not found: the import error names it
+        if now["file"] != was.get("file"):
+            changes.append(f"module {module!r} is now {now['file']}, the run used {str(was.get('file'))[:300]}")
+        elif now["sha256"] != was.get("sha256"):
+            changes.append(f"module {module!r} ({now['file']}) changed since the run started")
+    return changes
+
+
+def check_data_copy(paths: RunPaths) -> None:
+    """Refuse a run whose data copy (``RUN/data/*.jsonl``) is not what it recorded."""
+    record = recorded_inputs(paths)
+    if record is None:
+        return
+    now = {p.name: file_hash(p) for p in data_files(paths)}
+    for name in sorted(set(now) | set(record["data"])):
+        if now.get(name) != record["data"].get(name):
+            state = "is missing" if name not in now else "was added" if name not in record["data"] else "changed"
+            raise DataError(f"{paths.data / name} {state} since the run started (its hash is in {paths.inputs}); "
+                            "the run's own data copy is what it trains and is evaluated on: restore it")
+
+
+def check_resume_inputs(paths: RunPaths) -> None:
+    """``--resume``: refuse user code or a data copy that is not what the run recorded, before any module of it
+    is imported (a module of the same name in another working directory is never run)."""
+    changes = code_changes(paths)
+    if changes:
+        raise UsageError(f"--resume: {paths.root} would go on with other user code than it started with: "
+                         f"{'; '.join(changes)} ({paths.inputs}); run from the folder the run started in, restore "
+                         "the module, or start a new run with --output-dir")
+    check_data_copy(paths)
+
+
+def held_out_copy(paths: RunPaths, limit: int | None) -> list[Any]:
+    """The run's own held-out prompts (``RUN/data/eval.jsonl``, as its validation saw them), checked against the
+    record; empty when the run has none."""
+    from mutualrl.training.data import EVAL_FILE, read_examples
+
+    check_data_copy(paths)
+    if not (paths.data / EVAL_FILE).is_file():
+        return []
+    examples = read_examples(paths.data / EVAL_FILE)
+    return examples if limit is None else examples[:limit]
