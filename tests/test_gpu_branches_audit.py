@@ -197,7 +197,7 @@ def test_single_process_gpu_policies_give_their_vllm_engines_distinct_ports(monk
     from accelerate.utils.launch import prepare_simple_launcher_cmd_env
     from plan_helpers import dry_run
 
-    # gpu_smoke's two-policies-vllm-colocate on one GPU: both policies on GPU 0, one process each, no DeepSpeed
+    # policies sharing one GPU (--device-map a=0;b=0): both on GPU 0, one process each, no DeepSpeed
     plan = dry_run("tiny", ["grpo.use_vllm=true", "grpo.vllm_mode=colocate"], gpus=1,
                    device_map_text="tiny-bpe=0;tiny-sp=0", run_dir=tmp_path / "run", gpu_memory_gib=80.0, write=True)
     ports = []
