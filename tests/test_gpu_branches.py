@@ -139,8 +139,8 @@ def test_trls_own_caps_are_refused_by_vllm_with_one_gpu_per_policy():
     assert engine_caps(16) == (16, TRL_MAX_NUM_BATCHED_TOKENS)
 
 
-def plan_or_refusal(recipe: str, gpus: int, nodes: int, device_map: str | None, gpu_memory: float):
-    sets = [f"launch.gpus={gpus}", f"launch.nodes={nodes}", f"launch.gpu_memory_gib={gpu_memory}"]
+def plan_or_refusal(recipe: str, gpus: int, nodes: int, device_map: str | None, gpu_memory: float, *more: str):
+    sets = [f"launch.gpus={gpus}", f"launch.nodes={nodes}", f"launch.gpu_memory_gib={gpu_memory}", *more]
     config = load_run_config(recipe, overrides=sets).config
     if device_map:
         names = [p.name for p in config.pool.policies]
@@ -184,12 +184,17 @@ def check_plan(plan, config, memory: float) -> None:
     assert all(need <= memory for need in per_gpu.values()), per_gpu
 
 
-def test_commonsense_3qwen_on_40_gib_cards_warns_or_refuses_naming_the_policy_and_vllm():
+def test_commonsense_3qwen_on_40_gib_cards_sizes_the_engine_or_refuses_naming_the_policy_and_vllm():
     plan, _ = plan_or_refusal("commonsense-3qwen", 8, 1, None, 40.0)
-    said = plan if isinstance(plan, str) else " ".join(w for w in plan.warnings if "qwen3-4b-base" in w)
-    assert "qwen3-4b-base" in said and "vLLM engine" in said and "vllm_gpu_memory_utilization" in said
-    # on two GPUs for the 4B (an even split), the same card cannot hold it at all
+    assert not isinstance(plan, str), plan
+    engine = plan.policy("qwen3-4b-base").engine  # 4 GPUs: 16.8 GiB of ZeRO-3 state, so (40 - 16.8 - 6) / 40
+    assert engine.gpu_memory_utilization == 0.43 and engine.share_source == "memory model"
+    assert engine.kv_capacity_sequences > 0
+    # on two GPUs for the 4B (an even split), the same card cannot hold the engine beside the state
     refused, _ = plan_or_refusal("commonsense-3qwen", 6, 1, None, 40.0)
+    assert isinstance(refused, str) and "qwen3-4b-base" in refused and "vLLM engine" in refused
+    # nor the share a recipe sets
+    refused, _ = plan_or_refusal("commonsense-3qwen", 6, 1, None, 40.0, "grpo.vllm_gpu_memory_utilization=0.5")
     assert isinstance(refused, str) and "qwen3-4b-base" in refused and "vLLM engine 0.5" in refused
 
 
@@ -208,9 +213,10 @@ def test_policies_sharing_a_gpu_add_up_their_vllm_shares():
 def test_sleep_mode_does_not_hide_the_engine_share_from_the_memory_check():
     # 2qwen on 8 x 12 GiB: ~7 GiB of ZeRO-3 state per GPU fits the card, not beside the engine's 6 GiB (the paper
     # recipes run vLLM in sleep mode, which the check used to take for "no engine memory")
-    plan, _ = plan_or_refusal("2qwen", 8, 1, None, 12.0)
+    half = "grpo.vllm_gpu_memory_utilization=0.5"  # set by the recipe (unset, the plan derives it: test_engine_plan.py)
+    plan, _ = plan_or_refusal("2qwen", 8, 1, None, 12.0, half)
     assert isinstance(plan, str) and "vLLM engine 0.5 (6.0 GiB)" in plan
-    with_more_room, _ = plan_or_refusal("2qwen", 8, 1, None, 16.0)
+    with_more_room, _ = plan_or_refusal("2qwen", 8, 1, None, 16.0, half)
     assert not isinstance(with_more_room, str)
 
 

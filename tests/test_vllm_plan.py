@@ -86,7 +86,9 @@ def test_paper_recipe_dry_run_on_this_cpu_box_says_what_the_cpu_path_does(tmp_pa
     from mutualrl.config.loader import load_run_config
     from mutualrl.launch.plan.launch_plan import make_launch_plan
 
-    plan = make_launch_plan(load_run_config("2qwen").config, tmp_path, gpus=0, simulate=True, cpu_cores=2)
+    # the paper recipe leaves the engine's share to the plan on a GPU; one a user sets is named on the CPU
+    config = load_run_config("2qwen", overrides=["grpo.vllm_gpu_memory_utilization=0.5"]).config
+    plan = make_launch_plan(config, tmp_path, gpus=0, simulate=True, cpu_cores=2)
     for p in plan.policies:
         assert p.grpo["use_vllm"] is True and p.grpo["vllm_enable_sleep_mode"] is False
         assert p.vllm == "colocate"

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError
 from mutualrl.launch.plan.batching import BatchSizeError, trl_generation_batch
+from mutualrl.launch.plan.engine import size_engines
 from mutualrl.launch.plan.mwra import DeviceType, Placement
 from mutualrl.regimes.registry import get_regime
 
@@ -46,7 +47,6 @@ def memory_check(
     stage: int,
 ) -> list[str]:
     estimates: dict[str, MemoryEstimate] = {}
-    reserved: dict[str, float] = {}
     policies = {p.name: p for p in config.pool.policies}
     for plan in plans:
         params, source = param_count_for(plan.model, hints.get(plan.name))
@@ -64,12 +64,15 @@ def memory_check(
         )
         plan.memory = estimate
         estimates[plan.name] = estimate
-        grpo = plan.grpo
-        if grpo.get("use_vllm") and grpo.get("vllm_mode", "colocate") == "colocate":
-            # Sleep mode or not: while the engine generates, it holds its whole share next to the trainer's
-            # state, which stays resident (TRL wakes the engine before each generation).
-            reserved[plan.name] = float(grpo.get("vllm_gpu_memory_utilization", 0.3))
-    warnings = check_memory(placement, estimates, gpu_memory_gib, ram_gib, reserved)
+    engine_problems = size_engines(config, placement, plans, gpu_memory_gib)
+    # Sleep mode or not: while the engine generates, it holds its whole share next to the trainer's state, which
+    # stays resident (TRL wakes the engine before each generation); asleep, it leaves the card to training.
+    engines = [p for p in plans if p.engine is not None and p.engine.gpu_memory_utilization is not None]
+    reserved = {p.name: float(p.engine.gpu_memory_utilization) for p in engines}
+    asleep = {p.name for p in engines if p.grpo.get("vllm_enable_sleep_mode")}
+    warnings = check_memory(placement, estimates, gpu_memory_gib, ram_gib, reserved, asleep_while_training=asleep)
+    if engine_problems:  # the model states fit (check_memory refuses first what does not): the engines do not
+        raise PlacementError(engine_problems[0])
     states = sum(e.gib_per_device for e in estimates.values()) if placement.device_type == "cpu" else 0.0
     return warnings + admission_check(placement, states, ram_gib, config.launch.force)
 
@@ -201,14 +204,16 @@ def check_memory(
     ram_gib: float | None = None,
     reserved_fraction: Mapping[str, float] | None = None,
     warn_above: float = 0.75,
+    asleep_while_training: Collection[str] = (),
 ) -> list[str]:
     """Compare estimates with device memory; returns warnings, raises PlacementError if it cannot fit.
 
     GPU: policies sharing a GPU (explicit map) add up. ``reserved_fraction[policy]`` is
     the part of each GPU kept by something else while training (vLLM colocate without
     sleep mode keeps ``vllm_gpu_memory_utilization``). CPU: every policy's state adds up
-    in RAM. An estimate above the memory raises; above ``warn_above`` of it warns (the
-    estimate leaves out activations).
+    in RAM. An estimate above the memory raises; above ``warn_above`` of what training has
+    warns (the estimate leaves out activations): an engine in ``asleep_while_training``
+    (sleep mode) leaves its share to training.
     """
     warnings: list[str] = []
     reserved_fraction = reserved_fraction or {}
@@ -242,13 +247,15 @@ def check_memory(
         who = " + ".join(f"{name} {g:.1f}" for name, g in users)
         if need > usable:
             raise PlacementError(_does_not_fit(gpu, who, usable, gpu_memory_gib, shares, len(users)))
-        if need > warn_above * usable:
-            engines = "".join(f"; {name}'s vLLM engine holds {share:g} of the card" for name, share in shares.items())
+        awake = {name: share for name, share in shares.items() if name not in asleep_while_training}
+        training = gpu_memory_gib * (1.0 - sum(awake.values()))
+        if need > warn_above * training:
+            engines = "".join(f"; {name}'s vLLM engine holds {share:g} of the card" for name, share in awake.items())
             warnings.append(
-                f"GPU {gpu}: model state alone ({who} GiB) takes {need / usable:.0%} of the {usable:.1f} GiB "
+                f"GPU {gpu}: model state alone ({who} GiB) takes {need / training:.0%} of the {training:.1f} GiB "
                 f"available{engines}; activations may not fit (lower grpo.vllm_gpu_memory_utilization or use more "
-                f"GPUs)" if shares else
-                f"GPU {gpu}: model state alone ({who} GiB) takes {need / usable:.0%} of the {usable:.1f} GiB "
+                f"GPUs)" if awake else
+                f"GPU {gpu}: model state alone ({who} GiB) takes {need / training:.0%} of the {training:.1f} GiB "
                 f"available; activations may not fit"
             )
     return warnings

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError, UsageError
@@ -48,6 +49,19 @@ def detect_ram_gib() -> float | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
         return None
+
+
+def free_disk_gib(path: Path) -> tuple[float | None, str]:
+    """(free GiB for this user, the existing folder it was measured at) of the filesystem ``path`` will be on:
+    measured at its nearest existing parent, since a new run folder does not exist yet."""
+    probe = Path(path).absolute()
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    try:
+        stats = os.statvfs(probe)
+    except OSError:
+        return None, str(probe)
+    return stats.f_bavail * stats.f_frsize / 2**30, str(probe)
 
 
 @dataclass(frozen=True)

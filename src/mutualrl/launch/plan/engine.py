@@ -1,4 +1,5 @@
-"""The colocated vLLM engine each policy will build: its scheduler caps, as the worker will pass them.
+"""The colocated vLLM engine each policy will build: its scheduler caps, as the worker will pass them, and its
+memory: its share of the card and the KV cache that share holds, in sequences of the recipe's length.
 
 TRL builds the engine inside ``GRPOTrainer.__init__`` with ``max_num_seqs = per-device batch x TP x
 steps_per_generation`` and a fixed ``max_num_batched_tokens=4096``; vLLM refuses a token budget below
@@ -6,14 +7,28 @@ steps_per_generation`` and a fixed ``max_num_batched_tokens=4096``; vLLM refuses
 policy (5120). The worker caps them (:func:`mutualrl.training.vllm_engine.engine_caps`); the plan shows the
 same numbers, computed by the same function from the planned GRPO fields, so a dry run shows what the
 engine will get.
+
+The share (``grpo.vllm_gpu_memory_utilization``) is the recipe's when it sets one. Otherwise, with sleep mode, it is
+derived from the memory model: while the engine generates, the trainer's state stays resident next to it (TRL
+wakes the engine, the trainer keeps its weights, gradients and Adam states), so the engine gets the card minus that
+state minus :data:`ENGINE_MARGIN_GIB`, split between the engines sharing a GPU. vLLM then fills its share with its
+weights, its runtime and the KV cache (``vllm/v1/worker/gpu_worker.py: determine_available_memory``: KV = share x
+card - weights - profiled peak), and refuses to start unless that share of the card is free
+(``vllm/v1/worker/utils.py: request_memory``). Without sleep mode the engine keeps its share while the trainer
+computes its activations, so TRL's default stands unless the recipe sets one.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mutualrl.config.schema import LaunchConfig
+from mutualrl.config.grpo_schema import grpo_default
+from mutualrl.config.schema import LaunchConfig, RunConfig
+from mutualrl.launch.plan.mwra import Placement
+from mutualrl.launch.plan.model_shapes import ModelShape, model_shape
 from mutualrl.training.vllm_engine import TRL_MAX_NUM_BATCHED_TOKENS, engine_caps, trl_max_num_seqs
 
 
@@ -45,3 +60,147 @@ def engine_note(name: str, caps: EngineCaps | None) -> list[str]:
               f"rest queue)" if caps.max_num_seqs < caps.trl_max_num_seqs else "")
     return [f"{name}: vLLM engine max_num_seqs {caps.max_num_seqs}{capped}, max_num_batched_tokens "
             f"{caps.max_num_batched_tokens} (launch.vllm_max_num_seqs / launch.vllm_max_num_batched_tokens)"]
+
+
+# What the trainer holds during generation beyond the model states the memory model counts: its CUDA context and
+# NCCL buffers (~1.5 GiB), DeepSpeed's persistent buckets (~1 GiB in bf16 at its default 5e8 elements), one gathered
+# parameter of the weight sync (~1 GiB for a 150k-token embedding) and the allocator's fragmentation.
+ENGINE_MARGIN_GIB = 6.0
+# vLLM's runtime inside its share besides weights and KV: the profiled forward of max_num_batched_tokens tokens and
+# CUDA graphs (~1 GiB for 1.5-4B models), plus the sampler's fp32 logits over max_num_seqs rows, counted twice (the
+# logits and the processed log-probs TRL asks for).
+ENGINE_RUNTIME_GIB = 1.0
+SAMPLER_LOGIT_COPIES = 2
+MAX_ENGINE_SHARE = 0.9  # vLLM's own default share of a card
+ENGINE_DTYPE_BYTES = 2  # bf16 weights and KV cache, as the paper recipes load the models on a GPU
+
+
+@dataclass(frozen=True)
+class PlannedEngine:
+    """One policy's colocated engine as the plan sizes it (``--save-plan`` JSON: ``policies[].engine``)."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    trl_max_num_seqs: int
+    tensor_parallel_size: int
+    gpu_memory_utilization: float | None
+    """The share of each card it takes (None on a CPU: vLLM's CPU backend reads VLLM_CPU_KVCACHE_SPACE)."""
+    share_source: str
+    sequence_tokens: int
+    """A sequence of the recipe's length: task.max_prompt_tokens + grpo.max_completion_length."""
+    engine_gib: float | None = None
+    weights_gib: float | None = None
+    kv_cache_gib: float | None = None
+    kv_capacity_sequences: int | None = None
+    """How many sequences of ``sequence_tokens`` its KV cache holds at once (None: the model's shape is unknown)."""
+
+
+def recipe_share(config: RunConfig, policy: str) -> float | None:
+    """``grpo.vllm_gpu_memory_utilization`` as the recipe sets it for ``policy`` (None: unset)."""
+    spec = next(p for p in config.pool.policies if p.name == policy)
+    value = {**config.grpo, **spec.grpo}.get("vllm_gpu_memory_utilization")
+    return float(value) if value is not None else None
+
+
+def derived_shares(placement: Placement, state_gib: Mapping[str, float], fixed_shares: Mapping[str, float],
+                   derive: set[str], gpu_memory_gib: float) -> dict[str, float]:
+    """{policy: share} for the engines in ``derive``: on every GPU, the card minus the model states resident there,
+    the fixed shares of the other engines there and :data:`ENGINE_MARGIN_GIB`, split evenly between the engines to
+    derive; a policy's share is its smallest over its GPUs, rounded down to 0.01 and at most :data:`MAX_ENGINE_SHARE`."""
+    users: dict[tuple[int, int], list[str]] = {}
+    for placed in placement.policies:
+        for machine in placed.machines:
+            for gpu in placed.devices:
+                users.setdefault((machine, gpu), []).append(placed.name)
+    shares: dict[str, float] = {}
+    for names in users.values():
+        here = [n for n in names if n in derive]
+        if not here:
+            continue
+        room = (gpu_memory_gib - sum(state_gib.get(n, 0.0) for n in names) - ENGINE_MARGIN_GIB
+                - sum(fixed_shares.get(n, 0.0) for n in names) * gpu_memory_gib)
+        each = room / (len(here) * gpu_memory_gib)
+        for name in here:
+            shares[name] = min(shares.get(name, MAX_ENGINE_SHARE), each)
+    return {name: math.floor(share * 100) / 100 for name, share in shares.items()}
+
+
+def engine_memory(caps: EngineCaps, tp: int, share: float, gpu_memory_gib: float, params: float | None,
+                  shape: ModelShape | None, sequence_tokens: int) -> tuple[float, float | None, float | None, int | None]:
+    """(engine GiB, weights GiB, KV cache GiB, sequences of ``sequence_tokens`` the KV cache holds) of one engine
+    over its ``tp`` GPUs; None where the model's size or shape is unknown."""
+    engine = share * gpu_memory_gib * tp
+    if params is None or shape is None:
+        return engine, None, None, None
+    weights = params * ENGINE_DTYPE_BYTES / 2**30
+    sampler = SAMPLER_LOGIT_COPIES * caps.max_num_seqs * shape.vocab * 4 / 2**30
+    kv = engine - weights - tp * ENGINE_RUNTIME_GIB - sampler
+    per_sequence = shape.kv_bytes_per_token(ENGINE_DTYPE_BYTES) * sequence_tokens / 2**30
+    return engine, weights, kv, max(0, math.floor(kv / per_sequence))
+
+
+def size_engines(config: RunConfig, placement: Placement, plans: list[Any], gpu_memory_gib: float | None) -> list[str]:
+    """Give every colocated engine its share (derived into ``plan.grpo`` where the recipe leaves it unset and sleep
+    mode is on) and set ``plan.engine``; returns the refusals of engines that cannot hold one sequence of the recipe
+    (the caller raises them once the model states themselves were found to fit)."""
+    problems: list[str] = []
+    engines = {p.name: caps for p in plans if (caps := planned_engine(p.grpo, config.launch)) is not None}
+    on_gpu = placement.device_type == "cuda" and gpu_memory_gib is not None
+    fixed = {p.name: recipe_share(config, p.name) for p in plans if p.name in engines}
+    derive = {p.name for p in plans if p.name in engines and fixed[p.name] is None and on_gpu
+              and p.memory is not None and p.grpo.get("vllm_enable_sleep_mode")}
+    trl_share = float(grpo_default("vllm_gpu_memory_utilization"))
+    fixed = {n: (trl_share if s is None else s) for n, s in fixed.items() if n not in derive}
+    states = {p.name: p.memory.gib_per_device for p in plans if p.memory is not None}
+    derived = derived_shares(placement, states, fixed, derive, gpu_memory_gib) if derive and gpu_memory_gib else {}
+    for plan in plans:
+        if plan.name in engines:
+            if plan.name in derived:
+                plan.grpo["vllm_gpu_memory_utilization"] = derived[plan.name]
+            plan.engine = _planned(config, plan, engines[plan.name], gpu_memory_gib if on_gpu else None,
+                                   "memory model" if plan.name in derived else _fixed_source(config, plan), problems)
+    return problems
+
+
+def _fixed_source(config: RunConfig, plan: Any) -> str:
+    if recipe_share(config, plan.name) is not None:
+        return "recipe"
+    if not plan.grpo.get("vllm_enable_sleep_mode"):
+        return "TRL default: without sleep mode the engine keeps its share while training"
+    return "derived at launch from the card; --gpu-memory GIB shows it"
+
+
+def _planned(config: RunConfig, plan: Any, caps: EngineCaps, gpu_memory_gib: float | None, source: str,
+             problems: list[str]) -> PlannedEngine:
+    """The engine of ``plan`` with its memory (on a GPU whose size is known) or its caps alone; an engine that cannot
+    hold one sequence of the recipe adds its refusal to ``problems``."""
+    tp = int(plan.grpo.get("vllm_tensor_parallel_size", 1) or 1)
+    completion = plan.grpo.get("max_completion_length") or grpo_default("max_completion_length")
+    sequence = config.task.max_prompt_tokens + int(completion)
+    base = dict(max_num_seqs=caps.max_num_seqs, max_num_batched_tokens=caps.max_num_batched_tokens,
+                trl_max_num_seqs=caps.trl_max_num_seqs, tensor_parallel_size=tp, sequence_tokens=sequence)
+    if plan.placement.device_type != "cuda":
+        return PlannedEngine(**base, gpu_memory_utilization=None, share_source="CPU: VLLM_CPU_KVCACHE_SPACE")
+    share = float(plan.grpo.get("vllm_gpu_memory_utilization", grpo_default("vllm_gpu_memory_utilization")))
+    if gpu_memory_gib is None:
+        derived_later = recipe_share(config, plan.name) is None and plan.grpo.get("vllm_enable_sleep_mode")
+        return PlannedEngine(**base, gpu_memory_utilization=None if derived_later else share, share_source=source)
+    if share <= 0:
+        problems.append(
+            f"{plan.name}: no room for its vLLM engine: each of its {gpu_memory_gib:g} GiB GPUs holds its model state "
+            f"({plan.memory.gib_per_device if plan.memory else 0.0:.1f} GiB), the other policies' there and a "
+            f"{ENGINE_MARGIN_GIB:g} GiB margin; give the policy more GPUs (--gpus, --device-map, with --set "
+            f"launch.deepspeed=zero3) or train LoRA adapters")
+        return PlannedEngine(**base, gpu_memory_utilization=0.0, share_source=source)
+    params = plan.memory.params if plan.memory is not None else None
+    engine, weights, kv, seqs = engine_memory(caps, tp, share, gpu_memory_gib, params, model_shape(plan.model),
+                                              sequence)
+    if seqs == 0:
+        problems.append(
+            f"{plan.name}'s vLLM engine: its share {share:g} of the {gpu_memory_gib:g} GiB card ({engine:.1f} GiB, "
+            f"{source}) is too small for its weights ({weights:.1f} GiB), its runtime and the KV cache of one sequence "
+            f"of {sequence} tokens; give the policy more GPUs (--gpus, --device-map), set "
+            f"grpo.vllm_gpu_memory_utilization, or shorten task.max_prompt_tokens + grpo.max_completion_length")
+    return PlannedEngine(**base, gpu_memory_utilization=share, share_source=source, engine_gib=round(engine, 2),
+                         weights_gib=None if weights is None else round(weights, 2),
+                         kv_cache_gib=None if kv is None else round(kv, 2), kv_capacity_sequences=seqs)

@@ -20,6 +20,8 @@ from mutualrl.config.schema import RunConfig
 from mutualrl.errors import UsageError
 from mutualrl.launch.plan.batching import BatchSizeError, DerivedBatch, apply_batch, fits, split_across_cpu_ranks
 from mutualrl.launch.plan.cadence import describe, known_train_prompts
+from mutualrl.launch.plan.bounds import check_bounds
+from mutualrl.launch.plan.checkpoints import DiskPlan, PolicyDisk, check_disk, disk_plan, keep_for_resume
 from mutualrl.launch.plan.checks import MemoryEstimate, check_same_prompts, memory_check
 from mutualrl.launch.plan.commands import (
     ADDRESS_PLACEHOLDER,
@@ -38,7 +40,7 @@ from mutualrl.launch.plan.configs import (
     write_yaml,
 )
 from mutualrl.launch.plan.detect import Node, this_node
-from mutualrl.launch.plan.engine import engine_note, planned_engine
+from mutualrl.launch.plan.engine import PlannedEngine, engine_note, planned_engine
 from mutualrl.launch.plan.machines import plan_placement_nodes
 from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 from mutualrl.run_folder import RunPaths, read_json
@@ -73,6 +75,8 @@ class PolicyPlan:
     """Run length and cadence rows (setting, recipe value with its unit, optimizer steps) for the dry run."""
     launches: list[LaunchSpec] = field(default_factory=list)
     """One command per machine the policy runs on (``launch`` is the first machine's)."""
+    engine: PlannedEngine | None = None
+    """The colocated vLLM engine: its caps, share of the card and KV capacity (None: no colocated vLLM)."""
 
     @property
     def commands(self) -> list[LaunchSpec]:
@@ -97,6 +101,8 @@ class LaunchPlan:
     machine: int = 0
     """The machine that made this plan (``launch.machine_rank``)."""
     main_address: str = "127.0.0.1"
+    disk: DiskPlan | None = None
+    """The checkpoints and final weights the run holds at its peak against the run folder's free space."""
 
     def policy(self, name: str) -> PolicyPlan:
         for plan in self.policies:
@@ -124,6 +130,7 @@ class LaunchPlan:
             "main_address": self.main_address,
             "placement": self.placement.to_dict(),
             "warnings": list(self.warnings),
+            "disk": asdict(self.disk) if self.disk else None,
             "policies": [
                 {
                     "name": p.name,
@@ -143,6 +150,7 @@ class LaunchPlan:
                     "notes": list(p.notes),
                     "memory": asdict(p.memory) if p.memory else None,
                     "schedule": [list(row) for row in p.schedule],
+                    "engine": asdict(p.engine) if p.engine else None,
                 }
                 for p in self.policies
             ],
@@ -184,6 +192,7 @@ class LaunchPlan:
                     memory=MemoryEstimate(**raw["memory"]) if raw.get("memory") else None,
                     schedule=[list(row) for row in raw.get("schedule", [])],
                     launches=[LaunchSpec(**spec) for spec in raw.get("launches", [])],
+                    engine=PlannedEngine(**raw["engine"]) if raw.get("engine") else None,
                 )
             )
         return cls(
@@ -197,6 +206,7 @@ class LaunchPlan:
             nodes=int(data.get("nodes", 1)),
             machine=int(data.get("machine", 0)),
             main_address=str(data.get("main_address", "127.0.0.1")),
+            disk=_disk_from(data.get("disk")),
         )
 
     def write(self, run_dir: Path | None = None) -> list[Path]:
@@ -229,6 +239,12 @@ class LaunchPlan:
 
 def plan_path(run_dir: Path) -> Path:
     return RunPaths(Path(run_dir)).plan
+
+
+def _disk_from(raw: dict[str, Any] | None) -> DiskPlan | None:
+    if not raw:
+        return None
+    return DiskPlan(**{**raw, "policies": [PolicyDisk(**p) for p in raw.get("policies", [])]})
 
 
 def _placement_from(raw: dict[str, Any]) -> PolicyPlacement:
@@ -296,7 +312,10 @@ def make_launch_plan(
         *check_trackers([p.grpo.get("report_to") for p in plans], fail=not (simulate or dry_run)),
         *check_same_prompts(config, plans),
         *memory_check(config, placement, plans, node.gpu_memory_gib, node.ram_gib, param_counts or {}, stage),
+        *check_bounds(config, placement, plans, node.ram_gib, node.gpu_memory_gib),  # after: it reads their sizes
     ]
+    disk = disk_plan(config, plans, RunPaths(run_dir).policies)
+    warnings += check_disk(disk, refuse=not (simulate or dry_run), force=launch.force)
     if simulate and node.gpu_memory_gib is None and node.gpus > 0:
         warnings.append("memory check skipped: GPU memory is unknown for a simulated node")
     return LaunchPlan(
@@ -310,6 +329,7 @@ def make_launch_plan(
         nodes=launch.nodes,
         machine=launch.machine_rank,
         main_address=launch.main_address,
+        disk=disk,
     )
 
 
@@ -351,6 +371,8 @@ def _policy_grpo(
         batch_notes = [*batch_notes, *rank_notes]
     cadence = policy_cadence(config.schedule, batch, grpo)
     grpo, cadence_notes = apply_cadence(grpo, cadence)
+    grpo, keep_notes = keep_for_resume(config, grpo, {**config.grpo, **policy.grpo}, policy.name)
+    cadence_notes = [*cadence_notes, *keep_notes]
     grpo = owned_grpo_fields(grpo, run_dir, policy.name, config.grpo, policy.grpo)  # the worker's GRPOConfig, final
     cadence_notes = [*cadence_notes, *engine_note(policy.name, planned_engine(grpo, launch))]
     schedule_rows = describe(cadence, grpo, validation_interval(cadence, config.validation.every_steps),

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from mutualrl.launch.plan.batching import trl_generation_batch
 from mutualrl.launch.plan.cadence import render_schedule
+from mutualrl.launch.plan.checkpoints import DiskPlan
 from mutualrl.launch.plan.launch_plan import LaunchPlan, PolicyPlan, plan_path
 
 
@@ -34,6 +35,10 @@ def render_plan(plan: LaunchPlan, console: Console, written: bool = False) -> No
     if pl.idle_gpus:
         console.print(Text(f"idle GPUs: {','.join(map(str, pl.idle_gpus))}", style="yellow"))
     console.print(_batch_table(plan))
+    if any(p.engine is not None for p in plan.policies):
+        console.print(_engine_table(plan))
+    if plan.disk is not None:
+        console.print(Text(_disk_line(plan.disk)))
     render_schedule([(p.name, p.schedule) for p in plan.policies], console)
 
     console.print(Text("Launch commands", style="bold"))
@@ -118,6 +123,42 @@ def _batch_table(plan: LaunchPlan) -> Table:
             updates,
         )
     return batch
+
+
+def _engine_table(plan: LaunchPlan) -> Table:
+    """Each colocated vLLM engine: its share of the card and where it comes from, its KV cache in sequences of the
+    recipe's length next to the scheduler caps."""
+    table = Table(title="vLLM engine per policy (colocated)")
+    for col in ("policy", "share of each GPU", "engine / weights / KV cache", "KV capacity", "max_num_seqs",
+                "max_num_batched_tokens"):
+        table.add_column(col, overflow="fold")
+    for p in plan.policies:
+        e = p.engine
+        if e is None:
+            continue
+        share = "-" if e.gpu_memory_utilization is None else f"{e.gpu_memory_utilization:g}"
+        gib = ("unknown (no card size: --gpu-memory)" if e.engine_gib is None else
+               f"{e.engine_gib:.1f} / {e.weights_gib:.1f} / {e.kv_cache_gib:.1f} GiB" if e.kv_cache_gib is not None
+               else f"{e.engine_gib:.1f} GiB / model shape unknown")
+        capacity = ("-" if e.kv_capacity_sequences is None else
+                    f"{e.kv_capacity_sequences} sequences of {e.sequence_tokens} tokens")
+        table.add_row(p.name, f"{share} ({e.share_source})", gib, capacity, f"{e.max_num_seqs} (TRL's "
+                      f"{e.trl_max_num_seqs})", str(e.max_num_batched_tokens))
+    return table
+
+
+def _disk_line(disk: DiskPlan) -> str:
+    """The run's peak disk, per policy, against the free space of the run folder's filesystem."""
+    if not disk.policies:
+        return "Disk at the run's peak: not estimated (no policy's model size is known, or none saves checkpoints)"
+    parts = []
+    for p in disk.policies:
+        kept = "every checkpoint" if p.keep is None else f"save_total_limit {p.keep}"
+        parts.append(f"{p.policy} {p.peak_gib:.1f} GiB (checkpoints of {p.checkpoint_gib:.1f} GiB, {kept}"
+                     f"{'' if p.saves is None else f', {p.saves} written'}; final weights)")
+    free = "unknown free space" if disk.free_gib is None else f"{disk.free_gib:.1f} GiB free"
+    held = f", {disk.held_gib:.1f} GiB of it already there" if disk.held_gib else ""
+    return f"Disk at the run's peak: {disk.peak_gib:.1f} GiB{held} against {free} on {disk.filesystem}: {'; '.join(parts)}"
 
 
 def _devices(p: PolicyPlan, plan: LaunchPlan) -> str:

@@ -1,0 +1,80 @@
+"""A policy model's shape as the plan sizes memory with it: layers, KV heads, head size, vocabulary.
+
+Read from the model's ``config.json`` when it is on this machine (a local folder, the hub cache, a built builtin),
+else from the model cards of the paper's pools, else from a tiny model's recipe; unknown otherwise (sizes that need
+it are then left out of the plan, and the plan says so).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the KV cache and the logits of one model take per token."""
+
+    layers: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    source: str
+
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        """K and V of every layer for one token."""
+        return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
+
+
+# (layers, KV heads, head size, vocabulary) from the config.json of each paper model (the hub's, 2025).
+KNOWN_SHAPES: dict[str, tuple[int, int, int, int]] = {
+    "Qwen/Qwen2.5-Math-1.5B": (28, 2, 128, 151936),
+    "Qwen/Qwen2.5-1.5B-Instruct": (28, 2, 128, 151936),
+    "Qwen/Qwen2.5-Coder-1.5B": (28, 2, 128, 151936),
+    "Qwen/Qwen3-1.7B-Base": (28, 8, 128, 151936),
+    "Qwen/Qwen3-4B-Base": (36, 8, 128, 151936),
+    "meta-llama/Llama-3.2-3B-Instruct": (28, 8, 128, 128256),
+    "microsoft/Phi-4-mini-instruct": (32, 8, 128, 200064),
+}
+# The vocabularies of the offline tokenizers the tiny models are built on (mutualrl.assets.tokenizers), for a tiny
+# model not built yet.
+TINY_TOKENIZER_VOCAB = {"gpt2": 50257, "mistral-sp": 32000}
+
+
+def shape_from_config(config: dict[str, Any], source: str) -> ModelShape | None:
+    """The shape in a transformers ``config.json`` (Llama/Qwen/Mistral/Phi and GPT-2 names); None if it lacks one."""
+    def first(*keys: str) -> int | None:
+        for key in keys:
+            value = config.get(key)
+            if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+                return value
+        return None
+
+    found = [first("num_hidden_layers", "n_layer"), first("num_attention_heads", "n_head"),
+             first("hidden_size", "n_embd"), first("vocab_size")]
+    if None in found:
+        return None
+    layers, heads, hidden, vocab = (int(v or 0) for v in found)
+    kv_heads = first("num_key_value_heads") or heads
+    return ModelShape(layers, kv_heads, first("head_dim") or hidden // heads, vocab, source)
+
+
+def model_shape(model: str) -> ModelShape | None:
+    """The shape of ``model`` (see the module's docstring for where it is read), or None when unknown here."""
+    from mutualrl.pools.loading import BUILTIN_PREFIX, cached_model_config
+
+    found = cached_model_config(model)
+    if found is not None:
+        shape = shape_from_config(*found)
+        if shape is not None:
+            return shape
+    if model in KNOWN_SHAPES:
+        return ModelShape(*KNOWN_SHAPES[model], source="model card")
+    if model.startswith(BUILTIN_PREFIX):
+        from mutualrl.pools.tiny import TINY_MODELS
+
+        spec = TINY_MODELS.get(model[len(BUILTIN_PREFIX):])
+        if spec is not None and spec.tokenizer in TINY_TOKENIZER_VOCAB:
+            return ModelShape(spec.num_layers, spec.num_heads, spec.hidden_size // spec.num_heads,
+                              TINY_TOKENIZER_VOCAB[spec.tokenizer], f"tiny recipe {spec.name}")
+    return None
