@@ -12,6 +12,7 @@ from typing import Any
 
 from mutualrl.assets.hub import unreachable_and_uncached
 from mutualrl.errors import UnknownNameError
+from mutualrl.pools.safe_load import load_checkpoints_as_data
 
 BUILTIN_PREFIX = "builtin:"
 
@@ -44,6 +45,7 @@ def load_model(model: str, dtype: str = "auto", device: Any = None) -> Any:
     from transformers import AutoModelForCausalLM
 
     path = resolve_model_path(model)
+    load_checkpoints_as_data()  # every torch.load of this process from now on: plain tensors only
     if dtype == "auto":
         torch_dtype = torch.bfloat16 if (torch.cuda.is_available() and device != "cpu") else torch.float32
     else:

@@ -10,6 +10,8 @@ checkpoint counts only when :func:`checkpoint_problem` finds nothing:
 - **its manifest** (:data:`MANIFEST_NAME`, written last by :func:`write_manifest` once every
   rank has saved) lists every file with its size: each must be there, exactly that long; and
   the xxh3_128 of each safetensors file, which must still match (a byte changed in the weights);
+- **nothing but data**: a torch file's pickle may name only tensors and the few types checkpoints hold
+  (:mod:`mutualrl.pools.safe_load`); one that names anything else was tampered with and is refused by name;
 - **the files its kind needs** (checked with or without a manifest, so a checkpoint of an
   older version is judged too): trainer state, RNG state of every rank, and either the
   weights (full, sharded or a LoRA adapter) with ``optimizer.pt`` and ``scheduler.pt``, or
@@ -32,12 +34,14 @@ from typing import Any
 
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.errors import UsageError
+from mutualrl.pools.safe_load import unsafe_global
 
 MANIFEST_NAME = "mutualrl-manifest.json"
 MANIFEST_FORMAT = "mutualrl-checkpoint-manifest"
 HASH_KEY = "xxh3_128"
 HASHED_SUFFIXES = (".safetensors",)
 TRAINER_STATE = "trainer_state.json"
+TRAINING_ARGS = "training_args.bin"
 RANK_FILE_RE = re.compile(r"^(?:rng_state_|(?:bf16_)?zero_pp_rank_)(\d+)[_.]")
 ZERO_TAG_RE = re.compile(r"^global_step\d+$")
 # Weights of a plain (non-DeepSpeed) checkpoint: any one of these makes them present.
@@ -212,7 +216,12 @@ def torch_file_problem(path: Path) -> str | None:
             bad = archive.testzip()
     except (OSError, EOFError, ValueError, NotImplementedError, zipfile.BadZipFile, zlib.error) as err:
         return f"{path}: damaged ({err})"
-    return f"{path}: damaged ({bad} fails its checksum)" if bad is not None else None
+    if bad is not None:
+        return f"{path}: damaged ({bad} fails its checksum)"
+    if path.name == TRAINING_ARGS:
+        return None  # transformers writes it and never reads it back: no load unpickles it
+    unsafe = unsafe_global(path)
+    return f"{path}: refused: it holds {unsafe}, not plain tensors (tampered with)" if unsafe is not None else None
 
 
 def content_problem(folder: Path) -> str | None:
