@@ -22,6 +22,7 @@ from mutualrl.padding import pad_to_width, pad_token_rows
 from mutualrl.regimes.adapter import RegimeAdapter
 from mutualrl.regimes.peers import PeerGroups, gather_peer_groups, learner_responses, peer_rows, require_whole_groups
 from mutualrl.regimes.prp.spec import PRP
+from mutualrl.regimes.rank_metrics import Total
 
 UNSUPPORTED_KEYS = ("tool_mask", "pixel_values", "image_grid_thw", "token_type_ids", "mm_token_type_ids")
 
@@ -80,7 +81,7 @@ class PRPAdapter(RegimeAdapter):
         else:
             ratios = torch.exp((snapshot[n_local:] - behaviour[n_local:]) * peer_mask.float())
         stats = ratio_statistics(ratios, peer_mask, epsilon=trainer.epsilon_high)
-        stats["peer_rows"] = float(n_peer)
+        stats["peer_rows"] = Total(n_peer)
         return merged, stats
 
     def _pooled_advantages(self, rollouts, peers) -> tuple[PeerGroups, torch.Tensor, range, torch.Tensor]:

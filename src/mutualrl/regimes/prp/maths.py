@@ -17,6 +17,7 @@ from typing import Literal
 import torch
 
 from mutualrl.regimes.grpo import TRL_STD_EPS, group_advantages
+from mutualrl.regimes.rank_metrics import Quantile, Share
 from mutualrl.regimes.pool import (
     ScaleRewards,
     check_float,
@@ -102,13 +103,6 @@ def peer_log_ratio(learner_logps: torch.Tensor, behaviour_logps: torch.Tensor, m
     return torch.where(m, learner_logps - behaviour_logps, torch.zeros_like(learner_logps))
 
 
-def _quantile(values: torch.Tensor, q: float) -> float:
-    """Linear-interpolation quantile (numpy's default) of a 1-D tensor; NaN when empty."""
-    if values.numel() == 0:
-        return float("nan")
-    return torch.quantile(values.double(), q).item()
-
-
 def ratio_statistics(
     ratios: torch.Tensor, mask: torch.Tensor, epsilon: float = 0.2, epsilon_high: float | None = None
 ) -> dict[str, float]:
@@ -125,7 +119,9 @@ def ratio_statistics(
 
     Responses without masked tokens are left out; an empty selection gives NaN. NaN token ratios
     (unaligned tokens) are left out of the token statistics and make their sequence ratio NaN,
-    which is left out too; ``nan_token_frac`` reports how many there were.
+    which is left out too; ``nan_token_frac`` reports how many there were. The rates are
+    :class:`~mutualrl.regimes.rank_metrics.Share` and the percentiles ``Quantile`` (linear interpolation,
+    numpy's default): over several ranks they reduce to those of every rank's responses together.
 
     Args:
         ratios: ``[B, T]`` token ratios ``w`` (not log-ratios).
@@ -151,11 +147,11 @@ def ratio_statistics(
     seq_outside = (seq_cmp < 1 - epsilon) | (seq_cmp > 1 + eps_hi)
     n_resp = int(has_tokens.sum())
     return {
-        "token_ratio_p99": _quantile(tok_ok, 0.99),
-        "token_clip_rate": outside.double().mean().item() if tok_ok.numel() else float("nan"),
-        "resp_any_ratio_gt10": any_gt10.double().mean().item() if n_resp else float("nan"),
-        "seq_ratio_median": _quantile(seq, 0.5),
-        "seq_ratio_p99": _quantile(seq, 0.99),
-        "seq_clip_rate": seq_outside.double().mean().item() if seq.numel() else float("nan"),
-        "nan_token_frac": nan_tok.double().mean().item() if tok.numel() else float("nan"),
+        "token_ratio_p99": Quantile(tok_ok.double(), 0.99),
+        "token_clip_rate": Share(outside.sum().item(), tok_ok.numel()),
+        "resp_any_ratio_gt10": Share(any_gt10.sum().item(), n_resp),
+        "seq_ratio_median": Quantile(seq, 0.5),
+        "seq_ratio_p99": Quantile(seq, 0.99),
+        "seq_clip_rate": Share(seq_outside.sum().item(), seq.numel()),
+        "nan_token_frac": Share(nan_tok.sum().item(), tok.numel()),
     }

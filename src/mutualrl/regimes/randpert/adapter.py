@@ -11,6 +11,7 @@ import torch
 from mutualrl.regimes.adapter import RegimeAdapter
 from mutualrl.regimes.peers import local_slice, stable_seed
 from mutualrl.regimes.randpert.spec import RANDPERT
+from mutualrl.regimes.rank_metrics import Share
 
 
 class RandPertAdapter(RegimeAdapter):
@@ -31,4 +32,5 @@ class RandPertAdapter(RegimeAdapter):
         before = output["advantages"]
         after = advantages.reshape(-1)[local_slice(rollouts)].to(before.device, before.dtype)
         output["advantages"] = after
-        return output, {"mean_abs_adv_change": (after - before).abs().mean().item()}
+        change = (after - before).abs()  # [B_local]
+        return output, {"mean_abs_adv_change": Share(change.double().sum().item(), change.numel())}

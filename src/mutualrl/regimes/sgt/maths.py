@@ -26,6 +26,7 @@ from typing import Literal
 import torch
 
 from mutualrl.regimes.pool import check_float, check_learner_and_peers, check_same_shape
+from mutualrl.regimes.rank_metrics import Share, Total
 
 
 @dataclass
@@ -318,9 +319,8 @@ def sgt_nll(per_token_logps: torch.Tensor, mask: torch.Tensor, weights: torch.Te
     return torch.where(w != 0, w * nll, torch.zeros_like(nll)).sum()
 
 
-def _rate(num: torch.Tensor, den: torch.Tensor) -> float:
-    d = float(den)
-    return float(num) / d if d > 0 else float("nan")
+def _rate(num: torch.Tensor, den: torch.Tensor) -> Share:
+    return Share(float(num), float(den))
 
 
 def sgt_metrics(
@@ -343,6 +343,9 @@ def sgt_metrics(
       scored rollouts on gated / ungated prompts (0 on gated prompts under the strict gate);
     - ``pool_success_rate_gated`` / ``_ungated``: the same over all M policies' rollouts ("Succ./all");
     - ``all_fail_prompt_rate``: prompts on which no rollout of the pool succeeds / P.
+
+    The rates are :class:`~mutualrl.regimes.rank_metrics.Share` and ``gated_prompts`` a ``Total``: over several
+    ranks (each with its own prompts) they reduce to the whole batch's.
 
     Compute overhead (App. "Compute overhead under a fixed rollout budget", Tab. regime-cost):
 
@@ -382,7 +385,7 @@ def sgt_metrics(
     pairs = int(gated.sum()) * min(max_pairs_per_prompt, k)
     return {
         "gate_rate": _rate(gated.sum(), torch.tensor(p)),
-        "gated_prompts": float(gated.sum()),
+        "gated_prompts": Total(gated.sum().item()),
         "learner_success_rate_gated": _rate(learner_s[gated].sum(), learner_n[gated].sum()),
         "learner_success_rate_ungated": _rate(learner_s[off].sum(), learner_n[off].sum()),
         "pool_success_rate_gated": _rate(pool_s[gated].sum(), pool_n[gated].sum()),
@@ -394,19 +397,18 @@ def sgt_metrics(
     }
 
 
-def rescue_logprob(per_token_logps: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor) -> float:
+def rescue_logprob(per_token_logps: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor) -> Share:
     """Mean sequence log-probability ``log π^(n)_θ(y* | x) = Σ_t ℓ_{i,t}`` of the transferred successes.
 
     Averaged over the rows that carry the SGT term (``w_i > 0``), measured with the weights
     the step starts from: the learner's log-likelihood of the peer answer on the prompts it
     is being rescued on. Its change over a run shows whether ``λ · L_SGT`` (Eq.
-    regime3_total) moves the learner at all. NaN when no row carries the term.
+    regime3_total) moves the learner at all. NaN when no row carries the term. A :class:`Share` (the sum over
+    the rows and their count), so that over several ranks it is the mean over every rank's rows.
     """
     check_float("per_token_logps", per_token_logps, 2, "[B, T]")
     check_same_shape("mask", mask, "per_token_logps", per_token_logps)
     rows = weights > 0
-    if not bool(rows.any()):
-        return float("nan")
     m = mask[rows].bool()
-    logps = torch.where(m, per_token_logps[rows], torch.zeros_like(per_token_logps[rows]))
-    return float(logps.sum(dim=1).mean())
+    logps = torch.where(m, per_token_logps[rows], torch.zeros_like(per_token_logps[rows]))  # [R, T]
+    return Share(float(logps.sum(dim=1).double().sum()), int(rows.sum()))
