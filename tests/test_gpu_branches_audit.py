@@ -116,7 +116,9 @@ def validate_as(rank: int, world: int, trainer: SimpleNamespace, tmp_path: Path,
 
     gathered: list = []
     monkeypatch.setattr(accelerate.utils, "gather_object", lambda obj: gathered.extend(obj) or obj)
-    trainer.accelerator = SimpleNamespace(process_index=rank, num_processes=world)
+    # Whether to validate is rank 0's decision, broadcast (training/rank_zero.py): here every rank is told "yes".
+    monkeypatch.setattr(accelerate.utils, "broadcast_object_list", lambda objects, from_process=0: objects)
+    trainer.accelerator = SimpleNamespace(process_index=rank, num_processes=world, is_main_process=True)
     trainer.state = SimpleNamespace(global_step=3)
     beats = Heartbeats()
     callback = ValidationCallback(RunPaths(tmp_path), "p", "sgt", EXAMPLES, load_tokenizer("gpt2"), False,

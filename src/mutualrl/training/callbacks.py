@@ -222,10 +222,10 @@ class ValidationCallback(TrainerCallback):
 
     def validate(self, state) -> None:
         step = int(state.global_step)
-        if step in self.done_steps or not self.examples:
+        if step in self.done_steps:
             return
         self.done_steps.add(step)
-        if self.paths.eval_result(self.policy, step).exists():  # already done before a resume
+        if not self.due(step):
             return
         from accelerate.utils import gather_object
         from trl.models.utils import unwrap_model_for_generation
@@ -271,6 +271,22 @@ class ValidationCallback(TrainerCallback):
         if self.status is not None:
             self.status.last["eval/reward@1"] = result.reward_at_1
             self.status.write(state, "training")
+
+    def due(self, step: int) -> bool:
+        """Whether step ``step`` is validated: there are prompts and no result from before a resume. Rank 0 decides
+        for every rank (:mod:`~mutualrl.training.rank_zero`): a rank that saw the result file on a shared file system
+        where another did not would skip the collectives the other enters."""
+        from mutualrl.training.rank_zero import decided_on_rank_zero
+
+        due = decided_on_rank_zero(self.trainer.accelerator, lambda: bool(self.examples) and not self.paths.eval_result(
+            self.policy, step).exists())
+        if due and not self.examples:
+            from mutualrl.errors import UsageError
+
+            raise UsageError(f"policy {self.policy}: rank {self.trainer.accelerator.process_index} read no validation "
+                             f"prompts from {self.paths.data} where rank 0 read some (a shared file system that does "
+                             "not show the file to this machine yet?)")
+        return due
 
     def progress_reporter(self, state: Any, step: int, total: int) -> Any:
         """``report(done)``: "validating done/total" in the status (the launcher's stall clock follows a phase that

@@ -255,14 +255,25 @@ def log_start(trainer: Any, policy_name: str, regime: str, n_train: int, n_eval:
 
 def train_or_finish(trainer: Any, resume_from: str | None, validation: Any) -> None:
     """Train (from ``resume_from`` if given), or only finish from a checkpoint that already holds every step
-    (the Trainer would run one more step from it)."""
-    if resume_from is not None:
-        check_resumable(resume_from)
-    finished = checkpoint_state(resume_from) if resume_from is not None else None
-    if finished is not None and 0 < trainer.args.max_steps <= finished.global_step:
+    (the Trainer would run one more step from it). Rank 0 reads the checkpoint and decides for every rank
+    (:mod:`~mutualrl.training.rank_zero`): the two paths enter different collectives."""
+    from mutualrl.training.rank_zero import decided_on_rank_zero
+
+    finished = decided_on_rank_zero(trainer.accelerator, lambda: finished_checkpoint(resume_from, trainer.args.max_steps))
+    if finished is not None:
         finish_from_checkpoint(trainer, resume_from, finished, validation)
     else:
         trainer.train(resume_from_checkpoint=resume_from)
+
+
+def finished_checkpoint(resume_from: str | None, max_steps: int) -> Any:
+    """The ``TrainerState`` of ``resume_from`` where it already holds ``max_steps`` (> 0), else None; a checkpoint
+    that cannot be resumed exactly is refused (:func:`check_resumable`)."""
+    if resume_from is None:
+        return None
+    check_resumable(resume_from)
+    state = checkpoint_state(resume_from)
+    return state if 0 < max_steps <= state.global_step else None
 
 
 def save_outputs(trainer: Any, tokenizer: Any, folder: Path) -> None:
