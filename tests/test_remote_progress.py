@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 from rich.console import Console
 
 from mutualrl.launch.supervise.nodes import RemoteWatch, write_done
@@ -52,6 +53,7 @@ def _machine_1(tmp_path: Path, phases: int, every_s: float) -> threading.Thread:
     return thread
 
 
+@pytest.mark.slow
 def test_a_policy_waiting_for_a_validating_peer_on_the_other_machine_is_not_stalled(tmp_path):
     """Failed before: the runner counted only this machine's processes as progress, so ``a`` was killed as
     stalled after the stall limit while ``b`` (machine 1) still validated."""

@@ -197,33 +197,52 @@ def write_heartbeat(path: Path, content: dict[str, Any]) -> bool:
         return False
 
 
-def stack_position(thread_id: int | None) -> tuple[tuple[int, int], ...]:
-    """Where a thread is now: (code, line) of each of its frames, innermost first (empty: no such thread)."""
-    frame = sys._current_frames().get(thread_id) if thread_id is not None else None
+BUSY_SHARE = 0.05
+"""A thread that used at least this share of a heartbeat interval's CPU time did work in it, though its stack may
+look the same (a tight loop is seen at the same line)."""
+
+
+def thread_position(thread: threading.Thread) -> tuple[tuple[tuple[int, int], ...], float | None]:
+    """Where ``thread`` is now: (code, line) of each of its frames, innermost first, and its CPU seconds (None where
+    the platform has no per-thread clock)."""
+    frame = sys._current_frames().get(thread.ident) if thread.ident is not None else None
     where = []
     while frame is not None and len(where) < 64:
         where.append((id(frame.f_code), frame.f_lineno))
         frame = frame.f_back
-    return tuple(where)
+    try:
+        cpu_s = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))  # type: ignore[arg-type]
+    except (AttributeError, OSError, TypeError):
+        cpu_s = None
+    return tuple(where), cpu_s
+
+
+def worked(before: tuple[Any, float | None], now: tuple[Any, float | None], interval_s: float) -> bool:
+    """Whether a thread did work between two :func:`thread_position` looks: its stack moved or it used the CPU."""
+    (stack_before, cpu_before), (stack_now, cpu_now) = before, now
+    busy = cpu_before is not None and cpu_now is not None and cpu_now - cpu_before >= BUSY_SHARE * interval_s
+    return stack_now != stack_before or busy
 
 
 def start_heartbeat_thread(exchange: Any, interval_s: float = HEARTBEAT_INTERVAL_S,
                            worker: threading.Thread | None = None) -> threading.Thread:
     """Touch ``exchange``'s heartbeat every ``interval_s`` seconds in a daemon thread, counting a look at which
-    ``worker`` (default: the main thread, which trains) moved and is not waiting at the barrier as work."""
+    ``worker`` (default: the main thread, which trains) had worked, and was not waiting at the barrier, as work.
+    A thread stuck in one call (a lock, a dead filesystem) shows no work; one spinning in a CUDA wait does (a hung
+    collective is ended by the process group's own timeout)."""
     worker = worker or threading.main_thread()
 
     def beat() -> None:
-        last: tuple[tuple[int, int], ...] | None = None
+        last = thread_position(worker)
         while True:
-            where = stack_position(worker.ident)
-            moved = last is not None and where != last and not exchange.waiting
-            last = where
+            time.sleep(interval_s)
+            now = thread_position(worker)
+            moved = worked(last, now, interval_s) and not exchange.waiting
+            last = now
             try:
                 exchange.heartbeat(worked=moved)
             except (OSError, MutualRLError):  # a vanished folder must not kill training; the barrier reports it
                 pass
-            time.sleep(interval_s)
 
     thread = threading.Thread(target=beat, name="mutualrl-see-heartbeat", daemon=True)
     thread.start()

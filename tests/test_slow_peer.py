@@ -1,0 +1,111 @@
+"""A slow but healthy peer: its step outlasts ``see.barrier_timeout_s`` and the launcher's stall limit while its
+training thread keeps moving; the pool waits for it. A peer that beats but whose training thread is stuck in one
+call still times the barrier out and stalls the pool."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSettings
+from mutualrl.run_folder import RunPaths
+from mutualrl.see.errors import PeerTimeoutError
+from mutualrl.see.exchange import ExperienceExchange
+from mutualrl.see.synthetic import synthetic_batch
+
+PEER = textwrap.dedent('''
+    import sys, time
+    from mutualrl.see.exchange import ExperienceExchange
+    from mutualrl.see.liveness import start_heartbeat_thread
+    from mutualrl.see.synthetic import synthetic_batch
+    root, mode, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    b = ExperienceExchange(root, "run", "b", policies=["a", "b"])
+    start_heartbeat_thread(b, interval_s=0.1)
+    end = time.monotonic() + seconds
+    if mode == "train":  # one long step: the training thread computes all along
+        total = 0
+        while time.monotonic() < end:
+            total += sum(i * i for i in range(2000)) % 7
+    else:  # "stuck": alive, its heartbeat thread beats, its training thread waits in one call
+        time.sleep(seconds)
+    b.publish(0, synthetic_batch(2, 2, seed=2))
+''')
+
+
+def _peer_argv(tmp_path: Path, mode: str, seconds: float) -> list[str]:
+    script = tmp_path / "peer.py"
+    script.write_text(PEER)
+    return [sys.executable, str(script), str(tmp_path / "see"), mode, str(seconds)]
+
+
+def _start_peer(tmp_path: Path, mode: str, seconds: float) -> subprocess.Popen:
+    """Peer ``b`` of the exchange in ``tmp_path/see``, started and beating."""
+    proc = subprocess.Popen(_peer_argv(tmp_path, mode, seconds))
+    beat = tmp_path / "see" / "_heartbeat" / "b.rank-0.json"
+    deadline = time.monotonic() + 60
+    while not beat.exists() and time.monotonic() < deadline:  # its imports can take seconds on a loaded box
+        time.sleep(0.02)
+    return proc
+
+
+@pytest.mark.slow
+def test_the_barrier_waits_for_a_peer_whose_step_outlasts_the_barrier_timeout(tmp_path):
+    """Failed before: only validation progress extended the deadline, so ``a`` raised PeerTimeoutError after 2 s
+    while ``b`` was still training its (5 s) step."""
+    a = ExperienceExchange(tmp_path / "see", "run", "a", policies=["a", "b"], barrier_timeout_s=2.0,
+                           poll_interval_s=0.01)
+    a.publish(0, synthetic_batch(2, 2, seed=1))
+    peer = _start_peer(tmp_path, "train", 5.0)
+    started = time.monotonic()
+    shards = a.wait_for(0)
+    assert peer.wait(timeout=60) == 0
+    assert set(shards) == {"a", "b"} and time.monotonic() - started > 2.0
+
+
+def test_a_peer_that_beats_but_is_stuck_times_the_barrier_out(tmp_path):
+    a = ExperienceExchange(tmp_path / "see", "run", "a", policies=["a", "b"], barrier_timeout_s=1.5,
+                           poll_interval_s=0.01)
+    a.publish(0, synthetic_batch(2, 2, seed=1))
+    peer = _start_peer(tmp_path, "stuck", 30.0)
+    started = time.monotonic()
+    try:
+        with pytest.raises(PeerTimeoutError):
+            a.wait_for(0)
+        assert time.monotonic() - started < 10
+    finally:
+        peer.kill()
+        peer.wait()
+
+
+def _run_pool(tmp_path: Path, mode: str, seconds: float) -> tuple:
+    """``a`` waits at the barrier (no progress of its own) while ``b`` works or is stuck for ``seconds``; the stall
+    limit is 2 s. ``a`` leaves first: alone, a waiting policy would be still."""
+    waiting = [sys.executable, "-c", f"import time; time.sleep({seconds - 1.0})"]
+    procs = [PolicyProcess("a", waiting, {}, tmp_path / "logs" / "a.log"),
+             PolicyProcess("b", _peer_argv(tmp_path, mode, seconds), {}, tmp_path / "logs" / "b.log")]
+    settings = PoolSettings(tmp_path / "see", stall_timeout_s=2.0, grace_s=5.0, poll_s=0.05, peer_timeout_s=5.0)
+    started = time.monotonic()
+    outcome = PoolRunner(procs, RunPaths(tmp_path), settings, console=Console(file=io.StringIO())).run()
+    return outcome, time.monotonic() - started
+
+
+@pytest.mark.slow
+def test_the_launcher_does_not_stop_a_pool_whose_slow_peer_trains_past_the_stall_limit(tmp_path):
+    """Failed before: no status step or phase for 2 s was a stall, though ``b``'s training thread moved."""
+    outcome, _ = _run_pool(tmp_path, "train", 5.0)
+    assert outcome.ok, outcome.reason
+    assert outcome.returncodes == {"a": 0, "b": 0}
+
+
+@pytest.mark.slow
+def test_the_launcher_still_stops_a_pool_whose_peer_beats_but_is_stuck(tmp_path):
+    outcome, seconds = _run_pool(tmp_path, "stuck", 60.0)
+    assert not outcome.ok and "stalled" in outcome.reason, outcome.reason
+    assert seconds < 40
