@@ -309,7 +309,7 @@ def plan_without_launch(config: RunConfig, run_dir: Path, gpu_memory_gib: float 
 
 def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: RunPaths, console: Console,
                   lock: RunLock, allowed: list[ConfigChange] | None = None) -> int:
-    """Prepare (or roll back), launch and watch the pool; ``lock`` is held and passed on to every worker.
+    """Prepare (or roll back), launch and watch the pool; ``lock`` is held and records every worker started.
 
     ``allowed``: on resume, the permitted setting changes :func:`resume_changes` found.
     """

@@ -1,11 +1,12 @@
 """One holder per run folder, and the checks that keep a run folder safe to delete and write.
 
-- :class:`RunLock` is an OS file lock (``flock``) on ``RUN/.lock``. The launcher takes it
-  before touching the folder and passes the locked descriptor to its policy workers, so the
-  lock is held while any process of the run is alive (an orphaned worker included). The
-  file also records who holds it (pid, host, time) for the message a second launch gets.
-  The OS drops the lock when its last holder dies: a lock left by a killed run is stale and
-  is simply taken over.
+- :class:`RunLock` is an OS file lock (``flock``) on ``RUN/.lock``, held by the launcher alone: its descriptor
+  is close-on-exec and no worker gets it, so nothing a reward function forks or execs can keep it. The file
+  records the holder (pid, host, time, and the process's start time, so a reused pid is not taken for it) and
+  the process group of each worker it starts: a second launch refuses the folder while the launcher or one of
+  those workers is alive (a killed launcher's workers stop within seconds, ``training.watchdog``; it waits for
+  them), and a lock whose recorded holder and workers are all gone is taken over, even when a stray process
+  still holds the old file's lock (a new file is made). A message names only a process it has checked.
 - :data:`RUN_MARKER` marks a folder as a mutualrl run: ``--overwrite`` deletes nothing else.
 - :func:`check_no_escaping_symlinks`: nothing under a run folder may point out of it, since
   a resumed run writes through whatever it finds there.
@@ -45,35 +46,32 @@ class RunBusyError(UsageError):
 
 class RunLock:
     """Exclusive lock on ``root/.lock`` (``name``: another lock file, e.g. machine k's); ``fd`` stays open (and
-    inheritable) while held."""
+    close-on-exec) while held; :meth:`add_worker` records each worker started under it."""
 
     def __init__(self, root: Path, name: str = LOCK_NAME):
         self.root = Path(root)
         self.path = self.root / name
         self.fd: int | None = None
+        self.workers: dict[str, dict[str, Any]] = {}
         self.warning: str | None = None
         """Set when the filesystem has no file locks (e.g. Lustre without -o flock): the run is not protected."""
 
     def acquire(self, action: str, wait_for_orphans_s: float = ORPHAN_GRACE_S) -> RunLock:
-        """Take the lock or raise :class:`RunBusyError` naming the holder.
+        """Take the lock or raise :class:`RunBusyError` naming a holder it checked is alive.
 
-        When the recorded holder is dead but the lock is still held, its workers are on their
-        way out (their watchdog stops them): wait up to ``wait_for_orphans_s`` for them.
+        Workers of a stopped launch still alive (their watchdog stops them): wait up to ``wait_for_orphans_s``.
         """
         self.root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + wait_for_orphans_s
         while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
             except BlockingIOError:
-                holder = read_holder(self.path)
-                if holder_alive(holder) or time.monotonic() >= deadline:
-                    os.close(fd)
-                    raise RunBusyError(f"cannot {action} {self.root}: the run is live ({describe_holder(holder)}); "
-                                       "stop it first (Ctrl-C in its terminal, or kill that pid)") from None
-                time.sleep(0.5)
+                held = os.fstat(fd).st_ino
+                os.close(fd)
+                self._held_elsewhere(action, held, deadline)
+                continue
             except OSError as err:
                 if err.errno not in NO_LOCKS:
                     os.close(fd)
@@ -81,17 +79,65 @@ class RunLock:
                 self.warning = (f"{self.path}: this filesystem has no file locks ({os.strerror(err.errno)}); "
                                 "nothing stops a second launcher from using this run folder (on Lustre mount with "
                                 "-o flock or -o localflock)")
-                break
-        os.set_inheritable(fd, True)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                  "since": time.strftime("%Y-%m-%dT%H:%M:%S")}).encode(), 0)
-        self.fd = fd
+            if self.warning is None and not same_file(fd, self.path):  # another launcher replaced a stray's file
+                os.close(fd)
+                continue
+            self.fd = fd
+            self._wait_for_workers(action, deadline)
+            break
+        self._write_record()
         return self
+
+    def _held_elsewhere(self, action: str, held_inode: int, deadline: float) -> None:
+        """The file's lock is held by another process: busy if its recorded holder or one of its workers is alive
+        (checked), else a stray process (one a reward function forked) holds it: the file is made anew."""
+        holder = read_holder(self.path)
+        if not holder or holder_alive(holder):
+            raise RunBusyError(f"cannot {action} {self.root}: the run is live ({describe_holder(holder, self.path)})")
+        if live_workers(holder):
+            if time.monotonic() < deadline:
+                time.sleep(0.5)
+                return
+            raise RunBusyError(f"cannot {action} {self.root}: {describe_workers(holder)}")
+        try:  # only the file found locked (a tiny window: a launcher replacing it at the same moment)
+            if os.stat(self.path).st_ino == held_inode:
+                os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def _wait_for_workers(self, action: str, deadline: float) -> None:
+        """Holding the lock, wait for the recorded workers of a stopped launch to end; refuse if they outlive
+        the grace period."""
+        while True:
+            holder = read_holder(self.path)
+            if not live_workers(holder):
+                return
+            if time.monotonic() >= deadline:
+                self.release()
+                raise RunBusyError(f"cannot {action} {self.root}: {describe_workers(holder)}")
+            time.sleep(0.5)
+
+    def add_worker(self, policy: str, pid: int) -> None:
+        """Record a worker started with its own process group (``pid`` leads it) while this lock is held."""
+        self.workers[policy] = {"pgid": pid, "start": process_start(pid)}
+        self._write_record()
+
+    def forget_workers(self) -> None:
+        """The workers ended: what they forked is no worker of this run and keeps no folder busy."""
+        self.workers = {}
+        self._write_record()
+
+    def _write_record(self) -> None:
+        if self.fd is None:
+            return
+        data = json.dumps({"pid": os.getpid(), "start": process_start(os.getpid()), "host": socket.gethostname(),
+                           "since": time.strftime("%Y-%m-%dT%H:%M:%S"), "workers": self.workers}).encode()
+        os.pwrite(self.fd, data, 0)  # then cut: a reader never sees an empty file while the lock is held
+        os.ftruncate(self.fd, len(data))
 
     def release(self) -> None:
         if self.fd is not None:
-            os.close(self.fd)  # closes our descriptor; workers that inherited it keep the lock until they exit
+            os.close(self.fd)  # the lock goes with the launcher's one descriptor
             self.fd = None
 
     def __enter__(self) -> RunLock:
@@ -101,26 +147,64 @@ class RunLock:
         self.release()
 
 
+def same_file(fd: int, path: Path) -> bool:
+    """``fd`` is still the file at ``path`` (not one unlinked since it was opened)."""
+    try:
+        return os.stat(path).st_ino == os.fstat(fd).st_ino
+    except FileNotFoundError:
+        return False
+
+
 def read_holder(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text() or "{}")
-    except (OSError, json.JSONDecodeError):
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
         return {}
     return data if isinstance(data, dict) else {}
 
 
-def describe_holder(holder: dict[str, Any]) -> str:
+def describe_holder(holder: dict[str, Any], path: Path | None = None) -> str:
+    """The holder as checked: a live pid here, a pid on another machine (not checked from here), or unknown."""
     if not holder:
-        return "held by an unknown process"
-    alive = "alive" if holder_alive(holder) else "launcher gone, its workers still exiting"
-    return f"held by pid {holder.get('pid')} on {holder.get('host')} since {holder.get('since')}, {alive}"
+        where = f" ({path} says nothing readable)" if path is not None else ""
+        return (f"held by a process that did not say who it is{where}; if no launch uses this folder, delete "
+                f"{path or 'its lock file'}")
+    pid, host = holder.get("pid"), holder.get("host")
+    if host not in (None, socket.gethostname()):
+        return f"held by pid {pid} on {host} since {holder.get('since')} (another machine: stop that launch there)"
+    return (f"held by pid {pid} since {holder.get('since')}, alive; stop it first (Ctrl-C in its terminal, or "
+            f"kill {pid})")
+
+
+def describe_workers(holder: dict[str, Any]) -> str:
+    """The live workers of a stopped launch, each with the pids found alive in its process group."""
+    parts = [f"policy {policy}'s worker (pid {', '.join(map(str, pids))})" for policy, pids in live_workers(holder)]
+    return (f"the launch that held it (pid {holder.get('pid')}) is gone but {'; '.join(parts)} still runs; its "
+            "watchdog stops it within seconds of its launcher's end: wait, or kill those pids")
 
 
 def holder_alive(holder: dict[str, Any]) -> bool:
     """The recorded holder is alive (a holder on another machine, seen through a shared filesystem, is taken to be)."""
     if holder.get("host") not in (None, socket.gethostname()):
         return True
-    return pid_alive(holder.get("pid"))
+    return same_process(holder.get("pid"), holder.get("start"))
+
+
+def live_workers(holder: dict[str, Any]) -> list[tuple[str, list[int]]]:
+    """The recorded workers of this machine's holder still alive, with the live pids of each one's group."""
+    workers = holder.get("workers")
+    if holder.get("host") not in (None, socket.gethostname()) or not isinstance(workers, dict):
+        return []
+    live = []
+    for policy, worker in workers.items():
+        pgid = worker.get("pgid") if isinstance(worker, dict) else None
+        if not isinstance(pgid, int) or pgid <= 0:
+            continue
+        leader = [pgid] if same_process(pgid, worker.get("start")) else []
+        members = leader or group_members(pgid, since=worker.get("start"))
+        if members:
+            live.append((str(policy), members))
+    return live
 
 
 def pid_alive(pid: Any) -> bool:
@@ -133,6 +217,44 @@ def pid_alive(pid: Any) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def same_process(pid: Any, start: Any) -> bool:
+    """``pid`` is alive (not a zombie) and, where its start time was recorded and can be read, the same process
+    (not a reuse)."""
+    if not pid_alive(pid):
+        return False
+    fields = proc_stat(pid)
+    if fields is None:  # no /proc here: the signal test above is all there is
+        return True
+    return fields[0] != "Z" and (start is None or fields[19] == start)
+
+
+def process_start(pid: int) -> str | None:
+    """When ``pid`` started, in clock ticks since boot (Linux ``/proc``); None where it cannot be read."""
+    fields = proc_stat(pid)
+    return fields[19] if fields is not None else None
+
+
+def proc_stat(pid: int | str) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after "pid (comm)": state first, process group third, start time 20th."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2:].split()
+    return fields if len(fields) > 19 else None
+
+
+def group_members(pgid: int, since: Any = None) -> list[int]:
+    """Live pids of process group ``pgid`` that started no earlier than its leader did (Linux ``/proc``)."""
+    members = []
+    for entry in Path("/proc").iterdir() if Path("/proc/self/stat").exists() else ():
+        fields = proc_stat(entry.name) if entry.name.isdigit() else None
+        if fields is not None and fields[0] != "Z" and fields[2] == str(pgid) and \
+                (not isinstance(since, str) or int(fields[19]) >= int(since)):
+            members.append(int(entry.name))
+    return members
 
 
 def is_run_folder(root: Path) -> bool:

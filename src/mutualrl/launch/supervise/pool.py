@@ -30,8 +30,11 @@ def run_pool(config: RunConfig, plan: Any, paths: RunPaths, resume_step: int | N
     processes = processes_from_plan(plan, paths, resume_step)
     settings = pool_settings(config, paths, lock, restart_argv=lambda policy: restart_command(processes, paths, policy))
     runner = PoolRunner(processes, paths, settings, console=console, remote=remote)
-    with stop_signals():  # Ctrl-C, SIGTERM, SIGHUP: workers stopped, run left resumable
-        outcome = runner.run()
+    try:
+        with stop_signals():  # Ctrl-C, SIGTERM, SIGHUP: workers stopped, run left resumable
+            outcome = runner.run()
+    finally:  # the workers ended: whatever they forked and left behind keeps no run folder busy
+        lock.forget_workers()
     if remote is not None and not outcome.ok:
         remote.report(False, outcome.reason, outcome.failed_policy, outcome.returncodes)
     return outcome
@@ -43,7 +46,7 @@ def pool_settings(config: RunConfig, paths: RunPaths, lock: RunLock,
     return PoolSettings(see_root=paths.see_root(config.see.dir),
                         stall_timeout_s=config.launch.stall_timeout_s or config.see.barrier_timeout_s + 60.0,
                         grace_s=min(60.0, config.see.barrier_timeout_s + 10.0),
-                        inherit_fds=(lock.fd,) if lock.fd is not None else (),
+                        on_spawn=lock.add_worker,
                         max_steps=max_optimizer_steps(config), peer_timeout_s=config.see.peer_timeout_s,
                         merge_metrics=config.launch.machine_rank == 0, on_peer_failure=config.see.on_peer_failure,
                         max_restarts=config.see.max_restarts, restart_argv=restart_argv,

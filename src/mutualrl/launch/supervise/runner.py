@@ -77,8 +77,6 @@ class PoolSettings:
     grace_s: float = field(default=60.0, metadata={"help": "After a failure, how long the others may exit on their "
                                                           "own before they are terminated."})
     poll_s: float = field(default=0.5, metadata={"help": "Seconds between two looks at the processes and files."})
-    inherit_fds: tuple[int, ...] = field(default=(), metadata={"help": "Descriptors every worker inherits: the run "
-                                                                      "lock, held while any worker lives."})
     max_steps: int | None = field(default=None, metadata={"help": "Steps shown until a worker reports its total."})
     peer_timeout_s: float | None = field(default=None, metadata={"help": "see.peer_timeout_s: heartbeat silence "
                                                                          "that stops the pool (None: not watched)."})
@@ -90,6 +88,9 @@ class PoolSettings:
                                                            "started again and rejoins."})
     watch_see: bool = field(default=False, metadata={"help": "The pool exchanges through the SEE: a deleted SEE "
                                                              "folder stops the run (its steps are gone)."})
+    on_spawn: Callable[[str, int], None] | None = field(
+        default=None, metadata={"help": "Told each worker's policy and pid as it starts (the run lock records it: a "
+                                        "worker outliving its launcher keeps the run folder busy)."})
     restart_argv: Callable[[str], tuple[list[str], int | None]] | None = field(
         default=None, metadata={"help": "A policy's restart command, resuming from its newest checkpoint, and that "
                                         "checkpoint's step (None: no restart)."})
@@ -168,9 +169,10 @@ class PoolRunner:
         # Workers watch this pid and stop when it dies (training.watchdog): no orphans.
         env = {**os.environ, **proc.env, LAUNCHER_PID_ENV: str(os.getpid())}
         proc.popen = subprocess.Popen(proc.argv, env=env, cwd=spawn_dir(self.paths.root, proc.cwd), stdout=log_fh,
-                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                                      pass_fds=self.settings.inherit_fds)
+                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
         log_fh.close()
+        if self.settings.on_spawn is not None:
+            self.settings.on_spawn(proc.name, proc.popen.pid)
         proc.returncode = None
         self.progress.started(proc.name)
 
