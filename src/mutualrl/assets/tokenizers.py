@@ -287,7 +287,7 @@ def tokenizer_folder(name_or_path: str) -> Path | None:
 
 
 @functools.lru_cache(maxsize=32)
-def load_tokenizer(name_or_path: str) -> Any:
+def load_tokenizer(name_or_path: str, trust_remote_code: bool = False) -> Any:
     """A transformers tokenizer from a named offline vocabulary, a local folder, or a hub id.
 
     The result is cached per process (tokenizers are immutable in our use); callers that
@@ -297,8 +297,10 @@ def load_tokenizer(name_or_path: str) -> Any:
 
     path = tokenizer_path(name_or_path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)  # never its question
     except (OSError, ValueError) as err:
+        if "trust_remote_code" in str(err):
+            raise
         if name_or_path not in TOKENIZER_SOURCES and not Path(path).exists():
             raise _unknown(name_or_path) from err
         raise AssetError(f"tokenizer {name_or_path!r} at {path} could not be loaded: {err}") from err

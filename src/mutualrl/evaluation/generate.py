@@ -241,14 +241,18 @@ def generate_greedy_vllm(
 
         from mutualrl.vllm_cpu import KV_ENV, kv_cache_gib
 
-        with contextlib.suppress(OSError):  # no config to read: vLLM sizes it from vllm_gpu_memory_utilization
-            config = AutoConfig.from_pretrained(model_path)
+        from mutualrl.pools.loading import remote_code_refused
+
+        # no config to read: vLLM sizes it from vllm_gpu_memory_utilization; one that names shipped code: refused
+        with contextlib.suppress(OSError), remote_code_refused(model_path):
+            config = AutoConfig.from_pretrained(model_path, trust_remote_code=False)  # eval runs no shipped code
             longest = max((len(p) for p in prompts), default=0) + max_new_tokens
             max_len = int(getattr(getattr(config, "text_config", None) or config, "max_position_embeddings", longest))
             os.environ.setdefault(KV_ENV, str(kv_cache_gib(config, min(len(prompts), 256), longest, max_len)))
     llm = LLM(
         model=model_path,
         skip_tokenizer_init=True,
+        trust_remote_code=False,
         dtype=dtype,
         gpu_memory_utilization=gpu_memory_utilization,
         seed=0,

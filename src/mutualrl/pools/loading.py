@@ -7,14 +7,17 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from mutualrl.assets.hub import unreachable_and_uncached
-from mutualrl.errors import UnknownNameError
+from mutualrl.errors import UnknownNameError, UsageError
 from mutualrl.pools.safe_load import load_checkpoints_as_data
 
 BUILTIN_PREFIX = "builtin:"
+TRUST_KEY = "grpo.trust_remote_code"
 
 
 def resolve_model_path(model: str) -> str:
@@ -32,15 +35,38 @@ def tokenizer_source(model: str, tokenizer: str | None = None) -> str:
     return tokenizer if tokenizer is not None else resolve_model_path(model)
 
 
-def load_tokenizer_for(model: str, tokenizer: str | None = None) -> Any:
-    """The tokenizer of a policy: the named/explicit one, else the model's own."""
+def load_tokenizer_for(model: str, tokenizer: str | None = None, trust_remote_code: bool = False) -> Any:
+    """The tokenizer of a policy: the named/explicit one, else the model's own (code shipped with it runs only
+    with ``trust_remote_code``: the recipe's ``grpo.trust_remote_code``)."""
     from mutualrl.assets.tokenizers import load_tokenizer
 
-    return load_tokenizer(tokenizer_source(model, tokenizer))
+    source = tokenizer_source(model, tokenizer)
+    with remote_code_refused(source):
+        return load_tokenizer(source, trust_remote_code=trust_remote_code)
 
 
-def load_model(model: str, dtype: str = "auto", device: Any = None) -> Any:
-    """Load a causal LM for a policy (float32 on CPU unless a dtype is forced)."""
+@contextlib.contextmanager
+def remote_code_refused(source: str) -> Iterator[None]:
+    """transformers refusing code shipped with a model or tokenizer (``auto_map``): one line naming it and the key."""
+    try:
+        yield
+    except ValueError as err:
+        if "trust_remote_code" not in str(err):
+            raise
+        raise UsageError(f"{source}: its config names code shipped with it (auto_map), and mutualrl runs no such "
+                         f"code unless the recipe sets {TRUST_KEY}: true (named in the plan then); mutualrl eval "
+                         "never runs it") from None
+
+
+def remote_code_note(policy: str, model: str, grpo: dict[str, Any]) -> list[str]:
+    """The plan's note for a policy whose recipe lets code shipped with its model run."""
+    return [f"{policy}: {TRUST_KEY} is on: code shipped with {model} and its tokenizer (auto_map) is run"
+            ] if grpo.get("trust_remote_code") is True else []
+
+
+def load_model(model: str, dtype: str = "auto", device: Any = None, trust_remote_code: bool = False) -> Any:
+    """Load a causal LM for a policy (float32 on CPU unless a dtype is forced); code shipped with it runs only with
+    ``trust_remote_code`` (the recipe's ``grpo.trust_remote_code``), never on transformers' own question."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -55,7 +81,9 @@ def load_model(model: str, dtype: str = "auto", device: Any = None) -> Any:
                                "folder, and the hub cannot be reached from here (offline, or HF_HUB_OFFLINE set) "
                                "and it is not in the local hub cache")
     try:
-        model_obj = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        with remote_code_refused(model):
+            model_obj = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype,
+                                                             trust_remote_code=trust_remote_code)
     except OSError as err:
         if not Path(path).exists():
             raise UnknownNameError(

@@ -144,7 +144,6 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
 
     from datasets import Dataset
 
-    from mutualrl.pools.loading import load_model, load_tokenizer_for
     from mutualrl.training.callbacks import (
         HeartbeatCallback,
         MetricsCallback,
@@ -164,8 +163,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     status = StatusCallback(paths, policy_name)
     if rank == 0:
         status.path.parent.mkdir(parents=True, exist_ok=True)
-    tokenizer = load_tokenizer_for(policy.model, policy.tokenizer)
-    model = load_model(policy.model, training_dtype(policy.dtype), device="cpu" if args.use_cpu else None)
+    tokenizer, model = load_policy(policy, args)
     chat = uses_chat_template(tokenizer, policy.chat_template)
     train_examples = read_examples(paths.data / TRAIN_FILE)
     eval_examples = read_examples(paths.data / EVAL_FILE) if (paths.data / EVAL_FILE).exists() else []
@@ -294,6 +292,18 @@ def check_resumable(checkpoint: str) -> None:
     if problem is not None:
         raise UsageError(f"--resume-from: cannot resume exactly from {problem}; `mutualrl train --resume` "
                          "picks the newest complete checkpoint")
+
+
+def load_policy(policy: Any, args: Any) -> tuple[Any, Any]:
+    """A policy's tokenizer and model; code shipped with them runs only when the recipe sets
+    ``grpo.trust_remote_code`` (the plan names it)."""
+    from mutualrl.pools.loading import load_model, load_tokenizer_for
+
+    trust = args.trust_remote_code is True
+    tokenizer = load_tokenizer_for(policy.model, policy.tokenizer, trust_remote_code=trust)
+    model = load_model(policy.model, training_dtype(policy.dtype), device="cpu" if args.use_cpu else None,
+                       trust_remote_code=trust)
+    return tokenizer, model
 
 
 def checkpoint_state(checkpoint: str) -> Any:

@@ -43,6 +43,7 @@ from mutualrl.launch.plan.detect import Node, this_node
 from mutualrl.launch.plan.engine import PlannedEngine, engine_note, planned_engine
 from mutualrl.launch.plan.machines import plan_placement_nodes
 from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
+from mutualrl.pools.loading import remote_code_note
 from mutualrl.run_folder import RunPaths, read_json
 from mutualrl.training.grpo_args import owned_grpo_fields
 from mutualrl.training.trackers import check_trackers
@@ -374,7 +375,8 @@ def _policy_grpo(
     grpo, keep_notes = keep_for_resume(config, grpo, {**config.grpo, **policy.grpo}, policy.name)
     cadence_notes = [*cadence_notes, *keep_notes]
     grpo = owned_grpo_fields(grpo, run_dir, policy.name, config.grpo, policy.grpo)  # the worker's GRPOConfig, final
-    cadence_notes = [*cadence_notes, *engine_note(policy.name, planned_engine(grpo, launch))]
+    cadence_notes = [*cadence_notes, *engine_note(policy.name, planned_engine(grpo, launch)),
+                     *remote_code_note(policy.name, policy.model, grpo)]
     schedule_rows = describe(cadence, grpo, validation_interval(cadence, config.validation.every_steps),
                              known_train_prompts(config.task))
     return grpo, derived, [*notes, *batch_notes, *cadence_notes], [list(row) for row in schedule_rows]
