@@ -99,6 +99,13 @@ def prepare_cpu_vllm(args: Any, model: Any, tokenizer: Any, examples: list, chat
              policy, KV_ENV, os.environ[KV_ENV], seqs, sequence, max_len)
 
 
+def refuse_untested_versions(grpo: dict[str, Any]) -> None:
+    """TRL, and vLLM where this policy generates with it, as tested (tested_versions.py): a worker started by hand
+    is refused as the launcher refuses; with the override, a warning in its log."""
+    if untested := check_tested_versions(bool(grpo.get("use_vllm"))):
+        log.warning(untested)
+
+
 def block_unused_vllm(args: Any) -> None:
     """Make vLLM absent to a worker whose policy does not generate with it.
 
@@ -135,8 +142,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     policy = find_policy(config, policy_name)
     # The plan's arguments as they are (training/grpo_args.py); started by hand without a plan: the recipe's.
     grpo = planned_grpo_args(paths, policy_name, lambda: unplanned_grpo_args(config, policy, paths, device_defaults()))
-    if untested := check_tested_versions(bool(grpo.get("use_vllm"))):  # by hand too: refused as by the launcher
-        log.warning(untested)  # allowed by the override
+    refuse_untested_versions(grpo)
     args = build_grpo_config(grpo)  # trl's config: no vLLM
     import_training_stack(args)  # the libraries, with the collector paused by main()
     imports_done()  # ... and on again (process_start.py): training is unchanged
