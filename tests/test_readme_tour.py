@@ -24,6 +24,7 @@ from e2e_helpers import ROOT, child_env
 from mutualrl.cli.main import app
 
 TOUR_HEADING = "## A quick tour"
+FIRST_HEADING = "## Set up and run"
 SHORT_TINY = {"grpo": {"max_steps": 2, "save_steps": 1}, "validation": {"every_steps": 0, "limit": 20}}
 """What the test's ``tiny`` recipe changes: 2 steps (a checkpoint each, for ``--resume``), 20 held-out prompts."""
 
@@ -87,17 +88,63 @@ def short_recipes(folder: Path) -> Path:
     return folder
 
 
+def first_commands(readme: str) -> list[str]:
+    """The command lines of the bash blocks of the README's first section, in order (what a new user types
+    first), comments dropped by bash."""
+    section = readme[readme.index(FIRST_HEADING):]
+    section = section[:section.index("\n## ", len(FIRST_HEADING))]
+    blocks = re.findall(r"```bash\n(.*?)```", section, re.S)
+    return [line.strip() for block in blocks for line in block.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def write_shim(path: Path) -> None:
+    """An executable ``mutualrl`` at ``path`` that runs this tree's CLI with this Python."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m mutualrl "$@"\n')
+    path.chmod(0o755)
+
+
+def tour_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a tour command: this tree's CLI first on PATH, the shortened recipes."""
+    write_shim(tmp_path / "bin" / "mutualrl")
+    env = child_env()
+    env.update(PATH=f"{tmp_path / 'bin'}:{env.get('PATH', '')}",
+               MUTUALRL_RECIPES=str(short_recipes(tmp_path / "recipes")), COLUMNS="120")
+    return {k: v for k, v in env.items() if not k.startswith("MUTUALRL_DEBUG")}
+
+
+def test_the_first_commands_are_read():
+    lines = first_commands((ROOT / "README.md").read_text())
+    assert lines[0] == "./setup.sh && .venv/bin/mutualrl train", lines
+    assert [line.split("#")[0].split()[:3] for line in lines[1:3]] == [
+        [".venv/bin/mutualrl", "train", "--baseline"], [".venv/bin/mutualrl", "plot", "runs/tiny-sgt"]], lines
+
+
+@pytest.mark.slow
+def test_the_first_commands_run_in_order(tmp_path):
+    """A fresh clone: the set-up (done: this venv; ``./setup.sh`` stands in for it), the demonstration, its
+    baseline (the finished SGT run is used as it is, and the console says so) and the plot, as written."""
+    work = tmp_path / "clone"
+    (work / "setup.sh").parent.mkdir()
+    (work / "setup.sh").write_text("#!/bin/sh\nexit 0\n")
+    (work / "setup.sh").chmod(0o755)
+    write_shim(work / ".venv" / "bin" / "mutualrl")
+    env = tour_env(tmp_path)
+    said = []
+    for line in first_commands((ROOT / "README.md").read_text()):
+        done = subprocess.run(["bash", "-c", line], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"README: `{line}` failed\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+        said.append(done.stdout)
+    assert "using it as it is, not training it again" in said[1] and "baseline:" in said[1], said[1][-2000:]
+    assert (work / "runs" / "tiny-sgt-standalone" / "summary.json").is_file()
+    assert (work / "runs" / "tiny-sgt" / "comparison.json").is_file()
+    assert list((work / "runs" / "tiny-sgt" / "plots").glob("*.png"))
+
+
 @pytest.mark.slow
 def test_the_quick_tour_runs_as_written(tmp_path):
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    shim = bin_dir / "mutualrl"
-    shim.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m mutualrl "$@"\n')
-    shim.chmod(0o755)
-    env = child_env()
-    env.update(PATH=f"{bin_dir}:{env.get('PATH', '')}", MUTUALRL_RECIPES=str(short_recipes(tmp_path / "recipes")),
-               COLUMNS="120")
-    env = {k: v for k, v in env.items() if not k.startswith("MUTUALRL_DEBUG")}
+    env = tour_env(tmp_path)
     work = tmp_path / "work"
     work.mkdir()
     for line in readme_tour():

@@ -180,17 +180,20 @@ def _run_train(options: TrainOptions, console: Console) -> int:
         console.print(f"--baseline {options.baseline}: would then train {base.output_dir} with the same settings",
                       highlight=False)
         return train_one(options, console)
-    if not options.resume and not options.overwrite and base.output_dir.exists() and any(base.output_dir.iterdir()):
-        raise UsageError(f"baseline run folder {base.output_dir} already exists: use --resume to continue both "
-                         "runs, --overwrite to start both again, or --output-dir for a new pair")
-    code = train_one(options, console)
-    if code != 0:
-        return code
-    console.print(f"[bold]baseline:[/] the same pool, seed and settings with regime {options.baseline}",
-                  highlight=False)
-    if base.resume and not base.output_dir.exists():  # stopped before the baseline began: start it
-        base = replace(base, resume=False)
-    code = train_one(base, console)
+    fresh = not options.resume and not options.overwrite
+    run_done = fresh and reuse_finished(RunPaths(run_dir), config, console)
+    base_done, code = False, 0
+    if fresh and base.output_dir.exists() and any(base.output_dir.iterdir()):
+        base_done = reuse_finished(RunPaths(base.output_dir.resolve()), resolve_config(base)[0], console)
+        if not base_done:
+            raise UsageError(f"baseline run folder {base.output_dir} already exists: use --resume to continue both "
+                             "runs, --overwrite to start both again, or --output-dir for a new pair")
+    if not run_done:
+        code = train_one(options, console)
+        if code != 0:
+            return code
+    if not base_done:
+        code = train_baseline(base, options.baseline, console)
     if code != 0 or config.launch.machine_rank > 0:  # machine 0 of several compares the two runs
         return code
     from mutualrl.launch.rundir.summary import compare_summaries, print_comparison
@@ -200,6 +203,33 @@ def _run_train(options: TrainOptions, console: Console) -> int:
     write_json_atomic(paths.comparison, comparison)
     print_comparison(comparison, console)
     return 0
+
+
+def train_baseline(base: TrainOptions, regime: str, console: Console) -> int:
+    """The baseline run of ``--baseline``: started, or continued when ``base.resume`` and it began."""
+    console.print(f"[bold]baseline:[/] the same pool, seed and settings with regime {regime}", highlight=False)
+    if base.resume and not base.output_dir.exists():  # stopped before the baseline began: start it
+        base = replace(base, resume=False)
+    return train_one(base, console)
+
+
+def reuse_finished(paths: RunPaths, config: RunConfig, console: Console) -> bool:
+    """``--baseline``: a run that finished in ``paths`` with ``config``'s settings is used as it is, and the
+    console says so; a run there with other settings is refused, naming them. False: ``paths`` holds no run to
+    reuse (an empty folder, a run still to finish)."""
+    from mutualrl.launch.rundir.record import reusable_summary, settings_differences
+
+    if reusable_summary(paths, config) is not None:
+        console.print(f"{paths.root}: finished with these settings; using it as it is, not training it again "
+                      "(--overwrite trains it again)", highlight=False, soft_wrap=True)
+        return True
+    differences = settings_differences(paths, config)
+    if differences:
+        shown = "; ".join(differences[:4]) + (f"; ... {len(differences) - 4} more" if len(differences) > 4 else "")
+        raise UsageError(f"{paths.root} holds a run with other settings ({shown}); --baseline reuses a run only "
+                         "when it finished with the same settings: use --output-dir for a new pair, or --overwrite "
+                         "to train both again")
+    return False
 
 
 def train_one(options: TrainOptions, console: Console) -> int:

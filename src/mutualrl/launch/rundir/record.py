@@ -44,6 +44,32 @@ def finished_summary(paths: RunPaths, config: RunConfig) -> dict[str, Any] | Non
     return summary if finished else None
 
 
+def settings_differences(paths: RunPaths, config: RunConfig) -> list[str] | None:
+    """How the finished run in ``paths`` differs from ``config`` in what it trains (``[]``: the same settings);
+    None when the folder holds no readable run config."""
+    from mutualrl.config.resolved import load_resolved_config
+    from mutualrl.config.typed import to_plain
+    from mutualrl.errors import MutualRLError
+    from mutualrl.launch.rundir.resume import config_changes
+
+    if not paths.config.is_file():
+        return None
+    try:
+        stored = load_resolved_config(paths)
+    except MutualRLError:
+        return None
+    refused, allowed = config_changes(to_plain(stored), to_plain(config))
+    return [str(change) for change in [*refused, *allowed] if change.key != "output_dir"]
+
+
+def reusable_summary(paths: RunPaths, config: RunConfig) -> dict[str, Any] | None:
+    """The summary of a run that finished in ``paths`` with ``config``'s settings (``--baseline`` shows it again
+    instead of training it twice), else None."""
+    if config.launch.nodes != 1 or settings_differences(paths, config) != []:
+        return None
+    return finished_summary(paths, config)
+
+
 def write_run_json(paths: RunPaths, config: RunConfig, status: str, reason: str | None = None) -> None:
     previous = read_record(paths)
     record = {
