@@ -153,3 +153,40 @@ def test_a_recorded_worker_still_alive_keeps_the_folder_busy_and_is_named_by_its
         time.sleep(0.1)
     with RunLock(tmp_path / "run").acquire("resume", wait_for_orphans_s=1):
         pass
+
+
+# -- item 6: a run is done only when every policy trained all its steps --------------------------------------------
+
+ENDS_EARLY = '''
+import json, os, sys
+from pathlib import Path
+run, name, last = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+(run / "status").mkdir(parents=True, exist_ok=True)
+for step in range(1, last + 1):
+    (run / "status" / f"{name}.json").write_text(json.dumps({"policy": name, "step": step, "max_steps": 4}))
+os._exit(0)  # what os._exit(0) in a reward function does to the worker
+'''
+
+
+@pytest.mark.parametrize("last", [4, 1, 0])
+def test_a_worker_that_exits_0_before_its_last_step_fails_the_run_naming_it(tmp_path: Path, last: int) -> None:
+    from rich.console import Console
+
+    from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSettings
+    from mutualrl.run_folder import RunPaths
+
+    script = tmp_path / "worker.py"
+    script.write_text(ENDS_EARLY)
+    paths = RunPaths(tmp_path / "run")
+    if last < 4:  # a status left by an earlier, finished run of the folder counts for nothing
+        paths.status_dir.mkdir(parents=True)
+        paths.status("b").write_text(json.dumps({"policy": "b", "step": 4, "max_steps": 4}))
+    procs = [PolicyProcess(name=name, argv=[sys.executable, str(script), str(paths.root), name, str(steps)], env={},
+                           log_path=paths.log(name)) for name, steps in (("a", 4), ("b", last))]
+    settings = PoolSettings(paths.see_root(), stall_timeout_s=60.0, grace_s=5.0, poll_s=0.05, max_steps=4)
+    outcome = PoolRunner(procs, paths, settings, console=Console(file=open(os.devnull, "w"))).run()
+    if last == 4:
+        assert outcome.ok
+        return
+    assert not outcome.ok and outcome.failed_policy == "b"
+    assert f"exited with code 0 at step {last} of 4 without finishing its training" in outcome.reason

@@ -38,7 +38,14 @@ from mutualrl.errors import RunFolderError, StorageError, is_storage_message
 from mutualrl.launch.rundir.metrics_merge import MetricsMerger
 from mutualrl.launch.supervise.progress import PoolProgress
 from mutualrl.launch.supervise.signals import raise_if_interrupted
-from mutualrl.launch.supervise.worker_output import describe_exit, spawn_dir, storage_reason, tail
+from mutualrl.launch.supervise.worker_output import (
+    describe_exit,
+    file_marks,
+    spawn_dir,
+    storage_reason,
+    tail,
+    unfinished_exit,
+)
 from mutualrl.regimes.registry import all_regimes
 from mutualrl.run_folder import RunPaths, read_status, see_marker
 from mutualrl.training.watchdog import LAUNCHER_PID_ENV
@@ -54,6 +61,7 @@ class PolicyProcess:
     popen: subprocess.Popen | None = None
     returncode: int | None = None
     last_step: int = -1
+    marks: tuple[Any, ...] = ()  # its progress files as they were when it started (worker_output.file_marks)
 
 
 @dataclass
@@ -166,6 +174,7 @@ class PoolRunner:
     def _spawn(self, proc: PolicyProcess) -> None:
         proc.log_path.parent.mkdir(parents=True, exist_ok=True)
         log_fh = proc.log_path.open("ab")
+        proc.marks = file_marks(self.paths, proc.name)
         # Workers watch this pid and stop when it dies (training.watchdog): no orphans.
         env = {**os.environ, **proc.env, LAUNCHER_PID_ENV: str(os.getpid())}
         proc.popen = subprocess.Popen(proc.argv, env=env, cwd=spawn_dir(self.paths.root, proc.cwd), stdout=log_fh,
@@ -292,6 +301,9 @@ class PoolRunner:
                 proc.returncode = rc
                 if rc != 0 and failure is None:
                     failure = (proc.name, storage_reason(proc.log_path, rc, self.paths.root) or describe_exit(rc))
+                elif failure is None:  # a run is done when every policy trained all its steps, nothing else
+                    reason = unfinished_exit(self.paths, proc.name, proc.marks, self.settings.max_steps)
+                    failure = (proc.name, reason) if reason is not None else None
         if failure is None and proc.returncode is None:
             failure = self._silent_or_stalled(proc)
             if failure is not None:

@@ -9,7 +9,7 @@ import signal
 from pathlib import Path
 
 from mutualrl.errors import DISK_FULL_EXIT, describe_free, free_bytes, is_storage_message
-from mutualrl.run_folder import read_tail
+from mutualrl.run_folder import RunPaths, read_json_or, read_status, read_tail
 
 
 def spawn_dir(root: Path, planned: Path | None = None) -> Path | None:
@@ -32,6 +32,43 @@ def describe_exit(returncode: int) -> str:
             name = f"signal {-returncode}"
         return f"was killed by signal {name}"
     return f"exited with code {returncode}"
+
+
+def progress_files(paths: RunPaths, policy: str) -> tuple[Path, Path]:
+    """What a worker writes as it trains and when it has trained: its status, its final model's trainer state."""
+    return paths.status(policy), paths.final_model(policy) / "trainer_state.json"
+
+
+def file_marks(paths: RunPaths, policy: str) -> tuple[tuple[int, int] | None, ...]:
+    """Which versions of :func:`progress_files` exist now (inode, mtime): a later look tells the ones written since
+    without comparing clocks."""
+    marks = []
+    for path in progress_files(paths, policy):
+        try:
+            stat = path.stat()
+        except OSError:
+            marks.append(None)
+        else:
+            marks.append((stat.st_ino, stat.st_mtime_ns))
+    return tuple(marks)
+
+
+def unfinished_exit(paths: RunPaths, policy: str, marks_at_start: tuple[tuple[int, int] | None, ...],
+                    max_steps: int | None) -> str | None:
+    """Why a worker that exited with code 0 did not finish (None: it did): it finished when its status or its
+    final trainer state, written since it started (``marks_at_start``), says it trained every step it had
+    (at least ``max_steps``, the run's own count where known)."""
+    status_path, state_path = progress_files(paths, policy)
+    now = file_marks(paths, policy)
+    status = read_status(status_path) if now[0] != marks_at_start[0] else {}
+    state = read_json_or(state_path, {}) if now[1] != marks_at_start[1] else {}
+    for step, total in ((status.get("step"), status.get("max_steps")),
+                        (state.get("global_step"), state.get("max_steps"))):
+        if isinstance(step, int) and isinstance(total, int) and 0 < total <= step and step >= (max_steps or 0):
+            return None
+    step, total = status.get("step", 0), status.get("max_steps") or max_steps or "?"
+    return (f"exited with code 0 at step {step} of {total} without finishing its training (a run is done only "
+            "when every policy trained all its steps: something in the process, e.g. a reward function, ended it)")
 
 
 def storage_reason(log_path: Path, returncode: int, root: Path) -> str | None:
