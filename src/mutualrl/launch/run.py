@@ -138,7 +138,7 @@ def check_task(config: RunConfig) -> None:
     """The task, its splits, its source and its reward functions exist: a typo or an import error fails here
     (the dry run too), not in every worker after the launch."""
     from mutualrl.tasks.registry import task_from_config
-    from mutualrl.tasks.reward_funcs import check_reward_spec, reward_spec
+    from mutualrl.tasks.reward_funcs import check_reward_spec, check_task_columns, reward_spec
 
     task = task_from_config(config.task)
     for field_name in ("train_split", "eval_split"):
@@ -149,6 +149,7 @@ def check_task(config: RunConfig) -> None:
     task.check_source(config.task.source)
     for policy in config.pool.policies:  # a policy's own grpo.reward_weights must fit the functions too
         check_reward_spec(reward_spec(config.task, {**config.grpo, **policy.grpo}))
+    check_task_columns(task, config.task, config.grpo)  # every parameter of every function is a column
 
 
 def run_dir_for(config: RunConfig) -> Path:

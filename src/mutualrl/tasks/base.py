@@ -28,12 +28,13 @@ class TaskExample:
     def as_row(self) -> dict[str, Any]:
         """The dataset row handed to TRL (``prompt`` plus columns the reward functions read).
 
-        A ``dataset`` task's rows keep every column of the source (``meta["columns"]``): TRL passes each
-        to the reward functions by name, as ``GRPOTrainer`` does with a user's own dataset.
+        A ``dataset`` task's rows keep every column of the source (``meta["columns"]``), and only those: TRL passes
+        each to the reward functions by name, as ``GRPOTrainer`` does with a user's own dataset (a row without
+        ``answer`` gets none, never an empty one).
         """
-        columns = self.meta.get("columns") or {}
-        return {**columns, "prompt_id": self.prompt_id, "prompt": self.prompt,
-                "answer": columns.get("answer", self.answer), "task": self.task}
+        if "columns" in self.meta:
+            return {**self.meta["columns"], "prompt_id": self.prompt_id, "prompt": self.prompt, "task": self.task}
+        return {"prompt_id": self.prompt_id, "prompt": self.prompt, "answer": self.answer, "task": self.task}
 
     def for_policy(self, chat: bool) -> str | list[dict[str, str]]:
         """What a policy is prompted with: chat messages under its chat template, else the text."""

@@ -15,8 +15,9 @@ functions score training, held-out validation, ``mutualrl eval`` and ``complemen
 
 from __future__ import annotations
 
+import inspect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,6 +95,50 @@ def reward_functions(spec: RewardSpec, max_chars: int | None = None) -> list[Cal
 def check_reward_spec(spec: RewardSpec) -> None:
     """Resolve every function now (the launcher, the dry run): an import error names the module and the key."""
     reward_functions(spec)
+
+
+TRL_ARGUMENTS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
+                 "environments")
+"""What ``GRPOTrainer._calculate_rewards`` passes besides the dataset's columns."""
+TASK_COLUMNS = ("prompt_id", "answer", "task")
+"""The columns a built-in task's rows hand the reward functions (:meth:`TaskExample.as_row`)."""
+
+
+def required_columns(func: Callable[..., Any]) -> list[str]:
+    """The parameters of ``func`` that only a dataset column can fill (named, no default, not one TRL passes)."""
+    try:
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C callable: nothing to read
+        return []
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [p.name for p in parameters if p.kind in named and p.default is inspect.Parameter.empty
+            and p.name not in TRL_ARGUMENTS]
+
+
+def check_reward_columns(spec: RewardSpec, columns: Collection[str], origin: str) -> None:
+    """Refuse, before the launch, a reward function's parameter that no column of ``origin`` provides (TRL would
+    stop at the first step; filling it with "" would score nonsense)."""
+    for i, name in enumerate(spec.funcs):
+        key = f"{REWARD_FUNCS_KEY}[{i}]"
+        missing = [c for c in required_columns(resolve_reward_func(name, key)) if c not in columns]
+        if missing:
+            raise DataError(f"{key} {name}: parameter {missing[0]!r} is no column of {origin} (its columns: "
+                            f"{', '.join(sorted(columns))}); rename the column or the parameter, or give it a default")
+
+
+def check_task_columns(task: Any, task_config: Any, grpo: dict[str, Any]) -> None:
+    """:func:`check_reward_columns` for the rows ``task`` will read: a ``dataset`` task's source (a local one; a
+    hub dataset is checked when its rows are), a built-in task's columns; a task from elsewhere is not known."""
+    spec = reward_spec(task_config, grpo)
+    columns_of = getattr(task, "reward_columns", None)
+    if columns_of is not None:
+        found = columns_of(task_config.source)
+    elif type(task).__module__.startswith("mutualrl.tasks."):
+        found = [(set(TASK_COLUMNS), f"task {task.name}'s rows")]
+    else:
+        found = None
+    for columns, origin in found or ():
+        check_reward_columns(spec, columns, origin)
 
 
 def score_batch(spec: RewardSpec, prompts: Sequence[Any], completions: Sequence[Any],

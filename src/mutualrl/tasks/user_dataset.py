@@ -92,6 +92,20 @@ class UserDatasetTask(Task):
         path = self._local_path(source)
         return read_local(path, split) if path is not None else read_hub(parse_hub_id(str(source), split))
 
+    def reward_columns(self, source: str | None) -> list[tuple[set[str], str]] | None:
+        """The columns each split the run reads hands the reward functions (every column but ``prompt``, as TRL
+        does, plus mutualrl's ``prompt_id`` and ``task``), with where they come from; None for a hub dataset (not
+        read before the launch)."""
+        if self._local_path(source) is None:
+            return None
+        splits = [self.train_split] if self.holds_out(source) else [self.train_split, self.eval_split]
+        found = []
+        for split in splits:
+            data = self.read(split, source)
+            names = {str(k) for row in data.rows if isinstance(row, dict) for k in row} - {"prompt"}
+            found.append((names | set(RESERVED_COLUMNS), data.origin))
+        return found
+
     def load(self, split: str, source: str | None = None, limit: int | None = None) -> list[TaskExample]:
         holding_out = self.holds_out(source)
         read_split = self.train_split if holding_out else split

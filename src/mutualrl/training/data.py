@@ -84,7 +84,8 @@ def joint_length_filter(
 
 
 def write_examples(path: Path, examples: Sequence[TaskExample]) -> None:
-    write_text_atomic(path, "".join(json.dumps({**ex.as_row(), "meta": ex.meta}) + "\n" for ex in examples))
+    write_text_atomic(path, "".join(json.dumps({**ex.as_row(), "answer": ex.answer, "meta": ex.meta}) + "\n"
+                                    for ex in examples))
 
 
 def read_examples(path: Path) -> list[TaskExample]:
