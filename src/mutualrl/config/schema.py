@@ -201,7 +201,7 @@ class SEESettings:
         metadata={"help": "Exchange folder; default <output_dir>/see. May be a shared filesystem path (multi-node)."},
     )
     barrier_timeout_s: float = field(
-        default=1800.0, metadata={"gt": 0, "help": "Seconds to wait for every peer's records of a step before failing."}
+        default=1800.0, metadata={"gt": 0, "help": "Seconds the barrier waits while no missing peer gets on (a step, validation progress, training work), then fails."}
     )
     peer_timeout_s: float = field(
         default=300.0,
@@ -313,7 +313,7 @@ class LaunchConfig:
     )
     stall_timeout_s: float | None = field(
         default=None,
-        metadata={"gt": 0, "help": "Fail the run if a policy makes no progress for this long (default: the SEE barrier timeout)."},
+        metadata={"gt": 0, "help": "Fail the run when no policy on any machine got on (a step, a phase, training work) this long (default: see.barrier_timeout_s + 60)."},
     )
     vllm_max_num_seqs: int | None = field(
         default=None,
