@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from rich.console import Console
 
 from mutualrl.launch.supervise.runner import PoolRunner
-from mutualrl.training.no_signal import NoSignalWatch, group_shares, no_signal_note
+from mutualrl.launch.supervise.worker_output import stop_reason
+from mutualrl.training.no_signal import NoRewardError, NoSignalWatch, group_shares, no_signal_note
 
 
 def test_group_shares_count_flat_and_all_fail_groups():
@@ -22,8 +25,9 @@ def test_the_worker_says_it_once_after_three_flat_steps_with_a_completion():
     assert watch.observe(flat, 4, "x", 0.0)[1] is None and watch.observe(spread, 4, "x", 0.0)[1] is None
     assert watch.observe(flat, 4, "x", 0.0)[1] is None and watch.observe(flat, 4, "x", 0.0)[1] is None
     failed, note = watch.observe(flat, 4, "The answer is 7", 0.0)
-    assert failed == 1.0 and "no learning signal for 3 steps" in note and "(100% of groups all-fail)" in note
-    assert "'The answer is 7' -> reward 0" in note and "format" in note
+    assert failed == 1.0 and "no learning signal for 3 steps" in note and "every group all failed" in note
+    assert "'The answer is 7' -> reward 0" in note and "no completion scored above 0" in note
+    assert "format" not in note  # what was seen, not a guessed cause
     assert watch.observe(flat, 4, "x", 0.0)[1] is None  # once
 
 
@@ -39,4 +43,55 @@ def test_the_launcher_prints_it_once_from_the_merged_rows():
     assert out.getvalue() == ""
     runner._say_no_signal(rows[2:])
     text = out.getvalue()
-    assert text.count("no learning signal") == 1 and "(75% of groups all-fail)" in text and "logs/a.log" in text
+    assert text.count("no learning signal") == 1 and "75% of groups all failed" in text and "logs/a.log" in text
+    assert "the other 25% every completion got the same reward above 0" in text and "format" not in text
+
+
+def test_the_designed_blind_spot_is_described_not_blamed_on_the_format():
+    """The tiny demo: strong-family groups all succeed, weak-family groups all fail: flat, but rewards were earned."""
+    watch = NoSignalWatch("tiny-bpe", stop_after=30)
+    for _ in range(2):
+        assert watch.observe([1.0] * 4 + [0.0] * 4, 4, "7", 1.0)[1] is None
+    failed, note = watch.observe([1.0] * 4 + [0.0] * 4, 4, "7", 1.0)
+    assert failed == 0.5 and "50% of groups all failed" in note and "above 0" in note
+    assert "format" not in note and "no completion scored" not in note
+
+
+def test_a_policy_with_no_reward_for_n_steps_is_stopped_with_one_completion():
+    watch = NoSignalWatch("p", stop_after=4)
+    for _ in range(3):
+        watch.observe([0.0] * 8, 4, "????", 0.0)
+    watch.observe([0.0] * 7 + [1.0], 4, "7", 1.0)  # one completion scored: the count starts again
+    for _ in range(3):
+        watch.observe([0.0] * 8, 4, "????", 0.0)
+    with pytest.raises(NoRewardError) as err:
+        watch.observe([0.0] * 8, 4, "????", 0.0)
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("policy p: no completion scored above 0 in 4 steps in a row")
+    assert "task.stop_after_no_reward_steps=4" in message and "'????' -> reward 0" in message
+
+
+@pytest.mark.parametrize("off", [None, 0])
+def test_the_stop_can_be_turned_off(off):
+    watch = NoSignalWatch("p", stop_after=off)
+    for _ in range(100):
+        watch.observe([0.0] * 8, 4, "????", 0.0)
+
+
+def test_the_launcher_gives_the_stop_as_the_reason(tmp_path):
+    log = tmp_path / "p.log"
+    log.write_text("INFO training\nerror: policy p: no completion scored above 0 in 30 steps in a row, so it was "
+                   "stopped (task.stop_after_no_reward_steps=30; 0 turns this off). One completion: '?' -> reward 0\n")
+    assert stop_reason(log).startswith("policy p: no completion scored above 0 in 30 steps")
+    log.write_text("error: something else\n")
+    assert stop_reason(log) is None
+
+
+def test_the_default_stops_after_a_few_dozen_steps_and_resume_may_change_it():
+    from mutualrl.config.schema import TaskConfig
+    from mutualrl.launch.rundir.resume import config_changes
+
+    assert 10 <= TaskConfig().stop_after_no_reward_steps <= 60
+    refused, allowed = config_changes({"task": {"stop_after_no_reward_steps": 30}},
+                                      {"task": {"stop_after_no_reward_steps": 0}})
+    assert refused == [] and len(allowed) == 1

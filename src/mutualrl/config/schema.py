@@ -173,10 +173,8 @@ class TaskConfig:
                                    "policy's tokenizer are dropped for all (joint filter)."})
     max_prompt_chars: int = field(default=200_000, metadata={"ge": 1, "help": "Longest text (characters) a data row's "
                                   "prompt or other column may hold; longer is refused before tokenization."})
-    verifier: Literal["default", "exact", "equiv"] = field(
-        default="default",
-        metadata={"help": "Answer check: 'exact' string match, 'equiv' (math-verify), or the task's default."},
-    )
+    verifier: Literal["default", "exact", "equiv"] = field(default="default", metadata={
+        "help": "Answer check: 'exact' string match, 'equiv' (math-verify), or the task's default."})
     reward_funcs: list[str] = field(
         default_factory=list,
         metadata={"help": "Reward functions as `trl grpo --reward_funcs` names them: import paths module.function "
@@ -190,6 +188,8 @@ class TaskConfig:
                   "validation (seeded by split_seed). Unset: the eval_split, or 0.1 when the source has none."},
     )
     split_seed: int = field(default=0, metadata={"help": "task 'dataset': seed of the held-out rows' draw."})
+    stop_after_no_reward_steps: int | None = field(default=30, metadata={"ge": 0, "help": "Stop the run when no "
+        "completion of a policy scored above 0 for this many steps in a row, showing one (0 or null: never)."})
 
 
 @dataclass

@@ -106,11 +106,13 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         return output
 
     def watch_signal(self, rollouts: StepRollouts) -> None:
-        """Log the all-fail share, and once, after several steps with no reward spread, why (training/no_signal.py)."""
+        """Log the all-fail share; once, after several steps with no reward spread, what was seen; stop after
+        ``task.stop_after_no_reward_steps`` steps in which nothing scored (training/no_signal.py)."""
         from mutualrl.training.no_signal import ALL_FAIL_KEY, NoSignalWatch
 
         if self.no_signal is None:
-            self.no_signal = NoSignalWatch(self.policy_name)
+            self.no_signal = NoSignalWatch(self.policy_name,
+                                           stop_after=self.regime.config.task.stop_after_no_reward_steps)
         rewards = rollouts.rewards_global.tolist()
         first = rollouts.completion_texts_local[0] if rollouts.completion_texts_local else ""
         failed, note = self.no_signal.observe(rewards, rollouts.num_generations, first,

@@ -3,6 +3,8 @@ the resolved config of a new run, or roll a resumed run back to its restart step
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.markup import escape
 
@@ -103,8 +105,7 @@ def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Consol
     for policy_lengths in lengths.values():
         policy_lengths.save()
     if not train_kept:
-        raise UsageError(f"no training prompt of task {config.task.name!r} fits task.max_prompt_tokens="
-                         f"{config.task.max_prompt_tokens} for every policy")
+        raise no_prompt_fits(config, train, lengths)
     from mutualrl.tasks.reward_funcs import task_summary
 
     console.print(task_summary(config.task, config.grpo), highlight=False)
@@ -116,6 +117,20 @@ def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Consol
                   f"as longer than {config.task.max_prompt_tokens} tokens for some policy "
                   f"({', '.join(f'{k}: {v}' for k, v in report.dropped_by_policy.items())})", highlight=False)
     write_resolved_config(paths, config, source)
+
+
+def no_prompt_fits(config: RunConfig, train: list[Any], lengths: dict[str, Any]) -> UsageError:
+    """No training prompt fits ``task.max_prompt_tokens`` for every policy: the error names the setting and the
+    values that would fit (the shortest prompt's, and every prompt's), and, on the tiny pool, the pools for text."""
+    limit = config.task.max_prompt_tokens
+    needed = sorted(max(length(example) for length in lengths.values()) for example in train)
+    if not needed:
+        return UsageError(f"task {config.task.name!r} has no training prompt (task.source, task.train_split)")
+    hint = (" The tiny pool's models know only short arithmetic prompts: for your own text use --pool smol (or "
+            "smol-qa, smol-arith) or your own models (README: your own data)." if config.pool.name == "tiny" else "")
+    return UsageError(f"no training prompt of task {config.task.name!r} fits task.max_prompt_tokens={limit} for every "
+                      f"policy: the shortest takes {needed[0]} tokens, the longest {needed[-1]}; set "
+                      f"--set task.max_prompt_tokens={needed[-1]} to keep them all.{hint}")
 
 
 def resume_changes(paths: RunPaths, config: RunConfig) -> list[ConfigChange]:

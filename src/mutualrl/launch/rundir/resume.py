@@ -30,6 +30,7 @@ MUTABLE_ON_RESUME = (
     "schedule.max_steps", "schedule.log_every", "schedule.save_every", "schedule.validate_every",
     "grpo.save_total_limit", "grpo.report_to", "validation.", "see.barrier_timeout_s", "see.peer_timeout_s",
     "see.poll_interval_s", "see.on_peer_failure", "see.catch_up", "see.max_restarts", "launch.",
+    "task.stop_after_no_reward_steps",
 )
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 

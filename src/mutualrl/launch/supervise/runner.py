@@ -42,6 +42,7 @@ from mutualrl.launch.supervise.worker_output import (
     describe_exit,
     file_marks,
     spawn_dir,
+    stop_reason,
     storage_reason,
     tail,
     unfinished_exit,
@@ -300,7 +301,8 @@ class PoolRunner:
             if rc is not None:
                 proc.returncode = rc
                 if rc != 0 and failure is None:
-                    failure = (proc.name, storage_reason(proc.log_path, rc, self.paths.root) or describe_exit(rc))
+                    failure = (proc.name, storage_reason(proc.log_path, rc, self.paths.root)
+                               or stop_reason(proc.log_path) or describe_exit(rc))
                 elif failure is None:  # a run is done when every policy trained all its steps, nothing else
                     reason = unfinished_exit(self.paths, proc.name, proc.marks, self.settings.max_steps)
                     failure = (proc.name, reason) if reason is not None else None

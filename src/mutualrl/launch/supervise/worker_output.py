@@ -83,6 +83,17 @@ def storage_reason(log_path: Path, returncode: int, root: Path) -> str | None:
     return None
 
 
+def stop_reason(log_path: Path) -> str | None:
+    """A worker that stopped its policy on purpose (nothing scored for ``task.stop_after_no_reward_steps`` steps):
+    its one-line error, the last ``error:`` line of its log. None for any other exit."""
+    from mutualrl.training.no_signal import NO_REWARD
+
+    for line in reversed(tail(log_path, 5).splitlines()):
+        if line.startswith("error: policy ") and NO_REWARD in line:
+            return line.removeprefix("error: ")
+    return None
+
+
 TAIL_BYTES = 64 * 1024
 TAIL_LINE_CHARS = 500
 
