@@ -25,18 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from rich.progress import Progress
 
 from mutualrl.atomic_io import write_text_atomic
 from mutualrl.errors import RunFolderError, StorageError, is_storage_message
 from mutualrl.launch.rundir.metrics_merge import MetricsMerger
 from mutualrl.launch.supervise.progress import PoolProgress
+from mutualrl.launch.supervise.progress_display import StepClock, progress_display
 from mutualrl.launch.supervise.signals import raise_if_interrupted
 from mutualrl.launch.supervise.worker_output import (
     describe_exit,
@@ -123,6 +118,7 @@ class PoolRunner:
         # One writer of the merged metrics (machine 0 with several machines), merging every policy's rows.
         self.merger = MetricsMerger(paths, [*self.names, *self.remote_names]) if settings.merge_metrics else None
         self.recent_rows: dict[str, list[dict[str, Any]]] = {}  # the last logged train rows of each policy
+        self.clock = StepClock()  # each policy's time estimate on the progress display
         self.silent_said: set[str] = set()  # policies whose missing learning signal was said
         self.progress = PoolProgress(settings.see_root)  # on this launcher's monotonic clock
 
@@ -208,12 +204,8 @@ class PoolRunner:
             return RunOutcome(False, {p.name: p.returncode for p in self.procs}, None, "interrupted",
                               seconds=time.monotonic() - started)
         live = self.console.is_terminal
-        progress = Progress(
-            TextColumn("[bold cyan]{task.description:<18}"), BarColumn(bar_width=24), MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"), TimeElapsedColumn(), console=self.console,
-            transient=False, disable=not live,
-        )
-        tasks = {name: progress.add_task(name, total=None, info="starting")
+        progress = progress_display(self.console)  # step and estimate stay in view; the figures are cut first
+        tasks = {name: progress.add_task(name, total=None, info="starting", eta="")
                  for name in [*self.names, *self.remote_names]}
         last_plain, last_key = 0.0, None
         failure: tuple[str, str] | None = None
@@ -277,7 +269,8 @@ class PoolRunner:
             st = statuses[name]
             total = st.get("max_steps") or self.settings.max_steps or None
             info = describe_status(st) + " (elsewhere)"
-            progress.update(tasks[name], completed=int(st.get("step", 0) or 0), total=total, info=info)
+            step = int(st.get("step", 0) or 0)
+            progress.update(tasks[name], completed=step, total=total, info=info, eta=self.clock.eta(name, step, total))
             lines.append(f"{name}: step {st.get('step', 0)}/{total or '?'} {info}")
             key.append((name, st.get("step", 0), st.get("phase")))
         return lines, key
@@ -288,7 +281,7 @@ class PoolRunner:
         step = proc.last_step = int(st.get("step", 0) or 0)
         info = describe_status(st)
         total = st.get("max_steps") or self.settings.max_steps or None
-        progress.update(task, completed=step, total=total, info=info)
+        progress.update(task, completed=step, total=total, info=info, eta=self.clock.eta(proc.name, step, total))
         # With merged metrics, each logged step gets its own line: only phases count in the key.
         return (f"{proc.name}: step {step}/{total or '?'} {info}",
                 (proc.name, None if self.merger is not None else step, st.get("phase")))
