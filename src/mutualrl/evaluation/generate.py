@@ -30,7 +30,8 @@ from mutualrl.pools.greedy import (
     generate_greedy,
 )
 from mutualrl.tasks.base import Task, TaskExample
-from mutualrl.tasks.reward_funcs import RewardSpec, score_batch
+from mutualrl.tasks.reward_form import in_dataset_form
+from mutualrl.tasks.reward_funcs import RewardSpec, reward_functions, score_batch
 
 # ---------------------------------------------------------------------------------------
 # Prompts
@@ -115,7 +116,7 @@ def score_examples(
 def score_with_funcs(spec: RewardSpec, examples: Sequence[TaskExample], completions: Sequence[str], tokenizer: Any,
                      chat: bool) -> list[PromptResult]:
     """Greedy completions scored as in training: prompts and completions in the form TRL gives the reward
-    functions (chat messages for a policy under its chat template, else text), every dataset column by name,
+    functions for the dataset (:mod:`mutualrl.tasks.reward_form`), every dataset column by name,
     ``completion_ids`` the completion re-tokenized (``tokenizer``, no special tokens)."""
     if not examples:
         return []
@@ -123,9 +124,9 @@ def score_with_funcs(spec: RewardSpec, examples: Sequence[TaskExample], completi
     columns = {key: [row.get(key) for row in rows] for key in dict.fromkeys(k for row in rows for k in row)
                if key != "prompt"}
     prompts = [ex.for_policy(chat) for ex in examples]
-    shown = [[{"role": "assistant", "content": c}] for c in completions] if chat else list(completions)
     ids = [tokenizer(c, add_special_tokens=False)["input_ids"] if tokenizer is not None else [] for c in completions]
-    scores = score_batch(spec, prompts, shown, ids, columns)
+    funcs = in_dataset_form(reward_functions(spec), examples)  # the dataset's form, as in training
+    scores = score_batch(spec, prompts, list(completions), ids, columns, funcs=funcs)
     return [PromptResult(prompt_id=ex.prompt_id, task=ex.task, prompt=ex.prompt, completion=completion,
                          answer=ex.answer, extracted=None, score=score)
             for ex, completion, score in zip(examples, completions, scores, strict=True)]

@@ -160,7 +160,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, read_examples, to_trl_rows, uses_chat_template
     from mutualrl.training.adapters import make_regime_adapter
     from mutualrl.tasks.registry import task_groups
-    from mutualrl.tasks.reward_funcs import reward_functions, reward_spec
+    from mutualrl.tasks.reward_funcs import reward_spec
     from mutualrl.training.catch_up import trainer_class
 
     rank = int(os.environ.get("RANK", "0"))
@@ -182,9 +182,9 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
 
     cadence = resolve_cadence(config.schedule, config.batch, args.num_iterations)
     scoring = reward_spec(config.task, grpo)  # training and validation score alike
-    from mutualrl.tasks.reward import max_completion_chars
+    from mutualrl.tasks.reward_form import dataset_form_rewards
 
-    reward = reward_functions(scoring, max_chars=max_completion_chars(tokenizer, args.max_completion_length))
+    reward = dataset_form_rewards(scoring, [*train_examples, *eval_examples], tokenizer, args.max_completion_length)
     validation = ValidationCallback(
         paths, policy_name, config.regime.name, eval_examples, tokenizer, chat,
         every_steps=validation_interval(cadence, config.validation.every_steps),  # optimizer steps

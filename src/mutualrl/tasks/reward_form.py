@@ -1,0 +1,103 @@
+"""Reward functions get prompts and completions in the form TRL gives them for the dataset, whatever each policy's
+chat template.
+
+``GRPOTrainer`` picks the form from the dataset's prompts (``is_conversational``): chat messages give each
+completion as one assistant message, ``[{"role": "assistant", "content": text}]``, text prompts give strings. A
+pool mixes policies with and without a chat template, and each policy's TRL sees the prompts as that policy
+reads them: one without a template reads a conversational prompt flattened to text (its messages' contents
+joined by blank lines), one with a template reads a text prompt as one user turn. :func:`in_dataset_form` puts
+each function back in front of the dataset's own form, so one function sees one form from every policy, the
+form ``GRPOTrainer`` would give it on that dataset: ``prompts`` as the dataset has them, completions as
+messages (conversational prompts) or strings (text prompts).
+
+One exception: a function whose ``completions`` parameter is annotated as message lists (TRL's own
+``accuracy_reward``, ``reasoning_accuracy_reward``, ``think_format_reward``, which read
+``completion[0]["content"]``) gets messages on text prompts too, where TRL would hand it strings it cannot read.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from mutualrl.tasks.base import TaskExample
+from mutualrl.tasks.verifiers import completion_text
+
+
+def is_conversational(examples: Sequence[TaskExample]) -> bool:
+    """Whether the dataset's prompts are chat messages; TRL decides by the first prompt, and so does this."""
+    return bool(examples) and examples[0].meta.get("messages") is not None
+
+
+def dataset_prompts(examples: Sequence[TaskExample]) -> dict[str, Any]:
+    """``prompt_id`` -> the row's prompt as the dataset holds it (its messages, or its text)."""
+    return {ex.prompt_id: ex.meta.get("messages") or ex.prompt for ex in examples}
+
+
+def reads_messages(func: Callable[..., Any]) -> bool:
+    """Whether ``func`` declares that it reads completions as message lists (``completions: list[list[dict]]``)."""
+    try:
+        parameter = inspect.signature(func).parameters.get("completions")
+    except (TypeError, ValueError):  # a builtin or C callable: no signature to read
+        return False
+    return parameter is not None and "dict" in str(parameter.annotation)
+
+
+def shown_completions(completions: Sequence[Any], messages: bool) -> list[Any]:
+    """Each completion as one assistant message (``messages``) or as text; one already in that form is kept."""
+    if messages:
+        return [c if isinstance(c, list) else [{"role": "assistant", "content": completion_text(c)}]
+                for c in completions]
+    return [c if isinstance(c, str) else completion_text(c) for c in completions]
+
+
+class DatasetFormReward:
+    """A reward function called with the dataset's prompts and completions in the dataset's form (module doc);
+    TRL logs it under the function's own name."""
+
+    def __init__(self, func: Callable[..., Any], prompts: dict[str, Any], conversational: bool):
+        self.func, self.prompts = func, prompts
+        self.messages = conversational or reads_messages(func)
+        self.__name__ = getattr(func, "__name__", type(func).__name__)
+
+    def arguments(self, prompts: Sequence[Any] | None, completions: Sequence[Any],
+                  kwargs: dict[str, Any]) -> dict[str, Any]:
+        ids = kwargs.get("prompt_id")
+        if ids is not None and prompts is not None:
+            prompts = [self.prompts.get(str(pid), prompt) for pid, prompt in zip(ids, prompts, strict=True)]
+        return {**kwargs, "prompts": prompts, "completions": shown_completions(completions, self.messages)}
+
+    def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (), **kwargs: Any) -> Any:
+        return self.func(**self.arguments(prompts, completions, kwargs))
+
+
+class AsyncDatasetFormReward(DatasetFormReward):
+    """:class:`DatasetFormReward` of an ``async`` function: TRL awaits it beside the others."""
+
+    async def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
+                       **kwargs: Any) -> Any:
+        return await self.func(**self.arguments(prompts, completions, kwargs))
+
+
+def is_async(func: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))
+
+
+def in_dataset_form(funcs: Sequence[Callable[..., Any]], examples: Sequence[TaskExample]) -> list[DatasetFormReward]:
+    """``funcs``, each called with the prompts and completions of ``examples``' dataset in its own form."""
+    prompts, conversational = dataset_prompts(examples), is_conversational(examples)
+    return [(AsyncDatasetFormReward if is_async(func) else DatasetFormReward)(func, prompts, conversational)
+            for func in funcs]
+
+
+def dataset_form_rewards(spec: Any, examples: Sequence[TaskExample], tokenizer: Any,
+                         max_completion_length: int) -> list[DatasetFormReward]:
+    """A policy's reward functions for TRL (:func:`~mutualrl.tasks.reward_funcs.reward_functions`, the verifier
+    bounded by what ``max_completion_length`` tokens of ``tokenizer`` can decode to), in the form of ``examples``'
+    dataset."""
+    from mutualrl.tasks.reward import max_completion_chars
+    from mutualrl.tasks.reward_funcs import reward_functions
+
+    return in_dataset_form(reward_functions(spec, max_chars=max_completion_chars(tokenizer, max_completion_length)),
+                           examples)
