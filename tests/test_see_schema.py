@@ -165,8 +165,8 @@ def _kwargs(**over):
         ({"behaviour_logps": [[-0.5, -0.5], [-1.0]]}, r"row 1 .*'behaviour_logps': has 1 values for 2 tokens"),
         ({"behaviour_logps": [[-0.5, -0.5], [-1.0, math.nan]]}, r"row 1 .*'behaviour_logps': token 1 has log-prob nan"),
         ({"behaviour_logps": [[-math.inf, -0.5], [-1.0, -1.0]]}, r"row 0 .*'behaviour_logps': token 0 has log-prob -inf"),
-        ({"reward": [1.0, math.inf]}, r"row 1 .*'reward': is inf \(must be finite\)"),
-        ({"reward": [math.nan, 0.0]}, r"row 0 .*'reward': is nan"),
+        ({"reward": [1.0, math.inf]}, r"row 1 .*'reward': is inf \(must be finite, or NaN: not scored\)"),
+        ({"reward": [-math.inf, 0.0]}, r"row 0 .*'reward': is -inf"),  # NaN is a reward not scored: kept
         ({"advantage": [0.0, math.nan]}, r"row 1 .*'advantage': is nan"),
         ({"response_token_spans": [[0, 1, 1, 3], [0, 2, 2, 3]]}, r"row 0 .*token 1 has span \(1, 3\) outside the response text of 2"),
         ({"response_token_spans": [[0, 1, 1, 2], [0, 2, -1, 3]]}, r"row 1 .*token 1 has span \(-1, 3\)"),

@@ -23,7 +23,8 @@ response_token_ids         list<int32>         generated token ids, EOS included
 response_token_spans       list<int32>         flattened ``[s0, e0, s1, e1, ...]``: token i covers
                                                ``response_text[s_i:e_i]`` (Python code-point
                                                indices); ``-1, -1`` for tokens with no text
-reward                     float32             verifier reward, finite
+reward                     float32             the reward, finite; NaN: not scored (every reward
+                                               function returned None: TRL's NaN)
 advantage                  float32, nullable   advantage, finite when present
 behaviour_logps            list<float32>,      per-token log-probs of the behaviour policy,
                            nullable            finite; null when not published

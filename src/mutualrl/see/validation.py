@@ -70,8 +70,8 @@ def validate_table(table: pa.Table, *, require_ids: bool = True) -> pa.Table:
 
     Checks (each error names the first offending row and the column): no nulls in required
     columns; ``num_tokens == len(response_token_ids)``; ``len(spans) == 2 * num_tokens``;
-    ``len(behaviour_logps) == num_tokens`` where present; token ids >= 0; finite reward,
-    advantage and log-probs; every span is ``(-1, -1)`` or ``0 <= start <= end <= len(text)``;
+    ``len(behaviour_logps) == num_tokens`` where present; token ids >= 0; a finite or NaN (not scored)
+    reward, finite advantage and log-probs; every span is ``(-1, -1)`` or ``0 <= start <= end <= len(text)``;
     ``sample_index >= 0``; no duplicate ``(prompt_id, sample_index)``. With
     ``require_ids=False`` the ``step``/``policy``/``rank`` columns may be null (stamped at publish).
     """
@@ -140,13 +140,13 @@ def _check_lengths(arrays: dict[str, pa.Array], tokens: Ragged, spans: Ragged, l
 
 
 def _check_values(arrays: dict[str, pa.Array], tokens: Ragged, logps: Ragged, logp_valid: np.ndarray) -> None:
-    """Token ids >= 0; finite reward, advantage (or null) and log-probs."""
+    """Token ids >= 0; finite or NaN (not scored) reward; finite advantage (or null) and log-probs."""
     if (idx := first_true(tokens.values < 0)) is not None:
         _fail(arrays, row_of(tokens.offsets, idx), "response_token_ids", f"negative token id {int(tokens.values[idx])}")
 
     reward = arrays["reward"].to_numpy(zero_copy_only=False)
-    if (row := first_true(~np.isfinite(reward))) is not None:
-        _fail(arrays, row, "reward", f"is {reward[row]} (must be finite)")
+    if (row := first_true(np.isinf(reward))) is not None:  # NaN is a completion not scored (TRL's None)
+        _fail(arrays, row, "reward", f"is {reward[row]} (must be finite, or NaN: not scored)")
     adv_arr = arrays["advantage"]
     adv = adv_arr.fill_null(0.0).to_numpy(zero_copy_only=False)
     if (row := first_true(~np.isfinite(adv))) is not None:

@@ -56,8 +56,9 @@ class PRPAdapter(RegimeAdapter):
         device = output["completion_ids"].device
         output["advantages"] = own_adv.to(device, output["advantages"].dtype)
 
+        scored = ~torch.isnan(peer.values["reward"])  # bool [P, M-1, K]
         source_rows, prompt_rows, peer_adv = self._peer_rows(peer.names, peer.rows, advantages, local_groups,
-                                                             rollouts.num_generations)
+                                                             rollouts.num_generations, scored)
         responses = learner_responses(peers, source_rows, trainer.processing_class, trainer.max_completion_length)
         peer_ids = responses.ids
         n_peer = len(peer_ids)
@@ -105,15 +106,19 @@ class PRPAdapter(RegimeAdapter):
         local_groups = range(first_group, first_group + n_local // k)
         return peer, advantages, local_groups, advantages[list(local_groups), learner_m].reshape(-1)
 
-    def _peer_rows(self, names, rows, advantages, local_groups, k) -> tuple[list, list, list]:
+    def _peer_rows(self, names, rows, advantages, local_groups, k, scored) -> tuple[list, list, list]:
         """Peer rows of this process's groups, (local group, peer, sample) in a fixed order: their
-        (peer, row) sources, learner prompt rows and pooled advantages (``advantages``: ``[P, M, K]``)."""
+        (peer, row) sources, learner prompt rows and pooled advantages (``advantages``: ``[P, M, K]``). A peer
+        rollout not scored (``scored``: bool ``[P, M-1, K]``; its reward NaN, TRL's None) is no row: it has no
+        advantage to learn from, and as a row of advantage 0 it would only dilute the loss's token count."""
         order = self.pool_order
         source_rows, prompt_rows, peer_adv = [], [], []
         for local_p, p in enumerate(local_groups):
             for slot, name in enumerate(names):
                 m = order.index(name)
                 for j, row in enumerate(rows[p, slot].tolist()):  # rows: int64 [P, M-1, K]
+                    if not scored[p, slot, j]:
+                        continue
                     source_rows.append((name, row))
                     prompt_rows.append(local_p * k)
                     peer_adv.append(float(advantages[p, m, j]))

@@ -1,0 +1,68 @@
+"""A reward of None (docs/tasks.md: "not scored"; TRL: NaN, left out by ``nansum``) in every regime (issue 50,
+item 4): the SEE keeps it as NaN, and each regime treats such a completion as not scored (docs/regimes.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from e2e_helpers import assert_ok, child_env
+from mutualrl.see.errors import InvalidRecordError
+from mutualrl.see.schema import RolloutBatch
+
+REWARDS = '''
+def sometimes(prompts, completions, completion_ids, **kwargs):
+    """None (not scored) for every third completion, else 1.0 or 0.0."""
+    return [None if i % 3 == 0 else float(len(c) % 2) for i, c in enumerate(completions)]
+'''
+
+
+def _batch(rewards: list[float]) -> RolloutBatch:
+    n = len(rewards)
+    return RolloutBatch(prompt_id=[f"p{i}" for i in range(n)], sample_index=list(range(n)), prompt_text=["q"] * n,
+                        response_text=["x"] * n, response_token_ids=[[1]] * n, response_token_spans=[[0, 1]] * n,
+                        reward=rewards, finished=[True] * n)
+
+
+def test_the_exchange_keeps_a_reward_not_scored_as_nan_and_refuses_an_infinite_one() -> None:
+    kept = _batch([1.0, float("nan"), 0.0]).to_table()
+    assert np.isnan(kept.column("reward").to_numpy()[1])
+    with pytest.raises(InvalidRecordError, match=r"reward.*inf \(must be finite, or NaN: not scored\)"):
+        _batch([1.0, float("inf")])
+
+
+def test_prp_adds_no_peer_row_without_a_reward() -> None:
+    from mutualrl.regimes.prp.adapter import PRPAdapter
+
+    view = SimpleNamespace(pool_order=["a", "b"])
+    rows = torch.arange(4).view(1, 1, 4)  # int64 [P, M-1, K]: peer b's four rollouts of one prompt
+    advantages = torch.tensor([[[0.5, -0.5, 1.0, -1.0], [1.0, 0.0, 0.0, -1.0]]])  # [P, M, K]
+    scored = torch.tensor([[[True, False, False, True]]])
+    sources, prompts, adv = PRPAdapter._peer_rows(view, ["b"], rows, advantages, range(1), 4, scored)
+    assert sources == [("b", 0), ("b", 3)] and prompts == [0, 0] and adv == [1.0, -1.0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("regime", ["sgt", "xgrpo", "prp"])
+def test_a_reward_function_returning_none_trains_every_regime(tmp_path: Path, regime: str) -> None:
+    (tmp_path / "none_rewards.py").write_text(REWARDS)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.jsonl").write_text("".join(json.dumps({"prompt": f"{i}+{i}="}) + "\n"
+                                                           for i in range(40)))
+    run = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "mutualrl", "train", "--pool", "tiny", "--regime", regime,
+                           "--max-steps", "1", "-o", str(run), "--set", "task.name=dataset", "--set", "task.source=data",
+                           "--set", "task.reward_funcs=[none_rewards.sometimes]", "--set", "validation.limit=4",
+                           "--set", "validation.at_start=false"],
+                          cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=600)
+    assert_ok(done)
+    assert json.loads((run / "run.json").read_text())["status"] == "done"
+    summary = json.loads((run / "summary.json").read_text())
+    assert all(policy["steps"] == 1 for policy in summary["policies"].values())
