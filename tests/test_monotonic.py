@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from pool_fakes import FINISH, sleeper
+
 from mutualrl.launch.supervise.nodes import RemoteWatch, join_path, open_session, session_path, write_done
 from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSettings
 from mutualrl.run_folder import RunPaths
@@ -23,7 +25,7 @@ from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.synthetic import synthetic_batch
 
 HOUR = 3600.0
-SKEWED = textwrap.dedent('''
+SKEWED = FINISH + textwrap.dedent('''
     import json, os, sys, time
     from pathlib import Path
     beat, seconds, skew_s = Path(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
@@ -33,6 +35,7 @@ SKEWED = textwrap.dedent('''
         beat.write_text(json.dumps({"work": time.monotonic()}))
         os.utime(beat, (time.time() + skew_s, time.time() + skew_s))
         time.sleep(0.2)
+    finish(beat.parents[2], beat.name.split(".")[0])
 ''')
 
 
@@ -56,11 +59,6 @@ def _jump_an_hour_after(monkeypatch, seconds: float) -> None:
     monkeypatch.setattr(time, "time", lambda: real() + (HOUR if time.monotonic() - since > seconds else 0.0))
 
 
-def _sleeper(tmp_path: Path, name: str, seconds: float) -> PolicyProcess:
-    return PolicyProcess(name, [sys.executable, "-c", f"import time; time.sleep({seconds})"], {},
-                         tmp_path / "logs" / f"{name}.log")
-
-
 def _settings(tmp_path: Path, **kwargs) -> PoolSettings:
     return PoolSettings(tmp_path / "see", grace_s=5.0, poll_s=0.05, **kwargs)
 
@@ -68,7 +66,7 @@ def _settings(tmp_path: Path, **kwargs) -> PoolSettings:
 def test_a_wall_clock_jump_does_not_stall_the_launchers_pool(tmp_path, monkeypatch):
     """Failed before: the stall clock was the wall clock; the jump made every policy an hour still."""
     _jump_an_hour_after(monkeypatch, 0.5)
-    runner = PoolRunner([_sleeper(tmp_path, "a", 2.0)], RunPaths(tmp_path), _settings(tmp_path, stall_timeout_s=60.0),
+    runner = PoolRunner([sleeper(tmp_path, "a", 2.0)], RunPaths(tmp_path), _settings(tmp_path, stall_timeout_s=60.0),
                         console=Console(file=io.StringIO()))
     outcome = runner.run()
     assert outcome.ok, outcome.reason
@@ -106,7 +104,7 @@ def test_a_policy_gone_silent_on_a_machine_whose_clock_is_an_hour_ahead_is_seen(
 
     thread = threading.Thread(target=machine_1, daemon=True)
     thread.start()
-    runner = PoolRunner([_sleeper(tmp_path, "a", 12.0)], RunPaths(tmp_path), _settings(tmp_path, stall_timeout_s=HOUR),
+    runner = PoolRunner([sleeper(tmp_path, "a", 12.0)], RunPaths(tmp_path), _settings(tmp_path, stall_timeout_s=HOUR),
                         console=Console(file=io.StringIO()), remote=remote)
     outcome = runner.run()
     assert not outcome.ok and outcome.failed_policy == "b" and "no heartbeat" in outcome.reason, outcome

@@ -6,7 +6,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import sys
 import threading
 import time
 from pathlib import Path
@@ -14,17 +13,13 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from pool_fakes import sleeper
+
 from mutualrl.launch.supervise.nodes import RemoteWatch, write_done
 from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSettings
 from mutualrl.run_folder import RunPaths
 
 SESSION = {"session": "s-1"}
-
-
-def _waiting_worker(tmp_path: Path, seconds: float) -> PolicyProcess:
-    """Machine 0's policy: at the barrier, no step or phase of its own for ``seconds``, then done."""
-    return PolicyProcess(name="a", argv=[sys.executable, "-c", f"import time; time.sleep({seconds})"], env={},
-                         log_path=tmp_path / "logs" / "a.log")
 
 
 def _runner(tmp_path: Path, proc: PolicyProcess, stall_s: float) -> PoolRunner:
@@ -58,7 +53,7 @@ def test_a_policy_waiting_for_a_validating_peer_on_the_other_machine_is_not_stal
     """Failed before: the runner counted only this machine's processes as progress, so ``a`` was killed as
     stalled after the stall limit while ``b`` (machine 1) still validated."""
     machine_1 = _machine_1(tmp_path, phases=10, every_s=0.4)  # 4 s of validation against a 1.5 s stall limit
-    outcome = _runner(tmp_path, _waiting_worker(tmp_path, 4.5), stall_s=1.5).run()
+    outcome = _runner(tmp_path, sleeper(tmp_path, "a", 4.5), stall_s=1.5).run()
     machine_1.join()
     assert outcome.ok, outcome.reason
     assert outcome.returncodes == {"a": 0}
@@ -69,6 +64,6 @@ def test_a_pool_that_gets_on_on_no_machine_is_still_stalled(tmp_path):
     status.mkdir(parents=True)
     (status / "b.json").write_text(json.dumps({"policy": "b", "step": 3, "phase": "training"}))  # never moves
     started = time.monotonic()
-    outcome = _runner(tmp_path, _waiting_worker(tmp_path, 60), stall_s=1.5).run()
+    outcome = _runner(tmp_path, sleeper(tmp_path, "a", 60), stall_s=1.5).run()
     assert not outcome.ok and outcome.failed_policy == "a" and "stalled" in outcome.reason
     assert time.monotonic() - started < 30

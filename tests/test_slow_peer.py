@@ -14,14 +14,17 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from pool_fakes import FINISH, sleeper
+
 from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSettings
 from mutualrl.run_folder import RunPaths
 from mutualrl.see.errors import PeerTimeoutError
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.synthetic import synthetic_batch
 
-PEER = textwrap.dedent('''
+PEER = FINISH + textwrap.dedent('''
     import sys, time
+    from pathlib import Path
     from mutualrl.see.exchange import ExperienceExchange
     from mutualrl.see.liveness import start_heartbeat_thread
     from mutualrl.see.synthetic import synthetic_batch
@@ -36,6 +39,7 @@ PEER = textwrap.dedent('''
     else:  # "stuck": alive, its heartbeat thread beats, its training thread waits in one call
         time.sleep(seconds)
     b.publish(0, synthetic_batch(2, 2, seed=2))
+    finish(Path(root).parent, "b")
 ''')
 
 
@@ -87,8 +91,7 @@ def test_a_peer_that_beats_but_is_stuck_times_the_barrier_out(tmp_path):
 def _run_pool(tmp_path: Path, mode: str, seconds: float) -> tuple:
     """``a`` waits at the barrier (no progress of its own) while ``b`` works or is stuck for ``seconds``; the stall
     limit is 2 s. ``a`` leaves first: alone, a waiting policy would be still."""
-    waiting = [sys.executable, "-c", f"import time; time.sleep({seconds - 1.0})"]
-    procs = [PolicyProcess("a", waiting, {}, tmp_path / "logs" / "a.log"),
+    procs = [sleeper(tmp_path, "a", seconds - 1.0),
              PolicyProcess("b", _peer_argv(tmp_path, mode, seconds), {}, tmp_path / "logs" / "b.log")]
     settings = PoolSettings(tmp_path / "see", stall_timeout_s=2.0, grace_s=5.0, poll_s=0.05, peer_timeout_s=5.0)
     started = time.monotonic()
