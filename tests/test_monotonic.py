@@ -141,3 +141,13 @@ def test_machine_0_waits_for_a_joiner_through_a_wall_clock_jump(tmp_path, monkey
     session = open_session(tmp_path, 2, "10.0.0.1", None, timeout_s=600.0, say=lambda line: None, sleep=sleep)
     assert session["machines"]["1"]["token"] == "t-1"
     assert session_path(tmp_path).exists() and time.time() - time.monotonic() > HOUR / 2  # it did jump
+
+
+def test_round_times_for_catch_up_follow_the_writers_monotonic_clock():
+    """A wall-clock jump between two decisions is not a round an hour long (``see.catch_up`` reads round times)."""
+    from mutualrl.see.offlock.staleness import round_seconds
+
+    rows = [{"time": 100.0, "clock": 10.0, "wait_s": 0.0}, {"time": 102.0, "clock": 12.0, "wait_s": 0.0},
+            {"time": 104.0 + HOUR, "clock": 14.0, "wait_s": 0.5}]
+    assert round_seconds(rows) == 1.75  # intervals 2.0 and 1.5 (2.0 less 0.5 waited)
+    assert round_seconds([{"time": 1.0}, {"time": 3.0}]) == 2.0  # rows of older versions: the wall clock

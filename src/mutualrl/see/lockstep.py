@@ -89,4 +89,4 @@ class LockStepConsumption:
             "run_id": self.exchange.run_id, "step": chosen.step, "peer_step": chosen.peer_step, "age": chosen.age,
             "waited": chosen.waited, "peers": list(self.active), "departed": sorted(self.departed),
             "read_from": None if chosen.peers is None else list(chosen.peers), "time": time.time(),
-            "wait_s": round(wait_s, 6)})
+            "clock": time.monotonic(), "wait_s": round(wait_s, 6)})  # round times: clock, which never jumps

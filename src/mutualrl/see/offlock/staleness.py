@@ -108,10 +108,16 @@ training rounds."""
 
 
 def round_seconds(rows: Sequence[Mapping[str, float]], last: int = 4) -> float | None:
-    """A policy's time per trained round from its consumption-log rows (``time`` and ``wait_s`` of each):
-    the median of its last ``last`` intervals between decisions, less the time it waited for peers."""
+    """A policy's time per trained round from its consumption-log rows (``clock``, else ``time``, and ``wait_s``
+    of each): the median of its last ``last`` intervals between decisions, less the time it waited for peers. The
+    writer's monotonic ``clock`` never jumps; ``time`` (the wall clock) is read only from rows of older versions."""
     timed = [r for r in rows if r.get("time") is not None]
-    intervals = [b["time"] - a["time"] - float(b.get("wait_s") or 0.0) for a, b in itertools.pairwise(timed)]
+
+    def elapsed(a: Mapping[str, float], b: Mapping[str, float]) -> float:
+        key = "clock" if a.get("clock") is not None and b.get("clock") is not None else "time"
+        return b[key] - a[key]
+
+    intervals = [elapsed(a, b) - float(b.get("wait_s") or 0.0) for a, b in itertools.pairwise(timed)]
     intervals = [i for i in intervals[-last:] if i > 0]
     return statistics.median(intervals) if intervals else None
 
