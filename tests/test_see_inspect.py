@@ -171,3 +171,26 @@ def test_rounds_a_policy_skipped_are_not_reported_missing(tmp_path):
     (see / "_consumed" / "b.jsonl").write_text((see / "_consumed" / "b.jsonl").read_text().splitlines()[1] + "\n")
     code, report = inspect_json(tmp_path)
     assert ("missing_policy", 2, "b") in {(i["kind"], i["step"], i["policy"]) for i in report["issues"]}
+
+
+def test_unscored_records_are_left_out_of_the_reward_means(tmp_path):
+    """A reward of None is stored as NaN ("not scored"): the means are over the scored records only."""
+    import pyarrow as pa
+
+    from mutualrl.see.schema import RolloutBatch
+
+    see = tmp_path / "see"
+    a = ExperienceExchange(see, "run-x", "a", policies=["a"])
+    batch = synthetic_batch(2, 2, 0, 24, seed=3, prompt_offset=0)  # 4 records
+    rewards = [1.0, float("nan"), 0.0, float("nan")]
+    table = batch.to_table()
+    index = table.schema.get_field_index("reward")
+    field = table.schema.field(index)
+    a.publish(0, RolloutBatch.from_table(table.set_column(index, field, pa.array(rewards, field.type))))
+    code, report = inspect_json(tmp_path)
+    assert code == 0, report["issues"]
+    assert report["cells"]["0"]["a"]["records"] == 4
+    assert report["cells"]["0"]["a"]["reward_mean"] == pytest.approx(0.5)
+    assert report["step_reward_mean"]["0"] == pytest.approx(0.5)
+    assert report["policy_reward_mean"]["a"] == pytest.approx(0.5)
+    assert report["records"] == 4

@@ -63,6 +63,7 @@ class _Inspection:
     report: InspectReport
     verify_checksums: bool
     reward_sum: dict[tuple[int, str], float] = field(default_factory=lambda: defaultdict(float))
+    reward_count: dict[tuple[int, str], int] = field(default_factory=lambda: defaultdict(int))  # scored records
     prompt_ids: dict[int, dict[str, set[str]]] = field(default_factory=lambda: defaultdict(dict))
     schema_versions: set[int] = field(default_factory=set)
     run_ids: set[str] = field(default_factory=set)
@@ -91,6 +92,7 @@ class _Cell:
 
     shards: dict[int, dict[int, ShardInfo]] = field(default_factory=lambda: defaultdict(dict))  # world -> rank -> info
     records: int = 0
+    scored: int = 0  # records with a reward: None ("not scored") is stored as NaN and left out of the means
     total_reward: float = 0.0
     nbytes: int = 0
     ids: set[str] = field(default_factory=set)
@@ -242,25 +244,26 @@ def _check_prompt_ids(state: _Inspection, step: int) -> None:
 
 
 def _summarise(state: _Inspection) -> None:
-    """Reward means per step, per policy and overall (weighted by records that verified), the record and byte
-    totals, and the schema versions, run ids and provenance gathered on the walk."""
+    """Reward means per step, per policy and overall (over the scored records that verified), the record and
+    byte totals, and the schema versions, run ids and provenance gathered on the walk."""
     report = state.report
-    total_sum, total_count = 0.0, 0
+    total_sum, total_scored, total_records = 0.0, 0, 0
     per_policy: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     for step in report.steps:
-        step_sum, step_count = 0.0, 0
+        step_sum, step_scored = 0.0, 0
         for policy, cell in report.cells[step].items():
-            s = state.reward_sum.get((step, policy), 0.0)
+            s, n = state.reward_sum.get((step, policy), 0.0), state.reward_count.get((step, policy), 0)
             step_sum += s
-            step_count += cell.records
+            step_scored += n
+            total_records += cell.records
             per_policy[policy][0] += s
-            per_policy[policy][1] += cell.records
-        report.step_reward_mean[step] = mean_or_none(step_sum, step_count)
+            per_policy[policy][1] += n
+        report.step_reward_mean[step] = mean_or_none(step_sum, step_scored)
         total_sum += step_sum
-        total_count += step_count
+        total_scored += step_scored
     report.policy_reward_mean = {p: mean_or_none(s, int(c)) for p, (s, c) in sorted(per_policy.items())}
-    report.overall_reward_mean = mean_or_none(total_sum, total_count)
-    report.records = total_count
+    report.overall_reward_mean = mean_or_none(total_sum, total_scored)
+    report.records = total_records
     report.total_bytes = sum(f.bytes for f in report.files)
     report.schema_versions = sorted(state.schema_versions)
     report.run_ids = sorted(state.run_ids)
@@ -286,11 +289,12 @@ def _inspect_policy_step(state: _Inspection, step: int, folder: Path) -> None:
         world_size=world_size,
         ranks=ranks,
         records=cell.records,
-        reward_mean=mean_or_none(cell.total_reward, cell.records),
+        reward_mean=mean_or_none(cell.total_reward, cell.scored),
         bytes=cell.nbytes,
         corrupt_ranks=cell.corrupt,
     )
     state.reward_sum[(step, policy)] = cell.total_reward
+    state.reward_count[(step, policy)] = cell.scored
     if cell.any_ok:
         state.prompt_ids[step][policy] = cell.ids
 
@@ -366,7 +370,10 @@ def _read_shard(state: _Inspection, step: int, policy: str, mpath: Path, cell: _
     cell.any_ok = True
     cell.records += table.num_rows
     cell.nbytes += info.bytes
-    cell.total_reward += float(pc.sum(table.column("reward")).as_py() or 0.0)
+    rewards = table.column("reward")
+    scored = pc.is_finite(rewards)
+    cell.scored += int(pc.sum(scored).as_py() or 0)
+    cell.total_reward += float(pc.sum(pc.filter(rewards, scored)).as_py() or 0.0)
     cell.ids.update(table.column("prompt_id").to_pylist())
     del table
 
