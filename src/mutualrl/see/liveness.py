@@ -168,8 +168,9 @@ def barrier_timeout_error(root: Path, waiter: str, step: int, pending: list[str]
         f"SEE barrier timed out after {waited:.1f} s (barrier_timeout_s={barrier_timeout_s:g}) at step {step} "
         f"of run {run_id!r} in {root}, waiting as policy {waiter!r} rank {rank}: "
         + "; ".join(parts)
-        + ". A slow but live peer shows a recent heartbeat (raise see.barrier_timeout_s); "
-        "a dead or stuck one shows an old or no heartbeat."
+        + f". None of them was seen getting on (a step, validation progress, work) for {barrier_timeout_s:g} s: a "
+        "recent heartbeat means alive but stuck in one call (or waiting for another peer), an old or no heartbeat "
+        "means stopped or gone."
     )
     return PeerTimeoutError(message, step=step, path=root, missing=missing, waited_s=waited, heartbeat_age_s=ages)
 
