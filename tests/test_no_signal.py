@@ -71,6 +71,13 @@ def test_a_policy_with_no_reward_for_n_steps_is_stopped_with_one_completion():
     assert "task.stop_after_no_reward_steps=4" in message and "'????' -> reward 0" in message
 
 
+def test_a_penalty_only_reward_with_spread_is_not_stopped():
+    """Rewards that are never above 0 but differ inside a group (a length penalty) still give GRPO a signal."""
+    watch = NoSignalWatch("p", stop_after=2)
+    for _ in range(10):
+        watch.observe([-1.0, -0.5, -1.0, -0.2] * 2, 4, "a long answer", -0.5)
+
+
 @pytest.mark.parametrize("off", [None, 0])
 def test_the_stop_can_be_turned_off(off):
     watch = NoSignalWatch("p", stop_after=off)

@@ -7,8 +7,8 @@ logs it once, with one completion and its reward (:class:`NoSignalWatch`), and t
 on the progress display from the merged metrics rows (:func:`no_signal_note`): what was seen (the share of
 groups in which every completion failed, whether any completion scored), not a guess at why; a pool's
 designed blind spot (the tiny pool's) looks the same as a reward that misses the answer's format.
-When no completion of a policy has scored above 0 for ``task.stop_after_no_reward_steps`` steps in a row
-the worker stops with :class:`NoRewardError`, one line with one completion: the models cannot do the task,
+When no completion of a policy has scored above 0, and no group had any reward spread, for
+``task.stop_after_no_reward_steps`` steps in a row the worker stops with :class:`NoRewardError`, one line with one completion: the models cannot do the task,
 or the reward never matches what they write. Torch-free: the launcher imports it.
 """
 
@@ -75,7 +75,8 @@ class NoSignalWatch:
         """This step's all-fail share, and the message when this step completes ``patience`` flat steps."""
         flat, failed = group_shares(rewards, k)
         self.flat_steps = self.flat_steps + 1 if flat >= 1.0 else 0
-        self.unscored_steps = self.unscored_steps + 1 if failed >= 1.0 else 0
+        # a reward that is only ever a penalty (<= 0) but differs inside groups still teaches: not stopped
+        self.unscored_steps = self.unscored_steps + 1 if failed >= 1.0 and flat >= 1.0 else 0
         text = completion if isinstance(completion, str) else str(completion)
         if self.stop_after and self.unscored_steps >= self.stop_after:
             raise NoRewardError(
