@@ -190,3 +190,38 @@ def test_a_worker_that_exits_0_before_its_last_step_fails_the_run_naming_it(tmp_
         return
     assert not outcome.ok and outcome.failed_policy == "b"
     assert f"exited with code 0 at step {last} of 4 without finishing its training" in outcome.reason
+
+
+ENDS_IN_A_REWARD = '''
+import json, os, sys
+from pathlib import Path
+from mutualrl.run_folder import RunPaths
+from mutualrl.tasks.reward_form import DatasetFormReward
+paths, name = RunPaths(Path(sys.argv[1])), sys.argv[2]
+paths.status_dir.mkdir(parents=True, exist_ok=True)
+paths.status(name).write_text(json.dumps({"policy": name, "step": 1, "max_steps": 4}))
+def fine(completions, **kwargs):
+    return [1.0] * len(completions)
+def leaves(completions, **kwargs):
+    os._exit(0)
+DatasetFormReward(fine, {}, False, paths.reward_call(name))(["p"], ["c"])  # a call that returns leaves no name
+DatasetFormReward(leaves, {}, False, paths.reward_call(name))(["p"], ["c"])
+'''
+
+
+def test_a_worker_ended_inside_a_reward_function_is_reported_naming_the_function(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSettings
+    from mutualrl.run_folder import RunPaths
+
+    script = tmp_path / "worker.py"
+    script.write_text(ENDS_IN_A_REWARD)
+    paths = RunPaths(tmp_path / "run")
+    procs = [PolicyProcess(name="b", argv=[sys.executable, str(script), str(paths.root), "b"], env={},
+                           log_path=paths.log("b"))]
+    settings = PoolSettings(paths.see_root(), stall_timeout_s=60.0, grace_s=5.0, poll_s=0.05, max_steps=4)
+    outcome = PoolRunner(procs, paths, settings, console=Console(file=open(os.devnull, "w"))).run()
+    assert not outcome.ok and outcome.failed_policy == "b"
+    assert "at step 1 of 4 without finishing its training" in outcome.reason
+    assert outcome.reason.endswith("(in reward function 'leaves')")

@@ -129,6 +129,11 @@ class RunPaths:
     def status(self, policy: str) -> Path:
         return self.status_dir / f"{policy}.json"
 
+    def reward_call(self, policy: str) -> Path:
+        """The name of the reward function ``policy`` is calling now (gone between calls): a worker that ends or
+        hangs inside one is reported naming it."""
+        return self.status_dir / f"{policy}.reward-call"
+
     def log(self, policy: str) -> Path:
         return self.logs / f"{policy}.log"
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from mutualrl.tasks.base import TaskExample
@@ -56,10 +57,27 @@ class DatasetFormReward:
     """A reward function called with the dataset's prompts and completions in the dataset's form (module doc);
     TRL logs it under the function's own name."""
 
-    def __init__(self, func: Callable[..., Any], prompts: dict[str, Any], conversational: bool):
-        self.func, self.prompts = func, prompts
+    def __init__(self, func: Callable[..., Any], prompts: dict[str, Any], conversational: bool,
+                 call_marker: Path | None = None):
+        self.func, self.prompts, self.call_marker = func, prompts, call_marker
         self.messages = conversational or reads_messages(func)
         self.__name__ = getattr(func, "__name__", type(func).__name__)
+
+    def entering(self) -> None:
+        """Name this function in :attr:`call_marker` while it runs: if it ends or hangs the process (``os._exit``,
+        a deadlock), the launcher reads who did. A function that raises leaves it too; its traceback says more."""
+        if self.call_marker is not None:
+            try:
+                self.call_marker.write_text(self.__name__[:200])
+            except OSError:  # best effort: a report's detail never stops training
+                pass
+
+    def left(self) -> None:
+        if self.call_marker is not None:
+            try:
+                self.call_marker.unlink(missing_ok=True)
+            except OSError:
+                pass
 
     def arguments(self, prompts: Sequence[Any] | None, completions: Sequence[Any],
                   kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -69,7 +87,10 @@ class DatasetFormReward:
         return {**kwargs, "prompts": prompts, "completions": shown_completions(completions, self.messages)}
 
     def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (), **kwargs: Any) -> Any:
-        return self.func(**self.arguments(prompts, completions, kwargs))
+        self.entering()
+        rewards = self.func(**self.arguments(prompts, completions, kwargs))
+        self.left()
+        return rewards
 
 
 class AsyncDatasetFormReward(DatasetFormReward):
@@ -77,22 +98,28 @@ class AsyncDatasetFormReward(DatasetFormReward):
 
     async def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
                        **kwargs: Any) -> Any:
-        return await self.func(**self.arguments(prompts, completions, kwargs))
+        self.entering()
+        rewards = await self.func(**self.arguments(prompts, completions, kwargs))
+        self.left()
+        return rewards
 
 
 def is_async(func: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(getattr(func, "__call__", None))
 
 
-def in_dataset_form(funcs: Sequence[Callable[..., Any]], examples: Sequence[TaskExample]) -> list[DatasetFormReward]:
-    """``funcs``, each called with the prompts and completions of ``examples``' dataset in its own form."""
+def in_dataset_form(funcs: Sequence[Callable[..., Any]], examples: Sequence[TaskExample],
+                    call_marker: Path | None = None) -> list[DatasetFormReward]:
+    """``funcs``, each called with the prompts and completions of ``examples``' dataset in its own form (and named
+    in ``call_marker`` while it runs)."""
     prompts, conversational = dataset_prompts(examples), is_conversational(examples)
-    return [(AsyncDatasetFormReward if is_async(func) else DatasetFormReward)(func, prompts, conversational)
+    return [(AsyncDatasetFormReward if is_async(func) else DatasetFormReward)(func, prompts, conversational,
+                                                                              call_marker)
             for func in funcs]
 
 
 def dataset_form_rewards(spec: Any, examples: Sequence[TaskExample], tokenizer: Any,
-                         max_completion_length: int) -> list[DatasetFormReward]:
+                         max_completion_length: int, call_marker: Path | None = None) -> list[DatasetFormReward]:
     """A policy's reward functions for TRL (:func:`~mutualrl.tasks.reward_funcs.reward_functions`, the verifier
     bounded by what ``max_completion_length`` tokens of ``tokenizer`` can decode to), in the form of ``examples``'
     dataset."""
@@ -100,4 +127,4 @@ def dataset_form_rewards(spec: Any, examples: Sequence[TaskExample], tokenizer: 
     from mutualrl.tasks.reward_funcs import reward_functions
 
     return in_dataset_form(reward_functions(spec, max_chars=max_completion_chars(tokenizer, max_completion_length)),
-                           examples)
+                           examples, call_marker)

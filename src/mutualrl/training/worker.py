@@ -169,6 +169,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     status = StatusCallback(paths, policy_name)
     if rank == 0:
         status.path.parent.mkdir(parents=True, exist_ok=True)
+        paths.reward_call(policy_name).unlink(missing_ok=True)  # from a process of this run that ended inside one
     tokenizer, model = load_policy(policy, args)
     chat = uses_chat_template(tokenizer, policy.chat_template)
     train_examples = read_examples(paths.data / TRAIN_FILE)
@@ -184,7 +185,8 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     scoring = reward_spec(config.task, grpo)  # training and validation score alike
     from mutualrl.tasks.reward_form import dataset_form_rewards
 
-    reward = dataset_form_rewards(scoring, [*train_examples, *eval_examples], tokenizer, args.max_completion_length)
+    reward = dataset_form_rewards(scoring, [*train_examples, *eval_examples], tokenizer, args.max_completion_length,
+                                  call_marker=paths.reward_call(policy_name))
     validation = ValidationCallback(
         paths, policy_name, config.regime.name, eval_examples, tokenizer, chat,
         every_steps=validation_interval(cadence, config.validation.every_steps),  # optimizer steps

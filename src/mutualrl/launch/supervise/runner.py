@@ -36,6 +36,7 @@ from mutualrl.launch.supervise.signals import raise_if_interrupted
 from mutualrl.launch.supervise.worker_output import (
     describe_exit,
     file_marks,
+    in_reward_function,
     spawn_dir,
     stop_reason,
     storage_reason,
@@ -294,14 +295,16 @@ class PoolRunner:
             if rc is not None:
                 proc.returncode = rc
                 if rc != 0 and failure is None:
-                    failure = (proc.name, storage_reason(proc.log_path, rc, self.paths.root)
-                               or stop_reason(proc.log_path) or describe_exit(rc))
+                    failure = (proc.name, (storage_reason(proc.log_path, rc, self.paths.root)
+                                           or stop_reason(proc.log_path) or describe_exit(rc))
+                               + in_reward_function(self.paths, proc.name))
                 elif failure is None:  # a run is done when every policy trained all its steps, nothing else
                     reason = unfinished_exit(self.paths, proc.name, proc.marks, self.settings.max_steps)
-                    failure = (proc.name, reason) if reason is not None else None
+                    failure = (proc.name, reason + in_reward_function(self.paths, proc.name)) if reason else None
         if failure is None and proc.returncode is None:
             failure = self._silent_or_stalled(proc)
             if failure is not None:
+                failure = (failure[0], failure[1] + in_reward_function(self.paths, proc.name))
                 self.terminate([proc], signal.SIGKILL)
         if failure is not None and failure[0] == proc.name and self._let_go(proc, failure[1]):
             failure = None

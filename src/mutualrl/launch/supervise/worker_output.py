@@ -34,6 +34,16 @@ def describe_exit(returncode: int) -> str:
     return f"exited with code {returncode}"
 
 
+def in_reward_function(paths: RunPaths, policy: str) -> str:
+    """`` (in reward function NAME)`` when ``policy``'s worker was inside a reward function (its marker, written
+    around each call), else ``""``."""
+    try:
+        name = paths.reward_call(policy).read_text(errors="replace").strip()
+    except OSError:
+        return ""
+    return f" (in reward function {name[:200]!r})" if name else ""
+
+
 def progress_files(paths: RunPaths, policy: str) -> tuple[Path, Path]:
     """What a worker writes as it trains and when it has trained: its status, its final model's trainer state."""
     return paths.status(policy), paths.final_model(policy) / "trainer_state.json"
