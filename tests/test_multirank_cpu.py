@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from e2e_helpers import TINY, assert_ok, child_env, free_ports
+from mutualrl.run_folder import RunPaths, run_id
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.inspect import inspect_exchange
 
@@ -31,7 +32,8 @@ def train(run_dir: Path, *extra: str, steps: int = STEPS) -> None:
 
 
 def prompts(run_dir: Path, step: int, policy: str) -> list[tuple[str, int]]:
-    exchange = ExperienceExchange(run_dir / "see", run_id=run_dir.name, policy="reader", policies=list(POLICIES))
+    exchange = ExperienceExchange(run_dir / "see", run_id=run_id(RunPaths(run_dir)), policy="reader",
+                                  policies=list(POLICIES))
     table = exchange.read(step, policy, columns=["prompt_id", "sample_index"])
     return sorted(zip(table.column("prompt_id").to_pylist(), table.column("sample_index").to_pylist(), strict=True))
 

@@ -10,14 +10,15 @@ import pytest
 import yaml
 
 from e2e_helpers import TINY_REGIMES_2_STEPS, assert_ok, metric_lines, run_train, write_recipe
+from mutualrl.run_folder import RunPaths, run_id
 from mutualrl.see.exchange import ExperienceExchange
 
 POLICIES = ("tiny-bpe", "tiny-sp")
 
 
 def _exchange(run_dir: Path, policy: str) -> ExperienceExchange:
-    return ExperienceExchange(run_dir / "see", run_id=run_dir.name, policy=policy, policies=["bpe", "sp"],
-                              barrier_timeout_s=5, retention_steps=None)
+    return ExperienceExchange(run_dir / "see", run_id=run_id(RunPaths(run_dir)), policy=policy,
+                              policies=["bpe", "sp"], barrier_timeout_s=5, retention_steps=None)
 
 
 @pytest.mark.slow  # launches a training run (the fast tier keeps launcher logic, not launches)

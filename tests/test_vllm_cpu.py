@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from e2e_helpers import TINY, assert_ok, child_env
+from mutualrl.run_folder import RunPaths, run_id
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.inspect import inspect_exchange
 
@@ -107,7 +108,8 @@ def test_see_records_have_the_same_schema_and_counts_with_and_without_vllm(runs)
             assert with_vllm.cells[step][policy].records == without.cells[step][policy].records > 0
             schemas = []
             for run in (runs["vllm"], runs["transformers"]):
-                exchange = ExperienceExchange(run / "see", run_id=run.name, policy="reader", policies=list(POLICIES))
+                exchange = ExperienceExchange(run / "see", run_id=run_id(RunPaths(run)), policy="reader",
+                                              policies=list(POLICIES))
                 schemas.append(exchange.read(step, policy).schema)
             assert schemas[0].equals(schemas[1], check_metadata=False), (step, policy)
 

@@ -1,0 +1,205 @@
+"""Chaos, user code and user data: one random fault per trial in what a user brings to a 2-step ``tiny`` run.
+
+The classes (each trial draws one fault of one class):
+
+- ``rows``: a row of the user's dataset (``task.name=dataset``) with an empty prompt, a lone surrogate, a prompt
+  over ``task.max_prompt_chars``, chat content parts of another type than text, a column whose type changes, a
+  row without ``prompt``: the launch must refuse in one line naming the file, the row and the column, before
+  any worker starts; or chat content given as text parts: the run must train;
+- ``code``: between the run and ``--resume``, its reward module edited, or the resume run from another folder
+  holding a module of the same name (which writes a file when imported): refused in one line naming the module,
+  and that other module never imported;
+- ``copy``: the run's data copy (``RUN/data/*.jsonl``) edited, then ``--resume`` or ``mutualrl eval RUN``: refused
+  in one line naming the file;
+- ``folder``: a symlink loop put in the run folder, then ``--resume``; a policy's final weights cut short, then
+  ``eval RUN``: one line naming it;
+- ``see``: a second run started with the first's ``see.dir`` while the first trains: refused in one line, and
+  the first run ends "done".
+
+A trial holds when every command ended as it must (exit 0 for what trains, 2 with one ``error:`` line naming
+what is asked for a refusal), printed no traceback, and nothing ran that must not. Prints one JSON object::
+
+    python benchmarks/chaos_user_inputs.py --trials 12 --seed 0 --out /tmp/chaos-user
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+CLASSES = ("rows", "code", "copy", "folder", "see")
+LIMIT_S = 300.0
+REWARDS = "def exact(completions, answer, **kwargs):\n    return [float(str(answer) in str(c)) for c in completions]\n"
+HOSTILE = "import pathlib\npathlib.Path('IMPORTED').write_text('ran')\n" + REWARDS
+TRACEBACK_RE = re.compile(r'Traceback \(most recent call last\)|File\s+"[^"]+",\s*line\s*\d+')
+GOOD_ROWS = [{"prompt": f"{i}+1=", "answer": str(i + 1)} for i in range(12)]
+PARTS = [{"role": "user", "content": [{"type": "text", "text": "2+"}, {"type": "text", "text": "2="}]}]
+ROW_FAULTS = {  # fault -> (the bad row, what the one line must say; None: the run trains)
+    "empty prompt": ({"prompt": "", "answer": "1"}, "empty prompt"),
+    "lone surrogate": ({"prompt": "a\ud800", "answer": "1"}, "not valid Unicode"),
+    "huge prompt": ({"prompt": "x" * 300_000, "answer": "1"}, "more than task.max_prompt_chars"),
+    "image part": ({"prompt": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+                    "answer": "1"}, "'image_url' is not text"),
+    "column type": ({"prompt": "5+5=", "answer": 10}, "holds number, but row 0 holds text"),
+    "no prompt": ({"question": "5+5=", "answer": "10"}, "no field 'prompt'"),
+    "text parts": ({"prompt": PARTS, "answer": "4"}, None),
+}
+
+
+def mutualrl(args: list[str], cwd: Path, limit: float = LIMIT_S) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    started = time.time()
+    try:
+        done = subprocess.run([sys.executable, "-m", "mutualrl", *args], cwd=cwd, env=env, capture_output=True,
+                              text=True, timeout=limit, errors="replace")
+        output, code = done.stdout + done.stderr, done.returncode
+    except subprocess.TimeoutExpired as err:
+        output, code = str(err.stdout or "") + str(err.stderr or ""), None
+    return {"args": args[:1], "rc": code, "seconds": round(time.time() - started, 1), "output": output}
+
+
+def train_args(run: Path, *extra: str) -> list[str]:
+    return ["train", "--pool", "tiny", "--regime", "xgrpo", "--max-steps", "2", "-o", str(run), "--set",
+            "task.name=dataset", "--set", "task.source=rows.jsonl", "--set", "task.reward_funcs=[g_rewards.exact]",
+            *extra]
+
+
+def workdir(out: Path, index: int, rows: list[dict[str, Any]]) -> Path:
+    home = out / f"trial-{index:03d}"
+    shutil.rmtree(home, ignore_errors=True)
+    home.mkdir(parents=True)
+    (home / "g_rewards.py").write_text(REWARDS)
+    (home / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return home
+
+
+def refused(outcome: dict[str, Any], *needles: str) -> bool:
+    lines = [line for line in outcome["output"].splitlines() if line.strip()]
+    last = lines[-1] if lines else ""
+    return outcome["rc"] == 2 and last.startswith("error:") and all(n in last for n in needles)
+
+
+def trial_rows(home: Path, rng: random.Random) -> tuple[str, list[bool], list[dict[str, Any]]]:
+    fault = rng.choice(sorted(ROW_FAULTS))
+    bad, needle = ROW_FAULTS[fault]
+    rows = [*GOOD_ROWS[:5], bad, *GOOD_ROWS[5:]]
+    if fault == "text parts":
+        rows = [{"prompt": PARTS, "answer": str(i)} for i in range(12)]
+    (home / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ran = mutualrl(train_args(home / "run"), home)
+    ok = ran["rc"] == 0 if needle is None else refused(ran, "rows.jsonl", "row 5", needle)
+    return fault, [ok], [ran]
+
+
+def trained(home: Path) -> dict[str, Any]:
+    return mutualrl(train_args(home / "run"), home)
+
+
+def trial_code(home: Path, rng: random.Random) -> tuple[str, list[bool], list[dict[str, Any]]]:
+    first = trained(home)
+    fault = rng.choice(["module edited", "module elsewhere"])
+    cwd = home
+    if fault == "module edited":
+        (home / "g_rewards.py").write_text(REWARDS.replace("float(", "0.0 * float("))
+    else:
+        cwd = home / "elsewhere"
+        cwd.mkdir()
+        (cwd / "g_rewards.py").write_text(HOSTILE)
+    again = mutualrl(["train", "-o", str(home / "run"), "--resume", "--max-steps", "3"], cwd)
+    return fault, [first["rc"] == 0, refused(again, "g_rewards"), not (cwd / "IMPORTED").exists()], [first, again]
+
+
+def trial_copy(home: Path, rng: random.Random) -> tuple[str, list[bool], list[dict[str, Any]]]:
+    first = trained(home)
+    name = rng.choice(["train.jsonl", "eval.jsonl"])
+    path = home / "run" / "data" / name
+    text = path.read_text()
+    row = json.loads(text.splitlines()[0])
+    path.write_text(json.dumps({**row, "prompt": "7+7=", "prompt_id": "dataset/added"}) + "\n" + text)  # a row added
+    command = rng.choice(["resume", "eval"])
+    args = (["train", "-o", str(home / "run"), "--resume", "--max-steps", "3"] if command == "resume"
+            else ["eval", str(home / "run"), "--device", "cpu", "--limit", "2"])
+    again = mutualrl(args, home)
+    return f"{name} edited, {command}", [first["rc"] == 0, refused(again, name, "changed")], [first, again]
+
+
+def trial_folder(home: Path, rng: random.Random) -> tuple[str, list[bool], list[dict[str, Any]]]:
+    first = trained(home)
+    run = home / "run"
+    if rng.random() < 0.5:
+        (run / "metrics" / "a").symlink_to(run / "metrics" / "b")
+        (run / "metrics" / "b").symlink_to(run / "metrics" / "a")
+        again = mutualrl(["train", "-o", str(run), "--resume", "--max-steps", "3"], home)
+        return "symlink loop, resume", [first["rc"] == 0, refused(again, "symlink loop")], [first, again]
+    weights = next((run / "policies").glob("*/final/model.safetensors"))
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    again = mutualrl(["eval", str(run), "--device", "cpu", "--limit", "2"], home)
+    return "final weights cut, eval", [first["rc"] == 0, refused(again, str(weights))], [first, again]
+
+
+def trial_see(home: Path, rng: random.Random) -> tuple[str, list[bool], list[dict[str, Any]]]:
+    shared = home / "shared-see"
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    first = subprocess.Popen([sys.executable, "-m", "mutualrl", *train_args(home / "a", "--set", f"see.dir={shared}",
+                                                                            "--max-steps", "4")],
+                             cwd=home, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + LIMIT_S
+    while not (home / "a" / "run.json").exists() and first.poll() is None and time.time() < deadline:  # launched
+        time.sleep(0.2)
+    second = mutualrl(train_args(home / "b", "--set", f"see.dir={shared}"), home)
+    output, _ = first.communicate(timeout=LIMIT_S)
+    status = json.loads((home / "a" / "run.json").read_text()).get("status") if (home / "a" / "run.json").exists() \
+        else None
+    ran = {"args": ["train"], "rc": first.returncode, "seconds": None, "output": output}
+    return "second live run", [refused(second, "in use by the live run"), status == "done"], [ran, second]
+
+
+TRIALS = {"rows": trial_rows, "code": trial_code, "copy": trial_copy, "folder": trial_folder, "see": trial_see}
+
+
+def run_trials(trials: int, seed: int, out: Path) -> dict[str, Any]:
+    rng = random.Random(seed)
+    out = out.resolve()
+    started = time.time()
+    results = []
+    for index in range(trials):
+        cls = CLASSES[index % len(CLASSES)] if index < len(CLASSES) else rng.choice(CLASSES)
+        home = workdir(out, index, GOOD_ROWS)
+        fault, checks, outcomes = TRIALS[cls](home, rng)
+        tracebacks = any(TRACEBACK_RE.search(o["output"]) for o in outcomes)
+        held = all(checks) and not tracebacks
+        results.append({"trial": index, "class": cls, "fault": fault, "held": held, "checks": checks,
+                        "traceback": tracebacks, "commands": [{k: v for k, v in o.items() if k != "output"}
+                                                              for o in outcomes]})
+        if not held:
+            (home / "outputs.log").write_text("\n\n".join(o["output"][-20000:] for o in outcomes))
+        print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+    return {"trials": len(results), "seed": seed, "by_class": dict(Counter(r["class"] for r in results)),
+            "held": sum(r["held"] for r in results), "failed_trials": [r["trial"] for r in results if not r["held"]],
+            "seconds": round(time.time() - started, 1), "per_trial": results}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=12)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "chaos-user")
+    args = parser.parse_args()
+    summary = run_trials(args.trials, args.seed, args.out)
+    print(json.dumps(summary))
+    sys.exit(0 if not summary["failed_trials"] else 1)
+
+
+if __name__ == "__main__":
+    main()
