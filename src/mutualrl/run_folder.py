@@ -229,6 +229,8 @@ def read_json(path: Path, expect: type | tuple[type, ...] = dict) -> Any:
         value = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as err:
         raise RunFolderError(f"{path}: damaged, not JSON ({err})") from None
+    except RecursionError:  # nested past the interpreter's limit: written to crash its reader
+        raise RunFolderError(f"{path}: damaged, JSON nested too deeply to read") from None
     if not isinstance(value, expect):
         names = " or ".join(t.__name__ for t in (expect if isinstance(expect, tuple) else (expect,)))
         raise RunFolderError(f"{path}: damaged, holds a JSON {type(value).__name__} where a {names} belongs")

@@ -58,7 +58,7 @@ def read_manifest(path: Path) -> dict[str, Any]:
                 raise TypeError(f"{key} is {data[key]!r}, not text")
     except FileNotFoundError:
         raise
-    except (OSError, ValueError, KeyError, TypeError, RunFolderError) as err:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError, RunFolderError) as err:
         raise CorruptShardError(
             f"SEE manifest {path} is unreadable ({type(err).__name__}: {err}); the shard cannot be trusted",
             path=path,
@@ -169,6 +169,9 @@ def load_shard(
     try:
         reader = pa.ipc.open_file(pa.BufferReader(buffer))
         table = reader.read_all()
+        # the IPC reader checks buffer sizes, not the offsets inside them: one past its data would be read out of
+        # bounds (a crash, or another process's memory as text) by the first column access
+        table.validate(full=True)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as err:
         raise corrupt("unreadable", f"not a readable Arrow IPC file ({err})") from None
     try:

@@ -42,6 +42,10 @@ HASH_KEY = "xxh3_128"
 HASHED_SUFFIXES = (".safetensors",)
 TRAINER_STATE = "trainer_state.json"
 TRAINING_ARGS = "training_args.bin"
+SAFETENSORS_MAX_HEADER = 100_000_000
+"""The longest header the safetensors library itself reads (its ``HeaderTooLarge``)."""
+JSON_ERRORS = (OSError, ValueError, RecursionError)
+"""A JSON file that cannot be read, is not JSON, or is nested past the recursion limit (written to crash a reader)."""
 RANK_FILE_RE = re.compile(r"^(?:rng_state_|(?:bf16_)?zero_pp_rank_)(\d+)[_.]")
 ZERO_TAG_RE = re.compile(r"^global_step\d+$")
 # Weights of a plain (non-DeepSpeed) checkpoint: any one of these makes them present.
@@ -92,8 +96,8 @@ def manifest_problem(folder: Path) -> str | None:
     try:
         manifest = json.loads(path.read_text())
         files = {str(k): int(v) for k, v in manifest["files"].items()}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-        return f"{path}: unreadable manifest ({err})"
+    except (*JSON_ERRORS, KeyError, TypeError, AttributeError) as err:
+        return f"{path}: unreadable manifest ({str(err)[:200]})"
     for name, size in files.items():
         target = folder / name
         if not target.is_file():
@@ -158,7 +162,7 @@ def weights_missing(folder: Path) -> str | None:
         if (folder / index).is_file():
             try:
                 shards = set(json.loads((folder / index).read_text())["weight_map"].values())
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            except (*JSON_ERRORS, KeyError, TypeError, AttributeError):
                 return None  # an unreadable index is reported as such by the content checks
             absent = sorted(s for s in shards if not (folder / s).is_file())
             return f"weight shards named by {index} ({', '.join(absent)})" if absent else None
@@ -197,10 +201,12 @@ def safetensors_problem(path: Path) -> str | None:
     try:
         with path.open("rb") as fh:
             header_len = int.from_bytes(fh.read(8), "little")
+            if header_len > min(SAFETENSORS_MAX_HEADER, path.stat().st_size):  # read no more than the file holds
+                return f"{path}: damaged safetensors header (it says {header_len} bytes long)"
             header: dict[str, Any] = json.loads(fh.read(header_len))
         ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"]
         expected = 8 + header_len + max(ends, default=0)
-    except (OSError, ValueError, KeyError, TypeError, IndexError, AttributeError):
+    except (*JSON_ERRORS, KeyError, TypeError, IndexError, AttributeError):
         return f"{path}: damaged safetensors header"
     if path.stat().st_size < expected:
         return f"{path}: truncated ({path.stat().st_size} of {expected} bytes)"
@@ -233,8 +239,8 @@ def content_problem(folder: Path) -> str | None:
     for path in sorted(folder.glob("*.json")):
         try:
             json.loads(path.read_text())
-        except (OSError, ValueError) as err:
-            return f"{path}: unreadable ({err})"
+        except JSON_ERRORS as err:
+            return f"{path}: unreadable ({str(err)[:200]})"
     for path in sorted(folder.rglob("*.safetensors")):
         problem = safetensors_problem(path)
         if problem is not None:
@@ -259,7 +265,7 @@ def step_problem(folder: Path) -> str | None:
             value = json.loads((folder / name).read_text())[key]
         except FileNotFoundError:
             continue
-        except (OSError, ValueError, KeyError, TypeError) as err:
+        except (*JSON_ERRORS, KeyError, TypeError) as err:
             return f"{folder / name}: holds no {key} ({type(err).__name__})"
         if not isinstance(value, int) or isinstance(value, bool) or value != step:
             return f"{folder / name}: says {key} {value!r}, but the folder is step {step}; not resumed from"
