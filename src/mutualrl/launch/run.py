@@ -32,6 +32,7 @@ from mutualrl.launch.rundir.record import (
 from mutualrl.launch.rundir.resume import ConfigChange, changes_training
 from mutualrl.launch.supervise.pool import run_pool
 from mutualrl.launch.supervise.signals import raise_if_interrupted, stop_signals
+from mutualrl.pools.loading import refuse_stored_remote_code
 from mutualrl.run_folder import RunPaths, read_json
 
 
@@ -106,7 +107,9 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
         open_run_folder(given.parent)  # the run to resume is data: nothing it names is imported from inside it
         check_resume_inputs(RunPaths(given.parent))  # its user code and data copy as recorded, before any import
     if options.resume and options.pool is None and given is not None and given.is_file():
-        return checked(load(str(given)))  # the folder is known: its own settings, the recipe is not read
+        loaded = load(str(given))  # the folder is known: its own settings, the recipe is not read
+        refuse_stored_remote_code(loaded.config, options.overrides, given.parent)
+        return checked(loaded)
     if options.resume and options.pool is None and given is not None and given.parent.is_dir():
         raise UsageError(f"--resume: {given.parent} holds no run to resume (no config.yaml: its start failed "
                          "before training began, or it is no run folder); start it with the command you meant, "
@@ -118,6 +121,7 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
         check_resume_inputs(RunPaths(stored.parent))
         recipe_pool = loaded.config.pool.name
         loaded = load(str(stored))
+        refuse_stored_remote_code(loaded.config, options.overrides, stored.parent)
         if options.pool is not None and recipe_pool != loaded.config.pool.name:
             raise UsageError(f"--resume: {stored.parent} is a run of pool {loaded.config.pool.name!r}, not "
                              f"{recipe_pool!r}; drop --pool to continue it, or start a new run with --output-dir")

@@ -1,0 +1,67 @@
+"""A run folder does not switch ``grpo.trust_remote_code`` on by itself: its ``config.yaml`` names the models (any
+folder, one inside the run folder too) and the setting, so a tampered folder would choose the code a worker runs on
+``train --resume``. Only the command running now switches it on; a run folder without it resumes as before."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from mutualrl.config import plugins
+from mutualrl.errors import UsageError
+from mutualrl.run_folder import RunPaths
+
+
+@pytest.fixture
+def stored_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A run folder of the tiny pool whose stored config sets (or not) ``grpo.trust_remote_code``."""
+    from mutualrl.api import load_config
+    from mutualrl.config.resolved import write_resolved_config
+
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    for state in ("_DATA_FOLDERS", "_HINT_FOLDERS"):
+        monkeypatch.setattr(plugins, state, [], raising=False)
+
+    def make(*overrides: str) -> RunPaths:
+        paths = RunPaths(tmp_path / "run")
+        paths.policies.mkdir(parents=True, exist_ok=True)
+        write_resolved_config(paths, load_config("tiny", overrides=list(overrides)), "tiny")
+        return paths
+
+    return make
+
+
+def resume(paths: RunPaths, *overrides: str):
+    from mutualrl.launch.run import TrainOptions, resolve_config
+
+    return resolve_config(TrainOptions(output_dir=paths.root, resume=True, overrides=list(overrides)))[0]
+
+
+def trusting(config) -> list[str]:
+    return [p.name for p in config.pool.policies if {**config.grpo, **p.grpo}.get("trust_remote_code") is True]
+
+
+def test_a_stored_trust_remote_code_is_refused_on_resume_naming_the_folder_and_the_models(stored_run) -> None:
+    paths = stored_run("grpo.trust_remote_code=true")
+    with pytest.raises(UsageError) as err:
+        resume(paths)
+    text = str(err.value)
+    assert str(paths.config) in text and "grpo.trust_remote_code" in text and "--set" in text and "\n" not in text
+
+
+def test_a_policy_level_stored_trust_is_refused_too(stored_run) -> None:
+    paths = stored_run("pool.policies.0.grpo.trust_remote_code=true")
+    with pytest.raises(UsageError, match="trust_remote_code"):
+        resume(paths)
+
+
+def test_the_command_running_now_may_switch_it_on(stored_run) -> None:
+    paths = stored_run("grpo.trust_remote_code=true")
+    assert trusting(resume(paths, "grpo.trust_remote_code=true"))
+
+
+def test_a_run_folder_without_it_resumes_as_before(stored_run) -> None:
+    paths = stored_run()
+    assert not trusting(resume(paths))
