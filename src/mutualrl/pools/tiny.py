@@ -30,6 +30,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from mutualrl.allocator import allocator_env
 from mutualrl.assets.cache import asset_lock, asset_path, building
 from mutualrl.errors import AssetError
 from mutualrl.pools.tiny_warm_start import WARM_START_FILE, ProgressFn, TinyModelSpec, warm_start
@@ -134,7 +135,7 @@ def ensure_tiny_models(names: tuple[str, ...] | list[str] = TINY_NAMES, parallel
 
 
 def _build_in_subprocesses(names: list[str]) -> None:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", **allocator_env(os.environ))
     src = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     procs = {

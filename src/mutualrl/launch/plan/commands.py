@@ -11,6 +11,8 @@ Several DeepSpeed engines in one Python process share global state and break
   ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` = the policy's threads, and with DeepSpeed the
   single-process launcher environment DeepSpeed needs (verified end to end, see
   docs/launch.md "CPU DeepSpeed").
+- Both: glibc's allocator told to keep a step's large buffers for reuse (:mod:`mutualrl.allocator`), unless the
+  user set those variables.
 - Several machines (``launch.nodes``): a policy has one command per machine it runs on;
   one whose ranks span machines adds accelerate's ``--num_machines --machine_rank
   --main_process_ip --gpu_ids`` (torchrun's ``--nnodes --node_rank --master_addr`` on CPU),
@@ -34,6 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mutualrl.allocator import allocator_env
 from mutualrl.assets.deepspeed_ops import torch_extensions_dir
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError
@@ -41,6 +44,7 @@ from mutualrl.launch.plan.configs import ZERO_STAGES
 from mutualrl.launch.plan.machines import local_devices
 from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 from mutualrl.run_folder import RunPaths
+from mutualrl.tasks.shipped_rewards import shipped_env, shipped_files
 from mutualrl.training.trackers import tracker_group_env
 
 WORKER_MODULE = "mutualrl.training.worker"
@@ -236,8 +240,10 @@ def _spec(config: RunConfig, index: int, placed: PolicyPlacement, gpus: int, run
     worker = ["-m", WORKER_MODULE, "--run-dir", str(run_dir), "--policy", name]
     # PYTHONPATH: the policy processes run the same mutualrl as the parent, installed or not.
     env = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": package_path()}
+    env.update(allocator_env(os.environ))  # reuse a step's large buffers; a user's own settings are inherited
     policy = config.pool.policies[index]
     env.update(tracker_group_env({**config.grpo, **policy.grpo}.get("report_to"), run_dir.name, os.environ))
+    env.update(shipped_env(shipped_files(config.task.reward_funcs, RunPaths(run_dir).shipped_rewards)))
     notes: list[str] = []
     if deepspeed != "none":
         env["TORCH_EXTENSIONS_DIR"] = str(torch_extensions_dir())
