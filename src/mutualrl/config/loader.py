@@ -30,6 +30,7 @@ from mutualrl.config.trl_config import from_trl_config
 from mutualrl.config.typed import ConfigError, build_dataclass
 from mutualrl.config.validate import check_schedule_conflicts, validate_run_config
 from mutualrl.config.yaml_strict import load_yaml
+from mutualrl.regimes.registry import inherited_setting_key
 
 _FLOAT_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
@@ -117,11 +118,23 @@ def load_recipe_data(path: Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]
         raise ConfigError(str(path), "extends", "expected a path to another recipe, or a list of paths")
     merged: dict[str, Any] = {}
     for parent in parents:
-        parent_path = (path.parent / parent).resolve()
-        if not parent_path.is_file():
-            raise ConfigError(str(path), "extends", f"parent recipe {parent_path} not found")
+        parent_path = parent_recipe_path(path, parent)
         merged = deep_merge(merged, load_recipe_data(parent_path, (*_seen, path)))
     return deep_merge(merged, data)
+
+
+def parent_recipe_path(recipe: Path, parent: str) -> Path:
+    """An ``extends`` entry: a path relative to the recipe, else a recipe name as ``--pool`` takes it
+    (``extends: tiny``)."""
+    relative = (recipe.parent / parent).resolve()
+    if relative.is_file():
+        return relative
+    named = pool_recipe_path(parent) if parent and not Path(parent).suffix and "/" not in parent else None
+    if named is not None and named.is_file():
+        return named.resolve()
+    raise ConfigError(str(recipe), "extends", f"parent recipe {relative} not found, nor a recipe named {parent!r} "
+                      "(`mutualrl pools` lists the names)" if named is not None else
+                      f"parent recipe {relative} not found")
 
 
 def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -175,6 +188,39 @@ def apply_override(data: dict[str, Any], keys: list[str], value: Any) -> None:
             node[key] = {}
         node = node[key]
         i += 1
+
+
+def value_at(data: Any, keys: list[str]) -> Any:
+    """The value at ``keys`` (as :func:`apply_override` addresses it), or :data:`NOT_SET`."""
+    node, i = data, 0
+    while i < len(keys):
+        if isinstance(node, list):
+            try:
+                index, used = _list_index(node, keys[i:], ".".join(keys[: i + 1]))
+            except ConfigError:
+                return NOT_SET
+            node, i = node[index], i + used
+        elif isinstance(node, dict) and keys[i] in node:
+            node, i = node[keys[i]], i + 1
+        else:
+            return NOT_SET
+    return node
+
+
+NOT_SET = object()
+
+
+def override_changes(pool_or_path: str, overrides: typing.Sequence[str]) -> list[str]:
+    """What each ``--set`` changed in the recipe, ``key: before -> after`` (the dry run echoes it); unchecked."""
+    data = from_trl_config(load_recipe_data(resolve_recipe(pool_or_path)), pool_or_path)
+    lines = []
+    for text in overrides:
+        keys, value = parse_override(text)
+        before = value_at(data, keys)
+        apply_override(data, keys, value)
+        shown = "(not set)" if before is NOT_SET else repr(before)
+        lines.append(f"{'.'.join(keys)}: {shown} -> {value!r}" + (" (unchanged)" if before == value else ""))
+    return lines
 
 
 def _list_index(items: list[Any], keys: list[str], dotted: str) -> tuple[int, int]:
@@ -237,13 +283,14 @@ def load_run_config(
         data["regime"]["name"] = regime
     for text in overrides:
         apply_override(data, *parse_override(text))
+    import_plugins(data.get("plugins"))  # a plugin's regime or task is named further down the recipe
+    running = data.get("regime", {}).get("name") if isinstance(data.get("regime"), dict) else None
     for setting in option_settings:
-        apply_override(data, setting.key.split("."), setting.value)
+        apply_override(data, inherited_setting_key(running, setting.key).split("."), setting.value)
     source = str(path) + changes_note(overrides, regime, max_steps, option_settings)
     if max_steps is not None:
         set_max_steps(data, max_steps)
     check_schedule_conflicts(data, source)
-    import_plugins(data.get("plugins"))  # a plugin's regime or task is named further down the recipe
     config = validate_run_config(build_dataclass(RunConfig, data, source), source, check_grpo=check_grpo)
     check_paths(config, source)
     return LoadedRecipe(config=config, source=source, data=data)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from mutualrl.regimes.registry import RegimeSpec
-from mutualrl.regimes.seam import StepRollouts, TrainerView
+from mutualrl.regimes.seam import TOKEN_WEIGHTS, StepRollouts, TrainerView
 from mutualrl.regimes.standalone.spec import STANDALONE
 
 if TYPE_CHECKING:
@@ -73,6 +73,14 @@ class RegimeAdapter:
     @property
     def needs_peers(self) -> bool:
         return self.spec.needs_peers
+
+    @property
+    def settings(self) -> Any:
+        """This regime's settings, typed by its spec: the ``spec.settings`` dataclass the recipe's
+        ``regime.<settings_key>`` built (None for a regime without settings). A variant registers its own key with a
+        subclass of its parent's settings dataclass, so the parent's adapter code reads the variant's values."""
+        key = self.spec.settings_key
+        return None if key is None else getattr(self.config.regime, key)
 
     def bind(self, trainer: TrainerView) -> None:
         """Bind to the trainer; a regime that reads peers gets its consumption of the SEE: the paper's lock-step
@@ -189,7 +197,15 @@ class RegimeAdapter:
         return output, {}
 
     def extra_loss(self, model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor | None:
+        """An auxiliary loss term for this micro-batch (SGT's λ·NLL), or None."""
         return None
+
+    def token_weights(self, inputs: dict[str, Any]) -> torch.Tensor | None:
+        """Per-token weights ``[B, T]`` (finite, >= 0) that multiply this micro-batch's per-token policy loss, or
+        None (no weighting: TRL's loss untouched). By default the ``TOKEN_WEIGHTS`` rows a regime put into the batch
+        in :meth:`transform` (TRL shuffles and splits them with the other rows); the trainer applies them once
+        (:func:`mutualrl.training.trainer.weighted_advantages`)."""
+        return inputs.get(TOKEN_WEIGHTS)
 
     # -- helpers --------------------------------------------------------------------------
     def ensure_behaviour_logps(self, output: dict[str, Any]) -> None:

@@ -209,10 +209,27 @@ def flag_setting(flag: str, value: str) -> tuple[str, Any]:
         raise UsageError(f"{flag}: {value!r} is not a value (write a number, true/false or a list)") from None
 
 
+def inherited_setting_key(regime: str | None, key: str) -> str:
+    """The dotted key a regime option's setting lands on when ``regime`` runs: ``regime.<its key>.<field>`` where the
+    running regime's settings subclass the option's regime's (a variant: ``--prp-denominator`` sets the variant's
+    ``denominator``), else ``key`` as given."""
+    parts = key.split(".")
+    if not isinstance(regime, str) or len(parts) != 3 or parts[0] != "regime":
+        return key
+    load_regimes()
+    spec = _REGISTRY.get(regime)
+    owner = next((s for s in _REGISTRY.values() if s.settings_key == parts[1]), None)
+    if spec is None or owner is None or spec.settings is None or spec.settings_key == owner.settings_key:
+        return key
+    if issubclass(spec.settings, owner.settings):
+        return f"regime.{spec.settings_key}.{parts[2]}"
+    return key
+
+
 def regimes_help() -> str:
     """``name (help), ...`` for the CLI."""
     return ", ".join(f"{s.name} ({s.help})" for s in all_regimes())
 
 
 __all__ = ["ENV_VAR", "RegimeFlag", "RegimeSpec", "all_regimes", "flag_setting", "get_regime", "import_file",
-           "load_regimes", "regime_flags", "regime_names", "regimes_help", "register_regime", "settings_regimes", "unregister_regime"]
+           "inherited_setting_key", "load_regimes", "regime_flags", "regime_names", "regimes_help", "register_regime", "settings_regimes", "unregister_regime"]

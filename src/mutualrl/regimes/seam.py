@@ -10,6 +10,10 @@ a regime never imports ``training/`` and never reaches into TRL's private attrib
 - :class:`TrainerView`, everything a regime may read or call on the trainer; the trainer implements it,
   and a test fake needs nothing more (``tests/test_regimes_seam.py``).
 
+Back from the regime to the trainer go TRL's rewritten batch, an optional extra loss term
+(``RegimeAdapter.extra_loss``) and optional per-token loss weights (``RegimeAdapter.token_weights``, by default
+the batch's :data:`TOKEN_WEIGHTS` rows).
+
 Torch-free at import (annotations only), like a regime's ``spec.py``.
 """
 
@@ -22,6 +26,11 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedTokenizerBase
+
+
+TOKEN_WEIGHTS = "mutual_token_weights"
+"""Key of the batch rows ``[B, T]`` (finite, >= 0) that multiply the per-token policy loss (importance-weight
+corrections): a regime writes them in ``transform``; TRL shuffles and splits them with the batch's other rows."""
 
 
 @dataclass

@@ -161,7 +161,10 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
 
     # -- 3. loss ------------------------------------------------------------------------
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        loss = super().compute_loss(model, inputs, return_outputs=return_outputs,
+        weights = self.regime.token_weights(inputs)
+        policy_inputs = inputs if weights is None else {
+            **inputs, "advantages": weighted_advantages(inputs["advantages"], weights, self.regime.name)}
+        loss = super().compute_loss(model, policy_inputs, return_outputs=return_outputs,
                                     num_items_in_batch=num_items_in_batch)
         extra = self.regime.extra_loss(model, inputs)
         if extra is not None:
@@ -240,3 +243,21 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
             model = self.accelerator.unwrap_model(self.model)
             with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
                 return self.score_completions(self.model, *rows)  # [B, C]
+
+
+def weighted_advantages(advantages: torch.Tensor, weights: torch.Tensor, regime: str) -> torch.Tensor:
+    """TRL's advantages times a regime's per-token weights ``[B, T]``: the one place the seam's weight enters the loss.
+
+    Every TRL 1.16 loss (``GRPOTrainer._compute_loss``) is linear in the advantage inside its per-token policy term
+    (``-min(r·A, clip(r)·A)``, CISPO's ``-clip(r)·A·logp``, SAPO's, VESPO's), and ``min(w·x, w·y) = w·min(x, y)`` for
+    ``w >= 0``; so ``A·w`` multiplies the per-token policy loss by ``w`` and nothing else: the KL term (``beta``), the
+    entropy bonus and the loss's token normaliser are unchanged, as with TRL's own vLLM importance weights. Only TRL's
+    logged clip ratios, which count clipped tokens by the advantage's sign, leave out tokens of weight 0.
+    """
+    if weights.dim() != 2 or weights.size(0) != advantages.size(0):
+        raise ValueError(f"regime {regime!r}: token weights must be [B, T] with B = {advantages.size(0)}; "
+                         f"got {tuple(weights.shape)}")
+    if not bool(torch.isfinite(weights).all()) or bool((weights < 0).any()):
+        raise ValueError(f"regime {regime!r}: token weights must be finite and >= 0")
+    per_row = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages  # [B, 1] or [B, T]
+    return per_row * weights.to(per_row.dtype)  # [B, T]

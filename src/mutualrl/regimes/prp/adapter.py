@@ -12,6 +12,7 @@ applies to every row.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,32 +21,83 @@ import torch
 from mutualrl.errors import UsageError
 from mutualrl.padding import pad_to_width, pad_token_rows
 from mutualrl.regimes.adapter import RegimeAdapter
-from mutualrl.regimes.peers import PeerGroups, gather_peer_groups, learner_responses, peer_rows, require_whole_groups
-from mutualrl.regimes.prp.spec import PRP
+from mutualrl.regimes.peers import (
+    LearnerResponses,
+    PeerGroups,
+    gather_peer_groups,
+    learner_responses,
+    peer_rows,
+    require_whole_groups,
+)
+from mutualrl.regimes.prp.spec import PRP, PRPSettings
 from mutualrl.regimes.rank_metrics import Total
+from mutualrl.regimes.seam import TOKEN_WEIGHTS
 
 UNSUPPORTED_KEYS = ("tool_mask", "pixel_values", "image_grid_thw", "token_type_ids", "mm_token_type_ids")
 
 
+@dataclass
+class PRPStep:
+    """What PRP computed for one step: the steps after it, a subclass's hooks and the metrics read it, so nothing
+    is computed twice. Peer rows follow the learner's ``n_local`` rows in ``batch``, one per ``sources`` entry."""
+
+    batch: dict[str, Any]  # TRL's batch with the peer rows after the learner's own, padded to ``width``
+    n_local: int
+    width: int
+    sources: list[tuple[str, int]]  # (peer, row of its table) of each peer row
+    responses: LearnerResponses  # the peer rows' text, finished flag, learner token ids and spans
+    peer_mask: torch.Tensor  # int [N, T] completion mask of the peer rows
+    snapshot: torch.Tensor | None  # float [B+N, T] learner's log-probs at generation; None where TRL needs none
+    peer_traces: torch.Tensor | None  # float [N, T] the peers' THL-aligned behaviour log-probs; None if not read
+    behaviour: torch.Tensor | None  # float [B+N, T] the ratio's denominator (TRL's old_per_token_logps)
+
+    @property
+    def n_peer(self) -> int:
+        return len(self.sources)
+
+    def peer_log_weights(self) -> torch.Tensor:
+        """``log w = snapshot - peer trace`` of the peer rows ``[N, T]`` (0 outside their mask): the learner's
+        importance weight of the peer's sample, whichever denominator the ratio uses."""
+        mask = self.peer_mask.bool()  # [N, T]
+        diff = self.snapshot[self.n_local:] - self.peer_traces  # [N, T]
+        return torch.where(mask, diff, torch.zeros_like(diff))  # [N, T]
+
+
 class PRPAdapter(RegimeAdapter):
     spec = PRP
+    settings: PRPSettings  # typed view of RegimeAdapter.settings (a variant's subclass of PRPSettings)
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.denominator = self.config.regime.prp.denominator
-        self.publishes_traces = self.denominator == "peer"
+        self.denominator = self.settings.denominator
+        self.reads_traces = self.needs_traces()
+        self.publishes_traces = self.reads_traces
         columns = ["prompt_id", "sample_index", "reward", "response_text", "finished"]
-        if self.denominator == "peer":
+        if self.reads_traces:
             columns += ["response_token_spans", "behaviour_logps", "response_token_ids"]
         self.peer_columns = tuple(columns)
+
+    def needs_traces(self) -> bool:
+        """Whether the peers' behaviour traces are read (and this policy's published): the peer denominator and
+        the importance-weight corrections use them; a variant whose weights need them says so here."""
+        return self.denominator == "peer" or self.settings.correction != "none"
 
     @property
     def pool_order(self) -> list[str]:
         return [p.name for p in self.config.pool.policies]
 
     def transform(self, output, rollouts, peers):
-        from mutualrl.regimes.prp.maths import ratio_statistics
+        step = self.pool_step(output, rollouts, peers)
+        weights = self.peer_token_weights(step)
+        if weights is not None:
+            own = torch.ones((step.n_local, step.width), dtype=weights.dtype, device=weights.device)  # [B, T]
+            step.batch[TOKEN_WEIGHTS] = torch.cat([own, weights])  # [B+N, T]
+        return step.batch, self.step_metrics(step, weights)
 
+    # -- the steps and hooks of transform ----------------------------------------------------
+    def pool_step(self, output, rollouts, peers) -> PRPStep:
+        """The pooled batch: pooled advantages, the peer rows in the learner's tokens, the learner's snapshot,
+        the peers' aligned traces and the ratio's denominator (paper, Sec. "Regime 1")."""
         for key in UNSUPPORTED_KEYS:
             if output.get(key) is not None:
                 raise UsageError(f"regime {self.name!r} does not support batches with {key!r} (multimodal/tool rollouts)")
@@ -60,30 +112,46 @@ class PRPAdapter(RegimeAdapter):
         source_rows, prompt_rows, peer_adv = self._peer_rows(peer.names, peer.rows, advantages, local_groups,
                                                              rollouts.num_generations, scored)
         responses = learner_responses(peers, source_rows, trainer.processing_class, trainer.max_completion_length)
-        peer_ids = responses.ids
-        n_peer = len(peer_ids)
-        merged, width, peer_mask = self._merged_batch(output, peer_ids, prompt_rows, peer_adv)
+        merged, width, peer_mask = self._merged_batch(output, responses.ids, prompt_rows, peer_adv)
+        step = PRPStep(batch=merged, n_local=n_local, width=width, sources=source_rows, responses=responses,
+                       peer_mask=peer_mask, snapshot=self._snapshot(output, merged, n_local, width),
+                       peer_traces=None, behaviour=None)
+        if self.reads_traces:
+            step.peer_traces = self._peer_traces(peers, step)
+        step.behaviour = self.behaviour_logps(step)
+        merged["old_per_token_logps"] = step.behaviour
+        self._extend_trl_extras(output, merged, step.behaviour, n_local, step.n_peer, width)
+        merged["num_items_in_batch"] = trainer.accelerator.gather(merged["completion_mask"].sum()).sum()
+        return step
 
-        snapshot = self._snapshot(output, merged, n_local, width)
-        behaviour = None if snapshot is None else snapshot.clone()
+    def behaviour_logps(self, step: PRPStep) -> torch.Tensor | None:
+        """The ratio's denominator of every row ``[B+N, T]``: the learner's snapshot, with the peers' aligned traces
+        on the peer rows under ``denominator: peer``."""
+        if step.snapshot is None:
+            return None
+        behaviour = step.snapshot.clone()  # [B+N, T]
         if self.denominator == "peer":
-            aligned = self._aligned_traces(peers, source_rows, responses.texts, responses.finished, responses.spans,
-                                           peer_ids)
-            for i, values in enumerate(aligned):
-                behaviour[n_local + i, : len(values)] = torch.as_tensor(values, dtype=behaviour.dtype,
-                                                                          device=device)
-        merged["old_per_token_logps"] = behaviour
-        self._extend_trl_extras(output, merged, behaviour, n_local, n_peer, width)
-        mask_total = merged["completion_mask"].sum()
-        merged["num_items_in_batch"] = trainer.accelerator.gather(mask_total).sum()
+            behaviour[step.n_local:] = step.peer_traces
+        return behaviour
 
-        if snapshot is None:  # the ratio is exp(logp - logp.detach()) = 1 on every row
-            ratios = torch.ones(peer_mask.shape, dtype=torch.float32, device=device)
+    def peer_token_weights(self, step: PRPStep) -> torch.Tensor | None:
+        """Per-token loss weights of the peer rows ``[N, T]`` (the learner's rows get 1), or None: the hook a
+        variant overrides. PRP's: none (the paper's PRP)."""
+        return None
+
+    def step_metrics(self, step: PRPStep, weights: torch.Tensor | None) -> dict[str, float]:
+        """PRP's metrics of the step: the ratio diagnostics of App. "Importance-ratio distribution" and the
+        number of peer rows."""
+        from mutualrl.regimes.prp.maths import ratio_statistics
+
+        if step.snapshot is None:  # the ratio is exp(logp - logp.detach()) = 1 on every row
+            ratios = torch.ones(step.peer_mask.shape, dtype=torch.float32, device=step.peer_mask.device)  # [N, T]
         else:
-            ratios = torch.exp((snapshot[n_local:] - behaviour[n_local:]) * peer_mask.float())
-        stats = ratio_statistics(ratios, peer_mask, epsilon=trainer.epsilon_high)
-        stats["peer_rows"] = Total(n_peer)
-        return merged, stats
+            log_ratio = (step.snapshot[step.n_local:] - step.behaviour[step.n_local:]) * step.peer_mask.float()
+            ratios = torch.exp(log_ratio)  # [N, T]
+        stats = ratio_statistics(ratios, step.peer_mask, epsilon=self.trainer.epsilon_high)
+        stats["peer_rows"] = Total(step.n_peer)
+        return stats
 
     def _pooled_advantages(self, rollouts, peers) -> tuple[PeerGroups, torch.Tensor, range, torch.Tensor]:
         """GRPO advantages over the unified candidate pool of every group: the peer groups,
@@ -99,7 +167,7 @@ class PRPAdapter(RegimeAdapter):
         peer = gather_peer_groups(peers, [n for n in order if n != self.policy], groups, k, rollouts.step)
         pool = peer.pool(rollouts.rewards_global.view(len(groups), k), learner_m)
         advantages = prp_pooled_advantages(pool, scale_rewards=self.trainer.scale_rewards,
-                                           eps=self.config.regime.prp.std_epsilon)
+                                           eps=self.settings.std_epsilon)
 
         n_local = len(rollouts.prompt_ids_local)
         first_group = rollouts.process_index * n_local // k
@@ -155,7 +223,7 @@ class PRPAdapter(RegimeAdapter):
         trainer = self.trainer
         local_old = output.get("old_per_token_logps")
         vllm_sampling = output.get("sampling_per_token_logps") is not None
-        if self.denominator == "learner" and local_old is None and not vllm_sampling:
+        if not self.reads_traces and local_old is None and not vllm_sampling:
             return None
         first_scored = n_local if local_old is not None else 0
         with torch.no_grad():
@@ -183,6 +251,17 @@ class PRPAdapter(RegimeAdapter):
                                                        ref_peer])
 
     # -- THL -------------------------------------------------------------------------------
+    def _peer_traces(self, peers, step: PRPStep) -> torch.Tensor:
+        """The peers' behaviour traces on the learner's tokens ``[N, T]`` (THL); past a row's end (padding, outside
+        the mask) the learner's snapshot, so that the ratio there is 1."""
+        responses = step.responses
+        aligned = self._aligned_traces(peers, step.sources, responses.texts, responses.finished, responses.spans,
+                                       responses.ids)
+        traces = step.snapshot[step.n_local:].clone()  # [N, T]
+        for i, values in enumerate(aligned):
+            traces[i, : len(values)] = torch.as_tensor(values, dtype=traces.dtype, device=traces.device)
+        return traces
+
     def _aligned_traces(self, peers, source_rows, texts, finished, target_spans, peer_ids) -> list[np.ndarray]:
         """Peer behaviour traces on the learner's token grid (THL), EOS mapped onto EOS."""
         from mutualrl.thl import align_logprobs

@@ -24,6 +24,30 @@ class PRPSettings:
         },
     )
     std_epsilon: float = field(default=1e-4, metadata={"gt": 0, "help": "Added to the pooled reward standard deviation."})
+    correction: Literal["none", "tis", "ftis"] = field(
+        default="none",
+        metadata={
+            "help": "Importance-weight correction of peer rows, w = learner snapshot / peer's aligned trace: 'none' "
+            "(the paper's PRP), 'tis' (truncated: w capped at truncation_bound), 'ftis' (filtered and truncated: "
+            "a unit whose w exceeds filter_bound gets weight 0, the rest are capped at truncation_bound). Needs the "
+            "peers' traces, which they then publish."
+        },
+    )
+    correction_level: Literal["token", "sequence"] = field(
+        default="token",
+        metadata={"help": "Unit of the correction: each token's w, or the response's w = exp(sum of its tokens' "
+                          "log w), one weight for all its tokens."},
+    )
+    truncation_bound: float = field(
+        default=3.0,
+        metadata={"gt": 0, "help": "Cap C of the importance weight under 'tis' and 'ftis' (the default is TRL's "
+                                   "vllm_importance_sampling_clip_max)."},
+    )
+    filter_bound: float = field(
+        default=10.0,
+        metadata={"gt": 0, "help": "Under 'ftis': a unit whose importance weight exceeds it is dropped (weight 0; "
+                                   "the default is the paper's heavy-tail line, a token ratio above 10)."},
+    )
 
 
 PRP = register_regime(RegimeSpec(

@@ -1,0 +1,75 @@
+"""A regime variant is three files: ``tests/prp_tis_variant/`` (spec, maths, adapter) subclasses PRP with capped
+per-token importance weights and a setting of its own, reuses PRP's settings, steps and intermediate quantities
+through the seam, and trains the tiny pool for 2 steps."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from mutualrl.config.loader import OptionSetting, load_run_config
+from mutualrl.regimes.registry import ENV_VAR, register_regime, unregister_regime
+from prp_tis_variant.maths import capped_token_weights
+from prp_tis_variant.spec import SPEC, PRPTISSettings
+
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.fixture
+def variant():
+    register_regime(SPEC)
+    yield SPEC
+    unregister_regime(SPEC.name)
+
+
+def test_capped_weights_by_hand():
+    """w = exp(log w) = [[0.5, 1, 4], [8, 1, 1]], cap 2: min(w, 2) = [[0.5, 1, 2], [2, 1, 1]]. Under the peer
+    denominator TRL's ratio already holds w, so the loss weight is min(w, 2) / w = [[1, 1, .5], [.25, 1, 1]]; under
+    the learner's it holds 1, so the weight is min(w, 2). Outside the mask (row 1's last token): 1."""
+    log_w = torch.log(torch.tensor([[0.5, 1.0, 4.0], [8.0, 1.0, 1.0]]))  # [N, T]
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])  # [N, T]
+    peer = capped_token_weights(log_w, log_w, mask, cap=2.0)
+    learner = capped_token_weights(log_w, torch.zeros_like(log_w), mask, cap=2.0)
+    assert torch.allclose(peer, torch.tensor([[1.0, 1.0, 0.5], [0.25, 1.0, 1.0]]))
+    assert torch.allclose(learner, torch.tensor([[0.5, 1.0, 2.0], [2.0, 1.0, 1.0]]))
+    assert torch.equal(capped_token_weights(log_w, log_w, mask, cap=math.inf), torch.ones(2, 3))
+
+
+def test_the_variant_reads_its_own_settings_through_prps_code(variant):
+    """``self.settings`` is the variant's dataclass (a PRPSettings subclass); PRP's option --prp-denominator sets the
+    variant's field when the variant runs, and PRP's own settings stay as they were."""
+    from prp_tis_variant.adapter import PRPTISAdapter
+
+    loaded = load_run_config("tiny", regime=SPEC.name, overrides=["regime.prp_tis_test.weight_cap=1.5"],
+                             option_settings=[OptionSetting("--prp-denominator", "regime.prp.denominator", "learner")])
+    config = loaded.config
+    adapter = PRPTISAdapter(config, "tiny-bpe", exchange=None, spec=SPEC)
+    assert isinstance(adapter.settings, PRPTISSettings)
+    assert (adapter.settings.weight_cap, adapter.settings.denominator) == (1.5, "learner")
+    assert adapter.denominator == "learner" and config.regime.prp.denominator == "peer"
+    assert adapter.publishes_traces and "behaviour_logps" in adapter.peer_columns  # needs_traces: the variant's
+
+
+@pytest.mark.slow
+def test_the_variant_trains_the_tiny_pool_two_steps(tmp_path):
+    from e2e_helpers import TINY, assert_ok, metric_lines, train_command
+
+    env = {**os.environ, ENV_VAR: "prp_tis_variant.spec",
+           "PYTHONPATH": os.pathsep.join([str(TESTS.parent / "src"), str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    run_dir = tmp_path / "run"
+    command = train_command(Path("unused"), run_dir)[:4] + ["-o", str(run_dir), *TINY, "--max-steps", "2",
+                                                            "--regime", SPEC.name, "--set",
+                                                            "regime.prp_tis_test.weight_cap=1.5"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert_ok(done)
+    rows = metric_lines(run_dir)
+    for policy in ("tiny-bpe", "tiny-sp"):
+        mine = [row for row in rows if row["policy"] == policy]
+        assert [row["step"] for row in mine] == [1, 2]
+        assert all(0.0 <= row["prp-tis-test/capped_share"] <= 1.0 and row["prp-tis-test/peer_rows"] > 0
+                   for row in mine)
