@@ -1,6 +1,7 @@
 """A run folder does not switch ``grpo.trust_remote_code`` on by itself: its ``config.yaml`` names the models (any
 folder, one inside the run folder too) and the setting, so a tampered folder would choose the code a worker runs on
-``train --resume``. Only the command running now switches it on; a run folder without it resumes as before."""
+``train --resume``. Only the command running now switches it on; a run folder without it resumes as before. Nor
+can a recipe or a run folder ask for FSDP, whose checkpoints a resume would unpickle."""
 
 from __future__ import annotations
 
@@ -65,3 +66,16 @@ def test_the_command_running_now_may_switch_it_on(stored_run) -> None:
 def test_a_run_folder_without_it_resumes_as_before(stored_run) -> None:
     paths = stored_run()
     assert not trusting(resume(paths))
+
+
+@pytest.mark.parametrize("setting", ["grpo.fsdp=full_shard", "grpo.fsdp_config={state_dict_type: SHARDED_STATE_DICT}",
+                                     "pool.policies.0.grpo.fsdp=full_shard"])
+def test_fsdp_is_refused_so_no_resume_unpickles_its_checkpoint_index(setting: str) -> None:
+    """FSDP's sharded checkpoints keep ``.metadata`` as a pickle that ``torch.distributed.checkpoint`` unpickles on
+    resume, outside ``torch.load``'s guard; mutualrl plans DeepSpeed, so a recipe or a run folder naming FSDP is
+    refused by name."""
+    from mutualrl.api import load_config
+    from mutualrl.config.typed import ConfigError
+
+    with pytest.raises(ConfigError, match="launch.deepspeed"):
+        load_config("tiny", overrides=[setting])

@@ -32,6 +32,9 @@ RESERVED_GRPO_FIELDS = {
     "logging_dir": "TRL logs go to <output_dir>/policies/<name>",
     "deepspeed": "set launch.deepspeed (none, zero2, zero3); mutualrl writes each policy's DeepSpeed config for "
                  "its own GPUs (a file here would be ignored while the plan said DeepSpeed none)",
+    # FSDP's sharded checkpoints keep their index as a pickle that a resume unpickles (torch.distributed.checkpoint)
+    "fsdp": "FSDP is not offered: set launch.deepspeed (zero3 shards as FSDP's full sharding does)",
+    "fsdp_config": "FSDP is not offered: set launch.deepspeed (zero2, zero3)",
 }
 
 
