@@ -7,9 +7,11 @@ folder back into a :class:`RunResult`. ``import mutualrl`` stays light: the pack
 ``__getattr__`` imports this module on first use only.
 
 Reward functions may be given as callables, as ``GRPOTrainer(reward_funcs=[...])`` takes them.
-Policies train in other processes, which import a function by its module path; so a module-level
-function of an importable module works (its path goes to the workers), and one defined in
-``__main__`` or a notebook, a lambda or a nested function fails at once, saying what to do.
+Policies train in other processes: a module-level function of an importable module goes to them by its
+import path; one defined in ``__main__`` or a notebook, a lambda or a closure is pickled with cloudpickle
+and shipped by value (:mod:`mutualrl.tasks.shipped_rewards`: the workers load only the bytes this process
+wrote). Only a function that cannot be pickled is refused, saying why. A run trained with a shipped
+function is evaluated or resumed by passing the function again (``reward_funcs=``).
 """
 
 from __future__ import annotations
@@ -49,22 +51,25 @@ class RunResult:
 
 
 def reward_func_path(func: str | Callable[..., Any]) -> str:
-    """A reward function as the import path workers use; a callable must be importable by that path."""
+    """A reward function as ``task.reward_funcs`` names it: an import path as given; a module-level function of an
+    importable module by its path; any other callable (``__main__``, a notebook, a lambda, a closure) shipped to
+    the workers by value (:func:`mutualrl.tasks.shipped_rewards.ship_by_value`)."""
     if isinstance(func, str):
         return func
+    if not callable(func):
+        raise UsageError(f"reward_funcs: {func!r} is neither a function nor an import path module.function")
     module, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", "")
-    if not module or module == "__main__" or "<" in qualname or "." in qualname:
-        raise UsageError(
-            f"reward function {getattr(func, '__name__', func)!r} is defined in {module or 'no module'} "
-            f"({qualname or type(func).__name__}): policies train in other processes, which import a reward "
-            "function by its module path. Move it to a .py file next to your notebook or script (e.g. "
-            "my_rewards.py) and pass my_rewards.function, or the function imported from there")
-    from mutualrl.config.plugins import import_object
+    if module and module != "__main__" and "<" not in qualname and "." not in qualname:
+        from mutualrl.config.plugins import import_object
 
-    if import_object(f"{module}.{qualname}", "reward_funcs") is not func:
-        raise UsageError(f"reward function {module}.{qualname}: importing that path gives another object; pass a "
-                         "module-level function")
-    return f"{module}.{qualname}"
+        try:
+            if import_object(f"{module}.{qualname}", "reward_funcs") is func:
+                return f"{module}.{qualname}"
+        except MutualRLError:  # not importable in the workers either: ship it by value
+            pass
+    from mutualrl.tasks.shipped_rewards import ship_by_value
+
+    return ship_by_value(func)
 
 
 def override_texts(overrides: Overrides, reward_funcs: Sequence[str | Callable[..., Any]] | None) -> list[str]:
@@ -114,7 +119,8 @@ def train(recipe_or_config: str | Path | RunConfig = "tiny", *, regime: str | No
 
     ``recipe_or_config``: a pool name, a recipe path or a :class:`RunConfig` (:func:`load_config`).
     ``overrides``: ``--set`` settings as a mapping or ``KEY=VALUE`` strings. ``reward_funcs``: import
-    paths or module-level functions (``task.reward_funcs``). ``progress=False``: print nothing.
+    paths or callables (``task.reward_funcs``; a lambda or closure is shipped by value). ``progress=False``: print
+    nothing.
     A run that fails raises :class:`~mutualrl.errors.MutualRLError` naming its folder; a run stopped by Ctrl-C
     raises ``KeyboardInterrupt`` (a sweep's ``except MutualRLError`` must not go on to its next configuration).
     """
@@ -153,9 +159,12 @@ def read_run(run_dir: str | Path) -> RunResult:
 
 def evaluate(target: str | Path | RunResult, suite: str | None = None, *, limit: int | None = None,
              split: str | None = None, source: str | None = None, max_new_tokens: int | None = None,
-             device: str = "auto", progress: bool = True) -> dict[str, Any]:
+             device: str = "auto", progress: bool = True,
+             reward_funcs: Sequence[str | Callable[..., Any]] | None = None) -> dict[str, Any]:
     """``mutualrl eval``: greedy reward@1 of a run's final models (with the run's task and reward functions),
-    a pool or models; returns ``{"reward@1": {model: value}, "results": [...], "meta": {...}}``."""
+    a pool or models; returns ``{"reward@1": {model: value}, "results": [...], "meta": {...}}``.
+    ``reward_funcs`` (``--reward-funcs``): score with these instead, as :func:`train` takes them (a run trained
+    with a lambda or closure is scored by passing it again: nothing is loaded from the run folder)."""
     from rich.console import Console
 
     from mutualrl.cli.eval_cmd import run_eval_command
@@ -165,5 +174,6 @@ def evaluate(target: str | Path | RunResult, suite: str | None = None, *, limit:
     results, meta = run_eval_command(name, suite, limit=limit, split=split, source=source,
                                      max_new_tokens=max_new_tokens, batch_size=None, device=device, backend="auto",
                                      verifier=None, chat_template=None, tokenizer=None, max_prompt_tokens=None,
-                                     log=log, bars=progress)
+                                     log=log, bars=progress,
+                                     reward_funcs=[reward_func_path(f) for f in reward_funcs or []] or None)
     return {"reward@1": {r.name: r.reward_at_1 for r in results}, "results": results, "meta": meta}

@@ -66,6 +66,12 @@ class RunPaths:
         return self.root / "launch"
 
     @property
+    def shipped_rewards(self) -> Path:
+        """Reward functions the Python API shipped by value (cloudpickle), ``<sha256>.pkl`` each: a worker loads one
+        only when its launcher named that digest (:mod:`mutualrl.tasks.shipped_rewards`)."""
+        return self.launch / "rewards"
+
+    @property
     def plan(self) -> Path:
         """The launch plan (``--dry-run`` shows the same)."""
         return self.launch / "plan.json"

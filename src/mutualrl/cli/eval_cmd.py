@@ -13,6 +13,9 @@ from rich.markup import escape
 
 from mutualrl.atomic_io import write_text_atomic
 from mutualrl.cli.common import check_output_path, console, err_console, report_errors
+from mutualrl.errors import UsageError
+
+REWARD_FUNCS_OPTION = "--reward-funcs"
 
 SUITE_HELP = (
     "math (MATH), qa (ARC, OpenBookQA, BoolQ, PIQA, HellaSwag, Social IQa), qa-line (the same with an answer line "
@@ -69,6 +72,7 @@ def run_eval_command(
     max_prompt_tokens: int | None,
     log: Any = None,
     bars: bool = True,
+    reward_funcs: list[str] | None = None,
 ) -> tuple[list[Any], dict[str, Any]]:
     """Resolve everything from the target (pool defaults) and the options; evaluate; return results and metadata.
 
@@ -84,12 +88,13 @@ def run_eval_command(
               or resolve_targets(target, tokenizer=tokenizer, chat_template=chat_template))
     recipe = chosen.recipe
     settings = eval_settings(recipe, suite, source=source, verifier=verifier, max_new_tokens=max_new_tokens,
-                             batch_size=batch_size, max_prompt_tokens=max_prompt_tokens)
+                             batch_size=batch_size, max_prompt_tokens=max_prompt_tokens, reward_funcs=reward_funcs)
     tasks, scoring = settings.tasks, settings.scoring
     own = run_held_out(chosen, tasks, split=split, source=source, limit=limit, log=log)
     with log.status(f"loading {', '.join(tasks)} prompts ..."):
         examples = own if own is not None else load_suite(tasks, split=split, source=settings.source, limit=limit,
                                                           task_config=recipe.task if recipe is not None else None)
+    check_eval_columns(settings.scoring, examples, settings.source, REWARD_FUNCS_OPTION if reward_funcs else None)
     log.print(
         f"[bold]eval[/] {len(chosen.targets)} model(s) x {len(tasks)} task(s) ({len(examples)} prompts), "
         f"greedy, max {settings.max_new_tokens} new tokens, {scoring_label(scoring)}",
@@ -155,9 +160,12 @@ def eval_settings(
     max_new_tokens: int | None,
     batch_size: int | None,
     max_prompt_tokens: int | None,
+    reward_funcs: list[str] | None = None,
 ) -> EvalSettings:
-    """The options not given, from ``recipe`` (None for models named on the command line), then the defaults."""
-    from mutualrl.tasks.registry import resolve_suite
+    """The options not given, from ``recipe`` (None for models named on the command line), then the task's own
+    (its completion length), then the defaults; ``reward_funcs`` (``--reward-funcs``) score instead of the
+    recipe's."""
+    from mutualrl.tasks.registry import get_task, resolve_suite
     from mutualrl.tasks.verifiers import check_mode
 
     if suite is None:
@@ -170,11 +178,49 @@ def eval_settings(
         if max_new_tokens is None:
             max_new_tokens = recipe.validation.max_new_tokens or recipe.grpo.get("max_completion_length")
         batch_size = batch_size or recipe.validation.batch_size
+    if max_new_tokens is None:
+        max_new_tokens = task_completion_tokens(tasks)
     verifier = check_mode(verifier or "default")
-    scoring = recipe_scoring(recipe, tasks, verifier)
+    scoring = named_scoring(tasks, verifier, reward_funcs) if reward_funcs else recipe_scoring(recipe, tasks, verifier)
+    unscored = [t for t in tasks if isinstance(scoring, str) and not get_task(t).has_verifier]
+    if unscored:
+        raise UsageError(f"task {unscored[0]!r} has no built-in verifier: name its reward functions with "
+                         f"{REWARD_FUNCS_OPTION} module.function (as task.reward_funcs in a recipe)")
     return EvalSettings(suite=suite, tasks=tasks, source=source, scoring=scoring,
                         max_new_tokens=int(max_new_tokens or 1024), batch_size=int(batch_size or 16),
                         max_prompt_tokens=max_prompt_tokens)
+
+
+def task_completion_tokens(tasks: list[str]) -> int | None:
+    """The longest of the tasks' own completion lengths (:attr:`Task.completion_tokens`); None when one has none."""
+    from mutualrl.tasks.registry import get_task
+
+    lengths = [get_task(t).completion_tokens for t in tasks]
+    return None if None in lengths else max(lengths)  # type: ignore[type-var]
+
+
+def named_scoring(tasks: list[str], verifier: str, reward_funcs: list[str]) -> Any:
+    """``--reward-funcs``: a :class:`RewardSpec` of one task (its verifier first, if it has one, as in training)
+    and the named functions, weights 1; every name resolved now, as ``task.reward_funcs`` is before a launch."""
+    from mutualrl.tasks.reward_funcs import RewardSpec, check_reward_spec
+
+    if len(tasks) != 1:
+        raise UsageError(f"--reward-funcs scores one task; the suite has {len(tasks)} ({', '.join(tasks)})")
+    spec = RewardSpec(task=tasks[0], verifier=verifier, funcs=tuple(reward_funcs))
+    check_reward_spec(spec, key=REWARD_FUNCS_OPTION)
+    return spec
+
+
+def check_eval_columns(scoring: Any, examples: list[Any], source: str | None, option: str | None) -> None:
+    """Every required parameter of the reward functions (``option``: ``--reward-funcs``, else the recipe's) is a
+    column of every row evaluated: one line otherwise, before any model is loaded."""
+    from mutualrl.tasks.reward_funcs import REWARD_FUNCS_KEY, RewardSpec, check_reward_columns
+
+    if not isinstance(scoring, RewardSpec) or not examples:
+        return
+    columns = set.intersection(*(set(example.as_row()) for example in examples))
+    check_reward_columns(scoring, columns, f"--source {source}" if source else f"task {scoring.task}'s rows",
+                         option=option or REWARD_FUNCS_KEY)
 
 
 def eval_splits(tasks: list[str], split: str | None, recipe: Any) -> dict[str, str]:
@@ -195,8 +241,13 @@ def recipe_scoring(recipe: Any, tasks: list[str], verifier: str) -> Any:
 
     from mutualrl.tasks.reward_funcs import RewardSpec, reward_spec
 
+    from mutualrl.tasks.reward_funcs import check_reward_spec
+
     spec: RewardSpec = replace(reward_spec(recipe.task, recipe.grpo), verifier=verifier)
-    return spec if spec.funcs or not spec.uses_verifier() else verifier
+    if not spec.funcs and spec.uses_verifier():
+        return verifier
+    check_reward_spec(spec)  # before any model loads: an import error, a function shipped by value not passed again
+    return spec
 
 
 def run_held_out(chosen: Any, tasks: list[str], *, split: str | None, source: str | None, limit: int | None,
@@ -226,7 +277,6 @@ def run_folder_targets(target: str, tokenizer: str | None, chat_template: bool |
     """A run folder -> every policy's final model with the run's own settings (task, lengths, tokenizers);
     None when ``target`` is not a run folder. A policy without a final model is an error naming its checkpoints."""
     from mutualrl.config.loader import load_run_config
-    from mutualrl.errors import UsageError
     from mutualrl.evaluation.runner import EvalTarget, TargetSet
     from mutualrl.run_folder import RunPaths
 
@@ -286,7 +336,8 @@ def eval_command(
         None, "--output", "-o", help="Results JSON (default: eval-results/<models>-<suite>-<time>.json); the "
         "markdown table is written next to it (.md).", show_default=False),
     max_new_tokens: int | None = typer.Option(
-        None, "--max-new-tokens", min=1, help="Generation length (default: the recipe's validation length, else 1024).",
+        None, "--max-new-tokens", min=1, help="Generation length (default: the recipe's validation length, else the "
+        "task's own: synthetic-arith 4, *-line 8, dataset 64; else 1024).",
         show_default=False),
     batch_size: int | None = typer.Option(None, "--batch-size", min=1, help="Prompts per generation batch (default 16).",
                                           show_default=False),
@@ -304,6 +355,10 @@ def eval_command(
     max_prompt_tokens: int | None = typer.Option(
         None, "--max-prompt-tokens", min=1, help="Drop prompts longer than this for any model (default: the recipe's, "
         "else keep all).", show_default=False),
+    reward_funcs: list[str] | None = typer.Option(
+        None, REWARD_FUNCS_OPTION, help="Score with these reward functions instead of the recipe's (comma-separated "
+        "or repeated; names as in task.reward_funcs: module.function or one of TRL's), e.g. --suite dataset --source "
+        "DIR --reward-funcs my_rewards.exact.", show_default=False),
 ) -> None:
     """Evaluate models with greedy decoding (one completion per prompt) and report reward@1 per task.
 
@@ -317,6 +372,7 @@ def eval_command(
         target, suite, limit=limit, split=split, source=source, max_new_tokens=max_new_tokens,
         batch_size=batch_size, device=device, backend=backend, verifier=verifier, chat_template=chat_template,
         tokenizer=tokenizer, max_prompt_tokens=max_prompt_tokens,
+        reward_funcs=[name.strip() for given in reward_funcs or [] for name in given.split(",") if name.strip()],
     )
     path = output or default_output(meta["label"], meta["suite"])
     save_eval_file(path, results, meta)

@@ -9,7 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from mutualrl.atomic_io import write_json_atomic
-from mutualrl.config.loader import LoadedRecipe, OptionSetting, load_run_config
+from mutualrl.config.loader import LoadedRecipe, OptionSetting, load_run_config, override_changes
 from mutualrl.config.plugins import open_run_folder
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import StorageError, UsageError, storage_errors
@@ -254,6 +254,8 @@ def _train_one(options: TrainOptions, console: Console) -> int:
         plan = plan_without_launch(config, paths.root)
         render_plan(plan, console)
         console.print(task_summary(config.task, config.grpo), highlight=False)
+        for change in override_changes(options.pool or DEFAULT_POOL, options.overrides) if options.overrides else ():
+            console.print(f"--set {change}", highlight=False, soft_wrap=True)
         if options.save_plan is not None:
             write_json_atomic(options.save_plan, plan.to_json())
             console.print(f"plan written to {options.save_plan}", highlight=False)
@@ -356,6 +358,9 @@ def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
 
     plan = make_launch_plan(config, paths.root, gpus=config.launch.gpus)
     plan.write()
+    from mutualrl.tasks.shipped_rewards import write_shipped
+
+    write_shipped(config.task.reward_funcs, paths.shipped_rewards)  # the Python API's lambdas and closures
     for warning in plan.warnings:
         console.print(f"[yellow]warning:[/] {warning}", highlight=False)
     from mutualrl.launch.supervise.nodes import RemoteWatch, machines_of, open_session, reporting

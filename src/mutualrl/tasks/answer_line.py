@@ -81,6 +81,7 @@ class AnswerLineTask(Task):
         self.splits = base.splits
         self.default_eval_split = base.default_eval_split
         self.train_rows = base.train_rows
+        self.completion_tokens = 8  # an answer line: "B", "The correct answer is B." (recipes/pools/smol-qa.yaml)
 
     def rewrite(self, example: TaskExample, split: str | None = None) -> TaskExample:
         """The answer-line prompt; ``split`` renames the id's split part (a partitioned validation row)."""

@@ -61,6 +61,8 @@ class Task(ABC):
     train_rows: int | None = None
     #: Whether :meth:`score` checks answers; a task without one is scored by ``task.reward_funcs`` only.
     has_verifier: bool = True
+    #: New tokens a completion gets where no recipe says (``mutualrl eval`` of models named alone); None: 1024.
+    completion_tokens: int | None = None
     #: Longest text a row may hold, in characters (``task.max_prompt_chars``: :mod:`mutualrl.tasks.row_checks`).
     max_prompt_chars: int = DEFAULT_MAX_PROMPT_CHARS
 

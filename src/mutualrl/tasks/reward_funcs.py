@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mutualrl.errors import DataError, UsageError
+from mutualrl.tasks.shipped_rewards import is_shipped, load_shipped
 
 REWARD_FUNCS_KEY = "task.reward_funcs"
 TRL_REWARDS = ("accuracy_reward", "reasoning_accuracy_reward", "think_format_reward", "get_soft_overlong_punishment")
@@ -64,6 +65,8 @@ def resolve_reward_func(name: str, key: str = REWARD_FUNCS_KEY) -> Callable[...,
 
         func = getattr(trl_rewards, name)
         return func(max_completion_len=1280, soft_punish_cache=256) if name == "get_soft_overlong_punishment" else func
+    if is_shipped(name):
+        return load_shipped(name, key)
     if "." not in name:
         raise UsageError(f"{key}: {name!r} is neither one of TRL's reward functions ({', '.join(TRL_REWARDS)}) "
                          "nor an import path module.function")
@@ -75,13 +78,14 @@ def resolve_reward_func(name: str, key: str = REWARD_FUNCS_KEY) -> Callable[...,
     return func
 
 
-def reward_functions(spec: RewardSpec, max_chars: int | None = None) -> list[Callable[..., Any]]:
+def reward_functions(spec: RewardSpec, max_chars: int | None = None, key: str = REWARD_FUNCS_KEY
+                     ) -> list[Callable[..., Any]]:
     """The functions TRL's ``GRPOTrainer`` gets: the task's verifier (if any, bounded in size by ``max_chars``:
-    :func:`mutualrl.tasks.reward.make_reward_function`), then ``task.reward_funcs``."""
+    :func:`mutualrl.tasks.reward.make_reward_function`), then ``task.reward_funcs`` (named ``key`` in errors)."""
     from mutualrl.tasks.reward import make_reward_function
 
     funcs = [make_reward_function(spec.task, spec.verifier, max_chars=max_chars)] if spec.uses_verifier() else []
-    funcs += [resolve_reward_func(name, f"{REWARD_FUNCS_KEY}[{i}]") for i, name in enumerate(spec.funcs)]
+    funcs += [resolve_reward_func(name, f"{key}[{i}]") for i, name in enumerate(spec.funcs)]
     if not funcs:
         raise UsageError(f"task {spec.task!r} has no built-in verifier: name your reward functions in "
                          f"{REWARD_FUNCS_KEY} (e.g. [my_rewards.exact_match])")
@@ -92,9 +96,9 @@ def reward_functions(spec: RewardSpec, max_chars: int | None = None) -> list[Cal
     return funcs
 
 
-def check_reward_spec(spec: RewardSpec) -> None:
+def check_reward_spec(spec: RewardSpec, key: str = REWARD_FUNCS_KEY) -> None:
     """Resolve every function now (the launcher, the dry run): an import error names the module and the key."""
-    reward_functions(spec)
+    reward_functions(spec, key=key)
 
 
 TRL_ARGUMENTS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric",
@@ -115,11 +119,12 @@ def required_columns(func: Callable[..., Any]) -> list[str]:
             and p.name not in TRL_ARGUMENTS]
 
 
-def check_reward_columns(spec: RewardSpec, columns: Collection[str], origin: str) -> None:
+def check_reward_columns(spec: RewardSpec, columns: Collection[str], origin: str,
+                         option: str = REWARD_FUNCS_KEY) -> None:
     """Refuse, before the launch, a reward function's parameter that no column of ``origin`` provides (TRL would
     stop at the first step; filling it with "" would score nonsense)."""
     for i, name in enumerate(spec.funcs):
-        key = f"{REWARD_FUNCS_KEY}[{i}]"
+        key = f"{option}[{i}]"
         missing = [c for c in required_columns(resolve_reward_func(name, key)) if c not in columns]
         if missing:
             raise DataError(f"{key} {name}: parameter {missing[0]!r} is no column of {origin} (its columns: "

@@ -133,6 +133,7 @@ class SyntheticArithTask(Task):
     splits = ("train", "test")
     default_eval_split = "test"
     verifier_modes = ("default", "exact")
+    completion_tokens = 4  # answers are <= 3 tokens with EOS (recipes/pools/tiny.yaml)
 
     def group_of(self, example: TaskExample) -> str | None:
         """Results are reported per family: the tiny pool's policies are each strong on one."""

@@ -41,6 +41,7 @@ class UserDatasetTask(Task):
     eval_split = "test"
     eval_fraction: float | None = None
     split_seed = 0
+    completion_tokens = 64  # as the smol pool generates for one's own text; longer answers: --max-new-tokens
 
     def configure(self, train_split: str, eval_split: str, eval_fraction: float | None, split_seed: int) -> None:
         """The recipe's ``task`` settings this task needs to tell training rows from held-out ones."""

@@ -23,13 +23,15 @@ from mutualrl.atomic_io import write_text_atomic
 from mutualrl.errors import DataError, RunFolderError, UsageError
 from mutualrl.run_folder import RunPaths, read_json
 from mutualrl.tasks.reward_funcs import TRL_REWARDS
+from mutualrl.tasks.shipped_rewards import is_shipped
 
 RECORD_FORMAT = 1
 
 
 def user_modules(config: Any) -> list[str]:
     """The user's modules a config names: reward functions' modules, plugins, a ``task.name`` class's module."""
-    names = [name.rpartition(".")[0] for name in config.task.reward_funcs if name not in TRL_REWARDS]
+    names = [name.rpartition(".")[0] for name in config.task.reward_funcs
+             if name not in TRL_REWARDS and not is_shipped(name)]  # a shipped function has no module file
     names += [str(entry).strip() for entry in config.plugins or []]
     if ":" in config.task.name:
         names.append(config.task.name.partition(":")[0])

@@ -1,0 +1,139 @@
+"""The Python API takes reward functions from a notebook (issue 49, item 9): a lambda, a closure, a function of
+``__main__`` is shipped to the workers by value (cloudpickle); a worker unpickles only bytes whose sha256 its
+launcher gave it in its environment, so a run folder never supplies code: eval and resume of such a run need the
+function passed again. Only what cannot be pickled is refused, saying why."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from e2e_helpers import child_env
+from mutualrl.api import reward_func_path
+from mutualrl.errors import DataError, UsageError
+from mutualrl.tasks import shipped_rewards
+from mutualrl.tasks.reward_funcs import resolve_reward_func
+
+
+def make_threshold(limit: float):
+    def above(completions, **kwargs):
+        return [1.0 if len(str(c)) > limit else 0.0 for c in completions]
+
+    return above
+
+
+@pytest.fixture()
+def worker_view(monkeypatch: pytest.MonkeyPatch) -> dict:
+    """What a worker process has: none of the launcher's functions in memory (only its environment)."""
+    shipped: dict = {}
+    monkeypatch.setattr(shipped_rewards, "_SHIPPED", shipped)
+    monkeypatch.delenv(shipped_rewards.SHIPPED_ENV, raising=False)
+    return shipped
+
+
+def test_lambdas_closures_and_main_functions_are_shipped_by_value(worker_view: dict) -> None:
+    closure = make_threshold(2)
+    name = reward_func_path(closure)
+    assert name.startswith("by-value:above:") and len(shipped_rewards.digest_of(name)) == 64
+    assert resolve_reward_func(name) is closure  # the launcher's process uses its own function
+    lam = reward_func_path(lambda completions, **kw: [0.0] * len(completions))
+    assert lam.startswith("by-value:lambda:")
+    main_fn = type(make_threshold)(make_threshold(1).__code__, {}, "in_notebook", None, make_threshold(1).__closure__)
+    main_fn.__module__ = "__main__"
+    assert reward_func_path(main_fn).startswith("by-value:in_notebook:")
+    assert reward_func_path("my_rewards.exact") == "my_rewards.exact"  # an import path stays one
+
+
+def test_what_cannot_be_pickled_is_refused_naming_why() -> None:
+    lock = threading.Lock()
+
+    def guarded(completions, **kwargs):
+        with lock:
+            return [0.0] * len(completions)
+
+    with pytest.raises(UsageError, match=r"cannot be shipped to the policy processes by value \(TypeError: cannot "
+                                         r"pickle '_thread.lock' object\).*my_rewards.py"):
+        reward_func_path(guarded)
+
+
+def test_a_worker_loads_only_the_bytes_its_launcher_wrote(tmp_path: Path, worker_view: dict,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    name = reward_func_path(make_threshold(3))  # the launcher's process
+    folder = tmp_path / "launch" / "rewards"
+    shipped_rewards.write_shipped([name], folder)
+    files = shipped_rewards.shipped_files([name], folder)
+    sha = shipped_rewards.digest_of(name)
+    assert hashlib.sha256((folder / f"{sha}.pkl").read_bytes()).hexdigest() == sha
+    worker_view.clear()  # now a worker: nothing in memory
+
+    with pytest.raises(UsageError, match="never loads code from a run folder: pass the function again"):
+        resolve_reward_func(name)  # eval or resume from the folder: the launcher named no file
+    monkeypatch.setenv(shipped_rewards.SHIPPED_ENV, json.dumps(files))
+    loaded = resolve_reward_func(name)
+    assert loaded(completions=["ab", "abcd"]) == [0.0, 1.0]  # the closure's captured limit came along
+
+    import cloudpickle
+
+    (folder / f"{sha}.pkl").write_bytes(cloudpickle.dumps(make_threshold(0)))  # replaced in the run folder
+    with pytest.raises(DataError, match="not the reward function the launcher wrote .*nothing unpickled"):
+        resolve_reward_func(name)
+    other = "by-value:above:" + "0" * 64  # a name edited in config.yaml: its digest was never given
+    with pytest.raises(UsageError, match="pass the function again"):
+        resolve_reward_func(other)
+
+
+SCRIPT = '''
+import json, sys
+import mutualrl
+
+LOG = {log!r}
+seen = {{"n": 0}}
+
+def make_reward(bonus):
+    def scored(prompts, completions, answer, **kwargs):  # a closure over bonus and LOG, defined in __main__
+        with open(LOG, "a") as fh:
+            fh.write(json.dumps({{"policy": sys.argv[sys.argv.index("--policy") + 1] if "--policy" in sys.argv
+                                  else None}}) + "\\n")
+        return [bonus if str(c).strip().startswith(str(a)) else 0.0 for c, a in zip(completions, answer)]
+    return scored
+
+reward = make_reward(1.0)
+settings = {{"task.name": "dataset", "task.source": {data!r}, "validation.limit": 4, "validation.every_steps": 0,
+            "validation.batch_size": 4}}
+result = mutualrl.train("tiny", regime="sgt", max_steps=1, output_dir={run!r}, progress=False, overrides=settings,
+                        reward_funcs=[reward, lambda completions, **kw: [0.0] * len(completions)])
+print("MODELS", sorted(result.models))
+again = mutualrl.evaluate(result.run_dir, progress=False, reward_funcs=[reward])  # nothing read from the folder
+print("EVAL", sorted(again["reward@1"]), again["meta"]["verifier"].startswith("by-value:scored:"))
+'''
+
+
+@pytest.mark.slow
+def test_a_closure_from_a_script_trains_the_tiny_pool_and_a_new_process_needs_it_again(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    for split, count in (("train", 16), ("test", 4)):
+        rows = [{"prompt": f"{i % 7}+{i % 5}+1=", "answer": i % 7 + i % 5 + 1} for i in range(count)]
+        (tmp_path / "data" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    log, run = tmp_path / "calls.jsonl", tmp_path / "run"
+    (tmp_path / "notebook.py").write_text(SCRIPT.format(log=str(log), data=str(tmp_path / "data"), run=str(run)))
+    done = subprocess.run([sys.executable, "notebook.py"], cwd=tmp_path, env=child_env(), capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "MODELS ['tiny-bpe', 'tiny-sp']" in done.stdout
+    assert {json.loads(line)["policy"] for line in log.read_text().splitlines()} >= {"tiny-bpe", "tiny-sp"}
+    assert "EVAL ['tiny-bpe/final', 'tiny-sp/final'] True" in done.stdout
+    assert len(list((run / "launch" / "rewards").glob("*.pkl"))) == 2
+
+    evaluated = subprocess.run([sys.executable, "-m", "mutualrl", "eval", str(run), "-o", "ev.json"], cwd=tmp_path,
+                               env=child_env(), capture_output=True, text=True, timeout=600)
+    assert evaluated.returncode != 0 and "pass the function again" in evaluated.stdout + evaluated.stderr
+    assert not (tmp_path / "ev.json").exists()
+    resumed = subprocess.run([sys.executable, "-m", "mutualrl", "train", "--resume", "--max-steps", "2", "-o",
+                              str(run)], cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=600)
+    assert resumed.returncode != 0 and "pass the function again" in resumed.stdout + resumed.stderr
