@@ -30,6 +30,7 @@ class Asset:
     is_cached: Callable[[], bool]
     default: bool = False  # part of the default set (tiny pool + tests)
     approx_download_mb: float = 0.0
+    folder: Callable[[], Path] | None = None  # where it is (or will be) cached, without fetching: `assets list`
 
 
 _ASSETS: dict[str, Asset] = {}

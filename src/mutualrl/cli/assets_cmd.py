@@ -47,7 +47,8 @@ def fetch(
 @app.command("list")
 @report_errors
 def list_assets() -> None:
-    """List known assets, whether each is cached, and which belong to the default set."""
+    """List known assets, whether each is cached, and which belong to the default set; then where each built-in
+    model's folder is (a model folder to pass to `mutualrl eval` or a recipe's `model:`)."""
     from mutualrl.assets.registry import all_assets
 
     table = Table(box=None)
@@ -57,3 +58,9 @@ def list_assets() -> None:
         table.add_row(asset.name, asset.kind, "yes" if asset.is_cached() else "no",
                       "yes" if asset.default else "", asset.description)
     console.print(table)
+    folders = [(asset, asset.folder()) for asset in all_assets() if asset.kind == "model" and asset.folder]
+    if folders:
+        console.print("\nmodel folders (builtin:NAME in a recipe or `mutualrl eval`):", highlight=False)
+    for asset, folder in folders:
+        state = "" if asset.is_cached() else "  (not fetched yet: mutualrl assets fetch " + asset.name + ")"
+        console.print(f"  {asset.name:<20} {folder}{state}", highlight=False, soft_wrap=True)

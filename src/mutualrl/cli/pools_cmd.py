@@ -92,7 +92,8 @@ def show(name: str = typer.Argument(..., help="Pool or experiment name (see `mut
 
 def explain_lines(config: Any) -> list[str]:
     """``key = value`` then its help, for every setting of a resolved recipe (the schema's help strings; a policy's
-    fields under ``pool.policies.<name>``; ``grpo`` keys are TRL's GRPOConfig fields)."""
+    fields under ``pool.policies.<name>``; ``grpo`` keys with TRL's own help of its GRPOConfig field, from the
+    schema cache: :mod:`mutualrl.config.grpo_schema`)."""
     from mutualrl.config.schema import PolicyConfig, RunConfig
     from mutualrl.config.typed import iter_field_help
 
@@ -101,7 +102,10 @@ def explain_lines(config: Any) -> list[str]:
     for policy in config.pool.policies:
         rows += [(f"pool.policies.{policy.name}.{key[len('x.'):]}", *rest)
                  for key, *rest in iter_field_help(PolicyConfig, "x")]
-    rows += [(f"grpo.{key}", "", "TRL GRPOConfig field (see TRL's documentation).", None) for key in config.grpo]
+    from mutualrl.config.grpo_schema import grpo_help
+
+    unexplained = "see TRL's documentation."
+    rows += [(f"grpo.{key}", "", f"TRL GRPOConfig: {grpo_help(key) or unexplained}", None) for key in config.grpo]
     lines = []
     for key, _type, help_text, _default in rows:
         value = lookup(plain, key.split("."), config)

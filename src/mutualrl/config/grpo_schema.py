@@ -35,7 +35,7 @@ from mutualrl.config.typed import describe_type
 from mutualrl.errors import StorageError
 from mutualrl.run_folder import read_json_or
 
-FORMAT = 1
+FORMAT = 2
 """Version of the cache file's layout (part of its name: a new layout never reads an old file); raise it whenever
 :func:`encode_type` or :func:`encode_schema` changes what they write."""
 VERSIONED = ("trl", "transformers", "accelerate")
@@ -50,10 +50,11 @@ BARE = {t.__name__: t for t in (list, tuple, dict)}
 @dataclasses.dataclass(frozen=True)
 class GrpoSchema:
     """GRPOConfig's ``init`` fields, in TRL's order: annotation and default (``dataclasses.MISSING`` for a field
-    with a default factory, as ``dataclasses.fields`` gives it)."""
+    with a default factory, as ``dataclasses.fields`` gives it) and TRL's help text (its field metadata)."""
 
     types: dict[str, Any]
     defaults: dict[str, Any]
+    helps: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def field_type(self, name: str) -> Any:
         """The annotation of field ``name`` (``KeyError`` for a name that is not a field)."""
@@ -63,6 +64,11 @@ class GrpoSchema:
     def default(self, name: str) -> Any:
         value = self.defaults[name]
         return trl_schema().defaults[name] if value is NOT_CACHED else value
+
+
+def grpo_help(name: str) -> str:
+    """TRL's own help text of GRPOConfig field ``name`` (``""`` when it has none), one line."""
+    return " ".join(grpo_schema().helps.get(name, "").split())
 
 
 def grpo_default(name: str) -> Any:
@@ -91,7 +97,8 @@ def trl_schema() -> GrpoSchema:
 
     hints = typing.get_type_hints(GRPOConfig)
     fields = [f for f in dataclasses.fields(GRPOConfig) if f.init]
-    return GrpoSchema({f.name: hints.get(f.name, Any) for f in fields}, {f.name: f.default for f in fields})
+    return GrpoSchema({f.name: hints.get(f.name, Any) for f in fields}, {f.name: f.default for f in fields},
+                      {f.name: str(f.metadata.get("help") or "") for f in fields})
 
 
 def cache_root() -> Path:
@@ -153,7 +160,7 @@ def encode_schema(schema: GrpoSchema) -> list[dict[str, Any]]:
         default = schema.defaults[name]
         stored = ({"missing": True} if default is dataclasses.MISSING
                   else {"value": default} if exact_json(default) else {})
-        out.append({"name": name, "type": tree, "default": stored})
+        out.append({"name": name, "type": tree, "default": stored, "help": schema.helps.get(name, "")})
     return out
 
 
@@ -161,16 +168,17 @@ def decode_schema(entries: list[dict[str, Any]]) -> GrpoSchema:
     """The inverse of :func:`encode_schema`; raises on anything it did not write."""
     types_: dict[str, Any] = {}
     defaults: dict[str, Any] = {}
+    helps: dict[str, str] = {}
     for entry in entries:
-        name, tree, default = entry["name"], entry["type"], entry["default"]
-        if not isinstance(name, str) or not isinstance(default, dict):
+        name, tree, default, helps[entry["name"]] = entry["name"], entry["type"], entry["default"], entry["help"]
+        if not isinstance(name, str) or not isinstance(default, dict) or not isinstance(helps[name], str):
             raise ValueError(f"damaged entry {entry!r}")
         types_[name] = NOT_REBUILT if tree is None else decode_type(tree)
         defaults[name] = (dataclasses.MISSING if default.get("missing") is True
                           else default["value"] if "value" in default else NOT_CACHED)
     if not types_:
         raise ValueError("no fields")
-    return GrpoSchema(types_, defaults)
+    return GrpoSchema(types_, defaults, helps)
 
 
 def exact_json(value: Any) -> bool:

@@ -7,7 +7,8 @@ TRL's GRPO script takes one flat YAML: its script and model arguments (``model_n
 line to add; default: ``model_name_or_path`` alone), the dataset is task ``dataset`` with the
 reward functions, LoRA options become each policy's ``lora``, every other key is a ``grpo`` field
 (checked against GRPOConfig as usual); mutualrl's own top-level keys (``regime``, ``validation``,
-``batch``, ...) may sit beside them. TRL's ``output_dir`` is the run folder.
+``batch``, ...) may sit beside them. TRL's ``output_dir`` is the run folder; older TRL's
+``max_prompt_length`` is ``task.max_prompt_tokens``.
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def from_trl_config(data: dict[str, Any], source: str) -> dict[str, Any]:
             task.setdefault(ours, dataset[theirs])
     if dataset.get("reward_funcs"):
         task.setdefault("reward_funcs", list(dataset["reward_funcs"]))
+    if "max_prompt_length" in flat:  # older TRL's GRPOConfig field (gone in 1.16): the prompt limit is the task's
+        task.setdefault("max_prompt_tokens", flat.pop("max_prompt_length"))
     recipe: dict[str, Any] = {key: flat.pop(key) for key in OWN_KEYS if key in flat}
     if "output_dir" in flat:
         recipe.setdefault("output_dir", flat.pop("output_dir"))
@@ -84,7 +87,8 @@ PEFT_SCRIPT_KEYS = ("use_peft", "lora_r", "lora_alpha", "lora_dropout", "lora_ta
                     "peft_config", "use_rslora")
 """What TRL's scripts (``trl grpo --use_peft --lora_r 16``, ModelConfig) call LoRA; not GRPOConfig fields."""
 SCRIPT_KEY_HOMES = {"reward_funcs": "task.reward_funcs: [module.function]", "dataset_name": "task.source",
-                    "model_name_or_path": "pool.policies.<name>.model"}
+                    "model_name_or_path": "pool.policies.<name>.model",
+                    "max_prompt_length": "task.max_prompt_tokens (prompts longer for any policy are left out)"}
 
 
 def grpo_key_hint(key: str) -> str | None:

@@ -29,6 +29,7 @@ class BuiltinModel:
     ensure: Callable[[], Path]  # builds/fetches once (locked, atomic), returns the model folder
     is_cached: Callable[[], bool]
     default: bool  # part of `mutualrl assets fetch`'s default set
+    folder: Callable[[], Path]  # where it is (or will be) cached, without building it
     approx_download_mb: float = 0.0
 
 
@@ -41,6 +42,7 @@ def _tiny(name: str) -> BuiltinModel:
         ensure=lambda: tiny.ensure_tiny_model(name),
         is_cached=lambda: tiny.is_tiny_model_cached(name),
         default=True,
+        folder=lambda: tiny.tiny_model_dir(name),
     )
 
 
@@ -54,6 +56,7 @@ def _smol(name: str) -> BuiltinModel:
         ensure=lambda: smol.ensure_smol_model(name),
         is_cached=lambda: smol.is_smol_model_cached(name),
         default=False,
+        folder=lambda: smol.smol_model_dir(name),
         approx_download_mb=source.approx_download_mb,
     )
 
@@ -121,5 +124,6 @@ for _model in BUILTIN_MODELS.values():
             is_cached=_model.is_cached,
             default=_model.default,
             approx_download_mb=_model.approx_download_mb,
+            folder=_model.folder,
         )
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from mutualrl.config.schema import RunConfig
@@ -133,10 +134,57 @@ def param_count_for(model: str, hint: float | None = None) -> tuple[float | None
         return float(hint), "hint"
     if model in KNOWN_PARAM_COUNTS:
         return KNOWN_PARAM_COUNTS[model], "model card"
+    local = local_param_count(model)
+    if local[0] is not None:
+        return local
     matches = _SIZE_IN_NAME.findall(model.rsplit("/", 1)[-1])
     if matches:
         return float(matches[-1]) * 1e9, "model name"
     return None, "unknown"
+
+
+def local_param_count(model: str) -> tuple[float | None, str]:
+    """The parameters of a model whose folder is on this machine (a local folder, a built builtin, the hub cache):
+    counted from its safetensors headers (exact, nothing loaded), else estimated from its ``config.json``."""
+    from mutualrl.pools.loading import cached_model_config
+
+    found = cached_model_config(model)
+    if found is None:
+        return None, "unknown"
+    config, config_file = found
+    counted = safetensors_param_count(Path(config_file).parent)
+    if counted:
+        return float(counted), "weights"
+    from mutualrl.launch.plan.model_shapes import shape_from_config
+
+    shape = shape_from_config(config, config_file)
+    hidden, inner = config.get("hidden_size") or config.get("n_embd"), config.get("intermediate_size")
+    if shape is None or not isinstance(hidden, int):
+        return None, "unknown"
+    inner = inner if isinstance(inner, int) else 4 * hidden
+    attention = hidden * hidden * 2 + 2 * hidden * shape.kv_heads * shape.head_dim  # q, o; k, v
+    embeddings = shape.vocab * hidden * (1 if config.get("tie_word_embeddings", True) else 2)
+    return float(embeddings + shape.layers * (attention + 3 * hidden * inner)), "config"
+
+
+def safetensors_param_count(folder: Path) -> int:
+    """Elements of every tensor in the folder's ``*.safetensors`` headers (0 when there are none or one is bad)."""
+    import json
+    import math
+
+    total = 0
+    for path in sorted(folder.glob("*.safetensors")):
+        try:
+            with open(path, "rb") as fh:
+                size = int.from_bytes(fh.read(8), "little")
+                header = json.loads(fh.read(size)) if 0 < size < 100_000_000 else None
+        except (OSError, ValueError):
+            return 0
+        if not isinstance(header, dict):
+            return 0
+        total += sum(math.prod(entry.get("shape", [])) for name, entry in header.items()
+                     if name != "__metadata__" and isinstance(entry, dict))
+    return total
 
 
 @dataclass(frozen=True)

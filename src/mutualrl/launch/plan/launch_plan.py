@@ -318,7 +318,8 @@ def make_launch_plan(
     disk = disk_plan(config, plans, RunPaths(run_dir).policies)
     warnings += check_disk(disk, refuse=not (simulate or dry_run), force=launch.force)
     if simulate and node.gpu_memory_gib is None and node.gpus > 0:
-        warnings.append("memory check skipped: GPU memory is unknown for a simulated node")
+        warnings.append("memory check skipped: GPU memory is unknown for a simulated node (--gpus); give it with "
+                        "--gpu-memory GIB (e.g. --gpu-memory 80 for an 80 GiB card)")
     return LaunchPlan(
         run_dir=str(run_dir),
         pool=config.pool.name,

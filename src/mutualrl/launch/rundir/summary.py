@@ -180,6 +180,19 @@ def print_comparison(comparison: dict[str, Any], console: Console) -> None:
 MAX_REASON_CHARS = 2000
 
 
+def resume_hint(paths: RunPaths) -> str:
+    """The checkpoint an interrupted run goes on from, and the exact command that does it."""
+    import shlex
+
+    from mutualrl.launch.rundir.resume import common_checkpoint
+
+    policies = sorted(p.name for p in paths.policies.iterdir() if p.is_dir()) if paths.policies.is_dir() else []
+    step = common_checkpoint(paths, policies) if policies else None
+    saved = (f"checkpoint-{step} of every policy ({paths.policies}/<policy>/checkpoint-{step})" if step is not None
+             else "its start (no checkpoint was saved yet)")
+    return f"to go on from {saved}: mutualrl train --resume -o {shlex.quote(str(paths.root))}"
+
+
 def print_failure(outcome: Any, paths: RunPaths, console: Console) -> None:
     """Why the run stopped: bounded, whatever a worker (or another machine) reported."""
     if len(outcome.reason) > MAX_REASON_CHARS:
@@ -190,6 +203,8 @@ def print_failure(outcome: Any, paths: RunPaths, console: Console) -> None:
         return
     if outcome.failed_policy is None:
         console.print(f"[bold red]run stopped:[/] {outcome.reason}", highlight=False)
+        if outcome.reason == "interrupted":
+            console.print(resume_hint(paths), highlight=False, soft_wrap=True)
         return
     console.print(f"[bold red]policy {outcome.failed_policy} failed:[/] {outcome.reason}; the other policies were "
                   "stopped.", highlight=False)
