@@ -116,3 +116,13 @@ def test_the_skipped_memory_check_of_a_simulated_node_names_gpu_memory(tmp_path:
     plan = dry_run("qwen-phi4", gpus=8, run_dir=tmp_path)
     [warning] = [w for w in plan.warnings if "memory check skipped" in w]
     assert "--gpu-memory GIB" in warning
+
+
+def test_the_readme_says_where_mutualrl_is_before_its_first_bare_command_and_cites_the_paper_by_arxiv_id() -> None:
+    import re
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    lines = readme.splitlines()
+    first_bare = next(i for i, line in enumerate(lines) if re.match(r"mutualrl \w", line))
+    assert "source .venv/bin/activate" in "\n".join(lines[:first_bare])
+    assert "arXiv:2605.07244" in readme and "shared/paper" not in readme
