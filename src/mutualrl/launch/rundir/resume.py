@@ -21,7 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.run_folder import RunPaths
+from mutualrl.see.consumption_log import CONSUMED_DIR
+from mutualrl.see.files import FAILED_DIR, HEARTBEAT_DIR, STEP_DIR_RE
 from mutualrl.training.checkpoint_files import checkpoint_problem
+
+EXCHANGE_ENTRY_RE = re.compile(rf"{STEP_DIR_RE.pattern}|^(?:{FAILED_DIR}|{HEARTBEAT_DIR}|{CONSUMED_DIR})$")
+"""What an exchange writes in its folder: the rest of a ``see.dir`` is not the run's to remove."""
 
 # Dotted prefixes a resumed run may change (the rest of the config is the run's identity).
 # `grpo.max_steps` (or `schedule.max_steps`) also sets the length of the learning-rate schedule from the resumed step on.
@@ -111,14 +116,24 @@ def common_checkpoint(paths: RunPaths, policies: list[str], max_steps: int | Non
 
 
 def clear_training_outputs(paths: RunPaths, see_root: Path) -> None:
-    """Forget every step of a run that has no checkpoint yet (prompts, config and logs stay)."""
+    """Forget every step of a run that has no checkpoint yet (prompts, config and logs stay). An exchange outside
+    the run folder (``see.dir``, which a config names: any folder) loses only what an exchange writes there."""
     for target in paths.training_outputs():
-        if target.is_symlink() or target.is_file():
-            target.unlink()
-        elif target.is_dir():
-            shutil.rmtree(target)
-    if see_root.is_dir():
+        remove(target)
+    if see_root.is_dir() and see_root.resolve().is_relative_to(paths.root.resolve()):
         shutil.rmtree(see_root)
+    elif see_root.is_dir():
+        for child in see_root.iterdir():
+            if EXCHANGE_ENTRY_RE.match(child.name):
+                remove(child)
+
+
+def remove(target: Path) -> None:
+    """A file, a folder or a link (removed, never followed)."""
+    if target.is_symlink() or target.is_file():
+        target.unlink()
+    elif target.is_dir():
+        shutil.rmtree(target)
 
 
 def restart_command(processes: list[Any], paths: RunPaths, policy: str) -> tuple[list[str], int | None]:
