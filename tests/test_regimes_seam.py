@@ -48,7 +48,7 @@ class FakeTrainer:
 
     def __init__(self, tokenizer, max_completion_length=8):
         self.args = SimpleNamespace(seed=7, steps_per_generation=1, num_iterations=1, gradient_accumulation_steps=1)
-        self.state = SimpleNamespace(max_steps=3, log_history=[])
+        self.state = SimpleNamespace(max_steps=3, global_step=0, log_history=[])
         self.accelerator = FakeRanks()
         self.model = torch.nn.Linear(1, 1)
         self.processing_class = tokenizer

@@ -76,6 +76,7 @@ class TrainStateView(Protocol):
     """The fields of Transformers' ``TrainerState`` a regime reads."""
 
     max_steps: int
+    global_step: int  # optimizer steps done (HACPO's stepwise clipping counts the updates of one generation)
     log_history: list[dict[str, Any]]
 
 
