@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import typer
@@ -17,21 +18,30 @@ def plot(
     out: Path | None = typer.Option(None, "--out", help="Folder for the PNG files (default: first run's plots/)."),
     smooth: float = typer.Option(
         0.3, "--smooth", min=0.0, max=1.0, help="EMA weight for training curves with more than 20 points (0 or 1: raw only)."),
+    allow_mixed: bool = typer.Option(
+        False, "--allow-mixed",
+        help="Draw runs of different pools or tasks together (refused by default: their curves are not comparable)."),
 ) -> None:
     """Plot validation reward@1, training reward, entropy, KL and regime metrics per policy.
 
     Figures follow the paper's: validation reward@1 and training reward per policy with one line per run
     (regime), entropy and KL ("optimization signatures"), and regime metrics such as the SGT gate rate.
+    Runs of different pools or tasks are refused unless --allow-mixed.
     """
     from mutualrl.evaluation.plots import plot_runs, summary_rows
 
     out_dir = check_output_path(out or (run_dirs[0] / "plots"), "--out", kind="folder")
     alpha = smooth if 0 < smooth < 1 else None
-    written = plot_runs(run_dirs, out_dir, smooth=alpha)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        written = plot_runs(run_dirs, out_dir, smooth=alpha, allow_mixed=allow_mixed)
+        rows = summary_rows(run_dirs)
+    say_warnings(caught)
     table = Table(title="Validation reward@1 (greedy)", title_justify="left")
     for col in ("run", "policy", "No Train (step)", "final (step)", "best", "last train reward"):
-        table.add_column(col, justify="left" if col in ("run", "policy") else "right")
-    for row in summary_rows(run_dirs):
+        named = col in ("run", "policy")  # a run's label folds, not cut to "smol/standa…" on 80 columns
+        table.add_column(col, justify="left" if named else "right", overflow="fold" if named else "ellipsis")
+    for row in rows:
         first = f"{fmt_number(row['first'])} ({row['first_step']})" if row["first"] is not None else NO_VALUE
         final = f"{fmt_number(row['final'])} ({row['final_step']})" if row["final"] is not None else NO_VALUE
         table.add_row(row["run"], row["policy"], first, final, fmt_number(row["best"]),
@@ -41,3 +51,16 @@ def plot(
         console.print("[yellow]no metrics to plot yet[/]")
     for path in written:
         console.print(f"wrote {path}", highlight=False)
+
+
+def say_warnings(caught: list[warnings.WarningMessage]) -> None:
+    """mutualrl's own warnings (damaged metric lines, runs drawn although they differ) as one line each, once;
+    a library's warning as Python shows it."""
+    ours = []
+    for warning in caught:
+        if "mutualrl" in Path(warning.filename).parts:
+            ours.append(str(warning.message))
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    for message in dict.fromkeys(ours):
+        console.print(f"[yellow]warning:[/] {message}", highlight=False)

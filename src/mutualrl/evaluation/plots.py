@@ -1,29 +1,31 @@
 """PNG figures of training runs, in the style of the paper's figures.
 
 Read from each run folder's merged metrics (train and eval lines, see
-docs/run-layout.md), ``run.json`` and ``config.yaml``; several runs are overlaid, one colour, dash pattern
-and marker per run (labelled by regime, e.g. standalone / prp / xgrpo / sgt; :mod:`.plot_style`):
+docs/run-layout.md), ``run.json`` and ``config.yaml`` (:mod:`.plotted_runs`); several runs of one pool and
+task are overlaid. In every figure a panel is a policy (and a metric), and colour, dash pattern and marker mean
+the run (labelled by regime, e.g. standalone / prp / xgrpo / sgt; :mod:`.plot_style`); panels of one quantity
+share a y range, and titles and y labels are words (:mod:`.metric_words`):
 
 - ``validation_reward.png`` -- validation reward@1 vs step, one panel per policy plus
-  their average (paper Fig. "probe comparison", top row); step 0 is "No Train";
+  their mean (paper Fig. "probe comparison", top row); step 0 is "No Train";
 - ``validation_reward_by_task.png`` -- the same per task, when runs validate on several;
 - ``validation_reward_by_group.png`` -- the same per task group (e.g. the tiny pool's families);
 - ``training_reward.png`` -- mean training reward per policy (bottom row of that figure);
 - ``optimization.png`` -- entropy and KL per policy (Fig. "optimization signatures"); with β = 0 the KL
   panels say so;
-- ``regime_metrics.png`` -- regime metrics such as ``sgt/gate_rate`` when present, a panel per metric.
+- ``regime_metrics.png`` -- regime metrics such as the SGT gate rate when present, a panel per metric and
+  policy.
 """
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mutualrl.errors import DataError
+from mutualrl.evaluation.metric_words import UNIT, MetricWords, axis_range, metric_words
 from mutualrl.evaluation.plot_style import (
     colors,
     empty_panel,
@@ -34,107 +36,14 @@ from mutualrl.evaluation.plot_style import (
     save_with_legend,
     short_title,
 )
+from mutualrl.evaluation.plotted_runs import RunData, label_runs, load_run, mean_series, series, setup_differences
 from mutualrl.evaluation.results import GROUP_KEY_PREFIX, REWARD_KEY_SUFFIX, group_rewards
 from mutualrl.regimes.registry import all_regimes
-from mutualrl.run_folder import RunPaths, read_json, read_metric_rows
 
-OPTIMIZATION_KEYS = (("entropy", "entropy"), ("kl", "KL"))
+__all__ = ["RunData", "load_run", "mean_series", "plot_runs", "series", "summary_rows"]
 
-
-@dataclass
-class RunData:
-    path: Path
-    info: dict[str, Any]
-    train: list[dict[str, Any]] = field(default_factory=list)
-    evals: list[dict[str, Any]] = field(default_factory=list)
-    label: str = ""
-    beta: float | None = None  # grpo.beta of the run's config.yaml (None: no config to read)
-
-    @property
-    def regime(self) -> str:
-        if self.info.get("regime"):
-            return str(self.info["regime"])
-        regimes = [line.get("regime") for line in self.train + self.evals if line.get("regime")]
-        return max(set(regimes), key=regimes.count) if regimes else "run"
-
-    @property
-    def pool(self) -> str:
-        return str(self.info.get("pool") or "")
-
-    def policies(self) -> list[str]:
-        named = [p.get("name") for p in self.info.get("policies", []) if isinstance(p, dict) and p.get("name")]
-        seen = list(dict.fromkeys(named + [line["policy"] for line in self.train + self.evals if "policy" in line]))
-        return seen
-
-
-def load_run(path: str | Path) -> RunData:
-    """A run folder's metrics. Damaged lines (a run still writing, or one cut by a kill) are skipped with a
-    warning (:func:`mutualrl.run_folder.read_metric_rows`)."""
-    path = Path(path)
-    paths = RunPaths(path)
-    if not paths.metrics.is_file():
-        raise DataError(f"{path}: no {paths.metrics.name} (is it a run folder written by `mutualrl train`?)")
-    info: dict[str, Any] = {}
-    if paths.run_json.exists():
-        info = read_json(paths.run_json)  # damaged: one line naming it
-    run = RunData(path=path, info=info, beta=recipe_beta(paths.config))
-    rows, damaged = read_metric_rows(paths.metrics)
-    if damaged:
-        warnings.warn(f"{paths.metrics}: skipping {damaged} damaged line{'s' if damaged > 1 else ''}", stacklevel=2)
-    for _, row in rows:
-        kind = row.get("kind")
-        if kind not in ("train", "eval"):
-            continue  # other kinds may appear later; they are not plotted
-        for key in ("policy", "step"):
-            if key not in row:
-                raise DataError(f"{paths.metrics}: a {kind} line has no {key!r}")
-        (run.train if kind == "train" else run.evals).append(row)
-    return run
-
-
-def recipe_beta(config: Path) -> float | None:
-    """``grpo.beta`` of a run's resolved recipe (TRL's default 0 when unset); None if it cannot be read."""
-    import yaml
-
-    try:
-        grpo = (yaml.safe_load(config.read_text(encoding="utf-8")) or {}).get("grpo") or {}
-        return float(grpo.get("beta", 0.0))
-    except (OSError, yaml.YAMLError, AttributeError, TypeError, ValueError):
-        return None
-
-
-def label_runs(runs: Sequence[RunData]) -> None:
-    """Legend labels: the regime; with the pool when pools differ; with the folder name when still ambiguous."""
-    pools = {r.pool for r in runs}
-    for r in runs:
-        r.label = f"{r.pool}/{r.regime}" if len(pools) > 1 and r.pool else r.regime
-    labels = [r.label for r in runs]
-    for r in runs:
-        if labels.count(r.label) > 1:
-            r.label = f"{r.label} ({r.path.name})"
-
-
-def series(lines: list[dict[str, Any]], policy: str, key: str) -> tuple[list[int], list[float]]:
-    """(steps, values) of ``key`` for ``policy``, sorted by step; the last value wins for a repeated step."""
-    points: dict[int, float] = {}
-    for line in lines:
-        if line.get("policy") != policy or key not in line:
-            continue
-        value = line[key]
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            points[int(line["step"])] = float(value)
-    steps = sorted(points)
-    return steps, [points[s] for s in steps]
-
-
-def mean_series(lines: list[dict[str, Any]], policies: list[str], key: str) -> tuple[list[int], list[float]]:
-    """Mean over policies at the steps every policy logged (the paper's averaged panel)."""
-    per = [dict(zip(*series(lines, p, key), strict=True)) for p in policies]
-    per = [p for p in per if p]
-    if len(per) < 2:
-        return [], []
-    common = sorted(set.intersection(*(set(p) for p in per)))
-    return common, [sum(p[s] for p in per) / len(per) for s in common]
+OPTIMIZATION_KEYS = ("entropy", "kl")
+REWARD_AT_1 = "reward@1 (greedy)"
 
 
 def ema(values: list[float], alpha: float) -> list[float]:
@@ -148,6 +57,21 @@ def _panel_policies(runs: Sequence[RunData]) -> list[str]:
     return list(dict.fromkeys(p for r in runs for p in r.policies()))
 
 
+def _averaged_policies(runs: Sequence[RunData]) -> list[str]:
+    """The policies a mean panel averages: every run's, when all runs have the same ones; else none (a mean over
+    different models drawn as one line per run compared nothing)."""
+    sets = {tuple(sorted(r.policies())) for r in runs}
+    return list(runs[0].policies()) if len(sets) == 1 and len(runs[0].policies()) > 1 else []
+
+
+def _share_range(panels: Sequence[tuple[Any, list[float]]], scale: str) -> None:
+    """One y range over panels showing the same quantity (each panel with the values drawn on it)."""
+    drawn = [(ax, values) for ax, values in panels if ax.lines]
+    limits = axis_range([v for _, values in drawn for v in values], scale)
+    for ax, _ in drawn:
+        ax.set_ylim(*limits)
+
+
 def plot_metric_panels(
     runs: Sequence[RunData],
     out: Path,
@@ -155,34 +79,37 @@ def plot_metric_panels(
     kind: str,
     key: str,
     title: str,
-    ylabel: str,
-    average: bool = True,
     smooth: float | None = None,
     markers: bool = True,
 ) -> Path | None:
-    """One panel per policy (plus the mean over policies), one line per run, of metric ``key``."""
-    policies = _panel_policies(runs)
+    """One panel per policy (plus, titled as such, the mean over the policies at the steps all of them logged),
+    one line per run, of metric ``key``; every panel on the same y range."""
+    policies, words = _panel_policies(runs), metric_words(key)
     if not any(series(getattr(r, kind), p, key)[0] for r in runs for p in policies):
         return None
-    panels: list[str | None] = list(policies)
-    if average and len(policies) > 1:
-        panels.append(None)
+    averaged = _averaged_policies(runs)
+    panels: list[str | None] = [*policies, None] if averaged else list(policies)
     fig, axes = panel_grid(1, len(panels), title)
     palette, styles = colors(len(runs)), run_styles(len(runs))
     drawn: set[int] = set()
+    shown: list[tuple[Any, list[float]]] = []
     for ax, policy in zip(axes[0], panels, strict=True):
+        values_here: list[float] = []
         for r, run in enumerate(runs):
             lines = getattr(run, kind)
-            steps, values = series(lines, policy, key) if policy else mean_series(lines, run.policies(), key)
+            steps, values = series(lines, policy, key) if policy else mean_series(lines, averaged, key)
             if steps:
                 drawn.add(r)
+                values_here += values
                 _draw_series(ax, steps, values, line_kwargs(palette[r], styles[r], marker=markers, markersize=3.5),
                              smooth)
         if not ax.lines:
             empty_panel(ax)
-        ax.set_title(policy if policy else "average over policies")
+        ax.set_title(policy if policy else f"mean of the {len(averaged)} policies")
         ax.set_xlabel("step")
-        ax.set_ylabel(ylabel)
+        ax.set_ylabel(words.ylabel)
+        shown.append((ax, values_here))
+    _share_range(shown, words.scale)
     return save_with_legend(fig, run_legend([r.label for r in runs], palette, styles, sorted(drawn), markers), out)
 
 
@@ -197,45 +124,64 @@ def _draw_series(ax: Any, steps: list[int], values: list[float], kwargs: dict[st
         ax.plot(steps, values, **kwargs)
 
 
+def _logged(runs: Sequence[RunData], kind: str, policies: Sequence[str], key: str) -> bool:
+    return any(series(getattr(r, kind), p, key)[0] for r in runs for p in policies)
+
+
+def _draw_runs(ax: Any, runs: Sequence[RunData], kind: str, policy: str, key: str, smooth: float | None,
+               drawn: set[int]) -> list[float]:
+    """Every run's line of ``key`` for ``policy`` on ``ax``, in the run's colour and style; the values drawn."""
+    palette, styles = colors(len(runs)), run_styles(len(runs))
+    values_here: list[float] = []
+    for r, run in enumerate(runs):
+        steps, values = series(getattr(run, kind), policy, key)
+        if steps:
+            drawn.add(r)
+            values_here += values
+            _draw_series(ax, steps, values, line_kwargs(palette[r], styles[r], marker=True, markersize=3), smooth)
+    return values_here
+
+
+def _share_by_quantity(panels: Sequence[tuple[MetricWords, Any, list[float]]]) -> None:
+    """Panels whose metrics have the same y label and scale show one quantity: they share a y range."""
+    for quantity in dict.fromkeys((w.ylabel, w.scale) for w, _, _ in panels):
+        _share_range([(ax, values) for w, ax, values in panels if (w.ylabel, w.scale) == quantity], quantity[1])
+
+
 def plot_grid(
     runs: Sequence[RunData],
     out: Path,
     *,
     kind: str,
-    keys: list[tuple[str, str]],
+    keys: list[tuple[str, MetricWords]],
     title: str,
     smooth: float | None,
-    ylabel: str | None = None,
     empty_notes: dict[str, str] | None = None,
 ) -> Path | None:
-    """Rows = metrics (``(key, label)``), columns = policies, one line per run; ``ylabel`` defaults to the label.
+    """Rows = metrics, columns = policies, one line per run; panels of one quantity share a y range.
 
     A metric no run logged is left out, unless ``empty_notes`` names it: then its row stays, with the note
     saying why it is empty (a figure titled "entropy and KL" with no KL row hid that β was 0)."""
     policies = _panel_policies(runs)
     notes = empty_notes or {}
-    logged = [(k, lab) for k, lab in keys if any(series(getattr(r, kind), p, k)[0] for r in runs for p in policies)]
-    if not logged:
+    if not any(_logged(runs, kind, policies, k) for k, _ in keys):
         return None
-    keys = [(k, lab) for k, lab in keys if (k, lab) in logged or k in notes]
+    keys = [(k, w) for k, w in keys if _logged(runs, kind, policies, k) or k in notes]
     fig, axes = panel_grid(len(keys), len(policies), title)
-    palette, styles = colors(len(runs)), run_styles(len(runs))
     drawn: set[int] = set()
-    for row, (key, label) in enumerate(keys):
+    panels: list[tuple[MetricWords, Any, list[float]]] = []
+    for row, (key, words) in enumerate(keys):
         for col, policy in enumerate(policies):
             ax = axes[row][col]
-            for r, run in enumerate(runs):
-                steps, values = series(getattr(run, kind), policy, key)
-                if steps:
-                    drawn.add(r)
-                    _draw_series(ax, steps, values, line_kwargs(palette[r], styles[r], marker=True, markersize=3),
-                                 smooth)
+            panels.append((words, ax, _draw_runs(ax, runs, kind, policy, key, smooth, drawn)))
             if not ax.lines:
                 empty_panel(ax, notes.get(key, "no data"))
-            ax.set_title(f"{policy}: {label}")
+            ax.set_title(f"{policy}: {words.title}")
             ax.set_xlabel("step")
-            ax.set_ylabel(ylabel or label)
-    return save_with_legend(fig, run_legend([r.label for r in runs], palette, styles, sorted(drawn)), out)
+            ax.set_ylabel(words.ylabel)
+    _share_by_quantity(panels)
+    return save_with_legend(fig, run_legend([r.label for r in runs], colors(len(runs)), run_styles(len(runs)),
+                                            sorted(drawn)), out)
 
 
 def plot_metric_mosaic(
@@ -243,42 +189,39 @@ def plot_metric_mosaic(
     out: Path,
     *,
     kind: str,
-    keys: list[tuple[str, str]],
+    keys: list[tuple[str, MetricWords]],
     title: str,
     smooth: float | None,
-    columns: int = 4,
 ) -> Path | None:
-    """One panel per metric in a grid of ``columns``; a line per policy (colour) and run, each with its own dash
-    pattern and marker.
+    """A panel per (metric, policy), the policies of one metric side by side on one y range, a few metrics to a
+    row; one line per run, in the run's colour and style as in every other figure.
 
-    For the many regime metrics: a row per metric and a column per policy made a 1056x5316 px strip."""
+    For the many regime metrics: a row per metric made a 1056x5316 px strip, and a line per policy gave the line
+    styles a second meaning."""
     policies = _panel_policies(runs)
-    keys = [(k, lab) for k, lab in keys if any(series(getattr(r, kind), p, k)[0] for r in runs for p in policies)]
+    keys = [(k, w) for k, w in keys if _logged(runs, kind, policies, k)]
     if not keys:
         return None
-    cols = min(columns, len(keys))
-    rows = -(-len(keys) // cols)
-    fig, axes = panel_grid(rows, cols, title, width=3.6, height=2.7)
-    # Each (run, policy) line that has a regime metric gets its own style, so equal values stay visible.
-    lines = [(run, policy) for run in runs for policy in policies
-             if any(series(getattr(run, kind), policy, k)[0] for k, _ in keys)]
-    palette, styles = colors(len(policies)), run_styles(len(lines))
+    per_row = max(1, 6 // len(policies)) if len(policies) > 1 else 4
+    cols = len(policies) * min(per_row, len(keys))
+    rows = -(-len(keys) // per_row)
+    fig, axes = panel_grid(rows, cols, title, width=3.6, height=2.8)
     drawn: set[int] = set()
-    for n, (key, label) in enumerate(keys):
-        ax = axes[n // cols][n % cols]
-        for k, (run, policy) in enumerate(lines):
-            steps, values = series(getattr(run, kind), policy, key)
-            if steps:
-                drawn.add(k)
-                _draw_series(ax, steps, values, line_kwargs(palette[policies.index(policy)], styles[k], marker=True,
-                                                            markersize=3), smooth)
-        ax.set_title(short_title(label), fontsize=9)
-        ax.set_xlabel("step")
-    for n in range(len(keys), rows * cols):
+    panels: list[tuple[MetricWords, Any, list[float]]] = []
+    for n, (key, words) in enumerate(keys):
+        shown = []
+        for j, policy in enumerate(policies):
+            ax = axes[n // per_row][(n % per_row) * len(policies) + j]
+            shown.append((ax, _draw_runs(ax, runs, kind, policy, key, smooth, drawn)))
+            if not ax.lines:
+                empty_panel(ax)
+            ax.set_title(short_title(f"{policy}: {words.title}"), fontsize=9)
+            ax.set_xlabel("step")
+            ax.set_ylabel(short_title(words.ylabel, 26), fontsize=8)
+        _share_range(shown, words.scale)  # per metric: two metrics may share a label, not a meaning
+    for n in range(len(keys) * len(policies), rows * cols):
         axes[n // cols][n % cols].set_visible(False)
-    several_runs = len({id(lines[k][0]) for k in drawn}) > 1
-    labels = [f"{run.label}: {policy}" if several_runs else policy for run, policy in lines]
-    return save_with_legend(fig, run_legend(labels, [palette[policies.index(p)] for _, p in lines], styles,
+    return save_with_legend(fig, run_legend([r.label for r in runs], colors(len(runs)), run_styles(len(runs)),
                                             sorted(drawn)), out)
 
 
@@ -290,27 +233,31 @@ def kl_note(runs: Sequence[RunData]) -> str:
     return "no KL logged (TRL logs kl only when grpo.beta > 0)"
 
 
-def _task_keys(runs: Sequence[RunData]) -> list[str]:
+def _task_keys(runs: Sequence[RunData]) -> list[tuple[str, MetricWords]]:
     """Per-task validation keys; none when there is a single task (it would repeat the overall figure)."""
-    keys = []
+    keys: list[str] = []
     for r in runs:
         for line in r.evals:
             for k in line:
                 if (k.startswith("eval/") and k.endswith("/reward@1") and k != "eval/reward@1"
                         and not k.startswith(GROUP_KEY_PREFIX) and k not in keys):
                     keys.append(k)
-    return keys if len(keys) > 1 else []
+    if len(keys) < 2:
+        return []
+    return [(k, MetricWords(f"task {k[len('eval/'):-len('/reward@1')]}", REWARD_AT_1, UNIT)) for k in keys]
 
 
-def _group_keys(runs: Sequence[RunData]) -> list[tuple[str, str]]:
-    """``(eval/group/<g>/reward@1, g)`` for every task group the runs validated (e.g. the tiny pool's families)."""
+def _group_keys(runs: Sequence[RunData]) -> list[tuple[str, MetricWords]]:
+    """``eval/group/<g>/reward@1`` for every task group the runs validated (e.g. the tiny pool's families)."""
     groups = sorted({g for r in runs for line in r.evals for g in group_rewards(line)})
-    return [(f"{GROUP_KEY_PREFIX}{g}{REWARD_KEY_SUFFIX}", g) for g in groups]
+    return [(f"{GROUP_KEY_PREFIX}{g}{REWARD_KEY_SUFFIX}", MetricWords(f"group {g}", REWARD_AT_1, UNIT))
+            for g in groups]
 
 
-def regime_metric_label(key: str) -> str:
-    """``sgt/gate_rate`` -> ``SGT gate rate`` (the regime's ``titles``); unknown keys are shown as logged."""
-    return next((spec.title_keys[key] for spec in all_regimes() if key in spec.title_keys), key)
+def regime_metric_words(key: str) -> MetricWords:
+    """``sgt/gate_rate`` -> ``SGT gate rate`` with its y label; a user's regime metric by its spec's ``titles``."""
+    titled = next((spec.title_keys[key] for spec in all_regimes() if key in spec.title_keys), None)
+    return metric_words(key, titled)
 
 
 def regime_prefixes() -> tuple[str, ...]:
@@ -330,30 +277,43 @@ def _regime_keys(runs: Sequence[RunData]) -> list[str]:
     return keys
 
 
-def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, smooth: float | None = 0.3) -> list[Path]:
-    """Write every figure that the runs have data for into ``out_dir``; returns the files written."""
+def check_comparable(runs: Sequence[RunData], allow_mixed: bool) -> list[str]:
+    """Refuse runs on different pools or tasks (their curves are not comparable) unless ``allow_mixed``; then
+    return the differences, for the caller to say."""
+    differences = setup_differences(runs)
+    if differences and not allow_mixed:
+        raise DataError(f"the runs differ in {'; '.join(differences)}: their curves are not comparable "
+                        "(pass --allow-mixed to draw them together anyway)")
+    return differences
+
+
+def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, smooth: float | None = 0.3,
+              allow_mixed: bool = False) -> list[Path]:
+    """Write every figure that the runs have data for into ``out_dir``; returns the files written.
+
+    Runs on different pools or tasks raise :class:`DataError` unless ``allow_mixed`` (then a warning)."""
     runs = [load_run(d) for d in run_dirs]
     if not runs:
         raise DataError("no run folders given")
+    for difference in check_comparable(runs, allow_mixed):
+        warnings.warn(f"drawing runs that differ in {difference}", stacklevel=2)
     label_runs(runs)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = [
         plot_metric_panels(runs, out_dir / "validation_reward.png", kind="evals", key="eval/reward@1",
-                           title="Validation reward@1 (greedy; step 0 = No Train)", ylabel="reward@1"),
-        plot_grid(runs, out_dir / "validation_reward_by_task.png", kind="evals",
-                  keys=[(k, k[len("eval/"):-len("/reward@1")]) for k in _task_keys(runs)],
-                  title="Validation reward@1 per task", smooth=None, ylabel="reward@1"),
-        plot_grid(runs, out_dir / "validation_reward_by_group.png", kind="evals",
-                  keys=_group_keys(runs),
-                  title="Validation reward@1 per task group", smooth=None, ylabel="reward@1"),
+                           title="Validation reward@1 (greedy; step 0 = No Train)"),
+        plot_grid(runs, out_dir / "validation_reward_by_task.png", kind="evals", keys=_task_keys(runs),
+                  title="Validation reward@1 per task", smooth=None),
+        plot_grid(runs, out_dir / "validation_reward_by_group.png", kind="evals", keys=_group_keys(runs),
+                  title="Validation reward@1 per task group", smooth=None),
         plot_metric_panels(runs, out_dir / "training_reward.png", kind="train", key="reward_mean",
-                           title="Training reward (mean over rollouts)", ylabel="reward", smooth=smooth,
-                           markers=False),
-        plot_grid(runs, out_dir / "optimization.png", kind="train", keys=list(OPTIMIZATION_KEYS),
+                           title="Training reward (mean over the step's rollouts)", smooth=smooth, markers=False),
+        plot_grid(runs, out_dir / "optimization.png", kind="train",
+                  keys=[(k, metric_words(k)) for k in OPTIMIZATION_KEYS],
                   title="Optimization signatures: entropy and KL", smooth=smooth, empty_notes={"kl": kl_note(runs)}),
         plot_metric_mosaic(runs, out_dir / "regime_metrics.png", kind="train",
-                           keys=[(k, regime_metric_label(k)) for k in _regime_keys(runs)],
+                           keys=[(k, regime_metric_words(k)) for k in _regime_keys(runs)],
                            title="Regime metrics", smooth=smooth),
     ]
     return [p for p in written if p is not None]
