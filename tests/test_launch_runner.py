@@ -47,7 +47,7 @@ FAKE_WORKER = textwrap.dedent('''
     if mode == "wait-for-peers":  # like a SEE barrier: leave as soon as a peer is marked failed
         # reached the barrier after its peer's last step: its progress is the newer (a loaded box can start
         # the peer late, and then the waiting policy, not the stalled one, would be the longest still)
-        deadline = time.time() + 10
+        deadline = time.time() + 60  # a box loaded by other tests can take over 10 s to start the peer
         while time.time() < deadline and len(list((run / "status").glob("*.json"))) < 2:
             time.sleep(0.05)
         tmp.write_text(json.dumps({"policy": name, "step": steps, "max_steps": steps, "phase": "waiting for peers"}))
