@@ -79,3 +79,71 @@ def test_fsdp_is_refused_so_no_resume_unpickles_its_checkpoint_index(setting: st
 
     with pytest.raises(ConfigError, match="launch.deepspeed"):
         load_config("tiny", overrides=[setting])
+
+
+@pytest.fixture
+def joining(monkeypatch: pytest.MonkeyPatch):
+    """``run_machine`` of machine 1 of 2 with the session and the pool loop stood in for: the plan it would run is
+    kept in the returned list instead of started."""
+    from rich.console import Console
+
+    from mutualrl.api import load_config
+    from mutualrl.launch import join
+
+    started: list = []
+    monkeypatch.setattr(join, "addresses", lambda session: None)
+    monkeypatch.setattr(join, "check_same_plan", lambda mine, machine0: None)
+    monkeypatch.setattr(join, "run_pool", lambda config, plan, *rest: started.append(plan))
+    own = load_config("tiny", overrides=["launch.nodes=2", "launch.machine_rank=1"])
+
+    def run(paths: RunPaths) -> list:
+        from mutualrl.launch.plan import launch_plan
+
+        monkeypatch.setattr(launch_plan.LaunchPlan, "read", staticmethod(lambda root: None))
+        join.run_machine(own, paths, Console(quiet=True), {}, None)
+        return started
+
+    return run
+
+
+def test_a_joining_machine_does_not_take_trust_remote_code_from_the_shared_folder(stored_run, joining) -> None:
+    """Machine K > 0 plans the shared folder's stored config: that config alone does not switch shipped code on."""
+    paths = stored_run("grpo.trust_remote_code=true", "launch.nodes=2")
+    with pytest.raises(UsageError, match=r"config\.yaml: grpo\.trust_remote_code is on"):
+        joining(paths)
+    assert joining(stored_run("launch.nodes=2"))  # control: a shared config without it is planned and run
+
+
+def test_a_joining_machine_checks_the_shared_config_as_a_recipe(stored_run, joining) -> None:
+    """A field no recipe may set (FSDP, whose checkpoints a resume unpickles) written into the shared config."""
+    import yaml
+
+    from mutualrl.config.typed import ConfigError
+
+    paths = stored_run("launch.nodes=2")
+    header, body = paths.config.read_text().split("\n", 1)
+    data = yaml.safe_load(body)
+    data["grpo"]["fsdp"] = "full_shard"
+    paths.config.write_text(header + "\n" + yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ConfigError, match="fsdp"):
+        joining(paths)
+
+
+def test_only_functions_this_process_shipped_are_handed_to_workers(tmp_path: Path) -> None:
+    """A ``by-value:`` name that only a config holds (a joining machine's shared folder, a tampered run) gets no
+    digest in the workers' environment: the digest would come from the folder whose pickle it is meant to check."""
+    import dataclasses
+    import hashlib
+    import json
+
+    from mutualrl.api import load_config
+    from mutualrl.launch.plan.launch_plan import make_launch_plan
+    from mutualrl.tasks.shipped_rewards import SHIPPED_ENV, ship_by_value
+
+    own = ship_by_value(lambda completions, **kw: [1.0] * len(completions))
+    foreign = f"by-value:evil:{hashlib.sha256(b'a pickle the folder holds').hexdigest()}"
+    config = load_config("tiny")
+    config = dataclasses.replace(config, task=dataclasses.replace(config.task, reward_funcs=[own, foreign]))
+    plan = make_launch_plan(config, tmp_path / "run", gpus=0, cpu_cores=2, ram_gib=1000.0, dry_run=True)
+    handed = [json.loads(spec.env[SHIPPED_ENV]) for spec in plan.specs]
+    assert handed and all(set(files) == {own.rpartition(":")[2]} for files in handed)

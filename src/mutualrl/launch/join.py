@@ -57,6 +57,11 @@ def run_machine(config: RunConfig, paths: RunPaths, console: Console, session: d
         if mine != theirs:
             raise UsageError(f"machine 0 runs {paths.root} with {what} {theirs!r}, this launcher asks for "
                              f"{mine!r}: start every machine with the same options")
+    from mutualrl.config.validate import validate_run_config
+    from mutualrl.pools.loading import refuse_stored_remote_code, trusts_remote_code
+
+    stored = validate_run_config(stored, str(paths.config))  # the shared folder's settings, checked as a recipe's
+    refuse_stored_remote_code(stored, bool(trusts_remote_code(config)), paths.root)  # this machine's command says
     run_config = replace(stored, launch=replace(stored.launch, machine_rank=machine))
     plan = make_launch_plan(run_config, paths.root, gpus=run_config.launch.gpus, addresses=addresses(session))
     check_same_plan(plan, LaunchPlan.read(paths.root))

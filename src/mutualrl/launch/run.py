@@ -32,7 +32,7 @@ from mutualrl.launch.rundir.record import (
 from mutualrl.launch.rundir.resume import ConfigChange, changes_training
 from mutualrl.launch.supervise.pool import run_pool
 from mutualrl.launch.supervise.signals import raise_if_interrupted, stop_signals
-from mutualrl.pools.loading import refuse_stored_remote_code
+from mutualrl.pools.loading import refuse_stored_remote_code, sets_remote_code
 from mutualrl.run_folder import RunPaths, read_json
 
 
@@ -108,7 +108,7 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
         check_resume_inputs(RunPaths(given.parent))  # its user code and data copy as recorded, before any import
     if options.resume and options.pool is None and given is not None and given.is_file():
         loaded = load(str(given))  # the folder is known: its own settings, the recipe is not read
-        refuse_stored_remote_code(loaded.config, options.overrides, given.parent)
+        refuse_stored_remote_code(loaded.config, sets_remote_code(options.overrides), given.parent)
         return checked(loaded)
     if options.resume and options.pool is None and given is not None and given.parent.is_dir():
         raise UsageError(f"--resume: {given.parent} holds no run to resume (no config.yaml: its start failed "
@@ -121,7 +121,7 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
         check_resume_inputs(RunPaths(stored.parent))
         recipe_pool = loaded.config.pool.name
         loaded = load(str(stored))
-        refuse_stored_remote_code(loaded.config, options.overrides, stored.parent)
+        refuse_stored_remote_code(loaded.config, sets_remote_code(options.overrides), stored.parent)
         if options.pool is not None and recipe_pool != loaded.config.pool.name:
             raise UsageError(f"--resume: {stored.parent} is a run of pool {loaded.config.pool.name!r}, not "
                              f"{recipe_pool!r}; drop --pool to continue it, or start a new run with --output-dir")

@@ -64,19 +64,29 @@ def remote_code_note(policy: str, model: str, grpo: dict[str, Any]) -> list[str]
             ] if grpo.get("trust_remote_code") is True else []
 
 
-def refuse_stored_remote_code(config: Any, overrides: Sequence[str], run_folder: Path) -> None:
-    """``--resume`` of a run whose stored config trusts code shipped with a model: a run folder is data, and its
-    ``config.yaml`` names both the model (any folder) and the setting, so it alone would choose the code that runs.
-    Only the command running now switches it on (``--set grpo.trust_remote_code=true``, or a policy's own)."""
+def trusts_remote_code(config: Any) -> list[str]:
+    """The policies of ``config`` whose models' shipped code would run (``policy (model)``)."""
+    return [f"{p.name} ({p.model})" for p in config.pool.policies
+            if {**config.grpo, **p.grpo}.get("trust_remote_code") is True]
+
+
+def sets_remote_code(overrides: Sequence[str]) -> bool:
+    """Whether ``--set`` overrides given now switch ``trust_remote_code`` on (shared or a policy's own)."""
     from mutualrl.config.loader import parse_override
 
-    trusting = [f"{p.name} ({p.model})" for p in config.pool.policies
-                if {**config.grpo, **p.grpo}.get("trust_remote_code") is True]
     given = [parse_override(text) for text in overrides if "trust_remote_code" in text.partition("=")[0]]
-    if trusting and not any(keys[-1] == "trust_remote_code" and value is True for keys, value in given):
+    return any(keys[-1] == "trust_remote_code" and value is True for keys, value in given)
+
+
+def refuse_stored_remote_code(config: Any, trusted_now: bool, run_folder: Path) -> None:
+    """A run folder's stored config (``--resume``, a machine joining a run) that trusts code shipped with a model:
+    a run folder is data, and its ``config.yaml`` names both the model (any folder) and the setting, so it alone
+    would choose the code that runs. Only the command running now switches it on (``trusted_now``)."""
+    trusting = trusts_remote_code(config)
+    if trusting and not trusted_now:
         raise UsageError(f"{run_folder / 'config.yaml'}: {TRUST_KEY} is on for {', '.join(trusting)[:300]}: code "
                          "shipped with those models would run, and a run folder is data that does not switch it on "
-                         f"by itself; resume with --set {TRUST_KEY}=true if you trust that code")
+                         f"by itself; give --set {TRUST_KEY}=true to this command if you trust that code")
 
 
 def load_model(model: str, dtype: str = "auto", device: Any = None, trust_remote_code: bool = False) -> Any:

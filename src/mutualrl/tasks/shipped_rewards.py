@@ -87,15 +87,20 @@ def load_shipped(name: str, key: str) -> Callable[..., Any]:
 
 
 def shipped_files(names: Iterable[str], folder: Path) -> dict[str, str]:
-    """Where the launcher writes each pickled function among ``names`` (``{sha256: file}``), without writing."""
-    return {digest_of(name): str((folder / f"{digest_of(name)}.pkl").resolve()) for name in shipped_names(names)}
+    """Where the launcher writes each pickled function among ``names`` that this process shipped (``{sha256:
+    file}``), without writing. A name only a config holds (a machine joining a run, whose config and files are in
+    the shared run folder) is left out: the digest would come from the folder whose file it checks, so its workers
+    ask for the function instead."""
+    return {digest_of(name): str((folder / f"{digest_of(name)}.pkl").resolve()) for name in shipped_names(names)
+            if digest_of(name) in _SHIPPED}
 
 
 def write_shipped(names: Iterable[str], folder: Path) -> None:
     """Write this process's pickled functions among ``names`` where :func:`shipped_files` says."""
+    for name in shipped_names(names):
+        if digest_of(name) not in _SHIPPED:  # the launcher resolved every name before; one edited since is refused
+            load_shipped(name, "task.reward_funcs")
     for sha, file in shipped_files(names, folder).items():
-        if sha not in _SHIPPED:  # the launcher resolved every name before; a name edited since is refused here
-            load_shipped(f"{PREFIX}?:{sha}", "task.reward_funcs")
         folder.mkdir(parents=True, exist_ok=True)
         Path(file).write_bytes(_SHIPPED[sha][1])  # a file cut short fails the worker's digest check
 
