@@ -126,3 +126,51 @@ def test_the_readme_says_where_mutualrl_is_before_its_first_bare_command_and_cit
     first_bare = next(i for i, line in enumerate(lines) if re.match(r"mutualrl \w", line))
     assert "source .venv/bin/activate" in "\n".join(lines[:first_bare])
     assert "arXiv:2605.07244" in readme and "shared/paper" not in readme
+
+
+GROUP_REWARDS = "def half(completions, **kwargs):\n    return [0.5 if str(c) else 0.0 for c in completions]\n"
+
+
+@pytest.mark.slow
+def test_a_group_column_breaks_results_down_by_its_values(tmp_path: Path, monkeypatch) -> None:
+    import json
+    import sys
+
+    from mutualrl.cli.eval_cmd import group_lines, run_eval_command
+    from mutualrl.errors import DataError
+    from mutualrl.evaluation.results import ModelEvalResult, PromptResult, group_rewards
+    from mutualrl.tasks.registry import task_from_config, task_groups
+
+    (tmp_path / "group_rewards.py").write_text(GROUP_REWARDS)
+    (tmp_path / "data").mkdir()
+    rows = [{"prompt": f"{i}+1=", "answer": str(i + 1), "level": ("easy", "hard")[i % 2]} for i in range(8)]
+    for split in ("train", "test"):
+        (tmp_path / "data" / f"{split}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "group_rewards", raising=False)
+
+    # validation in a worker: eval/group/<value>/reward@1, which the end-of-run table shows per group
+    config = load_run_config("tiny", overrides=["task.name=dataset", "task.source=data", "task.group_column=level",
+                                                "task.reward_funcs=[group_rewards.half]"]).config
+    examples = task_from_config(config.task).load("test", "data")
+    group_of = task_groups(config.task.name, examples, config.task.group_column)
+    assert sorted(set(group_of.values())) == ["easy", "hard"]
+    result = ModelEvalResult("m", [PromptResult(e.prompt_id, e.task, "", "", "", None, float(i % 2 == 0))
+                                   for i, e in enumerate(examples)])
+    assert group_rewards(result.metrics(group_of=group_of)) == {"easy": 1.0, "hard": 0.0}
+
+    # mutualrl eval of named models: --group-column
+    results, meta = run_eval_command(
+        "builtin:tiny-bpe", "dataset", limit=4, split=None, source="data", max_new_tokens=2, batch_size=None,
+        device="cpu", backend="transformers", verifier=None, chat_template=None, tokenizer=None,
+        max_prompt_tokens=None, log=Console(file=io.StringIO()), bars=False, reward_funcs=["group_rewards.half"],
+        group_column="level")
+    assert meta["groups"]["column"] == "level" and set(meta["groups"]["reward@1"]["tiny-bpe"]) == {"easy", "hard"}
+    assert group_lines(meta)[0] == "\nreward@1 by level:" and group_lines(meta)[1].startswith("  tiny-bpe: easy ")
+
+    # a column the rows lack is refused before the launch (the dry run too)
+    options = TrainOptions(pool="tiny", output_dir=tmp_path / "run", dry_run=True, overrides=[
+        "task.name=dataset", "task.source=data", "task.group_column=levl", "task.reward_funcs=[group_rewards.half]"])
+    with pytest.raises(DataError, match="task.group_column 'levl' is no column of .*its columns: answer, level"):
+        run_train(options, Console(file=io.StringIO()))

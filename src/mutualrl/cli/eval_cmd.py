@@ -73,11 +73,9 @@ def run_eval_command(
     log: Any = None,
     bars: bool = True,
     reward_funcs: list[str] | None = None,
+    group_column: str | None = None,
 ) -> tuple[list[Any], dict[str, Any]]:
-    """Resolve everything from the target (pool defaults) and the options; evaluate; return results and metadata.
-
-    Status lines go to ``log`` (a rich console; default stdout) -- callers printing JSON pass stderr.
-    """
+    """Resolve everything from the target and the options; evaluate; results and metadata (status lines: ``log``)."""
     log = log or console
     from mutualrl.evaluation.generate import scoring_label
     from mutualrl.evaluation.runner import load_suite, pick_backend, pick_device, resolve_targets, run_eval
@@ -88,7 +86,8 @@ def run_eval_command(
               or resolve_targets(target, tokenizer=tokenizer, chat_template=chat_template))
     recipe = chosen.recipe
     settings = eval_settings(recipe, suite, source=source, verifier=verifier, max_new_tokens=max_new_tokens,
-                             batch_size=batch_size, max_prompt_tokens=max_prompt_tokens, reward_funcs=reward_funcs)
+                             batch_size=batch_size, max_prompt_tokens=max_prompt_tokens, reward_funcs=reward_funcs,
+                             group_column=group_column)
     tasks, scoring = settings.tasks, settings.scoring
     own = run_held_out(chosen, tasks, split=split, source=source, limit=limit, log=log)
     with log.status(f"loading {', '.join(tasks)} prompts ..."):
@@ -133,8 +132,33 @@ def run_eval_command(
         "verifier": scoring_label(scoring),
         "dropped_too_long": dropped,
         "seconds": round(time.perf_counter() - start, 3),
+        **group_breakdown(results, examples, tasks, settings.group_column),
     }
     return results, meta
+
+
+def group_breakdown(results: list[Any], examples: list[Any], tasks: list[str], column: str | None) -> dict[str, Any]:
+    """``{"groups": {"column": ..., "reward@1": {model: {value: reward@1}}}}`` with ``task.group_column`` (or
+    ``--group-column``); empty without one. A column no row has is one line naming the columns there are."""
+    if column is None:
+        return {}
+    from mutualrl.tasks.registry import task_groups
+
+    group_of = task_groups(tasks[0], examples, column)
+    if examples and not group_of:
+        raise UsageError(f"group column {column!r}: no row evaluated has it (their columns: "
+                         f"{', '.join(sorted(examples[0].as_row()))})")
+    return {"groups": {"column": column, "reward@1": {r.name: r.reward_at_1_by_group(group_of) for r in results}}}
+
+
+def group_lines(meta: dict[str, Any]) -> list[str]:
+    """reward@1 per group of ``task.group_column``, one line per model (nothing without groups)."""
+    groups = meta.get("groups")
+    if not groups:
+        return []
+    return [f"\nreward@1 by {groups['column']}:"] + [
+        f"  {model}: " + ", ".join(f"{value} {reward:.3f}" for value, reward in by_group.items())
+        for model, by_group in groups["reward@1"].items()]
 
 
 @dataclass
@@ -149,6 +173,7 @@ class EvalSettings:
     max_new_tokens: int
     batch_size: int
     max_prompt_tokens: int | None
+    group_column: str | None = None  # results per value of this column (task.group_column, --group-column)
 
 
 def eval_settings(
@@ -161,6 +186,7 @@ def eval_settings(
     batch_size: int | None,
     max_prompt_tokens: int | None,
     reward_funcs: list[str] | None = None,
+    group_column: str | None = None,
 ) -> EvalSettings:
     """The options not given, from ``recipe`` (None for models named on the command line), then the task's own
     (its completion length), then the defaults; ``reward_funcs`` (``--reward-funcs``) score instead of the
@@ -178,6 +204,8 @@ def eval_settings(
         if max_new_tokens is None:
             max_new_tokens = recipe.validation.max_new_tokens or recipe.grpo.get("max_completion_length")
         batch_size = batch_size or recipe.validation.batch_size
+        if group_column is None and tasks == [recipe.task.name]:
+            group_column = recipe.task.group_column
     if max_new_tokens is None:
         max_new_tokens = task_completion_tokens(tasks)
     verifier = check_mode(verifier or "default")
@@ -188,7 +216,7 @@ def eval_settings(
                          f"{REWARD_FUNCS_OPTION} module.function (as task.reward_funcs in a recipe)")
     return EvalSettings(suite=suite, tasks=tasks, source=source, scoring=scoring,
                         max_new_tokens=int(max_new_tokens or 1024), batch_size=int(batch_size or 16),
-                        max_prompt_tokens=max_prompt_tokens)
+                        max_prompt_tokens=max_prompt_tokens, group_column=group_column)
 
 
 def task_completion_tokens(tasks: list[str]) -> int | None:
@@ -359,6 +387,9 @@ def eval_command(
         None, REWARD_FUNCS_OPTION, help="Score with these reward functions instead of the recipe's (comma-separated "
         "or repeated; names as in task.reward_funcs: module.function or one of TRL's), e.g. --suite dataset --source "
         "DIR --reward-funcs my_rewards.exact.", show_default=False),
+    group_column: str | None = typer.Option(
+        None, "--group-column", help="Also report reward@1 per value of this column of the rows (default: the "
+        "recipe's task.group_column).", show_default=False),
 ) -> None:
     """Evaluate models with greedy decoding (one completion per prompt) and report reward@1 per task.
 
@@ -373,6 +404,7 @@ def eval_command(
         batch_size=batch_size, device=device, backend=backend, verifier=verifier, chat_template=chat_template,
         tokenizer=tokenizer, max_prompt_tokens=max_prompt_tokens,
         reward_funcs=[name.strip() for given in reward_funcs or [] for name in given.split(",") if name.strip()],
+        group_column=group_column,
     )
     path = output or default_output(meta["label"], meta["suite"])
     save_eval_file(path, results, meta)
@@ -385,4 +417,6 @@ def eval_command(
         f"max {meta['max_new_tokens']} new tokens; {meta['seconds']:.1f}s.\n\n{table}"
     )
     console.print(table, markup=False, highlight=False)
+    for line in group_lines(meta):
+        console.print(line, markup=False, highlight=False)
     console.print(f"results: {path}\ntable:   {md_path}", highlight=False)

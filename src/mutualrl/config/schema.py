@@ -158,13 +158,9 @@ class TaskConfig:
             "Task subclass."
         },
     )
-    source: str | None = field(
-        default=None,
-        metadata={
-            "help": "Where the data comes from: a hub dataset id, a local jsonl/parquet/arrow file or folder, or "
-            "'offline' (the registry package described in the README). Default: the task's own default."
-        },
-    )
+    source: str | None = field(default=None, metadata={
+        "help": "Where the data comes from: a hub dataset id, a local jsonl/parquet/arrow file or folder, or "
+        "'offline' (the registry package described in the README). Default: the task's own default."})
     train_split: str = field(default="train", metadata={"help": "Split used for training prompts."})
     eval_split: str = field(default="test", metadata={"help": "Split used for held-out validation."})
     train_limit: int | None = field(default=None, metadata={"ge": 1, "help": "Use at most this many training prompts."})
@@ -188,6 +184,8 @@ class TaskConfig:
                   "validation (seeded by split_seed). Unset: the eval_split, or 0.1 when the source has none."},
     )
     split_seed: int = field(default=0, metadata={"help": "task 'dataset': seed of the held-out rows' draw."})
+    group_column: str | None = field(default=None, metadata={"help": "A column of your rows (task 'dataset') whose "
+        "values split held-out reward@1 into groups: in validation, the end-of-run table and `mutualrl eval`."})
     stop_after_no_reward_steps: int | None = field(default=30, metadata={"ge": 0, "help": "Stop the run when no "
         "completion of a policy scored above 0 for this many steps in a row, showing one (0 or null: never)."})
 

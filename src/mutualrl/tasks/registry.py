@@ -132,12 +132,14 @@ def resolve_suite(suite: str) -> list[str]:
     return names
 
 
-def task_groups(task_name: str, examples: list) -> dict[str, str]:
-    """``prompt_id -> group`` for the examples of a task that reports groups (empty if it has none)."""
+def task_groups(task_name: str, examples: list, column: str | None = None) -> dict[str, str]:
+    """``prompt_id -> group`` for the examples of a task that reports groups (empty if it has none); with ``column``
+    (``task.group_column``), each row's value of that column instead (rows without it are in no group)."""
     task = get_task(task_name)
     groups = {}
     for example in examples:
-        group = task.group_of(example)
+        value = example.as_row().get(column) if column else None
+        group = (None if value is None else str(value)) if column else task.group_of(example)
         if group is not None:
             groups[example.prompt_id] = group
     return groups

@@ -144,6 +144,9 @@ def check_task_columns(task: Any, task_config: Any, grpo: dict[str, Any]) -> Non
         found = None
     for columns, origin in found or ():
         check_reward_columns(spec, columns, origin)
+        if task_config.group_column is not None and task_config.group_column not in columns:
+            raise DataError(f"task.group_column {task_config.group_column!r} is no column of {origin} (its columns: "
+                            f"{', '.join(sorted(columns))})")
 
 
 def score_batch(spec: RewardSpec, prompts: Sequence[Any], completions: Sequence[Any],

@@ -192,7 +192,8 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         every_steps=validation_interval(cadence, config.validation.every_steps),  # optimizer steps
         max_new_tokens=config.validation.max_new_tokens or args.max_completion_length,
         batch_size=config.validation.batch_size, at_start=config.validation.at_start, status=status,
-        verifier=scoring, group_of=task_groups(config.task.name, eval_examples), exchange=exchange,
+        verifier=scoring, group_of=task_groups(config.task.name, eval_examples, config.task.group_column),
+        exchange=exchange,
     )
     callbacks = [MetricsCallback(paths, policy_name, config.regime.name), status, validation]
     if exchange is not None:
