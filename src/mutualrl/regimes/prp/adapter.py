@@ -30,7 +30,7 @@ from mutualrl.regimes.peers import (
     require_whole_groups,
 )
 from mutualrl.regimes.prp.spec import PRP, PRPSettings
-from mutualrl.regimes.rank_metrics import Total
+from mutualrl.regimes.rank_metrics import Quantile, Share, Total
 from mutualrl.regimes.seam import TOKEN_WEIGHTS
 
 UNSUPPORTED_KEYS = ("tool_mask", "pixel_values", "image_grid_thw", "token_type_ids", "mm_token_type_ids")
@@ -136,8 +136,16 @@ class PRPAdapter(RegimeAdapter):
 
     def peer_token_weights(self, step: PRPStep) -> torch.Tensor | None:
         """Per-token loss weights of the peer rows ``[N, T]`` (the learner's rows get 1), or None: the hook a
-        variant overrides. PRP's: none (the paper's PRP)."""
-        return None
+        variant overrides. PRP's: the importance-weight correction of its settings (``correction: none``, the
+        paper's PRP: None), :func:`~mutualrl.regimes.prp.maths.correction_weights`."""
+        from mutualrl.regimes.prp.maths import correction_weights
+
+        settings = self.settings
+        if settings.correction == "none":
+            return None
+        in_loss = step.snapshot[step.n_local:] - step.behaviour[step.n_local:]  # [N, T] log r0 at the snapshot
+        return correction_weights(step.peer_log_weights(), in_loss, step.peer_mask, settings.correction,
+                                  settings.correction_level, settings.truncation_bound, settings.filter_bound)
 
     def step_metrics(self, step: PRPStep, weights: torch.Tensor | None) -> dict[str, float]:
         """PRP's metrics of the step: the ratio diagnostics of App. "Importance-ratio distribution" and the
@@ -151,7 +159,42 @@ class PRPAdapter(RegimeAdapter):
             ratios = torch.exp(log_ratio)  # [N, T]
         stats = ratio_statistics(ratios, step.peer_mask, epsilon=self.trainer.epsilon_high)
         stats["peer_rows"] = Total(step.n_peer)
+        stats.update(self.source_metrics(step))
         return stats
+
+    def source_metrics(self, step: PRPStep) -> dict[str, float]:
+        """Per peer (the source of the rows): how off-policy its samples are for this learner, as
+        ``from/<peer>/<figure>``: ``ess`` (normalised effective sample size of the importance weights w, at the
+        correction's level), ``log_ratio_mean`` / ``log_ratio_max`` (token ``log w``), ``truncated_share`` /
+        ``filtered_share`` (of the correction's units), ``used_share`` (of the peer's samples of this step's
+        prompts, the rows that train). Only where the peers' traces are read (``w`` needs them). The ESS is not a
+        ratio of sums, so its sums are reduced over the ranks here (one collective, every rank)."""
+        from mutualrl.regimes.prp.maths import normalised_ess, source_diagnostics
+
+        if step.peer_traces is None:
+            return {}
+        settings = self.settings
+        rows = source_diagnostics(step.peer_log_weights(), step.peer_mask, settings.correction,
+                                  settings.correction_level, settings.truncation_bound, settings.filter_bound)
+        names = [name for name, _ in step.sources]
+        out: dict[str, float] = {}
+        ess_parts = []
+        for peer in self.peers:
+            index = torch.tensor([i for i, name in enumerate(names) if name == peer], dtype=torch.long)  # [n]
+            mine = {key: values[index.to(values.device)].cpu() for key, values in rows.items()}  # each [n]
+            units = mine["units"].sum().item()
+            ess_parts.append([mine["w_sum"].sum().item(), mine["w_sq_sum"].sum().item(), units])
+            out[f"from/{peer}/log_ratio_mean"] = Share(mine["log_w_sum"].sum().item(), mine["tokens"].sum().item())
+            out[f"from/{peer}/log_ratio_max"] = Quantile(mine["log_w_max"][mine["tokens"] > 0], 1.0)
+            out[f"from/{peer}/truncated_share"] = Share(mine["truncated"].sum().item(), units)
+            out[f"from/{peer}/filtered_share"] = Share(mine["filtered"].sum().item(), units)
+            out[f"from/{peer}/used_share"] = Share(mine["used"].sum().item(), step.n_local)
+        accelerator = self.trainer.accelerator
+        totals = accelerator.reduce(torch.tensor(ess_parts, dtype=torch.float64, device=accelerator.device),
+                                    reduction="sum")  # [P, 3]
+        for peer, (w_sum, w_sq_sum, units) in zip(self.peers, totals.tolist(), strict=True):
+            out[f"from/{peer}/ess"] = normalised_ess(w_sum, w_sq_sum, units)
+        return out
 
     def _pooled_advantages(self, rollouts, peers) -> tuple[PeerGroups, torch.Tensor, range, torch.Tensor]:
         """GRPO advantages over the unified candidate pool of every group: the peer groups,

@@ -12,6 +12,7 @@ decomposition of the three regimes is :mod:`mutualrl.regimes.usability`).
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -155,3 +156,104 @@ def ratio_statistics(
         "seq_clip_rate": Share(seq_outside.sum().item(), seq.numel()),
         "nan_token_frac": Share(nan_tok.sum().item(), tok.numel()),
     }
+
+
+# -- importance-weight corrections of peer rows (beyond the paper: TIS, F-TIS) ------------------------------
+Correction = Literal["none", "tis", "ftis"]
+CorrectionLevel = Literal["token", "sequence"]
+
+
+def unit_log_weights(log_w: torch.Tensor, mask: torch.Tensor, level: CorrectionLevel) -> tuple[torch.Tensor, torch.Tensor]:
+    """The log importance weights of the correction's units and which units exist.
+
+    ``token``: each masked token's ``log w_t`` (``[N, T]``); ``sequence``: each response's
+    ``log W = Σ_t log w_t`` over its masked tokens (``[N, 1]``), one weight for all its tokens.
+    """
+    check_float("log_w", log_w, 2, "[N, T]")
+    check_same_shape("mask", mask, "log_w", log_w)
+    m = mask.bool()
+    masked = torch.where(m, log_w, torch.zeros_like(log_w))  # [N, T]
+    if level == "token":
+        return masked, m
+    if level == "sequence":
+        return masked.sum(dim=1, keepdim=True), m.any(dim=1, keepdim=True)  # [N, 1], bool [N, 1]
+    raise ValueError(f"correction level must be 'token' or 'sequence'; got {level!r}")
+
+
+def corrected_log_weights(unit_log_w: torch.Tensor, correction: Correction, truncation_bound: float,
+                          filter_bound: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``log T(w)`` of each unit, and which units were truncated and which filtered.
+
+    - ``none``: ``T(w) = w``;
+    - ``tis`` (truncated IS): ``T(w) = min(w, C)``, ``C = truncation_bound``;
+    - ``ftis`` (filtered and truncated): ``T(w) = 0`` where ``w > F`` (``F = filter_bound``: the unit is
+      dropped), else ``min(w, C)``.
+
+    With ``C = F = inf`` every correction is ``T(w) = w``.
+    """
+    log_c, log_f = math.log(truncation_bound), math.log(filter_bound)
+    none = torch.zeros_like(unit_log_w, dtype=torch.bool)  # bool, unit_log_w's shape
+    if correction == "none":
+        return unit_log_w, none, none
+    truncated = unit_log_w > log_c
+    capped = torch.clamp(unit_log_w, max=log_c)
+    if correction == "tis":
+        return capped, truncated, none
+    if correction == "ftis":
+        filtered = unit_log_w > log_f
+        return torch.where(filtered, torch.full_like(capped, -math.inf), capped), truncated & ~filtered, filtered
+    raise ValueError(f"correction must be 'none', 'tis' or 'ftis'; got {correction!r}")
+
+
+def correction_weights(log_w: torch.Tensor, log_ratio_in_loss: torch.Tensor, mask: torch.Tensor,
+                       correction: Correction, level: CorrectionLevel, truncation_bound: float,
+                       filter_bound: float) -> torch.Tensor:
+    """Per-token loss weights ``[N, T]`` of peer rows that make the loss's importance weight ``T(w)``.
+
+    ``w = π_snapshot / π_peer`` is the learner's importance weight of the peer's sample (``log_w``), and TRL's ratio
+    ``π_θ / π_old`` already holds ``r₀ = π_snapshot / π_old`` at the snapshot (``log_ratio_in_loss``: ``log w``
+    under the peer denominator, 0 under the learner's). The weight ``T(w) / r₀`` (per token, or per response with
+    ``W = Π_t w_t`` and ``R₀ = Π_t r₀_t`` at sequence level) multiplies the per-token policy loss, so at the
+    snapshot the loss weighs the sample by ``T(w)`` and its gradient is ``T(w)·∇log π_θ·A`` while TRL's PPO
+    clip is unchanged. Under the peer denominator and ``C = inf`` (``tis``) the weight is exactly 1: today's PRP.
+    Outside ``mask`` the weight is 1 (those tokens are not in the loss).
+    """
+    check_same_shape("log_ratio_in_loss", log_ratio_in_loss, "log_w", log_w)
+    units, exists = unit_log_weights(log_w, mask, level)  # [N, T] or [N, 1]
+    in_loss, _ = unit_log_weights(log_ratio_in_loss, mask, level)  # [N, T] or [N, 1]
+    corrected, _, _ = corrected_log_weights(units, correction, truncation_bound, filter_bound)
+    weights = torch.exp(corrected - in_loss).expand_as(log_w)  # [N, T]
+    return torch.where(mask.bool() & exists, weights, torch.ones_like(weights))  # [N, T]
+
+
+def source_diagnostics(log_w: torch.Tensor, mask: torch.Tensor, correction: Correction, level: CorrectionLevel,
+                       truncation_bound: float, filter_bound: float) -> dict[str, torch.Tensor]:
+    """Per-row sums of how off-policy a peer's rows are, for :func:`source_metrics` (rows ``[N]``, float64).
+
+    ``w_sum``, ``w_sq_sum``, ``units``: ``Σ w``, ``Σ w²`` and the count over the correction's units (for the
+    effective sample size; ``log w`` clamped to ±150 so that ``w²`` stays finite in float64); ``log_w_sum``,
+    ``tokens``: ``Σ_t log w_t`` and the masked tokens; ``log_w_max``: the largest token ``log w`` (``-inf``
+    without tokens); ``truncated``, ``filtered``: units the correction truncated or dropped; ``used``: 1 where
+    the row keeps some weight (not every unit filtered).
+    """
+    units, exists = unit_log_weights(log_w, mask, level)  # [N, T] or [N, 1]
+    _, truncated, filtered = corrected_log_weights(units, correction, truncation_bound, filter_bound)
+    w = torch.exp(units.double().clamp(-150.0, 150.0)) * exists  # [N, T] or [N, 1]
+    m = mask.bool()
+    token_max = torch.where(m, log_w.double(), torch.full_like(log_w, -math.inf, dtype=torch.float64))  # [N, T]
+    kept = (exists & ~filtered).any(dim=1)  # bool [N]
+    return {
+        "w_sum": w.sum(dim=1), "w_sq_sum": (w * w).sum(dim=1), "units": exists.sum(dim=1).double(),
+        "log_w_sum": torch.where(m, log_w.double(), torch.zeros_like(log_w, dtype=torch.float64)).sum(dim=1),
+        "tokens": m.sum(dim=1).double(), "log_w_max": token_max.max(dim=1).values,
+        "truncated": (truncated & exists).sum(dim=1).double(), "filtered": (filtered & exists).sum(dim=1).double(),
+        "used": kept.double(),
+    }
+
+
+def normalised_ess(w_sum: float, w_sq_sum: float, units: float) -> float:
+    """Kish's effective sample size over the number of units, ``(Σ w)² / (n Σ w²)`` in ``(0, 1]``: 1 when every
+    weight is the same (on-policy samples), near ``1/n`` when one weight dominates; NaN without units."""
+    if units <= 0 or w_sq_sum <= 0:
+        return math.nan
+    return (w_sum * w_sum) / (units * w_sq_sum)

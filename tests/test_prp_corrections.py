@@ -1,0 +1,152 @@
+"""PRP's importance-weight corrections of peer rows (none, TIS, F-TIS; token or sequence level) and the per-source
+diagnostics, by hand on small tensors and through a whole PRP step over a real SEE with fake trainers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from mutualrl.regimes.prp.maths import (
+    correction_weights,
+    corrected_log_weights,
+    normalised_ess,
+    source_diagnostics,
+)
+from mutualrl.regimes.seam import TOKEN_WEIGHTS
+from test_regimes_seam import FakeTrainer, padded, pool_of, step_of
+
+W = torch.tensor([[0.5, 2.0, 5.0, 20.0]])  # [1, 4] importance weights w = snapshot / peer
+LOG_W = torch.log(W)  # [1, 4]
+MASK = torch.ones(1, 4, dtype=torch.long)  # [1, 4]
+
+
+def test_tis_caps_and_ftis_drops_then_caps_by_hand():
+    """C = 3, F = 10. TIS: min(w, 3) = [.5, 2, 3, 3], truncated [5, 20]. F-TIS: 20 > 10 dropped (0), 5 capped at 3."""
+    tis, truncated, filtered = corrected_log_weights(LOG_W, "tis", 3.0, 10.0)
+    assert torch.allclose(tis.exp(), torch.tensor([[0.5, 2.0, 3.0, 3.0]]))
+    assert truncated.tolist() == [[False, False, True, True]] and not filtered.any()
+    ftis, truncated, filtered = corrected_log_weights(LOG_W, "ftis", 3.0, 10.0)
+    assert torch.allclose(ftis.exp(), torch.tensor([[0.5, 2.0, 3.0, 0.0]]))
+    assert truncated.tolist() == [[False, False, True, False]] and filtered.tolist() == [[False, False, False, True]]
+    none, truncated, filtered = corrected_log_weights(LOG_W, "none", 3.0, 10.0)
+    assert torch.equal(none, LOG_W) and not truncated.any() and not filtered.any()
+
+
+def test_the_loss_weight_is_the_corrected_weight_over_what_the_ratio_holds():
+    """Peer denominator: TRL's ratio holds w at the snapshot, so the weight is T(w)/w: TIS [1, 1, 3/5, 3/20], F-TIS
+    [1, 1, 3/5, 0]. Learner denominator: the ratio holds 1, so the weight is T(w) itself: [.5, 2, 3, 3]."""
+    peer = correction_weights(LOG_W, LOG_W, MASK, "tis", "token", 3.0, 10.0)
+    assert torch.allclose(peer, torch.tensor([[1.0, 1.0, 0.6, 0.15]]))
+    assert torch.allclose(correction_weights(LOG_W, LOG_W, MASK, "ftis", "token", 3.0, 10.0),
+                          torch.tensor([[1.0, 1.0, 0.6, 0.0]]))
+    learner = correction_weights(LOG_W, torch.zeros_like(LOG_W), MASK, "tis", "token", 3.0, 10.0)
+    assert torch.allclose(learner, torch.tensor([[0.5, 2.0, 3.0, 3.0]]))
+
+
+def test_sequence_level_weighs_a_response_by_the_product_of_its_token_weights():
+    """Row 0: w = [2, 2] -> W = 4 > C = 3: TIS weight 3/4 on both tokens; row 1: w = [.5, 3] -> W = 1.5: weight 1.
+    F-TIS with F = 3.5: row 0 (W = 4) dropped. Row 1's padded last token (mask 0) keeps weight 1."""
+    log_w = torch.log(torch.tensor([[2.0, 2.0, 1.0], [0.5, 3.0, 7.0]]))  # [2, 3]
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0]])  # [2, 3]
+    tis = correction_weights(log_w, log_w, mask, "tis", "sequence", 3.0, 10.0)
+    assert torch.allclose(tis, torch.tensor([[0.75, 0.75, 1.0], [1.0, 1.0, 1.0]]))
+    ftis = correction_weights(log_w, log_w, mask, "ftis", "sequence", 3.0, 3.5)
+    assert torch.allclose(ftis, torch.tensor([[0.0, 0.0, 1.0], [1.0, 1.0, 1.0]]))
+
+
+@pytest.mark.parametrize("correction", ["tis", "ftis"])
+@pytest.mark.parametrize("level", ["token", "sequence"])
+def test_bound_infinity_is_todays_prp_exactly(correction, level):
+    """C = F = inf under the peer denominator: the weight is exactly 1 (``A·1 == A`` bit for bit: the trainer's loss
+    is TRL's, tests/test_regime_token_weights.py); under the learner's it is the plain importance weight w."""
+    log_w = torch.log(torch.tensor([[0.5, 2.0, 5.0e3], [1e-4, 3.0, 7.0]]))  # [2, 3]
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])  # [2, 3]
+    assert torch.equal(correction_weights(log_w, log_w, mask, correction, level, math.inf, math.inf),
+                       torch.ones(2, 3))
+    if level == "token":
+        learner = correction_weights(log_w, torch.zeros_like(log_w), mask, correction, level, math.inf, math.inf)
+        assert torch.allclose(learner, torch.where(mask.bool(), log_w.exp(), torch.ones_like(log_w)))
+
+
+def test_ess_by_hand():
+    """Kish: (Σw)² / (n Σw²). w = [1, 1, 1, 1]: 1. w = [4, 0, 0, 0]: 16 / (4·16) = 1/4. w = [.5, 2, 5, 20] (above):
+    27.5² / (4 · 429.25) = 0.44042."""
+    assert normalised_ess(4.0, 4.0, 4) == 1.0
+    assert normalised_ess(4.0, 16.0, 4) == 0.25
+    rows = source_diagnostics(LOG_W, MASK, "tis", "token", 3.0, 10.0)
+    ess = normalised_ess(rows["w_sum"].item(), rows["w_sq_sum"].item(), rows["units"].item())
+    assert ess == pytest.approx(27.5 ** 2 / (4 * 429.25))
+    assert rows["truncated"].item() == 2 and rows["log_w_max"].item() == pytest.approx(math.log(20.0))
+    assert math.isnan(normalised_ess(0.0, 0.0, 0))
+
+
+class ScoredTrainer(FakeTrainer):
+    """Log-probs that depend on the token: ``-3 - 0.05·(id mod 5)``, plus ``shift(id)`` (a distant peer)."""
+
+    def __init__(self, tokenizer, shift=None):
+        super().__init__(tokenizer)
+        self.shift = shift
+
+    def score_completions(self, model, prompt_ids, prompt_mask, completion_ids, completion_mask, batch_size=None):
+        logps = -3.0 - 0.05 * (completion_ids % 5).float()  # [B, C]
+        return logps if self.shift is None else logps + self.shift(completion_ids)  # [B, C]
+
+
+def _prp_step(tmp_path, thl_tokenizers, peer_shift, **settings):
+    """One PRP step of tiny-bpe with the peer tiny-sp, both with GPT-2's tokenizer; returns (batch, recorded)."""
+    same = {"gpt2": thl_tokenizers["gpt2"], "mistral-sp": thl_tokenizers["gpt2"]}
+    adapters = pool_of(tmp_path, same, "prp", **settings)
+    learner, peer = adapters["tiny-bpe"], adapters["tiny-sp"]
+    learner.bind(ScoredTrainer(padded(thl_tokenizers["gpt2"])))
+    peer.bind(ScoredTrainer(padded(thl_tokenizers["gpt2"]), shift=peer_shift))
+    peer_out, peer_step = step_of(peer.trainer.processing_class, [" 4", " 5", " 4", " 3"], [1.0, 0.0, 1.0, 0.0])
+    peer.publish_records(peer_out, peer_step, {})
+    out, rollouts = step_of(learner.trainer.processing_class, [" 2", " 7", " 4", " 9"], [0.0, 0.0, 1.0, 0.0])
+    merged = learner.process_step(out, rollouts)
+    return merged, {key: values[-1] for (_, key), values in learner.trainer.recorded.items()}
+
+
+def test_a_peer_that_is_the_learner_itself_has_ess_1_and_log_ratio_0(thl_tokenizers, tmp_path):
+    merged, recorded = _prp_step(tmp_path, thl_tokenizers, None, correction="tis")
+    assert recorded["prp/from/tiny-sp/ess"] == pytest.approx(1.0, abs=1e-9)
+    assert recorded["prp/from/tiny-sp/log_ratio_mean"] == pytest.approx(0.0, abs=1e-6)
+    assert recorded["prp/from/tiny-sp/log_ratio_max"] == pytest.approx(0.0, abs=1e-6)
+    assert recorded["prp/from/tiny-sp/truncated_share"] == 0.0 and recorded["prp/from/tiny-sp/used_share"] == 1.0
+    assert torch.allclose(merged[TOKEN_WEIGHTS], torch.ones_like(merged[TOKEN_WEIGHTS]))
+
+
+def test_a_distant_peer_has_a_low_ess_and_the_truncated_share_it_should(thl_tokenizers, tmp_path):
+    """The peer's log-probs are the learner's - 4 on odd token ids and + 1 on even ones (EOS, most tokens here), so
+    log w = +4 (w = e⁴ > C = 3: truncated) on the few odd ids and -1 on even ones: the truncated share is the share
+    of odd ids among the peer rows' tokens, and the ESS (Kish) follows from the two counts."""
+    def shift(ids):
+        return torch.where(ids % 2 == 1, -4.0, 1.0)  # [B, C]
+
+    merged, recorded = _prp_step(tmp_path, thl_tokenizers, shift, correction="tis", truncation_bound=3.0)
+    peer_ids = merged["completion_ids"][4:][merged["completion_mask"][4:].bool()]  # the peer rows' tokens
+    even, odd = int((peer_ids % 2 == 0).sum()), int((peer_ids % 2 == 1).sum())
+    assert even > 0 and odd > 0
+    high, low = math.exp(4.0), math.exp(-1.0)
+    ess = (odd * high + even * low) ** 2 / ((even + odd) * (odd * high ** 2 + even * low ** 2))
+    assert recorded["prp/from/tiny-sp/ess"] == pytest.approx(ess, rel=1e-5) and ess < 0.5
+    assert recorded["prp/from/tiny-sp/truncated_share"] == pytest.approx(odd / (even + odd))
+    assert recorded["prp/from/tiny-sp/log_ratio_max"] == pytest.approx(4.0, abs=1e-5)
+    assert recorded["prp/from/tiny-sp/log_ratio_mean"] == pytest.approx((4.0 * odd - even) / (even + odd), abs=1e-5)
+    weights = merged[TOKEN_WEIGHTS][4:][merged["completion_mask"][4:].bool()]  # peer denominator: min(w, 3) / w
+    assert torch.allclose(weights, torch.where(peer_ids % 2 == 1, 3.0 / high, 1.0))
+
+
+def test_ftis_drops_a_distant_peers_rows_from_the_used_share(thl_tokenizers, tmp_path):
+    """Sequence level, F = 10: every peer response has W = Π w_t far above 10 when all its tokens have log w = 3,
+    so all are dropped: used share 0, filtered share 1, every peer token weight 0."""
+    merged, recorded = _prp_step(tmp_path, thl_tokenizers, lambda ids: torch.full(ids.shape, -3.0),
+                                 correction="ftis", correction_level="sequence")
+    assert recorded["prp/from/tiny-sp/used_share"] == 0.0 and recorded["prp/from/tiny-sp/filtered_share"] == 1.0
+    assert not merged[TOKEN_WEIGHTS][4:][merged["completion_mask"][4:].bool()].any()
+
+
+def test_no_correction_adds_no_weights(thl_tokenizers, tmp_path):
+    merged, recorded = _prp_step(tmp_path, thl_tokenizers, None)
+    assert TOKEN_WEIGHTS not in merged and recorded["prp/from/tiny-sp/ess"] == pytest.approx(1.0)
