@@ -4,6 +4,7 @@ diagnostics, by hand on small tensors and through a whole PRP step over a real S
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -150,3 +151,28 @@ def test_ftis_drops_a_distant_peers_rows_from_the_used_share(thl_tokenizers, tmp
 def test_no_correction_adds_no_weights(thl_tokenizers, tmp_path):
     merged, recorded = _prp_step(tmp_path, thl_tokenizers, None)
     assert TOKEN_WEIGHTS not in merged and recorded["prp/from/tiny-sp/ess"] == pytest.approx(1.0)
+
+
+def test_the_prp_ftis_recipe_plans_on_8_gpus_as_the_corrected_arm():
+    """``mutualrl train --pool prp-ftis-2qwen --dry-run --gpus 8`` prints the plan of the paper's corrected PRP arm
+    (same placement, batches, commands at the same run folder): only the correction settings differ."""
+    import io
+
+    from rich.console import Console
+
+    from mutualrl.config import load_run_config
+    from mutualrl.launch.plan.launch_plan import make_launch_plan
+    from mutualrl.launch.plan.render import render_plan
+
+    texts = []
+    for recipe in ("prp-corrected-2qwen", "prp-ftis-2qwen"):
+        config = load_run_config(recipe, overrides=["launch.gpus=8", "launch.gpu_memory_gib=80"]).config
+        if recipe == "prp-ftis-2qwen":
+            settings = config.regime.prp
+            assert (settings.correction, settings.correction_level, settings.truncation_bound,
+                    settings.filter_bound, settings.denominator) == ("ftis", "token", 3.0, 10.0, "peer")
+        plan = make_launch_plan(config, Path("/tmp/unused-run"), simulate=True, vllm_available=True, dry_run=True)
+        out = io.StringIO()
+        render_plan(plan, Console(file=out, width=240))
+        texts.append(out.getvalue())
+    assert texts[0] == texts[1] and "on 8 GPUs" in texts[1]
