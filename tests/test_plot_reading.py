@@ -125,14 +125,19 @@ def test_line_styles_mean_the_run_in_every_figure(tmp_path: Path, figures: dict[
 
 
 def test_titles_and_y_labels_are_words(tmp_path: Path, figures: dict[str, Any]) -> None:
+    """Built-in metrics by the map of words, a per-peer PRP diagnostic by its pattern, a metric with no words yet
+    by its key in words."""
     run = write_run(tmp_path / "sgt", "sgt", steps=6)
+    edit_rows(run, lambda row: row.update({"prp/from/qwen-b/ess": 0.9, "sgt/peer_hit_rate": 0.3})
+              if row["kind"] == "train" else None)
     plots.plot_runs([run], tmp_path / "plots")
     for name, figure in figures.items():
         for ax in drawn(figure):
             assert ax["ylabel"], (name, ax["title"])
             assert "/" not in ax["title"] and "_" not in ax["title"], (name, ax["title"])  # no raw metric keys
     titles = {ax["title"].replace("\n", " ") for ax in drawn(figures["regime_metrics.png"])}
-    assert titles == {"qwen-a: SGT gate rate", "qwen-b: SGT gate rate", "qwen-a: SGT rescues", "qwen-b: SGT rescues"}
+    assert titles == {f"{policy}: {title}" for policy in ("qwen-a", "qwen-b") for title in (
+        "SGT gate rate", "SGT rescues", "PRP from qwen-b: effective sample size", "sgt: peer hit rate")}
     validation = [ax["title"] for ax in figures["validation_reward.png"]["axes"]]
     assert validation == ["qwen-a", "qwen-b", "mean of the 2 policies"]
 

@@ -66,13 +66,28 @@ METRIC_WORDS: dict[str, MetricWords] = {
 }
 
 
+#: Metrics logged per (learner, peer) as ``<regime>/from/<peer>/<metric>`` (PRP's importance-weight diagnostics).
+PER_PEER_WORDS: dict[str, MetricWords] = {
+    "ess": MetricWords("effective sample size", "ESS / samples", UNIT),
+    "log_ratio_mean": MetricWords("mean log importance ratio", "log ratio (per token)", FREE),
+    "log_ratio_max": MetricWords("largest log importance ratio", "log ratio", FREE),
+    "truncated_share": MetricWords("share truncated", "share of weights", UNIT),
+    "filtered_share": MetricWords("share filtered out", "share of weights", UNIT),
+    "used_share": MetricWords("peer rows used", "share of rows", UNIT),
+}
+
+
 def metric_words(key: str, fallback_title: str | None = None) -> MetricWords:
     """The words of ``key``; a key not in :data:`METRIC_WORDS` (a user's regime) gets ``fallback_title`` or its
     key in words (``myreg/peer_hit_rate`` -> ``myreg: peer hit rate``) and its values' own range."""
     if key in METRIC_WORDS:
         return METRIC_WORDS[key]
-    prefix, _, name = key.rpartition("/")
-    title = fallback_title or (f"{prefix}: {name.replace('_', ' ')}" if prefix else name.replace("_", " "))
+    parts = key.split("/")
+    if len(parts) == 4 and parts[1] == "from" and parts[3] in PER_PEER_WORDS:
+        words = PER_PEER_WORDS[parts[3]]
+        return MetricWords(f"{parts[0].upper()} from {parts[2]}: {words.title}", words.ylabel, words.scale)
+    named = [part.replace("_", " ") for part in parts]
+    title = fallback_title or (f"{' '.join(named[:-1])}: {named[-1]}" if len(named) > 1 else named[0])
     return MetricWords(title, "value", FREE)
 
 
