@@ -1,0 +1,150 @@
+"""HACPO's adapter (arXiv 2603.02604): PRP's pooled batch with HACPO's advantages and peer-row weights.
+
+The peer rows reach the learner as PRP's do (:class:`~mutualrl.regimes.prp.adapter.PRPAdapter`: retokenized into
+the learner's vocabulary, with the peers' THL-aligned traces). What HACPO changes, in the hooks PRP offers:
+
+- the advantages of every row, own and peers' (Sec. 3.1): :meth:`HACPOAdapter._pooled_advantages`, which also
+  keeps each policy's capability over the last ``capability_window`` steps (Eq. 9);
+- the denominator of TRL's ratio: the learner's snapshot on every row (:meth:`behaviour_logps`), so TRL's
+  sequence-level ratio is GSPO's own on the learner's rows and 1 on the peer rows at the step's first update;
+- a per-row loss weight (the seam's :meth:`token_weights`) carrying Eq. 50 on the peer rows: the discrepancy
+  coefficient (Sec. 3.2), ``s^(α+1)`` (Sec. 3.3) and the clip band, whose lower bound rises with each
+  parameter update of the step (Sec. 3.4); ``s`` is the peer row's sequence ratio to the peer's aligned trace.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import Any
+
+import torch
+
+from mutualrl.regimes.hacpo.spec import HACPO, HACPOSettings
+from mutualrl.regimes.prp.adapter import PRPAdapter, PRPStep
+from mutualrl.regimes.rank_metrics import Share
+from mutualrl.regimes.seam import TOKEN_WEIGHTS
+
+LOG_RATIO = "hacpo_log_ratio"
+"""Batch rows ``[B]``: a peer row's ``log s`` (Eq. 11, learner snapshot over the peer's aligned trace); 0 on own."""
+COEFFICIENT = "hacpo_coefficient"
+"""Batch rows ``[B]``: a peer row's discrepancy coefficient ``ω(j, k)`` (Eq. 10, or 1 when off); 1 on own rows."""
+PEER_ROW = "hacpo_peer_row"
+"""Batch rows ``[B]``: True on the peer rows."""
+
+
+class HACPOAdapter(PRPAdapter):
+    spec = HACPO
+    settings: HACPOSettings
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.capability_history: list[torch.Tensor] = []  # [M] per step, oldest first, the window's steps
+        self.coefficients = torch.ones(len(self.pool_order))  # [M] ω(j, k) of this step, by source policy
+        self.capability = torch.ones(len(self.pool_order))  # [M] smoothed capabilities of this step (Eq. 9)
+        self.ratios = torch.ones(len(self.pool_order), len(self.pool_order))  # [M, M] ω(k, j) of this step (Eq. 8)
+        self.generation_update = 0  # the trainer's optimizer steps when this step's batch was built
+
+    # -- Sec. 3.1 / 3.2: advantages and the capability behind them --------------------------------
+    def _pooled_advantages(self, rollouts, peers):
+        """PRP's pooled groups with HACPO's advantages ``[P, M, K]`` for this learner (Eqs. 6-7)."""
+        peer, _, local_groups, _ = super()._pooled_advantages(rollouts, peers)
+        learner_m = self.pool_order.index(self.policy)
+        rewards = rollouts.rewards_global.view(len(rollouts.group_prompt_ids), rollouts.num_generations)  # [P, K]
+        advantages = self.capability_step(peer.pool(rewards, learner_m), learner_m)  # [P, M, K]
+        return peer, advantages, local_groups, advantages[list(local_groups), learner_m].reshape(-1)
+
+    def capability_step(self, pool: torch.Tensor, learner_m: int) -> torch.Tensor:
+        """Add this step's capabilities to the window; the learner's advantages of the pool ``[P, M, K]``. Every
+        rank and every policy of the pool computes the same capabilities: they read the same rewards."""
+        from mutualrl.regimes.hacpo.maths import (
+            capability_advantages,
+            capability_ratios,
+            discrepancy_coefficients,
+            smoothed_capability,
+            step_capability,
+        )
+
+        settings = self.settings
+        self.capability_history = [*self.capability_history, step_capability(pool)][-settings.capability_window:]
+        capability = smoothed_capability(torch.stack(self.capability_history), settings.capability_window)  # [M]
+        ratios = capability_ratios(capability, settings.max_capability_ratio)  # [M, M]
+        self.capability, self.ratios = capability, ratios
+        ones = torch.ones_like(capability)  # [M]
+        baseline_weights = ratios[learner_m] if settings.capability_advantage else ones  # [M]
+        self.coefficients = discrepancy_coefficients(ratios, learner_m) if settings.discrepancy_coefficient else ones
+        return capability_advantages(pool, baseline_weights, learner_m, settings.std_epsilon)  # [P, M, K]
+
+    # -- Sec. 3.3 / 3.4: the peer rows' ratio and weight ---------------------------------------------
+    def behaviour_logps(self, step: PRPStep) -> torch.Tensor | None:
+        """TRL's ratio divides by the learner's snapshot on every row; the peer's trace enters through ``s``."""
+        return None if step.snapshot is None else step.snapshot.clone()  # [B+N, T]
+
+    def step_metrics(self, step: PRPStep, weights: torch.Tensor | None) -> dict[str, float]:
+        """PRP's metrics with the peer's trace as the ratio's denominator (the learner-snapshot ratio TRL sees on a
+        peer row is 1 at generation, which says nothing about how far the peer is)."""
+        traced = replace(step, behaviour=PRPAdapter.behaviour_logps(self, step))
+        return super().step_metrics(traced, weights)
+
+    def transform(self, output, rollouts, peers):
+        from mutualrl.regimes.hacpo.maths import sequence_log_ratio
+
+        step = self.pool_step(output, rollouts, peers)
+        self.generation_update = self.trainer.state.global_step
+        n_local, device = step.n_local, step.peer_mask.device
+        log_s = sequence_log_ratio(step.snapshot[n_local:], step.peer_traces, step.peer_mask)  # [N]
+        order = self.pool_order
+        sources = torch.tensor([order.index(name) for name, _ in step.sources], dtype=torch.long)  # [N]
+        coefficients = self.coefficients[sources].to(device, log_s.dtype)  # [N]
+        own = torch.zeros(n_local, dtype=log_s.dtype, device=device)  # [B]
+        step.batch[LOG_RATIO] = torch.cat([own, log_s])  # [B+N]
+        step.batch[COEFFICIENT] = torch.cat([own + 1, coefficients])  # [B+N]
+        step.batch[PEER_ROW] = torch.cat([own.bool(), torch.ones_like(log_s, dtype=torch.bool)])  # [B+N]
+        correction = self.peer_token_weights(step)  # PRP's importance-weight correction, if one is set
+        if correction is not None:
+            ones = torch.ones((n_local, step.width), dtype=correction.dtype, device=device)  # [B, T]
+            step.batch[TOKEN_WEIGHTS] = torch.cat([ones, correction])  # [B+N, T]
+        metrics = self.step_metrics(step, correction)
+        metrics.update(self.hacpo_metrics(log_s))
+        return step.batch, metrics
+
+    def clip_band(self, update_index: int) -> tuple[float, float]:
+        """The peer rows' band ``[lower, upper]`` of ``s`` at this parameter update of the step (Eqs. 13-14)."""
+        from mutualrl.regimes.hacpo.maths import stepwise_lower_bound
+
+        settings = self.settings
+        if not settings.cross_clip:
+            return 0.0, math.inf
+        return stepwise_lower_bound(settings.clip_delta, settings.clip_step, update_index), 1.0
+
+    def token_weights(self, inputs: dict[str, Any]) -> torch.Tensor | None:
+        """Eq. 50's weight on the peer rows (1 on the learner's own), times any correction weights ``[B, T]``; the
+        clip band is the one of this micro-batch's parameter update within the step."""
+        from mutualrl.regimes.hacpo.maths import cross_agent_weight
+
+        correction = super().token_weights(inputs)
+        peer_row = inputs.get(PEER_ROW)
+        if peer_row is None:
+            return correction
+        lower, upper = self.clip_band(self.trainer.state.global_step - self.generation_update)
+        weight = cross_agent_weight(inputs[LOG_RATIO], inputs[COEFFICIENT], self.settings.alpha, lower, upper)  # [B]
+        weight = torch.where(peer_row, weight, torch.ones_like(weight))  # [B]
+        rows = weight[:, None].expand(-1, inputs["completion_ids"].size(1))  # [B, T]
+        return rows if correction is None else rows * correction.to(rows.dtype)  # [B, T]
+
+    def hacpo_metrics(self, log_s: torch.Tensor) -> dict[str, float]:
+        """The learner's capability, the peers' mean capability over the learner's (Eq. 10's ω whether or not it is
+        applied), the peer rows' mean sequence ratio ``s`` and their share inside the clip band at the step's
+        first update."""
+        learner_m = self.pool_order.index(self.policy)
+        peers = [m for m in range(len(self.pool_order)) if m != learner_m]
+        lower, upper = self.clip_band(0)
+        s = torch.exp(log_s.double())  # [N]
+        inside = (s >= lower) & (s <= upper)  # [N]
+        n = s.numel()
+        return {
+            "capability": float(self.capability[learner_m]),
+            "capability_ratio": float(self.ratios[peers, learner_m].mean()),
+            "cross_ratio": Share(float(s.sum()), n),
+            "cross_kept": Share(float(inside.sum()), n),
+        }

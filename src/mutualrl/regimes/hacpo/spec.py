@@ -1,0 +1,88 @@
+"""HACPO (Zhang et al., arXiv 2603.02604, ICML 2026), a variant of PRP: settings, metrics, registration.
+
+Peers' rollouts reach the learner as PRP's do (retokenized, with their THL-aligned traces); the four mechanisms of
+the paper's Sec. 3 are :mod:`mutualrl.regimes.hacpo.maths`, the adapter
+:class:`~mutualrl.regimes.hacpo.adapter.HACPOAdapter`. Each mechanism is a setting that turns off, so the paper's
+ablations are recipes (docs/regimes.md, "HACPO").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mutualrl.regimes.prp.spec import PRPSettings
+from mutualrl.regimes.registry import RegimeSpec, register_regime
+
+
+@dataclass
+class HACPOSettings(PRPSettings):
+    """HACPO's four mechanisms (paper Sec. 3) on PRP's peer rows; the defaults are the paper's common setting
+    (App. A: K = 5, alpha = 1, lower clip bound 0.8, step 0.025)."""
+
+    capability_advantage: bool = field(
+        default=True,
+        metadata={"help": "Sec. 3.1: the learner's baseline weights each peer's rewards by capability ratio "
+                          "P_learner/P_peer (false: the plain pooled mean, the paper's 'HACPO - Adv')."},
+    )
+    discrepancy_coefficient: bool = field(
+        default=True,
+        metadata={"help": "Sec. 3.2: a peer row's advantage is scaled by P_peer/P_learner (false: by 1, the "
+                          "paper's 'HACPO - omega')."},
+    )
+    alpha: float = field(
+        default=1.0,
+        metadata={"ge": 0, "help": "Sec. 3.3: exponent of the stop-gradient factor sg[s]^alpha on a peer row's "
+                                   "sequence ratio s (0: plain sequence-level importance sampling)."},
+    )
+    cross_clip: bool = field(
+        default=True,
+        metadata={"help": "Sec. 3.4: a peer row's ratio s is clipped to [1 - clip_delta, 1]; outside it the row "
+                          "moves nothing (false: no clipping, the paper's 'no Clip')."},
+    )
+    clip_delta: float = field(
+        default=0.2,
+        metadata={"gt": 0, "le": 1, "help": "Sec. 3.4: delta, the width of the peer rows' band [1 - delta, 1] "
+                                            "(App. A's table lists the lower bound 1 - delta: 0.8)."},
+    )
+    clip_step: float = field(
+        default=0.025,
+        metadata={"ge": 0, "help": "Sec. 3.4, Eq. 14: the lower bound rises by this at each parameter update "
+                                   "within a step (0: a static band, the paper's 'no Stepwise')."},
+    )
+    capability_window: int = field(
+        default=5,
+        metadata={"ge": 1, "help": "Eq. 9: a policy's capability is its mean reward over the last K steps, this "
+                                   "one included (K = 5 in the paper)."},
+    )
+    max_capability_ratio: float = field(
+        default=10.0,
+        metadata={"ge": 1, "help": "Capability ratios are bounded to [1/x, x] (the authors' code; the paper "
+                                   "gives no bound)."},
+    )
+    std_epsilon: float = field(
+        default=1e-6, metadata={"gt": 0, "help": "Added to the joint reward standard deviation (the authors' code)."}
+    )
+
+
+def check_hacpo_settings(settings: HACPOSettings) -> tuple[str, str] | None:
+    if settings.denominator != "peer":
+        return "denominator", "must be 'peer': HACPO's ratio s divides by the peer's own probability of its response"
+    return None
+
+
+HACPO = register_regime(RegimeSpec(
+    name="hacpo",
+    help="HACPO (arXiv 2603.02604): PRP's shared rollouts with capability-aware advantages, exponential "
+         "importance sampling and stepwise clipping",
+    needs_peers=True,
+    settings_key="hacpo",
+    settings=HACPOSettings,
+    adapter="mutualrl.regimes.hacpo.adapter:HACPOAdapter",
+    status=(("cross_kept", "kept"),),
+    titles=(("capability", "HACPO capability (mean reward, last K steps)"),
+            ("capability_ratio", "HACPO peer/learner capability ratio"),
+            ("cross_ratio", "HACPO peer rows' sequence ratio s"),
+            ("cross_kept", "HACPO peer rows inside the clip band")),
+    check=check_hacpo_settings,
+    order=5,
+))

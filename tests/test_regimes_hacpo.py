@@ -1,0 +1,249 @@
+"""HACPO's maths (arXiv 2603.02604, Sec. 3 and App. E), each equation by hand on small tensors, and its limits."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from _regimes_strategies import NAN, pool_rewards
+from hypothesis import given, settings
+
+from mutualrl.regimes.hacpo.maths import (
+    CAPABILITY_FLOOR,
+    capability_advantages,
+    capability_ratios,
+    cross_agent_objective,
+    cross_agent_weight,
+    discrepancy_coefficients,
+    sequence_log_ratio,
+    smoothed_capability,
+    step_capability,
+    stepwise_lower_bound,
+)
+from mutualrl.regimes.prp.maths import prp_pooled_advantages
+
+EPS = 1e-6
+
+
+# -- 3.1: capability (Eqs. 8-9) ---------------------------------------------------------------
+def test_step_capability_is_each_policys_mean_reward():
+    # Policy 0: rewards 1, 0 | 1, 1 -> 3/4.  Policy 1: 0, 0 | 1, NaN -> 1/3 (the unscored one left out).
+    pool = torch.tensor([[[1.0, 0.0], [0.0, 0.0]], [[1.0, 1.0], [1.0, NAN]]])
+    torch.testing.assert_close(step_capability(pool), torch.tensor([0.75, 1 / 3]))
+
+
+def test_smoothed_capability_averages_the_last_k_steps():
+    history = torch.tensor([[0.5, 0.2], [0.75, NAN], [1.0, 0.4]])
+    # K = 2: steps 2-3 -> (0.75 + 1)/2 = 0.875; policy 1 scored only at step 3 -> 0.4.
+    torch.testing.assert_close(smoothed_capability(history, 2), torch.tensor([0.875, 0.4]))
+    # K = 3 (more than the window holds: all three) -> 0.75; (0.2 + 0.4)/2 = 0.3.
+    torch.testing.assert_close(smoothed_capability(history, 3), torch.tensor([0.75, 0.3]))
+    # Nothing solved, or nothing scored: the floor, so that a ratio stays finite.
+    torch.testing.assert_close(smoothed_capability(torch.tensor([[0.0, NAN]]), 5),
+                               torch.full((2,), CAPABILITY_FLOOR))
+    with pytest.raises(ValueError, match="window"):
+        smoothed_capability(history, 0)
+
+
+def test_capability_ratios_and_their_bound():
+    # P = (0.8, 0.2): omega(0, 1) = 0.8/0.2 = 4, omega(1, 0) = 1/4.
+    torch.testing.assert_close(capability_ratios(torch.tensor([0.8, 0.2])), torch.tensor([[1.0, 4.0], [0.25, 1.0]]))
+    # Bounded to [1/3, 3].
+    torch.testing.assert_close(capability_ratios(torch.tensor([0.8, 0.2]), 3.0),
+                               torch.tensor([[1.0, 3.0], [1 / 3, 1.0]]))
+
+
+# -- 3.1: the capability-aware advantage (Eqs. 6-7) ----------------------------------------------
+def test_capability_advantage_by_hand():
+    # Learner 0 rewards [1, 0], peer [0, 1]; the peer is twice as capable: omega(0, 1) = 0.5.
+    # Eq. 7: baseline = (1 + 0 + 0.5*0 + 0.5*1)/4 = 0.375 (the plain mean would be 0.5).
+    # Eq. 6: sigma_joint = std{1, 0, 0, 1} = sqrt(1/3) (Bessel), A = (r - 0.375)/(sigma + eps).
+    pool = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])
+    sigma = math.sqrt(1 / 3) + EPS
+    expected = torch.tensor([[[0.625, -0.375], [-0.375, 0.625]]]) / sigma
+    torch.testing.assert_close(capability_advantages(pool, torch.tensor([1.0, 0.5]), 0, EPS), expected)
+
+
+def test_capability_advantage_with_an_unscored_reward():
+    # Learner [1, NaN], peer [0, 1], omega(0, 1) = 0.5: baseline = (1 + 0 + 0.5)/3 = 0.5;
+    # sigma = std{1, 0, 1} = sqrt(1/3); the unscored rollout gets 0.
+    pool = torch.tensor([[[1.0, NAN], [0.0, 1.0]]])
+    sigma = math.sqrt(1 / 3) + EPS
+    expected = torch.tensor([[[0.5 / sigma, 0.0], [-0.5 / sigma, 0.5 / sigma]]])
+    torch.testing.assert_close(capability_advantages(pool, torch.tensor([1.0, 0.5]), 0, EPS), expected)
+
+
+def test_capability_advantage_guards():
+    # The learner is twice as capable: omega(0, 1) = 2.
+    weights = torch.tensor([1.0, 2.0])
+    # Learner [1, 0], peer [1, 1]: Eq. 7 gives (1 + 0 + 2 + 2)/4 = 1.25, above the best reward 1, so the
+    # learner's own mean 0.5 is the baseline; sigma = std{1, 0, 1, 1} = 0.5.
+    pool = torch.tensor([[[1.0, 0.0], [1.0, 1.0]]])
+    torch.testing.assert_close(capability_advantages(pool, weights, 0, EPS),
+                               torch.tensor([[[0.5, -0.5], [0.5, 0.5]]]) / (0.5 + EPS))
+    # All rewards equal: no signal (Eq. 7 would give 1.5 and -0.5/eps for every rollout).
+    uniform = torch.ones(1, 2, 2)
+    assert capability_advantages(uniform, weights, 0, EPS).tolist() == [[[0.0, 0.0], [0.0, 0.0]]]
+
+
+@settings(max_examples=150, deadline=None)
+@given(rewards=pool_rewards(min_m=2))
+def test_capability_ratio_one_is_plain_pooled_grpo(rewards):
+    # The limit: every capability equal -> PRP's shared-rollout GRPO advantage over the pool.
+    for learner in range(rewards.shape[1]):
+        ones = torch.ones(rewards.shape[1])
+        torch.testing.assert_close(capability_advantages(rewards, ones, learner, EPS),
+                                   prp_pooled_advantages(rewards, "group", EPS), equal_nan=True)
+
+
+# -- 3.2: the discrepancy coefficient (Eq. 10) -------------------------------------------------
+def test_discrepancy_coefficient_is_source_over_learner():
+    ratios = capability_ratios(torch.tensor([0.8, 0.2]))
+    # Learner 0 (0.8) from the weaker peer 1 (0.2): omega(1, 0) = 0.25; its own rows 1.
+    torch.testing.assert_close(discrepancy_coefficients(ratios, 0), torch.tensor([1.0, 0.25]))
+    # Learner 1 from the stronger peer 0: 4.
+    torch.testing.assert_close(discrepancy_coefficients(ratios, 1), torch.tensor([4.0, 1.0]))
+
+
+# -- 3.3: GSPO's sequence ratio (Eq. 11) and exponential importance sampling (Eq. 12) -----------
+def test_sequence_log_ratio_is_the_masked_mean():
+    learner = torch.tensor([[-1.0, -2.0, -3.0], [-0.5, 0.0, 0.0]])
+    behaviour = torch.tensor([[-1.5, -2.5, -2.0], [-1.0, 9.0, 9.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
+    # Row 0: (0.5 + 0.5 - 1)/3 = 0; row 1: 0.5/1 (the padding's 9s left out).
+    torch.testing.assert_close(sequence_log_ratio(learner, behaviour, mask), torch.tensor([0.0, 0.5]))
+    # A peer 30 nats per token less likely: clamped to 10 (the authors' bound).
+    assert sequence_log_ratio(torch.tensor([[0.0]]), torch.tensor([[-30.0]]), torch.tensor([[1]])).item() == 10.0
+
+
+# Four peer rows: s = 0.9, 0.5, 1.2, 0.85; A = 2, 1, 1, -1; omega = 1.5, 1, 1, 0.5.
+S = torch.tensor([0.9, 0.5, 1.2, 0.85])
+A = torch.tensor([2.0, 1.0, 1.0, -1.0])
+OMEGA = torch.tensor([1.5, 1.0, 1.0, 0.5])
+
+
+def test_cross_agent_objective_by_hand():
+    # Eq. 50 with alpha = 1, band [0.8, 1]: clip(s) * clip(s) * omega * A
+    #   row 0: 0.9 * 0.9 * 1.5 * 2 = 2.43;  row 1: s < 0.8 -> 0.8 * 0.8 * 1 * 1 = 0.64 (no gradient)
+    #   row 2: s > 1 -> 1 * 1 * 1 * 1 = 1 (no gradient);  row 3: 0.85^2 * 0.5 * -1 = -0.36125
+    objective = cross_agent_objective(S.log(), A, OMEGA, alpha=1.0, lower=0.8)
+    torch.testing.assert_close(objective, torch.tensor([2.43, 0.64, 1.0, -0.36125]))
+    # alpha = 0 (Eq. 12 off): clip(s) * omega * A -> 0.9 * 1.5 * 2 = 2.7.
+    assert cross_agent_objective(S.log(), A, OMEGA, alpha=0.0, lower=0.8)[0].item() == pytest.approx(2.7)
+    # No clipping (lower 0, upper inf): row 2 keeps s = 1.2 -> 1.2^2 = 1.44.
+    unclipped = cross_agent_objective(S.log(), A, OMEGA, alpha=1.0, lower=0.0, upper=math.inf)
+    assert unclipped[2].item() == pytest.approx(1.44)
+
+
+def test_cross_agent_weight_by_hand_and_as_the_objectives_gradient():
+    # w = omega * s^(alpha+1) inside the band, 0 outside: 1.5 * 0.81 = 1.215, 0, 0, 0.5 * 0.7225 = 0.36125.
+    weight = cross_agent_weight(S.log(), OMEGA, alpha=1.0, lower=0.8)
+    torch.testing.assert_close(weight, torch.tensor([1.215, 0.0, 0.0, 0.36125]))
+    # d(objective)/d(log s) = A * w, row by row (autograd through the clip and the stop-gradient).
+    log_s = S.log().requires_grad_(True)
+    cross_agent_objective(log_s, A, OMEGA, alpha=1.0, lower=0.8).sum().backward()
+    torch.testing.assert_close(log_s.grad, A * weight)
+    # alpha = 0: 1.5 * 0.9 = 1.35 on row 0; no clipping: row 2 gets 1 * 1.2^2 = 1.44.
+    assert cross_agent_weight(S.log(), OMEGA, alpha=0.0, lower=0.8)[0].item() == pytest.approx(1.35)
+    assert cross_agent_weight(S.log(), OMEGA, 1.0, 0.0, math.inf)[2].item() == pytest.approx(1.44)
+
+
+def test_weighted_gspo_gradient_equals_eq_50():
+    # What the adapter does: TRL's sequence-level loss on the learner's snapshot (ratio r = 1), its advantage
+    # times the row weight, must move the learner's log-probs as Eq. 50 over the peer's aligned trace does.
+    torch.manual_seed(0)
+    learner = (-torch.rand(3, 4) * 2).requires_grad_(True)  # [B, T]
+    peer = learner.detach() - torch.tensor([[0.1], [0.3], [-0.05]])  # [B, T] s = e^0.1, e^0.3 (outside), e^-0.05
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0]])
+    adv, omega = torch.tensor([1.0, -2.0, 0.5]), torch.tensor([2.0, 1.0, 0.5])
+    log_s = sequence_log_ratio(learner, peer, mask)
+    cross_agent_objective(log_s, adv, omega, alpha=2.0, lower=0.8).sum().backward()
+    eq_50 = learner.grad.clone()
+    learner.grad = None
+    weight = cross_agent_weight(sequence_log_ratio(learner.detach(), peer, mask), omega, 2.0, 0.8)
+    ratio = torch.exp(sequence_log_ratio(learner, learner.detach(), mask))  # GSPO's r = 1, with its gradient
+    (ratio * adv * weight).sum().backward()
+    torch.testing.assert_close(learner.grad, eq_50)
+    # Row 0 (s = e^0.1 > 1) and row 1 (above 1 too) move nothing; row 2 does.
+    assert learner.grad[:2].abs().sum() == 0 and learner.grad[2].abs().sum() > 0
+
+
+# -- 3.4: stepwise clipping (Eqs. 13-14) -------------------------------------------------------
+def test_stepwise_lower_bound():
+    # delta 0.2, step 0.025: 0.8 at the first update, 0.875 at the fourth, never above 1.
+    assert stepwise_lower_bound(0.2, 0.025, 0) == pytest.approx(0.8)
+    assert stepwise_lower_bound(0.2, 0.025, 3) == pytest.approx(0.875)
+    assert stepwise_lower_bound(0.2, 0.025, 100) == 1.0
+    # No stepwise schedule: the static band of Eq. 13.
+    assert stepwise_lower_bound(0.2, 0.0, 3) == pytest.approx(0.8)
+    with pytest.raises(ValueError, match="update_index"):
+        stepwise_lower_bound(0.2, 0.025, -1)
+
+
+# -- end to end -----------------------------------------------------------------------------
+@pytest.mark.slow
+def test_hacpo_trains_the_tiny_pool_for_two_steps(tmp_path):
+    """``--regime hacpo`` on the tiny pool: both policies train 2 steps on PRP's peer rows with HACPO's metrics."""
+    import subprocess
+    import sys
+
+    from e2e_helpers import TINY, child_env, metric_lines
+
+    run_dir = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-m", "mutualrl", "train", *TINY, "--regime", "hacpo", "--max-steps", "2",
+                           "--set", "grpo.importance_sampling_level=sequence", "-o", str(run_dir)],
+                          env=child_env(), capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    rows = metric_lines(run_dir)
+    for policy in ("tiny-bpe", "tiny-sp"):
+        mine = [row for row in rows if row["policy"] == policy]
+        assert [row["step"] for row in mine] == [1, 2]
+        for row in mine:
+            assert row["hacpo/peer_rows"] == 32  # 8 prompts x K = 4 of the one peer, all scored
+            assert 0 < row["hacpo/capability"] <= 1 and row["hacpo/capability_ratio"] > 0
+            assert 0 < row["hacpo/cross_ratio"] and 0 <= row["hacpo/cross_kept"] <= 1
+    assert "kept" in done.stdout  # the status metric on the live progress line
+
+
+# -- the adapter, through the seam's fake trainer ----------------------------------------------
+@pytest.mark.slow
+def test_hacpo_adapter_writes_eq_6_advantages_and_eq_50_weights(thl_tokenizers, tmp_path):
+    from test_regimes_seam import pool_of, step_of
+
+    from mutualrl.regimes.hacpo.adapter import COEFFICIENT, LOG_RATIO
+
+    adapters = pool_of(tmp_path, thl_tokenizers, "hacpo")
+    learner, peer = adapters["tiny-sp"], adapters["tiny-bpe"]
+    texts = [" hello world", " 45", " 4", " 4 5 6"]  # GPT-2 tokens with EOS 3, 2, 2, 4; SentencePiece 4, 4, 3, 7
+    peer_out, peer_step = step_of(peer.trainer.processing_class, texts, [1.0, 0.0, 1.0, 0.0])
+    peer.publish_records(peer_out, peer_step, {})
+    out, rollouts = step_of(learner.trainer.processing_class, [" 2", " 7", " 4", " 9"], [0.0, 0.0, 1.0, 0.0])
+    merged = learner.process_step(out, rollouts)
+
+    # Capabilities after one step: learner 1/4, peer 2/4 -> omega(learner, peer) = 0.5, Eq. 10's omega(peer,
+    # learner) = 2. Prompt p0: learner [0, 0], peer [1, 0]: baseline (0.5 * 1)/4 = 0.125, sigma = std{0, 0, 1, 0}
+    # = 0.5. Prompt p1: learner [1, 0], peer [1, 0]: baseline (1 + 0.5)/4 = 0.375, sigma = sqrt(1/3).
+    s1 = math.sqrt(1 / 3) + EPS
+    own = [-0.125 / (0.5 + EPS), -0.125 / (0.5 + EPS), 0.625 / s1, -0.375 / s1]
+    peers = [0.875 / (0.5 + EPS), -0.125 / (0.5 + EPS), 0.625 / s1, -0.375 / s1]
+    torch.testing.assert_close(merged["advantages"], torch.tensor(own + peers))
+    assert merged[COEFFICIENT].tolist() == [1.0] * 4 + [2.0] * 4
+    # TRL's ratio divides by the learner's snapshot on every row (the fake scores -0.5 per token).
+    mask = merged["completion_mask"].bool()
+    assert (merged["old_per_token_logps"][mask] == -0.5).all()
+    # s: the snapshot (-0.5 per learner token) over the peer's aligned trace, which keeps the peer's total
+    # (-0.5 per peer token): log s = -0.5 + 0.5 * 3/4, -0.5 + 0.5 * 2/4, -0.5 + 0.5 * 2/3, -0.5 + 0.5 * 4/7.
+    log_s = torch.tensor([-0.125, -0.25, -1 / 6, -3 / 14])  # s = 0.882, 0.779, 0.846, 0.807
+    torch.testing.assert_close(merged[LOG_RATIO][4:], log_s)
+    # Eq. 50's weight 2 * s^2 inside the band, 0 outside; 1 on own rows. First update, band [0.8, 1]: rows 0, 2, 3
+    # stay; fourth update, band [0.875, 1]: row 0 only.
+    for update, expected in ((0, [2 * math.exp(-0.25), 0.0, 2 * math.exp(-1 / 3), 2 * math.exp(-3 / 7)]),
+                             (3, [2 * math.exp(-0.25), 0.0, 0.0, 0.0])):
+        learner.trainer.state.global_step = update
+        weights = learner.token_weights(merged)  # [8, T]
+        assert weights.shape == merged["completion_ids"].shape and (weights[:4] == 1).all()
+        torch.testing.assert_close(weights[4:], torch.tensor(expected)[:, None].expand(4, weights.size(1)))
+    recorded = learner.trainer.recorded
+    assert recorded[("train", "hacpo/capability")] == [0.25] and recorded[("train", "hacpo/capability_ratio")] == [2.0]
+    assert recorded[("train", "hacpo/cross_kept")] == [0.75]
