@@ -45,6 +45,8 @@ REGIME_ARGS = {
     "prp-learner": ["--regime", "prp", "--prp-denominator", "learner"],
     # Dr. MAS's per-policy normalisation of XGRPO's pooled statistics (issue 16; the paper pools them).
     "xgrpo-per-policy": ["--regime", "xgrpo", "--set", "regime.xgrpo.normalisation=per-policy"],
+    # HACPO (arXiv 2603.02604) with its paper's common settings (the regime's defaults) over GSPO's sequence ratio.
+    "hacpo": ["--regime", "hacpo", "--set", "grpo.importance_sampling_level=sequence"],
 }
 MAIN_REGIMES = ("standalone", "sgt")  # run on every seed of --seeds
 WEAK_TARGET, STRONG_TARGET = 0.30, -0.05

@@ -23,7 +23,6 @@ import torch
 from mutualrl.regimes.hacpo.spec import HACPO, HACPOSettings
 from mutualrl.regimes.prp.adapter import PRPAdapter, PRPStep
 from mutualrl.regimes.rank_metrics import Share
-from mutualrl.regimes.seam import TOKEN_WEIGHTS
 
 LOG_RATIO = "hacpo_log_ratio"
 """Batch rows ``[B]``: a peer row's ``log s`` (Eq. 11, learner snapshot over the peer's aligned trace); 0 on own."""
@@ -100,11 +99,7 @@ class HACPOAdapter(PRPAdapter):
         step.batch[LOG_RATIO] = torch.cat([own, log_s])  # [B+N]
         step.batch[COEFFICIENT] = torch.cat([own + 1, coefficients])  # [B+N]
         step.batch[PEER_ROW] = torch.cat([own.bool(), torch.ones_like(log_s, dtype=torch.bool)])  # [B+N]
-        correction = self.peer_token_weights(step)  # PRP's importance-weight correction, if one is set
-        if correction is not None:
-            ones = torch.ones((n_local, step.width), dtype=correction.dtype, device=device)  # [B, T]
-            step.batch[TOKEN_WEIGHTS] = torch.cat([ones, correction])  # [B+N, T]
-        metrics = self.step_metrics(step, correction)
+        metrics = self.step_metrics(step, None)  # PRP's corrections are refused (spec): the clip band bounds s
         metrics.update(self.hacpo_metrics(log_s))
         return step.batch, metrics
 
@@ -118,8 +113,8 @@ class HACPOAdapter(PRPAdapter):
         return stepwise_lower_bound(settings.clip_delta, settings.clip_step, update_index), 1.0
 
     def token_weights(self, inputs: dict[str, Any]) -> torch.Tensor | None:
-        """Eq. 50's weight on the peer rows (1 on the learner's own), times any correction weights ``[B, T]``; the
-        clip band is the one of this micro-batch's parameter update within the step."""
+        """Eq. 50's weight on the peer rows (1 on the learner's own) ``[B, T]``, times any other weight rows of the
+        batch; the clip band is the one of this micro-batch's parameter update within the step."""
         from mutualrl.regimes.hacpo.maths import cross_agent_weight
 
         correction = super().token_weights(inputs)
