@@ -6,8 +6,8 @@ rollouts) can take many minutes without either. :func:`start_heartbeat_thread` t
 every few seconds from a daemon thread for as long as the process runs, so a silent
 heartbeat means the process is stopped, frozen or gone -- not busy. The same thread counts
 the main thread's *work*: a look at which its stack moved since the last one (a thread stuck
-in one call, or waiting at the barrier, does not count), so a slow step shows as progress and
-a hung one does not.
+in one call, waiting at the barrier or inside a reward function, :func:`not_work`, does not
+count), so a slow step shows as progress and a hung one does not.
 
 Readers never compare clocks: a heartbeat is written by another process, maybe on another
 machine whose clock differs or jumps. :class:`HeartbeatWatch` notes, on the reader's own
@@ -26,6 +26,7 @@ saw it die, stop its peers' barriers at once with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -33,7 +34,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -198,6 +199,23 @@ def write_heartbeat(path: Path, content: dict[str, Any]) -> bool:
         return False
 
 
+_outside_work = 0  # calls now running in this process whose time is not work (:func:`not_work`)
+
+
+@contextlib.contextmanager
+def not_work() -> Iterator[None]:
+    """Time inside is not this process's work, however much it moves or computes: a reward function that never
+    returns while it spins (an endless loop, a regex that backtracks forever) is a hang, so its peers' barrier
+    times out and the launcher's stall clock runs, as for a call stuck waiting. A call shorter than
+    ``see.barrier_timeout_s`` changes nothing: the work before it was seen."""
+    global _outside_work
+    _outside_work += 1
+    try:
+        yield
+    finally:
+        _outside_work -= 1
+
+
 BUSY_SHARE = 0.05
 """A thread that used at least this share of a heartbeat interval's CPU time did work in it, though its stack may
 look the same (a tight loop is seen at the same line)."""
@@ -228,7 +246,8 @@ def worked(before: tuple[Any, float | None], now: tuple[Any, float | None], inte
 def start_heartbeat_thread(exchange: Any, interval_s: float = HEARTBEAT_INTERVAL_S,
                            worker: threading.Thread | None = None) -> threading.Thread:
     """Touch ``exchange``'s heartbeat every ``interval_s`` seconds in a daemon thread, counting a look at which
-    ``worker`` (default: the main thread, which trains) had worked, and was not waiting at the barrier, as work.
+    ``worker`` (default: the main thread, which trains) had worked, and was neither waiting at the barrier nor in a
+    call marked :func:`not_work` (a reward function), as work.
     A thread stuck in one call (a lock, a dead filesystem) shows no work; one spinning in a CUDA wait does (a hung
     collective is ended by the process group's own timeout)."""
     worker = worker or threading.main_thread()
@@ -238,7 +257,7 @@ def start_heartbeat_thread(exchange: Any, interval_s: float = HEARTBEAT_INTERVAL
         while True:
             time.sleep(interval_s)
             now = thread_position(worker)
-            moved = worked(last, now, interval_s) and not exchange.waiting
+            moved = worked(last, now, interval_s) and not exchange.waiting and not _outside_work
             last = now
             try:
                 exchange.heartbeat(worked=moved)

@@ -22,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mutualrl.see.liveness import not_work
 from mutualrl.tasks.base import TaskExample
 from mutualrl.tasks.verifiers import completion_text
 
@@ -88,7 +89,8 @@ class DatasetFormReward:
 
     def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (), **kwargs: Any) -> Any:
         self.entering()
-        rewards = self.func(**self.arguments(prompts, completions, kwargs))
+        with not_work():  # a reward function spinning forever is a hang, not a slow step (see.liveness)
+            rewards = self.func(**self.arguments(prompts, completions, kwargs))
         self.left()
         return rewards
 
@@ -99,7 +101,8 @@ class AsyncDatasetFormReward(DatasetFormReward):
     async def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
                        **kwargs: Any) -> Any:
         self.entering()
-        rewards = await self.func(**self.arguments(prompts, completions, kwargs))
+        with not_work():
+            rewards = await self.func(**self.arguments(prompts, completions, kwargs))
         self.left()
         return rewards
 

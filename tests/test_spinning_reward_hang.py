@@ -1,0 +1,70 @@
+"""A reward function that never returns while it keeps the CPU busy (an endless loop, a regex that backtracks
+forever) is a hang, not a slow step: its peers' barrier times out and the launcher's stall clock runs, as for a
+reward function stuck waiting. The heartbeat thread counts the training thread's moves and CPU time as work (a
+step longer than see.barrier_timeout_s keeps its peers waiting), so time inside a reward function must not count."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from mutualrl.see.errors import PeerTimeoutError
+from mutualrl.see.exchange import ExperienceExchange
+from mutualrl.see.liveness import start_heartbeat_thread
+from mutualrl.see.synthetic import synthetic_batch
+from mutualrl.tasks.reward_form import DatasetFormReward
+
+
+def test_a_peer_spinning_inside_a_reward_function_times_the_barrier_out(tmp_path):
+    """Failed before: the spinning reward function's CPU time was counted as work, so ``a`` waited for as long as
+    it spun (here 20 s, until the test stops it), and with a real endless loop forever."""
+    a = ExperienceExchange(tmp_path / "see", "run", "a", policies=["a", "b"], barrier_timeout_s=1.5,
+                           poll_interval_s=0.01)
+    b = ExperienceExchange(tmp_path / "see", "run", "b", policies=["a", "b"])
+    a.publish(0, synthetic_batch(2, 2, seed=1))
+    stop = threading.Event()
+
+    def spins(completions, **kwargs):  # never returns on its own
+        total = 0
+        while not stop.is_set():
+            total += sum(i * i for i in range(2000)) % 7
+        return [0.0] * len(completions)
+
+    reward = DatasetFormReward(spins, {}, False, tmp_path / "reward-call")
+    training = threading.Thread(target=reward, args=(["p"], ["c"]), daemon=True)
+    training.start()
+    threading.Timer(20.0, stop.set).start()  # before the fix: the wait ends only once the spinning stops
+    start_heartbeat_thread(b, interval_s=0.1, worker=training)
+    started = time.monotonic()
+    try:
+        with pytest.raises(PeerTimeoutError):
+            a.wait_for(0)
+        assert time.monotonic() - started < 10
+    finally:
+        stop.set()
+        training.join(timeout=30)
+    assert (tmp_path / "reward-call").exists() is False  # the call ended: the marker is gone
+
+
+def test_a_peer_computing_outside_reward_functions_is_still_waited_for(tmp_path):
+    """The other side: the same CPU work outside a reward function keeps the barrier waiting past its timeout."""
+    a = ExperienceExchange(tmp_path / "see", "run", "a", policies=["a", "b"], barrier_timeout_s=1.0,
+                           poll_interval_s=0.01)
+    b = ExperienceExchange(tmp_path / "see", "run", "b", policies=["a", "b"])
+    a.publish(0, synthetic_batch(2, 2, seed=1))
+
+    def trains() -> None:  # one step of 3 s, then its records
+        end, total = time.monotonic() + 3.0, 0
+        while time.monotonic() < end:
+            total += sum(i * i for i in range(2000)) % 7
+        b.publish(0, synthetic_batch(2, 2, seed=2))
+
+    training = threading.Thread(target=trains, daemon=True)
+    training.start()
+    start_heartbeat_thread(b, interval_s=0.1, worker=training)
+    started = time.monotonic()
+    shards = a.wait_for(0)
+    training.join(timeout=30)
+    assert set(shards) == {"a", "b"} and time.monotonic() - started > 1.0
