@@ -76,9 +76,21 @@ def read_bounded_round(adapter: PeerReader, output: dict[str, Any], rollouts: St
     try:
         peers = {name: adapter.exchange.read(peer_step, name, columns=adapter.peer_columns) for name in adapter.peers}
     except ShardMissingError:
-        return None, {}  # pruned by a peer that ran ahead after dropping us: no peer data this step
+        peers = None  # pruned by a peer that ran ahead after dropping us, maybe after another rank read it
+    if not read_on_every_rank(adapter.trainer.accelerator, peers is not None):
+        return None, {}  # no peer data this step, on every rank alike: a regime's transform holds collectives
     timings["read_s"] = time.perf_counter() - clock
     return peer_step, peers
+
+
+def read_on_every_rank(accelerator: Any, read: bool) -> bool:
+    """Whether every rank of this policy read the round (``read`` is this rank's; a collective with several ranks)."""
+    if accelerator.num_processes == 1:
+        return read
+    import torch
+
+    missed = torch.tensor(0 if read else 1, device=accelerator.device)  # [] ranks that missed it, this one's
+    return int(accelerator.reduce(missed, reduction="sum").item()) == 0
 
 
 def log_round(trainer: TrainerView, chosen: PeerRound, used_step: int | None, active: int) -> None:
