@@ -255,6 +255,7 @@ def test_a_plugin_regime_and_task_are_known_wherever_the_config_is_loaded(user_c
     both import ``plugins`` before the regime and task names are read."""
     from mutualrl.config.loader import load_run_config
     from mutualrl.config.resolved import load_resolved_config, write_resolved_config
+    from mutualrl.launch.rundir.inputs import record_inputs
     from mutualrl.regimes.registry import unregister_regime
     from mutualrl.run_folder import RunPaths
 
@@ -266,6 +267,7 @@ def test_a_plugin_regime_and_task_are_known_wherever_the_config_is_loaded(user_c
         paths = RunPaths(user_code / "run")
         paths.root.mkdir()
         write_resolved_config(paths, config, "test")
+        record_inputs(paths, config)  # as the launcher records the code a run starts with
         unregister_regime("byo-echo-regime")  # as in a fresh worker process: only the config names it
         sys.modules.pop("byo_regime_plugin")
         assert load_resolved_config(paths).regime.name == "byo-echo-regime"

@@ -92,8 +92,8 @@ def test_a_plan_whose_cwd_is_the_run_folder_does_not_make_reward_funcs_import_fr
     name_in_config(paths, reward="evil_rewards.score")
     paths.plan.parent.mkdir(parents=True, exist_ok=True)
     paths.plan.write_text(json.dumps({"policies": [{"launch": {"cwd": str(paths.root), "env": {}}}]}))
-    config = load_resolved_config(paths)
-    with pytest.raises(UsageError) as err:
+    with pytest.raises(UsageError) as err:  # refused as the config is read: inputs.json recorded no such module
+        config = load_resolved_config(paths)
         reward_functions(reward_spec(config.task, config.grpo))
     assert "evil_rewards" in str(err.value) and not marker.exists()
     assert str(paths.root) not in sys.path
@@ -111,6 +111,9 @@ def test_a_module_outside_the_run_folder_is_imported_and_said_where_from(
     (code / "own_rewards_sec.py").write_text("def score(completions, **kw):\n    return [0.0] * len(completions)\n")
     monkeypatch.syspath_prepend(str(code))
     name_in_config(paths, reward="own_rewards_sec.score")
+    from mutualrl.launch.rundir.inputs import current_inputs
+
+    paths.inputs.write_text(json.dumps(current_inputs(paths, ["own_rewards_sec"])))  # the run recorded it as it started
     load_resolved_config(paths)
     assert callable(resolve_reward_func("own_rewards_sec.score"))
     assert f"importing 'own_rewards_sec' from {code / 'own_rewards_sec.py'}" in capsys.readouterr().err

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.markup import escape
 
 from mutualrl.atomic_io import write_text_atomic
 from mutualrl.cli.common import check_output_path, console, err_console, report_errors
@@ -89,7 +88,7 @@ def run_eval_command(
                              batch_size=batch_size, max_prompt_tokens=max_prompt_tokens, reward_funcs=reward_funcs,
                              group_column=group_column)
     tasks, scoring = settings.tasks, settings.scoring
-    own = run_held_out(chosen, tasks, split=split, source=source, limit=limit, log=log)
+    own = run_held_out(chosen, tasks, split=split, source=source, limit=limit)
     with log.status(f"loading {', '.join(tasks)} prompts ..."):
         examples = own if own is not None else load_suite(tasks, split=split, source=settings.source, limit=limit,
                                                           task_config=recipe.task if recipe is not None else None)
@@ -278,20 +277,17 @@ def recipe_scoring(recipe: Any, tasks: list[str], verifier: str) -> Any:
     return spec
 
 
-def run_held_out(chosen: Any, tasks: list[str], *, split: str | None, source: str | None, limit: int | None,
-                 log: Any) -> list[Any] | None:
+def run_held_out(chosen: Any, tasks: list[str], *, split: str | None, source: str | None,
+                 limit: int | None) -> list[Any] | None:
     """A run folder's own held-out prompts (``RUN/data/eval.jsonl``, what its validation scored), when its own
-    task is evaluated without another ``--source`` or ``--split``; None otherwise. A user module that is not
-    what the run recorded is named (scoring uses the code there is now); a changed data copy is refused."""
+    task is evaluated without another ``--source`` or ``--split``; None otherwise. A changed data copy is refused
+    (and a user module that is not what the run recorded, as its config was read: config/recorded_code.py)."""
     if chosen.run_folder is None:
         return None
-    from mutualrl.launch.rundir.inputs import code_changes, held_out_copy
+    from mutualrl.launch.rundir.inputs import held_out_copy
     from mutualrl.run_folder import RunPaths
 
     paths = RunPaths(chosen.run_folder)
-    for change in code_changes(paths):
-        log.print(f"[yellow]warning:[/] {escape(change)}: scored with the code there is now", highlight=False,
-                  soft_wrap=True)
     if source is not None or split is not None or tasks != [chosen.recipe.task.name]:
         return None
     return held_out_copy(paths, limit) or None

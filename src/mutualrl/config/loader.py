@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.config.plugins import import_plugins
+from mutualrl.config.recorded_code import check_recorded_modules
 from mutualrl.config.resolved import open_if_run_folder
 from mutualrl.config.schema import RunConfig
 from mutualrl.config.trl_config import from_trl_config
@@ -274,8 +275,10 @@ def load_run_config(
     the user did not give.
     """
     path = resolve_recipe(pool_or_path)
-    open_if_run_folder(path)  # a run's own config.yaml: nothing it names is imported from inside the run folder
+    run_folder = open_if_run_folder(path)  # a run's own config.yaml: nothing is imported from inside the run folder
     data = from_trl_config(load_recipe_data(path), str(path))  # a `trl grpo --config` file works as a recipe
+    if run_folder:  # and it names only the code its start recorded (the command's --set may name more)
+        check_recorded_modules(path.parent, data)
     if regime is not None:
         data.setdefault("regime", {})
         if not isinstance(data["regime"], dict):

@@ -89,18 +89,32 @@ def refuse_data_folder_code(module: str, key: str) -> None:
         return
     origin = None
     for origin in module_origins(module):
-        folder = inside_data_folder(origin)
-        if folder is not None:
-            raise UsageError(f"{key}: module {module!r} would be imported from {origin}, inside the run folder "
-                             f"{folder}: a run folder is data and no code is imported from it; put the module in "
-                             "the working directory or on PYTHONPATH")
+        refuse_inside_data_folder(module, origin, key)
     if origin is not None and module not in _SAID:
         _SAID.add(module)
         print(f"mutualrl: {key} named by a run folder: importing {module!r} from {origin}", file=sys.stderr)
 
 
+def refuse_main_module(module: str, key: str) -> None:
+    """A ``__main__`` module (``unittest.__main__``, ``pkg/__main__.py``) is a program that runs when imported:
+    never user code for a config, whoever names it."""
+    if (Path(module).stem == "__main__") if module.endswith(".py") else "__main__" in module.split("."):
+        raise UsageError(f"{key}: {module!r} is a __main__ module, a program that runs when imported; name the "
+                         "module that defines your functions or registrations instead")
+
+
+def refuse_inside_data_folder(module: str, origin: Path, key: str) -> None:
+    """``module`` found at ``origin`` inside an opened run folder: one error naming both."""
+    folder = inside_data_folder(origin)
+    if folder is not None:
+        raise UsageError(f"{key}: module {module!r} would be imported from {origin}, inside the run folder "
+                         f"{folder}: a run folder is data and no code is imported from it; put the module in "
+                         "the working directory or on PYTHONPATH")
+
+
 def import_module_for(module: str, key: str) -> Any:
     """Import ``module`` for the recipe key ``key``; a failure is one line naming both and the search path."""
+    refuse_main_module(module, key)
     _with_cwd_on_path()
     refuse_data_folder_code(module, key)
     try:
@@ -162,6 +176,7 @@ def import_plugin_file(entry: str, key: str) -> None:
     """A plugin named by its ``.py`` path; never one inside an opened run folder."""
     from mutualrl.regimes.registry import import_file
 
+    refuse_main_module(entry, key)
     folder = inside_data_folder(Path(entry))
     if folder is not None:
         raise UsageError(f"{key}: {entry!r} is inside the run folder {folder}: a run folder is data and no code "

@@ -9,6 +9,7 @@ import yaml
 
 from mutualrl.atomic_io import write_text_atomic
 from mutualrl.config.plugins import import_plugins, open_run_folder
+from mutualrl.config.recorded_code import check_recorded_modules
 from mutualrl.config.schema import RunConfig
 from mutualrl.config.typed import build_dataclass, to_plain
 from mutualrl.run_folder import RunPaths, launch_folders
@@ -31,17 +32,18 @@ def load_resolved_config(paths: RunPaths) -> RunConfig:
     if not isinstance(data, dict):
         raise ConfigError(str(paths.config), "", f"damaged: holds a {type(data).__name__}, not the run's settings")
     open_run_folder(paths.root, launch_folders(paths))  # a run folder is data: nothing is imported from inside it
+    check_recorded_modules(paths.root, data)  # and it names only the code its start recorded
     import_plugins(data.get("plugins"))  # every policy process imports what the launcher imported (config/plugins.py)
     return build_dataclass(RunConfig, data, str(paths.config))
 
 
-def open_if_run_folder(recipe: Path) -> None:
+def open_if_run_folder(recipe: Path) -> bool:
     """A recipe file that is a run folder's ``config.yaml`` (``--resume``, ``mutualrl eval RUN``): that folder is
-    data from now on (:func:`~mutualrl.config.plugins.open_run_folder`). A run folder is known by the header
-    its config was written with, or by what a launch left beside it."""
+    data from now on (:func:`~mutualrl.config.plugins.open_run_folder`), and True. A run folder is known by the
+    header its config was written with, or by what a launch left beside it."""
     paths = RunPaths(recipe.parent)
     if recipe.name != paths.config.name or not recipe.is_file():
-        return
+        return False
     try:
         with recipe.open("rb") as handle:
             headed = handle.read(len(SOURCE_HEADER)) == SOURCE_HEADER.encode()
@@ -49,6 +51,8 @@ def open_if_run_folder(recipe: Path) -> None:
         headed = False
     if headed or any(p.exists() for p in (paths.run_json, paths.launch, paths.policies, paths.marker)):
         open_run_folder(paths.root, launch_folders(paths))
+        return True
+    return False
 
 
 def read_source(paths: RunPaths) -> str | None:

@@ -5,21 +5,19 @@ A run's rewards come from the user's modules (``task.reward_funcs``, ``plugins``
 prompts from its own copy of the data (``RUN/data/``). A module edited between the run and ``--resume``, or the
 same name found elsewhere (resumed from another working directory), silently changes what is rewarded mid-run;
 a data copy edited by hand changes what is trained on. So each module's file and content hash, and each data
-file's hash, are recorded, and a difference is named: ``--resume`` refuses it, before any of the modules is
-imported; ``eval`` says which module differs (it scores with the code there is) and refuses a changed data copy.
+file's hash, are recorded, and a difference is named: ``--resume`` and ``eval`` refuse it, before any of the
+modules is imported. Every reader of a run's config imports only the modules recorded here, unchanged
+(:mod:`mutualrl.config.recorded_code`).
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.machinery
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
 from mutualrl.atomic_io import write_text_atomic
+from mutualrl.config.recorded_code import file_hash, module_file, named_modules
 from mutualrl.errors import DataError, RunFolderError, UsageError
 from mutualrl.run_folder import RunPaths, read_json
 from mutualrl.tasks.reward_funcs import TRL_REWARDS
@@ -30,39 +28,9 @@ RECORD_FORMAT = 1
 
 def user_modules(config: Any) -> list[str]:
     """The user's modules a config names: reward functions' modules, plugins, a ``task.name`` class's module."""
-    names = [name.rpartition(".")[0] for name in config.task.reward_funcs
+    funcs = [name for name in config.task.reward_funcs
              if name not in TRL_REWARDS and not is_shipped(name)]  # a shipped function has no module file
-    names += [str(entry).strip() for entry in config.plugins or []]
-    if ":" in config.task.name:
-        names.append(config.task.name.partition(":")[0])
-    return list(dict.fromkeys(name for name in names if name))
-
-
-def module_file(module: str) -> Path | None:
-    """The file ``module`` is (or would be) imported from in this process, without running it: the working
-    directory first, as :mod:`mutualrl.config.plugins` imports; a ``.py`` path is itself."""
-    if module.endswith(".py"):
-        return Path(module).resolve()
-    loaded = sys.modules.get(module)
-    if loaded is not None and getattr(loaded, "__file__", None):
-        return Path(loaded.__file__).resolve()
-    search = [os.getcwd(), *[p for p in sys.path if p != os.getcwd()]]
-    spec = None
-    parts = module.split(".")
-    for depth in range(len(parts)):
-        places = search if spec is None else list(spec.submodule_search_locations or [])
-        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:depth + 1]), places) if places else None
-        if spec is None:
-            return None
-    return Path(spec.origin).resolve() if spec and spec.origin and spec.has_location else None
-
-
-def file_hash(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    return [module for module, _ in named_modules(funcs, config.plugins or [], config.task.name)]
 
 
 def data_files(paths: RunPaths) -> list[Path]:

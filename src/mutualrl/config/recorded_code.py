@@ -1,0 +1,113 @@
+"""The user code a run folder may name: only the modules its start recorded, as they were.
+
+A run's ``config.yaml`` names modules (``plugins``, ``task.reward_funcs``, a ``task.name`` class) that every process
+reading the run imports. A run folder is data (docs/run-layout.md, "What is trusted"), so a name read from one is
+imported only when ``RUN/inputs.json`` recorded it as the run started (its file and sha256, written by
+``launch/rundir/inputs.py``) and the name still finds that file with that content here; any other name is refused
+by name before anything of it runs: an installed module whose import does something (``unittest.__main__``) is
+not the user's reward code. A ``__main__`` module is never imported for a config, recorded or not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from mutualrl.config.plugins import refuse_inside_data_folder, refuse_main_module
+from mutualrl.errors import UsageError
+from mutualrl.run_folder import RunPaths, read_json
+
+
+def named_modules(reward_funcs: Iterable[Any], plugins: Iterable[Any], task_name: Any) -> list[tuple[str, str]]:
+    """(module, recipe key) of each module a config names. A bare reward name (TRL's own) and a function shipped
+    by value (``by-value:<label>:<sha256>``, no dot) name no module."""
+    named = [(str(name).rpartition(".")[0], f"task.reward_funcs[{i}]") for i, name in enumerate(reward_funcs)]
+    named += [(str(entry).strip(), f"plugins[{i}]") for i, entry in enumerate(plugins)]
+    if ":" in str(task_name):
+        named.append((str(task_name).partition(":")[0], "task.name"))
+    first: dict[str, str] = {}
+    for module, key in named:
+        if module:
+            first.setdefault(module, key)
+    return list(first.items())
+
+
+def module_file(module: str) -> Path | None:
+    """The file ``module`` is (or would be) imported from in this process, without running it or a package above
+    it: the working directory first, as :mod:`mutualrl.config.plugins` imports; a ``.py`` path is itself."""
+    if module.endswith(".py"):
+        return Path(module).resolve()
+    loaded = sys.modules.get(module)
+    if loaded is not None and getattr(loaded, "__file__", None):
+        return Path(loaded.__file__).resolve()
+    search = [os.getcwd(), *[p for p in sys.path if p != os.getcwd()]]
+    spec = None
+    parts = module.split(".")
+    for depth in range(len(parts)):
+        places = search if spec is None else list(spec.submodule_search_locations or [])
+        try:
+            spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:depth + 1]), places) if places else None
+        except (ImportError, ValueError):  # a name no finder accepts: not found
+            return None
+        if spec is None:
+            return None
+    return Path(spec.origin).resolve() if spec and spec.origin and spec.has_location else None
+
+
+def file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_recorded_modules(root: Path, data: dict[str, Any]) -> None:
+    """Refuse, naming it, a module the run folder ``root``'s config ``data`` names that its ``inputs.json`` did not
+    record, or that is now another file or other content (nothing of it is imported)."""
+    paths = RunPaths(root)
+    task = data.get("task") if isinstance(data.get("task"), dict) else {}
+    funcs, plugins = task.get("reward_funcs") or [], data.get("plugins") or []
+    named = named_modules(funcs if isinstance(funcs, list) else [funcs],
+                          plugins if isinstance(plugins, list) else [plugins], task.get("name", ""))
+    if not named:
+        return
+    recorded = _recorded_code(paths)
+    for module, key in sorted(named, key=lambda item: not item[1].startswith("plugins")):  # imported first
+        refuse_main_module(module, key)
+        found = module_file(module)
+        if found is not None:
+            refuse_inside_data_folder(module, found, key)
+        was = recorded.get(module)
+        if not isinstance(was, dict):
+            raise UsageError(f"{paths.config}: {key} names module {module[:200]!r}, which {paths.inputs.name} did not "
+                             "record as the run started: a run folder is data and chooses no code by itself; start "
+                             "a new run whose recipe names it")
+        now = _difference(found, was)
+        if now:
+            raise UsageError(f"{paths.config}: {key}: module {module!r} {now}, not the file and content "
+                             f"{paths.inputs.name} recorded ({str(was.get('file'))[:300]}); run from the folder "
+                             "the run started in, or restore the module")
+
+
+def _difference(found: Path | None, was: dict[str, Any]) -> str:
+    """How the module found now differs from its record (empty: the same file and content)."""
+    if found is None or not found.is_file():
+        return "is not found here"
+    if str(found) != was.get("file"):
+        return f"is now {found}"
+    return f"({found}) changed since the run started" if file_hash(found) != was.get("sha256") else ""
+
+
+def _recorded_code(paths: RunPaths) -> dict[str, Any]:
+    """``inputs.json``'s ``code`` object; empty when there is no record (nothing is recorded, so nothing named)."""
+    try:
+        code = read_json(paths.inputs).get("code")
+    except FileNotFoundError:
+        return {}
+    return code if isinstance(code, dict) else {}

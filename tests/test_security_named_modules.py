@@ -1,0 +1,138 @@
+"""A run folder names no code by itself: a module its ``config.yaml`` names (``plugins``, ``task.reward_funcs``, a
+``task.name`` class) is imported only when ``RUN/inputs.json`` recorded it, with that file and content, as the run
+started; a ``__main__`` module (a program that runs when imported: ``unittest.__main__``) is refused outright.
+
+The modules here are the user's environment (on ``sys.path``, as an installed package is): each writes a marker when
+imported, so a refusal is seen to run none of them."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from mutualrl.config import plugins
+from mutualrl.errors import UsageError
+from mutualrl.run_folder import RunPaths
+
+SIDE_EFFECT = "import pathlib\npathlib.Path({marker!r}).write_text('ran')\ndef score(completions, **kw):\n" \
+              "    return [1.0] * len(completions)\n"
+
+
+@pytest.fixture
+def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Modules that act on import, on ``sys.path`` outside any run folder: ``fx_mod`` and the package ``fx_pkg``
+    with a ``__main__``; a tiny run folder; the importer's state is this test's own."""
+    from mutualrl.api import load_config
+    from mutualrl.config.resolved import write_resolved_config
+
+    code, marker = tmp_path / "site", tmp_path / "MARKER"
+    (code / "fx_pkg").mkdir(parents=True)
+    (code / "fx_mod.py").write_text(SIDE_EFFECT.format(marker=str(marker)))
+    (code / "fx_pkg" / "__init__.py").write_text("")
+    (code / "fx_pkg" / "__main__.py").write_text(SIDE_EFFECT.format(marker=str(marker)))
+    monkeypatch.setattr(sys, "path", [str(code), *sys.path])
+    monkeypatch.chdir(tmp_path)
+    for state in ("_DATA_FOLDERS", "_HINT_FOLDERS"):
+        monkeypatch.setattr(plugins, state, [], raising=False)
+    paths = RunPaths(tmp_path / "run")
+    paths.policies.mkdir(parents=True)
+    write_resolved_config(paths, load_config("tiny"), "tiny")
+    yield paths, code, marker
+    for name in ("fx_mod", "fx_pkg", "fx_pkg.__main__"):
+        sys.modules.pop(name, None)
+
+
+def name(paths: RunPaths, *, plugin: str | None = None, reward: str | None = None, record: bool = False) -> None:
+    """Write ``plugin`` / ``reward`` into the run's config.yaml; ``record``: as the run's start recorded them."""
+    import yaml
+
+    header, body = paths.config.read_text().split("\n", 1)
+    data = yaml.safe_load(body)
+    data["plugins"] = [plugin] if plugin else []
+    data["task"]["reward_funcs"] = [reward] if reward else []
+    paths.config.write_text(header + "\n" + yaml.safe_dump(data, sort_keys=False))
+    if record:
+        from mutualrl.launch.rundir.inputs import current_inputs, user_modules
+
+        config = type("C", (), {"plugins": data["plugins"], "task": type("T", (), {
+            "reward_funcs": data["task"]["reward_funcs"], "name": data["task"]["name"]})})()
+        paths.inputs.write_text(json.dumps(current_inputs(paths, user_modules(config))))
+
+
+def readers(paths: RunPaths):
+    """Every way a run folder's config is read: a worker / the API / distill, ``eval RUN``, ``train --resume``."""
+    from mutualrl.cli.eval_cmd import run_folder_targets
+    from mutualrl.config.resolved import load_resolved_config
+    from mutualrl.launch.run import TrainOptions, resolve_config
+
+    return {"worker": lambda: load_resolved_config(paths),
+            "eval": lambda: run_folder_targets(str(paths.root), None, None),
+            "resume": lambda: resolve_config(TrainOptions(output_dir=paths.root, resume=True))}
+
+
+@pytest.mark.parametrize("reader", ["worker", "eval", "resume"])
+@pytest.mark.parametrize("what", [{"plugin": "fx_mod"}, {"reward": "fx_mod.score"}])
+def test_a_module_the_run_did_not_record_is_refused_by_name_and_not_imported(installed, reader, what) -> None:
+    paths, _, marker = installed
+    name(paths, **what)
+    with pytest.raises(UsageError) as err:
+        readers(paths)[reader]()
+    text = str(err.value)
+    assert "fx_mod" in text and "inputs.json" in text and "\n" not in text
+    assert not marker.exists() and "fx_mod" not in sys.modules
+
+
+@pytest.mark.parametrize("module", ["fx_pkg.__main__", "unittest.__main__"])
+def test_a_main_module_is_refused_even_when_recorded(installed, module) -> None:
+    from mutualrl.config.resolved import load_resolved_config
+
+    paths, _, marker = installed
+    name(paths, plugin=module, record=True)
+    with pytest.raises(UsageError, match=r"plugins\[0\]: .*__main__ module"):
+        load_resolved_config(paths)
+    assert not marker.exists() and module not in sys.modules
+
+
+def test_a_recipe_naming_a_main_module_is_refused_too(installed) -> None:
+    from mutualrl.api import load_config
+
+    _, _, marker = installed
+    with pytest.raises(UsageError, match="__main__ module"):
+        load_config("tiny", overrides=["plugins=[fx_pkg.__main__]"])
+    with pytest.raises(UsageError, match="__main__ module"):
+        load_config("tiny", overrides=["task.reward_funcs=[fx_pkg.__main__.score]"])
+    assert not marker.exists()
+
+
+def test_a_recorded_module_loads_and_a_changed_one_is_refused(installed) -> None:
+    from mutualrl.config.resolved import load_resolved_config
+
+    paths, code, marker = installed
+    name(paths, plugin="fx_mod", record=True)
+    load_resolved_config(paths)  # control: recorded as the run started, unchanged
+    assert marker.exists()
+    marker.unlink()
+    sys.modules.pop("fx_mod")
+    (code / "fx_mod.py").write_text((code / "fx_mod.py").read_text() + "# edited\n")
+    with pytest.raises(UsageError, match=r"module 'fx_mod' \(.*fx_mod\.py\) changed since the run started"):
+        load_resolved_config(paths)
+    assert not marker.exists()
+
+
+def test_a_recorded_module_found_elsewhere_now_is_refused(installed, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same name in another folder (the working directory comes first): not the file the run recorded."""
+    from mutualrl.config.resolved import load_resolved_config
+
+    paths, _, marker = installed
+    name(paths, reward="fx_mod.score", record=True)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "fx_mod.py").write_text(SIDE_EFFECT.format(marker=str(marker)))
+    monkeypatch.chdir(other)
+    with pytest.raises(UsageError, match=f"module 'fx_mod' is now {other / 'fx_mod.py'}"):
+        load_resolved_config(paths)
+    assert not marker.exists()
