@@ -3,7 +3,8 @@
 ``--resume`` restarts every policy from the last checkpoint common to all of them and intact
 (:func:`mutualrl.launch.rundir.resume.common_checkpoint`). In lock-step every policy saves at the same steps, so a
 policy must keep its last two: the newest may be one its peers never finished (a kill mid-save), and the one
-before is then the common one. Under bounded staleness (``see.max_staleness`` = S rounds) a policy may be up to S
+before is then the common one; with checkpoints closer than an exchange round (``save_steps`` < updates per round),
+``1 + ceil(updates / save_steps)``, for a policy trains all of the round its stopped peer published. Under bounded staleness (``see.max_staleness`` = S rounds) a policy may be up to S
 rounds, S x updates-per-round optimizer steps, ahead of the slowest, so it keeps ``ceil(S x updates / save_steps)``
 more. transformers deletes the oldest beyond ``save_total_limit`` after writing a new one, so a policy holds
 ``limit + 1`` checkpoints at its peak.
@@ -28,11 +29,15 @@ def resume_keep(config: RunConfig, grpo: dict[str, Any]) -> int:
     """Checkpoints per policy that ``--resume`` may need (module docstring)."""
     staleness = int(config.see.max_staleness or 0)
     save_steps = grpo.get("save_steps")
-    if staleness <= 0 or not isinstance(save_steps, int | float) or save_steps < 1:
+    if not isinstance(save_steps, int | float) or save_steps < 1:
         return LOCKSTEP_KEEP
     ga = int(grpo.get("gradient_accumulation_steps") or 1)
     updates = max(1, int(grpo.get("steps_per_generation") or ga) // ga) * int(grpo.get("num_iterations") or 1)
-    return LOCKSTEP_KEEP + math.ceil(staleness * updates / save_steps)
+    # the round a stopped peer published: its leader trains all of it, saving every save_steps
+    in_round = 1 + math.ceil(updates / save_steps)
+    if staleness <= 0:
+        return max(LOCKSTEP_KEEP, in_round)
+    return max(LOCKSTEP_KEEP + math.ceil(staleness * updates / save_steps), in_round)
 
 
 def keep_for_resume(config: RunConfig, grpo: dict[str, Any], recipe_grpo: dict[str, Any],
