@@ -22,6 +22,7 @@ from mutualrl.launch.rundir.prepare import (
     prepare_launch,
     resume_changes,
 )
+from mutualrl.launch.rundir.outbound import given_now, refuse_stored_outbound
 from mutualrl.launch.rundir.record import (
     finished_summary,
     mark_ended,
@@ -108,7 +109,7 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
         check_resume_inputs(RunPaths(given.parent))  # its user code and data copy as recorded, before any import
     if options.resume and options.pool is None and given is not None and given.is_file():
         loaded = load(str(given))  # the folder is known: its own settings, the recipe is not read
-        refuse_stored_remote_code(loaded.config, sets_remote_code(options.overrides), given.parent)
+        refuse_stored_settings(loaded.config, options, settings, given.parent)
         return checked(loaded)
     if options.resume and options.pool is None and given is not None and given.parent.is_dir():
         raise UsageError(f"--resume: {given.parent} holds no run to resume (no config.yaml: its start failed "
@@ -121,11 +122,20 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
         check_resume_inputs(RunPaths(stored.parent))
         recipe_pool = loaded.config.pool.name
         loaded = load(str(stored))
-        refuse_stored_remote_code(loaded.config, sets_remote_code(options.overrides), stored.parent)
+        refuse_stored_settings(loaded.config, options, settings, stored.parent)
         if options.pool is not None and recipe_pool != loaded.config.pool.name:
             raise UsageError(f"--resume: {stored.parent} is a run of pool {loaded.config.pool.name!r}, not "
                              f"{recipe_pool!r}; drop --pool to continue it, or start a new run with --output-dir")
     return checked(loaded)
+
+
+def refuse_stored_settings(config: RunConfig, options: TrainOptions, settings: list[OptionSetting],
+                           run_folder: Path) -> None:
+    """A run folder's settings that only the command running now may give: code shipped with a model, and anything
+    that sends the run's weights, completions or metrics elsewhere."""
+    refuse_stored_remote_code(config, sets_remote_code(options.overrides), run_folder)
+    given = given_now(config, options.overrides, [setting.key for setting in settings])
+    refuse_stored_outbound(config, given, run_folder)
 
 
 def checked(loaded: LoadedRecipe) -> tuple[RunConfig, str]:

@@ -1,0 +1,107 @@
+"""Settings that send a run's weights, completions or metrics to a place: a stored run folder does not choose them.
+
+``--resume`` goes on from the run folder's own ``config.yaml``. A run folder is data (docs/run-layout.md, "What is
+trusted"), so a setting there that would make the resumed run send something elsewhere (the Hub, a tracker, a vLLM
+server, an exchange folder outside the run, another machine's rendezvous) is taken only when the command running now
+gives it again (``--set``, or the option that sets it); otherwise the resume is refused in one line naming the file
+and the fields. A machine joining a run compares the whole shared config with its own (``launch/join.py``), so there
+every such setting comes from its own command as well.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from mutualrl.config.grpo_schema import grpo_default
+from mutualrl.config.loader import apply_override, parse_override
+from mutualrl.config.schema import LaunchConfig, RunConfig
+from mutualrl.config.typed import ConfigError
+from mutualrl.errors import UsageError
+from mutualrl.training.trackers import tracker_names
+
+OUTBOUND_GRPO_FIELDS = (
+    # the weights to a Hub repository (transformers' TrainingArguments)
+    "push_to_hub", "hub_model_id", "hub_token", "hub_private_repo", "hub_revision", "hub_strategy", "hub_always_push",
+    # completions to a Hub dataset (TRL)
+    "log_completions_hub_repo",
+    # metrics to trackers and the places they name
+    "report_to", "project", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id",
+    # prompts to, and the weights synced into, a vLLM server (TRL's server mode)
+    "vllm_mode", "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_group_port",
+)
+"""TRL 1.16's ``GRPOConfig`` fields (its own and ``TrainingArguments``') that send something elsewhere when they
+differ from their defaults."""
+LOCAL_TRACKERS = {"tensorboard"}
+"""Trackers that write only files under the run folder."""
+
+
+def given_now(config: RunConfig, overrides: Iterable[str], option_keys: Iterable[str]) -> dict[str, Any]:
+    """What the command running now sets: ``config``'s shape (its policies, by name) holding only the keys its
+    ``--set`` overrides and dedicated options (dotted ``option_keys``) name."""
+    given: dict[str, Any] = {"grpo": {}, "see": {}, "launch": {},
+                             "pool": {"policies": [{"name": p.name, "grpo": {}} for p in config.pool.policies]}}
+    parsed = [parse_override(text) for text in overrides] + [(key.split("."), None) for key in option_keys]
+    for keys, value in parsed:
+        try:
+            apply_override(given, keys, copy.deepcopy(value))
+        except ConfigError:  # a key the loaded config took differently: it set nothing outbound here
+            continue
+    return given
+
+
+def stored_outbound(config: RunConfig, given: dict[str, Any], run_folder: Path) -> list[str]:
+    """The keys of ``config`` that send something elsewhere and that the command running now (``given``) did not
+    set: each the shared key, or a policy's own where the policy's value wins."""
+    shared_now = _keys(given.get("grpo"))
+    policies_now = {str(p.get("name")): _keys(p.get("grpo")) for p in _policies(given)}
+    found: list[str] = []
+    for policy in config.pool.policies:
+        merged = {**config.grpo, **policy.grpo}
+        own_now = policies_now.get(policy.name, set())
+        for name in OUTBOUND_GRPO_FIELDS:
+            if name not in merged or not sends(name, merged[name]):
+                continue
+            if name in own_now or (name in shared_now and name not in policy.grpo):
+                continue
+            key = f"pool.policies.{policy.name}.grpo.{name}" if name in policy.grpo else f"grpo.{name}"
+            found.append(key)
+    see_dir = config.see.dir
+    if see_dir and not Path(see_dir).resolve().is_relative_to(run_folder.resolve()) and "dir" not in _keys(
+            given.get("see")):
+        found.append("see.dir")
+    if (config.launch.nodes > 1 and config.launch.main_address != LaunchConfig.main_address
+            and "main_address" not in _keys(given.get("launch"))):
+        found.append("launch.main_address")
+    return list(dict.fromkeys(found))
+
+
+def sends(name: str, value: Any) -> bool:
+    """Whether GRPOConfig field ``name`` set to ``value`` sends something elsewhere (differs from its default;
+    ``report_to`` naming a tracker beyond :data:`LOCAL_TRACKERS`)."""
+    if name == "report_to":
+        return not set(tracker_names(value)) <= LOCAL_TRACKERS
+    return value != grpo_default(name)
+
+
+def refuse_stored_outbound(config: RunConfig, given: dict[str, Any], run_folder: Path) -> None:
+    """``--resume`` of ``run_folder``: one line naming its config.yaml and the fields that would send something to a
+    place the folder alone chose."""
+    found = stored_outbound(config, given, run_folder)
+    if found:
+        shown = ", ".join(found[:6]) + (f" and {len(found) - 6} more" if len(found) > 6 else "")
+        raise UsageError(f"{run_folder / 'config.yaml'}: {shown[:400]} would send the run's weights, completions or "
+                         "metrics to a place this run folder names, and a run folder is data that does not choose "
+                         "that by itself; give them again to this command (--set KEY=VALUE) if you mean them")
+
+
+def _keys(mapping: Any) -> set[str]:
+    return set(mapping) if isinstance(mapping, dict) else set()
+
+
+def _policies(given: dict[str, Any]) -> list[dict[str, Any]]:
+    pool = given.get("pool") if isinstance(given.get("pool"), dict) else {}
+    policies = pool.get("policies")
+    return [p for p in policies if isinstance(p, dict)] if isinstance(policies, list) else []
