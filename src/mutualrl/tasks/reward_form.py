@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mutualrl.see.liveness import not_work
 from mutualrl.tasks.base import TaskExample
 from mutualrl.tasks.verifiers import completion_text
 
@@ -88,6 +87,8 @@ class DatasetFormReward:
         return {**kwargs, "prompts": prompts, "completions": shown_completions(completions, self.messages)}
 
     def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (), **kwargs: Any) -> Any:
+        from mutualrl.see.liveness import not_work  # here: importing the SEE loads pyarrow
+
         self.entering()
         with not_work():  # a reward function spinning forever is a hang, not a slow step (see.liveness)
             rewards = self.func(**self.arguments(prompts, completions, kwargs))
@@ -100,6 +101,8 @@ class AsyncDatasetFormReward(DatasetFormReward):
 
     async def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
                        **kwargs: Any) -> Any:
+        from mutualrl.see.liveness import not_work
+
         self.entering()
         with not_work():
             rewards = await self.func(**self.arguments(prompts, completions, kwargs))
