@@ -10,18 +10,33 @@ folder that was never planned builds them here (:func:`unplanned_grpo_args`).
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mutualrl.errors import UsageError
-from mutualrl.run_folder import RunPaths, read_json
+from mutualrl.errors import DataError, UsageError
+from mutualrl.run_folder import RunPaths, read_bytes, read_json
 from mutualrl.training.trackers import policy_run_name
 from mutualrl.training.watchdog import LAUNCHER_PID_ENV
 
 PLANNED_BY_MUTUALRL = ("output_dir", "run_name", "report_to", "disable_tqdm")
 """The fields :func:`owned_grpo_fields` adds: a planned file without them predates this module's rule."""
+PLANNED_GRPO_ENV = "MUTUALRL_PLANNED_GRPO_SHA256"
+"""The sha256 of the ``<policy>.grpo.json`` the launcher wrote, in its worker's environment: the worker takes that
+file only with those bytes (a run folder is data; the launcher's own plan decides the worker's GRPOConfig)."""
+
+
+def planned_grpo_text(grpo: dict[str, Any]) -> str:
+    """The bytes of ``RUN/launch/<policy>.grpo.json`` as the launcher writes them."""
+    return json.dumps(grpo, indent=2, sort_keys=True) + "\n"
+
+
+def planned_grpo_env(grpo: dict[str, Any]) -> dict[str, str]:
+    """The worker environment naming the digest of :func:`planned_grpo_text`."""
+    return {PLANNED_GRPO_ENV: hashlib.sha256(planned_grpo_text(grpo).encode("utf-8")).hexdigest()}
 
 
 def owned_grpo_fields(grpo: dict[str, Any], run_dir: Path, policy: str, shared: dict[str, Any],
@@ -46,6 +61,7 @@ def planned_grpo_args(paths: RunPaths, policy: str, unplanned: Callable[[], dict
 
     Without a plan (a worker started by hand) ``unplanned()`` gives them; one the launcher wrote and that is gone,
     or that an older mutualrl wrote (without :data:`PLANNED_BY_MUTUALRL`), is an error saying how to plan again.
+    A worker its launcher started takes the file only with the digest the launcher gave it (:data:`PLANNED_GRPO_ENV`).
     """
     path = paths.planned_grpo(policy)
     if not path.exists():
@@ -53,12 +69,24 @@ def planned_grpo_args(paths: RunPaths, policy: str, unplanned: Callable[[], dict
             raise UsageError(f"{path}: the launch plan of policy {policy!r} was deleted after the launch (the run "
                              "folder's launch/ folder?); `mutualrl train --resume` plans the run again")
         return unplanned()
-    planned = read_json(path)
+    digest = os.environ.get(PLANNED_GRPO_ENV)
+    planned = verified_plan(path, policy, digest) if digest else read_json(path)  # no digest: started by hand
     missing = [key for key in PLANNED_BY_MUTUALRL if key not in planned]
     if missing:
         raise UsageError(f"{path}: planned by an older mutualrl (no {', '.join(missing)}); "
                          "`mutualrl train --resume` plans the run again")
     return planned
+
+
+def verified_plan(path: Path, policy: str, digest: str) -> dict[str, Any]:
+    """The planned GRPOConfig arguments in ``path``, once its bytes hash to the launcher's ``digest``: read once,
+    so the bytes checked are the bytes parsed."""
+    data = read_bytes(path)
+    if hashlib.sha256(data).hexdigest() != digest:
+        raise DataError(f"{path}: not the GRPO settings the launcher planned for policy {policy!r} (its sha256 "
+                        "differs from the one the launcher gave this worker): refused; `mutualrl train --resume` "
+                        "plans the run again")
+    return json.loads(data)
 
 
 def unplanned_grpo_args(config: Any, policy: Any, paths: RunPaths, device: dict[str, Any]) -> dict[str, Any]:

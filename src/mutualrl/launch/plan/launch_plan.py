@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mutualrl.atomic_io import write_text_atomic
 from mutualrl.config.cadence import apply_cadence, policy_cadence, validation_interval
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import UsageError
@@ -45,7 +46,7 @@ from mutualrl.launch.plan.machines import plan_placement_nodes
 from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 from mutualrl.pools.loading import remote_code_note
 from mutualrl.run_folder import RunPaths, read_json
-from mutualrl.training.grpo_args import owned_grpo_fields
+from mutualrl.training.grpo_args import owned_grpo_fields, planned_grpo_env, planned_grpo_text
 from mutualrl.training.trackers import check_trackers
 
 PLAN_SCHEMA_VERSION = 1
@@ -225,7 +226,7 @@ class LaunchPlan:
             if p.deepspeed_config is not None and p.deepspeed_config_path:
                 written.append(write_json(Path(p.deepspeed_config_path), p.deepspeed_config))
             # What the worker needs of the plan, in a file of its own (training reads no launch code): its GRPOConfig.
-            written.append(write_json(RunPaths(target).planned_grpo(p.name), p.grpo))
+            written.append(write_text_atomic(RunPaths(target).planned_grpo(p.name), planned_grpo_text(p.grpo)))
         RunPaths(target).logs.mkdir(parents=True, exist_ok=True)
         written.append(write_json(plan_path(target), self.to_json()))
         return written
@@ -396,6 +397,8 @@ def _plan_policy(
     launch, policy = config.launch, config.pool.policies[index]
     placed, spec = placement.of(policy.name), launches[0]
     grpo, derived, notes, schedule = _policy_grpo(config, index, placement, run_dir, vllm_available)
+    for command in launches:  # each worker takes its grpo.json only as planned here
+        command.env.update(planned_grpo_env(grpo))
     meet = machine_address(placed.machines[0], launch.main_address, addresses)
     port = policy_port(config, index)
     stage = ZERO_STAGES[launch.deepspeed]
