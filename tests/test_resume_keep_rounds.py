@@ -14,17 +14,18 @@ from mutualrl.config.loader import load_run_config
 from mutualrl.launch.plan.checkpoints import resume_keep
 
 
-def lock_step_keep_suffices(keep: int, updates: int, save_steps: int, steps: int = 64) -> bool:
+def keep_suffices(keep: int, updates: int, save_steps: int, staleness: int = 0, steps: int = 96) -> bool:
     """Whether, wherever peer B stops (after ``b`` optimizer steps; in its save at ``b``, cut short, or after it),
-    the leader A, which trains on to the end of the last round B published, still keeps B's last intact checkpoint
-    after transformers' rotation."""
+    the leader A, which trains on to the end of the last round B published (and ``staleness`` rounds more), still
+    keeps B's last intact checkpoint after transformers' rotation."""
     for b in range(1, steps):
         for cut in ([True, False] if b % save_steps == 0 else [False]):
             intact = [c for c in range(save_steps, b + 1, save_steps) if not (cut and c == b)]
             if not intact:
                 continue
             # B publishes the round starting at b (generates it) only after its save at b
-            a = b if cut and b % updates == 0 else (b // updates) * updates + updates
+            published = b // updates - (1 if cut and b % updates == 0 else 0)
+            a = (published + staleness + 1) * updates
             kept = list(range(save_steps, a + 1, save_steps))[-keep:]
             if intact[-1] not in kept:
                 return False
@@ -41,5 +42,14 @@ def test_lock_step_keeps_the_last_common_checkpoint(updates, save_steps):
     step, the leader deleted the stopped peer's last checkpoint)."""
     config = load_run_config("tiny").config
     keep = resume_keep(config, grpo_of(updates, save_steps))
-    assert lock_step_keep_suffices(keep, updates, save_steps)
-    assert keep == 2 or not lock_step_keep_suffices(keep - 1, updates, save_steps)  # and no more than needed
+    assert keep_suffices(keep, updates, save_steps)
+    assert keep == 2 or not keep_suffices(keep - 1, updates, save_steps)  # and no more than needed
+
+
+@pytest.mark.parametrize(("staleness", "updates", "save_steps"), [(1, 4, 80), (2, 4, 4), (1, 4, 1), (2, 4, 3),
+                                                                  (1, 1, 1), (3, 2, 5)])
+def test_bounded_staleness_keeps_the_last_common_checkpoint(staleness, updates, save_steps):
+    """Failed before for save_steps < updates (1 round of staleness, 4 updates a round, a save every step: 6 kept,
+    9 needed)."""
+    config = load_run_config("tiny", overrides=[f"see.max_staleness={staleness}"]).config
+    assert keep_suffices(resume_keep(config, grpo_of(updates, save_steps)), updates, save_steps, staleness)

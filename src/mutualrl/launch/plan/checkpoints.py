@@ -4,7 +4,8 @@
 (:func:`mutualrl.launch.rundir.resume.common_checkpoint`). In lock-step every policy saves at the same steps, so a
 policy must keep its last two: the newest may be one its peers never finished (a kill mid-save), and the one
 before is then the common one; with checkpoints closer than an exchange round (``save_steps`` < updates per round),
-``1 + ceil(updates / save_steps)``, for a policy trains all of the round its stopped peer published. Under bounded staleness (``see.max_staleness`` = S rounds) a policy may be up to S
+``1 + ceil(updates / save_steps)``, for a policy trains all of the round its stopped peer published (and S rounds
+more under bounded staleness: ``1 + ceil((S + 1) x updates / save_steps)``). Under bounded staleness (``see.max_staleness`` = S rounds) a policy may be up to S
 rounds, S x updates-per-round optimizer steps, ahead of the slowest, so it keeps ``ceil(S x updates / save_steps)``
 more. transformers deletes the oldest beyond ``save_total_limit`` after writing a new one, so a policy holds
 ``limit + 1`` checkpoints at its peak.
@@ -33,11 +34,11 @@ def resume_keep(config: RunConfig, grpo: dict[str, Any]) -> int:
         return LOCKSTEP_KEEP
     ga = int(grpo.get("gradient_accumulation_steps") or 1)
     updates = max(1, int(grpo.get("steps_per_generation") or ga) // ga) * int(grpo.get("num_iterations") or 1)
-    # the round a stopped peer published: its leader trains all of it, saving every save_steps
-    in_round = 1 + math.ceil(updates / save_steps)
+    # the leader trains all of the last round a stopped peer published and S more, saving every save_steps
+    lead = 1 + math.ceil((staleness + 1) * updates / save_steps)
     if staleness <= 0:
-        return max(LOCKSTEP_KEEP, in_round)
-    return max(LOCKSTEP_KEEP + math.ceil(staleness * updates / save_steps), in_round)
+        return max(LOCKSTEP_KEEP, lead)
+    return max(LOCKSTEP_KEEP + math.ceil(staleness * updates / save_steps), lead)
 
 
 def keep_for_resume(config: RunConfig, grpo: dict[str, Any], recipe_grpo: dict[str, Any],
