@@ -56,7 +56,7 @@ def load_model(name: str) -> tuple:
 def survey_task(name: str, chat: bool, loaded: tuple, task_name: str, args: argparse.Namespace) -> dict:
     """One model on one task: greedy, format rate, and (answer-line tasks) K samples."""
     from mutualrl.evaluation.generate import prompt_token_ids, score_examples
-    from mutualrl.evaluation.sampling import mixed_groups, pass_at_k, sample_completions
+    from survey_sampling import mixed_groups, pass_at_k, sample_completions
     from mutualrl.pools.greedy import generate_greedy
     from mutualrl.tasks.few_shot import parse_few_shot
     from mutualrl.tasks.registry import get_task

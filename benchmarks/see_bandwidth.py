@@ -43,9 +43,11 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # see_synthetic: the tests' batches
+
 def worker(index: int, m: int, args: argparse.Namespace, root: str, barrier, results) -> None:  # noqa: ANN001
     from mutualrl.see import ExperienceExchange, RolloutBatch
-    from mutualrl.see.synthetic import synthetic_batch
+    from see_synthetic import synthetic_batch
 
     policies = [f"policy{i}" for i in range(m)]
     me = policies[index]

@@ -12,7 +12,7 @@ Timed (medians over ``--repeats`` rounds, same process, side by side):
   (``batch_decode_with_spans``), target retokenization (``retokenize``), alignment
   (``align_logprobs``);
 - ``paper_reference``: Alg. PerTokenWordMapBySegments + WordAlignLogProbs
-  (:mod:`mutualrl.thl.paper_reference`), on ``--ref-n`` of the responses (it is slow),
+  (`benchmarks/thl_paper_reference.py`), on ``--ref-n`` of the responses (it is slow),
   scaled per token.
 
 The three are interleaved round by round, so machine noise hits them alike.
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
     from mutualrl.assets.tokenizers import load_tokenizer
     from mutualrl.thl import align_logprobs, batch_decode_with_spans, retokenize
     from mutualrl.thl.corpus import builtin_corpus
-    from mutualrl.thl.paper_reference import word_align_logprobs
+    from thl_paper_reference import word_align_logprobs
     from mutualrl.thl.retokenize import continuation_encoder
     from mutualrl.thl.spans import byte_table
 

@@ -19,7 +19,7 @@ from mutualrl.config.typed import to_plain
 from mutualrl.errors import DataError, UsageError
 from mutualrl.see import CorruptShardError, ExperienceExchange, RolloutBatch, RolloutRecord
 from mutualrl.see.harvest import harvest_successes
-from mutualrl.see.synthetic import synthetic_batch
+from see_synthetic import synthetic_batch
 
 # -- harvest ---------------------------------------------------------------------------------
 

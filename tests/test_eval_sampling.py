@@ -1,4 +1,4 @@
-"""K samples per prompt from one prefill (evaluation/sampling.py) and the survey's pool arithmetic."""
+"""K samples per prompt from one prefill (benchmarks/survey_sampling.py) and the survey's pool arithmetic."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from mutualrl.evaluation.sampling import mixed_groups, pass_at_k, sample_completions
 from mutualrl.pools.greedy import generate_greedy
 from tiny_models import build_tiny_lm
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from survey_sampling import mixed_groups, pass_at_k, sample_completions  # noqa: E402 - the survey's helper
 
 
 @pytest.fixture(scope="module")

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
-from mutualrl.launch.plan.configs import deepspeed_config, resolve_deepspeed_auto
+from mutualrl.launch.plan.configs import deepspeed_config
 from plan_helpers import dry_run
 
 
@@ -121,6 +122,25 @@ def test_written_files_match_the_plan(plans):
                 assert policy.deepspeed_config_path is None
             else:
                 assert json.loads(Path(policy.deepspeed_config_path).read_text()) == policy.deepspeed_config
+
+
+
+def resolve_deepspeed_auto(
+    ds: dict[str, Any], *, micro_batch: int, grad_accum: int, grad_clip: float, world_size: int
+) -> dict[str, Any]:
+    """The ``"auto"`` batch fields filled as transformers fills them at start-up
+    (``HfTrainerDeepSpeedConfig.trainer_config_process``; checked against it below)."""
+    filled = json.loads(json.dumps(ds))
+    values = {
+        "train_micro_batch_size_per_gpu": micro_batch,
+        "gradient_accumulation_steps": grad_accum,
+        "gradient_clipping": grad_clip,
+        "train_batch_size": micro_batch * grad_accum * world_size,
+    }
+    for key, value in values.items():
+        if filled.get(key) == "auto":
+            filled[key] = value
+    return filled
 
 
 @pytest.mark.parametrize("stage", [2, 3])

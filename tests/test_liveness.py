@@ -63,7 +63,7 @@ def test_the_barrier_waits_while_a_peer_reports_validation_progress(tmp_path):
     import threading
 
     from mutualrl.see.errors import PeerTimeoutError
-    from mutualrl.see.synthetic import synthetic_batch
+    from see_synthetic import synthetic_batch
 
     # A beat every 0.2 s against a 1.5 s timeout: a margin a loaded box keeps (0.6 s once timed out under load).
     a = ExperienceExchange(tmp_path, "run", "a", policies=["a", "b"], barrier_timeout_s=1.5, poll_interval_s=0.01)

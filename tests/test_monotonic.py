@@ -6,6 +6,7 @@ processes are judged by the changes the reader sees, never by comparing their fi
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 import textwrap
@@ -22,7 +23,7 @@ from mutualrl.launch.supervise.nodes import RemoteWatch, join_path, open_session
 from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSettings
 from mutualrl.run_folder import RunPaths
 from mutualrl.see.exchange import ExperienceExchange
-from mutualrl.see.synthetic import synthetic_batch
+from see_synthetic import synthetic_batch
 
 HOUR = 3600.0
 SKEWED = FINISH + textwrap.dedent('''
@@ -44,7 +45,7 @@ VALIDATING_BEHIND = textwrap.dedent('''
     real = time.time
     time.time = lambda: real() - 3600  # this machine's clock is an hour behind
     from mutualrl.see.exchange import ExperienceExchange
-    from mutualrl.see.synthetic import synthetic_batch
+    from see_synthetic import synthetic_batch
     b = ExperienceExchange(sys.argv[1], "run", "b", policies=["a", "b"])
     for done in range(15):  # 3 s of validation against a 1.5 s barrier timeout
         b.heartbeat(progress=f"validating {done}/15 (step 0)")
@@ -117,7 +118,8 @@ def test_the_barrier_waits_for_a_validating_peer_whose_clock_is_an_hour_behind(t
     a.publish(0, synthetic_batch(2, 2, seed=1))
     script = tmp_path / "validating.py"
     script.write_text(VALIDATING_BEHIND)
-    peer = subprocess.Popen([sys.executable, str(script), str(tmp_path)])
+    peer = subprocess.Popen([sys.executable, str(script), str(tmp_path)],
+                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent)})  # see_synthetic
     beat = tmp_path / "_heartbeat" / "b.rank-0.json"
     deadline = time.monotonic() + 60
     while not beat.exists() and time.monotonic() < deadline:  # its imports can take seconds on a loaded box

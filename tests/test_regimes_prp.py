@@ -12,8 +12,6 @@ from hypothesis import strategies as st
 
 from mutualrl.regimes.grpo import group_advantages
 from mutualrl.regimes.prp.maths import (
-    peer_log_ratio,
-    prp_behaviour_logps,
     prp_pooled_advantages,
     ratio_statistics,
 )
@@ -68,34 +66,6 @@ def test_pooled_advantages_permute_with_the_policies():
     rewards = torch.randint(0, 2, (5, 3, 4), generator=g).float()
     perm = [2, 0, 1]
     torch.testing.assert_close(prp_pooled_advantages(rewards[:, perm]), prp_pooled_advantages(rewards)[:, perm])
-
-
-def test_denominators():
-    old = torch.tensor([[-1.0, -2.0]])
-    aligned = torch.tensor([[-1.5, -1.0]])
-    mask = torch.ones(1, 2)
-    # 'learner': behaviour = learner snapshot -> at the first iteration (θ = θ_old) every ratio is 1.
-    beh = prp_behaviour_logps("learner", old, aligned)
-    assert torch.equal(peer_log_ratio(old, beh, mask), torch.zeros(1, 2))
-    # 'peer': log w = ℓ_θ - ℓ_aligned = [-1 + 1.5, -2 + 1] = [0.5, -1].
-    beh = prp_behaviour_logps("peer", old, aligned)
-    assert peer_log_ratio(old, beh, mask).tolist() == [[0.5, -1.0]]
-    with pytest.raises(ValueError, match="needs the THL-aligned peer log-probs"):
-        prp_behaviour_logps("peer", old, None)
-    with pytest.raises(ValueError, match="'learner' or 'peer'"):
-        prp_behaviour_logps("both", old, aligned)
-
-
-def test_log_ratio_masks_padding():
-    # Padding may hold -inf or NaN; outside the mask the log-ratio is exactly 0. Inside, NaN stays visible.
-    learner = torch.tensor([[-1.0, -math.inf, NAN], [-2.0, -1.0, 0.0]])
-    behaviour = torch.tensor([[-3.0, -1.0, -1.0], [NAN, -1.0, -1.0]])
-    mask = torch.tensor([[1, 0, 0], [1, 1, 0]])
-    out = peer_log_ratio(learner, behaviour, mask)
-    assert out[0].tolist() == [2.0, 0.0, 0.0]
-    assert math.isnan(out[1, 0].item()) and out[1, 1:].tolist() == [0.0, 0.0]
-    with pytest.raises(ValueError, match="behaviour_logps must have the shape of learner_logps"):
-        peer_log_ratio(learner, behaviour[:, :2], mask)
 
 
 def test_ratio_statistics_by_hand():

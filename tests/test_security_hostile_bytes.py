@@ -14,7 +14,7 @@ import pytest
 import xxhash
 
 from mutualrl.see import CorruptShardError, ExperienceExchange
-from mutualrl.see.synthetic import synthetic_batch
+from see_synthetic import synthetic_batch
 
 
 def published_shard(root: Path) -> tuple[ExperienceExchange, Path, Path]:

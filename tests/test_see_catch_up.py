@@ -19,7 +19,7 @@ from mutualrl.errors import UsageError
 from mutualrl.see.consumption_log import LogTail, append_row, log_path, read_consumption
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.offlock.staleness import catch_up_target, choose_peer_round, round_seconds
-from mutualrl.see.synthetic import synthetic_batch
+from see_synthetic import synthetic_batch
 from mutualrl.regimes.adapter import RegimeAdapter
 from mutualrl.regimes.offlock import round_stride
 from mutualrl.see.offlock.consumption import BoundedConsumption

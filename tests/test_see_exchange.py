@@ -29,9 +29,10 @@ from mutualrl.see import (
     read_failure,
 )
 from mutualrl.see.inspect import inspect_exchange
-from mutualrl.see.synthetic import synthetic_batch
+from see_synthetic import synthetic_batch
 
 SRC = Path(__file__).resolve().parents[1] / "src"
+TESTS = Path(__file__).resolve().parent
 
 
 def exchange(root: Path, policy: str, **kw) -> ExperienceExchange:
@@ -52,7 +53,7 @@ def records_with_nulls() -> RolloutBatch:
 
 
 def run_python(code: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    env = {**os.environ, "PYTHONPATH": str(SRC) + os.pathsep + str(TESTS)}  # see_synthetic
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code), *args], env=env, capture_output=True, text=True, timeout=timeout
     )
@@ -130,7 +131,7 @@ def test_bad_names_and_settings_are_usage_errors(tmp_path):
 KILLED_WRITER = """
     import os, signal, sys
     from mutualrl.see import ExperienceExchange, files
-    from mutualrl.see.synthetic import synthetic_batch
+    from see_synthetic import synthetic_batch
 
     root, mode = sys.argv[1], sys.argv[2]
     if mode == "mid-write":
@@ -390,7 +391,7 @@ def test_prune_removes_empty_step_folders(tmp_path):
 PEER_PROCESS = """
     import json, sys
     from mutualrl.see import ExperienceExchange
-    from mutualrl.see.synthetic import synthetic_batch
+    from see_synthetic import synthetic_batch
 
     root, me, index, out = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     ex = ExperienceExchange(root, "run-2p", me, policies=["alpha", "beta"], barrier_timeout_s=60,
@@ -419,7 +420,7 @@ PEER_PROCESS = """
 
 
 def test_two_processes_exchange_records_over_several_steps(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    env = {**os.environ, "PYTHONPATH": str(SRC) + os.pathsep + str(TESTS)}  # see_synthetic
     root = tmp_path / "see"
     procs = {
         name: subprocess.Popen(

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from mutualrl.cli.main import app
 from mutualrl.see import ExperienceExchange
-from mutualrl.see.synthetic import synthetic_batch
+from see_synthetic import synthetic_batch
 
 runner = CliRunner()
 

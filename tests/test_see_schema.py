@@ -22,7 +22,7 @@ from mutualrl.see import (
     ShardMetadata,
     ragged,
 )
-from mutualrl.see.synthetic import synthetic_batch
+from see_synthetic import synthetic_batch
 
 
 def sample_records() -> list[RolloutRecord]:

@@ -11,7 +11,7 @@ import pytest
 from mutualrl.see.errors import PeerFailedError, PeerTimeoutError
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.offlock.staleness import choose_peer_round
-from mutualrl.see.synthetic import synthetic_batch
+from see_synthetic import synthetic_batch
 from mutualrl.see.consumption_log import read_consumption
 from mutualrl.see.lockstep import LockStepConsumption
 from mutualrl.see.offlock.consumption import BoundedConsumption

@@ -5,6 +5,7 @@ call still times the barrier out and stalls the pool."""
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 import textwrap
@@ -20,14 +21,14 @@ from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSett
 from mutualrl.run_folder import RunPaths
 from mutualrl.see.errors import PeerTimeoutError
 from mutualrl.see.exchange import ExperienceExchange
-from mutualrl.see.synthetic import synthetic_batch
+from see_synthetic import synthetic_batch
 
 PEER = FINISH + textwrap.dedent('''
     import sys, time
     from pathlib import Path
     from mutualrl.see.exchange import ExperienceExchange
     from mutualrl.see.liveness import start_heartbeat_thread
-    from mutualrl.see.synthetic import synthetic_batch
+    from see_synthetic import synthetic_batch
     root, mode, seconds = sys.argv[1], sys.argv[2], float(sys.argv[3])
     b = ExperienceExchange(root, "run", "b", policies=["a", "b"])
     start_heartbeat_thread(b, interval_s=0.1)
@@ -43,6 +44,9 @@ PEER = FINISH + textwrap.dedent('''
 ''')
 
 
+PEER_ENV = {"PYTHONPATH": str(Path(__file__).resolve().parent)}  # see_synthetic, in the tests
+
+
 def _peer_argv(tmp_path: Path, mode: str, seconds: float) -> list[str]:
     script = tmp_path / "peer.py"
     script.write_text(PEER)
@@ -51,7 +55,7 @@ def _peer_argv(tmp_path: Path, mode: str, seconds: float) -> list[str]:
 
 def _start_peer(tmp_path: Path, mode: str, seconds: float) -> subprocess.Popen:
     """Peer ``b`` of the exchange in ``tmp_path/see``, started and beating."""
-    proc = subprocess.Popen(_peer_argv(tmp_path, mode, seconds))
+    proc = subprocess.Popen(_peer_argv(tmp_path, mode, seconds), env={**os.environ, **PEER_ENV})
     beat = tmp_path / "see" / "_heartbeat" / "b.rank-0.json"
     deadline = time.monotonic() + 60
     while not beat.exists() and time.monotonic() < deadline:  # its imports can take seconds on a loaded box
@@ -92,7 +96,7 @@ def _run_pool(tmp_path: Path, mode: str, seconds: float) -> tuple:
     """``a`` waits at the barrier (no progress of its own) while ``b`` works or is stuck for ``seconds``; the stall
     limit is 2 s. ``a`` leaves first: alone, a waiting policy would be still."""
     procs = [sleeper(tmp_path, "a", seconds - 1.0),
-             PolicyProcess("b", _peer_argv(tmp_path, mode, seconds), {}, tmp_path / "logs" / "b.log")]
+             PolicyProcess("b", _peer_argv(tmp_path, mode, seconds), PEER_ENV, tmp_path / "logs" / "b.log")]
     settings = PoolSettings(tmp_path / "see", stall_timeout_s=2.0, grace_s=5.0, poll_s=0.05, peer_timeout_s=5.0)
     started = time.monotonic()
     outcome = PoolRunner(procs, RunPaths(tmp_path), settings, console=Console(file=io.StringIO())).run()

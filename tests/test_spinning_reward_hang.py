@@ -13,7 +13,7 @@ import pytest
 from mutualrl.see.errors import PeerTimeoutError
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.liveness import start_heartbeat_thread
-from mutualrl.see.synthetic import synthetic_batch
+from see_synthetic import synthetic_batch
 from mutualrl.tasks.reward_form import DatasetFormReward
 
 

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from mutualrl.errors import UsageError
-from mutualrl.thl import align_logprobs, append_to_prompts, batch_decode_with_spans, partition, retokenize
+from mutualrl.thl import align_logprobs, batch_decode_with_spans, partition, retokenize
 from mutualrl.thl.metrics import conservation_stats, word_mass
-from mutualrl.thl.paper_reference import word_align_logprobs
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from thl_paper_reference import word_align_logprobs  # noqa: E402 - the paper's alignment, a benchmark's baseline
 
 
 def _spans_of(text: str, pieces: list[str]) -> np.ndarray:
@@ -233,23 +237,6 @@ def test_word_mass_apportions_straddling_tokens() -> None:
     part = partition("ab cd", "word")
     np.testing.assert_allclose(word_mass(part, np.array([[0, 5]]), np.array([-4.0])), [-2.0, -2.0])
     np.testing.assert_allclose(word_mass(part, np.array([[0, 2], [-1, -1]]), np.array([-1.0, -9.0])), [-1.0, 0.0])
-
-
-def test_append_to_prompts_builds_trl_layout(thl_tokenizers: dict) -> None:
-    tok = thl_tokenizers["phi3"]
-    prompts = [tok("Q: 2+2?\nA:", add_special_tokens=True)["input_ids"], tok("Hi", add_special_tokens=True)["input_ids"]]
-    resp = retokenize(tok, [" 4", " Hello there, friend."])
-    batch = append_to_prompts(prompts, resp, pad_token_id=0, eos_token_id=tok.eos_token_id, max_completion_length=4)
-    assert batch.prompt_ids.shape[1] == max(len(p) for p in prompts)
-    assert batch.prompt_mask[1, 0] == 0 and batch.prompt_mask[1, -1] == 1  # left padding
-    assert batch.completion_ids[0, : len(resp[0].ids) + 1].tolist() == resp[0].ids + [tok.eos_token_id]
-    assert batch.completion_mask[0].tolist() == [1] * (len(resp[0].ids) + 1) + [0] * (4 - len(resp[0].ids) - 1)
-    assert batch.truncated.tolist() == [False, True] and batch.completion_mask[1].sum() == 4
-    assert batch.completion_spans[0][-1].tolist() == [-1, -1]
-    np.testing.assert_array_equal(batch.attention_mask, np.concatenate([batch.prompt_mask, batch.completion_mask], 1))
-    assert batch.position_ids[1, batch.prompt_mask.shape[1]] == len(prompts[1])
-    with pytest.raises(UsageError, match="2 prompts but 1 responses"):
-        append_to_prompts(prompts, resp[:1], pad_token_id=0)
 
 
 def test_batch_alignment_equals_one_sequence_at_a_time(thl_tokenizers: dict) -> None:

@@ -360,9 +360,6 @@ class BatchConfig:
     )
 
 
-STEP_UNITS = ("paper", "optimizer")
-"""Units of ``schedule`` counts: a paper step (one GRPO update of the paper) or an optimizer step."""
-
 SCHEDULE_GRPO_FIELDS = {"max_steps": "max_steps", "warmup_steps": "warmup_steps", "save_every": "save_steps",
                         "log_every": "logging_steps"}
 """``schedule`` count -> the GRPOConfig field (optimizer steps) it sets; ``validate_every`` sets

@@ -63,7 +63,7 @@ def check_pool(pool_rewards: torch.Tensor, learner_index: int | None = None) -> 
 def split_pool(pool_rewards: torch.Tensor, learner_index: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Split a pool ``[P, M, K]`` into the learner's ``[P, K]`` and its peers' ``[P, M-1, K]``.
 
-    Peers keep increasing policy order, so peer slot ``j`` is :func:`peer_policy_index`\\ ``(j, n)``.
+    Peers keep increasing policy order: peer slot ``j`` is policy ``j`` below the learner's index, ``j + 1`` from it on.
     """
     check_pool(pool_rewards, learner_index)
     m = pool_rewards.shape[1]
@@ -80,11 +80,6 @@ def join_pool(learner_rewards: torch.Tensor, peer_rewards: torch.Tensor, learner
     return torch.cat(
         [peer_rewards[:, :learner_index], learner_rewards.unsqueeze(1), peer_rewards[:, learner_index:]], dim=1
     )
-
-
-def peer_policy_index(peer_slot: int, learner_index: int) -> int:
-    """Policy index ``m`` of peer slot ``peer_slot`` (dim 1 of a ``[P, M-1, K]`` peer tensor)."""
-    return peer_slot + (1 if peer_slot >= learner_index else 0)
 
 
 def check_learner_and_peers(learner_rewards: torch.Tensor, peer_rewards: torch.Tensor) -> None:

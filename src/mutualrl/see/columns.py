@@ -67,6 +67,3 @@ COLUMNS: tuple[str, ...] = tuple(ROLLOUT_SCHEMA.names)
 
 #: Columns stamped by the exchange at publish time (a batch may be built without them).
 ID_COLUMNS = ("step", "policy", "rank")
-
-#: Keys of the file-level (schema) metadata of every shard.
-METADATA_KEYS = ("schema_version", "run_id", "policy", "step", "rank", "world_size", "provenance")

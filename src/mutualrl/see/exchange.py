@@ -40,8 +40,6 @@ from mutualrl.see.columns import COLUMNS, SCHEMA_VERSION
 from mutualrl.see.schema import RolloutBatch, ShardMetadata
 from mutualrl.see.shards import ShardInfo, complete_shards, load_shard, scan_committed
 
-_COMPRESSIONS = (None, "lz4", "zstd")
-
 
 class ExperienceExchange:
     """One rank's client of the file-backed Shared Experience Exchange.
@@ -59,8 +57,6 @@ class ExperienceExchange:
         retention_steps: :meth:`prune` keeps this rank's shards of the last N steps (None: all).
         provenance: fields recorded with every shard (e.g. ``{"model": ..., "tokenizer": ...}``);
             versions, host, pid and time are added at each publish.
-        compression: Arrow IPC buffer compression (None, "lz4", "zstd"); None is fastest on local disks.
-        durable: fsync files and folders on commit (keep True on shared filesystems).
     """
 
     def __init__(
@@ -75,8 +71,6 @@ class ExperienceExchange:
         poll_interval_s: float = 0.02,
         retention_steps: int | None = 16,
         provenance: dict[str, Any] | None = None,
-        compression: str | None = None,
-        durable: bool = True,
     ):
         self.root = Path(root)
         self.run_id = str(run_id)
@@ -99,10 +93,6 @@ class ExperienceExchange:
             # Peers may still be reading the previous step while we prune; keep at least it.
             raise UsageError(f"SEE retention_steps must be >= 1 or None (keep all), got {retention_steps}")
         self.retention_steps = retention_steps
-        if compression not in _COMPRESSIONS:
-            raise UsageError(f"SEE compression must be one of {_COMPRESSIONS}, got {compression!r}")
-        self.compression = compression
-        self.durable = durable
         self.provenance = dict(provenance or {})
         self._verified: set[tuple[Any, ...]] = set()
         self._last_heartbeat = -math.inf  # on the monotonic clock
@@ -189,13 +179,11 @@ class ExperienceExchange:
 
         folder = files.policy_dir(self.root, step, self.policy)
         folder.mkdir(parents=True, exist_ok=True)
-        options = pa.ipc.IpcWriteOptions(compression=self.compression)
-
         def write_ipc(sink: files.HashingSink) -> None:
-            with pa.ipc.new_file(pa.PythonFile(sink, mode="w"), table.schema, options=options) as writer:
+            with pa.ipc.new_file(pa.PythonFile(sink, mode="w"), table.schema) as writer:
                 writer.write_table(table)
 
-        nbytes, checksum = files.write_atomic(data_final, write_ipc, durable=self.durable)
+        nbytes, checksum = files.write_atomic(data_final, write_ipc)
         manifest = {
             "schema_version": SCHEMA_VERSION,
             "run_id": self.run_id,
@@ -208,12 +196,11 @@ class ExperienceExchange:
             "checksum": checksum,
             "checksum_algorithm": CHECKSUM_ALGORITHM,
             "data_file": data_final.name,
-            "compression": self.compression,
             "published_at": time.time(),
             "provenance": provenance,
         }
         manifest_final = files.manifest_path(self.root, step, self.policy, self.rank, self.world_size)
-        files.write_bytes_atomic(manifest_final, json.dumps(manifest, indent=1).encode(), durable=self.durable)
+        files.write_bytes_atomic(manifest_final, json.dumps(manifest, indent=1).encode())
         self.heartbeat(step=step)
         return data_final
 

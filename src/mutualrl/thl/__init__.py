@@ -6,7 +6,7 @@ vocabularies:
 - :func:`decode_with_spans` / :func:`batch_decode_with_spans`: the text of the tokens a
   policy generated and each token's character span (published with every rollout);
 - :func:`retokenize`: a peer response text -> learner token ids (continuation of the
-  learner's prompt), :func:`append_to_prompts` for TRL's batch layout;
+  learner's prompt; ``regimes.peers.learner_responses`` builds TRL's rows from it);
 - :func:`align_logprobs`: the paper's word rule from character spans, vectorised, with
   exact per-unit conservation and the residual ``R_THL`` reported;
 - :mod:`.metrics` / :mod:`.check`: the paper's THL diagnostics (``mutualrl thl-check``).
@@ -14,7 +14,7 @@ vocabularies:
 
 from mutualrl.thl.align import ALIGN_RULES, AlignedTraces, align_logprobs
 from mutualrl.thl.metrics import ConservationStats, conservation_stats, ratio_stats, relative_mae, word_mass
-from mutualrl.thl.retokenize import LearnerBatch, Retokenized, append_to_prompts, retokenize
+from mutualrl.thl.retokenize import Retokenized, retokenize
 from mutualrl.thl.spans import DecodedText, batch_decode_with_spans, byte_table, decode_with_spans
 from mutualrl.thl.units import UNIT_MODES, BatchPartition, Partition, partition, partition_batch
 
@@ -25,11 +25,9 @@ __all__ = [
     "BatchPartition",
     "ConservationStats",
     "DecodedText",
-    "LearnerBatch",
     "Partition",
     "Retokenized",
     "align_logprobs",
-    "append_to_prompts",
     "batch_decode_with_spans",
     "byte_table",
     "conservation_stats",

@@ -37,9 +37,6 @@ from mutualrl.config.grpo_schema import grpo_default
 from mutualrl.config.schema import BatchConfig
 from mutualrl.errors import PlacementError
 
-# GRPOConfig fields that the batch derivation owns when `batch` is set.
-DERIVED_FIELDS = ("per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation")
-
 
 class BatchSizeError(PlacementError):
     """The batch cannot be split evenly over a policy's devices (raised before anything starts)."""

@@ -131,27 +131,3 @@ def write_yaml(path: Path, data: dict[str, Any]) -> Path:
 
 def write_json(path: Path, data: dict[str, Any]) -> Path:
     return write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
-
-
-def resolve_deepspeed_auto(
-    ds: dict[str, Any], *, micro_batch: int, grad_accum: int, grad_clip: float, world_size: int
-) -> dict[str, Any]:
-    """Fill the ``"auto"`` batch fields the way transformers does at start-up.
-
-    Used to validate a config with DeepSpeed's own parser and to show the effective
-    values in the dry run (transformers' ``HfTrainerDeepSpeedConfig.trainer_config_process``
-    sets train_micro_batch_size_per_gpu = per_device_train_batch_size,
-    gradient_accumulation_steps, gradient_clipping = max_grad_norm and
-    train_batch_size = micro x GA x world size).
-    """
-    filled = json.loads(json.dumps(ds))
-    values = {
-        "train_micro_batch_size_per_gpu": micro_batch,
-        "gradient_accumulation_steps": grad_accum,
-        "gradient_clipping": grad_clip,
-        "train_batch_size": micro_batch * grad_accum * world_size,
-    }
-    for key, value in values.items():
-        if filled.get(key) == "auto":
-            filled[key] = value
-    return filled

@@ -26,8 +26,6 @@ from mutualrl.regimes.pool import (
     check_same_shape,
 )
 
-PRPDenominator = Literal["learner", "peer"]
-
 
 def prp_pooled_advantages(
     pool_rewards: torch.Tensor, scale_rewards: ScaleRewards = "group", eps: float = TRL_STD_EPS
@@ -56,52 +54,6 @@ def prp_pooled_advantages(
     check_pool(pool_rewards)
     p, m, k = pool_rewards.shape
     return group_advantages(pool_rewards.reshape(p, m * k), scale_rewards, eps).reshape(p, m, k)
-
-
-def prp_behaviour_logps(
-    denominator: PRPDenominator, learner_old_logps: torch.Tensor, peer_aligned_logps: torch.Tensor | None
-) -> torch.Tensor:
-    """The behaviour log-probs ``ℓ_behavior`` of peer rows for the chosen PRP denominator (Sec. "Regime 1").
-
-    - ``'learner'`` (learner-snapshot denominator, naive pooling): ``ℓ^(n)_old(x, y)``, the learner's
-      own snapshot on the retokenized peer response; at the first iteration the ratio is exactly 1
-      and only PPO clipping limits mismatched rollouts.
-    - ``'peer'`` (THL-aligned peer denominator): ``ℓ^(m)_aligned(x, y)``, the peer's recorded trace
-      aligned into the learner's token grid by THL.
-
-    Both are ``[B, T]`` on the learner's completion tokens; the returned tensor is what TRL's
-    ``old_per_token_logps`` must hold for the peer rows.
-    """
-    if denominator == "learner":
-        return learner_old_logps
-    if denominator == "peer":
-        if peer_aligned_logps is None:
-            raise ValueError("PRP denominator 'peer' needs the THL-aligned peer log-probs; got None")
-        check_same_shape("peer_aligned_logps", peer_aligned_logps, "learner_old_logps", learner_old_logps)
-        return peer_aligned_logps
-    raise ValueError(f"PRP denominator must be 'learner' or 'peer'; got {denominator!r}")
-
-
-def peer_log_ratio(learner_logps: torch.Tensor, behaviour_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Per-token log importance ratio ``log w_t = ℓ^(n)_θ,t - ℓ_behavior,t`` on masked tokens (Sec. "Regime 1").
-
-    ``w^(n)_θ(x, y) = exp(ℓ^(n)_θ(x, y) - ℓ_behavior(x, y))`` elementwise; positions outside ``mask``
-    are set to exactly 0 (ratio 1) so that padding (which may hold -inf or NaN) never leaks into a
-    sum. Inside the mask NaN is kept: an unaligned token must be seen, not silently zeroed.
-
-    Args:
-        learner_logps: ``[B, T]`` learner log-probs of the (retokenized) responses.
-        behaviour_logps: ``[B, T]`` behaviour log-probs, see :func:`prp_behaviour_logps`.
-        mask: ``[B, T]`` completion mask (bool or 0/1).
-
-    Returns:
-        ``[B, T]`` log-ratios.
-    """
-    check_float("learner_logps", learner_logps, 2, "[B, T]")
-    check_same_shape("behaviour_logps", behaviour_logps, "learner_logps", learner_logps)
-    check_same_shape("mask", mask, "learner_logps", learner_logps)
-    m = mask.bool()
-    return torch.where(m, learner_logps - behaviour_logps, torch.zeros_like(learner_logps))
 
 
 def ratio_statistics(

@@ -1,2 +1,2 @@
 """XGRPO, cross-policy GRPO advantage sharing (paper Sec. "Regime 2"): ``spec`` (settings, metrics;
-torch-free), ``maths`` (pooled advantages, shuffled-pool control), ``adapter`` (TRL batch)."""
+torch-free), ``maths`` (pooled advantages and their diagnostics), ``adapter`` (TRL batch)."""
