@@ -37,6 +37,14 @@ def named_modules(reward_funcs: Iterable[Any], plugins: Iterable[Any], task_name
     return list(first.items())
 
 
+def config_modules(data: dict[str, Any]) -> list[tuple[str, str]]:
+    """:func:`named_modules` of a config as read from YAML, before it is typed (or anything of it imported)."""
+    task = data.get("task") if isinstance(data.get("task"), dict) else {}
+    funcs, plugins = task.get("reward_funcs") or [], data.get("plugins") or []
+    return named_modules(funcs if isinstance(funcs, list) else [funcs],
+                         plugins if isinstance(plugins, list) else [plugins], task.get("name", ""))
+
+
 def module_file(module: str) -> Path | None:
     """The file ``module`` is (or would be) imported from in this process, without running it or a package above
     it: the working directory first, as :mod:`mutualrl.config.plugins` imports; a ``.py`` path is itself."""
@@ -71,10 +79,7 @@ def check_recorded_modules(root: Path, data: dict[str, Any]) -> None:
     """Refuse, naming it, a module the run folder ``root``'s config ``data`` names that its ``inputs.json`` did not
     record, or that is now another file or other content (nothing of it is imported)."""
     paths = RunPaths(root)
-    task = data.get("task") if isinstance(data.get("task"), dict) else {}
-    funcs, plugins = task.get("reward_funcs") or [], data.get("plugins") or []
-    named = named_modules(funcs if isinstance(funcs, list) else [funcs],
-                          plugins if isinstance(plugins, list) else [plugins], task.get("name", ""))
+    named = config_modules(data)
     if not named:
         return
     recorded = _recorded_code(paths)

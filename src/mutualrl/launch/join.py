@@ -51,17 +51,14 @@ def run_machine(config: RunConfig, paths: RunPaths, console: Console, session: d
     from mutualrl.config.resolved import load_resolved_config
 
     launch, machine = config.launch, config.launch.machine_rank
+    refuse_other_code(paths, config)  # before machine 0's config is read: reading it imports what it names
     stored = load_resolved_config(paths)  # machine 0's resolved config: every machine runs the same run
-    for what, mine, theirs in (("pool", config.pool.name, stored.pool.name),
-                               ("regime", config.regime.name, stored.regime.name)):
-        if mine != theirs:
-            raise UsageError(f"machine 0 runs {paths.root} with {what} {theirs!r}, this launcher asks for "
-                             f"{mine!r}: start every machine with the same options")
     from mutualrl.config.validate import validate_run_config
     from mutualrl.pools.loading import refuse_stored_remote_code, trusts_remote_code
 
     stored = validate_run_config(stored, str(paths.config))  # the shared folder's settings, checked as a recipe's
     refuse_stored_remote_code(stored, bool(trusts_remote_code(config)), paths.root)  # this machine's command says
+    refuse_other_settings(paths, stored, config)  # the whole config: this machine's command decides it too
     run_config = replace(stored, launch=replace(stored.launch, machine_rank=machine))
     plan = make_launch_plan(run_config, paths.root, gpus=run_config.launch.gpus, addresses=addresses(session))
     check_same_plan(plan, LaunchPlan.read(paths.root))
@@ -73,6 +70,53 @@ def run_machine(config: RunConfig, paths: RunPaths, console: Console, session: d
     remote = RemoteWatch(paths.root, paths.see_root(run_config.see.dir), session, machine,
                          machines_of(plan), wait_for=(), peer_timeout_s=stored.see.peer_timeout_s)
     return run_pool(run_config, plan, paths, session.get("resume_step"), lock, console, remote)
+
+
+PER_MACHINE = ("launch.machine_rank", "launch.force", "launch.join_timeout_s", "output_dir")
+"""What may differ between machines' commands: which machine, its own flags, and the spelling of the run folder
+(one folder: :func:`check_same_plan` checks every machine plans it at the same path)."""
+
+
+def refuse_other_settings(paths: RunPaths, stored: RunConfig, config: RunConfig) -> None:
+    """Machine 0's stored config against the one this machine resolved from its own command: one line naming the
+    first differing keys. The shared folder is data: whatever this machine runs, its own command says."""
+    from mutualrl.config.typed import to_plain
+    from mutualrl.launch.rundir.resume import flatten
+
+    theirs, mine = flatten(to_plain(stored)), flatten(to_plain(config))
+    differing = [key for key in sorted(set(theirs) | set(mine))
+                 if key not in PER_MACHINE and theirs.get(key, "<unset>") != mine.get(key, "<unset>")]
+    if differing:
+        shown = "; ".join(f"{key}: {_short(theirs.get(key, '<unset>'))} there, {_short(mine.get(key, '<unset>'))} "
+                          "here" for key in differing[:4])
+        more = f"; ... {len(differing) - 4} more" if len(differing) > 4 else ""
+        raise UsageError(f"{paths.config}: machine 0 runs {paths.root} with other settings than this machine's "
+                         f"command ({shown}{more}): start every machine with the same options")
+
+
+def refuse_other_code(paths: RunPaths, config: RunConfig) -> None:
+    """A module machine 0's stored config names that this machine's own command does not: refused by name before
+    the stored config is read (reading it imports its plugins)."""
+    from mutualrl.config.recorded_code import config_modules, named_modules
+    from mutualrl.config.yaml_strict import load_yaml
+    from mutualrl.run_folder import read_bytes
+
+    try:
+        data = load_yaml(read_bytes(paths.config).decode("utf-8", errors="replace"), str(paths.config))
+    except FileNotFoundError:
+        return  # no config: reading it names the missing file
+    if not isinstance(data, dict):
+        return  # damaged: reading it names the file
+    own = {module for module, _ in named_modules(config.task.reward_funcs, config.plugins or [], config.task.name)}
+    for module, key in config_modules(data):
+        if module not in own:
+            raise UsageError(f"{paths.config}: {key} names module {module[:200]!r}, which this machine's command "
+                             "does not: start every machine with the same options")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def check_same_plan(mine: Any, machine0: Any) -> None:
