@@ -9,7 +9,8 @@ the learner's vocabulary, with the peers' THL-aligned traces). What HACPO change
   sequence-level ratio is GSPO's own on the learner's rows and 1 on the peer rows at the step's first update;
 - a per-row loss weight (the seam's :meth:`token_weights`) carrying Eq. 50 on the peer rows: the discrepancy
   coefficient (Sec. 3.2), ``s^(α+1)`` (Sec. 3.3) and the clip band, whose lower bound rises with each
-  parameter update of the step (Sec. 3.4); ``s`` is the peer row's sequence ratio to the peer's aligned trace.
+  parameter update of the step (Sec. 3.4); ``s`` is the peer row's sequence ratio to the peer's aligned trace;
+  beyond the paper, PRP's correction settings cap (TIS) or filter (F-TIS) that ``s``.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 
 from mutualrl.regimes.hacpo.spec import HACPO, HACPOSettings
 from mutualrl.regimes.prp.adapter import PRPAdapter, PRPStep
-from mutualrl.regimes.rank_metrics import Share
+from mutualrl.regimes.rank_metrics import Quantile, Share
 
 LOG_RATIO = "hacpo_log_ratio"
 """Batch rows ``[B]``: a peer row's ``log s`` (Eq. 11, learner snapshot over the peer's aligned trace); 0 on own."""
@@ -99,9 +100,46 @@ class HACPOAdapter(PRPAdapter):
         step.batch[LOG_RATIO] = torch.cat([own, log_s])  # [B+N]
         step.batch[COEFFICIENT] = torch.cat([own + 1, coefficients])  # [B+N]
         step.batch[PEER_ROW] = torch.cat([own.bool(), torch.ones_like(log_s, dtype=torch.bool)])  # [B+N]
-        metrics = self.step_metrics(step, None)  # PRP's corrections are refused (spec): the clip band bounds s
+        metrics = self.step_metrics(step, None)  # PRP's token weights are not used: corrections act on s
         metrics.update(self.hacpo_metrics(log_s))
         return step.batch, metrics
+
+    def correction_bounds(self) -> tuple[float, float]:
+        """``(C, F)``: the cap and filter of ``s`` that the correction settings give (``inf`` where none)."""
+        from mutualrl.regimes.hacpo.maths import correction_bounds
+
+        settings = self.settings
+        return correction_bounds(settings.correction, settings.truncation_bound, settings.filter_bound)
+
+    def source_metrics(self, step: PRPStep) -> dict[str, float]:
+        """Per peer, PRP's figures of HACPO's own importance weight, the sequence ratio ``s`` of each peer row (one
+        unit per row): ``ess`` of the ``s``, ``log_ratio_mean`` / ``log_ratio_max`` of ``log s`` (a per-token mean of
+        each row), ``truncated_share`` (rows whose ``s`` was capped at ``C``), ``filtered_share`` (rows that keep no
+        weight at the step's first update: outside the clip band, or above ``F``) and ``used_share`` (the rows kept,
+        of the peer's samples of this step's prompts). The ESS sums are reduced over the ranks (one collective)."""
+        from mutualrl.regimes.hacpo.maths import cross_row_outcome, sequence_log_ratio
+        from mutualrl.regimes.prp.maths import normalised_ess
+
+        log_s = sequence_log_ratio(step.snapshot[step.n_local:], step.peer_traces, step.peer_mask).double()  # [N]
+        kept, truncated = cross_row_outcome(log_s, *self.clip_band(0), *self.correction_bounds())  # bool [N] each
+        names = [name for name, _ in step.sources]
+        out: dict[str, float] = {}
+        ess_parts = []
+        for peer in self.peers:
+            mine = torch.tensor([name == peer for name in names], dtype=torch.bool, device=log_s.device)  # [N]
+            rows, s = int(mine.sum()), torch.exp(log_s[mine])  # [n]
+            ess_parts.append([s.sum().item(), (s * s).sum().item(), rows])
+            out[f"from/{peer}/log_ratio_mean"] = Share(log_s[mine].sum().item(), rows)
+            out[f"from/{peer}/log_ratio_max"] = Quantile(log_s[mine].cpu(), 1.0)
+            out[f"from/{peer}/truncated_share"] = Share(truncated[mine].sum().item(), rows)
+            out[f"from/{peer}/filtered_share"] = Share(rows - kept[mine].sum().item(), rows)
+            out[f"from/{peer}/used_share"] = Share(kept[mine].sum().item(), step.n_local)
+        accelerator = self.trainer.accelerator
+        totals = accelerator.reduce(torch.tensor(ess_parts, dtype=torch.float64, device=accelerator.device),
+                                    reduction="sum")  # [P, 3]
+        for peer, (s_sum, s_sq_sum, rows) in zip(self.peers, totals.tolist(), strict=True):
+            out[f"from/{peer}/ess"] = normalised_ess(s_sum, s_sq_sum, rows)
+        return out
 
     def clip_band(self, update_index: int) -> tuple[float, float]:
         """The peer rows' band ``[lower, upper]`` of ``s`` at this parameter update of the step (Eqs. 13-14)."""
@@ -122,20 +160,22 @@ class HACPOAdapter(PRPAdapter):
         if peer_row is None:
             return correction
         lower, upper = self.clip_band(self.trainer.state.global_step - self.generation_update)
-        weight = cross_agent_weight(inputs[LOG_RATIO], inputs[COEFFICIENT], self.settings.alpha, lower, upper)  # [B]
+        weight = cross_agent_weight(inputs[LOG_RATIO], inputs[COEFFICIENT], self.settings.alpha, lower, upper,
+                                    *self.correction_bounds())  # [B]
         weight = torch.where(peer_row, weight, torch.ones_like(weight))  # [B]
         rows = weight[:, None].expand(-1, inputs["completion_ids"].size(1))  # [B, T]
         return rows if correction is None else rows * correction.to(rows.dtype)  # [B, T]
 
     def hacpo_metrics(self, log_s: torch.Tensor) -> dict[str, float]:
         """The learner's capability, the peers' mean capability over the learner's (Eq. 10's ω whether or not it is
-        applied), the peer rows' mean sequence ratio ``s`` and their share inside the clip band at the step's
-        first update."""
+        applied), the peer rows' mean sequence ratio ``s`` and their share kept at the step's first update (inside
+        the clip band, and under F-TIS's filter where one is set)."""
         learner_m = self.pool_order.index(self.policy)
         peers = [m for m in range(len(self.pool_order)) if m != learner_m]
-        lower, upper = self.clip_band(0)
+        from mutualrl.regimes.hacpo.maths import cross_row_outcome
+
         s = torch.exp(log_s.double())  # [N]
-        inside = (s >= lower) & (s <= upper)  # [N]
+        inside, _ = cross_row_outcome(log_s, *self.clip_band(0), *self.correction_bounds())  # bool [N]
         n = s.numel()
         return {
             "capability": float(self.capability[learner_m]),

@@ -9,6 +9,9 @@ The four mechanisms of its Sec. 3, as pure functions (equation numbers are the p
   ``alpha`` of :func:`cross_agent_objective` (Eq. 12);
 - 3.4 stepwise clipping: :func:`stepwise_lower_bound` (Eqs. 13-14).
 
+Beyond the paper: PRP's truncation (TIS) and filter (F-TIS) on HACPO's own ratio ``s`` (:func:`correction_bounds`,
+:func:`cross_row_outcome`: which rows keep a weight, which were capped, also the per-source diagnostics' counts).
+
 :func:`cross_agent_objective` is App. E's Eq. 50 for one peer row, differentiable in the log-ratio;
 :func:`cross_agent_weight` is the per-row weight that turns GSPO's gradient at ratio 1 (TRL's sequence-level loss
 on the learner's snapshot) into Eq. 50's. What the paper leaves open and is taken from the authors' code (the
@@ -193,21 +196,53 @@ def cross_agent_objective(log_ratio: torch.Tensor, advantages: torch.Tensor, coe
 
 
 def cross_agent_weight(log_ratio: torch.Tensor, coefficients: torch.Tensor, alpha: float, lower: float,
-                       upper: float = 1.0) -> torch.Tensor:
+                       upper: float = 1.0, truncation_bound: float = math.inf,
+                       filter_bound: float = math.inf) -> torch.Tensor:
     """The loss weight of a peer row under GSPO's sequence ratio ``r`` to the learner's snapshot (``r = 1`` at the
     step's first update), so that its gradient ``w · A · ∇ mean log π_θ`` is Eq. 50's:
 
-        w = ω · s^(α+1) · [lower <= s <= upper]     (s = exp(log_ratio); 0 outside the band)
+        w = ω · min(s, C)^(α+1) · [lower <= s <= upper] · [s <= F]     (s = exp(log_ratio))
 
-    (the derivative of :func:`cross_agent_objective` over ``A``). Detached: a weight, not a term of the graph.
+    (the derivative of :func:`cross_agent_objective` over ``A``). ``C``, ``F`` (``truncation_bound``,
+    ``filter_bound``; :func:`correction_bounds`) are TIS's cap and F-TIS's filter on HACPO's own ratio ``s``: both
+    ``inf`` (no correction) is Eq. 50 exactly. Detached: a weight, not a term of the graph.
 
     Returns:
         ``[B]``, finite and >= 0 for ``ω >= 0``.
     """
     check_float("log_ratio", log_ratio, 1, "[B]")
     check_same_shape("coefficients", coefficients, "log_ratio", log_ratio)
+    kept, _ = cross_row_outcome(log_ratio, lower, upper, truncation_bound, filter_bound)  # bool [B] each
+    ls = log_ratio.detach().clamp(-MAX_ABS_LOG_RATIO, MAX_ABS_LOG_RATIO)  # [B]
+    if truncation_bound != math.inf:
+        ls = ls.clamp(max=math.log(truncation_bound))  # [B] log min(s, C)
+    weight = coefficients.detach() * torch.exp((alpha + 1.0) * ls)  # [B]
+    return torch.where(kept, weight, torch.zeros_like(weight))  # [B]
+
+
+def correction_bounds(correction: str, truncation_bound: float, filter_bound: float) -> tuple[float, float]:
+    """``(C, F)`` of PRP's correction settings applied to HACPO's ``s``: ``none`` → ``(inf, inf)``, ``tis`` → ``(C,
+    inf)``, ``ftis`` → ``(C, F)``."""
+    if correction == "none":
+        return math.inf, math.inf
+    if correction == "tis":
+        return truncation_bound, math.inf
+    if correction == "ftis":
+        return truncation_bound, filter_bound
+    raise ValueError(f"correction must be 'none', 'tis' or 'ftis'; got {correction!r}")
+
+
+def cross_row_outcome(log_ratio: torch.Tensor, lower: float, upper: float, truncation_bound: float = math.inf,
+                      filter_bound: float = math.inf) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which peer rows keep a weight (inside the band ``[lower, upper]`` and ``s <= F``) and which of those had
+    ``s`` capped at ``C``: two bool ``[B]``. F-TIS's filter narrows the band's top where ``F < upper``; with the band
+    ``[·, 1]`` a cap ``C >= 1`` never binds (``s <= 1`` there)."""
+    check_float("log_ratio", log_ratio, 1, "[B]")
     low, high = _clip_log_bounds(lower, upper)
     ls = log_ratio.detach()  # [B]
-    inside = (ls >= low) & (ls <= high)  # [B]
-    weight = coefficients.detach() * torch.exp((alpha + 1.0) * ls.clamp(-MAX_ABS_LOG_RATIO, MAX_ABS_LOG_RATIO))  # [B]
-    return torch.where(inside, weight, torch.zeros_like(weight))  # [B]
+    kept = (ls >= low) & (ls <= high)  # [B]
+    if filter_bound != math.inf:
+        kept = kept & (ls <= math.log(filter_bound))  # [B]
+    if truncation_bound == math.inf:
+        return kept, torch.zeros_like(kept)
+    return kept, kept & (ls > math.log(truncation_bound))  # [B], [B]

@@ -67,9 +67,9 @@ class HACPOSettings(PRPSettings):
 def check_hacpo_settings(settings: HACPOSettings) -> tuple[str, str] | None:
     if settings.denominator != "peer":
         return "denominator", "must be 'peer': HACPO's ratio s divides by the peer's own probability of its response"
-    if settings.correction != "none":
-        return "correction", ("must be 'none': HACPO bounds its peer rows' ratio itself (clip band [1 - clip_delta, "
-                              "1]); PRP's truncation and filtering would weigh the same rows twice")
+    if settings.correction != "none" and settings.correction_level != "sequence":
+        return "correction_level", ("must be 'sequence' with a correction: HACPO weighs a peer row by its one "
+                                    "sequence ratio s, which 'tis' caps and 'ftis' filters")
     return None
 
 

@@ -29,7 +29,8 @@ from mutualrl.regimes.sgt.spec import RESCUES_TOTAL_KEY, SGT
 if TYPE_CHECKING:
     from mutualrl.regimes.sgt.maths import SGTGate
 
-SGT_KEYS = ("sgt_completion_ids", "sgt_completion_mask", "sgt_weight")
+SGT_SOURCE = "sgt_source"
+"""Batch rows ``[B]``: the peer (its place in the adapter's ``peers``) whose success a gated row carries; -1 else."""
 
 
 @dataclass
@@ -115,7 +116,7 @@ class SGTAdapter(RegimeAdapter):
 
     def _rescue(self, output, rollouts, peers, own: OwnRound, step: int):
         """SGT on ``own``'s groups (this step's or an earlier round's) against the peers' records of ``step``."""
-        from mutualrl.regimes.sgt.maths import sgt_metrics
+        from mutualrl.regimes.sgt.maths import sgt_metrics, source_use
 
         settings = self.config.regime.sgt
         k = rollouts.num_generations
@@ -140,6 +141,7 @@ class SGTAdapter(RegimeAdapter):
                               rollout_tokens=rollout_tokens, m=len(self.peers) + 1, k=k,
                               success_threshold=settings.success_threshold,
                               max_pairs_per_prompt=settings.max_pairs_per_prompt)
+        metrics.update(source_use(gate, chosen, peer.values["reward"], self.peers))
         metrics["rescues"] = rescued
         metrics["rescues_total"] = self.rescues_total
         return output, metrics
@@ -194,10 +196,11 @@ class SGTAdapter(RegimeAdapter):
         extra_tokens = 0
         n_local = len(rollouts.prompt_ids_local)
         rows: list[list[int]] = [[] for _ in range(n_local)]  # the rescue target on gated rows only
-        for p, ids in zip(gated_prompts, sequences, strict=True):
+        source_index = [-1] * n_local  # the rescue's peer (its place in self.peers) on gated rows
+        for p, ids, (name, _) in zip(gated_prompts, sequences, sources, strict=True):
             for i in range(p * k, (p + 1) * k):
                 if flat_mask[i]:
-                    rows[i] = ids
+                    rows[i], source_index[i] = ids, self.peers.index(name)
                     extra_tokens += len(ids)
         completion, mask = pad_token_rows(rows, pad, min_width=width, device=device)  # [B_local, T] each
         weights = sgt_example_weights(flat_mask, self.config.regime.sgt.lam, trainer.args.steps_per_generation,
@@ -206,10 +209,24 @@ class SGTAdapter(RegimeAdapter):
         output["sgt_completion_ids"] = completion
         output["sgt_completion_mask"] = mask
         output["sgt_weight"] = weights.to(device=device, dtype=torch.float32)
+        output[SGT_SOURCE] = torch.tensor(source_index, dtype=torch.long, device=device)  # [B_local]
         if own.prompt_ids is not None:  # an earlier round: its prompts, not this step's
             output["sgt_prompt_ids"] = own.prompt_ids.to(device)
             output["sgt_prompt_mask"] = own.prompt_mask.to(device)
         return extra_tokens
+
+    def source_logps(self, logps: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor,
+                     sources: torch.Tensor) -> dict[str, float]:
+        """Per peer with a rescue in this micro-batch, ``from/<peer>/rescue_logp``: the learner's mean sequence
+        log-prob of that peer's rescued answers, read from the NLL forward (no pass of its own)."""
+        from mutualrl.regimes.sgt.maths import rescue_logprob
+
+        out = {}
+        for m, peer in enumerate(self.peers):
+            mine = torch.where(sources == m, weights, torch.zeros_like(weights))  # [R]
+            if bool((mine > 0).any()):
+                out[f"from/{peer}/rescue_logp"] = rescue_logprob(logps, mask, mine)
+        return out
 
     def extra_loss(self, model, inputs):
         weights = inputs.get("sgt_weight")
@@ -235,6 +252,7 @@ class SGTAdapter(RegimeAdapter):
         logp = rescue_logprob(logps.detach(), mask, weights[rows])
         if logp == logp:  # not NaN: some row of this micro-batch carries a rescue
             values["rescue_logp"] = logp
+        values.update(self.source_logps(logps.detach(), mask, weights[rows], inputs[SGT_SOURCE][rows]))
         trainer.record_metrics({f"{self.name}/{key}": value for key, value in values.items()},
                                mode="train" if model.training else "eval")
         return loss

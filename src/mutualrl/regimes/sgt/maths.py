@@ -412,3 +412,18 @@ def rescue_logprob(per_token_logps: torch.Tensor, mask: torch.Tensor, weights: t
     m = mask[rows].bool()
     logps = torch.where(m, per_token_logps[rows], torch.zeros_like(per_token_logps[rows]))  # [R, T]
     return Share(float(logps.sum(dim=1).double().sum()), int(rows.sum()))
+
+
+def source_use(gate: SGTGate, chosen: torch.Tensor, peer_rewards: torch.Tensor,
+               names: list[str]) -> dict[str, float]:
+    """Per peer ``names[j]``: ``from/<peer>/used_share``, the share of its scored rollouts of these prompts that
+    SGT trains on this step (a chosen success counts once, however many learner rows carry it). A ``Share``.
+
+    Args:
+        gate: this learner's :func:`sgt_gate`; chosen: ``[P, 2]`` from :func:`select_peer_successes`.
+        peer_rewards: ``[P, M-1, K]`` (NaN = not scored); names: the peers in slot order.
+    """
+    slots = chosen[:, 0][gate.gated]  # [G] the chosen success's peer slot of each gated prompt
+    scored = (~torch.isnan(peer_rewards)).sum(dim=(0, 2))  # [M-1]
+    return {f"from/{name}/used_share": Share(float((slots == j).sum()), float(scored[j]))
+            for j, name in enumerate(names)}
