@@ -127,10 +127,10 @@ def run_case(case: str, variant: str, out: Path, tag: str) -> dict[str, float | 
 
 def warm_start(env: dict[str, str], out: Path, tag: str, log: Path) -> dict[str, float | str]:
     """tiny-sp built from scratch into a fresh model cache (tokenizers and data linked from the real cache)."""
-    from mutualrl.assets.cache import cache_root
+    from mutualrl.assets.cache import cache_dir
 
     cache = Path(tempfile.mkdtemp(prefix=f"{tag}-cache-", dir=out))
-    for entry in cache_root().iterdir():
+    for entry in cache_dir().iterdir():
         if entry.name != "models":
             (cache / entry.name).symlink_to(entry)
     env.update(MUTUALRL_CACHE=str(cache), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(ROOT / "src"))
