@@ -48,13 +48,16 @@ class Total(float):
 
 class Quantile(float):
     """The ``q`` quantile (linear interpolation, numpy's default) of ``values``; NaN when empty; over ranks: the
-    quantile of all ranks' values."""
+    quantile of all ranks' values. The values are kept as one float64 CPU tensor: PRP's token ratios of a paper
+    step are millions (8 bytes each to gather, not a Python float object each)."""
 
     q: float
-    values: tuple[float, ...]
+    values: Any  # torch.Tensor [N] float64, CPU
 
     def __new__(cls, values: Sequence[float] | Any, q: float) -> Quantile:
-        values = tuple(values.tolist() if hasattr(values, "tolist") else (float(v) for v in values))  # a tensor too
+        import torch
+
+        values = torch.as_tensor(values, dtype=torch.float64).detach().flatten().cpu()  # [N] (a list or a tensor)
         quantile = super().__new__(cls, _quantile(values, q))
         quantile.q, quantile.values = float(q), values
         return quantile
@@ -63,12 +66,17 @@ class Quantile(float):
         return Quantile, (self.values, self.q)
 
 
-def _quantile(values: Sequence[float], q: float) -> float:
-    if not values:
+def _quantile(values: Any, q: float) -> float:
+    """numpy's linear quantile of the 1-D tensor ``values``, by sorting: ``torch.quantile`` refuses more than 2**24
+    values ("quantile() input tensor is too large"), which one PRP step's token ratios over all ranks can reach."""
+    n = values.numel()
+    if n == 0 or bool(values.isnan().any()):  # NaN as torch.quantile gives it
         return math.nan
-    import torch
-
-    return torch.quantile(torch.tensor(values, dtype=torch.float64), q).item()  # [N] -> scalar
+    ordered = values.sort().values  # [N]
+    position = q * (n - 1)
+    low = math.floor(position)
+    high = min(low + 1, n - 1)
+    return (ordered[low] + (ordered[high] - ordered[low]) * (position - low)).item()
 
 
 def parts(values: Mapping[str, float]) -> dict[str, tuple[str, Any]]:
@@ -102,7 +110,9 @@ def combine(per_rank: Sequence[Mapping[str, tuple[str, Any]]]) -> dict[str, floa
         elif kind == "total":
             out[key] = Total(sum(values))
         elif kind == "quantile":
-            out[key] = Quantile([v for rank_values, _ in values for v in rank_values], values[0][1])
+            import torch
+
+            out[key] = Quantile(torch.cat([rank_values for rank_values, _ in values]), values[0][1])  # [sum N]
         else:
             numbers = [v for v in values if not math.isnan(v)]
             if numbers and all(v == numbers[0] for v in numbers):  # computed from the whole batch: kept exactly
