@@ -32,7 +32,8 @@ def inspect(
     ),
     show_files: bool = typer.Option(True, "--files/--no-files", help="List every file with its size."),
 ) -> None:
-    """Steps, records per policy, reward means, files, sizes, schema, provenance, and any inconsistency found.
+    """Steps, records per policy, reward means, files, sizes, schema, provenance, and any inconsistency found;
+    for a run folder (or the exchange inside one), the per-source diagnostics its policies logged per (learner, peer).
 
     Exits 1 when an inconsistency is found (missing shards or ranks, checksum/size mismatch,
     unreadable file, stray temporary files, failure markers, row counts differing from the
@@ -47,6 +48,26 @@ def inspect(
         _print_report(report, show_files)
     if not report.ok:
         raise typer.Exit(1)
+
+
+SOURCE_HEADINGS = {"ess": "ESS", "log_ratio_mean": "log w mean", "log_ratio_max": "log w max",
+                   "truncated_share": "truncated", "filtered_share": "filtered", "used_share": "used",
+                   "rescue_logp": "rescue log-prob"}
+
+
+def _sources_table(sources: list[dict]) -> Table:
+    """Per (learner, peer): each per-source figure at the last step / its mean over the steps."""
+    shown = [f for f in SOURCE_HEADINGS if any(f in entry["last"] for entry in sources)]
+    table = Table(title="Per-source diagnostics from metrics.jsonl (last step / mean over steps)")
+    for column in ("learner", "from peer", "regime", "steps"):
+        table.add_column(column, justify="right" if column == "steps" else "left")
+    for figure in shown:
+        table.add_column(SOURCE_HEADINGS[figure], justify="right")
+    for entry in sources:
+        cells = [f"{fmt_number(entry['last'][f], 3)} / {fmt_number(entry['mean'][f], 3)}"
+                 if f in entry["last"] else "-" for f in shown]
+        table.add_row(entry["learner"], entry["peer"], entry["regime"], str(entry["steps"]), *cells)
+    return table
 
 
 def _print_report(report, show_files: bool) -> None:  # type: ignore[no-untyped-def]
@@ -95,6 +116,8 @@ def _print_report(report, show_files: bool) -> None:  # type: ignore[no-untyped-
                 policy, ", ".join(p["models"]) or "-", ", ".join(p["tokenizers"]) or "-", ", ".join(p["hostnames"]), versions
             )
         console.print(prov)
+    if report.sources:
+        console.print(_sources_table(report.sources))
     if show_files and report.files:
         ftable = Table(title="Files")
         ftable.add_column("path")

@@ -66,14 +66,16 @@ METRIC_WORDS: dict[str, MetricWords] = {
 }
 
 
-#: Metrics logged per (learner, peer) as ``<regime>/from/<peer>/<metric>`` (PRP's importance-weight diagnostics).
+#: Metrics logged per (learner, peer) as ``<regime>/from/<peer>/<metric>`` (the per-source diagnostics of PRP,
+#: HACPO and SGT; docs/regimes.md).
 PER_PEER_WORDS: dict[str, MetricWords] = {
     "ess": MetricWords("effective sample size", "ESS / samples", UNIT),
     "log_ratio_mean": MetricWords("mean log importance ratio", "log ratio (per token)", FREE),
     "log_ratio_max": MetricWords("largest log importance ratio", "log ratio", FREE),
     "truncated_share": MetricWords("share truncated", "share of weights", UNIT),
     "filtered_share": MetricWords("share filtered out", "share of weights", UNIT),
-    "used_share": MetricWords("peer rows used", "share of rows", UNIT),
+    "used_share": MetricWords("peer samples used", "share of the peer's samples", UNIT),
+    "rescue_logp": MetricWords("learner log-prob of rescued answers", "sequence log-prob (nats)", NONPOSITIVE),
 }
 
 

@@ -14,7 +14,10 @@ share a y range, and titles and y labels are words (:mod:`.metric_words`):
 - ``optimization.png`` -- entropy and KL per policy (Fig. "optimization signatures"); with β = 0 the KL
   panels say so;
 - ``regime_metrics.png`` -- regime metrics such as the SGT gate rate when present, a panel per metric and
-  policy.
+  policy;
+- ``sources_<learner>.png`` -- one per learner that trains on peers' samples: its per-source diagnostics
+  (``<regime>/from/<peer>/<figure>``: ESS, log importance ratio, truncated / filtered / used shares), a row per
+  figure and a column per peer, on the same y range in every learner's figure.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.errors import DataError
-from mutualrl.evaluation.metric_words import UNIT, MetricWords, axis_range, metric_words
+from mutualrl.evaluation.metric_words import PER_PEER_WORDS, UNIT, MetricWords, axis_range, metric_words
 from mutualrl.evaluation.plot_style import (
     colors,
     empty_panel,
@@ -272,9 +275,64 @@ def _regime_keys(runs: Sequence[RunData]) -> list[str]:
     for r in runs:
         for line in r.train:
             for k, v in line.items():
-                if k.startswith(prefixes) and isinstance(v, (int, float)) and k not in keys:
+                if (k.startswith(prefixes) and "/from/" not in k  # per-source figures: sources_<learner>.png
+                        and isinstance(v, (int, float)) and k not in keys):
                     keys.append(k)
     return keys
+
+
+def _source_keys(runs: Sequence[RunData]) -> dict[str, dict[tuple[str, str], dict[int, str]]]:
+    """learner -> (peer, figure) -> run index -> the key that run logged it under (``<regime>/from/<peer>/<figure>``:
+    runs of different regimes meet in one panel)."""
+    found: dict[str, dict[tuple[str, str], dict[int, str]]] = {}
+    for r, run in enumerate(runs):
+        for line in run.train:
+            for key in line:
+                parts = key.split("/")
+                if len(parts) == 4 and parts[1] == "from" and parts[3] in PER_PEER_WORDS and line.get("policy"):
+                    found.setdefault(str(line["policy"]), {}).setdefault((parts[2], parts[3]), {})[r] = key
+    return found
+
+
+def plot_sources(runs: Sequence[RunData], out_dir: Path, smooth: float | None) -> list[Path]:
+    """``sources_<learner>.png`` per learner with per-source diagnostics: a panel per (figure, peer), the peers of a
+    figure side by side, a few figures to a row; one line per run; a figure's panels share one y range across every
+    learner's file."""
+    found = _source_keys(runs)
+    figures = [f for f in PER_PEER_WORDS if any(f == fig for keys in found.values() for _, fig in keys)]
+    palette, styles = colors(len(runs)), run_styles(len(runs))
+    drawn_panels: list[tuple[str, Any, list[float]]] = []
+    pending = []
+    for learner, keys in found.items():
+        peers = list(dict.fromkeys(peer for peer, _ in keys))
+        per_row = max(1, min(3, 6 // len(peers), len(figures)))
+        cols, rows = per_row * len(peers), -(-len(figures) // per_row)
+        fig, axes = panel_grid(rows, cols, f"{learner}: how off-policy each peer's samples are")
+        for n in range(len(figures) * len(peers), rows * cols):
+            axes[n // cols][n % cols].set_visible(False)
+        drawn: set[int] = set()
+        for n, figure in enumerate(figures):
+            words = PER_PEER_WORDS[figure]
+            for j, peer in enumerate(peers):
+                ax, values = axes[n // per_row][(n % per_row) * len(peers) + j], []
+                for r, key in keys.get((peer, figure), {}).items():
+                    steps, ys = series(runs[r].train, learner, key)
+                    if steps:
+                        drawn.add(r)
+                        values += ys
+                        _draw_series(ax, steps, ys, line_kwargs(palette[r], styles[r], marker=True, markersize=3),
+                                     smooth)
+                if not ax.lines:
+                    empty_panel(ax)
+                ax.set_title(f"from {peer}: {words.title}")
+                ax.set_xlabel("step")
+                ax.set_ylabel(words.ylabel)
+                drawn_panels.append((figure, ax, values))
+        pending.append((fig, sorted(drawn), out_dir / f"sources_{learner}.png"))
+    for figure in figures:
+        _share_range([(ax, values) for f, ax, values in drawn_panels if f == figure], PER_PEER_WORDS[figure].scale)
+    labels = [r.label for r in runs]
+    return [save_with_legend(fig, run_legend(labels, palette, styles, drawn), out) for fig, drawn, out in pending]
 
 
 def check_comparable(runs: Sequence[RunData], allow_mixed: bool) -> list[str]:
@@ -315,6 +373,7 @@ def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, smooth: float
         plot_metric_mosaic(runs, out_dir / "regime_metrics.png", kind="train",
                            keys=[(k, regime_metric_words(k)) for k in _regime_keys(runs)],
                            title="Regime metrics", smooth=smooth),
+        *plot_sources(runs, out_dir, smooth),
     ]
     return [p for p in written if p is not None]
 

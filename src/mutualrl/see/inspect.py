@@ -34,6 +34,7 @@ from mutualrl.see.inspect_report import (
     merge_provenance,
 )
 from mutualrl.see.shards import ShardInfo, load_shard, read_manifest, shard_info_from_manifest
+from mutualrl.see.source_figures import run_folder_of, source_figures
 
 __all__ = ["FileEntry", "InspectReport", "Issue", "PolicyStep", "inspect_exchange", "resolve_see_root"]
 
@@ -104,7 +105,8 @@ def inspect_exchange(path: Path | str, *, verify_checksums: bool = True) -> Insp
     """Inspect the exchange under ``path`` (a run folder or its ``see/`` folder).
 
     Walks the folder once (every step, failure marker, heartbeat and stray file), then runs the checks that need the
-    whole exchange (stray temporaries, missing policies, prompt ids, mixed runs) and fills in the summaries.
+    whole exchange (stray temporaries, missing policies, prompt ids, mixed runs) and fills in the summaries, with
+    the per-source diagnostics the run folder's metrics hold (:mod:`mutualrl.see.source_figures`).
     """
     root = resolve_see_root(path)
     state = _Inspection(root, InspectReport(root=str(root), checksums_verified=verify_checksums), verify_checksums)
@@ -112,6 +114,7 @@ def inspect_exchange(path: Path | str, *, verify_checksums: bool = True) -> Insp
     _check_stray_temps(state)
     _check_across_policies(state)
     _summarise(state)
+    state.report.sources = source_figures(run_folder_of(path, root))
     return state.report
 
 

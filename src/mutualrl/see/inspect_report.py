@@ -64,6 +64,7 @@ class InspectReport:
     failures: list[dict[str, Any]] = field(default_factory=list)
     issues: list[Issue] = field(default_factory=list)
     checksums_verified: bool = True
+    sources: list[dict[str, Any]] = field(default_factory=list)  # per (learner, peer): see.source_figures
 
     @property
     def ok(self) -> bool:

@@ -58,13 +58,15 @@ def append_jsonl(path: Path, obj: dict[str, Any]) -> None:
 class StatusCallback(TrainerCallback):
     """Keeps ``RUN/status/<policy>.json`` current for the launcher's live progress display.
 
-    It carries :data:`KEYS` and every registered regime's status metrics (``RegimeSpec.status``), so a
-    regime added from outside the package reaches the progress line like a built-in one."""
+    It carries :data:`KEYS`, every registered regime's status metrics (``RegimeSpec.status``), so a
+    regime added from outside the package reaches the progress line like a built-in one, and its per-source
+    diagnostics (``<regime>/from/<peer>/<figure>``) for the display's detail lines."""
 
     KEYS = ("reward_mean", "entropy", "kl", "eval/reward@1")
 
     def __init__(self, paths: RunPaths, policy: str):
         self.keys = (*self.KEYS, *(key for spec in all_regimes() for key, _ in spec.status_keys))
+        self.source_prefixes = tuple(f"{spec.name}/from/" for spec in all_regimes())
         self.path = paths.status(policy)
         self.policy = policy
         self.last: dict[str, Any] = {}
@@ -89,6 +91,9 @@ class StatusCallback(TrainerCallback):
             source = {v: k for k, v in RENAMES.items()}.get(key, key)
             if source in logs and logs[source] is not None:
                 self.last[key] = _clean(logs[source])
+        for key, value in logs.items():  # per-source diagnostics, <regime>/from/<peer>/<figure>: the detail view
+            if key.startswith(self.source_prefixes) and value is not None:
+                self.last[key] = _clean(value)
         self.write(state)
 
     def on_step_end(self, args, state, control, **kwargs):

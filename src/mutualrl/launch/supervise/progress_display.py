@@ -1,15 +1,40 @@
 """The live progress display of a pool: one line per policy whose step (``20/200``) and time estimate stay in
 view at any terminal width; the figures after them (phase, reward, held-out reward@1, regime metrics) are cut
-first, with an ellipsis."""
+first, with an ellipsis. Its detail view: under a policy that trains on peers' samples, one line per peer with
+that peer's per-source diagnostics (``<regime>/from/<peer>/<figure>``), in a few words."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColumn, Task, TaskID, TextColumn
 from rich.table import Column
+from rich.text import Text
+
+#: The per-source figures the detail view shows, in this order: (figure, label, format).
+SOURCE_FIGURES = (
+    ("ess", "ess", "{:.2f}"),
+    ("log_ratio_mean", "log w", "{:+.2f}"),
+    ("log_ratio_max", "max", "{:+.2f}"),
+    ("truncated_share", "trunc", "{:.0%}"),
+    ("filtered_share", "filt", "{:.0%}"),
+    ("used_share", "used", "{:.0%}"),
+    ("rescue_logp", "logp", "{:.3g}"),
+)
+
+
+class MainRowOnly(ProgressColumn):
+    """``inner`` on a policy's own line; nothing on its detail lines (a peer's figures have no step or bar)."""
+
+    def __init__(self, inner: ProgressColumn):
+        super().__init__(table_column=inner.get_table_column())
+        self.inner = inner
+
+    def render(self, task: Task) -> Any:
+        return Text("") if task.fields.get("detail") else self.inner.render(task)
 
 
 def progress_display(console: Console) -> Progress:
@@ -17,9 +42,9 @@ def progress_display(console: Console) -> Progress:
     fixed = {"no_wrap": True, "overflow": "ellipsis"}
     return Progress(
         TextColumn("[bold cyan]{task.description}", table_column=Column(max_width=18, **fixed)),
-        MofNCompleteColumn(table_column=Column(**fixed)),
+        MainRowOnly(MofNCompleteColumn(table_column=Column(**fixed))),
         TextColumn("{task.fields[eta]}", table_column=Column(**fixed)),
-        BarColumn(bar_width=12, table_column=Column(**fixed)),
+        MainRowOnly(BarColumn(bar_width=12, table_column=Column(**fixed))),
         TextColumn("{task.fields[info]}", table_column=Column(ratio=1, min_width=1, **fixed)),
         console=console, transient=False, disable=not console.is_terminal, expand=True,
     )
@@ -59,3 +84,39 @@ class StepClock:
             return format_eta(None)
         rate = (step - first[1]) / max(now - first[0], 1e-9)
         return format_eta((total - step) / rate)
+
+
+def source_details(figures: Mapping[str, Any]) -> dict[str, str]:
+    """Per peer with per-source figures among ``figures`` (a status or a metrics row): ``ess 0.91  log w -0.02
+    max +1.30  trunc 3%  filt 0%  used 100%`` (only the figures its regime logs)."""
+    by_peer: dict[str, dict[str, float]] = {}
+    for key, value in figures.items():
+        parts = key.split("/")
+        if len(parts) == 4 and parts[1] == "from" and isinstance(value, (int, float)) and value == value:
+            by_peer.setdefault(parts[2], {})[parts[3]] = value
+    return {peer: "  ".join(f"{label} {form.format(shown[name])}" for name, label, form in SOURCE_FIGURES
+                            if name in shown)
+            for peer, shown in by_peer.items()}
+
+
+class PolicyRows:
+    """Each policy's line of the display and, under it, its detail lines: one per peer, hidden until the policy's
+    status carries figures from that peer."""
+
+    def __init__(self, progress: Progress, policies: Sequence[str]):
+        self.progress = progress
+        self.main: dict[str, TaskID] = {}
+        self.details: dict[tuple[str, str], TaskID] = {}
+        for name in policies:
+            self.main[name] = progress.add_task(name, total=None, info="starting", eta="")
+            for peer in policies:
+                if peer != name:
+                    self.details[(name, peer)] = progress.add_task(f"  from {peer}", total=None, info="", eta="",
+                                                                   detail=True, visible=False)
+
+    def show_sources(self, name: str, status: Mapping[str, Any]) -> None:
+        """``name``'s detail lines from its status (a peer without figures stays hidden)."""
+        for peer, text in source_details(status).items():
+            task = self.details.get((name, peer))
+            if task is not None:
+                self.progress.update(task, info=text, visible=True)

@@ -31,7 +31,7 @@ from mutualrl.atomic_io import write_text_atomic
 from mutualrl.errors import RunFolderError, StorageError, is_storage_message
 from mutualrl.launch.rundir.metrics_merge import MetricsMerger
 from mutualrl.launch.supervise.progress import PoolProgress
-from mutualrl.launch.supervise.progress_display import StepClock, progress_display
+from mutualrl.launch.supervise.progress_display import PolicyRows, StepClock, progress_display, source_details
 from mutualrl.launch.supervise.signals import raise_if_interrupted
 from mutualrl.launch.supervise.worker_output import (
     describe_exit,
@@ -153,6 +153,8 @@ class PoolRunner:
             if row.get("kind") == "train":
                 total = self._status_of(str(row.get("policy"))).get("max_steps") or self.settings.max_steps
                 self.console.print(step_line(row, total), highlight=False)
+                for peer, text in source_details(row).items():  # the detail view: a line per peer
+                    self.console.print(f"  {row.get('policy')} from {peer}: {text}", highlight=False)
 
     # -- processes ------------------------------------------------------------------------
     def start(self) -> None:
@@ -206,8 +208,8 @@ class PoolRunner:
                               seconds=time.monotonic() - started)
         live = self.console.is_terminal
         progress = progress_display(self.console)  # step and estimate stay in view; the figures are cut first
-        tasks = {name: progress.add_task(name, total=None, info="starting", eta="")
-                 for name in [*self.names, *self.remote_names]}
+        rows = PolicyRows(progress, [*self.names, *self.remote_names])  # a line per policy, its peers' under it
+        tasks = rows.main
         last_plain, last_key = 0.0, None
         failure: tuple[str, str] | None = None
         try:
@@ -219,6 +221,8 @@ class PoolRunner:
                     now = time.monotonic()
                     statuses = {name: self._status_of(name) for name in [*self.names, *self.remote_names]}
                     self.progress.look(statuses)
+                    for name, status in statuses.items():
+                        rows.show_sources(name, status)
                     lines, key = self._remote_progress(progress, tasks, statuses)
                     for proc in self.procs:
                         line, proc_key = self._local_progress(proc, progress, tasks[proc.name], statuses[proc.name])

@@ -1,0 +1,58 @@
+"""How off-policy the samples each policy took from each peer through the exchange were: the per-source diagnostics
+(``<regime>/from/<peer>/<figure>``: ESS, log importance ratio, truncated, filtered and used shares; docs/regimes.md)
+that the run's policies logged in its merged ``metrics.jsonl``, per (learner, peer), at the last step and averaged
+over the steps. ``mutualrl see inspect`` shows them beside the exchange."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from mutualrl.run_folder import RunPaths, read_metric_rows
+
+#: The figures in the order they are shown; a regime logs those that mean something for it.
+FIGURES = ("ess", "log_ratio_mean", "log_ratio_max", "truncated_share", "filtered_share", "used_share",
+           "rescue_logp")
+
+
+def run_folder_of(path: Path | str, see_root: Path) -> Path | None:
+    """The run folder whose metrics describe the exchange ``see_root``: ``path`` when it is the run folder, else the
+    exchange's parent when its metrics file is there (an exchange inside a run folder); None: neither."""
+    for folder in (Path(path), see_root.parent):
+        if RunPaths(folder).metrics.is_file():
+            return folder
+    return None
+
+
+def source_figures(run: Path | None) -> list[dict[str, Any]]:
+    """Per (learner, peer), in the order first logged: ``regime``, ``steps`` (how many logged a figure),
+    ``last_step``, ``last`` (each figure at the last step that logged it) and ``mean`` (over the steps, NaN left
+    out). Empty without a run folder or per-source figures."""
+    if run is None:
+        return []
+    rows, _ = read_metric_rows(RunPaths(run).metrics)
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for _, row in rows:
+        if row.get("kind") != "train":
+            continue
+        for key, value in row.items():
+            parts = key.split("/")
+            if len(parts) != 4 or parts[1] != "from" or parts[3] not in FIGURES:
+                continue
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+                continue
+            entry = found.setdefault((row["policy"], parts[2]), {"regime": parts[0], "points": {}})
+            entry["points"].setdefault(parts[3], {})[row["step"]] = float(value)
+    return [_summary(learner, peer, entry) for (learner, peer), entry in found.items()]
+
+
+def _summary(learner: str, peer: str, entry: dict[str, Any]) -> dict[str, Any]:
+    points: dict[str, dict[int, float]] = entry["points"]
+    figures = [f for f in FIGURES if f in points]
+    steps = sorted({step for f in figures for step in points[f]})
+    return {
+        "learner": learner, "peer": peer, "regime": entry["regime"], "steps": len(steps), "last_step": steps[-1],
+        "last": {f: points[f][max(points[f])] for f in figures},
+        "mean": {f: sum(points[f].values()) / len(points[f]) for f in figures},
+    }
