@@ -5,6 +5,7 @@ every policy's worker with the dataset's extra columns, scores held-out validati
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,10 +84,12 @@ def test_own_dataset_and_reward_function_train_through_the_cli_and_the_api(tmp_p
         assert totals == sorted(totals) and totals[-1] == sum(r["sgt/rescues"] for r in mine) == entry["sgt_rescues"]
     assert summary["policies"]["tiny-sp"]["sgt_rescues"] > 0  # tiny-sp's blind spot: rescued from the first step
 
-    elsewhere = tmp_path / "elsewhere"  # not the folder the reward module is in: found through the run's plan
-    elsewhere.mkdir()
+    elsewhere = tmp_path / "elsewhere"  # not the folder the reward module is in: the user puts that on PYTHONPATH
+    elsewhere.mkdir()  # (a run folder's plan is never searched; the module must be the file the run recorded)
+    env = child_env()
+    env["PYTHONPATH"] += os.pathsep + str(user)
     done = subprocess.run([sys.executable, "-m", "mutualrl", "eval", str(run), "-o", str(tmp_path / "ev.json")],
-                          cwd=elsewhere, env=child_env(), capture_output=True, text=True, timeout=600)
+                          cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert {c["policy"] for c in calls(log)} == {None}  # eval scored with the run's reward function, here
     meta = json.loads((tmp_path / "ev.json").read_text())
