@@ -147,6 +147,25 @@ def test_sgt_source_use_by_hand():
     assert (used["from/a/used_share"].numerator, used["from/b/used_share"].denominator) == (1.0, 5.0)
 
 
+def test_sgt_source_use_over_two_ranks_is_the_whole_batchs():
+    """Each rank holds some prompts; the shares of two ranks, reduced as record_metrics reduces them, are the share of
+    all the prompts together (the keys are the same on every rank: one per peer, every step)."""
+    from mutualrl.regimes.rank_metrics import combine, parts
+    from mutualrl.regimes.sgt.maths import select_peer_successes, sgt_gate, source_use
+
+    learner = torch.tensor([[0.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
+    peers = torch.tensor([[[1.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [1.0, 1.0]], [[1.0, 1.0], [0.0, math.nan]]])
+
+    def use(rows):
+        gate = sgt_gate(learner[rows], peers[rows])
+        chosen = select_peer_successes(gate, torch.ones_like(peers[rows]), selection="shortest")
+        return source_use(gate, chosen, peers[rows], ["a", "b"])
+
+    whole, first, second = use(slice(0, 3)), use(slice(0, 2)), use(slice(2, 3))
+    assert first.keys() == second.keys() == whole.keys()
+    assert combine([parts(first), parts(second)]) == pytest.approx(dict(whole))
+
+
 def test_sgt_logs_each_peers_used_share_and_rescue_log_prob(thl_tokenizers, tmp_path):
     adapters = pool_of(tmp_path, thl_tokenizers, "sgt")
     learner, peer = adapters["tiny-bpe"], adapters["tiny-sp"]
