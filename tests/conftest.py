@@ -147,13 +147,13 @@ def offline_hub(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def disk_full(monkeypatch: pytest.MonkeyPatch):
     """``disk_full("text")``: from now on, every write of this process to a path containing ``text`` fails with
-    ENOSPC (``atomic_io``'s injection hook, ``DISK_FULL_ENV``; its count of matching writes starts at 0)."""
-    from mutualrl import atomic_io
+    ENOSPC (``faults.disk_full``, ``DISK_FULL_ENV``; its count of matching writes starts at 0)."""
+    from mutualrl import faults
 
-    monkeypatch.setattr(atomic_io, "_matching_writes", 0)
+    monkeypatch.setattr(faults, "_matching_writes", 0)
 
     def fill(text: str) -> None:
-        monkeypatch.setenv(atomic_io.DISK_FULL_ENV, text)
+        monkeypatch.setenv(faults.DISK_FULL_ENV, text)
 
     return fill
 

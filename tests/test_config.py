@@ -222,9 +222,9 @@ def test_validation_is_pure_it_neither_changes_its_input_nor_reads_files(tmp_pat
     from mutualrl.config.validate import validate_run_config
 
     data = {"pool": {"name": "p", "policies": [
-        {"name": "a", "model": "builtin:tiny-bpe", "grpo": {"learning_rate": "2e-6"}, "lora": {"alpha": "1.5e3"}},
+        {"name": "a", "model": "builtin:tiny-bpe", "grpo": {"learning_rate": 2e-6}, "lora": {"alpha": 1500}},
         {"name": "b", "model": "builtin:tiny-sp"}]},
-        "grpo": {"max_steps": 3, "weight_decay": "1e-1"}, "see": {"replay_consumption": str(tmp_path / "none")}}
+        "grpo": {"max_steps": 3, "weight_decay": 1}, "see": {"replay_consumption": str(tmp_path / "none")}}
     config = build_dataclass(RunConfig, copy.deepcopy(data), "recipe.yaml")
     before = to_plain(config)
     looked_at, real_stat = [], os.stat
@@ -233,7 +233,8 @@ def test_validation_is_pure_it_neither_changes_its_input_nor_reads_files(tmp_pat
         checked = validate_run_config(config, "recipe.yaml")
     assert not [path for path in looked_at if path.startswith(str(tmp_path))]  # the regime registry's own: fine
     assert to_plain(config) == before  # the input is as it was
-    assert checked.grpo["weight_decay"] == 0.1 and checked.pool.policies[0].grpo["learning_rate"] == 2e-6
+    assert checked.grpo["weight_decay"] == 1.0 and type(checked.grpo["weight_decay"]) is float  # its field's type
+    assert checked.pool.policies[0].grpo["learning_rate"] == 2e-6
     assert checked.pool.policies[0].lora["alpha"] == 1500.0
     with pytest.raises(ConfigError, match="see.replay_consumption: .* is not a folder"):
         load_run_config("tiny", overrides=[f"see.replay_consumption={tmp_path / 'none'}"])

@@ -67,3 +67,18 @@ def test_a_seed_numpy_refuses_is_refused_at_the_boundary():
 
     with pytest.raises(ConfigError, match=r"grpo.seed: must be <= 4294967295"):
         load_run_config("tiny", overrides=[f"grpo.seed={2**32}"])
+
+
+def test_an_exponent_without_a_dot_is_a_number_wherever_yaml_is_read(tmp_path):
+    """PyYAML (YAML 1.1) reads ``2e-6`` as text; the one reader of recipes, ``--set`` values and config.yaml reads the
+    number (3474d10 converted it in the ``--set`` parser and again per field; a recipe file's lora section kept text)."""
+    assert load_yaml("[1e-6, -2E+3, .5e3, 1.0e-6]", "t") == [1e-6, -2000.0, 500.0, 1e-6]
+    assert load_yaml("[1e5x, '1e-6', e5]", "t") == ["1e5x", "1e-6", "e5"]  # not numbers, or quoted: text
+    assert parse_override("grpo.learning_rate=2e-6") == (["grpo", "learning_rate"], 2e-6)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("extends: tiny\ngrpo:\n  learning_rate: 3e-6\n")
+    config = load_run_config(str(recipe), overrides=["pool.policies.tiny-bpe.lora={r: 8, alpha: 1.5e1}"]).config
+    assert config.grpo["learning_rate"] == 3e-6
+    assert config.pool.policies[0].lora["alpha"] == 15.0 and type(config.pool.policies[0].lora["alpha"]) is float
+    with pytest.raises(ConfigError, match="grpo.learning_rate: expected a number, got str '2e-6'"):
+        load_run_config("tiny", overrides=["grpo.learning_rate='2e-6'"])

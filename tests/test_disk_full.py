@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mutualrl.atomic_io import DISK_FULL_ENV, append_text, write_json_atomic
+from mutualrl.atomic_io import append_text, write_json_atomic
+from mutualrl.faults import DISK_FULL_ENV
 from mutualrl.errors import DISK_FULL_EXIT, StorageError, storage_error
 from mutualrl.run_folder import RunPaths
 

@@ -115,7 +115,7 @@ def test_cached_defaults_are_grpoconfigs_own(cache):
 def test_check_grpo_fields_reads_the_warm_cache_with_trls_messages(cache, trl_calls):
     warm(cache)
     trl_calls.clear()
-    converted = check_grpo_fields({"learning_rate": "1e-6", "lr_scheduler_type": "cosine", "report_to": []},
+    converted = check_grpo_fields({"learning_rate": 1e-6, "lr_scheduler_type": "cosine", "report_to": []},
                                   "r.yaml", "grpo")
     assert converted == {"learning_rate": 1e-6, "lr_scheduler_type": "cosine", "report_to": []}
     wrong = r"r.yaml: grpo.optim: expected one of 'adamw_torch'.* or a string, got a list"
@@ -191,7 +191,7 @@ def test_a_damaged_cache_falls_back_to_trl_and_is_rewritten(cache, trl_calls, da
 def test_an_unwritable_cache_costs_only_the_import(tmp_path, monkeypatch, cache, trl_calls):
     (tmp_path / "a-file").write_text("")
     monkeypatch.setenv("MUTUALRL_CACHE", str(tmp_path / "a-file" / "cache"))  # no folder can be made there
-    assert check_grpo_fields({"learning_rate": "1e-6"}, "r.yaml", "grpo") == {"learning_rate": 1e-6}
+    assert check_grpo_fields({"learning_rate": 1e-6}, "r.yaml", "grpo") == {"learning_rate": 1e-6}
     assert gs.grpo_default("num_generations") == trl_calls.real().defaults["num_generations"]
     assert trl_calls == [1]
 

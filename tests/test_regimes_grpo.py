@@ -17,11 +17,17 @@ import torch
 from _regimes_strategies import NAN, learner_rewards, reward_tensor
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from trl.trainer.utils import nanstd as trl_nanstd
 
-from mutualrl.regimes.grpo import group_advantages, nanstd, reward_scale, trl_rewards
+from mutualrl.regimes.grpo import group_advantages, reward_scale
 
 EPS = 1e-4
+
+
+def trl_rewards(rewards_per_func: torch.Tensor, reward_weights: torch.Tensor) -> torch.Tensor:
+    """``[B]``: TRL's ``sum_then_normalize`` sum of ``[B, F]`` rewards, NaN where no function scored (the trainer's)."""
+    rewards = (rewards_per_func * reward_weights.unsqueeze(0)).nansum(dim=1)  # [B]
+    rewards[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
+    return rewards
 
 
 @pytest.fixture(scope="module")
@@ -165,24 +171,6 @@ def test_several_weighted_reward_functions_bit_identical_to_trl(trl_block_advant
     ours = group_advantages(trl_rewards(per_func, weights).reshape(p, k), scale).reshape(-1)
     theirs = trl_block_advantages(per_func, weights, k, scale)
     assert torch.equal(ours.view(torch.int32), theirs.view(torch.int32)), (per_func, weights, ours, theirs)
-
-
-def test_trl_rewards_by_hand():
-    # Two functions, weights 1 and 0.5: row 0: 1 + 0.5 * 2 = 2; row 1: NaN skipped -> 0.5 * 4 = 2;
-    # row 2: both NaN -> unscorable -> NaN.
-    per_func = torch.tensor([[1.0, 2.0], [NAN, 4.0], [NAN, NAN]])
-    r = trl_rewards(per_func, torch.tensor([1.0, 0.5]))
-    assert r[:2].tolist() == [2.0, 2.0] and math.isnan(r[2].item())
-    with pytest.raises(ValueError, match=r"reward_weights must have shape \[F\]"):
-        trl_rewards(per_func, torch.ones(3))
-
-
-@settings(max_examples=100, deadline=None)
-@given(rewards=learner_rewards(max_k=7), dim=st.sampled_from([None, 0, 1]))
-def test_nanstd_matches_trl(rewards, dim):
-    ours, theirs = nanstd(rewards, dim=dim), trl_nanstd(rewards, dim=dim)
-    assert ours.shape == theirs.shape
-    assert torch.equal(torch.nan_to_num(ours, nan=-1.0), torch.nan_to_num(theirs, nan=-1.0))
 
 
 def test_strided_input_gives_the_same_bits(trl_advantages):

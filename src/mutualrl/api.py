@@ -1,4 +1,4 @@
-"""The Python API: ``mutualrl.train``, ``mutualrl.load_config``, ``mutualrl.evaluate`` (issue 39).
+"""The Python API: ``mutualrl.train``, ``mutualrl.load_config``, ``mutualrl.evaluate``.
 
 The same run as the command line, not a second launcher: :func:`train` builds the
 :class:`~mutualrl.launch.run.TrainOptions` that ``mutualrl train`` builds and calls

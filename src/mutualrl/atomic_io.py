@@ -8,7 +8,7 @@ hash while writing and name their temporaries so that ``see inspect`` can report
 Rows appended to a log (metrics) go through :func:`append_text`, which never leaves half a line.
 
 A failed write (full disk, quota, I/O error) raises :class:`~mutualrl.errors.StorageError`:
-one line naming the file and the free space. :data:`DISK_FULL_ENV` injects such a failure,
+one line naming the file and the free space. :func:`mutualrl.faults.disk_full` injects such a failure,
 for tests and ``benchmarks/chaos.py``.
 """
 
@@ -21,27 +21,8 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+from mutualrl import faults
 from mutualrl.errors import storage_error
-
-DISK_FULL_ENV = "MUTUALRL_DEBUG_DISK_FULL"
-"""``text[@n]``: the n-th (default first) write of this process to a path containing ``text`` fails with
-ENOSPC, as on a full disk; that write and the later ones to matching paths. Not a setting: a fault
-injection hook for tests and ``benchmarks/chaos.py`` (sites: :func:`write_text_atomic`,
-:func:`append_text`, SEE shards, checkpoints)."""
-_matching_writes = 0
-
-
-def inject_disk_full(path: str | Path) -> None:
-    """Raise ENOSPC for ``path`` when :data:`DISK_FULL_ENV` says so (a no-op otherwise)."""
-    global _matching_writes
-    spec = os.environ.get(DISK_FULL_ENV, "")
-    text, _, nth = spec.rpartition("@") if "@" in spec else (spec, "", "1")
-    if not text or text not in str(path):
-        return
-    _matching_writes += 1
-    if _matching_writes >= int(nth or 1):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """Replace ``path`` with ``text`` (UTF-8) in one step; the folder is created if needed."""
@@ -49,7 +30,7 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
     try:
-        inject_disk_full(path)
+        faults.disk_full(path)
         # O_EXCL: never write through someone else's file; mode 0o666 lets the umask decide, as open() does.
         with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -74,7 +55,7 @@ def append_text(path: str | Path, text: str) -> None:
     try:
         start = os.lseek(fd, 0, os.SEEK_END)
         try:
-            inject_disk_full(path)
+            faults.disk_full(path)
             while data:
                 data = data[os.write(fd, data):]
         except OSError as err:

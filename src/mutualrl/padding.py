@@ -2,8 +2,8 @@
 
 Model inputs are built from token lists of different lengths in several layers (prompts
 left-padded for greedy generation, prompt + completion right-padded for scoring and the
-tiny warm start, peer completions right-padded onto TRL's batch); they all pad here, so
-the padding side and the mask always agree. torch is imported lazily: layer 0 stays light.
+tiny warm start, peer completions right-padded onto TRL's batch); mutualrl's own padding is done
+here, so the padding side and the mask always agree (TRL and the tokenizers pad their own batches). torch is imported lazily: layer 0 stays light.
 """
 
 from __future__ import annotations

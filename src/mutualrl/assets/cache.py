@@ -23,7 +23,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from mutualrl.atomic_io import inject_disk_full
+from mutualrl import faults
 from mutualrl.errors import AssetError, storage_errors
 
 
@@ -42,7 +42,12 @@ def asset_path(kind: str, name: str) -> Path:
 
 @contextlib.contextmanager
 def asset_lock(kind: str, name: str, timeout_s: float = 1800.0) -> Iterator[None]:
-    """Serialise fetching one asset across processes."""
+    """Serialise fetching one asset across processes.
+
+    A plain wait-with-timeout lock (``filelock``) is enough here: a holder that dies releases it with its descriptor
+    and the next fetch starts over. The run folder's lock (``launch.rundir.lock.RunLock``, ``flock`` itself) needs
+    what ``filelock`` does not give: a descriptor no worker inherits, a recorded holder with its workers, and the
+    takeover of a file a stray process still holds."""
     lock_dir = cache_dir() / ".locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(lock_dir / f"{kind}--{name}.lock"), timeout=timeout_s):
@@ -57,7 +62,7 @@ def building(dest: Path) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
         with storage_errors(dest):
-            inject_disk_full(dest)  # MUTUALRL_DEBUG_DISK_FULL: a full disk while fetching an asset
+            faults.disk_full(dest)  # a full disk while fetching an asset
             yield tmp
             if dest.exists():
                 shutil.rmtree(dest)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import copy
 import difflib
 import os
-import re
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +31,6 @@ from mutualrl.config.typed import ConfigError, build_dataclass
 from mutualrl.config.validate import check_schedule_conflicts, validate_run_config
 from mutualrl.config.yaml_strict import load_yaml
 from mutualrl.regimes.registry import inherited_setting_key
-
-_FLOAT_RE = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
 def recipes_dir() -> Path:
@@ -157,8 +154,6 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not key:
         raise ConfigError("--set", text, "empty key")
     value = load_yaml(raw, f"--set {key}") if raw.strip() else ""
-    if isinstance(value, str) and _FLOAT_RE.match(value):
-        value = float(value)  # YAML 1.1 reads 2e-6 (no dot) as a string
     return key.split("."), value
 
 

@@ -1,4 +1,4 @@
-"""A ``trl grpo --config grpo.yaml`` file read as a recipe: ``mutualrl train --pool grpo.yaml`` (issue 39).
+"""A ``trl grpo --config grpo.yaml`` file read as a recipe: ``mutualrl train --pool grpo.yaml``.
 
 TRL's GRPO script takes one flat YAML: its script and model arguments (``model_name_or_path``,
 ``dataset_name``, ``dataset_config``, ``dataset_train_split``, ``dataset_test_split``,

@@ -139,11 +139,6 @@ def _convert_leaf(value: Any, tp: Any, source: str, path: str) -> Any:
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
-        if isinstance(value, str):  # YAML reads "1e-6" (no dot) as a string
-            try:
-                return float(value)
-            except ValueError:
-                pass
         raise ConfigError(source, path, f"expected a number, got {_type_name_of(value)}")
     if tp is str:
         if isinstance(value, str):

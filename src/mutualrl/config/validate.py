@@ -1,8 +1,8 @@
 """Pure validation of a resolved recipe: semantic checks that types alone cannot express.
 
 :func:`validate_run_config` reads a :class:`~mutualrl.config.schema.RunConfig` that
-:func:`~mutualrl.config.typed.build_dataclass` built and returns a checked copy with every
-``grpo`` and ``lora`` value converted to its field's type; it never changes its input and
+:func:`~mutualrl.config.typed.build_dataclass` built and returns a checked copy whose ``grpo`` values
+have their GRPOConfig fields' types (a ``lora`` section's numbers are checked, not converted); it never changes its input and
 never looks at a file or folder of the recipe's (GRPOConfig's fields come from the schema cache,
 :mod:`mutualrl.config.grpo_schema`; a path a recipe names that must exist is the resolver's check,
 :func:`mutualrl.config.loader.check_paths`; the regime registry lists its own package on a
@@ -55,7 +55,7 @@ def check_schedule_conflicts(data: dict[str, Any], source: str) -> None:
 
 
 def validate_run_config(config: RunConfig, source: str, check_grpo: bool = True) -> RunConfig:
-    """``config`` checked, as a new :class:`RunConfig` whose ``grpo`` / ``lora`` values have their fields' types.
+    """``config`` checked, as a new :class:`RunConfig` whose ``grpo`` values have their fields' types.
 
     ``config`` itself is left as it was (its policies and their sections are copied where a value is converted).
     """
@@ -147,8 +147,8 @@ def check_output_dir(config: RunConfig, source: str) -> None:
 
 
 def check_lora(section: Any, source: str, path: str) -> dict[str, Any]:
-    """A ``lora:`` section is a mapping of peft ``LoraConfig`` fields (config.lora); returns it with the numbers
-    given as text (``--set ...lora.alpha=1.5e3``: YAML leaves exponents as text) converted, in a new mapping."""
+    """A ``lora:`` section is a mapping of peft ``LoraConfig`` fields (config.lora) whose numbers have their types and
+    ranges; returns it in a new mapping."""
     from mutualrl.config.lora import ALIASES, lora_kwargs
 
     if not isinstance(section, dict):
@@ -158,16 +158,12 @@ def check_lora(section: Any, source: str, path: str) -> dict[str, Any]:
     except KeyError as err:
         key, hint = err.args
         raise ConfigError(source, f"{path}.{key}", f"not a field of peft.LoraConfig{hint}") from None
-    out = dict(section)
     for key, value in section.items():
         name = ALIASES.get(key, key)
         if name in LORA_FIELD_BOUNDS:
             kind, bounds = LORA_FIELD_BOUNDS[name]
-            number = convert(value, kind, source, f"{path}.{key}")
-            check_bounds(number, bounds, source, f"{path}.{key}")
-            if isinstance(value, str):
-                out[key] = number
-    return out
+            check_bounds(convert(value, kind, source, f"{path}.{key}"), bounds, source, f"{path}.{key}")
+    return dict(section)
 
 
 # Types and ranges of peft LoraConfig's numeric fields (peft checks few of them before the model is built).

@@ -10,10 +10,14 @@ wherever the bomb sits, free-form mappings such as ``grpo.model_init_kwargs`` in
 - a key given twice in one mapping (keys merged in with ``<<`` may be overridden, as YAML says);
 - a document whose aliases would expand to more than :data:`MAX_NODES` nodes, or refer to themselves;
 - nesting too deep for Python to walk.
+
+It also reads ``1e-6`` as the number it is: YAML 1.1 (PyYAML) wants a dot (``1.0e-6``) and would hand
+the rest of mutualrl the text ``"1e-6"``.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -24,6 +28,8 @@ from mutualrl.config.typed import ConfigError
 MAX_NODES = 100_000
 """Nodes a document may hold once its aliases are expanded (the largest shipped recipe holds a few hundred)."""
 MERGE_TAG = "tag:yaml.org,2002:merge"
+EXPONENT_WITHOUT_DOT = re.compile(r"^[-+]?(?:[0-9]+|[0-9]*\.[0-9]+)[eE][-+]?[0-9]+$")
+"""``1e-6``, ``2E+3``: numbers in YAML 1.2 and to a reader, text to PyYAML's YAML 1.1 float rule (it wants a dot)."""
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -52,6 +58,9 @@ class _StrictLoader(yaml.SafeLoader):
             raise ConfigError(self.source, oversized_key(node, sizes),
                               f"its aliases expand to more than {MAX_NODES} values (an alias bomb?); write it out")
         return self.construct_document(node)
+
+
+_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_WITHOUT_DOT, list("-+0123456789."))
 
 
 def children(node: Node) -> list[Node]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mutualrl.atomic_io import inject_disk_full
+from mutualrl import faults
 from mutualrl.errors import storage_errors
 
 LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 2)))
@@ -94,7 +94,7 @@ def save_with_legend(fig: Any, entries: Sequence[tuple[str, dict[str, Any]]], ou
     fig.tight_layout(rect=(0, min(0.3, (0.3 + 0.25 * legend_rows) / height_in), 1, 1 - 0.35 / height_in))
     try:
         with storage_errors(out):  # a full disk: one line naming the figure
-            inject_disk_full(out)
+            faults.disk_full(out)
             fig.savefig(out, dpi=120)
     finally:
         pyplot().close(fig)

@@ -6,9 +6,9 @@ once per generation step with TRL's batch dict and this policy's :class:`~mutual
 The adapter
 
 1. publishes this rank's rollout records to the SEE (all regimes but a silent standalone),
-2. waits for and reads the peer fields its regime subscribes to (paper, SEE paragraph:
-   XGRPO subscribes to scalar rewards, SGT to verified successful responses, PRP to rollout
-   text and behaviour traces),
+2. waits for and reads the peer columns its regime names (``peer_columns``; the paper's SEE paragraph has
+   XGRPO subscribe to scalar rewards, SGT to verified successful responses, PRP to rollout text and behaviour
+   traces: SGT reads the reward, text and length columns of every peer row and keeps the successes itself),
 3. calls the regime's pure function and writes the result back into TRL's batch,
 4. logs the regime's metrics under ``<regime>/<metric>``,
 5. prunes its old SEE rounds.
@@ -73,6 +73,11 @@ class RegimeAdapter:
     @property
     def needs_peers(self) -> bool:
         return self.spec.needs_peers
+
+    @property
+    def pool_order(self) -> list[str]:
+        """Every policy of the pool, in the recipe's order (the ``M`` axis of a pool tensor)."""
+        return [p.name for p in self.config.pool.policies]
 
     @property
     def settings(self) -> Any:

@@ -7,8 +7,8 @@ Each policy process (each rank of a policy's process group) owns one
    file + JSON manifest, both committed atomically),
 2. waits at the per-step barrier (:meth:`~ExperienceExchange.wait_for`) until every
    subscribed policy has committed all of its ranks' shards for that step, and
-3. :meth:`~ExperienceExchange.read`-s the peer fields its regime subscribes to (PRP: texts
-   and behaviour traces; XGRPO: rewards only; SGT: verified successes), verifying each
+3. :meth:`~ExperienceExchange.read`-s the peer columns its regime names (PRP: texts
+   and behaviour traces; XGRPO: rewards only; SGT: rewards, texts and lengths of every row), verifying each
    shard's size and xxh3_128 checksum against its manifest.
 
 The exchange is plain files, polled (no inotify), so it behaves the same on one local
@@ -52,7 +52,8 @@ class ExperienceExchange:
         rank, world_size: this process's rank in its policy's process group, and the group size.
         policies: every policy name of the run (self is added if missing); the default
             barrier waits for all of them.
-        barrier_timeout_s: how long :meth:`wait_for` waits before :class:`PeerTimeoutError`.
+        barrier_timeout_s: how long :meth:`wait_for` waits for a pending policy it sees make no progress before
+            :class:`PeerTimeoutError` (a peer whose heartbeat reports work or validation progress is waited for).
         poll_interval_s: cap of the barrier's polling backoff (starts at 1 ms, doubles).
         retention_steps: :meth:`prune` keeps this rank's shards of the last N steps (None: all).
         provenance: fields recorded with every shard (e.g. ``{"model": ..., "tokenizer": ...}``);

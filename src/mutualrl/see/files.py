@@ -27,7 +27,7 @@ from typing import Any
 
 import xxhash
 
-from mutualrl.atomic_io import inject_disk_full
+from mutualrl import faults
 from mutualrl.errors import UsageError, storage_error
 from mutualrl.run_folder import RunPaths
 
@@ -168,7 +168,7 @@ def write_atomic(final: Path, write: Callable[[HashingSink], None], *, durable: 
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         try:
-            inject_disk_full(final)
+            faults.disk_full(final)
             sink = HashingSink(fd)
             write(sink)
             if durable:

@@ -61,9 +61,9 @@ def reward_spec(task: Any, grpo: dict[str, Any]) -> RewardSpec:
 def resolve_reward_func(name: str, key: str = REWARD_FUNCS_KEY) -> Callable[..., Any]:
     """One name of ``task.reward_funcs`` -> the function, as ``trl grpo --reward_funcs`` resolves it."""
     if name in TRL_REWARDS:
-        import trl.rewards as trl_rewards
+        import trl.rewards as trl_reward_module
 
-        func = getattr(trl_rewards, name)
+        func = getattr(trl_reward_module, name)
         return func(max_completion_len=1280, soft_punish_cache=256) if name == "get_soft_overlong_punishment" else func
     if is_shipped(name):
         return load_shipped(name, key)

@@ -118,25 +118,6 @@ class HeartbeatCallback(TrainerCallback):
         self.exchange.heartbeat()
 
 
-THROTTLE_ENV = "MUTUALRL_DEBUG_STEP_DELAY"
-"""``policy=seconds[@even|@odd][,...]``: a sleep added to each generation (or only those at even / odd
-steps) of the named policies, to make a slow or a jittery peer on purpose (benchmarks/async_exchange.py;
-a skipped round generates nothing, so it sleeps not). Not a setting: it changes wall time only, never
-results (:meth:`~mutualrl.training.trainer.MutualGRPOTrainer.throttle`)."""
-
-
-def step_delay(policy: str, spec: str | None = None) -> tuple[float, str | None]:
-    """(seconds, parity) :data:`THROTTLE_ENV` gives ``policy``: ``(0.0, None)`` when it names none."""
-    for item in (os.environ.get(THROTTLE_ENV, "") if spec is None else spec).split(","):
-        name, _, value = item.partition("=")
-        if name.strip() == policy and value.strip():
-            seconds, _, parity = value.strip().partition("@")
-            if parity not in ("", "even", "odd"):
-                raise ValueError(f"{THROTTLE_ENV}: {item!r}: write policy=seconds, policy=seconds@even or @odd")
-            return float(seconds), parity or None
-    return 0.0, None
-
-
 class RngGuard:
     """Save and restore every RNG so validation never perturbs the training trajectory."""
 
@@ -295,7 +276,7 @@ class ValidationCallback(TrainerCallback):
 
     def progress_reporter(self, state: Any, step: int, total: int) -> Any:
         """``report(done)``: "validating done/total" in the status (the launcher's stall clock follows a phase that
-        changes) and in this rank's SEE heartbeat (a peer's barrier waits as long as validation moves, issue 38)."""
+        changes) and in this rank's SEE heartbeat (a peer's barrier waits as long as validation moves)."""
         def report(done: int) -> None:
             phase = f"validating {done}/{total} (step {step})"
             if self.status is not None and state.is_world_process_zero:

@@ -21,7 +21,7 @@ def step_deepspeed_schedule(engine: Any) -> None:
 
     There the Trainer's ``optimizer.step()`` and ``lr_scheduler.step()`` are no-ops (accelerate's DeepSpeed
     wrappers): ``accelerator.backward`` runs ``engine.step()``, which steps the engine's scheduler. A skipped
-    round has no backward, so without this its rounds would not move the schedule (issue 38), unlike
+    round has no backward, so without this its rounds would not move the schedule, unlike
     without DeepSpeed. The weights and moments stay as they are, as without DeepSpeed (no gradient)."""
     scheduler = getattr(engine, "lr_scheduler", None)
     if scheduler is not None:

@@ -71,7 +71,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         self.regime.bind(self)
 
     def throttle(self) -> None:
-        """Sleep ``generation_delay`` before a generation (``MUTUALRL_DEBUG_STEP_DELAY``: wall time only)."""
+        """Sleep ``generation_delay`` before a generation (:func:`mutualrl.faults.step_delay`: wall time only)."""
         seconds, parity = self.generation_delay
         if seconds > 0 and (parity is None or (self.state.global_step % 2 == 0) == (parity == "even")):
             time.sleep(seconds)
@@ -193,10 +193,10 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
                 write_manifest(folder, self.state.global_step)
 
     def _save_optimizer_and_scheduler(self, output_dir):
-        """Transformers' own; ``MUTUALRL_DEBUG_DISK_FULL`` can fill the disk here, the weights already written."""
-        from mutualrl.atomic_io import inject_disk_full
+        """Transformers' own; :func:`mutualrl.faults.disk_full` can fill the disk here, the weights already written."""
+        from mutualrl import faults
 
-        inject_disk_full(f"{output_dir}/optimizer.pt")
+        faults.disk_full(f"{output_dir}/optimizer.pt")
         super()._save_optimizer_and_scheduler(output_dir)
 
     def _load_optimizer_and_scheduler(self, checkpoint):

@@ -31,9 +31,9 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
+from mutualrl import faults
+
 COMPILE_ENV = "MUTUALRL_VLLM_COMPILE"
-#: Debugging only: ``1`` leaves the engine on its initial weights (tests check that the log-prob gap then grows).
-NO_SYNC_ENV = "MUTUALRL_DEBUG_VLLM_NO_SYNC"
 
 
 def on_cpu_colocate(args: Any) -> bool:
@@ -104,7 +104,7 @@ def awake_engine(generation: Any) -> Iterator[Any]:
     vLLM's contract (``EngineCore.sleep``/``wake_up``): sleep pauses the scheduler, and it resumes only once
     every sleeping tag (``weights``, ``kv_cache``) is awake; a request sent while it is paused is queued
     forever (``LLM._run_engine`` spins). TRL's ``sync_weights`` wakes ``weights`` only and TRL wakes
-    ``kv_cache`` inside its own ``generate``, so a validation that only syncs would hang (issue 38).
+    ``kv_cache`` inside its own ``generate``, so a validation that only syncs would hang.
     """
     sleeping = generation.mode == "colocate" and bool(generation.enable_sleep_mode)
     generation.sync_weights()  # under sleep mode TRL's sync wakes the "weights" tag first
@@ -121,7 +121,7 @@ def awake_engine(generation: Any) -> Iterator[Any]:
 def install_cpu_weight_sync(generation: Any) -> None:
     """Make ``generation.sync_weights()`` (called by TRL before each generation) use
     :func:`~mutualrl.training.vllm_cpu_sync.cpu_sync_weights`."""
-    if os.environ.get(NO_SYNC_ENV) == "1":
+    if faults.vllm_sync_skipped():
         generation.sync_weights = types.MethodType(lambda self: None, generation)
         return
     from mutualrl.training.vllm_cpu_sync import cpu_sync_weights

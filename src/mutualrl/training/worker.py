@@ -21,6 +21,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from mutualrl import faults
 from mutualrl.config.resolved import load_resolved_config
 from mutualrl.config.schema import PolicyConfig, RunConfig
 from mutualrl.errors import (
@@ -155,7 +156,6 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         MetricsCallback,
         StatusCallback,
         ValidationCallback,
-        step_delay,
     )
     from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, read_examples, to_trl_rows, uses_chat_template
     from mutualrl.training.adapters import make_regime_adapter
@@ -207,7 +207,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         vllm_caps=(config.launch.vllm_max_num_seqs, config.launch.vllm_max_num_batched_tokens),
     )
     guard_tracker_writes(trainer.callback_handler.callbacks)  # a full disk under TensorBoard: one line, its folder
-    trainer.generation_delay = step_delay(policy_name)  # MUTUALRL_DEBUG_STEP_DELAY: a slow peer on purpose
+    trainer.generation_delay = faults.step_delay(policy_name)  # a slow peer on purpose (tests, benchmarks)
     validation.trainer = trainer
     if trainer.accelerator.is_main_process:  # a long wait for peers shows as a phase, not as a stall
         regime.phase_hook = lambda phase: status.write(trainer.state, phase)
@@ -326,7 +326,7 @@ def training_dtype(dtype: str) -> str:
     """The dtype a policy's weights are loaded in for training: ``auto`` is float32 on every device, as TRL loads a
     model by name (``model_init_kwargs`` dtype). With ``grpo.bf16`` the Trainer computes in bf16 under autocast
     (DeepSpeed: bf16 with fp32 master weights); weights loaded in bf16 without DeepSpeed would be updated in bf16,
-    where lr 1e-6 steps fall below bf16's spacing and nothing is learned (issue 38)."""
+    where lr 1e-6 steps fall below bf16's spacing and nothing is learned."""
     return "float32" if dtype == "auto" else dtype
 
 

@@ -78,7 +78,7 @@ def memory_check(
     return warnings + admission_check(placement, states, ram_gib, config.launch.force)
 
 
-# Admission on a CPU machine (issue 26): beyond this many policy processes per core a pool makes no step
+# Admission on a CPU machine: beyond this many policy processes per core a pool makes no step
 # in minutes (50 policies on 2 cores: 51 processes, ~14 GB, no step in 4 min); each process also holds
 # torch + transformers + TRL before its model (~0.3 GiB measured for the tiny pool's workers).
 MAX_PROCESSES_PER_CORE = 4

@@ -82,10 +82,6 @@ class PRPAdapter(RegimeAdapter):
         the importance-weight corrections use them; a variant whose weights need them says so here."""
         return self.denominator == "peer" or self.settings.correction != "none"
 
-    @property
-    def pool_order(self) -> list[str]:
-        return [p.name for p in self.config.pool.policies]
-
     def transform(self, output, rollouts, peers):
         step = self.pool_step(output, rollouts, peers)
         weights = self.peer_token_weights(step)

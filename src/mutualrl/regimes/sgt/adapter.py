@@ -4,8 +4,9 @@ Per learner and prompt, the gate fires when the learner's K rollouts all failed 
 has a verified success; one peer success is retokenized into the learner's vocabulary
 (THL), attached to the learner's rows of that prompt (up to ``max_pairs_per_prompt``), and
 :meth:`SGTAdapter.extra_loss` adds ``lambda * NLL`` on it (Eq. regime3_total). Rows outside
-the rescue subset carry zero weight; a step with no gated prompt adds no key to the batch,
-so the update is exactly pure GRPO.
+the rescue subset carry zero weight. With one process, a step with no gated prompt adds no key to
+the batch, so the update is exactly pure GRPO; with several ranks every rank attaches the SGT fields at
+every step (all weights zero where nothing is gated) so that all run the same forward passes.
 """
 
 from __future__ import annotations

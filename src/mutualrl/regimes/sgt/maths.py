@@ -27,6 +27,7 @@ import torch
 
 from mutualrl.regimes.pool import check_float, check_learner_and_peers, check_same_shape
 from mutualrl.regimes.rank_metrics import Share, Total
+from mutualrl.regimes.sgt.spec import SGTSettings, check_sgt_settings
 
 
 @dataclass
@@ -48,11 +49,11 @@ class SGTGate:
 
 
 def _check_thresholds(success_threshold: float, failure_threshold: float) -> None:
-    if not failure_threshold <= success_threshold:
-        raise ValueError(
-            f"SGT failure_threshold ({failure_threshold}) must not exceed success_threshold ({success_threshold}): "
-            "a reward would be both a success and a negative"
-        )
+    """The settings' own rule (``spec.check_sgt_settings``), for thresholds given outside a recipe."""
+    problem = check_sgt_settings(SGTSettings(success_threshold=success_threshold, failure_threshold=failure_threshold))
+    if problem is not None:
+        name, why = problem
+        raise ValueError(f"SGT {name} ({failure_threshold}) {why}: a reward would be both a success and a negative")
 
 
 def threshold_problem(rewards: torch.Tensor, success_threshold: float, failure_threshold: float) -> str | None:
@@ -158,7 +159,7 @@ def select_peer_successes(
 
     Returns:
         ``[P, 2]`` int64 ``(peer slot, sample index)``; ``(-1, -1)`` where the prompt is not gated.
-        The peer slot indexes dim 1 of the peer tensors (see ``pool.peer_policy_index``).
+        The peer slot indexes dim 1 of the peer tensors (see ``pool.split_pool``).
     """
     cand = gate.peer_success
     if not isinstance(peer_lengths, torch.Tensor) or peer_lengths.shape != cand.shape:

@@ -1,7 +1,8 @@
 """SGT, Success-Gated Transfer (paper Sec. "Regime 3"): settings, metrics, registration.
 
 The maths is :mod:`mutualrl.regimes.sgt.maths`, the adapter
-:class:`~mutualrl.regimes.sgt.adapter.SGTAdapter` (subscribes to peers' verified successes).
+:class:`~mutualrl.regimes.sgt.adapter.SGTAdapter` (reads six columns of every peer row and keeps the verified
+successes).
 """
 
 from __future__ import annotations

@@ -36,7 +36,3 @@ class XGRPOAdapter(RegimeAdapter):
         advantages = result.advantages.reshape(-1)[local_slice(rollouts)]
         output["advantages"] = advantages.to(output["advantages"].device, output["advantages"].dtype)
         return output, result.metrics()
-
-    @property
-    def pool_order(self) -> list[str]:
-        return [p.name for p in self.config.pool.policies]

@@ -1,0 +1,61 @@
+"""Fault injection for tests and benchmarks: the one place the product asks whether to fail on purpose.
+
+Each hook is an environment variable, since the faults are injected into processes a test or a benchmark
+starts (the launcher, its workers); within one process a test monkeypatches instead. None is a setting:
+unset, every hook is a no-op. The product calls them at named points:
+
+- :func:`disk_full` before a write (``atomic_io``'s writes and appends, SEE shards, checkpoints, trackers' and
+  plots' folders, the asset cache): :data:`DISK_FULL_ENV`;
+- :func:`step_delay` once per worker, for the trainer's sleep before each generation: :data:`STEP_DELAY_ENV`;
+- :func:`vllm_sync_skipped` where a CPU vLLM engine would take the trainer's weights: :data:`VLLM_NO_SYNC_ENV`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+DISK_FULL_ENV = "MUTUALRL_DEBUG_DISK_FULL"
+"""``text[@n]``: the n-th (default first) write of this process to a path containing ``text`` fails with
+ENOSPC, as on a full disk; that write and the later ones to matching paths (tests, ``benchmarks/chaos.py``)."""
+
+STEP_DELAY_ENV = "MUTUALRL_DEBUG_STEP_DELAY"
+"""``policy=seconds[@even|@odd][,...]``: a sleep added to each generation (or only those at even / odd
+steps) of the named policies, to make a slow or a jittery peer on purpose (benchmarks/async_exchange.py;
+a skipped round generates nothing, so it sleeps not). It changes wall time only, never results
+(:meth:`~mutualrl.training.trainer.MutualGRPOTrainer.throttle`)."""
+
+VLLM_NO_SYNC_ENV = "MUTUALRL_DEBUG_VLLM_NO_SYNC"
+"""``1`` leaves a CPU vLLM engine on its initial weights (tests check that the log-prob gap then grows)."""
+
+_matching_writes = 0
+
+
+def disk_full(path: str | Path) -> None:
+    """Raise ENOSPC for ``path`` when :data:`DISK_FULL_ENV` says so."""
+    global _matching_writes
+    spec = os.environ.get(DISK_FULL_ENV, "")
+    text, _, nth = spec.rpartition("@") if "@" in spec else (spec, "", "1")
+    if not text or text not in str(path):
+        return
+    _matching_writes += 1
+    if _matching_writes >= int(nth or 1):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+
+def step_delay(policy: str, spec: str | None = None) -> tuple[float, str | None]:
+    """(seconds, parity) :data:`STEP_DELAY_ENV` (or ``spec``) gives ``policy``: ``(0.0, None)`` when it names none."""
+    for item in (os.environ.get(STEP_DELAY_ENV, "") if spec is None else spec).split(","):
+        name, _, value = item.partition("=")
+        if name.strip() == policy and value.strip():
+            seconds, _, parity = value.strip().partition("@")
+            if parity not in ("", "even", "odd"):
+                raise ValueError(f"{STEP_DELAY_ENV}: {item!r}: write policy=seconds, policy=seconds@even or @odd")
+            return float(seconds), parity or None
+    return 0.0, None
+
+
+def vllm_sync_skipped() -> bool:
+    """Whether :data:`VLLM_NO_SYNC_ENV` asks to leave the vLLM engine on its initial weights."""
+    return os.environ.get(VLLM_NO_SYNC_ENV) == "1"

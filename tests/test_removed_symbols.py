@@ -1,0 +1,66 @@
+"""What left src/ stays out: test-only and benchmark-only code, dead names, twins, scattered fault hooks.
+
+Each name below was in src/ at 3474d10 and is gone from it (moved beside its only users in tests/ or
+benchmarks/, or deleted); a twin is defined once; the ``MUTUALRL_DEBUG_*`` hooks live in ``mutualrl.faults``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "mutualrl"
+
+MOVED_MODULES = {
+    "see/synthetic.py": "tests/see_synthetic.py",
+    "evaluation/sampling.py": "benchmarks/survey_sampling.py",
+    "thl/paper_reference.py": "benchmarks/thl_paper_reference.py",
+}
+REMOVED_NAMES = (
+    # used only by tests or benchmarks
+    "append_to_prompts", "LearnerBatch", "prp_behaviour_logps", "peer_log_ratio", "shuffled_pool_control",
+    "trl_rewards", "resolve_deepspeed_auto",
+    # dead
+    "peer_policy_index", "SGT_KEYS", "METADATA_KEYS", "STEP_UNITS", "DERIVED_FIELDS",
+    # twins and scattered hooks
+    "_FLOAT_RE", "inject_disk_full", "THROTTLE_ENV", "NO_SYNC_ENV", "_COMPRESSIONS",
+)
+DEFINED_ONCE = {"pool_order": r"def pool_order\b", "nanstd": r"def nanstd\b"}
+
+
+def sources() -> dict[str, str]:
+    return {str(p.relative_to(SRC)): p.read_text() for p in SRC.rglob("*.py")}
+
+
+def test_moved_modules_are_not_in_src():
+    root = SRC.parents[1]
+    assert [m for m in MOVED_MODULES if (SRC / m).exists()] == []
+    assert [new for new in MOVED_MODULES.values() if not (root / new).is_file()] == []
+    dotted = [m.removesuffix(".py").replace("/", ".") for m in MOVED_MODULES]
+    found = {(path, name) for path, text in sources().items() for name in dotted if f"mutualrl.{name}" in text}
+    assert found == set()
+
+
+def test_removed_names_appear_nowhere_in_src():
+    found = {(path, name) for path, text in sources().items() for name in REMOVED_NAMES
+             if re.search(rf"\b{re.escape(name)}\b", text)}
+    assert found == set()
+
+
+def test_twins_are_defined_once():
+    texts = sources()
+    counts = {name: sum(len(re.findall(rx, text)) for text in texts.values()) for name, rx in DEFINED_ONCE.items()}
+    assert counts == {"pool_order": 1, "nanstd": 0}  # nanstd is TRL's own
+
+
+def test_fault_hooks_live_in_one_module():
+    named = {path for path, text in sources().items() if "MUTUALRL_DEBUG_" in text}
+    assert named == {"faults.py"}
+
+
+def test_the_exchange_has_no_compression_or_durable_parameter():
+    from mutualrl.see.exchange import ExperienceExchange
+
+    parameters = set(inspect.signature(ExperienceExchange).parameters)
+    assert parameters & {"compression", "durable"} == set()
