@@ -174,8 +174,8 @@ def main() -> None:
                 print(f"{case} round {round_} {variant:13s}: system {result['system_s']:6.2f} s, user "
                       f"{result['user_s']:6.2f} s, {result['minor_faults'] / 1e6:6.3f} M faults, wall "
                       f"{result['wall_s']:6.1f} s, peak RSS {result['peak_rss_mib']:6.0f} MiB", flush=True)
-        medians = {v: {k: statistics.median(float(r[k]) for r in rs)
-                       for k in ("system_s", "user_s", "minor_faults", "wall_s", "peak_rss_mib")} for v, rs in runs.items()}
+        figures = ("system_s", "user_s", "minor_faults", "wall_s", "peak_rss_mib")
+        medians = {v: {k: statistics.median(float(r[k]) for r in rs) for k in figures} for v, rs in runs.items()}
         same = identical([r for rs in runs.values() for r in rs])
         report["cases"][case] = {"runs": runs, "medians": medians, "results_identical": same}
         print(json.dumps({case: {"medians": medians, "results_identical": same}}, indent=1), flush=True)

@@ -1,4 +1,4 @@
-"""The regimes' host-side (CPU) work of one step at the paper's sizes, per rank, against an estimate of the step's GPU time.
+"""The regimes' host (CPU) work of one step at the paper's sizes, per rank, against an estimate of its GPU time.
 
 Paper sizes per policy and step: 1024 prompts x 5 rollouts, responses of 256-3072 tokens (uniform, mean 1664:
 about 8.5 M tokens), M = 2 and 4 policies, R = 1, 2 or 4 ranks per policy. Each rank holds whole prompt groups
@@ -25,7 +25,8 @@ largest, 1280, is a whole rank's rows with 4 ranks per policy) and the exponent 
 smallest and the largest size (1: linear, 2: quadratic) must be at most ``--max-exponent`` (for every stage taking
 0.1 s or more at the largest size) before its time per token at the largest size is extrapolated to a rank's rows
 (a read, memory-mapped and nearly constant, is then over-counted).
-Tokenizers run as a worker runs them (``TOKENIZERS_PARALLELISM=false``: one core) unless ``--threads 2`` (Rayon on 2 threads)::
+Tokenizers run as a worker runs them (``TOKENIZERS_PARALLELISM=false``: one core) unless ``--threads 2`` (Rayon on
+2 threads)::
 
     nice -n 5 python benchmarks/regime_scale.py --out DIR/regime-scale-1core.json
     nice -n 5 python benchmarks/regime_scale.py --threads 2 --out DIR/regime-scale-2cores.json
@@ -59,7 +60,7 @@ READ_COLUMNS = {  # the regimes' peer_columns (regimes/<name>/adapter.py)
                  "behaviour_logps", "response_token_ids"),
 }
 
-# The GPU step (module docstring of this file's estimate(): the arithmetic, printed with the result).
+# The GPU step's estimate (its arithmetic and the MFUs' reasons: benchmarks/README.md, "The regimes' host work").
 PARAMS = 1.54e9  # Qwen2.5-Math-1.5B / Qwen3-1.7B class, the paper's pools
 H100_BF16 = 989e12  # dense bf16 peak, FLOP/s
 MFU_GENERATION, MFU_TRAINING = 0.15, 0.40  # optimistic (a short GPU step makes the 5 % target strict)

@@ -55,7 +55,8 @@ def test_a_users_own_setting_is_inherited_unchanged(clean_environ, tmp_path):
 
 def test_only_the_settings_the_user_left_unset_are_added():
     assert allocator_env({"MALLOC_TRIM_THRESHOLD_": ""}) == {"MALLOC_MMAP_THRESHOLD_": str(1 << 30)}
-    assert allocator_env({"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=0"}) == {"MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+    tunables = {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=0"}
+    assert allocator_env(tunables) == {"MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
     assert allocator_env({}) == {v: str(1 << 30) for v in VARIABLES}
 
 

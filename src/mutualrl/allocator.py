@@ -1,4 +1,4 @@
-"""glibc allocator settings for the processes that train: keep freed buffers for reuse instead of faulting them in again.
+"""glibc allocator settings for the processes that train: freed large buffers kept for reuse, not faulted in again.
 
 By default glibc serves every allocation of 32 MiB or more with its own ``mmap`` and gives it back with
 ``munmap`` when freed (its dynamic threshold never rises above 32 MiB), and trims its heap's free top back
