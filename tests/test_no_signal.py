@@ -102,3 +102,71 @@ def test_the_default_stops_after_a_few_dozen_steps_and_resume_may_change_it():
     refused, allowed = config_changes({"task": {"stop_after_no_reward_steps": 30}},
                                       {"task": {"stop_after_no_reward_steps": 0}})
     assert refused == [] and len(allowed) == 1
+
+
+def test_a_penalty_only_reward_that_reached_its_best_is_not_stopped():
+    """A reward of -1 or 0 (0 the best: a format penalty) whose completions all reached 0 has learnt, not failed."""
+    watch = NoSignalWatch("p", stop_after=2)
+    watch.observe([-1.0] * 8, 4, "no", -1.0)
+    for _ in range(10):
+        watch.observe([0.0] * 8, 4, "<answer>7</answer>", 0.0)
+    with pytest.raises(NoRewardError):  # the same reward at -1 all along is stopped
+        watch = NoSignalWatch("p", stop_after=2)
+        for _ in range(2):
+            watch.observe([-1.0] * 8, 4, "no", -1.0)
+
+
+def test_a_resumed_run_remembers_the_lower_rewards_it_logged():
+    watch = NoSignalWatch("p", stop_after=2, lowest=-0.75)  # the trainer's log_history before the resume
+    for _ in range(10):
+        watch.observe([0.0] * 8, 4, "<answer>7</answer>", 0.0)
+
+
+def test_a_policy_whose_peers_scored_is_not_stopped():
+    """SGT rescues a policy that scores nothing with its peers' successes (its designed blind spot); PRP adds them."""
+    watch = NoSignalWatch("p", stop_after=2)
+    for _ in range(10):
+        watch.observe([0.0] * 8, 4, "?", 0.0, peers_scored=True)
+    with pytest.raises(NoRewardError):
+        watch.observe([0.0] * 8, 4, "?", 0.0)
+        watch.observe([0.0] * 8, 4, "?", 0.0)
+
+
+def test_a_peer_round_scored_when_a_row_is_above_0():
+    import pyarrow as pa
+
+    from mutualrl.regimes.adapter import any_scored
+
+    nan = float("nan")
+    assert any_scored({"a": pa.table({"reward": [0.0, nan]}), "b": pa.table({"reward": [nan, 0.5]})})
+    assert not any_scored({"a": pa.table({"reward": [0.0, nan, -1.0]})}) and not any_scored({})
+    assert not any_scored({"a": pa.table({"reward": pa.array([], pa.float64())})})
+
+
+@pytest.mark.slow
+def test_sgt_rescuing_a_policy_blind_on_every_prompt_is_not_stopped(tmp_path):
+    """The tiny pool on `sub` prompts only: tiny-bpe answers every one `?` (its blind spot) and SGT rescues it
+    with tiny-sp's answers; the stop after 2 unscored steps does not fire while they are rescued."""
+    import json
+    import subprocess
+    import sys
+
+    from e2e_helpers import child_env
+    from mutualrl.tasks.synthetic import family_split
+
+    (tmp_path / "data").mkdir()
+    rows = [{"prompt": e.prompt, "answer": str(e.answer)} for e in family_split("sub", "train")[:64]]
+    (tmp_path / "data" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "rew.py").write_text(
+        "def exact(completions, answer, **kwargs):\n"
+        "    return [float(c.strip().split(' ')[0] == a) for c, a in zip(completions, answer)]\n")
+    command = [sys.executable, "-m", "mutualrl", "train", "-o", "runs/blind", "--set", "task.name=dataset",
+               "--set", "task.source=data/train.jsonl", "--set", "task.reward_funcs=[rew.exact]",
+               "--set", "validation.limit=2", "--set", "validation.every_steps=0",
+               "--set", "task.stop_after_no_reward_steps=2", "--set", "grpo.max_steps=4"]
+    done = subprocess.run(command, cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rows = [json.loads(line) for line in (tmp_path / "runs/blind/metrics.jsonl").read_text().splitlines()]
+    blind = [r for r in rows if r.get("policy") == "tiny-bpe" and r.get("kind") == "train"]
+    rescued = [r for r in blind[:2] if r.get("rewards/exact/mean") == 0 and r.get("sgt/rescues", 0) > 0]
+    assert len(rescued) == 2, blind  # two unscored steps in a row, each rescued

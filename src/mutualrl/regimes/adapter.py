@@ -65,6 +65,7 @@ class RegimeAdapter:
         self.trainer: TrainerView | None = None  # set by bind()
         self.consumption: LockStepConsumption | None = None  # set by bind() where the regime reads peers
         self.phase_hook: Callable[[str], None] | None = None  # set by the worker: writes the status phase
+        self.peers_scored = False  # a peer row this step read scored above 0 (the no-reward stop waits then)
 
     @property
     def name(self) -> str:
@@ -108,6 +109,7 @@ class RegimeAdapter:
         timings: dict[str, float] = {}  # seconds per stage, logged as mutual/<stage>_s
         self.publish_records(output, rollouts, timings)
         peer_step, peers = self.read_peers(output, rollouts, timings)
+        self.peers_scored = any_scored(peers)
         output, metrics = self.apply_regime(output, rollouts, peers, peer_step, timings)
         self.log_step(metrics, timings)
         self.prune_records(rollouts.step)
@@ -257,6 +259,14 @@ class RegimeAdapter:
             behaviour_logps=behaviour,
             finished=[bool(ids) and ids[-1] in eos for ids in rollouts.completion_ids_local],
         )
+
+
+def any_scored(peers: dict[str, pa.Table]) -> bool:
+    """Whether a row of the peers' tables has a reward above 0 (NaN, not scored, is not)."""
+    import pyarrow.compute as pc
+
+    return any("reward" in table.column_names and table.num_rows and (pc.max(table["reward"]).as_py() or 0) > 0
+               for table in peers.values())
 
 
 def _prompt_text(prompt: Any) -> str:

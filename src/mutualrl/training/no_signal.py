@@ -7,9 +7,12 @@ logs it once, with one completion and its reward (:class:`NoSignalWatch`), and t
 on the progress display from the merged metrics rows (:func:`no_signal_note`): what was seen (the share of
 groups in which every completion failed, whether any completion scored), not a guess at why; a pool's
 designed blind spot (the tiny pool's) looks the same as a reward that misses the answer's format.
-When no completion of a policy has scored above 0, and no group had any reward spread, for
-``task.stop_after_no_reward_steps`` steps in a row the worker stops with :class:`NoRewardError`, one line with one completion: the models cannot do the task,
-or the reward never matches what they write. Torch-free: the launcher imports it.
+When no completion of a policy has scored above 0, no group had any reward spread, nothing rose above the
+lowest reward the policy had got (a penalty-only reward whose completions all reached 0 has converged) and no
+peer's completion read that step scored above 0 (SGT and PRP teach a policy that scores nothing from its peers'
+successes), for ``task.stop_after_no_reward_steps`` steps in a row the worker stops with :class:`NoRewardError`,
+one line with one completion: the models cannot do the task, or the reward never matches what they write.
+Torch-free: the launcher imports it.
 """
 
 from __future__ import annotations
@@ -67,16 +70,25 @@ class NoSignalWatch:
     """One policy's consecutive steps without reward spread (said once, in the worker's log) and without any
     reward (``stop_after`` of them stop the policy: :class:`NoRewardError`; None or 0: never)."""
 
-    def __init__(self, policy: str, patience: int = PATIENCE, stop_after: int | None = None):
+    def __init__(self, policy: str, patience: int = PATIENCE, stop_after: int | None = None,
+                 lowest: float | None = None):
         self.policy, self.patience, self.flat_steps, self.said = policy, patience, 0, False
         self.stop_after, self.unscored_steps = stop_after, 0
+        self.lowest = lowest  # the lowest reward seen so far (after a resume: the lowest logged step mean)
 
-    def observe(self, rewards: Sequence[float], k: int, completion: Any, reward: float) -> tuple[float, str | None]:
-        """This step's all-fail share, and the message when this step completes ``patience`` flat steps."""
+    def observe(self, rewards: Sequence[float], k: int, completion: Any, reward: float,
+                peers_scored: bool = False) -> tuple[float, str | None]:
+        """This step's all-fail share, and the message when this step completes ``patience`` flat steps.
+        ``peers_scored``: a peer's completion this policy's regime read this step scored above 0."""
         flat, failed = group_shares(rewards, k)
         self.flat_steps = self.flat_steps + 1 if flat >= 1.0 else 0
-        # a reward that is only ever a penalty (<= 0) but differs inside groups still teaches: not stopped
-        self.unscored_steps = self.unscored_steps + 1 if failed >= 1.0 and flat >= 1.0 else 0
+        # a reward that is only ever a penalty (<= 0) but differs inside groups still teaches, one whose groups
+        # all reached a value above the lowest seen has learnt, and a peer's success teaches under SGT and PRP
+        scored = [r for r in rewards if not math.isnan(r)]
+        rose = bool(scored) and self.lowest is not None and max(scored) > self.lowest
+        self.lowest = min([*scored, *([] if self.lowest is None else [self.lowest])], default=None)
+        nothing = failed >= 1.0 and flat >= 1.0 and not rose and not peers_scored
+        self.unscored_steps = self.unscored_steps + 1 if nothing else 0
         text = completion if isinstance(completion, str) else str(completion)
         if self.stop_after and self.unscored_steps >= self.stop_after:
             raise NoRewardError(

@@ -28,6 +28,7 @@ regimes' layer, so the regimes never import this module.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any
 
@@ -99,10 +100,10 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         # Where a step's time goes: rollout (generation, rewards, old log-probs) vs TRL's step_time.
         self.record_metrics({"mutual/rollout_seconds": time.perf_counter() - started})
         rollouts = self._collect_step_rollouts()
-        self.watch_signal(rollouts)
         started = time.perf_counter()
         output = self.regime.process_step(output, rollouts)
         self.record_metrics({"mutual/exchange_seconds": time.perf_counter() - started})
+        self.watch_signal(rollouts)  # after the peers' round is read: a peer's success teaches SGT and PRP
         return output
 
     def watch_signal(self, rollouts: StepRollouts) -> None:
@@ -110,13 +111,16 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         ``task.stop_after_no_reward_steps`` steps in which nothing scored (training/no_signal.py)."""
         from mutualrl.training.no_signal import ALL_FAIL_KEY, NoSignalWatch
 
-        if self.no_signal is None:
-            self.no_signal = NoSignalWatch(self.policy_name,
+        if self.no_signal is None:  # resumed: the lowest mean reward logged before stands for the rewards seen
+            means = [h["reward"] for h in self.state.log_history if isinstance(h.get("reward"), (int, float))
+                     and math.isfinite(h["reward"])]
+            self.no_signal = NoSignalWatch(self.policy_name, lowest=min(means, default=None),
                                            stop_after=self.regime.config.task.stop_after_no_reward_steps)
         rewards = rollouts.rewards_global.tolist()
         first = rollouts.completion_texts_local[0] if rollouts.completion_texts_local else ""
         failed, note = self.no_signal.observe(rewards, rollouts.num_generations, first,
-                                              float(rollouts.rewards_local[0]) if len(rollouts.rewards_local) else 0.0)
+                                              float(rollouts.rewards_local[0]) if len(rollouts.rewards_local) else 0.0,
+                                              peers_scored=self.regime.peers_scored)
         self.record_metrics({ALL_FAIL_KEY: failed})
         if note is not None and self.accelerator.is_main_process:
             logging.getLogger("mutualrl.worker").warning(note)
