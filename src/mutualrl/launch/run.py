@@ -232,18 +232,24 @@ def reuse_finished(paths: RunPaths, config: RunConfig, console: Console) -> bool
     """``--baseline``: a run that finished in ``paths`` with ``config``'s settings is used as it is, and the
     console says so; a run there with other settings is refused, naming them. False: ``paths`` holds no run to
     reuse (an empty folder, a run still to finish)."""
+    from mutualrl.launch.rundir.inputs import code_changes
+    from mutualrl.launch.rundir.prepare import data_copy_changes
     from mutualrl.launch.rundir.record import reusable_summary, settings_differences
 
-    if reusable_summary(paths, config) is not None:
-        console.print(f"{paths.root}: finished with these settings; using it as it is, not training it again "
-                      "(--overwrite trains it again)", highlight=False, soft_wrap=True)
-        return True
-    differences = settings_differences(paths, config)
+    # the settings name a reward module and a data file, not their content: an edited one is another run
+    differences = code_changes(paths) if paths.config.is_file() else []
+    if not differences and reusable_summary(paths, config) is not None:
+        differences = data_copy_changes(paths, config, console)
+        if not differences:
+            console.print(f"{paths.root}: finished with these settings; using it as it is, not training it again "
+                          "(--overwrite trains it again)", highlight=False, soft_wrap=True)
+            return True
+    differences = differences or settings_differences(paths, config)
     if differences:
         shown = "; ".join(differences[:4]) + (f"; ... {len(differences) - 4} more" if len(differences) > 4 else "")
-        raise UsageError(f"{paths.root} holds a run with other settings ({shown}); --baseline reuses a run only "
-                         "when it finished with the same settings: use --output-dir for a new pair, or --overwrite "
-                         "to train both again")
+        raise UsageError(f"{paths.root} holds a run with other settings or inputs ({shown}); --baseline reuses a "
+                         "run only when it finished with the same settings, code and data: use --output-dir for a "
+                         "new pair, or --overwrite to train both again")
     return False
 
 

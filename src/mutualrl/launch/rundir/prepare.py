@@ -81,13 +81,33 @@ def prepare_launch(paths: RunPaths, config: RunConfig, source: str, resume: bool
 
 def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Console) -> None:
     """Builtin models, the joint prompt filter, the resolved config -- before anything is launched."""
+    from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, write_examples
+
+    mark_run_folder(paths.root)
+    train_kept, eval_kept, reports = kept_prompts(config, console)
+    from mutualrl.tasks.reward_funcs import task_summary
+
+    console.print(task_summary(config.task, config.grpo), highlight=False)
+    write_examples(paths.data / TRAIN_FILE, train_kept)
+    write_examples(paths.data / EVAL_FILE, eval_kept)
+    record_inputs(paths, config)  # what --resume and eval check the user's code and this data copy against
+    report, eval_report = reports
+    dropped = report.dropped + eval_report.dropped
+    console.print(f"prompts: {report.kept} train, {eval_report.kept} held-out; {dropped} dropped for all policies "
+                  f"as longer than {config.task.max_prompt_tokens} tokens for some policy "
+                  f"({', '.join(f'{k}: {v}' for k, v in report.dropped_by_policy.items())})", highlight=False)
+    write_resolved_config(paths, config, source)
+
+
+def kept_prompts(config: RunConfig, console: Console) -> tuple[list[Any], list[Any], tuple[Any, Any]]:
+    """The training and held-out prompts a run of ``config`` keeps (every policy's tokens within
+    ``task.max_prompt_tokens``) and the filter's two reports; the builtin models are built first."""
     from mutualrl.pools.builtin import ensure_builtin_models
     from mutualrl.pools.loading import BUILTIN_PREFIX, tokenizer_source
     from mutualrl.tasks.registry import task_from_config
-    from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, joint_length_filter, write_examples
+    from mutualrl.training.data import joint_length_filter
     from mutualrl.training.prompt_lengths import PromptLengths
 
-    mark_run_folder(paths.root)
     builtin = [p.model[len(BUILTIN_PREFIX):] for p in config.pool.policies if p.model.startswith(BUILTIN_PREFIX)]
     if builtin:  # built or fetched once, here, with progress (tiny models warm-start side by side)
         ensure_builtin_models(builtin)
@@ -106,17 +126,30 @@ def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Consol
         policy_lengths.save()
     if not train_kept:
         raise no_prompt_fits(config, train, lengths)
-    from mutualrl.tasks.reward_funcs import task_summary
+    return train_kept, eval_kept, (report, eval_report)
 
-    console.print(task_summary(config.task, config.grpo), highlight=False)
-    write_examples(paths.data / TRAIN_FILE, train_kept)
-    write_examples(paths.data / EVAL_FILE, eval_kept)
-    record_inputs(paths, config)  # what --resume and eval check the user's code and this data copy against
-    dropped = report.dropped + eval_report.dropped
-    console.print(f"prompts: {report.kept} train, {eval_report.kept} held-out; {dropped} dropped for all policies "
-                  f"as longer than {config.task.max_prompt_tokens} tokens for some policy "
-                  f"({', '.join(f'{k}: {v}' for k, v in report.dropped_by_policy.items())})", highlight=False)
-    write_resolved_config(paths, config, source)
+
+def data_copy_changes(paths: RunPaths, config: RunConfig, console: Console) -> list[str]:
+    """``--baseline``: each file of the run's data copy that ``config``'s data would now make otherwise (the source
+    edited since the run), as one phrase; empty for a run from before ``inputs.json`` recorded its data."""
+    import tempfile
+    from pathlib import Path
+
+    from mutualrl.config.recorded_code import file_hash
+    from mutualrl.launch.rundir.inputs import recorded_inputs
+    from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, write_examples
+
+    record = recorded_inputs(paths)
+    if record is None:
+        return []
+    train_kept, eval_kept, _ = kept_prompts(config, console)
+    with tempfile.TemporaryDirectory() as scratch:
+        now = {}
+        for name, examples in ((TRAIN_FILE, train_kept), (EVAL_FILE, eval_kept)):
+            write_examples(Path(scratch) / name, examples)
+            now[name] = file_hash(Path(scratch) / name)
+    return [f"{config.task.source or config.task.name} now gives other {name} rows than {paths.data / name}"
+            for name in sorted(now) if record["data"].get(name) != now[name]]
 
 
 def no_prompt_fits(config: RunConfig, train: list[Any], lengths: dict[str, Any]) -> UsageError:
