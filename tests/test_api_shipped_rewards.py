@@ -62,6 +62,51 @@ def test_what_cannot_be_pickled_is_refused_naming_why() -> None:
         reward_func_path(guarded)
 
 
+def loads_in_a_new_process(data: bytes, call: str) -> str:
+    """What ``call`` (Python, on the unpickled function ``f``) prints in a new process that has only this
+    working directory and the environment a worker has: none of this session's sys.path additions."""
+    code = f"import sys, cloudpickle\nf = cloudpickle.loads(sys.stdin.buffer.read())\nprint({call})"
+    done = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True, env=child_env(),
+                          timeout=120)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    return done.stdout.decode().strip()
+
+
+def test_a_module_only_this_session_put_on_sys_path_is_shipped_by_value(tmp_path: Path, worker_view: dict,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A notebook's ``sys.path.insert(0, "helpers")`` then ``import zrew``: the workers (a new process in the same
+    working directory) cannot import zrew, so passing ``zrew.exact`` by its path failed in every worker."""
+    helpers = tmp_path / "helpers"
+    helpers.mkdir()
+    (helpers / "zrew_helpers.py").write_text("def strip(text):\n    return str(text).strip()\n")
+    (helpers / "zrew.py").write_text("import zrew_helpers\n\ndef exact(completions, answer, **kwargs):\n"
+                                     "    return [float(zrew_helpers.strip(c) == a) for c, a in zip(completions, answer)]\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(helpers))
+    import zrew  # noqa: PLC0415 - only importable once the test put its folder on sys.path
+
+    name = reward_func_path(zrew.exact)
+    assert name.startswith("by-value:exact:"), name
+    data = worker_view[shipped_rewards.digest_of(name)][1]
+    assert loads_in_a_new_process(data, "f(completions=[' 4', '5'], answer=['4', '4'])") == "[1.0, 0.0]"
+
+    def in_notebook(completions, **kwargs):  # a closure of this session calling the helper module
+        return [float(zrew_helpers_module.strip(c) == "4") for c in completions]
+
+    zrew_helpers_module = sys.modules["zrew_helpers"]
+    data = worker_view[shipped_rewards.digest_of(reward_func_path(in_notebook))][1]
+    assert loads_in_a_new_process(data, "f(completions=['4 '])") == "[1.0]"
+
+
+def test_a_module_the_workers_import_is_named_by_its_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "zrew_cwd.py").write_text("def exact(completions, **kwargs):\n    return [0.0] * len(completions)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import zrew_cwd  # noqa: PLC0415
+
+    assert reward_func_path(zrew_cwd.exact) == "zrew_cwd.exact"  # the working directory: the workers' too
+
+
 def test_a_worker_loads_only_the_bytes_its_launcher_wrote(tmp_path: Path, worker_view: dict,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     name = reward_func_path(make_threshold(3))  # the launcher's process

@@ -62,8 +62,10 @@ def reward_func_path(func: str | Callable[..., Any]) -> str:
     if module and module != "__main__" and "<" not in qualname and "." not in qualname:
         from mutualrl.config.plugins import import_object
 
-        try:
-            if import_object(f"{module}.{qualname}", "reward_funcs") is func:
+        from mutualrl.tasks.shipped_rewards import workers_import
+
+        try:  # importable here may be from a folder only this session put on sys.path: then by value
+            if import_object(f"{module}.{qualname}", "reward_funcs") is func and workers_import(module):
                 return f"{module}.{qualname}"
         except MutualRLError:  # not importable in the workers either: ship it by value
             pass

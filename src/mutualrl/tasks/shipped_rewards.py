@@ -15,6 +15,8 @@ import hashlib
 import json
 import os
 import re
+import subprocess
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -39,21 +41,79 @@ def digest_of(name: str) -> str:
 
 def ship_by_value(func: Callable[..., Any]) -> str:
     """Pickle ``func`` by value (cloudpickle), keep it in this process and return its ``task.reward_funcs`` name;
-    a function that cannot be pickled (it holds a lock, a file, a generator, a C object) is refused, naming why."""
+    a function that cannot be pickled (it holds a lock, a file, a generator, a C object) is refused, naming why.
+    cloudpickle pickles what an importable module holds by reference; a module the policy processes cannot import
+    (a folder only this session put on ``sys.path``) is pickled by value too, found by loading the bytes in a new
+    process as a worker would."""
     import cloudpickle
 
     label = re.sub(r"[^A-Za-z0-9_]+", "", getattr(func, "__name__", "") or "") or "function"
+    by_value: list[Any] = []
     try:
-        data = cloudpickle.dumps(func)
+        data = pickled(func)
+        while (missing := missing_in_workers(func, data)) is not None:
+            module = sys.modules.get(missing.partition(".")[0])
+            if module is None or module in by_value or len(by_value) >= 16:
+                raise UsageError(f"reward function {getattr(func, '__qualname__', func)!r} needs module {missing!r}, "
+                                 "which the policy processes cannot import: put its folder on PYTHONPATH or in the "
+                                 "working directory")
+            cloudpickle.register_pickle_by_value(module)
+            by_value.append(module)
+            data = pickled(func)
+    finally:
+        for module in by_value:
+            cloudpickle.unregister_pickle_by_value(module)
+    sha = hashlib.sha256(data).hexdigest()
+    _SHIPPED[sha] = (func, data)
+    return f"{PREFIX}{label}:{sha}"
+
+
+def pickled(func: Callable[..., Any]) -> bytes:
+    import cloudpickle
+
+    try:
+        return cloudpickle.dumps(func)
     except Exception as err:  # noqa: BLE001 - pickling reports anything it meets as any error type
         raise UsageError(
             f"reward function {getattr(func, '__qualname__', func)!r} cannot be shipped to the policy processes by "
             f"value ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}): it holds something only "
             "this process has; make it a function of a .py module (e.g. my_rewards.py) and pass it or "
             "'my_rewards.function'") from None
-    sha = hashlib.sha256(data).hexdigest()
-    _SHIPPED[sha] = (func, data)
-    return f"{PREFIX}{label}:{sha}"
+
+
+def worker_environment() -> dict[str, str]:
+    """A policy process's import path: this working directory, this mutualrl, then the inherited PYTHONPATH."""
+    package = str(Path(__file__).resolve().parents[2])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (package, os.environ.get("PYTHONPATH")) if p)}
+
+
+def missing_in_workers(func: Callable[..., Any], data: bytes) -> str | None:
+    """The module a new process (a worker's working directory and environment) lacks to load ``data``, or None when
+    it loads; any other failure to load is refused, naming it."""
+    code = ("import sys, cloudpickle\ntry:\n    cloudpickle.loads(sys.stdin.buffer.read())\n"
+            "except ModuleNotFoundError as err:\n    print(err.name)\n    sys.exit(3)\n")
+    done = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True, timeout=300,
+                          env=worker_environment())
+    if done.returncode == 3:
+        return done.stdout.decode(errors="replace").strip()
+    if done.returncode != 0:
+        last = (done.stderr.decode(errors="replace").strip().splitlines() or ["exit code " + str(done.returncode)])[-1]
+        raise UsageError(f"reward function {getattr(func, '__qualname__', func)!r} cannot be loaded in a policy "
+                         f"process ({last[:300]}); make it a function of a .py module (e.g. my_rewards.py)")
+    return None
+
+
+def workers_import(module: str) -> bool:
+    """Whether a new process in a worker's working directory and environment finds ``module``'s top-level package
+    where this process imported it from (not a folder only this session put on ``sys.path``)."""
+    top = module.partition(".")[0]
+    here = getattr(sys.modules.get(top), "__file__", None)
+    code = "import importlib.util, sys; spec = importlib.util.find_spec(sys.argv[1]); print(spec and spec.origin)"
+    done = subprocess.run([sys.executable, "-c", code, top], capture_output=True, text=True, timeout=120,
+                          env=worker_environment())
+    found = done.stdout.strip()
+    return done.returncode == 0 and here is not None and found not in ("", "None") and \
+        Path(found).resolve() == Path(here).resolve()
 
 
 def shipped_names(names: Iterable[str]) -> list[str]:
