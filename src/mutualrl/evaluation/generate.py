@@ -80,7 +80,7 @@ def prompt_token_ids(tokenizer: Any, prompt: str | list[dict[str, str]], chat_te
 
 def score_examples(
     examples: Sequence[TaskExample], completions: Sequence[str], verifier: str | RewardSpec = "default",
-    tokenizer: Any = None, chat: bool = False,
+    tokenizer: Any = None, chat: bool = False, trainer_state: Any = None,
 ) -> list[PromptResult]:
     """Score each completion with the verifier of its example's task (``get_task(example.task)``), or, given a
     run's :class:`RewardSpec` with reward functions, with the weighted reward TRL trained on
@@ -91,7 +91,7 @@ def score_examples(
         raise ValueError(f"{len(examples)} examples but {len(completions)} completions")
     if isinstance(verifier, RewardSpec):
         if verifier.funcs or not verifier.uses_verifier():
-            return score_with_funcs(verifier, examples, completions, tokenizer, chat)
+            return score_with_funcs(verifier, examples, completions, tokenizer, chat, trainer_state)
         verifier = verifier.verifier
     tasks: dict[str, Task] = {}
     records = []
@@ -114,15 +114,22 @@ def score_examples(
 
 
 def score_with_funcs(spec: RewardSpec, examples: Sequence[TaskExample], completions: Sequence[str], tokenizer: Any,
-                     chat: bool) -> list[PromptResult]:
+                     chat: bool, trainer_state: Any = None) -> list[PromptResult]:
     """Greedy completions scored as in training: prompts and completions in the form TRL gives the reward
     functions for the dataset (:mod:`mutualrl.tasks.reward_form`), every dataset column by name,
-    ``completion_ids`` the completion re-tokenized (``tokenizer``, no special tokens)."""
+    ``completion_ids`` the completion re-tokenized (``tokenizer``, no special tokens), and what else
+    ``GRPOTrainer`` passes: ``trainer_state`` (the training's during validation, else a new one), ``log_extra``
+    and ``log_metric`` (nothing is logged)."""
     if not examples:
         return []
     rows = [ex.as_row() for ex in examples]
     columns = {key: [row.get(key) for row in rows] for key in dict.fromkeys(k for row in rows for k in row)
                if key != "prompt"}
+    if trainer_state is None:
+        from transformers import TrainerState
+
+        trainer_state = TrainerState()
+    columns.update(trainer_state=trainer_state, log_extra=not_logged, log_metric=not_logged)
     prompts = [ex.for_policy(chat) for ex in examples]
     ids = [tokenizer(c, add_special_tokens=False)["input_ids"] if tokenizer is not None else [] for c in completions]
     funcs = in_dataset_form(reward_functions(spec), examples)  # the dataset's form, as in training
@@ -130,6 +137,10 @@ def score_with_funcs(spec: RewardSpec, examples: Sequence[TaskExample], completi
     return [PromptResult(prompt_id=ex.prompt_id, task=ex.task, prompt=ex.prompt, completion=completion,
                          answer=ex.answer, extracted=None, score=score)
             for ex, completion, score in zip(examples, completions, scores, strict=True)]
+
+
+def not_logged(*args: Any, **kwargs: Any) -> None:
+    """``log_extra`` and ``log_metric`` outside training: a reward function may call them; nothing is logged."""
 
 
 def scoring_label(verifier: str | RewardSpec) -> str:
@@ -155,6 +166,7 @@ def evaluate_examples(
     policy: str | None = None,
     step: int | None = None,
     verifier: str | RewardSpec = "default",
+    trainer_state: Any = None,
 ) -> ModelEvalResult:
     """Greedy reward@1 of ``model`` on ``examples`` (transformers backend).
 
@@ -169,7 +181,7 @@ def evaluate_examples(
     )
     return ModelEvalResult(
         model=model_name or _model_name(model),
-        records=score_examples(examples, completions, verifier, tokenizer, chat_template),
+        records=score_examples(examples, completions, verifier, tokenizer, chat_template, trainer_state),
         policy=policy,
         step=step,
         settings={
@@ -319,6 +331,7 @@ def evaluate_examples_llm(
     verifier: str | RewardSpec = "default",
     progress: Progress | None = None,
     chunk: int | None = None,
+    trainer_state: Any = None,
 ) -> ModelEvalResult:
     """:func:`evaluate_examples` with a running vLLM engine (a training run's colocated one); with ``chunk``, the
     prompts go to the engine ``chunk`` at a time and ``progress`` hears how many each one finished."""
@@ -332,16 +345,17 @@ def evaluate_examples_llm(
         if progress is not None:
             progress(len(batch))
     return vllm_result(model_name, examples, completions, max_new_tokens=max_new_tokens, chat_template=chat_template,
-                       verifier=verifier, policy=policy, step=step, started=start, tokenizer=tokenizer)
+                       verifier=verifier, policy=policy, step=step, started=start, tokenizer=tokenizer,
+                       trainer_state=trainer_state)
 
 
 def vllm_result(model: str, examples: list[TaskExample], completions: list[str], *, max_new_tokens: int,
                 chat_template: bool, verifier: str | RewardSpec, policy: str | None, step: int | None,
-                started: float, tokenizer: Any = None) -> ModelEvalResult:
+                started: float, tokenizer: Any = None, trainer_state: Any = None) -> ModelEvalResult:
     """Score vLLM greedy completions into a :class:`ModelEvalResult` (both vLLM evaluation paths)."""
     return ModelEvalResult(
         model=model,
-        records=score_examples(examples, completions, verifier, tokenizer, chat_template),
+        records=score_examples(examples, completions, verifier, tokenizer, chat_template, trainer_state),
         policy=policy,
         step=step,
         settings={

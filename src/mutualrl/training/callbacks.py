@@ -237,7 +237,7 @@ class ValidationCallback(TrainerCallback):
                 result = evaluate_examples(unwrapped, self.tokenizer, shard, max_new_tokens=self.max_new_tokens,
                                            batch_size=self.batch_size, chat_template=self.chat_template,
                                            model_name=self.policy, policy=self.policy, step=step,
-                                           verifier=self.verifier, progress=finished)
+                                           verifier=self.verifier, progress=finished, trainer_state=state)
         result.records = result.records[:real] if counts else []  # the padding, and a TP group's copies, dropped
         if accelerator.num_processes > 1:  # every rank evaluated a shard: merge them on rank 0
             records = [r for shard_records in gather_object([result.records]) for r in shard_records]
@@ -298,4 +298,4 @@ class ValidationCallback(TrainerCallback):
             return evaluate_examples_llm(llm, self.tokenizer, shard, max_new_tokens=self.max_new_tokens,
                                          chat_template=self.chat_template, model_name=self.policy,
                                          policy=self.policy, step=step, verifier=self.verifier, progress=report,
-                                         chunk=VLLM_VALIDATION_CHUNK)
+                                         chunk=VLLM_VALIDATION_CHUNK, trainer_state=trainer.state)
