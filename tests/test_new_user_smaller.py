@@ -97,6 +97,9 @@ def test_a_trl_yaml_max_prompt_length_is_the_tasks_prompt_limit(tmp_path: Path) 
 
     recipe = from_trl_config(load_recipe_data(tmp_path / "grpo.yaml"), str(tmp_path / "grpo.yaml"))
     assert recipe["task"]["max_prompt_tokens"] == 48 and "max_prompt_length" not in recipe["grpo"]
+    (tmp_path / "grpo.yaml").write_text("model_name_or_path: builtin:tiny-bpe\nmax_prompt_length: null\n")  # TRL: no limit
+    recipe = from_trl_config(load_recipe_data(tmp_path / "grpo.yaml"), str(tmp_path / "grpo.yaml"))
+    assert "max_prompt_tokens" not in recipe["task"] and "max_prompt_length" not in recipe["grpo"]
     with pytest.raises(Exception, match="max_prompt_length.*is task.max_prompt_tokens"):  # in a recipe's grpo
         load_run_config("tiny", overrides=["grpo.max_prompt_length=48"])
 

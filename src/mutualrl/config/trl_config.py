@@ -70,7 +70,9 @@ def from_trl_config(data: dict[str, Any], source: str) -> dict[str, Any]:
     if dataset.get("reward_funcs"):
         task.setdefault("reward_funcs", list(dataset["reward_funcs"]))
     if "max_prompt_length" in flat:  # older TRL's GRPOConfig field (gone in 1.16): the prompt limit is the task's
-        task.setdefault("max_prompt_tokens", flat.pop("max_prompt_length"))
+        limit = flat.pop("max_prompt_length")
+        if limit is not None:  # TRL's null (no truncation): task.max_prompt_tokens keeps its default
+            task.setdefault("max_prompt_tokens", limit)
     recipe: dict[str, Any] = {key: flat.pop(key) for key in OWN_KEYS if key in flat}
     if "output_dir" in flat:
         recipe.setdefault("output_dir", flat.pop("output_dir"))
