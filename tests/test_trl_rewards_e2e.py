@@ -41,7 +41,9 @@ def write_folder(root: Path, conversational: bool) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("conversational", [True, False], ids=["chat-prompts", "text-prompts"])
-@pytest.mark.parametrize("pool", ["tiny", "smol"])
+# the smol pool with text prompts (~2 min on 2 cores) is run by hand, outside the 15-minute suite:
+# pytest -m real_pool tests/test_trl_rewards_e2e.py
+@pytest.mark.parametrize("pool", ["tiny", pytest.param("smol", marks=pytest.mark.real_pool)])
 def test_trls_rewards_train_each_pool_and_every_call_gets_the_datasets_form(tmp_path, pool, conversational):
     log = write_folder(tmp_path, conversational)
     command = [sys.executable, "-m", "mutualrl", "train", "--pool", pool, "--max-steps", "2", "-o", "runs/x",
