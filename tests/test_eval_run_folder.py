@@ -76,3 +76,35 @@ def test_eval_of_an_unfinished_run_names_its_checkpoints(run_folder, tmp_path):
     line = one_line_error(CliRunner().invoke(app, ["eval", str(unfinished)], terminal_width=400))
     assert "without a final model for sp" in line
     assert str(unfinished / "policies" / "sp" / "checkpoint-2") in line
+
+
+def test_eval_of_a_policy_folder_uses_the_chat_template_the_run_trained_it_on(tmp_path):
+    """'RUN/policies/<p>/final' has no instruct/chat in its name: the prompt form comes from the run's config (the
+    policy's chat_template), not from the folder's name, and one line per model says which form was used."""
+    from mutualrl.config.resolved import policy_chat_template
+
+    root = tmp_path / "run1"
+    recipe = {"pool": {"name": "tinytest", "policies": [{"name": "talker", "model": "builtin:tiny-bpe",
+                                                         "chat_template": True},
+                                                        {"name": "bare", "model": "builtin:tiny-bpe"}]},
+              "regime": {"name": "standalone"}, "task": {"name": "gsm8k", "source": "offline"}}
+    (root).mkdir()
+    (root / "config.yaml").write_text(yaml.safe_dump(recipe))
+    tokenizer = load_tokenizer("gpt2")
+    tokenizer.chat_template = "{% for m in messages %}<{{ m['role'] }}>{{ m['content'] }}{% endfor %}<assistant>"
+    for name in ("talker", "bare"):
+        final = root / "policies" / name / "final"
+        tiny_llama(tokenizer, 0).save_pretrained(final)
+        tokenizer.save_pretrained(final)
+    assert policy_chat_template(root / "policies" / "talker" / "final") is True
+    assert policy_chat_template(root / "policies" / "bare" / "final") is False  # unset: the worker used plain text
+    assert policy_chat_template(tmp_path) is None
+    out = tmp_path / "chat.json"
+    talker, bare = root / "policies" / "talker" / "final", root / "policies" / "bare" / "final"
+    result = CliRunner().invoke(app, ["eval", f"{talker},{bare}", "--suite", "gsm8k", "--limit", "1",
+                                      "--max-new-tokens", "2", "--device", "cpu", "-o", str(out)],
+                                terminal_width=400)
+    assert result.exit_code == 0, result.output
+    assert [r.settings["chat_template"] for r in load_results(out)] == [True, False]
+    assert "talker/final: prompts as the chat template" in result.output
+    assert "bare/final: prompts as plain text" in result.output

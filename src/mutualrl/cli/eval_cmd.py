@@ -116,6 +116,9 @@ def run_eval_command(
             else print_nothing,
             progress_factory=factory,
         )
+    for r in results:  # a chat model scored on plain text (or the reverse) scores near 0: always say which
+        form = "the chat template" if r.settings.get("chat_template") else "plain text"
+        log.print(f"{r.name}: prompts as {form} (--chat-template/--no-chat-template to change)", highlight=False)
     if dropped:
         log.print(f"[yellow]dropped {dropped} prompt(s) longer than {settings.max_prompt_tokens} tokens for some "
                   "model[/]")
@@ -320,7 +323,8 @@ def run_folder_targets(target: str, tokenizer: str | None, chat_template: bool |
                          f"finish: {paths.final_model(unfinished[0])} is missing); {hint}")
     targets = [EvalTarget(name=f"{p.name}/final", model=str(paths.final_model(p.name)),
                           tokenizer=tokenizer or p.tokenizer,
-                          chat_template=p.chat_template if chat_template is None else chat_template, dtype=p.dtype)
+                          chat_template=bool(p.chat_template) if chat_template is None else chat_template,
+                          dtype=p.dtype)
                for p in config.pool.policies]
     return TargetSet(targets, f"{paths.root.resolve().name}-final", config, run_folder=paths.root)
 
@@ -373,7 +377,8 @@ def eval_command(
                                         show_default=False),
     chat_template: bool | None = typer.Option(
         None, "--chat-template/--no-chat-template", help="Wrap prompts in the tokenizer's chat template (default: "
-        "the recipe's setting; else only for instruct/chat models).", show_default=False),
+        "the recipe's setting, for a run's policy folder the run's; else only for instruct/chat models).",
+        show_default=False),
     tokenizer: str | None = typer.Option(None, "--tokenizer", help="Tokenizer for every model (named, folder or "
                                          "hub id; default: each model's own).", show_default=False),
     max_prompt_tokens: int | None = typer.Option(

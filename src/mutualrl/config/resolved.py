@@ -62,3 +62,28 @@ def read_source(paths: RunPaths) -> str | None:
     except (OSError, IndexError):
         return None
     return first[len(SOURCE_HEADER):] if first.startswith(SOURCE_HEADER) else None
+
+
+def policy_chat_template(model_folder: Path) -> bool | None:
+    """Whether a run trained the policy whose model ``model_folder`` is (``RUN/policies/<p>/final`` or a
+    ``checkpoint-N``) in its chat template, as the worker chose (the recipe's ``chat_template``; unset is plain
+    text); None when the folder is not in a run folder or its config does not name the policy. The config is read
+    as data: nothing is imported."""
+    from mutualrl.config.typed import ConfigError
+    from mutualrl.config.yaml_strict import load_yaml
+    from mutualrl.run_folder import RunFolderError, read_bytes
+
+    folder = model_folder.resolve()
+    if folder.parent.parent.name != "policies":
+        return None
+    paths = RunPaths(folder.parent.parent.parent)
+    try:
+        data = load_yaml(read_bytes(paths.config).decode("utf-8", errors="replace"), str(paths.config))
+    except (OSError, RunFolderError, ConfigError):  # no readable config: evaluated as any other model folder
+        return None
+    pool = data.get("pool") if isinstance(data, dict) else None
+    policies = pool.get("policies") if isinstance(pool, dict) else None
+    for entry in policies if isinstance(policies, list) else []:
+        if isinstance(entry, dict) and entry.get("name") == folder.parent.name:
+            return bool(entry.get("chat_template"))
+    return None

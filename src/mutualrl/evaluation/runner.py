@@ -93,7 +93,14 @@ def resolve_targets(target: str, tokenizer: str | None = None, chat_template: bo
             name = f"{base}-{k}"
             k += 1
         names.append(name)
-        targets.append(EvalTarget(name=name, model=m, tokenizer=tokenizer, chat_template=chat_template))
+        if chat_template is None and Path(m).is_dir():  # a run's policy folder: the form the run trained it on
+            from mutualrl.config.resolved import policy_chat_template
+
+            trained = policy_chat_template(Path(m))
+        else:
+            trained = None
+        targets.append(EvalTarget(name=name, model=m, tokenizer=tokenizer,
+                                  chat_template=chat_template if trained is None else trained))
     label = "+".join(re.sub(r"[^A-Za-z0-9._-]+", "_", n) for n in names)[:80]
     return TargetSet(targets, label)
 
