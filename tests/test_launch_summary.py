@@ -86,3 +86,25 @@ def test_trained_steps_come_from_the_trainer_state_not_the_logged_rows(tmp_path)
     paths.final_model("a").mkdir(parents=True)
     (paths.final_model("a") / "trainer_state.json").write_text(json.dumps({"global_step": 4}))
     assert trained_steps(paths, "a", logged=0) == 4  # logging_steps > max_steps logs no row
+
+
+def test_policy_names_are_whole_in_both_tables_at_80_columns():
+    """A new user's 80-column terminal showed 'tiny-…' twice in the end-of-run table (the SGT columns took the
+    width) and in the plot summary: the name columns are as wide as the names, the numbers' columns narrow."""
+    from mutualrl.cli.plot_cmd import summary_table
+
+    run = _summary("sgt", {"add": 1.0, "sub": 0.2}, {"add": 0.4, "sub": 0.9}, sgt_rescues=12, rescue_logp_first=-9.5,
+                   rescue_logp_last=-1.25, rescue_logp_first_steps=[1, 3], rescue_logp_last_steps=[28, 30])
+    base = _summary("standalone", {"add": 0.95, "sub": 0.0}, {"add": 0.0, "sub": 1.0})
+    console = Console(record=True, width=80)
+    print_summary(run, console)
+    print_comparison(compare_summaries(run, base), console)
+    rows = [{"run": regime, "policy": policy, "first": 0.125, "first_step": 0, "final": 0.375, "final_step": 10,
+             "best": 0.375, "last_train_reward": 0.25}
+            for regime in ("sgt", "standalone (tiny-sgt-long-folder)") for policy in ("tiny-bpe", "tiny-sp")]
+    console.print(summary_table(rows))
+    lines = console.export_text().splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    for name in ("tiny-bpe", "tiny-sp"):
+        assert sum(f"│ {name} " in line for line in lines) == 2 + 2  # the run's table, the comparison, plot x2
+    assert "…" not in "\n".join(lines)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
@@ -37,20 +38,29 @@ def plot(
         written = plot_runs(run_dirs, out_dir, smooth=alpha, allow_mixed=allow_mixed)
         rows = summary_rows(run_dirs)
     say_warnings(caught)
+    console.print(summary_table(rows))
+    if not written:
+        console.print("[yellow]no metrics to plot yet[/]")
+    for path in written:
+        console.print(f"wrote {path}", highlight=False)
+
+
+def summary_table(rows: list[dict[str, Any]]) -> Table:
+    """First / final / best validation reward@1 per run and policy. The run and policy columns are as wide as
+    their longest value (up to 32 columns) and fold beyond: on 80 columns the numbers' columns narrow, and a name
+    is never cut to "tiny-…"."""
     table = Table(title="Validation reward@1 (greedy)", title_justify="left")
-    for col in ("run", "policy", "No Train (step)", "final (step)", "best", "last train reward"):
-        named = col in ("run", "policy")  # a run's label folds, not cut to "smol/standa…" on 80 columns
-        table.add_column(col, justify="left" if named else "right", overflow="fold" if named else "ellipsis")
+    for col in ("run", "policy"):
+        longest = min(max((len(str(row[col])) for row in rows), default=len(col)), 32)
+        table.add_column(col, justify="left", overflow="fold", min_width=longest)
+    for col in ("No Train (step)", "final (step)", "best", "last train reward"):
+        table.add_column(col, justify="right")
     for row in rows:
         first = f"{fmt_number(row['first'])} ({row['first_step']})" if row["first"] is not None else NO_VALUE
         final = f"{fmt_number(row['final'])} ({row['final_step']})" if row["final"] is not None else NO_VALUE
         table.add_row(row["run"], row["policy"], first, final, fmt_number(row["best"]),
                       fmt_number(row["last_train_reward"]))
-    console.print(table)
-    if not written:
-        console.print("[yellow]no metrics to plot yet[/]")
-    for path in written:
-        console.print(f"wrote {path}", highlight=False)
+    return table
 
 
 def say_warnings(caught: list[warnings.WarningMessage]) -> None:

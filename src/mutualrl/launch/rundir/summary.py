@@ -109,16 +109,24 @@ def step_range(steps: list[int]) -> str:
     return str(steps[0]) if steps[0] == steps[1] else f"{steps[0]}-{steps[1]}"
 
 
+def add_name_columns(table: Table, policies: Any, style: str | None = None) -> None:
+    """The policy and group columns: as wide as the longest policy name (up to 32 columns), folded beyond, so
+    that on 80 columns the numbers' columns narrow instead of names being cut to 'tiny-…'."""
+    longest = min(max((len(name) for name in policies), default=6), 32)
+    table.add_column("policy", justify="left", style=style, overflow="fold", min_width=longest)
+    table.add_column("group", justify="left", overflow="fold")
+
+
 def print_summary(summary: dict[str, Any], console: Console) -> None:
     """One row per policy (all held-out prompts) and one per task group: before → after, rescues, log-prob."""
     table = Table(title=f"{summary['pool']} / {summary['regime']}: held-out reward@1 (greedy), before → after")
-    for col in ("policy", "group", "steps", "before", "after", "change"):
-        table.add_column(col, justify="left" if col in ("policy", "group") else "right",
-                         style="bold cyan" if col == "policy" else None)
+    add_name_columns(table, summary["policies"], style="bold cyan")
+    for col in ("steps", "before", "after", "change"):
+        table.add_column(col, justify="right")
     sgt = any("sgt_rescues" in p for p in summary["policies"].values())
     if sgt:
         table.add_column("SGT rescues", justify="right")
-        table.add_column("rescue log p", justify="right", no_wrap=True)  # "first → last": the note says which
+        table.add_column("rescue log p", justify="right")  # "first → last" (the note says which); wraps at the arrow
     for name, p in summary["policies"].items():
         row = [name, "all", str(p["steps"]), fmt_number(p["eval_before"], 3), fmt_number(p["eval_after"], 3),
                fmt_change(p["eval_before"], p["eval_after"])]
@@ -164,8 +172,9 @@ def compare_summaries(run: dict[str, Any], baseline: dict[str, Any]) -> dict[str
 def print_comparison(comparison: dict[str, Any], console: Console) -> None:
     regime, base = comparison["regime"], comparison["baseline_regime"]
     table = Table(title=f"{regime} vs {base} (seed {comparison['seed']}, same settings): held-out reward@1 after training")
-    for col in ("policy", "group", regime, base, f"{regime} − {base}"):
-        table.add_column(col, justify="left" if col in ("policy", "group") else "right")
+    add_name_columns(table, {row["policy"] for row in comparison["rows"]})
+    for col in (regime, base, f"{regime} − {base}"):
+        table.add_column(col, justify="right")
     last = None
     for row in comparison["rows"]:
         diff = row["difference"]
