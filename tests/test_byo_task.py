@@ -124,6 +124,24 @@ def test_source_is_checked_before_a_launch(tmp_path: Path) -> None:
     configured().check_source("owner/name:config")  # a hub id: read (and checked) by datasets.load_dataset
 
 
+def test_a_misnamed_split_lists_the_data_files_and_the_set_that_reads_them(tmp_path: Path) -> None:
+    """A new user's folder held my_train.jsonl: the error names the files found (up to 5) and the --set."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for name in ("my_train.jsonl", "my_test.jsonl", "notes.txt"):
+        (folder / name).write_text('{"prompt": "2+3=", "answer": 5}\n')
+    with pytest.raises(DataError) as err:
+        configured().check_source(str(folder))
+    message = str(err.value)
+    assert "no split 'train'" in message and "its data files: my_test.jsonl, my_train.jsonl" in message
+    assert "notes.txt" not in message
+    assert "--set task.train_split=my_train" in message and "--set task.eval_split=my_test" in message
+    for i in range(6):
+        (folder / f"part{i}.parquet").write_text("")
+    with pytest.raises(DataError, match=r"part2.parquet \.\.\.;"):
+        configured().check_source(str(folder))
+
+
 # -- reward functions ------------------------------------------------------------------------
 
 

@@ -31,6 +31,23 @@ RESERVED_COLUMNS = ("prompt_id", "task")
 """Columns mutualrl sets on every row (the SEE keys records by ``prompt_id``); a dataset may not bring them."""
 
 
+def found_files_hint(folder: Path) -> str:
+    """What a folder without the training split holds instead: up to 5 of its data files and, for a file
+    directly in it whose name says train (or test), the ``--set`` that reads it as that split."""
+    from mutualrl.tasks.sources import LOCAL_SUFFIXES
+
+    files = sorted(p for p in folder.rglob("*") if p.suffix in LOCAL_SUFFIXES and p.is_file())
+    if not files:
+        return f"; {folder} holds no {'/'.join(LOCAL_SUFFIXES)} file"
+    shown = ", ".join(str(p.relative_to(folder)) for p in files[:5]) + (" ..." if len(files) > 5 else "")
+    hint = f"; its data files: {shown}"
+    for field, word in (("train_split", "train"), ("eval_split", "test")):
+        match = next((p for p in files if p.parent == folder and word in p.stem.lower()), None)
+        if match is not None:
+            hint += f"; to read {match.name} as the {word} split: --set task.{field}={match.stem}"
+    return hint
+
+
 class UserDatasetTask(Task):
     """Rows with a ``prompt`` column and any others; no built-in verifier (``task.reward_funcs`` score it)."""
 
@@ -75,7 +92,7 @@ class UserDatasetTask(Task):
         if path is not None and path.is_dir() and not local_has_split(path, self.train_split):
             raise DataError(f"task.source: {path} has no split {self.train_split!r} (task.train_split): expected "
                             f"{self.train_split}.jsonl/.json/.parquet, data/{self.train_split}-*.parquet or a "
-                            "datasets.save_to_disk folder")
+                            f"datasets.save_to_disk folder{found_files_hint(path)}")
 
     def _local_path(self, source: str | None) -> Path | None:
         """The local file or folder ``source`` names; None for a hub id; refuses anything else."""
