@@ -84,3 +84,14 @@ def test_a_row_without_a_column_hands_the_reward_functions_none_of_it() -> None:
     assert example.as_row() == {"result": 5, "prompt_id": "dataset/train/00000", "prompt": "2+3=", "task": "dataset"}
     builtin = TaskExample(prompt_id="math/1", prompt="1+1=", answer="2", task="math")
     assert builtin.as_row()["answer"] == "2"
+
+
+def test_trls_own_reward_without_its_column_asks_for_the_column_not_a_renamed_parameter() -> None:
+    """TRL's function cannot be edited: a dataset without 'solution' is told to add that column."""
+    with pytest.raises(DataError) as refused:
+        check_reward_columns(RewardSpec(task="dataset", funcs=("accuracy_reward",)), {"prompt_id", "answer"},
+                             "data/train.jsonl")
+    message = str(refused.value)
+    assert "parameter 'solution' is no column of data/train.jsonl" in message
+    assert message.endswith("add a column named solution (TRL's accuracy_reward reads it)")
+    assert "rename" not in message

@@ -125,10 +125,15 @@ def check_reward_columns(spec: RewardSpec, columns: Collection[str], origin: str
     stop at the first step; filling it with "" would score nonsense)."""
     for i, name in enumerate(spec.funcs):
         key = f"{option}[{i}]"
-        missing = [c for c in required_columns(resolve_reward_func(name, key)) if c not in columns]
+        func = resolve_reward_func(name, key)
+        missing = [c for c in required_columns(func) if c not in columns]
         if missing:
+            if str(getattr(func, "__module__", "")).split(".")[0] == "trl":  # TRL's code: only the data can change
+                fix = f"add a column named {missing[0]} (TRL's {getattr(func, '__name__', name)} reads it)"
+            else:
+                fix = "rename the column or the parameter, or give it a default"
             raise DataError(f"{key} {name}: parameter {missing[0]!r} is no column of {origin} (its columns: "
-                            f"{', '.join(sorted(columns))}); rename the column or the parameter, or give it a default")
+                            f"{', '.join(sorted(columns))}); {fix}")
 
 
 def check_task_columns(task: Any, task_config: Any, grpo: dict[str, Any]) -> None:
