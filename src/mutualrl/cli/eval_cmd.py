@@ -116,12 +116,7 @@ def run_eval_command(
             else print_nothing,
             progress_factory=factory,
         )
-    for r in results:  # a chat model scored on plain text (or the reverse) scores near 0: always say which
-        form = "the chat template" if r.settings.get("chat_template") else "plain text"
-        log.print(f"{r.name}: prompts as {form} (--chat-template/--no-chat-template to change)", highlight=False)
-    if dropped:
-        log.print(f"[yellow]dropped {dropped} prompt(s) longer than {settings.max_prompt_tokens} tokens for some "
-                  "model[/]")
+    say_prompt_forms(results, dropped, settings.max_prompt_tokens, log)
     meta = {
         "target": target,
         "label": chosen.label,
@@ -137,6 +132,16 @@ def run_eval_command(
         **group_breakdown(results, examples, tasks, settings.group_column),
     }
     return results, meta
+
+
+def say_prompt_forms(results: list[Any], dropped: int, max_prompt_tokens: int | None, log: Any) -> None:
+    """One line per model: prompted in its chat template or as plain text (a chat model scored on plain text, or
+    the reverse, scores near 0: always said); and the prompts dropped as too long."""
+    for r in results:
+        form = "the chat template" if r.settings.get("chat_template") else "plain text"
+        log.print(f"{r.name}: prompts as {form} (--chat-template/--no-chat-template to change)", highlight=False)
+    if dropped:
+        log.print(f"[yellow]dropped {dropped} prompt(s) longer than {max_prompt_tokens} tokens for some model[/]")
 
 
 def group_breakdown(results: list[Any], examples: list[Any], tasks: list[str], column: str | None) -> dict[str, Any]:
