@@ -21,8 +21,9 @@ LOG = {log!r}
 
 def exact(prompts, completions, completion_ids, answer, family, **kwargs):
     policy = sys.argv[sys.argv.index("--policy") + 1] if "--policy" in sys.argv else None
+    training = getattr(kwargs.get("log_metric"), "__name__", "") != "not_logged"  # held-out: not_logged
     with open(LOG, "a") as fh:
-        fh.write(json.dumps({{"policy": policy, "training": "trainer_state" in kwargs, "family": sorted(set(family)),
+        fh.write(json.dumps({{"policy": policy, "training": training, "family": sorted(set(family)),
                              "ids": all(isinstance(i, list) for i in completion_ids)}}) + "\\n")
     return [1.0 if str(c).strip().startswith(str(a)) else 0.0 for c, a in zip(completions, answer)]
 '''

@@ -125,8 +125,8 @@ def test_line_styles_mean_the_run_in_every_figure(tmp_path: Path, figures: dict[
 
 
 def test_titles_and_y_labels_are_words(tmp_path: Path, figures: dict[str, Any]) -> None:
-    """Built-in metrics by the map of words, a per-peer PRP diagnostic by its pattern, a metric with no words yet
-    by its key in words."""
+    """Built-in metrics by the map of words, a per-peer PRP diagnostic by its pattern (in its learner's sources
+    figure), a metric with no words yet by its key in words."""
     run = write_run(tmp_path / "sgt", "sgt", steps=6)
     edit_rows(run, lambda row: row.update({"prp/from/qwen-b/ess": 0.9, "sgt/peer_hit_rate": 0.3})
               if row["kind"] == "train" else None)
@@ -137,7 +137,9 @@ def test_titles_and_y_labels_are_words(tmp_path: Path, figures: dict[str, Any]) 
             assert "/" not in ax["title"] and "_" not in ax["title"], (name, ax["title"])  # no raw metric keys
     titles = {ax["title"].replace("\n", " ") for ax in drawn(figures["regime_metrics.png"])}
     assert titles == {f"{policy}: {title}" for policy in ("qwen-a", "qwen-b") for title in (
-        "SGT gate rate", "SGT rescues", "PRP from qwen-b: effective sample size", "sgt: peer hit rate")}
+        "SGT gate rate", "SGT rescues", "sgt: peer hit rate")}
+    for learner in ("qwen-a", "qwen-b"):  # per-source diagnostics: one figure per learner (the per-peer keys)
+        assert [ax["title"] for ax in drawn(figures[f"sources_{learner}.png"])] == ["from qwen-b: effective sample size"]
     validation = [ax["title"] for ax in figures["validation_reward.png"]["axes"]]
     assert validation == ["qwen-a", "qwen-b", "mean of the 2 policies"]
 

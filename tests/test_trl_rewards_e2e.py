@@ -19,8 +19,9 @@ import json, sys
 
 def form(prompts, completions, completion_ids, solution, **kwargs):
     policy = sys.argv[sys.argv.index("--policy") + 1] if "--policy" in sys.argv else None
+    training = getattr(kwargs.get("log_metric"), "__name__", "") != "not_logged"  # held-out: not_logged
     with open({log!r}, "a") as fh:
-        fh.write(json.dumps({{"policy": policy, "training": "trainer_state" in kwargs,
+        fh.write(json.dumps({{"policy": policy, "training": training,
                              "prompt": type(prompts[0]).__name__, "completion": completions[0]}}) + "\\n")
     return [0.0] * len(completions)
 '''

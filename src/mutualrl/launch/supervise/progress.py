@@ -33,6 +33,13 @@ class PoolProgress:
         self._moved_at[policy] = self.clock()
         self.heartbeats.forget(policy)
 
+    def finished(self, others: Iterable[str]) -> None:
+        """A policy finished its run now: that is the pool getting on, so ``others``' stall clocks start again (a
+        peer still validating or saving after it is judged from here, not from its own last step)."""
+        now = self.clock()
+        for policy in others:
+            self._moved_at[policy] = now
+
     def look(self, statuses: dict[str, dict[str, Any]]) -> None:
         """Read the heartbeats once, and note every policy of ``statuses`` whose step or phase changed."""
         self.heartbeats.look()

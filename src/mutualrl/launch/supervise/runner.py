@@ -305,6 +305,8 @@ class PoolRunner:
                 elif failure is None:  # a run is done when every policy trained all its steps, nothing else
                     reason = unfinished_exit(self.paths, proc.name, proc.marks, self.settings.max_steps)
                     failure = (proc.name, reason + in_reward_function(self.paths, proc.name)) if reason else None
+                    if failure is None:
+                        self.progress.finished(p.name for p in self.procs if p.returncode is None)
         if failure is None and proc.returncode is None:
             failure = self._silent_or_stalled(proc)
             if failure is not None:
