@@ -31,7 +31,6 @@ running past :data:`HANG_S` (a hang), ``run.json`` true afterwards (done, failed
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -40,12 +39,14 @@ import shutil
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from chaos_trials import chaos_main, summary, trial_class  # noqa: E402
 
 CLASSES = ("json_type", "special", "binary", "metrics", "huge_log", "yaml", "live")
 STEPS = 6
@@ -336,29 +337,18 @@ def run_trials(trials: int, seed: int, out: Path, classes: list[str] | None = No
     rng = random.Random(seed)
     started = time.time()
     base = base_run(out)
-    schedule = classes or [CLASSES[i % len(CLASSES)] if i < len(CLASSES) else rng.choice(CLASSES)
-                           for i in range(trials)]
+    schedule = classes or [trial_class(CLASSES, i, rng) for i in range(trials)]
     results = []
     for index, cls in enumerate(schedule):
         results.append(trial(index, base, out, rng, cls))
         print(json.dumps(results[-1]), file=sys.stderr, flush=True)
     failures = ("tracebacks", "hangs", "run_json_untrue", "silently_lost")
-    held = [r["trial"] for r in results if not any(r[k] for k in failures)]
-    return {"trials": len(results), "seed": seed, "by_class": dict(Counter(r["class"] for r in results)),
-            **{k: sum(r[k] for r in results) for k in failures}, "held": len(held),
-            "failed_trials": [r["trial"] for r in results if r["trial"] not in held],
-            "seconds": round(time.time() - started, 1), "per_trial": results}
+    return summary(results, seed, started, [r["trial"] for r in results if any(r[k] for k in failures)],
+                   {k: sum(r[k] for r in results) for k in failures})
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=24)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "chaos-tamper")
-    args = parser.parse_args()
-    summary = run_trials(args.trials, args.seed, args.out)
-    print(json.dumps(summary))
-    sys.exit(0 if not summary["failed_trials"] else 1)
+    chaos_main(__doc__, run_trials, 24, "chaos-tamper")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ what is asked for a refusal), printed no traceback, and nothing ran that must no
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -33,11 +32,14 @@ import shutil
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from chaos_trials import chaos_main, summary, trial_class  # noqa: E402
+
 CLASSES = ("rows", "code", "copy", "folder", "see")
 LIMIT_S = 300.0
 REWARDS = "def exact(completions, answer, **kwargs):\n    return [float(str(answer) in str(c)) for c in completions]\n"
@@ -174,7 +176,7 @@ def run_trials(trials: int, seed: int, out: Path) -> dict[str, Any]:
     started = time.time()
     results = []
     for index in range(trials):
-        cls = CLASSES[index % len(CLASSES)] if index < len(CLASSES) else rng.choice(CLASSES)
+        cls = trial_class(CLASSES, index, rng)
         home = workdir(out, index, GOOD_ROWS)
         fault, checks, outcomes = TRIALS[cls](home, rng)
         tracebacks = any(TRACEBACK_RE.search(o["output"]) for o in outcomes)
@@ -185,20 +187,11 @@ def run_trials(trials: int, seed: int, out: Path) -> dict[str, Any]:
         if not held:
             (home / "outputs.log").write_text("\n\n".join(o["output"][-20000:] for o in outcomes))
         print(json.dumps(results[-1]), file=sys.stderr, flush=True)
-    return {"trials": len(results), "seed": seed, "by_class": dict(Counter(r["class"] for r in results)),
-            "held": sum(r["held"] for r in results), "failed_trials": [r["trial"] for r in results if not r["held"]],
-            "seconds": round(time.time() - started, 1), "per_trial": results}
+    return summary(results, seed, started, [r["trial"] for r in results if not r["held"]])
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=12)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "chaos-user")
-    args = parser.parse_args()
-    summary = run_trials(args.trials, args.seed, args.out)
-    print(json.dumps(summary))
-    sys.exit(0 if not summary["failed_trials"] else 1)
+    chaos_main(__doc__, run_trials, 12, "chaos-user")
 
 
 if __name__ == "__main__":
