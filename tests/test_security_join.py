@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mutualrl.config import plugins
 from mutualrl.errors import UsageError
-from mutualrl.run_folder import RunPaths
+from security_helpers import joining_machine, stored_run_maker
 
 NODES = ["launch.nodes=2"]
 
@@ -21,44 +20,14 @@ NODES = ["launch.nodes=2"]
 @pytest.fixture
 def shared(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """``make(*overrides)``: the shared run folder as machine 0 wrote it (tiny pool, 2 machines, ``overrides``)."""
-    from mutualrl.api import load_config
-    from mutualrl.config.resolved import write_resolved_config
-
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    for state in ("_DATA_FOLDERS", "_HINT_FOLDERS"):
-        monkeypatch.setattr(plugins, state, [], raising=False)
-
-    def make(*overrides: str) -> RunPaths:
-        paths = RunPaths(tmp_path / "run")
-        paths.policies.mkdir(parents=True, exist_ok=True)
-        write_resolved_config(paths, load_config("tiny", overrides=[*NODES, *overrides]), "tiny")
-        return paths
-
-    return make
+    return stored_run_maker(tmp_path, monkeypatch, *NODES)
 
 
 @pytest.fixture
 def join(monkeypatch: pytest.MonkeyPatch):
     """``join(paths, *overrides)``: machine 1's ``run_machine`` with its own command's ``overrides``; the session and
     the pool loop stood in for, the plan it would run returned."""
-    from rich.console import Console
-
-    from mutualrl.api import load_config
-    from mutualrl.launch import join as join_module
-    from mutualrl.launch.plan import launch_plan
-
-    started: list = []
-    monkeypatch.setattr(join_module, "addresses", lambda session: None)
-    monkeypatch.setattr(join_module, "check_same_plan", lambda mine, machine0: None)
-    monkeypatch.setattr(join_module, "run_pool", lambda config, plan, *rest: started.append(plan))
-    monkeypatch.setattr(launch_plan.LaunchPlan, "read", staticmethod(lambda root: None))
-
-    def run(paths: RunPaths, *overrides: str) -> list:
-        own = load_config("tiny", overrides=[*NODES, "launch.machine_rank=1", *overrides])
-        join_module.run_machine(own, paths, Console(quiet=True), {}, None)
-        return started
-
-    return run
+    return joining_machine(monkeypatch)
 
 
 def test_the_same_command_on_every_machine_joins(shared, join) -> None:

@@ -6,40 +6,19 @@ the fields. The recipes' own settings (TensorBoard files, no tracker, colocated 
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-from mutualrl.config import plugins
 from mutualrl.errors import UsageError
 from mutualrl.launch.rundir.outbound import OUTBOUND_GRPO_FIELDS
-from mutualrl.run_folder import RunPaths
+from security_helpers import resume, stored_run_maker
 
 
 @pytest.fixture
 def stored_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A run folder of the tiny pool whose stored config has ``overrides`` applied."""
-    from mutualrl.api import load_config
-    from mutualrl.config.resolved import write_resolved_config
-
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    for state in ("_DATA_FOLDERS", "_HINT_FOLDERS"):
-        monkeypatch.setattr(plugins, state, [], raising=False)
-
-    def make(*overrides: str) -> RunPaths:
-        paths = RunPaths(tmp_path / "run")
-        paths.policies.mkdir(parents=True, exist_ok=True)
-        write_resolved_config(paths, load_config("tiny", overrides=list(overrides)), "tiny")
-        return paths
-
-    return make
-
-
-def resume(paths: RunPaths, *overrides: str, **options):
-    from mutualrl.launch.run import TrainOptions, resolve_config
-
-    return resolve_config(TrainOptions(output_dir=paths.root, resume=True, overrides=list(overrides), **options))[0]
+    return stored_run_maker(tmp_path, monkeypatch)
 
 
 STORED = {

@@ -5,39 +5,18 @@ can a recipe or a run folder ask for FSDP, whose checkpoints a resume would unpi
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-from mutualrl.config import plugins
 from mutualrl.errors import UsageError
-from mutualrl.run_folder import RunPaths
+from security_helpers import joining_machine, resume, stored_run_maker
 
 
 @pytest.fixture
 def stored_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """A run folder of the tiny pool whose stored config sets (or not) ``grpo.trust_remote_code``."""
-    from mutualrl.api import load_config
-    from mutualrl.config.resolved import write_resolved_config
-
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    for state in ("_DATA_FOLDERS", "_HINT_FOLDERS"):
-        monkeypatch.setattr(plugins, state, [], raising=False)
-
-    def make(*overrides: str) -> RunPaths:
-        paths = RunPaths(tmp_path / "run")
-        paths.policies.mkdir(parents=True, exist_ok=True)
-        write_resolved_config(paths, load_config("tiny", overrides=list(overrides)), "tiny")
-        return paths
-
-    return make
-
-
-def resume(paths: RunPaths, *overrides: str):
-    from mutualrl.launch.run import TrainOptions, resolve_config
-
-    return resolve_config(TrainOptions(output_dir=paths.root, resume=True, overrides=list(overrides)))[0]
+    return stored_run_maker(tmp_path, monkeypatch)
 
 
 def trusting(config) -> list[str]:
@@ -85,25 +64,7 @@ def test_fsdp_is_refused_so_no_resume_unpickles_its_checkpoint_index(setting: st
 def joining(monkeypatch: pytest.MonkeyPatch):
     """``run_machine`` of machine 1 of 2 with the session and the pool loop stood in for: the plan it would run is
     kept in the returned list instead of started."""
-    from rich.console import Console
-
-    from mutualrl.api import load_config
-    from mutualrl.launch import join
-
-    started: list = []
-    monkeypatch.setattr(join, "addresses", lambda session: None)
-    monkeypatch.setattr(join, "check_same_plan", lambda mine, machine0: None)
-    monkeypatch.setattr(join, "run_pool", lambda config, plan, *rest: started.append(plan))
-    own = load_config("tiny", overrides=["launch.nodes=2", "launch.machine_rank=1"])
-
-    def run(paths: RunPaths) -> list:
-        from mutualrl.launch.plan import launch_plan
-
-        monkeypatch.setattr(launch_plan.LaunchPlan, "read", staticmethod(lambda root: None))
-        join.run_machine(own, paths, Console(quiet=True), {}, None)
-        return started
-
-    return run
+    return joining_machine(monkeypatch)
 
 
 def test_a_joining_machine_does_not_take_trust_remote_code_from_the_shared_folder(stored_run, joining) -> None:
