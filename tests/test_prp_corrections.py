@@ -16,7 +16,7 @@ from mutualrl.regimes.prp.maths import (
     source_diagnostics,
 )
 from mutualrl.regimes.seam import TOKEN_WEIGHTS
-from test_regimes_seam import FakeTrainer, padded, pool_of, step_of
+from test_regimes_seam import FakeTrainer, padded, peer_then_learner, pool_of
 
 W = torch.tensor([[0.5, 2.0, 5.0, 20.0]])  # [1, 4] importance weights w = snapshot / peer
 LOG_W = torch.log(W)  # [1, 4]
@@ -95,18 +95,21 @@ class ScoredTrainer(FakeTrainer):
         return logps if self.shift is None else logps + self.shift(completion_ids)  # [B, C]
 
 
-def _prp_step(tmp_path, thl_tokenizers, peer_shift, **settings):
-    """One PRP step of tiny-bpe with the peer tiny-sp, both with GPT-2's tokenizer; returns (batch, recorded)."""
+def scored_step(tmp_path, thl_tokenizers, regime, peer_shift, peer_texts, **settings):
+    """One ``regime`` step of tiny-bpe with the peer tiny-sp (``peer_texts``, rewards 1, 0, 1, 0), both with GPT-2's
+    tokenizer and scored by :class:`ScoredTrainer`; returns (learner, batch, recorded)."""
     same = {"gpt2": thl_tokenizers["gpt2"], "mistral-sp": thl_tokenizers["gpt2"]}
-    adapters = pool_of(tmp_path, same, "prp", **settings)
+    adapters = pool_of(tmp_path, same, regime, **settings)
     learner, peer = adapters["tiny-bpe"], adapters["tiny-sp"]
     learner.bind(ScoredTrainer(padded(thl_tokenizers["gpt2"])))
     peer.bind(ScoredTrainer(padded(thl_tokenizers["gpt2"]), shift=peer_shift))
-    peer_out, peer_step = step_of(peer.trainer.processing_class, [" 4", " 5", " 4", " 3"], [1.0, 0.0, 1.0, 0.0])
-    peer.publish_records(peer_out, peer_step, {})
-    out, rollouts = step_of(learner.trainer.processing_class, [" 2", " 7", " 4", " 9"], [0.0, 0.0, 1.0, 0.0])
-    merged = learner.process_step(out, rollouts)
-    return merged, {key: values[-1] for (_, key), values in learner.trainer.recorded.items()}
+    merged = peer_then_learner(learner, peer, peer_texts, [1.0, 0.0, 1.0, 0.0])
+    return learner, merged, {key: values[-1] for (_, key), values in learner.trainer.recorded.items()}
+
+
+def _prp_step(tmp_path, thl_tokenizers, peer_shift, **settings):
+    """One PRP step of tiny-bpe with the peer tiny-sp, both with GPT-2's tokenizer; returns (batch, recorded)."""
+    return scored_step(tmp_path, thl_tokenizers, "prp", peer_shift, [" 4", " 5", " 4", " 3"], **settings)[1:]
 
 
 def test_a_peer_that_is_the_learner_itself_has_ess_1_and_log_ratio_0(thl_tokenizers, tmp_path):

@@ -209,17 +209,14 @@ def test_hacpo_trains_the_tiny_pool_for_two_steps(tmp_path):
 # -- the adapter, through the seam's fake trainer ----------------------------------------------
 @pytest.mark.slow
 def test_hacpo_adapter_writes_eq_6_advantages_and_eq_50_weights(thl_tokenizers, tmp_path):
-    from test_regimes_seam import pool_of, step_of
+    from test_regimes_seam import peer_then_learner, pool_of
 
     from mutualrl.regimes.hacpo.adapter import COEFFICIENT, LOG_RATIO
 
     adapters = pool_of(tmp_path, thl_tokenizers, "hacpo")
     learner, peer = adapters["tiny-sp"], adapters["tiny-bpe"]
     texts = [" hello world", " 45", " 4", " 4 5 6"]  # GPT-2 tokens with EOS 3, 2, 2, 4; SentencePiece 4, 4, 3, 7
-    peer_out, peer_step = step_of(peer.trainer.processing_class, texts, [1.0, 0.0, 1.0, 0.0])
-    peer.publish_records(peer_out, peer_step, {})
-    out, rollouts = step_of(learner.trainer.processing_class, [" 2", " 7", " 4", " 9"], [0.0, 0.0, 1.0, 0.0])
-    merged = learner.process_step(out, rollouts)
+    merged = peer_then_learner(learner, peer, texts, [1.0, 0.0, 1.0, 0.0])
 
     # Capabilities after one step: learner 1/4, peer 2/4 -> omega(learner, peer) = 0.5, Eq. 10's omega(peer,
     # learner) = 2. Prompt p0: learner [0, 0], peer [1, 0]: baseline (0.5 * 1)/4 = 0.125, sigma = std{0, 0, 1, 0}

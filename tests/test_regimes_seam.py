@@ -94,6 +94,15 @@ def step_of(tokenizer, texts, rewards):
     return output, rollouts
 
 
+def peer_then_learner(learner, peer, peer_texts, peer_rewards):
+    """The peer publishes one step of ``peer_texts``, then the learner processes its own (rewards 0, 0, 1, 0): the
+    batch it trains on."""
+    peer_out, peer_step = step_of(peer.trainer.processing_class, peer_texts, peer_rewards)
+    peer.publish_records(peer_out, peer_step, {})
+    out, rollouts = step_of(learner.trainer.processing_class, [" 2", " 7", " 4", " 9"], [0.0, 0.0, 1.0, 0.0])
+    return learner.process_step(out, rollouts)
+
+
 def padded(tokenizer):
     """A copy with a pad token, as TRL's GRPOTrainer sets one (EOS) where the tokenizer has none."""
     tokenizer = copy.deepcopy(tokenizer)
@@ -126,10 +135,7 @@ def test_sgt_runs_a_whole_step_and_its_loss_through_a_fake_trainer(thl_tokenizer
     adapters = pool_of(tmp_path, thl_tokenizers, "sgt")
     learner, peer = adapters["tiny-bpe"], adapters["tiny-sp"]
     # The peer solved prompt p0 (sample 1) which the learner failed K times: SGT's gate fires on p0 only.
-    peer_out, peer_step = step_of(peer.trainer.processing_class, [" 5", " 4", " 4", " 3"], [0.0, 1.0, 1.0, 0.0])
-    peer.publish_records(peer_out, peer_step, {})
-    out, rollouts = step_of(learner.trainer.processing_class, [" 2", " 7", " 4", " 9"], [0.0, 0.0, 1.0, 0.0])
-    out = learner.process_step(out, rollouts)
+    out = peer_then_learner(learner, peer, [" 5", " 4", " 4", " 3"], [0.0, 1.0, 1.0, 0.0])
 
     tokenizer = learner.trainer.processing_class
     rescue = retokenize(tokenizer, [" 4"])[0].ids + [tokenizer.eos_token_id]  # the peer finished: EOS appended
@@ -149,10 +155,7 @@ def test_sgt_runs_a_whole_step_and_its_loss_through_a_fake_trainer(thl_tokenizer
 def test_prp_pools_the_peer_rows_through_a_fake_trainer(thl_tokenizers, tmp_path):
     adapters = pool_of(tmp_path, thl_tokenizers, "prp", denominator="peer")
     learner, peer = adapters["tiny-bpe"], adapters["tiny-sp"]
-    peer_out, peer_step = step_of(peer.trainer.processing_class, [" 4", " 5", " 4", " 3"], [1.0, 0.0, 1.0, 0.0])
-    peer.publish_records(peer_out, peer_step, {})
-    out, rollouts = step_of(learner.trainer.processing_class, [" 2", " 7", " 4", " 9"], [0.0, 0.0, 1.0, 0.0])
-    merged = learner.process_step(out, rollouts)
+    merged = peer_then_learner(learner, peer, [" 4", " 5", " 4", " 3"], [1.0, 0.0, 1.0, 0.0])
     assert merged["completion_ids"].shape[0] == 8  # 4 own rows, then the peer's 4
     tokenizer = learner.trainer.processing_class
     expected = [retokenize(tokenizer, [t])[0].ids + [tokenizer.eos_token_id] for t in (" 4", " 5", " 4", " 3")]

@@ -6,8 +6,8 @@ import math
 
 import pytest
 import torch
-from test_prp_corrections import ScoredTrainer
-from test_regimes_seam import padded, pool_of, step_of
+from test_prp_corrections import scored_step
+from test_regimes_seam import peer_then_learner, pool_of
 
 from mutualrl.regimes.hacpo.adapter import COEFFICIENT
 from mutualrl.regimes.hacpo.maths import correction_bounds, cross_agent_weight, cross_row_outcome
@@ -69,16 +69,7 @@ def test_hacpo_accepts_a_correction_at_sequence_level_only():
 def _hacpo_step(tmp_path, thl_tokenizers, peer_shift, **settings):
     """One HACPO step of tiny-bpe with the peer tiny-sp, both with GPT-2's tokenizer; returns (learner, batch,
     recorded)."""
-    same = {"gpt2": thl_tokenizers["gpt2"], "mistral-sp": thl_tokenizers["gpt2"]}
-    adapters = pool_of(tmp_path, same, "hacpo", **settings)
-    learner, peer = adapters["tiny-bpe"], adapters["tiny-sp"]
-    learner.bind(ScoredTrainer(padded(thl_tokenizers["gpt2"])))
-    peer.bind(ScoredTrainer(padded(thl_tokenizers["gpt2"]), shift=peer_shift))
-    peer_out, peer_step = step_of(peer.trainer.processing_class, [" 4", " 5 6", " 4", " 3 3 7"], [1.0, 0.0, 1.0, 0.0])
-    peer.publish_records(peer_out, peer_step, {})
-    out, rollouts = step_of(learner.trainer.processing_class, [" 2", " 7", " 4", " 9"], [0.0, 0.0, 1.0, 0.0])
-    merged = learner.process_step(out, rollouts)
-    return learner, merged, {key: values[-1] for (_, key), values in learner.trainer.recorded.items()}
+    return scored_step(tmp_path, thl_tokenizers, "hacpo", peer_shift, [" 4", " 5 6", " 4", " 3 3 7"], **settings)
 
 
 def test_hacpo_a_peer_that_is_the_learner_itself_has_ess_1_and_log_ratio_0(thl_tokenizers, tmp_path):
@@ -169,10 +160,7 @@ def test_sgt_source_use_over_two_ranks_is_the_whole_batchs():
 def test_sgt_logs_each_peers_used_share_and_rescue_log_prob(thl_tokenizers, tmp_path):
     adapters = pool_of(tmp_path, thl_tokenizers, "sgt")
     learner, peer = adapters["tiny-bpe"], adapters["tiny-sp"]
-    peer_out, peer_step = step_of(peer.trainer.processing_class, [" 5", " 4", " 4", " 3"], [0.0, 1.0, 1.0, 0.0])
-    peer.publish_records(peer_out, peer_step, {})
-    out, rollouts = step_of(learner.trainer.processing_class, [" 2", " 7", " 4", " 9"], [0.0, 0.0, 1.0, 0.0])
-    out = learner.process_step(out, rollouts)
+    out = peer_then_learner(learner, peer, [" 5", " 4", " 4", " 3"], [0.0, 1.0, 1.0, 0.0])
     recorded = learner.trainer.recorded
     assert recorded[("train", "sgt/from/tiny-sp/used_share")] == [0.25]  # 1 of the peer's 4 samples
     assert out["sgt_source"].tolist() == [0, -1, -1, -1]
