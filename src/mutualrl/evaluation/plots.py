@@ -23,7 +23,7 @@ share a y range, and titles and y labels are words (:mod:`.metric_words`):
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -97,21 +97,10 @@ def plot_metric_panels(
     drawn: set[int] = set()
     shown: list[tuple[Any, list[float]]] = []
     for ax, policy in zip(axes[0], panels, strict=True):
-        values_here: list[float] = []
-        for r, run in enumerate(runs):
-            lines = getattr(run, kind)
-            steps, values = series(lines, policy, key) if policy else mean_series(lines, averaged, key)
-            if steps:
-                drawn.add(r)
-                values_here += values
-                _draw_series(ax, steps, values, line_kwargs(palette[r], styles[r], marker=markers, markersize=3.5),
-                             smooth)
-        if not ax.lines:
-            empty_panel(ax)
-        ax.set_title(policy if policy else f"mean of the {len(averaged)} policies")
-        ax.set_xlabel("step")
-        ax.set_ylabel(words.ylabel)
-        shown.append((ax, values_here))
+        curves = ((r, series(getattr(run, kind), policy, key) if policy else
+                   mean_series(getattr(run, kind), averaged, key)) for r, run in enumerate(runs))
+        shown.append((ax, _draw_curves(ax, len(runs), curves, smooth, drawn, marker=markers, markersize=3.5)))
+        _label_panel(ax, policy if policy else f"mean of the {len(averaged)} policies", words.ylabel)
     _share_range(shown, words.scale)
     return save_with_legend(fig, run_legend([r.label for r in runs], palette, styles, sorted(drawn), markers), out)
 
@@ -131,18 +120,36 @@ def _logged(runs: Sequence[RunData], kind: str, policies: Sequence[str], key: st
     return any(series(getattr(r, kind), p, key)[0] for r in runs for p in policies)
 
 
-def _draw_runs(ax: Any, runs: Sequence[RunData], kind: str, policy: str, key: str, smooth: float | None,
-               drawn: set[int]) -> list[float]:
-    """Every run's line of ``key`` for ``policy`` on ``ax``, in the run's colour and style; the values drawn."""
-    palette, styles = colors(len(runs)), run_styles(len(runs))
+def _draw_curves(ax: Any, n_runs: int, curves: Iterable[tuple[int, tuple[list[int], list[float]]]],
+                 smooth: float | None, drawn: set[int], *, marker: bool = True,
+                 markersize: float = 3) -> list[float]:
+    """Each ``(r, (steps, values))`` of ``curves`` on ``ax`` in run ``r``'s colour and style (of ``n_runs``), a run
+    with no steps skipped; the runs drawn added to ``drawn``; the values drawn."""
+    palette, styles = colors(n_runs), run_styles(n_runs)
     values_here: list[float] = []
-    for r, run in enumerate(runs):
-        steps, values = series(getattr(run, kind), policy, key)
+    for r, (steps, values) in curves:
         if steps:
             drawn.add(r)
             values_here += values
-            _draw_series(ax, steps, values, line_kwargs(palette[r], styles[r], marker=True, markersize=3), smooth)
+            _draw_series(ax, steps, values, line_kwargs(palette[r], styles[r], marker=marker, markersize=markersize),
+                         smooth)
     return values_here
+
+
+def _draw_runs(ax: Any, runs: Sequence[RunData], kind: str, policy: str, key: str, smooth: float | None,
+               drawn: set[int]) -> list[float]:
+    """Every run's line of ``key`` for ``policy`` on ``ax``, in the run's colour and style; the values drawn."""
+    return _draw_curves(ax, len(runs), ((r, series(getattr(run, kind), policy, key)) for r, run in enumerate(runs)),
+                        smooth, drawn)
+
+
+def _label_panel(ax: Any, title: str, ylabel: str, empty_note: str = "no data") -> None:
+    """Title and axis labels of a panel of steps; ``empty_note`` where no line was drawn on it."""
+    if not ax.lines:
+        empty_panel(ax, empty_note)
+    ax.set_title(title)
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
 
 
 def _share_by_quantity(panels: Sequence[tuple[MetricWords, Any, list[float]]]) -> None:
@@ -177,11 +184,7 @@ def plot_grid(
         for col, policy in enumerate(policies):
             ax = axes[row][col]
             panels.append((words, ax, _draw_runs(ax, runs, kind, policy, key, smooth, drawn)))
-            if not ax.lines:
-                empty_panel(ax, notes.get(key, "no data"))
-            ax.set_title(f"{policy}: {words.title}")
-            ax.set_xlabel("step")
-            ax.set_ylabel(words.ylabel)
+            _label_panel(ax, f"{policy}: {words.title}", words.ylabel, notes.get(key, "no data"))
     _share_by_quantity(panels)
     return save_with_legend(fig, run_legend([r.label for r in runs], colors(len(runs)), run_styles(len(runs)),
                                             sorted(drawn)), out)
@@ -314,20 +317,10 @@ def plot_sources(runs: Sequence[RunData], out_dir: Path, smooth: float | None) -
         for n, figure in enumerate(figures):
             words = PER_PEER_WORDS[figure]
             for j, peer in enumerate(peers):
-                ax, values = axes[n // per_row][(n % per_row) * len(peers) + j], []
-                for r, key in keys.get((peer, figure), {}).items():
-                    steps, ys = series(runs[r].train, learner, key)
-                    if steps:
-                        drawn.add(r)
-                        values += ys
-                        _draw_series(ax, steps, ys, line_kwargs(palette[r], styles[r], marker=True, markersize=3),
-                                     smooth)
-                if not ax.lines:
-                    empty_panel(ax)
-                ax.set_title(f"from {peer}: {words.title}")
-                ax.set_xlabel("step")
-                ax.set_ylabel(words.ylabel)
-                drawn_panels.append((figure, ax, values))
+                ax = axes[n // per_row][(n % per_row) * len(peers) + j]
+                curves = ((r, series(runs[r].train, learner, key)) for r, key in keys.get((peer, figure), {}).items())
+                drawn_panels.append((figure, ax, _draw_curves(ax, len(runs), curves, smooth, drawn)))
+                _label_panel(ax, f"from {peer}: {words.title}", words.ylabel)
         pending.append((fig, sorted(drawn), out_dir / f"sources_{learner}.png"))
     for figure in figures:
         _share_range([(ax, values) for f, ax, values in drawn_panels if f == figure], PER_PEER_WORDS[figure].scale)
