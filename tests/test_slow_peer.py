@@ -44,6 +44,22 @@ PEER = FINISH + textwrap.dedent('''
 ''')
 
 
+def waiting_policy(tmp_path: Path, barrier_timeout_s: float) -> ExperienceExchange:
+    """Policy ``a`` of the pair ``a``, ``b`` in ``tmp_path/see``, its step 0 published: the one at the barrier."""
+    a = ExperienceExchange(tmp_path / "see", "run", "a", policies=["a", "b"], barrier_timeout_s=barrier_timeout_s,
+                           poll_interval_s=0.01)
+    a.publish(0, synthetic_batch(2, 2, seed=1))
+    return a
+
+
+def assert_barrier_times_out(a: ExperienceExchange) -> None:
+    """``a``'s barrier at step 0 raises PeerTimeoutError, well before the peer's 20 s or more."""
+    started = time.monotonic()
+    with pytest.raises(PeerTimeoutError):
+        a.wait_for(0)
+    assert time.monotonic() - started < 10
+
+
 PEER_ENV = {"PYTHONPATH": str(Path(__file__).resolve().parent)}  # see_synthetic, in the tests
 
 
@@ -67,9 +83,7 @@ def _start_peer(tmp_path: Path, mode: str, seconds: float) -> subprocess.Popen:
 def test_the_barrier_waits_for_a_peer_whose_step_outlasts_the_barrier_timeout(tmp_path):
     """Failed before: only validation progress extended the deadline, so ``a`` raised PeerTimeoutError after 2 s
     while ``b`` was still training its (5 s) step."""
-    a = ExperienceExchange(tmp_path / "see", "run", "a", policies=["a", "b"], barrier_timeout_s=2.0,
-                           poll_interval_s=0.01)
-    a.publish(0, synthetic_batch(2, 2, seed=1))
+    a = waiting_policy(tmp_path, 2.0)
     peer = _start_peer(tmp_path, "train", 5.0)
     started = time.monotonic()
     shards = a.wait_for(0)
@@ -78,15 +92,10 @@ def test_the_barrier_waits_for_a_peer_whose_step_outlasts_the_barrier_timeout(tm
 
 
 def test_a_peer_that_beats_but_is_stuck_times_the_barrier_out(tmp_path):
-    a = ExperienceExchange(tmp_path / "see", "run", "a", policies=["a", "b"], barrier_timeout_s=1.5,
-                           poll_interval_s=0.01)
-    a.publish(0, synthetic_batch(2, 2, seed=1))
+    a = waiting_policy(tmp_path, 1.5)
     peer = _start_peer(tmp_path, "stuck", 30.0)
-    started = time.monotonic()
     try:
-        with pytest.raises(PeerTimeoutError):
-            a.wait_for(0)
-        assert time.monotonic() - started < 10
+        assert_barrier_times_out(a)
     finally:
         peer.kill()
         peer.wait()
