@@ -118,7 +118,6 @@ class HACPOAdapter(PRPAdapter):
         weight at the step's first update: outside the clip band, or above ``F``) and ``used_share`` (the rows kept,
         of the peer's samples of this step's prompts). The ESS sums are reduced over the ranks (one collective)."""
         from mutualrl.regimes.hacpo.maths import cross_row_outcome, sequence_log_ratio
-        from mutualrl.regimes.prp.maths import normalised_ess
 
         log_s = sequence_log_ratio(step.snapshot[step.n_local:], step.peer_traces, step.peer_mask).double()  # [N]
         kept, truncated = cross_row_outcome(log_s, *self.clip_band(0), *self.correction_bounds())  # bool [N] each
@@ -134,12 +133,7 @@ class HACPOAdapter(PRPAdapter):
             out[f"from/{peer}/truncated_share"] = Share(truncated[mine].sum().item(), rows)
             out[f"from/{peer}/filtered_share"] = Share(rows - kept[mine].sum().item(), rows)
             out[f"from/{peer}/used_share"] = Share(kept[mine].sum().item(), step.n_local)
-        accelerator = self.trainer.accelerator
-        totals = accelerator.reduce(torch.tensor(ess_parts, dtype=torch.float64, device=accelerator.device),
-                                    reduction="sum")  # [P, 3]
-        for peer, (s_sum, s_sq_sum, rows) in zip(self.peers, totals.tolist(), strict=True):
-            out[f"from/{peer}/ess"] = normalised_ess(s_sum, s_sq_sum, rows)
-        return out
+        return self._with_source_ess(out, ess_parts)
 
     def clip_band(self, update_index: int) -> tuple[float, float]:
         """The peer rows' band ``[lower, upper]`` of ``s`` at this parameter update of the step (Eqs. 13-14)."""

@@ -165,7 +165,7 @@ class PRPAdapter(RegimeAdapter):
         ``filtered_share`` (of the correction's units), ``used_share`` (of the peer's samples of this step's
         prompts, the rows that train). Only where the peers' traces are read (``w`` needs them). The ESS is not a
         ratio of sums, so its sums are reduced over the ranks here (one collective, every rank)."""
-        from mutualrl.regimes.prp.maths import normalised_ess, source_diagnostics
+        from mutualrl.regimes.prp.maths import source_diagnostics
 
         if step.peer_traces is None:
             return {}
@@ -185,6 +185,13 @@ class PRPAdapter(RegimeAdapter):
             out[f"from/{peer}/truncated_share"] = Share(mine["truncated"].sum().item(), units)
             out[f"from/{peer}/filtered_share"] = Share(mine["filtered"].sum().item(), units)
             out[f"from/{peer}/used_share"] = Share(mine["used"].sum().item(), step.n_local)
+        return self._with_source_ess(out, ess_parts)
+
+    def _with_source_ess(self, out: dict[str, Any], ess_parts: list[list[float]]) -> dict[str, Any]:
+        """``out`` with ``from/<peer>/ess`` of each peer, from this rank's ``[sum w, sum w^2, units]`` per peer
+        (``ess_parts``, in the order of ``self.peers``) summed over the ranks: one collective, every rank."""
+        from mutualrl.regimes.prp.maths import normalised_ess
+
         accelerator = self.trainer.accelerator
         totals = accelerator.reduce(torch.tensor(ess_parts, dtype=torch.float64, device=accelerator.device),
                                     reduction="sum")  # [P, 3]
