@@ -32,7 +32,8 @@ def test_an_error_before_the_imports_finished_leaves_the_collector_on_and_nothin
     frozen = gc.get_freeze_count()
     with pytest.raises(RuntimeError), collector_paused_for_imports():
         raise RuntimeError("import failed")
-    assert gc.isenabled() and gc.get_freeze_count() == frozen
+    # nothing newly frozen; frozen objects another thread of this test process frees meanwhile may lower the count
+    assert gc.isenabled() and gc.get_freeze_count() <= frozen
 
 
 def test_the_worker_runs_its_policy_with_the_collector_paused_and_leaves_it_on(tmp_path, monkeypatch,

@@ -50,9 +50,10 @@ class PoolProgress:
                 self._status[policy] = mark
                 self._moved_at[policy] = now
 
-    def still_for(self, policy: str) -> float:
-        """Seconds since ``policy`` was last seen getting on (since the first look when never)."""
-        now = self.clock()
+    def still_for(self, policy: str, now: float | None = None) -> float:
+        """Seconds since ``policy`` was last seen getting on (since the first look when never), at ``now`` (default:
+        the clock now; give one ``now`` to compare policies, else the later call looks stiller by its own delay)."""
+        now = self.clock() if now is None else now
         idle = self.heartbeats.idle_for([policy])
         moved = max(self._moved_at.get(policy, now), now - idle if idle is not None else -float("inf"))
         return now - moved

@@ -368,9 +368,10 @@ class PoolRunner:
         # Lock-step policies wait for each other, so one whose peer still gets on (a long validation, a long step,
         # on this machine or another) is not stalled: the pool is, once none got on; this machine's stillest is named.
         live = [p.name for p in self.procs if p.returncode is None and p.popen is not None] or [proc.name]
+        now = self.progress.clock()  # one instant for every policy: a tie names the first, not the last looked at
         if self.progress.pool_still_for([*live, *self.remote_names]) > settings.stall_timeout_s and \
-                proc.name == max(live, key=self.progress.still_for):
-            return proc.name, f"made no progress for {self.progress.still_for(proc.name):.0f}s (stalled)"
+                proc.name == max(live, key=lambda name: self.progress.still_for(name, now)):
+            return proc.name, f"made no progress for {self.progress.still_for(proc.name, now):.0f}s (stalled)"
         return None
 
     def _handle_failure(self, policy: str, reason: str, started: float) -> RunOutcome:
