@@ -17,8 +17,9 @@ One exception: a function whose ``completions`` parameter is annotated as messag
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -86,14 +87,20 @@ class DatasetFormReward:
             prompts = [self.prompts.get(str(pid), prompt) for pid, prompt in zip(ids, prompts, strict=True)]
         return {**kwargs, "prompts": prompts, "completions": shown_completions(completions, self.messages)}
 
-    def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (), **kwargs: Any) -> Any:
+    @contextlib.contextmanager
+    def calling(self) -> Iterator[None]:
+        """Around one call: the function named in :attr:`call_marker` (left there if it raises) and its time not
+        counted as the process's work (a reward function spinning forever is a hang, not a slow step)."""
         from mutualrl.see.liveness import not_work  # here: importing the SEE loads pyarrow
 
         self.entering()
-        with not_work():  # a reward function spinning forever is a hang, not a slow step (see.liveness)
-            rewards = self.func(**self.arguments(prompts, completions, kwargs))
+        with not_work():
+            yield
         self.left()
-        return rewards
+
+    def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (), **kwargs: Any) -> Any:
+        with self.calling():
+            return self.func(**self.arguments(prompts, completions, kwargs))
 
 
 class AsyncDatasetFormReward(DatasetFormReward):
@@ -101,13 +108,8 @@ class AsyncDatasetFormReward(DatasetFormReward):
 
     async def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
                        **kwargs: Any) -> Any:
-        from mutualrl.see.liveness import not_work
-
-        self.entering()
-        with not_work():
-            rewards = await self.func(**self.arguments(prompts, completions, kwargs))
-        self.left()
-        return rewards
+        with self.calling():
+            return await self.func(**self.arguments(prompts, completions, kwargs))
 
 
 def is_async(func: Callable[..., Any]) -> bool:
