@@ -327,16 +327,18 @@ class ExperienceExchange:
         verified against its manifest (even when only some ``columns`` are requested);
         any mismatch raises :class:`CorruptShardError` naming the file and the problem.
         """
-        return self._read_shards(self.shards(step, policy), columns)
+        return self.read_shards(self.shards(step, policy), columns)
 
     def gather(
         self, step: int, columns: Sequence[str] | None = None, policies: Iterable[str] | None = None
     ) -> dict[str, pa.Table]:
         """Barrier (:meth:`wait_for`) then :meth:`read` of every listed policy (default: all, self included)."""
         infos = self.wait_for(step, policies)
-        return {policy: self._read_shards(shards, columns) for policy, shards in infos.items()}
+        return {policy: self.read_shards(shards, columns) for policy, shards in infos.items()}
 
-    def _read_shards(self, shards: list[ShardInfo], columns: Sequence[str] | None) -> pa.Table:
+    def read_shards(self, shards: list[ShardInfo], columns: Sequence[str] | None = None) -> pa.Table:
+        """The committed ``shards`` of one (step, policy), e.g. as :meth:`wait_for` returned them, verified and
+        concatenated in rank order (see :meth:`read`); no second scan of the folder."""
         if columns is not None:
             columns = list(columns)
             unknown = [c for c in columns if c not in COLUMNS]
