@@ -14,6 +14,7 @@ from mutualrl.launch.plan.batching import (
     check_trl_batch,
     derive_batch,
     fits,
+    split_across_cpu_ranks,
     trl_generation_batch,
     valid_world_sizes,
 )
@@ -41,7 +42,8 @@ def test_trl_accepts_the_derived_fields_and_agrees():
     """GRPOConfig (world size 1 here) derives the same generation batch from our fields."""
     from trl import GRPOConfig
 
-    grpo, derived, _ = apply_batch({"num_generations": 5}, PAPER, world_size=1)
+    decided, derived = apply_batch({"num_generations": 5}, PAPER, world_size=1)
+    grpo = {"num_generations": 5, **decided.fields}
     config = GRPOConfig(output_dir="unused", bf16=False, use_cpu=True, report_to=[], **grpo)
     assert config.generation_batch_size == derived.generation_batch_size == 5120
     assert config.steps_per_generation == 512
@@ -70,11 +72,11 @@ def test_num_generations_below_two_is_refused():
         derive_batch(PAPER, num_generations=1, world_size=1)
 
 
-def test_batch_none_returns_grpo_untouched():
+def test_batch_none_decides_nothing():
     grpo = {"per_device_train_batch_size": 32, "gradient_accumulation_steps": 1, "num_generations": 4, "seed": 3}
-    out, derived, notes = apply_batch(grpo, None, world_size=1)
-    assert out == grpo and out is not grpo
-    assert derived is None and notes == []
+    decided, derived = apply_batch(grpo, None, world_size=1)
+    assert decided.fields == {} and decided.dropped == () and decided.notes == []
+    assert derived is None
 
 
 def test_batch_none_still_checks_trl_divisibility():
@@ -86,10 +88,22 @@ def test_batch_none_still_checks_trl_divisibility():
 
 def test_derived_fields_replace_recipe_values_with_a_note():
     grpo = {"per_device_train_batch_size": 32, "generation_batch_size": 64, "num_generations": 5}
-    out, _, notes = apply_batch(grpo, PAPER, world_size=4)
-    assert out["per_device_train_batch_size"] == 10 and "generation_batch_size" not in out
+    decided, _ = apply_batch(grpo, PAPER, world_size=4)
+    assert decided.fields == {"per_device_train_batch_size": 10, "gradient_accumulation_steps": 32,
+                              "steps_per_generation": 128}  # only the derived fields
+    assert decided.dropped == ("generation_batch_size",)
+    notes = decided.notes
     assert any("per_device_train_batch_size=32 replaced by 10" in n for n in notes)
     assert any("generation_batch_size dropped" in n for n in notes)
+
+
+def test_a_batchless_recipe_splits_its_per_device_batch_over_cpu_ranks():
+    assert split_across_cpu_ranks({"per_device_train_batch_size": 8}, 1).fields == {}
+    decided = split_across_cpu_ranks({"per_device_train_batch_size": 8, "seed": 3}, 2, "p")
+    assert decided.fields == {"per_device_train_batch_size": 4}
+    assert decided.notes == ["p: 2 CPU ranks x per_device_train_batch_size 4 (= 8 on one rank)"]
+    with pytest.raises(BatchSizeError, match="does not split over launch.cpu_processes=3"):
+        split_across_cpu_ranks({"per_device_train_batch_size": 8}, 3, "p")
 
 
 def test_valid_world_sizes():

@@ -48,7 +48,14 @@ def test_optimizer_unit_and_no_schedule_keep_counts_as_written():
     assert validation_interval(None, 20) == 20
     assert validation_interval(resolve_cadence(ScheduleConfig(validate_every=0), PAPER_BATCH), None) == 0
     grpo = {"save_steps": 100, "learning_rate": 1e-6}
-    assert apply_cadence(grpo, None) == (grpo, [])
+    assert apply_cadence(grpo, None) == ({}, [])  # nothing decided: the recipe's counts stand
+
+
+def test_the_schedule_decides_only_its_own_fields_and_names_a_value_it_replaces():
+    cadence = resolve_cadence(ScheduleConfig(unit="optimizer", save_every=7), None)
+    assert apply_cadence({"save_steps": 100, "learning_rate": 1e-6}, cadence) == (
+        {"save_steps": 7}, ["grpo.save_steps=100 (a policy override) replaced by the schedule's 7"])
+    assert apply_cadence({"save_steps": 7}, cadence) == ({"save_steps": 7}, [])
 
 
 def test_paper_unit_needs_a_batch():

@@ -107,26 +107,31 @@ def test_adapt_on_cpu_turns_off_gpu_features(monkeypatch):
     from mutualrl import vllm_cpu
 
     monkeypatch.setattr(vllm_cpu, "cpu_blocker", lambda build=None: "vLLM is not installed")
-    grpo, notes = adapt_grpo_to_device(GPU_RECIPE, CPU, deepspeed="zero3", vllm_available=True)
-    assert grpo["bf16"] is False and grpo["fp16"] is False
-    assert grpo["use_vllm"] is False and grpo["use_cpu"] is True
-    assert "tf32" not in grpo
-    assert grpo["learning_rate"] == 1e-6
+    decided = adapt_grpo_to_device(GPU_RECIPE, CPU, deepspeed="zero3", vllm_available=True)
+    assert decided.fields == {"use_vllm": False, "bf16": False, "fp16": False, "use_cpu": True}  # only these
+    assert decided.dropped == ("tf32",)
     assert GPU_RECIPE["bf16"] is True and "tf32" in GPU_RECIPE  # the input is not mutated
+    notes = decided.notes
     assert any("bf16 turned off" in n for n in notes) and any("vLLM generation turned off" in n for n in notes)
 
 
 def test_adapt_on_gpu_keeps_vllm_only_when_installed():
-    kept, notes = adapt_grpo_to_device(GPU_RECIPE, GPU, vllm_available=True)
-    assert kept["use_vllm"] is True and kept["bf16"] is True and notes == []
-    dropped, notes = adapt_grpo_to_device(GPU_RECIPE, GPU, vllm_available=False)
-    assert dropped["use_vllm"] is False
-    assert "not installed" in notes[0]
+    kept = adapt_grpo_to_device(GPU_RECIPE, GPU, vllm_available=True)
+    assert kept.fields == {} and kept.dropped == () and kept.notes == []  # the recipe's use_vllm and bf16 stand
+    dropped = adapt_grpo_to_device(GPU_RECIPE, GPU, vllm_available=False)
+    assert dropped.fields == {"use_vllm": False}
+    assert "not installed" in dropped.notes[0]
+
+
+def test_adapt_on_gpu_makes_trls_bf16_default_explicit_and_keeps_the_recipes():
+    assert adapt_grpo_to_device({}, GPU).fields == {"bf16": True}
+    assert adapt_grpo_to_device({"fp16": True}, GPU).fields == {"bf16": False}
+    assert adapt_grpo_to_device({"bf16": False, "use_cpu": True}, GPU).fields == {"use_cpu": False}
 
 
 def test_vllm_not_requested_is_left_alone():
-    grpo, notes = resolve_vllm({"use_vllm": False}, CPU)
-    assert grpo == {"use_vllm": False} and notes == []
+    decided = resolve_vllm({"use_vllm": False}, CPU)
+    assert decided.fields == {} and decided.notes == []
 
 
 def test_vllm_tensor_parallel_must_divide_processes():
@@ -135,5 +140,5 @@ def test_vllm_tensor_parallel_must_divide_processes():
 
 
 def test_vllm_server_mode_is_flagged():
-    grpo, notes = resolve_vllm({"use_vllm": True, "vllm_mode": "server"}, GPU, vllm_available=True)
-    assert grpo["use_vllm"] is True and "trl vllm-serve" in notes[0]
+    decided = resolve_vllm({"use_vllm": True, "vllm_mode": "server"}, GPU, vllm_available=True)
+    assert decided.fields == {} and "trl vllm-serve" in decided.notes[0]

@@ -51,10 +51,10 @@ def test_a_torch_other_than_the_builds_pin_blocks_it(monkeypatch):
 
 def test_plan_keeps_vllm_on_the_cpu_and_replaces_the_cuda_only_settings(monkeypatch):
     monkeypatch.setattr(vllm_cpu, "cpu_blocker", lambda build=None: None)
-    grpo, notes = resolve_vllm(PAPER_VLLM, CPU)
-    assert grpo["use_vllm"] is True and grpo["vllm_mode"] == "colocate"
-    assert grpo["vllm_enable_sleep_mode"] is False and grpo["vllm_tensor_parallel_size"] == 1
-    text = "\n".join(notes)
+    decided = resolve_vllm(PAPER_VLLM, CPU)
+    assert decided.fields == {"vllm_enable_sleep_mode": False, "vllm_tensor_parallel_size": 1,
+                              "vllm_importance_sampling_correction": False}  # use_vllm and the mode stand
+    text = "\n".join(decided.notes)
     for field in vllm_cpu.CUDA_ONLY:  # every CUDA-only setting of the paper recipe is named, with what replaces it
         assert f"grpo.{field}" in text
     assert "an engine in each of the policy's 2 process(es)" in text and vllm_cpu.KV_ENV in text
@@ -65,20 +65,20 @@ def test_the_cpu_path_drops_trls_importance_sampling_pass_unless_asked(monkeypat
     """The CPU engine samples with the trainer's fp32 weights: TRL's correction pass is off unless set."""
     monkeypatch.setattr(vllm_cpu, "cpu_blocker", lambda build=None: None)
     recipe = PAPER_VLLM if asked is None else {**PAPER_VLLM, "vllm_importance_sampling_correction": asked}
-    grpo, notes = resolve_vllm(recipe, CPU)
-    assert grpo["vllm_importance_sampling_correction"] is planned
-    said = [n for n in notes if "vllm_importance_sampling_correction" in n]
+    decided = resolve_vllm(recipe, CPU)
+    assert {**recipe, **decided.fields}["vllm_importance_sampling_correction"] is planned
+    said = [n for n in decided.notes if "vllm_importance_sampling_correction" in n]
     assert said == ([f"p: grpo.vllm_importance_sampling_correction off on the CPU: {vllm_cpu.SAME_SAMPLER}"]
                     if asked is None else [])
-    gpu, _ = resolve_vllm(PAPER_VLLM, PolicyPlacement("p", "cuda", (0, 1), 2, 1), vllm_available=True)
-    assert "vllm_importance_sampling_correction" not in gpu  # a GPU keeps TRL's default (bf16 engine)
+    gpu = resolve_vllm(PAPER_VLLM, PolicyPlacement("p", "cuda", (0, 1), 2, 1), vllm_available=True)
+    assert "vllm_importance_sampling_correction" not in gpu.fields  # a GPU keeps TRL's default (bf16 engine)
 
 
 def test_plan_turns_vllm_off_on_the_cpu_with_the_reason(monkeypatch):
     monkeypatch.setattr(vllm_cpu, "cpu_blocker", lambda build=None: "this CPU has no AVX2, which vLLM's CPU kernels need")
-    grpo, notes = resolve_vllm(PAPER_VLLM, CPU)
-    assert grpo["use_vllm"] is False
-    assert notes == ["p: vLLM generation turned off on the CPU: this CPU has no AVX2, which vLLM's CPU kernels "
+    decided = resolve_vllm(PAPER_VLLM, CPU)
+    assert decided.fields == {"use_vllm": False}
+    assert decided.notes == ["p: vLLM generation turned off on the CPU: this CPU has no AVX2, which vLLM's CPU kernels "
                      "need; generation uses transformers"]
 
 

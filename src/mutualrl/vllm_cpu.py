@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.metadata
 import math
 import platform
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -129,22 +130,23 @@ def cpu_blocker(build: VllmBuild | None = None) -> str | None:
     return torch_pin_problem(build) or broken_companions()
 
 
-def adapt_cpu_vllm(grpo: dict[str, Any], name: str) -> tuple[dict[str, Any], list[str]]:
-    """A policy's vLLM fields for the CPU path (colocate mode), with a note for each CUDA-only one changed."""
-    out = dict(grpo)
+def adapt_cpu_vllm(grpo: Mapping[str, Any], name: str) -> tuple[dict[str, Any], list[str]]:
+    """The vLLM fields of ``grpo`` (a policy's recipe fields) that the CPU path (colocate mode) changes, only those,
+    with a note for each CUDA-only one changed."""
+    fields: dict[str, Any] = {}
     notes: list[str] = []
-    if out.get("vllm_enable_sleep_mode"):
-        out["vllm_enable_sleep_mode"] = False
+    if grpo.get("vllm_enable_sleep_mode"):
+        fields["vllm_enable_sleep_mode"] = False
         notes.append(f"{name}: grpo.vllm_enable_sleep_mode: {CUDA_ONLY['vllm_enable_sleep_mode']}")
-    if int(out.get("vllm_tensor_parallel_size", 1) or 1) != 1:
-        out["vllm_tensor_parallel_size"] = 1
+    if int(grpo.get("vllm_tensor_parallel_size", 1) or 1) != 1:
+        fields["vllm_tensor_parallel_size"] = 1
         notes.append(f"{name}: grpo.vllm_tensor_parallel_size: {CUDA_ONLY['vllm_tensor_parallel_size']}")
-    if "vllm_gpu_memory_utilization" in out:
+    if "vllm_gpu_memory_utilization" in grpo:
         notes.append(f"{name}: grpo.vllm_gpu_memory_utilization: {CUDA_ONLY['vllm_gpu_memory_utilization']}")
-    if "vllm_importance_sampling_correction" not in out:  # a value the user set is kept
-        out["vllm_importance_sampling_correction"] = False
+    if "vllm_importance_sampling_correction" not in grpo:  # a value the user set is kept
+        fields["vllm_importance_sampling_correction"] = False
         notes.append(f"{name}: grpo.vllm_importance_sampling_correction off on the CPU: {SAME_SAMPLER}")
-    return out, notes
+    return fields, notes
 
 
 SAME_SAMPLER = ("the engine samples with the trainer's own fp32 weights, synced before each generation, so TRL's "

@@ -18,12 +18,13 @@ optimizer steps; VERL steps it once per paper step over the paper steps. Both sp
 same run; TRL's is the smooth version of VERL's four-step staircase.
 
 :func:`resolve_cadence` is the one conversion (pure, hand-checked in the tests); the plan
-applies it to each policy's GRPO fields and the worker takes the validation interval from
-it. A recipe without ``schedule`` keeps its ``grpo`` / ``validation`` counts as written.
+merges the fields it decides (:func:`apply_cadence`) into each policy's GRPO fields and the worker
+takes the validation interval from it. A recipe without ``schedule`` keeps its ``grpo`` / ``validation`` counts as written.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,24 +91,22 @@ def validation_interval(cadence: Cadence | None, every_steps: int | None) -> int
     return DEFAULT_VALIDATE_EVERY
 
 
-def apply_cadence(grpo: dict[str, Any], cadence: Cadence | None) -> tuple[dict[str, Any], list[str]]:
-    """``grpo`` with the schedule's fields set (optimizer steps); a note where it replaces a policy override.
+def apply_cadence(grpo: Mapping[str, Any], cadence: Cadence | None) -> tuple[dict[str, int], list[str]]:
+    """The GRPOConfig fields the schedule decides (optimizer steps), over ``grpo`` (the recipe's fields); a note
+    where one replaces a value the recipe set.
 
     The conversions themselves are shown in the dry run's "Run length and cadence" table.
     """
-    out = dict(grpo)
-    notes: list[str] = []
     if cadence is None:
-        return out, notes
-    for name, value in cadence.grpo_fields().items():
-        if out.get(name) is not None and out[name] != value:
-            notes.append(f"grpo.{name}={out[name]} (a policy override) replaced by the schedule's {value}")
-        out[name] = value
-    return out, notes
+        return {}, []
+    fields = cadence.grpo_fields()
+    notes = [f"grpo.{name}={grpo[name]} (a policy override) replaced by the schedule's {value}"
+             for name, value in fields.items() if grpo.get(name) is not None and grpo[name] != value]
+    return fields, notes
 
 
 def policy_cadence(schedule: ScheduleConfig | None, batch: BatchConfig | None,
-                   grpo: dict[str, Any]) -> Cadence | None:
+                   grpo: Mapping[str, Any]) -> Cadence | None:
     """:func:`resolve_cadence` for a policy whose merged GRPO fields are ``grpo`` (its ``num_iterations``)."""
     return resolve_cadence(schedule, batch, int(grpo.get("num_iterations") or 1))
 

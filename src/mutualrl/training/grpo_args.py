@@ -1,8 +1,9 @@
 """Each policy's ``trl.GRPOConfig`` arguments: the fields mutualrl owns, and the worker's copy of the plan.
 
-The launch plan is the one place where a policy's GRPO arguments are decided
-(:func:`mutualrl.launch.plan.launch_plan.make_launch_plan`: recipe ``grpo`` < the policy's ``grpo`` < batch
-derivation, device adaptation and cadence < :func:`owned_grpo_fields`). It writes them, final, to
+The launch plan is the one place where a policy's GRPO arguments are decided, in one merge
+(:func:`mutualrl.launch.plan.launch_plan.make_launch_plan`: recipe ``grpo`` < the policy's ``grpo`` < the fields
+device adaptation, batch derivation, cadence and the checkpoints resume keeps decide < :func:`owned_grpo_fields`).
+It writes them, final, to
 ``RUN/launch/<policy>.grpo.json``, and the worker passes that mapping to ``GRPOConfig`` as it is
 (:func:`planned_grpo_args`): no field is merged or recomputed twice. Only a worker started by hand on a run
 folder that was never planned builds them here (:func:`unplanned_grpo_args`).
@@ -13,7 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,21 +40,20 @@ def planned_grpo_env(grpo: dict[str, Any]) -> dict[str, str]:
     return {PLANNED_GRPO_ENV: hashlib.sha256(planned_grpo_text(grpo).encode("utf-8")).hexdigest()}
 
 
-def owned_grpo_fields(grpo: dict[str, Any], run_dir: Path, policy: str, shared: dict[str, Any],
-                      own: dict[str, Any]) -> dict[str, Any]:
-    """``grpo`` (a policy's planned fields) with the ones mutualrl owns: ``run_name``, ``output_dir``, defaults.
+def owned_grpo_fields(run_dir: Path, policy: str, shared: Mapping[str, Any], own: Mapping[str, Any]) -> dict[str, Any]:
+    """The GRPOConfig fields mutualrl owns for ``policy``, only those: ``run_name``, ``output_dir``, defaults.
 
     ``run_name``: the tracker run ``<run>/<policy>`` (:func:`~mutualrl.training.trackers.policy_run_name`, from
     the recipe's ``shared`` and the policy's ``own`` fields); ``output_dir``: the policy's folder under the run
     folder (a recipe may not set it: ``config.validate.RESERVED_GRPO_FIELDS``); ``report_to`` none and
-    ``disable_tqdm`` (the launcher shows one progress line per policy) unless the recipe says otherwise.
+    ``disable_tqdm`` (the launcher shows one progress line per policy) unless the recipe sets them.
     """
-    out = dict(grpo)  # existing keys keep their place: the planned file only grows at its end
-    out["run_name"] = policy_run_name(run_dir.name, policy, shared, own)
-    out["output_dir"] = str(RunPaths(run_dir).policy_dir(policy))
-    out.setdefault("report_to", [])
-    out.setdefault("disable_tqdm", True)
-    return out
+    owned: dict[str, Any] = {"run_name": policy_run_name(run_dir.name, policy, shared, own),
+                             "output_dir": str(RunPaths(run_dir).policy_dir(policy))}
+    for key, default in (("report_to", []), ("disable_tqdm", True)):
+        if key not in shared and key not in own:
+            owned[key] = default
+    return owned
 
 
 def planned_grpo_args(paths: RunPaths, policy: str, unplanned: Callable[[], dict[str, Any]]) -> dict[str, Any]:
@@ -92,8 +92,8 @@ def verified_plan(path: Path, policy: str, digest: str) -> dict[str, Any]:
 def unplanned_grpo_args(config: Any, policy: Any, paths: RunPaths, device: dict[str, Any]) -> dict[str, Any]:
     """A worker started by hand on a folder with no plan: the recipe's fields (shared < the policy's), the
     ``device`` safety settings over them, and :func:`owned_grpo_fields`; no batch derivation or cadence."""
-    merged = {**config.grpo, **policy.grpo, **device}
-    return owned_grpo_fields(merged, paths.root, policy.name, config.grpo, policy.grpo)
+    return {**config.grpo, **policy.grpo, **device, **owned_grpo_fields(paths.root, policy.name, config.grpo,
+                                                                         policy.grpo)}
 
 
 def build_grpo_config(grpo: dict[str, Any]) -> Any:

@@ -30,12 +30,14 @@ for mu passes, i.e. mu x mini_batches_per_step updates.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from mutualrl.config.grpo_schema import grpo_default
 from mutualrl.config.schema import BatchConfig
 from mutualrl.errors import PlacementError
+from mutualrl.launch.plan.decided import Decided
 
 
 class BatchSizeError(PlacementError):
@@ -135,31 +137,28 @@ def _suggest(batch: BatchConfig, world_size: int) -> str:
 
 
 def apply_batch(
-    grpo: dict[str, Any], batch: BatchConfig | None, world_size: int, policy: str = ""
-) -> tuple[dict[str, Any], DerivedBatch | None, list[str]]:
-    """The policy's GRPOConfig fields with the batch derived for ``world_size``.
+    grpo: Mapping[str, Any], batch: BatchConfig | None, world_size: int, policy: str = ""
+) -> tuple[Decided, DerivedBatch | None]:
+    """The batch fields decided for ``world_size`` from ``batch``, over ``grpo`` (the recipe's fields).
 
-    ``batch`` None: ``grpo`` is returned unchanged (only checked, see :func:`check_trl_batch`).
-    Otherwise the derived fields replace the recipe's; ``generation_batch_size`` is removed
-    (TRL refuses it together with ``steps_per_generation``). Returns (fields, derived, notes).
+    ``batch`` None: nothing decided (the recipe's fields only checked, see :func:`check_trl_batch`).
+    Otherwise the derived fields replace the recipe's, each one it changes noted; ``generation_batch_size`` is
+    dropped (TRL refuses it together with ``steps_per_generation``). Returns (decided, derived).
     """
-    out = dict(grpo)
-    notes: list[str] = []
     if batch is None:
-        check_trl_batch(out, world_size, policy)
-        return out, None, notes
-    num_generations = int(out.get("num_generations", grpo_default("num_generations")))
+        check_trl_batch(grpo, world_size, policy)
+        return Decided(), None
+    num_generations = int(grpo.get("num_generations", grpo_default("num_generations")))
     derived = derive_batch(batch, num_generations, world_size, policy)
-    for key, value in derived.grpo_fields().items():
-        if key in out and out[key] != value:
-            notes.append(f"grpo.{key}={out[key]} replaced by {value} (derived from `batch` for {world_size} device(s))")
-        out[key] = value
-    if out.pop("generation_batch_size", None) is not None:
+    fields = derived.grpo_fields()
+    notes = [f"grpo.{key}={grpo[key]} replaced by {value} (derived from `batch` for {world_size} device(s))"
+             for key, value in fields.items() if key in grpo and grpo[key] != value]
+    if grpo.get("generation_batch_size") is not None:
         notes.append("grpo.generation_batch_size dropped: `batch.prompts_per_step` sets the generation batch")
-    return out, derived, notes
+    return Decided(fields, dropped=("generation_batch_size",), notes=notes), derived
 
 
-def trl_generation_batch(grpo: dict[str, Any], world_size: int) -> tuple[int, int]:
+def trl_generation_batch(grpo: Mapping[str, Any], world_size: int) -> tuple[int, int]:
     """(completions, prompts) per generation step that TRL will use for these fields."""
     per_device = int(grpo.get("per_device_train_batch_size", grpo_default("per_device_train_batch_size")))
     k = int(grpo.get("num_generations", grpo_default("num_generations")))
@@ -173,7 +172,7 @@ def trl_generation_batch(grpo: dict[str, Any], world_size: int) -> tuple[int, in
     return completions, completions // k if k else 0
 
 
-def check_trl_batch(grpo: dict[str, Any], world_size: int, policy: str = "") -> None:
+def check_trl_batch(grpo: Mapping[str, Any], world_size: int, policy: str = "") -> None:
     """The checks of ``GRPOConfig.__post_init__`` on batch fields, with our field names, before launch."""
     who = f"policy {policy!r}: " if policy else ""
     per_device = int(grpo.get("per_device_train_batch_size", grpo_default("per_device_train_batch_size")))
@@ -198,18 +197,19 @@ def check_trl_batch(grpo: dict[str, Any], world_size: int, policy: str = "") -> 
         )
 
 
-def split_across_cpu_ranks(grpo: dict[str, Any], ranks: int, policy: str = "") -> tuple[dict[str, Any], list[str]]:
-    """A recipe without ``batch`` run on ``ranks`` CPU ranks: each rank takes 1/ranks of the per-device batch.
+def split_across_cpu_ranks(grpo: Mapping[str, Any], ranks: int, policy: str = "") -> Decided:
+    """A recipe without ``batch`` (its fields ``grpo``) run on ``ranks`` CPU ranks: each rank takes 1/ranks of the
+    per-device batch, the one field decided.
 
     So a step draws the same prompts as on one rank (``launch.cpu_processes`` exists to check
     exactly that equivalence).
     """
     if ranks <= 1:
-        return grpo, []
+        return Decided()
     per_device = int(grpo.get("per_device_train_batch_size") or grpo_default("per_device_train_batch_size"))
     if per_device % ranks:
         raise BatchSizeError(f"policy {policy!r}: per_device_train_batch_size={per_device} does not split over "
                              f"launch.cpu_processes={ranks} ranks; choose a divisor of it")
-    out = {**grpo, "per_device_train_batch_size": per_device // ranks}
-    return out, [f"{policy}: {ranks} CPU ranks x per_device_train_batch_size {per_device // ranks} "
-                 f"(= {per_device} on one rank)"]
+    return Decided({"per_device_train_batch_size": per_device // ranks},
+                   notes=[f"{policy}: {ranks} CPU ranks x per_device_train_batch_size {per_device // ranks} "
+                          f"(= {per_device} on one rank)"])

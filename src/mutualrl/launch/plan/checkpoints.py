@@ -15,19 +15,21 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError
+from mutualrl.launch.plan.decided import Decided
 
 LOCKSTEP_KEEP = 2
 WARN_ABOVE = 0.8  # of the free space
 
 
-def resume_keep(config: RunConfig, grpo: dict[str, Any]) -> int:
-    """Checkpoints per policy that ``--resume`` may need (module docstring)."""
+def resume_keep(config: RunConfig, grpo: Mapping[str, Any]) -> int:
+    """Checkpoints per policy that ``--resume`` may need (module docstring), for a policy's planned ``grpo``."""
     staleness = int(config.see.max_staleness or 0)
     save_steps = grpo.get("save_steps")
     if not isinstance(save_steps, int | float) or save_steps < 1:
@@ -41,18 +43,19 @@ def resume_keep(config: RunConfig, grpo: dict[str, Any]) -> int:
     return max(LOCKSTEP_KEEP + math.ceil(staleness * updates / save_steps), lead)
 
 
-def keep_for_resume(config: RunConfig, grpo: dict[str, Any], recipe_grpo: dict[str, Any],
-                    policy: str) -> tuple[dict[str, Any], list[str]]:
-    """``grpo`` with ``save_total_limit`` = what resume needs unless the recipe sets it; a note when the recipe's
-    limit keeps fewer (resume may then find no common checkpoint)."""
-    keep = resume_keep(config, grpo)
+def keep_for_resume(config: RunConfig, planned: Mapping[str, Any], recipe_grpo: Mapping[str, Any],
+                    policy: str) -> Decided:
+    """``save_total_limit`` = what resume needs for the ``planned`` fields, decided unless the recipe sets it; a
+    note when the recipe's limit keeps fewer (resume may then find no common checkpoint)."""
+    keep = resume_keep(config, planned)
     if "save_total_limit" not in recipe_grpo:
-        return {**grpo, "save_total_limit": keep}, []
+        return Decided({"save_total_limit": keep})
     asked = recipe_grpo["save_total_limit"]
     if asked is not None and int(asked) < keep:
-        return grpo, [f"{policy}: grpo.save_total_limit={asked} keeps fewer checkpoints than --resume may need "
-                      f"({keep}: the last common one and those a policy wrote past it); resume may start over"]
-    return grpo, []
+        return Decided(notes=[f"{policy}: grpo.save_total_limit={asked} keeps fewer checkpoints than --resume may "
+                              f"need ({keep}: the last common one and those a policy wrote past it); resume may "
+                              f"start over"])
+    return Decided()
 
 
 def checkpoint_bytes_per_param(device_type: str, deepspeed: str) -> float:

@@ -41,6 +41,7 @@ from mutualrl.assets.deepspeed_ops import torch_extensions_dir
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError
 from mutualrl.launch.plan.configs import ZERO_STAGES
+from mutualrl.launch.plan.decided import Decided
 from mutualrl.launch.plan.machines import local_devices
 from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 from mutualrl.run_folder import RunPaths
@@ -74,88 +75,82 @@ def vllm_importable() -> bool:
 
 
 def resolve_vllm(
-    grpo: dict[str, Any], placed: PolicyPlacement, vllm_available: bool | None = None
-) -> tuple[dict[str, Any], list[str]]:
-    """Keep vLLM generation only where it can run; else turn it off with a note saying why.
+    grpo: Mapping[str, Any], placed: PolicyPlacement, vllm_available: bool | None = None
+) -> Decided:
+    """The vLLM fields decided for where ``grpo`` (the recipe's fields) runs: generation kept only where it can run,
+    else turned off with a note saying why.
 
     GPU: the ``vllm`` module importable (``vllm_available`` overrides: a simulated node).
     CPU: a usable CPU build of vLLM (:func:`~mutualrl.vllm_cpu.cpu_blocker`), colocate or
     server mode, with the CUDA-only settings replaced (:func:`~mutualrl.vllm_cpu.adapt_cpu_vllm`).
     """
-    out = dict(grpo)
-    notes: list[str] = []
-    if not out.get("use_vllm"):
-        return out, notes
-    mode = out.get("vllm_mode", "colocate")
+    if not grpo.get("use_vllm"):
+        return Decided()
+    mode = grpo.get("vllm_mode", "colocate")
     if placed.device_type != "cuda":
         from mutualrl import vllm_cpu
 
         blocker = vllm_cpu.cpu_blocker()
         if blocker is not None:
-            out["use_vllm"] = False
-            notes.append(f"{placed.name}: vLLM generation turned off on the CPU: {blocker}; generation uses transformers")
-            return out, notes
+            return Decided({"use_vllm": False}, notes=[
+                f"{placed.name}: vLLM generation turned off on the CPU: {blocker}; generation uses transformers"])
         if mode == "colocate":
-            out, cpu_notes = vllm_cpu.adapt_cpu_vllm(out, placed.name)
-            notes.append(f"{placed.name}: vLLM on the CPU ({vllm_cpu.installed_build().describe()}), colocate: "
-                         f"an engine in each of the policy's {placed.num_processes} process(es), KV cache "
-                         f"{vllm_cpu.KV_ENV} sized at start from the model and batch")
-            notes.extend(cpu_notes)
-            return out, notes
+            fields, cpu_notes = vllm_cpu.adapt_cpu_vllm(grpo, placed.name)
+            return Decided(fields, notes=[
+                f"{placed.name}: vLLM on the CPU ({vllm_cpu.installed_build().describe()}), colocate: "
+                f"an engine in each of the policy's {placed.num_processes} process(es), KV cache "
+                f"{vllm_cpu.KV_ENV} sized at start from the model and batch", *cpu_notes])
     else:
         available = vllm_importable() if vllm_available is None else vllm_available
         if not available:
-            out["use_vllm"] = False
-            notes.append(
+            return Decided({"use_vllm": False}, notes=[
                 f"{placed.name}: vLLM generation turned off: `vllm` is not installed (pip install 'mutualrl[vllm]'); "
-                f"generation uses transformers, which is much slower"
-            )
-            return out, notes
+                f"generation uses transformers, which is much slower"])
     if mode == "colocate":
-        tp = int(out.get("vllm_tensor_parallel_size", 1) or 1)
+        tp = int(grpo.get("vllm_tensor_parallel_size", 1) or 1)
         if placed.num_processes % tp:
             raise PlacementError(
                 f"{placed.name}: grpo.vllm_tensor_parallel_size ({tp}) must divide the policy's "
                 f"{placed.num_processes} GPU process(es) in vLLM colocate mode"
             )
     elif mode == "server":
-        notes.append(
+        return Decided(notes=[
             f"{placed.name}: vLLM server mode: start `trl vllm-serve` for this policy yourself "
-            f"(grpo.vllm_server_base_url / vllm_server_port); mutualrl only launches the trainers"
-        )
-    return out, notes
+            f"(grpo.vllm_server_base_url / vllm_server_port); mutualrl only launches the trainers"])
+    return Decided()
 
 
 def adapt_grpo_to_device(
-    grpo: dict[str, Any],
+    grpo: Mapping[str, Any],
     placed: PolicyPlacement,
     deepspeed: str = "none",
     vllm_available: bool | None = None,
-) -> tuple[dict[str, Any], list[str]]:
-    """A policy's GRPOConfig fields adapted to where it runs; returns (fields, notes).
+) -> Decided:
+    """The GRPOConfig fields decided by where a policy runs, for ``grpo`` (the recipe's fields), with notes.
 
     CPU: ``bf16``/``fp16`` off (TRL defaults to bf16, which fails on a CPU), ``tf32`` dropped,
     ``use_cpu=True`` (DeepSpeed still engages through the launcher environment, verified),
     vLLM kept only with a usable CPU build. GPU: vLLM kept only if importable (:func:`resolve_vllm`), ``bf16``
-    explicit (TRL's default when unset: a DeepSpeed JSON saying bf16 off next to GRPOConfig's bf16 on fails
-    transformers' ``HfTrainerDeepSpeedConfig`` check).
+    explicit where the recipe leaves it unset (TRL's default: a DeepSpeed JSON saying bf16 off next to
+    GRPOConfig's bf16 on fails transformers' ``HfTrainerDeepSpeedConfig`` check).
     """
-    out, notes = resolve_vllm(grpo, placed, vllm_available)
+    vllm = resolve_vllm(grpo, placed, vllm_available)
+    fields, notes = dict(vllm.fields), list(vllm.notes)
     if placed.device_type == "cpu":
         for key in ("bf16", "fp16"):
-            if out.get(key):
+            if grpo.get(key):
                 notes.append(f"{placed.name}: grpo.{key} turned off on the CPU (training runs in fp32)")
-            out[key] = False
-        if out.pop("tf32", None):
+            fields[key] = False
+        if grpo.get("tf32"):
             notes.append(f"{placed.name}: grpo.tf32 dropped on the CPU")
-        out["use_cpu"] = True
-    else:
-        if out.get("bf16") is None:  # TRL's own default (trl/trainer/base_config.py): made explicit, so that the
-            out["bf16"] = not out.get("fp16")  # DeepSpeed JSON and accelerate's mixed_precision say what GRPOConfig does
-        if out.get("use_cpu"):
-            notes.append(f"{placed.name}: grpo.use_cpu turned off: the policy is placed on GPU(s)")
-            out["use_cpu"] = False
-    return out, notes
+        fields["use_cpu"] = True
+        return Decided(fields, dropped=("tf32",), notes=notes)
+    if grpo.get("bf16") is None:  # TRL's own default (trl/trainer/base_config.py): made explicit, so that the
+        fields["bf16"] = not grpo.get("fp16")  # DeepSpeed JSON and accelerate's mixed_precision say what GRPOConfig does
+    if grpo.get("use_cpu"):
+        notes.append(f"{placed.name}: grpo.use_cpu turned off: the policy is placed on GPU(s)")
+        fields["use_cpu"] = False
+    return Decided(fields, notes=notes)
 
 
 def visible_devices(devices: tuple[int, ...] | list[int], parent_mask: str | None) -> str:

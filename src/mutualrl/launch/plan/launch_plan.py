@@ -11,13 +11,15 @@ each policy's ``RUN/launch/<policy>.grpo.json`` (the one file a worker reads of 
 from __future__ import annotations
 
 import sys
+from collections import ChainMap
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mutualrl.atomic_io import write_text_atomic
 from mutualrl.config.cadence import apply_cadence, policy_cadence, validation_interval
-from mutualrl.config.schema import RunConfig
+from mutualrl.config.schema import BatchConfig, RunConfig
 from mutualrl.errors import UsageError
 from mutualrl.launch.plan.batching import BatchSizeError, DerivedBatch, apply_batch, fits, split_across_cpu_ranks
 from mutualrl.launch.plan.cadence import describe, known_train_prompts
@@ -40,6 +42,7 @@ from mutualrl.launch.plan.configs import (
     write_json,
     write_yaml,
 )
+from mutualrl.launch.plan.decided import Decided
 from mutualrl.launch.plan.detect import Node, this_node
 from mutualrl.launch.plan.engine import PlannedEngine, engine_note, planned_engine
 from mutualrl.launch.plan.machines import plan_placement_nodes
@@ -354,34 +357,47 @@ def _place_pool(config: RunConfig, node: Node) -> Placement:
 def _policy_grpo(
     config: RunConfig, index: int, placement: Placement, run_dir: Path, vllm_available: bool | None
 ) -> tuple[dict[str, Any], DerivedBatch | None, list[str], list[list[str]]]:
-    """One policy's GRPOConfig arguments, final: shared + its overrides, fitted to its devices, batch and cadence,
-    with the fields mutualrl owns (:func:`~mutualrl.training.grpo_args.owned_grpo_fields`). The only merge of
-    ``config.grpo`` and ``policy.grpo`` a launched worker's GRPOConfig is built from.
+    """One policy's GRPOConfig arguments, final: shared + its overrides, then the fields each stage decides for its
+    devices, batch, cadence and resume, then the fields mutualrl owns
+    (:func:`~mutualrl.training.grpo_args.owned_grpo_fields`). The only merge a launched worker's GRPOConfig is
+    built from.
 
     Returns (grpo, derived batch, notes, schedule rows for the dry run).
     """
     launch, batch, policy = config.launch, config.batch, config.pool.policies[index]
     placed = placement.of(policy.name)
-    grpo, notes = adapt_grpo_to_device({**config.grpo, **policy.grpo}, placed, launch.deepspeed, vllm_available)
+    recipe = ChainMap(policy.grpo, config.grpo)  # what the stages read, a view: the policy's fields over the shared
+    device = adapt_grpo_to_device(recipe, placed, launch.deepspeed, vllm_available)
+    sizes, derived = _policy_batch(recipe, batch, placement, policy.name)
+    cadence = policy_cadence(config.schedule, batch, recipe)
+    counts, cadence_notes = apply_cadence(recipe, cadence)
+    keep = keep_for_resume(config, ChainMap(counts, sizes.fields, device.fields, recipe), recipe, policy.name)
+    owned = owned_grpo_fields(run_dir, policy.name, config.grpo, policy.grpo)
+    # The one merge, each over the ones before it (no two stages decide the same field), then what a stage dropped.
+    grpo = {**config.grpo, **policy.grpo, **device.fields, **sizes.fields, **counts, **keep.fields, **owned}
+    for key in (*device.dropped, *sizes.dropped):
+        grpo.pop(key, None)
+    notes = [*device.notes, *sizes.notes, *cadence_notes, *keep.notes,
+             *engine_note(policy.name, planned_engine(grpo, launch)), *remote_code_note(policy.name, policy.model, grpo)]
+    schedule_rows = describe(cadence, grpo, validation_interval(cadence, config.validation.every_steps),
+                             known_train_prompts(config.task))
+    return grpo, derived, notes, [list(row) for row in schedule_rows]
+
+
+def _policy_batch(recipe: Mapping[str, Any], batch: BatchConfig | None, placement: Placement,
+                  name: str) -> tuple[Decided, DerivedBatch | None]:
+    """The batch fields decided for policy ``name``'s world size: derived from ``batch``, or without it the recipe's
+    per-device batch split over its CPU ranks; raises :class:`BatchSizeError` naming an explicit device map."""
+    placed = placement.of(name)
     try:
-        grpo, derived, batch_notes = apply_batch(grpo, batch, placed.world_size, policy.name)
+        sizes, derived = apply_batch(recipe, batch, placed.world_size, name)
     except BatchSizeError as err:
         if placement.explicit:
             raise BatchSizeError(f"{err} (the explicit --device-map sets this device count)") from None
         raise
     if batch is None and placed.device_type == "cpu":
-        grpo, rank_notes = split_across_cpu_ranks(grpo, placed.num_processes, policy.name)
-        batch_notes = [*batch_notes, *rank_notes]
-    cadence = policy_cadence(config.schedule, batch, grpo)
-    grpo, cadence_notes = apply_cadence(grpo, cadence)
-    grpo, keep_notes = keep_for_resume(config, grpo, {**config.grpo, **policy.grpo}, policy.name)
-    cadence_notes = [*cadence_notes, *keep_notes]
-    grpo = owned_grpo_fields(grpo, run_dir, policy.name, config.grpo, policy.grpo)  # the worker's GRPOConfig, final
-    cadence_notes = [*cadence_notes, *engine_note(policy.name, planned_engine(grpo, launch)),
-                     *remote_code_note(policy.name, policy.model, grpo)]
-    schedule_rows = describe(cadence, grpo, validation_interval(cadence, config.validation.every_steps),
-                             known_train_prompts(config.task))
-    return grpo, derived, [*notes, *batch_notes, *cadence_notes], [list(row) for row in schedule_rows]
+        sizes = split_across_cpu_ranks(recipe, placed.num_processes, name)
+    return sizes, derived
 
 
 def _plan_policy(
