@@ -127,7 +127,7 @@ def test_a_worker_started_by_hand_refuses_an_untested_vllm_it_would_generate_wit
 
     monkeypatch.delenv(OVERRIDE_ENV, raising=False)
     fake_versions(monkeypatch, "1.16.0", "0.31.0")
-    monkeypatch.setattr(worker, "load_resolved_config", lambda paths: None)
+    monkeypatch.setattr(worker, "load_resolved_config", lambda paths, grpo=True: None)
     monkeypatch.setattr(worker, "find_policy", lambda config, name: None)
     monkeypatch.setattr(grpo_args, "planned_grpo_args", lambda paths, name, unplanned: {"use_vllm": True})
     monkeypatch.setattr(grpo_args, "build_grpo_config", lambda grpo: pytest.fail("built GRPOConfig after all"))

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -22,8 +23,12 @@ def write_resolved_config(paths: RunPaths, config: RunConfig, source: str) -> No
     write_text_atomic(paths.config, f"{SOURCE_HEADER}{source}\n" + yaml.safe_dump(to_plain(config), sort_keys=False))
 
 
-def load_resolved_config(paths: RunPaths) -> RunConfig:
-    """The run's config; a damaged one (not YAML, a FIFO, not a mapping) is one error naming the file."""
+def load_resolved_config(paths: RunPaths, grpo: bool = True) -> RunConfig:
+    """The run's config; a damaged one (not YAML, a FIFO, not a mapping) is one error naming the file.
+
+    ``grpo`` False: without its GRPO fields (the shared ``grpo`` and each policy's, left empty and never typed), as a
+    planned worker reads it: its GRPOConfig comes from the plan alone (``RUN/launch/<policy>.grpo.json``).
+    """
     from mutualrl.config.typed import ConfigError
     from mutualrl.config.yaml_strict import load_yaml
     from mutualrl.run_folder import read_bytes
@@ -34,7 +39,17 @@ def load_resolved_config(paths: RunPaths) -> RunConfig:
     open_run_folder(paths.root, launch_folders(paths))  # a run folder is data: nothing is imported from inside it
     check_recorded_modules(paths.root, data)  # and it names only the code its start recorded
     import_plugins(data.get("plugins"))  # every policy process imports what the launcher imported (config/plugins.py)
-    return build_dataclass(RunConfig, data, str(paths.config))
+    return build_dataclass(RunConfig, data if grpo else without_grpo(data), str(paths.config))
+
+
+def without_grpo(data: dict[str, Any]) -> dict[str, Any]:
+    """A resolved config's mapping without its ``grpo`` mappings, the shared one and each policy's."""
+    out = {key: value for key, value in data.items() if key != "grpo"}
+    pool = out.get("pool")
+    if isinstance(pool, dict) and isinstance(pool.get("policies"), list):
+        policies = [{k: v for k, v in p.items() if k != "grpo"} if isinstance(p, dict) else p for p in pool["policies"]]
+        out["pool"] = {**pool, "policies": policies}
+    return out
 
 
 def open_if_run_folder(recipe: Path) -> bool:

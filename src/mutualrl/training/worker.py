@@ -3,7 +3,8 @@
 Started by the launcher (``mutualrl train``) once per policy -- as a plain subprocess on
 CPU, or under ``accelerate launch`` with the policy's own GPUs (design notes: one process
 group per policy, since several DeepSpeed engines in one process break). It reads the
-resolved run config and prepared prompts from the run folder, trains with
+resolved run config (all but its GRPO fields: its ``GRPOConfig`` is the plan's ``RUN/launch/<policy>.grpo.json``)
+and prepared prompts from the run folder, trains with
 :class:`~mutualrl.training.trainer.MutualGRPOTrainer`, and reports through files:
 ``metrics/<policy>.jsonl``, ``status/<policy>.json``, ``eval/<policy>/``, and the SEE. If it
 fails, it leaves a failure marker in the SEE so that peers stop waiting at once; a write that
@@ -65,6 +66,15 @@ def device_defaults() -> dict[str, Any]:
     if cpu_blocker() is not None:
         out["use_vllm"] = False
     return out
+
+
+def recipe_grpo_args(paths: RunPaths, policy_name: str) -> dict[str, Any]:
+    """A worker started by hand on a run folder never planned: the recipe's GRPO fields, read from ``config.yaml``
+    only then, with this process's :func:`device_defaults` (training/grpo_args.py ``unplanned_grpo_args``)."""
+    from mutualrl.training.grpo_args import unplanned_grpo_args
+
+    config = load_resolved_config(paths)
+    return unplanned_grpo_args(config, find_policy(config, policy_name), paths, device_defaults())
 
 
 def prepare_cpu_vllm(args: Any, model: Any, tokenizer: Any, examples: list, chat: bool, policy: str) -> None:
@@ -136,13 +146,13 @@ def import_training_stack(args: Any) -> None:
 
 
 def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None) -> None:
-    from mutualrl.training.grpo_args import build_grpo_config, planned_grpo_args, unplanned_grpo_args
+    from mutualrl.training.grpo_args import build_grpo_config, planned_grpo_args
     from mutualrl.training.trackers import tensorboard_dir_env
 
-    config = load_resolved_config(paths)
+    config = load_resolved_config(paths, grpo=False)  # the run's settings; no GRPO field comes from config.yaml
     policy = find_policy(config, policy_name)
     # The plan's arguments as they are (training/grpo_args.py); started by hand without a plan: the recipe's.
-    grpo = planned_grpo_args(paths, policy_name, lambda: unplanned_grpo_args(config, policy, paths, device_defaults()))
+    grpo = planned_grpo_args(paths, policy_name, lambda: recipe_grpo_args(paths, policy_name))
     refuse_untested_versions(grpo)
     args = build_grpo_config(grpo)  # trl's config: no vLLM
     import_training_stack(args)  # the libraries, with the collector paused by main()
@@ -421,7 +431,7 @@ def mark_this_policy_failed(paths: RunPaths, policy: str, reason: str) -> None:
     """The SEE's failure marker for this worker's policy, where the run's config puts the SEE."""
     from mutualrl.see.liveness import mark_policy_failed
 
-    mark_policy_failed(paths.see_root(load_resolved_config(paths).see.dir), policy, reason)
+    mark_policy_failed(paths.see_root(load_resolved_config(paths, grpo=False).see.dir), policy, reason)
 
 
 if __name__ == "__main__":
