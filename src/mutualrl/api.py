@@ -10,8 +10,8 @@ Reward functions may be given as callables, as ``GRPOTrainer(reward_funcs=[...])
 Policies train in other processes: a module-level function of an importable module goes to them by its
 import path; one defined in ``__main__`` or a notebook, a lambda or a closure is pickled with cloudpickle
 and shipped by value (:mod:`mutualrl.tasks.shipped_rewards`: the workers load only the bytes this process
-wrote). Only a function that cannot be pickled is refused, saying why. A run trained with a shipped
-function is evaluated or resumed by passing the function again (``reward_funcs=``).
+wrote). A function that cannot be pickled, or that a policy process could not load, is refused, saying why.
+A run trained with a shipped function is evaluated or resumed by passing the function again (``reward_funcs=``).
 """
 
 from __future__ import annotations

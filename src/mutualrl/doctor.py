@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 HUB_TIMEOUT_S = 3.0
-MIN_FREE_GIB = 20.0
-COMMON_TRACKERS = ("tensorboard", "wandb", "trackio", "mlflow")  # the ones TRL users reach for  # a paper-scale run folder: checkpoints of two 1.5B-4B policies, SEE, logs
+MIN_FREE_GIB = 20.0  # a paper-scale run folder: checkpoints of two 1.5B-4B policies, SEE, logs
+COMMON_TRACKERS = ("tensorboard", "wandb", "trackio", "mlflow")  # the ones TRL users reach for
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,8 @@ class UnknownNameError(UsageError):
 
 
 class DataError(UsageError):
-    """A malformed dataset row or file; the message names the row index and field."""
+    """Malformed input data (a dataset row, a results, eval or metrics file); the message names the file, and the
+    row and field where one is at fault."""
 
 
 class PlacementError(UsageError):
