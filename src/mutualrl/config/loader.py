@@ -1,8 +1,8 @@
 """Resolve YAML recipes into :class:`~mutualrl.config.schema.RunConfig`: find, ``extends``, merge, ``--set``.
 
 A recipe is a YAML mapping with the fields of :class:`RunConfig`, plus an optional
-``extends: <path>`` or ``extends: [<path>, ...]`` (relative to the recipe; merged in
-order, later wins) whose content it deep-merges over. Pools ship as
+``extends: <path>`` or ``extends: [<path>, ...]`` (relative to the recipe, or a recipe's name;
+merged in order, later wins) whose content it deep-merges over. Pools ship as
 ``recipes/pools/<name>.yaml``, the paper's experiments and controls as
 ``recipes/experiments/<name>.yaml``; both are found by name. Any field can be overridden from the command
 line with ``--set dotted.path=value`` (the value is parsed as YAML); policies are

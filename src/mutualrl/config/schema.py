@@ -2,9 +2,10 @@
 
 A run is described by a YAML recipe (``recipes/pools/*.yaml``) that is loaded into
 :class:`RunConfig`. Every field carries a ``help`` string (TRL style) that ``mutualrl
-train --help-config`` prints. GRPO settings are *not* re-declared here: the ``grpo``
+pools show NAME --explain`` prints. GRPO settings are *not* re-declared here: the ``grpo``
 mapping is passed through to TRL's :class:`~trl.GRPOConfig` (its keys are checked
-against that dataclass when the run is planned), so every TRL option keeps working.
+against that dataclass when the recipe is resolved, :mod:`mutualrl.config.validate`), so every TRL option keeps
+working.
 
 Defaults are the paper's (App. "Implementation details", App. "Implementation details
 for Success-Gated Transfer"), except where a comment says otherwise.
@@ -132,7 +133,7 @@ class RegimeConfig:
 
     @classmethod
     def field_help(cls, prefix: str) -> list[tuple[str, str, str, Any]]:
-        """(dotted name, type, help, default) rows for ``--help-config``."""
+        """(dotted name, type, help, default) rows for ``mutualrl pools show NAME --explain``."""
         from mutualrl.config.typed import describe_type, iter_field_help
 
         rows: list[tuple[str, str, str, Any]] = [

@@ -1,7 +1,7 @@
 """Build typed dataclasses from plain YAML data, with errors that name the field.
 
 A tiny, strict converter: unknown keys, wrong types and missing required fields are
-reported as ``<source>: <dotted.path>: <problem> (expected <type>)``, with a
+reported as ``<source>: <dotted.path>: <problem>``, the problem naming the type expected, with a
 "did you mean" hint for misspelt keys. A field's metadata may bound a number
 (``{"ge": 0}``, ``{"gt": 0}``, ``{"le": 1}``): values outside are rejected here, at the
 recipe/CLI boundary, never deep in a worker.
