@@ -24,7 +24,8 @@ no target slot (special tokens such as EOS, units beyond a truncated target) is 
 as the residual ``R_THL`` with its token count ``C_mis``, never dropped silently.
 
 The whole batch is aligned at once over the concatenated texts (units never cross texts),
-so there is no Python loop per word, per token, or even per sequence on the hot path.
+so there is no Python loop per word or per token; the only loop per sequence checks and
+flattens the inputs (a few numpy calls each).
 """
 
 from __future__ import annotations
