@@ -63,7 +63,7 @@ class RegimeSpec:
     settings_key: str | None = None
     """Key of its settings under ``regime:`` in a recipe (``regime.sgt.lam``), if it has settings."""
     settings: type | None = None
-    """The settings dataclass (a ``help`` per field); its defaults are the paper's."""
+    """The settings dataclass (a ``help`` per field)."""
     adapter: str = BASE_ADAPTER
     """The trainer adapter, ``"module:Class"`` (a :class:`~mutualrl.regimes.adapter.RegimeAdapter`), imported
     only by the training layer."""

@@ -32,9 +32,10 @@ def randpert_advantages(
         A_{p,i} =  r_{p,i} - b_p                  for scale_rewards = "none"
 
     and ``A = 0`` where NaN, as in :func:`~mutualrl.regimes.grpo.group_advantages`. With
-    ``scale = 0`` the result equals ``group_advantages`` bit for bit. Note that with a perturbed
-    baseline the advantages of a prompt no longer sum to zero: a uniform group (all rewards
-    equal) gets ``-ξ_p / (0 + eps)`` under group scaling, which is the point of the control.
+    ``scale = 0`` the result equals ``group_advantages`` bit for bit. With a perturbed baseline the
+    advantages of a prompt no longer sum to zero, which is the point of the control; a uniform group
+    (all rewards equal) would get ``-ξ_p / (0 + eps)`` under group scaling, which
+    ``skip_uniform_groups`` (the default) prevents.
 
     Args:
         rewards: ``[P, K]`` learner rewards (NaN = unscorable).
