@@ -24,7 +24,7 @@ PROVIDER_MODULES = ("mutualrl.assets.tokenizers", "mutualrl.assets.data", "mutua
 @dataclass(frozen=True)
 class Asset:
     name: str
-    kind: str  # "tokenizer" | "model" | "data"
+    kind: str  # "tokenizer" | "model" | "data" | "op"
     description: str
     fetch: Callable[[], Path]  # fetches if needed (idempotent, locked), returns the local path
     is_cached: Callable[[], bool]
