@@ -4,7 +4,7 @@
 decision (plain appends: a reader skips a line still being written):
 
 - a *read* row per exchange round: ``{"run_id", "step", "peer_step", "age", "waited", "peers",
-  "departed", "time", "clock", "wait_s"}`` (``see.max_staleness``, ``see.on_peer_failure``; ``clock``: the
+  "departed", "read_from", "time", "clock", "wait_s"}`` (``see.max_staleness``, ``see.on_peer_failure``; ``clock``: the
   writer's monotonic clock, for round times);
 - a *skip* row per catch-up decision (``see.catch_up``): ``{"run_id", "kind": "skip", "step",
   "until"}``: the policy trains no round in ``[step, until)``. Peers read these rows to tell a
