@@ -15,9 +15,9 @@ option first scores 0. BoolQ's reads a leading ``Yes``/``No``. Same gold answers
 task, prompt ids under the variant's own name (``arc-easy-line/test/...``).
 
 Held-out split. BoolQ, PIQA, HellaSwag and Social IQa publish no test labels: the base task's
-``train`` and ``test`` are both its validation set (offline there is nothing else). Training
+``test`` is its validation set, and offline its ``train`` is too (there is nothing else). Training
 on the prompts one tests on would measure memorisation, so for these the variant's ``train``
-and ``test`` are a fixed partition of the validation rows: a row is ``test`` when the first 8
+and ``test`` are a fixed partition of the validation rows, whatever the source: a row is ``test`` when the first 8
 hex digits of the SHA-256 of its base prompt id are 0 mod 4 (about a quarter), else ``train``.
 The rule uses no seed, so every run, regime and machine holds out the same prompts.
 """

@@ -1,6 +1,7 @@
 """The task interface: dataset rows -> prompts with a gold answer, and a verifier.
 
-Rewards come only from verifiers (paper, "Experimental Setup"). A task turns raw dataset
+In the paper rewards come only from verifiers ("Experimental Setup"); a recipe's ``task.reward_funcs`` add to a
+task's verifier, or are all there is for a task without one (:mod:`mutualrl.tasks.reward_funcs`). A task turns raw dataset
 rows into :class:`TaskExample` (a stable ``prompt_id`` shared by every policy, the
 prompt text in the paper's unified template, the gold answer) and owns the function
 that scores a completion against the gold answer.

@@ -3,7 +3,7 @@
 Paper, App. "Experimental Setup": the primary benchmark; models are trained on MATH and
 validated on its test set with greedy decoding. The gold answer is the last ``\\boxed{}``
 of the reference ``solution`` (an ``answer`` field is used only when a row has no
-solution). The default check is math-verify equivalence (``--verifier exact`` gives the
+solution, or none boxed). The default check is math-verify equivalence (``--verifier exact`` gives the
 paper's strict string match).
 
 Splits: ``train`` (7,500), ``test`` (5,000), ``test500`` (MATH-500, the default for

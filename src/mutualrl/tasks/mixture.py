@@ -44,8 +44,8 @@ class MixtureTask(Task):
     def load(self, split: str, source: str | None = None, limit: int | None = None) -> list[TaskExample]:
         """Each component's ``split`` from ``source``, interleaved (a, b, c, a, b, c, ...).
 
-        ``limit`` bounds the total; it is shared evenly across components. A local ``source``
-        is one file or folder whose rows each name their task in a ``task`` column.
+        ``limit`` bounds the total; it is shared evenly across components (a local source: its first ``limit``
+        rows). A local ``source`` is one file or folder whose rows each name their task in a ``task`` column.
         """
         if split not in self.splits:
             raise UsageError(f"task {self.name!r} has no split {split!r}; its splits: {', '.join(self.splits)}")

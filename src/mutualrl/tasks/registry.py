@@ -10,7 +10,8 @@ from typing import Any
 from mutualrl.errors import UnknownNameError
 from mutualrl.tasks.base import Task
 
-# name -> "module:attribute" of a zero-argument factory returning a Task.
+# name -> "module:attribute" of a zero-argument factory returning a Task (an answer-line variant below:
+# "mutualrl.tasks.answer_line:<base task>"), or a callable given to register_task.
 _TASKS: dict[str, str] = {
     "synthetic-arith": "mutualrl.tasks.synthetic:SyntheticArithTask",
     "math": "mutualrl.tasks.math:MathTask",

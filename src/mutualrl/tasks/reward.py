@@ -1,6 +1,6 @@
 """The TRL reward function: verifier rewards for a batch of completions.
 
-Rewards come only from verifiers (paper, "Experimental Setup"). TRL's ``GRPOTrainer``
+The paper's rewards come only from verifiers ("Experimental Setup"). TRL's ``GRPOTrainer``
 calls each reward function with ``prompts`` and ``completions`` plus every other dataset
 column as a keyword argument; our dataset rows (:meth:`TaskExample.as_row`) carry
 ``answer`` and ``task``, so each completion is checked by the verifier of its own row's

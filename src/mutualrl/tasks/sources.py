@@ -9,7 +9,8 @@ A task's ``source`` (recipe field ``task.source``, ``mutualrl eval --source``) i
 - a local path: a ``.jsonl`` / ``.json`` / ``.parquet`` / ``.arrow`` file, or a folder
   (a ``datasets.save_to_disk`` folder, or files named after the split:
   ``test.jsonl``, ``test-00000-of-00001.parquet``, ``data/test-*.parquet``, ``test/*.arrow``);
-- any other string: a hub dataset id, optionally ``id:config`` (e.g. ``allenai/ai2_arc:ARC-Easy``).
+- any other ``owner/name`` string: a hub dataset id, optionally ``id:config`` (e.g. ``allenai/ai2_arc:ARC-Easy``);
+  anything else is refused.
 
 Rows are plain dicts in the dataset's native schema; each task turns them into
 :class:`~mutualrl.tasks.base.TaskExample` and fails on a missing field with the row index

@@ -1,4 +1,4 @@
-"""Answer extraction and answer checking: the only source of rewards.
+"""Answer extraction and answer checking: the built-in tasks' verifiers.
 
 Paper, App. "Experimental Setup": every task asks for a chain of thought with the final
 answer in ``\\boxed{}``; the verifier extracts the string between the outermost
