@@ -90,8 +90,9 @@ def refuse_stored_remote_code(config: Any, trusted_now: bool, run_folder: Path) 
 
 
 def load_model(model: str, dtype: str = "auto", device: Any = None, trust_remote_code: bool = False) -> Any:
-    """Load a causal LM for a policy (float32 on CPU unless a dtype is forced); code shipped with it runs only with
-    ``trust_remote_code`` (the recipe's ``grpo.trust_remote_code``), never on transformers' own question."""
+    """Load a causal LM for a policy (``dtype`` "auto": bfloat16 on a GPU, float32 on the CPU); code shipped with it
+    runs only with ``trust_remote_code`` (the recipe's ``grpo.trust_remote_code``), never on transformers' own
+    question."""
     import torch
     from transformers import AutoModelForCausalLM
 
