@@ -1,4 +1,4 @@
-"""Greedy evaluation: one completion per prompt, scored by each example's task verifier.
+"""Greedy evaluation: one completion per prompt, scored by each example's task verifier or a run's reward functions.
 
 Paper, App. "Implementation details": "For validation we decode a single completion per
 prompt with temperature 0 (no sampling)"; reward@1 is the mean verifier reward. Two
@@ -171,8 +171,8 @@ def evaluate_examples(
     """Greedy reward@1 of ``model`` on ``examples`` (transformers backend).
 
     One completion per prompt (temperature 0, left padding, stop at EOS), each scored by
-    its example's task verifier. ``progress`` is called after every batch with how many
-    prompts it finished.
+    :func:`score_examples` (its example's task verifier, or the reward functions of ``verifier``'s
+    :class:`RewardSpec`). ``progress`` is called after every batch with how many prompts it finished.
     """
     start = time.perf_counter()
     prompts = [prompt_token_ids(tokenizer, ex.for_policy(chat_template), chat_template) for ex in examples]

@@ -36,7 +36,7 @@ _STEP_FILE = re.compile(r"^step-(\d+)\.json$")
 
 @dataclass
 class PromptResult:
-    """One prompt's greedy completion and its verifier score."""
+    """One prompt's greedy completion and its score (the task's verifier, or a run's reward functions)."""
 
     prompt_id: str
     task: str
