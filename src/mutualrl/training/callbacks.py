@@ -1,4 +1,4 @@
-"""Trainer callbacks of a policy process: metrics, live status, validation, SEE heartbeat, a test throttle."""
+"""Trainer callbacks of a policy process: metrics, live status, validation (with its RNG guard), SEE heartbeat."""
 
 from __future__ import annotations
 
@@ -174,10 +174,11 @@ class ValidationCallback(TrainerCallback):
     """Held-out greedy reward@1 every ``every_steps`` optimizer steps, at the start and at the end.
 
     Paper, App. "Implementation details": validation every 5 steps with temperature 0, a single
-    completion per prompt; step 0 is the "No Train" point. ``every_steps`` comes from
+    completion per prompt; step 0 is the "No Train" point. ``every_steps`` is ``validation.every_steps``, or
     ``schedule.validate_every`` converted to optimizer steps (``mutualrl.config.cadence``). Every
     rank evaluates a shard of the prompts (all ranks must take part under ZeRO-3), rank 0 writes
-    the results to ``metrics/`` and to the trackers of ``grpo.report_to``.
+    the results (``eval/<policy>/step-NNNNNN.json``, a ``kind: eval`` line in ``metrics/``) and sends them to the
+    trackers of ``grpo.report_to``.
     """
 
     def __init__(self, paths: RunPaths, policy: str, regime: str, examples: list, tokenizer: Any,

@@ -1,8 +1,7 @@
 """Prompts for a run: loaded once by the parent, filtered jointly, shared by every policy.
 
-Design notes, "Identical prompts at every step": every policy must see the same prompt ids
-in the same order. The parent process loads the task's splits once, drops every prompt
-that is too long for ANY policy's tokenizer (paper: "examples whose tokenized prompts exceed
+Every policy must see the same prompt ids in the same order (docs/launch.md, "Batch sizes"). The parent
+process loads the task's splits once, drops every prompt that is too long for ANY policy's tokenizer (paper: "examples whose tokenized prompts exceed
 1024 tokens are dropped"), and writes the survivors to ``RUN/data/{train,eval}.jsonl``.
 Each policy process reads those files; with the same seed and generation batch size,
 TRL's ``RepeatSampler`` then yields identical prompt ids at every step.

@@ -1,7 +1,7 @@
 """Experiment trackers (``grpo.report_to``): installed before launch, and validation reaches them.
 
 TRL logs training metrics to the trackers a recipe names in ``grpo.report_to``
-(transformers' integration callbacks). Two things it does not do for us:
+(transformers' integration callbacks). What it does not do for us:
 
 - check, before any process starts, that each named tracker's package is installed (a
   missing ``tensorboard`` otherwise crashes every worker at start): :func:`missing_trackers`;
