@@ -1,7 +1,6 @@
 """Run the policy processes of a pool: start, watch, show progress, stop cleanly on failure.
 
-The parent of ``mutualrl train`` only plans, launches, watches and reports (design notes,
-"Shape"). Each policy is its own process group (a subprocess on CPU, an ``accelerate
+The parent of ``mutualrl train`` only plans, launches, watches and reports. Each policy is its own process group (a subprocess on CPU, an ``accelerate
 launch`` group on GPUs). The runner
 
 - starts every group with its environment and sends its output to ``RUN/logs/<policy>.log``;
