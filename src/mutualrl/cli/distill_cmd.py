@@ -79,7 +79,7 @@ def distill(
 ) -> None:
     """Sequential peer distillation: SFT of a learner on its peer's recorded successes (the paper's control for SGT).
 
-    Harvests every distinct rollout with reward > 0.8 that the peer generated in its standalone GRPO run.
+    Harvests every distinct rollout with a reward above --success-threshold that the peer generated in its standalone GRPO run.
     Fine-tunes the learner's final model on them: its own prompt template, the peer's text retokenized with its tokenizer, SGT's auxiliary NLL offline (no gate, no GRPO).
     Saves the model and prints the learner's held-out reward@1 before and after, per task group.
     """
