@@ -1,9 +1,9 @@
 """Errors that mutualrl reports to users as a clear one-paragraph message.
 
-Every error a user can cause (bad recipe, unknown model or tokenizer, malformed data
-row, dead peer, corrupt exchange file, placement that cannot fit) derives from
-:class:`MutualRLError`; the CLI prints its message without a traceback and exits
-non-zero. Anything else is a bug and keeps its traceback.
+Every error a user can cause (unknown model or tokenizer, malformed data row, dead peer,
+corrupt exchange file, placement that cannot fit) derives from :class:`MutualRLError`, but
+a bad recipe's, :class:`mutualrl.config.typed.ConfigError` (a ``ValueError``); the CLI prints
+either's message without a traceback and exits non-zero. Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 The trainer overrides private hooks of TRL 1.16 (docs/architecture.md "The TRL hook points"), and
 TRL 1.17 changed what they rest on (AsyncGRPO made stable, the vLLM client moved, configs renamed);
 the GPU paths were read against vLLM 0.30 (docs/launch.md "GPU paths"), while TRL accepts vLLM
-0.22-0.31. So a training run refuses another minor release of either before anything starts,
-unless :data:`OVERRIDE_ENV` is set to 1: then it runs, at the user's own risk, with a warning.
+0.22-0.31. So a training run refuses another minor release of either (of vLLM only when it generates with
+it) before anything starts, unless :data:`OVERRIDE_ENV` is set to 1: then it runs, at the user's own risk, with
+a warning.
 
 Versions are read from the installed distributions' metadata; nothing is imported.
 """
