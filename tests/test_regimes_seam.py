@@ -5,6 +5,7 @@ peer-row helper (retokenize, EOS, truncate) against the per-regime code it repla
 from __future__ import annotations
 
 import copy
+import inspect
 from collections import defaultdict
 from types import SimpleNamespace
 
@@ -19,7 +20,7 @@ from mutualrl.regimes.adapter import RegimeAdapter
 from mutualrl.regimes.peers import learner_responses, peer_rows
 from mutualrl.regimes.prp.adapter import PRPAdapter
 from mutualrl.regimes.registry import get_regime
-from mutualrl.regimes.seam import StepRollouts, TrainerView
+from mutualrl.regimes.seam import GRPOBatch, StepRollouts, TrainerView
 from mutualrl.regimes.sgt.adapter import SGTAdapter
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.thl import retokenize
@@ -147,6 +148,8 @@ def test_sgt_runs_a_whole_step_and_its_loss_through_a_fake_trainer(thl_tokenizer
     assert recorded[("train", "sgt/rescues")] == [1.0] and ("train", "mutual/transform_s") in recorded
     assert ("train", "mutual/publish_s") in recorded and ("train", "mutual/wait_s") in recorded
 
+    assert set(out) <= GRPOBatch.__optional_keys__  # every key SGT adds is declared, with its shape
+
     loss = learner.extra_loss(learner.trainer.model, out)
     assert loss is not None and loss.requires_grad and torch.isfinite(loss)
     assert recorded[("train", "sgt/nll_term")] == [pytest.approx(loss.item())]
@@ -162,6 +165,21 @@ def test_prp_pools_the_peer_rows_through_a_fake_trainer(thl_tokenizers, tmp_path
     got = [row[mask.bool()].tolist() for row, mask in zip(merged["completion_ids"][4:], merged["completion_mask"][4:])]
     assert got == expected
     assert learner.trainer.recorded[("train", "prp/peer_rows")] == [4.0]
+    assert set(merged) <= GRPOBatch.__optional_keys__
+
+
+BUILTIN = ("standalone", "xgrpo", "sgt", "prp", "grpo-randpert", "hacpo")
+
+
+@pytest.mark.parametrize("regime", BUILTIN)
+def test_every_adapter_types_the_batch_it_takes_and_gives_back(regime):
+    """Failed before: the batch crossed the seam as dict[str, Any], and the regimes' overrides were unannotated."""
+    cls = adapter_class(get_regime(regime))
+    for hook, batch in (("process_step", "output"), ("transform", "output"), ("extra_loss", "inputs"),
+                        ("token_weights", "inputs")):
+        assert inspect.signature(getattr(cls, hook)).parameters[batch].annotation == "GRPOBatch", (regime, hook)
+    assert inspect.signature(cls.transform).return_annotation == "tuple[GRPOBatch, dict[str, float]]"
+    assert inspect.signature(cls.process_step).return_annotation == "GRPOBatch"
 
 
 def test_stale_rounds_are_declared_by_the_regimes_that_implement_them():
@@ -278,7 +296,7 @@ def test_learner_responses_equal_the_old_sgt_and_prp_code(thl_tokenizers, vocab,
     assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(got.spans, spans, strict=True))
 
 
-def test_peer_rows_reads_column_wise_in_source_order(thl_tokenizers):
+def test_peer_rows_reads_text_column_wise_in_source_order(thl_tokenizers):
     one = pa.table({"response_text": ["a", "b"], "finished": [True, False]})
     two = pa.table({"response_text": ["c"], "finished": [False]})
     got = peer_rows({"one": one, "two": two}, [("two", 0), ("one", 1), ("one", 0)], ("response_text", "finished"))

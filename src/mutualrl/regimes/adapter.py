@@ -2,13 +2,15 @@
 
 Each regime's own adapter (``regimes/<name>/adapter.py``) subclasses :class:`RegimeAdapter`. The
 trainer (:class:`~mutualrl.training.trainer.MutualGRPOTrainer`) calls :meth:`RegimeAdapter.process_step`
-once per generation step with TRL's batch dict and this policy's :class:`~mutualrl.regimes.seam.StepRollouts`.
+once per generation step with TRL's batch (:class:`~mutualrl.regimes.seam.GRPOBatch`) and this policy's
+:class:`~mutualrl.regimes.seam.StepRollouts`.
 The adapter
 
 1. publishes this rank's rollout records to the SEE (all regimes but a silent standalone),
 2. waits for and reads the peer columns its regime names (``peer_columns``; the paper's SEE paragraph has
    XGRPO subscribe to scalar rewards, SGT to verified successful responses, PRP to rollout text and behaviour
-   traces: SGT reads the reward, text and length columns of every peer row and keeps the successes itself),
+   traces; the SEE does not filter rows, so SGT reads six columns of every peer row (prompt id, sample
+   index, reward, text, finished flag, length) and finds the successes itself),
 3. calls the regime's pure function and writes the result back into TRL's batch,
 4. logs the regime's metrics under ``<regime>/<metric>``,
 5. prunes its old SEE rounds.
@@ -30,7 +32,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from mutualrl.regimes.registry import RegimeSpec
-from mutualrl.regimes.seam import TOKEN_WEIGHTS, StepRollouts, TrainerView
+from mutualrl.regimes.seam import TOKEN_WEIGHTS, GRPOBatch, StepRollouts, TrainerView
 from mutualrl.regimes.standalone.spec import STANDALONE
 
 if TYPE_CHECKING:
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
 
     from mutualrl.see.exchange import ExperienceExchange
     from mutualrl.see.lockstep import LockStepConsumption
-    from mutualrl.see.schema import RolloutBatch
+    from mutualrl.see.records import RolloutBatch
 
 
 class RegimeAdapter:
@@ -48,6 +50,9 @@ class RegimeAdapter:
     """The regime this adapter runs (its name prefixes the metrics); set per instance by
     :func:`~mutualrl.training.adapters.make_regime_adapter` from the registry."""
     publishes_traces = False
+    publishes_spans = False
+    """Whether this policy publishes each token's character span (THL): declared by a regime whose readers need the
+    peers' spans (PRP's peer denominator); otherwise the column is null and only the text is decoded."""
     peer_columns: tuple[str, ...] | None = None
     uses_stale_rounds: ClassVar[bool] = False
     """Whether the regime implements :meth:`transform_stale` (declared, not detected): only then is a peer round
@@ -103,7 +108,7 @@ class RegimeAdapter:
                 self.consumption = bounded_consumption(self, trainer)
 
     # -- per step: the stages, top to bottom ------------------------------------------------
-    def process_step(self, output: dict[str, Any], rollouts: StepRollouts) -> dict[str, Any]:
+    def process_step(self, output: GRPOBatch, rollouts: StepRollouts) -> GRPOBatch:
         """One generation step of the regime (paper, "Dataflow in One Training Loop"): publish this rank's
         records, read the peers' round, rewrite TRL's batch, log, prune. Returns the (rewritten) batch."""
         timings: dict[str, float] = {}  # seconds per stage, logged as mutual/<stage>_s
@@ -115,7 +120,7 @@ class RegimeAdapter:
         self.prune_records(rollouts.step)
         return output
 
-    def publish_records(self, output: dict[str, Any], rollouts: StepRollouts, timings: dict[str, float]) -> None:
+    def publish_records(self, output: GRPOBatch, rollouts: StepRollouts, timings: dict[str, float]) -> None:
         """Publish this rank's records to the SEE (nothing without an exchange: a silent standalone)."""
         if self.exchange is None:
             return
@@ -128,7 +133,7 @@ class RegimeAdapter:
         self.exchange.publish(rollouts.step, records)
         timings["publish_s"] = time.perf_counter() - clock
 
-    def read_peers(self, output: dict[str, Any], rollouts: StepRollouts,
+    def read_peers(self, output: GRPOBatch, rollouts: StepRollouts,
                    timings: dict[str, float]) -> tuple[int | None, dict[str, pa.Table]]:
         """The peer round this step uses and the peers' tables of it (``{}`` for a regime that reads none):
         lock-step, this step's round (:meth:`read_peer_round`); otherwise :mod:`mutualrl.regimes.offlock` decides."""
@@ -140,8 +145,8 @@ class RegimeAdapter:
             return read_bounded_round(self, output, rollouts, timings)
         return self.read_peer_round(rollouts.step, timings)
 
-    def apply_regime(self, output: dict[str, Any], rollouts: StepRollouts, peers: dict[str, pa.Table],
-                     peer_step: int | None, timings: dict[str, float]) -> tuple[dict[str, Any], dict[str, float]]:
+    def apply_regime(self, output: GRPOBatch, rollouts: StepRollouts, peers: dict[str, pa.Table],
+                     peer_step: int | None, timings: dict[str, float]) -> tuple[GRPOBatch, dict[str, float]]:
         """The regime's rewrite of TRL's batch with the round ``peer_step``: this step's (:meth:`transform`); off
         lock-step an earlier one (:meth:`transform_stale`) or none (plain GRPO: no peer left, nothing new)."""
         clock = time.perf_counter()
@@ -166,12 +171,13 @@ class RegimeAdapter:
             self.exchange.prune(self.consumption.own_rounds[0] if self.needs_peers else step)
 
     def read_peer_round(self, step: int, timings: dict[str, float]) -> tuple[int, dict[str, pa.Table]]:
-        """Lock-step (paper, SEE barrier): wait until every peer committed round ``step``, then read its tables."""
+        """Lock-step (paper, SEE barrier): wait until every peer committed round ``step``, then read its tables from
+        the shards the barrier found (no second scan of the peers' folders)."""
         clock = time.perf_counter()
-        self.consumption.next_round(step)
+        found = self.consumption.next_round(step).shards
         timings["wait_s"] = time.perf_counter() - clock
         clock = time.perf_counter()
-        peers = {name: self.exchange.read(step, name, columns=self.peer_columns) for name in self.peers}
+        peers = {name: self.exchange.read_shards(found[name], columns=self.peer_columns) for name in self.peers}
         timings["read_s"] = time.perf_counter() - clock
         return step, peers
 
@@ -189,25 +195,25 @@ class RegimeAdapter:
             self.phase_hook("training")
 
     # -- the hooks a regime implements --------------------------------------------------------
-    def transform(self, output: dict[str, Any], rollouts: StepRollouts,
-                  peers: dict[str, pa.Table]) -> tuple[dict[str, Any], dict[str, float]]:
+    def transform(self, output: GRPOBatch, rollouts: StepRollouts,
+                  peers: dict[str, pa.Table]) -> tuple[GRPOBatch, dict[str, float]]:
         """Rewrite TRL's batch with the peers' tables of this step; returns it and the regime's metrics."""
         return output, {}
 
-    def remember(self, output: dict[str, Any], rollouts: StepRollouts) -> None:
+    def remember(self, output: GRPOBatch, rollouts: StepRollouts) -> None:
         """Keep what :meth:`transform_stale` needs of this step (off lock-step only: each step, before reading)."""
 
-    def transform_stale(self, output: dict[str, Any], rollouts: StepRollouts, peers: dict[str, pa.Table],
-                        peer_step: int) -> tuple[dict[str, Any], dict[str, float]]:
+    def transform_stale(self, output: GRPOBatch, rollouts: StepRollouts, peers: dict[str, pa.Table],
+                        peer_step: int) -> tuple[GRPOBatch, dict[str, float]]:
         """Use peer records of an earlier round (``see.max_staleness > 0``); called only where the regime
         declares ``uses_stale_rounds = True`` (XGRPO and PRP cannot: they pair peer rows with the same prompts)."""
         return output, {}
 
-    def extra_loss(self, model: torch.nn.Module, inputs: dict[str, Any]) -> torch.Tensor | None:
+    def extra_loss(self, model: torch.nn.Module, inputs: GRPOBatch) -> torch.Tensor | None:
         """An auxiliary loss term for this micro-batch (SGT's λ·NLL), or None."""
         return None
 
-    def token_weights(self, inputs: dict[str, Any]) -> torch.Tensor | None:
+    def token_weights(self, inputs: GRPOBatch) -> torch.Tensor | None:
         """Per-token weights ``[B, T]`` (finite, >= 0) that multiply this micro-batch's per-token policy loss, or
         None (no weighting: TRL's loss untouched). By default the ``TOKEN_WEIGHTS`` rows a regime put into the batch
         in :meth:`transform` (TRL shuffles and splits them with the other rows); the trainer applies them once
@@ -215,7 +221,7 @@ class RegimeAdapter:
         return inputs.get(TOKEN_WEIGHTS)
 
     # -- helpers --------------------------------------------------------------------------
-    def ensure_behaviour_logps(self, output: dict[str, Any]) -> None:
+    def ensure_behaviour_logps(self, output: GRPOBatch) -> None:
         """Make sure ``old_per_token_logps`` (the behaviour trace) exists in the batch.
 
         TRL skips it when generation and optimisation are aligned (it then uses the detached

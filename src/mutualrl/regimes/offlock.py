@@ -15,7 +15,7 @@ import contextlib
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
-from mutualrl.regimes.seam import GRPOArgsView, StepRollouts, TrainerView
+from mutualrl.regimes.seam import GRPOArgsView, GRPOBatch, StepRollouts, TrainerView
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -37,7 +37,7 @@ class PeerReader(Protocol):
     peer_columns: tuple[str, ...] | None
     uses_stale_rounds: bool
 
-    def remember(self, output: dict[str, Any], rollouts: StepRollouts) -> None: ...
+    def remember(self, output: GRPOBatch, rollouts: StepRollouts) -> None: ...
 
     def phase(self, name: str) -> contextlib.AbstractContextManager[None]: ...
 
@@ -52,7 +52,7 @@ def bounded_consumption(adapter: PeerReader, trainer: TrainerView) -> BoundedCon
                               stride=round_stride(trainer.args, see.catch_up))
 
 
-def read_bounded_round(adapter: PeerReader, output: dict[str, Any], rollouts: StepRollouts,
+def read_bounded_round(adapter: PeerReader, output: GRPOBatch, rollouts: StepRollouts,
                        timings: dict[str, float]) -> tuple[int | None, dict[str, pa.Table]]:
     """The peer round step ``rollouts.step`` uses under the bound (``None``: none; plain GRPO this step) and the
     peers' tables of it. The regime first keeps what a later step may need of this one (:meth:`remember`)."""
@@ -74,13 +74,35 @@ def read_bounded_round(adapter: PeerReader, output: dict[str, Any], rollouts: St
         return None, {}
     clock = time.perf_counter()
     try:
-        peers = {name: adapter.exchange.read(peer_step, name, columns=adapter.peer_columns) for name in adapter.peers}
+        peers = read_round(adapter, chosen, peer_step)
     except ShardMissingError:
         peers = None  # pruned by a peer that ran ahead after dropping us, maybe after another rank read it
     if not read_on_every_rank(adapter.trainer.accelerator, peers is not None):
         return None, {}  # no peer data this step, on every rank alike: a regime's transform holds collectives
     timings["read_s"] = time.perf_counter() - clock
     return peer_step, peers
+
+
+def read_round(adapter: PeerReader, chosen: PeerRound, peer_step: int) -> dict[str, pa.Table]:
+    """The peers' tables of round ``peer_step``, loaded from the shards the choice found (``chosen.shards``: rank 0's
+    choice, a replay's wait); a rank > 0, which read rank 0's decision from the log, scans for them.
+    :class:`ShardMissingError` when a peer pruned the round in between."""
+    from mutualrl.see.errors import CorruptShardError, ShardMissingError
+
+    exchange, columns, found = adapter.exchange, adapter.peer_columns, chosen.shards or {}
+    tables = {}
+    for name in adapter.peers:
+        if name not in found:
+            tables[name] = exchange.read(peer_step, name, columns=columns)
+            continue
+        try:
+            tables[name] = exchange.read_shards(found[name], columns=columns)
+        except CorruptShardError as err:  # a data file gone with its manifest: pruned (manifest first), not corrupt
+            if err.problem != "missing" or all(info.manifest_path.exists() for info in found[name]):
+                raise
+            raise ShardMissingError(f"SEE: policy {name!r} pruned its shards of step {peer_step} before they were "
+                                    "read", peer=name, step=peer_step) from None
+    return tables
 
 
 def read_on_every_rank(accelerator: Any, read: bool) -> bool:

@@ -6,6 +6,9 @@ builds its ``[P, M-1, K]`` peer tensors with :func:`gather_peer_groups` (the lay
 :mod:`mutualrl.regimes.pool`), so the row matching and the "policies saw different prompts"
 error live here once. Peer responses that enter the learner's batch (SGT's rescues, PRP's pooled
 rows) become learner token rows here once too (:func:`learner_responses`, THL's retokenization).
+Peer rows leave Arrow column-wise: numbers through numpy, per-token columns (spans, log-probs) as
+zero-copy numpy views (:func:`peer_row_views`); only the response text becomes Python ``str``, for the
+tokenizer (:func:`peer_rows`).
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ class PeerGroups:
     i-th rollout of prompt ``p``; ``values[column]`` is that column there, float32 ``[P, M-1, K]``."""
 
     names: list[str]
-    rows: torch.Tensor
-    values: dict[str, torch.Tensor]
+    rows: torch.Tensor  # int64 [P, M-1, K]
+    values: dict[str, torch.Tensor]  # float32 [P, M-1, K] each
 
     def pool(self, learner: torch.Tensor, learner_index: int, column: str = "reward") -> torch.Tensor:
         """The pool ``[P, M, K]``: the learner's float32 ``[P, K]`` at ``learner_index``, the peers around it."""
@@ -45,7 +48,7 @@ def gather_peer_groups(peers: dict[str, pa.Table], names: Sequence[str], prompt_
     """The rows and numeric ``columns`` of each peer in ``names`` (that order) for the K-groups ``prompt_ids``.
 
     ``peers`` maps a peer to its Arrow table of round ``step``; a peer missing a rollout of a prompt
-    fails (:func:`group_rows`).
+    fails (:func:`peer_groups`).
     """
     p = len(prompt_ids)
     rows = torch.empty(p, len(names), k, dtype=torch.long)
@@ -58,36 +61,37 @@ def gather_peer_groups(peers: dict[str, pa.Table], names: Sequence[str], prompt_
     return PeerGroups(list(names), rows, values)
 
 
-def peer_table_index(table: pa.Table, policy: str, step: int) -> dict[str, dict[int, int]]:
-    """prompt_id -> {sample_index: row} for one peer's records of a step."""
-    prompt_ids = table.column("prompt_id").to_pylist()
-    samples = table.column("sample_index").to_pylist()
-    index: dict[str, dict[int, int]] = {}
-    for row, (pid, k) in enumerate(zip(prompt_ids, samples, strict=True)):
-        index.setdefault(pid, {})[int(k)] = row
-    return index
-
-
-def group_rows(index: dict[str, dict[int, int]], prompt_id: str, k: int, policy: str, step: int) -> list[int]:
-    """Rows of a peer's K rollouts for ``prompt_id``; a gap means the policies saw different data."""
-    from mutualrl.errors import PeerError
-
-    rows = index.get(prompt_id)
-    if rows is None or len(rows) < k:
-        have = 0 if rows is None else len(rows)
-        raise PeerError(
-            f"peer {policy!r} published {have} of {k} rollouts for prompt {prompt_id!r} at step {step}: the "
-            "policies did not see the same prompts (check that every policy uses the same seed, dataset and "
-            "generation batch size)"
-        )
-    return [rows[i] for i in range(k)]
-
-
 def peer_groups(table: pa.Table, prompt_ids: Sequence[str], k: int, policy: str, step: int) -> torch.Tensor:
-    """int64 ``[P, K]``: each prompt's K rollout rows in one peer's table (a gap fails: :func:`group_rows`)."""
-    index = peer_table_index(table, policy, step)
-    rows = [group_rows(index, pid, k, policy, step) for pid in prompt_ids]
-    return torch.tensor(rows, dtype=torch.long).reshape(len(prompt_ids), k)
+    """int64 ``[P, K]``: each prompt's K rollout rows in one peer's table; a gap means the policies saw different
+    data (:class:`~mutualrl.errors.PeerError` naming the peer, the prompt and the step).
+
+    Column-wise: each row's prompt is found among ``prompt_ids`` by Arrow (``index_in``, on a dictionary column's
+    dictionary too) and placed at ``[prompt, sample_index]`` by numpy; the same prompt id twice in ``prompt_ids``
+    gets the same rows, and of two rows with one (prompt, sample) the later counts.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    wanted = pa.array(list(prompt_ids), pa.string())
+    first = pc.index_in(wanted, value_set=wanted).to_numpy(zero_copy_only=False)  # int32 [P] first place of each id
+    group = pc.fill_null(pc.index_in(table.column("prompt_id"), value_set=wanted), -1)
+    group = group.to_numpy().astype(np.int64)  # [R] each row's prompt among prompt_ids, -1: not one of them
+    sample = table.column("sample_index").to_numpy().astype(np.int64)  # [R]
+    keep = (group >= 0) & (sample >= 0) & (sample < k)  # bool [R]
+    grid = np.full((len(wanted), k), -1, dtype=np.int64)  # [P, K] row of each (prompt, sample), -1: none
+    np.maximum.at(grid, (group[keep], sample[keep]), np.flatnonzero(keep))  # the later row of a duplicate wins
+    rows = grid[first.astype(np.int64)]  # [P, K]
+    gaps = np.flatnonzero((rows < 0).any(axis=1))
+    if gaps.size:
+        from mutualrl.errors import PeerError
+
+        p = int(gaps[0])
+        raise PeerError(
+            f"peer {policy!r} published {int((rows[p] >= 0).sum())} of {k} rollouts for prompt {prompt_ids[p]!r} at "
+            f"step {step}: the policies did not see the same prompts (check that every policy uses the same seed, "
+            "dataset and generation batch size)"
+        )
+    return torch.from_numpy(rows)
 
 
 def peer_values(table: pa.Table, column: str, groups: torch.Tensor) -> torch.Tensor:
@@ -125,7 +129,9 @@ def local_slice(rollouts: StepRollouts) -> slice:
 
 def peer_rows(peers: dict[str, pa.Table], sources: Sequence[tuple[str, int]],
               columns: Sequence[str]) -> dict[str, list[Any]]:
-    """``columns`` of the peer rows ``sources`` (``(peer, row)``, any order) as Python lists in that order.
+    """Scalar ``columns`` (the response text, the finished flag) of the peer rows ``sources`` (``(peer, row)``, any
+    order) as Python values in that order: the tokenizer takes ``str``. A list column (token ids, spans, log-probs)
+    is read with :func:`peer_row_views` instead, without Python values.
 
     Column-wise: one Arrow ``take`` and ``to_pylist`` per peer and column, not one ``as_py`` per cell.
     """
@@ -139,6 +145,36 @@ def peer_rows(peers: dict[str, pa.Table], sources: Sequence[tuple[str, int]],
             values = peers[name].column(column).take(rows).to_pylist()
             for i, value in zip(positions, values, strict=True):
                 out[column][i] = value
+    return out
+
+
+class ListColumnRows:
+    """One list column of a peer's table (one chunk per publishing rank), its rows as numpy views of the Arrow
+    buffers (:func:`mutualrl.see.ragged`, per chunk: nothing is copied)."""
+
+    def __init__(self, column: pa.ChunkedArray):
+        from mutualrl.see import ragged
+
+        self.chunks = [ragged(chunk) for chunk in column.chunks]
+        self.starts = np.cumsum([0] + [len(chunk) for chunk in column.chunks])  # int64 [chunks + 1]
+
+    def row(self, i: int) -> np.ndarray | None:
+        """Row ``i`` of the column (None: a null row)."""
+        c = int(np.searchsorted(self.starts, i, side="right")) - 1  # the last chunk starting at or before row i
+        return self.chunks[c].row(i - int(self.starts[c]))
+
+
+def peer_row_views(peers: dict[str, pa.Table], sources: Sequence[tuple[str, int]],
+                   column: str) -> list[np.ndarray | None]:
+    """The list ``column`` (``response_token_spans``, ``behaviour_logps``, ...) of the peer rows ``sources``
+    (``(peer, row)``, any order), in that order: per row a zero-copy numpy view of the peer's table in the column's
+    own dtype (None: a null row, e.g. a peer that did not publish traces)."""
+    columns: dict[str, ListColumnRows] = {}
+    out: list[np.ndarray | None] = []
+    for name, row in sources:
+        if name not in columns:
+            columns[name] = ListColumnRows(peers[name].column(column))
+        out.append(columns[name].row(int(row)))
     return out
 
 

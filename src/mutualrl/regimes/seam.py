@@ -2,15 +2,16 @@
 
 Paper, "Dataflow in One Training Loop": each policy runs its native rollout and scoring, then hands the
 step to its regime, which publishes, reads its peers' fields and rewrites the GRPO batch. The trainer
-(:class:`~mutualrl.training.trainer.MutualGRPOTrainer`) hands over two things, both declared here so that
+(:class:`~mutualrl.training.trainer.MutualGRPOTrainer`) hands over three things, all declared here so that
 a regime never imports ``training/`` and never reaches into TRL's private attributes:
 
+- TRL's batch, typed as :class:`GRPOBatch` (the keys a regime reads or writes, with their shapes);
 - :class:`StepRollouts`, what one generation step produced (ids, texts, rewards; this rank's rows and
   every rank's);
 - :class:`TrainerView`, everything a regime may read or call on the trainer; the trainer implements it,
   and a test fake needs nothing more (``tests/test_regimes_seam.py``).
 
-Back from the regime to the trainer go TRL's rewritten batch, an optional extra loss term
+Back from the regime to the trainer go the rewritten :class:`GRPOBatch`, an optional extra loss term
 (``RegimeAdapter.extra_loss``) and optional per-token loss weights (``RegimeAdapter.token_weights``, by default
 the batch's :data:`TOKEN_WEIGHTS` rows).
 
@@ -21,16 +22,57 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypedDict, runtime_checkable
 
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedTokenizerBase
 
 
-TOKEN_WEIGHTS = "mutual_token_weights"
+TOKEN_WEIGHTS: Final = "mutual_token_weights"
 """Key of the batch rows ``[B, T]`` (finite, >= 0) that multiply the per-token policy loss (importance-weight
 corrections): a regime writes them in ``transform``; TRL shuffles and splits them with the batch's other rows."""
+
+
+class GRPOBatch(TypedDict, total=False):
+    """TRL's GRPO batch as it crosses the seam: the keys of ``GRPOTrainer._generate_and_score_completions``'s dict
+    (TRL 1.16) that a regime reads or writes, and the keys the regimes add. A plain ``dict`` at run time; TRL
+    shuffles it and splits it into micro-batches along the first dimension, so every tensor a regime adds has one
+    row per completion (``B``: this rank's rows; PRP appends its peer rows, so ``B`` grows to ``B + N``).
+
+    ``P``: prompt tokens, ``C``: completion tokens (PRP widens ``C`` to its peer rows' width ``T``), ``R``: SGT's
+    rescue tokens.
+    """
+
+    # TRL's, always present
+    prompt_ids: torch.Tensor  # int64 [B, P], left-padded
+    prompt_mask: torch.Tensor  # int64 [B, P]
+    completion_ids: torch.Tensor  # int64 [B, C], right-padded
+    completion_mask: torch.Tensor  # int64 [B, C], 1 on each completion's tokens (EOS included)
+    advantages: torch.Tensor  # float32 [B]
+    num_items_in_batch: torch.Tensor  # int64 [], completion tokens of the generation batch over every rank
+    # TRL's, where it computes them
+    old_per_token_logps: torch.Tensor  # float [B, C] behaviour log-probs (absent when generation and update align)
+    ref_per_token_logps: torch.Tensor  # float [B, C] reference model's log-probs (beta > 0)
+    sampling_per_token_logps: torch.Tensor  # float [B, C] vLLM's sampling log-probs
+    importance_sampling_ratio: torch.Tensor  # float [B, C], or [B, 1] in vLLM's sequence-level modes
+    # TRL's multimodal and tool rollouts: PRP refuses a batch with any of them (prp.adapter.UNSUPPORTED_KEYS)
+    tool_mask: torch.Tensor  # int64 [B, C]
+    pixel_values: torch.Tensor  # the processor's image tensor, not per row
+    image_grid_thw: torch.Tensor  # int64 [images, 3]
+    token_type_ids: torch.Tensor  # int64 [B, P + C], 0 on the completion
+    mm_token_type_ids: torch.Tensor  # int64 [B, P + C], 0 on the completion
+    # the regimes'
+    mutual_token_weights: torch.Tensor  # float32 [B, C] per-token loss weights (TOKEN_WEIGHTS: PRP, HACPO, variants)
+    sgt_completion_ids: torch.Tensor  # int64 [B, R] SGT's rescue target on its gated rows, padding elsewhere
+    sgt_completion_mask: torch.Tensor  # int64 [B, R]
+    sgt_weight: torch.Tensor  # float32 [B] the NLL weight of each row (0 off the gated rows)
+    sgt_source: torch.Tensor  # int64 [B] the rescue's peer (its place in the adapter's peers), -1 off the gated rows
+    sgt_prompt_ids: torch.Tensor  # int64 [B, P'] an earlier round's prompts (see.max_staleness), scored with the rescue
+    sgt_prompt_mask: torch.Tensor  # int64 [B, P']
+    hacpo_log_ratio: torch.Tensor  # float32 [B] a peer row's log s (Eq. 11), 0 on own rows
+    hacpo_coefficient: torch.Tensor  # float32 [B] a peer row's discrepancy coefficient, 1 on own rows
+    hacpo_peer_row: torch.Tensor  # bool [B] True on the peer rows
 
 
 @dataclass

@@ -15,10 +15,14 @@ shows it; a later run can replay it).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from mutualrl.see.consumption_log import append_row
+
+if TYPE_CHECKING:
+    from mutualrl.see.exchange import ExperienceExchange
+    from mutualrl.see.shards import ShardInfo
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,10 @@ class PeerRound:
         waited: whether the consumer had to wait for a peer more than S rounds behind.
         peers: the peers with records of ``peer_step`` (``None``: every active peer; a peer that skipped the
             round has none).
+        shards: each peer's committed shards of ``peer_step`` as the consumer found them while choosing the round
+            (the barrier's :meth:`~mutualrl.see.exchange.ExperienceExchange.wait_for`), so the read loads them
+            without scanning the folders again; ``None`` where the choice came from elsewhere (off lock-step, a
+            rank > 0 reads rank 0's decision from the log and scans).
     """
 
     step: int
@@ -39,6 +47,7 @@ class PeerRound:
     age: int | None
     waited: bool = False
     peers: tuple[str, ...] | None = None
+    shards: dict[str, list[ShardInfo]] | None = field(default=None, compare=False, repr=False)
 
 
 def is_lock_step(see: Any) -> bool:
@@ -54,7 +63,7 @@ class LockStepConsumption:
     may_skip = False
     """Whether rounds may be skipped (only off lock-step, :mod:`mutualrl.see.offlock`)."""
 
-    def __init__(self, exchange: Any, peers: list[str], accelerator: Any = None):
+    def __init__(self, exchange: ExperienceExchange, peers: list[str], accelerator: Any = None):
         self.exchange = exchange
         self.peers = list(peers)
         self.active = list(peers)  # lock-step: a peer never leaves (a failed one stops the run)
@@ -72,11 +81,12 @@ class LockStepConsumption:
         self.own_rounds = [int(step)]
 
     def next_round(self, step: int) -> PeerRound:
-        """Wait at the SEE barrier until every peer committed round ``step``; that round is read."""
+        """Wait at the SEE barrier until every peer committed round ``step``; that round is read, from the shards
+        the barrier found (``shards``)."""
         self.note_round(step)
         started = time.monotonic()
-        self.exchange.wait_for(step, policies=self.active)
-        chosen = PeerRound(int(step), int(step), 0)
+        found = self.exchange.wait_for(step, policies=self.active)
+        chosen = PeerRound(int(step), int(step), 0, shards=found)
         self.last_consumed = chosen.peer_step
         if self.is_main:
             self.log_round(chosen, time.monotonic() - started)

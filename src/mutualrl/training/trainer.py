@@ -30,6 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -37,10 +38,22 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from mutualrl.regimes.adapter import RegimeAdapter
-from mutualrl.regimes.seam import StepRollouts
+from mutualrl.regimes.seam import GRPOBatch, StepRollouts
 from mutualrl.training.trl_metrics import TRLMetrics
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PendingRewards:
+    """What TRL handed :meth:`MutualGRPOTrainer._calculate_rewards` in one generation step, kept until the batch is
+    built (:meth:`MutualGRPOTrainer._collect_step_rollouts` makes the step's :class:`StepRollouts` of it)."""
+
+    inputs: list[dict[str, Any]]  # this rank's dataset rows, one per completion (their "prompt_id" included)
+    prompts: list[Any]  # this rank's prompts: text, or chat messages
+    completions: list[Any]  # this rank's decoded completions: text, or chat messages
+    completion_ids: list[list[int]]  # this rank's generated token ids, one list per completion
+    rewards_per_func: torch.Tensor  # float32 [B_global, F] every rank's rewards per reward function (NaN: None)
 
 
 class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
@@ -66,7 +79,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         score_completions_only_on_cpu(self.model)  # a frozen head: TRL's numbers, about half the CPU time
         self.policy_name = policy_name
         self.regime = regime
-        self._pending_rewards: dict[str, Any] | None = None
+        self._pending_rewards: PendingRewards | None = None
         self.no_signal: Any = None  # training.no_signal.NoSignalWatch, made at the first step
         self.generation_delay: tuple[float, str | None] = (0.0, None)  # (seconds, "even" | "odd" | None)
         self.regime.bind(self)
@@ -80,21 +93,15 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
     # -- 1. rewards -------------------------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._pending_rewards = {
-            "inputs": inputs,
-            "prompts": prompts,
-            "completions": completions,
-            "completion_ids": completion_ids_list,
-            "rewards_per_func": rewards_per_func,
-        }
+        self._pending_rewards = PendingRewards(inputs, prompts, completions, completion_ids_list, rewards_per_func)
         return rewards_per_func
 
     # -- 2. batch -----------------------------------------------------------------------
-    def _generate_and_score_completions(self, inputs):
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> GRPOBatch:
         if self.model.training:
             self.throttle()
         started = time.perf_counter()
-        output = super()._generate_and_score_completions(inputs)
+        output: GRPOBatch = super()._generate_and_score_completions(inputs)
         if not self.model.training:  # TRL's own evaluation loop: no exchange
             return output
         # Where a step's time goes: rollout (generation, rewards, old log-probs) vs TRL's step_time.
@@ -130,8 +137,8 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         if pending is None:  # pragma: no cover - TRL always calls _calculate_rewards first
             raise RuntimeError("rewards were not captured for this step")
         self._pending_rewards = None
-        inputs = pending["inputs"]
-        rewards_per_func = pending["rewards_per_func"]
+        inputs = pending.inputs
+        rewards_per_func = pending.rewards_per_func
         weights = self.reward_weights.to(rewards_per_func.device)
         rewards_global = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
         rewards_global[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
@@ -139,7 +146,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         index = self.accelerator.process_index
         local = slice(index * n_local, (index + 1) * n_local)
         prompt_ids_local = [str(row["prompt_id"]) for row in inputs]
-        lengths_local = [len(ids) for ids in pending["completion_ids"]]
+        lengths_local = [len(ids) for ids in pending.completion_ids]
         if self.accelerator.num_processes > 1:
             prompt_ids_global = gather_object(prompt_ids_local)
             lengths_global = gather_object(lengths_local)
@@ -152,9 +159,9 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
             num_generations=k,
             prompt_ids_local=prompt_ids_local,
             sample_index_local=[(first_global_row + i) % k for i in range(n_local)],
-            prompt_texts_local=pending["prompts"],
-            completion_texts_local=pending["completions"],
-            completion_ids_local=pending["completion_ids"],
+            prompt_texts_local=pending.prompts,
+            completion_texts_local=pending.completions,
+            completion_ids_local=pending.completion_ids,
             rewards_local=rewards_global[local].detach().cpu(),
             prompt_ids_global=list(prompt_ids_global),
             rewards_global=rewards_global.detach().cpu(),
@@ -164,9 +171,9 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         )
 
     # -- 3. loss ------------------------------------------------------------------------
-    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+    def compute_loss(self, model, inputs: GRPOBatch, return_outputs=False, num_items_in_batch=None):
         weights = self.regime.token_weights(inputs)
-        policy_inputs = inputs if weights is None else {
+        policy_inputs: GRPOBatch = inputs if weights is None else {
             **inputs, "advantages": weighted_advantages(inputs["advantages"], weights, self.regime.name)}
         loss = super().compute_loss(model, policy_inputs, return_outputs=return_outputs,
                                     num_items_in_batch=num_items_in_batch)

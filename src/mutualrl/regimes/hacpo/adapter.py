@@ -17,19 +17,24 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
 from mutualrl.regimes.hacpo.spec import HACPO, HACPOSettings
 from mutualrl.regimes.prp.adapter import PRPAdapter, PRPStep
+from mutualrl.regimes.peers import PeerGroups
 from mutualrl.regimes.rank_metrics import Quantile, Share
+from mutualrl.regimes.seam import GRPOBatch, StepRollouts
 
-LOG_RATIO = "hacpo_log_ratio"
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+LOG_RATIO: Final = "hacpo_log_ratio"
 """Batch rows ``[B]``: a peer row's ``log s`` (Eq. 11, learner snapshot over the peer's aligned trace); 0 on own."""
-COEFFICIENT = "hacpo_coefficient"
+COEFFICIENT: Final = "hacpo_coefficient"
 """Batch rows ``[B]``: a peer row's discrepancy coefficient ``ω(j, k)`` (Eq. 10, or 1 when off); 1 on own rows."""
-PEER_ROW = "hacpo_peer_row"
+PEER_ROW: Final = "hacpo_peer_row"
 """Batch rows ``[B]``: True on the peer rows."""
 
 
@@ -46,7 +51,8 @@ class HACPOAdapter(PRPAdapter):
         self.generation_update = 0  # the trainer's optimizer steps when this step's batch was built
 
     # -- Sec. 3.1 / 3.2: advantages and the capability behind them --------------------------------
-    def _pooled_advantages(self, rollouts, peers):
+    def _pooled_advantages(self, rollouts: StepRollouts,
+                           peers: dict[str, pa.Table]) -> tuple[PeerGroups, torch.Tensor, range, torch.Tensor]:
         """PRP's pooled groups with HACPO's advantages ``[P, M, K]`` for this learner (Eqs. 6-7)."""
         peer, _, local_groups, _ = super()._pooled_advantages(rollouts, peers)
         learner_m = self.pool_order.index(self.policy)
@@ -86,7 +92,8 @@ class HACPOAdapter(PRPAdapter):
         traced = replace(step, behaviour=PRPAdapter.behaviour_logps(self, step))
         return super().step_metrics(traced, weights)
 
-    def transform(self, output, rollouts, peers):
+    def transform(self, output: GRPOBatch, rollouts: StepRollouts,
+                  peers: dict[str, pa.Table]) -> tuple[GRPOBatch, dict[str, float]]:
         from mutualrl.regimes.hacpo.maths import sequence_log_ratio
 
         step = self.pool_step(output, rollouts, peers)
@@ -144,7 +151,7 @@ class HACPOAdapter(PRPAdapter):
             return 0.0, math.inf
         return stepwise_lower_bound(settings.clip_delta, settings.clip_step, update_index), 1.0
 
-    def token_weights(self, inputs: dict[str, Any]) -> torch.Tensor | None:
+    def token_weights(self, inputs: GRPOBatch) -> torch.Tensor | None:
         """Eq. 50's weight on the peer rows (1 on the learner's own) ``[B, T]``, times any other weight rows of the
         batch; the clip band is the one of this micro-batch's parameter update within the step."""
         from mutualrl.regimes.hacpo.maths import cross_agent_weight

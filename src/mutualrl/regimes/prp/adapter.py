@@ -13,7 +13,7 @@ applies to every row.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -26,12 +26,15 @@ from mutualrl.regimes.peers import (
     PeerGroups,
     gather_peer_groups,
     learner_responses,
-    peer_rows,
+    peer_row_views,
     require_whole_groups,
 )
 from mutualrl.regimes.prp.spec import PRP, PRPSettings
 from mutualrl.regimes.rank_metrics import Quantile, Share, Total
-from mutualrl.regimes.seam import TOKEN_WEIGHTS
+from mutualrl.regimes.seam import TOKEN_WEIGHTS, GRPOBatch, StepRollouts
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 UNSUPPORTED_KEYS = ("tool_mask", "pixel_values", "image_grid_thw", "token_type_ids", "mm_token_type_ids")
 
@@ -41,7 +44,7 @@ class PRPStep:
     """What PRP computed for one step: the steps after it, a subclass's hooks and the metrics read it, so nothing
     is computed twice. Peer rows follow the learner's ``n_local`` rows in ``batch``, one per ``sources`` entry."""
 
-    batch: dict[str, Any]  # TRL's batch with the peer rows after the learner's own, padded to ``width``
+    batch: GRPOBatch  # TRL's batch with the peer rows after the learner's own, padded to ``width``
     n_local: int
     width: int
     sources: list[tuple[str, int]]  # (peer, row of its table) of each peer row
@@ -74,7 +77,7 @@ class PRPAdapter(RegimeAdapter):
         self.publishes_traces = self.reads_traces
         columns = ["prompt_id", "sample_index", "reward", "response_text", "finished"]
         if self.reads_traces:
-            columns += ["response_token_spans", "behaviour_logps", "response_token_ids"]
+            columns += ["response_token_spans", "behaviour_logps"]
         self.peer_columns = tuple(columns)
 
     def needs_traces(self) -> bool:
@@ -82,7 +85,8 @@ class PRPAdapter(RegimeAdapter):
         the importance-weight corrections use them; a variant whose weights need them says so here."""
         return self.denominator == "peer" or self.settings.correction != "none"
 
-    def transform(self, output, rollouts, peers):
+    def transform(self, output: GRPOBatch, rollouts: StepRollouts,
+                  peers: dict[str, pa.Table]) -> tuple[GRPOBatch, dict[str, float]]:
         step = self.pool_step(output, rollouts, peers)
         weights = self.peer_token_weights(step)
         if weights is not None:
@@ -91,7 +95,7 @@ class PRPAdapter(RegimeAdapter):
         return step.batch, self.step_metrics(step, weights)
 
     # -- the steps and hooks of transform ----------------------------------------------------
-    def pool_step(self, output, rollouts, peers) -> PRPStep:
+    def pool_step(self, output: GRPOBatch, rollouts: StepRollouts, peers: dict[str, pa.Table]) -> PRPStep:
         """The pooled batch: pooled advantages, the peer rows in the learner's tokens, the learner's snapshot,
         the peers' aligned traces and the ratio's denominator (paper, Sec. "Regime 1")."""
         for key in UNSUPPORTED_KEYS:
@@ -199,7 +203,8 @@ class PRPAdapter(RegimeAdapter):
             out[f"from/{peer}/ess"] = normalised_ess(w_sum, w_sq_sum, units)
         return out
 
-    def _pooled_advantages(self, rollouts, peers) -> tuple[PeerGroups, torch.Tensor, range, torch.Tensor]:
+    def _pooled_advantages(self, rollouts: StepRollouts,
+                           peers: dict[str, pa.Table]) -> tuple[PeerGroups, torch.Tensor, range, torch.Tensor]:
         """GRPO advantages over the unified candidate pool of every group: the peer groups,
         the advantages ``[groups, policies, K]``, this process's groups and its own rows' advantages."""
         from mutualrl.regimes.prp.maths import prp_pooled_advantages
@@ -238,7 +243,8 @@ class PRPAdapter(RegimeAdapter):
                     peer_adv.append(float(advantages[p, m, j]))
         return source_rows, prompt_rows, peer_adv
 
-    def _merged_batch(self, output, peer_ids, prompt_rows, peer_adv) -> tuple[dict[str, Any], int, torch.Tensor]:
+    def _merged_batch(self, output: GRPOBatch, peer_ids: list[list[int]], prompt_rows: list[int],
+                      peer_adv: list[float]) -> tuple[GRPOBatch, int, torch.Tensor]:
         """TRL's batch with the peer rows after the learner's own (with the learner's prompt tokens),
         padded to one width; returns it, the width and the peer rows' completion mask."""
         device = output["completion_ids"].device
@@ -247,7 +253,7 @@ class PRPAdapter(RegimeAdapter):
         peer_completion, peer_mask = pad_token_rows(peer_ids, pad_id, min_width=width, device=device)
         prompt_index = torch.tensor(prompt_rows, dtype=torch.long, device=device)
 
-        merged: dict[str, Any] = dict(output)
+        merged = output.copy()
         merged["prompt_ids"] = torch.cat([output["prompt_ids"], output["prompt_ids"][prompt_index]])
         merged["prompt_mask"] = torch.cat([output["prompt_mask"], output["prompt_mask"][prompt_index]])
         merged["completion_ids"] = torch.cat([pad_to_width(output["completion_ids"], width, pad_id), peer_completion])
@@ -256,7 +262,7 @@ class PRPAdapter(RegimeAdapter):
                                           torch.tensor(peer_adv, dtype=output["advantages"].dtype, device=device)])
         return merged, width, peer_mask
 
-    def _snapshot(self, output, merged, n_local: int, width: int) -> torch.Tensor | None:
+    def _snapshot(self, output: GRPOBatch, merged: GRPOBatch, n_local: int, width: int) -> torch.Tensor | None:
         """The learner's own log-probs of every merged row, or None where TRL needs none.
 
         Naive PRP with generation and optimisation aligned: TRL scores nothing and uses the
@@ -278,7 +284,8 @@ class PRPAdapter(RegimeAdapter):
                 merged["completion_ids"][first_scored:], merged["completion_mask"][first_scored:])
         return scored if local_old is None else torch.cat([pad_to_width(local_old, width, 0.0), scored])
 
-    def _extend_trl_extras(self, output, merged, behaviour, n_local: int, n_peer: int, width: int) -> None:
+    def _extend_trl_extras(self, output: GRPOBatch, merged: GRPOBatch, behaviour: torch.Tensor | None, n_local: int,
+                           n_peer: int, width: int) -> None:
         """TRL's optional per-row tensors (vLLM sampling log-probs, importance-sampling ratio,
         reference log-probs) extended over the peer rows in ``merged``."""
         device = output["completion_ids"].device
@@ -297,7 +304,7 @@ class PRPAdapter(RegimeAdapter):
                                                        ref_peer])
 
     # -- THL -------------------------------------------------------------------------------
-    def _peer_traces(self, peers, step: PRPStep) -> torch.Tensor:
+    def _peer_traces(self, peers: dict[str, pa.Table], step: PRPStep) -> torch.Tensor:
         """The peers' behaviour traces on the learner's tokens ``[N, T]`` (THL); past a row's end (padding, outside
         the mask) the learner's snapshot, so that the ratio there is 1."""
         responses = step.responses
@@ -312,15 +319,18 @@ class PRPAdapter(RegimeAdapter):
         """Peer behaviour traces on the learner's token grid (THL), EOS mapped onto EOS."""
         from mutualrl.thl import align_logprobs
 
-        columns = peer_rows(peers, source_rows, ("response_token_spans", "behaviour_logps"))
+        span_rows = peer_row_views(peers, source_rows, "response_token_spans")  # int32 [2n] views each
+        logp_rows = peer_row_views(peers, source_rows, "behaviour_logps")  # float32 [n] views each
         src_spans, src_logps, src_special, eos_logps = [], [], [], []
-        for (name, _), spans_py, logps_py in zip(source_rows, columns["response_token_spans"],
-                                                 columns["behaviour_logps"], strict=True):
-            spans = np.asarray(spans_py, dtype=np.int64).reshape(-1, 2)  # [n, 2] the peer's own token spans
-            if logps_py is None:
+        for (name, _), span_row, logp_row in zip(source_rows, span_rows, logp_rows, strict=True):
+            if span_row is None:
+                raise UsageError(f"peer {name!r} did not publish response token spans, which PRP needs to align "
+                                 "its behaviour log-probs (all policies must run the same regime settings)")
+            spans = span_row.astype(np.int64).reshape(-1, 2)  # [n, 2] the peer's own token spans
+            if logp_row is None:
                 raise UsageError(f"peer {name!r} did not publish behaviour log-probs, which PRP with "
                                  "denominator 'peer' needs (all policies must run the same regime settings)")
-            logps = np.asarray(logps_py, dtype=np.float64)  # [n]
+            logps = logp_row.astype(np.float64)  # [n]
             special = spans[:, 0] < 0
             src_spans.append(spans)
             src_logps.append(logps)
@@ -338,7 +348,7 @@ class PRPAdapter(RegimeAdapter):
             out.append(trace)
         return out
 
-    def _reference_logps(self, merged: dict[str, Any], n_local: int) -> torch.Tensor:
+    def _reference_logps(self, merged: GRPOBatch, n_local: int) -> torch.Tensor:
         """Reference-model log-probs of the peer rows (for the KL term when beta > 0)."""
         rows = slice(n_local, None)
         return self.trainer.score_reference(merged["prompt_ids"][rows], merged["prompt_mask"][rows],

@@ -6,26 +6,34 @@ but publishes its records to the SEE (``needs_exchange`` in its spec).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from mutualrl.regimes.adapter import RegimeAdapter
 from mutualrl.regimes.peers import local_slice, stable_seed
-from mutualrl.regimes.randpert.spec import RANDPERT
+from mutualrl.regimes.randpert.spec import RANDPERT, RandPertSettings
 from mutualrl.regimes.rank_metrics import Share
+from mutualrl.regimes.seam import GRPOBatch, StepRollouts
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class RandPertAdapter(RegimeAdapter):
     """GRPO + random baseline perturbation (App. "Ablation: shared normalization for XGRPO")."""
 
     spec = RANDPERT
+    settings: RandPertSettings  # typed view of RegimeAdapter.settings
 
-    def transform(self, output, rollouts, peers):
+    def transform(self, output: GRPOBatch, rollouts: StepRollouts,
+                  peers: dict[str, pa.Table]) -> tuple[GRPOBatch, dict[str, float]]:
         from mutualrl.regimes.randpert.maths import randpert_advantages
 
         k = rollouts.num_generations
         groups = len(rollouts.group_prompt_ids)
         generator = torch.Generator().manual_seed(stable_seed(self.trainer.args.seed, rollouts.step, self.policy))
-        settings = self.config.regime.randpert
+        settings = self.settings
         advantages = randpert_advantages(rollouts.rewards_global.view(groups, k), settings.scale, generator,
                                          scale_rewards=self.trainer.scale_rewards,
                                          skip_uniform_groups=settings.skip_uniform_groups)

@@ -1,18 +1,20 @@
 """Outcome-level adapter: Success-Gated Transfer (paper Sec. "Regime 3", App. SGT details).
 
-Per learner and prompt, the gate fires when the learner's K rollouts all failed and a peer
-has a verified success; one peer success is retokenized into the learner's vocabulary
-(THL), attached to the learner's rows of that prompt (up to ``max_pairs_per_prompt``), and
-:meth:`SGTAdapter.extra_loss` adds ``lambda * NLL`` on it (Eq. regime3_total). Rows outside
-the rescue subset carry zero weight. With one process, a step with no gated prompt adds no key to
-the batch, so the update is exactly pure GRPO; with several ranks every rank attaches the SGT fields at
-every step (all weights zero where nothing is gated) so that all run the same forward passes.
+Per learner and prompt, the gate fires when the learner's K rollouts failed (every scored one; any one
+with ``require_all_failed: false``) and a peer has a success (a reward above ``success_threshold``); one
+peer success is retokenized into the learner's vocabulary (THL), attached to the learner's rows of that
+prompt (up to ``max_pairs_per_prompt``), and :meth:`SGTAdapter.extra_loss` adds ``lambda * NLL`` on it
+(Eq. regime3_total). Rows outside the rescue subset carry zero weight. The SEE does not filter by
+reward: SGT reads six columns of every peer row (``peer_columns``) and finds the successes itself.
+With one process, a step with no gated prompt adds no key to the batch, so the update is exactly pure
+GRPO; with several ranks every rank attaches the SGT keys at every step (all weights zero where nothing
+is gated) so that all run the same forward passes.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
@@ -25,12 +27,15 @@ from mutualrl.regimes.peers import (
     require_whole_groups,
     stable_seed,
 )
-from mutualrl.regimes.sgt.spec import RESCUES_TOTAL_KEY, SGT
+from mutualrl.regimes.seam import GRPOBatch, StepRollouts
+from mutualrl.regimes.sgt.spec import RESCUES_TOTAL_KEY, SGT, SGTSettings
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from mutualrl.regimes.sgt.maths import SGTGate
 
-SGT_SOURCE = "sgt_source"
+SGT_SOURCE: Final = "sgt_source"
 """Batch rows ``[B]``: the peer (its place in the adapter's ``peers``) whose success a gated row carries; -1 else."""
 
 
@@ -40,9 +45,9 @@ class OwnRound:
     round, the prompts' token rows (left-padded, one per rollout row) to score a rescue against."""
 
     groups: list[str]
-    rewards: torch.Tensor
-    prompt_ids: torch.Tensor | None = None
-    prompt_mask: torch.Tensor | None = None
+    rewards: torch.Tensor  # float [P, K]
+    prompt_ids: torch.Tensor | None = None  # int64 [B, P'] an earlier round's prompt rows; None: this step's
+    prompt_mask: torch.Tensor | None = None  # int64 [B, P']
 
 
 def logged_total(log_history: list[dict[str, Any]]) -> int:
@@ -56,6 +61,7 @@ def logged_total(log_history: list[dict[str, Any]]) -> int:
 
 class SGTAdapter(RegimeAdapter):
     spec = SGT
+    settings: SGTSettings  # typed view of RegimeAdapter.settings (a variant's subclass of SGTSettings)
     peer_columns = ("prompt_id", "sample_index", "reward", "response_text", "finished", "num_tokens")
     uses_stale_rounds = True  # transform_stale rescues an earlier round's groups (see.max_staleness)
 
@@ -66,21 +72,21 @@ class SGTAdapter(RegimeAdapter):
         self.thresholds_checked = False
         self.total_restored = False
 
-    def warn_thresholds(self, own: torch.Tensor, peers: dict[str, Any]) -> None:
+    def warn_thresholds(self, own: torch.Tensor, peers: dict[str, pa.Table]) -> None:
         """Log once when this step's rewards (own and peers') lie where SGT's thresholds can never gate."""
         import logging
 
         from mutualrl.regimes.sgt.maths import threshold_problem
 
-        seen = [own.float().flatten()] + [torch.tensor(t.column("reward").to_pylist(), dtype=torch.float32)
+        seen = [own.float().flatten()] + [torch.tensor(t.column("reward").to_numpy(), dtype=torch.float32)  # [R]
                                           for t in peers.values() if t is not None and "reward" in t.column_names]
-        settings = self.config.regime.sgt
+        settings = self.settings
         problem = threshold_problem(torch.cat(seen), settings.success_threshold, settings.failure_threshold)
         if problem is not None:
             logging.getLogger("mutualrl.sgt").warning("policy %s, SGT at its first step: %s (docs/regimes.md)",
                                                       self.policy, problem)
 
-    def remember(self, output, rollouts):
+    def remember(self, output: GRPOBatch, rollouts: StepRollouts) -> None:
         """Under bounded staleness, keep this rank's groups of the last S+1 rounds: a later step may rescue them."""
         staleness = self.config.see.max_staleness
         if staleness == 0:
@@ -91,20 +97,22 @@ class SGTAdapter(RegimeAdapter):
         for old in sorted(self.history)[:-(staleness + 1)]:
             del self.history[old]
 
-    def own_round(self, rollouts) -> OwnRound:
+    def own_round(self, rollouts: StepRollouts) -> OwnRound:
         """This rank's K-groups of the step and the learner's rewards ``[P, K]`` (whole groups required)."""
         require_whole_groups(rollouts, self.name)
         k = rollouts.num_generations
         groups = rollouts.prompt_ids_local[::k]
         return OwnRound(groups, rollouts.rewards_local.view(len(groups), k))
 
-    def transform(self, output, rollouts, peers):
+    def transform(self, output: GRPOBatch, rollouts: StepRollouts,
+                  peers: dict[str, pa.Table]) -> tuple[GRPOBatch, dict[str, float]]:
         if not self.thresholds_checked:  # once, at the first step: a gate that cannot fire says so
             self.thresholds_checked = True
             self.warn_thresholds(rollouts.rewards_global, peers)
         return self._rescue(output, rollouts, peers, self.own_round(rollouts), rollouts.step)
 
-    def transform_stale(self, output, rollouts, peers, peer_step):
+    def transform_stale(self, output: GRPOBatch, rollouts: StepRollouts, peers: dict[str, pa.Table],
+                        peer_step: int) -> tuple[GRPOBatch, dict[str, float]]:
         """Rescue the prompts of an earlier round ``peer_step`` (their own prompt tokens ride along;
         :meth:`remember` checked this step's groups)."""
         if peer_step not in self.history:
@@ -115,11 +123,12 @@ class SGTAdapter(RegimeAdapter):
                              "with a larger see.max_staleness? set the same value)")
         return self._rescue(output, rollouts, peers, self.history[peer_step], peer_step)
 
-    def _rescue(self, output, rollouts, peers, own: OwnRound, step: int):
+    def _rescue(self, output: GRPOBatch, rollouts: StepRollouts, peers: dict[str, pa.Table], own: OwnRound,
+                step: int) -> tuple[GRPOBatch, dict[str, float]]:
         """SGT on ``own``'s groups (this step's or an earlier round's) against the peers' records of ``step``."""
         from mutualrl.regimes.sgt.maths import sgt_metrics, source_use
 
-        settings = self.config.regime.sgt
+        settings = self.settings
         k = rollouts.num_generations
         peer, gate, chosen, row_mask = self._gate(peers, own, k, step)
         gated_prompts, sources = self._chosen_successes(peer, gate, chosen, len(own.groups))
@@ -147,12 +156,13 @@ class SGTAdapter(RegimeAdapter):
         metrics["rescues_total"] = self.rescues_total
         return output, metrics
 
-    def _gate(self, peers, own: OwnRound, k: int, step: int) -> tuple[PeerGroups, SGTGate, torch.Tensor, torch.Tensor]:
+    def _gate(self, peers: dict[str, pa.Table], own: OwnRound, k: int,
+              step: int) -> tuple[PeerGroups, SGTGate, torch.Tensor, torch.Tensor]:
         """The gate per prompt (all K own rollouts failed, a peer succeeded), the peer success chosen
         for each gated prompt (seeded per step, policy and regime) and the learner rows it rescues."""
         from mutualrl.regimes.sgt.maths import assign_sgt_rows, select_peer_successes, sgt_gate
 
-        settings = self.config.regime.sgt
+        settings = self.settings
         peer = gather_peer_groups(peers, self.peers, own.groups, k, step, columns=("reward", "num_tokens"))
         peer_rewards, peer_lengths = peer.values["reward"], peer.values["num_tokens"]
 
@@ -174,15 +184,16 @@ class SGTAdapter(RegimeAdapter):
             sources.append((self.peers[m], int(peer.rows[p, m, j])))
         return gated_prompts, sources
 
-    def _sum_over_ranks(self, count: int, rollouts) -> int:
+    def _sum_over_ranks(self, count: int, rollouts: StepRollouts) -> int:
         """``count`` summed over the ranks (every rank takes part in the collective, gated or not)."""
         if rollouts.num_processes > 1:
             accelerator = self.trainer.accelerator
             return int(accelerator.reduce(torch.tensor(count, device=accelerator.device), reduction="sum").item())
         return count
 
-    def _attach_rescues(self, output, rollouts, own: OwnRound, gated_prompts: list[int], peers,
-                        sources: list[tuple[str, int]], flat_mask: torch.Tensor, num_gated: int) -> int:
+    def _attach_rescues(self, output: GRPOBatch, rollouts: StepRollouts, own: OwnRound, gated_prompts: list[int],
+                        peers: dict[str, pa.Table], sources: list[tuple[str, int]], flat_mask: torch.Tensor,
+                        num_gated: int) -> int:
         """The rescues ``sources`` in the learner's vocabulary (THL, EOS appended where the peer finished:
         :func:`~mutualrl.regimes.peers.learner_responses`), put on the gated rows of ``output`` with their
         weights (Eq. regime3_total); returns the rescue tokens added."""
@@ -204,7 +215,7 @@ class SGTAdapter(RegimeAdapter):
                     rows[i], source_index[i] = ids, self.peers.index(name)
                     extra_tokens += len(ids)
         completion, mask = pad_token_rows(rows, pad, min_width=width, device=device)  # [B_local, T] each
-        weights = sgt_example_weights(flat_mask, self.config.regime.sgt.lam, trainer.args.steps_per_generation,
+        weights = sgt_example_weights(flat_mask, self.settings.lam, trainer.args.steps_per_generation,
                                       trainer.current_gradient_accumulation_steps, num_gated=num_gated,
                                       num_processes=rollouts.num_processes)
         output["sgt_completion_ids"] = completion
@@ -229,7 +240,7 @@ class SGTAdapter(RegimeAdapter):
                 out[f"from/{peer}/rescue_logp"] = rescue_logprob(logps, mask, mine)
         return out
 
-    def extra_loss(self, model, inputs):
+    def extra_loss(self, model: torch.nn.Module, inputs: GRPOBatch) -> torch.Tensor | None:
         weights = inputs.get("sgt_weight")
         if weights is None:
             return None

@@ -6,9 +6,15 @@ local, but evaluation is global"). Subscribes to the peers' scalar rewards only.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from mutualrl.regimes.adapter import RegimeAdapter
 from mutualrl.regimes.peers import gather_peer_groups, local_slice
-from mutualrl.regimes.xgrpo.spec import XGRPO
+from mutualrl.regimes.seam import GRPOBatch, StepRollouts
+from mutualrl.regimes.xgrpo.spec import XGRPO, XGRPOSettings
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 class XGRPOAdapter(RegimeAdapter):
@@ -16,11 +22,13 @@ class XGRPOAdapter(RegimeAdapter):
 
     spec = XGRPO
     peer_columns = ("prompt_id", "sample_index", "reward")
+    settings: XGRPOSettings  # typed view of RegimeAdapter.settings
 
-    def transform(self, output, rollouts, peers):
+    def transform(self, output: GRPOBatch, rollouts: StepRollouts,
+                  peers: dict[str, pa.Table]) -> tuple[GRPOBatch, dict[str, float]]:
         from mutualrl.regimes.xgrpo.maths import xgrpo_advantages
 
-        settings = self.config.regime.xgrpo
+        settings = self.settings
         k = rollouts.num_generations
         groups = rollouts.group_prompt_ids
         order = self.pool_order

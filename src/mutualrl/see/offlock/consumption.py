@@ -178,7 +178,8 @@ class BoundedConsumption(LockStepConsumption):
         return PeerRound(step, None, None), [], dict(self.departed)
 
     def _replayed(self, step: int) -> tuple[PeerRound, list[str], dict[str, dict[str, Any]]]:
-        """The recorded choice of ``step``: the same round (waited for), the same peers."""
+        """The recorded choice of ``step``: the same round (waited for; the read loads the shards the wait found),
+        the same peers."""
         row = self.replay.get(step)
         if row is None:
             raise UsageError(f"see.replay_consumption: no record of step {step} for policy {self.exchange.policy!r}")
@@ -190,10 +191,9 @@ class BoundedConsumption(LockStepConsumption):
         self.active = [p for p in self.peers if p in row["peers"]]
         peer_step = row["peer_step"]
         read_from = None if row.get("read_from") is None else tuple(row["read_from"])
-        if peer_step is not None:
-            self.exchange.wait_for(peer_step, policies=read_from or self.active)
-        return (PeerRound(step, peer_step, row["age"], bool(row["waited"]), read_from), list(self.active),
-                dict(self.departed))
+        shards = None if peer_step is None else self.exchange.wait_for(peer_step, policies=read_from or self.active)
+        return (PeerRound(step, peer_step, row["age"], bool(row["waited"]), read_from, shards=shards),
+                list(self.active), dict(self.departed))
 
     def _readmit(self, step: int) -> None:
         """A departed peer rejoins (restarted into the run, see.max_restarts; or dropped as silent and back) once

@@ -31,17 +31,22 @@ from typing import TYPE_CHECKING
 from mutualrl.see.consumption_log import LogTail
 from mutualrl.see.files import STEP_DIR_RE
 from mutualrl.see.lockstep import PeerRound
-from mutualrl.see.shards import complete_shards, scan_committed
+from mutualrl.see.shards import ShardInfo, complete_shards, scan_committed
 
 if TYPE_CHECKING:
     from mutualrl.see.exchange import ExperienceExchange
 
 
+def committed_shards(exchange: ExperienceExchange, policy: str, step: int) -> list[ShardInfo] | None:
+    """Every rank's committed shard of ``step`` by ``policy`` in this run, in rank order (None: not all committed)."""
+    found: dict[int, dict[int, ShardInfo]] = {}
+    scan_committed(Path(exchange.root), exchange.run_id, int(step), policy, found, set())
+    return complete_shards(found)
+
+
 def is_committed(exchange: ExperienceExchange, policy: str, step: int) -> bool:
     """Whether ``policy`` has committed every rank's shard of ``step`` in this run."""
-    found: dict[int, dict[int, object]] = {}
-    scan_committed(Path(exchange.root), exchange.run_id, int(step), policy, found, set())
-    return complete_shards(found) is not None
+    return committed_shards(exchange, policy, step) is not None
 
 
 def newest_committed(exchange: ExperienceExchange, policy: str) -> int | None:
@@ -74,8 +79,9 @@ def choose_peer_round(exchange: ExperienceExchange, own_rounds: Sequence[int], p
     ``own_rounds[-1 - S]`` are never used. When some peer has not reached that oldest allowed
     round, this blocks in the exchange's barrier for it (:meth:`wait_for`: failure markers and
     the barrier timeout apply; a skip in the peer's log counts as arrival), then picks the newest
-    round that every peer committed or skipped and at least one committed. A round not newer
-    than ``last_consumed`` is not read again.
+    round that every peer committed or skipped and at least one committed, with the shards this
+    choice found of each peer that committed it (``shards``: the read loads them, no second scan).
+    A round not newer than ``last_consumed`` is not read again.
     """
     if max_staleness < 0:
         raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
@@ -93,11 +99,13 @@ def choose_peer_round(exchange: ExperienceExchange, own_rounds: Sequence[int], p
     for candidate in reversed(window):
         if last_consumed is not None and candidate <= last_consumed:
             break
-        with_data = tuple(p for p in peers if is_committed(exchange, p, candidate))
-        skipped = [p for p in peers if p not in with_data and p in logs and logs[p].skipped(candidate)]
+        found = {p: committed_shards(exchange, p, candidate) for p in peers}
+        shards = {p: infos for p, infos in found.items() if infos is not None}
+        with_data = tuple(shards)
+        skipped = [p for p in peers if p not in shards and p in logs and logs[p].skipped(candidate)]
         if with_data and len(with_data) + len(skipped) == len(peers):
             return PeerRound(step, candidate, len(window) - 1 - window.index(candidate), waited,
-                             None if len(with_data) == len(peers) else with_data)
+                             None if len(with_data) == len(peers) else with_data, shards=shards)
     return PeerRound(step, None, None, waited)
 
 
