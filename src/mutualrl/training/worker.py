@@ -1,8 +1,8 @@
 """One policy's training process: ``python -m mutualrl.training.worker --run-dir RUN --policy NAME``.
 
 Started by the launcher (``mutualrl train``) once per policy -- as a plain subprocess on
-CPU, or under ``accelerate launch`` with the policy's own GPUs (design notes: one process
-group per policy, since several DeepSpeed engines in one process break). It reads the
+CPU, or under ``accelerate launch`` with the policy's own GPUs (one process
+group per policy, since several DeepSpeed engines in one process break: docs/launch.md). It reads the
 resolved run config (all but its GRPO fields: its ``GRPOConfig`` is the plan's ``RUN/launch/<policy>.grpo.json``)
 and prepared prompts from the run folder, trains with
 :class:`~mutualrl.training.trainer.MutualGRPOTrainer`, and reports through files:

@@ -24,7 +24,7 @@ Worked example (the paper's numbers, K = 5)::
 
 Every policy then draws the same ``prompts_per_step`` prompts per generation step
 whatever its world size, which the mutual-RL regimes rely on (identical prompts at every
-step, design notes "Shape"). With ``num_iterations`` = mu > 1, TRL reuses each generation
+step). With ``num_iterations`` = mu > 1, TRL reuses each generation
 for mu passes, i.e. mu x mini_batches_per_step updates.
 """
 

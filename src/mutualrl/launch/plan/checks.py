@@ -17,7 +17,7 @@ from mutualrl.regimes.registry import get_regime
 
 
 def check_same_prompts(config: RunConfig, plans: list[Any]) -> list[str]:
-    """Sharing regimes need every policy to draw the same prompts per step (design notes)."""
+    """Sharing regimes need every policy to draw the same prompts per step (docs/launch.md)."""
     per_step = {p.name: trl_generation_batch(p.grpo, p.placement.world_size)[1] for p in plans}
     seeds = {p.name: p.grpo.get("seed", 42) for p in plans}
     problems = []

@@ -1,4 +1,4 @@
-"""Launch commands and environments, one process group per policy (design notes "Shape").
+"""Launch commands and environments, one process group per policy.
 
 Several DeepSpeed engines in one Python process share global state and break
 (accelerate#3170, transformers#35073), so every policy runs as its own process group:

@@ -1,7 +1,7 @@
 """Per-policy accelerate and DeepSpeed config files, written to ``RUN/launch/``.
 
-Each policy is its own ``accelerate launch`` group (design notes, "One process group per
-policy"), so each gets its own accelerate config (``<policy>.accelerate.yaml``) and, with
+Each policy is its own ``accelerate launch`` group (docs/launch.md),
+so each gets its own accelerate config (``<policy>.accelerate.yaml``) and, with
 ``launch.deepspeed`` = zero2/zero3, its own DeepSpeed config (``<policy>.deepspeed.json``).
 
 Rules learned from the installed accelerate (see docs/launch.md):
