@@ -60,12 +60,9 @@ REPRESENTATIONS = (  # the payload's forms on walk 1, in order, and where each i
 WALK2 = (  # walk 2's files, in order, each with the function that hands the value on
     ("cli/train_cmd.py", "train"), ("launch/run.py", "resolve_config"), ("config/loader.py", "parse_override"),
     ("config/yaml_strict.py", "load_yaml"), ("config/typed.py", "convert"), ("config/schema.py", None),
-    ("config/validate.py", "check_grpo_fields"), ("launch/rundir/prepare.py", "prepare_run"),
-    ("launch/plan/launch_plan.py", "_policy_grpo"), ("launch/plan/commands.py", "adapt_grpo_to_device"),
-    ("launch/plan/batching.py", "apply_batch"), ("config/cadence.py", "apply_cadence"),
-    ("training/grpo_args.py", "owned_grpo_fields"), ("training/trackers.py", "policy_run_name"),
-    ("launch/plan/configs.py", "write_json"), ("atomic_io.py", "write_text_atomic"), ("run_folder.py", "read_json"),
-    ("training/worker.py", "run_policy"),
+    ("config/validate.py", "check_grpo_fields"), ("launch/rundir/prepare.py", "prepare_launch"),
+    ("launch/plan/launch_plan.py", "_policy_grpo"), ("training/grpo_args.py", "planned_grpo_text"),
+    ("atomic_io.py", "write_text_atomic"), ("run_folder.py", "read_bytes"), ("training/worker.py", "run_policy"),
 )
 
 
