@@ -142,3 +142,27 @@ def test_vllm_tensor_parallel_must_divide_processes():
 def test_vllm_server_mode_is_flagged():
     decided = resolve_vllm({"use_vllm": True, "vllm_mode": "server"}, GPU, vllm_available=True)
     assert decided.fields == {} and "trl vllm-serve" in decided.notes[0]
+
+
+def test_a_rank_with_several_cores_tokenizes_on_them(tmp_path, monkeypatch):
+    """THL's retokenization (PRP's and SGT's host work) runs on the tokenizer's Rayon pool: the rank's threads where
+    it has several and no data-loader worker forks after the pool is used; one thread otherwise."""
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    config = config_for("2qwen")
+    placement = plan_placement([(p.name, 1.0) for p in config.pool.policies], gpus=8, cpu_cores=16)
+    first = first_machine_specs(config, placement, tmp_path, python="/py", parent_visible_devices=None,
+                                cwd=tmp_path)[0]
+    assert (first.env["TOKENIZERS_PARALLELISM"], first.env["RAYON_NUM_THREADS"]) == ("true", "2")
+    forking = config_for("2qwen", "grpo.dataloader_num_workers=2")
+    first = first_machine_specs(forking, placement, tmp_path, python="/py", parent_visible_devices=None,
+                                cwd=tmp_path)[0]
+    assert first.env["TOKENIZERS_PARALLELISM"] == "false" and "RAYON_NUM_THREADS" not in first.env
+    tiny = config_for("tiny")
+    one_core = first_machine_specs(tiny, plan_placement([(p.name, 1.0) for p in tiny.pool.policies], gpus=0,
+                                                        cpu_cores=2), tmp_path, python="/py",
+                                   parent_visible_devices=None, cwd=tmp_path)[0]
+    assert one_core.env["TOKENIZERS_PARALLELISM"] == "false"
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")  # the user's own choice is inherited, not overridden
+    first = first_machine_specs(config, placement, tmp_path, python="/py", parent_visible_devices=None,
+                                cwd=tmp_path)[0]
+    assert "TOKENIZERS_PARALLELISM" not in first.env and "RAYON_NUM_THREADS" not in first.env

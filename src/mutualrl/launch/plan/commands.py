@@ -234,7 +234,7 @@ def _spec(config: RunConfig, index: int, placed: PolicyPlacement, gpus: int, run
     port = policy_port(config, index)
     worker = ["-m", WORKER_MODULE, "--run-dir", str(run_dir), "--policy", name]
     # PYTHONPATH: the policy processes run the same mutualrl as the parent, installed or not.
-    env = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": package_path()}
+    env = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": package_path()}
     env.update(allocator_env(os.environ))  # reuse a step's large buffers; a user's own settings are inherited
     policy = config.pool.policies[index]
     env.update(tracker_group_env({**config.grpo, **policy.grpo}.get("report_to"), run_dir.name, os.environ))
@@ -248,6 +248,7 @@ def _spec(config: RunConfig, index: int, placed: PolicyPlacement, gpus: int, run
         group = ["--master_addr", machine_address(machines[0], config.launch.main_address, addresses)]
     per_machine = placed.processes_per_machine
     threads = max(1, placed.cpu_threads // per_machine)
+    env.update(tokenizer_env(threads, {**config.grpo, **policy.grpo}.get("dataloader_num_workers") or 0, os.environ))
     if placed.device_type == "cuda":
         visible = visible_devices(local_devices(placed, machine, gpus), parent_mask)
         env.update(CUDA_VISIBLE_DEVICES=visible, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
@@ -289,6 +290,18 @@ def _spec(config: RunConfig, index: int, placed: PolicyPlacement, gpus: int, run
     log = f"{name}.log" if machine == machines[0] else f"{name}.machine-{machine}.log"
     return LaunchSpec(policy=name, argv=argv, env=env, cwd=str(cwd), log_path=str(RunPaths(run_dir).logs / log),
                       notes=notes, machine=machine)
+
+
+def tokenizer_env(threads: int, dataloader_workers: int, environ: Mapping[str, str]) -> dict[str, str]:
+    """How a rank's Hugging Face tokenizer (THL's retokenization of peer text: PRP's and SGT's host work) uses its
+    cores: its Rayon pool on the rank's ``threads`` where it has several and no data-loader worker is forked after
+    the pool is used (a forked child inherits a pool without threads, and tokenizers keeps an explicit ``true``);
+    otherwise one thread. A ``TOKENIZERS_PARALLELISM`` in the user's environment is inherited unchanged."""
+    if "TOKENIZERS_PARALLELISM" in environ:
+        return {}
+    if threads > 1 and int(dataloader_workers) == 0:
+        return {"TOKENIZERS_PARALLELISM": "true", "RAYON_NUM_THREADS": str(threads)}
+    return {"TOKENIZERS_PARALLELISM": "false"}
 
 
 def package_path() -> str:
