@@ -90,12 +90,12 @@ def rows_of(tokenizer, corpus: list[str], n: int, seed: int) -> list[list[int]]:
 
 def records(policy: str, decoded: list, ids: list[list[int]], step: int):
     """The rank's ``RolloutBatch`` as ``RegimeAdapter.build_records`` makes it, with seeded rewards and log-probs."""
-    from mutualrl.see.schema import RolloutBatch
+    from mutualrl.see.records import RolloutBatch
 
     n = len(ids)
     rng = np.random.default_rng(step)
     return RolloutBatch(
-        step=step, policy=policy, rank=0, prompt_id=[f"p{i // ROLLOUTS}" for i in range(n)],
+        prompt_id=[f"p{i // ROLLOUTS}" for i in range(n)],
         sample_index=[i % ROLLOUTS for i in range(n)], prompt_text=[f"prompt {i // ROLLOUTS}" for i in range(n)],
         response_text=[d.text for d in decoded], response_token_ids=ids,
         response_token_spans=[d.spans for d in decoded], reward=rng.integers(0, 2, n).astype(np.float32),

@@ -1,4 +1,5 @@
-"""Synthetic rollout batches for tests and the SEE bandwidth benchmark (no model needed).
+"""Synthetic rollout batches for tests and the SEE bandwidth benchmark (no model needed), and rollouts as plain
+Python records (:class:`RolloutRecord`) for small tests.
 
 Every column is filled the way a real step fills it: token ids, per-token character spans
 that tile the response text, behaviour log-probs, rewards, advantages. Prompt ids and
@@ -8,10 +9,13 @@ of a step, as the paper requires.
 
 from __future__ import annotations
 
-import numpy as np
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from mutualrl.see.ragged import Ragged
-from mutualrl.see.schema import RolloutBatch
+import numpy as np
+import pyarrow as pa
+
+from mutualrl.see.records import COLUMNS, Ragged, RolloutBatch
 
 _ALPHABET = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz      0123456789+-*/=()\n", dtype=np.uint8)
 
@@ -68,3 +72,54 @@ def synthetic_batch(
         behaviour_logps=Ragged(-rng.exponential(1.0, size=total).astype(np.float32), offsets) if with_logps else None,
         finished=rng.random(n) < 0.9,
     )
+
+
+@dataclass
+class RolloutRecord:
+    """One rollout as plain Python values (spans as ``(start, end)`` pairs; ``None``: not published)."""
+
+    prompt_id: str
+    sample_index: int
+    prompt_text: str
+    response_text: str
+    response_token_ids: list[int]
+    response_token_spans: list[tuple[int, int]] | None
+    reward: float
+    advantage: float | None = None
+    behaviour_logps: list[float] | None = None
+    finished: bool = True
+
+
+def batch_from_records(records: Sequence[RolloutRecord]) -> RolloutBatch:
+    """A :class:`RolloutBatch` of ``records`` (a column all ``None`` is left out: null)."""
+    def optional(name: str) -> list | None:
+        values = [getattr(r, name) for r in records]
+        return None if all(v is None for v in values) else values
+
+    spans = optional("response_token_spans")
+    return RolloutBatch(
+        prompt_id=[r.prompt_id for r in records],
+        sample_index=[r.sample_index for r in records],
+        prompt_text=[r.prompt_text for r in records],
+        response_text=[r.response_text for r in records],
+        response_token_ids=[r.response_token_ids for r in records],
+        response_token_spans=None if spans is None else [None if s is None else np.asarray(s, np.int32).reshape(-1)
+                                                         for s in spans],
+        reward=[r.reward for r in records],
+        advantage=[r.advantage for r in records],
+        behaviour_logps=optional("behaviour_logps"),
+        finished=[r.finished for r in records],
+    )
+
+
+def records_of(data: RolloutBatch | pa.Table) -> list[RolloutRecord]:
+    """The rows of a batch or an SEE table as :class:`RolloutRecord`."""
+    table = data.to_table() if isinstance(data, RolloutBatch) else data
+    cols = {name: table.column(name).to_pylist() for name in COLUMNS if name != "num_tokens"}
+    out = []
+    for i in range(table.num_rows):
+        row = {name: values[i] for name, values in cols.items()}
+        flat = row["response_token_spans"]
+        row["response_token_spans"] = None if flat is None else list(zip(flat[0::2], flat[1::2], strict=True))
+        out.append(RolloutRecord(**row))
+    return out

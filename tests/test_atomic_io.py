@@ -42,3 +42,29 @@ def test_the_mode_follows_the_umask(tmp_path):
     finally:
         os.umask(old)
     assert path.stat().st_mode & 0o777 == 0o644
+
+
+def test_every_file_goes_through_one_writer_with_temporary_names_inspect_knows(tmp_path, monkeypatch):
+    from mutualrl import atomic_io
+    from mutualrl.see import ExperienceExchange
+    from see_synthetic import synthetic_batch
+
+    seen = []
+    real = atomic_io.commit_rename
+    monkeypatch.setattr(atomic_io, "commit_rename", lambda tmp, final: seen.append((tmp, final)) or real(tmp, final))
+    write_json_atomic(tmp_path / "status.json", {"a": 1})
+    ExperienceExchange(tmp_path / "see", "run", "a").publish(0, synthetic_batch(2, 2, seed=1))
+    assert {final.name for _, final in seen} >= {"status.json", "rank-0-of-1.arrow", "rank-0-of-1.manifest.json"}
+    for tmp, final in seen:  # hidden, beside the final file, naming it, this host's pid: see inspect and prune read it
+        match = atomic_io.TEMP_RE.match(tmp.name)
+        assert tmp.parent == final.parent and match["final"] == final.name and int(match["pid"]) == os.getpid()
+
+
+def test_a_hashed_write_returns_the_digest_of_the_bytes_on_disk(tmp_path):
+    import xxhash
+
+    from mutualrl.atomic_io import write_atomic
+
+    sink = write_atomic(tmp_path / "x.bin", lambda s: (s.write(b"abc"), s.write(memoryview(b"def"))), hashed=True)
+    assert (sink.nbytes, sink.hexdigest()) == (6, xxhash.xxh3_128(b"abcdef").hexdigest())
+    assert write_atomic(tmp_path / "y.bin", lambda s: s.write(b"abc")).hexdigest() is None

@@ -17,9 +17,9 @@ from mutualrl.cli.main import run
 from mutualrl.config.loader import load_run_config
 from mutualrl.config.typed import to_plain
 from mutualrl.errors import DataError, UsageError
-from mutualrl.see import CorruptShardError, ExperienceExchange, RolloutBatch, RolloutRecord
+from mutualrl.see import CorruptShardError, ExperienceExchange
 from mutualrl.see.harvest import harvest_successes
-from see_synthetic import synthetic_batch
+from see_synthetic import RolloutRecord, batch_from_records, records_of, synthetic_batch
 
 # -- harvest ---------------------------------------------------------------------------------
 
@@ -33,7 +33,7 @@ def publish(root: Path, policy: str, step: int, records: list[RolloutRecord], ru
             rank: int = 0, world_size: int = 1) -> None:
     see = ExperienceExchange(root, run_id, policy, rank=rank, world_size=world_size, policies=["a", "b"],
                              retention_steps=None)
-    see.publish(step, RolloutBatch.from_records(records))
+    see.publish(step, batch_from_records(records))
 
 
 def test_harvest_keeps_every_distinct_success_per_policy(tmp_path):
@@ -82,7 +82,7 @@ def test_harvest_reads_synthetic_batches(tmp_path):
     batches = [synthetic_batch(4, rollouts=5, seed=s, prompt_offset=4 * s) for s in range(3)]
     for step, batch in enumerate(batches):
         see.publish(step, batch)
-    expected = {(r.prompt_id, r.response_text) for batch in batches for r in batch.records() if r.reward > 0.8}
+    expected = {(r.prompt_id, r.response_text) for batch in batches for r in records_of(batch) if r.reward > 0.8}
     assert expected  # rewards are 0/1
     found = harvest_successes(tmp_path).successes["a"]
     assert {(s.prompt_id, s.response_text) for s in found} == expected and len(found) == len(expected)

@@ -15,7 +15,7 @@ import torch
 
 from e2e_helpers import assert_ok, child_env
 from mutualrl.see.errors import InvalidRecordError
-from mutualrl.see.schema import RolloutBatch
+from mutualrl.see.records import RolloutBatch
 
 REWARDS = '''
 def sometimes(prompts, completions, completion_ids, **kwargs):
@@ -35,7 +35,7 @@ def test_the_exchange_keeps_a_reward_not_scored_as_nan_and_refuses_an_infinite_o
     kept = _batch([1.0, float("nan"), 0.0]).to_table()
     assert np.isnan(kept.column("reward").to_numpy()[1])
     with pytest.raises(InvalidRecordError, match=r"reward.*inf \(must be finite, or NaN: not scored\)"):
-        _batch([1.0, float("inf")])
+        RolloutBatch.from_table(_batch([1.0, float("inf")]).to_table())  # a table from outside is checked
 
 
 def test_prp_adds_no_peer_row_without_a_reward() -> None:

@@ -25,8 +25,14 @@ REMOVED_NAMES = (
     "peer_policy_index", "SGT_KEYS", "METADATA_KEYS", "STEP_UNITS", "DERIVED_FIELDS",
     # twins and scattered hooks
     "_FLOAT_RE", "inject_disk_full", "THROTTLE_ENV", "NO_SYNC_ENV", "_COMPRESSIONS",
+    # the SEE record in one module (see/records.py): per-row ids stored once (the manifest), tests' own helpers
+    "RolloutRecord", "from_records", "ShardMetadata", "stamped", "ID_COLUMNS", "shard_info_from_manifest",
+    "write_bytes_atomic",
 )
-DEFINED_ONCE = {"pool_order": r"def pool_order\b", "nanstd": r"def nanstd\b"}
+#: Four modules of one concept, now ``see/records.py``.
+MERGED_MODULES = ("see/columns.py", "see/ragged.py", "see/validation.py", "see/schema.py")
+DEFINED_ONCE = {"pool_order": r"def pool_order\b", "nanstd": r"def nanstd\b", "write_atomic": r"def write_atomic\b",
+                "temporary names": r"\bTEMP_RE = ", "fsync_dir": r"def fsync_dir\b"}
 
 
 def sources() -> dict[str, str]:
@@ -42,6 +48,14 @@ def test_moved_modules_are_not_in_src():
     assert found == set()
 
 
+def test_merged_modules_are_gone_and_imported_nowhere():
+    assert [m for m in MERGED_MODULES if (SRC / m).exists()] == []
+    dotted = [f"mutualrl.{m.removesuffix('.py').replace('/', '.')}" for m in MERGED_MODULES]
+    found = {(path, name) for path, text in sources().items() for name in dotted
+             if re.search(rf"(from|import) {re.escape(name)}\b", text)}
+    assert found == set()
+
+
 def test_removed_names_appear_nowhere_in_src():
     found = {(path, name) for path, text in sources().items() for name in REMOVED_NAMES
              if re.search(rf"\b{re.escape(name)}\b", text)}
@@ -51,7 +65,8 @@ def test_removed_names_appear_nowhere_in_src():
 def test_twins_are_defined_once():
     texts = sources()
     counts = {name: sum(len(re.findall(rx, text)) for text in texts.values()) for name, rx in DEFINED_ONCE.items()}
-    assert counts == {"pool_order": 1, "nanstd": 0}  # nanstd is TRL's own
+    assert counts == {"pool_order": 1, "nanstd": 0,  # nanstd is TRL's own
+                      "write_atomic": 1, "temporary names": 1, "fsync_dir": 1}  # atomic_io's, for every file
 
 
 def test_fault_hooks_live_in_one_module():

@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 import xxhash
 
@@ -22,14 +23,13 @@ from mutualrl.see import (
     PeerFailedError,
     PeerTimeoutError,
     RolloutBatch,
-    RolloutRecord,
     SchemaMismatchError,
     ShardMissingError,
     mark_policy_failed,
     read_failure,
 )
 from mutualrl.see.inspect import inspect_exchange
-from see_synthetic import synthetic_batch
+from see_synthetic import RolloutRecord, batch_from_records, records_of, synthetic_batch
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 TESTS = Path(__file__).resolve().parent
@@ -43,7 +43,7 @@ def exchange(root: Path, policy: str, **kw) -> ExperienceExchange:
 
 
 def records_with_nulls() -> RolloutBatch:
-    return RolloutBatch.from_records(
+    return batch_from_records(
         [
             RolloutRecord("q0", 0, "2+2?", "4", [19, 2], [(0, 1), (-1, -1)], 1.0, 0.7, [-0.1, -0.01], True),
             RolloutRecord("q0", 1, "2+2?", "", [], [], 0.0, None, None, False),
@@ -75,21 +75,15 @@ def test_publish_read_round_trip_with_manifest_and_provenance(tmp_path):
     assert manifest["rows"] == 3
     assert manifest["bytes"] == path.stat().st_size
     assert manifest["checksum"] == xxhash.xxh3_128(path.read_bytes()).hexdigest()
-    assert manifest["schema_version"] == 1 and manifest["run_id"] == "run-1"
+    assert manifest["schema_version"] == 2 and manifest["run_id"] == "run-1"
+    assert (manifest["policy"], manifest["step"], manifest["rank"], manifest["world_size"]) == ("a", 3, 0, 1)
     assert manifest["provenance"]["model"] == "tiny-qwen"
     assert set(manifest["provenance"]["versions"]) == {"mutualrl", "trl", "transformers", "torch", "pyarrow"}
     assert manifest["provenance"]["pid"] == os.getpid()
 
     table = b.read(3, "a")
-    meta = table.schema.metadata
-    assert meta[b"policy"] == b"a" and meta[b"step"] == b"3" and meta[b"run_id"] == b"run-1"
-    assert json.loads(meta[b"provenance"])["tokenizer"] == "qwen2"
-    got = RolloutBatch.from_table(table).records()
-    want = batch.records()
-    for g, w in zip(got, want, strict=True):
-        assert (g.step, g.policy, g.rank) == (3, "a", 0)
-        g.step = g.policy = g.rank = None
-        assert g == w
+    assert table.schema.metadata == {b"schema_version": b"2"}  # who published it: the manifest's, once
+    assert records_of(table) == records_of(batch)
 
     rewards = b.read(3, "a", columns=["reward", "prompt_id"])
     assert rewards.column_names == ["reward", "prompt_id"]
@@ -98,13 +92,14 @@ def test_publish_read_round_trip_with_manifest_and_provenance(tmp_path):
         b.read(3, "a", columns=["rewards"])
 
 
-def test_publish_accepts_a_table_and_rejects_wrong_ids(tmp_path):
+def test_publish_accepts_a_table_and_checks_it(tmp_path):
     a = exchange(tmp_path, "a")
-    table = synthetic_batch(2, 2, seed=1).stamped(0, "a", 0).to_table()
+    table = synthetic_batch(2, 2, seed=1).to_table()
     a.publish(0, table)
     assert a.read(0, "a").num_rows == 4
-    with pytest.raises(InvalidRecordError, match=r"column 'step' is 0 but the batch is published as step=1"):
-        a.publish(1, table)
+    with pytest.raises(InvalidRecordError, match=r"row 1 .*'reward': is inf"):  # a table from user code
+        a.publish(1, table.set_column(table.column_names.index("reward"), "reward",
+                                      pa.array([0.0, float("inf"), 0.0, 0.0], pa.float32())))
     with pytest.raises(UsageError, match="RolloutBatch or a pyarrow.Table"):
         a.publish(2, [1, 2, 3])  # type: ignore[arg-type]
 
@@ -130,25 +125,26 @@ def test_bad_names_and_settings_are_usage_errors(tmp_path):
 
 KILLED_WRITER = """
     import os, signal, sys
-    from mutualrl.see import ExperienceExchange, files
+    from mutualrl import atomic_io
+    from mutualrl.see import ExperienceExchange
     from see_synthetic import synthetic_batch
 
     root, mode = sys.argv[1], sys.argv[2]
     if mode == "mid-write":
-        original_write = files.HashingSink.write
+        original_write = atomic_io.HashingSink.write
         def write(self, data):
             n = original_write(self, data)
             if self.nbytes > 2000:
                 os.kill(os.getpid(), signal.SIGKILL)
             return n
-        files.HashingSink.write = write
+        atomic_io.HashingSink.write = write
     else:  # "before-manifest": the data file is committed, the manifest never is
-        original_commit = files.commit_rename
+        original_commit = atomic_io.commit_rename
         def commit(tmp, final):
             if final.name.endswith(".manifest.json"):
                 os.kill(os.getpid(), signal.SIGKILL)
             original_commit(tmp, final)
-        files.commit_rename = commit
+        atomic_io.commit_rename = commit
     ex = ExperienceExchange(root, "run-1", "b", policies=["a", "b"])
     ex.publish(0, synthetic_batch(8, 2, 16, 64, seed=3))
     print("not killed")
@@ -193,6 +189,20 @@ def _published(tmp_path: Path) -> tuple[ExperienceExchange, Path, Path]:
     return a, data, data.with_name("rank-0-of-1.manifest.json")
 
 
+def test_a_shard_is_checked_once_after_its_checksum(tmp_path, monkeypatch):
+    from mutualrl.see import shards
+
+    a, data, _ = _published(tmp_path)
+    calls = []
+    real = shards.validate_table
+    monkeypatch.setattr(shards, "validate_table", lambda table: calls.append(table.num_rows) or real(table))
+    a.read(1, "b")
+    a.read(1, "b", columns=["reward"])  # the same file again: neither hashed nor checked
+    assert calls == [12]
+    exchange(tmp_path, "a").read(1, "b")  # another reader (its own cache) checks it once itself
+    assert calls == [12, 12]
+
+
 def test_flipped_byte_is_a_checksum_error_naming_the_file_even_for_one_column(tmp_path):
     a, data, _ = _published(tmp_path)
     assert a.read(1, "b", columns=["reward"]).num_rows == 12  # verified and cached
@@ -233,10 +243,13 @@ def test_unreadable_shard_with_matching_checksum(tmp_path):
     [
         ("schema_version", 99, SchemaMismatchError, "schema_version"),
         ("rows", 13, CorruptShardError, "rows"),
+        ("step", 2, CorruptShardError, "manifest_mismatch"),  # copied from another step: not trusted
+        ("policy", "a", CorruptShardError, "manifest_mismatch"),
+        ("world_size", 2, CorruptShardError, "manifest_mismatch"),
         ("rank", 0, None, None),  # unchanged: control
     ],
 )
-def test_manifest_disagreeing_with_file(tmp_path, field, value, error, problem):
+def test_manifest_disagreeing_with_file_or_path(tmp_path, field, value, error, problem):
     a, _, manifest_path = _published(tmp_path)
     manifest = json.loads(manifest_path.read_text())
     manifest[field] = value
@@ -247,7 +260,40 @@ def test_manifest_disagreeing_with_file(tmp_path, field, value, error, problem):
     with pytest.raises(error) as info:
         a.read(1, "b")
     assert info.value.problem == problem
-    assert "rank-0-of-1.arrow" in str(info.value)
+    assert str(tmp_path) in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_shard_of_the_older_layout_is_refused_by_name(tmp_path):
+    a, _, manifest_path = _published(tmp_path)
+    manifest = json.loads(manifest_path.read_text())
+    manifest["schema_version"] = 1
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(SchemaMismatchError, match=rf"^{tmp_path} was written by an older mutualrl \(SEE schema v1; "
+                       r"this one reads v2\): start a new run .*or resume this one with the mutualrl version that "
+                       r"wrote it$"):
+        a.read(1, "b")
+
+
+def test_a_bad_peer_row_names_the_file_the_policy_the_row_and_the_column(tmp_path):
+    a = exchange(tmp_path, "a")
+    b = exchange(tmp_path, "b")
+    table = synthetic_batch(3, 2, 1, 8, seed=1).to_table()
+    index = table.column_names.index("reward")
+    bad = table.set_column(index, table.schema.field(index),
+                           pa.array([0.0, 0.0, 0.0, float("-inf"), 0.0, 0.0], pa.float32()))
+    # what a buggy peer would write: publish() of a RolloutBatch writes it as built
+    b.publish(1, RolloutBatch.from_table(table))
+    data = tmp_path / "step-000001" / "b" / "rank-0-of-1.arrow"
+    original = RolloutBatch.from_table(table)
+    original._table = bad
+    b.publish(2, original)
+    assert a.read(1, "b").num_rows == 6
+    with pytest.raises(CorruptShardError) as info:
+        a.read(2, "b")
+    message = str(info.value)
+    assert info.value.problem == "invalid_record" and info.value.peer == "b"
+    assert str(data).replace("000001", "000002") in message and "policy 'b'" in message
+    assert "row 3 (prompt_id='p000001', sample_index=1): column 'reward': is -inf" in message
 
 
 # --------------------------------------------------------------------------------------
@@ -343,8 +389,8 @@ def test_multi_rank_barrier_waits_for_every_rank(tmp_path):
     finally:
         late.join()
     assert [(s.rank, s.world_size) for s in shards["b"]] == [(0, 2), (1, 2)]
-    table = a.read(0, "b")
-    assert table.column("rank").to_pylist() == [0] * 4 + [1] * 4
+    table = a.read(0, "b")  # rank order: rank 0's 4 rows, then rank 1's
+    assert table.num_rows == 8
     assert table.column("prompt_id").to_pylist()[:2] == ["p000000", "p000000"]
     assert table.column("prompt_id").to_pylist()[-1] == "p000003"
     # Own other rank: b0's barrier waits for b1 too (self is included by default).
@@ -400,7 +446,8 @@ PEER_PROCESS = """
     for step in range(4):
         batch = synthetic_batch(6, 3, 0, 40, seed=10 * index + step, prompt_offset=6 * step)
         ex.publish(step, batch)
-        tables = ex.gather(step, columns=["prompt_id", "sample_index", "reward", "policy", "step"])
+        shards = ex.wait_for(step)  # who published each shard: its manifest
+        tables = {p: ex.read_shards(found, ["prompt_id", "sample_index", "reward"]) for p, found in shards.items()}
         peer = [p for p in tables if p != me][0]
         own_ids = sorted(zip(tables[me]["prompt_id"].to_pylist(), tables[me]["sample_index"].to_pylist()))
         peer_ids = sorted(zip(tables[peer]["prompt_id"].to_pylist(), tables[peer]["sample_index"].to_pylist()))
@@ -409,8 +456,8 @@ PEER_PROCESS = """
             "own_reward_sum": float(sum(batch.column("reward").to_pylist())),
             "peer": peer,
             "peer_reward_sum": float(sum(tables[peer]["reward"].to_pylist())),
-            "peer_policy": sorted(set(tables[peer]["policy"].to_pylist())),
-            "peer_step": sorted(set(tables[peer]["step"].to_pylist())),
+            "peer_policy": sorted({info.policy for info in shards[peer]}),
+            "peer_step": sorted({info.step for info in shards[peer]}),
             "same_prompts": own_ids == peer_ids,
             "rows": tables[peer].num_rows,
         })
@@ -468,11 +515,11 @@ def test_from_recipe_settings(tmp_path):
 def test_a_full_disk_mid_publish_names_the_file_and_leaves_earlier_steps_intact(tmp_path, monkeypatch):
     import errno
 
-    from mutualrl.see import files
+    from mutualrl import atomic_io
 
     writer, reader = exchange(tmp_path, "b"), exchange(tmp_path, "a")
     writer.publish(0, synthetic_batch(6, 2, 8, 48, seed=5))
-    real_write, written = files.HashingSink.write, []
+    real_write, written = atomic_io.HashingSink.write, []
 
     def write_until_full(self, data):
         if written:
@@ -480,7 +527,7 @@ def test_a_full_disk_mid_publish_names_the_file_and_leaves_earlier_steps_intact(
         written.append(len(data))
         return real_write(self, data)
 
-    monkeypatch.setattr(files.HashingSink, "write", write_until_full)
+    monkeypatch.setattr(atomic_io.HashingSink, "write", write_until_full)
     from mutualrl.errors import StorageError
 
     with pytest.raises(StorageError) as info:  # one line: the shard's path and the free space

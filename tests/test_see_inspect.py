@@ -48,7 +48,7 @@ def test_healthy_exchange_json(tmp_path):
     assert report["root"] == str(tmp_path / "see")
     assert report["steps"] == [0, 1, 2]
     assert report["policies"] == ["a", "b"]
-    assert report["schema_versions"] == [1] and report["run_ids"] == ["run-x"]
+    assert report["schema_versions"] == [2] and report["run_ids"] == ["run-x"]
     for step in range(3):
         cell_a = report["cells"][str(step)]["a"]
         cell_b = report["cells"][str(step)]["b"]
@@ -177,7 +177,7 @@ def test_unscored_records_are_left_out_of_the_reward_means(tmp_path):
     """A reward of None is stored as NaN ("not scored"): the means are over the scored records only."""
     import pyarrow as pa
 
-    from mutualrl.see.schema import RolloutBatch
+    from mutualrl.see.records import RolloutBatch
 
     see = tmp_path / "see"
     a = ExperienceExchange(see, "run-x", "a", policies=["a"])
@@ -194,3 +194,16 @@ def test_unscored_records_are_left_out_of_the_reward_means(tmp_path):
     assert report["step_reward_mean"]["0"] == pytest.approx(0.5)
     assert report["policy_reward_mean"]["a"] == pytest.approx(0.5)
     assert report["records"] == 4
+
+
+def test_a_shard_of_the_older_layout_is_named_as_such(tmp_path):
+    build_run(tmp_path, steps=1)
+    manifest_path = tmp_path / "see" / "step-000000" / "a" / "rank-0-of-1.manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["schema_version"] = 1
+    manifest_path.write_text(json.dumps(manifest))
+    code, report = inspect_json(tmp_path)
+    assert code == 1 and report["schema_versions"] == [1, 2]
+    older = [i for i in report["issues"] if i["kind"] == "schema_version"]
+    assert len(older) == 1 and "written by an older mutualrl (SEE schema v1" in older[0]["message"]
+    assert "mixed_schema_versions" in {i["kind"] for i in report["issues"]}

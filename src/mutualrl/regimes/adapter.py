@@ -236,34 +236,38 @@ class RegimeAdapter:
                 output["completion_ids"], output["completion_mask"],
             )
 
-    def build_records(self, output: dict[str, Any], rollouts: StepRollouts) -> RolloutBatch:
-        """This rank's rollout records for the SEE (text + token spans via THL)."""
-        from mutualrl.see.schema import RolloutBatch
-        from mutualrl.thl import batch_decode_with_spans
+    def build_records(self, output: GRPOBatch, rollouts: StepRollouts) -> RolloutBatch:
+        """This rank's rollout records for the SEE: token ids and behaviour log-probs straight from TRL's padded
+        tensors (no Python list per token), the text via THL, and each token's span only where the regime's
+        readers need spans (:attr:`publishes_spans`). Built from the trainer's own tensors, so not re-checked."""
+        import numpy as np
+
+        from mutualrl.see.records import Ragged, RolloutBatch
+        from mutualrl.thl import batch_decode_text, batch_decode_with_spans
 
         trainer = self.trainer
-        decoded = batch_decode_with_spans(trainer.processing_class, rollouts.completion_ids_local)
-        logps = output.get("old_per_token_logps") if self.publishes_traces else None
-        behaviour = None
-        if logps is not None:
-            mask = output["completion_mask"].bool()
-            behaviour = [logps[i][mask[i]].float().cpu().numpy() for i in range(logps.size(0))]
-        eos = set(trainer.eos_token_ids)
-        prompts = [_prompt_text(p) for p in rollouts.prompt_texts_local]
+        rows = len(rollouts.completion_ids_local)
+        lengths = np.fromiter(map(len, rollouts.completion_ids_local), dtype=np.int64, count=rows)  # [B]
+        tokens = Ragged.from_padded(output["completion_ids"], lengths, np.int32)  # TRL's rows: right-padded
+        logps = output.get("old_per_token_logps") if self.publishes_traces else None  # [B, C]
+        spans = None
+        if self.publishes_spans:
+            decoded = batch_decode_with_spans(trainer.processing_class, tokens)
+            texts, spans = [d.text for d in decoded], [d.spans for d in decoded]
+        else:
+            texts = batch_decode_text(trainer.processing_class, tokens)
+        last = tokens.values[np.maximum(tokens.offsets[1:] - 1, 0)] if len(tokens.values) else np.zeros(rows, np.int32)
         return RolloutBatch(
-            step=rollouts.step,
-            policy=self.policy,
-            rank=rollouts.process_index,
             prompt_id=rollouts.prompt_ids_local,
             sample_index=rollouts.sample_index_local,
-            prompt_text=prompts,
-            response_text=[d.text for d in decoded],
-            response_token_ids=[list(ids) for ids in rollouts.completion_ids_local],
-            response_token_spans=[d.spans for d in decoded],
+            prompt_text=[_prompt_text(p) for p in rollouts.prompt_texts_local],
+            response_text=texts,
+            response_token_ids=tokens,
+            response_token_spans=spans,
             reward=rollouts.rewards_local.float().numpy(),
             advantage=output["advantages"].float().cpu().numpy(),
-            behaviour_logps=behaviour,
-            finished=[bool(ids) and ids[-1] in eos for ids in rollouts.completion_ids_local],
+            behaviour_logps=None if logps is None else Ragged.from_padded(logps, output["completion_mask"], np.float32),
+            finished=(lengths > 0) & np.isin(last, trainer.eos_token_ids),  # [B] the last token is an EOS
         )
 
 

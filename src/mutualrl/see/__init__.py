@@ -26,10 +26,15 @@ from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.liveness import clear_failure, mark_policy_failed, read_failure
 from mutualrl.see.shards import ShardInfo, load_shard
 from mutualrl.see.provenance import collect_provenance
-from mutualrl.see.columns import COLUMNS, ROLLOUT_SCHEMA, SCHEMA_VERSION
-from mutualrl.see.ragged import Ragged, ragged
-from mutualrl.see.schema import RolloutBatch, RolloutRecord, ShardMetadata
-from mutualrl.see.validation import validate_table
+from mutualrl.see.records import (
+    COLUMNS,
+    ROLLOUT_SCHEMA,
+    SCHEMA_VERSION,
+    Ragged,
+    RolloutBatch,
+    ragged,
+    validate_table,
+)
 
 __all__ = [
     "COLUMNS",
@@ -42,11 +47,9 @@ __all__ = [
     "PeerTimeoutError",
     "Ragged",
     "RolloutBatch",
-    "RolloutRecord",
     "SEEPeerError",
     "SchemaMismatchError",
     "ShardInfo",
-    "ShardMetadata",
     "ShardMissingError",
     "clear_failure",
     "collect_provenance",

@@ -75,7 +75,8 @@ class CorruptShardError(SEEPeerError):
     """A committed shard cannot be trusted: truncated, checksum mismatch, unreadable, or wrong schema.
 
     ``problem`` is one of ``"truncated"``, ``"size"``, ``"checksum"``, ``"unreadable"``,
-    ``"schema_version"``, ``"schema"``, ``"rows"``, ``"metadata"``, ``"missing"``.
+    ``"schema_version"``, ``"schema"``, ``"rows"``, ``"invalid_record"`` (a row breaks the SEE record's rules),
+    ``"manifest_mismatch"`` (a manifest describes another policy, step or rank than its path), ``"missing"``.
     """
 
     def __init__(self, message: str, *, path: Path | str, problem: str, peer: str | None = None, step: int | None = None):

@@ -28,6 +28,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from mutualrl.atomic_io import TEMP_RE, HashingSink, write_atomic
 from mutualrl.errors import UsageError
 from mutualrl.run_folder import RunPaths
 from mutualrl.see import files
@@ -36,8 +37,7 @@ from mutualrl.see.errors import PeerFailedError, ShardMissingError
 from mutualrl.see.files import CHECKSUM_ALGORITHM
 from mutualrl.see.liveness import HeartbeatWatch, barrier_timeout_error, mark_policy_failed, read_failure, write_heartbeat
 from mutualrl.see.provenance import refresh_provenance
-from mutualrl.see.columns import COLUMNS, SCHEMA_VERSION
-from mutualrl.see.schema import RolloutBatch, ShardMetadata
+from mutualrl.see.records import COLUMNS, FILE_METADATA, SCHEMA_VERSION, RolloutBatch
 from mutualrl.see.shards import ShardInfo, complete_shards, load_shard, scan_committed
 
 
@@ -152,12 +152,13 @@ class ExperienceExchange:
     def publish(self, step: int, records: RolloutBatch | pa.Table) -> Path:
         """Commit this rank's records for ``step``; returns the data file's path.
 
-        The data file is written under a temporary name, fsynced, renamed into place and its
-        folder fsynced; then the manifest (rows, bytes, xxh3_128 of the file computed while
-        writing, provenance) is committed the same way. The manifest is the commit marker.
-        Publishing a step twice replaces the shard (readers of that step may then see a
-        checksum mismatch: publish each step once per run), unless ``keep_committed`` is set:
-        then a step this rank already committed in this run is left as it is.
+        A ``RolloutBatch`` is written as built (the trainer's own); a ``pyarrow.Table`` comes from user code and is
+        checked first (:meth:`RolloutBatch.from_table`). The data file is written under a temporary name,
+        fsynced, renamed into place and its folder fsynced; then the manifest (run, policy, step, rank, world
+        size, rows, bytes, xxh3_128 of the file computed while writing, provenance) is committed the same way.
+        The manifest is the commit marker. Publishing a step twice replaces the shard (readers of that step may
+        then see a checksum mismatch: publish each step once per run), unless ``keep_committed`` is set: then a
+        step this rank already committed in this run is left as it is.
         """
         step = int(step)
         if step < 0:
@@ -166,25 +167,18 @@ class ExperienceExchange:
         if self.keep_committed and self._round_committed(step):
             return data_final
         if isinstance(records, pa.Table):
-            batch = RolloutBatch.from_table(records)
-        elif isinstance(records, RolloutBatch):
-            batch = records
-        else:
+            records = RolloutBatch.from_table(records)
+        elif not isinstance(records, RolloutBatch):
             raise UsageError(f"publish() takes a RolloutBatch or a pyarrow.Table, got {type(records).__name__}")
-        batch = batch.stamped(step, self.policy, self.rank)
+        table = records.to_table().replace_schema_metadata(FILE_METADATA)
         provenance = refresh_provenance(self.provenance)
-        metadata = ShardMetadata(
-            SCHEMA_VERSION, self.run_id, self.policy, step, self.rank, self.world_size, provenance
-        )
-        table = batch.to_table(metadata)
+        data_final.parent.mkdir(parents=True, exist_ok=True)
 
-        folder = files.policy_dir(self.root, step, self.policy)
-        folder.mkdir(parents=True, exist_ok=True)
-        def write_ipc(sink: files.HashingSink) -> None:
+        def write_ipc(sink: HashingSink) -> None:
             with pa.ipc.new_file(pa.PythonFile(sink, mode="w"), table.schema) as writer:
                 writer.write_table(table)
 
-        nbytes, checksum = files.write_atomic(data_final, write_ipc)
+        shard = write_atomic(data_final, write_ipc, hashed=True)
         manifest = {
             "schema_version": SCHEMA_VERSION,
             "run_id": self.run_id,
@@ -193,15 +187,16 @@ class ExperienceExchange:
             "rank": self.rank,
             "world_size": self.world_size,
             "rows": table.num_rows,
-            "bytes": nbytes,
-            "checksum": checksum,
+            "bytes": shard.nbytes,
+            "checksum": shard.hexdigest(),
             "checksum_algorithm": CHECKSUM_ALGORITHM,
             "data_file": data_final.name,
             "published_at": time.time(),
             "provenance": provenance,
         }
-        manifest_final = files.manifest_path(self.root, step, self.policy, self.rank, self.world_size)
-        files.write_bytes_atomic(manifest_final, json.dumps(manifest, indent=1).encode())
+        data = json.dumps(manifest, indent=1).encode()
+        write_atomic(files.manifest_path(self.root, step, self.policy, self.rank, self.world_size),
+                     lambda sink: sink.write(data))
         self.heartbeat(step=step)
         return data_final
 
@@ -324,8 +319,10 @@ class ExperienceExchange:
         """All shards of ``policy`` at ``step``, concatenated in rank order (memory-mapped, zero-copy).
 
         Every shard's size, xxh3_128 checksum, schema version, schema and row count are
-        verified against its manifest (even when only some ``columns`` are requested);
-        any mismatch raises :class:`CorruptShardError` naming the file and the problem.
+        verified against its manifest (even when only some ``columns`` are requested), and its
+        rows checked, once per file; any failure raises :class:`CorruptShardError` naming the
+        file and the problem. The table's schema metadata is ``schema_version`` alone: who
+        published it is in the shards' manifests (:meth:`shards`).
         """
         return self.read_shards(self.shards(step, policy), columns)
 
@@ -345,12 +342,6 @@ class ExperienceExchange:
             if unknown:
                 raise UsageError(f"unknown SEE column(s) {unknown}; columns are {list(COLUMNS)}")
         tables = [self._load_shard(info) for info in shards]
-        first = shards[0]
-        common = ShardMetadata(
-            SCHEMA_VERSION, first.run_id, first.policy, first.step, 0, first.world_size, first.provenance
-        ).to_arrow()
-        common.pop(b"rank")
-        tables = [t.replace_schema_metadata(common) for t in tables]
         table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
         return table if columns is None else table.select(columns)
 
@@ -418,7 +409,7 @@ class ExperienceExchange:
                 own += [
                     Path(e.path)
                     for e in os.scandir(folder)
-                    if (t := files.TEMP_RE.match(e.name)) and t.group("final").startswith(stem + ".")
+                    if (t := TEMP_RE.match(e.name)) and t.group("final").startswith(stem + ".")
                     and int(t.group("pid")) == os.getpid()
                 ]
             except FileNotFoundError:

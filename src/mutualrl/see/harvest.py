@@ -24,7 +24,7 @@ import numpy as np
 
 from mutualrl.errors import DataError, UsageError
 from mutualrl.see import files
-from mutualrl.see.shards import ShardInfo, complete_shards, load_shard, read_manifest, shard_info_from_manifest
+from mutualrl.see.shards import ShardInfo, complete_shards, load_shard, read_manifest
 
 #: The columns a harvest reads.
 HARVEST_COLUMNS = ("prompt_id", "prompt_text", "response_text", "reward", "finished")
@@ -108,7 +108,7 @@ def _committed(folder: Path) -> dict[str, dict[int, dict[int, ShardInfo]]]:
             if not m:
                 continue
             try:
-                info = shard_info_from_manifest(Path(entry.path), read_manifest(Path(entry.path)))
+                info = read_manifest(Path(entry.path))
             except FileNotFoundError:
                 continue
             found.setdefault(info.run_id, {}).setdefault(info.world_size, {})[info.rank] = info

@@ -19,6 +19,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 
+from mutualrl.atomic_io import TEMP_RE
 from mutualrl.errors import UsageError
 from mutualrl.run_folder import read_json_or
 from mutualrl.see import files
@@ -33,7 +34,7 @@ from mutualrl.see.inspect_report import (
     mean_or_none,
     merge_provenance,
 )
-from mutualrl.see.shards import ShardInfo, load_shard, read_manifest, shard_info_from_manifest
+from mutualrl.see.shards import ShardInfo, load_shard, read_manifest
 from mutualrl.see.source_figures import run_folder_of, source_figures
 
 __all__ = ["FileEntry", "InspectReport", "Issue", "PolicyStep", "inspect_exchange", "resolve_see_root"]
@@ -52,7 +53,7 @@ def resolve_see_root(path: Path | str) -> Path:
 
 def _temp_or(name: str, kind: str) -> str:
     """A file's kind: ``temp`` when its name is a writer's temporary, else ``kind``."""
-    return "temp" if files.TEMP_RE.match(name) else kind
+    return "temp" if TEMP_RE.match(name) else kind
 
 
 @dataclass
@@ -152,7 +153,7 @@ def _read_failure_markers(state: _Inspection, folder: str) -> None:
     unreadable marker still names its policy, from its file name)."""
     for fentry in sorted(os.scandir(folder), key=lambda e: e.name):
         state.add_file(Path(fentry.path), _temp_or(fentry.name, "failure"))
-        if files.TEMP_RE.match(fentry.name) or not fentry.name.endswith(".json"):
+        if TEMP_RE.match(fentry.name) or not fentry.name.endswith(".json"):
             continue
         marker = read_json_or(Path(fentry.path), None)  # damaged, another type, a FIFO: said so
         if marker is None:
@@ -176,7 +177,7 @@ def _check_stray_temps(state: _Inspection) -> None:
     so that it can be deleted once no writer runs."""
     for f in state.report.files:
         if f.kind == "temp":
-            t = files.TEMP_RE.match(Path(f.path).name)
+            t = TEMP_RE.match(Path(f.path).name)
             who = f" by pid {t.group('pid')} on {t.group('host')}" if t else ""
             state.issue(
                 "stray_temp",
@@ -343,7 +344,7 @@ def _read_shard(state: _Inspection, step: int, policy: str, mpath: Path, cell: _
     assert m is not None
     rank, world = int(m.group(1)), int(m.group(2))
     try:
-        info = shard_info_from_manifest(mpath, read_manifest(mpath))
+        info = read_manifest(mpath)
     except CorruptShardError as err:
         state.issue("unreadable_manifest", str(err), path=state.rel(mpath), step=step, policy=policy, rank=rank)
         return

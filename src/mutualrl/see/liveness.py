@@ -38,6 +38,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from mutualrl.atomic_io import write_atomic
 from mutualrl.errors import MutualRLError, RunFolderError
 from mutualrl.run_folder import read_bytes
 from mutualrl.see import files
@@ -100,7 +101,8 @@ def mark_policy_failed(
         "pid": os.getpid(),
         "time": time.time(),
     }
-    files.write_bytes_atomic(final, json.dumps(marker, indent=1).encode())
+    data = json.dumps(marker, indent=1).encode()
+    write_atomic(final, lambda sink: sink.write(data))
     return final
 
 
@@ -185,7 +187,8 @@ def write_heartbeat(path: Path, content: dict[str, Any]) -> bool:
     """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        files.write_bytes_atomic(path, json.dumps(content).encode(), durable=False)
+        data = json.dumps(content).encode()
+        write_atomic(path, lambda sink: sink.write(data), durable=False)
         return True
     except (OSError, MutualRLError) as err:
         try:

@@ -1,4 +1,5 @@
-"""Rolling an exchange back to an optimizer step, for a resumed run: what a later step wrote goes."""
+"""Rolling an exchange back to an optimizer step, for a resumed run: what a later step wrote goes; an exchange
+another mutualrl version wrote (another record layout) is refused first, before anything is changed."""
 
 from __future__ import annotations
 
@@ -6,7 +7,30 @@ import shutil
 from pathlib import Path
 
 from mutualrl.see.consumption_log import rollback_log
-from mutualrl.see.files import FAILED_DIR, STEP_DIR_RE
+from mutualrl.see.errors import CorruptShardError
+from mutualrl.see.files import FAILED_DIR, MANIFEST_RE, STEP_DIR_RE
+from mutualrl.see.records import SCHEMA_VERSION
+from mutualrl.see.shards import older_layout_error, read_manifest
+
+
+def refuse_older_layout(root: Path) -> None:
+    """:class:`~mutualrl.see.errors.SchemaMismatchError` (one line: start a new run, or resume with the version
+    that wrote it) when a committed shard under ``root`` has another schema version: a resumed run would read the
+    rounds before its restart step (bounded staleness, ``see inspect``) and find records it cannot read."""
+    if not root.is_dir():
+        return
+    for step in root.iterdir():
+        if not (STEP_DIR_RE.match(step.name) and step.is_dir()):
+            continue
+        for manifest in step.glob("*/*.manifest.json"):
+            if not MANIFEST_RE.match(manifest.name):
+                continue
+            try:
+                version = read_manifest(manifest).schema_version
+            except (CorruptShardError, FileNotFoundError):  # damaged: the readers report it where they meet it
+                continue
+            if version != SCHEMA_VERSION:
+                raise older_layout_error(root, version)
 
 
 def rollback_exchange(root: Path, step: int) -> int:

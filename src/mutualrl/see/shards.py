@@ -1,9 +1,11 @@
 """Committed SEE shards: their manifests, finding them, and loading them verified (docs/see.md).
 
 A shard is an Arrow IPC data file plus a JSON manifest, both committed atomically; the
-manifest's presence is the commit. Readers find the committed shards of a (step, policy)
-with :func:`scan_committed` and load each with :func:`load_shard`, which verifies size,
-xxh3_128 checksum, schema and metadata against the manifest.
+manifest's presence is the commit, and the manifest (:class:`ShardInfo`) is where the shard's
+run, policy, step, rank and world size live. Readers find the committed shards of a (step,
+policy) with :func:`scan_committed` (a manifest must agree with its path) and load each with
+:func:`load_shard`, which verifies size, xxh3_128 checksum, schema and row count against the
+manifest, then the rows themselves, once per file.
 """
 
 from __future__ import annotations
@@ -19,15 +21,14 @@ import pyarrow as pa
 from mutualrl.errors import RunFolderError
 from mutualrl.run_folder import read_bytes
 from mutualrl.see import files
-from mutualrl.see.errors import CorruptShardError, SchemaMismatchError
+from mutualrl.see.errors import CorruptShardError, InvalidRecordError, SchemaMismatchError
 from mutualrl.see.files import CHECKSUM_ALGORITHM, MANIFEST_RE
-from mutualrl.see.columns import ROLLOUT_SCHEMA, SCHEMA_VERSION
-from mutualrl.see.schema import ShardMetadata
+from mutualrl.see.records import ROLLOUT_SCHEMA, SCHEMA_VERSION, validate_table
 
 
 @dataclass(frozen=True)
 class ShardInfo:
-    """A committed shard, as described by its manifest."""
+    """A committed shard: its parsed manifest, the one place its run, policy, step, rank and world size live."""
 
     policy: str
     step: int
@@ -44,18 +45,25 @@ class ShardInfo:
     provenance: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
-def read_manifest(path: Path) -> dict[str, Any]:
+def read_manifest(path: Path) -> ShardInfo:
     """Parse a committed manifest; :class:`CorruptShardError` if it is unreadable or incomplete."""
     try:
         data = json.loads(read_bytes(path))
         for key in ("schema_version", "run_id", "policy", "step", "rank", "world_size", "rows", "bytes", "checksum"):
             data[key]  # noqa: B018 - presence check
-        for key in ("step", "rank", "world_size", "rows", "bytes"):  # a hand edit or a bug: never a traceback later
+        for key in ("schema_version", "step", "rank", "world_size", "rows", "bytes"):  # a hand edit or a bug
             if not isinstance(data[key], int) or isinstance(data[key], bool) or data[key] < 0:
                 raise TypeError(f"{key} is {data[key]!r}, not a whole number")
         for key in ("run_id", "policy", "checksum"):
             if not isinstance(data[key], str):
                 raise TypeError(f"{key} is {data[key]!r}, not text")
+        return ShardInfo(
+            policy=data["policy"], step=data["step"], rank=data["rank"], world_size=data["world_size"],
+            data_path=path.with_name(str(data.get("data_file") or path.name.replace(".manifest.json", ".arrow"))),
+            manifest_path=path, rows=data["rows"], bytes=data["bytes"], checksum=data["checksum"],
+            schema_version=data["schema_version"], run_id=data["run_id"],
+            published_at=float(data.get("published_at", 0.0)), provenance=dict(data.get("provenance") or {}),
+        )
     except FileNotFoundError:
         raise
     except (OSError, ValueError, KeyError, TypeError, RecursionError, RunFolderError) as err:
@@ -64,24 +72,16 @@ def read_manifest(path: Path) -> dict[str, Any]:
             path=path,
             problem="unreadable",
         ) from None
-    return data
 
 
-def shard_info_from_manifest(path: Path, manifest: dict[str, Any]) -> ShardInfo:
-    return ShardInfo(
-        policy=manifest["policy"],
-        step=int(manifest["step"]),
-        rank=int(manifest["rank"]),
-        world_size=int(manifest["world_size"]),
-        data_path=path.with_name(manifest.get("data_file") or path.name.replace(".manifest.json", ".arrow")),
-        manifest_path=path,
-        rows=int(manifest["rows"]),
-        bytes=int(manifest["bytes"]),
-        checksum=str(manifest["checksum"]),
-        schema_version=int(manifest["schema_version"]),
-        run_id=str(manifest["run_id"]),
-        published_at=float(manifest.get("published_at", 0.0)),
-        provenance=manifest.get("provenance") or {},
+def older_layout_error(path: Path, version: int) -> SchemaMismatchError:
+    """The one line for an exchange written by another mutualrl version (its record layout differs)."""
+    return SchemaMismatchError(
+        f"{path} was written by {'an older' if version < SCHEMA_VERSION else 'a newer'} mutualrl (SEE schema "
+        f"v{version}; this one reads v{SCHEMA_VERSION}): start a new run (another --run-dir), or resume this one "
+        "with the mutualrl version that wrote it",
+        path=path,
+        problem="schema_version",
     )
 
 
@@ -89,7 +89,9 @@ def scan_committed(root: Path, run_id: str, step: int, policy: str, found: dict[
                    other_runs: set[str]) -> None:
     """Add the committed shards of (step, policy) in run ``run_id`` to ``found[world_size][rank]``.
 
-    Shards of other runs (a reused folder) are skipped and their run ids added to ``other_runs``.
+    Shards of other runs (a reused folder) are skipped and their run ids added to ``other_runs``. A manifest of
+    this run that describes another policy, step or rank than its path (copied there) is a
+    :class:`CorruptShardError`; one of another schema version, a :class:`SchemaMismatchError`.
     """
     folder = files.policy_dir(root, step, policy)
     try:
@@ -104,13 +106,21 @@ def scan_committed(root: Path, run_id: str, step: int, policy: str, found: dict[
         if rank in found.get(world, {}):
             continue
         try:
-            manifest = read_manifest(Path(entry.path))
+            info = read_manifest(Path(entry.path))
         except FileNotFoundError:  # pruned or replaced between listing and reading
             continue
-        if manifest["run_id"] != run_id:
-            other_runs.add(str(manifest["run_id"]))
+        if info.run_id != run_id:
+            other_runs.add(info.run_id)
             continue
-        found.setdefault(world, {})[rank] = shard_info_from_manifest(Path(entry.path), manifest)
+        if info.schema_version != SCHEMA_VERSION:
+            raise older_layout_error(root, info.schema_version)
+        if (info.policy, info.step, info.rank, info.world_size) != (policy, step, rank, world):
+            raise CorruptShardError(
+                f"SEE manifest {info.manifest_path} describes policy {info.policy!r} step {info.step} rank "
+                f"{info.rank}/{info.world_size}, but its path says policy {policy!r} step {step} rank {rank}/{world} "
+                "(copied from elsewhere?); the shard cannot be trusted",
+                path=info.manifest_path, problem="manifest_mismatch", peer=policy, step=step)
+        found.setdefault(world, {})[rank] = info
 
 
 def complete_shards(found: dict[int, dict[int, ShardInfo]]) -> list[ShardInfo] | None:
@@ -124,11 +134,13 @@ def complete_shards(found: dict[int, dict[int, ShardInfo]]) -> list[ShardInfo] |
 def load_shard(
     info: ShardInfo, verified: set[tuple[Any, ...]] | None = None, *, verify_checksum: bool = True
 ) -> pa.Table:
-    """Memory-map one shard and verify it against its manifest (size, checksum, schema, metadata, rows).
+    """Memory-map one shard and verify it against its manifest (size, checksum, schema, rows), then its rows.
 
-    ``verified`` caches (file identity, checksum) of shards already hashed, so re-reading a
-    shard (e.g. other columns) does not hash it again. ``verify_checksum=False`` skips the
-    hash (only ``mutualrl see inspect --no-checksum`` does that).
+    The rows come from another process (a peer, or a run being inspected), so they are checked once
+    (:func:`~mutualrl.see.records.validate_table`; an invalid row is a :class:`CorruptShardError` naming the file,
+    the policy, the row and the column). ``verified`` caches the file identities (path, inode, size, mtime,
+    checksum) already hashed and checked, so re-reading a shard (e.g. other columns) does neither again.
+    ``verify_checksum=False`` skips the hash (only ``mutualrl see inspect --no-checksum`` does that).
     """
     path = info.data_path
 
@@ -142,11 +154,7 @@ def load_shard(
         )
 
     if info.schema_version != SCHEMA_VERSION:
-        raise corrupt(
-            "schema_version",
-            f"manifest says schema version {info.schema_version}, this mutualrl reads version {SCHEMA_VERSION}",
-            SchemaMismatchError,
-        )
+        raise older_layout_error(path, info.schema_version)
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -155,41 +163,36 @@ def load_shard(
         kind = "truncated" if st.st_size < info.bytes else "size"
         raise corrupt(kind, f"{st.st_size} bytes on disk, manifest says {info.bytes}")
     try:
-        mapped = pa.memory_map(str(path))
-        buffer = mapped.read_buffer()
+        buffer = pa.memory_map(str(path)).read_buffer()
     except OSError as err:
         raise corrupt("unreadable", f"cannot memory-map it ({err})") from None
     key = (str(path), st.st_ino, st.st_size, st.st_mtime_ns, info.checksum)
-    if verify_checksum and (verified is None or key not in verified):
+    trusted = verified is not None and key in verified
+    if verify_checksum and not trusted:
         digest = files.file_checksum(buffer)
         if digest != info.checksum:
             raise corrupt("checksum", f"{CHECKSUM_ALGORITHM} is {digest}, manifest says {info.checksum}")
-        if verified is not None:
-            verified.add(key)
     try:
-        reader = pa.ipc.open_file(pa.BufferReader(buffer))
-        table = reader.read_all()
-        # the IPC reader checks buffer sizes, not the offsets inside them: one past its data would be read out of
-        # bounds (a crash, or another process's memory as text) by the first column access
-        table.validate(full=True)
+        table = pa.ipc.open_file(pa.BufferReader(buffer)).read_all()
+        if not trusted:
+            # the IPC reader checks buffer sizes, not the offsets inside them: one past its data would be read out
+            # of bounds (a crash, or another process's memory as text) by the first column access
+            table.validate(full=True)
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as err:
         raise corrupt("unreadable", f"not a readable Arrow IPC file ({err})") from None
-    try:
-        meta = ShardMetadata.from_arrow(table.schema.metadata)
-    except (KeyError, ValueError) as err:
-        raise corrupt("metadata", f"missing or malformed file metadata ({type(err).__name__}: {err})") from None
-    if meta.schema_version != SCHEMA_VERSION:
-        raise corrupt(
-            "schema_version",
-            f"file has schema version {meta.schema_version}, this mutualrl reads version {SCHEMA_VERSION}",
-            SchemaMismatchError,
-        )
-    if not table.schema.remove_metadata().equals(ROLLOUT_SCHEMA.remove_metadata()):
+    version = (table.schema.metadata or {}).get(b"schema_version", b"?").decode(errors="replace")
+    if version != str(SCHEMA_VERSION):
+        raise corrupt("schema_version", f"file has schema version {version}, its manifest says {SCHEMA_VERSION}",
+                      SchemaMismatchError)
+    if not table.schema.remove_metadata().equals(ROLLOUT_SCHEMA):
         raise corrupt("schema", f"columns differ from SEE schema v{SCHEMA_VERSION}: {table.schema.names}", SchemaMismatchError)
-    expected = (info.run_id, info.policy, info.step, info.rank, info.world_size)
-    actual = (meta.run_id, meta.policy, meta.step, meta.rank, meta.world_size)
-    if actual != expected:
-        raise corrupt("metadata", f"file metadata (run, policy, step, rank, world) = {actual}, manifest says {expected}")
     if table.num_rows != info.rows:
         raise corrupt("rows", f"{table.num_rows} rows in the file, manifest says {info.rows}")
+    if not trusted:
+        try:
+            validate_table(table)
+        except InvalidRecordError as err:
+            raise corrupt("invalid_record", str(err)) from None
+        if verified is not None and verify_checksum:
+            verified.add(key)
     return table

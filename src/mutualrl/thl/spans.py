@@ -183,13 +183,17 @@ def char_spans(char_start: np.ndarray, byte_starts: np.ndarray, byte_ends: np.nd
 
 def spans_from_bytes(raw: np.ndarray, byte_starts: np.ndarray, byte_ends: np.ndarray) -> tuple[str, np.ndarray]:
     """Decode ``raw`` as UTF-8 and map each ``[byte_start, byte_end)`` to a character span."""
+    text, char_start = _decode(raw)
+    return text, char_spans(char_start, byte_starts, byte_ends)
+
+
+def _decode(raw: np.ndarray) -> tuple[str, np.ndarray]:
+    """``raw`` as text (:func:`_decode_lossy` where it is not UTF-8) and which bytes start a character."""
     data = raw.tobytes()
     try:
-        text = data.decode("utf-8")
-        char_start = (raw & 0xC0) != 0x80
+        return data.decode("utf-8"), (raw & 0xC0) != 0x80
     except UnicodeDecodeError:
-        text, char_start = _decode_lossy(data)
-    return text, char_spans(char_start, byte_starts, byte_ends)
+        return _decode_lossy(data)
 
 
 def _decode_lossy(data: bytes) -> tuple[str, np.ndarray]:
@@ -226,11 +230,16 @@ def _decode_ids(table: ByteTable, ids: np.ndarray) -> DecodedText:
     return DecodedText(text=text, spans=spans.astype(np.int32), special=special)
 
 
-def _flat_ids(batch_ids: Sequence[Sequence[int] | np.ndarray], vocab_size: int, where: str) -> tuple[np.ndarray, np.ndarray]:
-    """All ids of a batch in one array, and each sequence's token offset into it."""
-    counts = np.fromiter((len(x) for x in batch_ids), dtype=np.int64, count=len(batch_ids))
-    flat = np.fromiter(itertools.chain.from_iterable(batch_ids), dtype=np.int64, count=int(counts.sum()))
-    tok_off = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+def _flat_ids(batch_ids: Any, vocab_size: int, where: str) -> tuple[np.ndarray, np.ndarray]:
+    """All ids of a batch in one array, and each sequence's token offset into it; ``batch_ids`` is a sequence of
+    id sequences, or flat ``values`` with ``offsets`` (a ``mutualrl.see.Ragged``: no Python work per token)."""
+    if hasattr(batch_ids, "values") and hasattr(batch_ids, "offsets"):
+        flat = np.asarray(batch_ids.values, dtype=np.int64)  # [total]
+        tok_off = np.asarray(batch_ids.offsets, dtype=np.int64)  # [rows + 1]
+    else:
+        counts = np.fromiter((len(x) for x in batch_ids), dtype=np.int64, count=len(batch_ids))  # [rows]
+        flat = np.fromiter(itertools.chain.from_iterable(batch_ids), dtype=np.int64, count=int(counts.sum()))
+        tok_off = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)  # [rows + 1]
     if flat.size:
         bad = (flat < 0) | (flat >= vocab_size)
         if bad.any():
@@ -241,17 +250,31 @@ def _flat_ids(batch_ids: Sequence[Sequence[int] | np.ndarray], vocab_size: int, 
     return flat, tok_off
 
 
-def batch_decode_with_spans(tokenizer: Any, batch_ids: Sequence[Sequence[int] | np.ndarray]) -> list[DecodedText]:
-    """:func:`decode_with_spans` for a batch, computed over the whole batch at once."""
+@dataclass(frozen=True)
+class _BatchBytes:
+    """A batch's generated ids as bytes: what the text-only and the span decodes share."""
+
+    table: ByteTable
+    flat: np.ndarray  # [total] ids
+    tok_off: np.ndarray  # [rows + 1] token offsets
+    special: np.ndarray  # [total] bool
+    ends_b: np.ndarray  # [total] byte end of each token
+    lens: np.ndarray  # [total] bytes of each token
+    raw: np.ndarray  # [bytes] uint8
+    byte_off: np.ndarray  # [rows + 1] byte offsets
+    char_start: np.ndarray  # [bytes] bool: the byte starts a character
+    whole: str | None  # the batch's text in one decode, or None: decode row by row
+
+
+def _batch_bytes(tokenizer: Any, batch_ids: Any, where: str) -> _BatchBytes:
     table = byte_table(tokenizer)
-    flat, tok_off = _flat_ids(batch_ids, table.vocab_size, "batch_decode_with_spans")
-    special = table.special[flat]
-    lens = np.where(special, 0, table.lengths[flat])
-    ends_b = np.cumsum(lens)
-    starts_b = ends_b - lens
-    raw = gather_bytes(table, flat, lens)
-    byte_off = np.concatenate([[0], ends_b])[tok_off]
-    char_start = (raw & 0xC0) != 0x80
+    flat, tok_off = _flat_ids(batch_ids, table.vocab_size, where)
+    special = table.special[flat]  # [total]
+    lens = np.where(special, 0, table.lengths[flat])  # [total]
+    ends_b = np.cumsum(lens)  # [total]
+    raw = gather_bytes(table, flat, lens)  # [bytes]
+    byte_off = np.concatenate([[0], ends_b])[tok_off]  # [rows + 1]
+    char_start = (raw & 0xC0) != 0x80  # [bytes]
     # One decode for the batch, unless a sequence ends or starts inside a character (then the
     # bytes are only valid, or only invalid, across the boundary): decode those one by one.
     boundary = byte_off[:-1][byte_off[:-1] < len(raw)]
@@ -259,15 +282,34 @@ def batch_decode_with_spans(tokenizer: Any, batch_ids: Sequence[Sequence[int] | 
         whole = raw.tobytes().decode("utf-8") if not (~char_start[boundary]).any() else None
     except UnicodeDecodeError:
         whole = None
-    if whole is None:
-        return [_decode_ids(table, flat[tok_off[i]:tok_off[i + 1]]) for i in range(len(batch_ids))]
-    spans = char_spans(char_start, starts_b, ends_b)
-    chars_before = np.concatenate([[0], np.cumsum(char_start)])[byte_off]
-    spans -= np.repeat(chars_before[:-1], np.diff(tok_off))[:, None]
-    spans[special] = -1
+    return _BatchBytes(table, flat, tok_off, special, ends_b, lens, raw, byte_off, char_start, whole)
+
+
+def batch_decode_text(tokenizer: Any, batch_ids: Any) -> list[str]:
+    """The texts :func:`batch_decode_with_spans` gives, character for character, without the spans (a regime
+    whose readers need no spans publishes none)."""
+    b = _batch_bytes(tokenizer, batch_ids, "batch_decode_text")
+    rows = range(len(b.tok_off) - 1)
+    if b.whole is None:
+        return [_decode(b.raw[b.byte_off[i]:b.byte_off[i + 1]])[0] for i in rows]
+    chars_before = np.concatenate([[0], np.cumsum(b.char_start)])[b.byte_off]  # [rows + 1]
+    return [b.whole[chars_before[i]:chars_before[i + 1]] for i in rows]
+
+
+def batch_decode_with_spans(tokenizer: Any, batch_ids: Any) -> list[DecodedText]:
+    """:func:`decode_with_spans` for a batch (a sequence of id sequences, or a ``Ragged``), computed over the whole
+    batch at once."""
+    b = _batch_bytes(tokenizer, batch_ids, "batch_decode_with_spans")
+    rows = range(len(b.tok_off) - 1)
+    if b.whole is None:
+        return [_decode_ids(b.table, b.flat[b.tok_off[i]:b.tok_off[i + 1]]) for i in rows]
+    spans = char_spans(b.char_start, b.ends_b - b.lens, b.ends_b)  # [total, 2]
+    chars_before = np.concatenate([[0], np.cumsum(b.char_start)])[b.byte_off]  # [rows + 1]
+    spans -= np.repeat(chars_before[:-1], np.diff(b.tok_off))[:, None]
+    spans[b.special] = -1
     spans = spans.astype(np.int32)
     return [
-        DecodedText(text=whole[chars_before[i]:chars_before[i + 1]], spans=spans[tok_off[i]:tok_off[i + 1]],
-                    special=special[tok_off[i]:tok_off[i + 1]])
-        for i in range(len(batch_ids))
+        DecodedText(text=b.whole[chars_before[i]:chars_before[i + 1]], spans=spans[b.tok_off[i]:b.tok_off[i + 1]],
+                    special=b.special[b.tok_off[i]:b.tok_off[i + 1]])
+        for i in rows
     ]

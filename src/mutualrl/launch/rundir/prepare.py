@@ -25,7 +25,7 @@ from mutualrl.launch.rundir.metrics_merge import rollback_metrics
 from mutualrl.launch.rundir.resume import ConfigChange, clear_training_outputs, common_checkpoint, config_changes
 from mutualrl.launch.rundir.see_owner import claim_exchange, refuse_live_owner
 from mutualrl.run_folder import RunPaths
-from mutualrl.see.rollback import rollback_exchange
+from mutualrl.see.rollback import refuse_older_layout, rollback_exchange
 
 
 def check_run_dir(paths: RunPaths, resume: bool, overwrite: bool) -> None:
@@ -69,6 +69,7 @@ def prepare_launch(paths: RunPaths, config: RunConfig, source: str, resume: bool
     if not (resume and paths.config.exists()):  # a new run, or one stopped before its config was written
         prepare_run(paths, config, source, console)
     else:
+        refuse_older_layout(see_root)  # before anything is rolled back or rewritten
         config, resume_step = prepare_resume(paths, config, allowed, console)
         if resume_step is None:  # nothing to resume from yet: the same run from step 0
             clear_training_outputs(paths, see_root)

@@ -74,7 +74,7 @@ class PRPAdapter(RegimeAdapter):
         super().__init__(*args, **kwargs)
         self.denominator = self.settings.denominator
         self.reads_traces = self.needs_traces()
-        self.publishes_traces = self.reads_traces
+        self.publishes_traces = self.publishes_spans = self.reads_traces  # THL aligns the peers' traces by span
         columns = ["prompt_id", "sample_index", "reward", "response_text", "finished"]
         if self.reads_traces:
             columns += ["response_token_spans", "behaviour_logps"]

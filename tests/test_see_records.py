@@ -1,4 +1,5 @@
-"""SEE records: round trips of every column and validation errors that name the row."""
+"""SEE records (see/records.py): round trips of every column, the ragged layout, and the checks of a table from
+outside, whose errors name the row and the column."""
 
 from __future__ import annotations
 
@@ -13,16 +14,14 @@ from mutualrl.errors import DataError, PeerError
 from mutualrl.see import (
     COLUMNS,
     ROLLOUT_SCHEMA,
-    SCHEMA_VERSION,
     InvalidRecordError,
     Ragged,
     RolloutBatch,
-    RolloutRecord,
     SchemaMismatchError,
-    ShardMetadata,
     ragged,
+    validate_table,
 )
-from see_synthetic import synthetic_batch
+from see_synthetic import RolloutRecord, batch_from_records, records_of, synthetic_batch
 
 
 def sample_records() -> list[RolloutRecord]:
@@ -68,13 +67,13 @@ def sample_records() -> list[RolloutRecord]:
 
 def test_round_trip_every_column_with_nulls_and_empty_responses():
     records = sample_records()
-    batch = RolloutBatch.from_records(records)
+    batch = batch_from_records(records)
     table = batch.to_table()
     assert table.schema.remove_metadata().equals(ROLLOUT_SCHEMA)
     assert table.column("num_tokens").to_pylist() == [6, 0, 4]
     assert table.column("advantage").null_count == 1
     assert table.column("behaviour_logps").null_count == 1
-    back = RolloutBatch.from_table(table).records()
+    back = records_of(RolloutBatch.from_table(table))
     for want, got in zip(records, back, strict=True):
         assert got.prompt_id == want.prompt_id
         assert got.sample_index == want.sample_index
@@ -92,19 +91,32 @@ def test_round_trip_every_column_with_nulls_and_empty_responses():
             assert got.behaviour_logps is None
         else:
             assert got.behaviour_logps == pytest.approx(want.behaviour_logps)
-        assert (got.step, got.policy, got.rank) == (None, None, None)
 
 
-def test_stamped_sets_ids_and_rejects_conflicting_rows():
-    batch = RolloutBatch.from_records(sample_records())
-    stamped = batch.stamped(7, "qwen", 1)
-    assert set(stamped.column("step").to_pylist()) == {7}
-    assert set(stamped.column("policy").to_pylist()) == {"qwen"}
-    assert set(stamped.column("rank").to_pylist()) == {1}
-    # Batches that already carry the same ids are accepted; other ids are an error naming the row.
-    assert stamped.stamped(7, "qwen", 1).num_rows == 3
-    with pytest.raises(InvalidRecordError, match=r"row 0: column 'policy' is 'qwen'.*policy='llama'"):
-        stamped.stamped(7, "llama", 1)
+def test_the_record_has_no_publisher_columns_and_spans_may_be_null():
+    assert not {"step", "policy", "rank"} & set(COLUMNS)  # the manifest's, once per shard
+    records = sample_records()
+    for r in records:
+        r.response_token_spans = None
+    table = batch_from_records(records).to_table()
+    assert table.column("response_token_spans").null_count == 3
+    assert [r.response_token_spans for r in records_of(RolloutBatch.from_table(table))] == [None] * 3
+    # spans where present are still checked: two per token, inside the text
+    spans = pa.array([[0, 1, 1, 2, 2, 3, 3, 4, 4, 5, -1, -1], None, None], pa.list_(pa.int32()))
+    assert RolloutBatch.from_table(table.set_column(COLUMNS.index("response_token_spans"), "response_token_spans",
+                                                    spans)).num_rows == 3
+    bad = pa.array([[0, 1], None, None], pa.list_(pa.int32()))
+    with pytest.raises(InvalidRecordError, match=r"row 0 .*'response_token_spans': has 2 values; expected 2 per "
+                       r"token = 12"):
+        RolloutBatch.from_table(table.set_column(COLUMNS.index("response_token_spans"), "response_token_spans", bad))
+
+
+def test_a_null_list_row_that_holds_values_is_refused():
+    table = batch_from_records(sample_records()).to_table()
+    logps = table.column("behaviour_logps").combine_chunks()
+    hidden = pa.ListArray.from_arrays(logps.offsets, logps.values, mask=pa.array([False, True, True]))
+    with pytest.raises(InvalidRecordError, match=r"row 2 .*'behaviour_logps': is null but holds 4 values"):
+        validate_table(table.set_column(COLUMNS.index("behaviour_logps"), "behaviour_logps", hidden))
 
 
 def test_from_padded_tensors_matches_per_row_lists():
@@ -127,7 +139,7 @@ def test_from_padded_tensors_matches_per_row_lists():
         behaviour_logps=Ragged.from_padded(logps, mask, np.float32),
         finished=torch.tensor([True, True, False]),
     )
-    rec = batch.records()
+    rec = records_of(batch)
     assert rec[0].response_token_ids == [5, 6, 7]
     assert rec[0].behaviour_logps == [-1.0, -2.0, -3.0]
     assert rec[2].response_token_ids == [] and rec[2].behaviour_logps == []
@@ -136,7 +148,7 @@ def test_from_padded_tensors_matches_per_row_lists():
 
 
 def test_ragged_view_of_a_sliced_column_is_rebased():
-    col = RolloutBatch.from_records(sample_records()).column("response_token_ids")
+    col = batch_from_records(sample_records()).column("response_token_ids")
     view = ragged(col.slice(1, 2))
     assert view.offsets.tolist() == [0, 0, 4]
     assert view.values.tolist() == col.to_pylist()[2]
@@ -179,13 +191,31 @@ def _kwargs(**over):
     ],
 )
 def test_validation_names_row_and_column(override, pattern):
+    num_tokens = override.pop("num_tokens", None)
     with pytest.raises(InvalidRecordError, match=pattern) as info:
-        RolloutBatch(**_kwargs(**override))
+        table = RolloutBatch(**_kwargs(**override)).to_table()  # the shape of the batch: checked when built
+        if num_tokens is not None:
+            table = table.set_column(COLUMNS.index("num_tokens"), "num_tokens", pa.array(num_tokens, pa.int32()))
+        RolloutBatch.from_table(table)  # the values: checked where the table comes from outside
     assert isinstance(info.value, DataError)
 
 
-def test_valid_batch_builds():
-    assert RolloutBatch(**_kwargs()).num_rows == 2
+def test_a_batch_built_here_is_trusted_and_one_from_outside_is_checked():
+    built = RolloutBatch(**_kwargs(reward=[1.0, math.inf]))  # the trainer's own tensors: not re-checked
+    assert built.num_rows == 2
+    with pytest.raises(InvalidRecordError, match=r"row 1 .*'reward'"):
+        RolloutBatch.from_table(built.to_table())
+
+
+def test_duplicates_are_found_without_a_loop_per_row():
+    batch = synthetic_batch(2000, 5, 0, 4, seed=3)  # 10,000 rows
+    table = batch.to_table()
+    sample = np.arange(table.num_rows) % 5
+    sample[7777] = sample[7776]  # same prompt (rows 7775..7779 share one), same sample index
+    dup = table.set_column(COLUMNS.index("sample_index"), "sample_index", pa.array(sample, pa.int32()))
+    with pytest.raises(InvalidRecordError, match=r"row 7777 .*'sample_index': duplicates row 7776"):
+        validate_table(dup)
+    assert validate_table(table).num_rows == 10_000
 
 
 def test_table_schema_mismatch_is_reported():
@@ -209,11 +239,6 @@ def test_table_with_null_required_value_names_row():
     broken = table.set_column(COLUMNS.index("response_text"), "response_text", pa.array(["hi", None]))
     with pytest.raises(InvalidRecordError, match=r"row 1: column 'response_text' is null but required"):
         RolloutBatch.from_table(broken)
-
-
-def test_shard_metadata_round_trip():
-    meta = ShardMetadata(SCHEMA_VERSION, "run-1", "qwen", 12, 1, 2, {"model": "m", "versions": {"trl": "1"}})
-    assert ShardMetadata.from_arrow(meta.to_arrow()) == meta
 
 
 def test_synthetic_batch_is_valid_and_shares_prompts():
