@@ -182,6 +182,12 @@ def _kwargs(**over):
         ({"advantage": [0.0, math.nan]}, r"row 1 .*'advantage': is nan"),
         ({"response_token_spans": [[0, 1, 1, 3], [0, 2, 2, 3]]}, r"row 0 .*token 1 has span \(1, 3\) outside the response text of 2"),
         ({"response_token_spans": [[0, 1, 1, 2], [0, 2, -1, 3]]}, r"row 1 .*token 1 has span \(-1, 3\)"),
+        ({"response_token_spans": [[-1, 0, 1, 2], [0, 2, 2, 3]]}, r"row 0 .*token 0 has span \(-1, 0\)"),
+        ({"response_token_spans": [[0, 1, 1, -1], [0, 2, 2, 3]]}, r"row 0 .*token 1 has span \(1, -1\)"),
+        ({"response_token_spans": [[0, 1, -2, -2], [0, 2, 2, 3]]}, r"row 0 .*token 1 has span \(-2, -2\)"),
+        # characters, not bytes: "hé" is 2 characters in 3 bytes
+        ({"response_text": ["hé", "yo!"], "response_token_spans": [[0, 1, 1, 3], [0, 2, 2, 3]]},
+         r"row 0 .*token 1 has span \(1, 3\) outside the response text of 2 characters"),
         ({"response_token_ids": [[1, 2], [3, -4]]}, r"row 1 .*negative token id -4"),
         ({"sample_index": [0, 0]}, r"row 1 .*duplicates row 0"),
         ({"sample_index": [0, -1]}, r"row 1 .*'sample_index': is -1"),

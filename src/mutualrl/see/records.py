@@ -411,14 +411,15 @@ def _check_spans(arrays: dict[str, pa.Array], spans: Ragged) -> None:
         return
     pairs = spans.values.reshape(-1, 2)  # [pairs, 2]
     starts, ends = pairs[:, 0], pairs[:, 1]  # [pairs] each
-    text_len = pc.utf8_length(arrays["response_text"]).fill_null(0).to_numpy(zero_copy_only=False)  # [rows]
+    text_len = _text_lengths(arrays["response_text"])  # [rows]
     pair_off = spans.offsets // 2  # [rows + 1]
     has_pairs = pair_off[1:] > pair_off[:-1]  # [rows]
     row_max_end = np.maximum.reduceat(ends, np.minimum(pair_off[:-1], len(ends) - 1))  # [rows], valid where has_pairs
-    # With starts >= -1 and starts <= ends, an end < 0 forces (-1, -1): a start < 0 must come with an end < 0.
-    fine = (starts.min() >= -1 and not (starts > ends).any()
-            and not (row_max_end[has_pairs] > text_len[has_pairs]).any()
-            and np.count_nonzero(starts < 0) == np.count_nonzero(ends < 0))
+    # Every value >= -1 and start <= end, compared signed ((s >= 0, -1) fails) and unsigned ((-1, e >= 0) fails:
+    # -1 is the largest uint32), leaves (-1, -1) or 0 <= start <= end: one reduction or comparison per pass.
+    fine = (spans.values.min() >= -1 and not (starts > ends).any()
+            and not (starts.view(np.uint32) > ends.view(np.uint32)).any()
+            and not (row_max_end[has_pairs] > text_len[has_pairs]).any())
     if fine:
         return
     pair_row = np.repeat(np.arange(spans.num_rows), np.diff(pair_off))  # [pairs]
@@ -429,6 +430,23 @@ def _check_spans(arrays: dict[str, pa.Array], spans: Ragged) -> None:
     _fail(arrays, row, "response_token_spans",
           f"token {idx - int(pair_off[row])} has span ({starts[idx]}, {ends[idx]}) outside the response text "
           f"of {text_len[row]} characters (use -1,-1 for tokens with no text)")
+
+
+def _text_lengths(text: pa.Array) -> np.ndarray:
+    """Each text's length in characters (code points): its byte length where the text is ASCII, counted (UTF-8)
+    only for the texts that are not (most responses are ASCII; counting every text costs a pass over all bytes)."""
+    _, offset_buffer, data = text.buffers()
+    offsets = np.frombuffer(offset_buffer, np.int32)[text.offset:text.offset + len(text) + 1].astype(np.int64)
+    lengths = np.diff(offsets)  # [rows] bytes (a null row: 0)
+    if data is None or not lengths.sum():
+        return lengths
+    data = np.frombuffer(data, np.uint8)[offsets[0]:offsets[-1]]  # [bytes]
+    if data.max() < 0x80:
+        return lengths
+    row_max = np.maximum.reduceat(data, np.minimum(offsets[:-1] - offsets[0], len(data) - 1))  # [rows]
+    wide = np.flatnonzero((lengths > 0) & (row_max >= 0x80))  # [rows not ASCII]
+    lengths[wide] = pc.utf8_length(text.take(pa.array(wide))).to_numpy(zero_copy_only=False)
+    return lengths
 
 
 def _check_ids(arrays: dict[str, pa.Array]) -> None:
