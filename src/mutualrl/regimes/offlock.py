@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from mutualrl.see.exchange import ExperienceExchange
-    from mutualrl.see.lockstep import PeerRound
+    from mutualrl.see.lockstep import LockStepConsumption, PeerRound
     from mutualrl.see.offlock.consumption import BoundedConsumption
 
 
@@ -32,7 +32,7 @@ class PeerReader(Protocol):
     config: Any
     exchange: ExperienceExchange | None
     peers: list[str]
-    consumption: Any
+    consumption: LockStepConsumption | None  # off lock-step: a BoundedConsumption
     trainer: TrainerView | None
     peer_columns: tuple[str, ...] | None
     uses_stale_rounds: bool

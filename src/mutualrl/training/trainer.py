@@ -13,8 +13,9 @@ points in TRL 1.16 are:
    let the active regime rewrite the batch (advantages for XGRPO / randpert, extra rows for
    PRP, auxiliary SGT sequences). Every tensor keeps a consistent leading dimension, so
    TRL's shuffling and splitting into micro-batches keep working.
-3. :meth:`compute_loss` -- the regime may add an auxiliary term (SGT's gated NLL), scaled
-   for gradient accumulation like TRL scales its own loss.
+3. :meth:`compute_loss` -- the regime may weight TRL's per-token policy loss (``token_weights``:
+   PRP's corrections, HACPO; applied once, :func:`weighted_advantages`) and add an auxiliary term
+   (SGT's gated NLL), scaled for gradient accumulation like TRL scales its own loss.
 
 With the ``standalone`` regime nothing but optional record publishing happens, and the
 parameters after N steps equal those of vanilla ``GRPOTrainer`` (App. "Infrastructure
