@@ -78,7 +78,7 @@ def older_layout_error(path: Path, version: int) -> SchemaMismatchError:
     """The one line for an exchange written by another mutualrl version (its record layout differs)."""
     return SchemaMismatchError(
         f"{path} was written by {'an older' if version < SCHEMA_VERSION else 'a newer'} mutualrl (SEE schema "
-        f"v{version}; this one reads v{SCHEMA_VERSION}): start a new run (another --run-dir), or resume this one "
+        f"v{version}; this one reads v{SCHEMA_VERSION}): start a new run (another --output-dir), or resume this one "
         "with the mutualrl version that wrote it",
         path=path,
         problem="schema_version",
