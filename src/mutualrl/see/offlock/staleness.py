@@ -37,35 +37,48 @@ if TYPE_CHECKING:
     from mutualrl.see.exchange import ExperienceExchange
 
 
-def committed_shards(exchange: ExperienceExchange, policy: str, step: int) -> list[ShardInfo] | None:
-    """Every rank's committed shard of ``step`` by ``policy`` in this run, in rank order (None: not all committed)."""
+Committed = dict[tuple[str, int], list[ShardInfo]]
+"""(policy, step) -> its committed shards, as one choice of round found them: a round once committed stays so for
+the choice, one not yet committed is scanned again."""
+
+
+def committed_shards(exchange: ExperienceExchange, policy: str, step: int,
+                     seen: Committed | None = None) -> list[ShardInfo] | None:
+    """Every rank's committed shard of ``step`` by ``policy`` in this run, in rank order (None: not all committed);
+    from ``seen`` where an earlier scan of the same choice found them (a scan found is added to it)."""
+    if seen is not None and (policy, int(step)) in seen:
+        return seen[policy, int(step)]
     found: dict[int, dict[int, ShardInfo]] = {}
     scan_committed(Path(exchange.root), exchange.run_id, int(step), policy, found, set())
-    return complete_shards(found)
+    shards = complete_shards(found)
+    if seen is not None and shards is not None:
+        seen[policy, int(step)] = shards
+    return shards
 
 
-def is_committed(exchange: ExperienceExchange, policy: str, step: int) -> bool:
+def is_committed(exchange: ExperienceExchange, policy: str, step: int, seen: Committed | None = None) -> bool:
     """Whether ``policy`` has committed every rank's shard of ``step`` in this run."""
-    return committed_shards(exchange, policy, step) is not None
+    return committed_shards(exchange, policy, step, seen) is not None
 
 
-def newest_committed(exchange: ExperienceExchange, policy: str) -> int | None:
+def newest_committed(exchange: ExperienceExchange, policy: str, seen: Committed | None = None) -> int | None:
     """The newest step ``policy`` has fully committed in this run (None: none), scanning step folders newest first."""
     steps = sorted((int(m.group(1)) for entry in os.scandir(exchange.root) if (m := STEP_DIR_RE.match(entry.name))),
                    reverse=True)
     for step in steps:
-        if is_committed(exchange, policy, step):
+        if is_committed(exchange, policy, step, seen):
             return step
     return None
 
 
-def has_reached(exchange: ExperienceExchange, policy: str, step: int, log: LogTail | None) -> bool:
+def has_reached(exchange: ExperienceExchange, policy: str, step: int, log: LogTail | None,
+                seen: Committed | None = None) -> bool:
     """Whether ``policy`` committed a round at or after ``step``, or skipped past it (it will never commit it)."""
     if log is not None and log.skipped_past(step):
         return True
     if log is not None and log.rejoined:  # its shards from before the restart stay: only its new lines count
         return log.reached(step)
-    newest = newest_committed(exchange, policy)
+    newest = newest_committed(exchange, policy, seen)
     return newest is not None and newest >= step
 
 
@@ -89,9 +102,10 @@ def choose_peer_round(exchange: ExperienceExchange, own_rounds: Sequence[int], p
     step = int(own_rounds[-1])
     window = [int(s) for s in own_rounds[-1 - max_staleness:]]
     waited = False
+    seen: Committed = {}  # a peer's newest round, found while checking that it is not behind, is not scanned again
     if len(own_rounds) > max_staleness:  # a peer more than S rounds behind blocks us
         oldest = window[0]
-        lagging = [p for p in peers if not has_reached(exchange, p, oldest, logs.get(p))]
+        lagging = [p for p in peers if not has_reached(exchange, p, oldest, logs.get(p), seen)]
         if lagging:
             exchange.wait_for(oldest, policies=lagging,
                               arrived=lambda p: p in logs and logs[p].skipped_past(oldest))
@@ -99,7 +113,7 @@ def choose_peer_round(exchange: ExperienceExchange, own_rounds: Sequence[int], p
     for candidate in reversed(window):
         if last_consumed is not None and candidate <= last_consumed:
             break
-        found = {p: committed_shards(exchange, p, candidate) for p in peers}
+        found = {p: committed_shards(exchange, p, candidate, seen) for p in peers}
         shards = {p: infos for p, infos in found.items() if infos is not None}
         with_data = tuple(shards)
         skipped = [p for p in peers if p not in shards and p in logs and logs[p].skipped(candidate)]
