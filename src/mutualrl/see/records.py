@@ -321,8 +321,8 @@ def validate_table(table: pa.Table) -> pa.Table:
     log-probs (where present) one per token, a null row holding no values; token ids >= 0; a
     finite or NaN (not scored) reward, finite advantage and log-probs; every span is ``(-1, -1)``
     or ``0 <= start <= end <= len(text)``; ``sample_index >= 0``; no duplicate
-    ``(prompt_id, sample_index)``. Each check is one vectorized pass; locating the offending
-    row runs only after a check failed.
+    ``(prompt_id, sample_index)``. The checks are numpy/Arrow passes over whole columns, no
+    Python loop per row; locating the offending row runs only after a check failed.
     """
     table = conform_schema(table)
     arrays = {name: single_chunk(table.column(name)) for name in COLUMNS}
