@@ -15,7 +15,9 @@ inside src/mutualrl (a plain name, ``self.x`` up the class's bases, a module att
 Walk 2: ``mutualrl train --set grpo.learning_rate=v`` to TRL's ``GRPOConfig``: the files whose code takes the value
 (or the mapping holding it) and hands it on, each anchored to a function (:data:`WALK2`), checked to exist.
 
-Usage: ``python benchmarks/walks.py [REV ...]`` (default: 3474d10 and the working tree), one JSON line per revision.
+Usage: ``python benchmarks/walks.py [--payload-only] [REV ...]`` (default: 3474d10 and the working tree; ``worktree``
+names the working tree), one JSON line per revision; ``--payload-only`` leaves out the calls on the way that never touch
+the payload (:data:`SIDE_CONCERNS`: heartbeats, the log of rounds read, provenance, metrics).
 """
 
 from __future__ import annotations
@@ -40,13 +42,29 @@ BOUND = {  # attribute -> the class its value is on walk 1 (not visible to a sta
     "self.consumption": ("see/lockstep.py", "LockStepConsumption"),
     "self.trainer": ("training/trainer.py", "MutualGRPOTrainer"),
     "trainer": ("training/trainer.py", "MutualGRPOTrainer"),
-    "batch": ("see/schema.py", "RolloutBatch"),
+    "batch": ("see/records.py", "RolloutBatch"),
 }
 OFF_WALK = ("regimes/offlock.py", "see/offlock/", "training/catch_up.py", "training/vllm", "errors.py",
             "faults.py",  # fault hooks: no-ops that never touch the payload, like the errors raised on the way
             "SGTAdapter.warn_thresholds", "SGTAdapter.transform_stale", "RegimeAdapter.transform_stale",
             "RegimeAdapter.bind", "ExperienceExchange.__init__", "ExperienceExchange.__repr__")
+SIDE_CONCERNS = (  # on walk 1 but never touching the payload: heartbeats, logs of rounds, provenance, metrics
+    "see/liveness.py", "see/consumption_log.py", "see/provenance.py", "training/no_signal.py", "training/trl_metrics.py",
+    "regimes/rank_metrics.py", "RegimeAdapter.log_step", "RegimeAdapter.prune_records", "ExperienceExchange.heartbeat",
+    "ExperienceExchange.prune", "LockStepConsumption.log_round")
 REPRESENTATIONS = (  # the payload's forms on walk 1, in order, and where each is made
+    ("TRL's batch tensors", "training/trainer.py", "MutualGRPOTrainer._generate_and_score_completions"),
+    ("StepRollouts", "training/trainer.py", "MutualGRPOTrainer._collect_step_rollouts"),
+    # numpy columns (Ragged: flat values + offsets) and the Arrow table over the same buffers, zero-copy: one form
+    ("columnar record (RolloutBatch: Arrow over numpy)", "see/records.py", "RolloutBatch.__init__"),
+    ("Arrow IPC bytes in a file", "see/exchange.py", "ExperienceExchange.publish"),
+    # read back as the mapped table; spans and log-probs leave it as zero-copy numpy views (peer_row_views)
+    ("memory-mapped Arrow table", "see/shards.py", "load_shard"),
+    ("Python str and bool (the text the tokenizer takes)", "regimes/peers.py", "peer_rows"),
+    ("peer tensors [P, M-1, K]", "regimes/peers.py", "gather_peer_groups"),
+    ("padded learner token rows", "padding.py", "pad_token_rows"),
+)
+BEFORE_RECORDS_MODULE = (  # the forms in the layout before see/records.py (2026-11-26), e.g. at 3474d10
     ("TRL's batch tensors", "training/trainer.py", "MutualGRPOTrainer._generate_and_score_completions"),
     ("StepRollouts", "training/trainer.py", "MutualGRPOTrainer._collect_step_rollouts"),
     ("Python lists of the record's columns", "regimes/adapter.py", "RegimeAdapter.build_records"),
@@ -57,6 +75,13 @@ REPRESENTATIONS = (  # the payload's forms on walk 1, in order, and where each i
     ("peer tensors [P, M-1, K]", "regimes/peers.py", "gather_peer_groups"),
     ("padded learner token rows", "padding.py", "pad_token_rows"),
 )
+
+
+def representations(modules: dict[str, Module]) -> tuple[tuple[str, str, str], ...]:
+    """The payload's forms as this revision's own code makes them (each layout anchored in its own functions)."""
+    return BEFORE_RECORDS_MODULE if "see/schema.py" in modules else REPRESENTATIONS
+
+
 WALK2 = (  # walk 2's files, in order, each with the function that hands the value on
     ("cli/train_cmd.py", "train"), ("launch/run.py", "resolve_config"), ("config/loader.py", "parse_override"),
     ("config/yaml_strict.py", "load_yaml"), ("config/typed.py", "convert"), ("config/schema.py", None),
@@ -64,6 +89,23 @@ WALK2 = (  # walk 2's files, in order, each with the function that hands the val
     ("launch/plan/launch_plan.py", "_policy_grpo"), ("training/grpo_args.py", "planned_grpo_text"),
     ("atomic_io.py", "write_text_atomic"), ("run_folder.py", "read_bytes"), ("training/worker.py", "run_policy"),
 )
+
+
+WALK2_BEFORE_ONE_MERGE = (  # walk 2 before the planning stages returned only their decisions (2026-11-26)
+    ("cli/train_cmd.py", "train"), ("launch/run.py", "resolve_config"), ("config/loader.py", "parse_override"),
+    ("config/yaml_strict.py", "load_yaml"), ("config/typed.py", "convert"), ("config/schema.py", None),
+    ("config/validate.py", "check_grpo_fields"), ("launch/rundir/prepare.py", "prepare_run"),
+    ("launch/plan/launch_plan.py", "_policy_grpo"), ("launch/plan/commands.py", "adapt_grpo_to_device"),
+    ("launch/plan/batching.py", "apply_batch"), ("config/cadence.py", "apply_cadence"),
+    ("training/grpo_args.py", "owned_grpo_fields"), ("training/trackers.py", "policy_run_name"),
+    ("launch/plan/configs.py", "write_json"), ("atomic_io.py", "write_text_atomic"), ("run_folder.py", "read_json"),
+    ("training/worker.py", "run_policy"),
+)
+
+
+def walk2_files(modules: dict[str, Module]) -> tuple[tuple[str, str | None], ...]:
+    """Walk 2's files as this revision's code passes the value on."""
+    return WALK2 if "launch/plan/decided.py" in modules else WALK2_BEFORE_ONE_MERGE
 
 
 class Module:
@@ -101,8 +143,8 @@ def module_file(modules: dict[str, Module], dotted: str) -> str | None:
 
 
 class Walker:
-    def __init__(self, modules: dict[str, Module]):
-        self.modules = modules
+    def __init__(self, modules: dict[str, Module], off_walk: tuple[str, ...] = OFF_WALK):
+        self.modules, self.off_walk = modules, off_walk
         self.class_files = {name: rel for rel, m in modules.items() for name in m.classes}
         self.reached: dict[tuple[str, str], ast.AST] = {}
         self.types: set[str] = set()
@@ -125,6 +167,10 @@ class Walker:
     def method(self, rel: str, cls: str, name: str) -> tuple[str, str] | None:
         """``cls.name`` up the bases, as ``self.name`` finds it."""
         while cls:
+            if rel not in self.modules:  # a BOUND class of another revision's layout
+                rel = self.class_files.get(cls, "")
+                if rel not in self.modules:
+                    return None
             if f"{cls}.{name}" in self.modules[rel].functions:
                 return rel, f"{cls}.{name}"
             bases = [b for b in self.modules[rel].classes.get(cls, []) if b in self.class_files]
@@ -135,7 +181,7 @@ class Walker:
         return None
 
     def visit(self, rel: str, qual: str, context: tuple[str, str] | None = None) -> None:
-        if any(part in rel or part == qual for part in OFF_WALK) or (rel, qual) in self.reached:
+        if any(part in rel or part == qual for part in self.off_walk) or (rel, qual) in self.reached:
             return
         mod = self.modules[rel]
         if qual in mod.classes:  # a class called: its __init__ (and the class is a type to hold)
@@ -203,29 +249,33 @@ def sources(rev: str | None) -> dict[str, Module]:
     return out
 
 
-def measure(rev: str | None) -> dict:
+def measure(rev: str | None, payload_only: bool = False) -> dict:
+    """Both walks on ``rev`` (None: the working tree); ``payload_only`` leaves :data:`SIDE_CONCERNS` out of walk 1."""
     modules = sources(rev)
-    walker = Walker(modules)
+    walker = Walker(modules, OFF_WALK + SIDE_CONCERNS if payload_only else OFF_WALK)
     for rel, qual in ENTRIES:
         walker.visit(rel, qual)
-    missing = [(what, rel, qual) for what, rel, qual in REPRESENTATIONS if (rel, qual) not in walker.reached]
+    forms = representations(modules)
+    missing = [(what, rel, qual) for what, rel, qual in forms if (rel, qual) not in walker.reached]
     if missing:
         sys.exit(f"{rev or 'working tree'}: walk 1 does not reach these anchors; update REPRESENTATIONS: {missing}")
-    absent = [(rel, fn) for rel, fn in WALK2 if rel not in modules or (fn and fn not in modules[rel].functions)]
+    walk2 = walk2_files(modules)
+    absent = [(rel, fn) for rel, fn in walk2 if rel not in modules or (fn and fn not in modules[rel].functions)]
     if absent:
         sys.exit(f"{rev or 'working tree'}: walk 2's anchors are gone; update WALK2: {absent}")
     files = sorted({rel for rel, _ in walker.reached})
     lines = sum(node.end_lineno - node.lineno + 1 for node in walker.reached.values())
-    return {"rev": rev or "working tree",
-            "walk1": {"representations": len(REPRESENTATIONS), "types": len(walker.types), "files": len(files),
+    return {"rev": rev or "working tree", "payload_only": payload_only,
+            "walk1": {"representations": len(forms), "types": len(walker.types), "files": len(files),
                       "functions": len(walker.reached), "lines": lines, "type_names": sorted(walker.types),
                       "file_names": files},
-            "walk2": {"files": len(WALK2)}}
+            "walk2": {"files": len(walk2)}}
 
 
 def main(argv: list[str]) -> None:
-    for rev in argv or ["3474d10", None]:
-        print(json.dumps(measure(None if rev in ("", "-", "worktree") else rev)))
+    payload_only = "--payload-only" in argv
+    for rev in [a for a in argv if a != "--payload-only"] or ["3474d10", None]:
+        print(json.dumps(measure(None if rev in ("", "-", "worktree") else rev, payload_only)))
 
 
 if __name__ == "__main__":
