@@ -11,10 +11,12 @@ one was the tree's). Then:
   ``metrics.jsonl`` are matched by (kind, policy, step) and every value compared, wall-clock keys aside
   (:func:`is_wall_clock`); the final ``model.safetensors`` of each policy byte for byte (else max |Δ|);
 * dry runs: ``--dry-run`` text and ``--save-plan`` JSON of ``tiny``, ``2qwen --regime sgt --gpus 8`` (also with
-  ``--nodes 2``) and ``3qwen --gpus 8``, paths normalized (the tree, the output folder);
+  ``--nodes 2``) and ``3qwen --gpus 8``, paths normalized (the tree, the output folder) and the free disk space
+  (machine state: the plan's ``disk.free_gib``, the text's "N GiB free") set aside;
 * speed (``--parts speed``): alternating rounds (A B, then B A, ...) of a short SGT run at both revisions, the pool's
   per-step time from the metrics (the median over steps, the first left out, of the slowest policy's
-  ``step_time``), and the median over rounds of B / A.
+  ``step_time``), and the median over rounds of B / A; also the whole runs' CPU seconds (start-up included), which
+  other work on a shared machine moves less.
 
     python benchmarks/same_behaviour.py 95cbe55 main [--regimes sgt,hacpo] [--parts behaviour,dry,speed] [--out DIR]
 
@@ -30,6 +32,7 @@ import json
 import math
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -64,6 +67,9 @@ IDENTITY = ("kind", "policy", "step")
 # Wall-clock keys: the last '/'-part of the key is `time` or `step_time`, or ends in `_s`, `seconds`, `runtime` or
 # `_per_second` (mutual/build_s, eval/seconds, mutual/rollout_seconds, train_runtime, train_samples_per_second).
 WALL_CLOCK = re.compile(r"(?:^|/)(?:time|step_time|[^/]*_s|[^/]*seconds|[^/]*runtime|[^/]*_per_second)$")
+# Machine state a dry run reports, not code: the free disk space (plan field and text).
+MACHINE_STATE_PLAN_PATHS = ("/disk/free_gib",)
+MACHINE_STATE_TEXT = re.compile(r"\d+(?:\.\d+)? GiB free")
 PROBE = '''import json, os, sys
 import mutualrl
 _folder = os.environ.get("SAME_BEHAVIOUR_PROBE")
@@ -246,19 +252,25 @@ def train(tree: Tree, python: str, args: list[str], run_dir: Path, timeout: int)
     probes.mkdir(parents=True)
     (run_dir.parent.parent / "probe.py").write_text(PROBE)
     command = [python, "-m", "mutualrl", "train", *args, "--output-dir", str(run_dir)]
-    start = time.perf_counter()
+    start, used = time.perf_counter(), _children_cpu_seconds()
     done = subprocess.run(command, cwd=tree.path, env=tree.env(probes), capture_output=True, text=True,
                           timeout=timeout)
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _children_cpu_seconds() - used
     seen = [json.loads(p.read_text()) for p in sorted(probes.glob("*.json"))]
     workers = [s for s in seen if any("worker" in str(a) for a in s["argv"][:1])]
     src = str(tree.path / "src")
-    result = {"rc": done.returncode, "seconds": round(seconds, 1), "command": command[1:],
+    result = {"rc": done.returncode, "seconds": round(seconds, 1), "cpu_seconds": round(cpu, 1), "command": command[1:],
               "processes_probed": len(seen), "workers_probed": len(workers),
               "all_from_tree": bool(seen) and all(s["mutualrl"].startswith(src + os.sep) for s in seen)}
     if done.returncode != 0:
         result["stderr_tail"] = done.stderr[-3000:]
     return result
+
+
+def _children_cpu_seconds() -> float:
+    """User + system CPU seconds of the finished child processes (the launcher's own waited-for workers included)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def dry_run(tree: Tree, python: str, args: list[str], plan: Path, out: Path) -> dict[str, Any]:
@@ -276,7 +288,8 @@ def dry_run(tree: Tree, python: str, args: list[str], plan: Path, out: Path) -> 
         return text
 
     saved = json.loads(normal(plan.read_text())) if plan.is_file() else None
-    return {"rc": done.returncode, "text": normal(done.stdout + done.stderr), "plan": saved}
+    text = MACHINE_STATE_TEXT.sub("<FREE> GiB free", normal(done.stdout + done.stderr))
+    return {"rc": done.returncode, "text": text, "plan": saved}
 
 
 # ------------------------------------------------------------------------------------------------ the parts
@@ -304,12 +317,15 @@ def dry_runs(trees: dict[str, Tree], python: str, out: Path) -> dict[str, Any]:
         print(f"[dry] {name} ...", file=sys.stderr, flush=True)
         side = {s: dry_run(t, python, args, out / "dry" / s / f"{name}.plan.json", out) for s, t in trees.items()}
         text_a, text_b = side["A"]["text"].splitlines(), side["B"]["text"].splitlines()
+        diff = json_diff(side["A"]["plan"], side["B"]["plan"])
+        plan_diff = [d for d in diff if d["path"] not in MACHINE_STATE_PLAN_PATHS]
         results[name] = {
             "rc": [side["A"]["rc"], side["B"]["rc"]],
             "text_same": text_a == text_b,
             "text_diff": list(difflib.unified_diff(text_a, text_b, "A", "B", lineterm="", n=0))[:200],
-            "plan_same": side["A"]["plan"] == side["B"]["plan"],
-            "plan_diff": json_diff(side["A"]["plan"], side["B"]["plan"])[:200],
+            "plan_same": not plan_diff,
+            "plan_diff": plan_diff[:200],
+            "machine_state_diff": [d for d in diff if d["path"] in MACHINE_STATE_PLAN_PATHS],
         }
     return results
 
@@ -334,13 +350,19 @@ def speed(trees: dict[str, Tree], python: str, out: Path, rounds: int, steps: in
             run_dir = out / "speed" / f"{side}-{r + 1}"
             done = train(trees[side], python, [*SPEED_ARGS, "--max-steps", str(steps)], run_dir, timeout)
             row[f"{side}_step_s"] = pool_step_seconds(run_dir) if done["rc"] == 0 else None
-            row[f"{side}_process_s"] = done["seconds"]
+            row[f"{side}_process_s"], row[f"{side}_cpu_s"] = done["seconds"], done["cpu_seconds"]
         if row["A_step_s"] and row["B_step_s"]:
             row["ratio_b_over_a"] = round(row["B_step_s"] / row["A_step_s"], 4)
         table.append(row)
     ratios = [row["ratio_b_over_a"] for row in table if "ratio_b_over_a" in row]
+    both = [row for row in table if "ratio_b_over_a" in row]
     return {"regime": "sgt", "steps": steps, "rounds": table,
-            "median_ratio_b_over_a": statistics.median(ratios) if ratios else None}
+            "median_ratio_b_over_a": statistics.median(ratios) if ratios else None,
+            "ratio_of_medians": round(statistics.median(r["B_step_s"] for r in both)
+                                      / statistics.median(r["A_step_s"] for r in both), 4) if both else None,
+            # CPU seconds of the whole run (start-up included): less moved by other work on a shared machine
+            "median_cpu_ratio_b_over_a": round(statistics.median(r["B_cpu_s"] / r["A_cpu_s"] for r in both), 4)
+            if both else None}
 
 
 # ------------------------------------------------------------------------------------------------ reporting
@@ -377,7 +399,9 @@ def print_table(results: dict[str, Any]) -> None:
         print(f"\nspeed ({s['regime']}, {s['steps']} steps, median step time, first step left out): "
               + "; ".join(f"round {r['round']} {r['order']}: A {_fmt(r['A_step_s'] or 0)} s, "
                           f"B {_fmt(r['B_step_s'] or 0)} s" for r in s["rounds"])
-              + f"; median B/A = {s['median_ratio_b_over_a']}")
+              + f"; median of the rounds' B/A = {s['median_ratio_b_over_a']}, "
+              f"median B / median A = {s['ratio_of_medians']}; whole runs' CPU seconds, median B/A = "
+              f"{s['median_cpu_ratio_b_over_a']}")
 
 
 def verdict(results: dict[str, Any]) -> int:
@@ -399,8 +423,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--parts", default="behaviour,dry", help="comma-separated, of behaviour, dry, speed")
     parser.add_argument("--out", type=Path, default=Path("/tmp/same_behaviour"), help="runs, trees, the JSON")
     parser.add_argument("--python", default=str(VENV_PYTHON if VENV_PYTHON.exists() else sys.executable))
-    parser.add_argument("--rounds", type=int, default=5, help="speed: rounds (each runs A and B once)")
-    parser.add_argument("--speed-steps", type=int, default=8, help="speed: steps per run")
+    parser.add_argument("--rounds", type=int, default=7, help="speed: rounds (each runs A and B once)")
+    parser.add_argument("--speed-steps", type=int, default=10, help="speed: steps per run")
     parser.add_argument("--timeout", type=int, default=1800, help="seconds one training run may take")
     parser.add_argument("--keep-trees", action="store_true", help="keep the worktrees this made")
     args = parser.parse_args(argv)
