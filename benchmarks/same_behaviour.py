@@ -11,8 +11,10 @@ one was the tree's). Then:
   ``metrics.jsonl`` are matched by (kind, policy, step) and every value compared, wall-clock keys aside
   (:func:`is_wall_clock`); the final ``model.safetensors`` of each policy byte for byte (else max |Δ|);
 * dry runs: ``--dry-run`` text and ``--save-plan`` JSON of ``tiny``, ``2qwen --regime sgt --gpus 8`` (also with
-  ``--nodes 2``) and ``3qwen --gpus 8``, paths normalized (the tree, the output folder) and the free disk space
-  (machine state: the plan's ``disk.free_gib``, the text's "N GiB free") set aside;
+  ``--nodes 2``) and ``3qwen --gpus 8``, into the same run folder on both sides, paths normalized (the tree, the
+  output folder) and the free disk space
+  (machine state: the plan's ``disk.free_gib``, "N GiB free" in its text and warnings) set aside; printed 1000
+  columns wide, so that no line wraps where the tree's path is longer;
 * speed (``--parts speed``): alternating rounds (A B, then B A, ...) of a short SGT run at both revisions, the pool's
   per-step time from the metrics (the median over steps, the first left out, of the slowest policy's
   ``step_time``), and the median over rounds of B / A; also the whole runs' CPU seconds (start-up included), which
@@ -275,21 +277,25 @@ def _children_cpu_seconds() -> float:
 
 def dry_run(tree: Tree, python: str, args: list[str], plan: Path, out: Path) -> dict[str, Any]:
     """A ``--dry-run --save-plan`` of ``args``: its text and plan with the tree's and the output folder's paths
-    replaced by ``<TREE>`` and ``<OUT>``."""
+    replaced by ``<TREE>`` and ``<OUT>``. Both sides plan the same run folder (a dry run writes nothing there): the
+    sha256 of a policy's GRPO arguments the plan hands its worker covers the run folder's path."""
     plan.parent.mkdir(parents=True, exist_ok=True)
     plan.unlink(missing_ok=True)
-    command = [python, "-m", "mutualrl", "train", *args, "--dry-run", "--save-plan", str(plan)]
-    done = subprocess.run(command, cwd=tree.path, env=tree.env(), capture_output=True, text=True, timeout=600)
+    run_dir = out / "dry" / "run" / plan.name.removesuffix(".plan.json")
+    command = [python, "-m", "mutualrl", "train", *args, "--output-dir", str(run_dir), "--dry-run",
+               "--save-plan", str(plan)]
+    # wide enough that no line wraps: where a line wraps would depend on the length of the tree's path
+    env = {**tree.env(), "COLUMNS": "1000"}
+    done = subprocess.run(command, cwd=tree.path, env=env, capture_output=True, text=True, timeout=600)
     swaps = [(str(plan.parent), "<PLANS>"), (str(tree.path), "<TREE>"), (str(out), "<OUT>")]
 
     def normal(text: str) -> str:
         for old, new in swaps:
             text = text.replace(old, new)
-        return text
+        return MACHINE_STATE_TEXT.sub("<FREE> GiB free", text)
 
     saved = json.loads(normal(plan.read_text())) if plan.is_file() else None
-    text = MACHINE_STATE_TEXT.sub("<FREE> GiB free", normal(done.stdout + done.stderr))
-    return {"rc": done.returncode, "text": text, "plan": saved}
+    return {"rc": done.returncode, "text": normal(done.stdout + done.stderr), "plan": saved}
 
 
 # ------------------------------------------------------------------------------------------------ the parts
