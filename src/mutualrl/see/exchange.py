@@ -7,9 +7,10 @@ Each policy process (each rank of a policy's process group) owns one
    file + JSON manifest, both committed atomically),
 2. waits at the per-step barrier (:meth:`~ExperienceExchange.wait_for`) until every
    subscribed policy has committed all of its ranks' shards for that step, and
-3. :meth:`~ExperienceExchange.read`-s the peer columns its regime names (PRP: texts
-   and behaviour traces; XGRPO: rewards only; SGT: rewards, texts and lengths of every row), verifying each
-   shard's size and xxh3_128 checksum against its manifest.
+3. reads the shards the barrier found (:meth:`~ExperienceExchange.read_shards`), only the peer columns its
+   regime names (XGRPO: rewards; SGT: six columns of every row: prompt id, sample index, reward, text, finished
+   flag, length; PRP: texts and, for its trace corrections, token spans and behaviour log-probs), verifying each
+   shard's size and xxh3_128 checksum against its manifest, then its rows, once per file.
 
 The exchange is plain files, polled (no inotify), so it behaves the same on one local
 disk and on a shared filesystem across nodes. See ``docs/see.md``.
