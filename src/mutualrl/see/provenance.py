@@ -1,7 +1,7 @@
 """Provenance of SEE records: who produced them, with what software, where and when.
 
 The paper's record carries a ``meta`` field recording provenance (Sec. "Dataflow in One
-Training Loop", SEE paragraph). We store it once per shard (file metadata and manifest),
+Training Loop", SEE paragraph). We store it once per shard, in its manifest,
 not per row.
 """
 
