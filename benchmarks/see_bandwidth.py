@@ -20,8 +20,9 @@ Prints one JSON object per M (medians over --steps):
     {"M", "bytes_per_policy", "see_s_per_step", "raw_s", "fraction_of_raw", ...}
 where fraction_of_raw = raw_s / see_s_per_step (1.0 = as fast as raw I/O; target >= 0.5).
 publish_fraction_of_raw_write and read_fraction_of_raw_read split it into its two halves.
-build_s is the time to validate one policy's batch (RolloutBatch.from_table), which the
-publisher pays before publish; it is not part of see_s_per_step.
+build_s is the time to validate one policy's batch as a table from outside (RolloutBatch.from_table); since the
+SEE record layout v2 the trainer's own batches are not re-validated, and each reader validates every peer shard
+once, inside see_s_per_step.
 
 Usage:
     python benchmarks/see_bandwidth.py                      # paper scale, M = 2 and 4
