@@ -79,7 +79,7 @@ def older_layout_error(path: Path, version: int) -> SchemaMismatchError:
     return SchemaMismatchError(
         f"{path} was written by {'an older' if version < SCHEMA_VERSION else 'a newer'} mutualrl (SEE schema "
         f"v{version}; this one reads v{SCHEMA_VERSION}): start a new run (another --output-dir), or resume this one "
-        "with the mutualrl version that wrote it",
+        f"with the mutualrl version that wrote it{' (0.3.0 or earlier)' if version == 1 else ''}",
         path=path,
         problem="schema_version",
     )
