@@ -414,7 +414,7 @@ def _check_spans(arrays: dict[str, pa.Array], spans: Ragged) -> None:
     text_len = _text_lengths(arrays["response_text"])  # [rows]
     pair_off = spans.offsets // 2  # [rows + 1]
     has_pairs = pair_off[1:] > pair_off[:-1]  # [rows]
-    row_max_end = np.maximum.reduceat(ends, np.minimum(pair_off[:-1], len(ends) - 1))  # [rows], valid where has_pairs
+    row_max_end = row_max(ends, pair_off, has_pairs)  # [rows], valid where has_pairs
     # Every value >= -1 and start <= end, compared signed ((s >= 0, -1) fails) and unsigned ((-1, e >= 0) fails:
     # -1 is the largest uint32), leaves (-1, -1) or 0 <= start <= end: one reduction or comparison per pass.
     fine = (spans.values.min() >= -1 and not (starts > ends).any()
@@ -443,10 +443,20 @@ def _text_lengths(text: pa.Array) -> np.ndarray:
     data = np.frombuffer(data, np.uint8)[offsets[0]:offsets[-1]]  # [bytes]
     if data.max() < 0x80:
         return lengths
-    row_max = np.maximum.reduceat(data, np.minimum(offsets[:-1] - offsets[0], len(data) - 1))  # [rows]
-    wide = np.flatnonzero((lengths > 0) & (row_max >= 0x80))  # [rows not ASCII]
+    wide = np.flatnonzero(row_max(data, offsets - offsets[0], lengths > 0) >= 0x80)  # [rows not ASCII]
     lengths[wide] = pc.utf8_length(text.take(pa.array(wide))).to_numpy(zero_copy_only=False)
     return lengths
+
+
+def row_max(values: np.ndarray, offsets: np.ndarray, nonempty: np.ndarray) -> np.ndarray:
+    """Each row's largest value, where ``nonempty`` (elsewhere 0): row i is ``values[offsets[i]:offsets[i+1]]``.
+
+    One reduction over the rows that hold values only: their starts strictly increase, so each reduced range is
+    exactly one row (an empty row's start, clamped or not, would cut its predecessor's range short)."""
+    out = np.zeros(len(nonempty), dtype=values.dtype)  # [rows]
+    if nonempty.any():
+        out[nonempty] = np.maximum.reduceat(values, offsets[:-1][nonempty])
+    return out
 
 
 def _check_ids(arrays: dict[str, pa.Array]) -> None:

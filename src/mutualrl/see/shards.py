@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,9 +58,12 @@ def read_manifest(path: Path) -> ShardInfo:
         for key in ("run_id", "policy", "checksum"):
             if not isinstance(data[key], str):
                 raise TypeError(f"{key} is {data[key]!r}, not text")
+        own = path.name.replace(".manifest.json", ".arrow")
+        if data.get("data_file", own) != own:  # another rank's, step's or folder's file would be read as this one
+            raise ValueError(f"data_file is {data['data_file']!r}, not its own {own!r}")
         return ShardInfo(
             policy=data["policy"], step=data["step"], rank=data["rank"], world_size=data["world_size"],
-            data_path=path.with_name(str(data.get("data_file") or path.name.replace(".manifest.json", ".arrow"))),
+            data_path=path.with_name(own),
             manifest_path=path, rows=data["rows"], bytes=data["bytes"], checksum=data["checksum"],
             schema_version=data["schema_version"], run_id=data["run_id"],
             published_at=float(data.get("published_at", 0.0)), provenance=dict(data.get("provenance") or {}),
@@ -159,6 +163,8 @@ def load_shard(
         st = os.stat(path)
     except FileNotFoundError:
         raise corrupt("missing", f"the data file named by manifest {info.manifest_path.name} does not exist") from None
+    if not stat.S_ISREG(st.st_mode):  # mapping a FIFO would wait for a writer forever; a device has no size
+        raise corrupt("unreadable", "not a regular file (a FIFO, a device or a folder)")
     if st.st_size != info.bytes:
         kind = "truncated" if st.st_size < info.bytes else "size"
         raise corrupt(kind, f"{st.st_size} bytes on disk, manifest says {info.bytes}")

@@ -1,0 +1,214 @@
+"""A peer's shard and manifest in the v2 layout (2026-11-26) are data from outside, checksum included (whoever
+wrote the file wrote its manifest): each hostile value is one error naming the file, never a hang, a read past a
+row, another shard's rows read as this one, or a wrong row matched to a learner's prompt."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import xxhash
+
+from mutualrl.errors import PeerError
+from mutualrl.regimes.peers import peer_groups
+from mutualrl.see import CorruptShardError, ExperienceExchange, InvalidRecordError, SchemaMismatchError
+from mutualrl.see.records import RolloutBatch, validate_table
+from see_synthetic import synthetic_batch
+
+
+def exchanges(root: Path, world: int = 1) -> tuple[ExperienceExchange, list[ExperienceExchange]]:
+    reader = ExperienceExchange(root, "run-1", "a", policies=["a", "b"], barrier_timeout_s=5.0, poll_interval_s=0.01)
+    writers = [ExperienceExchange(root, "run-1", "b", rank=r, world_size=world, policies=["a", "b"],
+                                  barrier_timeout_s=5.0, poll_interval_s=0.01) for r in range(world)]
+    return reader, writers
+
+
+def rewrite(manifest: Path, **fields) -> None:
+    data = json.loads(manifest.read_text())
+    data.update(fields)
+    manifest.write_text(json.dumps(data))
+
+
+def replace_data(data: Path, table: pa.Table, **write_options) -> None:
+    """The shard's file replaced by ``table`` (v2 file metadata), its manifest's size, rows and checksum fixed."""
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(**write_options)
+    with pa.ipc.new_file(sink, table.schema, options=options) as writer:
+        writer.write_table(table)
+    raw = sink.getvalue().to_pybytes()
+    data.write_bytes(raw)
+    rewrite(data.with_name(data.name.replace(".arrow", ".manifest.json")), bytes=len(raw), rows=table.num_rows,
+            checksum=xxhash.xxh3_128(raw).hexdigest())
+
+
+def one_line_naming(err: BaseException, path: Path) -> bool:
+    return str(path) in str(err) and "\n" not in str(err)
+
+
+def test_a_span_past_the_text_in_the_last_row_with_spans_is_refused(tmp_path):
+    """Rows without spans after it (empty or null) cut the last row's range short: its last span went unchecked."""
+    reader, (writer,) = exchanges(tmp_path)
+    batch = RolloutBatch(prompt_id=["p", "p"], sample_index=[0, 1], prompt_text=["q", "q"], response_text=["ab", ""],
+                         response_token_ids=[[1, 2], []], response_token_spans=[[0, 1, 1, 99], []],
+                         reward=[1.0, 0.0], finished=[True, True])  # built here: not checked
+    data = writer.publish(1, batch)
+    with pytest.raises(CorruptShardError, match=r"token 1 has span \(1, 99\) outside the response text of 2") as info:
+        reader.read(1, "b")
+    assert info.value.problem == "invalid_record" and one_line_naming(info.value, data)
+
+
+def span_oracle(texts: list[str], spans: list[list[int] | None]) -> int | None:
+    """The first row holding a span that is neither (-1, -1) nor inside its text, row by row."""
+    for row, (text, flat) in enumerate(zip(texts, spans, strict=True)):
+        for s, e in zip((flat or [])[0::2], (flat or [])[1::2], strict=True):
+            if not ((s, e) == (-1, -1) or 0 <= s <= e <= len(text)):
+                return row
+    return None
+
+
+def test_span_checks_agree_with_a_row_by_row_check_on_random_tables():
+    rng = np.random.default_rng(3)
+    refused = 0
+    for _ in range(300):
+        n = int(rng.integers(1, 6))
+        texts = ["".join(rng.choice(list("ab é🦙"), size=int(rng.integers(0, 5)))) for _ in range(n)]
+        tokens = [list(range(int(rng.integers(0, 4)))) for _ in range(n)]
+        spans: list[list[int] | None] = []
+        for text, ids in zip(texts, tokens, strict=True):
+            flat = []
+            for _ in ids:
+                s = int(rng.integers(0, len(text) + 1))
+                flat += [s, int(rng.integers(s, len(text) + 1))] if rng.random() < 0.8 else [-1, -1]
+            spans.append(None if not ids and rng.random() < 0.5 else flat)
+        if any(flat for flat in spans) and rng.random() < 0.7:  # one value moved out of range
+            rows = [i for i, flat in enumerate(spans) if flat]
+            # often the last end of the last row with spans: a reduction whose range rows after it cut short misses it
+            row, at = (rows[-1], len(spans[rows[-1]]) - 1) if rng.random() < 0.5 else (int(rng.choice(rows)), None)
+            at = int(rng.integers(0, len(spans[row]))) if at is None else at
+            spans[row][at] = int(rng.choice([-2, -1, len(texts[row]) + 1, 1 << 30]))
+        batch = RolloutBatch(prompt_id=["p"] * n, sample_index=list(range(n)), prompt_text=["q"] * n,
+                             response_text=texts, response_token_ids=tokens, response_token_spans=spans,
+                             reward=[0.0] * n, finished=[False] * n)
+        want = span_oracle(texts, spans)
+        try:
+            validate_table(batch.to_table())
+            got = None
+        except InvalidRecordError as err:
+            got = err.row
+        assert got == want, (texts, spans)
+        refused += want is not None
+    assert 50 < refused < 250  # both verdicts were exercised
+
+
+def test_a_data_file_that_is_a_fifo_is_corrupt_not_a_wait_forever(tmp_path):
+    reader, (writer,) = exchanges(tmp_path)
+    data = writer.publish(1, synthetic_batch(2, 2, seed=1))
+    data.unlink()
+    os.mkfifo(data)
+    rewrite(data.with_name("rank-0-of-1.manifest.json"), bytes=0)
+    outcome: list[BaseException | None] = []
+
+    def read() -> None:
+        try:
+            reader.read(1, "b")
+            outcome.append(None)
+        except BaseException as err:  # noqa: BLE001 - handed to the test thread
+            outcome.append(err)
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    thread.join(10.0)
+    if thread.is_alive():  # let the reader go: a writer opens the FIFO
+        os.close(os.open(data, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(5.0)
+        pytest.fail("reading a FIFO named as a shard waited for a writer")
+    assert isinstance(outcome[0], CorruptShardError) and one_line_naming(outcome[0], data)
+
+
+def test_a_manifest_naming_another_ranks_data_file_is_corrupt(tmp_path):
+    """Rank 1's manifest naming rank 0's file (size and checksum copied) would read rank 0's rows twice."""
+    reader, writers = exchanges(tmp_path, world=2)
+    first = writers[0].publish(1, synthetic_batch(2, 2, seed=1))
+    writers[1].publish(1, synthetic_batch(2, 2, seed=2, prompt_offset=2))
+    copied = json.loads(first.with_name("rank-0-of-2.manifest.json").read_text())
+    manifest = first.with_name("rank-1-of-2.manifest.json")
+    rewrite(manifest, data_file=first.name, bytes=copied["bytes"], checksum=copied["checksum"])
+    with pytest.raises(CorruptShardError) as info:
+        reader.read(1, "b")
+    assert one_line_naming(info.value, manifest)
+
+
+@pytest.mark.parametrize("name", ["../../step-000002/b/rank-0-of-1.arrow", "..", "/dev/zero"])
+def test_a_manifest_naming_a_file_elsewhere_is_corrupt(tmp_path, name):
+    reader, (writer,) = exchanges(tmp_path)
+    data = writer.publish(1, synthetic_batch(2, 2, seed=1))
+    writer.publish(2, synthetic_batch(2, 2, seed=1))
+    manifest = data.with_name("rank-0-of-1.manifest.json")
+    rewrite(manifest, data_file=name)
+    with pytest.raises(CorruptShardError) as info:
+        reader.read(1, "b")
+    assert one_line_naming(info.value, manifest) or one_line_naming(info.value, data)
+
+
+def test_a_manifest_of_the_older_layout_beside_the_others_is_refused_by_name(tmp_path):
+    reader, writers = exchanges(tmp_path, world=2)
+    for writer in writers:
+        data = writer.publish(1, synthetic_batch(2, 2, seed=writer.rank))
+    rewrite(data.with_name("rank-1-of-2.manifest.json"), schema_version=1)
+    with pytest.raises(SchemaMismatchError, match=r"older mutualrl \(SEE schema v1") as info:
+        reader.wait_for(1, ["b"])
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.xfail(strict=True, reason="pyarrow inflates a compressed IPC body before anything can look at it and "
+                   "gives no reader a cap: refusing compression needs the record batches' metadata parsed by hand")
+def test_a_compressed_shard_is_refused_before_it_is_inflated(tmp_path):
+    """A few kB of zstd that inflate to 32 MB here (to gigabytes for an attacker): the publisher never compresses."""
+    reader, (writer,) = exchanges(tmp_path)
+    data = writer.publish(1, synthetic_batch(1, 1, 1, 1, seed=1))
+    table = pa.ipc.open_file(data).read_all()
+    texts = pa.chunked_array([pa.array(["a" * (32 << 20)], pa.string())])
+    replace_data(data, table.set_column(3, table.schema.field(3), texts), compression="zstd")
+    assert data.stat().st_size < 1 << 20
+    with pytest.raises(CorruptShardError):
+        reader.read(1, "b")
+
+
+def dict_oracle(table: pa.Table, prompt_ids: list[str], k: int) -> list[list[int]] | None:
+    """The rows as peer_groups found them before 2026-11-26 (a dict per prompt, the later row of a duplicate)."""
+    index: dict[str, dict[int, int]] = {}
+    for row, (pid, s) in enumerate(zip(table["prompt_id"].to_pylist(), table["sample_index"].to_pylist(),
+                                       strict=True)):
+        index.setdefault(pid, {})[s] = row
+    try:
+        return [[index[pid][i] for i in range(k)] for pid in prompt_ids]
+    except KeyError:
+        return None
+
+
+def test_peer_rows_match_the_dict_lookup_for_chunked_shuffled_and_duplicated_rows():
+    rng = np.random.default_rng(5)
+    for _ in range(100):
+        k, p = int(rng.integers(1, 4)), int(rng.integers(1, 5))
+        pids = [f"p{i}" for i in range(p + 1)]  # one prompt the learner does not hold
+        rows = [(pid, s) for pid in pids for s in range(k + int(rng.integers(0, 2)))]  # sometimes a sample past K
+        rows += [rows[int(i)] for i in rng.integers(0, len(rows), size=int(rng.integers(0, 3)))]  # duplicates
+        if rng.random() < 0.2:
+            rows.pop(int(rng.integers(0, len(rows))))  # a gap
+        order = rng.permutation(len(rows))
+        chunks = np.array_split(order, int(rng.integers(1, 4)))  # ranks' shards, concatenated
+        table = pa.concat_tables([pa.table({"prompt_id": pa.array([rows[i][0] for i in c], pa.string()),
+                                            "sample_index": pa.array([rows[i][1] for i in c], pa.int32())})
+                                  for c in chunks])
+        wanted = [pids[int(i)] for i in rng.integers(0, p, size=p)]  # repeats allowed
+        want = dict_oracle(table, wanted, k)
+        if want is None:
+            with pytest.raises(PeerError):
+                peer_groups(table, wanted, k, "b", 1)
+        else:
+            assert peer_groups(table, wanted, k, "b", 1).tolist() == want
