@@ -152,3 +152,17 @@ def test_a_resume_of_an_exchange_of_the_older_layout_is_refused_before_anything_
     with pytest.raises(SchemaMismatchError, match=rf"^{see} was written by an older mutualrl \(SEE schema v1"):
         prepare_launch(paths, config, "tiny", True, [], Console(file=None, quiet=True))
     assert sorted((p, p.stat().st_mtime_ns) for p in tmp_path.rglob("*")) == before
+
+
+def test_a_row_cut_by_mask_truncated_completions_still_publishes_one_log_prob_per_token(thl_tokenizers, tmp_path):
+    """TRL's mask_truncated_completions zeroes a cut row's completion_mask, not its tokens or log-probs: taken
+    through the mask, the row had no log-prob for its tokens (an invalid shard every peer refused)."""
+    tok = thl_tokenizers["gpt2"]
+    output, rollouts = trl_step(tok, torch.float32)
+    output["completion_mask"][0] = 0  # row 0 ("1+1=2") ends without EOS: cut
+    built = adapter_for(tok, True, True).build_records(output, rollouts)
+    ExperienceExchange(tmp_path, "run", "b").publish(0, built)
+    read = ExperienceExchange(tmp_path, "run", "a", policies=["a", "b"]).read(0, "b")
+    n = len(rollouts.completion_ids_local[0])
+    np.testing.assert_array_equal(read["behaviour_logps"][0].values.to_numpy(),
+                                  output["old_per_token_logps"][0, :n].numpy())

@@ -266,7 +266,8 @@ class RegimeAdapter:
             response_token_spans=spans,
             reward=rollouts.rewards_local.float().numpy(),
             advantage=output["advantages"].float().cpu().numpy(),
-            behaviour_logps=None if logps is None else Ragged.from_padded(logps, output["completion_mask"], np.float32),
+            # one per token, by the rows' lengths: mask_truncated_completions zeroes a cut row's completion_mask
+            behaviour_logps=None if logps is None else Ragged.from_padded(logps, lengths, np.float32),
             finished=(lengths > 0) & np.isin(last, trainer.eos_token_ids),  # [B] the last token is an EOS
         )
 
