@@ -68,3 +68,17 @@ def test_a_hashed_write_returns_the_digest_of_the_bytes_on_disk(tmp_path):
     sink = write_atomic(tmp_path / "x.bin", lambda s: (s.write(b"abc"), s.write(memoryview(b"def"))), hashed=True)
     assert (sink.nbytes, sink.hexdigest()) == (6, xxhash.xxh3_128(b"abcdef").hexdigest())
     assert write_atomic(tmp_path / "y.bin", lambda s: s.write(b"abc")).hexdigest() is None
+
+
+@pytest.mark.parametrize("name", ["r" * 240 + ".json", "é" * 120 + ".json"])
+def test_a_name_near_the_file_name_limit_is_written_on_a_long_host_name(tmp_path, monkeypatch, name):
+    """The temporary name adds host, pid and token (about 90 bytes): cut to fit, it still names the writer."""
+    import socket
+
+    from mutualrl.atomic_io import TEMP_RE, temp_path
+
+    monkeypatch.setattr(socket, "gethostname", lambda: "h" * 64)
+    assert len(temp_path(tmp_path / name).name.encode()) <= 255
+    assert TEMP_RE.match(temp_path(tmp_path / name).name).group("host") == "h" * 64
+    write_text_atomic(tmp_path / name, "x")
+    assert os.listdir(tmp_path) == [name]

@@ -31,14 +31,19 @@ import xxhash
 from mutualrl import faults
 from mutualrl.errors import storage_error
 
-#: A writer's temporary name: ``.<final name>.tmp-<host>-<pid>-<token>`` in the final file's folder.
+#: A writer's temporary name: ``.<final name>.tmp-<host>-<pid>-<token>`` in the final file's folder (the final
+#: name cut where the whole would pass a file name's 255 bytes).
 TEMP_RE = re.compile(r"^\.(?P<final>.+)\.tmp-(?P<host>.*)-(?P<pid>\d+)-(?P<token>[0-9a-f]+)$")
+
+NAME_MAX = 255  # bytes in one file name (Linux, macOS, NFS)
 
 
 def temp_path(final: Path) -> Path:
     """A hidden, unique temporary name in ``final``'s folder (same folder, so the rename is atomic)."""
     host = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())[:64]
-    return final.with_name(f".{final.name}.tmp-{host}-{os.getpid()}-{secrets.token_hex(4)}")
+    suffix = f".tmp-{host}-{os.getpid()}-{secrets.token_hex(4)}"
+    name = final.name.encode()[: NAME_MAX - 1 - len(suffix)].decode(errors="ignore")  # a long final name still fits
+    return final.with_name(f".{name}{suffix}")
 
 
 def fsync_dir(folder: Path) -> None:
