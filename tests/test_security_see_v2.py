@@ -212,3 +212,35 @@ def test_peer_rows_match_the_dict_lookup_for_chunked_shuffled_and_duplicated_row
                 peer_groups(table, wanted, k, "b", 1)
         else:
             assert peer_groups(table, wanted, k, "b", 1).tolist() == want
+
+
+@pytest.mark.parametrize("hostile", ["fifo heartbeat", "deep heartbeat", "deep failure marker"])
+def test_a_peers_hostile_heartbeat_or_failure_marker_ends_the_barrier_in_one_line(tmp_path, hostile):
+    """A FIFO as a heartbeat blocked the barrier's look at it forever (its timeout never came); JSON nested past
+    the recursion limit was a RecursionError traceback."""
+    reader = ExperienceExchange(tmp_path, "run-1", "a", policies=["a", "b"], barrier_timeout_s=0.3,
+                                poll_interval_s=0.01)
+    path = tmp_path / ("_failed/b.json" if "marker" in hostile else "_heartbeat/b.rank-0.json")
+    if hostile.startswith("fifo"):
+        os.mkfifo(path)
+    else:
+        path.write_text("[" * 100_000)
+    outcome: list[BaseException] = []
+
+    def wait() -> None:
+        try:
+            reader.wait_for(1, ["b"])
+        except BaseException as err:  # noqa: BLE001 - handed to the test thread
+            outcome.append(err)
+
+    thread = threading.Thread(target=wait, daemon=True)
+    thread.start()
+    thread.join(10.0)
+    if thread.is_alive():
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        thread.join(5.0)
+        pytest.fail("the barrier waited on a FIFO")
+    from mutualrl.see import PeerFailedError, PeerTimeoutError
+
+    assert isinstance(outcome[0], PeerFailedError if "marker" in hostile else PeerTimeoutError), outcome
+    assert "\n" not in str(outcome[0]).strip()

@@ -63,7 +63,7 @@ def read_failure(root: Path | str, policy: str) -> dict[str, Any] | None:
         marker = json.loads(raw)
         if not isinstance(marker, dict):
             raise ValueError("not an object")
-    except ValueError:
+    except (ValueError, RecursionError):  # nested past the recursion limit: unreadable too
         marker = {"policy": policy, "reason": f"unreadable failure marker {path}"}
     return marker
 
@@ -130,8 +130,8 @@ def heartbeat_ages(root: Path, policy: str, now: float | None = None) -> dict[in
             continue
         try:
             st = entry.stat()
-            content = json.loads(Path(entry.path).read_bytes())
-        except (OSError, ValueError):
+            content = json.loads(read_bytes(Path(entry.path)))  # a FIFO there never blocks the reader
+        except (OSError, ValueError, RecursionError, RunFolderError):
             continue
         out[int(m.group("rank"))] = (now - st.st_mtime, content if isinstance(content, dict) else {})
     return out
@@ -304,9 +304,9 @@ class HeartbeatWatch:
             if not m:
                 continue
             try:
-                content = json.loads(Path(entry.path).read_bytes())
+                content = json.loads(read_bytes(Path(entry.path)))  # a FIFO there never blocks the barrier
                 st = os.stat(entry.path)  # after the read: an open refreshes a shared filesystem's cached times
-            except (OSError, ValueError):
+            except (OSError, ValueError, RecursionError, RunFolderError):
                 continue
             key = (m.group("policy"), int(m.group("rank")))
             stamp = (st.st_ino, st.st_mtime_ns, st.st_size)
