@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import threading
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import xxhash
 from mutualrl.errors import PeerError
 from mutualrl.regimes.peers import peer_groups
 from mutualrl.see import CorruptShardError, ExperienceExchange, InvalidRecordError, SchemaMismatchError
+from mutualrl.see.ipc_check import UnsafeIpcFile, check_uncompressed
 from mutualrl.see.records import RolloutBatch, validate_table
 from see_synthetic import synthetic_batch
 
@@ -165,18 +167,126 @@ def test_a_manifest_of_the_older_layout_beside_the_others_is_refused_by_name(tmp
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason="pyarrow inflates a compressed IPC body before anything can look at it and "
-                   "gives no reader a cap: refusing compression needs the record batches' metadata parsed by hand")
-def test_a_compressed_shard_is_refused_before_it_is_inflated(tmp_path):
-    """A few kB of zstd that inflate to 32 MB here (to gigabytes for an attacker): the publisher never compresses."""
+@pytest.mark.parametrize("codec", ["zstd", "lz4"])
+def test_a_compressed_shard_is_refused_before_it_is_inflated(tmp_path, codec):
+    """A few kB that inflate to 32 MB here (to gigabytes for an attacker): the publisher never compresses."""
     reader, (writer,) = exchanges(tmp_path)
     data = writer.publish(1, synthetic_batch(1, 1, 1, 1, seed=1))
     table = pa.ipc.open_file(data).read_all()
     texts = pa.chunked_array([pa.array(["a" * (32 << 20)], pa.string())])
-    replace_data(data, table.set_column(3, table.schema.field(3), texts), compression="zstd")
+    replace_data(data, table.set_column(3, table.schema.field(3), texts), compression=codec)
     assert data.stat().st_size < 1 << 20
-    with pytest.raises(CorruptShardError):
+    with pytest.raises(CorruptShardError, match=rf"record batch 0 is compressed \({codec}\); mutualrl writes "
+                                                "uncompressed shards") as info:
         reader.read(1, "b")
+    assert info.value.problem == "compressed" and one_line_naming(info.value, data)
+
+
+def test_a_compressed_dictionary_batch_is_refused_before_it_is_inflated(tmp_path):
+    """The SEE schema has no dictionary column, but the file reader reads the footer's dictionaries (inflating
+    them) before the schema is compared: a peer's file with one is refused from its metadata all the same."""
+    reader, (writer,) = exchanges(tmp_path)
+    data = writer.publish(1, synthetic_batch(1, 1, 1, 1, seed=1))
+    words = pa.array(["a" * (8 << 20)]).dictionary_encode()
+    replace_data(data, pa.table({"word": words}), compression="zstd")
+    with pytest.raises(CorruptShardError, match=r"dictionary batch 0 is compressed \(zstd\)") as info:
+        reader.read(1, "b")
+    assert info.value.problem == "compressed" and one_line_naming(info.value, data)
+
+
+def test_a_compressed_batch_of_the_older_metadata_version_is_refused(tmp_path):
+    """Metadata V4 may declare compression in the message's custom metadata (Arrow 0.17's form), which pyarrow
+    still honours: no compression in the batch header, and the body inflated all the same."""
+    reader, (writer,) = exchanges(tmp_path)
+    data = writer.publish(1, synthetic_batch(1, 1, 1, 1, seed=1))
+    table = pa.ipc.open_file(data).read_all()
+    table = table.set_column(3, table.schema.field(3), pa.chunked_array([pa.array(["a" * (32 << 20)], pa.string())]))
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression="zstd", metadata_version=pa.ipc.MetadataVersion.V4)
+    with pa.ipc.new_file(sink, table.schema, options=options) as ipc:
+        ipc.write_batch(table.combine_chunks().to_batches()[0],
+                        custom_metadata={"ARROW:experimental_compression": "zstd"})
+    replace_bytes(data, sink.getvalue().to_pybytes())
+    with pytest.raises(CorruptShardError, match="metadata version V4; mutualrl writes V5") as info:
+        reader.read(1, "b")
+    assert one_line_naming(info.value, data)
+
+
+def replace_bytes(data: Path, raw: bytes) -> None:
+    """The shard's file replaced by ``raw``, its manifest's size and checksum fixed (rows kept)."""
+    data.write_bytes(raw)
+    rewrite(data.with_name(data.name.replace(".arrow", ".manifest.json")), bytes=len(raw),
+            checksum=xxhash.xxh3_128(raw).hexdigest())
+
+
+def batch_block(raw: bytes) -> tuple[int, bytes]:
+    """Where the footer holds the one record batch's Block (offset, metadata length, body length) and its bytes."""
+    messages = pa.ipc.MessageReader.open_stream(pa.BufferReader(raw[8:]))
+    schema_size = len(messages.read_next_message().serialize())
+    batch = messages.read_next_message()
+    body = batch.body.size
+    block = struct.pack("<qi4xq", 8 + schema_size, len(batch.serialize()) - body, body)
+    assert raw.count(block) == 1
+    return raw.index(block), block
+
+
+@pytest.mark.parametrize("damage", ["cut", "footer length", "root offset", "block past the end",
+                                    "header past the block", "body past the end"])
+def test_a_shard_with_a_broken_footer_or_block_is_one_line_corrupt(tmp_path, damage):
+    reader, (writer,) = exchanges(tmp_path)
+    data = writer.publish(1, synthetic_batch(2, 2, 1, 8, seed=1))
+    raw = bytearray(data.read_bytes())
+    footer_length = struct.unpack_from("<i", raw, len(raw) - 10)[0]
+    at, block = batch_block(bytes(raw))
+    offset, metadata_length, body = struct.unpack("<qi4xq", block)
+    if damage == "cut":
+        raw = raw[:-20]
+    elif damage == "footer length":
+        struct.pack_into("<i", raw, len(raw) - 10, len(raw))
+    elif damage == "root offset":
+        struct.pack_into("<I", raw, len(raw) - 10 - footer_length, 1 << 31)
+    elif damage == "block past the end":
+        struct.pack_into("<q", raw, at, len(raw) - 16)
+    elif damage == "header past the block":
+        struct.pack_into("<i", raw, offset + 4, metadata_length)
+    else:
+        struct.pack_into("<q", raw, at + 16, len(raw))
+    with pytest.raises(UnsafeIpcFile):  # the metadata check's own refusal, not only pyarrow's after it
+        check_uncompressed(pa.py_buffer(bytes(raw)))
+    replace_bytes(data, bytes(raw))
+    with pytest.raises(CorruptShardError) as info:
+        reader.read(1, "b")
+    assert info.value.problem == "unreadable" and one_line_naming(info.value, data)
+
+
+def test_random_damage_to_the_metadata_is_refused_or_passed_never_another_error(tmp_path):
+    """Bytes of the footer and the batch header overwritten at random: the check says UnsafeIpcFile or lets it
+    through to pyarrow (whose own checks follow), never an exception of another kind or a read out of bounds."""
+    _, (writer,) = exchanges(tmp_path)
+    raw = writer.publish(1, synthetic_batch(2, 2, 1, 8, seed=1)).read_bytes()
+    footer_length = struct.unpack_from("<i", raw, len(raw) - 10)[0]
+    _, block = batch_block(raw)
+    offset, metadata_length, _ = struct.unpack("<qi4xq", block)
+    places = [*range(offset, offset + metadata_length), *range(len(raw) - 10 - footer_length, len(raw))]
+    rng = np.random.default_rng(11)
+    outcomes = set()
+    for _ in range(2000):
+        damaged = bytearray(raw)
+        for place in rng.choice(places, size=int(rng.integers(1, 4))):
+            damaged[place] = int(rng.integers(0, 256))
+        try:
+            check_uncompressed(pa.py_buffer(bytes(damaged)))
+            outcomes.add("passed")
+        except UnsafeIpcFile as err:
+            outcomes.add(err.problem)
+    assert outcomes >= {"passed", "unreadable"}
+
+
+def test_an_honest_shard_passes_the_check_and_reads(tmp_path):
+    reader, (writer,) = exchanges(tmp_path)
+    data = writer.publish(1, synthetic_batch(3, 2, 0, 8, seed=1))
+    check_uncompressed(pa.memory_map(str(data)).read_buffer())
+    assert reader.read(1, "b").num_rows == 6
 
 
 def dict_oracle(table: pa.Table, prompt_ids: list[str], k: int) -> list[list[int]] | None:

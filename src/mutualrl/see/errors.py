@@ -76,7 +76,8 @@ class CorruptShardError(SEEPeerError):
 
     ``problem`` is one of ``"truncated"``, ``"size"``, ``"checksum"``, ``"unreadable"``,
     ``"schema_version"``, ``"schema"``, ``"rows"``, ``"invalid_record"`` (a row breaks the SEE record's rules),
-    ``"manifest_mismatch"`` (a manifest describes another policy, step or rank than its path), ``"missing"``.
+    ``"manifest_mismatch"`` (a manifest describes another policy, step or rank than its path), ``"missing"``,
+    ``"compressed"`` (its batches declare lz4/zstd compression, which mutualrl never writes).
     """
 
     def __init__(self, message: str, *, path: Path | str, problem: str, peer: str | None = None, step: int | None = None):

@@ -5,7 +5,7 @@ manifest's presence is the commit, and the manifest (:class:`ShardInfo`) is wher
 run, policy, step, rank and world size live. Readers find the committed shards of a (step,
 policy) with :func:`scan_committed` (a manifest must agree with its path) and load each with
 :func:`load_shard`, which verifies size, xxh3_128 checksum, schema and row count against the
-manifest, then the rows themselves, once per file.
+manifest (refusing a compressed file before it is read), then the rows themselves, once per file.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from mutualrl.run_folder import read_bytes
 from mutualrl.see import files
 from mutualrl.see.errors import CorruptShardError, InvalidRecordError, SchemaMismatchError
 from mutualrl.see.files import CHECKSUM_ALGORITHM, MANIFEST_RE
+from mutualrl.see.ipc_check import UnsafeIpcFile, check_uncompressed
 from mutualrl.see.records import ROLLOUT_SCHEMA, SCHEMA_VERSION, validate_table
 
 
@@ -140,6 +141,9 @@ def load_shard(
 ) -> pa.Table:
     """Memory-map one shard and verify it against its manifest (size, checksum, schema, rows), then its rows.
 
+    A file whose batches are compressed is refused from its metadata before pyarrow reads it (mutualrl never
+    compresses; pyarrow would inflate the body, to any size it declares, first: :mod:`~mutualrl.see.ipc_check`).
+
     The rows come from another process (a peer, or a run being inspected), so they are checked once
     (:func:`~mutualrl.see.records.validate_table`; an invalid row is a :class:`CorruptShardError` naming the file,
     the policy, the row and the column). ``verified`` caches the file identities (path, inode, size, mtime,
@@ -178,6 +182,11 @@ def load_shard(
         digest = files.file_checksum(buffer)
         if digest != info.checksum:
             raise corrupt("checksum", f"{CHECKSUM_ALGORITHM} is {digest}, manifest says {info.checksum}")
+    if not trusted:
+        try:
+            check_uncompressed(buffer)  # before read_all(), which would inflate a compressed body unbounded
+        except UnsafeIpcFile as err:
+            raise corrupt(err.problem, str(err)) from None
     try:
         table = pa.ipc.open_file(pa.BufferReader(buffer)).read_all()
         if not trusted:
