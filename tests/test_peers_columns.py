@@ -8,7 +8,7 @@ import pyarrow as pa
 import pytest
 
 from mutualrl.errors import PeerError, UsageError
-from mutualrl.regimes.peers import peer_groups, peer_row_views, peer_rows
+from mutualrl.regimes.peers import peer_groups, peer_row_views
 from mutualrl.regimes.prp.adapter import PRPAdapter
 from mutualrl.see import ragged
 from see_synthetic import synthetic_batch
@@ -53,44 +53,21 @@ def test_list_columns_are_views_of_the_arrow_buffers_with_nulls_as_none():
     assert np.shares_memory(rows[2], ragged(logps.chunk(0)).values)
 
 
-def old_aligned_traces(peers, source_rows, texts, finished, target_spans, peer_ids):
-    """PRP's _aligned_traces before the views (verbatim but for the column read: Python lists)."""
-    from mutualrl.thl import align_logprobs
-
-    columns = peer_rows(peers, source_rows, ("response_token_spans", "behaviour_logps"))
-    src_spans, src_logps, src_special, eos_logps = [], [], [], []
-    for spans_py, logps_py in zip(columns["response_token_spans"], columns["behaviour_logps"], strict=True):
-        spans = np.asarray(spans_py, dtype=np.int64).reshape(-1, 2)
-        logps = np.asarray(logps_py, dtype=np.float64)
-        special = spans[:, 0] < 0
-        src_spans.append(spans)
-        src_logps.append(logps)
-        src_special.append(special)
-        eos_logps.append(float(logps[-1]) if special.size and special[-1] else None)
-    result = align_logprobs(texts, src_spans, src_logps, target_spans, src_special=src_special)
-    out = []
-    for values, ids, done, spans, eos_lp in zip(result.values, peer_ids, finished, target_spans, eos_logps,
-                                                strict=True):
-        trace = np.zeros(len(ids), dtype=np.float32)
-        n = min(len(values), len(ids))
-        trace[:n] = np.nan_to_num(np.asarray(values[:n], dtype=np.float32), nan=0.0)
-        if done and eos_lp is not None and len(ids) > len(spans):
-            trace[len(spans)] = eos_lp
-        out.append(trace)
-    return out
-
-
-def test_prp_aligns_the_same_numbers_from_views_as_from_python_lists():
+def test_prp_aligns_a_peer_trace_onto_the_same_tokens_as_itself():
+    """Read from zero-copy views, a peer's behaviour trace aligned onto tokens that are the peer's own is its
+    log-probs, bit for bit (THL's identity case); a learner EOS appended after a row that ends in text gets 0."""
     tables = {name: synthetic_batch(3, 2, seed=seed).to_table() for seed, name in enumerate(("a", "b"))}
     sources = [("b", 4), ("a", 0), ("a", 5), ("b", 1), ("a", 2)]
     texts = [tables[name].column("response_text")[row].as_py() for name, row in sources]
     spans = [np.asarray(tables[name].column("response_token_spans")[row].as_py(), dtype=np.int64).reshape(-1, 2)
-             for name, row in sources]  # the learner's tokens: here the peer's own, one EOS more where finished
+             for name, row in sources]  # the learner's tokens: the peer's own, one EOS more where finished
     finished = [True, False, True, True, False]
     ids = [list(range(len(s) + done)) for s, done in zip(spans, finished, strict=True)]
     got = PRPAdapter._aligned_traces(None, tables, sources, texts, finished, spans, ids)
-    want = old_aligned_traces(tables, sources, texts, finished, spans, ids)
-    assert all(a.dtype == b.dtype and a.tobytes() == b.tobytes() for a, b in zip(got, want, strict=True))
+    for (name, row), trace, own, done in zip(sources, got, spans, finished, strict=True):
+        logps = np.asarray(tables[name].column("behaviour_logps")[row].as_py(), dtype=np.float32)  # [n]
+        assert trace.dtype == np.float32 and len(trace) == len(own) + done
+        assert trace[: len(own)].tobytes() == logps.tobytes() and not trace[len(own):].any()
 
 
 @pytest.mark.parametrize("missing", ["response_token_spans", "behaviour_logps"])
