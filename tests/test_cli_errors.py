@@ -83,6 +83,7 @@ BAD_INPUTS = [
     (["see", "inspect", "a-file"], ["a-file"]),
     (["see", "inspect", "missing-folder"], ["missing-folder"]),
     (["plot", ".", "--out", "a-file/plots"], ["a-file"]),
+    (["plot", ".", "-o", "a-file/plots"], ["a-file"]),  # -o as in train, eval, distill
     (["plot", ".", "--smooth", "2"], ["--smooth"]),
     (["complementarity", "--buckets", "0"], ["--buckets"]),
 ]

@@ -171,10 +171,11 @@ def test_plot_cli_refuses_mixed_runs_and_says_so_when_allowed(tmp_path: Path, fi
     res = runner.invoke(app, ["plot", str(tiny), str(smol), "--out", str(tmp_path / "refused")])
     output = " ".join(res.output.split())
     assert res.exit_code == 2 and "differ in pool" in output and "--allow-mixed" in output
-    res = runner.invoke(app, ["plot", str(tiny), str(smol), "--out", str(tmp_path / "mixed"), "--allow-mixed"])
+    res = runner.invoke(app, ["plot", str(tiny), str(smol), "-o", str(tmp_path / "mixed"), "--allow-mixed"])
     output = " ".join(res.output.split())
     assert res.exit_code == 0, res.output
     assert "validation_reward.png" in figures
+    assert f"wrote{tmp_path / 'mixed'}" in "".join(res.output.split())  # -o, the short form of --out (a long path may wrap)
     assert "warning: drawing runs that differ in pool" in output
     assert {row["run"] for row in plots.summary_rows([tiny, smol])} == {"tiny/sgt", "smol/standalone"}
 

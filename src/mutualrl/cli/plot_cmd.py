@@ -16,7 +16,7 @@ from mutualrl.evaluation.results import NO_VALUE, fmt_number
 @report_errors
 def plot(
     run_dirs: list[Path] = typer.Argument(..., help="One or more run folders (overlaid for comparison)."),
-    out: Path | None = typer.Option(None, "--out", help="Folder for the PNG files (default: first run's plots/)."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Folder for the PNG files (default: first run's plots/)."),
     smooth: float = typer.Option(
         0.3, "--smooth", min=0.0, max=1.0, help="EMA weight for training curves with more than 20 points (0 or 1: raw only)."),
     allow_mixed: bool = typer.Option(
