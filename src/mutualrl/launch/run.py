@@ -267,9 +267,12 @@ def _train_one(options: TrainOptions, console: Console) -> int:
         from mutualrl.launch.plan.render import render_plan
         from mutualrl.tasks.reward_funcs import task_summary
 
+        rows_checked = check_local_rows(config, console)  # a bad row fails here, before the plan is shown
         plan = plan_without_launch(config, paths.root)
         render_plan(plan, console)
         console.print(task_summary(config.task, config.grpo), highlight=False)
+        if rows_checked:
+            console.print(rows_checked, highlight=False, soft_wrap=True)
         for change in override_changes(options.pool or DEFAULT_POOL, options.overrides) if options.overrides else ():
             console.print(f"--set {change}", highlight=False, soft_wrap=True)
         if options.save_plan is not None:
@@ -291,6 +294,21 @@ def _train_one(options: TrainOptions, console: Console) -> int:
         if fresh:  # refused before any worker started (prepare, plan): no half-made folder blocks the next try
             discard_unstarted(paths)
         raise
+
+
+def check_local_rows(config: RunConfig, console: Console) -> str | None:
+    """``--dry-run``: the rows of a local ``task.source`` read and checked as the launch reads them before any
+    worker starts (:func:`~mutualrl.launch.rundir.prepare.task_examples`), so a bad row is the same one-line error
+    now; the line saying what was checked, or None where the source is no local file or folder (a hub dataset,
+    ``auto``: the launch reads and checks those rows; a dry run downloads nothing)."""
+    source = config.task.source
+    if not source or source in ("auto", "offline", "hub") or not Path(source).expanduser().exists():
+        return None
+    from mutualrl.launch.rundir.prepare import task_examples
+
+    with console.status(f"checking the rows of {source} ..."):
+        train, evals = task_examples(config)
+    return f"rows of {source}: {len(train)} train, {len(evals)} held-out, each checked as the launch reads them"
 
 
 def check_versions(config: RunConfig, dry_run: bool, console: Console) -> None:

@@ -105,7 +105,6 @@ def kept_prompts(config: RunConfig, console: Console) -> tuple[list[Any], list[A
     ``task.max_prompt_tokens``) and the filter's two reports; the builtin models are built first."""
     from mutualrl.pools.builtin import ensure_builtin_models
     from mutualrl.pools.loading import BUILTIN_PREFIX, tokenizer_source
-    from mutualrl.tasks.registry import task_from_config
     from mutualrl.training.data import joint_length_filter
     from mutualrl.training.prompt_lengths import PromptLengths
 
@@ -116,11 +115,8 @@ def kept_prompts(config: RunConfig, console: Console) -> tuple[list[Any], list[A
                for policy in config.pool.policies}  # remembered counts: most launches load no tokenizer
     for policy_lengths in lengths.values():
         policy_lengths.uses_chat()  # refuses a chat template the tokenizer lacks before any data is loaded
-    task = task_from_config(config.task)
     with console.status(f"loading task {config.task.name} ..."):
-        train = task.load(config.task.train_split, config.task.source, config.task.train_limit)
-        eval_limit = config.validation.limit if config.validation.limit is not None else config.task.eval_limit
-        evals = task.load(config.task.eval_split, config.task.source, eval_limit)
+        train, evals = task_examples(config)
     train_kept, report = joint_length_filter(train, lengths, config.task.max_prompt_tokens)
     eval_kept, eval_report = joint_length_filter(evals, lengths, config.task.max_prompt_tokens)
     for policy_lengths in lengths.values():
@@ -128,6 +124,19 @@ def kept_prompts(config: RunConfig, console: Console) -> tuple[list[Any], list[A
     if not train_kept:
         raise no_prompt_fits(config, train, lengths)
     return train_kept, eval_kept, (report, eval_report)
+
+
+def task_examples(config: RunConfig) -> tuple[list[Any], list[Any]]:
+    """The training and held-out examples a run of ``config`` reads, every row checked as the task loads it (a
+    missing ``prompt``, a column changing type, a text over ``task.max_prompt_chars``: one line naming the file,
+    the row and the column); the launch's and ``--dry-run``'s one reading of the rows."""
+    from mutualrl.tasks.registry import task_from_config
+
+    task = task_from_config(config.task)
+    train = task.load(config.task.train_split, config.task.source, config.task.train_limit)
+    eval_limit = config.validation.limit if config.validation.limit is not None else config.task.eval_limit
+    evals = task.load(config.task.eval_split, config.task.source, eval_limit)
+    return train, evals
 
 
 def data_copy_changes(paths: RunPaths, config: RunConfig, console: Console) -> list[str]:
