@@ -7,14 +7,15 @@ of its own rows (``regimes.peers.local_slice``, ``require_whole_groups``): 5120 
 Timed with the functions the adapters call, in their order, on rows cut from THL's built-in corpus and encoded by
 a real tokenizer pair (the peer's, then the learner's: ``qwen3 -> phi3``, ``llama3 -> mistral-sp``):
 
-- ``decode`` + ``publish`` (the build): this rank's records: ``thl.batch_decode_with_spans`` of its generated ids,
-  then a ``RolloutBatch`` (validated) and ``ExperienceExchange.publish`` (Arrow IPC, fsync, checksum) -- every
-  regime with records;
-- ``read``: one peer's round read with the regime's columns (``ExperienceExchange.read``, checksum verified) and
-  laid out as groups (``regimes.peers.gather_peer_groups``); every rank reads a peer's whole round;
+- ``decode`` + ``publish`` (the build): this rank's records: ``thl.batch_decode_with_spans`` of its generated ids
+  (spans too: only PRP's trace corrections need them, so an over-count for the others), then a ``RolloutBatch`` and
+  ``ExperienceExchange.publish`` (Arrow IPC, fsync, checksum) -- every regime with records;
+- ``read``: one peer's round read with the regime's columns (``ExperienceExchange.read``, checksum verified, rows
+  checked: a fresh reader each time, as each regime's worker reads a round once) and laid out as groups (``regimes.peers.gather_peer_groups``); every rank reads a peer's whole round;
 - ``retokenize``: this rank's peer rows as learner token rows (``regimes.peers.learner_responses``);
-- ``align``: their behaviour log-probs aligned onto those tokens (``thl.align_logprobs``, as PRP's peer
-  denominator does: ``regimes/prp/adapter.py::_aligned_traces``).
+- ``align``: their behaviour log-probs aligned onto those tokens (PRP's own
+  ``regimes/prp/adapter.py::PRPAdapter._aligned_traces``: zero-copy views of the peer's spans and log-probs,
+  ``thl.align_logprobs``).
 
 Per regime and rank: standalone-with-records = build; XGRPO = build + (M-1) read; SGT = build + (M-1) read +
 retokenize of at most one rescue per prompt (5120 / R / 5 rows, every prompt gated: the upper bound);
@@ -57,7 +58,7 @@ READ_COLUMNS = {  # the regimes' peer_columns (regimes/<name>/adapter.py)
     "sgt": ("prompt_id", "sample_index", "reward", "response_text", "finished", "num_tokens"),
     "prp-learner": ("prompt_id", "sample_index", "reward", "response_text", "finished"),
     "prp-peer": ("prompt_id", "sample_index", "reward", "response_text", "finished", "response_token_spans",
-                 "behaviour_logps", "response_token_ids"),
+                 "behaviour_logps"),
 }
 
 # The GPU step's estimate (its arithmetic and the MFUs' reasons: benchmarks/README.md, "The regimes' host work").
@@ -107,23 +108,25 @@ def records(policy: str, decoded: list, ids: list[list[int]], step: int):
 
 def stages(peer_tok, learner_tok, ids: list[list[int]], root: Path, step: int) -> dict[str, float]:
     """Seconds of each stage on these rows (the peer builds and publishes, the learner reads, retokenizes, aligns)."""
-    from mutualrl.regimes.peers import gather_peer_groups, learner_responses, peer_rows
+    from mutualrl.regimes.peers import gather_peer_groups, learner_responses
+    from mutualrl.regimes.prp.adapter import PRPAdapter
     from mutualrl.see import ExperienceExchange
-    from mutualrl.thl import align_logprobs, batch_decode_with_spans
+    from mutualrl.thl import batch_decode_with_spans
 
-    exchange = {p: ExperienceExchange(root / f"see-{step}", run_id="scale", policy=p, policies=["peer", "learner"])
-                for p in ("peer", "learner")}
+    def exchange_of(policy: str) -> ExperienceExchange:
+        return ExperienceExchange(root / f"see-{step}", run_id="scale", policy=policy, policies=["peer", "learner"])
+
     out: dict[str, float] = {}
     clock = time.perf_counter()
     decoded = batch_decode_with_spans(peer_tok, ids)
     out["decode"] = time.perf_counter() - clock
     clock = time.perf_counter()
-    exchange["peer"].publish(step, records("peer", decoded, ids, step))
+    exchange_of("peer").publish(step, records("peer", decoded, ids, step))
     out["publish"] = time.perf_counter() - clock
     prompts = sorted({f"p{i // ROLLOUTS}" for i in range(len(ids))}, key=lambda p: int(p[1:]))
     for regime, columns in READ_COLUMNS.items():
         clock = time.perf_counter()
-        table = exchange["learner"].read(step, "peer", columns=columns)
+        table = exchange_of("learner").read(step, "peer", columns=columns)  # a fresh reader checks the rows
         gather_peer_groups({"peer": table}, ["peer"], prompts, ROLLOUTS, step)
         out[f"read:{regime}"] = time.perf_counter() - clock
     sources = [("peer", row) for row in range(len(ids))]
@@ -131,10 +134,8 @@ def stages(peer_tok, learner_tok, ids: list[list[int]], root: Path, step: int) -
     responses = learner_responses({"peer": table}, sources, learner_tok, None)
     out["retokenize"] = time.perf_counter() - clock
     clock = time.perf_counter()
-    columns = peer_rows({"peer": table}, sources, ("response_token_spans", "behaviour_logps"))
-    spans = [np.asarray(s, dtype=np.int64).reshape(-1, 2) for s in columns["response_token_spans"]]  # [n, 2] each
-    logps = [np.asarray(v, dtype=np.float64) for v in columns["behaviour_logps"]]  # [n] each
-    align_logprobs(responses.texts, spans, logps, responses.spans, src_special=[s[:, 0] < 0 for s in spans])
+    PRPAdapter._aligned_traces(None, {"peer": table}, sources, responses.texts, responses.finished,  # self unused
+                               responses.spans, responses.ids)
     out["align"] = time.perf_counter() - clock
     return out
 
@@ -209,7 +210,7 @@ def main() -> None:
             # a stage under 0.1 s at the largest size (the reads: memory-mapped) is within a loaded box's noise
             checked = {s: e for s, e in exponent.items() if large["s_per_token"][s] * large["tokens"] >= 0.1}
             measured["checked"] = sorted(checked)
-            if max(checked.values()) > args.max_exponent:
+            if max(checked.values(), default=0.0) > args.max_exponent:  # none checked: all too quick to grow
                 print(f"a stage grows faster than linearly (exponent > {args.max_exponent}): not extrapolated",
                       flush=True)
                 continue

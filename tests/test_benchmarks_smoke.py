@@ -1,6 +1,8 @@
 """Every benchmark script runs end to end with tiny arguments (issue 28: none can rot unnoticed).
 
-Scripts with their own tests elsewhere: learning.py / tiny_sgt_dev.py (test_learning_bench.py),
+Scripts with their own tests elsewhere: learning.py / tiny_sgt_dev.py (test_learning_bench.py), walks.py
+(test_walks_script.py), same_behaviour.py's comparison (test_same_behaviour.py; here only its dry runs: its training
+part runs every regime twice),
 async_exchange.py, chaos.py, see_bandwidth.py, fidelity.py, gpu_smoke.py, step_profile.py. The rest run here as a
 user would start them, and their output is checked for the figures they promise (vllm_train_step.py's
 arithmetic is also tested by hand in test_vllm_train_step_bench.py).
@@ -111,3 +113,32 @@ def test_chaos_tamper(tmp_path: Path) -> None:
 def test_worker_start() -> None:
     out = last_json(run_script("worker_start.py", "--rounds", "1"))
     assert set(out["median_cpu_s"]) == {"on", "paused"} and out["paused_over_on"] > 0
+
+
+@pytest.mark.slow
+def test_regime_scale(tmp_path: Path) -> None:
+    out = tmp_path / "scale.json"
+    run_script("regime_scale.py", "--sizes", "10,20", "--repeats", "1", "--out", str(out))
+    result = json.loads(out.read_text())
+    rows = {(r["pair"], r["regime"], r["M"], r["ranks"]) for r in result["table"]}
+    assert len(rows) == 2 * 5 * 2 * 3  # two tokenizer pairs, five regimes, M = 2 and 4, 1, 2 and 4 ranks
+    prp = next(r for r in result["table"] if r["regime"] == "prp-peer" and r["M"] == 4 and r["ranks"] == 1)
+    assert prp["stages_s"]["align"] > 0 and prp["ratio"] == round(prp["host_s_per_rank"] / prp["gpu_s_per_rank"], 4)
+
+
+@pytest.mark.slow
+def test_allocator(tmp_path: Path) -> None:
+    run_script("allocator.py", "--cases", "worker", "--rounds", "1", "--out", str(tmp_path))
+    report = json.loads((tmp_path / "allocator.json").read_text())
+    runs = report["cases"]["worker"]["runs"]
+    assert len(runs) == 2 and all(len(r) == 1 and r[0]["minor_faults"] > 0 for r in runs.values())
+    assert report["cases"]["worker"]["results_identical"]  # the same loss with and without the settings
+
+
+@pytest.mark.slow  # 4 s: the fast tier is at its limit
+def test_same_behaviour_dry_runs(tmp_path: Path) -> None:
+    """The script end to end on its cheapest part: this tree against itself, every dry run the same."""
+    run_script("same_behaviour.py", ".", ".", "--parts", "dry", "--out", str(tmp_path))
+    dry = json.loads((tmp_path / "same_behaviour.json").read_text())["dry"]
+    assert set(dry) == {"tiny", "2qwen-sgt-gpus8", "2qwen-sgt-gpus8-nodes2", "3qwen-gpus8"}
+    assert all(e["rc"] == [0, 0] and e["text_same"] and e["plan_same"] for e in dry.values())
