@@ -301,10 +301,12 @@ def check_local_rows(config: RunConfig, console: Console) -> str | None:
     worker starts (:func:`~mutualrl.launch.rundir.prepare.task_examples`), so a bad row is the same one-line error
     now; the line saying what was checked, or None where the source is no local file or folder (a hub dataset,
     ``auto``: the launch reads and checks those rows; a dry run downloads nothing)."""
-    source = config.task.source
-    if not source or source in ("auto", "offline", "hub") or not Path(source).expanduser().exists():
-        return None
     from mutualrl.launch.rundir.prepare import task_examples
+    from mutualrl.tasks.sources import existing_local_source
+
+    source = config.task.source
+    if existing_local_source(source) is None:
+        return None
 
     with console.status(f"checking the rows of {source} ..."):
         train, evals = task_examples(config)

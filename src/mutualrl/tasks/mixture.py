@@ -17,6 +17,7 @@ from typing import Any
 from mutualrl.errors import DataError, UsageError
 from mutualrl.tasks.base import Task, TaskExample
 from mutualrl.tasks.qa import LETTERS, QA_TASKS
+from mutualrl.tasks.sources import NAMED_SOURCES
 from mutualrl.tasks.verifiers import VERIFIER_MODES, extract_boxed, score_choice, score_math, score_yes_no
 
 
@@ -49,7 +50,7 @@ class MixtureTask(Task):
         """
         if split not in self.splits:
             raise UsageError(f"task {self.name!r} has no split {split!r}; its splits: {', '.join(self.splits)}")
-        if source not in (None, "auto", "offline", "hub"):
+        if source is not None and source not in NAMED_SOURCES:
             return self._load_tagged(split, source, limit)
         per_task = None if limit is None else math.ceil(limit / len(self.components))
         streams = [task.load(split, source, per_task) for task in self.component_tasks()]

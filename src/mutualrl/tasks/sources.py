@@ -29,6 +29,18 @@ from mutualrl.errors import DataError, UsageError
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".parquet", ".arrow")
 
+#: The sources that name no file: the task's hub dataset or the offline package (``None`` is ``"auto"``).
+NAMED_SOURCES = ("auto", "offline", "hub")
+
+
+def existing_local_source(source: str | None) -> Path | None:
+    """The file or folder ``source`` names where it is one that exists; None for a named source, a hub id, or a
+    path that does not exist (the task's own reader says which of those it is)."""
+    if not source or source in NAMED_SOURCES:
+        return None
+    path = Path(source).expanduser()
+    return path if path.exists() else None
+
 
 class EvaluationSplitWarning(UserWarning):
     """Training prompts come from an evaluation split (the offline package has no training splits)."""

@@ -24,7 +24,8 @@ from typing import Any
 from mutualrl.errors import DataError, UsageError
 from mutualrl.tasks.base import Task, TaskExample
 from mutualrl.tasks.row_checks import ColumnTypes, check_cell, prompt_text, where
-from mutualrl.tasks.sources import Rows, local_has_split, parse_hub_id, read_hub, read_local, require
+from mutualrl.tasks.sources import (NAMED_SOURCES, Rows, existing_local_source, local_has_split, parse_hub_id, read_hub,
+                                    read_local, require)
 
 DEFAULT_EVAL_FRACTION = 0.1
 RESERVED_COLUMNS = ("prompt_id", "task")
@@ -96,11 +97,11 @@ class UserDatasetTask(Task):
 
     def _local_path(self, source: str | None) -> Path | None:
         """The local file or folder ``source`` names; None for a hub id; refuses anything else."""
-        if not source or source in ("auto", "offline", "hub"):
+        if not source or source in NAMED_SOURCES:
             raise UsageError("task 'dataset' needs task.source: a .jsonl/.json/.parquet file, a folder of split "
                              "files or a datasets.save_to_disk folder, or a hub id owner/name[:config]")
-        path = Path(source).expanduser()
-        if path.exists():
+        path = existing_local_source(source)
+        if path is not None:
             return path
         if "/" in source and not source.startswith((".", "/", "~")) and not Path(source).suffix:
             return None
