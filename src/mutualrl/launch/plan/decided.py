@@ -2,7 +2,7 @@
 
 A stage (device adaptation, batch derivation, the checkpoints resume keeps) reads the recipe's fields and returns
 only the fields it decides, the ones it drops and a note for each change a user should see; the plan merges every
-stage's decision once, over the recipe's fields (:func:`mutualrl.launch.plan.launch_plan.policy_grpo`).
+stage's decision once, over the recipe's fields (``launch_plan._policy_grpo``).
 """
 
 from __future__ import annotations
