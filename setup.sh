@@ -39,8 +39,8 @@ else
   fi
 fi
 
-echo "==> installing mutualrl (editable) with its dev extras"
-"${PIP[@]}" install --quiet -e ".[dev]" "$TRL_PIN"
+echo "==> installing mutualrl (editable) with its dev and experiments extras"
+"${PIP[@]}" install --quiet -e ".[dev,experiments]" "$TRL_PIN"
 
 if ! "$PY" -c "import deepspeed" 2>/dev/null; then
   echo "==> installing DeepSpeed (ops compiled on first use)"
