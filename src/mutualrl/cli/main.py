@@ -16,6 +16,7 @@ from mutualrl.cli import (
     eval_cmd,
     plot_cmd,
     pools_cmd,
+    report_cmd,
     see_cmd,
     thl_cmd,
     train_cmd,
@@ -46,6 +47,7 @@ app.command("doctor")(doctor_cmd.doctor)
 app.add_typer(see_cmd.app, name="see")
 app.add_typer(pools_cmd.app, name="pools")
 app.command("plot")(plot_cmd.plot)
+app.command("report")(report_cmd.report)
 app.add_typer(assets_cmd.app, name="assets")
 
 

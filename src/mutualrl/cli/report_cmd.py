@@ -1,0 +1,55 @@
+"""``mutualrl report``: a paper's table from finished runs or sweeps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from mutualrl.cli.common import check_output_path, console, report_errors
+
+
+@report_errors
+def report(
+    runs: list[Path] = typer.Argument(..., help="Run folders, or sweep folders (every run folder in them)."),
+    by: str = typer.Option("regime", "--by", help="Group runs by these settings, comma-separated: regime, seed, "
+                           "pool, task, or any dotted setting (grpo.learning_rate, regime.prp.denominator). Runs of "
+                           "one group must differ in nothing else but the seed."),
+    baseline: str | None = typer.Option(None, "--baseline", help="The group every other is compared with, seed by "
+                                        "seed (default: standalone when there is such a group).", show_default=False),
+    fmt: str = typer.Option("table", "--format", "-f", help="table (terminal), markdown, csv, latex or json."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Write to this file instead of standard output.",
+                                    show_default=False),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
+) -> None:
+    """Final held-out reward@1 per group, policy and task group: mean, sample SD, n, a 95% bootstrap interval and
+    the IQM (rliable), and against the baseline group the paired difference per seed and the probability of
+    improvement. Runs that differ in more than the seed are not pooled unless --by names the setting.
+
+    mutualrl report sweeps/mine; mutualrl report sweeps/mine --format latex -o table.tex
+    """
+    from mutualrl.errors import UsageError
+    from mutualrl.evaluation.report import build_report
+    from mutualrl.evaluation.report_format import FORMATS, notes, render, rich_table
+
+    if fmt not in FORMATS:
+        raise UsageError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")
+    keys = [key.strip() for key in by.split(",") if key.strip()]
+    if not keys:
+        raise UsageError("--by: name at least one setting (e.g. regime)")
+    if out is not None:
+        check_output_path(out, "--out", kind="file", overwrite=overwrite)
+    built = build_report(runs, keys, baseline)
+    if fmt == "table" and out is None:
+        console.print(rich_table(built))
+        for line in notes(built):
+            console.print(line, highlight=False, soft_wrap=True)
+        return
+    text = render(built, "markdown" if fmt == "table" else fmt)
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    from mutualrl.atomic_io import write_text_atomic
+
+    write_text_atomic(out, text)
+    console.print(f"wrote {out}", highlight=False)

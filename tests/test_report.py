@@ -1,0 +1,151 @@
+"""`mutualrl report`: fake finished runs (tests/report_fakes.py) grouped, checked and put in every format; the
+mean, SD and interval recomputed by hand from the eval JSONs."""
+
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+from report_fakes import write_finished_run
+from typer.testing import CliRunner
+
+from mutualrl.cli.main import app
+from mutualrl.errors import UsageError
+from mutualrl.evaluation.report import build_report
+from mutualrl.evaluation.report_format import FORMATS, render
+
+#: Per regime and seed, the held-out scores of tiny-bpe's 6 prompts at the last validation.
+SCORES = {
+    "standalone": {1: [1, 0, 0, 0, 1, 0], 2: [1, 1, 0, 0, 0, 0], 3: [0, 0, 1, 0, 1, 0]},
+    "sgt": {1: [1, 1, 1, 0, 1, 0], 2: [1, 1, 1, 1, 0, 0], 3: [1, 1, 1, 1, 1, 1]},
+}
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    for regime, by_seed in SCORES.items():
+        for seed, scores in by_seed.items():
+            write_finished_run(tmp_path / "sweep" / f"{regime}-seed{seed}", regime, seed,
+                               {"tiny-bpe": scores, "tiny-sp": [1 - s for s in scores]})
+    return tmp_path / "sweep"
+
+
+def exact_percentile_interval(values: list[float]) -> tuple[float, float]:
+    """The percentile bootstrap's 95 % interval of the mean without sampling: every one of the n^n resamples."""
+    means = [statistics.fmean(draw) for draw in itertools.product(values, repeat=len(values))]
+    low, high = np.percentile(means, [2.5, 97.5], method="inverted_cdf")  # every resample equally likely
+    return float(low), float(high)
+
+
+def test_mean_sd_and_interval_recomputed_by_hand_from_the_eval_jsons(sweep: Path) -> None:
+    report = build_report([sweep])
+    row = next(r for r in report.rows if (r.group, r.policy, r.task_group) == ("sgt", "tiny-bpe", "all"))
+    by_hand = []
+    for seed in (1, 2, 3):  # the last validation's file of each run, read as a user would
+        eval_dir = sweep / f"sgt-seed{seed}" / "eval" / "tiny-bpe"
+        last = max(eval_dir.glob("step-*.json"))
+        records = json.loads(last.read_text())["records"]
+        by_hand.append(sum(r["score"] for r in records) / len(records))
+    assert row.seeds == [1, 2, 3] and row.values == pytest.approx(by_hand)
+    assert row.stats.n == 3
+    assert row.stats.mean == pytest.approx(sum(by_hand) / 3)
+    assert row.stats.sd == pytest.approx((sum((v - sum(by_hand) / 3) ** 2 for v in by_hand) / 2) ** 0.5)
+    low, high = exact_percentile_interval(by_hand)
+    assert row.stats.ci95 == pytest.approx((low, high), abs=0.02)
+    assert row.stats.iqm is None and "n = 3" in row.stats.note  # too few to trim; said plainly
+    paired = row.vs_baseline
+    base = [sum(SCORES["standalone"][s]) / 6 for s in (1, 2, 3)]
+    assert paired.differences == pytest.approx([a - b for a, b in zip(by_hand, base, strict=True)])
+    assert paired.mean_difference == pytest.approx(statistics.fmean(paired.differences))
+    # every sgt run beats every standalone run here: rliable's P(X > Y) is 1
+    assert paired.probability_of_improvement == pytest.approx(1.0)
+
+
+def test_the_vectorised_probability_of_improvement_is_rliables() -> None:
+    from rliable import metrics
+
+    from mutualrl.evaluation.report_stats import improvement_of
+
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        x, y = rng.integers(0, 4, size=5) / 4, rng.integers(0, 4, size=4) / 4
+        assert improvement_of(x, y) == pytest.approx(metrics.probability_of_improvement(x.reshape(-1, 1),
+                                                                                         y.reshape(-1, 1)))
+
+
+def test_task_groups_come_from_the_same_validation_step(sweep: Path) -> None:
+    report = build_report([sweep])
+    row = next(r for r in report.rows if (r.group, r.policy, r.task_group) == ("standalone", "tiny-bpe", "add"))
+    assert row.values == pytest.approx([statistics.fmean(SCORES["standalone"][s][0::2]) for s in (1, 2, 3)])
+
+
+def test_runs_differing_in_more_than_the_seed_are_refused_unless_by_names_it(tmp_path: Path) -> None:
+    for seed, lr in ((1, 1e-4), (2, 1e-4), (3, 2e-4)):
+        write_finished_run(tmp_path / f"sgt-{seed}", "sgt", seed, {"tiny-bpe": [1, 0]}, grpo__learning_rate=lr)
+    with pytest.raises(UsageError, match=r"differ in more than the seed \(grpo.learning_rate: 0.0001 \(sgt-1, sgt-2\), "
+                                         r"0.0002 \(sgt-3\)\).*--by regime,grpo.learning_rate"):
+        build_report([tmp_path])
+    report = build_report([tmp_path], by=["regime", "grpo.learning_rate"])
+    assert sorted(report.groups) == ["sgt (lr 0.0001)", "sgt (lr 0.0002)"]
+
+
+def test_the_same_data_under_another_path_is_one_input_and_other_data_is_a_difference(tmp_path: Path) -> None:
+    write_finished_run(tmp_path / "a", "sgt", 1, {"tiny-bpe": [1, 0]}, task__source="/tmp/x/data")
+    write_finished_run(tmp_path / "b", "sgt", 2, {"tiny-bpe": [1, 1]}, task__source="data")
+    assert build_report([tmp_path]).groups["sgt"]  # pooled: same digests
+    write_finished_run(tmp_path / "c", "sgt", 3, {"tiny-bpe": [0, 0]}, data_sha="d" * 64)
+    with pytest.raises(UsageError, match=r"data:train.jsonl: sha256 aaaaaaaaaa… \(a, b\), sha256 dddddddddd… \(c\)"):
+        build_report([tmp_path])
+
+
+def test_unfinished_runs_are_left_out_and_named(sweep: Path) -> None:
+    write_finished_run(sweep / "sgt-seed4", "sgt", 4, {"tiny-bpe": [1] * 6}, status="interrupted")
+    report = build_report([sweep])
+    assert [r.stats.n for r in report.rows if r.group == "sgt"][0] == 3
+    assert report.left_out == [f"{sweep / 'sgt-seed4'}: not finished (run.json status interrupted); resume it, "
+                               "then report"]
+
+
+def test_one_run_per_group_says_no_interval_is_possible(tmp_path: Path) -> None:
+    write_finished_run(tmp_path / "s", "sgt", 1, {"tiny-bpe": [1, 0]})
+    write_finished_run(tmp_path / "b", "standalone", 1, {"tiny-bpe": [0, 0]})
+    row = next(r for r in build_report([tmp_path]).rows if r.group == "sgt")
+    assert row.stats.sd is None and row.stats.ci95 is None and "too few runs" in row.stats.note
+    assert row.vs_baseline.differences == [0.5] and row.vs_baseline.ci95 is None
+
+
+def test_every_format(sweep: Path) -> None:
+    report = build_report([sweep])
+    rows = list(csv.reader(io.StringIO(render(report, "csv"))))
+    assert rows[0][:7] == ["regime", "policy", "task group", "n", "mean", "SD", "95% CI"]  # no IQM below n = 4
+    assert rows[0][7:] == ["Δ vs standalone", "95% CI of Δ", "P(improve)"]
+    assert len(rows) == 1 + 2 * 2 * 3  # 2 regimes x 2 policies x (all, add, sub)
+    markdown = render(report, "markdown")
+    assert markdown.startswith("| regime | policy |") and "- SD: sample standard deviation" in markdown
+    latex = render(report, "latex")
+    assert r"\toprule" in latex and r"$\Delta$ vs standalone" in latex and "% note: n = 3" in latex
+    data = json.loads(render(report, "json"))
+    assert data["baseline"] == "standalone" and data["context"]["pool"] == "tiny"
+    assert {r["group"] for r in data["rows"]} == {"standalone", "sgt"} and set(FORMATS) >= {"csv", "json"}
+
+
+def test_report_cli_writes_each_format_and_refuses_a_bad_one(sweep: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    table = runner.invoke(app, ["report", str(sweep)])
+    assert table.exit_code == 0, table.output
+    assert "P(improve)" in table.output and "rliable's stratified bootstrap" in table.output
+    done = runner.invoke(app, ["report", str(sweep), "--format", "json"])
+    assert list(json.loads(done.output)["groups"]) == ["standalone", "sgt"]  # the baseline first
+    out = tmp_path / "t.tex"
+    assert runner.invoke(app, ["report", str(sweep), "-f", "latex", "-o", str(out)]).exit_code == 0
+    assert out.read_text().startswith("%")
+    again = runner.invoke(app, ["report", str(sweep), "-f", "latex", "-o", str(out)])
+    assert again.exit_code != 0 and "--overwrite" in again.output
+    bad = runner.invoke(app, ["report", str(sweep), "--format", "docx"])
+    assert bad.exit_code == 2 and "expected one of table, markdown, csv, latex, json" in bad.output
