@@ -18,6 +18,7 @@ from mutualrl.cli import (
     pools_cmd,
     report_cmd,
     see_cmd,
+    sweep_cmd,
     thl_cmd,
     train_cmd,
 )
@@ -48,6 +49,7 @@ app.add_typer(see_cmd.app, name="see")
 app.add_typer(pools_cmd.app, name="pools")
 app.command("plot")(plot_cmd.plot)
 app.command("report")(report_cmd.report)
+app.command("sweep")(sweep_cmd.sweep)
 app.add_typer(assets_cmd.app, name="assets")
 
 

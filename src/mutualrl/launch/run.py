@@ -228,10 +228,15 @@ def train_baseline(base: TrainOptions, regime: str, console: Console) -> int:
     return train_one(base, console)
 
 
-def reuse_finished(paths: RunPaths, config: RunConfig, console: Console) -> bool:
-    """``--baseline``: a run that finished in ``paths`` with ``config``'s settings is used as it is, and the
-    console says so; a run there with other settings is refused, naming them. False: ``paths`` holds no run to
-    reuse (an empty folder, a run still to finish)."""
+#: What ``--baseline`` says when the folder it would reuse holds a run with other settings.
+BASELINE_REUSE_HINT = ("--baseline reuses a run only when it finished with the same settings, code and data: use "
+                       "--output-dir for a new pair, or --overwrite to train both again")
+
+
+def reuse_finished(paths: RunPaths, config: RunConfig, console: Console, hint: str = BASELINE_REUSE_HINT) -> bool:
+    """``--baseline`` and ``mutualrl sweep``: a run that finished in ``paths`` with ``config``'s settings is used as it
+    is, and the console says so; a run there with other settings is refused, naming them, then ``hint``. False:
+    ``paths`` holds no run to reuse (an empty folder, a run still to finish)."""
     from mutualrl.launch.rundir.inputs import code_changes
     from mutualrl.launch.rundir.prepare import data_copy_changes
     from mutualrl.launch.rundir.record import reusable_summary, settings_differences
@@ -247,9 +252,7 @@ def reuse_finished(paths: RunPaths, config: RunConfig, console: Console) -> bool
     differences = differences or settings_differences(paths, config)
     if differences:
         shown = "; ".join(differences[:4]) + (f"; ... {len(differences) - 4} more" if len(differences) > 4 else "")
-        raise UsageError(f"{paths.root} holds a run with other settings or inputs ({shown}); --baseline reuses a "
-                         "run only when it finished with the same settings, code and data: use --output-dir for a "
-                         "new pair, or --overwrite to train both again")
+        raise UsageError(f"{paths.root} holds a run with other settings or inputs ({shown}); {hint}")
     return False
 
 

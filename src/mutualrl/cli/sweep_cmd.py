@@ -1,0 +1,118 @@
+"""``mutualrl sweep``: regimes x grid settings x seeds of ``mutualrl train``, one run folder each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from mutualrl.cli.common import check_output_path, console, report_errors
+from mutualrl.cli.train_cmd import MaxStepsOption, PoolOption, SetOption
+
+
+def int_list(text: str, option: str) -> list[int]:
+    from mutualrl.errors import UsageError
+
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UsageError(f"{option} {text!r}: expected whole numbers separated by commas, e.g. 1,2,3") from None
+    if not values:
+        raise UsageError(f"{option}: name at least one")
+    return values
+
+
+@report_errors
+def sweep(
+    output_dir: Path = typer.Option(..., "--output-dir", "-o", help="The sweep folder: one run folder per run in it "
+                                    "(<regime>[-<setting><value>]-seed<seed>), and sweep.json."),
+    regimes: str | None = typer.Option(None, "--regimes", help="Regimes, comma-separated (standalone,sgt,hacpo). "
+                                       "Default: the --grid-file's, else standalone,sgt.", show_default=False),
+    seeds: str | None = typer.Option(None, "--seeds", help="Seeds, comma-separated. Default: the --grid-file's, "
+                                     "else 1,2,3.", show_default=False),
+    grid: list[str] = typer.Option([], "--grid", help="A setting to vary: KEY=V1,V2 (repeatable; every combination "
+                                   "is run), e.g. --grid grpo.learning_rate=1e-5,2e-5."),
+    grid_file: Path | None = typer.Option(None, "--grid-file", help="A YAML with regimes, seeds, grid "
+                                          "({key: [values]}) and set ([KEY=VALUE]).", show_default=False),
+    pool: PoolOption = None,
+    max_steps: MaxStepsOption = None,
+    overrides: SetOption = [],  # noqa: B006 - Typer's default, never mutated
+    jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Runs at once on this machine (each run's policies "
+                             "share its cores: jobs x policies <= cores)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what each run would do (reuse, resume, train) and "
+                                 "its train command; start nothing."),
+    slurm: bool = typer.Option(False, "--slurm", help="Submit the runs as one Slurm job array (submitit) instead "
+                               "of running them here; the sweep folder must be on a filesystem the nodes share."),
+    slurm_partition: str | None = typer.Option(None, "--slurm-partition", show_default=False,
+                                               help="--slurm: the partition."),
+    slurm_time: int = typer.Option(240, "--slurm-time", min=1, help="--slurm: minutes per run."),
+    slurm_gpus: int = typer.Option(0, "--slurm-gpus", min=0, help="--slurm: GPUs per run."),
+    slurm_cpus: int = typer.Option(4, "--slurm-cpus", min=1, help="--slurm: CPU cores per run."),
+    slurm_parallel: int = typer.Option(8, "--slurm-parallel", min=1, help="--slurm: array tasks at once."),
+    slurm_local: bool = typer.Option(False, "--slurm-local", help="--slurm: submitit's local executor (the same "
+                                     "array as processes here; to try a submission without Slurm)."),
+) -> None:
+    """Train every combination of regimes, --grid settings and seeds with `mutualrl train`'s own options, each into
+    its own run folder under -o. Paths (-o, task.source, a recipe) are read from the folder you run it in.
+
+    Run it again after a stop: finished runs with the same settings, code and data are reused, stopped ones
+    resumed, and a run whose settings changed is refused, naming the difference. Then: mutualrl report SWEEP;
+    mutualrl plot --group-by regime SWEEP.
+    """
+    from mutualrl.launch.sweep import SweepSpec, parse_grid, read_grid_file
+
+    check_output_path(output_dir, "--output-dir", kind="folder")
+    from_file = read_grid_file(grid_file) if grid_file is not None else {"regimes": [], "seeds": [], "grid": [],
+                                                                          "set": []}
+    spec = SweepSpec(
+        folder=output_dir.absolute(),
+        regimes=[r.strip() for r in regimes.split(",") if r.strip()] if regimes else from_file["regimes"]
+        or ["standalone", "sgt"],
+        seeds=int_list(seeds, "--seeds") if seeds else from_file["seeds"] or [1, 2, 3],
+        grid=[*from_file["grid"], *parse_grid(grid)], pool=pool, max_steps=max_steps,
+        sets=[*from_file["set"], *overrides])
+    check_regimes(spec.regimes)
+    raise typer.Exit(launch(spec, jobs, dry_run, slurm_options(slurm, slurm_partition, slurm_time, slurm_gpus,
+                                                               slurm_cpus, slurm_parallel, slurm_local)))
+
+
+def check_regimes(regimes: list[str]) -> None:
+    from mutualrl.regimes.registry import get_regime
+
+    for regime in regimes:
+        get_regime(regime, where="--regimes")
+
+
+def slurm_options(slurm: bool, partition: str | None, time_min: int, gpus: int, cpus: int, parallel: int,
+                  local: bool) -> object | None:
+    """The array's resources when --slurm is given (None: run here)."""
+    from mutualrl.errors import UsageError
+
+    if not slurm:
+        if local:
+            raise UsageError("--slurm-local: only with --slurm")
+        return None
+    from mutualrl.launch.sweep_slurm import SlurmOptions
+
+    return SlurmOptions(partition=partition, time_min=time_min, gpus_per_task=gpus, cpus_per_task=cpus,
+                        parallel=parallel, local=local)
+
+
+def launch(spec: object, jobs: int, dry_run: bool, slurm: object | None) -> int:
+    import shlex
+
+    from mutualrl.launch.sweep import plan_sweep, run_sweep
+
+    if dry_run:
+        points, states = plan_sweep(spec, console)  # type: ignore[arg-type]
+        for point in points:
+            console.print(f"  {point.name}: {states[point.name]}: "
+                          f"{shlex.join(['mutualrl', 'train', *spec.argv(point, states[point.name] == 'resume')])}",  # type: ignore[attr-defined]
+                          highlight=False, soft_wrap=True, markup=False)
+        return 0
+    if slurm is not None:
+        from mutualrl.launch.sweep_slurm import submit_sweep
+
+        submit_sweep(spec, slurm, console)  # type: ignore[arg-type]
+        return 0
+    return run_sweep(spec, console, jobs)  # type: ignore[arg-type]

@@ -1,0 +1,262 @@
+"""``mutualrl sweep``: a grid of ``mutualrl train`` runs (regimes x grid settings x seeds), one run folder each
+under one sweep folder.
+
+Every run is ``mutualrl train`` itself, started in the caller's working directory (so ``task.source=data`` and
+``my_rewards.exact`` mean what they mean to ``train``), with ``-o SWEEP/<name>``. Before a run starts, its folder
+decides what happens (the rule of ``--baseline``): a run that finished with the same resolved settings, code and
+data is reused; a run with the same settings that did not finish is resumed; a run with other settings is refused,
+naming the difference. Running the same command again after a stop therefore continues the sweep.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from mutualrl.atomic_io import write_json_atomic
+from mutualrl.errors import UsageError
+
+SWEEP_RECORD = "sweep.json"
+#: Where each run's output goes when several run at once (one at a time: the terminal).
+LOGS_DIR = "logs"
+#: What a refused run's message ends with.
+SWEEP_REUSE_HINT = ("mutualrl sweep reuses a run only when it finished with the same settings, code and data: sweep "
+                    "into another folder (-o), or delete that run folder to train it again")
+
+
+@dataclass(frozen=True)
+class SweepPoint:
+    """One run of the grid: its folder name and what it adds to the common options."""
+
+    name: str
+    regime: str
+    seed: int
+    sets: tuple[str, ...] = ()  # KEY=VALUE of the grid's settings
+
+
+@dataclass
+class SweepSpec:
+    folder: Path
+    regimes: list[str]
+    seeds: list[int]
+    grid: list[tuple[str, list[str]]] = field(default_factory=list)  # (key, values): every combination
+    pool: str | None = None  # train's own options, the same for every run
+    max_steps: int | None = None
+    sets: list[str] = field(default_factory=list)
+
+    def points(self) -> list[SweepPoint]:
+        """Regimes x grid combinations x seeds, seeds innermost (a stopped sweep has whole seeds of a setting)."""
+        keys = [key for key, _ in self.grid]
+        combos = list(itertools.product(*[values for _, values in self.grid])) if self.grid else [()]
+        out = []
+        for regime in self.regimes:
+            for combo in combos:
+                sets = tuple(f"{key}={value}" for key, value in zip(keys, combo, strict=True))
+                tag = "".join(f"-{key.rsplit('.', 1)[-1]}{value}" for key, value in zip(keys, combo, strict=True))
+                for seed in self.seeds:
+                    out.append(SweepPoint(folder_name(f"{regime}{tag}-seed{seed}"), regime, seed, sets))
+        return out
+
+    def argv(self, point: SweepPoint, resume: bool = False) -> list[str]:
+        """``mutualrl train``'s arguments for ``point`` (after ``train``)."""
+        sets = [arg for item in [*self.sets, *point.sets] for arg in ("--set", item)]
+        common = [*(["--pool", self.pool] if self.pool else []),
+                  *(["--max-steps", str(self.max_steps)] if self.max_steps is not None else [])]
+        return ["--regime", point.regime, "--seed", str(point.seed), *common, *sets,
+                "-o", str(self.folder / point.name), *(["--resume"] if resume else [])]
+
+
+def folder_name(text: str) -> str:
+    """A run folder's name from its settings: letters, digits, ``.``, ``-``, ``_``, ``=`` kept."""
+    return re.sub(r"[^A-Za-z0-9._=-]+", "_", text)[:200]
+
+
+def parse_grid(items: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """``--grid grpo.learning_rate=1e-5,2e-5`` -> ``[("grpo.learning_rate", ["1e-5", "2e-5"])]``."""
+    grid = []
+    for item in items:
+        key, sep, values = item.partition("=")
+        parts = [v.strip() for v in values.split(",") if v.strip()]
+        if not sep or not key.strip() or not parts:
+            raise UsageError(f"--grid {item!r}: expected KEY=VALUE1,VALUE2 (e.g. grpo.learning_rate=1e-5,2e-5)")
+        grid.append((key.strip(), parts))
+    return grid
+
+
+def read_grid_file(path: Path) -> dict[str, Any]:
+    """A small YAML: ``regimes: [...]``, ``seeds: [...]``, ``grid: {key: [values]}``, ``set: [KEY=VALUE]``."""
+    from mutualrl.config.yaml_strict import load_yaml
+
+    if not path.is_file():
+        raise UsageError(f"--grid-file {path}: no such file")
+    data = load_yaml(path.read_text(encoding="utf-8"), str(path)) or {}
+    allowed = {"regimes", "seeds", "grid", "set"}
+    if not isinstance(data, dict) or set(data) - allowed:
+        raise UsageError(f"--grid-file {path}: expected a mapping with keys {', '.join(sorted(allowed))}; got "
+                         f"{', '.join(sorted(map(str, set(data) - allowed))) if isinstance(data, dict) else data!r}")
+    grid = data.get("grid") or {}
+    if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
+        raise UsageError(f"--grid-file {path}: grid: expected a mapping of setting -> list of values")
+    return {"regimes": [str(r) for r in data.get("regimes") or []], "seeds": [int(s) for s in data.get("seeds") or []],
+            "grid": [(str(k), [str(v) for v in vs]) for k, vs in grid.items()],
+            "set": [str(s) for s in data.get("set") or []]}
+
+
+def point_state(spec: SweepSpec, point: SweepPoint, console: Console) -> str:
+    """``new``, ``resume`` or ``reused`` for ``point``'s folder; a run there with other settings is refused."""
+    from mutualrl.launch.run import reuse_finished
+    from mutualrl.run_folder import RunPaths
+
+    paths = RunPaths(spec.folder / point.name)
+    if not paths.config.is_file():
+        return "new"  # no folder, or a start that failed before training began: train starts it again
+    config = resolved_config(spec, point)
+    if reuse_finished(paths, config, console, SWEEP_REUSE_HINT):
+        return "reused"
+    return "resume"
+
+
+def resolved_config(spec: SweepSpec, point: SweepPoint) -> Any:
+    """The config ``mutualrl train`` resolves for ``point`` (nothing started)."""
+    from mutualrl.launch.run import TrainOptions, resolve_config
+
+    options = TrainOptions(pool=spec.pool, regime=point.regime, seed=point.seed, max_steps=spec.max_steps,
+                           overrides=[*spec.sets, *point.sets], output_dir=spec.folder / point.name)
+    return resolve_config(options)[0]
+
+
+@dataclass
+class Started:
+    point: SweepPoint
+    process: subprocess.Popen
+    started: float
+    log: Any = None  # the open log file when several run at once
+
+
+def train_command(spec: SweepSpec, point: SweepPoint, resume: bool) -> list[str]:
+    return [sys.executable, "-m", "mutualrl", "train", *spec.argv(point, resume)]
+
+
+def write_record(spec: SweepSpec, points: list[SweepPoint], states: dict[str, str]) -> None:
+    """``SWEEP/sweep.json``: the grid, where it was run from, and each run's train command (what a cluster job runs)."""
+    write_json_atomic(spec.folder / SWEEP_RECORD, {
+        "format": 1, "cwd": str(Path.cwd()), "regimes": spec.regimes, "seeds": spec.seeds,
+        "grid": {key: values for key, values in spec.grid}, "pool": spec.pool, "max_steps": spec.max_steps,
+        "set": spec.sets, "runs": {p.name: {"regime": p.regime, "seed": p.seed, "set": list(p.sets),
+                                            "state": states[p.name],
+                                            "train": shlex.join(["mutualrl", "train", *spec.argv(p)])}
+                                   for p in points}})
+
+
+def plan_sweep(spec: SweepSpec, console: Console) -> tuple[list[SweepPoint], dict[str, str]]:
+    """Every run's state, checked before anything starts (a changed run is refused here), and the record."""
+    points = spec.points()
+    if len({p.name for p in points}) != len(points):
+        raise UsageError("mutualrl sweep: two runs of the grid get the same folder name; give the grid's values "
+                         "names that differ in letters or digits")
+    spec.folder.mkdir(parents=True, exist_ok=True)
+    with console.status("checking the sweep folder's runs ..."):
+        states = {p.name: point_state(spec, p, console) for p in points}
+    write_record(spec, points, states)
+    counts = {state: sum(s == state for s in states.values()) for state in ("reused", "resume", "new")}
+    console.print(f"[bold]mutualrl sweep[/] {len(points)} runs ({len(spec.regimes)} regimes x "
+                  f"{len(points) // max(1, len(spec.regimes) * len(spec.seeds))} settings x {len(spec.seeds)} seeds) "
+                  f"in {spec.folder}: {counts['reused']} finished (reused), {counts['resume']} to resume, "
+                  f"{counts['new']} to train", highlight=False, soft_wrap=True)
+    return points, states
+
+
+def run_sweep(spec: SweepSpec, console: Console, jobs: int = 1) -> int:
+    """Train every run of the grid that is not finished, ``jobs`` at a time; 0 when every run finished."""
+    points, states = plan_sweep(spec, console)
+    todo = [p for p in points if states[p.name] != "reused"]
+    done = len(points) - len(todo)
+    failed: list[str] = []
+
+    def finished(point: SweepPoint, code: int, seconds: float) -> None:
+        nonlocal done
+        if code == 0:
+            done += 1
+        else:
+            failed.append(point.name)
+        what = "finished" if code == 0 else f"stopped (exit {code})"
+        console.print(f"[bold]sweep[/] {point.name}: {what} in {seconds:.0f}s; {done}/{len(points)} runs finished",
+                      highlight=False)
+
+    from mutualrl.launch.supervise.signals import stop_signals
+
+    try:
+        with stop_signals():  # Ctrl-C, SIGTERM (a scheduler), SIGHUP: the runs going are stopped, then we stop
+            run_points(spec, todo, states, jobs, console, finished)
+    except KeyboardInterrupt:
+        console.print(f"[yellow]sweep interrupted[/]: {done}/{len(points)} runs finished; the same command "
+                      "continues it (finished runs are reused, stopped ones resumed)", highlight=False, soft_wrap=True)
+        return 130
+    if failed:
+        console.print(f"[red]sweep:[/] {len(failed)} run(s) did not finish: {', '.join(failed)} (their logs: "
+                      f"{spec.folder}/<run>/logs/); the same command resumes them", highlight=False, soft_wrap=True)
+        return 1
+    console.print(f"sweep finished: {len(points)} runs in {spec.folder}; the table: mutualrl report "
+                  f"{shlex.quote(str(spec.folder))}; the figure: mutualrl plot --group-by regime "
+                  f"{shlex.quote(str(spec.folder))}", highlight=False, soft_wrap=True, markup=False)
+    return 0
+
+
+def run_points(spec: SweepSpec, todo: list[SweepPoint], states: dict[str, str], jobs: int, console: Console,
+               finished: Callable[[SweepPoint, int, float], None]) -> None:
+    """Start ``todo`` in order, at most ``jobs`` at once; one at a time the run's own progress shows in the
+    terminal, several at once each writes to ``SWEEP/logs/<run>.log``. A stop (Ctrl-C) stops the runs going."""
+    running: list[Started] = []
+    queue = list(todo)
+    try:
+        while queue or running:
+            while queue and len(running) < jobs:
+                point = queue.pop(0)
+                running.append(start_point(spec, point, states[point.name] == "resume", jobs, console))
+            time.sleep(0.2 if jobs > 1 else 0)
+            for item in [r for r in running if (r.process.wait() if jobs == 1 else r.process.poll()) is not None]:
+                running.remove(item)
+                if item.log is not None:
+                    item.log.close()
+                finished(item.point, item.process.returncode, time.perf_counter() - item.started)
+    except KeyboardInterrupt:
+        stop_all(running)
+        raise
+
+
+def start_point(spec: SweepSpec, point: SweepPoint, resume: bool, jobs: int, console: Console) -> Started:
+    command = train_command(spec, point, resume)
+    console.print(f"[bold]sweep[/] {escape(point.name)}: {'resuming' if resume else 'training'} "
+                  f"({escape(shlex.join(['mutualrl', *command[3:]]))})", highlight=False, soft_wrap=True)
+    log = None
+    if jobs > 1:
+        (spec.folder / LOGS_DIR).mkdir(exist_ok=True)
+        log = open(spec.folder / LOGS_DIR / f"{point.name}.log", "ab")  # noqa: SIM115 - closed when it ends
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT if log else None)
+    return Started(point, process, time.perf_counter(), log)
+
+
+def stop_all(running: list[Started]) -> None:
+    """A stop: each run still going gets SIGTERM (it stops its workers and records itself as interrupted; a SIGINT
+    would be ignored by a run started from a background sweep) and is waited for."""
+    import signal
+
+    for item in running:
+        if item.process.poll() is None:
+            item.process.send_signal(signal.SIGTERM)
+    for item in running:
+        try:
+            item.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            item.process.kill()

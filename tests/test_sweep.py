@@ -1,0 +1,111 @@
+"""`mutualrl sweep`: the grid, each run's train command, the dry run, and the Slurm path (the job array submitit
+builds, with sbatch replaced by echo; and run by submitit's local executor)."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mutualrl.cli.main import app
+from mutualrl.errors import UsageError
+from mutualrl.launch.sweep import SweepSpec, parse_grid, read_grid_file, train_command
+from mutualrl.launch.sweep_slurm import SlurmOptions, submit_array
+
+USER_TASK = ["task.name=dataset", "task.source=data", "task.reward_funcs=[my_rewards.exact]"]
+
+
+def test_the_grid_is_regimes_by_settings_by_seeds_with_a_folder_each(tmp_path: Path) -> None:
+    spec = SweepSpec(tmp_path / "sw", ["standalone", "sgt"], [1, 2], parse_grid(["grpo.learning_rate=1e-5,2e-5"]),
+                     pool="tiny", max_steps=3, sets=USER_TASK)
+    points = spec.points()
+    assert [p.name for p in points] == [f"{r}-learning_rate{lr}-seed{s}" for r in ("standalone", "sgt")
+                                        for lr in ("1e-5", "2e-5") for s in (1, 2)]
+    argv = spec.argv(points[-1])
+    assert argv == ["--regime", "sgt", "--seed", "2", "--pool", "tiny", "--max-steps", "3",
+                    *[x for s in USER_TASK for x in ("--set", s)], "--set", "grpo.learning_rate=2e-5",
+                    "-o", str(tmp_path / "sw" / "sgt-learning_rate2e-5-seed2")]
+    assert spec.argv(points[0], resume=True)[-1] == "--resume"
+
+
+def test_grid_options_and_files_are_checked(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="expected KEY=VALUE1,VALUE2"):
+        parse_grid(["grpo.learning_rate"])
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("regimes: [standalone, sgt]\nseeds: [4, 5]\ngrid: {grpo.beta: [0, 0.04]}\nset: [grpo.max_steps=2]\n")
+    assert read_grid_file(grid) == {"regimes": ["standalone", "sgt"], "seeds": [4, 5],
+                                    "grid": [("grpo.beta", ["0", "0.04"])], "set": ["grpo.max_steps=2"]}
+    grid.write_text("regime: [sgt]\n")
+    with pytest.raises(UsageError, match="expected a mapping with keys grid, regimes, seeds, set; got .regime."):
+        read_grid_file(grid)
+
+
+@pytest.fixture
+def user_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A researcher's folder outside the clone: data/ and my_rewards.py, the working directory."""
+    (tmp_path / "data").mkdir()
+    rows = [{"prompt": f"{a}+1=", "answer": a + 1} for a in range(10, 30)]
+    (tmp_path / "data" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "my_rewards.py").write_text(
+        "def exact(prompts, completions, completion_ids, answer, **kwargs):\n"
+        "    return [1.0 if c.strip().startswith(str(a)) else 0.0 for c, a in zip(completions, answer)]\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def test_dry_run_names_every_run_and_its_command_from_the_callers_folder(user_folder: Path) -> None:
+    args = ["sweep", "--regimes", "standalone,sgt", "--seeds", "1,2", "--max-steps", "2", "-o", "sweeps/mine",
+            "--dry-run", *[x for s in USER_TASK for x in ("--set", s)]]
+    done = CliRunner().invoke(app, args, terminal_width=400)
+    assert done.exit_code == 0, done.output
+    assert "4 runs (2 regimes x 1 settings x 2 seeds)" in done.output and "4 to train" in done.output
+    assert (f"sgt-seed2: new: mutualrl train --regime sgt --seed 2 --max-steps 2 --set task.name=dataset --set "
+            f"task.source=data --set 'task.reward_funcs=[my_rewards.exact]' -o {user_folder}/sweeps/mine/sgt-seed2"
+            in done.output)
+    record = json.loads((user_folder / "sweeps" / "mine" / "sweep.json").read_text())
+    assert record["cwd"] == str(user_folder) and set(record["runs"]) == {"standalone-seed1", "standalone-seed2",
+                                                                         "sgt-seed1", "sgt-seed2"}
+
+
+def test_an_unknown_regime_is_refused_before_anything(user_folder: Path) -> None:
+    done = CliRunner().invoke(app, ["sweep", "--regimes", "standalone,sgtt", "-o", "sw"])
+    assert done.exit_code != 0 and "--regimes" in done.output and not (user_folder / "sw").exists()
+
+
+def test_the_slurm_path_builds_one_job_array_of_the_runs(user_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """submitit's own Slurm submission, with `srun` present and `sbatch` answered by echo: the array's sbatch
+    script and the pickled call of every task, as a cluster would receive them."""
+    from submitit.slurm.slurm import SlurmExecutor
+
+    monkeypatch.setattr(SlurmExecutor, "affinity", classmethod(lambda cls: 1))
+    monkeypatch.setattr(SlurmExecutor, "_make_submission_command",
+                        lambda self, path: ["echo", "Submitted batch job 4242"])
+    spec = SweepSpec(user_folder / "sw", ["standalone", "sgt"], [1, 2, 3], max_steps=2, sets=USER_TASK)
+    commands = [train_command(spec, point, resume=False) for point in spec.points()]
+    jobs = submit_array(spec, commands, SlurmOptions(partition="gpu", gpus_per_task=1, parallel=2, time_min=30))
+    assert [job.job_id for job in jobs] == [f"4242_{i}" for i in range(6)]
+    script = next((user_folder / "sw" / "slurm").rglob("*submission_file*.sh")).read_text()
+    for line in ("#SBATCH --array=0-5%2", "#SBATCH --partition=gpu", "#SBATCH --gpus-per-node=1",
+                 "#SBATCH --time=30", "#SBATCH --cpus-per-task=4"):
+        assert line in script
+    calls = [pickle.loads(job.paths.submitted_pickle.read_bytes()) for job in jobs]
+    assert [call.args for call in calls] == [(command, str(user_folder)) for command in commands]
+    assert calls[0].args[0][:4] == [sys.executable, "-m", "mutualrl", "train"]
+
+
+@pytest.mark.slow
+def test_submitits_local_executor_runs_the_array(user_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same array run by submitit's local executor: each task ran its run's train command (as a dry run: a real
+    launch trains) in the sweep's folder and exited 0."""
+    spec = SweepSpec(user_folder / "sw", ["standalone", "sgt"], [1], max_steps=2, sets=USER_TASK)
+    commands = [[*train_command(spec, point, resume=False), "--dry-run"] for point in spec.points()]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(user_folder), os.environ.get("PYTHONPATH", "")]))
+    jobs = submit_array(spec, commands, SlurmOptions(local=True, parallel=2, time_min=5))
+    assert [job.result() for job in jobs] == [0, 0]
+    assert [pickle.loads(job.paths.submitted_pickle.read_bytes()).args[0] for job in jobs] == commands
