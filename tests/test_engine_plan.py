@@ -125,12 +125,14 @@ def test_a_resume_counts_what_the_run_folder_already_holds(tmp_path, monkeypatch
 def test_num_generations_10000_on_a_cpu_is_refused_with_the_sizes(tmp_path):
     config = load_run_config("tiny", overrides=["grpo.num_generations=10000",
                                                 "grpo.per_device_train_batch_size=10000"]).config
-    # tiny-bpe: 10000 rows x 4 completion tokens x 50257 vocabulary x 4 B x 2 = 15.0 GiB of logits alone
-    with pytest.raises(PlacementError, match=r"tiny-bpe's training logits alone take 15.0 GiB \(10000 rows x 4 "):
-        make_launch_plan(config, tmp_path / "run", gpus=0, cpu_cores=2, ram_gib=16.0, dry_run=True)
+    # tiny-sp (2 layers, hidden 128, vocabulary 32000, float32), 10000 rows + 1 SGT rescue row x (16 + 4) tokens:
+    # layers 200020 x 68 x 128 x 2 + gradients 2 x 200020 x 128 x 4 + head tile 4096 x 32000 x 4
+    # + 40004 scored x 128 x 8 + head weight 32000 x 128 x 8 = 4,284,788,736 B = 3.99 GiB; no full-vocabulary logits
+    with pytest.raises(PlacementError, match=r"tiny-sp's training activations alone take 4.0 GiB \(10001 rows x 20 "):
+        make_launch_plan(config, tmp_path / "run", gpus=0, cpu_cores=2, ram_gib=4.0, dry_run=True)
     config.launch.force = True
-    forced = make_launch_plan(config, tmp_path / "run", gpus=0, cpu_cores=2, ram_gib=16.0, dry_run=True)
-    assert any("training logits" in w and "--force" in w for w in forced.warnings)
-    usual = make_launch_plan(load_run_config("tiny").config, tmp_path / "run", gpus=0, cpu_cores=2, ram_gib=16.0,
+    forced = make_launch_plan(config, tmp_path / "run", gpus=0, cpu_cores=2, ram_gib=4.0, dry_run=True)
+    assert any("training activations" in w and "--force" in w for w in forced.warnings)
+    usual = make_launch_plan(load_run_config("tiny").config, tmp_path / "run", gpus=0, cpu_cores=2, ram_gib=4.0,
                              dry_run=True)
     assert not any("working memory" in w for w in usual.warnings)

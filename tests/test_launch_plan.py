@@ -192,10 +192,12 @@ def test_render_plan_shows_placement_batch_commands_and_files(tmp_path):
         assert " ".join(p.launch.argv[3:]) in text  # the exact command
         assert p.accelerate_config_path in text and p.deepspeed_config_path in text
     assert "CUDA_VISIBLE_DEVICES=4,5,6,7" in text
-    # Batch row: K, per-device, GA, steps/generation, prompts, completions, updates (4 GPUs each).
+    # Batch row: K, per-device, GA, steps/generation, prompts, completions, updates (4 GPUs each), micro-batch rows
+    # (SGT: 10 rows and one rescue per gated prompt), then its activations
     rows = [line for line in text.splitlines() if line.startswith("│ qwen3-1.7b-base") and "5120" in line]
     assert len(rows) == 1
-    assert [c.strip() for c in rows[0].strip("│ ").split("│")][1:] == ["5", "10", "32", "128", "1024", "5120", "4"]
+    assert [c.strip() for c in rows[0].strip("│ ").split("│")][1:-1] == [
+        "5", "10", "32", "128", "1024", "5120", "4", "12 (10 own + 2 rescue) x 4096 tokens"]
     assert "vLLM generation turned off" in text or "colocate" in text
 
 

@@ -1,11 +1,18 @@
 """The sizes a run derives from its recipe, estimated before it starts against the memory there is.
 
 A recipe's numbers multiply: ``grpo.num_generations=10000`` makes a per-device batch of 10,000 completions, and one
-forward over it holds ``rows x completion tokens x vocabulary`` logits. Each policy process goes through three
-phases, one at a time, each with its own peak (lower bounds: activations other than these are not counted):
+forward over it holds every layer's activations of each of those rows. Each policy process goes through three
+phases, one at a time, each with its own peak:
 
-- training: TRL's logits over a micro-batch (``per_device_train_batch_size`` rows x ``max_completion_length``
-  tokens x vocabulary), twice (the logits and their log-softmax or gradient);
+- training: the activations of one micro-batch (:class:`MicroBatch`). Its rows are TRL's
+  ``per_device_train_batch_size`` own completions plus what the regime adds to them: PRP and HACPO append every
+  peer's rollouts of the learner's prompts to the generation batch before TRL splits it into
+  ``steps_per_generation`` micro-batches, so each holds ``M`` times the learner's rows (``M`` policies, every peer
+  rollout scored: the upper bound); SGT scores a rescue beside each gated row (at most ``min(c, K) / K`` of the
+  rows, ``c`` = ``max_pairs_per_prompt``). Every row is ``task.max_prompt_tokens + grpo.max_completion_length``
+  tokens long. The logits are TRL 1.16's fused head (``trl/trainer/utils.py:add_fused_lm_head``,
+  ``trl/kernels/chunked_logprob.py``): one tile of at most 4096 scored tokens x 32768 vocabulary columns at a time,
+  never ``rows x tokens x vocabulary``;
 - generation: the KV cache of the rank's generation batch (``per_device_train_batch_size x steps_per_generation``
   rows x prompt + completion tokens; a colocated engine's at most ``max_num_seqs`` at once) and the next-token
   logits of those rows; on a GPU a colocated engine's memory is its share of the card (the engine table);
@@ -13,12 +20,16 @@ phases, one at a time, each with its own peak (lower bounds: activations other t
   colocated engine: the engine's).
 
 On a CPU every process's peak adds up in RAM with the model states and the processes' baseline: more than the RAM
-is refused (``--force``: a warning); on a GPU a policy's peak beside its model state above the card is a warning.
+is refused (``--force``: a warning). On a GPU of known size a micro-batch whose activations do not fit beside the
+model state (and a margin of a tenth of the card) is made smaller: ``per_device_train_batch_size`` divided, ``gradient_accumulation_steps``
+and ``steps_per_generation`` multiplied by as much, so every update sees the same rows; where one row does not fit,
+the plan refuses, naming both numbers. Another phase's peak above the card is a warning.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mutualrl.config.grpo_schema import grpo_default
@@ -27,8 +38,21 @@ from mutualrl.errors import PlacementError
 from mutualrl.launch.plan.checks import PROCESS_BASELINE_GIB
 from mutualrl.launch.plan.model_shapes import ModelShape, model_shape
 from mutualrl.launch.plan.mwra import Placement
+from mutualrl.training.grpo_args import planned_grpo_env
 
-LOGIT_COPIES = 2
+LAYER_BYTES_16BIT = 34
+"""Activation bytes one transformer layer keeps per token per unit of hidden width at 16 bits (Korthikanti et al.,
+"Reducing Activation Recomputation in Large Transformer Models", 2022: ``34 s b h``; its ``5 a s^2 b`` attention-score
+term is left out, as SDPA / flash attention never store the scores). Twice as many bytes in float32."""
+GRADIENT_COPIES = 2
+"""Hidden-state-sized gradients in flight through the layers during the backward."""
+HEAD_TILE_TOKENS = 4096
+"""TRL 1.16's fused head projects at most this many scored tokens at once (``chunked_logprob.TOKEN_CHUNK_SIZE``)."""
+HEAD_TILE_VOCAB = 32768
+"""... onto this many vocabulary columns at once (``trl/trainer/utils.py:_CHUNKED_LOGPROB_CHUNK_SIZE``)."""
+TRAINING_MARGIN_SHARE = 0.1
+"""Share of a card left to what the estimate does not count while a policy trains: the CUDA context, NCCL's
+buffers, ZeRO-3's gathered parameters, the allocator's fragmentation, what a sleeping engine keeps."""
 
 
 @dataclass(frozen=True)
@@ -40,21 +64,104 @@ class PhasePeak:
     how: str
 
 
+@dataclass(frozen=True)
+class MicroBatch:
+    """One forward/backward of a policy process: its rows and the activations they hold."""
+
+    own_rows: int
+    """The learner's own completions (``per_device_train_batch_size``)."""
+    peer_rows: int
+    """Peers' rollouts pooled into it (PRP, HACPO), at most."""
+    rescue_rows: int
+    """Peer successes scored beside it (SGT), at most."""
+    tokens_per_row: int
+    activation_gib: float | None
+    """None: the model's shape is unknown here."""
+    how: str
+
+    @property
+    def rows(self) -> int:
+        return self.own_rows + self.peer_rows + self.rescue_rows
+
+    def describe(self) -> str:
+        """``32 (16 own + 16 peer)``."""
+        added = [f"{n} {what}" for n, what in ((self.peer_rows, "peer"), (self.rescue_rows, "rescue")) if n]
+        return f"{self.rows} ({' + '.join([f'{self.own_rows} own', *added])})" if added else str(self.rows)
+
+
 def _field(grpo: dict[str, Any], name: str) -> int:
     value = grpo.get(name)
     return int(value if value is not None else grpo_default(name))
 
 
+def added_rows(config: RunConfig, own_rows: int, k: int) -> tuple[int, int]:
+    """(peer rows, rescue rows) the run's regime adds to a micro-batch of ``own_rows`` of the learner's rows, at most
+    (module docstring). PRP's settings, and HACPO's that extend them, mark a regime that pools peer rows."""
+    from mutualrl.regimes.prp.spec import PRPSettings
+    from mutualrl.regimes.registry import get_regime
+    from mutualrl.regimes.sgt.spec import SGTSettings
+
+    spec = get_regime(config.regime.name)
+    settings = config.regime.settings.get(spec.settings_key) if spec.settings_key else None
+    if isinstance(settings, PRPSettings):
+        return own_rows * (len(config.pool.policies) - 1), 0
+    if isinstance(settings, SGTSettings):
+        return 0, math.ceil(own_rows * min(settings.max_pairs_per_prompt, k) / k)
+    return 0, 0
+
+
+def training_dtype_bytes(plan: Any) -> int:
+    """Bytes of an activation: 16-bit under bf16 / fp16 on a GPU, float32 otherwise."""
+    grpo = plan.grpo
+    return 4 if plan.placement.device_type == "cpu" or not (grpo.get("bf16") or grpo.get("fp16")) else 2
+
+
+def activation_bytes(rows: int, tokens: int, scored: int, shape: ModelShape, dtype: int, checkpointing: bool,
+                     head_trained: bool) -> tuple[float, str]:
+    """Bytes a micro-batch of ``rows`` x ``tokens`` holds at its backward's peak (``scored``: the completion tokens
+    the head scores), and how that was counted."""
+    per_token_layer = LAYER_BYTES_16BIT * shape.hidden * dtype / 2
+    n = rows * tokens
+    if checkpointing:  # each layer's input kept; one layer's activations recomputed at a time
+        layers = n * shape.hidden * dtype * shape.layers + n * per_token_layer
+        what = (f"{shape.layers} layer inputs + one layer's {LAYER_BYTES_16BIT * dtype // 2} B x {shape.hidden} "
+                "per token (gradient checkpointing)")
+    else:
+        layers = n * per_token_layer * shape.layers
+        what = f"{shape.layers} layers x {LAYER_BYTES_16BIT * dtype // 2} B x {shape.hidden} per token"
+    flowing = GRADIENT_COPIES * n * shape.hidden * dtype
+    tile = min(scored, HEAD_TILE_TOKENS) * min(shape.vocab, HEAD_TILE_VOCAB) * dtype
+    head = tile + scored * shape.hidden * (dtype + 4) + (shape.vocab * shape.hidden * (4 + dtype) if head_trained else 0)
+    how = (f"{rows} rows x {tokens} tokens: {what}, {GRADIENT_COPIES} gradients of the hidden state, TRL's fused "
+           f"head (a {min(scored, HEAD_TILE_TOKENS)} x {min(shape.vocab, HEAD_TILE_VOCAB)} tile, float32 gradients"
+           f"{' and the head weight' if head_trained else ''})")
+    return layers + flowing + head, how
+
+
+def micro_batch(config: RunConfig, plan: Any, shape: ModelShape | None, own_rows: int | None = None) -> MicroBatch:
+    """The micro-batch of ``plan``'s process with ``own_rows`` of its own (default: its per-device batch)."""
+    grpo = plan.grpo
+    own = own_rows or _field(grpo, "per_device_train_batch_size")
+    peer, rescue = added_rows(config, own, _field(grpo, "num_generations"))
+    completion = _field(grpo, "max_completion_length")
+    tokens = config.task.max_prompt_tokens + completion
+    if shape is None:
+        return MicroBatch(own, peer, rescue, tokens, None, "model shape unknown")
+    lora = next(p.lora for p in config.pool.policies if p.name == plan.name) is not None
+    held, how = activation_bytes(own + peer + rescue, tokens, (own + peer + rescue) * completion, shape,
+                                 training_dtype_bytes(plan), bool(grpo.get("gradient_checkpointing")), not lora)
+    return MicroBatch(own, peer, rescue, tokens, held / 2**30, how)
+
+
 def phase_peaks(config: RunConfig, plan: Any, shape: ModelShape) -> list[PhasePeak]:
     """Training, generation and validation peaks of one process of ``plan`` (module docstring)."""
     grpo, gib = plan.grpo, 2**30
-    dtype = 4 if plan.placement.device_type == "cpu" or not (grpo.get("bf16") or grpo.get("fp16")) else 2
+    dtype = training_dtype_bytes(plan)
     rows, completion = _field(grpo, "per_device_train_batch_size"), _field(grpo, "max_completion_length")
     prompt = config.task.max_prompt_tokens
     kv_token = shape.kv_bytes_per_token(dtype)
-    train = rows * completion * shape.vocab * dtype * LOGIT_COPIES
-    peaks = [PhasePeak("training logits", train / gib, f"{rows} rows x {completion} completion tokens x "
-                       f"{shape.vocab} vocabulary x {dtype} B x {LOGIT_COPIES}")]
+    batch = micro_batch(config, plan, shape)
+    peaks = [PhasePeak("training activations", batch.activation_gib or 0.0, batch.how)]
     steps = grpo.get("steps_per_generation") or grpo.get("gradient_accumulation_steps") or 1
     generated = rows * int(steps)
     engine = getattr(plan, "engine", None)
@@ -73,6 +180,80 @@ def phase_peaks(config: RunConfig, plan: Any, shape: ModelShape) -> list[PhasePe
     peaks.append(PhasePeak("validation", validation / gib, f"KV cache of {val_rows} prompts x {val_tokens} tokens "
                            f"x {kv_token} B + their next-token logits"))
     return peaks
+
+
+def plan_micro_batches(config: RunConfig, placement: Placement, plans: list[Any],
+                       gpu_memory_gib: float | None) -> None:
+    """Give each plan its :class:`MicroBatch`; on GPUs of known size make a micro-batch too big for the card smaller
+    or refuse it (:func:`fit_card`)."""
+    for plan in plans:
+        shape = model_shape(plan.model)
+        plan.micro_batch = micro_batch(config, plan, shape)
+        if shape is not None and placement.device_type != "cpu" and gpu_memory_gib is not None:
+            fit_card(config, plan, plans, shape, gpu_memory_gib)
+
+
+def card_room(plan: Any, plans: list[Any], gpu_memory_gib: float) -> float | None:
+    """GiB of ``plan``'s card left to its activations while it trains: the card less the model states there, an
+    awake engine's share (no sleep mode), the activations of another policy on the same GPU and
+    :data:`TRAINING_MARGIN_SHARE` of it; None: a model state there is unknown."""
+    devices = set(plan.placement.devices)
+    there = [p for p in plans if set(p.placement.devices) & devices]
+    if any(p.memory is None for p in there):
+        return None
+    room = gpu_memory_gib * (1 - TRAINING_MARGIN_SHARE) - sum(p.memory.gib_per_device for p in there)
+    for other in there:
+        engine = other.engine
+        if engine is not None and not other.grpo.get("vllm_enable_sleep_mode"):
+            room -= (engine.gpu_memory_utilization or 0.0) * gpu_memory_gib
+        if other is not plan and other.micro_batch is not None:
+            room -= other.micro_batch.activation_gib or 0.0
+    return room
+
+
+def fit_card(config: RunConfig, plan: Any, plans: list[Any], shape: ModelShape, gpu_memory_gib: float) -> None:
+    """Lower ``plan``'s ``per_device_train_batch_size`` to the largest divisor whose micro-batch fits its card (the
+    same rows per update); :class:`~mutualrl.errors.PlacementError` in one line when one row does not fit."""
+    room = card_room(plan, plans, gpu_memory_gib)
+    batch = plan.micro_batch
+    if room is None or batch.activation_gib <= room:
+        return
+    own = batch.own_rows
+    for fewer in sorted((d for d in range(1, own) if own % d == 0), reverse=True):
+        smaller = micro_batch(config, plan, shape, own_rows=fewer)
+        if smaller.activation_gib <= room:
+            plan.notes.append(lower_batch(plan, own // fewer, batch, room, gpu_memory_gib))
+            plan.micro_batch = smaller
+            return
+    least = micro_batch(config, plan, shape, own_rows=1)
+    raise PlacementError(
+        f"{plan.name}: its micro-batch does not fit its {gpu_memory_gib:g} GiB GPU even at "
+        f"per_device_train_batch_size 1: {least.describe()} rows x {least.tokens_per_row} tokens take about "
+        f"{least.activation_gib:.1f} GiB of activations, more than the {room:.1f} GiB the card leaves beside the "
+        f"model state and a {TRAINING_MARGIN_SHARE:.0%} margin; give the policy more GPUs, shorter sequences (task.max_prompt_tokens, "
+        f"grpo.max_completion_length)" + ("" if plan.grpo.get("gradient_checkpointing")
+                                          else " or grpo.gradient_checkpointing=true"))
+
+
+def lower_batch(plan: Any, factor: int, before: MicroBatch, room: float, gpu_memory_gib: float) -> str:
+    """Divide ``plan``'s per-device batch by ``factor`` and multiply its accumulation (and steps per generation where
+    the recipe sets them) by it; refresh the digest the worker checks; returns the note."""
+    grpo = plan.grpo
+    old = {key: grpo.get(key) for key in ("per_device_train_batch_size", "gradient_accumulation_steps",
+                                           "steps_per_generation")}
+    grpo["per_device_train_batch_size"] = _field(grpo, "per_device_train_batch_size") // factor
+    grpo["gradient_accumulation_steps"] = _field(grpo, "gradient_accumulation_steps") * factor
+    if grpo.get("steps_per_generation") is not None:  # unset, it follows the accumulation (TRL's default)
+        grpo["steps_per_generation"] = int(grpo["steps_per_generation"]) * factor
+    if plan.batch is not None:
+        plan.batch = replace(plan.batch, **{key: grpo[key] for key in old})
+    for command in plan.commands:
+        command.env.update(planned_grpo_env(grpo))
+    changed = ", ".join(f"grpo.{key} {value} -> {grpo[key]}" for key, value in old.items()
+                        if value is not None and value != grpo[key])
+    return (f"{plan.name}: {changed}: a micro-batch of {before.describe()} rows x {before.tokens_per_row} tokens "
+            f"takes about {before.activation_gib:.1f} GiB of activations, more than the {room:.1f} GiB its "
+            f"{gpu_memory_gib:g} GiB GPU leaves beside the model state; every update sees the same rows")
 
 
 def check_bounds(config: RunConfig, placement: Placement, plans: list[Any], ram_gib: float | None,

@@ -23,7 +23,7 @@ from mutualrl.config.schema import BatchConfig, RunConfig
 from mutualrl.errors import UsageError
 from mutualrl.launch.plan.batching import BatchSizeError, DerivedBatch, apply_batch, fits, split_across_cpu_ranks
 from mutualrl.launch.plan.cadence import describe, known_train_prompts
-from mutualrl.launch.plan.bounds import check_bounds
+from mutualrl.launch.plan.bounds import MicroBatch, check_bounds, plan_micro_batches
 from mutualrl.launch.plan.checkpoints import DiskPlan, PolicyDisk, check_disk, disk_plan, keep_for_resume
 from mutualrl.launch.plan.checks import MemoryEstimate, check_same_prompts, memory_check
 from mutualrl.launch.plan.commands import (
@@ -48,6 +48,7 @@ from mutualrl.launch.plan.engine import PlannedEngine, engine_note, planned_engi
 from mutualrl.launch.plan.machines import plan_placement_nodes
 from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 from mutualrl.pools.loading import remote_code_note
+from mutualrl.regimes.registry import get_regime
 from mutualrl.run_folder import RunPaths, read_json
 from mutualrl.training.grpo_args import owned_grpo_fields, planned_grpo_env, planned_grpo_text
 from mutualrl.training.trackers import check_trackers
@@ -82,6 +83,8 @@ class PolicyPlan:
     """One command per machine the policy runs on (``launch`` is the first machine's)."""
     engine: PlannedEngine | None = None
     """The colocated vLLM engine: its caps, share of the card and KV capacity (None: no colocated vLLM)."""
+    micro_batch: MicroBatch | None = None
+    """One forward/backward of each process: its rows (own, peer, rescue) and their activations."""
 
     @property
     def commands(self) -> list[LaunchSpec]:
@@ -156,6 +159,7 @@ class LaunchPlan:
                     "memory": asdict(p.memory) if p.memory else None,
                     "schedule": [list(row) for row in p.schedule],
                     "engine": asdict(p.engine) if p.engine else None,
+                    "micro_batch": asdict(p.micro_batch) if p.micro_batch else None,
                 }
                 for p in self.policies
             ],
@@ -198,6 +202,7 @@ class LaunchPlan:
                     schedule=[list(row) for row in raw.get("schedule", [])],
                     launches=[LaunchSpec(**spec) for spec in raw.get("launches", [])],
                     engine=PlannedEngine(**raw["engine"]) if raw.get("engine") else None,
+                    micro_batch=MicroBatch(**raw["micro_batch"]) if raw.get("micro_batch") else None,
                 )
             )
         return cls(
@@ -317,8 +322,9 @@ def make_launch_plan(
         *check_trackers([p.grpo.get("report_to") for p in plans], fail=not (simulate or dry_run)),
         *check_same_prompts(config, plans),
         *memory_check(config, placement, plans, node.gpu_memory_gib, node.ram_gib, param_counts or {}, stage),
-        *check_bounds(config, placement, plans, node.ram_gib, node.gpu_memory_gib),  # after: it reads their sizes
     ]
+    plan_micro_batches(config, placement, plans, node.gpu_memory_gib)  # after: it reads the model states
+    warnings += check_bounds(config, placement, plans, node.ram_gib, node.gpu_memory_gib)
     disk = disk_plan(config, plans, RunPaths(run_dir).policies)
     warnings += check_disk(disk, refuse=not (simulate or dry_run), force=launch.force)
     if simulate and node.gpu_memory_gib is None and node.gpus > 0:
@@ -366,7 +372,8 @@ def _policy_grpo(
     """
     launch, batch, policy = config.launch, config.batch, config.pool.policies[index]
     placed = placement.of(policy.name)
-    recipe = ChainMap(policy.grpo, config.grpo)  # what the stages read, a view: the policy's fields over the shared
+    regime_fields = dict(get_regime(config.regime.name).grpo_defaults)  # the regime's objective, where the recipe is silent
+    recipe = ChainMap(policy.grpo, config.grpo, regime_fields)  # what the stages read, a view: the policy's fields over the shared
     device = adapt_grpo_to_device(recipe, placed, launch.deepspeed, vllm_available)
     sizes, derived = _policy_batch(recipe, batch, placement, policy.name)
     cadence = policy_cadence(config.schedule, batch, recipe)
@@ -374,7 +381,7 @@ def _policy_grpo(
     keep = keep_for_resume(config, ChainMap(counts, sizes.fields, device.fields, recipe), recipe, policy.name)
     owned = owned_grpo_fields(run_dir, policy.name, config.grpo, policy.grpo)
     # The one merge, each over the ones before it (no two stages decide the same field), then what a stage dropped.
-    grpo = {**config.grpo, **policy.grpo, **device.fields, **sizes.fields, **counts, **keep.fields, **owned}
+    grpo = {**regime_fields, **config.grpo, **policy.grpo, **device.fields, **sizes.fields, **counts, **keep.fields, **owned}
     for key in (*device.dropped, *sizes.dropped):
         grpo.pop(key, None)
     notes = [*device.notes, *sizes.notes, *cadence_notes, *keep.notes,

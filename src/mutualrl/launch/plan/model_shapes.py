@@ -13,12 +13,13 @@ from typing import Any
 
 @dataclass(frozen=True)
 class ModelShape:
-    """What the KV cache and the logits of one model take per token."""
+    """What the KV cache, the activations and the logits of one model take per token."""
 
     layers: int
     kv_heads: int
     head_dim: int
     vocab: int
+    hidden: int
     source: str
 
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
@@ -26,15 +27,15 @@ class ModelShape:
         return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
 
 
-# (layers, KV heads, head size, vocabulary) from the config.json of each paper model (the hub's, 2025).
-KNOWN_SHAPES: dict[str, tuple[int, int, int, int]] = {
-    "Qwen/Qwen2.5-Math-1.5B": (28, 2, 128, 151936),
-    "Qwen/Qwen2.5-1.5B-Instruct": (28, 2, 128, 151936),
-    "Qwen/Qwen2.5-Coder-1.5B": (28, 2, 128, 151936),
-    "Qwen/Qwen3-1.7B-Base": (28, 8, 128, 151936),
-    "Qwen/Qwen3-4B-Base": (36, 8, 128, 151936),
-    "meta-llama/Llama-3.2-3B-Instruct": (28, 8, 128, 128256),
-    "microsoft/Phi-4-mini-instruct": (32, 8, 128, 200064),
+# (layers, KV heads, head size, vocabulary, hidden size) from the config.json of each paper model (the hub's, 2025).
+KNOWN_SHAPES: dict[str, tuple[int, int, int, int, int]] = {
+    "Qwen/Qwen2.5-Math-1.5B": (28, 2, 128, 151936, 1536),
+    "Qwen/Qwen2.5-1.5B-Instruct": (28, 2, 128, 151936, 1536),
+    "Qwen/Qwen2.5-Coder-1.5B": (28, 2, 128, 151936, 1536),
+    "Qwen/Qwen3-1.7B-Base": (28, 8, 128, 151936, 2048),
+    "Qwen/Qwen3-4B-Base": (36, 8, 128, 151936, 2560),
+    "meta-llama/Llama-3.2-3B-Instruct": (28, 8, 128, 128256, 3072),
+    "microsoft/Phi-4-mini-instruct": (32, 8, 128, 200064, 3072),
 }
 # The vocabularies of the offline tokenizers the tiny models are built on (mutualrl.assets.tokenizers), for a tiny
 # model not built yet.
@@ -56,7 +57,7 @@ def shape_from_config(config: dict[str, Any], source: str) -> ModelShape | None:
         return None
     layers, heads, hidden, vocab = (int(v or 0) for v in found)
     kv_heads = first("num_key_value_heads") or heads
-    return ModelShape(layers, kv_heads, first("head_dim") or hidden // heads, vocab, source)
+    return ModelShape(layers, kv_heads, first("head_dim") or hidden // heads, vocab, hidden, source)
 
 
 def model_shape(model: str) -> ModelShape | None:
@@ -76,5 +77,5 @@ def model_shape(model: str) -> ModelShape | None:
         spec = TINY_MODELS.get(model[len(BUILTIN_PREFIX):])
         if spec is not None and spec.tokenizer in TINY_TOKENIZER_VOCAB:
             return ModelShape(spec.num_layers, spec.num_heads, spec.hidden_size // spec.num_heads,
-                              TINY_TOKENIZER_VOCAB[spec.tokenizer], f"tiny recipe {spec.name}")
+                              TINY_TOKENIZER_VOCAB[spec.tokenizer], spec.hidden_size, f"tiny recipe {spec.name}")
     return None

@@ -107,11 +107,14 @@ def _batch_table(plan: LaunchPlan) -> Table:
         "prompts / step",
         "completions / step",
         "updates / step",
+        "micro-batch rows",
+        "activations / process",
     ):
         batch.add_column(col, overflow="fold")
     for p in plan.policies:
         completions, prompts = trl_generation_batch(p.grpo, p.placement.world_size)
         updates = _updates_per_step(p)
+        micro = p.micro_batch
         batch.add_row(
             p.name,
             str(p.grpo.get("num_generations", "8 (TRL default)")),
@@ -121,6 +124,9 @@ def _batch_table(plan: LaunchPlan) -> Table:
             str(prompts),
             str(completions),
             updates,
+            "-" if micro is None else f"{micro.describe()} x {micro.tokens_per_row} tokens",
+            "unknown (model shape)" if micro is None or micro.activation_gib is None
+            else f"{micro.activation_gib:.1f} GiB",
         )
     return batch
 

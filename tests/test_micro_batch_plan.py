@@ -1,0 +1,98 @@
+"""The plan's micro-batch: the peer rows PRP and HACPO pool into it, the activations TRL 1.16 really holds (no
+full-vocabulary logits: its fused head scores a tile at a time), a per-device batch lowered to fit the card or a
+one-line refusal, and the dry run showing both per policy."""
+
+from __future__ import annotations
+
+import pytest
+from rich.console import Console
+
+from mutualrl.config.loader import load_run_config
+from mutualrl.errors import PlacementError
+from mutualrl.launch.plan.batching import trl_generation_batch
+from mutualrl.launch.plan.launch_plan import LaunchPlan, make_launch_plan
+from mutualrl.launch.plan.render import render_plan
+from mutualrl.training.grpo_args import planned_grpo_env
+
+
+def gpu_plan(tmp_path, recipe, gpu_memory_gib=80.0, regime=None, overrides=()):
+    config = load_run_config(recipe, regime=regime, overrides=list(overrides)).config
+    return make_launch_plan(config, tmp_path / "run", gpus=8, simulate=True, gpu_memory_gib=gpu_memory_gib,
+                            vllm_available=True, dry_run=True)
+
+
+def test_hacpo_4b_micro_batch_by_hand(tmp_path):
+    """Qwen3-4B-Base (36 layers, hidden 2560, vocabulary 151936) on GPUs 4-7 at per_device_train_batch_size 16 =
+    2 prompts x K 8: HACPO pools the peer's 8 rollouts of each prompt, 16 + 16 = 32 rows of 1024 + 4096 tokens
+    (n = 163,840 tokens), bf16, gradient checkpointing on:
+      36 layer inputs  163840 x 2560 x 2 B x 36         = 30,198,988,800
+      one layer        163840 x 34 B x 2560             = 14,260,633,600
+      2 gradients      2 x 163840 x 2560 x 2 B          =  1,677,721,600
+      head tile        4096 x 32768 x 2 B               =    268,435,456
+      scored tokens    32 x 4096 x 2560 x (2 + 4) B     =  2,013,265,920
+      head weight      151936 x 2560 x (4 + 2) B        =  2,333,736,960
+                                                   sum  = 50,752,782,336 B = 47.27 GiB
+    beside 16.8 GiB of model state and the margin of a tenth of the card: 72.1 of 80 GiB, so the batch is kept. Full-vocabulary
+    logits (the old estimate, 32 x 4096 x 151936 x 2 B x 2 = 74.2 GiB) are never built by TRL 1.16."""
+    plan = gpu_plan(tmp_path, "hacpo-qwen3-1.7b-4b").policy("qwen3-4b-base")
+    micro = plan.micro_batch
+    assert (micro.own_rows, micro.peer_rows, micro.rescue_rows, micro.tokens_per_row) == (16, 16, 0, 5120)
+    assert micro.activation_gib * 2**30 == pytest.approx(50_752_782_336)
+    assert plan.grpo["per_device_train_batch_size"] == 16 and not any("micro-batch" in n for n in plan.notes)
+
+
+def test_peer_rows_and_activations_grow_with_the_pool(tmp_path):
+    """PRP on 2, 3 and 4 Qwen policies: the same model's micro-batch holds M x its own rows."""
+    seen = []
+    for pool, m in (("2qwen", 2), ("3qwen", 3), ("4qwen", 4)):
+        micro = gpu_plan(tmp_path, pool, regime="prp").policy("qwen2.5-math-1.5b").micro_batch
+        assert (micro.own_rows, micro.peer_rows) == (10, 10 * (m - 1))
+        seen.append(micro.activation_gib)
+    assert seen == sorted(seen) and len(set(seen)) == 3
+    hacpo = gpu_plan(tmp_path, "hacpo-qwen3-1.7b-4b").policy("qwen3-1.7b-base").micro_batch
+    assert hacpo.peer_rows == hacpo.own_rows  # M = 2
+    for pool in ("commonsense-3qwen", "commonsense-4qwen"):  # SGT: one rescue per gated prompt, whatever M
+        sgt = gpu_plan(tmp_path, pool).policy("qwen2.5-math-1.5b").micro_batch
+        assert (sgt.own_rows, sgt.peer_rows, sgt.rescue_rows) == (10, 0, 2)  # 10 rows x min(c=1, K=5) / 5
+
+
+def test_a_micro_batch_too_big_for_the_card_is_split_keeping_the_batch(tmp_path):
+    """On 40 GiB cards the 4B policy's 32-row micro-batch (47.3 GiB) cannot sit beside its 16.8 GiB of state: the
+    per-device batch is divided and the accumulation multiplied, so a step still samples and updates the same."""
+    before = gpu_plan(tmp_path, "hacpo-qwen3-1.7b-4b").policy("qwen3-4b-base")
+    after = gpu_plan(tmp_path, "hacpo-qwen3-1.7b-4b", gpu_memory_gib=40.0).policy("qwen3-4b-base")
+    grpo = after.grpo
+    assert grpo["per_device_train_batch_size"] < 16
+    factor = 16 // grpo["per_device_train_batch_size"]
+    assert grpo["gradient_accumulation_steps"] == 4 * factor and grpo["steps_per_generation"] == 16 * factor
+    assert trl_generation_batch(grpo, 4) == trl_generation_batch(before.grpo, 4)
+    assert after.batch.per_device_train_batch_size == grpo["per_device_train_batch_size"]
+    assert after.micro_batch.rows == 2 * grpo["per_device_train_batch_size"]
+    assert after.micro_batch.activation_gib <= 40 * 0.9 - after.memory.gib_per_device
+    note = next(n for n in after.notes if "micro-batch" in n)
+    assert "per_device_train_batch_size 16 -> " in note and "47.3 GiB" in note and "40 GiB GPU" in note
+    assert after.launch.env == {**after.launch.env, **planned_grpo_env(grpo)}  # the worker checks this digest
+    saved = LaunchPlan.from_json(gpu_plan(tmp_path, "hacpo-qwen3-1.7b-4b", gpu_memory_gib=40.0).to_json())
+    assert saved.policy("qwen3-4b-base").micro_batch == after.micro_batch  # plan.json carries it
+
+
+def test_a_card_that_cannot_hold_one_row_is_refused_naming_both_numbers(tmp_path):
+    with pytest.raises(PlacementError) as err:
+        gpu_plan(tmp_path, "hacpo-qwen3-1.7b-4b", gpu_memory_gib=20.0, overrides=["grpo.use_vllm=false"])
+    text = str(err.value)
+    assert "\n" not in text and text.startswith("qwen3-4b-base: ")
+    assert "20 GiB GPU" in text and "2 (1 own + 1 peer) rows x 5120 tokens" in text and "GiB of activations" in text
+
+
+@pytest.mark.parametrize("recipe", ["hacpo-qwen3-1.7b-4b", "prp-corrected-2qwen", "commonsense-4qwen"])
+def test_the_dry_run_shows_micro_batch_rows_and_activations(tmp_path, recipe):
+    plan = gpu_plan(tmp_path, recipe)
+    console = Console(record=True, width=400)
+    render_plan(plan, console)
+    text = console.export_text()
+    batch_table = text[text.index("GRPO batch per policy"):]
+    assert "micro-batch rows" in batch_table and "activations / process" in batch_table
+    for p in plan.policies:
+        row = next(line for line in batch_table.splitlines() if line.startswith(f"│ {p.name} "))
+        assert f"{p.micro_batch.describe()} x {p.micro_batch.tokens_per_row} tokens" in row
+        assert f"{p.micro_batch.activation_gib:.1f} GiB" in row
