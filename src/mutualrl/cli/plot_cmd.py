@@ -22,6 +22,12 @@ def plot(
     allow_mixed: bool = typer.Option(
         False, "--allow-mixed",
         help="Draw runs of different pools or tasks together (refused by default: their curves are not comparable)."),
+    group_by: str | None = typer.Option(
+        None, "--group-by", help="One figure for a paper: runs (or sweep folders) grouped by these settings "
+        "(regime, or any dotted setting, comma-separated; as `mutualrl report --by`), seeds aggregated: the mean and "
+        "the report's 95% interval as a band, n in the legend, a caption line beside it.", show_default=False),
+    fmt: str = typer.Option("pdf", "--format", help="--group-by: pdf, svg or png (300 dpi)."),
+    width: str = typer.Option("two", "--width", help="--group-by: 'one' column (3.35 in) or 'two' (6.9 in)."),
 ) -> None:
     """Plot validation reward@1, training reward, entropy, KL and regime metrics per policy.
 
@@ -32,6 +38,9 @@ def plot(
     from mutualrl.evaluation.plots import plot_runs, summary_rows
 
     out_dir = check_output_path(out or (run_dirs[0] / "plots"), "--out", kind="folder")
+    if group_by is not None:
+        plot_grouped_figure(run_dirs, out_dir, group_by, fmt, width)
+        return
     alpha = smooth if 0 < smooth < 1 else None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -43,6 +52,21 @@ def plot(
         console.print("[yellow]no metrics to plot yet[/]")
     for path in written:
         console.print(f"wrote {path}", highlight=False)
+
+
+def plot_grouped_figure(run_dirs: list[Path], out_dir: Path, group_by: str, fmt: str, width: str) -> None:
+    from mutualrl.errors import UsageError
+    from mutualrl.evaluation.grouped_plot import FORMATS, WIDTHS, plot_grouped
+
+    if fmt not in FORMATS:
+        raise UsageError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")
+    if width not in WIDTHS:
+        raise UsageError(f"--width {width}: expected one or two (columns)")
+    keys = [key.strip() for key in group_by.split(",") if key.strip()]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    figure, caption = plot_grouped(run_dirs, out_dir, keys or ["regime"], fmt, width)
+    console.print(f"wrote {figure}", highlight=False)
+    console.print(f"caption ({figure.with_suffix('.caption.txt').name}): {caption}", highlight=False, soft_wrap=True)
 
 
 def summary_table(rows: list[dict[str, Any]]) -> Table:

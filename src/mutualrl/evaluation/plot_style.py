@@ -105,3 +105,24 @@ def run_legend(labels: Sequence[str], palette: Sequence[Any], styles: Sequence[L
                shown: Sequence[int], marker: bool = True) -> list[tuple[str, dict[str, Any]]]:
     """Legend entries of the runs drawn in a figure: colour, dash pattern and marker as in the panels."""
     return [(labels[i], line_kwargs(palette[i], styles[i], marker=marker, markersize=5)) for i in shown]
+
+
+def save_figure(fig: Any, entries: Sequence[tuple[str, dict[str, Any]]], out: Path) -> Path:
+    """A paper figure: the legend under the panels in as many columns as fit the figure's width, the page cropped
+    to what is drawn (nothing cut at an edge), vector formats as they are, PNG at 300 dpi."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], **kwargs) for _, kwargs in entries]
+    width_in = fig.get_size_inches()[0]
+    longest = max((len(label) for label, _ in entries), default=1)
+    fits = max(1, int(width_in * 72 / (7 * 0.55 * longest + 40)))  # 7 pt text ~ 0.55 em per character, + handle
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    fig.legend(handles, [label for label, _ in entries], loc="upper center", ncol=min(len(entries), fits),
+               frameon=False, bbox_to_anchor=(0.5, 0.0), handlelength=2.6)
+    try:
+        with storage_errors(out):  # a full disk: one line naming the figure
+            faults.disk_full(out)
+            fig.savefig(out, dpi=300, bbox_inches="tight")
+    finally:
+        pyplot().close(fig)
+    return out

@@ -1,0 +1,132 @@
+"""``mutualrl plot --group-by``: one figure for a paper, seeds aggregated.
+
+Runs are grouped as ``mutualrl report`` groups them (same refusal of runs differing in more than the seed), and each
+group draws the mean over its runs of the held-out reward@1 at each validation step, with the report's interval
+(95 % percentile bootstrap of the mean, from n = 3) as a band. One panel per policy and task group; the legend
+(labels from what differs, n per group) sits under the panels; the title names pool, task and steps; a caption
+line says what the line, the band and the smoothing are. Sized for a paper's one or two columns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mutualrl.evaluation.plot_style import colors, line_kwargs, pyplot, run_styles, save_figure
+from mutualrl.evaluation.report import ALL, FinalValues, build_report
+from mutualrl.evaluation.report_stats import BOOTSTRAP_REPS, MIN_RUNS_FOR_INTERVAL, bootstrap_interval, mean_of
+from mutualrl.evaluation.results import group_rewards
+from mutualrl.run_folder import RunPaths, read_metric_rows
+
+#: Figure widths in inches: a two-column paper's single column and its full text width (ACL, NeurIPS, ICML).
+WIDTHS = {"one": 3.35, "two": 6.9}
+FORMATS = ("pdf", "svg", "png")
+
+
+@dataclass
+class Band:
+    """One group's aggregated curve in one panel."""
+
+    steps: list[int]
+    mean: list[float]
+    low: list[float] | None
+    high: list[float] | None
+    n: int
+
+
+def curves_of(run: FinalValues) -> dict[tuple[str, str], dict[int, float]]:
+    """``(policy, task group) -> {step: held-out reward@1}`` from the run's validation rows."""
+    out: dict[tuple[str, str], dict[int, float]] = {}
+    for _, row in read_metric_rows(RunPaths(run.settings.path).metrics)[0]:
+        if row.get("kind") != "eval" or "eval/reward@1" not in row:
+            continue
+        for group, value in {ALL: row["eval/reward@1"], **group_rewards(row)}.items():
+            out.setdefault((str(row["policy"]), group), {})[int(row["step"])] = float(value)
+    return out
+
+
+def band(per_run: list[dict[int, float]]) -> Band:
+    """Mean and interval at each step every run validated at."""
+    steps = sorted(set.intersection(*(set(curve) for curve in per_run)))
+    columns = [[curve[step] for curve in per_run] for step in steps]
+    mean = [sum(column) / len(column) for column in columns]
+    if len(per_run) < MIN_RUNS_FOR_INTERVAL:
+        return Band(steps, mean, None, None, len(per_run))
+    bounds = [bootstrap_interval([column], mean_of) for column in columns]
+    return Band(steps, mean, [b[0] for b in bounds], [b[1] for b in bounds], len(per_run))
+
+
+def panel_bands(groups: dict[str, list[FinalValues]]) -> dict[tuple[str, str], dict[str, Band]]:
+    """Every panel's bands, by group label, in the groups' order."""
+    panels: dict[tuple[str, str], dict[str, Band]] = {}
+    curves = {label: [curves_of(run) for run in members] for label, members in groups.items()}
+    keys = list(dict.fromkeys(key for per_run in curves.values() for curve in per_run for key in curve))
+    for key in keys:
+        for label, per_run in curves.items():
+            present = [curve[key] for curve in per_run if key in curve]
+            if present:
+                panels.setdefault(key, {})[label] = band(present)
+    return panels
+
+
+def caption(groups: dict[str, list[FinalValues]], context: dict[str, Any]) -> str:
+    sizes = ", ".join(f"{label} n = {len(members)}" for label, members in groups.items())
+    return (f"Held-out reward@1 (greedy) at each validation step; pool {context['pool']}, task {context['task']}, "
+            f"{context['steps']} steps. Line: mean over runs (seeds) of each group ({sizes}); band: 95% percentile "
+            f"bootstrap interval of the mean ({BOOTSTRAP_REPS} resamples; none where n < {MIN_RUNS_FOR_INTERVAL}); "
+            "no smoothing.")
+
+
+def plot_grouped(run_dirs: Sequence[Path], out_dir: Path, by: Sequence[str], fmt: str = "pdf", width: str = "two",
+                 baseline: str | None = None) -> tuple[Path, str]:
+    """Write ``heldout_reward_by_<by>.<fmt>`` and its caption (``.caption.txt``); returns the figure and the caption."""
+    report = build_report(run_dirs, by, baseline)
+    panels = panel_bands(report.groups)
+    labels = list(report.groups)
+    palette, styles = colors(len(labels)), run_styles(len(labels))
+    policies = list(dict.fromkeys(policy for policy, _ in panels))
+    task_groups = list(dict.fromkeys(group for _, group in panels))
+    plt = pyplot()
+    plt.rcParams.update({"font.size": 7, "axes.titlesize": 7, "legend.fontsize": 7})
+    cols = len(task_groups)
+    fig_width = WIDTHS[width]
+    fig, axes = plt.subplots(len(policies), cols, squeeze=False, sharex=True, sharey=True,
+                             figsize=(fig_width, 0.3 + len(policies) * min(1.9, fig_width / cols * 0.8)))
+    for row, policy in enumerate(policies):
+        for col, group in enumerate(task_groups):
+            draw_panel(axes[row][col], panels.get((policy, group), {}), labels, palette, styles)
+            axes[row][col].set_title(f"{policy}: {group}", pad=2)
+            if col == 0:
+                axes[row][col].set_ylabel("held-out reward@1")
+            if row == len(policies) - 1:
+                axes[row][col].set_xlabel("training step")
+    context = report.context
+    fig.suptitle(f"{context['pool']} pool, task {context['task']}, {context['steps']} steps", fontsize=8)
+    entries = [(f"{label} (n = {len(report.groups[label])})", paper_line(palette[i], styles[i]))
+               for i, label in enumerate(labels)]
+    name = "heldout_reward_by_" + "_".join(key.replace(".", "-") for key in by)
+    out = save_figure(fig, entries, Path(out_dir) / f"{name}.{fmt}")
+    text = caption(report.groups, context)
+    out.with_suffix(".caption.txt").write_text(text + "\n", encoding="utf-8")
+    return out, text
+
+
+def paper_line(color: Any, style: Any) -> dict[str, Any]:
+    """A group's line at a paper's scale: the styles of ``mutualrl plot``, thinner, smaller markers."""
+    kwargs = line_kwargs(color, style, marker=True, markersize=3)
+    kwargs["lw"] = kwargs["lw"] * 0.6
+    kwargs["markeredgewidth"] = 0.8
+    return kwargs
+
+
+def draw_panel(ax: Any, bands: dict[str, Band], labels: list[str], palette: list[Any], styles: list[Any]) -> None:
+    for index, label in enumerate(labels):
+        curve = bands.get(label)
+        if curve is None:
+            continue
+        ax.plot(curve.steps, curve.mean, **paper_line(palette[index], styles[index]))
+        if curve.low is not None and curve.high is not None:
+            ax.fill_between(curve.steps, curve.low, curve.high, color=palette[index], alpha=0.18, linewidth=0)
+    ax.set_ylim(-0.03, 1.03)

@@ -1,0 +1,73 @@
+"""`mutualrl plot --group-by`: seeds aggregated into one band per group (fake finished runs, tests/report_fakes.py)."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+from report_fakes import write_finished_run
+from typer.testing import CliRunner
+
+from mutualrl.cli.main import app
+from mutualrl.evaluation import grouped_plot
+from mutualrl.evaluation.report import build_report
+
+SCORES = {"standalone": [[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0]], "sgt": [[1, 1, 1, 0], [1, 1, 0, 1], [1, 1, 1, 1]],
+          "prp": [[0, 1, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0]]}
+
+
+@pytest.fixture
+def sweep(tmp_path: Path) -> Path:
+    for regime, runs in SCORES.items():
+        for seed, scores in enumerate(runs, start=1):
+            write_finished_run(tmp_path / "sw" / f"{regime}-seed{seed}", regime, seed,
+                               {"tiny-bpe": scores, "tiny-sp": scores[::-1]})
+    return tmp_path / "sw"
+
+
+def test_each_group_is_the_mean_over_its_seeds_with_the_reports_interval(sweep: Path) -> None:
+    panels = grouped_plot.panel_bands(build_report([sweep]).groups)
+    sgt = panels[("tiny-bpe", "all")]["sgt"]
+    assert sgt.steps == [0, 3] and sgt.n == 3
+    assert sgt.mean[1] == pytest.approx(statistics.fmean(sum(s) / 4 for s in SCORES["sgt"]))
+    report_row = next(r for r in build_report([sweep]).rows if (r.group, r.policy, r.task_group) ==
+                      ("sgt", "tiny-bpe", "all"))
+    assert (sgt.low[1], sgt.high[1]) == pytest.approx(report_row.stats.ci95)  # the band is the report's interval
+    assert sgt.low[0] == sgt.high[0] == 0.0  # every seed at 0 before training: no width
+
+
+def test_the_figure_legend_title_and_caption(sweep: Path, tmp_path: Path) -> None:
+    done = CliRunner().invoke(app, ["plot", "--group-by", "regime", str(sweep), "-o", str(tmp_path / "figs"),
+                                    "--format", "png", "--width", "one"])
+    assert done.exit_code == 0, done.output
+    figure = tmp_path / "figs" / "heldout_reward_by_regime.png"
+    from PIL import Image
+
+    with Image.open(figure) as image:
+        assert 900 <= image.size[0] <= 1100  # 3.35 in at 300 dpi, cropped to what is drawn
+    caption = (tmp_path / "figs" / "heldout_reward_by_regime.caption.txt").read_text()
+    assert "standalone n = 3, prp n = 3, sgt n = 3" in caption and "band: 95% percentile bootstrap" in caption
+    assert "no smoothing" in caption and "pool tiny, task dataset, 3 steps" in caption
+
+
+def test_the_legend_says_n_and_the_title_names_pool_task_and_steps(sweep: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = {}
+
+    def keep(fig, entries, out):
+        seen["legend"] = [label for label, _ in entries]
+        seen["title"] = fig._suptitle.get_text()
+        seen["panels"] = [ax.get_title() for ax in fig.axes]
+        return out
+
+    monkeypatch.setattr(grouped_plot, "save_figure", keep)
+    grouped_plot.plot_grouped([sweep], tmp_path, ["regime"], "pdf", "two")
+    assert seen["legend"] == ["standalone (n = 3)", "prp (n = 3)", "sgt (n = 3)"]
+    assert seen["title"] == "tiny pool, task dataset, 3 steps"
+    assert seen["panels"][:3] == ["tiny-bpe: all", "tiny-bpe: add", "tiny-bpe: sub"]
+
+
+def test_a_bad_format_is_refused(sweep: Path, tmp_path: Path) -> None:
+    done = CliRunner().invoke(app, ["plot", "--group-by", "regime", str(sweep), "--format", "jpg"])
+    assert done.exit_code != 0 and "expected one of pdf, svg, png" in done.output
