@@ -268,10 +268,12 @@ register_regime(RegimeSpec(name="byo-echo-regime", help="a plugin's regime", nee
 '''
 
 
-def test_a_plugin_regime_and_task_are_known_wherever_the_config_is_loaded(user_code: Path) -> None:
+def test_a_plugin_regime_and_task_are_known_wherever_the_config_is_loaded(user_code: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The launcher loads the recipe (config/loader.py), every worker RUN/config.yaml (config/resolved.py):
     both import ``plugins`` before the regime and task names are read."""
     from mutualrl.config.loader import load_run_config
+    from mutualrl.config.recorded_code import allowed_code_env
     from mutualrl.config.resolved import load_resolved_config, write_resolved_config
     from mutualrl.launch.rundir.inputs import record_inputs
     from mutualrl.regimes.registry import unregister_regime
@@ -288,6 +290,7 @@ def test_a_plugin_regime_and_task_are_known_wherever_the_config_is_loaded(user_c
         record_inputs(paths, config)  # as the launcher records the code a run starts with
         unregister_regime("byo-echo-regime")  # as in a fresh worker process: only the config names it
         sys.modules.pop("byo_regime_plugin")
+        monkeypatch.setenv(*allowed_code_env(["byo_regime_plugin", "byo_task_mod"]).popitem())  # its launcher's
         assert load_resolved_config(paths).regime.name == "byo-echo-regime"
     finally:
         unregister_regime("byo-echo-regime")

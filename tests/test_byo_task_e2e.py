@@ -72,7 +72,7 @@ def test_own_dataset_and_reward_function_train_through_the_cli_and_the_api(tmp_p
     assert set(json.loads((run / "summary.json").read_text())["policies"]) == {"tiny-bpe", "tiny-sp"}
 
     # Train it longer from its checkpoint: the rescue counter goes on, and the summary counts every step's rescues.
-    done = subprocess.run([*argv, "--resume", "--max-steps", "4"], cwd=user, env=child_env(), capture_output=True,
+    done = subprocess.run([*argv, "--resume", "--max-steps", "4", "--allow-code", "byo_accept"], cwd=user, env=child_env(), capture_output=True,
                           text=True, timeout=600)
     assert done.returncode == 0 and "resuming every policy from checkpoint-2" in done.stdout, done.stdout[-3000:]
     calls(log)
@@ -89,7 +89,8 @@ def test_own_dataset_and_reward_function_train_through_the_cli_and_the_api(tmp_p
     elsewhere.mkdir()  # (a run folder's plan is never searched; the module must be the file the run recorded)
     env = child_env()
     env["PYTHONPATH"] += os.pathsep + str(user)
-    done = subprocess.run([sys.executable, "-m", "mutualrl", "eval", str(run), "-o", str(tmp_path / "ev.json")],
+    done = subprocess.run([sys.executable, "-m", "mutualrl", "eval", str(run), "-o", str(tmp_path / "ev.json"),
+                           "--allow-code", "byo_accept"],
                           cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert {c["policy"] for c in calls(log)} == {None}  # eval scored with the run's reward function, here

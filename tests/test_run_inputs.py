@@ -108,7 +108,7 @@ def test_eval_of_a_run_scores_its_own_data_copy_not_the_current_source(started, 
     ids = [r["prompt_id"] for r in json.loads(out.read_text())["results"][0]["records"]]
     assert ids == ["own/0", "own/1"]  # the run's held-out copy, not synthetic-arith's rows
     (paths.data / EVAL_FILE).write_text((paths.data / EVAL_FILE).read_text().replace("0+1=", "9+9="))
-    code, err = run_cli(["eval", str(paths.root), "--device", "cpu", "--backend", "transformers", "-o", str(out)],
-                        capsys)
+    code, err = run_cli(["eval", str(paths.root), "--device", "cpu", "--backend", "transformers", "-o", str(out),
+                         "--overwrite"], capsys)
     assert_one_line_error(code, err, f"{paths.data / EVAL_FILE} changed since the run started")
     shutil.rmtree(final.parent.parent)

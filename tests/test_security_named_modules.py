@@ -1,5 +1,7 @@
 """A run folder names no code by itself: a module its ``config.yaml`` names (``plugins``, ``task.reward_funcs``, a
-``task.name`` class) is imported only when ``RUN/inputs.json`` recorded it, with that file and content, as the run
+``task.name`` class) is imported only when the command running now names it too (``--allow-code``, its ``--set``,
+its recipe, ``MUTUALRL_ALLOW_CODE``), whatever the folder's ``inputs.json`` says (whoever writes the folder writes
+that record too), and then only as ``RUN/inputs.json`` recorded it, with that file and content, as the run
 started; a ``__main__`` module (a program that runs when imported: ``unittest.__main__``) is refused outright.
 
 The modules here are the user's environment (on ``sys.path``, as an installed package is): each writes a marker when
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from mutualrl.config import plugins
+from mutualrl.config import plugins, recorded_code
 from mutualrl.errors import UsageError
 from mutualrl.run_folder import RunPaths
 
@@ -37,6 +39,8 @@ def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.chdir(tmp_path)
     for state in ("_DATA_FOLDERS", "_HINT_FOLDERS"):
         monkeypatch.setattr(plugins, state, [], raising=False)
+    monkeypatch.setattr(recorded_code, "_NAMED_BY_COMMAND", set())
+    monkeypatch.delenv(recorded_code.ALLOW_CODE_ENV, raising=False)
     paths = RunPaths(tmp_path / "run")
     paths.policies.mkdir(parents=True)
     write_resolved_config(paths, load_config("tiny"), "tiny")
@@ -75,14 +79,67 @@ def readers(paths: RunPaths):
 
 @pytest.mark.parametrize("reader", ["worker", "eval", "resume"])
 @pytest.mark.parametrize("what", [{"plugin": "fx_mod"}, {"reward": "fx_mod.score"}])
-def test_a_module_the_run_did_not_record_is_refused_by_name_and_not_imported(installed, reader, what) -> None:
+@pytest.mark.parametrize("record", [False, True], ids=["unrecorded", "forged-record"])
+def test_a_module_the_command_does_not_name_is_refused_by_name_and_not_imported(installed, reader, what,
+                                                                                 record) -> None:
+    """A record in the folder (``inputs.json`` naming the module's real path and sha256, as a forger writes it)
+    vouches for nothing: the refusal names the module and the flag that accepts it."""
     paths, _, marker = installed
-    name(paths, **what)
+    name(paths, **what, record=record)
     with pytest.raises(UsageError) as err:
         readers(paths)[reader]()
     text = str(err.value)
-    assert "fx_mod" in text and "inputs.json" in text and "\n" not in text
+    assert "fx_mod" in text and "--allow-code fx_mod" in text and "\n" not in text
     assert not marker.exists() and "fx_mod" not in sys.modules
+
+
+@pytest.mark.parametrize("module", ["http.server", "tempfile", "this"])
+def test_an_installed_module_a_forged_record_names_is_not_imported(installed, module) -> None:
+    """The standard library's modules that act on import or call: named by the folder alone, refused."""
+    from mutualrl.config.resolved import load_resolved_config
+
+    paths, _, _ = installed
+    was_loaded = module in sys.modules
+    name(paths, plugin=module, record=True)
+    with pytest.raises(UsageError, match=f"--allow-code {module}"):
+        load_resolved_config(paths)
+    assert was_loaded or module not in sys.modules
+
+
+def test_allow_code_and_the_environment_accept_a_recorded_module(installed, monkeypatch) -> None:
+    """The command names it (``--allow-code``; a launcher's workers: the environment it hands them): imported."""
+    from mutualrl.config.resolved import load_resolved_config
+
+    paths, _, marker = installed
+    name(paths, plugin="fx_mod", record=True)
+    monkeypatch.setenv(recorded_code.ALLOW_CODE_ENV, "other,fx_mod")
+    load_resolved_config(paths)
+    assert marker.exists()
+    marker.unlink()
+    sys.modules.pop("fx_mod")
+    monkeypatch.delenv(recorded_code.ALLOW_CODE_ENV)
+    recorded_code.accept_code(["fx_mod"])
+    load_resolved_config(paths)
+    assert marker.exists()
+
+
+def test_a_launcher_hands_its_workers_the_modules_its_command_named() -> None:
+    from mutualrl.config.recorded_code import allowed_code_env, named_modules
+
+    env = allowed_code_env(m for m, _ in named_modules(["my_rewards.exact", "accuracy_reward"], ["my_plugin"],
+                                                       "my_tasks:Task"))
+    assert env == {recorded_code.ALLOW_CODE_ENV: "my_plugin,my_rewards,my_tasks"}
+
+
+def test_read_run_imports_nothing_the_folder_names(installed) -> None:
+    """The Python API's ``read_run`` reads the policies as data: no plugin of the folder's is imported."""
+    from mutualrl.api import read_run
+
+    paths, _, marker = installed
+    name(paths, plugin="fx_mod", record=True)
+    paths.summary.write_text("{}")
+    result = read_run(paths.root)
+    assert sorted(result.models) == ["tiny-bpe", "tiny-sp"] and not marker.exists()
 
 
 @pytest.mark.parametrize("module", ["fx_pkg.__main__", "unittest.__main__"])
@@ -112,6 +169,7 @@ def test_a_recorded_module_loads_and_a_changed_one_is_refused(installed) -> None
 
     paths, code, marker = installed
     name(paths, plugin="fx_mod", record=True)
+    recorded_code.accept_code(["fx_mod"])
     load_resolved_config(paths)  # control: recorded as the run started, unchanged
     assert marker.exists()
     marker.unlink()
@@ -129,6 +187,7 @@ def test_a_recorded_module_found_elsewhere_now_is_refused(installed, tmp_path: P
 
     paths, _, marker = installed
     name(paths, reward="fx_mod.score", record=True)
+    recorded_code.accept_code(["fx_mod"])
     other = tmp_path / "other"
     other.mkdir()
     (other / "fx_mod.py").write_text(SIDE_EFFECT.format(marker=str(marker)))

@@ -114,6 +114,7 @@ def test_a_module_outside_the_run_folder_is_imported_and_said_where_from(
     from mutualrl.launch.rundir.inputs import current_inputs
 
     paths.inputs.write_text(json.dumps(current_inputs(paths, ["own_rewards_sec"])))  # the run recorded it as it started
+    monkeypatch.setenv("MUTUALRL_ALLOW_CODE", "own_rewards_sec")  # and the command names it (--allow-code)
     load_resolved_config(paths)
     assert callable(resolve_reward_func("own_rewards_sec.score"))
     assert f"importing 'own_rewards_sec' from {code / 'own_rewards_sec.py'}" in capsys.readouterr().err

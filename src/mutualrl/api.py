@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -79,7 +80,7 @@ def override_texts(overrides: Overrides, reward_funcs: Sequence[str | Callable[.
     if overrides is None:
         texts: list[str] = []
     elif isinstance(overrides, Mapping):
-        texts = [f"{key}={json.dumps(value)}" for key, value in overrides.items()]
+        texts = [f"{key}={override_json(key, value)}" for key, value in overrides.items()]
     elif isinstance(overrides, str):
         raise UsageError("overrides: a mapping {key: value} or a list of 'KEY=VALUE' strings, not one string")
     else:
@@ -87,6 +88,27 @@ def override_texts(overrides: Overrides, reward_funcs: Sequence[str | Callable[.
     if reward_funcs is not None:
         texts.append(f"task.reward_funcs={json.dumps([reward_func_path(f) for f in reward_funcs])}")
     return texts
+
+
+def override_json(key: Any, value: Any) -> str:
+    """An override's value as JSON (which ``--set`` parses as YAML); a value JSON cannot hold is one line naming
+    the key."""
+    if not isinstance(key, str) or not key:
+        raise UsageError(f"overrides: the key {key!r} is not a dotted field name such as 'grpo.learning_rate'")
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError) as err:
+        raise UsageError(f"overrides[{key!r}]: {type(value).__name__} value {str(value)[:80]!r} is not a setting "
+                         f"a recipe can hold (numbers, text, true/false, null, lists and mappings of them): {err}"
+                         ) from None
+
+
+def check_run_arguments(max_steps: Any, output_dir: Any) -> None:
+    """The Python API's arguments checked as the CLI checks its options (``--max-steps`` >= 1, ``-o`` a path)."""
+    if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
+        raise UsageError(f"max_steps: {max_steps!r} is not a whole number >= 1 (the run length per policy)")
+    if output_dir is not None and not isinstance(output_dir, (str, os.PathLike)):
+        raise UsageError(f"output_dir: {output_dir!r} ({type(output_dir).__name__}) is not a folder path")
 
 
 def recipe_source(recipe_or_config: str | Path | RunConfig, folder: Path) -> str:
@@ -108,6 +130,7 @@ def load_config(recipe: str | Path = "tiny", *, regime: str | None = None, overr
     """The resolved, validated config ``mutualrl train`` would run (recipe + overrides), without running it."""
     from mutualrl.launch.run import TrainOptions, resolve_config
 
+    check_run_arguments(max_steps, None)
     options = TrainOptions(pool=str(recipe), regime=regime, max_steps=max_steps,
                            overrides=override_texts(overrides, reward_funcs))
     return resolve_config(options)[0]
@@ -116,13 +139,13 @@ def load_config(recipe: str | Path = "tiny", *, regime: str | None = None, overr
 def train(recipe_or_config: str | Path | RunConfig = "tiny", *, regime: str | None = None,
           overrides: Overrides = None, output_dir: str | Path | None = None, max_steps: int | None = None,
           reward_funcs: Sequence[str | Callable[..., Any]] | None = None, resume: bool = False,
-          overwrite: bool = False, progress: bool = True) -> RunResult:
+          overwrite: bool = False, progress: bool = True, allow_code: Sequence[str] = ()) -> RunResult:
     """Train a pool, exactly as ``mutualrl train`` does, and return what the run folder holds.
 
     ``recipe_or_config``: a pool name, a recipe path or a :class:`RunConfig` (:func:`load_config`).
     ``overrides``: ``--set`` settings as a mapping or ``KEY=VALUE`` strings. ``reward_funcs``: import
     paths or callables (``task.reward_funcs``; a lambda or closure is shipped by value). ``progress=False``: print
-    nothing.
+    nothing. ``allow_code`` (``--allow-code``): modules a resumed run folder's config names that you accept.
     A run that fails raises :class:`~mutualrl.errors.MutualRLError` naming its folder; a run stopped by Ctrl-C
     raises ``KeyboardInterrupt`` (a sweep's ``except MutualRLError`` must not go on to its next configuration).
     """
@@ -130,12 +153,13 @@ def train(recipe_or_config: str | Path | RunConfig = "tiny", *, regime: str | No
 
     from mutualrl.launch.run import TrainOptions, resolve_config, run_dir_for, run_train
 
+    check_run_arguments(max_steps, output_dir)
     console = Console() if progress else Console(file=io.StringIO())
     with tempfile.TemporaryDirectory(prefix="mutualrl-api-") as tmp:
         options = TrainOptions(pool=recipe_source(recipe_or_config, Path(tmp)), regime=regime,
                                output_dir=Path(output_dir) if output_dir is not None else None,
                                max_steps=max_steps, overrides=override_texts(overrides, reward_funcs),
-                               resume=resume, overwrite=overwrite)
+                               resume=resume, overwrite=overwrite, allow_code=list(allow_code))
         run_dir = run_dir_for(resolve_config(options)[0])
         code = run_train(options, console)
     if code == INTERRUPTED_EXIT:
@@ -147,29 +171,35 @@ def train(recipe_or_config: str | Path | RunConfig = "tiny", *, regime: str | No
 
 def read_run(run_dir: str | Path) -> RunResult:
     """A finished run folder as a :class:`RunResult`."""
-    from mutualrl.config.resolved import load_resolved_config
+    from mutualrl.config.resolved import policy_entries
     from mutualrl.run_folder import RunPaths, read_json, read_metric_rows
+    from mutualrl.see.files import check_policy_name
 
     paths = RunPaths(Path(run_dir).resolve())
     if not paths.summary.is_file():
         raise UsageError(f"{paths.root}: no summary.json (the run did not finish)")
-    config = load_resolved_config(paths)
+    names = [check_policy_name(str(p.get("name"))) for p in policy_entries(paths)]  # data: no code imported
     return RunResult(run_dir=paths.root, summary=read_json(paths.summary),
-                     models={p.name: paths.final_model(p.name) for p in config.pool.policies},
+                     models={name: paths.final_model(name) for name in names},
                      metrics=[row for _, row in read_metric_rows(paths.metrics)[0]])
 
 
 def evaluate(target: str | Path | RunResult, suite: str | None = None, *, limit: int | None = None,
              split: str | None = None, source: str | None = None, max_new_tokens: int | None = None,
              device: str = "auto", progress: bool = True,
-             reward_funcs: Sequence[str | Callable[..., Any]] | None = None) -> dict[str, Any]:
+             reward_funcs: Sequence[str | Callable[..., Any]] | None = None,
+             allow_code: Sequence[str] = ()) -> dict[str, Any]:
     """``mutualrl eval``: greedy reward@1 of a run's final models (with the run's task and reward functions),
     a pool or models; returns ``{"reward@1": {model: value}, "results": [...], "meta": {...}}``.
     ``reward_funcs`` (``--reward-funcs``): score with these instead, as :func:`train` takes them (a run trained
-    with a lambda or closure is scored by passing it again: nothing is loaded from the run folder)."""
+    with a lambda or closure is scored by passing it again: nothing is loaded from the run folder).
+    ``allow_code`` (``--allow-code``): modules the run folder's config names that you accept to import."""
     from rich.console import Console
 
     from mutualrl.cli.eval_cmd import run_eval_command
+    from mutualrl.config.recorded_code import accept_code
+
+    accept_code(allow_code)
 
     name = str(target.run_dir if isinstance(target, RunResult) else target)
     log = Console() if progress else Console(file=io.StringIO())

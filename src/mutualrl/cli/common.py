@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -11,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from mutualrl.atomic_io import NAME_MAX
 from mutualrl.config.typed import ConfigError
 from mutualrl.errors import MutualRLError, UsageError
 
@@ -42,14 +44,19 @@ def one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-def check_output_path(path: Path, option: str, kind: str = "file") -> Path:
+def check_output_path(path: Path, option: str, kind: str = "file", overwrite: bool | None = None) -> Path:
     """Fail early, before any work, when ``path`` cannot be written as a ``kind`` ('file' or 'folder').
 
-    An existing entry of the other kind, or an existing file among its parents, is a usage error.
+    An existing entry of the other kind, or an existing file among its parents, is a usage error; so is a name too
+    long for the filesystem, and, with ``overwrite`` False, an existing file (finished work is replaced only when
+    the command is told so: ``--overwrite``).
     """
     if not str(path).strip() or str(path) == ".":
         raise UsageError(f"{option}: empty path; name a {kind}")
     path = Path(path)
+    check_path_length(path, option)
+    if overwrite is False and (path.is_file() or path.is_symlink()):
+        raise UsageError(f"{option} {path}: exists; pass --overwrite to replace it, or name another file")
     if path.exists() and kind == "folder" and not path.is_dir():
         raise UsageError(f"{option} {path}: exists and is not a folder")
     if path.exists() and kind == "file" and path.is_dir():
@@ -60,3 +67,28 @@ def check_output_path(path: Path, option: str, kind: str = "file") -> Path:
                 raise UsageError(f"{option} {path}: {parent} is a file, not a folder")
             break
     return path
+
+
+PATH_MAX = 4096  # bytes in a path (Linux)
+
+
+def check_path_length(path: Path, option: str) -> None:
+    """A path the filesystem cannot hold (a name over 255 bytes, a path over 4096): one line, before it is used."""
+    text = str(path)
+    shown = text if len(text) <= 120 else f"{text[:60]}...{text[-40:]}"
+    if len(os.fsencode(text)) >= PATH_MAX:
+        raise UsageError(f"{option} {shown}: the path is {len(os.fsencode(text))} bytes, over the {PATH_MAX} a "
+                         "path may have; choose a shorter one")
+    for part in path.parts:
+        if len(os.fsencode(part)) > NAME_MAX:
+            raise UsageError(f"{option} {shown}: a name in it is {len(os.fsencode(part))} bytes, over the "
+                             f"{NAME_MAX} a file name may have; choose a shorter one")
+
+
+def split_names(given: list[str] | None) -> list[str]:
+    """Names given repeated or comma-separated (``--allow-code a,b --allow-code c``), in order."""
+    return [name.strip() for text in given or [] for name in text.split(",") if name.strip()]
+
+
+ALLOW_CODE_HELP = ("A module a run folder's config names (plugins, task.reward_funcs, a task.name class) that you "
+                   "accept to import (repeatable or comma-separated): a run folder chooses no code by itself.")

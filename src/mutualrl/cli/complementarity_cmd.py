@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -71,6 +71,9 @@ def render_report(report: dict[str, Any]) -> None:
         console.print(per_task)
 
 
+OverwriteOption = Annotated[bool, typer.Option("--overwrite", help="Replace an existing --out or --save file.")]
+
+
 @report_errors
 def complementarity(
     results: list[Path] = typer.Argument(
@@ -106,6 +109,7 @@ def complementarity(
         "column of the usability table.", show_default=False),
     json_output: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Also write the report JSON here.", show_default=False),
+    overwrite: OverwriteOption = False,
 ) -> None:
     """Per-model success, pairwise Jaccard, peer-rescue rates, any/all/exactly-one success, by difficulty, and the
     regime usability table (paper App. "Cross-policy complementarity and channel decomposition")."""
@@ -115,9 +119,8 @@ def complementarity(
 
     if threshold != threshold or threshold in (float("inf"), float("-inf")):
         raise UsageError(f"--threshold: expected a finite number, got {threshold}")
-    for path, option in ((out, "--out"), (save, "--save")):
-        if path is not None:
-            check_output_path(path, option)
+    for path, option in ((path, option) for path, option in ((out, "--out"), (save, "--save")) if path is not None):
+        check_output_path(path, option, overwrite=overwrite)
     loaded = load_many(list(results or []), step) if results else []
     if run_target is not None:
         from mutualrl.cli.eval_cmd import run_eval_command

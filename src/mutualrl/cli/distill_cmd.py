@@ -8,7 +8,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from mutualrl.cli.common import check_output_path, console, err_console, report_errors
+from mutualrl.cli.common import ALLOW_CODE_HELP, check_output_path, console, err_console, report_errors, split_names
 from mutualrl.evaluation.results import fmt_change, fmt_number
 
 
@@ -76,6 +76,7 @@ def distill(
     backend: str = typer.Option("auto", "--backend", help="Evaluation backend: transformers, vllm or auto."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an output folder written by an earlier "
                                    "`mutualrl distill`."),
+    allow_code: list[str] = typer.Option([], "--allow-code", help=ALLOW_CODE_HELP, show_default=False),
 ) -> None:
     """Sequential peer distillation: SFT of a learner on its peer's recorded successes (the paper's control for SGT).
 
@@ -89,7 +90,9 @@ def distill(
     from mutualrl.training.distill import DistillOptions, finish_distill, plan_distill, train_distill
 
     quiet_third_party()
+    from mutualrl.config.recorded_code import accept_code
 
+    accept_code(split_names(allow_code))
     if output_dir is not None:
         check_output_path(output_dir, "--output-dir", kind="folder")
     pick_backend(backend, pick_device(device))  # checked before anything is loaded

@@ -11,7 +11,7 @@ from typing import Any
 import typer
 
 from mutualrl.atomic_io import write_text_atomic
-from mutualrl.cli.common import check_output_path, console, err_console, report_errors
+from mutualrl.cli.common import ALLOW_CODE_HELP, check_output_path, console, err_console, report_errors, split_names
 from mutualrl.errors import UsageError
 
 REWARD_FUNCS_OPTION = "--reward-funcs"
@@ -347,8 +347,48 @@ def _quiet_transformers() -> None:
 
 
 def default_output(label: str, suite: str) -> Path:
-    safe_suite = suite.replace(",", "+")
-    return Path("eval-results") / f"{label}-{safe_suite}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    """``eval-results/<label>-<suite>-<time>.json``, the name bounded (a long run folder name still fits, with
+    its ``.md`` and a temporary name) and never an existing file's (a second eval in the same second)."""
+    safe_suite = suite.replace(",", "+").replace("/", "_")
+    stem = f"{label}-{safe_suite}".encode()[:DEFAULT_STEM_BYTES].decode(errors="ignore")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for attempt in range(1000):
+        path = Path("eval-results") / f"{stem}-{stamp}{f'-{attempt}' if attempt else ''}.json"
+        if not (path.exists() or path.with_suffix(".md").exists()):
+            return path
+    raise UsageError(f"{path.parent}: 1000 results named {stem}-{stamp}-*; name the output with --output")
+
+
+DEFAULT_STEM_BYTES = 160
+"""Bytes of a default result name's label and suite: with the time, ``.json`` and a temporary name's suffix it
+stays within a file name's 255 bytes."""
+
+
+def save_results(path: Path, results: list[Any], meta: dict[str, Any]) -> tuple[str, Path]:
+    """The results JSON at ``path`` and the markdown table beside it (``.md``); the table and its file."""
+    from mutualrl.evaluation.results import markdown_table, save_eval_file
+
+    save_eval_file(path, results, meta)
+    table = markdown_table(results, meta["tasks"])
+    md_path = path.with_suffix(".md")
+    write_text_atomic(
+        md_path,
+        f"# mutualrl eval: {meta['target']} on {meta['suite']}\n\n"
+        f"Greedy decoding, one completion per prompt, reward@1; verifier {meta['verifier']}; "
+        f"max {meta['max_new_tokens']} new tokens; {meta['seconds']:.1f}s.\n\n{table}"
+    )
+    return table, md_path
+
+
+def check_outputs(output: Path, overwrite: bool) -> None:
+    """The results file and the table beside it (``.md``): neither replaces an existing file without
+    ``--overwrite`` (``-o README.json`` would replace ``README.md``), checked before any model loads."""
+    check_output_path(output, "--output", overwrite=overwrite)
+    table = output.with_suffix(".md")
+    if table == output:
+        raise UsageError(f"--output {output}: the markdown table is written beside the results as {table.name}; "
+                         "name the results file with another suffix (.json)")
+    check_output_path(table, "--output (its markdown table)", overwrite=overwrite)
 
 
 @report_errors
@@ -396,32 +436,30 @@ def eval_command(
     group_column: str | None = typer.Option(
         None, "--group-column", help="Also report reward@1 per value of this column of the rows (default: the "
         "recipe's task.group_column).", show_default=False),
+    allow_code: list[str] = typer.Option([], "--allow-code", help=ALLOW_CODE_HELP, show_default=False),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace existing results (the .json and the .md "
+                                   "beside it)."),
 ) -> None:
     """Evaluate models with greedy decoding (one completion per prompt) and report reward@1 per task.
 
     Writes a JSON file with every prompt's completion and score, and a markdown table.
     """
-    from mutualrl.evaluation.results import markdown_table, save_eval_file
+    from mutualrl.config.recorded_code import accept_code
 
+    accept_code(split_names(allow_code))
     if output is not None:
-        check_output_path(output, "--output")
+        check_outputs(output, overwrite)
     results, meta = run_eval_command(
         target, suite, limit=limit, split=split, source=source, max_new_tokens=max_new_tokens,
         batch_size=batch_size, device=device, backend=backend, verifier=verifier, chat_template=chat_template,
         tokenizer=tokenizer, max_prompt_tokens=max_prompt_tokens,
-        reward_funcs=[name.strip() for given in reward_funcs or [] for name in given.split(",") if name.strip()],
+        reward_funcs=split_names(reward_funcs),
         group_column=group_column,
     )
     path = output or default_output(meta["label"], meta["suite"])
-    save_eval_file(path, results, meta)
-    table = markdown_table(results, meta["tasks"])
-    md_path = path.with_suffix(".md")
-    write_text_atomic(
-        md_path,
-        f"# mutualrl eval: {meta['target']} on {meta['suite']}\n\n"
-        f"Greedy decoding, one completion per prompt, reward@1; verifier {meta['verifier']}; "
-        f"max {meta['max_new_tokens']} new tokens; {meta['seconds']:.1f}s.\n\n{table}"
-    )
+    if output is not None:  # the files may have appeared while the models ran
+        check_outputs(output, overwrite)
+    table, md_path = save_results(path, results, meta)
     console.print(table, markup=False, highlight=False)
     for line in group_lines(meta):
         console.print(line, markup=False, highlight=False)

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mutualrl.cli.common import check_output_path, console, report_errors
+from mutualrl.cli.common import ALLOW_CODE_HELP, check_output_path, console, report_errors, split_names
 from mutualrl.regimes.registry import flag_setting, get_regime, regime_flags, regimes_help
 
 REGIME_HELP = "Sharing regime: " + regimes_help() + ". Default: the recipe's."
@@ -59,6 +59,8 @@ ResumeOption = Annotated[bool, typer.Option(
     "SEE timeouts may change.")]
 OverwriteOption = Annotated[bool, typer.Option(
     "--overwrite", help="Delete an existing run folder (only a mutualrl run that is not live) and start again.")]
+AllowCodeOption = Annotated[list[str], typer.Option("--allow-code", help="With --resume: " + ALLOW_CODE_HELP,
+                                                   show_default=False)]
 BaselineOption = Annotated[str | None, typer.Option(
     "--baseline", help="Then train this regime (e.g. standalone) with the same pool, seed and settings into "
     "<run>-<regime> and print both runs' held-out accuracy per policy and task group side by side, with the "
@@ -85,6 +87,7 @@ def train(
     resume: ResumeOption = False,
     overwrite: OverwriteOption = False,
     baseline: BaselineOption = None,
+    allow_code: AllowCodeOption = [],  # noqa: B006 - Typer's default, never mutated
     **regime_options: str | None,  # each regime's own options (RegimeSpec.flags), added by with_regime_flags
 ) -> None:
     """Train every policy of a pool concurrently with GRPO, exchanging experience through the SEE.
@@ -111,7 +114,7 @@ def train(
             from mutualrl.errors import UsageError
 
             raise UsageError("--save-plan: only with --dry-run (a real launch writes RUN/launch/plan.json itself)")
-        check_output_path(save_plan, "--save-plan", kind="file")
+        check_output_path(save_plan, "--save-plan", kind="file", overwrite=overwrite)
     from mutualrl.launch.run import TrainOptions, run_train
 
     options = TrainOptions(pool=pool, regime=regime, regime_overrides=regime_overrides, output_dir=output_dir,
@@ -119,7 +122,7 @@ def train(
                            overrides=list(overrides), force=force, gpus=gpus, gpu_memory=gpu_memory,
                            device_map=device_map, nodes=nodes, machine_rank=machine_rank, main_address=main_address,
                            dry_run=dry_run, resume=resume, overwrite=overwrite, baseline=baseline,
-                           save_plan=save_plan)
+                           save_plan=save_plan, allow_code=split_names(allow_code))
     raise typer.Exit(run_train(options, console))
 
 

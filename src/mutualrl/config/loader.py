@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.config.plugins import import_plugins
-from mutualrl.config.recorded_code import check_recorded_modules
+from mutualrl.config.recorded_code import check_recorded_modules, overrides_modules
 from mutualrl.config.resolved import open_if_run_folder
 from mutualrl.config.schema import RunConfig
 from mutualrl.config.trl_config import from_trl_config
@@ -272,8 +272,8 @@ def load_run_config(
     path = resolve_recipe(pool_or_path)
     run_folder = open_if_run_folder(path)  # a run's own config.yaml: nothing is imported from inside the run folder
     data = from_trl_config(load_recipe_data(path), str(path))  # a `trl grpo --config` file works as a recipe
-    if run_folder:  # and it names only the code its start recorded (the command's --set may name more)
-        check_recorded_modules(path.parent, data)
+    if run_folder:  # and it names only code this command names too, as its start recorded it
+        check_recorded_modules(path.parent, data, overrides_modules(parse_override(text) for text in overrides))
     if regime is not None:
         data.setdefault("regime", {})
         if not isinstance(data["regime"], dict):

@@ -1,11 +1,13 @@
-"""The user code a run folder may name: only the modules its start recorded, as they were.
+"""The user code a run folder may name: only modules the command running now names, as the run recorded them.
 
 A run's ``config.yaml`` names modules (``plugins``, ``task.reward_funcs``, a ``task.name`` class) that every process
-reading the run imports. A run folder is data (docs/run-layout.md, "What is trusted"), so a name read from one is
-imported only when ``RUN/inputs.json`` recorded it as the run started (its file and sha256, written by
-``launch/rundir/inputs.py``) and the name still finds that file with that content here; any other name is refused
-by name before anything of it runs: an installed module whose import does something (``unittest.__main__``) is
-not the user's reward code. A ``__main__`` module is never imported for a config, recorded or not.
+reading the run imports. A run folder is data (docs/run-layout.md, "What is trusted"): whoever can write it writes
+its ``config.yaml`` and its ``inputs.json`` alike, so neither vouches for code. A module a run folder names is
+imported only when the command running now names it too (:func:`accept_code`: its recipe, its ``--set``, its
+``--allow-code``, or :data:`ALLOW_CODE_ENV` in the user's environment, which a launcher sets for its own workers)
+or it is mutualrl's own; any other name is refused by name, with the flag that accepts it, before anything of it
+runs. A module accepted so must then still be the file and content ``RUN/inputs.json`` recorded as the run started
+(the same code, not only the same name). A ``__main__`` module is never imported for a config.
 """
 
 from __future__ import annotations
@@ -21,6 +23,46 @@ from typing import Any
 from mutualrl.config.plugins import refuse_inside_data_folder, refuse_main_module
 from mutualrl.errors import UsageError
 from mutualrl.run_folder import RunPaths, read_json
+
+ALLOW_CODE_ENV = "MUTUALRL_ALLOW_CODE"
+"""Comma-separated modules a run folder's config may name in this process (``--allow-code``'s environment twin;
+a launcher hands its workers the modules its own command accepted)."""
+ALLOW_CODE_FLAG = "--allow-code"
+_NAMED_BY_COMMAND: set[str] = set()
+"""Modules the command running now named (its recipe, ``--set``, ``--allow-code``)."""
+
+
+def accept_code(modules: Iterable[str]) -> None:
+    """The command running now names ``modules``: a run folder's config may name them too."""
+    _NAMED_BY_COMMAND.update(str(module).strip() for module in modules if str(module).strip())
+
+
+def named_by_command(module: str) -> bool:
+    """Whether the command running now names ``module`` (or the user's environment does, or it is mutualrl's own:
+    the package the user runs)."""
+    from_env = {name.strip() for name in os.environ.get(ALLOW_CODE_ENV, "").split(",")}
+    own = module.split(".")[0] == "mutualrl" and not module.endswith(".py")
+    return module in _NAMED_BY_COMMAND or module in from_env or own
+
+
+def allowed_code_env(modules: Iterable[str]) -> dict[str, str]:
+    """A worker's environment accepting ``modules`` (those its launcher's command accepted)."""
+    names = sorted({str(module) for module in modules if module and "," not in str(module)})
+    return {ALLOW_CODE_ENV: ",".join(names)} if names else {}
+
+
+def overrides_modules(overrides: Iterable[tuple[list[str], Any]]) -> set[str]:
+    """The modules parsed ``--set`` overrides name (``plugins=[m]``, ``task.reward_funcs=[m.f]``, ``task.name``)."""
+    named: set[str] = set()
+    for keys, value in overrides:
+        values = value if isinstance(value, list) else [value]
+        if keys[:1] == ["plugins"]:
+            named.update(module for module, _ in named_modules([], values, ""))
+        elif keys[:2] == ["task", "reward_funcs"]:
+            named.update(module for module, _ in named_modules(values, [], ""))
+        elif keys == ["task", "name"]:
+            named.update(module for module, _ in named_modules([], [], value))
+    return named
 
 
 def named_modules(reward_funcs: Iterable[Any], plugins: Iterable[Any], task_name: Any) -> list[tuple[str, str]]:
@@ -75,19 +117,24 @@ def file_hash(path: Path) -> str:
     return digest.hexdigest()
 
 
-def check_recorded_modules(root: Path, data: dict[str, Any]) -> None:
-    """Refuse, naming it, a module the run folder ``root``'s config ``data`` names that its ``inputs.json`` did not
+def check_recorded_modules(root: Path, data: dict[str, Any], named_now: Iterable[str] = ()) -> None:
+    """Refuse, naming it, a module the run folder ``root``'s config ``data`` names that the command running now does
+    not (``named_now``: what its ``--set`` names, besides :func:`accept_code`), that its ``inputs.json`` did not
     record, or that is now another file or other content (nothing of it is imported)."""
     paths = RunPaths(root)
     named = config_modules(data)
     if not named:
         return
-    recorded = _recorded_code(paths)
+    recorded, now = _recorded_code(paths), set(named_now)
     for module, key in sorted(named, key=lambda item: not item[1].startswith("plugins")):  # imported first
         refuse_main_module(module, key)
         found = module_file(module)
-        if found is not None:
+        if found is not None:  # never imported, whoever names it
             refuse_inside_data_folder(module, found, key)
+        if module not in now and not named_by_command(module):
+            raise UsageError(f"{paths.config}: {key} names module {module[:200]!r}, which this command does not "
+                             "name: a run folder is data and chooses no code by itself; if you mean to run it, "
+                             f"say so: {ALLOW_CODE_FLAG} {module[:200]}")
         was = recorded.get(module)
         if not isinstance(was, dict):
             raise UsageError(f"{paths.config}: {key} names module {module[:200]!r}, which {paths.inputs.name} did not "

@@ -85,20 +85,28 @@ def policy_chat_template(model_folder: Path) -> bool | None:
     text); None when the folder is not in a run folder or its config does not name the policy. The config is read
     as data: nothing is imported."""
     from mutualrl.config.typed import ConfigError
-    from mutualrl.config.yaml_strict import load_yaml
-    from mutualrl.run_folder import RunFolderError, read_bytes
+    from mutualrl.run_folder import RunFolderError
 
     folder = model_folder.resolve()
     if folder.parent.parent.name != "policies":
         return None
-    paths = RunPaths(folder.parent.parent.parent)
     try:
-        data = load_yaml(read_bytes(paths.config).decode("utf-8", errors="replace"), str(paths.config))
+        policies = policy_entries(RunPaths(folder.parent.parent.parent))
     except (OSError, RunFolderError, ConfigError):  # no readable config: evaluated as any other model folder
         return None
-    pool = data.get("pool") if isinstance(data, dict) else None
-    policies = pool.get("policies") if isinstance(pool, dict) else None
-    for entry in policies if isinstance(policies, list) else []:
-        if isinstance(entry, dict) and entry.get("name") == folder.parent.name:
+    for entry in policies:
+        if entry.get("name") == folder.parent.name:
             return bool(entry.get("chat_template"))
     return None
+
+
+def policy_entries(paths: RunPaths) -> list[dict[str, Any]]:
+    """The policies of a run's ``config.yaml`` as plain mappings, read as data: nothing it names is imported. A
+    damaged config is the reader's one-line error (``RunFolderError``, ``ConfigError``)."""
+    from mutualrl.config.yaml_strict import load_yaml
+    from mutualrl.run_folder import read_bytes
+
+    data = load_yaml(read_bytes(paths.config).decode("utf-8", errors="replace"), str(paths.config))
+    pool = data.get("pool") if isinstance(data, dict) else None
+    policies = pool.get("policies") if isinstance(pool, dict) else None
+    return [entry for entry in policies if isinstance(entry, dict)] if isinstance(policies, list) else []

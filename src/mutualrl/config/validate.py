@@ -17,6 +17,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import string
+from pathlib import Path
 from typing import Any
 
 from mutualrl.config.grpo_schema import grpo_schema
@@ -26,6 +28,9 @@ from mutualrl.config.typed import ConfigError, check_bounds, convert
 from mutualrl.regimes.registry import get_regime, settings_regimes
 
 POLICY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+NAME_MAX_CHARS = 100
+"""A policy's or pool's name becomes file and folder names (with prefixes, suffixes and temporary names around it):
+this many characters keep every one of them within a file name's 255 bytes."""
 # GRPOConfig fields that mutualrl sets itself for every policy; a recipe must not set them.
 RESERVED_GRPO_FIELDS = {
     "output_dir": "set the top-level `output_dir`; each policy writes to <output_dir>/policies/<name>",
@@ -73,10 +78,7 @@ def validate_run_config(config: RunConfig, source: str, check_grpo: bool = True)
 def _checked_policy(policy: Any, index: int, seen: set[str], source: str, check_grpo: bool) -> Any:
     """One ``pool.policies`` entry checked (``seen``: the names before it), as a converted copy."""
     where = f"pool.policies[{index}]"
-    if not POLICY_NAME_RE.match(policy.name):
-        raise ConfigError(
-            source, f"{where}.name", f"{policy.name!r} is not a valid name (letters, digits, '.', '_', '-')"
-        )
+    check_path_name(policy.name, source, f"{where}.name")
     if policy.name in seen:
         raise ConfigError(source, f"{where}.name", f"duplicate policy name {policy.name!r}")
     seen.add(policy.name)
@@ -87,9 +89,21 @@ def _checked_policy(policy: Any, index: int, seen: set[str], source: str, check_
     return dataclasses.replace(policy, grpo=grpo, lora=lora)
 
 
+def check_path_name(name: str, source: str, key: str) -> None:
+    """A name that becomes a path (a policy's, the pool's): letters, digits, '.', '_', '-', starting with a letter
+    or digit (no '/', no '..'), at most :data:`NAME_MAX_CHARS` characters."""
+    if not POLICY_NAME_RE.match(name):
+        raise ConfigError(source, key, f"{name[:120]!r} is not a valid name (letters, digits, '.', '_', '-', "
+                          "starting with a letter or digit): it names files and folders")
+    if len(name) > NAME_MAX_CHARS:
+        raise ConfigError(source, key, f"{name[:40]!r}... is {len(name)} characters; a name that becomes file "
+                          f"names may have at most {NAME_MAX_CHARS}")
+
+
 def _check_pool(config: RunConfig, source: str) -> None:
     """The checks across sections: regime and pool size, SEE settings, schedule, output folder, device map."""
     policies = config.pool.policies
+    check_path_name(config.pool.name, source, "pool.name")
     if get_regime(config.regime.name).needs_peers and len(policies) < 2:
         raise ConfigError(
             source,
@@ -138,12 +152,24 @@ def _check_regime_settings(config: RunConfig, source: str) -> None:
 
 
 def check_output_dir(config: RunConfig, source: str) -> None:
-    """``output_dir`` may use only the {pool} and {regime} placeholders."""
+    """``output_dir`` may use only the {pool} and {regime} placeholders, bare (no format width, conversion or
+    index: ``{pool:>999999999}`` would build a gigabyte name), and the folder it names fits a path."""
+    hint = "the only placeholders are {pool} and {regime} (write {{ and }} for literal braces)"
+    shown = repr(config.output_dir[:200])
     try:
-        config.output_dir.format(pool=config.pool.name, regime=config.regime.name)
-    except (KeyError, IndexError, ValueError) as err:
-        raise ConfigError(source, "output_dir", f"{config.output_dir!r} is not a valid folder template ({err!r}); "
-                          "the only placeholders are {pool} and {regime} (write {{ and }} for literal braces)") from None
+        fields = [(name, spec, conv) for _, name, spec, conv in string.Formatter().parse(config.output_dir)
+                  if name is not None]
+    except ValueError as err:
+        raise ConfigError(source, "output_dir", f"{shown} is not a valid folder template ({err}); {hint}") from None
+    for name, spec, conv in fields:
+        if name not in ("pool", "regime") or spec or conv:
+            text = "{" + name + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
+            raise ConfigError(source, "output_dir", f"{shown}: {text[:60]} is not a placeholder mutualrl fills; {hint}")
+    folder = config.output_dir.format(pool=config.pool.name, regime=config.regime.name)
+    if len(folder.encode(errors="replace")) >= 4000 or any(len(part.encode(errors="replace")) > 200
+                                                          for part in Path(folder).parts):
+        raise ConfigError(source, "output_dir", f"{shown}: the run folder's path is too long for a filesystem "
+                          "(a name over 200 bytes, or the path over 4000); choose a shorter one")
 
 
 def check_lora(section: Any, source: str, path: str) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from mutualrl.pools.greedy import (
     eos_token_ids,
     generate_greedy,
 )
+from mutualrl.pools.template_render import bounded_render, tokenizer_name
 from mutualrl.tasks.base import Task, TaskExample
 from mutualrl.tasks.reward_form import in_dataset_form
 from mutualrl.tasks.reward_funcs import RewardSpec, reward_functions, score_batch
@@ -68,7 +69,8 @@ def prompt_token_ids(tokenizer: Any, prompt: str | list[dict[str, str]], chat_te
     chat messages already (``TaskExample.for_policy``)."""
     if chat_template:
         messages = prompt if isinstance(prompt, list) else [{"role": "user", "content": prompt}]
-        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        text = bounded_render(tokenizer, lambda: tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False), f"tokenizer {tokenizer_name(tokenizer)}")
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
     return list(tokenizer(prompt)["input_ids"])
 

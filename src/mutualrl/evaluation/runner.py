@@ -82,6 +82,9 @@ def resolve_targets(target: str, tokenizer: str | None = None, chat_template: bo
         ]
         return TargetSet(targets, config.pool.name, config)
     models = [m.strip() for m in target.split(",") if m.strip()]
+    if not models:
+        raise UsageError(f"{target!r} names no model to evaluate: give a pool name, a recipe path or "
+                         "comma-separated models")
     names: list[str] = []
     targets = []
     for m in models:

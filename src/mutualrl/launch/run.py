@@ -11,9 +11,10 @@ from rich.console import Console
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.config.loader import LoadedRecipe, OptionSetting, load_run_config, override_changes
 from mutualrl.config.plugins import open_run_folder
+from mutualrl.config.recorded_code import accept_code
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import StorageError, UsageError, storage_errors
-from mutualrl.launch.rundir.inputs import check_resume_inputs
+from mutualrl.launch.rundir.inputs import check_resume_inputs, user_modules
 from mutualrl.launch.rundir.lock import RunLock, clear_run_folder, is_run_folder
 from mutualrl.launch.rundir.prepare import (
     check_run_dir,
@@ -58,6 +59,7 @@ class TrainOptions:
     overwrite: bool = False
     baseline: str | None = None  # also train this regime on the same seed and settings, then compare
     save_plan: Path | None = None  # --dry-run: also write the plan's JSON to this file (nothing else is written)
+    allow_code: list[str] = field(default_factory=list)  # --allow-code: modules a run folder's config may name
 
 
 DEFAULT_POOL = "tiny"
@@ -98,6 +100,7 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
     read only when it is needed: to find the run folder (no ``-o``) or to check ``--pool``.
     """
     settings = option_settings(options)
+    accept_code(options.allow_code)
 
     def load(source: str) -> LoadedRecipe:
         return load_run_config(source, overrides=options.overrides, regime=options.regime,
@@ -117,6 +120,8 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
                          "without --resume (the folder is reused)")
     loaded = load(options.pool or DEFAULT_POOL)
     stored = RunPaths(run_dir_for(loaded.config)).config
+    if options.pool is not None:  # the recipe this command names names its code
+        accept_code(user_modules(loaded.config))
     if options.resume and stored.is_file():  # the run's own settings; the options above still apply
         open_run_folder(stored.parent)
         check_resume_inputs(RunPaths(stored.parent))

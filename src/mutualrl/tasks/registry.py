@@ -56,9 +56,10 @@ def task_class_by_path(name: str) -> Task:
     from mutualrl.config.plugins import import_object
 
     factory = import_object(name, "task.name", sep=":")
-    task = factory() if callable(factory) else None
-    if not isinstance(task, Task):
-        raise UnknownNameError(f"task.name: {name!r} is not a mutualrl.tasks.base.Task subclass")
+    if not (isinstance(factory, type) and issubclass(factory, Task)):  # never call anything else a name finds
+        raise UnknownNameError(f"task.name: {name!r} is not a mutualrl.tasks.base.Task subclass (it is a "
+                               f"{type(factory).__name__}); nothing of it was called")
+    task = factory()
     if task.name and task.name not in _TASKS:
         _TASKS[task.name] = name
     return task

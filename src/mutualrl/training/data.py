@@ -48,7 +48,10 @@ def chat_template_choice(chat_template: bool | None, has_template: bool) -> bool
 def prompt_token_length(tokenizer: Any, prompt: str | list[dict[str, str]], chat: bool) -> int:
     """Length of a prompt as TRL will tokenize it (chat template, or plain text with specials)."""
     if chat:
-        ids = tokenizer.apply_chat_template(chat_messages(prompt), add_generation_prompt=True, tokenize=True)
+        from mutualrl.pools.template_render import bounded_render, tokenizer_name
+
+        ids = bounded_render(tokenizer, lambda: tokenizer.apply_chat_template(
+            chat_messages(prompt), add_generation_prompt=True, tokenize=True), f"tokenizer {tokenizer_name(tokenizer)}")
         if isinstance(ids, dict) or hasattr(ids, "keys"):
             ids = ids["input_ids"]
         return len(ids)

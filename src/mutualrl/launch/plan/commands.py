@@ -38,6 +38,7 @@ from typing import Any
 
 from mutualrl.allocator import allocator_env
 from mutualrl.assets.deepspeed_ops import torch_extensions_dir
+from mutualrl.config.recorded_code import allowed_code_env, named_modules
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError
 from mutualrl.launch.plan.configs import ZERO_STAGES
@@ -239,6 +240,9 @@ def _spec(config: RunConfig, index: int, placed: PolicyPlacement, gpus: int, run
     policy = config.pool.policies[index]
     env.update(tracker_group_env({**config.grpo, **policy.grpo}.get("report_to"), run_dir.name, os.environ))
     env.update(shipped_env(shipped_files(config.task.reward_funcs, RunPaths(run_dir).shipped_rewards)))
+    # the worker reads config.yaml, which is data: it imports the code this launcher's command accepted, no other
+    env.update(allowed_code_env(m for m, _ in named_modules(config.task.reward_funcs, config.plugins or [],
+                                                            config.task.name)))
     notes: list[str] = []
     if deepspeed != "none":
         env["TORCH_EXTENSIONS_DIR"] = str(torch_extensions_dir())
