@@ -71,3 +71,27 @@ def test_the_legend_says_n_and_the_title_names_pool_task_and_steps(sweep: Path, 
 def test_a_bad_format_is_refused(sweep: Path, tmp_path: Path) -> None:
     done = CliRunner().invoke(app, ["plot", "--group-by", "regime", str(sweep), "--format", "jpg"])
     assert done.exit_code != 0 and "expected one of pdf, svg, png" in done.output
+
+
+def test_plot_compares_data_by_content_and_names_other_differences(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --group-by too: one data file under two paths draws together; a different learning rate is drawn
+    but said, and labels the lines."""
+    from mutualrl.evaluation import plots
+
+    monkeypatch.setattr(plots, "plot_metric_panels", lambda runs, *a, **k: seen.update(labels=[r.label for r in runs]))
+    monkeypatch.setattr(plots, "plot_grid", lambda *a, **k: None)
+    monkeypatch.setattr(plots, "plot_metric_mosaic", lambda *a, **k: None)
+    monkeypatch.setattr(plots, "plot_sources", lambda *a, **k: [])
+    seen: dict = {}
+    a = write_finished_run(tmp_path / "a", "sgt", 1, {"tiny-bpe": [1, 0]}, task__source="/tmp/x/data")
+    b = write_finished_run(tmp_path / "b", "sgt", 1, {"tiny-bpe": [1, 1]}, task__source="data",
+                           grpo__learning_rate=2e-4)
+    with pytest.warns(UserWarning, match=r"the runs also differ in grpo.learning_rate: 0.0001 \(a\), 0.0002 \(b\)"):
+        plots.plot_runs([a, b], tmp_path / "figs")
+    assert seen["labels"] == ["sgt (lr 0.0001)", "sgt (lr 0.0002)"]
+    c = write_finished_run(tmp_path / "c", "sgt", 1, {"tiny-bpe": [1, 1]}, task__source="data", data_sha="d" * 64)
+    from mutualrl.errors import DataError
+
+    with pytest.raises(DataError, match="task.source"):
+        plots.plot_runs([a, c], tmp_path / "figs2")

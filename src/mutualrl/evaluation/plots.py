@@ -39,7 +39,15 @@ from mutualrl.evaluation.plot_style import (
     save_with_legend,
     short_title,
 )
-from mutualrl.evaluation.plotted_runs import RunData, label_runs, load_run, mean_series, series, setup_differences
+from mutualrl.evaluation.plotted_runs import (
+    RunData,
+    label_runs,
+    load_run,
+    mean_series,
+    series,
+    setting_differences,
+    setup_differences,
+)
 from mutualrl.evaluation.results import GROUP_KEY_PREFIX, REWARD_KEY_SUFFIX, group_rewards
 from mutualrl.regimes.registry import all_regimes
 
@@ -348,6 +356,8 @@ def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, smooth: float
         raise DataError("no run folders given")
     for difference in check_comparable(runs, allow_mixed):
         warnings.warn(f"drawing runs that differ in {difference}", stacklevel=2)
+    for difference in setting_differences(runs):  # drawn, but not without a word
+        warnings.warn(f"the runs also differ in {difference}", stacklevel=2)
     label_runs(runs)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -30,6 +30,8 @@ class RunData:
     label: str = ""
     beta: float | None = None  # grpo.beta of the run's config.yaml (None: no config to read)
     task: dict[str, Any] = field(default_factory=dict)  # TASK_IDENTITY fields of config.yaml (or run.json's name)
+    data: dict[str, str] | None = None  # inputs.json's sha256 of each data file: the data by content, not by path
+    settings: Any = None  # run_settings.RunSettings (None: no readable config.yaml)
 
     @property
     def regime(self) -> str:
@@ -63,7 +65,8 @@ def load_run(path: str | Path) -> RunData:
     if paths.run_json.exists():
         info = read_json(paths.run_json)  # damaged: one line naming it
     recipe = read_recipe(paths.config)
-    run = RunData(path=path, info=info, beta=recipe_beta(recipe), task=task_identity(recipe, info))
+    run = RunData(path=path, info=info, beta=recipe_beta(recipe), task=task_identity(recipe, info),
+                  data=data_digests(paths), settings=readable_settings(path))
     rows, damaged = read_metric_rows(paths.metrics)
     if damaged:
         warnings.warn(f"{paths.metrics}: skipping {damaged} damaged line{'s' if damaged > 1 else ''}", stacklevel=2)
@@ -76,6 +79,23 @@ def load_run(path: str | Path) -> RunData:
                 raise DataError(f"{paths.metrics}: a {kind} line has no {key!r}")
         (run.train if kind == "train" else run.evals).append(row)
     return run
+
+
+def data_digests(paths: RunPaths) -> dict[str, str] | None:
+    """The sha256 of each data file the run recorded (``inputs.json``); None for a run without the record."""
+    record = read_json(paths.inputs) if paths.inputs.is_file() else {}
+    data = record.get("data")
+    return dict(data) if isinstance(data, dict) and data else None
+
+
+def readable_settings(path: Path) -> Any:
+    from mutualrl.errors import MutualRLError
+    from mutualrl.evaluation.run_settings import read_settings
+
+    try:
+        return read_settings(path)
+    except MutualRLError:
+        return None
 
 
 def read_recipe(config: Path) -> dict[str, Any] | None:
@@ -116,20 +136,45 @@ def setup_differences(runs: Sequence[RunData]) -> list[str]:
                                                 for run in runs))
     for key in TASK_IDENTITY:
         values = [run.task.get(key) for run in runs]
+        if key == "source" and all(run.data for run in runs):  # the same data under two paths is the same data
+            values = [run.data for run in runs]
         if any(run.task for run in runs) and len({repr(v) for v in values}) > 1:
             differences.append(f"task.{key}: " + ", ".join(f"{run.path} ({value})"
                                                           for run, value in zip(runs, values, strict=True)))
     return differences
 
 
+def setting_differences(runs: Sequence[RunData]) -> list[str]:
+    """The trained settings that differ between the runs, beyond their regime and seed (``grpo.beta: 0 (a), 0.04
+    (b)``), to say under a figure that draws them together."""
+    from mutualrl.evaluation.run_settings import describe_difference, differing_keys
+
+    settings = [run.settings for run in runs]
+    if len(runs) < 2 or any(s is None for s in settings):
+        return []
+    return [describe_difference(key, settings) for key in differing_keys(settings, ignore=["regime.name"])
+            if not key.startswith("data:") and key != "task.source (no inputs.json)"]
+
+
+#: A label names at most this many differing settings beside the regime; beyond, the folder name says which run.
+LABEL_SETTINGS = 2
+
+
 def label_runs(runs: Sequence[RunData]) -> None:
-    """Legend labels: the regime; with the pool (and task) when they differ; with the folder name when still
-    ambiguous."""
+    """Legend labels: the regime, with what else differs (``prp (peer)``, ``sgt (lr 0.0001)``); with the pool (and
+    task) when they differ; with the folder name when still ambiguous."""
+    from mutualrl.evaluation.run_settings import differing_keys, is_inactive, short_setting
+
     pools, tasks = {r.pool for r in runs}, {r.task_name for r in runs}
+    readable = len(runs) > 1 and all(r.settings is not None for r in runs)
+    keys = differing_keys([r.settings for r in runs], ignore=["regime.name"]) if readable else []
+    keys = [key for key in keys if not key.startswith(("data:", "code:", "pool.", "task."))]
     for r in runs:
         prefix = [part for part, several in ((r.pool, len(pools) > 1), (r.task_name, len(tasks) > 1))
                   if several and part]
-        r.label = "/".join([*prefix, r.regime])
+        extra = [short_setting(key, r.settings) for key in keys[:LABEL_SETTINGS] if not is_inactive(key, r.regime)]
+        shown = f"{r.regime} ({', '.join(extra)})" if extra else r.regime
+        r.label = "/".join([*prefix, shown])
     labels = [r.label for r in runs]
     for r in runs:
         if labels.count(r.label) > 1:
