@@ -399,8 +399,17 @@ def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
                   f"regime [cyan]{config.regime.name}[/], run folder {paths.root}", highlight=False)
 
     from mutualrl.launch.plan.launch_plan import make_launch_plan
+    from mutualrl.launch.ports import claim_run_ports
 
-    plan = make_launch_plan(config, paths.root, gpus=config.launch.gpus)
+    config, ports = claim_run_ports(config)  # free here, and no other run on this machine takes them before ours ends
+    with ports:
+        return launch_claimed(config, paths, resume_step, lock, console, make_launch_plan(config, paths.root,
+                                                                                        gpus=config.launch.gpus))
+
+
+def launch_claimed(config: RunConfig, paths: RunPaths, resume_step: int | None, lock: RunLock, console: Console,
+                   plan: Any) -> int:
+    """Write the plan, launch and watch the pool (its rendezvous ports held), report how it ended."""
     plan.write()
     from mutualrl.tasks.shipped_rewards import write_shipped
 
