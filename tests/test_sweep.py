@@ -65,7 +65,7 @@ def test_dry_run_names_every_run_and_its_command_from_the_callers_folder(user_fo
     done = CliRunner().invoke(app, args, terminal_width=400)
     assert done.exit_code == 0, done.output
     assert "4 runs (2 regimes x 1 settings x 2 seeds)" in done.output and "4 to train" in done.output
-    assert (f"sgt-seed2: new: mutualrl train --regime sgt --seed 2 --max-steps 2 --set task.name=dataset --set "
+    assert (f"sgt-seed2: new: mutualrl train --regime sgt --seed 2 --pool tiny --max-steps 2 --set task.name=dataset --set "
             f"task.source=data --set 'task.reward_funcs=[my_rewards.exact]' -o {user_folder}/sweeps/mine/sgt-seed2"
             in done.output)
     record = json.loads((user_folder / "sweeps" / "mine" / "sweep.json").read_text())

@@ -59,6 +59,7 @@ def sweep(
     resumed, and a run whose settings changed is refused, naming the difference. Then: mutualrl report SWEEP;
     mutualrl plot --group-by regime SWEEP.
     """
+    from mutualrl.launch.run import DEFAULT_POOL
     from mutualrl.launch.sweep import SweepSpec, parse_grid, read_grid_file
 
     check_output_path(output_dir, "--output-dir", kind="folder")
@@ -69,7 +70,7 @@ def sweep(
         regimes=[r.strip() for r in regimes.split(",") if r.strip()] if regimes else from_file["regimes"]
         or ["standalone", "sgt"],
         seeds=int_list(seeds, "--seeds") if seeds else from_file["seeds"] or [1, 2, 3],
-        grid=[*from_file["grid"], *parse_grid(grid)], pool=pool, max_steps=max_steps,
+        grid=[*from_file["grid"], *parse_grid(grid)], pool=pool or DEFAULT_POOL, max_steps=max_steps,
         sets=[*from_file["set"], *overrides])
     check_regimes(spec.regimes)
     raise typer.Exit(launch(spec, jobs, dry_run, slurm_options(slurm, slurm_partition, slurm_time, slurm_gpus,

@@ -238,9 +238,11 @@ BASELINE_REUSE_HINT = ("--baseline reuses a run only when it finished with the s
                        "--output-dir for a new pair, or --overwrite to train both again")
 
 
-def reuse_finished(paths: RunPaths, config: RunConfig, console: Console, hint: str = BASELINE_REUSE_HINT) -> bool:
+def reuse_finished(paths: RunPaths, config: RunConfig, console: Console, hint: str = BASELINE_REUSE_HINT,
+                   again: str = "--overwrite trains it again") -> bool:
     """``--baseline`` and ``mutualrl sweep``: a run that finished in ``paths`` with ``config``'s settings is used as it
-    is, and the console says so; a run there with other settings is refused, naming them, then ``hint``. False:
+    is, and the console says so (and ``again``: how to train it again); a run there with other settings is refused,
+    naming them, then ``hint``. False:
     ``paths`` holds no run to reuse (an empty folder, a run still to finish)."""
     from mutualrl.launch.rundir.inputs import code_changes
     from mutualrl.launch.rundir.prepare import data_copy_changes
@@ -252,7 +254,7 @@ def reuse_finished(paths: RunPaths, config: RunConfig, console: Console, hint: s
         differences = data_copy_changes(paths, config, console)
         if not differences:
             console.print(f"{paths.root}: finished with these settings; using it as it is, not training it again "
-                          "(--overwrite trains it again)", highlight=False, soft_wrap=True)
+                          f"({again})", highlight=False, soft_wrap=True)
             return True
     differences = differences or settings_differences(paths, config)
     if differences:

@@ -51,7 +51,7 @@ class SweepSpec:
     regimes: list[str]
     seeds: list[int]
     grid: list[tuple[str, list[str]]] = field(default_factory=list)  # (key, values): every combination
-    pool: str | None = None  # train's own options, the same for every run
+    pool: str = "tiny"  # train's own options, the same for every run (the pool always named: it names the code)
     max_steps: int | None = None
     sets: list[str] = field(default_factory=list)
 
@@ -71,8 +71,7 @@ class SweepSpec:
     def argv(self, point: SweepPoint, resume: bool = False) -> list[str]:
         """``mutualrl train``'s arguments for ``point`` (after ``train``)."""
         sets = [arg for item in [*self.sets, *point.sets] for arg in ("--set", item)]
-        common = [*(["--pool", self.pool] if self.pool else []),
-                  *(["--max-steps", str(self.max_steps)] if self.max_steps is not None else [])]
+        common = ["--pool", self.pool, *(["--max-steps", str(self.max_steps)] if self.max_steps is not None else [])]
         return ["--regime", point.regime, "--seed", str(point.seed), *common, *sets,
                 "-o", str(self.folder / point.name), *(["--resume"] if resume else [])]
 
@@ -122,7 +121,7 @@ def point_state(spec: SweepSpec, point: SweepPoint, console: Console) -> str:
     if not paths.config.is_file():
         return "new"  # no folder, or a start that failed before training began: train starts it again
     config = resolved_config(spec, point)
-    if reuse_finished(paths, config, console, SWEEP_REUSE_HINT):
+    if reuse_finished(paths, config, console, SWEEP_REUSE_HINT, again="delete its folder to train it again"):
         return "reused"
     return "resume"
 
