@@ -158,15 +158,13 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     import_training_stack(args)  # the libraries, with the collector paused by main()
     imports_done()  # ... and on again (process_start.py): training is unchanged
     os.environ.update(tensorboard_dir_env(os.environ, args.run_name))  # a user's TensorBoard folder: one per policy
+    from mutualrl.training.resumed_run import ResumedSchedule, continue_trackers, wandb_run_env
+
+    os.environ.update(wandb_run_env(args.report_to, run_id(paths), policy_name, os.environ))  # one run, resumed too
 
     from datasets import Dataset
 
-    from mutualrl.training.callbacks import (
-        HeartbeatCallback,
-        MetricsCallback,
-        StatusCallback,
-        ValidationCallback,
-    )
+    from mutualrl.training.callbacks import HeartbeatCallback, MetricsCallback, StatusCallback, ValidationCallback
     from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, read_examples, to_trl_rows, uses_chat_template
     from mutualrl.training.adapters import make_regime_adapter
     from mutualrl.tasks.registry import task_groups
@@ -183,7 +181,8 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     tokenizer, model = load_policy(policy, args)
     chat = uses_chat_template(tokenizer, policy.chat_template)
     train_examples = read_examples(paths.data / TRAIN_FILE)
-    eval_examples = read_examples(paths.data / EVAL_FILE) if (paths.data / EVAL_FILE).exists() else []
+    eval_examples = (read_examples(paths.data / EVAL_FILE) if (paths.data / EVAL_FILE).exists() else []
+                     )[:config.validation.limit]  # a smaller validation.limit given on --resume is applied
     dataset = Dataset.from_list(to_trl_rows(train_examples, chat))
 
     exchange = open_exchange(config, paths, policy, rank, world_size, args, resume_from)
@@ -205,7 +204,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         verifier=scoring, group_of=task_groups(config.task.name, eval_examples, config.task.group_column),
         exchange=exchange,
     )
-    callbacks = [MetricsCallback(paths, policy_name, config.regime.name), status, validation]
+    callbacks = [MetricsCallback(paths, policy_name, config.regime.name), status, validation, ResumedSchedule()]
     if exchange is not None:
         callbacks.append(HeartbeatCallback(exchange))
     peft_config = lora_config(policy)
@@ -217,6 +216,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         vllm_caps=(config.launch.vllm_max_num_seqs, config.launch.vllm_max_num_batched_tokens),
     )
     guard_tracker_writes(trainer.callback_handler.callbacks)  # a full disk under TensorBoard: one line, its folder
+    continue_trackers(trainer.callback_handler.callbacks, Path(args.output_dir), resume_from)
     trainer.generation_delay = faults.step_delay(policy_name)  # a slow peer on purpose (tests, benchmarks)
     validation.trainer = trainer
     if trainer.accelerator.is_main_process:  # a long wait for peers shows as a phase, not as a stall

@@ -179,11 +179,43 @@ def no_prompt_fits(config: RunConfig, train: list[Any], lengths: dict[str, Any])
 def resume_changes(paths: RunPaths, config: RunConfig) -> list[ConfigChange]:
     """The allowed differences between the stored config and ``config``; refuses any other one."""
 
-    refused, allowed = config_changes(to_plain(load_resolved_config(paths)), to_plain(config))
+    stored = load_resolved_config(paths)
+    refused, allowed = config_changes(to_plain(stored), to_plain(config))
     if refused:
         raise UsageError(f"--resume: {paths.root} was started with other settings; these may not change on resume "
                          f"(start a new run with --output-dir instead): {'; '.join(map(str, refused))}")
+    refuse_shorter_run(paths, config)
+    refuse_larger_validation(paths, stored, config)
     return allowed
+
+
+def refuse_shorter_run(paths: RunPaths, config: RunConfig) -> None:
+    """``--resume`` with a run length below a step the run already trained to would delete that checkpoint, the
+    final model and the rows after it: refused, naming what it would cost (``--resume`` deletes no finished work)."""
+    from mutualrl.launch.rundir.resume import furthest_step
+
+    steps = max_optimizer_steps(config)
+    trained = furthest_step(paths, [p.name for p in config.pool.policies])
+    if steps is None or steps <= 0 or trained is None or trained[0] <= steps:
+        return
+    raise UsageError(f"--resume: {paths.root} has trained {trained[0]} optimizer steps ({trained[1]}); a run length "
+                     f"of {steps} would delete them, and --resume deletes no finished work: give --max-steps of at "
+                     f"least the steps trained to go on, evaluate it as it is (mutualrl eval {paths.root}), or start "
+                     "a shorter run with --output-dir")
+
+
+def refuse_larger_validation(paths: RunPaths, stored: RunConfig, config: RunConfig) -> None:
+    """A resumed run validates on its held-out copy (``RUN/data/eval.jsonl``), cut to ``validation.limit`` (or
+    ``task.eval_limit``) as it started: a smaller ``validation.limit`` is applied to that copy; a larger one (or
+    none, after a limit) cannot be, and is refused rather than recorded and ignored."""
+    before = stored.validation.limit if stored.validation.limit is not None else stored.task.eval_limit
+    after = config.validation.limit if config.validation.limit is not None else config.task.eval_limit
+    if before is None or (after is not None and after <= before):
+        return
+    raise UsageError(f"--resume: validation.limit {after if after is not None else 'unset'}: {paths.root} keeps "
+                     f"{before} held-out prompts ({paths.data / 'eval.jsonl'}, cut as the run started), so a resume "
+                     f"validates on at most {before}: set validation.limit <= {before}, or start a new run with "
+                     "--output-dir to validate on more")
 
 
 def prepare_resume(paths: RunPaths, config: RunConfig, allowed: list[ConfigChange],
@@ -195,6 +227,11 @@ def prepare_resume(paths: RunPaths, config: RunConfig, allowed: list[ConfigChang
     """
     if allowed:
         console.print(f"resume: changed {'; '.join(map(str, allowed))}", highlight=False)
+        if any(change.key.endswith("max_steps") for change in allowed):
+            console.print(f"resume: the learning-rate schedule now spans the new length ({max_optimizer_steps(config)} "
+                          "optimizer steps): from the checkpoint on, every step trains at the rate that schedule "
+                          "gives it (a rate that had decayed to its end rises again when the run is lengthened)",
+                          highlight=False, soft_wrap=True)
         write_resolved_config(paths, config, read_source(paths) or "resume")
     policies = [p.name for p in config.pool.policies]
     damaged: list[str] = []

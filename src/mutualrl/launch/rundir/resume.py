@@ -115,6 +115,23 @@ def common_checkpoint(paths: RunPaths, policies: list[str], max_steps: int | Non
     return None
 
 
+def furthest_step(paths: RunPaths, policies: list[str]) -> tuple[int, str] | None:
+    """The furthest step any policy of the run trained to and what says so (its newest checkpoint folder, or its
+    final model's ``trainer_state.json``); None before any step was saved."""
+    from mutualrl.run_folder import read_json_or
+
+    found: list[tuple[int, bool, str]] = []  # (step, a checkpoint: named first at a tie, where)
+    for policy in policies:
+        steps = checkpoint_steps(paths.policy_dir(policy))
+        if steps:
+            found.append((max(steps), True, str(paths.policy_dir(policy) / f"checkpoint-{max(steps)}")))
+        state = paths.final_model(policy) / "trainer_state.json"
+        final = read_json_or(state, {}).get("global_step") if state.is_file() else None
+        if isinstance(final, int) and not isinstance(final, bool):
+            found.append((final, False, str(paths.final_model(policy))))
+    return max(found)[::2] if found else None
+
+
 def clear_training_outputs(paths: RunPaths, see_root: Path) -> None:
     """Forget every step of a run that has no checkpoint yet (prompts, config and logs stay). An exchange outside
     the run folder (``see.dir``, which a config names: any folder) loses only what an exchange writes there."""
