@@ -129,6 +129,9 @@ def import_module_for(module: str, key: str) -> Any:
         ) from None
     except Exception as err:  # noqa: BLE001 - user code failing at import: name it, one line
         raise UsageError(f"{key}: importing module {module!r} failed: {type(err).__name__}: {err}") from None
+    except SystemExit as err:  # sys.exit() at import would end the command with its code, and say nothing
+        raise UsageError(f"{key}: importing module {module!r} called sys.exit({err.code!r}) at import; a module "
+                         "named for its functions or registrations must not exit when imported") from None
 
 
 def _hint_folders_text() -> str:
@@ -184,4 +187,8 @@ def import_plugin_file(entry: str, key: str) -> None:
     if _DATA_FOLDERS and entry not in _SAID:
         _SAID.add(entry)
         print(f"mutualrl: {key} named by a run folder: importing {Path(entry).resolve()}", file=sys.stderr)
-    import_file(entry, key)
+    try:
+        import_file(entry, key)
+    except SystemExit as err:
+        raise UsageError(f"{key}: importing {entry!r} called sys.exit({err.code!r}) at import; a plugin must not "
+                         "exit when imported") from None

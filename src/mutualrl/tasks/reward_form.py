@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.tasks.base import TaskExample
+from mutualrl.tasks.reward_values import checked_rewards
 from mutualrl.tasks.verifiers import completion_text
 
 
@@ -100,7 +101,8 @@ class DatasetFormReward:
 
     def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (), **kwargs: Any) -> Any:
         with self.calling():
-            return self.func(**self.arguments(prompts, completions, kwargs))
+            returned = self.func(**self.arguments(prompts, completions, kwargs))
+        return checked_rewards(self.__name__, returned, completions, prompts)
 
 
 class AsyncDatasetFormReward(DatasetFormReward):
@@ -109,7 +111,8 @@ class AsyncDatasetFormReward(DatasetFormReward):
     async def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] = (),
                        **kwargs: Any) -> Any:
         with self.calling():
-            return await self.func(**self.arguments(prompts, completions, kwargs))
+            returned = await self.func(**self.arguments(prompts, completions, kwargs))
+        return checked_rewards(self.__name__, returned, completions, prompts)
 
 
 def is_async(func: Callable[..., Any]) -> bool:
