@@ -74,7 +74,7 @@ def test_eval_of_an_unfinished_run_names_its_checkpoints(run_folder, tmp_path):
     shutil.copytree(run_folder, unfinished)
     shutil.rmtree(unfinished / "policies" / "sp" / "final")
     line = one_line_error(CliRunner().invoke(app, ["eval", str(unfinished)], terminal_width=400))
-    assert "without a final model for sp" in line
+    assert "no final model for sp: it has no run.json" in line
     assert str(unfinished / "policies" / "sp" / "checkpoint-2") in line
 
 

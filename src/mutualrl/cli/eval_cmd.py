@@ -320,18 +320,36 @@ def run_folder_targets(target: str, tokenizer: str | None, chat_template: bool |
 
     open_run_folder(paths.root, launch_folders(paths))  # a run folder is data: no code is imported from inside it
     config = load_run_config(str(paths.config), check_grpo=False).config
-    unfinished = [p.name for p in config.pool.policies if not (paths.final_model(p.name) / "config.json").is_file()]
+    unfinished = [p.name for p in config.pool.policies if not has_final_model(paths.final_model(p.name))]
     if unfinished:
-        saved = sorted(str(c) for name in unfinished for c in paths.policy_dir(name).glob("checkpoint-*"))
-        hint = f"pass checkpoint folders instead: {', '.join(saved)}" if saved else "and no checkpoint was saved"
-        raise UsageError(f"{target}: run folder without a final model for {', '.join(unfinished)} (the run did not "
-                         f"finish: {paths.final_model(unfinished[0])} is missing); {hint}")
+        raise UsageError(unfinished_message(target, paths, unfinished))
     targets = [EvalTarget(name=f"{p.name}/final", model=str(paths.final_model(p.name)),
                           tokenizer=tokenizer or p.tokenizer,
                           chat_template=bool(p.chat_template) if chat_template is None else chat_template,
-                          dtype=p.dtype)
+                          dtype=p.dtype, base_model=p.model)  # a LoRA policy's final/ is its adapter
                for p in config.pool.policies]
     return TargetSet(targets, f"{paths.root.resolve().name}-final", config, run_folder=paths.root)
+
+
+def has_final_model(folder: Path) -> bool:
+    """A policy's final/ holds its model: full weights, or a LoRA policy's adapter."""
+    from mutualrl.pools.loading import is_adapter_folder
+
+    return (folder / "config.json").is_file() or is_adapter_folder(str(folder))
+
+
+def unfinished_message(target: str, paths: Any, unfinished: list[str]) -> str:
+    """Why a run folder has no final model, as run.json tells it, and the checkpoints to evaluate instead."""
+    from mutualrl.run_folder import read_json_or
+
+    status = read_json_or(paths.run_json, {}).get("status")
+    why = {"running": "it is still training (or its launcher was killed)", "interrupted": "it was interrupted",
+           "failed": "it failed", "done": "it finished, yet the final model is missing"}.get(
+               status, f"run.json says {status!r}" if status else "it has no run.json")
+    saved = sorted(str(c) for name in unfinished for c in paths.policy_dir(name).glob("checkpoint-*"))
+    hint = (f"evaluate its checkpoints instead: {', '.join(saved)}" if saved else "and no checkpoint was saved yet")
+    resume = " (mutualrl train --resume -o RUN finishes it)" if status in ("interrupted", "failed") else ""
+    return (f"{target}: no final model for {', '.join(unfinished)}: {why}{resume}; {hint}")
 
 
 def _quiet_transformers() -> None:

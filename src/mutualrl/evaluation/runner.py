@@ -38,6 +38,7 @@ class EvalTarget:
     tokenizer: str | None = None
     chat_template: bool | None = None
     dtype: str = "auto"
+    base_model: str | None = None  # a LoRA adapter's base (the policy's model); None: the base the adapter names
 
 
 @dataclass
@@ -120,8 +121,10 @@ def local_model_name(folder: Path) -> str:
 def check_model_folder(model: str) -> None:
     """A local folder given as a model holds one (``config.json``); else name the model folders inside it,
     instead of the tokenizer error transformers gives for a folder with no model."""
+    from mutualrl.pools.loading import is_adapter_folder
+
     folder = Path(model)
-    if not folder.is_dir() or (folder / "config.json").is_file():
+    if not folder.is_dir() or (folder / "config.json").is_file() or is_adapter_folder(model):
         return
     inside = sorted({str(p.parent) for p in [*folder.glob("*/config.json"), *folder.glob("*/*/config.json")]})
     hint = f"; model folders in it: {', '.join(inside[:6])}{' ...' if len(inside) > 6 else ''}" if inside else ""
@@ -225,7 +228,7 @@ def run_eval(
     progress_factory: Callable[[str, int], Callable[[int], None]] | None = None,
 ) -> tuple[list[ModelEvalResult], int]:
     """Evaluate each target on ``examples``; returns the results and the number of prompts dropped as too long."""
-    from mutualrl.pools.loading import load_model, load_tokenizer_for, resolve_model_path
+    from mutualrl.pools.loading import is_adapter_folder, load_model_or_adapter, load_tokenizer_for, resolve_model_path
 
     device = pick_device(device)
     backend = pick_backend(backend, device)
@@ -246,7 +249,7 @@ def run_eval(
     results = []
     for t in targets:
         progress = progress_factory(t.name, len(kept)) if progress_factory else None
-        if backend == "vllm":
+        if backend == "vllm" and not is_adapter_folder(t.model):  # an adapter: merged onto its base here
             on_status(f"evaluating {t.name} with vLLM")
             result = evaluate_examples_vllm(
                 resolve_model_path(t.model), tokenizers[t.name], kept, max_new_tokens=max_new_tokens,
@@ -256,7 +259,7 @@ def run_eval(
         else:
             on_status(f"loading {t.name} ({t.model}) on {device}")
             start = time.perf_counter()
-            model = load_model(t.model, t.dtype, device)
+            model = load_model_or_adapter(t.model, t.dtype, device, base=t.base_model)
             load_s = time.perf_counter() - start
             result = evaluate_examples(
                 model, tokenizers[t.name], kept, max_new_tokens=max_new_tokens, batch_size=batch_size,

@@ -89,6 +89,31 @@ def refuse_stored_remote_code(config: Any, trusted_now: bool, run_folder: Path) 
                          f"by itself; give --set {TRUST_KEY}=true to this command if you trust that code")
 
 
+#: What marks a peft adapter folder (a LoRA run's final/ and checkpoint-N/): weights to put on a base model.
+ADAPTER_CONFIG = "adapter_config.json"
+
+
+def is_adapter_folder(model: str) -> bool:
+    return Path(model, ADAPTER_CONFIG).is_file()
+
+
+def load_model_or_adapter(model: str, dtype: str = "auto", device: Any = None, base: str | None = None) -> Any:
+    """:func:`load_model`, or for a peft adapter folder the adapter on its base model, merged (what a LoRA policy
+    trained): ``base`` is the policy's model (the run's config), else the base the adapter names."""
+    if not is_adapter_folder(model):
+        return load_model(model, dtype, device)
+    from peft import PeftModel
+
+    if base is None:
+        import json
+
+        base = json.loads(Path(model, ADAPTER_CONFIG).read_text(encoding="utf-8")).get("base_model_name_or_path")
+        if not base:
+            raise UsageError(f"{model}: a LoRA adapter that names no base model; evaluate the run folder instead "
+                             "(its config names the policy's model)")
+    return PeftModel.from_pretrained(load_model(base, dtype, device), model).merge_and_unload()
+
+
 def load_model(model: str, dtype: str = "auto", device: Any = None, trust_remote_code: bool = False) -> Any:
     """Load a causal LM for a policy (``dtype`` "auto": bfloat16 on a GPU, float32 on the CPU); code shipped with it
     runs only with ``trust_remote_code`` (the recipe's ``grpo.trust_remote_code``), never on transformers' own

@@ -220,14 +220,9 @@ def sft_rows(successes: list[Success], tokenizer: Any, chat_template: bool,
 
 def load_start_model(plan: DistillPlan, dtype: str, device: str) -> Any:
     """The learner's trained model (a GRPO LoRA adapter in final/ is merged into its base)."""
-    from mutualrl.pools.loading import load_model
+    from mutualrl.pools.loading import load_model_or_adapter
 
-    if (plan.start_model / "adapter_config.json").is_file():
-        from peft import PeftModel
-
-        base = load_model(plan.learner.model, dtype, device)
-        return PeftModel.from_pretrained(base, str(plan.start_model)).merge_and_unload()
-    return load_model(str(plan.start_model), dtype, device)
+    return load_model_or_adapter(str(plan.start_model), dtype, device, base=plan.learner.model)
 
 
 def train_distill(plan: DistillPlan, on_status: Callable[[str], None] = lambda msg: None) -> dict[str, Any]:
