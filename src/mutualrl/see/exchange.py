@@ -36,10 +36,21 @@ from mutualrl.see import files
 from mutualrl.see.binding import check_exchange_owner
 from mutualrl.see.errors import PeerFailedError, ShardMissingError
 from mutualrl.see.files import CHECKSUM_ALGORITHM
-from mutualrl.see.liveness import HeartbeatWatch, barrier_timeout_error, mark_policy_failed, read_failure, write_heartbeat
+from mutualrl.see.liveness import (
+    HeartbeatWatch,
+    barrier_timeout_error,
+    mark_policy_failed,
+    read_failure,
+    read_heartbeat,
+    write_heartbeat,
+)
 from mutualrl.see.provenance import refresh_provenance
 from mutualrl.see.records import COLUMNS, FILE_METADATA, SCHEMA_VERSION, RolloutBatch
 from mutualrl.see.shards import ShardInfo, complete_shards, load_shard, scan_committed
+
+
+MAX_WORLD_SIZE = 65536
+"""A heartbeat naming more ranks than this is not believed (it would make each poll open that many names)."""
 
 
 class ExperienceExchange:
@@ -104,6 +115,7 @@ class ExperienceExchange:
         # A policy restarted into its running pool (see.max_restarts) redoes steps it already published: keep
         # those shards (a peer may be reading them right now) instead of replacing them.
         self.keep_committed = False
+        self._worlds: dict[str, set[int]] = {self.policy: {self.world_size}}  # world sizes a policy's shards name
         for sub in (files.FAILED_DIR, files.HEARTBEAT_DIR):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
 
@@ -205,7 +217,7 @@ class ExperienceExchange:
         """Every rank's shard of ``step`` is committed (a round cut by a crash is published again, whole: no reader
         reads an incomplete round, so replacing its shards is safe)."""
         found: dict[int, dict[int, ShardInfo]] = {}
-        scan_committed(self.root, self.run_id, step, self.policy, found, set())
+        scan_committed(self.root, self.run_id, step, self.policy, found, set(), worlds=(self.world_size,))
         return len(found.get(self.world_size, {})) == self.world_size
 
     # ------------------------------------------------------------------------------------
@@ -265,10 +277,12 @@ class ExperienceExchange:
                 for policy in targets:
                     if policy in done:
                         continue
-                    scan_committed(self.root, self.run_id, step, policy, found[policy], other_runs[policy])
+                    scan_committed(self.root, self.run_id, step, policy, found[policy], other_runs[policy],
+                                   worlds=self.known_worlds(policy))
                     complete = complete_shards(found[policy])
                     if complete is not None:
                         done[policy] = complete
+                        self._worlds.setdefault(policy, set()).add(len(complete))
                     elif arrived is not None and arrived(policy):
                         done[policy] = []
                 pending = [p for p in targets if p not in done]
@@ -293,6 +307,17 @@ class ExperienceExchange:
         finally:
             self.waiting = False
 
+    def known_worlds(self, policy: str) -> tuple[int, ...]:
+        """The world sizes ``policy``'s shard names carry, as far as this rank knows: from its rounds seen so far,
+        else from its rank 0's heartbeat of this run, read by its name (a shared filesystem's cached listing can
+        hide a new round for up to a minute; files opened by name are current)."""
+        if not self._worlds.get(policy):
+            beat = read_heartbeat(self.root, policy, 0)
+            world = beat.get("world_size") if beat.get("run_id") == self.run_id else None
+            if isinstance(world, int) and not isinstance(world, bool) and 0 < world <= MAX_WORLD_SIZE:
+                self._worlds[policy] = {world}
+        return tuple(sorted(self._worlds.get(policy, ())))
+
     # ------------------------------------------------------------------------------------
     # read
     # ------------------------------------------------------------------------------------
@@ -301,7 +326,8 @@ class ExperienceExchange:
         """The committed shards of (step, policy) in this run, in rank order; :class:`ShardMissingError` if incomplete."""
         found: dict[int, dict[int, ShardInfo]] = {}
         other: set[str] = set()
-        scan_committed(self.root, self.run_id, int(step), files.check_policy_name(policy), found, other)
+        scan_committed(self.root, self.run_id, int(step), files.check_policy_name(policy), found, other,
+                       worlds=self.known_worlds(policy))
         complete = complete_shards(found)
         if complete is None:
             have = {w: sorted(r) for w, r in found.items()}
@@ -372,7 +398,8 @@ class ExperienceExchange:
             except FileNotFoundError:
                 pass
         content = {
-            "policy": self.policy, "rank": self.rank, "run_id": self.run_id, "step": self._published_step,
+            "policy": self.policy, "rank": self.rank, "world_size": self.world_size, "run_id": self.run_id,
+            "step": self._published_step,
             "hostname": socket.gethostname(), "pid": os.getpid(), "time": time.time(), "work": self.work,
             **({"progress": progress} if progress is not None else {}),
         }

@@ -90,6 +90,30 @@ def heartbeat_path(root: Path, policy: str, rank: int) -> Path:
     return root / HEARTBEAT_DIR / f"{policy}.rank-{rank}.json"
 
 
+def revalidate_folders(root: Path, folder: Path) -> None:
+    """Open ``root`` and every folder below it down to ``folder`` (those that exist), in order.
+
+    On NFS (close-to-open consistency) opening a folder makes the client ask the server for its attributes, so a
+    file or folder added there since, by another machine, is seen at once, where a path walk through the cached
+    folder can keep reporting it missing until the attribute cache expires (``acdirmax``, 60 s by default).
+    Elsewhere it costs a few opens.
+    """
+    path = Path(root)
+    for part in (Path(folder).relative_to(root).parts if folder != root else ()):
+        if not _open_folder(path):
+            return
+        path = path / part
+    _open_folder(path)
+
+
+def _open_folder(path: Path) -> bool:
+    try:
+        os.close(os.open(path, os.O_RDONLY | os.O_DIRECTORY))
+    except OSError:  # missing (not committed yet), or not a folder: the scan that follows says what it finds
+        return False
+    return True
+
+
 def file_checksum(buffer: Any) -> str:
     """xxh3_128 hex digest of a bytes-like object (e.g. a memory-mapped file)."""
     return xxhash.xxh3_128(buffer).hexdigest()

@@ -115,6 +115,16 @@ def clear_failure(root: Path | str, policy: str) -> bool:
         return False
 
 
+def read_heartbeat(root: Path, policy: str, rank: int) -> dict[str, Any]:
+    """The content of ``policy``'s rank ``rank`` heartbeat, opened by its name; {} when there is none or it is
+    unreadable."""
+    try:
+        content = json.loads(read_bytes(files.heartbeat_path(Path(root), policy, rank)))
+    except (OSError, ValueError, RecursionError, RunFolderError):
+        return {}
+    return content if isinstance(content, dict) else {}
+
+
 def heartbeat_ages(root: Path, policy: str, now: float | None = None) -> dict[int, tuple[float, dict[str, Any]]]:
     """Per rank of ``policy``: (seconds since its last heartbeat, last heartbeat content)."""
     now = time.time() if now is None else now

@@ -15,6 +15,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
@@ -91,41 +92,56 @@ def older_layout_error(path: Path, version: int) -> SchemaMismatchError:
 
 
 def scan_committed(root: Path, run_id: str, step: int, policy: str, found: dict[int, dict[int, ShardInfo]],
-                   other_runs: set[str]) -> None:
+                   other_runs: set[str], worlds: Iterable[int] = ()) -> None:
     """Add the committed shards of (step, policy) in run ``run_id`` to ``found[world_size][rank]``.
+
+    The folder is listed after each folder on its way was opened (:func:`~mutualrl.see.files.revalidate_folders`),
+    and every manifest of a world size in ``worlds`` is also opened by its name: on a shared filesystem a cached
+    listing can miss a new shard for up to a minute, an open of a name does not (NFS's close-to-open consistency).
 
     Shards of other runs (a reused folder) are skipped and their run ids added to ``other_runs``. A manifest of
     this run that describes another policy, step or rank than its path (copied there) is a
     :class:`CorruptShardError`; one of another schema version, a :class:`SchemaMismatchError`.
     """
     folder = files.policy_dir(root, step, policy)
+    files.revalidate_folders(root, folder)
+    named: dict[tuple[int, int], Path] = {}
     try:
-        entries = list(os.scandir(folder))
+        for entry in os.scandir(folder):
+            m = MANIFEST_RE.match(entry.name)
+            if m:
+                named[int(m.group(1)), int(m.group(2))] = Path(entry.path)
     except FileNotFoundError:
+        pass
+    for world in worlds:
+        for rank in range(world):
+            named.setdefault((rank, world), files.manifest_path(root, step, policy, rank, world))
+    for (rank, world), path in named.items():
+        if rank not in found.get(world, {}):
+            add_committed(path, run_id, (policy, step, rank, world), found, other_runs, root)
+
+
+def add_committed(path: Path, run_id: str, where: tuple[str, int, int, int], found: dict[int, dict[int, ShardInfo]],
+                  other_runs: set[str], root: Path) -> None:
+    """Add the shard of manifest ``path`` (at ``where``: its path's policy, step, rank, world size) to ``found`` when
+    it is committed in run ``run_id`` (see :func:`scan_committed`)."""
+    policy, step, rank, world = where
+    try:
+        info = read_manifest(path)
+    except FileNotFoundError:  # not committed yet, or pruned or replaced between listing and reading
         return
-    for entry in entries:
-        m = MANIFEST_RE.match(entry.name)
-        if not m:
-            continue
-        rank, world = int(m.group(1)), int(m.group(2))
-        if rank in found.get(world, {}):
-            continue
-        try:
-            info = read_manifest(Path(entry.path))
-        except FileNotFoundError:  # pruned or replaced between listing and reading
-            continue
-        if info.run_id != run_id:
-            other_runs.add(info.run_id)
-            continue
-        if info.schema_version != SCHEMA_VERSION:
-            raise older_layout_error(root, info.schema_version)
-        if (info.policy, info.step, info.rank, info.world_size) != (policy, step, rank, world):
-            raise CorruptShardError(
-                f"SEE manifest {info.manifest_path} describes policy {info.policy!r} step {info.step} rank "
-                f"{info.rank}/{info.world_size}, but its path says policy {policy!r} step {step} rank {rank}/{world} "
-                "(copied from elsewhere?); the shard cannot be trusted",
-                path=info.manifest_path, problem="manifest_mismatch", peer=policy, step=step)
-        found.setdefault(world, {})[rank] = info
+    if info.run_id != run_id:
+        other_runs.add(info.run_id)
+        return
+    if info.schema_version != SCHEMA_VERSION:
+        raise older_layout_error(root, info.schema_version)
+    if (info.policy, info.step, info.rank, info.world_size) != where:
+        raise CorruptShardError(
+            f"SEE manifest {info.manifest_path} describes policy {info.policy!r} step {info.step} rank "
+            f"{info.rank}/{info.world_size}, but its path says policy {policy!r} step {step} rank {rank}/{world} "
+            "(copied from elsewhere?); the shard cannot be trusted",
+            path=info.manifest_path, problem="manifest_mismatch", peer=policy, step=step)
+    found.setdefault(world, {})[rank] = info
 
 
 def complete_shards(found: dict[int, dict[int, ShardInfo]]) -> list[ShardInfo] | None:

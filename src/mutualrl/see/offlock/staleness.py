@@ -49,7 +49,8 @@ def committed_shards(exchange: ExperienceExchange, policy: str, step: int,
     if seen is not None and (policy, int(step)) in seen:
         return seen[policy, int(step)]
     found: dict[int, dict[int, ShardInfo]] = {}
-    scan_committed(Path(exchange.root), exchange.run_id, int(step), policy, found, set())
+    scan_committed(Path(exchange.root), exchange.run_id, int(step), policy, found, set(),
+                   worlds=exchange.known_worlds(policy))
     shards = complete_shards(found)
     if seen is not None and shards is not None:
         seen[policy, int(step)] = shards
