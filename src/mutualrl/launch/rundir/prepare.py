@@ -89,6 +89,7 @@ def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Consol
     from mutualrl.tasks.reward_funcs import task_summary
 
     console.print(task_summary(config.task, config.grpo), highlight=False)
+    warn_seen_prompts(config, train_kept, eval_kept, console)
     write_examples(paths.data / TRAIN_FILE, train_kept)
     write_examples(paths.data / EVAL_FILE, eval_kept)
     record_inputs(paths, config)  # what --resume and eval check the user's code and this data copy against
@@ -98,6 +99,18 @@ def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Consol
                   f"as longer than {config.task.max_prompt_tokens} tokens for some policy "
                   f"({', '.join(f'{k}: {v}' for k, v in report.dropped_by_policy.items())})", highlight=False)
     write_resolved_config(paths, config, source)
+
+
+def warn_seen_prompts(config: RunConfig, train: list[Any], held_out: list[Any], console: Console) -> None:
+    """A user's dataset whose prompts the pool's models already saw (a built-in pool's warm start or held-out
+    data): one warning line with the counts."""
+    from mutualrl.pools.seen_prompts import overlap_warning
+
+    if config.task.name != "dataset":
+        return
+    warning = overlap_warning([p.model for p in config.pool.policies], train, held_out)
+    if warning:
+        console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
 
 
 def kept_prompts(config: RunConfig, console: Console) -> tuple[list[Any], list[Any], tuple[Any, Any]]:
