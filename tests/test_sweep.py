@@ -109,3 +109,23 @@ def test_submitits_local_executor_runs_the_array(user_folder: Path, monkeypatch:
     jobs = submit_array(spec, commands, SlurmOptions(local=True, parallel=2, time_min=5))
     assert [job.result() for job in jobs] == [0, 0]
     assert [pickle.loads(job.paths.submitted_pickle.read_bytes()).args[0] for job in jobs] == commands
+
+
+@pytest.mark.slow
+def test_a_sweep_trains_then_reuses_and_refuses_a_changed_run(user_folder: Path) -> None:
+    """One real run (the tiny pool, 1 step, the user's data from their folder): trained, then reused by the same
+    command, then refused when a setting changed, naming it; `report` reads the sweep."""
+    args = ["sweep", "--regimes", "standalone", "--seeds", "1", "--max-steps", "1", "-o", "sw",
+            *[x for s in [*USER_TASK, "validation.limit=4"] for x in ("--set", s)]]
+    runner = CliRunner()
+    first = runner.invoke(app, args, terminal_width=300)
+    assert first.exit_code == 0, first.output
+    assert "0 finished (reused), 0 to resume, 1 to train" in first.output and "sweep finished: 1 runs" in first.output
+    again = runner.invoke(app, args, terminal_width=300)
+    assert again.exit_code == 0 and "1 finished (reused), 0 to resume, 0 to train" in again.output
+    changed = runner.invoke(app, [*args, "--set", "grpo.learning_rate=2e-5"], terminal_width=300)
+    assert changed.exit_code != 0 and "holds a run with other settings or inputs (grpo.learning_rate" in changed.output
+    assert "mutualrl sweep reuses a run only when" in changed.output
+    report = runner.invoke(app, ["report", "sw", "--format", "json"])
+    rows = json.loads(report.output)["rows"]
+    assert {row["policy"] for row in rows} == {"tiny-bpe", "tiny-sp"} and all(row["n"] == 1 for row in rows)
