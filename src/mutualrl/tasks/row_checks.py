@@ -127,3 +127,61 @@ class ColumnTypes:
             if seen[0] != kind(value):
                 raise DataError(f"{where(self.origin, index, str(column))}: holds {kind(value)}, but row {seen[1]} "
                                 f"holds {seen[0]}; a column holds one type")
+
+
+def check_carried_columns(rows: list[dict[str, Any]], origin: str) -> None:
+    """Every column can ride to the trainer: the rows travel as JSON (``RUN/data/*.jsonl``) and then as an Arrow
+    table (``datasets.Dataset.from_list``), which holds one type per column, inside lists and objects too. A value
+    JSON cannot spell (bytes, a date) or a column Arrow cannot hold (a list mixing text and numbers, a Parquet map
+    column, lists of different element types) is one line naming the file, the first row that cannot be carried and
+    the column, at the dry run and before any worker starts (it was ~40 lines of ArrowTypeError in every worker)."""
+    columns = dict.fromkeys(str(column) for row in rows for column in row if column != "prompt")
+    for column in columns:
+        values = [row.get(column) for row in rows]
+        if not any(isinstance(value, (list, tuple, dict)) for value in values):
+            continue
+        carried = [json_value(value, where(origin, index, column)) for index, value in enumerate(values)]
+        if not arrow_holds(carried):
+            bad = first_unheld(carried)
+            raise DataError(f"{where(origin, bad, column)}: {short_value(values[bad])} cannot share a column with the "
+                            "rows before it (a column holds one type, inside lists and objects too: the datasets "
+                            "library carries the rows to the trainer); give every row the same shape, or store the "
+                            "value as JSON text")
+
+
+def json_value(value: Any, place: str) -> Any:
+    """``value`` as the worker reads it back from the run's JSONL copy."""
+    import json
+
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError) as err:
+        raise DataError(f"{place}: {short_value(value)} cannot be written as JSON ({err}); convert it to text, a "
+                        "number, a list or an object") from None
+
+
+def arrow_holds(values: list[Any]) -> bool:
+    import pyarrow as pa
+
+    try:
+        pa.array(values)
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return False
+    return True
+
+
+def first_unheld(values: list[Any]) -> int:
+    """The first index whose prefix Arrow cannot hold (a prefix that fails stays failing as it grows)."""
+    low, high = 0, len(values) - 1  # values[:high + 1] fails
+    while low < high:
+        middle = (low + high) // 2
+        if arrow_holds(values[:middle + 1]):
+            low = middle + 1
+        else:
+            high = middle
+    return low
+
+
+def short_value(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= limit else text[:limit] + '...'}"

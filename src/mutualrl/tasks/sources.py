@@ -99,10 +99,10 @@ def _read_json_file(path: Path) -> list[dict[str, Any]]:
                 return data
             if isinstance(data, dict) and isinstance(data.get("data"), list):
                 return data["data"]
-            if isinstance(data, dict) and len(text.splitlines()) == 1:
+            if isinstance(data, dict) and "\n" not in text.strip():
                 return [data]
     rows = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    for lineno, line in enumerate(text.split("\n"), start=1):  # JSON Lines end lines at \n only (U+2028 is text)
         if not line.strip():
             continue
         try:
@@ -151,11 +151,11 @@ def _split_files(folder: Path, split: str) -> list[Path]:
     patterns += [f"{split}-*{s}" for s in LOCAL_SUFFIXES]
     patterns += [f"data/{split}-*{s}" for s in LOCAL_SUFFIXES]
     patterns += [f"{split}/*{s}" for s in LOCAL_SUFFIXES]
-    for pattern in patterns:
-        found = sorted(folder.glob(pattern))
-        if found:
-            return found
-    return []
+    matched = [found for found in (sorted(folder.glob(pattern)) for pattern in patterns) if found]
+    if len(matched) > 1:  # train.jsonl beside train.parquet: which one is meant is not ours to guess
+        raise DataError(f"{folder}: two kinds of data files for split {split!r}: {matched[0][0].name} and "
+                        f"{matched[1][0].relative_to(folder)}; keep one (or put the other elsewhere)")
+    return matched[0] if matched else []
 
 
 def local_has_split(folder: Path, split: str) -> bool:

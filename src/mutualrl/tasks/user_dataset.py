@@ -23,7 +23,7 @@ from typing import Any
 
 from mutualrl.errors import DataError, UsageError
 from mutualrl.tasks.base import Task, TaskExample
-from mutualrl.tasks.row_checks import ColumnTypes, check_cell, prompt_text, where
+from mutualrl.tasks.row_checks import ColumnTypes, check_carried_columns, check_cell, prompt_text, where
 from mutualrl.tasks.sources import (NAMED_SOURCES, Rows, existing_local_source, local_has_split, parse_hub_id, read_hub,
                                     read_local, require)
 
@@ -131,6 +131,7 @@ class UserDatasetTask(Task):
         data = self.read(read_split, source)
         columns = ColumnTypes(data.origin)
         examples = [self.make_example(row, i, read_split, data.origin, columns) for i, row in enumerate(data.rows)]
+        check_carried_columns(data.rows, data.origin)
         if holding_out:
             if split not in (self.train_split, self.eval_split):
                 raise UsageError(f"task 'dataset': {data.origin} has one split; use {self.train_split!r} (training "
