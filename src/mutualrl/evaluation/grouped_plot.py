@@ -86,22 +86,24 @@ def plot_grouped(run_dirs: Sequence[Path], out_dir: Path, by: Sequence[str], fmt
     panels = panel_bands(report.groups)
     labels = list(report.groups)
     palette, styles = colors(len(labels)), run_styles(len(labels))
-    policies = list(dict.fromkeys(policy for policy, _ in panels))
-    task_groups = list(dict.fromkeys(group for _, group in panels))
+    policies = list(dict.fromkeys(row.policy for row in report.rows))  # the report's order: the pool's
+    task_groups = list(dict.fromkeys(row.task_group for row in report.rows))
+    # a row per policy, a column per task group; without task groups the policies side by side
+    grid = [[(p, g) for g in task_groups] for p in policies] if len(task_groups) > 1 else [[(p, ALL) for p in policies]]
     plt = pyplot()
     plt.rcParams.update({"font.size": 7, "axes.titlesize": 7, "legend.fontsize": 7})
-    cols = len(task_groups)
+    rows, cols = len(grid), len(grid[0])
     fig_width = WIDTHS[width]
-    fig, axes = plt.subplots(len(policies), cols, squeeze=False, sharex=True, sharey=True,
-                             figsize=(fig_width, 0.3 + len(policies) * min(1.9, fig_width / cols * 0.8)))
-    for row, policy in enumerate(policies):
-        for col, group in enumerate(task_groups):
-            draw_panel(axes[row][col], panels.get((policy, group), {}), labels, palette, styles)
-            axes[row][col].set_title(f"{policy}: {group}", pad=2)
-            if col == 0:
-                axes[row][col].set_ylabel("held-out reward@1")
-            if row == len(policies) - 1:
-                axes[row][col].set_xlabel("training step")
+    fig, axes = plt.subplots(rows, cols, squeeze=False, sharex=True, sharey=True,
+                             figsize=(fig_width, 0.3 + rows * min(1.9, fig_width / cols * 0.8)))
+    for r, line in enumerate(grid):
+        for c, (policy, group) in enumerate(line):
+            draw_panel(axes[r][c], panels.get((policy, group), {}), labels, palette, styles)
+            axes[r][c].set_title(f"{policy}: {group}", pad=2)
+            if c == 0:
+                axes[r][c].set_ylabel("held-out reward@1")
+            if r == rows - 1:
+                axes[r][c].set_xlabel("training step")
     context = report.context
     fig.suptitle(f"{context['pool']} pool, task {context['task']}, {context['steps']} steps", fontsize=8)
     entries = [(f"{label} (n = {len(report.groups[label])})", paper_line(palette[i], styles[i]))
@@ -129,4 +131,7 @@ def draw_panel(ax: Any, bands: dict[str, Band], labels: list[str], palette: list
         ax.plot(curve.steps, curve.mean, **paper_line(palette[index], styles[index]))
         if curve.low is not None and curve.high is not None:
             ax.fill_between(curve.steps, curve.low, curve.high, color=palette[index], alpha=0.18, linewidth=0)
+    from matplotlib.ticker import MaxNLocator
+
     ax.set_ylim(-0.03, 1.03)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole
