@@ -64,6 +64,33 @@ def check_torch() -> list[Check]:
     return checks
 
 
+def check_c_compiler() -> Check | None:
+    """A C compiler and Python's headers where TRL's Triton kernels run: on a CUDA GPU its fused log-prob head
+    (``trl/kernels/chunked_logprob.py``) is a Triton kernel, and Triton builds a small C launcher at its first call
+    with ``$CC``, else ``gcc``, else ``clang`` (``triton/runtime/build.py``), against ``Python.h``; without them
+    the first training step fails ("Failed to find C compiler"). None where no Triton kernel runs."""
+    import sysconfig
+
+    import torch
+    from transformers.utils import is_triton_available
+
+    if not (torch.cuda.is_available() and is_triton_available()):
+        return None
+    named = os.environ.get("CC")
+    compiler = shutil.which(named.split()[0]) if named and named.split() else shutil.which("gcc") or shutil.which("clang")
+    scheme = sysconfig.get_default_scheme()
+    headers = Path(sysconfig.get_paths(scheme="posix_prefix" if scheme == "posix_local" else scheme)["include"])
+    missing = [what for what, found in ((f"a C compiler (CC={named})" if named else "a C compiler (gcc or clang)",
+                                         compiler), (f"Python's headers ({headers / 'Python.h'})",
+                                                     (headers / "Python.h").is_file())) if not found]
+    if missing:
+        return Check("c-compiler", "fail", f"{' and '.join(missing)} not found: TRL's Triton log-prob kernel builds "
+                     "its launcher at the first training step on this GPU and fails there",
+                     "install gcc and the Python development headers (Debian/Ubuntu: apt-get install gcc "
+                     "python3-dev), or set CC to a C compiler")
+    return Check("c-compiler", "ok", f"{compiler} and {headers / 'Python.h'} (TRL's Triton kernels build with them)")
+
+
 def check_module(name: str, module: str, fix: str, needed_for: str) -> Check:
     """An optional package: ok with its version, else warn with what it is needed for."""
     try:
@@ -183,10 +210,26 @@ def check_disk(run_dir: Path) -> Check:
                  "" if status == "ok" else f"a paper run wants >= {MIN_FREE_GIB:.0f} GiB for checkpoints and the SEE")
 
 
+def check_run_filesystem(run_dir: Path) -> Check:
+    """The filesystem the run folder (and its SEE exchange) is on, and a mount that would stall the barrier."""
+    from mutualrl.see.mounts import barrier_stall, mount_of
+
+    mount = mount_of(run_dir)
+    if mount is None:
+        return Check("filesystem", "warn", f"{run_dir}: the mount table cannot be read here", "")
+    info = {"fstype": mount.fstype, "source": mount.source, "mount_point": mount.point, "options": list(mount.options)}
+    stall = barrier_stall(mount)
+    if stall:
+        return Check("filesystem", "warn", f"{run_dir}: {stall}", "remount the shared folder without nocto", info)
+    return Check("filesystem", "ok", f"{run_dir} on {mount.describe()}", "", info)
+
+
 def run_checks(run_dir: Path, hub: bool = True) -> list[Check]:
     from mutualrl.training.trackers import TRACKER_MODULES
 
     checks = check_torch()
+    compiler = check_c_compiler()
+    checks += [compiler] if compiler is not None else []
     checks += [
         check_module("trl", "trl", "pip install -e .", "training"),
         check_tested_versions(),
@@ -198,7 +241,7 @@ def run_checks(run_dir: Path, hub: bool = True) -> list[Check]:
     ]
     checks += [check_module(name, TRACKER_MODULES[name][0], f"pip install {TRACKER_MODULES[name][0]}",
                             f"grpo.report_to: [{name}]") for name in COMMON_TRACKERS]
-    checks += [check_assets(), check_disk(run_dir)]
+    checks += [check_assets(), check_disk(run_dir), check_run_filesystem(run_dir)]
     if hub:
         checks.append(check_hub())
     return checks

@@ -50,6 +50,7 @@ from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 from mutualrl.pools.loading import remote_code_note
 from mutualrl.regimes.registry import get_regime
 from mutualrl.run_folder import RunPaths, read_json
+from mutualrl.see.mounts import barrier_stall, mount_of
 from mutualrl.training.grpo_args import owned_grpo_fields, planned_grpo_env, planned_grpo_text
 from mutualrl.training.trackers import check_trackers
 
@@ -111,6 +112,8 @@ class LaunchPlan:
     main_address: str = "127.0.0.1"
     disk: DiskPlan | None = None
     """The checkpoints and final weights the run holds at its peak against the run folder's free space."""
+    see_filesystem: str = ""
+    """The filesystem of the SEE folder, in words (the barrier polls it)."""
 
     def policy(self, name: str) -> PolicyPlan:
         for plan in self.policies:
@@ -139,6 +142,7 @@ class LaunchPlan:
             "placement": self.placement.to_dict(),
             "warnings": list(self.warnings),
             "disk": asdict(self.disk) if self.disk else None,
+            "see_filesystem": self.see_filesystem,
             "policies": [
                 {
                     "name": p.name,
@@ -217,6 +221,7 @@ class LaunchPlan:
             machine=int(data.get("machine", 0)),
             main_address=str(data.get("main_address", "127.0.0.1")),
             disk=_disk_from(data.get("disk")),
+            see_filesystem=str(data.get("see_filesystem", "")),
         )
 
     def write(self, run_dir: Path | None = None) -> list[Path]:
@@ -327,6 +332,11 @@ def make_launch_plan(
     warnings += check_bounds(config, placement, plans, node.ram_gib, node.gpu_memory_gib)
     disk = disk_plan(config, plans, RunPaths(run_dir).policies)
     warnings += check_disk(disk, refuse=not (simulate or dry_run), force=launch.force)
+    see_root = RunPaths(run_dir).see_root(config.see.dir)
+    see_mount = mount_of(see_root)
+    stall = barrier_stall(see_mount)
+    if stall:
+        warnings.append(f"the SEE folder {see_root}: {stall}")
     if simulate and node.gpu_memory_gib is None and node.gpus > 0:
         warnings.append("memory check skipped: GPU memory is unknown for a simulated node (--gpus); give it with "
                         "--gpu-memory GIB (e.g. --gpu-memory 80 for an 80 GiB card)")
@@ -342,6 +352,7 @@ def make_launch_plan(
         machine=launch.machine_rank,
         main_address=launch.main_address,
         disk=disk,
+        see_filesystem=f"{see_root} on " + (see_mount.describe() if see_mount else "an unknown filesystem"),
     )
 
 

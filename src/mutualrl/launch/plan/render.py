@@ -39,6 +39,8 @@ def render_plan(plan: LaunchPlan, console: Console, written: bool = False) -> No
         console.print(_engine_table(plan))
     if plan.disk is not None:
         console.print(Text(_disk_line(plan.disk)))
+    if plan.see_filesystem:
+        console.print(Text(f"SEE folder: {plan.see_filesystem}"))
     render_schedule([(p.name, p.schedule) for p in plan.policies], console)
 
     console.print(Text("Launch commands", style="bold"))
