@@ -1,0 +1,12 @@
+#!/bin/bash
+# A sweep on a Slurm cluster: every (regime, seed) of the grid is one task of one job array, submitted by submitit
+# from a login node (no sbatch script to write). Run it from the folder holding your data and reward module; the
+# sweep folder must be on a filesystem the compute nodes share (it is the only state the jobs share).
+#   bash examples/slurm/sweep.sh [more mutualrl sweep / train options]
+# Run the same command again after a failure or a time limit: finished runs are reused, the others resubmitted.
+set -euo pipefail
+source "${MUTUALRL_VENV:-$PWD/.venv}/bin/activate"
+
+mutualrl sweep --pool 2qwen --regimes standalone,sgt,xgrpo --seeds 1,2,3 -o "${SWEEP_DIR:-$PWD/sweeps/2qwen}" \
+    --slurm --slurm-gpus 8 --slurm-cpus 32 --slurm-time 2880 --slurm-parallel 4 "$@"
+# then: mutualrl report "$SWEEP_DIR"; mutualrl plot --group-by regime "$SWEEP_DIR" -o figs
