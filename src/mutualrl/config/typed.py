@@ -248,3 +248,15 @@ def iter_field_help(cls: type, prefix: str = "") -> typing.Iterator[tuple[str, s
             yield from iter_field_help(target, name)
         else:
             yield name, describe_type(tp), f.metadata.get("help", ""), default
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """``{'a': {'b': 1}}`` -> ``{'a.b': 1}``; policies are keyed by name, so reordering is no change."""
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(flatten(item, f"{prefix}{key}."))
+        return out
+    if isinstance(value, list) and value and all(isinstance(v, dict) and "name" in v for v in value):
+        return flatten({str(v["name"]): v for v in value}, prefix)
+    return {prefix[:-1]: value}

@@ -7,12 +7,12 @@ file spelled as two paths is one input (its sha256 is the same), a file edited b
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mutualrl.config.typed import flatten
 from mutualrl.errors import DataError
 from mutualrl.run_folder import RunPaths, read_json
 
@@ -52,21 +52,6 @@ def resolve_key(key: str) -> str:
     return KEY_ALIASES.get(key, key)
 
 
-def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    """``{"grpo": {"beta": 0}}`` -> ``{"grpo.beta": 0}``; a list is one value (its JSON text), a policy list is keyed
-    by the policies' names (``pool.policies.tiny-bpe.model``)."""
-    if isinstance(data, dict):
-        out: dict[str, Any] = {}
-        for key, value in data.items():
-            out.update(flatten(value, f"{prefix}{key}."))
-        return out
-    if isinstance(data, list) and data and all(isinstance(item, dict) and "name" in item for item in data):
-        return flatten({str(item["name"]): {k: v for k, v in item.items() if k != "name"} for item in data}, prefix)
-    if isinstance(data, list):
-        return {prefix[:-1]: json.dumps(data, sort_keys=True, default=str)}
-    return {prefix[:-1]: data}
-
-
 def read_settings(run: Path) -> RunSettings:
     """``RUN/config.yaml`` flattened, with the digests of ``RUN/inputs.json`` in place of the data's path."""
     from mutualrl.config.yaml_strict import load_yaml
@@ -78,7 +63,7 @@ def read_settings(run: Path) -> RunSettings:
     recipe = load_yaml(read_bytes(paths.config).decode("utf-8", errors="replace"), str(paths.config))
     if not isinstance(recipe, dict):
         raise DataError(f"{paths.config}: not a mapping")
-    values = flatten(recipe)
+    values = flatten(recipe)  # a list stays a list: differences compare repr()
     if paths.inputs.is_file():  # the data and code by content: the same file under two paths is one input
         record = read_json(paths.inputs)
         values.update({f"data:{name}": digest for name, digest in (record.get("data") or {}).items()})

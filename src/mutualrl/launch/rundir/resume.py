@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mutualrl.config.typed import flatten
 from mutualrl.run_folder import RunPaths
 from mutualrl.see.consumption_log import CONSUMED_DIR
 from mutualrl.see.files import FAILED_DIR, HEARTBEAT_DIR, STEP_DIR_RE
@@ -38,18 +39,6 @@ MUTABLE_ON_RESUME = (
     "task.stop_after_no_reward_steps",
 )
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
-
-
-def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """``{'a': {'b': 1}}`` -> ``{'a.b': 1}``; policies are keyed by name, so reordering is no change."""
-    if isinstance(value, dict):
-        out: dict[str, Any] = {}
-        for key, item in value.items():
-            out.update(flatten(item, f"{prefix}{key}."))
-        return out
-    if isinstance(value, list) and value and all(isinstance(v, dict) and "name" in v for v in value):
-        return flatten({str(v["name"]): v for v in value}, prefix)
-    return {prefix[:-1]: value}
 
 
 @dataclass(frozen=True)
