@@ -27,16 +27,18 @@ def sweep(tmp_path: Path) -> Path:
 
 
 def test_each_group_is_the_mean_over_its_seeds_with_the_reports_interval(sweep: Path) -> None:
-    panels = grouped_plot.panel_bands(build_report([sweep]).groups)
+    report = build_report([sweep])
+    panels = grouped_plot.panel_bands(report.groups)
     sgt = panels[("tiny-bpe", "all")]["sgt"]
     assert sgt.steps == [0, 3] and sgt.n == 3
     assert sgt.mean[1] == pytest.approx(statistics.fmean(sum(s) / 4 for s in SCORES["sgt"]))
-    report_row = next(r for r in build_report([sweep]).rows if (r.group, r.policy, r.task_group) ==
+    report_row = next(r for r in report.rows if (r.group, r.policy, r.task_group) ==
                       ("sgt", "tiny-bpe", "all"))
     assert (sgt.low[1], sgt.high[1]) == pytest.approx(report_row.stats.ci95)  # the band is the report's interval
     assert sgt.low[0] == sgt.high[0] == 0.0  # every seed at 0 before training: no width
 
 
+@pytest.mark.slow  # a 300 dpi PNG
 def test_the_figure_legend_title_and_caption(sweep: Path, tmp_path: Path) -> None:
     done = CliRunner().invoke(app, ["plot", "--group-by", "regime", str(sweep), "-o", str(tmp_path / "figs"),
                                     "--format", "png", "--width", "one"])
