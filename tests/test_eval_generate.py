@@ -351,3 +351,23 @@ def test_complementarity_runs_the_evaluation_first(tiny_models: dict[str, Path],
     assert [r.name for r in results] == ["tiny-bpe", "tiny-sp"]
     # Three new tokens cannot spell a complete \\boxed{...}: every prompt is unsolved by both models.
     assert report["pool"]["none"] == 1.0 and [r.reward_at_1 for r in results] == [0.0, 0.0]
+
+
+def test_greedy_ignores_the_model_generation_config_and_says_so() -> None:
+    """A model folder's ``generation_config.json`` (``suppress_tokens``, ``repetition_penalty``) does not change
+    which token is greedy; the results name what was taken from it (EOS) and what was not."""
+    from mutualrl.evaluation.generate import evaluate_examples
+
+    tok = load_tokenizer("gpt2")
+    model = tiny_llama(tok, 0)
+    prompts = [prompt_token_ids(tok, ex.prompt, False) for ex in some_examples()]
+    plain = generate_greedy(model, tok, prompts, max_new_tokens=6, batch_size=4)
+    first = [tok(text, add_special_tokens=False)["input_ids"][0] for text in plain if text]
+    model.generation_config.suppress_tokens = sorted(set(first))
+    model.generation_config.repetition_penalty = 5.0
+    assert generate_greedy(model, tok, prompts, max_new_tokens=6, batch_size=4) == plain
+    assert model.generation_config.repetition_penalty == 5.0  # the model's own config is left as it was
+    result = evaluate_examples(model, tok, some_examples()[:1], max_new_tokens=2, batch_size=1, chat_template=False)
+    taken = result.settings["from_model"]
+    assert taken["eos_token_ids"] == [tok.eos_token_id]
+    assert "repetition_penalty=5.0" in taken["ignored"] and any(i.startswith("suppress_tokens=") for i in taken["ignored"])

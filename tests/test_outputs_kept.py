@@ -58,11 +58,12 @@ def test_the_default_result_name_is_bounded_and_never_an_existing_file(workdir: 
 
 
 @pytest.mark.parametrize("argv", [["eval", "builtin:tiny-bpe", "-o", "x" * 300 + ".json"],
+                                  ["eval", "r" * 300], ["see", "inspect", "s" * 300],
                                   ["train", "--dry-run", "-o", "d" * 300],
                                   ["train", "--dry-run", "--save-plan", "p/" * 2100 + "plan.json"]])
 def test_a_path_too_long_for_the_filesystem_is_one_line(workdir: Path, capsys, argv: list[str]) -> None:
     code = run(argv)
-    one_line_error(code, capsys.readouterr().err, "choose a shorter one")
+    one_line_error(code, capsys.readouterr().err, "choose a shorter one")  # never the handler's own traceback
 
 
 def test_save_plan_refuses_an_existing_file(workdir: Path, capsys) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 from collections.abc import Callable
@@ -35,8 +36,21 @@ def report_errors(func: F) -> F:
         except MutualRLError as err:
             err_console.print(f"[bold red]error:[/] {escape(one_line(str(err)))}", highlight=False)
             raise typer.Exit(err.exit_code) from None
+        except OSError as err:
+            if err.errno != errno.ENAMETOOLONG:
+                raise
+            # said from the error alone: touching the path again would raise the same error
+            err_console.print(f"[bold red]error:[/] {escape(shown_path(str(err.filename or '')))}: the name is too "
+                              "long for the filesystem (a file name may have 255 bytes, a path 4096); choose a "
+                              "shorter one", highlight=False)
+            raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def shown_path(text: str) -> str:
+    """A path for a one-line message: a long one cut in the middle."""
+    return text if len(text) <= 120 else f"{text[:60]}...{text[-40:]}"
 
 
 def one_line(text: str) -> str:
@@ -75,7 +89,7 @@ PATH_MAX = 4096  # bytes in a path (Linux)
 def check_path_length(path: Path, option: str) -> None:
     """A path the filesystem cannot hold (a name over 255 bytes, a path over 4096): one line, before it is used."""
     text = str(path)
-    shown = text if len(text) <= 120 else f"{text[:60]}...{text[-40:]}"
+    shown = shown_path(text)
     if len(os.fsencode(text)) >= PATH_MAX:
         raise UsageError(f"{option} {shown}: the path is {len(os.fsencode(text))} bytes, over the {PATH_MAX} a "
                          "path may have; choose a shorter one")

@@ -140,6 +140,10 @@ def say_prompt_forms(results: list[Any], dropped: int, max_prompt_tokens: int | 
     for r in results:
         form = "the chat template" if r.settings.get("chat_template") else "plain text"
         log.print(f"{r.name}: prompts as {form} (--chat-template/--no-chat-template to change)", highlight=False)
+        ignored = r.settings.get("from_model", {}).get("ignored") or []
+        if ignored:  # greedy is greedy: the model's sampling and penalty settings are not taken
+            log.print(f"{r.name}: greedy decoding takes only the EOS ids from its generation config, not "
+                      f"{', '.join(ignored[:4])}{' ...' if len(ignored) > 4 else ''}", highlight=False, markup=False)
     if dropped:
         log.print(f"[yellow]dropped {dropped} prompt(s) longer than {max_prompt_tokens} tokens for some model[/]")
 

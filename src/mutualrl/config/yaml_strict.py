@@ -12,7 +12,7 @@ wherever the bomb sits, free-form mappings such as ``grpo.model_init_kwargs`` in
 - nesting too deep for Python to walk.
 
 It also reads ``1e-6`` as the number it is: YAML 1.1 (PyYAML) wants a dot (``1.0e-6``) and would hand
-the rest of mutualrl the text ``"1e-6"``.
+the rest of mutualrl the text ``"1e-6"``; and ``1:20`` as the text it is, not YAML 1.1's base-60 number 80.
 """
 
 from __future__ import annotations
@@ -61,6 +61,22 @@ class _StrictLoader(yaml.SafeLoader):
 
 
 _StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", EXPONENT_WITHOUT_DOT, list("-+0123456789."))
+
+
+def _number_or_text(construct: Any) -> Any:
+    """YAML 1.1's base-60 numbers (``1:20`` is 80, ``1:20.5`` 80.5) stay the text they read as (YAML 1.2 has no
+    such numbers, and no one means ``grpo.seed=1:20`` as 80): a number field then names the value it got."""
+
+    def constructor(loader: yaml.SafeLoader, node: Node) -> Any:
+        if isinstance(node, ScalarNode) and ":" in str(node.value):
+            return str(node.value)
+        return construct(loader, node)
+
+    return constructor
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _number_or_text(yaml.SafeLoader.construct_yaml_int))
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _number_or_text(yaml.SafeLoader.construct_yaml_float))
 
 
 def children(node: Node) -> list[Node]:

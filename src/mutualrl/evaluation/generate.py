@@ -28,6 +28,7 @@ from mutualrl.pools.greedy import (
     decode_completion,
     eos_token_ids,
     generate_greedy,
+    ignored_generation_settings,
 )
 from mutualrl.pools.template_render import bounded_render, tokenizer_name
 from mutualrl.tasks.base import Task, TaskExample
@@ -193,6 +194,8 @@ def evaluate_examples(
             "batch_size": batch_size,
             "chat_template": chat_template,
             "verifier": scoring_label(verifier),
+            "from_model": {"eos_token_ids": eos_token_ids(tokenizer, model),  # all greedy takes from the model
+                           "ignored": ignored_generation_settings(model)},
         },
         seconds=time.perf_counter() - start,
     )

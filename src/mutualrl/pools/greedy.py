@@ -57,6 +57,41 @@ def eval_mode(model: Any) -> Iterator[None]:
             model.train()
 
 
+@contextlib.contextmanager
+def only_eos_from_model(model: Any) -> Iterator[None]:
+    """``generate`` fills every field our config leaves unset from the model's ``generation_config.json``
+    (``suppress_tokens``, ``repetition_penalty``, ``no_repeat_ngram_size``, ``bad_words_ids``, forced tokens, a
+    minimum length): each changes which token is greedy, so a model folder chose what greedy decoding is (reward@1
+    0.5 -> 0.0). For the block the model's generation config is transformers' defaults; its EOS ids, the one thing
+    taken from it, are in our config already (:func:`eos_token_ids`)."""
+    from transformers import GenerationConfig
+
+    own = getattr(model, "generation_config", None)
+    if own is None:
+        yield
+        return
+    model.generation_config = GenerationConfig()
+    try:
+        yield
+    finally:
+        model.generation_config = own
+
+
+def ignored_generation_settings(model: Any) -> list[str]:
+    """The fields of a model's ``generation_config`` that greedy evaluation does not take (all but EOS and pad
+    ids), as ``name=value``, for the results to say."""
+    from transformers import GenerationConfig
+
+    own = getattr(model, "generation_config", None)
+    if own is None:
+        return []
+    defaults = GenerationConfig().to_dict()
+    taken = {"eos_token_id", "pad_token_id", "bos_token_id", "decoder_start_token_id", "transformers_version",
+             "_from_model_config"}
+    return [f"{key}={value!r}"[:80] for key, value in sorted(own.to_dict().items())
+            if key not in taken and value != defaults.get(key)]
+
+
 def generate_greedy(
     model: Any,
     tokenizer: Any,
@@ -91,7 +126,7 @@ def generate_greedy(
     device = next(model.parameters()).device
     order = sorted(range(len(prompts)), key=lambda i: (-len(prompts[i]), i))
     completions: list[str] = [""] * len(prompts)
-    with eval_mode(model), torch.no_grad():
+    with eval_mode(model), torch.no_grad(), only_eos_from_model(model):
         for start in range(0, len(order), batch_size):
             batch = order[start : start + batch_size]
             input_ids, attention = pad_token_rows([prompts[i] for i in batch], pad_id, side="left", device=device)
