@@ -47,10 +47,11 @@ REGIME_ARGS = {
     "xgrpo-per-policy": ["--regime", "xgrpo", "--set", "regime.xgrpo.normalisation=per-policy"],
     # HACPO (arXiv 2603.02604) with its paper's common settings (the regime's defaults) over GSPO's sequence ratio.
     "hacpo": ["--regime", "hacpo", "--set", "grpo.importance_sampling_level=sequence"],
-    # PRP (peer denominator) with F-TIS on the peer rows, the settings of recipes/experiments/prp-ftis-2qwen.yaml.
+    # PRP with F-TIS as published (arXiv 2605.22537) on the peer rows, the settings of
+    # recipes/experiments/prp-ftis-2qwen.yaml: C = 2, g = 50, advantages within each policy's own group.
     "prp-ftis": ["--regime", "prp", "--prp-denominator", "peer", "--set", "regime.prp.correction=ftis",
-                 "--set", "regime.prp.correction_level=token", "--set", "regime.prp.truncation_bound=3.0",
-                 "--set", "regime.prp.filter_bound=10.0"],
+                 "--set", "regime.prp.correction_level=token", "--set", "regime.prp.truncation_bound=2.0",
+                 "--set", "regime.prp.kl_bound=50.0"],
 }
 MAIN_REGIMES = ("standalone", "sgt")  # run on every seed of --seeds
 WEAK_TARGET, STRONG_TARGET = 0.30, -0.05

@@ -9,10 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
+from mutualrl.regimes.grpo import group_advantages
 from mutualrl.regimes.prp.maths import (
     correction_weights,
     corrected_log_weights,
+    ftis_kept,
     normalised_ess,
+    per_source_advantages,
+    resolved_grouping,
+    sequence_kl,
     source_diagnostics,
 )
 from mutualrl.regimes.seam import TOKEN_WEIGHTS
@@ -23,63 +28,88 @@ LOG_W = torch.log(W)  # [1, 4]
 MASK = torch.ones(1, 4, dtype=torch.long)  # [1, 4]
 
 
-def test_tis_caps_and_ftis_drops_then_caps_by_hand():
-    """C = 3, F = 10. TIS: min(w, 3) = [.5, 2, 3, 3], truncated [5, 20]. F-TIS: 20 > 10 dropped (0), 5 capped at 3."""
-    tis, truncated, filtered = corrected_log_weights(LOG_W, "tis", 3.0, 10.0)
-    assert torch.allclose(tis.exp(), torch.tensor([[0.5, 2.0, 3.0, 3.0]]))
-    assert truncated.tolist() == [[False, False, True, True]] and not filtered.any()
-    ftis, truncated, filtered = corrected_log_weights(LOG_W, "ftis", 3.0, 10.0)
-    assert torch.allclose(ftis.exp(), torch.tensor([[0.5, 2.0, 3.0, 0.0]]))
-    assert truncated.tolist() == [[False, False, True, False]] and filtered.tolist() == [[False, False, False, True]]
-    none, truncated, filtered = corrected_log_weights(LOG_W, "none", 3.0, 10.0)
-    assert torch.equal(none, LOG_W) and not truncated.any() and not filtered.any()
+def test_tis_and_ftis_cap_and_tis_drop_drops_then_caps_by_hand():
+    """C = 3, D = 10. TIS and F-TIS: min(w, 3) = [.5, 2, 3, 3], truncated [5, 20] (F-TIS filters whole samples by
+    advantage and KL, not here). TIS with the drop line: 20 > 10 dropped (0), 5 capped at 3."""
+    for correction in ("tis", "ftis"):
+        capped, truncated, dropped = corrected_log_weights(LOG_W, correction, 3.0, 10.0)
+        assert torch.allclose(capped.exp(), torch.tensor([[0.5, 2.0, 3.0, 3.0]]))
+        assert truncated.tolist() == [[False, False, True, True]] and not dropped.any()
+    drop, truncated, dropped = corrected_log_weights(LOG_W, "tis-drop", 3.0, 10.0)
+    assert torch.allclose(drop.exp(), torch.tensor([[0.5, 2.0, 3.0, 0.0]]))
+    assert truncated.tolist() == [[False, False, True, False]] and dropped.tolist() == [[False, False, False, True]]
+    none, truncated, dropped = corrected_log_weights(LOG_W, "none", 3.0, 10.0)
+    assert torch.equal(none, LOG_W) and not truncated.any() and not dropped.any()
 
 
-def test_the_loss_weight_is_the_corrected_weight_over_what_the_ratio_holds():
-    """Peer denominator: TRL's ratio holds w at the snapshot, so the weight is T(w)/w: TIS [1, 1, 3/5, 3/20], F-TIS
-    [1, 1, 3/5, 0]. Learner denominator: the ratio holds 1, so the weight is T(w) itself: [.5, 2, 3, 3]."""
-    peer = correction_weights(LOG_W, LOG_W, MASK, "tis", "token", 3.0, 10.0)
-    assert torch.allclose(peer, torch.tensor([[1.0, 1.0, 0.6, 0.15]]))
-    assert torch.allclose(correction_weights(LOG_W, LOG_W, MASK, "ftis", "token", 3.0, 10.0),
-                          torch.tensor([[1.0, 1.0, 0.6, 0.0]]))
-    learner = correction_weights(LOG_W, torch.zeros_like(LOG_W), MASK, "tis", "token", 3.0, 10.0)
-    assert torch.allclose(learner, torch.tensor([[0.5, 2.0, 3.0, 3.0]]))
+def test_the_loss_weight_is_t_of_w():
+    """The PPO ratio of a corrected peer row divides by the learner's snapshot (1 at generation), so the weight is
+    T(w) itself: TIS [.5, 2, 3, 3], with the drop line [.5, 2, 3, 0] (tests/test_sharing_gradients.py: through TRL)."""
+    assert torch.allclose(correction_weights(LOG_W, MASK, "tis", "token", 3.0, 10.0),
+                          torch.tensor([[0.5, 2.0, 3.0, 3.0]]))
+    assert torch.allclose(correction_weights(LOG_W, MASK, "tis-drop", "token", 3.0, 10.0),
+                          torch.tensor([[0.5, 2.0, 3.0, 0.0]]))
 
 
 def test_sequence_level_weighs_a_response_by_the_product_of_its_token_weights():
-    """Row 0: w = [2, 2] -> W = 4 > C = 3: TIS weight 3/4 on both tokens; row 1: w = [.5, 3] -> W = 1.5: weight 1.
-    F-TIS with F = 3.5: row 0 (W = 4) dropped. Row 1's padded last token (mask 0) keeps weight 1."""
+    """Row 0: w = [2, 2] -> W = 4 > C = 3: TIS weight 3 on both tokens; row 1: w = [.5, 3] -> W = 1.5: weight 1.5.
+    With the drop line D = 3.5: row 0 (W = 4) dropped. Row 1's padded last token (mask 0) keeps weight 1."""
     log_w = torch.log(torch.tensor([[2.0, 2.0, 1.0], [0.5, 3.0, 7.0]]))  # [2, 3]
     mask = torch.tensor([[1, 1, 0], [1, 1, 0]])  # [2, 3]
-    tis = correction_weights(log_w, log_w, mask, "tis", "sequence", 3.0, 10.0)
-    assert torch.allclose(tis, torch.tensor([[0.75, 0.75, 1.0], [1.0, 1.0, 1.0]]))
-    ftis = correction_weights(log_w, log_w, mask, "ftis", "sequence", 3.0, 3.5)
-    assert torch.allclose(ftis, torch.tensor([[0.0, 0.0, 1.0], [1.0, 1.0, 1.0]]))
+    tis = correction_weights(log_w, mask, "tis", "sequence", 3.0, 10.0)
+    assert torch.allclose(tis, torch.tensor([[3.0, 3.0, 1.0], [1.5, 1.5, 1.0]]))
+    drop = correction_weights(log_w, mask, "tis-drop", "sequence", 3.0, 3.5)
+    assert torch.allclose(drop, torch.tensor([[0.0, 0.0, 1.0], [1.5, 1.5, 1.0]]))
 
 
-@pytest.mark.parametrize("correction", ["tis", "ftis"])
+def test_ftis_filter_and_kl_by_hand():
+    """F-TIS keeps A > 0 always, and A <= 0 only below g. KL of w = [.5, 2, 5, 20] (δ = −log w): 3.355."""
+    learner = torch.zeros(1, 4)  # [1, 4]
+    kl = sequence_kl(learner, -LOG_W, MASK)
+    assert kl.item() == pytest.approx(float((1 / W - 1 + torch.log(W)).sum()), rel=1e-6)  # float32 w
+    assert kl.item() == pytest.approx(3.3552, abs=1e-4)
+    advantages = torch.tensor([1.0, -1.0, -1.0, 0.0])
+    kls = torch.tensor([60.0, 60.0, 10.0, 60.0])
+    assert ftis_kept(advantages, kls, 50.0).tolist() == [True, False, True, False]
+
+
+def test_per_source_advantages_are_each_policys_own_grpo():
+    """F-TIS's vertical grouping: each policy's K rewards normalised within themselves (TRL's GRPO per source)."""
+    pool = torch.tensor([[[1.0, 0.0], [1.0, 1.0]]])  # [P=1, M=2, K=2]
+    got = per_source_advantages(pool)
+    assert torch.allclose(got[0, 0], group_advantages(pool[:, 0])[0]) and torch.equal(got[0, 1], torch.zeros(2))
+    assert resolved_grouping("auto", "ftis") == "source" and resolved_grouping("auto", "tis") == "pool"
+
+
+@pytest.mark.parametrize("correction", ["tis", "tis-drop"])
 @pytest.mark.parametrize("level", ["token", "sequence"])
-def test_bound_infinity_is_todays_prp_exactly(correction, level):
-    """C = F = inf under the peer denominator: the weight is exactly 1 (``A·1 == A`` bit for bit: the trainer's loss
-    is TRL's, tests/test_regime_token_weights.py); under the learner's it is the plain importance weight w."""
+def test_bound_infinity_weighs_by_w_itself(correction, level):
+    """C = D = inf: T(w) = w, plain importance sampling under the snapshot's ratio."""
     log_w = torch.log(torch.tensor([[0.5, 2.0, 5.0e3], [1e-4, 3.0, 7.0]]))  # [2, 3]
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]])  # [2, 3]
-    assert torch.equal(correction_weights(log_w, log_w, mask, correction, level, math.inf, math.inf),
-                       torch.ones(2, 3))
+    got = correction_weights(log_w, mask, correction, level, math.inf, math.inf)
     if level == "token":
-        learner = correction_weights(log_w, torch.zeros_like(log_w), mask, correction, level, math.inf, math.inf)
-        assert torch.allclose(learner, torch.where(mask.bool(), log_w.exp(), torch.ones_like(log_w)))
+        assert torch.allclose(got, torch.where(mask.bool(), log_w.exp(), torch.ones_like(log_w)))
+    else:
+        seq = torch.exp((log_w * mask).sum(dim=1, keepdim=True)).expand_as(log_w)  # [2, 3]
+        assert torch.allclose(got, torch.where(mask.bool(), seq, torch.ones_like(log_w)))
 
 
 def test_ess_by_hand():
-    """Kish: (Σw)² / (n Σw²). w = [1, 1, 1, 1]: 1. w = [4, 0, 0, 0]: 16 / (4·16) = 1/4. w = [.5, 2, 5, 20] (above):
-    27.5² / (4 · 429.25) = 0.44042."""
+    """Kish: (Σw)² / (n Σw²). w = [1, 1, 1, 1]: 1. w = [4, 0, 0, 0]: 16 / (4·16) = 1/4. Raw w = [.5, 2, 5, 20]:
+    27.5² / (4 · 429.25) = 0.44042; the loss's TIS weights [.5, 2, 3, 3]: 8.5² / (4 · 22.25) = 0.81180; a row the
+    loss drops: its weights are 0, its raw ones stay."""
     assert normalised_ess(4.0, 4.0, 4) == 1.0
     assert normalised_ess(4.0, 16.0, 4) == 0.25
-    rows = source_diagnostics(LOG_W, MASK, "tis", "token", 3.0, 10.0)
+    rows = source_diagnostics(LOG_W, MASK, "tis", "token", 3.0, 10.0, torch.tensor([True]))
     ess = normalised_ess(rows["w_sum"].item(), rows["w_sq_sum"].item(), rows["units"].item())
     assert ess == pytest.approx(27.5 ** 2 / (4 * 429.25))
+    loss_ess = normalised_ess(rows["lw_sum"].item(), rows["lw_sq_sum"].item(), rows["units"].item())
+    assert loss_ess == pytest.approx(8.5 ** 2 / (4 * 22.25))
     assert rows["truncated"].item() == 2 and rows["log_w_max"].item() == pytest.approx(math.log(20.0))
+    dropped = source_diagnostics(LOG_W, MASK, "tis", "token", 3.0, 10.0, torch.tensor([False]))
+    assert dropped["lw_sum"].item() == 0 and dropped["w_sum"].item() == pytest.approx(27.5) and not dropped["used"].item()
+    assert dropped["filtered"].item() == 4
     assert math.isnan(normalised_ess(0.0, 0.0, 0))
 
 
@@ -134,26 +164,45 @@ def test_a_distant_peer_has_a_low_ess_and_the_truncated_share_it_should(thl_toke
     assert even > 0 and odd > 0
     high, low = math.exp(4.0), math.exp(-1.0)
     ess = (odd * high + even * low) ** 2 / ((even + odd) * (odd * high ** 2 + even * low ** 2))
-    assert recorded["prp/from/tiny-sp/ess"] == pytest.approx(ess, rel=1e-5) and ess < 0.5
+    assert ess < 0.5
     assert recorded["prp/from/tiny-sp/truncated_share"] == pytest.approx(odd / (even + odd))
     assert recorded["prp/from/tiny-sp/log_ratio_max"] == pytest.approx(4.0, abs=1e-5)
     assert recorded["prp/from/tiny-sp/log_ratio_mean"] == pytest.approx((4.0 * odd - even) / (even + odd), abs=1e-5)
-    weights = merged[TOKEN_WEIGHTS][4:][merged["completion_mask"][4:].bool()]  # peer denominator: min(w, 3) / w
-    assert torch.allclose(weights, torch.where(peer_ids % 2 == 1, 3.0 / high, 1.0))
+    weights = merged[TOKEN_WEIGHTS][4:][merged["completion_mask"][4:].bool()]  # min(w, 3)
+    assert torch.allclose(weights, torch.where(peer_ids % 2 == 1, 3.0, low))
+    assert recorded["prp/from/tiny-sp/ess_raw"] == pytest.approx(ess, rel=1e-5)
+    loss_ess = (odd * 3.0 + even * low) ** 2 / ((even + odd) * (odd * 9.0 + even * low ** 2))
+    assert recorded["prp/from/tiny-sp/ess"] == pytest.approx(loss_ess, rel=1e-5)
 
 
-def test_ftis_drops_a_distant_peers_rows_from_the_used_share(thl_tokenizers, tmp_path):
-    """Sequence level, F = 10: every peer response has W = Π w_t far above 10 when all its tokens have log w = 3,
+def test_tis_drop_drops_a_distant_peers_rows_from_the_used_share(thl_tokenizers, tmp_path):
+    """Sequence level, D = 10: every peer response has W = Π w_t far above 10 when all its tokens have log w = 3,
     so all are dropped: used share 0, filtered share 1, every peer token weight 0."""
     merged, recorded = _prp_step(tmp_path, thl_tokenizers, lambda ids: torch.full(ids.shape, -3.0),
-                                 correction="ftis", correction_level="sequence")
+                                 correction="tis-drop", correction_level="sequence")
     assert recorded["prp/from/tiny-sp/used_share"] == 0.0 and recorded["prp/from/tiny-sp/filtered_share"] == 1.0
     assert not merged[TOKEN_WEIGHTS][4:][merged["completion_mask"][4:].bool()].any()
+
+
+def test_ftis_drops_only_the_negative_advantage_rows_of_a_distant_peer(thl_tokenizers, tmp_path):
+    """log w = 3 on every peer token: each row's KL is (e^-3 + 3 - 1) per token, above g = 1 for every row: the peer
+    rows with advantage <= 0 (its failures: rewards 0 and its own group's mean 0.5) get weight 0, its successes keep
+    min(w, C) = C; advantages are the peer's own group's (vertical)."""
+    merged, recorded = _prp_step(tmp_path, thl_tokenizers, lambda ids: torch.full(ids.shape, -3.0),
+                                 correction="ftis", kl_bound=1.0, truncation_bound=2.0)
+    advantages = merged["advantages"][4:]
+    mask = merged["completion_mask"][4:].bool()
+    weights = merged[TOKEN_WEIGHTS][4:]
+    for row in range(4):
+        expected = 2.0 if advantages[row] > 0 else 0.0
+        assert torch.allclose(weights[row][mask[row]], torch.full((int(mask[row].sum()),), expected))
+    assert recorded["prp/from/tiny-sp/used_share"] == pytest.approx(float((advantages > 0).float().mean()))
 
 
 def test_no_correction_adds_no_weights(thl_tokenizers, tmp_path):
     merged, recorded = _prp_step(tmp_path, thl_tokenizers, None)
     assert TOKEN_WEIGHTS not in merged and recorded["prp/from/tiny-sp/ess"] == pytest.approx(1.0)
+    assert recorded["prp/from/tiny-sp/ess_raw"] == pytest.approx(1.0)
 
 
 def test_the_prp_ftis_recipe_plans_on_8_gpus_as_the_corrected_arm():
@@ -173,7 +222,7 @@ def test_the_prp_ftis_recipe_plans_on_8_gpus_as_the_corrected_arm():
         if recipe == "prp-ftis-2qwen":
             settings = config.regime.prp
             assert (settings.correction, settings.correction_level, settings.truncation_bound,
-                    settings.filter_bound, settings.denominator) == ("ftis", "token", 3.0, 10.0, "peer")
+                    settings.kl_bound, settings.denominator) == ("ftis", "token", 2.0, 50.0, "peer")
         plan = make_launch_plan(config, Path("/tmp/unused-run"), simulate=True, vllm_available=True, dry_run=True)
         out = io.StringIO()
         render_plan(plan, Console(file=out, width=240))

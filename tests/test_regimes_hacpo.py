@@ -149,24 +149,14 @@ def test_cross_agent_weight_by_hand_and_as_the_objectives_gradient():
     assert cross_agent_weight(S.log(), OMEGA, 1.0, 0.0, math.inf)[2].item() == pytest.approx(1.44)
 
 
-def test_weighted_gspo_gradient_equals_eq_50():
-    # What the adapter does: TRL's sequence-level loss on the learner's snapshot (ratio r = 1), its advantage
-    # times the row weight, must move the learner's log-probs as Eq. 50 over the peer's aligned trace does.
-    torch.manual_seed(0)
-    learner = (-torch.rand(3, 4) * 2).requires_grad_(True)  # [B, T]
-    peer = learner.detach() - torch.tensor([[0.1], [0.3], [-0.05]])  # [B, T] s = e^0.1, e^0.3 (outside), e^-0.05
-    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0]])
-    adv, omega = torch.tensor([1.0, -2.0, 0.5]), torch.tensor([2.0, 1.0, 0.5])
-    log_s = sequence_log_ratio(learner, peer, mask)
-    cross_agent_objective(log_s, adv, omega, alpha=2.0, lower=0.8).sum().backward()
-    eq_50 = learner.grad.clone()
-    learner.grad = None
-    weight = cross_agent_weight(sequence_log_ratio(learner.detach(), peer, mask), omega, 2.0, 0.8)
-    ratio = torch.exp(sequence_log_ratio(learner, learner.detach(), mask))  # GSPO's r = 1, with its gradient
-    (ratio * adv * weight).sum().backward()
-    torch.testing.assert_close(learner.grad, eq_50)
-    # Row 0 (s = e^0.1 > 1) and row 1 (above 1 too) move nothing; row 2 does.
-    assert learner.grad[:2].abs().sum() == 0 and learner.grad[2].abs().sum() > 0
+def test_tis_caps_the_weight_and_keeps_the_gradient_flowing():
+    """``C = 0.85`` under the band [0.8, 1]: row 0 (s = 0.9) is capped, its gradient weight omega * C^2 = 1.5 * 0.7225
+    = 1.08375 (not 0: TIS caps a weight, it does not cut the gradient); row 3 (s = 0.85 = C) is unchanged."""
+    log_s = S.log().requires_grad_(True)
+    cross_agent_objective(log_s, A, OMEGA, alpha=1.0, lower=0.8, truncation_bound=0.85).sum().backward()
+    torch.testing.assert_close(log_s.grad, A * torch.tensor([1.08375, 0.0, 0.0, 0.36125]))
+    torch.testing.assert_close(cross_agent_weight(S.log(), OMEGA, 1.0, 0.8, 1.0, 0.85),
+                               torch.tensor([1.08375, 0.0, 0.0, 0.36125]))
 
 
 # -- 3.4: stepwise clipping (Eqs. 13-14) -------------------------------------------------------
@@ -211,7 +201,7 @@ def test_hacpo_trains_the_tiny_pool_for_two_steps(tmp_path):
 def test_hacpo_adapter_writes_eq_6_advantages_and_eq_50_weights(thl_tokenizers, tmp_path):
     from test_regimes_seam import peer_then_learner, pool_of
 
-    from mutualrl.regimes.hacpo.adapter import COEFFICIENT, LOG_RATIO
+    from mutualrl.regimes.hacpo.adapter import COEFFICIENT
 
     adapters = pool_of(tmp_path, thl_tokenizers, "hacpo")
     learner, peer = adapters["tiny-sp"], adapters["tiny-bpe"]
@@ -229,18 +219,24 @@ def test_hacpo_adapter_writes_eq_6_advantages_and_eq_50_weights(thl_tokenizers, 
     # TRL's ratio divides by the learner's snapshot on every row (the fake scores -0.5 per token).
     mask = merged["completion_mask"].bool()
     assert (merged["old_per_token_logps"][mask] == -0.5).all()
+    # TRL's own loss leaves the peer rows out (its tool_mask), and Eq. 50 is the regime's term on them.
+    assert merged["tool_mask"][:4].eq(1).all() and merged["tool_mask"][4:].eq(0).all()
     # s: the snapshot (-0.5 per learner token) over the peer's aligned trace, which keeps the peer's total
-    # (-0.5 per peer token): log s = -0.5 + 0.5 * 3/4, -0.5 + 0.5 * 2/4, -0.5 + 0.5 * 2/3, -0.5 + 0.5 * 4/7.
-    log_s = torch.tensor([-0.125, -0.25, -1 / 6, -3 / 14])  # s = 0.882, 0.779, 0.846, 0.807
-    torch.testing.assert_close(merged[LOG_RATIO][4:], log_s)
-    # Eq. 50's weight 2 * s^2 inside the band, 0 outside; 1 on own rows. First update, band [0.8, 1]: rows 0, 2, 3
-    # stay; fourth update, band [0.875, 1]: row 0 only.
+    # (-0.5 per peer token): log s = -0.5 + 0.5 * 3/4, -0.5 + 0.5 * 2/4, -0.5 + 0.5 * 2/3, -0.5 + 0.5 * 4/7
+    # (s = 0.882, 0.779, 0.846, 0.807). Eq. 50's gradient weight 2 * s^2 inside the band, 0 outside. First update,
+    # band [0.8, 1]: rows 0, 2, 3 stay; fourth update, band [0.875, 1]: row 0 only. The fake aggregates as TRL's
+    # loss_type grpo over the 8 rows, so d loss / d logp_t = -(1/8) (1/L) w A on a peer row's token.
     for update, expected in ((0, [2 * math.exp(-0.25), 0.0, 2 * math.exp(-1 / 3), 2 * math.exp(-3 / 7)]),
                              (3, [2 * math.exp(-0.25), 0.0, 0.0, 0.0])):
         learner.trainer.state.global_step = update
-        weights = learner.token_weights(merged)  # [8, T]
-        assert weights.shape == merged["completion_ids"].shape and (weights[:4] == 1).all()
-        torch.testing.assert_close(weights[4:], torch.tensor(expected)[:, None].expand(4, weights.size(1)))
+        logps = merged["old_per_token_logps"].clone().requires_grad_(True)  # [8, T] the snapshot, as TRL's forward
+        learner.trainer.policy_logps = logps
+        learner.extra_loss(learner.trainer.model, merged).backward()
+        grad = logps.grad.double()  # [8, T]
+        assert grad[:4].abs().sum() == 0  # own rows: TRL's term only
+        weight = -grad[4:].sum(dim=1) * 8 / merged["advantages"][4:].double()  # [4]
+        torch.testing.assert_close(weight, torch.tensor(expected, dtype=torch.float64), rtol=1e-5, atol=1e-7)
+        assert grad[4:][~mask[4:]].abs().sum() == 0  # only the rows' own tokens move
     recorded = learner.trainer.recorded
     assert recorded[("train", "hacpo/capability")] == [0.25] and recorded[("train", "hacpo/capability_ratio")] == [2.0]
     assert recorded[("train", "hacpo/cross_kept")] == [0.75]

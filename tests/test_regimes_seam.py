@@ -57,7 +57,10 @@ class FakeTrainer:
         self.max_completion_length = max_completion_length
         self.current_gradient_accumulation_steps = 1
         self.scale_rewards = "group"
+        self.epsilon_low = 0.2
         self.epsilon_high = 0.2
+        self.beta = 0.0
+        self.policy_logps = None
         self.recorded: dict[tuple[str, str], list[float]] = defaultdict(list)
 
     def record_metrics(self, values, mode="train"):
@@ -69,6 +72,10 @@ class FakeTrainer:
 
     def score_reference(self, prompt_ids, prompt_mask, completion_ids, completion_mask):
         return torch.zeros(completion_ids.shape)  # [B, C]
+
+    def aggregate_loss(self, per_token_loss, mask, inputs):
+        """TRL's ``loss_type: grpo`` of one micro-batch: the mean over rows of each row's token mean."""
+        return ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
 
 
 PROMPTS = ("1+3=", "2+2=")

@@ -149,6 +149,12 @@ def _check_regime_settings(config: RunConfig, source: str) -> None:
         problem = spec.check(getattr(config.regime, spec.settings_key)) if spec.check else None
         if problem is not None:
             raise ConfigError(source, f"regime.{spec.settings_key}.{problem[0]}", problem[1])
+    running = get_regime(config.regime.name)
+    for policy in config.pool.policies if running.grpo_check else ():
+        problem = running.grpo_check({**config.grpo, **policy.grpo})
+        if problem is not None:
+            where = f"pool.policies.{policy.name}.grpo" if problem[0] in policy.grpo else "grpo"
+            raise ConfigError(source, f"{where}.{problem[0]}", problem[1])
 
 
 def check_output_dir(config: RunConfig, source: str) -> None:

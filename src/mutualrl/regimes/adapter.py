@@ -249,7 +249,7 @@ class RegimeAdapter:
         rows = len(rollouts.completion_ids_local)
         lengths = np.fromiter(map(len, rollouts.completion_ids_local), dtype=np.int64, count=rows)  # [B]
         tokens = Ragged.from_padded(output["completion_ids"], lengths, np.int32)  # TRL's rows: right-padded
-        logps = output.get("old_per_token_logps") if self.publishes_traces else None  # [B, C]
+        logps = behaviour_trace(output) if self.publishes_traces else None  # [B, C]
         spans = None
         if self.publishes_spans:
             decoded = batch_decode_with_spans(trainer.processing_class, tokens)
@@ -270,6 +270,17 @@ class RegimeAdapter:
             behaviour_logps=None if logps is None else Ragged.from_padded(logps, lengths, np.float32),
             finished=(lengths > 0) & np.isin(last, trainer.eos_token_ids),  # [B] the last token is an EOS
         )
+
+
+def behaviour_trace(output: GRPOBatch) -> torch.Tensor | None:
+    """The log-probs ``[B, C]`` this policy sampled its completions with, which a peer's importance weight divides by:
+    the engine's own under vLLM (TRL's ``sampling_per_token_logps``, the distribution the tokens were drawn from,
+    sampler-trainer mismatch included), else the trainer's (TRL's ``old_per_token_logps``: transformers generation
+    samples from the same model, so the two are one distribution)."""
+    sampling, trainer_logps = output.get("sampling_per_token_logps"), output.get("old_per_token_logps")
+    if sampling is None or trainer_logps is None:
+        return trainer_logps if sampling is None else sampling
+    return torch.where(torch.isnan(sampling), trainer_logps, sampling)  # [B, C] a token vLLM left unscored: the trainer's
 
 
 def any_scored(peers: dict[str, pa.Table]) -> bool:

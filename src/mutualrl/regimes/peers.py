@@ -121,6 +121,15 @@ def require_whole_groups(rollouts: StepRollouts, regime: str) -> None:
         )
 
 
+def require_whole_micro_batches(rows: int, steps_per_generation: int, regime: str) -> None:
+    """TRL splits a generation's rows into ``steps_per_generation`` micro-batches and silently drops the remainder
+    (``split_tensor_dict``): a pooled batch must divide exactly, so that no row is lost."""
+    if rows % steps_per_generation != 0:
+        raise RuntimeError(f"regime {regime!r}: the pooled batch has {rows} rows, not a multiple of "
+                           f"steps_per_generation={steps_per_generation}; TRL's split would drop "
+                           f"{rows % steps_per_generation} of them")
+
+
 def local_slice(rollouts: StepRollouts) -> slice:
     """This rank's rows of the gathered batch (TRL's ``process_slice``)."""
     n_local = len(rollouts.prompt_ids_local)

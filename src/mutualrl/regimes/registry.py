@@ -23,7 +23,7 @@ import os
 import pkgutil
 import sys
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +74,13 @@ class RegimeSpec:
     """(metric, title) for the plots of ``mutualrl plot``; a metric without one is titled by its key."""
     check: Callable[[Any], tuple[str, str] | None] | None = None
     """Cross-field check of the settings: None, or (field, problem)."""
+    grpo_defaults: tuple[tuple[str, Any], ...] = ()
+    """GRPO fields (``grpo.<field>``, value) the regime's objective is defined with: applied to a policy whose recipe
+    leaves the field unset (the plan's merge, ``launch_plan._policy_grpo``); a recipe that sets another value meets
+    :attr:`grpo_check`."""
+    grpo_check: Callable[[Mapping[str, Any]], tuple[str, str] | None] | None = None
+    """Check of one policy's GRPO fields (the recipe's, shared and the policy's own, without the defaults above)
+    when this regime runs: None, or (field, problem)."""
     order: int = 100
     """Position in listings (help, error messages)."""
     flags: tuple[RegimeFlag, ...] = ()

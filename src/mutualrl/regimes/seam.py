@@ -152,7 +152,11 @@ class TrainerView(Protocol):
     max_completion_length: int | None
     current_gradient_accumulation_steps: int  # micro-batches of this optimizer step (Transformers sets it in train())
     scale_rewards: str  # GRPO's advantage scaling: "group", "batch" or "none"
+    epsilon_low: float  # the PPO clip's lower epsilon
     epsilon_high: float  # the PPO clip's upper epsilon
+    beta: float  # the KL term's coefficient (0: no reference model)
+    policy_logps: torch.Tensor | None  # float [B, C] this micro-batch's log-probs from TRL's loss forward, with grad
+    # (set during compute_loss, for a regime's extra_loss; None elsewhere and under TRL's Liger loss)
 
     def record_metrics(self, values: Mapping[str, float], mode: str = "train") -> None:
         """Add ``values`` to this step's logged row (TRL averages what a step records under one key)."""
@@ -167,4 +171,9 @@ class TrainerView(Protocol):
     def score_reference(self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, completion_ids: torch.Tensor,
                         completion_mask: torch.Tensor) -> torch.Tensor:
         """Per-token log-probs ``[B, C]`` under the reference model (TRL's KL term, ``beta > 0``), no grad."""
+        ...
+
+    def aggregate_loss(self, per_token_loss: torch.Tensor, mask: torch.Tensor, inputs: GRPOBatch) -> torch.Tensor:
+        """A regime's per-token loss ``[B, C]`` of this micro-batch summed and normalised as TRL's ``loss_type`` does its
+        own (the same normaliser and gradient-accumulation scaling), so that it adds to TRL's loss term for term."""
         ...

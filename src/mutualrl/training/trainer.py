@@ -83,6 +83,8 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         self._pending_rewards: PendingRewards | None = None
         self.no_signal: Any = None  # training.no_signal.NoSignalWatch, made at the first step
         self.generation_delay: tuple[float, str | None] = (0.0, None)  # (seconds, "even" | "odd" | None)
+        self.policy_logps: torch.Tensor | None = None  # [B, C] of TRL's loss forward, inside compute_loss only
+        self._capture_policy_logps = False
         self.regime.bind(self)
 
     def throttle(self) -> None:
@@ -176,12 +178,48 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         weights = self.regime.token_weights(inputs)
         policy_inputs: GRPOBatch = inputs if weights is None else {
             **inputs, "advantages": weighted_advantages(inputs["advantages"], weights, self.regime.name)}
-        loss = super().compute_loss(model, policy_inputs, return_outputs=return_outputs,
-                                    num_items_in_batch=num_items_in_batch)
-        extra = self.regime.extra_loss(model, inputs)
+        self.policy_logps, self._capture_policy_logps = None, True
+        try:
+            loss = super().compute_loss(model, policy_inputs, return_outputs=return_outputs,
+                                        num_items_in_batch=num_items_in_batch)
+        finally:
+            self._capture_policy_logps = False
+        try:
+            extra = self.regime.extra_loss(model, inputs)
+        finally:
+            self.policy_logps = None  # the graph is the loss's from here on
         if extra is not None:
             loss = loss + extra
         return loss
+
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        """TRL's own; inside :meth:`compute_loss` it also keeps the log-probs of TRL's loss forward (with their graph)
+        as :attr:`policy_logps`, so that a regime's ``extra_loss`` reads the same forward instead of running another."""
+        result = super()._get_per_token_logps_and_entropies(*args, **kwargs)
+        if self._capture_policy_logps:
+            self.policy_logps = result[0]  # [B, C]
+        return result
+
+    def aggregate_loss(self, per_token_loss: torch.Tensor, mask: torch.Tensor, inputs: GRPOBatch) -> torch.Tensor:
+        """``per_token_loss`` ``[B, C]`` reduced as TRL 1.16's ``_compute_loss`` reduces its own for this ``loss_type``
+        (its branches, normaliser for normaliser), scaled for gradient accumulation as TRL scales its loss."""
+        training = self.model.training
+        accumulation = self.current_gradient_accumulation_steps if training else 1.0
+        masked = per_token_loss * mask  # [B, C]
+        if self.loss_type in ("grpo", "sapo"):
+            return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accumulation
+        if self.loss_type == "bnpo":
+            return masked.sum() / mask.sum().clamp(min=1.0) / accumulation
+        if self.loss_type == "dr_grpo":
+            return masked.sum() / (per_token_loss.size(0) * self.max_completion_length) / accumulation
+        if self.loss_type in ("cispo", "dapo", "vespo"):
+            normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            if training:
+                normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+            return masked.sum() / normalizer
+        if self.loss_type == "luspo":
+            return masked.sum(-1).mean() / accumulation
+        raise ValueError(f"unknown loss_type {self.loss_type!r}")
 
     # -- 4. checkpoints: complete by construction ----------------------------------------
     def _save_checkpoint(self, model, trial):

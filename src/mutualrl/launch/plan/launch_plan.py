@@ -383,8 +383,9 @@ def _policy_grpo(
     """
     launch, batch, policy = config.launch, config.batch, config.pool.policies[index]
     placed = placement.of(policy.name)
-    regime_fields = dict(get_regime(config.regime.name).grpo_defaults)  # the regime's objective, where the recipe is silent
-    recipe = ChainMap(policy.grpo, config.grpo, regime_fields)  # what the stages read, a view: the policy's fields over the shared
+    regime_fields = dict(get_regime(config.regime.name).grpo_defaults)  # the regime's, where the recipe is silent
+    # what the stages read, a view: the policy's fields over the shared, over the regime's
+    recipe = ChainMap(policy.grpo, config.grpo, regime_fields)
     device = adapt_grpo_to_device(recipe, placed, launch.deepspeed, vllm_available)
     sizes, derived = _policy_batch(recipe, batch, placement, policy.name)
     cadence = policy_cadence(config.schedule, batch, recipe)
@@ -392,7 +393,8 @@ def _policy_grpo(
     keep = keep_for_resume(config, ChainMap(counts, sizes.fields, device.fields, recipe), recipe, policy.name)
     owned = owned_grpo_fields(run_dir, policy.name, config.grpo, policy.grpo)
     # The one merge, each over the ones before it (no two stages decide the same field), then what a stage dropped.
-    grpo = {**regime_fields, **config.grpo, **policy.grpo, **device.fields, **sizes.fields, **counts, **keep.fields, **owned}
+    grpo = {**regime_fields, **config.grpo, **policy.grpo, **device.fields, **sizes.fields, **counts, **keep.fields,
+            **owned}
     for key in (*device.dropped, *sizes.dropped):
         grpo.pop(key, None)
     notes = [*device.notes, *sizes.notes, *cadence_notes, *keep.notes,

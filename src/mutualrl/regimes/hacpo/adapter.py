@@ -6,11 +6,13 @@ the learner's vocabulary, with the peers' THL-aligned traces). What HACPO change
 - the advantages of every row, own and peers' (Sec. 3.1): :meth:`HACPOAdapter._pooled_advantages`, which also
   keeps each policy's capability over the last ``capability_window`` steps (Eq. 9);
 - the denominator of TRL's ratio: the learner's snapshot on every row (:meth:`behaviour_logps`), so TRL's
-  sequence-level ratio is GSPO's own on the learner's rows and 1 on the peer rows at the step's first update;
-- a per-row loss weight (the seam's :meth:`token_weights`) carrying Eq. 50 on the peer rows: the discrepancy
-  coefficient (Sec. 3.2), ``s^(α+1)`` (Sec. 3.3) and the clip band, whose lower bound rises with each
-  parameter update of the step (Sec. 3.4); ``s`` is the peer row's sequence ratio to the peer's aligned trace;
-  beyond the paper, PRP's correction settings cap (TIS) or filter (F-TIS) that ``s``.
+  sequence-level ratio is GSPO's own on the learner's rows;
+- the peer rows leave TRL's loss (its ``tool_mask`` is 0 on them: no policy term, no KL, no entropy bonus, no
+  token in its per-micro-batch sums) and get Eq. 50 as this regime's own term (:meth:`extra_loss`), computed from
+  the log-probs of TRL's own forward at every parameter update: the discrepancy coefficient (Sec. 3.2),
+  ``sg[s]^α`` (Sec. 3.3) and the clip band, whose lower bound rises with each update of the step (Sec. 3.4), on the
+  current ``s``, the peer row's sequence ratio to the peer's aligned trace; the KL term on own rows only, as the
+  authors' code (``kl_on_peer_rows``); beyond the paper, TIS's cap on ``s``.
 """
 
 from __future__ import annotations
@@ -30,8 +32,9 @@ from mutualrl.regimes.seam import GRPOBatch, StepRollouts
 if TYPE_CHECKING:
     import pyarrow as pa
 
-LOG_RATIO: Final = "hacpo_log_ratio"
-"""Batch rows ``[B]``: a peer row's ``log s`` (Eq. 11, learner snapshot over the peer's aligned trace); 0 on own."""
+PEER_LOGPS: Final = "hacpo_peer_logps"
+"""Batch rows ``[B, T]``: a peer row's behaviour log-probs on the learner's tokens (the peer's THL-aligned trace,
+Eq. 11's denominator); the learner's snapshot on own rows (not read)."""
 COEFFICIENT: Final = "hacpo_coefficient"
 """Batch rows ``[B]``: a peer row's discrepancy coefficient ``ω(j, k)`` (Eq. 10, or 1 when off); 1 on own rows."""
 PEER_ROW: Final = "hacpo_peer_row"
@@ -103,38 +106,84 @@ class HACPOAdapter(PRPAdapter):
         order = self.pool_order
         sources = torch.tensor([order.index(name) for name, _ in step.sources], dtype=torch.long)  # [N]
         coefficients = self.coefficients[sources].to(device, log_s.dtype)  # [N]
-        own = torch.zeros(n_local, dtype=log_s.dtype, device=device)  # [B]
-        step.batch[LOG_RATIO] = torch.cat([own, log_s])  # [B+N]
-        step.batch[COEFFICIENT] = torch.cat([own + 1, coefficients])  # [B+N]
-        step.batch[PEER_ROW] = torch.cat([own.bool(), torch.ones_like(log_s, dtype=torch.bool)])  # [B+N]
-        metrics = self.step_metrics(step, None)  # PRP's token weights are not used: corrections act on s
-        metrics.update(self.hacpo_metrics(log_s))
-        return step.batch, metrics
+        own = torch.ones(n_local, dtype=log_s.dtype, device=device)  # [B]
+        batch = step.batch
+        batch[PEER_LOGPS] = torch.cat([step.snapshot[:n_local], step.peer_traces])  # [B+N, T]
+        batch[COEFFICIENT] = torch.cat([own, coefficients])  # [B+N]
+        batch[PEER_ROW] = torch.cat([own == 0, torch.ones_like(log_s, dtype=torch.bool)])  # [B+N]
+        own_rows = torch.ones(n_local, step.width, dtype=torch.long, device=device)  # [B, T]
+        batch["tool_mask"] = torch.cat([own_rows, torch.zeros_like(step.peer_mask)])  # [B+N, T]: TRL's loss skips peers
+        metrics = self.step_metrics(step, None)
+        metrics.update(self.hacpo_metrics(log_s, step.scored))
+        return batch, metrics
 
-    def correction_bounds(self) -> tuple[float, float]:
-        """``(C, F)``: the cap and filter of ``s`` that the correction settings give (``inf`` where none)."""
+    def _reference_logps(self, merged: GRPOBatch, n_local: int) -> torch.Tensor:
+        """The peer rows' reference log-probs, read only by a KL term on them (``kl_on_peer_rows``): without it TRL's
+        KL never sees a peer row (its ``tool_mask``), so they are the snapshot's and no reference pass is run."""
+        if self.settings.kl_on_peer_rows:
+            return super()._reference_logps(merged, n_local)
+        return merged["old_per_token_logps"][n_local:]  # [N, T]
+
+    def extra_loss(self, model: torch.nn.Module, inputs: GRPOBatch) -> torch.Tensor | None:
+        """Eq. 50 on this micro-batch's peer rows, as a loss aggregated like TRL's own (``aggregate_loss``), from the
+        log-probs of TRL's forward of this micro-batch: ``s`` is the current sequence ratio, and the band's lower bound
+        that of this parameter update of the step; the KL term on them only under ``kl_on_peer_rows``."""
+        from mutualrl.errors import UsageError
+        from mutualrl.regimes.hacpo.maths import cross_agent_objective, sequence_log_ratio
+
+        peer_row = inputs.get(PEER_ROW)
+        if peer_row is None or not bool(peer_row.any()):
+            return None
+        trainer = self.trainer
+        logps = trainer.policy_logps  # [B, T] with grad
+        if logps is None:
+            raise UsageError("regime 'hacpo' needs the log-probs of TRL's own loss forward, which TRL's Liger loss "
+                             "does not expose: set grpo.use_liger_kernel=false")
+        mask = inputs["completion_mask"]  # [B, T]
+        log_s = sequence_log_ratio(logps, inputs[PEER_LOGPS].to(logps.dtype), mask)  # [B]
+        lower, upper = self.clip_band(trainer.state.global_step - self.generation_update)
+        truncation = self.truncation_bound()
+        objective = cross_agent_objective(log_s, inputs["advantages"].to(logps.dtype),
+                                          inputs[COEFFICIENT].to(logps.dtype), self.settings.alpha, lower, upper,
+                                          truncation)  # [B]
+        per_token = torch.where(peer_row[:, None], -objective[:, None], torch.zeros_like(logps))  # [B, T]
+        if self.settings.kl_on_peer_rows and trainer.beta != 0.0:
+            ref = inputs["ref_per_token_logps"]  # [B, T]
+            kl = torch.exp(ref - logps) - (ref - logps) - 1  # [B, T] TRL's k3
+            per_token = per_token + trainer.beta * torch.where(peer_row[:, None], kl, torch.zeros_like(kl))  # [B, T]
+        return trainer.aggregate_loss(per_token, mask, inputs)
+
+    def truncation_bound(self) -> float:
+        """The cap ``C`` of ``s`` that the correction settings give (``inf``: none)."""
         from mutualrl.regimes.hacpo.maths import correction_bounds
 
-        settings = self.settings
-        return correction_bounds(settings.correction, settings.truncation_bound, settings.filter_bound)
+        return correction_bounds(self.settings.correction, self.settings.truncation_bound)
 
     def source_metrics(self, step: PRPStep) -> dict[str, float]:
         """Per peer, PRP's figures of HACPO's own importance weight, the sequence ratio ``s`` of each peer row (one
-        unit per row): ``ess`` of the ``s``, ``log_ratio_mean`` / ``log_ratio_max`` of ``log s`` (a per-token mean of
-        each row), ``truncated_share`` (rows whose ``s`` was capped at ``C``), ``filtered_share`` (rows that keep no
-        weight at the step's first update: outside the clip band, or above ``F``) and ``used_share`` (the rows kept,
-        of the peer's samples of this step's prompts). The ESS sums are reduced over the ranks (one collective)."""
-        from mutualrl.regimes.hacpo.maths import cross_row_outcome, sequence_log_ratio
+        unit per row), at the step's first update: ``ess`` of the weights Eq. 50 gives the rows (``ω·s^(α+1)`` inside
+        the band, 0 outside or unscored; :func:`~mutualrl.regimes.hacpo.maths.cross_agent_weight`), ``ess_raw`` of the
+        ``s``, ``log_ratio_mean`` / ``log_ratio_max`` of ``log s`` (a per-token mean of each row), ``truncated_share``
+        (rows whose ``s`` was capped at ``C``), ``filtered_share`` (rows that keep no weight: outside the clip band, or
+        unscored) and ``used_share`` (the rows kept, of the peer's samples of this step's prompts). The ESS sums are
+        reduced over the ranks (one collective)."""
+        from mutualrl.regimes.hacpo.maths import cross_agent_weight, cross_row_outcome, sequence_log_ratio
 
         log_s = sequence_log_ratio(step.snapshot[step.n_local:], step.peer_traces, step.peer_mask).double()  # [N]
-        kept, truncated = cross_row_outcome(log_s, *self.clip_band(0), *self.correction_bounds())  # bool [N] each
+        band = self.clip_band(0)
+        kept, truncated = cross_row_outcome(log_s, *band, self.truncation_bound())  # bool [N] each
+        kept, truncated = kept & step.scored, truncated & step.scored  # bool [N] each
+        sources = torch.tensor([self.pool_order.index(name) for name, _ in step.sources], dtype=torch.long)  # [N]
+        coefficients = self.coefficients[sources].to(log_s.device, log_s.dtype)  # [N]
+        weights = cross_agent_weight(log_s, coefficients, self.settings.alpha, *band, self.truncation_bound())  # [N]
+        weights = weights * kept  # [N]
         names = [name for name, _ in step.sources]
         out: dict[str, float] = {}
         ess_parts = []
         for peer in self.peers:
             mine = torch.tensor([name == peer for name in names], dtype=torch.bool, device=log_s.device)  # [N]
-            rows, s = int(mine.sum()), torch.exp(log_s[mine])  # [n]
-            ess_parts.append([s.sum().item(), (s * s).sum().item(), rows])
+            rows, s, w = int(mine.sum()), torch.exp(log_s[mine]), weights[mine]  # [n] each
+            ess_parts.append([w.sum().item(), (w * w).sum().item(), s.sum().item(), (s * s).sum().item(), rows])
             out[f"from/{peer}/log_ratio_mean"] = Share(log_s[mine].sum().item(), rows)
             out[f"from/{peer}/log_ratio_max"] = Quantile(log_s[mine].cpu(), 1.0)
             out[f"from/{peer}/truncated_share"] = Share(truncated[mine].sum().item(), rows)
@@ -151,32 +200,17 @@ class HACPOAdapter(PRPAdapter):
             return 0.0, math.inf
         return stepwise_lower_bound(settings.clip_delta, settings.clip_step, update_index), 1.0
 
-    def token_weights(self, inputs: GRPOBatch) -> torch.Tensor | None:
-        """Eq. 50's weight on the peer rows (1 on the learner's own) ``[B, T]``, times any other weight rows of the
-        batch; the clip band is the one of this micro-batch's parameter update within the step."""
-        from mutualrl.regimes.hacpo.maths import cross_agent_weight
-
-        correction = super().token_weights(inputs)
-        peer_row = inputs.get(PEER_ROW)
-        if peer_row is None:
-            return correction
-        lower, upper = self.clip_band(self.trainer.state.global_step - self.generation_update)
-        weight = cross_agent_weight(inputs[LOG_RATIO], inputs[COEFFICIENT], self.settings.alpha, lower, upper,
-                                    *self.correction_bounds())  # [B]
-        weight = torch.where(peer_row, weight, torch.ones_like(weight))  # [B]
-        rows = weight[:, None].expand(-1, inputs["completion_ids"].size(1))  # [B, T]
-        return rows if correction is None else rows * correction.to(rows.dtype)  # [B, T]
-
-    def hacpo_metrics(self, log_s: torch.Tensor) -> dict[str, float]:
+    def hacpo_metrics(self, log_s: torch.Tensor, scored: torch.Tensor) -> dict[str, float]:
         """The learner's capability, the peers' mean capability over the learner's (Eq. 10's ω whether or not it is
-        applied), the peer rows' mean sequence ratio ``s`` and their share kept at the step's first update (inside
-        the clip band, and under F-TIS's filter where one is set)."""
+        applied), the peer rows' mean sequence ratio ``s`` and their share kept at the step's first update (scored and
+        inside the clip band)."""
         learner_m = self.pool_order.index(self.policy)
         peers = [m for m in range(len(self.pool_order)) if m != learner_m]
         from mutualrl.regimes.hacpo.maths import cross_row_outcome
 
         s = torch.exp(log_s.double())  # [N]
-        inside, _ = cross_row_outcome(log_s, *self.clip_band(0), *self.correction_bounds())  # bool [N]
+        inside, _ = cross_row_outcome(log_s, *self.clip_band(0), self.truncation_bound())  # bool [N]
+        inside = inside & scored  # bool [N]
         n = s.numel()
         return {
             "capability": float(self.capability[learner_m]),

@@ -9,12 +9,12 @@ The four mechanisms of its Sec. 3, as pure functions (equation numbers are the p
   ``alpha`` of :func:`cross_agent_objective` (Eq. 12);
 - 3.4 stepwise clipping: :func:`stepwise_lower_bound` (Eqs. 13-14).
 
-Beyond the paper: PRP's truncation (TIS) and filter (F-TIS) on HACPO's own ratio ``s`` (:func:`correction_bounds`,
+Beyond the paper: PRP's truncation (TIS) on HACPO's own ratio ``s`` (:func:`correction_bounds`,
 :func:`cross_row_outcome`: which rows keep a weight, which were capped, also the per-source diagnostics' counts).
 
-:func:`cross_agent_objective` is App. E's Eq. 50 for one peer row, differentiable in the log-ratio;
-:func:`cross_agent_weight` is the per-row weight that turns GSPO's gradient at ratio 1 (TRL's sequence-level loss
-on the learner's snapshot) into Eq. 50's. What the paper leaves open and is taken from the authors' code (the
+:func:`cross_agent_objective` is App. E's Eq. 50 for one peer row, differentiable in the log-ratio: the adapter's
+loss term on the peer rows at every parameter update; :func:`cross_agent_weight` is the gradient weight it gives a
+row (the per-source figures). What the paper leaves open and is taken from the authors' code (the
 verl recipe ``recipe/hacpo``) is said where it is used; docs/regimes.md lists every such choice.
 """
 
@@ -174,12 +174,15 @@ def _clip_log_bounds(lower: float, upper: float) -> tuple[float, float]:
 
 
 def cross_agent_objective(log_ratio: torch.Tensor, advantages: torch.Tensor, coefficients: torch.Tensor,
-                          alpha: float, lower: float, upper: float = 1.0) -> torch.Tensor:
+                          alpha: float, lower: float, upper: float = 1.0,
+                          truncation_bound: float = math.inf) -> torch.Tensor:
     """App. E Eq. 50 per peer row (to be maximised): ``clip(s, lower, upper) · sg[clip(s, lower, upper)]^α · ω · A``.
 
     ``lower``/``upper`` are Eq. 14's band (``lower = 0``, ``upper = inf``: no clipping, the paper's "no Clip"
     ablation); ``α = 0`` is plain sequence-level importance sampling (Eq. 12 off); ``ω`` the discrepancy
     coefficients (all 1: Eq. 10 off). Outside the band the clip's gradient is 0: the row is discarded (Sec. 3.4).
+    Beyond the paper, TIS's cap ``C`` (``truncation_bound``) bounds the row's weight: ``clip(s) ·
+    sg[min(clip(s), C)^(α+1) / clip(s)]``, whose gradient is ``min(s, C)^(α+1)·∇log s`` (``C = inf``: Eq. 50).
 
     Args:
         log_ratio: ``[B]`` ``log s`` (:func:`sequence_log_ratio`), differentiable.
@@ -191,28 +194,29 @@ def cross_agent_objective(log_ratio: torch.Tensor, advantages: torch.Tensor, coe
     check_same_shape("advantages", advantages, "log_ratio", log_ratio)
     check_same_shape("coefficients", coefficients, "log_ratio", log_ratio)
     low, high = _clip_log_bounds(lower, upper)
-    clipped = torch.exp(log_ratio.clamp(-MAX_ABS_LOG_RATIO, MAX_ABS_LOG_RATIO).clamp(low, high))  # [B]
-    return clipped * clipped.detach().pow(alpha) * coefficients * advantages  # [B]
+    log_clipped = log_ratio.clamp(-MAX_ABS_LOG_RATIO, MAX_ABS_LOG_RATIO).clamp(low, high)  # [B]
+    clipped = torch.exp(log_clipped)  # [B]
+    capped = log_clipped.detach().clamp(max=math.log(truncation_bound)) if truncation_bound != math.inf \
+        else log_clipped.detach()  # [B] log min(clip(s), C)
+    factor = torch.exp((alpha + 1.0) * capped - log_clipped.detach())  # [B] sg[min(clip(s), C)^(α+1) / clip(s)]
+    return clipped * factor * coefficients * advantages  # [B]
 
 
 def cross_agent_weight(log_ratio: torch.Tensor, coefficients: torch.Tensor, alpha: float, lower: float,
-                       upper: float = 1.0, truncation_bound: float = math.inf,
-                       filter_bound: float = math.inf) -> torch.Tensor:
-    """The loss weight of a peer row under GSPO's sequence ratio ``r`` to the learner's snapshot (``r = 1`` at the
-    step's first update), so that its gradient ``w · A · ∇ mean log π_θ`` is Eq. 50's:
+                       upper: float = 1.0, truncation_bound: float = math.inf) -> torch.Tensor:
+    """The gradient weight Eq. 50 gives a peer row at ratio ``s`` (its gradient is ``w · A · ∇ mean log π_θ``):
 
-        w = ω · min(s, C)^(α+1) · [lower <= s <= upper] · [s <= F]     (s = exp(log_ratio))
+        w = ω · min(s, C)^(α+1) · [lower <= s <= upper]     (s = exp(log_ratio))
 
-    (the derivative of :func:`cross_agent_objective` over ``A``). ``C``, ``F`` (``truncation_bound``,
-    ``filter_bound``; :func:`correction_bounds`) are TIS's cap and F-TIS's filter on HACPO's own ratio ``s``: both
-    ``inf`` (no correction) is Eq. 50 exactly. Detached: a weight, not a term of the graph.
+    (the derivative of :func:`cross_agent_objective` over ``A``; ``C = truncation_bound``, ``inf``: Eq. 50 exactly).
+    Detached: what the per-source figures report as the weight the loss uses.
 
     Returns:
         ``[B]``, finite and >= 0 for ``ω >= 0``.
     """
     check_float("log_ratio", log_ratio, 1, "[B]")
     check_same_shape("coefficients", coefficients, "log_ratio", log_ratio)
-    kept, _ = cross_row_outcome(log_ratio, lower, upper, truncation_bound, filter_bound)  # bool [B] each
+    kept, _ = cross_row_outcome(log_ratio, lower, upper, truncation_bound)  # bool [B] each
     ls = log_ratio.detach().clamp(-MAX_ABS_LOG_RATIO, MAX_ABS_LOG_RATIO)  # [B]
     if truncation_bound != math.inf:
         ls = ls.clamp(max=math.log(truncation_bound))  # [B] log min(s, C)
@@ -220,29 +224,24 @@ def cross_agent_weight(log_ratio: torch.Tensor, coefficients: torch.Tensor, alph
     return torch.where(kept, weight, torch.zeros_like(weight))  # [B]
 
 
-def correction_bounds(correction: str, truncation_bound: float, filter_bound: float) -> tuple[float, float]:
-    """``(C, F)`` of PRP's correction settings applied to HACPO's ``s``: ``none`` → ``(inf, inf)``, ``tis`` → ``(C,
-    inf)``, ``ftis`` → ``(C, F)``."""
+def correction_bounds(correction: str, truncation_bound: float) -> float:
+    """The cap ``C`` of ``s`` that PRP's correction settings give HACPO: ``none`` → ``inf``, ``tis`` → ``C`` (F-TIS's
+    and the drop line's filters are PRP's, refused under HACPO by its settings check)."""
     if correction == "none":
-        return math.inf, math.inf
+        return math.inf
     if correction == "tis":
-        return truncation_bound, math.inf
-    if correction == "ftis":
-        return truncation_bound, filter_bound
-    raise ValueError(f"correction must be 'none', 'tis' or 'ftis'; got {correction!r}")
+        return truncation_bound
+    raise ValueError(f"HACPO's correction must be 'none' or 'tis'; got {correction!r}")
 
 
-def cross_row_outcome(log_ratio: torch.Tensor, lower: float, upper: float, truncation_bound: float = math.inf,
-                      filter_bound: float = math.inf) -> tuple[torch.Tensor, torch.Tensor]:
-    """Which peer rows keep a weight (inside the band ``[lower, upper]`` and ``s <= F``) and which of those had
-    ``s`` capped at ``C``: two bool ``[B]``. F-TIS's filter narrows the band's top where ``F < upper``; with the band
-    ``[·, 1]`` a cap ``C >= 1`` never binds (``s <= 1`` there)."""
+def cross_row_outcome(log_ratio: torch.Tensor, lower: float, upper: float,
+                      truncation_bound: float = math.inf) -> tuple[torch.Tensor, torch.Tensor]:
+    """Which peer rows keep a weight (inside the band ``[lower, upper]``) and which of those had ``s`` capped at
+    ``C``: two bool ``[B]``. With the band ``[·, 1]`` a cap ``C >= 1`` never binds (``s <= 1`` there)."""
     check_float("log_ratio", log_ratio, 1, "[B]")
     low, high = _clip_log_bounds(lower, upper)
     ls = log_ratio.detach()  # [B]
     kept = (ls >= low) & (ls <= high)  # [B]
-    if filter_bound != math.inf:
-        kept = kept & (ls <= math.log(filter_bound))  # [B]
     if truncation_bound == math.inf:
         return kept, torch.zeros_like(kept)
     return kept, kept & (ls > math.log(truncation_bound))  # [B], [B]

@@ -8,7 +8,9 @@ ablations are recipes (docs/regimes.md, "HACPO").
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from mutualrl.regimes.prp.spec import PRPSettings
 from mutualrl.regimes.registry import RegimeSpec, register_regime
@@ -62,14 +64,34 @@ class HACPOSettings(PRPSettings):
     std_epsilon: float = field(
         default=1e-6, metadata={"gt": 0, "help": "Added to the joint reward standard deviation (the authors' code)."}
     )
+    kl_on_peer_rows: bool = field(
+        default=False,
+        metadata={"help": "Apply the KL term to the reference (grpo.beta) to peer rows too (false: own rows only, as "
+                          "the authors' code; then no reference pass is run over the peer rows)."},
+    )
 
 
 def check_hacpo_settings(settings: HACPOSettings) -> tuple[str, str] | None:
     if settings.denominator != "peer":
         return "denominator", "must be 'peer': HACPO's ratio s divides by the peer's own probability of its response"
+    if settings.correction not in ("none", "tis"):
+        return "correction", (f"{settings.correction!r} is PRP's; HACPO takes 'none' or 'tis' (a cap on its sequence "
+                              "ratio s): its clip band already drops the rows far from the learner")
     if settings.correction != "none" and settings.correction_level != "sequence":
         return "correction_level", ("must be 'sequence' with a correction: HACPO weighs a peer row by its one "
-                                    "sequence ratio s, which 'tis' caps and 'ftis' filters")
+                                    "sequence ratio s, which 'tis' caps")
+    return None
+
+
+def check_hacpo_grpo(grpo: Mapping[str, Any]) -> tuple[str, str] | None:
+    """HACPO's ratios are GSPO's sequence ratios (its Sec. 3.3); its peer rows' term is a mean over rows or tokens
+    that TRL's 'bnpo' (a per-micro-batch token mean of the rows TRL itself scores) cannot share."""
+    if grpo.get("importance_sampling_level", "sequence") != "sequence":
+        return "importance_sampling_level", ("must be 'sequence' under regime hacpo: its own rows are GSPO's and its "
+                                             "peer rows' ratio s is a sequence ratio (leave it unset or 'sequence')")
+    if grpo.get("loss_type") == "bnpo":
+        return "loss_type", ("'bnpo' normalises by the tokens of the rows TRL scores itself, and HACPO's peer rows "
+                             "are its own term: use 'grpo' (the authors' mean over rows), 'dapo' or 'dr_grpo'")
     return None
 
 
@@ -87,5 +109,7 @@ HACPO = register_regime(RegimeSpec(
             ("cross_ratio", "HACPO peer rows' sequence ratio s"),
             ("cross_kept", "HACPO peer rows inside the clip band")),
     check=check_hacpo_settings,
+    grpo_defaults=(("importance_sampling_level", "sequence"),),
+    grpo_check=check_hacpo_grpo,
     order=5,
 ))

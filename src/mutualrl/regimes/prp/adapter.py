@@ -28,6 +28,7 @@ from mutualrl.regimes.peers import (
     learner_responses,
     peer_row_views,
     require_whole_groups,
+    require_whole_micro_batches,
 )
 from mutualrl.regimes.prp.spec import PRP, PRPSettings
 from mutualrl.regimes.rank_metrics import Quantile, Share, Total
@@ -49,7 +50,8 @@ class PRPStep:
     width: int
     sources: list[tuple[str, int]]  # (peer, row of its table) of each peer row
     responses: LearnerResponses  # the peer rows' text, finished flag, learner token ids and spans
-    peer_mask: torch.Tensor  # int [N, T] completion mask of the peer rows
+    peer_mask: torch.Tensor  # int [N, T] completion mask of the peer rows (all 0 on an unscored row)
+    scored: torch.Tensor  # bool [N] the peer rows whose reward was scored (an unscored row keeps its place, weight 0)
     snapshot: torch.Tensor | None  # float [B+N, T] learner's log-probs at generation; None where TRL needs none
     peer_traces: torch.Tensor | None  # float [N, T] the peers' THL-aligned behaviour log-probs; None if not read
     behaviour: torch.Tensor | None  # float [B+N, T] the ratio's denominator (TRL's old_per_token_logps)
@@ -109,12 +111,14 @@ class PRPAdapter(RegimeAdapter):
         output["advantages"] = own_adv.to(device, output["advantages"].dtype)
 
         scored = ~torch.isnan(peer.values["reward"])  # bool [P, M-1, K]
-        source_rows, prompt_rows, peer_adv = self._peer_rows(peer.names, peer.rows, advantages, local_groups,
-                                                             rollouts.num_generations, scored)
+        source_rows, prompt_rows, peer_adv, row_scored = self._peer_rows(peer.names, peer.rows, advantages,
+                                                                         local_groups, rollouts.num_generations, scored)
         responses = learner_responses(peers, source_rows, trainer.processing_class, trainer.max_completion_length)
-        merged, width, peer_mask = self._merged_batch(output, responses.ids, prompt_rows, peer_adv)
+        row_scored = torch.tensor(row_scored, dtype=torch.bool, device=device)  # [N]
+        merged, width, peer_mask = self._merged_batch(output, responses.ids, prompt_rows, peer_adv, row_scored)
+        require_whole_micro_batches(n_local + len(source_rows), trainer.args.steps_per_generation, self.name)
         step = PRPStep(batch=merged, n_local=n_local, width=width, sources=source_rows, responses=responses,
-                       peer_mask=peer_mask, snapshot=self._snapshot(output, merged, n_local, width),
+                       peer_mask=peer_mask, scored=row_scored, snapshot=self._snapshot(output, merged, n_local, width),
                        peer_traces=None, behaviour=None)
         if self.reads_traces:
             step.peer_traces = self._peer_traces(peers, step)
@@ -126,26 +130,41 @@ class PRPAdapter(RegimeAdapter):
 
     def behaviour_logps(self, step: PRPStep) -> torch.Tensor | None:
         """The ratio's denominator of every row ``[B+N, T]``: the learner's snapshot, with the peers' aligned traces
-        on the peer rows under ``denominator: peer``."""
+        on the peer rows under ``denominator: peer`` without a correction (the paper's corrected PRP: TRL's PPO clip
+        acts on ``w`` itself). Under a correction the peer rows keep the snapshot too (ratio 1 at generation, inside
+        every clip band), and ``w`` enters through the correction's weight ``T(w)`` alone."""
         if step.snapshot is None:
             return None
         behaviour = step.snapshot.clone()  # [B+N, T]
-        if self.denominator == "peer":
+        if self.denominator == "peer" and self.settings.correction == "none":
             behaviour[step.n_local:] = step.peer_traces
         return behaviour
 
     def peer_token_weights(self, step: PRPStep) -> torch.Tensor | None:
         """Per-token loss weights of the peer rows ``[N, T]`` (the learner's rows get 1), or None: the hook a
-        variant overrides. PRP's: the importance-weight correction of its settings (``correction: none``, the
-        paper's PRP: None), :func:`~mutualrl.regimes.prp.maths.correction_weights`."""
+        variant overrides. PRP's: ``T(w)`` of its correction (:func:`~mutualrl.regimes.prp.maths.correction_weights`;
+        ``correction: none``, the paper's PRP: None), 0 on the rows F-TIS's filter drops."""
         from mutualrl.regimes.prp.maths import correction_weights
 
         settings = self.settings
         if settings.correction == "none":
             return None
-        in_loss = step.snapshot[step.n_local:] - step.behaviour[step.n_local:]  # [N, T] log r0 at the snapshot
-        return correction_weights(step.peer_log_weights(), in_loss, step.peer_mask, settings.correction,
-                                  settings.correction_level, settings.truncation_bound, settings.filter_bound)
+        weights = correction_weights(step.peer_log_weights(), step.peer_mask, settings.correction,
+                                     settings.correction_level, settings.truncation_bound, settings.drop_bound)
+        kept = self.rows_kept(step)[:, None]  # bool [N, 1]
+        return torch.where(kept, weights, torch.zeros_like(weights))  # [N, T]
+
+    def rows_kept(self, step: PRPStep) -> torch.Tensor:
+        """The peer rows the loss keeps, bool ``[N]``: scored, and under ``ftis`` not dropped by F-TIS's filter
+        (advantage <= 0 and sequence KL to the learner >= ``kl_bound``; :func:`~mutualrl.regimes.prp.maths.ftis_kept`)."""
+        from mutualrl.regimes.prp.maths import ftis_kept, sequence_kl
+
+        kept = step.scored.clone()  # bool [N]
+        if self.settings.correction == "ftis" and step.peer_traces is not None:
+            kl = sequence_kl(step.snapshot[step.n_local:], step.peer_traces, step.peer_mask)  # [N] float64
+            advantages = step.batch["advantages"][step.n_local:]  # [N]
+            kept &= ftis_kept(advantages, kl.to(advantages.device), self.settings.kl_bound)
+        return kept
 
     def step_metrics(self, step: PRPStep, weights: torch.Tensor | None) -> dict[str, float]:
         """PRP's metrics of the step: the ratio diagnostics of App. "Importance-ratio distribution" and the
@@ -157,25 +176,28 @@ class PRPAdapter(RegimeAdapter):
         else:
             log_ratio = (step.snapshot[step.n_local:] - step.behaviour[step.n_local:]) * step.peer_mask.float()
             ratios = torch.exp(log_ratio)  # [N, T]
-        stats = ratio_statistics(ratios, step.peer_mask, epsilon=self.trainer.epsilon_high)
+        stats = ratio_statistics(ratios, step.peer_mask, epsilon=self.trainer.epsilon_low,
+                                 epsilon_high=self.trainer.epsilon_high)
         stats["peer_rows"] = Total(step.n_peer)
         stats.update(self.source_metrics(step))
         return stats
 
     def source_metrics(self, step: PRPStep) -> dict[str, float]:
-        """Per peer (the source of the rows): how off-policy its samples are for this learner, as
-        ``from/<peer>/<figure>``: ``ess`` (normalised effective sample size of the importance weights w, at the
-        correction's level), ``log_ratio_mean`` / ``log_ratio_max`` (token ``log w``), ``truncated_share`` /
-        ``filtered_share`` (of the correction's units), ``used_share`` (of the peer's samples of this step's
-        prompts, the rows that train). Only where the peers' traces are read (``w`` needs them). The ESS is not a
-        ratio of sums, so its sums are reduced over the ranks here (one collective, every rank)."""
+        """Per peer (the source of the rows): how off-policy its samples are for this learner and what the loss made of
+        them, as ``from/<peer>/<figure>``: ``ess`` (normalised effective sample size of the weights the loss uses, at
+        the correction's level: ``T(w)``, 0 on a dropped row; ``w`` itself without a correction), ``ess_raw`` (the same
+        of the raw weights ``w``), ``log_ratio_mean`` / ``log_ratio_max`` (raw token ``log w``), ``truncated_share`` /
+        ``filtered_share`` (of the correction's units: capped, or keeping no weight), ``used_share`` (of the peer's
+        samples of this step's prompts, the rows that train). Only where the peers' traces are read (``w`` needs them).
+        The ESS is not a ratio of sums, so its sums are reduced over the ranks here (one collective, every rank)."""
         from mutualrl.regimes.prp.maths import source_diagnostics
 
         if step.peer_traces is None:
             return {}
         settings = self.settings
         rows = source_diagnostics(step.peer_log_weights(), step.peer_mask, settings.correction,
-                                  settings.correction_level, settings.truncation_bound, settings.filter_bound)
+                                  settings.correction_level, settings.truncation_bound, settings.drop_bound,
+                                  self.rows_kept(step))
         names = [name for name, _ in step.sources]
         out: dict[str, float] = {}
         ess_parts = []
@@ -183,7 +205,7 @@ class PRPAdapter(RegimeAdapter):
             index = torch.tensor([i for i, name in enumerate(names) if name == peer], dtype=torch.long)  # [n]
             mine = {key: values[index.to(values.device)].cpu() for key, values in rows.items()}  # each [n]
             units = mine["units"].sum().item()
-            ess_parts.append([mine["w_sum"].sum().item(), mine["w_sq_sum"].sum().item(), units])
+            ess_parts.append([mine[key].sum().item() for key in ("lw_sum", "lw_sq_sum", "w_sum", "w_sq_sum")] + [units])
             out[f"from/{peer}/log_ratio_mean"] = Share(mine["log_w_sum"].sum().item(), mine["tokens"].sum().item())
             out[f"from/{peer}/log_ratio_max"] = Quantile(mine["log_w_max"][mine["tokens"] > 0], 1.0)
             out[f"from/{peer}/truncated_share"] = Share(mine["truncated"].sum().item(), units)
@@ -192,22 +214,24 @@ class PRPAdapter(RegimeAdapter):
         return self._with_source_ess(out, ess_parts)
 
     def _with_source_ess(self, out: dict[str, Any], ess_parts: list[list[float]]) -> dict[str, Any]:
-        """``out`` with ``from/<peer>/ess`` of each peer, from this rank's ``[sum w, sum w^2, units]`` per peer
-        (``ess_parts``, in the order of ``self.peers``) summed over the ranks: one collective, every rank."""
+        """``out`` with ``from/<peer>/ess`` (of the loss's weights) and ``from/<peer>/ess_raw`` of each peer, from this
+        rank's ``[Σ lw, Σ lw², Σ w, Σ w², units]`` per peer (``ess_parts``, in the order of ``self.peers``) summed over
+        the ranks: one collective, every rank."""
         from mutualrl.regimes.prp.maths import normalised_ess
 
         accelerator = self.trainer.accelerator
         totals = accelerator.reduce(torch.tensor(ess_parts, dtype=torch.float64, device=accelerator.device),
-                                    reduction="sum")  # [P, 3]
-        for peer, (w_sum, w_sq_sum, units) in zip(self.peers, totals.tolist(), strict=True):
-            out[f"from/{peer}/ess"] = normalised_ess(w_sum, w_sq_sum, units)
+                                    reduction="sum")  # [P, 5]
+        for peer, (lw_sum, lw_sq_sum, w_sum, w_sq_sum, units) in zip(self.peers, totals.tolist(), strict=True):
+            out[f"from/{peer}/ess"] = normalised_ess(lw_sum, lw_sq_sum, units)
+            out[f"from/{peer}/ess_raw"] = normalised_ess(w_sum, w_sq_sum, units)
         return out
 
     def _pooled_advantages(self, rollouts: StepRollouts,
                            peers: dict[str, pa.Table]) -> tuple[PeerGroups, torch.Tensor, range, torch.Tensor]:
         """GRPO advantages over the unified candidate pool of every group: the peer groups,
         the advantages ``[groups, policies, K]``, this process's groups and its own rows' advantages."""
-        from mutualrl.regimes.prp.maths import prp_pooled_advantages
+        from mutualrl.regimes.prp.maths import per_source_advantages, prp_pooled_advantages, resolved_grouping
 
         k = rollouts.num_generations
         groups = rollouts.group_prompt_ids
@@ -217,40 +241,44 @@ class PRPAdapter(RegimeAdapter):
         # Pooled rewards over every rank's groups (so "batch" scaling sees the whole pooled batch).
         peer = gather_peer_groups(peers, [n for n in order if n != self.policy], groups, k, rollouts.step)
         pool = peer.pool(rollouts.rewards_global.view(len(groups), k), learner_m)
-        advantages = prp_pooled_advantages(pool, scale_rewards=self.trainer.scale_rewards,
-                                           eps=self.settings.std_epsilon)
+        grouping = resolved_grouping(self.settings.advantage_grouping, self.settings.correction)
+        advantages = (per_source_advantages if grouping == "source" else prp_pooled_advantages)(
+            pool, scale_rewards=self.trainer.scale_rewards, eps=self.settings.std_epsilon)  # [P, M, K]
 
         n_local = len(rollouts.prompt_ids_local)
         first_group = rollouts.process_index * n_local // k
         local_groups = range(first_group, first_group + n_local // k)
         return peer, advantages, local_groups, advantages[list(local_groups), learner_m].reshape(-1)
 
-    def _peer_rows(self, names, rows, advantages, local_groups, k, scored) -> tuple[list, list, list]:
-        """Peer rows of this process's groups, (local group, peer, sample) in a fixed order: their
-        (peer, row) sources, learner prompt rows and pooled advantages (``advantages``: ``[P, M, K]``). A peer
-        rollout not scored (``scored``: bool ``[P, M-1, K]``; its reward NaN, TRL's None) is no row: it has no
-        advantage to learn from, and as a row of advantage 0 it would only dilute the loss's token count."""
+    def _peer_rows(self, names, rows, advantages, local_groups, k, scored) -> tuple[list, list, list, list]:
+        """Peer rows of this process's groups, (local group, peer, sample) in a fixed order: their (peer, row)
+        sources, learner prompt rows, advantages (``advantages``: ``[P, M, K]``) and whether each was scored
+        (``scored``: bool ``[P, M-1, K]``). A peer rollout not scored (its reward NaN, TRL's None) keeps its place
+        with advantage 0 (and no token in the loss, :meth:`_merged_batch`): every rank then holds ``M·B`` rows, runs
+        the same forwards and splits them into whole micro-batches."""
         order = self.pool_order
-        source_rows, prompt_rows, peer_adv = [], [], []
+        source_rows, prompt_rows, peer_adv, row_scored = [], [], [], []
         for local_p, p in enumerate(local_groups):
             for slot, name in enumerate(names):
                 m = order.index(name)
                 for j, row in enumerate(rows[p, slot].tolist()):  # rows: int64 [P, M-1, K]
-                    if not scored[p, slot, j]:
-                        continue
+                    is_scored = bool(scored[p, slot, j])
                     source_rows.append((name, row))
                     prompt_rows.append(local_p * k)
-                    peer_adv.append(float(advantages[p, m, j]))
-        return source_rows, prompt_rows, peer_adv
+                    peer_adv.append(float(advantages[p, m, j]) if is_scored else 0.0)
+                    row_scored.append(is_scored)
+        return source_rows, prompt_rows, peer_adv, row_scored
 
     def _merged_batch(self, output: GRPOBatch, peer_ids: list[list[int]], prompt_rows: list[int],
-                      peer_adv: list[float]) -> tuple[GRPOBatch, int, torch.Tensor]:
+                      peer_adv: list[float], scored: torch.Tensor) -> tuple[GRPOBatch, int, torch.Tensor]:
         """TRL's batch with the peer rows after the learner's own (with the learner's prompt tokens),
-        padded to one width; returns it, the width and the peer rows' completion mask."""
+        padded to one width; returns it, the width and the peer rows' completion mask (0 on an unscored row:
+        it adds no token to the loss's normaliser)."""
         device = output["completion_ids"].device
         width = max([output["completion_ids"].size(1)] + [len(ids) for ids in peer_ids])
         pad_id = self.trainer.processing_class.pad_token_id
         peer_completion, peer_mask = pad_token_rows(peer_ids, pad_id, min_width=width, device=device)
+        peer_mask = peer_mask * scored[:, None].to(peer_mask.dtype)  # [N, T]
         prompt_index = torch.tensor(prompt_rows, dtype=torch.long, device=device)
 
         merged = output.copy()

@@ -110,9 +110,10 @@ def ratio_statistics(
     }
 
 
-# -- importance-weight corrections of peer rows (beyond the paper: TIS, F-TIS) ------------------------------
-Correction = Literal["none", "tis", "ftis"]
+# -- importance-weight corrections of peer rows (beyond the paper: TIS, F-TIS, TIS with a drop line) -------------
+Correction = Literal["none", "tis", "ftis", "tis-drop"]
 CorrectionLevel = Literal["token", "sequence"]
+AdvantageGrouping = Literal["auto", "pool", "source"]
 
 
 def unit_log_weights(log_w: torch.Tensor, mask: torch.Tensor, level: CorrectionLevel) -> tuple[torch.Tensor, torch.Tensor]:
@@ -133,73 +134,111 @@ def unit_log_weights(log_w: torch.Tensor, mask: torch.Tensor, level: CorrectionL
 
 
 def corrected_log_weights(unit_log_w: torch.Tensor, correction: Correction, truncation_bound: float,
-                          filter_bound: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``log T(w)`` of each unit, and which units were truncated and which filtered.
+                          drop_bound: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``log T(w)`` of each unit, and which units were truncated and which dropped by their weight.
 
     - ``none``: ``T(w) = w``;
-    - ``tis`` (truncated IS): ``T(w) = min(w, C)``, ``C = truncation_bound``;
-    - ``ftis`` (filtered and truncated): ``T(w) = 0`` where ``w > F`` (``F = filter_bound``: the unit is
-      dropped), else ``min(w, C)``.
+    - ``tis`` and ``ftis``: ``T(w) = min(w, C)``, ``C = truncation_bound`` (F-TIS's own filter acts on whole samples
+      by their advantage and KL, :func:`ftis_kept`, not here);
+    - ``tis-drop``: ``T(w) = 0`` where ``w > D`` (``D = drop_bound``: the unit is dropped whatever the advantage's
+      sign), else ``min(w, C)``.
 
-    With ``C = F = inf`` every correction is ``T(w) = w``.
+    With ``C = D = inf`` every correction is ``T(w) = w``.
     """
-    log_c, log_f = math.log(truncation_bound), math.log(filter_bound)
+    log_c, log_d = math.log(truncation_bound), math.log(drop_bound)
     none = torch.zeros_like(unit_log_w, dtype=torch.bool)  # bool, unit_log_w's shape
     if correction == "none":
         return unit_log_w, none, none
     truncated = unit_log_w > log_c
     capped = torch.clamp(unit_log_w, max=log_c)
-    if correction == "tis":
+    if correction in ("tis", "ftis"):
         return capped, truncated, none
-    if correction == "ftis":
-        filtered = unit_log_w > log_f
-        return torch.where(filtered, torch.full_like(capped, -math.inf), capped), truncated & ~filtered, filtered
-    raise ValueError(f"correction must be 'none', 'tis' or 'ftis'; got {correction!r}")
+    if correction == "tis-drop":
+        dropped = unit_log_w > log_d
+        return torch.where(dropped, torch.full_like(capped, -math.inf), capped), truncated & ~dropped, dropped
+    raise ValueError(f"correction must be 'none', 'tis', 'ftis' or 'tis-drop'; got {correction!r}")
 
 
-def correction_weights(log_w: torch.Tensor, log_ratio_in_loss: torch.Tensor, mask: torch.Tensor,
-                       correction: Correction, level: CorrectionLevel, truncation_bound: float,
-                       filter_bound: float) -> torch.Tensor:
-    """Per-token loss weights ``[N, T]`` of peer rows that make the loss's importance weight ``T(w)``.
+def correction_weights(log_w: torch.Tensor, mask: torch.Tensor, correction: Correction, level: CorrectionLevel,
+                       truncation_bound: float, drop_bound: float) -> torch.Tensor:
+    """Per-token loss weights ``[N, T]`` of peer rows: ``T(w)`` of each token's unit (1 outside ``mask``).
 
-    ``w = π_snapshot / π_peer`` is the learner's importance weight of the peer's sample (``log_w``), and TRL's ratio
-    ``π_θ / π_old`` already holds ``r₀ = π_snapshot / π_old`` at the snapshot (``log_ratio_in_loss``: ``log w``
-    under the peer denominator, 0 under the learner's). The weight ``T(w) / r₀`` (per token, or per response with
-    ``W = Π_t w_t`` and ``R₀ = Π_t r₀_t`` at sequence level) multiplies the per-token policy loss, so at the
-    snapshot the loss weighs the sample by ``T(w)`` and its gradient is ``T(w)·∇log π_θ·A`` while TRL's PPO
-    clip is unchanged. Under the peer denominator and ``C = inf`` (``tis``) the weight is exactly 1: today's PRP.
-    Outside ``mask`` the weight is 1 (those tokens are not in the loss).
+    ``w = π_snapshot / π_peer`` is the learner's importance weight of the peer's sample (``log_w``). Under a correction
+    TRL's ratio on a peer row divides by the learner's own snapshot (``PRPAdapter.behaviour_logps``), so it is 1 at
+    the snapshot, inside every clip band: the weight multiplies the per-token policy loss, and the row's gradient
+    there is ``T(w)·A·∇log π_θ`` for either sign of ``A``, TIS's form (a constant weight on the PPO surrogate; the
+    truncated weight of F-TIS multiplies its clipped term the same way).
     """
-    check_same_shape("log_ratio_in_loss", log_ratio_in_loss, "log_w", log_w)
     units, exists = unit_log_weights(log_w, mask, level)  # [N, T] or [N, 1]
-    in_loss, _ = unit_log_weights(log_ratio_in_loss, mask, level)  # [N, T] or [N, 1]
-    corrected, _, _ = corrected_log_weights(units, correction, truncation_bound, filter_bound)
-    weights = torch.exp(corrected - in_loss).expand_as(log_w)  # [N, T]
+    corrected, _, _ = corrected_log_weights(units, correction, truncation_bound, drop_bound)
+    weights = torch.exp(corrected).expand_as(log_w)  # [N, T]
     return torch.where(mask.bool() & exists, weights, torch.ones_like(weights))  # [N, T]
 
 
-def source_diagnostics(log_w: torch.Tensor, mask: torch.Tensor, correction: Correction, level: CorrectionLevel,
-                       truncation_bound: float, filter_bound: float) -> dict[str, torch.Tensor]:
-    """Per-row sums of how off-policy a peer's rows are, for :func:`source_metrics` (rows ``[N]``, float64).
+def sequence_kl(learner_logps: torch.Tensor, generator_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """F-TIS's per-sequence ``D_KL(π_θ ‖ π_gen)`` ``[N]``: the sum over the masked tokens of GRPO's k3 estimator
+    ``exp(δ) − δ − 1``, ``δ = log π_gen − log π_θ`` (TRL's KL term with the generator in the reference's place;
+    every term >= 0, 0 where the two agree)."""
+    check_same_shape("generator_logps", generator_logps, "learner_logps", learner_logps)
+    check_same_shape("mask", mask, "learner_logps", learner_logps)
+    delta = (generator_logps.double() - learner_logps.double()).clamp(-50.0, 50.0)  # [N, T] float64
+    k3 = torch.exp(delta) - delta - 1.0  # [N, T]
+    return torch.where(mask.bool(), k3, torch.zeros_like(k3)).sum(dim=1)  # [N]
 
-    ``w_sum``, ``w_sq_sum``, ``units``: ``Σ w``, ``Σ w²`` and the count over the correction's units (for the
-    effective sample size; ``log w`` clamped to ±150 so that ``w²`` stays finite in float64); ``log_w_sum``,
-    ``tokens``: ``Σ_t log w_t`` and the masked tokens; ``log_w_max``: the largest token ``log w`` (``-inf``
-    without tokens); ``truncated``, ``filtered``: units the correction truncated or dropped; ``used``: 1 where
-    the row keeps some weight (not every unit filtered).
+
+def ftis_kept(advantages: torch.Tensor, kl: torch.Tensor, kl_bound: float) -> torch.Tensor:
+    """F-TIS's filter, bool ``[N]``: a sample keeps its advantage where ``A > 0`` or its sequence KL is below ``g``
+    (``kl_bound``); a sample with ``A <= 0`` this far from the learner is dropped (advantage 0). The dropped samples
+    still counted in their group's mean and std (the advantages are computed before)."""
+    check_same_shape("kl", kl, "advantages", advantages)
+    return (advantages > 0) | (kl < kl_bound)  # bool [N]
+
+
+def per_source_advantages(pool_rewards: torch.Tensor, scale_rewards: ScaleRewards = "group",
+                          eps: float = TRL_STD_EPS) -> torch.Tensor:
+    """F-TIS's "vertical" advantages ``[P, M, K]``: each policy's K rewards of a prompt normalised within themselves,
+    its own GRPO advantages (:func:`~mutualrl.regimes.grpo.group_advantages` per source; ``"batch"`` scales by the
+    source's own rewards of the step). The learner's own rows get exactly standalone GRPO's."""
+    check_pool(pool_rewards)
+    return torch.stack([group_advantages(pool_rewards[:, m], scale_rewards, eps)
+                        for m in range(pool_rewards.size(1))], dim=1)  # [P, M, K]
+
+
+def resolved_grouping(grouping: AdvantageGrouping, correction: Correction) -> Literal["pool", "source"]:
+    """``auto``: F-TIS's own "vertical" grouping under ``ftis``, the paper's pooled one otherwise."""
+    if grouping == "auto":
+        return "source" if correction == "ftis" else "pool"
+    return grouping
+
+
+def source_diagnostics(log_w: torch.Tensor, mask: torch.Tensor, correction: Correction, level: CorrectionLevel,
+                       truncation_bound: float, drop_bound: float, rows_kept: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-row sums of how off-policy a peer's rows are and what the loss makes of them, for the per-source metrics
+    (rows ``[N]``, float64).
+
+    ``w_sum``, ``w_sq_sum``: ``Σ w`` and ``Σ w²`` of the raw weights over the correction's units; ``lw_sum``,
+    ``lw_sq_sum``: the same of the weights the loss uses (``T(w)`` of a kept row's units, 0 on a row the loss
+    drops: ``rows_kept`` is False, F-TIS's filter or an unscored row); ``units``: the units (``log w`` clamped to
+    ±150 so that ``w²`` stays finite in float64); ``log_w_sum``, ``tokens``: ``Σ_t log w_t`` and the masked tokens;
+    ``log_w_max``: the largest token ``log w`` (``-inf`` without tokens); ``truncated``, ``filtered``: units the
+    correction capped, and units that keep no weight (dropped by their weight, or of a dropped row); ``used``: 1
+    where the row keeps some weight.
     """
     units, exists = unit_log_weights(log_w, mask, level)  # [N, T] or [N, 1]
-    _, truncated, filtered = corrected_log_weights(units, correction, truncation_bound, filter_bound)
+    corrected, truncated, dropped = corrected_log_weights(units, correction, truncation_bound, drop_bound)
+    kept_rows = rows_kept.bool()[:, None]  # bool [N, 1]
     w = torch.exp(units.double().clamp(-150.0, 150.0)) * exists  # [N, T] or [N, 1]
+    lw = torch.exp(corrected.double().clamp(max=150.0)) * (exists & kept_rows)  # [N, T] or [N, 1]
     m = mask.bool()
     token_max = torch.where(m, log_w.double(), torch.full_like(log_w, -math.inf, dtype=torch.float64))  # [N, T]
-    kept = (exists & ~filtered).any(dim=1)  # bool [N]
+    filtered = (dropped | ~kept_rows) & exists  # [N, T] or [N, 1]
     return {
-        "w_sum": w.sum(dim=1), "w_sq_sum": (w * w).sum(dim=1), "units": exists.sum(dim=1).double(),
+        "w_sum": w.sum(dim=1), "w_sq_sum": (w * w).sum(dim=1), "lw_sum": lw.sum(dim=1),
+        "lw_sq_sum": (lw * lw).sum(dim=1), "units": exists.sum(dim=1).double(),
         "log_w_sum": torch.where(m, log_w.double(), torch.zeros_like(log_w, dtype=torch.float64)).sum(dim=1),
         "tokens": m.sum(dim=1).double(), "log_w_max": token_max.max(dim=1).values,
-        "truncated": (truncated & exists).sum(dim=1).double(), "filtered": (filtered & exists).sum(dim=1).double(),
-        "used": kept.double(),
+        "truncated": (truncated & exists & kept_rows).sum(dim=1).double(), "filtered": filtered.sum(dim=1).double(),
+        "used": (exists & ~filtered).any(dim=1).double(),
     }
 
 

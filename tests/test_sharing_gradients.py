@@ -1,0 +1,214 @@
+"""What each sharing method's loss does to a peer row's gradient, through TRL 1.16's own loss (``_compute_loss``) and
+the trainer's ``compute_loss``, by autograd, against the documented formula computed by hand beside each test.
+
+The model's forward is replaced by a leaf tensor of per-token log-probs ``logp`` (TRL's
+``_get_per_token_logps_and_entropies`` returns it), so ``d loss / d logp_t`` is read directly. With ``loss_type:
+grpo`` over ``B`` rows the loss is ``(1/B) Σ_b (1/L_b) Σ_t ℓ_bt``, so a token's effective gradient weight, the factor
+``g_t`` in ``∇ = g_t · A · ∇log π_θ(y_t)``, is ``-(d loss / d logp_t) · B · L / A``. Everything is at the snapshot
+(the log-probs equal the learner's own at generation), unless a test moves them.
+
+Peer row, 4 tokens, importance weights ``w = π_snapshot / π_peer = [0.5, 2, 5, 20]`` (below, inside-ish and above
+TRL's clip band ``[0.8, 1.2]``), ``C = 3``, drop line ``D = 10``, both advantage signs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM
+from trl import GRPOConfig, GRPOTrainer
+
+from mutualrl.assets.tokenizers import load_tokenizer
+from mutualrl.config import load_run_config
+from mutualrl.regimes.hacpo.adapter import COEFFICIENT, PEER_LOGPS, PEER_ROW, HACPOAdapter
+from mutualrl.regimes.prp.adapter import PRPAdapter, PRPStep
+from mutualrl.regimes.seam import TOKEN_WEIGHTS
+from mutualrl.training.trainer import MutualGRPOTrainer
+from test_regime_token_weights import WeightsFromBatch
+from tiny_models import build_tiny_lm
+
+W = np.array([0.5, 2.0, 5.0, 20.0])
+SNAPSHOT = np.array([-1.0, -0.7, -1.3, -0.9])  # the learner's log-probs of the peer row's tokens at generation
+OWN = np.array([-0.4, -0.6, -0.8, -1.0])  # the learner's own row (advantage 0: it moves nothing)
+EPS, C, D = 0.2, 3.0, 10.0
+
+
+@pytest.fixture(scope="module")
+def trainer(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("grad")
+    args = GRPOConfig(output_dir=str(folder / "out"), use_cpu=True, bf16=False, per_device_train_batch_size=2,
+                      num_generations=2, max_completion_length=4, max_steps=1, report_to=[], save_strategy="no",
+                      disable_tqdm=True, seed=7, loss_type="grpo", beta=0.0, epsilon=EPS)
+    config = load_run_config("tiny", regime="standalone", check_grpo=False).config
+    rows = [{"prompt": "1+1=", "answer": "2", "prompt_id": "p", "task": "t"}] * 4
+    built = MutualGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(build_tiny_lm("gpt2", folder / "model")),
+                              reward_funcs=lambda **_: [0.0], args=args, train_dataset=Dataset.from_list(rows),
+                              processing_class=load_tokenizer("gpt2"), policy_name="tiny-bpe",
+                              regime=WeightsFromBatch(config, "tiny-bpe", exchange=None))
+    built.current_gradient_accumulation_steps = 1
+    return built
+
+
+def gradient(trainer, monkeypatch, batch: dict, logps: np.ndarray) -> np.ndarray:
+    """``d loss / d logp`` ``[B, T]`` of the trainer's loss with the forward's log-probs set to ``logps``."""
+    leaf = torch.tensor(logps, dtype=torch.float32, requires_grad=True)  # [B, T]
+
+    def forward(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        return leaf, torch.zeros_like(leaf), None
+
+    monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", forward)
+    trainer.compute_loss(trainer.model, batch).backward()
+    return leaf.grad.double().numpy()
+
+
+def base_batch(advantages: list[float]) -> dict:
+    rows = len(advantages)
+    return {"prompt_ids": torch.full((rows, 2), 5), "prompt_mask": torch.ones(rows, 2, dtype=torch.long),
+            "completion_ids": torch.full((rows, 4), 9), "completion_mask": torch.ones(rows, 4, dtype=torch.long),
+            "advantages": torch.tensor(advantages), "num_items_in_batch": torch.tensor(4 * rows)}
+
+
+def prp_batch(advantage: float, level: str = "token", **settings) -> dict:
+    """The batch PRP's adapter makes of one own row and the peer row: its ratio denominators and token weights."""
+    config = load_run_config("tiny", regime="prp", check_grpo=False).config
+    config.regime.prp = replace(config.regime.prp, correction_level=level, truncation_bound=C, drop_bound=D,
+                                **settings)
+    adapter = PRPAdapter(config, "tiny-bpe", exchange=None)
+    snapshot = torch.tensor(np.stack([OWN, SNAPSHOT]), dtype=torch.float32)  # [2, 4]
+    batch = base_batch([0.0, advantage])
+    step = PRPStep(batch=batch, n_local=1, width=4, sources=[("tiny-sp", 0)], responses=None,
+                   peer_mask=torch.ones(1, 4, dtype=torch.long), scored=torch.tensor([True]), snapshot=snapshot,
+                   peer_traces=snapshot[1:] - torch.log(torch.tensor(W, dtype=torch.float32)), behaviour=None)
+    batch["old_per_token_logps"] = adapter.behaviour_logps(step)
+    weights = adapter.peer_token_weights(step)
+    if weights is not None:
+        batch[TOKEN_WEIGHTS] = torch.cat([torch.ones(1, 4), weights])  # [2, 4]
+    return batch
+
+
+def peer_weight(grad: np.ndarray, advantage: float) -> np.ndarray:
+    """The effective gradient weight of the peer row's tokens (row 1): ``-grad · B · L / A``."""
+    return -grad[1] * 2 * 4 / advantage
+
+
+# -- the documented formulas, by hand -----------------------------------------------------------------------------
+def ppo_clip(w: np.ndarray, advantage: float) -> np.ndarray:
+    """TRL's -min(r A, clip(r) A) at r = w: the gradient weight is r where the unclipped term is the minimum."""
+    return np.where(w <= 1 + EPS, w, 0.0) if advantage > 0 else np.where(w >= 1 - EPS, w, 0.0)
+
+
+HAND = {  # (settings, A) -> per-token gradient weight on the peer row
+    ("none/learner", 1.0): np.array([1.0, 1.0, 1.0, 1.0]),  # naive PRP: ratio 1 at the snapshot
+    ("none/learner", -1.0): np.array([1.0, 1.0, 1.0, 1.0]),
+    ("none/peer", 1.0): np.array([0.5, 0.0, 0.0, 0.0]),  # the paper's corrected PRP: TRL's clip on w itself
+    ("none/peer", -1.0): np.array([0.0, 2.0, 5.0, 20.0]),
+    ("tis", 1.0): np.array([0.5, 2.0, 3.0, 3.0]),  # min(w, C), both signs
+    ("tis", -1.0): np.array([0.5, 2.0, 3.0, 3.0]),
+    ("tis-drop", 1.0): np.array([0.5, 2.0, 3.0, 0.0]),  # 0 above D, else min(w, C)
+    ("tis-drop", -1.0): np.array([0.5, 2.0, 3.0, 0.0]),
+    ("ftis", 1.0): np.array([0.5, 2.0, 3.0, 3.0]),  # F-TIS's truncation; the sample's KL (3.355) < g = 50: kept
+    ("ftis", -1.0): np.array([0.5, 2.0, 3.0, 3.0]),
+}
+
+
+@pytest.mark.parametrize("advantage", [1.0, -1.0])
+@pytest.mark.parametrize("case", ["none/learner", "none/peer", "tis", "tis-drop", "ftis"])
+def test_prp_token_level_gradient_weights(trainer, monkeypatch, case, advantage):
+    correction, _, denominator = case.partition("/")
+    batch = prp_batch(advantage, correction=correction, denominator=denominator or "peer")
+    got = peer_weight(gradient(trainer, monkeypatch, batch, np.stack([OWN, SNAPSHOT])), advantage)
+    np.testing.assert_allclose(got, HAND[(case, advantage)], rtol=1e-5, atol=1e-6)
+    if case == "none/peer":  # the hand table is TRL's clip rule itself
+        np.testing.assert_allclose(HAND[(case, advantage)], ppo_clip(W, advantage))
+
+
+def test_ftis_drops_a_negative_advantage_sample_past_the_kl_bound_only(trainer, monkeypatch):
+    """The sample's KL to the learner, Σ_t exp(δ) − δ − 1 with δ = −log w: (2 − .693 − 1) + (.5 + .693 − 1) +
+    (.2 + 1.609 − 1) + (.05 + 2.996 − 1) = 3.355. With g = 3: A < 0 is dropped (weight 0), A > 0 is kept."""
+    kl = float(np.sum(1 / W + np.log(W) - 1))
+    assert kl == pytest.approx(3.355, abs=1e-3)
+    for advantage, expected in ((-1.0, np.zeros(4)), (1.0, np.minimum(W, C))):
+        batch = prp_batch(advantage, correction="ftis", kl_bound=3.0)
+        got = peer_weight(gradient(trainer, monkeypatch, batch, np.stack([OWN, SNAPSHOT])), advantage)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("trl_level", ["token", "sequence"])
+@pytest.mark.parametrize("advantage", [1.0, -1.0])
+def test_sequence_level_corrections_weigh_by_t_of_w_under_either_ratio(trainer, monkeypatch, trl_level, advantage):
+    """Sequence level: W = Π w = 0.5·2·5·20 = 100 > C: TIS weighs every token by 3, under TRL's token ratio and under
+    GSPO's sequence ratio alike (both 1 at the snapshot). Without a correction under GSPO and the peer denominator,
+    TRL's ratio is W^(1/4) = 3.1623 (the paper's PRP with GSPO): clipped for A > 0, the weight itself for A < 0."""
+    monkeypatch.setattr(trainer, "importance_sampling_level", trl_level)
+    batch = prp_batch(advantage, level="sequence", correction="tis")
+    got = peer_weight(gradient(trainer, monkeypatch, batch, np.stack([OWN, SNAPSHOT])), advantage)
+    np.testing.assert_allclose(got, np.full(4, min(np.prod(W), C)), rtol=1e-5)
+    if trl_level == "sequence":
+        batch = prp_batch(advantage, level="sequence", correction="none", denominator="peer")
+        got = peer_weight(gradient(trainer, monkeypatch, batch, np.stack([OWN, SNAPSHOT])), advantage)
+        geometric = np.prod(W) ** 0.25  # 3.1623
+        np.testing.assert_allclose(got, np.full(4, 0.0 if advantage > 0 else geometric), rtol=1e-5, atol=1e-6)
+
+
+# -- HACPO: Eq. 50 at every update, the KL on own rows ------------------------------------------------------------
+def hacpo_batch(adapter: HACPOAdapter, log_s0: float, advantage: float, omega: float) -> dict:
+    """One own row and one peer row whose sequence ratio to the peer's trace is ``exp(log_s0)`` at the snapshot."""
+    batch = base_batch([0.5, advantage])
+    snapshot = torch.tensor(np.stack([OWN, SNAPSHOT]), dtype=torch.float32)  # [2, 4]
+    batch["old_per_token_logps"] = snapshot
+    batch["ref_per_token_logps"] = snapshot - 0.3
+    batch[PEER_LOGPS] = torch.cat([snapshot[:1], snapshot[1:] - log_s0])  # [2, 4]
+    batch[COEFFICIENT] = torch.tensor([1.0, omega])
+    batch[PEER_ROW] = torch.tensor([False, True])
+    batch["tool_mask"] = torch.tensor([[1, 1, 1, 1], [0, 0, 0, 0]])
+    return batch
+
+
+@pytest.fixture
+def hacpo(trainer, monkeypatch):
+    config = load_run_config("tiny", regime="hacpo", check_grpo=False).config
+    adapter = HACPOAdapter(config, "tiny-bpe", exchange=None)
+    adapter.bind(trainer)
+    monkeypatch.setattr(trainer, "regime", adapter)
+    monkeypatch.setattr(trainer, "importance_sampling_level", "sequence")
+    monkeypatch.setattr(trainer.state, "global_step", 0)
+    return adapter
+
+
+@pytest.mark.parametrize("update, moved, expected", [
+    (0, 0.0, 1.5 * 0.9 ** 2),  # s = 0.9 in [0.8, 1]: omega s^2 = 1.215
+    (0, math.log(0.95 / 0.9), 1.5 * 0.95 ** 2),  # the learner moved: s = 0.95 now, 1.35375 (Eq. 50 on the current s)
+    (5, 0.0, 0.0),  # sixth update: band [0.925, 1], s = 0.9 outside: 0
+    (5, math.log(0.95 / 0.9), 1.5 * 0.95 ** 2),  # ... s = 0.95 inside
+    (0, math.log(1.05 / 0.9), 0.0),  # s = 1.05 > 1: 0
+])
+@pytest.mark.parametrize("advantage", [1.0, -2.0])
+def test_hacpo_peer_row_gradient_is_eq_50_on_the_current_ratio(trainer, hacpo, monkeypatch, update, moved, expected,
+                                                                advantage):
+    """alpha = 1, omega = 1.5, s = 0.9 at the snapshot; the learner's log-probs moved by ``moved`` per token (so the
+    current s is 0.9·exp(moved)). Eq. 50's gradient weight on every token: omega · s^2 inside [lower_u, 1], else 0,
+    either advantage sign. The own row keeps TRL's term only (its own GSPO ratio)."""
+    monkeypatch.setattr(trainer.state, "global_step", update)
+    batch = hacpo_batch(hacpo, math.log(0.9), advantage, 1.5)
+    grad = gradient(trainer, monkeypatch, batch, np.stack([OWN, SNAPSHOT + moved]))
+    np.testing.assert_allclose(peer_weight(grad, advantage), np.full(4, expected), rtol=1e-5, atol=1e-7)
+
+
+def test_hacpo_kl_acts_on_own_rows_only_unless_asked(trainer, hacpo, monkeypatch):
+    """beta = 0.5, the reference 0.3 below the snapshot: the peer row's gradient is Eq. 50's alone (as beta = 0),
+    the own row's changes by the KL's; with kl_on_peer_rows the peer row gets the KL's gradient too:
+    d/dlogp of beta·(exp(δ) − δ − 1), δ = ref − logp = −0.3: beta·(1 − exp(−0.3)) = 0.12959 per token, over B·L."""
+    logps = np.stack([OWN, SNAPSHOT])
+    plain = gradient(trainer, monkeypatch, hacpo_batch(hacpo, math.log(0.9), 1.0, 1.5), logps)
+    monkeypatch.setattr(trainer, "beta", 0.5)
+    with_kl = gradient(trainer, monkeypatch, hacpo_batch(hacpo, math.log(0.9), 1.0, 1.5), logps)
+    np.testing.assert_allclose(with_kl[1], plain[1], rtol=1e-6)
+    assert np.abs(with_kl[0] - plain[0]).max() > 1e-3
+    monkeypatch.setattr(hacpo.settings, "kl_on_peer_rows", True)
+    peer_kl = gradient(trainer, monkeypatch, hacpo_batch(hacpo, math.log(0.9), 1.0, 1.5), logps)
+    np.testing.assert_allclose(peer_kl[1] - plain[1], np.full(4, 0.5 * (1 - math.exp(-0.3)) / 8), rtol=1e-5)
