@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from rich.console import Console
 
 from mutualrl.launch.rundir.summary import (
@@ -108,3 +109,21 @@ def test_policy_names_are_whole_in_both_tables_at_80_columns():
     for name in ("tiny-bpe", "tiny-sp"):
         assert sum(f"│ {name} " in line for line in lines) == 2 + 2  # the run's table, the comparison, plot x2
     assert "…" not in "\n".join(lines)
+
+
+def test_a_sharing_regime_that_used_no_peer_sample_says_so():
+    """Used shares per step (two peers averaged): step 1 [0, 0], step 2 [0.5, 0], step 3 [0, 0]: mean (0 + .25 + 0)
+    / 3 = 0.0833, none in 2 of 3 steps: a warning line; a run that used samples in most steps has none."""
+    from mutualrl.launch.rundir.summary import peer_sample_use, unused_sharing_warnings
+
+    rows = [{"hacpo/from/a/used_share": a, "hacpo/from/b/used_share": b} for a, b in ((0, 0), (0.5, 0), (0, 0))]
+    use = peer_sample_use(rows)
+    assert use == {"peer_samples_used": pytest.approx(0.25 / 3), "steps_with_peer_figures": 3,
+                   "steps_without_peer_samples": 2}
+    assert unused_sharing_warnings("hacpo", {"p": use}) == ["hacpo used 8% of peer samples for p (none in 2 of 3 "
+                                                            "steps)"]
+    never = peer_sample_use([{"hacpo/from/a/used_share": 0.0}] * 2)
+    assert unused_sharing_warnings("hacpo", {"p": never}) == [
+        "hacpo used 0% of peer samples for p (none in 2 of 2 steps): it trained as standalone"]
+    mostly = peer_sample_use([{"prp/from/a/used_share": 1.0}] * 2 + [{"prp/from/a/used_share": 0.0}])
+    assert unused_sharing_warnings("prp", {"p": mostly}) == [] and peer_sample_use([{"reward_mean": 1}]) == {}

@@ -50,14 +50,47 @@ def summarise(paths: RunPaths, config: RunConfig, outcome: Any) -> dict[str, Any
             entry["sgt_rescues"] = cumulative_total(rescues)
         entry.update(rescue_logprob_change([(l["step"], l[RESCUE_LOGP_KEY]) for l in train
                                             if l.get(RESCUE_LOGP_KEY) is not None]))
+        entry.update(peer_sample_use(train))
         policies[policy.name] = entry
     summary = {"pool": config.pool.name, "regime": config.regime.name, "seed": config.grpo.get("seed"),
                "run_dir": str(paths.root), "seconds": round(outcome.seconds, 1), "policies": policies}
+    if warnings := unused_sharing_warnings(config.regime.name, policies):
+        summary["warnings"] = warnings
     if lost := outcome.extra.get("lost"):  # see.on_peer_failure=continue: who left the pool, when and why
         summary["lost"] = {name: {"step": v["step"], "reason": v["reason"]} for name, v in lost.items()}
     if restarted := outcome.extra.get("restarted"):  # see.max_restarts: who was started again, from where
         summary["restarted"] = restarted
     return summary
+
+
+def peer_sample_use(train: list[dict[str, Any]]) -> dict[str, Any]:
+    """What share of its peers' samples a policy's loss used (the per-source ``<regime>/from/<peer>/used_share``,
+    averaged over its peers and steps) and in how many steps it used none; empty where the regime logs no such
+    figure (standalone, XGRPO, ...)."""
+    per_step = []
+    for row in train:
+        shares = [value for key, value in row.items() if key.endswith("/used_share") and "/from/" in key
+                  and isinstance(value, (int, float)) and value == value]
+        if shares:
+            per_step.append(sum(shares) / len(shares))
+    if not per_step:
+        return {}
+    return {"peer_samples_used": sum(per_step) / len(per_step), "steps_with_peer_figures": len(per_step),
+            "steps_without_peer_samples": sum(share == 0 for share in per_step)}
+
+
+def unused_sharing_warnings(regime: str, policies: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per policy whose loss used no peer sample in most of its steps: its sharing regime then trained
+    (nearly) as standalone GRPO, which a comparison of sharing methods must be told."""
+    lines = []
+    for name, entry in policies.items():
+        steps, without = entry.get("steps_with_peer_figures", 0), entry.get("steps_without_peer_samples", 0)
+        if steps and without * 2 > steps:
+            used = entry["peer_samples_used"]
+            tail = ": it trained as standalone" if used == 0 else ""
+            lines.append(f"{regime} used {used:.0%} of peer samples for {name} (none in {without} of {steps} steps)"
+                         f"{tail}")
+    return lines
 
 
 def cumulative_total(counter: list[float]) -> int:
@@ -141,6 +174,8 @@ def print_summary(summary: dict[str, Any], console: Console) -> None:
     console.print(table)
     if note := rescue_windows_note(summary["policies"]):
         console.print(note, highlight=False)
+    for line in summary.get("warnings", []):
+        console.print(f"[yellow]note:[/] {escape(line)}", highlight=False)
     for name, left in summary.get("lost", {}).items():
         console.print(f"[yellow]lost:[/] {name} left the pool at step {left['step']} ({left['reason']}); "
                       "its row shows what it had reached", highlight=False)
