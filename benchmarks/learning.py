@@ -251,6 +251,9 @@ def main() -> None:
                 "weak_after": spread([s["policies"][policy]["groups_after"][weak] for s in by_seed.values()]),
                 "strong_after": spread([s["policies"][policy]["groups_after"][strong] for s in by_seed.values()]),
             }
+            used = [s["policies"][policy].get("peer_samples_used") for s in by_seed.values()]
+            if any(u is not None for u in used):  # the share of peer samples the loss used, every seed
+                entry[policy]["peer_samples_used"] = {"values": used}
             if args.full_test_task:
                 for name, group in (("weak", weak), ("strong", strong)):
                     entry[policy][f"{name}_full_test"] = spread(
