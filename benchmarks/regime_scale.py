@@ -26,6 +26,9 @@ largest, 1280, is a whole rank's rows with 4 ranks per policy) and the exponent 
 smallest and the largest size (1: linear, 2: quadratic) must be at most ``--max-exponent`` (for every stage taking
 0.1 s or more at the largest size) before its time per token at the largest size is extrapolated to a rank's rows
 (a read, memory-mapped and nearly constant, is then over-counted).
+PRP's token-ratio p99 (``regimes.rank_metrics.Quantile``, a bounded sketch per rank) is timed at the paper's size
+itself (``quantile`` in the JSON: per M and ranks, the sketch's seconds and bytes against sending and sorting every
+value, as before); ``--quantile-only`` times only that.
 Tokenizers run as a worker runs them (``TOKENIZERS_PARALLELISM=false``: one core) unless ``--threads 2`` (Rayon on
 2 threads)::
 
@@ -181,6 +184,36 @@ def per_rank(rate: dict[str, float], regime: str, policies: int, ranks: int) -> 
     return seconds
 
 
+def quantile_cost(policies: int, ranks: int, threads: int, scale: float = 1.0) -> dict:
+    """PRP's ``token_ratio_p99`` of one paper step for one rank, timed at the paper's size (not extrapolated): the
+    sketch of the rank's peer-token ratios, the bytes it sends (``rank_metrics.parts``, pickled as
+    ``gather_object`` pickles), the merge of every rank's sketch; and as it was before the sketch: 8 bytes per
+    value sent, and every rank sorting all ranks' values. Torch on ``threads`` threads (a worker's own); ``scale``
+    of the paper's values (a smoke test's)."""
+    import pickle
+
+    import torch
+
+    torch.set_num_threads(threads)
+    from mutualrl.regimes.rank_metrics import Quantile, combine, parts
+
+    n = int(ROWS / ranks * (policies - 1) * (MIN_LEN + MAX_LEN) / 2 * scale)  # this rank's peer tokens
+    generator = torch.Generator().manual_seed(n)
+    ratios = torch.exp(0.5 * torch.randn(n, generator=generator, dtype=torch.float64))  # [n]
+    clock = time.perf_counter()
+    sent = pickle.dumps(parts({"token_ratio_p99": Quantile(ratios, 0.99)}))
+    sketch_s = time.perf_counter() - clock
+    clock = time.perf_counter()
+    combine([pickle.loads(sent) for _ in range(ranks)])
+    merge_s = time.perf_counter() - clock
+    clock = time.perf_counter()
+    torch.sort(ratios.repeat(ranks))  # [ranks x n]: what each rank sorted before
+    before_sort_s = time.perf_counter() - clock
+    return {"M": policies, "ranks": ranks, "values_per_rank": n, "sketch_s": round(sketch_s, 3),
+            "merge_s": round(merge_s, 4), "sent_bytes": len(sent), "before_sent_bytes": 8 * n,
+            "before_sort_s": round(before_sort_s, 3)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="160,640,1280",
@@ -190,14 +223,22 @@ def main() -> None:
     parser.add_argument("--max-exponent", type=float, default=1.15,
                         help="largest growth exponent of a stage's time in tokens that counts as linear")
     parser.add_argument("--out", type=Path, required=True, help="JSON file for the result")
+    parser.add_argument("--quantile-scale", type=float, default=1.0,
+                        help="share of the paper's token ratios the quantile timing uses (1: the paper's size)")
+    parser.add_argument("--quantile-only", action="store_true",
+                        help="time only PRP's token-ratio p99 at the paper's size (no tokenizer, no exchange)")
     args = parser.parse_args()
     os.environ["TOKENIZERS_PARALLELISM"] = "true" if args.threads > 1 else "false"
     os.environ["RAYON_NUM_THREADS"] = str(args.threads)
     sizes = [int(s) // ROLLOUTS * ROLLOUTS or ROLLOUTS for s in args.sizes.split(",")]  # whole prompt groups
     result: dict = {"date": time.strftime("%Y-%m-%d"), "cpu_count": os.cpu_count(), "threads": args.threads,
-                    "loadavg_before": os.getloadavg(), "pairs": [], "table": []}
+                    "loadavg_before": os.getloadavg(), "pairs": [], "table": [], "quantile": []}
+    for policies in (2, 4):
+        for ranks in (1, 2, 4):
+            result["quantile"].append(quantile_cost(policies, ranks, args.threads, args.quantile_scale))
+            print(json.dumps(result["quantile"][-1]), flush=True)
     with tempfile.TemporaryDirectory(prefix="regime-scale-") as root:
-        for peer, learner in PAIRS:
+        for peer, learner in () if args.quantile_only else PAIRS:
             measured = measure_pair(peer, learner, sizes, args.repeats, Path(root))
             small, large = measured["sizes"][0], measured["sizes"][-1]
             growth = math.log(large["tokens"] / small["tokens"])

@@ -118,8 +118,11 @@ def test_worker_start() -> None:
 @pytest.mark.slow
 def test_regime_scale(tmp_path: Path) -> None:
     out = tmp_path / "scale.json"
-    run_script("regime_scale.py", "--sizes", "10,20", "--repeats", "1", "--out", str(out))
+    run_script("regime_scale.py", "--sizes", "10,20", "--repeats", "1", "--quantile-scale", "0.001", "--out", str(out))
     result = json.loads(out.read_text())
+    assert [(q["M"], q["ranks"]) for q in result["quantile"]] == [(m, r) for m in (2, 4) for r in (1, 2, 4)]
+    sketched = [q for q in result["quantile"] if q["values_per_rank"] > 2**14]  # beyond: a sketch, not the values
+    assert sketched and all(q["sent_bytes"] < q["before_sent_bytes"] for q in sketched)
     rows = {(r["pair"], r["regime"], r["M"], r["ranks"]) for r in result["table"]}
     assert len(rows) == 2 * 5 * 2 * 3  # two tokenizer pairs, five regimes, M = 2 and 4, 1, 2 and 4 ranks
     prp = next(r for r in result["table"] if r["regime"] == "prp-peer" and r["M"] == 4 and r["ranks"] == 1)
