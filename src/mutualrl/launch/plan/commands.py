@@ -151,7 +151,17 @@ def adapt_grpo_to_device(
     if grpo.get("use_cpu"):
         notes.append(f"{placed.name}: grpo.use_cpu turned off: the policy is placed on GPU(s)")
         fields["use_cpu"] = False
+    if fields.get("use_vllm", grpo.get("use_vllm")) and "vllm_importance_sampling_correction" not in grpo:
+        notes.append(f"{placed.name}: {GPU_VLLM_CORRECTION}")
     return Decided(fields, notes=notes)
+
+
+GPU_VLLM_CORRECTION = ("grpo.vllm_importance_sampling_correction unset: TRL's default on a GPU is on (mode "
+                       "sequence_mask, cap 3: a rollout whose trainer/sampler sequence ratio exceeds 3 gets weight 0), "
+                       "while the CPU plan turns it off; set it (false: the paper's objective) to train one objective "
+                       "on both")
+"""The difference between a GPU and a CPU plan of a recipe that leaves TRL's vLLM correction unset (docs/reproduce.md,
+"TRL's vLLM correction")."""
 
 
 def visible_devices(devices: tuple[int, ...] | list[int], parent_mask: str | None) -> str:
