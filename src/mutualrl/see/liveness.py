@@ -5,9 +5,10 @@ boundaries and while waiting at a barrier; a paper-scale step (generation of 102
 rollouts) can take many minutes without either. :func:`start_heartbeat_thread` touches it
 every few seconds from a daemon thread for as long as the process runs, so a silent
 heartbeat means the process is stopped, frozen or gone -- not busy. The same thread counts
-the main thread's *work*: a look at which its stack moved since the last one (a thread stuck
-in one call, waiting at the barrier or inside a reward function, :func:`not_work`, does not
-count), so a slow step shows as progress and a hung one does not.
+the main thread's *work*: a look at which its stack moved since the last one or it used the CPU, or
+torch's autograd device threads used the CPU (a CUDA backward runs there while the main thread waits
+in one call; a thread stuck in one call, waiting at the barrier or inside a reward function,
+:func:`not_work`, does not count), so a slow step shows as progress and a hung one does not.
 
 Readers never compare clocks: a heartbeat is written by another process, maybe on another
 machine whose clock differs or jumps. :class:`HeartbeatWatch` notes, on the reader's own
@@ -252,26 +253,58 @@ def thread_position(thread: threading.Thread) -> tuple[tuple[tuple[int, int], ..
 def worked(before: tuple[Any, float | None], now: tuple[Any, float | None], interval_s: float) -> bool:
     """Whether a thread did work between two :func:`thread_position` looks: its stack moved or it used the CPU."""
     (stack_before, cpu_before), (stack_now, cpu_now) = before, now
-    busy = cpu_before is not None and cpu_now is not None and cpu_now - cpu_before >= BUSY_SHARE * interval_s
-    return stack_now != stack_before or busy
+    return stack_now != stack_before or busy(cpu_before, cpu_now, interval_s)
+
+
+def busy(cpu_before: float | None, cpu_now: float | None, interval_s: float) -> bool:
+    """Whether CPU seconds grew by :data:`BUSY_SHARE` of ``interval_s`` between two readings (None: unknown)."""
+    return cpu_before is not None and cpu_now is not None and cpu_now - cpu_before >= BUSY_SHARE * interval_s
+
+
+DEVICE_THREAD_PREFIX = "pt_autograd_"
+"""How torch names its autograd device threads (``torch/csrc/autograd/engine.cpp``, ``Engine::thread_init``:
+``c10::setThreadName("pt_autograd_" + device)``). On CUDA a backward runs there, one thread per device, while the
+thread that called ``backward()`` waits in ``Engine::execute``: its stack stays put and it uses no CPU."""
+
+
+def device_threads_cpu(tasks: Path = Path("/proc/self/task")) -> float | None:
+    """CPU seconds this process's autograd device threads have used (Linux's ``/proc``); None where unreadable."""
+    try:
+        ids = os.listdir(tasks)
+        tick = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
+        return None
+    total = 0.0
+    for tid in ids:
+        try:
+            if not (tasks / tid / "comm").read_text().startswith(DEVICE_THREAD_PREFIX):
+                continue
+            fields = (tasks / tid / "stat").read_text().rsplit(")", 1)[1].split()  # after the name, which may hold ')'
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime (proc(5) fields 14, 15)
+        except (OSError, ValueError, IndexError):  # a thread gone since the listing
+            continue
+    return total
 
 
 def start_heartbeat_thread(exchange: Any, interval_s: float = HEARTBEAT_INTERVAL_S,
-                           worker: threading.Thread | None = None) -> threading.Thread:
-    """Touch ``exchange``'s heartbeat every ``interval_s`` seconds in a daemon thread, counting a look at which
-    ``worker`` (default: the main thread, which trains) had worked, and was neither waiting at the barrier nor in a
-    call marked :func:`not_work` (a reward function), as work.
+                           worker: threading.Thread | None = None,
+                           stop: threading.Event | None = None) -> threading.Thread:
+    """Touch ``exchange``'s heartbeat every ``interval_s`` seconds in a daemon thread (until ``stop`` is set, if
+    given), counting a look at which ``worker`` (default: the main thread, which trains) had worked, or autograd's
+    device threads had (a CUDA backward, :data:`DEVICE_THREAD_PREFIX`), and ``worker`` was neither waiting at the
+    barrier nor in a call marked :func:`not_work` (a reward function), as work.
     A thread stuck in one call (a lock, a dead filesystem) shows no work; one spinning in a CUDA wait does (a hung
     collective is ended by the process group's own timeout)."""
     worker = worker or threading.main_thread()
+    stop = stop or threading.Event()
 
     def beat() -> None:
-        last = thread_position(worker)
-        while True:
-            time.sleep(interval_s)
-            now = thread_position(worker)
-            moved = worked(last, now, interval_s) and not exchange.waiting and not _outside_work
-            last = now
+        last, last_device = thread_position(worker), device_threads_cpu()
+        while not stop.wait(interval_s):
+            now, device = thread_position(worker), device_threads_cpu()
+            moved = ((worked(last, now, interval_s) or busy(last_device, device, interval_s))
+                     and not exchange.waiting and not _outside_work)
+            last, last_device = now, device
             try:
                 exchange.heartbeat(worked=moved)
             except (OSError, MutualRLError):  # a vanished folder must not kill training; the barrier reports it

@@ -1,0 +1,68 @@
+"""Liveness on CUDA: a backward runs on torch's autograd device thread (``pt_autograd_<device>``) while the training
+thread waits in one call, stack still and CPU idle. Faked on the CPU: a thread named as torch names it runs the
+backward while the main thread waits, longer than the peer's barrier timeout."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import torch
+from see_synthetic import synthetic_batch
+
+from mutualrl.see.errors import PeerTimeoutError
+from mutualrl.see.exchange import ExperienceExchange
+from mutualrl.see.liveness import DEVICE_THREAD_PREFIX, device_threads_cpu, start_heartbeat_thread
+
+
+def device_thread(seconds: float) -> threading.Thread:
+    """A thread named as torch names autograd's device threads, running backwards for ``seconds``, started."""
+    def run() -> None:
+        Path(f"/proc/self/task/{threading.get_native_id()}/comm").write_text(f"{DEVICE_THREAD_PREFIX}0")
+        end = time.monotonic() + seconds
+        weight = torch.randn(256, 256, requires_grad=True)  # [256, 256]
+        while time.monotonic() < end:
+            (torch.randn(64, 256) @ weight).tanh().sum().backward()  # [64, 256] -> []
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def backward_on_a_device_thread(seconds: float) -> None:
+    """The calling thread waits (as in ``Engine::execute``) while the device thread runs the backward."""
+    device_thread(seconds).join()
+
+
+def test_device_threads_are_found_by_torchs_name():
+    before = device_threads_cpu()
+    thread = device_thread(1.0)
+    time.sleep(0.6)
+    assert before is not None and device_threads_cpu() >= before + 0.1
+    thread.join()
+
+
+def test_a_peer_waits_for_a_backward_that_outlasts_its_barrier_timeout(tmp_path):
+    """Failed before: only the training thread's stack and CPU counted, so the peer timed out after 1 s."""
+    root = tmp_path / "see"
+    peer = ExperienceExchange(root, "run", "a", policies=["a", "b"], barrier_timeout_s=1.0, poll_interval_s=0.01)
+    learner = ExperienceExchange(root, "run", "b", policies=["a", "b"])
+    peer.publish(0, synthetic_batch(2, 2, seed=1))
+    stop, outcome = threading.Event(), {}
+
+    def wait() -> None:
+        try:
+            outcome["found"] = peer.wait_for(0)
+        except PeerTimeoutError as err:
+            outcome["error"] = err
+    start_heartbeat_thread(learner, interval_s=0.1, stop=stop)  # watches this (the main) thread
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    try:
+        backward_on_a_device_thread(2.5)
+        learner.publish(0, synthetic_batch(2, 2, seed=2))
+        waiter.join(timeout=30)
+    finally:
+        stop.set()
+    assert "error" not in outcome, outcome.get("error")
+    assert set(outcome["found"]) == {"a", "b"} and learner.work >= 5
