@@ -4,9 +4,8 @@ A run's ``config.yaml`` names modules (``plugins``, ``task.reward_funcs``, a ``t
 reading the run imports. A run folder is data (docs/run-layout.md, "What is trusted"): whoever can write it writes
 its ``config.yaml`` and its ``inputs.json`` alike, so neither vouches for code. A module a run folder names is
 imported only when the command running now names it too (:func:`accept_code`: its recipe, its ``--set``, its
-``--allow-code``, or :data:`ALLOW_CODE_ENV` in the user's environment, which a launcher sets for its own workers)
-or it is mutualrl's own; any other name is refused by name, with the flag that accepts it, before anything of it
-runs. A module accepted so must then still be the file and content ``RUN/inputs.json`` recorded as the run started
+``--allow-code``, or :data:`ALLOW_CODE_ENV` in the user's environment, which a launcher sets for its own workers);
+any other name is refused by name, with the flag that accepts it, before anything of it runs. A module accepted so must then still be the file and content ``RUN/inputs.json`` recorded as the run started
 (the same code, not only the same name). A ``__main__`` module is never imported for a config.
 """
 
@@ -38,11 +37,10 @@ def accept_code(modules: Iterable[str]) -> None:
 
 
 def named_by_command(module: str) -> bool:
-    """Whether the command running now names ``module`` (or the user's environment does, or it is mutualrl's own:
-    the package the user runs)."""
+    """Whether the command running now names ``module`` (or the user's environment does). mutualrl's own modules
+    are no exception: none is named by a recipe, and one called as a reward function is code all the same."""
     from_env = {name.strip() for name in os.environ.get(ALLOW_CODE_ENV, "").split(",")}
-    own = module.split(".")[0] == "mutualrl" and not module.endswith(".py")
-    return module in _NAMED_BY_COMMAND or module in from_env or own
+    return module in _NAMED_BY_COMMAND or module in from_env
 
 
 def allowed_code_env(modules: Iterable[str]) -> dict[str, str]:
