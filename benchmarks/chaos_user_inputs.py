@@ -14,7 +14,17 @@ The classes (each trial draws one fault of one class):
 - ``folder``: a symlink loop put in the run folder, then ``--resume``; a policy's final weights cut short, then
   ``eval RUN``: one line naming it;
 - ``see``: a second run started with the first's ``see.dir`` while the first trains: refused in one line, and
-  the first run ends "done".
+  the first run ends "done";
+- ``trust``: the run folder names code the command does not: its ``config.yaml`` and a forged ``inputs.json``
+  (the module's real path and sha256) name an installed module that writes a file when imported, then ``eval
+  RUN`` or ``--resume``; or a recipe names a pool ``../../esc`` or a ``task.name`` that is a function
+  (``tempfile:mkdtemp``): refused in one line naming it (``--allow-code``), nothing of it imported or called;
+- ``finished``: ``--resume --max-steps 1`` of a finished 2-step run, ``eval -o README.json`` beside a
+  ``README.md``, ``eval -o RUN/config.yaml``: refused in one line, and the final models, metrics rows and the
+  files are what they were;
+- ``values``: a reward function returning a list, a string, a complex number, ``inf``, ``1e308`` or ``NaN``: the
+  run stops naming the function and the value; a reward module calling ``sys.exit(0)`` at import: refused naming
+  it; a column mixing types in a list: refused naming file, row and column; a prompt holding U+2028: trains.
 
 A trial holds when every command ended as it must (exit 0 for what trains, 2 with one ``error:`` line naming
 what is asked for a refusal), printed no traceback, and nothing ran that must not. Prints one JSON object::
@@ -40,10 +50,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from chaos_trials import chaos_main, summary, trial_class  # noqa: E402
 
-CLASSES = ("rows", "code", "copy", "folder", "see")
+CLASSES = ("rows", "code", "copy", "folder", "see", "trust", "finished", "values")
 LIMIT_S = 300.0
 REWARDS = "def exact(completions, answer, **kwargs):\n    return [float(str(answer) in str(c)) for c in completions]\n"
 HOSTILE = "import pathlib\npathlib.Path('IMPORTED').write_text('ran')\n" + REWARDS
+ALLOW = ("--allow-code", "g_rewards")
+"""What a command that opens the run folder says to import its reward module (a run folder chooses no code)."""
 TRACEBACK_RE = re.compile(r'Traceback \(most recent call last\)|File\s+"[^"]+",\s*line\s*\d+')
 GOOD_ROWS = [{"prompt": f"{i}+1=", "answer": str(i + 1)} for i in range(12)]
 PARTS = [{"role": "user", "content": [{"type": "text", "text": "2+"}, {"type": "text", "text": "2="}]}]
@@ -59,8 +71,8 @@ ROW_FAULTS = {  # fault -> (the bad row, what the one line must say; None: the r
 }
 
 
-def mutualrl(args: list[str], cwd: Path, limit: float = LIMIT_S) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+def mutualrl(args: list[str], cwd: Path, limit: float = LIMIT_S, path: str = "") -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src") + (os.pathsep + path if path else "")}
     started = time.time()
     try:
         done = subprocess.run([sys.executable, "-m", "mutualrl", *args], cwd=cwd, env=env, capture_output=True,
@@ -118,7 +130,7 @@ def trial_code(home: Path, rng: random.Random) -> tuple[str, list[bool], list[di
         cwd = home / "elsewhere"
         cwd.mkdir()
         (cwd / "g_rewards.py").write_text(HOSTILE)
-    again = mutualrl(["train", "-o", str(home / "run"), "--resume", "--max-steps", "3"], cwd)
+    again = mutualrl(["train", "-o", str(home / "run"), "--resume", "--max-steps", "3", *ALLOW], cwd)
     return fault, [first["rc"] == 0, refused(again, "g_rewards"), not (cwd / "IMPORTED").exists()], [first, again]
 
 
@@ -130,8 +142,8 @@ def trial_copy(home: Path, rng: random.Random) -> tuple[str, list[bool], list[di
     row = json.loads(text.splitlines()[0])
     path.write_text(json.dumps({**row, "prompt": "7+7=", "prompt_id": "dataset/added"}) + "\n" + text)  # a row added
     command = rng.choice(["resume", "eval"])
-    args = (["train", "-o", str(home / "run"), "--resume", "--max-steps", "3"] if command == "resume"
-            else ["eval", str(home / "run"), "--device", "cpu", "--limit", "2"])
+    args = (["train", "-o", str(home / "run"), "--resume", "--max-steps", "3", *ALLOW] if command == "resume"
+            else ["eval", str(home / "run"), "--device", "cpu", "--limit", "2", *ALLOW])
     again = mutualrl(args, home)
     return f"{name} edited, {command}", [first["rc"] == 0, refused(again, name, "changed")], [first, again]
 
@@ -142,11 +154,11 @@ def trial_folder(home: Path, rng: random.Random) -> tuple[str, list[bool], list[
     if rng.random() < 0.5:
         (run / "metrics" / "a").symlink_to(run / "metrics" / "b")
         (run / "metrics" / "b").symlink_to(run / "metrics" / "a")
-        again = mutualrl(["train", "-o", str(run), "--resume", "--max-steps", "3"], home)
+        again = mutualrl(["train", "-o", str(run), "--resume", "--max-steps", "3", *ALLOW], home)
         return "symlink loop, resume", [first["rc"] == 0, refused(again, "symlink loop")], [first, again]
     weights = next((run / "policies").glob("*/final/model.safetensors"))
     weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
-    again = mutualrl(["eval", str(run), "--device", "cpu", "--limit", "2"], home)
+    again = mutualrl(["eval", str(run), "--device", "cpu", "--limit", "2", *ALLOW], home)
     return "final weights cut, eval", [first["rc"] == 0, refused(again, str(weights))], [first, again]
 
 
@@ -167,7 +179,87 @@ def trial_see(home: Path, rng: random.Random) -> tuple[str, list[bool], list[dic
     return "second live run", [refused(second, "in use by the live run"), status == "done"], [ran, second]
 
 
-TRIALS = {"rows": trial_rows, "code": trial_code, "copy": trial_copy, "folder": trial_folder, "see": trial_see}
+def trial_trust(home: Path, rng: random.Random) -> tuple[str, list[bool], list[dict[str, Any]]]:
+    fault = rng.choice(["forged record, eval", "forged record, resume", "pool name", "task.name function"])
+    if fault == "pool name":
+        ran = mutualrl(train_args(home / "run", "--set", "pool.name=../../esc"), home)
+        return fault, [refused(ran, "pool.name"), not (home.parent / "esc").exists()], [ran]
+    if fault == "task.name function":
+        ran = mutualrl(train_args(home / "run", "--set", "task.name=tempfile:mkdtemp"), home)
+        return fault, [refused(ran, "not a mutualrl.tasks.base.Task subclass")], [ran]
+    first = trained(home)
+    site = home / "site"  # an installed module: on PYTHONPATH, outside the run folder
+    site.mkdir()
+    (site / "g_hostile.py").write_text(f"import pathlib\npathlib.Path({str(home / 'IMPORTED')!r}).write_text('ran')\n")
+    forge_plugin(home / "run", "g_hostile", site / "g_hostile.py")
+    args = (["eval", str(home / "run"), "--device", "cpu", "--limit", "2", *ALLOW] if fault.endswith("eval")
+            else ["train", "-o", str(home / "run"), "--resume", "--max-steps", "3", *ALLOW])
+    again = mutualrl(args, home, path=str(site))
+    return fault, [first["rc"] == 0, refused(again, "--allow-code g_hostile"), not (home / "IMPORTED").exists()], \
+        [first, again]
+
+
+def forge_plugin(run: Path, module: str, file: Path) -> None:
+    """What whoever can write the run folder can do: name ``module`` in its config and vouch for it in its record."""
+    import hashlib
+
+    config = run / "config.yaml"
+    config.write_text(config.read_text().replace("plugins: []", f"plugins:\n- {module}"))
+    inputs = json.loads((run / "inputs.json").read_text())
+    inputs["code"][module] = {"file": str(file.resolve()), "sha256": hashlib.sha256(file.read_bytes()).hexdigest()}
+    (run / "inputs.json").write_text(json.dumps(inputs))
+
+
+def trial_finished(home: Path, rng: random.Random) -> tuple[str, list[bool], list[dict[str, Any]]]:
+    first = trained(home)
+    run = home / "run"
+    before = {p: p.read_bytes() for p in [run / "metrics.jsonl", *sorted(run.glob("policies/*/final/*.safetensors"))]}
+    fault = rng.choice(["resume shorter", "eval over README.md", "eval over config.yaml"])
+    if fault == "resume shorter":
+        again = mutualrl(["train", "-o", str(run), "--resume", "--max-steps", "1", *ALLOW], home)
+        ok = refused(again, "deletes no finished work")
+    else:
+        kept = home / "README.md" if fault == "eval over README.md" else run / "config.yaml"
+        kept.write_text(kept.read_text() if kept.exists() else "finished work\n")
+        before[kept] = kept.read_bytes()
+        target = home / "README.json" if kept.name == "README.md" else kept
+        again = mutualrl(["eval", str(run), "--device", "cpu", "--limit", "2", "-o", str(target), *ALLOW], home)
+        ok = refused(again, "exists", "--overwrite")
+    unchanged = all(path.exists() and path.read_bytes() == data for path, data in before.items())
+    return fault, [first["rc"] == 0, ok, unchanged], [first, again]
+
+
+BAD_VALUES = {"list": "[1.0]", "str": "'1'", "complex": "1j", "inf": "float('inf')", "1e308": "-1e308",
+              "nan": "float('nan')"}
+
+
+def trial_values(home: Path, rng: random.Random) -> tuple[str, list[bool], list[dict[str, Any]]]:
+    fault = rng.choice([*BAD_VALUES, "exit at import", "mixed list column", "U+2028 in a prompt"])
+    if fault in BAD_VALUES:
+        (home / "g_rewards.py").write_text(f"def exact(completions, **kwargs):\n    return [{BAD_VALUES[fault]} "
+                                           "for c in completions]\n")
+        ran = trained(home)
+        lines = [line for line in ran["output"].splitlines() if line.startswith("error:")]
+        return fault, [ran["rc"] not in (0, None), bool(lines) and "reward function 'exact' returned" in lines[0]], \
+            [ran]
+    if fault == "exit at import":
+        (home / "g_rewards.py").write_text("import sys\nsys.exit(0)\n")
+        ran = trained(home)
+        return fault, [refused(ran, "g_rewards", "sys.exit(0)")], [ran]
+    rows = [*GOOD_ROWS[:5], {**GOOD_ROWS[5], "tags": ["sum", 2]}, *GOOD_ROWS[6:]]
+    if fault == "mixed list column":
+        rows = [{**row, "tags": ["sum"]} for row in GOOD_ROWS[:5]] + rows[5:]
+        (home / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        ran = trained(home)
+        return fault, [refused(ran, "rows.jsonl", "row 5", "column 'tags'")], [ran]
+    rows = [{**row, "prompt": row["prompt"] + "\u2028"} for row in GOOD_ROWS]
+    (home / "rows.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    ran = trained(home)
+    return fault, [ran["rc"] == 0], [ran]
+
+
+TRIALS = {"rows": trial_rows, "code": trial_code, "copy": trial_copy, "folder": trial_folder, "see": trial_see,
+          "trust": trial_trust, "finished": trial_finished, "values": trial_values}
 
 
 def run_trials(trials: int, seed: int, out: Path) -> dict[str, Any]:

@@ -36,3 +36,39 @@ def test_a_refusal_is_exit_2_and_one_last_error_line_naming_what_is_asked() -> N
     assert not chaos.refused(said, "row 6")
     assert not chaos.refused({**said, "rc": 1}, "row 5")
     assert not chaos.refused({"rc": 2, "output": "error: x\nTraceback (most recent call last):\n"}, "x")
+
+
+@pytest.mark.parametrize("value", sorted(chaos.BAD_VALUES))
+def test_each_bad_reward_value_is_refused_naming_the_function(value: str) -> None:
+    from mutualrl.tasks.reward_values import checked_rewards
+
+    returned = [eval(chaos.BAD_VALUES[value]), 0.0]  # noqa: S307 - the script's own literals
+    with pytest.raises(DataError, match="reward function 'exact' returned"):
+        checked_rewards("exact", returned, ["a", "b"], ["p", "q"])
+
+
+def test_a_forged_record_vouches_for_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The trust trial's forgery (config and inputs.json naming an installed module) is refused, unimported."""
+    import sys
+
+    from mutualrl.api import load_config
+    from mutualrl.config import plugins, recorded_code
+    from mutualrl.config.resolved import load_resolved_config, write_resolved_config
+    from mutualrl.errors import UsageError
+    from mutualrl.run_folder import RunPaths
+
+    for state in ("_DATA_FOLDERS", "_HINT_FOLDERS"):
+        monkeypatch.setattr(plugins, state, [])
+    monkeypatch.setattr(recorded_code, "_NAMED_BY_COMMAND", set())
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "g_hostile_fast.py").write_text(f"import pathlib\npathlib.Path({str(tmp_path / 'RAN')!r}).write_text('x')\n")
+    monkeypatch.syspath_prepend(str(site))
+    paths = RunPaths(tmp_path / "run")
+    paths.root.mkdir()
+    write_resolved_config(paths, load_config("tiny"), "tiny")
+    paths.inputs.write_text(json.dumps({"format": 1, "code": {}, "data": {}}))
+    chaos.forge_plugin(paths.root, "g_hostile_fast", site / "g_hostile_fast.py")
+    with pytest.raises(UsageError, match="--allow-code g_hostile_fast"):
+        load_resolved_config(paths)
+    assert not (tmp_path / "RAN").exists() and "g_hostile_fast" not in sys.modules
