@@ -5,7 +5,6 @@ go on (one TensorBoard folder with the steps after the checkpoint purged, one W&
 
 from __future__ import annotations
 
-import functools
 from pathlib import Path
 
 import pytest
@@ -106,14 +105,18 @@ def test_an_unchanged_schedule_is_unchanged_by_resuming() -> None:
 def test_a_resumed_policy_writes_one_tensorboard_run_and_purges_the_steps_after_its_checkpoint(tmp_path) -> None:
     from transformers.integrations import TensorBoardCallback
 
-    from mutualrl.training.resumed_run import TENSORBOARD_FOLDER, continue_trackers
+    from mutualrl.training.resumed_run import TENSORBOARD_FOLDER, PurgeOnce, continue_trackers
 
     started, resumed_cb = TensorBoardCallback(), TensorBoardCallback()
     continue_trackers([started], tmp_path, None, environ={})
     continue_trackers([resumed_cb], tmp_path, str(tmp_path / "checkpoint-10"), environ={})
     assert started.logging_dir == resumed_cb.logging_dir == str(tmp_path / "runs" / TENSORBOARD_FOLDER)
-    assert not isinstance(started._SummaryWriter, functools.partial)
-    assert resumed_cb._SummaryWriter.keywords == {"purge_step": 11}
+    assert not isinstance(started._SummaryWriter, PurgeOnce)
+    made: list[dict] = []
+    resumed_cb._SummaryWriter.writer = lambda **kwargs: made.append(kwargs)
+    resumed_cb._init_summary_writer(None)
+    resumed_cb._init_summary_writer(None)  # after training: the last validation's logs open a writer again
+    assert made == [{"log_dir": resumed_cb.logging_dir, "purge_step": 11}, {"log_dir": resumed_cb.logging_dir}]
     mine = TensorBoardCallback()
     continue_trackers([mine], tmp_path, None, environ={"TENSORBOARD_LOGGING_DIR": "/elsewhere"})
     assert mine.logging_dir != str(tmp_path / "runs" / TENSORBOARD_FOLDER)  # the user's folder wins

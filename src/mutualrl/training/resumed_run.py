@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import re
@@ -66,7 +65,20 @@ def continue_trackers(callbacks: Iterable[Any], policy_dir: Path, resume_from: s
             callback.logging_dir = str(policy_dir / "runs" / TENSORBOARD_FOLDER)
         writer = getattr(callback, "_SummaryWriter", None)
         if writer is not None and resume_step is not None:
-            callback._SummaryWriter = functools.partial(writer, purge_step=resume_step + 1)
+            callback._SummaryWriter = PurgeOnce(writer, resume_step + 1)
+
+
+class PurgeOnce:
+    """A ``SummaryWriter`` factory whose first writer purges the steps from ``step`` on (TensorBoard drops the
+    earlier files' events there): the callback makes a second writer after training (the last validation's
+    logs), which must purge nothing, or it would drop the resumed steps themselves."""
+
+    def __init__(self, writer: Any, step: int) -> None:
+        self.writer, self.step = writer, step
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        step, self.step = self.step, None
+        return self.writer(*args, **kwargs) if step is None else self.writer(*args, purge_step=step, **kwargs)
 
 
 def wandb_run_env(report_to: Any, run_id: str, policy: str, environ: MutableMapping[str, str]) -> dict[str, str]:
