@@ -32,8 +32,8 @@ def test_hacpo_4b_micro_batch_by_hand(tmp_path):
       scored tokens    32 x 4096 x 2560 x (2 + 4) B     =  2,013,265,920
       head weight      151936 x 2560 x (4 + 2) B        =  2,333,736,960
                                                    sum  = 50,752,782,336 B = 47.27 GiB
-    beside 16.8 GiB of model state and the margin of a tenth of the card: 72.1 of 80 GiB, so the batch is kept. Full-vocabulary
-    logits (the old estimate, 32 x 4096 x 151936 x 2 B x 2 = 74.2 GiB) are never built by TRL 1.16."""
+    beside 16.8 GiB of model state and the margin of a tenth of the card: 72.1 of 80 GiB, so the batch is kept.
+    Full-vocabulary logits (the old estimate, 32 x 4096 x 151936 x 2 B x 2 = 74.2 GiB) are never built by TRL 1.16."""
     plan = gpu_plan(tmp_path, "hacpo-qwen3-1.7b-4b").policy("qwen3-4b-base")
     micro = plan.micro_batch
     assert (micro.own_rows, micro.peer_rows, micro.rescue_rows, micro.tokens_per_row) == (16, 16, 0, 5120)

@@ -76,8 +76,8 @@ def check_c_compiler() -> Check | None:
 
     if not (torch.cuda.is_available() and is_triton_available()):
         return None
-    named = os.environ.get("CC")
-    compiler = shutil.which(named.split()[0]) if named and named.split() else shutil.which("gcc") or shutil.which("clang")
+    named = (os.environ.get("CC") or "").strip()
+    compiler = shutil.which(named.split()[0]) if named else shutil.which("gcc") or shutil.which("clang")
     scheme = sysconfig.get_default_scheme()
     headers = Path(sysconfig.get_paths(scheme="posix_prefix" if scheme == "posix_local" else scheme)["include"])
     missing = [what for what, found in ((f"a C compiler (CC={named})" if named else "a C compiler (gcc or clang)",
