@@ -353,6 +353,7 @@ def test_complementarity_runs_the_evaluation_first(tiny_models: dict[str, Path],
     assert report["pool"]["none"] == 1.0 and [r.reward_at_1 for r in results] == [0.0, 0.0]
 
 
+@pytest.mark.slow
 def test_greedy_ignores_the_model_generation_config_and_says_so() -> None:
     """A model folder's ``generation_config.json`` (``suppress_tokens``, ``repetition_penalty``) does not change
     which token is greedy; the results name what was taken from it (EOS) and what was not."""
