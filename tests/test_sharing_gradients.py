@@ -26,7 +26,8 @@ from trl import GRPOConfig, GRPOTrainer
 from mutualrl.assets.tokenizers import load_tokenizer
 from mutualrl.config import load_run_config
 from mutualrl.regimes.hacpo.adapter import COEFFICIENT, PEER_LOGPS, PEER_ROW, HACPOAdapter
-from mutualrl.regimes.prp.adapter import PRPAdapter, PRPStep
+from mutualrl.regimes.pooled_rows import PooledStep
+from mutualrl.regimes.prp.adapter import PRPAdapter
 from mutualrl.regimes.seam import TOKEN_WEIGHTS
 from mutualrl.training.trainer import MutualGRPOTrainer
 from test_regime_token_weights import WeightsFromBatch
@@ -81,7 +82,7 @@ def prp_batch(advantage: float, level: str = "token", **settings) -> dict:
     adapter = PRPAdapter(config, "tiny-bpe", exchange=None)
     snapshot = torch.tensor(np.stack([OWN, SNAPSHOT]), dtype=torch.float32)  # [2, 4]
     batch = base_batch([0.0, advantage])
-    step = PRPStep(batch=batch, n_local=1, width=4, sources=[("tiny-sp", 0)], responses=None,
+    step = PooledStep(batch=batch, n_local=1, width=4, sources=[("tiny-sp", 0)], responses=None,
                    peer_mask=torch.ones(1, 4, dtype=torch.long), scored=torch.tensor([True]), snapshot=snapshot,
                    peer_traces=snapshot[1:] - torch.log(torch.tensor(W, dtype=torch.float32)), behaviour=None)
     batch["old_per_token_logps"] = adapter.behaviour_logps(step)
@@ -141,13 +142,14 @@ def test_ftis_drops_a_negative_advantage_sample_past_the_kl_bound_only(trainer, 
 @pytest.mark.parametrize("trl_level", ["token", "sequence"])
 @pytest.mark.parametrize("advantage", [1.0, -1.0])
 def test_sequence_level_corrections_weigh_by_t_of_w_under_either_ratio(trainer, monkeypatch, trl_level, advantage):
-    """Sequence level: W = Π w = 0.5·2·5·20 = 100 > C: TIS weighs every token by 3, under TRL's token ratio and under
-    GSPO's sequence ratio alike (both 1 at the snapshot). Without a correction under GSPO and the peer denominator,
+    """Sequence level: W = Π w = 0.5·2·5·20 = 100 > C: TIS and F-TIS weigh every token by 3, under TRL's token ratio
+    and under GSPO's sequence ratio alike (both 1 at the snapshot); the drop line D = 10 drops the response. Without a correction under GSPO and the peer denominator,
     TRL's ratio is W^(1/4) = 3.1623 (the paper's PRP with GSPO): clipped for A > 0, the weight itself for A < 0."""
     monkeypatch.setattr(trainer, "importance_sampling_level", trl_level)
-    batch = prp_batch(advantage, level="sequence", correction="tis")
-    got = peer_weight(gradient(trainer, monkeypatch, batch, np.stack([OWN, SNAPSHOT])), advantage)
-    np.testing.assert_allclose(got, np.full(4, min(np.prod(W), C)), rtol=1e-5)
+    for correction, expected in (("tis", C), ("ftis", C), ("tis-drop", 0.0)):  # W = 100 > D = 10: dropped
+        batch = prp_batch(advantage, level="sequence", correction=correction)
+        got = peer_weight(gradient(trainer, monkeypatch, batch, np.stack([OWN, SNAPSHOT])), advantage)
+        np.testing.assert_allclose(got, np.full(4, expected), rtol=1e-5, atol=1e-6)
     if trl_level == "sequence":
         batch = prp_batch(advantage, level="sequence", correction="none", denominator="peer")
         got = peer_weight(gradient(trainer, monkeypatch, batch, np.stack([OWN, SNAPSHOT])), advantage)
@@ -197,6 +199,19 @@ def test_hacpo_peer_row_gradient_is_eq_50_on_the_current_ratio(trainer, hacpo, m
     batch = hacpo_batch(hacpo, math.log(0.9), advantage, 1.5)
     grad = gradient(trainer, monkeypatch, batch, np.stack([OWN, SNAPSHOT + moved]))
     np.testing.assert_allclose(peer_weight(grad, advantage), np.full(4, expected), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("setting, value, s_now, expected", [
+    ("alpha", 0.0, 0.9, 1.5 * 0.9),  # Eq. 12 off: plain sequence-level IS, omega s
+    ("alpha", 2.0, 0.9, 1.5 * 0.9 ** 3),  # omega s^3
+    ("cross_clip", False, 1.05, 1.5 * 1.05 ** 2),  # no band: s above 1 is kept
+    ("discrepancy_coefficient", True, 0.9, 1.5 * 0.9 ** 2),  # the batch's omega (the adapter writes 1 when off)
+])
+def test_hacpo_mechanisms_in_the_gradient(trainer, hacpo, monkeypatch, setting, value, s_now, expected):
+    monkeypatch.setattr(hacpo.settings, setting, value)
+    batch = hacpo_batch(hacpo, math.log(0.9), 1.0, 1.5)
+    grad = gradient(trainer, monkeypatch, batch, np.stack([OWN, SNAPSHOT + math.log(s_now / 0.9)]))
+    np.testing.assert_allclose(peer_weight(grad, 1.0), np.full(4, expected), rtol=1e-5)
 
 
 def test_hacpo_kl_acts_on_own_rows_only_unless_asked(trainer, hacpo, monkeypatch):
