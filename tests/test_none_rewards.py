@@ -1,5 +1,5 @@
-"""A reward of None (docs/tasks.md: "not scored"; TRL: NaN, left out by ``nansum``) in every regime (docs/tasks.md,
-item 4): the SEE keeps it as NaN, and each regime treats such a completion as not scored (docs/regimes.md)."""
+"""A reward of None (docs/tasks.md: "not scored"; TRL: NaN, left out by ``nansum``) in every regime: the SEE keeps it
+as NaN, and each regime treats such a completion as not scored (docs/regimes.md)."""
 
 from __future__ import annotations
 

@@ -6,7 +6,8 @@ planned 29500, 29501, ...; the second's first rank died with ``DistNetworkError 
 a launcher now claims a block of ports and holds the claim until its run ends:
 
 - a claim is an abstract Unix socket named after the port (Linux's abstract namespace: no file, gone with the
-  process however it ends); a second launcher cannot bind the same name, so it moves on to the next block;
+  process however it ends); a second launcher cannot bind the same name, so it moves on to the next block
+  (elsewhere there is no claim, only the check below);
 - a port is taken only where a TCP socket binds it on every address with ``SO_REUSEADDR`` (as torch's TCPStore
   binds), so a port another program listens on is skipped.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import errno
 import socket
+import sys
 from dataclasses import dataclass, field, replace
 
 from mutualrl.config.schema import RunConfig
@@ -26,6 +28,8 @@ from mutualrl.errors import PlacementError
 PORT_WINDOW = 256
 """How far above the recipe's port a launcher looks for a free block."""
 CLAIM_PREFIX = "mutualrl-rendezvous-port-"
+ABSTRACT_SOCKETS = sys.platform.startswith("linux")
+"""Linux's abstract socket namespace holds the claims; elsewhere a port is only checked to be bindable."""
 
 
 @dataclass
@@ -77,12 +81,13 @@ def claim_block(first: int, count: int) -> PortClaim | None:
     """``count`` ports from ``first``, each claimed and bindable; None (nothing held) when one is not."""
     claim = PortClaim(first, count)
     for port in range(first, first + count):
-        held = claim_port(port) if port <= 65535 else None
-        if held is None:
-            claim.close()
-            return None
-        claim.held.append(held)
-        if not port_bindable(port):
+        if ABSTRACT_SOCKETS:
+            held = claim_port(port) if port <= 65535 else None
+            if held is None:
+                claim.close()
+                return None
+            claim.held.append(held)
+        if port > 65535 or not port_bindable(port):
             claim.close()
             return None
     return claim
