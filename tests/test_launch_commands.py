@@ -10,6 +10,7 @@ from mutualrl.config.loader import load_run_config
 from mutualrl.assets.deepspeed_ops import torch_extensions_dir
 from mutualrl.errors import PlacementError
 from mutualrl.launch.plan.commands import (
+    GPU_VLLM_CORRECTION,
     WORKER_MODULE,
     adapt_grpo_to_device,
     build_machine_specs,
@@ -116,8 +117,11 @@ def test_adapt_on_cpu_turns_off_gpu_features(monkeypatch):
 
 
 def test_adapt_on_gpu_keeps_vllm_only_when_installed():
-    kept = adapt_grpo_to_device(GPU_RECIPE, GPU, vllm_available=True)
+    stated = {**GPU_RECIPE, "vllm_importance_sampling_correction": False}
+    kept = adapt_grpo_to_device(stated, GPU, vllm_available=True)
     assert kept.fields == {} and kept.dropped == () and kept.notes == []  # the recipe's use_vllm and bf16 stand
+    silent = adapt_grpo_to_device(GPU_RECIPE, GPU, vllm_available=True)  # TRL's correction unset: said how it differs
+    assert silent.fields == {} and [note.split(": ", 1)[1] for note in silent.notes] == [GPU_VLLM_CORRECTION]
     dropped = adapt_grpo_to_device(GPU_RECIPE, GPU, vllm_available=False)
     assert dropped.fields == {"use_vllm": False}
     assert "not installed" in dropped.notes[0]

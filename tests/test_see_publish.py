@@ -118,7 +118,8 @@ def test_without_readers_of_spans_only_the_text_is_published(thl_tokenizers):
 
 @pytest.mark.parametrize(("regime", "settings", "spans"), [
     ("prp", ["regime.prp.denominator=peer"], True),
-    ("prp", ["regime.prp.denominator=learner", "regime.prp.correction=tis"], True),  # aligns the peers' traces too
+    ("prp", ["regime.prp.denominator=peer", "regime.prp.correction=tis"], True),  # a correction aligns the traces
+    ("hacpo", [], True),
     ("prp", ["regime.prp.denominator=learner", "regime.prp.correction=none"], False),
     ("xgrpo", [], False),
     ("sgt", [], False),
