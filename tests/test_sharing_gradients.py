@@ -227,3 +227,27 @@ def test_hacpo_kl_acts_on_own_rows_only_unless_asked(trainer, hacpo, monkeypatch
     monkeypatch.setattr(hacpo.settings, "kl_on_peer_rows", True)
     peer_kl = gradient(trainer, monkeypatch, hacpo_batch(hacpo, math.log(0.9), 1.0, 1.5), logps)
     np.testing.assert_allclose(peer_kl[1] - plain[1], np.full(4, 0.5 * (1 - math.exp(-0.3)) / 8), rtol=1e-5)
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "luspo", "sapo"])
+def test_aggregate_loss_reduces_as_trls_own_loss(trainer, monkeypatch, loss_type):
+    """A regime's own term is reduced as TRL reduces its loss: with advantage -1 and the ratio 1, TRL's per-token
+    loss is 1 on every token (sapo's 4/τ·σ(0)·1 = 2/τ_neg), so TRL's loss equals ``aggregate_loss`` of that tensor,
+    with ragged masks and two accumulation steps."""
+    monkeypatch.setattr(trainer, "loss_type", loss_type)
+    monkeypatch.setattr(trainer, "current_gradient_accumulation_steps", 2)
+    batch = base_batch([-1.0, -1.0])
+    batch["completion_mask"] = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0]])
+    batch["num_items_in_batch"] = torch.tensor(9)
+    logps = np.stack([OWN, SNAPSHOT])
+    batch["old_per_token_logps"] = torch.tensor(logps, dtype=torch.float32)
+    leaf = torch.tensor(logps, dtype=torch.float32)
+
+    def forward(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        return leaf, torch.zeros_like(leaf), None
+
+    monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", forward)
+    trl_loss = trainer.compute_loss(trainer.model, batch)
+    per_token = 2.0 / trainer.args.sapo_temperature_neg if loss_type == "sapo" else 1.0
+    ours = trainer.aggregate_loss(torch.full((2, 4), per_token), batch["completion_mask"], batch)
+    assert ours.item() == pytest.approx(trl_loss.item(), rel=1e-6)
