@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from mutualrl.regimes.grpo import group_advantages
+from mutualrl.regimes.importance import normalised_ess
 from mutualrl.regimes.prp.maths import (
     correction_weights,
     corrected_log_weights,
     ftis_kept,
-    normalised_ess,
     per_source_advantages,
     resolved_grouping,
     sequence_kl,

@@ -16,7 +16,7 @@ import torch
 from gloo_ranks import run_on_two_ranks
 from mutualrl.config import load_run_config
 from mutualrl.padding import pad_token_rows
-from mutualrl.regimes.prp.maths import ratio_statistics
+from mutualrl.regimes.importance import ratio_statistics
 from mutualrl.regimes.rank_metrics import Quantile, Share, Total, combine, parts
 from mutualrl.regimes.registry import get_regime
 from mutualrl.regimes.seam import StepRollouts

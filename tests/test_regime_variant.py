@@ -55,6 +55,17 @@ def test_the_variant_reads_its_own_settings_through_prps_code(variant):
     assert adapter.publishes_traces and "behaviour_logps" in adapter.peer_columns  # needs_traces: the variant's
 
 
+def test_the_variants_metric_is_named_by_its_spec_alone(variant):
+    """The plots' words for the variant's metric come from its spec (no table outside its folder names it); its
+    ratio diagnostics, logged under its own name, are a key in words."""
+    from mutualrl.evaluation.metric_words import metric_words
+
+    assert metric_words("prp-tis-test/capped_share") == SPEC.metrics[0][1]
+    assert metric_words("prp-tis-test/token_clip_rate").title == "prp-tis-test: token clip rate"
+    unregister_regime(SPEC.name)
+    assert metric_words("prp-tis-test/capped_share").title == "prp-tis-test: capped share"
+
+
 @pytest.mark.slow
 def test_the_variant_trains_the_tiny_pool_two_steps(tmp_path):
     from e2e_helpers import TINY, assert_ok, metric_lines, train_command

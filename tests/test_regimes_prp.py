@@ -11,10 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mutualrl.regimes.grpo import group_advantages
-from mutualrl.regimes.prp.maths import (
-    prp_pooled_advantages,
-    ratio_statistics,
-)
+from mutualrl.regimes.importance import ratio_statistics
+from mutualrl.regimes.prp.maths import prp_pooled_advantages
 from mutualrl.regimes.usability import USABILITY_CELLS, regime_usability
 
 EPS = 1e-4
@@ -172,4 +170,4 @@ def test_prp_status_and_plot_metrics_are_ones_it_logs():
     from mutualrl.regimes.prp.spec import PRP
 
     logged = set(ratio_statistics(torch.ones(1, 2), torch.ones(1, 2), epsilon=0.2)) | {"peer_rows"}
-    assert {metric for metric, _ in PRP.status + PRP.titles} <= logged
+    assert {metric for metric, _ in PRP.status + PRP.metrics} <= logged

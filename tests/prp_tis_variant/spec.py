@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from mutualrl.figure_words import UNIT, MetricWords
 from mutualrl.regimes.prp.spec import PRPSettings
 from mutualrl.regimes.registry import ENV_VAR, RegimeSpec, register_regime
 
@@ -24,6 +25,7 @@ SPEC = RegimeSpec(
     name="prp-tis-test", help="PRP with capped per-token importance weights (a test-only variant)", needs_peers=True,
     settings_key="prp_tis_test", settings=PRPTISSettings, adapter="prp_tis_variant.adapter:PRPTISAdapter",
     status=(("capped_share", "capped"),),
+    metrics=(("capped_share", MetricWords("peer tokens whose weight was capped", "share of peer tokens", UNIT)),),
 )
 if __name__ in os.environ.get(ENV_VAR, "").split(","):
     register_regime(SPEC)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.errors import DataError
-from mutualrl.evaluation.metric_words import PER_PEER_WORDS, UNIT, MetricWords, axis_range, metric_words
+from mutualrl.evaluation.metric_words import axis_range, metric_words
 from mutualrl.evaluation.plot_style import (
     colors,
     empty_panel,
@@ -49,6 +49,7 @@ from mutualrl.evaluation.plotted_runs import (
     setup_differences,
 )
 from mutualrl.evaluation.results import GROUP_KEY_PREFIX, REWARD_KEY_SUFFIX, group_rewards
+from mutualrl.figure_words import SOURCE_FIGURES, UNIT, MetricWords, source_figure_key
 from mutualrl.regimes.registry import all_regimes
 
 __all__ = ["RunData", "load_run", "mean_series", "plot_runs", "series", "summary_rows"]
@@ -268,12 +269,6 @@ def _group_keys(runs: Sequence[RunData]) -> list[tuple[str, MetricWords]]:
             for g in groups]
 
 
-def regime_metric_words(key: str) -> MetricWords:
-    """``sgt/gate_rate`` -> ``SGT gate rate`` with its y label; a user's regime metric by its spec's ``titles``."""
-    titled = next((spec.title_keys[key] for spec in all_regimes() if key in spec.title_keys), None)
-    return metric_words(key, titled)
-
-
 def regime_prefixes() -> tuple[str, ...]:
     """``<name>/`` and ``<settings_key>/`` of every registered regime: the keys of regime metrics."""
     names = {part for spec in all_regimes() for part in (spec.name, spec.settings_key) if part}
@@ -299,9 +294,9 @@ def _source_keys(runs: Sequence[RunData]) -> dict[str, dict[tuple[str, str], dic
     for r, run in enumerate(runs):
         for line in run.train:
             for key in line:
-                parts = key.split("/")
-                if len(parts) == 4 and parts[1] == "from" and parts[3] in PER_PEER_WORDS and line.get("policy"):
-                    found.setdefault(str(line["policy"]), {}).setdefault((parts[2], parts[3]), {})[r] = key
+                source = source_figure_key(key)
+                if source is not None and line.get("policy"):
+                    found.setdefault(str(line["policy"]), {}).setdefault(source[1:], {})[r] = key
     return found
 
 
@@ -310,7 +305,8 @@ def plot_sources(runs: Sequence[RunData], out_dir: Path, smooth: float | None) -
     figure side by side, a few figures to a row; one line per run; a figure's panels share one y range across every
     learner's file."""
     found = _source_keys(runs)
-    figures = [f for f in PER_PEER_WORDS if any(f == fig for keys in found.values() for _, fig in keys)]
+    words_of = {f.name: f.words for f in SOURCE_FIGURES}
+    figures = [f for f in words_of if any(f == fig for keys in found.values() for _, fig in keys)]
     palette, styles = colors(len(runs)), run_styles(len(runs))
     drawn_panels: list[tuple[str, Any, list[float]]] = []
     pending = []
@@ -323,7 +319,7 @@ def plot_sources(runs: Sequence[RunData], out_dir: Path, smooth: float | None) -
             axes[n // cols][n % cols].set_visible(False)
         drawn: set[int] = set()
         for n, figure in enumerate(figures):
-            words = PER_PEER_WORDS[figure]
+            words = words_of[figure]
             for j, peer in enumerate(peers):
                 ax = axes[n // per_row][(n % per_row) * len(peers) + j]
                 curves = ((r, series(runs[r].train, learner, key)) for r, key in keys.get((peer, figure), {}).items())
@@ -331,7 +327,7 @@ def plot_sources(runs: Sequence[RunData], out_dir: Path, smooth: float | None) -
                 _label_panel(ax, f"from {peer}: {words.title}", words.ylabel)
         pending.append((fig, sorted(drawn), out_dir / f"sources_{learner}.png"))
     for figure in figures:
-        _share_range([(ax, values) for f, ax, values in drawn_panels if f == figure], PER_PEER_WORDS[figure].scale)
+        _share_range([(ax, values) for f, ax, values in drawn_panels if f == figure], words_of[figure].scale)
     labels = [r.label for r in runs]
     return [save_with_legend(fig, run_legend(labels, palette, styles, drawn), out) for fig, drawn, out in pending]
 
@@ -374,7 +370,7 @@ def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, smooth: float
                   keys=[(k, metric_words(k)) for k in OPTIMIZATION_KEYS],
                   title="Optimization signatures: entropy and KL", smooth=smooth, empty_notes={"kl": kl_note(runs)}),
         plot_metric_mosaic(runs, out_dir / "regime_metrics.png", kind="train",
-                           keys=[(k, regime_metric_words(k)) for k in _regime_keys(runs)],
+                           keys=[(k, metric_words(k)) for k in _regime_keys(runs)],
                            title="Regime metrics", smooth=smooth),
         *plot_sources(runs, out_dir, smooth),
     ]

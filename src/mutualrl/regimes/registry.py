@@ -11,7 +11,7 @@ environment variable: module names or ``.py`` file paths, separated by commas. T
 policy processes inherit the variable, so a regime named there trains like a built-in one.
 
 CLI validation and help, config validation and settings, the launcher's sharing check, the
-worker's exchange, the adapter lookup and the status line all read from here.
+worker's exchange, the adapter lookup, the status line and the plots' words for its metrics all read from here.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.errors import UnknownNameError, UsageError
+from mutualrl.figure_words import MetricWords
 
 ENV_VAR = "MUTUALRL_REGIMES"
 """Extra regime modules to import (module names or .py paths, comma-separated)."""
@@ -70,8 +71,9 @@ class RegimeSpec:
     status: tuple[tuple[str, str], ...] = ()
     """(metric, label) shown on the live status line (the policy's status file and the launcher's progress);
     the metric is logged as ``<name>/<metric>``."""
-    titles: tuple[tuple[str, str], ...] = ()
-    """(metric, title) for the plots of ``mutualrl plot``; a metric without one is titled by its key."""
+    metrics: tuple[tuple[str, MetricWords], ...] = ()
+    """(metric, its words: title, y label and y scale) for the figures of ``mutualrl plot``; the metric is logged as
+    ``<name>/<metric>``; one without words is titled by its key, on its values' own range."""
     check: Callable[[Any], tuple[str, str] | None] | None = None
     """Cross-field check of the settings: None, or (field, problem)."""
     grpo_defaults: tuple[tuple[str, Any], ...] = ()
@@ -100,9 +102,9 @@ class RegimeSpec:
         return tuple((f"{self.name}/{metric}", label) for metric, label in self.status)
 
     @property
-    def title_keys(self) -> dict[str, str]:
-        """Full metric key -> plot title."""
-        return {f"{self.name}/{metric}": title for metric, title in self.titles}
+    def metric_keys(self) -> dict[str, MetricWords]:
+        """Full metric key -> its words in a plot."""
+        return {f"{self.name}/{metric}": words for metric, words in self.metrics}
 
 
 _REGISTRY: dict[str, RegimeSpec] = {}

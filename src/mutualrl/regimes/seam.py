@@ -56,7 +56,8 @@ class GRPOBatch(TypedDict, total=False):
     ref_per_token_logps: torch.Tensor  # float [B, C] reference model's log-probs (beta > 0)
     sampling_per_token_logps: torch.Tensor  # float [B, C] vLLM's sampling log-probs
     importance_sampling_ratio: torch.Tensor  # float [B, C], or [B, 1] in vLLM's sequence-level modes
-    # TRL's multimodal and tool rollouts: PRP refuses a batch with any of them (prp.adapter.UNSUPPORTED_KEYS)
+    # TRL's multimodal and tool rollouts: no row is appended to a batch with one (batch_rows.UNSUPPORTED_KEYS);
+    # HACPO writes tool_mask itself (0 on its peer rows: TRL's loss skips them)
     tool_mask: torch.Tensor  # int64 [B, C]
     pixel_values: torch.Tensor  # the processor's image tensor, not per row
     image_grid_thw: torch.Tensor  # int64 [images, 3]
@@ -70,7 +71,7 @@ class GRPOBatch(TypedDict, total=False):
     sgt_source: torch.Tensor  # int64 [B] the rescue's peer (its place in the adapter's peers), -1 off the gated rows
     sgt_prompt_ids: torch.Tensor  # int64 [B, P'] an earlier round's prompts (see.max_staleness), scored with the rescue
     sgt_prompt_mask: torch.Tensor  # int64 [B, P']
-    hacpo_log_ratio: torch.Tensor  # float32 [B] a peer row's log s (Eq. 11), 0 on own rows
+    hacpo_peer_logps: torch.Tensor  # float [B, C] a peer row's aligned trace (Eq. 11's denominator)
     hacpo_coefficient: torch.Tensor  # float32 [B] a peer row's discrepancy coefficient, 1 on own rows
     hacpo_peer_row: torch.Tensor  # bool [B] True on the peer rows
 

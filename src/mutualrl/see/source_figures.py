@@ -1,5 +1,6 @@
 """How off-policy the samples each policy took from each peer through the exchange were: the per-source diagnostics
-(``<regime>/from/<peer>/<figure>``: ESS, log importance ratio, truncated, filtered and used shares; docs/regimes.md)
+(``<regime>/from/<peer>/<figure>``, :data:`mutualrl.figure_words.SOURCE_FIGURES`: ESS, log importance ratio, truncated,
+filtered and used shares; docs/regimes.md)
 that the run's policies logged in its merged ``metrics.jsonl``, per (learner, peer), at the last step and averaged
 over the steps. ``mutualrl see inspect`` shows them beside the exchange."""
 
@@ -9,11 +10,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from mutualrl.figure_words import SOURCE_FIGURE_NAMES, source_figure_key
 from mutualrl.run_folder import RunPaths, read_metric_rows
-
-#: The figures in the order they are shown; a regime logs those that mean something for it.
-FIGURES = ("ess", "log_ratio_mean", "log_ratio_max", "truncated_share", "filtered_share", "used_share",
-           "rescue_logp")
 
 
 def run_folder_of(path: Path | str, see_root: Path) -> Path | None:
@@ -37,19 +35,20 @@ def source_figures(run: Path | None) -> list[dict[str, Any]]:
         if row.get("kind") != "train":
             continue
         for key, value in row.items():
-            parts = key.split("/")
-            if len(parts) != 4 or parts[1] != "from" or parts[3] not in FIGURES:
+            source = source_figure_key(key)
+            if source is None:
                 continue
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
                 continue
-            entry = found.setdefault((row["policy"], parts[2]), {"regime": parts[0], "points": {}})
-            entry["points"].setdefault(parts[3], {})[row["step"]] = float(value)
+            regime, peer, figure = source
+            entry = found.setdefault((row["policy"], peer), {"regime": regime, "points": {}})
+            entry["points"].setdefault(figure, {})[row["step"]] = float(value)
     return [_summary(learner, peer, entry) for (learner, peer), entry in found.items()]
 
 
 def _summary(learner: str, peer: str, entry: dict[str, Any]) -> dict[str, Any]:
     points: dict[str, dict[int, float]] = entry["points"]
-    figures = [f for f in FIGURES if f in points]
+    figures = [f for f in SOURCE_FIGURE_NAMES if f in points]
     steps = sorted({step for f in figures for step in points[f]})
     return {
         "learner": learner, "peer": peer, "regime": entry["regime"], "steps": len(steps), "last_step": steps[-1],

@@ -96,14 +96,14 @@ def _field(grpo: dict[str, Any], name: str) -> int:
 
 def added_rows(config: RunConfig, own_rows: int, k: int) -> tuple[int, int]:
     """(peer rows, rescue rows) the run's regime adds to a micro-batch of ``own_rows`` of the learner's rows, at most
-    (module docstring). PRP's settings, and HACPO's that extend them, mark a regime that pools peer rows."""
-    from mutualrl.regimes.prp.spec import PRPSettings
+    (module docstring). The pooled rows' settings (PRP's, HACPO's) mark a regime that pools peer rows."""
+    from mutualrl.regimes.pooled_spec import PooledRowsSettings
     from mutualrl.regimes.registry import get_regime
     from mutualrl.regimes.sgt.spec import SGTSettings
 
     spec = get_regime(config.regime.name)
     settings = config.regime.settings.get(spec.settings_key) if spec.settings_key else None
-    if isinstance(settings, PRPSettings):
+    if isinstance(settings, PooledRowsSettings):
         return own_rows * (len(config.pool.policies) - 1), 0
     if isinstance(settings, SGTSettings):
         return 0, math.ceil(own_rows * min(settings.max_pairs_per_prompt, k) / k)

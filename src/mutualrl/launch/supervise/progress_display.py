@@ -14,16 +14,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.table import Column
 from rich.text import Text
 
-#: The per-source figures the detail view shows, in this order: (figure, label, format).
-SOURCE_FIGURES = (
-    ("ess", "ess", "{:.2f}"),
-    ("log_ratio_mean", "log w", "{:+.2f}"),
-    ("log_ratio_max", "max", "{:+.2f}"),
-    ("truncated_share", "trunc", "{:.0%}"),
-    ("filtered_share", "filt", "{:.0%}"),
-    ("used_share", "used", "{:.0%}"),
-    ("rescue_logp", "logp", "{:.3g}"),
-)
+from mutualrl.figure_words import SOURCE_FIGURES, source_figure_key
+
 
 
 class MainRowOnly(ProgressColumn):
@@ -91,11 +83,10 @@ def source_details(figures: Mapping[str, Any]) -> dict[str, str]:
     max +1.30  trunc 3%  filt 0%  used 100%`` (only the figures its regime logs)."""
     by_peer: dict[str, dict[str, float]] = {}
     for key, value in figures.items():
-        parts = key.split("/")
-        if len(parts) == 4 and parts[1] == "from" and isinstance(value, (int, float)) and value == value:
-            by_peer.setdefault(parts[2], {})[parts[3]] = value
-    return {peer: "  ".join(f"{label} {form.format(shown[name])}" for name, label, form in SOURCE_FIGURES
-                            if name in shown)
+        source = source_figure_key(key)
+        if source is not None and isinstance(value, (int, float)) and value == value:
+            by_peer.setdefault(source[1], {})[source[2]] = value
+    return {peer: "  ".join(f"{f.label} {f.form.format(shown[f.name])}" for f in SOURCE_FIGURES if f.name in shown)
             for peer, shown in by_peer.items()}
 
 

@@ -1,11 +1,12 @@
 """HACPO's adapter (arXiv 2603.02604): PRP's pooled batch with HACPO's advantages and peer-row weights.
 
-The peer rows reach the learner as PRP's do (:class:`~mutualrl.regimes.prp.adapter.PRPAdapter`: retokenized into
-the learner's vocabulary, with the peers' THL-aligned traces). What HACPO changes, in the hooks PRP offers:
+The peer rows reach the learner as PRP's do (:class:`~mutualrl.regimes.pooled_rows.PooledRowsAdapter`: retokenized
+into the learner's vocabulary, with the peers' THL-aligned traces). What HACPO decides, in the hooks the pooled rows
+offer and its own term:
 
 - the advantages of every row, own and peers' (Sec. 3.1): :meth:`HACPOAdapter._pooled_advantages`, which also
   keeps each policy's capability over the last ``capability_window`` steps (Eq. 9);
-- the denominator of TRL's ratio: the learner's snapshot on every row (:meth:`behaviour_logps`), so TRL's
+- the denominator of TRL's ratio: the learner's snapshot on every row (the pooled rows' default), so TRL's
   sequence-level ratio is GSPO's own on the learner's rows;
 - the peer rows leave TRL's loss (its ``tool_mask`` is 0 on them: no policy term, no KL, no entropy bonus, no
   token in its per-micro-batch sums) and get Eq. 50 as this regime's own term (:meth:`extra_loss`), computed from
@@ -23,9 +24,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
+from mutualrl.regimes.batch_rows import AppendedRows
 from mutualrl.regimes.hacpo.spec import HACPO, HACPOSettings
-from mutualrl.regimes.prp.adapter import PRPAdapter, PRPStep
 from mutualrl.regimes.peers import PeerGroups
+from mutualrl.regimes.pooled_rows import PooledRowsAdapter, PooledStep, local_groups
 from mutualrl.regimes.rank_metrics import Quantile, Share
 from mutualrl.regimes.seam import GRPOBatch, StepRollouts
 
@@ -41,7 +43,7 @@ PEER_ROW: Final = "hacpo_peer_row"
 """Batch rows ``[B]``: True on the peer rows."""
 
 
-class HACPOAdapter(PRPAdapter):
+class HACPOAdapter(PooledRowsAdapter):
     spec = HACPO
     settings: HACPOSettings
 
@@ -56,12 +58,12 @@ class HACPOAdapter(PRPAdapter):
     # -- Sec. 3.1 / 3.2: advantages and the capability behind them --------------------------------
     def _pooled_advantages(self, rollouts: StepRollouts,
                            peers: dict[str, pa.Table]) -> tuple[PeerGroups, torch.Tensor, range, torch.Tensor]:
-        """PRP's pooled groups with HACPO's advantages ``[P, M, K]`` for this learner (Eqs. 6-7)."""
-        peer, _, local_groups, _ = super()._pooled_advantages(rollouts, peers)
+        """The pooled groups with HACPO's advantages ``[P, M, K]`` for this learner (Eqs. 6-7)."""
+        peer, pool = self.pooled_rewards(rollouts, peers)  # pool: [P, M, K]
         learner_m = self.pool_order.index(self.policy)
-        rewards = rollouts.rewards_global.view(len(rollouts.group_prompt_ids), rollouts.num_generations)  # [P, K]
-        advantages = self.capability_step(peer.pool(rewards, learner_m), learner_m)  # [P, M, K]
-        return peer, advantages, local_groups, advantages[list(local_groups), learner_m].reshape(-1)
+        advantages = self.capability_step(pool, learner_m)  # [P, M, K]
+        groups = local_groups(rollouts)
+        return peer, advantages, groups, advantages[list(groups), learner_m].reshape(-1)
 
     def capability_step(self, pool: torch.Tensor, learner_m: int) -> torch.Tensor:
         """Add this step's capabilities to the window; the learner's advantages of the pool ``[P, M, K]``. Every
@@ -85,14 +87,10 @@ class HACPOAdapter(PRPAdapter):
         return capability_advantages(pool, baseline_weights, learner_m, settings.std_epsilon)  # [P, M, K]
 
     # -- Sec. 3.3 / 3.4: the peer rows' ratio and weight ---------------------------------------------
-    def behaviour_logps(self, step: PRPStep) -> torch.Tensor | None:
-        """TRL's ratio divides by the learner's snapshot on every row; the peer's trace enters through ``s``."""
-        return None if step.snapshot is None else step.snapshot.clone()  # [B+N, T]
-
-    def step_metrics(self, step: PRPStep, weights: torch.Tensor | None) -> dict[str, float]:
-        """PRP's metrics with the peer's trace as the ratio's denominator (the learner-snapshot ratio TRL sees on a
-        peer row is 1 at generation, which says nothing about how far the peer is)."""
-        traced = replace(step, behaviour=PRPAdapter.behaviour_logps(self, step))
+    def step_metrics(self, step: PooledStep, weights: torch.Tensor | None) -> dict[str, float]:
+        """The pooled rows' metrics with the peer's trace as the ratio's denominator (the learner-snapshot ratio TRL sees
+        on a peer row is 1 at generation, which says nothing about how far the peer is)."""
+        traced = step if step.snapshot is None else replace(step, behaviour=step.peer_denominator())
         return super().step_metrics(traced, weights)
 
     def transform(self, output: GRPOBatch, rollouts: StepRollouts,
@@ -117,12 +115,12 @@ class HACPOAdapter(PRPAdapter):
         metrics.update(self.hacpo_metrics(log_s, step.scored))
         return batch, metrics
 
-    def _reference_logps(self, merged: GRPOBatch, n_local: int) -> torch.Tensor:
+    def _reference_logps(self, rows: AppendedRows) -> torch.Tensor:
         """The peer rows' reference log-probs, read only by a KL term on them (``kl_on_peer_rows``): without it TRL's
         KL never sees a peer row (its ``tool_mask``), so they are the snapshot's and no reference pass is run."""
         if self.settings.kl_on_peer_rows:
-            return super()._reference_logps(merged, n_local)
-        return merged["old_per_token_logps"][n_local:]  # [N, T]
+            return super()._reference_logps(rows)
+        return rows.batch["old_per_token_logps"][rows.n_local:]  # [N, T]
 
     def extra_loss(self, model: torch.nn.Module, inputs: GRPOBatch) -> torch.Tensor | None:
         """Eq. 50 on this micro-batch's peer rows, as a loss aggregated like TRL's own (``aggregate_loss``), from the
@@ -159,7 +157,7 @@ class HACPOAdapter(PRPAdapter):
 
         return correction_bounds(self.settings.correction, self.settings.truncation_bound)
 
-    def source_metrics(self, step: PRPStep) -> dict[str, float]:
+    def source_metrics(self, step: PooledStep) -> dict[str, float]:
         """Per peer, PRP's figures of HACPO's own importance weight, the sequence ratio ``s`` of each peer row (one
         unit per row), at the step's first update: ``ess`` of the weights Eq. 50 gives the rows (``ω·s^(α+1)`` inside
         the band, 0 outside or unscored; :func:`~mutualrl.regimes.hacpo.maths.cross_agent_weight`), ``ess_raw`` of the

@@ -12,12 +12,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mutualrl.regimes.prp.spec import PRPSettings
+from mutualrl.figure_words import NONNEGATIVE, UNIT, MetricWords
+from mutualrl.regimes.pooled_spec import PooledRowsSettings, ratio_metrics
 from mutualrl.regimes.registry import RegimeSpec, register_regime
 
 
 @dataclass
-class HACPOSettings(PRPSettings):
+class HACPOSettings(PooledRowsSettings):
     """HACPO's four mechanisms (paper Sec. 3) on PRP's peer rows; the defaults are the paper's common setting
     (App. A: K = 5, alpha = 1, lower clip bound 0.8, step 0.025)."""
 
@@ -104,10 +105,13 @@ HACPO = register_regime(RegimeSpec(
     settings=HACPOSettings,
     adapter="mutualrl.regimes.hacpo.adapter:HACPOAdapter",
     status=(("cross_kept", "kept"),),
-    titles=(("capability", "HACPO capability (mean reward, last K steps)"),
-            ("capability_ratio", "HACPO peer/learner capability ratio"),
-            ("cross_ratio", "HACPO peer rows' sequence ratio s"),
-            ("cross_kept", "HACPO peer rows inside the clip band")),
+    metrics=(
+        ("capability", MetricWords("HACPO capability (mean reward, last K steps)", "mean reward", UNIT)),
+        ("capability_ratio", MetricWords("HACPO peer/learner capability ratio", "ratio", NONNEGATIVE)),
+        ("cross_ratio", MetricWords("HACPO peer rows' sequence ratio s", "ratio", NONNEGATIVE)),
+        ("cross_kept", MetricWords("HACPO peer rows inside the clip band", "share of peer rows", UNIT)),
+        *ratio_metrics("HACPO"),
+    ),
     check=check_hacpo_settings,
     grpo_defaults=(("importance_sampling_level", "sequence"),),
     grpo_check=check_hacpo_grpo,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mutualrl.figure_words import NONNEGATIVE, MetricWords
 from mutualrl.regimes.registry import RegimeSpec, register_regime
 
 
@@ -33,5 +34,7 @@ RANDPERT = register_regime(RegimeSpec(
     settings_key="randpert",
     settings=RandPertSettings,
     adapter="mutualrl.regimes.randpert.adapter:RandPertAdapter",
+    metrics=(("mean_abs_adv_change", MetricWords("random-perturbation |advantage change|", "mean |change|",
+                                                 NONNEGATIVE)),),
     order=4,
 ))

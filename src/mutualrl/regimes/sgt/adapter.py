@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
-from mutualrl.padding import pad_token_rows
 from mutualrl.regimes.adapter import RegimeAdapter
+from mutualrl.regimes.batch_rows import attach_sequences
 from mutualrl.regimes.peers import (
     PeerGroups,
     gather_peer_groups,
@@ -214,12 +214,10 @@ class SGTAdapter(RegimeAdapter):
                 if flat_mask[i]:
                     rows[i], source_index[i] = ids, self.peers.index(name)
                     extra_tokens += len(ids)
-        completion, mask = pad_token_rows(rows, pad, min_width=width, device=device)  # [B_local, T] each
+        attach_sequences(output, rows, pad, width, "sgt")  # sgt_completion_ids, sgt_completion_mask: [B_local, R]
         weights = sgt_example_weights(flat_mask, self.settings.lam, trainer.args.steps_per_generation,
                                       trainer.current_gradient_accumulation_steps, num_gated=num_gated,
                                       num_processes=rollouts.num_processes)
-        output["sgt_completion_ids"] = completion
-        output["sgt_completion_mask"] = mask
         output["sgt_weight"] = weights.to(device=device, dtype=torch.float32)
         output[SGT_SOURCE] = torch.tensor(source_index, dtype=torch.long, device=device)  # [B_local]
         if own.prompt_ids is not None:  # an earlier round: its prompts, not this step's

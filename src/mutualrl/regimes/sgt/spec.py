@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from mutualrl.figure_words import NONNEGATIVE, NONPOSITIVE, UNIT, MetricWords
 from mutualrl.regimes.registry import RegimeSpec, register_regime
 
 
@@ -54,8 +55,22 @@ SGT = register_regime(RegimeSpec(
     settings=SGTSettings,
     adapter="mutualrl.regimes.sgt.adapter:SGTAdapter",
     status=(("rescues", "rescues"), ("gate_rate", "gate")),
-    titles=(("gate_rate", "SGT gate rate"), ("rescues", "SGT rescues"),
-            ("extra_token_frac", "SGT extra-token fraction")),
+    metrics=(
+        ("gate_rate", MetricWords("SGT gate rate", "share of prompts gated", UNIT)),
+        ("gated_prompts", MetricWords("SGT gated prompts", "prompts", NONNEGATIVE)),
+        ("rescues", MetricWords("SGT rescues", "prompts rescued this step", NONNEGATIVE)),
+        ("rescues_total", MetricWords("SGT rescues so far", "prompts rescued, cumulative", NONNEGATIVE)),
+        ("learner_success_rate_gated", MetricWords("learner success, gated prompts", "share of rollouts", UNIT)),
+        ("learner_success_rate_ungated", MetricWords("learner success, other prompts", "share of rollouts", UNIT)),
+        ("pool_success_rate_gated", MetricWords("pool success, gated prompts", "share of rollouts", UNIT)),
+        ("pool_success_rate_ungated", MetricWords("pool success, other prompts", "share of rollouts", UNIT)),
+        ("all_fail_prompt_rate", MetricWords("prompts no policy solved", "share of prompts", UNIT)),
+        ("extra_token_frac", MetricWords("SGT extra-token fraction", "extra tokens / rollout tokens", NONNEGATIVE)),
+        ("extra_seq_frac", MetricWords("SGT extra sequences", "extra sequences / rollouts", NONNEGATIVE)),
+        ("extra_seq_frac_bound", MetricWords("SGT extra sequences, bound", "extra sequences / rollouts", NONNEGATIVE)),
+        ("nll_term", MetricWords("SGT NLL term (λ-weighted)", "NLL (nats per token)", NONNEGATIVE)),
+        ("rescue_logp", MetricWords("learner log-prob of rescued answers", "sequence log-prob (nats)", NONPOSITIVE)),
+    ),
     check=check_sgt_settings,
     order=2,
 ))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from mutualrl.figure_words import FREE, NONNEGATIVE, UNIT, MetricWords
 from mutualrl.regimes.registry import RegimeSpec, register_regime
 
 
@@ -43,6 +44,14 @@ XGRPO = register_regime(RegimeSpec(
     settings=XGRPOSettings,
     adapter="mutualrl.regimes.xgrpo.adapter:XGRPOAdapter",
     status=(("mean_abs_adv_change", "|ΔA|"),),
-    titles=(("mean_abs_adv_change", "XGRPO |advantage change|"), ("sign_flip_rate", "XGRPO sign-flip rate")),
+    metrics=(
+        ("mean_abs_adv_change", MetricWords("XGRPO |advantage change|", "mean |A_eff - A_own|", NONNEGATIVE)),
+        ("sign_flip_rate", MetricWords("XGRPO sign-flip rate", "share of prompts", UNIT)),
+        ("rollout_sign_flip_rate", MetricWords("XGRPO sign flips per rollout", "share of rollouts", UNIT)),
+        ("spread_change_corr", MetricWords("XGRPO peer spread vs advantage change", "correlation", FREE)),
+        ("clip_fraction", MetricWords("XGRPO clipped advantages", "share of rollouts", UNIT)),
+        ("adv_abs_mean", MetricWords("XGRPO mean |advantage|", "|advantage|", NONNEGATIVE)),
+        ("adv_std", MetricWords("XGRPO advantage spread", "standard deviation", NONNEGATIVE)),
+    ),
     order=1,
 ))
