@@ -1,4 +1,4 @@
-"""Per-source diagnostics of HACPO and SGT, and PRP's corrections on HACPO's own ratio s (TIS, F-TIS)."""
+"""Per-source diagnostics of HACPO and SGT, and TIS on HACPO's own ratio s."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ S = torch.tensor([0.9, 0.5, 1.2, 0.85])
 OMEGA = torch.tensor([1.5, 1.0, 1.0, 0.5])
 
 
-# -- HACPO + TIS / F-TIS: pure maths, by hand --------------------------------------------------
+# -- HACPO + TIS: pure maths, by hand --------------------------------------------------
 def test_tis_on_s_caps_the_ratio_before_the_exponent():
     # No band (the paper's "no Clip"), alpha 1, C = 1: w = omega * min(s, 1)^2 -> 1.215, 0.25, 1 (1.2 capped: not
     # 1.44), 0.36125; only row 2 is truncated.
@@ -27,30 +27,28 @@ def test_tis_on_s_caps_the_ratio_before_the_exponent():
     assert kept.tolist() == [True] * 4 and truncated.tolist() == [False, False, True, False]
 
 
-def test_ftis_on_s_filters_above_f_and_narrows_the_band():
-    # No band, C = 1, F = 1.1: row 2 (s = 1.2 > F) is dropped, the rest as above.
-    weight = cross_agent_weight(S.log(), OMEGA, 1.0, 0.0, math.inf, truncation_bound=1.0, filter_bound=1.1)
-    torch.testing.assert_close(weight, torch.tensor([1.215, 0.25, 0.0, 0.36125]))
-    # Band [0.8, 1] and F = 0.88 < 1: the filter narrows the band's top to 0.88, so row 0 (s = 0.9) goes too and
-    # only row 3 (0.85) keeps its weight 0.5 * 0.85^2.
-    weight = cross_agent_weight(S.log(), OMEGA, 1.0, 0.8, 1.0, truncation_bound=3.0, filter_bound=0.88)
-    torch.testing.assert_close(weight, torch.tensor([0.0, 0.0, 0.0, 0.36125]))
-    kept, truncated = cross_row_outcome(S.log(), 0.8, 1.0, 3.0, 0.88)
-    assert kept.tolist() == [False, False, False, True] and not truncated.any()
+def test_hacpo_refuses_prps_filters():
+    from mutualrl.config import load_run_config
+    from mutualrl.config.typed import ConfigError
+
+    for correction in ("ftis", "tis-drop"):
+        with pytest.raises(ConfigError, match="correction.*HACPO takes 'none' or 'tis'"):
+            load_run_config("tiny", regime="hacpo", overrides=[f"regime.hacpo.correction={correction}",
+                                                              "regime.hacpo.correction_level=sequence"],
+                            check_grpo=False)
 
 
 @pytest.mark.parametrize("lower,upper", [(0.8, 1.0), (0.0, math.inf)])
 def test_bound_infinity_is_todays_hacpo(lower, upper):
     today = cross_agent_weight(S.log(), OMEGA, 1.0, lower, upper)
-    assert torch.equal(cross_agent_weight(S.log(), OMEGA, 1.0, lower, upper, math.inf, math.inf), today)
-    assert correction_bounds("none", 3.0, 10.0) == (math.inf, math.inf)
-    assert correction_bounds("tis", 3.0, 10.0) == (3.0, math.inf) and correction_bounds("ftis", 3.0, 10.0) == (3, 10)
+    assert torch.equal(cross_agent_weight(S.log(), OMEGA, 1.0, lower, upper, math.inf), today)
+    assert correction_bounds("none", 3.0) == math.inf and correction_bounds("tis", 3.0) == 3.0
 
 
 def test_with_the_band_a_cap_of_1_or_more_never_binds():
-    """The band's top is 1, so s <= 1 on every kept row: TIS with C >= 1 and F-TIS with F >= 1 change nothing."""
+    """The band's top is 1, so s <= 1 on every kept row: TIS with C >= 1 changes nothing."""
     today = cross_agent_weight(S.log(), OMEGA, 2.0, 0.8)
-    assert torch.equal(cross_agent_weight(S.log(), OMEGA, 2.0, 0.8, 1.0, 1.0, 1.0), today)
+    assert torch.equal(cross_agent_weight(S.log(), OMEGA, 2.0, 0.8, 1.0, 1.0), today)
 
 
 def test_hacpo_accepts_a_correction_at_sequence_level_only():
@@ -99,7 +97,11 @@ def test_hacpo_a_distant_peer_has_a_low_ess_and_the_shares_it_should(thl_tokeniz
     s = _expected_s(merged)
     assert (s > 1).any() and (s < 0.8).any()  # rows on both sides of the band [0.8, 1]
     ess = (s.sum() ** 2 / (4 * (s * s).sum())).item()
-    assert recorded["hacpo/from/tiny-sp/ess"] == pytest.approx(ess, rel=1e-5) and ess < 0.6
+    assert recorded["hacpo/from/tiny-sp/ess_raw"] == pytest.approx(ess, rel=1e-5) and ess < 0.6
+    kept = (s >= 0.8) & (s <= 1.0)  # [4]
+    weights = merged[COEFFICIENT][4:].double() * s ** 2 * kept  # [4] Eq. 50's gradient weights at the first update
+    loss_ess = (weights.sum() ** 2 / (4 * (weights * weights).sum())).item() if kept.any() else math.nan
+    assert recorded["hacpo/from/tiny-sp/ess"] == pytest.approx(loss_ess, rel=1e-5, nan_ok=True)
     assert recorded["hacpo/from/tiny-sp/log_ratio_max"] == pytest.approx(s.log().max().item(), abs=1e-5)
     assert recorded["hacpo/from/tiny-sp/log_ratio_mean"] == pytest.approx(s.log().mean().item(), abs=1e-5)
     inside = int(((s >= 0.8) & (s <= 1.0)).sum())
@@ -116,10 +118,16 @@ def test_hacpo_without_the_band_tis_truncates_the_rows_above_c(thl_tokenizers, t
     assert 0 < above < 4
     assert recorded["hacpo/from/tiny-sp/truncated_share"] == pytest.approx(above / 4)
     assert recorded["hacpo/from/tiny-sp/used_share"] == 1.0 and recorded["hacpo/from/tiny-sp/filtered_share"] == 0
-    # The loss weight of a peer row: omega * min(s, 3)^2 (alpha 1), on each of its tokens.
-    omega = merged[COEFFICIENT][4:]  # [4]
-    weights = learner.token_weights(merged)[4:, 0]  # [4]
-    torch.testing.assert_close(weights, (omega.double() * torch.clamp(s, max=3.0) ** 2).float(), rtol=1e-4, atol=0)
+    # The gradient weight of a peer row: omega * min(s, 3)^2 (alpha 1): -d loss / d logp summed over the row's tokens,
+    # times the 8 rows of the fake's mean, over the advantage (rows of advantage 0 say nothing).
+    omega = merged[COEFFICIENT][4:].double()  # [4]
+    logps = merged["old_per_token_logps"].clone().requires_grad_(True)  # [8, T] the snapshot, as TRL's forward
+    learner.trainer.policy_logps = logps
+    learner.extra_loss(learner.trainer.model, merged).backward()
+    advantages = merged["advantages"][4:].double()  # [4]
+    moved = advantages != 0
+    weights = -logps.grad[4:].double().sum(dim=1) * 8 / torch.where(moved, advantages, 1.0)  # [4]
+    torch.testing.assert_close(weights[moved], (omega * torch.clamp(s, max=3.0) ** 2)[moved], rtol=1e-4, atol=1e-6)
 
 
 # -- SGT: the share of each peer's samples used, and the learner's log-prob of its rescues -----------------
