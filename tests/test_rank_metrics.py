@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 
+import numpy as np
 import pyarrow as pa
 import pytest
 import torch
@@ -71,8 +72,8 @@ def rank_step(tokenizer, rank: int, ranks: int) -> tuple[dict, StepRollouts]:
     rewards = torch.tensor(LEARNER_REWARDS, dtype=torch.float32)  # [B_global]
     rollouts = StepRollouts(
         step=0, num_generations=K, prompt_ids_local=[ids[i] for i in local], sample_index_local=[i % K for i in local],
-        prompt_texts_local=[PROMPTS[i // K] for i in local], completion_texts_local=[LEARNER_TEXTS[i] for i in local],
-        completion_ids_local=completions, rewards_local=rewards[local.start:local.stop], prompt_ids_global=ids,
+        prompt_texts_local=[PROMPTS[i // K] for i in local], lengths_local=np.array([len(r) for r in completions]),
+        rewards_local=rewards[local.start:local.stop], prompt_ids_global=ids,
         rewards_global=rewards, lengths_global=torch.tensor([float(len(r)) for r in every_completion]),
         process_index=rank, num_processes=ranks)
     return output, rollouts

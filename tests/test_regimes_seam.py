@@ -96,8 +96,8 @@ def step_of(tokenizer, texts, rewards):
     reward = torch.tensor(rewards, dtype=torch.float32)  # [4]
     rollouts = StepRollouts(
         step=0, num_generations=K, prompt_ids_local=ids, sample_index_local=[0, 1] * len(PROMPTS),
-        prompt_texts_local=[p for p in PROMPTS for _ in range(K)], completion_texts_local=list(texts),
-        completion_ids_local=completion_rows, rewards_local=reward, prompt_ids_global=ids, rewards_global=reward,
+        prompt_texts_local=[p for p in PROMPTS for _ in range(K)],
+        lengths_local=np.array([len(r) for r in completion_rows]), rewards_local=reward, prompt_ids_global=ids, rewards_global=reward,
         lengths_global=torch.tensor([float(len(r)) for r in completion_rows]), process_index=0, num_processes=1)
     return output, rollouts
 

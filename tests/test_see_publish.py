@@ -70,7 +70,8 @@ def trl_step(tok, dtype: torch.dtype):
     logps = -torch.rand((len(rows), width), generator=torch.Generator().manual_seed(0)).to(dtype)  # [B, C]
     output = {"completion_ids": ids, "completion_mask": mask, "old_per_token_logps": logps,
               "advantages": torch.linspace(-1, 1, len(rows))}
-    rollouts = SimpleNamespace(completion_ids_local=rows, prompt_ids_local=[f"p{i // 5}" for i in range(5)],
+    rollouts = SimpleNamespace(completion_ids_local=rows, lengths_local=np.array([len(r) for r in rows]),
+                               prompt_ids_local=[f"p{i // 5}" for i in range(5)],
                                sample_index_local=list(range(5)), prompt_texts_local=["q"] * 5,
                                rewards_local=torch.tensor([1.0, 0.0, float("nan"), 1.0, 0.0]))
     return output, rollouts

@@ -246,8 +246,8 @@ class RegimeAdapter:
         from mutualrl.thl import batch_decode_text, batch_decode_with_spans
 
         trainer = self.trainer
-        rows = len(rollouts.completion_ids_local)
-        lengths = np.fromiter(map(len, rollouts.completion_ids_local), dtype=np.int64, count=rows)  # [B]
+        lengths = rollouts.lengths_local  # int64 [B]
+        rows = len(lengths)
         tokens = Ragged.from_padded(output["completion_ids"], lengths, np.int32)  # TRL's rows: right-padded
         logps = behaviour_trace(output) if self.publishes_traces else None  # [B, C]
         spans = None

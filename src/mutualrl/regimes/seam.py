@@ -6,8 +6,8 @@ step to its regime, which publishes, reads its peers' fields and rewrites the GR
 a regime never imports ``training/`` and never reaches into TRL's private attributes:
 
 - TRL's batch, typed as :class:`GRPOBatch` (the keys a regime reads or writes, with their shapes);
-- :class:`StepRollouts`, what one generation step produced (ids, texts, rewards; this rank's rows and
-  every rank's);
+- :class:`StepRollouts`, what one generation step produced (prompt ids, lengths, rewards; this rank's rows
+  and every rank's), built once per step from TRL's hooks; the completions' tokens are TRL's batch's;
 - :class:`TrainerView`, everything a regime may read or call on the trainer; the trainer implements it,
   and a test fake needs nothing more (``tests/test_regimes_seam.py``).
 
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypedDict, runtime_checkable
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
     from transformers import PreTrainedTokenizerBase
 
@@ -78,7 +79,8 @@ class GRPOBatch(TypedDict, total=False):
 
 @dataclass
 class StepRollouts:
-    """What the regimes and the SEE need to know about one generation step of this policy.
+    """What the regimes and the SEE need to know about one generation step of this policy, beside TRL's batch
+    (whose ``completion_ids`` hold the tokens: this object copies no token and no text).
 
     ``*_local`` fields cover this rank's rows (TRL's ``process_slice``); ``*_global`` fields
     cover the rows of every rank of this policy, in TRL's gathered order, where each prompt's
@@ -90,8 +92,7 @@ class StepRollouts:
     prompt_ids_local: list[str]
     sample_index_local: list[int]
     prompt_texts_local: list[Any]
-    completion_texts_local: list[Any]
-    completion_ids_local: list[list[int]]
+    lengths_local: np.ndarray  # int64 [B_local] tokens generated per row (TRL's completion_mask may zero a cut row)
     rewards_local: torch.Tensor  # float [B_local]
     prompt_ids_global: list[str]
     rewards_global: torch.Tensor  # float [B_global]

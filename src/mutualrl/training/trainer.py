@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 from accelerate.utils import gather_object
 from trl import GRPOTrainer
@@ -48,7 +49,8 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class PendingRewards:
     """What TRL handed :meth:`MutualGRPOTrainer._calculate_rewards` in one generation step, kept until the batch is
-    built (:meth:`MutualGRPOTrainer._collect_step_rollouts` makes the step's :class:`StepRollouts` of it)."""
+    built (:meth:`MutualGRPOTrainer._collect_step_rollouts` makes the step's :class:`StepRollouts` of it): references
+    to TRL's own lists, nothing copied."""
 
     inputs: list[dict[str, Any]]  # this rank's dataset rows, one per completion (their "prompt_id" included)
     prompts: list[Any]  # this rank's prompts: text, or chat messages
@@ -109,16 +111,19 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
             return output
         # Where a step's time goes: rollout (generation, rewards, old log-probs) vs TRL's step_time.
         self.record_metrics({"mutual/rollout_seconds": time.perf_counter() - started})
-        rollouts = self._collect_step_rollouts()
+        pending = self._take_pending_rewards()
+        rollouts = self._collect_step_rollouts(pending)
         started = time.perf_counter()
         output = self.regime.process_step(output, rollouts)
         self.record_metrics({"mutual/exchange_seconds": time.perf_counter() - started})
-        self.watch_signal(rollouts)  # after the peers' round is read: a peer's success teaches SGT and PRP
+        # after the peers' round is read: a peer's success teaches SGT and PRP
+        self.watch_signal(rollouts, pending.completions[0] if pending.completions else "")
         return output
 
-    def watch_signal(self, rollouts: StepRollouts) -> None:
+    def watch_signal(self, rollouts: StepRollouts, first: Any) -> None:
         """Log the all-fail share; once, after several steps with no reward spread, what was seen; stop after
-        ``task.stop_after_no_reward_steps`` steps in which nothing scored (training/no_signal.py)."""
+        ``task.stop_after_no_reward_steps`` steps in which nothing scored (training/no_signal.py); ``first``: this
+        rank's first completion as TRL decoded it, the example a note shows."""
         from mutualrl.training.no_signal import ALL_FAIL_KEY, NoSignalWatch
 
         if self.no_signal is None:  # resumed: the lowest mean reward logged before stands for the rewards seen
@@ -127,7 +132,6 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
             self.no_signal = NoSignalWatch(self.policy_name, lowest=min(means, default=None),
                                            stop_after=self.regime.config.task.stop_after_no_reward_steps)
         rewards = rollouts.rewards_global.tolist()
-        first = rollouts.completion_texts_local[0] if rollouts.completion_texts_local else ""
         failed, note = self.no_signal.observe(rewards, rollouts.num_generations, first,
                                               float(rollouts.rewards_local[0]) if len(rollouts.rewards_local) else 0.0,
                                               peers_scored=self.regime.peers_scored)
@@ -135,11 +139,17 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         if note is not None and self.accelerator.is_main_process:
             logging.getLogger("mutualrl.worker").warning(note)
 
-    def _collect_step_rollouts(self) -> StepRollouts:
+    def _take_pending_rewards(self) -> PendingRewards:
+        """What :meth:`_calculate_rewards` captured of this step (once: the next step captures its own)."""
         pending = self._pending_rewards
         if pending is None:  # pragma: no cover - TRL always calls _calculate_rewards first
             raise RuntimeError("rewards were not captured for this step")
         self._pending_rewards = None
+        return pending
+
+    def _collect_step_rollouts(self, pending: PendingRewards) -> StepRollouts:
+        """The step's one :class:`StepRollouts`: every rank's rewards (weighted, NaN where no function scored) and
+        prompt ids, this rank's lengths; the tokens stay in TRL's batch."""
         inputs = pending.inputs
         rewards_per_func = pending.rewards_per_func
         weights = self.reward_weights.to(rewards_per_func.device)
@@ -149,10 +159,10 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         index = self.accelerator.process_index
         local = slice(index * n_local, (index + 1) * n_local)
         prompt_ids_local = [str(row["prompt_id"]) for row in inputs]
-        lengths_local = [len(ids) for ids in pending.completion_ids]
+        lengths_local = np.fromiter(map(len, pending.completion_ids), dtype=np.int64, count=n_local)  # [B]
         if self.accelerator.num_processes > 1:
             prompt_ids_global = gather_object(prompt_ids_local)
-            lengths_global = gather_object(lengths_local)
+            lengths_global = gather_object(lengths_local.tolist())
         else:
             prompt_ids_global, lengths_global = prompt_ids_local, lengths_local
         k = self.num_generations
@@ -163,12 +173,11 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
             prompt_ids_local=prompt_ids_local,
             sample_index_local=[(first_global_row + i) % k for i in range(n_local)],
             prompt_texts_local=pending.prompts,
-            completion_texts_local=pending.completions,
-            completion_ids_local=pending.completion_ids,
+            lengths_local=lengths_local,
             rewards_local=rewards_global[local].detach().cpu(),
             prompt_ids_global=list(prompt_ids_global),
             rewards_global=rewards_global.detach().cpu(),
-            lengths_global=torch.tensor(lengths_global, dtype=torch.float32),
+            lengths_global=torch.tensor(np.asarray(lengths_global), dtype=torch.float32),
             process_index=index,
             num_processes=self.accelerator.num_processes,
         )
