@@ -65,47 +65,32 @@ def rank_one_unscored(prompts, completions, completion_ids, **kwargs):
 
 @pytest.mark.slow
 def test_unscored_peer_rows_on_one_rank_under_zero3_finish_and_are_counted(tmp_path: Path) -> None:
-    """Two gloo ranks per policy under ZeRO-3, a reward of None for all of rank 1's rollouts (so rank 1's peer rows are
-    unscored, rank 0's scored), the reference model on (beta > 0): every rank runs the same snapshot and reference
-    forwards, the run finishes, and all 8 prompts x K = 4 peer rows are counted each step, half of them used. PRP
-    (the THL-corrected default): HACPO runs the same batch surgery and one forward fewer (no reference pass over peer
-    rows). It also covers a reward of None under PRP on one rank (the test above covers SGT and XGRPO)."""
-    regime = "prp"
+    """HACPO on two gloo ranks per policy under ZeRO-3, a reward of None for all of rank 1's rollouts (so rank 1's peer
+    rows are unscored, rank 0's scored), the reference model on (beta > 0): every rank runs the same snapshot forwards,
+    the run finishes, all 8 prompts x K = 4 peer rows are counted each step and at most half are used; HACPO's own
+    metrics are logged and its status shows the kept share. (PRP's batch surgery is the same; HACPO adds its loss term
+    and skips the reference pass over peer rows.)"""
     (tmp_path / "rank_rewards.py").write_text(RANK_ONE_UNSCORED)
     (tmp_path / "data").mkdir()
     (tmp_path / "data" / "train.jsonl").write_text("".join(json.dumps({"prompt": f"{i}+{i}="}) + "\n"
                                                            for i in range(40)))
     run = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "mutualrl", "train", "--pool", "tiny", "--regime", regime,
+    done = subprocess.run([sys.executable, "-m", "mutualrl", "train", "--pool", "tiny", "--regime", "hacpo",
                            "--max-steps", "1", "-o", str(run), "--set", "task.name=dataset", "--set", "task.source=data",
                            "--set", "task.reward_funcs=[rank_rewards.rank_one_unscored]", "--set", "validation.limit=4",
                            "--set", "validation.at_start=false", "--set", "launch.cpu_processes=2",
                            "--set", "launch.deepspeed=zero3", "--set", "grpo.beta=0.04"],
                           cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=900)
     assert_ok(done)
+    assert "kept" in done.stdout  # HACPO's status metric on the live progress line
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     train = [row for row in rows if row.get("kind") == "train"]
-    assert len(train) == 2
+    assert sorted(row["policy"] for row in train) == ["tiny-bpe", "tiny-sp"]
     for row in train:
-        assert row[f"{regime}/peer_rows"] == 32
-        peer = next(key for key in row if key.startswith(f"{regime}/from/") and key.endswith("/used_share"))
+        assert row["hacpo/peer_rows"] == 32
+        peer = next(key for key in row if key.startswith("hacpo/from/") and key.endswith("/used_share"))
         assert row[peer] <= 0.5  # rank 1's rows (half the prompts) are unscored: never used
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("regime", ["sgt", "xgrpo"])
-def test_a_reward_function_returning_none_trains_every_regime(tmp_path: Path, regime: str) -> None:
-    (tmp_path / "none_rewards.py").write_text(REWARDS)
-    (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "train.jsonl").write_text("".join(json.dumps({"prompt": f"{i}+{i}="}) + "\n"
-                                                           for i in range(40)))
-    run = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "mutualrl", "train", "--pool", "tiny", "--regime", regime,
-                           "--max-steps", "1", "-o", str(run), "--set", "task.name=dataset", "--set", "task.source=data",
-                           "--set", "task.reward_funcs=[none_rewards.sometimes]", "--set", "validation.limit=4",
-                           "--set", "validation.at_start=false"],
-                          cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=600)
-    assert_ok(done)
-    assert json.loads((run / "run.json").read_text())["status"] == "done"
+        assert 0 < row["hacpo/capability"] <= 1 and row["hacpo/capability_ratio"] > 0
+        assert 0 < row["hacpo/cross_ratio"] and 0 <= row["hacpo/cross_kept"] <= 0.5
     summary = json.loads((run / "summary.json").read_text())
-    assert all(policy["steps"] == 1 for policy in summary["policies"].values())
+    assert all("peer_samples_used" in entry for entry in summary["policies"].values())
