@@ -10,12 +10,12 @@ from mutualrl.config.schema import BatchConfig, ScheduleConfig
 from mutualrl.errors import UsageError
 from mutualrl.config.cadence import (
     apply_cadence,
+    epoch_length,
     max_optimizer_steps,
     optimizer_steps_per_paper_step,
     resolve_cadence,
     validation_interval,
 )
-from mutualrl.launch.plan.cadence import epoch_length
 from mutualrl.launch.plan.render import render_plan
 from plan_helpers import dry_run
 

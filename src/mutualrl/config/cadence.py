@@ -20,10 +20,12 @@ same run; TRL's is the smooth version of VERL's four-step staircase.
 :func:`resolve_cadence` is the one conversion (pure, hand-checked in the tests); the plan
 merges the fields it decides (:func:`apply_cadence`) into each policy's GRPO fields and the worker
 takes the validation interval from it. A recipe without ``schedule`` keeps its ``grpo`` / ``validation`` counts as written.
+The dry-run plan shows the schedule in both units (:func:`describe`, :func:`render_schedule`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -117,3 +119,73 @@ def max_optimizer_steps(config: Any) -> int | None:
     if cadence is not None and cadence.counts["max_steps"] is not None:
         return cadence.optimizer("max_steps")
     return config.grpo.get("max_steps")
+
+
+# -- the schedule as the dry-run plan shows it: both units, epoch lengths from the task's size ---------------
+def epoch_length(epochs: float, train_prompts: int, cadence: Cadence) -> tuple[int, int]:
+    """(paper steps per epoch, optimizer steps of the run) for an epoch-based paper-unit run, as TRL counts.
+
+    TRL's sampler drops the last incomplete batch of prompts in every epoch, and Trainer runs
+    ``ceil(epochs x optimizer steps per epoch)`` steps.
+    """
+    per_epoch = train_prompts // int(cadence.prompts_per_unit or 1)
+    return per_epoch, math.ceil(epochs * per_epoch * cadence.optimizer_steps_per_unit)
+
+
+def describe(cadence: Cadence | None, grpo: dict[str, Any], validate_every: int,
+             train_prompts: int | None = None) -> list[tuple[str, str, str]]:
+    """Rows (setting, recipe value, optimizer steps) for the dry-run plan."""
+    unit = cadence.unit if cadence is not None else "optimizer"
+
+    def row(label: str, ours: str, optimizer_value: Any) -> tuple[str, str, str]:
+        if isinstance(optimizer_value, float) and optimizer_value.is_integer():
+            optimizer_value = int(optimizer_value)
+        recipe = "-" if optimizer_value is None else "(as optimizer steps)"
+        if cadence is not None and cadence.counts[ours] is not None:
+            count = cadence.counts[ours]
+            recipe = f"{count} {unit} step{'s' if count != 1 else ''}"
+        shown = "-" if optimizer_value is None else str(optimizer_value)
+        if ours == "validate_every" and optimizer_value == 0:
+            shown = "0 (at the start and the end only)"
+        return label, recipe, shown
+
+    epochs = grpo.get("num_train_epochs")
+    length = grpo.get("max_steps")
+    if length is None or int(length) <= 0:
+        epochs = 3 if epochs is None else epochs
+        length = f"{epochs:g} epochs"
+        if cadence is not None and cadence.unit == "paper" and train_prompts:
+            per_epoch, total = epoch_length(float(epochs), train_prompts, cadence)
+            length = (f"{total} (= {epochs:g} epochs x {per_epoch} paper steps of {train_prompts:,} train prompts, "
+                      f"{total // cadence.optimizer_steps_per_unit} paper steps)")
+    head = []
+    if cadence is not None and cadence.unit == "paper":
+        head = [("1 paper step", f"{cadence.prompts_per_unit} prompts",
+                 f"{cadence.optimizer_steps_per_unit} (mini-batches x num_iterations)")]
+    return [
+        *head,
+        row("run length (max_steps; LR schedule length)", "max_steps", length),
+        row("LR warm-up (warmup_steps)", "warmup_steps", grpo.get("warmup_steps")),
+        row("checkpoint every (save_steps)", "save_every", grpo.get("save_steps")),
+        row("log every (logging_steps)", "log_every", grpo.get("logging_steps")),
+        row("validate every", "validate_every", validate_every),
+    ]
+
+
+def render_schedule(rows_by_policy: list[tuple[str, list[list[str]]]], console: Any) -> None:
+    """The dry run's "Run length and cadence" table; one per distinct schedule when policies differ."""
+    from rich.table import Table
+
+    groups: dict[tuple[tuple[str, ...], ...], list[str]] = {}
+    for name, rows in rows_by_policy:
+        groups.setdefault(tuple(tuple(r) for r in rows), []).append(name)
+    for rows, names in groups.items():
+        if not rows:
+            continue
+        who = "" if len(groups) == 1 else f" ({', '.join(names)})"
+        table = Table(title=f"Run length and cadence{who}")
+        for col in ("setting", "recipe", "optimizer steps"):
+            table.add_column(col, overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)

@@ -145,3 +145,13 @@ def task_groups(task_name: str, examples: list, column: str | None = None) -> di
         if group is not None:
             groups[example.prompt_id] = group
     return groups
+
+
+def known_train_prompts(task: Any) -> int | None:
+    """Training prompts of a recipe's ``task`` section when the task knows its hub train size, else None."""
+    if task.source not in (None, "auto", "hub") or task.train_split != "train":
+        return None
+    rows = get_task(task.name).train_rows
+    if rows is None:
+        return task.train_limit
+    return min(rows, task.train_limit) if task.train_limit else rows

@@ -29,11 +29,8 @@ def chat_messages(prompt: str | list[dict[str, str]]) -> list[dict[str, str]]:
 
 
 def uses_chat_template(tokenizer: Any, chat_template: bool | None) -> bool:
-    """Whether a policy's prompts are wrapped in its chat template.
-
-    Explicit recipe setting wins; by default base models get plain text (the paper's MATH
-    setup), which is also what a tokenizer without a template can do.
-    """
+    """Whether a policy's prompts are wrapped in its chat template: only where the recipe says ``chat_template: true``
+    (the tokenizer must have one); unset or false, every model gets plain text (the paper's MATH setup)."""
     return chat_template_choice(chat_template, bool(getattr(tokenizer, "chat_template", None)))
 
 

@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.atomic_io import write_text_atomic
-from mutualrl.config.cadence import apply_cadence, policy_cadence, validation_interval
+from mutualrl.config.cadence import apply_cadence, describe, policy_cadence, validation_interval
 from mutualrl.config.schema import BatchConfig, RunConfig
 from mutualrl.errors import UsageError
 from mutualrl.launch.plan.batching import BatchSizeError, DerivedBatch, apply_batch, fits, split_across_cpu_ranks
-from mutualrl.launch.plan.cadence import describe, known_train_prompts
 from mutualrl.launch.plan.bounds import MicroBatch, check_bounds, plan_micro_batches
 from mutualrl.launch.plan.checkpoints import DiskPlan, PolicyDisk, check_disk, disk_plan, keep_for_resume
 from mutualrl.launch.plan.checks import MemoryEstimate, check_same_prompts, memory_check
@@ -51,6 +50,7 @@ from mutualrl.pools.loading import remote_code_note
 from mutualrl.regimes.registry import get_regime
 from mutualrl.run_folder import RunPaths, read_json
 from mutualrl.see.mounts import barrier_stall, mount_of
+from mutualrl.tasks.registry import known_train_prompts
 from mutualrl.training.grpo_args import owned_grpo_fields, planned_grpo_env, planned_grpo_text
 from mutualrl.training.trackers import check_trackers
 

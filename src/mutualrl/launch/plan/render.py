@@ -10,7 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mutualrl.launch.plan.batching import trl_generation_batch
-from mutualrl.launch.plan.cadence import render_schedule
+from mutualrl.config.cadence import render_schedule
 from mutualrl.launch.plan.checkpoints import DiskPlan
 from mutualrl.launch.plan.launch_plan import LaunchPlan, PolicyPlan, plan_path
 

@@ -24,6 +24,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from mutualrl.errors import UsageError
 from mutualrl.run_folder import LOCK_NAME, MACHINES_DIR, RUN_MARKER, RunPaths
 
@@ -34,6 +36,9 @@ def is_coordination_entry(name: str) -> bool:
 # Workers of a killed launcher notice within ~1 s (training.watchdog) and then exit; a second
 # launch waits this long for them before it reports the folder as busy.
 ORPHAN_GRACE_S = 20.0
+
+START_TOLERANCE_S = 0.01
+"""Two start times of one process (psutil's, from the kernel's clock ticks since boot) differ by less than this."""
 
 
 NO_LOCKS = (errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOLCK)
@@ -57,10 +62,10 @@ class RunLock:
         """Set when the filesystem has no file locks (e.g. Lustre without -o flock): the run is not protected."""
 
     def acquire(self, action: str, wait_for_orphans_s: float = ORPHAN_GRACE_S) -> RunLock:
-        """Take the lock or raise :class:`RunBusyError` naming a holder it checked is alive.
-
-        Workers of a stopped launch still alive (their watchdog stops them): wait up to ``wait_for_orphans_s``.
-        """
+        """Take the lock, or raise :class:`RunBusyError`: its recorded holder is alive here, runs on another machine
+        (not checked from here) or did not say who it is, or the workers of a stopped launch outlive
+        ``wait_for_orphans_s`` (their watchdog stops them: it waits that long). A holder and workers all gone: the lock
+        is taken over. A filesystem without file locks: taken, with :attr:`warning` set."""
         self.root.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + wait_for_orphans_s
         while True:
@@ -208,53 +213,52 @@ def live_workers(holder: dict[str, Any]) -> list[tuple[str, list[int]]]:
 
 
 def pid_alive(pid: Any) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """``pid`` is a live process here (a zombie is not)."""
+    return same_process(pid, None)
 
 
 def same_process(pid: Any, start: Any) -> bool:
-    """``pid`` is alive (not a zombie) and, where its start time was recorded and can be read, the same process
-    (not a reuse)."""
-    if not pid_alive(pid):
+    """``pid`` is alive (not a zombie) and, where its start time was recorded (:func:`process_start`), the same process
+    (not a reuse). A start an earlier mutualrl recorded (clock ticks, a string) is not comparable: the pid decides."""
+    if not isinstance(pid, int) or pid <= 0:
         return False
-    fields = proc_stat(pid)
-    if fields is None:  # no /proc here: the signal test above is all there is
-        return True
-    return fields[0] != "Z" and (start is None or fields[19] == start)
-
-
-def process_start(pid: int) -> str | None:
-    """When ``pid`` started, in clock ticks since boot (Linux ``/proc``); None where it cannot be read."""
-    fields = proc_stat(pid)
-    return fields[19] if fields is not None else None
-
-
-def proc_stat(pid: int | str) -> list[str] | None:
-    """The fields of ``/proc/<pid>/stat`` after "pid (comm)": state first, process group third, start time 20th."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        created = process.create_time()
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.AccessDenied:  # another user's process, alive
+        return True
+    return not _is_time(start) or abs(created - start) < START_TOLERANCE_S
+
+
+def process_start(pid: int) -> float | None:
+    """When ``pid`` started (seconds since the epoch, psutil's create time); None where it cannot be read."""
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
         return None
-    fields = stat[stat.rfind(")") + 2:].split()
-    return fields if len(fields) > 19 else None
 
 
 def group_members(pgid: int, since: Any = None) -> list[int]:
-    """Live pids of process group ``pgid`` that started no earlier than its leader did (Linux ``/proc``)."""
+    """Live pids of process group ``pgid`` that started no earlier than its leader did (``since``, when recorded)."""
     members = []
-    for entry in Path("/proc").iterdir() if Path("/proc/self/stat").exists() else ():
-        fields = proc_stat(entry.name) if entry.name.isdigit() else None
-        if fields is not None and fields[0] != "Z" and fields[2] == str(pgid) and \
-                (not isinstance(since, str) or int(fields[19]) >= int(since)):
-            members.append(int(entry.name))
+    for process in psutil.process_iter(["status", "create_time"]):
+        try:
+            in_group = os.getpgid(process.pid) == pgid
+        except OSError:  # gone since the listing, or not ours to ask
+            continue
+        info = process.info
+        if in_group and info["status"] != psutil.STATUS_ZOMBIE and \
+                (not _is_time(since) or (info["create_time"] or 0.0) >= since - START_TOLERANCE_S):
+            members.append(process.pid)
     return members
+
+
+def _is_time(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def is_run_folder(root: Path) -> bool:
