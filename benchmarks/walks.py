@@ -15,9 +15,11 @@ inside src/mutualrl (a plain name, ``self.x`` up the class's bases, a module att
 Walk 2: ``mutualrl train --set grpo.learning_rate=v`` to TRL's ``GRPOConfig``: the files whose code takes the value
 (or the mapping holding it) and hands it on, each anchored to a function (:data:`WALK2`), checked to exist.
 
-Usage: ``python benchmarks/walks.py [--payload-only] [REV ...]`` (default: 3474d10 and the working tree; ``worktree``
-names the working tree), one JSON line per revision; ``--payload-only`` leaves out the calls on the way that never touch
-the payload (:data:`SIDE_CONCERNS`: heartbeats, the log of rounds read, provenance, metrics).
+Usage: ``python benchmarks/walks.py [--payload-only] [--regime NAME] [REV ...]`` (default: 3474d10 and the working
+tree; ``worktree`` names the working tree), one JSON line per revision; ``--payload-only`` leaves out the calls on the
+way that never touch the payload (:data:`SIDE_CONCERNS`: heartbeats, the log of rounds read, provenance, metrics);
+``--regime prp`` (or ``hacpo``) walks the same step with that regime's adapter bound instead of SGT's (the PRP walk:
+its peer rows into the learner's batch; the payload's forms are not checked there).
 """
 
 from __future__ import annotations
@@ -249,13 +251,24 @@ def sources(rev: str | None) -> dict[str, Module]:
     return out
 
 
-def measure(rev: str | None, payload_only: bool = False) -> dict:
-    """Both walks on ``rev`` (None: the working tree); ``payload_only`` leaves :data:`SIDE_CONCERNS` out of walk 1."""
+def bind_regime(modules: dict[str, Module], regime: str) -> None:
+    """Walk 1 with ``regime``'s adapter as ``self.regime`` (the class of ``regimes/<regime>/adapter.py``)."""
+    rel = f"regimes/{regime}/adapter.py"
+    if rel not in modules:
+        sys.exit(f"no {rel} in this revision")
+    classes = [name for name in modules[rel].classes if name.endswith("Adapter")]
+    BOUND["self.regime"] = (rel, classes[0])
+
+
+def measure(rev: str | None, payload_only: bool = False, regime: str = "sgt") -> dict:
+    """Both walks on ``rev`` (None: the working tree); ``payload_only`` leaves :data:`SIDE_CONCERNS` out of walk 1;
+    ``regime``: whose adapter walk 1 binds (only SGT's walk checks the payload's forms)."""
     modules = sources(rev)
+    bind_regime(modules, regime)
     walker = Walker(modules, OFF_WALK + SIDE_CONCERNS if payload_only else OFF_WALK)
     for rel, qual in ENTRIES:
         walker.visit(rel, qual)
-    forms = representations(modules)
+    forms = representations(modules) if regime == "sgt" else ()
     missing = [(what, rel, qual) for what, rel, qual in forms if (rel, qual) not in walker.reached]
     if missing:
         sys.exit(f"{rev or 'working tree'}: walk 1 does not reach these anchors; update REPRESENTATIONS: {missing}")
@@ -265,7 +278,7 @@ def measure(rev: str | None, payload_only: bool = False) -> dict:
         sys.exit(f"{rev or 'working tree'}: walk 2's anchors are gone; update WALK2: {absent}")
     files = sorted({rel for rel, _ in walker.reached})
     lines = sum(node.end_lineno - node.lineno + 1 for node in walker.reached.values())
-    return {"rev": rev or "working tree", "payload_only": payload_only,
+    return {"rev": rev or "working tree", "payload_only": payload_only, "regime": regime,
             "walk1": {"representations": len(forms), "types": len(walker.types), "files": len(files),
                       "functions": len(walker.reached), "lines": lines, "type_names": sorted(walker.types),
                       "file_names": files},
@@ -274,8 +287,11 @@ def measure(rev: str | None, payload_only: bool = False) -> dict:
 
 def main(argv: list[str]) -> None:
     payload_only = "--payload-only" in argv
-    for rev in [a for a in argv if a != "--payload-only"] or ["3474d10", None]:
-        print(json.dumps(measure(None if rev in ("", "-", "worktree") else rev, payload_only)))
+    regime = argv[argv.index("--regime") + 1] if "--regime" in argv else "sgt"
+    revs = [a for i, a in enumerate(argv) if a not in ("--payload-only", "--regime") and
+            (i == 0 or argv[i - 1] != "--regime")]
+    for rev in revs or ["3474d10", None]:
+        print(json.dumps(measure(None if rev in ("", "-", "worktree") else rev, payload_only, regime)))
 
 
 if __name__ == "__main__":
