@@ -61,13 +61,28 @@ def remote_code_refused(source: str) -> Iterator[None]:
 def remote_code_note(policy: str, model: str, grpo: dict[str, Any]) -> list[str]:
     """The plan's note for a policy whose recipe lets code shipped with its model run."""
     return [f"{policy}: {TRUST_KEY} is on: code shipped with {model} and its tokenizer (auto_map) is run"
-            ] if grpo.get("trust_remote_code") is True else []
+            ] if lets_remote_code_run(grpo) else []
+
+
+def lets_remote_code_run(grpo: dict[str, Any]) -> bool:
+    """Whether a policy's merged ``grpo`` fields let code shipped with a model run: ``trust_remote_code``, or the
+    same key in ``model_init_kwargs`` (a mapping, or its JSON text), which TRL hands to ``from_pretrained`` for the
+    reference model (``beta`` > 0). Any value but false counts: TRL turns the text ``"true"`` into True."""
+    kwargs = grpo.get("model_init_kwargs")
+    if isinstance(kwargs, str):
+        import json
+
+        try:
+            kwargs = json.loads(kwargs)
+        except ValueError:  # text TRL cannot read either: only its mention counts
+            kwargs = {"trust_remote_code": "trust_remote_code" in kwargs}
+    nested = kwargs.get("trust_remote_code") if isinstance(kwargs, dict) else None
+    return grpo.get("trust_remote_code") is True or nested not in (None, False, "false", "False")
 
 
 def trusts_remote_code(config: Any) -> list[str]:
     """The policies of ``config`` whose models' shipped code would run (``policy (model)``)."""
-    return [f"{p.name} ({p.model})" for p in config.pool.policies
-            if {**config.grpo, **p.grpo}.get("trust_remote_code") is True]
+    return [f"{p.name} ({p.model})" for p in config.pool.policies if lets_remote_code_run({**config.grpo, **p.grpo})]
 
 
 def sets_remote_code(overrides: Sequence[str]) -> bool:

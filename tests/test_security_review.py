@@ -1,0 +1,35 @@
+"""Holes an adversarial review of the trust boundary found: each a run folder (or a model folder it names) making
+code run, or a command hang, that the checks before it let through."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mutualrl.errors import UsageError
+from security_helpers import resume, stored_run_maker
+
+
+@pytest.fixture
+def stored_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    return stored_run_maker(tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("setting", [
+    "grpo.model_init_kwargs={trust_remote_code: true}",
+    "pool.policies.0.grpo.model_init_kwargs={trust_remote_code: true}",
+    """grpo.model_init_kwargs='{"trust_remote_code": "true"}'""",  # TRL parses the JSON text and "true"
+])
+def test_a_stored_model_init_kwargs_trust_remote_code_is_refused_on_resume(stored_run, setting: str) -> None:
+    """TRL builds the reference model (``beta`` > 0) with ``model_init_kwargs``: its ``trust_remote_code`` ran the
+    ``auto_map`` code of the model folder the stored config names, on ``train --resume``, unasked."""
+    paths = stored_run(setting, "grpo.beta=0.04")
+    with pytest.raises(UsageError, match=r"config\.yaml: grpo\.trust_remote_code is on for tiny-bpe"):
+        resume(paths)
+    assert resume(paths, "grpo.trust_remote_code=true")  # the command running now may switch it on
+
+
+def test_model_init_kwargs_without_trust_resume_as_before(stored_run) -> None:
+    paths = stored_run("grpo.model_init_kwargs={trust_remote_code: false}", "grpo.beta=0.04")
+    assert resume(paths).grpo["beta"] == 0.04
