@@ -33,3 +33,20 @@ def test_a_stored_model_init_kwargs_trust_remote_code_is_refused_on_resume(store
 def test_model_init_kwargs_without_trust_resume_as_before(stored_run) -> None:
     paths = stored_run("grpo.model_init_kwargs={trust_remote_code: false}", "grpo.beta=0.04")
     assert resume(paths).grpo["beta"] == 0.04
+
+
+def test_a_huge_file_an_inputs_record_names_is_refused_unread_on_resume(stored_run) -> None:
+    """``inputs.json`` may name any file as a module: ``--resume`` (and a sweep's reuse check) hashed a sparse
+    terabyte one for days, printing nothing."""
+    import json
+    import os
+
+    paths = stored_run()
+    big = paths.root.parent / "big.py"
+    with open(big, "wb") as handle:
+        handle.truncate(1 << 40)  # sparse: no disk used
+    record = {"format": 1, "code": {str(big): {"file": str(big), "sha256": "0" * 64}}, "data": {}}
+    paths.inputs.write_text(json.dumps(record))
+    with pytest.raises(UsageError, match=r"big\.py: 1,099,511,627,776 bytes, too large to be a Python module"):
+        resume(paths)
+    assert os.stat(big).st_blocks == 0  # nothing was read into it either

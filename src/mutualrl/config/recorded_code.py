@@ -107,6 +107,20 @@ def module_file(module: str) -> Path | None:
     return Path(spec.origin).resolve() if spec and spec.origin and spec.has_location else None
 
 
+MODULE_MAX_BYTES = 64 << 20
+"""Largest file hashed as a module (real ones are kilobytes): a run folder's record may name any file, a sparse
+terabyte one too, whose hash would keep ``--resume`` or a sweep reading for days."""
+
+
+def module_hash(path: Path) -> str:
+    """:func:`file_hash` of a module's file; one over :data:`MODULE_MAX_BYTES` is refused, naming it, unread."""
+    size = path.stat().st_size
+    if size > MODULE_MAX_BYTES:
+        raise UsageError(f"{str(path)[:300]}: {size:,} bytes, too large to be a Python module (at most "
+                         f"{MODULE_MAX_BYTES:,}); a run folder's inputs.json or config.yaml names it: not read")
+    return file_hash(path)
+
+
 def file_hash(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
@@ -151,7 +165,7 @@ def _difference(found: Path | None, was: dict[str, Any]) -> str:
         return "is not found here"
     if str(found) != was.get("file"):
         return f"is now {found}"
-    return f"({found}) changed since the run started" if file_hash(found) != was.get("sha256") else ""
+    return f"({found}) changed since the run started" if module_hash(found) != was.get("sha256") else ""
 
 
 def _recorded_code(paths: RunPaths) -> dict[str, Any]:

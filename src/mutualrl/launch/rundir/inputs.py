@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.atomic_io import write_text_atomic
-from mutualrl.config.recorded_code import file_hash, module_file, named_modules
+from mutualrl.config.recorded_code import file_hash, module_file, module_hash, named_modules
 from mutualrl.errors import DataError, RunFolderError, UsageError
 from mutualrl.run_folder import RunPaths, read_json
 from mutualrl.tasks.reward_funcs import TRL_REWARDS
@@ -41,7 +41,7 @@ def current_inputs(paths: RunPaths, modules: list[str]) -> dict[str, Any]:
     code = {}
     for module in modules:
         found = module_file(module)
-        code[module] = {"file": str(found), "sha256": file_hash(found)} if found and found.is_file() else None
+        code[module] = {"file": str(found), "sha256": module_hash(found)} if found and found.is_file() else None
     data = {p.name: file_hash(p) for p in data_files(paths)}
     return {"format": RECORD_FORMAT, "code": code, "data": data}
 
