@@ -92,7 +92,7 @@ def _checked_policy(policy: Any, index: int, seen: set[str], source: str, check_
 def check_path_name(name: str, source: str, key: str) -> None:
     """A name that becomes a path (a policy's, the pool's): letters, digits, '.', '_', '-', starting with a letter
     or digit (no '/', no '..'), at most :data:`NAME_MAX_CHARS` characters."""
-    if not POLICY_NAME_RE.match(name):
+    if not POLICY_NAME_RE.fullmatch(name):
         raise ConfigError(source, key, f"{name[:120]!r} is not a valid name (letters, digits, '.', '_', '-', "
                           "starting with a letter or digit): it names files and folders")
     if len(name) > NAME_MAX_CHARS:

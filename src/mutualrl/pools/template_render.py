@@ -30,8 +30,23 @@ RENDERED_MAX_CHARS = 4_000_000
 T = TypeVar("T")
 
 
-class _RenderTimeout(Exception):
-    """Raised inside the render by the timer signal."""
+class _RenderTimeout(BaseException):
+    """Raised inside the render by the timer signal (a BaseException: Jinja's constant folding catches Exception)."""
+
+
+def _refuse_powers(template: str, what: str) -> None:
+    """A template that raises to a power (``**``) is refused before it renders: one such operation runs in C, where
+    the timer signal cannot stop it (``{{ 9 ** 9 ** 9 }}``), and no chat template needs one."""
+    import jinja2
+    from jinja2 import nodes
+
+    try:
+        tree = jinja2.Environment().parse(template)
+    except jinja2.TemplateSyntaxError:
+        return  # transformers reports the syntax error itself
+    if next(tree.find_all(nodes.Pow), None) is not None:
+        raise DataError(f"{what}: its chat template raises a number to a power (**), which a render cannot be "
+                        "stopped in; fix the tokenizer's chat_template")
 
 
 def bounded_render(tokenizer: Any, render: Callable[[], T], what: str) -> T:
@@ -41,6 +56,8 @@ def bounded_render(tokenizer: Any, render: Callable[[], T], what: str) -> T:
     if isinstance(template, str) and len(template) > TEMPLATE_MAX_CHARS:
         raise DataError(f"{what}: its chat template is {len(template):,} characters, over the "
                         f"{TEMPLATE_MAX_CHARS:,} a template may have; fix the tokenizer's chat_template")
+    if isinstance(template, str):
+        _refuse_powers(template, what)
     try:
         with _time_limit(RENDER_SECONDS):
             out = render()

@@ -80,12 +80,28 @@ def code_changes(paths: RunPaths) -> list[str]:
     return changes
 
 
+SPARSE_MIN_BYTES = 64 * 1024 * 1024
+"""A data copy this large is checked for holes before it is hashed."""
+
+
+def refuse_sparse(path: Path) -> None:
+    """A data copy whose size is far beyond the blocks it holds (a sparse file: ``truncate -s 4T``) is refused before
+    hashing it would read terabytes of zeros; real data, even on a compressing filesystem, holds a sixteenth."""
+    stat = path.stat()
+    if stat.st_size > SPARSE_MIN_BYTES and stat.st_blocks * 512 * 16 < stat.st_size:
+        raise DataError(f"{path}: {stat.st_size:,} bytes but only {stat.st_blocks * 512:,} on disk (a sparse file), "
+                        "not a data copy a run wrote; restore the run's data or start a new run")
+
+
 def check_data_copy(paths: RunPaths) -> None:
     """Refuse a run whose data copy (``RUN/data/*.jsonl``) is not what it recorded."""
     record = recorded_inputs(paths)
     if record is None:
         return
-    now = {p.name: file_hash(p) for p in data_files(paths)}
+    files = data_files(paths)
+    for path in files:
+        refuse_sparse(path)
+    now = {p.name: file_hash(p) for p in files}
     for name in sorted(set(now) | set(record["data"])):
         if now.get(name) != record["data"].get(name):
             state = "is missing" if name not in now else "was added" if name not in record["data"] else "changed"
