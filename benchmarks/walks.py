@@ -42,11 +42,13 @@ BOUND = {  # attribute -> the class its value is on walk 1 (not visible to a sta
     "self.regime": ("regimes/sgt/adapter.py", "SGTAdapter"),
     "self.exchange": ("see/exchange.py", "ExperienceExchange"),
     "self.consumption": ("see/lockstep.py", "LockStepConsumption"),
+    "consumption": ("see/lockstep.py", "LockStepConsumption"),  # see.rounds.next_round's argument
+    "consumption.exchange": ("see/exchange.py", "ExperienceExchange"),
     "self.trainer": ("training/trainer.py", "MutualGRPOTrainer"),
     "trainer": ("training/trainer.py", "MutualGRPOTrainer"),
     "batch": ("see/records.py", "RolloutBatch"),
 }
-OFF_WALK = ("regimes/offlock.py", "see/offlock/", "training/catch_up.py", "training/vllm", "errors.py",
+OFF_WALK = ("regimes/offlock.py", "see/offlock/", "_bounded_round", "training/catch_up.py", "training/vllm", "errors.py",
             "faults.py",  # fault hooks: no-ops that never touch the payload, like the errors raised on the way
             "SGTAdapter.warn_thresholds", "SGTAdapter.transform_stale", "RegimeAdapter.transform_stale",
             "RegimeAdapter.bind", "ExperienceExchange.__init__", "ExperienceExchange.__repr__")

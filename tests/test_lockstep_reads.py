@@ -3,20 +3,17 @@ off it (rank 0's choice of round), and a round a peer pruned after the choice is
 
 from __future__ import annotations
 
-import contextlib
 from collections import Counter
-from types import SimpleNamespace
 
 import pytest
 
 import mutualrl.see.exchange
 import mutualrl.see.offlock.staleness
-from mutualrl.regimes.adapter import RegimeAdapter
-from mutualrl.regimes.offlock import read_bounded_round, read_round
 from mutualrl.see.errors import CorruptShardError, ShardMissingError
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.lockstep import LockStepConsumption
 from mutualrl.see.offlock.consumption import BoundedConsumption
+from mutualrl.see.rounds import next_round, read_round
 from see_synthetic import synthetic_batch
 
 POLICIES = ("learner", "peer")
@@ -39,9 +36,9 @@ def scans(monkeypatch):
     counted: Counter = Counter()
 
     def spy(original):
-        def scan(root, run_id, step, policy, found, other_runs):
+        def scan(root, run_id, step, policy, *args, **kwargs):
             counted[(step, policy)] += 1
-            return original(root, run_id, step, policy, found, other_runs)
+            return original(root, run_id, step, policy, *args, **kwargs)
         return scan
 
     for module in (mutualrl.see.exchange, mutualrl.see.offlock.staleness):
@@ -49,44 +46,14 @@ def scans(monkeypatch):
     return counted
 
 
-class Trainer:
-    accelerator = SimpleNamespace(is_main_process=True, num_processes=1)
-
-    def __init__(self):
-        self.recorded: dict[str, float] = {}
-
-    def record_metrics(self, values, mode="train"):
-        self.recorded.update(values)
-
-
-def learner_adapter(exchange):
-    config = SimpleNamespace(pool=SimpleNamespace(policies=[SimpleNamespace(name=name) for name in POLICIES]))
-    adapter = RegimeAdapter(config, "learner", exchange)
-    adapter.peer_columns = COLUMNS
-    return adapter
-
-
 def test_a_lock_step_step_scans_each_peer_folder_once(tmp_path, scans):
     """Failed before: the barrier scanned the peer's folder, then the read scanned it again."""
     learner, peer = client(tmp_path, "learner"), client(tmp_path, "peer")
     publish(peer, 0)
-    adapter = learner_adapter(learner)
-    adapter.consumption = LockStepConsumption(learner, ["peer"])
-    timings: dict[str, float] = {}
-    step, tables = adapter.read_peer_round(0, timings)
+    read = next_round(LockStepConsumption(learner, ["peer"]), 0, COLUMNS)
     assert scans == {(0, "peer"): 1}
-    assert step == 0 and tables["peer"].equals(learner.read(0, "peer", columns=COLUMNS))
-    assert set(timings) == {"wait_s", "read_s"}
-
-
-def offlock_adapter(exchange, consumption):
-    """An adapter reading off lock-step through ``consumption`` (rank 0: it chooses the round)."""
-    adapter = learner_adapter(exchange)
-    adapter.consumption, adapter.trainer = consumption, Trainer()
-    adapter.uses_stale_rounds = True
-    adapter.remember = lambda output, rollouts: None
-    adapter.phase = lambda name: contextlib.nullcontext()
-    return adapter
+    assert read.peer_step == 0 and read.tables["peer"].equals(learner.read(0, "peer", columns=COLUMNS))
+    assert set(read.seconds) == {"wait_s", "read_s"} and read.metrics == {}
 
 
 @pytest.mark.parametrize("stale", [False, True])
@@ -97,28 +64,26 @@ def test_off_lock_step_a_step_scans_the_round_it_reads_once(tmp_path, scans, sta
     publish(peer, 0, *([] if stale else [1]))
     consumption = BoundedConsumption(learner, ["peer"], max_staleness=1)
     consumption.note_round(0)
-    adapter = offlock_adapter(learner, consumption)
-    peer_step, tables = read_bounded_round(adapter, {}, SimpleNamespace(step=1), {})
+    read = next_round(consumption, 1, COLUMNS, uses_stale=True)
     expected = 0 if stale else 1
-    assert peer_step == expected and scans[(expected, "peer")] == 1
-    assert tables["peer"].equals(learner.read(expected, "peer", columns=COLUMNS))
-    assert adapter.trainer.recorded["mutual/peer_age"] == (1 if stale else 0)
+    assert read.peer_step == expected and scans[(expected, "peer")] == 1
+    assert read.tables["peer"].equals(learner.read(expected, "peer", columns=COLUMNS))
+    assert read.metrics["mutual/peer_age"] == (1 if stale else 0)
 
 
 def test_a_round_pruned_after_the_choice_is_missing_and_a_lost_data_file_is_corrupt(tmp_path):
     learner, peer = client(tmp_path, "learner"), client(tmp_path, "peer")
     publish(peer, 0)
     consumption = BoundedConsumption(learner, ["peer"], max_staleness=1)
-    adapter = offlock_adapter(learner, consumption)
     chosen = consumption.next_round(0)
     assert chosen.shards is not None and set(chosen.shards) == {"peer"}
     info = chosen.shards["peer"][0]
     info.data_path.unlink()  # the manifest stays: the data file is lost, which is corruption
     with pytest.raises(CorruptShardError, match="does not exist"):
-        read_round(adapter, chosen, 0)
+        read_round(learner, ["peer"], chosen, 0, COLUMNS)
     info.manifest_path.unlink()  # now as a prune leaves it (manifest first, then data)
     with pytest.raises(ShardMissingError, match="'peer' pruned its shards of step 0"):
-        read_round(adapter, chosen, 0)
+        read_round(learner, ["peer"], chosen, 0, COLUMNS)
 
 
 def test_a_replayed_round_is_read_from_the_shards_its_wait_found(tmp_path, scans):
@@ -130,7 +95,6 @@ def test_a_replayed_round_is_read_from_the_shards_its_wait_found(tmp_path, scans
     learner, peer = client(see, "learner"), client(see, "peer")
     publish(peer, 0)
     consumption = BoundedConsumption(learner, ["peer"], max_staleness=1, replay=old)
-    adapter = offlock_adapter(learner, consumption)
-    peer_step, tables = read_bounded_round(adapter, {}, SimpleNamespace(step=0), {})
-    assert peer_step == 0 and tables["peer"].num_rows == 4
+    read = next_round(consumption, 0, COLUMNS, uses_stale=True)
+    assert read.peer_step == 0 and read.tables["peer"].num_rows == 4
     assert scans == {(0, "peer"): 1}

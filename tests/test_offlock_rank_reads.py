@@ -5,7 +5,6 @@ trained plain GRPO, and the pair would wait for each other forever. Two gloo ran
 
 from __future__ import annotations
 
-import contextlib
 from types import SimpleNamespace
 
 import pyarrow as pa
@@ -29,16 +28,13 @@ class PrunedForRankOne:
 
 
 def _read_round(accelerator) -> tuple:
-    from mutualrl.regimes.offlock import read_bounded_round
+    from mutualrl.see.rounds import next_round
 
     chosen = PeerRound(4, 3, 1)  # rank 0's decision, read by both ranks from its log
-    adapter = SimpleNamespace(
-        config=None, exchange=PrunedForRankOne(accelerator.process_index), peers=["b"], peer_columns=("reward",),
-        uses_stale_rounds=True, remember=lambda output, rollouts: None, phase=lambda name: contextlib.nullcontext(),
-        consumption=SimpleNamespace(next_round=lambda step: chosen, active=["b"]),
-        trainer=SimpleNamespace(accelerator=accelerator, record_metrics=lambda values, mode="train": None))
-    peer_step, peers = read_bounded_round(adapter, {}, SimpleNamespace(step=4), {})
-    return peer_step, sorted(peers)
+    consumption = SimpleNamespace(lock_step=False, next_round=lambda step: chosen, active=["b"],
+                                  exchange=PrunedForRankOne(accelerator.process_index), accelerator=accelerator)
+    read = next_round(consumption, 4, ("reward",), uses_stale=True)
+    return read.peer_step, sorted(read.tables)
 
 
 def test_ranks_use_a_peer_round_only_when_every_rank_could_read_it():

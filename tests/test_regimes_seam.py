@@ -198,10 +198,15 @@ def test_stale_rounds_are_declared_by_the_regimes_that_implement_them():
 
 
 class OlderRound:
-    """A consumption that always offers the round before this step (bounded staleness, age 1)."""
+    """A consumption that always offers the round before this step (bounded staleness, age 1), read from
+    ``exchange`` (one rank)."""
 
     lock_step = False
     active = ["tiny-sp"]
+    accelerator = None
+
+    def __init__(self, exchange):
+        self.exchange = exchange
 
     def next_round(self, step):
         from mutualrl.see.lockstep import PeerRound
@@ -232,9 +237,9 @@ def test_an_older_round_is_read_only_by_a_regime_that_declares_it(thl_tokenizers
 
     adapter = Declared(config, "tiny-bpe", spec=get_regime("xgrpo"))
     adapter.bind(FakeTrainer(thl_tokenizers["gpt2"]))
-    adapter.exchange, adapter.consumption = ReadLog(), OlderRound()
+    adapter.consumption = OlderRound(ReadLog())
     peer_step, peers = adapter.read_peers({}, SimpleNamespace(step=3), {})
-    assert adapter.exchange.reads == ([(2, "tiny-sp")] if stale else [])
+    assert adapter.consumption.exchange.reads == ([(2, "tiny-sp")] if stale else [])
     assert peer_step == (2 if stale else None)
     output, metrics = adapter.apply_regime({}, SimpleNamespace(step=3), peers, peer_step, {})
     assert metrics == ({"stale_rows": 1.0} if stale else {})

@@ -286,7 +286,7 @@ print(type(adapter.consumption).__name__, sorted(m for m in sys.modules if m.end
 
 @pytest.mark.parametrize("overrides, expected", [
     ([], "LockStepConsumption []"),
-    (["see.max_staleness=1"], "BoundedConsumption ['mutualrl.regimes.offlock', 'mutualrl.see.offlock', "
+    (["see.max_staleness=1"], "BoundedConsumption ['mutualrl.see.offlock', "
                               "'mutualrl.see.offlock.consumption', 'mutualrl.see.offlock.staleness']"),
 ])
 def test_a_lock_step_regime_never_imports_the_off_lock_step_layer(tmp_path, overrides, expected):

@@ -16,7 +16,7 @@
   :mod:`~mutualrl.regimes.batch_rows` (batch surgery: rows appended to TRL's batch, auxiliary sequences),
   :mod:`~mutualrl.regimes.pooled_rows` / :mod:`~mutualrl.regimes.pooled_spec` (the peer rows PRP and HACPO pool,
   and their settings), :mod:`~mutualrl.regimes.peers` (peer tables as tensors, peer responses as learner token
-  rows) and :mod:`~mutualrl.regimes.offlock` (bounded staleness's reader).
+  rows); a peer round is one call of the SEE (:func:`mutualrl.see.rounds.next_round`).
 
 Importing this package or a ``spec`` module never imports torch: config loading and every CLI
 command import the registry.

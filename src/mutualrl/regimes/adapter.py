@@ -56,8 +56,8 @@ class RegimeAdapter:
     peer_columns: tuple[str, ...] | None = None
     uses_stale_rounds: ClassVar[bool] = False
     """Whether the regime implements :meth:`transform_stale` (declared, not detected): only then is a peer round
-    older than this step read under ``see.max_staleness > 0`` (:mod:`mutualrl.regimes.offlock`); otherwise such a
-    step is plain GRPO."""
+    older than this step read under ``see.max_staleness > 0`` (:func:`mutualrl.see.rounds.next_round`); otherwise
+    such a step is plain GRPO."""
 
     def __init__(self, config: Any, policy: str, exchange: ExperienceExchange | None = None,
                  spec: RegimeSpec | None = None):
@@ -94,18 +94,15 @@ class RegimeAdapter:
         return None if key is None else getattr(self.config.regime, key)
 
     def bind(self, trainer: TrainerView) -> None:
-        """Bind to the trainer; a regime that reads peers gets its consumption of the SEE: the paper's lock-step
-        barrier, or (``see.max_staleness``, ``see.on_peer_failure``, ...) the optional :mod:`mutualrl.see.offlock`."""
+        """Bind to the trainer; a regime that reads peers gets its consumption of the SEE (the paper's lock-step
+        barrier, or the optional bounded staleness the ``see`` settings ask for: :func:`mutualrl.see.rounds.
+        open_consumption` decides)."""
         self.trainer = trainer
         if self.needs_peers and self.exchange is not None:
-            from mutualrl.see.lockstep import LockStepConsumption, is_lock_step
+            from mutualrl.see.rounds import open_consumption
 
-            if is_lock_step(self.config.see):
-                self.consumption = LockStepConsumption(self.exchange, self.peers, accelerator=trainer.accelerator)
-            else:
-                from mutualrl.regimes.offlock import bounded_consumption
-
-                self.consumption = bounded_consumption(self, trainer)
+            self.consumption = open_consumption(self.exchange, self.peers, self.config.see, trainer.accelerator,
+                                                trainer.args)
 
     # -- per step: the stages, top to bottom ------------------------------------------------
     def process_step(self, output: GRPOBatch, rollouts: StepRollouts) -> GRPOBatch:
@@ -135,15 +132,23 @@ class RegimeAdapter:
 
     def read_peers(self, output: GRPOBatch, rollouts: StepRollouts,
                    timings: dict[str, float]) -> tuple[int | None, dict[str, pa.Table]]:
-        """The peer round this step uses and the peers' tables of it (``{}`` for a regime that reads none):
-        lock-step, this step's round (:meth:`read_peer_round`); otherwise :mod:`mutualrl.regimes.offlock` decides."""
+        """The peer round this step uses and the peers' tables of it (``{}`` for a regime that reads none), in one
+        call of the SEE (:func:`mutualrl.see.rounds.next_round`): lock-step, this step's round; off lock-step maybe an
+        older one (only for a regime that ``uses_stale_rounds``, which first keeps what a later step needs of this one:
+        :meth:`remember`) or none (``None``: plain GRPO this step)."""
         if not self.needs_peers:
             return rollouts.step, {}
-        if not self.consumption.lock_step:
-            from mutualrl.regimes.offlock import read_bounded_round
+        from mutualrl.see.rounds import next_round
 
-            return read_bounded_round(self, output, rollouts, timings)
-        return self.read_peer_round(rollouts.step, timings)
+        if not self.consumption.lock_step:
+            self.remember(output, rollouts)
+        read = next_round(self.consumption, rollouts.step, self.peer_columns, uses_stale=self.uses_stale_rounds,
+                          waiting=self.phase("waiting for peers"))
+        self.peers = read.peers
+        timings.update(read.seconds)
+        if read.metrics:
+            self.trainer.record_metrics(read.metrics)
+        return read.peer_step, read.tables
 
     def apply_regime(self, output: GRPOBatch, rollouts: StepRollouts, peers: dict[str, pa.Table],
                      peer_step: int | None, timings: dict[str, float]) -> tuple[GRPOBatch, dict[str, float]]:
@@ -169,17 +174,6 @@ class RegimeAdapter:
         oldest round."""
         if self.exchange is not None:
             self.exchange.prune(self.consumption.own_rounds[0] if self.needs_peers else step)
-
-    def read_peer_round(self, step: int, timings: dict[str, float]) -> tuple[int, dict[str, pa.Table]]:
-        """Lock-step (paper, SEE barrier): wait until every peer committed round ``step``, then read its tables from
-        the shards the barrier found (no second scan of the peers' folders)."""
-        clock = time.perf_counter()
-        found = self.consumption.next_round(step).shards
-        timings["wait_s"] = time.perf_counter() - clock
-        clock = time.perf_counter()
-        peers = {name: self.exchange.read_shards(found[name], columns=self.peer_columns) for name in self.peers}
-        timings["read_s"] = time.perf_counter() - clock
-        return step, peers
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:

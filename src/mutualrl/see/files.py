@@ -19,9 +19,6 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
-
-import xxhash
 
 from mutualrl.errors import UsageError
 from mutualrl.run_folder import RunPaths
@@ -112,8 +109,3 @@ def _open_folder(path: Path) -> bool:
     except OSError:  # missing (not committed yet), or not a folder: the scan that follows says what it finds
         return False
     return True
-
-
-def file_checksum(buffer: Any) -> str:
-    """xxh3_128 hex digest of a bytes-like object (e.g. a memory-mapped file)."""
-    return xxhash.xxh3_128(buffer).hexdigest()

@@ -5,7 +5,8 @@ reads its peers' records of the same step ``i`` (the SEE barrier,
 :meth:`~mutualrl.see.exchange.ExperienceExchange.wait_for`). That is all of this module;
 everything outside lock-step (``see.max_staleness``, ``see.on_peer_failure=continue``,
 ``see.catch_up``, ``see.replay_consumption``, a policy restarted into its pool) is the optional
-:mod:`mutualrl.see.offlock`, which subclasses :class:`LockStepConsumption`.
+:mod:`mutualrl.see.offlock`, which subclasses :class:`LockStepConsumption`; :mod:`mutualrl.see.rounds` chooses
+between them and reads a round in one call.
 
 Rank 0 of each policy logs every round it read to ``<see>/_consumed/<policy>.jsonl``
 (:mod:`mutualrl.see.consumption_log`): when, and how long it waited (``mutualrl see inspect``
@@ -48,12 +49,6 @@ class PeerRound:
     waited: bool = False
     peers: tuple[str, ...] | None = None
     shards: dict[str, list[ShardInfo]] | None = field(default=None, compare=False, repr=False)
-
-
-def is_lock_step(see: Any) -> bool:
-    """Whether the SEE settings ``see`` are the paper's lock-step (no staleness, a failed peer stops the run,
-    no replayed run): then :class:`LockStepConsumption` is the whole consumption."""
-    return see.max_staleness == 0 and see.on_peer_failure == "stop" and not see.replay_consumption
 
 
 class LockStepConsumption:

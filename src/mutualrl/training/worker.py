@@ -241,7 +241,7 @@ def open_exchange(config: Any, paths: RunPaths, policy: Any, rank: int, world_si
         provenance={"model": policy.model, "tokenizer": policy.tokenizer or policy.model},
     )
     if os.environ.get(REJOIN_ENV):  # restarted into the running pool: peers readmit us once we catch up
-        from mutualrl.regimes.offlock import round_stride
+        from mutualrl.see.rounds import round_stride
         from mutualrl.see.offlock.consumption import rejoin_pool
 
         rejoin_pool(exchange, resume_from, round_stride(args, required=False))

@@ -12,6 +12,6 @@ peer failure"):
 - ``see.replay_consumption``: read the same rounds as a recorded run.
 
 :class:`.consumption.BoundedConsumption` subclasses the lock-step
-:class:`~mutualrl.see.lockstep.LockStepConsumption`; the regimes' side is :mod:`mutualrl.regimes.offlock`
-and the trainer's (skipped rounds) :mod:`mutualrl.training.catch_up`.
+:class:`~mutualrl.see.lockstep.LockStepConsumption`; :mod:`mutualrl.see.rounds` chooses it and reads its round
+for a regime in one call, and the trainer's side (skipped rounds) is :mod:`mutualrl.training.catch_up`.
 """
