@@ -22,9 +22,9 @@ from mutualrl.figure_words import (
 )
 from mutualrl.regimes.registry import all_regimes
 
-#: The metrics every run logs that the built-in figures draw, by the key they are logged under; a regime's own metrics
-#: have their words in its spec (``RegimeSpec.metrics``), the per-source figures in :data:`~mutualrl.figure_words.
-#: SOURCE_FIGURES`.
+#: The metrics every run logs that the built-in figures draw, by the key they are logged under; a regime's own
+#: metrics have their words in its spec (``RegimeSpec.metrics``), the per-source figures in
+#: :data:`~mutualrl.figure_words.SOURCE_FIGURES`.
 METRIC_WORDS: dict[str, MetricWords] = {
     "eval/reward@1": MetricWords("validation reward@1", "reward@1 (greedy)", UNIT),
     "reward_mean": MetricWords("training reward", "mean reward", UNIT),
