@@ -9,9 +9,9 @@ from typing import Any
 from rich.console import Console
 
 from mutualrl.atomic_io import write_json_atomic
-from mutualrl.config.loader import LoadedRecipe, OptionSetting, load_run_config, override_changes
+from mutualrl.config.loader import LoadedRecipe, OptionSetting, load_run_config, override_changes, parse_override
 from mutualrl.config.plugins import open_run_folder
-from mutualrl.config.recorded_code import accept_code
+from mutualrl.config.recorded_code import accept_code, overrides_modules
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import StorageError, UsageError, storage_errors
 from mutualrl.launch.rundir.inputs import check_resume_inputs, user_modules
@@ -101,6 +101,8 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
     """
     settings = option_settings(options)
     accept_code(options.allow_code)
+    # the command's own --set names its code too (so a run folder's config naming the same module is read: reuse)
+    accept_code(overrides_modules(parse_override(text) for text in options.overrides))
 
     def load(source: str) -> LoadedRecipe:
         return load_run_config(source, overrides=options.overrides, regime=options.regime,
