@@ -28,8 +28,9 @@ def launcher(run_dir, machine: int, nodes: int = 2, *extra: str) -> subprocess.P
 
 @pytest.mark.slow
 def test_two_launchers_on_two_simulated_machines_train_one_run(tmp_path):
-    run_dir = tmp_path / "run"
-    machines = [launcher(run_dir, 1), launcher(run_dir, 0)]  # machine 1 may well start first
+    # A run over machines keeps its recipe's ports, so not the default another test's run may hold; machine 1 first.
+    run_dir, port = tmp_path / "run", free_ports(2)
+    machines = [launcher(run_dir, k, 2, "--set", f"launch.main_process_port={port}") for k in (1, 0)]
     outputs = [proc.communicate(timeout=300)[0] for proc in machines]
     for proc, out in zip(machines, outputs, strict=True):
         assert proc.returncode == 0, out[-4000:]
