@@ -168,3 +168,19 @@ def test_a_row_cut_by_mask_truncated_completions_still_publishes_one_log_prob_pe
     n = len(rollouts.completion_ids_local[0])
     np.testing.assert_array_equal(read["behaviour_logps"][0].values.to_numpy(),
                                   output["old_per_token_logps"][0, :n].numpy())
+
+
+def test_the_published_trace_is_the_engines_sampling_log_probs_where_vllm_gave_them():
+    """TRL's GPU branch (vLLM with its importance-sampling pass) puts the engine's sampling log-probs in
+    ``sampling_per_token_logps``, NaN where the engine left a token unscored: the trace a peer divides by is the
+    engine's, the trainer's on those tokens; without vLLM's, the trainer's own."""
+    import torch
+
+    from mutualrl.regimes.adapter import behaviour_trace
+
+    trainer = torch.tensor([[-1.0, -2.0, -3.0]])
+    engine = torch.tensor([[-1.5, float("nan"), -2.5]])
+    assert torch.equal(behaviour_trace({"old_per_token_logps": trainer, "sampling_per_token_logps": engine}),
+                       torch.tensor([[-1.5, -2.0, -2.5]]))
+    assert torch.equal(behaviour_trace({"old_per_token_logps": trainer}), trainer)
+    assert behaviour_trace({"sampling_per_token_logps": engine}) is engine
