@@ -1,4 +1,4 @@
-"""What glibc's allocator settings (``mutualrl/allocator.py``) change: kernel time, minor faults, wall, peak RSS.
+"""What glibc's allocator settings (``mutualrl/host/allocator.py``) change: kernel time, minor faults, wall, peak RSS.
 
 Side by side, alternating which goes first each round: every case runs once with glibc's defaults and once
 with the settings the launcher now gives its policy processes, from the same code (the defaults: the
@@ -38,7 +38,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from mutualrl.allocator import ALLOCATOR_SETTINGS, allocator_env  # noqa: E402
+from mutualrl.host.allocator import ALLOCATOR_SETTINGS, allocator_env  # noqa: E402
 
 VARIANTS = ("glibc-default", "mutualrl")
 TRAIN_ARGS = {
@@ -48,16 +48,16 @@ TRAIN_ARGS = {
 # The launcher as `mutualrl train`, with the settings table emptied for glibc's defaults.
 LAUNCHER = """
 import sys
-import mutualrl.allocator
+import mutualrl.host.allocator
 if sys.argv.pop(1) == "glibc-default":
-    mutualrl.allocator.ALLOCATOR_SETTINGS.clear()
+    mutualrl.host.allocator.ALLOCATOR_SETTINGS.clear()
 from mutualrl.cli.main import main
 sys.argv[0] = "mutualrl"
 sys.exit(main())
 """
 WORKER = """
 import types
-from mutualrl.process_start import collector_paused_for_imports, imports_done
+from mutualrl.host.process_start import collector_paused_for_imports, imports_done
 import mutualrl.training.worker as worker
 with collector_paused_for_imports():
     import mutualrl.training.grpo_args, mutualrl.training.trackers

@@ -2,7 +2,7 @@
 
 Paper sizes per policy and step: 1024 prompts x 5 rollouts, responses of 256-3072 tokens (uniform, mean 1664:
 about 8.5 M tokens), M = 2 and 4 policies, R = 1, 2 or 4 ranks per policy. Each rank holds whole prompt groups
-of its own rows (``regimes.peers.local_slice``, ``require_whole_groups``): 5120 / R rows.
+of its own rows (``StepRollouts.local_rows``, ``require_whole_groups``): 5120 / R rows.
 
 Timed with the functions the adapters call, in their order, on rows cut from THL's built-in corpus and encoded by
 a real tokenizer pair (the peer's, then the learner's: ``qwen3 -> phi3``, ``llama3 -> mistral-sp``):
@@ -111,7 +111,8 @@ def records(policy: str, decoded: list, ids: list[list[int]], step: int):
 
 def stages(peer_tok, learner_tok, ids: list[list[int]], root: Path, step: int) -> dict[str, float]:
     """Seconds of each stage on these rows (the peer builds and publishes, the learner reads, retokenizes, aligns)."""
-    from mutualrl.regimes.peers import gather_peer_groups, learner_responses
+    from mutualrl.regimes.peer_responses import learner_responses
+    from mutualrl.regimes.peers import gather_peer_groups
     from mutualrl.regimes.prp.adapter import PRPAdapter
     from mutualrl.see import ExperienceExchange
     from mutualrl.thl import batch_decode_with_spans
@@ -195,7 +196,8 @@ def quantile_cost(policies: int, ranks: int, threads: int, scale: float = 1.0) -
     import torch
 
     torch.set_num_threads(threads)
-    from mutualrl.regimes.rank_metrics import Quantile, combine, parts
+    from mutualrl.regimes.rank_metrics import Quantile
+    from mutualrl.training.trl_metrics import combine, parts
 
     n = int(ROWS / ranks * (policies - 1) * (MIN_LEN + MAX_LEN) / 2 * scale)  # this rank's peer tokens
     generator = torch.Generator().manual_seed(n)

@@ -129,7 +129,7 @@ def logps_wrapper(func):
             rows, length = input_ids.shape
             completion = int(attention_mask[:, -logits_to_keep:].sum())  # the positions the loss reads
             # TRL's fused head scores only labelled positions on Triton devices, every position elsewhere;
-            # mutualrl makes a CPU score only labelled positions where the head is frozen (training/cpu_lm_head.py).
+            # mutualrl makes a CPU score only labelled positions where the head is frozen (host/cpu_lm_head.py).
             scored = completion if trl_utils._use_triton(input_ids.device) else rows * (length - 1)
             STATE.logps.append({"phase": STATE.phase, "grad": torch.is_grad_enabled(), "rows": rows,
                                 "length": length, "scored": scored, "keep": int(logits_to_keep),

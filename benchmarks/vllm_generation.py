@@ -89,7 +89,7 @@ def vllm_generate(llm, prompts: list[list[int]], k: int, new_tokens: int):
 def bench_model(policy: str, model_ref: str, chat: bool, task: str, args) -> list[dict]:
     import torch
 
-    from mutualrl.vllm_cpu import KV_ENV, kv_cache_gib
+    from mutualrl.host.vllm_cpu import KV_ENV, kv_cache_gib
     from mutualrl.pools.loading import load_model, load_tokenizer_for, resolve_model_path
 
     torch.set_num_threads(args.threads)

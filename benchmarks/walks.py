@@ -1,7 +1,7 @@
 """What a reader must follow along docs/architecture.md's two walks, measured on any revision.
 
 Walk 1: one rollout from TRL's batch (policy A) to the target of its peer's SGT loss (policy B), lock-step, one
-rank. From its entry points (the trainer's two hooks) the script follows every call it can resolve statically
+rank. From its entry points (the trainer's three hooks) the script follows every call it can resolve statically
 inside src/mutualrl (a plain name, ``self.x`` up the class's bases, a module attribute, and the few attributes
 :data:`BOUND` names: ``self.exchange`` is an ``ExperienceExchange``...), leaving out the paths walk 1 does not take
 (:data:`OFF_WALK`: outside lock-step, vLLM, the first-step warnings). It counts
@@ -36,7 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PKG = "mutualrl"
 
-ENTRIES = (("training/trainer.py", "MutualGRPOTrainer._generate_and_score_completions"),
+ENTRIES = (("training/trainer.py", "MutualGRPOTrainer._calculate_rewards"),  # the step object (since 2026-11-26)
+           ("training/trainer.py", "MutualGRPOTrainer._generate_and_score_completions"),
            ("training/trainer.py", "MutualGRPOTrainer.compute_loss"))
 BOUND = {  # attribute -> the class its value is on walk 1 (not visible to a static reader of the call)
     "self.regime": ("regimes/sgt/adapter.py", "SGTAdapter"),
@@ -54,8 +55,8 @@ OFF_WALK = ("regimes/offlock.py", "see/offlock/", "_bounded_round", "training/ca
             "RegimeAdapter.bind", "ExperienceExchange.__init__", "ExperienceExchange.__repr__")
 SIDE_CONCERNS = (  # on walk 1 but never touching the payload: heartbeats, logs of rounds, provenance, metrics
     "see/liveness.py", "see/consumption_log.py", "see/provenance.py", "training/no_signal.py", "training/trl_metrics.py",
-    "regimes/rank_metrics.py", "RegimeAdapter.log_step", "RegimeAdapter.prune_records", "ExperienceExchange.heartbeat",
-    "ExperienceExchange.prune", "LockStepConsumption.log_round")
+    "regimes/rank_metrics.py", "regimes/quantile_sketch.py", "RegimeAdapter.log_step", "RegimeAdapter.prune_records",
+    "ExperienceExchange.heartbeat", "ExperienceExchange.prune", "LockStepConsumption.log_round")
 REPRESENTATIONS = (  # the payload's forms on walk 1, in order, and where each is made
     ("TRL's batch tensors", "training/trainer.py", "MutualGRPOTrainer._generate_and_score_completions"),
     ("StepRollouts", "training/trainer.py", "MutualGRPOTrainer._collect_step_rollouts"),
@@ -64,7 +65,7 @@ REPRESENTATIONS = (  # the payload's forms on walk 1, in order, and where each i
     ("Arrow IPC bytes in a file", "see/exchange.py", "ExperienceExchange.publish"),
     # read back as the mapped table; spans and log-probs leave it as zero-copy numpy views (peer_row_views)
     ("memory-mapped Arrow table", "see/shards.py", "load_shard"),
-    ("Python str and bool (the text the tokenizer takes)", "regimes/peers.py", "peer_rows"),
+    ("Python str and bool (the text the tokenizer takes)", "regimes/peer_responses.py", "peer_rows"),
     ("peer tensors [P, M-1, K]", "regimes/peers.py", "gather_peer_groups"),
     ("padded learner token rows", "padding.py", "pad_token_rows"),
 )
@@ -83,7 +84,12 @@ BEFORE_RECORDS_MODULE = (  # the forms in the layout before see/records.py (2026
 
 def representations(modules: dict[str, Module]) -> tuple[tuple[str, str, str], ...]:
     """The payload's forms as this revision's own code makes them (each layout anchored in its own functions)."""
-    return BEFORE_RECORDS_MODULE if "see/schema.py" in modules else REPRESENTATIONS
+    if "see/schema.py" in modules:
+        return BEFORE_RECORDS_MODULE
+    if "regimes/peer_responses.py" not in modules:  # before the peer responses left regimes/peers.py (2026-11-26)
+        return tuple((what, "regimes/peers.py" if rel == "regimes/peer_responses.py" else rel, qual)
+                     for what, rel, qual in REPRESENTATIONS)
+    return REPRESENTATIONS
 
 
 WALK2 = (  # walk 2's files, in order, each with the function that hands the value on

@@ -1,4 +1,4 @@
-"""What a policy process's imports cost with and without the garbage collector (``mutualrl/process_start.py``).
+"""What a policy process's imports cost with and without the garbage collector (``mutualrl/host/process_start.py``).
 
 A worker imports torch, transformers, TRL, datasets and mutualrl's trainer stack before it builds a model; the
 suite starts about two hundred of them and a user's run one per policy and rank. Each round starts two fresh
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 IMPORTS = """
 import contextlib, resource, sys, types
-from mutualrl.process_start import collector_paused_for_imports, imports_done
+from mutualrl.host.process_start import collector_paused_for_imports, imports_done
 import mutualrl.training.worker as worker  # its top-level imports come before the pause, as in a worker
 with (collector_paused_for_imports() if sys.argv[1] == "paused" else contextlib.nullcontext()):
     import mutualrl.training.grpo_args, mutualrl.training.trackers  # run_policy's first imports (TRL's config)

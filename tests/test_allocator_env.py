@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from mutualrl.allocator import ALLOCATOR_SETTINGS, allocator_env
 from mutualrl.config.loader import load_run_config
+from mutualrl.host.allocator import ALLOCATOR_SETTINGS, allocator_env
 from mutualrl.launch.plan.commands import build_machine_specs
 from mutualrl.launch.plan.mwra import plan_placement
 

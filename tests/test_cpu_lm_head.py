@@ -11,7 +11,7 @@ from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM
 from trl.trainer.utils import add_fused_lm_head
 
-from mutualrl.training.cpu_lm_head import compact_on_cpu, score_completions_only_on_cpu
+from mutualrl.host.cpu_lm_head import compact_on_cpu, score_completions_only_on_cpu
 
 
 @pytest.fixture

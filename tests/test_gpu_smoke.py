@@ -81,7 +81,7 @@ def test_zero3_runs_on_one_gpu_with_one_rank_per_policy(tmp_path, monkeypatch, c
 
 
 def test_without_vllm_it_reports_not_installed_and_runs_the_rest_with_transformers(tmp_path, monkeypatch):
-    from mutualrl import vllm_cpu
+    from mutualrl.host import vllm_cpu
 
     gpu_smoke = load()
     monkeypatch.setattr(vllm_cpu, "installed_build", lambda: vllm_cpu.VllmBuild(None, None))
@@ -102,7 +102,7 @@ def test_without_vllm_it_reports_not_installed_and_runs_the_rest_with_transforme
 
 
 def test_a_cpu_build_of_vllm_is_skipped_on_a_gpu_with_the_fix(monkeypatch):
-    from mutualrl import vllm_cpu
+    from mutualrl.host import vllm_cpu
 
     monkeypatch.setattr(vllm_cpu, "installed_build", lambda: vllm_cpu.VllmBuild("vllm-cpu", "0.30.0"))
     installed, skip = load().vllm_status()

@@ -105,7 +105,7 @@ def test_cpu_deepspeed_env(tmp_path):
 
 
 def test_adapt_on_cpu_turns_off_gpu_features(monkeypatch):
-    from mutualrl import vllm_cpu
+    from mutualrl.host import vllm_cpu
 
     monkeypatch.setattr(vllm_cpu, "cpu_blocker", lambda build=None: "vLLM is not installed")
     decided = adapt_grpo_to_device(GPU_RECIPE, CPU, deepspeed="zero3", vllm_available=True)

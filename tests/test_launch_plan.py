@@ -130,7 +130,7 @@ def test_the_planned_grpo_file_is_the_workers_whole_grpo_config(tmp_path):
 
 def test_paper_recipe_on_cpu_turns_off_gpu_features(tmp_path, monkeypatch):
     from mutualrl.config.loader import load_run_config
-    from mutualrl import vllm_cpu
+    from mutualrl.host import vllm_cpu
 
     monkeypatch.setattr(vllm_cpu, "cpu_blocker", lambda build=None: "vLLM is not installed")  # with it: test_vllm_plan
 

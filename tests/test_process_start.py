@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from mutualrl.process_start import collector_paused_for_imports, imports_done
+from mutualrl.host.process_start import collector_paused_for_imports, imports_done
 from mutualrl.training import worker
 
 

@@ -18,11 +18,11 @@ from gloo_ranks import run_on_two_ranks
 from mutualrl.config import load_run_config
 from mutualrl.padding import pad_token_rows
 from mutualrl.regimes.importance import ratio_statistics
-from mutualrl.regimes.rank_metrics import Quantile, Share, Total, combine, parts
+from mutualrl.regimes.rank_metrics import Quantile, Share, Total
 from mutualrl.regimes.registry import get_regime
 from mutualrl.regimes.seam import StepRollouts
 from mutualrl.training.adapters import adapter_class
-from mutualrl.training.trl_metrics import TRLMetrics
+from mutualrl.training.trl_metrics import TRLMetrics, combine, parts
 from test_regimes_seam import FakeRanks, FakeTrainer, padded
 
 K = 2

@@ -10,7 +10,9 @@ import pickle
 import pytest
 import torch
 
-from mutualrl.regimes.rank_metrics import EXACT_VALUES, RELATIVE_ACCURACY, Quantile, combine, parts
+from mutualrl.regimes.quantile_sketch import EXACT_VALUES, RELATIVE_ACCURACY
+from mutualrl.regimes.rank_metrics import Quantile
+from mutualrl.training.trl_metrics import combine, parts
 
 
 @pytest.mark.parametrize("q", [0.0, 0.25, 0.5, 0.99, 1.0])

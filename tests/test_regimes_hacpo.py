@@ -9,6 +9,7 @@ import torch
 from _regimes_strategies import NAN, pool_rewards
 from hypothesis import given, settings
 
+from mutualrl.regimes.grpo import prp_pooled_advantages
 from mutualrl.regimes.hacpo.maths import (
     CAPABILITY_FLOOR,
     capability_advantages,
@@ -21,7 +22,6 @@ from mutualrl.regimes.hacpo.maths import (
     step_capability,
     stepwise_lower_bound,
 )
-from mutualrl.regimes.prp.maths import prp_pooled_advantages
 
 EPS = 1e-6
 

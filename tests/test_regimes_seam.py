@@ -17,7 +17,7 @@ import torch
 from mutualrl.config import load_run_config
 from mutualrl.padding import pad_token_rows
 from mutualrl.regimes.adapter import RegimeAdapter
-from mutualrl.regimes.peers import learner_responses, peer_rows
+from mutualrl.regimes.peer_responses import learner_responses, peer_rows
 from mutualrl.regimes.prp.adapter import PRPAdapter
 from mutualrl.regimes.registry import get_regime
 from mutualrl.regimes.seam import GRPOBatch, StepRollouts, TrainerView

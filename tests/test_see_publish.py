@@ -176,7 +176,7 @@ def test_the_published_trace_is_the_engines_sampling_log_probs_where_vllm_gave_t
     engine's, the trainer's on those tokens; without vLLM's, the trainer's own."""
     import torch
 
-    from mutualrl.regimes.adapter import behaviour_trace
+    from mutualrl.regimes.publication import behaviour_trace
 
     trainer = torch.tensor([[-1.0, -2.0, -3.0]])
     engine = torch.tensor([[-1.5, float("nan"), -2.5]])

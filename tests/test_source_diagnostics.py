@@ -149,8 +149,8 @@ def test_sgt_source_use_by_hand():
 def test_sgt_source_use_over_two_ranks_is_the_whole_batchs():
     """Each rank holds some prompts; the shares of two ranks, reduced as record_metrics reduces them, are the share of
     all the prompts together (the keys are the same on every rank: one per peer, every step)."""
-    from mutualrl.regimes.rank_metrics import combine, parts
     from mutualrl.regimes.sgt.maths import select_peer_successes, sgt_gate, source_use
+    from mutualrl.training.trl_metrics import combine, parts
 
     learner = torch.tensor([[0.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
     peers = torch.tensor([[[1.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [1.0, 1.0]], [[1.0, 1.0], [0.0, math.nan]]])

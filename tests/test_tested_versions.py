@@ -14,8 +14,8 @@ from packaging.specifiers import SpecifierSet
 from mutualrl import doctor, tested_versions
 from mutualrl.cli.main import run
 from mutualrl.errors import UsageError
+from mutualrl.host.vllm_cpu import CPU_BUILD
 from mutualrl.tested_versions import OVERRIDE_ENV, TESTED_SERIES, LibraryVersion
-from mutualrl.vllm_cpu import CPU_BUILD
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,10 +9,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from mutualrl import vllm_cpu
+from mutualrl.host import vllm_cpu
+from mutualrl.host.vllm_cpu import VllmBuild
 from mutualrl.launch.plan.commands import resolve_vllm
 from mutualrl.launch.plan.mwra import PolicyPlacement
-from mutualrl.vllm_cpu import VllmBuild
 
 CPU = PolicyPlacement("p", "cpu", (), 2, 1)
 PAPER_VLLM = {"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utilization": 0.5,

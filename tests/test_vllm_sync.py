@@ -18,8 +18,8 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, PhiConfig, PhiForCausalLM
 
-from mutualrl.training import vllm_cpu_sync
-from mutualrl.training.vllm_cpu_sync import RELOAD_LOGGERS, ReloadWarnings, cpu_sync_weights, frozen_embedding_layers
+from mutualrl.host import vllm_cpu_sync
+from mutualrl.host.vllm_cpu_sync import RELOAD_LOGGERS, ReloadWarnings, cpu_sync_weights, frozen_embedding_layers
 
 STACKED = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj", "gate_proj": "gate_up_proj",
            "up_proj": "gate_up_proj"}
@@ -248,7 +248,7 @@ def test_a_tied_head_is_stale_after_a_reload_until_packed_again():
     from vllm.model_executor.layers.vocab_parallel_embedding import (ParallelLMHead, UnquantizedEmbeddingMethod,
                                                                      VocabParallelEmbedding)
 
-    from mutualrl.training.vllm_cpu_sync import repack_tied_heads
+    from mutualrl.host.vllm_cpu_sync import repack_tied_heads
 
     def layer(cls, weight):
         module = cls.__new__(cls)

@@ -116,7 +116,7 @@ def check_vllm(timeout_s: float = 120.0) -> Check:
 
     import torch
 
-    from mutualrl.vllm_cpu import CPU_BUILD, cpu_blocker, installed_build
+    from mutualrl.host.vllm_cpu import CPU_BUILD, cpu_blocker, installed_build
 
     build = installed_build()
     gpu = torch.cuda.is_available()

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 
 from mutualrl.errors import UsageError
-from mutualrl.vllm_cpu import installed_build
+from mutualrl.host.vllm_cpu import installed_build
 
 #: distribution -> the release series (major.minor) that was tested; pyproject.toml and setup.sh pin these.
 TESTED_SERIES = {"trl": "1.16", "vllm": "0.30"}

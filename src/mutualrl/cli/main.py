@@ -112,8 +112,8 @@ def working_dir_exists() -> bool:
 
 def main() -> None:
     """The ``mutualrl`` command: :func:`run`, then exit without the teardown of the libraries a command imported
-    (~1 s of CPU per command for nothing once its output is written; :mod:`mutualrl.process_exit`)."""
-    from mutualrl.process_exit import exit_without_teardown
+    (~1 s of CPU per command for nothing once its output is written; :mod:`mutualrl.host.process_exit`)."""
+    from mutualrl.host.process_exit import exit_without_teardown
 
     exit_without_teardown(run())
 

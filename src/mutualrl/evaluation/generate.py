@@ -8,7 +8,7 @@ backends produce the completions from the same token ids:
   (:mod:`mutualrl.pools.greedy`, shared with the tiny pool's warm start) -- used by the
   training loop's validation hook through :func:`evaluate_examples`;
 - vLLM (``vllm.LLM`` at temperature 0) when vllm can run here (CUDA, or a usable CPU build of
-  vLLM: :mod:`mutualrl.vllm_cpu`) -- :func:`evaluate_examples_vllm` (its own engine) and
+  vLLM: :mod:`mutualrl.host.vllm_cpu`) -- :func:`evaluate_examples_vllm` (its own engine) and
   :func:`evaluate_examples_llm` (an engine already running: a training run's colocated one,
   synced to the policy's weights), imported lazily so other code never imports vllm.
 """
@@ -214,7 +214,7 @@ def vllm_available() -> bool:
 
     if torch.cuda.is_available():
         return True
-    from mutualrl.vllm_cpu import cpu_blocker
+    from mutualrl.host.vllm_cpu import cpu_blocker
 
     return cpu_blocker() is None
 
@@ -257,7 +257,7 @@ def generate_greedy_vllm(
     if not torch.cuda.is_available():
         from transformers import AutoConfig
 
-        from mutualrl.vllm_cpu import KV_ENV, kv_cache_gib
+        from mutualrl.host.vllm_cpu import KV_ENV, kv_cache_gib
 
         from mutualrl.pools.loading import remote_code_refused
 

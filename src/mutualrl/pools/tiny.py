@@ -30,9 +30,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from mutualrl.allocator import allocator_env
 from mutualrl.assets.cache import asset_lock, asset_path, building
 from mutualrl.errors import AssetError
+from mutualrl.host.allocator import allocator_env
 from mutualrl.pools.tiny_warm_start import WARM_START_FILE, ProgressFn, TinyModelSpec, warm_start
 
 TINY_MODELS: dict[str, TinyModelSpec] = {

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from mutualrl.regimes.registry import RegimeSpec
+from mutualrl.regimes.regime_spec import RegimeSpec
 from mutualrl.regimes.seam import TOKEN_WEIGHTS, GRPOBatch, StepRollouts, TrainerView
 from mutualrl.regimes.standalone.spec import STANDALONE
 
@@ -215,6 +215,11 @@ class RegimeAdapter:
         return inputs.get(TOKEN_WEIGHTS)
 
     # -- helpers --------------------------------------------------------------------------
+    def seeded_generator(self, step: int, *parts: Any) -> torch.Generator:
+        """A random generator seeded by (the run's seed, ``step``, this policy, ``parts``): the same draw on every rank
+        and on a rerun, without touching the global RNG streams (SGT's choice of a success, randpert's noise)."""
+        return torch.Generator().manual_seed(stable_seed(self.trainer.args.seed, step, self.policy, *parts))
+
     def ensure_behaviour_logps(self, output: GRPOBatch) -> None:
         """Make sure ``old_per_token_logps`` (the behaviour trace) exists in the batch.
 
@@ -231,50 +236,20 @@ class RegimeAdapter:
             )
 
     def build_records(self, output: GRPOBatch, rollouts: StepRollouts) -> RolloutBatch:
-        """This rank's rollout records for the SEE: token ids and behaviour log-probs straight from TRL's padded
-        tensors (no Python list per token), the text via THL, and each token's span only where the regime's
-        readers need spans (:attr:`publishes_spans`). Built from the trainer's own tensors, so not re-checked."""
-        import numpy as np
+        """This rank's rollout records for the SEE (:func:`mutualrl.regimes.publication.rollout_records`), with the
+        behaviour traces and token spans where this regime's readers need them."""
+        from mutualrl.regimes.publication import rollout_records
 
-        from mutualrl.see.records import Ragged, RolloutBatch
-        from mutualrl.thl import batch_decode_text, batch_decode_with_spans
-
-        trainer = self.trainer
-        lengths = rollouts.lengths_local  # int64 [B]
-        rows = len(lengths)
-        tokens = Ragged.from_padded(output["completion_ids"], lengths, np.int32)  # TRL's rows: right-padded
-        logps = behaviour_trace(output) if self.publishes_traces else None  # [B, C]
-        spans = None
-        if self.publishes_spans:
-            decoded = batch_decode_with_spans(trainer.processing_class, tokens)
-            texts, spans = [d.text for d in decoded], [d.spans for d in decoded]
-        else:
-            texts = batch_decode_text(trainer.processing_class, tokens)
-        last = tokens.values[np.maximum(tokens.offsets[1:] - 1, 0)] if len(tokens.values) else np.zeros(rows, np.int32)
-        return RolloutBatch(
-            prompt_id=rollouts.prompt_ids_local,
-            sample_index=rollouts.sample_index_local,
-            prompt_text=[_prompt_text(p) for p in rollouts.prompt_texts_local],
-            response_text=texts,
-            response_token_ids=tokens,
-            response_token_spans=spans,
-            reward=rollouts.rewards_local.float().numpy(),
-            advantage=output["advantages"].float().cpu().numpy(),
-            # one per token, by the rows' lengths: mask_truncated_completions zeroes a cut row's completion_mask
-            behaviour_logps=None if logps is None else Ragged.from_padded(logps, lengths, np.float32),
-            finished=(lengths > 0) & np.isin(last, trainer.eos_token_ids),  # [B] the last token is an EOS
-        )
+        return rollout_records(output, rollouts, self.trainer, traces=self.publishes_traces,
+                               spans=self.publishes_spans)
 
 
-def behaviour_trace(output: GRPOBatch) -> torch.Tensor | None:
-    """The log-probs ``[B, C]`` this policy sampled its completions with, which a peer's importance weight divides by:
-    the engine's own under vLLM (TRL's ``sampling_per_token_logps``, the distribution the tokens were drawn from,
-    sampler-trainer mismatch included), else the trainer's (TRL's ``old_per_token_logps``: transformers generation
-    samples from the same model, so the two are one distribution)."""
-    sampling, trainer_logps = output.get("sampling_per_token_logps"), output.get("old_per_token_logps")
-    if sampling is None or trainer_logps is None:
-        return trainer_logps if sampling is None else sampling
-    return torch.where(torch.isnan(sampling), trainer_logps, sampling)  # [B, C] a token vLLM left unscored: the trainer's
+def stable_seed(*parts: Any) -> int:
+    """A seed derived from (run seed, step, policy...) that does not touch the global RNG streams."""
+    import hashlib
+
+    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
 def any_scored(peers: dict[str, pa.Table]) -> bool:
@@ -283,11 +258,3 @@ def any_scored(peers: dict[str, pa.Table]) -> bool:
 
     return any("reward" in table.column_names and table.num_rows and (pc.max(table["reward"]).as_py() or 0) > 0
                for table in peers.values())
-
-
-def _prompt_text(prompt: Any) -> str:
-    if isinstance(prompt, str):
-        return prompt
-    if isinstance(prompt, list) and prompt and isinstance(prompt[-1], dict):
-        return str(prompt[-1].get("content", ""))
-    return str(prompt)

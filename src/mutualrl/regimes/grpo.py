@@ -1,4 +1,6 @@
-"""Standalone GRPO advantages, exactly as TRL 1.16 computes them (paper Sec. "Preliminaries", Eq. grpo).
+"""Standalone GRPO advantages, exactly as TRL 1.16 computes them (paper Sec. "Preliminaries", Eq. grpo), and the
+same normalisation over a pool of policies (PRP's unified candidate pool, Sec. "Regime 1", which XGRPO's pooled
+statistics and the channel decomposition read too).
 
 Every regime builds on this: with its sharing switched off, a regime must hand TRL the
 advantages TRL would have computed itself, bit for bit. So this module copies TRL's
@@ -14,7 +16,7 @@ from __future__ import annotations
 import torch
 from trl.trainer.utils import nanstd  # TRL's own: the advantages' std is TRL's op for op
 
-from mutualrl.regimes.pool import ScaleRewards, check_float, check_scale_rewards
+from mutualrl.regimes.pool import ScaleRewards, check_float, check_pool, check_scale_rewards
 
 TRL_STD_EPS = 1e-4
 """The constant TRL adds to the reward standard deviation (``advantages / (std_rewards + 1e-4)``)."""
@@ -76,3 +78,32 @@ def group_advantages(
     if scale_rewards != "none":
         advantages = advantages / (reward_scale(rewards, scale_rewards) + eps)
     return torch.nan_to_num(advantages, nan=0.0)
+
+
+def prp_pooled_advantages(
+    pool_rewards: torch.Tensor, scale_rewards: ScaleRewards = "group", eps: float = TRL_STD_EPS
+) -> torch.Tensor:
+    """GRPO advantages normalised over the unified candidate pool of ``M*K`` responses (Sec. "Regime 1").
+
+    For prompt ``p`` with pool rewards ``r_{p,m,k}`` (all M policies, K rollouts each):
+
+        μ_pool(p) = nanmean_{m,k} r_{p,m,k}
+        A_{p,m,i} = (r_{p,m,i} - μ_pool(p)) / (σ_pool(p) + eps)
+
+    with ``σ_pool(p)`` the NaN-aware sample std of the prompt's ``M*K`` rewards ("group"), or of
+    all ``P*M*K`` rewards ("batch"); "none" skips the division. Exactly
+    :func:`~mutualrl.regimes.grpo.group_advantages` applied to the ``[P, M*K]`` pool, so it is
+    the same tensor for every learner (the pool is the same set) and, for ``M = 1``, equals
+    standalone GRPO bit for bit. NaN rewards get advantage 0.
+
+    Args:
+        pool_rewards: ``[P, M, K]`` rewards of every policy of the pool (NaN = unscorable).
+        scale_rewards: TRL's ``"group"``, ``"batch"`` or ``"none"``.
+        eps: added to the pooled std (``regime.prp.std_epsilon``).
+
+    Returns:
+        ``[P, M, K]`` pooled advantages.
+    """
+    check_pool(pool_rewards)
+    p, m, k = pool_rewards.shape
+    return group_advantages(pool_rewards.reshape(p, m * k), scale_rewards, eps).reshape(p, m, k)

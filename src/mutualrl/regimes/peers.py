@@ -4,18 +4,16 @@ Paper, SEE paragraph of "The Mutual RL System Design": a learner reads only the 
 regime subscribes to, keyed by ``(prompt_id, sample_index)``. Every adapter that reads peers
 builds its ``[P, M-1, K]`` peer tensors with :func:`gather_peer_groups` (the layout of
 :mod:`mutualrl.regimes.pool`), so the row matching and the "policies saw different prompts"
-error live here once. Peer responses that enter the learner's batch (SGT's rescues, PRP's pooled
-rows) become learner token rows here once too (:func:`learner_responses`, THL's retokenization).
-Peer rows leave Arrow column-wise: numbers through numpy, per-token columns (spans, log-probs) as
-zero-copy numpy views (:func:`peer_row_views`); only the response text becomes Python ``str``, for the
-tokenizer (:func:`peer_rows`).
+error live here once. The numbers leave Arrow column-wise, through numpy. Peer responses that enter the
+learner's batch (SGT's rescues, PRP's pooled rows) become learner token rows in
+:mod:`mutualrl.regimes.peer_responses`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -24,9 +22,6 @@ from mutualrl.regimes.pool import join_pool
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from transformers import PreTrainedTokenizerBase
-
-    from mutualrl.regimes.seam import StepRollouts
 
 
 @dataclass
@@ -97,127 +92,3 @@ def peer_groups(table: pa.Table, prompt_ids: Sequence[str], k: int, policy: str,
 def peer_values(table: pa.Table, column: str, groups: torch.Tensor) -> torch.Tensor:
     """A numeric column of a peer's table (reward, num_tokens) as float32 ``[P, K]``, laid out as ``groups``."""
     return torch.tensor(table.column(column).to_numpy(zero_copy_only=False), dtype=torch.float32)[groups]
-
-
-def stable_seed(*parts: Any) -> int:
-    """A seed derived from (run seed, step, policy...) that does not touch the global RNG streams."""
-    import hashlib
-
-    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
-
-
-def require_whole_groups(rollouts: StepRollouts, regime: str) -> None:
-    """SGT and PRP attach data to a prompt's rows, so each rank must hold whole K-groups."""
-    from mutualrl.errors import UsageError
-
-    n_local = len(rollouts.prompt_ids_local)
-    k = rollouts.num_generations
-    if n_local % k != 0:
-        raise UsageError(
-            f"regime {regime!r} needs every process to hold whole groups of num_generations={k} rollouts, but "
-            f"this process holds {n_local} rows: make per_device_train_batch_size * steps_per_generation a "
-            f"multiple of num_generations"
-        )
-
-
-def require_whole_micro_batches(rows: int, steps_per_generation: int, regime: str) -> None:
-    """TRL splits a generation's rows into ``steps_per_generation`` micro-batches and silently drops the remainder
-    (``split_tensor_dict``): a pooled batch must divide exactly, so that no row is lost."""
-    if rows % steps_per_generation != 0:
-        raise RuntimeError(f"regime {regime!r}: the pooled batch has {rows} rows, not a multiple of "
-                           f"steps_per_generation={steps_per_generation}; TRL's split would drop "
-                           f"{rows % steps_per_generation} of them")
-
-
-def local_slice(rollouts: StepRollouts) -> slice:
-    """This rank's rows of the gathered batch (TRL's ``process_slice``)."""
-    n_local = len(rollouts.prompt_ids_local)
-    return slice(rollouts.process_index * n_local, (rollouts.process_index + 1) * n_local)
-
-
-def peer_rows(peers: dict[str, pa.Table], sources: Sequence[tuple[str, int]],
-              columns: Sequence[str]) -> dict[str, list[Any]]:
-    """Scalar ``columns`` (the response text, the finished flag) of the peer rows ``sources`` (``(peer, row)``, any
-    order) as Python values in that order: the tokenizer takes ``str``. A list column (token ids, spans, log-probs)
-    is read with :func:`peer_row_views` instead, without Python values.
-
-    Column-wise: one Arrow ``take`` and ``to_pylist`` per peer and column, not one ``as_py`` per cell.
-    """
-    by_peer: dict[str, list[int]] = {}
-    for i, (name, _) in enumerate(sources):
-        by_peer.setdefault(name, []).append(i)
-    out: dict[str, list[Any]] = {column: [None] * len(sources) for column in columns}
-    for name, positions in by_peer.items():
-        rows = [int(sources[i][1]) for i in positions]
-        for column in columns:
-            values = peers[name].column(column).take(rows).to_pylist()
-            for i, value in zip(positions, values, strict=True):
-                out[column][i] = value
-    return out
-
-
-class ListColumnRows:
-    """One list column of a peer's table (one chunk per publishing rank), its rows as numpy views of the Arrow
-    buffers (:func:`mutualrl.see.ragged`, per chunk: nothing is copied)."""
-
-    def __init__(self, column: pa.ChunkedArray):
-        from mutualrl.see import ragged
-
-        self.chunks = [ragged(chunk) for chunk in column.chunks]
-        self.starts = np.cumsum([0] + [len(chunk) for chunk in column.chunks])  # int64 [chunks + 1]
-
-    def row(self, i: int) -> np.ndarray | None:
-        """Row ``i`` of the column (None: a null row)."""
-        c = int(np.searchsorted(self.starts, i, side="right")) - 1  # the last chunk starting at or before row i
-        return self.chunks[c].row(i - int(self.starts[c]))
-
-
-def peer_row_views(peers: dict[str, pa.Table], sources: Sequence[tuple[str, int]],
-                   column: str) -> list[np.ndarray | None]:
-    """The list ``column`` (``response_token_spans``, ``behaviour_logps``, ...) of the peer rows ``sources``
-    (``(peer, row)``, any order), in that order: per row a zero-copy numpy view of the peer's table in the column's
-    own dtype (None: a null row, e.g. a peer that did not publish traces)."""
-    columns: dict[str, ListColumnRows] = {}
-    out: list[np.ndarray | None] = []
-    for name, row in sources:
-        if name not in columns:
-            columns[name] = ListColumnRows(peers[name].column(column))
-        out.append(columns[name].row(int(row)))
-    return out
-
-
-@dataclass
-class LearnerResponses:
-    """Peer responses as learner token rows (paper, THL operation (1), and App. SGT details: EOS where the
-    peer finished): ``ids[i]`` is ready for TRL's batch, ``spans[i]`` the character spans of its retokenized
-    tokens (an appended EOS has none, so ``len(spans[i]) <= len(ids[i])``)."""
-
-    texts: list[str]
-    finished: list[bool]
-    ids: list[list[int]]
-    spans: list[np.ndarray]  # int64 [n_i, 2] each
-
-
-def learner_responses(peers: dict[str, pa.Table], sources: Sequence[tuple[str, int]],
-                      tokenizer: PreTrainedTokenizerBase, max_len: int | None) -> LearnerResponses:
-    """The peer rows ``sources`` (``(peer, row)``) in the learner's vocabulary: their ``response_text``
-    retokenized as a continuation of the learner's prompt (one batched THL call), the learner's EOS
-    appended where the peer ``finished``, then cut to ``max_len`` tokens (TRL's ``max_completion_length``)."""
-    from mutualrl.thl import retokenize
-
-    columns = peer_rows(peers, sources, ("response_text", "finished"))
-    texts = columns["response_text"]
-    finished = [bool(done) for done in columns["finished"]]
-    eos = tokenizer.eos_token_id
-    ids_out, spans_out = [], []
-    for r, done in zip(retokenize(tokenizer, texts), finished, strict=True):
-        ids = list(r.ids)
-        spans = np.asarray(r.spans, dtype=np.int64).reshape(-1, 2)  # [n, 2]
-        if done and eos is not None:
-            ids.append(eos)
-        if max_len and len(ids) > max_len:
-            ids = ids[:max_len]
-        ids_out.append(ids)
-        spans_out.append(spans[: min(len(spans), len(ids))])  # [min(n, len(ids)), 2]
-    return LearnerResponses(texts, finished, ids_out, spans_out)

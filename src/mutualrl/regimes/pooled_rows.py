@@ -28,15 +28,8 @@ from mutualrl.regimes.batch_rows import (
     reference_logps,
     refuse_unsupported,
 )
-from mutualrl.regimes.peers import (
-    LearnerResponses,
-    PeerGroups,
-    gather_peer_groups,
-    learner_responses,
-    peer_row_views,
-    require_whole_groups,
-    require_whole_micro_batches,
-)
+from mutualrl.regimes.peer_responses import LearnerResponses, learner_responses, peer_row_views
+from mutualrl.regimes.peers import PeerGroups, gather_peer_groups
 from mutualrl.regimes.pooled_spec import PooledRowsSettings
 from mutualrl.regimes.rank_metrics import Total
 from mutualrl.regimes.seam import GRPOBatch, StepRollouts
@@ -81,12 +74,13 @@ class PooledStep:
         return behaviour
 
 
-def local_groups(rollouts: StepRollouts) -> range:
-    """This rank's K-groups among every rank's (TRL's ``process_slice``, whole groups)."""
-    k = rollouts.num_generations
-    n_local = len(rollouts.prompt_ids_local)
-    first_group = rollouts.process_index * n_local // k
-    return range(first_group, first_group + n_local // k)
+def require_whole_micro_batches(rows: int, steps_per_generation: int, regime: str) -> None:
+    """TRL splits a generation's rows into ``steps_per_generation`` micro-batches and silently drops the remainder
+    (``split_tensor_dict``): a pooled batch must divide exactly, so that no row is lost."""
+    if rows % steps_per_generation != 0:
+        raise RuntimeError(f"regime {regime!r}: the pooled batch has {rows} rows, not a multiple of "
+                           f"steps_per_generation={steps_per_generation}; TRL's split would drop "
+                           f"{rows % steps_per_generation} of them")
 
 
 class PooledRowsAdapter(RegimeAdapter):
@@ -114,7 +108,7 @@ class PooledRowsAdapter(RegimeAdapter):
         """The pooled batch: pooled advantages, the peer rows in the learner's tokens, the learner's snapshot,
         the peers' aligned traces and the ratio's denominator (paper, Sec. "Regime 1")."""
         refuse_unsupported(output, self.name)
-        require_whole_groups(rollouts, self.name)
+        rollouts.require_whole_groups(self.name)
         trainer = self.trainer
         peer, advantages, groups, own_adv = self._pooled_advantages(rollouts, peers)
         n_local = len(rollouts.prompt_ids_local)

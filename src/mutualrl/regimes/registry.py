@@ -1,10 +1,13 @@
-"""The regime registry: one :class:`RegimeSpec` per sharing regime, the only place names are listed.
+"""The regime registry: finding every regime and looking one up, the only place regimes are listed.
 
 Each built-in regime is one folder ``mutualrl/regimes/<name>/``: a torch-free ``spec.py`` (its
-settings dataclass, metric names and the :class:`RegimeSpec` it registers), its pure maths
-``maths.py`` and its TRL adapter ``adapter.py``, named in the spec by import path so that
-importing a spec never imports torch or TRL. Every sub-package of this package with a ``spec``
-module is imported on the first lookup, so adding a regime is adding one such folder.
+settings dataclass, metric names and the :class:`~mutualrl.regimes.regime_spec.RegimeSpec` it registers with
+:func:`~mutualrl.regimes.regime_spec.register_regime`), its pure maths ``maths.py`` and its TRL adapter
+``adapter.py``, named in the spec by import path so that importing a spec never imports torch or TRL. Every
+sub-package of this package with a ``spec`` module is imported on the first lookup, so adding a regime is adding
+one such folder. ``RegimeSpec``, ``RegimeFlag`` and ``register_regime`` are defined in
+:mod:`mutualrl.regimes.regime_spec` (what a regime author imports) and listed here too, where plugins written
+against the registry import them.
 
 Regimes outside the package (a plugin, a test) are imported from the ``MUTUALRL_REGIMES``
 environment variable: module names or ``.py`` file paths, separated by commas. The launcher's
@@ -23,110 +26,17 @@ import os
 import pkgutil
 import sys
 import typing
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mutualrl.errors import UnknownNameError, UsageError
-from mutualrl.figure_words import MetricWords
+from mutualrl.regimes.regime_spec import REGISTERED as _REGISTRY
+from mutualrl.regimes.regime_spec import RegimeFlag, RegimeSpec, register_regime, unregister_regime
 
 ENV_VAR = "MUTUALRL_REGIMES"
 """Extra regime modules to import (module names or .py paths, comma-separated)."""
 
-BASE_ADAPTER = "mutualrl.regimes.adapter:RegimeAdapter"
-
-
-@dataclass(frozen=True)
-class RegimeFlag:
-    """An option of ``mutualrl train`` that sets one field of its regime's settings (``--prp-denominator``)."""
-
-    flag: str
-    """The option as typed, ``--<regime>-<field>``."""
-    setting: str
-    """The field of the regime's settings dataclass it sets."""
-    help: str
-    """Its ``--help`` text."""
-
-
-@dataclass(frozen=True)
-class RegimeSpec:
-    """Everything the rest of mutualrl needs to know about one regime."""
-
-    name: str
-    """The name in recipes (``regime.name``), on the command line (``--regime``) and in metric keys."""
-    help: str
-    """One line for ``--help`` (what the regime does)."""
-    needs_peers: bool = False
-    """Reads peers' records each step: needs >= 2 policies that draw identical prompts."""
-    needs_exchange: bool = False
-    """Publishes records to the SEE every step (always true when ``needs_peers``)."""
-    settings_key: str | None = None
-    """Key of its settings under ``regime:`` in a recipe (``regime.sgt.lam``), if it has settings."""
-    settings: type | None = None
-    """The settings dataclass (a ``help`` per field)."""
-    adapter: str = BASE_ADAPTER
-    """The trainer adapter, ``"module:Class"`` (a :class:`~mutualrl.regimes.adapter.RegimeAdapter`), imported
-    only by the training layer."""
-    status: tuple[tuple[str, str], ...] = ()
-    """(metric, label) shown on the live status line (the policy's status file and the launcher's progress);
-    the metric is logged as ``<name>/<metric>``."""
-    metrics: tuple[tuple[str, MetricWords], ...] = ()
-    """(metric, its words: title, y label and y scale) for the figures of ``mutualrl plot``; the metric is logged as
-    ``<name>/<metric>``; one without words is titled by its key, on its values' own range."""
-    check: Callable[[Any], tuple[str, str] | None] | None = None
-    """Cross-field check of the settings: None, or (field, problem)."""
-    grpo_defaults: tuple[tuple[str, Any], ...] = ()
-    """GRPO fields (``grpo.<field>``, value) the regime's objective is defined with: applied to a policy whose recipe
-    leaves the field unset (the plan's merge, ``launch_plan._policy_grpo``); a recipe that sets another value meets
-    :attr:`grpo_check`."""
-    grpo_check: Callable[[Mapping[str, Any]], tuple[str, str] | None] | None = None
-    """Check of one policy's GRPO fields (the recipe's, shared and the policy's own, without the defaults above)
-    when this regime runs: None, or (field, problem)."""
-    order: int = 100
-    """Position in listings (help, error messages)."""
-    flags: tuple[RegimeFlag, ...] = ()
-    """Options of ``mutualrl train`` that set one of its settings."""
-
-    def __post_init__(self) -> None:
-        if (self.settings_key is None) != (self.settings is None):
-            raise ValueError(f"regime {self.name!r}: give settings_key and settings together")
-        if self.flags and self.settings is None:
-            raise ValueError(f"regime {self.name!r}: flags set settings, and it has none")
-        if self.needs_peers and not self.needs_exchange:
-            object.__setattr__(self, "needs_exchange", True)
-
-    @property
-    def status_keys(self) -> tuple[tuple[str, str], ...]:
-        """(full metric key, label) for the status line."""
-        return tuple((f"{self.name}/{metric}", label) for metric, label in self.status)
-
-    @property
-    def metric_keys(self) -> dict[str, MetricWords]:
-        """Full metric key -> its words in a plot."""
-        return {f"{self.name}/{metric}": words for metric, words in self.metrics}
-
-
-_REGISTRY: dict[str, RegimeSpec] = {}
 _loaded: set[str] = set()
-
-
-def register_regime(spec: RegimeSpec) -> RegimeSpec:
-    """Add ``spec``; a second, different spec under the same name (or settings key) is an error."""
-    known = _REGISTRY.get(spec.name)
-    if known is not None and known != spec:
-        raise ValueError(f"regime {spec.name!r} is already registered (by {known.adapter})")
-    if spec.settings_key is not None:
-        for other in _REGISTRY.values():
-            if other.name != spec.name and other.settings_key == spec.settings_key:
-                raise ValueError(f"regime {spec.name!r}: settings key {spec.settings_key!r} is taken by {other.name!r}")
-    _REGISTRY[spec.name] = spec
-    return spec
-
-
-def unregister_regime(name: str) -> None:
-    """Remove a regime (tests that register a throwaway one clean up with this)."""
-    _REGISTRY.pop(name, None)
 
 
 def load_regimes() -> None:

@@ -6,8 +6,9 @@ step to its regime, which publishes, reads its peers' fields and rewrites the GR
 a regime never imports ``training/`` and never reaches into TRL's private attributes:
 
 - TRL's batch, typed as :class:`GRPOBatch` (the keys a regime reads or writes, with their shapes);
-- :class:`StepRollouts`, what one generation step produced (prompt ids, lengths, rewards; this rank's rows
-  and every rank's), built once per step from TRL's hooks; the completions' tokens are TRL's batch's;
+- :class:`StepRollouts`, the step object: what one generation step produced (prompt ids, lengths, rewards; this
+  rank's rows and every rank's), built once per step in TRL's reward hook (``_calculate_rewards``, the one place
+  TRL hands over every rank's rewards); the completions' tokens are TRL's batch's;
 - :class:`TrainerView`, everything a regime may read or call on the trainer; the trainer implements it,
   and a test fake needs nothing more (``tests/test_regimes_seam.py``).
 
@@ -80,7 +81,8 @@ class GRPOBatch(TypedDict, total=False):
 @dataclass
 class StepRollouts:
     """What the regimes and the SEE need to know about one generation step of this policy, beside TRL's batch
-    (whose ``completion_ids`` hold the tokens: this object copies no token and no text).
+    (whose ``completion_ids`` hold the tokens: this object copies no token and no text). The trainer builds it once
+    per step, from what TRL hands its reward hook.
 
     ``*_local`` fields cover this rank's rows (TRL's ``process_slice``); ``*_global`` fields
     cover the rows of every rank of this policy, in TRL's gathered order, where each prompt's
@@ -99,12 +101,39 @@ class StepRollouts:
     lengths_global: torch.Tensor  # float32 [B_global]
     process_index: int
     num_processes: int
+    first_completion: Any = ""  # this rank's first completion as TRL decoded it (text or messages): the example the
+    # trainer's no-signal note shows; "" where the rank has none
 
     @property
     def group_prompt_ids(self) -> list[str]:
         """Prompt id of each K-group of the gathered batch, in order."""
         k = self.num_generations
         return self.prompt_ids_global[::k]
+
+    @property
+    def local_rows(self) -> slice:
+        """This rank's rows of the gathered batch (TRL's ``process_slice``)."""
+        n_local = len(self.prompt_ids_local)
+        return slice(self.process_index * n_local, (self.process_index + 1) * n_local)
+
+    @property
+    def local_groups(self) -> range:
+        """This rank's K-groups among every rank's (whole groups: :meth:`require_whole_groups`)."""
+        k, n_local = self.num_generations, len(self.prompt_ids_local)
+        first_group = self.process_index * n_local // k
+        return range(first_group, first_group + n_local // k)
+
+    def require_whole_groups(self, regime: str) -> None:
+        """A regime that attaches data to a prompt's rows (SGT, PRP, HACPO) needs whole K-groups on each rank."""
+        from mutualrl.errors import UsageError
+
+        n_local, k = len(self.prompt_ids_local), self.num_generations
+        if n_local % k != 0:
+            raise UsageError(
+                f"regime {regime!r} needs every process to hold whole groups of num_generations={k} rollouts, but "
+                f"this process holds {n_local} rows: make per_device_train_batch_size * steps_per_generation a "
+                f"multiple of num_generations"
+            )
 
 
 class GRPOArgsView(Protocol):

@@ -14,9 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from mutualrl.regimes.grpo import TRL_STD_EPS, group_advantages
+from mutualrl.regimes.grpo import TRL_STD_EPS, group_advantages, prp_pooled_advantages
 from mutualrl.regimes.pool import ScaleRewards, check_learner_and_peers, join_pool
-from mutualrl.regimes.prp.maths import prp_pooled_advantages
 from mutualrl.regimes.sgt.maths import sgt_gate
 
 
@@ -72,7 +71,7 @@ def regime_usability(
     - PRP-usable: ``∃ m≠n, j: 1-ε ≤ W^(n)(x, y_{m,j}) ≤ 1+ε`` with ``W`` the sequence-level ratio of a
       peer response under the learner (``peer_seq_ratios``, NaN = not available);
     - XGRPO-usable: ``∃ i: |A^pool_{n,i} - A^loc_{n,i}| > atol`` with ``A^pool`` the learner's slice of
-      :func:`~mutualrl.regimes.prp.maths.prp_pooled_advantages` (pooled normalisation) and ``A^loc`` its
+      :func:`~mutualrl.regimes.grpo.prp_pooled_advantages` (pooled normalisation) and ``A^loc`` its
       standalone GRPO advantage;
     - SGT-usable: the SGT gate fires (:func:`mutualrl.regimes.sgt.maths.sgt_gate` with the given thresholds).
 

@@ -5,9 +5,9 @@ publishes typed fields to the Shared Experience Exchange, transforms the peer fi
 subscribes to (THL), and builds its regime-specific GRPO objective locally. The hook
 points in TRL 1.16 are:
 
-1. :meth:`_calculate_rewards` -- TRL gathers every rank's rewards here; we keep them (and
-   the prompt ids of the rows) for the step's records and for regimes that need whole
-   groups.
+1. :meth:`_calculate_rewards` -- TRL gathers every rank's rewards here; from them, the prompt ids and the
+   generated lengths we build the step's one :class:`~mutualrl.regimes.seam.StepRollouts` (every rank's rewards
+   and prompt ids, this rank's rows), once, for the step's records and the regimes.
 2. :meth:`_generate_and_score_completions` -- after TRL built the batch, we publish this
    rank's rollout records, wait for the peers' records of the same step (barrier), and
    let the active regime rewrite the batch (advantages for XGRPO / randpert, extra rows for
@@ -22,8 +22,8 @@ parameters after N steps equal those of vanilla ``GRPOTrainer`` (App. "Infrastru
 fidelity"; checked by ``benchmarks/fidelity.py`` and the test suite).
 
 The regime sees this trainer only through :class:`~mutualrl.regimes.seam.TrainerView` (what it may
-read and call) and each step through :class:`~mutualrl.regimes.seam.StepRollouts`; both live at the
-regimes' layer, so the regimes never import this module.
+read and call) and each step through :class:`~mutualrl.regimes.seam.StepRollouts` and TRL's batch; both live at
+the regimes' layer, so the regimes never import this module.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from __future__ import annotations
 import logging
 import math
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,19 +45,6 @@ from mutualrl.training.trl_metrics import TRLMetrics
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class PendingRewards:
-    """What TRL handed :meth:`MutualGRPOTrainer._calculate_rewards` in one generation step, kept until the batch is
-    built (:meth:`MutualGRPOTrainer._collect_step_rollouts` makes the step's :class:`StepRollouts` of it): references
-    to TRL's own lists, nothing copied."""
-
-    inputs: list[dict[str, Any]]  # this rank's dataset rows, one per completion (their "prompt_id" included)
-    prompts: list[Any]  # this rank's prompts: text, or chat messages
-    completions: list[Any]  # this rank's decoded completions: text, or chat messages
-    completion_ids: list[list[int]]  # this rank's generated token ids, one list per completion
-    rewards_per_func: torch.Tensor  # float32 [B_global, F] every rank's rewards per reward function (NaN: None)
-
-
 class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
     """GRPOTrainer for one policy of a mutual-RL pool.
 
@@ -71,7 +57,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
 
     def __init__(self, *args: Any, policy_name: str, regime: RegimeAdapter,
                  vllm_caps: tuple[int | None, int | None] = (None, None), **kwargs: Any):
-        from mutualrl.training.cpu_lm_head import score_completions_only_on_cpu
+        from mutualrl.host.cpu_lm_head import score_completions_only_on_cpu
         from mutualrl.training.vllm_engine import engine_overrides, install_cpu_weight_sync, on_cpu_colocate
 
         # The engine's caps (any device); on a CPU also the model's dtype and eager mode.
@@ -82,7 +68,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         score_completions_only_on_cpu(self.model)  # a frozen head: TRL's numbers, about half the CPU time
         self.policy_name = policy_name
         self.regime = regime
-        self._pending_rewards: PendingRewards | None = None
+        self._step_rollouts: StepRollouts | None = None  # built in _calculate_rewards, taken once per step
         self.no_signal: Any = None  # training.no_signal.NoSignalWatch, made at the first step
         self.generation_delay: tuple[float, str | None] = (0.0, None)  # (seconds, "even" | "odd" | None)
         self.policy_logps: torch.Tensor | None = None  # [B, C] of TRL's loss forward, inside compute_loss only
@@ -95,10 +81,12 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         if seconds > 0 and (parity is None or (self.state.global_step % 2 == 0) == (parity == "even")):
             time.sleep(seconds)
 
-    # -- 1. rewards -------------------------------------------------------------------
+    # -- 1. rewards: the step object ---------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        self._pending_rewards = PendingRewards(inputs, prompts, completions, completion_ids_list, rewards_per_func)
+        if self.model.training:  # TRL's evaluation loop scores too: no step of ours
+            self._step_rollouts = self._collect_step_rollouts(inputs, prompts, completions, completion_ids_list,
+                                                              rewards_per_func)
         return rewards_per_func
 
     # -- 2. batch -----------------------------------------------------------------------
@@ -111,19 +99,18 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
             return output
         # Where a step's time goes: rollout (generation, rewards, old log-probs) vs TRL's step_time.
         self.record_metrics({"mutual/rollout_seconds": time.perf_counter() - started})
-        pending = self._take_pending_rewards()
-        rollouts = self._collect_step_rollouts(pending)
+        rollouts = self._take_step_rollouts()
         started = time.perf_counter()
         output = self.regime.process_step(output, rollouts)
         self.record_metrics({"mutual/exchange_seconds": time.perf_counter() - started})
         # after the peers' round is read: a peer's success teaches SGT and PRP
-        self.watch_signal(rollouts, pending.completions[0] if pending.completions else "")
+        self.watch_signal(rollouts)
         return output
 
-    def watch_signal(self, rollouts: StepRollouts, first: Any) -> None:
-        """Log the all-fail share; once, after several steps with no reward spread, what was seen; stop after
-        ``task.stop_after_no_reward_steps`` steps in which nothing scored (training/no_signal.py); ``first``: this
-        rank's first completion as TRL decoded it, the example a note shows."""
+    def watch_signal(self, rollouts: StepRollouts) -> None:
+        """Log the all-fail share; once, after several steps with no reward spread, what was seen (with this rank's
+        first completion as TRL decoded it); stop after ``task.stop_after_no_reward_steps`` steps in which nothing
+        scored (training/no_signal.py)."""
         from mutualrl.training.no_signal import ALL_FAIL_KEY, NoSignalWatch
 
         if self.no_signal is None:  # resumed: the lowest mean reward logged before stands for the rewards seen
@@ -132,26 +119,27 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
             self.no_signal = NoSignalWatch(self.policy_name, lowest=min(means, default=None),
                                            stop_after=self.regime.config.task.stop_after_no_reward_steps)
         rewards = rollouts.rewards_global.tolist()
-        failed, note = self.no_signal.observe(rewards, rollouts.num_generations, first,
+        failed, note = self.no_signal.observe(rewards, rollouts.num_generations, rollouts.first_completion,
                                               float(rollouts.rewards_local[0]) if len(rollouts.rewards_local) else 0.0,
                                               peers_scored=self.regime.peers_scored)
         self.record_metrics({ALL_FAIL_KEY: failed})
         if note is not None and self.accelerator.is_main_process:
             logging.getLogger("mutualrl.worker").warning(note)
 
-    def _take_pending_rewards(self) -> PendingRewards:
-        """What :meth:`_calculate_rewards` captured of this step (once: the next step captures its own)."""
-        pending = self._pending_rewards
-        if pending is None:  # pragma: no cover - TRL always calls _calculate_rewards first
+    def _take_step_rollouts(self) -> StepRollouts:
+        """The step object :meth:`_calculate_rewards` built (once: the next step builds its own)."""
+        rollouts = self._step_rollouts
+        if rollouts is None:  # pragma: no cover - TRL always calls _calculate_rewards first
             raise RuntimeError("rewards were not captured for this step")
-        self._pending_rewards = None
-        return pending
+        self._step_rollouts = None
+        return rollouts
 
-    def _collect_step_rollouts(self, pending: PendingRewards) -> StepRollouts:
-        """The step's one :class:`StepRollouts`: every rank's rewards (weighted, NaN where no function scored) and
-        prompt ids, this rank's lengths; the tokens stay in TRL's batch."""
-        inputs = pending.inputs
-        rewards_per_func = pending.rewards_per_func
+    def _collect_step_rollouts(self, inputs: list[dict[str, Any]], prompts: list[Any], completions: list[Any],
+                               completion_ids: list[list[int]], rewards_per_func: torch.Tensor) -> StepRollouts:
+        """The step's one :class:`StepRollouts`, from what TRL hands :meth:`_calculate_rewards` (this rank's dataset
+        rows, prompts, decoded completions and generated token ids; every rank's rewards per function ``[B_global,
+        F]``, NaN where a function returned None): every rank's rewards (weighted, NaN where no function scored) and
+        prompt ids, this rank's lengths; the tokens stay in TRL's batch, the prompts and completions in TRL's lists."""
         weights = self.reward_weights.to(rewards_per_func.device)
         rewards_global = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
         rewards_global[torch.isnan(rewards_per_func).all(dim=1)] = torch.nan
@@ -159,7 +147,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         index = self.accelerator.process_index
         local = slice(index * n_local, (index + 1) * n_local)
         prompt_ids_local = [str(row["prompt_id"]) for row in inputs]
-        lengths_local = np.fromiter(map(len, pending.completion_ids), dtype=np.int64, count=n_local)  # [B]
+        lengths_local = np.fromiter(map(len, completion_ids), dtype=np.int64, count=n_local)  # [B]
         if self.accelerator.num_processes > 1:
             prompt_ids_global = gather_object(prompt_ids_local)
             lengths_global = gather_object(lengths_local.tolist())
@@ -172,7 +160,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
             num_generations=k,
             prompt_ids_local=prompt_ids_local,
             sample_index_local=[(first_global_row + i) % k for i in range(n_local)],
-            prompt_texts_local=pending.prompts,
+            prompt_texts_local=prompts,
             lengths_local=lengths_local,
             rewards_local=rewards_global[local].detach().cpu(),
             prompt_ids_global=list(prompt_ids_global),
@@ -180,6 +168,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
             lengths_global=torch.tensor(np.asarray(lengths_global), dtype=torch.float32),
             process_index=index,
             num_processes=self.accelerator.num_processes,
+            first_completion=completions[0] if completions else "",
         )
 
     # -- 3. loss ------------------------------------------------------------------------

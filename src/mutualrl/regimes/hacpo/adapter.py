@@ -27,7 +27,7 @@ import torch
 from mutualrl.regimes.batch_rows import AppendedRows
 from mutualrl.regimes.hacpo.spec import HACPO, HACPOSettings
 from mutualrl.regimes.peers import PeerGroups
-from mutualrl.regimes.pooled_rows import PooledRowsAdapter, PooledStep, local_groups
+from mutualrl.regimes.pooled_rows import PooledRowsAdapter, PooledStep
 from mutualrl.regimes.rank_metrics import Quantile, Share
 from mutualrl.regimes.seam import GRPOBatch, StepRollouts
 
@@ -62,7 +62,7 @@ class HACPOAdapter(PooledRowsAdapter):
         peer, pool = self.pooled_rewards(rollouts, peers)  # pool: [P, M, K]
         learner_m = self.pool_order.index(self.policy)
         advantages = self.capability_step(pool, learner_m)  # [P, M, K]
-        groups = local_groups(rollouts)
+        groups = rollouts.local_groups
         return peer, advantages, groups, advantages[list(groups), learner_m].reshape(-1)
 
     def capability_step(self, pool: torch.Tensor, learner_m: int) -> torch.Tensor:

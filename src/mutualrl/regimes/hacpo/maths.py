@@ -93,7 +93,7 @@ def capability_advantages(pool_rewards: torch.Tensor, baseline_weights: torch.Te
     takes the plain mean (advantage 0: with σ = 0 a weighted baseline would divide a non-zero gap by ``eps``); and
     a baseline above the prompt's best reward takes the learner's own mean instead (the code's guard for 0/1
     rewards, ``baseline > 1``, stated for any scale). With every weight 1 neither changes anything, and this is
-    PRP's pooled GRPO advantage (:func:`~mutualrl.regimes.prp.maths.prp_pooled_advantages`, ``"group"``).
+    PRP's pooled GRPO advantage (:func:`~mutualrl.regimes.grpo.prp_pooled_advantages`, ``"group"``).
     NaN rewards (not scored) are left out of every mean and std and get advantage 0.
 
     Args:

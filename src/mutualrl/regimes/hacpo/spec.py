@@ -14,7 +14,7 @@ from typing import Any
 
 from mutualrl.figure_words import NONNEGATIVE, UNIT, MetricWords
 from mutualrl.regimes.pooled_spec import PooledRowsSettings, ratio_metrics
-from mutualrl.regimes.registry import RegimeSpec, register_regime
+from mutualrl.regimes.regime_spec import RegimeSpec, register_regime
 
 
 @dataclass

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from mutualrl.regimes.peers import PeerGroups
-from mutualrl.regimes.pooled_rows import PooledRowsAdapter, PooledStep, local_groups
+from mutualrl.regimes.pooled_rows import PooledRowsAdapter, PooledStep
 from mutualrl.regimes.prp.spec import PRP, PRPSettings
 from mutualrl.regimes.rank_metrics import Quantile, Share
 from mutualrl.regimes.seam import TOKEN_WEIGHTS, GRPOBatch, StepRollouts
@@ -112,11 +112,12 @@ class PRPAdapter(PooledRowsAdapter):
                            peers: dict[str, pa.Table]) -> tuple[PeerGroups, torch.Tensor, range, torch.Tensor]:
         """GRPO advantages over the unified candidate pool of every group: the peer groups,
         the advantages ``[groups, policies, K]``, this process's groups and its own rows' advantages."""
-        from mutualrl.regimes.prp.maths import per_source_advantages, prp_pooled_advantages, resolved_grouping
+        from mutualrl.regimes.grpo import prp_pooled_advantages
+        from mutualrl.regimes.prp.maths import per_source_advantages, resolved_grouping
 
         peer, pool = self.pooled_rewards(rollouts, peers)
         grouping = resolved_grouping(self.settings.advantage_grouping, self.settings.correction)
         advantages = (per_source_advantages if grouping == "source" else prp_pooled_advantages)(
             pool, scale_rewards=self.trainer.scale_rewards, eps=self.settings.std_epsilon)  # [P, M, K]
-        groups = local_groups(rollouts)
+        groups = rollouts.local_groups
         return peer, advantages, groups, advantages[list(groups), self.pool_order.index(self.policy)].reshape(-1)

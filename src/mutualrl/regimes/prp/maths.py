@@ -5,9 +5,10 @@ with group-relative advantages "normalized across the entire pool", and importan
 ``w_t = π_θ(y_t) / π_behavior(y_t)`` whose denominator is either the learner's own snapshot
 ('learner', naive pooling) or the peer's recorded trace aligned into the learner's tokens by
 THL ('peer', corrected). The clipped surrogate itself is TRL's (``GRPOTrainer._compute_loss``);
-this module only supplies what goes into it (the diagnostics of App. "Importance-ratio distribution under the
-THL-aligned denominator" are :mod:`mutualrl.regimes.importance`, shared with HACPO; the channel
-decomposition of the three regimes is :mod:`mutualrl.regimes.usability`).
+this module only supplies what goes into it (the pooled advantages are
+:func:`mutualrl.regimes.grpo.prp_pooled_advantages`, shared with XGRPO; the diagnostics of App.
+"Importance-ratio distribution under the THL-aligned denominator" are :mod:`mutualrl.regimes.importance`, shared
+with HACPO; the channel decomposition of the three regimes is :mod:`mutualrl.regimes.usability`).
 """
 
 from __future__ import annotations
@@ -18,41 +19,7 @@ from typing import Literal
 import torch
 
 from mutualrl.regimes.grpo import TRL_STD_EPS, group_advantages
-from mutualrl.regimes.pool import (
-    ScaleRewards,
-    check_float,
-    check_pool,
-    check_same_shape,
-)
-
-
-def prp_pooled_advantages(
-    pool_rewards: torch.Tensor, scale_rewards: ScaleRewards = "group", eps: float = TRL_STD_EPS
-) -> torch.Tensor:
-    """GRPO advantages normalised over the unified candidate pool of ``M*K`` responses (Sec. "Regime 1").
-
-    For prompt ``p`` with pool rewards ``r_{p,m,k}`` (all M policies, K rollouts each):
-
-        μ_pool(p) = nanmean_{m,k} r_{p,m,k}
-        A_{p,m,i} = (r_{p,m,i} - μ_pool(p)) / (σ_pool(p) + eps)
-
-    with ``σ_pool(p)`` the NaN-aware sample std of the prompt's ``M*K`` rewards ("group"), or of
-    all ``P*M*K`` rewards ("batch"); "none" skips the division. Exactly
-    :func:`~mutualrl.regimes.grpo.group_advantages` applied to the ``[P, M*K]`` pool, so it is
-    the same tensor for every learner (the pool is the same set) and, for ``M = 1``, equals
-    standalone GRPO bit for bit. NaN rewards get advantage 0.
-
-    Args:
-        pool_rewards: ``[P, M, K]`` rewards of every policy of the pool (NaN = unscorable).
-        scale_rewards: TRL's ``"group"``, ``"batch"`` or ``"none"``.
-        eps: added to the pooled std (``regime.prp.std_epsilon``).
-
-    Returns:
-        ``[P, M, K]`` pooled advantages.
-    """
-    check_pool(pool_rewards)
-    p, m, k = pool_rewards.shape
-    return group_advantages(pool_rewards.reshape(p, m * k), scale_rewards, eps).reshape(p, m, k)
+from mutualrl.regimes.pool import ScaleRewards, check_float, check_pool, check_same_shape
 
 
 # -- importance-weight corrections of peer rows (beyond the paper: TIS, F-TIS, TIS with a drop line) -------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mutualrl.regimes.pooled_spec import PooledRowsSettings, ratio_metrics
-from mutualrl.regimes.registry import RegimeFlag, RegimeSpec, register_regime
+from mutualrl.regimes.regime_spec import RegimeFlag, RegimeSpec, register_regime
 
 
 @dataclass

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import torch
-
 from mutualrl.regimes.adapter import RegimeAdapter
-from mutualrl.regimes.peers import local_slice, stable_seed
 from mutualrl.regimes.randpert.spec import RANDPERT, RandPertSettings
 from mutualrl.regimes.rank_metrics import Share
 from mutualrl.regimes.seam import GRPOBatch, StepRollouts
@@ -32,13 +29,13 @@ class RandPertAdapter(RegimeAdapter):
 
         k = rollouts.num_generations
         groups = len(rollouts.group_prompt_ids)
-        generator = torch.Generator().manual_seed(stable_seed(self.trainer.args.seed, rollouts.step, self.policy))
+        generator = self.seeded_generator(rollouts.step)
         settings = self.settings
         advantages = randpert_advantages(rollouts.rewards_global.view(groups, k), settings.scale, generator,
                                          scale_rewards=self.trainer.scale_rewards,
                                          skip_uniform_groups=settings.skip_uniform_groups)
         before = output["advantages"]
-        after = advantages.reshape(-1)[local_slice(rollouts)].to(before.device, before.dtype)
+        after = advantages.reshape(-1)[rollouts.local_rows].to(before.device, before.dtype)
         output["advantages"] = after
         change = (after - before).abs()  # [B_local]
         return output, {"mean_abs_adv_change": Share(change.double().sum().item(), change.numel())}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from mutualrl.figure_words import NONNEGATIVE, MetricWords
-from mutualrl.regimes.registry import RegimeSpec, register_regime
+from mutualrl.regimes.regime_spec import RegimeSpec, register_regime
 
 
 @dataclass

@@ -20,13 +20,8 @@ import torch
 
 from mutualrl.regimes.adapter import RegimeAdapter
 from mutualrl.regimes.batch_rows import attach_sequences
-from mutualrl.regimes.peers import (
-    PeerGroups,
-    gather_peer_groups,
-    learner_responses,
-    require_whole_groups,
-    stable_seed,
-)
+from mutualrl.regimes.peer_responses import learner_responses
+from mutualrl.regimes.peers import PeerGroups, gather_peer_groups
 from mutualrl.regimes.seam import GRPOBatch, StepRollouts
 from mutualrl.regimes.sgt.spec import RESCUES_TOTAL_KEY, SGT, SGTSettings
 
@@ -99,7 +94,7 @@ class SGTAdapter(RegimeAdapter):
 
     def own_round(self, rollouts: StepRollouts) -> OwnRound:
         """This rank's K-groups of the step and the learner's rewards ``[P, K]`` (whole groups required)."""
-        require_whole_groups(rollouts, self.name)
+        rollouts.require_whole_groups(self.name)
         k = rollouts.num_generations
         groups = rollouts.prompt_ids_local[::k]
         return OwnRound(groups, rollouts.rewards_local.view(len(groups), k))
@@ -169,7 +164,7 @@ class SGTAdapter(RegimeAdapter):
         gate = sgt_gate(own.rewards, peer_rewards, success_threshold=settings.success_threshold,
                         failure_threshold=settings.failure_threshold,
                         require_all_failed=settings.require_all_failed)
-        generator = torch.Generator().manual_seed(stable_seed(self.trainer.args.seed, step, self.policy, self.name))
+        generator = self.seeded_generator(step, self.name)
         chosen = select_peer_successes(gate, peer_lengths, selection=settings.selection, generator=generator)
         row_mask = assign_sgt_rows(gate.gated, k, settings.max_pairs_per_prompt)
         return peer, gate, chosen, row_mask
@@ -195,7 +190,7 @@ class SGTAdapter(RegimeAdapter):
                         peers: dict[str, pa.Table], sources: list[tuple[str, int]], flat_mask: torch.Tensor,
                         num_gated: int) -> int:
         """The rescues ``sources`` in the learner's vocabulary (THL, EOS appended where the peer finished:
-        :func:`~mutualrl.regimes.peers.learner_responses`), put on the gated rows of ``output`` with their
+        :func:`~mutualrl.regimes.peer_responses.learner_responses`), put on the gated rows of ``output`` with their
         weights (Eq. regime3_total); returns the rescue tokens added."""
         from mutualrl.regimes.sgt.maths import sgt_example_weights
 

@@ -6,7 +6,7 @@ Its maths is TRL's (:mod:`mutualrl.regimes.grpo` reproduces it); the adapter is 
 
 from __future__ import annotations
 
-from mutualrl.regimes.registry import RegimeSpec, register_regime
+from mutualrl.regimes.regime_spec import RegimeSpec, register_regime
 
 STANDALONE = register_regime(RegimeSpec(
     name="standalone",

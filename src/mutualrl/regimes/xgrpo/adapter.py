@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from mutualrl.regimes.adapter import RegimeAdapter
-from mutualrl.regimes.peers import gather_peer_groups, local_slice
+from mutualrl.regimes.peers import gather_peer_groups
 from mutualrl.regimes.seam import GRPOBatch, StepRollouts
 from mutualrl.regimes.xgrpo.spec import XGRPO, XGRPOSettings
 
@@ -41,6 +41,6 @@ class XGRPOAdapter(RegimeAdapter):
             advantage_clip=settings.advantage_clip, scale_rewards=self.trainer.scale_rewards,
             eps=settings.std_epsilon, normalisation=settings.normalisation,
         )
-        advantages = result.advantages.reshape(-1)[local_slice(rollouts)]
+        advantages = result.advantages.reshape(-1)[rollouts.local_rows]
         output["advantages"] = advantages.to(output["advantages"].device, output["advantages"].dtype)
         return output, result.metrics()

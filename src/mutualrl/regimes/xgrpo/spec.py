@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from mutualrl.figure_words import FREE, NONNEGATIVE, UNIT, MetricWords
-from mutualrl.regimes.registry import RegimeSpec, register_regime
+from mutualrl.regimes.regime_spec import RegimeSpec, register_regime
 
 
 @dataclass
