@@ -23,11 +23,12 @@ POLICIES = ("tiny-bpe", "tiny-sp")
 STEPS = 3
 
 
-def train(run_dir: Path, *extra: str, steps: int = STEPS) -> None:
-    """The 3-step SGT run of :data:`e2e_helpers.TINY_SGT_3_STEPS` (without its baseline), changed by ``extra``."""
+def train(run_dir: Path, *extra: str, steps: int = STEPS, cwd: Path | None = None) -> None:
+    """The 3-step SGT run of :data:`e2e_helpers.TINY_SGT_3_STEPS` (without its baseline), changed by ``extra``, started
+    in ``cwd`` (where a module ``extra`` names lives)."""
     done = subprocess.run([sys.executable, "-m", "mutualrl", "train", *TINY, "--regime", "sgt", "--max-steps",
                            str(steps), "-o", str(run_dir), "--set", f"launch.main_process_port={free_ports(2)}", *extra],
-                          env=child_env(), capture_output=True, text=True, timeout=900)
+                          cwd=cwd, env=child_env(), capture_output=True, text=True, timeout=900)
     assert_ok(done)
 
 
@@ -68,10 +69,48 @@ def test_two_cpu_ranks_per_policy_match_one_rank(tmp_path, sgt_3_steps):
     assert [p["grpo"]["per_device_train_batch_size"] for p in plan["policies"]] == [16, 16]
 
 
+HOLD_TINY_SP = '''
+import sys
+import time
+from pathlib import Path
+
+from mutualrl.see.consumption_log import read_consumption
+
+
+def hold_tiny_sp(prompts, completions, trainer_state=None, **kwargs):
+    """0.0 for every completion (added to the verifier's reward, it changes none). In tiny-sp's ranks at steps 0 and 1
+    (and its validation at the start, at step 0) it first waits, at most 300 s, until tiny-bpe's rank 0 has logged
+    its choice of the next step: tiny-bpe finds no round of tiny-sp at steps 0 and 1 (a round read is not read
+    again), then waits at step 2 for round 0, the oldest it may use, and round 1 cannot exist yet: round 0 it
+    reads, 2 rounds old, whatever the box's load."""
+    argv = sys.argv
+    step = trainer_state.global_step
+    if argv[argv.index("--policy") + 1] == "tiny-sp" and step < 2:
+        see = Path(argv[argv.index("--run-dir") + 1]) / "see"
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not any(r["step"] == step + 1 for r in read_consumption(see, "tiny-bpe")):
+            time.sleep(0.2)
+    return [0.0] * len(completions)
+'''
+
+
 @pytest.mark.slow
-def test_zero3_with_two_cpu_ranks_per_policy(tmp_path):
-    run_dir = tmp_path / "zero3"
-    train(run_dir, "--set", "launch.cpu_processes=2", "--set", "launch.deepspeed=zero3")
+def test_zero3_and_bounded_staleness_with_two_cpu_ranks_per_policy(tmp_path):
+    """One run carries two checks that do not interact (one launch fewer):
+
+    - ZeRO-3 on 2 CPU ranks per policy: every round is published by both ranks, every step trains, each policy
+      logs its ZeRO-3 engine and saves its final weights;
+    - bounded staleness: rank 0 chooses the peer round and logs it; rank 1 reads that choice: both read the same
+      stale round. tiny-sp is held at steps 0 and 1 until tiny-bpe has chosen its round of the next step (a reward
+      function that waits, :data:`HOLD_TINY_SP`), so tiny-bpe reads a round 2 rounds old at step 2 by construction;
+      a fixed sleep made that depend on the box's load (the fast policy had to finish 2 steps while the slow one
+      slept: under load it once did not)."""
+    from mutualrl.see.consumption_log import read_consumption
+
+    (tmp_path / "hold.py").write_text(HOLD_TINY_SP)
+    run_dir = tmp_path / "zero3-stale"
+    train(run_dir, "--set", "launch.cpu_processes=2", "--set", "launch.deepspeed=zero3",
+          "--set", "see.max_staleness=2", "--set", "task.reward_funcs=[hold.hold_tiny_sp]", cwd=tmp_path)
     report = inspect_exchange(run_dir)
     assert report.ok, report.issues
     assert all(cell.ranks == [0, 1] for row in report.cells.values() for cell in row.values())
@@ -79,22 +118,10 @@ def test_zero3_with_two_cpu_ranks_per_policy(tmp_path):
     for policy in POLICIES:
         assert "DeepSpeed ZeRO-3 on cpu:0 x2" in (run_dir / "logs" / f"{policy}.log").read_text()
         assert (run_dir / "policies" / policy / "final" / "config.json").exists()
-
-
-@pytest.mark.slow
-def test_bounded_staleness_with_two_cpu_ranks_per_policy(tmp_path, monkeypatch):
-    """Rank 0 chooses the peer round and logs it; rank 1 reads that choice: both read the same stale round."""
-    from mutualrl.see.consumption_log import read_consumption
-
-    # The fast policy must finish 2 steps while the slow one finishes 1: a 3 s delay keeps that true on a
-    # loaded 2-core box (1 s did not: a tiny step itself took over 1 s there).
-    monkeypatch.setenv("MUTUALRL_DEBUG_STEP_DELAY", "tiny-sp=3.0")
-    run_dir = tmp_path / "stale"
-    train(run_dir, "--set", "launch.cpu_processes=2", "--set", "see.max_staleness=2")
     fast = read_consumption(run_dir / "see", "tiny-bpe")
     assert [r["step"] for r in fast] == list(range(STEPS)), "one line per step: rank 0 alone logs"
-    assert any(r["age"] == 2 for r in fast)
-    assert sorted(train_rows(run_dir)) == sorted((p, s) for p in POLICIES for s in range(1, STEPS + 1))
+    assert any(r["age"] == 2 for r in fast), fast
+    assert [r["age"] for r in fast] == [None, None, 2], fast  # the hold's order, exactly
 
 
 @pytest.mark.slow
