@@ -17,6 +17,7 @@ Without xdist (``-p no:xdist``, or no ``-n``) the marks do nothing and everythin
 from __future__ import annotations
 
 import gc
+import os
 import sys
 
 from collections.abc import Iterable
@@ -26,6 +27,12 @@ import pytest
 
 from e2e_helpers import TINY, TINY_REGIMES_2_STEPS, TINY_SGT_3_STEPS, TINY_SGT_3_STEPS_OFF_LOCK_STEP, shared_train
 from mutualrl.process_start import imports_done
+
+# The suite starts several hundred Python processes (launchers, workers, CLI commands), each importing mutualrl's
+# sources; where PYTHONDONTWRITEBYTECODE is set (this development box sets it) every one of them
+# compiled the sources it imports again (all of src/mutualrl: 0.46 s of CPU under load). The suite caches them.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 # Collecting the tests imports torch, transformers and TRL, as a worker does: with the collector paused until
 # pytest_collection_finish, which freezes the collected modules (later collections of the session skip them).
