@@ -75,31 +75,24 @@ def test_staleness_zero_off_the_lock_step_path_is_bit_identical(sgt_3_steps, sgt
 
 
 @pytest.mark.slow
-def test_a_slow_peer_is_read_stale_within_the_bound_and_each_round_once(tmp_path):
-    run_dir = tmp_path / "stale"
-    done = train(run_dir, 6, "--set", "see.max_staleness=2", delay="tiny-sp=1.0")
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    fast = read_consumption(run_dir / "see", "tiny-bpe")
-    assert [r["step"] for r in fast] == list(range(6))
-    used = [r["peer_step"] for r in fast if r["peer_step"] is not None]
-    assert used == sorted(set(used)), "a peer round was read twice"
-    assert all(0 <= r["age"] <= 2 for r in fast if r["age"] is not None)
-    assert any(r["age"] and r["age"] > 0 for r in fast), "the throttled peer never lagged: no staleness exercised"
-    rows = [json.loads(line) for line in (run_dir / "metrics" / "tiny-bpe.jsonl").read_text().splitlines()]
-    train_rows = [r for r in rows if r["kind"] == "train"]
-    assert max(r.get("mutual/peer_age", 0) for r in train_rows) > 0
-    assert any(r.get("mutual/stale_used", 0) > 0 for r in train_rows)
-    # Replaying the recorded choices without the throttle reproduces the run bit for bit.
-    replay = replay_bit_identical(run_dir, tmp_path / "replay", 6)
-    assert [r["peer_step"] for r in read_consumption(replay / "see", "tiny-bpe")] == [r["peer_step"] for r in fast]
-
-
-@pytest.mark.slow
-def test_catch_up_a_persistently_slow_peer_skips_rounds_and_the_fast_one_stops_waiting(tmp_path):
+def test_a_slow_peer_is_read_stale_within_the_bound_then_skips_rounds_to_catch_up(tmp_path):
+    """One run (S = 2, catch-up on, tiny-sp throttled) and its unthrottled replay: the fast policy reads the slow
+    one's rounds stale within the bound and each round once; the persistently slow one skips rounds until the fast
+    one stops waiting; replaying the recorded reads and skips reproduces the run bit for bit. (Bounded staleness
+    without catch-up, and its exact ages: test_multirank_cpu.py; the policy's choices: test_see_staleness.py.)"""
     run_dir = tmp_path / "catch-up"
     steps = 16
     done = train(run_dir, steps, "--set", "see.max_staleness=2", "--set", "see.catch_up=true", delay="tiny-sp=1.0")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    fast = read_consumption(run_dir / "see", "tiny-bpe")
+    assert [r["step"] for r in fast] == list(range(steps))
+    used = [r["peer_step"] for r in fast if r["peer_step"] is not None]
+    assert used == sorted(set(used)), "a peer round was read twice"
+    assert all(0 <= r["age"] <= 2 for r in fast if r["age"] is not None)
+    assert any(r["age"] and r["age"] > 0 for r in fast), "the throttled peer never lagged: no staleness exercised"
+    fast_rows = [json.loads(line) for line in (run_dir / "metrics" / "tiny-bpe.jsonl").read_text().splitlines()]
+    assert max(r.get("mutual/peer_age", 0) for r in fast_rows if r["kind"] == "train") > 0
+    assert any(r.get("mutual/stale_used", 0) > 0 for r in fast_rows if r["kind"] == "train")
     spans = [(r["step"], r["until"]) for r in read_consumption(run_dir / "see", "tiny-sp", kind="skip")
              if r["until"] > r["step"]]
     assert spans, "the throttled policy never skipped a round"
@@ -107,8 +100,6 @@ def test_catch_up_a_persistently_slow_peer_skips_rounds_and_the_fast_one_stops_w
     slow = read_consumption(run_dir / "see", "tiny-sp")
     trained = [r["step"] for r in slow]
     assert len(trained) < steps and not any(start <= t < until for t in trained for start, until in spans)
-    fast = read_consumption(run_dir / "see", "tiny-bpe")
-    assert [r["step"] for r in fast] == list(range(steps))
     after = [r for r in fast if r["step"] >= spans[0][1]]  # once the slow policy has caught up
     assert sum(r["waited"] for r in after) <= 2, [(r["step"], r["waited"], r["wait_s"]) for r in after]
     assert {r["peer_step"] for r in after if r["peer_step"] is not None} <= set(trained)
@@ -120,6 +111,7 @@ def test_catch_up_a_persistently_slow_peer_skips_rounds_and_the_fast_one_stops_w
     # Replaying the recorded skips and reads without the throttle reproduces the run bit for bit.
     replay = replay_bit_identical(run_dir, tmp_path / "replay", steps)
     assert [r["step"] for r in read_consumption(replay / "see", "tiny-sp")] == trained
+    assert [r["peer_step"] for r in read_consumption(replay / "see", "tiny-bpe")] == [r["peer_step"] for r in fast]
 
 
 @pytest.mark.slow
