@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from e2e_helpers import TINY, TINY_REGIMES_2_STEPS, TINY_SGT_3_STEPS, TINY_SGT_3_STEPS_OFF_LOCK_STEP, shared_train
-from mutualrl.process_start import imports_done
+from mutualrl.host.process_start import imports_done
 
 # The suite starts several hundred Python processes (launchers, workers, CLI commands), each importing mutualrl's
 # sources; where PYTHONDONTWRITEBYTECODE is set (this development box sets it) every one of them
