@@ -3,15 +3,16 @@
 Each training run is its own `mutualrl train` process (vLLM changes process-global thread and
 process-group state), on the default tiny pool, 3 steps:
 
-- with vLLM (SGT): exits 0; every policy's train rows carry TRL's vLLM-only metrics and the
-  log-prob gap between the engine and the trainer stays <= 0.01 (the weights are synced every
-  step); validation ran through the engine and gives, on the same weights, exactly the answers
-  transformers greedy gives; the SEE holds the same record schema and per-step record counts as
-  the same run without vLLM;
-- with the sync switched off (MUTUALRL_DEBUG_VLLM_NO_SYNC) at a high learning rate: the same gap
+- with vLLM (SGT) at a high learning rate: exits 0; every policy's train rows carry TRL's vLLM-only
+  metrics and the log-prob gap between the engine and the trainer stays <= 0.01 (the weights are
+  synced every step; tiny-bpe's full fine-tune re-packs its tied head after each sync); validation
+  ran through the engine and gives, on the same weights, exactly the answers transformers greedy
+  gives; the SEE holds the same record schema and per-step record counts as the same run without
+  vLLM at the default learning rate (neither depends on it);
+- with the sync switched off (MUTUALRL_DEBUG_VLLM_NO_SYNC) at that learning rate: the same gap
   check fails, so it can tell a synced engine from a stale one;
-- at that learning rate with the sync on: a full fine-tune (its tied head re-packed after each sync) and a LoRA
-  policy (its frozen embedding kept in the engine) both keep the gap small (training/vllm_cpu_sync.py).
+- at that learning rate with the sync on, a LoRA policy (its frozen embedding kept in the engine) keeps the gap
+  small too (host/vllm_cpu_sync.py).
 
 The gap is TRL's diagnostic of its importance-sampling correction, which the CPU plan turns off by default
 (vllm_cpu.SAME_SAMPLER); these runs turn it on to read it. The default path (no correction) runs end to end
@@ -37,6 +38,8 @@ STEPS = 3
 GAP = "sampling/sampling_logp_difference/mean"
 WITH_GAP = ("--set", "grpo.use_vllm=true", "--set", "grpo.vllm_importance_sampling_correction=true")
 MAX_GAP = 0.01
+MOVING = ("--set", "grpo.learning_rate=1e-2", "--set", "grpo.warmup_steps=0")
+"""A learning rate at which two updates move tiny-bpe's weights enough for a stale engine to show in the gap."""
 
 pytestmark = pytest.mark.slow
 
@@ -56,16 +59,20 @@ def rows(run_dir: Path, kind: str) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, sgt_3_steps) -> dict[str, Path]:
-    """The 3-step SGT run with vLLM, and the shared one without it (e2e_helpers.TINY_SGT_3_STEPS: the same
-    settings; tiny's recipe runs transformers generate on a CPU)."""
+    """The 3-step SGT run with vLLM at the :data:`MOVING` learning rate, and the shared one without it
+    (e2e_helpers.TINY_SGT_3_STEPS: the same settings but the learning rate; tiny's recipe runs transformers
+    generate on a CPU)."""
     without, done = sgt_3_steps
     assert_ok(done)
     assert not json.loads((without / "launch" / "plan.json").read_text())["policies"][0]["grpo"].get("use_vllm")
-    return {"vllm": train(tmp_path_factory.mktemp("vllm") / "vllm", "--regime", "sgt", *WITH_GAP),
+    return {"vllm": train(tmp_path_factory.mktemp("vllm") / "vllm", "--regime", "sgt", *WITH_GAP, *MOVING),
             "transformers": without}
 
 
 def test_every_policy_trains_with_its_own_synced_engine(runs):
+    """Also a full fine-tune's tied head (tiny-bpe's head is its embedding): vLLM's CPU backend packs the head once,
+    and the sync re-packs it (host/vllm_cpu_sync.repack_tied_heads). Without that, at this learning rate the gap
+    was 0.029 and 0.048 at steps 2 and 3 (session 18), the engine sampling from the head it was built with."""
     run = runs["vllm"]
     plan = json.loads((run / "launch" / "plan.json").read_text())
     assert all(p["grpo"]["use_vllm"] is True and p["grpo"].get("vllm_mode", "colocate") == "colocate" for p in plan["policies"])
@@ -118,23 +125,11 @@ def test_the_gap_check_fails_when_the_engine_is_not_synced(tmp_path):
     # tiny-bpe: its samples are right ~70 % of the time on its strong family, so groups are mixed and the two
     # updates move the weights (tiny-sp's are near-uniform since issue 25: zero advantages, nothing to sync).
     run = train(tmp_path / "nosync", "--regime", "standalone", "--set", "pool.policies=[{name: tiny-bpe, model: "
-                "'builtin:tiny-bpe'}]", *WITH_GAP, "--set", "grpo.learning_rate=1e-2",
-                "--set", "grpo.warmup_steps=0", "--set", "validation.at_start=false",
+                "'builtin:tiny-bpe'}]", *WITH_GAP, *MOVING, "--set", "validation.at_start=false",
                 env={"MUTUALRL_DEBUG_VLLM_NO_SYNC": "1"})
     gaps = {r["step"]: r[GAP] for r in rows(run, "train")}
     assert gaps[1] <= MAX_GAP  # nothing trained yet: engine and trainer agree
     assert gaps[STEPS] > MAX_GAP, gaps  # two updates the engine never saw
-
-
-def test_a_full_fine_tune_syncs_its_tied_head(tmp_path):
-    # tiny-bpe's head is tied to its embedding; vLLM's CPU backend packs the head once, and the sync re-packs it
-    # (training/vllm_cpu_sync.repack_tied_heads). Without that, at this learning rate the gap was 0.029 and 0.048
-    # at steps 2 and 3 (session 18), the engine sampling from the head it was built with.
-    run = train(tmp_path / "full", "--regime", "standalone", "--set", "pool.policies=[{name: tiny-bpe, model: "
-                "'builtin:tiny-bpe'}]", *WITH_GAP, "--set", "grpo.learning_rate=1e-2",
-                "--set", "grpo.warmup_steps=0", "--set", "validation.at_start=false")
-    gaps = {r["step"]: r[GAP] for r in rows(run, "train")}
-    assert sorted(gaps) == [1, 2, 3] and max(gaps.values()) <= MAX_GAP, gaps
 
 
 def test_a_lora_policy_syncs_its_adapted_layers_and_keeps_its_frozen_embeddings(tmp_path):
@@ -145,8 +140,7 @@ def test_a_lora_policy_syncs_its_adapted_layers_and_keeps_its_frozen_embeddings(
     from safetensors.torch import load_file
 
     run = train(tmp_path / "lora", "--regime", "standalone", "--set", "pool.policies=[{name: tiny-bpe, model: "
-                "'builtin:tiny-bpe', lora: {r: 8, alpha: 16, dropout: 0.0}}]", *WITH_GAP,
-                "--set", "grpo.learning_rate=1e-2", "--set", "grpo.warmup_steps=0")
+                "'builtin:tiny-bpe', lora: {r: 8, alpha: 16, dropout: 0.0}}]", *WITH_GAP, *MOVING)
     gaps = {r["step"]: r[GAP] for r in rows(run, "train")}
     assert sorted(gaps) == [1, 2, 3] and max(gaps.values()) <= MAX_GAP, gaps
     adapter = load_file(run / "policies" / "tiny-bpe" / "final" / "adapter_model.safetensors")
