@@ -86,6 +86,7 @@ def prp_batch(advantage: float, level: str = "token", **settings) -> dict:
                    peer_mask=torch.ones(1, 4, dtype=torch.long), scored=torch.tensor([True]), snapshot=snapshot,
                    peer_traces=snapshot[1:] - torch.log(torch.tensor(W, dtype=torch.float32)), behaviour=None)
     batch["old_per_token_logps"] = adapter.behaviour_logps(step)
+    step.kept = adapter.rows_kept(step)  # as PRPAdapter.transform does
     weights = adapter.peer_token_weights(step)
     if weights is not None:
         batch[TOKEN_WEIGHTS] = torch.cat([torch.ones(1, 4), weights])  # [2, 4]

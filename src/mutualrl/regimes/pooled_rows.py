@@ -54,6 +54,7 @@ class PooledStep:
     snapshot: torch.Tensor | None  # float [B+N, T] learner's log-probs at generation; None where TRL needs none
     peer_traces: torch.Tensor | None  # float [N, T] the peers' THL-aligned behaviour log-probs; None if not read
     behaviour: torch.Tensor | None  # float [B+N, T] the ratio's denominator (TRL's old_per_token_logps)
+    kept: torch.Tensor | None = None  # bool [N] the peer rows the loss keeps, once the regime has decided (PRP's)
 
     @property
     def n_peer(self) -> int:

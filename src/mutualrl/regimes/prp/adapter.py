@@ -33,6 +33,7 @@ class PRPAdapter(PooledRowsAdapter):
     def transform(self, output: GRPOBatch, rollouts: StepRollouts,
                   peers: dict[str, pa.Table]) -> tuple[GRPOBatch, dict[str, float]]:
         step = self.pool_step(output, rollouts, peers)
+        step.kept = self.rows_kept(step)  # once: the loss's weights and the per-source figures both read it
         weights = self.peer_token_weights(step)
         if weights is not None:
             own = torch.ones((step.n_local, step.width), dtype=weights.dtype, device=weights.device)  # [B, T]
@@ -54,7 +55,7 @@ class PRPAdapter(PooledRowsAdapter):
     def peer_token_weights(self, step: PooledStep) -> torch.Tensor | None:
         """Per-token loss weights of the peer rows ``[N, T]`` (the learner's rows get 1), or None: the hook a
         variant overrides. PRP's: ``T(w)`` of its correction (:func:`~mutualrl.regimes.prp.maths.correction_weights`;
-        ``correction: none``, the paper's PRP: None), 0 on the rows F-TIS's filter drops."""
+        ``correction: none``, the paper's PRP: None), 0 on the rows the loss does not keep (``step.kept``)."""
         from mutualrl.regimes.prp.maths import correction_weights
 
         settings = self.settings
@@ -62,7 +63,7 @@ class PRPAdapter(PooledRowsAdapter):
             return None
         weights = correction_weights(step.peer_log_weights(), step.peer_mask, settings.correction,
                                      settings.correction_level, settings.truncation_bound, settings.drop_bound)
-        kept = self.rows_kept(step)[:, None]  # bool [N, 1]
+        kept = step.kept[:, None]  # bool [N, 1]
         return torch.where(kept, weights, torch.zeros_like(weights))  # [N, T]
 
     def rows_kept(self, step: PooledStep) -> torch.Tensor:
@@ -92,7 +93,7 @@ class PRPAdapter(PooledRowsAdapter):
         settings = self.settings
         rows = source_diagnostics(step.peer_log_weights(), step.peer_mask, settings.correction,
                                   settings.correction_level, settings.truncation_bound, settings.drop_bound,
-                                  self.rows_kept(step))
+                                  step.kept)
         names = [name for name, _ in step.sources]
         out: dict[str, float] = {}
         ess_parts = []
