@@ -16,8 +16,9 @@ import pytest
 
 from mutualrl.atomic_io import append_text, write_json_atomic
 from mutualrl.faults import DISK_FULL_ENV
-from mutualrl.errors import DISK_FULL_EXIT, StorageError, storage_error
+from mutualrl.errors import StorageError
 from mutualrl.run_folder import RunPaths
+from mutualrl.write_failures import DISK_FULL_EXIT, storage_error
 
 
 def assert_one_line_naming(err: StorageError, path: Path) -> None:
@@ -91,7 +92,7 @@ def test_an_eval_result_names_its_file(tmp_path, disk_full):
 
 def test_a_write_failure_without_errno_is_named_only_when_the_disk_is_nearly_full(tmp_path, monkeypatch):
     """torch.save reports ENOSPC as a RuntimeError ("unexpected pos ..."); other errors keep their traceback."""
-    from mutualrl import errors
+    from mutualrl import write_failures as errors
 
     cut = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598")
     monkeypatch.setattr(errors, "free_bytes", lambda path: 4096)

@@ -64,7 +64,7 @@ def tensorboard(tmp_path, monkeypatch):
     from transformers import TrainerControl, TrainerState, TrainingArguments
     from transformers.integrations import TensorBoardCallback
 
-    from mutualrl.errors import report_thread_write_failures
+    from mutualrl.write_failures import report_thread_write_failures
     from mutualrl.training.trackers import guard_tracker_writes
 
     monkeypatch.setattr(threading, "excepthook", threading.excepthook)  # put back after the test
@@ -122,7 +122,7 @@ def test_the_disk_full_injection_reaches_tracker_writes(tensorboard, disk_full):
 def test_a_thread_dying_of_another_error_keeps_its_traceback(monkeypatch, capsys):
     import threading
 
-    from mutualrl.errors import report_thread_write_failures
+    from mutualrl.write_failures import report_thread_write_failures
 
     monkeypatch.setattr(threading, "excepthook", threading.__excepthook__)  # Python's own (not pytest's)
     report_thread_write_failures()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from mutualrl.errors import UsageError, storage_error
+from mutualrl.errors import UsageError
 from mutualrl.errors import DataError
 from mutualrl.launch import run as launch_run
 from mutualrl.launch.rundir.lock import RunLock, mark_run_folder
@@ -21,6 +21,7 @@ from mutualrl.launch.rundir.prepare import check_run_dir
 from mutualrl.launch.run import TrainOptions, resolve_config, train_one
 from mutualrl.run_folder import RunPaths
 from mutualrl.tasks.sources import read_local
+from mutualrl.write_failures import storage_error
 
 
 def _failed_start(root: Path) -> RunPaths:

@@ -29,7 +29,7 @@ from typing import Any
 import xxhash
 
 from mutualrl import faults
-from mutualrl.errors import storage_error
+from mutualrl.write_failures import storage_error
 
 #: A writer's temporary name: ``.<final name>.tmp-<host>-<pid>-<token>`` in the final file's folder (the final
 #: name cut where the whole would pass a file name's 255 bytes).

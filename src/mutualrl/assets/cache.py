@@ -24,7 +24,8 @@ from pathlib import Path
 from filelock import FileLock
 
 from mutualrl import faults
-from mutualrl.errors import AssetError, storage_errors
+from mutualrl.errors import AssetError
+from mutualrl.write_failures import storage_errors
 
 
 def cache_dir() -> Path:

@@ -85,7 +85,7 @@ def distill(
     Saves the model and prints the learner's held-out reward@1 before and after, per task group.
     """
     from mutualrl.cli.quiet import quiet_third_party
-    from mutualrl.errors import storage_errors
+    from mutualrl.write_failures import storage_errors
     from mutualrl.evaluation.runner import pick_backend, pick_device
     from mutualrl.training.distill import DistillOptions, finish_distill, plan_distill, train_distill
 

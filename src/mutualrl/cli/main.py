@@ -23,7 +23,7 @@ from mutualrl.cli import (
     train_cmd,
 )
 from mutualrl.cli.common import err_console, one_line
-from mutualrl.errors import storage_error
+from mutualrl.write_failures import storage_error
 
 app = typer.Typer(
     name="mutualrl",

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl import faults
-from mutualrl.errors import storage_errors
+from mutualrl.write_failures import storage_errors
 
 LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 2)))
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")

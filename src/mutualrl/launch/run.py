@@ -13,7 +13,7 @@ from mutualrl.config.loader import LoadedRecipe, OptionSetting, load_run_config,
 from mutualrl.config.plugins import open_run_folder
 from mutualrl.config.recorded_code import accept_code, overrides_modules
 from mutualrl.config.schema import RunConfig
-from mutualrl.errors import StorageError, UsageError, storage_errors
+from mutualrl.errors import StorageError, UsageError
 from mutualrl.launch.rundir.inputs import check_resume_inputs, user_modules
 from mutualrl.launch.rundir.lock import RunLock, clear_run_folder, is_run_folder
 from mutualrl.launch.rundir.prepare import (
@@ -36,6 +36,7 @@ from mutualrl.launch.supervise.pool import run_pool
 from mutualrl.launch.supervise.signals import raise_if_interrupted, stop_signals
 from mutualrl.pools.loading import refuse_stored_remote_code, sets_remote_code
 from mutualrl.run_folder import RunPaths, read_json
+from mutualrl.write_failures import storage_errors
 
 
 @dataclass

@@ -168,7 +168,7 @@ def tracker_folder(callback: Any, args: Any) -> Path:
 def guarded_event(method: Callable[..., Any], callback: Any) -> Callable[..., Any]:
     """``method`` (a tracker callback's ``on_*``) with a failed write raised as a one-line ``StorageError``."""
     from mutualrl import faults
-    from mutualrl.errors import storage_errors
+    from mutualrl.write_failures import storage_errors
 
     @functools.wraps(method)
     def call(args: Any, *rest: Any, **kwargs: Any) -> Any:

@@ -228,7 +228,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
 
         from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-        from mutualrl.errors import storage_errors
+        from mutualrl.write_failures import storage_errors
         from mutualrl.training.checkpoint_files import drop_manifest, write_manifest
 
         folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"

@@ -9,7 +9,7 @@ and prepared prompts from the run folder, trains with
 ``metrics/<policy>.jsonl``, ``status/<policy>.json``, ``eval/<policy>/``, and the SEE. If it
 fails, it leaves a failure marker in the SEE so that peers stop waiting at once; a write that
 failed for space or I/O (checkpoint, SEE shard, metrics, eval result) is one line naming the
-path and the free space, and exit code 28 (``errors.DISK_FULL_EXIT``).
+path and the free space, and exit code 28 (``write_failures.DISK_FULL_EXIT``).
 """
 
 from __future__ import annotations
@@ -25,15 +25,7 @@ from typing import Any
 from mutualrl import faults
 from mutualrl.config.resolved import load_resolved_config
 from mutualrl.config.schema import PolicyConfig, RunConfig
-from mutualrl.errors import (
-    DISK_FULL_EXIT,
-    MutualRLError,
-    StorageError,
-    UsageError,
-    report_thread_write_failures,
-    storage_error,
-    storage_errors,
-)
+from mutualrl.errors import MutualRLError, StorageError, UsageError
 from mutualrl.host.process_exit import exit_without_teardown
 from mutualrl.host.process_start import collector_paused_for_imports, imports_done
 from mutualrl.regimes.registry import get_regime
@@ -41,6 +33,7 @@ from mutualrl.run_folder import RunPaths, run_id
 from mutualrl.tested_versions import check_tested_versions
 from mutualrl.training.trackers import guard_tracker_writes
 from mutualrl.training.watchdog import REJOIN_ENV, start_launcher_watchdog
+from mutualrl.write_failures import DISK_FULL_EXIT, report_thread_write_failures, storage_error, storage_errors
 
 log = logging.getLogger("mutualrl.worker")
 

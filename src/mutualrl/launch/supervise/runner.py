@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from mutualrl.atomic_io import write_text_atomic
-from mutualrl.errors import RunFolderError, StorageError, is_storage_message
+from mutualrl.errors import RunFolderError, StorageError
 from mutualrl.launch.rundir.metrics_merge import MetricsMerger
 from mutualrl.launch.supervise.progress import PoolProgress
 from mutualrl.launch.supervise.progress_display import PolicyRows, StepClock, progress_display, source_details
@@ -45,6 +45,7 @@ from mutualrl.launch.supervise.worker_output import (
 from mutualrl.regimes.registry import all_regimes
 from mutualrl.run_folder import RunPaths, read_status, see_marker
 from mutualrl.training.watchdog import LAUNCHER_PID_ENV
+from mutualrl.write_failures import is_storage_message
 
 
 @dataclass

@@ -8,8 +8,8 @@ import os
 import signal
 from pathlib import Path
 
-from mutualrl.errors import DISK_FULL_EXIT, describe_free, free_bytes, is_storage_message
 from mutualrl.run_folder import RunPaths, read_json_or, read_status, read_tail
+from mutualrl.write_failures import DISK_FULL_EXIT, describe_free, free_bytes, is_storage_message
 
 
 def spawn_dir(root: Path, planned: Path | None = None) -> Path | None:
