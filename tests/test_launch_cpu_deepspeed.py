@@ -1,12 +1,12 @@
 """End to end: the launch plan's CPU DeepSpeed ZeRO-3 recipe runs vanilla TRL GRPO for real.
 
-Two policies, each its own subprocess with exactly the environment and DeepSpeed config
-that mutualrl generates, run 2 GRPO steps of a tiny random Llama (hidden 32, 2 layers,
-real Llama-2 SentencePiece vocabulary) at the same time; both must exit 0, be wrapped by
-a ZeRO-3 DeepSpeedEngine and change their weights. A second test pushes the GPU-style
-accelerate config (distributed_type DEEPSPEED, gpu_ids, deepspeed_config_file) through
-the real ``accelerate launch`` on this CPU machine, to show accelerate accepts the file
-and the DeepSpeed JSON it points to.
+Two policies, each its own subprocess, run 2 GRPO steps of a tiny random Llama (hidden 32,
+2 layers, real Llama-2 SentencePiece vocabulary) at the same time; both must exit 0, be wrapped
+by a ZeRO-3 DeepSpeedEngine and change their weights. The first runs with exactly the environment
+and DeepSpeed config the CPU plan generates; the second pushes the GPU-style accelerate config
+(distributed_type DEEPSPEED, gpu_ids, deepspeed_config_file) through the real ``accelerate launch``
+on this CPU machine, to show accelerate accepts the file and the DeepSpeed JSON it points to.
+(They were two tests with three DeepSpeed ranks; one run of two ranks carries both checks.)
 
 The first run compiles DeepSpeed's CPU communication op (about a minute on 2 cores,
 cached in ``<mutualrl cache>/torch_extensions``); later runs take ~15 s.
@@ -65,26 +65,39 @@ def run_spec(spec, script_argv: list[str]) -> subprocess.Popen:
     return subprocess.Popen(script_argv, env=env, cwd=spec.cwd, stdout=log, stderr=subprocess.STDOUT)
 
 
-def test_cpu_zero3_plan_trains_two_policies_concurrently(tmp_path):
+def test_cpu_zero3_plan_and_gpu_style_accelerate_launch_train_two_policies_concurrently(tmp_path):
     models = {name: build_tiny_lm("mistral-sp", tmp_path / name, seed=i) for i, name in enumerate(["llama-a", "llama-b"])}
     config = load_run_config(str(write_recipe(tmp_path, models, free_ports(len(models))))).config
     run_dir = tmp_path / "run"
     plan = make_launch_plan(config, run_dir, gpus=0, cpu_cores=2)
+    # Simulate GPUs so the GPU branch (accelerate launch, gpu_ids, DEEPSPEED yaml) is planned for llama-b...
+    gpu_policy = make_launch_plan(config, run_dir, gpus=len(models), simulate=True,
+                                  parent_visible_devices="").policy("llama-b")
+    assert gpu_policy.accelerate_config["distributed_type"] == "DEEPSPEED"
+    # ...but this machine has no GPU: keep the YAML and JSON, train in fp32 on the CPU.
+    plan.policy("llama-b").accelerate_config = gpu_policy.accelerate_config
     plan.write()
 
-    procs = {}
-    for spec in plan.specs:
-        # The real worker is the lead's module; run the stand-in with the same argv tail and env.
-        assert spec.argv[1:3] == ["-m", WORKER_MODULE]
-        assert spec.env["ACCELERATE_USE_DEEPSPEED"] == "true"
-        procs[spec.policy] = (run_spec(spec, [sys.executable, str(SCRIPT), *spec.argv[3:]]), spec)
+    cpu_spec = plan.policy("llama-a").launch
+    # The real worker is the lead's module; run the stand-in with the same argv tail and env.
+    assert cpu_spec.argv[1:3] == ["-m", WORKER_MODULE]
+    assert all(spec.env["ACCELERATE_USE_DEEPSPEED"] == "true" for spec in plan.specs)
+    gpu_spec = gpu_policy.launch
+    assert gpu_spec.argv[1:3] == ["-m", "accelerate.commands.launch"]
+    worker_at = gpu_spec.argv.index("-m", 3)
+    gpu_argv = [*gpu_spec.argv[:worker_at], str(SCRIPT), *gpu_spec.argv[worker_at + 2 :]]
+    gpu_env = {k: v for k, v in gpu_spec.env.items() if k != "CUDA_VISIBLE_DEVICES"}
+    gpu_env["DS_ACCELERATOR"] = "cpu"
+    procs = {"llama-a": (run_spec(cpu_spec, [sys.executable, str(SCRIPT), *cpu_spec.argv[3:]]), cpu_spec),
+             "llama-b": (run_spec(type(gpu_spec)(gpu_spec.policy, gpu_argv, gpu_env, gpu_spec.cwd, gpu_spec.log_path),
+                                  gpu_argv), gpu_spec)}
     for name, (proc, spec) in procs.items():
         rc = proc.wait(timeout=900)
         log = Path(spec.log_path).read_text()
         assert rc == 0, f"{name} exited {rc}:\n{log[-4000:]}"
 
-    for name in models:
-        result = json.loads((run_dir / f"result-{name}.json").read_text())
+    results = {name: json.loads((run_dir / f"result-{name}.json").read_text()) for name in models}
+    for result in results.values():
         assert result["engine"] == "DeepSpeedEngine"
         assert result["zero_stage"] == 3
         assert result["device"].startswith("cpu")
@@ -95,33 +108,9 @@ def test_cpu_zero3_plan_trains_two_policies_concurrently(tmp_path):
         assert result["generation_batch_size"] == 16
         assert (result["per_device_train_batch_size"], result["gradient_accumulation_steps"]) == (4, 2)
         assert result["steps_per_generation"] == 4
-        assert result["omp_threads"] == 1
-    ports = {json.loads((run_dir / f"result-{n}.json").read_text())["env"]["MASTER_PORT"] for n in models}
-    assert len(ports) == 2
-
-
-def test_gpu_style_accelerate_config_runs_through_accelerate_launch(tmp_path):
-    """The DEEPSPEED accelerate YAML + JSON the GPU path writes, launched by `accelerate launch`."""
-    models = {"llama-a": build_tiny_lm("mistral-sp", tmp_path / "llama-a")}
-    config = load_run_config(str(write_recipe(tmp_path, models, free_ports(len(models))))).config
-    run_dir = tmp_path / "run"
-    # Simulate one GPU so the GPU branch (accelerate launch, gpu_ids, DEEPSPEED yaml) is planned...
-    gpu_plan = make_launch_plan(config, run_dir, gpus=1, simulate=True, parent_visible_devices="")
-    policy = gpu_plan.policy("llama-a")
-    assert policy.accelerate_config["distributed_type"] == "DEEPSPEED"
-    # ...but this machine has no GPU: keep the YAML and JSON, train in fp32 on the CPU.
-    cpu_plan = make_launch_plan(config, run_dir, gpus=0, cpu_cores=2)
-    cpu_plan.policy("llama-a").accelerate_config = policy.accelerate_config
-    cpu_plan.write()
-    spec = policy.launch
-    assert spec.argv[1:3] == ["-m", "accelerate.commands.launch"]
-    worker_at = spec.argv.index("-m", 3)
-    argv = [*spec.argv[:worker_at], str(SCRIPT), *spec.argv[worker_at + 2 :]]
-    env = {k: v for k, v in spec.env.items() if k != "CUDA_VISIBLE_DEVICES"}
-    env["DS_ACCELERATOR"] = "cpu"
-    proc = run_spec(type(spec)(spec.policy, argv, env, spec.cwd, spec.log_path), argv)
-    rc = proc.wait(timeout=900)
-    assert rc == 0, Path(spec.log_path).read_text()[-4000:]
-    result = json.loads((run_dir / "result-llama-a.json").read_text())
-    assert result["engine"] == "DeepSpeedEngine" and result["zero_stage"] == 3
-    assert result["changed"] == result["params"] > 0
+    result = results["llama-a"]  # the CPU plan's own environment (llama-b's threads are the GPU plan's)
+    assert result["omp_threads"] == 1
+    # Each policy of the CPU plan rendezvouses on a port of its own (llama-a's rank ran on its own while
+    # llama-b's ran on the GPU plan's).
+    assert result["env"]["MASTER_PORT"] == cpu_spec.env["MASTER_PORT"]
+    assert len({spec.env["MASTER_PORT"] for spec in plan.specs}) == 2
