@@ -9,7 +9,7 @@ Cases:
 - ``train``: ``mutualrl train --max-steps 20 --set validation.limit=10`` (the tiny pool, SGT, seed 42);
   the two runs' ``metrics.jsonl`` must agree on every value but the wall-clock fields.
 - ``worker``: a worker's start: the worker's imports (as ``benchmarks/worker_start.py``) and
-  ``smollm2-135m`` loaded, with one forward and backward pass over a 8 x 64 batch.
+  ``smollm2-135m`` loaded, with one forward and backward pass over a 8 x 64 batch (``--worker-batch``).
 - ``sgt-step``: ``mutualrl train --pool smol-arith --regime sgt --max-steps 2 --set validation.limit=4``,
   metrics compared as for ``train``.
 - ``warm-start``: one tiny model's warm start from scratch (``python -m mutualrl.pools.tiny tiny-sp`` into an
@@ -56,6 +56,7 @@ sys.argv[0] = "mutualrl"
 sys.exit(main())
 """
 WORKER = """
+import sys
 import types
 from mutualrl.host.process_start import collector_paused_for_imports, imports_done
 import mutualrl.training.worker as worker
@@ -68,7 +69,8 @@ from transformers import AutoModelForCausalLM
 from mutualrl.pools.smol import smol_model_dir
 torch.manual_seed(0)
 model = AutoModelForCausalLM.from_pretrained(smol_model_dir("smollm2-135m"), dtype=torch.float32)
-ids = torch.randint(0, model.config.vocab_size, (8, 64))  # [B, T]
+rows, length = map(int, sys.argv[1:3])
+ids = torch.randint(0, model.config.vocab_size, (rows, length))  # [B, T]
 loss = model(input_ids=ids, labels=ids).loss  # []
 loss.backward()
 print(f"{loss.item():.6f}")
@@ -106,7 +108,7 @@ def measured(argv: list[str], env: dict[str, str], log: Path) -> dict[str, float
     return usage
 
 
-def run_case(case: str, variant: str, out: Path, tag: str) -> dict[str, float | str]:
+def run_case(case: str, variant: str, out: Path, tag: str, worker_batch: str = "8x64") -> dict[str, float | str]:
     env = clean_env()
     log = out / f"{tag}.log"
     if case in TRAIN_ARGS:
@@ -119,7 +121,7 @@ def run_case(case: str, variant: str, out: Path, tag: str) -> dict[str, float | 
         env.update(allocator_env(env))
     if case == "worker":
         env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONPATH=str(ROOT / "src"))
-        result = dict(measured([sys.executable, "-c", WORKER], env, log))
+        result = dict(measured([sys.executable, "-c", WORKER, *worker_batch.split("x")], env, log))
         result["loss"] = log.read_text().split()[-1]
         return result
     return warm_start(env, out, tag, log)
@@ -161,6 +163,8 @@ def main() -> None:
     parser.add_argument("--cases", default="train,worker", help="comma-separated: train, worker, sgt-step, warm-start")
     parser.add_argument("--rounds", type=int, default=5, help="pairs of runs per case (alternating order)")
     parser.add_argument("--out", type=Path, required=True, help="folder for the runs, logs and allocator.json")
+    parser.add_argument("--worker-batch", default="8x64",
+                        help="ROWSxTOKENS of the worker case's forward and backward pass (1x8: a smoke test's size)")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     report: dict = {"date": time.strftime("%Y-%m-%d"), "cpu_count": os.cpu_count(), "settings": allocator_env({}),
@@ -169,7 +173,7 @@ def main() -> None:
         runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
         for round_ in range(args.rounds):
             for variant in (VARIANTS if round_ % 2 == 0 else VARIANTS[::-1]):
-                result = run_case(case, variant, args.out, f"{case}-{variant}-{round_}")
+                result = run_case(case, variant, args.out, f"{case}-{variant}-{round_}", args.worker_batch)
                 runs[variant].append(result)
                 print(f"{case} round {round_} {variant:13s}: system {result['system_s']:6.2f} s, user "
                       f"{result['user_s']:6.2f} s, {result['minor_faults'] / 1e6:6.3f} M faults, wall "

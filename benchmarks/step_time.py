@@ -7,7 +7,7 @@ Rounds alternate (vanilla, mutualrl, vanilla, ...) so machine noise hits both; e
 round trains ``--steps`` steps and the per-step time is TRL's own ``step_time`` metric
 (median over steps; one warm-up round per kind and the first steps of each round dropped). Prints JSON with the median ratio::
 
-    python benchmarks/step_time.py [--rounds 5] [--steps 12] [--tokenizer gpt2]
+    python benchmarks/step_time.py [--rounds 5] [--steps 12] [--tokenizer gpt2] [--warmup-rounds 1]
 """
 
 from __future__ import annotations
@@ -78,6 +78,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--tokenizer", default="gpt2")
+    parser.add_argument("--warmup-rounds", type=int, default=1,
+                        help="untimed rounds of each kind before the timed ones (0: a smoke test's size, no warm-up)")
     args = parser.parse_args()
     import torch
     from datasets import Dataset
@@ -88,8 +90,9 @@ def main() -> None:
         model_dir = build_tiny_lm(args.tokenizer, tmp / "model")
         dataset = Dataset.from_list(rows())
         times: dict[str, list[float]] = {"vanilla": [], "mutualrl": []}
-        for kind in ("vanilla", "mutualrl"):  # warm-up round of each (first-touch costs), not measured
-            one_round(kind, model_dir, dataset, args.warmup + 1, tmp / f"warm-{kind}")
+        for _ in range(args.warmup_rounds):
+            for kind in ("vanilla", "mutualrl"):  # warm-up round of each (first-touch costs), not measured
+                one_round(kind, model_dir, dataset, args.warmup + 1, tmp / f"warm-{kind}")
         for r in range(args.rounds):
             for kind in (("vanilla", "mutualrl") if r % 2 == 0 else ("mutualrl", "vanilla")):
                 times[kind] += one_round(kind, model_dir, dataset, args.steps, tmp / f"r{r}")[args.warmup:]

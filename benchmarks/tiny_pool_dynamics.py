@@ -45,6 +45,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--lam", type=float, default=None, help="SGT lambda (default: tiny.yaml regime.sgt.lam)")
     p.add_argument("--threads", type=int, default=1, help="torch threads (mutualrl train gives each policy 1 on 2 cores)")
     p.add_argument("--samples", type=int, default=0, help="eval mode: also pass@K at T=1 with K samples")
+    p.add_argument("--limit-per-family", type=int, default=None,
+                   help="eval mode: the first N prompts of each family (default: the whole split; a smoke test's size)")
     p.add_argument("--freeze-embeddings", action="store_true", help="diagnostic: train without the (tied) embeddings")
     p.add_argument("--log-history", action="store_true", help="include TRL's per-step logs in the JSON")
     p.add_argument("--set", dest="overrides", action="append", default=[], help="recipe override, e.g. grpo.learning_rate=3e-4 or regime.sgt.lam=0.2")
@@ -68,14 +70,14 @@ def run_eval(args: argparse.Namespace) -> dict[str, Any]:
     for name in ("tiny-bpe", "tiny-sp"):
         model, tokenizer = load_policy(name)
         entry: dict[str, Any] = {
-            "greedy_test": family_accuracies(model, tokenizer, "test"),
-            "greedy_train": family_accuracies(model, tokenizer, "train"),
+            "greedy_test": family_accuracies(model, tokenizer, "test", args.limit_per_family),
+            "greedy_train": family_accuracies(model, tokenizer, "train", args.limit_per_family),
             "warm_start_seconds": read_warm_start_report(name)["train_seconds"],
             "parameters": sum(p.numel() for p in model.parameters()),
         }
         if args.samples:
             entry[f"sampled_T1_K{args.samples}_test"] = sampled_accuracies(model, tokenizer, "test", k=args.samples,
-                                                                           limit_per_family=None)
+                                                                           limit_per_family=args.limit_per_family)
         result[name] = entry
     return result
 

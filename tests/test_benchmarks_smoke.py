@@ -56,14 +56,20 @@ def test_thl_speed() -> None:
 
 @pytest.mark.slow
 def test_step_time() -> None:
-    out = last_json(run_script("step_time.py", "--rounds", "1", "--steps", "2", "--warmup", "0"))
-    assert out["ratio"] > 0 and out["vanilla_step_s_median"] > 0
+    """One timed step of each trainer, no warm-up round: the script's every part, the least training."""
+    out = last_json(run_script("step_time.py", "--rounds", "1", "--steps", "1", "--warmup", "0",
+                               "--warmup-rounds", "0"))
+    assert out["ratio"] > 0 and out["vanilla_step_s_median"] > 0 and out["mutualrl_standalone_step_s_median"] > 0
 
 
 @pytest.mark.slow
 def test_tiny_pool_dynamics_eval() -> None:
-    out = last_json(run_script("tiny_pool_dynamics.py", "--mode", "eval"))
-    assert out
+    """Both warm-started models on the first 4 prompts of each family (the script's path is the whole split's)."""
+    out = last_json(run_script("tiny_pool_dynamics.py", "--mode", "eval", "--limit-per-family", "4"))
+    assert set(out) == {"tiny-bpe", "tiny-sp"}, out
+    for entry in out.values():
+        assert set(entry["greedy_test"]) == set(entry["greedy_train"]) and entry["greedy_test"], entry
+        assert all(0 <= share <= 1 for share in entry["greedy_test"].values()) and entry["parameters"] > 0, entry
 
 
 @pytest.mark.slow
@@ -131,7 +137,8 @@ def test_regime_scale(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_allocator(tmp_path: Path) -> None:
-    run_script("allocator.py", "--cases", "worker", "--rounds", "1", "--out", str(tmp_path))
+    # a 1 x 8 pass: the worker's imports and model load are the case; its 8 x 64 pass costs ~10 s of CPU a process
+    run_script("allocator.py", "--cases", "worker", "--rounds", "1", "--worker-batch", "1x8", "--out", str(tmp_path))
     report = json.loads((tmp_path / "allocator.json").read_text())
     runs = report["cases"]["worker"]["runs"]
     assert len(runs) == 2 and all(len(r) == 1 and r[0]["minor_faults"] > 0 for r in runs.values())
