@@ -8,6 +8,7 @@ tests/test_zero3_branches.py.
 
 from __future__ import annotations
 
+import copy
 import inspect
 from pathlib import Path
 from types import SimpleNamespace
@@ -140,8 +141,16 @@ def test_trls_own_caps_are_refused_by_vllm_with_one_gpu_per_policy():
 
 
 def plan_or_refusal(recipe: str, gpus: int, nodes: int, device_map: str | None, gpu_memory: float, *more: str):
+    return plan_of(layout_config(recipe, gpus, nodes, gpu_memory, *more), gpus, device_map)
+
+
+def layout_config(recipe: str, gpus: int, nodes: int, gpu_memory: float, *more: str):
     sets = [f"launch.gpus={gpus}", f"launch.nodes={nodes}", f"launch.gpu_memory_gib={gpu_memory}", *more]
-    config = load_run_config(recipe, overrides=sets).config
+    return load_run_config(recipe, overrides=sets).config
+
+
+def plan_of(config, gpus: int, device_map: str | None):
+    """(plan or its one-line refusal, config) of ``config`` with ``device_map`` (None, "shared" or "one-each")."""
     if device_map:
         names = [p.name for p in config.pool.policies]
         mapping = {n: [0] for n in names} if device_map == "shared" else {n: [i % gpus] for i, n in enumerate(names)}
@@ -157,9 +166,11 @@ def test_every_paper_recipe_plans_an_engine_vllm_accepts_and_a_memory_model_that
     planned = 0
     for gpus in (1, 2, 4, 8):
         for nodes in (1, 2):
-            for device_map in (None, "shared", "one-each"):
-                for memory in (40.0, 80.0):
-                    plan, config = plan_or_refusal(recipe, gpus, nodes, device_map, memory)
+            for memory in (40.0, 80.0):
+                # One load per layout, a copy per device map: loading the recipe is most of this test's time.
+                loaded = layout_config(recipe, gpus, nodes, memory)
+                for device_map in (None, "shared", "one-each"):
+                    plan, config = plan_of(copy.deepcopy(loaded), gpus, device_map)
                     if isinstance(plan, str):
                         assert "\n" not in plan and plan, (recipe, gpus, nodes, device_map)
                         continue

@@ -69,21 +69,23 @@ def run(spec, env: dict[str, str] | None = None, *extra: str) -> None:
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
 
 
-@pytest.mark.parametrize("which", ["skip", "skip_ds_scheduler"])
-def test_skipped_rounds_advance_the_learning_rate_under_zero3(zero3_result, which):
-    """mutualrl's own DeepSpeed file has no scheduler (transformers builds and steps one itself); a user's file
-    with one makes DeepSpeed's engine step it, which a skipped round must do by hand."""
-    skip = zero3_result[which]
-    assert skip["zero_stage"] == 3
-    rates = skip["learning_rates"]
-    if which == "skip":  # transformers' linear decay over 3 steps, as without DeepSpeed
-        assert len(rates) == 3 and rates[0] > rates[1] > rates[2]
-    else:  # DeepSpeed's WarmupDecayLR: log warm-up over its minimum of 2 steps, then linear decay to step 3
-        assert rates == pytest.approx([0.0, 0.01, 0.01])
-    assert skip["moved"] == []  # no gradient: no weight moved
+def test_zero3_branches_skipped_rounds_advance_the_learning_rate_and_a_finish_loads_the_checkpoint(zero3_result):
+    """One test for the fixture's two DeepSpeed runs: tests of one module fixture were spread over both xdist
+    workers (each then ran the fixture, ~55 s), so its checks are one test's.
 
+    Skipped rounds: mutualrl's own DeepSpeed file has no scheduler (transformers builds and steps one itself); a
+    user's file with one makes DeepSpeed's engine step it, which a skipped round must do by hand."""
+    for which in ("skip", "skip_ds_scheduler"):
+        skip = zero3_result[which]
+        assert skip["zero_stage"] == 3, which
+        rates = skip["learning_rates"]
+        if which == "skip":  # transformers' linear decay over 3 steps, as without DeepSpeed
+            assert len(rates) == 3 and rates[0] > rates[1] > rates[2], rates
+        else:  # DeepSpeed's WarmupDecayLR: log warm-up over its minimum of 2 steps, then linear decay to step 3
+            assert rates == pytest.approx([0.0, 0.01, 0.01])
+        assert skip["moved"] == [], which  # no gradient: no weight moved
 
-def test_finishing_from_a_checkpoint_loads_it_into_partitioned_zero3_weights(zero3_result):
+    # Finishing from a checkpoint loads it into partitioned ZeRO-3 weights.
     finish = zero3_result["finish"]
     assert finish["partitioned_shapes"] == [[0]]  # zero.Init: every parameter is a shard of shape [0] here
     assert finish["max_abs_diff"] < 1e-2  # the checkpoint's weights (saved in bf16: 16-bit gather on save)
