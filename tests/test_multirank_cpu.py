@@ -131,9 +131,12 @@ def test_catch_up_with_two_cpu_ranks_per_policy(tmp_path, monkeypatch):
     ranks or by neither."""
     from mutualrl.see.consumption_log import read_consumption
 
-    monkeypatch.setenv("MUTUALRL_DEBUG_STEP_DELAY", "tiny-sp=1.5")
+    # tiny-sp skips once its round time (the delay and its compute) is 1.5 times tiny-bpe's (compute alone): a 3 s
+    # delay keeps that true while a loaded box's step takes up to 6 s, so 10 steps leave room for several skips
+    # (it was 1.5 s and 16 steps).
+    monkeypatch.setenv("MUTUALRL_DEBUG_STEP_DELAY", "tiny-sp=3.0")
     run_dir = tmp_path / "catch-up"
-    steps = 16
+    steps = 10
     train(run_dir, "--set", "launch.cpu_processes=2", "--set", "see.max_staleness=1", "--set", "see.catch_up=true",
           steps=steps)
     spans = [(r["step"], r["until"]) for r in read_consumption(run_dir / "see", "tiny-sp", kind="skip")
