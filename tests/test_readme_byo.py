@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import subprocess
 import sys
 
 import pytest
-from test_readme_tour import short_recipes
+from test_readme_tour import run_as_written, short_recipes, write_shim
 
 from e2e_helpers import ROOT, child_env
 
@@ -44,17 +43,13 @@ def test_the_section_runs_as_written(tmp_path):
     assert set(example) == {"prompt", "answer"}
     rows = [{"prompt": f"{a}+{b}=", "answer": a + b} for a in range(8) for b in range(6)]  # like the example row
     (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (bin_dir / "mutualrl").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m mutualrl "$@"\n')
-    (bin_dir / "mutualrl").chmod(0o755)
+    write_shim(tmp_path / "bin" / "mutualrl")
     env = child_env()
     # my_rewards.py is found from the working directory, as for a user (no PYTHONPATH of theirs)
-    env.update(PATH=f"{bin_dir}:{env.get('PATH', '')}", MUTUALRL_RECIPES=str(short_recipes(tmp_path / "recipes")))
-    for line in [x for x in blocks("bash")[0].splitlines() if x.strip() and not x.startswith("#")]:
-        done = subprocess.run(["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=600)
-        assert done.returncode == 0, f"README: `{line}` failed\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    env.update(PATH=f"{tmp_path / 'bin'}:{env.get('PATH', '')}",
+               MUTUALRL_RECIPES=str(short_recipes(tmp_path / "recipes")))
+    run_as_written([x for x in blocks("bash")[0].splitlines() if x.strip() and not x.startswith("#")], tmp_path, env,
+                   "README")
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, f"README's Python block failed\n{done.stdout[-3000:]}{done.stderr[-3000:]}"

@@ -1,6 +1,8 @@
-"""README.md's quick tour is run as written: every command of its shell block, in order, in one folder.
+"""README.md's first commands and quick tour are run as written: every command of their shell blocks, in order,
+in one folder (a user reading on from the set-up into the tour, whose ``--baseline`` line then uses the runs the
+set-up made as they are).
 
-The block is the documentation; this test reads it and runs each line with bash (so globs and quoting are
+The blocks are the documentation; this test reads them and runs each line with bash (so globs and quoting are
 the shell's), ``mutualrl`` being this tree's CLI. Only the length of training differs from a user's run:
 the recipes folder (``MUTUALRL_RECIPES``) holds the shipped recipes with ``tiny`` cut to 2 steps and 20
 held-out prompts, so the whole tour takes a few minutes on a CPU. A renamed option, a run folder the
@@ -121,35 +123,46 @@ def test_the_first_commands_are_read():
         [".venv/bin/mutualrl", "train", "--baseline"], [".venv/bin/mutualrl", "plot", "runs/tiny-sgt"]], lines
 
 
-@pytest.mark.slow
-def test_the_first_commands_run_in_order(tmp_path):
-    """A fresh clone: the set-up (done: this venv; ``./setup.sh`` stands in for it), the demonstration, its
-    baseline (the finished SGT run is used as it is, and the console says so) and the plot, as written."""
+def run_as_written(lines: list[str], work: Path, env: dict[str, str], where: str) -> list[str]:
+    """Run each line with bash in ``work``, in order; fail on the first that fails. Each line's stdout."""
+    said = []
+    for line in lines:
+        done = subprocess.run(["bash", "-c", line], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{where}: `{line}` failed\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+        said.append(done.stdout)
+    return said
+
+
+def fresh_clone(tmp_path: Path) -> Path:
+    """A fresh clone's folder: the set-up done (this venv; ``./setup.sh`` stands in for it), ``.venv/bin/mutualrl``."""
     work = tmp_path / "clone"
-    (work / "setup.sh").parent.mkdir()
+    work.mkdir()
     (work / "setup.sh").write_text("#!/bin/sh\nexit 0\n")
     (work / "setup.sh").chmod(0o755)
     write_shim(work / ".venv" / "bin" / "mutualrl")
+    return work
+
+
+@pytest.mark.slow
+def test_the_readme_runs_as_written_in_order(tmp_path):
+    """The README read top to bottom in one clone, every line as written.
+
+    First the set-up section: the set-up, the demonstration, its baseline (the finished SGT run is used as it
+    is, and the console says so) and the plot. Then the quick tour in the same folder, as a user reading on
+    would: its ``train --baseline standalone`` finds both runs finished with the same settings and uses them
+    as they are (the test checks it says so: one launch serving both sections, not two trainings of each)."""
+    work = fresh_clone(tmp_path)
     env = tour_env(tmp_path)
-    said = []
-    for line in first_commands((ROOT / "README.md").read_text()):
-        done = subprocess.run(["bash", "-c", line], cwd=work, env=env, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, f"README: `{line}` failed\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
-        said.append(done.stdout)
+    said = run_as_written(first_commands((ROOT / "README.md").read_text()), work, env, "README")
     assert "using it as it is, not training it again" in said[1] and "baseline:" in said[1], said[1][-2000:]
     assert (work / "runs" / "tiny-sgt-standalone" / "summary.json").is_file()
     assert (work / "runs" / "tiny-sgt" / "comparison.json").is_file()
     assert list((work / "runs" / "tiny-sgt" / "plots").glob("*.png"))
 
-
-@pytest.mark.slow
-def test_the_quick_tour_runs_as_written(tmp_path):
-    env = tour_env(tmp_path)
-    work = tmp_path / "work"
-    work.mkdir()
-    for line in readme_tour():
-        done = subprocess.run(["bash", "-c", line], cwd=work, env=env, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, f"README quick tour: `{line}` failed\n{done.stdout[-3000:]}{done.stderr[-3000:]}"
+    tour = readme_tour()
+    said = run_as_written(tour, work, env, "README quick tour")
+    baseline = said[next(i for i, line in enumerate(tour) if "--baseline standalone" in line)]
+    assert baseline.count("using it as it is, not training it again") == 2, baseline[-2000:]
     runs = {p.name for p in (work / "runs").iterdir()}
     assert {"tiny-xgrpo", "tiny-sgt", "tiny-sgt-standalone", "tiny-prp", "tiny-lr", "tiny-async",
             "tiny-recorded"} <= runs, runs
