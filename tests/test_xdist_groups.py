@@ -70,3 +70,25 @@ def test_collected_groups_of_the_shared_runs(tmp_path):
     # built by each worker (conftest.BUILT_PER_WORKER): no group
     assert "tests/test_train_e2e.py::test_two_policies_exchange_records_every_step" not in shown
     assert "tests/test_async_exchange_e2e.py::test_continue_lets_the_survivor_finish_when_a_peer_is_killed" not in shown
+
+
+GROUPED = """
+import pytest
+
+@pytest.mark.xdist_group("one")
+@pytest.mark.parametrize("i", range(6))
+def test_grouped(i):
+    pass
+"""
+
+
+def test_loadgroup_runs_a_group_on_one_worker(tmp_path):
+    """The README's `-n 2 --dist loadgroup` keeps a group on one worker with the installed pytest and pytest-xdist
+    (with pytest 9.2 and xdist 3.8 it did not, silently: pyproject.toml pins pytest below 9.2)."""
+    (tmp_path / "test_grouped.py").write_text(GROUPED)
+    out = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider",
+                          "test_grouped.py"], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    workers = re.findall(r"^\[(gw\d+)\].* PASSED test_grouped.py::test_grouped", out.stdout, re.M)
+    assert len(workers) == 6 and len(set(workers)) == 1, out.stdout[-2000:]
