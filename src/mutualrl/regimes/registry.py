@@ -20,6 +20,7 @@ worker's exchange, the adapter lookup, the status line and the plots' words for 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
 import importlib.util
 import os
@@ -41,13 +42,20 @@ _loaded: set[str] = set()
 
 def load_regimes() -> None:
     """Import the built-in ``<name>/spec.py`` modules and those named in ``MUTUALRL_REGIMES`` (once each)."""
-    package = sys.modules[__package__]
-    for info in pkgutil.iter_modules(package.__path__):
-        if info.ispkg and (Path(info.module_finder.path) / info.name / "spec.py").is_file():  # type: ignore[union-attr]
-            _import_once(f"{__package__}.{info.name}.spec")
+    for module in builtin_spec_modules():
+        _import_once(module)
     for entry in os.environ.get(ENV_VAR, "").split(","):
         if entry.strip():
             _import_once(entry.strip())
+
+
+@functools.cache
+def builtin_spec_modules() -> tuple[str, ...]:
+    """The ``spec`` modules of this package's regime folders, found once a process: every config load asks for the
+    regimes, and scanning the folders each time was about a third of loading a config."""
+    package = sys.modules[__package__]
+    return tuple(f"{__package__}.{info.name}.spec" for info in pkgutil.iter_modules(package.__path__)
+                 if info.ispkg and (Path(info.module_finder.path) / info.name / "spec.py").is_file())  # type: ignore[union-attr]
 
 
 def _import_once(entry: str) -> None:
