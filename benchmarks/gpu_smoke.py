@@ -24,7 +24,7 @@ JSON), so that a failure here points at what only a GPU exercises.
 - ``zero3``: the paper's DeepSpeed ZeRO-3 path (bf16, 16-bit weights gathered for generation and on
   save): on 1 GPU both policies on GPU 0 with one rank each, on 2-3 GPUs one policy on 2 ranks, on
   4+ two ranks per policy (NCCL). CPU: ``tests/test_train_e2e.py::test_zero3_on_cpu_trains_the_tiny_pool``
-  (one rank), ``tests/test_multirank_cpu.py::test_zero3_with_two_cpu_ranks_per_policy`` (two gloo ranks),
+  (one rank), ``tests/test_multirank_cpu.py::test_zero3_and_bounded_staleness_with_two_cpu_ranks_per_policy`` (two gloo ranks),
   ``tests/test_gpu_branches_audit.py::test_a_gpu_plan_without_grpo_bf16_writes_a_deepspeed_file_transformers_accepts``.
 - ``step-time``: standalone vs vanilla TRL on the same GPU (``benchmarks/step_time.py``).
   CPU: ``tests/test_benchmarks_smoke.py::test_step_time``.
@@ -77,7 +77,7 @@ CHECKS: dict[str, dict[str, Any]] = {
     "zero3": {
         "gpu_only": "NCCL, bf16 ZeRO-3 on CUDA",
         "covered_on_cpu": ["tests/test_train_e2e.py::test_zero3_on_cpu_trains_the_tiny_pool",
-                           "tests/test_multirank_cpu.py::test_zero3_with_two_cpu_ranks_per_policy",
+                           "tests/test_multirank_cpu.py::test_zero3_and_bounded_staleness_with_two_cpu_ranks_per_policy",
                            "tests/test_gpu_branches_audit.py::test_a_gpu_plan_without_grpo_bf16_writes_a_deepspeed_"
                            "file_transformers_accepts"]},
     "step-time": {"gpu_only": "the GPU's step time",
