@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 import json
 
 from mutualrl.cli.main import run
 from mutualrl import doctor
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_json_lists_every_check_and_this_machine_can_run_the_tiny_pool(tmp_path, capsys):
     assert run(["doctor", "--json", "--no-hub", "--run-dir", str(tmp_path)]) == 0
     report = json.loads(capsys.readouterr().out)
@@ -18,6 +21,7 @@ def test_json_lists_every_check_and_this_machine_can_run_the_tiny_pool(tmp_path,
     assert next(c for c in report["checks"] if c["name"] == "assets")["status"] == "ok"  # ./setup.sh cached them
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_a_missing_default_asset_fails_with_the_fix(monkeypatch, capsys, tmp_path):
     from mutualrl.assets import registry
 

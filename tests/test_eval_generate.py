@@ -265,6 +265,7 @@ def test_load_results_from_eval_file_model_files_and_run_folder(tmp_path: Path) 
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_eval_cli_models_and_recipe(tiny_models: dict[str, Path], tmp_path: Path) -> None:
     runner = CliRunner()
     out = tmp_path / "res" / "out.json"

@@ -83,6 +83,7 @@ def assert_png(path: Path, min_width: int = 600) -> None:
         assert len(img.convert("RGB").getcolors(maxcolors=1 << 20) or []) > 50
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_plot_runs_writes_every_figure(runs: list[Path], tmp_path: Path) -> None:
     written = plot_runs(runs, tmp_path / "plots")
     assert {p.name for p in written} == ALL_FIGURES
@@ -90,6 +91,7 @@ def test_plot_runs_writes_every_figure(runs: list[Path], tmp_path: Path) -> None
         assert_png(path)
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_figures_depend_on_available_metrics(runs: list[Path], tmp_path: Path) -> None:
     # Without the SGT run there are no regime metrics; a single-task run has no per-task figure.
     single = write_run(tmp_path / "single", "standalone", steps=6, tasks=("math",))
@@ -131,6 +133,7 @@ def test_damaged_lines_are_skipped_with_a_warning(tmp_path: Path) -> None:
         load_run(tmp_path)
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_plot_cli(runs: list[Path], tmp_path: Path) -> None:
     runner = CliRunner()
     res = runner.invoke(app, ["plot", *map(str, runs)])
@@ -147,6 +150,7 @@ def test_plot_cli(runs: list[Path], tmp_path: Path) -> None:
     assert res.exit_code == 2 and "no metrics.jsonl" in " ".join(res.output.split())
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_runs_with_task_groups_get_a_per_group_figure_and_no_task_figure(tmp_path: Path) -> None:
     runs = [write_run(tmp_path / r, r, seed=i, steps=12, pool="tiny", tasks=("synthetic-arith",),
                       groups=("add", "sub")) for i, r in enumerate(("standalone", "sgt"))]
@@ -172,6 +176,7 @@ def test_every_run_has_its_own_dash_pattern_and_marker() -> None:
     assert not styles[0].hollow and all(s.hollow for s in styles[1:])
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_a_run_equal_to_another_stays_visible(tmp_path: Path) -> None:
     """SGT whose gate never fired logs exactly the standalone values: both lines must show."""
     first = write_run(tmp_path / "standalone", "standalone", steps=10, seed=0)
@@ -184,6 +189,7 @@ def test_a_run_equal_to_another_stays_visible(tmp_path: Path) -> None:
     assert pixels_near(figure, blue) > 300 and pixels_near(figure, orange) > 300
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_kl_panels_say_why_they_are_empty_when_beta_is_zero(tmp_path: Path) -> None:
     run = write_run(tmp_path / "beta0", "standalone", steps=6)
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -198,6 +204,7 @@ def test_kl_panels_say_why_they_are_empty_when_beta_is_zero(tmp_path: Path) -> N
         assert img.height > 700  # two rows of panels: entropy, and the KL row with its note
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_regime_metrics_are_a_grid_with_a_readable_aspect(tmp_path: Path) -> None:
     run = write_run(tmp_path / "sgt", "sgt", steps=8)
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -44,6 +44,7 @@ def one_line_error(result) -> str:
     return lines[0]
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_eval_of_a_run_folder_evaluates_every_final_model_with_the_runs_settings(run_folder, tmp_path):
     out = tmp_path / "run.json"
     result = CliRunner().invoke(app, ["eval", str(run_folder), "--limit", "2", "--device", "cpu", "-o", str(out)],
@@ -78,6 +79,7 @@ def test_eval_of_an_unfinished_run_names_its_checkpoints(run_folder, tmp_path):
     assert str(unfinished / "policies" / "sp" / "checkpoint-2") in line
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_eval_of_a_policy_folder_uses_the_chat_template_the_run_trained_it_on(tmp_path):
     """'RUN/policies/<p>/final' has no instruct/chat in its name: the prompt form comes from the run's config (the
     policy's chat_template), not from the folder's name, and one line per model says which form was used."""

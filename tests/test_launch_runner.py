@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import io
 import json
 import sys
@@ -110,6 +112,7 @@ def test_crash_marks_the_peer_failed_and_stops_the_others(tmp_path):
     assert time.time() - started < 20
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_a_policy_waiting_for_a_validating_peer_is_not_stalled(tmp_path):
     """Issue 38: a peer's long validation (progress in its status) keeps the pool alive; the waiting policy has
     no progress of its own for longer than the stall limit and must not be killed for it."""
@@ -117,6 +120,7 @@ def test_a_policy_waiting_for_a_validating_peer_is_not_stalled(tmp_path):
     assert outcome.ok, outcome.reason
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_stalled_policy_is_killed_and_reported(tmp_path):
     outcome = _runner(tmp_path, _procs(tmp_path, {"a": "stall", "b": "wait-for-peers"}, steps=1), stall=2.0).run()
     assert not outcome.ok and outcome.failed_policy == "a" and "stalled" in outcome.reason
@@ -124,6 +128,7 @@ def test_stalled_policy_is_killed_and_reported(tmp_path):
     assert outcome.returncodes["b"] == 1
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_continue_lets_a_crashed_policy_leave_while_another_trains(tmp_path):
     outcome = _runner(tmp_path, _procs(tmp_path, {"a": "crash", "b": "slow-ok"}), on_peer_failure="continue").run()
     assert outcome.ok and outcome.returncodes == {"a": 3, "b": 0}
@@ -131,11 +136,13 @@ def test_continue_lets_a_crashed_policy_leave_while_another_trains(tmp_path):
     assert read_failure(tmp_path / "see", "a") is not None  # b's exchange drops it at its next round
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_continue_does_not_hide_a_crash_after_everyone_else_finished(tmp_path):
     outcome = _runner(tmp_path, _procs(tmp_path, {"a": "crash-late", "b": "ok"}), on_peer_failure="continue").run()
     assert not outcome.ok and outcome.failed_policy == "a"
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_max_restarts_starts_a_failed_policy_again_and_it_rejoins(tmp_path):
     procs = _procs(tmp_path, {"a": "crash", "b": "slow-ok"})
     calls = []
@@ -158,6 +165,7 @@ def test_max_restarts_starts_a_failed_policy_again_and_it_rejoins(tmp_path):
     assert [json.loads(line)["step"] for line in (tmp_path / "metrics" / "a.jsonl").read_text().splitlines()] == [1, 2, 3]
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_a_policy_that_fails_more_often_than_max_restarts_is_lost(tmp_path):
     procs = _procs(tmp_path, {"a": "crash", "b": "ok-after-a-restarted"})
     settings = PoolSettings(tmp_path / "see", stall_timeout_s=30.0, grace_s=20.0, poll_s=0.05,
@@ -168,6 +176,7 @@ def test_a_policy_that_fails_more_often_than_max_restarts_is_lost(tmp_path):
     assert list(outcome.extra["lost"]) == ["a"] and len(outcome.extra["restarted"]["a"]) == 1
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_a_restarted_policy_is_not_judged_by_its_predecessors_heartbeat(tmp_path):
     procs = _procs(tmp_path, {"a": "hang-beat", "b": "ok-after-a-restarted"}, steps=2)
     settings = PoolSettings(tmp_path / "see", stall_timeout_s=30.0, grace_s=20.0, poll_s=0.05,

@@ -57,6 +57,7 @@ def test_a_stopped_policy_stops_the_pool_naming_it_long_before_the_barrier_timeo
     assert not os.path.exists(f"/proc/{pid}") or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_the_barrier_waits_while_a_peer_reports_validation_progress(tmp_path):
     """Issue 38: a peer validating a large held-out set for longer than ``barrier_timeout_s`` is waited for as
     long as its heartbeat reports progress; once it stops reporting, the barrier times out as before."""

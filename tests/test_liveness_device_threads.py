@@ -4,6 +4,8 @@ backward while the main thread waits, longer than the peer's barrier timeout."""
 
 from __future__ import annotations
 
+import pytest
+
 import threading
 import time
 from pathlib import Path
@@ -42,6 +44,7 @@ def test_device_threads_are_found_by_torchs_name():
     thread.join()
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_a_peer_waits_for_a_backward_that_outlasts_its_barrier_timeout(tmp_path):
     """Failed before: only the training thread's stack and CPU counted, so the peer timed out after 1 s."""
     root = tmp_path / "see"

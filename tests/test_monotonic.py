@@ -64,6 +64,7 @@ def _settings(tmp_path: Path, **kwargs) -> PoolSettings:
     return PoolSettings(tmp_path / "see", grace_s=5.0, poll_s=0.05, **kwargs)
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_a_wall_clock_jump_does_not_stall_the_launchers_pool(tmp_path, monkeypatch):
     """Failed before: the stall clock was the wall clock; the jump made every policy an hour still."""
     _jump_an_hour_after(monkeypatch, 0.5)
@@ -74,6 +75,7 @@ def test_a_wall_clock_jump_does_not_stall_the_launchers_pool(tmp_path, monkeypat
     assert outcome.seconds < 60
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_a_wall_clock_jump_does_not_make_a_beating_policy_silent(tmp_path, monkeypatch):
     """Failed before: after the jump the last heartbeat's file time was an hour behind the launcher's clock."""
     script = tmp_path / "skewed.py"

@@ -57,6 +57,7 @@ def test_hub_model_without_hub_fails_fast(unreachable_hub):
     assert time.perf_counter() - started < 10
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 @pytest.mark.parametrize("source", ["nosuch", "nosuch-owner/nosuch-model"])
 def test_thl_check_with_unknown_source_is_one_line(source):
     """The CLI's end of the look-ups above (their speed is timed there, in-process: a subprocess's start-up

@@ -142,6 +142,7 @@ def _prp_step(tmp_path, thl_tokenizers, peer_shift, **settings):
     return scored_step(tmp_path, thl_tokenizers, "prp", peer_shift, [" 4", " 5", " 4", " 3"], **settings)[1:]
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_a_peer_that_is_the_learner_itself_has_ess_1_and_log_ratio_0(thl_tokenizers, tmp_path):
     merged, recorded = _prp_step(tmp_path, thl_tokenizers, None, correction="tis")
     assert recorded["prp/from/tiny-sp/ess"] == pytest.approx(1.0, abs=1e-9)
@@ -151,6 +152,7 @@ def test_a_peer_that_is_the_learner_itself_has_ess_1_and_log_ratio_0(thl_tokeniz
     assert torch.allclose(merged[TOKEN_WEIGHTS], torch.ones_like(merged[TOKEN_WEIGHTS]))
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_a_distant_peer_has_a_low_ess_and_the_truncated_share_it_should(thl_tokenizers, tmp_path):
     """The peer's log-probs are the learner's - 4 on odd token ids and + 1 on even ones (EOS, most tokens here), so
     log w = +4 (w = e⁴ > C = 3: truncated) on the few odd ids and -1 on even ones: the truncated share is the share
@@ -175,6 +177,7 @@ def test_a_distant_peer_has_a_low_ess_and_the_truncated_share_it_should(thl_toke
     assert recorded["prp/from/tiny-sp/ess"] == pytest.approx(loss_ess, rel=1e-5)
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_tis_drop_drops_a_distant_peers_rows_from_the_used_share(thl_tokenizers, tmp_path):
     """Sequence level, D = 10: every peer response has W = Π w_t far above 10 when all its tokens have log w = 3,
     so all are dropped: used share 0, filtered share 1, every peer token weight 0."""
@@ -184,6 +187,7 @@ def test_tis_drop_drops_a_distant_peers_rows_from_the_used_share(thl_tokenizers,
     assert not merged[TOKEN_WEIGHTS][4:][merged["completion_mask"][4:].bool()].any()
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_ftis_drops_only_the_negative_advantage_rows_of_a_distant_peer(thl_tokenizers, tmp_path):
     """log w = 3 on every peer token: each row's KL is (e^-3 + 3 - 1) per token, above g = 1 for every row: the peer
     rows with advantage <= 0 (its failures: rewards 0 and its own group's mean 0.5) get weight 0, its successes keep
@@ -199,6 +203,7 @@ def test_ftis_drops_only_the_negative_advantage_rows_of_a_distant_peer(thl_token
     assert recorded["prp/from/tiny-sp/used_share"] == pytest.approx(float((advantages > 0).float().mean()))
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_no_correction_adds_no_weights(thl_tokenizers, tmp_path):
     merged, recorded = _prp_step(tmp_path, thl_tokenizers, None)
     assert TOKEN_WEIGHTS not in merged and recorded["prp/from/tiny-sp/ess"] == pytest.approx(1.0)

@@ -139,6 +139,7 @@ def test_the_fake_satisfies_trainer_view(thl_tokenizers):
     assert not isinstance(SimpleNamespace(), TrainerView)
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_sgt_runs_a_whole_step_and_its_loss_through_a_fake_trainer(thl_tokenizers, tmp_path):
     adapters = pool_of(tmp_path, thl_tokenizers, "sgt")
     learner, peer = adapters["tiny-bpe"], adapters["tiny-sp"]
@@ -290,6 +291,7 @@ def old_prp_rows(tokenizer, texts, finished, max_len):
 TEXTS = [" 12", "The answer is 42.", "", " naïve café ∑ 你好", "7\n", " x" * 20]
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 @pytest.mark.parametrize("vocab", ["gpt2", "mistral-sp", "qwen3", "llama3"])
 @pytest.mark.parametrize("max_len", [None, 3, 64])
 def test_learner_responses_equal_the_old_sgt_and_prp_code(thl_tokenizers, vocab, max_len):

@@ -104,6 +104,7 @@ def test_strict_gate_never_fires_when_a_learner_rollout_succeeded(data):
 # ---------------------------------------------------------------- selection
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 @settings(max_examples=150, deadline=None)
 @given(data=st.data(), selection=st.sampled_from(["random", "shortest"]), seed=st.integers(0, 1000))
 def test_selected_peer_success_is_a_success(data, selection, seed):

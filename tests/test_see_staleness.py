@@ -289,6 +289,7 @@ print(type(adapter.consumption).__name__, sorted(m for m in sys.modules if m.end
     (["see.max_staleness=1"], "BoundedConsumption ['mutualrl.see.offlock', "
                               "'mutualrl.see.offlock.consumption', 'mutualrl.see.offlock.staleness']"),
 ])
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_a_lock_step_regime_never_imports_the_off_lock_step_layer(tmp_path, overrides, expected):
     """The paper's path reads lock-step code only: the optional layer is imported where the settings leave it."""
     import subprocess

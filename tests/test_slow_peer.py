@@ -91,6 +91,7 @@ def test_the_barrier_waits_for_a_peer_whose_step_outlasts_the_barrier_timeout(tm
     assert set(shards) == {"a", "b"} and time.monotonic() - started > 2.0
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_a_peer_that_beats_but_is_stuck_times_the_barrier_out(tmp_path):
     a = waiting_policy(tmp_path, 1.5)
     peer = _start_peer(tmp_path, "stuck", 30.0)

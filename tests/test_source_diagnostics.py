@@ -70,6 +70,7 @@ def _hacpo_step(tmp_path, thl_tokenizers, peer_shift, **settings):
     return scored_step(tmp_path, thl_tokenizers, "hacpo", peer_shift, [" 4", " 5 6", " 4", " 3 3 7"], **settings)
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_hacpo_a_peer_that_is_the_learner_itself_has_ess_1_and_log_ratio_0(thl_tokenizers, tmp_path):
     learner, merged, recorded = _hacpo_step(tmp_path, thl_tokenizers, None)
     assert recorded["hacpo/from/tiny-sp/ess"] == pytest.approx(1.0, abs=1e-9)
@@ -92,6 +93,7 @@ def _expected_s(merged):
     return torch.exp((log_w * mask).sum(dim=1) / mask.sum(dim=1))  # [4]
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_hacpo_a_distant_peer_has_a_low_ess_and_the_shares_it_should(thl_tokenizers, tmp_path):
     learner, merged, recorded = _hacpo_step(tmp_path, thl_tokenizers, _distant)
     s = _expected_s(merged)
@@ -110,6 +112,7 @@ def test_hacpo_a_distant_peer_has_a_low_ess_and_the_shares_it_should(thl_tokeniz
     assert recorded["hacpo/from/tiny-sp/truncated_share"] == 0.0 and recorded["hacpo/cross_kept"] == inside / 4
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_hacpo_without_the_band_tis_truncates_the_rows_above_c(thl_tokenizers, tmp_path):
     learner, merged, recorded = _hacpo_step(tmp_path, thl_tokenizers, _distant, cross_clip="false", correction="tis",
                                    correction_level="sequence", truncation_bound=3.0)
@@ -165,6 +168,7 @@ def test_sgt_source_use_over_two_ranks_is_the_whole_batchs():
     assert combine([parts(first), parts(second)]) == pytest.approx(dict(whole))
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_sgt_logs_each_peers_used_share_and_rescue_log_prob(thl_tokenizers, tmp_path):
     adapters = pool_of(tmp_path, thl_tokenizers, "sgt")
     learner, peer = adapters["tiny-bpe"], adapters["tiny-sp"]

@@ -5,6 +5,8 @@ step longer than see.barrier_timeout_s keeps its peers waiting), so time inside 
 
 from __future__ import annotations
 
+import pytest
+
 import threading
 import time
 
@@ -41,6 +43,7 @@ def test_a_peer_spinning_inside_a_reward_function_times_the_barrier_out(tmp_path
     assert (tmp_path / "reward-call").exists() is False  # the call ended: the marker is gone
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_a_peer_computing_outside_reward_functions_is_still_waited_for(tmp_path):
     """The other side: the same CPU work outside a reward function keeps the barrier waiting past its timeout."""
     a = waiting_policy(tmp_path, 1.0)

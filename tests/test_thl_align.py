@@ -239,6 +239,7 @@ def test_word_mass_apportions_straddling_tokens() -> None:
     np.testing.assert_allclose(word_mass(part, np.array([[0, 2], [-1, -1]]), np.array([-1.0, -9.0])), [-1.0, 0.0])
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_batch_alignment_equals_one_sequence_at_a_time(thl_tokenizers: dict) -> None:
     toks = thl_tokenizers
     src, tgt = toks["mistral-tekken"], toks["phi3"]

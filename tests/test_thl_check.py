@@ -52,6 +52,7 @@ def _check_acceptance(rows: list[dict], n_texts: int) -> None:
             assert r["src_to_aligned_max"] == 0 and r["src_to_aligned_mae"] == 0 and r["prefix_leak_max"] == 0, r
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_acceptance_all_36_pairs_on_the_builtin_corpus() -> None:
     result = _run(_cross_args())
     assert result.exit_code == 0, result.output
@@ -135,6 +136,7 @@ def _tiny_model(tmp_path: Path, tokenizers: dict, name: str, seed: int) -> str:
     return str(folder)
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_model_scored_check_with_tiny_models(tmp_path: Path, thl_tokenizers: dict) -> None:
     src, tgt = _tiny_model(tmp_path, thl_tokenizers, "gpt2", 0), _tiny_model(tmp_path, thl_tokenizers, "mistral-sp", 1)
     texts = tmp_path / "t.jsonl"

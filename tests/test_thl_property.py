@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import itertools
 
 import numpy as np
@@ -29,6 +31,7 @@ texts = st.lists(
 PAIRS = list(itertools.product(THL_TOKENIZERS, THL_TOKENIZERS))
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=texts, seed=st.integers(0, 2**16), mode=st.sampled_from(["auto", "word", "char"]))
 def test_per_unit_conservation_for_every_pair(thl_tokenizers: dict, text: str, seed: int, mode: str) -> None:

@@ -61,6 +61,7 @@ def _tekken_reference_encode(text: str) -> list[int]:
     return ids
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_tekken_matches_an_independent_rank_bpe() -> None:
     tok = load_tokenizer("mistral-tekken")
     assert MISTRAL_COMMON_WHEEL.startswith("mistral-common")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import torch
 from datasets import Dataset
 from transformers import AutoModelForCausalLM
@@ -26,6 +28,7 @@ def _args(out: str) -> GRPOConfig:
                       save_strategy="no", disable_tqdm=True, seed=7)
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_standalone_trainer_matches_vanilla_grpo(tmp_path):
     folder = build_tiny_lm("gpt2", tmp_path / "model")
     tokenizer = load_tokenizer("gpt2")

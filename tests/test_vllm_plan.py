@@ -130,6 +130,7 @@ def test_worker_defaults_keep_vllm_only_when_it_can_run(monkeypatch):
     assert device_defaults()["use_vllm"] is False
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_doctor_names_the_build_and_says_it_is_usable(tmp_path, capsys):
     from mutualrl.cli.main import run
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from bench_helpers import load_benchmark
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_the_walks_reach_their_anchors_in_this_tree():
     walks = load_benchmark("walks")
     result = walks.measure(None)  # exits naming an anchor a renamed function left behind

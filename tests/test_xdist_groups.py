@@ -82,6 +82,7 @@ def test_grouped(i):
 """
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_loadgroup_runs_a_group_on_one_worker(tmp_path):
     """The README's `-n 2 --dist loadgroup` keeps a group on one worker with the installed pytest and pytest-xdist
     (with pytest 9.2 and xdist 3.8 it did not, silently: pyproject.toml pins pytest below 9.2)."""
