@@ -136,3 +136,36 @@ def tiny_regime_run(tmp_path_factory: Any, name: str) -> tuple[Path, subprocess.
 
 def assert_ok(done: subprocess.CompletedProcess) -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+HOLD_TINY_SP = '''
+import sys
+import time
+from pathlib import Path
+
+from mutualrl.see.consumption_log import read_consumption
+
+HELD_STEPS = {held_steps}
+
+
+def hold_tiny_sp(prompts, completions, trainer_state=None, **kwargs):
+    """0.0 for every completion (added to the verifier's reward, it changes none). In tiny-sp's ranks at the first
+    HELD_STEPS steps it first waits, at most 300 s, until tiny-bpe's rank 0 has logged its choice of the next step:
+    tiny-sp's round s is committed only after tiny-bpe chose its round of step s + 1, whatever the box's load."""
+    argv = sys.argv
+    step = trainer_state.global_step
+    if argv[argv.index("--policy") + 1] == "tiny-sp" and step < HELD_STEPS:
+        see = Path(argv[argv.index("--run-dir") + 1]) / "see"
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and not any(r["step"] == step + 1 for r in read_consumption(see, "tiny-bpe")):
+            time.sleep(0.2)
+    return [0.0] * len(completions)
+'''
+
+
+def hold_tiny_sp(folder: Path, held_steps: int) -> tuple[str, str]:
+    """Write ``folder/hold.py`` (:data:`HOLD_TINY_SP`, holding tiny-sp's first ``held_steps`` steps) and return the
+    ``--set`` arguments that add it to the task's reward functions; the run must start in ``folder``. A reward
+    function that waits orders the two policies by construction, where a sleep made the order depend on the load."""
+    (folder / "hold.py").write_text(HOLD_TINY_SP.format(held_steps=held_steps))
+    return "--set", "task.reward_funcs=[hold.hold_tiny_sp]"

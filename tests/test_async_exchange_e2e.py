@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from e2e_helpers import assert_ok, child_env
+from e2e_helpers import assert_ok, child_env, hold_tiny_sp
 from mutualrl.see.consumption_log import read_consumption
 
 POLICIES = ("tiny-bpe", "tiny-sp")
@@ -24,19 +24,21 @@ def train_argv(run_dir: Path, steps: int, *extra: str) -> list[str]:
             "--set", "validation.limit=20", "--set", "validation.every_steps=0", "-o", str(run_dir), *extra]
 
 
-def train(run_dir: Path, steps: int, *extra: str, delay: str = "") -> subprocess.CompletedProcess:
+def train(run_dir: Path, steps: int, *extra: str, delay: str = "", cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = {**child_env(), "MUTUALRL_DEBUG_STEP_DELAY": delay}
-    return subprocess.run(train_argv(run_dir, steps, *extra), env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(train_argv(run_dir, steps, *extra), env=env, capture_output=True, text=True, timeout=600,
+                          cwd=cwd)
 
 
 def final_weights(run_dir: Path, policy: str) -> dict:
     return load_file(str(run_dir / "policies" / policy / "final" / "model.safetensors"))
 
 
-def replay_bit_identical(run_dir: Path, replay: Path, steps: int) -> Path:
-    """Train ``replay`` unthrottled with see.replay_consumption=run_dir (S = 2); every policy's final weights must
-    equal the original run's."""
-    done = train(replay, steps, "--set", "see.max_staleness=2", "--set", f"see.replay_consumption={run_dir}")
+def replay_bit_identical(run_dir: Path, replay: Path, steps: int, *extra: str) -> Path:
+    """Train ``replay`` unthrottled with see.replay_consumption=run_dir (S = 2, and ``extra``, from the folder
+    above ``replay``); every policy's final weights must equal the original run's."""
+    done = train(replay, steps, "--set", "see.max_staleness=2", "--set", f"see.replay_consumption={run_dir}", *extra,
+                 cwd=replay.parent)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for policy in POLICIES:
         a, b = final_weights(run_dir, policy), final_weights(replay, policy)
@@ -78,18 +80,23 @@ def test_staleness_zero_off_the_lock_step_path_is_bit_identical(sgt_3_steps, sgt
 def test_a_slow_peer_is_read_stale_within_the_bound_then_skips_rounds_to_catch_up(tmp_path):
     """One run (S = 2, catch-up on, tiny-sp throttled) and its unthrottled replay: the fast policy reads the slow
     one's rounds stale within the bound and each round once; the persistently slow one skips rounds until the fast
-    one stops waiting; replaying the recorded reads and skips reproduces the run bit for bit. (Bounded staleness
+    one stops waiting; replaying the recorded reads and skips reproduces the run bit for bit. tiny-sp's step 0 is
+    held until tiny-bpe has chosen its round of step 1 (:func:`e2e_helpers.hold_tiny_sp`), so tiny-bpe waits at
+    step 2 for round 0 and reads it (or round 1) stale whatever the load: with the throttle alone, a tiny-sp that
+    started first stayed ahead by catching up and no round was read stale (CI, 2026-11-26). (Bounded staleness
     without catch-up, and its exact ages: test_multirank_cpu.py; the policy's choices: test_see_staleness.py.)"""
     run_dir = tmp_path / "catch-up"
     steps = 16
-    done = train(run_dir, steps, "--set", "see.max_staleness=2", "--set", "see.catch_up=true", delay="tiny-sp=1.0")
+    hold = hold_tiny_sp(tmp_path, held_steps=1)
+    done = train(run_dir, steps, "--set", "see.max_staleness=2", "--set", "see.catch_up=true", *hold,
+                 delay="tiny-sp=1.0", cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     fast = read_consumption(run_dir / "see", "tiny-bpe")
     assert [r["step"] for r in fast] == list(range(steps))
     used = [r["peer_step"] for r in fast if r["peer_step"] is not None]
     assert used == sorted(set(used)), "a peer round was read twice"
     assert all(0 <= r["age"] <= 2 for r in fast if r["age"] is not None)
-    assert any(r["age"] and r["age"] > 0 for r in fast), "the throttled peer never lagged: no staleness exercised"
+    assert fast[2]["age"] in (1, 2), fast[:3]  # the hold's order
     fast_rows = [json.loads(line) for line in (run_dir / "metrics" / "tiny-bpe.jsonl").read_text().splitlines()]
     assert max(r.get("mutual/peer_age", 0) for r in fast_rows if r["kind"] == "train") > 0
     assert any(r.get("mutual/stale_used", 0) > 0 for r in fast_rows if r["kind"] == "train")
@@ -109,7 +116,7 @@ def test_a_slow_peer_is_read_stale_within_the_bound_then_skips_rounds_to_catch_u
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["policies"]["tiny-sp"]["steps"] == steps  # skipped rounds still count as (empty) steps
     # Replaying the recorded skips and reads without the throttle reproduces the run bit for bit.
-    replay = replay_bit_identical(run_dir, tmp_path / "replay", steps)
+    replay = replay_bit_identical(run_dir, tmp_path / "replay", steps, *hold)
     assert [r["step"] for r in read_consumption(replay / "see", "tiny-sp")] == trained
     assert [r["peer_step"] for r in read_consumption(replay / "see", "tiny-bpe")] == [r["peer_step"] for r in fast]
 

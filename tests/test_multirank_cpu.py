@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_helpers import TINY, assert_ok, child_env, free_ports
+from e2e_helpers import TINY, assert_ok, child_env, free_ports, hold_tiny_sp
 from mutualrl.run_folder import RunPaths, run_id
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.inspect import inspect_exchange
@@ -69,31 +69,6 @@ def test_two_cpu_ranks_per_policy_match_one_rank(tmp_path, sgt_3_steps):
     assert [p["grpo"]["per_device_train_batch_size"] for p in plan["policies"]] == [16, 16]
 
 
-HOLD_TINY_SP = '''
-import sys
-import time
-from pathlib import Path
-
-from mutualrl.see.consumption_log import read_consumption
-
-
-def hold_tiny_sp(prompts, completions, trainer_state=None, **kwargs):
-    """0.0 for every completion (added to the verifier's reward, it changes none). In tiny-sp's ranks at steps 0 and 1
-    (and its validation at the start, at step 0) it first waits, at most 300 s, until tiny-bpe's rank 0 has logged
-    its choice of the next step: tiny-bpe finds no round of tiny-sp at steps 0 and 1 (a round read is not read
-    again), then waits at step 2 for round 0, the oldest it may use, and round 1 cannot exist yet: round 0 it
-    reads, 2 rounds old, whatever the box's load."""
-    argv = sys.argv
-    step = trainer_state.global_step
-    if argv[argv.index("--policy") + 1] == "tiny-sp" and step < 2:
-        see = Path(argv[argv.index("--run-dir") + 1]) / "see"
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not any(r["step"] == step + 1 for r in read_consumption(see, "tiny-bpe")):
-            time.sleep(0.2)
-    return [0.0] * len(completions)
-'''
-
-
 @pytest.mark.slow
 def test_zero3_and_bounded_staleness_with_two_cpu_ranks_per_policy(tmp_path):
     """One run carries two checks that do not interact (one launch fewer):
@@ -102,15 +77,16 @@ def test_zero3_and_bounded_staleness_with_two_cpu_ranks_per_policy(tmp_path):
       logs its ZeRO-3 engine and saves its final weights;
     - bounded staleness: rank 0 chooses the peer round and logs it; rank 1 reads that choice: both read the same
       stale round. tiny-sp is held at steps 0 and 1 until tiny-bpe has chosen its round of the next step (a reward
-      function that waits, :data:`HOLD_TINY_SP`), so tiny-bpe reads a round 2 rounds old at step 2 by construction;
+      function that waits, :func:`e2e_helpers.hold_tiny_sp`): tiny-bpe finds no round of tiny-sp at steps 0 and 1,
+      then waits at step 2 for round 0, the oldest it may use, while round 1 cannot exist yet: it reads a round 2
+      rounds old at step 2 by construction;
       a fixed sleep made that depend on the box's load (the fast policy had to finish 2 steps while the slow one
       slept: under load it once did not)."""
     from mutualrl.see.consumption_log import read_consumption
 
-    (tmp_path / "hold.py").write_text(HOLD_TINY_SP)
     run_dir = tmp_path / "zero3-stale"
     train(run_dir, "--set", "launch.cpu_processes=2", "--set", "launch.deepspeed=zero3",
-          "--set", "see.max_staleness=2", "--set", "task.reward_funcs=[hold.hold_tiny_sp]", cwd=tmp_path)
+          "--set", "see.max_staleness=2", *hold_tiny_sp(tmp_path, held_steps=2), cwd=tmp_path)
     report = inspect_exchange(run_dir)
     assert report.ok, report.issues
     assert all(cell.ranks == [0, 1] for row in report.cells.values() for cell in row.values())
