@@ -195,3 +195,23 @@ def test_a_recorded_module_found_elsewhere_now_is_refused(installed, tmp_path: P
     with pytest.raises(UsageError, match=f"module 'fx_mod' is now {other / 'fx_mod.py'}"):
         load_resolved_config(paths)
     assert not marker.exists()
+
+
+def test_a_module_one_api_call_accepts_is_not_accepted_by_the_next(installed) -> None:
+    """A Python API call is one command: ``load_config`` whose overrides name ``fx_mod`` accepts it for that call;
+    a run folder naming ``fx_mod`` read afterwards in the same process is refused, as in a new CLI process."""
+    from mutualrl import api
+
+    paths, _, _ = installed
+    name(paths, plugin="fx_mod", record=True)
+    config = api.load_config("tiny", overrides=["plugins=[fx_mod]"])
+    assert config.plugins == ["fx_mod"]
+    assert not recorded_code.named_by_command("fx_mod")
+    with pytest.raises(UsageError, match="--allow-code fx_mod"):
+        readers(paths)["eval"]()
+    with recorded_code.one_command():  # nested: what the outer command accepted stays after the inner one ends
+        recorded_code.accept_code(["fx_mod"])
+        with recorded_code.one_command():
+            recorded_code.accept_code(["other"])
+        assert recorded_code.named_by_command("fx_mod") and not recorded_code.named_by_command("other")
+    assert not recorded_code.named_by_command("fx_mod")

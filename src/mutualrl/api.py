@@ -16,6 +16,7 @@ A run trained with a shipped function is evaluated or resumed by passing the fun
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -49,6 +50,20 @@ class RunResult:
     def held_out(self) -> dict[str, tuple[float | None, float | None]]:
         """Each policy's held-out greedy reward@1, (before, after) training."""
         return {name: (p.get("eval_before"), p.get("eval_after")) for name, p in self.summary["policies"].items()}
+
+
+def as_one_command(func: Callable[..., Any]) -> Callable[..., Any]:
+    """An API call is one command, as a CLI process is: the modules it accepts (``allow_code``, its overrides and
+    recipe naming code) are accepted for this call only (:func:`mutualrl.config.recorded_code.one_command`)."""
+
+    @functools.wraps(func)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        from mutualrl.config.recorded_code import one_command
+
+        with one_command():
+            return func(*args, **kwargs)
+
+    return call
 
 
 def reward_func_path(func: str | Callable[..., Any]) -> str:
@@ -124,6 +139,7 @@ def recipe_source(recipe_or_config: str | Path | RunConfig, folder: Path) -> str
     return str(path)
 
 
+@as_one_command
 def load_config(recipe: str | Path = "tiny", *, regime: str | None = None, overrides: Overrides = None,
                 max_steps: int | None = None, reward_funcs: Sequence[str | Callable[..., Any]] | None = None
                 ) -> RunConfig:
@@ -136,6 +152,7 @@ def load_config(recipe: str | Path = "tiny", *, regime: str | None = None, overr
     return resolve_config(options)[0]
 
 
+@as_one_command
 def train(recipe_or_config: str | Path | RunConfig = "tiny", *, regime: str | None = None,
           overrides: Overrides = None, output_dir: str | Path | None = None, max_steps: int | None = None,
           reward_funcs: Sequence[str | Callable[..., Any]] | None = None, resume: bool = False,
@@ -145,7 +162,8 @@ def train(recipe_or_config: str | Path | RunConfig = "tiny", *, regime: str | No
     ``recipe_or_config``: a pool name, a recipe path or a :class:`RunConfig` (:func:`load_config`).
     ``overrides``: ``--set`` settings as a mapping or ``KEY=VALUE`` strings. ``reward_funcs``: import
     paths or callables (``task.reward_funcs``; a lambda or closure is shipped by value). ``progress=False``: print
-    nothing. ``allow_code`` (``--allow-code``): modules a resumed run folder's config names that you accept.
+    nothing. ``allow_code`` (``--allow-code``): modules a resumed run folder's config names that you accept (for this
+    call only).
     A run that fails raises :class:`~mutualrl.errors.MutualRLError` naming its folder; a run stopped by Ctrl-C
     raises ``KeyboardInterrupt`` (a sweep's ``except MutualRLError`` must not go on to its next configuration).
     """
@@ -184,6 +202,7 @@ def read_run(run_dir: str | Path) -> RunResult:
                      metrics=[row for _, row in read_metric_rows(paths.metrics)[0]])
 
 
+@as_one_command
 def evaluate(target: str | Path | RunResult, suite: str | None = None, *, limit: int | None = None,
              split: str | None = None, source: str | None = None, max_new_tokens: int | None = None,
              device: str = "auto", progress: bool = True,
@@ -193,7 +212,8 @@ def evaluate(target: str | Path | RunResult, suite: str | None = None, *, limit:
     a pool or models; returns ``{"reward@1": {model: value}, "results": [...], "meta": {...}}``.
     ``reward_funcs`` (``--reward-funcs``): score with these instead, as :func:`train` takes them (a run trained
     with a lambda or closure is scored by passing it again: nothing is loaded from the run folder).
-    ``allow_code`` (``--allow-code``): modules the run folder's config names that you accept to import."""
+    ``allow_code`` (``--allow-code``): modules the run folder's config names that you accept to import (for
+    this call only)."""
     from rich.console import Console
 
     from mutualrl.cli.eval_cmd import run_eval_command

@@ -15,7 +15,8 @@ import hashlib
 import importlib.machinery
 import os
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,19 @@ _NAMED_BY_COMMAND: set[str] = set()
 def accept_code(modules: Iterable[str]) -> None:
     """The command running now names ``modules``: a run folder's config may name them too."""
     _NAMED_BY_COMMAND.update(str(module).strip() for module in modules if str(module).strip())
+
+
+@contextmanager
+def one_command() -> Iterator[None]:
+    """A block that is one command: the modules accepted inside it (:func:`accept_code`) are forgotten when it
+    ends. A CLI process runs one command; a Python API call is one too, so a module one call accepted is not
+    accepted by the next call in the same process (a run folder read later names its own)."""
+    before = set(_NAMED_BY_COMMAND)
+    try:
+        yield
+    finally:
+        _NAMED_BY_COMMAND.clear()
+        _NAMED_BY_COMMAND.update(before)
 
 
 def named_by_command(module: str) -> bool:
