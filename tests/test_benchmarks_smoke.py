@@ -152,3 +152,21 @@ def test_same_behaviour_dry_runs(tmp_path: Path) -> None:
     dry = json.loads((tmp_path / "same_behaviour.json").read_text())["dry"]
     assert set(dry) == {"tiny", "2qwen-sgt-gpus8", "2qwen-sgt-gpus8-nodes2", "3qwen-gpus8"}
     assert all(e["rc"] == [0, 0] and e["text_same"] and e["plan_same"] for e in dry.values())
+
+
+def test_suite_cpu(tmp_path: Path) -> None:
+    """The suite's CPU by kind of process: a test file whose test starts a child process, run under the script."""
+    (tmp_path / "test_starts_a_child.py").write_text(
+        "import subprocess, sys\n\ndef test_child():\n"
+        "    assert subprocess.run([sys.executable, '-c', 'sum(range(10**6))']).returncode == 0\n")
+    log = tmp_path / "cpu.jsonl"
+    out = run_script("suite_cpu.py", "--log", str(log), "--", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                     str(tmp_path / "test_starts_a_child.py"))
+    assert "pytest exit code 0" in out, out
+    kinds = {line.split(None, 4)[-1] for line in out.splitlines() if line[:8].strip().isdigit()}
+    assert "-c" in kinds and any(kind.startswith("pytest") for kind in kinds), out
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    child = [r for r in rows if r["argv"] == ["-c"]]
+    assert len(child) == 1 and "test_starts_a_child.py::test_child" in child[0]["test"], rows
+    again = run_script("suite_cpu.py", "--log", str(log), "--report")
+    assert again.splitlines()[0] == out.split("log: ")[1].splitlines()[1], again
