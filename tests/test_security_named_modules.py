@@ -215,3 +215,19 @@ def test_a_module_one_api_call_accepts_is_not_accepted_by_the_next(installed) ->
             recorded_code.accept_code(["other"])
         assert recorded_code.named_by_command("fx_mod") and not recorded_code.named_by_command("other")
     assert not recorded_code.named_by_command("fx_mod")
+
+
+def test_evaluate_of_a_result_train_returned_accepts_what_that_train_call_accepted(installed, monkeypatch) -> None:
+    """``mutualrl.evaluate(result)`` of a run this process trained: the code that ``train`` call accepted (its reward
+    functions) is accepted for the evaluation, and only then; a result read back from the folder brings none."""
+    from mutualrl import api
+    from mutualrl.cli import eval_cmd
+
+    paths, _, _ = installed
+    seen = []
+    monkeypatch.setattr(eval_cmd, "run_eval_command", lambda *a, **k: (seen.append(
+        recorded_code.named_by_command("fx_mod")) or [], {}))
+    trained = api.RunResult(run_dir=paths.root, summary={}, models={}, metrics=[], accepted_code=("fx_mod",))
+    api.evaluate(trained, progress=False)
+    api.evaluate(api.RunResult(run_dir=paths.root, summary={}, models={}, metrics=[]), progress=False)
+    assert seen == [True, False] and not recorded_code.named_by_command("fx_mod")

@@ -42,6 +42,10 @@ class RunResult:
     summary: dict[str, Any]
     models: dict[str, Path]
     metrics: list[dict[str, Any]] = field(repr=False)
+    accepted_code: tuple[str, ...] = field(default=(), repr=False)
+    """The modules the :func:`train` call that returned this result accepted (its reward functions, overrides and
+    recipe naming code): :func:`evaluate` of this result accepts them again. None from :func:`read_run`: a folder
+    read back vouches for no code."""
 
     def rows(self, kind: str = "train", policy: str | None = None) -> list[dict[str, Any]]:
         """Metrics rows of one kind (``train`` or ``eval``), optionally of one policy."""
@@ -184,7 +188,11 @@ def train(recipe_or_config: str | Path | RunConfig = "tiny", *, regime: str | No
         raise KeyboardInterrupt(f"training interrupted; {run_dir} is resumable (resume=True)")
     if code != 0:
         raise MutualRLError(f"training failed (exit code {code}); see {run_dir}/run.json and {run_dir}/logs/")
-    return read_run(run_dir)
+    from mutualrl.config.recorded_code import accepted_by_command
+
+    result = read_run(run_dir)
+    result.accepted_code = tuple(sorted(accepted_by_command()))
+    return result
 
 
 def read_run(run_dir: str | Path) -> RunResult:
@@ -213,13 +221,15 @@ def evaluate(target: str | Path | RunResult, suite: str | None = None, *, limit:
     ``reward_funcs`` (``--reward-funcs``): score with these instead, as :func:`train` takes them (a run trained
     with a lambda or closure is scored by passing it again: nothing is loaded from the run folder).
     ``allow_code`` (``--allow-code``): modules the run folder's config names that you accept to import (for
-    this call only)."""
+    this call only); a :class:`RunResult` that :func:`train` returned brings the code that call accepted."""
     from rich.console import Console
 
     from mutualrl.cli.eval_cmd import run_eval_command
     from mutualrl.config.recorded_code import accept_code
 
     accept_code(allow_code)
+    if isinstance(target, RunResult):  # trained by this process: the code its train call accepted
+        accept_code(target.accepted_code)
 
     name = str(target.run_dir if isinstance(target, RunResult) else target)
     log = Console() if progress else Console(file=io.StringIO())

@@ -50,6 +50,11 @@ def one_command() -> Iterator[None]:
         _NAMED_BY_COMMAND.update(before)
 
 
+def accepted_by_command() -> frozenset[str]:
+    """The modules the command running now accepted so far (not those of :data:`ALLOW_CODE_ENV`)."""
+    return frozenset(_NAMED_BY_COMMAND)
+
+
 def named_by_command(module: str) -> bool:
     """Whether the command running now names ``module`` (or the user's environment does). mutualrl's own modules
     are no exception: none is named by a recipe, and one called as a reward function is code all the same."""
