@@ -35,7 +35,8 @@ def process_kind(row: dict) -> str:
         return "policy worker"
     if argv and (argv[0].endswith("mutualrl/__main__.py") or argv[0].endswith("bin/mutualrl")):
         return f"mutualrl {argv[1] if len(argv) > 1 else ''}".strip()
-    if "pytest" in joined or argv == ["-c"] and row.get("xdist") and not row["test"]:
+    started_as_pytest = bool(argv) and (argv[0].endswith("pytest/__main__.py") or Path(argv[0]).name == "pytest")
+    if started_as_pytest or argv == ["-c"] and row.get("xdist") and not row["test"]:  # xdist's workers: `-c`
         return "pytest (controller and xdist workers: the tests run in-process)"
     if "torch/distributed/run.py" in joined or "torch.distributed.run" in joined:
         return "torchrun"
