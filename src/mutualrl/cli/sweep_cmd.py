@@ -40,14 +40,21 @@ def sweep(
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Runs at once on this machine (each run's policies "
                              "share its cores: jobs x policies <= cores)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Say what each run would do (reuse, resume, train) and "
-                                 "its train command; start nothing."),
+                                 "its train command (with --slurm: the job array's resources too); start nothing."),
     slurm: bool = typer.Option(False, "--slurm", help="Submit the runs as one Slurm job array (submitit) instead "
                                "of running them here; the sweep folder must be on a filesystem the nodes share."),
     slurm_partition: str | None = typer.Option(None, "--slurm-partition", show_default=False,
                                                help="--slurm: the partition."),
     slurm_time: int = typer.Option(240, "--slurm-time", min=1, help="--slurm: minutes per run."),
-    slurm_gpus: int = typer.Option(0, "--slurm-gpus", min=0, help="--slurm: GPUs per run."),
-    slurm_cpus: int = typer.Option(4, "--slurm-cpus", min=1, help="--slurm: CPU cores per run."),
+    slurm_gpus: int | None = typer.Option(None, "--slurm-gpus", min=0, show_default=False,
+                                          help="--slurm: GPUs per run. Default: what the runs ask for (launch.gpus, "
+                                          "a device map; 0 for a CPU pool); a GPU pool that names no count "
+                                          "(2qwen: DeepSpeed, vLLM) needs it given."),
+    slurm_cpus: int = typer.Option(4, "--slurm-cpus", min=1, help="--slurm: CPU cores per run (sbatch "
+                                   "--cpus-per-task)."),
+    slurm_mem: int | None = typer.Option(None, "--slurm-mem", min=1, show_default=False,
+                                         help="--slurm: memory per run in GB (sbatch --mem). Default: the "
+                                         "partition's."),
     slurm_parallel: int = typer.Option(8, "--slurm-parallel", min=1, help="--slurm: array tasks at once."),
     slurm_local: bool = typer.Option(False, "--slurm-local", help="--slurm: submitit's local executor (the same "
                                      "array as processes here; to try a submission without Slurm)."),
@@ -73,8 +80,9 @@ def sweep(
         grid=[*from_file["grid"], *parse_grid(grid)], pool=pool or DEFAULT_POOL, max_steps=max_steps,
         sets=[*from_file["set"], *overrides])
     check_regimes(spec.regimes)
-    raise typer.Exit(launch(spec, jobs, dry_run, slurm_options(slurm, slurm_partition, slurm_time, slurm_gpus,
-                                                               slurm_cpus, slurm_parallel, slurm_local)))
+    options = slurm_options(slurm, slurm_partition, slurm_time, slurm_gpus, slurm_cpus, slurm_mem, slurm_parallel,
+                            slurm_local)
+    raise typer.Exit(launch(spec, jobs, dry_run, options))
 
 
 def check_regimes(regimes: list[str]) -> None:
@@ -84,18 +92,22 @@ def check_regimes(regimes: list[str]) -> None:
         get_regime(regime, where="--regimes")
 
 
-def slurm_options(slurm: bool, partition: str | None, time_min: int, gpus: int, cpus: int, parallel: int,
-                  local: bool) -> object | None:
-    """The array's resources when --slurm is given (None: run here)."""
+def slurm_options(slurm: bool, partition: str | None, time_min: int, gpus: int | None, cpus: int, mem: int | None,
+                  parallel: int, local: bool) -> object | None:
+    """The array's resources when --slurm is given (None: run here; the --slurm-* options that need --slurm are
+    refused without it). GPUs None: what the runs ask for, decided when the sweep is planned."""
     from mutualrl.errors import UsageError
 
     if not slurm:
-        if local:
-            raise UsageError("--slurm-local: only with --slurm")
+        given = [name for name, value in (("--slurm-local", local), ("--slurm-gpus", gpus is not None),
+                                          ("--slurm-mem", mem is not None), ("--slurm-partition", partition))
+                 if value]
+        if given:
+            raise UsageError(f"{given[0]}: only with --slurm")
         return None
     from mutualrl.launch.sweep_slurm import SlurmOptions
 
-    return SlurmOptions(partition=partition, time_min=time_min, gpus_per_task=gpus, cpus_per_task=cpus,
+    return SlurmOptions(partition=partition, time_min=time_min, gpus_per_task=gpus, cpus_per_task=cpus, mem_gb=mem,
                         parallel=parallel, local=local)
 
 
@@ -105,7 +117,13 @@ def launch(spec: object, jobs: int, dry_run: bool, slurm: object | None) -> int:
     from mutualrl.launch.sweep import plan_sweep, run_sweep
 
     if dry_run:
-        points, states = plan_sweep(spec, console)  # type: ignore[arg-type]
+        if slurm is not None:  # the array's resources and cache, checked and said as a submission would
+            from mutualrl.launch.sweep_slurm import plan_array
+
+            states = plan_array(spec, slurm, console)[1]  # type: ignore[arg-type]
+            points = spec.points()  # type: ignore[attr-defined]
+        else:
+            points, states = plan_sweep(spec, console)  # type: ignore[arg-type]
         for point in points:
             console.print(f"  {point.name}: {states[point.name]}: "
                           f"{shlex.join(['mutualrl', 'train', *spec.argv(point, states[point.name] == 'resume')])}",  # type: ignore[attr-defined]

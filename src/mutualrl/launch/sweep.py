@@ -147,19 +147,27 @@ def train_command(spec: SweepSpec, point: SweepPoint, resume: bool) -> list[str]
     return [sys.executable, "-m", "mutualrl", "train", *spec.argv(point, resume)]
 
 
-def write_record(spec: SweepSpec, points: list[SweepPoint], states: dict[str, str]) -> None:
-    """``SWEEP/sweep.json``: the grid, where it was run from, and each run's train command (what a cluster job runs)."""
+def write_record(spec: SweepSpec, points: list[SweepPoint], states: dict[str, str],
+                 extra: dict[str, Any] | None = None) -> None:
+    """``SWEEP/sweep.json``: the grid, where it was run from, the asset cache, each run's train command (what a
+    cluster job runs), and ``extra`` (a cluster sweep's resources and the assets its runs read)."""
+    import os
+
+    cache = os.environ.get("MUTUALRL_CACHE")  # mutualrl.assets.cache.cache_dir's rule, without creating the folder
     write_json_atomic(spec.folder / SWEEP_RECORD, {
         "format": 1, "cwd": str(Path.cwd()), "regimes": spec.regimes, "seeds": spec.seeds,
+        "cache": {"folder": str(Path(cache).expanduser() if cache else Path.home() / ".cache" / "mutualrl")},
         "grid": {key: values for key, values in spec.grid}, "pool": spec.pool, "max_steps": spec.max_steps,
         "set": spec.sets, "runs": {p.name: {"regime": p.regime, "seed": p.seed, "set": list(p.sets),
                                             "state": states[p.name],
                                             "train": shlex.join(["mutualrl", "train", *spec.argv(p)])}
-                                   for p in points}})
+                                   for p in points}, **(extra or {})})
 
 
-def plan_sweep(spec: SweepSpec, console: Console) -> tuple[list[SweepPoint], dict[str, str]]:
-    """Every run's state, checked before anything starts (a changed run is refused here), and the record."""
+def plan_sweep(spec: SweepSpec, console: Console,
+               extra: dict[str, Any] | None = None) -> tuple[list[SweepPoint], dict[str, str]]:
+    """Every run's state, checked before anything starts (a changed run is refused here), and the record (with
+    ``extra``)."""
     points = spec.points()
     if len({p.name for p in points}) != len(points):
         raise UsageError("mutualrl sweep: two runs of the grid get the same folder name; give the grid's values "
@@ -167,7 +175,7 @@ def plan_sweep(spec: SweepSpec, console: Console) -> tuple[list[SweepPoint], dic
     spec.folder.mkdir(parents=True, exist_ok=True)
     with console.status("checking the sweep folder's runs ..."):
         states = {p.name: point_state(spec, p, console) for p in points}
-    write_record(spec, points, states)
+    write_record(spec, points, states, extra)
     counts = {state: sum(s == state for s in states.values()) for state in ("reused", "resume", "new")}
     console.print(f"[bold]mutualrl sweep[/] {len(points)} runs ({len(spec.regimes)} regimes x "
                   f"{len(points) // max(1, len(spec.regimes) * len(spec.seeds))} settings x {len(spec.seeds)} seeds) "

@@ -1,23 +1,28 @@
 """``mutualrl sweep --slurm``: the sweep's runs as one Slurm job array, submitted by submitit (one array task per
 run, at most ``--slurm-parallel`` at once), with the sweep folder as the only state the jobs share.
 
-The state of every run (reuse, resume, new) is decided here before anything is submitted, as on a laptop; each
-array task runs that run's ``mutualrl train`` command in the folder the sweep was started from. submitit's local
-executor runs the same array as processes on this machine (``--slurm-local``: how it is tested without Slurm).
+The state of every run (reuse, resume, new) is decided here before anything is submitted, as on a laptop; so are
+the resources each task asks for (GPUs: what the runs' settings ask for, :mod:`mutualrl.launch.sweep_needs`), shown
+before submission and recorded in ``sweep.json`` with the asset cache. Each array task checks its asset cache, then
+runs its run's ``mutualrl train`` command in the folder the sweep was started from. submitit's local executor runs
+the same array as processes on this machine (``--slurm-local``: how it is tested without Slurm).
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import subprocess
-from dataclasses import dataclass
+import sys
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
 from mutualrl.errors import UsageError
-from mutualrl.launch.sweep import SweepSpec, plan_sweep, train_command
+from mutualrl.launch.sweep import SweepPoint, SweepSpec, plan_sweep, train_command
+from mutualrl.launch.sweep_needs import cache_line, cache_record, run_configs, task_cache_env, task_gpus
 
 #: Where submitit keeps its job files (scripts, pickles, logs), inside the sweep folder.
 SLURM_DIR = "slurm"
@@ -29,9 +34,9 @@ class SlurmOptions:
 
     partition: str | None = None
     time_min: int = 240
-    gpus_per_task: int = 0
+    gpus_per_task: int | None = None  # None: what the runs ask for (sweep_needs.task_gpus); 0 when submitted as is
     cpus_per_task: int = 4
-    mem_gb: int | None = None
+    mem_gb: int | None = None  # None: the partition's default
     parallel: int = 8  # array tasks running at once
     local: bool = False  # submitit's local executor instead of sbatch
 
@@ -49,7 +54,7 @@ def executor_for(folder: Path, options: SlurmOptions) -> Any:
         raise UsageError(f"--slurm: {err} Submit from a Slurm login node, try the array here with --slurm-local, or "
                          "run without --slurm") from None
     parameters: dict[str, Any] = {"timeout_min": options.time_min, "cpus_per_task": options.cpus_per_task,
-                                  "gpus_per_node": options.gpus_per_task, "tasks_per_node": 1, "nodes": 1,
+                                  "gpus_per_node": options.gpus_per_task or 0, "tasks_per_node": 1, "nodes": 1,
                                   "name": f"mutualrl-sweep-{folder.name}", "slurm_array_parallelism": options.parallel}
     if options.partition:
         parameters["slurm_partition"] = options.partition
@@ -59,32 +64,69 @@ def executor_for(folder: Path, options: SlurmOptions) -> Any:
     return executor
 
 
-def train_job(command: list[str], cwd: str) -> int:
-    """One array task: the run's ``mutualrl train`` in the sweep's working directory; a failure fails the task."""
-    done = subprocess.run(command, cwd=cwd, check=False)
+def resources_line(tasks: int, options: SlurmOptions) -> str:
+    """The job array's resources in one line, as submitted (the dry run shows the same)."""
+    memory = f"{options.mem_gb} GB memory" if options.mem_gb else "the partition's default memory"
+    at_once = max(1, min(options.parallel, tasks))  # submitit caps the array's parallelism at its size
+    return (f"job array: {tasks} task{'s' if tasks != 1 else ''} (at most {at_once} at once), each "
+            f"{options.gpus_per_task or 0} GPU{'s' if options.gpus_per_task != 1 else ''}, {options.cpus_per_task} "
+            f"CPUs, {memory}, {options.time_min} min, partition {options.partition or '(the default)'}"
+            f"{'; submitit local executor' if options.local else ''}")
+
+
+def train_job(command: list[str], cwd: str, cache: dict[str, Any] | None = None) -> int:
+    """One array task: its asset cache checked against the sweep's ``cache`` record (a cache that lacks the runs'
+    assets refuses the task in one line, before anything), then the run's ``mutualrl train`` in the sweep's working
+    directory; a failure fails the task."""
+    env = None
+    if cache is not None:
+        try:
+            env, note = task_cache_env(cache, os.environ)
+        except UsageError as err:
+            print(f"mutualrl sweep: {err}", file=sys.stderr, flush=True)
+            raise
+        if note:
+            print(f"mutualrl sweep: {note}", file=sys.stderr, flush=True)
+    done = subprocess.run(command, cwd=cwd, check=False, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"{shlex.join(command)} exited {done.returncode}")
     return done.returncode
 
 
-def submit_array(spec: SweepSpec, commands: list[list[str]], options: SlurmOptions) -> list[Any]:
-    """One job array of ``commands`` (each a run's train command); the submitted jobs, in order."""
+def submit_array(spec: SweepSpec, commands: list[list[str]], options: SlurmOptions,
+                 cache: dict[str, Any] | None = None) -> list[Any]:
+    """One job array of ``commands`` (each a run's train command, each task checking ``cache`` first); the
+    submitted jobs, in order."""
     executor = executor_for(spec.folder, options)
     cwd = str(Path.cwd())
     with executor.batch():
-        jobs = [executor.submit(train_job, command, cwd) for command in commands]
+        jobs = [executor.submit(train_job, command, cwd, cache) for command in commands]
     return jobs
 
 
-def submit_sweep(spec: SweepSpec, options: SlurmOptions, console: Console) -> list[Any]:
-    """Decide each run's state, then submit the runs that are not finished as one array."""
-    points, states = plan_sweep(spec, console)
+def plan_array(spec: SweepSpec, options: SlurmOptions,
+               console: Console) -> tuple[list[SweepPoint], dict[str, str], SlurmOptions, dict[str, Any]]:
+    """Before anything is submitted: the GPUs each task needs (``--slurm-gpus`` checked), the asset cache, each
+    run's state; all recorded in ``sweep.json`` and the array's resources and cache said. Returns the runs to
+    submit, every run's state, the options as submitted, and the cache record."""
+    configs = run_configs(spec)
+    options = replace(options, gpus_per_task=task_gpus(configs, options.gpus_per_task, spec.pool))
+    cache = cache_record(configs)
+    points, states = plan_sweep(spec, console, extra={"cache": cache, "slurm": asdict(options)})
     todo = [p for p in points if states[p.name] != "reused"]
+    console.print(resources_line(len(todo), options), highlight=False, soft_wrap=True, markup=False)
+    console.print(cache_line(cache), highlight=False, soft_wrap=True, markup=False)
+    return todo, states, options, cache
+
+
+def submit_sweep(spec: SweepSpec, options: SlurmOptions, console: Console) -> list[Any]:
+    """Decide each run's state and the array's resources, then submit the runs that are not finished as one array."""
+    todo, states, options, cache = plan_array(spec, options, console)
     if not todo:
         console.print("every run of the sweep finished; nothing to submit", highlight=False)
         return []
     commands = [train_command(spec, p, states[p.name] == "resume") for p in todo]
-    jobs = submit_array(spec, commands, options)
+    jobs = submit_array(spec, commands, options, cache)
     first = str(jobs[0].job_id).split("_")[0]
     console.print(f"submitted job array {first} ({len(jobs)} runs, at most {options.parallel} at once); submitit's "
                   f"files: {spec.folder / SLURM_DIR}; when it is done: mutualrl report {shlex.quote(str(spec.folder))}"

@@ -1,0 +1,138 @@
+"""What the runs of a cluster sweep need from each array task: GPUs, and the asset cache they were planned with.
+
+- **GPUs**: a run uses ``launch.gpus`` GPUs when its settings say so (or as many as its ``launch.device_map``
+  names), else every GPU its machine shows (``mutualrl train``'s placement, :mod:`mutualrl.launch.plan`). A pool
+  whose settings only a GPU serves as meant (``launch.deepspeed``, ``grpo.use_vllm``, ``grpo.bf16``/``fp16``: the
+  GPU recipes) but which names no count leaves the count to the submission: ``--slurm-gpus`` must then be given.
+- **The asset cache** (``$MUTUALRL_CACHE``): the folder the sweep was submitted with, and the assets there the runs
+  read (the ``builtin:`` models, e.g. ``models/tiny-bpe-<hash>``), are recorded in ``sweep.json``; each array task
+  checks the cache it would use before its run starts (:func:`task_cache_env`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mutualrl.errors import UsageError
+
+#: The environment variable that names the asset cache (mutualrl.assets.cache.cache_dir).
+CACHE_VARIABLE = "MUTUALRL_CACHE"
+
+
+def run_configs(spec: Any) -> list[Any]:
+    """One resolved config per regime x grid setting of ``spec`` (a seed changes neither GPUs nor assets)."""
+    from mutualrl.launch.sweep import resolved_config
+
+    seen: dict[tuple[str, tuple[str, ...]], Any] = {}
+    for point in spec.points():
+        key = (point.regime, point.sets)
+        if key not in seen:
+            seen[key] = resolved_config(spec, point)
+    return list(seen.values())
+
+
+def gpu_settings(config: Any) -> list[str]:
+    """The settings of ``config`` that put a run on GPUs (empty: a CPU run)."""
+    grpo = [config.grpo, *[policy.grpo for policy in config.pool.policies]]
+    found = [f"launch.deepspeed={config.launch.deepspeed}"] if config.launch.deepspeed != "none" else []
+    for key in ("use_vllm", "bf16", "fp16"):
+        if any(fields.get(key) for fields in grpo):
+            found.append(f"grpo.{key}=true")
+    return found
+
+
+def gpu_need(config: Any) -> int | None:
+    """GPUs one run of ``config`` asks for: ``launch.gpus``, else the device map's, else 0 for a CPU run; None: a
+    GPU run that takes whatever its machine shows."""
+    launch = config.launch
+    if launch.nodes > 1:
+        raise UsageError(f"mutualrl sweep --slurm: launch.nodes={launch.nodes}: each array task is one machine; run a "
+                         "pool over several machines with examples/slurm/two-nodes.sbatch")
+    if launch.gpus is not None:
+        return launch.gpus
+    if launch.device_map:
+        return 1 + max((device for devices in launch.device_map.values() for device in devices), default=-1)
+    return None if gpu_settings(config) else 0
+
+
+def task_gpus(configs: list[Any], given: int | None, pool: str) -> int:
+    """``--slurm-gpus`` checked against what the runs ask for; when not given, what they ask for. A GPU pool that
+    names no count, or fewer GPUs than a run asks for, is refused in one line naming the option."""
+    needs = [(gpu_need(config), config) for config in configs]
+    wanted = max((need for need, _ in needs if need is not None), default=0)
+    open_ended = [config for need, config in needs if need is None]
+    why = ", ".join(gpu_settings(open_ended[0])) if open_ended else ""
+    if given is None and open_ended:
+        raise UsageError(f"--slurm-gpus: the runs of pool {pool} train on GPUs ({why}) and name no count; give "
+                         "--slurm-gpus N (each run uses every GPU its task gets) or --set launch.gpus=N")
+    if given is None:
+        return wanted
+    if given < wanted:
+        raise UsageError(f"--slurm-gpus {given}: the runs ask for {wanted} GPUs each (launch.gpus or "
+                         f"launch.device_map); give --slurm-gpus {wanted} or more")
+    if given == 0 and open_ended:
+        raise UsageError(f"--slurm-gpus 0: the runs of pool {pool} train on GPUs ({why}); give --slurm-gpus N "
+                         "(N >= 1), or --set launch.gpus=0 to run them on CPUs")
+    return given
+
+
+def needed_assets(configs: list[Any]) -> list[str]:
+    """The cache folders (relative to the cache) of the ``builtin:`` models the runs read."""
+    from mutualrl.assets.cache import cache_dir
+    from mutualrl.pools.builtin import get_builtin
+    from mutualrl.pools.loading import BUILTIN_PREFIX
+
+    root = cache_dir()
+    names = sorted({policy.model[len(BUILTIN_PREFIX):] for config in configs for policy in config.pool.policies
+                    if policy.model.startswith(BUILTIN_PREFIX)})
+    return [str(get_builtin(name).folder().relative_to(root)) for name in names]
+
+
+def cache_record(configs: list[Any]) -> dict[str, Any]:
+    """``sweep.json``'s ``cache``: the asset cache this process uses, the assets the runs read, those it lacks."""
+    from mutualrl.assets.cache import cache_dir
+
+    root = cache_dir()
+    assets = needed_assets(configs)
+    return {"folder": str(root), "assets": assets, "missing": [a for a in assets if not (root / a).exists()]}
+
+
+def cache_line(record: Mapping[str, Any]) -> str:
+    """What the submission says of the cache its array tasks will use."""
+    where = f"asset cache {record['folder']} ({CACHE_VARIABLE}; each array task uses it, or refuses another " \
+            "that lacks the runs' assets)"
+    if record["missing"]:
+        return (f"{where}: it lacks {', '.join(record['missing'])}, which the first task builds there (minutes); "
+                "`mutualrl assets fetch` builds them once beforehand")
+    return f"{where}: it holds the runs' assets ({', '.join(record['assets']) or 'none needed'})"
+
+
+def task_cache_env(record: Mapping[str, Any], environ: Mapping[str, str]) -> tuple[dict[str, str], str | None]:
+    """An array task's environment for its run, and a line to say (None: nothing to say).
+
+    No ``$MUTUALRL_CACHE``: the sweep's cache is set. Another folder that holds every asset the runs read is used
+    (said); one that lacks any is refused (``UsageError``, one line), and so is the sweep's own folder when this
+    machine does not have it. The sweep's folder lacking an asset: the task builds it there (said)."""
+    recorded = Path(record["folder"])
+    env = dict(environ)
+    given = environ.get(CACHE_VARIABLE)
+    if not given:
+        env[CACHE_VARIABLE] = str(recorded)
+    folder = Path(given).expanduser() if given else recorded
+    lacking = [asset for asset in record.get("assets", []) if not (folder / asset).exists()]
+    same = os.path.realpath(folder) == os.path.realpath(recorded)
+    if not same and lacking:
+        raise UsageError(f"{CACHE_VARIABLE}={given} is not the sweep's asset cache {recorded} and lacks "
+                         f"{', '.join(lacking)}: unset it in the job's environment (the task then uses {recorded}) "
+                         "or point it at that folder")
+    if not same:
+        return env, f"{CACHE_VARIABLE}={given}, not the sweep's asset cache {recorded}: it holds the runs' assets"
+    if lacking and not recorded.is_dir():
+        raise UsageError(f"the sweep's asset cache {recorded} is not on this machine: put it on a filesystem the "
+                         f"nodes share, or set {CACHE_VARIABLE} to a cache here holding {', '.join(lacking)}")
+    if lacking:
+        return env, f"the asset cache {recorded} lacks {', '.join(lacking)}: this task builds them there (minutes)"
+    return env, None
