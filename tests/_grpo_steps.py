@@ -40,12 +40,12 @@ def main() -> int:
     config = GRPOConfig(**{**grpo, "save_strategy": "no"})  # the plan's arguments, output_dir included
     prompts = Dataset.from_dict({"prompt": [f"{i} plus {i} is" for i in range(64)]})
 
-    def reward_length(completions, **_):
-        return [float(len(c)) for c in completions]
+    def reward_alternating(completions, **_):  # both values in every group, whatever the model samples
+        return [float(i % 2) for i in range(len(completions))]
 
     trainer = GRPOTrainer(
         model=model_dir,
-        reward_funcs=reward_length,
+        reward_funcs=reward_alternating,
         args=config,
         train_dataset=prompts,
         processing_class=tokenizer,
