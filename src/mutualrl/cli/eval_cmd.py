@@ -88,7 +88,7 @@ def run_eval_command(
                              batch_size=batch_size, max_prompt_tokens=max_prompt_tokens, reward_funcs=reward_funcs,
                              group_column=group_column)
     tasks, scoring = settings.tasks, settings.scoring
-    own = run_held_out(chosen, tasks, split=split, source=source, limit=limit)
+    own = run_held_out(chosen, tasks, split=split, source=source, limit=limit, log=log)
     with log.status(f"loading {', '.join(tasks)} prompts ..."):
         examples = own if own is not None else load_suite(tasks, split=split, source=settings.source, limit=limit,
                                                           task_config=recipe.task if recipe is not None else None)
@@ -290,10 +290,11 @@ def recipe_scoring(recipe: Any, tasks: list[str], verifier: str) -> Any:
 
 
 def run_held_out(chosen: Any, tasks: list[str], *, split: str | None, source: str | None,
-                 limit: int | None) -> list[Any] | None:
+                 limit: int | None, log: Any = None) -> list[Any] | None:
     """A run folder's own held-out prompts (``RUN/data/eval.jsonl``, what its validation scored), when its own
-    task is evaluated without another ``--source`` or ``--split``; None otherwise. A changed data copy is refused
-    (and a user module that is not what the run recorded, as its config was read: config/recorded_code.py)."""
+    task is evaluated without another ``--source`` or ``--split``; None otherwise. A ``limit`` beyond them is
+    :func:`beyond_held_out`'s (said in one line on ``log``). A changed data copy is refused (and a user module that
+    is not what the run recorded, as its config was read: config/recorded_code.py)."""
     if chosen.run_folder is None:
         return None
     from mutualrl.launch.rundir.inputs import held_out_copy
@@ -302,7 +303,41 @@ def run_held_out(chosen: Any, tasks: list[str], *, split: str | None, source: st
     paths = RunPaths(chosen.run_folder)
     if source is not None or split is not None or tasks != [chosen.recipe.task.name]:
         return None
-    return held_out_copy(paths, limit) or None
+    own = held_out_copy(paths, None)
+    if not own or limit is None or limit <= len(own):
+        return own[:limit] or None
+    return beyond_held_out(chosen.recipe, own, limit, chosen.run_folder, log or console)
+
+
+def beyond_held_out(recipe: Any, own: list[Any], limit: int, run_folder: Path, log: Any) -> list[Any]:
+    """``--limit N`` above the run's own held-out prompts: when the run validated on the first ``validation.limit``
+    (else ``task.eval_limit``) prompts of its task's held-out split, the first N of that split, read from the run's
+    ``task.source`` (the run's own come first: a source that now begins otherwise is refused in one line naming
+    ``--split``); else the run's own, all of the split there is. Said in one line either way."""
+    from mutualrl.tasks.registry import task_from_config
+
+    cut = recipe.validation.limit if recipe.validation.limit is not None else recipe.task.eval_limit
+    name, split = recipe.task.name, recipe.task.eval_split
+    if cut is None or cut >= limit:
+        log.print(f"eval: --limit {limit}: {run_folder} holds {len(own)} held-out prompts, all of {name}'s {split} "
+                  "split within task.max_prompt_tokens; scoring them", highlight=False, soft_wrap=True, markup=False)
+        return own
+    rows = task_from_config(recipe.task).load(split, recipe.task.source, limit)
+    if not begins_with(rows[:cut], own):
+        raise UsageError(f"--limit {limit}: {run_folder} validated on {len(own)} held-out prompts, and "
+                         f"{recipe.task.source or name} no longer begins its {split} split with them (changed since "
+                         f"the run); score the split as it is now with --split {split}, or the run's own with "
+                         f"--limit {len(own)}")
+    log.print(f"eval: --limit {limit} is more than the {len(own)} held-out prompts {run_folder} validated on "
+              f"(validation.limit {cut}): scoring the first {len(rows)} of {name}'s {split} split, the run's own "
+              "first", highlight=False, soft_wrap=True, markup=False)
+    return rows
+
+
+def begins_with(rows: list[Any], own: list[Any]) -> bool:
+    """``own`` (a run's held-out copy: a length filter dropped some) is ``rows`` in order, less some rows."""
+    remaining = iter((row.prompt, str(row.answer)) for row in rows)
+    return all(any(item == (kept.prompt, str(kept.answer)) for item in remaining) for kept in own)
 
 
 def print_nothing(message: str) -> None:
@@ -419,7 +454,10 @@ def eval_command(
                                  "model, with the run's settings), or comma-separated models (builtin:NAME, local "
                                  "folders such as RUN/policies/NAME/checkpoint-N, hub ids)."),
     suite: str | None = typer.Option(None, "--suite", help=SUITE_HELP, show_default=False),
-    limit: int | None = typer.Option(None, "--limit", min=1, help="Evaluate at most this many prompts per task."),
+    limit: int | None = typer.Option(
+        None, "--limit", min=1, help="Evaluate at most this many prompts per task. A run folder on its own task: "
+        "the held-out prompts its validation scored first; a limit beyond them scores the first N of the task's "
+        "held-out split, read from the run's task.source (said in one line).", show_default=False),
     split: str | None = typer.Option(
         None, "--split", help="Split of every task (default: each task's evaluation split; MATH: test500).",
         show_default=False),
