@@ -162,3 +162,27 @@ def test_an_array_task_checks_its_cache_before_its_run(tmp_path: Path, monkeypat
     lines = [line for line in capfd.readouterr().err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"mutualrl sweep: MUTUALRL_CACHE={tmp_path / 'elsewhere'} is "
                                                    "not the sweep's asset cache")
+
+
+@pytest.mark.slow
+def test_submitits_local_executor_task_refuses_another_cache(user_folder: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The array as submitit's local executor runs it: a task whose MUTUALRL_CACHE names a folder without the runs'
+    models fails before its run starts, its log ending in the one line that says why."""
+    from submitit.core.utils import FailedJobError
+
+    from mutualrl.launch.sweep import SweepSpec, train_command
+    from mutualrl.launch.sweep_slurm import SlurmOptions, submit_array
+
+    spec = SweepSpec(user_folder / "sw", ["standalone"], [1], max_steps=1, sets=USER_TASK)
+    commands = [[*train_command(spec, point, resume=False), "--dry-run"] for point in spec.points()]
+    record = {"folder": str(user_folder / "cache"), "assets": ["models/tiny-bpe-0"]}
+    monkeypatch.setenv("MUTUALRL_CACHE", str(user_folder / "elsewhere"))
+    [job] = submit_array(spec, commands, SlurmOptions(local=True, time_min=5), record)
+    with pytest.raises(FailedJobError):
+        job.result()
+    said = [line for line in job.stderr().splitlines() if line.startswith("mutualrl sweep:")]
+    assert said == [f"mutualrl sweep: MUTUALRL_CACHE={user_folder / 'elsewhere'} is not the sweep's asset cache "
+                    f"{user_folder / 'cache'} and lacks models/tiny-bpe-0: unset it in the job's environment (the task "
+                    f"then uses {user_folder / 'cache'}) or point it at that folder"]
+    assert not (user_folder / "sw" / "standalone-seed1").exists()
