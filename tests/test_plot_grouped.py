@@ -49,7 +49,7 @@ def test_the_figure_legend_title_and_caption(sweep: Path, tmp_path: Path) -> Non
     with Image.open(figure) as image:
         assert 900 <= image.size[0] <= 1100  # 3.35 in at 300 dpi, cropped to what is drawn
     caption = (tmp_path / "figs" / "heldout_reward_by_regime.caption.txt").read_text()
-    assert "standalone n = 3, prp n = 3, sgt n = 3" in caption and "band: 95% percentile bootstrap" in caption
+    assert "standalone n = 3, prp n = 3, sgt n = 3" in caption and "band: 95% Student t interval" in caption
     assert "no smoothing" in caption and "pool tiny, task dataset, 3 steps" in caption
 
 

@@ -1,11 +1,10 @@
 """`mutualrl report`: fake finished runs (tests/report_fakes.py) grouped, checked and put in every format; the
-mean, SD and interval recomputed by hand from the eval JSONs."""
+mean, SD, t interval, sign-flip p and P(improve) recomputed by hand from the eval JSONs."""
 
 from __future__ import annotations
 
 import csv
 import io
-import itertools
 import json
 import statistics
 from pathlib import Path
@@ -36,11 +35,14 @@ def sweep(tmp_path: Path) -> Path:
     return tmp_path / "sweep"
 
 
-def exact_percentile_interval(values: list[float]) -> tuple[float, float]:
-    """The percentile bootstrap's 95 % interval of the mean without sampling: every one of the n^n resamples."""
-    means = [statistics.fmean(draw) for draw in itertools.product(values, repeat=len(values))]
-    low, high = np.percentile(means, [2.5, 97.5], method="inverted_cdf")  # every resample equally likely
-    return float(low), float(high)
+#: Student's t 0.975 quantile with 2 degrees of freedom, from a printed table (not from scipy).
+T_975_DF2 = 4.302652729749464
+
+
+def t_interval_by_hand(values: list[float]) -> tuple[float, float]:
+    mean = statistics.fmean(values)
+    half = T_975_DF2 * statistics.stdev(values) / len(values) ** 0.5
+    return mean - half, mean + half
 
 
 def test_mean_sd_and_interval_recomputed_by_hand_from_the_eval_jsons(sweep: Path) -> None:
@@ -56,27 +58,26 @@ def test_mean_sd_and_interval_recomputed_by_hand_from_the_eval_jsons(sweep: Path
     assert row.stats.n == 3
     assert row.stats.mean == pytest.approx(sum(by_hand) / 3)
     assert row.stats.sd == pytest.approx((sum((v - sum(by_hand) / 3) ** 2 for v in by_hand) / 2) ** 0.5)
-    low, high = exact_percentile_interval(by_hand)
-    assert row.stats.ci95 == pytest.approx((low, high), abs=0.02)
+    assert row.stats.ci95 == pytest.approx(t_interval_by_hand(by_hand))
     assert row.stats.iqm is None and "n = 3" in row.stats.note  # too few to trim; said plainly
     paired = row.vs_baseline
     base = [sum(SCORES["standalone"][s]) / 6 for s in (1, 2, 3)]
-    assert paired.differences == pytest.approx([a - b for a, b in zip(by_hand, base, strict=True)])
-    assert paired.mean_difference == pytest.approx(statistics.fmean(paired.differences))
-    # every sgt run beats every standalone run here: rliable's P(X > Y) is 1
-    assert paired.probability_of_improvement == pytest.approx(1.0)
+    differences = [a - b for a, b in zip(by_hand, base, strict=True)]
+    assert paired.differences == pytest.approx(differences)
+    assert paired.mean_difference == pytest.approx(statistics.fmean(differences))
+    assert paired.ci95 == pytest.approx(t_interval_by_hand(differences))
+    # three positive differences: of the 8 sign patterns, all-plus and all-minus are as far from 0 -> 2/8
+    assert paired.p_sign_flip == pytest.approx(0.25)
+    assert paired.probability_of_improvement == pytest.approx(1.0)  # every pair improved
 
 
-def test_the_vectorised_probability_of_improvement_is_rliables() -> None:
+def test_the_iqm_is_rliables_from_four_runs(tmp_path: Path) -> None:
     from rliable import metrics
 
-    from mutualrl.evaluation.report_stats import improvement_of
-
-    rng = np.random.default_rng(0)
-    for _ in range(20):
-        x, y = rng.integers(0, 4, size=5) / 4, rng.integers(0, 4, size=4) / 4
-        assert improvement_of(x, y) == pytest.approx(metrics.probability_of_improvement(x.reshape(-1, 1),
-                                                                                         y.reshape(-1, 1)))
+    for seed, scores in enumerate(([1, 0], [1, 1], [0, 0], [1, 0], [0, 1]), start=1):
+        write_finished_run(tmp_path / f"sgt-{seed}", "sgt", seed, {"tiny-bpe": scores})
+    row = build_report([tmp_path]).rows[0]
+    assert row.stats.iqm == pytest.approx(metrics.aggregate_iqm(np.asarray(row.values).reshape(-1, 1)))
 
 
 def test_task_groups_come_from_the_same_validation_step(sweep: Path) -> None:
@@ -116,7 +117,7 @@ def test_one_run_per_group_says_no_interval_is_possible(tmp_path: Path) -> None:
     write_finished_run(tmp_path / "s", "sgt", 1, {"tiny-bpe": [1, 0]})
     write_finished_run(tmp_path / "b", "standalone", 1, {"tiny-bpe": [0, 0]})
     row = next(r for r in build_report([tmp_path]).rows if r.group == "sgt")
-    assert row.stats.sd is None and row.stats.ci95 is None and "too few runs" in row.stats.note
+    assert row.stats.sd is None and row.stats.ci95 is None and "no interval" in row.stats.note
     assert row.vs_baseline.differences == [0.5] and row.vs_baseline.ci95 is None
 
 
@@ -124,12 +125,16 @@ def test_every_format(sweep: Path) -> None:
     report = build_report([sweep])
     rows = list(csv.reader(io.StringIO(render(report, "csv"))))
     assert rows[0][:7] == ["regime", "policy", "task group", "n", "mean", "SD", "95% CI"]  # no IQM below n = 4
-    assert rows[0][7:] == ["Δ vs standalone", "95% CI of Δ", "P(improve)"]
+    assert rows[0][7:] == ["Δ vs standalone", "95% CI of Δ", "p", "p (Holm)", "P(improve)",
+                           "95% CI of Δ, seeds × prompts", "seeds for 80% power"]
     assert len(rows) == 1 + 2 * 2 * 3  # 2 regimes x 2 policies x (all, add, sub)
     markdown = render(report, "markdown")
     assert markdown.startswith("| regime | policy |") and "- SD: sample standard deviation" in markdown
     latex = render(report, "latex")
-    assert r"\toprule" in latex and r"$\Delta$ vs standalone" in latex and "% note: n = 3" in latex
+    assert r"\toprule" in latex and r"$\Delta$ vs standalone" in latex
+    caption = latex[latex.index(r"\caption{"):]  # the notes are caption text, not % comments the PDF drops
+    assert "n = 3: the t interval" in caption and "Student t interval" in caption and "6 comparisons" in caption
+    assert not any(line.startswith("%") for line in latex.splitlines())
     data = json.loads(render(report, "json"))
     assert data["baseline"] == "standalone" and data["context"]["pool"] == "tiny"
     assert {r["group"] for r in data["rows"]} == {"standalone", "sgt"} and set(FORMATS) >= {"csv", "json"}
@@ -139,12 +144,12 @@ def test_report_cli_writes_each_format_and_refuses_a_bad_one(sweep: Path, tmp_pa
     runner = CliRunner()
     table = runner.invoke(app, ["report", str(sweep)])
     assert table.exit_code == 0, table.output
-    assert "P(improve)" in table.output and "rliable's stratified bootstrap" in table.output
+    assert "P(improve)" in table.output and "Student t interval" in table.output
     done = runner.invoke(app, ["report", str(sweep), "--format", "json"])
     assert list(json.loads(done.output)["groups"]) == ["standalone", "sgt"]  # the baseline first
     out = tmp_path / "t.tex"
     assert runner.invoke(app, ["report", str(sweep), "-f", "latex", "-o", str(out)]).exit_code == 0
-    assert out.read_text().startswith("%")
+    assert out.read_text().startswith(r"\begin{table}")
     again = runner.invoke(app, ["report", str(sweep), "-f", "latex", "-o", str(out)])
     assert again.exit_code != 0 and "--overwrite" in again.output
     bad = runner.invoke(app, ["report", str(sweep), "--format", "docx"])

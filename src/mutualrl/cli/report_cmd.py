@@ -15,22 +15,26 @@ def report(
     by: str = typer.Option("regime", "--by", help="Group runs by these settings, comma-separated: regime, seed, "
                            "pool, task, or any dotted setting (grpo.learning_rate, regime.prp.denominator). Runs of "
                            "one group must differ in nothing else but the seed."),
-    baseline: str | None = typer.Option(None, "--baseline", help="The group every other is compared with, seed by "
-                                        "seed (default: standalone when there is such a group).", show_default=False),
+    baseline: str | None = typer.Option(None, "--baseline", help="A group every other is compared with, seed by "
+                                        "seed; or a regime: each group against that regime's group with the same "
+                                        "other --by settings (default: standalone).", show_default=False),
     fmt: str = typer.Option("table", "--format", "-f", help="table (terminal), markdown, csv, latex or json."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write to this file instead of standard output.",
                                     show_default=False),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
 ) -> None:
-    """Final held-out reward@1 per group, policy and task group: mean, sample SD, n, a 95% bootstrap interval and
-    the IQM (rliable), and against the baseline group the paired difference per seed and the probability of
-    improvement. Runs that differ in more than the seed are not pooled unless --by names the setting.
+    """Final held-out reward@1 per group, policy and task group: mean, sample SD, n, a 95% t interval and the IQM
+    (rliable); against the baseline the paired difference per seed (paired t interval, exact sign-flip p, Holm's
+    adjustment over the table, P(improve) on the same pairs), its interval over seeds and prompts, and the seeds
+    80% power needs. Runs that differ in more than the seed are not pooled unless --by names the setting.
 
     mutualrl report sweeps/mine; mutualrl report sweeps/mine --format latex -o table.tex
     """
     from mutualrl.errors import UsageError
     from mutualrl.evaluation.report import build_report
-    from mutualrl.evaluation.report_format import FORMATS, notes, render, rich_table
+    from mutualrl.evaluation.report_format import FORMATS, render
+    from mutualrl.evaluation.report_notes import notes
+    from mutualrl.evaluation.report_table import narrow_note, rich_table
 
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")
@@ -41,8 +45,9 @@ def report(
         check_output_path(out, "--out", kind="file", overwrite=overwrite)
     built = build_report(runs, keys, baseline)
     if fmt == "table" and out is None:
-        console.print(rich_table(built))
-        for line in notes(built):
+        table = rich_table(built, console.width)
+        console.print(table)
+        for line in [*filter(None, [narrow_note(built, table)]), *notes(built)]:
             console.print(line, highlight=False, soft_wrap=True)
         return
     text = render(built, "markdown" if fmt == "table" else fmt)

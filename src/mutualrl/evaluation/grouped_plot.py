@@ -2,9 +2,10 @@
 
 Runs are grouped as ``mutualrl report`` groups them (same refusal of runs differing in more than the seed), and each
 group draws the mean over its runs of the held-out reward@1 at each validation step, with the report's interval
-(95 % percentile bootstrap of the mean, from n = 3) as a band. One panel per policy and task group; the legend
+(95 % Student t interval of the mean over seeds, from n = 2) as a band. One panel per policy and task group; the legend
 (labels from what differs, n per group) sits under the panels; the title names pool, task and steps; a caption
-line says what the line, the band and the smoothing are. Sized for a paper's one or two columns.
+line says what the line, the band and the smoothing are, and carries the report's caveats (small n, a method that
+used few peer samples, a restarted policy). Sized for a paper's one or two columns.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.evaluation.plot_style import colors, line_kwargs, pyplot, run_styles, save_figure
-from mutualrl.evaluation.report import ALL, FinalValues, build_report
-from mutualrl.evaluation.report_stats import BOOTSTRAP_REPS, MIN_RUNS_FOR_INTERVAL, bootstrap_interval, mean_of
+from mutualrl.evaluation.report import ALL, FinalValues, Report, build_report
+from mutualrl.evaluation.report_notes import caption_caveats
+from mutualrl.evaluation.report_stats import INTERVAL_KIND, MIN_RUNS_FOR_INTERVAL, t_interval
 from mutualrl.evaluation.results import group_rewards
 from mutualrl.run_folder import RunPaths, read_metric_rows
 
@@ -54,7 +56,7 @@ def band(per_run: list[dict[int, float]]) -> Band:
     mean = [sum(column) / len(column) for column in columns]
     if len(per_run) < MIN_RUNS_FOR_INTERVAL:
         return Band(steps, mean, None, None, len(per_run))
-    bounds = [bootstrap_interval([column], mean_of) for column in columns]
+    bounds = [t_interval(column) for column in columns]
     return Band(steps, mean, [b[0] for b in bounds], [b[1] for b in bounds], len(per_run))
 
 
@@ -71,18 +73,21 @@ def panel_bands(groups: dict[str, list[FinalValues]]) -> dict[tuple[str, str], d
     return panels
 
 
-def caption(groups: dict[str, list[FinalValues]], context: dict[str, Any]) -> str:
-    sizes = ", ".join(f"{label} n = {len(members)}" for label, members in groups.items())
-    return (f"Held-out reward@1 (greedy) at each validation step; pool {context['pool']}, task {context['task']}, "
-            f"{context['steps']} steps. Line: mean over runs (seeds) of each group ({sizes}); band: 95% percentile "
-            f"bootstrap interval of the mean ({BOOTSTRAP_REPS} resamples; none where n < {MIN_RUNS_FOR_INTERVAL}); "
-            "no smoothing.")
+def caption(report: Report) -> str:
+    """What the figure shows, n per group, the band's kind, and every caveat of the report (†)."""
+    context = report.context
+    sizes = ", ".join(f"{label} n = {len(members)}" for label, members in report.groups.items())
+    text = (f"Held-out reward@1 (greedy) at each validation step; pool {context['pool']}, task {context['task']}, "
+            f"{context['steps']} steps. Line: mean over runs (seeds) of each group ({sizes}); band: 95% "
+            f"{INTERVAL_KIND} of the mean (none where n < {MIN_RUNS_FOR_INTERVAL}); no smoothing.")
+    caveats = caption_caveats(report)
+    return text + ("".join(f" Note: {line.rstrip('.')}." for line in caveats) if caveats else "")
 
 
 def plot_grouped(run_dirs: Sequence[Path], out_dir: Path, by: Sequence[str], fmt: str = "pdf", width: str = "two",
                  baseline: str | None = None) -> tuple[Path, str]:
     """Write ``heldout_reward_by_<by>.<fmt>`` and its caption (``.caption.txt``); returns the figure and the caption."""
-    report = build_report(run_dirs, by, baseline)
+    report = build_report(run_dirs, by, baseline, option="--group-by")
     panels = panel_bands(report.groups)
     labels = list(report.groups)
     palette, styles = colors(len(labels)), run_styles(len(labels))
@@ -110,7 +115,7 @@ def plot_grouped(run_dirs: Sequence[Path], out_dir: Path, by: Sequence[str], fmt
                for i, label in enumerate(labels)]
     name = "heldout_reward_by_" + "_".join(key.replace(".", "-") for key in by)
     out = save_figure(fig, entries, Path(out_dir) / f"{name}.{fmt}")
-    text = caption(report.groups, context)
+    text = caption(report)
     out.with_suffix(".caption.txt").write_text(text + "\n", encoding="utf-8")
     return out, text
 

@@ -1,23 +1,29 @@
 """``mutualrl report``: the final held-out reward@1 of finished runs, grouped (by regime, or any setting), per
-policy and task group, with the statistics of :mod:`.report_stats`.
+policy and task group, with the seed-level statistics of :mod:`.report_stats`, the prompt-paired Δ of
+:mod:`.prompt_paired` and the caveats of :mod:`.report_caveats`.
 
 A run's final value is its last validation: ``RUN/eval/<policy>/step-N.json`` with the largest N (reward@1 over
 every held-out prompt), and its task groups from the validation row of the same step in ``metrics.jsonl``. Runs
 are pooled in a group only when they differ in nothing but the seed (their place aside); anything else is refused,
-naming the setting, unless ``--by`` names it too.
+naming the setting, unless ``--by`` names it too. Each group is compared with its natural baseline: the
+``standalone`` group (or ``--baseline``'s regime) with the same values of the other ``--by`` settings.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from mutualrl.errors import DataError, UsageError
-from mutualrl.evaluation.report_stats import CellStats, PairedStats, cell_stats, paired_stats
+from mutualrl.evaluation.prompt_paired import PromptPaired, prompt_paired
+from mutualrl.evaluation.report_caveats import RunCaveats, cell_caveats, read_caveats
+from mutualrl.evaluation.report_stats import CellStats, PairedStats, cell_stats, holm, paired_stats
 from mutualrl.evaluation.results import ModelEvalResult, group_rewards, step_files
 from mutualrl.evaluation.run_settings import (
+    KEY_ALIASES,
     RunSettings,
     describe_difference,
     differing_keys,
@@ -33,11 +39,14 @@ ALL = "all"
 
 @dataclass
 class FinalValues:
-    """A finished run's settings and its final held-out reward@1: ``policy -> task group -> value``."""
+    """A finished run's settings, its final held-out reward@1 (``policy -> task group -> value``), the same
+validation's per-prompt scores (``policy -> prompt id -> score``) and its summary's caveats."""
 
     settings: RunSettings
     step: dict[str, int]
     values: dict[str, dict[str, float]]
+    scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    caveats: RunCaveats = field(default_factory=lambda: RunCaveats({}, {}))
 
 
 @dataclass
@@ -48,18 +57,35 @@ class ReportRow:
     seeds: list[Any]
     values: list[float]
     stats: CellStats
+    baseline: str | None = None  # the group it is compared with (None: it is a baseline, or has none)
     vs_baseline: PairedStats | None = None
+    prompt_paired: PromptPaired | None = None  # only for the task group "all": records carry no task group
+    caveats: list[str] = field(default_factory=list)
 
 
 @dataclass
 class Report:
     by: list[str]
-    baseline: str | None
+    baseline: str | None  # the one baseline label every comparison shares; None when there are several or none
     groups: dict[str, list[FinalValues]]
+    baselines: dict[str, str | None] = field(default_factory=dict)  # group -> the group it is compared with
     rows: list[ReportRow] = field(default_factory=list)
     between_groups: list[str] = field(default_factory=list)  # settings that differ between groups besides --by
     left_out: list[str] = field(default_factory=list)  # runs not finished, with why
     context: dict[str, Any] = field(default_factory=dict)  # pool, task, steps: what every run shares
+
+    @property
+    def compared(self) -> bool:
+        return any(self.baselines.values())
+
+    @property
+    def comparisons(self) -> list[ReportRow]:
+        """The rows with a sign-flip p: the family Holm's adjustment is over."""
+        return [row for row in self.rows if row.vs_baseline and row.vs_baseline.p_sign_flip is not None]
+
+    @property
+    def caveats(self) -> list[str]:
+        return list(dict.fromkeys(line for row in self.rows for line in row.caveats))
 
 
 def run_folders(paths: Sequence[Path]) -> list[Path]:
@@ -93,6 +119,7 @@ def final_values(run: Path) -> FinalValues:
     settings = read_settings(run)
     rows = [row for _, row in read_metric_rows(paths.metrics)[0] if row.get("kind") == "eval"]
     values: dict[str, dict[str, float]] = {}
+    scores: dict[str, dict[str, float]] = {}
     steps: dict[str, int] = {}
     for policy_dir in sorted(d for d in paths.eval_dir.iterdir() if d.is_dir()) if paths.eval_dir.is_dir() else []:
         files = step_files(policy_dir)
@@ -104,10 +131,11 @@ def final_values(run: Path) -> FinalValues:
             continue
         row = next((r for r in rows if r.get("policy") == policy_dir.name and r.get("step") == step), {})
         values[policy_dir.name] = {ALL: result.reward_at_1, **group_rewards(row)}
+        scores[policy_dir.name] = result.scores()
         steps[policy_dir.name] = step
     if not values:
         raise DataError(f"{run}: no validation results (eval/<policy>/step-N.json)")
-    return FinalValues(settings, steps, values)
+    return FinalValues(settings, steps, values, scores, read_caveats(run))
 
 
 def group_runs(runs: list[FinalValues], by: Sequence[str]) -> dict[str, list[FinalValues]]:
@@ -141,8 +169,24 @@ def check_seeds(label: str, members: list[FinalValues]) -> None:
         seen[seed] = member.settings.path
 
 
-def build_report(paths: Sequence[Path], by: Sequence[str] = ("regime",), baseline: str | None = None) -> Report:
-    """Read, group and compute; ``baseline`` (a group's label) defaults to ``standalone`` when there is one."""
+def check_keys(by: Sequence[str], runs: list[FinalValues], option: str = "--by") -> None:
+    """Refuse a ``by`` setting that no run has, in one line naming the near matches (a misspelt key would
+    otherwise group every run as "unset")."""
+    known = {key for run in runs for key in run.settings.values}
+    names = sorted(known | {alias for alias, key in KEY_ALIASES.items() if key in known})
+    for key in by:
+        if resolve_key(key) in known:
+            continue
+        near = difflib.get_close_matches(key, names, n=3, cutoff=0.6)
+        hint = (f"did you mean {' or '.join(near)}?" if near
+                else "settings are dotted as in a run's config.yaml (grpo.learning_rate, regime.prp.denominator)")
+        raise UsageError(f"{option} {key}: no run has this setting; {hint}")
+
+
+def build_report(paths: Sequence[Path], by: Sequence[str] = ("regime",), baseline: str | None = None,
+                 option: str = "--by") -> Report:
+    """Read, group and compute. ``baseline``: a group's label (every group against it) or a regime (each group
+    against that regime's group with the same other ``by`` settings); default ``standalone`` where there is one."""
     finished, left_out = [], []
     for run in run_folders(paths):
         reason = unfinished_reason(RunPaths(run))
@@ -152,42 +196,81 @@ def build_report(paths: Sequence[Path], by: Sequence[str] = ("regime",), baselin
             finished.append(final_values(run))
     if not finished:
         raise DataError("no finished run to report" + (f": {left_out[0]}" if left_out else ""))
+    check_keys(by, finished, option)
     groups = group_runs(finished, by)
-    if baseline is not None and baseline not in groups:
-        raise UsageError(f"--baseline {baseline}: no such group; the groups are: {', '.join(groups)}")
-    if baseline is None and "standalone" in groups and len(groups) > 1:
-        baseline = "standalone"
-    if baseline is not None:  # the baseline's rows first, as a paper's table has them
-        groups = {baseline: groups[baseline], **{k: v for k, v in groups.items() if k != baseline}}
+    baselines = natural_baselines(groups, by, baseline)
+    firsts = [label for label in groups if label in baselines.values()]  # a baseline's rows first, as in a paper
+    groups = {label: groups[label] for label in [*firsts, *(k for k in groups if k not in firsts)]}
+    shared = set(baselines.values()) - {None}
     everyone = [run.settings for run in finished]
-    report = Report(by=list(by), baseline=baseline, groups=groups, left_out=left_out,
+    report = Report(by=list(by), baseline=next(iter(shared)) if len(shared) == 1 else None, groups=groups,
+                    baselines=baselines, left_out=left_out,
                     between_groups=[describe_difference(key, everyone) for key in
                                     differing_keys(everyone, ignore=[resolve_key(k) for k in by])],
                     context=shared_context(finished))
-    report.rows = report_rows(groups, baseline)
+    report.rows = report_rows(groups, baselines)
+    adjust_holm(report)
     return report
 
 
-def report_rows(groups: dict[str, list[FinalValues]], baseline: str | None) -> list[ReportRow]:
+def natural_baselines(groups: dict[str, list[FinalValues]], by: Sequence[str],
+                      baseline: str | None) -> dict[str, str | None]:
+    """Each group's baseline: ``baseline`` itself when it is a group's label; else the group of regime
+    ``baseline`` (default ``standalone``) whose other ``by`` settings are the group's own (None: none)."""
+    if baseline is not None and baseline in groups:
+        return {label: (baseline if label != baseline else None) for label in groups}
+    regime = baseline or "standalone"
+    if not any(members[0].settings.regime == regime for members in groups.values()):
+        if baseline is not None:
+            raise UsageError(f"--baseline {baseline}: neither a group nor a regime of one; the groups are: "
+                             f"{', '.join(groups)}")
+        return {label: None for label in groups}
+    keys = [key for key in (resolve_key(k) for k in by) if key != "regime.name"]
+
+    def same_setting(a: RunSettings, b: RunSettings) -> bool:
+        return all(repr(a.values.get(key)) == repr(b.values.get(key)) for key in keys)
+
+    return {label: next((other for other, theirs in groups.items() if theirs[0].settings.regime == regime
+                         and members[0].settings.regime != regime
+                         and same_setting(theirs[0].settings, members[0].settings)), None)
+            for label, members in groups.items()}
+
+
+def report_rows(groups: dict[str, list[FinalValues]], baselines: dict[str, str | None]) -> list[ReportRow]:
     """One row per group, policy and task group (``all`` first), in the groups' order."""
     rows = []
     for label, members in groups.items():
-        policies = list(dict.fromkeys(p for m in members for p in m.values))
-        for policy in policies:
-            task_groups = list(dict.fromkeys(g for m in members for g in m.values.get(policy, {})))
-            for task_group in task_groups:
+        base = baselines.get(label)
+        for policy in dict.fromkeys(p for m in members for p in m.values):
+            caveats = cell_caveats(label, policy, [(m.settings.seed, m.caveats) for m in members])
+            for task_group in dict.fromkeys(g for m in members for g in m.values.get(policy, {})):
                 by_seed = seed_values(members, policy, task_group)
                 row = ReportRow(label, policy, task_group, list(by_seed), list(by_seed.values()),
-                                cell_stats(list(by_seed.values())))
-                if baseline is not None and label != baseline:
-                    row.vs_baseline = paired_stats(by_seed, seed_values(groups[baseline], policy, task_group))
+                                cell_stats(list(by_seed.values())), baseline=base, caveats=caveats)
+                if base is not None:
+                    row.vs_baseline = paired_stats(by_seed, seed_values(groups[base], policy, task_group))
+                    if task_group == ALL:
+                        row.prompt_paired = prompt_paired(seed_scores(members, policy),
+                                                          seed_scores(groups[base], policy))
                 rows.append(row)
     return rows
+
+
+def adjust_holm(report: Report) -> None:
+    """Holm's adjusted sign-flip p of every comparison in the table (one family: the table's)."""
+    compared = report.comparisons
+    for row, adjusted in zip(compared, holm([row.vs_baseline.p_sign_flip for row in compared]), strict=True):
+        row.vs_baseline.p_holm = adjusted
 
 
 def seed_values(members: list[FinalValues], policy: str, task_group: str) -> dict[Any, float]:
     return {m.settings.seed: m.values[policy][task_group] for m in members
             if task_group in m.values.get(policy, {})}
+
+
+def seed_scores(members: list[FinalValues], policy: str) -> dict[Any, dict[str, float]]:
+    """``seed -> prompt id -> score`` of one policy's last validation in each run."""
+    return {m.settings.seed: m.scores[policy] for m in members if policy in m.scores}
 
 
 def shared_context(runs: list[FinalValues]) -> dict[str, Any]:

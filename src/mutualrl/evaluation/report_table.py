@@ -1,0 +1,82 @@
+"""``mutualrl report``'s terminal table: every column of the other formats where the terminal is wide enough, and
+on a narrow one (80 columns) the identifying columns (group, policy, task group, n) kept whole while each
+interval goes under its value in the same cell and SD, IQM and the power column are left to the other formats (a
+line under the table says so). Rows of two policies must never look identical."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mutualrl.evaluation.report import ALL, Report, ReportRow
+from mutualrl.evaluation.report_format import cells, comparison_cells, group_header, headers, interval, number
+from mutualrl.evaluation.report_format import policy_cell, signed
+from mutualrl.evaluation.results import NO_VALUE
+
+#: A name column is as wide as its longest value up to this many characters, and folds beyond.
+NAME_WIDTH = 24
+
+
+def rich_table(report: Report, width: int = 80) -> Any:
+    """The widest table that fits ``width`` columns: the full one, else the stacked one."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    full = build_table(report, headers(report), [cells(row, report) for row in report.rows])
+    console = Console(width=max(width, 40))
+    unbounded = console.options.update_width(10_000)  # measured at the given width, every table "fits" it
+    if Measurement.get(console, unbounded, full).maximum <= width:
+        return full
+    return build_table(report, narrow_headers(report), [narrow_cells(row, report) for row in report.rows])
+
+
+def narrow_note(report: Report, table: Any) -> str | None:
+    """The line that says what the stacked table left out (None for the full table)."""
+    if [column.header for column in table.columns] == headers(report):
+        return None
+    return ("narrow terminal: each interval is under its value; SD, IQM and seeds for 80% power are in "
+            "--format markdown, csv, latex or json (or a wider terminal)")
+
+
+def narrow_headers(report: Report) -> list[str]:
+    base = [group_header(report), "policy", "task\ngroup", "n", "mean\n95% CI"]
+    if report.compared:
+        base += [f"Δ vs\n{report.baseline or 'baseline'}\n95% CI\n× prompts", "p\n(Holm)", "P\n(imp)"]
+    return base
+
+
+def narrow_cells(row: ReportRow, report: Report) -> list[str]:
+    out = [row.group, policy_cell(row), row.task_group, str(row.stats.n),
+           f"{number(row.stats.mean)}\n{interval(row.stats.ci95, 2)}"]
+    if not report.compared:
+        return out
+    paired = row.vs_baseline
+    if paired is None:
+        return [*out, comparison_cells(row, report)[0], "", ""]
+    delta = f"{signed(paired.mean_difference)}\n{interval(paired.ci95, 2)}"
+    if row.prompt_paired is not None or row.task_group == ALL:  # other task groups have no prompt-level interval
+        delta += "\n" + (interval(row.prompt_paired.ci95, 2) if row.prompt_paired else NO_VALUE)
+    return [*out, delta,
+            f"{number(paired.p_sign_flip)}\n({number(paired.p_holm)})",
+            number(paired.probability_of_improvement, 2)]
+
+
+def build_table(report: Report, head: list[str], rows: list[list[str]]) -> Any:
+    """A rich table: the three name columns as wide as their longest value (up to :data:`NAME_WIDTH`, folded
+    beyond), n and the numbers never wrapped, a group's label only on its first row."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=f"final held-out reward@1 by {', '.join(report.by)}", title_justify="left",
+                  box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False)
+    for index, title in enumerate(head):
+        names = index < 3
+        widest = min(max((len(row[index]) for row in rows), default=1), NAME_WIDTH) if names else None
+        table.add_column(title, justify="left" if names else "right", overflow="fold", no_wrap=not names,
+                         min_width=widest)
+    last = None
+    for row, shown in zip(report.rows, rows, strict=True):
+        if row.group == last:
+            shown = ["", *shown[1:]]
+        last = row.group
+        table.add_row(*shown, end_section=False)
+    return table
