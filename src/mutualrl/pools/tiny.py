@@ -14,8 +14,10 @@ its own rollouts on those prompts all fail, so GRPO alone gets no signal there, 
 peer's verified successes can bring the skill back (paper Sec. "Regime 3"). The recipe and
 the reasons are in :mod:`mutualrl.pools.tiny_warm_start` and docs/pools.md.
 
-Models are built once into the asset cache, ``$MUTUALRL_CACHE/models/<name>-<hash>``,
-where the hash covers the warm-start recipe, so changing the recipe rebuilds them. The
+Models are built once into the asset cache, ``$MUTUALRL_CACHE/models/<name>-<key>``,
+where the key covers the warm-start recipe, the build environment and the torch and transformers
+versions, so changing any of them rebuilds them; each build runs in a process of its own under
+CPU-independent kernels (:data:`~mutualrl.pools.tiny_warm_start.BUILD_ENV`). The
 folder holds ``save_pretrained`` model and tokenizer files and ``warm_start.json`` (the
 recipe, held-out accuracy per family, timings).
 """
@@ -33,7 +35,7 @@ from typing import Any
 from mutualrl.assets.cache import asset_lock, asset_path, building
 from mutualrl.errors import AssetError
 from mutualrl.host.allocator import allocator_env
-from mutualrl.pools.tiny_warm_start import WARM_START_FILE, ProgressFn, TinyModelSpec, warm_start
+from mutualrl.pools.tiny_warm_start import BUILD_ENV, WARM_START_FILE, ProgressFn, TinyModelSpec, build_key, warm_start
 
 TINY_MODELS: dict[str, TinyModelSpec] = {
     s.name: s
@@ -65,9 +67,9 @@ TINY_NAMES = tuple(TINY_MODELS)
 
 
 def tiny_model_dir(name: str) -> Path:
-    """Cache folder of tiny model ``name`` for the current warm-start recipe."""
+    """Cache folder of tiny model ``name`` for what determines its bytes (recipe, build environment, versions)."""
     spec = TINY_MODELS[name]
-    return asset_path("models", f"{name}-{spec.recipe_hash()}")
+    return asset_path("models", f"{name}-{build_key(spec)}")
 
 
 def is_tiny_model_cached(name: str) -> bool:
@@ -107,37 +109,34 @@ def _progress_bar() -> Any:
     )
 
 
-def ensure_tiny_model(name: str, progress: ProgressFn | None = None, show_progress: bool = True) -> Path:
-    """The cached folder of tiny model ``name``, warm-starting it first if needed (locked, atomic)."""
+def ensure_tiny_model(name: str) -> Path:
+    """The cached folder of tiny model ``name``, warm-starting it first if needed (in a process of its own)."""
     if name not in TINY_MODELS:
         raise AssetError(f"unknown tiny model {name!r}; known: {', '.join(TINY_NAMES)}")
-    spec = TINY_MODELS[name]
-    dest = tiny_model_dir(name)
-    with asset_lock("models", dest.name):
-        if is_tiny_model_cached(name):
-            return dest
-        with building(dest) as tmp:
-            if progress is not None or not show_progress:
-                warm_start(spec, tmp, progress)
-            else:
-                with _progress_bar() as bar:
-                    task = bar.add_task(f"warm start {name}", total=spec.total_steps(), loss="-")
-                    warm_start(spec, tmp, lambda s, n, loss: bar.update(task, completed=s, loss=f"{loss:.3f}"))
-    return dest
+    if not is_tiny_model_cached(name):
+        _build_in_subprocesses([name])
+    return tiny_model_dir(name)
 
 
-def ensure_tiny_models(names: tuple[str, ...] | list[str] = TINY_NAMES, parallel: bool = True) -> dict[str, Path]:
+def ensure_tiny_models(names: tuple[str, ...] | list[str] = TINY_NAMES) -> dict[str, Path]:
     """Every named tiny model, building the missing ones side by side (one process and thread each)."""
     missing = [n for n in names if not is_tiny_model_cached(n)]
-    if len(missing) > 1 and parallel:
+    if missing:
         _build_in_subprocesses(missing)
     return {n: ensure_tiny_model(n) for n in names}
 
 
-def _build_in_subprocesses(names: list[str]) -> None:
-    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", **allocator_env(os.environ))
+def build_environment(environ: dict[str, str]) -> dict[str, str]:
+    """A build process's environment: the caller's, the allocator's settings, the source tree first on the path, and
+    :data:`BUILD_ENV` over everything (a user's ``ATEN_CPU_CAPABILITY`` would give another model)."""
+    env = dict(environ, **allocator_env(environ))
     src = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return {**env, **BUILD_ENV}
+
+
+def _build_in_subprocesses(names: list[str]) -> None:
+    env = build_environment(dict(os.environ))
     procs = {
         n: subprocess.Popen([sys.executable, "-m", "mutualrl.pools.tiny", n], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
@@ -170,6 +169,20 @@ def _build_in_subprocesses(names: list[str]) -> None:
         raise AssetError(f"warm start of tiny model(s) failed: {details}")
 
 
+def build_here(name: str, progress: ProgressFn | None = None) -> Path:
+    """Warm-start ``name`` in this process, which must run under :data:`BUILD_ENV` (locked, atomic)."""
+    unpinned = {k: os.environ.get(k) for k, v in BUILD_ENV.items() if os.environ.get(k) != v}
+    if unpinned:
+        raise AssetError(f"a tiny model is built under {BUILD_ENV} (this process has {unpinned}): "
+                         "use mutualrl.pools.tiny.ensure_tiny_model")
+    dest = tiny_model_dir(name)
+    with asset_lock("models", dest.name):
+        if not is_tiny_model_cached(name):
+            with building(dest) as tmp:
+                warm_start(TINY_MODELS[name], tmp, progress)
+    return dest
+
+
 def _main(argv: list[str]) -> int:
     """``python -m mutualrl.pools.tiny NAME``: build one model, progress as JSON lines on stdout."""
     if len(argv) != 1 or argv[0] not in TINY_MODELS:
@@ -181,7 +194,7 @@ def _main(argv: list[str]) -> int:
             print(json.dumps({"step": step, "total": total, "loss": loss}), flush=True)
 
     try:
-        print(ensure_tiny_model(argv[0], progress=emit), file=sys.stderr)
+        print(build_here(argv[0], progress=emit), file=sys.stderr)
     except AssetError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

@@ -12,7 +12,8 @@ run's reach (measured) and what this design measures.
 
 The loss is a sampled softmax (the task's tokens plus random negatives with the usual
 log-correction): the 50k/32k vocabularies dwarf the models and a full softmax made a step
-~20x dearer. Everything is seeded and single-threaded, so a build is reproducible.
+~20x dearer. Everything is seeded and single-threaded, so a build is reproducible; it runs under
+:data:`BUILD_ENV` so that it is the same on every x86-64 CPU (:mod:`mutualrl.pools.tiny` starts the build).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import os
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -35,6 +37,13 @@ from mutualrl.pools.greedy import generate_greedy
 #: Bump when the warm-start *code* changes in a way that changes the models.
 WARM_START_VERSION = 2
 WARM_START_FILE = "warm_start.json"
+#: The environment a build runs in: kernels that do not depend on the CPU. Built with the CPU's own kernels, the same
+#: recipe gave another model under torch's AVX2 kernels than under its AVX-512 ones, and MKL's matrix products depend
+#: on the CPU too (benchmarks/tiny_determinism.py). ATen's ``default`` kernels are its baseline x86-64 code, MKL's
+#: ``COMPATIBLE`` branch gives the same results on any x86 CPU (MKL's conditional numerical reproducibility), and one
+#: thread fixes the order of every sum. torch reads these at its first operation, so a build needs a fresh process.
+BUILD_ENV = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "OMP_NUM_THREADS": "1",
+             "MKL_NUM_THREADS": "1"}
 
 ProgressFn = Callable[[int, int, float], None]  # (step, total_steps, loss)
 
@@ -70,7 +79,7 @@ class TinyModelSpec:
         return self.steps + self.blind_spot_steps
 
     def recipe_hash(self) -> str:
-        """A short digest of everything that determines the built model."""
+        """A short digest of the recipe (what the model is meant to be; :func:`build_key` adds what builds it)."""
         from mutualrl.tasks import synthetic
 
         payload = {
@@ -85,6 +94,25 @@ class TinyModelSpec:
         payload["spec"].pop("description")
         blob = json.dumps(payload, sort_keys=True).encode()
         return hashlib.sha256(blob).hexdigest()[:10]
+
+
+def build_key(spec: TinyModelSpec) -> str:
+    """A short digest of everything that determines the built bytes: the recipe, the build environment, and the
+    torch and transformers versions (read from their metadata; nothing is imported)."""
+    import importlib.metadata
+
+    versions = {d: importlib.metadata.version(d) for d in ("torch", "transformers")}
+    blob = json.dumps({"recipe": spec.recipe_hash(), "env": BUILD_ENV, "versions": versions}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:10]
+
+
+def weights_digest(folder: Path) -> str:
+    """sha256 of a built model's weights file."""
+    digest = hashlib.sha256()
+    with (folder / "model.safetensors").open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def make_config(spec: TinyModelSpec, tokenizer: Any) -> Any:
@@ -305,11 +333,7 @@ def warm_start(spec: TinyModelSpec, out_dir: Path, progress: ProgressFn | None =
         test_acc = family_accuracies(model, tokenizer, "test")
         sampled = sampled_accuracies(model, tokenizer, "test")
         outside = _mass_outside(model, tokenizer, candidates)
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    report = {
+    report = _save(model, tokenizer, out_dir) | {
         "name": spec.name,
         "recipe": dataclasses.asdict(spec) | {"steps": phase1, "blind_spot_steps": phase2},
         "recipe_hash": spec.recipe_hash(),
@@ -326,6 +350,15 @@ def warm_start(spec: TinyModelSpec, out_dir: Path, progress: ProgressFn | None =
     }
     (out_dir / WARM_START_FILE).write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def _save(model: Any, tokenizer: Any, out_dir: Path) -> dict[str, Any]:
+    """Save model and tokenizer; the weights' digest and the build environment, for the report."""
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return {"sha256": weights_digest(out_dir), "build_env": {k: os.environ.get(k) for k in BUILD_ENV}}
 
 
 def _mass_outside(model: Any, tokenizer: Any, candidates: Any) -> float:

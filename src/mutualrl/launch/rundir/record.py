@@ -77,11 +77,23 @@ def write_run_json(paths: RunPaths, config: RunConfig, status: str, reason: str 
         "policies": [{"name": p.name, "model": p.model, "tokenizer": p.tokenizer} for p in config.pool.policies],
         "started": previous.get("started") or time.strftime("%Y-%m-%dT%H:%M:%S"),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S") if status != "running" else None,
-        "status": status, "argv": sys.argv,
+        "status": status, "argv": sys.argv, **versions_entry(previous),
     }
     if reason:
         record["reason"] = reason
     write_record(paths, record)
+
+
+def versions_entry(previous: dict[str, Any]) -> dict[str, Any]:
+    """``versions``: what this launch runs with (tested_lock.run_versions); a resume on other versions keeps the
+    earlier ones under ``earlier_versions``, so a run that changed versions midway says so."""
+    from mutualrl.tested_lock import run_versions
+
+    current = run_versions()
+    earlier = list(previous.get("earlier_versions", []))
+    if previous.get("versions") and previous["versions"] != current:
+        earlier.append(previous["versions"])
+    return {"versions": current, **({"earlier_versions": earlier} if earlier else {})}
 
 
 def write_record(paths: RunPaths, record: dict[str, Any]) -> None:

