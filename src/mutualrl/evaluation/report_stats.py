@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Sequence
@@ -106,9 +107,16 @@ def t_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple
     n = len(values)
     if n < MIN_RUNS_FOR_INTERVAL:
         return None
-    mean, sd = statistics.fmean(values), statistics.stdev(values)
-    half = float(scipy_stats().t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
+    mean = math.fsum(values) / n
+    sd = math.sqrt(math.fsum((value - mean) ** 2 for value in values) / (n - 1))
+    half = t_quantile(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
     return mean - half, mean + half
+
+
+@functools.lru_cache(maxsize=256)
+def t_quantile(probability: float, df: int) -> float:
+    """Student's t quantile (cached: a report asks for the same few degrees of freedom in every cell)."""
+    return float(scipy_stats().t.ppf(probability, df))
 
 
 def small_n_note(n: int) -> str | None:

@@ -1,0 +1,168 @@
+"""`mutualrl report` beyond one number per run: the prompt-paired interval recomputed independently (the exact
+two-level bootstrap distribution of a tiny matrix, and from the eval JSONs by hand), the caveats of summary.json
+where the numbers are read, the natural baseline of each `--by` group, a misspelt `--by` refused, 80 columns."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+from report_fakes import write_finished_run
+from typer.testing import CliRunner
+
+from mutualrl.cli.main import app
+from mutualrl.errors import UsageError
+from mutualrl.evaluation.grouped_plot import caption
+from mutualrl.evaluation.prompt_paired import difference_matrix, two_level_interval
+from mutualrl.evaluation.report import build_report
+from mutualrl.evaluation.report_format import render
+
+#: Per regime and seed, tiny-bpe's scores on the same 6 held-out prompts (tiny-sp: the opposite).
+SCORES = {"standalone": {1: [1, 0, 0, 0, 1, 0], 2: [1, 1, 0, 0, 0, 0], 3: [0, 0, 1, 0, 1, 0]},
+          "hacpo": {1: [1, 1, 0, 0, 1, 0], 2: [1, 1, 1, 0, 0, 0], 3: [0, 1, 1, 0, 1, 1]}}
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Shared by the tests that only read it: hacpo used no peer sample for tiny-bpe; seed 2's tiny-sp restarted
+    from its start."""
+    root = tmp_path_factory.mktemp("prompts") / "sweep"
+    for regime, by_seed in SCORES.items():
+        for seed, scores in by_seed.items():
+            run = write_finished_run(root / f"{regime}-seed{seed}", regime, seed,
+                                     {"tiny-bpe": scores, "tiny-sp": [1 - s for s in scores]})
+            if regime == "hacpo":
+                write_summary(run, seed)
+    return root
+
+
+def write_summary(run: Path, seed: int) -> None:
+    policies = {"tiny-bpe": {"peer_samples_used": 0.0, "steps_with_peer_figures": 3,
+                             "steps_without_peer_samples": 3},
+                "tiny-sp": {"peer_samples_used": 0.4, "steps_with_peer_figures": 3, "steps_without_peer_samples": 0}}
+    summary = {"pool": "tiny", "regime": "hacpo", "seed": seed, "policies": policies,
+               "warnings": ["hacpo used 0% of peer samples for tiny-bpe (none in 3 of 3 steps): it trained as "
+                            "standalone"]}
+    if seed == 2:
+        summary["restarted"] = {"tiny-sp": [{"step": 2, "reason": "killed", "resumed_from": None}]}
+    (run / "summary.json").write_text(json.dumps(summary))
+
+
+def exact_two_level_percentiles(matrix: np.ndarray) -> tuple[float, float]:
+    """Every outcome of the two-level bootstrap of a (2 seeds × 3 prompts) matrix, equally likely: 2² seed draws,
+    then 3³ prompt draws within each drawn seed."""
+    means = []
+    for seeds in itertools.product(range(2), repeat=2):
+        for first, second in itertools.product(itertools.product(range(3), repeat=3), repeat=2):
+            means.append((matrix[seeds[0], list(first)].mean() + matrix[seeds[1], list(second)].mean()) / 2)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return float(low), float(high)
+
+
+def test_the_two_level_interval_is_its_exact_distribution_on_a_tiny_matrix() -> None:
+    matrix = np.array([[0.1, -0.3, 0.5], [0.2, 0.9, -0.4]])
+    assert two_level_interval(matrix, reps=20000) == pytest.approx(exact_two_level_percentiles(matrix), abs=0.03)
+
+
+def test_the_prompt_paired_delta_recomputed_by_hand_from_the_eval_jsons(sweep: Path) -> None:
+    row = next(r for r in build_report([sweep]).rows if (r.group, r.policy, r.task_group) == ("hacpo", "tiny-bpe", "all"))
+    by_hand = {}
+    for regime in ("hacpo", "standalone"):  # each run's last validation, read as a user would
+        for seed in (1, 2, 3):
+            last = max((sweep / f"{regime}-seed{seed}" / "eval" / "tiny-bpe").glob("step-*.json"))
+            by_hand[regime, seed] = {r["prompt_id"]: r["score"] for r in json.loads(last.read_text())["records"]}
+    matrix = np.array([[by_hand["hacpo", s][p] - by_hand["standalone", s][p] for p in sorted(by_hand["hacpo", s])]
+                       for s in (1, 2, 3)])
+    paired = row.prompt_paired
+    assert (paired.seeds, paired.prompts) == (3, 6)
+    assert paired.mean_difference == pytest.approx(matrix.mean()) == pytest.approx(row.vs_baseline.mean_difference)
+    assert paired.ci95 == pytest.approx(two_level_interval(matrix))
+    assert paired.ci95[0] <= matrix.mean() <= paired.ci95[1]
+    assert next(r for r in build_report([sweep]).rows if r.task_group == "add" and r.vs_baseline).prompt_paired is None
+
+
+def test_only_prompts_every_paired_run_scored_are_compared() -> None:
+    ours = {1: {"a": 1.0, "b": 0.0, "c": 1.0}, 2: {"a": 1.0, "b": 1.0, "c": 0.0}}
+    theirs = {1: {"a": 0.0, "b": 0.0}, 2: {"a": 1.0, "b": 0.0, "c": 1.0}, 3: {"a": 1.0, "b": 1.0}}
+    seeds, prompts, matrix = difference_matrix(ours, theirs)
+    assert seeds == [1, 2] and prompts == ["a", "b"] and matrix.tolist() == [[1.0, 0.0], [0.0, 1.0]]
+
+
+def test_caveats_reach_every_format_and_the_figure_caption(sweep: Path) -> None:
+    report = build_report([sweep])
+    row = next(r for r in report.rows if (r.group, r.policy, r.task_group) == ("hacpo", "tiny-bpe", "all"))
+    assert row.caveats == ["hacpo, tiny-bpe: used 0% of its peers' samples (mean over 3 runs): it trained as "
+                           "standalone GRPO"]
+    assert "hacpo, tiny-sp, seed 2: restarted from its start (step 0) after leaving at step 2" in report.caveats
+    markdown = render(report, "markdown")
+    assert "| tiny-bpe † |" in markdown and "- † hacpo, tiny-bpe: used 0%" in markdown
+    latex = render(report, "latex")
+    assert r"tiny-bpe \textsuperscript{\dag}" in latex and "hacpo, tiny-sp, seed 2: restarted" in latex
+    assert json.loads(render(report, "json"))["rows"][6]["caveats"] == row.caveats
+    text = caption(report)
+    assert "Note: hacpo, tiny-bpe: used 0% of its peers' samples" in text and "n = 3" in text
+    assert "Student t interval" in text
+
+
+def test_by_compares_each_group_with_the_standalone_of_its_own_settings(tmp_path: Path) -> None:
+    for regime, temperature, seed in itertools.product(("standalone", "sgt"), (0.7, 1.0), (1, 2)):
+        scores = [1, 0, 1, 0] if regime == "sgt" else [0, 0, 1, 0]
+        write_finished_run(tmp_path / f"{regime}-T{temperature}-{seed}", regime, seed,
+                           {"tiny-bpe": scores[seed - 1:] + scores[:seed - 1]}, grpo__temperature=temperature)
+    write_finished_run(tmp_path / "sgt-T1.2-1", "sgt", 1, {"tiny-bpe": [1, 1, 1, 1]}, grpo__temperature=1.2)
+    report = build_report([tmp_path], by=["regime", "grpo.temperature"])
+    assert report.baselines["sgt (T 0.7)"] == "standalone (T 0.7)"
+    assert report.baselines["sgt (T 1.0)"] == "standalone (T 1.0)" and report.baselines["sgt (T 1.2)"] is None
+    row = next(r for r in report.rows if (r.group, r.task_group) == ("sgt (T 1.0)", "all"))
+    assert row.vs_baseline.mean_difference == pytest.approx(0.25) and row.vs_baseline.probability_of_improvement == 1
+    csv_head = render(report, "csv").splitlines()[0]
+    assert "Δ vs baseline" in csv_head and "P(improve)" in csv_head
+    markdown = render(report, "markdown")
+    assert "sgt (T 0.7) vs standalone (T 0.7)" in markdown and "| sgt (T 1.2) | tiny-bpe | all | 1 |" in markdown
+    assert "(no baseline)" in markdown
+    by_regime = build_report([tmp_path], by=["regime", "grpo.temperature"], baseline="standalone")
+    assert by_regime.baselines == report.baselines  # --baseline may name the regime
+
+
+def test_a_misspelt_by_key_is_refused_naming_near_matches(sweep: Path) -> None:
+    with pytest.raises(UsageError, match=r"^--by grpo\.learning_rat: no run has this setting; did you mean "
+                                         r"grpo\.learning_rate\?$"):
+        build_report([sweep], by=["regime", "grpo.learning_rat"])
+    done = CliRunner().invoke(app, ["report", str(sweep), "--by", "a.misspelt.key"])
+    assert done.exit_code != 0 and "--by a.misspelt.key: no run has this setting" in done.output
+    assert len(done.output.strip().splitlines()) == 1
+    plotted = CliRunner().invoke(app, ["plot", str(sweep), "--group-by", "regme"])
+    assert plotted.exit_code != 0 and "--group-by regme: no run has this setting; did you mean regime" in plotted.output
+
+
+def test_the_terminal_table_at_80_columns_keeps_group_policy_task_group_and_n(sweep: Path) -> None:
+    done = CliRunner().invoke(app, ["report", str(sweep)], env={"COLUMNS": "80"})
+    assert done.exit_code == 0, done.output
+    lines = done.output.splitlines()
+    table = lines[:lines.index(next(line for line in lines if line.startswith("narrow terminal")))]
+    assert max(len(line) for line in table) <= 80
+    named = []
+    for line in table:
+        words = [word for word in line.split() if word != "†"]
+        policy = next((word for word in words if word in ("tiny-bpe", "tiny-sp")), None)
+        if policy:  # a row's first line: its policy, task group and n, whole
+            named.append((policy, words[words.index(policy) + 1], words[words.index(policy) + 2]))
+    assert len(named) == 12 and {group for _, group, _ in named} == {"all", "add", "sub"}
+    assert {n for _, _, n in named} == {"3"}
+    assert sum(line.startswith(("standalone ", "hacpo ")) for line in table) == 2  # each group's label, once
+    assert "P(improve)" not in table and "SD, IQM and seeds for 80% power are in" in done.output
+    assert "power: hacpo vs standalone, tiny-bpe" in done.output
+
+
+def test_summary_without_caveats_marks_nothing(tmp_path: Path) -> None:
+    for seed in (1, 2):
+        write_finished_run(tmp_path / f"s{seed}", "standalone", seed, {"tiny-bpe": [1, 0]})
+        write_finished_run(tmp_path / f"g{seed}", "sgt", seed, {"tiny-bpe": [1, seed - 1]})
+    report = build_report([tmp_path])
+    assert report.caveats == [] and "†" not in render(report, "markdown")
+    row = next(r for r in report.rows if (r.group, r.task_group) == ("sgt", "all"))
+    assert statistics.fmean(row.vs_baseline.differences) == pytest.approx(0.25)
