@@ -170,3 +170,30 @@ def test_suite_cpu(tmp_path: Path) -> None:
     assert len(child) == 1 and "test_starts_a_child.py::test_child" in child[0]["test"], rows
     again = run_script("suite_cpu.py", "--log", str(log), "--report")
     assert again.splitlines()[0] == out.split("log: ")[1].splitlines()[1], again
+
+
+@pytest.mark.slow
+def test_tiny_determinism() -> None:
+    """Two pinned 4-step builds under different emulated CPUs: one model (the script's claim, at the least size)."""
+    out = run_script("tiny_determinism.py", "--steps", "4", "--modes", "pinned", "--variants", "native,mkl-sse4_2")
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [(r["mode"], r["variant"], r["capability"]) for r in rows] == [
+        ("pinned", "native", "DEFAULT"), ("pinned", "mkl-sse4_2", "DEFAULT")]
+    assert rows[0]["sha256"] == rows[1]["sha256"] and "pinned: 1 distinct model(s) over 2 builds" in out
+
+
+def test_behaviour_record_compares_values_and_weights() -> None:
+    """The comparison `behaviour_record.py check` prints, on a record and runs built by hand."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("behaviour_record", BENCH / "behaviour_record.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = [{"kind": "train", "policy": "a", "step": 1, "loss": 0.5, "grad_norm": 2.0}]
+    record = {"runs": {"sgt": {"rows": rows, "weights_sha256": {"a": "x"}}}}
+    same = module.compare(record, {"sgt": {"rows": rows, "weights_sha256": {"a": "x"}}})
+    assert same["sgt"]["differing"] == {} and same["sgt"]["weights_identical"] == {"a": True}
+    moved = module.compare(record, {"sgt": {"rows": [{**rows[0], "loss": 0.25}], "weights_sha256": {"a": "y"}},
+                                    "hacpo": {"rows": rows, "weights_sha256": {}}})
+    assert moved["sgt"]["differing"] == {"loss": 0.25} and moved["sgt"]["weights_identical"] == {"a": False}
+    assert moved["hacpo"] == {"note": "not in the record"}
