@@ -136,3 +136,111 @@ def test_a_signal_ignored_on_entry_stays_ignored_as_under_nohup():
         assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGHUP, before)
+
+
+# -- a stop that saves: every policy checkpoints at one step (training/stop_request.py) --------------------------
+
+
+def test_the_stop_step_is_the_furthest_step_in_flight_and_none_before_a_step_completed():
+    from mutualrl.training.stop_request import HOLDING, stop_step
+
+    assert stop_step({"a": {"step": 3, "phase": "training"}, "b": {"step": 2}}) == 4  # a's step 4 is in flight
+    assert stop_step({"a": {"step": 3, "phase": HOLDING}, "b": {"step": 2}}) == 3  # a holds at its step end
+    assert stop_step({"a": {"step": 3, "phase": HOLDING}, "b": {"step": 3, "phase": HOLDING}}) == 3
+    assert stop_step({"a": {}, "b": {"step": 0, "phase": "training"}}) == 0  # nothing trained: stop at once
+    assert stop_step({"a": {"step": "x"}, "b": {"step": 1}}) == 2  # a damaged status counts as step 0
+
+
+def test_the_request_is_on_disk_before_the_statuses_are_read(tmp_path):
+    """A policy not counted with its step in flight must see the request at its next step end (and hold there)."""
+    from mutualrl.training.stop_request import read_request, request_stop
+
+    paths = RunPaths(tmp_path)
+    seen = []
+    step = request_stop(paths, "SIGTERM", lambda: seen.append(read_request(paths)) or {"a": {"step": 5}})
+    assert seen == [{"signal": "SIGTERM"}] and step == 6
+    assert read_request(paths) == {"signal": "SIGTERM", "step": 6}
+
+
+FAKE_POLICY = """
+import sys, time
+from pathlib import Path
+from mutualrl.atomic_io import write_json_atomic
+from mutualrl.run_folder import RunPaths
+from mutualrl.training.stop_request import STOPPED_EXIT, read_request, requested_step
+
+paths, name, pace = RunPaths(Path(sys.argv[1])), sys.argv[2], float(sys.argv[3])
+step = 0
+while True:  # a step, then its end: the status, then the request (as the status and stop callbacks do)
+    time.sleep(pace)
+    step += 1
+    write_json_atomic(paths.status(name), {"step": step, "phase": "training"})
+    target = requested_step(read_request(paths))
+    if target is not None and step >= target:
+        (paths.root / f"{name}.saved").write_text(str(step))
+        sys.exit(STOPPED_EXIT)
+"""
+
+
+class StoppedAtStep(PoolRunner):
+    """Raises KeyboardInterrupt (a stop signal) once every policy has completed ``at`` steps."""
+
+    def __init__(self, *args, at: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.at, self.interrupted = at, False
+
+    def _merge(self):
+        if not self.interrupted and all(self._status_of(p.name).get("step", 0) >= self.at for p in self.procs):
+            self.interrupted = True
+            raise KeyboardInterrupt
+        return super()._merge()
+
+
+def test_a_stop_has_every_policy_save_at_one_step_the_slower_catching_up(tmp_path):
+    script = tmp_path / "fake_policy.py"
+    script.write_text(FAKE_POLICY)
+    procs = [PolicyProcess(name=name, argv=[sys.executable, str(script), str(tmp_path), name, pace], env={},
+                           log_path=tmp_path / "logs" / f"{name}.log") for name, pace in (("a", "0.02"), ("b", "0.1"))]
+    settings = PoolSettings(tmp_path / "see", stall_timeout_s=60.0, grace_s=20.0, poll_s=0.05)
+    outcome = StoppedAtStep(procs, RunPaths(tmp_path), settings, at=2,
+                            console=Console(file=open("/dev/null", "w"))).run()
+    assert outcome.reason == "interrupted" and outcome.returncodes == {"a": 75, "b": 75}
+    saved = {(tmp_path / f"{name}.saved").read_text() for name in ("a", "b")}
+    assert len(saved) == 1 and int(saved.pop()) >= 2  # one step for both, though a ran ahead of b
+
+
+SIGNALLED_WORKER = """
+import os, sys, time
+from pathlib import Path
+from mutualrl.run_folder import RunPaths
+from mutualrl.training import stop_request
+
+stop_request.LAUNCHER_WAIT_S = 0.5
+stop_request.install_stop_handlers(RunPaths(Path(sys.argv[1])))
+print("up", flush=True)
+time.sleep(1.5)
+print("went on", flush=True)
+"""
+
+
+@pytest.mark.parametrize("request_on_disk, goes_on", [({"signal": "SIGTERM", "step": 3}, True), (None, False),
+                                                      ({"signal": "teardown", "step": 0}, False)])
+def test_a_signalled_worker_goes_on_to_the_launchers_step_or_ends_as_before(tmp_path, request_on_disk, goes_on):
+    """Slurm's scancel signals the workers too: one goes on when its launcher asks for a step, and otherwise (no
+    request within the wait, or a teardown) the SIGTERM ends it as it did before."""
+    import json
+    import subprocess
+
+    from mutualrl.training.stop_request import stop_path
+    from mutualrl.training.watchdog import LAUNCHER_PID_ENV
+
+    paths = RunPaths(tmp_path)
+    if request_on_disk is not None:
+        stop_path(paths).parent.mkdir(parents=True)
+        stop_path(paths).write_text(json.dumps(request_on_disk))
+    worker = subprocess.Popen([sys.executable, "-c", SIGNALLED_WORKER, str(tmp_path)], stdout=subprocess.PIPE,
+                              text=True, env={**os.environ, LAUNCHER_PID_ENV: str(os.getpid())})
+    assert worker.stdout.readline().strip() == "up"
+    worker.send_signal(signal.SIGTERM)
+    out, _ = worker.communicate(timeout=30)
+    assert (worker.returncode, "went on" in out) == ((0, True) if goes_on else (-signal.SIGTERM, False))

@@ -137,6 +137,65 @@ def test_resume_after_kill_finishes_with_the_same_steps(random_lm_pair, tmp_path
         assert {p.name for p in (run_dir / "see" / f"step-{step:06d}").iterdir()} == {"bpe", "sp"}
 
 
+def _policy_steps(run_dir: Path, policy: str) -> list[int]:
+    path = run_dir / "metrics" / f"{policy}.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return [row["step"] for row in rows if row.get("kind") == "train"]
+
+
+def _folder_bytes(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.slow
+def test_sigterm_saves_every_policy_at_the_step_in_flight_and_resume_goes_on_from_it(tmp_path):
+    """The tiny pool checkpoints every 100 steps: a SIGTERM at step 2 still saves every policy at the step in
+    flight, within Slurm's 30 s KillWait, and --resume trains on from there; a --resume of the finished run then
+    changes nothing in its folder."""
+    import re
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from e2e_helpers import TINY, child_env
+    from mutualrl.training.checkpoint_files import checkpoint_problem
+
+    steps, k = 5, 2
+    run_dir = tmp_path / "run"
+    train = [sys.executable, "-m", "mutualrl", "train", "-o", str(run_dir)]
+    proc = subprocess.Popen([*train, *TINY, "--regime", "xgrpo", "--max-steps", str(steps), "--set",
+                             "validation.at_start=false"], env=child_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    _wait_for(lambda: any(max(_policy_steps(run_dir, p), default=0) >= k for p in POLICIES), 300,
+              f"a policy to log step {k}", proc)
+    proc.send_signal(signal.SIGTERM)
+    signalled = time.time()
+    out, _ = proc.communicate(timeout=120)
+    assert time.time() - signalled < 30, out[-3000:]  # inside Slurm's default KillWait
+    assert proc.returncode == 130, out[-3000:]
+    saved = int(re.search(r"checkpoint-(\d+) of every policy", " ".join(out.split())).group(1))
+    assert k <= saved < steps, out[-3000:]
+    for policy in POLICIES:
+        assert checkpoint_problem(run_dir / "policies" / policy / f"checkpoint-{saved}") is None
+        assert not (run_dir / "policies" / policy / "final").exists()
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
+
+    done = subprocess.run([*train, "--resume"], env=child_env(), capture_output=True, text=True, timeout=600)
+    assert_ok(done)
+    assert f"resuming every policy from checkpoint-{saved}" in done.stdout
+    for policy in POLICIES:
+        assert _policy_steps(run_dir, policy) == list(range(1, steps + 1)), policy
+
+    before = _folder_bytes(run_dir)
+    again = subprocess.run([*train, "--resume"], env=child_env(), capture_output=True, text=True, timeout=300)
+    assert_ok(again)
+    assert "nothing to resume" in again.stdout
+    after = _folder_bytes(run_dir)
+    assert sorted(after) == sorted(before)
+    assert [name for name in before if before[name] != after[name]] == []
+
+
 @pytest.mark.slow
 def test_sgt_on_the_tiny_pool_rescues_and_compares_with_its_standalone_baseline(sgt_3_steps):
     """The embedded pool's blind spots make SGT fire from the first step; --baseline prints the comparison."""
@@ -164,6 +223,8 @@ def test_sgt_on_the_tiny_pool_rescues_and_compares_with_its_standalone_baseline(
         (p, g) for p in ("tiny-bpe", "tiny-sp") for g in ("all", "add", "sub")}
     out = " ".join(done.stdout.split())
     assert "rescues" in out and "sgt vs standalone" in out and "mutualrl plot" in out  # console wraps paths
+    versions = json.loads((run_dir / "run.json").read_text())["versions"]  # what the run ran with
+    assert versions["trl"] == "1.16.0" and versions["tested_set"] == "yes" and "earlier_versions" not in versions
 
 
 @pytest.mark.slow

@@ -225,3 +225,14 @@ def test_a_worker_ended_inside_a_reward_function_is_reported_naming_the_function
     assert not outcome.ok and outcome.failed_policy == "b"
     assert "at step 1 of 4 without finishing its training" in outcome.reason
     assert outcome.reason.endswith("(in reward function 'leaves')")
+
+
+def test_a_released_lock_keeps_no_record_so_a_launch_that_changed_nothing_leaves_the_folder_as_it_was(tmp_path: Path):
+    """A --resume of a finished run takes the lock and trains nothing: the folder must be byte for byte the same."""
+    from mutualrl.launch.rundir.lock import RunLock
+
+    with RunLock(tmp_path / "run").acquire("resume") as lock:
+        assert json.loads(lock.path.read_text())["pid"] == os.getpid()  # held: the holder says who it is
+    assert lock.path.read_bytes() == b""
+    with RunLock(tmp_path / "run").acquire("resume"):  # an empty record is a free lock
+        pass

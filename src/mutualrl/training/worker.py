@@ -32,6 +32,7 @@ from mutualrl.regimes.registry import get_regime
 from mutualrl.run_folder import RunPaths, run_id
 from mutualrl.tested_versions import check_tested_versions
 from mutualrl.training.trackers import guard_tracker_writes
+from mutualrl.training.stop_request import STOPPED_EXIT, install_stop_handlers
 from mutualrl.training.watchdog import REJOIN_ENV, start_launcher_watchdog
 from mutualrl.write_failures import DISK_FULL_EXIT, report_thread_write_failures, storage_error, storage_errors
 
@@ -138,7 +139,7 @@ def import_training_stack(args: Any) -> None:
         importlib.import_module(module)
 
 
-def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None) -> None:
+def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None) -> int | None:
     from mutualrl.training.grpo_args import build_grpo_config, planned_grpo_args
     from mutualrl.training.trackers import tensorboard_dir_env
 
@@ -163,6 +164,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     from mutualrl.tasks.registry import task_groups
     from mutualrl.tasks.reward_funcs import reward_spec
     from mutualrl.training.catch_up import trainer_class
+    from mutualrl.training.stop_callback import StopAtStepCallback
 
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
@@ -197,7 +199,8 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         verifier=scoring, group_of=task_groups(config.task.name, eval_examples, config.task.group_column),
         exchange=exchange,
     )
-    callbacks = [MetricsCallback(paths, policy_name, config.regime.name), status, validation, ResumedSchedule()]
+    stop = StopAtStepCallback(paths, status, validation)  # after the status (its step), before the validation
+    callbacks = [MetricsCallback(paths, policy_name, config.regime.name), status, stop, validation, ResumedSchedule()]
     if exchange is not None:
         callbacks.append(HeartbeatCallback(exchange))
     peft_config = lora_config(policy)
@@ -215,8 +218,17 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     if trainer.accelerator.is_main_process:  # a long wait for peers shows as a phase, not as a stall
         regime.phase_hook = lambda phase: status.write(trainer.state, phase)
     log_start(trainer, policy_name, config.regime.name, len(train_examples), len(eval_examples))
+    return train_and_save(trainer, tokenizer, resume_from, validation, stop, paths.final_model(policy_name))
+
+
+def train_and_save(trainer: Any, tokenizer: Any, resume_from: str | None, validation: Any, stop: Any,
+                   final: Path) -> int | None:
+    """Train (or finish) and save the final model; a policy the launcher stopped at a step (training/stop_request.py)
+    saves none (its run is not finished) and that step is returned, else None."""
     train_or_finish(trainer, resume_from, validation)
-    save_outputs(trainer, tokenizer, paths.final_model(policy_name))
+    if stop.stopped_at is None:
+        save_outputs(trainer, tokenizer, final)
+    return stop.stopped_at
 
 
 def open_exchange(config: Any, paths: RunPaths, policy: Any, rank: int, world_size: int, args: Any,
@@ -391,10 +403,11 @@ def main(argv: list[str] | None = None) -> int:
                         stream=sys.stdout)
     paths = RunPaths(ns.run_dir.resolve())
     start_launcher_watchdog()
+    install_stop_handlers(paths)  # a scheduler's SIGTERM to every process: saved at the launcher's step
     report_thread_write_failures()  # TensorBoard's writer thread on a full disk: no traceback
     try:
         with collector_paused_for_imports():  # until run_policy has imported torch, transformers and TRL
-            run_policy(paths, ns.policy, ns.resume_from)
+            stopped = run_policy(paths, ns.policy, ns.resume_from)
         close_process_group()  # then __main__ leaves without the teardown (exit_without_teardown)
     except BaseException as err:  # leave a marker so that peers' barriers fail fast and name us
         err = as_storage_error(err, paths.root)
@@ -410,6 +423,9 @@ def main(argv: list[str] | None = None) -> int:
         if isinstance(err, StorageError):
             return DISK_FULL_EXIT  # the launcher says "no space left" even if this log could not hold the line
         return err.exit_code if isinstance(err, MutualRLError) else 1
+    if stopped is not None:
+        print(f"policy {ns.policy}: stopped on request at step {stopped}", file=sys.stderr, flush=True)
+        return STOPPED_EXIT
     return 0
 
 

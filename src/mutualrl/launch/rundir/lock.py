@@ -58,6 +58,7 @@ class RunLock:
         self.path = self.root / name
         self.fd: int | None = None
         self.workers: dict[str, dict[str, Any]] = {}
+        self.recorded = False  # this holder's record is in the file (not a stopped launch's, still needed)
         self.warning: str | None = None
         """Set when the filesystem has no file locks (e.g. Lustre without -o flock): the run is not protected."""
 
@@ -139,9 +140,16 @@ class RunLock:
                            "since": time.strftime("%Y-%m-%dT%H:%M:%S"), "workers": self.workers}).encode()
         os.pwrite(self.fd, data, 0)  # then cut: a reader never sees an empty file while the lock is held
         os.ftruncate(self.fd, len(data))
+        self.recorded = True
 
     def release(self) -> None:
         if self.fd is not None:
+            if self.recorded:  # emptied: a launch that changed nothing (a --resume of a finished run) leaves
+                try:  # the folder byte for byte as it found it
+                    os.ftruncate(self.fd, 0)
+                except OSError:
+                    pass
+            self.recorded = False
             os.close(self.fd)  # the lock goes with the launcher's one descriptor
             self.fd = None
 

@@ -31,7 +31,7 @@ from mutualrl.errors import RunFolderError, StorageError
 from mutualrl.launch.rundir.metrics_merge import MetricsMerger
 from mutualrl.launch.supervise.progress import PoolProgress
 from mutualrl.launch.supervise.progress_display import PolicyRows, StepClock, progress_display, source_details
-from mutualrl.launch.supervise.signals import raise_if_interrupted
+from mutualrl.launch.supervise.signals import interrupt_requested, raise_if_interrupted
 from mutualrl.launch.supervise.worker_output import (
     describe_exit,
     file_marks,
@@ -44,6 +44,7 @@ from mutualrl.launch.supervise.worker_output import (
 )
 from mutualrl.regimes.registry import all_regimes
 from mutualrl.run_folder import RunPaths, read_status, see_marker
+from mutualrl.training.stop_request import GRACE_S, clear_request, request_stop, request_teardown
 from mutualrl.training.watchdog import LAUNCHER_PID_ENV
 from mutualrl.write_failures import is_storage_message
 
@@ -158,6 +159,7 @@ class PoolRunner:
 
     # -- processes ------------------------------------------------------------------------
     def start(self) -> None:
+        clear_request(self.paths)  # the stop of an earlier launch of this run is not this one's
         if self.settings.watch_see:
             write_text_atomic(see_marker(self.settings.see_root), f"{self.paths.root}\n")
         for proc in self.procs:
@@ -248,7 +250,7 @@ class PoolRunner:
             if failure is not None:
                 return self._handle_failure(*failure, started=started)
         except KeyboardInterrupt:
-            self._stop_all()
+            self._stop_at_step()
             self._merge()
             return RunOutcome(False, {p.name: p.returncode for p in self.procs}, None, "interrupted",
                               seconds=time.monotonic() - started)
@@ -384,6 +386,7 @@ class PoolRunner:
             pass
         # Peers notice the marker at their next barrier and exit non-zero naming the peer.
         self._reap(self.settings.grace_s)
+        self._say_teardown()
         self.terminate(self.procs)
         self._reap(10.0)
         self.terminate(self.procs, signal.SIGKILL)
@@ -393,13 +396,44 @@ class PoolRunner:
                           log_tail=tail(failed.log_path if failed else self.paths.log(policy)),
                           seconds=time.monotonic() - started, extra={"storage": True} if is_storage_message(reason) else {})
 
+    def _stop_at_step(self) -> None:
+        """A stop signal while the pool trains: every policy saves a checkpoint at one step and exits
+        (training/stop_request.py); whatever still runs after ``GRACE_S``, or at a second stop signal, is killed.
+        Before any policy completed a step there is nothing to save: :meth:`_stop_all`."""
+        live = [p.name for p in self.procs if p.popen is not None and p.popen.poll() is None]
+        names = [*live, *self.remote_names]
+        how = interrupt_requested() or "SIGINT"
+        try:
+            step = request_stop(self.paths, how, lambda: {name: self._status_of(name) for name in names})
+        except Exception:  # a full disk, a deleted folder: no request, the workers are stopped as before
+            step = 0
+        if step == 0 or not live:
+            self._stop_all()
+            return
+        self.console.print(f"[yellow]{how}: every policy saves a checkpoint at step {step} and stops (at most "
+                           f"{GRACE_S:g} s; another Ctrl-C stops at once)[/]", highlight=False)
+        try:
+            self._reap(GRACE_S)
+        except KeyboardInterrupt:
+            pass
+        self.terminate(self.procs, signal.SIGKILL)  # a SIGTERM would only ask again
+        self._reap(5.0)
+
     def _stop_all(self, grace_s: float = 10.0) -> None:
         """Ctrl-C: SIGTERM every policy at once, then SIGKILL whatever still runs after ``grace_s``, so a pool
         of any size is gone within seconds (a worker busy importing torch can miss a SIGTERM)."""
+        self._say_teardown()
         self.terminate(self.procs)
         self._reap(grace_s)
         self.terminate(self.procs, signal.SIGKILL)  # terminate() skips the processes that have ended
         self._reap(5.0)
+
+    def _say_teardown(self) -> None:
+        """The SIGTERM that follows ends the workers now: none waits for a stop at a step (stop_request.py)."""
+        try:
+            request_teardown(self.paths)
+        except Exception:  # pragma: no cover - best effort (a full disk): a signalled worker then waits 5 s
+            pass
 
     def _reap(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

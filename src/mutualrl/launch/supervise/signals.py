@@ -6,7 +6,10 @@ as "Exception ignored in ..." and dropped, and the launch went on to train the w
 a Ctrl-C 3 s into ``mutualrl train --resume`` on the tiny pool). The handler here also records the
 request, and the launcher checks it at its safe points (:func:`raise_if_interrupted`: before the
 workers start, at every poll of the pool), so a dropped ``KeyboardInterrupt`` comes back there.
-SIGTERM and SIGHUP (a cluster's scheduler, a closed terminal) stop the pool the same way.
+SIGTERM and SIGHUP (a cluster's scheduler, a closed terminal) stop the pool the same way. The pool runner then has
+every policy save a checkpoint at the step in flight (training/stop_request.py); a second stop signal stops at
+once. The same stop delivered twice within :data:`REPEAT_S` counts once: Slurm's ``scancel`` signals every process
+of a job, a terminal's Ctrl-C reaches a sweep and the runs it started, and the sweep passes its stop on too.
 
 A signal the launcher was started with ignored stays ignored, as Python itself leaves an ignored
 SIGINT: ``nohup mutualrl train ... &`` must survive the terminal closing (nohup ignores SIGHUP), and
@@ -18,15 +21,20 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-_state: dict[str, Any] = {"depth": 0, "requested": None}
+REPEAT_S = 1.0
+_state: dict[str, Any] = {"depth": 0, "requested": None, "at": 0.0}
 
 
 def _interrupt(signum: int, frame: Any) -> None:
-    _state["requested"] = signal.Signals(signum).name
+    now = time.monotonic()
+    if _state["requested"] is not None and now - _state["at"] < REPEAT_S:
+        return  # the first stop delivered again (module docstring), not a second one
+    _state["requested"], _state["at"] = signal.Signals(signum).name, now
     raise KeyboardInterrupt(_state["requested"])
 
 
