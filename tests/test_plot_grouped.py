@@ -50,7 +50,7 @@ def test_the_figure_legend_title_and_caption(sweep: Path, tmp_path: Path) -> Non
         assert 900 <= image.size[0] <= 1100  # 3.35 in at 300 dpi, cropped to what is drawn
     caption = (tmp_path / "figs" / "heldout_reward_by_regime.caption.txt").read_text()
     assert "standalone n = 3, prp n = 3, sgt n = 3" in caption and "band: 95% Student t interval" in caption
-    assert "no smoothing" in caption and "pool tiny, task dataset, 3 steps" in caption
+    assert "no smoothing" in caption and "pool tiny, task data (dataset), 3 steps" in caption
 
 
 def test_the_legend_says_n_and_the_title_names_pool_task_and_steps(sweep: Path, tmp_path: Path,
@@ -66,7 +66,7 @@ def test_the_legend_says_n_and_the_title_names_pool_task_and_steps(sweep: Path, 
     monkeypatch.setattr(grouped_plot, "save_figure", keep)
     grouped_plot.plot_grouped([sweep], tmp_path, ["regime"], "pdf", "two")
     assert seen["legend"] == ["standalone (n = 3)", "prp (n = 3)", "sgt (n = 3)"]
-    assert seen["title"] == "tiny pool, task dataset, 3 steps"
+    assert seen["title"] == "tiny pool, task data (dataset), 3 steps"
     assert seen["panels"][:3] == ["tiny-bpe: all", "tiny-bpe: add", "tiny-bpe: sub"]
 
 
@@ -97,3 +97,23 @@ def test_plot_compares_data_by_content_and_names_other_differences(tmp_path: Pat
 
     with pytest.raises(DataError, match="task.source"):
         plots.plot_runs([a, c], tmp_path / "figs2")
+
+
+def test_the_axes_fit_what_is_drawn_with_ticks_at_validation_steps(sweep: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """One y label for the figure (one per row overprinted at one column), the y range fitted to the lines and
+    bands (not a fixed 0-1), x ticks where validation ran (0 and 3 here, not 0, 1, 2, 3)."""
+    seen = {}
+
+    def keep(fig, entries, out):
+        ax = fig.axes[0]
+        seen.update(ylim=ax.get_ylim(), xticks=list(ax.get_xticks()), ylabels=[a.get_ylabel() for a in fig.axes],
+                    supylabel=fig._supylabel.get_text())
+        return out
+
+    monkeypatch.setattr(grouped_plot, "save_figure", keep)
+    grouped_plot.plot_grouped([sweep], tmp_path, ["regime"], "pdf", "one")
+    assert seen["xticks"] == [0, 3] and seen["supylabel"] == "held-out reward@1" and not any(seen["ylabels"])
+    report = build_report([sweep])
+    highest = max(max(r.stats.ci95[1] for r in report.rows), 1.0)
+    assert seen["ylim"][0] < 0 < highest < seen["ylim"][1] < highest + 0.2

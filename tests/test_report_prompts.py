@@ -69,7 +69,8 @@ def test_the_two_level_interval_is_its_exact_distribution_on_a_tiny_matrix() -> 
 
 
 def test_the_prompt_paired_delta_recomputed_by_hand_from_the_eval_jsons(sweep: Path) -> None:
-    row = next(r for r in build_report([sweep]).rows if (r.group, r.policy, r.task_group) == ("hacpo", "tiny-bpe", "all"))
+    rows = build_report([sweep]).rows
+    row = next(r for r in rows if (r.group, r.policy, r.task_group) == ("hacpo", "tiny-bpe", "all"))
     by_hand = {}
     for regime in ("hacpo", "standalone"):  # each run's last validation, read as a user would
         for seed in (1, 2, 3):
@@ -82,7 +83,7 @@ def test_the_prompt_paired_delta_recomputed_by_hand_from_the_eval_jsons(sweep: P
     assert paired.mean_difference == pytest.approx(matrix.mean()) == pytest.approx(row.vs_baseline.mean_difference)
     assert paired.ci95 == pytest.approx(two_level_interval(matrix))
     assert paired.ci95[0] <= matrix.mean() <= paired.ci95[1]
-    assert next(r for r in build_report([sweep]).rows if r.task_group == "add" and r.vs_baseline).prompt_paired is None
+    assert next(r for r in rows if r.task_group == "add" and r.vs_baseline).prompt_paired is None
 
 
 def test_only_prompts_every_paired_run_scored_are_compared() -> None:

@@ -105,10 +105,9 @@ def plot_grouped(run_dirs: Sequence[Path], out_dir: Path, by: Sequence[str], fmt
         for c, (policy, group) in enumerate(line):
             draw_panel(axes[r][c], panels.get((policy, group), {}), labels, palette, styles)
             axes[r][c].set_title(f"{policy}: {group}", pad=2)
-            if c == 0:
-                axes[r][c].set_ylabel("held-out reward@1")
-            if r == rows - 1:
-                axes[r][c].set_xlabel("training step")
+    fig.supxlabel("training step", fontsize=7)
+    fig.supylabel("held-out reward@1", fontsize=7)  # once: a label per row overprinted its neighbours
+    fit_axes(axes[0][0], panels)
     context = report.context
     fig.suptitle(f"{context['pool']} pool, task {context['task']}, {context['steps']} steps", fontsize=8)
     entries = [(f"{label} (n = {len(report.groups[label])})", paper_line(palette[i], styles[i]))
@@ -136,7 +135,25 @@ def draw_panel(ax: Any, bands: dict[str, Band], labels: list[str], palette: list
         ax.plot(curve.steps, curve.mean, **paper_line(palette[index], styles[index]))
         if curve.low is not None and curve.high is not None:
             ax.fill_between(curve.steps, curve.low, curve.high, color=palette[index], alpha=0.18, linewidth=0)
-    from matplotlib.ticker import MaxNLocator
 
-    ax.set_ylim(-0.03, 1.03)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole
+
+#: At most this many step labels on the x axis: more collide at a column's width.
+MAX_STEP_TICKS = 5
+
+
+def fit_axes(ax: Any, panels: dict[tuple[str, str], dict[str, Band]]) -> None:
+    """The shared axes fitted to what is drawn: y from the lowest to the highest line or band (a Δ of 0.05 is
+    invisible on a fixed 0-1 axis), x ticks at validation steps (every k-th when there are many)."""
+    from matplotlib.ticker import FixedLocator, MaxNLocator
+
+    bands = [band for by_label in panels.values() for band in by_label.values()]
+    values = [v for b in bands for v in [*b.mean, *(b.low or []), *(b.high or [])]]
+    if values:
+        low, high = min(values), max(values)
+        pad = max(high - low, 0.02) * 0.06
+        ax.set_ylim(low - pad, high + pad)
+    ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
+    steps = sorted({step for b in bands for step in b.steps})
+    if steps:
+        every = -(-len(steps) // MAX_STEP_TICKS)  # ceiling: the first and every k-th step after it
+        ax.xaxis.set_major_locator(FixedLocator(steps[::every]))

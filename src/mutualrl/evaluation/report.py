@@ -279,6 +279,14 @@ def shared_context(runs: list[FinalValues]) -> dict[str, Any]:
         return values[0] if len(set(map(repr, values))) == 1 else "mixed"
 
     return {"pool": common([r.settings.get("pool.name") for r in runs]),
-            "task": common([r.settings.get("task.name") for r in runs]),
+            "task": common([task_label(r.settings) for r in runs]),
             "source": common([r.settings.get("task.source") for r in runs]),
             "steps": common([max(r.step.values()) for r in runs])}
+
+
+def task_label(settings: RunSettings) -> str:
+    """The task's name; a user's dataset by its folder (``dataset`` alone names no task)."""
+    name, source = settings.get("task.name"), settings.get("task.source")
+    if name == "dataset" and source:
+        return f"{Path(str(source)).name} (dataset)"
+    return str(name)

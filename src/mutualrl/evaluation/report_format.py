@@ -80,7 +80,8 @@ def cells(row: ReportRow, report: Report) -> list[str]:
 
 
 def render(report: Report, fmt: str) -> str:
-    """The report in ``fmt`` (one of :data:`FORMATS`; ``table`` is for a terminal: see :func:`.report_table.rich_table`)."""
+    """The report as ``markdown``, ``csv``, ``latex`` or ``json`` text (the terminal's ``table`` is
+    :func:`.report_table.rich_table`; written to a file, the CLI gives it as markdown)."""
     if fmt == "json":
         return json.dumps(to_json(report), indent=1) + "\n"
     if fmt == "csv":
@@ -124,7 +125,8 @@ def to_markdown(report: Report) -> str:
 LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
                  "Δ": r"$\Delta$", "−": "-", "β": r"$\beta$", "α": r"$\alpha$", "×": r"$\times$",
-                 "→": r"$\to$", "≥": r"$\geq$", "±": r"$\pm$", "…": r"\ldots{}", CAVEAT_MARK: r"\textsuperscript{\dag}"}
+                 "→": r"$\to$", "≥": r"$\geq$", "±": r"$\pm$", "…": r"\ldots{}", "ⁿ": r"$^n$",
+                 CAVEAT_MARK: r"\textsuperscript{\dag}"}
 
 
 def latex_text(text: str) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from mutualrl.evaluation.prompt_paired import REPS as PROMPT_REPS
 from mutualrl.evaluation.report import ALL, Report
-from mutualrl.evaluation.report_stats import ALPHA, INTERVAL_KIND, MAX_POWER_SEEDS, MIN_RUNS_FOR_IQM, POWER
+from mutualrl.evaluation.report_stats import ALPHA, FEW_RUNS, INTERVAL_KIND, MAX_POWER_SEEDS, MIN_RUNS_FOR_IQM, POWER
 
 CAVEAT_MARK = "†"
 
@@ -20,7 +20,7 @@ def notes(report: Report) -> list[str]:
              f"(interquartile mean, rliable) from n = {MIN_RUNS_FOR_IQM}"]
     if report.compared:
         lines += comparison_notes(report)
-    lines += sorted({row.stats.note for row in report.rows if row.stats.note}, key=str)
+    lines += cell_notes(report)
     lines += [f"{CAVEAT_MARK} {line}" for line in report.caveats]
     if report.between_groups:
         lines.append("the groups also differ in: " + "; ".join(report.between_groups))
@@ -32,7 +32,7 @@ def comparison_notes(report: Report) -> list[str]:
     """What Δ, its interval, p, P(improve), the prompt-paired interval and the power column are."""
     base = report.baseline or "its baseline"
     lines = [f"Δ: mean over seeds of (run − {base}'s run of the same seed); 95% CI of Δ: paired t (df n − 1); "
-             f"p: exact two-sided sign-flip (permutation) p of Δ over the 2^n sign patterns of the per-seed "
+             f"p: exact two-sided sign-flip (permutation) p of Δ over the 2ⁿ sign patterns of the per-seed "
              f"differences; P(improve): share of the same seed pairs where the run beats {base}'s (a tie half)",
              holm_note(report),
              f"95% CI of Δ, seeds × prompts: two-level bootstrap of the mean per-prompt difference (seeds "
@@ -71,7 +71,14 @@ def power_lines(report: Report) -> list[str]:
     return lines
 
 
+def cell_notes(report: Report) -> list[str]:
+    """Every distinct caveat line of the cells (small n, SD 0), once."""
+    return list(dict.fromkeys(line for row in report.rows if row.stats.note for line in row.stats.note.splitlines()))
+
+
 def caption_caveats(report: Report) -> list[str]:
-    """The caveats a figure's caption carries: the small-n notes and every † line."""
-    small = sorted({row.stats.note for row in report.rows if row.stats.note}, key=str)
+    """The caveats a figure's caption carries: few runs behind a band, and every † line."""
+    few = sorted({len(members) for members in report.groups.values() if len(members) < FEW_RUNS})
+    small = ([f"n = {', '.join(map(str, few))}: a band rests on an SD from so few runs; it is wide for that "
+              "reason, and a band of width 0 (every run the same) is no certainty"] if few else [])
     return [*small, *report.caveats]

@@ -47,7 +47,8 @@ INTERVAL_KIND = "Student t interval over seeds (df n − 1)"
 
 @dataclass
 class CellStats:
-    """Mean, sample SD, n, the 95 % t interval of the mean and the IQM of one cell's final values."""
+    """Mean, sample SD, n, the 95 % t interval of the mean and the IQM of one cell's final values; ``note``: what
+    to be wary of, one caveat a line."""
 
     n: int
     mean: float
@@ -135,8 +136,12 @@ def cell_stats(values: Sequence[float]) -> CellStats:
     n = len(values)
     iqm = (float(rliable_metrics().aggregate_iqm(np.asarray(values, dtype=float).reshape(-1, 1)))
            if n >= MIN_RUNS_FOR_IQM else None)
-    return CellStats(n=n, mean=statistics.fmean(values), sd=statistics.stdev(values) if n > 1 else None,
-                     ci95=t_interval(values), iqm=iqm, note=small_n_note(n))
+    sd = statistics.stdev(values) if n > 1 else None
+    note = small_n_note(n)
+    if sd == 0:  # the t interval is then a point: say it is no certainty
+        note = "\n".join(filter(None, [note, "SD 0 (every run of a cell the same value): its t interval is that "
+                                              "point, which says nothing about a further seed"]))
+    return CellStats(n=n, mean=statistics.fmean(values), sd=sd, ci95=t_interval(values), iqm=iqm, note=note)
 
 
 def sign_flip_p(differences: Sequence[float]) -> float | None:
