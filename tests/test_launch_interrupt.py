@@ -244,3 +244,40 @@ def test_a_signalled_worker_goes_on_to_the_launchers_step_or_ends_as_before(tmp_
     worker.send_signal(signal.SIGTERM)
     out, _ = worker.communicate(timeout=30)
     assert (worker.returncode, "went on" in out) == ((0, True) if goes_on else (-signal.SIGTERM, False))
+
+
+class SecondStop(StoppedAtStep):
+    """A second stop signal while the policies go on to their step: the first wait for them is cut short."""
+
+    def _reap(self, timeout_s):
+        if self.interrupted and timeout_s > 5:
+            raise KeyboardInterrupt
+        super()._reap(timeout_s)
+
+
+def test_a_second_stop_signal_kills_the_pool_at_once(tmp_path):
+    script = tmp_path / "fake_policy.py"
+    script.write_text(FAKE_POLICY.replace("time.sleep(pace)", "time.sleep(pace if step == 0 else 300)"))
+    procs = [PolicyProcess(name=name, argv=[sys.executable, str(script), str(tmp_path), name, "0.01"], env={},
+                           log_path=tmp_path / "logs" / f"{name}.log") for name in ("a", "b")]
+    settings = PoolSettings(tmp_path / "see", stall_timeout_s=60.0, grace_s=20.0, poll_s=0.05)
+    started = time.time()
+    outcome = SecondStop(procs, RunPaths(tmp_path), settings, at=1, console=Console(file=open("/dev/null", "w"))).run()
+    assert outcome.reason == "interrupted" and outcome.returncodes == {"a": -signal.SIGKILL, "b": -signal.SIGKILL}
+    assert time.time() - started < 15  # not the 300 s step, nor the 20 s grace
+
+
+def test_the_same_stop_delivered_twice_counts_once_and_a_later_one_stops_at_once(monkeypatch):
+    from mutualrl.launch.supervise import signals
+
+    clock = [100.0]
+    monkeypatch.setattr(signals.time, "monotonic", lambda: clock[0])
+    monkeypatch.setitem(signals._state, "requested", None)
+    with pytest.raises(KeyboardInterrupt):
+        signals._interrupt(signal.SIGINT, None)
+    clock[0] += 0.2
+    signals._interrupt(signal.SIGTERM, None)  # a sweep passing the same Ctrl-C on: no second stop
+    clock[0] += 2.0
+    with pytest.raises(KeyboardInterrupt):
+        signals._interrupt(signal.SIGTERM, None)
+    monkeypatch.setitem(signals._state, "requested", None)

@@ -129,3 +129,32 @@ def test_a_sweep_trains_then_reuses_and_refuses_a_changed_run(user_folder: Path)
     report = runner.invoke(app, ["report", "sw", "--format", "json"])
     rows = json.loads(report.output)["rows"]
     assert {row["policy"] for row in rows} == {"tiny-bpe", "tiny-sp"} and all(row["n"] == 1 for row in rows)
+
+
+STOPPABLE_RUN = """
+import signal, sys, time
+from pathlib import Path
+signal.signal(signal.SIGTERM, lambda *a: (Path(sys.argv[1]).write_text("SIGTERM"), sys.exit(130)))
+Path(sys.argv[1] + ".up").write_text("up")
+time.sleep(30)
+"""
+
+
+def test_a_task_cancelled_by_submitits_local_executor_passes_the_stop_on_to_its_run(tmp_path: Path) -> None:
+    """submitit's local cancel is a SIGINT to the task (then SIGKILL): the task's run gets a SIGTERM, the stop that
+    saves a checkpoint at the step in flight (training/stop_request.py); the task stops too."""
+    import signal
+    import subprocess
+    import time
+
+    got = tmp_path / "got"
+    task = ("import sys; from mutualrl.launch.sweep_slurm import train_job; "
+            f"train_job([sys.executable, '-c', {STOPPABLE_RUN!r}, {str(got)!r}], {str(tmp_path)!r})")
+    proc = subprocess.Popen([sys.executable, "-c", task], stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not Path(f"{got}.up").exists():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert got.read_text() == "SIGTERM" and proc.returncode != 0 and "KeyboardInterrupt" in err

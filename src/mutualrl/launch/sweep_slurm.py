@@ -87,10 +87,31 @@ def train_job(command: list[str], cwd: str, cache: dict[str, Any] | None = None)
             raise
         if note:
             print(f"mutualrl sweep: {note}", file=sys.stderr, flush=True)
-    done = subprocess.run(command, cwd=cwd, check=False, env=env)
-    if done.returncode != 0:
-        raise RuntimeError(f"{shlex.join(command)} exited {done.returncode}")
-    return done.returncode
+    returncode = run_passing_stop_on(command, cwd, env)
+    if returncode != 0:
+        raise RuntimeError(f"{shlex.join(command)} exited {returncode}")
+    return returncode
+
+
+def run_passing_stop_on(command: list[str], cwd: str, env: dict[str, str] | None) -> int:
+    """``command``'s exit code. submitit's local executor cancels a task with SIGINT to it alone, then SIGKILL a
+    second later (``submitit/local/local.py`` ``kill_tasks``): the run gets a SIGTERM, so it saves its checkpoint at the
+    step in flight on its own, and outlives this task if it must (subprocess.run would SIGKILL it at once). Under
+    Slurm, ``scancel`` signals the run itself."""
+    import signal
+
+    from mutualrl.training.stop_request import GRACE_S
+
+    process = subprocess.Popen(command, cwd=cwd, env=env)
+    try:
+        return process.wait()
+    except KeyboardInterrupt:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=GRACE_S + 10)
+        except subprocess.TimeoutExpired:
+            pass
+        raise
 
 
 def submit_array(spec: SweepSpec, commands: list[list[str]], options: SlurmOptions,
