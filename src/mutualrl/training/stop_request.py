@@ -8,9 +8,10 @@ furthest step any policy has in flight (steps completed + 1; + 0 for a policy th
 having seen the request). In that order a policy is either counted with its step in flight or sees the request at
 its next step end and holds there until ``step`` is written: none passes the step unknowingly.
 
-Each worker's ``StopAtStepCallback`` (training/stop_callback.py) reads the request at every step end (rank 0 reads, every rank gets its
-answer: :mod:`~mutualrl.training.rank_zero`); at the step it asks TRL's Trainer for a checkpoint and the end of
-training, and the worker exits with :data:`STOPPED_EXIT`, without the final validation or final model.
+Each worker's ``StopAtStepCallback`` (training/stop_callback.py) reads the request at every step end (rank 0
+reads, every rank gets its answer: :mod:`~mutualrl.training.rank_zero`); at the step it asks TRL's Trainer for a
+checkpoint and the end of training, and the worker exits with :data:`STOPPED_EXIT`, without the final validation or
+final model.
 
 A worker that is signalled itself (Slurm's ``scancel`` signals every process of the job) goes on to the step when
 its launcher writes the request within :data:`LAUNCHER_WAIT_S`; otherwise (a worker started by hand, a launcher that
