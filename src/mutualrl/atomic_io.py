@@ -173,3 +173,34 @@ def append_text(path: str | Path, text: str) -> None:
 def write_json_atomic(path: str | Path, data: Any, **dumps: Any) -> Path:
     """``data`` as JSON, atomically; by default one-space indent and ``str()`` for what JSON lacks (paths)."""
     return write_text_atomic(path, json.dumps(data, **{"indent": 1, "default": str, **dumps}))
+
+
+def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
+    """Replace ``path`` with ``data`` in one step, never through a link: the bytes go to a new temporary file
+    (``O_EXCL`` refuses a name that exists, a link too) and the rename replaces a link found at ``path`` instead of
+    writing where it points. A failed write leaves no file (a 0-byte figure on a full disk) and raises a
+    one-line ``StorageError``."""
+    path = Path(path)
+    write_atomic(path, lambda sink: sink.write(data))
+    return path
+
+
+def folder_inside(root: Path, name: str) -> Path:
+    """``root/name`` as a real folder inside ``root``, created when missing.
+
+    ``root`` is a folder the user named; what lies in it is data (a run or sweep folder may be shared or copied),
+    so a link at ``root/name`` would send every file written there wherever it points: it is refused, naming it,
+    and so is a file there."""
+    from mutualrl.errors import UsageError
+
+    folder = Path(root) / name
+    try:
+        folder.mkdir(parents=True)
+    except FileExistsError:
+        pass  # checked below, a link first: mkdir's exist_ok would take a link to a folder for the folder
+    if folder.is_symlink():
+        raise UsageError(f"{folder}: a link (to {os.readlink(folder)[:200]}) where a folder of {root} belongs; "
+                         "nothing is written through it: remove the link, or name another folder with --out")
+    if not folder.is_dir():
+        raise UsageError(f"{folder}: exists and is not a folder; remove it, or name another folder with --out")
+    return folder

@@ -28,23 +28,28 @@ def plot(
         "the report's 95% interval as a band, n in the legend, a caption line beside it.", show_default=False),
     fmt: str = typer.Option("pdf", "--format", help="--group-by: pdf, svg or png (300 dpi)."),
     width: str = typer.Option("two", "--width", help="--group-by: 'one' column (3.35 in) or 'two' (6.9 in)."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Replace figures of the same names in the --out folder (the default folder, the "
+        "first run's plots/, holds plot's own figures: they are always redrawn)."),
 ) -> None:
     """Plot validation reward@1, training reward, entropy, KL and regime metrics per policy.
 
     Figures follow the paper's: validation reward@1 and training reward per policy with one line per run
     (regime), entropy and KL ("optimization signatures"), and regime metrics such as the SGT gate rate.
-    Runs of different pools or tasks are refused unless --allow-mixed.
+    Runs of different pools or tasks are refused unless --allow-mixed. A figure of the same name in an --out
+    folder is replaced only with --overwrite; nothing is written through a link found in a run folder.
     """
     from mutualrl.evaluation.plots import plot_runs, summary_rows
 
-    out_dir = check_output_path(out or (run_dirs[0] / "plots"), "--out", kind="folder")
+    out_dir = figure_folder(run_dirs, out)
+    replace = overwrite or out is None  # the default folder holds plot's own figures, redrawn as a run goes on
     if group_by is not None:
-        plot_grouped_figure(run_dirs, out_dir, group_by, fmt, width)
+        plot_grouped_figure(run_dirs, out_dir, group_by, fmt, width, replace)
         return
     alpha = smooth if 0 < smooth < 1 else None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        written = plot_runs(run_dirs, out_dir, smooth=alpha, allow_mixed=allow_mixed)
+        written = plot_runs(run_dirs, out_dir, smooth=alpha, allow_mixed=allow_mixed, overwrite=replace)
         rows = summary_rows(run_dirs)
     say_warnings(caught)
     console.print(summary_table(rows))
@@ -54,17 +59,35 @@ def plot(
         console.print(f"wrote {path}", highlight=False)
 
 
-def plot_grouped_figure(run_dirs: list[Path], out_dir: Path, group_by: str, fmt: str, width: str) -> None:
+def figure_folder(run_dirs: list[Path], out: Path | None) -> Path:
+    """The folder the figures go to: ``--out`` as the user named it, else the first run's (or sweep's) ``plots/``,
+    which must be a real folder inside it: a run folder is data, and a link planted there is refused."""
+    from mutualrl.atomic_io import folder_inside
+
+    if out is not None:
+        out_dir = check_output_path(out, "--out", kind="folder")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return out_dir
+    check_output_path(run_dirs[0] / "plots", "--out", kind="folder")
+    if not run_dirs[0].is_dir():
+        return run_dirs[0] / "plots"  # nothing to plot: reading the run says so, in its own words
+    return folder_inside(run_dirs[0], "plots")
+
+
+def plot_grouped_figure(run_dirs: list[Path], out_dir: Path, group_by: str, fmt: str, width: str,
+                        overwrite: bool) -> None:
     from mutualrl.errors import UsageError
-    from mutualrl.evaluation.grouped_plot import FORMATS, WIDTHS, plot_grouped
+    from mutualrl.evaluation.grouped_plot import FORMATS, WIDTHS, grouped_outputs, plot_grouped
+    from mutualrl.evaluation.plots import refuse_existing
 
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")
     if width not in WIDTHS:
         raise UsageError(f"--width {width}: expected one or two (columns)")
-    keys = [key.strip() for key in group_by.split(",") if key.strip()]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    figure, caption = plot_grouped(run_dirs, out_dir, keys or ["regime"], fmt, width)
+    keys = [key.strip() for key in group_by.split(",") if key.strip()] or ["regime"]
+    if not overwrite:
+        refuse_existing(grouped_outputs(out_dir, keys, fmt))
+    figure, caption = plot_grouped(run_dirs, out_dir, keys, fmt, width)
     console.print(f"wrote {figure}", highlight=False)
     console.print(f"caption ({figure.with_suffix('.caption.txt').name}): {caption}", highlight=False, soft_wrap=True)
 

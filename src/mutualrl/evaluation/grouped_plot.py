@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mutualrl.atomic_io import write_text_atomic
 from mutualrl.evaluation.plot_style import colors, line_kwargs, pyplot, run_styles, save_figure
 from mutualrl.evaluation.report import ALL, FinalValues, Report, build_report
 from mutualrl.evaluation.report_notes import caption_caveats
@@ -112,11 +113,17 @@ def plot_grouped(run_dirs: Sequence[Path], out_dir: Path, by: Sequence[str], fmt
     fig.suptitle(f"{context['pool']} pool, task {context['task']}, {context['steps']} steps", fontsize=8)
     entries = [(f"{label} (n = {len(report.groups[label])})", paper_line(palette[i], styles[i]))
                for i, label in enumerate(labels)]
-    name = "heldout_reward_by_" + "_".join(key.replace(".", "-") for key in by)
-    out = save_figure(fig, entries, Path(out_dir) / f"{name}.{fmt}")
+    out = save_figure(fig, entries, grouped_outputs(out_dir, by, fmt)[0])
     text = caption(report)
-    out.with_suffix(".caption.txt").write_text(text + "\n", encoding="utf-8")
+    write_text_atomic(out.with_suffix(".caption.txt"), text + "\n")  # a link planted there is replaced, not followed
     return out, text
+
+
+def grouped_outputs(out_dir: Path, by: Sequence[str], fmt: str) -> tuple[Path, Path]:
+    """The figure and the caption file :func:`plot_grouped` writes."""
+    name = "heldout_reward_by_" + "_".join(key.replace(".", "-") for key in by)
+    figure = Path(out_dir) / f"{name}.{fmt}"
+    return figure, figure.with_suffix(".caption.txt")
 
 
 def paper_line(color: Any, style: Any) -> dict[str, Any]:

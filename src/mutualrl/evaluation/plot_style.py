@@ -8,14 +8,14 @@ dashed, with hollow markers, on top of the earlier one. No jitter: every point i
 
 from __future__ import annotations
 
+import io
 import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mutualrl import faults
-from mutualrl.write_failures import storage_errors
+from mutualrl.atomic_io import write_bytes_atomic
 
 LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 2)))
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -92,13 +92,7 @@ def save_with_legend(fig: Any, entries: Sequence[tuple[str, dict[str, Any]]], ou
     legend_rows = -(-len(entries) // 6)
     height_in = fig.get_size_inches()[1]
     fig.tight_layout(rect=(0, min(0.3, (0.3 + 0.25 * legend_rows) / height_in), 1, 1 - 0.35 / height_in))
-    try:
-        with storage_errors(out):  # a full disk: one line naming the figure
-            faults.disk_full(out)
-            fig.savefig(out, dpi=120)
-    finally:
-        pyplot().close(fig)
-    return out
+    return write_figure(fig, out, dpi=120)
 
 
 def run_legend(labels: Sequence[str], palette: Sequence[Any], styles: Sequence[LineStyle],
@@ -119,10 +113,18 @@ def save_figure(fig: Any, entries: Sequence[tuple[str, dict[str, Any]]], out: Pa
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     fig.legend(handles, [label for label, _ in entries], loc="upper center", ncol=min(len(entries), fits),
                frameon=False, bbox_to_anchor=(0.5, 0.0), handlelength=2.6)
+    return write_figure(fig, out, dpi=300, bbox_inches="tight")
+
+
+def write_figure(fig: Any, out: Path, **savefig: Any) -> Path:
+    """Render ``fig`` in memory (the format from ``out``'s suffix), then write it in one step and close it.
+
+    Rendered first, so that a failed write (a full disk) is one ``StorageError`` naming the figure and leaves no
+    0-byte file; written through :func:`~mutualrl.atomic_io.write_bytes_atomic`, so that a link planted at ``out``
+    (a run folder is data) is replaced, never written through."""
+    buffer = io.BytesIO()
     try:
-        with storage_errors(out):  # a full disk: one line naming the figure
-            faults.disk_full(out)
-            fig.savefig(out, dpi=300, bbox_inches="tight")
+        fig.savefig(buffer, format=out.suffix.lstrip(".").lower() or "png", **savefig)
     finally:
         pyplot().close(fig)
-    return out
+    return write_bytes_atomic(out, buffer.getvalue())

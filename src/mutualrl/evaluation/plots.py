@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mutualrl.errors import DataError
+from mutualrl.errors import DataError, UsageError
 from mutualrl.evaluation.metric_words import axis_range, metric_words
 from mutualrl.evaluation.plot_style import (
     colors,
@@ -342,14 +342,31 @@ def check_comparable(runs: Sequence[RunData], allow_mixed: bool) -> list[str]:
     return differences
 
 
+#: The figures every plot may write (besides ``sources_<learner>.png``), in the order written.
+FIGURE_NAMES = ("validation_reward.png", "validation_reward_by_task.png", "validation_reward_by_group.png",
+                "training_reward.png", "optimization.png", "regime_metrics.png")
+
+
+def refuse_existing(paths: Iterable[Path]) -> None:
+    """One line naming the first of ``paths`` that exists (a link too): a user's file is replaced only with
+    ``--overwrite``, as ``eval``, ``complementarity`` and ``report -o`` do."""
+    for path in paths:
+        if path.exists() or path.is_symlink():
+            raise UsageError(f"--out {path}: exists; pass --overwrite to replace it, or name another folder")
+
+
 def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, smooth: float | None = 0.3,
-              allow_mixed: bool = False) -> list[Path]:
+              allow_mixed: bool = False, overwrite: bool = True) -> list[Path]:
     """Write every figure that the runs have data for into ``out_dir``; returns the files written.
 
-    Runs on different pools or tasks raise :class:`DataError` unless ``allow_mixed`` (then a warning)."""
+    Runs on different pools or tasks raise :class:`DataError` unless ``allow_mixed`` (then a warning); with
+    ``overwrite`` False, a figure's name that exists in ``out_dir`` is a :class:`UsageError`, before any is drawn."""
     runs = [load_run(d) for d in run_dirs]
     if not runs:
         raise DataError("no run folders given")
+    if not overwrite:
+        refuse_existing([Path(out_dir) / name for name in FIGURE_NAMES]
+                        + [Path(out_dir) / f"sources_{learner}.png" for learner in _source_keys(runs)])
     for difference in check_comparable(runs, allow_mixed):
         warnings.warn(f"drawing runs that differ in {difference}", stacklevel=2)
     for difference in setting_differences(runs):  # drawn, but not without a word
