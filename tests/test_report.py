@@ -154,3 +154,26 @@ def test_report_cli_writes_each_format_and_refuses_a_bad_one(sweep: Path, tmp_pa
     assert again.exit_code != 0 and "--overwrite" in again.output
     bad = runner.invoke(app, ["report", str(sweep), "--format", "docx"])
     assert bad.exit_code == 2 and "expected one of table, markdown, csv, latex, json" in bad.output
+
+
+def test_runs_on_other_versions_are_named_under_the_table_and_in_the_caption(sweep: Path) -> None:
+    from mutualrl.evaluation.report_notes import caption_caveats, notes
+
+    usual = {"python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.24.0", "trl": "1.16.0", "tested_set": "yes"}
+    runs = sorted(sweep.iterdir())
+    for run in runs:
+        record = json.loads((run / "run.json").read_text())
+        (run / "run.json").write_text(json.dumps({**record, "versions": usual}))
+    assert build_report([sweep]).versions == []  # all alike: nothing to say
+    odd, resumed = runs[0], runs[1]
+    record = json.loads((odd / "run.json").read_text())
+    (odd / "run.json").write_text(json.dumps({**record, "versions": {**usual, "transformers": "5.25.0",
+                                                                     "tested_set": "no: 1 differ (...)"}}))
+    record = json.loads((resumed / "run.json").read_text())
+    (resumed / "run.json").write_text(json.dumps({**record, "earlier_versions": [{**usual, "trl": "1.16.1"}]}))
+    report = build_report([sweep])
+    assert report.versions == [f"{odd.name}: ran on other versions: transformers 5.25.0 (most: 5.24.0)",
+                               f"{odd.name}: not the tested set (no: 1 differ (...))",
+                               f"{resumed.name}: resumed on other versions than it started with (1 change of versions)"]
+    assert all(f"† {line}" in notes(report) for line in report.versions)
+    assert set(report.versions) <= set(caption_caveats(report))

@@ -20,6 +20,7 @@ from typing import Any
 from mutualrl.errors import DataError, UsageError
 from mutualrl.evaluation.prompt_paired import PromptPaired, prompt_paired
 from mutualrl.evaluation.report_caveats import RunCaveats, cell_caveats, read_caveats
+from mutualrl.evaluation.run_versions import version_notes
 from mutualrl.evaluation.report_stats import CellStats, PairedStats, cell_stats, holm, paired_stats
 from mutualrl.evaluation.results import ModelEvalResult, group_rewards, step_files
 from mutualrl.evaluation.run_settings import (
@@ -72,6 +73,7 @@ class Report:
     rows: list[ReportRow] = field(default_factory=list)
     between_groups: list[str] = field(default_factory=list)  # settings that differ between groups besides --by
     left_out: list[str] = field(default_factory=list)  # runs not finished, with why
+    versions: list[str] = field(default_factory=list)  # runs on other library versions than the rest (run.json)
     context: dict[str, Any] = field(default_factory=dict)  # pool, task, steps: what every run shares
 
     @property
@@ -187,13 +189,14 @@ def build_report(paths: Sequence[Path], by: Sequence[str] = ("regime",), baselin
                  option: str = "--by") -> Report:
     """Read, group and compute. ``baseline``: a group's label (every group against it) or a regime (each group
     against that regime's group with the same other ``by`` settings); default ``standalone`` where there is one."""
-    finished, left_out = [], []
+    finished, finished_paths, left_out = [], [], []
     for run in run_folders(paths):
         reason = unfinished_reason(RunPaths(run))
         if reason:
             left_out.append(reason)
         else:
             finished.append(final_values(run))
+            finished_paths.append(run)
     if not finished:
         raise DataError("no finished run to report" + (f": {left_out[0]}" if left_out else ""))
     check_keys(by, finished, option)
@@ -207,7 +210,7 @@ def build_report(paths: Sequence[Path], by: Sequence[str] = ("regime",), baselin
                     baselines=baselines, left_out=left_out,
                     between_groups=[describe_difference(key, everyone) for key in
                                     differing_keys(everyone, ignore=[resolve_key(k) for k in by])],
-                    context=shared_context(finished))
+                    context=shared_context(finished), versions=version_notes(finished_paths))
     report.rows = report_rows(groups, baselines)
     adjust_holm(report)
     return report

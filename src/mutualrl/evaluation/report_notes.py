@@ -1,6 +1,6 @@
 """The lines under every one of ``mutualrl report``'s tables (and, shortened, in the figure's caption): what each
 number is, how many comparisons the table makes, the power of each headline comparison, and every caveat a reader
-of a number must see (small n, a method that used few peer samples, a restarted policy)."""
+of a number must see (small n, a method that used few peer samples, a restarted policy, runs on other versions)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ def notes(report: Report) -> list[str]:
         lines += comparison_notes(report)
     lines += cell_notes(report)
     lines += [f"{CAVEAT_MARK} {line}" for line in report.caveats]
+    lines += [f"{CAVEAT_MARK} {line}" for line in report.versions]
     if report.between_groups:
         lines.append("the groups also differ in: " + "; ".join(report.between_groups))
     lines += [f"left out: {reason}" for reason in report.left_out]
@@ -81,4 +82,4 @@ def caption_caveats(report: Report) -> list[str]:
     few = sorted({len(members) for members in report.groups.values() if len(members) < FEW_RUNS})
     small = ([f"n = {', '.join(map(str, few))}: a band rests on an SD from so few runs; it is wide for that "
               "reason, and a band of width 0 (every run the same) is no certainty"] if few else [])
-    return [*small, *report.caveats]
+    return [*small, *report.caveats, *report.versions]
