@@ -182,11 +182,24 @@ def machine_lock_name(machine: int) -> str:
 
 MAX_JSON_BYTES = 256 * 1000 * 1000
 """A run-folder JSON file larger than this is damaged (the largest, an eval result, holds a few MB)."""
+METRICS_MAX_BYTES = 2 * 1000 * 1000 * 1000
+"""A metrics file larger than this is damaged: a row is at most a few kB (a train row with every per-source
+diagnostic of an 8-policy pool), so 2 GB is some 500,000 rows, 60,000 steps of 8 policies; it is read whole, and a
+file of 8 GB (``truncate -s 8G``) made ``report`` hold 16.8 GB."""
+SPARSE_MIN_BYTES = 64 * 1024 * 1024
+"""A file this large is checked for holes before it is read or hashed."""
+
+
+def is_sparse(info: os.stat_result) -> bool:
+    """Whether a file is far larger than the blocks it holds (a sparse file: ``truncate -s 4T``): real data, even
+    on a compressing filesystem, holds a sixteenth of its size; reading one would read gigabytes of zeros."""
+    return info.st_size > SPARSE_MIN_BYTES and info.st_blocks * 512 * 16 < info.st_size
 
 
 def read_bytes(path: Path, max_bytes: int = MAX_JSON_BYTES) -> bytes:
-    """The content of a regular file of the run folder; a FIFO, a device, a folder or an oversized file is a
-    :class:`RunFolderError` naming it (opened without blocking: a FIFO never hangs the reader)."""
+    """The content of a regular file of the run folder; a FIFO, a device, a folder, a file over ``max_bytes`` or a
+    sparse one (:func:`is_sparse`) is a :class:`RunFolderError` naming it, unread (opened without blocking: a FIFO
+    never hangs the reader)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -200,7 +213,11 @@ def read_bytes(path: Path, max_bytes: int = MAX_JSON_BYTES) -> bytes:
         if not stat.S_ISREG(info.st_mode):
             raise RunFolderError(f"{path}: not a regular file (a FIFO, device or folder); remove it")
         if info.st_size > max_bytes:
-            raise RunFolderError(f"{path}: {info.st_size} bytes, more than such a file ever holds; damaged")
+            raise RunFolderError(f"{path}: {info.st_size:,} bytes, more than such a file ever holds (at most "
+                                 f"{max_bytes:,}); damaged, not read")
+        if is_sparse(info):
+            raise RunFolderError(f"{path}: {info.st_size:,} bytes but only {info.st_blocks * 512:,} on disk (a sparse "
+                                 "file), not one a run wrote; damaged, not read")
         with os.fdopen(os.dup(fd), "rb") as fh:
             return fh.read()
     except OSError as err:
@@ -304,9 +321,10 @@ def parse_metric_row(line: str) -> dict[str, Any] | None:
 
 def read_metric_rows(path: Path) -> tuple[list[tuple[str, dict[str, Any]]], int]:
     """(line, row) of every whole row of a metrics file (none when it does not exist), and how many damaged
-    lines were skipped; blank lines are neither."""
+    lines were skipped; blank lines are neither. A file over :data:`METRICS_MAX_BYTES`, or sparse, is a
+    :class:`RunFolderError` naming it."""
     try:
-        text = read_bytes(path, max_bytes=2**62).decode("utf-8", errors="replace")
+        text = read_bytes(path, max_bytes=METRICS_MAX_BYTES).decode("utf-8", errors="replace")
     except FileNotFoundError:
         return [], 0
     rows, damaged = [], 0

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mutualrl.errors import DataError
-from mutualrl.run_folder import RunPaths, read_json, read_metric_rows
+from mutualrl.errors import DataError, RunFolderError
+from mutualrl.run_folder import RunPaths, read_bytes, read_json, read_metric_rows
 
 #: The recipe's ``task`` fields that decide what a reward measures: runs that differ in one are different tasks.
 TASK_IDENTITY = ("name", "source", "verifier", "reward_funcs")
@@ -102,9 +102,9 @@ def read_recipe(config: Path) -> dict[str, Any] | None:
     """A run's resolved recipe (``config.yaml``); None if it is missing or cannot be read."""
     import yaml
 
-    try:
-        recipe = yaml.safe_load(config.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, ValueError):
+    try:  # read_bytes: bounded, so a sparse or huge config.yaml is refused, not read into memory
+        recipe = yaml.safe_load(read_bytes(config).decode("utf-8", errors="replace"))
+    except (OSError, yaml.YAMLError, ValueError, RunFolderError):
         return None
     return recipe if isinstance(recipe, dict) else None
 

@@ -19,7 +19,7 @@ from typing import Any
 from mutualrl.atomic_io import write_text_atomic
 from mutualrl.config.recorded_code import file_hash, module_file, module_hash, named_modules
 from mutualrl.errors import DataError, RunFolderError, UsageError
-from mutualrl.run_folder import RunPaths, read_json
+from mutualrl.run_folder import RunPaths, is_sparse, read_json
 from mutualrl.tasks.reward_funcs import TRL_REWARDS
 from mutualrl.tasks.shipped_rewards import is_shipped
 
@@ -80,15 +80,11 @@ def code_changes(paths: RunPaths) -> list[str]:
     return changes
 
 
-SPARSE_MIN_BYTES = 64 * 1024 * 1024
-"""A data copy this large is checked for holes before it is hashed."""
-
-
 def refuse_sparse(path: Path) -> None:
-    """A data copy whose size is far beyond the blocks it holds (a sparse file: ``truncate -s 4T``) is refused before
-    hashing it would read terabytes of zeros; real data, even on a compressing filesystem, holds a sixteenth."""
+    """A data copy whose size is far beyond the blocks it holds (a sparse file: ``truncate -s 4T``,
+    :func:`~mutualrl.run_folder.is_sparse`) is refused before hashing it would read terabytes of zeros."""
     stat = path.stat()
-    if stat.st_size > SPARSE_MIN_BYTES and stat.st_blocks * 512 * 16 < stat.st_size:
+    if is_sparse(stat):
         raise DataError(f"{path}: {stat.st_size:,} bytes but only {stat.st_blocks * 512:,} on disk (a sparse file), "
                         "not a data copy a run wrote; restore the run's data or start a new run")
 
