@@ -107,9 +107,29 @@ def read_grid_file(path: Path) -> dict[str, Any]:
     grid = data.get("grid") or {}
     if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
         raise UsageError(f"--grid-file {path}: grid: expected a mapping of setting -> list of values")
-    return {"regimes": [str(r) for r in data.get("regimes") or []], "seeds": [int(s) for s in data.get("seeds") or []],
+    for key, values in grid.items():
+        grid_list(path, f"grid.{key}", values, (str, int, float, bool), "text, a number or true/false")
+    return {"regimes": grid_list(path, "regimes", data.get("regimes"), (str,), "a regime's name"),
+            "seeds": grid_list(path, "seeds", data.get("seeds"), (int,), "a whole number"),
             "grid": [(str(k), [str(v) for v in vs]) for k, vs in grid.items()],
-            "set": [str(s) for s in data.get("set") or []]}
+            "set": grid_list(path, "set", data.get("set"), (str,), "KEY=VALUE")}
+
+
+def grid_list(path: Path, field_name: str, value: Any, types: tuple[type, ...], what: str) -> list[Any]:
+    """``value`` as a list of ``types`` (missing: empty), else one line naming the file, the field and the item.
+
+    Typed strictly because a loose conversion ran something else than written: ``int(1.7)`` made seed 1, and
+    ``seeds: [abc]`` was a traceback; true is not a seed (a bool is an int to Python)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise UsageError(f"--grid-file {path}: {field_name}: expected a list, got {type(value).__name__} "
+                         f"{str(value)[:80]!r}")
+    for item in value:
+        if not isinstance(item, types) or (bool not in types and isinstance(item, bool)):
+            raise UsageError(f"--grid-file {path}: {field_name}: {str(item)[:80]!r} ({type(item).__name__}) is not "
+                             f"{what}")
+    return list(value)
 
 
 def point_state(spec: SweepSpec, point: SweepPoint, console: Console) -> str:
