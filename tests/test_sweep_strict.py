@@ -30,3 +30,43 @@ def test_a_grid_file_of_the_wrong_types_is_one_line(tmp_path: Path, text: str, f
     assert str(caught.value).startswith(f"--grid-file {grid}: {field}: ") and item in str(caught.value)
     done = CliRunner().invoke(app, ["sweep", "--grid-file", str(grid), "-o", str(tmp_path / "sw"), "--dry-run"])
     assert done.exit_code == 2 and "Traceback" not in done.output and field in done.output
+
+
+USER_TASK = ["task.name=dataset", "task.source=data", "task.reward_funcs=[my_rewards.exact]"]
+SETS = [x for s in USER_TASK for x in ("--set", s)]
+
+
+@pytest.fixture
+def user_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "data").mkdir()
+    rows = [f'{{"prompt": "{a}+1=", "answer": {a + 1}}}\n' for a in range(10, 30)]
+    (tmp_path / "data" / "train.jsonl").write_text("".join(rows))
+    (tmp_path / "my_rewards.py").write_text("def exact(completions, answer, **kwargs):\n    return [0.0] * len(answer)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+@pytest.mark.parametrize("slurm", [[], ["--slurm", "--slurm-local"]])
+def test_a_dry_run_writes_nothing(user_folder: Path, slurm: list[str]) -> None:
+    sweep = user_folder / "sw"
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text('{"format": 1, "mine": true}')
+    args = ["sweep", "--regimes", "standalone", "--seeds", "1,2", "--max-steps", "2", "-o", "sw", "--dry-run"]
+    done = CliRunner().invoke(app, [*args, *slurm, *SETS], terminal_width=400)
+    assert done.exit_code == 0, done.output
+    assert "2 to train" in done.output
+    assert (sweep / "sweep.json").read_text() == '{"format": 1, "mine": true}'  # not rewritten
+    assert [p.name for p in sweep.iterdir()] == ["sweep.json"]
+
+
+@pytest.mark.parametrize("slurm", [[], ["--slurm", "--slurm-local"]])
+def test_a_setting_train_refuses_is_refused_by_the_sweep_naming_the_run(user_folder: Path, slurm: list[str]) -> None:
+    args = ["sweep", "--regimes", "standalone", "--seeds", "1", "--max-steps", "2", "-o", "sw", "--dry-run",
+            "--grid", "grpo.num_generations=4,3"]
+    done = CliRunner().invoke(app, [*args, *slurm, *SETS], terminal_width=400)
+    assert done.exit_code == 2 and "Traceback" not in done.output and "to train" not in done.output
+    message = " ".join(done.output.split())
+    assert "sweep run standalone-num_generations3-seed1 (mutualrl train" in message
+    assert "must be divisible by grpo.num_generations (3)" in message
+    assert not (user_folder / "sw").exists()

@@ -120,10 +120,10 @@ def launch(spec: object, jobs: int, dry_run: bool, slurm: object | None) -> int:
         if slurm is not None:  # the array's resources and cache, checked and said as a submission would
             from mutualrl.launch.sweep_slurm import plan_array
 
-            states = plan_array(spec, slurm, console)[1]  # type: ignore[arg-type]
+            states = plan_array(spec, slurm, console, dry_run=True)[1]  # type: ignore[arg-type]
             points = spec.points()  # type: ignore[attr-defined]
-        else:
-            points, states = plan_sweep(spec, console)  # type: ignore[arg-type]
+        else:  # a dry run writes nothing: no sweep folder, no sweep.json
+            points, states = plan_sweep(spec, console, dry_run=True)  # type: ignore[arg-type]
         for point in points:
             console.print(f"  {point.name}: {states[point.name]}: "
                           f"{shlex.join(['mutualrl', 'train', *spec.argv(point, states[point.name] == 'resume')])}",  # type: ignore[attr-defined]

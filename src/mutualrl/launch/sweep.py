@@ -155,6 +155,26 @@ def resolved_config(spec: SweepSpec, point: SweepPoint) -> Any:
     return resolve_config(options)[0]
 
 
+def check_point(spec: SweepSpec, point: SweepPoint, gpus: int | None) -> None:
+    """``point``'s settings resolved and its launch planned as ``mutualrl train --dry-run`` does (``gpus``: on a
+    simulated node of that many GPUs, as ``--gpus`` does: a cluster's task; None: this machine), so that a setting
+    ``train`` refuses at once is refused before any run starts or is submitted, naming the run."""
+    import dataclasses
+
+    from mutualrl.config.typed import ConfigError
+    from mutualrl.errors import MutualRLError
+    from mutualrl.launch.run import plan_without_launch
+
+    try:
+        config = resolved_config(spec, point)
+        if gpus is not None:
+            config = dataclasses.replace(config, launch=dataclasses.replace(config.launch, gpus=gpus))
+        plan_without_launch(config, spec.folder / point.name)
+    except (ConfigError, MutualRLError) as err:
+        raise UsageError(f"sweep run {point.name} ({shlex.join(['mutualrl', 'train', *spec.argv(point)])}) would "
+                         f"be refused by train: {err}") from None
+
+
 @dataclass
 class Started:
     point: SweepPoint
@@ -184,18 +204,24 @@ def write_record(spec: SweepSpec, points: list[SweepPoint], states: dict[str, st
                                    for p in points}, **(extra or {})})
 
 
-def plan_sweep(spec: SweepSpec, console: Console,
-               extra: dict[str, Any] | None = None) -> tuple[list[SweepPoint], dict[str, str]]:
-    """Every run's state, checked before anything starts (a changed run is refused here), and the record (with
-    ``extra``)."""
+def plan_sweep(spec: SweepSpec, console: Console, extra: dict[str, Any] | None = None, *, dry_run: bool = False,
+               gpus: int | None = None) -> tuple[list[SweepPoint], dict[str, str]]:
+    """Every run's state and settings, checked before anything starts (a changed run, or a setting ``train`` would
+    refuse, is refused here), and the record (with ``extra``); ``dry_run``: the same checks, nothing written.
+    ``gpus``: each run's launch planned on a node of that many GPUs (a cluster's task), not on this machine."""
     points = spec.points()
     if len({p.name for p in points}) != len(points):
         raise UsageError("mutualrl sweep: two runs of the grid get the same folder name; give the grid's values "
                          "names that differ in letters or digits")
-    spec.folder.mkdir(parents=True, exist_ok=True)
+    if not dry_run:
+        spec.folder.mkdir(parents=True, exist_ok=True)
     with console.status("checking the sweep folder's runs ..."):
         states = {p.name: point_state(spec, p, console) for p in points}
-    write_record(spec, points, states, extra)
+        for point in points:
+            if states[point.name] != "reused":
+                check_point(spec, point, gpus)
+    if not dry_run:
+        write_record(spec, points, states, extra)
     counts = {state: sum(s == state for s in states.values()) for state in ("reused", "resume", "new")}
     console.print(f"[bold]mutualrl sweep[/] {len(points)} runs ({len(spec.regimes)} regimes x "
                   f"{len(points) // max(1, len(spec.regimes) * len(spec.seeds))} settings x {len(spec.seeds)} seeds) "

@@ -125,15 +125,17 @@ def submit_array(spec: SweepSpec, commands: list[list[str]], options: SlurmOptio
     return jobs
 
 
-def plan_array(spec: SweepSpec, options: SlurmOptions,
-               console: Console) -> tuple[list[SweepPoint], dict[str, str], SlurmOptions, dict[str, Any]]:
+def plan_array(spec: SweepSpec, options: SlurmOptions, console: Console, dry_run: bool = False,
+               ) -> tuple[list[SweepPoint], dict[str, str], SlurmOptions, dict[str, Any]]:
     """Before anything is submitted: the GPUs each task needs (``--slurm-gpus`` checked), the asset cache, each
-    run's state; all recorded in ``sweep.json`` and the array's resources and cache said. Returns the runs to
-    submit, every run's state, the options as submitted, and the cache record."""
+    run's state and settings (planned on a node of the task's GPUs); all recorded in ``sweep.json`` (not with
+    ``dry_run``) and the array's resources and cache said. Returns the runs to submit, every run's state, the
+    options as submitted, and the cache record."""
     configs = run_configs(spec)
     options = replace(options, gpus_per_task=task_gpus(configs, options.gpus_per_task, spec.pool))
     cache = cache_record(configs)
-    points, states = plan_sweep(spec, console, extra={"cache": cache, "slurm": asdict(options)})
+    points, states = plan_sweep(spec, console, extra={"cache": cache, "slurm": asdict(options)}, dry_run=dry_run,
+                                gpus=options.gpus_per_task or 0)
     todo = [p for p in points if states[p.name] != "reused"]
     console.print(resources_line(len(todo), options), highlight=False, soft_wrap=True, markup=False)
     console.print(cache_line(cache), highlight=False, soft_wrap=True, markup=False)
