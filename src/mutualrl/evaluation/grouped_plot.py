@@ -20,7 +20,7 @@ from mutualrl.evaluation.plot_style import colors, line_kwargs, pyplot, run_styl
 from mutualrl.evaluation.report import ALL, FinalValues, Report, build_report
 from mutualrl.evaluation.report_notes import caption_caveats
 from mutualrl.evaluation.report_stats import INTERVAL_KIND, MIN_RUNS_FOR_INTERVAL, t_interval
-from mutualrl.evaluation.results import group_rewards
+from mutualrl.evaluation.results import group_rewards, metric_value
 from mutualrl.run_folder import RunPaths, read_metric_rows
 
 #: Figure widths in inches: a two-column paper's single column and its full text width (ACL, NeurIPS, ICML).
@@ -42,11 +42,12 @@ class Band:
 def curves_of(run: FinalValues) -> dict[tuple[str, str], dict[int, float]]:
     """``(policy, task group) -> {step: held-out reward@1}`` from the run's validation rows."""
     out: dict[tuple[str, str], dict[int, float]] = {}
-    for _, row in read_metric_rows(RunPaths(run.settings.path).metrics)[0]:
+    metrics = RunPaths(run.settings.path).metrics
+    for _, row in read_metric_rows(metrics)[0]:
         if row.get("kind") != "eval" or "eval/reward@1" not in row:
             continue
-        for group, value in {ALL: row["eval/reward@1"], **group_rewards(row)}.items():
-            out.setdefault((str(row["policy"]), group), {})[int(row["step"])] = float(value)
+        for group, value in {ALL: metric_value(row, "eval/reward@1", metrics), **group_rewards(row, metrics)}.items():
+            out.setdefault((str(row["policy"]), group), {})[int(row["step"])] = value
     return out
 
 

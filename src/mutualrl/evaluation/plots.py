@@ -264,7 +264,7 @@ def _task_keys(runs: Sequence[RunData]) -> list[tuple[str, MetricWords]]:
 
 def _group_keys(runs: Sequence[RunData]) -> list[tuple[str, MetricWords]]:
     """``eval/group/<g>/reward@1`` for every task group the runs validated (e.g. the tiny pool's families)."""
-    groups = sorted({g for r in runs for line in r.evals for g in group_rewards(line)})
+    groups = sorted({g for r in runs for line in r.evals for g in group_rewards(line, r.path / "metrics.jsonl")})
     return [(f"{GROUP_KEY_PREFIX}{g}{REWARD_KEY_SUFFIX}", MetricWords(f"group {g}", REWARD_AT_1, UNIT))
             for g in groups]
 

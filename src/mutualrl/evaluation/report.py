@@ -132,7 +132,7 @@ def final_values(run: Path) -> FinalValues:
         if result.reward_at_1 is None:
             continue
         row = next((r for r in rows if r.get("policy") == policy_dir.name and r.get("step") == step), {})
-        values[policy_dir.name] = {ALL: result.reward_at_1, **group_rewards(row)}
+        values[policy_dir.name] = {ALL: result.reward_at_1, **group_rewards(row, paths.metrics)}
         scores[policy_dir.name] = result.scores()
         steps[policy_dir.name] = step
     if not values:

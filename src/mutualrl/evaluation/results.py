@@ -15,6 +15,7 @@ Two file shapes exist, and every reader here accepts both:
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections import defaultdict
@@ -162,31 +163,12 @@ class ModelEvalResult:
         if "model" not in data or "records" not in data:
             missing = [k for k in ("model", "records") if k not in data]
             raise DataError(f"{origin}: model result lacks field(s) {', '.join(missing)}")
-        records = []
-        for i, raw in enumerate(data["records"]):
-            if not isinstance(raw, dict):
-                raise DataError(f"{origin}: record {i} is not an object")
-            missing = [k for k in ("prompt_id", "task", "score") if k not in raw]
-            if missing:
-                raise DataError(f"{origin}: record {i} lacks field(s) {', '.join(missing)}")
-            try:
-                score = float(raw["score"])
-            except (TypeError, ValueError):
-                raise DataError(f"{origin}: record {i}: score {raw['score']!r} is not a number") from None
-            records.append(
-                PromptResult(
-                    prompt_id=str(raw["prompt_id"]),
-                    task=str(raw["task"]),
-                    prompt=str(raw.get("prompt", "")),
-                    completion=str(raw.get("completion", "")),
-                    answer=str(raw.get("answer", "")),
-                    extracted=raw.get("extracted"),
-                    score=score,
-                )
-            )
+        if not isinstance(data["records"], list):
+            raise DataError(f"{origin}: records: a JSON {type(data['records']).__name__} where a list belongs")
+        check_field_types(data, origin)
         return cls(
             model=str(data["model"]),
-            records=records,
+            records=[prompt_result(raw, i, origin) for i, raw in enumerate(data["records"])],
             policy=data.get("policy"),
             step=data.get("step"),
             split=data.get("split"),
@@ -217,6 +199,40 @@ def save_eval_file(path: str | Path, results: list[ModelEvalResult], meta: dict[
         "results": [r.to_json() for r in results],
     }
     return write_json_atomic(path, data, ensure_ascii=False)
+
+
+#: A model result's optional fields and the JSON types each may hold (a hand edit or a bug wrote others).
+RESULT_FIELD_TYPES: dict[str, tuple[type, ...]] = {"policy": (str,), "step": (int,), "split": (str,),
+                                                   "settings": (dict,), "seconds": (int, float)}
+
+
+def check_field_types(data: dict[str, Any], origin: str) -> None:
+    """One line naming ``origin`` and the field where an optional field of a model result has another JSON type
+    (a step of ``"3"``, settings as a list: each was a traceback further on)."""
+    for name, types in RESULT_FIELD_TYPES.items():
+        value = data.get(name)
+        if value is not None and (not isinstance(value, types) or isinstance(value, bool)):
+            raise DataError(f"{origin}: {name}: {str(value)[:80]!r} (a JSON {type(value).__name__}) where "
+                            f"{' or '.join(t.__name__ for t in types)} belongs")
+
+
+def prompt_result(raw: Any, i: int, origin: str) -> PromptResult:
+    """Record ``i`` of a model result; a record that is not an object, lacks a field, or whose score is not a
+    finite number is one line naming ``origin``, the record and the field (a NaN score made statistics raise)."""
+    if not isinstance(raw, dict):
+        raise DataError(f"{origin}: record {i} is not an object")
+    missing = [k for k in ("prompt_id", "task", "score") if k not in raw]
+    if missing:
+        raise DataError(f"{origin}: record {i} lacks field(s) {', '.join(missing)}")
+    try:
+        score = float(raw["score"])
+    except (TypeError, ValueError):
+        raise DataError(f"{origin}: record {i}: score {str(raw['score'])[:80]!r} is not a number") from None
+    if not math.isfinite(score) or isinstance(raw["score"], bool):
+        raise DataError(f"{origin}: record {i}: score {raw['score']!r} is not a finite number")
+    return PromptResult(prompt_id=str(raw["prompt_id"]), task=str(raw["task"]), prompt=str(raw.get("prompt", "")),
+                        completion=str(raw.get("completion", "")), answer=str(raw.get("answer", "")),
+                        extracted=raw.get("extracted"), score=score)
 
 
 def _read_json(path: Path) -> Any:
@@ -348,7 +364,17 @@ def markdown_table(results: list[ModelEvalResult], tasks: list[str] | None = Non
     return "\n".join(lines) + "\n"
 
 
-def group_rewards(line: dict[str, Any]) -> dict[str, float]:
-    """``group -> reward@1`` from one validation row of a run's metrics (empty if it has no groups)."""
-    return {k[len(GROUP_KEY_PREFIX):-len(REWARD_KEY_SUFFIX)]: v for k, v in sorted(line.items())
-            if k.startswith(GROUP_KEY_PREFIX) and k.endswith(REWARD_KEY_SUFFIX)}
+def group_rewards(line: dict[str, Any], where: str | Path = "a metrics row") -> dict[str, float]:
+    """``group -> reward@1`` from one validation row of a run's metrics (empty if it has no groups); a value that
+    is not a finite number is one line naming ``where`` (the metrics file), the policy, the step and the field."""
+    return {key[len(GROUP_KEY_PREFIX):-len(REWARD_KEY_SUFFIX)]: metric_value(line, key, where) for key in sorted(line)
+            if key.startswith(GROUP_KEY_PREFIX) and key.endswith(REWARD_KEY_SUFFIX)}
+
+
+def metric_value(line: dict[str, Any], key: str, where: str | Path = "a metrics row") -> float:
+    """``line[key]`` as a finite number, else one line naming ``where``, the row's policy and step, and ``key``."""
+    value = line.get(key)
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise DataError(f"{where}: the {str(line.get('policy'))[:80]} validation row of step {line.get('step')}: "
+                        f"{key[:200]}: {str(value)[:80]!r} is not a finite number")
+    return float(value)
