@@ -56,6 +56,8 @@ def user_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         "    return [1.0 if c.strip().startswith(str(a)) else 0.0 for c, a in zip(completions, answer)]\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
+    # A sweep plans every run in this process, importing my_rewards: another test's folder's module must not answer.
+    monkeypatch.delitem(sys.modules, "my_rewards", raising=False)
     return tmp_path
 
 
@@ -120,7 +122,7 @@ def test_a_sweep_trains_then_reuses_and_refuses_a_changed_run(user_folder: Path)
     assert first.exit_code == 0, first.output
     assert "0 finished (reused), 0 to resume, 1 to train" in first.output and "sweep finished: 1 runs" in first.output
     again = runner.invoke(app, args, terminal_width=300)
-    assert again.exit_code == 0 and "1 finished (reused), 0 to resume, 0 to train" in again.output
+    assert again.exit_code == 0 and "1 finished (reused), 0 to resume, 0 to train" in again.output, again.output
     changed = runner.invoke(app, [*args, "--set", "grpo.learning_rate=2e-5"], terminal_width=300)
     assert changed.exit_code != 0 and "holds a run with other settings or inputs (grpo.learning_rate" in changed.output
     assert "mutualrl sweep reuses a run only when" in changed.output

@@ -34,6 +34,7 @@ def user_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         "    return [1.0 if c.strip().startswith(str(a)) else 0.0 for c, a in zip(completions, answer)]\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_rewards", raising=False)  # another test's folder's module must not answer
     return tmp_path
 
 

@@ -3,6 +3,7 @@ a name, a setting that is not KEY=VALUE: one line naming the file, the field and
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -44,6 +45,7 @@ def user_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "my_rewards.py").write_text("def exact(completions, answer, **kwargs):\n    return [0.0] * len(answer)\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "my_rewards", raising=False)  # another test's folder's module must not answer
     return tmp_path
 
 
