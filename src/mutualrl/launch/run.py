@@ -281,7 +281,7 @@ def _train_one(options: TrainOptions, console: Console) -> int:
         from mutualrl.tasks.reward_funcs import task_summary
 
         rows_checked = check_local_rows(config, console)  # a bad row fails here, before the plan is shown
-        plan = plan_without_launch(config, paths.root)
+        plan = plan_without_launch(config, paths.root, saved=resume_ranks(paths, config, options.resume))
         render_plan(plan, console)
         console.print(task_summary(config.task, config.grpo), highlight=False)
         if rows_checked:
@@ -299,6 +299,10 @@ def _train_one(options: TrainOptions, console: Console) -> int:
 
     check_run_dir(paths, options.resume, options.overwrite)  # refuses before anything is written
     allowed = resume_changes(paths, config) if options.resume and paths.config.exists() else []
+    if options.resume and config.launch.machine_rank == 0:  # other machines join the plan machine 0 checked
+        from mutualrl.launch.plan.launch_plan import check_resume_placement
+
+        check_resume_placement(config, resume_ranks(paths, config, True))
     raise_if_interrupted()  # stopped while loading: leave the run as it was
     fresh = not paths.root.exists() and config.launch.nodes == 1  # several machines share the folder
     try:
@@ -378,18 +382,29 @@ def report_finished(paths: RunPaths, summary: dict[str, Any], console: Console) 
     return 0
 
 
-def plan_without_launch(config: RunConfig, run_dir: Path, gpu_memory_gib: float | None = None) -> Any:
+def resume_ranks(paths: RunPaths, config: RunConfig, resume: bool) -> dict[str, tuple[int, str]] | None:
+    """``--resume``: the ranks each policy's DeepSpeed checkpoint was saved by, for the plan to check (None: a new
+    run, whatever the folder holds: ``--overwrite`` clears it)."""
+    from mutualrl.launch.rundir.resume import saved_ranks
+
+    return saved_ranks(paths, [p.name for p in config.pool.policies]) if resume else None
+
+
+def plan_without_launch(config: RunConfig, run_dir: Path, gpu_memory_gib: float | None = None,
+                        saved: dict[str, tuple[int, str]] | None = None) -> Any:
     """Plan the launch without starting or writing anything: ``--dry-run`` (a dry run into a finished run
     must not overwrite its record; ``LaunchPlan.write`` is the real launch's job).
 
     ``launch.gpus`` set (``--gpus``) simulates a node of that size (nothing is detected);
     there vLLM is planned as the GPU node would run it (installed there), not as this box can.
+    ``saved``: ``--resume``'s checkpoints (:func:`resume_ranks`), refused on another rank count as the launch does.
     """
     from mutualrl.launch.plan.launch_plan import make_launch_plan
 
     simulate = config.launch.gpus is not None
     plan = make_launch_plan(config, run_dir, gpus=config.launch.gpus, simulate=simulate,
-                            vllm_available=True if simulate else None, gpu_memory_gib=gpu_memory_gib, dry_run=True)
+                            vllm_available=True if simulate else None, gpu_memory_gib=gpu_memory_gib, dry_run=True,
+                            resume_ranks=saved)
     return plan
 
 
@@ -407,9 +422,10 @@ def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
     from mutualrl.launch.ports import claim_run_ports
 
     config, ports = claim_run_ports(config)  # free here, and no other run on this machine takes them before ours ends
+    saved = resume_ranks(paths, config, options.resume)
     with ports:
-        return launch_claimed(config, paths, resume_step, lock, console, make_launch_plan(config, paths.root,
-                                                                                        gpus=config.launch.gpus))
+        plan = make_launch_plan(config, paths.root, gpus=config.launch.gpus, resume_ranks=saved)
+        return launch_claimed(config, paths, resume_step, lock, console, plan)
 
 
 def launch_claimed(config: RunConfig, paths: RunPaths, resume_step: int | None, lock: RunLock, console: Console,

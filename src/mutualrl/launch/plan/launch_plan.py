@@ -46,6 +46,7 @@ from mutualrl.launch.plan.detect import Node, this_node
 from mutualrl.launch.plan.engine import PlannedEngine, engine_note, planned_engine
 from mutualrl.launch.plan.machines import plan_placement_nodes
 from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
+from mutualrl.launch.plan.resume_ranks import check_resume_ranks
 from mutualrl.pools.loading import remote_code_note
 from mutualrl.regimes.registry import get_regime
 from mutualrl.run_folder import RunPaths, read_json
@@ -294,6 +295,7 @@ def make_launch_plan(
     parent_visible_devices: str | None = None,
     addresses: dict[int, str] | None = None,
     dry_run: bool = False,
+    resume_ranks: Mapping[str, tuple[int, str]] | None = None,
 ) -> LaunchPlan:
     """Plan the run: placement, per-policy GRPO fields, config files and commands.
 
@@ -310,11 +312,13 @@ def make_launch_plan(
     Several machines (``launch.nodes``): ``gpus`` is per machine, every machine's commands are
     planned (``PolicyPlan.launches``) as ``launch.machine_rank`` sees them; ``addresses``
     {machine: address} fills in where a policy spanning machines other than 0 meets.
+    ``resume_ranks``: ``--resume``'s checkpoints, refused on another rank count (:mod:`.resume_ranks`).
     """
     run_dir = Path(run_dir).resolve()
     launch = config.launch
     node = this_node(config, gpus, simulate, cpu_cores, gpu_memory_gib, ram_gib, parent_visible_devices)
     placement = _place_pool(config, node)
+    check_resume_ranks(resume_ranks or {}, placement)
     stage = ZERO_STAGES[launch.deepspeed]
     specs = build_machine_specs(config, placement, run_dir, python, parent_visible_devices=node.visible_devices,
                                 machine=launch.machine_rank, addresses=addresses)
@@ -354,6 +358,13 @@ def make_launch_plan(
         disk=disk,
         see_filesystem=f"{see_root} on " + (see_mount.describe() if see_mount else "an unknown filesystem"),
     )
+
+
+def check_resume_placement(config: RunConfig, saved: Mapping[str, tuple[int, str]]) -> None:
+    """``--resume``: this machine's placement against the ranks each policy's checkpoint was saved by (``saved``),
+    before the run folder is rolled back or its config rewritten (a refused resume leaves the run as it was)."""
+    node = this_node(config, config.launch.gpus, False, None, None, None, None)
+    check_resume_ranks(saved, _place_pool(config, node))
 
 
 def _place_pool(config: RunConfig, node: Node) -> Placement:

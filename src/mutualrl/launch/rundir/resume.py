@@ -104,6 +104,28 @@ def common_checkpoint(paths: RunPaths, policies: list[str], max_steps: int | Non
     return None
 
 
+def saved_ranks(paths: RunPaths, policies: list[str]) -> dict[str, tuple[int, str]]:
+    """{policy: (ranks, newest ZeRO checkpoint folder)} over the checkpoints common to every policy (what
+    ``--resume`` chooses from); a policy with no DeepSpeed ZeRO checkpoint there is left out. The plan refuses a
+    resume on another rank count (:mod:`mutualrl.launch.plan.resume_ranks`).
+
+    The largest rank count of a policy's checkpoints is taken: every checkpoint of a run is saved by one world size
+    (a resume on another is refused), and one cut short by a kill holds fewer rank files, not more. Only file names
+    are read, so a dry run stays fast beside large checkpoints.
+    """
+    from mutualrl.training.checkpoint_files import is_zero_checkpoint, world_size
+
+    steps = [checkpoint_steps(paths.policy_dir(name)) for name in policies]
+    common = sorted(set.intersection(*steps) if steps else set(), reverse=True)
+    found: dict[str, tuple[int, str]] = {}
+    for name in policies:
+        folders = [paths.policy_dir(name) / f"checkpoint-{step}" for step in common]
+        zero = [folder for folder in folders if is_zero_checkpoint(folder)]
+        if zero:
+            found[name] = (max(world_size(folder) for folder in zero), str(zero[0]))
+    return found
+
+
 def furthest_step(paths: RunPaths, policies: list[str]) -> tuple[int, str] | None:
     """The furthest step any policy of the run trained to and what says so (its newest checkpoint folder, or its
     final model's ``trainer_state.json``); None before any step was saved."""
