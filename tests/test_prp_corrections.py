@@ -101,13 +101,13 @@ def test_ess_by_hand():
     loss drops: its weights are 0, its raw ones stay."""
     assert normalised_ess(4.0, 4.0, 4) == 1.0
     assert normalised_ess(4.0, 16.0, 4) == 0.25
-    rows = source_diagnostics(LOG_W, MASK, "tis", "token", 3.0, 10.0, torch.tensor([True]))
+    rows = source_diagnostics(LOG_W, MASK, "tis", "token", 3.0, 10.0, torch.tensor([True]), torch.tensor([1.0]))
     ess = normalised_ess(rows["w_sum"].item(), rows["w_sq_sum"].item(), rows["units"].item())
     assert ess == pytest.approx(27.5 ** 2 / (4 * 429.25))
     loss_ess = normalised_ess(rows["lw_sum"].item(), rows["lw_sq_sum"].item(), rows["units"].item())
     assert loss_ess == pytest.approx(8.5 ** 2 / (4 * 22.25))
     assert rows["truncated"].item() == 2 and rows["log_w_max"].item() == pytest.approx(math.log(20.0))
-    dropped = source_diagnostics(LOG_W, MASK, "tis", "token", 3.0, 10.0, torch.tensor([False]))
+    dropped = source_diagnostics(LOG_W, MASK, "tis", "token", 3.0, 10.0, torch.tensor([False]), torch.tensor([1.0]))
     assert dropped["lw_sum"].item() == 0 and dropped["w_sum"].item() == pytest.approx(27.5) and not dropped["used"].item()
     assert dropped["filtered"].item() == 4
     assert math.isnan(normalised_ess(0.0, 0.0, 0))

@@ -70,6 +70,14 @@ def _hacpo_step(tmp_path, thl_tokenizers, peer_shift, **settings):
     return scored_step(tmp_path, thl_tokenizers, "hacpo", peer_shift, [" 4", " 5 6", " 4", " 3 3 7"], **settings)
 
 
+def _used_after_the_update(learner, merged):
+    """The ``used_share`` HACPO logs at the loss, after the generation's one pass (the fake's steps_per_generation
+    and num_iterations are 1), the policy still at its snapshot."""
+    learner.trainer.policy_logps = merged["old_per_token_logps"].clone().requires_grad_(True)  # [8, T]
+    learner.extra_loss(learner.trainer.model, merged)
+    return learner.trainer.recorded[("train", "hacpo/from/tiny-sp/used_share")][-1]
+
+
 @pytest.mark.slow  # over 2 s: outside the fast tier
 def test_hacpo_a_peer_that_is_the_learner_itself_has_ess_1_and_log_ratio_0(thl_tokenizers, tmp_path):
     learner, merged, recorded = _hacpo_step(tmp_path, thl_tokenizers, None)
@@ -78,7 +86,8 @@ def test_hacpo_a_peer_that_is_the_learner_itself_has_ess_1_and_log_ratio_0(thl_t
     assert recorded["hacpo/from/tiny-sp/log_ratio_max"] == pytest.approx(0.0, abs=1e-6)
     assert recorded["hacpo/from/tiny-sp/truncated_share"] == 0.0
     assert recorded["hacpo/from/tiny-sp/filtered_share"] == 0.0  # s = 1 is inside the band [0.8, 1]
-    assert recorded["hacpo/from/tiny-sp/used_share"] == 1.0
+    assert "hacpo/from/tiny-sp/used_share" not in recorded  # counted at the loss, not when the batch is built
+    assert (merged["advantages"][4:] != 0).all() and _used_after_the_update(learner, merged) == 1.0
 
 
 def _distant(ids):
@@ -108,7 +117,8 @@ def test_hacpo_a_distant_peer_has_a_low_ess_and_the_shares_it_should(thl_tokeniz
     assert recorded["hacpo/from/tiny-sp/log_ratio_mean"] == pytest.approx(s.log().mean().item(), abs=1e-5)
     inside = int(((s >= 0.8) & (s <= 1.0)).sum())
     assert recorded["hacpo/from/tiny-sp/filtered_share"] == pytest.approx(1 - inside / 4)
-    assert recorded["hacpo/from/tiny-sp/used_share"] == pytest.approx(inside / 4)
+    assert (merged["advantages"][4:] != 0).all()  # every peer row inside the band moves the gradient
+    assert _used_after_the_update(learner, merged) == pytest.approx(inside / 4)
     assert recorded["hacpo/from/tiny-sp/truncated_share"] == 0.0 and recorded["hacpo/cross_kept"] == inside / 4
 
 
@@ -120,7 +130,7 @@ def test_hacpo_without_the_band_tis_truncates_the_rows_above_c(thl_tokenizers, t
     above = int((s > 3.0).sum())
     assert 0 < above < 4
     assert recorded["hacpo/from/tiny-sp/truncated_share"] == pytest.approx(above / 4)
-    assert recorded["hacpo/from/tiny-sp/used_share"] == 1.0 and recorded["hacpo/from/tiny-sp/filtered_share"] == 0
+    assert recorded["hacpo/from/tiny-sp/filtered_share"] == 0
     # The gradient weight of a peer row: omega * min(s, 3)^2 (alpha 1): -d loss / d logp summed over the row's tokens,
     # times the 8 rows of the fake's mean, over the advantage (rows of advantage 0 say nothing).
     omega = merged[COEFFICIENT][4:].double()  # [4]
@@ -131,6 +141,7 @@ def test_hacpo_without_the_band_tis_truncates_the_rows_above_c(thl_tokenizers, t
     moved = advantages != 0
     weights = -logps.grad[4:].double().sum(dim=1) * 8 / torch.where(moved, advantages, 1.0)  # [4]
     torch.testing.assert_close(weights[moved], (omega * torch.clamp(s, max=3.0) ** 2)[moved], rtol=1e-4, atol=1e-6)
+    assert learner.trainer.recorded[("train", "hacpo/from/tiny-sp/used_share")] == [moved.double().mean().item()]
 
 
 # -- SGT: the share of each peer's samples used, and the learner's log-prob of its rescues -----------------

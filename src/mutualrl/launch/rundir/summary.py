@@ -64,9 +64,10 @@ def summarise(paths: RunPaths, config: RunConfig, outcome: Any) -> dict[str, Any
 
 
 def peer_sample_use(train: list[dict[str, Any]]) -> dict[str, Any]:
-    """What share of its peers' samples a policy's loss used (the per-source ``<regime>/from/<peer>/used_share``,
-    averaged over its peers and steps) and in how many steps it used none; empty where the regime logs no such
-    figure (standalone, XGRPO, ...)."""
+    """What share of its peers' samples moved a policy's gradient (the per-source ``<regime>/from/<peer>/used_share``:
+    the samples whose weighted advantage was nonzero, HACPO's over every update of a generation; averaged over its
+    peers and the logged rows that carry it) and in how many of those rows none did; empty where the regime logs no
+    such figure (standalone, XGRPO, ...)."""
     per_step = []
     for row in train:
         shares = [value for key, value in row.items() if key.endswith("/used_share") and "/from/" in key
@@ -80,8 +81,9 @@ def peer_sample_use(train: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def unused_sharing_warnings(regime: str, policies: dict[str, dict[str, Any]]) -> list[str]:
-    """One line per policy whose loss used no peer sample in most of its steps: its sharing regime then trained
-    (nearly) as standalone GRPO, which a comparison of sharing methods must be told."""
+    """One line per policy for which no peer sample moved the gradient (``peer_samples_used``) in most of its steps:
+    its sharing regime then trained (nearly) as standalone GRPO, which a comparison of sharing methods must be
+    told."""
     lines = []
     for name, entry in policies.items():
         steps, without = entry.get("steps_with_peer_figures", 0), entry.get("steps_without_peer_samples", 0)

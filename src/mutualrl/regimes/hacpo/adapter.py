@@ -19,7 +19,7 @@ offer and its own term:
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Final
 
 import torch
@@ -41,6 +41,19 @@ COEFFICIENT: Final = "hacpo_coefficient"
 """Batch rows ``[B]``: a peer row's discrepancy coefficient ``ω(j, k)`` (Eq. 10, or 1 when off); 1 on own rows."""
 PEER_ROW: Final = "hacpo_peer_row"
 """Batch rows ``[B]``: True on the peer rows."""
+SOURCE: Final = "hacpo_source"
+"""Batch rows ``[B]``: the pool index of a peer row's source policy; -1 on own rows (the per-source ``used_share``
+is counted at the loss, where TRL has shuffled and split the rows)."""
+
+
+@dataclass
+class LossUse:
+    """The peer rows that moved the gradient over one generation's passes, counted at the loss (every parameter
+    update, every ``num_iterations``), per source policy (the pool's order)."""
+
+    passes_left: int  # micro-batches of this generation still to come: steps_per_generation x num_iterations
+    moved: torch.Tensor  # float64 [M] peer rows whose weighted advantage was nonzero, summed over the passes
+    rows: torch.Tensor  # float64 [M] peer rows seen, summed over the passes (each row once per iteration)
 
 
 class HACPOAdapter(PooledRowsAdapter):
@@ -54,6 +67,7 @@ class HACPOAdapter(PooledRowsAdapter):
         self.capability = torch.ones(len(self.pool_order))  # [M] smoothed capabilities of this step (Eq. 9)
         self.ratios = torch.ones(len(self.pool_order), len(self.pool_order))  # [M, M] ω(k, j) of this step (Eq. 8)
         self.generation_update = 0  # the trainer's optimizer steps when this step's batch was built
+        self.loss_use: LossUse | None = None  # this generation's count of the peer rows that moved, until logged
 
     # -- Sec. 3.1 / 3.2: advantages and the capability behind them --------------------------------
     def _pooled_advantages(self, rollouts: StepRollouts,
@@ -109,6 +123,10 @@ class HACPOAdapter(PooledRowsAdapter):
         batch[PEER_LOGPS] = torch.cat([step.snapshot[:n_local], step.peer_traces])  # [B+N, T]
         batch[COEFFICIENT] = torch.cat([own, coefficients])  # [B+N]
         batch[PEER_ROW] = torch.cat([own == 0, torch.ones_like(log_s, dtype=torch.bool)])  # [B+N]
+        batch[SOURCE] = torch.cat([torch.full((n_local,), -1, dtype=torch.long), sources]).to(device)  # [B+N]
+        args, m = self.trainer.args, len(order)
+        self.loss_use = LossUse(args.steps_per_generation * args.num_iterations,
+                                torch.zeros(m, dtype=torch.float64), torch.zeros(m, dtype=torch.float64))
         own_rows = torch.ones(n_local, step.width, dtype=torch.long, device=device)  # [B, T]
         batch["tool_mask"] = torch.cat([own_rows, torch.zeros_like(step.peer_mask)])  # [B+N, T]: TRL's loss skips peers
         metrics = self.step_metrics(step, None)
@@ -125,12 +143,16 @@ class HACPOAdapter(PooledRowsAdapter):
     def extra_loss(self, model: torch.nn.Module, inputs: GRPOBatch) -> torch.Tensor | None:
         """Eq. 50 on this micro-batch's peer rows, as a loss aggregated like TRL's own (``aggregate_loss``), from the
         log-probs of TRL's forward of this micro-batch: ``s`` is the current sequence ratio, and the band's lower bound
-        that of this parameter update of the step; the KL term on them only under ``kl_on_peer_rows``."""
+        that of this parameter update of the step; the KL term on them only under ``kl_on_peer_rows``. Also counts
+        the peer rows whose weighted advantage is nonzero here (:meth:`count_use`)."""
         from mutualrl.errors import UsageError
-        from mutualrl.regimes.hacpo.maths import cross_agent_objective, sequence_log_ratio
+        from mutualrl.regimes.hacpo.maths import cross_agent_objective, moving_rows, sequence_log_ratio
 
         peer_row = inputs.get(PEER_ROW)
-        if peer_row is None or not bool(peer_row.any()):
+        if peer_row is None:
+            return None
+        if not bool(peer_row.any()):
+            self.count_use(model, inputs, torch.zeros_like(peer_row))  # a pass without peer rows is a pass too
             return None
         trainer = self.trainer
         logps = trainer.policy_logps  # [B, T] with grad
@@ -141,15 +163,40 @@ class HACPOAdapter(PooledRowsAdapter):
         log_s = sequence_log_ratio(logps, inputs[PEER_LOGPS].to(logps.dtype), mask)  # [B]
         lower, upper = self.clip_band(trainer.state.global_step - self.generation_update)
         truncation = self.truncation_bound()
-        objective = cross_agent_objective(log_s, inputs["advantages"].to(logps.dtype),
-                                          inputs[COEFFICIENT].to(logps.dtype), self.settings.alpha, lower, upper,
+        advantages, coefficients = inputs["advantages"].to(logps.dtype), inputs[COEFFICIENT].to(logps.dtype)  # [B] each
+        objective = cross_agent_objective(log_s, advantages, coefficients, self.settings.alpha, lower, upper,
                                           truncation)  # [B]
+        moved = moving_rows(log_s, advantages, coefficients, self.settings.alpha, lower, upper, truncation)  # bool [B]
+        self.count_use(model, inputs, moved & peer_row & mask.bool().any(dim=1))
         per_token = torch.where(peer_row[:, None], -objective[:, None], torch.zeros_like(logps))  # [B, T]
         if self.settings.kl_on_peer_rows and trainer.beta != 0.0:
             ref = inputs["ref_per_token_logps"]  # [B, T]
             kl = torch.exp(ref - logps) - (ref - logps) - 1  # [B, T] TRL's k3
             per_token = per_token + trainer.beta * torch.where(peer_row[:, None], kl, torch.zeros_like(kl))  # [B, T]
         return trainer.aggregate_loss(per_token, mask, inputs)
+
+    def count_use(self, model: torch.nn.Module, inputs: GRPOBatch, moved: torch.Tensor) -> None:
+        """Add this micro-batch's peer rows, and those of them that moved the gradient (``moved``, bool ``[B]``), to
+        the generation's count per source; after its last pass (``steps_per_generation x num_iterations`` training
+        micro-batches) log ``from/<peer>/used_share``, the rows that moved over the rows seen, over every update. Every
+        rank reaches the last pass together (the same number of micro-batches), so the collective stays in step.
+        Evaluation's forwards are not passes of the generation and are not counted."""
+        use = self.loss_use
+        if use is None or not model.training:
+            return
+        sources = inputs[SOURCE]  # long [B] the pool index of a peer row's source, -1 on own rows
+        peer = sources >= 0  # bool [B]
+        m = use.rows.numel()
+        use.rows += torch.bincount(sources[peer].cpu(), minlength=m).double()  # [M]
+        use.moved += torch.bincount(sources[peer & moved].cpu(), minlength=m).double()  # [M]
+        use.passes_left -= 1
+        if use.passes_left > 0:
+            return
+        self.loss_use = None
+        order = self.pool_order
+        self.trainer.record_metrics({f"{self.name}/from/{name}/used_share": Share(use.moved[order.index(name)].item(),
+                                                                               use.rows[order.index(name)].item())
+                                     for name in self.peers})
 
     def truncation_bound(self) -> float:
         """The cap ``C`` of ``s`` that the correction settings give (``inf``: none)."""
@@ -162,9 +209,10 @@ class HACPOAdapter(PooledRowsAdapter):
         unit per row), at the step's first update: ``ess`` of the weights Eq. 50 gives the rows (``ω·s^(α+1)`` inside
         the band, 0 outside or unscored; :func:`~mutualrl.regimes.hacpo.maths.cross_agent_weight`), ``ess_raw`` of the
         ``s``, ``log_ratio_mean`` / ``log_ratio_max`` of ``log s`` (a per-token mean of each row), ``truncated_share``
-        (rows whose ``s`` was capped at ``C``), ``filtered_share`` (rows that keep no weight: outside the clip band, or
-        unscored) and ``used_share`` (the rows kept, of the peer's samples of this step's prompts). The ESS sums are
-        reduced over the ranks (one collective)."""
+        (rows whose ``s`` was capped at ``C``) and ``filtered_share`` (rows that keep no weight: outside the clip band,
+        or unscored). ``used_share`` is not one of them: it is counted at the loss, over every update
+        (:meth:`count_use`), since the band rises with each update and ``s`` moves. The ESS sums are reduced over the
+        ranks (one collective)."""
         from mutualrl.regimes.hacpo.maths import cross_agent_weight, cross_row_outcome, sequence_log_ratio
 
         log_s = sequence_log_ratio(step.snapshot[step.n_local:], step.peer_traces, step.peer_mask).double()  # [N]
@@ -186,7 +234,6 @@ class HACPOAdapter(PooledRowsAdapter):
             out[f"from/{peer}/log_ratio_max"] = Quantile(log_s[mine].cpu(), 1.0)
             out[f"from/{peer}/truncated_share"] = Share(truncated[mine].sum().item(), rows)
             out[f"from/{peer}/filtered_share"] = Share(rows - kept[mine].sum().item(), rows)
-            out[f"from/{peer}/used_share"] = Share(kept[mine].sum().item(), step.n_local)
         return self._with_source_ess(out, ess_parts)
 
     def clip_band(self, update_index: int) -> tuple[float, float]:

@@ -10,7 +10,8 @@ The four mechanisms of its Sec. 3, as pure functions (equation numbers are the p
 - 3.4 stepwise clipping: :func:`stepwise_lower_bound` (Eqs. 13-14).
 
 Beyond the paper: PRP's truncation (TIS) on HACPO's own ratio ``s`` (:func:`correction_bounds`,
-:func:`cross_row_outcome`: which rows keep a weight, which were capped, also the per-source diagnostics' counts).
+:func:`cross_row_outcome`: which rows keep a weight, which were capped, also the per-source diagnostics' counts),
+and which rows move the gradient at an update (:func:`moving_rows`, the per-source ``used_share``).
 
 :func:`cross_agent_objective` is App. E's Eq. 50 for one peer row, differentiable in the log-ratio: the adapter's
 loss term on the peer rows at every parameter update; :func:`cross_agent_weight` is the gradient weight it gives a
@@ -222,6 +223,18 @@ def cross_agent_weight(log_ratio: torch.Tensor, coefficients: torch.Tensor, alph
         ls = ls.clamp(max=math.log(truncation_bound))  # [B] log min(s, C)
     weight = coefficients.detach() * torch.exp((alpha + 1.0) * ls)  # [B]
     return torch.where(kept, weight, torch.zeros_like(weight))  # [B]
+
+
+def moving_rows(log_ratio: torch.Tensor, advantages: torch.Tensor, coefficients: torch.Tensor, alpha: float,
+                lower: float, upper: float = 1.0, truncation_bound: float = math.inf) -> torch.Tensor:
+    """Which peer rows Eq. 50 gives a nonzero gradient at ``log_ratio``, bool ``[B]``: the weighted advantage
+    ``w · A`` (``w``: :func:`cross_agent_weight`) is nonzero, and ``|log s|`` is below :data:`MAX_ABS_LOG_RATIO`
+    (:func:`sequence_log_ratio` clamps there, and the clamp's gradient is 0). A row inside the band whose advantage
+    is 0 (a prompt whose rewards are all equal, an unscored row) moves nothing and is not counted."""
+    check_same_shape("advantages", advantages, "log_ratio", log_ratio)
+    weight = cross_agent_weight(log_ratio, coefficients, alpha, lower, upper, truncation_bound)  # [B]
+    inside_clamp = log_ratio.detach().abs() < MAX_ABS_LOG_RATIO  # bool [B]
+    return (weight * advantages.detach() != 0) & inside_clamp  # bool [B]
 
 
 def correction_bounds(correction: str, truncation_bound: float) -> float:

@@ -84,16 +84,18 @@ class PRPAdapter(PooledRowsAdapter):
         the correction's level: ``T(w)``, 0 on a dropped row; ``w`` itself without a correction), ``ess_raw`` (the same
         of the raw weights ``w``), ``log_ratio_mean`` / ``log_ratio_max`` (raw token ``log w``), ``truncated_share`` /
         ``filtered_share`` (of the correction's units: capped, or keeping no weight), ``used_share`` (of the peer's
-        samples of this step's prompts, the rows that train). Only where the peers' traces are read (``w`` needs them).
+        samples of this step's prompts, the rows whose weighted advantage ``T(w)·A`` is nonzero on some token: the
+        rows that move the gradient; a kept row of advantage 0 does not). Only where the peers' traces are read (``w`` needs them).
         The ESS is not a ratio of sums, so its sums are reduced over the ranks here (one collective, every rank)."""
         from mutualrl.regimes.prp.maths import source_diagnostics
 
         if step.peer_traces is None:
             return {}
         settings = self.settings
+        advantages = step.batch["advantages"][step.n_local:]  # [N] the peer rows' advantages, as the loss reads them
         rows = source_diagnostics(step.peer_log_weights(), step.peer_mask, settings.correction,
                                   settings.correction_level, settings.truncation_bound, settings.drop_bound,
-                                  step.kept)
+                                  step.kept, advantages)
         names = [name for name, _ in step.sources]
         out: dict[str, float] = {}
         ess_parts = []

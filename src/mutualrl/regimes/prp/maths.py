@@ -124,7 +124,8 @@ def resolved_grouping(grouping: AdvantageGrouping, correction: Correction) -> Li
 
 
 def source_diagnostics(log_w: torch.Tensor, mask: torch.Tensor, correction: Correction, level: CorrectionLevel,
-                       truncation_bound: float, drop_bound: float, rows_kept: torch.Tensor) -> dict[str, torch.Tensor]:
+                       truncation_bound: float, drop_bound: float, rows_kept: torch.Tensor,
+                       advantages: torch.Tensor) -> dict[str, torch.Tensor]:
     """Per-row sums of how off-policy a peer's rows are and what the loss makes of them, for the per-source metrics
     (rows ``[N]``, float64).
 
@@ -134,7 +135,8 @@ def source_diagnostics(log_w: torch.Tensor, mask: torch.Tensor, correction: Corr
     ±150 so that ``w²`` stays finite in float64); ``log_w_sum``, ``tokens``: ``Σ_t log w_t`` and the masked tokens;
     ``log_w_max``: the largest token ``log w`` (``-inf`` without tokens); ``truncated``, ``filtered``: units the
     correction capped, and units that keep no weight (dropped by their weight, or of a dropped row); ``used``: 1
-    where the row keeps some weight.
+    where the row's weighted advantage ``T(w)·A`` is nonzero on some token (:func:`moving_units`), the rows that move
+    the gradient (``advantages`` ``[N]``: the rows' advantages as the loss reads them).
     """
     units, exists = unit_log_weights(log_w, mask, level)  # [N, T] or [N, 1]
     corrected, truncated, dropped = corrected_log_weights(units, correction, truncation_bound, drop_bound)
@@ -144,11 +146,31 @@ def source_diagnostics(log_w: torch.Tensor, mask: torch.Tensor, correction: Corr
     m = mask.bool()
     token_max = torch.where(m, log_w.double(), torch.full_like(log_w, -math.inf, dtype=torch.float64))  # [N, T]
     filtered = (dropped | ~kept_rows) & exists  # [N, T] or [N, 1]
+    moving = moving_units(corrected, exists & ~filtered, correction, advantages)  # bool [N, T] or [N, 1]
     return {
         "w_sum": w.sum(dim=1), "w_sq_sum": (w * w).sum(dim=1), "lw_sum": lw.sum(dim=1),
         "lw_sq_sum": (lw * lw).sum(dim=1), "units": exists.sum(dim=1).double(),
         "log_w_sum": torch.where(m, log_w.double(), torch.zeros_like(log_w, dtype=torch.float64)).sum(dim=1),
         "tokens": m.sum(dim=1).double(), "log_w_max": token_max.max(dim=1).values,
         "truncated": (truncated & exists & kept_rows).sum(dim=1).double(), "filtered": filtered.sum(dim=1).double(),
-        "used": (exists & ~filtered).any(dim=1).double(),
+        "used": moving.any(dim=1).double(),
     }
+
+
+def moving_units(corrected: torch.Tensor, weighed: torch.Tensor, correction: Correction,
+                 advantages: torch.Tensor) -> torch.Tensor:
+    """Which of the correction's units carry a nonzero weighted advantage ``T(w)·A``, bool like ``corrected``.
+
+    ``weighed``: the units that exist and keep a weight (not dropped, of a row the loss keeps). ``T(w)`` is taken as
+    :func:`correction_weights` gives it to the loss, ``exp`` of ``corrected`` in its own dtype, because a weight
+    that underflows to 0 there moves nothing; without a correction the loss has no weight (1). A row of advantage 0
+    (a group whose rewards are all equal, an unscored row) moves nothing whatever its weight. What this does not
+    see: without a correction under ``denominator: peer``, TRL's PPO clip on ``w`` (``token_clip_rate`` counts it).
+    """
+    check_float("advantages", advantages, 1, "[N]")
+    if correction == "none":
+        positive = torch.ones_like(weighed)  # bool: the loss's weight is 1
+    else:
+        positive = torch.exp(corrected) > 0  # bool: T(w) as the loss reads it, 0 where it underflows
+    nonzero = (advantages != 0).to(weighed.device)[:, None]  # bool [N, 1]
+    return weighed & positive & nonzero  # bool [N, T] or [N, 1]

@@ -1,0 +1,131 @@
+"""The per-source ``used_share``: the peer rows whose weighted advantage is nonzero (what moves the gradient), not the
+rows merely present in the batch; HACPO's counted at the loss over every parameter update of a generation. By hand,
+and against autograd where a gradient decides."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from test_prp_corrections import ScoredTrainer
+from test_regimes_seam import padded, peer_then_learner, pool_of
+
+from mutualrl.regimes.hacpo.maths import MAX_ABS_LOG_RATIO, moving_rows
+from mutualrl.regimes.prp.maths import source_diagnostics
+
+LOG_W = torch.log(torch.tensor([[0.5, 2.0, 5.0, 20.0]] * 4))  # [4, 4] the same peer row four times
+MASK = torch.ones(4, 4, dtype=torch.long)  # [4, 4]
+
+
+# -- PRP: by hand ---------------------------------------------------------------------------------------------------
+def test_prp_a_kept_row_of_advantage_0_is_not_used():
+    """Rows kept [T, T, T, F], advantages [0, .7, -.7, .7] under F-TIS's weights min(w, 2) (all > 0): row 0 is kept
+    but its weighted advantage min(w, 2)·0 is 0 on every token; row 3 keeps no weight (F-TIS dropped it). Used: rows
+    1 and 2 only (before: rows 0, 1, 2, the rows with a weight)."""
+    kept = torch.tensor([True, True, True, False])  # [4]
+    advantages = torch.tensor([0.0, 0.7, -0.7, 0.7])  # [4]
+    rows = source_diagnostics(LOG_W, MASK, "ftis", "token", 2.0, 10.0, kept, advantages)
+    assert rows["used"].tolist() == [0.0, 1.0, 1.0, 0.0]
+    assert rows["filtered"].tolist() == [0.0, 0.0, 0.0, 4.0]  # what keeps no weight is unchanged by the advantage
+
+
+def test_prp_without_a_correction_a_row_moves_where_its_advantage_is_nonzero():
+    """No correction: no weight (1), so a scored row moves where A != 0, whatever w (TRL's clip is not modelled)."""
+    rows = source_diagnostics(LOG_W, MASK, "none", "token", 2.0, 10.0, torch.ones(4, dtype=torch.bool),
+                              torch.tensor([0.0, 1.0, -1.0, 0.0]))
+    assert rows["used"].tolist() == [0.0, 1.0, 1.0, 0.0]
+
+
+def test_prp_a_weight_that_underflows_in_the_losss_dtype_moves_nothing():
+    """TIS at sequence level: W = exp(Σ log w) = exp(4·(-40)) = e^-160, 0 in float32 (the loss's weight) but not in
+    float64: the row is used only where the loss's own weight is nonzero."""
+    log_w = torch.full((1, 4), -40.0)  # [1, 4]
+    mask = torch.ones(1, 4, dtype=torch.long)  # [1, 4]
+    kept, advantage = torch.tensor([True]), torch.tensor([1.0])
+    assert torch.exp(torch.tensor(-160.0)) == 0 and torch.exp(torch.tensor(-160.0, dtype=torch.float64)) > 0
+    float32 = source_diagnostics(log_w, mask, "tis", "sequence", 2.0, 10.0, kept, advantage)
+    float64 = source_diagnostics(log_w.double(), mask, "tis", "sequence", 2.0, 10.0, kept, advantage)
+    assert float32["used"].tolist() == [0.0] and float64["used"].tolist() == [1.0]
+
+
+# -- PRP: a whole step through the fake trainer ------------------------------------------------------------------------
+def _prp_ftis_step(tmp_path, thl_tokenizers, peer_rewards):
+    """One PRP + F-TIS step of tiny-bpe with a peer identical to it (sequence KL 0: F-TIS keeps every row), both with
+    GPT-2's tokenizer; returns (batch, recorded)."""
+    same = {"gpt2": thl_tokenizers["gpt2"], "mistral-sp": thl_tokenizers["gpt2"]}
+    adapters = pool_of(tmp_path, same, "prp", correction="ftis")
+    learner, peer = adapters["tiny-bpe"], adapters["tiny-sp"]
+    learner.bind(ScoredTrainer(padded(thl_tokenizers["gpt2"])))
+    peer.bind(ScoredTrainer(padded(thl_tokenizers["gpt2"])))
+    merged = peer_then_learner(learner, peer, [" 4", " 5", " 4", " 3"], peer_rewards)
+    return merged, {key: values[-1] for (_, key), values in learner.trainer.recorded.items()}
+
+
+@pytest.mark.slow  # over 2 s: outside the fast tier
+def test_prp_ftis_a_peer_whose_groups_are_all_equal_is_kept_but_not_used(thl_tokenizers, tmp_path):
+    """Peer rewards [1, 1 | 1, 0] (K = 2 per prompt): F-TIS's per-source advantages are [0, 0 | +a, -a]. Every row
+    is kept (KL 0 < g: filtered 0), but the first prompt's two rows have advantage 0: used 2 of 4 (before: 4 of 4)."""
+    merged, recorded = _prp_ftis_step(tmp_path, thl_tokenizers, [1.0, 1.0, 1.0, 0.0])
+    advantages = merged["advantages"][4:]  # [4] the peer rows'
+    assert advantages[:2].eq(0).all() and advantages[2:].ne(0).all()
+    assert recorded["prp/from/tiny-sp/filtered_share"] == 0.0
+    assert recorded["prp/from/tiny-sp/used_share"] == 0.5
+
+
+# -- HACPO: by hand ---------------------------------------------------------------------------------------------------
+def test_hacpo_moving_rows_by_hand():
+    """s = [0.9, 0.5, 0.95, 0.85, e^-10, 1], A = [1, 1, 0, -1, 1, 1], omega 1, band [0.8, 1]: row 1 is below the band
+    (weight 0), row 2 has A = 0. Without the band (the "no Clip" ablation) row 1 moves, and row 4, at the clamp of
+    |log s| (sequence_log_ratio's), does not: the clamp's gradient is 0 (checked by autograd)."""
+    log_s = torch.log(torch.tensor([0.9, 0.5, 0.95, 0.85, 1.0, 1.0]))  # [6]
+    log_s[4] = -MAX_ABS_LOG_RATIO
+    advantages = torch.tensor([1.0, 1.0, 0.0, -1.0, 1.0, 1.0])  # [6]
+    omega = torch.ones(6)  # [6]
+    assert moving_rows(log_s, advantages, omega, 1.0, 0.8).tolist() == [True, False, False, True, False, True]
+    no_band = moving_rows(log_s, advantages, omega, 1.0, 0.0, math.inf)
+    assert no_band.tolist() == [True, True, False, True, False, True]
+    from mutualrl.regimes.hacpo.maths import cross_agent_objective, sequence_log_ratio
+
+    raw = torch.tensor([[-12.0], [-0.2]], requires_grad=True)  # [2, 1] one token, log s -12 (clamped) and -0.2
+    clamped = sequence_log_ratio(raw, torch.zeros(2, 1), torch.ones(2, 1))  # [2]
+    cross_agent_objective(clamped, torch.ones(2), torch.ones(2), 1.0, 0.0, math.inf).sum().backward()
+    assert (raw.grad[:, 0] != 0).tolist() == moving_rows(clamped.detach(), torch.ones(2), torch.ones(2), 1.0, 0.0,
+                                                         math.inf).tolist() == [False, True]
+
+
+# -- HACPO: over every update of a generation, through the fake trainer ------------------------------------------------
+def _micro_batch(batch, rows):
+    """TRL's split: the rows ``rows`` of every per-row tensor of ``batch`` (8 rows)."""
+    index = torch.tensor(rows)  # [b]
+    return {key: value[index] if isinstance(value, torch.Tensor) and value.dim() and value.size(0) == 8 else value
+            for key, value in batch.items()}
+
+
+@pytest.mark.slow  # over 2 s: outside the fast tier
+def test_hacpo_used_share_counts_every_update_of_the_generation(thl_tokenizers, tmp_path):
+    """tests/test_regimes_hacpo.py's step (its peer rows' s = 0.882, 0.779, 0.846, 0.807, every advantage nonzero), with
+    2 micro-batches per generation and num_iterations 2: four updates, band lower bounds 0.8, 0.825, 0.85, 0.875.
+    Micro-batch a holds peer rows 0, 1 and b rows 2, 3; the updates see a, b, a, b. Moving: update 0 row 0 (row 1 is
+    below 0.8), update 1 row 2 (row 3, 0.807 < 0.825), update 2 row 0, update 3 none (0.846 < 0.875): 3 of the 8
+    (row, pass) pairs, 0.375 (the first update's band alone said 0.75). Each count is the rows autograd moves."""
+    adapters = pool_of(tmp_path, thl_tokenizers, "hacpo")
+    learner, peer = adapters["tiny-sp"], adapters["tiny-bpe"]
+    learner.trainer.args.steps_per_generation, learner.trainer.args.num_iterations = 2, 2
+    merged = peer_then_learner(learner, peer, [" hello world", " 45", " 4", " 4 5 6"], [1.0, 0.0, 1.0, 0.0])
+    recorded = learner.trainer.recorded
+    assert recorded[("train", "hacpo/cross_kept")] == [0.75] and merged["advantages"][4:].ne(0).all()
+    first, second = _micro_batch(merged, [0, 1, 4, 5]), _micro_batch(merged, [2, 3, 6, 7])
+    moved_by_autograd = []
+    for update, batch in enumerate((first, second, first, second)):
+        assert ("train", "hacpo/from/tiny-bpe/used_share") not in recorded  # logged after the last pass only
+        learner.trainer.state.global_step = update
+        logps = batch["old_per_token_logps"].clone().requires_grad_(True)  # [4, T] the snapshot, as TRL's forward
+        learner.trainer.policy_logps = logps
+        learner.extra_loss(learner.trainer.model, batch).backward()
+        moved_by_autograd.append(int((logps.grad[2:] != 0).any(dim=1).sum()))  # the peer rows that moved
+    assert moved_by_autograd == [1, 1, 1, 0]
+    share = recorded[("train", "hacpo/from/tiny-bpe/used_share")]
+    assert share == [0.375] and learner.loss_use is None
+    learner.extra_loss(learner.trainer.model, first)  # a fifth pass belongs to no generation: nothing more is logged
+    assert recorded[("train", "hacpo/from/tiny-bpe/used_share")] == [0.375]
