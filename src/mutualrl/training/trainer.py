@@ -73,6 +73,8 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         self.generation_delay: tuple[float, str | None] = (0.0, None)  # (seconds, "even" | "odd" | None)
         self.policy_logps: torch.Tensor | None = None  # [B, C] of TRL's loss forward, inside compute_loss only
         self._capture_policy_logps = False
+        self.weight_sync: Any = None  # training.weight_sync.WeightSyncWatch, made at the first vLLM step
+        self._gap_in_loss = False  # this generation's weight-sync gap is read from the loss's forward
         self.regime.bind(self)
 
     def throttle(self) -> None:
@@ -100,9 +102,11 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         # Where a step's time goes: rollout (generation, rewards, old log-probs) vs TRL's step_time.
         self.record_metrics({"mutual/rollout_seconds": time.perf_counter() - started})
         rollouts = self._take_step_rollouts()
+        own = (output.get("sampling_per_token_logps"), output["completion_mask"])  # [B, C] each: TRL's own rows
         started = time.perf_counter()
         output = self.regime.process_step(output, rollouts)
         self.record_metrics({"mutual/exchange_seconds": time.perf_counter() - started})
+        self.measure_weight_sync(*own, output.get("old_per_token_logps"))
         # after the peers' round is read: a peer's success teaches SGT and PRP
         self.watch_signal(rollouts)
         return output
@@ -123,6 +127,32 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
                                               float(rollouts.rewards_local[0]) if len(rollouts.rewards_local) else 0.0,
                                               peers_scored=self.regime.peers_scored)
         self.record_metrics({ALL_FAIL_KEY: failed})
+        if note is not None and self.accelerator.is_main_process:
+            logging.getLogger("mutualrl.worker").warning(note)
+
+    def measure_weight_sync(self, sampling: torch.Tensor | None, mask: torch.Tensor,
+                            old: torch.Tensor | None) -> None:
+        """Log ``mutual/weight_sync_logp_gap`` of this generation (training/weight_sync.py): vLLM's ``sampling``
+        log-probs of TRL's own rows ``[B, C]`` against ``old`` (``[B+N, T]``, own rows first) where TRL or the regime
+        scored them, else against the loss's forward (:meth:`compute_loss`). Nothing without vLLM."""
+        from mutualrl.training.weight_sync import logp_gap
+
+        # Without old log-probs no row was appended either: a regime appending rows under vLLM scores its snapshot.
+        self._gap_in_loss = sampling is not None and old is None
+        if sampling is None or old is None:
+            return
+        rows, width = sampling.shape
+        self.record_weight_sync(logp_gap(old[:rows, :width], sampling, mask))
+
+    def record_weight_sync(self, gap: float) -> None:
+        """Record one weight-sync gap (reduced over the ranks) and warn once in the run log when it grew (rank 0's
+        own figure decides: no second collective)."""
+        from mutualrl.training.weight_sync import GAP_KEY, WeightSyncWatch
+
+        self.record_metrics({GAP_KEY: gap})
+        if self.weight_sync is None:
+            self.weight_sync = WeightSyncWatch(self.policy_name)
+        note = self.weight_sync.observe(float(gap), self.state.global_step + 1)  # the step its metrics row names
         if note is not None and self.accelerator.is_main_process:
             logging.getLogger("mutualrl.worker").warning(note)
 
@@ -182,6 +212,12 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
                                         num_items_in_batch=num_items_in_batch)
         finally:
             self._capture_policy_logps = False
+        sampling = inputs.get("sampling_per_token_logps")  # [b, C]
+        if self._gap_in_loss and self.model.training and self.policy_logps is not None and sampling is not None:
+            from mutualrl.training.weight_sync import logp_gap
+
+            # TRL scored no old log-probs: this forward's, detached, are them (the weights vLLM was given)
+            self.record_weight_sync(logp_gap(self.policy_logps, sampling, inputs["completion_mask"]))
         try:
             extra = self.regime.extra_loss(model, inputs)
         finally:
