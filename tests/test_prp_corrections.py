@@ -212,8 +212,11 @@ def test_no_correction_adds_no_weights(thl_tokenizers, tmp_path):
 
 def test_the_prp_ftis_recipe_plans_on_8_gpus_as_the_corrected_arm():
     """``mutualrl train --pool prp-ftis-2qwen --dry-run --gpus 8`` prints the plan of the paper's corrected PRP arm
-    (same placement, batches, commands at the same run folder): only the correction settings differ."""
+    (same placement, batches, commands at the same run folder): only the correction settings differ, and the reward
+    scaling F-TIS defines (each node's advantage over the std of its own G samples: ``scale_rewards: group``; the
+    paper's recipes scale by the batch's), which changes the planned GRPO settings' hash and nothing else."""
     import io
+    import re
 
     from rich.console import Console
 
@@ -226,10 +229,13 @@ def test_the_prp_ftis_recipe_plans_on_8_gpus_as_the_corrected_arm():
         config = load_run_config(recipe, overrides=["launch.gpus=8", "launch.gpu_memory_gib=80"]).config
         if recipe == "prp-ftis-2qwen":
             settings = config.regime.prp
-            assert (settings.correction, settings.correction_level, settings.truncation_bound,
-                    settings.kl_bound, settings.denominator) == ("ftis", "token", 2.0, 50.0, "peer")
+            assert (settings.correction, settings.correction_level, settings.truncation_bound, settings.kl_bound,
+                    settings.kl_estimator, settings.denominator, settings.advantage_grouping) == (
+                "ftis", "token", 2.0, 50.0, "k3-sum", "peer", "auto")
+        assert config.grpo["scale_rewards"] == ("group" if recipe == "prp-ftis-2qwen" else "batch")
         plan = make_launch_plan(config, Path("/tmp/unused-run"), simulate=True, vllm_available=True, dry_run=True)
         out = io.StringIO()
         render_plan(plan, Console(file=out, width=240))
-        texts.append(out.getvalue())
+        texts.append(re.sub(r"MUTUALRL_PLANNED_GRPO_SHA256=[0-9a-f]{64}", "MUTUALRL_PLANNED_GRPO_SHA256=…",
+                            out.getvalue()))
     assert texts[0] == texts[1] and "on 8 GPUs" in texts[1]

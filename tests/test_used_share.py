@@ -129,3 +129,81 @@ def test_hacpo_used_share_counts_every_update_of_the_generation(thl_tokenizers, 
     assert share == [0.375] and learner.loss_use is None
     learner.extra_loss(learner.trainer.model, first)  # a fifth pass belongs to no generation: nothing more is logged
     assert recorded[("train", "hacpo/from/tiny-bpe/used_share")] == [0.375]
+
+
+# -- F-TIS's sequence KL estimator, a named setting ---------------------------------------------------------------------
+def test_ftis_kl_estimators_by_hand():
+    """A 4-token answer, δ = log π_gen − log π_θ = [4.1, 0, 0, 0]: k3-sum = e^4.1 − 4.1 − 1 = 55.240 (>= g = 50: a
+    sample with A <= 0 is dropped); mean-log-ratio = 4.1 / 4 = 1.025 (kept). δ = [−1, −1, pad]: k3-sum 2(e^-1 + 1 − 1)
+    = 0.7358, mean −1 (a learner more confident than the generator; the pad token is left out of both)."""
+    from mutualrl.regimes.prp.maths import ftis_kept, sequence_kl
+
+    learner = torch.tensor([[-5.0, -1.0, -1.0, -1.0], [-1.0, -1.0, -9.0, 0.0]])  # [2, 4]
+    generator = torch.tensor([[-0.9, -1.0, -1.0, -1.0], [-2.0, -2.0, 3.0, 0.0]])  # [2, 4]
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])  # [2, 4]
+    k3 = sequence_kl(learner, generator, mask)  # the default
+    assert torch.equal(k3, sequence_kl(learner, generator, mask, "k3-sum"))
+    assert k3.tolist() == pytest.approx([math.exp(4.1) - 5.1, 2 * math.exp(-1.0)], rel=1e-6)
+    mean = sequence_kl(learner, generator, mask, "mean-log-ratio")
+    assert mean.tolist() == pytest.approx([1.025, -1.0], rel=1e-6)
+    negative = torch.tensor([-1.0, -1.0])  # [2]
+    assert ftis_kept(negative, k3, 50.0).tolist() == [False, True]
+    assert ftis_kept(negative, mean, 50.0).tolist() == [True, True]
+    with pytest.raises(ValueError, match="kl_estimator"):
+        sequence_kl(learner, generator, mask, "k1")
+
+
+def test_the_kl_estimator_is_a_setting_with_k3_sum_by_default():
+    from mutualrl.config import load_run_config
+    from mutualrl.config.typed import ConfigError
+
+    assert load_run_config("tiny", regime="prp", check_grpo=False).config.regime.prp.kl_estimator == "k3-sum"
+    chosen = load_run_config("tiny", regime="prp", overrides=["regime.prp.kl_estimator=mean-log-ratio"],
+                             check_grpo=False).config
+    assert chosen.regime.prp.kl_estimator == "mean-log-ratio"
+    with pytest.raises(ConfigError, match="kl_estimator"):
+        load_run_config("tiny", regime="prp", overrides=["regime.prp.kl_estimator=k1"], check_grpo=False)
+
+
+@pytest.mark.slow  # over 2 s: outside the fast tier
+@pytest.mark.parametrize("estimator,dropped", [("k3-sum", True), ("mean-log-ratio", False)])
+def test_the_estimator_decides_which_rows_ftis_keeps(thl_tokenizers, tmp_path, estimator, dropped):
+    """The peer's log-probs are the learner's − 3 on every token (δ = −3), g = 1: k3-sum gives each row
+    (e^-3 + 3 − 1)·L >= 2.05 > g, so its rows with A <= 0 are dropped (weight 0); the mean log-ratio is −3 < g, so
+    every row keeps min(w, 2) = 2 (w = e³) and all four are used."""
+    from test_prp_corrections import scored_step
+
+    from mutualrl.regimes.seam import TOKEN_WEIGHTS
+
+    _, merged, recorded = scored_step(tmp_path, thl_tokenizers, "prp", lambda ids: torch.full(ids.shape, -3.0),
+                                      [" 4", " 5", " 4", " 3"], correction="ftis", kl_bound=1.0,
+                                      kl_estimator=estimator)
+    advantages, mask = merged["advantages"][4:], merged["completion_mask"][4:].bool()  # [4], [4, T]
+    weights = merged[TOKEN_WEIGHTS][4:]  # [4, T]
+    negative = advantages <= 0  # [4] the peer's failures (rewards 1, 0, 1, 0: its own groups' means 0.5)
+    assert negative.tolist() == [False, True, False, True]
+    for row in range(4):
+        expected = 0.0 if dropped and negative[row] else 2.0
+        assert torch.allclose(weights[row][mask[row]], torch.full((int(mask[row].sum()),), expected))
+    assert recorded["prp/from/tiny-sp/used_share"] == (0.5 if dropped else 1.0)
+
+
+# -- prp-ftis-2qwen's advantage grouping: F-TIS's per-group std ---------------------------------------------------------
+def test_prp_ftis_2qwen_normalises_each_sources_group_by_its_own_std():
+    """F-TIS: Â_i = (r_i − mean) / std over the node's own G samples of the prompt. One source's rewards, prompt 0
+    [1, 0], prompt 1 [1, 1]: per group, std(1, 0) = 0.70711 (TRL's unbiased std), Â = ±0.5 / (0.70711 + 1e-4) =
+    ±0.70701, prompt 1 all 0. The batch scaling the paper's recipes use would divide by std(1, 0, 1, 1) = 0.5
+    instead (±0.99980): the recipe sets group."""
+    from mutualrl.config import load_run_config
+    from mutualrl.regimes.prp.maths import per_source_advantages, resolved_grouping
+
+    config = load_run_config("prp-ftis-2qwen").config
+    settings = config.regime.prp
+    assert resolved_grouping(settings.advantage_grouping, settings.correction) == "source"
+    pool = torch.tensor([[[1.0, 0.0], [0.0, 0.0]], [[1.0, 1.0], [1.0, 0.0]]])  # [P=2, M=2, K=2]
+    got = per_source_advantages(pool, scale_rewards=config.grpo["scale_rewards"], eps=settings.std_epsilon)
+    a = 0.5 / (math.sqrt(0.5) + 1e-4)
+    assert got[:, 0].flatten().tolist() == pytest.approx([a, -a, 0.0, 0.0], abs=1e-6)  # source 0: prompts 0, 1
+    assert got[:, 1].flatten().tolist() == pytest.approx([0.0, 0.0, a, -a], abs=1e-6)  # source 1
+    batch = per_source_advantages(pool, scale_rewards="batch", eps=settings.std_epsilon)
+    assert batch[0, 0].tolist() == pytest.approx([0.5 / 0.5001, -0.5 / 0.5001], abs=1e-6)

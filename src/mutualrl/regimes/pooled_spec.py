@@ -48,7 +48,18 @@ class PooledRowsSettings:
     kl_bound: float = field(
         default=50.0,
         metadata={"gt": 0, "help": "Under 'ftis': g, a sample with advantage <= 0 is dropped when its sequence KL "
-                                   "to the learner (summed over its tokens) is at least this (50: F-TIS's value)."},
+                                   "to the learner (as kl_estimator reads it) is at least this (50: F-TIS's value, "
+                                   "a whole-sequence magnitude)."},
+    )
+    kl_estimator: Literal["k3-sum", "mean-log-ratio"] = field(
+        default="k3-sum",
+        metadata={"help": "Under 'ftis': how a sample's sequence KL to the learner is estimated from its tokens, "
+                          "delta_t = log pi_peer - log pi_learner: 'k3-sum' (the sum over its tokens of GRPO's k3, "
+                          "exp(delta) - delta - 1, TRL's KL term with the peer's trace in the reference's place) or "
+                          "'mean-log-ratio' (the mean of delta over its tokens, TRL's off_policy_mask_threshold). "
+                          "F-TIS does not say which; k3-sum is the default because g = 50 is a whole-sequence "
+                          "magnitude (a per-token mean almost never reaches it, which would switch the filter off) "
+                          "and each k3 term is >= 0, so tokens do not cancel."},
     )
     drop_bound: float = field(
         default=10.0,

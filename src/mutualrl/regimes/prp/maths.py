@@ -87,15 +87,32 @@ def correction_weights(log_w: torch.Tensor, mask: torch.Tensor, correction: Corr
     return torch.where(mask.bool() & exists, weights, torch.ones_like(weights))  # [N, T]
 
 
-def sequence_kl(learner_logps: torch.Tensor, generator_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """F-TIS's per-sequence ``D_KL(π_θ ‖ π_gen)`` ``[N]``: the sum over the masked tokens of GRPO's k3 estimator
-    ``exp(δ) − δ − 1``, ``δ = log π_gen − log π_θ`` (TRL's KL term with the generator in the reference's place;
-    every term >= 0, 0 where the two agree)."""
+KLEstimator = Literal["k3-sum", "mean-log-ratio"]
+
+
+def sequence_kl(learner_logps: torch.Tensor, generator_logps: torch.Tensor, mask: torch.Tensor,
+                estimator: KLEstimator = "k3-sum") -> torch.Tensor:
+    """F-TIS's per-sequence ``D_KL(π_θ ‖ π_gen)`` ``[N]`` from the tokens the generator sampled, ``δ_t = log π_gen −
+    log π_θ`` (F-TIS does not say which estimator; ``kl_estimator`` picks):
+
+    - ``k3-sum``: ``Σ_t (exp(δ_t) − δ_t − 1)`` over the masked tokens, GRPO's k3 (TRL's KL term with the generator in
+      the reference's place): every term >= 0, 0 where the two agree, and one token with ``δ = 4`` alone gives
+      ``e⁴ − 5 ≈ 49.6``;
+    - ``mean-log-ratio``: ``(1/|y|) Σ_t δ_t``, the masked tokens' mean, TRL 1.16's off-policy sequence mask
+      (``GRPOTrainer.get_off_policy_mask``, DeepSeek-V3.2): a per-token figure, negative where the learner is the
+      more confident; 0 on a row without tokens.
+    """
     check_same_shape("generator_logps", generator_logps, "learner_logps", learner_logps)
     check_same_shape("mask", mask, "learner_logps", learner_logps)
+    m = mask.bool()
     delta = (generator_logps.double() - learner_logps.double()).clamp(-50.0, 50.0)  # [N, T] float64
-    k3 = torch.exp(delta) - delta - 1.0  # [N, T]
-    return torch.where(mask.bool(), k3, torch.zeros_like(k3)).sum(dim=1)  # [N]
+    if estimator == "k3-sum":
+        k3 = torch.exp(delta) - delta - 1.0  # [N, T]
+        return torch.where(m, k3, torch.zeros_like(k3)).sum(dim=1)  # [N]
+    if estimator == "mean-log-ratio":
+        total = torch.where(m, delta, torch.zeros_like(delta)).sum(dim=1)  # [N]
+        return total / m.sum(dim=1).clamp(min=1)  # [N]
+    raise ValueError(f"kl_estimator must be 'k3-sum' or 'mean-log-ratio'; got {estimator!r}")
 
 
 def ftis_kept(advantages: torch.Tensor, kl: torch.Tensor, kl_bound: float) -> torch.Tensor:
