@@ -159,7 +159,25 @@ def size_engines(config: RunConfig, placement: Placement, plans: list[Any], gpu_
                 plan.grpo["vllm_gpu_memory_utilization"] = derived[plan.name]
             plan.engine = _planned(config, plan, engines[plan.name], gpu_memory_gib if on_gpu else None,
                                    "memory model" if plan.name in derived else _fixed_source(config, plan), problems)
+            plan.notes.extend(kv_capacity_note(plan.name, plan.engine))
     return problems
+
+
+FAR_FEWER = 0.5
+"""A KV cache holding less than this share of ``max_num_seqs`` full-length sequences is said in the plan's notes."""
+
+
+def kv_capacity_note(name: str, engine: PlannedEngine) -> list[str]:
+    """The note when ``engine``'s KV cache holds far fewer sequences of the recipe's length than its scheduler runs at
+    once: vLLM admits a sequence only while KV blocks are free and preempts running ones (recomputed later) when a
+    growing sequence needs a block none can give, so most of ``max_num_seqs`` wait -- slower, not wrong."""
+    held = engine.kv_capacity_sequences
+    if held is None or held >= FAR_FEWER * engine.max_num_seqs:
+        return []
+    return [f"{name}: its vLLM KV cache ({engine.kv_cache_gib:.1f} GiB) holds {held} sequences of "
+            f"{engine.sequence_tokens} tokens against max_num_seqs {engine.max_num_seqs}: once completions grow long, "
+            f"vLLM runs about {held} at a time and preempts the rest (recomputed later): generation is slower, not "
+            f"wrong; more GPUs for the policy or a shorter grpo.max_completion_length raise the capacity"]
 
 
 def _fixed_source(config: RunConfig, plan: Any) -> str:

@@ -13,6 +13,7 @@ from mutualrl.launch.plan.batching import trl_generation_batch
 from mutualrl.config.cadence import render_schedule
 from mutualrl.launch.plan.checkpoints import DiskPlan
 from mutualrl.launch.plan.launch_plan import LaunchPlan, PolicyPlan, plan_path
+from mutualrl.launch.plan.mwra import Placement
 
 
 def render_plan(plan: LaunchPlan, console: Console, written: bool = False) -> None:
@@ -70,10 +71,24 @@ def render_plan(plan: LaunchPlan, console: Console, written: bool = False) -> No
         for warning in plan.warnings:
             console.print(Text(f"  ! {warning}", style="yellow"))
 
+def split_words(placement: Placement) -> str:
+    """How the devices were split, in words: an explicit device map, an even split, or the counts of an uneven one
+    (``device_share``: 2+2+4 GPUs is no even split)."""
+    if placement.explicit:
+        return "explicit device map"
+    if placement.device_type == "cuda":
+        counts, unit = [len(p.devices) for p in placement.policies], "GPUs"
+    else:
+        counts, unit = [p.cpu_threads for p in placement.policies], "threads"
+    if len(set(counts)) <= 1:
+        return "even split"
+    return f"split by device_share: {'+'.join(map(str, counts))} {unit}"
+
+
 def _placement_table(plan: LaunchPlan) -> Table:
     """Each policy's machines, devices, processes, threads, DeepSpeed, vLLM and memory per device."""
     pl = plan.placement
-    table = Table(title="MWRA placement" + (" (explicit device map)" if pl.explicit else " (even split)"))
+    table = Table(title=f"MWRA placement ({split_words(pl)})")
     columns = ["policy", "model", "devices", "processes", "threads", "DeepSpeed", "vLLM", "model state / device"]
     if plan.nodes > 1:
         columns.insert(2, "machines")
@@ -149,7 +164,9 @@ def _engine_table(plan: LaunchPlan) -> Table:
                f"{e.engine_gib:.1f} / {e.weights_gib:.1f} / {e.kv_cache_gib:.1f} GiB" if e.kv_cache_gib is not None
                else f"{e.engine_gib:.1f} GiB / model shape unknown")
         capacity = ("-" if e.kv_capacity_sequences is None else
-                    f"{e.kv_capacity_sequences} sequences of {e.sequence_tokens} tokens")
+                    f"{e.kv_capacity_sequences} sequences of {e.sequence_tokens} tokens"
+                    + (" (fewer than max_num_seqs: the rest wait or are preempted)"
+                       if e.kv_capacity_sequences < e.max_num_seqs else ""))
         table.add_row(p.name, f"{share} ({e.share_source})", gib, capacity, f"{e.max_num_seqs} (TRL's "
                       f"{e.trl_max_num_seqs})", str(e.max_num_batched_tokens))
     return table
