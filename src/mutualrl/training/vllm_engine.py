@@ -19,8 +19,10 @@ On any device: the engine's scheduler caps (:func:`engine_caps`: TRL's ``max_num
 the 4096 batched tokens it passes, which vLLM refuses) and validation through a sleeping engine
 (:func:`awake_engine`).
 
-``sampling/sampling_logp_difference/mean`` in the run's metrics shows that the engine samples from
-the trainer's current weights (tests/test_vllm_cpu.py).
+``mutual/weight_sync_logp_gap`` in the run's metrics, logged on every vLLM step with or without TRL's
+importance-sampling correction (training/weight_sync.py; TRL's ``sampling/sampling_logp_difference/mean`` only
+under the correction), shows that the engine samples from the trainer's current weights (tests/test_vllm_cpu.py,
+tests/test_weight_sync_signal.py).
 """
 
 from __future__ import annotations
