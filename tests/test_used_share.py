@@ -131,7 +131,7 @@ def test_hacpo_used_share_counts_every_update_of_the_generation(thl_tokenizers, 
     assert recorded[("train", "hacpo/from/tiny-bpe/used_share")] == [0.375]
 
 
-# -- F-TIS's sequence KL estimator, a named setting ---------------------------------------------------------------------
+# -- F-TIS's sequence KL estimator, a named setting --------------------------------------------------------------------
 def test_ftis_kl_estimators_by_hand():
     """A 4-token answer, δ = log π_gen − log π_θ = [4.1, 0, 0, 0]: k3-sum = e^4.1 − 4.1 − 1 = 55.240 (>= g = 50: a
     sample with A <= 0 is dropped); mean-log-ratio = 4.1 / 4 = 1.025 (kept). δ = [−1, −1, pad]: k3-sum 2(e^-1 + 1 − 1)
@@ -188,7 +188,7 @@ def test_the_estimator_decides_which_rows_ftis_keeps(thl_tokenizers, tmp_path, e
     assert recorded["prp/from/tiny-sp/used_share"] == (0.5 if dropped else 1.0)
 
 
-# -- prp-ftis-2qwen's advantage grouping: F-TIS's per-group std ---------------------------------------------------------
+# -- prp-ftis-2qwen's advantage grouping: F-TIS's per-group std --------------------------------------------------------
 def test_prp_ftis_2qwen_normalises_each_sources_group_by_its_own_std():
     """F-TIS: Â_i = (r_i − mean) / std over the node's own G samples of the prompt. One source's rewards, prompt 0
     [1, 0], prompt 1 [1, 1]: per group, std(1, 0) = 0.70711 (TRL's unbiased std), Â = ±0.5 / (0.70711 + 1e-4) =

@@ -87,7 +87,8 @@ class PRPAdapter(PooledRowsAdapter):
         of the raw weights ``w``), ``log_ratio_mean`` / ``log_ratio_max`` (raw token ``log w``), ``truncated_share`` /
         ``filtered_share`` (of the correction's units: capped, or keeping no weight), ``used_share`` (of the peer's
         samples of this step's prompts, the rows whose weighted advantage ``T(w)·A`` is nonzero on some token: the
-        rows that move the gradient; a kept row of advantage 0 does not). Only where the peers' traces are read (``w`` needs them).
+        rows that move the gradient; a kept row of advantage 0 does not). Only where the peers' traces are read
+        (``w`` needs them).
         The ESS is not a ratio of sums, so its sums are reduced over the ranks here (one collective, every rank)."""
         from mutualrl.regimes.prp.maths import source_diagnostics
 
