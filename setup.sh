@@ -29,9 +29,9 @@ has_nvidia_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/
 if "$PY" -c "import torch" 2>/dev/null; then
   echo "==> torch $("$PY" -c 'import torch; print(torch.__version__)') already installed"
 elif has_nvidia_gpu; then
-  echo "==> NVIDIA GPU found: installing the default (CUDA) torch build from PyPI."
+  echo "==> NVIDIA GPU found: installing torch 2.13.0, the tested release, in its default (CUDA) build from PyPI."
   echo "    To use another CUDA version, install torch yourself first (README, 'GPU notes')."
-  "${PIP_LOCKED[@]}" torch
+  "${PIP_LOCKED[@]}" "torch==2.13.0"
 else
   echo "==> no GPU: installing the CPU build of torch 2.13.0"
   # The CPU wheel through pip's own configuration (pip.conf, PIP_INDEX_URL / PIP_EXTRA_INDEX_URL,

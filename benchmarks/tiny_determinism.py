@@ -8,6 +8,7 @@ as ``mutualrl assets fetch`` builds it: the pin replaces ``ATEN_CPU_CAPABILITY``
 table of weight digests and one JSON line per build. Usage::
 
     python benchmarks/tiny_determinism.py [--model tiny-bpe] [--steps N] [--modes own,pinned] [--variants ...]
+                                          [--eval-limit N]
 
 ``--steps`` defaults to the full recipe (about 1.5-4 min a build on one core); a few hundred steps already
 separate the kernels.
@@ -37,12 +38,19 @@ VARIANTS = {
 }
 
 
-def child(name: str, steps: int | None) -> None:
+def child(name: str, steps: int | None, eval_limit: int | None) -> None:
     """Build ``name`` here, as this process's environment dictates, and print its digest."""
     import torch
 
+    from mutualrl.pools import tiny_warm_start
     from mutualrl.pools.tiny import TINY_MODELS
     from mutualrl.pools.tiny_warm_start import warm_start, weights_digest
+
+    if eval_limit is not None:  # the report's evaluations on fewer prompts; the weights do not depend on them
+        for evaluate in ("family_accuracies", "sampled_accuracies"):
+            whole = getattr(tiny_warm_start, evaluate)
+            setattr(tiny_warm_start, evaluate, lambda *a, _whole=whole, **k: _whole(*a, **{**k, "limit_per_family":
+                                                                                           eval_limit}))
 
     with tempfile.TemporaryDirectory() as folder:
         started = time.perf_counter()
@@ -52,8 +60,9 @@ def child(name: str, steps: int | None) -> None:
                           "test_accuracy": report["test_accuracy"]}))
 
 
-def build(name: str, steps: int | None, env: dict[str, str]) -> dict:
+def build(name: str, steps: int | None, eval_limit: int | None, env: dict[str, str]) -> dict:
     args = [sys.executable, __file__, "--child", name] + ([] if steps is None else ["--steps", str(steps)])
+    args += [] if eval_limit is None else ["--eval-limit", str(eval_limit)]
     done = subprocess.run(args, env=env, capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -66,10 +75,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=None, help="warm-start steps (default: the full recipe)")
     parser.add_argument("--modes", default="own,pinned", help="own (the CPU's own kernels), pinned (BUILD_ENV)")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)}")
+    parser.add_argument("--eval-limit", type=int, default=None,
+                        help="prompts per family for the build's report (default: all; the weights are the same)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        child(args.child, args.steps)
+        child(args.child, args.steps, args.eval_limit)
         return
     rows = []
     for mode in args.modes.split(","):
@@ -77,7 +88,7 @@ def main() -> None:
             base = {**os.environ, "OMP_NUM_THREADS": "1", **VARIANTS[variant]}
             env = build_environment(base) if mode == "pinned" else base
             result = {"model": args.model, "steps": args.steps or "full", "mode": mode, "variant": variant,
-                      **build(args.model, args.steps, env)}
+                      **build(args.model, args.steps, args.eval_limit, env)}
             print(json.dumps(result), flush=True)
             rows.append(result)
     print(f"\n{'mode':<8} {'variant':<13} {'torch kernels':<14} {'sha256':<14} seconds")

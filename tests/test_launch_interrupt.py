@@ -149,6 +149,9 @@ def test_the_stop_step_is_the_furthest_step_in_flight_and_none_before_a_step_com
     assert stop_step({"a": {"step": 3, "phase": HOLDING}, "b": {"step": 3, "phase": HOLDING}}) == 3
     assert stop_step({"a": {}, "b": {"step": 0, "phase": "training"}}) == 0  # nothing trained: stop at once
     assert stop_step({"a": {"step": "x"}, "b": {"step": 1}}) == 2  # a damaged status counts as step 0
+    # a finished policy saved already: the others stop at their own step; none past its last step
+    assert stop_step({"a": {"step": 5, "phase": "finished", "max_steps": 5}, "b": {"step": 3, "max_steps": 5}}) == 4
+    assert stop_step({"a": {"step": 5, "phase": "validating", "max_steps": 5}, "b": {"step": 4, "max_steps": 5}}) == 5
 
 
 def test_the_request_is_on_disk_before_the_statuses_are_read(tmp_path):
@@ -223,11 +226,14 @@ print("went on", flush=True)
 """
 
 
-@pytest.mark.parametrize("request_on_disk, goes_on", [({"signal": "SIGTERM", "step": 3}, True), (None, False),
-                                                      ({"signal": "teardown", "step": 0}, False)])
-def test_a_signalled_worker_goes_on_to_the_launchers_step_or_ends_as_before(tmp_path, request_on_disk, goes_on):
-    """Slurm's scancel signals the workers too: one goes on when its launcher asks for a step, and otherwise (no
-    request within the wait, or a teardown) the SIGTERM ends it as it did before."""
+@pytest.mark.parametrize("request_on_disk, goes_on, sent", [
+    ({"signal": "SIGTERM", "step": 3}, True, signal.SIGTERM), (None, False, signal.SIGTERM),
+    ({"signal": "teardown", "step": 0}, False, signal.SIGTERM),
+    ({"signal": "SIGUSR2", "step": 3}, True, signal.SIGUSR2), (None, False, signal.SIGUSR2)])
+def test_a_signalled_worker_goes_on_to_the_launchers_step_or_ends_as_before(tmp_path, request_on_disk, goes_on, sent):
+    """Slurm's scancel (SIGTERM) and submitit's warning before the time limit (SIGUSR2) signal the workers too: one
+    goes on when its launcher asks for a step, and otherwise (no request within the wait, or a teardown) the signal
+    ends it as it did before."""
     import json
     import subprocess
 
@@ -241,9 +247,9 @@ def test_a_signalled_worker_goes_on_to_the_launchers_step_or_ends_as_before(tmp_
     worker = subprocess.Popen([sys.executable, "-c", SIGNALLED_WORKER, str(tmp_path)], stdout=subprocess.PIPE,
                               text=True, env={**os.environ, LAUNCHER_PID_ENV: str(os.getpid())})
     assert worker.stdout.readline().strip() == "up"
-    worker.send_signal(signal.SIGTERM)
+    worker.send_signal(sent)
     out, _ = worker.communicate(timeout=30)
-    assert (worker.returncode, "went on" in out) == ((0, True) if goes_on else (-signal.SIGTERM, False))
+    assert (worker.returncode, "went on" in out) == ((0, True) if goes_on else (-sent, False))
 
 
 class SecondStop(StoppedAtStep):
@@ -281,3 +287,16 @@ def test_the_same_stop_delivered_twice_counts_once_and_a_later_one_stops_at_once
     with pytest.raises(KeyboardInterrupt):
         signals._interrupt(signal.SIGTERM, None)
     monkeypatch.setitem(signals._state, "requested", None)
+
+
+def test_submitits_warning_before_a_slurm_time_limit_stops_the_launcher_as_sigterm_does():
+    """submitit's sbatch script asks for SIGUSR2 90 s before the limit, to every process of the task: its default
+    action would end the launcher with nothing saved."""
+    import time
+
+    with stop_signals():
+        with pytest.raises(KeyboardInterrupt, match="SIGUSR2"):
+            os.kill(os.getpid(), signal.SIGUSR2)
+            for _ in range(1000):
+                time.sleep(0)
+    assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL  # restored after

@@ -1,4 +1,4 @@
-"""A stop that saves: on SIGINT, SIGTERM or SIGHUP every policy finishes one common step, saves a checkpoint there
+"""A stop that saves: on SIGINT, SIGTERM, SIGHUP or SIGUSR2 every policy finishes one common step, saves a checkpoint there
 and exits, so ``mutualrl train --resume`` loses at most the step that was in flight.
 
 ``--resume`` starts every policy from one checkpoint step common to all (launch/rundir/resume.py
@@ -34,6 +34,7 @@ from mutualrl.run_folder import RunPaths, read_json_or
 STOP_FILE = ".stop.json"  # a dot name: no policy's status file (status/<policy>.json) can be it
 STOPPED_EXIT = 75  # EX_TEMPFAIL: stopped on request with a checkpoint, resumable
 HOLDING = "stopping"  # the status phase of a policy that saw the request and goes on to its step or stops
+FINISHED = "finished"  # the status phase of a policy whose training ended (StatusCallback)
 LAUNCHER_WAIT_S = 5.0
 STEP_WAIT_S = 30.0
 GRACE_S = 20.0
@@ -57,18 +58,21 @@ def requested_step(request: dict[str, Any] | None) -> int | None:
 
 def in_flight(status: dict[str, Any]) -> int:
     """The step a policy will reach before it can stop, from its status file: the one after its last completed,
-    or its last completed when it holds at a step end."""
+    or its last completed when it holds at a step end; never past its ``max_steps`` (its last step saves anyway)."""
     step = status.get("step")
     done = step if isinstance(step, int) and not isinstance(step, bool) and step > 0 else 0
-    return done if status.get("phase") == HOLDING else done + 1
+    reached = done if status.get("phase") == HOLDING else done + 1
+    last = status.get("max_steps")
+    return min(reached, last) if isinstance(last, int) and not isinstance(last, bool) and last > 0 else reached
 
 
 def stop_step(statuses: dict[str, dict[str, Any]]) -> int:
     """The step every policy stops at: the furthest in flight; 0 while no policy has completed a step (nothing
     to save: the pool is stopped at once, as before)."""
-    if not any(isinstance(st.get("step"), int) and st["step"] > 0 for st in statuses.values()):
+    training = {name: st for name, st in statuses.items() if st.get("phase") != FINISHED}  # a finished one saved
+    if not any(isinstance(st.get("step"), int) and st["step"] > 0 for st in training.values()):
         return 0
-    return max(in_flight(st) for st in statuses.values())
+    return max(in_flight(st) for st in training.values())
 
 
 def request_stop(paths: RunPaths, signal_name: str, statuses: Callable[[], dict[str, dict[str, Any]]]) -> int:
@@ -98,7 +102,7 @@ _signalled: dict[str, Any] = {"at": None, "give_up": False}
 def install_stop_handlers(paths: RunPaths) -> None:
     """SIGTERM and SIGINT of this worker wait for the launcher's request (module docstring); a signal ignored at
     start stays ignored."""
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2):
         previous = signal.getsignal(sig)
         if previous is signal.SIG_IGN:
             continue

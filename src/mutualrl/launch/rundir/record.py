@@ -91,9 +91,14 @@ def versions_entry(previous: dict[str, Any]) -> dict[str, Any]:
 
     current = run_versions()
     earlier = list(previous.get("earlier_versions", []))
-    if previous.get("versions") and previous["versions"] != current:
-        earlier.append(previous["versions"])
+    before = previous.get("versions")
+    if isinstance(before, dict) and libraries(before) != libraries(current):  # not the tested_set line's wording
+        earlier.append(before)
     return {"versions": current, **({"earlier_versions": earlier} if earlier else {})}
+
+
+def libraries(versions: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in versions.items() if k != "tested_set"}
 
 
 def write_record(paths: RunPaths, record: dict[str, Any]) -> None:

@@ -6,7 +6,8 @@ as "Exception ignored in ..." and dropped, and the launch went on to train the w
 a Ctrl-C 3 s into ``mutualrl train --resume`` on the tiny pool). The handler here also records the
 request, and the launcher checks it at its safe points (:func:`raise_if_interrupted`: before the
 workers start, at every poll of the pool), so a dropped ``KeyboardInterrupt`` comes back there.
-SIGTERM and SIGHUP (a cluster's scheduler, a closed terminal) stop the pool the same way. The pool runner then has
+SIGTERM, SIGHUP and SIGUSR2 (a cluster's scheduler, a closed terminal, submitit's warning before a Slurm time limit)
+stop the pool the same way. The pool runner then has
 every policy save a checkpoint at the step in flight (training/stop_request.py); a second stop signal stops at
 once. The same stop delivered twice within :data:`REPEAT_S` counts once: Slurm's ``scancel`` signals every process
 of a job, a terminal's Ctrl-C reaches a sweep and the runs it started, and the sweep passes its stop on too.
@@ -25,7 +26,9 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: SIGUSR2: submitit's sbatch script asks Slurm for it 90 s before the time limit (``--signal=USR2@90``), to every
+#: process of the task; its default action ends the process, so it stops the run as SIGTERM does (with a checkpoint).
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2)
 REPEAT_S = 1.0
 _state: dict[str, Any] = {"depth": 0, "requested": None, "at": 0.0}
 
@@ -40,7 +43,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 @contextlib.contextmanager
 def stop_signals() -> Iterator[None]:
-    """Within: SIGINT, SIGTERM and SIGHUP raise ``KeyboardInterrupt`` and are remembered until the outermost
+    """Within: SIGINT, SIGTERM, SIGHUP and SIGUSR2 raise ``KeyboardInterrupt`` and are remembered until the outermost
     block ends; one that is ignored on entry stays ignored (``nohup``). Nested blocks share the request (a
     signal between two blocks is not forgotten); outside the main thread (where Python allows no handler)
     this does nothing."""
