@@ -16,8 +16,7 @@ from mutualrl.cli.main import app
 from mutualrl.errors import UsageError
 from mutualrl.launch.sweep import SweepSpec, parse_grid, read_grid_file, train_command
 from mutualrl.launch.sweep_slurm import SlurmOptions, submit_array
-
-USER_TASK = ["task.name=dataset", "task.source=data", "task.reward_funcs=[my_rewards.exact]"]
+from user_folders import USER_TASK, make_user_folder
 
 
 def test_the_grid_is_regimes_by_settings_by_seeds_with_a_folder_each(tmp_path: Path) -> None:
@@ -48,17 +47,7 @@ def test_grid_options_and_files_are_checked(tmp_path: Path) -> None:
 @pytest.fixture
 def user_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A researcher's folder outside the clone: data/ and my_rewards.py, the working directory."""
-    (tmp_path / "data").mkdir()
-    rows = [{"prompt": f"{a}+1=", "answer": a + 1} for a in range(10, 30)]
-    (tmp_path / "data" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "my_rewards.py").write_text(
-        "def exact(prompts, completions, completion_ids, answer, **kwargs):\n"
-        "    return [1.0 if c.strip().startswith(str(a)) else 0.0 for c, a in zip(completions, answer)]\n")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    # A sweep plans every run in this process, importing my_rewards: another test's folder's module must not answer.
-    monkeypatch.delitem(sys.modules, "my_rewards", raising=False)
-    return tmp_path
+    return make_user_folder(tmp_path, monkeypatch)
 
 
 def test_dry_run_names_every_run_and_its_command_from_the_callers_folder(user_folder: Path) -> None:

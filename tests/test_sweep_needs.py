@@ -18,24 +18,15 @@ from mutualrl.cli.main import app
 from mutualrl.errors import UsageError
 from mutualrl.launch.sweep_needs import task_cache_env, task_gpus
 from mutualrl.launch.sweep_slurm import train_job
+from user_folders import USER_TASK, make_user_folder
 
-USER_TASK = ["task.name=dataset", "task.source=data", "task.reward_funcs=[my_rewards.exact]"]
 SETS = [x for s in USER_TASK for x in ("--set", s)]
 
 
 @pytest.fixture
 def user_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A researcher's folder: data/ and my_rewards.py, the working directory."""
-    (tmp_path / "data").mkdir()
-    rows = [{"prompt": f"{a}+1=", "answer": a + 1} for a in range(10, 30)]
-    (tmp_path / "data" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "my_rewards.py").write_text(
-        "def exact(prompts, completions, completion_ids, answer, **kwargs):\n"
-        "    return [1.0 if c.strip().startswith(str(a)) else 0.0 for c, a in zip(completions, answer)]\n")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "my_rewards", raising=False)  # another test's folder's module must not answer
-    return tmp_path
+    """A researcher's folder outside the clone: data/ and my_rewards.py, the working directory."""
+    return make_user_folder(tmp_path, monkeypatch)
 
 
 def one_line_error(done) -> str:

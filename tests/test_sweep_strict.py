@@ -3,7 +3,6 @@ a name, a setting that is not KEY=VALUE: one line naming the file, the field and
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,7 @@ from typer.testing import CliRunner
 from mutualrl.cli.main import app
 from mutualrl.errors import UsageError
 from mutualrl.launch.sweep import read_grid_file
+from user_folders import USER_TASK, make_user_folder
 
 
 @pytest.mark.parametrize(("text", "field", "item"), [
@@ -33,20 +33,13 @@ def test_a_grid_file_of_the_wrong_types_is_one_line(tmp_path: Path, text: str, f
     assert done.exit_code == 2 and "Traceback" not in done.output and field in done.output
 
 
-USER_TASK = ["task.name=dataset", "task.source=data", "task.reward_funcs=[my_rewards.exact]"]
 SETS = [x for s in USER_TASK for x in ("--set", s)]
 
 
 @pytest.fixture
 def user_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    (tmp_path / "data").mkdir()
-    rows = [f'{{"prompt": "{a}+1=", "answer": {a + 1}}}\n' for a in range(10, 30)]
-    (tmp_path / "data" / "train.jsonl").write_text("".join(rows))
-    (tmp_path / "my_rewards.py").write_text("def exact(completions, answer, **kwargs):\n    return [0.0] * len(answer)\n")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "my_rewards", raising=False)  # another test's folder's module must not answer
-    return tmp_path
+    """A researcher's folder outside the clone: data/ and my_rewards.py, the working directory."""
+    return make_user_folder(tmp_path, monkeypatch, "def exact(completions, answer, **kwargs):\n    return [0.0] * len(answer)\n")
 
 
 @pytest.mark.parametrize("slurm", [[], ["--slurm", "--slurm-local"]])
