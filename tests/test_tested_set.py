@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_this_environment_is_the_tested_set():
     """What .ci/run's set-up installed is the lock, version for version (CI installs it from nothing)."""
+    import setuptools  # noqa: F401  # puts its vendored packages' folder on sys.path: those are not installed ones
+
     lock = tested_lock.read_lock()
     installed = tested_lock.installed_distributions()
     assert tested_lock.lock_path() == ROOT / tested_lock.LOCK_NAME

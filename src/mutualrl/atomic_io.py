@@ -175,16 +175,6 @@ def write_json_atomic(path: str | Path, data: Any, **dumps: Any) -> Path:
     return write_text_atomic(path, json.dumps(data, **{"indent": 1, "default": str, **dumps}))
 
 
-def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
-    """Replace ``path`` with ``data`` in one step, never through a link: the bytes go to a new temporary file
-    (``O_EXCL`` refuses a name that exists, a link too) and the rename replaces a link found at ``path`` instead of
-    writing where it points. A failed write leaves no file (a 0-byte figure on a full disk) and raises a
-    one-line ``StorageError``."""
-    path = Path(path)
-    write_atomic(path, lambda sink: sink.write(data))
-    return path
-
-
 def folder_inside(root: Path, name: str) -> Path:
     """``root/name`` as a real folder inside ``root``, created when missing.
 

@@ -55,11 +55,12 @@ def read_lock() -> dict[str, str]:
 
 
 def installed_distributions() -> dict[str, str]:
-    """{normalized name: version} of every distribution this interpreter sees."""
+    """{normalized name: version} of every distribution this interpreter sees, as ``pip freeze`` lists them: not the
+    copies setuptools vendors (its ``_vendor`` folder joins ``sys.path`` once anything imports setuptools)."""
     found = {}
     for dist in importlib.metadata.distributions():
         name = dist.metadata["Name"]
-        if name:
+        if name and "_vendor" not in Path(str(dist.locate_file(""))).parts:
             found.setdefault(normalized(name), dist.version)
     return found
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mutualrl.atomic_io import write_bytes_atomic
+from mutualrl.atomic_io import write_atomic
 
 LINESTYLES = ("-", "--", ":", "-.", (0, (5, 1, 1, 1)), (0, (1, 2)))
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
@@ -120,11 +120,12 @@ def write_figure(fig: Any, out: Path, **savefig: Any) -> Path:
     """Render ``fig`` in memory (the format from ``out``'s suffix), then write it in one step and close it.
 
     Rendered first, so that a failed write (a full disk) is one ``StorageError`` naming the figure and leaves no
-    0-byte file; written through :func:`~mutualrl.atomic_io.write_bytes_atomic`, so that a link planted at ``out``
-    (a run folder is data) is replaced, never written through."""
+    0-byte file; written to a new temporary file renamed over ``out`` (:func:`~mutualrl.atomic_io.write_atomic`), so
+    that a link planted at ``out`` (a run folder is data) is replaced, never written through."""
     buffer = io.BytesIO()
     try:
         fig.savefig(buffer, format=out.suffix.lstrip(".").lower() or "png", **savefig)
     finally:
         pyplot().close(fig)
-    return write_bytes_atomic(out, buffer.getvalue())
+    write_atomic(out, lambda sink: sink.write(buffer.getvalue()))
+    return out
