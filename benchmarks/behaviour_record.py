@@ -3,8 +3,10 @@
 ``record`` runs :mod:`same_behaviour`'s 3-step, seed-7 run of every regime on the tiny pool in the current tree
 and writes every metric value (wall-clock keys aside), each policy's final weights' sha256, the versions and the
 tiny models' digests to ``benchmarks/results/behaviour-tiny.json``. ``check`` runs the same and compares with the
-record: the same values and weights, or a table of what moved (exit 1). A drift with the same tiny-model digests
-and versions is the code's; with other digests it is the machine's or the versions'. Usage::
+record: the same values and weights, or a table of what moved (exit 1). Training uses the CPU's own kernels, so a
+record holds for one kind of CPU: a drift with the same tiny-model digests, versions and CPU (``cpu``: torch's kernel
+capability and the CPU's model name) is the code's; with another of them it may be the machine's or the versions'.
+Usage::
 
     python benchmarks/behaviour_record.py record [--regimes sgt,hacpo] [--out DIR]
     python benchmarks/behaviour_record.py check  [--regimes sgt,hacpo] [--out DIR] [--record FILE]
@@ -55,8 +57,17 @@ def context() -> dict[str, Any]:
     from mutualrl.pools import tiny
     from mutualrl.tested_lock import run_versions
 
-    return {"versions": run_versions(),
+    return {"versions": run_versions(), "cpu": cpu(),
             "tiny_sha256": {n: tiny.read_warm_start_report(n)["sha256"] for n in tiny.TINY_MODELS}}
+
+
+def cpu() -> str:
+    """torch's kernel capability here and the CPU's model name (what a training run's numbers also depend on)."""
+    import torch
+
+    names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+             if line.startswith("model name")] if Path("/proc/cpuinfo").exists() else []
+    return f"{torch.backends.cpu.get_cpu_capability()}, {names[0] if names else 'unknown CPU'}"
 
 
 def compare(record: dict[str, Any], runs: dict[str, Any]) -> dict[str, Any]:
@@ -94,8 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     record = json.loads(args.record.read_text())
     result = compare(record, runs)
-    print(f"record: {record['date']}, tiny models {record['tiny_sha256']}, tested set {record['versions']['tested_set']}")
-    print(f"now:    {now['date']}, tiny models {now['tiny_sha256']}, tested set {now['versions']['tested_set']}")
+    for name, entry in (("record", record), ("now", now)):
+        print(f"{name + ':':<8}{entry['date']}, tiny models {entry['tiny_sha256']}, tested set "
+              f"{entry['versions']['tested_set']}, CPU {entry.get('cpu', 'not recorded')}")
     for regime, entry in result.items():
         moved = ", ".join(f"{k} {v:.3g}" for k, v in sorted(entry.get("differing", {}).items())[:6])
         print(f"{regime:<14} {entry.get('values', 0):>4} values, {len(entry.get('differing', {}))} keys moved"
