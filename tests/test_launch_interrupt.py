@@ -294,9 +294,12 @@ def test_submitits_warning_before_a_slurm_time_limit_stops_the_launcher_as_sigte
     action would end the launcher with nothing saved."""
     import time
 
+    before = signal.getsignal(signal.SIGUSR2)
+    if before is signal.SIG_IGN:  # a stop_signals block keeps an ignored signal ignored (nohup's way)
+        signal.signal(signal.SIGUSR2, before := signal.SIG_DFL)
     with stop_signals():
         with pytest.raises(KeyboardInterrupt, match="SIGUSR2"):
             os.kill(os.getpid(), signal.SIGUSR2)
             for _ in range(1000):
                 time.sleep(0)
-    assert signal.getsignal(signal.SIGUSR2) is signal.SIG_DFL  # restored after
+    assert signal.getsignal(signal.SIGUSR2) is before  # restored after
