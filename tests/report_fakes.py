@@ -60,3 +60,13 @@ def write_finished_run(folder: Path, regime: str, seed: int, scores: dict[str, l
             rows.append(row)
     (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
     return folder
+
+
+def write_sweep(folder: Path, scores: dict[str, list[list[float]]]) -> Path:
+    """A sweep folder of finished runs: ``scores[regime][seed - 1]`` are tiny-bpe's per-prompt scores (tiny-sp's
+    the same, reversed)."""
+    for regime, runs in scores.items():
+        for seed, values in enumerate(runs, start=1):
+            write_finished_run(folder / f"{regime}-seed{seed}", regime, seed,
+                               {"tiny-bpe": values, "tiny-sp": values[::-1]})
+    return folder

@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-from report_fakes import write_finished_run
+from report_fakes import write_sweep
 from typer.testing import CliRunner
 
 from mutualrl.cli.main import app
@@ -19,11 +19,7 @@ SCORES = {"standalone": [[1, 0, 0, 0], [0, 1, 0, 0]], "sgt": [[1, 1, 0, 0], [1, 
 
 @pytest.fixture
 def sweep(tmp_path: Path) -> Path:
-    for regime, runs in SCORES.items():
-        for seed, scores in enumerate(runs, start=1):
-            write_finished_run(tmp_path / "sw" / f"{regime}-seed{seed}", regime, seed,
-                               {"tiny-bpe": scores, "tiny-sp": scores[::-1]})
-    return tmp_path / "sw"
+    return write_sweep(tmp_path / "sw", SCORES)
 
 
 def plant(link: Path, target: Path) -> None:
