@@ -35,14 +35,23 @@ def fake_config(regime: str, seed: int, out: Path, **settings: Any) -> dict[str,
 
 
 def write_finished_run(folder: Path, regime: str, seed: int, scores: dict[str, list[float]], *, steps: int = 3,
-                       status: str = "done", data_sha: str = "a" * 64, **settings: Any) -> Path:
+                       status: str = "done", data_sha: str = "a" * 64, summary: dict[str, Any] | None = None,
+                       resumes: list[dict[str, Any]] | None = None, **settings: Any) -> Path:
     """A run whose last validation (step ``steps``) scored ``scores[policy]`` per held-out prompt; prompts
-    alternate between the task groups ``add`` and ``sub``. A step-0 validation at 0.0 sits before it."""
+    alternate between the task groups ``add`` and ``sub``. A step-0 validation at 0.0 sits before it.
+
+    ``summary``: fields of a summary.json (``seen_prompts``, ``restarted``, ...; none is written without it);
+    ``resumes``: run.json's ``resumes`` (``--resume`` launches, :func:`mutualrl.launch.rundir.record.resumes_entry`).
+    """
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "config.yaml").write_text(yaml.safe_dump(fake_config(regime, seed, folder, **settings)))
     (folder / ".mutualrl-run").write_text(json.dumps({"run_id": f"{folder.name}-0"}))
-    (folder / "run.json").write_text(json.dumps({"pool": "tiny", "regime": regime, "task": "dataset", "status": status,
-                                                 "policies": [{"name": p} for p in POLICIES]}))
+    record = {"pool": "tiny", "regime": regime, "task": "dataset", "status": status,
+              "policies": [{"name": p} for p in POLICIES], **({"resumes": resumes} if resumes is not None else {})}
+    (folder / "run.json").write_text(json.dumps(record))
+    if summary is not None:
+        (folder / "summary.json").write_text(json.dumps({"pool": "tiny", "regime": regime, "seed": seed,
+                                                         "policies": {}, **summary}))
     (folder / "inputs.json").write_text(json.dumps({"format": 1, "code": {"my_rewards": {"file": "x", "sha256": "c" * 64}},
                                                     "data": {"train.jsonl": data_sha, "eval.jsonl": "b" * 64}}))
     rows = []

@@ -414,6 +414,7 @@ def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
 
     ``allowed``: on resume, the permitted setting changes :func:`resume_changes` found.
     """
+    resumed = options.resume and paths.run_json.is_file()  # a run that launched before (its record says so)
     config, resume_step = prepare_launch(paths, config, source, options.resume, allowed or [], console)
     console.print(f"[bold]mutualrl train[/] pool [cyan]{config.pool.name}[/] ({len(config.pool.policies)} policies), "
                   f"regime [cyan]{config.regime.name}[/], run folder {paths.root}", highlight=False)
@@ -425,12 +426,13 @@ def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
     saved = resume_ranks(paths, config, options.resume)
     with ports:
         plan = make_launch_plan(config, paths.root, gpus=config.launch.gpus, resume_ranks=saved)
-        return launch_claimed(config, paths, resume_step, lock, console, plan)
+        return launch_claimed(config, paths, resume_step, lock, console, plan, resumed=resumed)
 
 
 def launch_claimed(config: RunConfig, paths: RunPaths, resume_step: int | None, lock: RunLock, console: Console,
-                   plan: Any) -> int:
-    """Write the plan, launch and watch the pool (its rendezvous ports held), report how it ended."""
+                   plan: Any, resumed: bool = False) -> int:
+    """Write the plan, launch and watch the pool (its rendezvous ports held), report how it ended. ``resumed``:
+    a ``--resume`` of a run that launched before; run.json's ``resumes`` records it, from ``resume_step`` (or 0)."""
     plan.write()
     from mutualrl.tasks.shipped_rewards import write_shipped
 
@@ -447,7 +449,8 @@ def launch_claimed(config: RunConfig, paths: RunPaths, resume_step: int | None, 
         remote = RemoteWatch(paths.root, paths.see_root(config.see.dir), session, 0, machines_of(plan),
                              wait_for=range(1, nodes), peer_timeout_s=config.see.peer_timeout_s)
     with reporting(remote):  # several machines: a launcher error stops the others' workers at once
-        write_run_json(paths, config, status="running")
+        write_run_json(paths, config, status="running",
+                       resumed_from=(resume_step or 0) if resumed else None)
         outcome = run_pool(config, plan, paths, resume_step, lock, console, remote)
     status = "done" if outcome.ok else ("interrupted" if outcome.reason == "interrupted" else "failed")
     write_run_json(paths, config, status=status, reason=None if outcome.ok else outcome.reason)

@@ -70,14 +70,17 @@ def reusable_summary(paths: RunPaths, config: RunConfig) -> dict[str, Any] | Non
     return finished_summary(paths, config)
 
 
-def write_run_json(paths: RunPaths, config: RunConfig, status: str, reason: str | None = None) -> None:
+def write_run_json(paths: RunPaths, config: RunConfig, status: str, reason: str | None = None,
+                   resumed_from: int | None = None) -> None:
+    """Write the run's record; ``resumed_from``: this launch is a ``--resume`` of a run that launched before,
+    going on from that checkpoint step (0: from the start), added to ``resumes`` (:func:`resumes_entry`)."""
     previous = read_record(paths)
     record = {
         "pool": config.pool.name, "regime": config.regime.name, "task": config.task.name,
         "policies": [{"name": p.name, "model": p.model, "tokenizer": p.tokenizer} for p in config.pool.policies],
         "started": previous.get("started") or time.strftime("%Y-%m-%dT%H:%M:%S"),
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S") if status != "running" else None,
-        "status": status, "argv": sys.argv, **versions_entry(previous),
+        "status": status, "argv": sys.argv, **versions_entry(previous), **resumes_entry(previous, resumed_from),
     }
     if reason:
         record["reason"] = reason
@@ -95,6 +98,19 @@ def versions_entry(previous: dict[str, Any]) -> dict[str, Any]:
     if isinstance(before, dict) and libraries(before) != libraries(current):  # not the tested_set line's wording
         earlier.append(before)
     return {"versions": current, **({"earlier_versions": earlier} if earlier else {})}
+
+
+def resumes_entry(previous: dict[str, Any], resumed_from: int | None) -> dict[str, Any]:
+    """``resumes``: one entry per ``--resume`` launch, ``{"from_step": N, "at": when it launched, "after": the
+    status the stopped launch left}``, kept by every later write; ``from_step`` 0 means no checkpoint was common to
+    every policy, so the run was trained again from its start (``mutualrl report`` marks such runs). Absent for a
+    run never resumed."""
+    kept = previous.get("resumes")
+    resumes = [entry for entry in kept if isinstance(entry, dict)] if isinstance(kept, list) else []
+    if resumed_from is not None:
+        resumes.append({"from_step": resumed_from, "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                        "after": previous.get("status")})
+    return {"resumes": resumes} if resumes else {}
 
 
 def libraries(versions: dict[str, Any]) -> dict[str, Any]:

@@ -60,7 +60,24 @@ def summarise(paths: RunPaths, config: RunConfig, outcome: Any) -> dict[str, Any
         summary["lost"] = {name: {"step": v["step"], "reason": v["reason"]} for name, v in lost.items()}
     if restarted := outcome.extra.get("restarted"):  # see.max_restarts: who was started again, from where
         summary["restarted"] = restarted
+    if seen := seen_prompts(paths, config):  # prompts a built-in model saw before training (its warm start)
+        summary["seen_prompts"] = seen
     return summary
+
+
+def seen_prompts(paths: RunPaths, config: RunConfig) -> list[dict[str, Any]]:
+    """How many of the run's training and held-out prompts (its own copy, ``RUN/data``) the pool's built-in models
+    saw before training, per set (:func:`mutualrl.pools.seen_prompts.seen_prompt_counts`); ``[]`` when no model
+    of the pool was warm-started by mutualrl, or none of its prompts are among them."""
+    from mutualrl.pools.seen_prompts import seen_prompt_counts, warm_started
+    from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, read_examples
+
+    models = {policy.name: policy.model for policy in config.pool.policies}
+    if not warm_started(models.values()):
+        return []
+    train, held_out = ([] if not (paths.data / name).is_file() else read_examples(paths.data / name)
+                       for name in (TRAIN_FILE, EVAL_FILE))
+    return seen_prompt_counts(models, train, held_out)
 
 
 def peer_sample_use(train: list[dict[str, Any]]) -> dict[str, Any]:
