@@ -22,7 +22,7 @@ from typing import Any
 
 from mutualrl.config.plugins import refuse_inside_data_folder, refuse_main_module
 from mutualrl.errors import UsageError
-from mutualrl.run_folder import RunPaths, read_json
+from mutualrl.run_folder import RunPaths
 
 ALLOW_CODE_ENV = "MUTUALRL_ALLOW_CODE"
 """Comma-separated modules a run folder's config may name in this process (``--allow-code``'s environment twin;
@@ -189,8 +189,7 @@ def _difference(found: Path | None, was: dict[str, Any]) -> str:
 
 def _recorded_code(paths: RunPaths) -> dict[str, Any]:
     """``inputs.json``'s ``code`` object; empty when there is no record (nothing is recorded, so nothing named)."""
-    try:
-        code = read_json(paths.inputs).get("code")
-    except FileNotFoundError:
-        return {}
-    return code if isinstance(code, dict) else {}
+    from mutualrl.launch.rundir.inputs import recorded_inputs  # here: that module imports this one
+
+    record = recorded_inputs(paths)  # each entry's type checked: a damaged one is one line naming it
+    return record["code"] if record is not None else {}

@@ -83,9 +83,10 @@ def load_run(path: str | Path) -> RunData:
 
 def data_digests(paths: RunPaths) -> dict[str, str] | None:
     """The sha256 of each data file the run recorded (``inputs.json``); None for a run without the record."""
-    record = read_json(paths.inputs) if paths.inputs.is_file() else {}
-    data = record.get("data")
-    return dict(data) if isinstance(data, dict) and data else None
+    from mutualrl.launch.rundir.inputs import recorded_inputs
+
+    record = recorded_inputs(paths)  # each entry's type checked: a damaged one is one line naming it
+    return dict(record["data"]) if record is not None and record["data"] else None
 
 
 def readable_settings(path: Path) -> Any:

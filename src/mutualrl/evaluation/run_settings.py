@@ -14,7 +14,7 @@ from typing import Any
 
 from mutualrl.config.typed import flatten
 from mutualrl.errors import DataError
-from mutualrl.run_folder import RunPaths, read_json
+from mutualrl.run_folder import RunPaths
 
 #: The setting that tells replicate runs apart.
 SEED_KEY = "grpo.seed"
@@ -55,6 +55,7 @@ def resolve_key(key: str) -> str:
 def read_settings(run: Path) -> RunSettings:
     """``RUN/config.yaml`` flattened, with the digests of ``RUN/inputs.json`` in place of the data's path."""
     from mutualrl.config.yaml_strict import load_yaml
+    from mutualrl.launch.rundir.inputs import recorded_inputs
     from mutualrl.run_folder import read_bytes
 
     paths = RunPaths(run)
@@ -64,11 +65,10 @@ def read_settings(run: Path) -> RunSettings:
     if not isinstance(recipe, dict):
         raise DataError(f"{paths.config}: not a mapping")
     values = flatten(recipe)  # a list stays a list: differences compare repr()
-    if paths.inputs.is_file():  # the data and code by content: the same file under two paths is one input
-        record = read_json(paths.inputs)
-        values.update({f"data:{name}": digest for name, digest in (record.get("data") or {}).items()})
-        values.update({f"code:{module}": (entry or {}).get("sha256")
-                       for module, entry in (record.get("code") or {}).items()})
+    record = recorded_inputs(paths)  # each entry's type checked: a damaged one is one line naming it
+    if record is not None:  # the data and code by content: the same file under two paths is one input
+        values.update({f"data:{name}": digest for name, digest in record["data"].items()})
+        values.update({f"code:{module}": (entry or {}).get("sha256") for module, entry in record["code"].items()})
     else:
         values["task.source (no inputs.json)"] = values.get("task.source")
     return RunSettings(run, values)

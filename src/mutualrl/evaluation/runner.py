@@ -228,7 +228,13 @@ def run_eval(
     progress_factory: Callable[[str, int], Callable[[int], None]] | None = None,
 ) -> tuple[list[ModelEvalResult], int]:
     """Evaluate each target on ``examples``; returns the results and the number of prompts dropped as too long."""
-    from mutualrl.pools.loading import is_adapter_folder, load_model_or_adapter, load_tokenizer_for, resolve_model_path
+    from mutualrl.pools.loading import (
+        check_adapter_config,
+        is_adapter_folder,
+        load_model_or_adapter,
+        load_tokenizer_for,
+        resolve_model_path,
+    )
 
     device = pick_device(device)
     backend = pick_backend(backend, device)
@@ -237,6 +243,7 @@ def run_eval(
     chat: dict[str, bool] = {}
     for t in targets:
         check_weight_files(t.model)
+        check_adapter_config(t.model)  # before any model loads: a damaged one is one line, not peft's traceback
         on_status(f"loading tokenizer of {t.name}")
         tok = load_tokenizer_for(t.model, t.tokenizer)
         tokenizers[t.name] = tok

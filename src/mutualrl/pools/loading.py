@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.assets.hub import unreachable_and_uncached
-from mutualrl.errors import UnknownNameError, UsageError
+from mutualrl.errors import DataError, UnknownNameError, UsageError
 from mutualrl.pools.safe_load import load_checkpoints_as_data
 
 BUILTIN_PREFIX = "builtin:"
@@ -112,17 +112,29 @@ def is_adapter_folder(model: str) -> bool:
     return Path(model, ADAPTER_CONFIG).is_file()
 
 
+def check_adapter_config(model: str) -> None:
+    """A peft adapter folder's ``adapter_config.json`` is what peft can load: else one :class:`DataError` naming the
+    file and the field, as ``train --resume`` names such a checkpoint when it passes it over
+    (:func:`~mutualrl.training.checkpoint_files.adapter_config_problem`)."""
+    from mutualrl.training.checkpoint_files import adapter_config_problem
+
+    problem = adapter_config_problem(Path(model)) if is_adapter_folder(model) else None
+    if problem is not None:
+        raise DataError(f"{problem}; not an adapter that can be loaded (restore the folder, or evaluate another)")
+
+
 def load_model_or_adapter(model: str, dtype: str = "auto", device: Any = None, base: str | None = None) -> Any:
     """:func:`load_model`, or for a peft adapter folder the adapter on its base model, merged (what a LoRA policy
     trained): ``base`` is the policy's model (the run's config), else the base the adapter names."""
     if not is_adapter_folder(model):
         return load_model(model, dtype, device)
+    check_adapter_config(model)
     from peft import PeftModel
 
     if base is None:
-        import json
+        from mutualrl.run_folder import read_json
 
-        base = json.loads(Path(model, ADAPTER_CONFIG).read_text(encoding="utf-8")).get("base_model_name_or_path")
+        base = read_json(Path(model, ADAPTER_CONFIG)).get("base_model_name_or_path")
         if not base:
             raise UsageError(f"{model}: a LoRA adapter that names no base model; evaluate the run folder instead "
                              "(its config names the policy's model)")
