@@ -14,6 +14,8 @@ import os
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -120,9 +122,40 @@ def submit_array(spec: SweepSpec, commands: list[list[str]], options: SlurmOptio
     submitted jobs, in order."""
     executor = executor_for(spec.folder, options)
     cwd = str(Path.cwd())
-    with executor.batch():
+    with digests_in_command(executor), executor.batch():
         jobs = [executor.submit(train_job, command, cwd, cache) for command in commands]
     return jobs
+
+
+@contextmanager
+def digests_in_command(executor: Any) -> Iterator[list[str]]:
+    """While submitting: each pickle submitit writes into the sweep folder is made here from the bytes whose sha256
+    is then put in the task's python command (:mod:`mutualrl.launch.verified_submit`), so a task loads only a pickle
+    this process wrote, whoever can write the shared folder. submitit reads the command after it has written an
+    array's pickles (and each single job's), and Slurm keeps its own copy of the script it was given."""
+    import hashlib
+    import pickle
+
+    import cloudpickle
+    from submitit.core.utils import DelayedSubmission
+
+    from mutualrl.launch.verified_submit import python_command
+
+    inner = getattr(executor, "_executor", executor)  # AutoExecutor wraps the cluster's own executor
+    digests: list[str] = []
+    original = DelayedSubmission.dump
+
+    def dump(self: Any, filepath: str | Path) -> None:
+        data = cloudpickle.dumps(self, pickle.HIGHEST_PROTOCOL)  # as submitit's own cloudpickle_dump writes it
+        digests.append(hashlib.sha256(data).hexdigest())
+        inner.python = python_command(sys.executable, digests)
+        Path(filepath).write_bytes(data)
+
+    DelayedSubmission.dump = dump  # type: ignore[method-assign]
+    try:
+        yield digests
+    finally:
+        DelayedSubmission.dump = original  # type: ignore[method-assign]
 
 
 def plan_array(spec: SweepSpec, options: SlurmOptions, console: Console, dry_run: bool = False,
