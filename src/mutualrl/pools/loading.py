@@ -14,6 +14,7 @@ from typing import Any
 
 from mutualrl.assets.hub import unreachable_and_uncached
 from mutualrl.errors import DataError, UnknownNameError, UsageError
+from mutualrl.pools.adapter_config import ADAPTER_CONFIG, adapter_config_problem
 from mutualrl.pools.safe_load import load_checkpoints_as_data
 
 BUILTIN_PREFIX = "builtin:"
@@ -104,10 +105,6 @@ def refuse_stored_remote_code(config: Any, trusted_now: bool, run_folder: Path) 
                          f"by itself; give --set {TRUST_KEY}=true to this command if you trust that code")
 
 
-#: What marks a peft adapter folder (a LoRA run's final/ and checkpoint-N/): weights to put on a base model.
-ADAPTER_CONFIG = "adapter_config.json"
-
-
 def is_adapter_folder(model: str) -> bool:
     return Path(model, ADAPTER_CONFIG).is_file()
 
@@ -115,9 +112,7 @@ def is_adapter_folder(model: str) -> bool:
 def check_adapter_config(model: str) -> None:
     """A peft adapter folder's ``adapter_config.json`` is what peft can load: else one :class:`DataError` naming the
     file and the field, as ``train --resume`` names such a checkpoint when it passes it over
-    (:func:`~mutualrl.training.checkpoint_files.adapter_config_problem`)."""
-    from mutualrl.training.checkpoint_files import adapter_config_problem
-
+    (:func:`~mutualrl.pools.adapter_config.adapter_config_problem`)."""
     problem = adapter_config_problem(Path(model)) if is_adapter_folder(model) else None
     if problem is not None:
         raise DataError(f"{problem}; not an adapter that can be loaded (restore the folder, or evaluate another)")

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.atomic_io import write_json_atomic
-from mutualrl.errors import RunFolderError, UsageError
+from mutualrl.errors import UsageError
+from mutualrl.pools.adapter_config import ADAPTER_CONFIG, adapter_config_problem
 from mutualrl.pools.safe_load import unsafe_global
-from mutualrl.run_folder import read_json
 
 MANIFEST_NAME = "mutualrl-manifest.json"
 MANIFEST_FORMAT = "mutualrl-checkpoint-manifest"
@@ -53,7 +53,6 @@ ZERO_TAG_RE = re.compile(r"^global_step\d+$")
 FULL_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
-ADAPTER_CONFIG = "adapter_config.json"
 
 
 def checkpoint_files(folder: Path) -> dict[str, int]:
@@ -252,38 +251,6 @@ def content_problem(folder: Path) -> str | None:
             problem = torch_file_problem(path)
             if problem is not None:
                 return problem
-    return None
-
-
-#: Fields of ``adapter_config.json`` that hold text (a path or a hub name) or null, besides ``peft_type``.
-ADAPTER_TEXT_FIELDS = ("base_model_name_or_path", "revision", "task_type")
-
-
-def adapter_config_problem(folder: Path) -> str | None:
-    """What is wrong with ``folder``'s peft ``adapter_config.json`` (None: no such file, or nothing): not JSON, not
-    an object, a field of another type (a number where the base model's path belongs), a ``peft_type`` the
-    installed peft does not know. Each was a traceback from peft's loader halfway through the models."""
-    path = folder / ADAPTER_CONFIG
-    try:
-        config = read_json(path)  # bounded, and a FIFO is named rather than waited on
-    except FileNotFoundError:
-        return None
-    except RunFolderError as err:
-        return str(err)
-    for name in ADAPTER_TEXT_FIELDS:
-        value = config.get(name)
-        if value is not None and not isinstance(value, str):
-            return f"{path}: {name}: a JSON {type(value).__name__} where text (a path or a hub name) belongs"
-    peft_type = config.get("peft_type")
-    if not isinstance(peft_type, str):
-        return f"{path}: peft_type: {json.dumps(peft_type)[:80]}, where the adapter's kind (e.g. \"LORA\") belongs"
-    if peft_type != "LORA":  # what every LoRA run saves: known without importing peft (seconds)
-        from peft.utils.peft_types import PeftType
-
-        known = [kind.value for kind in PeftType]
-        if peft_type not in known:
-            return (f"{path}: peft_type: {peft_type[:80]!r} is no kind of adapter peft knows "
-                    f"({', '.join(known[:12])}, ...)")
     return None
 
 

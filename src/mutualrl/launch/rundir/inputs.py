@@ -13,7 +13,6 @@ modules is imported. Every reader of a run's config imports only the modules rec
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +20,11 @@ from mutualrl.atomic_io import write_text_atomic
 from mutualrl.config.recorded_code import file_hash, module_file, module_hash, named_modules
 from mutualrl.errors import DataError, RunFolderError, UsageError
 from mutualrl.run_folder import RunPaths, is_sparse, read_json
+from mutualrl.run_inputs import recorded_inputs
 from mutualrl.tasks.reward_funcs import TRL_REWARDS
 from mutualrl.tasks.shipped_rewards import is_shipped
 
 RECORD_FORMAT = 1
-MAX_ENTRIES = 1000
-SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
 
 def user_modules(config: Any) -> list[str]:
@@ -52,59 +50,6 @@ def current_inputs(paths: RunPaths, modules: list[str]) -> dict[str, Any]:
 def record_inputs(paths: RunPaths, config: Any) -> None:
     """Write ``RUN/inputs.json`` for a run whose data copy was just written."""
     write_text_atomic(paths.inputs, json.dumps(current_inputs(paths, user_modules(config)), indent=1) + "\n")
-
-
-def recorded_inputs(paths: RunPaths) -> dict[str, Any] | None:
-    """The run's record; None for a run from before records. A damaged one (not JSON, or an entry of the wrong
-    type: a list where ``code`` belongs, a number where a module's file or a digest belongs) is one
-    :class:`RunFolderError` naming the file and the field, so that no reader of it trips over the entry later."""
-    try:
-        record = read_json(paths.inputs)
-    except FileNotFoundError:
-        return None
-    for name in ("code", "data"):
-        value = record.get(name)
-        if not isinstance(value, dict):
-            raise RunFolderError(f"{paths.inputs}: {name}: {json_kind(value)} where an object belongs (damaged)")
-        if len(value) > MAX_ENTRIES:  # a run names a handful; more was written to make every reader slow
-            raise RunFolderError(f"{paths.inputs}: {name}: {len(value):,} entries, more than {MAX_ENTRIES:,} (damaged)")
-    for module, entry in record["code"].items():
-        problem = code_entry_problem(entry)
-        if problem:
-            raise RunFolderError(f"{paths.inputs}: code[{module[:200]!r}]{problem} (damaged)")
-    for name, digest in record["data"].items():
-        if not is_digest(digest):
-            raise RunFolderError(f"{paths.inputs}: data[{name[:200]!r}]: {json_kind(digest)} where a sha256 "
-                                 "(64 hex digits) belongs (damaged)")
-    return record
-
-
-def code_entry_problem(entry: Any) -> str:
-    """What is wrong with one ``code`` entry (empty: nothing): null (the module was not found as the run started)
-    or ``{"file": text, "sha256": digest}``."""
-    if entry is None:
-        return ""
-    if not isinstance(entry, dict):
-        return f": {json_kind(entry)} where an object or null belongs"
-    if not isinstance(entry.get("file"), str):
-        return f".file: {json_kind(entry.get('file'))} where a path belongs"
-    if not is_digest(entry.get("sha256")):
-        return f".sha256: {json_kind(entry.get('sha256'))} where a sha256 (64 hex digits) belongs"
-    return ""
-
-
-def is_digest(value: Any) -> bool:
-    return isinstance(value, str) and SHA256_RE.fullmatch(value) is not None
-
-
-def json_kind(value: Any) -> str:
-    """A JSON value as a message names it: its JSON type and (cut short) the value."""
-    kinds = {type(None): "null", bool: "a boolean", int: "a number", float: "a number", str: "text",
-             list: "a list", dict: "an object"}
-    kind = kinds.get(type(value), type(value).__name__)
-    if value is None or isinstance(value, (list, dict)):
-        return kind
-    return f"{kind} {value[:80]!r}" if isinstance(value, str) else f"{kind} {str(value).lower()[:80]}"
 
 
 def code_changes(paths: RunPaths) -> list[str]:
