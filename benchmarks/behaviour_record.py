@@ -15,6 +15,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import sys
@@ -27,7 +28,9 @@ RECORD = ROOT / "benchmarks" / "results" / "behaviour-tiny.json"
 sys.path.insert(0, str(ROOT / "src"))
 
 
+@functools.cache
 def _same_behaviour() -> Any:
+    """same_behaviour.py, loaded once (its runs, comparisons and regime list are this script's)."""
     spec = importlib.util.spec_from_file_location("same_behaviour", ROOT / "benchmarks" / "same_behaviour.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

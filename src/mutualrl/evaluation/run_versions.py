@@ -13,8 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.run_folder import RunPaths, read_json_or
-
-TESTED_SET = "tested_set"
+from mutualrl.tested_lock import TESTED_SET, library_versions
 
 
 def recorded_versions(run: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -28,7 +27,7 @@ def recorded_versions(run: Path) -> tuple[dict[str, Any] | None, list[dict[str, 
 
 
 def _libraries(versions: dict[str, Any]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((str(k), str(v)) for k, v in versions.items() if k != TESTED_SET))
+    return tuple(sorted((str(k), str(v)) for k, v in library_versions(versions).items()))
 
 
 def version_notes(runs: Sequence[Path]) -> list[str]:

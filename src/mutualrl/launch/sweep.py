@@ -191,12 +191,11 @@ def write_record(spec: SweepSpec, points: list[SweepPoint], states: dict[str, st
                  extra: dict[str, Any] | None = None) -> None:
     """``SWEEP/sweep.json``: the grid, where it was run from, the asset cache, each run's train command (what a
     cluster job runs), and ``extra`` (a cluster sweep's resources and the assets its runs read)."""
-    import os
+    from mutualrl.assets.cache import cache_root
 
-    cache = os.environ.get("MUTUALRL_CACHE")  # mutualrl.assets.cache.cache_dir's rule, without creating the folder
     write_json_atomic(spec.folder / SWEEP_RECORD, {
         "format": 1, "cwd": str(Path.cwd()), "regimes": spec.regimes, "seeds": spec.seeds,
-        "cache": {"folder": str(Path(cache).expanduser() if cache else Path.home() / ".cache" / "mutualrl")},
+        "cache": {"folder": str(cache_root())},
         "grid": {key: values for key, values in spec.grid}, "pool": spec.pool, "max_steps": spec.max_steps,
         "set": spec.sets, "runs": {p.name: {"regime": p.regime, "seed": p.seed, "set": list(p.sets),
                                             "state": states[p.name],

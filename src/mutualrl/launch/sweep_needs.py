@@ -16,10 +16,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from mutualrl.assets.cache import CACHE_VARIABLE, cache_dir, cache_root
 from mutualrl.errors import UsageError
 
-#: The environment variable that names the asset cache (mutualrl.assets.cache.cache_dir).
-CACHE_VARIABLE = "MUTUALRL_CACHE"
 
 
 def run_configs(spec: Any) -> list[Any]:
@@ -81,7 +80,6 @@ def task_gpus(configs: list[Any], given: int | None, pool: str) -> int:
 
 def needed_assets(configs: list[Any]) -> list[str]:
     """The cache folders (relative to the cache) of the ``builtin:`` models the runs read."""
-    from mutualrl.assets.cache import cache_dir
     from mutualrl.pools.builtin import get_builtin
     from mutualrl.pools.loading import BUILTIN_PREFIX
 
@@ -93,8 +91,6 @@ def needed_assets(configs: list[Any]) -> list[str]:
 
 def cache_record(configs: list[Any]) -> dict[str, Any]:
     """``sweep.json``'s ``cache``: the asset cache this process uses, the assets the runs read, those it lacks."""
-    from mutualrl.assets.cache import cache_dir
-
     root = cache_dir()
     assets = needed_assets(configs)
     return {"folder": str(root), "assets": assets, "missing": [a for a in assets if not (root / a).exists()]}
@@ -121,7 +117,7 @@ def task_cache_env(record: Mapping[str, Any], environ: Mapping[str, str]) -> tup
     given = environ.get(CACHE_VARIABLE)
     if not given:
         env[CACHE_VARIABLE] = str(recorded)
-    folder = Path(given).expanduser() if given else recorded
+    folder = cache_root(environ) if given else recorded
     lacking = [asset for asset in record.get("assets", []) if not (folder / asset).exists()]
     same = os.path.realpath(folder) == os.path.realpath(recorded)
     if not same and lacking:

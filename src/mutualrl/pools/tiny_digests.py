@@ -7,14 +7,13 @@ they hold for. The set-up (``mutualrl assets fetch``), ``mutualrl doctor`` and t
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import platform
 from dataclasses import dataclass
 from pathlib import Path
 
 from mutualrl.pools.tiny import TINY_MODELS, is_tiny_model_cached, read_warm_start_report, tiny_model_dir
-from mutualrl.pools.tiny_warm_start import weights_digest
+from mutualrl.pools.tiny_warm_start import build_versions, weights_digest
 
 RECORD = Path(__file__).with_name("tiny_digests.json")
 
@@ -30,8 +29,7 @@ class DigestVerdict:
 
 def build_context() -> dict[str, str]:
     """What the recorded digests hold for: the versions that build the bytes and the machine type."""
-    return {"torch": importlib.metadata.version("torch"), "transformers": importlib.metadata.version("transformers"),
-            "machine": platform.machine()}
+    return {**build_versions(), "machine": platform.machine()}
 
 
 def read_record(path: Path = RECORD) -> dict:

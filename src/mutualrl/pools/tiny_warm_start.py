@@ -96,23 +96,26 @@ class TinyModelSpec:
         return hashlib.sha256(blob).hexdigest()[:10]
 
 
-def build_key(spec: TinyModelSpec) -> str:
-    """A short digest of everything that determines the built bytes: the recipe, the build environment, and the
-    torch and transformers versions (read from their metadata; nothing is imported)."""
+def build_versions() -> dict[str, str]:
+    """The versions of the libraries that determine the built bytes (read from their metadata; nothing is
+    imported): part of the cache key, and what the recorded digests hold for (:mod:`mutualrl.pools.tiny_digests`)."""
     import importlib.metadata
 
-    versions = {d: importlib.metadata.version(d) for d in ("torch", "transformers")}
-    blob = json.dumps({"recipe": spec.recipe_hash(), "env": BUILD_ENV, "versions": versions}, sort_keys=True)
+    return {d: importlib.metadata.version(d) for d in ("torch", "transformers")}
+
+
+def build_key(spec: TinyModelSpec) -> str:
+    """A short digest of everything that determines the built bytes: the recipe, the build environment and
+    :func:`build_versions`."""
+    blob = json.dumps({"recipe": spec.recipe_hash(), "env": BUILD_ENV, "versions": build_versions()}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:10]
 
 
 def weights_digest(folder: Path) -> str:
     """sha256 of a built model's weights file."""
-    digest = hashlib.sha256()
-    with (folder / "model.safetensors").open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    from mutualrl.config.recorded_code import file_hash
+
+    return file_hash(folder / "model.safetensors")
 
 
 def make_config(spec: TinyModelSpec, tokenizer: Any) -> Any:

@@ -90,12 +90,12 @@ def write_run_json(paths: RunPaths, config: RunConfig, status: str, reason: str 
 def versions_entry(previous: dict[str, Any]) -> dict[str, Any]:
     """``versions``: what this launch runs with (tested_lock.run_versions); a resume on other versions keeps the
     earlier ones under ``earlier_versions``, so a run that changed versions midway says so."""
-    from mutualrl.tested_lock import run_versions
+    from mutualrl.tested_lock import library_versions, run_versions
 
     current = run_versions()
     earlier = list(previous.get("earlier_versions", []))
     before = previous.get("versions")
-    if isinstance(before, dict) and libraries(before) != libraries(current):  # not the tested_set line's wording
+    if isinstance(before, dict) and library_versions(before) != library_versions(current):
         earlier.append(before)
     return {"versions": current, **({"earlier_versions": earlier} if earlier else {})}
 
@@ -111,10 +111,6 @@ def resumes_entry(previous: dict[str, Any], resumed_from: int | None) -> dict[st
         resumes.append({"from_step": resumed_from, "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
                         "after": previous.get("status")})
     return {"resumes": resumes} if resumes else {}
-
-
-def libraries(versions: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in versions.items() if k != "tested_set"}
 
 
 def write_record(paths: RunPaths, record: dict[str, Any]) -> None:
