@@ -147,3 +147,22 @@ def test_a_task_cancelled_by_submitits_local_executor_passes_the_stop_on_to_its_
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert got.read_text() == "SIGTERM" and proc.returncode != 0 and "KeyboardInterrupt" in err
+
+
+def test_a_cancel_while_the_run_starts_is_held_until_the_run_is_known(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SIGINT that lands inside Popen (the run already started) is returned, not raised there: the task then passes
+    the stop on to that run instead of leaving it unknown."""
+    import signal
+
+    from mutualrl.launch import sweep_slurm
+
+    started = object()
+
+    def popen_interrupted(*args: object, **kwargs: object) -> object:
+        os.kill(os.getpid(), signal.SIGINT)  # the cancel arrives while the child starts
+        return started
+
+    monkeypatch.setattr(sweep_slurm.subprocess, "Popen", popen_interrupted)
+    before = signal.getsignal(signal.SIGINT)
+    assert sweep_slurm.start_holding_sigint(["x"], ".", None) == (started, True)
+    assert signal.getsignal(signal.SIGINT) is before

@@ -104,8 +104,10 @@ def run_passing_stop_on(command: list[str], cwd: str, env: dict[str, str] | None
 
     from mutualrl.training.stop_request import GRACE_S
 
-    process = subprocess.Popen(command, cwd=cwd, env=env)
+    process, cancelled = start_holding_sigint(command, cwd, env)
     try:
+        if cancelled:
+            raise KeyboardInterrupt
         return process.wait()
     except KeyboardInterrupt:
         process.send_signal(signal.SIGTERM)
@@ -114,6 +116,24 @@ def run_passing_stop_on(command: list[str], cwd: str, env: dict[str, str] | None
         except subprocess.TimeoutExpired:
             pass
         raise
+
+
+def start_holding_sigint(command: list[str], cwd: str, env: dict[str, str] | None) -> tuple[subprocess.Popen, bool]:
+    """Start ``command``; a SIGINT while it starts is held and returned (True), not raised inside ``Popen``, where
+    it would leave the started run unknown and so never passed the stop (seen on a loaded box: the run went on)."""
+    import signal
+    import threading
+
+    held: list[int] = []
+    holding = (threading.current_thread() is threading.main_thread()
+               and signal.getsignal(signal.SIGINT) is signal.default_int_handler)
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(signum)) if holding else None
+    try:
+        process = subprocess.Popen(command, cwd=cwd, env=env)
+    finally:
+        if holding:
+            signal.signal(signal.SIGINT, previous)
+    return process, bool(held)
 
 
 def submit_array(spec: SweepSpec, commands: list[list[str]], options: SlurmOptions,
