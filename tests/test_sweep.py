@@ -137,7 +137,10 @@ def test_a_task_cancelled_by_submitits_local_executor_passes_the_stop_on_to_its_
     import time
 
     got = tmp_path / "got"
-    task = ("import sys; from mutualrl.launch.sweep_slurm import train_job; "
+    # SIGINT's default handler, as in a task started from a terminal: a suite started in the background (`cmd &`)
+    # hands its children SIGINT ignored, and Python then keeps it ignored.
+    task = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+            "from mutualrl.launch.sweep_slurm import train_job; "
             f"train_job([sys.executable, '-c', {STOPPABLE_RUN!r}, {str(got)!r}], {str(tmp_path)!r})")
     proc = subprocess.Popen([sys.executable, "-c", task], stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
@@ -163,6 +166,11 @@ def test_a_cancel_while_the_run_starts_is_held_until_the_run_is_known(monkeypatc
         return started
 
     monkeypatch.setattr(sweep_slurm.subprocess, "Popen", popen_interrupted)
-    before = signal.getsignal(signal.SIGINT)
-    assert sweep_slurm.start_holding_sigint(["x"], ".", None) == (started, True)
-    assert signal.getsignal(signal.SIGINT) is before
+    # the task's own SIGINT handler is Python's default (another in-process test, or a suite started in the
+    # background, may have left this process another one)
+    suite_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert sweep_slurm.start_holding_sigint(["x"], ".", None) == (started, True)
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, suite_handler)
