@@ -125,10 +125,13 @@ def test_a_resume_counts_what_the_run_folder_already_holds(tmp_path, monkeypatch
 def test_num_generations_10000_on_a_cpu_is_refused_with_the_sizes(tmp_path):
     config = load_run_config("tiny", overrides=["grpo.num_generations=10000",
                                                 "grpo.per_device_train_batch_size=10000"]).config
-    # tiny-sp (2 layers, hidden 128, vocabulary 32000, float32), 10000 rows + 1 SGT rescue row x (16 + 4) tokens:
-    # layers 200020 x 68 x 128 x 2 + gradients 2 x 200020 x 128 x 4 + head tile 4096 x 32000 x 4
-    # + 40004 scored x 128 x 8 + head weight 32000 x 128 x 8 = 4,284,788,736 B = 3.99 GiB; no full-vocabulary logits
-    with pytest.raises(PlacementError, match=r"tiny-sp's training activations alone take 4.0 GiB \(10001 rows x 20 "):
+    # tiny-sp (2 layers, hidden 128, 4 heads of 32, SwiGLU 256, vocabulary 32000, float32, no checkpointing),
+    # 10000 rows + 1 SGT rescue row x (16 + 4) tokens = 200020 tokens. A layer saves per token: 2 RMSNorms
+    # 2 x (4 + 4) x 128 + attention 5 x 4 x 128 + 4 x 4 + SwiGLU 4 x 4 x 256 = 8720 B; the backward: final norm
+    # 8 x 128 + 2 gradients 2 x 4 x 128 + 4 x 256 = 3072 B. Layers 200020 x (2 x 8720 + 3072) + head tile
+    # 4096 x 32000 x 4 + 40004 scored x 128 x 8 + head weight 32000 x 128 x 8 = 4,700,830,336 B = 4.38 GiB
+    # (no full-vocabulary logits)
+    with pytest.raises(PlacementError, match=r"tiny-sp's training activations alone take 4.4 GiB \(10001 rows x 20 "):
         make_launch_plan(config, tmp_path / "run", gpus=0, cpu_cores=2, ram_gib=4.0, dry_run=True)
     config.launch.force = True
     forced = make_launch_plan(config, tmp_path / "run", gpus=0, cpu_cores=2, ram_gib=4.0, dry_run=True)
@@ -136,3 +139,20 @@ def test_num_generations_10000_on_a_cpu_is_refused_with_the_sizes(tmp_path):
     usual = make_launch_plan(load_run_config("tiny").config, tmp_path / "run", gpus=0, cpu_cores=2, ram_gib=4.0,
                              dry_run=True)
     assert not any("working memory" in w for w in usual.warnings)
+
+
+def test_a_lora_policy_under_zero3_leaves_room_for_the_adapter_syncs_gathered_model():
+    """LoRA on Qwen3-4B-Base under ZeRO-3 on 4 of 8 GPUs of 80 GiB: TRL 1.16 gathers the whole model to merge the
+    adapters and its blocks stay in torch's cache while the KV cache wakes. State per GPU: frozen bf16 weights
+    4e9 x 2 B / 4 = 1.863 GiB; gathered model 4e9 x 2 B = 7.451 GiB; share = (80 - 1.863 - 7.451 - 6 margin) / 80 =
+    0.8086 -> 0.80 (0.9, the cap, without the gather: 0.9 x 79.2 GiB + 7.45 + 1.86 + the CUDA context > 79.2 GiB)."""
+    plan = gpu_plan("3qwen", 80.0, "pool.policies.qwen3-4b-base.lora={}", "launch.deepspeed=zero3")
+    policy = plan.policy("qwen3-4b-base")
+    assert policy.memory.gib_per_device == pytest.approx(1.863, abs=1e-3)
+    assert policy.engine.gpu_memory_utilization == 0.80
+    full = gpu_plan("3qwen", 80.0, "launch.deepspeed=zero3").policy("qwen3-4b-base")  # no LoRA: no whole-model gather
+    assert full.engine.gpu_memory_utilization == 0.71
+    h100 = gpu_plan("3qwen", 79.2, "pool.policies.qwen3-4b-base.lora={}", "launch.deepspeed=zero3").policy(
+        "qwen3-4b-base")
+    resident = h100.engine.gpu_memory_utilization * 79.2 + h100.memory.gib_per_device + 4e9 * 2 / 2**30
+    assert resident <= 79.2 - 6.0  # the margin left for the CUDA context, NCCL and fragmentation

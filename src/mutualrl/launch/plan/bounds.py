@@ -40,11 +40,15 @@ from mutualrl.launch.plan.model_shapes import ModelShape, model_shape
 from mutualrl.launch.plan.mwra import Placement
 from mutualrl.training.grpo_args import planned_grpo_env
 
-LAYER_BYTES_16BIT = 34
-"""Activation bytes one transformer layer keeps per token per unit of hidden width at 16 bits (Korthikanti et al.,
-"Reducing Activation Recomputation in Large Transformer Models", 2022: ``34 s b h``; its ``5 a s^2 b`` attention-score
-term is left out, as SDPA / flash attention never store the scores). Twice as many bytes in float32."""
-GRADIENT_COPIES = 2
+ATTENTION_WIDTH_TENSORS = 5
+"""Tensors of the attention's width (heads x head size) one layer saves for its backward: the rotated queries, the keys
+and values expanded to every head (transformers' SDPA path repeats K/V whenever a padding mask is passed, and TRL
+pads every batch), SDPA's output and the ``o_proj`` input made contiguous; plus one float32 log-sum-exp per head."""
+GATED_MLP_TENSORS = 4
+"""Intermediate-width tensors a SwiGLU MLP saves: gate, SiLU(gate), up and their product (GPT-2's GeLU MLP: 2)."""
+BACKWARD_INTERMEDIATE_TENSORS = 1
+"""Intermediate-width gradients alive at the backward's peak, beyond the saved tensors."""
+HIDDEN_GRADIENTS = 2
 """Hidden-state-sized gradients in flight through the layers during the backward."""
 HEAD_TILE_TOKENS = 4096
 """TRL 1.16's fused head projects at most this many scored tokens at once (``chunked_logprob.TOKEN_CHUNK_SIZE``)."""
@@ -116,26 +120,48 @@ def training_dtype_bytes(plan: Any) -> int:
     return 4 if plan.placement.device_type == "cpu" or not (grpo.get("bf16") or grpo.get("fp16")) else 2
 
 
+def layer_saved_bytes(shape: ModelShape, dtype: int) -> int:
+    """Bytes per token one decoder layer saves for its backward (no checkpointing), counted from the shape: the
+    two RMSNorms' float32 copy and output, the q/k norms' (Qwen3), :data:`ATTENTION_WIDTH_TENSORS` and the MLP's.
+    Checked against the CPU measurement in ``benchmarks/results/activation-memory.json``."""
+    attention_width = shape.heads * shape.head_dim
+    norms = 2 * (4 + dtype) * shape.hidden if shape.gated_mlp else 2 * dtype * shape.hidden  # GPT-2: LayerNorm
+    qk_norms = (4 + dtype) * (shape.heads + shape.kv_heads) * shape.head_dim if shape.qk_norm else 0
+    attention = ATTENTION_WIDTH_TENSORS * dtype * attention_width + 4 * shape.heads
+    mlp = (GATED_MLP_TENSORS if shape.gated_mlp else 2) * dtype * shape.intermediate
+    return norms + qk_norms + attention + mlp
+
+
+def activation_bytes_per_token(shape: ModelShape, dtype: int, checkpointing: bool) -> tuple[int, int]:
+    """(bytes per token every layer keeps, bytes per token of the rest of the backward's peak) of the decoder stack.
+
+    Checkpointing (non-reentrant) keeps each layer's input and recomputes one layer at a time: the rest is that layer's
+    saved tensors. Either way the rest adds the final norm's, :data:`HIDDEN_GRADIENTS` hidden-state gradients and
+    :data:`BACKWARD_INTERMEDIATE_TENSORS` intermediate-width gradients."""
+    saved = layer_saved_bytes(shape, dtype)
+    backward = ((4 + dtype) * shape.hidden + HIDDEN_GRADIENTS * dtype * shape.hidden
+                + BACKWARD_INTERMEDIATE_TENSORS * dtype * shape.intermediate)
+    if checkpointing:
+        return dtype * shape.hidden, saved + backward
+    return saved, backward
+
+
 def activation_bytes(rows: int, tokens: int, scored: int, shape: ModelShape, dtype: int, checkpointing: bool,
                      head_trained: bool) -> tuple[float, str]:
     """Bytes a micro-batch of ``rows`` x ``tokens`` holds at its backward's peak (``scored``: the completion tokens
     the head scores), and how that was counted."""
-    per_token_layer = LAYER_BYTES_16BIT * shape.hidden * dtype / 2
+    kept, rest = activation_bytes_per_token(shape, dtype, checkpointing)
     n = rows * tokens
-    if checkpointing:  # each layer's input kept; one layer's activations recomputed at a time
-        layers = n * shape.hidden * dtype * shape.layers + n * per_token_layer
-        what = (f"{shape.layers} layer inputs + one layer's {LAYER_BYTES_16BIT * dtype // 2} B x {shape.hidden} "
-                "per token (gradient checkpointing)")
-    else:
-        layers = n * per_token_layer * shape.layers
-        what = f"{shape.layers} layers x {LAYER_BYTES_16BIT * dtype // 2} B x {shape.hidden} per token"
-    flowing = GRADIENT_COPIES * n * shape.hidden * dtype
+    layers = n * (shape.layers * kept + rest)
+    what = (f"{shape.layers} layer inputs of {kept} B + the recomputed layer and backward {rest} B per token "
+            "(gradient checkpointing)" if checkpointing else
+            f"{shape.layers} layers x {kept} B + backward {rest} B per token")
     tile = min(scored, HEAD_TILE_TOKENS) * min(shape.vocab, HEAD_TILE_VOCAB) * dtype
     head = tile + scored * shape.hidden * (dtype + 4) + (shape.vocab * shape.hidden * (4 + dtype) if head_trained else 0)
-    how = (f"{rows} rows x {tokens} tokens: {what}, {GRADIENT_COPIES} gradients of the hidden state, TRL's fused "
-           f"head (a {min(scored, HEAD_TILE_TOKENS)} x {min(shape.vocab, HEAD_TILE_VOCAB)} tile, float32 gradients"
+    how = (f"{rows} rows x {tokens} tokens: {what}, TRL's fused head (a {min(scored, HEAD_TILE_TOKENS)} x "
+           f"{min(shape.vocab, HEAD_TILE_VOCAB)} tile, float32 gradients"
            f"{' and the head weight' if head_trained else ''})")
-    return layers + flowing + head, how
+    return layers + head, how
 
 
 def micro_batch(config: RunConfig, plan: Any, shape: ModelShape | None, own_rows: int | None = None) -> MicroBatch:

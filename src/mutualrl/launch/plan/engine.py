@@ -11,7 +11,11 @@ engine will get.
 The share (``grpo.vllm_gpu_memory_utilization``) is the recipe's when it sets one. Otherwise, with sleep mode, it is
 derived from the memory model: while the engine generates, the trainer's state stays resident next to it (TRL
 wakes the engine, the trainer keeps its weights, gradients and Adam states), so the engine gets the card minus that
-state minus :data:`ENGINE_MARGIN_GIB`, split between the engines sharing a GPU. vLLM then fills its share with its
+state minus :data:`ENGINE_MARGIN_GIB`, split between the engines sharing a GPU. A LoRA policy under ZeRO-3 also
+leaves its whole model in torch's cache: TRL 1.16's adapter sync (``trl/generation/vllm_generation.py:
+_iter_named_params``) gathers every parameter at once to merge the adapters, and empties torch's cache before waking
+the engine's weights but not before waking its KV cache, so those blocks (:func:`sync_gather_gib`) sit beside the
+engine while it generates. vLLM then fills its share with its
 weights, its runtime and the KV cache (``vllm/v1/worker/gpu_worker.py: determine_available_memory``: KV = share x
 card - weights - profiled peak), and refuses to start unless that share of the card is free
 (``vllm/v1/worker/utils.py: request_memory``). Without sleep mode the engine keeps its share while the trainer
@@ -27,6 +31,7 @@ from typing import Any
 
 from mutualrl.config.grpo_schema import grpo_default
 from mutualrl.config.schema import LaunchConfig, RunConfig
+from mutualrl.launch.plan.configs import ZERO_STAGES
 from mutualrl.launch.plan.mwra import Placement
 from mutualrl.launch.plan.model_shapes import ModelShape, model_shape
 from mutualrl.training.vllm_engine import TRL_MAX_NUM_BATCHED_TOKENS, engine_caps, trl_max_num_seqs
@@ -102,6 +107,16 @@ def recipe_share(config: RunConfig, policy: str) -> float | None:
     return float(value) if value is not None else None
 
 
+def sync_gather_gib(config: RunConfig, plan: Any) -> float:
+    """GiB the adapter sync leaves in torch's cache on each GPU of ``plan`` (module docstring): the whole model in
+    bf16 for a LoRA policy under ZeRO-3, nothing otherwise (without ZeRO-3 the weights are resident and counted in the
+    model state; ZeRO-3 without LoRA gathers one parameter at a time, within the margin)."""
+    spec = next(p for p in config.pool.policies if p.name == plan.name)
+    if spec.lora is None or ZERO_STAGES.get(plan.deepspeed, 0) < 3 or plan.memory is None:
+        return 0.0
+    return plan.memory.params * ENGINE_DTYPE_BYTES / 2**30
+
+
 def derived_shares(placement: Placement, state_gib: Mapping[str, float], fixed_shares: Mapping[str, float],
                    derive: set[str], gpu_memory_gib: float) -> dict[str, float]:
     """{policy: share} for the engines in ``derive``: on every GPU, the card minus the model states resident there,
@@ -151,7 +166,7 @@ def size_engines(config: RunConfig, placement: Placement, plans: list[Any], gpu_
               and p.memory is not None and p.grpo.get("vllm_enable_sleep_mode")}
     trl_share = float(grpo_default("vllm_gpu_memory_utilization"))
     fixed = {n: (trl_share if s is None else s) for n, s in fixed.items() if n not in derive}
-    states = {p.name: p.memory.gib_per_device for p in plans if p.memory is not None}
+    states = {p.name: p.memory.gib_per_device + sync_gather_gib(config, p) for p in plans if p.memory is not None}
     derived = derived_shares(placement, states, fixed, derive, gpu_memory_gib) if derive and gpu_memory_gib else {}
     for plan in plans:
         if plan.name in engines:
