@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import sys
+import tempfile
+import time
 
 from collections.abc import Iterable
 from pathlib import Path
@@ -27,6 +30,7 @@ import pytest
 
 from e2e_helpers import TINY, TINY_REGIMES_2_STEPS, TINY_SGT_3_STEPS, TINY_SGT_3_STEPS_OFF_LOCK_STEP, shared_train
 from mutualrl.host.process_start import imports_done
+from mutualrl.training.worker import START_LOG_ENV
 
 # The suite starts several hundred Python processes (launchers, workers, CLI commands), each importing mutualrl's
 # sources; where PYTHONDONTWRITEBYTECODE is set (this development box sets it) every one of them
@@ -39,6 +43,29 @@ sys.dont_write_bytecode = False
 gc.disable()
 
 TESTS = Path(__file__).parent
+
+POLICY_PROCESS_BUDGET = 150
+"""The most policy-worker processes one run of the whole suite may start; over it the session fails. Set on
+2026-11-26 (issue 70) from the suite's own count (``policy processes: N`` at the end of the run) with a few to
+spare; each worker costs ~6 s of CPU, and workers were two thirds of the suite's CPU. A new test that launches
+training should read a shared run (the session fixtures below), a fake trainer (``tests/test_regimes_seam.py``) or
+a dry run instead; raise the budget only for a process topology no shared run has (a new regime family, rank
+layout, vLLM, nodes or fault), by the workers that test starts, and say which in the commit."""
+
+
+def count_policy_starts(log: Path) -> int:
+    """The policy workers that logged their start in ``log`` (one pid a line)."""
+    return len(log.read_text().split()) if log.exists() else 0
+
+
+def policy_budget_line(started: int, budget: int, wall_seconds: float) -> tuple[str, bool]:
+    """The summary line, and whether ``started`` is over ``budget``."""
+    over = started > budget
+    line = f"policy processes: {started} (budget {budget}); wall time {int(wall_seconds // 60)}:{wall_seconds % 60:04.1f}"
+    if over:
+        line += (f" -- OVER BUDGET by {started - budget}: read a shared run, a fake trainer or a dry run instead "
+                 "of launching (POLICY_PROCESS_BUDGET in tests/conftest.py says when to raise it)")
+    return line, over
 
 
 @pytest.fixture(scope="session")
@@ -113,9 +140,40 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     """xdist's controller never collects (its workers do), so it never reaches pytest_collection_finish:
-    its collector goes back on here."""
+    its collector goes back on here. The controller (or the only process) names the policy-start log
+    (``worker.START_LOG_ENV``) that every process the tests start inherits."""
     if getattr(config.option, "dist", "no") != "no" and not hasattr(config, "workerinput"):
         gc.enable()
+    if not hasattr(config, "workerinput"):
+        log = Path(tempfile.mkdtemp(prefix="mutualrl-policy-starts-")) / "starts.log"
+        log.touch()
+        os.environ[START_LOG_ENV] = str(log)
+        config.stash[POLICY_START_KEY] = (log, time.monotonic())
+
+
+POLICY_START_KEY = pytest.StashKey[tuple[Path, float]]()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if POLICY_START_KEY not in config.stash:
+        return
+    log, started_at = config.stash[POLICY_START_KEY]
+    line, over = policy_budget_line(count_policy_starts(log), POLICY_PROCESS_BUDGET, time.monotonic() - started_at)
+    terminalreporter.write_line(line, red=over, bold=over)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Over the budget the session fails, whatever the tests said."""
+    config = session.config
+    if POLICY_START_KEY in config.stash:
+        log, _ = config.stash[POLICY_START_KEY]
+        if count_policy_starts(log) > POLICY_PROCESS_BUDGET:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if POLICY_START_KEY in config.stash:
+        shutil.rmtree(config.stash[POLICY_START_KEY][0].parent, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -38,6 +38,21 @@ from mutualrl.write_failures import DISK_FULL_EXIT, report_thread_write_failures
 
 log = logging.getLogger("mutualrl.worker")
 
+START_LOG_ENV = "MUTUALRL_POLICY_START_LOG"
+"""When set, a file each policy process appends its pid to as it starts: how the test suite counts its launches
+(``tests/conftest.py``, ``POLICY_PROCESS_BUDGET``), killed ones included."""
+
+
+def note_start() -> None:
+    log_file = os.environ.get(START_LOG_ENV)
+    if not log_file:
+        return
+    try:
+        with open(log_file, "a") as fh:  # one short write: the lines of concurrent starts do not interleave
+            fh.write(f"{os.getpid()}\n")
+    except OSError:  # a count is never worth a run
+        pass
+
 
 def find_policy(config: RunConfig, name: str) -> PolicyConfig:
     for policy in config.pool.policies:
@@ -394,6 +409,7 @@ def close_process_group() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    note_start()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run-dir", required=True, type=Path)
     parser.add_argument("--policy", required=True)
