@@ -1,6 +1,8 @@
 """A regime variant is three files: ``tests/prp_tis_variant/`` (spec, maths, adapter) subclasses PRP with capped
 per-token importance weights and a setting of its own, reuses PRP's settings, steps and intermediate quantities
-through the seam, and trains the tiny pool for 2 steps."""
+through the seam: a step of each tiny policy through a fake trainer, and the CLI's dry run of the variant named by
+the registry's environment variable (a user regime trains through the launcher for real in
+tests/test_regime_registry.py)."""
 
 from __future__ import annotations
 
@@ -66,21 +68,43 @@ def test_the_variants_metric_is_named_by_its_spec_alone(variant):
     assert metric_words("prp-tis-test/capped_share").title == "prp-tis-test: capped share"
 
 
-@pytest.mark.slow
-def test_the_variant_trains_the_tiny_pool_two_steps(tmp_path):
-    from e2e_helpers import TINY, assert_ok, metric_lines, train_command
+@pytest.mark.slow  # over 2 s: a step of THL over two real vocabularies
+@pytest.mark.parametrize("learner, peer", [("tiny-bpe", "tiny-sp"), ("tiny-sp", "tiny-bpe")])
+def test_the_variant_steps_each_tiny_policy_through_a_fake_trainer(variant, thl_tokenizers, tmp_path, learner, peer):
+    """A step of each tiny policy learning from the other, through PRP's code with the variant's hook: its metric
+    and PRP's peer rows are logged under the variant's name, and the loss carries the capped weights. (The
+    launcher, the workers and the registry's environment variable in them are trained for real in
+    tests/test_regime_registry.py; the variant from the variable, by the CLI, in the dry run below.)"""
+    from mutualrl.see.exchange import ExperienceExchange
+    from prp_tis_variant.adapter import PRPTISAdapter
+    from test_regimes_seam import POLICIES, VOCAB, FakeTrainer, padded, peer_then_learner
 
-    env = {**os.environ, ENV_VAR: "prp_tis_variant.spec",
+    config = load_run_config("tiny", regime=SPEC.name, overrides=["regime.prp_tis_test.weight_cap=1.5"],
+                             check_grpo=False).config
+    adapters = {}
+    for name in POLICIES:
+        exchange = ExperienceExchange(tmp_path, "run", name, policies=POLICIES, barrier_timeout_s=10.0,
+                                      poll_interval_s=0.01)
+        adapters[name] = PRPTISAdapter(config, name, exchange, spec=SPEC)
+        adapters[name].bind(FakeTrainer(padded(thl_tokenizers[VOCAB[name]])))
+    batch = peer_then_learner(adapters[learner], adapters[peer], [" 4", " 5", " 4", " 3"], [1.0, 0.0, 1.0, 0.0])
+    recorded = adapters[learner].trainer.recorded
+    assert adapters[learner].settings.weight_cap == 1.5
+    assert all(0.0 <= share <= 1.0 for share in recorded[("train", "prp-tis-test/capped_share")])
+    assert recorded[("train", "prp-tis-test/capped_share")] and recorded[("train", "prp-tis-test/peer_rows")][0] > 0
+    assert batch["mutual_token_weights"].shape == batch["completion_ids"].shape  # [8, C]: own rows, then the peer's
+
+
+def test_the_variant_from_the_environment_plans_the_tiny_pool_through_the_cli(tmp_path):
+    from e2e_helpers import TINY, assert_ok, train_command
+
+    env = {**os.environ, ENV_VAR: "prp_tis_variant.spec", "COLUMNS": "200",
            "PYTHONPATH": os.pathsep.join([str(TESTS.parent / "src"), str(TESTS), os.environ.get("PYTHONPATH", "")])}
     run_dir = tmp_path / "run"
     command = train_command(Path("unused"), run_dir)[:4] + ["-o", str(run_dir), *TINY, "--max-steps", "2",
                                                             "--regime", SPEC.name, "--set",
-                                                            "regime.prp_tis_test.weight_cap=1.5"]
+                                                            "regime.prp_tis_test.weight_cap=1.5", "--dry-run"]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert_ok(done)
-    rows = metric_lines(run_dir)
-    for policy in ("tiny-bpe", "tiny-sp"):
-        mine = [row for row in rows if row["policy"] == policy]
-        assert [row["step"] for row in mine] == [1, 2]
-        assert all(0.0 <= row["prp-tis-test/capped_share"] <= 1.0 and row["prp-tis-test/peer_rows"] > 0
-                   for row in mine)
+    assert "regime prp-tis-test" in done.stdout and "32 own + 32 peer" in done.stdout  # PRP's pooled rows
+    assert not run_dir.exists()
