@@ -16,36 +16,33 @@ from mutualrl.see.exchange import ExperienceExchange
 POLICIES = ("tiny-bpe", "tiny-sp")
 
 
-def _exchange(run_dir: Path, policy: str) -> ExperienceExchange:
-    return ExperienceExchange(run_dir / "see", run_id=run_id(RunPaths(run_dir)), policy=policy,
-                              policies=["bpe", "sp"], barrier_timeout_s=5, retention_steps=None)
-
-
-@pytest.mark.slow  # launches a training run (the fast tier keeps launcher logic, not launches)
-def test_two_policies_exchange_records_every_step(random_lm_pair, tmp_path):
-    steps = 3
-    recipe = write_recipe(tmp_path / "r.yaml", random_lm_pair, regime="xgrpo", steps=steps)
-    run_dir = tmp_path / "run"
-    done = run_train(recipe, run_dir)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    exchange = _exchange(run_dir, "bpe")
+@pytest.mark.slow
+@pytest.mark.parametrize("tiny_regime_2_steps", ["xgrpo"], indirect=True)
+def test_two_policies_exchange_records_every_step(tiny_regime_2_steps):
+    """The shared 2-step xgrpo run of the tiny pool (two tokenizers, two processes): every step's records of both
+    policies in the exchange, the same prompts, a train row per step, validation at the start and the end."""
+    run_dir, done = tiny_regime_2_steps
+    assert_ok(done)
+    steps, rollouts = 2, 32  # the tiny pool: per_device_train_batch_size 32 rollouts per step
+    exchange = ExperienceExchange(run_dir / "see", run_id=run_id(RunPaths(run_dir)), policy="tiny-bpe",
+                                  policies=list(POLICIES), barrier_timeout_s=5, retention_steps=None)
     for step in range(steps):
         tables: dict[str, pa.Table] = exchange.gather(step, columns=["prompt_id", "sample_index", "reward"])
-        assert set(tables) == {"bpe", "sp"}
+        assert set(tables) == set(POLICIES)
         ids = {name: sorted(zip(t.column("prompt_id").to_pylist(), t.column("sample_index").to_pylist()))
                for name, t in tables.items()}
-        assert len(ids["bpe"]) == 8  # per_device_train_batch_size rollouts per step
-        assert ids["bpe"] == ids["sp"], f"step {step}: policies saw different prompts"
+        assert len(ids["tiny-bpe"]) == rollouts
+        assert ids["tiny-bpe"] == ids["tiny-sp"], f"step {step}: policies saw different prompts"
     train = metric_lines(run_dir)
-    for policy in ("bpe", "sp"):
+    for policy in POLICIES:
         rows = [line for line in train if line["policy"] == policy]
         assert [line["step"] for line in rows] == list(range(1, steps + 1))
         assert all("xgrpo/mean_abs_adv_change" in line for line in rows)
     evals = metric_lines(run_dir, "eval")
-    assert {(e["policy"], e["step"]) for e in evals} == {(p, s) for p in ("bpe", "sp") for s in (0, steps)}
+    assert {(e["policy"], e["step"]) for e in evals} == {(p, s) for p in POLICIES for s in (0, steps)}
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert set(summary["policies"]) == {"bpe", "sp"} and summary["policies"]["sp"]["steps"] == steps
-    for policy in ("bpe", "sp"):
+    assert set(summary["policies"]) == set(POLICIES) and summary["policies"]["tiny-sp"]["steps"] == steps
+    for policy in POLICIES:
         assert (run_dir / "policies" / policy / "final" / "config.json").exists()
 
 
@@ -70,8 +67,9 @@ def _status(run_dir: Path, policy: str) -> dict:
 
 
 @pytest.mark.slow
-def test_killed_peer_stops_the_pool_and_is_named(random_lm_pair, tmp_path):
-    """see.on_peer_failure left at its default (stop): a killed peer fails the run, named."""
+def test_killed_peer_stops_the_pool_named_and_resume_finishes_with_the_same_steps(random_lm_pair, tmp_path):
+    """see.on_peer_failure left at its default (stop): a peer killed after the first checkpoint fails the run,
+    named, well inside the barrier timeout, with no damaged shard; --resume then trains every step once."""
     import os
     import signal
     import subprocess
@@ -80,12 +78,16 @@ def test_killed_peer_stops_the_pool_and_is_named(random_lm_pair, tmp_path):
     from e2e_helpers import child_env, train_command
     from mutualrl.see.inspect import inspect_exchange
 
-    recipe = write_recipe(tmp_path / "r.yaml", random_lm_pair, regime="sgt", steps=50,
-                          extra={"see.barrier_timeout_s": 60, "validation.at_start": False})
+    steps = 6
+    recipe = write_recipe(tmp_path / "r.yaml", random_lm_pair, regime="sgt", steps=steps,
+                          extra={"grpo.save_strategy": "steps", "grpo.save_steps": 2, "see.barrier_timeout_s": 60,
+                                 "validation.at_start": False})
     run_dir = tmp_path / "run"
     proc = subprocess.Popen(train_command(recipe, run_dir), env=child_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
-    _wait_for(lambda: _status(run_dir, "sp").get("step", 0) >= 2, 180, "policy sp to reach step 2", proc)
+    ckpt = lambda p: (run_dir / "policies" / p / "checkpoint-2" / "trainer_state.json").exists()  # noqa: E731
+    _wait_for(lambda: ckpt("bpe") and ckpt("sp") and _status(run_dir, "sp").get("step", 0) >= 3, 240,
+              "checkpoint-2 of both policies", proc)
     os.kill(_status(run_dir, "sp")["pid"], signal.SIGKILL)
     killed_at = time.time()
     out, _ = proc.communicate(timeout=120)
@@ -101,28 +103,6 @@ def test_killed_peer_stops_the_pool_and_is_named(random_lm_pair, tmp_path):
     corrupt = [c for row in report.cells.values() for c in row.values() if c.corrupt_ranks]
     assert not corrupt, "a reader must never see a partial or damaged shard"
     assert any(f["policy"] == "sp" for f in report.failures)
-
-
-@pytest.mark.slow
-def test_resume_after_kill_finishes_with_the_same_steps(random_lm_pair, tmp_path):
-    import os
-    import signal
-    import subprocess
-
-    from e2e_helpers import child_env, train_command
-
-    steps = 6
-    recipe = write_recipe(tmp_path / "r.yaml", random_lm_pair, regime="xgrpo", steps=steps,
-                          extra={"grpo.save_strategy": "steps", "grpo.save_steps": 2, "validation.at_start": False})
-    run_dir = tmp_path / "run"
-    proc = subprocess.Popen(train_command(recipe, run_dir), env=child_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    ckpt = lambda p: (run_dir / "policies" / p / "checkpoint-2" / "trainer_state.json").exists()  # noqa: E731
-    _wait_for(lambda: ckpt("bpe") and ckpt("sp") and _status(run_dir, "bpe").get("step", 0) >= 3, 240,
-              "checkpoint-2 of both policies", proc)
-    os.kill(_status(run_dir, "bpe")["pid"], signal.SIGKILL)
-    proc.wait(timeout=120)
-    assert proc.returncode != 0
 
     done = run_train(recipe, run_dir, "--resume")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
