@@ -143,30 +143,37 @@ def test_a_peer_round_scored_when_a_row_is_above_0():
     assert not any_scored({"a": pa.table({"reward": pa.array([], pa.float64())})})
 
 
-@pytest.mark.slow
-def test_sgt_rescuing_a_policy_blind_on_every_prompt_is_not_stopped(tmp_path):
-    """The tiny pool on `sub` prompts only: tiny-bpe answers every one `?` (its blind spot) and SGT rescues it
-    with tiny-sp's answers; the stop after 2 unscored steps does not fire while they are rescued."""
-    import json
-    import subprocess
-    import sys
+def blind_step_watched(adapters, peer_rewards, stop_after, steps):
+    """tiny-sp publishes one step with ``peer_rewards``, tiny-bpe scores 0 on every row of its own and its
+    trainer's no-reward watch (``MutualGRPOTrainer.watch_signal``, the worker's code) sees ``steps`` such steps."""
+    from types import SimpleNamespace
 
-    from e2e_helpers import child_env
-    from mutualrl.tasks.synthetic import family_split
+    from mutualrl.training.trainer import MutualGRPOTrainer
+    from test_regimes_seam import step_of
 
-    (tmp_path / "data").mkdir()
-    rows = [{"prompt": e.prompt, "answer": str(e.answer)} for e in family_split("sub", "train")[:64]]
-    (tmp_path / "data" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "rew.py").write_text(
-        "def exact(completions, answer, **kwargs):\n"
-        "    return [float(c.strip().split(' ')[0] == a) for c, a in zip(completions, answer)]\n")
-    command = [sys.executable, "-m", "mutualrl", "train", "-o", "runs/blind", "--set", "task.name=dataset",
-               "--set", "task.source=data/train.jsonl", "--set", "task.reward_funcs=[rew.exact]",
-               "--set", "validation.limit=2", "--set", "validation.every_steps=0",
-               "--set", "task.stop_after_no_reward_steps=2", "--set", "grpo.max_steps=4"]
-    done = subprocess.run(command, cwd=tmp_path, env=child_env(), capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    rows = [json.loads(line) for line in (tmp_path / "runs/blind/metrics.jsonl").read_text().splitlines()]
-    blind = [r for r in rows if r.get("policy") == "tiny-bpe" and r.get("kind") == "train"]
-    rescued = [r for r in blind[:2] if r.get("rewards/exact/mean") == 0 and r.get("sgt/rescues", 0) > 0]
-    assert len(rescued) == 2, blind  # two unscored steps in a row, each rescued
+    learner, peer = adapters["tiny-bpe"], adapters["tiny-sp"]
+    peer_out, peer_step = step_of(peer.trainer.processing_class, [" 4", " 5", " 4", " 3"], peer_rewards)
+    peer.publish_records(peer_out, peer_step, {})
+    out, rollouts = step_of(learner.trainer.processing_class, ["?", "?", "?", "?"], [0.0] * 4)
+    learner.process_step(out, rollouts)
+    learner.config.task.stop_after_no_reward_steps = stop_after
+    trainer = SimpleNamespace(no_signal=None, state=SimpleNamespace(log_history=[]), policy_name="tiny-bpe",
+                              regime=learner, record_metrics=learner.trainer.record_metrics,
+                              accelerator=SimpleNamespace(is_main_process=True))
+    for _ in range(steps):
+        MutualGRPOTrainer.watch_signal(trainer, rollouts)
+    return learner.trainer.recorded
+
+
+@pytest.mark.slow  # over 2 s: a step of THL over two real vocabularies
+def test_sgt_rescuing_a_policy_blind_on_every_prompt_is_not_stopped(thl_tokenizers, tmp_path):
+    """tiny-bpe answers every prompt `?` (its blind spot) and SGT rescues it with tiny-sp's answers: the stop
+    after 2 unscored steps does not fire while they are rescued; with no peer success it does."""
+    from mutualrl.training.no_signal import NoRewardError
+    from test_regimes_seam import pool_of
+
+    recorded = blind_step_watched(pool_of(tmp_path / "rescued", thl_tokenizers, "sgt"), [0.0, 1.0, 1.0, 0.0],
+                                  stop_after=2, steps=3)
+    assert recorded[("train", "sgt/rescues")][0] > 0  # the step it scored nothing in was rescued
+    with pytest.raises(NoRewardError, match="no completion scored above 0 in 2 steps"):
+        blind_step_watched(pool_of(tmp_path / "alone", thl_tokenizers, "sgt"), [0.0] * 4, stop_after=2, steps=3)
