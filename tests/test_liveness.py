@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -29,31 +27,58 @@ def test_the_heartbeat_thread_beats_and_a_watch_counts_only_changes_after_its_fi
     assert watch.silent_for("a", ranks=[0]) is None and watch.silent_for("b") is None
 
 
-@pytest.mark.slow
-def test_a_stopped_policy_stops_the_pool_naming_it_long_before_the_barrier_timeout(random_lm_pair, tmp_path):
-    from e2e_helpers import child_env, train_command, write_recipe
+BEATING = """
+import sys, time
+from mutualrl.see.exchange import ExperienceExchange
+from mutualrl.see.liveness import start_heartbeat_thread
+start_heartbeat_thread(ExperienceExchange(sys.argv[1], "run", sys.argv[2], policies=["bpe", "sp"]), interval_s=0.2)
+time.sleep(300)  # a policy waiting at a barrier whose timeout is far away: only its heartbeat says it lives
+"""
 
-    recipe = write_recipe(tmp_path / "r.yaml", random_lm_pair, regime="sgt", steps=200,
-                          extra={"see.barrier_timeout_s": 600, "see.peer_timeout_s": 8, "validation.at_start": False})
-    run_dir = tmp_path / "run"
-    proc = subprocess.Popen(train_command(recipe, run_dir), env=child_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    status = run_dir / "status" / "sp.json"
-    deadline = time.time() + 180
-    while time.time() < deadline and proc.poll() is None:
-        try:
-            if json.loads(status.read_text()).get("step", 0) >= 2:
-                break
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.2)
-    pid = json.loads(status.read_text())["pid"]
-    os.kill(pid, signal.SIGSTOP)  # alive, holding its place, doing nothing
-    stopped = time.time()
-    out, _ = proc.communicate(timeout=180)
-    assert proc.returncode != 0
-    assert time.time() - stopped < 60, "must not wait for the 600 s barrier timeout"
-    assert "policy sp failed" in out and "no heartbeat" in out and "peer_timeout_s" in out, out[-2000:]
+
+@pytest.mark.slow  # over 2 s: outside the fast tier
+def test_a_stopped_policy_stops_the_pool_naming_it_long_before_the_barrier_timeout(tmp_path):
+    """The launcher's pool runner over two processes that beat with the workers' heartbeat thread; one is stopped
+    (SIGSTOP: alive, holding its place, doing nothing) once it has beaten, and the pool stops naming it within
+    ``see.peer_timeout_s``, the stopped process killed. (A stall limit and a barrier timeout of 600 s are far off.)"""
+    import io
+    import sys
+    import threading
+
+    from rich.console import Console
+
+    from mutualrl.launch.rundir.summary import print_failure
+    from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSettings
+    from mutualrl.run_folder import RunPaths
+
+    script = tmp_path / "beating.py"
+    script.write_text(BEATING)
+    procs = [PolicyProcess(name, [sys.executable, str(script), str(tmp_path / "see"), name], {},
+                           tmp_path / "logs" / f"{name}.log") for name in ("bpe", "sp")]
+    settings = PoolSettings(tmp_path / "see", stall_timeout_s=600.0, grace_s=5.0, poll_s=0.05, peer_timeout_s=3.0)
+    shown = io.StringIO()
+    runner = PoolRunner(procs, RunPaths(tmp_path), settings, console=Console(file=shown, width=200))
+    stopped_pid: list[int] = []
+
+    def stop_sp_once_it_beats() -> None:
+        deadline = time.time() + 120
+        while time.time() < deadline and not (procs[1].popen and list((tmp_path / "see").rglob("sp.rank-0*"))):
+            time.sleep(0.05)
+        stopped_pid.append(procs[1].popen.pid)
+        os.kill(stopped_pid[0], signal.SIGSTOP)
+
+    stopper = threading.Thread(target=stop_sp_once_it_beats, daemon=True)
+    started = time.time()
+    stopper.start()
+    outcome = runner.run()
+    stopper.join(timeout=5)
+    assert stopped_pid, "sp never beat"
+    assert not outcome.ok and outcome.failed_policy == "sp", outcome
+    assert time.time() - started < 60, "must not wait for the 600 s stall limit"
+    assert "no heartbeat" in outcome.reason and "peer_timeout_s" in outcome.reason, outcome.reason
+    print_failure(outcome, RunPaths(tmp_path), Console(file=shown, width=200))  # what `mutualrl train` prints
+    assert "policy sp failed" in shown.getvalue() and "peer_timeout_s" in shown.getvalue(), shown.getvalue()[-2000:]
+    pid = stopped_pid[0]
     assert not os.path.exists(f"/proc/{pid}") or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
 
 
