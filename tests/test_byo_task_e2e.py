@@ -1,6 +1,7 @@
 """Issue 39's acceptance: a user's own JSONL (two splits) and reward module, in a folder outside the repository,
-train the default tiny pool with SGT through the CLI and through ``mutualrl.train``; the reward function runs in
-every policy's worker with the dataset's extra columns, scores held-out validation, and ``mutualrl eval RUN``."""
+train the default tiny pool with SGT through ``mutualrl.train`` and on through the CLI's ``--resume``; the reward
+function runs in every policy's worker with the dataset's extra columns, scores held-out validation, and
+``mutualrl eval RUN``."""
 
 from __future__ import annotations
 
@@ -58,24 +59,38 @@ SETTINGS = ["validation.limit=4", "validation.every_steps=0", "validation.batch_
 
 
 @pytest.mark.slow
-def test_own_dataset_and_reward_function_train_through_the_cli_and_the_api(tmp_path: Path, monkeypatch) -> None:
+def test_own_dataset_and_reward_function_train_through_the_api_then_the_cli(tmp_path: Path, monkeypatch) -> None:
+    """One run: ``mutualrl.train`` with the module's function, then ``mutualrl train --resume`` and ``mutualrl eval``
+    by the module's name. (README's section, tests/test_readme_byo.py, trains through the CLI from the start.)"""
+    import mutualrl
+
     user = tmp_path / "user"
     log = write_user_folder(user)
-    run = tmp_path / "run-cli"
-    sets = ["task.name=dataset", f"task.source={user / 'data'}", "task.reward_funcs=[byo_accept.exact]", *SETTINGS,
-            "grpo.save_steps=1"]
-    argv = [sys.executable, "-m", "mutualrl", "train", "--regime", "sgt", "-o", str(run)]
-    done = subprocess.run([*argv, "--max-steps", "2", *(a for s in sets for a in ("--set", s))], cwd=user,
-                          env=child_env(), capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run = tmp_path / "run-api"
+    monkeypatch.chdir(user)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, "byo_accept", raising=False)
+    from mutualrl.config.plugins import import_module_for
+
+    exact = import_module_for("byo_accept", "test").exact
+    result = mutualrl.train("tiny", regime="sgt", max_steps=2, output_dir=run, progress=False,
+                            overrides={"task.name": "dataset", "task.source": str(user / "data"),
+                                       "validation.limit": 4, "validation.every_steps": 0,
+                                       "validation.batch_size": 4, "grpo.save_steps": 1},
+                            reward_funcs=[exact])
     check_calls(calls(log))
     assert set(json.loads((run / "summary.json").read_text())["policies"]) == {"tiny-bpe", "tiny-sp"}
+    assert set(result.models) == {"tiny-bpe", "tiny-sp"} and all((p / "config.json").is_file()
+                                                                  for p in result.models.values())
+    assert result.rows("eval", "tiny-sp") and result.summary["regime"] == "sgt"
+    assert set(result.held_out()) == {"tiny-bpe", "tiny-sp"}
 
     # Train it longer from its checkpoint: the rescue counter goes on, and the summary counts every step's rescues.
-    done = subprocess.run([*argv, "--resume", "--max-steps", "4", "--allow-code", "byo_accept"], cwd=user, env=child_env(), capture_output=True,
-                          text=True, timeout=600)
+    argv = [sys.executable, "-m", "mutualrl", "train", "--regime", "sgt", "-o", str(run)]
+    done = subprocess.run([*argv, "--resume", "--max-steps", "4", "--allow-code", "byo_accept"], cwd=user,
+                          env=child_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "resuming every policy from checkpoint-2" in done.stdout, done.stdout[-3000:]
-    calls(log)
+    check_calls(calls(log))  # the module by its name, in every policy's worker, training and held-out
     summary = json.loads((run / "summary.json").read_text())
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     for policy, entry in summary["policies"].items():
@@ -97,24 +112,6 @@ def test_own_dataset_and_reward_function_train_through_the_cli_and_the_api(tmp_p
     meta = json.loads((tmp_path / "ev.json").read_text())
     assert meta["verifier"] == "byo_accept.exact" and meta["tasks"] == ["dataset"]
 
-    import mutualrl
-
-    monkeypatch.chdir(user)
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    monkeypatch.delitem(sys.modules, "byo_accept", raising=False)
-    from mutualrl.config.plugins import import_module_for
-
-    exact = import_module_for("byo_accept", "test").exact
-    result = mutualrl.train("tiny", regime="sgt", max_steps=2, output_dir=tmp_path / "run-api", progress=False,
-                            overrides={"task.name": "dataset", "task.source": str(user / "data"),
-                                       "validation.limit": 4, "validation.every_steps": 0,
-                                       "validation.batch_size": 4},
-                            reward_funcs=[exact])
-    check_calls(calls(log))
-    assert set(result.models) == {"tiny-bpe", "tiny-sp"} and all((p / "config.json").is_file()
-                                                                  for p in result.models.values())
-    assert result.rows("eval", "tiny-sp") and result.summary["regime"] == "sgt"
-    assert set(result.held_out()) == {"tiny-bpe", "tiny-sp"}
     evaluated = mutualrl.evaluate(result, progress=False)  # the run's held-out rows, scored by its function
     assert set(evaluated["reward@1"]) == {"tiny-bpe/final", "tiny-sp/final"}
     assert evaluated["meta"]["verifier"] == "byo_accept.exact"
