@@ -61,7 +61,8 @@ def count_policy_starts(log: Path) -> int:
 def policy_budget_line(started: int, budget: int, wall_seconds: float) -> tuple[str, bool]:
     """The summary line, and whether ``started`` is over ``budget``."""
     over = started > budget
-    line = f"policy processes: {started} (budget {budget}); wall time {int(wall_seconds // 60)}:{wall_seconds % 60:04.1f}"
+    minutes, seconds = divmod(wall_seconds, 60)
+    line = f"policy processes: {started} (budget {budget}); wall time {int(minutes)}:{seconds:04.1f}"
     if over:
         line += (f" -- OVER BUDGET by {started - budget}: read a shared run, a fake trainer or a dry run instead "
                  "of launching (POLICY_PROCESS_BUDGET in tests/conftest.py says when to raise it)")
