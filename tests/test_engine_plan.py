@@ -156,3 +156,16 @@ def test_a_lora_policy_under_zero3_leaves_room_for_the_adapter_syncs_gathered_mo
         "qwen3-4b-base")
     resident = h100.engine.gpu_memory_utilization * 79.2 + h100.memory.gib_per_device + 4e9 * 2 / 2**30
     assert resident <= 79.2 - 6.0  # the margin left for the CUDA context, NCCL and fragmentation
+
+
+def test_a_share_the_recipe_sets_that_leaves_no_room_for_the_adapter_syncs_gathered_model_is_refused():
+    """The same LoRA Qwen3-4B under ZeRO-3 with the recipe's share 0.9: 0.9 x 80 + 1.86 + 7.45 = 81.3 GiB > 80."""
+    with pytest.raises(PlacementError) as err:
+        gpu_plan("3qwen", 80.0, "pool.policies.qwen3-4b-base.lora={}", "launch.deepspeed=zero3",
+                 "pool.policies.qwen3-4b-base.grpo.vllm_gpu_memory_utilization=0.9")
+    text = str(err.value)
+    assert "\n" not in text and "qwen3-4b-base: its vLLM engine's share 0.9 of the 80 GiB card" in text
+    assert "7.5 GiB whole model TRL's adapter sync gathers" in text and "at most 0.80" in text
+    kept = gpu_plan("3qwen", 80.0, "pool.policies.qwen3-4b-base.lora={}", "launch.deepspeed=zero3",
+                    "pool.policies.qwen3-4b-base.grpo.vllm_gpu_memory_utilization=0.8")
+    assert kept.policy("qwen3-4b-base").engine.gpu_memory_utilization == 0.8

@@ -157,7 +157,8 @@ def engine_memory(caps: EngineCaps, tp: int, share: float, gpu_memory_gib: float
 def size_engines(config: RunConfig, placement: Placement, plans: list[Any], gpu_memory_gib: float | None) -> list[str]:
     """Give every colocated engine its share (derived into ``plan.grpo`` where the recipe leaves it unset and sleep
     mode is on) and set ``plan.engine``; returns the refusals of engines that cannot hold one sequence of the recipe
-    (the caller raises them once the model states themselves were found to fit)."""
+    or leave no room for a LoRA policy's gathered model (the caller raises them once the model states themselves
+    were found to fit)."""
     problems: list[str] = []
     engines = {p.name: caps for p in plans if (caps := planned_engine(p.grpo, config.launch)) is not None}
     on_gpu = placement.device_type == "cuda" and gpu_memory_gib is not None
@@ -203,6 +204,20 @@ def _fixed_source(config: RunConfig, plan: Any) -> str:
     return "derived at launch from the card; --gpu-memory GIB shows it"
 
 
+def gathered_model_problem(config: RunConfig, plan: Any, share: float, gpu_memory_gib: float, source: str) -> str:
+    """The refusal of a share (set by the recipe) that leaves no room for the whole model a LoRA policy's adapter
+    sync gathers under ZeRO-3 (:func:`sync_gather_gib`); "" when it fits or nothing is gathered."""
+    gather = sync_gather_gib(config, plan)
+    state = plan.memory.gib_per_device if plan.memory is not None else 0.0
+    if not gather or share * gpu_memory_gib + state + gather <= gpu_memory_gib:
+        return ""
+    most = math.floor((gpu_memory_gib - state - gather - ENGINE_MARGIN_GIB) / gpu_memory_gib * 100) / 100
+    return (f"{plan.name}: its vLLM engine's share {share:g} of the {gpu_memory_gib:g} GiB card ({source}) beside "
+            f"{state:.1f} GiB of model state and the {gather:.1f} GiB whole model TRL's adapter sync gathers (LoRA "
+            f"under ZeRO-3, left in torch's cache when the KV cache wakes) is more than the card; set "
+            f"grpo.vllm_gpu_memory_utilization to at most {max(most, 0.0):.2f} or leave it unset with sleep mode")
+
+
 def _planned(config: RunConfig, plan: Any, caps: EngineCaps, gpu_memory_gib: float | None, source: str,
              problems: list[str]) -> PlannedEngine:
     """The engine of ``plan`` with its memory (on a GPU whose size is known) or its caps alone; an engine that cannot
@@ -225,6 +240,9 @@ def _planned(config: RunConfig, plan: Any, caps: EngineCaps, gpu_memory_gib: flo
             f"{ENGINE_MARGIN_GIB:g} GiB margin; give the policy more GPUs (--gpus, --device-map, with --set "
             f"launch.deepspeed=zero3) or train LoRA adapters")
         return PlannedEngine(**base, gpu_memory_utilization=0.0, share_source=source)
+    gather_problem = gathered_model_problem(config, plan, share, gpu_memory_gib, source)
+    if gather_problem:
+        problems.append(gather_problem)
     params = plan.memory.params if plan.memory is not None else None
     engine, weights, kv, seqs = engine_memory(caps, tp, share, gpu_memory_gib, params, model_shape(plan.model),
                                               sequence)
