@@ -174,23 +174,3 @@ def write_json_atomic(path: str | Path, data: Any, **dumps: Any) -> Path:
     """``data`` as JSON, atomically; by default one-space indent and ``str()`` for what JSON lacks (paths)."""
     return write_text_atomic(path, json.dumps(data, **{"indent": 1, "default": str, **dumps}))
 
-
-def folder_inside(root: Path, name: str) -> Path:
-    """``root/name`` as a real folder inside ``root``, created when missing.
-
-    ``root`` is a folder the user named; what lies in it is data (a run or sweep folder may be shared or copied),
-    so a link at ``root/name`` would send every file written there wherever it points: it is refused, naming it,
-    and so is a file there."""
-    from mutualrl.errors import UsageError
-
-    folder = Path(root) / name
-    try:
-        folder.mkdir(parents=True)
-    except FileExistsError:
-        pass  # checked below, a link first: mkdir's exist_ok would take a link to a folder for the folder
-    if folder.is_symlink():
-        raise UsageError(f"{folder}: a link (to {os.readlink(folder)[:200]}) where a folder of {root} belongs; "
-                         "nothing is written through it: remove the link, or name another folder with --out")
-    if not folder.is_dir():
-        raise UsageError(f"{folder}: exists and is not a folder; remove it, or name another folder with --out")
-    return folder

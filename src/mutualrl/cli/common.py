@@ -16,6 +16,7 @@ from rich.markup import escape
 from mutualrl.atomic_io import NAME_MAX
 from mutualrl.config.typed import ConfigError
 from mutualrl.errors import MutualRLError, UsageError
+from mutualrl.output_files import refuse_existing
 
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)  # one error, one line: never wrapped
@@ -70,7 +71,7 @@ def check_output_path(path: Path, option: str, kind: str = "file", overwrite: bo
     path = Path(path)
     check_path_length(path, option)
     if overwrite is False and (path.is_file() or path.is_symlink()):
-        raise UsageError(f"{option} {path}: exists; pass --overwrite to replace it, or name another file")
+        refuse_existing([path], option)
     if path.exists() and kind == "folder" and not path.is_dir():
         raise UsageError(f"{option} {path}: exists and is not a folder")
     if path.exists() and kind == "file" and path.is_dir():

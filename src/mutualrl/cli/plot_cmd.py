@@ -62,7 +62,7 @@ def plot(
 def figure_folder(run_dirs: list[Path], out: Path | None) -> Path:
     """The folder the figures go to: ``--out`` as the user named it, else the first run's (or sweep's) ``plots/``,
     which must be a real folder inside it: a run folder is data, and a link planted there is refused."""
-    from mutualrl.atomic_io import folder_inside
+    from mutualrl.output_files import folder_inside
 
     if out is not None:
         out_dir = check_output_path(out, "--out", kind="folder")
@@ -78,7 +78,7 @@ def plot_grouped_figure(run_dirs: list[Path], out_dir: Path, group_by: str, fmt:
                         overwrite: bool) -> None:
     from mutualrl.errors import UsageError
     from mutualrl.evaluation.grouped_plot import FORMATS, WIDTHS, grouped_outputs, plot_grouped
-    from mutualrl.evaluation.plots import refuse_existing
+    from mutualrl.output_files import refuse_existing
 
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")
@@ -86,7 +86,7 @@ def plot_grouped_figure(run_dirs: list[Path], out_dir: Path, group_by: str, fmt:
         raise UsageError(f"--width {width}: expected one or two (columns)")
     keys = [key.strip() for key in group_by.split(",") if key.strip()] or ["regime"]
     if not overwrite:
-        refuse_existing(grouped_outputs(out_dir, keys, fmt))
+        refuse_existing(grouped_outputs(out_dir, keys, fmt), "--out")
     figure, caption = plot_grouped(run_dirs, out_dir, keys, fmt, width)
     console.print(f"wrote {figure}", highlight=False)
     console.print(f"caption ({figure.with_suffix('.caption.txt').name}): {caption}", highlight=False, soft_wrap=True)

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from mutualrl.errors import DataError, UsageError
+from mutualrl.errors import DataError
 from mutualrl.evaluation.metric_words import axis_range, metric_words
 from mutualrl.evaluation.plot_style import (
     colors,
@@ -50,6 +50,7 @@ from mutualrl.evaluation.plotted_runs import (
 )
 from mutualrl.evaluation.results import GROUP_KEY_PREFIX, REWARD_KEY_SUFFIX, group_rewards
 from mutualrl.figure_words import SOURCE_FIGURES, UNIT, MetricWords, source_figure_key
+from mutualrl.output_files import refuse_existing
 from mutualrl.regimes.registry import all_regimes
 
 __all__ = ["RunData", "load_run", "mean_series", "plot_runs", "series", "summary_rows"]
@@ -347,14 +348,6 @@ FIGURE_NAMES = ("validation_reward.png", "validation_reward_by_task.png", "valid
                 "training_reward.png", "optimization.png", "regime_metrics.png")
 
 
-def refuse_existing(paths: Iterable[Path]) -> None:
-    """One line naming the first of ``paths`` that exists (a link too): a user's file is replaced only with
-    ``--overwrite``, as ``eval``, ``complementarity`` and ``report -o`` do."""
-    for path in paths:
-        if path.exists() or path.is_symlink():
-            raise UsageError(f"--out {path}: exists; pass --overwrite to replace it, or name another folder")
-
-
 def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, smooth: float | None = 0.3,
               allow_mixed: bool = False, overwrite: bool = True) -> list[Path]:
     """Write every figure that the runs have data for into ``out_dir``; returns the files written.
@@ -366,7 +359,7 @@ def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, smooth: float
         raise DataError("no run folders given")
     if not overwrite:
         refuse_existing([Path(out_dir) / name for name in FIGURE_NAMES]
-                        + [Path(out_dir) / f"sources_{learner}.png" for learner in _source_keys(runs)])
+                        + [Path(out_dir) / f"sources_{learner}.png" for learner in _source_keys(runs)], "--out")
     for difference in check_comparable(runs, allow_mixed):
         warnings.warn(f"drawing runs that differ in {difference}", stacklevel=2)
     for difference in setting_differences(runs):  # drawn, but not without a word

@@ -11,6 +11,7 @@ naming the difference. Running the same command again after a stop therefore con
 from __future__ import annotations
 
 import itertools
+import os
 import re
 import shlex
 import subprocess
@@ -26,6 +27,7 @@ from rich.markup import escape
 
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.errors import UsageError
+from mutualrl.output_files import folder_inside, open_append_inside, refuse_links_below
 
 SWEEP_RECORD = "sweep.json"
 #: Where each run's output goes when several run at once (one at a time: the terminal).
@@ -214,6 +216,9 @@ def plan_sweep(spec: SweepSpec, console: Console, extra: dict[str, Any] | None =
                          "names that differ in letters or digits")
     if not dry_run:
         spec.folder.mkdir(parents=True, exist_ok=True)
+    for point in points:  # a run folder or log planted as a link would take that run's writes out of the sweep
+        refuse_links_below(spec.folder, spec.folder / point.name)
+        refuse_links_below(spec.folder, spec.folder / LOGS_DIR / f"{point.name}.log")
     with console.status("checking the sweep folder's runs ..."):
         states = {p.name: point_state(spec, p, console) for p in points}
         for point in points:
@@ -293,8 +298,8 @@ def start_point(spec: SweepSpec, point: SweepPoint, resume: bool, jobs: int, con
                   f"({escape(shlex.join(['mutualrl', *command[3:]]))})", highlight=False, soft_wrap=True)
     log = None
     if jobs > 1:
-        (spec.folder / LOGS_DIR).mkdir(exist_ok=True)
-        log = open(spec.folder / LOGS_DIR / f"{point.name}.log", "ab")  # noqa: SIM115 - closed when it ends
+        logs = folder_inside(spec.folder, LOGS_DIR)
+        log = os.fdopen(open_append_inside(logs / f"{point.name}.log"), "ab")  # closed when the run ends
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT if log else None)
     return Started(point, process, time.perf_counter(), log)
 

@@ -31,6 +31,7 @@ from typing import Any
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.config.schema import PolicyConfig, RunConfig
 from mutualrl.errors import UnknownNameError, UsageError
+from mutualrl.output_files import refuse_links_below
 from mutualrl.regimes.standalone.spec import STANDALONE
 from mutualrl.run_folder import RunPaths, read_json_or
 from mutualrl.see.harvest import Harvest, Success, harvest_successes, see_root_of
@@ -147,7 +148,7 @@ def plan_distill(options: DistillOptions) -> DistillPlan:
                          "the learner's trained model, so the run must have finished")
     output = Path(options.output_dir) if options.output_dir is not None else (
         paths.root / "distill" / f"{learner.name}-from-{peer}")
-    _check_output(output, options.overwrite)
+    _check_output(output, options.overwrite, paths.root if options.output_dir is None else output.parent)
     threshold = options.success_threshold
     if threshold is None:
         threshold = peer_config.regime.sgt.success_threshold
@@ -176,7 +177,10 @@ def _run_status(paths: RunPaths) -> str:
     return str(read_json_or(paths.run_json, {}).get("status", "unknown"))
 
 
-def _check_output(output: Path, overwrite: bool) -> None:
+def _check_output(output: Path, overwrite: bool, named: Path) -> None:
+    """``named``: the folder the user named (the run folder, for the default output): nothing from it down to
+    ``output`` may be a link, since ``--overwrite`` deletes ``output`` and the model is written into it."""
+    refuse_links_below(named, output)
     if output.exists() and not output.is_dir():
         raise UsageError(f"--output-dir {output}: exists and is not a folder")
     if not output.exists() or not any(output.iterdir()):
