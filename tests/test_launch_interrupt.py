@@ -64,6 +64,7 @@ def test_ctrl_c_kills_a_large_pool_that_ignores_sigterm(tmp_path):
     assert all(p.popen.poll() is not None for p in procs)
 
 
+@pytest.mark.slow  # the interrupt's 10 s grace for workers that ignore SIGTERM: not the fast tier
 def test_ctrl_c_while_the_pool_is_still_starting_stops_those_started(tmp_path):
     procs = stubborn_pool(tmp_path, 8)
     outcome = runner(tmp_path, procs, after_spawns=5).run()

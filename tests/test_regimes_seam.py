@@ -163,6 +163,7 @@ def test_sgt_runs_a_whole_step_and_its_loss_through_a_fake_trainer(thl_tokenizer
     assert recorded[("train", "sgt/nll_term")] == [pytest.approx(loss.item())]
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_prp_pools_the_peer_rows_through_a_fake_trainer(thl_tokenizers, tmp_path):
     adapters = pool_of(tmp_path, thl_tokenizers, "prp", denominator="peer")
     learner, peer = adapters["tiny-bpe"], adapters["tiny-sp"]

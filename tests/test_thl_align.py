@@ -216,6 +216,7 @@ def test_bad_input_is_a_clear_error(kwargs, match) -> None:
         align_logprobs(**args)
 
 
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_paper_reference_loses_mass_on_sentencepiece_targets_and_thl_does_not(thl_tokenizers: dict) -> None:
     toks = thl_tokenizers
     src, tgt = toks["qwen3"], toks["phi3"]
