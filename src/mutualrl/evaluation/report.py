@@ -115,6 +115,17 @@ def unfinished_reason(paths: RunPaths) -> str | None:
     return None
 
 
+def apart_from_all(groups: dict[str, float]) -> dict[str, float]:
+    """Task groups keyed apart from the overall value: a group the data names ``all`` becomes ``all (task group)``
+    (suffixed again while the name is taken), so it never writes over the overall reward@1."""
+    if ALL not in groups:
+        return groups
+    name = f"{ALL} (task group)"
+    while name in groups:
+        name = f"{name} (task group)"
+    return {(name if group == ALL else group): value for group, value in groups.items()}
+
+
 def final_values(run: Path) -> FinalValues:
     """Every policy's last validation: overall from its eval JSON, task groups from the same step's metrics row."""
     paths = RunPaths(run)
@@ -132,7 +143,7 @@ def final_values(run: Path) -> FinalValues:
         if result.reward_at_1 is None:
             continue
         row = next((r for r in rows if r.get("policy") == policy_dir.name and r.get("step") == step), {})
-        values[policy_dir.name] = {ALL: result.reward_at_1, **group_rewards(row, paths.metrics)}
+        values[policy_dir.name] = {ALL: result.reward_at_1, **apart_from_all(group_rewards(row, paths.metrics))}
         scores[policy_dir.name] = result.scores()
         steps[policy_dir.name] = step
     if not values:
