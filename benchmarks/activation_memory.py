@@ -1,4 +1,5 @@
-"""Activation bytes per token of each paper model's decoder layers, forward + backward, measured on the CPU.
+"""Activation bytes per token of each paper model's decoder layers, forward + backward, measured on the CPU (or a
+lent GPU: ``--device cuda``).
 
 For each shape in ``mutualrl.launch.plan.model_shapes.KNOWN_SHAPES`` (one per distinct shape) this builds the
 model's ``transformers`` base model from a config made here from the shape entry (no hub download), randomly
@@ -109,29 +110,29 @@ def build_config(shape: ModelShape, architecture: str, layers: int) -> Any:
 
 
 def peak_bytes(shape: ModelShape, architecture: str, layers: int, rows: int, seq: int, dtype: torch.dtype,
-               checkpointing: bool) -> tuple[int, set[str]]:
+               checkpointing: bool, device: str = "cpu") -> tuple[int, set[str]]:
     """Peak live activation bytes of one forward + backward of ``rows`` x ``seq`` tokens."""
     import transformers
 
     torch.manual_seed(0)
-    model = transformers.AutoModel.from_config(build_config(shape, architecture, layers), dtype=dtype)
+    model = transformers.AutoModel.from_config(build_config(shape, architecture, layers), dtype=dtype).to(device)
     model.train()
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     for parameter in model.parameters():
         parameter.grad = torch.zeros_like(parameter)
-    mask = torch.ones(rows, seq, dtype=torch.long)
+    mask = torch.ones(rows, seq, dtype=torch.long, device=device)  # [rows, seq]
     mask[0, : seq // 4] = 0  # one left-padded row: SDPA gets a mask, not is_causal
     preexisting = {t.untyped_storage().data_ptr() for p in model.parameters() for t in (p, p.grad)}
     with LiveBytes(preexisting) as tracker:
-        embeds = torch.randn(rows, seq, shape.hidden, dtype=dtype, requires_grad=True)  # [rows, seq, hidden]
+        embeds = torch.randn(rows, seq, shape.hidden, dtype=dtype, device=device, requires_grad=True)  # [rows, seq, hidden]
         hidden = model(inputs_embeds=embeds, attention_mask=mask).last_hidden_state  # [rows, seq, hidden]
         hidden.backward(torch.randn_like(hidden))  # [rows, seq, hidden]: the head's gradient
         del hidden, embeds
     return tracker.peak, tracker.ops
 
 
-def measure(model: str, architecture: str, seq: int, dtype: torch.dtype) -> dict[str, Any]:
+def measure(model: str, architecture: str, seq: int, dtype: torch.dtype, device: str = "cpu") -> dict[str, Any]:
     shape = model_shape(model)
     assert shape is not None, model
     result: dict[str, Any] = {"architecture": architecture, "layers": shape.layers}
@@ -140,7 +141,7 @@ def measure(model: str, architecture: str, seq: int, dtype: torch.dtype) -> dict
         ops: set[str] = set()
         for layers in LAYER_COUNTS:
             for rows in ROW_COUNTS:
-                peaks[layers, rows], seen = peak_bytes(shape, architecture, layers, rows, seq, dtype, checkpointing)
+                peaks[layers, rows], seen = peak_bytes(shape, architecture, layers, rows, seq, dtype, checkpointing, device)
                 ops |= seen
         token_gap = (ROW_COUNTS[1] - ROW_COUNTS[0]) * seq
         layer_gap = LAYER_COUNTS[1] - LAYER_COUNTS[0]
@@ -162,13 +163,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the JSON here (default: print only)")
     parser.add_argument("--seq", type=int, default=256, help="tokens per row")
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated models of MODELS")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda on a lent GPU (bf16 there; SDPA picks its CUDA kernel)")
     args = parser.parse_args()
     bf16 = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-    dtype = torch.bfloat16 if bf16 else torch.float32
+    dtype = torch.bfloat16 if bf16 or args.device.startswith("cuda") else torch.float32
     results = {}
     for model in args.models.split(","):
         started = time.monotonic()
-        results[model] = measure(model, MODELS[model], args.seq, dtype)
+        results[model] = measure(model, MODELS[model], args.seq, dtype, args.device)
         results[model]["seconds"] = round(time.monotonic() - started, 1)
         print(model, json.dumps(results[model]), flush=True)
     import transformers
@@ -176,10 +178,12 @@ def main() -> None:
     record = {
         "command": "PYTHONPATH=src nice python benchmarks/activation_memory.py " + " ".join(sys.argv[1:]),
         "date": datetime.date.today().isoformat(),
-        "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
+        "machine": (torch.cuda.get_device_name(0) + ", " if args.device.startswith("cuda") else "")
+                   + f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, "
                    f"{platform.system()} {platform.release()}",
         "torch": torch.__version__, "transformers": transformers.__version__,
-        "dtype": str(dtype).removeprefix("torch."), "attention": "sdpa, one left-padded row (a mask)",
+        "dtype": str(dtype).removeprefix("torch."), "device": args.device,
+        "attention": "sdpa, one left-padded row (a mask)",
         "seq": args.seq, "rows": list(ROW_COUNTS), "layer_counts": list(LAYER_COUNTS),
         "method": "live ATen storages (TorchDispatchMode), peak over forward + backward; slopes over rows and layers",
         "models": results,
