@@ -55,3 +55,25 @@ def test_no_internal_work_counter_in_readme_docs_changelog_or_code():
         for number, hit in counters_in(path.read_text(encoding="utf-8", errors="replace"))
     ]
     assert found == [], "a work counter instead of a version or a date:\n" + "\n".join(found)
+
+
+# A commit hash as git abbreviates it: 7-40 hex digits with a letter and a digit among them ("b8071fa"). A full
+# SHA-256 (64 digits) is content, not a revision, and does not match; neither do words ("deadline") or numbers.
+COMMIT_HASH = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
+
+
+def commit_hashes_in(text: str) -> list[tuple[int, str]]:
+    return [(number, match.group(0)) for number, line in enumerate(text.splitlines(), start=1)
+            for match in COMMIT_HASH.finditer(line)]
+
+
+def test_the_hash_pattern_finds_revisions_and_spares_words_numbers_and_digests():
+    text = "from b8071fa (before)\n`same_behaviour.py 95cbe55 3248c99`\n0.4.0.dev0\n2026-11-26\nfacade\n" + "ab12" * 16
+    assert [hit for _, hit in commit_hashes_in(text)] == ["b8071fa", "95cbe55", "3248c99"]
+
+
+def test_no_commit_hash_in_docs():
+    """docs/ says how things are; which revision changed them is the CHANGELOG's and benchmarks/README.md's."""
+    found = [f"{path.relative_to(ROOT)}:{number}: {hit!r}" for path in sorted((ROOT / "docs").glob("*.md"))
+             for number, hit in commit_hashes_in(path.read_text(encoding="utf-8"))]
+    assert found == [], "a commit hash in docs/:\n" + "\n".join(found)
