@@ -18,6 +18,7 @@ One exception: a function whose ``completions`` parameter is annotated as messag
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import inspect
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -55,6 +56,24 @@ def shown_completions(completions: Sequence[Any], messages: bool) -> list[Any]:
     return [c if isinstance(c, str) else completion_text(c) for c in completions]
 
 
+#: Where a call is named when the functions were made without a marker (validation's scoring, which lies in
+#: ``mutualrl.evaluation`` below the training callback), and what the call is doing: see :func:`calls_named_in`.
+_named_in: contextvars.ContextVar[tuple[Path, str] | None] = contextvars.ContextVar("reward_calls_named_in",
+                                                                                      default=None)
+
+
+@contextlib.contextmanager
+def calls_named_in(marker: Path, doing: str) -> Iterator[None]:
+    """Inside, every reward call (of functions made without a marker of their own) is named in ``marker`` with
+    ``doing`` (``scoring the validation of step 0: 4 prompts``), so that a function that hangs there is named by
+    the launcher's stall limit as it is in training."""
+    token = _named_in.set((marker, doing))
+    try:
+        yield
+    finally:
+        _named_in.reset(token)
+
+
 class DatasetFormReward:
     """A reward function called with the dataset's prompts and completions in the dataset's form (module doc);
     TRL logs it under the function's own name."""
@@ -68,16 +87,18 @@ class DatasetFormReward:
     def entering(self) -> None:
         """Name this function in :attr:`call_marker` while it runs: if it ends or hangs the process (``os._exit``,
         a deadlock), the launcher reads who did. A function that raises leaves it too; its traceback says more."""
-        if self.call_marker is not None:
+        marker, doing = (self.call_marker, "") if self.call_marker is not None else _named_in.get() or (None, "")
+        if marker is not None:
             try:
-                self.call_marker.write_text(self.__name__[:200])
+                marker.write_text("\n".join(filter(None, [self.__name__[:200], doing[:200]])))
             except OSError:  # best effort: a report's detail never stops training
                 pass
 
     def left(self) -> None:
-        if self.call_marker is not None:
+        marker = self.call_marker if self.call_marker is not None else (_named_in.get() or (None, ""))[0]
+        if marker is not None:
             try:
-                self.call_marker.unlink(missing_ok=True)
+                marker.unlink(missing_ok=True)
             except OSError:
                 pass
 

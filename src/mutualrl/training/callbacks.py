@@ -215,10 +215,9 @@ class ValidationCallback(TrainerCallback):
         if not self.due(step):
             return
         from accelerate.utils import gather_object
-        from trl.models.utils import unwrap_model_for_generation
 
-        from mutualrl.evaluation.generate import evaluate_examples
         from mutualrl.evaluation.results import ModelEvalResult
+        from mutualrl.tasks.reward_form import calls_named_in
 
         trainer = self.trainer
         accelerator = trainer.accelerator
@@ -229,16 +228,9 @@ class ValidationCallback(TrainerCallback):
         report(0)
         finished = running_total(report)  # both backends report each batch's size
         started = time.perf_counter()
-        if vllm:
-            result = self.validate_with_vllm(trainer, shard, step, finished)
-        else:
-            with RngGuard(), unwrap_model_for_generation(
-                trainer.model_wrapped, accelerator, gather_deepspeed3_params=trainer.args.ds3_gather_for_generation
-            ) as unwrapped:
-                result = evaluate_examples(unwrapped, self.tokenizer, shard, max_new_tokens=self.max_new_tokens,
-                                           batch_size=self.batch_size, chat_template=self.chat_template,
-                                           model_name=self.policy, policy=self.policy, step=step,
-                                           verifier=self.verifier, progress=finished, trainer_state=state)
+        with calls_named_in(self.paths.reward_call(self.policy),  # a function that hangs here is named too
+                            f"scoring the validation of step {step}: {len(shard)} prompts"):
+            result = self.validate_shard(trainer, shard, step, finished, state, vllm)
         result.records = result.records[:real] if counts else []  # the padding, and a TP group's copies, dropped
         if accelerator.num_processes > 1:  # every rank evaluated a shard: merge them on rank 0
             records = [r for shard_records in gather_object([result.records]) for r in shard_records]
@@ -286,6 +278,22 @@ class ValidationCallback(TrainerCallback):
                 self.exchange.heartbeat(progress=phase)
 
         return report
+
+    def validate_shard(self, trainer: Any, shard: list, step: int, report: Any, state: Any, vllm: bool) -> Any:
+        """This rank's shard generated greedily (the colocated vLLM engine, or the unwrapped model) and scored."""
+        if vllm:
+            return self.validate_with_vllm(trainer, shard, step, report)
+        from trl.models.utils import unwrap_model_for_generation
+
+        from mutualrl.evaluation.generate import evaluate_examples
+
+        with RngGuard(), unwrap_model_for_generation(
+            trainer.model_wrapped, trainer.accelerator, gather_deepspeed3_params=trainer.args.ds3_gather_for_generation
+        ) as unwrapped:
+            return evaluate_examples(unwrapped, self.tokenizer, shard, max_new_tokens=self.max_new_tokens,
+                                     batch_size=self.batch_size, chat_template=self.chat_template,
+                                     model_name=self.policy, policy=self.policy, step=step,
+                                     verifier=self.verifier, progress=report, trainer_state=state)
 
     def validate_with_vllm(self, trainer: Any, shard: list, step: int, report: Any = None) -> Any:
         """Greedy validation through the policy's colocated vLLM engine, synced to the current weights and woken

@@ -36,12 +36,13 @@ def describe_exit(returncode: int) -> str:
 
 def in_reward_function(paths: RunPaths, policy: str) -> str:
     """`` (in reward function NAME)`` when ``policy``'s worker was inside a reward function (its marker, written
-    around each call), else ``""``."""
+    around each call: the name, then what the call was doing, as validation's scoring says), else ``""``."""
     try:
-        name = paths.reward_call(policy).read_text(errors="replace").strip()
+        name, _, doing = paths.reward_call(policy).read_text(errors="replace").strip().partition("\n")
     except OSError:
         return ""
-    return f" (in reward function {name[:200]!r})" if name else ""
+    doing = f", {' '.join(doing.split())[:200]}" if doing.strip() else ""
+    return f" (in reward function {name[:200]!r}{doing})" if name else ""
 
 
 def progress_files(paths: RunPaths, policy: str) -> tuple[Path, Path]:
