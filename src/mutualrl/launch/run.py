@@ -22,6 +22,7 @@ from mutualrl.launch.rundir.prepare import (
     never_started,
     prepare_launch,
     resume_changes,
+    without_config,
 )
 from mutualrl.launch.rundir.outbound import given_now, refuse_stored_outbound
 from mutualrl.launch.rundir.record import (
@@ -110,6 +111,8 @@ def resolve_config(options: TrainOptions) -> tuple[RunConfig, str]:
                                max_steps=options.max_steps, option_settings=settings)
 
     given = RunPaths(options.output_dir.resolve()).config if options.output_dir is not None else None
+    if options.resume and given is not None and (problem := without_config(RunPaths(given.parent))) is not None:
+        raise UsageError(f"--resume: {problem}")
     if options.resume and given is not None:
         open_run_folder(given.parent)  # the run to resume is data: nothing it names is imported from inside it
         check_resume_inputs(RunPaths(given.parent))  # its user code and data copy as recorded, before any import

@@ -28,6 +28,7 @@ from rich.markup import escape
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.errors import UsageError
 from mutualrl.output_files import folder_inside, open_append_inside, refuse_links_below
+from mutualrl.run_folder import RunPaths
 
 SWEEP_RECORD = "sweep.json"
 #: Where each run's output goes when several run at once (one at a time: the terminal).
@@ -137,15 +138,25 @@ def grid_list(path: Path, field_name: str, value: Any, types: tuple[type, ...], 
 def point_state(spec: SweepSpec, point: SweepPoint, console: Console) -> str:
     """``new``, ``resume`` or ``reused`` for ``point``'s folder; a run there with other settings is refused."""
     from mutualrl.launch.run import reuse_finished
-    from mutualrl.run_folder import RunPaths
 
     paths = RunPaths(spec.folder / point.name)
     if not paths.config.is_file():
+        refuse_without_config(paths, point)
         return "new"  # no folder, or a start that failed before training began: train starts it again
     config = resolved_config(spec, point)
     if reuse_finished(paths, config, console, SWEEP_REUSE_HINT, again="delete its folder to train it again"):
         return "reused"
     return "resume"
+
+
+def refuse_without_config(paths: RunPaths, point: SweepPoint) -> None:
+    """A run folder ``train`` can neither start nor resume (files but no ``config.yaml``) is said before any run
+    starts, with what to do, instead of a failed run whose message would send the user back to the same command."""
+    from mutualrl.launch.rundir.prepare import without_config
+
+    problem = without_config(paths)
+    if problem is not None:
+        raise UsageError(f"sweep run {point.name}: {problem} (then run the sweep again)")
 
 
 def resolved_config(spec: SweepSpec, point: SweepPoint) -> Any:

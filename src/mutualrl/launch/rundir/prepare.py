@@ -39,6 +39,8 @@ def check_run_dir(paths: RunPaths, resume: bool, overwrite: bool) -> None:
     content = [c for c in root.iterdir() if not is_coordination_entry(c.name)] if root.is_dir() else []
     if not content or never_started(paths):  # a failed start left only what it began: it is started again
         return
+    if not overwrite and (problem := without_config(paths)) is not None:
+        raise UsageError(f"run folder {problem}")
     if not overwrite:
         raise UsageError(f"run folder {root} already exists: use --resume to continue it, --overwrite to "
                          "start it again, or --output-dir for a new one")
@@ -57,6 +59,22 @@ def never_started(paths: RunPaths) -> bool:
     """A run folder whose start failed before its config was written (bad data, a typo): it holds nothing of a
     run (prompts at most), so the corrected command starts it again instead of asking for ``--resume``."""
     return paths.marker.is_file() and not paths.config.exists() and not paths.run_json.exists()
+
+
+def without_config(paths: RunPaths) -> str | None:
+    """What is wrong with a run folder that holds files but no ``config.yaml`` (a copy cut short, a folder of
+    something else), which ``train`` can neither start again nor resume, and what to do; None for a folder that
+    has its config, holds nothing, or is a start that failed before writing it (started again as it is)."""
+    root = paths.root
+    if paths.config.exists() or not root.is_dir() or never_started(paths):
+        return None
+    content = sorted(c.name for c in root.iterdir() if not is_coordination_entry(c.name))
+    if not content:
+        return None
+    shown = ", ".join(content[:3]) + (", ..." if len(content) > 3 else "")
+    again = ", or start it again with --overwrite (which deletes it)" if is_run_folder(root) else ""
+    return (f"{root} holds files ({shown}) but no config.yaml, so it can be neither resumed nor started again; "
+            f"restore its config.yaml, or move the folder away{again}")
 
 
 def prepare_launch(paths: RunPaths, config: RunConfig, source: str, resume: bool, allowed: list[ConfigChange],
