@@ -54,7 +54,7 @@ TINY_MODELS: dict[str, TinyModelSpec] = {
             architecture="llama",
             strong_family="sub",
             # 4 heads of 32 (hidden 128): with 2 heads of 32 (hidden 64) SGT's `add` answers broke its two-digit
-            # `sub` answers (docs/pools.md, "The rebuilt pool, measured"); 4 heads per layer as the first tiny pool had.
+            # `sub` answers (docs/pools.md, "Why this design"); 4 heads per layer as the first tiny pool had.
             hidden_size=128,
             num_heads=4,
             blind_spot_steps=200,  # 60 left the larger model's `add` recoverable by standalone GRPO (docs/pools.md)
