@@ -311,7 +311,11 @@ def start_point(spec: SweepSpec, point: SweepPoint, resume: bool, jobs: int, con
     if jobs > 1:
         logs = folder_inside(spec.folder, LOGS_DIR)
         log = os.fdopen(open_append_inside(logs / f"{point.name}.log"), "ab")  # closed when the run ends
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT if log else None)
+    from mutualrl.host.parent_death import die_with_parent
+
+    # a kill -9 of the sweep stops the run as a Ctrl-C of it does (SIGTERM: the run's own stop, resumable)
+    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT if log else None,
+                               preexec_fn=die_with_parent())  # noqa: PLW1509 - only prctl and getppid run there
     return Started(point, process, time.perf_counter(), log)
 
 
