@@ -164,6 +164,7 @@ def test_resume_of_a_finished_run_starts_no_worker_unless_something_is_left_to_t
     out = capsys.readouterr().out
     assert "finished; nothing to resume" in out and "0.250" in out and "0.750" in out and not started
     assert json.loads((run_dir / "run.json").read_text()) == {"status": "done"}  # untouched
+    assert json.loads((run_dir / "summary.json").read_text()) == summary  # its seconds too (issue 68)
 
     def launches(*argv: str) -> bool:
         before = len(started)
