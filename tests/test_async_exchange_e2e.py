@@ -165,4 +165,5 @@ def test_max_restarts_a_killed_peer_restarts_from_its_checkpoint_and_rejoins(tmp
 
 
 # A killed peer failing the run under the default on_peer_failure=stop: test_train_e2e.py
-# test_killed_peer_stops_the_pool_and_is_named (it also checks the survivor's log and the exchange).
+# test_killed_peer_stops_the_pool_named_and_resume_finishes_with_the_same_steps (it also checks the survivor's log
+# and the exchange).

@@ -65,10 +65,12 @@ def test_collected_groups_of_the_shared_runs(tmp_path):
         assert shown[f"tests/{test}"] == sgt, test
     xgrpo = "shared:tiny_regime_2_steps[xgrpo]"
     for test in ("test_progress_log.py::test_piped_run_prints_a_line_for_every_step_of_every_policy[xgrpo]",
-                 "test_train_e2e.py::test_every_other_regime_trains_two_steps_on_the_tiny_pool[xgrpo]"):
+                 "test_train_e2e.py::test_every_other_regime_trains_two_steps_on_the_tiny_pool[xgrpo]",
+                 "test_train_e2e.py::test_two_policies_exchange_records_every_step[xgrpo]"):
         assert shown[f"tests/{test}"] == xgrpo, test
     # built by each worker (conftest.BUILT_PER_WORKER): no group
-    assert "tests/test_train_e2e.py::test_two_policies_exchange_records_every_step" not in shown
+    assert "tests/test_train_e2e.py::test_killed_peer_stops_the_pool_named_and_resume_finishes_with_the_same_steps" \
+        not in shown
     assert "tests/test_async_exchange_e2e.py::test_continue_lets_the_survivor_finish_when_a_peer_is_killed" not in shown
 
 
