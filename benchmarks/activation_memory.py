@@ -22,6 +22,12 @@ zeroed, so the backward accumulates into them in place) and are not counted. Eac
   hidden-state gradients in flight, the final norm);
 - ``per_token_at_model_layers`` = ``layers x kept_per_layer + rest`` at the model's real layer count.
 
+Two biases of the slopes, both smaller at longer rows: the peak's moment can move between the row counts (at 1024
+tokens it can fall where a weight-sized gradient is alive, at 2048 where one more intermediate-width gradient is),
+so at ``--seq 256`` ``rest`` mixes two moments and reads low by up to one intermediate-width tensor; and the padding
+mask is ``[rows, 1, seq, seq]`` (each layer saves its own bf16 copy), bytes per token that grow with ``seq``. Hence
+a second record at ``--seq 512`` (``activation-memory-seq512.json``).
+
 ::
 
     PYTHONPATH=src nice python benchmarks/activation_memory.py --out benchmarks/results/activation-memory.json

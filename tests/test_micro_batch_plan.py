@@ -28,15 +28,17 @@ def test_hacpo_4b_micro_batch_by_hand(tmp_path):
       one layer saves  2 RMSNorms (4 + 2) B x 2560 x 2    =  30,720
                        q/k norms (4 + 2) B x (32 + 8) x 128 =  30,720
                        5 x 2 B x 4096 + 4 B x 32         =  41,088
-                       SwiGLU 4 x 2 B x 9728             =  77,824   (180,352)
-      backward         final norm 6 x 2560 + 2 gradients 2 x 2 x 2560 + 2 B x 9728 = 45,056
+                       SwiGLU 4 x 2 B x 9728             =  77,824
+                       its bf16 copy of the mask 2 B x 5120 = 10,240   (190,592)
+      backward         final norm 6 x 2560 + 2 gradients 2 x 2 x 2560 + 2 x 2 B x 9728 = 64,512
+      the boolean padding mask 1 B x 5120                =   5,120
       kept inputs      36 x 2 B x 2560                   = 184,320
-                                                   sum  = 409,728 B per token (measured on the CPU: 402,472)
-      163840 tokens x 409,728 B                         = 67,129,835,520
+                                                   sum  = 444,544 B per token
+      163840 tokens x 444,544 B                         = 72,834,088,960
       head tile 4096 x 32768 x 2 B                      =    268,435,456
       scored tokens 32 x 4096 x 2560 x (2 + 4) B        =  2,013,265,920
       head weight 151936 x 2560 x (4 + 2) B             =  2,333,736,960
-                                                   sum  = 71,745,273,856 B = 66.82 GiB
+                                                   sum  = 77,449,527,296 B = 72.13 GiB
     beside 16.8 GiB of model state and a tenth of an 80 GiB card (55.2 GiB left): lowered to 8 own rows; a 141 GiB
     card keeps the 16."""
     from mutualrl.launch.plan.bounds import micro_batch
@@ -46,10 +48,10 @@ def test_hacpo_4b_micro_batch_by_hand(tmp_path):
     plan = gpu_plan(tmp_path, "hacpo-qwen3-1.7b-4b").policy("qwen3-4b-base")
     full = micro_batch(config, plan, model_shape("Qwen/Qwen3-4B-Base"), own_rows=16)
     assert (full.own_rows, full.peer_rows, full.rescue_rows, full.tokens_per_row) == (16, 16, 0, 5120)
-    assert full.activation_gib * 2**30 == pytest.approx(71_745_273_856)
+    assert full.activation_gib * 2**30 == pytest.approx(77_449_527_296)
     assert plan.grpo["per_device_train_batch_size"] == 8 and plan.grpo["gradient_accumulation_steps"] == 8
     note = next(n for n in plan.notes if "micro-batch" in n)
-    assert "per_device_train_batch_size 16 -> 8" in note and "66.8 GiB" in note and "80 GiB GPU" in note
+    assert "per_device_train_batch_size 16 -> 8" in note and "72.1 GiB" in note and "80 GiB GPU" in note
     assert plan.micro_batch.activation_gib <= 80 * 0.9 - plan.memory.gib_per_device
     big = gpu_plan(tmp_path, "hacpo-qwen3-1.7b-4b", gpu_memory_gib=141.0).policy("qwen3-4b-base")
     assert big.grpo["per_device_train_batch_size"] == 16 and not any("micro-batch" in n for n in big.notes)
@@ -57,7 +59,7 @@ def test_hacpo_4b_micro_batch_by_hand(tmp_path):
 
 @pytest.mark.parametrize("gpu_memory_gib, own_rows", [(80.0, 8), (141.0, 16)])
 def test_hacpo_qwen3_4b_llama3b_fits_the_card(tmp_path, gpu_memory_gib, own_rows):
-    """The other HACPO recipe: its 4B policy (the same 32 x 5120 micro-batch, 66.8 GiB) is lowered on 80 GiB and kept
+    """The other HACPO recipe: its 4B policy (the same 32 x 5120 micro-batch, 72.1 GiB) is lowered on 80 GiB and kept
     on 141 GiB; every policy's micro-batch then fits beside its model state and the margin."""
     plan = gpu_plan(tmp_path, "hacpo-qwen3-4b-llama3b", gpu_memory_gib=gpu_memory_gib)
     assert plan.policy("qwen3-4b-base").grpo["per_device_train_batch_size"] == own_rows
@@ -81,7 +83,7 @@ def test_peer_rows_and_activations_grow_with_the_pool(tmp_path):
 
 
 def test_a_micro_batch_too_big_for_the_card_is_split_keeping_the_batch(tmp_path):
-    """On 40 GiB cards the 4B policy's 32-row micro-batch (66.8 GiB) cannot sit beside its 16.8 GiB of state: the
+    """On 40 GiB cards the 4B policy's 32-row micro-batch (72.1 GiB) cannot sit beside its 16.8 GiB of state: the
     per-device batch is divided and the accumulation multiplied, so a step still samples and updates the same."""
     before = gpu_plan(tmp_path, "hacpo-qwen3-1.7b-4b").policy("qwen3-4b-base")
     after = gpu_plan(tmp_path, "hacpo-qwen3-1.7b-4b", gpu_memory_gib=40.0).policy("qwen3-4b-base")
@@ -94,7 +96,7 @@ def test_a_micro_batch_too_big_for_the_card_is_split_keeping_the_batch(tmp_path)
     assert after.micro_batch.rows == 2 * grpo["per_device_train_batch_size"]
     assert after.micro_batch.activation_gib <= 40 * 0.9 - after.memory.gib_per_device
     note = next(n for n in after.notes if "micro-batch" in n)
-    assert "per_device_train_batch_size 16 -> " in note and "66.8 GiB" in note and "40 GiB GPU" in note
+    assert "per_device_train_batch_size 16 -> " in note and "72.1 GiB" in note and "40 GiB GPU" in note
     assert after.launch.env == {**after.launch.env, **planned_grpo_env(grpo)}  # the worker checks this digest
     saved = LaunchPlan.from_json(gpu_plan(tmp_path, "hacpo-qwen3-1.7b-4b", gpu_memory_gib=40.0).to_json())
     assert saved.policy("qwen3-4b-base").micro_batch == after.micro_batch  # plan.json carries it

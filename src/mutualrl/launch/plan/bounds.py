@@ -46,10 +46,15 @@ and values expanded to every head (transformers' SDPA path repeats K/V whenever 
 pads every batch), SDPA's output and the ``o_proj`` input made contiguous; plus one float32 log-sum-exp per head."""
 GATED_MLP_TENSORS = 4
 """Intermediate-width tensors a SwiGLU MLP saves: gate, SiLU(gate), up and their product (GPT-2's GeLU MLP: 2)."""
-BACKWARD_INTERMEDIATE_TENSORS = 1
-"""Intermediate-width gradients alive at the backward's peak, beyond the saved tensors."""
+BACKWARD_INTERMEDIATE_TENSORS = 2
+"""Intermediate-width gradients alive at the backward's peak, beyond the saved tensors (the product's and SiLU's;
+measured at 2048+ tokens a micro-batch, ``benchmarks/results/activation-memory-seq512.json``)."""
 HIDDEN_GRADIENTS = 2
 """Hidden-state-sized gradients in flight through the layers during the backward."""
+BOOL_MASK_BYTES = 1
+"""Bytes per key of the ``[rows, 1, tokens, tokens]`` boolean padding mask transformers builds for SDPA. Each
+layer's SDPA converts it to the activations' dtype and saves that copy for its backward (``dtype`` bytes per key):
+the one term that grows with the row's length, ``tokens`` bytes per token."""
 HEAD_TILE_TOKENS = 4096
 """TRL 1.16's fused head projects at most this many scored tokens at once (``chunked_logprob.TOKEN_CHUNK_SIZE``)."""
 HEAD_TILE_VOCAB = 32768
@@ -120,29 +125,32 @@ def training_dtype_bytes(plan: Any) -> int:
     return 4 if plan.placement.device_type == "cpu" or not (grpo.get("bf16") or grpo.get("fp16")) else 2
 
 
-def layer_saved_bytes(shape: ModelShape, dtype: int) -> int:
-    """Bytes per token one decoder layer saves for its backward (no checkpointing), counted from the shape: the
-    two RMSNorms' float32 copy and output, the q/k norms' (Qwen3), :data:`ATTENTION_WIDTH_TENSORS` and the MLP's.
-    Checked against the CPU measurement in ``benchmarks/results/activation-memory.json``."""
+def layer_saved_bytes(shape: ModelShape, dtype: int, tokens: int) -> int:
+    """Bytes per token one decoder layer saves for its backward (no checkpointing) in rows of ``tokens``, counted
+    from the shape: the two RMSNorms' float32 copy and output, the q/k norms' (Qwen3),
+    :data:`ATTENTION_WIDTH_TENSORS`, the MLP's and the layer's copy of the padding mask (:data:`BOOL_MASK_BYTES`).
+    Checked against the CPU measurement in ``benchmarks/results/activation-memory*.json``."""
     attention_width = shape.heads * shape.head_dim
     norms = 2 * (4 + dtype) * shape.hidden if shape.gated_mlp else 2 * dtype * shape.hidden  # GPT-2: LayerNorm
     qk_norms = (4 + dtype) * (shape.heads + shape.kv_heads) * shape.head_dim if shape.qk_norm else 0
     attention = ATTENTION_WIDTH_TENSORS * dtype * attention_width + 4 * shape.heads
     mlp = (GATED_MLP_TENSORS if shape.gated_mlp else 2) * dtype * shape.intermediate
-    return norms + qk_norms + attention + mlp
+    return norms + qk_norms + attention + mlp + dtype * tokens
 
 
-def activation_bytes_per_token(shape: ModelShape, dtype: int, checkpointing: bool) -> tuple[int, int]:
-    """(bytes per token every layer keeps, bytes per token of the rest of the backward's peak) of the decoder stack.
+def activation_bytes_per_token(shape: ModelShape, dtype: int, checkpointing: bool, tokens: int) -> tuple[int, int]:
+    """(bytes per token every layer keeps, bytes per token of the rest of the backward's peak) of the decoder stack,
+    in rows of ``tokens``.
 
-    Checkpointing (non-reentrant) keeps each layer's input and recomputes one layer at a time: the rest is that layer's
-    saved tensors. Either way the rest adds the final norm's, :data:`HIDDEN_GRADIENTS` hidden-state gradients and
-    :data:`BACKWARD_INTERMEDIATE_TENSORS` intermediate-width gradients."""
-    saved = layer_saved_bytes(shape, dtype)
+    Checkpointing (non-reentrant) keeps each layer's input and the boolean padding mask (an input of every layer) and
+    recomputes one layer at a time: the rest is that layer's saved tensors. Either way the rest adds the final norm's,
+    :data:`HIDDEN_GRADIENTS` hidden-state gradients and :data:`BACKWARD_INTERMEDIATE_TENSORS` intermediate-width
+    gradients."""
+    saved = layer_saved_bytes(shape, dtype, tokens)
     backward = ((4 + dtype) * shape.hidden + HIDDEN_GRADIENTS * dtype * shape.hidden
                 + BACKWARD_INTERMEDIATE_TENSORS * dtype * shape.intermediate)
     if checkpointing:
-        return dtype * shape.hidden, saved + backward
+        return dtype * shape.hidden, saved + backward + BOOL_MASK_BYTES * tokens
     return saved, backward
 
 
@@ -150,7 +158,7 @@ def activation_bytes(rows: int, tokens: int, scored: int, shape: ModelShape, dty
                      head_trained: bool) -> tuple[float, str]:
     """Bytes a micro-batch of ``rows`` x ``tokens`` holds at its backward's peak (``scored``: the completion tokens
     the head scores), and how that was counted."""
-    kept, rest = activation_bytes_per_token(shape, dtype, checkpointing)
+    kept, rest = activation_bytes_per_token(shape, dtype, checkpointing, tokens)
     n = rows * tokens
     layers = n * (shape.layers * kept + rest)
     what = (f"{shape.layers} layer inputs of {kept} B + the recomputed layer and backward {rest} B per token "
