@@ -24,7 +24,15 @@ The classes (each trial draws one fault of one class):
   files are what they were;
 - ``values``: a reward function returning a list, a string, a complex number, ``inf``, ``1e308`` or ``NaN``: the
   run stops naming the function and the value; a reward module calling ``sys.exit(0)`` at import: refused naming
-  it; a column mixing types in a list: refused naming file, row and column; a prompt holding U+2028: trains.
+  it; a column mixing types in a list: refused naming file, row and column; a prompt holding U+2028: trains;
+- ``writes``: a link planted where a command writes, pointing outside (``plot -o DIR``'s figure, ``report -o``'s
+  file, ``RUN/plots``, ``RUN/distill``, a sweep's run folder or log), a sweep's run folder with files but no
+  ``config.yaml``: refused in one line naming it, the user's file and the outside folder untouched; a task group
+  named ``all``: ``report`` keeps it apart from the overall reward@1;
+- ``stall``: a reward function that never returns in the step-0 validation, ``launch.stall_timeout_s=30``: the run
+  stops naming the function and "scoring the validation of step 0";
+- ``orphan``: ``kill -9`` of a sweep while its run trains: the run stops too (``interrupted``), and the sweep run
+  again finishes it.
 
 A trial holds when every command ended as it must (exit 0 for what trains, 2 with one ``error:`` line naming
 what is asked for a refusal), printed no traceback, and nothing ran that must not. Prints one JSON object::
@@ -50,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from chaos_trials import chaos_main, summary, trial_class  # noqa: E402
 
-CLASSES = ("rows", "code", "copy", "folder", "see", "trust", "finished", "values")
+CLASSES = ("rows", "code", "copy", "folder", "see", "trust", "finished", "values", "writes", "stall", "orphan")
 LIMIT_S = 300.0
 REWARDS = "def exact(completions, answer, **kwargs):\n    return [float(str(answer) in str(c)) for c in completions]\n"
 HOSTILE = "import pathlib\npathlib.Path('IMPORTED').write_text('ran')\n" + REWARDS
@@ -258,8 +266,108 @@ def trial_values(home: Path, rng: random.Random) -> tuple[str, list[bool], list[
     return fault, [ran["rc"] == 0], [ran]
 
 
+def plant(link: Path, target: Path) -> None:
+    """A link at ``link`` (its folder made) to ``target``, a file of the user's or a folder outside."""
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(target)
+
+
+WRITE_FAULTS = ("plot -o link", "report -o link", "plots/ link", "distill/ link", "sweep run link",
+                "sweep log link", "sweep run without config", "group named all")
+
+
+def trial_writes(home: Path, rng: random.Random) -> tuple[str, list[bool], list[dict[str, Any]]]:
+    """A link planted where a command writes (pointing outside), a sweep's run folder without config.yaml, a task
+    group named ``all``: refused in one line (or, for ``all``, kept apart from the overall reward@1), the user's
+    file and the outside folder untouched."""
+    fault = rng.choice(WRITE_FAULTS)
+    outside, victim = home / "outside", home / "victim.txt"
+    outside.mkdir()
+    victim.write_text("the user's own file\n")
+    sweep = ["sweep", "-o", str(home / "SW"), "--regimes", "standalone", "--seeds", "1", "--pool", "tiny",
+             "--dry-run"]
+    if fault.startswith("sweep"):
+        run = home / "SW" / "standalone-seed1"
+        if fault == "sweep run link":
+            plant(run, outside)
+        elif fault == "sweep log link":
+            plant(home / "SW" / "logs" / "standalone-seed1.log", victim)
+        else:
+            run.mkdir(parents=True)
+            (run / "run.json").write_text('{"status": "done"}')
+        ran = mutualrl(sweep, home)
+        needle = "no config.yaml" if fault == "sweep run without config" else "a link"
+        return fault, [refused(ran, needle), not any(outside.iterdir()), victim.read_text().startswith("the user")], \
+            [ran]
+    first = trained(home)
+    run = home / "run"
+    if fault == "group named all":
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        for row in rows:
+            if row.get("kind") == "eval":
+                row["eval/group/all/reward@1"] = -0.5  # no reward@1 is negative: the overall figure cannot be it
+        (run / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        ran = mutualrl(["report", str(run), "-f", "json"], home)
+        try:
+            rows = json.JSONDecoder().raw_decode(ran["output"][ran["output"].index("{"):])[0]["rows"]
+        except (ValueError, KeyError):
+            rows = []
+        overall = [r["values"] for r in rows if r["task_group"] == "all"]
+        apart = [r["values"] for r in rows if r["task_group"] == "all (task group)"]
+        held = bool(overall) and all(-0.5 not in v for v in overall) and bool(apart) and all(v == [-0.5] for v in apart)
+        return fault, [first["rc"] == 0, ran["rc"] == 0, held], [first, ran]
+    commands = {"plot -o link": (["plot", str(run), "-o", str(home / "figs")], home / "figs" / "validation_reward.png"),
+                "report -o link": (["report", str(run), "-f", "markdown", "-o", str(home / "t.md")], home / "t.md"),
+                "plots/ link": (["plot", str(run)], run / "plots"),
+                "distill/ link": (["distill", str(run), "--learner", "tiny-bpe", *ALLOW], run / "distill")}
+    args, link = commands[fault]
+    shutil.rmtree(link, ignore_errors=True)
+    plant(link, outside if link.name in ("plots", "distill") else victim)
+    ran = mutualrl(args, home)
+    untouched = not any(outside.iterdir()) and victim.read_text() == "the user's own file\n"
+    return fault, [first["rc"] == 0, refused(ran, link.name), untouched], [first, ran]
+
+
+STALLING_REWARD = ("import time\ncalls = []\ndef exact(completions, answer, **kwargs):\n    calls.append(1)\n"
+                   "    time.sleep(3600)  # the first call scores the step-0 validation: it never returns\n"
+                   "    return [0.0] * len(completions)\n")
+
+
+def trial_stall(home: Path, rng: random.Random) -> tuple[str, list[bool], list[dict[str, Any]]]:
+    """A reward function that never returns during the step-0 validation, a 30 s stall limit: the run stops within
+    it (plus start-up) naming the function and what it was doing."""
+    (home / "g_rewards.py").write_text(STALLING_REWARD)
+    ran = mutualrl(train_args(home / "run", "--set", "launch.stall_timeout_s=30"), home, limit=240)
+    said = " ".join(ran["output"].split())
+    named = "in reward function 'exact', scoring the validation of step 0" in said
+    return "hangs in validation", [ran["rc"] not in (0, None), named], [ran]
+
+
+def trial_orphan(home: Path, rng: random.Random) -> tuple[str, list[bool], list[dict[str, Any]]]:
+    """``kill -9`` of a sweep while its run trains: the run stops too (SIGTERM, its own stop), its run.json says
+    ``interrupted``, and the sweep run again resumes and finishes it."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    args = [sys.executable, "-m", "mutualrl", "sweep", "-o", str(home / "SW"), "--regimes", "standalone", "--seeds",
+            "1", "--pool", "tiny", "--max-steps", "6"]
+    sweep = subprocess.Popen(args, cwd=home, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    record = home / "SW" / "standalone-seed1" / "run.json"
+    deadline = time.time() + 180
+    while time.time() < deadline and not (record.exists() and '"running"' in record.read_text()):
+        time.sleep(0.5)
+    sweep.kill()
+    sweep.wait()
+    deadline = time.time() + 90
+    while time.time() < deadline and '"running"' in record.read_text():
+        time.sleep(0.5)
+    status = json.loads(record.read_text()).get("status") if record.exists() else None
+    again = mutualrl(args[3:], home) if status == "interrupted" else \
+        {"args": ["sweep"], "rc": None, "seconds": 0, "output": f"run.json status {status}"}
+    return "kill -9 of the sweep", [status == "interrupted", again["rc"] == 0], [again]
+
+
 TRIALS = {"rows": trial_rows, "code": trial_code, "copy": trial_copy, "folder": trial_folder, "see": trial_see,
-          "trust": trial_trust, "finished": trial_finished, "values": trial_values}
+          "trust": trial_trust, "finished": trial_finished, "values": trial_values, "writes": trial_writes,
+          "stall": trial_stall, "orphan": trial_orphan}
 
 
 def run_trials(trials: int, seed: int, out: Path) -> dict[str, Any]:

@@ -229,7 +229,7 @@ class ValidationCallback(TrainerCallback):
         finished = running_total(report)  # both backends report each batch's size
         started = time.perf_counter()
         with calls_named_in(self.paths.reward_call(self.policy),  # a function that hangs here is named too
-                            f"scoring the validation of step {step}: {len(shard)} prompts"):
+                            f"scoring the validation of step {step}: {len(shard)} prompt{'s' * (len(shard) != 1)}"):
             result = self.validate_shard(trainer, shard, step, finished, state, vllm)
         result.records = result.records[:real] if counts else []  # the padding, and a TP group's copies, dropped
         if accelerator.num_processes > 1:  # every rank evaluated a shard: merge them on rank 0

@@ -270,7 +270,7 @@ def print_failure(outcome: Any, paths: RunPaths, console: Console) -> None:
             console.print(resume_hint(paths), highlight=False, soft_wrap=True)
         return
     console.print(f"[bold red]policy {outcome.failed_policy} failed:[/] {outcome.reason}; the other policies were "
-                  "stopped.", highlight=False)
+                  "stopped.", highlight=False, soft_wrap=True)  # one line, whatever the terminal's width
     console.print(f"last lines of {paths.log(outcome.failed_policy)}:", highlight=False)
     console.print(outcome.log_tail, highlight=False, markup=False)
     for name, rc in outcome.returncodes.items():
