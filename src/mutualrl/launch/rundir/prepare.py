@@ -39,7 +39,8 @@ def check_run_dir(paths: RunPaths, resume: bool, overwrite: bool) -> None:
     content = [c for c in root.iterdir() if not is_coordination_entry(c.name)] if root.is_dir() else []
     if not content or never_started(paths):  # a failed start left only what it began: it is started again
         return
-    if not overwrite and (problem := without_config(paths)) is not None:
+    a_run = is_run_folder(root) or paths.run_json.exists()  # a folder of something else: --output-dir, below
+    if not overwrite and a_run and (problem := without_config(paths)) is not None:
         raise UsageError(f"run folder {problem}")
     if not overwrite:
         raise UsageError(f"run folder {root} already exists: use --resume to continue it, --overwrite to "
