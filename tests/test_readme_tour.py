@@ -31,6 +31,23 @@ SHORT_TINY = {"grpo": {"max_steps": 2, "save_steps": 1}, "validation": {"every_s
 """What the test's ``tiny`` recipe changes: 2 steps (a checkpoint each, for ``--resume``), 20 held-out prompts."""
 
 
+def planned_only(line: str) -> bool:
+    """A tour line run as its dry run (``--dry-run`` added: the same command, its plan printed, nothing trained):
+    a variant of a run the suite trains elsewhere (the shared 2-step xgrpo and naive-PRP runs of
+    tests/conftest.py, a learning rate and a per-policy temperature, the asynchronous settings of
+    tests/test_async_exchange_e2e.py). Every other train line trains: the set-up's SGT run and its baseline, the
+    resume, and the recorded run that distill reads."""
+    return line.startswith("mutualrl train ") and any(mark in line for mark in DRY_RUN_MARKS)
+
+
+DRY_RUN_MARKS = ("--regime xgrpo", "--prp-denominator learner", "-o runs/tiny-lr", "-o runs/tiny-async")
+
+
+def as_run(line: str) -> str:
+    """The line as the test runs it: a planned-only train line with ``--dry-run`` after ``train``."""
+    return line.replace("mutualrl train ", "mutualrl train --dry-run ", 1) if planned_only(line) else line
+
+
 def tour_lines(readme: str) -> list[str]:
     """The quick tour's command lines: the first ``bash`` block under its heading, a trailing ``\\`` joining
     lines, comment-only lines dropped (a comment after a command stays: bash ignores it)."""
@@ -47,6 +64,8 @@ def readme_tour() -> list[str]:
 
 def test_the_tour_is_read_whole():
     lines = readme_tour()
+    assert as_run("mutualrl train --pool tiny --regime xgrpo   # c") == (
+        "mutualrl train --dry-run --pool tiny --regime xgrpo   # c")  # before the comment, where bash reads it
     assert len(lines) >= 20, lines
     assert all(line.startswith("mutualrl ") for line in lines), [x for x in lines if not x.startswith("mutualrl ")]
     assert tour_lines("## A quick tour\n\n```bash\nmutualrl a \\\n  --b 1   # c\n# d\n\nmutualrl e\n```\n") == [
@@ -160,11 +179,15 @@ def test_the_readme_runs_as_written_in_order(tmp_path):
     assert list((work / "runs" / "tiny-sgt" / "plots").glob("*.png"))
 
     tour = readme_tour()
-    said = run_as_written(tour, work, env, "README quick tour")
+    assert sum(map(planned_only, tour)) == len(DRY_RUN_MARKS), [line for line in tour if planned_only(line)]
+    said = run_as_written([as_run(line) for line in tour], work, env, "README quick tour")
     baseline = said[next(i for i, line in enumerate(tour) if "--baseline standalone" in line)]
     assert baseline.count("using it as it is, not training it again") == 2, baseline[-2000:]
+    for line, out in zip(tour, said):
+        if planned_only(line):  # the plan of the pool and regime the line names
+            assert "Launch plan pool tiny, regime " in out, f"`{line}` printed no plan\n{out[-2000:]}"
     runs = {p.name for p in (work / "runs").iterdir()}
-    assert {"tiny-xgrpo", "tiny-sgt", "tiny-sgt-standalone", "tiny-prp", "tiny-lr", "tiny-async",
-            "tiny-recorded"} <= runs, runs
+    assert {"tiny-sgt", "tiny-sgt-standalone", "tiny-recorded"} <= runs, runs
+    assert not {"tiny-xgrpo", "tiny-prp", "tiny-lr", "tiny-async"} & runs, runs  # planned, nothing written
     assert list((work / "runs" / "tiny-sgt" / "plots").glob("*.png"))
     assert (work / "runs" / "tiny-recorded" / "distill" / "tiny-bpe-from-tiny-sp" / "summary.json").is_file()
