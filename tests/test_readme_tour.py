@@ -5,8 +5,9 @@ set-up made as they are).
 The blocks are the documentation; this test reads them and runs each line with bash (so globs and quoting are
 the shell's), ``mutualrl`` being this tree's CLI. Only the length of training differs from a user's run:
 the recipes folder (``MUTUALRL_RECIPES``) holds the shipped recipes with ``tiny`` cut to 2 steps and 20
-held-out prompts, so the whole tour takes a few minutes on a CPU. A renamed option, a run folder the
-tour never made, a command that needs the hub: the test fails on that line.
+held-out prompts, so the whole tour takes a few minutes on a CPU; and a train line whose run the suite trains
+elsewhere runs as its dry run (:func:`planned_only`). A renamed option, a run folder the tour never made, a
+command that needs the hub: the test fails on that line.
 """
 
 from __future__ import annotations
