@@ -35,8 +35,8 @@ SHORT_TINY = {"grpo": {"max_steps": 2, "save_steps": 1}, "validation": {"every_s
 def planned_only(line: str) -> bool:
     """A tour line run as its dry run (``--dry-run`` added: the same command, its plan printed, nothing trained):
     a variant of a run the suite trains elsewhere (the shared 2-step xgrpo and naive-PRP runs of
-    tests/conftest.py, a learning rate and a per-policy temperature, the asynchronous settings of
-    tests/test_async_exchange_e2e.py). Every other train line trains: the set-up's SGT run and its baseline, the
+    tests/conftest.py, the asynchronous settings of tests/test_async_exchange_e2e.py) or a setting whose plan is
+    its check (a learning rate and a per-policy temperature: resolved and planned, not trained). Every other train line trains: the set-up's SGT run and its baseline, the
     resume, and the recorded run that distill reads."""
     return line.startswith("mutualrl train ") and any(mark in line for mark in DRY_RUN_MARKS)
 
