@@ -260,16 +260,19 @@ def mutualrl(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-def test_distill_end_to_end_on_the_tiny_pool(tmp_path, capsys):
+def test_distill_end_to_end_on_the_tiny_pool(tmp_path, capsys, sgt_3_steps):
+    """Distils from the shared 3-step SGT run (its exchange records every step; see.retention_steps, 16, keeps
+    all 3), copied so the shared folder stays as trained; README's tour trains and distils a standalone run
+    recorded with see.record_standalone=true (test_readme_tour.py)."""
     from transformers import AutoModelForCausalLM
 
-    run_dir = tmp_path / "run"
-    done = mutualrl("train", "--pool", "tiny", "--regime", "standalone", "--max-steps", "3", "-o", str(run_dir),
-                    "--set", "see.record_standalone=true", "--set", "see.retention_steps=null")
+    shared_dir, done = sgt_3_steps
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    shutil.copytree(shared_dir, run_dir)
     assert sorted(p.name for p in (run_dir / "see").glob("step-*")) == [f"step-00000{i}" for i in range(3)]
 
-    done = mutualrl("distill", str(run_dir), "--learner", "tiny-bpe", "--max-steps", "2", "--eval-limit", "40",
+    done = mutualrl("distill", str(run_dir), "--learner", "tiny-bpe", "--max-steps", "2", "--eval-limit", "12",
                     "--set", "per_device_train_batch_size=4")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = run_dir / "distill" / "tiny-bpe-from-tiny-sp"
@@ -283,7 +286,7 @@ def test_distill_end_to_end_on_the_tiny_pool(tmp_path, capsys):
     peer_prompts = {json.loads(line)["prompt"] for line in (out / "data.jsonl").read_text().splitlines()}
     assert all("-" in p for p in peer_prompts)  # tiny-sp solves the `sub` family (a+b-c=) only
     evaluation = summary["eval"]
-    assert evaluation["n"] == 40
+    assert evaluation["n"] == 12  # the first 12 of the run's 20 held-out prompts (validation.limit=20)
     for side in ("before", "after"):
         assert 0.0 <= evaluation[side]["reward@1"] <= 1.0 and set(evaluation[side]["groups"]) == {"add", "sub"}
     assert evaluation["change"] == pytest.approx(evaluation["after"]["reward@1"] - evaluation["before"]["reward@1"])
