@@ -126,7 +126,7 @@ def peak_bytes(shape: ModelShape, architecture: str, layers: int, rows: int, seq
     if checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     for parameter in model.parameters():
-        parameter.grad = torch.zeros_like(parameter)
+        parameter.grad = torch.zeros_like(parameter)  # the parameter's shape: accumulated into in place
     mask = torch.ones(rows, seq, dtype=torch.long, device=device)  # [rows, seq]
     mask[0, : seq // 4] = 0  # one left-padded row: SDPA gets a mask, not is_causal
     preexisting = {t.untyped_storage().data_ptr() for p in model.parameters() for t in (p, p.grad)}
