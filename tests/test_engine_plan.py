@@ -159,13 +159,17 @@ def test_a_lora_policy_under_zero3_leaves_room_for_the_adapter_syncs_gathered_mo
 
 
 def test_a_share_the_recipe_sets_that_leaves_no_room_for_the_adapter_syncs_gathered_model_is_refused():
-    """The same LoRA Qwen3-4B under ZeRO-3 with the recipe's share 0.9: 0.9 x 80 + 1.86 + 7.45 = 81.3 GiB > 80."""
+    """The same LoRA Qwen3-4B under ZeRO-3 with the recipe's share 0.9: 0.9 x 80 + 1.86 + 7.45 = 81.3 GiB > 80; 0.85
+    fits the card (77.3 GiB) but not its 6 GiB margin (83.3 > 80); 0.8 keeps it (79.3 GiB)."""
     with pytest.raises(PlacementError) as err:
         gpu_plan("3qwen", 80.0, "pool.policies.qwen3-4b-base.lora={}", "launch.deepspeed=zero3",
                  "pool.policies.qwen3-4b-base.grpo.vllm_gpu_memory_utilization=0.9")
     text = str(err.value)
     assert "\n" not in text and "qwen3-4b-base: its vLLM engine's share 0.9 of the 80 GiB card" in text
     assert "7.5 GiB whole model TRL's adapter sync gathers" in text and "at most 0.80" in text
+    with pytest.raises(PlacementError, match="share 0.85 of the 80 GiB card"):
+        gpu_plan("3qwen", 80.0, "pool.policies.qwen3-4b-base.lora={}", "launch.deepspeed=zero3",
+                 "pool.policies.qwen3-4b-base.grpo.vllm_gpu_memory_utilization=0.85")
     kept = gpu_plan("3qwen", 80.0, "pool.policies.qwen3-4b-base.lora={}", "launch.deepspeed=zero3",
                     "pool.policies.qwen3-4b-base.grpo.vllm_gpu_memory_utilization=0.8")
     assert kept.policy("qwen3-4b-base").engine.gpu_memory_utilization == 0.8

@@ -209,12 +209,14 @@ def gathered_model_problem(config: RunConfig, plan: Any, share: float, gpu_memor
     sync gathers under ZeRO-3 (:func:`sync_gather_gib`); "" when it fits or nothing is gathered."""
     gather = sync_gather_gib(config, plan)
     state = plan.memory.gib_per_device if plan.memory is not None else 0.0
-    if not gather or share * gpu_memory_gib + state + gather <= gpu_memory_gib:
+    # the margin the derived shares keep (CUDA context, NCCL, fragmentation) holds for a set share too
+    if not gather or share * gpu_memory_gib + state + gather + ENGINE_MARGIN_GIB <= gpu_memory_gib:
         return ""
     most = math.floor((gpu_memory_gib - state - gather - ENGINE_MARGIN_GIB) / gpu_memory_gib * 100) / 100
     return (f"{plan.name}: its vLLM engine's share {share:g} of the {gpu_memory_gib:g} GiB card ({source}) beside "
             f"{state:.1f} GiB of model state and the {gather:.1f} GiB whole model TRL's adapter sync gathers (LoRA "
-            f"under ZeRO-3, left in torch's cache when the KV cache wakes) is more than the card; set "
+            f"under ZeRO-3, left in torch's cache when the KV cache wakes) leaves less than the {ENGINE_MARGIN_GIB:g} GiB "
+            f"margin of the card; set "
             f"grpo.vllm_gpu_memory_utilization to at most {max(most, 0.0):.2f} or leave it unset with sleep mode")
 
 
