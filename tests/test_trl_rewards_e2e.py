@@ -47,7 +47,7 @@ def write_folder(root: Path, conversational: bool) -> Path:
 @pytest.mark.parametrize("pool", ["tiny", pytest.param("smol", marks=pytest.mark.real_pool)])
 def test_trls_rewards_train_each_pool_and_every_call_gets_the_datasets_form(tmp_path, pool, conversational):
     log = write_folder(tmp_path, conversational)
-    command = [sys.executable, "-m", "mutualrl", "train", "--pool", pool, "--max-steps", "2", "-o", "runs/x",
+    command = [sys.executable, "-m", "mutualrl", "train", "--pool", pool, "--max-steps", "1", "-o", "runs/x",
                "--set", "task.name=dataset", "--set", "task.source=data",
                "--set", "task.reward_funcs=[accuracy_reward,think_format_reward,form_log.form]",
                "--set", "validation.limit=4", "--set", "validation.every_steps=0", "--set", "validation.batch_size=4"]
