@@ -11,8 +11,8 @@ a real tokenizer pair (the peer's, then the learner's: ``qwen3 -> phi3``, ``llam
   (spans too: only PRP's trace corrections need them, so an over-count for the others), then a ``RolloutBatch`` and
   ``ExperienceExchange.publish`` (Arrow IPC, fsync, checksum) -- every regime with records;
 - ``read``: one peer's round read with the regime's columns (``ExperienceExchange.read``, checksum verified, rows
-  checked: a fresh reader each time, as each regime's worker reads a round once) and laid out as groups (``regimes.peers.gather_peer_groups``); every rank reads a peer's whole round;
-- ``retokenize``: this rank's peer rows as learner token rows (``regimes.peers.learner_responses``);
+  checked: a fresh reader each time, as each regime's worker reads a round once) and laid out as groups (``regimes.core.peers.gather_peer_groups``); every rank reads a peer's whole round;
+- ``retokenize``: this rank's peer rows as learner token rows (``regimes.core.peers.learner_responses``);
 - ``align``: their behaviour log-probs aligned onto those tokens (PRP's own
   ``regimes/prp/adapter.py::PRPAdapter._aligned_traces``: zero-copy views of the peer's spans and log-probs,
   ``thl.align_logprobs``).
@@ -26,7 +26,7 @@ largest, 1280, is a whole rank's rows with 4 ranks per policy) and the exponent 
 smallest and the largest size (1: linear, 2: quadratic) must be at most ``--max-exponent`` (for every stage taking
 0.1 s or more at the largest size) before its time per token at the largest size is extrapolated to a rank's rows
 (a read, memory-mapped and nearly constant, is then over-counted).
-PRP's token-ratio p99 (``regimes.rank_metrics.Quantile``, a bounded sketch per rank) is timed at the paper's size
+PRP's token-ratio p99 (``regimes.core.rank_metrics.Quantile``, a bounded sketch per rank) is timed at the paper's size
 itself (``quantile`` in the JSON: per M and ranks, the sketch's seconds and bytes against sending and sorting every
 value, as before); ``--quantile-only`` times only that.
 Tokenizers run as a worker runs them (``TOKENIZERS_PARALLELISM=false``: one core) unless ``--threads 2`` (Rayon on
@@ -111,8 +111,8 @@ def records(policy: str, decoded: list, ids: list[list[int]], step: int):
 
 def stages(peer_tok, learner_tok, ids: list[list[int]], root: Path, step: int) -> dict[str, float]:
     """Seconds of each stage on these rows (the peer builds and publishes, the learner reads, retokenizes, aligns)."""
-    from mutualrl.regimes.peer_responses import learner_responses
-    from mutualrl.regimes.peers import gather_peer_groups
+    from mutualrl.regimes.core.peer_responses import learner_responses
+    from mutualrl.regimes.core.peers import gather_peer_groups
     from mutualrl.regimes.prp.adapter import PRPAdapter
     from mutualrl.see import ExperienceExchange
     from mutualrl.thl import batch_decode_with_spans
@@ -196,7 +196,7 @@ def quantile_cost(policies: int, ranks: int, threads: int, scale: float = 1.0) -
     import torch
 
     torch.set_num_threads(threads)
-    from mutualrl.regimes.rank_metrics import Quantile
+    from mutualrl.regimes.core.rank_metrics import Quantile
     from mutualrl.training.trl_metrics import combine, parts
 
     n = int(ROWS / ranks * (policies - 1) * (MIN_LEN + MAX_LEN) / 2 * scale)  # this rank's peer tokens

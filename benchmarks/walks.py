@@ -56,7 +56,7 @@ OFF_WALK = ("regimes/offlock.py", "see/offlock/", "_bounded_round", "training/ca
             "RegimeAdapter.bind", "ExperienceExchange.__init__", "ExperienceExchange.__repr__")
 SIDE_CONCERNS = (  # on walk 1 but never touching the payload: heartbeats, logs of rounds, provenance, metrics
     "see/liveness.py", "see/consumption_log.py", "see/provenance.py", "training/no_signal.py", "training/trl_metrics.py",
-    "regimes/rank_metrics.py", "regimes/quantile_sketch.py", "RegimeAdapter.log_step", "RegimeAdapter.prune_records",
+    "regimes/core/rank_metrics.py", "regimes/core/quantile_sketch.py", "RegimeAdapter.log_step", "RegimeAdapter.prune_records",
     "ExperienceExchange.heartbeat", "ExperienceExchange.prune", "LockStepConsumption.log_round")
 REPRESENTATIONS = (  # the payload's forms on walk 1, in order, and where each is made
     ("TRL's batch tensors", "training/trainer.py", "MutualGRPOTrainer._generate_and_score_completions"),
@@ -66,19 +66,19 @@ REPRESENTATIONS = (  # the payload's forms on walk 1, in order, and where each i
     ("Arrow IPC bytes in a file", "see/exchange.py", "ExperienceExchange.publish"),
     # read back as the mapped table; spans and log-probs leave it as zero-copy numpy views (peer_row_views)
     ("memory-mapped Arrow table", "see/shards.py", "load_shard"),
-    ("Python str and bool (the text the tokenizer takes)", "regimes/peer_responses.py", "peer_rows"),
-    ("peer tensors [P, M-1, K]", "regimes/peers.py", "gather_peer_groups"),
+    ("Python str and bool (the text the tokenizer takes)", "regimes/core/peer_responses.py", "peer_rows"),
+    ("peer tensors [P, M-1, K]", "regimes/core/peers.py", "gather_peer_groups"),
     ("padded learner token rows", "padding.py", "pad_token_rows"),
 )
 BEFORE_RECORDS_MODULE = (  # the forms in the layout before see/records.py (2026-11-26), e.g. at 3474d10
     ("TRL's batch tensors", "training/trainer.py", "MutualGRPOTrainer._generate_and_score_completions"),
     ("StepRollouts", "training/trainer.py", "MutualGRPOTrainer._collect_step_rollouts"),
-    ("Python lists of the record's columns", "regimes/adapter.py", "RegimeAdapter.build_records"),
+    ("Python lists of the record's columns", "regimes/core/adapter.py", "RegimeAdapter.build_records"),
     ("Arrow table (RolloutBatch)", "see/schema.py", "RolloutBatch.to_table"),
     ("Arrow IPC bytes in a file", "see/exchange.py", "ExperienceExchange.publish"),
     ("memory-mapped Arrow table", "see/shards.py", "load_shard"),
-    ("Python lists (to_pylist)", "regimes/peers.py", "peer_rows"),
-    ("peer tensors [P, M-1, K]", "regimes/peers.py", "gather_peer_groups"),
+    ("Python lists (to_pylist)", "regimes/core/peers.py", "peer_rows"),
+    ("peer tensors [P, M-1, K]", "regimes/core/peers.py", "gather_peer_groups"),
     ("padded learner token rows", "padding.py", "pad_token_rows"),
 )
 
@@ -87,8 +87,8 @@ def representations(modules: dict[str, Module]) -> tuple[tuple[str, str, str], .
     """The payload's forms as this revision's own code makes them (each layout anchored in its own functions)."""
     if "see/schema.py" in modules:
         return BEFORE_RECORDS_MODULE
-    if "regimes/peer_responses.py" not in modules:  # before the peer responses left regimes/peers.py (2026-11-26)
-        return tuple((what, "regimes/peers.py" if rel == "regimes/peer_responses.py" else rel, qual)
+    if "regimes/core/peer_responses.py" not in modules:  # before the peer responses left regimes/core/peers.py (2026-11-26)
+        return tuple((what, "regimes/core/peers.py" if rel == "regimes/core/peer_responses.py" else rel, qual)
                      for what, rel, qual in REPRESENTATIONS)
     return REPRESENTATIONS
 

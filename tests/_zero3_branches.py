@@ -34,7 +34,7 @@ def build(run_dir: Path, policy: str, out: str, trainer_cls, steps: int, save: b
 
     from mutualrl.config.loader import load_run_config
     from mutualrl.launch.plan.launch_plan import LaunchPlan
-    from mutualrl.regimes.adapter import RegimeAdapter
+    from mutualrl.regimes.core.adapter import RegimeAdapter
 
     plan = LaunchPlan.read(run_dir).policy(policy)
     grpo = {**plan.grpo, "max_steps": steps, "learning_rate": 1e-2, "lr_scheduler_type": "linear", "warmup_steps": 0,

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mutualrl.errors import PeerError
-from mutualrl.regimes.peers import gather_peer_groups, peer_groups, peer_values
+from mutualrl.regimes.core.peers import gather_peer_groups, peer_groups, peer_values
 
 
 def test_rows_and_values_follow_the_prompt_order_not_the_table_order():

@@ -1,4 +1,4 @@
-"""The seam's batch surgery (regimes/batch_rows.py) on a hand-made TRL batch: rows appended after the own rows,
+"""The seam's batch surgery (regimes/core/batch_rows.py) on a hand-made TRL batch: rows appended after the own rows,
 padded and widened; TRL's extras extended; an auxiliary sequence per row."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mutualrl.errors import UsageError
-from mutualrl.regimes.batch_rows import append_rows, attach_sequences, extend_trl_extras, refuse_unsupported
+from mutualrl.regimes.core.batch_rows import append_rows, attach_sequences, extend_trl_extras, refuse_unsupported
 
 PAD = 0
 

@@ -258,7 +258,7 @@ def test_sgt_thresholds_outside_the_rewards_range_are_named_at_the_first_step() 
 
 REGIME_PLUGIN = '''
 from dataclasses import dataclass
-from mutualrl.regimes.registry import RegimeSpec, register_regime
+from mutualrl.regimes.core.registry import RegimeSpec, register_regime
 
 @dataclass
 class EchoRegimeSettings:
@@ -276,7 +276,7 @@ def test_a_plugin_regime_and_task_are_known_wherever_the_config_is_loaded(user_c
     from mutualrl.config.recorded_code import allowed_code_env
     from mutualrl.config.resolved import load_resolved_config, write_resolved_config
     from mutualrl.launch.rundir.inputs import record_inputs
-    from mutualrl.regimes.registry import unregister_regime
+    from mutualrl.regimes.core.registry import unregister_regime
     from mutualrl.run_folder import RunPaths
 
     (user_code / "byo_regime_plugin.py").write_text(REGIME_PLUGIN)

@@ -135,7 +135,7 @@ def test_a_policy_whose_peers_scored_is_not_stopped():
 def test_a_peer_round_scored_when_a_row_is_above_0():
     import pyarrow as pa
 
-    from mutualrl.regimes.adapter import any_scored
+    from mutualrl.regimes.core.adapter import any_scored
 
     nan = float("nan")
     assert any_scored({"a": pa.table({"reward": [0.0, nan]}), "b": pa.table({"reward": [nan, 0.5]})})

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 from mutualrl.errors import PeerError, UsageError
-from mutualrl.regimes.peer_responses import peer_row_views
-from mutualrl.regimes.peers import peer_groups
+from mutualrl.regimes.core.peer_responses import peer_row_views
+from mutualrl.regimes.core.peers import peer_groups
 from mutualrl.regimes.prp.adapter import PRPAdapter
 from mutualrl.see import ragged
 from see_synthetic import synthetic_batch

@@ -1,4 +1,4 @@
-"""Regime metrics over several ranks (regimes/rank_metrics.py, training/trl_metrics.py): with each rank holding
+"""Regime metrics over several ranks (regimes/core/rank_metrics.py, training/trl_metrics.py): with each rank holding
 part of a step's prompts, the logged row is the whole batch's, as with one rank, not rank 0's share of it.
 
 The step is fixed (rewards, completions, peer records), so two gloo ranks holding two prompts each must record
@@ -17,10 +17,10 @@ import torch
 from gloo_ranks import run_on_two_ranks
 from mutualrl.config import load_run_config
 from mutualrl.padding import pad_token_rows
-from mutualrl.regimes.importance import ratio_statistics
-from mutualrl.regimes.rank_metrics import Quantile, Share, Total
-from mutualrl.regimes.registry import get_regime
-from mutualrl.regimes.seam import StepRollouts
+from mutualrl.regimes.core.importance import ratio_statistics
+from mutualrl.regimes.core.rank_metrics import Quantile, Share, Total
+from mutualrl.regimes.core.registry import get_regime
+from mutualrl.regimes.core.seam import StepRollouts
 from mutualrl.training.adapters import adapter_class
 from mutualrl.training.trl_metrics import TRLMetrics, combine, parts
 from test_regimes_seam import FakeRanks, FakeTrainer, padded

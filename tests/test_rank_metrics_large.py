@@ -10,8 +10,8 @@ import pickle
 import pytest
 import torch
 
-from mutualrl.regimes.quantile_sketch import EXACT_VALUES, RELATIVE_ACCURACY
-from mutualrl.regimes.rank_metrics import Quantile
+from mutualrl.regimes.core.quantile_sketch import EXACT_VALUES, RELATIVE_ACCURACY
+from mutualrl.regimes.core.rank_metrics import Quantile
 from mutualrl.training.trl_metrics import combine, parts
 
 

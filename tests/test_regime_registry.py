@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import pytest
 
 from mutualrl.errors import UnknownNameError
-from mutualrl.regimes.registry import (
+from mutualrl.regimes.core.registry import (
     ENV_VAR,
     RegimeSpec,
     get_regime,
@@ -27,7 +27,7 @@ from mutualrl.regimes.registry import (
     register_regime,
     unregister_regime,
 )
-from mutualrl.regimes.adapter import RegimeAdapter
+from mutualrl.regimes.core.adapter import RegimeAdapter
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,7 +98,7 @@ def test_every_builtin_regime_is_one_folder():
 
 
 def test_config_loading_and_every_regime_spec_do_not_import_torch():
-    code = ("import sys, mutualrl.config; from mutualrl.regimes.registry import regime_names; "
+    code = ("import sys, mutualrl.config; from mutualrl.regimes.core.registry import regime_names; "
             "assert len(regime_names()) >= 5; print('torch' in sys.modules)")
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
@@ -187,7 +187,7 @@ def test_a_regimes_own_train_option_comes_from_its_spec():
 
     from mutualrl.cli.train_cmd import train
     from mutualrl.errors import UsageError
-    from mutualrl.regimes.registry import flag_setting, regime_flags
+    from mutualrl.regimes.core.registry import flag_setting, regime_flags
 
     assert [f.flag for _, f in regime_flags()] == ["--prp-denominator"]
     names = list(inspect.signature(train).parameters)
@@ -208,7 +208,7 @@ def test_a_regime_flag_gives_the_type_of_its_settings_field():
     """A plugin regime's ``--<regime>-k 3`` sets the integer 3 (and true the boolean), as ``--set`` would; text
     fields keep the text ("007" stays "007")."""
     from mutualrl.errors import UsageError
-    from mutualrl.regimes.registry import RegimeFlag, flag_setting
+    from mutualrl.regimes.core.registry import RegimeFlag, flag_setting
 
     spec = RegimeSpec(name="flagged-test", help="test", settings_key="flagged", settings=FlaggedSettings,
                       flags=(RegimeFlag("--flagged-k", "k", "k"), RegimeFlag("--flagged-on", "on", "on"),

@@ -11,8 +11,8 @@ from trl import GRPOConfig
 
 from mutualrl.assets.tokenizers import load_tokenizer
 from mutualrl.config import load_run_config
-from mutualrl.regimes.adapter import RegimeAdapter
-from mutualrl.regimes.seam import TOKEN_WEIGHTS
+from mutualrl.regimes.core.adapter import RegimeAdapter
+from mutualrl.regimes.core.seam import TOKEN_WEIGHTS
 from mutualrl.training.trainer import MutualGRPOTrainer, weighted_advantages
 from tiny_models import build_tiny_lm
 

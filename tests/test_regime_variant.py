@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from mutualrl.config.loader import OptionSetting, load_run_config
-from mutualrl.regimes.registry import ENV_VAR, register_regime, unregister_regime
+from mutualrl.regimes.core.registry import ENV_VAR, register_regime, unregister_regime
 from prp_tis_variant.maths import capped_token_weights
 from prp_tis_variant.spec import SPEC, PRPTISSettings
 

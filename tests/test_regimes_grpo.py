@@ -18,7 +18,7 @@ from _regimes_strategies import NAN, learner_rewards, reward_tensor
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mutualrl.regimes.grpo import group_advantages, reward_scale
+from mutualrl.regimes.core.grpo import group_advantages, reward_scale
 
 EPS = 1e-4
 

@@ -9,7 +9,7 @@ import torch
 from _regimes_strategies import NAN, pool_rewards
 from hypothesis import given, settings
 
-from mutualrl.regimes.grpo import prp_pooled_advantages
+from mutualrl.regimes.core.grpo import prp_pooled_advantages
 from mutualrl.regimes.hacpo.maths import (
     CAPABILITY_FLOOR,
     capability_advantages,

@@ -10,9 +10,9 @@ from _regimes_strategies import NAN, binary_pool, pool_rewards
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mutualrl.regimes.grpo import group_advantages, prp_pooled_advantages
-from mutualrl.regimes.importance import ratio_statistics
-from mutualrl.regimes.usability import USABILITY_CELLS, regime_usability
+from mutualrl.regimes.core.grpo import group_advantages, prp_pooled_advantages
+from mutualrl.regimes.core.importance import ratio_statistics
+from mutualrl.evaluation.usability import USABILITY_CELLS, regime_usability
 
 EPS = 1e-4
 

@@ -10,7 +10,7 @@ from _regimes_strategies import NAN, learner_rewards
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mutualrl.regimes.grpo import group_advantages
+from mutualrl.regimes.core.grpo import group_advantages
 from mutualrl.regimes.randpert.maths import randpert_advantages
 
 EPS = 1e-4

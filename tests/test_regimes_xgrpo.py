@@ -10,8 +10,8 @@ from _regimes_strategies import NAN, pool_rewards
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mutualrl.regimes.grpo import group_advantages, prp_pooled_advantages
-from mutualrl.regimes.pool import split_pool
+from mutualrl.regimes.core.grpo import group_advantages, prp_pooled_advantages
+from mutualrl.regimes.core.pool import split_pool
 from mutualrl.regimes.xgrpo.maths import XGRPOResult, pearson, xgrpo_advantages
 
 EPS = 1e-4

@@ -16,7 +16,7 @@ import pytest
 import xxhash
 
 from mutualrl.errors import PeerError
-from mutualrl.regimes.peers import peer_groups
+from mutualrl.regimes.core.peers import peer_groups
 from mutualrl.see import CorruptShardError, ExperienceExchange, InvalidRecordError, SchemaMismatchError
 from mutualrl.see.shards import UnsafeIpcFile, check_uncompressed
 from mutualrl.see.records import RolloutBatch, validate_table

@@ -20,7 +20,7 @@ from mutualrl.see.consumption_log import LogTail, append_row, log_path, read_con
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.offlock.staleness import catch_up_target, choose_peer_round, round_seconds
 from see_synthetic import synthetic_batch
-from mutualrl.regimes.adapter import RegimeAdapter
+from mutualrl.regimes.core.adapter import RegimeAdapter
 from mutualrl.see.rounds import round_stride
 from mutualrl.see.offlock.consumption import BoundedConsumption
 from mutualrl.training.catch_up import CatchUpTrainer, trainer_class

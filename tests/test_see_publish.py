@@ -1,4 +1,4 @@
-"""What a policy publishes (regimes/adapter.py ``build_records``): token ids and behaviour log-probs straight from
+"""What a policy publishes (regimes/core/adapter.py ``build_records``): token ids and behaviour log-probs straight from
 TRL's padded tensors, the text without spans unless the regime's readers need spans, and a run folder of the older
 SEE layout refused by name before a resume changes anything."""
 
@@ -13,8 +13,8 @@ import torch
 
 from mutualrl.assets.tokenizers import THL_TOKENIZERS
 from mutualrl.config import load_run_config
-from mutualrl.regimes.adapter import RegimeAdapter
-from mutualrl.regimes.registry import get_regime
+from mutualrl.regimes.core.adapter import RegimeAdapter
+from mutualrl.regimes.core.registry import get_regime
 from mutualrl.see import ExperienceExchange, Ragged, RolloutBatch, SchemaMismatchError
 from mutualrl.thl import batch_decode_text, batch_decode_with_spans, byte_table
 from mutualrl.training.adapters import adapter_class
@@ -176,7 +176,7 @@ def test_the_published_trace_is_the_engines_sampling_log_probs_where_vllm_gave_t
     engine's, the trainer's on those tokens; without vLLM's, the trainer's own."""
     import torch
 
-    from mutualrl.regimes.publication import behaviour_trace
+    from mutualrl.regimes.core.publication import behaviour_trace
 
     trainer = torch.tensor([[-1.0, -2.0, -3.0]])
     engine = torch.tensor([[-1.5, float("nan"), -2.5]])

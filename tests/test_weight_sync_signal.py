@@ -17,7 +17,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from mutualrl.assets.tokenizers import load_tokenizer
 from mutualrl.config import load_run_config
-from mutualrl.regimes.adapter import RegimeAdapter
+from mutualrl.regimes.core.adapter import RegimeAdapter
 from mutualrl.training.trainer import MutualGRPOTrainer
 from mutualrl.training.weight_sync import GAP_KEY, WARN_GAP, WeightSyncWatch, logp_gap
 from tiny_models import build_tiny_lm

@@ -6,9 +6,8 @@ import math
 
 import torch
 
-from mutualrl.regimes.pooled_rows import PooledStep
+from mutualrl.regimes.api import PooledStep, Share
 from mutualrl.regimes.prp.adapter import PRPAdapter
-from mutualrl.regimes.rank_metrics import Share
 from prp_tis_variant.maths import capped_token_weights
 from prp_tis_variant.spec import SPEC, PRPTISSettings
 

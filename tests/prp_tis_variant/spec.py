@@ -9,9 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from mutualrl.figure_words import UNIT, MetricWords
+from mutualrl.regimes.api import ENV_VAR, UNIT, MetricWords, RegimeSpec, register_regime
 from mutualrl.regimes.prp.spec import PRPSettings
-from mutualrl.regimes.registry import ENV_VAR, RegimeSpec, register_regime
 
 
 @dataclass

@@ -86,7 +86,7 @@ def sweep(
 
 
 def check_regimes(regimes: list[str]) -> None:
-    from mutualrl.regimes.registry import get_regime
+    from mutualrl.regimes.core.registry import get_regime
 
     for regime in regimes:
         get_regime(regime, where="--regimes")

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from mutualrl.cli.common import ALLOW_CODE_HELP, check_output_path, console, report_errors, split_names
-from mutualrl.regimes.registry import flag_setting, get_regime, regime_flags, regimes_help
+from mutualrl.regimes.core.registry import flag_setting, get_regime, regime_flags, regimes_help
 
 REGIME_HELP = "Sharing regime: " + regimes_help() + ". Default: the recipe's."
 

@@ -1,6 +1,6 @@
 """Run configuration: typed dataclasses loaded from YAML recipes (see :mod:`.schema`).
 
-Regime names and settings come from :mod:`mutualrl.regimes.registry`.
+Regime names and settings come from :mod:`mutualrl.regimes.core.registry`.
 """
 
 from mutualrl.config.loader import (

@@ -30,7 +30,7 @@ from mutualrl.config.trl_config import from_trl_config
 from mutualrl.config.typed import ConfigError, build_dataclass
 from mutualrl.config.validate import check_schedule_conflicts, validate_run_config
 from mutualrl.config.yaml_strict import load_yaml
-from mutualrl.regimes.registry import inherited_setting_key
+from mutualrl.regimes.core.registry import inherited_setting_key
 
 
 def recipes_dir() -> Path:

@@ -177,7 +177,7 @@ def import_plugins(entries: Iterable[Any] | None, key: str = PLUGINS_KEY) -> Non
 
 def import_plugin_file(entry: str, key: str) -> None:
     """A plugin named by its ``.py`` path; never one inside an opened run folder."""
-    from mutualrl.regimes.registry import import_file
+    from mutualrl.regimes.core.registry import import_file
 
     refuse_main_module(entry, key)
     folder = inside_data_folder(Path(entry))

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mutualrl.regimes.registry import get_regime, regime_names, settings_regimes
+from mutualrl.regimes.core.registry import get_regime, regime_names, settings_regimes
 from mutualrl.regimes.standalone.spec import STANDALONE
 
 
@@ -78,7 +78,7 @@ class PoolConfig:
 class RegimeConfig:
     """Which sharing regime runs, and the settings of every registered regime (``regime.<key>``).
 
-    The regimes and their settings come from :mod:`mutualrl.regimes.registry`: a recipe's
+    The regimes and their settings come from :mod:`mutualrl.regimes.core.registry`: a recipe's
     ``regime.sgt.lam`` is the ``lam`` field of the settings dataclass the regime registered under
     the key ``sgt``, read back as ``config.regime.sgt.lam``.
     """

@@ -25,7 +25,7 @@ from mutualrl.config.grpo_schema import grpo_schema
 from mutualrl.config.schema import SCHEDULE_GRPO_FIELDS, RunConfig
 from mutualrl.config.trl_config import grpo_key_hint
 from mutualrl.config.typed import ConfigError, check_bounds, convert
-from mutualrl.regimes.registry import get_regime, settings_regimes
+from mutualrl.regimes.core.registry import get_regime, settings_regimes
 
 POLICY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 NAME_MAX_CHARS = 100

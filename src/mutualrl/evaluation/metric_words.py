@@ -20,7 +20,7 @@ from mutualrl.figure_words import (
     MetricWords,
     source_figure_key,
 )
-from mutualrl.regimes.registry import all_regimes
+from mutualrl.regimes.core.registry import all_regimes
 
 #: The metrics every run logs that the built-in figures draw, by the key they are logged under; a regime's own
 #: metrics have their words in its spec (``RegimeSpec.metrics``), the per-source figures in

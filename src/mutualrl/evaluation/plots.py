@@ -51,7 +51,7 @@ from mutualrl.evaluation.plotted_runs import (
 from mutualrl.evaluation.results import GROUP_KEY_PREFIX, REWARD_KEY_SUFFIX, group_rewards
 from mutualrl.figure_words import SOURCE_FIGURES, UNIT, MetricWords, source_figure_key
 from mutualrl.output_files import refuse_existing
-from mutualrl.regimes.registry import all_regimes
+from mutualrl.regimes.core.registry import all_regimes
 
 __all__ = ["RunData", "load_run", "mean_series", "plot_runs", "series", "summary_rows"]
 

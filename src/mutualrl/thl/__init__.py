@@ -7,7 +7,7 @@ vocabularies:
   policy generated and each token's character span (published where a regime's readers
   need spans); :func:`batch_decode_text`: the same text alone (every other rollout);
 - :func:`retokenize`: a peer response text -> learner token ids (continuation of the
-  learner's prompt; ``regimes.peers.learner_responses`` builds TRL's rows from it);
+  learner's prompt; ``regimes.core.peers.learner_responses`` builds TRL's rows from it);
 - :func:`align_logprobs`: the paper's word rule from character spans, vectorised, with
   exact per-unit conservation and the residual ``R_THL`` reported;
 - :mod:`.metrics` / :mod:`.check`: the paper's THL diagnostics (``mutualrl thl-check``).

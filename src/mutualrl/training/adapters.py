@@ -1,8 +1,8 @@
 """The regime adapter of a policy process: looked up in the registry, imported only here (torch, TRL).
 
 Each regime's adapter lives in its folder (``regimes/<name>/adapter.py``, a subclass of
-:class:`~mutualrl.regimes.adapter.RegimeAdapter`) and is named by import path in its
-:class:`~mutualrl.regimes.registry.RegimeSpec`, so importing a spec never imports torch.
+:class:`~mutualrl.regimes.core.adapter.RegimeAdapter`) and is named by import path in its
+:class:`~mutualrl.regimes.core.registry.RegimeSpec`, so importing a spec never imports torch.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import UsageError
-from mutualrl.regimes.adapter import RegimeAdapter
-from mutualrl.regimes.registry import RegimeSpec, get_regime
+from mutualrl.regimes.core.adapter import RegimeAdapter
+from mutualrl.regimes.core.registry import RegimeSpec, get_regime
 
 
 def adapter_class(spec: RegimeSpec) -> type[RegimeAdapter]:

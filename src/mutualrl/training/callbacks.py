@@ -15,7 +15,7 @@ import torch
 from transformers import TrainerCallback
 
 from mutualrl.atomic_io import append_text, write_json_atomic
-from mutualrl.regimes.registry import all_regimes
+from mutualrl.regimes.core.registry import all_regimes
 from mutualrl.run_folder import RunPaths
 
 # TRL log keys -> the names the run's metrics rows use (see docs/run-layout.md).

@@ -2,10 +2,10 @@
 
 TRL's trainers average each list into the logged row; mutualrl adds its own figures there (the regime's
 ``<name>/<metric>``, ``mutual/*``, the SFT distillation's entropy) through :meth:`TRLMetrics.record_metrics`,
-the method regimes reach through :class:`~mutualrl.regimes.seam.TrainerView`.
+the method regimes reach through :class:`~mutualrl.regimes.core.seam.TrainerView`.
 
 TRL's ``log()`` averages those lists on each rank without gathering, so, as TRL does for its own metrics, a value
-is reduced over the policy's ranks when it is recorded, by its type (:mod:`mutualrl.regimes.rank_metrics`): the
+is reduced over the policy's ranks when it is recorded, by its type (:mod:`mutualrl.regimes.core.rank_metrics`): the
 logged row is the whole batch's, not rank 0's share of it. :func:`parts` is one rank's share of each metric,
 picklable, gathered with one collective per call; :func:`combine` reduces them (pure): a ``Share``'s sums divided, a
 ``Total`` summed, a ``Quantile``'s sketches merged, a plain ``float`` averaged over the ranks that have a number.
@@ -17,8 +17,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mutualrl.regimes.quantile_sketch import QuantileSketch
-from mutualrl.regimes.rank_metrics import Quantile, Share, Total
+from mutualrl.regimes.core.quantile_sketch import QuantileSketch
+from mutualrl.regimes.core.rank_metrics import Quantile, Share, Total
 
 
 class TRLMetrics:

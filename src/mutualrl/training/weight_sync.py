@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mutualrl.regimes.rank_metrics import Share
+from mutualrl.regimes.core.rank_metrics import Share
 
 GAP_KEY = "mutual/weight_sync_logp_gap"
 WARN_GAP = 0.1

@@ -28,7 +28,7 @@ from mutualrl.config.schema import PolicyConfig, RunConfig
 from mutualrl.errors import MutualRLError, StorageError, UsageError
 from mutualrl.host.process_exit import exit_without_teardown
 from mutualrl.host.process_start import collector_paused_for_imports, imports_done
-from mutualrl.regimes.registry import get_regime
+from mutualrl.regimes.core.registry import get_regime
 from mutualrl.run_folder import RunPaths, run_id
 from mutualrl.tested_versions import check_tested_versions
 from mutualrl.training.trackers import guard_tracker_writes

@@ -106,8 +106,8 @@ def _field(grpo: dict[str, Any], name: str) -> int:
 def added_rows(config: RunConfig, own_rows: int, k: int) -> tuple[int, int]:
     """(peer rows, rescue rows) the run's regime adds to a micro-batch of ``own_rows`` of the learner's rows, at most
     (module docstring). The pooled rows' settings (PRP's, HACPO's) mark a regime that pools peer rows."""
-    from mutualrl.regimes.pooled_spec import PooledRowsSettings
-    from mutualrl.regimes.registry import get_regime
+    from mutualrl.regimes.core.pooled_spec import PooledRowsSettings
+    from mutualrl.regimes.core.registry import get_regime
     from mutualrl.regimes.sgt.spec import SGTSettings
 
     spec = get_regime(config.regime.name)

@@ -13,7 +13,7 @@ from mutualrl.errors import PlacementError
 from mutualrl.launch.plan.batching import BatchSizeError, trl_generation_batch
 from mutualrl.launch.plan.engine import size_engines
 from mutualrl.launch.plan.mwra import DeviceType, Placement
-from mutualrl.regimes.registry import get_regime
+from mutualrl.regimes.core.registry import get_regime
 
 
 def check_same_prompts(config: RunConfig, plans: list[Any]) -> list[str]:

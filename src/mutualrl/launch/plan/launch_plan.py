@@ -48,7 +48,7 @@ from mutualrl.launch.plan.machines import plan_placement_nodes
 from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 from mutualrl.launch.plan.resume_ranks import check_resume_ranks
 from mutualrl.pools.loading import remote_code_note
-from mutualrl.regimes.registry import get_regime
+from mutualrl.regimes.core.registry import get_regime
 from mutualrl.run_folder import RunPaths, read_json
 from mutualrl.see.mounts import barrier_stall, mount_of
 from mutualrl.tasks.registry import known_train_prompts

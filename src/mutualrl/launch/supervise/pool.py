@@ -17,7 +17,7 @@ from mutualrl.config.schema import RunConfig
 from mutualrl.launch.rundir.lock import RunLock
 from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSettings, RunOutcome
 from mutualrl.launch.supervise.signals import stop_signals
-from mutualrl.regimes.registry import get_regime
+from mutualrl.regimes.core.registry import get_regime
 from mutualrl.run_folder import RunPaths
 
 

@@ -42,7 +42,7 @@ from mutualrl.launch.supervise.worker_output import (
     tail,
     unfinished_exit,
 )
-from mutualrl.regimes.registry import all_regimes
+from mutualrl.regimes.core.registry import all_regimes
 from mutualrl.run_folder import RunPaths, read_status, see_marker
 from mutualrl.training.stop_request import GRACE_S, clear_request, request_stop, request_teardown
 from mutualrl.training.watchdog import LAUNCHER_PID_ENV

@@ -1,6 +1,6 @@
 """HACPO's adapter (arXiv 2603.02604): PRP's pooled batch with HACPO's advantages and peer-row weights.
 
-The peer rows reach the learner as PRP's do (:class:`~mutualrl.regimes.pooled_rows.PooledRowsAdapter`: retokenized
+The peer rows reach the learner as PRP's do (:class:`~mutualrl.regimes.core.pooled_rows.PooledRowsAdapter`: retokenized
 into the learner's vocabulary, with the peers' THL-aligned traces). What HACPO decides, in the hooks the pooled rows
 offer and its own term:
 
@@ -24,12 +24,17 @@ from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
-from mutualrl.regimes.batch_rows import AppendedRows
+from mutualrl.regimes.api import (
+    AppendedRows,
+    GRPOBatch,
+    PeerGroups,
+    PooledRowsAdapter,
+    PooledStep,
+    Quantile,
+    Share,
+    StepRollouts,
+)
 from mutualrl.regimes.hacpo.spec import HACPO, HACPOSettings
-from mutualrl.regimes.peers import PeerGroups
-from mutualrl.regimes.pooled_rows import PooledRowsAdapter, PooledStep
-from mutualrl.regimes.rank_metrics import Quantile, Share
-from mutualrl.regimes.seam import GRPOBatch, StepRollouts
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -145,7 +150,7 @@ class HACPOAdapter(PooledRowsAdapter):
         log-probs of TRL's forward of this micro-batch: ``s`` is the current sequence ratio, and the band's lower bound
         that of this parameter update of the step; the KL term on them only under ``kl_on_peer_rows``. Also counts
         the peer rows whose weighted advantage is nonzero here (:meth:`count_use`)."""
-        from mutualrl.errors import UsageError
+        from mutualrl.regimes.api import UsageError
         from mutualrl.regimes.hacpo.maths import cross_agent_objective, moving_rows, sequence_log_ratio
 
         peer_row = inputs.get(PEER_ROW)

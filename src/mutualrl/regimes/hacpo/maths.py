@@ -25,8 +25,7 @@ import math
 
 import torch
 
-from mutualrl.regimes.grpo import nanstd
-from mutualrl.regimes.pool import check_float, check_pool, check_same_shape
+from mutualrl.regimes.api import check_float, check_pool, check_same_shape, nanstd
 
 CAPABILITY_FLOOR = 1e-8
 """Smallest capability (the authors' code): a policy that solved nothing in the window gives a finite ratio."""
@@ -94,7 +93,7 @@ def capability_advantages(pool_rewards: torch.Tensor, baseline_weights: torch.Te
     takes the plain mean (advantage 0: with σ = 0 a weighted baseline would divide a non-zero gap by ``eps``); and
     a baseline above the prompt's best reward takes the learner's own mean instead (the code's guard for 0/1
     rewards, ``baseline > 1``, stated for any scale). With every weight 1 neither changes anything, and this is
-    PRP's pooled GRPO advantage (:func:`~mutualrl.regimes.grpo.prp_pooled_advantages`, ``"group"``).
+    PRP's pooled GRPO advantage (:func:`~mutualrl.regimes.core.grpo.prp_pooled_advantages`, ``"group"``).
     NaN rewards (not scored) are left out of every mean and std and get advantage 0.
 
     Args:

@@ -12,9 +12,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mutualrl.figure_words import NONNEGATIVE, UNIT, MetricWords
-from mutualrl.regimes.pooled_spec import PooledRowsSettings, ratio_metrics
-from mutualrl.regimes.regime_spec import RegimeSpec, register_regime
+from mutualrl.regimes.api import (
+    NONNEGATIVE,
+    UNIT,
+    MetricWords,
+    PooledRowsSettings,
+    RegimeSpec,
+    ratio_metrics,
+    register_regime,
+)
 
 
 @dataclass

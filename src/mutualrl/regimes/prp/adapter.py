@@ -2,7 +2,7 @@
 
 The learner's candidate group for a prompt is its own K rollouts plus every peer's K (the "unified candidate
 pool"), with GRPO advantages normalised over the pool. The pooled rows are
-:class:`~mutualrl.regimes.pooled_rows.PooledRowsAdapter`'s (retokenized into the learner's vocabulary by THL, after
+:class:`~mutualrl.regimes.core.pooled_rows.PooledRowsAdapter`'s (retokenized into the learner's vocabulary by THL, after
 the learner's own rows, with the learner's prompt tokens). Their behaviour log-probs (TRL's
 ``old_per_token_logps``, the importance-ratio denominator) are either the learner's own snapshot
 (``denominator: learner``, naive pooling) or the peer's recorded trace aligned onto the learner's tokens by THL
@@ -16,11 +16,17 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from mutualrl.regimes.peers import PeerGroups
-from mutualrl.regimes.pooled_rows import PooledRowsAdapter, PooledStep
+from mutualrl.regimes.api import (
+    TOKEN_WEIGHTS,
+    GRPOBatch,
+    PeerGroups,
+    PooledRowsAdapter,
+    PooledStep,
+    Quantile,
+    Share,
+    StepRollouts,
+)
 from mutualrl.regimes.prp.spec import PRP, PRPSettings
-from mutualrl.regimes.rank_metrics import Quantile, Share
-from mutualrl.regimes.seam import TOKEN_WEIGHTS, GRPOBatch, StepRollouts
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -118,7 +124,7 @@ class PRPAdapter(PooledRowsAdapter):
                            peers: dict[str, pa.Table]) -> tuple[PeerGroups, torch.Tensor, range, torch.Tensor]:
         """GRPO advantages over the unified candidate pool of every group: the peer groups,
         the advantages ``[groups, policies, K]``, this process's groups and its own rows' advantages."""
-        from mutualrl.regimes.grpo import prp_pooled_advantages
+        from mutualrl.regimes.api import prp_pooled_advantages
         from mutualrl.regimes.prp.maths import per_source_advantages, resolved_grouping
 
         peer, pool = self.pooled_rewards(rollouts, peers)

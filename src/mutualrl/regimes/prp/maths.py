@@ -6,9 +6,9 @@ with group-relative advantages "normalized across the entire pool", and importan
 ('learner', naive pooling) or the peer's recorded trace aligned into the learner's tokens by
 THL ('peer', corrected). The clipped surrogate itself is TRL's (``GRPOTrainer._compute_loss``);
 this module only supplies what goes into it (the pooled advantages are
-:func:`mutualrl.regimes.grpo.prp_pooled_advantages`, shared with XGRPO; the diagnostics of App.
-"Importance-ratio distribution under the THL-aligned denominator" are :mod:`mutualrl.regimes.importance`, shared
-with HACPO; the channel decomposition of the three regimes is :mod:`mutualrl.regimes.usability`).
+:func:`mutualrl.regimes.core.grpo.prp_pooled_advantages`, shared with XGRPO; the diagnostics of App.
+"Importance-ratio distribution under the THL-aligned denominator" are :mod:`mutualrl.regimes.core.importance`, shared
+with HACPO; the channel decomposition of the three regimes is :mod:`mutualrl.evaluation.usability`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,7 @@ from typing import Literal
 
 import torch
 
-from mutualrl.regimes.grpo import TRL_STD_EPS, group_advantages
-from mutualrl.regimes.pool import ScaleRewards, check_float, check_pool, check_same_shape
+from mutualrl.regimes.api import TRL_STD_EPS, ScaleRewards, check_float, check_pool, check_same_shape, group_advantages
 
 
 # -- importance-weight corrections of peer rows (beyond the paper: TIS, F-TIS, TIS with a drop line) -------------
@@ -126,7 +125,7 @@ def ftis_kept(advantages: torch.Tensor, kl: torch.Tensor, kl_bound: float) -> to
 def per_source_advantages(pool_rewards: torch.Tensor, scale_rewards: ScaleRewards = "group",
                           eps: float = TRL_STD_EPS) -> torch.Tensor:
     """F-TIS's "vertical" advantages ``[P, M, K]``: each policy's K rewards of a prompt normalised within themselves,
-    its own GRPO advantages (:func:`~mutualrl.regimes.grpo.group_advantages` per source; ``"batch"`` scales by the
+    its own GRPO advantages (:func:`~mutualrl.regimes.core.grpo.group_advantages` per source; ``"batch"`` scales by the
     source's own rewards of the step). The learner's own rows get exactly standalone GRPO's."""
     check_pool(pool_rewards)
     return torch.stack([group_advantages(pool_rewards[:, m], scale_rewards, eps)

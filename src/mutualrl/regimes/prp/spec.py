@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mutualrl.regimes.pooled_spec import PooledRowsSettings, ratio_metrics
-from mutualrl.regimes.regime_spec import RegimeFlag, RegimeSpec, register_regime
+from mutualrl.regimes.api import PooledRowsSettings, RegimeFlag, RegimeSpec, ratio_metrics, register_regime
 
 
 @dataclass

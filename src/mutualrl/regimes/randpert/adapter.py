@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mutualrl.regimes.adapter import RegimeAdapter
+from mutualrl.regimes.api import GRPOBatch, RegimeAdapter, Share, StepRollouts
 from mutualrl.regimes.randpert.spec import RANDPERT, RandPertSettings
-from mutualrl.regimes.rank_metrics import Share
-from mutualrl.regimes.seam import GRPOBatch, StepRollouts
 
 if TYPE_CHECKING:
     import pyarrow as pa

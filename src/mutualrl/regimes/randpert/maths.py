@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from mutualrl.regimes.grpo import TRL_STD_EPS, reward_scale
-from mutualrl.regimes.pool import ScaleRewards, check_float, check_scale_rewards
+from mutualrl.regimes.api import TRL_STD_EPS, ScaleRewards, check_float, check_scale_rewards, reward_scale
 
 
 def randpert_advantages(
@@ -31,7 +30,7 @@ def randpert_advantages(
         A_{p,i} = (r_{p,i} - b_p) / (s + eps)     (s exactly as GRPO: group or batch nanstd)
         A_{p,i} =  r_{p,i} - b_p                  for scale_rewards = "none"
 
-    and ``A = 0`` where NaN, as in :func:`~mutualrl.regimes.grpo.group_advantages`. With
+    and ``A = 0`` where NaN, as in :func:`~mutualrl.regimes.core.grpo.group_advantages`. With
     ``scale = 0`` the result equals ``group_advantages`` bit for bit. With a perturbed baseline the
     advantages of a prompt no longer sum to zero, which is the point of the control; a uniform group
     (all rewards equal) would get ``-ξ_p / (0 + eps)`` under group scaling, which

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mutualrl.figure_words import NONNEGATIVE, MetricWords
-from mutualrl.regimes.regime_spec import RegimeSpec, register_regime
+from mutualrl.regimes.api import NONNEGATIVE, MetricWords, RegimeSpec, register_regime
 
 
 @dataclass

@@ -18,11 +18,15 @@ from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
-from mutualrl.regimes.adapter import RegimeAdapter
-from mutualrl.regimes.batch_rows import attach_sequences
-from mutualrl.regimes.peer_responses import learner_responses
-from mutualrl.regimes.peers import PeerGroups, gather_peer_groups
-from mutualrl.regimes.seam import GRPOBatch, StepRollouts
+from mutualrl.regimes.api import (
+    GRPOBatch,
+    PeerGroups,
+    RegimeAdapter,
+    StepRollouts,
+    attach_sequences,
+    gather_peer_groups,
+    learner_responses,
+)
 from mutualrl.regimes.sgt.spec import RESCUES_TOTAL_KEY, SGT, SGTSettings
 
 if TYPE_CHECKING:
@@ -111,7 +115,7 @@ class SGTAdapter(RegimeAdapter):
         """Rescue the prompts of an earlier round ``peer_step`` (their own prompt tokens ride along;
         :meth:`remember` checked this step's groups)."""
         if peer_step not in self.history:
-            from mutualrl.errors import UsageError
+            from mutualrl.regimes.api import UsageError
 
             raise UsageError(f"SGT keeps its own groups of the last see.max_staleness + 1 = "
                              f"{self.config.see.max_staleness + 1} rounds; round {peer_step} is older (replaying a run "
@@ -190,7 +194,7 @@ class SGTAdapter(RegimeAdapter):
                         peers: dict[str, pa.Table], sources: list[tuple[str, int]], flat_mask: torch.Tensor,
                         num_gated: int) -> int:
         """The rescues ``sources`` in the learner's vocabulary (THL, EOS appended where the peer finished:
-        :func:`~mutualrl.regimes.peer_responses.learner_responses`), put on the gated rows of ``output`` with their
+        :func:`~mutualrl.regimes.core.peer_responses.learner_responses`), put on the gated rows of ``output`` with their
         weights (Eq. regime3_total); returns the rescue tokens added."""
         from mutualrl.regimes.sgt.maths import sgt_example_weights
 

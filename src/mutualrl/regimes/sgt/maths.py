@@ -25,8 +25,7 @@ from typing import Literal
 
 import torch
 
-from mutualrl.regimes.pool import check_float, check_learner_and_peers, check_same_shape
-from mutualrl.regimes.rank_metrics import Share, Total
+from mutualrl.regimes.api import Share, Total, check_float, check_learner_and_peers, check_same_shape
 from mutualrl.regimes.sgt.spec import SGTSettings, check_sgt_settings
 
 
@@ -345,7 +344,7 @@ def sgt_metrics(
     - ``pool_success_rate_gated`` / ``_ungated``: the same over all M policies' rollouts ("Succ./all");
     - ``all_fail_prompt_rate``: prompts on which no rollout of the pool succeeds / P.
 
-    The rates are :class:`~mutualrl.regimes.rank_metrics.Share` and ``gated_prompts`` a ``Total``: over several
+    The rates are :class:`~mutualrl.regimes.core.rank_metrics.Share` and ``gated_prompts`` a ``Total``: over several
     ranks (each with its own prompts) they reduce to the whole batch's.
 
     Compute overhead (App. "Compute overhead under a fixed rollout budget", Tab. regime-cost):

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from mutualrl.regimes.adapter import RegimeAdapter
-from mutualrl.regimes.peers import gather_peer_groups
-from mutualrl.regimes.seam import GRPOBatch, StepRollouts
+from mutualrl.regimes.api import GRPOBatch, RegimeAdapter, StepRollouts, gather_peer_groups
 from mutualrl.regimes.xgrpo.spec import XGRPO, XGRPOSettings
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ Our rule, for learner ``n``, prompt ``x``, rollout ``i`` (every constant a setti
 ``σ_pool`` and the ``"batch"``/``"none"`` variants follow TRL's ``scale_rewards`` exactly as
 ``A_loc`` does, applied to the pool: for ``"batch"`` σ is the NaN-aware std of all ``P·M·K``
 rewards (TRL's batch std is over raw rewards, not centred ones), for ``"none"`` there is no
-division. Hence ``A_pool`` is the learner's slice of :func:`~mutualrl.regimes.grpo.prp_pooled_advantages`,
+division. Hence ``A_pool`` is the learner's slice of :func:`~mutualrl.regimes.core.grpo.prp_pooled_advantages`,
 and a pool of one (M = 1) gives ``A_pool = A_loc`` in all three modes. ``L̄(x)`` is the mean
 length of the learner's K responses; lengths are clamped to at least one token. The length
 factor is multiplicative, so it never flips a sign, and it shrinks the advantage of responses
@@ -49,8 +49,17 @@ from typing import Literal
 
 import torch
 
-from mutualrl.regimes.grpo import TRL_STD_EPS, group_advantages, nanstd, prp_pooled_advantages, reward_scale
-from mutualrl.regimes.pool import ScaleRewards, check_pool, check_scale_rewards, split_pool
+from mutualrl.regimes.api import (
+    TRL_STD_EPS,
+    ScaleRewards,
+    check_pool,
+    check_scale_rewards,
+    group_advantages,
+    nanstd,
+    prp_pooled_advantages,
+    reward_scale,
+    split_pool,
+)
 
 Normalisation = Literal["pooled", "per-policy"]
 NORMALISATIONS = ("pooled", "per-policy")

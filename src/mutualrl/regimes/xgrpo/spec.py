@@ -9,8 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mutualrl.figure_words import FREE, NONNEGATIVE, UNIT, MetricWords
-from mutualrl.regimes.regime_spec import RegimeSpec, register_regime
+from mutualrl.regimes.api import FREE, NONNEGATIVE, UNIT, MetricWords, RegimeSpec, register_regime
 
 
 @dataclass

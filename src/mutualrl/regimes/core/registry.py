@@ -1,12 +1,12 @@
 """The regime registry: finding every regime and looking one up, the only place regimes are listed.
 
 Each built-in regime is one folder ``mutualrl/regimes/<name>/``: a torch-free ``spec.py`` (its
-settings dataclass, metric names and the :class:`~mutualrl.regimes.regime_spec.RegimeSpec` it registers with
-:func:`~mutualrl.regimes.regime_spec.register_regime`), its pure maths ``maths.py`` and its TRL adapter
+settings dataclass, metric names and the :class:`~mutualrl.regimes.core.regime_spec.RegimeSpec` it registers with
+:func:`~mutualrl.regimes.core.regime_spec.register_regime`), its pure maths ``maths.py`` and its TRL adapter
 ``adapter.py``, named in the spec by import path so that importing a spec never imports torch or TRL. Every
 sub-package of this package with a ``spec`` module is imported on the first lookup, so adding a regime is adding
 one such folder. ``RegimeSpec``, ``RegimeFlag`` and ``register_regime`` are defined in
-:mod:`mutualrl.regimes.regime_spec` (what a regime author imports) and listed here too, where plugins written
+:mod:`mutualrl.regimes.core.regime_spec` (what a regime author imports) and listed here too, where plugins written
 against the registry import them.
 
 Regimes outside the package (a plugin, a test) are imported from the ``MUTUALRL_REGIMES``
@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.errors import UnknownNameError, UsageError
-from mutualrl.regimes.regime_spec import REGISTERED as _REGISTRY
-from mutualrl.regimes.regime_spec import RegimeFlag, RegimeSpec, register_regime, unregister_regime
+from mutualrl.regimes.core.regime_spec import REGISTERED as _REGISTRY
+from mutualrl.regimes.core.regime_spec import RegimeFlag, RegimeSpec, register_regime, unregister_regime
 
 ENV_VAR = "MUTUALRL_REGIMES"
 """Extra regime modules to import (module names or .py paths, comma-separated)."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from trl.trainer.utils import nanstd  # TRL's own: the advantages' std is TRL's op for op
 
-from mutualrl.regimes.pool import ScaleRewards, check_float, check_pool, check_scale_rewards
+from mutualrl.regimes.core.pool import ScaleRewards, check_float, check_pool, check_scale_rewards
 
 TRL_STD_EPS = 1e-4
 """The constant TRL adds to the reward standard deviation (``advantages / (std_rewards + 1e-4)``)."""
@@ -92,7 +92,7 @@ def prp_pooled_advantages(
 
     with ``σ_pool(p)`` the NaN-aware sample std of the prompt's ``M*K`` rewards ("group"), or of
     all ``P*M*K`` rewards ("batch"); "none" skips the division. Exactly
-    :func:`~mutualrl.regimes.grpo.group_advantages` applied to the ``[P, M*K]`` pool, so it is
+    :func:`~mutualrl.regimes.core.grpo.group_advantages` applied to the ``[P, M*K]`` pool, so it is
     the same tensor for every learner (the pool is the same set) and, for ``M = 1``, equals
     standalone GRPO bit for bit. NaN rewards get advantage 0.
 

@@ -9,12 +9,12 @@ one rank read them as plain numbers:
 - :class:`Share` ``numerator / denominator``: the sums over the ranks divided (TRL's global masked mean);
 - :class:`Total`: summed over the ranks (a count of this rank's rows);
 - :class:`Quantile`: the quantile of every rank's values together, from each rank's bounded sketch
-  (:class:`~mutualrl.regimes.quantile_sketch.QuantileSketch`: exact for a few values, within 0.5 % beyond);
+  (:class:`~mutualrl.regimes.core.quantile_sketch.QuantileSketch`: exact for a few values, within 0.5 % beyond);
 - a plain ``float``: the mean over the ranks that have a number (NaN left out), which leaves a value computed
   from the whole batch (the same on every rank) as it is.
 
 The reduction itself is the trainer's (:mod:`mutualrl.training.trl_metrics`: one collective per
-:meth:`~mutualrl.regimes.seam.TrainerView.record_metrics` call).
+:meth:`~mutualrl.regimes.core.seam.TrainerView.record_metrics` call).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from mutualrl.regimes.quantile_sketch import QuantileSketch
+from mutualrl.regimes.core.quantile_sketch import QuantileSketch
 
 
 class Share(float):
@@ -52,7 +52,7 @@ class Total(float):
 class Quantile(float):
     """The ``q`` quantile (linear interpolation, numpy's default) of ``values``; NaN when empty; over ranks: the
     quantile of all ranks' values. Exact while all ranks' values together are at most ``EXACT_VALUES``, else within
-    ``RELATIVE_ACCURACY`` (:class:`~mutualrl.regimes.quantile_sketch.QuantileSketch`): PRP's token ratios of a paper
+    ``RELATIVE_ACCURACY`` (:class:`~mutualrl.regimes.core.quantile_sketch.QuantileSketch`): PRP's token ratios of a paper
     step are millions, and what a rank sends over is its sketch, bounded, not them."""
 
     q: float

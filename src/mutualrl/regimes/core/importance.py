@@ -10,8 +10,8 @@ import math
 
 import torch
 
-from mutualrl.regimes.pool import check_float, check_same_shape
-from mutualrl.regimes.rank_metrics import Quantile, Share
+from mutualrl.regimes.core.pool import check_float, check_same_shape
+from mutualrl.regimes.core.rank_metrics import Quantile, Share
 
 
 def ratio_statistics(
@@ -31,7 +31,7 @@ def ratio_statistics(
     Responses without masked tokens are left out; an empty selection gives NaN. NaN token ratios
     (unaligned tokens) are left out of the token statistics and make their sequence ratio NaN,
     which is left out too; ``nan_token_frac`` reports how many there were. The rates are
-    :class:`~mutualrl.regimes.rank_metrics.Share` and the percentiles ``Quantile`` (linear interpolation,
+    :class:`~mutualrl.regimes.core.rank_metrics.Share` and the percentiles ``Quantile`` (linear interpolation,
     numpy's default): over several ranks they reduce to those of every rank's responses together.
 
     Args:

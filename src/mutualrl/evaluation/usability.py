@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from mutualrl.regimes.grpo import TRL_STD_EPS, group_advantages, prp_pooled_advantages
-from mutualrl.regimes.pool import ScaleRewards, check_learner_and_peers, join_pool
+from mutualrl.regimes.core.grpo import TRL_STD_EPS, group_advantages, prp_pooled_advantages
+from mutualrl.regimes.core.pool import ScaleRewards, check_learner_and_peers, join_pool
 from mutualrl.regimes.sgt.maths import sgt_gate
 
 
@@ -71,13 +71,13 @@ def regime_usability(
     - PRP-usable: ``∃ m≠n, j: 1-ε ≤ W^(n)(x, y_{m,j}) ≤ 1+ε`` with ``W`` the sequence-level ratio of a
       peer response under the learner (``peer_seq_ratios``, NaN = not available);
     - XGRPO-usable: ``∃ i: |A^pool_{n,i} - A^loc_{n,i}| > atol`` with ``A^pool`` the learner's slice of
-      :func:`~mutualrl.regimes.grpo.prp_pooled_advantages` (pooled normalisation) and ``A^loc`` its
+      :func:`~mutualrl.regimes.core.grpo.prp_pooled_advantages` (pooled normalisation) and ``A^loc`` its
       standalone GRPO advantage;
     - SGT-usable: the SGT gate fires (:func:`mutualrl.regimes.sgt.maths.sgt_gate` with the given thresholds).
 
     Which standard deviation: the **sample** one (Bessel's ``n-1``), in both advantages. XGRPO-usable
     asks whether sharing would change the advantages the learner trains on, and those are GRPO's
-    (Eq. grpo) as TRL computes them, with TRL's sample ``nanstd`` (:mod:`mutualrl.regimes.grpo`
+    (Eq. grpo) as TRL computes them, with TRL's sample ``nanstd`` (:mod:`mutualrl.regimes.core.grpo`
     reproduces it bit for bit). A population std would call some prompts unchanged that XGRPO does
     change: a learner ``[0, 1]`` in a pool ``[0, 1, 0, 1]`` has the pool's mean and population std, but
     its sample std (0.71) is not the pool's (0.58), so its advantages move. With one rollout per

@@ -1,6 +1,6 @@
 """The settings every regime that pools peer rows into the learner's batch shares (PRP, HACPO): how a peer row's
 ratio divides, its importance-weight correction and how its advantage is grouped. Torch-free, like a ``spec.py``; the
-rows themselves are :mod:`mutualrl.regimes.pooled_rows`.
+rows themselves are :mod:`mutualrl.regimes.core.pooled_rows`.
 """
 
 from __future__ import annotations

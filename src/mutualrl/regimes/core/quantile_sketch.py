@@ -1,5 +1,5 @@
 """A bounded sketch of many values from which every quantile is read: what a rank sends over for a
-:class:`~mutualrl.regimes.rank_metrics.Quantile` metric (PRP's token ratios of a paper step are millions).
+:class:`~mutualrl.regimes.core.rank_metrics.Quantile` metric (PRP's token ratios of a paper step are millions).
 
 Exact while the values are few (:data:`EXACT_VALUES`), within :data:`RELATIVE_ACCURACY` beyond (DDSketch); sketches of
 parts merge into the sketch of the whole, which is how the ranks' quantiles combine

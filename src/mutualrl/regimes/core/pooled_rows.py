@@ -2,7 +2,7 @@
 
 The learner's candidate group for a prompt is its own K rollouts plus every peer's K (the paper's "unified candidate
 pool", Sec. "Regime 1"). :meth:`PooledRowsAdapter.pool_step` composes the seam's batch surgery
-(:mod:`mutualrl.regimes.batch_rows`) into that step: the peer rows retokenized into the learner's vocabulary (THL),
+(:mod:`mutualrl.regimes.core.batch_rows`) into that step: the peer rows retokenized into the learner's vocabulary (THL),
 appended after the learner's own rows with the learner's prompt tokens, the learner's snapshot of every row, the
 peers' behaviour traces aligned onto the learner's tokens, the ratio's denominator and TRL's extras. What a regime
 decides is a hook: the advantages of the pool (:meth:`PooledRowsAdapter._pooled_advantages`), the ratio's denominator
@@ -18,8 +18,8 @@ import numpy as np
 import torch
 
 from mutualrl.errors import UsageError
-from mutualrl.regimes.adapter import RegimeAdapter
-from mutualrl.regimes.batch_rows import (
+from mutualrl.regimes.core.adapter import RegimeAdapter
+from mutualrl.regimes.core.batch_rows import (
     AppendedRows,
     append_rows,
     count_items,
@@ -28,11 +28,11 @@ from mutualrl.regimes.batch_rows import (
     reference_logps,
     refuse_unsupported,
 )
-from mutualrl.regimes.peer_responses import LearnerResponses, learner_responses, peer_row_views
-from mutualrl.regimes.peers import PeerGroups, gather_peer_groups
-from mutualrl.regimes.pooled_spec import PooledRowsSettings
-from mutualrl.regimes.rank_metrics import Total
-from mutualrl.regimes.seam import GRPOBatch, StepRollouts
+from mutualrl.regimes.core.peer_responses import LearnerResponses, learner_responses, peer_row_views
+from mutualrl.regimes.core.peers import PeerGroups, gather_peer_groups
+from mutualrl.regimes.core.pooled_spec import PooledRowsSettings
+from mutualrl.regimes.core.rank_metrics import Total
+from mutualrl.regimes.core.seam import GRPOBatch, StepRollouts
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -164,7 +164,7 @@ class PooledRowsAdapter(RegimeAdapter):
         """Peer rows of this process's groups, (local group, peer, sample) in a fixed order: their (peer, row)
         sources, learner prompt rows, advantages (``advantages``: ``[P, M, K]``) and whether each was scored
         (``scored``: bool ``[P, M-1, K]``). A peer rollout not scored (its reward NaN, TRL's None) keeps its place
-        with advantage 0 (and no token in the loss, :func:`~mutualrl.regimes.batch_rows.append_rows`): every rank
+        with advantage 0 (and no token in the loss, :func:`~mutualrl.regimes.core.batch_rows.append_rows`): every rank
         then holds ``M·B`` rows, runs the same forwards and splits them into whole micro-batches."""
         order = self.pool_order
         source_rows, prompt_rows, peer_adv, row_scored = [], [], [], []
@@ -227,7 +227,7 @@ class PooledRowsAdapter(RegimeAdapter):
     def step_metrics(self, step: PooledStep, weights: torch.Tensor | None) -> dict[str, float]:
         """The ratio diagnostics of App. "Importance-ratio distribution" of the peer rows (the ratio at generation:
         snapshot over ``step.behaviour``), the number of peer rows and the regime's per-source figures."""
-        from mutualrl.regimes.importance import ratio_statistics
+        from mutualrl.regimes.core.importance import ratio_statistics
 
         if step.snapshot is None:  # the ratio is exp(logp - logp.detach()) = 1 on every row
             ratios = torch.ones(step.peer_mask.shape, dtype=torch.float32, device=step.peer_mask.device)  # [N, T]
@@ -248,7 +248,7 @@ class PooledRowsAdapter(RegimeAdapter):
         """``out`` with ``from/<peer>/ess`` (of the loss's weights) and ``from/<peer>/ess_raw`` of each peer, from this
         rank's ``[Σ lw, Σ lw², Σ w, Σ w², units]`` per peer (``ess_parts``, in the order of ``self.peers``) summed over
         the ranks: one collective, every rank."""
-        from mutualrl.regimes.importance import normalised_ess
+        from mutualrl.regimes.core.importance import normalised_ess
 
         accelerator = self.trainer.accelerator
         totals = accelerator.reduce(torch.tensor(ess_parts, dtype=torch.float64, device=accelerator.device),

@@ -4,7 +4,7 @@ The record (:class:`~mutualrl.see.records.RolloutBatch`) takes the token ids and
 TRL's padded tensors (no Python list per token), the text through THL (the one decode of ours) and each token's span
 only where the regime's readers need spans (PRP's peer denominator). A regime does not call this: it declares what its
 readers need (``RegimeAdapter.publishes_traces``, ``publishes_spans``) and the base adapter publishes
-(:meth:`~mutualrl.regimes.adapter.RegimeAdapter.publish_records`).
+(:meth:`~mutualrl.regimes.core.adapter.RegimeAdapter.publish_records`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from mutualrl.regimes.seam import GRPOBatch, StepRollouts, TrainerView
+from mutualrl.regimes.core.seam import GRPOBatch, StepRollouts, TrainerView
 
 if TYPE_CHECKING:
     from mutualrl.see.records import RolloutBatch

@@ -2,8 +2,8 @@
 
 Each regime's own adapter (``regimes/<name>/adapter.py``) subclasses :class:`RegimeAdapter`. The
 trainer (:class:`~mutualrl.training.trainer.MutualGRPOTrainer`) calls :meth:`RegimeAdapter.process_step`
-once per generation step with TRL's batch (:class:`~mutualrl.regimes.seam.GRPOBatch`) and this policy's
-:class:`~mutualrl.regimes.seam.StepRollouts`.
+once per generation step with TRL's batch (:class:`~mutualrl.regimes.core.seam.GRPOBatch`) and this policy's
+:class:`~mutualrl.regimes.core.seam.StepRollouts`.
 The adapter
 
 1. publishes this rank's rollout records to the SEE (all regimes but a silent standalone),
@@ -17,7 +17,7 @@ The adapter
 
 :meth:`RegimeAdapter.process_step` runs these stages in that order, one method each. The math lives in
 each regime's ``maths.py``; this module only moves tensors around. It uses the SEE and THL (same layer)
-and sees the trainer only through :class:`~mutualrl.regimes.seam.TrainerView` (a typed protocol at this
+and sees the trainer only through :class:`~mutualrl.regimes.core.seam.TrainerView` (a typed protocol at this
 layer), so no import goes up to ``training/``; it imports torch, so only the training layer imports it
 (:func:`mutualrl.training.adapters.make_regime_adapter`).
 """
@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 
-from mutualrl.regimes.regime_spec import RegimeSpec
-from mutualrl.regimes.seam import TOKEN_WEIGHTS, GRPOBatch, StepRollouts, TrainerView
+from mutualrl.regimes.core.regime_spec import RegimeSpec
+from mutualrl.regimes.core.seam import TOKEN_WEIGHTS, GRPOBatch, StepRollouts, TrainerView
 from mutualrl.regimes.standalone.spec import STANDALONE
 
 if TYPE_CHECKING:
@@ -236,9 +236,9 @@ class RegimeAdapter:
             )
 
     def build_records(self, output: GRPOBatch, rollouts: StepRollouts) -> RolloutBatch:
-        """This rank's rollout records for the SEE (:func:`mutualrl.regimes.publication.rollout_records`), with the
+        """This rank's rollout records for the SEE (:func:`mutualrl.regimes.core.publication.rollout_records`), with the
         behaviour traces and token spans where this regime's readers need them."""
-        from mutualrl.regimes.publication import rollout_records
+        from mutualrl.regimes.core.publication import rollout_records
 
         return rollout_records(output, rollouts, self.trainer, traces=self.publishes_traces,
                                spans=self.publishes_spans)

@@ -4,7 +4,7 @@ with :func:`register_regime`.
 A regime is one folder ``mutualrl/regimes/<name>/`` whose torch-free ``spec.py`` declares the regime here: its
 settings dataclass, the metrics on its status line and their words in a plot (:class:`~mutualrl.figure_words.
 MetricWords`), its adapter by import path (imported only by the training layer). Finding the regimes (importing every
-``spec.py`` and the ``MUTUALRL_REGIMES`` modules) and looking them up is :mod:`mutualrl.regimes.registry`'s; this
+``spec.py`` and the ``MUTUALRL_REGIMES`` modules) and looking them up is :mod:`mutualrl.regimes.core.registry`'s; this
 module is the definition a regime author uses, and the table :func:`register_regime` fills. Torch-free.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from mutualrl.figure_words import MetricWords
 
-BASE_ADAPTER = "mutualrl.regimes.adapter:RegimeAdapter"
+BASE_ADAPTER = "mutualrl.regimes.core.adapter:RegimeAdapter"
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class RegimeSpec:
     settings: type | None = None
     """The settings dataclass (a ``help`` per field)."""
     adapter: str = BASE_ADAPTER
-    """The trainer adapter, ``"module:Class"`` (a :class:`~mutualrl.regimes.adapter.RegimeAdapter`), imported
+    """The trainer adapter, ``"module:Class"`` (a :class:`~mutualrl.regimes.core.adapter.RegimeAdapter`), imported
     only by the training layer."""
     status: tuple[tuple[str, str], ...] = ()
     """(metric, label) shown on the live status line (the policy's status file and the launcher's progress);
@@ -91,7 +91,7 @@ class RegimeSpec:
 
 REGISTERED: dict[str, RegimeSpec] = {}
 """Every registered regime by name: filled by :func:`register_regime` as a ``spec.py`` is imported, read by
-:mod:`mutualrl.regimes.registry` (which imports the specs and looks regimes up)."""
+:mod:`mutualrl.regimes.core.registry` (which imports the specs and looks regimes up)."""
 
 
 def register_regime(spec: RegimeSpec) -> RegimeSpec:
