@@ -79,7 +79,7 @@ def test_what_real_checkpoints_hold_passes_both_checks(tmp_path: Path) -> None:
     from deepspeed.utils.tensor_fragment import fragment_address
 
     from mutualrl.pools.loading import load_model
-    from mutualrl.pools.safe_load import unsafe_global
+    from mutualrl.trust.checkpoint_pickles import unsafe_global
 
     load_model("builtin:tiny-bpe")
     state = {
@@ -102,7 +102,7 @@ def test_what_real_checkpoints_hold_passes_both_checks(tmp_path: Path) -> None:
 def test_torchs_own_weights_only_list_passes_the_check_by_name_and_code_does_not() -> None:
     from torch._weights_only_unpickler import _get_allowed_globals
 
-    from mutualrl.pools.safe_load import is_safe_global
+    from mutualrl.trust.checkpoint_pickles import is_safe_global
 
     assert [name for name in _get_allowed_globals() if not is_safe_global(name)] == []
     for name in ("builtins.exec", "builtins.eval", "os.system", "subprocess.Popen", "torch.load", "torch.hub.load",

@@ -15,7 +15,7 @@ from mutualrl.launch.rundir.prepare import prepare_launch
 from mutualrl.launch.rundir.see_owner import claim_exchange
 from mutualrl.run_folder import RunPaths, run_id
 from mutualrl.see import ExperienceExchange
-from mutualrl.see.binding import exchange_owner
+from mutualrl.trust.exchange_binding import exchange_owner
 
 
 def new_run(folder: Path) -> RunPaths:

@@ -15,7 +15,7 @@ from typing import Any
 from mutualrl.assets.hub import unreachable_and_uncached
 from mutualrl.errors import DataError, UnknownNameError, UsageError
 from mutualrl.pools.adapter_config import ADAPTER_CONFIG, adapter_config_problem
-from mutualrl.pools.safe_load import load_checkpoints_as_data
+from mutualrl.trust.checkpoint_pickles import load_checkpoints_as_data
 
 BUILTIN_PREFIX = "builtin:"
 TRUST_KEY = "grpo.trust_remote_code"

@@ -33,7 +33,7 @@ from mutualrl.atomic_io import TEMP_RE, HashingSink, write_atomic
 from mutualrl.errors import UsageError
 from mutualrl.run_folder import RunPaths
 from mutualrl.see import files
-from mutualrl.see.binding import check_exchange_owner
+from mutualrl.trust.exchange_binding import check_exchange_owner
 from mutualrl.see.errors import PeerFailedError, ShardMissingError
 from mutualrl.see.files import CHECKSUM_ALGORITHM
 from mutualrl.see.liveness import (

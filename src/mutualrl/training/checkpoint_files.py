@@ -11,7 +11,7 @@ checkpoint counts only when :func:`checkpoint_problem` finds nothing:
   rank has saved) lists every file with its size: each must be there, exactly that long; and
   the xxh3_128 of each safetensors file, which must still match (a byte changed in the weights);
 - **nothing but data**: a torch file's pickle may name only tensors and the few types checkpoints hold
-  (:mod:`mutualrl.pools.safe_load`); one that names anything else was tampered with and is refused by name;
+  (:mod:`mutualrl.trust.checkpoint_pickles`); one that names anything else was tampered with and is refused by name;
 - **the files its kind needs** (checked with or without a manifest, so a checkpoint of an
   older version is judged too): trainer state, RNG state of every rank, and either the
   weights (full, sharded or a LoRA adapter) with ``optimizer.pt`` and ``scheduler.pt``, or
@@ -35,7 +35,7 @@ from typing import Any
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.errors import UsageError
 from mutualrl.pools.adapter_config import ADAPTER_CONFIG, adapter_config_problem
-from mutualrl.pools.safe_load import unsafe_global
+from mutualrl.trust.checkpoint_pickles import unsafe_global
 
 MANIFEST_NAME = "mutualrl-manifest.json"
 MANIFEST_FORMAT = "mutualrl-checkpoint-manifest"

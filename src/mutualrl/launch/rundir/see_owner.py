@@ -1,4 +1,4 @@
-"""The launcher's side of an exchange bound to one run (:mod:`mutualrl.see.binding`): refuse an exchange a live
+"""The launcher's side of an exchange bound to one run (:mod:`mutualrl.trust.exchange_binding`): refuse an exchange a live
 run uses, else bind it to this run before any worker opens it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 from mutualrl.errors import UsageError
 from mutualrl.run_folder import LOCK_NAME, RunPaths, run_id
-from mutualrl.see.binding import bind_exchange, exchange_owner
+from mutualrl.trust.exchange_binding import bind_exchange, exchange_owner
 
 
 def run_lock_held(folder: Path) -> bool:
