@@ -166,7 +166,7 @@ def count_rows(run_dir: Path, policies: list[str]) -> dict[str, int]:
 def check_outputs(run_dir: Path) -> dict[str, Any]:
     from transformers import AutoModelForCausalLM
 
-    from mutualrl.see.inspect import inspect_exchange
+    from mutualrl.ops.exchange_inspect import inspect_exchange
 
     info = json.loads((run_dir / "run.json").read_text())
     policies = [p["name"] for p in info["policies"]]

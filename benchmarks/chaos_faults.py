@@ -46,7 +46,7 @@ def checkpoints(policy_dir: Path) -> list[Path]:
 
 def complete_checkpoints(policy_dir: Path) -> list[Path]:
     """A policy's complete checkpoints, oldest first (a kill can leave the newest one half-saved)."""
-    from mutualrl.training.checkpoint_files import checkpoint_problem
+    from mutualrl.ops.checkpoint_files import checkpoint_problem
 
     return [folder for folder in checkpoints(policy_dir) if checkpoint_problem(folder) is None]
 

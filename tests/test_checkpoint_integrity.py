@@ -17,7 +17,7 @@ from safetensors.torch import save_file
 from mutualrl.errors import UsageError
 from mutualrl.launch.rundir.resume import common_checkpoint, restart_command
 from mutualrl.run_folder import RunPaths
-from mutualrl.training.checkpoint_files import MANIFEST_NAME, checkpoint_problem, required_missing, write_manifest
+from mutualrl.ops.checkpoint_files import MANIFEST_NAME, checkpoint_problem, required_missing, write_manifest
 from mutualrl.training.worker import check_resumable
 
 KINDS = ("full", "sharded", "lora", "deepspeed")
@@ -142,7 +142,7 @@ def test_a_checkpoint_killed_while_saving_is_named_and_a_restart_takes_the_previ
 
 def test_a_manifest_written_for_a_folder_saved_again_is_dropped_first(tmp_path):
     """A resumed run saving the same step again: until its new manifest, the folder is judged by its files."""
-    from mutualrl.training.checkpoint_files import drop_manifest
+    from mutualrl.ops.checkpoint_files import drop_manifest
 
     folder = build_checkpoint(tmp_path / "checkpoint-4", "full", 4)
     drop_manifest(folder)
@@ -155,7 +155,7 @@ def test_a_manifest_written_for_a_folder_saved_again_is_dropped_first(tmp_path):
 
 def test_a_resume_proves_the_optimizer_state_came_with_it(tmp_path):
     """MutualGRPOTrainer._load_optimizer_and_scheduler's check: Trainer skips a missing optimizer.pt silently."""
-    from mutualrl.training.checkpoint_files import resumed_optimizer_step
+    from mutualrl.ops.checkpoint_files import resumed_optimizer_step
 
     folder = build_checkpoint(tmp_path / "checkpoint-4", "full", 4)
     weight = torch.nn.Parameter(torch.ones(3))

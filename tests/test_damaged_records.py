@@ -15,7 +15,7 @@ from test_cli_errors import assert_one_line_error, run_cli
 from mutualrl.errors import RunFolderError
 from mutualrl.launch.rundir.inputs import check_resume_inputs
 from mutualrl.run_folder import RunPaths
-from mutualrl.training.checkpoint_files import checkpoint_problem
+from mutualrl.ops.checkpoint_files import checkpoint_problem
 
 DATA = {"train.jsonl": "a" * 64, "eval.jsonl": "b" * 64}
 DAMAGED_INPUTS = [  # (record, the field the line names)

@@ -157,7 +157,7 @@ def test_a_disk_full_mid_checkpoint_then_resume_loses_nothing(tmp_path):
 
     from e2e_helpers import TINY, child_env, metric_lines
     from mutualrl.launch.rundir.lock import RunLock
-    from mutualrl.training.checkpoint_files import MANIFEST_NAME, checkpoint_problem
+    from mutualrl.ops.checkpoint_files import MANIFEST_NAME, checkpoint_problem
 
     run_dir = tmp_path / "run"
     command = [sys.executable, "-m", "mutualrl", "train", "-o", str(run_dir), *TINY, "--max-steps", "5",

@@ -12,7 +12,7 @@ import pytest
 from mutualrl import doctor
 from mutualrl.config.loader import load_run_config
 from mutualrl.launch.plan.launch_plan import make_launch_plan
-from mutualrl.see import mounts
+from mutualrl.ops import mounts
 
 
 def mountinfo(table: str, point: str, fstype: str, source: str, options: str) -> str:

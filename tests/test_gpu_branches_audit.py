@@ -235,7 +235,7 @@ def test_a_bf16_zero3_checkpoint_counts_as_complete_with_every_rank(tmp_path):
     import torch
     from deepspeed.runtime.engine import DeepSpeedEngine
 
-    from mutualrl.training.checkpoint_files import world_size, zero_missing
+    from mutualrl.ops.checkpoint_files import world_size, zero_missing
 
     tag = tmp_path / "global_step4"
     tag.mkdir()

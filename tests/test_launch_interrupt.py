@@ -239,7 +239,7 @@ def test_a_signalled_worker_goes_on_to_the_launchers_step_or_ends_as_before(tmp_
     import subprocess
 
     from mutualrl.training.stop_request import stop_path
-    from mutualrl.training.watchdog import LAUNCHER_PID_ENV
+    from mutualrl.ops.watchdog import LAUNCHER_PID_ENV
 
     paths = RunPaths(tmp_path)
     if request_on_disk is not None:

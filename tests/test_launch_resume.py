@@ -8,7 +8,7 @@ from pathlib import Path
 from mutualrl.launch.rundir.metrics_merge import rollback_metrics
 from mutualrl.launch.rundir.resume import changes_training, clear_training_outputs, common_checkpoint, config_changes
 from mutualrl.run_folder import RunPaths
-from mutualrl.see.rollback import rollback_exchange
+from mutualrl.ops.exchange_rollback import rollback_exchange
 
 
 def _config(**changes):

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from e2e_helpers import child_env, free_ports
-from mutualrl.see.inspect import inspect_exchange
+from mutualrl.ops.exchange_inspect import inspect_exchange
 
 STEPS = 2
 

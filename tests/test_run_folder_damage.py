@@ -208,7 +208,7 @@ def test_the_merge_survives_bytes_that_are_not_text(tmp_path):
 
 
 def test_a_failure_marker_of_another_type_or_a_fifo_is_an_unreadable_marker(tmp_path):
-    from mutualrl.see.inspect import inspect_exchange
+    from mutualrl.ops.exchange_inspect import inspect_exchange
     from mutualrl.see.liveness import read_failure
 
     (tmp_path / "_failed").mkdir()

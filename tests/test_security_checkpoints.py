@@ -16,7 +16,7 @@ import torch
 from mutualrl.errors import MutualRLError
 from mutualrl.launch.rundir.resume import common_checkpoint
 from mutualrl.run_folder import RunPaths
-from mutualrl.training.checkpoint_files import write_manifest
+from mutualrl.ops.checkpoint_files import write_manifest
 
 from test_checkpoint_integrity import build_checkpoint
 

@@ -67,7 +67,7 @@ def test_a_manifest_nested_past_the_recursion_limit_is_a_corrupt_shard(tmp_path:
     struct.pack("<Q", 100_000) + b"[" * 100_000,  # nested past the recursion limit
 ], ids=["length-2**63", "length-1TiB", "nested"])
 def test_a_safetensors_header_of_absurd_length_or_nesting_is_one_line(tmp_path: Path, header: bytes) -> None:
-    from mutualrl.training.checkpoint_files import safetensors_problem
+    from mutualrl.ops.checkpoint_files import safetensors_problem
 
     path = tmp_path / "model.safetensors"
     path.write_bytes(header)
@@ -76,7 +76,7 @@ def test_a_safetensors_header_of_absurd_length_or_nesting_is_one_line(tmp_path: 
 
 
 def test_a_checkpoint_json_nested_past_the_recursion_limit_is_named(tmp_path: Path) -> None:
-    from mutualrl.training.checkpoint_files import MANIFEST_NAME, content_problem, manifest_problem, step_problem
+    from mutualrl.ops.checkpoint_files import MANIFEST_NAME, content_problem, manifest_problem, step_problem
 
     folder = tmp_path / "checkpoint-2"
     folder.mkdir()

@@ -28,7 +28,7 @@ from mutualrl.see import (
     mark_policy_failed,
     read_failure,
 )
-from mutualrl.see.inspect import inspect_exchange
+from mutualrl.ops.exchange_inspect import inspect_exchange
 from see_synthetic import RolloutRecord, batch_from_records, records_of, synthetic_batch
 
 SRC = Path(__file__).resolve().parents[1] / "src"

@@ -239,7 +239,7 @@ def test_keep_committed_leaves_an_already_published_shard_alone(tmp_path):
 
 
 def test_resume_rolls_the_consumption_logs_back_with_the_exchange(tmp_path):
-    from mutualrl.see.rollback import rollback_exchange
+    from mutualrl.ops.exchange_rollback import rollback_exchange
     from mutualrl.see.consumption_log import append_row
 
     for step in range(4):

@@ -76,7 +76,7 @@ def test_killed_peer_stops_the_pool_named_and_resume_finishes_with_the_same_step
     import time
 
     from e2e_helpers import child_env, train_command
-    from mutualrl.see.inspect import inspect_exchange
+    from mutualrl.ops.exchange_inspect import inspect_exchange
 
     steps = 6
     recipe = write_recipe(tmp_path / "r.yaml", random_lm_pair, regime="sgt", steps=steps,
@@ -139,7 +139,7 @@ def test_sigterm_saves_every_policy_at_the_step_in_flight_and_resume_goes_on_fro
     import time
 
     from e2e_helpers import TINY, child_env
-    from mutualrl.training.checkpoint_files import checkpoint_problem
+    from mutualrl.ops.checkpoint_files import checkpoint_problem
 
     steps, k = 5, 2
     run_dir = tmp_path / "run"

@@ -31,7 +31,7 @@ import pytest
 from e2e_helpers import TINY, assert_ok, child_env
 from mutualrl.run_folder import RunPaths, run_id
 from mutualrl.see.exchange import ExperienceExchange
-from mutualrl.see.inspect import inspect_exchange
+from mutualrl.ops.exchange_inspect import inspect_exchange
 
 POLICIES = ("tiny-bpe", "tiny-sp")
 STEPS = 3

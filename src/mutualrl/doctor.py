@@ -243,7 +243,7 @@ def check_disk(run_dir: Path) -> Check:
 
 def check_run_filesystem(run_dir: Path) -> Check:
     """The filesystem the run folder (and its SEE exchange) is on, and a mount that would stall the barrier."""
-    from mutualrl.see.mounts import barrier_stall, mount_of
+    from mutualrl.ops.mounts import barrier_stall, mount_of
 
     mount = mount_of(run_dir)
     if mount is None:

@@ -39,7 +39,7 @@ def inspect(
     unreadable file, stray temporary files, failure markers, row counts differing from the
     manifest, steps whose policies saw different prompt ids).
     """
-    from mutualrl.see.inspect import inspect_exchange
+    from mutualrl.ops.exchange_inspect import inspect_exchange
 
     report = inspect_exchange(run_dir, verify_checksums=not no_checksum)
     if json_output:

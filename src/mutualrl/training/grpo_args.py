@@ -21,7 +21,7 @@ from typing import Any
 from mutualrl.errors import DataError, UsageError
 from mutualrl.run_folder import RunPaths, read_bytes, read_json
 from mutualrl.training.trackers import policy_run_name
-from mutualrl.training.watchdog import LAUNCHER_PID_ENV
+from mutualrl.ops.watchdog import LAUNCHER_PID_ENV
 
 PLANNED_BY_MUTUALRL = ("output_dir", "run_name", "report_to", "disable_tqdm")
 """The fields :func:`owned_grpo_fields` adds: a planned file without them predates this module's rule."""

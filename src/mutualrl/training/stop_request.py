@@ -126,7 +126,7 @@ def default_unless_requested(paths: RunPaths, signum: int) -> None:
     """Go on to the step of the launcher's request; without one within :data:`LAUNCHER_WAIT_S` (or step 0, or a
     launcher that is gone) signal this process again, so the signal does what it did before: SIGTERM ends the
     process, SIGINT raises ``KeyboardInterrupt``."""
-    from mutualrl.training.watchdog import LAUNCHER_PID_ENV, launcher_alive
+    from mutualrl.ops.watchdog import LAUNCHER_PID_ENV, launcher_alive
 
     launcher = os.environ.get(LAUNCHER_PID_ENV, "")
     deadline = time.monotonic() + (LAUNCHER_WAIT_S if launcher.isdigit() and launcher_alive(int(launcher)) else 0)

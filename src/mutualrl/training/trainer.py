@@ -265,7 +265,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
         from mutualrl.write_failures import storage_errors
-        from mutualrl.training.checkpoint_files import drop_manifest, write_manifest
+        from mutualrl.ops.checkpoint_files import drop_manifest, write_manifest
 
         folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         with storage_errors(folder):
@@ -288,7 +288,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         goes on with a fresh AdamW and says nothing (this raises instead); the log names the step count loaded."""
         from pathlib import Path
 
-        from mutualrl.training.checkpoint_files import resumed_optimizer_step
+        from mutualrl.ops.checkpoint_files import resumed_optimizer_step
 
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is None or self.is_deepspeed_enabled:

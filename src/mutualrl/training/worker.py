@@ -33,7 +33,7 @@ from mutualrl.run_folder import RunPaths, run_id
 from mutualrl.tested_versions import check_tested_versions
 from mutualrl.training.trackers import guard_tracker_writes
 from mutualrl.training.stop_request import STOPPED_EXIT, install_stop_handlers
-from mutualrl.training.watchdog import REJOIN_ENV, start_launcher_watchdog
+from mutualrl.ops.watchdog import REJOIN_ENV, start_launcher_watchdog
 from mutualrl.write_failures import DISK_FULL_EXIT, report_thread_write_failures, storage_error, storage_errors
 
 log = logging.getLogger("mutualrl.worker")
@@ -325,7 +325,7 @@ def save_outputs(trainer: Any, tokenizer: Any, folder: Path) -> None:
 def check_resumable(checkpoint: str) -> None:
     """Refuse a checkpoint that is incomplete or damaged: TRL would fail on it at every retry, or resume
     without its optimizer state (a fresh AdamW) and say nothing."""
-    from mutualrl.training.checkpoint_files import checkpoint_problem
+    from mutualrl.ops.checkpoint_files import checkpoint_problem
 
     problem = checkpoint_problem(Path(checkpoint))
     if problem is not None:

@@ -50,7 +50,7 @@ from mutualrl.launch.plan.resume_ranks import check_resume_ranks
 from mutualrl.pools.loading import remote_code_note
 from mutualrl.regimes.core.registry import get_regime
 from mutualrl.run_folder import RunPaths, read_json
-from mutualrl.see.mounts import barrier_stall, mount_of
+from mutualrl.ops.mounts import barrier_stall, mount_of
 from mutualrl.tasks.registry import known_train_prompts
 from mutualrl.training.grpo_args import owned_grpo_fields, planned_grpo_env, planned_grpo_text
 from mutualrl.training.trackers import check_trackers

@@ -4,7 +4,7 @@
   is close-on-exec and no worker gets it, so nothing a reward function forks or execs can keep it. The file
   records the holder (pid, host, time, and the process's start time, so a reused pid is not taken for it) and
   the process group of each worker it starts: a second launch refuses the folder while the launcher or one of
-  those workers is alive (a killed launcher's workers stop within seconds, ``training.watchdog``; it waits for
+  those workers is alive (a killed launcher's workers stop within seconds, ``ops.watchdog``; it waits for
   them), and a lock whose recorded holder and workers are all gone is taken over, even when a stray process
   still holds the old file's lock (a new file is made). A message names only a process it has checked.
 - :data:`RUN_MARKER` marks a folder as a mutualrl run: ``--overwrite`` deletes nothing else.
@@ -33,7 +33,7 @@ from mutualrl.run_folder import LOCK_NAME, MACHINES_DIR, RUN_MARKER, RunPaths
 def is_coordination_entry(name: str) -> bool:
     """A run folder entry of the launchers themselves (locks, the machines' join files), not of the run."""
     return name.startswith(LOCK_NAME) or name == MACHINES_DIR
-# Workers of a killed launcher notice within ~1 s (training.watchdog) and then exit; a second
+# Workers of a killed launcher notice within ~1 s (ops.watchdog) and then exit; a second
 # launch waits this long for them before it reports the folder as busy.
 ORPHAN_GRACE_S = 20.0
 

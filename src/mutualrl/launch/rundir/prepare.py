@@ -25,7 +25,7 @@ from mutualrl.launch.rundir.metrics_merge import rollback_metrics
 from mutualrl.launch.rundir.resume import ConfigChange, clear_training_outputs, common_checkpoint, config_changes
 from mutualrl.launch.rundir.see_owner import claim_exchange, refuse_live_owner
 from mutualrl.run_folder import RunPaths
-from mutualrl.see.rollback import refuse_older_layout, rollback_exchange
+from mutualrl.ops.exchange_rollback import refuse_older_layout, rollback_exchange
 
 
 def check_run_dir(paths: RunPaths, resume: bool, overwrite: bool) -> None:

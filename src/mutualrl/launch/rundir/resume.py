@@ -24,7 +24,7 @@ from mutualrl.config.typed import flatten
 from mutualrl.run_folder import RunPaths
 from mutualrl.see.consumption_log import CONSUMED_DIR
 from mutualrl.see.files import FAILED_DIR, HEARTBEAT_DIR, STEP_DIR_RE
-from mutualrl.training.checkpoint_files import checkpoint_problem
+from mutualrl.ops.checkpoint_files import checkpoint_problem
 
 EXCHANGE_ENTRY_RE = re.compile(rf"{STEP_DIR_RE.pattern}|^(?:{FAILED_DIR}|{HEARTBEAT_DIR}|{CONSUMED_DIR})$")
 """What an exchange writes in its folder: the rest of a ``see.dir`` is not the run's to remove."""
@@ -113,7 +113,7 @@ def saved_ranks(paths: RunPaths, policies: list[str]) -> dict[str, tuple[int, st
     (a resume on another is refused), and one cut short by a kill holds fewer rank files, not more. Only file names
     are read, so a dry run stays fast beside large checkpoints.
     """
-    from mutualrl.training.checkpoint_files import is_zero_checkpoint, world_size
+    from mutualrl.ops.checkpoint_files import is_zero_checkpoint, world_size
 
     steps = [checkpoint_steps(paths.policy_dir(name)) for name in policies]
     common = sorted(set.intersection(*steps) if steps else set(), reverse=True)

@@ -45,7 +45,7 @@ from mutualrl.launch.supervise.worker_output import (
 from mutualrl.regimes.core.registry import all_regimes
 from mutualrl.run_folder import RunPaths, read_status, see_marker
 from mutualrl.training.stop_request import GRACE_S, clear_request, request_stop, request_teardown
-from mutualrl.training.watchdog import LAUNCHER_PID_ENV
+from mutualrl.ops.watchdog import LAUNCHER_PID_ENV
 from mutualrl.write_failures import is_storage_message
 
 
@@ -177,7 +177,7 @@ class PoolRunner:
         proc.log_path.parent.mkdir(parents=True, exist_ok=True)
         log_fh = proc.log_path.open("ab")
         proc.marks = file_marks(self.paths, proc.name)
-        # Workers watch this pid and stop when it dies (training.watchdog): no orphans.
+        # Workers watch this pid and stop when it dies (ops.watchdog): no orphans.
         env = {**os.environ, **proc.env, LAUNCHER_PID_ENV: str(os.getpid())}
         proc.popen = subprocess.Popen(proc.argv, env=env, cwd=spawn_dir(self.paths.root, proc.cwd), stdout=log_fh,
                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -345,7 +345,7 @@ class PoolRunner:
 
     def _restart(self, proc: PolicyProcess, left: dict[str, Any]) -> None:
         """Start a policy that left again, from its newest checkpoint; it clears its failure marker and rejoins."""
-        from mutualrl.training.watchdog import REJOIN_ENV
+        from mutualrl.ops.watchdog import REJOIN_ENV
 
         argv, checkpoint = self.settings.restart_argv(proc.name)
         if self.merger is not None:

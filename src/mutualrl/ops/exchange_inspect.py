@@ -25,7 +25,7 @@ from mutualrl.run_folder import read_json_or
 from mutualrl.see import files
 from mutualrl.see.consumption_log import read_consumption
 from mutualrl.see.errors import CorruptShardError
-from mutualrl.see.inspect_report import (
+from mutualrl.ops.exchange_inspect_report import (
     FileEntry,
     InspectReport,
     Issue,
