@@ -56,7 +56,8 @@ OFF_WALK = ("regimes/offlock.py", "see/offlock/", "_bounded_round", "training/ca
             "RegimeAdapter.bind", "ExperienceExchange.__init__", "ExperienceExchange.__repr__")
 SIDE_CONCERNS = (  # on walk 1 but never touching the payload: heartbeats, logs of rounds, provenance, metrics
     "see/liveness.py", "see/consumption_log.py", "see/provenance.py", "training/no_signal.py", "training/trl_metrics.py",
-    "regimes/core/rank_metrics.py", "regimes/core/quantile_sketch.py", "RegimeAdapter.log_step", "RegimeAdapter.prune_records",
+    "rank_metrics.py", "quantile_sketch.py",  # of regimes/core/ (of regimes/ before issue 69)
+    "RegimeAdapter.log_step", "RegimeAdapter.prune_records",
     "ExperienceExchange.heartbeat", "ExperienceExchange.prune", "LockStepConsumption.log_round")
 REPRESENTATIONS = (  # the payload's forms on walk 1, in order, and where each is made
     ("TRL's batch tensors", "training/trainer.py", "MutualGRPOTrainer._generate_and_score_completions"),
@@ -85,9 +86,16 @@ BEFORE_RECORDS_MODULE = (  # the forms in the layout before see/records.py (2026
 
 def representations(modules: dict[str, Module]) -> tuple[tuple[str, str, str], ...]:
     """The payload's forms as this revision's own code makes them (each layout anchored in its own functions)."""
+    if "regimes/core/seam.py" not in modules:  # before the shared regime modules moved into regimes/core/ (issue 69)
+        return tuple((what, rel.replace("regimes/core/", "regimes/"), qual) for what, rel, qual in forms_of(modules))
+    return forms_of(modules)
+
+
+def forms_of(modules: dict[str, Module]) -> tuple[tuple[str, str, str], ...]:
     if "see/schema.py" in modules:
         return BEFORE_RECORDS_MODULE
-    if "regimes/core/peer_responses.py" not in modules:  # before the peer responses left regimes/core/peers.py (2026-11-26)
+    if not {"regimes/core/peer_responses.py", "regimes/peer_responses.py"} & set(modules):
+        # before the peer responses left peers.py (2026-11-26)
         return tuple((what, "regimes/core/peers.py" if rel == "regimes/core/peer_responses.py" else rel, qual)
                      for what, rel, qual in REPRESENTATIONS)
     return REPRESENTATIONS
@@ -119,6 +127,10 @@ def walk2_files(modules: dict[str, Module]) -> tuple[tuple[str, str | None], ...
     return WALK2 if "launch/plan/decided.py" in modules else WALK2_BEFORE_ONE_MERGE
 
 
+LAZY_IMPORTS = "TORCH_NAMES"
+"""A module-level ``{name: module}`` literal of names a module imports on first use (PEP 562)."""
+
+
 class Module:
     """One file of src/mutualrl: its functions by qualified name, its classes' bases and its imported names."""
 
@@ -143,6 +155,9 @@ class Module:
                 for alias in node.names:
                     if alias.name.split(".")[0] == PKG and alias.asname:
                         self.imports[alias.asname] = (alias.name, None)
+        for node in self.tree.body:  # names a module imports on first use (regimes/api.py's): followed like imports
+            if isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == [LAZY_IMPORTS]:
+                self.imports |= {name: (module, name) for name, module in ast.literal_eval(node.value).items()}
 
 
 def module_file(modules: dict[str, Module], dotted: str) -> str | None:

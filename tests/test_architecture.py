@@ -10,11 +10,11 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "mutualrl"
 #: Layer of each top-level package or module; a module may import only from its own layer or below.
 LAYERS = {
     "__init__": 0, "errors": 0, "faults": 0, "atomic_io": 0, "padding": 0, "host": 0, "run_folder": 0,
-    "tested_versions": 0, "tested_lock": 0, "run_inputs": 0, "output_files": 0, "figure_words": 0, "write_failures": 0,
+    "tested_versions": 0, "tested_lock": 0, "run_inputs": 0, "output_files": 0, "figure_words": 0, "write_failures": 0, "trust": 0,
     "assets": 1, "config": 1, "see": 1, "thl": 1, "regimes": 1,
     "tasks": 2,
     "pools": 3,
-    "evaluation": 4,
+    "evaluation": 4, "ops": 4,
     "training": 5,
     "launch": 6, "doctor": 6,
     "cli": 7, "__main__": 7, "api": 7,
@@ -169,3 +169,55 @@ def test_the_function_length_check_sees_a_long_function(tmp_path):
     assert long_functions(tmp_path) == {}
     (tmp_path / "m.py").write_text(method(MAX_FUNCTION_LINES))
     assert long_functions(tmp_path) == {"m.py:m": MAX_FUNCTION_LINES + 1}
+
+
+#: What a regime folder ``regimes/<name>/`` may import from mutualrl besides its own files (issue 69).
+REGIME_API = "mutualrl.regimes.api"
+
+
+def mutualrl_imports(path: Path) -> list[str]:
+    """The mutualrl modules ``path`` imports, top level or in a function, as written (``from m import x`` names m)."""
+    modules = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            modules.append(node.module)
+        elif isinstance(node, ast.Import):
+            modules += [alias.name for alias in node.names]
+    return [module for module in modules if module.split(".")[0] == "mutualrl"]
+
+
+def regime_folder_imports(folder: Path) -> list[str]:
+    """``"file.py imports module"`` for each mutualrl import in ``folder`` that is neither the folder's own nor the
+    regime API."""
+    own = f"mutualrl.regimes.{folder.name}"
+    return [f"{path.relative_to(folder.parent)} imports {module}" for path in sorted(folder.rglob("*.py"))
+            for module in mutualrl_imports(path)
+            if module not in (REGIME_API, own) and not module.startswith(f"{own}.")]
+
+
+def regime_folders() -> list[Path]:
+    return sorted(path.parent for path in (SRC / "regimes").glob("*/spec.py"))
+
+
+def test_a_regime_folder_imports_only_itself_and_the_regime_api():
+    assert [folder.name for folder in regime_folders()] == ["hacpo", "prp", "randpert", "sgt", "standalone", "xgrpo"]
+    assert [line for folder in regime_folders() for line in regime_folder_imports(folder)] == []
+
+
+def test_the_regime_core_imports_no_regime_folder():
+    """The arrows run regime folder -> API -> core, never from the core back up into a regime."""
+    folders = [f"mutualrl.regimes.{folder.name}" for folder in regime_folders()]
+    core = SRC / "regimes" / "core"
+    assert [f"{path.relative_to(SRC)} imports {module}" for path in sorted(core.rglob("*.py"))
+            for module in mutualrl_imports(path) if f"{module}.".startswith(tuple(f"{f}." for f in folders))] == []
+
+
+def test_the_regime_import_check_sees_another_module(tmp_path):
+    folder = tmp_path / "myreg"
+    folder.mkdir()
+    (folder / "spec.py").write_text("from mutualrl.regimes.api import RegimeSpec\nfrom mutualrl.regimes.myreg import maths\n")
+    (folder / "adapter.py").write_text("def f():\n    from mutualrl.regimes.core.grpo import group_advantages\n"
+                                       "import mutualrl.errors\nfrom mutualrl.regimes.prp.maths import x\n")
+    assert sorted(regime_folder_imports(folder)) == ["myreg/adapter.py imports mutualrl.errors",
+                                                     "myreg/adapter.py imports mutualrl.regimes.core.grpo",
+                                                     "myreg/adapter.py imports mutualrl.regimes.prp.maths"]

@@ -17,6 +17,23 @@ MOVED_MODULES = {
     "evaluation/sampling.py": "benchmarks/survey_sampling.py",
     "thl/paper_reference.py": "benchmarks/thl_paper_reference.py",
 }
+#: Moved inside src/ (issue 69): the shared regime modules behind ``mutualrl.regimes.api``, checks into ``trust/``,
+#: operations into ``ops/``.
+#: No shim keeps an old path importable.
+MOVED_INSIDE_SRC = {
+    **{f"regimes/{name}.py": f"regimes/core/{name}.py" for name in (
+        "adapter", "batch_rows", "grpo", "importance", "peer_responses", "peers", "pool", "pooled_rows", "pooled_spec",
+        "publication", "quantile_sketch", "rank_metrics", "regime_spec", "registry", "seam")},
+    "regimes/usability.py": "evaluation/usability.py",
+    "pools/safe_load.py": "trust/checkpoint_pickles.py",
+    "see/binding.py": "trust/exchange_binding.py",
+    "see/inspect.py": "ops/exchange_inspect.py",
+    "see/inspect_report.py": "ops/exchange_inspect_report.py",
+    "see/mounts.py": "ops/mounts.py",
+    "see/rollback.py": "ops/exchange_rollback.py",
+    "training/watchdog.py": "ops/watchdog.py",
+    "training/checkpoint_files.py": "ops/checkpoint_files.py",
+}
 REMOVED_NAMES = (
     # used only by tests or benchmarks
     "append_to_prompts", "LearnerBatch", "prp_behaviour_logps", "peer_log_ratio", "shuffled_pool_control",
@@ -45,6 +62,15 @@ def test_moved_modules_are_not_in_src():
     assert [new for new in MOVED_MODULES.values() if not (root / new).is_file()] == []
     dotted = [m.removesuffix(".py").replace("/", ".") for m in MOVED_MODULES]
     found = {(path, name) for path, text in sources().items() for name in dotted if f"mutualrl.{name}" in text}
+    assert found == set()
+
+
+def test_modules_moved_inside_src_are_only_at_their_new_path():
+    assert [old for old in MOVED_INSIDE_SRC if (SRC / old).exists()] == []
+    assert [new for new in MOVED_INSIDE_SRC.values() if not (SRC / new).is_file()] == []
+    dotted = [f"mutualrl.{m.removesuffix('.py').replace('/', '.')}" for m in MOVED_INSIDE_SRC]
+    found = {(path, name) for path, text in sources().items() for name in dotted
+             if re.search(rf"{re.escape(name)}\b", text)}
     assert found == set()
 
 

@@ -18,7 +18,7 @@ import xxhash
 from mutualrl.errors import PeerError
 from mutualrl.regimes.core.peers import peer_groups
 from mutualrl.see import CorruptShardError, ExperienceExchange, InvalidRecordError, SchemaMismatchError
-from mutualrl.see.shards import UnsafeIpcFile, check_uncompressed
+from mutualrl.trust.arrow_ipc import UnsafeIpcFile, check_uncompressed
 from mutualrl.see.records import RolloutBatch, validate_table
 from see_synthetic import synthetic_batch
 

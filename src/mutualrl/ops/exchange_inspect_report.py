@@ -1,6 +1,6 @@
 """The report of ``mutualrl see inspect``: what an inspection found, and how it prints as JSON.
 
-``inspect.py`` walks the exchange and runs the checks; this module is what they fill in: the issues, the files, one
+``exchange_inspect.py`` walks the exchange and runs the checks; this module is what they fill in: the issues, the files, one
 cell per policy and step, the summaries, and the provenance summary gathered from the manifests.
 """
 

@@ -57,7 +57,8 @@ class ExperienceExchange:
     """One rank's client of the file-backed Shared Experience Exchange.
 
     Args:
-        root: exchange folder (``<run_dir>/see`` by default); may be on a shared filesystem.
+        root: exchange folder (required; a run passes ``see.dir`` or ``RUN/see``,
+            :meth:`mutualrl.run_folder.RunPaths.see_root`); may be on a shared filesystem.
         run_id: identifies this launch; shards and failure markers of other run ids are ignored,
             so a reused folder never feeds stale records into a new run. Use a fresh id per launch.
         policy: this process's policy name.

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import torch
 
 from mutualrl.regimes.core.regime_spec import RegimeSpec
+from mutualrl.regimes.core.registry import get_regime
 from mutualrl.regimes.core.seam import TOKEN_WEIGHTS, GRPOBatch, StepRollouts, TrainerView
-from mutualrl.regimes.standalone.spec import STANDALONE
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -43,12 +43,17 @@ if TYPE_CHECKING:
     from mutualrl.see.records import RolloutBatch
 
 
+BASE_REGIME = "standalone"
+"""The regime of the base adapter when it is built without a spec."""
+
+
 class RegimeAdapter:
     """Standalone GRPO: no peer fields; optionally publishes records for inspection."""
 
-    spec: RegimeSpec = STANDALONE
-    """The regime this adapter runs (its name prefixes the metrics); set per instance by
-    :func:`~mutualrl.training.adapters.make_regime_adapter` from the registry."""
+    spec: RegimeSpec
+    """The regime this adapter runs (its name prefixes the metrics): a regime's adapter names its own, and
+    :func:`~mutualrl.training.adapters.make_regime_adapter` sets it per instance from the registry; the base adapter
+    built without one runs standalone GRPO (looked up, so that the core imports no regime folder)."""
     publishes_traces = False
     publishes_spans = False
     """Whether this policy publishes each token's character span (THL): declared by a regime whose readers need the
@@ -63,6 +68,8 @@ class RegimeAdapter:
                  spec: RegimeSpec | None = None):
         if spec is not None:
             self.spec = spec
+        elif not hasattr(self, "spec"):
+            self.spec = get_regime(BASE_REGIME)
         self.config = config
         self.policy = policy
         self.exchange = exchange

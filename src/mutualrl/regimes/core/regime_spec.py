@@ -5,7 +5,8 @@ A regime is one folder ``mutualrl/regimes/<name>/`` whose torch-free ``spec.py``
 settings dataclass, the metrics on its status line and their words in a plot (:class:`~mutualrl.figure_words.
 MetricWords`), its adapter by import path (imported only by the training layer). Finding the regimes (importing every
 ``spec.py`` and the ``MUTUALRL_REGIMES`` modules) and looking them up is :mod:`mutualrl.regimes.core.registry`'s; this
-module is the definition a regime author uses, and the table :func:`register_regime` fills. Torch-free.
+module is the definition a regime author uses (through :mod:`mutualrl.regimes.api`), and the table
+:func:`register_regime` fills. Torch-free.
 """
 
 from __future__ import annotations

@@ -4,10 +4,9 @@ Each built-in regime is one folder ``mutualrl/regimes/<name>/``: a torch-free ``
 settings dataclass, metric names and the :class:`~mutualrl.regimes.core.regime_spec.RegimeSpec` it registers with
 :func:`~mutualrl.regimes.core.regime_spec.register_regime`), its pure maths ``maths.py`` and its TRL adapter
 ``adapter.py``, named in the spec by import path so that importing a spec never imports torch or TRL. Every
-sub-package of this package with a ``spec`` module is imported on the first lookup, so adding a regime is adding
+sub-package of :mod:`mutualrl.regimes` with a ``spec`` module is imported on the first lookup, so adding a regime is adding
 one such folder. ``RegimeSpec``, ``RegimeFlag`` and ``register_regime`` are defined in
-:mod:`mutualrl.regimes.core.regime_spec` (what a regime author imports) and listed here too, where plugins written
-against the registry import them.
+:mod:`mutualrl.regimes.core.regime_spec`; a regime author imports them from :mod:`mutualrl.regimes.api`.
 
 Regimes outside the package (a plugin, a test) are imported from the ``MUTUALRL_REGIMES``
 environment variable: module names or ``.py`` file paths, separated by commas. The launcher's
@@ -34,6 +33,9 @@ from mutualrl.errors import UnknownNameError, UsageError
 from mutualrl.regimes.core.regime_spec import REGISTERED as _REGISTRY
 from mutualrl.regimes.core.regime_spec import RegimeFlag, RegimeSpec, register_regime, unregister_regime
 
+REGIMES_PACKAGE = "mutualrl.regimes"
+"""The package whose sub-packages with a ``spec`` module are the built-in regimes (this module is in its ``core``)."""
+
 ENV_VAR = "MUTUALRL_REGIMES"
 """Extra regime modules to import (module names or .py paths, comma-separated)."""
 
@@ -53,8 +55,8 @@ def load_regimes() -> None:
 def builtin_spec_modules() -> tuple[str, ...]:
     """The ``spec`` modules of this package's regime folders, found once a process: every config load asks for the
     regimes, and scanning the folders each time was about a third of loading a config."""
-    package = sys.modules[__package__]
-    return tuple(f"{__package__}.{info.name}.spec" for info in pkgutil.iter_modules(package.__path__)
+    package = sys.modules[REGIMES_PACKAGE]
+    return tuple(f"{REGIMES_PACKAGE}.{info.name}.spec" for info in pkgutil.iter_modules(package.__path__)
                  if info.ispkg and (Path(info.module_finder.path) / info.name / "spec.py").is_file())  # type: ignore[union-attr]
 
 

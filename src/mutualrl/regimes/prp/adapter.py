@@ -59,9 +59,10 @@ class PRPAdapter(PooledRowsAdapter):
         return step.snapshot.clone()  # [B+N, T]
 
     def peer_token_weights(self, step: PooledStep) -> torch.Tensor | None:
-        """Per-token loss weights of the peer rows ``[N, T]`` (the learner's rows get 1), or None: the hook a
+        """Per-token loss weights of the peer rows ``[N, T]`` only, or None: the hook a
         variant overrides. PRP's: ``T(w)`` of its correction (:func:`~mutualrl.regimes.prp.maths.correction_weights`;
-        ``correction: none``, the paper's PRP: None), 0 on the rows the loss does not keep (``step.kept``)."""
+        ``correction: none``, the paper's PRP: None), 0 on the rows the loss does not keep (``step.kept``).
+        The learner's own rows are not this hook's: :meth:`transform` puts weight 1 on them."""
         from mutualrl.regimes.prp.maths import correction_weights
 
         settings = self.settings

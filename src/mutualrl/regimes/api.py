@@ -1,0 +1,68 @@
+"""What a regime author imports: the one mutualrl module a regime folder ``regimes/<name>/`` uses besides its own files.
+
+- Declaring the regime (``spec.py``): :class:`RegimeSpec`, :class:`RegimeFlag`, :func:`register_regime`, ``ENV_VAR``
+  (the variable naming plugin regimes), the words a plot puts on a metric (:class:`MetricWords` and its ranges
+  ``FREE``, ``UNIT``, ``NONNEGATIVE``, ``NONPOSITIVE``), and the pooled-rows settings PRP and HACPO share
+  (:class:`PooledRowsSettings`, :func:`ratio_metrics`); :class:`UsageError`, what a regime raises on bad settings
+  or input (one line, exit 2).
+- The metrics a regime returns, by how each is reduced over the ranks: :class:`Share`, :class:`Total`,
+  :class:`Quantile`.
+- What the trainer hands a regime (the seam): :class:`GRPOBatch` (TRL's batch), :class:`StepRollouts` (this
+  policy's step), :class:`TrainerView`, ``TOKEN_WEIGHTS`` (the batch key of per-token loss weights).
+- The maths a regime may reuse (``maths.py``): GRPO's advantages as TRL computes them (``TRL_STD_EPS``,
+  :func:`group_advantages`, :func:`prp_pooled_advantages`, :func:`reward_scale`, :func:`nanstd`) and the pool's
+  ``[P, M, K]`` layout and checks (``ScaleRewards``, :func:`check_float`, :func:`check_pool`, ...).
+- The adapter's building blocks (``adapter.py``): :class:`RegimeAdapter` (the base), :class:`PooledRowsAdapter`
+  and :class:`PooledStep` (peer rows pooled into the batch), :class:`PeerGroups` and :func:`gather_peer_groups`
+  (peer tables as ``[P, M-1, K]`` tensors), :func:`learner_responses` (peer responses as learner token rows),
+  :class:`AppendedRows` and :func:`attach_sequences` (rows and sequences added to TRL's batch).
+
+The names live in :mod:`mutualrl.regimes.core`; this module only gathers them. A ``spec.py`` must stay torch-free
+(config loading and every CLI command import every spec), so the names whose modules import torch are imported on
+first use (PEP 562's module ``__getattr__``), and importing this module for a spec imports no torch.
+(Not :mod:`mutualrl.api`, the Python API for running experiments.)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from mutualrl.errors import UsageError
+from mutualrl.figure_words import FREE, NONNEGATIVE, NONPOSITIVE, UNIT, MetricWords
+from mutualrl.regimes.core.pooled_spec import PooledRowsSettings, ratio_metrics
+from mutualrl.regimes.core.rank_metrics import Quantile, Share, Total
+from mutualrl.regimes.core.regime_spec import RegimeFlag, RegimeSpec, register_regime
+from mutualrl.regimes.core.registry import ENV_VAR
+from mutualrl.regimes.core.seam import TOKEN_WEIGHTS, GRPOBatch, StepRollouts, TrainerView
+
+#: The names whose modules import torch -> the module that defines each, imported on first use. A plain literal:
+#: benchmarks/walks.py reads it to follow these names as it follows an import.
+TORCH_NAMES = {
+    "TRL_STD_EPS": "mutualrl.regimes.core.grpo", "group_advantages": "mutualrl.regimes.core.grpo",
+    "nanstd": "mutualrl.regimes.core.grpo", "prp_pooled_advantages": "mutualrl.regimes.core.grpo",
+    "reward_scale": "mutualrl.regimes.core.grpo",
+    "ScaleRewards": "mutualrl.regimes.core.pool", "check_float": "mutualrl.regimes.core.pool",
+    "check_learner_and_peers": "mutualrl.regimes.core.pool", "check_pool": "mutualrl.regimes.core.pool",
+    "check_same_shape": "mutualrl.regimes.core.pool", "check_scale_rewards": "mutualrl.regimes.core.pool",
+    "join_pool": "mutualrl.regimes.core.pool", "split_pool": "mutualrl.regimes.core.pool",
+    "RegimeAdapter": "mutualrl.regimes.core.adapter",
+    "PooledRowsAdapter": "mutualrl.regimes.core.pooled_rows", "PooledStep": "mutualrl.regimes.core.pooled_rows",
+    "PeerGroups": "mutualrl.regimes.core.peers", "gather_peer_groups": "mutualrl.regimes.core.peers",
+    "learner_responses": "mutualrl.regimes.core.peer_responses",
+    "AppendedRows": "mutualrl.regimes.core.batch_rows", "attach_sequences": "mutualrl.regimes.core.batch_rows",
+}
+
+__all__ = [
+    "ENV_VAR", "FREE", "NONNEGATIVE", "NONPOSITIVE", "TOKEN_WEIGHTS", "UNIT", "GRPOBatch", "MetricWords",
+    "PooledRowsSettings", "Quantile", "RegimeFlag", "RegimeSpec", "Share", "StepRollouts", "Total", "TrainerView",
+    "UsageError", "ratio_metrics", "register_regime", *TORCH_NAMES,
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in TORCH_NAMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(TORCH_NAMES[name]), name)
+    globals()[name] = value  # later lookups skip this function
+    return value

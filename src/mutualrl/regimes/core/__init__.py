@@ -1,0 +1,18 @@
+"""What the regimes share, behind :mod:`mutualrl.regimes.api` (a regime folder imports that, not these modules).
+
+- Declaring and finding regimes: :mod:`.regime_spec` (``RegimeSpec``, ``RegimeFlag``, ``register_regime``),
+  :mod:`.registry` (discovers every ``regimes/<name>/spec.py`` and the ``MUTUALRL_REGIMES`` plugins; looks regimes
+  up; docs/architecture.md), :mod:`.pooled_spec` (the settings of the peer rows PRP and HACPO pool).
+- Shared maths: :mod:`.grpo` (GRPO advantages, TRL-exact, Sec. "Preliminaries", and the same over a pool of
+  policies), :mod:`.pool` (the ``[P, K]`` / ``[P, M, K]`` layout), :mod:`.importance` (the
+  importance-ratio diagnostics and ESS of rows a learner did not sample), :mod:`.rank_metrics` (the metric types a
+  regime returns, by how each is reduced over the ranks).
+- Shared by the adapters: :mod:`.seam` (what the trainer hands a regime: ``GRPOBatch``, the step object
+  ``StepRollouts``, ``TrainerView``), :mod:`.adapter` (the base adapter), :mod:`.peers` (peer tables as
+  ``[P, M-1, K]`` tensors), :mod:`.peer_responses` (peer responses as learner token rows), :mod:`.batch_rows`
+  (batch surgery: rows appended to TRL's batch, auxiliary sequences), :mod:`.pooled_rows` (the peer rows PRP and
+  HACPO pool); a peer round is one call of the SEE (:func:`mutualrl.see.rounds.next_round`).
+- The trainer's side, which no regime imports: :mod:`.publication` (this rank's records for the SEE, from TRL's
+  batch) and :mod:`.quantile_sketch` (what a rank sends over for a quantile metric; the reduction over the ranks is
+  ``training/trl_metrics.py``'s).
+"""
