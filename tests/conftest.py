@@ -45,12 +45,13 @@ gc.disable()
 TESTS = Path(__file__).parent
 
 POLICY_PROCESS_BUDGET = 140
-"""The most policy-worker processes one run of the whole suite may start; over it the session fails. Set on
-2026-11-26 (issue 70) from the suite's own count (``policy processes: N`` at the end of the run: 131 and 135 on
-two runs of one commit, as restarts and catch-ups follow the timing) with a few to spare; each worker costs ~6 s
-of CPU, and workers were two thirds of the suite's CPU. A new test that launches training should read a shared run (the session fixtures below), a fake trainer (``tests/test_regimes_seam.py``) or
-a dry run instead; raise the budget only for a process topology no shared run has (a new regime family, rank
-layout, vLLM, nodes or fault), by the workers that test starts, and say which in the commit."""
+"""The most policy-worker processes one run of the whole suite may start; over it the session fails. Set on 2026-11-26
+(issue 70) from the suite's own count (``policy processes: N`` at the end of the run: 131 and 135 on two runs of one
+commit, as restarts and catch-ups follow the timing) with a few to spare; each worker costs ~6 s of CPU, and workers
+were two thirds of the suite's CPU. A new test that launches training should read a shared run (the session fixtures
+below), a fake trainer (``tests/test_regimes_seam.py``) or a dry run instead; raise the budget only for a process
+topology no shared run has (a new regime family, rank layout, vLLM, nodes or fault), by the workers that test starts,
+and say which in the commit."""
 
 
 def count_policy_starts(log: Path) -> int:
