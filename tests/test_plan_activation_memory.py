@@ -58,3 +58,23 @@ def test_each_layer_keeps_its_copy_of_the_padding_mask(model):
     grown = LONGER["seq"] - RECORD["seq"]
     assert planned[1] - planned[0] == 2 * grown
     assert measured[1] - measured[0] == pytest.approx(2 * grown, abs=0.05 * grown)
+
+
+@pytest.mark.slow  # builds transformers models (about 11 s alone, mostly imports the suite's workers have)
+def test_the_benchmarks_counter_grows_with_the_rows_on_a_small_qwen3_shape():
+    """benchmarks/activation_memory.py's measurement, run in process on a small shape of Qwen3's kind (the script
+    itself takes minutes on the real widths): its live-storage peak grows with the rows, with checkpointing and
+    without."""
+    import importlib.util
+
+    import torch
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "activation_memory.py"
+    spec = importlib.util.spec_from_file_location("activation_memory_bench", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    small = bench.ModelShape(layers=2, kv_heads=2, head_dim=16, vocab=256, hidden=64, heads=4, intermediate=128,
+                             source="test", qk_norm=True)
+    for checkpointing in (True, False):
+        peaks = [bench.peak_bytes(small, "qwen3", 1, rows, 16, torch.float32, checkpointing)[0] for rows in (2, 4)]
+        assert 0 < peaks[0] < peaks[1], (checkpointing, peaks)
