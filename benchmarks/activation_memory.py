@@ -169,7 +169,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="write the JSON here (default: print only)")
     parser.add_argument("--seq", type=int, default=256, help="tokens per row")
     parser.add_argument("--models", default=",".join(MODELS), help="comma-separated models of MODELS")
-    parser.add_argument("--device", default="cpu", help="cpu, or cuda on a lent GPU (bf16 there; SDPA picks its CUDA kernel)")
+    parser.add_argument("--device", default="cpu",
+                        help="cpu, or cuda on a lent GPU (bf16 there; SDPA picks its CUDA kernel)")
     args = parser.parse_args()
     bf16 = torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
     dtype = torch.bfloat16 if bf16 or args.device.startswith("cuda") else torch.float32
