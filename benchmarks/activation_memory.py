@@ -131,7 +131,8 @@ def peak_bytes(shape: ModelShape, architecture: str, layers: int, rows: int, seq
     mask[0, : seq // 4] = 0  # one left-padded row: SDPA gets a mask, not is_causal
     preexisting = {t.untyped_storage().data_ptr() for p in model.parameters() for t in (p, p.grad)}
     with LiveBytes(preexisting) as tracker:
-        embeds = torch.randn(rows, seq, shape.hidden, dtype=dtype, device=device, requires_grad=True)  # [rows, seq, hidden]
+        embeds = torch.randn(rows, seq, shape.hidden, dtype=dtype, device=device,
+                             requires_grad=True)  # [rows, seq, hidden]
         hidden = model(inputs_embeds=embeds, attention_mask=mask).last_hidden_state  # [rows, seq, hidden]
         hidden.backward(torch.randn_like(hidden))  # [rows, seq, hidden]: the head's gradient
         del hidden, embeds
@@ -147,7 +148,8 @@ def measure(model: str, architecture: str, seq: int, dtype: torch.dtype, device:
         ops: set[str] = set()
         for layers in LAYER_COUNTS:
             for rows in ROW_COUNTS:
-                peaks[layers, rows], seen = peak_bytes(shape, architecture, layers, rows, seq, dtype, checkpointing, device)
+                peaks[layers, rows], seen = peak_bytes(shape, architecture, layers, rows, seq, dtype,
+                                                       checkpointing, device)
                 ops |= seen
         token_gap = (ROW_COUNTS[1] - ROW_COUNTS[0]) * seq
         layer_gap = LAYER_COUNTS[1] - LAYER_COUNTS[0]
