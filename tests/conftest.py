@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from e2e_helpers import TINY, TINY_REGIMES_2_STEPS, TINY_SGT_3_STEPS, TINY_SGT_3_STEPS_OFF_LOCK_STEP, shared_train
+from mutualrl.host.forked_start import FORK_SERVER_ENV
 from mutualrl.host.process_start import imports_done
 from mutualrl.training.worker import START_LOG_ENV
 
@@ -54,16 +55,27 @@ topology no shared run has (a new regime family, rank layout, vLLM, nodes or fau
 and say which in the commit."""
 
 
+def policy_starts(log: Path) -> dict[str, bool]:
+    """The policy workers that logged their start in ``log``, by pid: whether each ran forked from a zygote (a line
+    ``PID forked``). A forked worker that restarted as a fresh interpreter logged its pid twice: one start, not
+    forked."""
+    starts: dict[str, bool] = {}
+    for line in log.read_text().splitlines() if log.exists() else []:
+        pid, *how = line.split()
+        starts[pid] = how == ["forked"]
+    return starts
+
+
 def count_policy_starts(log: Path) -> int:
-    """The policy workers that logged their start in ``log`` (one pid a line)."""
-    return len(log.read_text().split()) if log.exists() else 0
+    return len(policy_starts(log))
 
 
-def policy_budget_line(started: int, budget: int, wall_seconds: float) -> tuple[str, bool]:
+def policy_budget_line(started: int, budget: int, wall_seconds: float, forked: int = 0) -> tuple[str, bool]:
     """The summary line, and whether ``started`` is over ``budget``."""
     over = started > budget
     minutes, seconds = divmod(wall_seconds, 60)
-    line = f"policy processes: {started} (budget {budget}); wall time {int(minutes)}:{seconds:04.1f}"
+    line = (f"policy processes: {started}, {forked} forked from a zygote (budget {budget}); "
+            f"wall time {int(minutes)}:{seconds:04.1f}")
     if over:
         line += (f" -- OVER BUDGET by {started - budget}: read a shared run, a fake trainer or a dry run instead "
                  "of launching (POLICY_PROCESS_BUDGET in tests/conftest.py says when to raise it)")
@@ -150,6 +162,10 @@ def pytest_configure(config: pytest.Config) -> None:
         log = Path(tempfile.mkdtemp(prefix="mutualrl-policy-starts-")) / "starts.log"
         log.touch()
         os.environ[START_LOG_ENV] = str(log)
+        # CPU policy workers forked from zygotes that imported torch, transformers and TRL once (host/forked_start.py:
+        # half of a short run's worker CPU); deleting the folder at the end stops them
+        (log.parent / "zygotes").mkdir()
+        os.environ.setdefault(FORK_SERVER_ENV, str(log.parent / "zygotes"))
         config.stash[POLICY_START_KEY] = (log, time.monotonic())
 
 
@@ -160,7 +176,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if POLICY_START_KEY not in config.stash:
         return
     log, started_at = config.stash[POLICY_START_KEY]
-    line, over = policy_budget_line(count_policy_starts(log), POLICY_PROCESS_BUDGET, time.monotonic() - started_at)
+    starts = policy_starts(log)
+    line, over = policy_budget_line(len(starts), POLICY_PROCESS_BUDGET, time.monotonic() - started_at,
+                                    sum(starts.values()))
     terminalreporter.write_line(line, red=over, bold=over)
 
 

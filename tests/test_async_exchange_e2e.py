@@ -14,6 +14,7 @@ import pytest
 from safetensors.torch import load_file
 
 from e2e_helpers import assert_ok, child_env, hold_tiny_sp
+from mutualrl.host.forked_start import FORK_SERVER_ENV
 from mutualrl.see.consumption_log import read_consumption
 
 POLICIES = ("tiny-bpe", "tiny-sp")
@@ -142,6 +143,8 @@ def test_max_restarts_a_killed_peer_restarts_from_its_checkpoint_and_rejoins(tmp
     run_dir = tmp_path / "rejoin"
     # The survivor is the slower one, so the restarted policy (model load: seconds) catches up while it trains.
     env = {**child_env(), "MUTUALRL_DEBUG_STEP_DELAY": "tiny-bpe=2.0"}  # 0.7 s was too short on a loaded box
+    env[FORK_SERVER_ENV] = ""  # restarted as a fresh interpreter (seconds, as a user's): one forked from a zygote
+    # is back before the survivor drops it, and the drop is what this test follows
     steps = 16
     argv = train_argv(run_dir, steps, "--set", "see.on_peer_failure=continue", "--set", "see.max_restarts=1",
                       "--set", "see.max_staleness=1", "--set", "grpo.save_steps=2")

@@ -11,7 +11,7 @@ import time
 from types import SimpleNamespace
 
 import pytest
-from conftest import (POLICY_PROCESS_BUDGET, POLICY_START_KEY, count_policy_starts, policy_budget_line,
+from conftest import (POLICY_PROCESS_BUDGET, POLICY_START_KEY, count_policy_starts, policy_budget_line, policy_starts,
                       pytest_sessionfinish)
 from mutualrl.training.worker import START_LOG_ENV
 
@@ -30,10 +30,18 @@ def test_this_session_logs_the_starts_of_the_workers_its_tests_start(tmp_path, m
 
 
 def test_the_summary_line_names_the_count_the_budget_and_the_wall_time():
-    line, over = policy_budget_line(12, 150, 754.5)
-    assert (line, over) == ("policy processes: 12 (budget 150); wall time 12:34.5", False)
+    line, over = policy_budget_line(12, 150, 754.5, 9)
+    assert (line, over) == ("policy processes: 12, 9 forked from a zygote (budget 150); wall time 12:34.5", False)
     line, over = policy_budget_line(151, 150, 60.0)
-    assert over and line.startswith("policy processes: 151 (budget 150); wall time 1:00.0 -- OVER BUDGET by 1")
+    assert over and line.startswith("policy processes: 151, 0 forked from a zygote (budget 150); wall time 1:00.0 -- "
+                                    "OVER BUDGET by 1")
+
+
+def test_a_worker_forked_then_restarted_fresh_is_one_start_not_forked(tmp_path):
+    log = tmp_path / "starts.log"
+    log.write_text("11 forked\n12\n13 forked\n13\n14 forked\n")
+    assert policy_starts(log) == {"11": True, "12": False, "13": False, "14": True}
+    assert count_policy_starts(log) == 4 and count_policy_starts(tmp_path / "none.log") == 0
 
 
 @pytest.mark.parametrize("starts, failed", [(POLICY_PROCESS_BUDGET, False), (POLICY_PROCESS_BUDGET + 1, True)])

@@ -13,6 +13,7 @@ import pytest
 from test_readme_tour import run_as_written, short_recipes, write_shim
 
 from e2e_helpers import ROOT, child_env
+from mutualrl.host.forked_start import FORK_SERVER_ENV
 
 HEADING = "## Your own data and reward function"
 
@@ -45,9 +46,10 @@ def test_the_section_runs_as_written(tmp_path):
     (data / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     write_shim(tmp_path / "bin" / "mutualrl")
     env = child_env()
-    # my_rewards.py is found from the working directory, as for a user (no PYTHONPATH of theirs)
+    # my_rewards.py is found from the working directory, as for a user (no PYTHONPATH of theirs); the workers start
+    # as a user's do, each its own interpreter (no zygote: host/forked_start.py)
     env.update(PATH=f"{tmp_path / 'bin'}:{env.get('PATH', '')}",
-               MUTUALRL_RECIPES=str(short_recipes(tmp_path / "recipes")))
+               MUTUALRL_RECIPES=str(short_recipes(tmp_path / "recipes")), **{FORK_SERVER_ENV: ""})
     run_as_written([x for x in blocks("bash")[0].splitlines() if x.strip() and not x.startswith("#")], tmp_path, env,
                    "README")
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,

@@ -41,6 +41,7 @@ from mutualrl.config.recorded_code import allowed_code_env, named_modules
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError
 from mutualrl.host.allocator import allocator_env
+from mutualrl.host.forked_start import WORKER_MODULE
 from mutualrl.launch.plan.configs import ZERO_STAGES
 from mutualrl.launch.plan.decided import Decided
 from mutualrl.launch.plan.machines import local_devices
@@ -48,8 +49,6 @@ from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 from mutualrl.run_folder import RunPaths
 from mutualrl.tasks.shipped_rewards import shipped_env, shipped_files
 from mutualrl.training.trackers import tracker_group_env
-
-WORKER_MODULE = "mutualrl.training.worker"
 
 
 @dataclass

@@ -28,6 +28,7 @@ from rich.progress import Progress
 
 from mutualrl.atomic_io import write_text_atomic
 from mutualrl.errors import RunFolderError, StorageError
+from mutualrl.host.forked_start import ForkedProcess, start_forked
 from mutualrl.launch.rundir.metrics_merge import MetricsMerger
 from mutualrl.launch.supervise.progress import PoolProgress
 from mutualrl.launch.supervise.progress_display import PolicyRows, StepClock, progress_display, source_details
@@ -56,7 +57,7 @@ class PolicyProcess:
     env: dict[str, str]
     log_path: Path
     cwd: Path | None = None
-    popen: subprocess.Popen | None = None
+    popen: subprocess.Popen | ForkedProcess | None = None
     returncode: int | None = None
     last_step: int = -1
     marks: tuple[Any, ...] = ()  # its progress files as they were when it started (worker_output.file_marks)
@@ -179,8 +180,10 @@ class PoolRunner:
         proc.marks = file_marks(self.paths, proc.name)
         # Workers watch this pid and stop when it dies (ops.watchdog): no orphans.
         env = {**os.environ, **proc.env, LAUNCHER_PID_ENV: str(os.getpid())}
-        proc.popen = subprocess.Popen(proc.argv, env=env, cwd=spawn_dir(self.paths.root, proc.cwd), stdout=log_fh,
-                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        cwd = spawn_dir(self.paths.root, proc.cwd)
+        proc.popen = start_forked(proc.argv, env, str(cwd or os.getcwd()), log_fh.fileno()) or subprocess.Popen(
+            proc.argv, env=env, cwd=cwd, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True)  # forked from a zygote only where the test suite (or a user) set one up
         log_fh.close()
         if self.settings.on_spawn is not None:
             self.settings.on_spawn(proc.name, proc.popen.pid)

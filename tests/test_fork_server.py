@@ -1,0 +1,178 @@
+"""Workers forked from a zygote (host/fork_server.py, host/forked_start.py): the child is the process
+``subprocess.Popen([python, "-m", MODULE, ...], env=..., cwd=..., stdout=log, stderr=STDOUT, stdin=DEVNULL,
+start_new_session=True)`` would have started, its end is reported as Popen reports it, and only a worker whose
+environment matches the zygote's (but for runtime-only variables) is forked. The zygote runs ``tests/fork_probe.py``
+here, which prints what it sees; every end-to-end test of the suite runs its CPU workers the same way."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mutualrl.host import forked_start
+from mutualrl.host.forked_start import (
+    FORK_SERVER_ENV,
+    ForkedProcess,
+    environment_key,
+    forkable,
+    request_fork,
+    start_forked,
+    start_zygote,
+)
+
+TESTS = Path(__file__).parent
+
+
+def probe_env(**extra: str) -> dict[str, str]:
+    """This environment as the launcher gives a one-thread CPU worker (with more, torch's import starts OpenMP's
+    threads and the zygote refuses to fork: ``test_a_zygote_whose_imports_start_threads_refuses``)."""
+    env = {k: v for k, v in os.environ.items() if k != FORK_SERVER_ENV}
+    return {**env, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "PROBE": "one", **extra}
+
+
+def wait_for_zygote(folder: Path, key: str) -> Path:
+    sock = folder / f"{key}.sock"
+    deadline = time.monotonic() + 120
+    while not sock.exists() and not (folder / f"{key}.failed").exists():
+        assert time.monotonic() < deadline, (folder / f"{key}.log").read_text()
+        time.sleep(0.2)
+    return sock
+
+
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory):
+    """A zygote for :func:`probe_env`, started as a launcher starts one."""
+    folder = tmp_path_factory.mktemp("zygotes")
+    env = probe_env()
+    key = environment_key(sys.executable, env)
+    start_zygote(folder, key, sys.executable, env)
+    sock = wait_for_zygote(folder, key)
+    assert sock.exists() and not (folder / f"{key}.starting").exists(), (folder / f"{key}.log").read_text()
+    yield sock
+    for path in folder.iterdir():
+        path.unlink()
+    folder.rmdir()  # the zygote leaves when its folder is gone
+
+
+def probe(sock: Path, log: Path, *args: str, **env: str) -> ForkedProcess:
+    with log.open("ab") as fh:
+        process = request_fork(sock, [sys.executable, "-m", "fork_probe", *args], probe_env(**env), str(TESTS),
+                               fh.fileno())
+    assert process is not None
+    return process
+
+
+def reports(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines() if line.startswith("{")]
+
+
+@pytest.mark.slow
+def test_the_child_is_what_python_m_would_start(zygote, tmp_path):
+    log = tmp_path / "probe.log"
+    process = probe(zygote, log, "exit", "3", MUTUALRL_PROBE="runtime value")
+    assert process.wait(timeout=60) == 3 and process.returncode == 3 and process.poll() == 3
+    (seen,) = reports(log)
+    assert seen["pid"] == process.pid and seen["sid"] == process.pid  # its own session, as start_new_session
+    assert seen["cwd"] == str(TESTS) and seen["argv"] == ["exit", "3"] and seen["name"] == "__main__"
+    assert seen["probe"] == "one" and seen["runtime"] == "runtime value"  # the request's environment
+    assert seen["forked"] and seen["torch_imported"] and seen["vllm_blocked"]  # imported once, in the zygote
+    assert seen["stdin"] == "" and seen["umask"] == forked_start.current_umask()
+
+
+@pytest.mark.slow
+def test_its_end_is_reported_as_popen_reports_it(zygote, tmp_path):
+    sleeping = probe(zygote, tmp_path / "sleep.log", "sleep")
+    assert sleeping.poll() is None
+    with pytest.raises(subprocess.TimeoutExpired):
+        sleeping.wait(timeout=0.3)
+    deadline = time.monotonic() + 30
+    while not reports(tmp_path / "sleep.log"):  # its report is printed before it sleeps
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.killpg(sleeping.pid, signal.SIGTERM)  # as the pool runner stops a policy
+    assert sleeping.wait(timeout=30) == -signal.SIGTERM
+    failing = probe(zygote, tmp_path / "raise.log", "raise")
+    assert failing.wait(timeout=60) == 1
+    text = (tmp_path / "raise.log").read_text()
+    assert "Traceback" in text and "RuntimeError: the probe failed on purpose" in text  # stderr into the log
+
+
+@pytest.mark.slow
+def test_a_child_restarts_fresh_with_its_pid_and_log(zygote, tmp_path):
+    log = tmp_path / "fresh.log"
+    process = probe(zygote, log, "fresh")
+    assert process.wait(timeout=120) == 0
+    forked, fresh = reports(log)
+    assert forked["forked"] and not fresh["forked"]
+    assert forked["pid"] == fresh["pid"] == process.pid and fresh["argv"] == ["fresh"] and fresh["cwd"] == str(TESTS)
+    assert not fresh["vllm_blocked"] and fresh["probe"] == "one"
+
+
+@pytest.mark.slow
+def test_a_zygote_whose_imports_start_threads_refuses(tmp_path):
+    env = {**probe_env(), "OMP_NUM_THREADS": "2"}  # torch's import starts OpenMP's pool
+    start_zygote(tmp_path, "omp2", sys.executable, env)
+    assert not wait_for_zygote(tmp_path, "omp2").exists()
+    assert "the imports started threads" in (tmp_path / "omp2.log").read_text()
+    start_zygote(tmp_path, "omp2", sys.executable, env)  # refused once: not started again
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["omp2.failed", "omp2.log"]
+
+
+def test_the_zygote_is_chosen_by_every_variable_a_library_reads_on_import():
+    env = {"HF_HOME": "/a", "OMP_NUM_THREADS": "1", "PATH": "/bin"}
+    key = environment_key("/py", env)
+    runtime = {"MUTUALRL_LAUNCHER_PID": "12", "MASTER_PORT": "auto", "PYTEST_CURRENT_TEST": "t", "MASTER_ADDR": "h",
+               "TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "2"}
+    assert environment_key("/py", {**env, **runtime}) == key
+    for name, value in (("HF_HOME", "/b"), ("OMP_NUM_THREADS", "2"), ("HF_HUB_OFFLINE", "1"), ("MALLOC_ARENA_MAX", "2")):
+        assert environment_key("/py", {**env, name: value}) != key, name
+    assert environment_key("/other-python", env) != key
+
+
+def test_only_a_plain_worker_is_forked(tmp_path, monkeypatch):
+    worker = [sys.executable, "-m", "mutualrl.training.worker", "--run-dir", "r", "--policy", "p"]
+    assert forkable(worker)
+    assert not forkable([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", *worker[1:]])
+    assert not forkable(["/elsewhere/python", *worker[1:]])
+    assert not forkable([sys.executable, "-m", "accelerate.commands.launch", *worker[1:]])
+    monkeypatch.delenv(FORK_SERVER_ENV, raising=False)
+    assert start_forked(worker, os.environ, str(tmp_path), 1) is None  # no folder: the launcher starts it
+    monkeypatch.setenv(FORK_SERVER_ENV, str(tmp_path))
+    started = []
+    monkeypatch.setattr(forked_start, "start_zygote", lambda *a: started.append(a))
+    assert start_forked(worker, os.environ, str(tmp_path), 1) is None and len(started) == 1  # first: start one
+    assert start_forked(worker[:3] + ["--help"], os.environ, str(tmp_path), 1) is None and len(started) == 2
+    assert start_forked(["/bin/true"], os.environ, str(tmp_path), 1) is None and len(started) == 2
+
+
+def test_zygotes_are_started_once_and_only_so_many(tmp_path, monkeypatch):
+    spawned = []
+    monkeypatch.setattr(forked_start.subprocess, "Popen", lambda argv, **kw: spawned.append((argv, kw["env"])))
+    start_zygote(tmp_path, "a", sys.executable, {"MUTUALRL_LAUNCHER_PID": "1", "HF_HOME": "/h"})
+    start_zygote(tmp_path, "a", sys.executable, {})  # already starting
+    assert len(spawned) == 1 and spawned[0][1] == {"HF_HOME": "/h"}  # no runtime-only variable kept
+    assert spawned[0][0][-1] == str(tmp_path / "a.sock")
+    for key in "bcd":
+        start_zygote(tmp_path, key, sys.executable, {})
+    assert len(spawned) == forked_start.MAX_ZYGOTES
+
+
+def test_a_zygote_that_died_before_telling_leaves_the_pid_to_watch():
+    ours, theirs = socket.socketpair()
+    alive = ForkedProcess(os.getpid(), ours)
+    theirs.close()  # the zygote is gone; this process (standing for the worker) still runs
+    assert alive.poll() is None and alive.poll() is None
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    ours, theirs = socket.socketpair()
+    gone = ForkedProcess(ended.pid, ours)
+    theirs.close()
+    assert gone.wait(timeout=5) == 1  # the status is lost: a failure, never a success
