@@ -18,7 +18,7 @@ def report() -> None:
         "pid": os.getpid(), "sid": os.getsid(0), "cwd": os.getcwd(), "argv": sys.argv[1:], "name": __name__,
         "forked": fork_server.forked(), "probe": os.environ.get("PROBE"), "runtime": os.environ.get("MUTUALRL_PROBE"),
         "torch_imported": "torch" in sys.modules, "vllm_blocked": "vllm" in sys.modules and sys.modules["vllm"] is None,
-        "umask": umask, "stdin": sys.stdin.read(),
+        "umask": umask, "stdin": sys.stdin.read(), "path": sys.path,
     }), flush=True)
 
 

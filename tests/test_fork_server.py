@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from mutualrl.host import forked_start
+from mutualrl.host import fork_server, forked_start
 from mutualrl.host.forked_start import (
     FORK_SERVER_ENV,
     ForkedProcess,
@@ -85,6 +85,34 @@ def test_the_child_is_what_python_m_would_start(zygote, tmp_path):
     assert seen["probe"] == "one" and seen["runtime"] == "runtime value"  # the request's environment
     assert seen["forked"] and seen["torch_imported"] and seen["vllm_blocked"]  # imported once, in the zygote
     assert seen["stdin"] == "" and seen["umask"] == forked_start.current_umask()
+    assert seen["path"][0] == str(TESTS)  # as `python -m` puts the working directory first
+
+
+@pytest.mark.slow
+def test_a_pythonpath_of_its_own_is_on_its_path_unless_it_shadows_an_imported_module(zygote, tmp_path):
+    extra, shadow = tmp_path / "extra", tmp_path / "shadow"
+    extra.mkdir()
+    shadow.mkdir()
+    (extra / "helper_of_mine.py").write_text("")
+    (shadow / "torch.py").write_text("raise SystemExit('the shadowing torch was imported')\n")
+    log = tmp_path / "extra.log"
+    pythonpath = os.pathsep.join([str(extra), os.environ.get("PYTHONPATH", "")])
+    assert probe(zygote, log, "exit", "0", PYTHONPATH=pythonpath).wait(timeout=60) == 0
+    (seen,) = reports(log)
+    assert seen["forked"] and seen["path"][1] == str(extra) and seen["path"][0] == str(TESTS)
+    log = tmp_path / "shadow.log"
+    assert probe(zygote, log, "exit", "0", PYTHONPATH=f"{shadow}{os.pathsep}{pythonpath}").wait(timeout=120) == 0
+    (seen,) = reports(log)  # it restarted before running the module: a fresh interpreter reports alone
+    assert not seen["forked"] and seen["path"][1] == str(shadow) and not seen["torch_imported"]
+
+
+def test_the_child_s_path_is_the_one_cpython_builds(tmp_path):
+    pythonpath = os.pathsep.join(["rel", "/abs", "", str(tmp_path / "x"), ""])
+    fresh = subprocess.run([sys.executable, "-c", "import json, sys; print(json.dumps(sys.path))"], cwd=tmp_path,
+                           env={**os.environ, "PYTHONPATH": pythonpath}, capture_output=True, text=True, check=True)
+    built = fork_server.python_path_entries(pythonpath, str(tmp_path))
+    assert json.loads(fresh.stdout)[1:1 + len(built)] == built == [str(tmp_path / "rel"), "/abs", str(tmp_path),
+                                                                   str(tmp_path / "x")]
 
 
 @pytest.mark.slow
@@ -130,8 +158,10 @@ def test_the_zygote_is_chosen_by_every_variable_a_library_reads_on_import():
     env = {"HF_HOME": "/a", "OMP_NUM_THREADS": "1", "PATH": "/bin"}
     key = environment_key("/py", env)
     runtime = {"MUTUALRL_LAUNCHER_PID": "12", "MASTER_PORT": "auto", "PYTEST_CURRENT_TEST": "t", "MASTER_ADDR": "h",
-               "TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "2"}
+               "TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "2", "COLUMNS": "120", "PWD": "/x", "_": "y",
+               "TORCHINDUCTOR_CACHE_DIR": "/tmp/i", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
     assert environment_key("/py", {**env, **runtime}) == key
+    assert environment_key("/py", {**env, "PYTHONPATH": "/src:/tests"}) == key  # the child builds its own sys.path
     for name, value in (("HF_HOME", "/b"), ("OMP_NUM_THREADS", "2"), ("HF_HUB_OFFLINE", "1"), ("MALLOC_ARENA_MAX", "2")):
         assert environment_key("/py", {**env, name: value}) != key, name
     assert environment_key("/other-python", env) != key
@@ -147,10 +177,14 @@ def test_only_a_plain_worker_is_forked(tmp_path, monkeypatch):
     assert start_forked(worker, os.environ, str(tmp_path), 1) is None  # no folder: the launcher starts it
     monkeypatch.setenv(FORK_SERVER_ENV, str(tmp_path))
     started = []
-    monkeypatch.setattr(forked_start, "start_zygote", lambda *a: started.append(a))
+    monkeypatch.setattr(forked_start, "start_zygote", lambda *a: started.append(a) or "started it")
     assert start_forked(worker, os.environ, str(tmp_path), 1) is None and len(started) == 1  # first: start one
     assert start_forked(worker[:3] + ["--help"], os.environ, str(tmp_path), 1) is None and len(started) == 2
     assert start_forked(["/bin/true"], os.environ, str(tmp_path), 1) is None and len(started) == 2
+    key = environment_key(sys.executable, os.environ)
+    assert (tmp_path / "starts.log").read_text().splitlines() == [  # how each start went, and why
+        f"started: no zygote {key}: started it", f"started: no zygote {key}: started it",
+        "started: not a plain worker: /bin/true"]
 
 
 def test_zygotes_are_started_once_and_only_so_many(tmp_path, monkeypatch):

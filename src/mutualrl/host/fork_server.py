@@ -37,7 +37,7 @@ PREIMPORTED = ("torch", "transformers", "datasets", "accelerate", "peft", "trl",
 """What the worker imports anyway, whatever its policy; none of mutualrl's own modules (the child imports those
 with its own environment)."""
 
-IDLE_S = 600.0
+IDLE_S = 180.0
 
 CHILD_ARGV: list[str] | None = None
 """In a forked worker: the command line it stands for (None in any other process)."""
@@ -79,16 +79,58 @@ def other_threads() -> list[str]:
     return python or [name for name in names[1:] if name not in FORK_SAFE_THREADS]
 
 
+def python_path_entries(value: str, cwd: str) -> list[str]:
+    """The folders ``PYTHONPATH=value`` puts on ``sys.path`` in a process started in ``cwd`` (CPython 3.11: made
+    absolute, an empty entry is the working directory, a trailing empty one is dropped)."""
+    parts = value.split(os.pathsep) if value else []
+    if parts and parts[-1] == "":
+        parts.pop()
+    return [os.path.abspath(os.path.join(cwd, part)) if part else cwd for part in parts]
+
+
+def import_path(pythonpath: str, cwd: str, base: list[str]) -> list[str]:
+    """``sys.path`` of ``python -m`` started in ``cwd`` with ``pythonpath``: the working directory, its entries,
+    then the interpreter's own folders (``base``: the zygote's path without its own two parts)."""
+    return [cwd, *python_path_entries(pythonpath, cwd), *base]
+
+
+def shadowing(added: list[str]) -> list[str]:
+    """Top-level modules already imported that a folder in ``added`` also holds: a fresh process could import
+    those from there instead, so the child must not use the zygote's."""
+    found = []
+    for folder in added:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            module = name.split(".", 1)[0]
+            if module in sys.modules and module != "__main__" and (name.endswith((".py", ".so")) or "." not in name):
+                found.append(f"{folder}/{name}")
+    return found
+
+
+INTERPRETER_PATH: list[str] = []
+"""The zygote's ``sys.path`` without its working directory and its ``PYTHONPATH`` entries."""
+
+
 def serve(socket_path: Path) -> None:
     starting = socket_path.with_suffix(".starting")
+    own = python_path_entries(os.environ.get("PYTHONPATH", ""), os.getcwd())
+    INTERPRETER_PATH[:] = [entry for entry in sys.path[1:] if entry not in own]
     preimport()
     if threads := other_threads():
         print(f"fork server: the imports started threads {threads}; not serving (workers start as before)", flush=True)
         starting.replace(socket_path.with_suffix(".failed"))
         return
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(str(socket_path))
-    listener.listen(16)
+    try:
+        listener.bind(str(socket_path))  # a path over the socket limit (~107 bytes), a folder without sockets
+        listener.listen(16)
+    except OSError as err:
+        print(f"fork server: cannot listen at {socket_path}: {err}; not serving (workers start as before)", flush=True)
+        starting.replace(socket_path.with_suffix(".failed"))
+        return
     starting.unlink(missing_ok=True)
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
@@ -194,7 +236,10 @@ def become_worker(request: dict[str, Any], log_fd: int) -> NoReturn:
         argv = list(request["argv"])
         CHILD_ARGV = argv
         sys.argv = [argv[0], *argv[3:]]
-        sys.path[0] = os.getcwd()  # as `python -m` puts the working directory first
+        before = list(sys.path)
+        sys.path[:] = import_path(os.environ.get("PYTHONPATH", ""), os.getcwd(), INTERPRETER_PATH)
+        if shadowing([entry for entry in sys.path if entry not in before]):
+            restart_fresh()  # a folder of its PYTHONPATH holds a module the zygote imported from elsewhere
         runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as leaving:

@@ -33,11 +33,14 @@ FORK_SERVER_ENV = "MUTUALRL_FORK_SERVER"
 """A folder for zygotes' sockets (one per environment). Unset: every worker is started as its own process."""
 
 WORKER_MODULE = "mutualrl.training.worker"
-RUNTIME_ONLY = ("MUTUALRL_", "PYTEST_", "MASTER_ADDR", "MASTER_PORT", "TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS")
+RUNTIME_ONLY = ("MUTUALRL_", "PYTEST_", "MASTER_ADDR", "MASTER_PORT", "TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS",
+                "PYTORCH_NVML_BASED_CUDA_CHECK", "TORCHINDUCTOR_CACHE_DIR", "COLUMNS", "LINES", "PWD", "OLDPWD", "_")
 """Names (and prefixes) of variables read only after the imports: mutualrl's own (its modules are imported in the
-child), pytest's, torch.distributed's rendezvous, the tokenizers' thread pool (built at the first batch)."""
+child), pytest's, torch.distributed's rendezvous, the tokenizers' thread pool (built at the first batch), two that
+vLLM's import sets and torch reads when called (``torch.cuda._nvml_based_avail``, inductor's ``cache_dir``), the
+terminal's size (read by ``shutil.get_terminal_size``, tqdm and rich when they draw), the shell's bookkeeping."""
 
-MAX_ZYGOTES = 3
+MAX_ZYGOTES = 4
 """Distinct environments served at once (each zygote holds ~0.6 GB); beyond, workers start as before."""
 
 READY_TIMEOUT_S = 5.0
@@ -48,10 +51,15 @@ def runtime_only(name: str) -> bool:
     return name.startswith(RUNTIME_ONLY)
 
 
+REBUILT_IN_THE_CHILD = ("PYTHONPATH",)
+"""Read at the interpreter's start, not by a library: the child builds its ``sys.path`` from its own value
+(``fork_server.import_path``) and starts fresh where a folder of it holds a module the zygote imported."""
+
+
 def environment_key(python: str, env: Mapping[str, str]) -> str:
     """The zygote a worker with ``env`` may come from: the interpreter and every variable a library could read
     while it is imported."""
-    fixed = sorted((k, v) for k, v in env.items() if not runtime_only(k))
+    fixed = sorted((k, v) for k, v in env.items() if not runtime_only(k) and k not in REBUILT_IN_THE_CHILD)
     return hashlib.sha256(json.dumps([python, fixed]).encode()).hexdigest()[:16]
 
 
@@ -124,14 +132,31 @@ def start_forked(argv: list[str], env: Mapping[str, str], cwd: str, log_fd: int)
     """``argv`` forked from the zygote for ``env``, its output into ``log_fd``; None where that cannot be done
     (then the caller starts it itself), after starting that zygote when there is none and room for one."""
     folder = os.environ.get(FORK_SERVER_ENV)
-    if not folder or not forkable(argv) or not Path(folder).is_dir():
+    if not folder or not Path(folder).is_dir():
+        return None
+    if not forkable(argv):
+        note(Path(folder), "started", f"not a plain worker: {' '.join(argv[1:3]) or argv[0]}")
         return None
     key = environment_key(argv[0], env)
     path = Path(folder) / f"{key}.sock"
     if not path.exists():
-        start_zygote(Path(folder), key, argv[0], env)
+        note(Path(folder), "started", f"no zygote {key}: {start_zygote(Path(folder), key, argv[0], env)}")
         return None
-    return request_fork(path, argv, env, cwd, log_fd)
+    process = request_fork(path, argv, env, cwd, log_fd)
+    note(Path(folder), "forked" if process else "started", f"zygote {key}" + ("" if process else " did not answer"))
+    return process
+
+
+DECISIONS = "starts.log"
+
+
+def note(folder: Path, how: str, why: str) -> None:
+    """One line of ``FOLDER/starts.log`` a start: how the worker was started and why (best effort)."""
+    try:
+        with open(folder / DECISIONS, "a") as fh:
+            fh.write(f"{how}: {why}\n")
+    except OSError:
+        pass
 
 
 def request_fork(path: Path, argv: list[str], env: Mapping[str, str], cwd: str, log_fd: int) -> ForkedProcess | None:
@@ -185,23 +210,24 @@ def current_umask() -> int:
 _STARTED: list[subprocess.Popen] = []  # kept so that Python does not warn about a child still running
 
 
-def start_zygote(folder: Path, key: str, python: str, env: Mapping[str, str]) -> None:
-    """Start the zygote for ``env`` in the background, unless one is starting, one refused, or there are enough."""
+def start_zygote(folder: Path, key: str, python: str, env: Mapping[str, str]) -> str:
+    """Start the zygote for ``env`` in the background, unless one is starting, one refused, or there are enough;
+    what happened, in words."""
     starting = folder / f"{key}.starting"
     if (folder / f"{key}.failed").exists():  # it refused to serve once (its log says why): it would again
-        return
+        return "it refused to serve"
     if len(list(folder.glob("*.sock"))) + len(list(folder.glob("*.starting"))) >= MAX_ZYGOTES:
-        return
+        return f"{MAX_ZYGOTES} zygotes already"
     try:
         fd = os.open(starting, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:
-        if time.time() - starting.stat().st_mtime < STARTING_STALE_S:
-            return  # another launcher is starting it
-        starting.unlink(missing_ok=True)
-        return
+        if time.time() - starting.stat().st_mtime >= STARTING_STALE_S:
+            starting.unlink(missing_ok=True)  # its starter died: the next start tries again
+        return "starting"
     os.close(fd)
     zygote_env = {k: v for k, v in env.items() if not runtime_only(k)}
     with open(folder / f"{key}.log", "ab") as log:
         _STARTED.append(subprocess.Popen([python, "-m", "mutualrl.host.fork_server", str(folder / f"{key}.sock")],
                                          env=zygote_env, cwd=folder, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True))
+    return "started it"
