@@ -14,10 +14,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from mutualrl.host import fork_server, forked_start
+from mutualrl.host import forked_child, forked_start
 from mutualrl.host.forked_start import (
     FORK_SERVER_ENV,
     ForkedProcess,
@@ -86,6 +87,37 @@ def test_the_child_is_what_python_m_would_start(zygote, tmp_path):
     assert seen["forked"] and seen["torch_imported"] and seen["vllm_blocked"]  # imported once, in the zygote
     assert seen["stdin"] == "" and seen["umask"] == forked_start.current_umask()
     assert seen["path"][0] == str(TESTS)  # as `python -m` puts the working directory first
+    assert seen["ignored"] == [] and seen["python_sigint"]
+
+
+@pytest.mark.slow
+def test_a_signal_the_launcher_ignores_stays_ignored_as_across_exec(zygote, tmp_path):
+    before = signal.signal(signal.SIGUSR1, signal.SIG_IGN), signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        process = probe(zygote, tmp_path / "ignored.log", "exit", "0")  # a suite started with `&` ignores SIGINT
+    finally:
+        signal.signal(signal.SIGUSR1, before[0])
+        signal.signal(signal.SIGINT, before[1])
+    assert process.wait(timeout=60) == 0
+    (seen,) = reports(tmp_path / "ignored.log")
+    assert seen["ignored"] == [signal.SIGINT, signal.SIGUSR1] and not seen["python_sigint"]
+
+
+@pytest.mark.slow
+def test_a_child_whose_launcher_gave_up_runs_nothing(zygote, tmp_path):
+    connection = forked_start.connect(zygote)
+    assert connection is not None
+    request = json.dumps({"argv": [sys.executable, "-m", "fork_probe", "exit", "0"], "env": probe_env(),
+                          "cwd": str(TESTS), "umask": 0o022, **forked_start.signal_state()}).encode()
+    with (tmp_path / "gave-up.log").open("ab") as log:
+        socket.send_fds(connection, [len(request).to_bytes(8, "big") + request], [log.fileno()])
+    pid = int(forked_start.read_line(connection, 30))
+    connection.close()  # gone before saying go: it starts the worker itself, so this one must not run
+    deadline = time.monotonic() + 30
+    while forked_start.pid_exists(pid):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert (tmp_path / "gave-up.log").read_text() == ""
 
 
 @pytest.mark.slow
@@ -110,7 +142,7 @@ def test_the_child_s_path_is_the_one_cpython_builds(tmp_path):
     pythonpath = os.pathsep.join(["rel", "/abs", "", str(tmp_path / "x"), ""])
     fresh = subprocess.run([sys.executable, "-c", "import json, sys; print(json.dumps(sys.path))"], cwd=tmp_path,
                            env={**os.environ, "PYTHONPATH": pythonpath}, capture_output=True, text=True, check=True)
-    built = fork_server.python_path_entries(pythonpath, str(tmp_path))
+    built = forked_child.python_path_entries(pythonpath, str(tmp_path))
     assert json.loads(fresh.stdout)[1:1 + len(built)] == built == [str(tmp_path / "rel"), "/abs", str(tmp_path),
                                                                    str(tmp_path / "x")]
 
@@ -154,17 +186,38 @@ def test_a_zygote_whose_imports_start_threads_refuses(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["omp2.failed", "omp2.log"]
 
 
+@pytest.mark.slow
+def test_the_first_worker_of_an_environment_waits_for_its_zygote_and_is_forked(tmp_path, monkeypatch):
+    monkeypatch.setenv(FORK_SERVER_ENV, str(tmp_path))
+    worker = [sys.executable, "-m", "mutualrl.training.worker", "--no-such-option"]
+    env = probe_env(MUTUALRL_POLICY_START_LOG=str(tmp_path / "started"))  # it trains nothing: not the suite's count
+    with (tmp_path / "worker.log").open("ab") as log:
+        process = start_forked(worker, env, str(TESTS), log.fileno())
+    assert process is not None and process.wait(timeout=60) == 2  # argparse's exit, in the forked worker
+    assert "error: the following arguments are required: --run-dir" in (tmp_path / "worker.log").read_text()
+    assert (tmp_path / "started").read_text().split() == [str(process.pid), "forked"]
+    key = environment_key(sys.executable, env)
+    assert (tmp_path / "starts.log").read_text().splitlines() == [f"forked: zygote {key}"]
+    for path in tmp_path.iterdir():
+        path.unlink()
+
+
 def test_the_zygote_is_chosen_by_every_variable_a_library_reads_on_import():
     env = {"HF_HOME": "/a", "OMP_NUM_THREADS": "1", "PATH": "/bin"}
     key = environment_key("/py", env)
     runtime = {"MUTUALRL_LAUNCHER_PID": "12", "MASTER_PORT": "auto", "PYTEST_CURRENT_TEST": "t", "MASTER_ADDR": "h",
                "TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "2", "COLUMNS": "120", "PWD": "/x", "_": "y",
-               "TORCHINDUCTOR_CACHE_DIR": "/tmp/i", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
+               "TORCH_EXTENSIONS_DIR": "/tmp/e", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
     assert environment_key("/py", {**env, **runtime}) == key
     assert environment_key("/py", {**env, "PYTHONPATH": "/src:/tests"}) == key  # the child builds its own sys.path
-    for name, value in (("HF_HOME", "/b"), ("OMP_NUM_THREADS", "2"), ("HF_HUB_OFFLINE", "1"), ("MALLOC_ARENA_MAX", "2")):
+    for name, value in (("HF_HOME", "/b"), ("OMP_NUM_THREADS", "2"), ("HF_HUB_OFFLINE", "1"), ("MALLOC_ARENA_MAX", "2"),
+                        ("TORCHINDUCTOR_CACHE_DIR", "/i")):  # torch._dynamo.package reads that one on import
         assert environment_key("/py", {**env, name: value}) != key, name
     assert environment_key("/other-python", env) != key
+    attributes = forked_start.inherited_attributes()
+    assert environment_key("/py", env, attributes) == key
+    for name, value in (("nice", 19), ("cpus", [0]), ("limits", {}), ("cgroup", "0::/other"), ("oom_score_adj", "900")):
+        assert environment_key("/py", env, {**attributes, name: value}) != key, name
 
 
 def test_only_a_plain_worker_is_forked(tmp_path, monkeypatch):
@@ -178,23 +231,32 @@ def test_only_a_plain_worker_is_forked(tmp_path, monkeypatch):
     monkeypatch.setenv(FORK_SERVER_ENV, str(tmp_path))
     started = []
     monkeypatch.setattr(forked_start, "start_zygote", lambda *a: started.append(a) or "started it")
+    monkeypatch.setattr(forked_start, "ZYGOTE_START_S", 0.2)  # it never listens
     assert start_forked(worker, os.environ, str(tmp_path), 1) is None and len(started) == 1  # first: start one
     assert start_forked(worker[:3] + ["--help"], os.environ, str(tmp_path), 1) is None and len(started) == 2
     assert start_forked(["/bin/true"], os.environ, str(tmp_path), 1) is None and len(started) == 2
+    ranks = ["/py", "-m", "torch.distributed.run", "--nproc_per_node", "2", *worker[1:]]
+    assert start_forked(ranks, os.environ, str(tmp_path), 1) is None and len(started) == 2
     key = environment_key(sys.executable, os.environ)
-    assert (tmp_path / "starts.log").read_text().splitlines() == [  # how each start went, and why
+    assert (tmp_path / "starts.log").read_text().splitlines() == [  # how each policy's start went, and why
         f"started: no zygote {key}: started it", f"started: no zygote {key}: started it",
-        "started: not a plain worker: /bin/true"]
+        "started: not a plain worker: /py -m torch.distributed.run"]
 
 
 def test_zygotes_are_started_once_and_only_so_many(tmp_path, monkeypatch):
     spawned = []
-    monkeypatch.setattr(forked_start.subprocess, "Popen", lambda argv, **kw: spawned.append((argv, kw["env"])))
+    running = SimpleNamespace(poll=lambda: None)
+    monkeypatch.setattr(forked_start.subprocess, "Popen", lambda argv, **kw: spawned.append((argv, kw["env"])) or running)
+    monkeypatch.setattr(forked_start, "_STARTED", [])
     start_zygote(tmp_path, "a", sys.executable, {"MUTUALRL_LAUNCHER_PID": "1", "HF_HOME": "/h"})
     start_zygote(tmp_path, "a", sys.executable, {})  # already starting
     assert len(spawned) == 1 and spawned[0][1] == {"HF_HOME": "/h"}  # no runtime-only variable kept
     assert spawned[0][0][-1] == str(tmp_path / "a.sock")
-    for key in "bcd":
+    hooked = tmp_path / "site"
+    hooked.mkdir()
+    (hooked / "sitecustomize.py").write_text("")  # a benchmark's profiler, say: every child would inherit it
+    assert "runs" in start_zygote(tmp_path, "hooked", sys.executable, {"PYTHONPATH": str(hooked)}) and len(spawned) == 1
+    for key in "bcdef":
         start_zygote(tmp_path, key, sys.executable, {})
     assert len(spawned) == forked_start.MAX_ZYGOTES
 

@@ -1,35 +1,37 @@
 """The zygote: one process that imports the training stack once and forks policy workers from itself.
 
 ``python -m mutualrl.host.fork_server SOCKET`` is started by :func:`.forked_start.start_zygote` with the
-environment of the workers it will serve. It imports what every CPU worker imports (vLLM blocked, as a worker
-that does not generate with it blocks it), checks it is still one thread (forking a process with more is unsafe),
-then answers on the Unix socket ``SOCKET``: per connection, a "ready" line, then one request (argv, environment,
-working directory, umask, and the log file's descriptor), a fork, the child's pid, and at its end "exit CODE"
-(Popen's convention: negative for a signal). It leaves when its folder is deleted or after :data:`IDLE_S` without
-a request or a child.
+environment and the process attributes of the workers it will serve. It imports what every CPU worker imports
+(vLLM blocked, as a worker that does not generate with it blocks it), checks that no thread a fork would leave
+behind runs (forking such a process is unsafe), then answers on the Unix socket ``SOCKET``, per connection:
 
-The child becomes the worker as ``python -m`` would start it (:func:`become_worker`); a worker that finds it
-needs something the zygote does not have (vLLM) replaces itself with a fresh interpreter (:func:`restart_fresh`),
-same pid, same log.
+1. it writes ``ready``; the launcher sends one request (argv, environment, working directory, umask, ignored
+   signals and signal mask) with the log file's descriptor;
+2. it forks; the child takes its own session, then the zygote writes the child's pid (so a ``killpg`` from the
+   launcher reaches it from the first moment);
+3. the child goes on only when the launcher answers ``g`` (a launcher that gave up meanwhile starts the worker
+   itself: the child then leaves without running anything) and becomes the worker (:mod:`.forked_child`);
+4. at the child's end the zygote writes ``exit CODE`` (Popen's convention: negative for a signal).
+
+It stops taking requests when its folder is deleted or after :data:`IDLE_S` without one, and leaves once its
+children have.
 """
 
 from __future__ import annotations
 
-import atexit
 import importlib
 import json
 import os
-import runpy
 import select
 import signal
 import socket
 import sys
 import threading
 import time
-import traceback
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+from mutualrl.host import forked_child
 from mutualrl.host.process_start import collector_paused_for_imports, imports_done
 
 PREIMPORTED = ("torch", "transformers", "datasets", "accelerate", "peft", "trl", "trl.trainer.grpo_config",
@@ -38,35 +40,24 @@ PREIMPORTED = ("torch", "transformers", "datasets", "accelerate", "peft", "trl",
 with its own environment)."""
 
 IDLE_S = 180.0
-
-CHILD_ARGV: list[str] | None = None
-"""In a forked worker: the command line it stands for (None in any other process)."""
-
-
-def forked() -> bool:
-    return CHILD_ARGV is not None
-
-
-def restart_fresh() -> NoReturn:
-    """In a forked worker: become a fresh ``python -m ...`` of the same command line (same pid, log, environment)."""
-    assert CHILD_ARGV is not None
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, *CHILD_ARGV[1:]])
-
-
-def preimport() -> None:
-    with collector_paused_for_imports():
-        sys.modules.setdefault("vllm", None)  # as training.worker.block_unused_vllm: TRL takes its no-vLLM branch
-        for module in PREIMPORTED:
-            importlib.import_module(module)
-        imports_done()
-
+GO_TIMEOUT_S = 30.0
 
 FORK_SAFE_THREADS = {"jemalloc_bg_thd"}
 """Native threads a fork may leave behind: pyarrow's jemalloc purger (started when the library loads; jemalloc takes
 its locks around a fork and starts it again in the child when needed, as under every DataLoader forked after
 ``datasets`` was imported)."""
+
+
+def preimport() -> None:
+    """The training stack's imports, the collector paused and the result frozen (as a worker does); what they put
+    into the environment is kept for the children (:data:`.forked_child.IMPORTS_SET_ENV`)."""
+    before = dict(os.environ)
+    with collector_paused_for_imports():
+        sys.modules.setdefault("vllm", None)  # as training.worker.block_unused_vllm: TRL takes its no-vLLM branch
+        for module in PREIMPORTED:
+            importlib.import_module(module)
+        imports_done()
+    forked_child.IMPORTS_SET_ENV.update({k: v for k, v in os.environ.items() if before.get(k) != v})
 
 
 def other_threads() -> list[str]:
@@ -76,62 +67,30 @@ def other_threads() -> list[str]:
         names = [Path(f"/proc/self/task/{task}/comm").read_text().strip() for task in os.listdir("/proc/self/task")]
     except OSError:
         return [*python, "(threads unknown: no /proc)"]
-    return python or [name for name in names[1:] if name not in FORK_SAFE_THREADS]
+    unsafe = [name for name in names if name not in FORK_SAFE_THREADS]
+    return python or unsafe[1:]  # one is the main thread
 
 
-def python_path_entries(value: str, cwd: str) -> list[str]:
-    """The folders ``PYTHONPATH=value`` puts on ``sys.path`` in a process started in ``cwd`` (CPython 3.11: made
-    absolute, an empty entry is the working directory, a trailing empty one is dropped)."""
-    parts = value.split(os.pathsep) if value else []
-    if parts and parts[-1] == "":
-        parts.pop()
-    return [os.path.abspath(os.path.join(cwd, part)) if part else cwd for part in parts]
-
-
-def import_path(pythonpath: str, cwd: str, base: list[str]) -> list[str]:
-    """``sys.path`` of ``python -m`` started in ``cwd`` with ``pythonpath``: the working directory, its entries,
-    then the interpreter's own folders (``base``: the zygote's path without its own two parts)."""
-    return [cwd, *python_path_entries(pythonpath, cwd), *base]
-
-
-def shadowing(added: list[str]) -> list[str]:
-    """Top-level modules already imported that a folder in ``added`` also holds: a fresh process could import
-    those from there instead, so the child must not use the zygote's."""
-    found = []
-    for folder in added:
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            continue
-        for name in names:
-            module = name.split(".", 1)[0]
-            if module in sys.modules and module != "__main__" and (name.endswith((".py", ".so")) or "." not in name):
-                found.append(f"{folder}/{name}")
-    return found
-
-
-INTERPRETER_PATH: list[str] = []
-"""The zygote's ``sys.path`` without its working directory and its ``PYTHONPATH`` entries."""
+def refuse(socket_path: Path, why: str) -> None:
+    print(f"fork server: {why}; not serving (workers start as before)", flush=True)
+    socket_path.with_suffix(".starting").replace(socket_path.with_suffix(".failed"))
 
 
 def serve(socket_path: Path) -> None:
-    starting = socket_path.with_suffix(".starting")
-    own = python_path_entries(os.environ.get("PYTHONPATH", ""), os.getcwd())
-    INTERPRETER_PATH[:] = [entry for entry in sys.path[1:] if entry not in own]
+    own = forked_child.python_path_entries(os.environ.get("PYTHONPATH", ""), os.getcwd())
+    forked_child.ZYGOTE_PYTHONPATH[:] = own
+    forked_child.INTERPRETER_PATH[:] = [entry for entry in sys.path[0 if sys.flags.safe_path else 1:]
+                                        if entry not in own]
     preimport()
     if threads := other_threads():
-        print(f"fork server: the imports started threads {threads}; not serving (workers start as before)", flush=True)
-        starting.replace(socket_path.with_suffix(".failed"))
-        return
+        return refuse(socket_path, f"the imports started threads {threads}")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         listener.bind(str(socket_path))  # a path over the socket limit (~107 bytes), a folder without sockets
         listener.listen(16)
     except OSError as err:
-        print(f"fork server: cannot listen at {socket_path}: {err}; not serving (workers start as before)", flush=True)
-        starting.replace(socket_path.with_suffix(".failed"))
-        return
-    starting.unlink(missing_ok=True)
+        return refuse(socket_path, f"cannot listen at {socket_path}: {err}")
+    socket_path.with_suffix(".starting").unlink(missing_ok=True)
     wake_read, wake_write = os.pipe()
     os.set_blocking(wake_write, False)
     signal.set_wakeup_fd(wake_write)
@@ -139,8 +98,8 @@ def serve(socket_path: Path) -> None:
     children: dict[int, socket.socket] = {}
     busy_at = time.monotonic()
     try:
-        while socket_path.parent.is_dir() and (children or time.monotonic() - busy_at < IDLE_S):
-            readable, _, _ = select.select([listener, wake_read], [], [], 1.0)
+        while (taking := socket_path.parent.is_dir() and time.monotonic() - busy_at < IDLE_S) or children:
+            readable, _, _ = select.select([listener, wake_read] if taking else [wake_read], [], [], 1.0)
             if wake_read in readable:
                 os.read(wake_read, 512)
             reap(children)
@@ -170,117 +129,80 @@ def reap(children: dict[int, socket.socket]) -> None:
 
 
 def serve_one(listener: socket.socket, children: dict[int, socket.socket], wake: tuple[int, int]) -> None:
-    connection, _ = listener.accept()
+    """One request: the child forked, in its own session, its pid sent; it runs once the launcher says go."""
+    fds: list[int] = []
+    try:
+        connection, _ = listener.accept()
+    except OSError:
+        return
     try:
         connection.settimeout(10.0)
         connection.sendall(b"ready\n")
         request, fds = receive_request(connection)
-    except (OSError, ValueError):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        in_session_read, in_session_write = os.pipe()
+        fds += [in_session_read, in_session_write]  # closed with the log's if the fork fails
+        pid = os.fork()
+        del fds[1:]
+    except (OSError, ValueError):  # a launcher that left, a bad request, no memory or pids left for a fork
+        for fd in fds:
+            os.close(fd)
         connection.close()
         return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
     if pid == 0:
-        for own in (listener, connection, *children.values()):
+        os.setsid()
+        os.close(in_session_write)  # the zygote reads end-of-file: the child has its session
+        for own in (listener, *children.values()):
             own.close()
-        for fd in wake:
+        for fd in (*wake, in_session_read):
             os.close(fd)
-        become_worker(request, fds[0])
+        wait_for_go(connection)
+        forked_child.become_worker(request, fds[0])
+    os.close(in_session_write)
+    os.read(in_session_read, 1)  # returns when the child's setsid() is done (or it died)
+    os.close(in_session_read)
     for fd in fds:
         os.close(fd)
+    children[pid] = connection
     try:
         connection.sendall(f"{pid}\n".encode())
-    except OSError:
+    except OSError:  # the launcher left: the child, told nothing, leaves too
         pass
-    children[pid] = connection
+
+
+def wait_for_go(connection: socket.socket) -> None:
+    """In the child: run only if the launcher, having read the pid, still wants it (it may have given up)."""
+    try:
+        connection.settimeout(GO_TIMEOUT_S)
+        go = connection.recv(1)
+    except OSError:
+        go = b""
+    connection.close()
+    if go != b"g":
+        os._exit(0)
 
 
 def receive_request(connection: socket.socket) -> tuple[dict[str, Any], list[int]]:
     data, fds, _, _ = socket.recv_fds(connection, 1 << 20, 1)
-    if len(fds) != 1 or len(data) < 8:
+    try:
+        if len(fds) != 1 or len(data) < 8:
+            raise ValueError("a request without its log")
+        size = int.from_bytes(data[:8], "big")
+        body = data[8:]
+        while len(body) < size:
+            chunk = connection.recv(size - len(body))
+            if not chunk:
+                raise ValueError("a request cut short")
+            body += chunk
+        return json.loads(body), fds
+    except (OSError, ValueError):
         for fd in fds:
             os.close(fd)
-        raise ValueError("a request without its log")
-    size = int.from_bytes(data[:8], "big")
-    body = data[8:]
-    while len(body) < size:
-        chunk = connection.recv(size - len(body))
-        if not chunk:
-            raise ValueError("a request cut short")
-        body += chunk
-    return json.loads(body), fds
+        raise
 
 
-def become_worker(request: dict[str, Any], log_fd: int) -> NoReturn:
-    """In the forked child: what ``subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=STDOUT,
-    stdin=DEVNULL, start_new_session=True)`` would have started, then ``python -m MODULE ARGS`` itself."""
-    global CHILD_ARGV
-    code = 1
-    try:
-        signal.set_wakeup_fd(-1)
-        for signum in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
-            signal.signal(signum, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        os.setsid()
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.dup2(log_fd, 1)
-        os.dup2(log_fd, 2)
-        os.close(devnull)
-        os.close(log_fd)
-        os.umask(int(request["umask"]))
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        argv = list(request["argv"])
-        CHILD_ARGV = argv
-        sys.argv = [argv[0], *argv[3:]]
-        before = list(sys.path)
-        sys.path[:] = import_path(os.environ.get("PYTHONPATH", ""), os.getcwd(), INTERPRETER_PATH)
-        if shadowing([entry for entry in sys.path if entry not in before]):
-            restart_fresh()  # a folder of its PYTHONPATH holds a module the zygote imported from elsewhere
-        runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
-        code = 0
-    except SystemExit as leaving:
-        code = exit_code(leaving.code)
-    except KeyboardInterrupt:
-        traceback.print_exc()
-        code = -signal.SIGINT
-    except BaseException:
-        sys.excepthook(*sys.exc_info())
-    leave(code)
-
-
-def exit_code(value: Any) -> int:
-    """``SystemExit.code`` as the interpreter turns it into an exit status."""
-    if value is None:
-        return 0
-    if isinstance(value, int):
-        return value & 0xFF
-    print(value, file=sys.stderr)
-    return 1
-
-
-def leave(code: int) -> NoReturn:
-    """The interpreter's own end, short of tearing modules down: non-daemon threads joined, exit handlers run,
-    streams flushed; an interrupted one dies of SIGINT, as CPython 3.8+ does."""
-    try:
-        threading._shutdown()  # type: ignore[attr-defined]  # what Py_FinalizeEx does first
-        atexit._run_exitfuncs()
-    finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
-        if code == -signal.SIGINT:
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGINT)
-        os._exit(code)
-
-
-if __name__ == "__main__":  # serve from the package's module, whose CHILD_ARGV the worker reads
+if __name__ == "__main__":  # serve from the package's modules, whose state the worker reads
     from mutualrl.host import fork_server
 
     fork_server.serve(Path(sys.argv[1]))

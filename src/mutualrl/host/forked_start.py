@@ -11,9 +11,9 @@ started as a plain process (``python -m mutualrl.training.worker``: never ``torc
 and only from a zygote started with the worker's very environment, apart from :data:`RUNTIME_ONLY` (variables no
 library reads while it is imported): a variable read on import (the Hugging Face cache and offline switches,
 OpenMP's thread count, glibc's allocator settings) has in the zygote the value the worker is given. Each distinct
-environment gets its own zygote, started the first time it is asked for (that worker starts as before). Whatever
-goes wrong -- no zygote yet, one gone, a refusal -- :func:`start_forked` answers None and the launcher starts the
-process itself.
+environment gets its own zygote, started the first time it is asked for (that worker waits for its imports). Whatever
+goes wrong -- a zygote that refuses or does not listen in time, one gone -- :func:`start_forked` answers None and the
+launcher starts the process itself.
 """
 
 from __future__ import annotations
@@ -21,29 +21,40 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import resource
 import select
+import signal
 import socket
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+import psutil
+
+from mutualrl.host.forked_child import python_path_entries
 
 FORK_SERVER_ENV = "MUTUALRL_FORK_SERVER"
 """A folder for zygotes' sockets (one per environment). Unset: every worker is started as its own process."""
 
 WORKER_MODULE = "mutualrl.training.worker"
 RUNTIME_ONLY = ("MUTUALRL_", "PYTEST_", "MASTER_ADDR", "MASTER_PORT", "TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS",
-                "PYTORCH_NVML_BASED_CUDA_CHECK", "TORCHINDUCTOR_CACHE_DIR", "COLUMNS", "LINES", "PWD", "OLDPWD", "_")
+                "PYTORCH_NVML_BASED_CUDA_CHECK", "TORCH_EXTENSIONS_DIR", "COLUMNS", "LINES", "PWD",
+                "OLDPWD", "_")
 """Names (and prefixes) of variables read only after the imports: mutualrl's own (its modules are imported in the
-child), pytest's, torch.distributed's rendezvous, the tokenizers' thread pool (built at the first batch), two that
-vLLM's import sets and torch reads when called (``torch.cuda._nvml_based_avail``, inductor's ``cache_dir``), the
+child), pytest's, torch.distributed's rendezvous, the tokenizers' thread pool (built at the first batch), one that
+vLLM's import sets and torch reads when called (``torch.cuda._nvml_based_avail``; not the inductor cache folder,
+which torch._dynamo reads on import), where torch builds extensions (``cpp_extension._get_build_directory``), the
 terminal's size (read by ``shutil.get_terminal_size``, tqdm and rich when they draw), the shell's bookkeeping."""
 
 MAX_ZYGOTES = 4
 """Distinct environments served at once (each zygote holds ~0.6 GB); beyond, workers start as before."""
 
 READY_TIMEOUT_S = 5.0
+ZYGOTE_START_S = 60.0
+"""How long the worker that starts a zygote (and any started meanwhile) waits for it to listen."""
 STARTING_STALE_S = 120.0
 
 
@@ -56,11 +67,35 @@ REBUILT_IN_THE_CHILD = ("PYTHONPATH",)
 (``fork_server.import_path``) and starts fresh where a folder of it holds a module the zygote imported."""
 
 
-def environment_key(python: str, env: Mapping[str, str]) -> str:
-    """The zygote a worker with ``env`` may come from: the interpreter and every variable a library could read
-    while it is imported."""
+def environment_key(python: str, env: Mapping[str, str], attributes: Mapping[str, Any] | None = None) -> str:
+    """The zygote a worker with ``env`` may come from: the interpreter, every variable a library could read while it
+    is imported, and what a child inherits of its parent process (:func:`inherited_attributes`: a zygote started
+    by this launcher has them)."""
     fixed = sorted((k, v) for k, v in env.items() if not runtime_only(k) and k not in REBUILT_IN_THE_CHILD)
-    return hashlib.sha256(json.dumps([python, fixed]).encode()).hexdigest()[:16]
+    attributes = inherited_attributes() if attributes is None else attributes
+    return hashlib.sha256(json.dumps([python, fixed, attributes], sort_keys=True).encode()).hexdigest()[:16]
+
+
+def inherited_attributes() -> dict[str, Any]:
+    """What a process passes to a child it starts, beyond its environment: its scheduling priority and CPUs, its
+    resource limits, its control group and its out-of-memory score."""
+    def read(path: str) -> str:
+        try:
+            return Path(path).read_text()
+        except OSError:
+            return ""
+
+    return {"nice": os.getpriority(os.PRIO_PROCESS, 0),
+            "cpus": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [],
+            "limits": {name: resource.getrlimit(getattr(resource, name)) for name in sorted(dir(resource))
+                       if name.startswith("RLIMIT_")},
+            "cgroup": read("/proc/self/cgroup"), "oom_score_adj": read("/proc/self/oom_score_adj")}
+
+
+def signal_state() -> dict[str, list[int]]:
+    """This thread's signal mask and the signals this process ignores: what an ``exec``'d child starts with."""
+    ignored = [int(s) for s in signal.valid_signals() if signal.getsignal(s) is signal.SIG_IGN]
+    return {"ignored_signals": ignored, "signal_mask": [int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])]}
 
 
 def forkable(argv: list[str]) -> bool:
@@ -119,13 +154,13 @@ class ForkedProcess:
 
 
 def pid_exists(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
-    except PermissionError:
+    except psutil.Error:
         return True
-    return True
 
 
 def start_forked(argv: list[str], env: Mapping[str, str], cwd: str, log_fd: int) -> ForkedProcess | None:
@@ -135,19 +170,34 @@ def start_forked(argv: list[str], env: Mapping[str, str], cwd: str, log_fd: int)
     if not folder or not Path(folder).is_dir():
         return None
     if not forkable(argv):
-        note(Path(folder), "started", f"not a plain worker: {' '.join(argv[1:3]) or argv[0]}")
+        if WORKER_MODULE in argv:  # a policy's ranks under a launcher, or another interpreter
+            note(Path(folder), "started", f"not a plain worker: {' '.join(argv[:3])}")
         return None
     key = environment_key(argv[0], env)
     path = Path(folder) / f"{key}.sock"
     if not path.exists():
-        note(Path(folder), "started", f"no zygote {key}: {start_zygote(Path(folder), key, argv[0], env)}")
-        return None
+        what = start_zygote(Path(folder), key, argv[0], env)
+        if what not in ("started it", "starting") or not ready(path, ZYGOTE_START_S):
+            note(Path(folder), "started", f"no zygote {key}: {what}")
+            return None
     process = request_fork(path, argv, env, cwd, log_fd)
     note(Path(folder), "forked" if process else "started", f"zygote {key}" + ("" if process else " did not answer"))
     return process
 
 
 DECISIONS = "starts.log"
+
+
+def ready(path: Path, timeout_s: float) -> bool:
+    """Whether the zygote that is to listen at ``path`` does within ``timeout_s`` (its imports take about as long
+    as a fresh worker's, so the worker that started it waits rather than importing beside it); False once it
+    refused."""
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        if path.with_suffix(".failed").exists() or time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
 
 
 def note(folder: Path, how: str, why: str) -> None:
@@ -165,9 +215,11 @@ def request_fork(path: Path, argv: list[str], env: Mapping[str, str], cwd: str, 
     if connection is None:
         return None
     try:
-        request = json.dumps({"argv": argv, "env": dict(env), "cwd": cwd, "umask": current_umask()}).encode()
+        request = json.dumps({"argv": argv, "env": dict(env), "cwd": cwd, "umask": current_umask(),
+                              **signal_state()}).encode()
         socket.send_fds(connection, [len(request).to_bytes(8, "big") + request], [log_fd])
         pid = int(read_line(connection, READY_TIMEOUT_S))
+        connection.sendall(b"g")  # the child runs only now: had this launcher given up, it would leave unrun
     except (OSError, ValueError):
         connection.close()
         return None
@@ -183,6 +235,10 @@ def connect(path: Path) -> socket.socket | None:
         connection.connect(str(path))
         if read_line(connection, READY_TIMEOUT_S) != "ready":
             raise OSError("no ready line")
+    except ConnectionRefusedError:  # a zygote killed without cleaning up: the next start starts another
+        connection.close()
+        path.unlink(missing_ok=True)
+        return None
     except (OSError, ValueError):
         connection.close()
         return None
@@ -193,7 +249,7 @@ def read_line(connection: socket.socket, timeout: float) -> str:
     connection.settimeout(timeout)
     data = b""
     while not data.endswith(b"\n"):
-        chunk = connection.recv(64)
+        chunk = connection.recv(1)  # a byte at a time: what follows the line ("exit CODE") stays unread
         if not chunk:
             raise OSError("the zygote closed the connection")
         data += chunk
@@ -207,15 +263,26 @@ def current_umask() -> int:
     return mask
 
 
+def start_up_hooks(pythonpath: str, cwd: str) -> list[str]:
+    """The ``sitecustomize``/``usercustomize`` modules on ``pythonpath`` (run by every interpreter as it starts: a
+    benchmark's profiler, a measurement of each process)."""
+    return [str(Path(folder) / name) for folder in python_path_entries(pythonpath, cwd)
+            for name in ("sitecustomize.py", "sitecustomize", "usercustomize.py", "usercustomize")
+            if (Path(folder) / name).exists()]
+
+
 _STARTED: list[subprocess.Popen] = []  # kept so that Python does not warn about a child still running
 
 
 def start_zygote(folder: Path, key: str, python: str, env: Mapping[str, str]) -> str:
     """Start the zygote for ``env`` in the background, unless one is starting, one refused, or there are enough;
     what happened, in words."""
+    _STARTED[:] = [zygote for zygote in _STARTED if zygote.poll() is None]  # reaped once they have left
     starting = folder / f"{key}.starting"
     if (folder / f"{key}.failed").exists():  # it refused to serve once (its log says why): it would again
         return "it refused to serve"
+    if customizing := start_up_hooks(env.get("PYTHONPATH", ""), str(folder)):
+        return f"its PYTHONPATH runs {customizing[0]} at start-up (a zygote would pass it on to every child)"
     if len(list(folder.glob("*.sock"))) + len(list(folder.glob("*.starting"))) >= MAX_ZYGOTES:
         return f"{MAX_ZYGOTES} zygotes already"
     try:

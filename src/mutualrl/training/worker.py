@@ -49,7 +49,7 @@ def note_start() -> None:
     if not log_file:
         return
     try:
-        from mutualrl.host.fork_server import forked
+        from mutualrl.host.forked_child import forked
 
         with open(log_file, "a") as fh:  # one short write: the lines of concurrent starts do not interleave
             fh.write(f"{os.getpid()}{' forked' if forked() else ''}\n")
@@ -152,10 +152,10 @@ def import_training_stack(args: Any) -> None:
     ``benchmarks/worker_start.py`` times this very function, so the two cannot drift apart."""
     import importlib
 
-    from mutualrl.host import fork_server
+    from mutualrl.host import forked_child
 
-    if getattr(args, "use_vllm", False) and fork_server.forked():
-        fork_server.restart_fresh()  # a zygote's child has vLLM blocked: this policy generates with it
+    if getattr(args, "use_vllm", False) and forked_child.forked():
+        forked_child.restart_fresh()  # a zygote's child has vLLM blocked: this policy generates with it
     block_unused_vllm(args)  # before TRL's trainer module, which imports vLLM whenever it is installed
     for module in TRAINING_STACK:
         importlib.import_module(module)
