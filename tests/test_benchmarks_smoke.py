@@ -3,7 +3,8 @@
 Scripts with their own tests elsewhere: learning.py / tiny_sgt_dev.py (test_learning_bench.py), walks.py
 (test_walks_script.py), same_behaviour.py's comparison (test_same_behaviour.py; here only its dry runs: its training
 part runs every regime twice),
-async_exchange.py, chaos.py, see_bandwidth.py, fidelity.py, gpu_smoke.py, step_profile.py. The rest run here as a
+async_exchange.py, chaos.py, see_bandwidth.py, fidelity.py, gpu_smoke.py, step_profile.py, forked_start.py
+(test_forked_start_bench.py). The rest run here as a
 user would start them, and their output is checked for the figures they promise (vllm_train_step.py's
 arithmetic is also tested by hand in test_vllm_train_step_bench.py).
 """
