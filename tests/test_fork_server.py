@@ -277,3 +277,18 @@ def test_a_zygote_that_died_before_telling_leaves_the_pid_to_watch():
     gone = ForkedProcess(ended.pid, ours)
     theirs.close()
     assert gone.wait(timeout=5) == 1  # the status is lost: a failure, never a success
+
+
+def test_a_policy_that_generates_with_vllm_comes_from_a_zygote_that_imported_it(tmp_path, monkeypatch):
+    spawned = []
+    running = SimpleNamespace(poll=lambda: None)
+    monkeypatch.setattr(forked_start.subprocess, "Popen", lambda argv, **kw: spawned.append(argv) or running)
+    monkeypatch.setattr(forked_start, "_STARTED", [])
+    monkeypatch.setattr(forked_start, "ZYGOTE_START_S", 0.1)
+    monkeypatch.setenv(FORK_SERVER_ENV, str(tmp_path))
+    worker = [sys.executable, "-m", "mutualrl.training.worker", "--run-dir", "r", "--policy", "p"]
+    assert start_forked(worker, probe_env(), str(tmp_path), 1, with_vllm=True) is None  # it never listens here
+    assert start_forked(worker, probe_env(), str(tmp_path), 1) is None
+    key = environment_key(sys.executable, probe_env())
+    assert [argv[3:] for argv in spawned] == [[str(tmp_path / f"{key}-vllm.sock"), "--with-vllm"],
+                                              [str(tmp_path / f"{key}.sock")]]

@@ -75,7 +75,8 @@ def test_a_process_a_worker_leaves_behind_does_not_keep_the_run_locked(tmp_path:
                              log_path=str(paths.log(p.name)), cwd=None) for p in config.pool.policies]
     try:
         with RunLock(paths.root).acquire("train into") as lock:
-            outcome = run_pool(config, SimpleNamespace(specs=specs), paths, None, lock,
+            plan = SimpleNamespace(specs=specs, policy=lambda name: SimpleNamespace(grpo={"use_vllm": False}))
+            outcome = run_pool(config, plan, paths, None, lock,
                                Console(file=open("/dev/null", "w")))
         strays = [int((paths.root / f"stray-{spec.policy}").read_text()) for spec in specs]
         assert outcome.returncodes == {spec.policy: 0 for spec in specs}

@@ -1,8 +1,8 @@
 """The zygote: one process that imports the training stack once and forks policy workers from itself.
 
-``python -m mutualrl.host.fork_server SOCKET`` is started by :func:`.forked_start.start_zygote` with the
-environment and the process attributes of the workers it will serve. It imports what every CPU worker imports
-(vLLM blocked, as a worker that does not generate with it blocks it), checks that no thread a fork would leave
+``python -m mutualrl.host.fork_server SOCKET [--with-vllm]`` is started by :func:`.forked_start.start_zygote` with
+the environment and the process attributes of the workers it will serve. It imports what every CPU worker imports
+(vLLM blocked, as a worker that does not generate with it blocks it, unless ``--with-vllm``), checks that no thread a fork would leave
 behind runs (forking such a process is unsafe), then answers on the Unix socket ``SOCKET``, per connection:
 
 1. it writes ``ready``; the launcher sends one request (argv, environment, working directory, umask, ignored
@@ -48,13 +48,16 @@ its locks around a fork and starts it again in the child when needed, as under e
 ``datasets`` was imported)."""
 
 
-def preimport() -> None:
-    """The training stack's imports, the collector paused and the result frozen (as a worker does); what they put
-    into the environment is kept for the children (:data:`.forked_child.IMPORTS_SET_ENV`)."""
+def preimport(with_vllm: bool = False) -> None:
+    """The training stack's imports, the collector paused and the result frozen (as a worker does), vLLM blocked
+    unless ``with_vllm``; what they put into the environment is kept for the children
+    (:data:`.forked_child.IMPORTS_SET_ENV`)."""
     before = dict(os.environ)
+    forked_child.WITH_VLLM = with_vllm
     with collector_paused_for_imports():
-        sys.modules.setdefault("vllm", None)  # as training.worker.block_unused_vllm: TRL takes its no-vLLM branch
-        for module in PREIMPORTED:
+        if not with_vllm:  # as training.worker.block_unused_vllm: TRL takes its no-vLLM branch
+            sys.modules.setdefault("vllm", None)
+        for module in PREIMPORTED:  # TRL's trainer module imports vLLM where it is not blocked
             importlib.import_module(module)
         imports_done()
     forked_child.IMPORTS_SET_ENV.update({k: v for k, v in os.environ.items() if before.get(k) != v})
@@ -76,12 +79,12 @@ def refuse(socket_path: Path, why: str) -> None:
     socket_path.with_suffix(".starting").replace(socket_path.with_suffix(".failed"))
 
 
-def serve(socket_path: Path) -> None:
+def serve(socket_path: Path, with_vllm: bool = False) -> None:
     own = forked_child.python_path_entries(os.environ.get("PYTHONPATH", ""), os.getcwd())
     forked_child.ZYGOTE_PYTHONPATH[:] = own
     forked_child.INTERPRETER_PATH[:] = [entry for entry in sys.path[0 if sys.flags.safe_path else 1:]
                                         if entry not in own]
-    preimport()
+    preimport(with_vllm)
     if threads := other_threads():
         return refuse(socket_path, f"the imports started threads {threads}")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -205,4 +208,4 @@ def receive_request(connection: socket.socket) -> tuple[dict[str, Any], list[int
 if __name__ == "__main__":  # serve from the package's modules, whose state the worker reads
     from mutualrl.host import fork_server
 
-    fork_server.serve(Path(sys.argv[1]))
+    fork_server.serve(Path(sys.argv[1]), with_vllm="--with-vllm" in sys.argv[2:])

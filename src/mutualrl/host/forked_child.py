@@ -8,7 +8,7 @@ directory, the environment (with what the zygote's imports added to it, as the w
 ``sys.path`` from its ``PYTHONPATH``, the module run as ``__main__``, and at the end the interpreter's exit (threads
 joined, exit handlers run, streams flushed; the modules' teardown is skipped). Where its ``PYTHONPATH`` could make a
 fresh interpreter import something else -- a folder holding a module the zygote imported, or a ``sitecustomize`` --
-and where the worker needs what the zygote lacks (vLLM), it replaces itself with a fresh interpreter
+and where the worker's vLLM is not the zygote's (imported, or blocked), it replaces itself with a fresh interpreter
 (:func:`restart_fresh`: same pid, log, environment and working directory).
 
 What stays the zygote's: the process's command line (``ps`` shows ``mutualrl.host.fork_server``), the string hash
@@ -28,6 +28,9 @@ from typing import Any, NoReturn
 
 CHILD_ARGV: list[str] | None = None
 """In a forked worker: the command line it stands for (None in any other process)."""
+
+WITH_VLLM = False
+"""Whether the zygote imported vLLM (a policy that generates with it) or blocked it (one that does not)."""
 
 IMPORTS_SET_ENV: dict[str, str] = {}
 """Variables the zygote's imports put into its environment (torch's inductor cache folder): set in a child whose

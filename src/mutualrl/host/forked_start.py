@@ -49,8 +49,8 @@ vLLM's import sets and torch reads when called (``torch.cuda._nvml_based_avail``
 which torch._dynamo reads on import), where torch builds extensions (``cpp_extension._get_build_directory``), the
 terminal's size (read by ``shutil.get_terminal_size``, tqdm and rich when they draw), the shell's bookkeeping."""
 
-MAX_ZYGOTES = 4
-"""Distinct environments served at once (each zygote holds ~0.6 GB); beyond, workers start as before."""
+MAX_ZYGOTES = 6
+"""Distinct environments served at once (each zygote holds 0.6-0.9 GB); beyond, workers start as before."""
 
 READY_TIMEOUT_S = 5.0
 ZYGOTE_START_S = 60.0
@@ -163,9 +163,11 @@ def pid_exists(pid: int) -> bool:
         return True
 
 
-def start_forked(argv: list[str], env: Mapping[str, str], cwd: str, log_fd: int) -> ForkedProcess | None:
-    """``argv`` forked from the zygote for ``env``, its output into ``log_fd``; None where that cannot be done
-    (then the caller starts it itself), after starting that zygote when there is none and room for one."""
+def start_forked(argv: list[str], env: Mapping[str, str], cwd: str, log_fd: int,
+                 with_vllm: bool = False) -> ForkedProcess | None:
+    """``argv`` forked from the zygote for ``env`` (one that imported vLLM too where ``with_vllm``: the policy
+    generates with it), its output into ``log_fd``; None where that cannot be done (then the caller starts it
+    itself), after starting that zygote when there is none and room for one."""
     folder = os.environ.get(FORK_SERVER_ENV)
     if not folder or not Path(folder).is_dir():
         return None
@@ -173,7 +175,7 @@ def start_forked(argv: list[str], env: Mapping[str, str], cwd: str, log_fd: int)
         if WORKER_MODULE in argv:  # a policy's ranks under a launcher, or another interpreter
             note(Path(folder), "started", f"not a plain worker: {' '.join(argv[:3])}")
         return None
-    key = environment_key(argv[0], env)
+    key = environment_key(argv[0], env) + ("-vllm" if with_vllm else "")
     path = Path(folder) / f"{key}.sock"
     if not path.exists():
         what = start_zygote(Path(folder), key, argv[0], env)
@@ -294,7 +296,9 @@ def start_zygote(folder: Path, key: str, python: str, env: Mapping[str, str]) ->
     os.close(fd)
     zygote_env = {k: v for k, v in env.items() if not runtime_only(k)}
     with open(folder / f"{key}.log", "ab") as log:
-        _STARTED.append(subprocess.Popen([python, "-m", "mutualrl.host.fork_server", str(folder / f"{key}.sock")],
+        flavour = ["--with-vllm"] if key.endswith("-vllm") else []
+        _STARTED.append(subprocess.Popen([python, "-m", "mutualrl.host.fork_server", str(folder / f"{key}.sock"),
+                                          *flavour],
                                          env=zygote_env, cwd=folder, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True))
     return "started it"

@@ -154,8 +154,8 @@ def import_training_stack(args: Any) -> None:
 
     from mutualrl.host import forked_child
 
-    if getattr(args, "use_vllm", False) and forked_child.forked():
-        forked_child.restart_fresh()  # a zygote's child has vLLM blocked: this policy generates with it
+    if forked_child.forked() and bool(getattr(args, "use_vllm", False)) != forked_child.WITH_VLLM:
+        forked_child.restart_fresh()  # its zygote imported vLLM or blocked it, and this policy needs the other
     block_unused_vllm(args)  # before TRL's trainer module, which imports vLLM whenever it is installed
     for module in TRAINING_STACK:
         importlib.import_module(module)

@@ -61,5 +61,6 @@ def processes_from_plan(plan: Any, paths: RunPaths, resume_step: int | None) -> 
         if resume_step is not None:
             argv += ["--resume-from", str(paths.policy_dir(spec.policy) / f"checkpoint-{resume_step}")]
         processes.append(PolicyProcess(name=spec.policy, argv=argv, env=dict(spec.env), log_path=Path(spec.log_path),
-                                       cwd=Path(spec.cwd) if spec.cwd else None))
+                                       cwd=Path(spec.cwd) if spec.cwd else None,
+                                       with_vllm=bool(plan.policy(spec.policy).grpo.get("use_vllm"))))
     return processes

@@ -58,6 +58,8 @@ class PolicyProcess:
     log_path: Path
     cwd: Path | None = None
     popen: subprocess.Popen | ForkedProcess | None = None
+    with_vllm: bool = False
+    """Whether the policy generates with vLLM (a worker forked from a zygote comes from one that imported it)."""
     returncode: int | None = None
     last_step: int = -1
     marks: tuple[Any, ...] = ()  # its progress files as they were when it started (worker_output.file_marks)
@@ -181,7 +183,7 @@ class PoolRunner:
         # Workers watch this pid and stop when it dies (ops.watchdog): no orphans.
         env = {**os.environ, **proc.env, LAUNCHER_PID_ENV: str(os.getpid())}
         cwd = spawn_dir(self.paths.root, proc.cwd)
-        proc.popen = start_forked(proc.argv, env, str(cwd or os.getcwd()), log_fh.fileno()) or subprocess.Popen(
+        proc.popen = start_forked(proc.argv, env, str(cwd or os.getcwd()), log_fh.fileno(), proc.with_vllm) or subprocess.Popen(
             proc.argv, env=env, cwd=cwd, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)  # forked from a zygote only where the test suite (or a user) set one up
         log_fh.close()
