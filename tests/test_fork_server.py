@@ -205,6 +205,7 @@ def test_the_first_worker_of_an_environment_waits_for_its_zygote_and_is_forked(t
     assert (tmp_path / "starts.log").read_text().splitlines() == [f"forked: zygote {key}"]
     for path in tmp_path.iterdir():
         path.unlink()
+    tmp_path.rmdir()  # the zygote leaves when its folder is gone
 
 
 def test_the_zygote_is_chosen_by_every_variable_a_library_reads_on_import():

@@ -17,7 +17,6 @@ seed and numpy's global random state (shared by its children; a run seeds its ow
 
 from __future__ import annotations
 
-import atexit
 import os
 import runpy
 import signal
@@ -25,6 +24,8 @@ import sys
 import threading
 import traceback
 from typing import Any, NoReturn
+
+from mutualrl.host.process_exit import run_exit_handlers
 
 CHILD_ARGV: list[str] | None = None
 """In a forked worker: the command line it stands for (None in any other process)."""
@@ -164,13 +165,8 @@ def leave(code: int) -> NoReturn:
     streams flushed; an interrupted one dies of SIGINT, as CPython 3.8+ does."""
     try:
         threading._shutdown()  # type: ignore[attr-defined]  # what Py_FinalizeEx does first
-        atexit._run_exitfuncs()
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
+        run_exit_handlers()
         if code == -signal.SIGINT:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)

@@ -64,7 +64,7 @@ def runtime_only(name: str) -> bool:
 
 REBUILT_IN_THE_CHILD = ("PYTHONPATH",)
 """Read at the interpreter's start, not by a library: the child builds its ``sys.path`` from its own value
-(``fork_server.import_path``) and starts fresh where a folder of it holds a module the zygote imported."""
+(``forked_child.import_path``) and starts fresh where a folder of it could make it import other code."""
 
 
 def environment_key(python: str, env: Mapping[str, str], attributes: Mapping[str, Any] | None = None) -> str:
@@ -230,8 +230,6 @@ def request_fork(path: Path, argv: list[str], env: Mapping[str, str], cwd: str, 
 
 def connect(path: Path) -> socket.socket | None:
     """A connection to the zygote at ``path`` that said it is ready; None when there is none that answers."""
-    if not path.exists():
-        return None
     connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         connection.connect(str(path))
@@ -290,8 +288,11 @@ def start_zygote(folder: Path, key: str, python: str, env: Mapping[str, str]) ->
     try:
         fd = os.open(starting, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:
-        if time.time() - starting.stat().st_mtime >= STARTING_STALE_S:
-            starting.unlink(missing_ok=True)  # its starter died: the next start tries again
+        try:
+            if time.time() - starting.stat().st_mtime >= STARTING_STALE_S:
+                starting.unlink(missing_ok=True)  # its starter died: the next start tries again
+        except FileNotFoundError:  # the zygote listens now and removed it
+            pass
         return "starting"
     os.close(fd)
     zygote_env = {k: v for k, v in env.items() if not runtime_only(k)}

@@ -19,6 +19,12 @@ from typing import NoReturn
 def exit_without_teardown(code: int) -> NoReturn:
     """Exit with ``code``: Python's exit handlers run and every stream is flushed; only the teardown of modules
     and native objects is skipped."""
+    run_exit_handlers()
+    os._exit(code)
+
+
+def run_exit_handlers() -> None:
+    """What the interpreter does at exit short of tearing modules down: exit handlers, logging, stdout and stderr."""
     atexit._run_exitfuncs()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
@@ -26,4 +32,3 @@ def exit_without_teardown(code: int) -> NoReturn:
             stream.flush()
         except (OSError, ValueError):  # a closed or broken pipe: nothing more can reach it
             pass
-    os._exit(code)
