@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
-    torch.set_num_threads(int(os.environ.get("MUTUALRL_THREADS", "2")))
+    # MUTUALRL_THREADS, else OMP_NUM_THREADS (the test suite gives each of its workers its share of the cores), else 2
+    torch.set_num_threads(int(os.environ.get("MUTUALRL_THREADS") or os.environ.get("OMP_NUM_THREADS") or 2))
     tasks = [t for t in args.tasks.split(",") if t]
     start = time.perf_counter()
     names = args.models.split(",")
