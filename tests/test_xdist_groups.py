@@ -1,5 +1,6 @@
 """The xdist grouping (tests/conftest.py): tests that share an expensive fixture are one group, joined through
-every fixture they share; the rest spread freely; and a shared run is only reachable through its fixture."""
+every fixture they share; the rest spread freely; and a shared run is only reachable through its fixture. Each
+worker gets its share of the cores."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
-from conftest import xdist_groups
+from conftest import THREAD_VARIABLES, share_the_cores, threads_per_worker, xdist_groups
 
 TESTS = Path(__file__).parent
 CALLS_A_SHARED_RUN = re.compile(r"\b(shared_train|tiny_regime_run)\(")
@@ -95,3 +97,34 @@ def test_loadgroup_runs_a_group_on_one_worker(tmp_path):
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     workers = re.findall(r"^\[(gw\d+)\].* PASSED test_grouped.py::test_grouped", out.stdout, re.M)
     assert len(workers) == 6 and len(set(workers)) == 1, out.stdout[-2000:]
+
+
+def test_each_worker_gets_its_share_of_the_cores():
+    assert [threads_per_worker(2, 2), threads_per_worker(16, 3), threads_per_worker(1, 4), threads_per_worker(8, 0)] == [
+        1, 5, 1, 8]
+
+
+def test_the_controller_sets_the_share_its_workers_inherit_unless_the_caller_set_it(monkeypatch):
+    import torch
+
+    controller = SimpleNamespace(option=SimpleNamespace(numprocesses=2))  # no workerinput: xdist's controller
+    before = torch.get_num_threads()
+    try:
+        monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES})
+        monkeypatch.setattr(os, "cpu_count", lambda: 6)
+        share_the_cores(controller)
+        assert [os.environ[name] for name in THREAD_VARIABLES] == ["3", "3"] and torch.get_num_threads() == 3
+        os.environ["OMP_NUM_THREADS"] = "2"  # the caller's own setting is kept
+        share_the_cores(controller)
+        assert os.environ["OMP_NUM_THREADS"] == "2" and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_this_worker_runs_torch_on_the_threads_its_children_inherit(request):
+    import torch
+
+    if hasattr(request.config, "workerinput"):  # the README's command: under xdist the variables are always set
+        assert os.environ["OMP_NUM_THREADS"] == os.environ["MKL_NUM_THREADS"]
+    if "OMP_NUM_THREADS" in os.environ:
+        assert torch.get_num_threads() == int(os.environ["OMP_NUM_THREADS"])
