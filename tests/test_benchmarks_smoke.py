@@ -125,7 +125,10 @@ def test_worker_start() -> None:
 @pytest.mark.slow
 def test_regime_scale(tmp_path: Path) -> None:
     out = tmp_path / "scale.json"
-    run_script("regime_scale.py", "--sizes", "10,20", "--repeats", "1", "--quantile-scale", "0.001", "--out", str(out))
+    # --max-exponent: the script leaves out a pair whose stages seem to grow faster than linearly; at these sizes that
+    # is the load of the box (a 3-worker suite left one pair out), not the code, so the smoke test never gates on it
+    run_script("regime_scale.py", "--sizes", "10,20", "--repeats", "1", "--quantile-scale", "0.001",
+               "--max-exponent", "1000", "--out", str(out))
     result = json.loads(out.read_text())
     assert [(q["M"], q["ranks"]) for q in result["quantile"]] == [(m, r) for m in (2, 4) for r in (1, 2, 4)]
     sketched = [q for q in result["quantile"] if q["values_per_rank"] > 2**14]  # beyond: a sketch, not the values
