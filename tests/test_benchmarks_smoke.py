@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from bench_helpers import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
@@ -205,3 +206,28 @@ def test_behaviour_record_compares_values_and_weights() -> None:
                                     "hacpo": {"rows": rows, "weights_sha256": {}}})
     assert moved["sgt"]["differing"] == {"loss": 0.25} and moved["sgt"]["weights_identical"] == {"a": False}
     assert moved["hacpo"] == {"note": "not in the record"}
+
+
+@pytest.mark.slow
+def test_suite_timeline(tmp_path: Path) -> None:
+    """Each test's time and worker, under the script, and the report against a log of the same run."""
+    (tmp_path / "test_two.py").write_text("import time\n\ndef test_a():\n    time.sleep(0.3)\n\ndef test_b():\n    pass\n")
+    log = tmp_path / "timeline.jsonl"
+    out = run_script("suite_timeline.py", "--log", str(log), "--", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                     str(tmp_path / "test_two.py"))
+    assert "pytest exit code 0" in out and "main: 2 tests, first at" in out, out
+    longest = out.split("longest tests:\n")[1].splitlines()[0]
+    assert longest.endswith("test_two.py::test_a") and float(longest.split()[0]) >= 0.3, out
+    again = run_script("suite_timeline.py", "--log", str(log), "--report", "--against", str(log))
+    assert "2 tests in both" in again and "+0.0" in again, again
+
+
+def test_suite_timeline_worker_busy_time_and_gaps_by_hand() -> None:
+    timeline = load_benchmark("suite_timeline")
+    starts = {"main": 100.0, "gw0": 101.0}
+    tests = [{"worker": "gw0", "test": "t.py::a", "start": 102.0, "end": 105.0},
+             {"worker": "gw0", "test": "t.py::b", "start": 106.0, "end": 107.5}]
+    # first at 102 - 100; last end 107.5 - 100; busy 3 + 1.5; gaps 5.5 - 4.5
+    assert timeline.worker_lines(starts, tests) == [
+        "gw0: 2 tests, first at 2.0 s, last ends at 7.5 s; busy 4.5 s, gaps 1.0 s"]
+    assert timeline.by_file(timeline.durations(tests)) == {"t.py": 4.5}
