@@ -168,8 +168,8 @@ def threads_per_worker(cpus: int, workers: int) -> int:
 def share_the_cores(config: pytest.Config) -> None:
     """Under xdist, the controller sets the :data:`THREAD_VARIABLES` (each unless the caller set it) to
     :func:`threads_per_worker` before its workers start, and they inherit it; each process also sets torch's
-    threads, torch having been imported above. A policy worker's plan sets its own OpenMP and MKL threads, as for a
-    user."""
+    threads, torch having been imported above. A policy worker's plan sets its own threads (OpenMP, MKL, the
+    tokenizers'), as for a user."""
     workers = getattr(config.option, "numprocesses", None) or 0
     if not hasattr(config, "workerinput") and isinstance(workers, int) and workers > 0:
         threads = str(threads_per_worker(os.cpu_count() or 1, workers))
