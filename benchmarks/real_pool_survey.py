@@ -157,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     # MUTUALRL_THREADS, else OMP_NUM_THREADS (the test suite gives each of its workers its share of the cores), else 2
-    torch.set_num_threads(int(os.environ.get("MUTUALRL_THREADS") or os.environ.get("OMP_NUM_THREADS") or 2))
+    threads = os.environ.get("MUTUALRL_THREADS") or os.environ.get("OMP_NUM_THREADS", "").split(",")[0] or "2"
+    torch.set_num_threads(int(threads))  # OpenMP's "4,2": 4 at the outer level
     tasks = [t for t in args.tasks.split(",") if t]
     start = time.perf_counter()
     names = args.models.split(",")
@@ -172,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             models[name]["tasks"].update(earlier["models"].get(name, {}).get("tasks", {}))
         earlier_settings = [*earlier.get("earlier_settings", []), earlier["settings"]]
-    settings = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+    settings = {**{k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+                "torch_threads": torch.get_num_threads()}
     # Task by task, every model, then the pool numbers: partial results are written after each task.
     # Tasks kept from an earlier run of this folder get their pool numbers again (they are derived).
     kept = [t for t in models[names[0]]["tasks"] if t not in tasks and all(t in models[n]["tasks"] for n in names)]

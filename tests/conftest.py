@@ -165,20 +165,28 @@ def threads_per_worker(cpus: int, workers: int) -> int:
     return max(1, cpus // max(1, workers))
 
 
+def xdist_workers(config: pytest.Config) -> int:
+    """How many workers xdist's controller starts (``-n``, ``auto`` already counted, capped by ``--maxprocesses``);
+    0 in a worker, without xdist, or under ``-n 0``."""
+    workers = getattr(config.option, "numprocesses", None)
+    if hasattr(config, "workerinput") or not isinstance(workers, int) or workers <= 0:
+        return 0
+    return min(workers, getattr(config.option, "maxprocesses", None) or workers)
+
+
 def share_the_cores(config: pytest.Config) -> None:
-    """Under xdist, the controller sets the :data:`THREAD_VARIABLES` (each unless the caller set it) to
-    :func:`threads_per_worker` before its workers start, and they inherit it; each process also sets torch's
-    threads, torch having been imported above. A policy worker's plan sets its own threads (OpenMP, MKL, the
+    """Under xdist, the controller sets each of the :data:`THREAD_VARIABLES` the caller did not set to
+    :func:`threads_per_worker` of the cores this process may run on, before its workers start; they and all they
+    start inherit them (torch reads ``OMP_NUM_THREADS`` as it is imported). Where torch is already imported (a test
+    calling this) its threads are set too. A policy worker's plan sets its own threads (OpenMP, MKL, the
     tokenizers'), as for a user."""
-    workers = getattr(config.option, "numprocesses", None) or 0
-    if not hasattr(config, "workerinput") and isinstance(workers, int) and workers > 0:
-        threads = str(threads_per_worker(os.cpu_count() or 1, workers))
+    workers = xdist_workers(config)
+    if workers:
+        threads = str(threads_per_worker(len(os.sched_getaffinity(0)), workers))
         for name in THREAD_VARIABLES:
             os.environ.setdefault(name, threads)
-    if os.environ.get("OMP_NUM_THREADS", "").isdigit():
-        import torch
-
-        torch.set_num_threads(max(1, int(os.environ["OMP_NUM_THREADS"])))
+        if "torch" in sys.modules and os.environ["OMP_NUM_THREADS"].isdigit():
+            sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 def pytest_configure(config: pytest.Config) -> None:

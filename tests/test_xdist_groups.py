@@ -12,7 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import THREAD_VARIABLES, share_the_cores, threads_per_worker, xdist_groups
+from conftest import THREAD_VARIABLES, share_the_cores, threads_per_worker, xdist_groups, xdist_workers
 
 TESTS = Path(__file__).parent
 CALLS_A_SHARED_RUN = re.compile(r"\b(shared_train|tiny_regime_run)\(")
@@ -104,27 +104,41 @@ def test_each_worker_gets_its_share_of_the_cores():
         1, 5, 1, 8]
 
 
+def test_the_workers_xdist_starts_are_counted_by_its_controller_only():
+    def config(workers, maxprocesses=None, **more):
+        return SimpleNamespace(option=SimpleNamespace(numprocesses=workers, maxprocesses=maxprocesses), **more)
+
+    assert [xdist_workers(config(2)), xdist_workers(config(4, 2)), xdist_workers(config(0)),
+            xdist_workers(config(None)), xdist_workers(config(None, workerinput={"workerid": "gw0"}))] == [2, 2, 0, 0, 0]
+
+
 def test_the_controller_sets_the_share_its_workers_inherit_unless_the_caller_set_it(monkeypatch):
     import torch
 
     controller = SimpleNamespace(option=SimpleNamespace(numprocesses=2))  # no workerinput: xdist's controller
+    unset = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(6)))  # the cores this process may run on
     before = torch.get_num_threads()
     try:
-        monkeypatch.setattr(os, "environ", {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES})
-        monkeypatch.setattr(os, "cpu_count", lambda: 6)
+        monkeypatch.setattr(os, "environ", dict(unset))
         share_the_cores(controller)
         assert [os.environ[name] for name in THREAD_VARIABLES] == ["3", "3", "3"] and torch.get_num_threads() == 3
-        os.environ["OMP_NUM_THREADS"] = "2"  # the caller's own setting is kept
+        monkeypatch.setattr(os, "environ", {**unset, "OMP_NUM_THREADS": "2"})  # the caller's own setting is kept
         share_the_cores(controller)
-        assert os.environ["OMP_NUM_THREADS"] == "2" and torch.get_num_threads() == 2
+        assert [os.environ[name] for name in THREAD_VARIABLES] == ["2", "3", "3"] and torch.get_num_threads() == 2
+        monkeypatch.setattr(os, "environ", dict(unset))
+        share_the_cores(SimpleNamespace(option=SimpleNamespace(numprocesses=None), workerinput={}))  # a worker
+        assert all(name not in os.environ for name in THREAD_VARIABLES)
     finally:
         torch.set_num_threads(before)
 
 
 def test_this_worker_runs_torch_on_the_threads_its_children_inherit(request):
+    """Under the README's command every variable is set (by the controller, or by the caller) and this worker's
+    torch read ``OMP_NUM_THREADS`` as it was imported (no test of the suite leaves torch's threads changed)."""
     import torch
 
-    if hasattr(request.config, "workerinput"):  # the README's command: under xdist the variables are always set
-        assert len({os.environ[name] for name in THREAD_VARIABLES}) == 1
-    if "OMP_NUM_THREADS" in os.environ:
+    if hasattr(request.config, "workerinput"):
+        assert all(os.environ.get(name, "").strip() for name in THREAD_VARIABLES)
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit():
         assert torch.get_num_threads() == int(os.environ["OMP_NUM_THREADS"])
