@@ -75,12 +75,18 @@ def report(rows: list[dict], top: int) -> str:
     return "\n".join(out)
 
 
+def run_pytest(pytest_args: list[str], site: Path, env: dict[str, str]) -> int:
+    """pytest's exit code, run with ``site`` first on the ``PYTHONPATH`` every process it starts inherits, and ``env``
+    (a log's path) added to the environment."""
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    return subprocess.run([sys.executable, "-m", "pytest", *pytest_args],
+                          env={**os.environ, **env, "PYTHONPATH": path}).returncode
+
+
 def run_suite(pytest_args: list[str], log: Path) -> tuple[int, float, float]:
     """Run pytest under the logging site; (exit code, wall seconds, CPU seconds of all children)."""
-    env = {**os.environ, "SUITE_CPU_LOG": str(log),
-           "PYTHONPATH": os.pathsep.join(p for p in (str(SITE), os.environ.get("PYTHONPATH", "")) if p)}
     started = time.monotonic()
-    code = subprocess.run([sys.executable, "-m", "pytest", *pytest_args], env=env).returncode
+    code = run_pytest(pytest_args, SITE, {"SUITE_CPU_LOG": str(log)})
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return code, time.monotonic() - started, usage.ru_utime + usage.ru_stime
 

@@ -15,10 +15,11 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from suite_cpu import run_pytest  # noqa: E402  (runs pytest with a folder first on every process's PYTHONPATH)
 
 SITE = Path(__file__).resolve().parent / "suite_timeline_site"
 
@@ -84,10 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     code = 0
     if not args.report:
         args.log.unlink(missing_ok=True)
-        path = os.pathsep.join(p for p in (str(SITE), os.environ.get("PYTHONPATH", "")) if p)
-        env = {**os.environ, "PYTHONPATH": path, "SUITE_TIMELINE_LOG": str(args.log.resolve())}
-        code = subprocess.run([sys.executable, "-m", "pytest", "-p", "suite_timeline_plugin", *args.pytest_args],
-                              env=env).returncode
+        code = run_pytest(["-p", "suite_timeline_plugin", *args.pytest_args], SITE,
+                          {"SUITE_TIMELINE_LOG": str(args.log.resolve())})
         print(f"pytest exit code {code}; log: {args.log}")
     print("\n".join(report(args.log, args.against, args.top)))
     return code

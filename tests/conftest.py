@@ -31,6 +31,7 @@ import pytest
 from e2e_helpers import TINY, TINY_REGIMES_2_STEPS, TINY_SGT_3_STEPS, TINY_SGT_3_STEPS_OFF_LOCK_STEP, shared_train
 from mutualrl.host.forked_start import FORK_SERVER_ENV
 from mutualrl.host.process_start import imports_done
+from mutualrl.launch.plan.detect import detect_cpu_cores
 from mutualrl.training.worker import START_LOG_ENV
 
 # The suite starts several hundred Python processes (launchers, workers, CLI commands), each importing mutualrl's
@@ -182,7 +183,7 @@ def share_the_cores(config: pytest.Config) -> None:
     tokenizers'), as for a user."""
     workers = xdist_workers(config)
     if workers:
-        threads = str(threads_per_worker(len(os.sched_getaffinity(0)), workers))
+        threads = str(threads_per_worker(detect_cpu_cores(), workers))
         for name in THREAD_VARIABLES:
             os.environ.setdefault(name, threads)
         if "torch" in sys.modules and os.environ["OMP_NUM_THREADS"].isdigit():

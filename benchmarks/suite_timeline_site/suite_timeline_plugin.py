@@ -31,5 +31,4 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_runtest_protocol(item: pytest.Item, nextitem):
     start = time.time()
     yield
-    _write({"worker": _worker(item.config), "test": item.nodeid, "start": start,
-            "end": time.time(), "slow": item.get_closest_marker("slow") is not None})
+    _write({"worker": _worker(item.config), "test": item.nodeid, "start": start, "end": time.time()})
