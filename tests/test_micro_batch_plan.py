@@ -12,7 +12,7 @@ from mutualrl.errors import PlacementError
 from mutualrl.launch.plan.batching import trl_generation_batch
 from mutualrl.launch.plan.launch_plan import LaunchPlan, make_launch_plan
 from mutualrl.launch.plan.render import render_plan
-from mutualrl.training.grpo_args import planned_grpo_env
+from mutualrl.training.grpo_args import planned_grpo_env, planned_grpo_text
 
 
 def gpu_plan(tmp_path, recipe, gpu_memory_gib=80.0, regime=None, overrides=()):
@@ -97,7 +97,7 @@ def test_a_micro_batch_too_big_for_the_card_is_split_keeping_the_batch(tmp_path)
     assert after.micro_batch.activation_gib <= 40 * 0.9 - after.memory.gib_per_device
     note = next(n for n in after.notes if "micro-batch" in n)
     assert "per_device_train_batch_size 16 -> " in note and "72.1 GiB" in note and "40 GiB GPU" in note
-    assert after.launch.env == {**after.launch.env, **planned_grpo_env(grpo)}  # the worker checks this digest
+    assert after.launch.env == {**after.launch.env, **planned_grpo_env(planned_grpo_text(grpo))}  # the worker checks this digest
     saved = LaunchPlan.from_json(gpu_plan(tmp_path, "hacpo-qwen3-1.7b-4b", gpu_memory_gib=40.0).to_json())
     assert saved.policy("qwen3-4b-base").micro_batch == after.micro_batch  # plan.json carries it
 

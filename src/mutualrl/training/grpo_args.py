@@ -35,9 +35,9 @@ def planned_grpo_text(grpo: dict[str, Any]) -> str:
     return json.dumps(grpo, indent=2, sort_keys=True) + "\n"
 
 
-def planned_grpo_env(grpo: dict[str, Any]) -> dict[str, str]:
-    """The worker environment naming the digest of :func:`planned_grpo_text`."""
-    return {PLANNED_GRPO_ENV: hashlib.sha256(planned_grpo_text(grpo).encode("utf-8")).hexdigest()}
+def planned_grpo_env(text: str) -> dict[str, str]:
+    """The worker environment naming the digest of ``text``, the bytes of :func:`planned_grpo_text`."""
+    return {PLANNED_GRPO_ENV: hashlib.sha256(text.encode("utf-8")).hexdigest()}
 
 
 def owned_grpo_fields(run_dir: Path, policy: str, shared: Mapping[str, Any], own: Mapping[str, Any]) -> dict[str, Any]:

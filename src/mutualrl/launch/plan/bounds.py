@@ -38,7 +38,6 @@ from mutualrl.errors import PlacementError
 from mutualrl.launch.plan.checks import PROCESS_BASELINE_GIB
 from mutualrl.launch.plan.model_shapes import ModelShape, model_shape
 from mutualrl.launch.plan.mwra import Placement
-from mutualrl.training.grpo_args import planned_grpo_env
 
 ATTENTION_WIDTH_TENSORS = 5
 """Tensors of the attention's width (heads x head size) one layer saves for its backward: the rotated queries, the keys
@@ -271,7 +270,7 @@ def fit_card(config: RunConfig, plan: Any, plans: list[Any], shape: ModelShape, 
 
 def lower_batch(plan: Any, factor: int, before: MicroBatch, room: float, gpu_memory_gib: float) -> str:
     """Divide ``plan``'s per-device batch by ``factor`` and multiply its accumulation (and steps per generation where
-    the recipe sets them) by it; refresh the digest the worker checks; returns the note."""
+    the recipe sets them) by it; returns the note (the plan vouches for the final settings after every stage)."""
     grpo = plan.grpo
     old = {key: grpo.get(key) for key in ("per_device_train_batch_size", "gradient_accumulation_steps",
                                            "steps_per_generation")}
@@ -281,8 +280,6 @@ def lower_batch(plan: Any, factor: int, before: MicroBatch, room: float, gpu_mem
         grpo["steps_per_generation"] = int(grpo["steps_per_generation"]) * factor
     if plan.batch is not None:
         plan.batch = replace(plan.batch, **{key: grpo[key] for key in old})
-    for command in plan.commands:
-        command.env.update(planned_grpo_env(grpo))
     changed = ", ".join(f"grpo.{key} {value} -> {grpo[key]}" for key, value in old.items()
                         if value is not None and value != grpo[key])
     return (f"{plan.name}: {changed}: a micro-batch of {before.describe()} rows x {before.tokens_per_row} tokens "

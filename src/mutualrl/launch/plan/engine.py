@@ -32,6 +32,7 @@ from typing import Any
 from mutualrl.config.grpo_schema import grpo_default
 from mutualrl.config.schema import LaunchConfig, RunConfig
 from mutualrl.launch.plan.configs import ZERO_STAGES
+from mutualrl.launch.plan.decided import Decided
 from mutualrl.launch.plan.mwra import Placement
 from mutualrl.launch.plan.model_shapes import ModelShape, model_shape
 from mutualrl.training.vllm_engine import TRL_MAX_NUM_BATCHED_TOKENS, engine_caps, trl_max_num_seqs
@@ -55,6 +56,19 @@ def planned_engine(grpo: dict[str, Any], launch: LaunchConfig) -> EngineCaps | N
                             int(grpo.get("vllm_tensor_parallel_size", 1) or 1), int(steps))
     seqs, tokens = engine_caps(wish, launch.vllm_max_num_seqs, launch.vllm_max_num_batched_tokens)
     return EngineCaps(wish, seqs, tokens)
+
+
+def engine_length(recipe: Mapping[str, Any], device_type: str, max_prompt_tokens: int) -> Decided:
+    """``vllm_max_model_length`` for a policy generating with vLLM on GPUs where the recipe leaves it unset: the
+    longest sequence the run makes (``task.max_prompt_tokens``, which no kept prompt exceeds, + the completion).
+    Unset, TRL passes none and vLLM takes the model's whole context (131,072 tokens for Llama-3.2-3B) and refuses to
+    start unless its KV cache holds one such sequence (``vllm/v1/core/kv_cache_utils.py:
+    check_enough_kv_cache_memory``): on 40 GiB cards it does not. On a CPU the worker sizes the KV cache for the
+    model's context itself (``training/worker.py: prepare_cpu_vllm``), so the CPU plan is unchanged."""
+    if device_type != "cuda" or not recipe.get("use_vllm") or recipe.get("vllm_max_model_length") is not None:
+        return Decided()
+    completion = int(recipe.get("max_completion_length") or grpo_default("max_completion_length"))
+    return Decided({"vllm_max_model_length": max_prompt_tokens + completion})
 
 
 def engine_note(name: str, caps: EngineCaps | None) -> list[str]:
@@ -93,6 +107,8 @@ class PlannedEngine:
     share_source: str
     sequence_tokens: int
     """A sequence of the recipe's length: task.max_prompt_tokens + grpo.max_completion_length."""
+    max_model_len: int | None = None
+    """The ``max_model_len`` the engine gets (``grpo.vllm_max_model_length``; None: the model's whole context)."""
     engine_gib: float | None = None
     weights_gib: float | None = None
     kv_cache_gib: float | None = None
@@ -228,7 +244,8 @@ def _planned(config: RunConfig, plan: Any, caps: EngineCaps, gpu_memory_gib: flo
     completion = plan.grpo.get("max_completion_length") or grpo_default("max_completion_length")
     sequence = config.task.max_prompt_tokens + int(completion)
     base = dict(max_num_seqs=caps.max_num_seqs, max_num_batched_tokens=caps.max_num_batched_tokens,
-                trl_max_num_seqs=caps.trl_max_num_seqs, tensor_parallel_size=tp, sequence_tokens=sequence)
+                trl_max_num_seqs=caps.trl_max_num_seqs, tensor_parallel_size=tp, sequence_tokens=sequence,
+                max_model_len=plan.grpo.get("vllm_max_model_length"))
     if plan.placement.device_type != "cuda":
         return PlannedEngine(**base, gpu_memory_utilization=None, share_source="CPU: VLLM_CPU_KVCACHE_SPACE")
     share = float(plan.grpo.get("vllm_gpu_memory_utilization", grpo_default("vllm_gpu_memory_utilization")))

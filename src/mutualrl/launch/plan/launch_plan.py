@@ -43,7 +43,7 @@ from mutualrl.launch.plan.configs import (
 )
 from mutualrl.launch.plan.decided import Decided
 from mutualrl.launch.plan.detect import Node, this_node
-from mutualrl.launch.plan.engine import PlannedEngine, engine_note, planned_engine
+from mutualrl.launch.plan.engine import PlannedEngine, engine_length, engine_note, planned_engine
 from mutualrl.launch.plan.machines import plan_placement_nodes
 from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 from mutualrl.launch.plan.resume_ranks import check_resume_ranks
@@ -239,8 +239,9 @@ class LaunchPlan:
             written.append(write_yaml(Path(p.accelerate_config_path), p.accelerate_config))
             if p.deepspeed_config is not None and p.deepspeed_config_path:
                 written.append(write_json(Path(p.deepspeed_config_path), p.deepspeed_config))
-            # What the worker needs of the plan, in a file of its own (training reads no launch code): its GRPOConfig.
-            written.append(write_text_atomic(RunPaths(target).planned_grpo(p.name), planned_grpo_text(p.grpo)))
+            # What the worker needs of the plan, in a file of its own (training reads no launch code): its GRPOConfig,
+            # vouched for by the digest of these very bytes.
+            written.append(write_text_atomic(RunPaths(target).planned_grpo(p.name), vouch_for_settings(p)))
         RunPaths(target).logs.mkdir(parents=True, exist_ok=True)
         written.append(write_json(plan_path(target), self.to_json()))
         return written
@@ -251,6 +252,16 @@ class LaunchPlan:
         if not path.is_file():
             raise UsageError(f"{path}: no launch plan (the run was not planned by `mutualrl train`)")
         return cls.from_json(read_json(path))  # damaged, another type, a FIFO: one line naming it
+
+
+def vouch_for_settings(plan: PolicyPlan) -> str:
+    """The bytes of ``plan``'s ``<policy>.grpo.json``; every command of the policy names their sha256 (the worker
+    takes the file only with that digest, training/grpo_args.py). Called where the settings are final and again as
+    the file is written, so a stage that changes them after the first call cannot leave a stale digest."""
+    text = planned_grpo_text(plan.grpo)
+    for command in plan.commands:
+        command.env.update(planned_grpo_env(text))
+    return text
 
 
 def plan_path(run_dir: Path) -> Path:
@@ -341,6 +352,8 @@ def make_launch_plan(
     stall = barrier_stall(see_mount)
     if stall:
         warnings.append(f"the SEE folder {see_root}: {stall}")
+    for plan in plans:  # after the last stage that changes the settings (batch lowered, vLLM share derived)
+        vouch_for_settings(plan)
     if simulate and node.gpu_memory_gib is None and node.gpus > 0:
         warnings.append("memory check skipped: GPU memory is unknown for a simulated node (--gpus); give it with "
                         "--gpu-memory GIB (e.g. --gpu-memory 80 for an 80 GiB card)")
@@ -398,14 +411,15 @@ def _policy_grpo(
     # what the stages read, a view: the policy's fields over the shared, over the regime's
     recipe = ChainMap(policy.grpo, config.grpo, regime_fields)
     device = adapt_grpo_to_device(recipe, placed, launch.deepspeed, vllm_available)
+    length = engine_length(ChainMap(device.fields, recipe), placed.device_type, config.task.max_prompt_tokens)
     sizes, derived = _policy_batch(recipe, batch, placement, policy.name)
     cadence = policy_cadence(config.schedule, batch, recipe)
     counts, cadence_notes = apply_cadence(recipe, cadence)
     keep = keep_for_resume(config, ChainMap(counts, sizes.fields, device.fields, recipe), recipe, policy.name)
     owned = owned_grpo_fields(run_dir, policy.name, config.grpo, policy.grpo)
     # The one merge, each over the ones before it (no two stages decide the same field), then what a stage dropped.
-    grpo = {**regime_fields, **config.grpo, **policy.grpo, **device.fields, **sizes.fields, **counts, **keep.fields,
-            **owned}
+    grpo = {**regime_fields, **config.grpo, **policy.grpo, **device.fields, **length.fields, **sizes.fields, **counts,
+            **keep.fields, **owned}
     for key in (*device.dropped, *sizes.dropped):
         grpo.pop(key, None)
     notes = [*device.notes, *sizes.notes, *cadence_notes, *keep.notes,
@@ -444,8 +458,6 @@ def _plan_policy(
     launch, policy = config.launch, config.pool.policies[index]
     placed, spec = placement.of(policy.name), launches[0]
     grpo, derived, notes, schedule = _policy_grpo(config, index, placement, run_dir, vllm_available)
-    for command in launches:  # each worker takes its grpo.json only as planned here
-        command.env.update(planned_grpo_env(grpo))
     meet = machine_address(placed.machines[0], launch.main_address, addresses)
     port = policy_port(config, index)
     stage = ZERO_STAGES[launch.deepspeed]

@@ -153,7 +153,7 @@ def _engine_table(plan: LaunchPlan) -> Table:
     recipe's length next to the scheduler caps."""
     table = Table(title="vLLM engine per policy (colocated)")
     for col in ("policy", "share of each GPU", "engine / weights / KV cache", "KV capacity", "max_num_seqs",
-                "max_num_batched_tokens"):
+                "max_num_batched_tokens", "max_model_len"):
         table.add_column(col, overflow="fold")
     for p in plan.policies:
         e = p.engine
@@ -168,7 +168,8 @@ def _engine_table(plan: LaunchPlan) -> Table:
                     + (" (fewer than max_num_seqs: the rest wait or are preempted)"
                        if e.kv_capacity_sequences < e.max_num_seqs else ""))
         table.add_row(p.name, f"{share} ({e.share_source})", gib, capacity, f"{e.max_num_seqs} (TRL's "
-                      f"{e.trl_max_num_seqs})", str(e.max_num_batched_tokens))
+                      f"{e.trl_max_num_seqs})", str(e.max_num_batched_tokens),
+                      "the model's context" if e.max_model_len is None else str(e.max_model_len))
     return table
 
 

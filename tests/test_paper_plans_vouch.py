@@ -1,0 +1,93 @@
+"""Every paper recipe, planned as a GPU node would plan it (40 / 80 / 141 GiB cards, 1 / 2 / 4 / 8 GPUs), hands each
+worker the digest of the settings file it will read, and bounds vLLM's model length by the run's longest sequence.
+
+A GPU plan changes the settings after the batch is derived (the vLLM share from the card's memory, a micro-batch
+lowered to fit the card); a digest taken before those stages made every worker of every paper recipe refuse its own
+file on a real node, which no CPU plan could show."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from mutualrl.config.loader import list_named_recipes, load_run_config
+from mutualrl.errors import PlacementError
+from mutualrl.launch.plan.launch_plan import LaunchPlan, make_launch_plan
+from mutualrl.run_folder import RunPaths
+from mutualrl.training.grpo_args import PLANNED_GRPO_ENV, planned_grpo_args
+
+CPU_POOLS = {"tiny", "smol", "smol-arith", "smol-qa"}
+PAPER_RECIPES = sorted(path.stem for path in list_named_recipes() if path.stem not in CPU_POOLS)
+CARDS_GIB = (40.0, 80.0, 141.0)
+GPU_COUNTS = (1, 2, 4, 8)
+
+
+def gpu_plan(recipe: str, gpus: int, gpu_memory_gib: float, run_dir: Path) -> LaunchPlan | None:
+    """The plan ``mutualrl train`` makes on a node of ``gpus`` cards of ``gpu_memory_gib`` (vLLM installed there);
+    None where the planner refuses the node (too small for the pool)."""
+    config = load_run_config(recipe, overrides=[f"launch.gpus={gpus}"]).config
+    try:
+        return make_launch_plan(config, run_dir, gpus=gpus, simulate=True, gpu_memory_gib=gpu_memory_gib,
+                                ram_gib=2048.0, vllm_available=True, dry_run=True)
+    except PlacementError:
+        return None
+
+
+def check_vouched(plan: LaunchPlan, max_prompt_tokens: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What each worker reads is what its launcher vouched for, read by the worker's own reader."""
+    plan.write()
+    paths = RunPaths(Path(plan.run_dir))
+    for policy in plan.policies:
+        written = paths.planned_grpo(policy.name).read_bytes()
+        assert json.loads(written) == policy.grpo
+        for command in policy.commands:
+            assert command.env[PLANNED_GRPO_ENV] == hashlib.sha256(written).hexdigest(), policy.name
+            monkeypatch.setenv(PLANNED_GRPO_ENV, command.env[PLANNED_GRPO_ENV])
+            assert planned_grpo_args(paths, policy.name, lambda: pytest.fail("the plan is there")) == policy.grpo
+        if policy.grpo.get("use_vllm"):
+            completion = policy.grpo["max_completion_length"]
+            assert policy.grpo["vllm_max_model_length"] == max_prompt_tokens + completion, policy.name
+            assert policy.engine.max_model_len == policy.grpo["vllm_max_model_length"]
+    saved = LaunchPlan.read(paths.root)  # plan.json records the same commands
+    assert [c.env for c in saved.specs] == [c.env for c in plan.specs]
+
+
+@pytest.mark.parametrize("recipe", PAPER_RECIPES)
+def test_every_worker_is_handed_the_digest_of_the_bytes_it_reads(recipe, tmp_path, monkeypatch):
+    max_prompt_tokens = load_run_config(recipe).config.task.max_prompt_tokens
+    accepted = []
+    for memory in CARDS_GIB:
+        for gpus in GPU_COUNTS:
+            plan = gpu_plan(recipe, gpus, memory, tmp_path / f"{gpus}x{memory:g}")
+            if plan is not None:
+                check_vouched(plan, max_prompt_tokens, monkeypatch)
+                accepted.append((gpus, memory))
+    assert {(8, 80.0), (8, 141.0)} <= set(accepted), accepted  # the nodes the paper's recipes are written for
+
+
+def test_a_gpu_plan_changes_the_settings_after_the_batch_and_still_vouches_for_them(tmp_path, monkeypatch):
+    """The stages after the batch (the engine's share derived from the card, a micro-batch lowered on 40 GiB) are
+    the ones a digest taken early misses: here both change the settings, and the digest follows."""
+    plan = gpu_plan("hacpo-qwen3-1.7b-4b", 8, 40.0, tmp_path / "run")
+    big = plan.policy("qwen3-4b-base")
+    assert big.engine.share_source == "memory model" and "vllm_gpu_memory_utilization" in big.grpo
+    assert any("micro-batch" in note for note in big.notes)  # lowered to fit the card
+    check_vouched(plan, 1024, monkeypatch)
+
+
+def test_a_cpu_plan_leaves_the_model_length_to_the_worker(tmp_path):
+    """On a CPU the worker sizes vLLM's KV cache for the model's context (training/worker.py prepare_cpu_vllm)."""
+    config = load_run_config("tiny", overrides=["grpo.use_vllm=true"]).config
+    plan = make_launch_plan(config, tmp_path / "run", gpus=0, cpu_cores=2, ram_gib=1000.0, vllm_available=True,
+                            dry_run=True)
+    assert all("vllm_max_model_length" not in p.grpo for p in plan.policies)
+
+
+def test_a_model_length_the_recipe_sets_is_kept(tmp_path):
+    config = load_run_config("2qwen", overrides=["launch.gpus=8", "grpo.vllm_max_model_length=8192"]).config
+    plan = make_launch_plan(config, tmp_path / "run", gpus=8, simulate=True, gpu_memory_gib=80.0, ram_gib=2048.0,
+                            vllm_available=True, dry_run=True)
+    assert {p.grpo["vllm_max_model_length"] for p in plan.policies} == {8192}
