@@ -184,7 +184,8 @@ def test_even_split_properties(shares, extra):
 
 def test_param_count_sources():
     assert param_count_for("Qwen/Qwen2.5-Math-1.5B") == (1.54e9, "model card")
-    assert param_count_for("ministral/Ministral-3b-instruct") == (3e9, "model name")
+    assert param_count_for("ministral/Ministral-3b-instruct") == (3.32e9, "model card")  # counted from its config
+    assert param_count_for("org/Ministral-3b-instruct-copy") == (3e9, "model name")
     assert param_count_for("org/Llama-3.2-3B-Instruct-copy") == (3e9, "model name")
     assert param_count_for("org/some-model") == (None, "unknown")  # no card, no size in the name, not on disk
     assert param_count_for("builtin:tiny-bpe") == (3332928.0, "weights")  # built by the set-up: its safetensors header

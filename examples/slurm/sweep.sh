@@ -7,6 +7,9 @@
 set -euo pipefail
 source "${MUTUALRL_VENV:-$PWD/.venv}/bin/activate"
 
+# --slurm-mem: each task's host RAM in GB (sbatch --mem). Left out, the sweep asks for what the runs' plans need plus
+# 25%, and refuses a value below the need; the figure is the "Host RAM" line of
+#   mutualrl train --pool 2qwen --dry-run --gpus 8 --gpu-memory 80   (2qwen: about 56 GiB, "Slurm --mem 70G").
 mutualrl sweep --pool 2qwen --regimes standalone,sgt,xgrpo --seeds 1,2,3 -o "${SWEEP_DIR:-$PWD/sweeps/2qwen}" \
-    --slurm --slurm-gpus 8 --slurm-cpus 32 --slurm-time 2880 --slurm-parallel 4 "$@"
+    --slurm --slurm-gpus 8 --slurm-cpus 32 --slurm-mem 70 --slurm-time 2880 --slurm-parallel 4 "$@"
 # then: mutualrl report "$SWEEP_DIR"; mutualrl plot --group-by regime "$SWEEP_DIR" -o figs

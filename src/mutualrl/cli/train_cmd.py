@@ -33,6 +33,10 @@ GpusOption = Annotated[int | None, typer.Option(
 GpuMemoryOption = Annotated[float | None, typer.Option(
     "--gpu-memory", min=0.01, metavar="GIB", help="Memory of each GPU in GiB for the memory check (default: "
     "detected); with --dry-run --gpus N it checks the card you will get, vLLM's share counted.", show_default=False)]
+RamOption = Annotated[float | None, typer.Option(
+    "--ram", min=0.01, metavar="GIB", help="RAM of each machine in GiB for the host-memory check (default: "
+    "detected); with --dry-run --gpus N it checks the node you will get (the dry run's 'Host RAM' line).",
+    show_default=False)]
 DeviceMapOption = Annotated[str | None, typer.Option(
     "--device-map", help="Explicit placement, e.g. 'qwen-a=0,1;qwen-b=2,3' (overrides the even split). With "
     "--nodes, ids are global: machine k has k*gpus .. k*gpus+gpus-1.")]
@@ -77,6 +81,7 @@ def train(
     overrides: SetOption = [],  # noqa: B006 - Typer's default, never mutated
     gpus: GpusOption = None,
     gpu_memory: GpuMemoryOption = None,
+    ram: RamOption = None,
     device_map: DeviceMapOption = None,
     nodes: NodesOption = None,
     machine_rank: MachineRankOption = None,
@@ -119,7 +124,7 @@ def train(
 
     options = TrainOptions(pool=pool, regime=regime, regime_overrides=regime_overrides, output_dir=output_dir,
                            max_steps=max_steps, seed=seed,
-                           overrides=list(overrides), force=force, gpus=gpus, gpu_memory=gpu_memory,
+                           overrides=list(overrides), force=force, gpus=gpus, gpu_memory=gpu_memory, ram=ram,
                            device_map=device_map, nodes=nodes, machine_rank=machine_rank, main_address=main_address,
                            dry_run=dry_run, resume=resume, overwrite=overwrite, baseline=baseline,
                            save_plan=save_plan, allow_code=split_names(allow_code))

@@ -265,6 +265,11 @@ class LaunchConfig:
         metadata={"gt": 0, "help": "Memory of each GPU in GiB for the plan's memory check (--gpu-memory). Default: "
                   "detected on a real node; give it with --dry-run --gpus N to check the card you will get."},
     )
+    ram_gib: float | None = field(
+        default=None,
+        metadata={"gt": 0, "help": "RAM of each machine in GiB for the plan's host-memory check (--ram). Default: "
+                  "detected on a real node; give it with --dry-run --gpus N to check the node you will get."},
+    )
     device_map: dict[str, list[int]] | None = field(
         default=None,
         metadata={"help": "Explicit placement {policy: [gpu ids]} overriding the even split."},

@@ -52,6 +52,7 @@ class TrainOptions:
     force: bool = False  # --force: launch.force
     gpus: int | None = None
     gpu_memory: float | None = None  # --gpu-memory: launch.gpu_memory_gib
+    ram: float | None = None  # --ram: launch.ram_gib
     device_map: str | None = None
     nodes: int | None = None  # several machines: launch.nodes, launch.machine_rank, launch.main_address
     machine_rank: int | None = None
@@ -79,6 +80,8 @@ def option_settings(options: TrainOptions) -> list[OptionSetting]:
             settings.append(OptionSetting(f"--{key.replace('_', '-')}", f"launch.{key}", getattr(options, key)))
     if options.gpu_memory is not None:
         settings.append(OptionSetting("--gpu-memory", "launch.gpu_memory_gib", options.gpu_memory))
+    if options.ram is not None:
+        settings.append(OptionSetting("--ram", "launch.ram_gib", options.ram))
     if options.output_dir is not None:  # a literal path: braces are not {pool}/{regime} placeholders
         literal = str(options.output_dir).replace("{", "{{").replace("}", "}}")
         try:

@@ -4,6 +4,10 @@
   names), else every GPU its machine shows (``mutualrl train``'s placement, :mod:`mutualrl.launch.plan`). A pool
   whose settings only a GPU serves as meant (``launch.deepspeed``, ``grpo.use_vllm``, ``grpo.bf16``/``fp16``: the
   GPU recipes) but which names no count leaves the count to the submission: ``--slurm-gpus`` must then be given.
+- **Host memory**: the host RAM each run's plan needs on a node of the task's GPUs (the dry run's "Host RAM" line,
+  :mod:`mutualrl.launch.plan.host_memory`: the processes' baseline, loading the weights, a checkpoint save), the
+  largest of the runs plus a margin, asked as ``--mem`` unless ``--slurm-mem`` is given (below the need: refused);
+  a CPU pool's is left to the partition's default.
 - **The asset cache** (``$MUTUALRL_CACHE``): the folder the sweep was submitted with, and the assets there the runs
   read (the ``builtin:`` models, e.g. ``models/tiny-bpe-<hash>``), are recorded in ``sweep.json``; each array task
   checks the cache it would use before its run starts (:func:`task_cache_env`).
@@ -75,6 +79,46 @@ def task_gpus(configs: list[Any], given: int | None, pool: str) -> int:
     if given == 0 and open_ended:
         raise UsageError(f"--slurm-gpus 0: the runs of pool {pool} train on GPUs ({why}); give --slurm-gpus N "
                          "(N >= 1), or --set launch.gpus=0 to run them on CPUs")
+    return given
+
+
+def host_need_gib(configs: list[Any], gpus: int, folder: Path) -> float | None:
+    """The most host RAM (GiB) one run of ``configs`` needs, planned as ``train --dry-run --gpus GPUS`` plans it;
+    None: CPU runs, or no policy's size is known."""
+    import dataclasses
+
+    from mutualrl.config.typed import ConfigError
+    from mutualrl.errors import MutualRLError
+    from mutualrl.launch.run import plan_without_launch
+
+    needs = []
+    for config in configs:
+        config = dataclasses.replace(config, launch=dataclasses.replace(config.launch, gpus=gpus))
+        try:
+            host = plan_without_launch(config, folder).host
+        except (ConfigError, MutualRLError):  # the sweep's own check refuses it, naming the run (sweep.check_point)
+            continue
+        if host is not None and host.policies:
+            needs.append(host.need_gib)
+    return max(needs, default=None)
+
+
+def task_mem_gb(configs: list[Any], gpus: int, given: int | None, folder: Path) -> int | None:
+    """``--slurm-mem`` checked against the host RAM the runs need (``given`` below it is refused in one line, unless
+    the runs set ``launch.force``); not given: that need plus the margin, in whole GB (Slurm's ``G``: 1024^3 bytes);
+    None: the partition's default (a CPU pool, or sizes unknown)."""
+    from mutualrl.launch.plan.host_memory import slurm_mem_gb
+
+    need = host_need_gib(configs, gpus, folder) if gpus else None
+    if need is None:
+        return given
+    if given is None:
+        return slurm_mem_gb(need)
+    if given < need and not any(config.launch.force for config in configs):
+        raise UsageError(f"--slurm-mem {given}: a run of the sweep needs about {need:.1f} GiB of host RAM on a node of "
+                         f"{gpus} GPUs (the Host RAM line of `mutualrl train --dry-run --gpus {gpus}`); give "
+                         f"--slurm-mem {slurm_mem_gb(need)} or leave it out (then asked for), or --set "
+                         "launch.force=true")
     return given
 
 

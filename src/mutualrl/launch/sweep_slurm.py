@@ -24,7 +24,7 @@ from rich.console import Console
 
 from mutualrl.errors import UsageError
 from mutualrl.launch.sweep import SweepPoint, SweepSpec, plan_sweep, train_command
-from mutualrl.launch.sweep_needs import cache_line, cache_record, run_configs, task_cache_env, task_gpus
+from mutualrl.launch.sweep_needs import cache_line, cache_record, run_configs, task_cache_env, task_gpus, task_mem_gb
 
 #: Where submitit keeps its job files (scripts, pickles, logs), inside the sweep folder.
 SLURM_DIR = "slurm"
@@ -38,7 +38,7 @@ class SlurmOptions:
     time_min: int = 240
     gpus_per_task: int | None = None  # None: what the runs ask for (sweep_needs.task_gpus); 0 when submitted as is
     cpus_per_task: int = 4
-    mem_gb: int | None = None  # None: the partition's default
+    mem_gb: int | None = None  # None: the runs' host RAM + a margin (sweep_needs.task_mem_gb); CPU: the partition's
     parallel: int = 8  # array tasks running at once
     local: bool = False  # submitit's local executor instead of sbatch
 
@@ -186,6 +186,7 @@ def plan_array(spec: SweepSpec, options: SlurmOptions, console: Console, dry_run
     options as submitted, and the cache record."""
     configs = run_configs(spec)
     options = replace(options, gpus_per_task=task_gpus(configs, options.gpus_per_task, spec.pool))
+    options = replace(options, mem_gb=task_mem_gb(configs, options.gpus_per_task, options.mem_gb, spec.folder))
     cache = cache_record(configs)
     points, states = plan_sweep(spec, console, extra={"cache": cache, "slurm": asdict(options)}, dry_run=dry_run,
                                 gpus=options.gpus_per_task or 0)

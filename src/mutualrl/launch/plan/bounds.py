@@ -23,7 +23,9 @@ On a CPU every process's peak adds up in RAM with the model states and the proce
 is refused (``--force``: a warning). On a GPU of known size a micro-batch whose activations do not fit beside the
 model state (and a margin of a tenth of the card) is made smaller: ``per_device_train_batch_size`` divided, ``gradient_accumulation_steps``
 and ``steps_per_generation`` multiplied by as much, so every update sees the same rows; where one row does not fit,
-the plan refuses, naming both numbers. Another phase's peak above the card is a warning.
+the plan refuses, naming both numbers. Another phase's peak above the card is a warning. The node's host RAM (the
+processes' baseline, loading the weights, a checkpoint save: :mod:`.host_memory`) above its RAM is refused like a
+CPU pool's (``--force``: a warning).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from mutualrl.config.grpo_schema import grpo_default
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError
 from mutualrl.launch.plan.checks import PROCESS_BASELINE_GIB
+from mutualrl.launch.plan.host_memory import check_host_memory, host_memory
 from mutualrl.launch.plan.model_shapes import ModelShape, model_shape
 from mutualrl.launch.plan.mwra import Placement
 
@@ -290,7 +293,8 @@ def lower_batch(plan: Any, factor: int, before: MicroBatch, room: float, gpu_mem
 def check_bounds(config: RunConfig, placement: Placement, plans: list[Any], ram_gib: float | None,
                  gpu_memory_gib: float | None) -> list[str]:
     """Every policy's peak against the memory there is (module docstring); returns warnings, raises
-    :class:`~mutualrl.errors.PlacementError` when a CPU pool cannot hold it (unless ``launch.force``)."""
+    :class:`~mutualrl.errors.PlacementError` when a CPU pool, or a GPU node's host RAM, cannot hold it (unless
+    ``launch.force``)."""
     peaks: dict[str, PhasePeak] = {}
     for plan in plans:
         shape = model_shape(plan.model)
@@ -298,7 +302,7 @@ def check_bounds(config: RunConfig, placement: Placement, plans: list[Any], ram_
             peaks[plan.name] = max(phase_peaks(config, plan, shape), key=lambda p: p.gib)
     if placement.device_type == "cpu":
         return _check_ram(config, plans, peaks, ram_gib)
-    warnings = []
+    warnings = check_host_memory(host_memory(config, plans, ram_gib), config.launch.force)
     for plan in plans:
         peak = peaks.get(plan.name)
         if peak is None or gpu_memory_gib is None or plan.memory is None:

@@ -45,10 +45,50 @@ def detect_cpu_cores() -> int:
 
 
 def detect_ram_gib() -> float | None:
+    """The machine's RAM, or less where this process's cgroup is limited to less (a Slurm task's ``--mem``, a
+    container's limit: what the kernel kills the run at)."""
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     except (ValueError, OSError, AttributeError):  # pragma: no cover - not POSIX
         return None
+    limit = cgroup_memory_limit_gib()
+    return physical if limit is None else min(physical, limit)
+
+
+UNLIMITED_BYTES = 2**60
+"""cgroup v1 writes "no limit" as a number near 2^63."""
+
+
+def cgroup_memory_limit_gib(proc_cgroup: Path = Path("/proc/self/cgroup"),
+                            root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """The smallest memory limit of this process's cgroup and its ancestors (v2 ``memory.max``, v1
+    ``memory.limit_in_bytes``); None when none is set or none can be read."""
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return None
+    limits: list[int] = []
+    for line in lines:
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and not controllers:
+            base, name = root, "memory.max"
+        elif "memory" in controllers.split(","):
+            base, name = root / "memory", "memory.limit_in_bytes"
+        else:
+            continue
+        folder = base / path.strip("/")
+        while True:
+            try:
+                text = (folder / name).read_text().strip()
+            except OSError:
+                text = ""
+            if text.isdigit() and int(text) < UNLIMITED_BYTES:
+                limits.append(int(text))
+            if folder == base or base not in folder.parents:
+                break
+            folder = folder.parent
+    return min(limits) / 2**30 if limits else None
 
 
 def free_disk_gib(path: Path) -> tuple[float | None, str]:
@@ -105,6 +145,8 @@ def this_node(
         cpu_cores = detect_cpu_cores()
     if gpu_memory_gib is None:
         gpu_memory_gib = launch.gpu_memory_gib  # --gpu-memory: the card a simulated (or this) node has
+    if ram_gib is None:
+        ram_gib = launch.ram_gib  # --ram: the RAM a simulated (or this) node has
     if simulate and parent_visible_devices is None:
         parent_visible_devices = ""  # a simulated node's ids are not this machine's CUDA_VISIBLE_DEVICES
     if not simulate:

@@ -44,6 +44,7 @@ from mutualrl.launch.plan.configs import (
 from mutualrl.launch.plan.decided import Decided
 from mutualrl.launch.plan.detect import Node, this_node
 from mutualrl.launch.plan.engine import PlannedEngine, engine_length, engine_note, planned_engine
+from mutualrl.launch.plan.host_memory import HostMemory, host_from_json, host_memory
 from mutualrl.launch.plan.machines import plan_placement_nodes
 from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 from mutualrl.launch.plan.resume_ranks import check_resume_ranks
@@ -113,6 +114,8 @@ class LaunchPlan:
     main_address: str = "127.0.0.1"
     disk: DiskPlan | None = None
     """The checkpoints and final weights the run holds at its peak against the run folder's free space."""
+    host: HostMemory | None = None
+    """The host RAM a GPU node needs for the run's processes against its RAM (None: a CPU pool)."""
     see_filesystem: str = ""
     """The filesystem of the SEE folder, in words (the barrier polls it)."""
 
@@ -143,6 +146,7 @@ class LaunchPlan:
             "placement": self.placement.to_dict(),
             "warnings": list(self.warnings),
             "disk": asdict(self.disk) if self.disk else None,
+            "host": asdict(self.host) if self.host else None,
             "see_filesystem": self.see_filesystem,
             "policies": [
                 {
@@ -222,6 +226,7 @@ class LaunchPlan:
             machine=int(data.get("machine", 0)),
             main_address=str(data.get("main_address", "127.0.0.1")),
             disk=_disk_from(data.get("disk")),
+            host=host_from_json(data.get("host")),
             see_filesystem=str(data.get("see_filesystem", "")),
         )
 
@@ -369,6 +374,7 @@ def make_launch_plan(
         machine=launch.machine_rank,
         main_address=launch.main_address,
         disk=disk,
+        host=host_memory(config, plans, node.ram_gib),
         see_filesystem=f"{see_root} on " + (see_mount.describe() if see_mount else "an unknown filesystem"),
     )
 

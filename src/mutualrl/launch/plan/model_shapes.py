@@ -44,6 +44,12 @@ KNOWN_SHAPES: dict[str, tuple[int, int, int, int, int, int, int, bool]] = {
     "Qwen/Qwen3-4B-Base": (36, 8, 128, 151936, 2560, 32, 9728, True),
     "meta-llama/Llama-3.2-3B-Instruct": (28, 8, 128, 128256, 3072, 24, 8192, False),
     "microsoft/Phi-4-mini-instruct": (32, 8, 128, 200064, 3072, 24, 8192, False),
+    # A community model (MistralForCausalLM, "finetuned from mistralai/Mistral-7B-v0.1"), not Mistral AI's
+    # Ministral-3B: its config.json on the hub (commit 2c95908929198d6e69af8638f0dbbd9bc6b93f9e, main in 2025) has 14
+    # layers of Mistral-7B's width: hidden 4096, 32 heads (head size 4096 / 32 = 128), 8 KV heads, intermediate
+    # 14336, Mistral v1's 32,000-token vocabulary, untied embeddings, max_position_embeddings 131072, sliding_window
+    # 4096. Its three safetensors files (2.96 + 2.97 + 0.70 GB in bf16) hold the 3.32e9 parameters those give.
+    "ministral/Ministral-3b-instruct": (14, 8, 128, 32000, 4096, 32, 14336, False),
 }
 GELU_MLP_TYPES = {"gpt2"}
 """``model_type`` values whose MLP is one GeLU projection of ``n_inner`` (4 x hidden by default), not SwiGLU."""

@@ -12,6 +12,7 @@ from rich.text import Text
 from mutualrl.launch.plan.batching import trl_generation_batch
 from mutualrl.config.cadence import render_schedule
 from mutualrl.launch.plan.checkpoints import DiskPlan
+from mutualrl.launch.plan.host_memory import host_line
 from mutualrl.launch.plan.launch_plan import LaunchPlan, PolicyPlan, plan_path
 from mutualrl.launch.plan.mwra import Placement
 
@@ -40,6 +41,8 @@ def render_plan(plan: LaunchPlan, console: Console, written: bool = False) -> No
         console.print(_engine_table(plan))
     if plan.disk is not None:
         console.print(Text(_disk_line(plan.disk)))
+    if plan.host is not None:
+        console.print(Text(host_line(plan.host)))
     if plan.see_filesystem:
         console.print(Text(f"SEE folder: {plan.see_filesystem}"))
     render_schedule([(p.name, p.schedule) for p in plan.policies], console)
