@@ -143,6 +143,12 @@ def test_one_node_example_runs_the_planned_commands(tmp_path):
     here = launches_on(script_plan, 0)
     assert sorted(here) == sorted(POLICIES)
     assert [here[p]["env"]["CUDA_VISIBLE_DEVICES"] for p in POLICIES] == ["0,1,2,3", "4,5,6,7"]
+    # Slurm's SIGTERM comes early enough for a step and the plan's checkpoints (launch/supervise/stop_grace.py)
+    from mutualrl.launch.supervise.stop_grace import warning_s
+
+    sig, _, seconds = directives["signal"].partition("@")
+    save_gib = sum(p["checkpoint_gib"] for p in script_plan["disk"]["policies"])
+    assert sig == "TERM" and int(seconds) >= warning_s(save_gib, 48 * 60) > 900, (seconds, save_gib)
 
 
 def test_two_nodes_example_starts_one_launcher_per_node_with_its_rank(tmp_path):

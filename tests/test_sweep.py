@@ -77,11 +77,12 @@ def test_the_slurm_path_builds_one_job_array_of_the_runs(user_folder: Path, monk
                         lambda self, path: ["echo", "Submitted batch job 4242"])
     spec = SweepSpec(user_folder / "sw", ["standalone", "sgt"], [1, 2, 3], max_steps=2, sets=USER_TASK)
     commands = [train_command(spec, point, resume=False) for point in spec.points()]
-    jobs = submit_array(spec, commands, SlurmOptions(partition="gpu", gpus_per_task=1, parallel=2, time_min=30))
+    jobs = submit_array(spec, commands, SlurmOptions(partition="gpu", gpus_per_task=1, parallel=2, time_min=30,
+                                                     signal_s=900))
     assert [job.job_id for job in jobs] == [f"4242_{i}" for i in range(6)]
     script = next((user_folder / "sw" / "slurm").rglob("*submission_file*.sh")).read_text()
     for line in ("#SBATCH --array=0-5%2", "#SBATCH --partition=gpu", "#SBATCH --gpus-per-node=1",
-                 "#SBATCH --time=30", "#SBATCH --cpus-per-task=4"):
+                 "#SBATCH --time=30", "#SBATCH --cpus-per-task=4", "#SBATCH --signal=USR2@900"):
         assert line in script
     calls = [pickle.loads(job.paths.submitted_pickle.read_bytes()) for job in jobs]
     assert [call.args for call in calls] == [(command, str(user_folder), None) for command in commands]

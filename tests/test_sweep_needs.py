@@ -81,6 +81,10 @@ def test_the_array_resources_reach_the_sbatch_script(user_folder: Path, monkeypa
         assert line in script
     record = json.loads((user_folder / "sw" / "sweep.json").read_text())
     assert record["slurm"]["gpus_per_task"] == 2 and record["slurm"]["mem_gb"] == 48
+    # the warning before the time limit: a step (1.5 x 600 s) and the plan's checkpoints (stop_grace.warning_s)
+    warned = record["slurm"]["signal_s"]
+    assert 900 <= warned < 1000 and f"#SBATCH --signal=USR2@{warned}" in script
+    assert f"stop signal {warned} s before the limit" in done.output
     assert record["cache"]["folder"] == str(user_folder / "cache")
     assert [Path(a).name.split("-")[:2] for a in record["cache"]["assets"]] == [["tiny", "bpe"], ["tiny", "sp"]]
     pickled = [pickle.loads(p.read_bytes()) for p in (user_folder / "sw" / "slurm").rglob("*_submitted.pkl")]

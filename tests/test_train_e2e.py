@@ -131,7 +131,9 @@ def _folder_bytes(root: Path) -> dict[str, bytes]:
 def test_sigterm_saves_every_policy_at_the_step_in_flight_and_resume_goes_on_from_it(tmp_path):
     """The tiny pool checkpoints every 100 steps: a SIGTERM at step 2 still saves every policy at the step in
     flight, within Slurm's 30 s KillWait, and --resume trains on from there; a --resume of the finished run then
-    changes nothing in its folder."""
+    changes nothing in its folder. Each save takes 4 s (faults.SAVE_DELAY_ENV), longer than the launcher's floor, made
+    1 s for the test (faults.STOP_GRACE_ENV, with a write rate of 0.004 GiB/s that makes the tiny pool's checkpoints
+    take 10 s or more, as a 20 s floor against a 52 GiB one at 0.25 GiB/s): the plan's grace lets both finish."""
     import re
     import signal
     import subprocess
@@ -139,21 +141,27 @@ def test_sigterm_saves_every_policy_at_the_step_in_flight_and_resume_goes_on_fro
     import time
 
     from e2e_helpers import TINY, child_env
+    from mutualrl import faults
     from mutualrl.ops.checkpoint_files import checkpoint_problem
 
     steps, k = 5, 2
     run_dir = tmp_path / "run"
     train = [sys.executable, "-m", "mutualrl", "train", "-o", str(run_dir)]
     proc = subprocess.Popen([*train, *TINY, "--regime", "xgrpo", "--max-steps", str(steps), "--set",
-                             "validation.at_start=false"], env=child_env(), stdout=subprocess.PIPE,
+                             "validation.at_start=false"], stdout=subprocess.PIPE,
+                            env={**child_env(), faults.SAVE_DELAY_ENV: "tiny-bpe=4,tiny-sp=4",
+                                 faults.STOP_GRACE_ENV: "1,0.004"},
                             stderr=subprocess.STDOUT, text=True)
     _wait_for(lambda: any(max(_policy_steps(run_dir, p), default=0) >= k for p in POLICIES), 300,
               f"a policy to log step {k}", proc)
     proc.send_signal(signal.SIGTERM)
     signalled = time.time()
     out, _ = proc.communicate(timeout=120)
-    assert time.time() - signalled < 30, out[-3000:]  # inside Slurm's default KillWait
+    assert 4 < time.time() - signalled < 30, out[-3000:]  # the saves, inside Slurm's default KillWait
     assert proc.returncode == 130, out[-3000:]
+    said = re.search(r"waiting up to (\d+) s: [^;]*, [0-9.]+ GiB of checkpoints at 0\.004 GiB/s \((\d+) s\), at "
+                     r"least 1 s", " ".join(out.split()))
+    assert said is not None and int(said.group(1)) >= int(said.group(2)) >= 10, out[-3000:]  # the plan's save, > 4 s
     saved = int(re.search(r"checkpoint-(\d+) of every policy", " ".join(out.split())).group(1))
     assert k <= saved < steps, out[-3000:]
     for policy in POLICIES:

@@ -4,6 +4,9 @@
 # sweep folder must be on a filesystem the compute nodes share (it is the only state the jobs share).
 #   bash examples/slurm/sweep.sh [more mutualrl sweep / train options]
 # Run the same command again after a failure or a time limit: finished runs are reused, the others resubmitted.
+# No #SBATCH line to write for the time limit: each task asks for SIGUSR2 long enough before it for its run to finish
+# a step and save (submitit's #SBATCH --signal=USR2@N, N from the runs' plans: "stop signal N s before the limit");
+# `scancel --signal=TERM ARRAYID` stops the runs early the same way (docs/launch.md "Time limit").
 set -euo pipefail
 source "${MUTUALRL_VENV:-$PWD/.venv}/bin/activate"
 

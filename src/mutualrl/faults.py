@@ -7,7 +7,9 @@ unset, every hook is a no-op. The product calls them at named points:
 - :func:`disk_full` before a write (``atomic_io``'s writes and appends, SEE shards, checkpoints, trackers' and
   plots' folders, the asset cache): :data:`DISK_FULL_ENV`;
 - :func:`step_delay` once per worker, for the trainer's sleep before each generation: :data:`STEP_DELAY_ENV`;
-- :func:`vllm_sync_skipped` where a CPU vLLM engine would take the trainer's weights: :data:`VLLM_NO_SYNC_ENV`.
+- :func:`vllm_sync_skipped` where a CPU vLLM engine would take the trainer's weights: :data:`VLLM_NO_SYNC_ENV`;
+- :func:`save_delay` in a worker's checkpoint save, before its manifest: :data:`SAVE_DELAY_ENV`;
+- :func:`stop_grace` where the launcher plans the wait for a stop that saves: :data:`STOP_GRACE_ENV`.
 """
 
 from __future__ import annotations
@@ -28,6 +30,15 @@ a skipped round generates nothing, so it sleeps not). It changes wall time only,
 
 VLLM_NO_SYNC_ENV = "MUTUALRL_DEBUG_VLLM_NO_SYNC"
 """``1`` leaves a CPU vLLM engine on its initial weights (tests check that the log-prob gap then grows)."""
+
+SAVE_DELAY_ENV = "MUTUALRL_DEBUG_SAVE_DELAY"
+"""``policy=seconds[,...]``: a sleep in each checkpoint save of the named policies, after the files and before the
+manifest that makes the checkpoint count (a slow filesystem on purpose: a worker killed in it leaves no usable
+checkpoint). It changes wall time only (:meth:`~mutualrl.training.trainer.MutualGRPOTrainer._save_checkpoint`)."""
+
+STOP_GRACE_ENV = "MUTUALRL_DEBUG_STOP_GRACE"
+"""``floor_s,write_gib_per_s``: the launcher's floor and checkpoint write rate for the wait after a stop signal
+(:mod:`mutualrl.launch.supervise.stop_grace`), so a test exercises the same arithmetic with seconds, not minutes."""
 
 _matching_writes = 0
 
@@ -54,6 +65,26 @@ def step_delay(policy: str, spec: str | None = None) -> tuple[float, str | None]
                 raise ValueError(f"{STEP_DELAY_ENV}: {item!r}: write policy=seconds, policy=seconds@even or @odd")
             return float(seconds), parity or None
     return 0.0, None
+
+
+def save_delay(policy: str) -> float:
+    """Seconds :data:`SAVE_DELAY_ENV` gives ``policy``'s checkpoint saves (0.0: none)."""
+    for item in os.environ.get(SAVE_DELAY_ENV, "").split(","):
+        name, _, value = item.partition("=")
+        if name.strip() == policy and value.strip():
+            return float(value)
+    return 0.0
+
+
+def stop_grace() -> tuple[float, float] | None:
+    """(floor seconds, write GiB/s) :data:`STOP_GRACE_ENV` gives the launcher, or None when unset."""
+    spec = os.environ.get(STOP_GRACE_ENV, "")
+    if not spec:
+        return None
+    floor, _, rate = spec.partition(",")
+    if not rate.strip() or float(rate) <= 0:
+        raise ValueError(f"{STOP_GRACE_ENV}: {spec!r}: write floor_s,write_gib_per_s (a rate above 0)")
+    return float(floor), float(rate)
 
 
 def vllm_sync_skipped() -> bool:

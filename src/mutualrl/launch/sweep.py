@@ -168,10 +168,10 @@ def resolved_config(spec: SweepSpec, point: SweepPoint) -> Any:
     return resolve_config(options)[0]
 
 
-def check_point(spec: SweepSpec, point: SweepPoint, gpus: int | None) -> None:
+def check_point(spec: SweepSpec, point: SweepPoint, gpus: int | None) -> Any:
     """``point``'s settings resolved and its launch planned as ``mutualrl train --dry-run`` does (``gpus``: on a
     simulated node of that many GPUs, as ``--gpus`` does: a cluster's task; None: this machine), so that a setting
-    ``train`` refuses at once is refused before any run starts or is submitted, naming the run."""
+    ``train`` refuses at once is refused before any run starts or is submitted, naming the run; the plan."""
     import dataclasses
 
     from mutualrl.config.typed import ConfigError
@@ -182,7 +182,7 @@ def check_point(spec: SweepSpec, point: SweepPoint, gpus: int | None) -> None:
         config = resolved_config(spec, point)
         if gpus is not None:
             config = dataclasses.replace(config, launch=dataclasses.replace(config.launch, gpus=gpus))
-        plan_without_launch(config, spec.folder / point.name)
+        return plan_without_launch(config, spec.folder / point.name)
     except (ConfigError, MutualRLError) as err:
         raise UsageError(f"sweep run {point.name} ({shlex.join(['mutualrl', 'train', *spec.argv(point)])}) would "
                          f"be refused by train: {err}") from None
@@ -216,11 +216,13 @@ def write_record(spec: SweepSpec, points: list[SweepPoint], states: dict[str, st
                                    for p in points}, **(extra or {})})
 
 
-def plan_sweep(spec: SweepSpec, console: Console, extra: dict[str, Any] | None = None, *, dry_run: bool = False,
-               gpus: int | None = None) -> tuple[list[SweepPoint], dict[str, str]]:
+def plan_sweep(spec: SweepSpec, console: Console, extra: dict[str, Any] | Callable[[], dict[str, Any]] | None = None,
+               *, dry_run: bool = False, gpus: int | None = None, plans: dict[str, Any] | None = None,
+               ) -> tuple[list[SweepPoint], dict[str, str]]:
     """Every run's state and settings, checked before anything starts (a changed run, or a setting ``train`` would
-    refuse, is refused here), and the record (with ``extra``); ``dry_run``: the same checks, nothing written.
-    ``gpus``: each run's launch planned on a node of that many GPUs (a cluster's task), not on this machine."""
+    refuse, is refused here), and the record (with ``extra``, or what it returns once every run is planned);
+    ``dry_run``: the same checks, nothing written. ``gpus``: each run's launch planned on a node of that many GPUs
+    (a cluster's task), not on this machine. ``plans``: given, filled with the launch plan of each run to train."""
     points = spec.points()
     if len({p.name for p in points}) != len(points):
         raise UsageError("mutualrl sweep: two runs of the grid get the same folder name; give the grid's values "
@@ -234,9 +236,11 @@ def plan_sweep(spec: SweepSpec, console: Console, extra: dict[str, Any] | None =
         states = {p.name: point_state(spec, p, console) for p in points}
         for point in points:
             if states[point.name] != "reused":
-                check_point(spec, point, gpus)
+                planned = check_point(spec, point, gpus)
+                if plans is not None:
+                    plans[point.name] = planned
     if not dry_run:
-        write_record(spec, points, states, extra)
+        write_record(spec, points, states, extra() if callable(extra) else extra)
     counts = {state: sum(s == state for s in states.values()) for state in ("reused", "resume", "new")}
     console.print(f"[bold]mutualrl sweep[/] {len(points)} runs ({len(spec.regimes)} regimes x "
                   f"{len(points) // max(1, len(spec.regimes) * len(spec.seeds))} settings x {len(spec.seeds)} seeds) "

@@ -41,6 +41,7 @@ class SlurmOptions:
     mem_gb: int | None = None  # None: the runs' host RAM + a margin (sweep_needs.task_mem_gb); CPU: the partition's
     parallel: int = 8  # array tasks running at once
     local: bool = False  # submitit's local executor instead of sbatch
+    signal_s: int | None = None  # SIGUSR2 this long before the time limit; None: the runs' planned stop (stop_signal)
 
 
 def executor_for(folder: Path, options: SlurmOptions) -> Any:
@@ -62,6 +63,8 @@ def executor_for(folder: Path, options: SlurmOptions) -> Any:
         parameters["slurm_partition"] = options.partition
     if options.mem_gb:
         parameters["mem_gb"] = options.mem_gb
+    if options.signal_s:
+        parameters["slurm_signal_delay_s"] = options.signal_s  # submitit's `#SBATCH --signal=USR2@N`
     executor.update_parameters(**parameters)
     return executor
 
@@ -73,6 +76,7 @@ def resources_line(tasks: int, options: SlurmOptions) -> str:
     return (f"job array: {tasks} task{'s' if tasks != 1 else ''} (at most {at_once} at once), each "
             f"{options.gpus_per_task or 0} GPU{'s' if options.gpus_per_task != 1 else ''}, {options.cpus_per_task} "
             f"CPUs, {memory}, {options.time_min} min, partition {options.partition or '(the default)'}"
+            f"{f', stop signal {options.signal_s} s before the limit' if options.signal_s else ''}"
             f"{'; submitit local executor' if options.local else ''}")
 
 
@@ -99,12 +103,16 @@ def run_passing_stop_on(command: list[str], cwd: str, env: dict[str, str] | None
     """``command``'s exit code. submitit's local executor cancels a task with SIGINT to it alone, then SIGKILL a
     second later (``submitit/local/local.py`` ``kill_tasks``): the run gets a SIGTERM, so it saves its checkpoint at the
     step in flight on its own, and outlives this task if it must (subprocess.run would SIGKILL it at once). Under
-    Slurm, ``scancel`` signals the run itself."""
+    Slurm, ``scancel`` signals the run itself. The warning before the time limit (SIGUSR2, ``SlurmOptions.signal_s``)
+    is passed on to the run too (under Slurm it reaches the run itself as well: twice within a second counts once)
+    and the task waits for the run to save and end: submitit's own handler would end the task at once, and Slurm
+    then every process of its step."""
     import signal
 
     from mutualrl.training.stop_request import GRACE_S
 
     process, cancelled = start_holding_sigint(command, cwd, env)
+    warned = _pass_on(signal.SIGUSR2, process)
     try:
         if cancelled:
             raise KeyboardInterrupt
@@ -116,6 +124,31 @@ def run_passing_stop_on(command: list[str], cwd: str, env: dict[str, str] | None
         except subprocess.TimeoutExpired:
             pass
         raise
+    finally:
+        if warned is not None:
+            signal.signal(signal.SIGUSR2, warned)
+
+
+def _pass_on(signum: int, process: subprocess.Popen) -> Any:
+    """In the main thread: ``signum`` is sent on to ``process`` until restored; the handler it replaced (None
+    elsewhere, where Python allows no handler)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    previous = signal.signal(signum, lambda received, frame: process.send_signal(received))
+    return signal.SIG_DFL if previous is None else previous
+
+
+def stop_signal(options: SlurmOptions, plans: list[Any]) -> SlurmOptions:
+    """``options`` with the warning before the time limit that lets the runs of ``plans`` finish a step and save
+    (:func:`mutualrl.launch.supervise.stop_grace.warning_s`, the largest checkpoints of any run), unless given."""
+    from mutualrl.launch.supervise.stop_grace import planned_save_gib, warning_s
+
+    if options.signal_s is not None:
+        return options
+    return replace(options, signal_s=warning_s(max(map(planned_save_gib, plans), default=0.0), options.time_min))
 
 
 def start_holding_sigint(command: list[str], cwd: str, env: dict[str, str] | None) -> tuple[subprocess.Popen, bool]:
@@ -188,8 +221,10 @@ def plan_array(spec: SweepSpec, options: SlurmOptions, console: Console, dry_run
     options = replace(options, gpus_per_task=task_gpus(configs, options.gpus_per_task, spec.pool))
     options = replace(options, mem_gb=task_mem_gb(configs, options.gpus_per_task, options.mem_gb, spec.folder))
     cache = cache_record(configs)
-    points, states = plan_sweep(spec, console, extra={"cache": cache, "slurm": asdict(options)}, dry_run=dry_run,
-                                gpus=options.gpus_per_task or 0)
+    plans: dict[str, Any] = {}  # filled as each run is planned, before the record (with the stop signal) is written
+    points, states = plan_sweep(spec, console, extra=lambda: {"cache": cache, "slurm": asdict(stop_signal(
+        options, list(plans.values())))}, dry_run=dry_run, gpus=options.gpus_per_task or 0, plans=plans)
+    options = stop_signal(options, list(plans.values()))
     todo = [p for p in points if states[p.name] != "reused"]
     console.print(resources_line(len(todo), options), highlight=False, soft_wrap=True, markup=False)
     console.print(cache_line(cache), highlight=False, soft_wrap=True, markup=False)

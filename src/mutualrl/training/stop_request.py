@@ -38,8 +38,9 @@ FINISHED = "finished"  # the status phase of a policy whose training ended (Stat
 LAUNCHER_WAIT_S = 5.0
 STEP_WAIT_S = 30.0
 GRACE_S = 20.0
-"""How long the launcher waits for every policy to save and exit before it kills them: under Slurm's default
-KillWait (30 s between ``scancel``'s SIGTERM and its SIGKILL), leaving the launcher time to record the stop."""
+"""The least the launcher waits for every policy to save and exit before it kills them (the floor of
+:func:`mutualrl.launch.supervise.stop_grace.stop_grace_s`, which adds the steps to go and the plan's checkpoint
+writes): under Slurm's default KillWait (30 s between ``scancel``'s SIGTERM and its SIGKILL)."""
 
 
 def stop_path(paths: RunPaths) -> Path:

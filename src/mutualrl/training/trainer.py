@@ -264,6 +264,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
 
         from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+        from mutualrl import faults
         from mutualrl.write_failures import storage_errors
         from mutualrl.ops.checkpoint_files import drop_manifest, write_manifest
 
@@ -272,6 +273,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
             if self.args.should_save:
                 drop_manifest(folder)
             super()._save_checkpoint(model, trial)
+            time.sleep(faults.save_delay(self.policy_name))  # a slow filesystem on purpose (tests)
             self.accelerator.wait_for_everyone()  # every rank's shards and RNG state are on disk
             if self.args.should_save:
                 write_manifest(folder, self.state.global_step)

@@ -28,7 +28,8 @@ def run_pool(config: RunConfig, plan: Any, paths: RunPaths, resume_step: int | N
     from mutualrl.launch.rundir.resume import restart_command
 
     processes = processes_from_plan(plan, paths, resume_step)
-    settings = pool_settings(config, paths, lock, restart_argv=lambda policy: restart_command(processes, paths, policy))
+    settings = pool_settings(config, paths, lock, restart_argv=lambda policy: restart_command(processes, paths, policy),
+                             plan=plan)
     runner = PoolRunner(processes, paths, settings, console=console, remote=remote)
     try:
         with stop_signals():  # Ctrl-C, SIGTERM, SIGHUP: workers stopped, run left resumable
@@ -41,9 +42,12 @@ def run_pool(config: RunConfig, plan: Any, paths: RunPaths, resume_step: int | N
 
 
 def pool_settings(config: RunConfig, paths: RunPaths, lock: RunLock,
-                  restart_argv: Callable[[str], tuple[list[str], int | None]]) -> PoolSettings:
-    """How the runner watches this run's pool, from its config."""
-    return PoolSettings(see_root=paths.see_root(config.see.dir),
+                  restart_argv: Callable[[str], tuple[list[str], int | None]], plan: Any = None) -> PoolSettings:
+    """How the runner watches this run's pool, from its config (and ``plan``'s checkpoints: a stop's grace)."""
+    from mutualrl import faults
+    from mutualrl.launch.supervise.stop_grace import budget_for
+
+    return PoolSettings(stop=budget_for(plan, faults.stop_grace()), see_root=paths.see_root(config.see.dir),
                         stall_timeout_s=config.launch.stall_timeout_s or config.see.barrier_timeout_s + 60.0,
                         grace_s=min(60.0, config.see.barrier_timeout_s + 10.0),
                         on_spawn=lock.add_worker,

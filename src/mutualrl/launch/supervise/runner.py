@@ -33,6 +33,7 @@ from mutualrl.launch.rundir.metrics_merge import MetricsMerger
 from mutualrl.launch.supervise.progress import PoolProgress
 from mutualrl.launch.supervise.progress_display import PolicyRows, StepClock, progress_display, source_details
 from mutualrl.launch.supervise.signals import interrupt_requested, raise_if_interrupted
+from mutualrl.launch.supervise.stop_grace import StepTimes, StopBudget
 from mutualrl.launch.supervise.worker_output import (
     describe_exit,
     file_marks,
@@ -45,7 +46,7 @@ from mutualrl.launch.supervise.worker_output import (
 )
 from mutualrl.regimes.core.registry import all_regimes
 from mutualrl.run_folder import RunPaths, read_status, see_marker
-from mutualrl.training.stop_request import GRACE_S, clear_request, request_stop, request_teardown
+from mutualrl.training.stop_request import clear_request, request_stop, request_teardown
 from mutualrl.ops.watchdog import LAUNCHER_PID_ENV
 from mutualrl.write_failures import is_storage_message
 
@@ -100,6 +101,8 @@ class PoolSettings:
     on_spawn: Callable[[str, int], None] | None = field(
         default=None, metadata={"help": "Told each worker's policy and pid as it starts (the run lock records it: a "
                                         "worker outliving its launcher keeps the run folder busy)."})
+    stop: StopBudget = field(default_factory=StopBudget, metadata={
+        "help": "A stop signal's wait for every policy to save: the plan's checkpoints and the floor (stop_grace.py)."})
     restart_argv: Callable[[str], tuple[list[str], int | None]] | None = field(
         default=None, metadata={"help": "A policy's restart command, resuming from its newest checkpoint, and that "
                                         "checkpoint's step (None: no restart)."})
@@ -126,6 +129,7 @@ class PoolRunner:
         self.clock = StepClock()  # each policy's time estimate on the progress display
         self.silent_said: set[str] = set()  # policies whose missing learning signal was said
         self.progress = PoolProgress(settings.see_root)  # on this launcher's monotonic clock
+        self.step_times = StepTimes()  # each policy's longest step seen: a stop's grace
 
     @property
     def names(self) -> list[str]:
@@ -228,6 +232,7 @@ class PoolRunner:
                     now = time.monotonic()
                     statuses = {name: self._status_of(name) for name in [*self.names, *self.remote_names]}
                     self.progress.look(statuses)
+                    self.step_times.look(statuses)
                     for name, status in statuses.items():
                         rows.show_sources(name, status)
                     lines, key = self._remote_progress(progress, tasks, statuses)
@@ -403,22 +408,27 @@ class PoolRunner:
 
     def _stop_at_step(self) -> None:
         """A stop signal while the pool trains: every policy saves a checkpoint at one step and exits
-        (training/stop_request.py); whatever still runs after ``GRACE_S``, or at a second stop signal, is killed.
-        Before any policy completed a step there is nothing to save: :meth:`_stop_all`."""
+        (training/stop_request.py); whatever still runs after the grace (stop_grace.py: the steps to go as measured,
+        the plan's checkpoints, a floor), or at a second stop signal, is killed. Before any policy completed a step
+        there is nothing to save: :meth:`_stop_all`."""
         live = [p.name for p in self.procs if p.popen is not None and p.popen.poll() is None]
         names = [*live, *self.remote_names]
         how = interrupt_requested() or "SIGINT"
+        statuses: dict[str, dict[str, Any]] = {}
         try:
-            step = request_stop(self.paths, how, lambda: {name: self._status_of(name) for name in names})
+            step = request_stop(self.paths, how, lambda: statuses.update(
+                {name: self._status_of(name) for name in names}) or statuses)
         except Exception:  # a full disk, a deleted folder: no request, the workers are stopped as before
             step = 0
         if step == 0 or not live:
             self._stop_all()
             return
-        self.console.print(f"[yellow]{how}: every policy saves a checkpoint at step {step} and stops (at most "
-                           f"{GRACE_S:g} s; another Ctrl-C stops at once)[/]", highlight=False)
+        to_step = self.step_times.to_step(step, statuses)
+        self.console.print(f"[yellow]{how}: stopping: each policy saves its step in flight (checkpoint-{step}); "
+                           f"{self.settings.stop.describe(to_step)}; another Ctrl-C stops at once[/]",
+                           highlight=False, soft_wrap=True)
         try:
-            self._reap(GRACE_S)
+            self._reap(self.settings.stop.grace_s(to_step))
         except KeyboardInterrupt:
             pass
         self.terminate(self.procs, signal.SIGKILL)  # a SIGTERM would only ask again
