@@ -46,7 +46,7 @@ gc.disable()
 
 TESTS = Path(__file__).parent
 
-POLICY_PROCESS_BUDGET = 143
+POLICY_PROCESS_BUDGET = 149
 """The most policy-worker processes one run of the whole suite may start; over it the session fails. Set on 2026-11-26
 (issue 70) from the suite's own count (``policy processes: N`` at the end of the run: 131 and 135 on two runs of one
 commit, as restarts and catch-ups follow the timing) with a few to spare; each worker costs ~6 s of CPU, and workers
@@ -55,7 +55,9 @@ below), a fake trainer (``tests/test_regimes_seam.py``) or a dry run instead; ra
 topology no shared run has (a new regime family, rank layout, vLLM, nodes or fault), by the workers that test starts,
 and say which in the commit. 143 since 2026-11-27: the fork server's own run (``tests/test_forked_start_bench.py``, 2
 workers). Most CPU workers are now forked from a zygote (``FORK_SERVER_ENV`` below), ~3 s of CPU cheaper each; the
-budget holds their count (133-136 with forking, 140 with it off)."""
+budget holds their count (133-136 with forking, 140 with it off). 149 since 2026-11-27 (issue 77): HACPO stopped by
+SIGTERM, resumed and compared with an uninterrupted run (``tests/test_regime_state.py``, 6 workers: no shared run
+resumes HACPO)."""
 
 
 def policy_starts(log: Path) -> dict[str, bool]:

@@ -17,6 +17,9 @@ checkpoint counts only when :func:`checkpoint_problem` finds nothing:
   weights (full, sharded or a LoRA adapter) with ``optimizer.pt`` and ``scheduler.pt``, or
   under DeepSpeed ``latest`` and the ZeRO model and optimizer shards of every rank of the
   tag it names (the ranks are read from the per-rank files present);
+- **the regime's running state** (``mutualrl-regime-state.json``, ``training/regime_state.py``: HACPO's capability
+  window) is judged as every other file, by the manifest and the JSON check; not required, since a checkpoint saved
+  before it existed resumes (with that state afresh);
 - **no file cut short**: JSON parses, a safetensors file is as long as its header says, a
   torch file's members match their CRCs. Every byte of the weights and the optimizer is read once (GB/s):
   the price of never resuming from garbage.

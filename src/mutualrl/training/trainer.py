@@ -257,9 +257,10 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
 
     # -- 4. checkpoints: complete by construction ----------------------------------------
     def _save_checkpoint(self, model, trial):
-        """Transformers' save, then the checkpoint's manifest as its last file (``checkpoint_files``): a save
-        stopped anywhere (kill, crash, full disk) leaves a folder that resume names and skips. A disk error
-        becomes one line naming the folder and the free space (``errors.StorageError``)."""
+        """Transformers' save, the regime's running state (``regime_state``), then the checkpoint's manifest as its
+        last file (``checkpoint_files``): a save stopped anywhere (kill, crash, full disk) leaves a folder that resume
+        names and skips. A disk error becomes one line naming the folder and the free space
+        (``errors.StorageError``)."""
         from pathlib import Path
 
         from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
@@ -267,12 +268,15 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         from mutualrl import faults
         from mutualrl.write_failures import storage_errors
         from mutualrl.ops.checkpoint_files import drop_manifest, write_manifest
+        from mutualrl.training.regime_state import save_regime_state
 
         folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
         with storage_errors(folder):
             if self.args.should_save:
                 drop_manifest(folder)
             super()._save_checkpoint(model, trial)
+            if self.args.should_save:
+                save_regime_state(folder, self.regime, self.state.global_step)
             time.sleep(faults.save_delay(self.policy_name))  # a slow filesystem on purpose (tests)
             self.accelerator.wait_for_everyone()  # every rank's shards and RNG state are on disk
             if self.args.should_save:
@@ -286,13 +290,18 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         super()._save_optimizer_and_scheduler(output_dir)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
-        """Transformers' own, then proof that the optimizer state came with it: without ``optimizer.pt`` Trainer
-        goes on with a fresh AdamW and says nothing (this raises instead); the log names the step count loaded."""
+        """Transformers' own (called once per resume, on every rank, before the first resumed step), the regime's
+        running state (``regime_state``), then proof that the optimizer state came with it: without ``optimizer.pt``
+        Trainer goes on with a fresh AdamW and says nothing (this raises instead); the log names the step count
+        loaded."""
         from pathlib import Path
 
         from mutualrl.ops.checkpoint_files import resumed_optimizer_step
+        from mutualrl.training.regime_state import load_regime_state
 
         super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None:
+            load_regime_state(Path(checkpoint), self.regime)
         if checkpoint is None or self.is_deepspeed_enabled:
             return
         step = resumed_optimizer_step(Path(checkpoint), self.optimizer.state)

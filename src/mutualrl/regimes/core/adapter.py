@@ -214,6 +214,19 @@ class RegimeAdapter:
         """An auxiliary loss term for this micro-batch (SGT's λ·NLL), or None."""
         return None
 
+    def state_dict(self) -> dict[str, Any]:
+        """What this regime carries from one step to the next and a resumed run needs to go on as an uninterrupted
+        one would (HACPO's capability window, SGT's rescue counter); ``{}``: nothing (a regime whose every step
+        follows from that step's batch, its peers' round and :meth:`seeded_generator`). JSON values only (numbers,
+        strings, booleans, None, lists, string-keyed dicts; exact for floats), the same on every rank of the policy:
+        the trainer saves it with each checkpoint (``training/regime_state.py``, rank 0) and hands it to
+        :meth:`load_state_dict` on every rank of a run resumed from it."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Take back what :meth:`state_dict` returned at the checkpoint a run resumes from, before its first resumed
+        step. The default keeps nothing."""
+
     def token_weights(self, inputs: GRPOBatch) -> torch.Tensor | None:
         """Per-token weights ``[B, T]`` (finite, >= 0) that multiply this micro-batch's per-token policy loss, or
         None (no weighting: TRL's loss untouched). By default the ``TOKEN_WEIGHTS`` rows a regime put into the batch

@@ -5,7 +5,8 @@ into the learner's vocabulary, with the peers' THL-aligned traces). What HACPO d
 offer and its own term:
 
 - the advantages of every row, own and peers' (Sec. 3.1): :meth:`HACPOAdapter._pooled_advantages`, which also
-  keeps each policy's capability over the last ``capability_window`` steps (Eq. 9);
+  keeps each policy's capability over the last ``capability_window`` steps (Eq. 9), saved with
+  each checkpoint (:meth:`HACPOAdapter.state_dict`);
 - the denominator of TRL's ratio: the learner's snapshot on every row (the pooled rows' default), so TRL's
   sequence-level ratio is GSPO's own on the learner's rows;
 - the peer rows leave TRL's loss (its ``tool_mask`` is 0 on them: no policy term, no KL, no entropy bonus, no
@@ -104,6 +105,34 @@ class HACPOAdapter(PooledRowsAdapter):
         baseline_weights = ratios[learner_m] if settings.capability_advantage else ones  # [M]
         self.coefficients = discrepancy_coefficients(ratios, learner_m) if settings.discrepancy_coefficient else ones
         return capability_advantages(pool, baseline_weights, learner_m, settings.std_epsilon)  # [P, M, K]
+
+    # -- the running state a checkpoint keeps -----------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The capability window (Eq. 9's last ``capability_window`` per-step performances ``[M]``, oldest first, by
+        the pool's policies; ``None`` for a policy with no scored rollout that step) and its dtype: a resumed run
+        smooths over the steps before its checkpoint as the uninterrupted run does. The rest is rebuilt each step
+        (the capabilities, ratios and coefficients from the window; the clip band's update count and the peer rows'
+        use count from the step's own generation)."""
+        history = torch.stack(self.capability_history) if self.capability_history else torch.zeros(0)
+        return {"policies": self.pool_order, "dtype": str(history.dtype).removeprefix("torch."),
+                "capability_history": [[None if math.isnan(x) else x for x in row.tolist()]
+                                       for row in self.capability_history]}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        from mutualrl.regimes.api import UsageError
+
+        saved, order = list(state.get("policies") or []), self.pool_order
+        if sorted(saved) != sorted(order):
+            raise UsageError(f"regime 'hacpo': the checkpoint's capability window is of the policies {saved}, "
+                             f"this pool's are {order}")
+        dtype = getattr(torch, str(state.get("dtype")), None)
+        if not isinstance(dtype, torch.dtype):
+            raise UsageError(f"regime 'hacpo': the checkpoint's capability window has no dtype torch knows "
+                             f"({state.get('dtype')!r})")
+        columns = [saved.index(name) for name in order]  # a resumed pool may list its policies in another order
+        rows = [[math.nan if x is None else float(x) for x in row] for row in state["capability_history"]]
+        self.capability_history = [torch.tensor([row[m] for m in columns], dtype=dtype)  # [M] each
+                                   for row in rows][-self.settings.capability_window:]
 
     # -- Sec. 3.3 / 3.4: the peer rows' ratio and weight ---------------------------------------------
     def step_metrics(self, step: PooledStep, weights: torch.Tensor | None) -> dict[str, float]:

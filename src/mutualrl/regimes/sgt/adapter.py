@@ -71,6 +71,16 @@ class SGTAdapter(RegimeAdapter):
         self.thresholds_checked = False
         self.total_restored = False
 
+    def state_dict(self) -> dict[str, Any]:
+        """The rescue counter (``sgt/rescues_total``), exact at the checkpoint (the last logged total lags it by up to
+        ``logging_steps - 1`` steps). The groups kept for stale rounds are not state: a resumed policy's staleness
+        window starts at its first resumed step, and it reads no round before it."""
+        return {"rescues_total": self.rescues_total}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rescues_total = int(state["rescues_total"])
+        self.total_restored = True  # a checkpoint without this state (older) restores it from the logged total
+
     def warn_thresholds(self, own: torch.Tensor, peers: dict[str, pa.Table]) -> None:
         """Log once when this step's rewards (own and peers') lie where SGT's thresholds can never gate."""
         import logging
