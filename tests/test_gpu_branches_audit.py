@@ -359,7 +359,7 @@ def test_distillation_trains_in_bf16_only_where_the_gpu_supports_it(monkeypatch,
 
 
 def test_a_worker_started_by_hand_on_a_gpu_keeps_the_recipes_gpu_settings(monkeypatch):
-    from mutualrl.training.worker import device_defaults
+    from mutualrl.training.policy_settings import device_defaults
 
     fake_cuda(monkeypatch)
     assert device_defaults() == {}  # bf16, sleep mode and tensor parallelism stay as the recipe says

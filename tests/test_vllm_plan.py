@@ -122,7 +122,7 @@ def test_head_dim_16_is_refused_and_the_tiny_pool_is_not():
 
 
 def test_worker_defaults_keep_vllm_only_when_it_can_run(monkeypatch):
-    from mutualrl.training.worker import device_defaults
+    from mutualrl.training.policy_settings import device_defaults
 
     monkeypatch.setattr(vllm_cpu, "cpu_blocker", lambda build=None: None)
     assert "use_vllm" not in device_defaults() and device_defaults()["vllm_enable_sleep_mode"] is False

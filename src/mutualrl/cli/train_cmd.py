@@ -52,6 +52,11 @@ MainAddressOption = Annotated[str | None, typer.Option(
     "launchers on one machine).", show_default=False)]
 DryRunOption = Annotated[bool, typer.Option(
     "--dry-run", help="Print placement, launch commands and resolved config; start and write nothing.")]
+PreflightOption = Annotated[bool, typer.Option(
+    "--preflight", help="Before a long run: plan it, write its folder and start every worker as the run would (its "
+    "command, accelerate launch, environment) up to its first GPU touch: settings and digest, GRPOConfig, the "
+    "DeepSpeed config, tokenizer, prompts, one batch scored, vLLM's argument checks; report per policy and delete "
+    "it all. On any machine with --gpus N --gpu-memory GIB (a login node).")]
 ForceOption = Annotated[bool, typer.Option(
     "--force", help="Start even when the admission check finds this machine cannot hold the pool (launch.force).")]
 SavePlanOption = Annotated[Path | None, typer.Option(
@@ -87,6 +92,7 @@ def train(
     machine_rank: MachineRankOption = None,
     main_address: MainAddressOption = None,
     dry_run: DryRunOption = False,
+    preflight: PreflightOption = False,
     force: ForceOption = False,
     save_plan: SavePlanOption = None,
     resume: ResumeOption = False,
@@ -114,6 +120,10 @@ def train(
     regime_overrides = [(flag, *flag_setting(flag, value)) for flag, value in flags.items() if value is not None]
     if output_dir is not None:
         check_output_path(output_dir, "--output-dir", kind="folder")
+    if preflight and (dry_run or resume or baseline):
+        from mutualrl.errors import UsageError
+
+        raise UsageError("--preflight: checks a new run's workers; not with --dry-run, --resume or --baseline")
     if save_plan is not None:
         if not dry_run:
             from mutualrl.errors import UsageError
@@ -126,7 +136,8 @@ def train(
                            max_steps=max_steps, seed=seed,
                            overrides=list(overrides), force=force, gpus=gpus, gpu_memory=gpu_memory, ram=ram,
                            device_map=device_map, nodes=nodes, machine_rank=machine_rank, main_address=main_address,
-                           dry_run=dry_run, resume=resume, overwrite=overwrite, baseline=baseline,
+                           dry_run=dry_run, preflight=preflight, resume=resume, overwrite=overwrite,
+                           baseline=baseline,
                            save_plan=save_plan, allow_code=split_names(allow_code))
     raise typer.Exit(run_train(options, console))
 

@@ -58,6 +58,7 @@ class TrainOptions:
     machine_rank: int | None = None
     main_address: str | None = None
     dry_run: bool = False
+    preflight: bool = False  # start every worker up to its first GPU touch, report, delete (launch/preflight.py)
     resume: bool = False
     overwrite: bool = False
     baseline: str | None = None  # also train this regime on the same seed and settings, then compare
@@ -282,6 +283,10 @@ def _train_one(options: TrainOptions, console: Console) -> int:
     config, source = resolve_config(options)
     check_versions(config, options.dry_run, console)
     paths = RunPaths(run_dir_for(config))
+    if options.preflight:
+        from mutualrl.launch.preflight import run_preflight
+
+        return run_preflight(config, source, paths.root, console)
     if options.dry_run:
         from mutualrl.launch.plan.render import render_plan
         from mutualrl.tasks.reward_funcs import task_summary

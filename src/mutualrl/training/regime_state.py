@@ -1,5 +1,5 @@
 """A regime's running state saved with each checkpoint and given back on resume, so a resumed run equals an
-uninterrupted one (issue 77: HACPO's capability window restarted from the steps the resumed process had seen).
+uninterrupted one (without it, HACPO's capability window would restart from the steps the resumed process saw).
 
 What a regime carries from one step to the next is its :meth:`~mutualrl.regimes.core.adapter.RegimeAdapter.state_dict`
 (``{}`` for a regime with none); the trainer writes it into the checkpoint folder as :data:`REGIME_STATE_NAME`, a small

@@ -24,13 +24,19 @@ from typing import Any
 
 from mutualrl import faults
 from mutualrl.config.resolved import load_resolved_config
-from mutualrl.config.schema import PolicyConfig, RunConfig
+from mutualrl.config.schema import PolicyConfig
 from mutualrl.errors import MutualRLError, StorageError, UsageError
 from mutualrl.host.process_exit import exit_without_teardown
 from mutualrl.host.process_start import collector_paused_for_imports, imports_done
 from mutualrl.regimes.core.registry import get_regime
 from mutualrl.run_folder import RunPaths, run_id
-from mutualrl.tested_versions import check_tested_versions
+from mutualrl.training.policy_settings import (
+    find_policy,
+    load_tokenizer_only,
+    recipe_grpo_args,
+    refuse_untested_versions,
+)
+from mutualrl.training.preflight import in_preflight, preflight_policy
 from mutualrl.training.trackers import guard_tracker_writes
 from mutualrl.training.stop_request import STOPPED_EXIT, install_stop_handlers
 from mutualrl.ops.watchdog import REJOIN_ENV, start_launcher_watchdog
@@ -55,38 +61,6 @@ def note_start() -> None:
             fh.write(f"{os.getpid()}{' forked' if forked() else ''}\n")
     except OSError:  # a count is never worth a run
         pass
-
-
-def find_policy(config: RunConfig, name: str) -> PolicyConfig:
-    for policy in config.pool.policies:
-        if policy.name == name:
-            return policy
-    raise UsageError(f"policy {name!r} is not in pool {config.pool.name!r}")
-
-
-def device_defaults() -> dict[str, Any]:
-    """Safe settings of a worker started by hand (no plan) when this process has no GPU: bf16 off; vLLM only
-    with a usable CPU build, its CUDA-only settings off (docs/launch.md "vLLM on a CPU")."""
-    import torch
-
-    if torch.cuda.is_available():
-        return {}
-    from mutualrl.host.vllm_cpu import cpu_blocker
-
-    out: dict[str, Any] = {"use_cpu": True, "bf16": False, "fp16": False,
-                           "vllm_enable_sleep_mode": False, "vllm_tensor_parallel_size": 1}
-    if cpu_blocker() is not None:
-        out["use_vllm"] = False
-    return out
-
-
-def recipe_grpo_args(paths: RunPaths, policy_name: str) -> dict[str, Any]:
-    """A worker started by hand on a run folder never planned: the recipe's GRPO fields, read from ``config.yaml``
-    only then, with this process's :func:`device_defaults` (training/grpo_args.py ``unplanned_grpo_args``)."""
-    from mutualrl.training.grpo_args import unplanned_grpo_args
-
-    config = load_resolved_config(paths)
-    return unplanned_grpo_args(config, find_policy(config, policy_name), paths, device_defaults())
 
 
 def prepare_cpu_vllm(args: Any, model: Any, tokenizer: Any, examples: list, chat: bool, policy: str) -> None:
@@ -120,13 +94,6 @@ def prepare_cpu_vllm(args: Any, model: Any, tokenizer: Any, examples: list, chat
     os.environ[KV_ENV] = str(kv_cache_gib(model.config, seqs, sequence, max_len, dtype_bytes))
     log.info("policy %s: vLLM KV cache %s=%s GiB (%d sequences of up to %d tokens, max_model_len %d)",
              policy, KV_ENV, os.environ[KV_ENV], seqs, sequence, max_len)
-
-
-def refuse_untested_versions(grpo: dict[str, Any]) -> None:
-    """TRL, and vLLM where this policy generates with it, as tested (tested_versions.py): a worker started by hand
-    is refused as the launcher refuses; with the override, a warning in its log."""
-    if untested := check_tested_versions(bool(grpo.get("use_vllm"))):
-        log.warning(untested)
 
 
 def block_unused_vllm(args: Any) -> None:
@@ -343,10 +310,10 @@ def check_resumable(checkpoint: str) -> None:
 def load_policy(policy: Any, args: Any) -> tuple[Any, Any]:
     """A policy's tokenizer and model; code shipped with them runs only when the recipe sets
     ``grpo.trust_remote_code`` (the plan names it)."""
-    from mutualrl.pools.loading import load_model, load_tokenizer_for
+    from mutualrl.pools.loading import load_model
 
     trust = args.trust_remote_code is True
-    tokenizer = load_tokenizer_for(policy.model, policy.tokenizer, trust_remote_code=trust)
+    tokenizer = load_tokenizer_only(policy, args)
     model = load_model(policy.model, training_dtype(policy.dtype), device="cpu" if args.use_cpu else None,
                        trust_remote_code=trust)
     return tokenizer, model
@@ -429,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     install_stop_handlers(paths)  # a scheduler's SIGTERM to every process: saved at the launcher's step
     report_thread_write_failures()  # TensorBoard's writer thread on a full disk: no traceback
     try:
+        if in_preflight():  # `mutualrl train --preflight`: check up to the first GPU touch, then leave
+            preflight_policy(paths, ns.policy)
+            return 0
         with collector_paused_for_imports():  # until run_policy has imported torch, transformers and TRL
             stopped = run_policy(paths, ns.policy, ns.resume_from)
         close_process_group()  # then __main__ leaves without the teardown (exit_without_teardown)

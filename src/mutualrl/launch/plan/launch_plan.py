@@ -352,11 +352,8 @@ def make_launch_plan(
     warnings += check_bounds(config, placement, plans, node.ram_gib, node.gpu_memory_gib)
     disk = disk_plan(config, plans, RunPaths(run_dir).policies)
     warnings += check_disk(disk, refuse=not (simulate or dry_run), force=launch.force)
-    see_root = RunPaths(run_dir).see_root(config.see.dir)
-    see_mount = mount_of(see_root)
-    stall = barrier_stall(see_mount)
-    if stall:
-        warnings.append(f"the SEE folder {see_root}: {stall}")
+    see_filesystem, stall = _see_filesystem(config, run_dir)
+    warnings += stall
     for plan in plans:  # after the last stage that changes the settings (batch lowered, vLLM share derived)
         vouch_for_settings(plan)
     if simulate and node.gpu_memory_gib is None and node.gpus > 0:
@@ -375,8 +372,17 @@ def make_launch_plan(
         main_address=launch.main_address,
         disk=disk,
         host=host_memory(config, plans, node.ram_gib),
-        see_filesystem=f"{see_root} on " + (see_mount.describe() if see_mount else "an unknown filesystem"),
+        see_filesystem=see_filesystem,
     )
+
+
+def _see_filesystem(config: RunConfig, run_dir: Path) -> tuple[str, list[str]]:
+    """The SEE folder's filesystem in words, and the warning where its barrier would stall on it."""
+    see_root = RunPaths(run_dir).see_root(config.see.dir)
+    see_mount = mount_of(see_root)
+    stall = barrier_stall(see_mount)
+    described = f"{see_root} on " + (see_mount.describe() if see_mount else "an unknown filesystem")
+    return described, [f"the SEE folder {see_root}: {stall}"] if stall else []
 
 
 def check_resume_placement(config: RunConfig, saved: Mapping[str, tuple[int, str]]) -> None:

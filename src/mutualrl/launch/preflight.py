@@ -1,0 +1,158 @@
+"""``mutualrl train --preflight``: plan the run as ``train`` would, write its folder, start every worker through its
+real entry point up to the point where it would first touch a GPU or load weights, report, and leave nothing.
+
+Run it on the machine the run will use, or on any machine (a login node, a laptop) with ``--gpus N --gpu-memory
+GIB`` as ``--dry-run`` takes them. The run folder is written beside the one the run will use (same filesystem),
+prepared as the run prepares it (prompts filtered with every policy's tokenizer, the resolved config, the plan's
+files), and each command of the plan is started as the launcher starts it (its argv, ``accelerate launch`` where
+the plan says so, its environment, its working folder) with :data:`~mutualrl.training.preflight.PREFLIGHT_ENV`
+set: each rank checks its part (training/preflight.py) and leaves. The rendezvous ports are claimed as the launch
+claims them. Then the folder is deleted, whatever happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from mutualrl.config.schema import RunConfig
+from mutualrl.launch.plan.commands import LaunchSpec
+from mutualrl.launch.supervise.worker_output import describe_exit, spawn_dir
+from mutualrl.ops.watchdog import LAUNCHER_PID_ENV
+from mutualrl.run_folder import RunPaths
+from mutualrl.training.preflight import PREFLIGHT_ENV, preflight_report_path
+
+PREFLIGHT_TIMEOUT_S = 900.0
+"""How long every worker together may take to check (imports of torch, TRL, DeepSpeed and vLLM on each rank)."""
+
+
+@dataclass
+class PolicyPreflight:
+    """What one policy's ranks reported."""
+
+    policy: str
+    ranks: int
+    reports: list[dict[str, Any]] = field(default_factory=list)
+    exit_code: int | None = None
+    error: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return self.exit_code == 0 and len(self.reports) == self.ranks
+
+
+def run_preflight(config: RunConfig, source: str, run_dir: Path, console: Console) -> int:
+    """Check every worker of the run ``config`` plans (module docstring); 0 when all passed, 1 otherwise."""
+    parent = run_dir.parent if run_dir.parent.is_dir() else Path(tempfile.gettempdir())
+    folder = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.preflight-", dir=parent))
+    try:
+        results = check_workers(config, source, RunPaths(folder), console)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    print_results(results, console)
+    failed = [r.policy for r in results if not r.passed]
+    if failed:
+        console.print(f"preflight: {', '.join(failed)} failed (the line under each says why; its log was "
+                      f"{folder.name}/logs, now deleted: run it again to see the worker's output)", highlight=False)
+        return 1
+    console.print(f"preflight: every worker of {len(results)} policies started and checked its settings; nothing "
+                  "was left behind", highlight=False)
+    return 0
+
+
+def check_workers(config: RunConfig, source: str, paths: RunPaths, console: Console) -> list[PolicyPreflight]:
+    """Prepare ``paths`` as the run would, plan it, start every command and collect what each rank reported."""
+    from mutualrl.launch.plan.launch_plan import make_launch_plan
+    from mutualrl.launch.ports import claim_run_ports
+    from mutualrl.launch.rundir.prepare import prepare_launch
+    from mutualrl.tasks.shipped_rewards import write_shipped
+
+    from mutualrl.launch.plan.detect import detect_gpus
+
+    # its own exchange in the folder: a see.dir the recipe shares with a live run is never claimed
+    config = replace(config, see=replace(config.see, dir=None))
+    config, _ = prepare_launch(paths, config, source, False, [], console)
+    simulate = config.launch.gpus is not None and config.launch.gpus > detect_gpus()  # as --dry-run --gpus N
+    config, ports = claim_run_ports(config)
+    with ports:
+        plan = make_launch_plan(config, paths.root, gpus=config.launch.gpus, simulate=simulate,
+                                vllm_available=True if simulate else None)
+        plan.write()
+        write_shipped(config.task.reward_funcs, paths.shipped_rewards)
+        results = {p.name: PolicyPreflight(p.name, p.placement.num_processes) for p in plan.policies}
+        started = {spec.policy: start(spec, paths) for spec in plan.specs}
+        console.print(f"preflight: {len(started)} policies started in {paths.root}, "
+                      f"{sum(r.ranks for r in results.values())} ranks", highlight=False)
+        wait_for(started, results, PREFLIGHT_TIMEOUT_S)
+    for name, result in results.items():
+        result.reports = [json.loads(p.read_text()) for p in sorted(preflight_report_path(paths, name, 0).parent.glob(
+            f"{name}-rank*.json"))]
+        if not result.passed and not result.error:
+            result.error = last_error(Path(plan.policy(name).launch.log_path))
+    return list(results.values())
+
+
+def start(spec: LaunchSpec, paths: RunPaths) -> subprocess.Popen:
+    """``spec``'s command as the launcher starts it (launch/supervise/runner.py), with the preflight flag."""
+    log_path = Path(spec.log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **spec.env, LAUNCHER_PID_ENV: str(os.getpid()), PREFLIGHT_ENV: "1"}
+    with log_path.open("ab") as log:
+        return subprocess.Popen(spec.argv, env=env, cwd=spawn_dir(paths.root, Path(spec.cwd) if spec.cwd else None),
+                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def wait_for(started: dict[str, subprocess.Popen], results: dict[str, PolicyPreflight], timeout_s: float) -> None:
+    """Every command's exit code into ``results``; one still running after ``timeout_s`` is killed and said."""
+    deadline = time.monotonic() + timeout_s
+    for name, proc in started.items():
+        try:
+            results[name].exit_code = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+            results[name].exit_code = -9
+            results[name].error = f"still checking after {timeout_s:.0f} s: stopped"
+        except KeyboardInterrupt:
+            for other in started.values():
+                if other.poll() is None:
+                    os.killpg(other.pid, 9)
+            raise
+        if results[name].exit_code not in (0, None) and not results[name].error:
+            results[name].error = describe_exit(results[name].exit_code)
+
+
+def last_error(log_path: Path) -> str:
+    """The worker's own one-line error (``error: ...``) or the last line of its traceback."""
+    try:
+        lines = [line.strip() for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return f"{log_path}: no log"
+    said = [line for line in lines if line.startswith("error:") or "Error:" in line]
+    return (said or lines or ["no output"])[-1][:400]
+
+
+CHECKS = ("settings", "GRPOConfig", "DeepSpeed", "data", "rewards", "vLLM")
+
+
+def print_results(results: list[PolicyPreflight], console: Console) -> None:
+    """Per policy: its ranks that reported against those started, then what rank 0 checked (or why it failed)."""
+    for result in results:
+        mark = "[green]passed[/]" if result.passed else "[red]failed[/]"
+        console.print(f"{result.policy}: {mark}, {len(result.reports)}/{result.ranks} ranks reported",
+                      highlight=False)
+        checks = result.reports[0]["checks"] if result.reports else {}
+        for key in CHECKS:
+            if key in checks:
+                console.print(f"  {key}: {checks[key]}", highlight=False, soft_wrap=True)
+        if not result.passed:
+            console.print(f"  [red]error:[/] {result.error or 'no report'}", highlight=False, soft_wrap=True)

@@ -1,0 +1,151 @@
+"""``mutualrl train --preflight``: every worker of a paper recipe started from a GPU node's plan, on this CPU box, up
+to its first GPU touch.
+
+The paper models' tokenizers and configs come from a hub cache of stand-ins (tests/hub_standins.py: real
+vocabularies of each family, no weights), read offline as a GPU node reads the hub cache. One recipe is started for
+real through ``accelerate launch`` (8 ranks); every paper recipe's every policy runs the same worker check in this
+process, with the environment accelerate's own launcher code gives rank 0 (a real start of each costs ~2 CPU-minutes
+of imports: torch, TRL, DeepSpeed and vLLM in every rank)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from e2e_helpers import free_ports
+from hub_standins import write_hub_cache
+from mutualrl.config.loader import list_named_recipes, load_run_config
+from mutualrl.launch.plan.launch_plan import LaunchPlan, make_launch_plan
+from mutualrl.launch.rundir.prepare import prepare_launch
+from mutualrl.run_folder import RunPaths
+from mutualrl.training.preflight import preflight_policy
+
+CPU_POOLS = {"tiny", "smol", "smol-arith", "smol-qa"}
+PAPER_RECIPES = sorted(path.stem for path in list_named_recipes() if path.stem not in CPU_POOLS)
+FEWER_PROMPTS = ("task.train_limit=256", "task.eval_limit=64")
+"""In process, every recipe's prompts are cut (the joint length filter tokenizes each with every policy's tokenizer:
+~40 s of a commonsense pool's 50 s); the real start below reads them all."""
+
+
+@pytest.fixture(scope="module")
+def hub_cache(tmp_path_factory) -> Path:
+    return write_hub_cache(tmp_path_factory.mktemp("hub"))
+
+
+@pytest.fixture
+def offline_hub(hub_cache, monkeypatch) -> Path:
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub_cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return hub_cache
+
+
+@pytest.fixture
+def one_rank(monkeypatch):
+    """This process as rank 0 of a one-rank group (GRPOConfig sets up torch.distributed: with the plan's world size
+    it would wait for ranks that never come); the process group and accelerate's state are torn down after."""
+    from accelerate.state import AcceleratorState, GradientState, PartialState
+
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(free_ports(1)))
+    yield {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}
+    import torch
+
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    AcceleratorState._reset_state(reset_partial_state=True)
+    PartialState._reset_state()
+    GradientState._reset_state()
+
+
+def accelerate_rank_zero_env(argv: list[str]) -> dict[str, str]:
+    """What ``accelerate launch`` (argv as the plan wrote it) puts in its first rank's environment, by accelerate's own
+    code (``_validate_launch_command``, ``launch_command``'s DeepSpeed fields, then ``prepare_deepspeed_cmd_env`` or
+    ``prepare_multi_gpu_env``); torchrun adds the rank variables."""
+    from accelerate.commands.launch import _validate_launch_command, launch_command_parser
+    from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
+
+    args = launch_command_parser().parse_args(argv[argv.index("accelerate.commands.launch") + 1:])
+    args, defaults, mp_from_config_flag = _validate_launch_command(args)
+    if args.use_deepspeed:  # as accelerate's launch_command does before its deepspeed_launcher
+        fields = list(defaults.deepspeed_config.keys()) if defaults else []
+        args.deepspeed_fields_from_accelerate_config = ",".join(fields + ["mixed_precision"] * mp_from_config_flag)
+    env = prepare_deepspeed_cmd_env(args)[1] if args.use_deepspeed else prepare_multi_gpu_env(args)
+    return env
+
+
+def planned_folder(recipe: str, folder: Path) -> LaunchPlan:
+    """``recipe``'s run folder prepared and planned as ``train --preflight --gpus 8 --gpu-memory 80`` does."""
+    config = load_run_config(recipe, overrides=["launch.gpus=8", "launch.gpu_memory_gib=80", *FEWER_PROMPTS]).config
+    config, _ = prepare_launch(RunPaths(folder), config, recipe, False, [], Console(file=open(os.devnull, "w")))
+    plan = make_launch_plan(config, folder, gpus=8, simulate=True, vllm_available=True, dry_run=True)
+    plan.write()
+    return plan
+
+
+@pytest.mark.parametrize("recipe", PAPER_RECIPES)
+def test_each_worker_of_every_paper_recipe_passes_its_check_from_an_8_gpu_80_gib_plan(recipe, offline_hub, one_rank,
+                                                                                      tmp_path, monkeypatch):
+    plan = planned_folder(recipe, tmp_path / "run")
+    for policy in plan.policies:
+        spec = policy.launch
+        assert "accelerate.commands.launch" in spec.argv, policy.name  # a GPU plan starts ranks through accelerate
+        with monkeypatch.context() as env:
+            for key, value in {**spec.env, **accelerate_rank_zero_env(spec.argv), **one_rank}.items():
+                env.setenv(key, value)
+            report = preflight_policy(RunPaths(tmp_path / "run"), policy.name)
+        checks = report["checks"]
+        assert checks["settings"] == "the planned file, its digest verified"
+        assert checks["DeepSpeed"].startswith("ZeRO-3, agrees"), (policy.name, checks)
+        assert f"max_model_len {policy.grpo['vllm_max_model_length']}" in checks["vLLM"], checks
+        assert "a batch of" in checks["data"] and "scored" in checks["rewards"]
+
+
+def test_a_setting_the_worker_refuses_is_found_by_its_check(offline_hub, one_rank, tmp_path, monkeypatch):
+    """fp16 beside the paper's bf16: GRPOConfig refuses it in the worker, never in the plan; the check raises it."""
+    config = load_run_config("2qwen", overrides=["launch.gpus=8", "launch.gpu_memory_gib=80", "grpo.fp16=true"]).config
+    config, _ = prepare_launch(RunPaths(tmp_path), config, "2qwen", False, [], Console(file=open(os.devnull, "w")))
+    plan = make_launch_plan(config, tmp_path, gpus=8, simulate=True, vllm_available=True, dry_run=True)
+    plan.write()
+    spec = plan.policies[0].launch
+    for key, value in {**spec.env, **accelerate_rank_zero_env(spec.argv), **one_rank}.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ValueError, match="fp16 and bf16"):
+        preflight_policy(RunPaths(tmp_path), plan.policies[0].name)
+
+
+def test_the_readme_recipe_starts_every_rank_through_accelerate_and_leaves_nothing(hub_cache, tmp_path):
+    """``mutualrl train --pool 2qwen --preflight --gpus 8 --gpu-memory 80`` as a user types it: 2 policies x 4 ranks
+    started by ``accelerate launch`` (torchrun), each verified, then the folder deleted."""
+    env = {**os.environ, "HF_HUB_CACHE": str(hub_cache), "HF_HUB_OFFLINE": "1"}
+    run = tmp_path / "runs" / "2qwen"
+    run.parent.mkdir()  # the preflight folder goes beside the run, on its filesystem
+    done = subprocess.run([sys.executable, "-m", "mutualrl", "train", "--pool", "2qwen", "--gpus", "8",
+                           "--gpu-memory", "80", "--preflight", "-o", str(run)], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=900)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "2 policies started" in out and "8 ranks" in out, out
+    assert out.count("passed, 4/4 ranks reported") == 2, out
+    assert "digest verified" in out and "ZeRO-3, agrees with GRPOConfig" in out and "max_model_len 4096" in out
+    assert not run.exists() and list((tmp_path / "runs").iterdir()) == []  # nothing left behind
+
+
+def test_a_worker_that_fails_its_check_fails_the_preflight_naming_it(tmp_path):
+    """The tiny pool on this CPU: a worker whose report cannot be written (a full disk, injected) exits with its
+    one line; the preflight says which policy failed and why, exits 1 and still deletes the folder."""
+    env = {**os.environ, "MUTUALRL_DEBUG_DISK_FULL": "tiny-sp-rank0"}
+    run = tmp_path / "runs" / "tiny"
+    run.parent.mkdir()
+    done = subprocess.run([sys.executable, "-m", "mutualrl", "train", "--preflight", "-o", str(run)],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    out = done.stdout + done.stderr
+    assert done.returncode == 1, out
+    assert "tiny-bpe: passed, 1/1 ranks reported" in out, out
+    assert "tiny-sp: failed, 0/1 ranks reported" in out and "tiny-sp failed" in out, out
+    assert "no space" in out.lower() or "ENOSPC" in out or "exit" in out, out
+    assert list((tmp_path / "runs").iterdir()) == []
