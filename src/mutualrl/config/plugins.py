@@ -18,6 +18,7 @@ put on ``PYTHONPATH``. Each module a run folder's config names is said on stderr
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -59,12 +60,21 @@ def inside_data_folder(path: Path) -> Path | None:
     return next((folder for folder in _DATA_FOLDERS if resolved.is_relative_to(folder)), None)
 
 
-def _with_cwd_on_path() -> None:
-    """``sys.path`` starts with the working directory, as under ``python -m`` and in TRL's script (not when the
-    working directory is inside an opened run folder)."""
+@contextlib.contextmanager
+def _cwd_first_on_path() -> Iterator[None]:
+    """While a module the user named is imported: ``sys.path`` starts with the working directory, as under
+    ``python -m`` and in TRL's script (not when the working directory is inside an opened run folder), and is put
+    back after, so that nothing imported later (a library's lazy import) is found in the working directory
+    (workers run in safe-path mode: ``PYTHONSAFEPATH``, launch/plan/commands.py)."""
     cwd = os.getcwd()
-    if cwd not in sys.path and inside_data_folder(Path(cwd)) is None:
+    added = cwd not in sys.path and inside_data_folder(Path(cwd)) is None
+    if added:
         sys.path.insert(0, cwd)
+    try:
+        yield
+    finally:
+        if added and cwd in sys.path:
+            sys.path.remove(cwd)
 
 
 def module_origins(module: str) -> Iterator[Path]:
@@ -115,10 +125,10 @@ def refuse_inside_data_folder(module: str, origin: Path, key: str) -> None:
 def import_module_for(module: str, key: str) -> Any:
     """Import ``module`` for the recipe key ``key``; a failure is one line naming both and the search path."""
     refuse_main_module(module, key)
-    _with_cwd_on_path()
-    refuse_data_folder_code(module, key)
     try:
-        return importlib.import_module(module)
+        with _cwd_first_on_path():
+            refuse_data_folder_code(module, key)
+            return importlib.import_module(module)
     except ImportError as err:
         missing = getattr(err, "name", None)
         inner = f" ({type(err).__name__}: {err})" if missing and missing != module else ""

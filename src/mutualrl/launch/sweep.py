@@ -197,7 +197,9 @@ class Started:
 
 
 def train_command(spec: SweepSpec, point: SweepPoint, resume: bool) -> list[str]:
-    return [sys.executable, "-m", "mutualrl", "train", *spec.argv(point, resume)]
+    # -P (safe path): the sweep's working directory is not put first on the run's sys.path; the user's modules a
+    # recipe names are still found there (config/plugins.py imports them by name)
+    return [sys.executable, "-P", "-m", "mutualrl", "train", *spec.argv(point, resume)]
 
 
 def write_record(spec: SweepSpec, points: list[SweepPoint], states: dict[str, str],

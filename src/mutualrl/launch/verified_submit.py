@@ -34,7 +34,8 @@ def python_command(executable: str, digests: list[str]) -> str:
     """The python command of the job script: this module, with the digests it accepts."""
     import shlex
 
-    return f"{shlex.quote(executable)} -u -m mutualrl.launch.verified_submit {','.join(digests)}"
+    # -P: the job's working directory is not put on sys.path (a module there cannot shadow one of Python's)
+    return f"{shlex.quote(executable)} -P -u -m mutualrl.launch.verified_submit {','.join(digests)}"
 
 
 def wait_and_read(path: Path) -> bytes:

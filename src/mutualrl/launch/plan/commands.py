@@ -244,7 +244,10 @@ def _spec(config: RunConfig, index: int, placed: PolicyPlacement, gpus: int, run
     port = policy_port(config, index)
     worker = ["-m", WORKER_MODULE, "--run-dir", str(run_dir), "--policy", name]
     # PYTHONPATH: the policy processes run the same mutualrl as the parent, installed or not.
-    env = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": package_path()}
+    # PYTHONSAFEPATH: `python -m` (the worker, accelerate launch and every rank torchrun starts) puts no working
+    # directory on sys.path, so a module there cannot shadow a library's; the user's modules the command names are
+    # imported from it by name (config/plugins.py), those only.
+    env = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": package_path(), "PYTHONSAFEPATH": "1"}
     env.update(allocator_env(os.environ))  # reuse a step's large buffers; a user's own settings are inherited
     policy = config.pool.policies[index]
     env.update(tracker_group_env({**config.grpo, **policy.grpo}.get("report_to"), run_dir.name, os.environ))
