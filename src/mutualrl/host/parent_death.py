@@ -29,7 +29,7 @@ def die_with_parent(signum: int = signal.SIGTERM) -> Callable[[], None] | None:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0:
             return  # best effort: the sweep's own stop path still applies
-        if os.getppid() != parent:  # the parent died between fork and prctl: nobody will send the signal
+        if os.getppid() != parent:  # the parent died between our start and prctl: nobody will send the signal
             os.kill(os.getpid(), signum)
 
     return in_the_child

@@ -41,7 +41,6 @@ from mutualrl.config.recorded_code import allowed_code_env, named_modules
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError
 from mutualrl.host.allocator import allocator_env
-from mutualrl.host.forked_start import WORKER_MODULE
 from mutualrl.launch.plan.configs import ZERO_STAGES
 from mutualrl.launch.plan.decided import Decided
 from mutualrl.launch.plan.machines import local_devices
@@ -49,6 +48,8 @@ from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 from mutualrl.run_folder import RunPaths
 from mutualrl.tasks.shipped_rewards import shipped_env, shipped_files
 from mutualrl.training.trackers import tracker_group_env
+
+WORKER_MODULE = "mutualrl.training.worker"
 
 
 @dataclass
@@ -310,8 +311,9 @@ def _spec(config: RunConfig, index: int, placed: PolicyPlacement, gpus: int, run
 
 def tokenizer_env(threads: int, dataloader_workers: int, environ: Mapping[str, str]) -> dict[str, str]:
     """How a rank's Hugging Face tokenizer (THL's retokenization of peer text: PRP's and SGT's host work) uses its
-    cores: its Rayon pool on the rank's ``threads`` where it has several and no data-loader worker is forked after
-    the pool is used (a forked child inherits a pool without threads, and tokenizers keeps an explicit ``true``);
+    cores: its Rayon pool on the rank's ``threads`` where it has several and no data-loader worker process copies
+    the rank after the pool is used (the copy inherits a pool without threads, and tokenizers keeps an explicit
+    ``true``);
     otherwise one thread. A ``TOKENIZERS_PARALLELISM`` in the user's environment is inherited unchanged."""
     if "TOKENIZERS_PARALLELISM" in environ:
         return {}

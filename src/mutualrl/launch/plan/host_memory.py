@@ -59,8 +59,8 @@ DATASET_GIB = 0.5
 """The task's training and validation prompts each rank loads and tokenizes, and a step's rollouts (text, rewards)
 it keeps for the SEE and the logs (1024 prompts x 5 completions x 3072 tokens are ~60 MB of text)."""
 DATALOADER_WORKER_GIB = 1.0
-"""Each ``dataloader_num_workers`` process of a rank: a fork whose copy-on-write pages Python's reference counts
-touch."""
+"""Each ``dataloader_num_workers`` process of a rank: a copy of the rank whose copy-on-write pages Python's
+reference counts touch."""
 LAUNCHER_GIB = 0.5
 """A policy's ``accelerate launch`` process (torchrun's agent: Python with torch imported)."""
 PARENT_GIB = 0.5

@@ -1,7 +1,7 @@
 """One holder per run folder, and the checks that keep a run folder safe to delete and write.
 
 - :class:`RunLock` is an OS file lock (``flock``) on ``RUN/.lock``, held by the launcher alone: its descriptor
-  is close-on-exec and no worker gets it, so nothing a reward function forks or execs can keep it. The file
+  is close-on-exec and no worker gets it, so nothing a reward function spawns or execs can keep it. The file
   records the holder (pid, host, time, and the process's start time, so a reused pid is not taken for it) and
   the process group of each worker it starts: a second launch refuses the folder while the launcher or one of
   those workers is alive (a killed launcher's workers stop within seconds, ``ops.watchdog``; it waits for
@@ -96,7 +96,7 @@ class RunLock:
 
     def _held_elsewhere(self, action: str, held_inode: int, deadline: float) -> None:
         """The file's lock is held by another process: busy if its recorded holder or one of its workers is alive
-        (checked), else a stray process (one a reward function forked) holds it: the file is made anew."""
+        (checked), else a stray process (one a reward function started) holds it: the file is made anew."""
         holder = read_holder(self.path)
         if not holder or holder_alive(holder):
             raise RunBusyError(f"cannot {action} {self.root}: the run is live ({describe_holder(holder, self.path)})")
@@ -129,7 +129,7 @@ class RunLock:
         self._write_record()
 
     def forget_workers(self) -> None:
-        """The workers ended: what they forked is no worker of this run and keeps no folder busy."""
+        """The workers ended: what they started is no worker of this run and keeps no folder busy."""
         self.workers = {}
         self._write_record()
 
