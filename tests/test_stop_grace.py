@@ -88,6 +88,7 @@ from mutualrl.run_folder import RunPaths
 from mutualrl.training.stop_request import STOPPED_EXIT, read_request, requested_step
 
 paths, name, pace, save_s = RunPaths(Path(sys.argv[1])), sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
+says_saving = sys.argv[5:] == ["says-saving"]  # as MutualGRPOTrainer._save_checkpoint says it
 step = 0
 while True:  # a step, its status, then the request (as the status and stop callbacks do); the save takes save_s
     time.sleep(pace)
@@ -95,6 +96,8 @@ while True:  # a step, its status, then the request (as the status and stop call
     write_json_atomic(paths.status(name), {"step": step, "phase": "training"})
     target = requested_step(read_request(paths))
     if target is not None and step >= target:
+        if says_saving:
+            write_json_atomic(paths.status(name), {"step": step, "phase": "saving"})
         time.sleep(save_s)
         (paths.root / f"{name}.saved").write_text(str(step))
         sys.exit(STOPPED_EXIT)
@@ -115,21 +118,22 @@ class StoppedAtStep(PoolRunner):
         return super()._merge()
 
 
-@pytest.mark.parametrize("pace, save_s, budget, saved", [
-    ("0.05", "1.5", StopBudget(save_gib=3.0, floor_s=0.5, write_gib_per_s=1.0), True),  # the plan's 3 s save
-    ("0.05", "1.5", StopBudget(save_gib=0.0, floor_s=0.5, write_gib_per_s=1.0), False),  # the floor alone: killed
-    pytest.param("2.0", "0.2", StopBudget(save_gib=0.0, floor_s=0.1, write_gib_per_s=1.0), True,  # a 2 s step
+@pytest.mark.parametrize("pace, save_s, budget, says, saved", [
+    ("0.05", "1.5", StopBudget(save_gib=3.0, floor_s=0.5, write_gib_per_s=1.0), "", True),  # the plan's 3 s save
+    ("0.05", "1.5", StopBudget(save_gib=0.0, floor_s=0.5, write_gib_per_s=1.0), "", False),  # the floor alone: killed
+    ("0.05", "1.5", StopBudget(save_gib=0.0, floor_s=0.5, write_gib_per_s=1.0), "says-saving", True),  # waited for
+    pytest.param("2.0", "0.2", StopBudget(save_gib=0.0, floor_s=0.1, write_gib_per_s=1.0), "", True,  # a 2 s step
                  marks=pytest.mark.slow),  # 6 s on the 2-core box: the full suite, not the fast tier
-], ids=["planned-save", "floor-only", "measured-step"])
+], ids=["planned-save", "floor-only", "floor-only-saying-saving", "measured-step"])
 def test_a_policy_slower_to_save_than_the_floor_saves_its_step_in_flight_within_the_grace(tmp_path, pace, save_s,
-                                                                                          budget, saved):
+                                                                                          budget, says, saved):
     """The floor made smaller and the save seconds long, the same arithmetic as a 20 s floor against a 52 GiB
-    checkpoint: the worker saves where the plan's save or its measured step gives it the time, and is killed where
-    neither does."""
+    checkpoint: the worker saves where the plan's save or its measured step gives it the time, or where it says it
+    is still saving when the grace ends, and is killed where none of these holds."""
     script = tmp_path / "slow_saver.py"
     script.write_text(SLOW_SAVER)
-    procs = [PolicyProcess(name="a", argv=[sys.executable, str(script), str(tmp_path), "a", pace, save_s], env={},
-                           log_path=tmp_path / "logs" / "a.log")]
+    argv = [sys.executable, str(script), str(tmp_path), "a", pace, save_s, *([says] if says else [])]
+    procs = [PolicyProcess(name="a", argv=argv, env={}, log_path=tmp_path / "logs" / "a.log")]
     settings = PoolSettings(tmp_path / "see", stall_timeout_s=60.0, grace_s=20.0, poll_s=0.05, stop=budget)
     out = io.StringIO()
     outcome = StoppedAtStep(procs, RunPaths(tmp_path), settings, at=2, console=Console(file=out, width=300)).run()
@@ -137,6 +141,7 @@ def test_a_policy_slower_to_save_than_the_floor_saves_its_step_in_flight_within_
     assert (outcome.returncodes["a"] == 75) is saved and (tmp_path / "a.saved").exists() is saved
     assert re.search(r"stopping: each policy saves its step in flight \(checkpoint-\d+\); waiting up to \d+ s: ",
                      out.getvalue()), out.getvalue()
+    assert ("a: still writing its checkpoint after the grace: waiting for it" in out.getvalue()) is bool(says)
 
 
 SUBMITIT_TASK = """

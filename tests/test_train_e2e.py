@@ -128,6 +128,19 @@ def _folder_bytes(root: Path) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
+def _watch_phases(run_dir, phases: dict, proc) -> None:
+    """Every status phase each policy writes while ``proc`` runs (a save of 4 s is seen many times over)."""
+    import time
+
+    while proc.poll() is None:
+        for policy, seen in phases.items():
+            try:
+                seen.add(json.loads((run_dir / "status" / f"{policy}.json").read_text()).get("phase"))
+            except (OSError, ValueError):
+                pass
+        time.sleep(0.05)
+
+
 def test_sigterm_saves_every_policy_at_the_step_in_flight_and_resume_goes_on_from_it(tmp_path):
     """The tiny pool checkpoints every 100 steps: a SIGTERM at step 2 still saves every policy at the step in
     flight, within Slurm's 30 s KillWait, and --resume trains on from there; a --resume of the finished run then
@@ -138,6 +151,7 @@ def test_sigterm_saves_every_policy_at_the_step_in_flight_and_resume_goes_on_fro
     import signal
     import subprocess
     import sys
+    import threading
     import time
 
     from e2e_helpers import TINY, child_env
@@ -154,10 +168,15 @@ def test_sigterm_saves_every_policy_at_the_step_in_flight_and_resume_goes_on_fro
                             stderr=subprocess.STDOUT, text=True)
     _wait_for(lambda: any(max(_policy_steps(run_dir, p), default=0) >= k for p in POLICIES), 300,
               f"a policy to log step {k}", proc)
+    phases: dict[str, set[str]] = {policy: set() for policy in POLICIES}
+    watcher = threading.Thread(target=_watch_phases, args=(run_dir, phases, proc), daemon=True)
+    watcher.start()
     proc.send_signal(signal.SIGTERM)
     signalled = time.time()
     out, _ = proc.communicate(timeout=120)
     assert 4 < time.time() - signalled < 30, out[-3000:]  # the saves, inside Slurm's default KillWait
+    watcher.join()
+    assert all("saving" in seen for seen in phases.values()), phases  # what the launcher's stop waits on
     assert proc.returncode == 130, out[-3000:]
     said = re.search(r"waiting up to (\d+) s: [^;]*, [0-9.]+ GiB of checkpoints at 0\.004 GiB/s \((\d+) s\), at "
                      r"least 1 s", " ".join(out.split()))

@@ -35,6 +35,7 @@ STOP_FILE = ".stop.json"  # a dot name: no policy's status file (status/<policy>
 STOPPED_EXIT = 75  # EX_TEMPFAIL: stopped on request with a checkpoint, resumable
 HOLDING = "stopping"  # the status phase of a policy that saw the request and goes on to its step or stops
 FINISHED = "finished"  # the status phase of a policy whose training ended (StatusCallback)
+SAVING = "saving"  # the status phase of a policy writing a checkpoint (MutualGRPOTrainer._save_checkpoint)
 LAUNCHER_WAIT_S = 5.0
 STEP_WAIT_S = 30.0
 GRACE_S = 20.0

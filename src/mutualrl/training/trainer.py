@@ -269,8 +269,11 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         from mutualrl.write_failures import storage_errors
         from mutualrl.ops.checkpoint_files import drop_manifest, write_manifest
         from mutualrl.training.regime_state import save_regime_state
+        from mutualrl.training.stop_request import SAVING
 
         folder = Path(self._get_output_dir(trial=trial)) / f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        if self.regime.phase_hook is not None:  # the launcher's stop waits for a policy that says it is saving
+            self.regime.phase_hook(SAVING)
         with storage_errors(folder):
             if self.args.should_save:
                 drop_manifest(folder)

@@ -33,7 +33,7 @@ from mutualrl.launch.rundir.metrics_merge import MetricsMerger
 from mutualrl.launch.supervise.progress import PoolProgress
 from mutualrl.launch.supervise.progress_display import PolicyRows, StepClock, progress_display, source_details
 from mutualrl.launch.supervise.signals import interrupt_requested, raise_if_interrupted
-from mutualrl.launch.supervise.stop_grace import StepTimes, StopBudget
+from mutualrl.launch.supervise.stop_grace import SAVE_WAIT_CAP_S, StepTimes, StopBudget, still_saving
 from mutualrl.launch.supervise.worker_output import (
     describe_exit,
     file_marks,
@@ -429,6 +429,7 @@ class PoolRunner:
                            highlight=False, soft_wrap=True)
         try:
             self._reap(self.settings.stop.grace_s(to_step))
+            self._wait_for_saves(SAVE_WAIT_CAP_S)
         except KeyboardInterrupt:
             pass
         self.terminate(self.procs, signal.SIGKILL)  # a SIGTERM would only ask again
@@ -449,6 +450,22 @@ class PoolRunner:
             request_teardown(self.paths)
         except Exception:  # pragma: no cover - best effort (a full disk): a signalled worker then waits 5 s
             pass
+
+    def _wait_for_saves(self, cap_s: float) -> None:
+        """After the grace: the live policies whose status says they are writing their checkpoint are waited for
+        (said once), up to ``cap_s`` seconds more."""
+        deadline, said = time.monotonic() + cap_s, False
+        while time.monotonic() < deadline:
+            live = [p for p in self.procs if p.popen is not None and p.popen.poll() is None]
+            saving = still_saving({p.name: self._status_of(p.name) for p in live})
+            if not saving:
+                return
+            if not said:
+                self.console.print(f"[yellow]{', '.join(saving)}: still writing its checkpoint after the grace: waiting "
+                                   f"for it (at most {cap_s:.0f} s more; another Ctrl-C stops at once)[/]",
+                                   highlight=False, soft_wrap=True)
+                said = True
+            self._reap(1.0)
 
     def _reap(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

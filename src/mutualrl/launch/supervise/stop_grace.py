@@ -17,7 +17,8 @@ the pool writes at the same time, to the run folder's filesystem. So the launche
 - floor: :data:`~mutualrl.training.stop_request.GRACE_S` (20 s), what a stop waited before.
 
 The workers exit as soon as they saved, so a long grace costs only the wait for a worker that hangs (a second
-Ctrl-C kills at once). :data:`mutualrl.faults.STOP_GRACE_ENV` sets the floor and the write rate for tests.
+Ctrl-C kills at once). A policy still writing its checkpoint when the grace ends (its status says so) is waited for,
+up to :data:`SAVE_WAIT_CAP_S` more. :data:`mutualrl.faults.STOP_GRACE_ENV` sets the floor and the write rate for tests.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mutualrl.training.stop_request import FINISHED, GRACE_S
+from mutualrl.training.stop_request import FINISHED, GRACE_S, SAVING
 
 WRITE_GIB_PER_S = 0.25
 """A conservative rate for one machine's checkpoint writes to the run folder's filesystem, all policies together:
@@ -40,6 +41,17 @@ UNMEASURED_STEP_S = 600.0
 """A step's time where none was measured (a Slurm job's warning, asked for before the run starts): 10 minutes, a
 paper step (1024 prompts x 8 completions generated and trained) of a 4B policy on a few GPUs as guessed, not
 measured: no GPU has run this repository yet (benchmarks/README.md)."""
+
+
+SAVE_WAIT_CAP_S = 1800.0
+"""After the grace, how much longer the launcher waits for policies that say they are writing their checkpoint (their
+status phase :data:`~mutualrl.training.stop_request.SAVING`): a filesystem slower than :data:`WRITE_GIB_PER_S` costs
+time, not the step in flight; a save that hangs is killed after this."""
+
+
+def still_saving(statuses: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The policies whose status says they are writing a checkpoint."""
+    return [name for name, status in statuses.items() if status.get("phase") == SAVING]
 
 
 def stop_grace_s(step_s: float, save_gib: float, floor_s: float = GRACE_S,
