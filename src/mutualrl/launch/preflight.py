@@ -25,6 +25,7 @@ from typing import Any
 from rich.console import Console
 
 from mutualrl.config.schema import RunConfig
+from mutualrl.errors import UsageError
 from mutualrl.launch.plan.commands import LaunchSpec
 from mutualrl.launch.supervise.worker_output import describe_exit, spawn_dir
 from mutualrl.ops.watchdog import LAUNCHER_PID_ENV
@@ -52,6 +53,9 @@ class PolicyPreflight:
 
 def run_preflight(config: RunConfig, source: str, run_dir: Path, console: Console) -> int:
     """Check every worker of the run ``config`` plans (module docstring); 0 when all passed, 1 otherwise."""
+    if config.launch.nodes > 1:  # the ranks of a policy spanning machines would wait for the others' forever
+        raise UsageError("--preflight checks a run on one machine: preflight the pool with --nodes 1 and the "
+                         "GPUs of one machine, and see the several machines' plan with --dry-run --nodes N")
     parent = run_dir.parent if run_dir.parent.is_dir() else Path(tempfile.gettempdir())
     folder = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.preflight-", dir=parent))
     try:

@@ -398,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if in_preflight():  # `mutualrl train --preflight`: check up to the first GPU touch, then leave
             preflight_policy(paths, ns.policy)
+            close_process_group()  # every rank checked (GRPOConfig joined the group)
             return 0
         with collector_paused_for_imports():  # until run_policy has imported torch, transformers and TRL
             stopped = run_policy(paths, ns.policy, ns.resume_from)
