@@ -98,8 +98,8 @@ def check_workers(config: RunConfig, source: str, paths: RunPaths, console: Cons
                       f"{sum(r.ranks for r in results.values())} ranks", highlight=False)
         wait_for(started, results, PREFLIGHT_TIMEOUT_S)
     for name, result in results.items():
-        result.reports = [json.loads(p.read_text()) for p in sorted(preflight_report_path(paths, name, 0).parent.glob(
-            f"{name}-rank*.json"))]
+        reports = [preflight_report_path(paths, name, rank) for rank in range(result.ranks)]
+        result.reports = [json.loads(path.read_text()) for path in reports if path.is_file()]
         if not result.passed and not result.error:
             result.error = last_error(Path(plan.policy(name).launch.log_path))
     return list(results.values())
