@@ -231,3 +231,26 @@ def test_evaluate_of_a_result_train_returned_accepts_what_that_train_call_accept
     api.evaluate(trained, progress=False)
     api.evaluate(api.RunResult(run_dir=paths.root, summary={}, models={}, metrics=[]), progress=False)
     assert seen == [True, False] and not recorded_code.named_by_command("fx_mod")
+
+
+def test_two_modules_the_command_names_are_each_checked_against_what_it_names(installed) -> None:
+    """``train --resume --set plugins=[fx_mod] --set task.reward_funcs=[fx_two.score]`` of a run whose config names
+    both: each module is checked against the modules the command names (the second was once checked against the
+    first's comparison result, and refused though named)."""
+    import yaml
+
+    from mutualrl.api import load_config
+
+    paths, code, marker = installed
+    (code / "fx_two.py").write_text(SIDE_EFFECT.format(marker=str(marker)))
+    try:
+        name(paths, plugin="fx_mod", reward="fx_two.score", record=True)
+        data = yaml.safe_load(paths.config.read_text().split("\n", 1)[1])
+        recorded_code.check_recorded_modules(paths.root, data, {"fx_mod", "fx_two"})  # both named: both pass
+        with pytest.raises(UsageError, match="names module 'fx_two', .*--allow-code fx_two"):
+            recorded_code.check_recorded_modules(paths.root, data, {"fx_mod"})  # the second alone unnamed
+        assert not marker.exists()
+        config = load_config(str(paths.config), overrides=["plugins=[fx_mod]", "task.reward_funcs=[fx_two.score]"])
+        assert config.plugins == ["fx_mod"] and config.task.reward_funcs == ["fx_two.score"]
+    finally:
+        sys.modules.pop("fx_two", None)

@@ -171,9 +171,9 @@ def check_recorded_modules(root: Path, data: dict[str, Any], named_now: Iterable
             raise UsageError(f"{paths.config}: {key} names module {module[:200]!r}, which {paths.inputs.name} did not "
                              "record as the run started: a run folder is data and chooses no code by itself; start "
                              "a new run whose recipe names it")
-        now = _difference(found, was)
-        if now:
-            raise UsageError(f"{paths.config}: {key}: module {module!r} {now}, not the file and content "
+        changed = _difference(found, was)
+        if changed:
+            raise UsageError(f"{paths.config}: {key}: module {module!r} {changed}, not the file and content "
                              f"{paths.inputs.name} recorded ({str(was.get('file'))[:300]}); run from the folder "
                              "the run started in, or restore the module")
 
