@@ -63,11 +63,15 @@ def test_sequence_level_weighs_a_response_by_the_product_of_its_token_weights():
 
 
 def test_ftis_filter_and_kl_by_hand():
-    """F-TIS keeps A > 0 always, and A <= 0 only below g. KL of w = [.5, 2, 5, 20] (δ = −log w): 3.355."""
+    """F-TIS keeps A > 0 always, and A <= 0 only below g. KL(π_θ ‖ π_gen) of w = π_θ/π_gen = [.5, 2, 5, 20] (δ = −log
+    w), the default rlogr-sum Σ w log w − w + 1: 45.502; k3-sum Σ 1/w + log w − 1: 3.355."""
     learner = torch.zeros(1, 4)  # [1, 4]
     kl = sequence_kl(learner, -LOG_W, MASK)
-    assert kl.item() == pytest.approx(float((1 / W - 1 + torch.log(W)).sum()), rel=1e-6)  # float32 w
-    assert kl.item() == pytest.approx(3.3552, abs=1e-4)
+    assert kl.item() == pytest.approx(float((W * torch.log(W) - W + 1).sum()), rel=1e-6)  # float32 w
+    assert kl.item() == pytest.approx(45.5015, abs=1e-4)
+    k3 = sequence_kl(learner, -LOG_W, MASK, "k3-sum")
+    assert k3.item() == pytest.approx(float((1 / W - 1 + torch.log(W)).sum()), rel=1e-6)
+    assert k3.item() == pytest.approx(3.3552, abs=1e-4)
     advantages = torch.tensor([1.0, -1.0, -1.0, 0.0])
     kls = torch.tensor([60.0, 60.0, 10.0, 60.0])
     assert ftis_kept(advantages, kls, 50.0).tolist() == [True, False, True, False]
@@ -231,7 +235,7 @@ def test_the_prp_ftis_recipe_plans_on_8_gpus_as_the_corrected_arm():
             settings = config.regime.prp
             assert (settings.correction, settings.correction_level, settings.truncation_bound, settings.kl_bound,
                     settings.kl_estimator, settings.denominator, settings.advantage_grouping) == (
-                "ftis", "token", 2.0, 50.0, "k3-sum", "peer", "auto")
+                "ftis", "token", 2.0, 50.0, "rlogr-sum", "peer", "auto")
         assert config.grpo["scale_rewards"] == ("group" if recipe == "prp-ftis-2qwen" else "batch")
         plan = make_launch_plan(config, Path("/tmp/unused-run"), simulate=True, vllm_available=True, dry_run=True)
         out = io.StringIO()

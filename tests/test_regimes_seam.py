@@ -48,7 +48,8 @@ class FakeTrainer:
     """Exactly TrainerView, nothing of TRL: log-probs are a constant -0.5 per token."""
 
     def __init__(self, tokenizer, max_completion_length=8):
-        self.args = SimpleNamespace(seed=7, steps_per_generation=1, num_iterations=1, gradient_accumulation_steps=1)
+        self.args = SimpleNamespace(seed=7, steps_per_generation=1, num_iterations=1, gradient_accumulation_steps=1,
+                                    delta=None)
         self.state = SimpleNamespace(max_steps=3, global_step=0, log_history=[])
         self.accelerator = FakeRanks()
         self.model = torch.nn.Linear(1, 1)
@@ -59,6 +60,8 @@ class FakeTrainer:
         self.scale_rewards = "group"
         self.epsilon_low = 0.2
         self.epsilon_high = 0.2
+        self.loss_type = "grpo"
+        self.importance_sampling_level = "token"
         self.beta = 0.0
         self.policy_logps = None
         self.recorded: dict[tuple[str, str], list[float]] = defaultdict(list)

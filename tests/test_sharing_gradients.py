@@ -113,7 +113,7 @@ HAND = {  # (settings, A) -> per-token gradient weight on the peer row
     ("tis", -1.0): np.array([0.5, 2.0, 3.0, 3.0]),
     ("tis-drop", 1.0): np.array([0.5, 2.0, 3.0, 0.0]),  # 0 above D, else min(w, C)
     ("tis-drop", -1.0): np.array([0.5, 2.0, 3.0, 0.0]),
-    ("ftis", 1.0): np.array([0.5, 2.0, 3.0, 3.0]),  # F-TIS's truncation; the sample's KL (3.355) < g = 50: kept
+    ("ftis", 1.0): np.array([0.5, 2.0, 3.0, 3.0]),  # F-TIS's truncation; the sample's KL (45.50) < g = 50: kept
     ("ftis", -1.0): np.array([0.5, 2.0, 3.0, 3.0]),
 }
 
@@ -130,12 +130,17 @@ def test_prp_token_level_gradient_weights(trainer, monkeypatch, case, advantage)
 
 
 def test_ftis_drops_a_negative_advantage_sample_past_the_kl_bound_only(trainer, monkeypatch):
-    """The sample's KL to the learner, Σ_t exp(δ) − δ − 1 with δ = −log w: (2 − .693 − 1) + (.5 + .693 − 1) +
-    (.2 + 1.609 − 1) + (.05 + 2.996 − 1) = 3.355. With g = 3: A < 0 is dropped (weight 0), A > 0 is kept."""
-    kl = float(np.sum(1 / W + np.log(W) - 1))
-    assert kl == pytest.approx(3.355, abs=1e-3)
-    for advantage, expected in ((-1.0, np.zeros(4)), (1.0, np.minimum(W, C))):
-        batch = prp_batch(advantage, correction="ftis", kl_bound=3.0)
+    """The sample's KL(π_θ ‖ π_gen) estimate (the default, rlogr-sum), Σ_t w log w − w + 1 with w = π_θ/π_gen:
+    (−.347 − .5 + 1) + (1.386 − 2 + 1) + (8.047 − 5 + 1) + (59.915 − 20 + 1) = 45.502. With g = 45: A < 0 is dropped
+    (weight 0), A > 0 is kept; with g = 46 both are kept. k3-sum, Σ_t 1/w + log w − 1 = 3.355, keeps it at g = 45."""
+    kl = float(np.sum(W * np.log(W) - W + 1))
+    assert kl == pytest.approx(45.502, abs=1e-3)
+    assert float(np.sum(1 / W + np.log(W) - 1)) == pytest.approx(3.355, abs=1e-3)
+    for advantage, bound, estimator, expected in ((-1.0, 45.0, "rlogr-sum", np.zeros(4)),
+                                                  (1.0, 45.0, "rlogr-sum", np.minimum(W, C)),
+                                                  (-1.0, 46.0, "rlogr-sum", np.minimum(W, C)),
+                                                  (-1.0, 45.0, "k3-sum", np.minimum(W, C))):
+        batch = prp_batch(advantage, correction="ftis", kl_bound=bound, kl_estimator=estimator)
         got = peer_weight(gradient(trainer, monkeypatch, batch, np.stack([OWN, SNAPSHOT])), advantage)
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
 
@@ -252,3 +257,80 @@ def test_aggregate_loss_reduces_as_trls_own_loss(trainer, monkeypatch, loss_type
     per_token = 2.0 / trainer.args.sapo_temperature_neg if loss_type == "sapo" else 1.0
     ours = trainer.aggregate_loss(torch.full((2, 4), per_token), batch["completion_mask"], batch)
     assert ours.item() == pytest.approx(trl_loss.item(), rel=1e-6)
+
+
+# -- PRP's used_share under TRL's clip: the rows autograd moves at the snapshot -----------------------------------
+CLIP_ROWS = np.array([[0.5, 2.0, 5.0, 20.0], [2.0, 5.0, 20.0, 1.5], [0.5, 0.7, 0.6, 0.1], [0.5, 0.7, 0.6, 0.1],
+                      [5.0, 20.0, 5.0, 20.0], [1.0, 1.0, 1.0, 1.0]])  # w of six peer rows
+CLIP_ADVANTAGES = [1.0, 1.0, -1.0, 1.0, -1.0, 0.0]
+
+
+@pytest.mark.parametrize("level, delta, used", [
+    ("token", None, [1, 0, 0, 1, 1, 0]),  # A > 0: some w <= 1.2; A < 0: some w >= 0.8; A = 0 moves nothing
+    ("sequence", None, [0, 0, 0, 1, 1, 0]),  # GSPO: W̄ = 3.162, 4.162, 0.381, 0.381, 10: the same rule on W̄
+    ("token", 3.0, [1, 0, 0, 1, 0, 0]),  # delta 3: an A < 0 row moves only where some w is in [0.8, 3]
+])
+def test_prp_used_share_without_a_correction_is_the_rows_trls_clip_lets_move(trainer, monkeypatch, level, delta,
+                                                                              used):
+    """The paper's corrected PRP (no correction, the peer denominator): TRL's ratio on a peer row at the snapshot is
+    ``w``, and ``-min(w A, clip(w) A)`` passes a gradient only where the unclipped term is the minimum. Six peer rows
+    (w above, A = [1, 1, -1, 1, -1, 0]): ``source_diagnostics``' ``used`` with the adapter's clip equals the rows
+    whose log-probs get a nonzero gradient by autograd through TRL's loss (before, it said 5 of 6 in every case)."""
+    from mutualrl.regimes.prp.maths import source_diagnostics
+
+    monkeypatch.setattr(trainer, "importance_sampling_level", level)
+    monkeypatch.setattr(trainer.args, "delta", delta)
+    config = load_run_config("tiny", regime="prp", check_grpo=False).config
+    adapter = PRPAdapter(config, "tiny-bpe", exchange=None)
+    adapter.bind(trainer)
+    clip = adapter.ppo_clip()
+    assert (clip.level, clip.epsilon_low, clip.epsilon_high, clip.delta) == (level, EPS, EPS, delta)
+    log_w = torch.tensor(np.log(CLIP_ROWS), dtype=torch.float32)  # [6, 4]
+    snapshot = np.concatenate([OWN[None], np.tile(SNAPSHOT, (6, 1))])  # [7, 4]
+    batch = base_batch([0.0, *CLIP_ADVANTAGES])
+    batch["old_per_token_logps"] = torch.tensor(snapshot, dtype=torch.float32) - torch.cat(
+        [torch.zeros(1, 4), log_w])  # [7, 4] the own row's snapshot, the peers' traces
+    grad = gradient(trainer, monkeypatch, batch, snapshot)
+    moved = (grad[1:] != 0).any(axis=1).astype(int).tolist()
+    rows = source_diagnostics(log_w, torch.ones(6, 4, dtype=torch.long), "none", "token", 2.0, 10.0,
+                              torch.ones(6, dtype=torch.bool), torch.tensor(CLIP_ADVANTAGES), clip)
+    assert moved == used and rows["used"].long().tolist() == used
+    assert source_diagnostics(log_w, torch.ones(6, 4, dtype=torch.long), "none", "token", 2.0, 10.0,
+                              torch.ones(6, dtype=torch.bool), torch.tensor(CLIP_ADVANTAGES))["used"].sum() == 5
+
+
+def test_prp_the_clip_is_modelled_only_where_the_ratio_is_w(trainer, monkeypatch):
+    """A correction (the ratio divides by the snapshot: 1), the learner denominator (1 as well) or a loss without a
+    hard clip (cispo, sapo) leave every row's gradient to ``T(w)·A``: no clip."""
+    config = load_run_config("tiny", regime="prp", check_grpo=False).config
+    for settings in ({"correction": "tis"}, {"denominator": "learner"}):
+        config.regime.prp = replace(load_run_config("tiny", regime="prp", check_grpo=False).config.regime.prp,
+                                    **settings)
+        adapter = PRPAdapter(config, "tiny-bpe", exchange=None)
+        adapter.bind(trainer)
+        assert adapter.ppo_clip() is None
+    config.regime.prp = load_run_config("tiny", regime="prp", check_grpo=False).config.regime.prp
+    adapter = PRPAdapter(config, "tiny-bpe", exchange=None)
+    adapter.bind(trainer)
+    for loss_type, clipped in (("cispo", False), ("sapo", False), ("dapo", True)):
+        monkeypatch.setattr(trainer, "loss_type", loss_type)
+        assert (adapter.ppo_clip() is not None) == clipped
+
+
+@pytest.mark.parametrize("correction, mean_weight", [("tis", 2.125), ("tis-drop", 1.375)])
+def test_a_token_level_correction_under_gspo_trains_the_rows_mean_weight(trainer, monkeypatch, correction,
+                                                                         mean_weight):
+    """Why the configuration refuses a per-token correction under GSPO: TRL's sequence ratio averages the log-ratios,
+    so the token weights T(w) = [0.5, 2, 3, 3] (tis, C = 3) reach every token as their mean, 2.125, and tis-drop's
+    [0.5, 2, 3, 0] (w = 20 > D dropped) as 1.375: the dropped token trains with weight 1.375, not 0."""
+    from mutualrl.config.typed import ConfigError
+
+    monkeypatch.setattr(trainer, "importance_sampling_level", "sequence")
+    batch = prp_batch(1.0, correction=correction)
+    got = peer_weight(gradient(trainer, monkeypatch, batch, np.stack([OWN, SNAPSHOT])), 1.0)
+    np.testing.assert_allclose(got, np.full(4, mean_weight), rtol=1e-5)
+    with pytest.raises(ConfigError, match=r"grpo\.importance_sampling_level: 'sequence' \(GSPO\) with regime\.prp\."
+                                          rf"correction '{correction}' at correction_level 'token'") as err:
+        load_run_config("tiny", regime="prp", overrides=[f"regime.prp.correction={correction}",
+                                                         "grpo.importance_sampling_level=sequence"])
+    assert "\n" not in str(err.value)

@@ -141,8 +141,7 @@ def test_ftis_kl_estimators_by_hand():
     learner = torch.tensor([[-5.0, -1.0, -1.0, -1.0], [-1.0, -1.0, -9.0, 0.0]])  # [2, 4]
     generator = torch.tensor([[-0.9, -1.0, -1.0, -1.0], [-2.0, -2.0, 3.0, 0.0]])  # [2, 4]
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])  # [2, 4]
-    k3 = sequence_kl(learner, generator, mask)  # the default
-    assert torch.equal(k3, sequence_kl(learner, generator, mask, "k3-sum"))
+    k3 = sequence_kl(learner, generator, mask, "k3-sum")  # the default is rlogr-sum: test_ftis_kl_estimators.py
     assert k3.tolist() == pytest.approx([math.exp(4.1) - 5.1, 2 * math.exp(-1.0)], rel=1e-6)
     mean = sequence_kl(learner, generator, mask, "mean-log-ratio")
     assert mean.tolist() == pytest.approx([1.025, -1.0], rel=1e-6)
@@ -153,11 +152,11 @@ def test_ftis_kl_estimators_by_hand():
         sequence_kl(learner, generator, mask, "k1")
 
 
-def test_the_kl_estimator_is_a_setting_with_k3_sum_by_default():
+def test_the_kl_estimator_is_a_setting_with_rlogr_sum_by_default():
     from mutualrl.config import load_run_config
     from mutualrl.config.typed import ConfigError
 
-    assert load_run_config("tiny", regime="prp", check_grpo=False).config.regime.prp.kl_estimator == "k3-sum"
+    assert load_run_config("tiny", regime="prp", check_grpo=False).config.regime.prp.kl_estimator == "rlogr-sum"
     chosen = load_run_config("tiny", regime="prp", overrides=["regime.prp.kl_estimator=mean-log-ratio"],
                              check_grpo=False).config
     assert chosen.regime.prp.kl_estimator == "mean-log-ratio"
@@ -166,11 +165,12 @@ def test_the_kl_estimator_is_a_setting_with_k3_sum_by_default():
 
 
 @pytest.mark.slow  # over 2 s: outside the fast tier
-@pytest.mark.parametrize("estimator,dropped", [("k3-sum", True), ("mean-log-ratio", False)])
+@pytest.mark.parametrize("estimator,dropped", [("rlogr-sum", True), ("k3-sum", True), ("mean-log-ratio", False)])
 def test_the_estimator_decides_which_rows_ftis_keeps(thl_tokenizers, tmp_path, estimator, dropped):
-    """The peer's log-probs are the learner's − 3 on every token (δ = −3), g = 1: k3-sum gives each row
-    (e^-3 + 3 − 1)·L >= 2.05 > g, so its rows with A <= 0 are dropped (weight 0); the mean log-ratio is −3 < g, so
-    every row keeps min(w, 2) = 2 (w = e³) and all four are used."""
+    """The peer's log-probs are the learner's − 3 on every token (δ = −3), g = 1: rlogr-sum gives each row
+    (3e³ − e³ + 1)·L >= 41.2 > g (r = e³) and k3-sum (e^-3 + 3 − 1)·L >= 2.05 > g, so its rows with A <= 0 are
+    dropped (weight 0); the mean log-ratio is −3 < g, so every row keeps min(w, 2) = 2 (w = e³) and all four are
+    used."""
     from test_prp_corrections import scored_step
 
     from mutualrl.regimes.core.seam import TOKEN_WEIGHTS

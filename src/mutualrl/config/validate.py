@@ -25,7 +25,9 @@ from mutualrl.config.grpo_schema import grpo_schema
 from mutualrl.config.schema import SCHEDULE_GRPO_FIELDS, RunConfig
 from mutualrl.config.trl_config import grpo_key_hint
 from mutualrl.config.typed import ConfigError, check_bounds, convert
+from mutualrl.regimes.core.pooled_spec import PooledRowsSettings, check_pooled_grpo
 from mutualrl.regimes.core.registry import get_regime, settings_regimes
+from mutualrl.regimes.core.sampling import check_vllm_ratio
 
 POLICY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 NAME_MAX_CHARS = 100
@@ -144,14 +146,22 @@ def _check_see(config: RunConfig, source: str) -> None:
 
 
 def _check_regime_settings(config: RunConfig, source: str) -> None:
-    """Cross-field checks of each regime's settings (single-field ranges are ``ge``/``gt``/``le`` bounds)."""
+    """Cross-field checks of each regime's settings (single-field ranges are ``ge``/``gt``/``le`` bounds), then of
+    each policy's GRPO fields under the running regime: its ``grpo_check``, a pooling regime's settings against them
+    (``check_pooled_grpo``: GSPO with a per-token correction, truncated sampling with the peer's trace as
+    denominator) and truncated sampling with TRL's vLLM ratio (``check_vllm_ratio``, every regime)."""
     for spec in settings_regimes():
         problem = spec.check(getattr(config.regime, spec.settings_key)) if spec.check else None
         if problem is not None:
             raise ConfigError(source, f"regime.{spec.settings_key}.{problem[0]}", problem[1])
     running = get_regime(config.regime.name)
-    for policy in config.pool.policies if running.grpo_check else ():
-        problem = running.grpo_check({**config.grpo, **policy.grpo})
+    settings = getattr(config.regime, running.settings_key) if running.settings_key else None
+    for policy in config.pool.policies:
+        grpo = {**config.grpo, **policy.grpo}
+        problem = running.grpo_check(grpo) if running.grpo_check else None
+        if problem is None and isinstance(settings, PooledRowsSettings):
+            problem = check_pooled_grpo(settings, grpo, running.settings_key)
+        problem = problem or check_vllm_ratio(grpo)
         if problem is not None:
             where = f"pool.policies.{policy.name}.grpo" if problem[0] in policy.grpo else "grpo"
             raise ConfigError(source, f"{where}.{problem[0]}", problem[1])

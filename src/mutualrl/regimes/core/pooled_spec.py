@@ -5,10 +5,12 @@ rows themselves are :mod:`mutualrl.regimes.core.pooled_rows`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from mutualrl.figure_words import NONNEGATIVE, UNIT, MetricWords
+from mutualrl.regimes.core.sampling import shown, truncating_sampling
 
 
 @dataclass
@@ -51,15 +53,16 @@ class PooledRowsSettings:
                                    "to the learner (as kl_estimator reads it) is at least this (50: F-TIS's value, "
                                    "a whole-sequence magnitude)."},
     )
-    kl_estimator: Literal["k3-sum", "mean-log-ratio"] = field(
-        default="k3-sum",
-        metadata={"help": "Under 'ftis': how a sample's sequence KL to the learner is estimated from its tokens, "
-                          "delta_t = log pi_peer - log pi_learner: 'k3-sum' (the sum over its tokens of GRPO's k3, "
-                          "exp(delta) - delta - 1, TRL's KL term with the peer's trace in the reference's place) or "
-                          "'mean-log-ratio' (the mean of delta over its tokens, TRL's off_policy_mask_threshold). "
-                          "F-TIS does not say which; k3-sum is the default because g = 50 is a whole-sequence "
-                          "magnitude (a per-token mean almost never reaches it, which would switch the filter off) "
-                          "and each k3 term is >= 0, so tokens do not cancel."},
+    kl_estimator: Literal["rlogr-sum", "k3-sum", "mean-log-ratio"] = field(
+        default="rlogr-sum",
+        metadata={"help": "Under 'ftis': how a sample's sequence KL to the learner is estimated from the peer's "
+                          "tokens, r_t = pi_learner / pi_peer per token: 'rlogr-sum' (the sum of r log r - r + 1: "
+                          "unbiased on the peer's samples for the tokens' KL(learner || peer) at the peer's prefixes, "
+                          "summed: F-TIS's D_KL(pi_theta || pi_gen)), 'k3-sum' (the sum of GRPO's k3, 1/r + log r - "
+                          "1: it estimates chi2(peer || learner) - KL(peer || learner), growing as 1/r) or "
+                          "'mean-log-ratio' (the mean of -log r, TRL's off_policy_mask_threshold: the sequence's "
+                          "KL(peer || learner) over its length). F-TIS names KL(pi_theta || pi_gen); g = 50 is a "
+                          "whole-sequence magnitude, which a sum has."},
     )
     drop_bound: float = field(
         default=10.0,
@@ -72,6 +75,34 @@ class PooledRowsSettings:
                           "M*K rewards of every policy), 'source' (F-TIS's 'vertical' grouping: the K rewards of "
                           "the policy that wrote the row), 'auto' (source under 'ftis', pool otherwise)."},
     )
+
+
+def check_pooled_grpo(settings: PooledRowsSettings, grpo: Mapping[str, Any],
+                      key: str) -> tuple[str, str] | None:
+    """Settings of a pooling regime (``settings``, under ``regime.<key>``) that one policy's GRPO fields (``grpo``:
+    shared and its own) would make train another objective: None, or (the GRPO field, the problem).
+
+    - A per-token correction under GSPO: TRL's sequence ratio averages the log-ratios, so a token weight on the
+      advantage reaches every token of the row as the row's mean weight (``[0.5, 2, 3, 3]`` trains ``2.125`` on each).
+    - Truncated sampling with the peer's trace as a ratio's denominator (``denominator: peer``): under transformers
+      generation (or wherever the plan turns vLLM off) the trace is the trainer's full-vocabulary log-prob, not the
+      truncated sampler's, so ``log w`` is too high by ``−log S`` per token (``S``: the kept mass).
+    """
+    if (settings.correction != "none" and settings.correction_level == "token"
+            and grpo.get("importance_sampling_level") == "sequence"):
+        return "importance_sampling_level", (
+            f"'sequence' (GSPO) with regime.{key}.correction {settings.correction!r} at correction_level 'token': "
+            "TRL's sequence ratio averages the tokens' log-ratios, so every token of a peer row would train with the "
+            f"row's mean weight, not its own; set regime.{key}.correction_level: sequence, or "
+            "importance_sampling_level: token")
+    cut = truncating_sampling(grpo)
+    if cut and settings.denominator == "peer":
+        return cut[0][0].split(".")[0], (
+            f"{shown(cut)} truncates sampling, and regime.{key}.denominator 'peer' divides by the peer's recorded "
+            "trace, which under transformers generation (wherever the plan runs a policy without vLLM) is the "
+            "untruncated log-prob: log w too high by -log(kept mass) on every token; sample untruncated (top_p 1, "
+            "top_k 0, min_p unset)")
+    return None
 
 
 def ratio_metrics(label: str) -> tuple[tuple[str, MetricWords], ...]:

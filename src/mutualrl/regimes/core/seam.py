@@ -143,6 +143,7 @@ class GRPOArgsView(Protocol):
     steps_per_generation: int
     num_iterations: int
     gradient_accumulation_steps: int
+    delta: float | None  # TRL's two-sided clip bound of the ratio (None: off)
 
 
 class TrainStateView(Protocol):
@@ -185,6 +186,8 @@ class TrainerView(Protocol):
     scale_rewards: str  # GRPO's advantage scaling: "group", "batch" or "none"
     epsilon_low: float  # the PPO clip's lower epsilon
     epsilon_high: float  # the PPO clip's upper epsilon
+    loss_type: str  # TRL's loss_type ("grpo", "dapo", ...)
+    importance_sampling_level: str  # TRL's ratio: "token" or "sequence" (GSPO)
     beta: float  # the KL term's coefficient (0: no reference model)
     policy_logps: torch.Tensor | None  # float [B, C] this micro-batch's log-probs from TRL's loss forward, with grad
     # (set during compute_loss, for a regime's extra_loss; None elsewhere and under TRL's Liger loss)

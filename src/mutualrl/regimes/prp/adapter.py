@@ -31,6 +31,8 @@ from mutualrl.regimes.prp.spec import PRP, PRPSettings
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from mutualrl.regimes.prp.maths import PPOClip
+
 
 class PRPAdapter(PooledRowsAdapter):
     spec = PRP
@@ -93,9 +95,10 @@ class PRPAdapter(PooledRowsAdapter):
         the correction's level: ``T(w)``, 0 on a dropped row; ``w`` itself without a correction), ``ess_raw`` (the same
         of the raw weights ``w``), ``log_ratio_mean`` / ``log_ratio_max`` (raw token ``log w``), ``truncated_share`` /
         ``filtered_share`` (of the correction's units: capped, or keeping no weight), ``used_share`` (of the peer's
-        samples of this step's prompts, the rows whose weighted advantage ``T(w)·A`` is nonzero on some token: the
-        rows that move the gradient; a kept row of advantage 0 does not). Only where the peers' traces are read
-        (``w`` needs them).
+        samples of this step's prompts, the rows whose gradient at the snapshot is nonzero on some token: weighted
+        advantage ``T(w)·A`` nonzero and, without a correction, inside TRL's PPO clip on ``w`` (:meth:`ppo_clip`);
+        a kept row of advantage 0 does not; the generation's later updates are not seen). Only where the peers'
+        traces are read (``w`` needs them).
         The ESS is not a ratio of sums, so its sums are reduced over the ranks here (one collective, every rank)."""
         from mutualrl.regimes.prp.maths import source_diagnostics
 
@@ -105,7 +108,7 @@ class PRPAdapter(PooledRowsAdapter):
         advantages = step.batch["advantages"][step.n_local:]  # [N] the peer rows' advantages, as the loss reads them
         rows = source_diagnostics(step.peer_log_weights(), step.peer_mask, settings.correction,
                                   settings.correction_level, settings.truncation_bound, settings.drop_bound,
-                                  step.kept, advantages)
+                                  step.kept, advantages, self.ppo_clip())
         names = [name for name, _ in step.sources]
         out: dict[str, float] = {}
         ess_parts = []
@@ -120,6 +123,17 @@ class PRPAdapter(PooledRowsAdapter):
             out[f"from/{peer}/filtered_share"] = Share(mine["filtered"].sum().item(), units)
             out[f"from/{peer}/used_share"] = Share(mine["used"].sum().item(), step.n_local)
         return self._with_source_ess(out, ess_parts)
+
+    def ppo_clip(self) -> PPOClip | None:
+        """TRL's clip as it acts on the peer rows at the snapshot where their ratio is ``w`` itself (no correction under
+        ``denominator: peer``, a loss type that clips): the trainer's ratio level, clip widths and ``delta``; None
+        where the ratio is 1 there (a correction, or ``denominator: learner``) or the loss does not clip."""
+        from mutualrl.regimes.prp.maths import CLIPPED_LOSSES, PPOClip
+
+        trainer = self.trainer
+        if self.settings.correction != "none" or self.denominator != "peer" or trainer.loss_type not in CLIPPED_LOSSES:
+            return None
+        return PPOClip(trainer.importance_sampling_level, trainer.epsilon_low, trainer.epsilon_high, trainer.args.delta)
 
     def _pooled_advantages(self, rollouts: StepRollouts,
                            peers: dict[str, pa.Table]) -> tuple[PeerGroups, torch.Tensor, range, torch.Tensor]:

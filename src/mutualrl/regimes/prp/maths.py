@@ -14,6 +14,7 @@ with HACPO; the channel decomposition of the three regimes is :mod:`mutualrl.eva
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -86,32 +87,39 @@ def correction_weights(log_w: torch.Tensor, mask: torch.Tensor, correction: Corr
     return torch.where(mask.bool() & exists, weights, torch.ones_like(weights))  # [N, T]
 
 
-KLEstimator = Literal["k3-sum", "mean-log-ratio"]
+KLEstimator = Literal["rlogr-sum", "k3-sum", "mean-log-ratio"]
+KL_ESTIMATORS: tuple[str, ...] = ("rlogr-sum", "k3-sum", "mean-log-ratio")
 
 
 def sequence_kl(learner_logps: torch.Tensor, generator_logps: torch.Tensor, mask: torch.Tensor,
-                estimator: KLEstimator = "k3-sum") -> torch.Tensor:
-    """F-TIS's per-sequence ``D_KL(π_θ ‖ π_gen)`` ``[N]`` from the tokens the generator sampled, ``δ_t = log π_gen −
-    log π_θ`` (F-TIS does not say which estimator; ``kl_estimator`` picks):
+                estimator: KLEstimator = "rlogr-sum") -> torch.Tensor:
+    """F-TIS's per-sequence filter figure ``[N]`` from the tokens the generator sampled, ``δ_t = log π_gen − log π_θ``
+    and ``r_t = π_θ / π_gen = exp(−δ_t)`` on the masked tokens. What each estimator's expectation over the generator's
+    samples is (per token at the generator's own prefix; docs/regimes.md, "Which sequence KL"):
 
-    - ``k3-sum``: ``Σ_t (exp(δ_t) − δ_t − 1)`` over the masked tokens, GRPO's k3 (TRL's KL term with the generator in
-      the reference's place): every term >= 0, 0 where the two agree, and one token with ``δ = 4`` alone gives
-      ``e⁴ − 5 ≈ 49.6``;
-    - ``mean-log-ratio``: ``(1/|y|) Σ_t δ_t``, the masked tokens' mean, TRL 1.16's off-policy sequence mask
-      (``GRPOTrainer.get_off_policy_mask``, DeepSeek-V3.2): a per-token figure, negative where the learner is the
-      more confident; 0 on a row without tokens.
+    - ``rlogr-sum`` (the default): ``Σ_t (r_t log r_t − r_t + 1)``, each term >= 0; unbiased for ``Σ_t KL(π_θ ‖
+      π_gen)`` at the generator's prefixes, F-TIS's ``D_KL(π_θ ‖ π_gen)`` (the sequence KL itself where a token's
+      distributions do not depend on the prefix);
+    - ``k3-sum``: ``Σ_t (exp(δ_t) − δ_t − 1)``, GRPO's k3 with the generator in the reference's place; on the
+      generator's samples it estimates ``Σ_t (χ²(π_gen ‖ π_θ) − KL(π_gen ‖ π_θ))``, which grows as ``e^δ``;
+    - ``mean-log-ratio``: ``(1/|y|) Σ_t δ_t``, TRL 1.16's off-policy sequence mask (``get_off_policy_mask``):
+      ``Σ_t δ_t`` is unbiased for the sequence's ``KL(π_gen ‖ π_θ)``, divided by the length; 0 on a row without tokens.
     """
     check_same_shape("generator_logps", generator_logps, "learner_logps", learner_logps)
     check_same_shape("mask", mask, "learner_logps", learner_logps)
     m = mask.bool()
     delta = (generator_logps.double() - learner_logps.double()).clamp(-50.0, 50.0)  # [N, T] float64
+    if estimator == "rlogr-sum":
+        r = torch.exp(-delta)  # [N, T] π_θ / π_gen
+        terms = r * -delta - r + 1.0  # [N, T] r log r − r + 1
+        return torch.where(m, terms, torch.zeros_like(terms)).sum(dim=1)  # [N]
     if estimator == "k3-sum":
         k3 = torch.exp(delta) - delta - 1.0  # [N, T]
         return torch.where(m, k3, torch.zeros_like(k3)).sum(dim=1)  # [N]
     if estimator == "mean-log-ratio":
         total = torch.where(m, delta, torch.zeros_like(delta)).sum(dim=1)  # [N]
         return total / m.sum(dim=1).clamp(min=1)  # [N]
-    raise ValueError(f"kl_estimator must be 'k3-sum' or 'mean-log-ratio'; got {estimator!r}")
+    raise ValueError(f"kl_estimator must be one of {', '.join(KL_ESTIMATORS)}; got {estimator!r}")
 
 
 def ftis_kept(advantages: torch.Tensor, kl: torch.Tensor, kl_bound: float) -> torch.Tensor:
@@ -139,9 +147,48 @@ def resolved_grouping(grouping: AdvantageGrouping, correction: Correction) -> Li
     return grouping
 
 
+@dataclass(frozen=True)
+class PPOClip:
+    """TRL's clipped surrogate as it acts on a peer row whose ratio divides by the peer's trace (no correction under
+    ``denominator: peer``): ``level`` is TRL's ``importance_sampling_level``, ``epsilon_low``/``epsilon_high`` its clip
+    widths, ``delta`` its two-sided bound (``GRPOConfig.delta``, None: off)."""
+
+    level: Literal["token", "sequence"]
+    epsilon_low: float
+    epsilon_high: float
+    delta: float | None = None
+
+
+CLIPPED_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
+"""TRL 1.16's loss types whose surrogate is ``-min(r·A, clip(r)·A)`` (cispo, sapo and vespo give every ratio a
+gradient)."""
+
+
+def clip_passes(log_w: torch.Tensor, mask: torch.Tensor, advantages: torch.Tensor, clip: PPOClip) -> torch.Tensor:
+    """Where TRL's clipped surrogate passes a gradient at the snapshot, bool ``[N, T]``, its ratio ``r`` being the
+    importance weight: ``w_t`` (``level`` token) or GSPO's ``exp(mean_t log w_t)`` over the row's masked tokens
+    (sequence). ``-min(r·A, clip(r, 1−ε_low, 1+ε_high)·A)`` has the gradient of ``r`` where the unclipped term is the
+    minimum, ``r <= 1+ε_high`` for ``A > 0`` and ``r >= 1−ε_low`` for ``A < 0``, and none elsewhere; under ``delta``
+    also ``r <= delta`` (TRL clamps ``r`` there). ``A = 0`` is :func:`moving_units`' to rule out."""
+    check_float("advantages", advantages, 1, "[N]")
+    m = mask.bool()
+    masked = torch.where(m, log_w.double(), torch.zeros_like(log_w, dtype=torch.float64))  # [N, T]
+    if clip.level == "sequence":
+        mean = masked.sum(dim=1, keepdim=True) / m.sum(dim=1, keepdim=True).clamp(min=1)  # [N, 1]
+        masked = mean.expand_as(masked)  # [N, T]
+    elif clip.level != "token":
+        raise ValueError(f"importance_sampling_level must be 'token' or 'sequence'; got {clip.level!r}")
+    r = torch.exp(masked)  # [N, T] float64
+    positive = (advantages > 0).to(r.device)[:, None]  # bool [N, 1]
+    passes = torch.where(positive, r <= 1.0 + clip.epsilon_high, r >= 1.0 - clip.epsilon_low)  # bool [N, T]
+    if clip.delta is not None:
+        passes = passes & (r <= clip.delta)  # bool [N, T]
+    return passes & m  # bool [N, T]
+
+
 def source_diagnostics(log_w: torch.Tensor, mask: torch.Tensor, correction: Correction, level: CorrectionLevel,
                        truncation_bound: float, drop_bound: float, rows_kept: torch.Tensor,
-                       advantages: torch.Tensor) -> dict[str, torch.Tensor]:
+                       advantages: torch.Tensor, clip: PPOClip | None = None) -> dict[str, torch.Tensor]:
     """Per-row sums of how off-policy a peer's rows are and what the loss makes of them, for the per-source metrics
     (rows ``[N]``, float64).
 
@@ -151,8 +198,10 @@ def source_diagnostics(log_w: torch.Tensor, mask: torch.Tensor, correction: Corr
     ±150 so that ``w²`` stays finite in float64); ``log_w_sum``, ``tokens``: ``Σ_t log w_t`` and the masked tokens;
     ``log_w_max``: the largest token ``log w`` (``-inf`` without tokens); ``truncated``, ``filtered``: units the
     correction capped, and units that keep no weight (dropped by their weight, or of a dropped row); ``used``: 1
-    where the row's weighted advantage ``T(w)·A`` is nonzero on some token (:func:`moving_units`), the rows that move
-    the gradient (``advantages`` ``[N]``: the rows' advantages as the loss reads them).
+    where the row's gradient at the snapshot is nonzero on some token: its weighted advantage ``T(w)·A`` is nonzero
+    (:func:`moving_units`) and, given ``clip`` (no correction under the peer denominator: TRL's PPO ratio is ``w``
+    itself), TRL's clip passes that token's gradient (:func:`clip_passes`) (``advantages`` ``[N]``: the rows'
+    advantages as the loss reads them). Later updates of the same generation are not seen.
     """
     units, exists = unit_log_weights(log_w, mask, level)  # [N, T] or [N, 1]
     corrected, truncated, dropped = corrected_log_weights(units, correction, truncation_bound, drop_bound)
@@ -163,6 +212,8 @@ def source_diagnostics(log_w: torch.Tensor, mask: torch.Tensor, correction: Corr
     token_max = torch.where(m, log_w.double(), torch.full_like(log_w, -math.inf, dtype=torch.float64))  # [N, T]
     filtered = (dropped | ~kept_rows) & exists  # [N, T] or [N, 1]
     moving = moving_units(corrected, exists & ~filtered, correction, advantages)  # bool [N, T] or [N, 1]
+    if clip is not None:  # no correction: one weight per row, so the clip's tokens and the row's units combine by row
+        moving = moving & clip_passes(log_w, mask, advantages, clip).any(dim=1, keepdim=True)  # bool [N, T] or [N, 1]
     return {
         "w_sum": w.sum(dim=1), "w_sq_sum": (w * w).sum(dim=1), "lw_sum": lw.sum(dim=1),
         "lw_sq_sum": (lw * lw).sum(dim=1), "units": exists.sum(dim=1).double(),
@@ -181,7 +232,8 @@ def moving_units(corrected: torch.Tensor, weighed: torch.Tensor, correction: Cor
     :func:`correction_weights` gives it to the loss, ``exp`` of ``corrected`` in its own dtype, because a weight
     that underflows to 0 there moves nothing; without a correction the loss has no weight (1). A row of advantage 0
     (a group whose rewards are all equal, an unscored row) moves nothing whatever its weight. What this does not
-    see: without a correction under ``denominator: peer``, TRL's PPO clip on ``w`` (``token_clip_rate`` counts it).
+    see: without a correction under ``denominator: peer``, TRL's PPO clip on ``w`` (:func:`clip_passes`, which
+    :func:`source_diagnostics` adds).
     """
     check_float("advantages", advantages, 1, "[N]")
     if correction == "none":
