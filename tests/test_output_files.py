@@ -64,6 +64,11 @@ CASES = {
                     lambda t: t / "out" / "ev.json", replaces=False),  # replacing needs a model to run
     "complementarity --out": Case(lambda t: ["complementarity", *step_files(t), "--out", str(t / "out" / "c.json")],
                                   lambda t: t / "out" / "c.json"),
+    "eval (the working directory's eval-results/)": Case(lambda t: ["eval", str(t / "SW" / "sgt-seed1")],
+                                                         lambda t: t / "eval-results", folder=True, replaces=False),
+    "sweep --slurm (its slurm/)": Case(lambda t: ["sweep", "-o", str(t / "SW"), "--regimes", "standalone", "--seeds",
+                                                  "2", "--pool", "tiny", "--slurm", "--slurm-local", "--dry-run"],
+                                       lambda t: t / "SW" / "slurm", folder=True, replaces=False),
     "distill (RUN/distill)": Case(lambda t: ["distill", str(t / "SW" / "standalone-seed1"), "--learner", "tiny-bpe"],
                                   lambda t: t / "SW" / "standalone-seed1" / "distill", folder=True, replaces=False,
                                   prepare=finished_distill_run),
@@ -71,7 +76,8 @@ CASES = {
 
 
 @pytest.fixture
-def tmp(tmp_path: Path) -> Path:
+def tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)  # the working directory, where eval's default results folder is
     write_sweep(tmp_path / "SW", SCORES)
     (tmp_path / "out").mkdir()
     return tmp_path

@@ -59,7 +59,7 @@ def run_task(command: list[str], index: int) -> subprocess.CompletedProcess:
 
 def test_a_task_runs_its_own_pickle_and_refuses_a_swapped_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     jobs, command = submitted_array(tmp_path, monkeypatch)
-    assert command[1:4] == ["-u", "-m", "mutualrl.launch.verified_submit"]
+    assert command[1:5] == ["-P", "-u", "-m", "mutualrl.launch.verified_submit"]  # -P: no module of the cwd
     genuine = run_task(command, 0)
     assert genuine.returncode == 0, genuine.stderr
     assert (tmp_path / "ran-0").read_text() == "ran" and jobs[0].paths.result_pickle.is_file()
@@ -87,3 +87,28 @@ def test_submitits_local_executor_runs_the_checked_tasks(tmp_path: Path) -> None
     jobs = submit_array(spec, marker_commands(tmp_path, 2), SlurmOptions(local=True, parallel=2, time_min=5))
     assert [job.result() for job in jobs] == [0, 0]
     assert all((tmp_path / f"ran-{i}").is_file() for i in range(2))
+
+
+def test_a_link_planted_at_the_slurm_folder_or_a_jobs_folder_gets_nothing_written_through_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one write rule covers the folders submitit writes into: ``SWEEP/slurm`` itself (checked before
+    anything is written) and ``SWEEP/slurm/<job id>``, whose name is known only once Slurm answered (the script and
+    the pickles are moved there): a link at either is refused in one line, nothing lands where it points."""
+    from mutualrl.errors import UsageError
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "sw").mkdir()
+    (tmp_path / "sw" / "slurm").symlink_to(outside)
+    with pytest.raises(UsageError) as err:
+        submitted_array(tmp_path, monkeypatch)
+    assert "slurm: a link" in str(err.value) and "\n" not in str(err.value)
+    assert list(outside.iterdir()) == []
+
+    (tmp_path / "sw" / "slurm").unlink()
+    (tmp_path / "sw" / "slurm").mkdir()
+    (tmp_path / "sw" / "slurm" / "4242_0").symlink_to(outside)  # the job id Slurm will answer: predictable
+    with pytest.raises(UsageError) as err:
+        submitted_array(tmp_path, monkeypatch)
+    assert "4242_0: a link" in str(err.value) and "\n" not in str(err.value)
+    assert list(outside.iterdir()) == []

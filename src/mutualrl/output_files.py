@@ -9,7 +9,13 @@ points, to any file the user can write. Every command that writes (``plot``, ``r
 - :func:`refuse_links_below`: no folder between the folder the user named and the output (``RUN/plots``, a sweep's
   ``logs/`` or run folder, ``RUN/distill/...``) is a link;
 - :func:`folder_inside`: such a folder, created when missing;
-- :func:`open_append_inside`: a log that is appended to is opened without following a link.
+- :func:`open_append_inside`: a log that is appended to is opened without following a link;
+- :func:`write_new_inside`: a file of a name the command chose (a job's pickle) is created, never opened through a
+  link or over a file already there.
+
+A folder a command picks itself in the working directory (``eval``'s ``eval-results/``) is checked and made with
+:func:`folder_inside` from the working directory, as is a folder a library writes into for it (a sweep's
+``slurm/`` and each job's folder in it, :mod:`mutualrl.launch.sweep_slurm`).
 
 Files are then replaced with :func:`mutualrl.atomic_io.write_atomic`: its rename replaces a link at the final name,
 never writes through it. ``mutualrl see`` writes nothing.
@@ -66,6 +72,20 @@ def folder_inside(root: Path, name: str) -> Path:
     if not folder.is_dir():
         raise UsageError(f"{folder}: exists and is not a folder; remove it, or name another folder")
     return folder
+
+
+def write_new_inside(path: Path, data: bytes) -> None:
+    """``path`` created with ``data``: a link or a file already at its name is refused (``O_EXCL | O_NOFOLLOW``),
+    never written through or over."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except FileExistsError:
+        if Path(path).is_symlink():
+            raise link_refusal(Path(path), Path(path).parent) from None
+        raise UsageError(f"{path}: exists already where a new file was to be made; nothing was written over it: "
+                         "remove it, or run the command again") from None
+    with os.fdopen(fd, "wb") as out:
+        out.write(data)
 
 
 def open_append_inside(path: Path) -> int:

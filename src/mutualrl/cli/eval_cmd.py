@@ -403,14 +403,33 @@ def _quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
+DEFAULT_FOLDER = "eval-results"
+"""Where results go without ``--output``: this folder of the working directory."""
+
+
+def check_default_folder() -> None:
+    """Before any model loads: the working directory's ``eval-results`` is no link (nor a file) where the results
+    would go; it is made only when they are written."""
+    from mutualrl.output_files import refuse_links_below
+
+    folder = Path.cwd() / DEFAULT_FOLDER
+    refuse_links_below(Path.cwd(), folder)
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"{folder}: exists and is not a folder, where eval writes its results without "
+                         "--output; name the results with --output")
+
+
 def default_output(label: str, suite: str) -> Path:
     """``eval-results/<label>-<suite>-<time>.json``, the name bounded (a long run folder name still fits, with
     its ``.md`` and a temporary name) and never an existing file's (a second eval in the same second)."""
     safe_suite = suite.replace(",", "+").replace("/", "_")
     stem = f"{label}-{safe_suite}".encode()[:DEFAULT_STEM_BYTES].decode(errors="ignore")
     stamp = time.strftime("%Y%m%d-%H%M%S")
+    from mutualrl.output_files import folder_inside
+
+    folder_inside(Path.cwd(), DEFAULT_FOLDER)  # the one write rule: made here, never written through a link
     for attempt in range(1000):
-        path = Path("eval-results") / f"{stem}-{stamp}{f'-{attempt}' if attempt else ''}.json"
+        path = Path(DEFAULT_FOLDER) / f"{stem}-{stamp}{f'-{attempt}' if attempt else ''}.json"
         if not (path.exists() or path.with_suffix(".md").exists()):
             return path
     raise UsageError(f"{path.parent}: 1000 results named {stem}-{stamp}-*; name the output with --output")
@@ -509,6 +528,8 @@ def eval_command(
     accept_code(split_names(allow_code))
     if output is not None:
         check_outputs(output, overwrite)
+    else:
+        check_default_folder()
     results, meta = run_eval_command(
         target, suite, limit=limit, split=split, source=source, max_new_tokens=max_new_tokens,
         batch_size=batch_size, device=device, backend=backend, verifier=verifier, chat_template=chat_template,

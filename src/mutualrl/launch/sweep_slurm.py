@@ -25,6 +25,7 @@ from rich.console import Console
 from mutualrl.errors import UsageError
 from mutualrl.launch.sweep import SweepPoint, SweepSpec, plan_sweep, train_command
 from mutualrl.launch.sweep_needs import cache_line, cache_record, run_configs, task_cache_env, task_gpus, task_mem_gb
+from mutualrl.output_files import folder_inside, refuse_links_below, write_new_inside
 
 #: Where submitit keeps its job files (scripts, pickles, logs), inside the sweep folder.
 SLURM_DIR = "slurm"
@@ -51,6 +52,7 @@ def executor_for(folder: Path, options: SlurmOptions) -> Any:
     except ImportError as err:
         raise UsageError(f"mutualrl sweep --slurm needs submitit ({err}); install it: pip install "
                          "'mutualrl[experiments]' (setup.sh does)") from None
+    folder_inside(folder, SLURM_DIR)  # a link planted there would take the job scripts and pickles out of the sweep
     try:
         executor = submitit.AutoExecutor(folder=folder / SLURM_DIR / "%j", cluster="local" if options.local else "slurm")
     except RuntimeError as err:  # no srun on this machine
@@ -175,7 +177,7 @@ def submit_array(spec: SweepSpec, commands: list[list[str]], options: SlurmOptio
     submitted jobs, in order."""
     executor = executor_for(spec.folder, options)
     cwd = str(Path.cwd())
-    with digests_in_command(executor), executor.batch():
+    with digests_in_command(executor), job_files_inside(spec.folder / SLURM_DIR), executor.batch():
         jobs = [executor.submit(train_job, command, cwd, cache) for command in commands]
     return jobs
 
@@ -202,7 +204,7 @@ def digests_in_command(executor: Any) -> Iterator[list[str]]:
         data = cloudpickle.dumps(self, pickle.HIGHEST_PROTOCOL)  # as submitit's own cloudpickle_dump writes it
         digests.append(hashlib.sha256(data).hexdigest())
         inner.python = python_command(sys.executable, digests)
-        Path(filepath).write_bytes(data)
+        write_new_inside(Path(filepath), data)  # a fresh name in the checked slurm/ folder: no link followed
 
     DelayedSubmission.dump = dump  # type: ignore[method-assign]
     try:
@@ -211,12 +213,40 @@ def digests_in_command(executor: Any) -> Iterator[list[str]]:
         DelayedSubmission.dump = original  # type: ignore[method-assign]
 
 
+@contextmanager
+def job_files_inside(root: Path) -> Iterator[None]:
+    """While submitting: each job's folder submitit moves a script or pickle into (``slurm/<job id>``, a name known
+    only once Slurm answered, so it cannot be checked before) is made with the one write rule
+    (:func:`mutualrl.output_files.folder_inside`): a link planted at that name, or at the file's, is refused in
+    one line and nothing is moved through it."""
+    from submitit.core.utils import JobPaths
+
+    root = Path(root).absolute()
+    original = JobPaths.move_temporary_file
+
+    def move(self: Any, tmp_path: str | Path, name: str, keep_as_symlink: bool = False) -> None:
+        folder = Path(self.folder).absolute()
+        if folder != root and root in folder.parents:
+            folder_inside(root, folder.relative_to(root).as_posix())
+        target = Path(getattr(self, name))
+        if target.is_symlink():
+            refuse_links_below(root, target)
+        original(self, tmp_path, name, keep_as_symlink)
+
+    JobPaths.move_temporary_file = move  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        JobPaths.move_temporary_file = original  # type: ignore[method-assign]
+
+
 def plan_array(spec: SweepSpec, options: SlurmOptions, console: Console, dry_run: bool = False,
                ) -> tuple[list[SweepPoint], dict[str, str], SlurmOptions, dict[str, Any]]:
     """Before anything is submitted: the GPUs each task needs (``--slurm-gpus`` checked), the asset cache, each
     run's state and settings (planned on a node of the task's GPUs); all recorded in ``sweep.json`` (not with
     ``dry_run``) and the array's resources and cache said. Returns the runs to submit, every run's state, the
     options as submitted, and the cache record."""
+    refuse_links_below(spec.folder, spec.folder / SLURM_DIR)  # said before anything is planned or written
     configs = run_configs(spec)
     options = replace(options, gpus_per_task=task_gpus(configs, options.gpus_per_task, spec.pool))
     options = replace(options, mem_gb=task_mem_gb(configs, options.gpus_per_task, options.mem_gb, spec.folder))
