@@ -188,6 +188,8 @@ def check_tiny_digests() -> Check:
     info = {v.name: v.status for v in found}
     if all(v.status == "same" for v in found):
         return Check("tiny-models", "ok", detail, "", info)
+    if any(v.status == "damaged" for v in found):
+        return Check("tiny-models", "fail", detail, "delete the folder named and run mutualrl assets fetch", info)
     if any(v.status == "differs" for v in found):
         return Check("tiny-models", "warn", detail, "report it with `mutualrl doctor --json`", info)
     return Check("tiny-models", "warn", detail, "mutualrl assets fetch" if any(v.status == "missing" for v in found)
@@ -211,10 +213,16 @@ def check_assets() -> Check:
     from mutualrl.assets.registry import all_assets
 
     missing = [a.name for a in all_assets() if a.default and not a.is_cached()]
+    damaged = [f"{a.name}: {problem}" for a in all_assets() if a.default and a.is_cached() and a.problem is not None
+               and (problem := a.problem()) is not None]  # a file missing or changed since it was built
+    if damaged:
+        shown = "; ".join([*damaged, *([f"not cached: {', '.join(missing)}"] if missing else [])])
+        return Check("assets", "fail", shown, "delete the folder named and run mutualrl assets fetch")
     if missing:
         return Check("assets", "fail", f"default assets not cached: {', '.join(missing)}",
                      "mutualrl assets fetch (or ./setup.sh)")
-    return Check("assets", "ok", "every default asset is cached (tiny pool, tests, offline evaluation)")
+    return Check("assets", "ok", "every default asset is cached as it was built (tiny pool, tests, offline "
+                 "evaluation)")
 
 
 def check_hub(timeout_s: float = HUB_TIMEOUT_S) -> Check:

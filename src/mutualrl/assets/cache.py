@@ -6,6 +6,13 @@ happen to carry them (see the README, "Offline assets"). Everything lands once i
 ``$MUTUALRL_CACHE`` (default ``~/.cache/mutualrl``); concurrent processes coordinate
 with file locks and every asset folder appears atomically (built aside, then renamed),
 so a half-fetched asset is never mistaken for a complete one.
+
+Each folder built here records what it holds (:data:`FILES_RECORD`: every file's size and sha256, written before the
+folder appears), and a reader takes exactly those files: a file missing or changed since it was built is one line
+naming it (:func:`cached_folder_problem`; a tiny model's altered weights trained without a word, a missing
+``tokenizer.json`` died in training with an ``IndexError`` naming no file), and what else the folder holds is said,
+never taken. A folder built before the record existed is judged by the files its kind needs and the digests it
+recorded itself (a tiny model's ``warm_start.json``).
 """
 
 from __future__ import annotations
@@ -18,8 +25,9 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from filelock import FileLock
 
@@ -74,12 +82,152 @@ def building(dest: Path) -> Iterator[Path]:
         with storage_errors(dest):
             faults.disk_full(dest)  # a full disk while fetching an asset
             yield tmp
+            record_files(tmp)  # what it holds as built: readers take exactly these files
             if dest.exists():
                 shutil.rmtree(dest)
             os.replace(tmp, dest)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+#: What an asset folder holds as it was built: ``{"files": {relative path: {"size": bytes, "sha256": hex}}}``.
+FILES_RECORD = "mutualrl-files.json"
+FILES_FORMAT = "mutualrl-asset-files"
+
+
+def sha256_of(path: Path) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for piece in iter(lambda: fh.read(1 << 24), b""):
+            digest.update(piece)
+    return digest.hexdigest()
+
+
+def folder_files(folder: Path) -> dict[str, Path]:
+    """Every regular file under ``folder`` (relative POSIX path -> path), links and the record left out."""
+    return {path.relative_to(folder).as_posix(): path for path in sorted(folder.rglob("*"))
+            if path.is_file() and not path.is_symlink() and path.name != FILES_RECORD}
+
+
+def record_files(folder: Path) -> None:
+    """Write ``folder``'s :data:`FILES_RECORD`: each file's size and sha256, as built."""
+    import json
+
+    files = {name: {"size": path.stat().st_size, "sha256": sha256_of(path)}
+             for name, path in folder_files(folder).items()}
+    (folder / FILES_RECORD).write_text(json.dumps({"format": FILES_FORMAT, "version": 1, "files": files}, indent=1))
+
+
+def read_files_record(folder: Path) -> dict[str, dict[str, Any]] | None:
+    """The files ``folder``'s record lists (None: no record); an unreadable record, or one naming what no file of
+    the folder can be, raises :class:`AssetError` in one line."""
+    import json
+
+    path = folder / FILES_RECORD
+    if not path.exists() and not path.is_symlink():
+        return None
+    try:
+        if path.is_symlink() or not path.is_file():
+            raise ValueError("not a regular file")
+        files = json.loads(path.read_text())["files"]
+        if not isinstance(files, dict):
+            raise TypeError("files is not a mapping")
+        for name, entry in files.items():
+            parts = name.split("/")
+            if not name or name.startswith("/") or any(part in ("", ".", "..") for part in parts):
+                raise ValueError(f"{name[:80]!r} names no file inside the folder")
+            if not (isinstance(entry, dict) and isinstance(entry.get("sha256"), str)
+                    and isinstance(entry.get("size"), int) and not isinstance(entry.get("size"), bool)):
+                raise TypeError(f"{name[:80]!r}: no size and sha256")
+    except (OSError, ValueError, TypeError, KeyError, RecursionError) as err:
+        raise AssetError(f"{path}: unreadable record of the cached files ({str(err)[:200]}); delete "
+                         f"{folder} and fetch it again (mutualrl assets fetch)") from None
+    return files
+
+
+def cached_folder_problem(folder: Path, what: str, needs: Sequence[str | tuple[str, ...]] = (),
+                          digests: Mapping[str, str] | None = None) -> str | None:
+    """Why cached ``folder`` (``what``: e.g. ``tiny model 'tiny-bpe'``) is not what was built, in one line, or None.
+
+    With its :data:`FILES_RECORD`: every file it lists is there, a regular file of its size and sha256. Without one
+    (built by an older mutualrl): each of ``needs`` (a name, or a tuple of which one must be there) is there, and
+    each file of ``digests`` has that sha256."""
+    signature = stat_signature(folder)
+    if _VERIFIED.get((folder, what)) == signature:
+        return None  # found as built, and not touched since (no file's size, time or inode changed)
+    try:
+        recorded = read_files_record(folder)
+    except AssetError as err:
+        return str(err)
+    if recorded is not None:
+        expected = {name: entry["sha256"] for name, entry in recorded.items()}
+        for name, entry in recorded.items():
+            target = folder / name
+            if target.is_symlink() or not target.is_file():
+                return f"{target}: {'missing' if not target.exists() else 'not a regular file'} ({what} was built with it)"
+            if target.stat().st_size != entry["size"]:
+                return (f"{target}: {target.stat().st_size} bytes where {what} was built with {entry['size']}: "
+                        "changed since it was built")
+    else:
+        for need in needs:
+            names = (need,) if isinstance(need, str) else need
+            if not any((folder / name).is_file() for name in names):
+                return f"{folder / names[0]}: missing ({what} needs {' or '.join(names)})"
+        expected = dict(digests or {})
+    for name, digest in expected.items():
+        found = sha256_of(folder / name) if (folder / name).is_file() else "none"
+        if found != digest:
+            return (f"{folder / name}: changed since {what} was built (sha256 {found[:12]} where {digest[:12]} was "
+                    "recorded as it was built)")
+    _VERIFIED[(folder, what)] = signature
+    return None
+
+
+_VERIFIED: dict[tuple[Path, str], tuple[Any, ...]] = {}
+"""Folders found as built in this process, with :func:`stat_signature` as they were then: a process that loads a
+model many times hashes it once."""
+
+
+def stat_signature(folder: Path) -> tuple[Any, ...]:
+    """Every entry under ``folder`` with its kind, size, modification time and inode: any change shows."""
+    out = []
+    for path in sorted(folder.rglob("*")):
+        try:
+            info = path.lstat()
+        except OSError:
+            continue
+        out.append((path.relative_to(folder).as_posix(), info.st_mode, info.st_size, info.st_mtime_ns, info.st_ino))
+    return tuple(out)
+
+
+def cached_folder_extras(folder: Path) -> str | None:
+    """One line naming what ``folder`` holds besides the files its record lists (None: nothing, or no record)."""
+    try:
+        recorded = read_files_record(folder)
+    except AssetError:
+        return None
+    if recorded is None:
+        return None
+    extra = [name for name in folder_files(folder) if name not in recorded]
+    extra += [path.relative_to(folder).as_posix() for path in sorted(folder.rglob("*"))
+              if path.is_symlink() or not (path.is_file() or path.is_dir())]
+    if not extra:
+        return None
+    shown = ", ".join(repr(name[:120]) for name in extra[:3]) + (f" and {len(extra) - 3} more" if len(extra) > 3
+                                                                 else "")
+    return f"{folder}: also holds {shown}, which it was not built with: not read"
+
+
+def refuse_damaged(folder: Path, what: str, asset: str, needs: Sequence[str | tuple[str, ...]] = (),
+                   digests: Mapping[str, str] | None = None) -> None:
+    """Raise :class:`AssetError` (one line naming the file) when cached ``folder`` is not what was built."""
+    problem = cached_folder_problem(folder, what, needs, digests)
+    if problem is not None:
+        raise AssetError(f"{problem}; the cache is not what was built: delete {folder} and run `mutualrl assets "
+                         f"fetch {asset}` to build it again")
 
 
 def _run(cmd: list[str], what: str, cwd: Path | None = None, timeout_s: float = 1800.0) -> None:

@@ -31,6 +31,7 @@ class Asset:
     default: bool = False  # part of the default set (tiny pool + tests)
     approx_download_mb: float = 0.0
     folder: Callable[[], Path] | None = None  # where it is (or will be) cached, without fetching: `assets list`
+    problem: Callable[[], str | None] | None = None  # cached but not what was built: one line naming the file
 
 
 _ASSETS: dict[str, Asset] = {}

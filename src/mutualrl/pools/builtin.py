@@ -114,6 +114,15 @@ def _asset_fetch(model: BuiltinModel) -> Callable[[], Path]:
     return model.ensure
 
 
+def _asset_problem(model: BuiltinModel) -> Callable[[], str | None] | None:
+    """`mutualrl assets fetch` and `doctor`: a cached tiny model that is not what was built, in one line."""
+    from mutualrl.pools import tiny
+
+    if model.name in tiny.TINY_MODELS:
+        return lambda: tiny.tiny_model_problem(model.name)
+    return None
+
+
 for _model in BUILTIN_MODELS.values():
     register_asset(
         Asset(
@@ -125,5 +134,6 @@ for _model in BUILTIN_MODELS.values():
             default=_model.default,
             approx_download_mb=_model.approx_download_mb,
             folder=_model.folder,
+            problem=_asset_problem(_model),
         )
     )

@@ -76,6 +76,39 @@ def is_tiny_model_cached(name: str) -> bool:
     return (tiny_model_dir(name) / WARM_START_FILE).is_file()
 
 
+#: What a tiny model built before the cache recorded its files needs: the model, its tokenizer, its report.
+TINY_MODEL_NEEDS = ("config.json", "model.safetensors", "tokenizer_config.json", "tokenizer.json", WARM_START_FILE)
+
+
+def tiny_model_problem(name: str) -> str | None:
+    """Why the cached tiny model ``name`` is not what was built (a file missing, or changed since), in one line;
+    None when it is, or when it is not built. A folder without the cache's record of its files is judged by
+    :data:`TINY_MODEL_NEEDS` and the weights' sha256 its own ``warm_start.json`` recorded as it was built."""
+    from mutualrl.assets.cache import FILES_RECORD, cached_folder_problem
+
+    if not is_tiny_model_cached(name):
+        return None
+    folder = tiny_model_dir(name)
+    digests: dict[str, str] = {}
+    if not (folder / FILES_RECORD).exists() and not (folder / FILES_RECORD).is_symlink():
+        try:
+            recorded = json.loads((folder / WARM_START_FILE).read_text()).get("sha256")
+        except (OSError, ValueError, AttributeError, RecursionError):
+            recorded = None
+        if not isinstance(recorded, str):
+            return f"{folder / WARM_START_FILE}: records no sha256 of the weights tiny model {name!r} was built with"
+        digests = {"model.safetensors": recorded}
+    return cached_folder_problem(folder, f"tiny model {name!r}", TINY_MODEL_NEEDS, digests)
+
+
+def refuse_damaged_tiny_model(name: str) -> None:
+    """Raise :class:`AssetError` in one line when the cached tiny model ``name`` is not what was built."""
+    problem = tiny_model_problem(name)
+    if problem is not None:
+        raise AssetError(f"{problem}; the cache is not what was built: delete {tiny_model_dir(name)} and run "
+                         f"`mutualrl assets fetch model:{name}` to build it again")
+
+
 def read_warm_start_report(name: str) -> dict[str, Any]:
     """The ``warm_start.json`` of a built tiny model (recipe, accuracies, timings)."""
     path = tiny_model_dir(name) / WARM_START_FILE
@@ -115,6 +148,7 @@ def ensure_tiny_model(name: str) -> Path:
         raise AssetError(f"unknown tiny model {name!r}; known: {', '.join(TINY_NAMES)}")
     if not is_tiny_model_cached(name):
         _build_in_subprocesses([name])
+    refuse_damaged_tiny_model(name)  # the files it was built with, each as built: never trained from another
     return tiny_model_dir(name)
 
 

@@ -12,7 +12,13 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
-from mutualrl.pools.tiny import TINY_MODELS, is_tiny_model_cached, read_warm_start_report, tiny_model_dir
+from mutualrl.pools.tiny import (
+    TINY_MODELS,
+    is_tiny_model_cached,
+    read_warm_start_report,
+    tiny_model_dir,
+    tiny_model_problem,
+)
 from mutualrl.pools.tiny_warm_start import build_versions, weights_digest
 
 RECORD = Path(__file__).with_name("tiny_digests.json")
@@ -20,7 +26,8 @@ RECORD = Path(__file__).with_name("tiny_digests.json")
 
 @dataclass(frozen=True)
 class DigestVerdict:
-    """One tiny model against the record: ``same``, ``differs``, ``unchecked`` (another environment) or ``missing``."""
+    """One tiny model against the record: ``same``, ``differs``, ``unchecked`` (another environment), ``missing``,
+    or ``damaged`` (a file missing or changed since this machine built it: the cache's doing, not the machine's)."""
 
     name: str
     status: str
@@ -41,6 +48,10 @@ def verdict(name: str, record: dict | None = None) -> DigestVerdict:
     record = read_record() if record is None else record
     if not is_tiny_model_cached(name):
         return DigestVerdict(name, "missing", f"{name}: not built yet (mutualrl assets fetch)")
+    damaged = tiny_model_problem(name)
+    if damaged is not None:
+        return DigestVerdict(name, "damaged", f"{name}: {damaged}: delete {tiny_model_dir(name)} and run "
+                             f"`mutualrl assets fetch model:{name}` to build it again")
     context = build_context()
     held = record["built_with"]
     if context != held or record["recipe_hash"].get(name) != TINY_MODELS[name].recipe_hash():

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 from collections.abc import Iterable, MutableMapping
 from pathlib import Path
 from typing import Any
@@ -56,7 +55,9 @@ def continue_trackers(callbacks: Iterable[Any], policy_dir: Path, resume_from: s
     checkpoint ``resume_from`` (``.../checkpoint-N``; None: a start, nothing purged)."""
     from transformers.integrations import TensorBoardCallback
 
-    named = re.match(r"^checkpoint-(\d+)$", Path(resume_from).name) if resume_from else None
+    from mutualrl.ops.checkpoint_files import CHECKPOINT_NAME_RE
+
+    named = CHECKPOINT_NAME_RE.match(Path(resume_from).name) if resume_from else None
     resume_step = int(named.group(1)) if named else None
     for callback in callbacks:
         if not isinstance(callback, TensorBoardCallback):

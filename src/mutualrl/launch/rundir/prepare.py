@@ -267,10 +267,13 @@ def prepare_resume(paths: RunPaths, config: RunConfig, allowed: list[ConfigChang
         write_resolved_config(paths, config, read_source(paths) or "resume")
     policies = [p.name for p in config.pool.policies]
     damaged: list[str] = []
-    step = common_checkpoint(paths, policies, max_optimizer_steps(config), damaged)
+    found: list[str] = []
+    step = common_checkpoint(paths, policies, max_optimizer_steps(config), damaged, found)
     for problem in damaged:
-        console.print(f"[yellow]warning:[/] skipping a damaged checkpoint: {problem}", highlight=False,
+        console.print(f"[yellow]warning:[/] skipping a damaged checkpoint: {escape(problem)}", highlight=False,
                       soft_wrap=True)  # one line, whatever the path's length (a log is read with grep)
+    for line in found:  # what else the checkpoints hold: said, never taken
+        console.print(f"[yellow]note:[/] {escape(line)}", highlight=False, soft_wrap=True)
     if step is None:
         console.print("resume: no checkpoint common to every policy yet: starting again from step 0", highlight=False)
         return config, None

@@ -23,10 +23,11 @@ from typing import Any
 from mutualrl.config.typed import flatten
 from mutualrl.run_folder import RunPaths
 from mutualrl.see.consumption_log import CONSUMED_DIR
-from mutualrl.see.files import FAILED_DIR, HEARTBEAT_DIR, STEP_DIR_RE
-from mutualrl.ops.checkpoint_files import checkpoint_problem
+from mutualrl.see.files import FAILED_DIR, HEARTBEAT_DIR, JUDGEMENTS_DIR, STEP_DIR_RE
+from mutualrl.ops.checkpoint_files import CHECKPOINT_NAME_RE, checkpoint_problem, shown, stray_files_line
 
-EXCHANGE_ENTRY_RE = re.compile(rf"{STEP_DIR_RE.pattern}|^(?:{FAILED_DIR}|{HEARTBEAT_DIR}|{CONSUMED_DIR})$")
+EXCHANGE_ENTRY_RE = re.compile(
+    rf"{STEP_DIR_RE.pattern}|^(?:{FAILED_DIR}|{HEARTBEAT_DIR}|{CONSUMED_DIR}|{JUDGEMENTS_DIR})$")
 """What an exchange writes in its folder: the rest of a ``see.dir`` is not the run's to remove."""
 
 # Dotted prefixes a resumed run may change (the rest of the config is the run's identity).
@@ -38,7 +39,9 @@ MUTABLE_ON_RESUME = (
     "see.poll_interval_s", "see.on_peer_failure", "see.catch_up", "see.max_restarts", "launch.",
     "task.stop_after_no_reward_steps",
 )
-CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
+CHECKPOINT_RE = CHECKPOINT_NAME_RE
+"""``checkpoint-<step>`` as Trainer names it: ASCII digits, no leading zero (``checkpoint-٣`` and ``checkpoint-03``
+name no step: read as 3, the folder ``checkpoint-3`` would be looked for)."""
 
 
 @dataclass(frozen=True)
@@ -82,22 +85,42 @@ def checkpoint_steps(policy_dir: Path) -> set[int]:
             and child.is_dir()}
 
 
+def other_checkpoint_names(policy_dir: Path) -> str | None:
+    """One line naming what in ``policy_dir`` looks like a checkpoint folder but names no step
+    (:data:`CHECKPOINT_RE`), or None."""
+    if not policy_dir.is_dir():
+        return None
+    odd = sorted(child.name for child in policy_dir.iterdir() if child.name.startswith("checkpoint-")
+                 and not (CHECKPOINT_RE.match(child.name) and child.is_dir()))
+    if not odd:
+        return None
+    return (f"{policy_dir}: {shown(odd)} named like a checkpoint but naming no step (checkpoint-<ASCII digits>, as "
+            "training writes it): not resumed from, left where it is")
+
+
 def common_checkpoint(paths: RunPaths, policies: list[str], max_steps: int | None = None,
-                      damaged: list[str] | None = None) -> int | None:
+                      damaged: list[str] | None = None, notes: list[str] | None = None) -> int | None:
     """The last checkpoint step every policy has complete and intact (not past ``max_steps``), or None.
 
     Incomplete or damaged checkpoints are skipped (an earlier common one is used: never one
-    without its optimizer state) and each is described in ``damaged``, newest first.
+    without its optimizer state) and each is described in ``damaged``, newest first. ``notes``: one line for each
+    folder named like a checkpoint that names no step, and for what the chosen checkpoints hold besides the files
+    their manifests list (neither changes the choice).
     """
     common: set[int] | None = None
     for policy in policies:
         steps = checkpoint_steps(paths.policy_dir(policy))
         common = steps if common is None else common & steps
+        if notes is not None:
+            notes.extend(filter(None, [other_checkpoint_names(paths.policy_dir(policy))]))
     usable = sorted((s for s in common or () if max_steps is None or max_steps <= 0 or s <= max_steps), reverse=True)
     for step in usable:
         problems = [p for p in (checkpoint_problem(paths.policy_dir(name) / f"checkpoint-{step}") for name in policies)
                     if p is not None]
         if not problems:
+            if notes is not None:
+                notes.extend(filter(None, (stray_files_line(paths.policy_dir(name) / f"checkpoint-{step}")
+                                           for name in policies)))
             return step
         if damaged is not None:
             damaged.extend(problems)
@@ -113,16 +136,19 @@ def saved_ranks(paths: RunPaths, policies: list[str]) -> dict[str, tuple[int, st
     (a resume on another is refused), and one cut short by a kill holds fewer rank files, not more. Only file names
     are read, so a dry run stays fast beside large checkpoints.
     """
-    from mutualrl.ops.checkpoint_files import is_zero_checkpoint, world_size
+    from mutualrl.ops.checkpoint_files import is_zero_checkpoint, judged_names, plausible_world
 
     steps = [checkpoint_steps(paths.policy_dir(name)) for name in policies]
     common = sorted(set.intersection(*steps) if steps else set(), reverse=True)
     found: dict[str, tuple[int, str]] = {}
     for name in policies:
-        folders = [paths.policy_dir(name) / f"checkpoint-{step}" for step in common]
-        zero = [folder for folder in folders if is_zero_checkpoint(folder)]
+        named = [(folder, judged_names(folder)) for folder in (paths.policy_dir(name) / f"checkpoint-{step}"
+                                                               for step in common)]
+        # the files a manifest lists (a stray rank file is none of them); a rank far beyond the others counts none
+        zero = [(folder, world) for folder, names in named if is_zero_checkpoint(folder, names)
+                and (world := plausible_world(names)) is not None]
         if zero:
-            found[name] = (max(world_size(folder) for folder in zero), str(zero[0]))
+            found[name] = (max(world for _, world in zero), str(zero[0][0]))
     return found
 
 
