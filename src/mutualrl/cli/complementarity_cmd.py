@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from mutualrl.cli.common import check_output_path, console, err_console, report_errors
@@ -22,9 +23,8 @@ def render_report(report: dict[str, Any]) -> None:
         f"success = score >= {report['threshold']}",
         highlight=False,
     )
-    dropped = {m: d for m, d in report["dropped_prompts"].items() if d}
-    if dropped:
-        console.print(f"[yellow]prompts not answered by every model were left out: {dropped}[/]", highlight=False)
+    for note in report.get("notes", []):
+        console.print(f"[yellow]note:[/] {escape(note)}", highlight=False, soft_wrap=True)
 
     pairs = Table(title="Prompt-level complementarity (Tab. complementarity-pairs)", title_justify="left")
     for col in ("Learner", "Peer", "Learner succ.", "Peer succ.", "Jaccard", "Peer rescues fail"):
@@ -69,6 +69,32 @@ def render_report(report: dict[str, Any]) -> None:
             p = data["pool"]
             per_task.add_row(task, str(p["n"]), *(fmt_number(p[k]) for k in ("mean_single", "any", "all", "exactly_one")))
         console.print(per_task)
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """``a`` and ``b`` name one file: the same path once resolved, or one file under two names (a hard link)."""
+    import os
+
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_distinct_outputs(out: Path | None, save: Path | None, inputs: list[Path]) -> None:
+    """``--out`` and ``--save`` are two files, and neither is a file this command reads: the second write would
+    replace the first one's results (``--overwrite`` is for a file of an earlier command, never for this one's own),
+    and an input replaced by a report is lost. One line naming both."""
+    if out is not None and save is not None and same_file(out, save):
+        raise UsageError(f"--out {out}: the same file as --save {save}: the report would replace the eval results "
+                         "just saved there; name two files")
+    for path, option in ((out, "--out"), (save, "--save")):
+        for source in inputs if path is not None else []:
+            if same_file(path, source):
+                raise UsageError(f"{option} {path}: is {source}, which this command reads; nothing was written: "
+                                 "name another file")
 
 
 OverwriteOption = Annotated[bool, typer.Option("--overwrite", help="Replace an existing --out or --save file.")]
@@ -121,6 +147,7 @@ def complementarity(
         raise UsageError(f"--threshold: expected a finite number, got {threshold}")
     for path, option in ((path, option) for path, option in ((out, "--out"), (save, "--save")) if path is not None):
         check_output_path(path, option, overwrite=overwrite)
+    check_distinct_outputs(out, save, [*(results or []), *difficulty, *([prp_ratios] if prp_ratios else [])])
     loaded = load_many(list(results or []), step) if results else []
     if run_target is not None:
         from mutualrl.cli.eval_cmd import run_eval_command

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from mutualrl.errors import DataError
-from mutualrl.evaluation.results import ModelEvalResult
+from mutualrl.evaluation.results import ModelEvalResult, json_number
 from mutualrl.regimes.prp.spec import PRP
 from mutualrl.regimes.sgt.spec import SGT
 from mutualrl.regimes.xgrpo.spec import XGRPO
@@ -110,6 +110,16 @@ def align(results: Sequence[ModelEvalResult], threshold: float = 0.5) -> Outcome
     matrix = np.array([[scores[pid] for scores in per_model] for pid in ordered], dtype=float)
     dropped = {name: len(scores) - len(common) for name, scores in zip(names, per_model, strict=True)}
     return Outcomes(names, ordered, [task_of[p] for p in ordered], matrix, threshold, dropped)
+
+
+def alignment_notes(out: Outcomes) -> list[str]:
+    """What a reader of the tables must be told about the pairing: the models did not all score the same prompts,
+    so only those every model scored are compared (``dropped``: each model's prompts left out)."""
+    dropped = {model: count for model, count in out.dropped.items() if count}
+    if not dropped:
+        return []
+    return [f"the models scored different prompts: only the {len(out.prompt_ids)} every model scored are compared "
+            f"({'; '.join(f'{model}: {count} more left out' for model, count in dropped.items())})"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -365,12 +375,16 @@ def read_prp_ratios(path: str | Path) -> dict[tuple[str, str], list[float]]:
             continue
         try:
             row = json.loads(line)
-            key = (str(row["prompt_id"]), str(row["learner"]))
-            ratios = [float(x) for x in row["ratios"]]
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+            key = (row["prompt_id"], row["learner"])
+            ratios = row["ratios"]
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, RecursionError) as err:
             raise DataError(
-                f"{path}: line {lineno}: expected {{prompt_id, learner, ratios: [numbers]}} ({err})"
+                f"{path}: line {lineno}: expected {{prompt_id, learner, ratios: [numbers]}} ({str(err)[:200]})"
             ) from None
+        if not all(isinstance(part, str) for part in key) or not isinstance(ratios, list):
+            raise DataError(f"{path}: line {lineno}: expected {{prompt_id, learner, ratios: [numbers]}}: prompt_id "
+                            "and learner are strings, ratios a list")
+        ratios = [json_number(x, f"{path}: line {lineno}: ratios[{i}]:") for i, x in enumerate(ratios)]
         out.setdefault(key, []).extend(ratios)
     return out
 
@@ -404,6 +418,7 @@ def analyze(
             "buckets": difficulty_table(out, n_buckets, difficulty),
         },
         "usability": usability_table(groups_from_results(out), prp_ratios),
+        "notes": alignment_notes(out),
     }
     if len(set(out.tasks)) > 1:
         by_task = {}

@@ -17,9 +17,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-#: Resamples of the two-level bootstrap, drawn in chunks so that 10 seeds × 1 000 prompts stay within memory.
+#: Resamples of the two-level bootstrap.
 REPS = 2000
-CHUNK = 250
+#: The most numbers drawn at once (about 16 MB of indices and values): the bootstrap's memory, whatever the size.
+BUDGET = 1 << 20
+#: A seed's differences with at most this many distinct values are resampled through their counts.
+MAX_DISTINCT = 256
 SEED = 0
 CONFIDENCE = 0.95
 
@@ -57,20 +60,48 @@ def difference_matrix(ours: Mapping[Any, Mapping[str, float]], theirs: Mapping[A
 def two_level_interval(matrix: Any, reps: int = REPS, seed: int = SEED,
                        confidence: float = CONFIDENCE) -> tuple[float, float]:
     """The percentile interval of the mean of a (seeds × prompts) matrix under the two-level bootstrap: seeds
-    drawn with replacement, then prompts with replacement within each drawn seed."""
+    drawn with replacement, then prompts with replacement within each drawn seed (each drawn seed's prompts drawn
+    anew). Memory: reps × seeds numbers and at most :data:`BUDGET` more, whatever the prompt count: a resample's
+    mean over a seed's prompts is drawn from the counts of that seed's distinct differences (a multinomial: the
+    same distribution, a handful of numbers for 0/1 scores), or from prompt indices drawn a budget at a time."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    n_seeds, n_prompts = matrix.shape
-    means = []
-    for start in range(0, reps, CHUNK):
-        size = min(CHUNK, reps - start)
-        rows = rng.integers(n_seeds, size=(size, n_seeds))  # which seeds each resample holds
-        cols = rng.integers(n_prompts, size=(size, n_seeds, n_prompts))  # which prompts within each drawn seed
-        means.append(matrix[rows[:, :, None], cols].mean(axis=(1, 2)))
+    matrix = np.asarray(matrix, dtype=float)
+    n_seeds = matrix.shape[0]
+    drawn = rng.integers(n_seeds, size=(reps, n_seeds))  # which seeds each resample holds
+    inner = np.empty((reps, n_seeds))  # each drawn seed's mean over its resampled prompts
+    for s in range(n_seeds):
+        slots = np.nonzero(drawn == s)
+        inner[slots] = resampled_means(matrix[s], len(slots[0]), rng)
     tail = (1 - confidence) / 2 * 100
-    low, high = np.percentile(np.concatenate(means), [tail, 100 - tail])
+    low, high = np.percentile(inner.mean(axis=1), [tail, 100 - tail])
     return float(low), float(high)
+
+
+def resampled_means(row: Any, count: int, rng: Any) -> Any:
+    """``count`` means of ``row``'s values drawn with replacement (as many as it has), independently."""
+    import numpy as np
+
+    n = row.size
+    out = np.empty(count)
+    values, counts = np.unique(row, return_counts=True)
+    if values.size <= MAX_DISTINCT:  # how often each distinct value is drawn: exactly the same distribution
+        per = max(1, BUDGET // values.size)
+        for start in range(0, count, per):
+            size = min(per, count - start)
+            out[start:start + size] = rng.multinomial(n, counts / n, size=size) @ values / n
+        return out
+    if n <= BUDGET:
+        per = max(1, BUDGET // n)
+        for start in range(0, count, per):
+            size = min(per, count - start)
+            out[start:start + size] = row[rng.integers(n, size=(size, n))].mean(axis=1)
+        return out
+    for i in range(count):  # more prompts than the budget: one resample's sum in pieces
+        out[i] = sum(float(row[rng.integers(n, size=min(BUDGET, n - start))].sum())
+                     for start in range(0, n, BUDGET)) / n
+    return out
 
 
 def prompt_paired(ours: Mapping[Any, Mapping[str, float]], theirs: Mapping[Any, Mapping[str, float]]

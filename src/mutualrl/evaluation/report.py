@@ -257,6 +257,9 @@ def report_rows(groups: dict[str, list[FinalValues]], baselines: dict[str, str |
         base = baselines.get(label)
         for policy in dict.fromkeys(p for m in members for p in m.values):
             caveats = cell_caveats(label, policy, [(m.settings.seed, m.caveats) for m in members])
+            if base is not None:
+                caveats += [line for line in [pairing_caveat(label, base, policy, seed_scores(members, policy),
+                                                             seed_scores(groups[base], policy))] if line]
             for task_group in dict.fromkeys(g for m in members for g in m.values.get(policy, {})):
                 by_seed = seed_values(members, policy, task_group)
                 row = ReportRow(label, policy, task_group, list(by_seed), list(by_seed.values()),
@@ -268,6 +271,26 @@ def report_rows(groups: dict[str, list[FinalValues]], baselines: dict[str, str |
                                                           seed_scores(groups[base], policy))
                 rows.append(row)
     return rows
+
+
+def pairing_caveat(label: str, base: str, policy: str, ours: dict[Any, dict[str, float]],
+                   theirs: dict[Any, dict[str, float]]) -> str | None:
+    """A line when a run and the baseline's run of the same seed scored different held-out prompts (other
+    ``validation.limit``, other data): their per-seed Δ then compares different prompts, and the prompt-paired
+    interval rests on the prompts both scored only (none: no such interval). None when every pair scored the same."""
+    from mutualrl.evaluation.report_caveats import seeds_text
+
+    seeds = sorted(set(ours) & set(theirs), key=str)
+    differ = [seed for seed in seeds if ours[seed].keys() != theirs[seed].keys()]
+    if not differ:
+        return None
+    sizes = [(len(ours[s]), len(theirs[s]), len(ours[s].keys() & theirs[s].keys())) for s in differ]
+    mine, baseline, common = (f"{min(v)}" if min(v) == max(v) else f"{min(v)}-{max(v)}" for v in zip(*sizes))
+    tail = ("no prompt in common, so no interval over prompts" if all(c == 0 for *_, c in sizes)
+            else "the interval over seeds × prompts uses the common ones only")
+    return (f"{label} vs {base}, {policy}, {seeds_text(differ)}: scored other held-out prompts than {base}'s run of "
+            f"the same seed ({mine} against {baseline}, {common} in common): its Δ compares different prompts; "
+            f"{tail}")
 
 
 def adjust_holm(report: Report) -> None:

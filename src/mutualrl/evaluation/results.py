@@ -32,7 +32,7 @@ MODEL_FORMAT = "mutualrl-model-eval"
 GROUP_KEY_PREFIX, REWARD_KEY_SUFFIX = "eval/group/", "/reward@1"
 EVAL_FORMAT = "mutualrl-eval"
 FORMAT_VERSION = 1
-_STEP_FILE = re.compile(r"^step-(\d+)\.json$")
+_STEP_FILE = re.compile(r"^step-([0-9]+)\.json$")  # ASCII digits: a regex's \d also takes other scripts' digits
 
 
 @dataclass
@@ -150,12 +150,7 @@ class ModelEvalResult:
     def from_json(cls, data: dict[str, Any] | str | bytes, origin: str = "<json>") -> ModelEvalResult:
         """Rebuild from :meth:`to_json` output (a dict, or its JSON text)."""
         if isinstance(data, (str, bytes)):
-            try:
-                data = json.loads(data)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{origin}: not valid JSON ({err})") from None
-            if isinstance(data, str):  # json.dump of an already-encoded string
-                return cls.from_json(data, origin)
+            data = decode_json(data, origin)
         if not isinstance(data, dict):
             raise DataError(f"{origin}: a model result must be a JSON object")
         if data.get("format") not in (MODEL_FORMAT, None):
@@ -166,9 +161,11 @@ class ModelEvalResult:
         if not isinstance(data["records"], list):
             raise DataError(f"{origin}: records: a JSON {type(data['records']).__name__} where a list belongs")
         check_field_types(data, origin)
+        records = [prompt_result(raw, i, origin) for i, raw in enumerate(data["records"])]
+        check_unique_prompts(records, origin)
         return cls(
             model=str(data["model"]),
-            records=[prompt_result(raw, i, origin) for i, raw in enumerate(data["records"])],
+            records=records,
             policy=data.get("policy"),
             step=data.get("step"),
             split=data.get("split"),
@@ -216,23 +213,78 @@ def check_field_types(data: dict[str, Any], origin: str) -> None:
                             f"{' or '.join(t.__name__ for t in types)} belongs")
 
 
+def json_number(value: Any, where: str) -> float:
+    """``value`` as a finite number when it is one in the JSON (an integer or a float), else one line naming
+    ``where``. Nothing is converted: Python's ``float()`` reads the string ``"250_25"`` as 25025 and ``"nan"``
+    as NaN, and a bool is an integer to it; a record holding any of these was written by something else than
+    mutualrl, and its score is not what it looks like."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise DataError(f"{where} {str(value)[:80]!r} (a JSON {json_type(value)}) is not a number")
+    if not math.isfinite(value):
+        raise DataError(f"{where} {value!r} is not a finite number")
+    return float(value)
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of ``value``'s type (what the file holds), for messages."""
+    names = {bool: "boolean", str: "string", int: "number", float: "number", list: "array", dict: "object"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+#: A record's fields that must be text when present (``None``/absent: empty); ``prompt_id`` and ``task`` key it.
+TEXT_FIELDS = ("prompt", "completion", "answer")
+
+
 def prompt_result(raw: Any, i: int, origin: str) -> PromptResult:
-    """Record ``i`` of a model result; a record that is not an object, lacks a field, or whose score is not a
-    finite number is one line naming ``origin``, the record and the field (a NaN score made statistics raise)."""
+    """Record ``i`` of a model result; a record that is not an object, lacks a field, whose prompt id or task is not
+    text, or whose score is not a finite JSON number is one line naming ``origin``, the record and the field (a NaN
+    score made statistics raise; a score written as a string was read as the number it spells)."""
     if not isinstance(raw, dict):
         raise DataError(f"{origin}: record {i} is not an object")
     missing = [k for k in ("prompt_id", "task", "score") if k not in raw]
     if missing:
         raise DataError(f"{origin}: record {i} lacks field(s) {', '.join(missing)}")
-    try:
-        score = float(raw["score"])
-    except (TypeError, ValueError):
-        raise DataError(f"{origin}: record {i}: score {str(raw['score'])[:80]!r} is not a number") from None
-    if not math.isfinite(score) or isinstance(raw["score"], bool):
-        raise DataError(f"{origin}: record {i}: score {raw['score']!r} is not a finite number")
-    return PromptResult(prompt_id=str(raw["prompt_id"]), task=str(raw["task"]), prompt=str(raw.get("prompt", "")),
-                        completion=str(raw.get("completion", "")), answer=str(raw.get("answer", "")),
+    score = json_number(raw["score"], f"{origin}: record {i}: score")
+    for name in ("prompt_id", "task"):
+        if not isinstance(raw[name], str) or not raw[name]:
+            raise DataError(f"{origin}: record {i}: {name} {str(raw[name])[:80]!r} (a JSON {json_type(raw[name])}) "
+                            "is not a non-empty string")
+    for name in (*TEXT_FIELDS, "extracted"):
+        value = raw.get(name)
+        if value is not None and not isinstance(value, str):
+            raise DataError(f"{origin}: record {i}: {name}: a JSON {json_type(value)} where text belongs")
+    return PromptResult(prompt_id=raw["prompt_id"], task=raw["task"], prompt=raw.get("prompt") or "",
+                        completion=raw.get("completion") or "", answer=raw.get("answer") or "",
                         extracted=raw.get("extracted"), score=score)
+
+
+def check_unique_prompts(records: list[PromptResult], origin: str) -> None:
+    """Each prompt is scored once in a model result: a prompt id twice (a concatenated or hand-merged file) would
+    weigh that prompt twice in reward@1 and pair with whichever copy a reader keeps; refused in one line naming
+    both records."""
+    seen: dict[str, int] = {}
+    for i, record in enumerate(records):
+        first = seen.setdefault(record.prompt_id, i)
+        if first != i:
+            raise DataError(f"{origin}: records {first} and {i} both score prompt {record.prompt_id[:120]!r}; a "
+                            "model result scores each prompt once (was it merged from several files?)")
+
+
+def decode_json(text: str | bytes, origin: str) -> Any:
+    """The JSON value of ``text``; a JSON string holding JSON (``json.dump`` of already-encoded text) is decoded once
+    more. Text that is not JSON, at either level, is one line naming ``origin``."""
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raise DataError(f"{origin}: not valid JSON ({str(err)[:200]})") from None
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except (json.JSONDecodeError, RecursionError) as err:
+            raise DataError(f"{origin}: holds a JSON string whose text is not JSON ({str(err)[:200]})") from None
+        if isinstance(data, str):
+            raise DataError(f"{origin}: holds a JSON string inside a JSON string, not a result")
+    return data
 
 
 def _read_json(path: Path) -> Any:
@@ -240,13 +292,7 @@ def _read_json(path: Path) -> Any:
         text = read_bytes(path).decode("utf-8", errors="replace")  # a FIFO or a folder: named, never waited on
     except (OSError, RunFolderError) as err:
         raise DataError(f"{path}: cannot read ({getattr(err, 'strerror', None) or err})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise DataError(f"{path}: not valid JSON ({err})") from None
-    if isinstance(data, str):
-        data = json.loads(data)
-    return data
+    return decode_json(text, str(path))
 
 
 def step_files(folder: Path) -> dict[int, Path]:
