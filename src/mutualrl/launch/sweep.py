@@ -234,28 +234,37 @@ def plan_sweep(spec: SweepSpec, console: Console, extra: dict[str, Any] | Callab
     for point in points:  # a run folder or log planted as a link would take that run's writes out of the sweep
         refuse_links_below(spec.folder, spec.folder / point.name)
         refuse_links_below(spec.folder, spec.folder / LOGS_DIR / f"{point.name}.log")
+    from mutualrl.launch.sweep_live import live_line, live_runs
+
     with console.status("checking the sweep folder's runs ..."):
         states = {p.name: point_state(spec, p, console) for p in points}
+        # a run a launch has now (its lock, or its submitted job): left to it, never started a second time
+        live, cannot_ask = live_runs(spec.folder, [p.name for p in points if states[p.name] != "reused"])
+        states.update({name: "live" for name in live})
         for point in points:
-            if states[point.name] != "reused":
+            if states[point.name] not in ("reused", "live"):
                 planned = check_point(spec, point, gpus)
                 if plans is not None:
                     plans[point.name] = planned
     if not dry_run:
         write_record(spec, points, states, extra() if callable(extra) else extra)
-    counts = {state: sum(s == state for s in states.values()) for state in ("reused", "resume", "new")}
+    counts = {state: sum(s == state for s in states.values()) for state in ("reused", "resume", "new", "live")}
+    live_count = f", {counts['live']} live" if counts["live"] else ""
     console.print(f"[bold]mutualrl sweep[/] {len(points)} runs ({len(spec.regimes)} regimes x "
                   f"{len(points) // max(1, len(spec.regimes) * len(spec.seeds))} settings x {len(spec.seeds)} seeds) "
                   f"in {spec.folder}: {counts['reused']} finished (reused), {counts['resume']} to resume, "
-                  f"{counts['new']} to train", highlight=False, soft_wrap=True)
+                  f"{counts['new']} to train{live_count}", highlight=False, soft_wrap=True)
+    for line in [*([cannot_ask] if cannot_ask else []), *(live_line(name, why) for name, why in live.items())]:
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
     return points, states
 
 
 def run_sweep(spec: SweepSpec, console: Console, jobs: int = 1) -> int:
     """Train every run of the grid that is not finished, ``jobs`` at a time; 0 when every run finished."""
     points, states = plan_sweep(spec, console)
-    todo = [p for p in points if states[p.name] != "reused"]
-    done = len(points) - len(todo)
+    todo = [p for p in points if states[p.name] not in ("reused", "live")]
+    live = [p.name for p in points if states[p.name] == "live"]
+    done = len(points) - len(todo) - len(live)
     failed: list[str] = []
 
     def finished(point: SweepPoint, code: int, seconds: float) -> None:
@@ -280,6 +289,12 @@ def run_sweep(spec: SweepSpec, console: Console, jobs: int = 1) -> int:
     if failed:
         console.print(f"[red]sweep:[/] {len(failed)} run(s) did not finish: {', '.join(failed)} (their logs: "
                       f"{spec.folder}/<run>/logs/); the same command resumes them", highlight=False, soft_wrap=True)
+        return 1
+    if live:
+        console.print(f"sweep: {done}/{len(points)} runs finished; {len(live)} live, left to the launch that has "
+                      f"{'them' if len(live) > 1 else 'it'} ({', '.join(live)}): the same command reuses "
+                      f"{'them' if len(live) > 1 else 'it'} once finished", highlight=False, soft_wrap=True,
+                      markup=False)
         return 1
     console.print(f"sweep finished: {len(points)} runs in {spec.folder}; the table: mutualrl report "
                   f"{shlex.quote(str(spec.folder))}; the figure: mutualrl plot --group-by regime "

@@ -213,6 +213,32 @@ def digests_in_command(executor: Any) -> Iterator[list[str]]:
         DelayedSubmission.dump = original  # type: ignore[method-assign]
 
 
+SWEEP_LOCK = ".sweep-lock"
+
+
+@contextmanager
+def sweep_lock(folder: Path) -> Iterator[None]:
+    """Hold ``folder``'s :data:`SWEEP_LOCK` (an OS file lock, waited for) while a submission plans and submits."""
+    import fcntl
+
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    path = Path(folder) / SWEEP_LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as err:
+        if path.is_symlink():
+            refuse_links_below(Path(folder), path)
+        raise UsageError(f"{path}: cannot open the sweep's lock ({err.strerror})") from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a filesystem without locks: the submission goes on, as a run's lock does
+            pass
+        yield
+    finally:
+        os.close(fd)
+
+
 @contextmanager
 def job_files_inside(root: Path) -> Iterator[None]:
     """While submitting: each job's folder submitit moves a script or pickle into (``slurm/<job id>``, a name known
@@ -255,20 +281,29 @@ def plan_array(spec: SweepSpec, options: SlurmOptions, console: Console, dry_run
     points, states = plan_sweep(spec, console, extra=lambda: {"cache": cache, "slurm": asdict(stop_signal(
         options, list(plans.values())))}, dry_run=dry_run, gpus=options.gpus_per_task or 0, plans=plans)
     options = stop_signal(options, list(plans.values()))
-    todo = [p for p in points if states[p.name] != "reused"]
+    todo = [p for p in points if states[p.name] not in ("reused", "live")]  # a live run is left to its launch
     console.print(resources_line(len(todo), options), highlight=False, soft_wrap=True, markup=False)
     console.print(cache_line(cache), highlight=False, soft_wrap=True, markup=False)
     return todo, states, options, cache
 
 
 def submit_sweep(spec: SweepSpec, options: SlurmOptions, console: Console) -> list[Any]:
-    """Decide each run's state and the array's resources, then submit the runs that are not finished as one array."""
-    todo, states, options, cache = plan_array(spec, options, console)
-    if not todo:
-        console.print("every run of the sweep finished; nothing to submit", highlight=False)
-        return []
-    commands = [train_command(spec, p, states[p.name] == "resume") for p in todo]
-    jobs = submit_array(spec, commands, options, cache)
+    """Decide each run's state and the array's resources, then submit the runs that are neither finished nor live
+    (training, or waiting in the queue: :mod:`mutualrl.launch.sweep_live`) as one array, and record their jobs.
+    Two submissions of one sweep folder take turns (a lock on ``SWEEP/.sweep-lock``), so the second sees the
+    first's jobs."""
+    from mutualrl.launch.sweep_live import record_jobs
+
+    with sweep_lock(spec.folder):
+        todo, states, options, cache = plan_array(spec, options, console)
+        if not todo:
+            live = sum(state == "live" for state in states.values())
+            console.print(f"every run of the sweep finished{' or is live' if live else ''}; nothing to submit",
+                          highlight=False)
+            return []
+        commands = [train_command(spec, p, states[p.name] == "resume") for p in todo]
+        jobs = submit_array(spec, commands, options, cache)
+        record_jobs(spec.folder, {p.name: job for p, job in zip(todo, jobs, strict=True)}, options.local)
     first = str(jobs[0].job_id).split("_")[0]
     console.print(f"submitted job array {first} ({len(jobs)} runs, at most {options.parallel} at once); submitit's "
                   f"files: {spec.folder / SLURM_DIR}; when it is done: mutualrl report {shlex.quote(str(spec.folder))}"
