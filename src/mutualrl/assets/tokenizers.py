@@ -329,6 +329,7 @@ for _source in TOKENIZER_SOURCES.values():
             fetch=functools.partial(fetch_tokenizer, _source.name),
             is_cached=functools.partial(_is_cached, _source.name),
             problem=functools.partial(tokenizer_problem, _source.name),
+            folder=functools.partial(tokenizer_dir, _source.name),
             default=_source.default,
             approx_download_mb=_source.approx_download_mb,
         )

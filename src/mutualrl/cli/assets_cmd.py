@@ -44,6 +44,7 @@ def fetch(
                               highlight=False, soft_wrap=True)
                 continue
             console.print(f"[green]cached[/]   {asset.kind:<9} {asset.name}")
+            say_extras(asset)
             continue
         size = f" (~{asset.approx_download_mb:.0f} MB download)" if asset.approx_download_mb else ""
         with console.status(f"fetching {asset.kind} {asset.name}{size} ..."):
@@ -58,6 +59,16 @@ def fetch(
         more = f" (and {len(damaged) - 1} more above)" if len(damaged) > 1 else ""
         raise AssetError(f"{damaged[0]}{more}: a cached asset is not what was built; delete its folder and run "
                          "mutualrl assets fetch again to build it anew")
+
+
+def say_extras(asset: object) -> None:
+    """One line naming what a cached asset's folder holds besides the files it was built with (never read)."""
+    from mutualrl.assets.cache import cached_folder_extras
+
+    folder = asset.folder() if getattr(asset, "folder", None) is not None else None  # type: ignore[attr-defined]
+    extras = cached_folder_extras(folder) if folder is not None and folder.is_dir() else None
+    if extras is not None:
+        console.print(f"[yellow]note:[/]     {escape(extras)}", highlight=False, soft_wrap=True)
 
 
 def say_tiny_digests() -> None:

@@ -83,6 +83,14 @@ def same_file(a: Path, b: Path) -> bool:
         return False
 
 
+def check_outputs(out: Path | None, save: Path | None, overwrite: bool, inputs: list[Path]) -> None:
+    """Before anything runs: ``--out`` and ``--save`` writable (an existing file only with ``overwrite``), and two
+    files that are none of ``inputs`` (:func:`check_distinct_outputs`)."""
+    for path, option in ((path, option) for path, option in ((out, "--out"), (save, "--save")) if path is not None):
+        check_output_path(path, option, overwrite=overwrite)
+    check_distinct_outputs(out, save, inputs)
+
+
 def check_distinct_outputs(out: Path | None, save: Path | None, inputs: list[Path]) -> None:
     """``--out`` and ``--save`` are two files, and neither is a file this command reads: the second write would
     replace the first one's results (``--overwrite`` is for a file of an earlier command, never for this one's own),
@@ -145,9 +153,7 @@ def complementarity(
 
     if threshold != threshold or threshold in (float("inf"), float("-inf")):
         raise UsageError(f"--threshold: expected a finite number, got {threshold}")
-    for path, option in ((path, option) for path, option in ((out, "--out"), (save, "--save")) if path is not None):
-        check_output_path(path, option, overwrite=overwrite)
-    check_distinct_outputs(out, save, [*(results or []), *difficulty, *([prp_ratios] if prp_ratios else [])])
+    check_outputs(out, save, overwrite, [*(results or []), *difficulty, *([prp_ratios] if prp_ratios else [])])
     loaded = load_many(list(results or []), step) if results else []
     if run_target is not None:
         from mutualrl.cli.eval_cmd import run_eval_command
