@@ -46,7 +46,7 @@ gc.disable()
 
 TESTS = Path(__file__).parent
 
-POLICY_PROCESS_BUDGET = 149
+POLICY_PROCESS_BUDGET = 151
 """The most policy-worker processes one run of the whole suite may start; over it the session fails. Set on 2026-11-26
 (issue 70) from the suite's own count (``policy processes: N`` at the end of the run: 131 and 135 on two runs of one
 commit, as restarts and catch-ups follow the timing) with a few to spare; each worker costs ~6 s of CPU, and workers
@@ -57,7 +57,8 @@ and say which in the commit. 143 since 2026-11-27: the fork server's own run (``
 workers). Most CPU workers are now forked from a zygote (``FORK_SERVER_ENV`` below), ~3 s of CPU cheaper each; the
 budget holds their count (133-136 with forking, 140 with it off). 149 since 2026-11-27 (issue 77): HACPO stopped by
 SIGTERM, resumed and compared with an uninterrupted run (``tests/test_regime_state.py``, 6 workers: no shared run
-resumes HACPO)."""
+resumes HACPO). 151 since 2026-11-27: on-policy distillation's 2 tiny steps (``TINY_REGIMES_2_STEPS["opd"]``, 2
+workers: the only regime whose policies also judge each other's rollouts through nested exchanges)."""
 
 
 def policy_starts(log: Path) -> dict[str, bool]:

@@ -111,6 +111,7 @@ TINY_REGIMES_2_STEPS = {
     "prp-peer": ("--regime", "prp", "--set", "regime.prp.denominator=peer"),
     "prp-learner": ("--regime", "prp", "--set", "regime.prp.denominator=learner"),
     "grpo-randpert": ("--regime", "grpo-randpert"),
+    "opd": ("--regime", "opd"),
 }
 """2 steps of each of the other regimes (``TINY + ("--max-steps", "2") + args``)."""
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mutualrl.see.consumption_log import rollback_log
 from mutualrl.see.errors import CorruptShardError
-from mutualrl.see.files import FAILED_DIR, MANIFEST_RE, STEP_DIR_RE
+from mutualrl.see.files import FAILED_DIR, MANIFEST_RE, STEP_DIR_RE, judgements_roots
 from mutualrl.see.records import SCHEMA_VERSION
 from mutualrl.see.shards import older_layout_error, read_manifest
 
@@ -19,6 +19,8 @@ def refuse_older_layout(root: Path) -> None:
     rounds before its restart step (bounded staleness, ``see inspect``) and find records it cannot read."""
     if not root.is_dir():
         return
+    for nested in judgements_roots(root):  # peers' judgements: an exchange of the same layout
+        refuse_older_layout(nested)
     for step in root.iterdir():
         if not (STEP_DIR_RE.match(step.name) and step.is_dir()):
             continue
@@ -35,10 +37,14 @@ def refuse_older_layout(root: Path) -> None:
 
 def rollback_exchange(root: Path, step: int) -> int:
     """Remove the step folders from ``step`` on (the exchange of step k feeds optimizer step k + 1), the failure
-    markers and the consumption log's later rounds; returns how many step folders went."""
+    markers and the consumption log's later rounds, here and in the nested exchanges of peers' judgements (a resumed
+    run must not read a judgement of a rollout it is about to make again); returns how many step folders went (the
+    exchange's own)."""
     removed = 0
     if not root.exists():
         return 0
+    for nested in judgements_roots(root):
+        rollback_exchange(nested, step)
     for child in root.iterdir():
         match = STEP_DIR_RE.match(child.name)
         if match and int(match.group(1)) >= step:

@@ -15,7 +15,9 @@
 - The adapter's building blocks (``adapter.py``): :class:`RegimeAdapter` (the base), :class:`PooledRowsAdapter`
   and :class:`PooledStep` (peer rows pooled into the batch), :class:`PeerGroups` and :func:`gather_peer_groups`
   (peer tables as ``[P, M-1, K]`` tensors), :func:`learner_responses` (peer responses as learner token rows),
-  :class:`AppendedRows` and :func:`attach_sequences` (rows and sequences added to TRL's batch).
+  :class:`AppendedRows` and :func:`attach_sequences` (rows and sequences added to TRL's batch); peers' judgements
+  of the learner's own rollouts (each peer's forward pass over them, through the SEE): :class:`JudgementChannel`,
+  :func:`judge_rollouts`, :func:`aligned_judgements` (THL onto the learner's tokens), :func:`own_logps`, :func:`timed`.
 
 The names live in :mod:`mutualrl.regimes.core`; this module only gathers them. A ``spec.py`` must stay torch-free
 (config loading and every CLI command import every spec), so the names whose modules import torch are imported on
@@ -51,6 +53,9 @@ TORCH_NAMES = {
     "PeerGroups": "mutualrl.regimes.core.peers", "gather_peer_groups": "mutualrl.regimes.core.peers",
     "learner_responses": "mutualrl.regimes.core.peer_responses",
     "AppendedRows": "mutualrl.regimes.core.batch_rows", "attach_sequences": "mutualrl.regimes.core.batch_rows",
+    "JudgementChannel": "mutualrl.regimes.core.judgements", "judge_rollouts": "mutualrl.regimes.core.judgements",
+    "aligned_judgements": "mutualrl.regimes.core.judgements", "own_logps": "mutualrl.regimes.core.judgements",
+    "timed": "mutualrl.regimes.core.judgements",
 }
 
 __all__ = [

@@ -6,6 +6,8 @@ Layout under the exchange root::
     step-000012/<policy>/rank-0-of-2.manifest.json  # commit marker: rows, bytes, xxh3_128, provenance
     _failed/<policy>.json                           # failure marker (first reason wins)
     _heartbeat/<policy>.rank-0.json                 # liveness: mtime = last heartbeat
+    _judgements/<policy>/                           # peers' judgements of <policy>'s rollouts: an exchange of
+                                                    # the same layout, one per judged policy (judgements_root)
 
 Every file is committed by :func:`mutualrl.atomic_io.write_atomic` (a hidden temporary name in
 its final folder, fsynced, renamed, the folder fsynced). Readers only ever open files named
@@ -27,6 +29,10 @@ CHECKSUM_ALGORITHM = "xxh3_128"
 
 FAILED_DIR = "_failed"
 HEARTBEAT_DIR = "_heartbeat"
+JUDGEMENTS_DIR = "_judgements"
+"""Peers' judgements of a policy's rollouts (each peer's forward pass over them): one nested exchange per judged
+policy, ``_judgements/<policy>/``, laid out as the exchange itself (step folders, one folder per judging policy);
+rolled back and cleared with the exchange (:func:`judgements_roots`)."""
 
 STEP_DIR_RE = re.compile(r"^step-(\d+)$")
 MANIFEST_RE = re.compile(r"^rank-(\d+)-of-(\d+)\.manifest\.json$")
@@ -57,6 +63,19 @@ def find_see_root(path: Path | str) -> Path | None:
             if any(e.name in (FAILED_DIR, HEARTBEAT_DIR) or STEP_DIR_RE.match(e.name) for e in entries):
                 return path
     return None
+
+
+def judgements_root(root: Path, judged: str) -> Path:
+    """The nested exchange in which ``judged``'s peers publish their judgements of its rollouts."""
+    return Path(root) / JUDGEMENTS_DIR / check_policy_name(judged)
+
+
+def judgements_roots(root: Path) -> list[Path]:
+    """Every nested judgements exchange under the exchange ``root`` (folders only, never followed through a link)."""
+    folder = Path(root) / JUDGEMENTS_DIR
+    if folder.is_symlink() or not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if p.is_dir() and not p.is_symlink() and _NAME_RE.match(p.name))
 
 
 def step_dir(root: Path, step: int) -> Path:

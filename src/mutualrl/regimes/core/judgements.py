@@ -1,0 +1,273 @@
+"""Peers' judgements of a learner's rollouts: each peer's forward pass over the learner's text, through the SEE.
+
+A regime whose learner learns from its peers' log-probabilities of the learner's *own* samples (on-policy
+distillation) needs each peer to score text that peer did not generate. The peer has its model; the learner has only
+its own. So every policy, once it has read its peers' round (their rollout records: prompt id, sample index, text,
+finished flag), also *judges* them (:func:`judge_rollouts`): it retokenizes each peer rollout's text into its own
+vocabulary (THL), appends its own EOS where the rollout finished, and scores it after its own prompt tokens of the
+same prompt, with no gradient, at the weights it has at that step. It publishes one judgement record per peer
+rollout, a :class:`~mutualrl.see.records.RolloutBatch` row of the usual schema read as:
+
+=====================  ==========================================================================================
+column                 in a judgement record
+=====================  ==========================================================================================
+prompt_id, sample_index  the judged rollout's (the learner's keys)
+prompt_text            the judge's own prompt (what it conditioned on)
+response_text          the learner's text, as the learner published it
+response_token_ids     the judge's tokens of that text (its EOS appended where the learner finished)
+response_token_spans   each judge token's character span in the text; ``(-1, -1)`` for the EOS
+behaviour_logps        the judge's log-probs of its tokens: ``log π_judge(token | its prompt, the text before)``
+reward, finished       the learner's (as read)
+advantage              null
+=====================  ==========================================================================================
+
+into a nested exchange per judged policy (:class:`JudgementChannel`; ``<see>/_judgements/<learner>/``, the
+exchange's own layout: one folder per judge and step, shards per rank, manifests, checksums). The learner waits for
+its peers' judgements of its round under the exchange's lock-step rules (failure markers end the wait at once; a
+judge that shows no progress for ``see.barrier_timeout_s`` ends it with the barrier's timeout) and aligns each
+judge's trace onto its own tokens (:func:`aligned_judgements`, THL: per text unit, mass conserved).
+
+Cost: one no-grad forward pass per peer rollout judged (``(M-1)·B`` rows per rank and step, of the judge's own
+length for the text) and the wait for the slowest judge.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from mutualrl.regimes.core.peer_responses import learner_responses, peer_row_views, peer_rows
+from mutualrl.regimes.core.peers import gather_peer_groups
+from mutualrl.regimes.core.seam import GRPOBatch, StepRollouts, TrainerView
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from mutualrl.see.exchange import ExperienceExchange
+    from mutualrl.see.records import RolloutBatch
+
+JUDGEMENT_COLUMNS = ("prompt_id", "sample_index", "response_text", "response_token_spans", "behaviour_logps",
+                     "finished")
+"""What a learner reads of its judges' records."""
+
+WAIT_SLICE_S = 10.0
+"""The judgements' barrier is waited in slices of this length (each slice ends with a look at the judges' progress in
+the main exchange, where their heartbeats are)."""
+
+
+class JudgementChannel:
+    """This rank's clients of the nested judgement exchanges: one per peer it judges (it publishes there as itself)
+    and its own (its peers publish their judgements of its rollouts there; it waits and reads)."""
+
+    def __init__(self, exchange: ExperienceExchange, peers: Sequence[str]):
+        from mutualrl.see.exchange import ExperienceExchange
+        from mutualrl.see.files import judgements_root
+
+        self.main = exchange
+        self.peers = list(peers)
+
+        def client(judged: str, policies: Sequence[str], timeout: float) -> ExperienceExchange:
+            nested = ExperienceExchange(
+                judgements_root(exchange.root, judged), exchange.run_id, exchange.policy, rank=exchange.rank,
+                world_size=exchange.world_size, policies=policies, barrier_timeout_s=timeout,
+                poll_interval_s=exchange.poll_interval_s, retention_steps=exchange.retention_steps,
+                provenance=exchange.provenance)
+            for peer in policies:  # the world sizes the main exchange knows (a shared filesystem's listing may lag)
+                if peer != exchange.policy and exchange.known_worlds(peer):
+                    nested._worlds[peer] = set(exchange.known_worlds(peer))
+            return nested
+
+        self.outgoing = {peer: client(peer, [peer, exchange.policy], exchange.barrier_timeout_s) for peer in self.peers}
+        self.incoming = client(exchange.policy, [exchange.policy, *self.peers],
+                               min(WAIT_SLICE_S, exchange.barrier_timeout_s))
+
+    def publish(self, step: int, judged: str, records: RolloutBatch) -> None:
+        """This rank's judgements of ``judged``'s rollouts of round ``step``."""
+        self.outgoing[judged].publish(step, records)
+
+    def read(self, step: int, judges: Sequence[str]) -> dict[str, pa.Table]:
+        """Every judge's records of this policy's round ``step`` (all of a judge's ranks, concatenated in rank order),
+        read as the SEE reads a round: checksums, schema and rows verified. Waits for them: a judge's failure marker
+        (in the main exchange) ends the wait at once; a judge whose heartbeat in the main exchange shows no progress
+        for ``see.barrier_timeout_s`` ends it with the barrier's timeout error."""
+        from mutualrl.see.errors import PeerTimeoutError
+        from mutualrl.see.liveness import HeartbeatWatch
+
+        judges = list(judges)
+        watch = HeartbeatWatch(self.main.root)
+        watch.look()
+        progressed = time.monotonic()
+
+        def failed(judge: str) -> bool:  # called on every poll for a judge still missing
+            self.main.raise_if_failed(judge, step)
+            return False
+
+        self.main.waiting = True  # the heartbeat thread counts no waiting as work
+        try:
+            while True:
+                try:
+                    found = self.incoming.wait_for(step, judges, arrived=failed)
+                    break
+                except PeerTimeoutError:
+                    watch.look()
+                    idle = watch.idle_for(judges)
+                    now = time.monotonic()
+                    if idle is not None:
+                        progressed = max(progressed, now - idle)
+                    if now - progressed >= self.main.barrier_timeout_s:
+                        raise
+        finally:
+            self.main.waiting = False
+        return {judge: self.incoming.read_shards(found[judge], columns=JUDGEMENT_COLUMNS) for judge in judges}
+
+    def prune(self, step: int) -> None:
+        """Drop this rank's own judgement shards older than the exchange's retention."""
+        for client in self.outgoing.values():
+            client.prune(step)
+
+
+@dataclass
+class Judged:
+    """This rank's judgements of one step: the records per judged peer, the rows and tokens it scored."""
+
+    records: dict[str, RolloutBatch]
+    rows: int
+    tokens: int
+
+
+def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollouts, peers: dict[str, pa.Table],
+                   names: Sequence[str]) -> Judged:
+    """Score the peers ``names``' rollouts of this rank's groups with this policy's model (one no-grad forward pass
+    over all of them, at TRL's scoring batch size): their text in this policy's tokens after this policy's own prompt
+    tokens of the prompt; the judgement records per peer (module docstring). A peer's table must hold the columns
+    ``prompt_id``, ``sample_index``, ``reward``, ``response_text``, ``finished``."""
+    from mutualrl.padding import pad_token_rows
+    from mutualrl.regimes.core.publication import _prompt_text
+    from mutualrl.see.records import Ragged, RolloutBatch
+
+    rollouts.require_whole_groups("judging peers")
+    k = rollouts.num_generations
+    prompts = rollouts.prompt_ids_local[::k]
+    groups = gather_peer_groups(peers, names, prompts, k, rollouts.step, columns=("reward",))
+    sources: list[tuple[str, int]] = []
+    keys: list[tuple[int, int]] = []  # (local prompt, sample index) of each source
+    for slot, name in enumerate(names):
+        for p in range(len(prompts)):
+            for s in range(k):
+                sources.append((name, int(groups.rows[p, slot, s])))
+                keys.append((p, s))
+    tokenizer = trainer.processing_class
+    responses = learner_responses(peers, sources, tokenizer, None)  # this policy's tokens, its EOS where finished
+    device = output["prompt_ids"].device
+    prompt_rows = torch.tensor([p * k for p, _ in keys], dtype=torch.long, device=device)  # [N]
+    completion_ids, completion_mask = pad_token_rows(responses.ids, tokenizer.pad_token_id, min_width=1,
+                                                     device=device)  # [N, C']
+    with torch.no_grad():
+        logps = trainer.score_completions(trainer.model, output["prompt_ids"][prompt_rows],
+                                          output["prompt_mask"][prompt_rows], completion_ids, completion_mask)
+    logps = logps.detach().float().cpu()  # [N, C']
+    texts = [_prompt_text(prompt) for prompt in rollouts.prompt_texts_local[::k]]
+    rewards = peer_rows(peers, sources, ("reward",))["reward"]
+    records, start = {}, 0
+    for name in names:
+        end = start + len(prompts) * k
+        part = range(start, end)
+        spans = [np.concatenate([responses.spans[i], np.full((len(responses.ids[i]) - len(responses.spans[i]), 2), -1,
+                                                              dtype=np.int64)]) for i in part]  # [n_i, 2] EOS: -1
+        records[name] = RolloutBatch(
+            prompt_id=[prompts[keys[i][0]] for i in part], sample_index=[keys[i][1] for i in part],
+            prompt_text=[texts[keys[i][0]] for i in part], response_text=[responses.texts[i] for i in part],
+            response_token_ids=[responses.ids[i] for i in part], response_token_spans=spans,
+            reward=np.asarray([rewards[i] for i in part], dtype=np.float32),
+            finished=[responses.finished[i] for i in part],
+            behaviour_logps=Ragged.from_padded(logps[start:end], completion_mask[start:end].cpu(), np.float32),
+        )
+        start = end
+    return Judged(records, len(sources), int(completion_mask.sum()))
+
+
+@dataclass
+class AlignedJudgements:
+    """Every judge's trace on this rank's own tokens: ``values`` float32 ``[B, M-1, T]`` (0 where not ``valid``),
+    ``valid`` bool ``[B, M-1, T]`` (the tokens of a text unit the judge scored, and the learner's EOS where both
+    ended), ``matched`` bool ``[B, M-1]`` (a judgement of this row's text arrived)."""
+
+    values: torch.Tensor
+    valid: torch.Tensor
+    matched: torch.Tensor
+
+
+def aligned_judgements(own: pa.Table, judgements: dict[str, pa.Table], judges: Sequence[str], rollouts: StepRollouts,
+                       width: int) -> AlignedJudgements:
+    """The judges' traces moved onto this rank's own tokens (THL, one batched call): ``own`` is this rank's own
+    published records with token spans (row ``i`` = TRL's row ``i``), ``width`` the batch's completion width. A
+    judgement whose text is not the row's (two groups of one prompt in a step share their keys) is not used."""
+    from mutualrl.thl import align_logprobs
+
+    k = rollouts.num_generations
+    n = own.num_rows
+    prompts = rollouts.prompt_ids_local[::k]
+    groups = gather_peer_groups(judgements, judges, prompts, k, rollouts.step, columns=())
+    own_texts = own.column("response_text").to_pylist()
+    own_finished = own.column("finished").to_pylist()
+    own_spans = peer_row_views({"": own}, [("", i) for i in range(n)], "response_token_spans")
+    values = torch.zeros((n, len(judges), width), dtype=torch.float32)
+    valid = torch.zeros((n, len(judges), width), dtype=torch.bool)
+    matched = torch.zeros((n, len(judges)), dtype=torch.bool)
+    pairs: list[tuple[int, int]] = []
+    sources: list[tuple[str, int]] = []
+    for i in range(n):
+        p, s = divmod(i, k)
+        s = rollouts.sample_index_local[i]
+        for j, judge in enumerate(judges):
+            pairs.append((i, j))
+            sources.append((judge, int(groups.rows[p, j, s])))
+    texts = peer_rows(judgements, sources, ("response_text", "finished"))
+    spans = peer_row_views(judgements, sources, "response_token_spans")
+    logps = peer_row_views(judgements, sources, "behaviour_logps")
+    use = [texts["response_text"][x] == own_texts[i] and spans[x] is not None and logps[x] is not None
+           and len(spans[x]) == 2 * len(logps[x]) for x, (i, _) in enumerate(pairs)]
+    chosen = [x for x, ok in enumerate(use) if ok]
+    if chosen:
+        src_spans = [spans[x].astype(np.int64).reshape(-1, 2) for x in chosen]
+        tgt_spans = [own_spans[pairs[x][0]].astype(np.int64).reshape(-1, 2) for x in chosen]
+        result = align_logprobs([own_texts[pairs[x][0]] for x in chosen], src_spans,
+                                [logps[x].astype(np.float64) for x in chosen], tgt_spans,
+                                src_special=[sp[:, 0] < 0 for sp in src_spans])
+        for c, x in enumerate(chosen):
+            i, j = pairs[x]
+            units = result.target_units[c]  # [m] unit of each own token, -1: special (the EOS)
+            m = min(len(units), width)
+            values[i, j, :m] = torch.from_numpy(np.asarray(result.values[c][:m], dtype=np.float32))
+            valid[i, j, :m] = torch.from_numpy(units[:m] >= 0)
+            ends = src_spans[c]
+            if own_finished[i] and texts["finished"][x] and len(ends) and ends[-1, 0] < 0 and 0 < len(units) <= width \
+                    and units[-1] < 0:  # both ended: the judge's EOS log-prob on the learner's EOS
+                values[i, j, len(units) - 1] = float(logps[x][-1])
+                valid[i, j, len(units) - 1] = True
+            matched[i, j] = True
+    return AlignedJudgements(values, valid, matched)
+
+
+def own_logps(trainer: TrainerView, output: GRPOBatch) -> torch.Tensor:
+    """The learner's log-probs of its own tokens at generation ``[B, C]``: TRL's ``old_per_token_logps`` where it
+    computed them, else one no-grad scoring pass (not put into the batch: TRL's loss then reads its own forward, as
+    without a regime)."""
+    old = output.get("old_per_token_logps")
+    if old is not None:
+        return old.detach()
+    with torch.no_grad():
+        return trainer.score_completions(trainer.model, output["prompt_ids"], output["prompt_mask"],
+                                         output["completion_ids"], output["completion_mask"]).detach()
+
+
+def timed(call: Callable[[], Any]) -> tuple[Any, float]:
+    """``call()`` and its wall time in seconds."""
+    clock = time.perf_counter()
+    result = call()
+    return result, time.perf_counter() - clock

@@ -1,0 +1,114 @@
+"""Adapter of mutual on-policy distillation: every policy judges its peers' rollouts, and learns from their judgements
+of its own.
+
+Per step, lock-step (docs/regimes.md, "Beyond the paper: mutual on-policy distillation"):
+
+1. publish this rank's rollout records (with each token's span: this policy aligns onto them) and read the peers'
+   round (the base adapter);
+2. judge: score every peer rollout of this rank's groups with this policy's model, in its own tokens after its own
+   prompt (one no-grad forward pass), and publish one judgement record per peer rollout into that peer's nested
+   judgement exchange (:class:`~mutualrl.regimes.core.judgements.JudgementChannel`);
+3. wait for the peers' judgements of this policy's round and move each judge's trace onto this policy's tokens (THL);
+4. gate per prompt group (a peer teaches where its verified success rate is above the learner's), and write TRL's
+   advantages per token: ``c · A_i + λ · Σ_j w_{p,j} (ℓ^j_peer,t − ℓ_own,t)`` (:mod:`mutualrl.regimes.opd.maths`).
+
+With ``lam: 0`` (and the reward term kept) step 4 leaves TRL's advantages as they are: the batch TRL trains on is
+standalone GRPO's, bit for bit (the judging still runs, at no gradient).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from mutualrl.regimes.api import (
+    GRPOBatch,
+    JudgementChannel,
+    RegimeAdapter,
+    StepRollouts,
+    TrainerView,
+    UsageError,
+    aligned_judgements,
+    gather_peer_groups,
+    judge_rollouts,
+    own_logps,
+    timed,
+)
+from mutualrl.regimes.opd.spec import OPD, OPDSettings
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+class OPDAdapter(RegimeAdapter):
+    spec = OPD
+    settings: OPDSettings  # typed view of RegimeAdapter.settings
+    peer_columns = ("prompt_id", "sample_index", "reward", "response_text", "finished")
+    publishes_spans = True  # this policy's own spans, kept from its records: its peers' judgements are aligned onto them
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.channel: JudgementChannel | None = None
+        self.own_records: pa.Table | None = None
+
+    def bind(self, trainer: TrainerView) -> None:
+        super().bind(trainer)
+        if self.exchange is None:
+            return
+        if not self.consumption.lock_step:
+            raise UsageError(f"regime {self.name!r} has every rollout scored by the peers of the same round: it runs "
+                             "lock-step only (see.max_staleness 0, see.on_peer_failure stop, no "
+                             "see.replay_consumption)")
+        self.channel = JudgementChannel(self.exchange, self.peers)
+
+    def build_records(self, output: GRPOBatch, rollouts: StepRollouts) -> Any:
+        records = super().build_records(output, rollouts)
+        self.own_records = records.to_table()  # the text and spans the peers judge, as published
+        return records
+
+    def prune_records(self, step: int) -> None:
+        super().prune_records(step)
+        if self.channel is not None:
+            self.channel.prune(step)
+
+    def transform(self, output: GRPOBatch, rollouts: StepRollouts,
+                  peers: dict[str, pa.Table]) -> tuple[GRPOBatch, dict[str, float]]:
+        from mutualrl.regimes.opd.maths import (
+            distillation_signal,
+            opd_advantages,
+            opd_metrics,
+            row_weights,
+            success_rates,
+            teacher_weights,
+            teaching_peers,
+        )
+
+        settings, trainer, step = self.settings, self.trainer, rollouts.step
+        rollouts.require_whole_groups(self.name)
+        judged, judge_s = timed(lambda: judge_rollouts(trainer, output, rollouts, peers, self.peers))
+        for name, records in judged.records.items():
+            self.channel.publish(step, name, records)
+        with self.phase("waiting for peers' judgements"):
+            tables, wait_s = timed(lambda: self.channel.read(step, self.peers))
+        trainer.record_metrics({"mutual/judge_s": judge_s, "mutual/judgements_wait_s": wait_s})
+
+        k = rollouts.num_generations
+        prompts = rollouts.prompt_ids_local[::k]
+        peer = gather_peer_groups(peers, self.peers, prompts, k, step, columns=("reward",))
+        own_rate = success_rates(rollouts.rewards_local.float().view(len(prompts), k), settings.success_threshold)
+        peer_rates = success_rates(peer.values["reward"], settings.success_threshold)  # [P, M-1]
+        teaching = teaching_peers(own_rate, peer_rates, settings.gate)  # [P, M-1]
+        prompt_weights = teacher_weights(teaching, peer_rates, settings.teachers)  # [P, M-1]
+        mask = output["completion_mask"]  # [B, C]
+        aligned = aligned_judgements(self.own_records, tables, self.peers, rollouts, mask.shape[1])
+        weights = row_weights(prompt_weights, k) * aligned.matched  # [B, M-1]
+        if settings.lam == 0 and settings.reward_term:  # standalone GRPO's batch, untouched
+            return output, opd_metrics(teaching, prompt_weights, aligned.matched, judged.rows)
+        own = own_logps(trainer, output).float().cpu()  # [B, C]
+        signal = distillation_signal(own, aligned.values, aligned.valid, weights)  # [B, C]
+        advantages = output["advantages"]
+        output["advantages"] = opd_advantages(advantages.cpu(), signal, mask.cpu(), settings.lam,
+                                              settings.reward_term).to(advantages.device)  # [B, C]
+        return output, opd_metrics(teaching, prompt_weights, aligned.matched, judged.rows, own, aligned.values,
+                                   aligned.valid, weights, settings.lam)

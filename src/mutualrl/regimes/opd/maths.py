@@ -1,0 +1,145 @@
+"""Mutual on-policy distillation across tokenizers (beyond the paper; GKD, arXiv 2306.13649; MiniLLM, 2306.08543).
+
+The learner ``θ`` samples ``y ~ π_θ(· | x)``; a teaching peer ``T`` scores the same text. Per learner token ``t``:
+
+    δ_t     = log π_T(y_t | x, y_<t) − log π_θ(y_t | x, y_<t)         (THL-aligned: exact per span, below)
+    A_{i,t} = c · A_i^GRPO + λ · Σ_j w_{p,j} · δ^j_t                  c = 1 (reward_term) or 0
+
+With TRL's clipped surrogate at the snapshot (ratio 1) the gradient of the token is ``−A_{i,t} ∇ log π_θ(y_t)``, so
+the λ part is ``λ Σ_t (log π_θ − log π_T)(y_t) ∇ log π_θ(y_t)``: the single-sample estimate of the gradient of the
+per-token reverse KL ``Σ_t KL(π_θ(· | y_<t) ‖ π_T(· | y_<t))`` (GKD's on-policy student-generated objective with the
+reverse KL; MiniLLM's single-step term), whose expectation over ``y`` is that gradient exactly
+(``tests/test_regimes_opd.py`` enumerates a small vocabulary).
+
+Across tokenizers the peer's trace is in its own tokens; THL moves it onto the learner's tokens unit by unit (a unit
+is a word, or a CJK character): within a unit the peer's mass is spread over the learner's tokens of it, so per
+token ``δ_t`` is exact only where the two tokenizations agree, while over a unit (a span of text) it is exact
+everywhere: ``Σ_{t∈u} δ_t = log π_T(u | prefix) − log π_θ(u | prefix)`` (THL's conservation).
+
+The gate (``w``): per prompt group, a peer teaches where its verified success rate on its own K rollouts of the
+prompt is above the learner's (``gate: competence``; NaN, nothing scored, teaches nothing), or always
+(``gate: always``); with several teaching peers, the best (``teachers: best``) or their mean (``mean``). Where no
+peer teaches, the token's advantage is GRPO's alone (``c · A_i``).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from mutualrl.regimes.api import Share, Total, check_float
+
+
+def success_rates(rewards: torch.Tensor, success_threshold: float) -> torch.Tensor:
+    """Share of the scored rollouts over the last axis (K) whose reward is above ``success_threshold`` (a verified
+    success); NaN where none is scored. ``[..., K]`` → ``[...]``."""
+    scored = ~torch.isnan(rewards)  # [..., K]
+    wins = (rewards > success_threshold) & scored  # NaN > x is False
+    counted = scored.sum(-1)  # [...]
+    rates = wins.sum(-1).to(torch.float32) / counted.clamp(min=1).to(torch.float32)
+    return torch.where(counted > 0, rates, torch.full_like(rates, float("nan")))
+
+
+def teaching_peers(own_rate: torch.Tensor, peer_rates: torch.Tensor,
+                   gate: Literal["competence", "always"]) -> torch.Tensor:
+    """bool ``[P, M-1]``: the peers that teach each prompt. ``competence``: a peer whose success rate is above the
+    learner's (both scored); ``always``: every peer."""
+    check_float("peer_rates", peer_rates, 2, "[P, M-1]")
+    if own_rate.shape != peer_rates.shape[:1]:
+        raise ValueError(f"own_rate must have shape [P] = [{peer_rates.shape[0]}]; got {tuple(own_rate.shape)}")
+    if gate == "always":
+        return torch.ones(peer_rates.shape, dtype=torch.bool)
+    if gate != "competence":
+        raise ValueError(f"gate must be 'competence' or 'always'; got {gate!r}")
+    return peer_rates > own_rate[:, None]  # NaN on either side: False
+
+
+def teacher_weights(teaching: torch.Tensor, peer_rates: torch.Tensor,
+                    teachers: Literal["best", "mean"]) -> torch.Tensor:
+    """float32 ``[P, M-1]``: each teaching peer's weight ``w_{p,j}`` in the prompt's signal; a row sums to 1 where some
+    peer teaches, 0 where none does. ``best``: the teaching peer with the highest success rate (ties and unscored
+    rates: the first in the pool's order) alone; ``mean``: every teaching peer, equally."""
+    if teaching.shape != peer_rates.shape:
+        raise ValueError(f"teaching must have the shape of peer_rates {tuple(peer_rates.shape)}")
+    if teachers == "mean":
+        count = teaching.sum(-1, keepdim=True).clamp(min=1).to(torch.float32)  # [P, 1]
+        return teaching.to(torch.float32) / count
+    if teachers != "best":
+        raise ValueError(f"teachers must be 'best' or 'mean'; got {teachers!r}")
+    score = torch.where(teaching, torch.nan_to_num(peer_rates, nan=-1.0), torch.full_like(peer_rates, -2.0))
+    best = torch.argmax(score, dim=-1)  # [P] the first maximum
+    weights = torch.zeros(peer_rates.shape, dtype=torch.float32)
+    weights[torch.arange(len(best)), best] = 1.0
+    return weights * teaching.any(-1, keepdim=True).to(torch.float32)  # [P, M-1]
+
+
+def distillation_signal(own_logps: torch.Tensor, peer_logps: torch.Tensor, valid: torch.Tensor,
+                        weights: torch.Tensor) -> torch.Tensor:
+    """``Σ_j w_{i,j} (ℓ^j_peer − ℓ_own)`` per learner token, float32 ``[B, T]``.
+
+    ``own_logps`` ``[B, T]``: the learner's log-probs of its tokens at generation; ``peer_logps`` ``[B, M-1, T]``: each
+    peer's trace aligned onto those tokens; ``valid`` bool ``[B, M-1, T]``: the tokens the peer's trace reached (a unit
+    of the learner's text, or its EOS); ``weights`` ``[B, M-1]``: the row's prompt's teacher weights. A token outside
+    ``valid`` gets no signal from that peer (an exact 0, whatever the log-probs there)."""
+    check_float("own_logps", own_logps, 2, "[B, T]")
+    check_float("peer_logps", peer_logps, 3, "[B, M-1, T]")
+    b, t = own_logps.shape
+    if peer_logps.shape[0] != b or peer_logps.shape[2] != t or valid.shape != peer_logps.shape:
+        raise ValueError(f"peer_logps and valid must have shape [B={b}, M-1, T={t}]; got "
+                         f"{tuple(peer_logps.shape)} and {tuple(valid.shape)}")
+    if weights.shape != peer_logps.shape[:2]:
+        raise ValueError(f"weights must have shape [B, M-1] = {tuple(peer_logps.shape[:2])}; got {tuple(weights.shape)}")
+    delta = peer_logps.to(torch.float32) - own_logps.to(torch.float32)[:, None, :]  # [B, M-1, T]
+    reached = valid & (weights[:, :, None] > 0)  # [B, M-1, T]
+    delta = torch.where(reached, delta, torch.zeros_like(delta))
+    return (weights.to(torch.float32)[:, :, None] * delta).sum(1)  # [B, T]
+
+
+def opd_advantages(advantages: torch.Tensor, signal: torch.Tensor, mask: torch.Tensor, lam: float,
+                   reward_term: bool) -> torch.Tensor:
+    """Per-token advantages ``[B, T]`` (TRL's loss takes them as they are): ``c · A_i + λ · signal_{i,t}`` on the
+    completion's tokens (``mask``), 0 elsewhere; ``c = 1`` with ``reward_term``, else 0."""
+    if advantages.dim() != 1 or signal.shape != (advantages.shape[0], signal.shape[1]):
+        raise ValueError(f"advantages must be [B] and signal [B, T]; got {tuple(advantages.shape)} and "
+                         f"{tuple(signal.shape)}")
+    base = advantages[:, None].to(torch.float32) if reward_term else torch.zeros_like(signal[:, :1])  # [B, 1]
+    combined = base + lam * signal.to(torch.float32)  # [B, T]
+    return torch.where(mask.bool(), combined, torch.zeros_like(combined)).to(advantages.dtype)
+
+
+def row_weights(prompt_weights: torch.Tensor, k: int) -> torch.Tensor:
+    """The prompt's teacher weights ``[P, M-1]`` on each of its K rows, ``[P·K, M-1]`` (TRL's prompt-major order)."""
+    return prompt_weights.repeat_interleave(k, dim=0)
+
+
+def opd_metrics(teaching: torch.Tensor, prompt_weights: torch.Tensor, matched: torch.Tensor, judged_rows: int,
+                own_logps: torch.Tensor | None = None, peer_logps: torch.Tensor | None = None,
+                valid: torch.Tensor | None = None, weights: torch.Tensor | None = None,
+                lam: float = 0.0) -> dict[str, float]:
+    """The step's figures (``opd/<name>``): ``gate_rate`` (prompts with a teaching peer), ``judged_share`` (the
+    learner's (rollout, peer) pairs whose judgement arrived and is of the learner's text), ``judged_rows`` (the peers'
+    rollouts this policy judged), and where the signal was computed (``own_logps`` given): ``teacher_logp`` and
+    ``reverse_kl`` (own − teacher log-prob, the per-token sample estimate of the reverse KL) per signalled token,
+    ``signal_abs`` (mean ``|λ · signal|`` there) and ``signal_tokens``. Shares and totals: reduced over the ranks."""
+    values: dict[str, float] = {
+        "gate_rate": Share(float(teaching.any(-1).sum()), teaching.shape[0]),
+        "judged_share": Share(float(matched.sum()), matched.numel()),
+        "judged_rows": Total(judged_rows),
+    }
+    if own_logps is None:
+        return values
+    reached = valid & (weights[:, :, None] > 0)  # [B, M-1, T]
+    tokens = reached.any(1)  # [B, T] tokens with a signal
+    w = torch.where(reached, weights[:, :, None].expand_as(reached), torch.zeros(()))  # [B, M-1, T]
+    norm = w.sum(1).clamp(min=1e-12)  # [B, T]
+    teacher = torch.where(reached, peer_logps.double(), torch.zeros((), dtype=torch.float64))
+    teacher = (w.double() * teacher).sum(1) / norm.double()  # [B, T] the teachers' weighted log-prob
+    own = own_logps.double()
+    count = float(tokens.sum())
+    values["teacher_logp"] = Share(float(teacher[tokens].sum()), count)
+    values["reverse_kl"] = Share(float((own - teacher)[tokens].sum()), count)
+    signal = distillation_signal(own_logps.float(), peer_logps.float(), valid, weights)  # [B, T]
+    values["signal_abs"] = Share(float((lam * signal.double()).abs()[tokens].sum()), count)
+    values["signal_tokens"] = Total(count)
+    return values
