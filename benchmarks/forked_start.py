@@ -1,5 +1,5 @@
-"""A short run with its workers forked from a zygote (``host/fork_server.py``) beside the same run with each worker
-started as its own interpreter, as the test suite's runs start.
+"""A short run with its workers forked from a zygote (the test suite's fork server, ``tests/fork_server/``) beside the
+same run with each worker started as its own interpreter, as a user's run starts them.
 
 Each round runs ``mutualrl train --pool tiny --regime sgt`` for ``--steps`` steps twice, once per mode, alternating
 which goes first; the zygote is warm (a run before the rounds started it, as the suite's first run does). A forked
@@ -25,6 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FORK_SERVER_ENV = "MUTUALRL_FORK_SERVER"
+FORK_SITE = ROOT / "tests" / "fork_server"
+"""Its ``sitecustomize`` plugs the zygotes into the launcher's worker start where ``FORK_SERVER_ENV`` names a folder."""
 
 
 def machine_cpu_seconds() -> float:
@@ -36,7 +38,8 @@ def machine_cpu_seconds() -> float:
 
 def one_run(folder: Path, name: str, steps: int, zygotes: Path | None) -> tuple[float, float]:
     """Wall and machine CPU seconds of one run; its workers forked from the zygotes in ``zygotes`` or fresh."""
-    env = {**os.environ, FORK_SERVER_ENV: str(zygotes) if zygotes else ""}
+    pythonpath = os.pathsep.join(filter(None, [str(FORK_SITE), os.environ.get("PYTHONPATH")]))
+    env = {**os.environ, "PYTHONPATH": pythonpath, FORK_SERVER_ENV: str(zygotes) if zygotes else ""}
     argv = [sys.executable, "-m", "mutualrl", "train", "--pool", "tiny", "--regime", "sgt", "-o", str(folder / name),
             "--set", f"grpo.max_steps={steps}"]
     cpu, wall = machine_cpu_seconds(), time.monotonic()
@@ -60,7 +63,7 @@ def main() -> None:
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="forked-start-"))
     zygotes = folder / "zygotes"
-    zygotes.mkdir()
+    zygotes.mkdir(mode=0o700)  # a folder no one else may write (the fork server uses no other)
     try:
         one_run(folder, "warm-up", args.steps, zygotes)  # starts the zygote, as the suite's first run does
         wait_for_zygote(zygotes)

@@ -16,6 +16,7 @@ Without xdist (``-p no:xdist``, or no ``-n``) the marks do nothing and everythin
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import shutil
@@ -23,13 +24,12 @@ import sys
 import tempfile
 import time
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
 
 from e2e_helpers import TINY, TINY_REGIMES_2_STEPS, TINY_SGT_3_STEPS, TINY_SGT_3_STEPS_OFF_LOCK_STEP, shared_train
-from mutualrl.host.forked_start import FORK_SERVER_ENV
 from mutualrl.host.process_start import imports_done
 from mutualrl.launch.plan.detect import detect_cpu_cores
 from mutualrl.training.worker import START_LOG_ENV
@@ -46,6 +46,12 @@ gc.disable()
 
 TESTS = Path(__file__).parent
 
+FORK_SITE = TESTS / "fork_server"
+"""The suite's fork server (``zygotes``) and the ``sitecustomize`` that plugs it into the launchers the suite starts:
+on the ``PYTHONPATH`` of every process a test starts (:func:`pytest_configure`), and on this one's path."""
+sys.path.insert(0, str(FORK_SITE))
+from zygotes.start import FORK_SERVER_ENV, plug_into  # noqa: E402  (found on the path set just above)
+
 POLICY_PROCESS_BUDGET = 151
 """The most policy-worker processes one run of the whole suite may start; over it the session fails. Set on 2026-11-26
 (issue 70) from the suite's own count (``policy processes: N`` at the end of the run: 131 and 135 on two runs of one
@@ -54,21 +60,22 @@ were two thirds of the suite's CPU. A new test that launches training should rea
 below), a fake trainer (``tests/test_regimes_seam.py``) or a dry run instead; raise the budget only for a process
 topology no shared run has (a new regime family, rank layout, vLLM, nodes or fault), by the workers that test starts,
 and say which in the commit. 143 since 2026-11-27: the fork server's own run (``tests/test_forked_start_bench.py``, 2
-workers). Most CPU workers are now forked from a zygote (``FORK_SERVER_ENV`` below), ~3 s of CPU cheaper each; the
-budget holds their count (133-136 with forking, 140 with it off). 149 since 2026-11-27 (issue 77): HACPO stopped by
+workers). Most CPU workers are forked from a zygote (``FORK_SERVER_ENV`` below; ``tests/fork_server/``), ~3 s of CPU
+cheaper each, all but those of the ``user_start`` tests, which start as a user's do; the budget holds their count
+(133-136 with forking, 140 with it off). 149 since 2026-11-27 (issue 77): HACPO stopped by
 SIGTERM, resumed and compared with an uninterrupted run (``tests/test_regime_state.py``, 6 workers: no shared run
 resumes HACPO). 151 since 2026-11-27: on-policy distillation's 2 tiny steps (``TINY_REGIMES_2_STEPS["opd"]``, 2
 workers: the only regime whose policies also judge each other's rollouts through nested exchanges)."""
 
 
 def policy_starts(log: Path) -> dict[str, bool]:
-    """The policy workers that logged their start in ``log``, by pid: whether each ran forked from a zygote (a line
-    ``PID forked``). A forked worker that restarted as a fresh interpreter logged its pid twice: one start, not
-    forked."""
+    """The policy workers that logged their start in ``log``, by pid: whether each ran forked from a zygote (its
+    forked child wrote ``PID forked`` before the worker's own ``PID``: ``zygotes.child.note_forked``; one that
+    restarted as a fresh interpreter wrote only ``PID``)."""
     starts: dict[str, bool] = {}
     for line in log.read_text().splitlines() if log.exists() else []:
         pid, *how = line.split()
-        starts[pid] = how == ["forked"]
+        starts[pid] = starts.get(pid, False) or how == ["forked"]
     return starts
 
 
@@ -204,14 +211,84 @@ def pytest_configure(config: pytest.Config) -> None:
         log = Path(tempfile.mkdtemp(prefix="mutualrl-policy-starts-")) / "starts.log"
         log.touch()
         os.environ[START_LOG_ENV] = str(log)
-        # CPU policy workers forked from zygotes that imported torch, transformers and TRL once (host/forked_start.py:
-        # half of a short run's worker CPU); deleting the folder at the end stops them
-        (log.parent / "zygotes").mkdir()
+        # CPU policy workers forked from zygotes that imported torch, transformers and TRL once (tests/fork_server/:
+        # half of a short run's worker CPU), in a folder only this user reads; deleting it at the end stops them
+        (log.parent / "zygotes").mkdir(mode=0o700)
         os.environ.setdefault(FORK_SERVER_ENV, str(log.parent / "zygotes"))
+        # after the caller's own entries: a sitecustomize of theirs (benchmarks/suite_cpu.py's) wins, and no zygote
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(FORK_SITE)]))
         config.stash[POLICY_START_KEY] = (log, time.monotonic())
+    plug_this_process()
 
 
 POLICY_START_KEY = pytest.StashKey[tuple[Path, float]]()
+
+
+def user_start_log(log: Path) -> Path:
+    """Beside the session's policy-start log: the starts of the ``user_start`` tests' workers alone."""
+    return log.parent / "user-starts.log"
+
+
+def plug_this_process() -> None:
+    """The fork server plugged into this process's worker start too (the Python API's ``train`` launches in the
+    test's own process), as the ``sitecustomize`` plugs it into a launcher the suite starts; not where
+    ``FORK_SERVER_ENV`` is empty (the suite run as a user's runs start: ``MUTUALRL_FORK_SERVER= pytest ...``)."""
+    from mutualrl.launch.supervise import worker_process
+
+    if os.environ.get(FORK_SERVER_ENV) and not hasattr(worker_process.start_worker_process, "__wrapped__"):
+        plug_into(worker_process)
+
+
+def file_marked(request: pytest.FixtureRequest) -> bool:
+    """Whether the test file of ``request`` is marked ``user_start`` as a whole (its ``pytestmark``)."""
+    module = request.node.getparent(pytest.Module)
+    return module is not None and any(mark.name == "user_start" for mark in module.own_markers)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def users_start_in_this_file(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """A file marked ``user_start`` (``pytestmark``) starts its workers as a user's run does, its module-scoped runs
+    included: :func:`started_as_a_user_s`."""
+    if not file_marked(request):
+        yield
+        return
+    with started_as_a_user_s(tmp_path_factory, request.module.__name__):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def users_start_in_this_test(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """A test marked ``user_start`` by itself (not its file): :func:`started_as_a_user_s`."""
+    if request.node.get_closest_marker("user_start") is None or file_marked(request):
+        yield
+        return
+    with started_as_a_user_s(tmp_path_factory, request.node.name):
+        yield
+
+
+@contextlib.contextmanager
+def started_as_a_user_s(tmp_path_factory: pytest.TempPathFactory, what: str) -> Iterator[None]:
+    """Every policy worker started meanwhile, in this process or any it starts, by the product's own
+    ``start_worker_process`` (``subprocess.Popen``: no zygote); checked at the end from their start lines (kept in a
+    log of their own, then added to the session's count)."""
+    from mutualrl.launch.supervise import worker_process
+
+    session_log = os.environ.get(START_LOG_ENV)
+    own_log = tmp_path_factory.mktemp("user-start") / "starts.log"
+    with pytest.MonkeyPatch.context() as patch:
+        product = getattr(worker_process.start_worker_process, "__wrapped__", None)
+        if product is not None:
+            patch.setattr(worker_process, "start_worker_process", product)
+        patch.setenv(FORK_SERVER_ENV, "")
+        patch.setenv(START_LOG_ENV, str(own_log))
+        yield
+    text = own_log.read_text() if own_log.exists() else ""
+    if session_log and text:
+        for log in (Path(session_log), user_start_log(Path(session_log))):
+            with open(log, "a") as fh:
+                fh.write(text)
+    forked = sorted(pid for pid, was_forked in policy_starts(own_log).items() if was_forked)
+    assert not forked, f"{what}: workers {forked} were forked from a zygote, not started as a user's run starts them"
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -222,6 +299,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     line, over = policy_budget_line(len(starts), POLICY_PROCESS_BUDGET, time.monotonic() - started_at,
                                     sum(starts.values()))
     terminalreporter.write_line(line, red=over, bold=over)
+    users = count_policy_starts(user_start_log(log))
+    terminalreporter.write_line(f"user_start tests: {users} policy processes started as a user's run starts them")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

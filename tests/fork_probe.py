@@ -1,4 +1,4 @@
-"""Run by ``tests/test_forked_child.py`` as ``python -m fork_probe ACTION ...`` in a zygote's child (or, after
+"""Run by ``tests/test_fork_server.py`` as ``python -m fork_probe ACTION ...`` in a zygote's child (or, after
 ``restart_fresh``, in a fresh interpreter): prints what the process sees as one JSON line, then does ACTION."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import signal
 import sys
 import time
 
-from mutualrl.host import forked_child
+from zygotes import child as forked_child
 
 
 def report() -> None:

@@ -14,7 +14,6 @@ import pytest
 from safetensors.torch import load_file
 
 from e2e_helpers import assert_ok, child_env, hold_tiny_sp
-from mutualrl.host.forked_start import FORK_SERVER_ENV
 from mutualrl.see.consumption_log import read_consumption
 
 POLICIES = ("tiny-bpe", "tiny-sp")
@@ -123,6 +122,7 @@ def test_a_slow_peer_is_read_stale_within_the_bound_then_skips_rounds_to_catch_u
 
 
 @pytest.mark.slow
+@pytest.mark.user_start
 def test_continue_lets_the_survivor_finish_when_a_peer_is_killed(tmp_path):
     run_dir = tmp_path / "kill"
     env = {**child_env(), "MUTUALRL_DEBUG_STEP_DELAY": "tiny-sp=0.5"}
@@ -139,12 +139,13 @@ def test_continue_lets_the_survivor_finish_when_a_peer_is_killed(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.user_start
 def test_max_restarts_a_killed_peer_restarts_from_its_checkpoint_and_rejoins(tmp_path):
     run_dir = tmp_path / "rejoin"
     # The survivor is the slower one, so the restarted policy (model load: seconds) catches up while it trains.
     env = {**child_env(), "MUTUALRL_DEBUG_STEP_DELAY": "tiny-bpe=2.0"}  # 0.7 s was too short on a loaded box
-    env[FORK_SERVER_ENV] = ""  # restarted as a fresh interpreter (seconds, as a user's): one forked from a zygote
-    # is back before the survivor drops it, and the drop is what this test follows
+    # user_start: restarted as a fresh interpreter (seconds, as a user's); one forked from a zygote would be back
+    # before the survivor drops it, and the drop is what this test follows
     steps = 16
     argv = train_argv(run_dir, steps, "--set", "see.on_peer_failure=continue", "--set", "see.max_restarts=1",
                       "--set", "see.max_staleness=1", "--set", "grpo.save_steps=2")

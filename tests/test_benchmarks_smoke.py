@@ -28,7 +28,9 @@ pytestmark = pytest.mark.usefixtures("offline_hub")  # the scripts inherit HF_HU
 
 
 def run_script(name: str, *args: str, timeout: int = 600) -> str:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests"), str(ROOT)])}
+    # tests/fork_server last: the suite's zygotes for the runs a script starts (its own PYTHONPATH, if it sets one, wins)
+    paths = [ROOT / "src", ROOT / "tests", ROOT, ROOT / "tests" / "fork_server"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, paths))}
     done = subprocess.run([sys.executable, str(BENCH / name), *args], capture_output=True, text=True, env=env,
                           cwd=ROOT, timeout=timeout)
     assert done.returncode == 0, f"{name} failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}"

@@ -11,6 +11,8 @@ import pytest
 from bench_helpers import load_benchmark
 from test_checkpoint_integrity import build_checkpoint
 
+pytestmark = pytest.mark.user_start  # its workers start as a user's run starts them (tests/conftest.py)
+
 
 def load_chaos():
     return load_benchmark("chaos")

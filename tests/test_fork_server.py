@@ -1,8 +1,10 @@
-"""Workers forked from a zygote (host/fork_server.py, host/forked_start.py): the child is the process
+"""The suite's fork server (tests/fork_server/zygotes/): the child is the process
 ``subprocess.Popen([python, "-m", MODULE, ...], env=..., cwd=..., stdout=log, stderr=STDOUT, stdin=DEVNULL,
 start_new_session=True)`` would have started, its end is reported as Popen reports it, and only a worker whose
 environment matches the zygote's (but for runtime-only variables) is forked. The zygote runs ``tests/fork_probe.py``
-here, which prints what it sees; every end-to-end test of the suite runs its CPU workers the same way."""
+here, which prints what it sees; the end-to-end tests not marked ``user_start`` run their CPU workers the same way,
+plugged into the launcher's one seam (``worker_process.start_worker_process``) by ``tests/fork_server/sitecustomize.py``,
+and only from a folder no other user can write."""
 
 from __future__ import annotations
 
@@ -18,15 +20,20 @@ from types import SimpleNamespace
 
 import pytest
 
-from mutualrl.host import forked_child, forked_start
-from mutualrl.host.forked_start import (
+from zygotes import child as forked_child
+from zygotes import start as forked_start
+from zygotes.start import (
     FORK_SERVER_ENV,
+    SITE,
     ForkedProcess,
     environment_key,
     forkable,
+    plug_into,
+    private_folder,
     request_fork,
     start_forked,
     start_zygote,
+    uses_vllm,
 )
 
 TESTS = Path(__file__).parent
@@ -200,7 +207,7 @@ def test_the_first_worker_of_an_environment_waits_for_its_zygote_and_is_forked(t
         process = start_forked(worker, env, str(TESTS), log.fileno())
     assert process is not None and process.wait(timeout=60) == 2  # argparse's exit, in the forked worker
     assert "error: the following arguments are required: --run-dir" in (tmp_path / "worker.log").read_text()
-    assert (tmp_path / "started").read_text().split() == [str(process.pid), "forked"]
+    assert (tmp_path / "started").read_text().split() == [str(process.pid), "forked", str(process.pid)]
     key = environment_key(sys.executable, env)
     assert (tmp_path / "starts.log").read_text().splitlines() == [f"forked: zygote {key}"]
     for path in tmp_path.iterdir():
@@ -254,16 +261,19 @@ def test_zygotes_are_started_once_and_only_so_many(tmp_path, monkeypatch):
     running = SimpleNamespace(poll=lambda: None)
     monkeypatch.setattr(forked_start.subprocess, "Popen", lambda argv, **kw: spawned.append((argv, kw["env"])) or running)
     monkeypatch.setattr(forked_start, "_STARTED", [])
-    start_zygote(tmp_path, "a", sys.executable, {"MUTUALRL_LAUNCHER_PID": "1", "HF_HOME": "/h"})
-    start_zygote(tmp_path, "a", sys.executable, {})  # already starting
-    assert len(spawned) == 1 and spawned[0][1] == {"HF_HOME": "/h"}  # no runtime-only variable kept
+    site = {"PYTHONPATH": str(SITE)}  # the zygote's own modules
+    assert "does not hold" in start_zygote(tmp_path, "a", sys.executable, {"HF_HOME": "/h"}) and not spawned
+    start_zygote(tmp_path, "a", sys.executable, {"MUTUALRL_LAUNCHER_PID": "1", "HF_HOME": "/h", **site})
+    start_zygote(tmp_path, "a", sys.executable, site)  # already starting
+    assert len(spawned) == 1 and spawned[0][1] == {"HF_HOME": "/h", **site}  # no runtime-only variable kept
     assert spawned[0][0][-1] == str(tmp_path / "a.sock")
     hooked = tmp_path / "site"
     hooked.mkdir()
     (hooked / "sitecustomize.py").write_text("")  # a benchmark's profiler, say: every child would inherit it
-    assert "runs" in start_zygote(tmp_path, "hooked", sys.executable, {"PYTHONPATH": str(hooked)}) and len(spawned) == 1
+    assert "runs" in start_zygote(tmp_path, "hooked", sys.executable, {"PYTHONPATH": f"{hooked}:{SITE}"})
+    assert len(spawned) == 1
     for key in "bcdef":
-        start_zygote(tmp_path, key, sys.executable, {})
+        start_zygote(tmp_path, key, sys.executable, site)
     assert len(spawned) == forked_start.MAX_ZYGOTES
 
 
@@ -293,3 +303,78 @@ def test_a_policy_that_generates_with_vllm_comes_from_a_zygote_that_imported_it(
     key = environment_key(sys.executable, probe_env())
     assert [argv[3:] for argv in spawned] == [[str(tmp_path / f"{key}-vllm.sock"), "--with-vllm"],
                                               [str(tmp_path / f"{key}.sock")]]
+
+
+def test_only_a_folder_no_one_else_may_write_is_used(tmp_path, monkeypatch):
+    """Another user who made the folder first, or may write into it, would receive the workers' environment (their
+    tokens included) at a socket of theirs: such a folder is not used, and the product starts the worker."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    assert private_folder(str(private)) == private
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o770)
+    link = tmp_path / "link"
+    link.symlink_to(private)
+    for folder in (str(shared), str(link), "relative", "", str(tmp_path / "none")):
+        assert private_folder(folder) is None, folder
+    monkeypatch.setenv(FORK_SERVER_ENV, str(shared))
+    worker = [sys.executable, "-m", "mutualrl.training.worker", "--run-dir", "r", "--policy", "p"]
+    monkeypatch.setattr(forked_start, "start_zygote", lambda *a: pytest.fail("a zygote started from a shared folder"))
+    assert start_forked(worker, probe_env(), str(tmp_path), 1) is None
+    assert list(shared.iterdir()) == []
+
+
+def test_the_plug_keeps_the_product_s_start_for_every_worker_it_does_not_fork(tmp_path, monkeypatch):
+    started = []
+    seam = SimpleNamespace(start_worker_process=lambda argv, env, cwd, log: started.append(argv) or "popen")
+    product = seam.start_worker_process
+    plug_into(seam)
+    assert seam.start_worker_process.__wrapped__ is product
+    monkeypatch.setenv(FORK_SERVER_ENV, "")  # no folder: nothing forked
+    with (tmp_path / "log").open("ab") as log:
+        assert seam.start_worker_process(["/bin/true"], {}, None, log) == "popen" and started == [["/bin/true"]]
+
+
+def test_the_zygote_s_vllm_follows_the_settings_the_worker_reads(tmp_path):
+    launch = tmp_path / "run" / "launch"
+    launch.mkdir(parents=True)
+    (launch / "a.grpo.json").write_text(json.dumps({"use_vllm": True}))
+    (launch / "b.grpo.json").write_text(json.dumps({"use_vllm": False}))
+    (launch / "c.grpo.json").write_text("[")
+    worker = [sys.executable, "-m", "mutualrl.training.worker", "--run-dir", str(tmp_path / "run"), "--policy"]
+    assert [uses_vllm([*worker, name]) for name in "abcd"] == [True, False, False, False]
+    assert not uses_vllm(worker)
+
+
+@pytest.mark.parametrize("plugged", [True, False])
+def test_the_sitecustomize_plugs_a_launcher_only_where_the_suite_asks(plugged):
+    """A process the suite starts imports ``tests/fork_server/sitecustomize.py``; the launcher's seam is replaced
+    only where ``MUTUALRL_FORK_SERVER`` is set, and nothing is imported before the seam is."""
+    env = {**os.environ, "PYTHONPATH": f"{SITE}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+           FORK_SERVER_ENV: "/somewhere" if plugged else ""}
+    code = ("import sys; before = 'zygotes.start' in sys.modules; "
+            "from mutualrl.launch.supervise import worker_process as seam; "
+            "print(before, hasattr(seam.start_worker_process, '__wrapped__'))")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.stdout.split() == ["False", str(plugged)], done.stderr
+
+
+def test_a_user_start_test_runs_the_product_s_start_and_fails_where_a_worker_was_forked(tmp_path, tmp_path_factory,
+                                                                                         monkeypatch):
+    """``user_start`` (tests/conftest.py): inside, the product's own function and no zygote folder for the processes
+    a test starts; a worker that says it was forked fails the test, and its start is still counted."""
+    from conftest import started_as_a_user_s
+    from mutualrl.launch.supervise import worker_process
+    from mutualrl.training.worker import START_LOG_ENV
+
+    session = tmp_path / "starts.log"
+    monkeypatch.setenv(START_LOG_ENV, str(session))
+    with started_as_a_user_s(tmp_path_factory, "a test"):
+        assert not hasattr(worker_process.start_worker_process, "__wrapped__") and not os.environ[FORK_SERVER_ENV]
+        Path(os.environ[START_LOG_ENV]).write_text("12\n")
+    assert session.read_text() == "12\n" and os.environ[START_LOG_ENV] == str(session)
+    with pytest.raises(AssertionError, match=r"a test: workers \['13'\] were forked"):
+        with started_as_a_user_s(tmp_path_factory, "a test"):
+            Path(os.environ[START_LOG_ENV]).write_text("13 forked\n13\n")
+    assert session.read_text() == "12\n13 forked\n13\n"

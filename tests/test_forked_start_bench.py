@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mutualrl.host.forked_start import FORK_SERVER_ENV
+from zygotes.start import FORK_SERVER_ENV
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "forked_start.py"
 spec = importlib.util.spec_from_file_location("forked_start_bench", SCRIPT)

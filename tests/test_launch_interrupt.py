@@ -15,6 +15,8 @@ from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSett
 from mutualrl.launch.supervise.signals import interrupt_requested, raise_if_interrupted, stop_signals
 from mutualrl.run_folder import RunPaths
 
+pytestmark = pytest.mark.user_start  # its workers start as a user's run starts them (tests/conftest.py)
+
 # A worker busy where SIGTERM does not reach it (as one importing torch can be): only SIGKILL stops it.
 STUBBORN = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(300)\n"
 

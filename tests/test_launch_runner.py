@@ -17,6 +17,8 @@ from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSett
 from mutualrl.run_folder import RunPaths
 from mutualrl.see.liveness import read_failure
 
+pytestmark = pytest.mark.user_start  # its workers start as a user's run starts them (tests/conftest.py)
+
 FAKE_WORKER = textwrap.dedent('''
     import json, os, sys, time
     from pathlib import Path

@@ -23,6 +23,8 @@ from mutualrl.run_folder import RunPaths
 from mutualrl.tasks.sources import read_local
 from mutualrl.write_failures import storage_error
 
+pytestmark = pytest.mark.user_start  # its workers start as a user's run starts them (tests/conftest.py)
+
 
 def _failed_start(root: Path) -> RunPaths:
     """What a start refused for bad data leaves: the lock file and the marker, no config."""

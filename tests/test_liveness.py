@@ -12,6 +12,8 @@ import pytest
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.liveness import HeartbeatWatch, start_heartbeat_thread
 
+pytestmark = pytest.mark.user_start  # its workers start as a user's run starts them (tests/conftest.py)
+
 
 def test_the_heartbeat_thread_beats_and_a_watch_counts_only_changes_after_its_first_look(tmp_path):
     exchange = ExperienceExchange(tmp_path, run_id="r", policy="a", world_size=2, rank=1)

@@ -25,6 +25,8 @@ from mutualrl.run_folder import RunPaths
 from mutualrl.see.exchange import ExperienceExchange
 from see_synthetic import synthetic_batch
 
+pytestmark = pytest.mark.user_start  # its workers start as a user's run starts them (tests/conftest.py)
+
 HOUR = 3600.0
 SKEWED = FINISH + textwrap.dedent('''
     import json, os, sys, time

@@ -24,6 +24,7 @@ def printed(call) -> str:
     return out.getvalue()
 
 
+@pytest.mark.user_start
 def test_an_interrupted_run_names_its_checkpoint_and_the_resume_command(tmp_path: Path, monkeypatch) -> None:
     from mutualrl.launch.rundir import resume
     from mutualrl.launch.rundir.summary import print_failure

@@ -16,6 +16,8 @@ import pytest
 from e2e_helpers import child_env, free_ports
 from mutualrl.ops.exchange_inspect import inspect_exchange
 
+pytestmark = pytest.mark.user_start  # its workers start as a user's run starts them (tests/conftest.py)
+
 STEPS = 2
 
 

@@ -37,9 +37,11 @@ def test_the_summary_line_names_the_count_the_budget_and_the_wall_time():
                                     "OVER BUDGET by 1")
 
 
-def test_a_worker_forked_then_restarted_fresh_is_one_start_not_forked(tmp_path):
+def test_a_worker_is_one_start_and_forked_where_its_forked_child_said_so(tmp_path):
+    """A forked child writes ``PID forked`` before the worker's own ``PID`` (``zygotes.child.note_forked``); one
+    that restarted as a fresh interpreter (13) and a worker the product started (12) write ``PID`` alone."""
     log = tmp_path / "starts.log"
-    log.write_text("11 forked\n12\n13 forked\n13\n14 forked\n")
+    log.write_text("11 forked\n11\n12\n13\n14 forked\n")
     assert policy_starts(log) == {"11": True, "12": False, "13": False, "14": True}
     assert count_policy_starts(log) == 4 and count_policy_starts(tmp_path / "none.log") == 0
 

@@ -13,7 +13,6 @@ import pytest
 from test_readme_tour import run_as_written, short_recipes, write_shim
 
 from e2e_helpers import ROOT, child_env
-from mutualrl.host.forked_start import FORK_SERVER_ENV
 
 HEADING = "## Your own data and reward function"
 
@@ -35,6 +34,7 @@ def test_the_section_has_the_files_the_commands_and_the_python():
 
 
 @pytest.mark.slow
+@pytest.mark.user_start
 def test_the_section_runs_as_written(tmp_path):
     rewards, script = blocks("python")
     (tmp_path / "my_rewards.py").write_text(rewards)
@@ -47,9 +47,9 @@ def test_the_section_runs_as_written(tmp_path):
     write_shim(tmp_path / "bin" / "mutualrl")
     env = child_env()
     # my_rewards.py is found from the working directory, as for a user (no PYTHONPATH of theirs); the workers start
-    # as a user's do, each its own interpreter (no zygote: host/forked_start.py)
+    # as a user's do, each its own interpreter (user_start: no zygote)
     env.update(PATH=f"{tmp_path / 'bin'}:{env.get('PATH', '')}",
-               MUTUALRL_RECIPES=str(short_recipes(tmp_path / "recipes")), **{FORK_SERVER_ENV: ""})
+               MUTUALRL_RECIPES=str(short_recipes(tmp_path / "recipes")))
     run_as_written([x for x in blocks("bash")[0].splitlines() if x.strip() and not x.startswith("#")], tmp_path, env,
                    "README")
     done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,

@@ -176,6 +176,7 @@ def test_a_regime_without_running_state_keeps_none():
 
 
 @pytest.mark.slow
+@pytest.mark.user_start
 def test_hacpo_stopped_by_sigterm_and_resumed_ends_with_the_uninterrupted_runs_weights_byte_for_byte(tmp_path):
     """Issue 77: two uninterrupted HACPO runs of one seed gave identical weights, the same run stopped by SIGTERM and
     resumed gave others (its capability window restarted). 3 steps: stopped at step 2 (the policies sleep 3 s before

@@ -19,6 +19,8 @@ from mutualrl.launch.supervise.nodes import RemoteWatch, write_done
 from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSettings
 from mutualrl.run_folder import RunPaths
 
+pytestmark = pytest.mark.user_start  # its workers start as a user's run starts them (tests/conftest.py)
+
 SESSION = {"session": "s-1"}
 
 

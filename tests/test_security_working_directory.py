@@ -10,9 +10,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from mutualrl.config import plugins
 from mutualrl.config.loader import load_run_config
 from mutualrl.launch.plan.launch_plan import make_launch_plan
+
+pytestmark = pytest.mark.user_start  # its workers start as a user's run starts them (tests/conftest.py)
 
 PLANTED = "import pathlib; pathlib.Path({marker!r}).write_text('ran')\n"
 

@@ -23,6 +23,8 @@ from mutualrl.see.errors import PeerTimeoutError
 from mutualrl.see.exchange import ExperienceExchange
 from see_synthetic import synthetic_batch
 
+pytestmark = pytest.mark.user_start  # its workers start as a user's run starts them (tests/conftest.py)
+
 PEER = FINISH + textwrap.dedent('''
     import sys, time
     from pathlib import Path

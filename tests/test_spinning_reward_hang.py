@@ -16,6 +16,8 @@ from mutualrl.tasks.reward_form import DatasetFormReward
 from see_synthetic import synthetic_batch
 from test_slow_peer import assert_barrier_times_out, waiting_policy
 
+pytestmark = pytest.mark.user_start  # its workers start as a user's run starts them (tests/conftest.py)
+
 
 def test_a_peer_spinning_inside_a_reward_function_times_the_barrier_out(tmp_path):
     """Failed before: the spinning reward function's CPU time was counted as work, so ``a`` waited for as long as

@@ -19,6 +19,8 @@ from mutualrl.launch.supervise.stop_grace import StepTimes, StopBudget, planned_
 from mutualrl.launch.sweep_slurm import SlurmOptions, stop_signal
 from mutualrl.run_folder import RunPaths
 
+pytestmark = pytest.mark.user_start  # its workers start as a user's run starts them (tests/conftest.py)
+
 
 def test_the_grace_is_the_steps_to_go_and_the_checkpoint_writes_at_least_the_floor():
     assert stop_grace_s(0.0, 0.0) == 20.0  # nothing measured, nothing planned: the floor, as before

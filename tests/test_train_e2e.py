@@ -67,6 +67,7 @@ def _status(run_dir: Path, policy: str) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.user_start
 def test_killed_peer_stops_the_pool_named_and_resume_finishes_with_the_same_steps(random_lm_pair, tmp_path):
     """see.on_peer_failure left at its default (stop): a peer killed after the first checkpoint fails the run,
     named, well inside the barrier timeout, with no damaged shard; --resume then trains every step once."""
@@ -141,6 +142,7 @@ def _watch_phases(run_dir, phases: dict, proc) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.user_start
 def test_sigterm_saves_every_policy_at_the_step_in_flight_and_resume_goes_on_from_it(tmp_path):
     """The tiny pool checkpoints every 100 steps: a SIGTERM at step 2 still saves every policy at the step in
     flight, within Slurm's 30 s KillWait, and --resume trains on from there; a --resume of the finished run then

@@ -16,6 +16,8 @@ import pytest
 import mutualrl
 from mutualrl.errors import MutualRLError
 
+pytestmark = pytest.mark.user_start  # its workers start as a user's run starts them (tests/conftest.py)
+
 
 def test_ctrl_c_during_the_python_api_raises_keyboard_interrupt(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:

@@ -18,6 +18,8 @@ from mutualrl.run_folder import RunPaths
 from mutualrl.tasks.base import TaskExample
 from mutualrl.tasks.reward_funcs import RewardSpec
 
+pytestmark = pytest.mark.user_start  # its workers start as a user's run starts them (tests/conftest.py)
+
 EXAMPLES = [TaskExample(prompt_id=f"p{i}", prompt=f"{i}+1=", answer=str(i + 1), task="dataset") for i in range(2)]
 DOING = "scoring the validation of step 0: 2 prompts"
 HANGING_REWARD = '''

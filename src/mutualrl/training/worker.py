@@ -45,9 +45,8 @@ from mutualrl.write_failures import DISK_FULL_EXIT, report_thread_write_failures
 log = logging.getLogger("mutualrl.worker")
 
 START_LOG_ENV = "MUTUALRL_POLICY_START_LOG"
-"""When set, a file each policy process appends its pid to as it starts (``PID forked`` where a zygote forked it,
-host/fork_server.py): how the test suite counts its launches (``tests/conftest.py``, ``POLICY_PROCESS_BUDGET``),
-killed ones included."""
+"""When set, a file each policy process appends its pid to as it starts: how the test suite counts its launches
+(``tests/conftest.py``, ``POLICY_PROCESS_BUDGET``), killed ones included."""
 
 
 def note_start() -> None:
@@ -55,10 +54,8 @@ def note_start() -> None:
     if not log_file:
         return
     try:
-        from mutualrl.host.forked_child import forked
-
         with open(log_file, "a") as fh:  # one short write: the lines of concurrent starts do not interleave
-            fh.write(f"{os.getpid()}{' forked' if forked() else ''}\n")
+            fh.write(f"{os.getpid()}\n")
     except OSError:  # a count is never worth a run
         pass
 
@@ -119,10 +116,6 @@ def import_training_stack(args: Any) -> None:
     ``benchmarks/worker_start.py`` times this very function, so the two cannot drift apart."""
     import importlib
 
-    from mutualrl.host import forked_child
-
-    if forked_child.forked() and bool(getattr(args, "use_vllm", False)) != forked_child.WITH_VLLM:
-        forked_child.restart_fresh()  # its zygote imported vLLM or blocked it, and this policy needs the other
     block_unused_vllm(args)  # before TRL's trainer module, which imports vLLM whenever it is installed
     for module in TRAINING_STACK:
         importlib.import_module(module)

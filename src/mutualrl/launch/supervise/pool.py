@@ -34,7 +34,7 @@ def run_pool(config: RunConfig, plan: Any, paths: RunPaths, resume_step: int | N
     try:
         with stop_signals():  # Ctrl-C, SIGTERM, SIGHUP: workers stopped, run left resumable
             outcome = runner.run()
-    finally:  # the workers ended: whatever they forked and left behind keeps no run folder busy
+    finally:  # the workers ended: whatever they started and left behind keeps no run folder busy
         lock.forget_workers()
     if remote is not None and not outcome.ok:
         remote.report(False, outcome.reason, outcome.failed_policy, outcome.returncodes)
@@ -65,6 +65,5 @@ def processes_from_plan(plan: Any, paths: RunPaths, resume_step: int | None) -> 
         if resume_step is not None:
             argv += ["--resume-from", str(paths.policy_dir(spec.policy) / f"checkpoint-{resume_step}")]
         processes.append(PolicyProcess(name=spec.policy, argv=argv, env=dict(spec.env), log_path=Path(spec.log_path),
-                                       cwd=Path(spec.cwd) if spec.cwd else None,
-                                       with_vllm=bool(plan.policy(spec.policy).grpo.get("use_vllm"))))
+                                       cwd=Path(spec.cwd) if spec.cwd else None))
     return processes

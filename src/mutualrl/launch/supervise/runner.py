@@ -3,7 +3,8 @@
 The parent of ``mutualrl train`` only plans, launches, watches and reports. Each policy is its own process group (a subprocess on CPU, an ``accelerate
 launch`` group on GPUs). The runner
 
-- starts every group with its environment and sends its output to ``RUN/logs/<policy>.log``;
+- starts every group with its environment (:func:`.worker_process.start_worker_process`) and sends its output
+  to ``RUN/logs/<policy>.log``;
 - shows one live progress line per policy (step, reward, regime metric, phase) from the
   status files the policy processes keep current;
 - merges the per-policy metric files into the run's merged metrics as they grow (one writer);
@@ -28,8 +29,8 @@ from rich.progress import Progress
 
 from mutualrl.atomic_io import write_text_atomic
 from mutualrl.errors import RunFolderError, StorageError
-from mutualrl.host.forked_start import ForkedProcess, start_forked
 from mutualrl.launch.rundir.metrics_merge import MetricsMerger
+from mutualrl.launch.supervise import worker_process
 from mutualrl.launch.supervise.progress import PoolProgress
 from mutualrl.launch.supervise.progress_display import PolicyRows, StepClock, progress_display, source_details
 from mutualrl.launch.supervise.signals import interrupt_requested, raise_if_interrupted
@@ -58,9 +59,7 @@ class PolicyProcess:
     env: dict[str, str]
     log_path: Path
     cwd: Path | None = None
-    popen: subprocess.Popen | ForkedProcess | None = None
-    with_vllm: bool = False
-    """Whether the policy generates with vLLM (a worker forked from a zygote comes from one that imported it)."""
+    popen: worker_process.WorkerProcess | None = None
     returncode: int | None = None
     last_step: int = -1
     marks: tuple[Any, ...] = ()  # its progress files as they were when it started (worker_output.file_marks)
@@ -187,9 +186,7 @@ class PoolRunner:
         # Workers watch this pid and stop when it dies (ops.watchdog): no orphans.
         env = {**os.environ, **proc.env, LAUNCHER_PID_ENV: str(os.getpid())}
         cwd = spawn_dir(self.paths.root, proc.cwd)
-        proc.popen = start_forked(proc.argv, env, str(cwd or os.getcwd()), log_fh.fileno(), proc.with_vllm) or subprocess.Popen(
-            proc.argv, env=env, cwd=cwd, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)  # forked from a zygote only where the test suite (or a user) set one up
+        proc.popen = worker_process.start_worker_process(proc.argv, env, cwd, log_fh)  # looked up at each start
         log_fh.close()
         if self.settings.on_spawn is not None:
             self.settings.on_spawn(proc.name, proc.popen.pid)

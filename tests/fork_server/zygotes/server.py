@@ -1,6 +1,6 @@
-"""The zygote: one process that imports the training stack once and forks policy workers from itself.
+"""The test suite's zygote: one process that imports the training stack once and forks policy workers from itself.
 
-``python -m mutualrl.host.fork_server SOCKET [--with-vllm]`` is started by :func:`.forked_start.start_zygote` with
+``python -m zygotes.server SOCKET [--with-vllm]`` is started by :func:`.start.start_zygote` with
 the environment and the process attributes of the workers it will serve. It imports what every CPU worker imports
 (vLLM blocked, as a worker that does not generate with it blocks it, unless ``--with-vllm``), checks that no thread a fork would leave
 behind runs (forking such a process is unsafe), then answers on the Unix socket ``SOCKET``, per connection:
@@ -10,7 +10,7 @@ behind runs (forking such a process is unsafe), then answers on the Unix socket 
 2. it forks; the child takes its own session, then the zygote writes the child's pid (so a ``killpg`` from the
    launcher reaches it from the first moment);
 3. the child goes on only when the launcher answers ``g`` (a launcher that gave up meanwhile starts the worker
-   itself: the child then leaves without running anything) and becomes the worker (:mod:`.forked_child`);
+   itself: the child then leaves without running anything) and becomes the worker (:mod:`.child`);
 4. at the child's end the zygote writes ``exit CODE`` (Popen's convention: negative for a signal).
 
 It stops taking requests when its folder is deleted or after :data:`IDLE_S` without one, and leaves once its
@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mutualrl.host import forked_child
 from mutualrl.host.process_start import collector_paused_for_imports, imports_done
+from zygotes import child as forked_child
 
 PREIMPORTED = ("torch", "transformers", "datasets", "accelerate", "peft", "trl", "trl.trainer.grpo_config",
                "trl.trainer.grpo_trainer")
@@ -51,9 +51,8 @@ its locks around a fork and starts it again in the child when needed, as under e
 def preimport(with_vllm: bool = False) -> None:
     """The training stack's imports, the collector paused and the result frozen (as a worker does), vLLM blocked
     unless ``with_vllm``; what they put into the environment is kept for the children
-    (:data:`.forked_child.IMPORTS_SET_ENV`)."""
+    (:data:`.child.IMPORTS_SET_ENV`)."""
     before = dict(os.environ)
-    forked_child.WITH_VLLM = with_vllm
     with collector_paused_for_imports():
         if not with_vllm:  # as training.worker.block_unused_vllm: TRL takes its no-vLLM branch
             sys.modules.setdefault("vllm", None)
@@ -205,7 +204,7 @@ def receive_request(connection: socket.socket) -> tuple[dict[str, Any], list[int
         raise
 
 
-if __name__ == "__main__":  # serve from the package's modules, whose state the worker reads
-    from mutualrl.host import fork_server
+if __name__ == "__main__":  # serve from the package's modules, whose state the child reads
+    from zygotes import server
 
-    fork_server.serve(Path(sys.argv[1]), with_vllm="--with-vllm" in sys.argv[2:])
+    server.serve(Path(sys.argv[1]), with_vllm="--with-vllm" in sys.argv[2:])

@@ -1,19 +1,23 @@
-"""Starting a CPU policy worker by forking a process that has already imported the training stack.
+"""The launcher's side of the test suite's fork server: a CPU policy worker forked from a process that has already
+imported the training stack.
 
 A policy worker of a short run spends about half of its CPU importing torch, transformers and TRL (3-4 s on a
-2-core box: benchmarks/README.md, "Worker start"). Where many short runs start on one machine -- the test suite
-above all -- a *zygote* (:mod:`.fork_server`) imports them once and forks each worker from itself. The child is
-what ``python -m mutualrl.training.worker ...`` would have been: its own session, the launcher's log file as
-stdout and stderr, the launcher's environment and working directory, the module run as ``__main__``.
+2-core box: benchmarks/README.md, "Worker start"). The suite starts many short runs, so a *zygote* (:mod:`.server`)
+imports them once and forks each worker from itself. None of this is the product's: the product starts every worker
+with ``subprocess.Popen`` in ``mutualrl.launch.supervise.worker_process.start_worker_process``, and in a launcher the
+suite starts, ``tests/fork_server/sitecustomize.py`` has :func:`plug_into` put its own function in that place. The
+child is what ``python -m mutualrl.training.worker ...`` would have been: its own session, the launcher's log file
+as stdout and stderr, the launcher's environment and working directory, the module run as ``__main__``.
 
-Only where :data:`FORK_SERVER_ENV` names a folder (``tests/conftest.py`` sets it for the suite), only for a worker
-started as a plain process (``python -m mutualrl.training.worker``: never ``torchrun`` or ``accelerate launch``),
-and only from a zygote started with the worker's very environment, apart from :data:`RUNTIME_ONLY` (variables no
-library reads while it is imported): a variable read on import (the Hugging Face cache and offline switches,
-OpenMP's thread count, glibc's allocator settings) has in the zygote the value the worker is given. Each distinct
-environment gets its own zygote, started the first time it is asked for (that worker waits for its imports). Whatever
-goes wrong -- a zygote that refuses or does not listen in time, one gone -- :func:`start_forked` answers None and the
-launcher starts the process itself.
+Only where :data:`FORK_SERVER_ENV` names a folder of this user's that no one else may read or write
+(``tests/conftest.py`` makes one for the session), only for a worker started as a plain process
+(``python -m mutualrl.training.worker``: never ``torchrun`` or ``accelerate launch``), and only from a zygote
+started with the worker's very environment, apart from :data:`RUNTIME_ONLY` (variables no library reads while it
+is imported): a variable read on import (the Hugging Face cache and offline switches, OpenMP's thread count, glibc's
+allocator settings) has in the zygote the value the worker is given. Each distinct environment gets its own zygote,
+started the first time it is asked for (that worker waits for its imports). Whatever goes wrong -- a zygote that
+refuses or does not listen in time, one gone -- :func:`start_forked` answers None and the product's own function
+starts the process.
 """
 
 from __future__ import annotations
@@ -25,21 +29,26 @@ import resource
 import select
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import psutil
 
-from mutualrl.host.forked_child import python_path_entries
+from zygotes.child import WORKER_MODULE, python_path_entries
 
 FORK_SERVER_ENV = "MUTUALRL_FORK_SERVER"
-"""A folder for zygotes' sockets (one per environment). Unset: every worker is started as its own process."""
+"""A folder for zygotes' sockets (one per environment), read by the suite's ``sitecustomize`` and here (the product
+reads no such variable). Unset or empty: every worker is started as a user's run starts it."""
 
-WORKER_MODULE = "mutualrl.training.worker"
+SITE = Path(__file__).resolve().parents[1]
+"""``tests/fork_server``: the folder the suite puts on every process's ``PYTHONPATH`` (its ``sitecustomize`` and this
+package)."""
+
 RUNTIME_ONLY = ("MUTUALRL_", "PYTEST_", "MASTER_ADDR", "MASTER_PORT", "TOKENIZERS_PARALLELISM", "RAYON_NUM_THREADS",
                 "PYTORCH_NVML_BASED_CUDA_CHECK", "TORCH_EXTENSIONS_DIR", "COLUMNS", "LINES", "PWD",
                 "OLDPWD", "_")
@@ -64,7 +73,7 @@ def runtime_only(name: str) -> bool:
 
 REBUILT_IN_THE_CHILD = ("PYTHONPATH",)
 """Read at the interpreter's start, not by a library: the child builds its ``sys.path`` from its own value
-(``forked_child.import_path``) and starts fresh where a folder of it could make it import other code."""
+(``child.import_path``) and starts fresh where a folder of it could make it import other code."""
 
 
 def environment_key(python: str, env: Mapping[str, str], attributes: Mapping[str, Any] | None = None) -> str:
@@ -163,27 +172,70 @@ def pid_exists(pid: int) -> bool:
         return True
 
 
+def plug_into(seam: Any) -> None:
+    """Put :func:`start_worker_process` in the place of the product's function in ``seam`` (the module
+    ``mutualrl.launch.supervise.worker_process``, as it is imported); the product's is kept for every worker that is
+    not forked."""
+    product = seam.start_worker_process
+
+    def start_worker_process(argv: list[str], env: Mapping[str, str], cwd: Path | None, log: IO[bytes]) -> Any:
+        forked = start_forked(argv, env, str(cwd or os.getcwd()), log.fileno(), uses_vllm(argv))
+        return forked if forked is not None else product(argv, env, cwd, log)
+
+    start_worker_process.__wrapped__ = product  # type: ignore[attr-defined]
+    seam.start_worker_process = start_worker_process
+
+
+def uses_vllm(argv: list[str]) -> bool:
+    """Whether the worker ``argv`` starts generates with vLLM: its ``use_vllm`` in the settings the plan wrote for it
+    (``RUN/launch/<policy>.grpo.json``, the file the worker's GRPOConfig comes from); False where unreadable."""
+    def value(flag: str) -> str | None:
+        return argv[argv.index(flag) + 1] if flag in argv[:-1] else None
+
+    run_dir, policy = value("--run-dir"), value("--policy")
+    if run_dir is None or policy is None:
+        return False
+    try:
+        settings = json.loads((Path(run_dir) / "launch" / f"{policy}.grpo.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(settings, dict) and bool(settings.get("use_vllm"))
+
+
+def private_folder(folder: str) -> Path | None:
+    """``folder`` as a path where it is an absolute, real directory of this user's that no one else may write or
+    read (as ``tempfile.mkdtemp`` makes one); else None: its sockets could be another user's."""
+    path = Path(folder)
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return None
+    if not path.is_absolute() or not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        return None
+    return path
+
+
 def start_forked(argv: list[str], env: Mapping[str, str], cwd: str, log_fd: int,
                  with_vllm: bool = False) -> ForkedProcess | None:
     """``argv`` forked from the zygote for ``env`` (one that imported vLLM too where ``with_vllm``: the policy
     generates with it), its output into ``log_fd``; None where that cannot be done (then the caller starts it
     itself), after starting that zygote when there is none and room for one."""
-    folder = os.environ.get(FORK_SERVER_ENV)
-    if not folder or not Path(folder).is_dir():
+    folder = private_folder(os.environ.get(FORK_SERVER_ENV) or "")
+    if folder is None:
         return None
     if not forkable(argv):
         if WORKER_MODULE in argv:  # a policy's ranks under a launcher, or another interpreter
-            note(Path(folder), "started", f"not a plain worker: {' '.join(argv[:3])}")
+            note(folder, "started", f"not a plain worker: {' '.join(argv[:3])}")
         return None
     key = environment_key(argv[0], env) + ("-vllm" if with_vllm else "")
-    path = Path(folder) / f"{key}.sock"
+    path = folder / f"{key}.sock"
     if not path.exists():
-        what = start_zygote(Path(folder), key, argv[0], env)
+        what = start_zygote(folder, key, argv[0], env)
         if what not in ("started it", "starting") or not ready(path, ZYGOTE_START_S):
-            note(Path(folder), "started", f"no zygote {key}: {what}")
+            note(folder, "started", f"no zygote {key}: {what}")
             return None
     process = request_fork(path, argv, env, cwd, log_fd)
-    note(Path(folder), "forked" if process else "started", f"zygote {key}" + ("" if process else " did not answer"))
+    note(folder, "forked" if process else "started", f"zygote {key}" + ("" if process else " did not answer"))
     return process
 
 
@@ -265,10 +317,11 @@ def current_umask() -> int:
 
 def start_up_hooks(pythonpath: str, cwd: str) -> list[str]:
     """The ``sitecustomize``/``usercustomize`` modules on ``pythonpath`` (run by every interpreter as it starts: a
-    benchmark's profiler, a measurement of each process)."""
+    benchmark's profiler, a measurement of each process), but the suite's own (:data:`SITE`: it only adds the
+    import hook every child of a zygote inherits)."""
     return [str(Path(folder) / name) for folder in python_path_entries(pythonpath, cwd)
             for name in ("sitecustomize.py", "sitecustomize", "usercustomize.py", "usercustomize")
-            if (Path(folder) / name).exists()]
+            if (Path(folder) / name).exists() and Path(folder).resolve() != SITE]
 
 
 _STARTED: list[subprocess.Popen] = []  # kept so that Python does not warn about a child still running
@@ -283,6 +336,8 @@ def start_zygote(folder: Path, key: str, python: str, env: Mapping[str, str]) ->
         return "it refused to serve"
     if customizing := start_up_hooks(env.get("PYTHONPATH", ""), str(folder)):
         return f"its PYTHONPATH runs {customizing[0]} at start-up (a zygote would pass it on to every child)"
+    if str(SITE) not in python_path_entries(env.get("PYTHONPATH", ""), str(folder)):
+        return f"its PYTHONPATH does not hold {SITE} (the zygote's own modules)"
     if len(list(folder.glob("*.sock"))) + len(list(folder.glob("*.starting"))) >= MAX_ZYGOTES:
         return f"{MAX_ZYGOTES} zygotes already"
     try:
@@ -298,7 +353,7 @@ def start_zygote(folder: Path, key: str, python: str, env: Mapping[str, str]) ->
     zygote_env = {k: v for k, v in env.items() if not runtime_only(k)}
     with open(folder / f"{key}.log", "ab") as log:
         flavour = ["--with-vllm"] if key.endswith("-vllm") else []
-        _STARTED.append(subprocess.Popen([python, "-m", "mutualrl.host.fork_server", str(folder / f"{key}.sock"),
+        _STARTED.append(subprocess.Popen([python, "-m", "zygotes.server", str(folder / f"{key}.sock"),
                                           *flavour],
                                          env=zygote_env, cwd=folder, stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, start_new_session=True))

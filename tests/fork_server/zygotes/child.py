@@ -1,4 +1,4 @@
-"""The child a zygote forks (:mod:`.fork_server`), made into the process ``python -m MODULE ARGS`` would have been.
+"""The child a zygote forks (:mod:`.server`), made into the process ``python -m MODULE ARGS`` would have been.
 
 :func:`become_worker` does what ``subprocess.Popen(argv, env=env, cwd=cwd, stdout=log, stderr=STDOUT,
 stdin=DEVNULL, start_new_session=True)`` and the interpreter's start-up would have done: signal dispositions as an
@@ -8,10 +8,11 @@ directory, the environment (with what the zygote's imports added to it, as the w
 ``sys.path`` from its ``PYTHONPATH``, the module run as ``__main__``, and at the end the interpreter's exit (threads
 joined, exit handlers run, streams flushed; the modules' teardown is skipped). Where its ``PYTHONPATH`` could make a
 fresh interpreter import something else -- a folder holding a module the zygote imported, or a ``sitecustomize`` --
-and where the worker's vLLM is not the zygote's (imported, or blocked), it replaces itself with a fresh interpreter
-(:func:`restart_fresh`: same pid, log, environment and working directory).
+it replaces itself with a fresh interpreter (:func:`restart_fresh`: same pid, log, environment and working
+directory). A policy worker that runs forked says so in the suite's policy-start log (:data:`START_LOG_ENV`: a line
+``PID forked`` before the worker's own ``PID``).
 
-What stays the zygote's: the process's command line (``ps`` shows ``mutualrl.host.fork_server``), the string hash
+What stays the zygote's: the process's command line (``ps`` shows ``zygotes.server``), the string hash
 seed and numpy's global random state (shared by its children; a run seeds its own generators: ``set_seed``).
 """
 
@@ -30,9 +31,6 @@ from mutualrl.host.process_exit import run_exit_handlers
 CHILD_ARGV: list[str] | None = None
 """In a forked worker: the command line it stands for (None in any other process)."""
 
-WITH_VLLM = False
-"""Whether the zygote imported vLLM (a policy that generates with it) or blocked it (one that does not)."""
-
 IMPORTS_SET_ENV: dict[str, str] = {}
 """Variables the zygote's imports put into its environment (torch's inductor cache folder): set in a child whose
 environment lacks them, as its own imports would have."""
@@ -42,6 +40,13 @@ INTERPRETER_PATH: list[str] = []
 
 ZYGOTE_PYTHONPATH: list[str] = []
 """The zygote's ``PYTHONPATH`` entries, from which it may have imported."""
+
+
+START_LOG_ENV = "MUTUALRL_POLICY_START_LOG"
+"""``mutualrl.training.worker.START_LOG_ENV`` (not imported: the zygote imports none of mutualrl's modules but
+``host``): the file the suite counts policy processes in."""
+
+WORKER_MODULE = "mutualrl.training.worker"
 
 
 def forked() -> bool:
@@ -138,6 +143,7 @@ def become_worker(request: dict[str, Any], log_fd: int) -> NoReturn:
         sys.path[:] = import_path(request["env"], os.getcwd())
         if imports_differently(sys.path, before):
             restart_fresh()
+        note_forked(argv[2])
         runpy.run_module(argv[2], run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as leaving:
@@ -148,6 +154,18 @@ def become_worker(request: dict[str, Any], log_fd: int) -> NoReturn:
     except BaseException:
         sys.excepthook(*sys.exc_info())
     leave(code)
+
+
+def note_forked(module: str) -> None:
+    """A policy worker's line ``PID forked`` in the suite's policy-start log (best effort, as the worker's own)."""
+    log_file = os.environ.get(START_LOG_ENV)
+    if module != WORKER_MODULE or not log_file:
+        return
+    try:
+        with open(log_file, "a") as fh:
+            fh.write(f"{os.getpid()} forked\n")
+    except OSError:
+        pass
 
 
 def exit_code(value: Any) -> int:
