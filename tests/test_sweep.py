@@ -86,7 +86,7 @@ def test_the_slurm_path_builds_one_job_array_of_the_runs(user_folder: Path, monk
         assert line in script
     calls = [pickle.loads(job.paths.submitted_pickle.read_bytes()) for job in jobs]
     assert [call.args for call in calls] == [(command, str(user_folder), None) for command in commands]
-    assert calls[0].args[0][:4] == [sys.executable, "-m", "mutualrl", "train"]
+    assert calls[0].args[0][:5] == [sys.executable, "-P", "-m", "mutualrl", "train"]
 
 
 @pytest.mark.slow
