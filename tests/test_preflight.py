@@ -118,6 +118,7 @@ def test_a_setting_the_worker_refuses_is_found_by_its_check(offline_hub, one_ran
         preflight_policy(RunPaths(tmp_path), plan.policies[0].name)
 
 
+@pytest.mark.user_start
 def test_the_readme_recipe_starts_every_rank_through_accelerate_and_leaves_nothing(hub_cache, tmp_path):
     """``mutualrl train --pool 2qwen --preflight --gpus 8 --gpu-memory 80`` as a user types it: 2 policies x 4 ranks
     started by ``accelerate launch`` (torchrun), each verified, then the folder deleted."""
@@ -135,6 +136,7 @@ def test_the_readme_recipe_starts_every_rank_through_accelerate_and_leaves_nothi
     assert not run.exists() and list((tmp_path / "runs").iterdir()) == []  # nothing left behind
 
 
+@pytest.mark.user_start
 def test_a_worker_that_fails_its_check_fails_the_preflight_naming_it(tmp_path):
     """The tiny pool on this CPU: a worker whose report cannot be written (a full disk, injected) exits with its
     one line; the preflight says which policy failed and why, exits 1 and still deletes the folder."""

@@ -27,7 +27,9 @@ from rich.console import Console
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import UsageError
 from mutualrl.launch.plan.commands import LaunchSpec
+from mutualrl.launch.supervise import worker_process
 from mutualrl.launch.supervise.worker_output import describe_exit, spawn_dir
+from mutualrl.launch.supervise.worker_process import WorkerProcess
 from mutualrl.ops.watchdog import LAUNCHER_PID_ENV
 from mutualrl.run_folder import RunPaths
 from mutualrl.training.preflight import PREFLIGHT_ENV, preflight_report_path
@@ -105,17 +107,18 @@ def check_workers(config: RunConfig, source: str, paths: RunPaths, console: Cons
     return list(results.values())
 
 
-def start(spec: LaunchSpec, paths: RunPaths) -> subprocess.Popen:
-    """``spec``'s command as the launcher starts it (launch/supervise/runner.py), with the preflight flag."""
+def start(spec: LaunchSpec, paths: RunPaths) -> WorkerProcess:
+    """``spec``'s command as the launcher starts it (launch/supervise/runner.py, through the same
+    :func:`~mutualrl.launch.supervise.worker_process.start_worker_process`), with the preflight flag."""
     log_path = Path(spec.log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **spec.env, LAUNCHER_PID_ENV: str(os.getpid()), PREFLIGHT_ENV: "1"}
     with log_path.open("ab") as log:
-        return subprocess.Popen(spec.argv, env=env, cwd=spawn_dir(paths.root, Path(spec.cwd) if spec.cwd else None),
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        return worker_process.start_worker_process(
+            spec.argv, env, spawn_dir(paths.root, Path(spec.cwd) if spec.cwd else None), log)
 
 
-def wait_for(started: dict[str, subprocess.Popen], results: dict[str, PolicyPreflight], timeout_s: float) -> None:
+def wait_for(started: dict[str, WorkerProcess], results: dict[str, PolicyPreflight], timeout_s: float) -> None:
     """Every command's exit code into ``results``; one still running after ``timeout_s`` is killed and said."""
     deadline = time.monotonic() + timeout_s
     for name, proc in started.items():
