@@ -124,6 +124,7 @@ def test_a_sharing_regime_that_used_no_peer_sample_says_so():
                                                             "steps)"]
     never = peer_sample_use([{"hacpo/from/a/used_share": 0.0}] * 2)
     assert unused_sharing_warnings("hacpo", {"p": never}) == [
-        "hacpo used 0% of peer samples for p (none in 2 of 2 steps): it trained as standalone"]
+        "hacpo used 0% of peer samples for p (none in 2 of 2 steps): no peer sample moved its gradient, though hacpo "
+        "still ran (not standalone GRPO)"]
     mostly = peer_sample_use([{"prp/from/a/used_share": 1.0}] * 2 + [{"prp/from/a/used_share": 0.0}])
     assert unused_sharing_warnings("prp", {"p": mostly}) == [] and peer_sample_use([{"reward_mean": 1}]) == {}

@@ -1,5 +1,5 @@
 """`mutualrl report`: fake finished runs (tests/report_fakes.py) grouped, checked and put in every format; the
-mean, SD, t interval, sign-flip p and P(improve) recomputed by hand from the eval JSONs."""
+mean, SD, t interval, paired t p and P(improve) recomputed by hand from the eval JSONs."""
 
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from report_fakes import write_finished_run
+from scipy import stats
 from typer.testing import CliRunner
 
 from mutualrl.cli.main import app
 from mutualrl.errors import UsageError
 from mutualrl.evaluation.report import build_report
 from mutualrl.evaluation.report_format import FORMATS, render
+from mutualrl.evaluation.report_notes import notes
 
 #: Per regime and seed, the held-out scores of tiny-bpe's 6 prompts at the last validation.
 SCORES = {
@@ -66,8 +68,9 @@ def test_mean_sd_and_interval_recomputed_by_hand_from_the_eval_jsons(sweep: Path
     assert paired.differences == pytest.approx(differences)
     assert paired.mean_difference == pytest.approx(statistics.fmean(differences))
     assert paired.ci95 == pytest.approx(t_interval_by_hand(differences))
-    # three positive differences: of the 8 sign patterns, all-plus and all-minus are as far from 0 -> 2/8
-    assert paired.p_sign_flip == pytest.approx(0.25)
+    # the paired t test the interval inverts (no 2/2ⁿ floor as a sign-flip p over 3 seeds had)
+    assert paired.p == pytest.approx(stats.ttest_1samp(differences, 0.0).pvalue)
+    assert row.claim == "task" and row.delta[0] == pytest.approx(statistics.fmean(differences))
     assert paired.probability_of_improvement == pytest.approx(1.0)  # every pair improved
 
 
@@ -124,16 +127,19 @@ def test_one_run_per_group_says_no_interval_is_possible(tmp_path: Path) -> None:
 def test_every_format(sweep: Path) -> None:
     report = build_report([sweep])
     rows = list(csv.reader(io.StringIO(render(report, "csv"))))
-    assert rows[0][:7] == ["regime", "policy", "task group", "n", "mean", "SD", "95% CI"]  # no IQM below n = 4
-    assert rows[0][7:] == ["Δ vs standalone", "95% CI of Δ", "p", "p (Holm)", "P(improve)",
-                           "95% CI of Δ, seeds × prompts", "seeds for 80% power"]
-    assert len(rows) == 1 + 2 * 2 * 3  # 2 regimes x 2 policies x (all, add, sub)
+    assert rows[0][:8] == ["regime", "policy", "task group", "n", "claim", "mean", "SD", "95% CI"]  # no IQM < n = 4
+    assert rows[0][8:] == ["Δ vs standalone", "95% CI of Δ", "p", "p (Holm)", "P(improve)"]  # no --min-effect
+    table = [row for row in rows if not row[0].startswith("#")]
+    assert len(table) == 1 + 2 * 2 * 3  # 2 regimes x 2 policies x (all, add, sub)
+    assert [row[4] for row in table[1:4]] == ["task", "prompts", "prompts"]
+    assert [line[2:] for line in render(report, "csv").splitlines() if line.startswith("# ")] == notes(report)
     markdown = render(report, "markdown")
     assert markdown.startswith("| regime | policy |") and "- SD: sample standard deviation" in markdown
     latex = render(report, "latex")
     assert r"\toprule" in latex and r"$\Delta$ vs standalone" in latex
     caption = latex[latex.index(r"\caption{"):]  # the notes are caption text, not % comments the PDF drops
-    assert "n = 3: the t interval" in caption and "Student t interval" in caption and "6 comparisons" in caption
+    assert "n = 3: a t interval" in caption and "Student t interval" in caption and "2 comparisons" in caption
+    assert "4 comparisons" in caption and "headline family" in caption
     assert not any(line.startswith("%") for line in latex.splitlines())
     data = json.loads(render(report, "json"))
     assert data["baseline"] == "standalone" and data["context"]["pool"] == "tiny"
@@ -175,5 +181,6 @@ def test_runs_on_other_versions_are_named_under_the_table_and_in_the_caption(swe
     assert report.versions == [f"{odd.name}: ran on other versions: transformers 5.25.0 (most: 5.24.0)",
                                f"{odd.name}: not the tested set (no: 1 differ (...))",
                                f"{resumed.name}: resumed on other versions than it started with (1 change of versions)"]
-    assert all(f"† {line}" in notes(report) for line in report.versions)
+    assert all(f"†a {line}" in notes(report) for line in report.versions)
+    assert "†a: ran on other library versions, or not on the tested set" in notes(report)
     assert set(report.versions) <= set(caption_caveats(report))

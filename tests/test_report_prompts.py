@@ -1,6 +1,6 @@
-"""`mutualrl report` beyond one number per run: the prompt-paired interval recomputed independently (the exact
-two-level bootstrap distribution of a tiny matrix, and from the eval JSONs by hand), the caveats of summary.json
-where the numbers are read, the natural baseline of each `--by` group, a misspelt `--by` refused, 80 columns."""
+"""`mutualrl report` beyond one number per run: the seeds × prompts (crossed) Δ and mean recomputed by hand from
+the eval JSONs, the caveats of summary.json where the numbers are read (a letter per cause, in every format), the
+natural baseline of each `--by` group, a misspelt `--by` refused, 80 columns."""
 
 from __future__ import annotations
 
@@ -68,7 +68,19 @@ def test_the_two_level_interval_is_its_exact_distribution_on_a_tiny_matrix() -> 
     assert two_level_interval(matrix, reps=20000) == pytest.approx(exact_two_level_percentiles(matrix), abs=0.03)
 
 
-def test_the_prompt_paired_delta_recomputed_by_hand_from_the_eval_jsons(sweep: Path) -> None:
+def crossed_by_hand(matrix: np.ndarray) -> tuple[float, float, float]:
+    """Mean and 95 % crossed interval written out: the variance of the per-seed means over s, of the per-prompt
+    means over p, each times its own t quantile squared (Banerjee's sum), from a printed t table."""
+    t_975 = {2: 4.302652729749464, 5: 2.570581835636314}  # df 2 (3 seeds), df 5 (6 prompts)
+    s, p = matrix.shape
+    rows, cols = matrix.mean(axis=1), matrix.mean(axis=0)
+    v_seed = sum((r - rows.mean()) ** 2 for r in rows) / (s - 1) / s
+    v_prompt = sum((c - cols.mean()) ** 2 for c in cols) / (p - 1) / p
+    half = (t_975[s - 1] ** 2 * v_seed + t_975[p - 1] ** 2 * v_prompt) ** 0.5
+    return float(matrix.mean()), float(matrix.mean() - half), float(matrix.mean() + half)
+
+
+def test_the_task_level_delta_and_mean_recomputed_by_hand_from_the_eval_jsons(sweep: Path) -> None:
     rows = build_report([sweep]).rows
     row = next(r for r in rows if (r.group, r.policy, r.task_group) == ("hacpo", "tiny-bpe", "all"))
     by_hand = {}
@@ -78,12 +90,16 @@ def test_the_prompt_paired_delta_recomputed_by_hand_from_the_eval_jsons(sweep: P
             by_hand[regime, seed] = {r["prompt_id"]: r["score"] for r in json.loads(last.read_text())["records"]}
     matrix = np.array([[by_hand["hacpo", s][p] - by_hand["standalone", s][p] for p in sorted(by_hand["hacpo", s])]
                        for s in (1, 2, 3)])
-    paired = row.prompt_paired
-    assert (paired.seeds, paired.prompts) == (3, 6)
-    assert paired.mean_difference == pytest.approx(matrix.mean()) == pytest.approx(row.vs_baseline.mean_difference)
-    assert paired.ci95 == pytest.approx(two_level_interval(matrix))
-    assert paired.ci95[0] <= matrix.mean() <= paired.ci95[1]
-    assert next(r for r in rows if r.task_group == "add" and r.vs_baseline).prompt_paired is None
+    crossed = row.task_delta
+    assert (crossed.seeds, crossed.prompts) == (3, 6) and row.claim == "task"
+    mean, low, high = crossed_by_hand(matrix)
+    assert crossed.mean == pytest.approx(mean) == pytest.approx(row.vs_baseline.mean_difference)
+    assert crossed.ci95 == pytest.approx((low, high)) and row.delta[1] == crossed.ci95
+    assert (crossed.p < 0.05) == (low > 0 or high < 0)  # the p of the interval beside it
+    ours = np.array([[by_hand["hacpo", s][p] for p in sorted(by_hand["hacpo", s])] for s in (1, 2, 3)])
+    assert row.task_mean.ci95 == pytest.approx(crossed_by_hand(ours)[1:]) and row.mean_ci == row.task_mean.ci95
+    add = next(r for r in rows if r.task_group == "add" and r.vs_baseline)
+    assert add.task_delta is None and add.claim == "prompts" and add.delta[1] == add.vs_baseline.ci95
 
 
 def test_only_prompts_every_paired_run_scored_are_compared() -> None:
@@ -96,13 +112,19 @@ def test_only_prompts_every_paired_run_scored_are_compared() -> None:
 def test_caveats_reach_every_format_and_the_figure_caption(sweep: Path) -> None:
     report = build_report([sweep])
     row = next(r for r in report.rows if (r.group, r.policy, r.task_group) == ("hacpo", "tiny-bpe", "all"))
-    assert row.caveats == ["hacpo, tiny-bpe: used 0% of its peers' samples (mean over 3 runs): it trained as "
-                           "standalone GRPO"]
+    assert row.caveats == ["hacpo, tiny-bpe: used 0% of its peers' samples (mean over 3 runs; marked below 10%); "
+                           "none of its 3 runs used any: in those no peer sample moved the gradient, but hacpo still "
+                           "ran and exchanged samples with its peers, so they are not standalone GRPO runs (their "
+                           "reward@1 differs from standalone's run of the same seed by +0.167, +0.167, +0.333)"]
     assert "hacpo, tiny-sp, seed 2: restarted from its start (step 0) after leaving at step 2" in report.caveats
     markdown = render(report, "markdown")
-    assert "| tiny-bpe † |" in markdown and "- † hacpo, tiny-bpe: used 0%" in markdown
+    assert "| tiny-bpe †a |" in markdown and "| tiny-sp †b |" in markdown  # a letter per cause
+    assert "- †a: a sharing method used few or none of its peers' samples" in markdown
+    assert "- †a hacpo, tiny-bpe: used 0%" in markdown and "- †b hacpo, tiny-sp, seed 2: restarted" in markdown
     latex = render(report, "latex")
-    assert r"tiny-bpe \textsuperscript{\dag}" in latex and "hacpo, tiny-sp, seed 2: restarted" in latex
+    assert r"tiny-bpe \textsuperscript{\dag a}" in latex and "hacpo, tiny-sp, seed 2: restarted" in latex
+    assert latex.isascii() and "> " not in latex and "< " not in latex.replace("$<$", "")  # LaTeX-safe text
+    assert "# †a hacpo, tiny-bpe: used 0%" in render(report, "csv")
     assert json.loads(render(report, "json"))["rows"][6]["caveats"] == row.caveats
     text = caption(report)
     assert "Note: hacpo, tiny-bpe: used 0% of its peers' samples" in text and "n = 3" in text
@@ -146,17 +168,21 @@ def test_the_terminal_table_at_80_columns_keeps_group_policy_task_group_and_n(sw
     lines = done.output.splitlines()
     table = lines[:lines.index(next(line for line in lines if line.startswith("narrow terminal")))]
     assert max(len(line) for line in table) <= 80
+    assert "(Holm)" in table[3] and "(imp)" in table[3]  # no column cut off at the edge
+    assert [line.split()[0] for line in table if line.split()[:1] in (["T"], ["P"])] == ["T", "P", "P"] * 4
     named = []
     for line in table:
-        words = [word for word in line.split() if word != "†"]
+        words = [word for word in line.split() if not word.startswith("†")]
         policy = next((word for word in words if word in ("tiny-bpe", "tiny-sp")), None)
         if policy:  # a row's first line: its policy, task group and n, whole
             named.append((policy, words[words.index(policy) + 1], words[words.index(policy) + 2]))
     assert len(named) == 12 and {group for _, group, _ in named} == {"all", "add", "sub"}
     assert {n for _, _, n in named} == {"3"}
     assert sum(line.startswith(("standalone ", "hacpo ")) for line in table) == 2  # each group's label, once
-    assert "P(improve)" not in table and "SD, IQM and seeds for 80% power are in" in done.output
-    assert "power: hacpo vs standalone, tiny-bpe" in done.output
+    assert "P(improve)" not in table and "SD, IQM and the seeds for power are in" in done.output
+    assert "power: --min-effect D gives each comparison" in " ".join(done.output.split())
+    planned = CliRunner().invoke(app, ["report", str(sweep), "--min-effect", "0.2"], env={"COLUMNS": "80"})
+    assert "plan: hacpo vs standalone, tiny-bpe: to detect ±0.2 with 80% power" in " ".join(planned.output.split())
 
 
 def test_summary_without_caveats_marks_nothing(tmp_path: Path) -> None:

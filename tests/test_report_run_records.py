@@ -70,21 +70,26 @@ def test_the_lines_are_read_from_summary_and_run_json(sweep: Path) -> None:
 def test_the_lines_reach_every_format_and_the_caption(sweep: Path) -> None:
     report = build_report([sweep])
     markdown = render(report, "markdown")
-    assert "| sgt | tiny-bpe † |" in markdown and "| sgt | tiny-sp † |" in markdown
-    assert f"- † sgt, tiny-bpe, seeds 1, 2: {WARM_LINE}" in markdown and f"- † sgt, seed 2: {RESUME_LINE}" in markdown
+    assert "| sgt | tiny-bpe †a,b |" in markdown and "| sgt | tiny-sp †b |" in markdown  # a letter per cause
+    assert f"- †a sgt, tiny-bpe, seeds 1, 2: {WARM_LINE}" in markdown
+    assert f"- †b sgt, seed 2: {RESUME_LINE}" in markdown
+    assert "- †a: scored on held-out prompts its model was warm-started on" in markdown
     latex = render(report, "latex")
     notes = latex[latex.index(r"\caption{"):]
-    assert r"\textsuperscript{\dag} sgt, tiny-bpe, seeds 1, 2: scored on prompts its model was warm-started" in notes
+    assert r"tiny-bpe \textsuperscript{\dag a,b}" in latex
+    assert r"\textsuperscript{\dag a} sgt, tiny-bpe, seeds 1, 2: scored on prompts its model was warm-started" in notes
     assert r"sgt, seed 2: resumed from step 0 at 2025-03-04 05:06:07 after it was interrupted" in notes
     rows = list(csv.reader(io.StringIO(render(report, "csv"))))
-    assert ["sgt", "tiny-bpe †"] in [row[:2] for row in rows]  # csv carries the mark; its notes are in the others
+    assert ["sgt", "tiny-bpe †a,b"] in [row[:2] for row in rows]  # csv carries the marks and, as # lines, the notes
+    assert f"\n# †b sgt, seed 2: {RESUME_LINE}\n" in render(report, "csv")
     data = json.loads(render(report, "json"))
     row = next(r for r in data["rows"] if (r["group"], r["policy"], r["task_group"]) == ("sgt", "tiny-bpe", "all"))
-    assert row["caveats"] == report.caveats and f"† sgt, seed 2: {RESUME_LINE}" in data["notes"]
+    assert row["caveats"] == report.caveats and f"†b sgt, seed 2: {RESUME_LINE}" in data["notes"]
+    assert row["caveat_letters"] == "a,b" and data["caveat_letters"]["b"].startswith("a run was trained again")
     table = CliRunner().invoke(app, ["report", str(sweep)], env={"COLUMNS": "200"})
     assert table.exit_code == 0, table.output
     flat = " ".join(table.output.split())
-    assert f"† sgt, tiny-bpe, seeds 1, 2: {WARM_LINE}" in flat and f"† sgt, seed 2: {RESUME_LINE}" in flat
+    assert f"†a sgt, tiny-bpe, seeds 1, 2: {WARM_LINE}" in flat and f"†b sgt, seed 2: {RESUME_LINE}" in flat
     text = caption(report)
     assert f"Note: sgt, tiny-bpe, seeds 1, 2: {WARM_LINE}." in text and f"Note: sgt, seed 2: {RESUME_LINE}." in text
 

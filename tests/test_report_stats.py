@@ -1,23 +1,22 @@
 """`mutualrl report`'s seed-level statistics: the stated 95 % covers at n = 3 (a seeded simulation on normal data),
-the sign-flip p and Holm's adjustment recomputed by hand, P(improve) on the pairs of Δ, the power search against
+the paired t test's p against scipy's and its interval (one test: p < 0.05 exactly when the interval excludes 0),
+no interval from no spread, Holm's adjustment by hand, P(improve) on the pairs of Δ, the power search against
 published sample sizes."""
 
 from __future__ import annotations
 
-import itertools
-import statistics
-
 import numpy as np
 import pytest
+from scipy import stats
 
+from mutualrl.evaluation.power import MAX_SEEDS, seeds_for_t, t_power
 from mutualrl.evaluation.report_stats import (
     cell_stats,
     holm,
     paired_improvement,
     paired_stats,
-    seeds_for_power,
-    sign_flip_p,
     t_interval,
+    t_test_p,
 )
 
 
@@ -48,26 +47,30 @@ def test_the_paired_difference_interval_covers_at_three_seeds() -> None:
     assert hits / 1500 >= 0.93 and cell_hits / 1500 >= 0.93
 
 
-def sign_flip_by_hand(differences: list[float]) -> float:
-    """Every sign pattern written out: the share whose mean is at least as far from 0 as the observed one."""
-    observed = abs(statistics.fmean(differences))
-    patterns = list(itertools.product((1, -1), repeat=len(differences)))
-    extreme = sum(abs(statistics.fmean(s * d for s, d in zip(signs, differences, strict=True))) >= observed - 1e-12
-                  for signs in patterns)
-    return extreme / len(patterns)
-
-
-def test_the_sign_flip_p_is_every_sign_pattern_counted_by_hand() -> None:
-    # 4 pairs: +0.3, +0.1, -0.05, +0.2 -> mean 0.1375; of the 16 patterns, those with |mean| >= 0.1375 are the
-    # observed one, its mirror, and the two that flip only -0.05 (mean 0.1625) -> 4/16
-    assert sign_flip_p([0.3, 0.1, -0.05, 0.2]) == pytest.approx(4 / 16)
-    assert sign_flip_by_hand([0.3, 0.1, -0.05, 0.2]) == pytest.approx(4 / 16)
-    assert sign_flip_p([0.1, 0.2, 0.3]) == pytest.approx(0.25)  # the smallest three seeds allow
-    assert sign_flip_p([0.0, 0.0]) == 1.0 and sign_flip_p([]) is None
+def test_the_p_is_the_paired_t_test_of_the_interval_beside_it() -> None:
+    """scipy's one-sample t test on the differences gives the same p; over many draws the 95 % interval excludes 0
+    exactly when p < 0.05 (one test, one verdict), and 3 positive differences can reach p < 0.05 (no 2/2ⁿ
+    floor)."""
     rng = np.random.default_rng(3)
-    for n in (2, 5, 7):
-        d = list(rng.normal(0.02, 0.05, size=n))
-        assert sign_flip_p(d) == pytest.approx(sign_flip_by_hand(d))
+    for n in (2, 3, 5, 10):
+        for _ in range(50):
+            d = list(rng.normal(0.03, 0.05, size=n))
+            p = t_test_p(d)
+            assert p == pytest.approx(stats.ttest_1samp(d, 0.0).pvalue, rel=1e-9)
+            low, high = t_interval(d)
+            assert (p < 0.05) == (low > 0 or high < 0)
+    assert t_test_p([0.10, 0.11, 0.12]) < 0.01  # a sign-flip p over 3 seeds could not go below 0.25
+    assert t_test_p([0.1, 0.1, 0.1]) is None and t_test_p([0.2]) is None  # no spread, one pair: no test
+
+
+def test_no_interval_or_p_from_no_spread() -> None:
+    """Every seed the same value: a t interval would be that point, which misses whenever a further seed differs
+    (on near-deterministic prompts, the common case); none is given, and a note says why."""
+    cell = cell_stats([0.5, 0.5, 0.5])
+    assert cell.ci95 is None and cell.sd == 0 and "SD 0" in cell.note
+    paired = paired_stats({1: 0.6, 2: 0.7}, {1: 0.5, 2: 0.6})
+    assert paired.mean_difference == pytest.approx(0.1) and paired.ci95 is None and paired.p is None
+    assert paired.sd is None and "SD 0" in paired.note
 
 
 def test_p_improve_is_on_the_pairs_of_delta_and_never_disagrees_with_its_sign() -> None:
@@ -88,12 +91,14 @@ def test_holm_adjusts_by_hand() -> None:
     assert holm([0.25] * 12) == [1.0] * 12
 
 
-def test_seeds_for_power_matches_published_paired_t_sample_sizes() -> None:
+def test_seeds_for_a_stated_effect_match_published_paired_t_sample_sizes() -> None:
     """Cohen's d of the per-seed differences 0.5, 0.8, 1.0 need 34, 15 and 10 pairs for 80 % power at
-    two-sided α = 0.05 (G*Power's matched-pairs t test)."""
-    unit = np.array([-1.0, 1.0]) / np.std([-1.0, 1.0], ddof=1)  # SD 1
+    two-sided α = 0.05 (G*Power's matched-pairs t test); at Holm's first threshold over 4 comparisons
+    (α = 0.0125) more. The effect is the one stated, not the one observed."""
     for d, n in ((0.5, 34), (0.8, 15), (1.0, 10)):
-        assert seeds_for_power(list(unit + d)) == n
-    assert seeds_for_power([0.1, 0.1, 0.1]) is None  # no spread: not computable, said as n/a
-    assert seeds_for_power([0.1]) is None
-    assert seeds_for_power(list(unit + 0.01)) == 1001  # more than the search goes: "> 1000"
+        assert seeds_for_t(d, 1.0, 0.05) == n
+        assert t_power(d, 1.0, n, 0.05) >= 0.8 > t_power(d, 1.0, n - 1, 0.05)
+    holm_level = seeds_for_t(0.8, 1.0, 0.0125)
+    assert holm_level > 15 and t_power(0.8, 1.0, holm_level, 0.0125) >= 0.8 > t_power(0.8, 1.0, holm_level - 1, 0.0125)
+    assert seeds_for_t(0.05, None, 0.05) is None and seeds_for_t(0.0, 1.0, 0.05) is None  # n/a
+    assert seeds_for_t(0.01, 1.0, 0.05) == MAX_SEEDS + 1  # more than the search goes: "> 1000"

@@ -18,15 +18,26 @@ def report(
     baseline: str | None = typer.Option(None, "--baseline", help="A group every other is compared with, seed by "
                                         "seed; or a regime: each group against that regime's group with the same "
                                         "other --by settings (default: standalone).", show_default=False),
-    fmt: str = typer.Option("table", "--format", "-f", help="table (terminal), markdown, csv, latex or json."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table (terminal), markdown, csv, latex or json. Every "
+                            "format carries every note: under the markdown table, as '#' lines after the CSV's rows "
+                            "(pandas: read_csv(path, comment='#')), in the LaTeX caption, in the JSON's notes."),
+    min_effect: float | None = typer.Option(None, "--min-effect", min=0.0, show_default=False,
+                                            help="The smallest Δ that would matter (0.05: five points of "
+                                            "reward@1): each comparison gets the seeds its own test needs for 80% "
+                                            "power to detect ±it at Holm's level, from the observed variance "
+                                            "(seed, prompt, seed x prompt), and each headline comparison a plan "
+                                            "of seeds x prompts. No power is computed from the observed Δ."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write to this file instead of standard output.",
                                     show_default=False),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
 ) -> None:
-    """Final held-out reward@1 per group, policy and task group: mean, sample SD, n, a 95% t interval and the IQM
-    (rliable); against the baseline the paired difference per seed (paired t interval, exact sign-flip p, Holm's
-    adjustment over the table, P(improve) on the same pairs), its interval over seeds and prompts, and the seeds
-    80% power needs. Runs that differ in more than the seed are not pooled unless --by names the setting.
+    """Final held-out reward@1 per group, policy and task group: mean, sample SD, n, a 95% interval and the IQM
+    (rliable); against the baseline Δ, paired by seed, with one test per row behind its interval, p, Holm's p and
+    power. Each row says its claim: "task" (task group all: seeds and prompts crossed, covering new seeds and new
+    prompts) or "prompts" (task groups: a t over seeds, covering these prompts). Holm adjusts the headline
+    comparisons (all) and the task-group ones apart; P(improve) is on the same seed pairs. Caveats are marked per
+    cause (†a, †b ...) and said in every format. Runs that differ in more than the seed are not pooled unless --by
+    names the setting.
 
     mutualrl report sweeps/mine; mutualrl report sweeps/mine --format latex -o table.tex
     """
@@ -43,7 +54,7 @@ def report(
         raise UsageError("--by: name at least one setting (e.g. regime)")
     if out is not None:
         check_output_path(out, "--out", kind="file", overwrite=overwrite)
-    built = build_report(runs, keys, baseline)
+    built = build_report(runs, keys, baseline, min_effect=min_effect)
     if fmt == "table" and out is None:
         table = rich_table(built, console.width)
         console.print(table)

@@ -24,8 +24,10 @@ def int_list(text: str, option: str) -> list[int]:
 
 @report_errors
 def sweep(
-    output_dir: Path = typer.Option(..., "--output-dir", "-o", help="The sweep folder: one run folder per run in it "
-                                    "(<regime>[-<setting><value>]-seed<seed>), and sweep.json."),
+    output_dir: Path | None = typer.Option(None, "--output-dir", "-o", show_default=False,
+                                           help="The sweep folder: one run folder per run in it "
+                                           "(<regime>[-<setting><value>]-seed<seed>), and sweep.json. Required "
+                                           "unless --plan-seeds."),
     regimes: str | None = typer.Option(None, "--regimes", help="Regimes, comma-separated (standalone,sgt,hacpo). "
                                        "Default: the --grid-file's, else standalone,sgt.", show_default=False),
     seeds: str | None = typer.Option(None, "--seeds", help="Seeds, comma-separated. Default: the --grid-file's, "
@@ -58,6 +60,19 @@ def sweep(
     slurm_parallel: int = typer.Option(8, "--slurm-parallel", min=1, help="--slurm: array tasks at once."),
     slurm_local: bool = typer.Option(False, "--slurm-local", help="--slurm: submitit's local executor (the same "
                                      "array as processes here; to try a submission without Slurm)."),
+    plan_seeds: str | None = typer.Option(None, "--plan-seeds", show_default=False,
+                                          help="Plan, run nothing: the seeds x prompts that detect --min-effect "
+                                          "with 80% power with the report's own test of the task claim, from a "
+                                          "pilot sweep's folder (its variance components) or stated variances "
+                                          "seed=V,prompt=V,interaction=V."),
+    min_effect: float | None = typer.Option(None, "--min-effect", show_default=False,
+                                            help="--plan-seeds: the smallest Δ that would matter (e.g. 0.05)."),
+    plan_prompts: str | None = typer.Option(None, "--plan-prompts", show_default=False,
+                                            help="--plan-seeds: numbers of held-out prompts to plan for, "
+                                            "comma-separated (default: the pilot's, 2x and 5x; else 100,200,500)."),
+    plan_comparisons: int | None = typer.Option(None, "--plan-comparisons", min=1, show_default=False,
+                                                help="--plan-seeds: the headline comparisons the sweep's table will "
+                                                "make (Holm's family; default: the pilot's, else 1)."),
 ) -> None:
     """Train every combination of regimes, --grid settings and seeds with `mutualrl train`'s own options, each into
     its own run folder under -o. Paths (-o, task.source, a recipe) are read from the folder you run it in.
@@ -66,9 +81,14 @@ def sweep(
     resumed, and a run whose settings changed is refused, naming the difference. Then: mutualrl report SWEEP;
     mutualrl plot --group-by regime SWEEP.
     """
+    from mutualrl.errors import UsageError
     from mutualrl.launch.run import DEFAULT_POOL
     from mutualrl.launch.sweep import SweepSpec, parse_grid, read_grid_file
 
+    if any(value is not None for value in (plan_seeds, min_effect, plan_prompts, plan_comparisons)):
+        raise typer.Exit(print_plan(plan_seeds, min_effect, plan_prompts, plan_comparisons))
+    if output_dir is None:
+        raise UsageError("--output-dir / -o: name the sweep's folder (or plan it first: --plan-seeds)")
     check_output_path(output_dir, "--output-dir", kind="folder")
     from_file = read_grid_file(grid_file) if grid_file is not None else {"regimes": [], "seeds": [], "grid": [],
                                                                           "set": []}
@@ -83,6 +103,22 @@ def sweep(
     options = slurm_options(slurm, slurm_partition, slurm_time, slurm_gpus, slurm_cpus, slurm_mem, slurm_parallel,
                             slurm_local)
     raise typer.Exit(launch(spec, jobs, dry_run, options))
+
+
+def print_plan(source: str | None, effect: float | None, prompts: str | None, comparisons: int | None) -> int:
+    """``--plan-seeds``: print the plan (:mod:`mutualrl.evaluation.seed_plan`); both options or neither."""
+    from mutualrl.errors import UsageError
+    from mutualrl.evaluation.seed_plan import plan_lines
+
+    if source is None or effect is None:
+        raise UsageError("--plan-seeds and --min-effect go together (--plan-prompts and --plan-comparisons only with "
+                         "them): --plan-seeds PILOT_OR_VARIANCES --min-effect 0.05")
+    counts = int_list(prompts, "--plan-prompts") if prompts else None
+    if counts and min(counts) < 2:
+        raise UsageError("--plan-prompts: at least 2 prompts each")
+    for line in plan_lines(source, effect, counts, comparisons):
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
+    return 0
 
 
 def check_regimes(regimes: list[str]) -> None:

@@ -81,7 +81,8 @@ def caption(report: Report) -> str:
     sizes = ", ".join(f"{label} n = {len(members)}" for label, members in report.groups.items())
     text = (f"Held-out reward@1 (greedy) at each validation step; pool {context['pool']}, task {context['task']}, "
             f"{context['steps']} steps. Line: mean over runs (seeds) of each group ({sizes}); band: 95% "
-            f"{INTERVAL_KIND} of the mean (none where n < {MIN_RUNS_FOR_INTERVAL}); no smoothing.")
+            f"{INTERVAL_KIND} of the mean, for these held-out prompts over new seeds, not for the task (none where "
+            f"n < {MIN_RUNS_FOR_INTERVAL}); no smoothing.")
     caveats = caption_caveats(report)
     return text + ("".join(f" Note: {line.rstrip('.')}." for line in caveats) if caveats else "")
 

@@ -1,12 +1,18 @@
 """``mutualrl report``: the final held-out reward@1 of finished runs, grouped (by regime, or any setting), per
-policy and task group, with the seed-level statistics of :mod:`.report_stats`, the prompt-paired Δ of
-:mod:`.prompt_paired` and the caveats of :mod:`.report_caveats`.
+policy and task group, with the seed-level statistics of :mod:`.report_stats`, the crossed seeds × prompts ones of
+:mod:`.crossed`, the plans of :mod:`.power` and the caveats of :mod:`.report_caveats`.
 
 A run's final value is its last validation: ``RUN/eval/<policy>/step-N.json`` with the largest N (reward@1 over
 every held-out prompt), and its task groups from the validation row of the same step in ``metrics.jsonl``. Runs
 are pooled in a group only when they differ in nothing but the seed (their place aside); anything else is refused,
 naming the setting, unless ``--by`` names it too. Each group is compared with its natural baseline: the
 ``standalone`` group (or ``--baseline``'s regime) with the same values of the other ``--by`` settings.
+
+Each row makes one claim, with one test behind its interval, p and power: about the *task* (new seeds and new
+prompts: :mod:`.crossed`, seeds and prompts crossed) where the runs' per-prompt scores allow it -- the task group
+``all`` -- and about *these prompts* (new seeds only: the paired t over seeds of :mod:`.report_stats`) elsewhere,
+since a prompt record carries no task group. Holm's adjustment runs over two families apart: the headline
+comparisons (``all``) and the task-group ones.
 """
 
 from __future__ import annotations
@@ -18,7 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.errors import DataError, UsageError
-from mutualrl.evaluation.prompt_paired import PromptPaired, prompt_paired
+from mutualrl.evaluation.crossed import Crossed, crossed_stats, score_matrix
+from mutualrl.evaluation.power import ALPHA, seeds_for_crossed, seeds_for_t
+from mutualrl.evaluation.prompt_paired import difference_matrix
 from mutualrl.evaluation.report_caveats import RunCaveats, cell_caveats, read_caveats
 from mutualrl.evaluation.run_versions import version_notes
 from mutualrl.evaluation.report_stats import CellStats, PairedStats, cell_stats, holm, paired_stats
@@ -36,6 +44,10 @@ from mutualrl.run_folder import RunPaths, read_json_or, read_metric_rows
 
 #: The task-group name of the value over every held-out prompt.
 ALL = "all"
+#: What a row's intervals and p are about.
+TASK, PROMPTS = "task", "prompts"
+#: Holm's two families: the headline comparisons (task group ``all``) and the task-group ones.
+HEADLINE, TASK_GROUPS = "headline", "task groups"
 
 
 @dataclass
@@ -59,9 +71,40 @@ class ReportRow:
     values: list[float]
     stats: CellStats
     baseline: str | None = None  # the group it is compared with (None: it is a baseline, or has none)
-    vs_baseline: PairedStats | None = None
-    prompt_paired: PromptPaired | None = None  # only for the task group "all": records carry no task group
+    vs_baseline: PairedStats | None = None  # seed by seed: the claim about these prompts
+    task_mean: Crossed | None = None  # the cell over seeds × prompts (task group "all": records carry no group)
+    task_delta: Crossed | None = None  # Δ over seeds × prompts, against the baseline's runs of the same seeds
+    task_note: str | None = None  # why an ``all`` row's task-level figures are missing
     caveats: list[str] = field(default_factory=list)
+    p_holm: float | None = None  # Holm's adjusted p of the row's test, over the row's family
+    seeds_needed: int | None = None  # for the report's --min-effect, with the row's test (None: not asked or n/a)
+
+    @property
+    def claim(self) -> str:
+        """``task`` when the row's figures are over seeds × prompts (its interval and, against a baseline, its Δ),
+        else ``prompts`` (over seeds, these prompts fixed)."""
+        if self.task_mean is None:
+            return PROMPTS
+        return TASK if self.vs_baseline is None or self.task_delta is not None else PROMPTS
+
+    @property
+    def family(self) -> str:
+        return HEADLINE if self.task_group == ALL else TASK_GROUPS
+
+    @property
+    def mean_ci(self) -> tuple[float, float] | None:
+        """The 95 % interval of the row's claim for the cell's mean."""
+        return self.task_mean.ci95 if self.claim == TASK and self.task_mean else self.stats.ci95
+
+    @property
+    def delta(self) -> tuple[float | None, tuple[float, float] | None, float | None]:
+        """Δ, its 95 % interval and its p, from the row's one test (crossed for the task, paired t for these
+        prompts); ``(None, None, None)`` without a baseline."""
+        if self.vs_baseline is None:
+            return None, None, None
+        if self.claim == TASK and self.task_delta is not None:
+            return self.task_delta.mean, self.task_delta.ci95, self.task_delta.p
+        return self.vs_baseline.mean_difference, self.vs_baseline.ci95, self.vs_baseline.p
 
 
 @dataclass
@@ -76,14 +119,21 @@ class Report:
     versions: list[str] = field(default_factory=list)  # runs on other library versions than the rest (run.json)
     context: dict[str, Any] = field(default_factory=dict)  # pool, task, steps: what every run shares
 
+    min_effect: float | None = None  # the Δ the power column plans for (--min-effect)
+
     @property
     def compared(self) -> bool:
         return any(self.baselines.values())
 
     @property
     def comparisons(self) -> list[ReportRow]:
-        """The rows with a sign-flip p: the family Holm's adjustment is over."""
-        return [row for row in self.rows if row.vs_baseline and row.vs_baseline.p_sign_flip is not None]
+        """Every comparison the table reports (a row against its baseline on a seed or more): both of Holm's
+        families, the untested ones included (no spread: no p), which keeps each family what the table shows."""
+        return [row for row in self.rows if row.vs_baseline is not None and row.vs_baseline.differences]
+
+    def family(self, name: str) -> list[ReportRow]:
+        """The comparisons of one of Holm's families (:data:`HEADLINE` or :data:`TASK_GROUPS`)."""
+        return [row for row in self.comparisons if row.family == name]
 
     @property
     def caveats(self) -> list[str]:
@@ -197,9 +247,10 @@ def check_keys(by: Sequence[str], runs: list[FinalValues], option: str = "--by")
 
 
 def build_report(paths: Sequence[Path], by: Sequence[str] = ("regime",), baseline: str | None = None,
-                 option: str = "--by") -> Report:
+                 option: str = "--by", min_effect: float | None = None) -> Report:
     """Read, group and compute. ``baseline``: a group's label (every group against it) or a regime (each group
-    against that regime's group with the same other ``by`` settings); default ``standalone`` where there is one."""
+    against that regime's group with the same other ``by`` settings); default ``standalone`` where there is one.
+    ``min_effect``: the Δ each comparison's seeds-for-power plan is for (None: no plan)."""
     finished, finished_paths, left_out = [], [], []
     for run in run_folders(paths):
         reason = unfinished_reason(RunPaths(run))
@@ -223,7 +274,11 @@ def build_report(paths: Sequence[Path], by: Sequence[str] = ("regime",), baselin
                                     differing_keys(everyone, ignore=[resolve_key(k) for k in by])],
                     context=shared_context(finished), versions=version_notes(finished_paths))
     report.rows = report_rows(groups, baselines)
+    add_task_level(report)
     adjust_holm(report)
+    report.min_effect = min_effect
+    if min_effect is not None:
+        plan_seeds(report, min_effect)
     return report
 
 
@@ -256,7 +311,8 @@ def report_rows(groups: dict[str, list[FinalValues]], baselines: dict[str, str |
     for label, members in groups.items():
         base = baselines.get(label)
         for policy in dict.fromkeys(p for m in members for p in m.values):
-            caveats = cell_caveats(label, policy, [(m.settings.seed, m.caveats) for m in members])
+            caveats = cell_caveats(label, policy, [(m.settings.seed, m.caveats) for m in members],
+                                   all_differences(members, groups.get(base or "", []), policy), base)
             if base is not None:
                 caveats += [line for line in [pairing_caveat(label, base, policy, seed_scores(members, policy),
                                                              seed_scores(groups[base], policy))] if line]
@@ -266,9 +322,6 @@ def report_rows(groups: dict[str, list[FinalValues]], baselines: dict[str, str |
                                 cell_stats(list(by_seed.values())), baseline=base, caveats=caveats)
                 if base is not None:
                     row.vs_baseline = paired_stats(by_seed, seed_values(groups[base], policy, task_group))
-                    if task_group == ALL:
-                        row.prompt_paired = prompt_paired(seed_scores(members, policy),
-                                                          seed_scores(groups[base], policy))
                 rows.append(row)
     return rows
 
@@ -293,11 +346,61 @@ def pairing_caveat(label: str, base: str, policy: str, ours: dict[Any, dict[str,
             f"{tail}")
 
 
+def add_task_level(report: Report) -> None:
+    """The crossed seeds × prompts figures of every ``all`` row: the cell's mean and, against a baseline, Δ over
+    the seeds both have and the prompts every one of those runs scored."""
+    for row in report.rows:
+        if row.task_group != ALL:
+            continue
+        ours = seed_scores(report.groups[row.group], row.policy)
+        seeds, _, matrix = score_matrix(ours)
+        row.task_mean = crossed_stats(matrix) if seeds and matrix.size else None
+        if row.baseline is not None:
+            seeds, _, matrix = difference_matrix(ours, seed_scores(report.groups[row.baseline], row.policy))
+            row.task_delta = crossed_stats(matrix) if seeds and matrix.size else None
+        row.task_note = task_note(row)
+
+
+def task_note(row: ReportRow) -> str | None:
+    """Why an ``all`` row makes no claim about the task, or has no interval for Δ (None: nothing to say)."""
+    if row.task_mean is None or (row.vs_baseline is not None and row.task_delta is None):
+        return (f"{row.group}, {row.policy}: one seed, or no held-out prompt every run scored: no claim about the "
+                "task (these prompts only)")
+    if row.task_delta is not None and row.task_delta.ci95 is None:
+        return (f"{row.group}, {row.policy}: every paired seed and prompt scored the same as {row.baseline}'s: no "
+                "interval or p for Δ (no spread to measure)")
+    return None
+
+
 def adjust_holm(report: Report) -> None:
-    """Holm's adjusted sign-flip p of every comparison in the table (one family: the table's)."""
-    compared = report.comparisons
-    for row, adjusted in zip(compared, holm([row.vs_baseline.p_sign_flip for row in compared]), strict=True):
-        row.vs_baseline.p_holm = adjusted
+    """Holm's adjusted p of each row's own test, over each of the two families apart: the headline comparisons
+    (task group ``all``) and the task-group ones. A comparison without a p (no spread) counts as p = 1: it stays in
+    its family's m, and gets no adjusted p."""
+    for name in (HEADLINE, TASK_GROUPS):
+        compared = report.family(name)
+        raw = [row.delta[2] for row in compared]
+        for row, p, adjusted in zip(compared, raw, holm([1.0 if p is None else p for p in raw]), strict=True):
+            row.p_holm = None if p is None else adjusted
+
+
+def plan_seeds(report: Report, effect: float) -> None:
+    """Each comparison's seeds for 80 % power to detect ``±effect`` with its own test, at Holm's first threshold
+    α/m of its family (:mod:`.power`), from the observed variance: the crossed components over the row's prompts
+    for a task row, the SD of the per-seed differences for a prompts row."""
+    for row in report.rows:
+        if row.vs_baseline is None:
+            continue
+        alpha = ALPHA / max(1, len(report.family(row.family)))
+        if row.claim == TASK and row.task_delta is not None:
+            row.seeds_needed = seeds_for_crossed(effect, row.task_delta.components, row.task_delta.prompts, alpha)
+        else:
+            row.seeds_needed = seeds_for_t(effect, row.vs_baseline.sd, alpha)
+
+
+def all_differences(members: list[FinalValues], base: list[FinalValues], policy: str) -> dict[Any, float]:
+    """Each seed's overall reward@1 minus its baseline run's (the seeds both have; none without a baseline)."""
+    ours, theirs = seed_values(members, policy, ALL), seed_values(base, policy, ALL)
+    return {seed: ours[seed] - theirs[seed] for seed in ours if seed in theirs}
 
 
 def seed_values(members: list[FinalValues], policy: str, task_group: str) -> dict[Any, float]:

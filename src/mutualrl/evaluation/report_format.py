@@ -1,6 +1,7 @@
 """``mutualrl report``'s formats: markdown, CSV, LaTeX (booktabs) and JSON, every one with the same columns and
-the same notes (:mod:`.report_notes`: what each number is, how many comparisons, every caveat); the terminal
-table (:mod:`.report_table`) keeps the identifying columns at any width."""
+the same notes (:mod:`.report_notes`: what each number is and covers, Holm's families, every caveat): under the
+markdown table, as ``#`` lines after the CSV's rows, in the LaTeX caption (ASCII, every symbol escaped), in the
+JSON's ``notes``; the terminal table (:mod:`.report_table`) keeps the identifying columns at any width."""
 
 from __future__ import annotations
 
@@ -9,22 +10,30 @@ import io
 import json
 from typing import Any
 
+import re
+
+from mutualrl.evaluation.power import POWER, seeds_text
 from mutualrl.evaluation.report import Report, ReportRow
-from mutualrl.evaluation.report_notes import CAVEAT_MARK, notes
-from mutualrl.evaluation.report_stats import INTERVAL_KIND, MAX_POWER_SEEDS
+from mutualrl.evaluation.report_notes import CAVEAT_MARK, caveat_causes, notes, row_letters
+from mutualrl.evaluation.report_stats import INTERVAL_KIND
 from mutualrl.evaluation.results import NO_VALUE
 
 FORMATS = ("table", "markdown", "csv", "latex", "json")
 
 
 def headers(report: Report) -> list[str]:
-    base = [group_header(report), "policy", "task group", "n", "mean", "SD", "95% CI"]
+    base = [group_header(report), "policy", "task group", "n", "claim", "mean", "SD", "95% CI"]
     if has_iqm(report):
         base.append("IQM")
     if report.compared:
-        base += [f"Δ vs {report.baseline or 'baseline'}", "95% CI of Δ", "p", "p (Holm)", "P(improve)",
-                 "95% CI of Δ, seeds × prompts", "seeds for 80% power"]
+        base += [f"Δ vs {report.baseline or 'baseline'}", "95% CI of Δ", "p", "p (Holm)", "P(improve)"]
+        if report.min_effect is not None:
+            base.append(power_header(report))
     return base
+
+
+def power_header(report: Report) -> str:
+    return f"seeds for {POWER:.0%} power, ±{report.min_effect:g}"
 
 
 def group_header(report: Report) -> str:
@@ -48,30 +57,32 @@ def signed(value: float | None) -> str:
     return NO_VALUE if value is None else f"{value:+.3f}"
 
 
-def power_seeds(seeds: int | None) -> str:
-    if seeds is None:
-        return "n/a"
-    return f"> {MAX_POWER_SEEDS}" if seeds > MAX_POWER_SEEDS else str(seeds)
+def p_text(value: float | None) -> str:
+    """A p with 3 decimals, or ``< 0.001`` (never a p of "0.000")."""
+    return NO_VALUE if value is None else "< 0.001" if value < 0.0005 else f"{value:.3f}"
 
 
-def policy_cell(row: ReportRow) -> str:
-    return f"{row.policy} {CAVEAT_MARK}" if row.caveats else row.policy
+def policy_cell(row: ReportRow, report: Report) -> str:
+    """The policy, with a † and the footnote letter of each cause of its caveats (``tiny-bpe †a,c``)."""
+    letters = row_letters(row, report)
+    return f"{row.policy} {CAVEAT_MARK}{letters}" if letters else row.policy
 
 
 def comparison_cells(row: ReportRow, report: Report) -> list[str]:
-    """Δ and what goes with it; a baseline's own row says so, a group without a baseline too."""
-    paired = row.vs_baseline
-    if paired is None:
-        return ["(baseline)" if row.group in report.baselines.values() else "(no baseline)"] + [""] * 6
-    prompts = row.prompt_paired
-    return [signed(paired.mean_difference), interval(paired.ci95), number(paired.p_sign_flip),
-            number(paired.p_holm), number(paired.probability_of_improvement, 2),
-            interval(prompts.ci95) if prompts else NO_VALUE, power_seeds(paired.seeds_for_power)]
+    """Δ and what goes with it, all from the row's one test; a baseline's own row says so, a group without a
+    baseline too."""
+    width = 6 if report.min_effect is not None else 5
+    if row.vs_baseline is None:
+        return ["(baseline)" if row.group in report.baselines.values() else "(no baseline)"] + [""] * (width - 1)
+    delta, ci, p = row.delta
+    out = [signed(delta), interval(ci), p_text(p), p_text(row.p_holm),
+           number(row.vs_baseline.probability_of_improvement, 2)]
+    return out + [seeds_text(row.seeds_needed)] * (width - 5)
 
 
 def cells(row: ReportRow, report: Report) -> list[str]:
-    out = [row.group, policy_cell(row), row.task_group, str(row.stats.n), number(row.stats.mean),
-           number(row.stats.sd), interval(row.stats.ci95)]
+    out = [row.group, policy_cell(row, report), row.task_group, str(row.stats.n), row.claim, number(row.stats.mean),
+           number(row.stats.sd), interval(row.mean_ci)]
     if has_iqm(report):
         out.append(number(row.stats.iqm))
     if report.compared:
@@ -94,25 +105,43 @@ def render(report: Report, fmt: str) -> str:
 
 
 def to_json(report: Report) -> dict[str, Any]:
-    return {"format": "mutualrl-report", "version": 2, "by": report.by, "baseline": report.baseline,
-            "baselines": report.baselines, "interval": INTERVAL_KIND, "comparisons": len(report.comparisons),
-            "context": report.context,
+    causes = caveat_causes(report)
+    return {"format": "mutualrl-report", "version": 3, "by": report.by, "baseline": report.baseline,
+            "baselines": report.baselines, "comparisons": len(report.comparisons),
+            "interval": {"task": "crossed seeds x prompts: sqrt(t(s-1)^2 v_seed + t(p-1)^2 v_prompt)",
+                         "prompts": INTERVAL_KIND},
+            "holm_families": {name: len(report.family(name)) for name in ("headline", "task groups")},
+            "min_effect": report.min_effect, "context": report.context,
             "groups": {label: [str(m.settings.path) for m in members] for label, members in report.groups.items()},
-            "rows": [{"group": r.group, "policy": r.policy, "task_group": r.task_group, "seeds": r.seeds,
-                      "values": r.values, **r.stats.to_json(), "baseline": r.baseline,
-                      "vs_baseline": r.vs_baseline.to_json() if r.vs_baseline else None,
-                      "prompt_paired": r.prompt_paired.to_json() if r.prompt_paired else None,
-                      "caveats": r.caveats} for r in report.rows],
+            "rows": [json_row(r, report) for r in report.rows],
+            "caveat_letters": {letter: words for letter, words in causes.values()},
             "between_groups": report.between_groups, "left_out": report.left_out, "notes": notes(report)}
 
 
+def json_row(row: ReportRow, report: Report) -> dict[str, Any]:
+    """One row: the seed-level figures (``vs_baseline``: these prompts), the crossed ones (``task_mean``,
+    ``task_delta``: the task) and, under ``claim``/``ci95_of_claim``/``test``, the ones the table shows."""
+    delta, ci, p = row.delta
+    test = None if row.vs_baseline is None else {
+        "claim": row.claim, "mean_difference": delta, "ci95": list(ci) if ci else None, "p": p,
+        "p_holm": row.p_holm, "holm_family": row.family, "seeds_needed": row.seeds_needed}
+    return {"group": row.group, "policy": row.policy, "task_group": row.task_group, "seeds": row.seeds,
+            "values": row.values, **row.stats.to_json(), "claim": row.claim,
+            "ci95_of_claim": list(row.mean_ci) if row.mean_ci else None, "baseline": row.baseline, "test": test,
+            "vs_baseline": row.vs_baseline.to_json() if row.vs_baseline else None,
+            "task_mean": row.task_mean.to_json() if row.task_mean else None,
+            "task_delta": row.task_delta.to_json() if row.task_delta else None,
+            "caveats": row.caveats, "caveat_letters": row_letters(row, report)}
+
+
 def to_csv(report: Report) -> str:
+    """The table, then every note as a ``#`` line (``pandas.read_csv(path, comment="#")`` skips them)."""
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(headers(report))
     for row in report.rows:
         writer.writerow(cells(row, report))
-    return out.getvalue()
+    return out.getvalue() + "".join(f"# {line}\n" for line in notes(report))
 
 
 def to_markdown(report: Report) -> str:
@@ -124,13 +153,25 @@ def to_markdown(report: Report) -> str:
 
 LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
                  "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
-                 "Δ": r"$\Delta$", "−": "-", "β": r"$\beta$", "α": r"$\alpha$", "×": r"$\times$",
-                 "→": r"$\to$", "≥": r"$\geq$", "±": r"$\pm$", "…": r"\ldots{}", "ⁿ": r"$^n$",
-                 CAVEAT_MARK: r"\textsuperscript{\dag}"}
+                 "<": r"$<$", ">": r"$>$", "|": r"\textbar{}",
+                 "Δ": r"$\Delta$", "−": "-", "β": r"$\beta$", "α": r"$\alpha$", "σ": r"$\sigma$",
+                 "×": r"$\times$", "→": r"$\to$", "≥": r"$\geq$", "≤": r"$\leq$", "±": r"$\pm$", "…": r"\ldots{}",
+                 "ⁿ": r"$^n$", "²": r"$^2$", "·": r"$\cdot$", "√": r"$\surd$", "≈": r"$\approx$", "—": "---", "–": "--",
+                 "‘": "`", "’": "'", "“": "``", "”": "''", "é": r"\'e", "ö": r'\"o', "ü": r'\"u'}
+#: A row's mark, † and its footnote letters (``†a,c``): one superscript.
+LATEX_MARK = re.compile(CAVEAT_MARK + r"([a-z](?:,[a-z])*)?")
 
 
 def latex_text(text: str) -> str:
-    return "".join(LATEX_SPECIAL.get(char, char) for char in text)
+    """``text`` as LaTeX: special characters escaped, every symbol the report writes spelled in ASCII (any other
+    non-ASCII character as ``?``, so the file always compiles), a † with its letters as one superscript."""
+    parts = []
+    for index, piece in enumerate(LATEX_MARK.split(text)):
+        if index % 2:  # a mark's letters (or None: a bare †)
+            parts.append(r"\textsuperscript{\dag" + (f" {piece}" if piece else "") + "}")
+        elif piece:
+            parts.append("".join(LATEX_SPECIAL.get(char, char if char.isascii() else "?") for char in piece))
+    return "".join(parts)
 
 
 def to_latex(report: Report) -> str:

@@ -1,14 +1,20 @@
 """The lines under every one of ``mutualrl report``'s tables (and, shortened, in the figure's caption): what each
-number is, how many comparisons the table makes, the power of each headline comparison, and every caveat a reader
-of a number must see (small n, a method that used few peer samples, a restarted policy, runs on other versions)."""
+number is and which quantity each interval covers (the task, or these prompts), the one test behind each row's
+interval, p and power, Holm's two families, what a p can reach at the table's n, the plan for ``--min-effect``,
+and every caveat a reader of a number must see, marked per cause with a footnote letter (small n, a method that
+used few peer samples, a restarted policy, runs on other versions)."""
 
 from __future__ import annotations
 
-from mutualrl.evaluation.prompt_paired import REPS as PROMPT_REPS
-from mutualrl.evaluation.report import ALL, Report
-from mutualrl.evaluation.report_stats import ALPHA, FEW_RUNS, INTERVAL_KIND, MAX_POWER_SEEDS, MIN_RUNS_FOR_IQM, POWER
+from mutualrl.evaluation.crossed import Components
+from mutualrl.evaluation.power import ALPHA, POWER, plan_options, plan_words
+from mutualrl.evaluation.report import ALL, HEADLINE, PROMPTS, TASK, TASK_GROUPS, Report, ReportRow
+from mutualrl.evaluation.report_caveats import cause_of
+from mutualrl.evaluation.report_stats import FEW_RUNS, INTERVAL_KIND, MIN_RUNS_FOR_IQM, t_quantile
 
 CAVEAT_MARK = "†"
+#: The cause of a line about runs on other library versions (``run_versions``), lettered like the others.
+VERSIONS = ("versions", "ran on other library versions, or not on the tested set")
 
 
 def notes(report: Report) -> list[str]:
@@ -16,65 +22,147 @@ def notes(report: Report) -> list[str]:
     context = report.context
     lines = [f"final held-out reward@1 (greedy) of each run's last validation; pool {context['pool']}, task "
              f"{context['task']}, step {context['steps']}; n: runs (seeds) per cell",
-             f"SD: sample standard deviation over runs (n − 1); 95% CI: {INTERVAL_KIND}, none at n = 1; IQM "
-             f"(interquartile mean, rliable) from n = {MIN_RUNS_FOR_IQM}"]
+             claim_note(report),
+             f"SD: sample standard deviation over runs (n − 1); 95% CI: on a task row over seeds × prompts, crossed "
+             f"(the seed part and the prompt part of the variance each with its own t quantile: Owen 2007, Banerjee "
+             f"1960), covering the task; on a prompts row the {INTERVAL_KIND}, covering these prompts; none at n = 1 "
+             f"or when every run scored the same (SD 0); IQM (interquartile mean, rliable) from n = {MIN_RUNS_FOR_IQM}"]
     if report.compared:
         lines += comparison_notes(report)
     lines += cell_notes(report)
-    lines += [f"{CAVEAT_MARK} {line}" for line in report.caveats]
-    lines += [f"{CAVEAT_MARK} {line}" for line in report.versions]
+    lines += caveat_notes(report)
     if report.between_groups:
         lines.append("the groups also differ in: " + "; ".join(report.between_groups))
     lines += [f"left out: {reason}" for reason in report.left_out]
     return lines
 
 
+def claim_note(report: Report) -> str:
+    prompts = sorted({row.task_mean.prompts for row in report.rows if row.claim == TASK and row.task_mean})
+    over = (f", over the {' or '.join(map(str, prompts))} held-out prompts every run of the cell scored"
+            if prompts else "")
+    return (f"claim: what a row's intervals, p and power are about -- {TASK}: the expected reward@1 over new seeds "
+            f"and new prompts of the task (task group {ALL}{over}); {PROMPTS}: the expected reward@1 of these "
+            f"held-out prompts over new seeds (the task groups: a prompt's record carries no task group)")
+
+
 def comparison_notes(report: Report) -> list[str]:
-    """What Δ, its interval, p, P(improve), the prompt-paired interval and the power column are."""
+    """What Δ, its interval, p, Holm's families, P(improve) and the power column are."""
     base = report.baseline or "its baseline"
-    lines = [f"Δ: mean over seeds of (run − {base}'s run of the same seed); 95% CI of Δ: paired t (df n − 1); "
-             f"p: exact two-sided sign-flip (permutation) p of Δ over the 2ⁿ sign patterns of the per-seed "
-             f"differences; P(improve): share of the same seed pairs where the run beats {base}'s (a tie half)",
-             holm_note(report),
-             f"95% CI of Δ, seeds × prompts: two-level bootstrap of the mean per-prompt difference (seeds "
-             f"resampled, then the held-out prompts within each seed; {PROMPT_REPS} resamples), task group "
-             f"{ALL} only: prompts carry no task group",
-             f"seeds for {POWER:.0%} power: seeds a paired t test (two-sided α = {ALPHA}) needs to detect the "
-             f"observed Δ if the SD of the per-seed differences is the observed one; n/a: no spread or Δ = 0"]
+    lines = [f"Δ: mean of (run − {base}'s run of the same seed), over the prompts too on a task row; one test per "
+             f"row gives its 95% CI of Δ, p and power -- on a task row the crossed seeds × prompts test (p: the "
+             f"smallest level whose crossed interval excludes 0), on a prompts row the paired t test over seeds "
+             f"(df n − 1) -- so p < 0.05 exactly when the 95% CI of Δ excludes 0",
+             *holm_notes(report), *reach_notes(report),
+             f"P(improve): share of the same seed pairs where the run beats {base}'s (a tie half); descriptive, "
+             f"no test"]
     if report.baseline is None:
         pairs = [f"{group} vs {base_label}" for group, base_label in report.baselines.items() if base_label]
         lines.append("each group against the baseline of its own settings: " + "; ".join(pairs))
-    lines += power_lines(report)
-    return lines
+    return lines + power_notes(report)
 
 
-def holm_note(report: Report) -> str:
-    count = len(report.comparisons)
-    return (f"p (Holm): p adjusted by Holm's step-down method over the {count} comparison{'s' * (count != 1)} in "
-            f"this table (every group, policy and task group against its baseline)")
-
-
-def power_lines(report: Report) -> list[str]:
-    """One line per headline comparison (task group ``all``): Δ, the spread it was measured with, the seeds."""
+def holm_notes(report: Report) -> list[str]:
+    """Each of Holm's families, named: the headline comparisons and the task-group ones, adjusted apart."""
     lines = []
-    for row in report.rows:
-        paired = row.vs_baseline
-        if paired is None or row.task_group != ALL or paired.mean_difference is None:
-            continue
-        n = len(paired.differences)
-        seeds = paired.seeds_for_power
-        if seeds is None:
-            need = "n/a (no spread between the seeds' differences, or Δ = 0)" if n > 1 else "n/a (one seed)"
-        else:
-            need = f"more than {MAX_POWER_SEEDS} seeds" if seeds > MAX_POWER_SEEDS else f"{seeds} seeds"
-        lines.append(f"power: {row.group} vs {row.baseline}, {row.policy}: Δ {paired.mean_difference:+.3f} over "
-                     f"{n} seed{'s' * (n != 1)} → {need} for {POWER:.0%} power")
+    for name, what in ((HEADLINE, f"task group {ALL}"), (TASK_GROUPS, "the other task groups")):
+        rows = report.family(name)
+        if rows:
+            members = "; ".join(f"{row.group} vs {row.baseline}, {row.policy}"
+                                + (f", {row.task_group}" if name == TASK_GROUPS else "") for row in rows)
+            untested = sum(row.delta[2] is None for row in rows)
+            without = f"; untested, counted as p = 1: {untested} (no spread)" if untested else ""
+            lines.append(f"p (Holm), {name} family ({what}): Holm's step-down adjustment over its {len(rows)} "
+                         f"comparison{'s' * (len(rows) != 1)} ({members}{without}), apart from the other family")
     return lines
+
+
+def reach_notes(report: Report) -> list[str]:
+    """What a p (Holm) below 0.05 takes at the table's numbers of seeds, per family: a t-based p has no floor, but
+    Holm's first step over m comparisons asks for a raw p below 0.05/m."""
+    needs = []
+    for name in (HEADLINE, TASK_GROUPS):
+        rows, m = report.family(name), len(report.family(name))
+        for n in sorted({len(row.vs_baseline.differences) for row in rows if row.vs_baseline} - {0, 1}):
+            needs.append(f"{t_quantile(1 - ALPHA / (2 * m), n - 1):.2f} with {n} seeds in the {name} family "
+                         f"(m = {m})")
+    if not needs:
+        return []
+    return [f"smallest reachable p: none, a t-based p has no floor (a sign-flip p over n seeds could not go below "
+            f"2/2ⁿ); but a p (Holm) below {ALPHA} needs a raw p below {ALPHA}/m, so |Δ| above at least "
+            f"t(1 − {ALPHA}/(2m), n − 1) times its seed-level standard error: {'; '.join(needs)}"]
+
+
+def power_notes(report: Report) -> list[str]:
+    """What the power column is (planning for ``--min-effect``), and per headline comparison its plan."""
+    effect = report.min_effect
+    if effect is None:
+        return ["power: --min-effect D gives each comparison the seeds its own test needs for "
+                f"{POWER:.0%} power to detect ±D (no power is computed from the observed Δ: that post-hoc power "
+                "only restates the p)"]
+    lines = [f"seeds for {POWER:.0%} power, ±{effect:g}: planning for the stated effect, not the observed Δ: the "
+             f"fewest seeds with which the row's own test detects ±{effect:g} {POWER:.0%} of the time at Holm's "
+             f"first threshold {ALPHA}/m of its family (enough for Holm whatever the other comparisons show), taking "
+             f"the observed variance as the truth (task row: the seed, prompt and seed × prompt components at the "
+             f"same prompts; prompts row: the SD of the per-seed differences); n/a: no variance observed; > 1000: "
+             f"more than the search goes (on a task row perhaps never at these prompts)"]
+    for row in report.family(HEADLINE):
+        if row.claim == TASK and row.task_delta is not None:
+            lines.append(plan_line(row, effect, ALPHA / len(report.family(HEADLINE))))
+    return lines
+
+
+def plan_line(row: ReportRow, effect: float, alpha: float) -> str:
+    """"plan: sgt vs standalone, tiny-bpe: to detect ±0.05 ...: 12 seeds × 60 prompts, or 8 × 120 ..."."""
+    assert row.task_delta is not None
+    prompts = row.task_delta.prompts
+    options = plan_options(effect, row.task_delta.components, [prompts, 2 * prompts, 5 * prompts], alpha)
+    return (f"plan: {row.group} vs {row.baseline}, {row.policy}: {plan_words(effect, options, alpha)} "
+            f"({components_words(row.task_delta.components)})")
+
+
+def components_words(comps: Components) -> str:
+    return (f"variance components of Δ: seed {comps.seed:.3g}, prompt {comps.prompt:.3g}, seed × prompt "
+            f"{comps.interaction:.3g}")
 
 
 def cell_notes(report: Report) -> list[str]:
-    """Every distinct caveat line of the cells (small n, SD 0), once."""
-    return list(dict.fromkeys(line for row in report.rows if row.stats.note for line in row.stats.note.splitlines()))
+    """Every distinct caveat line of the cells and comparisons (small n, SD 0, no claim about the task), once."""
+    found = [row.stats.note for row in report.rows] + [row.vs_baseline.note for row in report.rows if row.vs_baseline]
+    found += [row.task_note for row in report.rows]
+    return list(dict.fromkeys(line for note in found if note for line in note.splitlines()))
+
+
+def caveat_causes(report: Report) -> dict[str, tuple[str, str]]:
+    """``cause -> (letter, words)`` for every cause of a caveat in the table, lettered a, b, c... in the order of
+    the rows, runs on other versions last."""
+    causes = [cause_of(line) for row in report.rows for line in row.caveats]
+    causes += [VERSIONS] * bool(report.versions)
+    ordered = list(dict.fromkeys(causes))
+    return {cause: (chr(ord("a") + i), words) for i, (cause, words) in enumerate(ordered)}
+
+
+def row_letters(row: ReportRow, report: Report) -> str:
+    """The footnote letters of a row's causes, ``a,c`` (empty: none)."""
+    causes = caveat_causes(report)
+    mine = [cause_of(line)[0] for line in row.caveats]
+    names = {member.settings.path.name for member in report.groups.get(row.group, [])}
+    if any(line.split(":", 1)[0] in names for line in report.versions):
+        mine.append(VERSIONS[0])
+    return ",".join(sorted({causes[cause][0] for cause in mine}))
+
+
+def caveat_notes(report: Report) -> list[str]:
+    """Per cause its letter and words (with "every row" when it marks every row), then each of its lines."""
+    causes, lines = caveat_causes(report), []
+    marked = [row_letters(row, report) for row in report.rows]
+    for cause, (letter, words) in causes.items():
+        every = " (every row)" if all(letter in found.split(",") for found in marked) else ""
+        lines.append(f"{CAVEAT_MARK}{letter}: {words}{every}")
+        found = [line for row in report.rows for line in row.caveats if cause_of(line)[0] == cause]
+        found += report.versions if cause == VERSIONS[0] else []
+        lines += [f"{CAVEAT_MARK}{letter} {line}" for line in dict.fromkeys(found)]
+    return lines
 
 
 def caption_caveats(report: Report) -> list[str]:

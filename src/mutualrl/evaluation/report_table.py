@@ -1,16 +1,16 @@
 """``mutualrl report``'s terminal table: every column of the other formats where the terminal is wide enough, and
-on a narrow one (80 columns) the identifying columns (group, policy, task group, n) kept whole while each
-interval goes under its value in the same cell and SD, IQM and the power column are left to the other formats (a
-line under the table says so). Rows of two policies must never look identical."""
+on a narrow one (80 columns) the identifying columns (group, policy, task group, n) kept whole, the claim a letter
+under n (T: the task, P: these prompts), each interval under its value in the same cell, and SD, IQM and the power
+column left to the other formats (a line under the table says so). Rows of two policies must never look
+identical."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from mutualrl.evaluation.report import ALL, Report, ReportRow
+from mutualrl.evaluation.report import Report, ReportRow
 from mutualrl.evaluation.report_format import cells, comparison_cells, group_header, headers, interval, number
-from mutualrl.evaluation.report_format import policy_cell, signed
-from mutualrl.evaluation.results import NO_VALUE
+from mutualrl.evaluation.report_format import p_text, policy_cell, signed
 
 #: A name column is as wide as its longest value up to this many characters, and folds beyond.
 NAME_WIDTH = 24
@@ -33,31 +33,27 @@ def narrow_note(report: Report, table: Any) -> str | None:
     """The line that says what the stacked table left out (None for the full table)."""
     if [column.header for column in table.columns] == headers(report):
         return None
-    return ("narrow terminal: each interval is under its value; SD, IQM and seeds for 80% power are in "
-            "--format markdown, csv, latex or json (or a wider terminal)")
+    return ("narrow terminal: under n the row's claim, T the task, P these prompts; each interval is under its "
+            "value; SD, IQM and the seeds for power are in --format markdown, csv, latex or json (or a wider terminal)")
 
 
 def narrow_headers(report: Report) -> list[str]:
     base = [group_header(report), "policy", "task\ngroup", "n", "mean\n95% CI"]
     if report.compared:
-        base += [f"Δ vs\n{report.baseline or 'baseline'}\n95% CI\n× prompts", "p\n(Holm)", "P\n(imp)"]
+        base += [f"Δ vs\n{report.baseline or 'baseline'}\n95% CI", "p\n(Holm)", "P\n(imp)"]
     return base
 
 
 def narrow_cells(row: ReportRow, report: Report) -> list[str]:
-    out = [row.group, policy_cell(row), row.task_group, str(row.stats.n),
-           f"{number(row.stats.mean)}\n{interval(row.stats.ci95, 2)}"]
+    out = [row.group, policy_cell(row, report), row.task_group, f"{row.stats.n}\n{row.claim[0].upper()}",
+           f"{number(row.stats.mean)}\n{interval(row.mean_ci, 2)}"]
     if not report.compared:
         return out
-    paired = row.vs_baseline
-    if paired is None:
+    if row.vs_baseline is None:
         return [*out, comparison_cells(row, report)[0], "", ""]
-    delta = f"{signed(paired.mean_difference)}\n{interval(paired.ci95, 2)}"
-    if row.prompt_paired is not None or row.task_group == ALL:  # other task groups have no prompt-level interval
-        delta += "\n" + (interval(row.prompt_paired.ci95, 2) if row.prompt_paired else NO_VALUE)
-    return [*out, delta,
-            f"{number(paired.p_sign_flip)}\n({number(paired.p_holm)})",
-            number(paired.probability_of_improvement, 2)]
+    delta, ci, p = row.delta
+    return [*out, f"{signed(delta)}\n{interval(ci, 2)}", f"{p_text(p)}\n({p_text(row.p_holm)})",
+            number(row.vs_baseline.probability_of_improvement, 2)]
 
 
 def build_table(report: Report, head: list[str], rows: list[list[str]]) -> Any:

@@ -98,15 +98,16 @@ def peer_sample_use(train: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def unused_sharing_warnings(regime: str, policies: dict[str, dict[str, Any]]) -> list[str]:
-    """One line per policy for which no peer sample moved the gradient (``peer_samples_used``) in most of its steps:
-    its sharing regime then trained (nearly) as standalone GRPO, which a comparison of sharing methods must be
-    told."""
+    """One line per policy for which no peer sample moved the gradient (``peer_samples_used``) in most of its steps,
+    which a comparison of sharing methods must be told; at 0 % it says so, and that the run is still not standalone
+    GRPO (its regime ran and exchanged samples; its results differ from a standalone run of the same seed)."""
     lines = []
     for name, entry in policies.items():
         steps, without = entry.get("steps_with_peer_figures", 0), entry.get("steps_without_peer_samples", 0)
         if steps and without * 2 > steps:
             used = entry["peer_samples_used"]
-            tail = ": it trained as standalone" if used == 0 else ""
+            tail = (f": no peer sample moved its gradient, though {regime} still ran (not standalone GRPO)"
+                    if used == 0 else "")
             lines.append(f"{regime} used {used:.0%} of peer samples for {name} (none in {without} of {steps} steps)"
                          f"{tail}")
     return lines

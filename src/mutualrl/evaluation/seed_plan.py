@@ -1,0 +1,91 @@
+"""``mutualrl sweep --plan-seeds``: how many seeds × prompts a sweep needs, before it runs.
+
+From a pilot sweep (the variance components of each headline comparison's Δ, :mod:`.crossed`) or from stated
+components (``seed=0.0004,prompt=0.002,interaction=0.05``), the fewest seeds with which ``mutualrl report``'s own
+test of the task claim (crossed seeds × prompts, at Holm's first threshold α/m of the headline family) detects a
+stated minimal effect with 80 % power, for several numbers of held-out prompts (:mod:`.power`):
+"to detect ±0.05 with 80% power (two-sided α = 0.025): 12 seeds × 200 prompts, or 8 × 500".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from mutualrl.errors import UsageError
+from mutualrl.evaluation.crossed import Components
+from mutualrl.evaluation.power import ALPHA, plan_options, plan_words
+
+#: Prompt counts planned for when none are given and no pilot says how many it scored.
+DEFAULT_PROMPTS = (100, 200, 500)
+#: The names a stated component may go by.
+NAMES = {"seed": "seed", "prompt": "prompt", "interaction": "interaction", "seed_x_prompt": "interaction",
+         "seed×prompt": "interaction"}
+
+
+def stated_components(text: str) -> Components:
+    """``seed=V,prompt=V,interaction=V`` (variances of Δ's seed, prompt and seed × prompt parts; an omitted one
+    is 0) as :class:`Components`; anything else refused in one line."""
+    values = {"seed": 0.0, "prompt": 0.0, "interaction": 0.0}
+    for part in (piece.strip() for piece in text.split(",") if piece.strip()):
+        name, sep, value = part.partition("=")
+        key = NAMES.get(name.strip())
+        try:
+            number = float(value) if sep and key else -1.0
+        except ValueError:
+            number = -1.0
+        if number < 0 or number != number:
+            raise UsageError(f"--plan-seeds {text!r}: expected a pilot sweep's folder or variances "
+                             "seed=V,prompt=V,interaction=V (each ≥ 0), e.g. "
+                             "seed=0.0004,prompt=0.002,interaction=0.05")
+        values[key] = number  # type: ignore[index]
+    if not any(values.values()):
+        raise UsageError(f"--plan-seeds {text!r}: every variance is 0; nothing to plan from")
+    return Components(**values)
+
+
+def plan_lines(source: str, effect: float, prompts: Sequence[int] | None = None,
+               comparisons: int | None = None) -> list[str]:
+    """The plan from a pilot (a folder of runs, as ``mutualrl report`` reads it) or stated components: one line per
+    headline comparison of the pilot (or one for the stated components), then what the plan assumes."""
+    if effect <= 0:
+        raise UsageError("--min-effect: give the smallest Δ that would matter, above 0 (e.g. 0.05)")
+    if "=" in source and not Path(source).exists():
+        m = comparisons or 1
+        counts = list(prompts or DEFAULT_PROMPTS)
+        options = plan_options(effect, stated_components(source), counts, ALPHA / m)
+        return [f"stated variance components ({source}), {m} headline comparison{'s' * (m != 1)}: "
+                f"{plan_words(effect, options, ALPHA / m)}", assumptions(None)]
+    return pilot_lines(Path(source), effect, prompts, comparisons)
+
+
+def pilot_lines(pilot: Path, effect: float, prompts: Sequence[int] | None, comparisons: int | None) -> list[str]:
+    """One line per comparison of the pilot's ``all`` rows over seeds × prompts, then the assumptions."""
+    from mutualrl.evaluation.report import ALL, HEADLINE, build_report
+    from mutualrl.evaluation.report_notes import components_words
+
+    report = build_report([pilot])
+    rows = [row for row in report.rows if row.task_group == ALL and row.task_delta is not None]
+    if not rows:
+        raise UsageError(f"--plan-seeds {pilot}: no comparison over seeds × prompts in it (a pilot needs the "
+                         "baseline and a method, 2 seeds or more each, on the same held-out prompts); or state "
+                         "the variances: --plan-seeds seed=V,prompt=V,interaction=V")
+    m = comparisons or len(report.family(HEADLINE)) or 1
+    lines = []
+    for row in rows:
+        delta = row.task_delta
+        counts = list(prompts or dict.fromkeys([delta.prompts, 2 * delta.prompts, 5 * delta.prompts]))
+        options = plan_options(effect, delta.components, counts, ALPHA / m)
+        lines.append(f"{row.group} vs {row.baseline}, {row.policy} (pilot: {delta.seeds} seeds × {delta.prompts} "
+                     f"prompts; {components_words(delta.components)}; {m} headline comparison{'s' * (m != 1)}): "
+                     f"{plan_words(effect, options, ALPHA / m)}")
+    return [*lines, assumptions(max(row.task_delta.seeds for row in rows))]
+
+
+def assumptions(pilot_seeds: int | None) -> str:
+    """What every plan assumes, said under it."""
+    tail = (f" from a pilot of {pilot_seeds} seeds, whose own uncertainty the plan does not carry (a larger pilot "
+            "plans better)" if pilot_seeds is not None else "")
+    return (f"the plan is for the report's test of the task claim (seeds and prompts crossed, two-sided, at Holm's "
+            f"first threshold {ALPHA}/m of the headline family), taking the variance components as true{tail}; "
+            "the prompts must exist: a task's held-out split bounds them")
