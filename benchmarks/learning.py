@@ -52,6 +52,8 @@ REGIME_ARGS = {
     "prp-ftis": ["--regime", "prp", "--prp-denominator", "peer", "--set", "regime.prp.correction=ftis",
                  "--set", "regime.prp.correction_level=token", "--set", "regime.prp.truncation_bound=2.0",
                  "--set", "regime.prp.kl_bound=50.0"],
+    # Mutual on-policy distillation (GKD/MiniLLM across tokenizers; docs/regimes.md): the regime's defaults.
+    "opd": ["--regime", "opd"],
 }
 MAIN_REGIMES = ("standalone", "sgt")  # run on every seed of --seeds
 WEAK_TARGET, STRONG_TARGET = 0.30, -0.05
@@ -106,6 +108,31 @@ def group_curves(run_dir: Path, policy: str) -> dict[str, list[tuple[int, float]
         for group, value in (group_rewards(obj) or {"held-out": obj["eval/reward@1"]}).items():
             curves.setdefault(group, []).append((int(obj["step"]), value))
     return {g: sorted(v) for g, v in curves.items()}
+
+
+WEAK_REACHED = 0.8
+"""The held-out accuracy on a policy's weak group whose first validation step is reported (steps to reach it)."""
+
+
+def steps_to_reach(curve: list[tuple[int, float]], level: float = WEAK_REACHED) -> int | None:
+    """The first validation step at which ``curve`` (``[(step, accuracy)]``) is at least ``level``; None: never."""
+    return next((step for step, value in sorted(curve) if value >= level), None)
+
+
+def step_costs(run_dir: Path) -> dict[str, dict[str, float]]:
+    """Per policy, the mean over its training steps of TRL's ``step_time`` (generation, the exchange, the regime and
+    the update: the seconds of one optimizer step) and of the regime's stage seconds that cost a pass or a wait
+    (``mutual/judge_s``, ``mutual/judgements_wait_s``: the peers' scoring passes of on-policy distillation)."""
+    sums: dict[str, dict[str, list[float]]] = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        obj = json.loads(line)
+        if obj.get("kind") != "train":
+            continue
+        for key in ("step_time", "mutual/judge_s", "mutual/judgements_wait_s"):
+            if isinstance(obj.get(key), (int, float)):
+                sums.setdefault(obj["policy"], {}).setdefault(key, []).append(float(obj[key]))
+    return {policy: {key: round(statistics.fmean(values), 4) for key, values in keys.items()}
+            for policy, keys in sums.items()}
 
 
 def spread(values: list[float]) -> dict[str, Any]:
@@ -227,11 +254,15 @@ def main() -> None:
     started = time.perf_counter()
     runs: dict[str, dict[int, dict]] = {}
     curves: dict[str, dict[str, dict[str, list]]] = {}
+    costs: dict[str, dict[int, dict]] = {}
     for regime in regimes:
         runs[regime], curves[regime] = {}, {}
         for seed in seeds if regime in MAIN_REGIMES else other_seeds:
             run_dir = run_one(args.pool, regime, seed, args.out, args.max_steps, extra)
             runs[regime][seed] = json.loads((run_dir / "summary.json").read_text())
+            costs.setdefault(regime, {})[seed] = step_costs(run_dir)
+            for policy, entry in runs[regime][seed]["policies"].items():
+                entry["curves"] = group_curves(run_dir, policy)
             if args.full_test_task:
                 for policy, entry in runs[regime][seed]["policies"].items():
                     entry["groups_full_test"] = final_groups(run_dir, policy, args.full_test_task)
@@ -251,6 +282,15 @@ def main() -> None:
                 "weak_after": spread([s["policies"][policy]["groups_after"][weak] for s in by_seed.values()]),
                 "strong_after": spread([s["policies"][policy]["groups_after"][strong] for s in by_seed.values()]),
             }
+            entry[policy]["weak_steps_to_0.8"] = {"values": [steps_to_reach(s["policies"][policy]["curves"].get(weak, []))
+                                                             for s in by_seed.values()]}
+            entry[policy]["step_seconds"] = spread([costs[regime][seed][policy]["step_time"] for seed in by_seed])
+            judged = [costs[regime][seed][policy].get("mutual/judge_s") for seed in by_seed]
+            if all(j is not None for j in judged):  # the peers' scoring passes (on-policy distillation)
+                entry[policy]["judge_seconds"] = spread(judged)
+                entry[policy]["judgements_wait_seconds"] = spread(
+                    [costs[regime][seed][policy]["mutual/judgements_wait_s"] for seed in by_seed])
+            entry["run_seconds"] = spread([s["seconds"] for s in by_seed.values()])
             used = [s["policies"][policy].get("peer_samples_used") for s in by_seed.values()]
             if any(u is not None for u in used):  # the share of peer samples the loss used, every seed
                 entry[policy]["peer_samples_used"] = {"values": used}

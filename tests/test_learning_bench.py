@@ -72,3 +72,21 @@ def test_final_groups_evaluates_a_real_runs_final_weights(tiny_regime_2_steps) -
     assert groups["add"] > groups["sub"]  # tiny-bpe's strong family, after 2 steps
     assert (run_dir / "full-train" / "tiny-bpe.json").exists()  # cached: a second call reads it
     assert final_groups(run_dir, "tiny-bpe", "synthetic-arith", "train", limit=40) == groups
+
+
+def test_steps_to_reach_the_weak_target_and_the_cost_per_step_by_hand(tmp_path) -> None:
+    import json
+
+    from learning import step_costs, steps_to_reach
+
+    assert steps_to_reach([(40, 0.85), (0, 0.0), (20, 0.79)]) == 40  # the first validation at or above 0.8
+    assert steps_to_reach([(0, 0.0), (20, 0.5)]) is None
+    lines = [{"kind": "train", "policy": "a", "step": 1, "step_time": 1.0, "mutual/judge_s": 0.25,
+              "mutual/judgements_wait_s": 0.0},
+             {"kind": "train", "policy": "a", "step": 2, "step_time": 2.0, "mutual/judge_s": 0.75,
+              "mutual/judgements_wait_s": 0.5},
+             {"kind": "eval", "policy": "a", "step": 2, "step_time": 99.0},
+             {"kind": "train", "policy": "b", "step": 1, "step_time": 3.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert step_costs(tmp_path) == {"a": {"step_time": 1.5, "mutual/judge_s": 0.5, "mutual/judgements_wait_s": 0.25},
+                                    "b": {"step_time": 3.0}}
