@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from mutualrl.cli.main import app
 from mutualrl.errors import UsageError
 from mutualrl.evaluation.grouped_plot import caption
-from mutualrl.evaluation.prompt_paired import difference_matrix, two_level_interval
+from mutualrl.evaluation.prompt_paired import difference_matrix
 from mutualrl.evaluation.report import build_report
 from mutualrl.evaluation.report_format import render
 
@@ -50,22 +50,6 @@ def write_summary(run: Path, seed: int) -> None:
     if seed == 2:
         summary["restarted"] = {"tiny-sp": [{"step": 2, "reason": "killed", "resumed_from": None}]}
     (run / "summary.json").write_text(json.dumps(summary))
-
-
-def exact_two_level_percentiles(matrix: np.ndarray) -> tuple[float, float]:
-    """Every outcome of the two-level bootstrap of a (2 seeds × 3 prompts) matrix, equally likely: 2² seed draws,
-    then 3³ prompt draws within each drawn seed."""
-    means = []
-    for seeds in itertools.product(range(2), repeat=2):
-        for first, second in itertools.product(itertools.product(range(3), repeat=3), repeat=2):
-            means.append((matrix[seeds[0], list(first)].mean() + matrix[seeds[1], list(second)].mean()) / 2)
-    low, high = np.percentile(means, [2.5, 97.5])
-    return float(low), float(high)
-
-
-def test_the_two_level_interval_is_its_exact_distribution_on_a_tiny_matrix() -> None:
-    matrix = np.array([[0.1, -0.3, 0.5], [0.2, 0.9, -0.4]])
-    assert two_level_interval(matrix, reps=20000) == pytest.approx(exact_two_level_percentiles(matrix), abs=0.03)
 
 
 def crossed_by_hand(matrix: np.ndarray) -> tuple[float, float, float]:

@@ -18,7 +18,7 @@ from report_fakes import write_finished_run
 from typer.testing import CliRunner
 
 from mutualrl.cli.main import app
-from mutualrl.evaluation.prompt_paired import BUDGET, two_level_interval
+from mutualrl.evaluation.crossed import crossed_stats
 from mutualrl.evaluation.results import ModelEvalResult
 
 
@@ -140,26 +140,20 @@ def test_complementarity_never_writes_over_its_own_saved_results_or_an_input(swe
     assert "which this command reads" in line and inputs[0].read_bytes() == before
 
 
-def test_the_bootstraps_memory_is_bounded_whatever_the_prompt_count() -> None:
-    """0/1 verifier scores (differences -1/0/1) at 500 000 prompts × 3 seeds: seconds and a few MB (it took 119 s and
-    2.3 GB); differences of many values: the prompts drawn a bounded number at a time."""
+def test_the_task_intervals_memory_is_bounded_whatever_the_prompt_count() -> None:
+    """0/1 verifier scores (differences -1/0/1) at 500 000 prompts x 3 seeds: the crossed interval the report gives
+    (evaluation/crossed.py) in seconds and a few matrices' memory (the old bootstrap took 119 s and 2.3 GB)."""
     rng = np.random.default_rng(1)
-    binary = rng.integers(0, 2, size=(3, 500_000)) - rng.integers(0, 2, size=(3, 500_000))
+    binary = (rng.integers(0, 2, size=(3, 500_000)) - rng.integers(0, 2, size=(3, 500_000))).astype(float)
     tracemalloc.start()
     started = time.perf_counter()
-    low, high = two_level_interval(binary.astype(float))
+    crossed = crossed_stats(binary)
     seconds = time.perf_counter() - started
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
+    low, high = crossed.ci95
     assert low < binary.mean() < high and seconds < 20, seconds
-    assert peak < 64 * 2**20, peak  # the matrix itself (12 MB) and its rows' distinct values
-
-    continuous = rng.normal(size=(2, 3 * BUDGET // 2))  # more prompts than the budget: a resample in pieces
-    tracemalloc.start()
-    low, high = two_level_interval(continuous, reps=6)
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-    assert low <= high and peak < 6 * 8 * BUDGET + continuous.nbytes, peak  # never reps × seeds × prompts
+    assert peak < 8 * binary.nbytes, peak  # a few copies of the matrix (12 MB), never resamples x prompts
 
 
 def test_a_model_result_round_trips_its_text_fields() -> None:
