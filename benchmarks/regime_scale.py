@@ -64,7 +64,7 @@ READ_COLUMNS = {  # the regimes' peer_columns (regimes/<name>/adapter.py)
                  "behaviour_logps"),
 }
 
-# The GPU step's estimate (its arithmetic and the MFUs' reasons: benchmarks/README.md, "The regimes' host work").
+# The GPU step's estimate (its arithmetic and the MFUs' reasons: benchmarks/results/regime-scale.md).
 PARAMS = 1.54e9  # Qwen2.5-Math-1.5B / Qwen3-1.7B class, the paper's pools
 H100_BF16 = 989e12  # dense bf16 peak, FLOP/s
 MFU_GENERATION, MFU_TRAINING = 0.15, 0.40  # optimistic (a short GPU step makes the 5 % target strict)

@@ -53,7 +53,7 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="recipe override for every run, standalone included (e.g. grpo.max_steps=300)")
     parser.add_argument("--weak-target", type=float, default=WEAK_TARGET,
-                        help="the rule's least weak-family gain (benchmarks/README.md, \"The tiny pool's design runs\", states the rules used)")
+                        help="the rule's least weak-family gain (benchmarks/results/learning-tiny.md, \"The tiny pool's design runs\", states the rules used)")
     args = parser.parse_args()
     common = [arg for override in args.overrides for arg in ("--set", override)]
     seeds = [int(s) for s in args.seeds.split(",") if s]

@@ -117,7 +117,7 @@ def test_a_resume_without_the_optimizer_state_is_counted_as_a_reset(tmp_path):
 @pytest.mark.slow
 def test_every_fault_kind_loses_nothing(tmp_path):
     """Each kind of fault once (three per run, the later ones during the resumes: two runs, eight launches); the
-    random trials are ``python benchmarks/chaos.py`` (benchmarks/README.md), too long for the suite."""
+    random trials are ``python benchmarks/chaos.py`` (benchmarks/results/chaos.md), too long for the suite."""
     chaos = load_chaos()
     summary = chaos.run_trials(trials=0, seed=11, out=tmp_path,
                                schedule=[("launcher", "worker", "all"),

@@ -1,6 +1,6 @@
 """``benchmarks/forked_start.py``: its rounds and figures with the runs faked, and one real run of it, forked from the
-suite's own zygotes (the side-by-side measurement itself is in benchmarks/README.md, "Workers forked from a
-zygote")."""
+suite's own zygotes (the side-by-side measurement itself is in
+benchmarks/results/forked-start.md)."""
 
 from __future__ import annotations
 

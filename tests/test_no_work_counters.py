@@ -1,6 +1,6 @@
 """The project dates its history by versions and dates, never by an internal work counter.
 
-README.md, CHANGELOG.md, docs/*.md, benchmarks/*.md and every text file under src/ say when something was
+README.md, CHANGELOG.md, docs/*.md, benchmarks/**/*.md and every text file under src/ say when something was
 changed or measured by a release (CHANGELOG.md) or a date (and, for a figure, the machine), not by the
 number of a work session or of one of the project's own issues, which a user cannot look up. A reference to an
 upstream project's issue carries a '#' ("TRL issue #3671", "vllm#1234") and is allowed.
@@ -23,7 +23,7 @@ TEXT_SUFFIXES = {".py", ".md", ".txt", ".yaml", ".yml", ".json", ".toml", ".cfg"
 def checked_files() -> list[Path]:
     files = [ROOT / "README.md", ROOT / "CHANGELOG.md"]
     files += sorted((ROOT / "docs").glob("*.md"))
-    files += sorted((ROOT / "benchmarks").glob("*.md"))
+    files += sorted((ROOT / "benchmarks").rglob("*.md"))
     files += sorted(p for p in (ROOT / "src").rglob("*") if p.is_file() and p.suffix in TEXT_SUFFIXES)
     return [f for f in files if f.is_file()]
 
@@ -38,7 +38,8 @@ def counters_in(text: str) -> list[tuple[int, str]]:
 
 def test_the_checked_files_exist():
     names = {str(f.relative_to(ROOT)) for f in checked_files()}
-    assert {"README.md", "CHANGELOG.md", "docs/architecture.md", "benchmarks/README.md"} <= names
+    assert {"README.md", "CHANGELOG.md", "docs/architecture.md", "benchmarks/README.md",
+            "benchmarks/results/learning-tiny.md"} <= names
     assert any(name.startswith("src/") for name in names)
 
 
@@ -73,7 +74,7 @@ def test_the_hash_pattern_finds_revisions_and_spares_words_numbers_and_digests()
 
 
 def test_no_commit_hash_in_docs():
-    """docs/ says how things are; which revision changed them is the CHANGELOG's and benchmarks/README.md's."""
+    """docs/ says how things are; which revision changed them is the CHANGELOG's and the benchmarks' (benchmarks/results/)."""
     found = [f"{path.relative_to(ROOT)}:{number}: {hit!r}" for path in sorted((ROOT / "docs").glob("*.md"))
              for number, hit in commit_hashes_in(path.read_text(encoding="utf-8"))]
     assert found == [], "a commit hash in docs/:\n" + "\n".join(found)

@@ -5,7 +5,7 @@ label is not -100 when ``_use_triton(device)`` holds; on any other device it sco
 sequence, prompt and padding included, because "the number of valid positions would change the tile shapes on
 every batch and trigger a recompilation" (Neuron). A CPU runs eager kernels and compiles nothing, so there that
 is only wasted work: Gemma-3-270M's 262k-row head over prompt and padding positions was 69% of its FLOPs in a
-``smol-arith`` step (benchmarks/README.md, "Where a step's time goes").
+``smol-arith`` step (benchmarks/results/step-profile.md).
 
 Each position's log-probability comes from the same vocabulary tiles either way, and so does the gradient into
 the hidden states, as long as the matrix products keep their blocking: the head weight's own gradient sums

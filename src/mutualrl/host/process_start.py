@@ -2,7 +2,7 @@
 
 Those imports allocate about a million objects that live as long as the process. CPython's cyclic collector
 runs a pass every few hundred allocations and, now and then, a full pass over everything allocated so far,
-so the imports pay for scanning their own objects again and again (benchmarks/README.md, "Worker start":
+so the imports pay for scanning their own objects again and again (benchmarks/results/worker-start.md:
 the collector's share of a worker's imports, measured side by side). Turning it off for the imports, then
 freezing what they made (``gc.freeze``: later passes skip it), saves that and changes nothing else: the
 collector is on again before the first model is built.

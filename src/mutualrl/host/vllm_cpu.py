@@ -153,8 +153,8 @@ SAME_SAMPLER = ("the engine samples with the trainer's own fp32 weights, synced 
                 "correction (an extra no-grad forward pass over every rollout each step) would weigh each response by "
                 "exp(~1e-5); set it true to keep it and TRL's sampling/* metrics")
 """Why the CPU path does without TRL's vLLM importance-sampling correction: that pass cost 2.7-3.6 s a ``smol-arith``
-step, and with Gemma's full weight sync made a vLLM step slower than a transformers one (benchmarks/README.md,
-"vLLM vs transformers generation"; docs/launch.md)."""
+step, and with Gemma's full weight sync made a vLLM step slower than a transformers one (benchmarks/results/vllm-generation.md;
+docs/launch.md)."""
 
 
 def kv_bytes_per_token(config: Any, dtype_bytes: int = 4) -> int:

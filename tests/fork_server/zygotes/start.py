@@ -2,7 +2,7 @@
 imported the training stack.
 
 A policy worker of a short run spends about half of its CPU importing torch, transformers and TRL (3-4 s on a
-2-core box: benchmarks/README.md, "Worker start"). The suite starts many short runs, so a *zygote* (:mod:`.server`)
+2-core box: benchmarks/results/worker-start.md). The suite starts many short runs, so a *zygote* (:mod:`.server`)
 imports them once and forks each worker from itself. None of this is the product's: the product starts every worker
 with ``subprocess.Popen`` in ``mutualrl.launch.supervise.worker_process.start_worker_process``, and in a launcher the
 suite starts, ``tests/fork_server/sitecustomize.py`` has :func:`plug_into` put its own function in that place. The
