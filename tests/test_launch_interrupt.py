@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from fake_policies import FAKE_POLICY, StoppedAtStep
 from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSettings
 from mutualrl.launch.supervise.signals import interrupt_requested, raise_if_interrupted, stop_signals
 from mutualrl.run_folder import RunPaths
@@ -166,40 +167,6 @@ def test_the_request_is_on_disk_before_the_statuses_are_read(tmp_path):
     step = request_stop(paths, "SIGTERM", lambda: seen.append(read_request(paths)) or {"a": {"step": 5}})
     assert seen == [{"signal": "SIGTERM"}] and step == 6
     assert read_request(paths) == {"signal": "SIGTERM", "step": 6}
-
-
-FAKE_POLICY = """
-import sys, time
-from pathlib import Path
-from mutualrl.atomic_io import write_json_atomic
-from mutualrl.run_folder import RunPaths
-from mutualrl.training.stop_request import STOPPED_EXIT, read_request, requested_step
-
-paths, name, pace = RunPaths(Path(sys.argv[1])), sys.argv[2], float(sys.argv[3])
-step = 0
-while True:  # a step, then its end: the status, then the request (as the status and stop callbacks do)
-    time.sleep(pace)
-    step += 1
-    write_json_atomic(paths.status(name), {"step": step, "phase": "training"})
-    target = requested_step(read_request(paths))
-    if target is not None and step >= target:
-        (paths.root / f"{name}.saved").write_text(str(step))
-        sys.exit(STOPPED_EXIT)
-"""
-
-
-class StoppedAtStep(PoolRunner):
-    """Raises KeyboardInterrupt (a stop signal) once every policy has completed ``at`` steps."""
-
-    def __init__(self, *args, at: int, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.at, self.interrupted = at, False
-
-    def _merge(self):
-        if not self.interrupted and all(self._status_of(p.name).get("step", 0) >= self.at for p in self.procs):
-            self.interrupted = True
-            raise KeyboardInterrupt
-        return super()._merge()
 
 
 def test_a_stop_has_every_policy_save_at_one_step_the_slower_catching_up(tmp_path):

@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 
 from mutualrl import faults
+from fake_policies import FAKE_POLICY, StoppedAtStep
 from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSettings
 from mutualrl.launch.supervise.stop_grace import StepTimes, StopBudget, planned_save_gib, stop_grace_s, warning_s
 from mutualrl.launch.sweep_slurm import SlurmOptions, stop_signal
@@ -82,44 +83,6 @@ def test_a_slurm_array_asks_for_its_warning_from_the_runs_plans():
     assert stop_signal(SlurmOptions(time_min=240, signal_s=300), [plan]).signal_s == 300  # given: kept
 
 
-SLOW_SAVER = """
-import sys, time
-from pathlib import Path
-from mutualrl.atomic_io import write_json_atomic
-from mutualrl.run_folder import RunPaths
-from mutualrl.training.stop_request import STOPPED_EXIT, read_request, requested_step
-
-paths, name, pace, save_s = RunPaths(Path(sys.argv[1])), sys.argv[2], float(sys.argv[3]), float(sys.argv[4])
-says_saving = sys.argv[5:] == ["says-saving"]  # as MutualGRPOTrainer._save_checkpoint says it
-step = 0
-while True:  # a step, its status, then the request (as the status and stop callbacks do); the save takes save_s
-    time.sleep(pace)
-    step += 1
-    write_json_atomic(paths.status(name), {"step": step, "phase": "training"})
-    target = requested_step(read_request(paths))
-    if target is not None and step >= target:
-        if says_saving:
-            write_json_atomic(paths.status(name), {"step": step, "phase": "saving"})
-        time.sleep(save_s)
-        (paths.root / f"{name}.saved").write_text(str(step))
-        sys.exit(STOPPED_EXIT)
-"""
-
-
-class StoppedAtStep(PoolRunner):
-    """Raises KeyboardInterrupt (a stop signal) once every policy has completed ``at`` steps."""
-
-    def __init__(self, *args, at: int, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.at, self.interrupted = at, False
-
-    def _merge(self):
-        if not self.interrupted and all(self._status_of(p.name).get("step", 0) >= self.at for p in self.procs):
-            self.interrupted = True
-            raise KeyboardInterrupt
-        return super()._merge()
-
-
 @pytest.mark.parametrize("pace, save_s, budget, says, saved", [
     ("0.05", "1.5", StopBudget(save_gib=3.0, floor_s=0.5, write_gib_per_s=1.0), "", True),  # the plan's 3 s save
     ("0.05", "1.5", StopBudget(save_gib=0.0, floor_s=0.5, write_gib_per_s=1.0), "", False),  # the floor alone: killed
@@ -133,7 +96,7 @@ def test_a_policy_slower_to_save_than_the_floor_saves_its_step_in_flight_within_
     checkpoint: the worker saves where the plan's save or its measured step gives it the time, or where it says it
     is still saving when the grace ends, and is killed where none of these holds."""
     script = tmp_path / "slow_saver.py"
-    script.write_text(SLOW_SAVER)
+    script.write_text(FAKE_POLICY)
     argv = [sys.executable, str(script), str(tmp_path), "a", pace, save_s, *([says] if says else [])]
     procs = [PolicyProcess(name="a", argv=argv, env={}, log_path=tmp_path / "logs" / "a.log")]
     settings = PoolSettings(tmp_path / "see", stall_timeout_s=60.0, grace_s=20.0, poll_s=0.05, stop=budget)
