@@ -15,7 +15,7 @@ from rich.console import Console
 
 from mutualrl import faults
 from fake_policies import FAKE_POLICY, StoppedAtStep
-from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSettings
+from mutualrl.launch.supervise.runner import PolicyProcess, PoolSettings
 from mutualrl.launch.supervise.stop_grace import StepTimes, StopBudget, planned_save_gib, stop_grace_s, warning_s
 from mutualrl.launch.sweep_slurm import SlurmOptions, stop_signal
 from mutualrl.run_folder import RunPaths
