@@ -1,4 +1,4 @@
-"""GPU-only branches found wrong by the issue 38 audit (docs/launch.md "GPU paths: how they are tested on a CPU"),
+"""GPU-only branches found wrong by the issue 38 audit (tests/gpu_paths.md),
 each shown on the CPU against the library contract it broke:
 
 - a GPU plan without ``grpo.bf16`` wrote a DeepSpeed JSON with bf16 off while TRL's ``GRPOConfig`` turns bf16 on

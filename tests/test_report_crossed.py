@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from report_coverage import SCENARIOS, draw, seed_t_covers  # noqa: E402
 
 #: Repeats per scenario and number of seeds: at a true coverage of 0.95 the Monte-Carlo SE is 0.005, so 0.93 is
-#: 4 SE below; each assertion's figure is in docs/evaluation.md.
+#: 4 SE below; each assertion's figure is in benchmarks/results/report-coverage.md.
 REPEATS = 2000
 
 

@@ -1,8 +1,8 @@
 """The TRL and vLLM versions mutualrl was read against, and the one-line refusal of any other.
 
-The trainer overrides private hooks of TRL 1.16 (docs/architecture.md "The TRL hook points"), and
-TRL 1.17 changed what they rest on (AsyncGRPO made stable, the vLLM client moved, configs renamed);
-the GPU paths were read against vLLM 0.30 (docs/launch.md "GPU paths"), while TRL accepts vLLM
+The trainer overrides private hooks of TRL 1.16 (docs/architecture.md "One training step, through the TRL
+hook points"), and TRL 1.17 changed what they rest on (AsyncGRPO made stable, the vLLM client moved, configs renamed);
+the GPU paths were read against vLLM 0.30 (tests/gpu_paths.md), while TRL accepts vLLM
 0.22-0.31. So a training run refuses another minor release of either (of vLLM only when it generates with
 it) before anything starts, unless :data:`OVERRIDE_ENV` is set to 1: then it runs, at the user's own risk, with
 a warning.

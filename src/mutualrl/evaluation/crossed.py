@@ -19,8 +19,8 @@ Their sum counts the interaction once too often (conservative, as the pigeonhole
 independent variance estimates), so that at 3 seeds the seed part pays t(0.975, 2) = 4.30, which a bootstrap over 3
 seeds (10 distinct resamples) cannot. Its p is the test the interval inverts: the smallest level whose interval
 excludes 0. Coverage, measured by simulation (``benchmarks/report_coverage.py``, ``tests/test_report_crossed.py``):
-0.94-0.99 for the task at 3, 5 and 10 seeds, near-deterministic prompts included (docs/evaluation.md); not
-guaranteed at 2 seeds.
+0.94-0.99 for the task at 3, 5 and 10 seeds, near-deterministic prompts included
+(benchmarks/results/report-coverage.md); not guaranteed at 2 seeds.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 The paper's templates ask for a chain of thought and the answer in ``\\boxed{}``
 (:mod:`mutualrl.tasks.qa`). Models of 135M-270M parameters never write ``\\boxed{}``
-(docs/pools.md, "What the survey measured (before any training)"), so every reward under the
+(docs/pools.md, "Real pretrained models on a paper benchmark"), so every reward under the
 paper's format is 0 and no regime has a signal. A ``<task>-line`` variant asks the same
 question with the same options, drops the boxed instruction, and ends the prompt with an
 answer line::

@@ -1,7 +1,8 @@
 """Few-shot variants of any task: ``<task>-<k>shot`` prefixes every prompt with ``k`` solved examples.
 
 A few-shot prefix is one of the formats to try where a small model cannot
-follow the paper's template (docs/pools.md, "Next attempt"). The prefix is fixed: the first
+follow the paper's template (docs/pools.md, "Real pretrained models on a
+paper benchmark"). The prefix is fixed: the first
 ``k`` examples of the base task's ``train`` split, each followed by its gold answer written
 as a correct completion would write it (:meth:`Task.answer_text`), separated by blank
 lines, then the prompt itself::
