@@ -128,7 +128,6 @@ def _folder_bytes(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.slow
 def _watch_phases(run_dir, phases: dict, proc) -> None:
     """Every status phase each policy writes while ``proc`` runs (a save of 4 s is seen many times over)."""
     import time
@@ -142,6 +141,7 @@ def _watch_phases(run_dir, phases: dict, proc) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 @pytest.mark.user_start
 def test_sigterm_saves_every_policy_at_the_step_in_flight_and_resume_goes_on_from_it(tmp_path):
     """The tiny pool checkpoints every 100 steps: a SIGTERM at step 2 still saves every policy at the step in
