@@ -151,3 +151,36 @@ def test_a_worker_that_fails_its_check_fails_the_preflight_naming_it(tmp_path):
     assert "tiny-sp: failed, 0/1 ranks reported" in out and "tiny-sp failed" in out, out
     assert "no space" in out.lower() or "ENOSPC" in out or "exit" in out, out
     assert list((tmp_path / "runs").iterdir()) == []
+
+
+ACCELERATE_FAILURE_LOG = """\
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/mutualrl/training/worker.py", line 400, in main
+ValueError: --tf32 requires Ampere or a newer GPU arch, cuda>=11 and torch>=1.7
+W1127 10:00:00.000000 1 torch/distributed/elastic/multiprocessing/api.py:900] Sending process 2 closing signal SIGTERM
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/accelerate/commands/launch.py", line 1082, in deepspeed_launcher
+    distrib_run.run(args)
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+mutualrl.training.worker FAILED
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : 1 (pid: 12)
+============================================================
+"""
+
+
+def test_a_rank_started_through_accelerate_is_reported_by_its_own_error_not_torchruns(tmp_path):
+    """After a rank fails, torchrun (and accelerate's single-process launcher) end the log with their own exception,
+    which names no reason: the preflight's line is the rank's."""
+    from mutualrl.launch.preflight import last_error
+
+    log = tmp_path / "policy.log"
+    log.write_text(ACCELERATE_FAILURE_LOG)
+    assert last_error(log) == "ValueError: --tf32 requires Ampere or a newer GPU arch, cuda>=11 and torch>=1.7"
+    log.write_text("error: policy 'a': no prompt\nsubprocess.CalledProcessError: Command '['python']' returned "
+                   "non-zero exit status 1.\n")
+    assert last_error(log) == "error: policy 'a': no prompt"

@@ -138,13 +138,19 @@ def wait_for(started: dict[str, WorkerProcess], results: dict[str, PolicyPreflig
             results[name].error = describe_exit(results[name].exit_code)
 
 
+LAUNCHER_ERRORS = ("ChildFailedError", "CalledProcessError")
+"""What ``accelerate launch`` and torchrun say last when a rank failed (the rank's own error came before)."""
+
+
 def last_error(log_path: Path) -> str:
-    """The worker's own one-line error (``error: ...``) or the last line of its traceback."""
+    """The worker's own one-line error (``error: ...``) or the last line of its traceback; not the line
+    ``accelerate launch`` or torchrun adds after a rank failed (:data:`LAUNCHER_ERRORS`), which names no reason."""
     try:
         lines = [line.strip() for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
     except OSError:
         return f"{log_path}: no log"
-    said = [line for line in lines if line.startswith("error:") or "Error:" in line]
+    said = [line for line in lines if (line.startswith("error:") or "Error:" in line)
+            and not any(name in line for name in LAUNCHER_ERRORS)]
     return (said or lines or ["no output"])[-1][:400]
 
 
