@@ -184,3 +184,25 @@ def test_a_rank_started_through_accelerate_is_reported_by_its_own_error_not_torc
     log.write_text("error: policy 'a': no prompt\nsubprocess.CalledProcessError: Command '['python']' returned "
                    "non-zero exit status 1.\n")
     assert last_error(log) == "error: policy 'a': no prompt"
+
+
+def test_a_gpu_recipe_with_tf32_is_built_on_a_machine_without_gpus(tmp_path):
+    """``grpo.tf32: true`` (an Ampere card's matmul setting) makes transformers ask the card; on a login node the
+    preflight answers as the plan's card does, as for bf16, and leaves this process's tf32 switch and the library as
+    they were."""
+    import torch
+    from transformers import training_args
+    from trl import GRPOConfig
+
+    from mutualrl.training.preflight import planned_gpu_capability
+
+    if torch.cuda.is_available():
+        pytest.skip("the node's own GPUs answer")
+    grpo = {"output_dir": str(tmp_path), "bf16": True, "tf32": True, "report_to": "none"}
+    before = (training_args.is_torch_tf32_available, training_args.enable_tf32, torch.backends.fp32_precision)
+    with planned_gpu_capability(grpo) as note:
+        assert GRPOConfig(**grpo).tf32 is True
+    assert note == "no GPU here: bf16 and tf32 support answered as an Ampere-or-newer card answers it"
+    assert (training_args.is_torch_tf32_available, training_args.enable_tf32, torch.backends.fp32_precision) == before
+    with pytest.raises(ValueError, match="tf32 requires"):  # what the check stands in for
+        GRPOConfig(**{**grpo, "bf16": False})

@@ -8,9 +8,9 @@ on the policy's rank 0 also (the same on every rank) the tokenizer, prompts and 
 of the dataset formed and scored, and the colocated vLLM engine's arguments passed through vLLM's own checks. It writes what passed to
 ``RUN/preflight/<policy>-rank<R>.json`` and exits; a check that fails raises as training would.
 
-On a machine without the plan's GPUs (a login node, ``--gpus N``), transformers' bf16 capability question is
-answered as a bf16-capable card answers it (Ampere or newer: every card the paper recipes are planned for); that
-is the only answer that differs from the node's, and the report says so.
+On a machine without the plan's GPUs (a login node, ``--gpus N``), transformers' bf16 and tf32 capability questions
+are answered as an Ampere-or-newer card answers them (every card the paper recipes are planned for); those are the
+only answers that differ from the node's, and the report says so.
 """
 
 from __future__ import annotations
@@ -40,21 +40,28 @@ def in_preflight() -> bool:
 @contextlib.contextmanager
 def planned_gpu_capability(grpo: dict[str, Any]) -> Iterator[str | None]:
     """Around ``GRPOConfig(...)``: where the plan puts the policy on GPUs and this process sees none, transformers'
-    ``is_torch_bf16_gpu_available`` answers as a bf16-capable card does; yields the note saying so (None: the
-    process's own answer stands)."""
+    ``is_torch_bf16_gpu_available`` (``bf16``) and ``is_torch_tf32_available`` (``tf32``, whose switch it then leaves
+    alone: nothing here computes) answer as an Ampere-or-newer card does; yields the note saying so (None: the
+    process's own answers stand)."""
     import torch
 
-    if grpo.get("use_cpu") or torch.cuda.is_available() or not (grpo.get("bf16") or grpo.get("bf16_full_eval")):
+    asked = [name for name, wanted in (("bf16", grpo.get("bf16") or grpo.get("bf16_full_eval")),
+                                       ("tf32", grpo.get("tf32"))) if wanted]
+    if grpo.get("use_cpu") or torch.cuda.is_available() or not asked:
         yield None
         return
     from transformers import training_args
 
-    real = training_args.is_torch_bf16_gpu_available
+    real = {name: getattr(training_args, name) for name in ("is_torch_bf16_gpu_available", "is_torch_tf32_available",
+                                                            "enable_tf32")}
     training_args.is_torch_bf16_gpu_available = lambda *args, **kwargs: True
+    training_args.is_torch_tf32_available = lambda *args, **kwargs: True
+    training_args.enable_tf32 = lambda *args, **kwargs: None
     try:
-        yield "no GPU here: bf16 support answered as an Ampere-or-newer card answers it"
+        yield f"no GPU here: {' and '.join(asked)} support answered as an Ampere-or-newer card answers it"
     finally:
-        training_args.is_torch_bf16_gpu_available = real
+        for name, value in real.items():
+            setattr(training_args, name, value)
 
 
 def deepspeed_check(args: Any) -> str:
