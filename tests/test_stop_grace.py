@@ -147,3 +147,33 @@ def test_the_warning_before_a_slurm_time_limit_reaches_the_run_and_the_task_wait
     _, err = proc.communicate(timeout=30)
     assert out.read_text() == "saved"
     assert proc.returncode == 1 and "exited 130" in err  # the run's own stop, reported as the task's failure
+
+
+def test_a_periodic_save_leaves_no_saving_phase_behind_for_a_later_stop_to_wait_on(tmp_path, monkeypatch):
+    """A standalone policy writes no phase of its own between saves: the 'saving' of its step-20 checkpoint stood in
+    its status until the run ended, and a stop whose grace ran out waited up to SAVE_WAIT_CAP_S on a policy that was
+    not saving (a hung one: 30 minutes). After the save its status says 'training' again."""
+    from mutualrl.launch.supervise.stop_grace import still_saving
+    from mutualrl.run_folder import read_status
+    from mutualrl.training.callbacks import StatusCallback
+    from mutualrl.training.trainer import MutualGRPOTrainer
+
+    parent = next(cls for cls in MutualGRPOTrainer.__mro__[1:] if "_save_checkpoint" in vars(cls))
+    seen: list[str] = []
+    status = StatusCallback(RunPaths(tmp_path), "a")
+    state = SimpleNamespace(global_step=20, max_steps=100)
+    status.write(state, "training")
+
+    def transformers_save(self, model, trial):
+        seen.append(read_status(RunPaths(tmp_path).status("a"))["phase"])
+
+    monkeypatch.setattr(parent, "_save_checkpoint", transformers_save)
+    trainer = MutualGRPOTrainer.__new__(MutualGRPOTrainer)
+    trainer.__dict__.update(state=state, policy_name="a", args=SimpleNamespace(should_save=False),
+                            accelerator=SimpleNamespace(wait_for_everyone=lambda: None),
+                            regime=SimpleNamespace(phase_hook=lambda phase: status.write(state, phase)))
+    monkeypatch.setattr(MutualGRPOTrainer, "_get_output_dir", lambda self, trial: str(tmp_path / "policies" / "a"))
+    trainer._save_checkpoint(None, None)
+    assert seen == ["saving"]  # while transformers writes: what the launcher's stop waits on
+    after = read_status(RunPaths(tmp_path).status("a"))
+    assert after["phase"] == "training" and still_saving({"a": after}) == []

@@ -284,6 +284,8 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
             self.accelerator.wait_for_everyone()  # every rank's shards and RNG state are on disk
             if self.args.should_save:
                 write_manifest(folder, self.state.global_step)
+        if self.regime.phase_hook is not None:  # saved: a later stop must not wait on a save long done
+            self.regime.phase_hook("training")
 
     def _save_optimizer_and_scheduler(self, output_dir):
         """Transformers' own; :func:`mutualrl.faults.disk_full` can fill the disk here, the weights already written."""
