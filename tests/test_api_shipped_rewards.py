@@ -98,6 +98,27 @@ def test_a_module_only_this_session_put_on_sys_path_is_shipped_by_value(tmp_path
     assert loads_in_a_new_process(data, "f(completions=['4 '])") == "[1.0]"
 
 
+def test_a_closure_using_a_module_of_the_working_directory_loads_in_a_safe_path_worker(
+        tmp_path: Path, worker_view: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A notebook run from the folder holding ``zrew_cwd_helpers.py``: its closure calls that module. A worker runs
+    in safe-path mode (``PYTHONSAFEPATH``), where unpickling finds nothing in the working directory: the module goes
+    by value (the launcher's probe was a process that had the working directory on its path, and every worker then
+    failed with ModuleNotFoundError)."""
+    (tmp_path / "zrew_cwd_helpers.py").write_text("def strip(text):\n    return str(text).strip()\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import zrew_cwd_helpers  # noqa: PLC0415 - importable here as from a notebook's working directory
+
+    def in_notebook(completions, **kwargs):
+        return [float(zrew_cwd_helpers.strip(c) == "4") for c in completions]
+
+    data = worker_view[shipped_rewards.digest_of(reward_func_path(in_notebook))][1]
+    code = "import sys, cloudpickle\nf = cloudpickle.loads(sys.stdin.buffer.read())\nprint(f(completions=['4 ']))"
+    done = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True, timeout=120,
+                          env={**child_env(), "PYTHONSAFEPATH": "1"})
+    assert done.returncode == 0 and done.stdout.decode().strip() == "[1.0]", done.stderr.decode()[-2000:]
+
+
 def test_a_module_the_workers_import_is_named_by_its_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "zrew_cwd.py").write_text("def exact(completions, **kwargs):\n    return [0.0] * len(completions)\n")
     monkeypatch.chdir(tmp_path)

@@ -89,11 +89,13 @@ def worker_environment() -> dict[str, str]:
 
 def missing_in_workers(func: Callable[..., Any], data: bytes) -> str | None:
     """The module a new process (a worker's working directory and environment) lacks to load ``data``, or None when
-    it loads; any other failure to load is refused, naming it."""
+    it loads; any other failure to load is refused, naming it. In safe-path mode, as workers run
+    (``PYTHONSAFEPATH``, launch/plan/commands.py): unpickling imports by name, and a worker finds nothing in its
+    working directory that way (only the modules a recipe names, through config/plugins.py)."""
     code = ("import sys, cloudpickle\ntry:\n    cloudpickle.loads(sys.stdin.buffer.read())\n"
             "except ModuleNotFoundError as err:\n    print(err.name)\n    sys.exit(3)\n")
     done = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True, timeout=300,
-                          env=worker_environment())
+                          env={**worker_environment(), "PYTHONSAFEPATH": "1"})
     if done.returncode == 3:
         return done.stdout.decode(errors="replace").strip()
     if done.returncode != 0:
