@@ -63,18 +63,24 @@ def inside_data_folder(path: Path) -> Path | None:
 @contextlib.contextmanager
 def _cwd_first_on_path() -> Iterator[None]:
     """While a module the user named is imported: ``sys.path`` starts with the working directory, as under
-    ``python -m`` and in TRL's script (not when the working directory is inside an opened run folder), and is put
-    back after, so that nothing imported later (a library's lazy import) is found in the working directory
-    (workers run in safe-path mode: ``PYTHONSAFEPATH``, launch/plan/commands.py)."""
+    ``python -m`` and in TRL's script (not when the working directory is inside an opened run folder). Once it is
+    imported the working directory moves behind every other entry: what the user's code imports later from beside
+    it (a sibling module imported inside a reward function, a ``register_task`` target) is still found, and no
+    module there shadows a library (workers run in safe-path mode: ``PYTHONSAFEPATH``, launch/plan/commands.py)."""
     cwd = os.getcwd()
-    added = cwd not in sys.path and inside_data_folder(Path(cwd)) is None
-    if added:
-        sys.path.insert(0, cwd)
+    if inside_data_folder(Path(cwd)) is not None:
+        yield
+        return
+    sys.path.insert(0, cwd)
+    imported = False
     try:
         yield
+        imported = True
     finally:
-        if added and cwd in sys.path:
-            sys.path.remove(cwd)
+        if cwd in sys.path:
+            sys.path.remove(cwd)  # the entry put first above (an entry from before stays where it was)
+        if imported and cwd not in sys.path:
+            sys.path.append(cwd)
 
 
 def module_origins(module: str) -> Iterator[Path]:

@@ -247,7 +247,7 @@ def _spec(config: RunConfig, index: int, placed: PolicyPlacement, gpus: int, run
     # PYTHONPATH: the policy processes run the same mutualrl as the parent, installed or not.
     # PYTHONSAFEPATH: `python -m` (the worker, accelerate launch and every rank torchrun starts) puts no working
     # directory on sys.path, so a module there cannot shadow a library's; the user's modules the command names are
-    # imported from it by name (config/plugins.py), those only.
+    # imported from it by name (config/plugins.py), which then leaves it behind every library for their own imports.
     env = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": package_path(), "PYTHONSAFEPATH": "1"}
     env.update(allocator_env(os.environ))  # reuse a step's large buffers; a user's own settings are inherited
     policy = config.pool.policies[index]
