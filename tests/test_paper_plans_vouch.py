@@ -91,3 +91,21 @@ def test_a_model_length_the_recipe_sets_is_kept(tmp_path):
     plan = make_launch_plan(config, tmp_path / "run", gpus=8, simulate=True, gpu_memory_gib=80.0, ram_gib=2048.0,
                             vllm_available=True, dry_run=True)
     assert {p.grpo["vllm_max_model_length"] for p in plan.policies} == {8192}
+
+
+def test_validation_longer_than_a_completion_fits_the_engine_it_generates_with(tmp_path, monkeypatch):
+    """Validation generates through the same colocated engine, ``validation.max_new_tokens`` tokens: a length
+    bounded by the completion alone cut its answers short without a word (vLLM ends a sequence at the length,
+    FINISHED_LENGTH_CAPPED); where the model's context is known it is the bound, as when no length is given."""
+    from mutualrl.pools import loading
+
+    def plan(*overrides):
+        config = load_run_config("2qwen", overrides=["launch.gpus=8", *overrides]).config
+        return make_launch_plan(config, tmp_path / "run", gpus=8, simulate=True, gpu_memory_gib=80.0, ram_gib=2048.0,
+                                vllm_available=True, dry_run=True)
+
+    monkeypatch.setattr(loading, "model_context", lambda model: None)  # not in this machine's cache
+    assert {p.grpo["vllm_max_model_length"] for p in plan("validation.max_new_tokens=4096").policies} == {1024 + 4096}
+    assert {p.grpo["vllm_max_model_length"] for p in plan("validation.max_new_tokens=512").policies} == {1024 + 3072}
+    monkeypatch.setattr(loading, "model_context", lambda model: (4608, "config.json max_position_embeddings"))
+    assert {p.grpo["vllm_max_model_length"] for p in plan("validation.max_new_tokens=4096").policies} == {4608}

@@ -58,17 +58,22 @@ def planned_engine(grpo: dict[str, Any], launch: LaunchConfig) -> EngineCaps | N
     return EngineCaps(wish, seqs, tokens)
 
 
-def engine_length(recipe: Mapping[str, Any], device_type: str, max_prompt_tokens: int) -> Decided:
+def engine_length(recipe: Mapping[str, Any], device_type: str, max_prompt_tokens: int,
+                  validation_tokens: int | None = None, context: int | None = None) -> Decided:
     """``vllm_max_model_length`` for a policy generating with vLLM on GPUs where the recipe leaves it unset: the
-    longest sequence the run makes (``task.max_prompt_tokens``, which no kept prompt exceeds, + the completion).
-    Unset, TRL passes none and vLLM takes the model's whole context (131,072 tokens for Llama-3.2-3B) and refuses to
-    start unless its KV cache holds one such sequence (``vllm/v1/core/kv_cache_utils.py:
-    check_enough_kv_cache_memory``): on 40 GiB cards it does not. On a CPU the worker sizes the KV cache for the
-    model's context itself (``training/worker.py: prepare_cpu_vllm``), so the CPU plan is unchanged."""
+    longest sequence the run makes (``task.max_prompt_tokens``, which no kept prompt exceeds, + the longer of the
+    completion and ``validation.max_new_tokens``: validation generates with the same engine), at most the model's
+    ``context`` where known (what vLLM takes unset). Unset, TRL passes none and vLLM takes the model's whole context
+    (131,072 tokens for Llama-3.2-3B) and refuses to start unless its KV cache holds one such sequence
+    (``vllm/v1/core/kv_cache_utils.py: check_enough_kv_cache_memory``): on 40 GiB cards it does not. A sequence
+    reaching the length is cut there without a word (``FINISHED_LENGTH_CAPPED``), hence the validation length. On a
+    CPU the worker sizes the KV cache for the model's context itself (``training/worker.py: prepare_cpu_vllm``), so
+    the CPU plan is unchanged."""
     if device_type != "cuda" or not recipe.get("use_vllm") or recipe.get("vllm_max_model_length") is not None:
         return Decided()
     completion = int(recipe.get("max_completion_length") or grpo_default("max_completion_length"))
-    return Decided({"vllm_max_model_length": max_prompt_tokens + completion})
+    longest = max_prompt_tokens + max(completion, validation_tokens or 0)
+    return Decided({"vllm_max_model_length": min(longest, context) if context else longest})
 
 
 def engine_note(name: str, caps: EngineCaps | None) -> list[str]:

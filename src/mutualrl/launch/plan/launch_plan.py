@@ -423,7 +423,9 @@ def _policy_grpo(
     # what the stages read, a view: the policy's fields over the shared, over the regime's
     recipe = ChainMap(policy.grpo, config.grpo, regime_fields)
     device = adapt_grpo_to_device(recipe, placed, launch.deepspeed, vllm_available)
-    length = engine_length(ChainMap(device.fields, recipe), placed.device_type, config.task.max_prompt_tokens)
+    length = engine_length(ChainMap(device.fields, recipe), placed.device_type, config.task.max_prompt_tokens,
+                           config.validation.max_new_tokens,
+                           _known_context(policy.model) if placed.device_type == "cuda" else None)
     sizes, derived = _policy_batch(recipe, batch, placement, policy.name)
     cadence = policy_cadence(config.schedule, batch, recipe)
     counts, cadence_notes = apply_cadence(recipe, cadence)
@@ -439,6 +441,14 @@ def _policy_grpo(
     schedule_rows = describe(cadence, grpo, validation_interval(cadence, config.validation.every_steps),
                              known_train_prompts(config.task))
     return grpo, derived, notes, [list(row) for row in schedule_rows]
+
+
+def _known_context(model: str) -> int | None:
+    """The positions ``model`` attends to, where its config is on this machine (None: not known here)."""
+    from mutualrl.pools.loading import model_context
+
+    known = model_context(model)
+    return known[0] if known else None
 
 
 def _policy_batch(recipe: Mapping[str, Any], batch: BatchConfig | None, placement: Placement,
