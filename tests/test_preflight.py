@@ -206,3 +206,22 @@ def test_a_gpu_recipe_with_tf32_is_built_on_a_machine_without_gpus(tmp_path):
     assert (training_args.is_torch_tf32_available, training_args.enable_tf32, torch.backends.fp32_precision) == before
     with pytest.raises(ValueError, match="tf32 requires"):  # what the check stands in for
         GRPOConfig(**{**grpo, "bf16": False})
+
+
+def test_a_failed_policy_shows_the_end_of_its_log_which_is_deleted_with_the_folder(tmp_path):
+    """The folder (and the worker's log in it) is deleted whatever happened: the log's last lines are printed under
+    the failed policy, as written (no console markup read in them), before its one-line reason."""
+    import io
+
+    from mutualrl.launch.preflight import LOG_TAIL_LINES, PolicyPreflight, log_tail, print_results
+
+    log = tmp_path / "a.log"
+    log.write_text("".join(f"line {i}\n" for i in range(30)) + "[bold]not markup[/]\n" + ACCELERATE_FAILURE_LOG)
+    failed = PolicyPreflight("a", 4, exit_code=1, error="ValueError: x", log_tail=log_tail(log))
+    out = io.StringIO()
+    print_results([failed, PolicyPreflight("b", 1, reports=[{"checks": {}}], exit_code=0)], Console(file=out, width=200))
+    text = out.getvalue()
+    assert len(failed.log_tail) == LOG_TAIL_LINES and "  |   exitcode  : 1 (pid: 12)" in text and "  | [bold]not markup[/]" in text
+    assert "a: failed, 0/4 ranks reported" in text and text.rstrip().splitlines()[-2].endswith("error: ValueError: x")
+    assert "b: passed, 1/1 ranks reported" in text
+    assert log_tail(tmp_path / "missing.log") == []

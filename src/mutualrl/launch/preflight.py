@@ -47,6 +47,8 @@ class PolicyPreflight:
     reports: list[dict[str, Any]] = field(default_factory=list)
     exit_code: int | None = None
     error: str = ""
+    log_tail: list[str] = field(default_factory=list)
+    """A failed policy's last log lines, kept to print: the log goes with the folder."""
 
     @property
     def passed(self) -> bool:
@@ -67,8 +69,8 @@ def run_preflight(config: RunConfig, source: str, run_dir: Path, console: Consol
     print_results(results, console)
     failed = [r.policy for r in results if not r.passed]
     if failed:
-        console.print(f"preflight: {', '.join(failed)} failed (the line under each says why; its log was "
-                      f"{folder.name}/logs, now deleted: run it again to see the worker's output)", highlight=False)
+        console.print(f"preflight: {', '.join(failed)} failed (the line under each says why, after the end of its "
+                      f"log; the log was deleted with {folder.name})", highlight=False)
         return 1
     console.print(f"preflight: every worker of {len(results)} policies started and checked its settings; nothing "
                   "was left behind", highlight=False)
@@ -102,8 +104,10 @@ def check_workers(config: RunConfig, source: str, paths: RunPaths, console: Cons
     for name, result in results.items():
         reports = [preflight_report_path(paths, name, rank) for rank in range(result.ranks)]
         result.reports = [json.loads(path.read_text()) for path in reports if path.is_file()]
-        if not result.passed and not result.error:
-            result.error = last_error(Path(plan.policy(name).launch.log_path))
+        if not result.passed:
+            log = Path(plan.policy(name).launch.log_path)
+            result.error = result.error or last_error(log)
+            result.log_tail = log_tail(log)
     return list(results.values())
 
 
@@ -138,6 +142,18 @@ def wait_for(started: dict[str, WorkerProcess], results: dict[str, PolicyPreflig
             results[name].error = describe_exit(results[name].exit_code)
 
 
+LOG_TAIL_LINES = 20
+
+
+def log_tail(log_path: Path) -> list[str]:
+    """The last :data:`LOG_TAIL_LINES` lines of a worker's log, each at most 300 characters."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError:
+        return []
+    return [line[:300] for line in lines[-LOG_TAIL_LINES:]]
+
+
 LAUNCHER_ERRORS = ("ChildFailedError", "CalledProcessError")
 """What ``accelerate launch`` and torchrun say last when a rank failed (the rank's own error came before)."""
 
@@ -168,4 +184,6 @@ def print_results(results: list[PolicyPreflight], console: Console) -> None:
             if key in checks:
                 console.print(f"  {key}: {checks[key]}", highlight=False, soft_wrap=True)
         if not result.passed:
+            for line in result.log_tail:
+                console.print(f"  | {line}", highlight=False, soft_wrap=True, markup=False)
             console.print(f"  [red]error:[/] {result.error or 'no report'}", highlight=False, soft_wrap=True)
