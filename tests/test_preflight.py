@@ -225,3 +225,43 @@ def test_a_failed_policy_shows_the_end_of_its_log_which_is_deleted_with_the_fold
     assert "a: failed, 0/4 ranks reported" in text and text.rstrip().splitlines()[-2].endswith("error: ValueError: x")
     assert "b: passed, 1/1 ranks reported" in text
     assert log_tail(tmp_path / "missing.log") == []
+
+
+@pytest.mark.user_start
+def test_a_stop_while_workers_start_or_check_ends_every_one_started(tmp_path, monkeypatch):
+    """Ctrl-C (or SIGTERM) between two policies' starts, or while waiting for their checks: each worker already
+    started is killed and waited for before the folder is deleted (none runs on, writing into it)."""
+    from types import SimpleNamespace
+
+    from mutualrl.launch import preflight
+    from mutualrl.launch.supervise import worker_process
+
+    procs = []
+
+    def start(spec, paths):
+        if spec.policy == "interrupted":
+            raise KeyboardInterrupt("SIGINT")
+        with (tmp_path / f"{spec.policy}.log").open("ab") as log:
+            procs.append(worker_process.start_worker_process(
+                [sys.executable, "-c", "import time; time.sleep(120)"], dict(os.environ), tmp_path, log))
+        return procs[-1]
+
+    monkeypatch.setattr(preflight, "start", start)
+    with pytest.raises(KeyboardInterrupt):
+        preflight.start_all([SimpleNamespace(policy="a"), SimpleNamespace(policy="interrupted")], RunPaths(tmp_path))
+    assert procs[0].poll() == -9  # started before the stop: killed, not left running
+
+    started = preflight.start_all([SimpleNamespace(policy="b")], RunPaths(tmp_path))
+
+    class Interrupted:  # a command whose wait the Ctrl-C interrupts (its own group: b's, for the test)
+        pid, calls = started["b"].pid, 0
+
+        def wait(self, timeout=None):
+            self.calls += 1
+            if self.calls == 1:
+                raise KeyboardInterrupt("SIGINT")
+            return started["b"].wait()
+
+    with pytest.raises(KeyboardInterrupt):
+        preflight.wait_for({"c": Interrupted(), **started}, {}, 60.0)
+    assert started["b"].poll() == -9

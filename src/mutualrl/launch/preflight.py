@@ -12,9 +12,11 @@ claims them. Then the folder is deleted, whatever happened.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -97,7 +99,7 @@ def check_workers(config: RunConfig, source: str, paths: RunPaths, console: Cons
         plan.write()
         write_shipped(config.task.reward_funcs, paths.shipped_rewards)
         results = {p.name: PolicyPreflight(p.name, p.placement.num_processes) for p in plan.policies}
-        started = {spec.policy: start(spec, paths) for spec in plan.specs}
+        started = start_all(plan.specs, paths)
         console.print(f"preflight: {len(started)} policies started in {paths.root}, "
                       f"{sum(r.ranks for r in results.values())} ranks", highlight=False)
         wait_for(started, results, PREFLIGHT_TIMEOUT_S)
@@ -122,6 +124,29 @@ def start(spec: LaunchSpec, paths: RunPaths) -> WorkerProcess:
             spec.argv, env, spawn_dir(paths.root, Path(spec.cwd) if spec.cwd else None), log)
 
 
+def start_all(specs: list[LaunchSpec], paths: RunPaths) -> dict[str, WorkerProcess]:
+    """Every command started (:func:`start`); a stop (Ctrl-C, SIGTERM) or an error while starting them ends those
+    already started before it goes on."""
+    started: dict[str, WorkerProcess] = {}
+    try:
+        for spec in specs:
+            started[spec.policy] = start(spec, paths)
+    except BaseException:
+        stop_all(started)
+        raise
+    return started
+
+
+def stop_all(started: dict[str, WorkerProcess]) -> None:
+    """Kill every started command's process group (its accelerate launch and ranks) and wait for each: none writes
+    into the folder once it is being deleted."""
+    for proc in started.values():
+        with contextlib.suppress(ProcessLookupError):  # the group ended already
+            os.killpg(proc.pid, signal.SIGKILL)
+    for proc in started.values():
+        proc.wait()
+
+
 def wait_for(started: dict[str, WorkerProcess], results: dict[str, PolicyPreflight], timeout_s: float) -> None:
     """Every command's exit code into ``results``; one still running after ``timeout_s`` is killed and said."""
     deadline = time.monotonic() + timeout_s
@@ -129,14 +154,11 @@ def wait_for(started: dict[str, WorkerProcess], results: dict[str, PolicyPreflig
         try:
             results[name].exit_code = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
+            stop_all({name: proc})
             results[name].exit_code = -9
             results[name].error = f"still checking after {timeout_s:.0f} s: stopped"
-        except KeyboardInterrupt:
-            for other in started.values():
-                if other.poll() is None:
-                    os.killpg(other.pid, 9)
+        except BaseException:  # a stop (Ctrl-C, SIGTERM): every worker ends before the folder goes
+            stop_all(started)
             raise
         if results[name].exit_code not in (0, None) and not results[name].error:
             results[name].error = describe_exit(results[name].exit_code)
