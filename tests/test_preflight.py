@@ -238,7 +238,7 @@ def test_a_stop_while_workers_start_or_check_ends_every_one_started(tmp_path, mo
 
     procs = []
 
-    def start(spec, paths):
+    def start(spec, paths, simulated=False):
         if spec.policy == "interrupted":
             raise KeyboardInterrupt("SIGINT")
         with (tmp_path / f"{spec.policy}.log").open("ab") as log:
@@ -265,3 +265,26 @@ def test_a_stop_while_workers_start_or_check_ends_every_one_started(tmp_path, mo
     with pytest.raises(KeyboardInterrupt):
         preflight.wait_for({"c": Interrupted(), **started}, {}, 60.0)
     assert started["b"].poll() == -9
+
+
+@pytest.mark.user_start
+def test_the_ranks_of_a_plan_for_a_bigger_node_hide_this_machines_gpus(tmp_path, monkeypatch):
+    """``--preflight --gpus 8`` on a machine with 1 GPU (a login node's T4): accelerate hands each rank the plan's ids
+    (``0,1,2,3``), so local rank 1 named no card and rank 0 a card refusing bf16. The simulated plan's workers are
+    started flagged so, and each rank hides this machine's GPUs before anything asks CUDA."""
+    from types import SimpleNamespace
+
+    from mutualrl.launch.preflight import start
+    from mutualrl.training.preflight import PREFLIGHT_ENV, SIMULATED, hide_gpus_of_this_machine
+
+    said = tmp_path / "logs" / "a.log"
+    spec = SimpleNamespace(policy="a", log_path=str(said), env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, cwd=None,
+                           argv=[sys.executable, "-c", f"import os; print(os.environ[{PREFLIGHT_ENV!r}])"])
+    assert start(spec, RunPaths(tmp_path), simulated=True).wait(timeout=60) == 0
+    assert start(spec, RunPaths(tmp_path)).wait(timeout=60) == 0
+    assert said.read_text().split() == [SIMULATED, "1"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3")
+    monkeypatch.setenv(PREFLIGHT_ENV, "1")
+    assert not hide_gpus_of_this_machine() and os.environ["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    monkeypatch.setenv(PREFLIGHT_ENV, SIMULATED)
+    assert hide_gpus_of_this_machine() and os.environ["CUDA_VISIBLE_DEVICES"] == ""

@@ -34,7 +34,7 @@ from mutualrl.launch.supervise.worker_output import describe_exit, spawn_dir
 from mutualrl.launch.supervise.worker_process import WorkerProcess
 from mutualrl.ops.watchdog import LAUNCHER_PID_ENV
 from mutualrl.run_folder import RunPaths
-from mutualrl.training.preflight import PREFLIGHT_ENV, preflight_report_path
+from mutualrl.training.preflight import PREFLIGHT_ENV, SIMULATED, preflight_report_path
 
 PREFLIGHT_TIMEOUT_S = 900.0
 """How long every worker together may take to check (imports of torch, TRL, DeepSpeed and vLLM on each rank)."""
@@ -99,7 +99,7 @@ def check_workers(config: RunConfig, source: str, paths: RunPaths, console: Cons
         plan.write()
         write_shipped(config.task.reward_funcs, paths.shipped_rewards)
         results = {p.name: PolicyPreflight(p.name, p.placement.num_processes) for p in plan.policies}
-        started = start_all(plan.specs, paths)
+        started = start_all(plan.specs, paths, simulate)
         console.print(f"preflight: {len(started)} policies started in {paths.root}, "
                       f"{sum(r.ranks for r in results.values())} ranks", highlight=False)
         wait_for(started, results, PREFLIGHT_TIMEOUT_S)
@@ -113,24 +113,25 @@ def check_workers(config: RunConfig, source: str, paths: RunPaths, console: Cons
     return list(results.values())
 
 
-def start(spec: LaunchSpec, paths: RunPaths) -> WorkerProcess:
+def start(spec: LaunchSpec, paths: RunPaths, simulated: bool = False) -> WorkerProcess:
     """``spec``'s command as the launcher starts it (launch/supervise/runner.py, through the same
-    :func:`~mutualrl.launch.supervise.worker_process.start_worker_process`), with the preflight flag."""
+    :func:`~mutualrl.launch.supervise.worker_process.start_worker_process`), with the preflight flag (``simulated``:
+    the plan is for a node with more GPUs than this machine's, whose GPUs its ranks then hide)."""
     log_path = Path(spec.log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **spec.env, LAUNCHER_PID_ENV: str(os.getpid()), PREFLIGHT_ENV: "1"}
+    env = {**os.environ, **spec.env, LAUNCHER_PID_ENV: str(os.getpid()), PREFLIGHT_ENV: SIMULATED if simulated else "1"}
     with log_path.open("ab") as log:
         return worker_process.start_worker_process(
             spec.argv, env, spawn_dir(paths.root, Path(spec.cwd) if spec.cwd else None), log)
 
 
-def start_all(specs: list[LaunchSpec], paths: RunPaths) -> dict[str, WorkerProcess]:
+def start_all(specs: list[LaunchSpec], paths: RunPaths, simulated: bool = False) -> dict[str, WorkerProcess]:
     """Every command started (:func:`start`); a stop (Ctrl-C, SIGTERM) or an error while starting them ends those
     already started before it goes on."""
     started: dict[str, WorkerProcess] = {}
     try:
         for spec in specs:
-            started[spec.policy] = start(spec, paths)
+            started[spec.policy] = start(spec, paths, simulated)
     except BaseException:
         stop_all(started)
         raise

@@ -27,6 +27,9 @@ from mutualrl.run_folder import RunPaths
 
 PREFLIGHT_ENV = "MUTUALRL_PREFLIGHT"
 """Set by ``mutualrl train --preflight`` in every worker it starts: check, report, exit without training."""
+SIMULATED = "simulated"
+""":data:`PREFLIGHT_ENV`'s value where the plan is for a node with more GPUs than this machine has (``--gpus N``):
+each rank hides this machine's GPUs (:func:`hide_gpus_of_this_machine`)."""
 
 
 def preflight_report_path(paths: RunPaths, policy: str, rank: int) -> Path:
@@ -35,6 +38,17 @@ def preflight_report_path(paths: RunPaths, policy: str, rank: int) -> Path:
 
 def in_preflight() -> bool:
     return bool(os.environ.get(PREFLIGHT_ENV))
+
+
+def hide_gpus_of_this_machine() -> bool:
+    """A rank checking a plan made for another node (:data:`SIMULATED`) sees no GPU, as on a login node without one:
+    ``accelerate launch`` hands each rank the plan's GPU ids, and on a machine with fewer cards a rank's local index
+    named none of them (``torch.cuda.set_device``: invalid device ordinal) or a card unlike the plan's (a login node's
+    T4 refusing bf16). Before anything asks CUDA; returns whether it hid them."""
+    if os.environ.get(PREFLIGHT_ENV) != SIMULATED:
+        return False
+    os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    return True
 
 
 @contextlib.contextmanager
@@ -145,6 +159,7 @@ def preflight_policy(paths: RunPaths, policy_name: str) -> dict[str, Any]:
     from mutualrl.training.grpo_args import PLANNED_GRPO_ENV, build_grpo_config, planned_grpo_args
     from mutualrl.training.policy_settings import find_policy, recipe_grpo_args, refuse_untested_versions
 
+    hidden = hide_gpus_of_this_machine()
     rank = int(os.environ.get("RANK", "0"))
     config = load_resolved_config(paths, grpo=False)
     policy = find_policy(config, policy_name)
@@ -155,7 +170,8 @@ def preflight_policy(paths: RunPaths, policy_name: str) -> dict[str, Any]:
     refuse_untested_versions(grpo)
     with planned_gpu_capability(grpo) as stand_in:
         args = build_grpo_config(grpo)
-    checks["GRPOConfig"] = "built" + (f" ({stand_in})" if stand_in else "")
+    checks["GRPOConfig"] = "built" + (f" ({stand_in})" if stand_in else "") + (
+        "; this machine's GPUs hidden: the plan is for another node" if hidden else "")
     checks["DeepSpeed"] = deepspeed_check(args)
     if rank == 0:  # the same files and engine arguments on every rank of the policy: checked once
         checks["data"], checks["rewards"] = first_batch(paths, config, policy, args, grpo)
