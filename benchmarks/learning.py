@@ -150,13 +150,13 @@ def weak_and_strong(summary: dict[str, Any]) -> dict[str, tuple[str, str]]:
 
 
 def per_seed_gains(runs: dict[str, dict[int, dict]], roles: dict[str, tuple[str, str]], key: str = "groups_after",
-                   strong_target: float = STRONG_TARGET) -> dict[str, Any]:
-    """SGT − standalone on each policy's weak and strong group, per seed both were run on (``key``: the
+                   strong_target: float = STRONG_TARGET, regime: str = "sgt") -> dict[str, Any]:
+    """``regime`` (SGT) − standalone on each policy's weak and strong group, per seed both were run on (``key``: the
     validation subset's ``groups_after`` or the whole test split's ``groups_full_test``)."""
-    seeds = sorted(set(runs.get("sgt", {})) & set(runs.get("standalone", {})))
+    seeds = sorted(set(runs.get(regime, {})) & set(runs.get("standalone", {})))
     rows = {}
     for seed in seeds:
-        sgt, base = runs["sgt"][seed]["policies"], runs["standalone"][seed]["policies"]
+        sgt, base = runs[regime][seed]["policies"], runs["standalone"][seed]["policies"]
         # Accuracies are counts over 100 prompts: round away float noise (0.94 - 0.99 = -0.05000000000000004).
         rows[seed] = {p: {"weak": round(sgt[p][key][w] - base[p][key][w], 6),
                           "strong": round(sgt[p][key][s] - base[p][key][s], 6)}
@@ -308,6 +308,12 @@ def main() -> None:
             results["noise_floor_full_test"] = standalone_noise_floor(
                 {p: results["regimes"]["standalone"][p]["strong_full_test"]["values"] for p in roles},
                 results["sgt_minus_standalone_full_test"], STRONG_FULL_TEST_TARGET)
+    for regime in runs:  # every other sharing regime against standalone, as SGT above (on-policy distillation: opd)
+        if regime not in ("standalone", "sgt"):
+            results[f"{regime}_minus_standalone"] = per_seed_gains(runs, roles, regime=regime)
+            if args.full_test_task:
+                results[f"{regime}_minus_standalone_full_test"] = per_seed_gains(
+                    runs, roles, "groups_full_test", STRONG_FULL_TEST_TARGET, regime=regime)
     results["paper_orderings"] = orderings(final)
     results["wall_seconds"] = round(time.perf_counter() - started, 1)
     figure = args.out / "learning.png"
