@@ -182,6 +182,7 @@ class ScoringTrainer(FakeTrainer):
         return -torch.arange(1, completion_ids.shape[1] + 1, dtype=torch.float32).expand(completion_ids.shape).clone()
 
 
+@pytest.mark.slow  # THL's first decode and retokenization of two vocabularies: over 2 s
 def test_the_signal_of_a_span_is_its_log_prob_under_both_across_two_real_tokenizers(thl_tokenizers):
     """Judge Mistral SP scores the GPT-2 learner's text: its trace, moved onto the learner's tokens, conserves each
     word's log-probability, so each span's signal is log π_T(span) − log π_θ(span), by hand."""
@@ -206,8 +207,11 @@ def test_the_signal_of_a_span_is_its_log_prob_under_both_across_two_real_tokeniz
     assert signal.sum().item() == pytest.approx(-55.0 - (-10.5))  # the whole text: log π_T − log π_θ
 
 
-def test_a_judgement_of_other_text_is_not_used(thl_tokenizers):
-    learner = padded(thl_tokenizers["gpt2"])
+@pytest.mark.slow  # THL's first decode of a vocabulary: over 2 s
+def test_a_judgement_of_other_text_is_not_used():
+    from mutualrl.assets.tokenizers import load_tokenizer
+
+    learner = padded(load_tokenizer("gpt2"))
     own, _ = own_table(learner, [TEXT, " 3"])
     other, _ = own_table(learner, [TEXT, " 4"], trace=True)  # the second judgement is of another text under the same keys
     aligned = aligned_judgements(own, {"j": other}, ["j"], rollouts_of(2, 2), 6)
@@ -255,6 +259,7 @@ def both_steps(adapters, batches):
     return results
 
 
+@pytest.mark.slow  # two policies' THL set-up and a real SEE round trip: over 2 s
 @pytest.mark.parametrize("lam", [0.0, 0.5])
 def test_a_lock_step_step_judges_the_peer_and_adds_its_signal_where_it_is_the_more_competent(thl_tokenizers,
                                                                                              tmp_path, lam):
@@ -313,7 +318,8 @@ def test_a_resumed_run_rolls_the_judgements_back_with_the_exchange(tmp_path):
     assert EXCHANGE_ENTRY_RE.match(JUDGEMENTS_DIR)  # an exchange in a see.dir outside the run: cleared with it
 
 
-def test_off_lock_step_is_refused_in_one_line(thl_tokenizers, tmp_path):
+def test_off_lock_step_is_refused_in_one_line(tmp_path):
+    from mutualrl.assets.tokenizers import load_tokenizer
     from mutualrl.config import load_run_config
     from mutualrl.errors import UsageError
     from mutualrl.regimes.opd.adapter import OPDAdapter
@@ -322,4 +328,4 @@ def test_off_lock_step_is_refused_in_one_line(thl_tokenizers, tmp_path):
     config = load_run_config("tiny", regime="opd", overrides=["see.max_staleness=1"], check_grpo=False).config
     exchange = ExperienceExchange(tmp_path, "run", "tiny-bpe", policies=["tiny-bpe", "tiny-sp"])
     with pytest.raises(UsageError, match="lock-step only"):
-        OPDAdapter(config, "tiny-bpe", exchange).bind(FakeTrainer(padded(thl_tokenizers["gpt2"])))
+        OPDAdapter(config, "tiny-bpe", exchange).bind(FakeTrainer(padded(load_tokenizer("gpt2"))))
