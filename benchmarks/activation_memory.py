@@ -60,6 +60,7 @@ MODELS = {  # one model of each distinct shape; the architecture transformers bu
     "Qwen/Qwen3-4B-Base": "qwen3",
     "meta-llama/Llama-3.2-3B-Instruct": "llama",
     "microsoft/Phi-4-mini-instruct": "phi3",
+    "ministral/Ministral-3b-instruct": "mistral",
 }
 LAYER_COUNTS = (1, 3)
 ROW_COUNTS = (4, 8)
@@ -112,6 +113,8 @@ def build_config(shape: ModelShape, architecture: str, layers: int) -> Any:
         return transformers.LlamaConfig(head_dim=shape.head_dim, **fields)
     if architecture == "phi3":
         return transformers.Phi3Config(partial_rotary_factor=0.75, **fields)
+    if architecture == "mistral":  # Ministral-3b-instruct's config.json: a 4096-token sliding window
+        return transformers.MistralConfig(head_dim=shape.head_dim, sliding_window=4096, **fields)
     raise ValueError(f"unknown architecture {architecture!r}")
 
 

@@ -39,8 +39,14 @@ def hub_cache(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def offline_hub(hub_cache, monkeypatch) -> Path:
+    """The stand-in cache as this process's hub cache, offline: the variables, and huggingface_hub's constants,
+    which it reads from them once, when first imported (by an earlier test of this worker, likely)."""
+    from huggingface_hub import constants
+
     monkeypatch.setenv("HF_HUB_CACHE", str(hub_cache))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hub_cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     return hub_cache
 
 
