@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 from _regimes_strategies import NAN, pool_rewards
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 
 from mutualrl.regimes.core.grpo import prp_pooled_advantages
 from mutualrl.regimes.hacpo.maths import (
@@ -89,12 +89,19 @@ def test_capability_advantage_guards():
 
 @settings(max_examples=150, deadline=None)
 @given(rewards=pool_rewards(min_m=2))
+@example(rewards=torch.full((1, 3, 1), -1.7137))  # found by a run of the suite: equal rewards, a rounded mean
 def test_capability_ratio_one_is_plain_pooled_grpo(rewards):
-    # The limit: every capability equal -> PRP's shared-rollout GRPO advantage over the pool.
+    # The limit: every capability equal -> PRP's shared-rollout GRPO advantage over the pool, on every prompt whose
+    # rewards differ. Where they are all equal HACPO's guard gives exactly 0, while the pooled GRPO advantage (TRL's
+    # arithmetic) divides the float32 mean's rounding by eps (three rewards of -1.7137: -0.104 each at eps 1e-6).
+    flat = rewards.reshape(rewards.shape[0], -1)  # [P, M*K]
+    spread = torch.nan_to_num(flat, nan=-math.inf).amax(dim=1) > torch.nan_to_num(flat, nan=math.inf).amin(dim=1)
     for learner in range(rewards.shape[1]):
         ones = torch.ones(rewards.shape[1])
-        torch.testing.assert_close(capability_advantages(rewards, ones, learner, EPS),
-                                   prp_pooled_advantages(rewards, "group", EPS), equal_nan=True)
+        ours = capability_advantages(rewards, ones, learner, EPS)  # [P, M, K]
+        torch.testing.assert_close(ours[spread], prp_pooled_advantages(rewards, "group", EPS)[spread],
+                                   equal_nan=True)
+        assert not ours[~spread].any()
 
 
 # -- 3.2: the discrepancy coefficient (Eq. 10) -------------------------------------------------
