@@ -55,6 +55,7 @@ def check_vouched(plan: LaunchPlan, max_prompt_tokens: int, monkeypatch: pytest.
     assert [c.env for c in saved.specs] == [c.env for c in plan.specs]
 
 
+@pytest.mark.slow  # ~20 s: every recipe x 3 cards x 4 GPU counts
 @pytest.mark.parametrize("recipe", PAPER_RECIPES)
 def test_every_worker_is_handed_the_digest_of_the_bytes_it_reads(recipe, tmp_path, monkeypatch):
     max_prompt_tokens = load_run_config(recipe).config.task.max_prompt_tokens

@@ -93,6 +93,7 @@ def planned_folder(recipe: str, folder: Path) -> LaunchPlan:
     return plan
 
 
+@pytest.mark.slow  # ~60 s of CPU for the 17 recipes: the full suite, not the fast tier
 @pytest.mark.parametrize("recipe", PAPER_RECIPES)
 def test_each_worker_of_every_paper_recipe_passes_its_check_from_an_8_gpu_80_gib_plan(recipe, offline_hub, one_rank,
                                                                                       tmp_path, monkeypatch):
@@ -124,6 +125,7 @@ def test_a_setting_the_worker_refuses_is_found_by_its_check(offline_hub, one_ran
         preflight_policy(RunPaths(tmp_path), plan.policies[0].name)
 
 
+@pytest.mark.slow
 @pytest.mark.user_start
 def test_the_readme_recipe_starts_every_rank_through_accelerate_and_leaves_nothing(hub_cache, tmp_path):
     """``mutualrl train --pool 2qwen --preflight --gpus 8 --gpu-memory 80`` as a user types it: 2 policies x 4 ranks
@@ -142,6 +144,7 @@ def test_the_readme_recipe_starts_every_rank_through_accelerate_and_leaves_nothi
     assert not run.exists() and list((tmp_path / "runs").iterdir()) == []  # nothing left behind
 
 
+@pytest.mark.slow
 @pytest.mark.user_start
 def test_a_worker_that_fails_its_check_fails_the_preflight_naming_it(tmp_path):
     """The tiny pool on this CPU: a worker whose report cannot be written (a full disk, injected) exits with its
