@@ -195,7 +195,7 @@ def test_a_rank_started_through_accelerate_is_reported_by_its_own_error_not_torc
     assert last_error(log) == "error: policy 'a': no prompt"
 
 
-def test_a_gpu_recipe_with_tf32_is_built_on_a_machine_without_gpus(tmp_path):
+def test_a_gpu_recipe_with_tf32_is_built_on_a_machine_without_gpus(tmp_path, monkeypatch):
     """``grpo.tf32: true`` (an Ampere card's matmul setting) makes transformers ask the card; on a login node the
     preflight answers as the plan's card does, as for bf16, and leaves this process's tf32 switch and the library as
     they were."""
@@ -205,8 +205,7 @@ def test_a_gpu_recipe_with_tf32_is_built_on_a_machine_without_gpus(tmp_path):
 
     from mutualrl.training.preflight import planned_gpu_capability
 
-    if torch.cuda.is_available():
-        pytest.skip("the node's own GPUs answer")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a login node, on a GPU box too
     grpo = {"output_dir": str(tmp_path), "bf16": True, "tf32": True, "report_to": "none"}
     before = (training_args.is_torch_tf32_available, training_args.enable_tf32, torch.backends.fp32_precision)
     with planned_gpu_capability(grpo) as note:
