@@ -30,7 +30,7 @@ from mutualrl.config.schema import RunConfig
 from mutualrl.errors import UsageError
 from mutualrl.launch.plan.commands import LaunchSpec
 from mutualrl.launch.supervise import worker_process
-from mutualrl.launch.supervise.worker_output import describe_exit, spawn_dir
+from mutualrl.launch.supervise.worker_output import TAIL_BYTES, describe_exit, spawn_dir, tail
 from mutualrl.launch.supervise.worker_process import WorkerProcess
 from mutualrl.ops.watchdog import LAUNCHER_PID_ENV
 from mutualrl.run_folder import RunPaths
@@ -81,12 +81,11 @@ def run_preflight(config: RunConfig, source: str, run_dir: Path, console: Consol
 
 def check_workers(config: RunConfig, source: str, paths: RunPaths, console: Console) -> list[PolicyPreflight]:
     """Prepare ``paths`` as the run would, plan it, start every command and collect what each rank reported."""
+    from mutualrl.launch.plan.detect import detect_gpus
     from mutualrl.launch.plan.launch_plan import make_launch_plan
     from mutualrl.launch.ports import claim_run_ports
     from mutualrl.launch.rundir.prepare import prepare_launch
     from mutualrl.tasks.shipped_rewards import write_shipped
-
-    from mutualrl.launch.plan.detect import detect_gpus
 
     # its own exchange in the folder: a see.dir the recipe shares with a live run is never claimed
     config = replace(config, see=replace(config.see, dir=None))
@@ -169,12 +168,9 @@ LOG_TAIL_LINES = 20
 
 
 def log_tail(log_path: Path) -> list[str]:
-    """The last :data:`LOG_TAIL_LINES` lines of a worker's log, each at most 300 characters."""
-    try:
-        lines = log_path.read_text(errors="replace").splitlines()
-    except OSError:
-        return []
-    return [line[:300] for line in lines[-LOG_TAIL_LINES:]]
+    """The last :data:`LOG_TAIL_LINES` lines of a worker's log, each at most 300 characters (the runner's bounded
+    :func:`~mutualrl.launch.supervise.worker_output.tail`: only the file's end is read); none without a log."""
+    return tail(log_path, LOG_TAIL_LINES, line_chars=300).splitlines()
 
 
 LAUNCHER_ERRORS = ("ChildFailedError", "CalledProcessError")
@@ -184,10 +180,10 @@ LAUNCHER_ERRORS = ("ChildFailedError", "CalledProcessError")
 def last_error(log_path: Path) -> str:
     """The worker's own one-line error (``error: ...``) or the last line of its traceback; not the line
     ``accelerate launch`` or torchrun adds after a rank failed (:data:`LAUNCHER_ERRORS`), which names no reason."""
-    try:
-        lines = [line.strip() for line in log_path.read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
+    if not log_path.is_file():
         return f"{log_path}: no log"
+    end = tail(log_path, lines=TAIL_BYTES, max_bytes=TAIL_BYTES)  # every line of its last 64 KiB
+    lines = [line.strip() for line in end.splitlines() if line.strip()]
     said = [line for line in lines if (line.startswith("error:") or "Error:" in line)
             and not any(name in line for name in LAUNCHER_ERRORS)]
     return (said or lines or ["no output"])[-1][:400]
