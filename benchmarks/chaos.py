@@ -59,7 +59,7 @@ from chaos_faults import (  # noqa: E402
     optimizer_resets,
 )
 
-from mutualrl.faults import DISK_FULL_ENV  # noqa: E402
+from mutualrl.fault_injection import DISK_FULL_ENV  # noqa: E402
 
 FAULTS = ("launcher", "worker", "all", "interrupt", "damage", "disk_full")
 STEPS, SAVE_EVERY, VALIDATE_EVERY = 6, 2, 2

@@ -356,13 +356,13 @@ def offline_hub(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def disk_full(monkeypatch: pytest.MonkeyPatch):
     """``disk_full("text")``: from now on, every write of this process to a path containing ``text`` fails with
-    ENOSPC (``faults.disk_full``, ``DISK_FULL_ENV``; its count of matching writes starts at 0)."""
-    from mutualrl import faults
+    ENOSPC (``fault_injection.disk_full``, ``DISK_FULL_ENV``; its count of matching writes starts at 0)."""
+    from mutualrl import fault_injection
 
-    monkeypatch.setattr(faults, "_matching_writes", 0)
+    monkeypatch.setattr(fault_injection, "_matching_writes", 0)
 
     def fill(text: str) -> None:
-        monkeypatch.setenv(faults.DISK_FULL_ENV, text)
+        monkeypatch.setenv(fault_injection.DISK_FULL_ENV, text)
 
     return fill
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from mutualrl.atomic_io import append_text, write_json_atomic
-from mutualrl.faults import DISK_FULL_ENV
+from mutualrl.fault_injection import DISK_FULL_ENV
 from mutualrl.errors import StorageError
 from mutualrl.run_folder import RunPaths
 from mutualrl.write_failures import DISK_FULL_EXIT, storage_error

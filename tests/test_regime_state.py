@@ -189,7 +189,7 @@ def test_hacpo_stopped_by_sigterm_and_resumed_ends_with_the_uninterrupted_runs_w
     import time
 
     from e2e_helpers import TINY, assert_ok, child_env
-    from mutualrl import faults
+    from mutualrl import fault_injection
     from mutualrl.ops.checkpoint_files import MANIFEST_NAME, checkpoint_problem
 
     run = [*TINY, "--regime", "hacpo", "--max-steps", "3", "--set", "validation.at_start=false",
@@ -197,7 +197,7 @@ def test_hacpo_stopped_by_sigterm_and_resumed_ends_with_the_uninterrupted_runs_w
     straight, stopped = tmp_path / "straight", tmp_path / "stopped"
     train = [sys.executable, "-m", "mutualrl", "train"]
     proc = subprocess.Popen([*train, "-o", str(stopped), *run], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env={**child_env(), faults.STEP_DELAY_ENV: "tiny-bpe=3@odd,tiny-sp=3@odd"})
+                            text=True, env={**child_env(), fault_injection.STEP_DELAY_ENV: "tiny-bpe=3@odd,tiny-sp=3@odd"})
     deadline = time.monotonic() + 300
     while not any(train_steps(stopped, p) for p in POLICIES):
         assert proc.poll() is None and time.monotonic() < deadline, "no policy logged step 1"

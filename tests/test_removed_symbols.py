@@ -1,7 +1,7 @@
 """What left src/ stays out: test-only and benchmark-only code, dead names, twins, scattered fault hooks.
 
 Each name below was in src/ at 3474d10 and is gone from it (moved beside its only users in tests/ or
-benchmarks/, or deleted); a twin is defined once; the ``MUTUALRL_DEBUG_*`` hooks live in ``mutualrl.faults``.
+benchmarks/, or deleted); a twin is defined once; the ``MUTUALRL_DEBUG_*`` hooks live in ``mutualrl.fault_injection``.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def test_twins_are_defined_once():
 
 def test_fault_hooks_live_in_one_module():
     named = {path for path, text in sources().items() if "MUTUALRL_DEBUG_" in text}
-    assert named == {"faults.py"}
+    assert named == {"fault_injection.py"}
 
 
 def test_the_exchange_has_no_compression_or_durable_parameter():

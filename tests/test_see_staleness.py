@@ -15,7 +15,7 @@ from see_synthetic import synthetic_batch
 from mutualrl.see.consumption_log import read_consumption
 from mutualrl.see.lockstep import LockStepConsumption
 from mutualrl.see.offlock.consumption import BoundedConsumption
-from mutualrl.faults import step_delay
+from mutualrl.fault_injection import step_delay
 
 POLICIES = ["fast", "slow"]
 

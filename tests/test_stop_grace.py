@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from mutualrl import faults
+from mutualrl import fault_injection
 from fake_policies import FAKE_POLICY, StoppedAtStep
 from mutualrl.launch.supervise.runner import PolicyProcess, PoolSettings
 from mutualrl.launch.supervise.stop_grace import StepTimes, StopBudget, planned_save_gib, stop_grace_s, warning_s
@@ -64,15 +64,15 @@ def test_step_times_are_the_longest_seen_start_up_counted_only_before_a_step_end
 
 
 def test_the_fault_hooks_parse_their_settings(monkeypatch):
-    monkeypatch.setenv(faults.SAVE_DELAY_ENV, "tiny-bpe=4, tiny-sp=0.5")
-    assert (faults.save_delay("tiny-bpe"), faults.save_delay("tiny-sp"), faults.save_delay("other")) == (4.0, 0.5, 0.0)
-    monkeypatch.setenv(faults.STOP_GRACE_ENV, "1,0.004")
-    assert faults.stop_grace() == (1.0, 0.004)
-    monkeypatch.setenv(faults.STOP_GRACE_ENV, "1")
+    monkeypatch.setenv(fault_injection.SAVE_DELAY_ENV, "tiny-bpe=4, tiny-sp=0.5")
+    assert (fault_injection.save_delay("tiny-bpe"), fault_injection.save_delay("tiny-sp"), fault_injection.save_delay("other")) == (4.0, 0.5, 0.0)
+    monkeypatch.setenv(fault_injection.STOP_GRACE_ENV, "1,0.004")
+    assert fault_injection.stop_grace() == (1.0, 0.004)
+    monkeypatch.setenv(fault_injection.STOP_GRACE_ENV, "1")
     with pytest.raises(ValueError, match="floor_s,write_gib_per_s"):
-        faults.stop_grace()
-    monkeypatch.delenv(faults.STOP_GRACE_ENV)
-    assert faults.stop_grace() is None
+        fault_injection.stop_grace()
+    monkeypatch.delenv(fault_injection.STOP_GRACE_ENV)
+    assert fault_injection.stop_grace() is None
 
 
 def test_a_slurm_array_asks_for_its_warning_from_the_runs_plans():

@@ -146,8 +146,8 @@ def _watch_phases(run_dir, phases: dict, proc) -> None:
 def test_sigterm_saves_every_policy_at_the_step_in_flight_and_resume_goes_on_from_it(tmp_path):
     """The tiny pool checkpoints every 100 steps: a SIGTERM at step 2 still saves every policy at the step in
     flight, within Slurm's 30 s KillWait, and --resume trains on from there; a --resume of the finished run then
-    changes nothing in its folder. Each save takes 4 s (faults.SAVE_DELAY_ENV), longer than the launcher's floor, made
-    1 s for the test (faults.STOP_GRACE_ENV, with a write rate of 0.004 GiB/s that makes the tiny pool's checkpoints
+    changes nothing in its folder. Each save takes 4 s (fault_injection.SAVE_DELAY_ENV), longer than the launcher's floor, made
+    1 s for the test (fault_injection.STOP_GRACE_ENV, with a write rate of 0.004 GiB/s that makes the tiny pool's checkpoints
     take 10 s or more, as a 20 s floor against a 52 GiB one at 0.25 GiB/s): the plan's grace lets both finish."""
     import re
     import signal
@@ -157,7 +157,7 @@ def test_sigterm_saves_every_policy_at_the_step_in_flight_and_resume_goes_on_fro
     import time
 
     from e2e_helpers import TINY, child_env
-    from mutualrl import faults
+    from mutualrl import fault_injection
     from mutualrl.ops.checkpoint_files import checkpoint_problem
 
     steps, k = 5, 2
@@ -165,8 +165,8 @@ def test_sigterm_saves_every_policy_at_the_step_in_flight_and_resume_goes_on_fro
     train = [sys.executable, "-m", "mutualrl", "train", "-o", str(run_dir)]
     proc = subprocess.Popen([*train, *TINY, "--regime", "xgrpo", "--max-steps", str(steps), "--set",
                              "validation.at_start=false"], stdout=subprocess.PIPE,
-                            env={**child_env(), faults.SAVE_DELAY_ENV: "tiny-bpe=4,tiny-sp=4",
-                                 faults.STOP_GRACE_ENV: "1,0.004"},
+                            env={**child_env(), fault_injection.SAVE_DELAY_ENV: "tiny-bpe=4,tiny-sp=4",
+                                 fault_injection.STOP_GRACE_ENV: "1,0.004"},
                             stderr=subprocess.STDOUT, text=True)
     _wait_for(lambda: any(max(_policy_steps(run_dir, p), default=0) >= k for p in POLICIES), 300,
               f"a policy to log step {k}", proc)

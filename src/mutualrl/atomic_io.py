@@ -10,7 +10,7 @@ its own. The SEE hashes a shard while writing it (:class:`HashingSink`). Rows ap
 log (metrics) go through :func:`append_text`, which never leaves half a line.
 
 A failed write (full disk, quota, I/O error) raises :class:`~mutualrl.errors.StorageError`:
-one line naming the file and the free space. :func:`mutualrl.faults.disk_full` injects such a failure,
+one line naming the file and the free space. :func:`mutualrl.fault_injection.disk_full` injects such a failure,
 for tests and ``benchmarks/chaos.py``.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 
 import xxhash
 
-from mutualrl import faults
+from mutualrl import fault_injection
 from mutualrl.write_failures import storage_error
 
 #: A writer's temporary name: ``.<final name>.tmp-<host>-<pid>-<token>`` in the final file's folder (the final
@@ -119,7 +119,7 @@ def write_atomic(final: Path, write: Callable[[HashingSink], Any], *, durable: b
         # O_EXCL: never write through someone else's file; mode 0o666 lets the umask decide, as open() does.
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
-            faults.disk_full(final)
+            fault_injection.disk_full(final)
             sink = HashingSink(fd, hashed)
             write(sink)
             if durable:
@@ -157,7 +157,7 @@ def append_text(path: str | Path, text: str) -> None:
     try:
         start = os.lseek(fd, 0, os.SEEK_END)
         try:
-            faults.disk_full(path)
+            fault_injection.disk_full(path)
             while data:
                 data = data[os.write(fd, data):]
         except OSError as err:

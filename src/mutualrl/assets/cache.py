@@ -31,7 +31,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from mutualrl import faults
+from mutualrl import fault_injection
 from mutualrl.errors import AssetError
 from mutualrl.write_failures import storage_errors
 
@@ -80,7 +80,7 @@ def building(dest: Path) -> Iterator[Path]:
     tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
         with storage_errors(dest):
-            faults.disk_full(dest)  # a full disk while fetching an asset
+            fault_injection.disk_full(dest)  # a full disk while fetching an asset
             yield tmp
             record_files(tmp)  # what it holds as built: readers take exactly these files
             if dest.exists():

@@ -167,14 +167,14 @@ def tracker_folder(callback: Any, args: Any) -> Path:
 
 def guarded_event(method: Callable[..., Any], callback: Any) -> Callable[..., Any]:
     """``method`` (a tracker callback's ``on_*``) with a failed write raised as a one-line ``StorageError``."""
-    from mutualrl import faults
+    from mutualrl import fault_injection
     from mutualrl.write_failures import storage_errors
 
     @functools.wraps(method)
     def call(args: Any, *rest: Any, **kwargs: Any) -> Any:
         folder = tracker_folder(callback, args)
         with storage_errors(folder):
-            faults.disk_full(folder)  # a full disk here: the hook naming the folder (e.g. "/runs/")
+            fault_injection.disk_full(folder)  # a full disk here: the hook naming the folder (e.g. "/runs/")
             return method(args, *rest, **kwargs)
 
     return call

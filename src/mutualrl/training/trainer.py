@@ -78,7 +78,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         self.regime.bind(self)
 
     def throttle(self) -> None:
-        """Sleep ``generation_delay`` before a generation (:func:`mutualrl.faults.step_delay`: wall time only)."""
+        """Sleep ``generation_delay`` before a generation (:func:`mutualrl.fault_injection.step_delay`: wall time only)."""
         seconds, parity = self.generation_delay
         if seconds > 0 and (parity is None or (self.state.global_step % 2 == 0) == (parity == "even")):
             time.sleep(seconds)
@@ -265,7 +265,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
 
         from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
-        from mutualrl import faults
+        from mutualrl import fault_injection
         from mutualrl.write_failures import storage_errors
         from mutualrl.ops.checkpoint_files import drop_manifest, write_manifest
         from mutualrl.training.regime_state import save_regime_state
@@ -280,7 +280,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
             super()._save_checkpoint(model, trial)
             if self.args.should_save:
                 save_regime_state(folder, self.regime, self.state.global_step)
-            time.sleep(faults.save_delay(self.policy_name))  # a slow filesystem on purpose (tests)
+            time.sleep(fault_injection.save_delay(self.policy_name))  # a slow filesystem on purpose (tests)
             self.accelerator.wait_for_everyone()  # every rank's shards and RNG state are on disk
             if self.args.should_save:
                 write_manifest(folder, self.state.global_step)
@@ -288,10 +288,10 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
             self.regime.phase_hook("training")
 
     def _save_optimizer_and_scheduler(self, output_dir):
-        """Transformers' own; :func:`mutualrl.faults.disk_full` can fill the disk here, the weights already written."""
-        from mutualrl import faults
+        """Transformers' own; :func:`mutualrl.fault_injection.disk_full` can fill the disk here, the weights already written."""
+        from mutualrl import fault_injection
 
-        faults.disk_full(f"{output_dir}/optimizer.pt")
+        fault_injection.disk_full(f"{output_dir}/optimizer.pt")
         super()._save_optimizer_and_scheduler(output_dir)
 
     def _load_optimizer_and_scheduler(self, checkpoint):

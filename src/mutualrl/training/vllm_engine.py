@@ -33,7 +33,7 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
-from mutualrl import faults
+from mutualrl import fault_injection
 
 COMPILE_ENV = "MUTUALRL_VLLM_COMPILE"
 
@@ -123,7 +123,7 @@ def awake_engine(generation: Any) -> Iterator[Any]:
 def install_cpu_weight_sync(generation: Any) -> None:
     """Make ``generation.sync_weights()`` (called by TRL before each generation) use
     :func:`~mutualrl.host.vllm_cpu_sync.cpu_sync_weights`."""
-    if faults.vllm_sync_skipped():
+    if fault_injection.vllm_sync_skipped():
         generation.sync_weights = types.MethodType(lambda self: None, generation)
         return
     from mutualrl.host.vllm_cpu_sync import cpu_sync_weights

@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from mutualrl import faults
+from mutualrl import fault_injection
 from mutualrl.config.resolved import load_resolved_config
 from mutualrl.config.schema import PolicyConfig
 from mutualrl.errors import MutualRLError, StorageError, UsageError
@@ -195,7 +195,7 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
     )
     guard_tracker_writes(trainer.callback_handler.callbacks)  # a full disk under TensorBoard: one line, its folder
     continue_trackers(trainer.callback_handler.callbacks, Path(args.output_dir), resume_from)
-    trainer.generation_delay = faults.step_delay(policy_name)  # a slow peer on purpose (tests, benchmarks)
+    trainer.generation_delay = fault_injection.step_delay(policy_name)  # a slow peer on purpose (tests, benchmarks)
     validation.trainer = trainer
     if trainer.accelerator.is_main_process:  # a long wait for peers shows as a phase, not as a stall
         regime.phase_hook = lambda phase: status.write(trainer.state, phase)

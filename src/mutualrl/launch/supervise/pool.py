@@ -44,10 +44,10 @@ def run_pool(config: RunConfig, plan: Any, paths: RunPaths, resume_step: int | N
 def pool_settings(config: RunConfig, paths: RunPaths, lock: RunLock,
                   restart_argv: Callable[[str], tuple[list[str], int | None]], plan: Any = None) -> PoolSettings:
     """How the runner watches this run's pool, from its config (and ``plan``'s checkpoints: a stop's grace)."""
-    from mutualrl import faults
+    from mutualrl import fault_injection
     from mutualrl.launch.supervise.stop_grace import budget_for
 
-    return PoolSettings(stop=budget_for(plan, faults.stop_grace()), see_root=paths.see_root(config.see.dir),
+    return PoolSettings(stop=budget_for(plan, fault_injection.stop_grace()), see_root=paths.see_root(config.see.dir),
                         stall_timeout_s=config.launch.stall_timeout_s or config.see.barrier_timeout_s + 60.0,
                         grace_s=min(60.0, config.see.barrier_timeout_s + 10.0),
                         on_spawn=lock.add_worker,

@@ -18,7 +18,7 @@ the pool writes at the same time, to the run folder's filesystem. So the launche
 
 The workers exit as soon as they saved, so a long grace costs only the wait for a worker that hangs (a second
 Ctrl-C kills at once). A policy still writing its checkpoint when the grace ends (its status says so) is waited for,
-up to :data:`SAVE_WAIT_CAP_S` more. :data:`mutualrl.faults.STOP_GRACE_ENV` sets the floor and the write rate for tests.
+up to :data:`SAVE_WAIT_CAP_S` more. :data:`mutualrl.fault_injection.STOP_GRACE_ENV` sets the floor and the write rate for tests.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ class StopBudget:
 
 
 def budget_for(plan: Any, override: tuple[float, float] | None = None) -> StopBudget:
-    """``plan``'s budget; ``override`` (floor, write rate: :func:`mutualrl.faults.stop_grace`) for tests."""
+    """``plan``'s budget; ``override`` (floor, write rate: :func:`mutualrl.fault_injection.stop_grace`) for tests."""
     floor, rate = override if override is not None else (GRACE_S, WRITE_GIB_PER_S)
     return StopBudget(planned_save_gib(plan), floor, rate)
 
