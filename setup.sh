@@ -13,11 +13,11 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 PY="$VENV/bin/python"
-# The tested series (src/mutualrl/tested_versions.py): training refuses another TRL, and a run generating
+# The tested series (src/mutualrl/versions.py): training refuses another TRL, and a run generating
 # with vLLM another vLLM, unless MUTUALRL_ALLOW_UNTESTED_VERSIONS=1. pyproject.toml pins the same.
 TRL_PIN="trl>=1.16,<1.17"
 VLLM_GPU_PIN="vllm>=0.30,<0.31"
-# Every install goes through the tested set (a pip constraints file; src/mutualrl/tested_lock.py): a fresh
+# Every install goes through the tested set (a pip constraints file; src/mutualrl/versions.py): a fresh
 # set-up gets exactly the versions the suite and the README's figures were measured with. torch is not in it.
 LOCK=requirements-tested.txt
 PIP=("$PY" -m pip --disable-pip-version-check)

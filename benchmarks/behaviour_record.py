@@ -58,7 +58,7 @@ def run_regimes(regimes: list[str], out: Path, timeout: int) -> dict[str, Any]:
 
 def context() -> dict[str, Any]:
     from mutualrl.pools import tiny
-    from mutualrl.tested_lock import run_versions
+    from mutualrl.versions import run_versions
 
     return {"versions": run_versions(), "cpu": cpu(),
             "tiny_sha256": {n: tiny.read_warm_start_report(n)["sha256"] for n in tiny.TINY_MODELS}}

@@ -99,7 +99,7 @@ def cuda_devices() -> int:
 def vllm_status() -> tuple[str, str | None]:
     """(what is installed, why the vLLM check cannot run here or None); read from package metadata, not imported."""
     from mutualrl.host.vllm_cpu import installed_build
-    from mutualrl.tested_versions import installed_versions
+    from mutualrl.versions import installed_versions
 
     build = installed_build()
     if not build.installed or importlib.util.find_spec("vllm") is None:

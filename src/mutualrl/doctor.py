@@ -144,7 +144,7 @@ def check_vllm(timeout_s: float = 120.0) -> Check:
 def check_tested_versions() -> Check:
     """TRL and vLLM against the tested series: an untested TRL fails (training refuses it), an untested vLLM
     warns (only runs that generate with it refuse); the override turns both into warnings."""
-    from mutualrl.tested_versions import OVERRIDE_ENV, installed_versions, overridden
+    from mutualrl.versions import OVERRIDE_ENV, installed_versions, overridden
 
     versions = installed_versions()
     untested = [v for v in versions if not v.is_tested]
@@ -165,7 +165,7 @@ def check_tested_versions() -> Check:
 
 def check_tested_set() -> Check:
     """The whole environment against the tested set (requirements-tested.txt): a difference is allowed, said."""
-    from mutualrl.tested_lock import LOCK_NAME, installed_distributions, lock_differences, read_lock
+    from mutualrl.versions import LOCK_NAME, installed_distributions, lock_differences, read_lock
 
     lock = read_lock()
     if not lock:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.run_folder import RunPaths, read_json_or
-from mutualrl.tested_lock import TESTED_SET, library_versions
+from mutualrl.versions import TESTED_SET, library_versions
 
 
 def recorded_versions(run: Path) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:

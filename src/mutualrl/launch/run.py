@@ -342,9 +342,9 @@ def check_local_rows(config: RunConfig, console: Console) -> str | None:
 
 
 def check_versions(config: RunConfig, dry_run: bool, console: Console) -> None:
-    """TRL, and vLLM where a policy generates with it, as tested (tested_versions.py), before anything is
+    """TRL, and vLLM where a policy generates with it, as tested (versions.py), before anything is
     written; a dry run starts nothing, so it only warns."""
-    from mutualrl.tested_versions import check_tested_versions
+    from mutualrl.versions import check_tested_versions
 
     uses_vllm = any({**config.grpo, **policy.grpo}.get("use_vllm") for policy in config.pool.policies)
     try:

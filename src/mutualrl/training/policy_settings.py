@@ -11,7 +11,7 @@ from mutualrl.config.resolved import load_resolved_config
 from mutualrl.config.schema import PolicyConfig, RunConfig
 from mutualrl.errors import UsageError
 from mutualrl.run_folder import RunPaths
-from mutualrl.tested_versions import check_tested_versions
+from mutualrl.versions import check_tested_versions
 
 log = logging.getLogger("mutualrl.worker")
 
@@ -49,7 +49,7 @@ def recipe_grpo_args(paths: RunPaths, policy_name: str) -> dict[str, Any]:
 
 
 def refuse_untested_versions(grpo: dict[str, Any]) -> None:
-    """TRL, and vLLM where this policy generates with it, as tested (tested_versions.py): a worker started by hand
+    """TRL, and vLLM where this policy generates with it, as tested (versions.py): a worker started by hand
     is refused as the launcher refuses; with the override, a warning in its log."""
     if untested := check_tested_versions(bool(grpo.get("use_vllm"))):
         log.warning(untested)

@@ -88,9 +88,9 @@ def write_run_json(paths: RunPaths, config: RunConfig, status: str, reason: str 
 
 
 def versions_entry(previous: dict[str, Any]) -> dict[str, Any]:
-    """``versions``: what this launch runs with (tested_lock.run_versions); a resume on other versions keeps the
+    """``versions``: what this launch runs with (versions.run_versions); a resume on other versions keeps the
     earlier ones under ``earlier_versions``, so a run that changed versions midway says so."""
-    from mutualrl.tested_lock import library_versions, run_versions
+    from mutualrl.versions import library_versions, run_versions
 
     current = run_versions()
     earlier = list(previous.get("earlier_versions", []))
