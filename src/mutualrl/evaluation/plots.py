@@ -4,7 +4,7 @@ Read from each run folder's merged metrics (train and eval lines, see
 docs/run-layout.md), ``run.json`` and ``config.yaml`` (:mod:`.plotted_runs`); several runs of one pool and
 task are overlaid. In every figure a panel is a policy (and a metric), and colour, dash pattern and marker mean
 the run (labelled by regime, e.g. standalone / prp / xgrpo / sgt; :mod:`.plot_style`); panels of one quantity
-share a y range, and titles and y labels are words (:mod:`.metric_words`):
+share a y range, and titles and y labels are words (:mod:`.plot_labels`):
 
 - ``validation_reward.png`` -- validation reward@1 vs step, one panel per policy plus
   their mean (paper Fig. "probe comparison", top row); step 0 is "No Train";
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.errors import DataError
-from mutualrl.evaluation.metric_words import axis_range, metric_words
+from mutualrl.evaluation.plot_labels import axis_range, metric_words
 from mutualrl.evaluation.plot_style import (
     colors,
     empty_panel,
@@ -49,7 +49,7 @@ from mutualrl.evaluation.plotted_runs import (
     setup_differences,
 )
 from mutualrl.evaluation.results import GROUP_KEY_PREFIX, REWARD_KEY_SUFFIX, group_rewards
-from mutualrl.figure_words import SOURCE_FIGURES, UNIT, MetricWords, source_figure_key
+from mutualrl.metric_labels import SOURCE_FIGURES, UNIT, MetricWords, source_figure_key
 from mutualrl.output_files import refuse_existing
 from mutualrl.regimes.core.registry import all_regimes
 

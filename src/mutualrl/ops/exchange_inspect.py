@@ -35,7 +35,7 @@ from mutualrl.ops.exchange_inspect_report import (
     merge_provenance,
 )
 from mutualrl.see.shards import ShardInfo, load_shard, read_manifest
-from mutualrl.see.source_figures import run_folder_of, source_figures
+from mutualrl.ops.peer_offpolicy_stats import run_folder_of, source_figures
 
 __all__ = ["FileEntry", "InspectReport", "Issue", "PolicyStep", "inspect_exchange", "resolve_see_root"]
 
@@ -107,7 +107,7 @@ def inspect_exchange(path: Path | str, *, verify_checksums: bool = True) -> Insp
 
     Walks the folder once (every step, failure marker, heartbeat and stray file), then runs the checks that need the
     whole exchange (stray temporaries, missing policies, prompt ids, mixed runs) and fills in the summaries, with
-    the per-source diagnostics the run folder's metrics hold (:mod:`mutualrl.see.source_figures`).
+    the per-source diagnostics the run folder's metrics hold (:mod:`mutualrl.ops.peer_offpolicy_stats`).
     """
     root = resolve_see_root(path)
     state = _Inspection(root, InspectReport(root=str(root), checksums_verified=verify_checksums), verify_checksums)

@@ -64,7 +64,7 @@ class InspectReport:
     failures: list[dict[str, Any]] = field(default_factory=list)
     issues: list[Issue] = field(default_factory=list)
     checksums_verified: bool = True
-    sources: list[dict[str, Any]] = field(default_factory=list)  # per (learner, peer): see.source_figures
+    sources: list[dict[str, Any]] = field(default_factory=list)  # per (learner, peer): peer_offpolicy_stats
 
     @property
     def ok(self) -> bool:

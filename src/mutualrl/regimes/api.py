@@ -31,7 +31,7 @@ import importlib
 from typing import Any
 
 from mutualrl.errors import UsageError
-from mutualrl.figure_words import FREE, NONNEGATIVE, NONPOSITIVE, UNIT, MetricWords
+from mutualrl.metric_labels import FREE, NONNEGATIVE, NONPOSITIVE, UNIT, MetricWords
 from mutualrl.regimes.core.pooled_spec import PooledRowsSettings, ratio_metrics
 from mutualrl.regimes.core.rank_metrics import Quantile, Share, Total
 from mutualrl.regimes.core.regime_spec import RegimeFlag, RegimeSpec, register_regime

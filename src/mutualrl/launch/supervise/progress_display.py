@@ -14,7 +14,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, ProgressColum
 from rich.table import Column
 from rich.text import Text
 
-from mutualrl.figure_words import SOURCE_FIGURES, source_figure_key
+from mutualrl.metric_labels import SOURCE_FIGURES, source_figure_key
 
 
 

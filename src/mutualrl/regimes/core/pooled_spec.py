@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mutualrl.figure_words import NONNEGATIVE, UNIT, MetricWords
+from mutualrl.metric_labels import NONNEGATIVE, UNIT, MetricWords
 from mutualrl.regimes.core.sampling import shown, truncating_sampling
 
 

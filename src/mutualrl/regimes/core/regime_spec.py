@@ -2,7 +2,7 @@
 with :func:`register_regime`.
 
 A regime is one folder ``mutualrl/regimes/<name>/`` whose torch-free ``spec.py`` declares the regime here: its
-settings dataclass, the metrics on its status line and their words in a plot (:class:`~mutualrl.figure_words.
+settings dataclass, the metrics on its status line and their words in a plot (:class:`~mutualrl.metric_labels.
 MetricWords`), its adapter by import path (imported only by the training layer). Finding the regimes (importing every
 ``spec.py`` and the ``MUTUALRL_REGIMES`` modules) and looking them up is :mod:`mutualrl.regimes.core.registry`'s; this
 module is the definition a regime author uses (through :mod:`mutualrl.regimes.api`), and the table
@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mutualrl.figure_words import MetricWords
+from mutualrl.metric_labels import MetricWords
 
 BASE_ADAPTER = "mutualrl.regimes.core.adapter:RegimeAdapter"
 

@@ -3,7 +3,8 @@
 Every panel of one quantity in a figure shares one y range, so that a 0.05 move is not drawn as a deep V
 and an all-zero reward does not get ticks of ±0.04: shares, accuracies and rewards on 0-1 (widened to the
 values when a user's reward goes beyond it), counts and other non-negative quantities from 0, the rest on the
-range of all their panels' values.
+range of all their panels' values. The words themselves (:class:`MetricWords`, the per-source figures) are
+:mod:`mutualrl.metric_labels`'s, at layer 0 where the regimes' specs declare theirs.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-from mutualrl.figure_words import (
+from mutualrl.metric_labels import (
     FREE,
     NONNEGATIVE,
     NONPOSITIVE,
@@ -24,7 +25,7 @@ from mutualrl.regimes.core.registry import all_regimes
 
 #: The metrics every run logs that the built-in figures draw, by the key they are logged under; a regime's own
 #: metrics have their words in its spec (``RegimeSpec.metrics``), the per-source figures in
-#: :data:`~mutualrl.figure_words.SOURCE_FIGURES`.
+#: :data:`~mutualrl.metric_labels.SOURCE_FIGURES`.
 METRIC_WORDS: dict[str, MetricWords] = {
     "eval/reward@1": MetricWords("validation reward@1", "reward@1 (greedy)", UNIT),
     "reward_mean": MetricWords("training reward", "mean reward", UNIT),

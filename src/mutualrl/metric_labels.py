@@ -4,8 +4,9 @@
 declares its own metrics' words in its spec (``RegimeSpec.metrics``). :data:`SOURCE_FIGURES` lists the per-source
 figures a regime may log per (learner, peer) as ``<regime>/from/<peer>/<figure>`` (docs/regimes.md), with every way
 they are shown: the plots' words, the live display's label and format (``mutualrl train``'s detail view) and the
-order of ``mutualrl see inspect``. Layer 0: the registry, the SEE's report, the plots and the launcher's display read
-it.
+order of ``mutualrl see inspect``. Layer 0: the regimes' specs, ``see inspect``'s report, the plots and the launcher's
+display read it. The plots' words and y range for any logged key, a regime's own included, are
+:mod:`mutualrl.evaluation.plot_labels`'s (it reads the regime registry, a layer above).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """How off-policy the samples each policy took from each peer through the exchange were: the per-source diagnostics
-(``<regime>/from/<peer>/<figure>``, :data:`mutualrl.figure_words.SOURCE_FIGURES`: ESS, log importance ratio, truncated,
+(``<regime>/from/<peer>/<figure>``, :data:`mutualrl.metric_labels.SOURCE_FIGURES`: ESS, log importance ratio, truncated,
 filtered and used shares; docs/regimes.md)
 that the run's policies logged in its merged ``metrics.jsonl``, per (learner, peer), at the last step and averaged
 over the steps. ``mutualrl see inspect`` shows them beside the exchange."""
@@ -10,7 +10,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from mutualrl.figure_words import SOURCE_FIGURE_NAMES, source_figure_key
+from mutualrl.metric_labels import SOURCE_FIGURE_NAMES, source_figure_key
 from mutualrl.run_folder import RunPaths, read_metric_rows
 
 
