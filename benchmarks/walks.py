@@ -51,7 +51,8 @@ BOUND = {  # attribute -> the class its value is on walk 1 (not visible to a sta
 }
 OFF_WALK = ("regimes/offlock.py", "see/offlock/", "_bounded_round", "training/catch_up.py", "training/vllm", "errors.py",
             "write_failures.py",  # a failed write as one error (in errors.py until 2026-11-26): an error path too
-            "fault_injection.py",  # fault hooks: no-ops that never touch the payload, like the errors raised on the way
+            "faults.py", "fault_injection.py",  # fault hooks (the first name until 2026-11-27): no-ops that never touch
+            # the payload, like the errors raised on the way
             "SGTAdapter.warn_thresholds", "SGTAdapter.transform_stale", "RegimeAdapter.transform_stale",
             "RegimeAdapter.bind", "ExperienceExchange.__init__", "ExperienceExchange.__repr__")
 SIDE_CONCERNS = (  # on walk 1 but never touching the payload: heartbeats, logs of rounds, provenance, metrics
