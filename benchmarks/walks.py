@@ -87,7 +87,8 @@ BEFORE_RECORDS_MODULE = (  # the forms in the layout before see/records.py (2026
 
 def representations(modules: dict[str, Module]) -> tuple[tuple[str, str, str], ...]:
     """The payload's forms as this revision's own code makes them (each layout anchored in its own functions)."""
-    if "regimes/core/seam.py" not in modules:  # before the shared regime modules moved into regimes/core/ (issue 69)
+    if not {"regimes/core/seam.py", "regimes/core/trainer_interface.py"} & set(modules):
+        # before the shared regime modules moved into regimes/core/ (issue 69)
         return tuple((what, rel.replace("regimes/core/", "regimes/"), qual) for what, rel, qual in forms_of(modules))
     return forms_of(modules)
 

@@ -20,7 +20,7 @@ from mutualrl.regimes.prp.maths import (
     sequence_kl,
     source_diagnostics,
 )
-from mutualrl.regimes.core.seam import TOKEN_WEIGHTS
+from mutualrl.regimes.core.trainer_interface import TOKEN_WEIGHTS
 from test_regimes_seam import FakeTrainer, padded, peer_then_learner, pool_of
 
 W = torch.tensor([[0.5, 2.0, 5.0, 20.0]])  # [1, 4] importance weights w = snapshot / peer

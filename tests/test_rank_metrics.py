@@ -20,7 +20,7 @@ from mutualrl.padding import pad_token_rows
 from mutualrl.regimes.core.importance import ratio_statistics
 from mutualrl.regimes.core.rank_metrics import Quantile, Share, Total
 from mutualrl.regimes.core.registry import get_regime
-from mutualrl.regimes.core.seam import StepRollouts
+from mutualrl.regimes.core.trainer_interface import StepRollouts
 from mutualrl.training.adapters import adapter_class
 from mutualrl.training.trl_metrics import TRLMetrics, combine, parts
 from test_regimes_seam import FakeRanks, FakeTrainer, padded

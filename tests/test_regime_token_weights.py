@@ -12,7 +12,7 @@ from trl import GRPOConfig
 from mutualrl.assets.tokenizers import load_tokenizer
 from mutualrl.config import load_run_config
 from mutualrl.regimes.core.adapter import RegimeAdapter
-from mutualrl.regimes.core.seam import TOKEN_WEIGHTS
+from mutualrl.regimes.core.trainer_interface import TOKEN_WEIGHTS
 from mutualrl.training.trainer import MutualGRPOTrainer, weighted_advantages
 from tiny_models import build_tiny_lm
 

@@ -166,7 +166,7 @@ def own_table(tokenizer, texts, finished=True, trace=False):
 
 
 def rollouts_of(n, k):
-    from mutualrl.regimes.core.seam import StepRollouts
+    from mutualrl.regimes.core.trainer_interface import StepRollouts
 
     ids = [f"p{i // k}" for i in range(n)]
     return StepRollouts(step=0, num_generations=k, prompt_ids_local=ids, sample_index_local=[i % k for i in range(n)],

@@ -1,4 +1,4 @@
-"""The typed seam trainer -> regime (regimes/core/seam.py): a fake that satisfies TrainerView runs a regime's whole
+"""The typed seam trainer -> regime (regimes/core/trainer_interface.py): a fake that satisfies TrainerView runs a regime's whole
 step (publish, read peers over a real SEE, transform, log, prune, SGT's loss), the declared hooks, and the one
 peer-row helper (retokenize, EOS, truncate) against the per-regime code it replaced."""
 
@@ -20,7 +20,7 @@ from mutualrl.regimes.core.adapter import RegimeAdapter
 from mutualrl.regimes.core.peer_responses import learner_responses, peer_rows
 from mutualrl.regimes.prp.adapter import PRPAdapter
 from mutualrl.regimes.core.registry import get_regime
-from mutualrl.regimes.core.seam import GRPOBatch, StepRollouts, TrainerView
+from mutualrl.regimes.core.trainer_interface import GRPOBatch, StepRollouts, TrainerView
 from mutualrl.regimes.sgt.adapter import SGTAdapter
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.thl import retokenize

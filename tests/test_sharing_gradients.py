@@ -28,7 +28,7 @@ from mutualrl.config import load_run_config
 from mutualrl.regimes.hacpo.adapter import COEFFICIENT, PEER_LOGPS, PEER_ROW, HACPOAdapter
 from mutualrl.regimes.core.pooled_rows import PooledStep
 from mutualrl.regimes.prp.adapter import PRPAdapter
-from mutualrl.regimes.core.seam import TOKEN_WEIGHTS
+from mutualrl.regimes.core.trainer_interface import TOKEN_WEIGHTS
 from mutualrl.training.trainer import MutualGRPOTrainer
 from test_regime_token_weights import WeightsFromBatch
 from tiny_models import build_tiny_lm

@@ -17,7 +17,7 @@ from trl import GRPOConfig, GRPOTrainer
 from mutualrl.assets.tokenizers import load_tokenizer
 from mutualrl.config import load_run_config
 from mutualrl.regimes.core.adapter import RegimeAdapter
-from mutualrl.regimes.core.seam import TrainerView
+from mutualrl.regimes.core.trainer_interface import TrainerView
 from mutualrl.training.trainer import MutualGRPOTrainer
 from tiny_models import build_tiny_lm
 
@@ -52,7 +52,7 @@ def test_standalone_trainer_matches_vanilla_grpo(tmp_path):
                                train_dataset=dataset, processing_class=tokenizer, policy_name="tiny-bpe",
                                regime=RegimeAdapter(config, "tiny-bpe", exchange=None))
     mutual.train()
-    assert isinstance(mutual, TrainerView)  # the seam a regime sees (regimes/core/seam.py), complete once training runs
+    assert isinstance(mutual, TrainerView)  # the seam a regime sees (regimes/core/trainer_interface.py), complete once training runs
 
     moved = max((p - q).abs().max().item() for p, q in zip(vanilla_model.parameters(), initial.parameters()))
     diff = max((p - q).abs().max().item() for p, q in zip(vanilla_model.parameters(), mutual_model.parameters()))

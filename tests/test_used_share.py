@@ -173,7 +173,7 @@ def test_the_estimator_decides_which_rows_ftis_keeps(thl_tokenizers, tmp_path, e
     used."""
     from test_prp_corrections import scored_step
 
-    from mutualrl.regimes.core.seam import TOKEN_WEIGHTS
+    from mutualrl.regimes.core.trainer_interface import TOKEN_WEIGHTS
 
     _, merged, recorded = scored_step(tmp_path, thl_tokenizers, "prp", lambda ids: torch.full(ids.shape, -3.0),
                                       [" 4", " 5", " 4", " 3"], correction="ftis", kl_bound=1.0,

@@ -36,7 +36,7 @@ from mutualrl.regimes.core.pooled_spec import PooledRowsSettings, ratio_metrics
 from mutualrl.regimes.core.rank_metrics import Quantile, Share, Total
 from mutualrl.regimes.core.regime_spec import RegimeFlag, RegimeSpec, register_regime
 from mutualrl.regimes.core.registry import ENV_VAR
-from mutualrl.regimes.core.seam import TOKEN_WEIGHTS, GRPOBatch, StepRollouts, TrainerView
+from mutualrl.regimes.core.trainer_interface import TOKEN_WEIGHTS, GRPOBatch, StepRollouts, TrainerView
 
 #: The names whose modules import torch -> the module that defines each, imported on first use. A plain literal:
 #: benchmarks/walks.py reads it to follow these names as it follows an import.

@@ -6,7 +6,7 @@ subscribes to (THL), and builds its regime-specific GRPO objective locally. The 
 points in TRL 1.16 are:
 
 1. :meth:`_calculate_rewards` -- TRL gathers every rank's rewards here; from them, the prompt ids and the
-   generated lengths we build the step's one :class:`~mutualrl.regimes.core.seam.StepRollouts` (every rank's rewards
+   generated lengths we build the step's one :class:`~mutualrl.regimes.core.trainer_interface.StepRollouts` (every rank's rewards
    and prompt ids, this rank's rows), once, for the step's records and the regimes.
 2. :meth:`_generate_and_score_completions` -- after TRL built the batch, we publish this
    rank's rollout records, wait for the peers' records of the same step (barrier), and
@@ -21,8 +21,8 @@ With the ``standalone`` regime nothing but optional record publishing happens, a
 parameters after N steps equal those of vanilla ``GRPOTrainer`` (App. "Infrastructure
 fidelity"; checked by ``benchmarks/fidelity.py`` and the test suite).
 
-The regime sees this trainer only through :class:`~mutualrl.regimes.core.seam.TrainerView` (what it may
-read and call) and each step through :class:`~mutualrl.regimes.core.seam.StepRollouts` and TRL's batch; both live at
+The regime sees this trainer only through :class:`~mutualrl.regimes.core.trainer_interface.TrainerView` (what it may
+read and call) and each step through :class:`~mutualrl.regimes.core.trainer_interface.StepRollouts` and TRL's batch; both live at
 the regimes' layer, so the regimes never import this module.
 """
 
@@ -39,7 +39,7 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from mutualrl.regimes.core.adapter import RegimeAdapter
-from mutualrl.regimes.core.seam import GRPOBatch, StepRollouts
+from mutualrl.regimes.core.trainer_interface import GRPOBatch, StepRollouts
 from mutualrl.training.trl_metrics import TRLMetrics
 
 log = logging.getLogger(__name__)
@@ -319,7 +319,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         log.info("policy %s: resumed from %s with its optimizer state (step count %s)", self.policy_name,
                  checkpoint, "not kept by this optimizer" if step is None else step)
 
-    # -- the rest of the regimes' TrainerView (regimes/core/seam.py; record_metrics: TRLMetrics) -------------
+    # -- the rest of the regimes' TrainerView (regimes/core/trainer_interface.py; record_metrics: TRLMetrics) -
     def score_completions(self, model, prompt_ids, prompt_mask, completion_ids, completion_mask,
                           batch_size: int | None = None) -> torch.Tensor:
         """Per-token log-probs of ``completion_ids`` given ``prompt_ids`` under ``model``."""

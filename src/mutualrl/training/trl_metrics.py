@@ -2,7 +2,7 @@
 
 TRL's trainers average each list into the logged row; mutualrl adds its own figures there (the regime's
 ``<name>/<metric>``, ``mutual/*``, the SFT distillation's entropy) through :meth:`TRLMetrics.record_metrics`,
-the method regimes reach through :class:`~mutualrl.regimes.core.seam.TrainerView`.
+the method regimes reach through :class:`~mutualrl.regimes.core.trainer_interface.TrainerView`.
 
 TRL's ``log()`` averages those lists on each rank without gathering, so, as TRL does for its own metrics, a value
 is reduced over the policy's ranks when it is recorded, by its type (:mod:`mutualrl.regimes.core.rank_metrics`): the

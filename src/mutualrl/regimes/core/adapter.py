@@ -2,8 +2,8 @@
 
 Each regime's own adapter (``regimes/<name>/adapter.py``) subclasses :class:`RegimeAdapter`. The
 trainer (:class:`~mutualrl.training.trainer.MutualGRPOTrainer`) calls :meth:`RegimeAdapter.process_step`
-once per generation step with TRL's batch (:class:`~mutualrl.regimes.core.seam.GRPOBatch`) and this policy's
-:class:`~mutualrl.regimes.core.seam.StepRollouts`.
+once per generation step with TRL's batch (:class:`~mutualrl.regimes.core.trainer_interface.GRPOBatch`) and this policy's
+:class:`~mutualrl.regimes.core.trainer_interface.StepRollouts`.
 The adapter
 
 1. publishes this rank's rollout records to the SEE (all regimes but a silent standalone),
@@ -17,7 +17,7 @@ The adapter
 
 :meth:`RegimeAdapter.process_step` runs these stages in that order, one method each. The math lives in
 each regime's ``maths.py``; this module only moves tensors around. It uses the SEE and THL (same layer)
-and sees the trainer only through :class:`~mutualrl.regimes.core.seam.TrainerView` (a typed protocol at this
+and sees the trainer only through :class:`~mutualrl.regimes.core.trainer_interface.TrainerView` (a typed protocol at this
 layer), so no import goes up to ``training/``; it imports torch, so only the training layer imports it
 (:func:`mutualrl.training.adapters.make_regime_adapter`).
 """
@@ -33,7 +33,7 @@ import torch
 
 from mutualrl.regimes.core.regime_spec import RegimeSpec
 from mutualrl.regimes.core.registry import get_regime
-from mutualrl.regimes.core.seam import TOKEN_WEIGHTS, GRPOBatch, StepRollouts, TrainerView
+from mutualrl.regimes.core.trainer_interface import TOKEN_WEIGHTS, GRPOBatch, StepRollouts, TrainerView
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -19,7 +19,7 @@ import torch
 
 from mutualrl.errors import UsageError
 from mutualrl.padding import pad_to_width, pad_token_rows
-from mutualrl.regimes.core.seam import GRPOBatch, TrainerView
+from mutualrl.regimes.core.trainer_interface import GRPOBatch, TrainerView
 
 UNSUPPORTED_KEYS = ("tool_mask", "pixel_values", "image_grid_thw", "token_type_ids", "mm_token_type_ids")
 """TRL's keys of multimodal and tool rollouts: rows cannot be appended to a batch with any of them."""

@@ -43,7 +43,7 @@ import torch
 
 from mutualrl.regimes.core.peer_responses import learner_responses, peer_row_views, peer_rows
 from mutualrl.regimes.core.peers import gather_peer_groups
-from mutualrl.regimes.core.seam import GRPOBatch, StepRollouts, TrainerView
+from mutualrl.regimes.core.trainer_interface import GRPOBatch, StepRollouts, TrainerView
 
 if TYPE_CHECKING:
     import pyarrow as pa

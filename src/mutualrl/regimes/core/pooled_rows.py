@@ -32,7 +32,7 @@ from mutualrl.regimes.core.peer_responses import LearnerResponses, learner_respo
 from mutualrl.regimes.core.peers import PeerGroups, gather_peer_groups
 from mutualrl.regimes.core.pooled_spec import PooledRowsSettings
 from mutualrl.regimes.core.rank_metrics import Total
-from mutualrl.regimes.core.seam import GRPOBatch, StepRollouts
+from mutualrl.regimes.core.trainer_interface import GRPOBatch, StepRollouts
 
 if TYPE_CHECKING:
     import pyarrow as pa

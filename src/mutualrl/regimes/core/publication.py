@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from mutualrl.regimes.core.seam import GRPOBatch, StepRollouts, TrainerView
+from mutualrl.regimes.core.trainer_interface import GRPOBatch, StepRollouts, TrainerView
 
 if TYPE_CHECKING:
     from mutualrl.see.records import RolloutBatch

@@ -14,7 +14,7 @@ one rank read them as plain numbers:
   from the whole batch (the same on every rank) as it is.
 
 The reduction itself is the trainer's (:mod:`mutualrl.training.trl_metrics`: one collective per
-:meth:`~mutualrl.regimes.core.seam.TrainerView.record_metrics` call).
+:meth:`~mutualrl.regimes.core.trainer_interface.TrainerView.record_metrics` call).
 """
 
 from __future__ import annotations
