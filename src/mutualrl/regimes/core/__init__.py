@@ -7,7 +7,7 @@
   policies), :mod:`.pool` (the ``[P, K]`` / ``[P, M, K]`` layout), :mod:`.importance` (the
   importance-ratio diagnostics and ESS of rows a learner did not sample), :mod:`.rank_metrics` (the metric types a
   regime returns, by how each is reduced over the ranks).
-- Shared by the adapters: :mod:`.seam` (what the trainer hands a regime: ``GRPOBatch``, the step object
+- Shared by the adapters: :mod:`.trainer_interface` (what the trainer hands a regime: ``GRPOBatch``, the step object
   ``StepRollouts``, ``TrainerView``), :mod:`.adapter` (the base adapter), :mod:`.peers` (peer tables as
   ``[P, M-1, K]`` tensors), :mod:`.peer_responses` (peer responses as learner token rows), :mod:`.batch_rows`
   (batch surgery: rows appended to TRL's batch, auxiliary sequences), :mod:`.pooled_rows` (the peer rows PRP and
