@@ -126,7 +126,8 @@ WALK2_BEFORE_ONE_MERGE = (  # walk 2 before the planning stages returned only th
 
 def walk2_files(modules: dict[str, Module]) -> tuple[tuple[str, str | None], ...]:
     """Walk 2's files as this revision's code passes the value on."""
-    return WALK2 if "launch/plan/decided.py" in modules else WALK2_BEFORE_ONE_MERGE
+    merged = {"launch/plan/decided.py", "launch/plan/grpo_decisions.py"} & set(modules)
+    return WALK2 if merged else WALK2_BEFORE_ONE_MERGE
 
 
 LAZY_IMPORTS = "TORCH_NAMES"

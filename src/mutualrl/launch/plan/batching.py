@@ -37,7 +37,7 @@ from typing import Any
 from mutualrl.config.grpo_schema import grpo_default
 from mutualrl.config.schema import BatchConfig
 from mutualrl.errors import PlacementError
-from mutualrl.launch.plan.decided import Decided
+from mutualrl.launch.plan.grpo_decisions import Decided
 
 
 class BatchSizeError(PlacementError):

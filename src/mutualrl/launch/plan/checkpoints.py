@@ -22,7 +22,7 @@ from typing import Any
 
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError
-from mutualrl.launch.plan.decided import Decided
+from mutualrl.launch.plan.grpo_decisions import Decided
 
 LOCKSTEP_KEEP = 2
 WARN_ABOVE = 0.8  # of the free space

@@ -42,7 +42,7 @@ from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError
 from mutualrl.host.allocator import allocator_env
 from mutualrl.launch.plan.configs import ZERO_STAGES
-from mutualrl.launch.plan.decided import Decided
+from mutualrl.launch.plan.grpo_decisions import Decided
 from mutualrl.launch.plan.machines import local_devices
 from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 from mutualrl.run_folder import RunPaths

@@ -32,7 +32,7 @@ from typing import Any
 from mutualrl.config.grpo_schema import grpo_default
 from mutualrl.config.schema import LaunchConfig, RunConfig
 from mutualrl.launch.plan.configs import ZERO_STAGES
-from mutualrl.launch.plan.decided import Decided
+from mutualrl.launch.plan.grpo_decisions import Decided
 from mutualrl.launch.plan.mwra import Placement
 from mutualrl.launch.plan.model_shapes import ModelShape, model_shape
 from mutualrl.training.vllm_engine import TRL_MAX_NUM_BATCHED_TOKENS, engine_caps, trl_max_num_seqs

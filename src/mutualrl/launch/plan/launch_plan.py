@@ -41,7 +41,7 @@ from mutualrl.launch.plan.configs import (
     write_json,
     write_yaml,
 )
-from mutualrl.launch.plan.decided import Decided
+from mutualrl.launch.plan.grpo_decisions import Decided
 from mutualrl.launch.plan.detect import Node, this_node
 from mutualrl.launch.plan.engine import PlannedEngine, engine_length, engine_note, planned_engine
 from mutualrl.launch.plan.host_memory import HostMemory, host_from_json, host_memory
