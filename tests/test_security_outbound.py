@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mutualrl.errors import UsageError
-from mutualrl.launch.rundir.outbound import OUTBOUND_GRPO_FIELDS
+from mutualrl.launch.rundir.export_settings import OUTBOUND_GRPO_FIELDS
 from security_helpers import resume, stored_run_maker
 
 

@@ -24,7 +24,7 @@ from mutualrl.launch.rundir.prepare import (
     resume_changes,
     without_config,
 )
-from mutualrl.launch.rundir.outbound import given_now, refuse_stored_outbound
+from mutualrl.launch.rundir.export_settings import given_now, refuse_stored_outbound
 from mutualrl.launch.rundir.record import (
     finished_summary,
     mark_ended,

@@ -13,6 +13,6 @@ so what they hold is checked here, below every package that reads them:
 Other checks of the same kind stay beside the one thing they guard, because they are made of that thing's own
 rules: strict YAML (``config/yaml_strict.py``, the config's parser and its errors), the user code a run folder may
 name (``config/recorded_code.py``, the plugin importer's rules), and the settings a stored run folder may not
-choose (``launch/rundir/outbound.py``, fields of the config a resume re-reads). docs/run-layout.md, "What is
+choose (``launch/rundir/export_settings.py``, fields of the config a resume re-reads). docs/run-layout.md, "What is
 trusted".
 """
