@@ -49,7 +49,8 @@ BOUND = {  # attribute -> the class its value is on walk 1 (not visible to a sta
     "trainer": ("training/trainer.py", "MutualGRPOTrainer"),
     "batch": ("see/records.py", "RolloutBatch"),
 }
-OFF_WALK = ("regimes/offlock.py", "see/offlock/", "_bounded_round", "training/catch_up.py", "training/vllm", "errors.py",
+OFF_WALK = ("regimes/offlock.py", "see/offlock/", "see/async_rounds/",  # the second name until 2026-11-27
+            "_bounded_round", "training/catch_up.py", "training/vllm", "errors.py",
             "write_failures.py",  # a failed write as one error (in errors.py until 2026-11-26): an error path too
             "faults.py", "fault_injection.py",  # fault hooks (the first name until 2026-11-27): no-ops that never touch
             # the payload, like the errors raised on the way

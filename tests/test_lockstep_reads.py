@@ -8,11 +8,11 @@ from collections import Counter
 import pytest
 
 import mutualrl.see.exchange
-import mutualrl.see.offlock.staleness
+import mutualrl.see.async_rounds.staleness
 from mutualrl.see.errors import CorruptShardError, ShardMissingError
 from mutualrl.see.exchange import ExperienceExchange
 from mutualrl.see.lockstep import LockStepConsumption
-from mutualrl.see.offlock.consumption import BoundedConsumption
+from mutualrl.see.async_rounds.consumption import BoundedConsumption
 from mutualrl.see.rounds import next_round, read_round
 from see_synthetic import synthetic_batch
 
@@ -41,7 +41,7 @@ def scans(monkeypatch):
             return original(root, run_id, step, policy, *args, **kwargs)
         return scan
 
-    for module in (mutualrl.see.exchange, mutualrl.see.offlock.staleness):
+    for module in (mutualrl.see.exchange, mutualrl.see.async_rounds.staleness):
         monkeypatch.setattr(module, "scan_committed", spy(module.scan_committed))
     return counted
 

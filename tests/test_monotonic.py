@@ -151,7 +151,7 @@ def test_machine_0_waits_for_a_joiner_through_a_wall_clock_jump(tmp_path, monkey
 
 def test_round_times_for_catch_up_follow_the_writers_monotonic_clock():
     """A wall-clock jump between two decisions is not a round an hour long (``see.catch_up`` reads round times)."""
-    from mutualrl.see.offlock.staleness import round_seconds
+    from mutualrl.see.async_rounds.staleness import round_seconds
 
     rows = [{"time": 100.0, "clock": 10.0, "wait_s": 0.0}, {"time": 102.0, "clock": 12.0, "wait_s": 0.0},
             {"time": 104.0 + HOUR, "clock": 14.0, "wait_s": 0.5}]

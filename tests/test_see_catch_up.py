@@ -18,11 +18,11 @@ from mutualrl.config.typed import ConfigError
 from mutualrl.errors import UsageError
 from mutualrl.see.consumption_log import LogTail, append_row, log_path, read_consumption
 from mutualrl.see.exchange import ExperienceExchange
-from mutualrl.see.offlock.staleness import catch_up_target, choose_peer_round, round_seconds
+from mutualrl.see.async_rounds.staleness import catch_up_target, choose_peer_round, round_seconds
 from see_synthetic import synthetic_batch
 from mutualrl.regimes.core.adapter import RegimeAdapter
 from mutualrl.see.rounds import round_stride
-from mutualrl.see.offlock.consumption import BoundedConsumption
+from mutualrl.see.async_rounds.consumption import BoundedConsumption
 from mutualrl.training.catch_up import CatchUpTrainer, trainer_class
 from mutualrl.training.trainer import MutualGRPOTrainer
 from tiny_models import build_tiny_lm
@@ -245,8 +245,8 @@ def test_only_a_run_that_may_skip_rounds_gets_the_trainer_that_skips():
 
 
 def test_a_rejoin_line_makes_peers_forget_what_the_policy_did_before(tmp_path):
-    from mutualrl.see.offlock.staleness import has_reached
-    from mutualrl.see.offlock.consumption import rejoin_pool
+    from mutualrl.see.async_rounds.staleness import has_reached
+    from mutualrl.see.async_rounds.consumption import rejoin_pool
 
     fast, slow = client(tmp_path, "fast", timeout=0.3), client(tmp_path, "slow")
     publish(slow, *range(11))  # the crashed run got to round 10 ...

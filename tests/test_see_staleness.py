@@ -10,11 +10,11 @@ import pytest
 
 from mutualrl.see.errors import PeerFailedError, PeerTimeoutError
 from mutualrl.see.exchange import ExperienceExchange
-from mutualrl.see.offlock.staleness import choose_peer_round
+from mutualrl.see.async_rounds.staleness import choose_peer_round
 from see_synthetic import synthetic_batch
 from mutualrl.see.consumption_log import read_consumption
 from mutualrl.see.lockstep import LockStepConsumption
-from mutualrl.see.offlock.consumption import BoundedConsumption
+from mutualrl.see.async_rounds.consumption import BoundedConsumption
 from mutualrl.fault_injection import step_delay
 
 POLICIES = ["fast", "slow"]
@@ -279,15 +279,15 @@ exchange = ExperienceExchange(sys.argv[1], "run", names[0], policies=names)
 adapter = make_regime_adapter(config, names[0], exchange)
 args = SimpleNamespace(steps_per_generation=1, num_iterations=1, gradient_accumulation_steps=1)
 adapter.bind(SimpleNamespace(accelerator=None, args=args))
-print(type(adapter.consumption).__name__, sorted(m for m in sys.modules if m.endswith("offlock")
-                                                 or ".offlock." in m))
+print(type(adapter.consumption).__name__, sorted(m for m in sys.modules if m.endswith("async_rounds")
+                                                 or ".async_rounds." in m))
 """
 
 
 @pytest.mark.parametrize("overrides, expected", [
     ([], "LockStepConsumption []"),
-    (["see.max_staleness=1"], "BoundedConsumption ['mutualrl.see.offlock', "
-                              "'mutualrl.see.offlock.consumption', 'mutualrl.see.offlock.staleness']"),
+    (["see.max_staleness=1"], "BoundedConsumption ['mutualrl.see.async_rounds', "
+                              "'mutualrl.see.async_rounds.consumption', 'mutualrl.see.async_rounds.staleness']"),
 ])
 @pytest.mark.slow  # over 2 s: outside the fast tier
 def test_a_lock_step_regime_never_imports_the_off_lock_step_layer(tmp_path, overrides, expected):

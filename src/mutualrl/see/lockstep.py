@@ -5,7 +5,7 @@ reads its peers' records of the same step ``i`` (the SEE barrier,
 :meth:`~mutualrl.see.exchange.ExperienceExchange.wait_for`). That is all of this module;
 everything outside lock-step (``see.max_staleness``, ``see.on_peer_failure=continue``,
 ``see.catch_up``, ``see.replay_consumption``, a policy restarted into its pool) is the optional
-:mod:`mutualrl.see.offlock`, which subclasses :class:`LockStepConsumption`; :mod:`mutualrl.see.rounds` chooses
+:mod:`mutualrl.see.async_rounds`, which subclasses :class:`LockStepConsumption`; :mod:`mutualrl.see.rounds` chooses
 between them and reads a round in one call.
 
 Rank 0 of each policy logs every round it read to ``<see>/_consumed/<policy>.jsonl``
@@ -56,7 +56,7 @@ class LockStepConsumption:
 
     lock_step = True
     may_skip = False
-    """Whether rounds may be skipped (only off lock-step, :mod:`mutualrl.see.offlock`)."""
+    """Whether rounds may be skipped (only off lock-step, :mod:`mutualrl.see.async_rounds`)."""
 
     def __init__(self, exchange: ExperienceExchange, peers: list[str], accelerator: Any = None):
         self.exchange = exchange

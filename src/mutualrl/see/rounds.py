@@ -5,7 +5,7 @@ chosen is decided here, once per policy, by :func:`open_consumption`: the paper'
 (:class:`~mutualrl.see.lockstep.LockStepConsumption`: every peer's records of this very step, from the shards the
 SEE barrier found) or, where the run's ``see`` settings leave lock-step (``see.max_staleness``,
 ``see.on_peer_failure=continue``, ``see.catch_up``, ``see.replay_consumption``; beyond the paper, docs/see.md
-"Bounded staleness"), :class:`~mutualrl.see.offlock.consumption.BoundedConsumption`, which may pick an older round,
+"Bounded staleness"), :class:`~mutualrl.see.async_rounds.consumption.BoundedConsumption`, which may pick an older round,
 some peers or none. Every read goes through the exchange's checked shard loader (checksum before read, footer
 before inflation, the rows validated once).
 """
@@ -44,7 +44,7 @@ def open_consumption(exchange: ExperienceExchange, peers: list[str], see: Any, a
     stride)."""
     if see.max_staleness == 0 and see.on_peer_failure == "stop" and not see.replay_consumption:
         return LockStepConsumption(exchange, peers, accelerator=accelerator)
-    from mutualrl.see.offlock.consumption import BoundedConsumption
+    from mutualrl.see.async_rounds.consumption import BoundedConsumption
 
     return BoundedConsumption(exchange, peers, see.max_staleness, see.on_peer_failure, accelerator=accelerator,
                               replay=see.replay_consumption, catch_up=see.catch_up,

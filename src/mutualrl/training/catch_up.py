@@ -1,7 +1,7 @@
 """The trainer of a policy that may skip whole exchange rounds (``see.catch_up``; beyond the paper, optional).
 
 A policy that persistently keeps faster peers waiting skips rounds instead (docs/see.md, "Catching
-up"; the decision is :meth:`mutualrl.see.offlock.consumption.BoundedConsumption.skip_round`). TRL's
+up"; the decision is :meth:`mutualrl.see.async_rounds.consumption.BoundedConsumption.skip_round`). TRL's
 Trainer has no hook for "this optimizer step does nothing", so :class:`CatchUpTrainer` overrides the
 one method a step goes through, ``training_step``; the worker builds it only where rounds may be
 skipped (:func:`trainer_class`), so a lock-step run's trainer is :class:`MutualGRPOTrainer` unchanged.

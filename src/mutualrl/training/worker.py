@@ -229,7 +229,7 @@ def open_exchange(config: Any, paths: RunPaths, policy: Any, rank: int, world_si
     )
     if os.environ.get(REJOIN_ENV):  # restarted into the running pool: peers readmit us once we catch up
         from mutualrl.see.rounds import round_stride
-        from mutualrl.see.offlock.consumption import rejoin_pool
+        from mutualrl.see.async_rounds.consumption import rejoin_pool
 
         rejoin_pool(exchange, resume_from, round_stride(args, required=False))
     start_heartbeat_thread(exchange)  # beats through long steps: silence means stopped or frozen

@@ -1,14 +1,14 @@
 """Which peer round each training step reads, and which peers are still in the pool, off lock-step.
 
 With ``see.max_staleness = S > 0``, ``see.on_peer_failure = continue`` or ``see.replay_consumption``,
-rank 0 of the policy decides, through :func:`mutualrl.see.offlock.staleness.choose_peer_round`, which
+rank 0 of the policy decides, through :func:`mutualrl.see.async_rounds.staleness.choose_peer_round`, which
 peer round to read (waiting only for a peer more than S rounds behind) and drops a failed peer under
 ``continue``. It logs each decision to ``<see>/_consumed/<policy>.jsonl``; the other ranks poll that
 line (files, like the SEE barrier: no collective with its own timeout), so every rank reads the same
 round, and a run can be replayed and audited.
 
 With ``see.catch_up`` rank 0 also decides, at the start of each round, whether to skip it
-(:func:`mutualrl.see.offlock.staleness.catch_up_target`: a peer persistently faster than this policy
+(:func:`mutualrl.see.async_rounds.staleness.catch_up_target`: a peer persistently faster than this policy
 would otherwise keep waiting for it) and logs the skipped span, which the peers read.
 """
 
@@ -35,7 +35,7 @@ from mutualrl.see.consumption_log import (
 from mutualrl.see.errors import PeerFailedError, PeerTimeoutError
 from mutualrl.see.liveness import HeartbeatWatch
 from mutualrl.see.lockstep import LockStepConsumption, PeerRound
-from mutualrl.see.offlock.staleness import catch_up_target, choose_peer_round, has_reached, round_seconds
+from mutualrl.see.async_rounds.staleness import catch_up_target, choose_peer_round, has_reached, round_seconds
 
 log = logging.getLogger("mutualrl.consumption")
 
