@@ -57,7 +57,8 @@ OFF_WALK = ("regimes/offlock.py", "see/offlock/", "see/async_rounds/",  # the se
             "SGTAdapter.warn_thresholds", "SGTAdapter.transform_stale", "RegimeAdapter.transform_stale",
             "RegimeAdapter.bind", "ExperienceExchange.__init__", "ExperienceExchange.__repr__")
 SIDE_CONCERNS = (  # on walk 1 but never touching the payload: heartbeats, logs of rounds, provenance, metrics
-    "see/liveness.py", "see/consumption_log.py", "see/provenance.py", "training/no_signal.py", "training/trl_metrics.py",
+    "see/liveness.py", "see/consumption_log.py", "see/provenance.py", "training/trl_metrics.py",
+    "training/no_signal.py", "training/reward_signal_watch.py",  # the first name until 2026-11-27
     "rank_metrics.py", "quantile_sketch.py",  # of regimes/core/ (of regimes/ before issue 69)
     "RegimeAdapter.log_step", "RegimeAdapter.prune_records",
     "ExperienceExchange.heartbeat", "ExperienceExchange.prune", "LockStepConsumption.log_round")

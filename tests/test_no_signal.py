@@ -11,7 +11,7 @@ from rich.console import Console
 
 from mutualrl.launch.supervise.runner import PoolRunner
 from mutualrl.launch.supervise.worker_output import stop_reason
-from mutualrl.training.no_signal import NoRewardError, NoSignalWatch, group_shares, no_signal_note
+from mutualrl.training.reward_signal_watch import NoRewardError, NoSignalWatch, group_shares, no_signal_note
 
 
 def test_group_shares_count_flat_and_all_fail_groups():
@@ -169,7 +169,7 @@ def blind_step_watched(adapters, peer_rewards, stop_after, steps):
 def test_sgt_rescuing_a_policy_blind_on_every_prompt_is_not_stopped(thl_tokenizers, tmp_path):
     """tiny-bpe answers every prompt `?` (its blind spot) and SGT rescues it with tiny-sp's answers: the stop
     after 2 unscored steps does not fire while they are rescued; with no peer success it does."""
-    from mutualrl.training.no_signal import NoRewardError
+    from mutualrl.training.reward_signal_watch import NoRewardError
     from test_regimes_seam import pool_of
 
     recorded = blind_step_watched(pool_of(tmp_path / "rescued", thl_tokenizers, "sgt"), [0.0, 1.0, 1.0, 0.0],

@@ -69,7 +69,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         self.policy_name = policy_name
         self.regime = regime
         self._step_rollouts: StepRollouts | None = None  # built in _calculate_rewards, taken once per step
-        self.no_signal: Any = None  # training.no_signal.NoSignalWatch, made at the first step
+        self.no_signal: Any = None  # training.reward_signal_watch.NoSignalWatch, made at the first step
         self.generation_delay: tuple[float, str | None] = (0.0, None)  # (seconds, "even" | "odd" | None)
         self.policy_logps: torch.Tensor | None = None  # [B, C] of TRL's loss forward, inside compute_loss only
         self._capture_policy_logps = False
@@ -114,8 +114,8 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
     def watch_signal(self, rollouts: StepRollouts) -> None:
         """Log the all-fail share; once, after several steps with no reward spread, what was seen (with this rank's
         first completion as TRL decoded it); stop after ``task.stop_after_no_reward_steps`` steps in which nothing
-        scored (training/no_signal.py)."""
-        from mutualrl.training.no_signal import ALL_FAIL_KEY, NoSignalWatch
+        scored (training/reward_signal_watch.py)."""
+        from mutualrl.training.reward_signal_watch import ALL_FAIL_KEY, NoSignalWatch
 
         if self.no_signal is None:  # resumed: the lowest mean reward logged before stands for the rewards seen
             means = [h["reward"] for h in self.state.log_history if isinstance(h.get("reward"), (int, float))

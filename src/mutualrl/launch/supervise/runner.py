@@ -141,7 +141,7 @@ class PoolRunner:
 
     def _say_no_signal(self, rows: list[dict[str, Any]]) -> None:
         """Once per policy, on the progress display: several logged steps without reward spread in any group."""
-        from mutualrl.training.no_signal import PATIENCE, no_signal_note
+        from mutualrl.training.reward_signal_watch import PATIENCE, no_signal_note
 
         for row in rows:
             name = str(row.get("policy"))

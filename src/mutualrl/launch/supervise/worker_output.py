@@ -97,7 +97,7 @@ def storage_reason(log_path: Path, returncode: int, root: Path) -> str | None:
 def stop_reason(log_path: Path) -> str | None:
     """A worker that stopped its policy on purpose (nothing scored for ``task.stop_after_no_reward_steps`` steps):
     its one-line error, the last ``error:`` line of its log. None for any other exit."""
-    from mutualrl.training.no_signal import NO_REWARD
+    from mutualrl.training.reward_signal_watch import NO_REWARD
 
     for line in reversed(tail(log_path, 5).splitlines()):
         if line.startswith("error: policy ") and NO_REWARD in line:
