@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from mutualrl.regimes.core.grpo import group_advantages, prp_pooled_advantages
 from mutualrl.regimes.core.importance import ratio_statistics
-from mutualrl.evaluation.usability import USABILITY_CELLS, regime_usability
+from mutualrl.evaluation.channel_decomposition import USABILITY_CELLS, regime_usability
 
 EPS = 1e-4
 

@@ -247,7 +247,7 @@ USABILITY_LABELS = {
     "sgt_only": "Only SGT",
     "prp+sgt": "PRP and SGT, not XGRPO",
 }
-"""Row label of each cell of :data:`mutualrl.evaluation.usability.USABILITY_CELLS` (which says what a cell is), in
+"""Row label of each cell of :data:`mutualrl.evaluation.channel_decomposition.USABILITY_CELLS` (which says what a cell is), in
 the table's order: the paper's :data:`PAPER_ROWS` rows, then the combinations the paper does not list."""
 
 PAPER_ROWS = 6
@@ -278,14 +278,14 @@ def usability_table(
       ``prp_ratios`` ``{(prompt_id, learner): [ratio, ...]}`` to fill the PRP column,
       otherwise it is reported as not available and rows are split by XGRPO x SGT only.
 
-    Each (prompt, learner) is decided by :func:`mutualrl.evaluation.usability.regime_usability`, the one
+    Each (prompt, learner) is decided by :func:`mutualrl.evaluation.channel_decomposition.regime_usability`, the one
     definition (GRPO's sample std in both advantages; it says why). With eval results (K = 1 per policy,
     0/1 rewards) XGRPO-usable means the policies disagree on the prompt and SGT-usable means the learner
     failed where a peer succeeded. Every policy must have the same number of rollouts of a prompt.
     """
     import torch  # local: the other tables need no torch
 
-    from mutualrl.evaluation.usability import regime_usability
+    from mutualrl.evaluation.channel_decomposition import regime_usability
 
     counts: dict[tuple[bool | None, bool, bool], int] = {}
     per_learner: dict[str, dict[str, int]] = {}
@@ -339,7 +339,7 @@ def _usability_rows(counts: Mapping[tuple[bool | None, bool, bool], int], total:
     """The rows of :func:`usability_table` from its counts per (PRP, XGRPO, SGT) usability: the paper's rows when
     the PRP column is known (a combination it does not list only when it occurs), else XGRPO x SGT ("Only SGT"
     only when it occurs)."""
-    from mutualrl.evaluation.usability import USABILITY_CELLS  # torch: imported where usability_table needs it
+    from mutualrl.evaluation.channel_decomposition import USABILITY_CELLS  # torch: imported where usability_table needs it
 
     rows = []
     if prp_known:

@@ -8,7 +8,7 @@ THL ('peer', corrected). The clipped surrogate itself is TRL's (``GRPOTrainer._c
 this module only supplies what goes into it (the pooled advantages are
 :func:`mutualrl.regimes.core.grpo.prp_pooled_advantages`, shared with XGRPO; the diagnostics of App.
 "Importance-ratio distribution under the THL-aligned denominator" are :mod:`mutualrl.regimes.core.importance`, shared
-with HACPO; the channel decomposition of the three regimes is :mod:`mutualrl.evaluation.usability`).
+with HACPO; the channel decomposition of the three regimes is :mod:`mutualrl.evaluation.channel_decomposition`).
 """
 
 from __future__ import annotations
