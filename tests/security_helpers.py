@@ -45,18 +45,18 @@ def joining_machine(monkeypatch: pytest.MonkeyPatch) -> Callable[..., list]:
     from rich.console import Console
 
     from mutualrl.api import load_config
-    from mutualrl.launch import join as join_module
+    from mutualrl.launch import secondary_machine
     from mutualrl.launch.plan import launch_plan
 
     started: list = []
-    monkeypatch.setattr(join_module, "addresses", lambda session: None)
-    monkeypatch.setattr(join_module, "check_same_plan", lambda mine, machine0: None)
-    monkeypatch.setattr(join_module, "run_pool", lambda config, plan, *rest: started.append(plan))
+    monkeypatch.setattr(secondary_machine, "addresses", lambda session: None)
+    monkeypatch.setattr(secondary_machine, "check_same_plan", lambda mine, machine0: None)
+    monkeypatch.setattr(secondary_machine, "run_pool", lambda config, plan, *rest: started.append(plan))
     monkeypatch.setattr(launch_plan.LaunchPlan, "read", staticmethod(lambda root: None))
 
     def run(paths: RunPaths, *overrides: str) -> list:
         own = load_config("tiny", overrides=["launch.nodes=2", "launch.machine_rank=1", *overrides])
-        join_module.run_machine(own, paths, Console(quiet=True), {}, None)
+        secondary_machine.run_machine(own, paths, Console(quiet=True), {}, None)
         return started
 
     return run

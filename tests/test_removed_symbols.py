@@ -40,6 +40,7 @@ MOVED_INSIDE_SRC = {
     "see/offlock/staleness.py": "see/async_rounds/staleness.py",
     "training/no_signal.py": "training/reward_signal_watch.py",
     "evaluation/usability.py": "evaluation/channel_decomposition.py",
+    "launch/join.py": "launch/secondary_machine.py",
     "pools/safe_load.py": "trust/checkpoint_pickles.py",
     "see/binding.py": "trust/exchange_binding.py",
     "see/inspect.py": "ops/exchange_inspect.py",

@@ -1,7 +1,7 @@
 """``mutualrl train``: plan, start and watch a pool, in three subpackages (docs/architecture.md, docs/launch.md).
 
 - :mod:`~mutualrl.launch.run`: the command flow of machine 0, top to bottom (resolve, prepare, plan, run,
-  summarise); :mod:`~mutualrl.launch.join`: the flow of the other machines of a run.
+  summarise); :mod:`~mutualrl.launch.secondary_machine`: the flow of the other machines of a run.
 - :mod:`~mutualrl.launch.plan.launch_plan`: pure planning, everything ``--dry-run`` shows (MWRA placement, batching and
   cadence, commands, configs, checks, rendering). Imports neither of the other two.
 - :mod:`~mutualrl.launch.supervise`: start, watch, restart and stop the policy processes; the pool loop every

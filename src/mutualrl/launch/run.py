@@ -304,7 +304,7 @@ def _train_one(options: TrainOptions, console: Console) -> int:
             console.print(f"plan written to {options.save_plan}", highlight=False)
         return 0
     if config.launch.machine_rank > 0:  # another machine of a multi-machine run: join machine 0's run
-        from mutualrl.launch.join import join_run
+        from mutualrl.launch.secondary_machine import join_run
 
         return join_run(config, paths, console)
 

@@ -2,7 +2,7 @@
 
 ``make_launch_plan`` decides everything the parent ``mutualrl train`` needs before a
 process starts, each policy's final GRPOConfig arguments included; ``LaunchPlan.write(run_dir)``
-puts ``RUN/launch/plan.json`` (the record; machines K > 0 check theirs against it, launch/join.py),
+puts ``RUN/launch/plan.json`` (the record; machines K > 0 check theirs against it, launch/secondary_machine.py),
 each policy's ``RUN/launch/<policy>.grpo.json`` (the one file a worker reads of the plan: its
 ``GRPOConfig(**...)``, training/grpo_args.py) and the accelerate / DeepSpeed files there;
 ``render_plan`` prints it for ``mutualrl train --dry-run``.

@@ -4,8 +4,8 @@
 trusted"), so a setting there that would make the resumed run send something elsewhere (the Hub, a tracker, a vLLM
 server, an exchange folder outside the run, another machine's rendezvous) is taken only when the command running now
 gives it again (``--set``, or the option that sets it); otherwise the resume is refused in one line naming the file
-and the fields. A machine joining a run compares the whole shared config with its own (``launch/join.py``), so there
-every such setting comes from its own command as well.
+and the fields. A machine joining a run compares the whole shared config with its own
+(``launch/secondary_machine.py``), so there every such setting comes from its own command as well.
 """
 
 from __future__ import annotations

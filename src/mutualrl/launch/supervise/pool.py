@@ -1,6 +1,6 @@
 """The pool loop every machine runs: start this machine's workers of a plan and watch them until they end.
 
-Machine 0 (:mod:`mutualrl.launch.run`) and the other machines of a run (:mod:`mutualrl.launch.join`)
+Machine 0 (:mod:`mutualrl.launch.run`) and the other machines of a run (:mod:`mutualrl.launch.secondary_machine`)
 both call :func:`run_pool`; they differ only in what comes before (prepare or join) and after (summary).
 """
 
