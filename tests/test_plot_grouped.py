@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from mutualrl.cli.main import app
 from mutualrl.evaluation import grouped_plot
-from mutualrl.evaluation.report import build_report
+from mutualrl.evaluation.report.build import build_report
 
 SCORES = {"standalone": [[1, 0, 0, 0], [1, 1, 0, 0], [0, 0, 1, 0]], "sgt": [[1, 1, 1, 0], [1, 1, 0, 1], [1, 1, 1, 1]],
           "prp": [[0, 1, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0]]}

@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 from mutualrl.cli.main import app
 from mutualrl.errors import UsageError
-from mutualrl.evaluation.report import build_report
-from mutualrl.evaluation.report_format import FORMATS, render
-from mutualrl.evaluation.report_notes import notes
+from mutualrl.evaluation.report.build import build_report
+from mutualrl.evaluation.report.formats import FORMATS, render
+from mutualrl.evaluation.report.notes import notes
 
 #: Per regime and seed, the held-out scores of tiny-bpe's 6 prompts at the last validation.
 SCORES = {
@@ -163,7 +163,7 @@ def test_report_cli_writes_each_format_and_refuses_a_bad_one(sweep: Path, tmp_pa
 
 
 def test_runs_on_other_versions_are_named_under_the_table_and_in_the_caption(sweep: Path) -> None:
-    from mutualrl.evaluation.report_notes import caption_caveats, notes
+    from mutualrl.evaluation.report.notes import caption_caveats, notes
 
     usual = {"python": "3.11.7", "torch": "2.13.0+cpu", "transformers": "5.24.0", "trl": "1.16.0", "tested_set": "yes"}
     runs = sorted(sweep.iterdir())

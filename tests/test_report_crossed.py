@@ -19,9 +19,9 @@ from typer.testing import CliRunner
 from mutualrl.cli.main import app
 from mutualrl.evaluation.crossed import Components, crossed_stats, half_width, variance_parts
 from mutualrl.evaluation.power import crossed_power, seeds_for_crossed
-from mutualrl.evaluation.report import build_report
-from mutualrl.evaluation.report_caveats import share_text
-from mutualrl.evaluation.report_format import render
+from mutualrl.evaluation.report.build import build_report
+from mutualrl.evaluation.report.caveats import share_text
+from mutualrl.evaluation.report.formats import render
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from report_coverage import SCENARIOS, draw, seed_t_covers  # noqa: E402

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from report_fakes import write_finished_run
 
-from mutualrl.evaluation.report import ALL, apart_from_all, build_report
+from mutualrl.evaluation.report.build import ALL, apart_from_all, build_report
 
 
 def test_a_task_group_named_all_does_not_replace_the_overall_reward(tmp_path: Path) -> None:

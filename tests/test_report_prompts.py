@@ -18,8 +18,8 @@ from mutualrl.cli.main import app
 from mutualrl.errors import UsageError
 from mutualrl.evaluation.grouped_plot import caption
 from mutualrl.evaluation.prompt_paired import difference_matrix
-from mutualrl.evaluation.report import build_report
-from mutualrl.evaluation.report_format import render
+from mutualrl.evaluation.report.build import build_report
+from mutualrl.evaluation.report.formats import render
 
 #: Per regime and seed, tiny-bpe's scores on the same 6 held-out prompts (tiny-sp: the opposite).
 SCORES = {"standalone": {1: [1, 0, 0, 0, 1, 0], 2: [1, 1, 0, 0, 0, 0], 3: [0, 0, 1, 0, 1, 0]},

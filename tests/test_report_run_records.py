@@ -17,9 +17,9 @@ from typer.testing import CliRunner
 
 from mutualrl.cli.main import app
 from mutualrl.evaluation.grouped_plot import caption
-from mutualrl.evaluation.report import build_report
-from mutualrl.evaluation.report_caveats import read_caveats
-from mutualrl.evaluation.report_format import render
+from mutualrl.evaluation.report.build import build_report
+from mutualrl.evaluation.report.caveats import read_caveats
+from mutualrl.evaluation.report.formats import render
 from mutualrl.launch.rundir.record import write_run_json
 from mutualrl.launch.rundir.summary import summarise
 from mutualrl.run_folder import RunPaths

@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from mutualrl.evaluation.power import MAX_SEEDS, seeds_for_t, t_power
-from mutualrl.evaluation.report_stats import (
+from mutualrl.evaluation.report.stats import (
     cell_stats,
     holm,
     paired_improvement,

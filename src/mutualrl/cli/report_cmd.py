@@ -42,10 +42,10 @@ def report(
     mutualrl report sweeps/mine; mutualrl report sweeps/mine --format latex -o table.tex
     """
     from mutualrl.errors import UsageError
-    from mutualrl.evaluation.report import build_report
-    from mutualrl.evaluation.report_format import FORMATS, render
-    from mutualrl.evaluation.report_notes import notes
-    from mutualrl.evaluation.report_table import narrow_note, rich_table
+    from mutualrl.evaluation.report.build import build_report
+    from mutualrl.evaluation.report.formats import FORMATS, render
+    from mutualrl.evaluation.report.notes import notes
+    from mutualrl.evaluation.report.terminal_table import narrow_note, rich_table
 
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")

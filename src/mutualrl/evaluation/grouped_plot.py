@@ -17,9 +17,9 @@ from typing import Any
 
 from mutualrl.atomic_io import write_text_atomic
 from mutualrl.evaluation.plot_style import colors, line_kwargs, pyplot, run_styles, save_figure
-from mutualrl.evaluation.report import ALL, FinalValues, Report, build_report
-from mutualrl.evaluation.report_notes import caption_caveats
-from mutualrl.evaluation.report_stats import INTERVAL_KIND, MIN_RUNS_FOR_INTERVAL, t_interval
+from mutualrl.evaluation.report.build import ALL, FinalValues, Report, build_report
+from mutualrl.evaluation.report.notes import caption_caveats
+from mutualrl.evaluation.report.stats import INTERVAL_KIND, MIN_RUNS_FOR_INTERVAL, t_interval
 from mutualrl.evaluation.results import group_rewards, metric_value
 from mutualrl.run_folder import RunPaths, read_metric_rows
 

@@ -1,6 +1,6 @@
 """Seeds for a stated minimal effect, for the report's own tests: planning, not the post-hoc power of an observed Δ.
 
-A row's test is one of two (``report.py``): the crossed seeds × prompts test of :mod:`.crossed` (a claim about the
+A row's test is one of two (``report/build.py``): the crossed seeds × prompts test of :mod:`.crossed` (a claim about the
 task) or the paired t test over seeds (a claim about these prompts). For each, the seeds needed to detect a stated
 effect ``±effect`` with 80 % probability, taking the observed variance as the truth:
 

@@ -61,8 +61,8 @@ def plan_lines(source: str, effect: float, prompts: Sequence[int] | None = None,
 
 def pilot_lines(pilot: Path, effect: float, prompts: Sequence[int] | None, comparisons: int | None) -> list[str]:
     """One line per comparison of the pilot's ``all`` rows over seeds × prompts, then the assumptions."""
-    from mutualrl.evaluation.report import ALL, HEADLINE, build_report
-    from mutualrl.evaluation.report_notes import components_words
+    from mutualrl.evaluation.report.build import ALL, HEADLINE, build_report
+    from mutualrl.evaluation.report.notes import components_words
 
     report = build_report([pilot])
     rows = [row for row in report.rows if row.task_group == ALL and row.task_delta is not None]

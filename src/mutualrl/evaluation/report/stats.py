@@ -1,5 +1,5 @@
-"""The seed-level statistics of ``mutualrl report``: what holds at the 3-10 seeds a comparison can afford, for a
-claim about *these* held-out prompts (a claim about the task is :mod:`.crossed`'s).
+"""The seed-level statistics of ``mutualrl report``: what holds at the 3-10 seeds a comparison can afford, for a claim
+about *these* held-out prompts (a claim about the task is :mod:`~mutualrl.evaluation.crossed`'s).
 
 - A cell's mean (a group of runs, a policy, a task group): Student's t interval, ``mean ± t(0.975, n−1)·SD/√n``.
   A percentile bootstrap over n runs cannot be wider than their range (at n = 3 it *is* [min, max]) and covers a

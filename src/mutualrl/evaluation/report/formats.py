@@ -1,7 +1,7 @@
 """``mutualrl report``'s formats: markdown, CSV, LaTeX (booktabs) and JSON, every one with the same columns and
-the same notes (:mod:`.report_notes`: what each number is and covers, Holm's families, every caveat): under the
+the same notes (:mod:`.notes`: what each number is and covers, Holm's families, every caveat): under the
 markdown table, as ``#`` lines after the CSV's rows, in the LaTeX caption (ASCII, every symbol escaped), in the
-JSON's ``notes``; the terminal table (:mod:`.report_table`) keeps the identifying columns at any width."""
+JSON's ``notes``; the terminal table (:mod:`.terminal_table`) keeps the identifying columns at any width."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from typing import Any
 import re
 
 from mutualrl.evaluation.power import POWER, seeds_text
-from mutualrl.evaluation.report import Report, ReportRow
-from mutualrl.evaluation.report_notes import CAVEAT_MARK, caveat_causes, notes, row_letters
-from mutualrl.evaluation.report_stats import INTERVAL_KIND
+from mutualrl.evaluation.report.build import Report, ReportRow
+from mutualrl.evaluation.report.notes import CAVEAT_MARK, caveat_causes, notes, row_letters
+from mutualrl.evaluation.report.stats import INTERVAL_KIND
 from mutualrl.evaluation.results import NO_VALUE
 
 FORMATS = ("table", "markdown", "csv", "latex", "json")
@@ -92,7 +92,7 @@ def cells(row: ReportRow, report: Report) -> list[str]:
 
 def render(report: Report, fmt: str) -> str:
     """The report as ``markdown``, ``csv``, ``latex`` or ``json`` text (the terminal's ``table`` is
-    :func:`.report_table.rich_table`; written to a file, the CLI gives it as markdown)."""
+    :func:`.terminal_table.rich_table`; written to a file, the CLI gives it as markdown)."""
     if fmt == "json":
         return json.dumps(to_json(report), indent=1) + "\n"
     if fmt == "csv":

@@ -1,6 +1,7 @@
-"""``mutualrl report``: the final held-out reward@1 of finished runs, grouped (by regime, or any setting), per
-policy and task group, with the seed-level statistics of :mod:`.report_stats`, the crossed seeds × prompts ones of
-:mod:`.crossed`, the plans of :mod:`.power` and the caveats of :mod:`.report_caveats`.
+"""``mutualrl report``: the final held-out reward@1 of finished runs, grouped (by regime, or any setting), per policy
+and task group, with the seed-level statistics of :mod:`.stats`, the crossed seeds × prompts ones of
+:mod:`~mutualrl.evaluation.crossed`, the plans of :mod:`~mutualrl.evaluation.power` and the caveats of
+:mod:`.caveats`.
 
 A run's final value is its last validation: ``RUN/eval/<policy>/step-N.json`` with the largest N (reward@1 over
 every held-out prompt), and its task groups from the validation row of the same step in ``metrics.jsonl``. Runs
@@ -9,9 +10,9 @@ naming the setting, unless ``--by`` names it too. Each group is compared with it
 ``standalone`` group (or ``--baseline``'s regime) with the same values of the other ``--by`` settings.
 
 Each row makes one claim, with one test behind its interval, p and power: about the *task* (new seeds and new
-prompts: :mod:`.crossed`, seeds and prompts crossed) where the runs' per-prompt scores allow it -- the task group
-``all`` -- and about *these prompts* (new seeds only: the paired t over seeds of :mod:`.report_stats`) elsewhere,
-since a prompt record carries no task group. Holm's adjustment runs over two families apart: the headline
+prompts: :mod:`~mutualrl.evaluation.crossed`, seeds and prompts crossed) where the runs' per-prompt scores allow it
+-- the task group ``all`` -- and about *these prompts* (new seeds only: the paired t over seeds of :mod:`.stats`)
+elsewhere, since a prompt record carries no task group. Holm's adjustment runs over two families apart: the headline
 comparisons (``all``) and the task-group ones.
 """
 
@@ -27,9 +28,9 @@ from mutualrl.errors import DataError, UsageError
 from mutualrl.evaluation.crossed import Crossed, crossed_stats, score_matrix
 from mutualrl.evaluation.power import ALPHA, seeds_for_crossed, seeds_for_t
 from mutualrl.evaluation.prompt_paired import difference_matrix
-from mutualrl.evaluation.report_caveats import RunCaveats, cell_caveats, read_caveats
+from mutualrl.evaluation.report.caveats import RunCaveats, cell_caveats, read_caveats
 from mutualrl.evaluation.run_versions import version_notes
-from mutualrl.evaluation.report_stats import CellStats, PairedStats, cell_stats, holm, paired_stats
+from mutualrl.evaluation.report.stats import CellStats, PairedStats, cell_stats, holm, paired_stats
 from mutualrl.evaluation.results import ModelEvalResult, group_rewards, step_files
 from mutualrl.evaluation.run_settings import (
     KEY_ALIASES,
@@ -331,7 +332,7 @@ def pairing_caveat(label: str, base: str, policy: str, ours: dict[Any, dict[str,
     """A line when a run and the baseline's run of the same seed scored different held-out prompts (other
     ``validation.limit``, other data): their per-seed Δ then compares different prompts, and the prompt-paired
     interval rests on the prompts both scored only (none: no such interval). None when every pair scored the same."""
-    from mutualrl.evaluation.report_caveats import seeds_text
+    from mutualrl.evaluation.report.caveats import seeds_text
 
     seeds = sorted(set(ours) & set(theirs), key=str)
     differ = [seed for seed in seeds if ours[seed].keys() != theirs[seed].keys()]
@@ -385,7 +386,7 @@ def adjust_holm(report: Report) -> None:
 
 def plan_seeds(report: Report, effect: float) -> None:
     """Each comparison's seeds for 80 % power to detect ``±effect`` with its own test, at Holm's first threshold
-    α/m of its family (:mod:`.power`), from the observed variance: the crossed components over the row's prompts
+    α/m of its family (:mod:`~mutualrl.evaluation.power`), from the observed variance: the crossed components over the row's prompts
     for a task row, the SD of the per-seed differences for a prompts row."""
     for row in report.rows:
         if row.vs_baseline is None:

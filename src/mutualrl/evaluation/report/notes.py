@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from mutualrl.evaluation.crossed import Components
 from mutualrl.evaluation.power import ALPHA, POWER, plan_options, plan_words
-from mutualrl.evaluation.report import ALL, HEADLINE, PROMPTS, TASK, TASK_GROUPS, Report, ReportRow
-from mutualrl.evaluation.report_caveats import cause_of
-from mutualrl.evaluation.report_stats import FEW_RUNS, INTERVAL_KIND, MIN_RUNS_FOR_IQM, t_quantile
+from mutualrl.evaluation.report.build import ALL, HEADLINE, PROMPTS, TASK, TASK_GROUPS, Report, ReportRow
+from mutualrl.evaluation.report.caveats import cause_of
+from mutualrl.evaluation.report.stats import FEW_RUNS, INTERVAL_KIND, MIN_RUNS_FOR_IQM, t_quantile
 
 CAVEAT_MARK = "†"
 #: The cause of a line about runs on other library versions (``run_versions``), lettered like the others.

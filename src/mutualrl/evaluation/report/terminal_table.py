@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from mutualrl.evaluation.report import Report, ReportRow
-from mutualrl.evaluation.report_format import cells, comparison_cells, group_header, headers, interval, number
-from mutualrl.evaluation.report_format import p_text, policy_cell, signed
+from mutualrl.evaluation.report.build import Report, ReportRow
+from mutualrl.evaluation.report.formats import cells, comparison_cells, group_header, headers, interval, number
+from mutualrl.evaluation.report.formats import p_text, policy_cell, signed
 
 #: A name column is as wide as its longest value up to this many characters, and folds beyond.
 NAME_WIDTH = 24

@@ -8,7 +8,7 @@ Read from ``RUN/summary.json`` (``peer_samples_used``, ``warnings``, ``restarted
 written by :mod:`mutualrl.launch.rundir.summary`) and ``RUN/run.json`` (``resumes``; written by
 :mod:`mutualrl.launch.rundir.record`), and shown as a mark beside the row and a line under every table and in the
 figure caption. A record without these fields (an older run) has none of these caveats. Each line has a cause
-(:func:`cause_of`), and every format marks a row with a footnote letter per cause (``report_notes``).
+(:func:`cause_of`), and every format marks a row with a footnote letter per cause (``report.notes``).
 """
 
 from __future__ import annotations
