@@ -52,7 +52,7 @@ def test_a_worker_started_as_planned_takes_no_library_from_its_working_directory
 
 
 def test_a_sweep_run_and_a_slurm_task_start_python_in_safe_path_mode(tmp_path):
-    from mutualrl.launch.sweep import SweepSpec, train_command
+    from mutualrl.launch.sweep.grid import SweepSpec, train_command
     from mutualrl.launch.verified_submit import python_command
 
     assert python_command("/usr/bin/python3", ["ab"]).startswith("/usr/bin/python3 -P ")

@@ -17,7 +17,7 @@ from mutualrl import fault_injection
 from fake_policies import FAKE_POLICY, StoppedAtStep
 from mutualrl.launch.supervise.runner import PolicyProcess, PoolSettings
 from mutualrl.launch.supervise.stop_grace import StepTimes, StopBudget, planned_save_gib, stop_grace_s, warning_s
-from mutualrl.launch.sweep_slurm import SlurmOptions, stop_signal
+from mutualrl.launch.sweep.slurm import SlurmOptions, stop_signal
 from mutualrl.run_folder import RunPaths
 
 pytestmark = pytest.mark.user_start  # its workers start as a user's run starts them (tests/conftest.py)
@@ -112,7 +112,7 @@ def test_a_policy_slower_to_save_than_the_floor_saves_its_step_in_flight_within_
 SUBMITIT_TASK = """
 import signal, sys
 signal.signal(signal.SIGUSR2, lambda *a: sys.exit(3))  # submitit's handler: ends the task (and Slurm its step)
-from mutualrl.launch.sweep_slurm import train_job
+from mutualrl.launch.sweep.slurm import train_job
 train_job([sys.executable, '-c', {run!r}, {out!r}], {cwd!r})
 """
 

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from mutualrl.cli.main import app
 from mutualrl.errors import UsageError
-from mutualrl.launch.sweep import SweepSpec, parse_grid, read_grid_file, train_command
-from mutualrl.launch.sweep_slurm import SlurmOptions, submit_array
+from mutualrl.launch.sweep.grid import SweepSpec, parse_grid, read_grid_file, train_command
+from mutualrl.launch.sweep.slurm import SlurmOptions, submit_array
 from user_folders import USER_TASK, make_user_folder
 
 
@@ -141,7 +141,7 @@ def test_a_task_cancelled_by_submitits_local_executor_passes_the_stop_on_to_its_
     # SIGINT's default handler, as in a task started from a terminal: a suite started in the background (`cmd &`)
     # hands its children SIGINT ignored, and Python then keeps it ignored.
     task = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-            "from mutualrl.launch.sweep_slurm import train_job; "
+            "from mutualrl.launch.sweep.slurm import train_job; "
             f"train_job([sys.executable, '-c', {STOPPABLE_RUN!r}, {str(got)!r}], {str(tmp_path)!r})")
     proc = subprocess.Popen([sys.executable, "-c", task], stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
@@ -158,7 +158,7 @@ def test_a_cancel_while_the_run_starts_is_held_until_the_run_is_known(monkeypatc
     the stop on to that run instead of leaving it unknown."""
     import signal
 
-    from mutualrl.launch import sweep_slurm
+    from mutualrl.launch.sweep import slurm
 
     started = object()
 
@@ -166,12 +166,12 @@ def test_a_cancel_while_the_run_starts_is_held_until_the_run_is_known(monkeypatc
         os.kill(os.getpid(), signal.SIGINT)  # the cancel arrives while the child starts
         return started
 
-    monkeypatch.setattr(sweep_slurm.subprocess, "Popen", popen_interrupted)
+    monkeypatch.setattr(slurm.subprocess, "Popen", popen_interrupted)
     # the task's own SIGINT handler is Python's default (another in-process test, or a suite started in the
     # background, may have left this process another one)
     suite_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        assert sweep_slurm.start_holding_sigint(["x"], ".", None) == (started, True)
+        assert slurm.start_holding_sigint(["x"], ".", None) == (started, True)
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     finally:
         signal.signal(signal.SIGINT, suite_handler)

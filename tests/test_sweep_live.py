@@ -18,9 +18,9 @@ from typer.testing import CliRunner
 
 from mutualrl.cli.main import app
 from mutualrl.launch.rundir.lock import RunLock
-from mutualrl.launch.sweep import SweepSpec
-from mutualrl.launch.sweep_live import JOBS_RECORD, live_runs, record_jobs, slurm_states
-from mutualrl.launch.sweep_slurm import SlurmOptions, submit_array
+from mutualrl.launch.sweep.grid import SweepSpec
+from mutualrl.launch.sweep.live import JOBS_RECORD, live_runs, record_jobs, slurm_states
+from mutualrl.launch.sweep.slurm import SlurmOptions, submit_array
 from user_folders import USER_TASK, make_user_folder
 
 ARGS = ["sweep", "--regimes", "standalone,sgt", "--seeds", "1", "--max-steps", "2", "-o", "sw",

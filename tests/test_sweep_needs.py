@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 
 from mutualrl.cli.main import app
 from mutualrl.errors import UsageError
-from mutualrl.launch.sweep_needs import task_cache_env, task_gpus
-from mutualrl.launch.sweep_slurm import train_job
+from mutualrl.launch.sweep.task_needs import task_cache_env, task_gpus
+from mutualrl.launch.sweep.slurm import train_job
 from user_folders import USER_TASK, make_user_folder
 
 SETS = [x for s in USER_TASK for x in ("--set", s)]
@@ -167,8 +167,8 @@ def test_submitits_local_executor_task_refuses_another_cache(user_folder: Path,
     models fails before its run starts, its log ending in the one line that says why."""
     from submitit.core.utils import FailedJobError
 
-    from mutualrl.launch.sweep import SweepSpec, train_command
-    from mutualrl.launch.sweep_slurm import SlurmOptions, submit_array
+    from mutualrl.launch.sweep.grid import SweepSpec, train_command
+    from mutualrl.launch.sweep.slurm import SlurmOptions, submit_array
 
     spec = SweepSpec(user_folder / "sw", ["standalone"], [1], max_steps=1, sets=USER_TASK)
     commands = [[*train_command(spec, point, resume=False), "--dry-run"] for point in spec.points()]

@@ -31,11 +31,11 @@ STAND_IN_SWEEP = '''
 import sys, time
 from pathlib import Path
 from rich.console import Console
-from mutualrl.launch import sweep
+from mutualrl.launch.sweep import grid
 out = Path(sys.argv[1])
-sweep.train_command = lambda spec, point, resume: [sys.executable, str(out / "run.py"), str(out)]
-spec = sweep.SweepSpec(folder=out / "SW", regimes=["standalone"], seeds=[1], grid=[], pool="tiny", max_steps=1)
-sweep.start_point(spec, spec.points()[0], False, 1, Console(file=open("/dev/null", "w")))
+grid.train_command = lambda spec, point, resume: [sys.executable, str(out / "run.py"), str(out)]
+spec = grid.SweepSpec(folder=out / "SW", regimes=["standalone"], seeds=[1], grid=[], pool="tiny", max_steps=1)
+grid.start_point(spec, spec.points()[0], False, 1, Console(file=open("/dev/null", "w")))
 time.sleep(60)
 '''
 

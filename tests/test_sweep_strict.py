@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from mutualrl.cli.main import app
 from mutualrl.errors import UsageError
-from mutualrl.launch.sweep import read_grid_file
+from mutualrl.launch.sweep.grid import read_grid_file
 from user_folders import USER_TASK, make_user_folder
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from mutualrl.launch.sweep import SweepSpec
-from mutualrl.launch.sweep_slurm import SlurmOptions, submit_array
+from mutualrl.launch.sweep.grid import SweepSpec
+from mutualrl.launch.sweep.slurm import SlurmOptions, submit_array
 
 
 class Planted:

@@ -15,7 +15,7 @@ points, to any file the user can write. Every command that writes (``plot``, ``r
 
 A folder a command picks itself in the working directory (``eval``'s ``eval-results/``) is checked and made with
 :func:`folder_inside` from the working directory, as is a folder a library writes into for it (a sweep's
-``slurm/`` and each job's folder in it, :mod:`mutualrl.launch.sweep_slurm`).
+``slurm/`` and each job's folder in it, :mod:`mutualrl.launch.sweep.slurm`).
 
 Files are then replaced with :func:`mutualrl.atomic_io.write_atomic`: its rename replaces a link at the final name,
 never writes through it. ``mutualrl see`` writes nothing.

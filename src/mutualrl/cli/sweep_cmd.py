@@ -83,7 +83,7 @@ def sweep(
     """
     from mutualrl.errors import UsageError
     from mutualrl.launch.run import DEFAULT_POOL
-    from mutualrl.launch.sweep import SweepSpec, parse_grid, read_grid_file
+    from mutualrl.launch.sweep.grid import SweepSpec, parse_grid, read_grid_file
 
     if any(value is not None for value in (plan_seeds, min_effect, plan_prompts, plan_comparisons)):
         raise typer.Exit(print_plan(plan_seeds, min_effect, plan_prompts, plan_comparisons))
@@ -141,7 +141,7 @@ def slurm_options(slurm: bool, partition: str | None, time_min: int, gpus: int |
         if given:
             raise UsageError(f"{given[0]}: only with --slurm")
         return None
-    from mutualrl.launch.sweep_slurm import SlurmOptions
+    from mutualrl.launch.sweep.slurm import SlurmOptions
 
     return SlurmOptions(partition=partition, time_min=time_min, gpus_per_task=gpus, cpus_per_task=cpus, mem_gb=mem,
                         parallel=parallel, local=local)
@@ -150,11 +150,11 @@ def slurm_options(slurm: bool, partition: str | None, time_min: int, gpus: int |
 def launch(spec: object, jobs: int, dry_run: bool, slurm: object | None) -> int:
     import shlex
 
-    from mutualrl.launch.sweep import plan_sweep, run_sweep
+    from mutualrl.launch.sweep.grid import plan_sweep, run_sweep
 
     if dry_run:
         if slurm is not None:  # the array's resources and cache, checked and said as a submission would
-            from mutualrl.launch.sweep_slurm import plan_array
+            from mutualrl.launch.sweep.slurm import plan_array
 
             states = plan_array(spec, slurm, console, dry_run=True)[1]  # type: ignore[arg-type]
             points = spec.points()  # type: ignore[attr-defined]
@@ -166,7 +166,7 @@ def launch(spec: object, jobs: int, dry_run: bool, slurm: object | None) -> int:
                           highlight=False, soft_wrap=True, markup=False)
         return 0
     if slurm is not None:
-        from mutualrl.launch.sweep_slurm import submit_sweep
+        from mutualrl.launch.sweep.slurm import submit_sweep
 
         submit_sweep(spec, slurm, console)  # type: ignore[arg-type]
         return 0

@@ -2,7 +2,7 @@
 
 submitit's task (``python -m submitit.core._submit FOLDER``) unpickles ``<job>_submitted.pkl`` from the sweep
 folder before any mutualrl code runs; whoever can write that shared folder could swap in a pickle that runs their
-code. So the submitter (:func:`mutualrl.launch.sweep_slurm.digests_in_command`) records the sha256 of every pickle
+code. So the submitter (:func:`mutualrl.launch.sweep.slurm.digests_in_command`) records the sha256 of every pickle
 it writes in the job script's python command, which Slurm copies when the job is submitted::
 
     python -u -m mutualrl.launch.verified_submit <sha256>,<sha256>,... -u -m submitit.core._submit FOLDER

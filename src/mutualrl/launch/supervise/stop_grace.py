@@ -1,5 +1,5 @@
 """How long a stop that saves may take (training/stop_request.py): the launcher's wait after a stop signal before it
-kills the workers, and the warning a Slurm job asks for before its time limit (launch/sweep_slurm.py).
+kills the workers, and the warning a Slurm job asks for before its time limit (launch/sweep/slurm.py).
 
 A policy asked to stop finishes its steps up to the common stop step, then writes its checkpoint; every policy of
 the pool writes at the same time, to the run folder's filesystem. So the launcher waits up to::

@@ -234,7 +234,7 @@ def plan_sweep(spec: SweepSpec, console: Console, extra: dict[str, Any] | Callab
     for point in points:  # a run folder or log planted as a link would take that run's writes out of the sweep
         refuse_links_below(spec.folder, spec.folder / point.name)
         refuse_links_below(spec.folder, spec.folder / LOGS_DIR / f"{point.name}.log")
-    from mutualrl.launch.sweep_live import live_line, live_runs
+    from mutualrl.launch.sweep.live import live_line, live_runs
 
     with console.status("checking the sweep folder's runs ..."):
         states = {p.name: point_state(spec, p, console) for p in points}

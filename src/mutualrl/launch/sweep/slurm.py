@@ -2,7 +2,7 @@
 run, at most ``--slurm-parallel`` at once), with the sweep folder as the only state the jobs share.
 
 The state of every run (reuse, resume, new) is decided here before anything is submitted, as on a laptop; so are
-the resources each task asks for (GPUs: what the runs' settings ask for, :mod:`mutualrl.launch.sweep_needs`), shown
+the resources each task asks for (GPUs: what the runs' settings ask for, :mod:`mutualrl.launch.sweep.task_needs`), shown
 before submission and recorded in ``sweep.json`` with the asset cache. Each array task checks its asset cache, then
 runs its run's ``mutualrl train`` command in the folder the sweep was started from. submitit's local executor runs
 the same array as processes on this machine (``--slurm-local``: how it is tested without Slurm).
@@ -23,8 +23,8 @@ from typing import Any
 from rich.console import Console
 
 from mutualrl.errors import UsageError
-from mutualrl.launch.sweep import SweepPoint, SweepSpec, plan_sweep, train_command
-from mutualrl.launch.sweep_needs import cache_line, cache_record, run_configs, task_cache_env, task_gpus, task_mem_gb
+from mutualrl.launch.sweep.grid import SweepPoint, SweepSpec, plan_sweep, train_command
+from mutualrl.launch.sweep.task_needs import cache_line, cache_record, run_configs, task_cache_env, task_gpus, task_mem_gb
 from mutualrl.output_files import folder_inside, refuse_links_below, write_new_inside
 
 #: Where submitit keeps its job files (scripts, pickles, logs), inside the sweep folder.
@@ -37,9 +37,9 @@ class SlurmOptions:
 
     partition: str | None = None
     time_min: int = 240
-    gpus_per_task: int | None = None  # None: what the runs ask for (sweep_needs.task_gpus); 0 when submitted as is
+    gpus_per_task: int | None = None  # None: what the runs ask for (task_needs.task_gpus); 0 when submitted as is
     cpus_per_task: int = 4
-    mem_gb: int | None = None  # None: the runs' host RAM + a margin (sweep_needs.task_mem_gb); CPU: the partition's
+    mem_gb: int | None = None  # None: the runs' host RAM + a margin (task_needs.task_mem_gb); CPU: the partition's
     parallel: int = 8  # array tasks running at once
     local: bool = False  # submitit's local executor instead of sbatch
     signal_s: int | None = None  # SIGUSR2 this long before the time limit; None: the runs' planned stop (stop_signal)
@@ -289,10 +289,10 @@ def plan_array(spec: SweepSpec, options: SlurmOptions, console: Console, dry_run
 
 def submit_sweep(spec: SweepSpec, options: SlurmOptions, console: Console) -> list[Any]:
     """Decide each run's state and the array's resources, then submit the runs that are neither finished nor live
-    (training, or waiting in the queue: :mod:`mutualrl.launch.sweep_live`) as one array, and record their jobs.
+    (training, or waiting in the queue: :mod:`mutualrl.launch.sweep.live`) as one array, and record their jobs.
     Two submissions of one sweep folder take turns (a lock on ``SWEEP/.sweep-lock``), so the second sees the
     first's jobs."""
-    from mutualrl.launch.sweep_live import record_jobs
+    from mutualrl.launch.sweep.live import record_jobs
 
     with sweep_lock(spec.folder):
         todo, states, options, cache = plan_array(spec, options, console)

@@ -27,7 +27,7 @@ from mutualrl.errors import UsageError
 
 def run_configs(spec: Any) -> list[Any]:
     """One resolved config per regime x grid setting of ``spec`` (a seed changes neither GPUs nor assets)."""
-    from mutualrl.launch.sweep import resolved_config
+    from mutualrl.launch.sweep.grid import resolved_config
 
     seen: dict[tuple[str, tuple[str, ...]], Any] = {}
     for point in spec.points():
