@@ -10,7 +10,7 @@ import warnings
 
 import pytest
 
-from mutualrl.cli.quiet import THIRD_PARTY_LOGGERS, BelowError, quiet_third_party
+from mutualrl.host.quiet_libraries import THIRD_PARTY_LOGGERS, BelowError, quiet_third_party
 
 
 @pytest.fixture()

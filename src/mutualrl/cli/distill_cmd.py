@@ -84,7 +84,7 @@ def distill(
     Fine-tunes the learner's final model on them: its own prompt template, the peer's text retokenized with its tokenizer, SGT's auxiliary NLL offline (no gate, no GRPO).
     Saves the model and prints the learner's held-out reward@1 before and after, per task group.
     """
-    from mutualrl.cli.quiet import quiet_third_party
+    from mutualrl.host.quiet_libraries import quiet_third_party
     from mutualrl.write_failures import storage_errors
     from mutualrl.evaluation.runner import pick_backend, pick_device
     from mutualrl.training.distill import DistillOptions, finish_distill, plan_distill, train_distill

@@ -22,7 +22,7 @@ def doctor(
 ) -> None:
     """Check torch/CUDA/NCCL, GPUs and memory, DeepSpeed, vLLM, flash-attention, trackers, cached assets, hub
     reachability and free disk. Exit 1 when the default tiny pool cannot run here; optional parts only warn."""
-    from mutualrl.cli.quiet import quiet_third_party
+    from mutualrl.host.quiet_libraries import quiet_third_party
     from mutualrl.doctor import run_checks
 
     quiet_third_party()  # DeepSpeed's import-time log line is not a check result

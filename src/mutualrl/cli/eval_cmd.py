@@ -396,7 +396,7 @@ def _quiet_transformers() -> None:
     # and log lines would bury the table.
     from transformers.utils import logging as hf_logging
 
-    from mutualrl.cli.quiet import quiet_third_party
+    from mutualrl.host.quiet_libraries import quiet_third_party
 
     quiet_third_party()
 
