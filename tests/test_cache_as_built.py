@@ -92,3 +92,15 @@ def test_a_named_tokenizer_without_its_vocabulary_is_refused_by_name(tmp_path: P
     with pytest.raises(AssetError) as err:
         fetch_tokenizer("gpt2")
     assert "tokenizer.json: missing (tokenizer 'gpt2' needs tokenizer.json or tokenizer.model)" in str(err.value)
+
+
+def test_fetch_by_kind_takes_only_that_kind_of_the_default_set_and_names_an_unknown_kind() -> None:
+    """The set-up fetches tokenizers and data first (`--kind tokenizer --kind data`), then builds the tiny models
+    in the background (`--kind model`): each call must touch only its kind."""
+    done = CliRunner().invoke(app, ["assets", "fetch", "--kind", "tokenizer", "--kind", "data"])
+    assert done.exit_code == 0, done.output
+    named = [line.split()[2] for line in done.output.splitlines() if line.startswith(("cached", "fetched"))]
+    assert named and all(n.startswith(("tokenizer:", "data:")) for n in named), named
+    assert "data:benchmarks" in named and "tokenizer:gpt2" in named
+    done = CliRunner().invoke(app, ["assets", "fetch", "--kind", "weights"])
+    assert done.exit_code != 0 and "unknown kind weights" in done.output

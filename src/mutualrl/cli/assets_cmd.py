@@ -24,6 +24,9 @@ def fetch(
         None, help="Assets to fetch (see `mutualrl assets list`). Default: what the tiny pool and the tests need."
     ),
     all_assets_flag: bool = typer.Option(False, "--all", help="Fetch every known asset."),
+    kinds: list[str] = typer.Option(
+        None, "--kind", help="Only assets of this kind (tokenizer, model, data, op; repeatable): the set-up fetches "
+        "the tokenizers and data first, then builds the tiny models while the rest installs."),
 ) -> None:
     """Download and cache assets; already cached ones are skipped."""
     from mutualrl.assets.registry import all_assets, get_asset
@@ -34,6 +37,13 @@ def fetch(
         chosen = [get_asset(n) for n in names]
     else:
         chosen = [a for a in all_assets() if a.default]
+    if kinds:
+        known = {a.kind for a in all_assets()}
+        unknown = sorted(set(kinds) - known)
+        if unknown:
+            raise typer.BadParameter(f"unknown kind {', '.join(unknown)}; known: {', '.join(sorted(known))}",
+                                     param_hint="--kind")
+        chosen = [a for a in chosen if a.kind in kinds]
     damaged: list[str] = []
     for asset in chosen:
         if asset.is_cached():
