@@ -210,7 +210,9 @@ def test_hacpo_adapter_writes_eq_6_advantages_and_eq_50_weights(thl_tokenizers, 
     # (-0.5 per peer token): log s = -0.5 + 0.5 * 3/4, -0.5 + 0.5 * 2/4, -0.5 + 0.5 * 2/3, -0.5 + 0.5 * 4/7
     # (s = 0.882, 0.779, 0.846, 0.807). Eq. 50's gradient weight 2 * s^2 inside the band, 0 outside. First update,
     # band [0.8, 1]: rows 0, 2, 3 stay; fourth update, band [0.875, 1]: row 0 only. The fake aggregates as TRL's
-    # loss_type grpo over the 8 rows, so d loss / d logp_t = -(1/8) (1/L) w A on a peer row's token.
+    # loss_type grpo over the 8 rows, and the adapter scales its term by 8/4 (a row weighs what it weighs among the
+    # learner's 4 standalone rows), so d loss / d logp_t = -(1/4) (1/L) w A on a peer row's token.
+    assert learner.row_scale == 2.0
     for update, expected in ((0, [2 * math.exp(-0.25), 0.0, 2 * math.exp(-1 / 3), 2 * math.exp(-3 / 7)]),
                              (3, [2 * math.exp(-0.25), 0.0, 0.0, 0.0])):
         learner.trainer.state.global_step = update
@@ -219,7 +221,7 @@ def test_hacpo_adapter_writes_eq_6_advantages_and_eq_50_weights(thl_tokenizers, 
         learner.extra_loss(learner.trainer.model, merged).backward()
         grad = logps.grad.double()  # [8, T]
         assert grad[:4].abs().sum() == 0  # own rows: TRL's term only
-        weight = -grad[4:].sum(dim=1) * 8 / merged["advantages"][4:].double()  # [4]
+        weight = -grad[4:].sum(dim=1) * 4 / merged["advantages"][4:].double()  # [4]
         torch.testing.assert_close(weight, torch.tensor(expected, dtype=torch.float64), rtol=1e-5, atol=1e-7)
         assert grad[4:][~mask[4:]].abs().sum() == 0  # only the rows' own tokens move
     recorded = learner.trainer.recorded

@@ -235,6 +235,85 @@ def test_hacpo_kl_acts_on_own_rows_only_unless_asked(trainer, hacpo, monkeypatch
     np.testing.assert_allclose(peer_kl[1] - plain[1], np.full(4, 0.5 * (1 - math.exp(-0.3)) / 8), rtol=1e-5)
 
 
+# -- HACPO's normaliser: a row weighs what it weighs in the learner's standalone batch -----------------------------
+OWN_MASK = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])  # two own rows of 4 and 2 tokens
+OWN_ADVANTAGES = [1.0, -0.5]
+MOVED = 0.01  # the learner's log-probs moved since its snapshot: TRL's ratio (and its KL's factor) is not 1
+
+
+def own_and_far_peers(peers: int) -> tuple[dict, np.ndarray]:
+    """The two own rows and ``peers`` peer rows of 4 tokens whose ratio to their source is s = e^-3 per token, below
+    every band (Eq. 50's weight 0): TRL's batch as HACPO's adapter writes it, and the log-probs of its forward."""
+    rows = 2 + peers
+    batch = base_batch(OWN_ADVANTAGES + [1.0, -1.0, 2.0, 0.5][:peers])
+    batch["completion_mask"] = torch.cat([OWN_MASK, torch.ones(peers, 4, dtype=torch.long)])  # [B+N, 4]
+    snapshot = torch.tensor(np.tile(SNAPSHOT, (rows, 1)) - 0.1 * np.arange(rows)[:, None], dtype=torch.float32)
+    batch["num_items_in_batch"] = batch["completion_mask"].sum()  # count_items: every row's tokens
+    batch["old_per_token_logps"] = snapshot
+    batch["ref_per_token_logps"] = snapshot - 0.3
+    batch[PEER_LOGPS] = torch.cat([snapshot[:2], snapshot[2:] + 3.0])  # log s = -3
+    batch[COEFFICIENT] = torch.ones(rows)
+    batch[PEER_ROW] = torch.tensor([False, False] + [True] * peers)
+    batch["tool_mask"] = torch.cat([torch.ones(2, 4, dtype=torch.long), torch.zeros(peers, 4, dtype=torch.long)])
+    return batch, snapshot.double().numpy() + MOVED
+
+
+def standalone_gradient(trainer, monkeypatch, logps: np.ndarray) -> np.ndarray:
+    """The same two own rows in a standalone batch (TRL's loss alone)."""
+    batch = base_batch(OWN_ADVANTAGES)
+    batch["completion_mask"] = OWN_MASK.clone()
+    batch["num_items_in_batch"] = OWN_MASK.sum()
+    snapshot = torch.tensor(logps - MOVED, dtype=torch.float32)
+    batch["old_per_token_logps"], batch["ref_per_token_logps"] = snapshot, snapshot - 0.3
+    monkeypatch.setattr(trainer, "regime", WeightsFromBatch(load_run_config("tiny", regime="standalone",
+                                                                             check_grpo=False).config, "tiny-bpe",
+                                                            exchange=None))
+    return gradient(trainer, monkeypatch, batch, logps)
+
+
+@pytest.mark.parametrize("beta", [0.0, 0.1])
+@pytest.mark.parametrize("loss_type, counted_share", [
+    ("grpo", 2 / 4),  # TRL's mean over the micro-batch's 4 rows, 2 of them own
+    ("dr_grpo", 2 / 4),  # its rows times max_completion_length
+    ("dapo", 6 / 14),  # num_items_in_batch: 6 own tokens of 14
+])
+def test_hacpo_own_rows_train_as_standalone_when_no_peer_row_moves(trainer, hacpo, monkeypatch, loss_type,
+                                                                    counted_share, beta):
+    """Two own rows beside two peer rows outside the band, through TRL's loss and the trainer's compute_loss, the
+    learner moved 0.01 per token since its snapshot, GSPO's ratio with TRL's bias-corrected KL (beta 0.1): the own
+    rows' gradient is standalone GRPO's on the same rows and advantages, to float rounding; the peer rows get none.
+    Without the normaliser (the rows' places counted, as TRL reduces a pooled batch) it was that gradient times the
+    own rows' share of the count, 2/4 (6/14 of the tokens under dapo): half the step on a pool of two."""
+    monkeypatch.setattr(trainer, "loss_type", loss_type)
+    monkeypatch.setattr(trainer, "beta", beta)
+    monkeypatch.setattr(trainer.args, "use_bias_correction_kl", True)
+    batch, logps = own_and_far_peers(2)
+    assert hacpo.standalone_normaliser(batch, 2) == (1.0 if loss_type == "dapo" else 2.0)
+    counted = gradient(trainer, monkeypatch, own_and_far_peers(2)[0], logps)  # row_scale 1: the count alone
+    monkeypatch.setattr(hacpo, "row_scale", hacpo.standalone_normaliser(batch, 2))
+    pooled = gradient(trainer, monkeypatch, batch, logps)
+    alone = standalone_gradient(trainer, monkeypatch, logps[:2])
+    mask = OWN_MASK.bool().numpy()
+    np.testing.assert_allclose(pooled[:2][mask], alone[mask], rtol=1e-6)
+    np.testing.assert_allclose(counted[:2][mask], counted_share * alone[mask], rtol=1e-6)
+    assert not pooled[2:].any() and not counted[2:].any() and not pooled[:2][~mask].any()
+
+
+def test_hacpo_own_and_peer_rows_gradient_by_hand_under_the_standalone_normaliser(trainer, hacpo, monkeypatch):
+    """loss_type grpo, beta 0, at the snapshot (TRL's ratio 1): an own row of L tokens and advantage A gets
+    d loss / d logp_t = -A / (B_own · L), B_own = 2 own rows (not the 4 rows of the batch): -1/8 on row 0's tokens,
+    +0.5/4 on row 1's two. A peer row inside the band, s = 0.9, ω = 1.5, A = 2, of 4 tokens beside one own row:
+    -(1/1)(1/4) ω s² A = -0.6075 per token (Eq. 50's weight 1.215 over the one own row's place, not 2)."""
+    batch, logps = own_and_far_peers(2)
+    monkeypatch.setattr(hacpo, "row_scale", hacpo.standalone_normaliser(batch, 2))
+    grad = gradient(trainer, monkeypatch, batch, logps - MOVED)
+    np.testing.assert_allclose(grad[:2], [[-1 / 8] * 4, [0.5 / 4, 0.5 / 4, 0.0, 0.0]], rtol=1e-6)
+    inside = hacpo_batch(hacpo, math.log(0.9), 2.0, 1.5)
+    monkeypatch.setattr(hacpo, "row_scale", hacpo.standalone_normaliser(inside, 1))
+    grad = gradient(trainer, monkeypatch, inside, np.stack([OWN, SNAPSHOT]))
+    np.testing.assert_allclose(grad[1], np.full(4, -1.5 * 0.81 * 2 / 4), rtol=1e-5)
+
+
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dr_grpo", "dapo", "luspo", "sapo"])
 def test_aggregate_loss_reduces_as_trls_own_loss(trainer, monkeypatch, loss_type):
     """A regime's own term is reduced as TRL reduces its loss: with advantage -1 and the ratio 1, TRL's per-token

@@ -132,14 +132,15 @@ def test_hacpo_without_the_band_tis_truncates_the_rows_above_c(thl_tokenizers, t
     assert recorded["hacpo/from/tiny-sp/truncated_share"] == pytest.approx(above / 4)
     assert recorded["hacpo/from/tiny-sp/filtered_share"] == 0
     # The gradient weight of a peer row: omega * min(s, 3)^2 (alpha 1): -d loss / d logp summed over the row's tokens,
-    # times the 8 rows of the fake's mean, over the advantage (rows of advantage 0 say nothing).
+    # times the 4 own rows whose standalone mean it is (the fake's mean over 8 rows, scaled by 8/4), over the advantage
+    # (rows of advantage 0 say nothing).
     omega = merged[COEFFICIENT][4:].double()  # [4]
     logps = merged["old_per_token_logps"].clone().requires_grad_(True)  # [8, T] the snapshot, as TRL's forward
     learner.trainer.policy_logps = logps
     learner.extra_loss(learner.trainer.model, merged).backward()
     advantages = merged["advantages"][4:].double()  # [4]
     moved = advantages != 0
-    weights = -logps.grad[4:].double().sum(dim=1) * 8 / torch.where(moved, advantages, 1.0)  # [4]
+    weights = -logps.grad[4:].double().sum(dim=1) * 4 / torch.where(moved, advantages, 1.0)  # [4]
     torch.testing.assert_close(weights[moved], (omega * torch.clamp(s, max=3.0) ** 2)[moved], rtol=1e-4, atol=1e-6)
     assert learner.trainer.recorded[("train", "hacpo/from/tiny-sp/used_share")] == [moved.double().mean().item()]
 

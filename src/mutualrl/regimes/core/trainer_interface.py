@@ -144,6 +144,7 @@ class GRPOArgsView(Protocol):
     num_iterations: int
     gradient_accumulation_steps: int
     delta: float | None  # TRL's two-sided clip bound of the ratio (None: off)
+    use_bias_correction_kl: bool  # TRL multiplies its KL term by the importance ratio (HACPO's KL rescaling reads it)
 
 
 class TrainStateView(Protocol):

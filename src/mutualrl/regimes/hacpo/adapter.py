@@ -14,7 +14,10 @@ offer and its own term:
   the log-probs of TRL's own forward at every parameter update: the discrepancy coefficient (Sec. 3.2),
   ``sg[s]^α`` (Sec. 3.3) and the clip band, whose lower bound rises with each update of the step (Sec. 3.4), on the
   current ``s``, the peer row's sequence ratio to the peer's aligned trace; the KL term on own rows only, as the
-  authors' code (``kl_on_peer_rows``); beyond the paper, TIS's cap on ``s``.
+  authors' code (``kl_on_peer_rows``); beyond the paper, TIS's cap on ``s``;
+- the loss's normaliser (:meth:`standalone_normaliser`): every row weighs what a row of the learner's standalone
+  batch weighs, as in the authors' code, whose own and peer rows are each a mean over a standalone-sized mini-batch;
+  TRL's reduction would count the peer rows' places too and scale the own rows' gradient by ``B / (B + N)``.
 """
 
 from __future__ import annotations
@@ -50,6 +53,9 @@ PEER_ROW: Final = "hacpo_peer_row"
 SOURCE: Final = "hacpo_source"
 """Batch rows ``[B]``: the pool index of a peer row's source policy; -1 on own rows (the per-source ``used_share``
 is counted at the loss, where TRL has shuffled and split the rows)."""
+TOKEN_NORMALISED: Final = ("dapo", "cispo", "vespo")
+"""TRL 1.16 loss types whose normaliser is ``num_items_in_batch`` (the generation's completion tokens over the ranks);
+the others (``grpo``, ``sapo``, ``dr_grpo``, ``luspo``; ``bnpo`` is refused) count a micro-batch's rows."""
 
 
 @dataclass
@@ -73,6 +79,7 @@ class HACPOAdapter(PooledRowsAdapter):
         self.capability = torch.ones(len(self.pool_order))  # [M] smoothed capabilities of this step (Eq. 9)
         self.ratios = torch.ones(len(self.pool_order), len(self.pool_order))  # [M, M] ω(k, j) of this step (Eq. 8)
         self.generation_update = 0  # the trainer's optimizer steps when this step's batch was built
+        self.row_scale = 1.0  # this generation's (own + peer rows) / own rows under a row-counting loss_type
         self.loss_use: LossUse | None = None  # this generation's count of the peer rows that moved, until logged
 
     # -- Sec. 3.1 / 3.2: advantages and the capability behind them --------------------------------
@@ -163,9 +170,33 @@ class HACPOAdapter(PooledRowsAdapter):
                                 torch.zeros(m, dtype=torch.float64), torch.zeros(m, dtype=torch.float64))
         own_rows = torch.ones(n_local, step.width, dtype=torch.long, device=device)  # [B, T]
         batch["tool_mask"] = torch.cat([own_rows, torch.zeros_like(step.peer_mask)])  # [B+N, T]: TRL's loss skips peers
+        self.row_scale = self.standalone_normaliser(batch, n_local)
         metrics = self.step_metrics(step, None)
         metrics.update(self.hacpo_metrics(log_s, step.scored))
         return batch, metrics
+
+    def standalone_normaliser(self, batch: GRPOBatch, n_local: int) -> float:
+        """Make the loss's normaliser the learner's standalone batch's, so that a row weighs what it weighs there:
+        under a token-normalised ``loss_type`` ``num_items_in_batch`` counts the own rows' tokens only (over the
+        ranks); under one that counts rows, returns ``(B + N) / B``, the factor by which :meth:`token_weights` and
+        :meth:`extra_loss` scale the rows' terms back (TRL divides each micro-batch by its ``(B + N) / spg`` rows, a
+        standalone run by its ``B / spg``). The authors' code takes each mini-batch's mean over a standalone-sized
+        mini-batch, own rows first, so its own rows' gradient is standalone GSPO's of the same advantages, and a peer
+        row weighs as much as an own row; the count alone (the rows' places) would scale the own rows by
+        ``B / (B + N)``, ½ on a pool of two."""
+        if self.trainer.loss_type in TOKEN_NORMALISED:
+            own_tokens = batch["completion_mask"][:n_local].sum()
+            batch["num_items_in_batch"] = self.trainer.accelerator.gather(own_tokens).sum()
+            return 1.0
+        return batch["completion_mask"].size(0) / n_local
+
+    def token_weights(self, inputs: GRPOBatch) -> torch.Tensor | None:
+        """TRL's policy term on the own rows scaled by :attr:`row_scale` (the peer rows carry none: ``tool_mask``);
+        None outside a pooled training batch or where the normaliser needs no scaling."""
+        if inputs.get(PEER_ROW) is None or self.row_scale == 1.0:
+            return None
+        mask = inputs["completion_mask"]  # [B, T]
+        return torch.full(mask.shape, self.row_scale, dtype=torch.float32, device=mask.device)  # [B, T]
 
     def _reference_logps(self, rows: AppendedRows) -> torch.Tensor:
         """The peer rows' reference log-probs, read only by a KL term on them (``kl_on_peer_rows``): without it TRL's
@@ -185,15 +216,20 @@ class HACPOAdapter(PooledRowsAdapter):
         peer_row = inputs.get(PEER_ROW)
         if peer_row is None:
             return None
+        trainer, scale = self.trainer, self.row_scale
+        own_kl = scale != 1.0 and trainer.beta != 0.0  # TRL's KL on own rows, brought to the standalone normaliser
         if not bool(peer_row.any()):
             self.count_use(model, inputs, torch.zeros_like(peer_row))  # a pass without peer rows is a pass too
-            return None
-        trainer = self.trainer
+            if not own_kl:
+                return None
         logps = trainer.policy_logps  # [B, T] with grad
         if logps is None:
             raise UsageError("regime 'hacpo' needs the log-probs of TRL's own loss forward, which TRL's Liger loss "
                              "does not expose: set grpo.use_liger_kernel=false")
         mask = inputs["completion_mask"]  # [B, T]
+        own_term = self.own_kl_rescale(logps, inputs, scale - 1.0) if own_kl else torch.zeros_like(logps)  # [B, T]
+        if not bool(peer_row.any()):
+            return trainer.aggregate_loss(own_term, mask, inputs)
         log_s = sequence_log_ratio(logps, inputs[PEER_LOGPS].to(logps.dtype), mask)  # [B]
         lower, upper = self.clip_band(trainer.state.global_step - self.generation_update)
         truncation = self.truncation_bound()
@@ -207,7 +243,23 @@ class HACPOAdapter(PooledRowsAdapter):
             ref = inputs["ref_per_token_logps"]  # [B, T]
             kl = torch.exp(ref - logps) - (ref - logps) - 1  # [B, T] TRL's k3
             per_token = per_token + trainer.beta * torch.where(peer_row[:, None], kl, torch.zeros_like(kl))  # [B, T]
-        return trainer.aggregate_loss(per_token, mask, inputs)
+        return trainer.aggregate_loss(scale * per_token + own_term, mask, inputs)
+
+    def own_kl_rescale(self, logps: torch.Tensor, inputs: GRPOBatch, extra: float) -> torch.Tensor:
+        """``extra`` times TRL's KL term on the own rows ``[B, T]`` (0 on peer rows), as TRL computes it (k3 to the
+        reference, times GSPO's sequence ratio under ``use_bias_correction_kl``), so that TRL's term plus this one,
+        reduced alike, is the KL term of the standalone normaliser (:meth:`standalone_normaliser`)."""
+        trainer = self.trainer
+        own = ~inputs[PEER_ROW]  # bool [B]
+        ref = inputs["ref_per_token_logps"]  # [B, T]
+        kl = torch.exp(ref - logps) - (ref - logps) - 1  # [B, T] TRL's k3
+        if trainer.args.use_bias_correction_kl:
+            old = inputs.get("old_per_token_logps")
+            old = logps.detach() if old is None else old  # [B, T]
+            mask = (inputs["completion_mask"] * inputs["tool_mask"]).to(logps.dtype)  # [B, T] TRL's own
+            log_ratio = ((logps - old) * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)  # [B] GSPO's sequence ratio
+            kl = kl * torch.exp(log_ratio)[:, None]  # [B, T]
+        return torch.where(own[:, None], extra * trainer.beta * kl, torch.zeros_like(kl))  # [B, T]
 
     def count_use(self, model: torch.nn.Module, inputs: GRPOBatch, moved: torch.Tensor) -> None:
         """Add this micro-batch's peer rows, and those of them that moved the gradient (``moved``, bool ``[B]``), to
