@@ -56,6 +56,35 @@ def test_imports_only_go_down_the_layers():
     assert upward == []
 
 
+def cli_imports(path: Path) -> list[str]:
+    """The imports of ``mutualrl.cli`` (or a module in it) in ``path``, top level or in a function."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            named = [node.module] + [f"{node.module}.{a.name}" for a in node.names if node.module == "mutualrl"]
+        elif isinstance(node, ast.Import):
+            named = [a.name for a in node.names]
+        else:
+            continue
+        found += [name for name in named if name == "mutualrl.cli" or name.startswith("mutualrl.cli.")]
+    return found
+
+
+def test_nothing_but_the_cli_imports_the_cli():
+    """The command line is the top: no package below it imports ``mutualrl.cli``, nor does ``api.py`` beside it (what
+    a command and the Python API both run lives below them, e.g. ``launch/evaluate.py`` for ``eval``)."""
+    wrong = [f"{path.relative_to(SRC)} imports {module}" for path in sorted(SRC.rglob("*.py"))
+             if package_of(path) not in ("cli", "__main__") for module in cli_imports(path)]
+    assert wrong == []
+
+
+def test_the_cli_import_check_sees_one(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("from mutualrl import cli\ndef f():\n    from mutualrl.cli.eval_cmd import x\n"
+                      "import mutualrl.cli.common\nfrom mutualrl.launch import evaluate\n")
+    assert sorted(cli_imports(module)) == ["mutualrl.cli", "mutualrl.cli.common", "mutualrl.cli.eval_cmd"]
+
+
 def test_no_two_packages_of_a_layer_import_each_other():
     """Inside a layer arrows run one way too: in layer 1 config -> regimes (the registry) and regimes -> see, thl
     (a regime's adapter publishes and reads SEE records, retokenizes with THL); never back."""

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from rich.console import Console
 
-from mutualrl.cli.eval_cmd import run_held_out
+from mutualrl.launch.evaluate import run_held_out
 from mutualrl.config.loader import load_run_config
 from mutualrl.errors import UsageError
 from mutualrl.tasks.registry import task_from_config

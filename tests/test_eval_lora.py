@@ -57,7 +57,7 @@ def test_mutualrl_eval_of_an_adapter_folder(adapter: Path, tmp_path: Path) -> No
 
 
 def test_an_unfinished_run_says_why_and_names_its_checkpoints(tmp_path: Path) -> None:
-    from mutualrl.cli.eval_cmd import run_folder_targets
+    from mutualrl.launch.evaluate import run_folder_targets
     from mutualrl.config.loader import load_run_config
     from mutualrl.config.resolved import write_resolved_config
     from mutualrl.run_folder import RunPaths

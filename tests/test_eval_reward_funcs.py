@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from mutualrl.cli.eval_cmd import eval_settings, run_eval_command
+from mutualrl.launch.evaluate import eval_settings, run_eval_command
 from mutualrl.errors import DataError, UsageError
 
 REWARDS = '''

@@ -140,9 +140,10 @@ def test_a_group_column_breaks_results_down_by_its_values(tmp_path: Path, monkey
     import json
     import sys
 
-    from mutualrl.cli.eval_cmd import group_lines, run_eval_command
+    from mutualrl.cli.eval_cmd import group_lines
     from mutualrl.errors import DataError
     from mutualrl.evaluation.results import ModelEvalResult, PromptResult, group_rewards
+    from mutualrl.launch.evaluate import run_eval_command
     from mutualrl.tasks.registry import task_from_config, task_groups
 
     (tmp_path / "group_rewards.py").write_text(GROUP_REWARDS)

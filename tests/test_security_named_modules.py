@@ -68,7 +68,7 @@ def name(paths: RunPaths, *, plugin: str | None = None, reward: str | None = Non
 
 def readers(paths: RunPaths):
     """Every way a run folder's config is read: a worker / the API / distill, ``eval RUN``, ``train --resume``."""
-    from mutualrl.cli.eval_cmd import run_folder_targets
+    from mutualrl.launch.evaluate import run_folder_targets
     from mutualrl.config.resolved import load_resolved_config
     from mutualrl.launch.run import TrainOptions, resolve_config
 
@@ -221,11 +221,11 @@ def test_evaluate_of_a_result_train_returned_accepts_what_that_train_call_accept
     """``mutualrl.evaluate(result)`` of a run this process trained: the code that ``train`` call accepted (its reward
     functions) is accepted for the evaluation, and only then; a result read back from the folder brings none."""
     from mutualrl import api
-    from mutualrl.cli import eval_cmd
+    from mutualrl.launch import evaluate
 
     paths, _, _ = installed
     seen = []
-    monkeypatch.setattr(eval_cmd, "run_eval_command", lambda *a, **k: (seen.append(
+    monkeypatch.setattr(evaluate, "run_eval_command", lambda *a, **k: (seen.append(
         recorded_code.named_by_command("fx_mod")) or [], {}))
     trained = api.RunResult(run_dir=paths.root, summary={}, models={}, metrics=[], accepted_code=("fx_mod",))
     api.evaluate(trained, progress=False)

@@ -58,7 +58,7 @@ def name_in_config(paths: RunPaths, plugins_entry: str | None = None, reward: st
 
 
 def test_eval_of_a_run_whose_config_names_a_py_file_inside_it_imports_nothing(hostile_run) -> None:
-    from mutualrl.cli.eval_cmd import run_folder_targets
+    from mutualrl.launch.evaluate import run_folder_targets
 
     paths, marker = hostile_run
     name_in_config(paths, plugins_entry=str(paths.root / "evil_plugin.py"))

@@ -224,8 +224,8 @@ def evaluate(target: str | Path | RunResult, suite: str | None = None, *, limit:
     this call only); a :class:`RunResult` that :func:`train` returned brings the code that call accepted."""
     from rich.console import Console
 
-    from mutualrl.cli.eval_cmd import run_eval_command
     from mutualrl.config.recorded_code import accept_code
+    from mutualrl.launch.evaluate import run_eval_command
 
     accept_code(allow_code)
     if isinstance(target, RunResult):  # trained by this process: the code its train call accepted

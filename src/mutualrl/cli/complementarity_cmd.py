@@ -156,12 +156,12 @@ def complementarity(
     check_outputs(out, save, overwrite, [*(results or []), *difficulty, *([prp_ratios] if prp_ratios else [])])
     loaded = load_many(list(results or []), step) if results else []
     if run_target is not None:
-        from mutualrl.cli.eval_cmd import run_eval_command
+        from mutualrl.launch.evaluate import run_eval_command
 
         ran, meta = run_eval_command(
             run_target, suite, limit=limit, split=split, source=source, max_new_tokens=max_new_tokens,
             batch_size=batch_size, device=device, backend=backend, verifier=None, chat_template=None,
-            tokenizer=None, max_prompt_tokens=None, log=err_console,
+            tokenizer=None, max_prompt_tokens=None, log=err_console, bar_console=err_console,
         )
         if save is not None:
             save_eval_file(save, ran, meta)

@@ -103,13 +103,13 @@ def distill(
     plan = plan_distill(options)
     console.print(f"[bold]distill[/] {plan.learner.name} ← {plan.peer}: {len(plan.successes)} distinct successes "
                   f"from {plan.harvest.root}; output {plan.output}", highlight=False)
-    from mutualrl.cli.eval_cmd import _quiet_transformers, progress_bars
+    from mutualrl.launch.evaluate import progress_bars, quiet_transformers
 
-    _quiet_transformers()
+    quiet_transformers()
     with storage_errors(plan.output):  # a full disk (data, SFT checkpoints, model, summary): one line naming it
         summary = train_distill(plan, on_status=lambda msg: err_console.print(f"[dim]{msg}[/]", highlight=False))
         if evaluate:
-            progress, factory = progress_bars()
+            progress, factory = progress_bars(console=err_console)
             with progress:
                 summary = finish_distill(
                     plan, summary, on_status=lambda msg: progress.console.print(f"[dim]{msg}[/]", highlight=False),

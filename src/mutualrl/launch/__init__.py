@@ -8,4 +8,7 @@
   machine runs, and the machines' sessions.
 - :mod:`~mutualrl.launch.rundir`: what the launcher does to the run folder (lock, preparing, record, resume
   and roll-back, checkpoints, metrics merge, summary). Imports neither of the other two.
+
+Beside ``train``: :mod:`~mutualrl.launch.sweep` (``mutualrl sweep``: a grid of train runs, here or on Slurm) and
+:mod:`~mutualrl.launch.evaluate` (what ``mutualrl eval`` and ``mutualrl.evaluate`` run).
 """
