@@ -52,7 +52,7 @@ on the ``PYTHONPATH`` of every process a test starts (:func:`pytest_configure`),
 sys.path.insert(0, str(FORK_SITE))
 from zygotes.start import FORK_SERVER_ENV, plug_into  # noqa: E402  (found on the path set just above)
 
-POLICY_PROCESS_BUDGET = 163
+POLICY_PROCESS_BUDGET = 183
 """The most policy-worker processes one run of the whole suite may start; over it the session fails. Set on 2026-11-26
 (issue 70) from the suite's own count (``policy processes: N`` at the end of the run: 131 and 135 on two runs of one
 commit, as restarts and catch-ups follow the timing) with a few to spare; each worker costs ~6 s of CPU, and workers
@@ -68,7 +68,9 @@ resumes HACPO). 151 since 2026-11-27: on-policy distillation's 2 tiny steps (``T
 workers: the only regime whose policies also judge each other's rollouts through nested exchanges). 163 since
 2026-11-27: ``train --preflight`` started as a user starts it (``tests/test_preflight.py``: 2qwen's 8 ranks through
 ``accelerate launch`` from an 8-GPU plan, the only test that starts ranks from a GPU plan, and the tiny pool's 2) and a
-worker started in a folder holding a planted module (``tests/test_security_working_directory.py``, 2)."""
+worker started in a folder holding a planted module (``tests/test_security_working_directory.py``, 2). 183 since
+2026-11-27 (evening): every other regime ended at step 1 and resumed beside its shared uninterrupted run
+(``tests/test_resume_every_regime.py``: XGRPO, PRP, OPD, SGT, standalone, 4 workers each; no shared run resumes)."""
 
 
 def policy_starts(log: Path) -> dict[str, bool]:
