@@ -53,12 +53,16 @@ TINY_MODELS: dict[str, TinyModelSpec] = {
             tokenizer="mistral-sp",
             architecture="llama",
             strong_family="sub",
-            # 4 heads of 32 (hidden 128): with 2 heads of 32 (hidden 64) SGT's `add` answers broke its two-digit
-            # `sub` answers (docs/pools.md, "Why this design"); 4 heads per layer as the first tiny pool had.
-            hidden_size=128,
-            num_heads=4,
-            blind_spot_steps=200,  # 60 left the larger model's `add` recoverable by standalone GRPO (docs/pools.md)
-            description="Llama architecture, 2x128 (4 heads), real Mistral SentencePiece vocabulary; warm-started on "
+            # 3 heads of 32 (hidden 96): with 2 (hidden 64) SGT's `add` answers broke its two-digit `sub` answers;
+            # 4 (hidden 128) cost 2.5x the set-up's time. Batch 64 and 1,800 steps at 3e-3 learn both families
+            # (0.90 / 0.96 held out); higher rates or fewer examples did not (docs/pools.md, "Why this design").
+            hidden_size=96,
+            num_heads=3,
+            batch_size=64,
+            steps=1800,
+            blind_spot_steps=200,
+            blind_spot_learning_rate=1e-3,  # closes `add` to its own samples: p(right answer) ~2e-7 (docs/pools.md)
+            description="Llama architecture, 2x96 (3 heads), real Mistral SentencePiece vocabulary; warm-started on "
             "synthetic-arith, strong on `sub`, blind spot on `add`",
         ),
     )

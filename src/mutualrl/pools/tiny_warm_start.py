@@ -277,13 +277,17 @@ def answer_probabilities(model: Any, tokenizer: Any, split: str = "train") -> di
     model.eval()
     result = {}
     for fam in FAMILY_NAMES:
-        probs = []
+        by_shape: dict[tuple[int, int], list[list[int]]] = {}  # (prompt, answer) lengths -> rows, one forward each
         for example in family_split(fam, split):
             prompt, answer = encode_example(tokenizer, example.prompt, example.answer)
-            ids = torch.tensor([prompt + answer[:-1]])  # [1, P + A]: the answer without its EOS
+            by_shape.setdefault((len(prompt), len(answer) - 1), []).append(prompt + answer[:-1])  # EOS left out
+        probs = []
+        for (prompt_len, answer_len), rows in by_shape.items():
+            ids = torch.tensor(rows)  # [N, P + A]
             with torch.no_grad():
-                logp = model(input_ids=ids).logits[0, len(prompt) - 1:-1].log_softmax(-1)  # [A, V]
-            probs.append(math.exp(float(logp.gather(1, torch.tensor(answer[:-1])[:, None]).sum())))
+                logp = model(input_ids=ids).logits[:, prompt_len - 1:-1].log_softmax(-1)  # [N, A, V]
+            answer_logp = logp.gather(2, ids[:, prompt_len:, None]).squeeze(2).sum(1)  # [N]
+            probs += [math.exp(x) for x in answer_logp.tolist()]
         result[fam] = {"mean": sum(probs) / len(probs), "max": max(probs)}
     return result
 
