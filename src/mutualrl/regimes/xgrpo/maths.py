@@ -192,6 +192,23 @@ def xgrpo_advantages(
     """
     check_pool(pool_rewards, learner_index)
     check_scale_rewards(scale_rewards)
+    check_xgrpo_settings(pool_rewards, lengths, cross_model_factor, length_correction, advantage_clip)
+
+    learner, peers = split_pool(pool_rewards, learner_index)  # [P, K], [P, M-1, K]
+    a_loc = group_advantages(learner, scale_rewards, eps)  # [P, K]
+    a_pool = pooled_counterpart(pool_rewards, learner_index, scale_rewards, eps, normalisation)  # [P, K]
+    # α = 0 skips the sum: -0.0 + 0.0 would turn TRL's signed zeros into +0.0 (same loss, other bits).
+    a_mix = (a_loc if cross_model_factor == 0
+             else (1 - cross_model_factor) * a_loc + cross_model_factor * a_pool)  # [P, K]
+    a_len = a_mix * length_factor(lengths.to(a_mix.device), length_correction, a_mix.dtype)  # [P, K]
+    a_eff = torch.clamp(a_len, -advantage_clip, advantage_clip)  # [P, K]
+    return XGRPOResult(advantages=a_eff, standalone_advantages=a_loc, pooled_advantages=a_pool,
+                       **xgrpo_diagnostics(learner, peers, a_loc, a_len, a_eff, advantage_clip, zero_tol))
+
+
+def check_xgrpo_settings(pool_rewards: torch.Tensor, lengths: torch.Tensor, cross_model_factor: float,
+                         length_correction: float, advantage_clip: float) -> None:
+    """``lengths`` of the learner's shape ``[P, K]``, α in [0, 1], γ >= 0 and c > 0; else a ValueError naming it."""
     p, _, k = pool_rewards.shape
     if not isinstance(lengths, torch.Tensor) or tuple(lengths.shape) != (p, k):
         got = tuple(lengths.shape) if isinstance(lengths, torch.Tensor) else type(lengths).__name__
@@ -203,34 +220,31 @@ def xgrpo_advantages(
     if not advantage_clip > 0:
         raise ValueError(f"advantage_clip must be > 0 (math.inf disables it); got {advantage_clip}")
 
-    learner, peers = split_pool(pool_rewards, learner_index)
-    a_loc = group_advantages(learner, scale_rewards, eps)
-    a_pool = pooled_counterpart(pool_rewards, learner_index, scale_rewards, eps, normalisation)
-    # α = 0 skips the sum: -0.0 + 0.0 would turn TRL's signed zeros into +0.0 (same loss, other bits).
-    a_mix = a_loc if cross_model_factor == 0 else (1 - cross_model_factor) * a_loc + cross_model_factor * a_pool
-    a_len = a_mix * length_factor(lengths.to(a_mix.device), length_correction, a_mix.dtype)
-    a_eff = torch.clamp(a_len, -advantage_clip, advantage_clip)
 
-    scored = ~torch.isnan(learner)
-    change = (a_eff - a_loc).abs()
-    flipped = (_sign(a_eff, zero_tol) != _sign(a_loc, zero_tol)) & scored
-    prompt_has = scored.any(dim=1)
+def xgrpo_diagnostics(learner: torch.Tensor, peers: torch.Tensor, a_loc: torch.Tensor, a_len: torch.Tensor,
+                      a_eff: torch.Tensor, advantage_clip: float, zero_tol: float) -> dict[str, float]:
+    """The scalar diagnostics of :class:`XGRPOResult` (its attributes say what each is), over the learner's scored
+    rollouts: ``learner`` ``[P, K]`` rewards, ``peers`` ``[P, M-1, K]``, the advantages ``[P, K]`` before the
+    length correction (``a_loc``), before the clip (``a_len``) and after it (``a_eff``)."""
+    p, k = learner.shape
+    scored = ~torch.isnan(learner)  # [P, K]
+    change = (a_eff - a_loc).abs()  # [P, K]
+    flipped = (_sign(a_eff, zero_tol) != _sign(a_loc, zero_tol)) & scored  # [P, K]
+    prompt_has = scored.any(dim=1)  # [P]
     n_scored = int(scored.sum())
     per_prompt_change = torch.where(scored, change, torch.zeros_like(change)).sum(dim=1) / scored.sum(dim=1).clamp(
         min=1
-    )
-    per_prompt_change = torch.where(prompt_has, per_prompt_change, torch.full_like(per_prompt_change, float("nan")))
-    spread = nanstd(peers.flatten(1), dim=1) if peers.shape[1] * k > 1 else torch.full((p,), float("nan"))
-    clipped = (a_len.abs() > advantage_clip) & scored
-    return XGRPOResult(
-        advantages=a_eff,
-        standalone_advantages=a_loc,
-        pooled_advantages=a_pool,
-        mean_abs_change=float(change[scored].double().mean()) if n_scored else float("nan"),
-        sign_flip_rate=float(flipped.any(dim=1)[prompt_has].double().mean()) if n_scored else float("nan"),
-        rollout_sign_flip_rate=float(flipped.sum()) / n_scored if n_scored else float("nan"),
-        spread_change_corr=pearson(spread.to(per_prompt_change.device), per_prompt_change),
-        clip_fraction=float(clipped.sum()) / n_scored if n_scored else float("nan"),
-        adv_abs_mean=float(a_eff[scored].abs().double().mean()) if n_scored else float("nan"),
-        adv_std=float(a_eff[scored].double().std()) if n_scored > 1 else float("nan"),
-    )
+    )  # [P]
+    per_prompt_change = torch.where(prompt_has, per_prompt_change,
+                                    torch.full_like(per_prompt_change, float("nan")))  # [P]
+    spread = nanstd(peers.flatten(1), dim=1) if peers.shape[1] * k > 1 else torch.full((p,), float("nan"))  # [P]
+    clipped = (a_len.abs() > advantage_clip) & scored  # [P, K]
+    return {
+        "mean_abs_change": float(change[scored].double().mean()) if n_scored else float("nan"),
+        "sign_flip_rate": float(flipped.any(dim=1)[prompt_has].double().mean()) if n_scored else float("nan"),
+        "rollout_sign_flip_rate": float(flipped.sum()) / n_scored if n_scored else float("nan"),
+        "spread_change_corr": pearson(spread.to(per_prompt_change.device), per_prompt_change),
+        "clip_fraction": float(clipped.sum()) / n_scored if n_scored else float("nan"),
+        "adv_abs_mean": float(a_eff[scored].abs().double().mean()) if n_scored else float("nan"),
+        "adv_std": float(a_eff[scored].double().std()) if n_scored > 1 else float("nan"),
+    }
