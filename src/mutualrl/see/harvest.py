@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
 from mutualrl.errors import DataError, UsageError
 from mutualrl.see import files
@@ -136,22 +137,9 @@ def harvest_successes(
     """
     root = see_root_of(path)
     wanted = None if policies is None else {files.check_policy_name(p) for p in policies}
-    # (step, policy, run id -> world -> rank -> shard), then one run id for all
-    cells: list[tuple[int, str, dict[str, dict[int, dict[int, ShardInfo]]]]] = []
-    for step, folder in _step_dirs(root):
-        for entry in sorted(os.scandir(folder), key=lambda e: e.name):
-            if entry.is_dir() and (wanted is None or entry.name in wanted):
-                cells.append((step, entry.name, _committed(Path(entry.path))))
-    run_ids = sorted({rid for _, _, found in cells for rid in found})
-    if run_id is None:
-        if len(run_ids) > 1:
-            raise DataError(f"{root}: shards of several runs share this exchange ({', '.join(run_ids)}); "
-                            "harvest one run at a time")
-        run_id = run_ids[0] if run_ids else None
+    cells = _cells(root, wanted)
+    run_id = _one_run_id(root, cells, run_id)
     harvest = Harvest(root=root, run_id=run_id, success_threshold=float(success_threshold))
-    if run_id is None or run_id not in run_ids:
-        raise UsageError(f"{root}: no committed records" + (f" of run {run_id!r}" if run_id else "")
-                         + "; was the run trained with --set see.record_standalone=true?")
     seen: dict[str, dict[tuple[str, str], int]] = {}  # policy -> key -> index in harvest.successes[policy]
     steps: set[int] = set()
     verified: set[tuple[object, ...]] = set()
@@ -167,22 +155,59 @@ def harvest_successes(
         for info in shards:
             table = load_shard(info, verified).select(list(HARVEST_COLUMNS))
             harvest.records[policy] = harvest.records.get(policy, 0) + table.num_rows
-            # Compared in float32, the SEE's reward type, as SGT's gate compares a float32 tensor:
-            # a reward of 0.8 stored as float32 is not above a threshold of 0.8.
-            rewards = table.column("reward").to_numpy(zero_copy_only=False).astype(np.float32)
-            rows = np.flatnonzero(rewards > np.float32(success_threshold))
-            if not len(rows):
-                continue
-            cols = {name: table.column(name).take(rows).to_pylist() for name in HARVEST_COLUMNS}
-            for pid, prompt, text, reward, done in zip(*(cols[c] for c in HARVEST_COLUMNS), strict=True):
-                key = (pid, text)
-                at = index.get(key)
-                if at is None:
-                    index[key] = len(out)
-                    out.append(Success(pid, prompt, text, float(reward), bool(done), step, 1))
-                else:
-                    old = out[at]
-                    out[at] = Success(old.prompt_id, old.prompt_text, old.response_text, max(old.reward, reward),
-                                      old.finished or bool(done), old.first_step, old.count + 1)
+            add_successes(out, index, table, step, success_threshold)
     harvest.steps = sorted(steps)
     return harvest
+
+
+Cell = tuple[int, str, dict[str, dict[int, dict[int, ShardInfo]]]]
+"""A (step, policy) folder of the exchange: its step, its policy, and its committed shards (run id -> world size ->
+rank -> shard)."""
+
+
+def _cells(root: Path, wanted: set[str] | None) -> list[Cell]:
+    """Every (step, policy) folder of the exchange in step and name order; only ``wanted``'s policies unless None."""
+    cells: list[Cell] = []
+    for step, folder in _step_dirs(root):
+        for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+            if entry.is_dir() and (wanted is None or entry.name in wanted):
+                cells.append((step, entry.name, _committed(Path(entry.path))))
+    return cells
+
+
+def _one_run_id(root: Path, cells: list[Cell], run_id: str | None) -> str:
+    """The run to harvest: ``run_id``, else the exchange's only one; refused when several runs share the exchange
+    (:class:`DataError`) or the run committed nothing (:class:`UsageError`)."""
+    run_ids = sorted({rid for _, _, found in cells for rid in found})
+    if run_id is None:
+        if len(run_ids) > 1:
+            raise DataError(f"{root}: shards of several runs share this exchange ({', '.join(run_ids)}); "
+                            "harvest one run at a time")
+        run_id = run_ids[0] if run_ids else None
+    if run_id is None or run_id not in run_ids:
+        raise UsageError(f"{root}: no committed records" + (f" of run {run_id!r}" if run_id else "")
+                         + "; was the run trained with --set see.record_standalone=true?")
+    return run_id
+
+
+def add_successes(out: list[Success], index: dict[tuple[str, str], int], table: pa.Table, step: int,
+                  success_threshold: float) -> None:
+    """Add the successes among one shard's rows (``table``, read at ``step``) to a policy's ``out``: a new
+    (prompt id, text) at its end, one seen before (``index``: its place in ``out``) counted into its entry."""
+    # Compared in float32, the SEE's reward type, as SGT's gate compares a float32 tensor:
+    # a reward of 0.8 stored as float32 is not above a threshold of 0.8.
+    rewards = table.column("reward").to_numpy(zero_copy_only=False).astype(np.float32)
+    rows = np.flatnonzero(rewards > np.float32(success_threshold))
+    if not len(rows):
+        return
+    cols = {name: table.column(name).take(rows).to_pylist() for name in HARVEST_COLUMNS}
+    for pid, prompt, text, reward, done in zip(*(cols[c] for c in HARVEST_COLUMNS), strict=True):
+        key = (pid, text)
+        at = index.get(key)
+        if at is None:
+            index[key] = len(out)
+            out.append(Success(pid, prompt, text, float(reward), bool(done), step, 1))
+        else:
+            old = out[at]
+            out[at] = Success(old.prompt_id, old.prompt_text, old.response_text, max(old.reward, reward),
+                              old.finished or bool(done), old.first_step, old.count + 1)
