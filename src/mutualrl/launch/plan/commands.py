@@ -244,21 +244,9 @@ def _spec(config: RunConfig, index: int, placed: PolicyPlacement, gpus: int, run
     deepspeed = config.launch.deepspeed
     port = policy_port(config, index)
     worker = ["-m", WORKER_MODULE, "--run-dir", str(run_dir), "--policy", name]
-    # PYTHONPATH: the policy processes run the same mutualrl as the parent, installed or not.
-    # PYTHONSAFEPATH: `python -m` (the worker, accelerate launch and every rank torchrun starts) puts no working
-    # directory on sys.path, so a module there cannot shadow a library's; the user's modules the command names are
-    # imported from it by name (config/plugins.py), which then leaves it behind every library for their own imports.
-    env = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": package_path(), "PYTHONSAFEPATH": "1"}
-    env.update(allocator_env(os.environ))  # reuse a step's large buffers; a user's own settings are inherited
+    env = worker_env(config, index, run_dir)
     policy = config.pool.policies[index]
-    env.update(tracker_group_env({**config.grpo, **policy.grpo}.get("report_to"), run_dir.name, os.environ))
-    env.update(shipped_env(shipped_files(config.task.reward_funcs, RunPaths(run_dir).shipped_rewards)))
-    # the worker reads config.yaml, which is data: it imports the code this launcher's command accepted, no other
-    env.update(allowed_code_env(m for m, _ in named_modules(config.task.reward_funcs, config.plugins or [],
-                                                            config.task.name)))
     notes: list[str] = []
-    if deepspeed != "none":
-        env["TORCH_EXTENSIONS_DIR"] = str(torch_extensions_dir())
     machines = placed.machines
     group: list[str] = []  # where the policy's ranks meet when they span machines
     if len(machines) > 1:
@@ -307,6 +295,26 @@ def _spec(config: RunConfig, index: int, placed: PolicyPlacement, gpus: int, run
     log = f"{name}.log" if machine == machines[0] else f"{name}.machine-{machine}.log"
     return LaunchSpec(policy=name, argv=argv, env=env, cwd=str(cwd), log_path=str(RunPaths(run_dir).logs / log),
                       notes=notes, machine=machine)
+
+
+def worker_env(config: RunConfig, index: int, run_dir: Path) -> dict[str, str]:
+    """What every process of policy ``index`` runs with, on any device: this mutualrl, the allocator, the run's
+    trackers, its shipped reward files, the user code its command accepted, DeepSpeed's compiled ops."""
+    # PYTHONPATH: the policy processes run the same mutualrl as the parent, installed or not.
+    # PYTHONSAFEPATH: `python -m` (the worker, accelerate launch and every rank torchrun starts) puts no working
+    # directory on sys.path, so a module there cannot shadow a library's; the user's modules the command names are
+    # imported from it by name (config/plugins.py), which then leaves it behind every library for their own imports.
+    env = {"PYTHONUNBUFFERED": "1", "PYTHONPATH": package_path(), "PYTHONSAFEPATH": "1"}
+    env.update(allocator_env(os.environ))  # reuse a step's large buffers; a user's own settings are inherited
+    policy = config.pool.policies[index]
+    env.update(tracker_group_env({**config.grpo, **policy.grpo}.get("report_to"), run_dir.name, os.environ))
+    env.update(shipped_env(shipped_files(config.task.reward_funcs, RunPaths(run_dir).shipped_rewards)))
+    # the worker reads config.yaml, which is data: it imports the code this launcher's command accepted, no other
+    env.update(allowed_code_env(m for m, _ in named_modules(config.task.reward_funcs, config.plugins or [],
+                                                            config.task.name)))
+    if config.launch.deepspeed != "none":
+        env["TORCH_EXTENSIONS_DIR"] = str(torch_extensions_dir())
+    return env
 
 
 def tokenizer_env(threads: int, dataloader_workers: int, environ: Mapping[str, str]) -> dict[str, str]:
