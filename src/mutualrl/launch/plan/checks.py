@@ -266,23 +266,34 @@ def check_memory(
     warns (the estimate leaves out activations): an engine in ``asleep_while_training``
     (sleep mode) leaves its share to training.
     """
-    warnings: list[str] = []
-    reserved_fraction = reserved_fraction or {}
     if placement.device_type == "cpu":
-        if ram_gib is None or not estimates:
-            return warnings
-        need = sum(e.gib_per_device for e in estimates.values())
-        who = ", ".join(f"{e.policy} {e.gib_per_device:.1f}" for e in estimates.values())
-        if need > ram_gib:
-            raise PlacementError(
-                f"the pool needs at least {need:.1f} GiB of RAM for weights, gradients and Adam states in fp32 "
-                f"({who} GiB) but this machine has {ram_gib:.1f} GiB; use smaller models, LoRA, or a GPU machine"
-            )
-        if need > warn_above * ram_gib:
-            warnings.append(f"model states alone take {need:.1f} of {ram_gib:.1f} GiB RAM ({who} GiB)")
-        return warnings
+        return _check_ram(estimates, ram_gib, warn_above)
     if gpu_memory_gib is None:
-        return warnings
+        return []
+    warnings: list[str] = []
+    for gpu, users in sorted(_users_per_gpu(placement, estimates).items()):
+        warnings += _check_gpu(gpu, users, gpu_memory_gib, reserved_fraction or {}, warn_above, asleep_while_training)
+    return warnings
+
+
+def _check_ram(estimates: Mapping[str, MemoryEstimate], ram_gib: float | None, warn_above: float) -> list[str]:
+    """A CPU pool: every policy's state adds up in RAM (see :func:`check_memory`)."""
+    if ram_gib is None or not estimates:
+        return []
+    need = sum(e.gib_per_device for e in estimates.values())
+    who = ", ".join(f"{e.policy} {e.gib_per_device:.1f}" for e in estimates.values())
+    if need > ram_gib:
+        raise PlacementError(
+            f"the pool needs at least {need:.1f} GiB of RAM for weights, gradients and Adam states in fp32 "
+            f"({who} GiB) but this machine has {ram_gib:.1f} GiB; use smaller models, LoRA, or a GPU machine"
+        )
+    if need > warn_above * ram_gib:
+        return [f"model states alone take {need:.1f} of {ram_gib:.1f} GiB RAM ({who} GiB)"]
+    return []
+
+
+def _users_per_gpu(placement: Placement, estimates: Mapping[str, MemoryEstimate]) -> dict[int, list[tuple[str, float]]]:
+    """GPU -> (policy, GiB of its state on each of its devices) of every policy with an estimate that uses it."""
     per_gpu: dict[int, list[tuple[str, float]]] = {}
     for placed in placement.policies:
         estimate = estimates.get(placed.name)
@@ -290,27 +301,31 @@ def check_memory(
             continue
         for gpu in placed.devices:
             per_gpu.setdefault(gpu, []).append((placed.name, estimate.gib_per_device))
-    for gpu, users in sorted(per_gpu.items()):
-        need = sum(g for _, g in users)
-        # Every colocated engine on this GPU takes its own share of the card (vLLM's gpu_memory_utilization).
-        shares = {name: reserved_fraction[name] for name, _ in users if reserved_fraction.get(name)}
-        usable = gpu_memory_gib * (1.0 - sum(shares.values()))
-        who = " + ".join(f"{name} {g:.1f}" for name, g in users)
-        if need > usable:
-            raise PlacementError(_does_not_fit(gpu, who, usable, gpu_memory_gib, shares, len(users)))
-        awake = {name: share for name, share in shares.items() if name not in asleep_while_training}
-        training = gpu_memory_gib * (1.0 - sum(awake.values()))
-        if need > warn_above * training:
-            engines = "".join(f"; {name}'s vLLM engine holds {share:g} of the card" for name, share in awake.items())
-            warnings.append(
-                f"GPU {gpu}: model state alone ({who} GiB) takes {need / training:.0%} of the {training:.1f} GiB "
-                f"available{engines}; activations may not fit (lower grpo.vllm_gpu_memory_utilization or use more "
-                f"GPUs)" if awake else
-                f"GPU {gpu}: model state alone ({who} GiB) takes {need / training:.0%} of the {training:.1f} GiB "
-                f"available; activations may not fit"
-            )
-    return warnings
+    return per_gpu
 
+
+def _check_gpu(gpu: int, users: list[tuple[str, float]], gpu_memory_gib: float, reserved_fraction: Mapping[str, float],
+               warn_above: float, asleep_while_training: Collection[str]) -> list[str]:
+    """One GPU: its users' model states against what the colocated vLLM engines leave (see :func:`check_memory`)."""
+    need = sum(g for _, g in users)
+    # Every colocated engine on this GPU takes its own share of the card (vLLM's gpu_memory_utilization).
+    shares = {name: reserved_fraction[name] for name, _ in users if reserved_fraction.get(name)}
+    usable = gpu_memory_gib * (1.0 - sum(shares.values()))
+    who = " + ".join(f"{name} {g:.1f}" for name, g in users)
+    if need > usable:
+        raise PlacementError(_does_not_fit(gpu, who, usable, gpu_memory_gib, shares, len(users)))
+    awake = {name: share for name, share in shares.items() if name not in asleep_while_training}
+    training = gpu_memory_gib * (1.0 - sum(awake.values()))
+    if not need > warn_above * training:
+        return []
+    engines = "".join(f"; {name}'s vLLM engine holds {share:g} of the card" for name, share in awake.items())
+    return [
+        f"GPU {gpu}: model state alone ({who} GiB) takes {need / training:.0%} of the {training:.1f} GiB "
+        f"available{engines}; activations may not fit (lower grpo.vllm_gpu_memory_utilization or use more "
+        f"GPUs)" if awake else
+        f"GPU {gpu}: model state alone ({who} GiB) takes {need / training:.0%} of the {training:.1f} GiB "
+        f"available; activations may not fit"
+    ]
 
 def _does_not_fit(gpu: int, who: str, usable: float, gpu_memory_gib: float, shares: Mapping[str, float],
                   users: int) -> str:
