@@ -81,41 +81,9 @@ def _print_report(report, show_files: bool) -> None:  # type: ignore[no-untyped-
         highlight=False,
     )
     if report.steps:
-        table = Table(title="Records (reward mean) per policy and step")
-        table.add_column("step", justify="right")
-        for policy in report.policies:
-            table.add_column(policy, justify="right")
-        table.add_column("all", justify="right")
-        for step in report.steps:
-            row = [str(step)]
-            for policy in report.policies:
-                cell = report.cells[step].get(policy)
-                row.append(
-                    "[red]missing[/]"
-                    if cell is None
-                    else f"{cell.records} ({fmt_number(cell.reward_mean)})"
-                    + ("" if cell.world_size == 1 else f" [dim]{len(cell.ranks)}/{cell.world_size} ranks[/]")
-                    + (f" [red]corrupt rank(s) {cell.corrupt_ranks}[/]" if cell.corrupt_ranks else "")
-                )
-            row.append(fmt_number(report.step_reward_mean.get(step)))
-            table.add_row(*row)
-        table.add_row(
-            "mean",
-            *[fmt_number(report.policy_reward_mean.get(p)) for p in report.policies],
-            fmt_number(report.overall_reward_mean),
-            style="bold",
-        )
-        console.print(table)
+        console.print(_records_table(report))
     if report.provenance:
-        prov = Table(title="Provenance")
-        for col in ("policy", "model", "tokenizer", "hosts", "versions"):
-            prov.add_column(col)
-        for policy, p in report.provenance.items():
-            versions = "; ".join(", ".join(f"{k} {v}" for k, v in vs.items() if v) for vs in p["versions"])
-            prov.add_row(
-                policy, ", ".join(p["models"]) or "-", ", ".join(p["tokenizers"]) or "-", ", ".join(p["hostnames"]), versions
-            )
-        console.print(prov)
+        console.print(_provenance_table(report.provenance))
     if report.sources:
         console.print(_sources_table(report.sources))
     if show_files and report.files:
@@ -136,3 +104,45 @@ def _print_report(report, show_files: bool) -> None:  # type: ignore[no-untyped-
     else:
         checked = "every shard verified" if report.checksums_verified else "sizes checked (checksums skipped)"
         console.print(f"[green]consistent:[/] {checked}, no stray files, no failure markers.")
+
+
+def _records_table(report) -> Table:  # type: ignore[no-untyped-def]
+    """Per step, each policy's records (reward mean), its ranks and corrupt ones; the means per policy under them."""
+    table = Table(title="Records (reward mean) per policy and step")
+    table.add_column("step", justify="right")
+    for policy in report.policies:
+        table.add_column(policy, justify="right")
+    table.add_column("all", justify="right")
+    for step in report.steps:
+        row = [str(step)]
+        for policy in report.policies:
+            cell = report.cells[step].get(policy)
+            row.append(
+                "[red]missing[/]"
+                if cell is None
+                else f"{cell.records} ({fmt_number(cell.reward_mean)})"
+                + ("" if cell.world_size == 1 else f" [dim]{len(cell.ranks)}/{cell.world_size} ranks[/]")
+                + (f" [red]corrupt rank(s) {cell.corrupt_ranks}[/]" if cell.corrupt_ranks else "")
+            )
+        row.append(fmt_number(report.step_reward_mean.get(step)))
+        table.add_row(*row)
+    table.add_row(
+        "mean",
+        *[fmt_number(report.policy_reward_mean.get(p)) for p in report.policies],
+        fmt_number(report.overall_reward_mean),
+        style="bold",
+    )
+    return table
+
+
+def _provenance_table(provenance: dict[str, dict]) -> Table:
+    """Per policy: the models, tokenizers, hosts and library versions its shards name."""
+    prov = Table(title="Provenance")
+    for col in ("policy", "model", "tokenizer", "hosts", "versions"):
+        prov.add_column(col)
+    for policy, p in provenance.items():
+        versions = "; ".join(", ".join(f"{k} {v}" for k, v in vs.items() if v) for vs in p["versions"])
+        prov.add_row(
+            policy, ", ".join(p["models"]) or "-", ", ".join(p["tokenizers"]) or "-", ", ".join(p["hostnames"]), versions
+        )
+    return prov
