@@ -149,35 +149,19 @@ def complementarity(
     regime usability table (paper App. "Cross-policy complementarity and channel decomposition")."""
     from mutualrl.atomic_io import write_json_atomic
     from mutualrl.evaluation.complementarity import analyze, read_prp_ratios
-    from mutualrl.evaluation.results import load_many, save_eval_file
+    from mutualrl.evaluation.results import load_many
 
     if threshold != threshold or threshold in (float("inf"), float("-inf")):
         raise UsageError(f"--threshold: expected a finite number, got {threshold}")
     check_outputs(out, save, overwrite, [*(results or []), *difficulty, *([prp_ratios] if prp_ratios else [])])
     loaded = load_many(list(results or []), step) if results else []
     if run_target is not None:
-        from mutualrl.launch.evaluate import run_eval_command
-
-        ran, meta = run_eval_command(
-            run_target, suite, limit=limit, split=split, source=source, max_new_tokens=max_new_tokens,
-            batch_size=batch_size, device=device, backend=backend, verifier=None, chat_template=None,
-            tokenizer=None, max_prompt_tokens=None, log=err_console, bar_console=err_console,
-        )
-        if save is not None:
-            save_eval_file(save, ran, meta)
-            err_console.print(f"eval results: {save}", highlight=False)
-        loaded.extend(ran)
+        loaded.extend(evaluate_first(
+            run_target, suite, save, limit=limit, split=split, source=source, max_new_tokens=max_new_tokens,
+            batch_size=batch_size, device=device, backend=backend))
     if not loaded:
         raise UsageError("give eval result files or run folders, or --run a pool / model list")
-    diff_scores = None
-    if difficulty:
-        from collections import defaultdict
-
-        sums: dict[str, list[float]] = defaultdict(list)
-        for r in load_many(list(difficulty), step):
-            for rec in r.records:
-                sums[rec.prompt_id].append(rec.score)
-        diff_scores = {pid: sum(v) / len(v) for pid, v in sums.items()}
+    diff_scores = difficulty_scores(difficulty, step) if difficulty else None
     ratios = read_prp_ratios(prp_ratios) if prp_ratios is not None else None
     report = analyze(loaded, threshold=threshold, n_buckets=buckets, difficulty=diff_scores, prp_ratios=ratios)
     if out is not None:
@@ -188,3 +172,30 @@ def complementarity(
         render_report(report)
         if out is not None:
             console.print(f"report: {out}", highlight=False)
+
+
+def evaluate_first(target: str, suite: str | None, save: Path | None, **options: Any) -> list[Any]:
+    """``--run``: the target's results, evaluated greedily now with ``mutualrl eval``'s ``options`` (status lines and
+    bars on standard error), and written to ``save`` when given."""
+    from mutualrl.evaluation.results import save_eval_file
+    from mutualrl.launch.evaluate import run_eval_command
+
+    ran, meta = run_eval_command(target, suite, verifier=None, chat_template=None, tokenizer=None,
+                                 max_prompt_tokens=None, log=err_console, bar_console=err_console, **options)
+    if save is not None:
+        save_eval_file(save, ran, meta)
+        err_console.print(f"eval results: {save}", highlight=False)
+    return ran
+
+
+def difficulty_scores(paths: list[Path], step: str | None) -> dict[str, float]:
+    """``--difficulty``: each prompt's mean score over the results in ``paths`` (run folders at ``step``)."""
+    from collections import defaultdict
+
+    from mutualrl.evaluation.results import load_many
+
+    sums: dict[str, list[float]] = defaultdict(list)
+    for r in load_many(list(paths), step):
+        for rec in r.records:
+            sums[rec.prompt_id].append(rec.score)
+    return {pid: sum(v) / len(v) for pid, v in sums.items()}
