@@ -81,7 +81,7 @@ def run_eval_command(
     default standard output; the progress bars: ``bar_console``, default standard error)."""
     log = log or Console()
     from mutualrl.evaluation.generate import scoring_label
-    from mutualrl.evaluation.runner import load_suite, pick_backend, pick_device, resolve_targets, run_eval
+    from mutualrl.evaluation.runner import pick_backend, pick_device, resolve_targets, run_eval
 
     device = pick_device(device)
     backend = pick_backend(backend, device)  # checked before anything is loaded
@@ -92,10 +92,7 @@ def run_eval_command(
                              batch_size=batch_size, max_prompt_tokens=max_prompt_tokens, reward_funcs=reward_funcs,
                              group_column=group_column)
     tasks, scoring = settings.tasks, settings.scoring
-    own = run_held_out(chosen, tasks, split=split, source=source, limit=limit, log=log)
-    with log.status(f"loading {', '.join(tasks)} prompts ..."):
-        examples = own if own is not None else load_suite(tasks, split=split, source=settings.source, limit=limit,
-                                                          task_config=recipe.task if recipe is not None else None)
+    examples = eval_prompts(chosen, settings, split=split, source=source, limit=limit, log=log)
     check_eval_columns(settings.scoring, examples, settings.source, REWARD_FUNCS_OPTION if reward_funcs else None)
     log.print(
         f"[bold]eval[/] {len(chosen.targets)} model(s) x {len(tasks)} task(s) ({len(examples)} prompts), "
@@ -121,21 +118,43 @@ def run_eval_command(
             progress_factory=factory,
         )
     say_prompt_forms(results, dropped, settings.max_prompt_tokens, log)
-    meta = {
+    return results, eval_meta(target, chosen, settings, split=split, limit=limit, results=results, examples=examples,
+                              dropped=dropped, start=start)
+
+
+def eval_prompts(chosen: Any, settings: EvalSettings, *, split: str | None, source: str | None, limit: int | None,
+                 log: Any) -> list[Any]:
+    """The prompts to score: a run folder's own held-out ones (:func:`run_held_out`), else the suite's, read as
+    ``settings`` say (the recipe's own task as the recipe configures it)."""
+    from mutualrl.evaluation.runner import load_suite
+
+    own = run_held_out(chosen, settings.tasks, split=split, source=source, limit=limit, log=log)
+    task_config = chosen.recipe.task if chosen.recipe is not None else None
+    with log.status(f"loading {', '.join(settings.tasks)} prompts ..."):
+        return own if own is not None else load_suite(settings.tasks, split=split, source=settings.source,
+                                                      limit=limit, task_config=task_config)
+
+
+def eval_meta(target: str, chosen: Any, settings: EvalSettings, *, split: str | None, limit: int | None,
+              results: list[Any], examples: list[Any], dropped: int, start: float) -> dict[str, Any]:
+    """The results' metadata: what was evaluated, on which prompts, how it was scored, the seconds since ``start``
+    (:func:`time.perf_counter`) and reward@1 per group (:func:`group_breakdown`)."""
+    from mutualrl.evaluation.generate import scoring_label
+
+    return {
         "target": target,
         "label": chosen.label,
         "suite": settings.suite,
-        "tasks": tasks,
-        "splits": eval_splits(tasks, split, recipe),
+        "tasks": settings.tasks,
+        "splits": eval_splits(settings.tasks, split, chosen.recipe),
         "source": settings.source,
         "limit": limit,
         "max_new_tokens": settings.max_new_tokens,
-        "verifier": scoring_label(scoring),
+        "verifier": scoring_label(settings.scoring),
         "dropped_too_long": dropped,
         "seconds": round(time.perf_counter() - start, 3),
-        **group_breakdown(results, examples, tasks, settings.group_column),
+        **group_breakdown(results, examples, settings.tasks, settings.group_column),
     }
-    return results, meta
 
 
 def say_prompt_forms(results: list[Any], dropped: int, max_prompt_tokens: int | None, log: Any) -> None:
