@@ -140,10 +140,9 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
 
     from datasets import Dataset
 
-    from mutualrl.training.callbacks import HeartbeatCallback, MetricsCallback, StatusCallback, ValidationCallback
-    from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, read_examples, to_trl_rows, uses_chat_template
+    from mutualrl.training.callbacks import HeartbeatCallback, MetricsCallback, StatusCallback
+    from mutualrl.training.data import to_trl_rows, uses_chat_template
     from mutualrl.training.adapters import make_regime_adapter
-    from mutualrl.tasks.registry import task_groups
     from mutualrl.tasks.reward_funcs import reward_spec
     from mutualrl.training.catch_up import trainer_class
     from mutualrl.training.stop_callback import StopAtStepCallback
@@ -157,30 +156,18 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         paths.reward_call(policy_name).unlink(missing_ok=True)  # from a process of this run that ended inside one
     tokenizer, model = load_policy(policy, args)
     chat = uses_chat_template(tokenizer, policy.chat_template)
-    train_examples = read_examples(paths.data / TRAIN_FILE)
-    eval_examples = (read_examples(paths.data / EVAL_FILE) if (paths.data / EVAL_FILE).exists() else []
-                     )[:config.validation.limit]  # a smaller validation.limit given on --resume is applied
+    train_examples, eval_examples = read_prompts(paths, config)
     dataset = Dataset.from_list(to_trl_rows(train_examples, chat))
 
     exchange = open_exchange(config, paths, policy, rank, world_size, args, resume_from)
     regime = make_regime_adapter(config, policy_name, exchange)
-
-    from mutualrl.config.cadence import resolve_cadence, validation_interval
-
-    cadence = resolve_cadence(config.schedule, config.batch, args.num_iterations)
     scoring = reward_spec(config.task, grpo)  # training and validation score alike
     from mutualrl.tasks.reward_form import dataset_form_rewards
 
     reward = dataset_form_rewards(scoring, [*train_examples, *eval_examples], tokenizer, args.max_completion_length,
                                   call_marker=paths.reward_call(policy_name))
-    validation = ValidationCallback(
-        paths, policy_name, config.regime.name, eval_examples, tokenizer, chat,
-        every_steps=validation_interval(cadence, config.validation.every_steps),  # optimizer steps
-        max_new_tokens=config.validation.max_new_tokens or args.max_completion_length,
-        batch_size=config.validation.batch_size, at_start=config.validation.at_start, status=status,
-        verifier=scoring, group_of=task_groups(config.task.name, eval_examples, config.task.group_column),
-        exchange=exchange,
-    )
+    validation = validation_callback(paths, policy_name, config, args, eval_examples, tokenizer, chat, status, scoring,
+                                     exchange)
     stop = StopAtStepCallback(paths, status, validation)  # after the status (its step), before the validation
     callbacks = [MetricsCallback(paths, policy_name, config.regime.name), status, stop, validation, ResumedSchedule()]
     if exchange is not None:
@@ -201,6 +188,36 @@ def run_policy(paths: RunPaths, policy_name: str, resume_from: str | None = None
         regime.phase_hook = lambda phase: status.write(trainer.state, phase)
     log_start(trainer, policy_name, config.regime.name, len(train_examples), len(eval_examples))
     return train_and_save(trainer, tokenizer, resume_from, validation, stop, paths.final_model(policy_name))
+
+
+def read_prompts(paths: RunPaths, config: Any) -> tuple[list, list]:
+    """The run's prepared training prompts, and its held-out ones (none without ``data/eval.jsonl``) cut to
+    ``validation.limit``: a smaller limit given on ``--resume`` is applied."""
+    from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, read_examples
+
+    train_examples = read_examples(paths.data / TRAIN_FILE)
+    eval_examples = (read_examples(paths.data / EVAL_FILE) if (paths.data / EVAL_FILE).exists() else []
+                     )[:config.validation.limit]
+    return train_examples, eval_examples
+
+
+def validation_callback(paths: RunPaths, policy_name: str, config: Any, args: Any, eval_examples: list,
+                        tokenizer: Any, chat: bool, status: Any, scoring: Any, exchange: Any) -> Any:
+    """The held-out greedy validation (``validation.*``) every ``validation.every_steps`` of the run's cadence,
+    scored as training is (``scoring``) and per ``task.group_column``."""
+    from mutualrl.config.cadence import resolve_cadence, validation_interval
+    from mutualrl.tasks.registry import task_groups
+    from mutualrl.training.callbacks import ValidationCallback
+
+    cadence = resolve_cadence(config.schedule, config.batch, args.num_iterations)
+    return ValidationCallback(
+        paths, policy_name, config.regime.name, eval_examples, tokenizer, chat,
+        every_steps=validation_interval(cadence, config.validation.every_steps),  # optimizer steps
+        max_new_tokens=config.validation.max_new_tokens or args.max_completion_length,
+        batch_size=config.validation.batch_size, at_start=config.validation.at_start, status=status,
+        verifier=scoring, group_of=task_groups(config.task.name, eval_examples, config.task.group_column),
+        exchange=exchange,
+    )
 
 
 def train_and_save(trainer: Any, tokenizer: Any, resume_from: str | None, validation: Any, stop: Any,
