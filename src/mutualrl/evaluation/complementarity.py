@@ -283,10 +283,6 @@ def usability_table(
     0/1 rewards) XGRPO-usable means the policies disagree on the prompt and SGT-usable means the learner
     failed where a peer succeeded. Every policy must have the same number of rollouts of a prompt.
     """
-    import torch  # local: the other tables need no torch
-
-    from mutualrl.evaluation.channel_decomposition import regime_usability
-
     counts: dict[tuple[bool | None, bool, bool], int] = {}
     per_learner: dict[str, dict[str, int]] = {}
     missing_ratios = 0
@@ -298,13 +294,8 @@ def usability_table(
             peers = [list(rs) for name, rs in by_policy.items() if name != learner]
             ratios = None if prp_ratios is None else prp_ratios.get((pid, learner))
             missing_ratios += prp_ratios is not None and ratios is None
-            usable = regime_usability(
-                torch.tensor([list(rewards)], dtype=torch.float64), torch.tensor([peers], dtype=torch.float64),
-                None if ratios is None else torch.tensor([list(ratios)], dtype=torch.float64), ratio_band=ratio_band,
-                success_threshold=success, failure_threshold=failure)
-            x_ok, s_ok = bool(usable.xgrpo[0]), bool(usable.sgt[0])
-            p_ok = None if ratios is None else bool(usable.prp[0])
-            key = (p_ok, x_ok, s_ok)
+            key = usable_by(rewards, peers, ratios, ratio_band=ratio_band, success=success, failure=failure)
+            p_ok, x_ok, s_ok = key
             counts[key] = counts.get(key, 0) + 1
             stats = per_learner.setdefault(learner, {"n": 0, XGRPO.name: 0, SGT.name: 0, PRP.name: 0})
             stats["n"] += 1
@@ -316,11 +307,7 @@ def usability_table(
         raise DataError("regime usability needs prompts answered by at least two policies")
     prp_known = prp_ratios is not None and missing_ratios == 0
     rows = _usability_rows(counts, total, prp_known)
-    note = None
-    if not prp_known:
-        note = ("PRP usability needs importance ratios of peer responses under the learner (from a PRP run's SEE "
-                "records), which eval results do not contain; pass them to fill the PRP column"
-                + (f" ({missing_ratios} (prompt, learner) pairs had no ratios)" if missing_ratios else "") + ".")
+    note = None if prp_known else _no_prp_note(missing_ratios)
     return {
         "n_pairs": total,
         "prp_available": prp_known,
@@ -332,6 +319,29 @@ def usability_table(
         },
         "note": note,
     }
+
+
+def usable_by(rewards: Sequence[float], peers: list[list[float]], ratios: Sequence[float] | None, *,
+              ratio_band: tuple[float, float], success: float, failure: float) -> tuple[bool | None, bool, bool]:
+    """One (prompt, learner): whether PRP (None without ``ratios``), XGRPO and SGT could use it, as
+    :func:`~mutualrl.evaluation.channel_decomposition.regime_usability` decides."""
+    import torch  # local: the other tables need no torch
+
+    from mutualrl.evaluation.channel_decomposition import regime_usability
+
+    usable = regime_usability(
+        torch.tensor([list(rewards)], dtype=torch.float64),  # [1, K]
+        torch.tensor([peers], dtype=torch.float64),  # [1, M-1, K]
+        None if ratios is None else torch.tensor([list(ratios)], dtype=torch.float64),  # [1, R]
+        ratio_band=ratio_band, success_threshold=success, failure_threshold=failure)
+    return None if ratios is None else bool(usable.prp[0]), bool(usable.xgrpo[0]), bool(usable.sgt[0])
+
+
+def _no_prp_note(missing_ratios: int) -> str:
+    """The table's note when its PRP column is not known: the ratios it needs, and how many pairs had none."""
+    return ("PRP usability needs importance ratios of peer responses under the learner (from a PRP run's SEE "
+            "records), which eval results do not contain; pass them to fill the PRP column"
+            + (f" ({missing_ratios} (prompt, learner) pairs had no ratios)" if missing_ratios else "") + ".")
 
 
 def _usability_rows(counts: Mapping[tuple[bool | None, bool, bool], int], total: int,
