@@ -322,11 +322,23 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(config.stash[POLICY_START_KEY][0].parent, ignore_errors=True)
 
 
+def xdist_group_name(group: str) -> str:
+    """The name ``group`` is marked with: xdist appends it to the test's id after an ``@`` and groups by what follows
+    the ``@`` only where no ``]`` does (``LoadGroupScheduling._split_scope``: a ``]`` after the ``@`` is taken for a
+    parameter's), so a parameter's brackets in the name become parentheses."""
+    return group.replace("[", "(").replace("]", ")")
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The groups, marked before pytest-xdist's worker reads the marks into the test ids it schedules by (its own
+    ``pytest_collection_modifyitems``, registered after this file: pluggy calls the later one first). Marked after
+    it, the marks did nothing, silently: every group was spread over both workers, and a shared run launched on each
+    worker that met one of its tests; so did a group named with a parameter's brackets (:func:`xdist_group_name`)."""
     groups = xdist_groups((item.nodeid, shared_fixture_keys(item)) for item in items)
     for item in items:
         if item.nodeid in groups:
-            item.add_marker(pytest.mark.xdist_group(groups[item.nodeid]))
+            item.add_marker(pytest.mark.xdist_group(xdist_group_name(groups[item.nodeid])))
 
 
 # ---------------------------------------------------------------------------------------

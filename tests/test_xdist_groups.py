@@ -12,7 +12,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import THREAD_VARIABLES, share_the_cores, threads_per_worker, xdist_groups, xdist_workers
+from conftest import (THREAD_VARIABLES, share_the_cores, threads_per_worker, xdist_group_name, xdist_groups,
+                      xdist_workers)
 
 TESTS = Path(__file__).parent
 CALLS_A_SHARED_RUN = re.compile(r"\b(shared_train|tiny_regime_run)\(")
@@ -26,6 +27,19 @@ def test_tests_sharing_a_fixture_are_joined_through_every_fixture_they_share():
     assert groups["a"] == groups["b"] == groups["c"] == "shared:off_lock_step"  # named after its first fixture
     assert groups["d"] == "shared:regime[xgrpo]" and groups["e"] == "shared:regime[prp]"  # one per parameter
     assert "f" not in groups
+
+
+def test_xdist_schedules_each_group_by_the_name_it_is_marked_with():
+    """xdist groups by what follows the ``@`` it appends to the test's id, unless a ``]`` follows it (then by the whole
+    id): a group named after a parameter's shared run (``shared:tiny_regime_2_steps[xgrpo]``) was spread over both
+    workers, its run launched on each."""
+    from xdist.scheduler.loadgroup import LoadGroupScheduling
+
+    for group in ("shared:tiny_regime_2_steps[xgrpo]", "shared:sgt_3_steps", "shared:regime[a]"):
+        name = xdist_group_name(group)
+        for test in ("tests/test_a.py::test_x[xgrpo]", "tests/test_b.py::test_y"):
+            assert LoadGroupScheduling._split_scope(None, f"{test}@{name}") == name
+    assert xdist_group_name("shared:tiny_regime_2_steps[xgrpo]") == "shared:tiny_regime_2_steps(xgrpo)"
 
 
 def test_no_test_launches_a_shared_run_except_through_its_fixture():
@@ -65,7 +79,7 @@ def test_collected_groups_of_the_shared_runs(tmp_path):
                  "test_async_exchange_e2e.py::test_staleness_zero_off_the_lock_step_path_is_bit_identical",
                  "test_trackers_e2e.py::test_each_policy_is_its_own_tensorboard_run_with_its_metrics"):
         assert shown[f"tests/{test}"] == sgt, test
-    xgrpo = "shared:tiny_regime_2_steps[xgrpo]"
+    xgrpo = "shared:tiny_regime_2_steps(xgrpo)"
     for test in ("test_progress_log.py::test_piped_run_prints_a_line_for_every_step_of_every_policy[xgrpo]",
                  "test_train_e2e.py::test_every_other_regime_trains_two_steps_on_the_tiny_pool[xgrpo]",
                  "test_train_e2e.py::test_two_policies_exchange_records_every_step[xgrpo]"):
@@ -76,27 +90,20 @@ def test_collected_groups_of_the_shared_runs(tmp_path):
     assert "tests/test_async_exchange_e2e.py::test_continue_lets_the_survivor_finish_when_a_peer_is_killed" not in shown
 
 
-GROUPED = """
-import pytest
-
-@pytest.mark.xdist_group("one")
-@pytest.mark.parametrize("i", range(6))
-def test_grouped(i):
-    pass
-"""
-
-
 @pytest.mark.slow  # over 2 s: outside the fast tier
-def test_loadgroup_runs_a_group_on_one_worker(tmp_path):
-    """The README's `-n 2 --dist loadgroup` keeps a group on one worker with the installed pytest and pytest-xdist
-    (with pytest 9.2 and xdist 3.8 it did not, silently: pyproject.toml pins pytest below 9.2)."""
-    (tmp_path / "test_grouped.py").write_text(GROUPED)
+def test_loadgroup_runs_a_group_on_one_worker():
+    """The README's `-n 2 --dist loadgroup` keeps a group of this suite on one worker: a file of the suite whose tests
+    share a module fixture (test_synthetic_task.py's ``task``), grouped by conftest.py's own hook, run with the
+    installed pytest and pytest-xdist. Failed before, silently: conftest.py marked the groups after xdist's worker had
+    read the marks (every group spread over both workers, each shared run launched on each); and with pytest 9.2 and
+    xdist 3.8 a group marked by hand was spread too (pyproject.toml pins pytest below 9.2)."""
     out = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider",
-                          "test_grouped.py"], cwd=tmp_path, capture_output=True, text=True,
+                          "tests/test_synthetic_task.py"], cwd=TESTS.parent, capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    workers = re.findall(r"^\[(gw\d+)\].* PASSED test_grouped.py::test_grouped", out.stdout, re.M)
-    assert len(workers) == 6 and len(set(workers)) == 1, out.stdout[-2000:]
+    ran = re.findall(r"^\[(gw\d+)\].* PASSED tests/test_synthetic_task.py::\S+@(\S+)\s*$", out.stdout, re.M)
+    assert len(ran) > 10 and {group for _, group in ran} == {"shared:task"}, out.stdout[-2000:]
+    assert len({worker for worker, _ in ran}) == 1, out.stdout[-2000:]
 
 
 def test_each_worker_gets_its_share_of_the_cores():
