@@ -29,7 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from e2e_helpers import TINY, TINY_REGIMES_2_STEPS, TINY_SGT_3_STEPS, TINY_SGT_3_STEPS_OFF_LOCK_STEP, shared_train
+from e2e_helpers import (TINY, TINY_HACPO_5_STEPS, TINY_REGIMES_2_STEPS, TINY_SGT_3_STEPS, TINY_SGT_3_STEPS_OFF_LOCK_STEP,
+                         shared_train)
 from mutualrl.host.process_start import imports_done
 from mutualrl.launch.plan.detect import detect_cpu_cores
 from mutualrl.training.worker import START_LOG_ENV
@@ -52,7 +53,7 @@ on the ``PYTHONPATH`` of every process a test starts (:func:`pytest_configure`),
 sys.path.insert(0, str(FORK_SITE))
 from zygotes.start import FORK_SERVER_ENV, plug_into  # noqa: E402  (found on the path set just above)
 
-POLICY_PROCESS_BUDGET = 183
+POLICY_PROCESS_BUDGET = 175
 """The most policy-worker processes one run of the whole suite may start; over it the session fails. Set on 2026-11-26
 (issue 70) from the suite's own count (``policy processes: N`` at the end of the run: 131 and 135 on two runs of one
 commit, as restarts and catch-ups follow the timing) with a few to spare; each worker costs ~6 s of CPU, and workers
@@ -70,7 +71,9 @@ workers: the only regime whose policies also judge each other's rollouts through
 ``accelerate launch`` from an 8-GPU plan, the only test that starts ranks from a GPU plan, and the tiny pool's 2) and a
 worker started in a folder holding a planted module (``tests/test_security_working_directory.py``, 2). 183 since
 2026-11-27 (evening): every other regime ended at step 1 and resumed beside its shared uninterrupted run
-(``tests/test_resume_every_regime.py``: XGRPO, PRP, OPD, SGT, standalone, 4 workers each; no shared run resumes)."""
+(``tests/test_resume_every_regime.py``: XGRPO, PRP, OPD, SGT, standalone, 4 workers each; no shared run resumes). 175
+since 2026-11-27 (night): the preflight's real start plans 2qwen for 4 GPUs (4 ranks, not 8), and HACPO's stop and
+resume is the SIGTERM test's own run (``tests/test_train_e2e.py``: 4 workers fewer than the two tests had)."""
 
 
 def policy_starts(log: Path) -> dict[str, bool]:
@@ -110,6 +113,14 @@ def sgt_3_steps(tmp_path_factory):
 def sgt_3_steps_off_lock_step(tmp_path_factory):
     """``TINY_SGT_3_STEPS_OFF_LOCK_STEP``: the same 3 SGT steps through the staleness machinery."""
     return shared_train(tmp_path_factory, *TINY_SGT_3_STEPS_OFF_LOCK_STEP)
+
+
+@pytest.fixture(scope="session")
+def hacpo_5_steps(tmp_path_factory):
+    """``TINY_HACPO_5_STEPS`` not stopped: the reference of the SIGTERM test's stopped and resumed run. A session
+    fixture is set up before a ``user_start`` test's own context: its workers start as every shared run's do (the
+    reference is not what the test stops)."""
+    return shared_train(tmp_path_factory, *TINY_HACPO_5_STEPS)
 
 
 @pytest.fixture(scope="session", params=sorted(TINY_REGIMES_2_STEPS))

@@ -1,7 +1,8 @@
 """A regime's running state goes with each checkpoint (training/regime_state.py): a learner resumed from it takes the
 step an uninterrupted one takes (issue 77: HACPO's capability window restarted from what the resumed process had
-seen). In process, through the seam's fake trainer over a real SEE, for every built-in regime; end to end (a run
-stopped by SIGTERM and resumed, against one that was not): tests/test_train_e2e.py."""
+seen). In process, through the seam's fake trainer over a real SEE, for every built-in regime; end to end: HACPO
+stopped by SIGTERM and resumed, against the same run not stopped, byte for byte (tests/test_train_e2e.py's SIGTERM
+test), and every other regime ended at step 1 and resumed (tests/test_resume_every_regime.py)."""
 
 from __future__ import annotations
 
@@ -172,57 +173,3 @@ def test_a_regime_without_running_state_keeps_none():
     keeping = sorted(name for name in BUILTIN if adapter_class(get_regime(name)).state_dict
                      is not adapter_class(get_regime("standalone")).state_dict)
     assert keeping == ["hacpo", "sgt"]
-
-
-
-@pytest.mark.slow
-@pytest.mark.user_start
-def test_hacpo_stopped_by_sigterm_and_resumed_ends_with_the_uninterrupted_runs_weights_byte_for_byte(tmp_path):
-    """Issue 77: two uninterrupted HACPO runs of one seed gave identical weights, the same run stopped by SIGTERM and
-    resumed gave others (its capability window restarted). 3 steps: stopped at step 2 (the policies sleep 3 s before
-    step 2's generation, so the step in flight is 2 wherever the signal lands), resumed for step 3, whose window
-    holds steps 1-3 as the uninterrupted run's does. (The stop itself, its timing and the folder a --resume of a
-    finished run leaves: test_train_e2e's SIGTERM test.)"""
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from e2e_helpers import TINY, assert_ok, child_env
-    from mutualrl import fault_injection
-    from mutualrl.ops.checkpoint_files import MANIFEST_NAME, checkpoint_problem
-
-    run = [*TINY, "--regime", "hacpo", "--max-steps", "3", "--set", "validation.at_start=false",
-           "--set", "validation.limit=4"]
-    straight, stopped = tmp_path / "straight", tmp_path / "stopped"
-    train = [sys.executable, "-m", "mutualrl", "train"]
-    proc = subprocess.Popen([*train, "-o", str(stopped), *run], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env={**child_env(), fault_injection.STEP_DELAY_ENV: "tiny-bpe=3@odd,tiny-sp=3@odd"})
-    deadline = time.monotonic() + 300
-    while not any(train_steps(stopped, p) for p in POLICIES):
-        assert proc.poll() is None and time.monotonic() < deadline, "no policy logged step 1"
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 130 and "checkpoint-2 of every policy" in " ".join(out.split()), out[-3000:]
-    for policy in POLICIES:
-        checkpoint = stopped / "policies" / policy / "checkpoint-2"
-        assert checkpoint_problem(checkpoint) is None
-        saved = json.loads((checkpoint / REGIME_STATE_NAME).read_text())
-        assert saved["regime"] == "hacpo" and len(saved["state"]["capability_history"]) == 2
-        assert REGIME_STATE_NAME in json.loads((checkpoint / MANIFEST_NAME).read_text())["files"]
-    assert_ok(subprocess.run([*train, "-o", str(stopped), "--resume"], env=child_env(), capture_output=True,
-                             text=True, timeout=600))
-    assert_ok(subprocess.run([*train, "-o", str(straight), *run], env=child_env(), capture_output=True, text=True,
-                             timeout=600))
-    for policy in POLICIES:
-        assert train_steps(stopped, policy) == [1, 2, 3]
-        weights = [folder / "policies" / policy / "final" / "model.safetensors" for folder in (straight, stopped)]
-        assert weights[0].read_bytes() == weights[1].read_bytes(), policy
-
-
-def train_steps(run_dir, policy: str) -> list[int]:
-    """The steps ``policy`` logged a training row for."""
-    path = run_dir / "metrics" / f"{policy}.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    return [row["step"] for row in rows if row.get("kind") == "train"]

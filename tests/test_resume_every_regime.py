@@ -7,7 +7,7 @@ reference's own arguments ending at step 1 (its ``checkpoint-1``, with the regim
 --max-steps`` to the reference's length. The resumed processes start from that checkpoint as a stopped run's do (its
 weights, optimizer, schedule, random state, regime state, the exchange's rounds after it); the tiny recipe's 10-step
 warm-up gives the lengthened schedule the reference's rates. The stop itself (SIGTERM, the step the policies hold
-at, its checkpoint): HACPO's test in tests/test_regime_state.py and tests/test_train_e2e.py."""
+at, its checkpoint), with HACPO resumed against the same run not stopped: tests/test_train_e2e.py's SIGTERM test."""
 
 from __future__ import annotations
 

@@ -143,12 +143,18 @@ def _watch_phases(run_dir, phases: dict, proc) -> None:
 
 @pytest.mark.slow
 @pytest.mark.user_start
-def test_sigterm_saves_every_policy_at_the_step_in_flight_and_resume_goes_on_from_it(tmp_path):
+def test_sigterm_saves_every_policy_at_the_step_in_flight_and_resume_goes_on_from_it(hacpo_5_steps, tmp_path):
     """The tiny pool checkpoints every 100 steps: a SIGTERM at step 2 still saves every policy at the step in
     flight, within Slurm's 30 s KillWait, and --resume trains on from there; a --resume of the finished run then
     changes nothing in its folder. Each save takes 4 s (fault_injection.SAVE_DELAY_ENV), longer than the launcher's floor, made
     1 s for the test (fault_injection.STOP_GRACE_ENV, with a write rate of 0.004 GiB/s that makes the tiny pool's checkpoints
-    take 10 s or more, as a 20 s floor against a 52 GiB one at 0.25 GiB/s): the plan's grace lets both finish."""
+    take 10 s or more, as a 20 s floor against a 52 GiB one at 0.25 GiB/s): the plan's grace lets both finish.
+
+    The regime is HACPO, whose running state (its capability window, Eq. 9) goes with each checkpoint: the stop's
+    checkpoint holds the window of every step taken, and the resumed run ends with the weights of the same run not
+    stopped, byte for byte (issue 77: two uninterrupted HACPO runs of one seed gave identical weights, a run stopped
+    by SIGTERM and resumed gave others, its window restarted). The in-process round trip of every regime's state:
+    tests/test_regime_state.py; every other regime ended and resumed: tests/test_resume_every_regime.py."""
     import re
     import signal
     import subprocess
@@ -156,15 +162,15 @@ def test_sigterm_saves_every_policy_at_the_step_in_flight_and_resume_goes_on_fro
     import threading
     import time
 
-    from e2e_helpers import TINY, child_env
+    from e2e_helpers import TINY_HACPO_5_STEPS, child_env
     from mutualrl import fault_injection
-    from mutualrl.ops.checkpoint_files import checkpoint_problem
+    from mutualrl.ops.checkpoint_files import MANIFEST_NAME, checkpoint_problem
+    from mutualrl.training.regime_state import REGIME_STATE_NAME
 
-    steps, k = 5, 2
+    steps, k = 5, 2  # TINY_HACPO_5_STEPS's length; the stop comes once a policy logged step k
     run_dir = tmp_path / "run"
     train = [sys.executable, "-m", "mutualrl", "train", "-o", str(run_dir)]
-    proc = subprocess.Popen([*train, *TINY, "--regime", "xgrpo", "--max-steps", str(steps), "--set",
-                             "validation.at_start=false"], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*train, *TINY_HACPO_5_STEPS], stdout=subprocess.PIPE,
                             env={**child_env(), fault_injection.SAVE_DELAY_ENV: "tiny-bpe=4,tiny-sp=4",
                                  fault_injection.STOP_GRACE_ENV: "1,0.004"},
                             stderr=subprocess.STDOUT, text=True)
@@ -186,8 +192,12 @@ def test_sigterm_saves_every_policy_at_the_step_in_flight_and_resume_goes_on_fro
     saved = int(re.search(r"checkpoint-(\d+) of every policy", " ".join(out.split())).group(1))
     assert k <= saved < steps, out[-3000:]
     for policy in POLICIES:
-        assert checkpoint_problem(run_dir / "policies" / policy / f"checkpoint-{saved}") is None
+        checkpoint = run_dir / "policies" / policy / f"checkpoint-{saved}"
+        assert checkpoint_problem(checkpoint) is None
         assert not (run_dir / "policies" / policy / "final").exists()
+        state = json.loads((checkpoint / REGIME_STATE_NAME).read_text())  # the window of every step taken
+        assert state["regime"] == "hacpo" and len(state["state"]["capability_history"]) == saved, (policy, state)
+        assert REGIME_STATE_NAME in json.loads((checkpoint / MANIFEST_NAME).read_text())["files"]
     assert json.loads((run_dir / "run.json").read_text())["status"] == "interrupted"
 
     done = subprocess.run([*train, "--resume"], env=child_env(), capture_output=True, text=True, timeout=600)
@@ -203,6 +213,12 @@ def test_sigterm_saves_every_policy_at_the_step_in_flight_and_resume_goes_on_fro
     after = _folder_bytes(run_dir)
     assert sorted(after) == sorted(before)
     assert [name for name in before if before[name] != after[name]] == []
+
+    straight, done = hacpo_5_steps
+    assert_ok(done)
+    for policy in POLICIES:
+        weights = [folder / "policies" / policy / "final" / "model.safetensors" for folder in (straight, run_dir)]
+        assert weights[0].read_bytes() == weights[1].read_bytes(), f"{policy}: the resumed run's weights differ"
 
 
 @pytest.mark.slow
