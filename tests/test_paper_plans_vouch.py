@@ -7,6 +7,7 @@ file on a real node, which no CPU plan could show."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from mutualrl.config.loader import list_named_recipes, load_run_config
+from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError
 from mutualrl.launch.plan.launch_plan import LaunchPlan, make_launch_plan
 from mutualrl.run_folder import RunPaths
@@ -25,15 +27,21 @@ CARDS_GIB = (40.0, 80.0, 141.0)
 GPU_COUNTS = (1, 2, 4, 8)
 
 
-def gpu_plan(recipe: str, gpus: int, gpu_memory_gib: float, run_dir: Path) -> LaunchPlan | None:
+def gpu_plan(recipe: str, gpus: int, gpu_memory_gib: float, run_dir: Path, config: RunConfig | None = None
+             ) -> LaunchPlan | None:
     """The plan ``mutualrl train`` makes on a node of ``gpus`` cards of ``gpu_memory_gib`` (vLLM installed there);
-    None where the planner refuses the node (too small for the pool)."""
-    config = load_run_config(recipe, overrides=[f"launch.gpus={gpus}"]).config
+    None where the planner refuses the node (too small for the pool). ``config``: the recipe already loaded with
+    ``launch.gpus`` (a copy is planned)."""
+    config = copy.deepcopy(config) if config is not None else gpu_config(recipe, gpus)
     try:
         return make_launch_plan(config, run_dir, gpus=gpus, simulate=True, gpu_memory_gib=gpu_memory_gib,
                                 ram_gib=2048.0, vllm_available=True, dry_run=True)
     except PlacementError:
         return None
+
+
+def gpu_config(recipe: str, gpus: int) -> RunConfig:
+    return load_run_config(recipe, overrides=[f"launch.gpus={gpus}"]).config
 
 
 def check_vouched(plan: LaunchPlan, max_prompt_tokens: int, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -55,14 +63,15 @@ def check_vouched(plan: LaunchPlan, max_prompt_tokens: int, monkeypatch: pytest.
     assert [c.env for c in saved.specs] == [c.env for c in plan.specs]
 
 
-@pytest.mark.slow  # ~20 s: every recipe x 3 cards x 4 GPU counts
+@pytest.mark.slow  # ~6 s of CPU: every recipe x 3 cards x 4 GPU counts
 @pytest.mark.parametrize("recipe", PAPER_RECIPES)
 def test_every_worker_is_handed_the_digest_of_the_bytes_it_reads(recipe, tmp_path, monkeypatch):
-    max_prompt_tokens = load_run_config(recipe).config.task.max_prompt_tokens
+    configs = {gpus: gpu_config(recipe, gpus) for gpus in GPU_COUNTS}  # read once per GPU count, not per card: the
+    max_prompt_tokens = configs[1].task.max_prompt_tokens  # recipe's YAML was two thirds of this test's CPU
     accepted = []
     for memory in CARDS_GIB:
         for gpus in GPU_COUNTS:
-            plan = gpu_plan(recipe, gpus, memory, tmp_path / f"{gpus}x{memory:g}")
+            plan = gpu_plan(recipe, gpus, memory, tmp_path / f"{gpus}x{memory:g}", configs[gpus])
             if plan is not None:
                 check_vouched(plan, max_prompt_tokens, monkeypatch)
                 accepted.append((gpus, memory))
