@@ -53,7 +53,7 @@ on the ``PYTHONPATH`` of every process a test starts (:func:`pytest_configure`),
 sys.path.insert(0, str(FORK_SITE))
 from zygotes.start import FORK_SERVER_ENV, plug_into  # noqa: E402  (found on the path set just above)
 
-POLICY_PROCESS_BUDGET = 175
+POLICY_PROCESS_BUDGET = 170
 """The most policy-worker processes one run of the whole suite may start; over it the session fails. Set on 2026-11-26
 (issue 70) from the suite's own count (``policy processes: N`` at the end of the run: 131 and 135 on two runs of one
 commit, as restarts and catch-ups follow the timing) with a few to spare; each worker costs ~6 s of CPU, and workers
@@ -73,7 +73,9 @@ worker started in a folder holding a planted module (``tests/test_security_worki
 2026-11-27 (evening): every other regime ended at step 1 and resumed beside its shared uninterrupted run
 (``tests/test_resume_every_regime.py``: XGRPO, PRP, OPD, SGT, standalone, 4 workers each; no shared run resumes). 175
 since 2026-11-27 (night): the preflight's real start plans 2qwen for 4 GPUs (4 ranks, not 8), and HACPO's stop and
-resume is the SIGTERM test's own run (``tests/test_train_e2e.py``: 4 workers fewer than the two tests had)."""
+resume is the SIGTERM test's own run (``tests/test_train_e2e.py``: 4 workers fewer than the two tests had). 170 since
+2026-11-27 (night): the groups hold (each shared run launched once, not once per worker meeting one of its tests);
+the whole suite started 158 (``benchmarks/results/test-suite.md``)."""
 
 
 def policy_starts(log: Path) -> dict[str, bool]:
