@@ -233,3 +233,21 @@ def test_suite_timeline_worker_busy_time_and_gaps_by_hand() -> None:
     assert timeline.worker_lines(starts, tests) == [
         "gw0: 2 tests, first at 2.0 s, last ends at 7.5 s; busy 4.5 s, gaps 1.0 s"]
     assert timeline.by_file(timeline.durations(tests)) == {"t.py": 4.5}
+
+
+@pytest.mark.slow
+def test_tiny_recipe_builds_a_variant_as_the_set_up_does(tmp_path: Path) -> None:
+    """A 5-step variant of tiny-bpe built in a process of its own under the pinned kernels, into --out; the JSON names
+    what decides the pool (latent and final accuracies, the answer probability of each family)."""
+    out = last_json(run_script("tiny_recipe.py", "--model", "tiny-bpe", "--set", "steps=4", "--set",
+                               "blind_spot_steps=1", "--set", "batch_size=8", "--out", str(tmp_path / "v")))
+    assert out["model"] == "tiny-bpe" and len(out["sha256"]) == 64
+    assert (tmp_path / "v" / "model.safetensors").is_file()
+    assert set(out["train_answer_probability"]) == {"add", "sub"}
+    assert all(0.0 <= f["mean"] <= f["max"] <= 1.0 for f in out["train_answer_probability"].values())
+    report = json.loads((tmp_path / "v" / "warm_start.json").read_text())
+    assert report["build_env"]["ATEN_CPU_CAPABILITY"] == "default"  # the set-up's pinned kernels, not this process's
+    assert report["recipe"]["steps"] + report["recipe"]["blind_spot_steps"] == 5
+    refused = subprocess.run([sys.executable, str(BENCH / "tiny_recipe.py"), "--model", "tiny-bpe", "--set",
+                              "stepz=4", "--out", str(tmp_path / "w")], capture_output=True, text=True, cwd=ROOT)
+    assert refused.returncode != 0 and "no recipe field 'stepz'" in refused.stderr
