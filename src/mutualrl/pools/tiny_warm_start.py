@@ -282,7 +282,7 @@ def answer_probabilities(model: Any, tokenizer: Any, split: str = "train") -> di
             prompt, answer = encode_example(tokenizer, example.prompt, example.answer)
             by_shape.setdefault((len(prompt), len(answer) - 1), []).append(prompt + answer[:-1])  # EOS left out
         probs = []
-        for (prompt_len, answer_len), rows in by_shape.items():
+        for (prompt_len, _), rows in by_shape.items():
             ids = torch.tensor(rows)  # [N, P + A]
             with torch.no_grad():
                 logp = model(input_ids=ids).logits[:, prompt_len - 1:-1].log_softmax(-1)  # [N, A, V]
