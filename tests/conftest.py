@@ -236,7 +236,24 @@ def pytest_configure(config: pytest.Config) -> None:
         # after the caller's own entries: a sitecustomize of theirs (benchmarks/suite_cpu.py's) wins, and no zygote
         os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), str(FORK_SITE)]))
         config.stash[POLICY_START_KEY] = (log, time.monotonic())
+        fetch_test_models()
     plug_this_process()
+
+
+TEST_MODELS = ("smollm2-135m", "gemma3-270m")
+"""The smol pools' real models, which the set-up leaves to first use (a download and dequantisation of ~330 MB,
+110 s of the 2-core box): the suite fetches them once as it starts, before its workers do, so that no test
+waits on (or races for) the download."""
+
+
+def fetch_test_models() -> None:
+    from mutualrl.pools.builtin import ensure_builtin_models, get_builtin
+
+    missing = [name for name in TEST_MODELS if not get_builtin(name).is_cached()]
+    if missing:
+        print(f"mutualrl tests: fetching the smol pools' models once ({', '.join(missing)}; ~330 MB) ...",
+              file=sys.stderr, flush=True)
+        ensure_builtin_models(missing)
 
 
 POLICY_START_KEY = pytest.StashKey[tuple[Path, float]]()
