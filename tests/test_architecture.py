@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "mutualrl"
@@ -57,13 +58,16 @@ def test_imports_only_go_down_the_layers():
 
 
 def cli_imports(path: Path) -> list[str]:
-    """The imports of ``mutualrl.cli`` (or a module in it) in ``path``, top level or in a function."""
+    """The imports of ``mutualrl.cli`` (or a module in it) in ``path``, top level or in a function, or its name as a
+    string (a module reached through ``sys.modules`` or ``importlib``)."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module:
             named = [node.module] + [f"{node.module}.{a.name}" for a in node.names if node.module == "mutualrl"]
         elif isinstance(node, ast.Import):
             named = [a.name for a in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and re.fullmatch(r"[\w.]+", node.value):
+            named = [node.value]  # a module reached by name: sys.modules.get("mutualrl.cli.common"), import_module
         else:
             continue
         found += [name for name in named if name == "mutualrl.cli" or name.startswith("mutualrl.cli.")]
@@ -81,8 +85,10 @@ def test_nothing_but_the_cli_imports_the_cli():
 def test_the_cli_import_check_sees_one(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("from mutualrl import cli\ndef f():\n    from mutualrl.cli.eval_cmd import x\n"
-                      "import mutualrl.cli.common\nfrom mutualrl.launch import evaluate\n")
-    assert sorted(cli_imports(module)) == ["mutualrl.cli", "mutualrl.cli.common", "mutualrl.cli.eval_cmd"]
+                      "import mutualrl.cli.common\nfrom mutualrl.launch import evaluate\n"
+                      "console = sys.modules.get('mutualrl.cli.run_cmd')\n")
+    assert sorted(cli_imports(module)) == ["mutualrl.cli", "mutualrl.cli.common", "mutualrl.cli.eval_cmd",
+                                           "mutualrl.cli.run_cmd"]
 
 
 def test_no_two_packages_of_a_layer_import_each_other():

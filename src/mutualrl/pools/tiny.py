@@ -35,6 +35,7 @@ from typing import Any
 from mutualrl.assets.cache import asset_lock, asset_path, building
 from mutualrl.errors import AssetError
 from mutualrl.host.allocator import allocator_env
+from mutualrl.host.terminal import progress_console
 from mutualrl.pools.tiny_warm_start import BUILD_ENV, WARM_START_FILE, ProgressFn, TinyModelSpec, build_key, warm_start
 
 TINY_MODELS: dict[str, TinyModelSpec] = {
@@ -126,23 +127,13 @@ def read_warm_start_report(name: str) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------
 
 
-def _console() -> Any:
-    """The CLI's console when running under the CLI (so nested live displays work), else stderr."""
-    common = sys.modules.get("mutualrl.cli.common")
-    if common is not None:
-        return common.console
-    from rich.console import Console
-
-    return Console(stderr=True)
-
-
 def _progress_bar() -> Any:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     return Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
         TextColumn("loss {task.fields[loss]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-        console=_console(), transient=False,
+        console=progress_console(), transient=False,
     )
 
 
