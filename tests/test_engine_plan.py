@@ -100,15 +100,15 @@ def cpu_plan(tmp_path, *sets: str, dry_run: bool = False, free_gib: float = 1000
 
 
 def test_the_peak_disk_is_checked_against_the_free_space(tmp_path, monkeypatch):
-    plan = cpu_plan(tmp_path, monkeypatch=monkeypatch)
+    plan = cpu_plan(tmp_path, "grpo.max_steps=200", monkeypatch=monkeypatch)
     # 1e9 params on the CPU: a checkpoint is 12 B/param = 11.18 GiB; 200 steps / a save every 100 = 2 written
     # (save_total_limit 2); final fp32 weights 3.73 GiB: 2 x 11.18 + 3.73 = 26.08 GiB per policy
     assert [p.peak_gib for p in plan.disk.policies] == [26.08, 26.08] and plan.disk.peak_gib == 52.16
     with pytest.raises(PlacementError, match=r"52.2 GiB .* against 40.0 GiB free on /fake-fs"):
-        cpu_plan(tmp_path, free_gib=40.0, monkeypatch=monkeypatch)
-    dry = cpu_plan(tmp_path, free_gib=40.0, dry_run=True, monkeypatch=monkeypatch)
+        cpu_plan(tmp_path, "grpo.max_steps=200", free_gib=40.0, monkeypatch=monkeypatch)
+    dry = cpu_plan(tmp_path, "grpo.max_steps=200", free_gib=40.0, dry_run=True, monkeypatch=monkeypatch)
     assert any("will not fit" in w for w in dry.warnings)
-    forced = cpu_plan(tmp_path, "launch.force=true", free_gib=40.0, monkeypatch=monkeypatch)
+    forced = cpu_plan(tmp_path, "grpo.max_steps=200", "launch.force=true", free_gib=40.0, monkeypatch=monkeypatch)
     assert any("--force" in w for w in forced.warnings)
     assert not any("GiB free" in w for w in cpu_plan(tmp_path, free_gib=100.0, monkeypatch=monkeypatch).warnings)
 

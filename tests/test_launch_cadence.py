@@ -118,7 +118,7 @@ def test_tiny_pool_keeps_its_optimizer_step_counts(tmp_path):
     assert not any(tmp_path.iterdir())
     for p in plan.policies:
         assert (p.grpo["max_steps"], p.grpo["save_steps"], p.grpo["logging_steps"], p.grpo["warmup_steps"]) == (
-            200, 100, 1, 10)
+            400, 100, 1, 10)
         assert {row[0]: row[2] for row in p.schedule}["validate every"] == "20"
 
 
