@@ -1,7 +1,8 @@
 """A fake policy process for the launcher's stop tests, and a runner that sends the stop once every policy stepped.
 
 :data:`FAKE_POLICY` is a script: ``FAKE_POLICY RUN NAME PACE [SAVE_S [says-saving]]`` steps every ``PACE`` seconds,
-writing its status as the status callback does, and at the step the launcher's stop request names it "saves" for
+writing its status as the status callback does (holding, as ``StopCallback.due`` does, while a request names no step
+yet), and at the step the launcher's stop request names it "saves" for
 ``SAVE_S`` seconds (saying ``saving`` in its status first with ``says-saving``, as ``MutualGRPOTrainer`` does),
 leaves ``RUN/NAME.saved`` holding the step and exits as a stopped worker exits."""
 
@@ -14,7 +15,7 @@ import sys, time
 from pathlib import Path
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.run_folder import RunPaths
-from mutualrl.training.stop_request import STOPPED_EXIT, read_request, requested_step
+from mutualrl.training.stop_request import HOLDING, STOPPED_EXIT, read_request, requested_step
 
 paths, name, pace = RunPaths(Path(sys.argv[1])), sys.argv[2], float(sys.argv[3])
 save_s = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
@@ -24,7 +25,13 @@ while True:  # a step, its status, then the request (as the status and stop call
     time.sleep(pace)
     step += 1
     write_json_atomic(paths.status(name), {"step": step, "phase": "training"})
-    target = requested_step(read_request(paths))
+    request = read_request(paths)
+    target = requested_step(request)
+    if request is not None and target is None:  # the launcher is naming the step: hold here, as StopCallback.due
+        write_json_atomic(paths.status(name), {"step": step, "phase": HOLDING})
+        while target is None:
+            time.sleep(0.05)
+            target = requested_step(read_request(paths))
     if target is not None and step >= target:
         if says_saving:
             write_json_atomic(paths.status(name), {"step": step, "phase": "saving"})
