@@ -15,7 +15,7 @@ import sys, time
 from pathlib import Path
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.run_folder import RunPaths
-from mutualrl.training.stop_request import HOLDING, STOPPED_EXIT, read_request, requested_step
+from mutualrl.training.stop_request import HOLDING, STEP_WAIT_S, STOPPED_EXIT, read_request, requested_step
 
 paths, name, pace = RunPaths(Path(sys.argv[1])), sys.argv[2], float(sys.argv[3])
 save_s = float(sys.argv[4]) if len(sys.argv) > 4 else 0.0
@@ -29,10 +29,11 @@ while True:  # a step, its status, then the request (as the status and stop call
     target = requested_step(request)
     if request is not None and target is None:  # the launcher is naming the step: hold here, as StopCallback.due
         write_json_atomic(paths.status(name), {"step": step, "phase": HOLDING})
-        while target is None:
+        deadline = time.monotonic() + STEP_WAIT_S
+        while target is None and time.monotonic() < deadline:
             time.sleep(0.05)
             target = requested_step(read_request(paths))
-    if target is not None and step >= target:
+    if request is not None and (target is None or step >= target):  # no step named in time: stop here, as it does
         if says_saving:
             write_json_atomic(paths.status(name), {"step": step, "phase": "saving"})
         time.sleep(save_s)

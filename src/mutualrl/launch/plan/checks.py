@@ -327,6 +327,7 @@ def _check_gpu(gpu: int, users: list[tuple[str, float]], gpu_memory_gib: float, 
         f"available; activations may not fit"
     ]
 
+
 def _does_not_fit(gpu: int, who: str, usable: float, gpu_memory_gib: float, shares: Mapping[str, float],
                   users: int) -> str:
     """The one-line refusal of a GPU whose model states and vLLM shares exceed its memory, with what to change."""
