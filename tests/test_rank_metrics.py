@@ -102,8 +102,21 @@ def same(a: dict[str, list[float]], b: dict[str, list[float]]) -> bool:
                                        for x, y in zip(a[k], b[k], strict=True)) for k in a)
 
 
+def rescue_counts(accelerator, tokenizer) -> dict[str, int]:
+    """SGT's run-wide counts under ``max_rescues_per_prompt`` after the step on this rank: every rank's rescues (rank 0
+    holds p0 and p1, both rescued; rank 1 neither), so that any rank may meet p0 next and rank 0 saves them all."""
+    config = load_run_config("tiny", regime="sgt", overrides=["regime.sgt.max_rescues_per_prompt=2"],
+                             check_grpo=False).config
+    adapter = adapter_class(get_regime("sgt"))(config, "tiny-bpe", None, spec=get_regime("sgt"))
+    adapter.bind(RankTrainer(tokenizer, accelerator))
+    output, rollouts = rank_step(tokenizer, accelerator.process_index, accelerator.num_processes)
+    adapter.transform(output, rollouts, {"tiny-sp": peer_table()})
+    return adapter.rescues_by_prompt
+
+
 def two_rank_steps(accelerator, tokenizer):
-    return {regime: logged_step(accelerator, tokenizer, regime, overrides) for regime, overrides in REGIMES.items()}
+    logged = {regime: logged_step(accelerator, tokenizer, regime, overrides) for regime, overrides in REGIMES.items()}
+    return logged, rescue_counts(accelerator, tokenizer)
 
 
 def test_two_ranks_log_the_whole_batch_as_one_rank_does(thl_tokenizers):
@@ -111,10 +124,12 @@ def test_two_ranks_log_the_whole_batch_as_one_rank_does(thl_tokenizers):
     one = {regime: logged_step(OneRank(), tokenizer, regime, overrides) for regime, overrides in REGIMES.items()}
     assert one["sgt"]["sgt/gate_rate"] == [0.5] and one["sgt"]["sgt/gated_prompts"] == [2.0]
     assert one["prp"]["prp/peer_rows"] == [8.0]
+    assert rescue_counts(OneRank(), tokenizer) == {"p0": 1, "p1": 1}
     both = run_on_two_ranks(two_rank_steps, tokenizer)
     for regime in REGIMES:
-        for rank, logged in enumerate(both):
+        for rank, (logged, _) in enumerate(both):
             assert same(logged[regime], one[regime]), (regime, rank, logged[regime], one[regime])
+    assert [counts for _, counts in both] == [{"p0": 1, "p1": 1}] * 2
 
 
 def test_combine_reduces_each_kind_as_trl_reduces_its_own():

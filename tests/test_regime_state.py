@@ -35,10 +35,10 @@ def tokenizers(thl_tokenizers):
     return {name: padded(thl_tokenizers[VOCAB[name]]) for name in POLICIES}
 
 
-def adapter_of(folder, tokenizers, regime, policy):
+def adapter_of(folder, tokenizers, regime, policy, overrides=()):
     """One policy's adapter over the SEE in ``folder`` (test_regimes_seam's ``pool_of``, for one policy): a new
     process of that policy, bound to a FakeTrainer."""
-    config = load_run_config("tiny", regime=regime, check_grpo=False).config
+    config = load_run_config("tiny", regime=regime, overrides=list(overrides), check_grpo=False).config
     spec = get_regime(regime)
     exchange = ExperienceExchange(folder, "run", policy, policies=POLICIES, barrier_timeout_s=10.0,
                                   poll_interval_s=0.01)
@@ -47,14 +47,14 @@ def adapter_of(folder, tokenizers, regime, policy):
     return adapter
 
 
-def pool_of(folder, tokenizers, regime):
-    return {policy: adapter_of(folder, tokenizers, regime, policy) for policy in POLICIES}
+def pool_of(folder, tokenizers, regime, overrides=()):
+    return {policy: adapter_of(folder, tokenizers, regime, policy, overrides) for policy in POLICIES}
 
 
-def take_step(learner, peer, step: int):
-    """The peer publishes step ``step`` of :data:`STEPS`, then the learner processes its own: the batch it trains on
+def take_step(learner, peer, step: int, steps=STEPS):
+    """The peer publishes step ``step`` of ``steps``, then the learner processes its own: the batch it trains on
     and the metrics it recorded at this step."""
-    own_texts, own_rewards, peer_texts, peer_rewards = STEPS[step]
+    own_texts, own_rewards, peer_texts, peer_rewards = steps[step]
     for adapter in (learner, peer):
         adapter.trainer.state.global_step = step
     peer_out, peer_rollouts = step_of(peer.trainer.processing_class, peer_texts, peer_rewards)
@@ -107,6 +107,36 @@ def test_a_learner_resumed_from_its_checkpoints_regime_state_takes_the_uninterru
         fresh = adapter_of(tmp_path / "stopped", tokenizers, regime, LEARNER)
         _, fresh_metrics = take_step(fresh, stopped[PEER], 1)
         assert not same(metrics, fresh_metrics)
+
+
+# The learner fails p0 at both steps and the peer solves it at both: without a budget SGT rescues p0 twice.
+FAILS_TWICE = (STEPS[0], ((" 2", " 7", " 4", " 4"), (0.0, 0.0, 1.0, 1.0), (" 5", " 4", " 4", " 3"), (0.0, 1.0, 1.0, 0.0)))
+
+
+@pytest.mark.slow  # three pools of adapters: outside the fast tier
+def test_sgts_rescue_budget_goes_with_the_checkpoint(tokenizers, tmp_path):
+    """Under ``max_rescues_per_prompt: 1`` p0's one lesson is spent at step 0: the uninterrupted learner gates nothing
+    at step 1, and so does one resumed from the checkpoint's counts, where a learner without them rescues p0 again."""
+    budget = ("regime.sgt.max_rescues_per_prompt=1",)
+    straight = pool_of(tmp_path / "straight", tokenizers, "sgt", budget)
+    stopped = pool_of(tmp_path / "stopped", tokenizers, "sgt", budget)
+    for pool in (straight, stopped):
+        _, metrics = take_step(pool[LEARNER], pool[PEER], 0, FAILS_TWICE)
+        assert metrics[("train", "sgt/rescues")] == [1.0]
+    checkpoint = tmp_path / "checkpoint-1"
+    checkpoint.mkdir()
+    saved = json.loads(save_regime_state(checkpoint, stopped[LEARNER], 1).read_text())
+    assert saved["state"] == {"rescues_total": 1, "rescues_by_prompt": {"p0": 1}}
+
+    resumed = adapter_of(tmp_path / "stopped", tokenizers, "sgt", LEARNER, budget)
+    assert load_regime_state(checkpoint, resumed)
+    batch, metrics = take_step(straight[LEARNER], straight[PEER], 1, FAILS_TWICE)
+    again, again_metrics = take_step(resumed, stopped[PEER], 1, FAILS_TWICE)
+    assert same(batch, again) and same(metrics, again_metrics)
+    assert metrics[("train", "sgt/rescues")] == [0.0] and "sgt_weight" not in batch
+    fresh = adapter_of(tmp_path / "stopped", tokenizers, "sgt", LEARNER, budget)
+    _, fresh_metrics = take_step(fresh, stopped[PEER], 1, FAILS_TWICE)
+    assert fresh_metrics[("train", "sgt/rescues")] == [1.0]
 
 
 @pytest.mark.slow  # two pools of adapters: outside the fast tier

@@ -19,6 +19,7 @@ from mutualrl.regimes.sgt.maths import (
     sgt_gate,
     sgt_metrics,
     sgt_nll,
+    within_rescue_budget,
 )
 
 
@@ -182,6 +183,24 @@ def test_selection_bad_inputs():
         select_peer_successes(gate, torch.ones(2, 3), "shortest")
     with pytest.raises(ValueError, match="'random' or 'shortest'"):
         select_peer_successes(gate, torch.ones(2, 1, 3), "longest")
+
+
+def test_a_prompt_rescued_up_to_its_budget_is_gated_no_more():
+    """``max_rescues_per_prompt``: gated'(x) = gated(x) and rescued_before(x) < c; unset, the gate is the paper's."""
+    learner = t([[0.0, 0.0], [0.0, 0.0], [0.0, 0.0], [1.0, 0.0]])  # [P=4, K=2]: prompts 0-2 failed, 3 did not
+    peers = t([[[1.0, 0.0]], [[1.0, 1.0]], [[0.0, 1.0]], [[1.0, 1.0]]])  # [P, M-1=1, K]: a success on each
+    gate = sgt_gate(learner, peers)
+    assert gate.gated.tolist() == [True, True, True, False]
+    before = torch.tensor([0, 2, 1, 5])  # [P]: steps that rescued each prompt before this one
+    capped = within_rescue_budget(gate, before, 2)
+    assert capped.gated.tolist() == [True, False, True, False]  # prompt 1 has had its two lessons
+    assert capped.learner_failed.tolist() == gate.learner_failed.tolist()  # the rest of the gate is kept
+    assert within_rescue_budget(gate, before, 1).gated.tolist() == [True, False, False, False]
+    assert within_rescue_budget(gate, before, None) is gate
+    with pytest.raises(ValueError, match=">= 1 or unset"):
+        within_rescue_budget(gate, before, 0)
+    with pytest.raises(ValueError, match="rescued_before must have the shape of gated"):
+        within_rescue_budget(gate, before[:3], 2)
 
 
 # ---------------------------------------------------------------- rows and weights

@@ -67,18 +67,21 @@ class SGTAdapter(RegimeAdapter):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.rescues_total = 0
+        self.rescues_by_prompt: dict[str, int] = {}  # steps that rescued each prompt (kept under a run-wide cap)
         self.history: dict[int, OwnRound] = {}
         self.thresholds_checked = False
         self.total_restored = False
 
     def state_dict(self) -> dict[str, Any]:
         """The rescue counter (``sgt/rescues_total``), exact at the checkpoint (the last logged total lags it by up to
-        ``logging_steps - 1`` steps). The groups kept for stale rounds are not state: a resumed policy's staleness
-        window starts at its first resumed step, and it reads no round before it."""
-        return {"rescues_total": self.rescues_total}
+        ``logging_steps - 1`` steps), and under ``max_rescues_per_prompt`` the steps that rescued each prompt. The
+        groups kept for stale rounds are not state: a resumed policy's staleness window starts at its first resumed
+        step, and it reads no round before it."""
+        return {"rescues_total": self.rescues_total, "rescues_by_prompt": dict(sorted(self.rescues_by_prompt.items()))}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rescues_total = int(state["rescues_total"])
+        self.rescues_by_prompt = {str(key): int(value) for key, value in state.get("rescues_by_prompt", {}).items()}
         self.total_restored = True  # a checkpoint without this state (older) restores it from the logged total
 
     def warn_thresholds(self, own: torch.Tensor, peers: dict[str, pa.Table]) -> None:
@@ -151,6 +154,7 @@ class SGTAdapter(RegimeAdapter):
                                                 num_gated)
 
         rescued = self._sum_over_ranks(int(gate.gated.sum()), rollouts)
+        self._count_rescues(own, gate, rollouts)
         if not self.total_restored:  # a resumed run goes on counting from its checkpoint's logged total
             self.total_restored = True
             self.rescues_total = max(self.rescues_total, logged_total(self.trainer.state.log_history))
@@ -169,7 +173,7 @@ class SGTAdapter(RegimeAdapter):
               step: int) -> tuple[PeerGroups, SGTGate, torch.Tensor, torch.Tensor]:
         """The gate per prompt (all K own rollouts failed, a peer succeeded), the peer success chosen
         for each gated prompt (seeded per step, policy and regime) and the learner rows it rescues."""
-        from mutualrl.regimes.sgt.maths import assign_sgt_rows, select_peer_successes, sgt_gate
+        from mutualrl.regimes.sgt.maths import assign_sgt_rows, select_peer_successes, sgt_gate, within_rescue_budget
 
         settings = self.settings
         peer = gather_peer_groups(peers, self.peers, own.groups, k, step, columns=("reward", "num_tokens"))
@@ -178,6 +182,8 @@ class SGTAdapter(RegimeAdapter):
         gate = sgt_gate(own.rewards, peer_rewards, success_threshold=settings.success_threshold,
                         failure_threshold=settings.failure_threshold,
                         require_all_failed=settings.require_all_failed)
+        before = torch.tensor([self.rescues_by_prompt.get(group, 0) for group in own.groups], dtype=torch.long)  # [P]
+        gate = within_rescue_budget(gate, before, settings.max_rescues_per_prompt)
         generator = self.seeded_generator(step, self.name)
         chosen = select_peer_successes(gate, peer_lengths, selection=settings.selection, generator=generator)
         row_mask = assign_sgt_rows(gate.gated, k, settings.max_pairs_per_prompt)
@@ -192,6 +198,19 @@ class SGTAdapter(RegimeAdapter):
             m, j = int(chosen[p, 0]), int(chosen[p, 1])  # chosen: int64 [P, 2] (peer, sample)
             sources.append((self.peers[m], int(peer.rows[p, m, j])))
         return gated_prompts, sources
+
+    def _count_rescues(self, own: OwnRound, gate: SGTGate, rollouts: StepRollouts) -> None:
+        """Under ``max_rescues_per_prompt``, count this step's rescued prompts, every rank's, so that each rank holds
+        the whole run's counts (a prompt may fall to another rank at its next visit; rank 0 saves them)."""
+        if self.settings.max_rescues_per_prompt is None:
+            return
+        rescued = [group for group, gated in zip(own.groups, gate.gated.tolist(), strict=True) if gated]
+        if rollouts.num_processes > 1:
+            from accelerate.utils import gather_object
+
+            rescued = gather_object(rescued)
+        for group in rescued:
+            self.rescues_by_prompt[group] = self.rescues_by_prompt.get(group, 0) + 1
 
     def _sum_over_ranks(self, count: int, rollouts: StepRollouts) -> int:
         """``count`` summed over the ranks (every rank takes part in the collective, gated or not)."""

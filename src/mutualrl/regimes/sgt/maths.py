@@ -135,6 +135,27 @@ def sgt_gate(
     )
 
 
+def within_rescue_budget(gate: SGTGate, rescued_before: torch.Tensor, max_rescues: int | None) -> SGTGate:
+    """The gate of prompts that have not used up their rescues (``regime.sgt.max_rescues_per_prompt``; not in the
+    paper, whose gate has no memory):
+
+        gated'(x) = gated(x) ∧ [c is unset ∨ rescued_before(x) < c]
+
+    Args:
+        gate: from :func:`sgt_gate`.
+        rescued_before: ``[P]`` int, the steps that rescued each prompt for this learner before this one.
+        max_rescues: the cap ``c``; None: the gate unchanged.
+    """
+    check_same_shape("rescued_before", rescued_before, "gated", gate.gated)
+    if max_rescues is None:
+        return gate
+    if max_rescues < 1:
+        raise ValueError(f"max_rescues_per_prompt must be >= 1 or unset; got {max_rescues}")
+    under = rescued_before < max_rescues  # [P]
+    return SGTGate(gated=gate.gated & under, peer_success=gate.peer_success, learner_failed=gate.learner_failed,
+                   peer_has_success=gate.peer_has_success)
+
+
 def select_peer_successes(
     gate: SGTGate,
     peer_lengths: torch.Tensor,

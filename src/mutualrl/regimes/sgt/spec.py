@@ -32,6 +32,13 @@ class SGTSettings:
     max_pairs_per_prompt: int = field(
         default=1, metadata={"ge": 1, "help": "Cap on SGT pairs formed for one prompt and learner per step."}
     )
+    max_rescues_per_prompt: int | None = field(
+        default=None,
+        metadata={"ge": 1, "help": "Over the whole run, how many steps may rescue one prompt for this learner (unset: "
+                  "no limit, as in the paper). A prompt the learner still fails after this many lessons draws no "
+                  "more, so an answer it cannot take up yet stops pulling on its other skills. The counts are saved "
+                  "with each checkpoint."}
+    )
 
 
 #: Metric keys the end-of-run summary reads (launch/rundir/summary.py): rescues so far, and the learner's
