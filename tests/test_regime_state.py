@@ -134,9 +134,13 @@ def test_sgts_rescue_budget_goes_with_the_checkpoint(tokenizers, tmp_path):
     again, again_metrics = take_step(resumed, stopped[PEER], 1, FAILS_TWICE)
     assert same(batch, again) and same(metrics, again_metrics)
     assert metrics[("train", "sgt/rescues")] == [0.0] and "sgt_weight" not in batch
+    assert metrics[("train", "sgt/over_budget")] == [1.0]  # gated but for the budget: logged, not hidden
     fresh = adapter_of(tmp_path / "stopped", tokenizers, "sgt", LEARNER, budget)
     _, fresh_metrics = take_step(fresh, stopped[PEER], 1, FAILS_TWICE)
-    assert fresh_metrics[("train", "sgt/rescues")] == [1.0]
+    assert fresh_metrics[("train", "sgt/rescues")] == [1.0] and fresh_metrics[("train", "sgt/over_budget")] == [0.0]
+    paper = pool_of(tmp_path / "paper", tokenizers, "sgt", ("regime.sgt.max_rescues_per_prompt=null",))
+    _, unbudgeted = take_step(paper[LEARNER], paper[PEER], 0, FAILS_TWICE)
+    assert ("train", "sgt/over_budget") not in unbudgeted  # the paper's gate logs no budget
 
 
 @pytest.mark.slow  # two pools of adapters: outside the fast tier

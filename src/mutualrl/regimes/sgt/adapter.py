@@ -142,7 +142,7 @@ class SGTAdapter(RegimeAdapter):
 
         settings = self.settings
         k = rollouts.num_generations
-        peer, gate, chosen, row_mask = self._gate(peers, own, k, step)
+        peer, gate, chosen, row_mask, over_budget = self._gate(peers, own, k, step)
         gated_prompts, sources = self._chosen_successes(peer, gate, chosen, len(own.groups))
         flat_mask = row_mask.reshape(-1)
         num_gated = self._sum_over_ranks(int(flat_mask.sum()), rollouts)
@@ -167,27 +167,31 @@ class SGTAdapter(RegimeAdapter):
         metrics.update(source_use(gate, chosen, peer.values["reward"], self.peers))
         metrics["rescues"] = rescued
         metrics["rescues_total"] = self.rescues_total
+        if settings.max_rescues_per_prompt is not None:  # the same on every rank: all take part in the sum
+            metrics["over_budget"] = self._sum_over_ranks(over_budget, rollouts)
         return output, metrics
 
     def _gate(self, peers: dict[str, pa.Table], own: OwnRound, k: int,
-              step: int) -> tuple[PeerGroups, SGTGate, torch.Tensor, torch.Tensor]:
-        """The gate per prompt (all K own rollouts failed, a peer succeeded), the peer success chosen
-        for each gated prompt (seeded per step, policy and regime) and the learner rows it rescues."""
+              step: int) -> tuple[PeerGroups, SGTGate, torch.Tensor, torch.Tensor, int]:
+        """The gate per prompt (all K own rollouts failed, a peer succeeded, the prompt's rescue budget not spent), the
+        peer success chosen for each gated prompt (seeded per step, policy and regime), the learner rows it rescues,
+        and how many prompts only the budget kept out."""
         from mutualrl.regimes.sgt.maths import assign_sgt_rows, select_peer_successes, sgt_gate, within_rescue_budget
 
         settings = self.settings
         peer = gather_peer_groups(peers, self.peers, own.groups, k, step, columns=("reward", "num_tokens"))
         peer_rewards, peer_lengths = peer.values["reward"], peer.values["num_tokens"]
 
-        gate = sgt_gate(own.rewards, peer_rewards, success_threshold=settings.success_threshold,
-                        failure_threshold=settings.failure_threshold,
-                        require_all_failed=settings.require_all_failed)
+        unbudgeted = sgt_gate(own.rewards, peer_rewards, success_threshold=settings.success_threshold,
+                              failure_threshold=settings.failure_threshold,
+                              require_all_failed=settings.require_all_failed)
         before = torch.tensor([self.rescues_by_prompt.get(group, 0) for group in own.groups], dtype=torch.long)  # [P]
-        gate = within_rescue_budget(gate, before, settings.max_rescues_per_prompt)
+        gate = within_rescue_budget(unbudgeted, before, settings.max_rescues_per_prompt)
+        over_budget = int((unbudgeted.gated & ~gate.gated).sum())
         generator = self.seeded_generator(step, self.name)
         chosen = select_peer_successes(gate, peer_lengths, selection=settings.selection, generator=generator)
         row_mask = assign_sgt_rows(gate.gated, k, settings.max_pairs_per_prompt)
-        return peer, gate, chosen, row_mask
+        return peer, gate, chosen, row_mask, over_budget
 
     def _chosen_successes(self, peer: PeerGroups, gate: SGTGate, chosen: torch.Tensor,
                           n_groups: int) -> tuple[list[int], list[tuple[str, int]]]:

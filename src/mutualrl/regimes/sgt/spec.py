@@ -66,6 +66,7 @@ SGT = register_regime(RegimeSpec(
         ("gated_prompts", MetricWords("SGT gated prompts", "prompts", NONNEGATIVE)),
         ("rescues", MetricWords("SGT rescues", "prompts rescued this step", NONNEGATIVE)),
         ("rescues_total", MetricWords("SGT rescues so far", "prompts rescued, cumulative", NONNEGATIVE)),
+        ("over_budget", MetricWords("SGT prompts over budget", "prompts the rescue budget kept out", NONNEGATIVE)),
         ("learner_success_rate_gated", MetricWords("learner success, gated prompts", "share of rollouts", UNIT)),
         ("learner_success_rate_ungated", MetricWords("learner success, other prompts", "share of rollouts", UNIT)),
         ("pool_success_rate_gated", MetricWords("pool success, gated prompts", "share of rollouts", UNIT)),
