@@ -4,7 +4,8 @@
 
 The steps, in the order the trainer adapter runs them:
 
-1. :func:`sgt_gate` — which prompts fire: the learner failed and some peer succeeded.
+1. :func:`sgt_gate` — which prompts fire: the learner failed and some peer succeeded; under a rescue budget
+   (not in the paper) :func:`within_rescue_budget` keeps those not rescued on its number of earlier steps.
 2. :func:`select_peer_successes` — one peer success ``y*`` per gated prompt.
 3. :func:`assign_sgt_rows` — which learner rows carry it (a per-prompt cap).
 4. :func:`sgt_example_weights` — the weight of each row so that the summed term is
