@@ -79,8 +79,9 @@ def rank_step(tokenizer, rank: int, ranks: int) -> tuple[dict, StepRollouts]:
     return output, rollouts
 
 
-def logged_step(accelerator, tokenizer, regime: str, overrides: tuple[str, ...] = ()) -> dict[str, list[float]]:
-    """The metric lists a step of ``regime`` leaves in TRL's ``_metrics`` (with SGT's loss terms) on this rank."""
+def stepped_adapter(accelerator, tokenizer, regime: str, overrides: tuple[str, ...] = ()):
+    """tiny-bpe's adapter of ``regime`` after the fixed step on this rank (logged, with SGT's loss terms), and its
+    trainer."""
     config = load_run_config("tiny", regime=regime, overrides=list(overrides), check_grpo=False).config
     spec = get_regime(regime)
     adapter = adapter_class(spec)(config, "tiny-bpe", None, spec=spec)
@@ -90,6 +91,12 @@ def logged_step(accelerator, tokenizer, regime: str, overrides: tuple[str, ...] 
     output, metrics = adapter.transform(output, rollouts, {"tiny-sp": peer_table()})
     adapter.log_step(metrics, {})
     adapter.extra_loss(trainer.model, output)
+    return adapter, trainer
+
+
+def logged_step(accelerator, tokenizer, regime: str, overrides: tuple[str, ...] = ()) -> dict[str, list[float]]:
+    """The metric lists a step of ``regime`` leaves in TRL's ``_metrics`` (with SGT's loss terms) on this rank."""
+    _, trainer = stepped_adapter(accelerator, tokenizer, regime, overrides)
     return {key: list(values) for key, values in trainer._metrics["train"].items()}
 
 
@@ -105,12 +112,7 @@ def same(a: dict[str, list[float]], b: dict[str, list[float]]) -> bool:
 def rescue_counts(accelerator, tokenizer) -> dict[str, int]:
     """SGT's run-wide counts under ``max_rescues_per_prompt`` after the step on this rank: every rank's rescues (rank 0
     holds p0 and p1, both rescued; rank 1 neither), so that any rank may meet p0 next and rank 0 saves them all."""
-    config = load_run_config("tiny", regime="sgt", overrides=["regime.sgt.max_rescues_per_prompt=2"],
-                             check_grpo=False).config
-    adapter = adapter_class(get_regime("sgt"))(config, "tiny-bpe", None, spec=get_regime("sgt"))
-    adapter.bind(RankTrainer(tokenizer, accelerator))
-    output, rollouts = rank_step(tokenizer, accelerator.process_index, accelerator.num_processes)
-    adapter.transform(output, rollouts, {"tiny-sp": peer_table()})
+    adapter, _ = stepped_adapter(accelerator, tokenizer, "sgt", ("regime.sgt.max_rescues_per_prompt=2",))
     return adapter.rescues_by_prompt
 
 
