@@ -54,28 +54,13 @@ sys.path.insert(0, str(FORK_SITE))
 from zygotes.start import FORK_SERVER_ENV, plug_into  # noqa: E402  (found on the path set just above)
 
 POLICY_PROCESS_BUDGET = 170
-"""The most policy-worker processes one run of the whole suite may start; over it the session fails. Set on 2026-11-26
-(issue 70) from the suite's own count (``policy processes: N`` at the end of the run: 131 and 135 on two runs of one
-commit, as restarts and catch-ups follow the timing) with a few to spare; each worker costs ~6 s of CPU, and workers
-were two thirds of the suite's CPU. A new test that launches training should read a shared run (the session fixtures
-below), a fake trainer (``tests/test_regimes_seam.py``) or a dry run instead; raise the budget only for a process
-topology no shared run has (a new regime family, rank layout, vLLM, nodes or fault), by the workers that test starts,
-and say which in the commit. 143 since 2026-11-27: the fork server's own run (``tests/test_forked_start_bench.py``, 2
-workers). Most CPU workers are forked from a zygote (``FORK_SERVER_ENV`` below; ``tests/fork_server/``), ~3 s of CPU
-cheaper each, all but those of the ``user_start`` tests, which start as a user's do; the budget holds their count
-(133-136 with forking, 140 with it off). 149 since 2026-11-27 (issue 77): HACPO stopped by
-SIGTERM, resumed and compared with an uninterrupted run (``tests/test_regime_state.py``, 6 workers: no shared run
-resumes HACPO). 151 since 2026-11-27: on-policy distillation's 2 tiny steps (``TINY_REGIMES_2_STEPS["opd"]``, 2
-workers: the only regime whose policies also judge each other's rollouts through nested exchanges). 163 since
-2026-11-27: ``train --preflight`` started as a user starts it (``tests/test_preflight.py``: 2qwen's 8 ranks through
-``accelerate launch`` from an 8-GPU plan, the only test that starts ranks from a GPU plan, and the tiny pool's 2) and a
-worker started in a folder holding a planted module (``tests/test_security_working_directory.py``, 2). 183 since
-2026-11-27 (evening): every other regime ended at step 1 and resumed beside its shared uninterrupted run
-(``tests/test_resume_every_regime.py``: XGRPO, PRP, OPD, SGT, standalone, 4 workers each; no shared run resumes). 175
-since 2026-11-27 (night): the preflight's real start plans 2qwen for 4 GPUs (4 ranks, not 8), and HACPO's stop and
-resume is the SIGTERM test's own run (``tests/test_train_e2e.py``: 4 workers fewer than the two tests had). 170 since
-2026-11-27 (night): the groups hold (each shared run launched once, not once per worker meeting one of its tests);
-the whole suite started 158 (``benchmarks/results/test-suite.md``)."""
+"""The most policy-worker processes one run of the whole suite may start; over it the session fails (the count is
+printed at the end, ``policy processes: N``). Workers are most of the suite's CPU (3-6 s each, less when forked from
+a zygote: ``FORK_SERVER_ENV`` below), so a new test that launches training should read a shared run (the session
+fixtures below), a fake trainer (``tests/test_regimes_seam.py``) or a dry run instead. Raise the budget only for a
+process topology no shared run has (a new regime family, rank layout, vLLM, nodes or fault), by the workers that
+test starts, and say which in the commit; how it came to 170: ``benchmarks/results/test-suite.md``, "The
+policy-process budget"."""
 
 
 def policy_starts(log: Path) -> dict[str, bool]:
