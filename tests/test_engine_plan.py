@@ -124,13 +124,13 @@ def test_a_resume_counts_what_the_run_folder_already_holds(tmp_path, monkeypatch
 def test_num_generations_10000_on_a_cpu_is_refused_with_the_sizes(tmp_path):
     config = load_run_config("tiny", overrides=["grpo.num_generations=10000",
                                                 "grpo.per_device_train_batch_size=10000"]).config
-    # tiny-sp (2 layers, hidden 96, 3 heads of 32, SwiGLU 192, vocabulary 32000, float32, no checkpointing),
-    # 10000 rows + 1 SGT rescue row x (16 + 4) tokens = 200020 tokens. A layer saves per token: 2 RMSNorms
-    # 2 x (4 + 4) x 96 + attention 5 x 4 x 96 + 4 x 3 + SwiGLU 4 x 4 x 192 + its mask copy 4 x 20 = 6620 B; the
-    # backward: final norm 8 x 96 + 2 gradients 2 x 4 x 96 + 2 x 4 x 192 = 3072 B. Layers 200020 x (2 x 6620 +
-    # 3072) + head tile 4096 x 32000 x 4 + 40004 scored x 96 x 8 + head weight 32000 x 96 x 8 = 3,842,313,312 B
-    # = 3.58 GiB (no full-vocabulary logits)
-    with pytest.raises(PlacementError, match=r"tiny-sp's training activations alone take 3.6 GiB \(10001 rows x 20 tokens: 2 layers x 6620 B "):
+    # tiny-bpe (4 layers, hidden 64, 2 heads of 32, GeLU MLP 256, vocabulary 50257, float32, no checkpointing),
+    # 10000 rows + 1 SGT rescue row x (16 + 4) tokens = 200020 tokens. A layer saves per token: 2 LayerNorm outputs
+    # 2 x 4 x 64 + attention 5 x 4 x 64 + 4 x 2 + MLP 2 x 4 x 256 + its mask copy 4 x 20 = 3928 B; the backward:
+    # final norm 8 x 64 + 2 gradients 2 x 4 x 64 + 2 x 4 x 256 = 3072 B. Layers 200020 x (4 x 3928 + 3072) + head
+    # tile 4096 x 32768 x 4 + 40004 scored x 64 x 8 + head weight 50257 x 64 x 8 = 4,340,260,224 B = 4.04 GiB (no
+    # full-vocabulary logits); tiny-sp's 3.58 GiB is the smaller
+    with pytest.raises(PlacementError, match=r"tiny-bpe's training activations alone take 4.0 GiB \(10001 rows x 20 tokens: 4 layers x 3928 B "):
         make_launch_plan(config, tmp_path / "run", gpus=0, cpu_cores=2, ram_gib=4.0, dry_run=True)
     config.launch.force = True
     forced = make_launch_plan(config, tmp_path / "run", gpus=0, cpu_cores=2, ram_gib=4.0, dry_run=True)

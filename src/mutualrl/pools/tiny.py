@@ -46,7 +46,11 @@ TINY_MODELS: dict[str, TinyModelSpec] = {
             tokenizer="gpt2",
             architecture="gpt2",
             strong_family="add",
-            description="GPT-2 architecture, 2x64 (2 heads), real GPT-2 byte-level BPE vocabulary; warm-started on "
+            # 4 layers: with 2, the `sub` SGT brings back cost its `add` up to 0.04 under standalone's (2 of 64 wide
+            # could not hold both); wider (96) costs the set-up ~40 s and leaves its blind spot open or its `add` low
+            # (benchmarks/results/learning-tiny.md, bpe-j to bpe-s).
+            num_layers=4,
+            description="GPT-2 architecture, 4x64 (2 heads), real GPT-2 byte-level BPE vocabulary; warm-started on "
             "synthetic-arith, strong on `add`, blind spot on `sub`",
         ),
         TinyModelSpec(
