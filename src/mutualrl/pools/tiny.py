@@ -46,8 +46,8 @@ TINY_MODELS: dict[str, TinyModelSpec] = {
             tokenizer="gpt2",
             architecture="gpt2",
             strong_family="add",
-            # 4 layers: with 2, the `sub` SGT brings back cost its `add` up to 0.04 under standalone's (2 of 64 wide
-            # could not hold both); wider (96) costs the set-up ~40 s and leaves its blind spot open or its `add` low
+            # 4 layers: with 2, the `sub` SGT brings back cost its `add` up to 0.045 under standalone's on the same
+            # seed; width 96 built ~35 s slower and left its blind spot open or its `add` low
             # (benchmarks/results/learning-tiny.md, bpe-j to bpe-s).
             num_layers=4,
             description="GPT-2 architecture, 4x64 (2 heads), real GPT-2 byte-level BPE vocabulary; warm-started on "
