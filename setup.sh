@@ -54,16 +54,19 @@ echo "==> installing mutualrl (editable) with its dev and experiments extras, at
 "${PIP_LOCKED[@]}" -e ".[dev,experiments]" "$TRL_PIN"
 phase_done "mutualrl and its dependencies"
 
-echo "==> fetching the offline tokenizers and data into ${MUTUALRL_CACHE:-~/.cache/mutualrl}"
-"$VENV/bin/mutualrl" assets fetch --kind tokenizer --kind data
-phase_done "tokenizers and data"
-# The tiny pool's two models build from here on, side by side (one thread each), while the rest downloads; their
-# bytes depend on nothing installed after this point (torch and transformers are in place).
+# The tiny pool's two models build from here on, side by side (one thread each), while the rest downloads: their
+# build is the set-up's longest phase. Their bytes depend on nothing installed after this point (torch and
+# transformers are in place); each build fetches its own tokenizer first (fetches are locked, so the fetch below
+# waits for one it shares instead of fetching it twice).
 TINY_LOG="$VENV/tiny-build.log"
 echo "==> building the tiny models in the background (log: $TINY_LOG)"
 "$VENV/bin/mutualrl" assets fetch --kind model >"$TINY_LOG" 2>&1 &
 TINY_PID=$!
 trap 'kill "$TINY_PID" 2>/dev/null || true' EXIT  # a set-up that stops early stops the build too
+
+echo "==> fetching the offline tokenizers and data into ${MUTUALRL_CACHE:-~/.cache/mutualrl}"
+"$VENV/bin/mutualrl" assets fetch --kind tokenizer --kind data
+phase_done "tokenizers and data"
 
 if ! "$PY" -c "import deepspeed" 2>/dev/null; then
   echo "==> installing DeepSpeed (ops compiled on first use)"

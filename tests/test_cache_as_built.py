@@ -95,8 +95,8 @@ def test_a_named_tokenizer_without_its_vocabulary_is_refused_by_name(tmp_path: P
 
 
 def test_fetch_by_kind_takes_only_that_kind_of_the_default_set_and_names_an_unknown_kind() -> None:
-    """The set-up fetches tokenizers and data first (`--kind tokenizer --kind data`), then builds the tiny models
-    in the background (`--kind model`): each call must touch only its kind."""
+    """The set-up builds the tiny models in the background (`--kind model`) while it fetches tokenizers and data
+    (`--kind tokenizer --kind data`): each call must touch only its kind."""
     done = CliRunner().invoke(app, ["assets", "fetch", "--kind", "tokenizer", "--kind", "data"])
     assert done.exit_code == 0, done.output
     named = [line.split()[2] for line in done.output.splitlines() if line.startswith(("cached", "fetched"))]

@@ -49,10 +49,11 @@ VALIDATING_BEHIND = textwrap.dedent('''
     from mutualrl.see.exchange import ExperienceExchange
     from see_synthetic import synthetic_batch
     b = ExperienceExchange(sys.argv[1], "run", "b", policies=["a", "b"])
-    for done in range(15):  # 3 s of validation against a 1.5 s barrier timeout
-        b.heartbeat(progress=f"validating {done}/15 (step 0)")
+    batch = synthetic_batch(2, 2, seed=2)  # built first: only the validation below is silent on shards
+    for done in range(25):  # 5 s of validation against a 3 s barrier timeout
+        b.heartbeat(progress=f"validating {done}/25 (step 0)")
         time.sleep(0.2)
-    b.publish(0, synthetic_batch(2, 2, seed=2))
+    b.publish(0, batch)
 ''')
 
 
@@ -118,7 +119,8 @@ def test_a_policy_gone_silent_on_a_machine_whose_clock_is_an_hour_ahead_is_seen(
 @pytest.mark.slow
 def test_the_barrier_waits_for_a_validating_peer_whose_clock_is_an_hour_behind(tmp_path):
     """Failed before: the barrier compared the peer's progress time with its own clock: an hour old, no wait."""
-    a = ExperienceExchange(tmp_path, "run", "a", policies=["a", "b"], barrier_timeout_s=1.5, poll_interval_s=0.01)
+    # 3 s: on a loaded 2-core box the peer's publish after its last beat once took over 1.5 s (a timeout, not the bug)
+    a = ExperienceExchange(tmp_path, "run", "a", policies=["a", "b"], barrier_timeout_s=3.0, poll_interval_s=0.01)
     a.publish(0, synthetic_batch(2, 2, seed=1))
     script = tmp_path / "validating.py"
     script.write_text(VALIDATING_BEHIND)
