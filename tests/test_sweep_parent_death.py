@@ -20,10 +20,12 @@ import os, signal, sys, time
 from pathlib import Path
 out = Path(sys.argv[1])
 def stopped(signum, frame):
-    (out / "stopped").write_text(signal.Signals(signum).name)
+    (out / "stopped.tmp").write_text(signal.Signals(signum).name)
+    os.replace(out / "stopped.tmp", out / "stopped")
     sys.exit(0)
 signal.signal(signal.SIGTERM, stopped)
-(out / "run.pid").write_text(str(os.getpid()))
+(out / "run.pid.tmp").write_text(str(os.getpid()))
+os.replace(out / "run.pid.tmp", out / "run.pid")  # whole: the test once read the file between creation and write
 time.sleep(60)
 '''
 
