@@ -120,7 +120,9 @@ def logps_wrapper(func):
     import torch
 
     def wrapper(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        import trl.trainer.utils as trl_utils  # the choice add_fused_lm_head asks (mutualrl sets it on a CPU)
+        import trl.trainer.utils as trl_utils  # what add_fused_lm_head asks and calls (mutualrl's on a CPU)
+
+        from mutualrl.host.cpu_lm_head import MIN_ROWS, LabelledRowsLogProb
 
         start = time.perf_counter()
         try:
@@ -129,8 +131,12 @@ def logps_wrapper(func):
             rows, length = input_ids.shape
             completion = int(attention_mask[:, -logits_to_keep:].sum())  # the positions the loss reads
             # TRL's fused head scores only labelled positions on Triton devices, every position elsewhere;
-            # mutualrl makes a CPU score only labelled positions where the head is frozen (host/cpu_lm_head.py).
-            scored = completion if trl_utils._use_triton(input_ids.device) else rows * (length - 1)
+            # mutualrl makes a CPU score the labelled ones, at least MIN_ROWS rows (host/cpu_lm_head.py).
+            scored = rows * (length - 1)
+            if trl_utils._use_triton(input_ids.device):
+                scored = completion
+            elif trl_utils._ChunkedLogProbFunction is LabelledRowsLogProb:
+                scored = min(scored, max(completion, MIN_ROWS))
             STATE.logps.append({"phase": STATE.phase, "grad": torch.is_grad_enabled(), "rows": rows,
                                 "length": length, "scored": scored, "keep": int(logits_to_keep),
                                 "completion": completion,

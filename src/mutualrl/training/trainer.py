@@ -57,7 +57,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
 
     def __init__(self, *args: Any, policy_name: str, regime: RegimeAdapter,
                  vllm_caps: tuple[int | None, int | None] = (None, None), **kwargs: Any):
-        from mutualrl.host.cpu_lm_head import score_completions_only_on_cpu
+        from mutualrl.host.cpu_lm_head import score_labelled_rows_only_on_cpu
         from mutualrl.training.vllm_engine import engine_overrides, install_cpu_weight_sync, on_cpu_colocate
 
         # The engine's caps (any device); on a CPU also the model's dtype and eager mode.
@@ -65,7 +65,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
             super().__init__(*args, **kwargs)
         if on_cpu_colocate(self.args):
             install_cpu_weight_sync(self.vllm_generation)  # vLLM's CPU backend repacks its weights
-        score_completions_only_on_cpu(self.model)  # a frozen head: TRL's numbers, about half the CPU time
+        score_labelled_rows_only_on_cpu(self.model)  # on a CPU: TRL's numbers from the labelled positions only
         self.policy_name = policy_name
         self.regime = regime
         self._step_rollouts: StepRollouts | None = None  # built in _calculate_rewards, taken once per step
