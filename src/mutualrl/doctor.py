@@ -123,7 +123,7 @@ def check_vllm(timeout_s: float = 120.0) -> Check:
     info: dict[str, Any] = {"build": build.to_dict(), "usable": False, "device": None}
     needed = "fast generation (the paper recipes' use_vllm)"
     if not build.installed:
-        fix = "pip install -e '.[vllm]'" if gpu else f"./setup.sh (installs {CPU_BUILD})"
+        fix = "pip install -e '.[vllm]'" if gpu else f"./setup.sh --suite (installs {CPU_BUILD})"
         return Check("vllm", "warn", f"not installed; needed for {needed}", fix, info)
     blocker = None if gpu and not build.cpu else cpu_blocker(build)
     if blocker is not None:
@@ -273,7 +273,7 @@ def run_checks(run_dir: Path, hub: bool = True) -> list[Check]:
         check_module("trl", "trl", "pip install -e .", "training"),
         check_tested_versions(),
         check_tested_set(),
-        check_module("deepspeed", "deepspeed", "./setup.sh installs it (pip install -e '.[deepspeed]')",
+        check_module("deepspeed", "deepspeed", "./setup.sh --suite installs it (pip install -e '.[deepspeed]')",
                      "ZeRO-2/3 (the paper recipes)"),
         check_deepspeed_ops(),
         check_vllm(),

