@@ -22,9 +22,11 @@ One pass over ``R`` rows of padded length ``S`` (``T = R*S`` positions) with ``M
                                                           (LoRA: the frozen base_layer in N_frozen, lora_A/B in
                                                           N_trainable; they run on every position)
     attn_fwd = 4 * R * S^2 * d_attn * L                   QK^T and AV, full S^2 (CPU SDPA/eager skip nothing)
-    head_fwd = 2 * h * V * M                              the real vocabulary V; M = R*(S-1) off Triton (CPU:
-                                                          the fused head scores every position), M = completion
-                                                          tokens on CUDA/XPU with Triton
+    head_fwd = 2 * h * V * M                              the real vocabulary V; M = the rows the head projected
+                                                          (counted): R*(S-1) with TRL on a CPU, the completion
+                                                          tokens on CUDA/XPU with Triton, those and fillers with
+                                                          mutualrl on a CPU (host/cpu_lm_head.py; its weight
+                                                          gradient spans R*(S-1) rows, counted as M here)
     backward = 2*(N_frozen+N_trainable)*T + 2*N_trainable*T     input gradients through the frozen base too,
                                                                  weight gradients of trainable weights only
              + 2 * attn_fwd

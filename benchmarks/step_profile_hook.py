@@ -46,6 +46,7 @@ class _State:
     def __init__(self) -> None:
         self.reset()
         self.phase = "rollout"
+        self.projected = 0  # rows the fused LM head projected in the current log-prob pass
 
     def reset(self) -> None:
         self.sums: dict[str, float] = defaultdict(float)
@@ -120,23 +121,16 @@ def logps_wrapper(func):
     import torch
 
     def wrapper(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
-        import trl.trainer.utils as trl_utils  # what add_fused_lm_head asks and calls (mutualrl's on a CPU)
-
-        from mutualrl.host.cpu_lm_head import MIN_ROWS, LabelledRowsLogProb
-
         start = time.perf_counter()
+        STATE.projected = 0
         try:
             return func(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs)
         finally:
             rows, length = input_ids.shape
             completion = int(attention_mask[:, -logits_to_keep:].sum())  # the positions the loss reads
-            # TRL's fused head scores only labelled positions on Triton devices, every position elsewhere;
-            # mutualrl makes a CPU score the labelled ones, at least MIN_ROWS rows (host/cpu_lm_head.py).
-            scored = rows * (length - 1)
-            if trl_utils._use_triton(input_ids.device):
-                scored = completion
-            elif trl_utils._ChunkedLogProbFunction is LabelledRowsLogProb:
-                scored = min(scored, max(completion, MIN_ROWS))
+            # The rows the fused head projected: every position (TRL on a CPU), the labelled ones (a Triton device),
+            # or those and fillers (mutualrl on a CPU, host/cpu_lm_head.py); counted where the head projects them.
+            scored = STATE.projected
             STATE.logps.append({"phase": STATE.phase, "grad": torch.is_grad_enabled(), "rows": rows,
                                 "length": length, "scored": scored, "keep": int(logits_to_keep),
                                 "completion": completion,
@@ -190,6 +184,19 @@ def make_callback(out: Path):
     return StepProfileCallback()
 
 
+def count_projected_rows() -> None:
+    """Count the rows TRL's log-prob function projects through the LM head (mutualrl's CPU function hands it its
+    rows the same way)."""
+    from trl.kernels import ChunkedLogProbFunction
+
+    forward = ChunkedLogProbFunction.forward
+
+    def counted(ctx, hidden, *args, **kwargs):
+        STATE.projected += hidden.shape[0]
+        return forward(ctx, hidden, *args, **kwargs)
+    ChunkedLogProbFunction.forward = staticmethod(counted)
+
+
 def patch_trainer(module: Any, out: Path) -> None:
     """Wrap the methods named in the module docstring on ``MutualGRPOTrainer`` (and TRL's profiler)."""
     from trl.extras import profiling
@@ -220,6 +227,7 @@ def patch_trainer(module: Any, out: Path) -> None:
         return clip(self, model)
     cls._clip_grad_norm = clip_grad_norm
     cls._get_per_token_logps_and_entropies = logps_wrapper(cls._get_per_token_logps_and_entropies)
+    count_projected_rows()
     init = cls.__init__
 
     def __init__(self, *args, **kwargs):

@@ -1,8 +1,12 @@
-"""On a CPU, TRL's fused LM head projects only the labelled positions (and fillers up to ``MIN_ROWS``): the same
-log-probs, entropies and gradients into every trainable weight as TRL's CPU path, bit for bit, whether the head
-trains or is frozen, on ordinary batches and on batches of one labelled token."""
+"""On a CPU, TRL's fused LM head projects only the labelled positions (and fillers up to a multiple of
+``ROW_MULTIPLE``, ``MIN_ROWS`` at least): the same log-probs, entropies and gradients into every trainable weight as
+TRL's CPU path, bit for bit, whether the head trains or is frozen, on ordinary batches, on batches of one labelled
+token, and with the many threads under which MKL splits a product by its row count."""
 
 from __future__ import annotations
+
+import copy
+import inspect
 
 import pytest
 import torch
@@ -12,7 +16,13 @@ from transformers import AutoModelForCausalLM
 from trl.kernels import ChunkedLogProbFunction
 from trl.trainer.utils import add_fused_lm_head
 
-from mutualrl.host.cpu_lm_head import MIN_ROWS, LabelledRowsLogProb, rows_to_score, score_labelled_rows_only_on_cpu
+from mutualrl.host.cpu_lm_head import (
+    MIN_ROWS,
+    ROW_MULTIPLE,
+    LabelledRowsLogProb,
+    rows_to_score,
+    score_labelled_rows_only_on_cpu,
+)
 
 
 @pytest.fixture
@@ -72,6 +82,10 @@ def score(model, ids, attention, labels):
     return out.log_probs.detach().clone(), out.entropy.detach().clone(), grads
 
 
+def scored_count(labelled: int) -> int:
+    return max(MIN_ROWS, -(-labelled // ROW_MULTIPLE) * ROW_MULTIPLE)
+
+
 def assert_bit_for_bit(trl, ours):
     assert torch.equal(trl[0], ours[0]) and torch.equal(trl[1], ours[1])
     assert trl[2].keys() == ours[2].keys() and trl[2]
@@ -87,7 +101,7 @@ def test_trls_numbers_bit_for_bit_from_the_labelled_positions(random_lm_pair, pr
     assert score_labelled_rows_only_on_cpu(model) and trl_utils._ChunkedLogProbFunction is LabelledRowsLogProb
     ours = score(model, ids, attention, labels)
     positions, labelled = rows * 17, int((labels[:, 1:] != -100).sum())
-    assert projected_rows == [positions, max(labelled, MIN_ROWS)] and labelled < positions / 2
+    assert projected_rows == [positions, scored_count(labelled)] and labelled < positions / 2
     assert_bit_for_bit(trl, ours)
     head = model.get_output_embeddings().weight
     assert head.requires_grad == (make is full_model)  # a head that trains, and one that does not
@@ -102,6 +116,24 @@ def test_one_labelled_token_is_projected_among_fillers_and_keeps_trls_bits(rando
     score_labelled_rows_only_on_cpu(model)
     ours = score(model, ids, attention, labels)
     assert projected_rows == [4 * 17, MIN_ROWS]
+    assert_bit_for_bit(trl, ours)
+
+
+@pytest.mark.parametrize("labelled", [37, 49])
+def test_many_threads_keep_trls_bits(random_lm_pair, projected_rows, labelled):
+    """With 24 threads MKL gave rows of a 37- or 49-row product other last bits than the product over every position
+    (measured); multiples of ROW_MULTIPLE did not."""
+    model = full_model(random_lm_pair["bpe"])
+    ids, attention, labels = batch(model.config.vocab_size, rows=12, labelled=labelled)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(24)
+    try:
+        trl = score(model, ids, attention, labels)
+        score_labelled_rows_only_on_cpu(model)
+        ours = score(model, ids, attention, labels)
+    finally:
+        torch.set_num_threads(threads)
+    assert projected_rows == [12 * 17, scored_count(labelled)]
     assert_bit_for_bit(trl, ours)
 
 
@@ -125,11 +157,31 @@ def test_a_model_it_did_not_wrap_keeps_trls_path(random_lm_pair, projected_rows)
     assert projected_rows == [4 * 17]
 
 
-def test_wrapping_twice_wraps_once(random_lm_pair, projected_rows):
+def test_wrapping_twice_wraps_once_and_keeps_the_forwards_signature(random_lm_pair, projected_rows):
     model = lora_policy(random_lm_pair["sp"])
-    assert score_labelled_rows_only_on_cpu(model) and score_labelled_rows_only_on_cpu(model)
-    forward = model.get_base_model().forward
-    assert forward._mutualrl_labelled_rows and not getattr(forward.__wrapped__, "_mutualrl_labelled_rows", False)
+    assert score_labelled_rows_only_on_cpu(model)
+    base = model.get_base_model()
+    wrapped, trls = base.forward.__func__, base._mutualrl_fused_forward
+    assert score_labelled_rows_only_on_cpu(model)
+    assert base.forward.__func__ is wrapped and base._mutualrl_fused_forward is trls
+    assert "input_ids" in inspect.signature(base.forward).parameters  # what generate() checks its kwargs against
+    ids = torch.randint(0, model.config.vocab_size, (1, 4))  # [1, 4]
+    assert model.generate(input_ids=ids, max_new_tokens=2, do_sample=False).shape == (1, 6)
+
+
+def test_a_deep_copy_runs_its_own_weights(random_lm_pair, projected_rows):
+    """Both forwards are bound to the model, so a copy's are bound to the copy (as TRL binds its own)."""
+    model = full_model(random_lm_pair["bpe"])
+    score_labelled_rows_only_on_cpu(model)
+    twin = copy.deepcopy(model)
+    with torch.no_grad():
+        twin.get_output_embeddings().weight.mul_(2.0)
+    ids, attention, labels = batch(model.config.vocab_size)
+    with torch.no_grad():
+        own, other = (m(input_ids=ids, attention_mask=attention, labels=labels, fused_lm_head=True).log_probs
+                      for m in (model, twin))
+    assert not torch.equal(own, other)
+    assert projected_rows == [MIN_ROWS, MIN_ROWS]  # both through the labelled rows
 
 
 def test_rows_to_score_keeps_every_labelled_position_in_order_and_fills_up_to_the_minimum():
@@ -138,7 +190,8 @@ def test_rows_to_score_keeps_every_labelled_position_in_order_and_fills_up_to_th
     rows = rows_to_score(labelled)
     assert rows.tolist() == sorted(rows.tolist()) and len(rows) == MIN_ROWS
     assert {3, 50, 97} <= set(rows.tolist())
-    labelled[:60] = True
-    assert rows_to_score(labelled).tolist() == list(range(60)) + [97]
+    labelled[:60] = True  # 61 labelled: 64 rows, the first three unlabelled ones fill up
+    assert rows_to_score(labelled).tolist() == list(range(63)) + [97]
     assert rows_to_score(torch.ones(10, dtype=torch.bool)) is None  # every position: TRL's function
     assert rows_to_score(torch.zeros(MIN_ROWS, dtype=torch.bool)) is None
+    assert rows_to_score(torch.zeros(5000, dtype=torch.bool)) is None  # TRL would split it into token chunks

@@ -10,10 +10,12 @@ is wasted work: Gemma-3-270M's 262k-row head over prompt and padding positions w
 TRL's own compact path (``_use_triton`` made true) would not give TRL's CPU numbers, for two reasons, both measured
 (``tests/test_cpu_lm_head.py``):
 
-- a matrix product over one to a few rows takes another kernel than one over every position (MKL; on a 2-core AVX2
-  box under 12 rows with two threads): the row's log-prob and its gradient into the hidden state differ in the last
-  bits. Products over :data:`MIN_ROWS` rows or more give every row exactly what the product over every position
-  gives it, so at least that many are scored: unlabelled positions fill up the count, and their results are dropped;
+- MKL splits a matrix product by its row count, and for some counts a row comes out otherwise than in the product
+  over every position (the row's log-prob and its gradient into the hidden state, in the last bits): on a 2-core
+  AVX2 box, counts under 12 with two threads, and counts of 4k+1 to 4k+3 up to 123 with 12 to 64 threads. Counts
+  that are multiples of :data:`ROW_MULTIPLE`, :data:`MIN_ROWS` or more, gave every row exactly what the product over
+  every position gives it, at 1 to 64 threads, so that many are scored: unlabelled positions fill up the count,
+  and their results are dropped;
 - the head weight's gradient is a sum over the rows, and its blocking depends on their number: over fewer rows it
   rounds differently. It is formed as TRL's CPU path forms it, over every position, from a tile that holds zeros
   in the rows of unlabelled positions, which is what TRL's path has there (a zero log-prob gradient).
@@ -28,6 +30,7 @@ reads it. On a GPU nothing changes: TRL's Triton path already scores the labelle
 from __future__ import annotations
 
 import functools
+import types
 from contextvars import ContextVar
 from typing import Any
 
@@ -35,20 +38,22 @@ import torch
 import trl.trainer.utils as trl_utils
 from trl.kernels import chunked_logprob as kernels
 
-#: Fewest rows a projection is given (labelled ones first, then unlabelled ones): on fewer, the product's kernel can
-#: change and the last bits with it (under 12 rows on the 2-core AVX2 box; 32 leaves room for other CPUs).
+#: Fewest rows a projection is given, and what their count is a multiple of (labelled ones, then unlabelled ones): on
+#: other counts MKL can split the product otherwise and change the last bits (the module's docstring).
 MIN_ROWS = 32
+ROW_MULTIPLE = 16
 
 _labelled: ContextVar[torch.Tensor | None] = ContextVar("mutualrl_labelled_positions", default=None)
 
 
 def rows_to_score(labelled: torch.Tensor) -> torch.Tensor | None:
-    """The positions to project, in order: every labelled one, and unlabelled ones up to :data:`MIN_ROWS`; ``None``
-    where that would be every position, or where TRL would split the positions into token chunks."""
+    """The positions to project, in order: every labelled one, and unlabelled ones up to a multiple of
+    :data:`ROW_MULTIPLE`, :data:`MIN_ROWS` at least; ``None`` where that would be every position, or where TRL would
+    split the positions into token chunks."""
     total = labelled.numel()
     count = int(labelled.sum())
-    wanted = max(count, min(MIN_ROWS, total))
-    if wanted == total or total > kernels.TOKEN_CHUNK_SIZE:
+    wanted = max(MIN_ROWS, -(-count // ROW_MULTIPLE) * ROW_MULTIPLE)
+    if wanted >= total or total > kernels.TOKEN_CHUNK_SIZE:
         return None
     filler = (~labelled).nonzero().squeeze(1)[: wanted - count]  # [wanted - count]
     return torch.cat([labelled.nonzero().squeeze(1), filler]).sort().values  # [wanted]
@@ -63,7 +68,7 @@ class LabelledRowsLogProb(kernels.ChunkedLogProbFunction):
                 logit_scale=1.0, outputs=kernels.OPTIONAL_OUTPUTS):
         labelled = _labelled.get()
         rows = None
-        if labelled is not None and labelled.numel() == hidden.shape[0]:
+        if labelled is not None and labelled.numel() == hidden.shape[0] and hidden.device.type == "cpu":
             rows = rows_to_score(labelled.to(hidden.device))
         ctx.rows, ctx.positions = rows, hidden.shape[0]
         if rows is None:
@@ -86,14 +91,15 @@ class LabelledRowsLogProb(kernels.ChunkedLogProbFunction):
         grad_logprobs = None if grad_logprobs is None else grad_logprobs[rows].float().contiguous()  # [M]
         grad_entropy = None if grad_entropy is None else grad_entropy[rows].float().contiguous()  # [M]
         with trl_utils.maybe_gather_lm_head_ctx(weight, bias):
-            grad_hidden = torch.zeros(hidden.shape, device=hidden.device, dtype=torch.float32)  # [M, H]
-            grad_weight = torch.zeros(weight.shape, device=weight.device, dtype=torch.float32) if needs_weight else None
-            grad_bias = torch.zeros(bias.shape, device=bias.device, dtype=torch.float32) if needs_bias else None
+            f32 = torch.float32
+            grad_hidden = torch.zeros(hidden.shape, device=hidden.device, dtype=f32) if needs_hidden else None  # [M, H]
+            grad_weight = torch.zeros(weight.shape, device=weight.device, dtype=f32) if needs_weight else None
+            grad_bias = torch.zeros(bias.shape, device=bias.device, dtype=f32) if needs_bias else None
             scored = hidden.to(ctx.compute_dtype)  # [M, H]
-            # TRL's CPU path's rows for the weight's gradient: every position, zero where none is scored.
-            every = scored.new_zeros((ctx.positions, scored.shape[1])).index_copy_(0, rows, scored)  # [N, H]
             tile_buf = torch.empty((len(rows), ctx.chunk_size), device=hidden.device, dtype=ctx.compute_dtype)
-            every_buf = torch.zeros((ctx.positions, ctx.chunk_size), device=hidden.device, dtype=ctx.compute_dtype)
+            if needs_weight or needs_bias:  # TRL's CPU path's rows for the head's gradients: every position, zero
+                every = scored.new_zeros((ctx.positions, scored.shape[1])).index_copy_(0, rows, scored)  # [N, H]
+                every_buf = torch.zeros((ctx.positions, ctx.chunk_size), device=hidden.device, dtype=ctx.compute_dtype)
             for start in range(0, weight.shape[0], ctx.chunk_size):
                 end = min(start + ctx.chunk_size, weight.shape[0])
                 w_chunk = weight[start:end].to(ctx.compute_dtype)  # [V_c, H]
@@ -108,7 +114,7 @@ class LabelledRowsLogProb(kernels.ChunkedLogProbFunction):
                     start, end - start, HAS_LOGPROB_GRAD=grad_logprobs is not None,
                     HAS_ENTROPY_GRAD=grad_entropy is not None, BLOCK_SIZE=kernels._BLOCK_SIZE, **ctx.kernel_args,
                 )  # tile: the logits' gradient, in place
-                if needs_hidden:
+                if grad_hidden is not None:
                     kernels._addmm_fp32(grad_hidden, tile, w_chunk)
                 if grad_weight is None and grad_bias is None:
                     continue
@@ -118,7 +124,7 @@ class LabelledRowsLogProb(kernels.ChunkedLogProbFunction):
                 if grad_bias is not None:
                     grad_bias[start:end] += padded.sum(dim=0, dtype=torch.float32)
         grad_every = None
-        if needs_hidden:
+        if grad_hidden is not None:
             grad_every = grad_hidden.new_zeros((ctx.positions, hidden.shape[1])).index_copy_(0, rows, grad_hidden)
             grad_every = grad_every.to(hidden.dtype)  # [N, H]
         return (grad_every, None if grad_weight is None else grad_weight.to(weight.dtype),
@@ -135,23 +141,24 @@ def score_labelled_rows_only_on_cpu(model: Any) -> bool:
     positions where the model is on a CPU; whether it does. Process-wide: TRL's log-prob function is replaced by
     :class:`LabelledRowsLogProb`, which is TRL's own for any model this did not wrap."""
     base = _patched_model(model)
-    if next(base.parameters()).device.type != "cpu" or getattr(base.forward, "_mutualrl_labelled_rows", False):
-        return next(base.parameters()).device.type == "cpu"
-    fused = base.forward
+    if next(base.parameters()).device.type != "cpu":
+        return False
+    if not hasattr(base, "_mutualrl_fused_forward"):
 
-    @functools.wraps(fused)
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        if not kwargs.get("fused_lm_head"):
-            return fused(*args, **kwargs)
-        shifted = kwargs.get("shift_labels")
-        labels = kwargs["labels"][:, 1:] if shifted is None else shifted  # as TRL's forward reads them
-        token = _labelled.set((labels != -100).reshape(-1))  # [N]
-        try:
-            return fused(*args, **kwargs)
-        finally:
-            _labelled.reset(token)
+        @functools.wraps(type(base).forward)  # the signature generate() checks its model kwargs against
+        def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+            labels, shifted = kwargs.get("labels"), kwargs.get("shift_labels")
+            if not kwargs.get("fused_lm_head") or (labels is None and shifted is None):
+                return self._mutualrl_fused_forward(*args, **kwargs)
+            labelled = (labels[:, 1:] if shifted is None else shifted) != -100  # as TRL's forward reads them
+            token = _labelled.set(labelled.reshape(-1))  # [N]
+            try:
+                return self._mutualrl_fused_forward(*args, **kwargs)
+            finally:
+                _labelled.reset(token)
 
-    forward._mutualrl_labelled_rows = True  # type: ignore[attr-defined]
-    base.forward = forward
+        # Both bound to the model, so that a deep copy's forward is bound to the copy (as TRL binds its own).
+        base._mutualrl_fused_forward = base.forward
+        base.forward = types.MethodType(forward, base)
     trl_utils._ChunkedLogProbFunction = LabelledRowsLogProb
     return True
