@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -115,3 +116,23 @@ def test_the_barrier_waits_while_a_peer_reports_validation_progress(tmp_path):
     with pytest.raises(PeerTimeoutError):  # no progress at step 1: the usual timeout
         a.wait_for(1)
     assert time.monotonic() - started < 2.8  # one timeout (1.5 s) and a margin: stale progress must not extend it
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_frames_are_read_with_the_collector_paused_and_its_state_kept(monkeypatch, enabled):
+    """CPython 3.11 can freeze in sys._current_frames() when a collection starts inside it (python/cpython#106883)."""
+    import gc
+    import sys
+
+    from mutualrl.see.liveness import current_frame
+
+    seen = []
+    real = sys._current_frames
+    monkeypatch.setattr(sys, "_current_frames", lambda: seen.append(gc.isenabled()) or real())
+    was = gc.isenabled()
+    (gc.enable if enabled else gc.disable)()
+    try:
+        assert current_frame(threading.get_ident()) is not None
+        assert seen == [False] and gc.isenabled() == enabled
+    finally:
+        (gc.enable if was else gc.disable)()

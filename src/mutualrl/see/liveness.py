@@ -28,6 +28,7 @@ saw it die, stop its peers' barriers at once with the reason.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 import os
@@ -235,10 +236,24 @@ BUSY_SHARE = 0.05
 look the same (a tight loop is seen at the same line)."""
 
 
+def current_frame(ident: int) -> Any:
+    """The innermost frame of thread ``ident``, read with the garbage collector paused: on CPython 3.11 a collection
+    that starts inside ``sys._current_frames()`` can take the runtime's thread-list lock a second time and freeze the
+    process (python/cpython#106883, not fixed in 3.11; a test suite's worker froze on it, 2026-11-28)."""
+    paused = gc.isenabled()
+    if paused:
+        gc.disable()
+    try:
+        return sys._current_frames().get(ident)
+    finally:
+        if paused:
+            gc.enable()
+
+
 def thread_position(thread: threading.Thread) -> tuple[tuple[tuple[int, int], ...], float | None]:
     """Where ``thread`` is now: (code, line) of each of its frames, innermost first, and its CPU seconds (None where
     the platform has no per-thread clock)."""
-    frame = sys._current_frames().get(thread.ident) if thread.ident is not None else None
+    frame = current_frame(thread.ident) if thread.ident is not None else None
     where = []
     while frame is not None and len(where) < 64:
         where.append((id(frame.f_code), frame.f_lineno))
