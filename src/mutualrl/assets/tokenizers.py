@@ -74,21 +74,34 @@ def _llama_cpp_sdist() -> Path:
         return pip_download(LLAMA_CPP_SDIST, downloads, source=True)
 
 
+def _read_members(archive: Path, suffixes: tuple[str, ...]) -> dict[str, bytes]:
+    """The contents of the first member of a ``.tar.gz`` whose name ends with each of ``suffixes``, read in one
+    streaming pass that stops once all are found (random access would decompress the archive again per member)."""
+    found: dict[str, bytes] = {}
+    with tarfile.open(archive, mode="r|gz") as tar:
+        for member in tar:
+            suffix = next((s for s in suffixes if s not in found and member.name.endswith(s)), None)
+            if suffix is not None and member.isfile():
+                data = tar.extractfile(member)
+                assert data is not None
+                found[suffix] = data.read()
+                if len(found) == len(suffixes):
+                    break
+    return found
+
+
 def _gguf_builder(gguf_name: str, tweak: Callable[[Path], None] | None = None) -> Callable[[Path], None]:
     def build(out: Path) -> None:
         from transformers import AutoTokenizer
 
         sdist = _llama_cpp_sdist()
         member_suffix = f"vendor/llama.cpp/models/{gguf_name}"
-        with tarfile.open(sdist) as tar:
-            members = [m for m in tar.getmembers() if m.name.endswith(member_suffix)]
-            if not members:
-                raise AssetError(f"{sdist.name} has no {member_suffix}")
-            work = out / "_gguf"
-            work.mkdir()
-            src = tar.extractfile(members[0])
-            assert src is not None
-            (work / gguf_name).write_bytes(src.read())
+        found = _read_members(sdist, (member_suffix,))
+        if member_suffix not in found:
+            raise AssetError(f"{sdist.name} has no {member_suffix}")
+        work = out / "_gguf"
+        work.mkdir()
+        (work / gguf_name).write_bytes(found[member_suffix])
         tok = AutoTokenizer.from_pretrained(str(work), gguf_file=gguf_name)
         tok.save_pretrained(str(out))
         shutil.rmtree(work)
@@ -184,16 +197,14 @@ def reference_tokenizations(gguf_name: str) -> list[tuple[str, list[int]]]:
     inp, out = refs / f"{gguf_name}.inp", refs / f"{gguf_name}.out"
     if not (inp.is_file() and out.is_file()):
         sdist = _llama_cpp_sdist()
-        with asset_lock("downloads", "llama-cpp-python-references"), tarfile.open(sdist) as tar:
+        wanted = {f"vendor/llama.cpp/models/{gguf_name}{suffix}": dest for suffix, dest in ((".inp", inp), (".out", out))}
+        with asset_lock("downloads", "llama-cpp-python-references"):
+            found = _read_members(sdist, tuple(wanted))
+            if len(found) < len(wanted):
+                raise AssetError(f"{sdist.name} has no reference tokenizations for {gguf_name}")
             refs.mkdir(parents=True, exist_ok=True)
-            for member in tar.getmembers():
-                for suffix, dest in ((".inp", inp), (".out", out)):
-                    if member.name.endswith(f"vendor/llama.cpp/models/{gguf_name}{suffix}"):
-                        data = tar.extractfile(member)
-                        assert data is not None
-                        dest.write_bytes(data.read())
-        if not (inp.is_file() and out.is_file()):
-            raise AssetError(f"{sdist.name} has no reference tokenizations for {gguf_name}")
+            for suffix, dest in wanted.items():
+                dest.write_bytes(found[suffix])
     texts = inp.read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
     lines = out.read_text(encoding="utf-8").split("\n")
     return [(text, [int(x) for x in line.split()]) for text, line in zip(texts, lines, strict=False)]
