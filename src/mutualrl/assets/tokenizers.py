@@ -39,6 +39,7 @@ from mutualrl.errors import AssetError, UnknownNameError
 LLAMA_CPP_SDIST = "llama-cpp-python==0.3.36"
 MISTRAL_COMMON_WHEEL = "mistral-common==1.13.1"
 NPM_VERSION = "3.7.2"
+SDIST_VOCAB_FOLDER = "vendor/llama.cpp/models"  # where the sdist keeps its GGUF vocabularies and their references
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ def _gguf_builder(gguf_name: str, tweak: Callable[[Path], None] | None = None) -
         from transformers import AutoTokenizer
 
         sdist = _llama_cpp_sdist()
-        member_suffix = f"vendor/llama.cpp/models/{gguf_name}"
+        member_suffix = f"{SDIST_VOCAB_FOLDER}/{gguf_name}"
         found = _read_members(sdist, (member_suffix,))
         if member_suffix not in found:
             raise AssetError(f"{sdist.name} has no {member_suffix}")
@@ -197,7 +198,8 @@ def reference_tokenizations(gguf_name: str) -> list[tuple[str, list[int]]]:
     inp, out = refs / f"{gguf_name}.inp", refs / f"{gguf_name}.out"
     if not (inp.is_file() and out.is_file()):
         sdist = _llama_cpp_sdist()
-        wanted = {f"vendor/llama.cpp/models/{gguf_name}{suffix}": dest for suffix, dest in ((".inp", inp), (".out", out))}
+        stem = f"{SDIST_VOCAB_FOLDER}/{gguf_name}"
+        wanted = {f"{stem}.inp": inp, f"{stem}.out": out}  # member suffix -> where it goes
         with asset_lock("downloads", "llama-cpp-python-references"):
             found = _read_members(sdist, tuple(wanted))
             if len(found) < len(wanted):
