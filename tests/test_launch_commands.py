@@ -41,7 +41,7 @@ def test_gpu_specs_launch_one_accelerate_group_per_policy(tmp_path):
     first, second = specs
     run = str(tmp_path.resolve())
     assert first.argv == [
-        "/py", "-m", "accelerate.commands.launch",
+        "/py", "-m", "mutualrl.host.accelerate_launch",
         "--config_file", f"{run}/launch/qwen2.5-math-1.5b.accelerate.yaml",
         "--num_processes", "4",
         "--main_process_port", "29500",

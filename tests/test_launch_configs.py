@@ -69,7 +69,7 @@ def test_gpu_accelerate_config_goes_through_accelerate_launch(plans, ds, mapped,
     plan = plans[ds, mapped]
     for policy in plan.policies:
         spec = policy.launch
-        assert spec.argv[1:3] == ["-m", "accelerate.commands.launch"]
+        assert spec.argv[1:3] == ["-m", "mutualrl.host.accelerate_launch"]
         args, env = accelerate_launch_env(spec.argv[3:])
         # accelerate must leave the policy on exactly the GPUs the launcher gives it.
         assert env["CUDA_VISIBLE_DEVICES"] == spec.env["CUDA_VISIBLE_DEVICES"]

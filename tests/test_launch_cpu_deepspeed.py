@@ -83,7 +83,7 @@ def test_cpu_zero3_plan_and_gpu_style_accelerate_launch_train_two_policies_concu
     assert cpu_spec.argv[1:3] == ["-m", WORKER_MODULE]
     assert all(spec.env["ACCELERATE_USE_DEEPSPEED"] == "true" for spec in plan.specs)
     gpu_spec = gpu_policy.launch
-    assert gpu_spec.argv[1:3] == ["-m", "accelerate.commands.launch"]
+    assert gpu_spec.argv[1:3] == ["-m", "mutualrl.host.accelerate_launch"]
     worker_at = gpu_spec.argv.index("-m", 3)
     gpu_argv = [*gpu_spec.argv[:worker_at], str(SCRIPT), *gpu_spec.argv[worker_at + 2 :]]
     gpu_env = {k: v for k, v in gpu_spec.env.items() if k != "CUDA_VISIBLE_DEVICES"}

@@ -76,7 +76,7 @@ def accelerate_rank_zero_env(argv: list[str]) -> dict[str, str]:
     from accelerate.commands.launch import _validate_launch_command, launch_command_parser
     from accelerate.utils.launch import prepare_deepspeed_cmd_env, prepare_multi_gpu_env
 
-    args = launch_command_parser().parse_args(argv[argv.index("accelerate.commands.launch") + 1:])
+    args = launch_command_parser().parse_args(argv[argv.index("mutualrl.host.accelerate_launch") + 1:])
     args, defaults, mp_from_config_flag = _validate_launch_command(args)
     if args.use_deepspeed:  # as accelerate's launch_command does before its deepspeed_launcher
         fields = list(defaults.deepspeed_config.keys()) if defaults else []
@@ -101,7 +101,7 @@ def test_each_worker_of_every_paper_recipe_passes_its_check_from_an_8_gpu_80_gib
     plan = planned_folder(recipe, tmp_path / "run")
     for policy in plan.policies:
         spec = policy.launch
-        assert "accelerate.commands.launch" in spec.argv, policy.name  # a GPU plan starts ranks through accelerate
+        assert "mutualrl.host.accelerate_launch" in spec.argv, policy.name  # a GPU plan starts ranks through accelerate
         with monkeypatch.context() as env:
             for key, value in {**spec.env, **accelerate_rank_zero_env(spec.argv), **one_rank}.items():
                 env.setenv(key, value)

@@ -16,6 +16,14 @@ final model.
 A worker that is signalled itself (Slurm's ``scancel`` signals every process of the job) goes on to the step when
 its launcher writes the request within :data:`LAUNCHER_WAIT_S`; otherwise (a worker started by hand, a launcher that
 tears the pool down after a failure: ``step`` 0) the signal does what it did before.
+
+A policy of several ranks (a GPU policy under ``accelerate launch``, CPU ranks under ``torch.distributed.run``) has
+torchrun's elastic agent between the launcher and its ranks. Signalled itself (Slurm signals every process of the
+job step, the agent too), the agent passes the signal on to its ranks and, by default, SIGKILLs them 30 s later; a
+signal it does not handle (SIGUSR2, submitit's warning) ends it at once, and its ranks with it. Either loses the
+step in flight, whose save can take minutes. :func:`rank_agent_env` has the agent handle SIGUSR2 too and wait for
+its ranks as long as :data:`AGENT_SHUTDOWN_S`: the launcher, which kills what still runs after its own grace, is
+what bounds a stop.
 """
 
 from __future__ import annotations
@@ -38,6 +46,12 @@ FINISHED = "finished"  # the status phase of a policy whose training ended (Stat
 SAVING = "saving"  # the status phase of a policy writing a checkpoint (MutualGRPOTrainer._save_checkpoint)
 LAUNCHER_WAIT_S = 5.0
 STEP_WAIT_S = 30.0
+AGENT_STOP_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2"
+"""What torchrun's agent catches and passes on to its ranks (torch's own list and SIGUSR2; ``--signals-to-handle``)."""
+AGENT_SHUTDOWN_S = 86_400
+"""How long torchrun's agent waits for its ranks to end after passing a signal on before it SIGKILLs them (torch's
+default: 30 s). A day: the launcher's own wait (grace and save wait, launch/supervise/stop_grace.py) ends first and
+kills the ranks it finds; a rank whose launcher is gone stops itself (ops/watchdog.py)."""
 GRACE_S = 20.0
 """The least the launcher waits for every policy to save and exit before it kills them (the floor of
 :func:`mutualrl.launch.supervise.stop_grace.stop_grace_s`, which adds the steps to go and the plan's checkpoint
@@ -101,10 +115,17 @@ def clear_request(paths: RunPaths) -> None:
 _signalled: dict[str, Any] = {"at": None, "give_up": False}
 
 
+def rank_agent_env() -> dict[str, str]:
+    """The environment of a policy's ``accelerate launch`` or ``torch.distributed.run``: torchrun's agent passes every
+    stop signal on to its ranks and waits for their saves (module docstring). Both read torchrun's arguments through
+    its ``PET_*`` variables (``torch/distributed/argparse_util.py``)."""
+    return {"PET_SIGNALS_TO_HANDLE": AGENT_STOP_SIGNALS, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(AGENT_SHUTDOWN_S)}
+
+
 def install_stop_handlers(paths: RunPaths) -> None:
-    """SIGTERM and SIGINT of this worker wait for the launcher's request (module docstring); a signal ignored at
-    start stays ignored."""
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR2):
+    """SIGTERM, SIGINT, SIGHUP and SIGUSR2 of this worker wait for the launcher's request (module docstring; torchrun's
+    agent passes each of them on); a signal ignored at start stays ignored."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2):
         previous = signal.getsignal(sig)
         if previous is signal.SIG_IGN:
             continue

@@ -3,7 +3,8 @@
 Several DeepSpeed engines in one Python process share global state and break
 (accelerate#3170, transformers#35073), so every policy runs as its own process group:
 
-- GPU: ``python -m accelerate.commands.launch`` (= ``accelerate launch``) with the
+- GPU: ``python -m mutualrl.host.accelerate_launch`` (= ``accelerate launch``, its stop signals left to the ranks:
+  training/stop_request.py) with the
   policy's accelerate config, ``--num_processes N`` and its own rendezvous port, running
   ``-m mutualrl.training.worker --run-dir RUN --policy NAME``, with
   ``CUDA_VISIBLE_DEVICES`` set to the policy's GPUs.
@@ -47,9 +48,11 @@ from mutualrl.launch.plan.machines import local_devices
 from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 from mutualrl.run_folder import RunPaths
 from mutualrl.tasks.shipped_rewards import shipped_env, shipped_files
+from mutualrl.training.stop_request import rank_agent_env
 from mutualrl.training.trackers import tracker_group_env
 
 WORKER_MODULE = "mutualrl.training.worker"
+ACCELERATE_LAUNCH_MODULE = "mutualrl.host.accelerate_launch"  # accelerate launch, stop signals left to the ranks
 
 
 @dataclass
@@ -263,8 +266,9 @@ def _spec(config: RunConfig, index: int, placed: PolicyPlacement, gpus: int, run
             env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
         spanning = ["--num_machines", str(len(machines)), "--machine_rank", str(machines.index(machine)),
                     "--main_process_ip", group[1], "--gpu_ids", visible] if group else []
+        env.update(rank_agent_env())  # accelerate runs torchrun's agent for several ranks and for DeepSpeed
         argv = [
-            python, "-m", "accelerate.commands.launch",
+            python, "-m", ACCELERATE_LAUNCH_MODULE,
             "--config_file", str(RunPaths(run_dir).accelerate_config(name)),
             "--num_processes", str(placed.num_processes),
             *spanning,
@@ -288,6 +292,7 @@ def _spec(config: RunConfig, index: int, placed: PolicyPlacement, gpus: int, run
             if deepspeed == "none":  # with DeepSpeed, accelerate takes the CPU from DS_ACCELERATOR
                 env["ACCELERATE_USE_CPU"] = "true"
             nodes = ["--nnodes", str(len(machines)), "--node_rank", str(machines.index(machine))] if group else []
+            env.update(rank_agent_env())
             argv = [python, "-m", "torch.distributed.run", *nodes, "--nproc_per_node", str(per_machine),
                     *(group or ["--master_addr", "127.0.0.1"]), "--master_port", str(port), *worker]
         else:

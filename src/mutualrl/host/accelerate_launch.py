@@ -1,0 +1,38 @@
+"""``accelerate launch`` as a GPU policy's launcher runs it: the same command, with the stop signals left to the ranks.
+
+Slurm's ``scancel`` and its warning before a time limit signal every process of the job step: the launcher, which asks
+every policy to save at one step, and each policy's ranks, which wait for that request (training/stop_request.py).
+``accelerate launch`` sits between them. With several ranks or DeepSpeed it runs torchrun's agent, which handles the
+stop signals itself as :func:`~mutualrl.training.stop_request.rank_agent_env` sets it up. With one rank and no
+DeepSpeed it starts the rank as its child and waits (``simple_launcher``), and a signal's default action would end it
+at once: the launcher would take the policy for failed and kill it in the middle of its save. Here the stop signals do
+nothing to this process; the rank, signalled itself or asked by the launcher, saves and exits, and this process then
+ends with it. A signal this process was started with ignored stays ignored (as in the rank).
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from types import FrameType
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2)
+"""The launcher's stop signals (launch/supervise/signals.py); torchrun's agent replaces these handlers with its own."""
+
+
+def leave_stop_to_the_ranks(signum: int, frame: FrameType | None) -> None:
+    """A stop signal reached the launch process: its ranks were signalled or asked too and stop themselves."""
+
+
+def main() -> None:
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            signal.signal(sig, leave_stop_to_the_ranks)
+    from accelerate.commands.launch import main as accelerate_launch
+
+    sys.argv = ["accelerate launch", *sys.argv[1:]]
+    accelerate_launch()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""A scheduler's stop reaches every process of a run: the launcher, each policy's torchrun agent and its ranks.
+
+Slurm's ``scancel --signal=TERM`` and ``#SBATCH --signal=TERM@N`` signal every process of the job step; submitit's
+warning before a time limit is SIGUSR2 to every process. A policy of several ranks has torchrun's agent between the
+launcher and its ranks (``accelerate launch`` runs the same agent on a GPU node). By default the agent passes a
+SIGTERM on and SIGKILLs its ranks 30 s later, and dies at once of a SIGUSR2 (its launcher then takes the policy for
+failed): the save of the step in flight was lost either way. Here each policy is a torchrun group of 2 CPU ranks,
+each save takes :data:`SAVE_S`, one policy's processes get SIGTERM and the other's SIGUSR2 (the
+launcher SIGTERM): both policies must leave the checkpoint of the step in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from e2e_helpers import TINY, child_env, free_ports
+from mutualrl import fault_injection
+from mutualrl.ops.checkpoint_files import MANIFEST_NAME, checkpoint_problem
+
+POLICIES = ("tiny-bpe", "tiny-sp")
+SIGNAL_OF = {"tiny-bpe": signal.SIGTERM, "tiny-sp": signal.SIGUSR2}
+SAVE_S = 45
+"""Longer than torch's agent waits after passing a signal on before it SIGKILLs its ranks (30 s), and than an agent dead
+of SIGUSR2 leaves its ranks once the launcher is gone (their watchdog: 10 s)."""
+
+
+def logged_steps(run_dir, policy: str) -> list[int]:
+    path = run_dir / "metrics" / f"{policy}.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return [row["step"] for row in rows if row.get("kind") == "train"]
+
+
+def signal_every_process(launcher: subprocess.Popen) -> dict[str, list[int]]:
+    """As Slurm does: every process of the run, the launcher last; a policy's agent and ranks get its signal of
+    :data:`SIGNAL_OF` (their command line names the policy). Returns the pids signalled per policy."""
+    signalled: dict[str, list[int]] = {policy: [] for policy in POLICIES}
+    for child in psutil.Process(launcher.pid).children(recursive=True):
+        try:
+            command = " ".join(child.cmdline())
+            policy = next(p for p in POLICIES if f"--policy {p}" in command)
+            child.send_signal(SIGNAL_OF[policy])
+            signalled[policy].append(child.pid)
+        except (psutil.NoSuchProcess, StopIteration):
+            continue
+    launcher.send_signal(signal.SIGTERM)
+    return signalled
+
+
+@pytest.mark.slow
+def test_term_and_usr2_to_every_process_of_torchrun_groups_save_the_step_in_flight(tmp_path):
+    run_dir = tmp_path / "run"
+    command = [sys.executable, "-m", "mutualrl", "train", *TINY, "--regime", "sgt", "--max-steps", "30",
+               "-o", str(run_dir), "--set", "validation.at_start=false", "--set", "launch.cpu_processes=2",
+               "--set", f"launch.main_process_port={free_ports(2)}"]
+    env = {**child_env(), fault_injection.SAVE_DELAY_ENV: ",".join(f"{p}={SAVE_S}" for p in POLICIES)}
+    launcher = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 600
+    while not all(logged_steps(run_dir, p) for p in POLICIES):
+        assert launcher.poll() is None, launcher.communicate()[0][-3000:]
+        assert time.monotonic() < deadline, "no policy logged a step in 600 s"
+        time.sleep(0.2)
+    signalled = signal_every_process(launcher)
+    # each policy: its agent and 2 ranks (torchrun starts each rank in a session of its own)
+    assert all(len(pids) >= 3 for pids in signalled.values()), signalled
+    out, _ = launcher.communicate(timeout=600)
+    assert launcher.returncode == 130, out[-3000:]
+    saved = json.loads((run_dir / "run.json").read_text())
+    assert saved["status"] == "interrupted", saved
+    for policy in POLICIES:
+        done = max(logged_steps(run_dir, policy))
+        checkpoints = sorted((run_dir / "policies" / policy).glob("checkpoint-*"))
+        # the tiny pool checkpoints every 100 steps: any checkpoint is the stop's, at the step in flight or past it
+        assert checkpoints, f"{policy}: no checkpoint after the stop\n{out[-3000:]}"
+        # the manifest is written after the save's delay: a rank killed in the save leaves the other files only
+        assert all((c / MANIFEST_NAME).is_file() for c in checkpoints), (policy, checkpoints, out[-3000:])
+        assert all(checkpoint_problem(c) is None for c in checkpoints), [checkpoint_problem(c) for c in checkpoints]
+        assert int(checkpoints[-1].name.split("-")[1]) >= done >= 1, (policy, checkpoints, done)
