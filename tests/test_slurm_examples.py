@@ -149,6 +149,9 @@ def test_one_node_example_runs_the_planned_commands(tmp_path):
     sig, _, seconds = directives["signal"].partition("@")
     save_gib = sum(p["checkpoint_gib"] for p in script_plan["disk"]["policies"])
     assert sig == "TERM" and int(seconds) >= warning_s(save_gib, 48 * 60) > 900, (seconds, save_gib)
+    # the figure its comment quotes is the one the dry run prints (launch/plan/render.py)
+    printed = re.search(r"#SBATCH --signal=TERM@(\d+)", script_out)
+    assert printed is not None and f"({printed.group(1)} s)" in (EXAMPLES / "one-node.sbatch").read_text()
 
 
 def test_two_nodes_example_starts_one_launcher_per_node_with_its_rank(tmp_path):

@@ -23,7 +23,9 @@ On a CPU every process's peak adds up in RAM with the model states and the proce
 is refused (``--force``: a warning). On a GPU of known size a micro-batch whose activations do not fit beside the
 model state (and a margin of a tenth of the card) is made smaller: ``per_device_train_batch_size`` divided, ``gradient_accumulation_steps``
 and ``steps_per_generation`` multiplied by as much, so every update sees the same rows; where one row does not fit,
-the plan refuses, naming both numbers. Another phase's peak above the card is a warning. The node's host RAM (the
+the plan refuses, naming both numbers. A generation or validation peak above the card is refused the same way
+(``--force``: a warning): without vLLM, TRL generates a whole generation batch at once, and on a paper recipe that
+is hundreds of GiB of KV cache, an out-of-memory first step. The node's host RAM (the
 processes' baseline, loading the weights, a checkpoint save: :mod:`.host_memory`) above its RAM is refused like a
 CPU pool's (``--force``: a warning).
 """
@@ -189,6 +191,17 @@ def micro_batch(config: RunConfig, plan: Any, shape: ModelShape | None, own_rows
     return MicroBatch(own, peer, rescue, tokens, held / 2**30, how)
 
 
+CARD_FIXES = {
+    "training activations": "lower grpo.per_device_train_batch_size (batch.micro_batch_prompts_per_device) or the "
+                            "lengths",
+    "generation": "generate with vLLM (grpo.use_vllm=true; ./setup.sh installs it on an NVIDIA box), whose engine "
+                  "pages its KV cache within its share of the card, or lower grpo.steps_per_generation or the lengths "
+                  "(without vLLM, TRL generates the completions of steps_per_generation micro-batches at once)",
+    "validation": "lower validation.batch_size or validation.max_new_tokens",
+}
+"""What brings each phase's peak (:func:`phase_peaks`) within a card."""
+
+
 def phase_peaks(config: RunConfig, plan: Any, shape: ModelShape) -> list[PhasePeak]:
     """Training, generation and validation peaks of one process of ``plan`` (module docstring)."""
     grpo, gib = plan.grpo, 2**30
@@ -311,10 +324,13 @@ def check_bounds(config: RunConfig, placement: Placement, plans: list[Any], ram_
             "vllm_enable_sleep_mode") else 0.0
         need = plan.memory.gib_per_device + peak.gib + awake * gpu_memory_gib
         if need > gpu_memory_gib:
-            warnings.append(f"{plan.name}: its {peak.phase} take about {peak.gib:.1f} GiB per GPU ({peak.how}) beside "
-                            f"{plan.memory.gib_per_device:.1f} GiB of model state: more than the {gpu_memory_gib:g} GiB "
-                            f"card; lower grpo.per_device_train_batch_size (batch.micro_batch_prompts_per_device) or "
-                            f"the lengths")
+            text = (f"{plan.name}'s {peak.phase}: about {peak.gib:.1f} GiB per GPU ({peak.how}) beside "
+                    f"{plan.memory.gib_per_device:.1f} GiB of model state, more than the {gpu_memory_gib:g} GiB card; "
+                    f"{CARD_FIXES[peak.phase]}")
+            if peak.phase == "training activations" or config.launch.force:
+                warnings.append(text + (" (starting anyway: --force)" if config.launch.force else ""))
+            else:  # the first generation would run out of memory, minutes and a GPU hour in
+                raise PlacementError(text + ", or --force")
     return warnings
 
 

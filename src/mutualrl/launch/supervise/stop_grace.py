@@ -67,11 +67,24 @@ def planned_save_gib(plan: Any) -> float:
     return float(sum(p.checkpoint_gib for p in disk.policies)) if disk is not None else 0.0
 
 
+def planned_signal_s(save_gib: float) -> int:
+    """Seconds before a Slurm job's time limit to ask for its stop signal (``#SBATCH --signal=TERM@N``): the grace of a
+    run that has measured no step (:data:`UNMEASURED_STEP_S`) and writes ``save_gib`` of checkpoints, rounded up."""
+    return math.ceil(stop_grace_s(UNMEASURED_STEP_S, save_gib))
+
+
 def warning_s(save_gib: float, time_min: int) -> int:
-    """Seconds before a Slurm job's time limit to ask for its stop signal: the grace of a run that has measured no
-    step (:data:`UNMEASURED_STEP_S`) and writes ``save_gib`` of checkpoints, rounded up; at most half of the job's
-    ``time_min`` (a shorter job stops at half its time, still with a checkpoint)."""
-    return min(math.ceil(stop_grace_s(UNMEASURED_STEP_S, save_gib)), max(1, time_min * 60 // 2))
+    """:func:`planned_signal_s`, at most half of the job's ``time_min`` (a shorter job stops at half its time, still
+    with a checkpoint)."""
+    return min(planned_signal_s(save_gib), max(1, time_min * 60 // 2))
+
+
+def sbatch_signal_line(plan: Any) -> str:
+    """The ``#SBATCH --signal`` line for ``plan``'s run and what it is made of (the dry run prints it)."""
+    save_gib = planned_save_gib(plan)
+    return (f"Slurm: #SBATCH --signal=TERM@{planned_signal_s(save_gib)}  (the stop's planned grace: "
+            f"{STEP_MARGIN:g} x a step of {UNMEASURED_STEP_S:.0f} s not yet measured + {save_gib:.4g} GiB of "
+            f"checkpoints at {WRITE_GIB_PER_S:g} GiB/s; to every process of the job step, not B:)")
 
 
 @dataclass(frozen=True)

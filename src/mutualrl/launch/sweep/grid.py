@@ -320,7 +320,7 @@ def run_points(spec: SweepSpec, todo: list[SweepPoint], states: dict[str, str], 
                     item.log.close()
                 finished(item.point, item.process.returncode, time.perf_counter() - item.started)
     except KeyboardInterrupt:
-        stop_all(running)
+        stop_all(running, console)
         raise
 
 
@@ -340,16 +340,26 @@ def start_point(spec: SweepSpec, point: SweepPoint, resume: bool, jobs: int, con
     return Started(point, process, time.perf_counter(), log)
 
 
-def stop_all(running: list[Started]) -> None:
+def stop_all(running: list[Started], console: Console | None = None) -> None:
     """A stop: each run still going gets SIGTERM (it stops its workers and records itself as interrupted; a SIGINT
-    would be ignored by a run started from a background sweep) and is waited for."""
+    would be ignored by a run started from a background sweep) and is waited for as long as its own stop takes: the
+    run bounds that itself (its grace and the wait for a save in progress: launch/supervise/stop_grace.py), and a save
+    may take minutes. Another stop signal kills the runs at once."""
     import signal
 
-    for item in running:
-        if item.process.poll() is None:
-            item.process.send_signal(signal.SIGTERM)
-    for item in running:
-        try:
-            item.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            item.process.kill()
+    going = [item for item in running if item.process.poll() is None]
+    for item in going:
+        item.process.send_signal(signal.SIGTERM)
+    if going and console is not None:
+        names = escape(", ".join(item.point.name for item in going))
+        console.print(f"[yellow]sweep: stopping {names}: each saves its step in flight; another Ctrl-C stops at "
+                      f"once[/]", highlight=False, soft_wrap=True)
+    try:
+        for item in going:
+            item.process.wait()
+    except KeyboardInterrupt:
+        for item in going:
+            if item.process.poll() is None:
+                item.process.kill()
+        for item in going:
+            item.process.wait()
