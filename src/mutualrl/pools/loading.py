@@ -203,9 +203,25 @@ def cached_model_config(model: str) -> tuple[dict[str, Any], str] | None:
     return (text if isinstance(text, dict) else config), str(config_file)
 
 
+PAPER_MODEL_CONTEXTS = {
+    "Qwen/Qwen2.5-Math-1.5B": 4096,
+    "Qwen/Qwen2.5-1.5B-Instruct": 32768,
+    "Qwen/Qwen2.5-Coder-1.5B": 32768,
+    "Qwen/Qwen3-1.7B-Base": 32768,
+    "Qwen/Qwen3-4B-Base": 32768,
+    "meta-llama/Llama-3.2-3B-Instruct": 131072,
+    "microsoft/Phi-4-mini-instruct": 131072,
+    "ministral/Ministral-3b-instruct": 131072,
+}
+"""``max_position_embeddings`` in the config.json of each paper model (the hub's, 2025; the shapes beside them:
+launch/plan/model_shapes.py), so that a clean node, whose hub cache holds none of them yet, checks the context and caps
+vLLM's model length before the weights download: a longer sequence reaches vLLM, which refuses in every rank."""
+
+
 def model_context(model: str) -> tuple[int, str] | None:
-    """(positions the model can attend to, where that was read) without loading or building it; None when it is
-    not known here (a hub model not in the local cache: the worker then finds out)."""
+    """(positions the model can attend to, where that was read) without loading or building it: a builtin's recipe,
+    the config.json on this machine, else the paper models' table; None when not known here (the worker then finds
+    out)."""
     if model.startswith(BUILTIN_PREFIX):
         from mutualrl.pools import tiny
 
@@ -214,7 +230,8 @@ def model_context(model: str) -> tuple[int, str] | None:
             return tiny.TINY_MODELS[name].max_positions, f"builtin {name}"
     found = cached_model_config(model)
     if found is None:
-        return None
+        known = PAPER_MODEL_CONTEXTS.get(model)
+        return (known, f"{model}'s config.json as published") if known is not None else None
     config, config_file = found
     for key in ("max_position_embeddings", "n_positions"):
         value = config.get(key)
