@@ -1,4 +1,5 @@
-"""A GPU plan whose first generation cannot fit its card is refused before anything starts (``--force``: a warning).
+"""A GPU plan whose first generation cannot fit its card is refused before anything starts (``--force``: a warning);
+the builtin pool on GPUs says it trains another run than the README's.
 
 Without vLLM, TRL 1.16 generates the completions of a whole generation batch at once (``per_device_train_batch_size x
 steps_per_generation`` rows) with transformers, and their KV cache is the whole of it: on the paper recipes hundreds of
@@ -48,3 +49,14 @@ def test_the_dry_run_exits_non_zero_in_one_line(capsys):
                 "--set", "grpo.use_vllm=false"])
     assert_one_line_error(code, capsys.readouterr().err, "qwen2.5-math-1.5b's generation", "140.7 GiB",
                           "80 GiB card", "vLLM")
+
+
+def test_the_builtin_pool_on_gpus_says_it_trains_another_run_than_the_readmes(tmp_path):
+    config = load_run_config("tiny").config
+    gpu = make_launch_plan(config, tmp_path / "gpu", gpus=8, simulate=True, gpu_memory_gib=80.0, vllm_available=True,
+                           dry_run=True)
+    said = [w for w in gpu.warnings if w.startswith("the builtin pool on GPUs")]
+    assert len(said) == 1 and "tiny-bpe 4 rank(s) x 32 completions" in said[0] and "bf16 on" in said[0], gpu.warnings
+    assert "CUDA_VISIBLE_DEVICES= mutualrl train" in said[0]
+    cpu = make_launch_plan(config, tmp_path / "cpu", gpus=0, simulate=True, cpu_cores=2, dry_run=True)
+    assert not any(w.startswith("the builtin pool") for w in cpu.warnings)

@@ -359,6 +359,7 @@ def make_launch_plan(
     if simulate and node.gpu_memory_gib is None and node.gpus > 0:
         warnings.append("memory check skipped: GPU memory is unknown for a simulated node (--gpus); give it with "
                         "--gpu-memory GIB (e.g. --gpu-memory 80 for an 80 GiB card)")
+    warnings += builtin_pool_on_gpus(plans)
     return LaunchPlan(
         run_dir=str(run_dir),
         pool=config.pool.name,
@@ -441,6 +442,18 @@ def _policy_grpo(
     schedule_rows = describe(cadence, grpo, validation_interval(cadence, config.validation.every_steps),
                              known_train_prompts(config.task))
     return grpo, derived, notes, [list(row) for row in schedule_rows]
+
+
+def builtin_pool_on_gpus(plans: list[PolicyPlan]) -> list[str]:
+    """The README's figures are a CPU run of the builtin pool: one process a policy, float32. On GPUs each rank takes
+    the recipe's per-device batch in bf16, another run: said, with how to train the README's."""
+    if not plans or not all(p.model.startswith("builtin:") and p.placement.device_type == "cuda" for p in plans):
+        return []
+    ranks = ", ".join(f"{p.name} {p.placement.num_processes} rank(s) x {p.grpo.get('per_device_train_batch_size')} "
+                      f"completions" for p in plans)
+    return [f"the builtin pool on GPUs trains another run than the README's figures (a CPU run: one process a "
+            f"policy, float32): here {ranks} a step, bf16 {'on' if any(p.grpo.get('bf16') for p in plans) else 'off'}; "
+            f"CUDA_VISIBLE_DEVICES= mutualrl train ... trains the README's run"]
 
 
 def _known_context(model: str) -> int | None:
