@@ -44,6 +44,10 @@ class RegimeSpec:
     """Reads peers' records each step: needs >= 2 policies that draw identical prompts."""
     needs_exchange: bool = False
     """Publishes records to the SEE every step (always true when ``needs_peers``)."""
+    lock_step_only: bool = False
+    """Needs every peer's records of the very same round (OPD: the peers judge this round's rollouts), so it runs
+    under the paper's lock-step barrier only: a recipe that leaves it (see.max_staleness > 0, see.on_peer_failure
+    continue, see.replay_consumption; each such field declares its lock-step value) is refused when it is read."""
     settings_key: str | None = None
     """Key of its settings under ``regime:`` in a recipe (``regime.sgt.lam``), if it has settings."""
     settings: type | None = None
