@@ -40,9 +40,9 @@ LEAVES = {
 
 REGIMES = {
     "any": "every regime",
-    "exchange": "regimes that publish records to the exchange (standalone too, with see.record_standalone)",
-    "peers": "regimes that read their peers' records",
-    "alone": "regimes that read no peer (standalone)",
+    "exchange": "the regimes that publish records",
+    "peers": "the regimes that read peers",
+    "alone": "standalone",
     "own": "the regime the settings belong to",
 }
 """The kinds of ``regimes``: which regimes read the field."""
