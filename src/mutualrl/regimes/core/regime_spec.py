@@ -52,6 +52,9 @@ class RegimeSpec:
     """Key of its settings under ``regime:`` in a recipe (``regime.sgt.lam``), if it has settings."""
     settings: type | None = None
     """The settings dataclass (a ``help`` per field)."""
+    batch: type | None = None
+    """The keys it adds to TRL's batch beyond every regime's (:class:`~mutualrl.regimes.core.trainer_interface.
+    GRPOBatch`): a ``GRPOBatch`` subclass in its own folder, each key with its shape (SGT's ``SGTBatch``)."""
     adapter: str = BASE_ADAPTER
     """The trainer adapter, ``"module:Class"`` (a :class:`~mutualrl.regimes.core.adapter.RegimeAdapter`), imported
     only by the training layer."""
@@ -82,6 +85,14 @@ class RegimeSpec:
             raise ValueError(f"regime {self.name!r}: flags set settings, and it has none")
         if self.needs_peers and not self.needs_exchange:
             object.__setattr__(self, "needs_exchange", True)
+
+    @property
+    def batch_keys(self) -> frozenset[str]:
+        """The batch keys this regime adds (:attr:`batch`); none for a regime that adds none."""
+        from mutualrl.regimes.core.trainer_interface import GRPOBatch
+
+        return frozenset() if self.batch is None else frozenset(self.batch.__optional_keys__
+                                                                - GRPOBatch.__optional_keys__)
 
     @property
     def status_keys(self) -> tuple[tuple[str, str], ...]:
