@@ -46,6 +46,7 @@ NOT_CACHED = object()
 """In :attr:`GrpoSchema.defaults`: a default JSON cannot hold; :meth:`GrpoSchema.default` imports TRL."""
 
 GRPO = "GRPO (TRL)"
+"""The settings page's heading of the ``grpo`` mapping and of the GRPOConfig fields below."""
 _SENDS = rules(GRPO, resume=IDENTITY, leaves="value")
 GRPO_FIELD_RULES: dict[str, dict[str, Any]] = {
     # how long to train and how to report: a resumed run may change them (grpo.max_steps also sets the length of the

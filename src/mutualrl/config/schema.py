@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mutualrl.config.field_rules import IDENTITY, MAY_CHANGE, rules
+from mutualrl.config.grpo_schema import GRPO
 from mutualrl.regimes.core.registry import get_regime, regime_names, settings_regimes
 from mutualrl.regimes.standalone.spec import STANDALONE
 
@@ -491,7 +492,7 @@ class RunConfig:
     grpo: dict[str, Any] = field(
         default_factory=dict,
         metadata={"help": "TRL GRPOConfig fields shared by every policy (checked against GRPOConfig).",
-                  **rules("GRPO (TRL)", resume=IDENTITY)},
+                  **rules(GRPO, resume=IDENTITY)},
     )
     batch: BatchConfig | None = field(
         default=None, metadata={"help": "Batch sizes in prompts (paper style); derived per policy world size.",
