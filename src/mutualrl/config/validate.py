@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import re
 import string
 from pathlib import Path
@@ -176,8 +177,7 @@ def _check_lock_step(config: RunConfig, running: RegimeSpec, source: str) -> Non
     if not running.lock_step_only:
         return
     for key, lock_step in lock_step_fields():
-        section, name = key.rsplit(".", 1)
-        value = getattr(getattr(config, section), name)
+        value = functools.reduce(getattr, key.split("."), config)
         if value != lock_step:
             raise ConfigError(source, key, f"{value!r}: regime {running.name!r} needs every peer's records of the same "
                               f"round, so it runs lock-step only ({key} {lock_step!r})")

@@ -14,6 +14,7 @@ Which settings those are, and when a value sends, each field declares (``leaves`
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -82,8 +83,7 @@ def sends(name: str, value: Any) -> bool:
 def field_sends(declared: DeclaredField, config: RunConfig, run_folder: Path) -> bool:
     """Whether a schema field that may send data off this machine does with ``config``'s value: a ``path`` outside
     ``run_folder``, an ``address`` other than its default on a run of several machines."""
-    section, name = declared.key.rsplit(".", 1)
-    value = getattr(getattr(config, section), name)
+    value = functools.reduce(getattr, declared.key.split("."), config)
     kind = declared.rules["leaves"]
     if kind == "path":
         return bool(value) and not Path(value).resolve().is_relative_to(run_folder.resolve())
