@@ -44,17 +44,10 @@ class RegimeSpec:
     """Reads peers' records each step: needs >= 2 policies that draw identical prompts."""
     needs_exchange: bool = False
     """Publishes records to the SEE every step (always true when ``needs_peers``)."""
-    lock_step_only: bool = False
-    """Needs every peer's records of the very same round (OPD: the peers judge this round's rollouts), so it runs
-    under the paper's lock-step barrier only: a recipe that leaves it (see.max_staleness > 0, see.on_peer_failure
-    continue, see.replay_consumption; each such field declares its lock-step value) is refused when it is read."""
     settings_key: str | None = None
     """Key of its settings under ``regime:`` in a recipe (``regime.sgt.lam``), if it has settings."""
     settings: type | None = None
     """The settings dataclass (a ``help`` per field)."""
-    batch: type | None = None
-    """The keys it adds to TRL's batch beyond every regime's (:class:`~mutualrl.regimes.core.trainer_interface.
-    GRPOBatch`): a ``GRPOBatch`` subclass in its own folder, each key with its shape (SGT's ``SGTBatch``)."""
     adapter: str = BASE_ADAPTER
     """The trainer adapter, ``"module:Class"`` (a :class:`~mutualrl.regimes.core.adapter.RegimeAdapter`), imported
     only by the training layer."""
@@ -77,6 +70,13 @@ class RegimeSpec:
     """Position in listings (help, error messages)."""
     flags: tuple[RegimeFlag, ...] = ()
     """Options of ``mutualrl train`` that set one of its settings."""
+    lock_step_only: bool = False
+    """Needs every peer's records of the very same round (OPD: the peers judge this round's rollouts), so it runs
+    under the paper's lock-step barrier only: a recipe that leaves it (see.max_staleness > 0, see.on_peer_failure
+    continue, see.replay_consumption; each such field declares its lock-step value) is refused when it is read."""
+    batch: type | None = None
+    """The keys it adds to TRL's batch beyond every regime's (:class:`~mutualrl.regimes.core.trainer_interface.
+    GRPOBatch`): a ``GRPOBatch`` subclass in its own folder, each key with its shape (SGT's ``SGTBatch``)."""
 
     def __post_init__(self) -> None:
         if (self.settings_key is None) != (self.settings is None):
