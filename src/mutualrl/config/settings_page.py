@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mutualrl.config.field_rules import MAY_CHANGE, REGIMES
+from mutualrl.config.field_rules import LEAVES, MAY_CHANGE, REGIMES
 from mutualrl.config.field_table import NO_DEFAULT, DeclaredField, declared_fields, lock_step_fields
 from mutualrl.config.grpo_schema import GRPO, GRPO_FIELD_RULES
 from mutualrl.regimes.core.registry import REGIMES_PACKAGE, all_regimes
@@ -26,7 +26,7 @@ INTRO = """\
 
 Every key of a recipe (`recipes/pools/*.yaml`), as `--set KEY=VALUE` takes it; `mutualrl pools show NAME --explain`
 prints the same help beside a recipe's values. Each entry says whether `--resume` may change the setting (the rest is
-the run's identity: a resume that changes it is refused, docs/launch.md "Resuming") and when a value sends data off
+the run's identity: a resume that changes it is refused, docs/run-layout.md "Stopping, resuming") and when a value sends data off
 this machine (a resumed run takes such a value only from the command that resumes it). A policy's own fields are
 under `pool.policies.*` (by its name in `--set`); TRL's `GRPOConfig` fields go under `grpo` (shared) or a policy's
 `grpo` (its own), checked against TRL's dataclass and documented by TRL."""
@@ -65,7 +65,7 @@ def _entry(row: DeclaredField) -> list[str]:
     if row.rules.get("regimes") not in ("any", "own", None):
         facts.append(f"read by {REGIMES[row.rules['regimes']]}")
     if row.rules.get("leaves"):
-        facts.append(_leaves(row.rules["leaves"]))
+        facts.append(LEAVES[row.rules["leaves"]])
     lock_step = dict(lock_step_fields()).get(row.key, _UNSET)
     if lock_step is not _UNSET:
         only = ", ".join(spec.name for spec in all_regimes() if spec.lock_step_only)
@@ -75,13 +75,6 @@ def _entry(row: DeclaredField) -> list[str]:
 
 
 _UNSET = object()
-
-
-def _leaves(kind: str) -> str:
-    return {"value": "sends data off this machine when set",
-            "trackers": "sends metrics off this machine when it names a tracker that writes beyond the run folder",
-            "path": "sends data there when outside the run folder",
-            "address": "sends data there on a run of several machines"}[kind]
 
 
 def _grpo_lines() -> list[str]:
