@@ -26,10 +26,10 @@ INTRO = """\
 
 Every key of a recipe (`recipes/pools/*.yaml`), as `--set KEY=VALUE` takes it; `mutualrl pools show NAME --explain`
 prints the same help beside a recipe's values. Each entry says whether `--resume` may change the setting (the rest is
-the run's identity: a resume that changes it is refused, docs/run-layout.md "Stopping, resuming") and when a value sends data off
-this machine (a resumed run takes such a value only from the command that resumes it). A policy's own fields are
-under `pool.policies.*` (by its name in `--set`); TRL's `GRPOConfig` fields go under `grpo` (shared) or a policy's
-`grpo` (its own), checked against TRL's dataclass and documented by TRL."""
+the run's identity: a resume that changes it is refused, docs/run-layout.md "Stopping, resuming") and when a value
+sends data off this machine (a resumed run takes such a value only from the command that resumes it). A policy's own
+fields are under `pool.policies.*` (by its name in `--set`); TRL's `GRPOConfig` fields go under `grpo` (shared) or a
+policy's `grpo` (its own), checked against TRL's dataclass and documented by TRL."""
 
 
 def render() -> str:
