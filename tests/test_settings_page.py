@@ -1,4 +1,4 @@
-"""Each settings field declares what the rest of mutualrl asks of it; the refusals and docs/settings.md derive from it."""
+"""Each settings field declares what the rest of mutualrl asks of it; refusals and docs/settings.md derive from it."""
 
 from __future__ import annotations
 
