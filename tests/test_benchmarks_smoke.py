@@ -43,6 +43,7 @@ def last_json(stdout: str) -> dict:
     return json.loads(stdout[start:])
 
 
+@pytest.mark.benchmarks_and_recipes
 def test_verifier_agreement() -> None:
     lines = [json.loads(line) for line in run_script("verifier_agreement.py", "--limit", "20").splitlines()
              if line.startswith("{")]
@@ -50,6 +51,7 @@ def test_verifier_agreement() -> None:
     assert verbatim["applies"] == verbatim["exact_accepts"] == 20  # a label boxed verbatim is always right
 
 
+@pytest.mark.benchmarks_and_recipes
 @pytest.mark.slow  # over 5 s on the 2-core box: the full suite, not the fast tier
 def test_thl_speed() -> None:
     out = last_json(run_script("thl_speed.py", "--n", "2", "--min-tokens", "20", "--max-tokens", "40",
@@ -58,6 +60,7 @@ def test_thl_speed() -> None:
     assert out["thl_conservation_loss_nats_total"] < 1e-3  # THL conserves the log-prob mass
 
 
+@pytest.mark.benchmarks_and_recipes
 @pytest.mark.slow
 def test_step_time() -> None:
     """One timed step of each trainer, no warm-up round: the script's every part, the least training."""
@@ -66,6 +69,7 @@ def test_step_time() -> None:
     assert out["ratio"] > 0 and out["vanilla_step_s_median"] > 0 and out["mutualrl_standalone_step_s_median"] > 0
 
 
+@pytest.mark.benchmarks_and_recipes
 @pytest.mark.slow
 def test_tiny_pool_dynamics_eval() -> None:
     """Both warm-started models on the first 4 prompts of each family (the script's path is the whole split's)."""
@@ -76,6 +80,7 @@ def test_tiny_pool_dynamics_eval() -> None:
         assert all(0 <= share <= 1 for share in entry["greedy_test"].values()) and entry["parameters"] > 0, entry
 
 
+@pytest.mark.benchmarks_and_recipes
 @pytest.mark.slow
 def test_regime_overhead() -> None:
     out = last_json(run_script("regime_overhead.py", "--steps", "3", "--rounds", "1", "--skip", "1",
@@ -83,6 +88,7 @@ def test_regime_overhead() -> None:
     assert out["ratio_to_standalone"]["standalone"] == 1.0 and out["ratio_to_standalone"]["xgrpo"] > 0
 
 
+@pytest.mark.benchmarks_and_recipes
 @pytest.mark.slow
 def test_real_pool_survey(tmp_path: Path) -> None:
     run_script("real_pool_survey.py", "--models", "smollm2-135m", "--tasks", "synthetic-arith-4shot",
@@ -91,6 +97,7 @@ def test_real_pool_survey(tmp_path: Path) -> None:
     assert row["synthetic-arith-4shot"]["n"] == 2 and "pass_at_k" in row["synthetic-arith-4shot"]
 
 
+@pytest.mark.benchmarks_and_recipes
 @pytest.mark.slow
 def test_vllm_generation() -> None:
     out = run_script("vllm_generation.py", "--pool", "tiny", "--policy", "tiny-bpe", "--prompts", "1", "--k", "2",
@@ -99,6 +106,7 @@ def test_vllm_generation() -> None:
     assert rows and all(row.get("ratio", 0) > 0 for row in rows if "ratio" in row)
 
 
+@pytest.mark.benchmarks_and_recipes
 @pytest.mark.slow
 def test_vllm_train_step(tmp_path: Path) -> None:
     run_script("vllm_train_step.py", "--pool", "tiny", "--steps", "2", "--validation-prompts", "2",
@@ -110,6 +118,7 @@ def test_vllm_train_step(tmp_path: Path) -> None:
     assert out["transformers_over_vllm"]["wall_seconds"]["ratio_vllm"] > 0
 
 
+@pytest.mark.benchmarks_and_recipes
 @pytest.mark.slow
 def test_chaos_tamper(tmp_path: Path) -> None:
     """One tampering trial end to end (tests/test_chaos_tamper.py checks each damage class and the judge)."""
@@ -119,12 +128,14 @@ def test_chaos_tamper(tmp_path: Path) -> None:
     assert [c["command"] for c in summary["per_trial"][0]["commands"]] == ["resume", "see inspect", "plot"]
 
 
+@pytest.mark.benchmarks_and_recipes
 @pytest.mark.slow
 def test_worker_start() -> None:
     out = last_json(run_script("worker_start.py", "--rounds", "1"))
     assert set(out["median_cpu_s"]) == {"on", "paused"} and out["paused_over_on"] > 0
 
 
+@pytest.mark.benchmarks_and_recipes
 @pytest.mark.slow
 def test_regime_scale(tmp_path: Path) -> None:
     out = tmp_path / "scale.json"
@@ -142,6 +153,7 @@ def test_regime_scale(tmp_path: Path) -> None:
     assert prp["stages_s"]["align"] > 0 and prp["ratio"] == round(prp["host_s_per_rank"] / prp["gpu_s_per_rank"], 4)
 
 
+@pytest.mark.benchmarks_and_recipes
 @pytest.mark.slow
 def test_allocator(tmp_path: Path) -> None:
     # a 1 x 8 pass: the worker's imports and model load are the case; its 8 x 64 pass costs ~10 s of CPU a process
@@ -152,6 +164,7 @@ def test_allocator(tmp_path: Path) -> None:
     assert report["cases"]["worker"]["results_identical"]  # the same loss with and without the settings
 
 
+@pytest.mark.benchmarks_and_recipes
 @pytest.mark.slow  # 4 s: the fast tier is at its limit
 def test_same_behaviour_dry_runs(tmp_path: Path) -> None:
     """The script end to end on its cheapest part: this tree against itself, every dry run the same."""
@@ -161,6 +174,7 @@ def test_same_behaviour_dry_runs(tmp_path: Path) -> None:
     assert all(e["rc"] == [0, 0] and e["text_same"] and e["plan_same"] for e in dry.values())
 
 
+@pytest.mark.benchmarks_and_recipes
 def test_suite_cpu(tmp_path: Path) -> None:
     """The suite's CPU by kind of process: a test file whose test starts a child process, run under the script."""
     (tmp_path / "test_starts_a_child.py").write_text(
@@ -179,6 +193,7 @@ def test_suite_cpu(tmp_path: Path) -> None:
     assert again.splitlines()[0] == out.split("log: ")[1].splitlines()[1], again
 
 
+@pytest.mark.benchmarks_and_recipes
 @pytest.mark.slow
 def test_tiny_determinism() -> None:
     """4-step builds under two emulated CPUs: with the CPU's own kernels they differ (the emulation bites), pinned
@@ -211,6 +226,7 @@ def test_behaviour_record_compares_values_and_weights() -> None:
     assert moved["hacpo"] == {"note": "not in the record"}
 
 
+@pytest.mark.benchmarks_and_recipes
 @pytest.mark.slow
 def test_suite_timeline(tmp_path: Path) -> None:
     """Each test's time and worker, under the script, and the report against a log of the same run."""
@@ -236,6 +252,7 @@ def test_suite_timeline_worker_busy_time_and_gaps_by_hand() -> None:
     assert timeline.by_file(timeline.durations(tests)) == {"t.py": 4.5}
 
 
+@pytest.mark.benchmarks_and_recipes
 @pytest.mark.slow
 def test_tiny_recipe_builds_a_variant_as_the_set_up_does(tmp_path: Path) -> None:
     """A 5-step variant of tiny-bpe built in a process of its own under the pinned kernels, into --out; the JSON names

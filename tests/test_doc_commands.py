@@ -134,7 +134,10 @@ def test_every_doc_has_its_commands_in_bash_blocks():
 
 def test_docs_are_reference_size():
     """docs/ is reference a user reads to do something: under 25,000 words in all (history: benchmarks/results/,
-    CHANGELOG.md)."""
-    words = sum(len(path.read_text().split()) for path in DOCS)
+    CHANGELOG.md). A generated page (docs/settings.md, from the schema's help strings) is counted with the code it is
+    made from, not here: it grows with the settings, and tests/test_settings_page.py keeps it true."""
+    from mutualrl.config.settings_page import GENERATED
+
+    words = sum(len(path.read_text().split()) for path in DOCS if not path.read_text().startswith(GENERATED))
     assert words < 25_000, f"docs/ holds {words} words"
     assert Path(ROOT / "benchmarks" / "README.md").read_text().count("](results/") >= 20

@@ -40,6 +40,7 @@ def test_the_rounds_alternate_and_the_ratios_are_those_of_the_medians(tmp_path, 
     assert bench.machine_cpu_seconds() > 0
 
 
+@pytest.mark.benchmarks_and_recipes
 @pytest.mark.slow
 def test_one_run_as_the_script_runs_it(tmp_path, offline_hub):
     wall, cpu = bench.one_run(tmp_path, "r", 1, Path(os.environ[FORK_SERVER_ENV]) if os.environ.get(FORK_SERVER_ENV)

@@ -20,6 +20,7 @@ from mutualrl.errors import MutualRLError
 from mutualrl.launch.plan.engine import planned_engine
 from mutualrl.launch.plan.launch_plan import make_launch_plan
 from mutualrl.training.vllm_engine import TRL_MAX_NUM_BATCHED_TOKENS, awake_engine, engine_caps, trl_max_num_seqs
+from recipe_paths import recipe_params
 
 RECIPES = Path(__file__).resolve().parents[1] / "recipes"
 PAPER_RECIPES = sorted(p.stem for folder in ("pools", "experiments") for p in (RECIPES / folder).glob("*.yaml")
@@ -161,7 +162,7 @@ def plan_of(config, gpus: int, device_map: str | None):
         return str(err), config
 
 
-@pytest.mark.parametrize("recipe", PAPER_RECIPES)
+@pytest.mark.parametrize("recipe", recipe_params(PAPER_RECIPES))
 def test_every_paper_recipe_plans_an_engine_vllm_accepts_and_a_memory_model_that_counts_it(recipe):
     planned = 0
     for gpus in (1, 2, 4, 8):

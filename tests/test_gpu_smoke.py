@@ -35,6 +35,7 @@ def command_of(plan: list, name: str) -> list[str]:
     return next(command for check, command in plan if check == name)
 
 
+@pytest.mark.benchmarks_and_recipes
 @pytest.mark.slow  # over 2 s: outside the fast tier
 def test_without_a_gpu_it_says_skipped_and_exits_0():
     done = subprocess.run([sys.executable, str(SCRIPT)], capture_output=True, text=True, timeout=120)

@@ -18,6 +18,7 @@ from mutualrl.training.trackers import (
     tracker_logs,
     tracker_names,
 )
+from recipe_paths import recipe_params
 
 PAPER_POOLS = ["2qwen", "3qwen", "4qwen", "llama-mist", "qwen-phi4"]
 
@@ -154,10 +155,11 @@ def test_validation_reward_per_task_reaches_the_trackers():
 COMMONSENSE_POOLS = ["3qwen", "4qwen", "llama-mist", "qwen-phi4"]
 
 
-@pytest.mark.parametrize("pool", COMMONSENSE_POOLS)
-def test_commonsense_recipe_dry_runs_on_8_gpus(pool, tmp_path):
+@pytest.mark.parametrize("recipe", recipe_params([f"commonsense-{pool}" for pool in COMMONSENSE_POOLS]))
+def test_commonsense_recipe_dry_runs_on_8_gpus(recipe, tmp_path):
     from plan_helpers import dry_run
 
+    pool = recipe.removeprefix("commonsense-")
     config = load_run_config(f"commonsense-{pool}").config
     assert (config.pool.name, config.task.name, config.task.verifier) == (pool, "math-qa-mix", "exact")
     assert config.schedule.max_steps == 50 and config.grpo["use_bias_correction_kl"] is False

@@ -20,6 +20,7 @@ from mutualrl.errors import PlacementError
 from mutualrl.launch.plan.launch_plan import LaunchPlan, make_launch_plan
 from mutualrl.run_folder import RunPaths
 from mutualrl.training.grpo_args import PLANNED_GRPO_ENV, planned_grpo_args
+from recipe_paths import recipe_params
 
 CPU_POOLS = {"tiny", "smol", "smol-arith", "smol-qa"}
 PAPER_RECIPES = sorted(path.stem for path in list_named_recipes() if path.stem not in CPU_POOLS)
@@ -64,7 +65,7 @@ def check_vouched(plan: LaunchPlan, max_prompt_tokens: int, monkeypatch: pytest.
 
 
 @pytest.mark.slow  # ~6 s of CPU: every recipe x 3 cards x 4 GPU counts
-@pytest.mark.parametrize("recipe", PAPER_RECIPES)
+@pytest.mark.parametrize("recipe", recipe_params(PAPER_RECIPES))
 def test_every_worker_is_handed_the_digest_of_the_bytes_it_reads(recipe, tmp_path, monkeypatch):
     configs = {gpus: gpu_config(recipe, gpus) for gpus in GPU_COUNTS}  # read once per GPU count, not per card: the
     max_prompt_tokens = configs[1].task.max_prompt_tokens  # recipe's YAML was two thirds of this test's CPU

@@ -18,6 +18,7 @@ from mutualrl.errors import PlacementError
 from mutualrl.launch.plan.host_memory import HostMemory, policy_host, slurm_mem_gb
 from mutualrl.launch.plan.launch_plan import LaunchPlan, make_launch_plan
 from mutualrl.launch.plan.render import render_plan
+from recipe_paths import recipe_params
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER_RECIPES = sorted([*(p.stem for p in (ROOT / "recipes" / "experiments").glob("*.yaml")),
@@ -113,7 +114,7 @@ def test_llama_mist_has_a_kv_cache_figure_and_a_checked_micro_batch():
     assert "240 sequences of 4096 tokens" in text and "model shape unknown" not in text
 
 
-@pytest.mark.parametrize("recipe", PAPER_RECIPES)
+@pytest.mark.parametrize("recipe", recipe_params(PAPER_RECIPES))
 def test_every_paper_recipe_on_8_gpus_of_80_gib_says_its_host_ram_and_sizes_every_kv_cache(recipe):
     plan = gpu_plan(recipe)
     host = plan.host

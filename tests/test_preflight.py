@@ -24,6 +24,7 @@ from mutualrl.launch.plan.launch_plan import LaunchPlan, make_launch_plan
 from mutualrl.launch.rundir.prepare import prepare_launch
 from mutualrl.run_folder import RunPaths
 from mutualrl.training.preflight import preflight_policy
+from recipe_paths import recipe_params
 
 CPU_POOLS = {"tiny", "smol", "smol-arith", "smol-qa"}
 PAPER_RECIPES = sorted(path.stem for path in list_named_recipes() if path.stem not in CPU_POOLS)
@@ -95,7 +96,7 @@ def planned_folder(recipe: str, folder: Path) -> LaunchPlan:
 
 
 @pytest.mark.slow  # ~60 s of CPU for the 17 recipes: the full suite, not the fast tier
-@pytest.mark.parametrize("recipe", PAPER_RECIPES)
+@pytest.mark.parametrize("recipe", recipe_params(PAPER_RECIPES))
 def test_each_worker_of_every_paper_recipe_passes_its_check_from_an_8_gpu_80_gib_plan(recipe, offline_hub, one_rank,
                                                                                       tmp_path, monkeypatch):
     plan = planned_folder(recipe, tmp_path / "run")

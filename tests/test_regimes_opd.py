@@ -318,14 +318,32 @@ def test_a_resumed_run_rolls_the_judgements_back_with_the_exchange(tmp_path):
     assert EXCHANGE_ENTRY_RE.match(JUDGEMENTS_DIR)  # an exchange in a see.dir outside the run: cleared with it
 
 
-def test_off_lock_step_is_refused_in_one_line(tmp_path):
+@pytest.mark.parametrize("setting", ["see.max_staleness=1", "see.on_peer_failure=continue",
+                                     "see.replay_consumption={tmp}"])
+def test_off_lock_step_is_refused_when_the_recipe_is_read(setting, tmp_path):
+    """OPD's spec says lock-step only; each see field declares its lock-step value: the recipe is refused naming the
+    field (a --dry-run, before any model loads), in one line."""
+    from mutualrl.config import ConfigError, load_run_config
+
+    setting = setting.format(tmp=tmp_path)
+    with pytest.raises(ConfigError) as refused:
+        load_run_config("tiny", regime="opd", overrides=[setting], check_grpo=False)
+    message = str(refused.value)
+    assert setting.split("=")[0] + ":" in message and "lock-step only" in message and "\n" not in message
+    assert load_run_config("tiny", regime="sgt", overrides=[setting], check_grpo=False).config.regime.name == "sgt"
+
+
+def test_off_lock_step_is_refused_by_the_adapter_too(tmp_path):
+    """A config built around the recipe's check (the Python API with a changed dataclass) meets the same rule where
+    the regime binds: derived from the spec, not from OPD's adapter."""
     from mutualrl.assets.tokenizers import load_tokenizer
     from mutualrl.config import load_run_config
     from mutualrl.errors import UsageError
     from mutualrl.regimes.opd.adapter import OPDAdapter
     from mutualrl.see.exchange import ExperienceExchange
 
-    config = load_run_config("tiny", regime="opd", overrides=["see.max_staleness=1"], check_grpo=False).config
+    config = load_run_config("tiny", regime="opd", check_grpo=False).config
+    config = replace(config, see=replace(config.see, max_staleness=1))
     exchange = ExperienceExchange(tmp_path, "run", "tiny-bpe", policies=["tiny-bpe", "tiny-sp"])
     with pytest.raises(UsageError, match="lock-step only"):
         OPDAdapter(config, "tiny-bpe", exchange).bind(FakeTrainer(padded(load_tokenizer("gpt2"))))

@@ -159,7 +159,9 @@ def test_sgt_runs_a_whole_step_and_its_loss_through_a_fake_trainer(thl_tokenizer
     assert recorded[("train", "sgt/rescues")] == [1.0] and ("train", "mutual/transform_s") in recorded
     assert ("train", "mutual/publish_s") in recorded and ("train", "mutual/wait_s") in recorded
 
-    assert set(out) <= GRPOBatch.__optional_keys__  # every key SGT adds is declared, with its shape
+    sgt = learner.spec
+    assert set(out) <= GRPOBatch.__optional_keys__ | sgt.batch_keys  # every key SGT adds is declared, with its shape
+    assert sgt.batch_keys and all(key.startswith("sgt_") for key in sgt.batch_keys)
 
     loss = learner.extra_loss(learner.trainer.model, out)
     assert loss is not None and loss.requires_grad and torch.isfinite(loss)

@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.benchmarks_and_recipes
 def test_see_bandwidth_benchmark_runs_tiny(tmp_path):
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "see_bandwidth.py"), "--prompts", "4", "--rollouts", "2",

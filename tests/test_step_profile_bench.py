@@ -69,6 +69,7 @@ def test_breakdown_splits_a_step() -> None:
     assert profile.coverage(parts) == pytest.approx(measured / 10.0)
 
 
+@pytest.mark.benchmarks_and_recipes
 @pytest.mark.slow
 def test_step_profile_tiny(tmp_path: Path, offline_hub: None) -> None:
     root = BENCHMARKS.parent

@@ -16,7 +16,7 @@ The Python API, ``mutualrl.train(...)``, ``mutualrl.load_config(...)``, ``mutual
 :mod:`mutualrl.api` and runs exactly what the ``mutualrl`` command runs.
 """
 
-__version__ = "0.4.0.dev0"
+from mutualrl.release import VERSION as __version__
 
 _API = ("train", "load_config", "evaluate", "read_run", "RunResult")
 """The Python API (:mod:`mutualrl.api`, layer 7), imported on first use (PEP 562): ``import mutualrl`` stays as

@@ -63,9 +63,9 @@ def asset_lock(kind: str, name: str, timeout_s: float = 1800.0) -> Iterator[None
     """Serialise fetching one asset across processes.
 
     A plain wait-with-timeout lock (``filelock``) is enough here: a holder that dies releases it with its descriptor
-    and the next fetch starts over. The run folder's lock (``launch.rundir.lock.RunLock``, ``flock`` itself) needs
-    what ``filelock`` does not give: a descriptor no worker inherits, a recorded holder with its workers, and the
-    takeover of a file a stray process still holds."""
+    and the next fetch starts over (its descriptor, as every one Python opens, is not inherited across exec: PEP 446).
+    The run folder's lock (``launch.rundir.lock.RunLock``, ``flock`` itself) needs what ``filelock`` does not give:
+    a recorded holder with its workers, and the takeover of a file a stray process still holds."""
     lock_dir = cache_dir() / ".locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(lock_dir / f"{kind}--{name}.lock"), timeout=timeout_s):

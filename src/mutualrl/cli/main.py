@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import typer
 
-from mutualrl import __version__
+from mutualrl.release import VERSION
 from mutualrl.cli import (
     assets_cmd,
     complementarity_cmd,
@@ -55,7 +55,7 @@ app.add_typer(assets_cmd.app, name="assets")
 
 def _version_callback(value: bool) -> None:
     if value:
-        typer.echo(f"mutualrl {__version__}")
+        typer.echo(f"mutualrl {VERSION}")
         raise typer.Exit()
 
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 from mutualrl.atomic_io import write_json_atomic
+from mutualrl.config.field_rules import IDENTITY, MAY_CHANGE, rules
 from mutualrl.config.typed import describe_type
 from mutualrl.errors import StorageError
 from mutualrl.run_folder import read_json_or
@@ -43,6 +44,32 @@ NOT_REBUILT = object()
 """In :attr:`GrpoSchema.types`: an annotation the cache cannot rebuild; :meth:`GrpoSchema.field_type` imports TRL."""
 NOT_CACHED = object()
 """In :attr:`GrpoSchema.defaults`: a default JSON cannot hold; :meth:`GrpoSchema.default` imports TRL."""
+
+GRPO = "GRPO (TRL)"
+"""The settings page's heading of the ``grpo`` mapping and of the GRPOConfig fields below."""
+_SENDS = rules(GRPO, resume=IDENTITY, leaves="value")
+GRPO_FIELD_RULES: dict[str, dict[str, Any]] = {
+    # how long to train and how to report: a resumed run may change them (grpo.max_steps also sets the length of the
+    # learning-rate schedule from the resumed step on)
+    **{name: rules(GRPO, resume=MAY_CHANGE) for name in ("max_steps", "logging_steps", "save_steps",
+                                                         "save_total_limit")},
+    # the weights to a Hub repository (transformers' TrainingArguments)
+    **{name: _SENDS for name in ("push_to_hub", "hub_model_id", "hub_token", "hub_private_repo", "hub_revision",
+                                 "hub_strategy", "hub_always_push")},
+    # completions to a Hub dataset (TRL)
+    "log_completions_hub_repo": _SENDS,
+    # metrics to trackers and the places they name
+    "report_to": rules(GRPO, resume=MAY_CHANGE, leaves="trackers"),
+    **{name: _SENDS for name in ("project", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id")},
+    # prompts to, and the weights synced into, a vLLM server (TRL's server mode)
+    **{name: _SENDS for name in ("vllm_mode", "vllm_server_base_url", "vllm_server_host", "vllm_server_port",
+                                 "vllm_group_port")},
+}
+"""What mutualrl asks of TRL 1.16's ``GRPOConfig`` fields (its own and ``TrainingArguments'``), in the words of
+:mod:`mutualrl.config.field_rules`; every other GRPOConfig field is the run's identity and stays on this machine
+(:data:`GRPO_UNDECLARED`)."""
+GRPO_UNDECLARED = rules(GRPO, resume=IDENTITY)
+
 BASIC = {t.__name__: t for t in (bool, int, float, str, object)}
 BARE = {t.__name__: t for t in (list, tuple, dict)}
 

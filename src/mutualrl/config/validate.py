@@ -16,16 +16,19 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import re
 import string
 from pathlib import Path
 from typing import Any
 
+from mutualrl.config.field_table import lock_step_fields
 from mutualrl.config.grpo_schema import grpo_schema
 from mutualrl.config.schema import SCHEDULE_GRPO_FIELDS, RunConfig
 from mutualrl.config.trl_config import grpo_key_hint
 from mutualrl.config.typed import ConfigError, check_bounds, convert
 from mutualrl.regimes.core.pooled_spec import PooledRowsSettings, check_pooled_grpo
+from mutualrl.regimes.core.regime_spec import RegimeSpec
 from mutualrl.regimes.core.registry import get_regime, settings_regimes
 from mutualrl.regimes.core.sampling import check_vllm_ratio
 
@@ -155,6 +158,7 @@ def _check_regime_settings(config: RunConfig, source: str) -> None:
         if problem is not None:
             raise ConfigError(source, f"regime.{spec.settings_key}.{problem[0]}", problem[1])
     running = get_regime(config.regime.name)
+    _check_lock_step(config, running, source)
     settings = getattr(config.regime, running.settings_key) if running.settings_key else None
     for policy in config.pool.policies:
         grpo = {**config.grpo, **policy.grpo}
@@ -165,6 +169,18 @@ def _check_regime_settings(config: RunConfig, source: str) -> None:
         if problem is not None:
             where = f"pool.policies.{policy.name}.grpo" if problem[0] in policy.grpo else "grpo"
             raise ConfigError(source, f"{where}.{problem[0]}", problem[1])
+
+
+def _check_lock_step(config: RunConfig, running: RegimeSpec, source: str) -> None:
+    """A ``lock_step_only`` regime with a field off its declared lock-step value (``lock_step`` in the field's
+    metadata: see.max_staleness, see.on_peer_failure, see.replay_consumption)."""
+    if not running.lock_step_only:
+        return
+    for key, lock_step in lock_step_fields():
+        value = functools.reduce(getattr, key.split("."), config)
+        if value != lock_step:
+            raise ConfigError(source, key, f"{value!r}: regime {running.name!r} needs every peer's records of the same "
+                              f"round, so it runs lock-step only ({key} {lock_step!r})")
 
 
 def check_output_dir(config: RunConfig, source: str) -> None:

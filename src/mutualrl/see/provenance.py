@@ -28,9 +28,9 @@ def package_versions() -> dict[str, str | None]:
         except importlib.metadata.PackageNotFoundError:
             versions[name] = None
     if versions.get("mutualrl") is None:
-        from mutualrl import __version__
+        from mutualrl.release import VERSION
 
-        versions["mutualrl"] = __version__
+        versions["mutualrl"] = VERSION
     return versions
 
 

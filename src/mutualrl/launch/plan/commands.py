@@ -336,10 +336,11 @@ def tokenizer_env(threads: int, dataloader_workers: int, environ: Mapping[str, s
 
 
 def package_path() -> str:
-    """The folder holding the ``mutualrl`` package, ahead of any inherited PYTHONPATH."""
-    import mutualrl
+    """The folder holding the ``mutualrl`` package, ahead of any inherited PYTHONPATH (found from a module at the
+    package's top that imports nothing: the package's ``__init__`` sits above every layer, beside the API)."""
+    from mutualrl import release
 
-    src = str(Path(mutualrl.__file__).resolve().parents[1])
+    src = str(Path(release.__file__).resolve().parents[1])
     inherited = os.environ.get("PYTHONPATH", "")
     return src + (os.pathsep + inherited if inherited else "")
 

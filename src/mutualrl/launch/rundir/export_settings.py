@@ -6,34 +6,31 @@ server, an exchange folder outside the run, another machine's rendezvous) is tak
 gives it again (``--set``, or the option that sets it); otherwise the resume is refused in one line naming the file
 and the fields. A machine joining a run compares the whole shared config with its own
 (``launch/secondary_machine.py``), so there every such setting comes from its own command as well.
+
+Which settings those are, and when a value sends, each field declares (``leaves`` in its metadata, GRPOConfig's in
+:data:`mutualrl.config.grpo_schema.GRPO_FIELD_RULES`; the kinds: :data:`mutualrl.config.field_rules.LEAVES`).
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from mutualrl.config.field_table import DeclaredField, outbound_fields, outbound_grpo_fields
 from mutualrl.config.grpo_schema import grpo_default
 from mutualrl.config.loader import apply_override, parse_override
-from mutualrl.config.schema import LaunchConfig, RunConfig
+from mutualrl.config.schema import RunConfig
 from mutualrl.config.typed import ConfigError
 from mutualrl.errors import UsageError
 from mutualrl.training.trackers import tracker_names
 
-OUTBOUND_GRPO_FIELDS = (
-    # the weights to a Hub repository (transformers' TrainingArguments)
-    "push_to_hub", "hub_model_id", "hub_token", "hub_private_repo", "hub_revision", "hub_strategy", "hub_always_push",
-    # completions to a Hub dataset (TRL)
-    "log_completions_hub_repo",
-    # metrics to trackers and the places they name
-    "report_to", "project", "trackio_space_id", "trackio_bucket_id", "trackio_static_space_id",
-    # prompts to, and the weights synced into, a vLLM server (TRL's server mode)
-    "vllm_mode", "vllm_server_base_url", "vllm_server_host", "vllm_server_port", "vllm_group_port",
-)
-"""TRL 1.16's ``GRPOConfig`` fields (its own and ``TrainingArguments``') that send something elsewhere when they
-differ from their defaults."""
+OUTBOUND_KINDS = outbound_grpo_fields()
+"""TRL 1.16's ``GRPOConfig`` fields (its own and ``TrainingArguments``') that may send something elsewhere, with the
+kind of their ``leaves`` declaration (:data:`mutualrl.config.grpo_schema.GRPO_FIELD_RULES`)."""
+OUTBOUND_GRPO_FIELDS = tuple(OUTBOUND_KINDS)
 LOCAL_TRACKERS = {"tensorboard"}
 """Trackers that write only files under the run folder."""
 
@@ -68,22 +65,31 @@ def stored_outbound(config: RunConfig, given: dict[str, Any], run_folder: Path) 
                 continue
             key = f"pool.policies.{policy.name}.grpo.{name}" if name in policy.grpo else f"grpo.{name}"
             found.append(key)
-    see_dir = config.see.dir
-    if see_dir and not Path(see_dir).resolve().is_relative_to(run_folder.resolve()) and "dir" not in _keys(
-            given.get("see")):
-        found.append("see.dir")
-    if (config.launch.nodes > 1 and config.launch.main_address != LaunchConfig.main_address
-            and "main_address" not in _keys(given.get("launch"))):
-        found.append("launch.main_address")
+    for declared in outbound_fields():
+        section, name = declared.key.rsplit(".", 1)
+        if name not in _keys(given.get(section)) and field_sends(declared, config, run_folder):
+            found.append(declared.key)
     return list(dict.fromkeys(found))
 
 
 def sends(name: str, value: Any) -> bool:
-    """Whether GRPOConfig field ``name`` set to ``value`` sends something elsewhere (differs from its default;
-    ``report_to`` naming a tracker beyond :data:`LOCAL_TRACKERS`)."""
-    if name == "report_to":
+    """Whether GRPOConfig field ``name`` set to ``value`` sends something elsewhere: by its ``leaves`` kind, a value
+    other than its default, or ``report_to`` naming a tracker beyond :data:`LOCAL_TRACKERS`."""
+    if OUTBOUND_KINDS[name] == "trackers":
         return not set(tracker_names(value)) <= LOCAL_TRACKERS
     return value != grpo_default(name)
+
+
+def field_sends(declared: DeclaredField, config: RunConfig, run_folder: Path) -> bool:
+    """Whether a schema field that may send data off this machine does with ``config``'s value: a ``path`` outside
+    ``run_folder``, an ``address`` other than its default on a run of several machines."""
+    value = functools.reduce(getattr, declared.key.split("."), config)
+    kind = declared.rules["leaves"]
+    if kind == "path":
+        return bool(value) and not Path(value).resolve().is_relative_to(run_folder.resolve())
+    if kind == "address":
+        return config.launch.nodes > 1 and value != declared.default
+    return value != declared.default
 
 
 def refuse_stored_outbound(config: RunConfig, given: dict[str, Any], run_folder: Path) -> None:

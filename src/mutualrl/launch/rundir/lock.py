@@ -283,11 +283,11 @@ def require_run_folder(root: Path) -> None:
 
 
 def mark_run_folder(root: Path) -> None:
-    from mutualrl import __version__
+    from mutualrl.release import VERSION
 
     root.mkdir(parents=True, exist_ok=True)
     unique = f"{root.name[:80]}-{uuid.uuid4().hex[:12]}"  # two runs of one name never share an exchange's records
-    RunPaths(root).marker.write_text(json.dumps({"mutualrl": __version__, "run_id": unique}) + "\n")
+    RunPaths(root).marker.write_text(json.dumps({"mutualrl": VERSION, "run_id": unique}) + "\n")
 
 
 def clear_run_folder(root: Path) -> None:

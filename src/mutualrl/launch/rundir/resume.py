@@ -9,7 +9,8 @@ exactly one train row per policy and step.
 
 The run's identity may not change on resume (regime, pool, models, task, seed, learning
 settings): :func:`config_changes` lists every difference and the launcher refuses them.
-Fields that only say how long to train or how to report may change (:data:`MUTABLE_ON_RESUME`).
+Fields that only say how long to train, how to report or where to run may change: each field declares which it is
+(``resume`` in its metadata, :mod:`mutualrl.config.field_rules`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mutualrl.config.field_rules import MAY_CHANGE
+from mutualrl.config.field_table import resume_rule
 from mutualrl.config.typed import flatten
 from mutualrl.run_folder import RunPaths
 from mutualrl.see.consumption_log import CONSUMED_DIR
@@ -30,15 +33,6 @@ EXCHANGE_ENTRY_RE = re.compile(
     rf"{STEP_DIR_RE.pattern}|^(?:{FAILED_DIR}|{HEARTBEAT_DIR}|{CONSUMED_DIR}|{JUDGEMENTS_DIR})$")
 """What an exchange writes in its folder: the rest of a ``see.dir`` is not the run's to remove."""
 
-# Dotted prefixes a resumed run may change (the rest of the config is the run's identity).
-# `grpo.max_steps` (or `schedule.max_steps`) also sets the length of the learning-rate schedule from the resumed step on.
-MUTABLE_ON_RESUME = (
-    "output_dir", "pool.description", "grpo.max_steps", "grpo.logging_steps", "grpo.save_steps",
-    "schedule.max_steps", "schedule.log_every", "schedule.save_every", "schedule.validate_every",
-    "grpo.save_total_limit", "grpo.report_to", "validation.", "see.barrier_timeout_s", "see.peer_timeout_s",
-    "see.poll_interval_s", "see.on_peer_failure", "see.catch_up", "see.max_restarts", "launch.",
-    "task.stop_after_no_reward_steps",
-)
 CHECKPOINT_RE = CHECKPOINT_NAME_RE
 """``checkpoint-<step>`` as Trainer names it: ASCII digits, no leading zero (``checkpoint-٣`` and ``checkpoint-03``
 name no step: read as 3, the folder ``checkpoint-3`` would be looked for)."""
@@ -64,10 +58,7 @@ def config_changes(before: dict[str, Any], after: dict[str, Any]) -> tuple[list[
         if old.get(key) == new.get(key):
             continue
         change = ConfigChange(key, old.get(key, "<unset>"), new.get(key, "<unset>"))
-        policy_free = re.sub(r"^pool\.policies\.[^.]+\.", "", key)  # per-policy grpo fields follow the same rule
-        mutable = any(k == p or (p.endswith(".") and k.startswith(p)) for k in (key, policy_free)
-                      for p in MUTABLE_ON_RESUME)
-        (allowed if mutable else refused).append(change)
+        (allowed if resume_rule(key) == MAY_CHANGE else refused).append(change)
     return refused, allowed
 
 

@@ -103,13 +103,20 @@ class RegimeAdapter:
     def bind(self, trainer: TrainerView) -> None:
         """Bind to the trainer; a regime that reads peers gets its consumption of the SEE (the paper's lock-step
         barrier, or the optional bounded staleness the ``see`` settings ask for: :func:`mutualrl.see.rounds.
-        open_consumption` decides)."""
+        open_consumption` decides). A ``lock_step_only`` regime refuses any other (the recipe's check refused it
+        already, :func:`mutualrl.config.validate.validate_run_config`: this holds for a config built around it)."""
         self.trainer = trainer
         if self.needs_peers and self.exchange is not None:
             from mutualrl.see.rounds import open_consumption
 
             self.consumption = open_consumption(self.exchange, self.peers, self.config.see, trainer.accelerator,
                                                 trainer.args)
+            if self.spec.lock_step_only and not self.consumption.lock_step:
+                from mutualrl.errors import UsageError
+
+                raise UsageError(f"regime {self.name!r} needs every peer's records of the same round: it runs "
+                                 "lock-step only (see.max_staleness 0, see.on_peer_failure stop, no "
+                                 "see.replay_consumption)")
 
     # -- per step: the stages, top to bottom ------------------------------------------------
     def process_step(self, output: GRPOBatch, rollouts: StepRollouts) -> GRPOBatch:

@@ -70,6 +70,13 @@ class RegimeSpec:
     """Position in listings (help, error messages)."""
     flags: tuple[RegimeFlag, ...] = ()
     """Options of ``mutualrl train`` that set one of its settings."""
+    lock_step_only: bool = False
+    """Needs every peer's records of the very same round (OPD: the peers judge this round's rollouts), so it runs
+    under the paper's lock-step barrier only: a recipe that leaves it (see.max_staleness > 0, see.on_peer_failure
+    continue, see.replay_consumption; each such field declares its lock-step value) is refused when it is read."""
+    batch: type | None = None
+    """The keys it adds to TRL's batch beyond every regime's (:class:`~mutualrl.regimes.core.trainer_interface.
+    GRPOBatch`): a ``GRPOBatch`` subclass in its own folder, each key with its shape (SGT's ``SGTBatch``)."""
 
     def __post_init__(self) -> None:
         if (self.settings_key is None) != (self.settings is None):
@@ -78,6 +85,14 @@ class RegimeSpec:
             raise ValueError(f"regime {self.name!r}: flags set settings, and it has none")
         if self.needs_peers and not self.needs_exchange:
             object.__setattr__(self, "needs_exchange", True)
+
+    @property
+    def batch_keys(self) -> frozenset[str]:
+        """The batch keys this regime adds (:attr:`batch`); none for a regime that adds none."""
+        from mutualrl.regimes.core.trainer_interface import GRPOBatch
+
+        return frozenset() if self.batch is None else frozenset(self.batch.__optional_keys__
+                                                                - GRPOBatch.__optional_keys__)
 
     @property
     def status_keys(self) -> tuple[tuple[str, str], ...]:

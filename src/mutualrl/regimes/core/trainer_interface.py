@@ -38,12 +38,13 @@ corrections): a regime writes them in ``transform``; TRL shuffles and splits the
 
 class GRPOBatch(TypedDict, total=False):
     """TRL's GRPO batch as it crosses the seam: the keys of ``GRPOTrainer._generate_and_score_completions``'s dict
-    (TRL 1.16) that a regime reads or writes, and the keys the regimes add. A plain ``dict`` at run time; TRL
+    (TRL 1.16) that a regime reads or writes, and the keys every regime may add. A regime's own keys are declared in its
+    folder, by a subclass its spec names (``RegimeSpec.batch``: SGT's ``sgt_*``, HACPO's ``hacpo_*``). A plain
+    ``dict`` at run time; TRL
     shuffles it and splits it into micro-batches along the first dimension, so every tensor a regime adds has one
     row per completion (``B``: this rank's rows; PRP appends its peer rows, so ``B`` grows to ``B + N``).
 
-    ``P``: prompt tokens, ``C``: completion tokens (PRP widens ``C`` to its peer rows' width ``T``), ``R``: SGT's
-    rescue tokens.
+    ``P``: prompt tokens, ``C``: completion tokens (PRP widens ``C`` to its peer rows' width ``T``).
     """
 
     # TRL's, always present
@@ -65,17 +66,8 @@ class GRPOBatch(TypedDict, total=False):
     image_grid_thw: torch.Tensor  # int64 [images, 3]
     token_type_ids: torch.Tensor  # int64 [B, P + C], 0 on the completion
     mm_token_type_ids: torch.Tensor  # int64 [B, P + C], 0 on the completion
-    # the regimes'
+    # any regime's
     mutual_token_weights: torch.Tensor  # float32 [B, C] per-token loss weights (TOKEN_WEIGHTS: PRP, HACPO, variants)
-    sgt_completion_ids: torch.Tensor  # int64 [B, R] SGT's rescue target on its gated rows, padding elsewhere
-    sgt_completion_mask: torch.Tensor  # int64 [B, R]
-    sgt_weight: torch.Tensor  # float32 [B] the NLL weight of each row (0 off the gated rows)
-    sgt_source: torch.Tensor  # int64 [B] the rescue's peer (its place in the adapter's peers), -1 off the gated rows
-    sgt_prompt_ids: torch.Tensor  # int64 [B, P'] an earlier round's prompts (see.max_staleness), scored with the rescue
-    sgt_prompt_mask: torch.Tensor  # int64 [B, P']
-    hacpo_peer_logps: torch.Tensor  # float [B, C] a peer row's aligned trace (Eq. 11's denominator)
-    hacpo_coefficient: torch.Tensor  # float32 [B] a peer row's discrepancy coefficient, 1 on own rows
-    hacpo_peer_row: torch.Tensor  # bool [B] True on the peer rows
 
 
 @dataclass

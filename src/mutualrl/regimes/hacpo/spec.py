@@ -10,17 +10,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mutualrl.regimes.api import (
     NONNEGATIVE,
     UNIT,
+    GRPOBatch,
     MetricWords,
     PooledRowsSettings,
     RegimeSpec,
     ratio_metrics,
     register_regime,
 )
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -102,6 +106,14 @@ def check_hacpo_grpo(grpo: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+class HACPOBatch(GRPOBatch, total=False):
+    """The keys HACPO adds to TRL's batch (beside PRP's peer rows and their token weights)."""
+
+    hacpo_peer_logps: torch.Tensor  # float [B, C] a peer row's aligned trace (Eq. 11's denominator)
+    hacpo_coefficient: torch.Tensor  # float32 [B] a peer row's discrepancy coefficient, 1 on own rows
+    hacpo_peer_row: torch.Tensor  # bool [B] True on the peer rows
+
+
 HACPO = register_regime(RegimeSpec(
     name="hacpo",
     help="HACPO (arXiv 2603.02604): PRP's shared rollouts with capability-aware advantages, exponential "
@@ -109,6 +121,7 @@ HACPO = register_regime(RegimeSpec(
     needs_peers=True,
     settings_key="hacpo",
     settings=HACPOSettings,
+    batch=HACPOBatch,
     adapter="mutualrl.regimes.hacpo.adapter:HACPOAdapter",
     status=(("cross_kept", "kept"),),
     metrics=(

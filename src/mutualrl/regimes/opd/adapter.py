@@ -28,7 +28,6 @@ from mutualrl.regimes.api import (
     RegimeAdapter,
     StepRollouts,
     TrainerView,
-    UsageError,
     aligned_judgements,
     gather_peer_groups,
     judge_rollouts,
@@ -56,10 +55,6 @@ class OPDAdapter(RegimeAdapter):
         super().bind(trainer)
         if self.exchange is None:
             return
-        if not self.consumption.lock_step:
-            raise UsageError(f"regime {self.name!r} has every rollout scored by the peers of the same round: it runs "
-                             "lock-step only (see.max_staleness 0, see.on_peer_failure stop, no "
-                             "see.replay_consumption)")
         self.channel = JudgementChannel(self.exchange, self.peers)
 
     def build_records(self, output: GRPOBatch, rollouts: StepRollouts) -> Any:

@@ -47,6 +47,7 @@ OPD = register_regime(RegimeSpec(
     help="mutual on-policy distillation: peers score the learner's rollouts; per-token reverse-KL advantage where "
          "a peer is the more competent",
     needs_peers=True,
+    lock_step_only=True,
     settings_key="opd",
     settings=OPDSettings,
     adapter="mutualrl.regimes.opd.adapter:OPDAdapter",

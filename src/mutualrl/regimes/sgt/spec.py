@@ -8,9 +8,12 @@ successes).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from mutualrl.regimes.api import NONNEGATIVE, NONPOSITIVE, UNIT, MetricWords, RegimeSpec, register_regime
+from mutualrl.regimes.api import NONNEGATIVE, NONPOSITIVE, UNIT, GRPOBatch, MetricWords, RegimeSpec, register_regime
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -41,6 +44,17 @@ class SGTSettings:
     )
 
 
+class SGTBatch(GRPOBatch, total=False):
+    """The keys SGT adds to TRL's batch (``R``: the rescue's tokens, ``P'``: its prompt's)."""
+
+    sgt_completion_ids: torch.Tensor  # int64 [B, R] SGT's rescue target on its gated rows, padding elsewhere
+    sgt_completion_mask: torch.Tensor  # int64 [B, R]
+    sgt_weight: torch.Tensor  # float32 [B] the NLL weight of each row (0 off the gated rows)
+    sgt_source: torch.Tensor  # int64 [B] the rescue's peer (its place in the adapter's peers), -1 off the gated rows
+    sgt_prompt_ids: torch.Tensor  # int64 [B, P'] an earlier round's prompts (see.max_staleness), scored with the rescue
+    sgt_prompt_mask: torch.Tensor  # int64 [B, P']
+
+
 #: Metric keys the end-of-run summary reads (launch/rundir/summary.py): rescues so far, and the learner's
 #: log-prob of the rescued peer answers (paper App. "Implementation details for SGT").
 RESCUES_TOTAL_KEY = "sgt/rescues_total"
@@ -59,6 +73,7 @@ SGT = register_regime(RegimeSpec(
     needs_peers=True,
     settings_key="sgt",
     settings=SGTSettings,
+    batch=SGTBatch,
     adapter="mutualrl.regimes.sgt.adapter:SGTAdapter",
     status=(("rescues", "rescues"), ("gate_rate", "gate")),
     metrics=(
