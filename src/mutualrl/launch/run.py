@@ -294,6 +294,10 @@ def _train_one(options: TrainOptions, console: Console) -> int:
         rows_checked = check_local_rows(config, console)  # a bad row fails here, before the plan is shown
         plan = plan_without_launch(config, paths.root, saved=resume_ranks(paths, config, options.resume))
         render_plan(plan, console)
+        if plan.placement.gpus:  # the planned step time is a GPU step's
+            from mutualrl.launch.supervise.stop_grace import sbatch_signal_line
+
+            console.print(sbatch_signal_line(plan), highlight=False, soft_wrap=True)
         console.print(task_summary(config.task, config.grpo), highlight=False)
         if rows_checked:
             console.print(rows_checked, highlight=False, soft_wrap=True)

@@ -15,7 +15,6 @@ from mutualrl.launch.plan.checkpoints import DiskPlan
 from mutualrl.launch.plan.host_memory import host_line
 from mutualrl.launch.plan.launch_plan import LaunchPlan, PolicyPlan, plan_path
 from mutualrl.launch.plan.mwra import Placement
-from mutualrl.launch.supervise.stop_grace import sbatch_signal_line
 
 
 def render_plan(plan: LaunchPlan, console: Console, written: bool = False) -> None:
@@ -46,8 +45,6 @@ def render_plan(plan: LaunchPlan, console: Console, written: bool = False) -> No
         console.print(Text(host_line(plan.host)))
     if plan.see_filesystem:
         console.print(Text(f"SEE folder: {plan.see_filesystem}"))
-    if pl.gpus:  # the planned step time is a GPU step's
-        console.print(Text(sbatch_signal_line(plan)))
     render_schedule([(p.name, p.schedule) for p in plan.policies], console)
 
     console.print(Text("Launch commands", style="bold"))
