@@ -47,7 +47,23 @@ class MetricsCallback(TrainerCallback):
                 "regime": self.regime, "time": time.time()}
         for key, value in logs.items():
             line[RENAMES.get(key, key)] = _clean(value)
+        peak = device_peak_gib()
+        if peak is not None:
+            line[DEVICE_PEAK_KEY] = peak
         append_jsonl(self.path, line)
+
+
+DEVICE_PEAK_KEY = "gpu/peak_allocated_gib"
+"""Rank 0's most GPU memory allocated since the row before (torch's allocator), beside the plan's per-device figures."""
+
+
+def device_peak_gib() -> float | None:
+    """GiB ``torch.cuda.max_memory_allocated`` reached since the last call, whose peak it then resets; None off CUDA."""
+    if not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    torch.cuda.reset_peak_memory_stats()
+    return round(peak, 3)
 
 
 def append_jsonl(path: Path, obj: dict[str, Any]) -> None:
