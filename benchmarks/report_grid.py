@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from mutualrl.evaluation.crossed import half_width, informative_prompts, parts, report_half_width, variance_parts
+from mutualrl.evaluation.crossed import Components, half_width, informative_prompts, parts, report_half_width, variance_parts
 from mutualrl.evaluation.crossed_caveats import FEW_INFORMATIVE, outlying_seeds
 
 #: name -> the model's parameters (module docstring).
@@ -112,7 +112,8 @@ def forms(matrix: Any) -> dict[str, tuple[Any, Any]]:
 def cell(rng: np.random.Generator, k: dict[str, float], repeats: int, seeds: int, prompts: int,
          chunk: int = 500) -> dict[str, float]:
     """Every figure of one cell: per form coverage, power (effect), rejection (null), mean half-width; the share
-    of sweeps with few informative prompts, an outlying seed flagged, and the coverage of those with few."""
+    of sweeps with few informative prompts (under :data:`FEW_INFORMATIVE`), with an outlying seed flagged, with
+    neither (uncaveated), and the report's coverage among those with few and among the uncaveated."""
     sums: dict[str, float] = {}
 
     def add(name: str, value: float) -> None:
@@ -131,12 +132,18 @@ def cell(rng: np.random.Generator, k: dict[str, float], repeats: int, seeds: int
         few = informative_prompts(diff) < FEW_INFORMATIVE
         add("few informative", few.sum())
         mean, half = forms(diff)["now"]
-        add("covered | few", np.sum(few & (np.abs(mean - effect.task_delta) <= half)))
-        add("outlier flagged", outlying_seeds(diff).any(axis=-1).sum() if seeds >= 3 else 0)
+        covered = np.abs(mean - effect.task_delta) <= half
+        flagged = outlying_seeds(diff).any(axis=-1)
+        add("coverage, sweeps with few", np.sum(few & covered))
+        add("coverage, sweeps uncaveated", np.sum(~few & ~flagged & covered))
+        add("uncaveated", np.sum(~few & ~flagged))
+        add("outlier flagged", flagged.sum())
         add("outlier flagged, null", outlying_seeds(null_diff).any(axis=-1).sum() if seeds >= 3 else 0)
         add("informative", informative_prompts(diff).sum())
     out = {name: value / repeats for name, value in sums.items()}
-    out["covered | few"] = sums["covered | few"] / sums["few informative"] if sums["few informative"] else float("nan")
+    for name, among in (("coverage, sweeps with few", "few informative"),
+                        ("coverage, sweeps uncaveated", "uncaveated")):
+        out[name] = sums[name] / sums[among] if sums[among] else float("nan")
     out["truth"] = draw(rng, k, 1, 2, 2).task_delta
     return out
 
@@ -184,8 +191,8 @@ def markdown(found: dict[str, dict[str, dict[str, float]]], binned: dict[str, An
     lines = [f"{repeats} simulated sweeps per cell (and as many null sweeps); cells are seeds × prompts.", "",
              head, "|" + " --- |" * (len(cells) + 2)]
     shown = ("coverage before", "coverage now", "null rejection before", "null rejection now", "power before",
-             "power now", "width before", "width now", "few informative", "covered | few", "outlier flagged",
-             "outlier flagged, null")
+             "power now", "width before", "width now", "few informative", "coverage, sweeps with few", "uncaveated",
+             "coverage, sweeps uncaveated", "outlier flagged", "outlier flagged, null")
     for name, row in found.items():
         truth = next(iter(row.values()))["truth"]
         for figure in shown:
@@ -225,6 +232,43 @@ def figure(found: dict[str, dict[str, dict[str, float]]], path: Path) -> None:
     fig.savefig(path, dpi=120)
 
 
+#: Normal crossed models a 3-seed pilot is drawn from: (name, components, effect, prompts), Holm over 2 (α 0.025).
+PLAN_CASES = (
+    ("prompt and interaction", Components(seed=0.0008, prompt=0.0015, interaction=0.04), 0.03, 150),
+    ("prompt-led", Components(seed=0.0001, prompt=0.004, interaction=0.02), 0.03, 100),
+    ("seed-led", Components(seed=0.004, prompt=0.0005, interaction=0.04), 0.05, 100),
+)
+
+
+def plan_check(pilots: int, pilot_seeds: int = 3, alpha: float = 0.025) -> dict[str, dict[str, float]]:
+    """Per case: the seeds the true components need, and over ``pilots`` simulated pilots of ``pilot_seeds``
+    seeds the share whose plan reaches that (as observed, and at the upper confidence limits: the range's two
+    ends) and the plans' 10th / 50th / 90th percentiles."""
+    from mutualrl.evaluation.crossed import components
+    from mutualrl.evaluation.power import seeds_for_crossed, upper_components
+
+    out = {}
+    for index, (name, comps, effect, prompts) in enumerate(PLAN_CASES):
+        rng = np.random.default_rng([7, index])
+        need = seeds_for_crossed(effect, comps, prompts, alpha)
+        plans = []
+        for _ in range(pilots):
+            pilot = (rng.normal(0, np.sqrt(comps.seed), (pilot_seeds, 1))
+                     + rng.normal(0, np.sqrt(comps.prompt), (1, prompts))
+                     + rng.normal(0, np.sqrt(comps.interaction), (pilot_seeds, prompts)))  # (seeds, prompts)
+            found = components(pilot)
+            plans.append((seeds_for_crossed(effect, found, prompts, alpha),
+                          seeds_for_crossed(effect, upper_components(found, pilot_seeds, prompts), prompts, alpha)))
+        low, high = np.array(plans, dtype=float).T
+        out[name] = {"needed": need, "observed reaches": float(np.mean(low >= need)),
+                     "upper reaches": float(np.mean(high >= need)),
+                     **{f"observed p{q}": float(np.percentile(low, q)) for q in (10, 50, 90)},
+                     **{f"upper p{q}": float(np.percentile(high, q)) for q in (10, 50, 90)}}
+        print(f"{name}: needs {need} seeds × {prompts} prompts; from {pilots} pilots of {pilot_seeds} seeds: "
+              + ", ".join(f"{key} {value:g}" for key, value in out[name].items()), flush=True)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2000, help="simulated sweeps per cell")
@@ -232,8 +276,6 @@ def main() -> None:
     parser.add_argument("--plans", action="store_true", help="plans from 3-seed pilots against the truth")
     args = parser.parse_args()
     if args.plans:
-        from report_plans import plan_check
-
         plan_check(args.repeats)
         return
     found, binned = grid(args.repeats), by_informative(args.repeats)

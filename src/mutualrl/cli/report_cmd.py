@@ -25,7 +25,7 @@ def report(
                                             help="The smallest Δ that would matter (0.05: five points of "
                                             "reward@1): each comparison gets the seeds its own test needs for 80% "
                                             "power to detect ±it at Holm's level, from the observed variance "
-                                            "(seed, prompt, seed x prompt) and from its 80% upper confidence "
+                                            "(seed, prompt, seed x prompt) and from its 90% upper confidence "
                                             "limits (a range, 12-25), and each headline comparison a plan "
                                             "of seeds x prompts. No power is computed from the observed Δ. A "
                                             "finite number above 0."),

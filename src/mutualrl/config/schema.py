@@ -165,8 +165,9 @@ class TaskConfig:
     train_split: str = field(default="train", metadata={"help": "Split used for training prompts."})
     eval_split: str = field(default="test", metadata={"help": "Split used for held-out validation."})
     train_limit: int | None = field(default=None, metadata={"ge": 1, "help": "Use at most this many training prompts."})
-    eval_limit: int | None = field(default=None, metadata={"ge": 1, "help": "Keep at most this many held-out prompts "
-                                                          "(validation.limit wins when it is set)."})
+    eval_limit: int | None = field(default=None, metadata={"ge": 1, "help": "Keep at most this many held-out prompts, "
+                                                          "the first N in the split's order (validation.limit wins "
+                                                          "when it is set)."})
     max_prompt_tokens: int = field(default=1024, metadata={"ge": 1, "help": "Prompts longer than this for ANY "
                                    "policy's tokenizer are dropped for all (joint filter)."})
     max_prompt_chars: int = field(default=200_000, metadata={"ge": 1, "help": "Longest text (characters) a data row's "
@@ -343,7 +344,8 @@ class ValidationConfig:
                   "Set one of the two, not both."},
     )
     limit: int | None = field(default=None, metadata={"ge": 1, "help": "Validate on at most this many held-out "
-                                                     "prompts; wins over task.eval_limit."})
+                                                     "prompts: the first N of the held-out split, in its order "
+                                                     "(not a random sample); wins over task.eval_limit."})
     max_new_tokens: int | None = field(
         default=None, metadata={"ge": 1, "help": "Generation length for validation (default: grpo.max_completion_length)."}
     )

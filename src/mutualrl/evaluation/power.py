@@ -33,7 +33,7 @@ MAX_SEEDS = 1000
 #: Quantile grid of the three χ² of the crossed power (seed part: few df, a fine grid; the others: many df, narrow).
 SEED_GRID, PROMPT_GRID, ERROR_GRID = 120, 24, 6
 #: The one-sided confidence of the upper limits a plan from a pilot also plans with (:func:`upper_components`).
-PILOT_CONFIDENCE = 0.80
+PILOT_CONFIDENCE = 0.90
 
 
 def crossed_power(effect: float, comps: Components, seeds: int, prompts: int, alpha: float) -> float:

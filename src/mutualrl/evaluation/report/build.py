@@ -80,7 +80,7 @@ class ReportRow:
     caveats: list[str] = field(default_factory=list)
     p_holm: float | None = None  # Holm's adjusted p of the row's test, over the row's family
     seeds_needed: int | None = None  # for the report's --min-effect, with the row's test (None: not asked or n/a)
-    seeds_needed_upper: int | None = None  # the same at the variance's 80 % upper confidence limits
+    seeds_needed_upper: int | None = None  # the same at the variance's 90 % upper confidence limits
 
     @property
     def claim(self) -> str:
