@@ -377,9 +377,9 @@ def few_prompts_line(row: ReportRow, claimed: Crossed) -> str | None:
     what = f"Δ against {row.baseline}"
     return (f"{row.group}, {row.policy}: only {claimed.informative} of {claimed.prompts} held-out prompts carry any "
             f"variation in {what} (the others have the same mean over the seeds); under {FEW_INFORMATIVE} such "
-            f"prompts the task-level interval and p covered the task less often than they say in simulation (0.90 "
-            f"with 4 of 50 at 10 seeds: benchmarks/results/report-grid.md): read the row as a claim about these "
-            f"prompts")
+            f"prompts the task-level interval covered the task less often than it says in simulation (0.88-0.89 "
+            f"at 10 seeds × 50 prompts with about 4 such prompts: benchmarks/results/report-grid.md): read the row "
+            f"as a claim about these prompts")
 
 
 def outlier_line(row: ReportRow, what: str, seeds: list[Any], matrix: Any) -> str | None:
