@@ -48,9 +48,9 @@ def unclipped_notes(report: Report) -> list[str]:
     if not scores:
         return []
     low, high = min(scores), max(scores)
-    beyond = [f"{row.group}, {row.policy}, {row.task_group}: mean {ci[0]:.3f}-{ci[1]:.3f}"
+    beyond = [f"{row.group}, {row.policy}, {row.task_group}: mean [{ci[0]:.3f}, {ci[1]:.3f}]"
               for row in report.rows for ci in [row.mean_ci] if ci and (ci[0] < low or ci[1] > high)]
-    beyond += [f"{row.group}, {row.policy}, {row.task_group}: Δ {ci[0]:.3f}-{ci[1]:.3f}"
+    beyond += [f"{row.group}, {row.policy}, {row.task_group}: Δ [{ci[0]:.3f}, {ci[1]:.3f}]"
                for row in report.rows for ci in [row.delta[1]] if ci and max(-ci[0], ci[1]) > high - low]
     if not beyond:
         return []
@@ -127,7 +127,7 @@ def power_notes(report: Report) -> list[str]:
              f"first threshold {ALPHA}/m of its family (enough for Holm whatever the other comparisons show), taking "
              f"the observed variance as the truth (task row: the seed, prompt and seed × prompt components at the "
              f"same prompts; prompts row: the SD of the per-seed differences); n/a: no variance observed; > 1000: "
-             f"more than the search goes (on a task row perhaps never at these prompts); a-b: "
+             f"more than the search goes (on a task row perhaps never at these prompts); "
              f"{pilot_words(max(len(row.seeds) for row in report.rows))} (prompts row: the SD's "
              f"{PILOT_CONFIDENCE:.0%} upper limit)"]
     for row in report.family(HEADLINE):
