@@ -49,6 +49,8 @@ POWER_SCENARIOS: dict[str, dict[str, float]] = {
     "near-deterministic, Δ ≈ 0.04": {**SCENARIOS["near-deterministic"], "d0": 1.0},
     "prompt-specific effect, Δ ≈ 0.03": {**SCENARIOS["prompt-specific effect"], "d0": 0.8},
     "uniform": SCENARIOS["uniform"],
+    "near-deterministic, seeds alike, Δ ≈ 0.02": {**SCENARIOS["near-deterministic"], "d0": 0.45, "tau": 0.2,
+                                                   "shared": 0.05, "own": 0.05},
 }
 #: The θ of an always-solved prompt (and minus it: never solved).
 EXTREME = 4.0
@@ -177,7 +179,7 @@ def true_components(rng: np.random.Generator, scenario: str, sweeps: int = 200) 
     return Components(**mean), d.task_delta
 
 
-def power_check(repeats: int, chunk: int = 250) -> None:
+def power_check(repeats: int, chunk: int = 250, only: str | None = None) -> None:
     """The plan's seeds for each scenario's components (from one large draw, taken as true), against the share of
     fresh binary sweeps whose report p (:func:`~mutualrl.evaluation.crossed.report_half_width`'s test) is below α/m
     (m = 2: Holm's first threshold), the effect being the scenario's own task Δ, at seed counts from half the plan
@@ -185,7 +187,7 @@ def power_check(repeats: int, chunk: int = 250) -> None:
     from mutualrl.evaluation.power import crossed_power, seeds_for_crossed
 
     alpha, prompts = 0.025, 200
-    for scenario in POWER_SCENARIOS:
+    for scenario in [only] if only else POWER_SCENARIOS:
         rng = np.random.default_rng(7)
         comps, effect = true_components(rng, scenario)
         need = seeds_for_crossed(effect, comps, prompts, alpha)
@@ -220,9 +222,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2000)
     parser.add_argument("--bootstraps", type=int, default=500, help="repeats of the two bootstraps (slow)")
     parser.add_argument("--power", action="store_true")
+    parser.add_argument("--scenario", help="--power: only this scenario")
     args = parser.parse_args()
     if args.power:
-        power_check(args.repeats)
+        power_check(args.repeats, only=args.scenario)
     else:
         coverage_tables(args.repeats, args.bootstraps)
 
