@@ -15,10 +15,11 @@ when ``θ_j + u_i (+ δ_j) + ε_ij > 0``, ``ε`` normal (half of it shared by th
 - ``uniform``: every prompt live (θ ~ N(0, 1)), one effect on every prompt: 17-66 % the same.
 
 "The task" is the expected reward@1 (or Δ) over new seeds and new prompts (closed form under the model); "these
-prompts" the expected one over new seeds, the drawn prompts held fixed. The intervals: the crossed seeds × prompts
-one of a task row (:mod:`mutualrl.evaluation.crossed`), the t over seeds of a prompts row (given only with some
-spread, as the report does), and two that the report no longer uses, for comparison: the two-level (nested)
-bootstrap it used before, and Owen's pigeonhole bootstrap (both percentile, 400 resamples, fewer repeats).
+prompts" the expected one over new seeds, the drawn prompts held fixed. The intervals: the conservative crossed
+seeds × prompts one of a task row as the report used it until 2026-11-28 (:mod:`mutualrl.evaluation.crossed`; the
+current one, over a grid of harder cases: ``benchmarks/report_grid.py``), the t over seeds of a prompts row (given
+only with some spread, as the report does), and two that the report no longer uses, for comparison: the two-level
+(nested) bootstrap it used before, and Owen's pigeonhole bootstrap (both percentile, 400 resamples, fewer repeats).
 
     python benchmarks/report_coverage.py              # the coverage tables (a few minutes with the bootstraps)
     python benchmarks/report_coverage.py --power      # the plan against a simulation of the report's own test
@@ -141,8 +142,8 @@ def coverage_row(scenario: str, seeds: int, prompts: int, repeats: int, rng: np.
     d = draw(rng, scenario, repeats, seeds, prompts)
     diff = d.ours - d.base
     out = {"same": float((d.ours.min(axis=1) == d.ours.max(axis=1)).mean()),
-           "crossed Δ, task": float(crossed_covers(diff, d.task_delta).mean()),
-           "crossed mean, task": float(crossed_covers(d.ours, d.task_mean).mean())}
+           "crossed Δ, task": float(crossed_covers(diff, d.task_delta, conservative=True).mean()),
+           "crossed mean, task": float(crossed_covers(d.ours, d.task_mean, conservative=True).mean())}
     pairs = (("Δ", diff, d.fixed_delta, d.task_delta), ("mean", d.ours, d.fixed_mean, d.task_mean))
     for what, m, fixed, task in pairs:
         hits, given = seed_t_covers(m, fixed)

@@ -189,3 +189,31 @@ def test_an_interval_beyond_the_scores_range_is_said_unclipped(tmp_path: Path) -
     assert any((row.mean_ci or (0, 0))[1] > 1 for row in report.rows)
     for fmt in FORMATS:
         assert "unclipped: these intervals reach beyond the scores' range [0, 1]" in render(report, fmt), fmt
+
+
+def test_the_variance_analysis_form_by_hand() -> None:
+    """A 3 × 5 matrix worked by hand: the mean squares, their floored sum and Satterthwaite's df; a seed mean
+    square below MS_error keeps its s − 1 df (the estimate rests on it); the p inverts the interval."""
+    from scipy import stats
+
+    from mutualrl.evaluation.crossed import anova_variance, crossed_stats
+
+    m = np.array([[1.0, 0.0, 1.0, 1.0, 0.0], [1.0, 0.0, 1.0, 0.0, 1.0], [1.0, 0.0, 0.0, 1.0, 1.0]])  # seeds alike
+    s, p = m.shape
+    grand, rows, cols = m.mean(), m.mean(axis=1), m.mean(axis=0)
+    ms_seed = p * ((rows - grand) ** 2).sum() / (s - 1)  # 0: every seed's mean is 0.6
+    ms_prompt = s * ((cols - grand) ** 2).sum() / (p - 1)
+    residual = m - rows[:, None] - cols[None, :] + grand
+    ms_error = (residual ** 2).sum() / ((s - 1) * (p - 1))
+    assert ms_seed < ms_error < ms_prompt  # the seed component floors at 0 here
+    seed_part, prompt_part, error_part = ms_error / (s * p), ms_prompt / (s * p), ms_error / (s * p)
+    variance = seed_part + prompt_part - error_part  # = MS_prompt / (s·p)
+    df = variance ** 2 / (seed_part ** 2 / (s - 1) + prompt_part ** 2 / (p - 1) + error_part ** 2 / ((s - 1) * (p - 1)))
+    found_variance, found_df = anova_variance(ms_seed / (s * p), ms_prompt / (s * p), ms_error / (s * p), s, p)
+    assert (float(found_variance), float(found_df)) == pytest.approx((variance, df))
+    assert variance == pytest.approx(ms_prompt / (s * p)) and df < p - 1  # not the df of a known-0 seed part
+    crossed = crossed_stats(m)
+    anova_half = stats.t.isf(0.025, df) * math.sqrt(variance)
+    conservative = half_width(ms_seed / (s * p), ms_prompt / (s * p), s, p)
+    assert crossed.ci95[1] - crossed.mean == pytest.approx(min(anova_half, float(conservative)))
+    assert float(report_half_width(parts(m), alpha=crossed.p)) == pytest.approx(abs(crossed.mean), rel=1e-6)
