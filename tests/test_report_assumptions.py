@@ -217,3 +217,17 @@ def test_the_variance_analysis_form_by_hand() -> None:
     conservative = half_width(ms_seed / (s * p), ms_prompt / (s * p), s, p)
     assert crossed.ci95[1] - crossed.mean == pytest.approx(min(anova_half, float(conservative)))
     assert float(report_half_width(parts(m), alpha=crossed.p)) == pytest.approx(abs(crossed.mean), rel=1e-6)
+
+
+def test_a_pilots_plan_is_a_range_and_says_what_its_ends_mean(tmp_path: Path) -> None:
+    rng = np.random.default_rng(8)
+    base = {seed: [int(x) for x in rng.integers(0, 2, size=40)] for seed in (1, 2, 3)}
+    ours = {seed: [max(b, int(rng.random() < 0.2)) for b in base[seed]] for seed in (1, 2, 3)}
+    root = sweep_of(tmp_path / "pilot", base, ours)
+    lines = plan_lines(str(root), 0.1, prompts=[40, 400])
+    assert "sgt vs standalone, tiny-bpe (pilot: 3 seeds × 40 prompts;" in lines[0]
+    low, high = (int(x) for x in lines[0].split("): ")[-1].split(" seeds × 40")[0].split("-"))
+    assert low < high  # 3 seeds: the upper confidence limits ask for more
+    assert "90% upper confidence limits from a pilot of 3 seeds" in lines[-1]
+    stated = plan_lines("seed=0.0008,prompt=0.0015,interaction=0.04", 0.03, prompts=[150])
+    assert "-" not in stated[0].split("): ")[-1] and "taking the stated variance components as true" in stated[-1]
