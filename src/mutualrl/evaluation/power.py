@@ -174,4 +174,4 @@ def pilot_words(pilot_seeds: int) -> str:
     return (f"a range a-b of seeds: a, the pilot's variance components taken as true; b, the seed and prompt "
             f"components at their one-sided {PILOT_CONFIDENCE:.0%} upper confidence limits from a pilot of "
             f"{pilot_seeds} seeds. Simulated from 3-seed pilots (benchmarks/results/report-grid.md), a reaches the "
-            f"stated power in under half of them and b in at least 80 %; a larger pilot narrows the range")
+            f"stated power in 34-59 % of them and b in at least 80 %; a larger pilot narrows the range")
