@@ -189,8 +189,8 @@ def report_half_width(found: Parts, alpha: float = 1 - CONFIDENCE) -> Any:
 
 def prompt_led(found: Parts) -> Any:
     """Where the variance-analysis form may be used: the prompt part at least the seed part (where the seed part
-    leads, it gains little and its Satterthwaite df rests on s − 1 seeds: in simulation it then rejected a true
-    null above 5 %)."""
+    leads it gains little power, its Satterthwaite df rests on s − 1 seeds, and in simulation the narrower of the
+    two rejected a true null up to 0.058 of the time on seed-dominated prompts, 1 000 sweeps a cell)."""
     import numpy as np
 
     return np.asarray(found.v_prompt) >= np.asarray(found.v_seed)
