@@ -17,7 +17,7 @@ from report_fakes import write_finished_run
 from typer.testing import CliRunner
 
 from mutualrl.cli.main import app
-from mutualrl.evaluation.crossed import Components, crossed_stats, half_width, variance_parts
+from mutualrl.evaluation.crossed import Components, crossed_stats, parts, report_half_width, variance_parts
 from mutualrl.evaluation.power import crossed_power, seeds_for_crossed
 from mutualrl.evaluation.report.build import build_report
 from mutualrl.evaluation.report.caveats import share_text
@@ -41,8 +41,8 @@ def test_the_crossed_interval_covers_the_task_and_the_t_these_prompts(scenario: 
         d = draw(np.random.default_rng(1000 + seeds), scenario, REPEATS, seeds, prompts)
         diff = d.ours - d.base
         for matrix, truth in ((diff, d.task_delta), (d.ours, d.task_mean)):
-            mean, v_seed, v_prompt = variance_parts(matrix)
-            covered = np.mean(np.abs(mean - truth) <= half_width(v_seed, v_prompt, seeds, prompts))
+            found = parts(matrix)
+            covered = np.mean(np.abs(found.mean - truth) <= report_half_width(found))
             assert covered >= 0.93, (scenario, seeds, covered)
         for matrix, fixed in ((diff, d.fixed_delta), (d.ours, d.fixed_mean)):
             hits, given = seed_t_covers(matrix, fixed)
@@ -68,7 +68,7 @@ def test_the_crossed_p_is_the_level_at_which_its_interval_reaches_zero() -> None
         crossed = crossed_stats(matrix)
         low, high = crossed.ci95
         assert (crossed.p < 0.05) == (low > 0 or high < 0)
-        edge = half_width(crossed.v_seed, crossed.v_prompt, *matrix.shape, alpha=crossed.p)
+        edge = report_half_width(parts(matrix), alpha=crossed.p)
         assert float(edge) == pytest.approx(abs(crossed.mean), rel=1e-6)
     flat = crossed_stats(np.zeros((3, 5)))
     assert flat.ci95 is None and flat.p is None  # every cell the same: nothing to measure
@@ -78,8 +78,8 @@ def holm_rejects(ours: np.ndarray, other: np.ndarray, alpha: float) -> np.ndarra
     """Holm over two comparisons, from the crossed intervals: ours is rejected when its p < α/2, or when the
     other's p < α/2 and ours < α ("p < a" is "|mean| > the half-width at level a")."""
     def below(matrix: np.ndarray, level: float) -> np.ndarray:
-        mean, v_seed, v_prompt = variance_parts(matrix)
-        return np.abs(mean) > half_width(v_seed, v_prompt, *matrix.shape[-2:], alpha=level)
+        found = parts(matrix)
+        return np.abs(found.mean) > report_half_width(found, alpha=level)
 
     return below(ours, alpha / 2) | (below(other, alpha / 2) & below(ours, alpha))
 
@@ -100,8 +100,8 @@ def test_the_plan_agrees_with_a_simulation_of_the_tables_own_test() -> None:
 
     for seeds in (need - 1, need):
         ours, null = sweeps(seeds, effect), sweeps(seeds, 0.0)
-        mean, v_seed, v_prompt = variance_parts(ours)
-        raw = np.mean(np.abs(mean) > half_width(v_seed, v_prompt, seeds, prompts, alpha=0.025))
+        found = parts(ours)
+        raw = np.mean(np.abs(found.mean) > report_half_width(found, alpha=0.025))
         predicted = crossed_power(effect, comps, seeds, prompts, 0.025)
         assert raw == pytest.approx(predicted, abs=0.025)  # 3 000 sweeps: SE 0.0075
         holm = holm_rejects(ours, null, 0.05).mean()

@@ -19,6 +19,7 @@ from mutualrl.errors import UsageError
 from mutualrl.evaluation.grouped_plot import caption
 from mutualrl.evaluation.prompt_paired import difference_matrix
 from mutualrl.evaluation.report.build import build_report
+from mutualrl.evaluation.report.caveats import STATISTICAL, cause_of
 from mutualrl.evaluation.report.formats import render
 
 #: Per regime and seed, tiny-bpe's scores on the same 6 held-out prompts (tiny-sp: the opposite).
@@ -96,23 +97,30 @@ def test_only_prompts_every_paired_run_scored_are_compared() -> None:
 def test_caveats_reach_every_format_and_the_figure_caption(sweep: Path) -> None:
     report = build_report([sweep])
     row = next(r for r in report.rows if (r.group, r.policy, r.task_group) == ("hacpo", "tiny-bpe", "all"))
-    assert row.caveats == ["hacpo, tiny-bpe: used 0% of its peers' samples (mean over 3 runs; marked below 10%); "
+    assert records(row.caveats) == ["hacpo, tiny-bpe: used 0% of its peers' samples (mean over 3 runs; marked below 10%); "
                            "none of its 3 runs used any: in those no peer sample moved the gradient, but hacpo still "
                            "ran and exchanged samples with its peers, so they are not standalone GRPO runs (their "
                            "reward@1 differs from standalone's run of the same seed by +0.167, +0.167, +0.333)"]
     assert "hacpo, tiny-sp, seed 2: restarted from its start (step 0) after leaving at step 2" in report.caveats
     markdown = render(report, "markdown")
-    assert "| tiny-bpe †a |" in markdown and "| tiny-sp †b |" in markdown  # a letter per cause
+    assert "| tiny-bpe †a,c |" in markdown and "| tiny-sp †b,c |" in markdown  # a letter per cause
+    assert "| tiny-bpe †a |" in markdown  # a task-group row: the task-level caveat (c: 6 prompts) is not its own
+    assert "- †c: few held-out prompts carry any variation" in markdown
     assert "- †a: a sharing method used few or none of its peers' samples" in markdown
     assert "- †a hacpo, tiny-bpe: used 0%" in markdown and "- †b hacpo, tiny-sp, seed 2: restarted" in markdown
     latex = render(report, "latex")
-    assert r"tiny-bpe \textsuperscript{\dag a}" in latex and "hacpo, tiny-sp, seed 2: restarted" in latex
+    assert r"tiny-bpe \textsuperscript{\dag a,c}" in latex and "hacpo, tiny-sp, seed 2: restarted" in latex
     assert latex.isascii() and "> " not in latex and "< " not in latex.replace("$<$", "")  # LaTeX-safe text
     assert "# †a hacpo, tiny-bpe: used 0%" in render(report, "csv")
     assert json.loads(render(report, "json"))["rows"][6]["caveats"] == row.caveats
     text = caption(report)
     assert "Note: hacpo, tiny-bpe: used 0% of its peers' samples" in text and "n = 3" in text
     assert "Student t interval" in text
+
+
+def records(lines: list[str]) -> list[str]:
+    """The caveats the runs' records give (the statistical ones, of the task-level interval, left out)."""
+    return [line for line in lines if cause_of(line)[0] not in STATISTICAL]
 
 
 def test_by_compares_each_group_with_the_standalone_of_its_own_settings(tmp_path: Path) -> None:
@@ -153,7 +161,8 @@ def test_the_terminal_table_at_80_columns_keeps_group_policy_task_group_and_n(sw
     table = lines[:lines.index(next(line for line in lines if line.startswith("narrow terminal")))]
     assert max(len(line) for line in table) <= 80
     assert "(Holm)" in table[3] and "(imp)" in table[3]  # no column cut off at the edge
-    assert [line.split()[0] for line in table if line.split()[:1] in (["T"], ["P"])] == ["T", "P", "P"] * 4
+    second = [[word for word in line.split() if not word.startswith("†")] for line in table]  # letters under policy
+    assert [words[0] for words in second if words[:1] in (["T"], ["P"])] == ["T", "P", "P"] * 4
     named = []
     for line in table:
         words = [word for word in line.split() if not word.startswith("†")]
@@ -174,6 +183,8 @@ def test_summary_without_caveats_marks_nothing(tmp_path: Path) -> None:
         write_finished_run(tmp_path / f"s{seed}", "standalone", seed, {"tiny-bpe": [1, 0]})
         write_finished_run(tmp_path / f"g{seed}", "sgt", seed, {"tiny-bpe": [1, seed - 1]})
     report = build_report([tmp_path])
-    assert report.caveats == [] and "†" not in render(report, "markdown")
+    assert records(report.caveats) == []  # the records say nothing; 2 prompts: what the statistics say, marked
+    assert [cause_of(line)[0] for line in report.caveats] == ["few prompts"]
+    assert "| sgt | tiny-bpe †a |" in render(report, "markdown") and "standalone | tiny-bpe |" in render(report, "markdown")
     row = next(r for r in report.rows if (r.group, r.task_group) == ("sgt", "all"))
     assert statistics.fmean(row.vs_baseline.differences) == pytest.approx(0.25)

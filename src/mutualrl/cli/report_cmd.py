@@ -21,12 +21,14 @@ def report(
     fmt: str = typer.Option("table", "--format", "-f", help="table (terminal), markdown, csv, latex or json. Every "
                             "format carries every note: under the markdown table, as '#' lines after the CSV's rows "
                             "(pandas: read_csv(path, comment='#')), in the LaTeX caption, in the JSON's notes."),
-    min_effect: float | None = typer.Option(None, "--min-effect", min=0.0, show_default=False,
+    min_effect: float | None = typer.Option(None, "--min-effect", show_default=False,
                                             help="The smallest Δ that would matter (0.05: five points of "
                                             "reward@1): each comparison gets the seeds its own test needs for 80% "
                                             "power to detect ±it at Holm's level, from the observed variance "
-                                            "(seed, prompt, seed x prompt), and each headline comparison a plan "
-                                            "of seeds x prompts. No power is computed from the observed Δ."),
+                                            "(seed, prompt, seed x prompt) and from its 90% upper confidence "
+                                            "limits (a range, 12-25), and each headline comparison a plan "
+                                            "of seeds x prompts. No power is computed from the observed Δ. A "
+                                            "finite number above 0."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Write to this file instead of standard output.",
                                     show_default=False),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
@@ -52,6 +54,10 @@ def report(
     keys = [key.strip() for key in by.split(",") if key.strip()]
     if not keys:
         raise UsageError("--by: name at least one setting (e.g. regime)")
+    if min_effect is not None:
+        from mutualrl.evaluation.seed_plan import check_effect
+
+        check_effect(min_effect)
     if out is not None:
         check_output_path(out, "--out", kind="file", overwrite=overwrite)
     built = build_report(runs, keys, baseline, min_effect=min_effect)

@@ -61,12 +61,12 @@ def sweep(
     slurm_local: bool = typer.Option(False, "--slurm-local", help="--slurm: submitit's local executor (the same "
                                      "array as processes here; to try a submission without Slurm)."),
     plan_seeds: str | None = typer.Option(None, "--plan-seeds", show_default=False,
-                                          help="Plan, run nothing: the seeds x prompts that detect --min-effect "
-                                          "with 80% power with the report's own test of the task claim, from a "
-                                          "pilot sweep's folder (its variance components) or stated variances "
-                                          "seed=V,prompt=V,interaction=V."),
+                                          help="Plan, run nothing: seeds x prompts for 80% power at --min-effect with "
+                                          "the report's test of the task claim, from a pilot sweep's folder (a "
+                                          "range: its variance components, then their 90% upper limits) or "
+                                          "finite stated variances seed=V,prompt=V,interaction=V."),
     min_effect: float | None = typer.Option(None, "--min-effect", show_default=False,
-                                            help="--plan-seeds: the smallest Δ that would matter (e.g. 0.05)."),
+                                            help="--plan-seeds: the smallest Δ that would matter (> 0)."),
     plan_prompts: str | None = typer.Option(None, "--plan-prompts", show_default=False,
                                             help="--plan-seeds: numbers of held-out prompts to plan for, "
                                             "comma-separated (default: the pilot's, 2x and 5x; else 100,200,500)."),

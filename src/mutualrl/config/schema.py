@@ -186,8 +186,9 @@ class TaskConfig:
                                                       **rules("Task", resume=IDENTITY)})
     train_limit: int | None = field(default=None, metadata={"ge": 1, "help": "Use at most this many training prompts.",
                                                             **rules("Task", resume=IDENTITY)})
-    eval_limit: int | None = field(default=None, metadata={"ge": 1, "help": "Keep at most this many held-out prompts "
-                                                          "(validation.limit wins when it is set).",
+    eval_limit: int | None = field(default=None, metadata={"ge": 1, "help": "Keep at most this many held-out prompts, "
+                                                          "the first N in the split's order (validation.limit wins "
+                                                          "when it is set).",
                                                           **rules("Task", resume=IDENTITY)})
     max_prompt_tokens: int = field(default=1024, metadata={"ge": 1, "help": "Prompts longer than this for ANY "
                                    "policy's tokenizer are dropped for all (joint filter).",
@@ -393,7 +394,8 @@ class ValidationConfig:
                   "Set one of the two, not both.", **rules("Validation", resume=MAY_CHANGE)},
     )
     limit: int | None = field(default=None, metadata={"ge": 1, "help": "Validate on at most this many held-out "
-                                                     "prompts; wins over task.eval_limit.",
+                                                     "prompts: the first N of the held-out split, in its order "
+                                                     "(not a random sample); wins over task.eval_limit.",
                                                      **rules("Validation", resume=MAY_CHANGE)})
     max_new_tokens: int | None = field(
         default=None, metadata={"ge": 1, "help": "Generation length for validation (default: grpo.max_completion_length).",

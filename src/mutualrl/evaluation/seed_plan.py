@@ -4,17 +4,19 @@ From a pilot sweep (the variance components of each headline comparison's Δ, :m
 components (``seed=0.0004,prompt=0.002,interaction=0.05``), the fewest seeds with which ``mutualrl report``'s own
 test of the task claim (crossed seeds × prompts, at Holm's first threshold α/m of the headline family) detects a
 stated minimal effect with 80 % power, for several numbers of held-out prompts (:mod:`.power`):
-"to detect ±0.05 with 80% power (two-sided α = 0.025): 12 seeds × 200 prompts, or 8 × 500".
+"to detect ±0.05 with 80% power (two-sided α = 0.025): 12 seeds × 200 prompts, or 8 × 500"; from a pilot, a range
+whose upper end plans with the pilot components' upper confidence limits ("12-25 seeds × 200 prompts").
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
 from mutualrl.errors import UsageError
 from mutualrl.evaluation.crossed import Components
-from mutualrl.evaluation.power import ALPHA, plan_options, plan_words
+from mutualrl.evaluation.power import ALPHA, pilot_words, plan_options, plan_words
 
 #: Prompt counts planned for when none are given and no pilot says how many it scored.
 DEFAULT_PROMPTS = (100, 200, 500)
@@ -34,7 +36,7 @@ def stated_components(text: str) -> Components:
             number = float(value) if sep and key else -1.0
         except ValueError:
             number = -1.0
-        if number < 0 or number != number:
+        if number < 0 or not math.isfinite(number):
             raise UsageError(f"--plan-seeds {text!r}: expected a pilot sweep's folder or variances "
                              "seed=V,prompt=V,interaction=V (each ≥ 0), e.g. "
                              "seed=0.0004,prompt=0.002,interaction=0.05")
@@ -44,12 +46,18 @@ def stated_components(text: str) -> Components:
     return Components(**values)
 
 
+def check_effect(effect: float) -> None:
+    """Refuse a minimal effect that is not a finite number above 0, in one line."""
+    if not math.isfinite(effect) or effect <= 0:
+        raise UsageError(f"--min-effect {effect}: give the smallest Δ that would matter, a finite number above 0 "
+                         "(e.g. 0.05)")
+
+
 def plan_lines(source: str, effect: float, prompts: Sequence[int] | None = None,
                comparisons: int | None = None) -> list[str]:
     """The plan from a pilot (a folder of runs, as ``mutualrl report`` reads it) or stated components: one line per
     headline comparison of the pilot (or one for the stated components), then what the plan assumes."""
-    if effect <= 0:
-        raise UsageError("--min-effect: give the smallest Δ that would matter, above 0 (e.g. 0.05)")
+    check_effect(effect)
     if "=" in source and not Path(source).exists():
         m = comparisons or 1
         counts = list(prompts or DEFAULT_PROMPTS)
@@ -75,7 +83,7 @@ def pilot_lines(pilot: Path, effect: float, prompts: Sequence[int] | None, compa
     for row in rows:
         delta = row.task_delta
         counts = list(prompts or dict.fromkeys([delta.prompts, 2 * delta.prompts, 5 * delta.prompts]))
-        options = plan_options(effect, delta.components, counts, ALPHA / m)
+        options = plan_options(effect, delta.components, counts, ALPHA / m, pilot=(delta.seeds, delta.prompts))
         lines.append(f"{row.group} vs {row.baseline}, {row.policy} (pilot: {delta.seeds} seeds × {delta.prompts} "
                      f"prompts; {components_words(delta.components)}; {m} headline comparison{'s' * (m != 1)}): "
                      f"{plan_words(effect, options, ALPHA / m)}")
@@ -84,8 +92,8 @@ def pilot_lines(pilot: Path, effect: float, prompts: Sequence[int] | None, compa
 
 def assumptions(pilot_seeds: int | None) -> str:
     """What every plan assumes, said under it."""
-    tail = (f" from a pilot of {pilot_seeds} seeds, whose own uncertainty the plan does not carry (a larger pilot "
-            "plans better)" if pilot_seeds is not None else "")
+    tail = (f"; {pilot_words(pilot_seeds)}" if pilot_seeds is not None
+            else ", taking the stated variance components as true")
     return (f"the plan is for the report's test of the task claim (seeds and prompts crossed, two-sided, at Holm's "
-            f"first threshold {ALPHA}/m of the headline family), taking the variance components as true{tail}; "
-            "the prompts must exist: a task's held-out split bounds them")
+            f"first threshold {ALPHA}/m of the headline family){tail}; the prompts must exist: a task's held-out "
+            "split bounds them")

@@ -26,7 +26,8 @@ from typing import Any
 
 from mutualrl.errors import DataError, UsageError
 from mutualrl.evaluation.crossed import Crossed, crossed_stats, score_matrix
-from mutualrl.evaluation.power import ALPHA, seeds_for_crossed, seeds_for_t
+from mutualrl.evaluation.crossed_caveats import FEW_INFORMATIVE, outlying_seeds
+from mutualrl.evaluation.power import ALPHA, seeds_for_crossed, seeds_for_t, upper_components, upper_sd
 from mutualrl.evaluation.prompt_paired import difference_matrix
 from mutualrl.evaluation.report.caveats import RunCaveats, cell_caveats, read_caveats
 from mutualrl.evaluation.run_versions import version_notes
@@ -79,6 +80,7 @@ class ReportRow:
     caveats: list[str] = field(default_factory=list)
     p_holm: float | None = None  # Holm's adjusted p of the row's test, over the row's family
     seeds_needed: int | None = None  # for the report's --min-effect, with the row's test (None: not asked or n/a)
+    seeds_needed_upper: int | None = None  # the same at the variance's 90 % upper confidence limits
 
     @property
     def claim(self) -> str:
@@ -356,10 +358,43 @@ def add_task_level(report: Report) -> None:
         ours = seed_scores(report.groups[row.group], row.policy)
         seeds, _, matrix = score_matrix(ours)
         row.task_mean = crossed_stats(matrix) if seeds and matrix.size else None
+        found = [outlier_line(row, "reward@1", seeds, matrix)] if row.task_mean else []
         if row.baseline is not None:
             seeds, _, matrix = difference_matrix(ours, seed_scores(report.groups[row.baseline], row.policy))
             row.task_delta = crossed_stats(matrix) if seeds and matrix.size else None
+            found += [outlier_line(row, "Δ", seeds, matrix)] if row.task_delta else []
+        if row.task_delta is not None:
+            found.append(few_prompts_line(row, row.task_delta))
+        row.caveats = [*row.caveats, *(line for line in found if line)]  # this row's own: the list is shared
         row.task_note = task_note(row)
+
+
+def few_prompts_line(row: ReportRow, claimed: Crossed) -> str | None:
+    """The caveat of a task row whose Δ rests on fewer than :data:`FEW_INFORMATIVE` informative prompts (a cell's
+    own mean is left alone: its always- and never-solved prompts differ, and inform its prompt part)."""
+    if claimed.informative >= FEW_INFORMATIVE:
+        return None
+    what = f"Δ against {row.baseline}"
+    return (f"{row.group}, {row.policy}: only {claimed.informative} of {claimed.prompts} held-out prompts carry any "
+            f"variation in {what} (the others have the same mean over the seeds); under {FEW_INFORMATIVE} such "
+            f"prompts the task-level interval covered the task less often than it says in simulation (0.88-0.89 "
+            f"at 10 seeds × 50 prompts with about 4 such prompts: benchmarks/results/report-grid.md): read the row "
+            f"as a claim about these prompts")
+
+
+def outlier_line(row: ReportRow, what: str, seeds: list[Any], matrix: Any) -> str | None:
+    """The caveat naming the seeds whose mean over the prompts lies far from the others' (a collapsed run)."""
+    if len(seeds) < 3 or not matrix.size:
+        return None
+    flagged = outlying_seeds(matrix)
+    if not flagged.any():
+        return None
+    means = matrix.mean(axis=1)
+    odd = ", ".join(f"{seed} ({mean:+.3f})" for seed, mean, flag in zip(seeds, means, flagged, strict=True) if flag)
+    rest = ", ".join(f"{mean:+.3f}" for mean, flag in zip(means, flagged, strict=True) if not flag)
+    return (f"{row.group}, {row.policy}: the {what} of seed{'s' * (int(flagged.sum()) > 1)} {odd} over the held-out "
+            f"prompts lies far from the other seeds' ({rest}): a collapsed or failed run? The task-level interval "
+            f"assumes seeds drawn from one normal spread; look at the run, and report it apart if it failed")
 
 
 def task_note(row: ReportRow) -> str | None:
@@ -386,16 +421,22 @@ def adjust_holm(report: Report) -> None:
 
 def plan_seeds(report: Report, effect: float) -> None:
     """Each comparison's seeds for 80 % power to detect ``±effect`` with its own test, at Holm's first threshold
-    α/m of its family (:mod:`~mutualrl.evaluation.power`), from the observed variance: the crossed components over the row's prompts
-    for a task row, the SD of the per-seed differences for a prompts row."""
+    α/m of its family (:mod:`~mutualrl.evaluation.power`), from the observed variance -- the crossed components over
+    the row's prompts for a task row, the SD of the per-seed differences for a prompts row -- and from its 80 %
+    upper confidence limits (the runs are the plan's pilot, and a few seeds leave the variance uncertain)."""
     for row in report.rows:
         if row.vs_baseline is None:
             continue
         alpha = ALPHA / max(1, len(report.family(row.family)))
         if row.claim == TASK and row.task_delta is not None:
-            row.seeds_needed = seeds_for_crossed(effect, row.task_delta.components, row.task_delta.prompts, alpha)
+            delta = row.task_delta
+            row.seeds_needed = seeds_for_crossed(effect, delta.components, delta.prompts, alpha)
+            upper = upper_components(delta.components, delta.seeds, delta.prompts)
+            row.seeds_needed_upper = seeds_for_crossed(effect, upper, delta.prompts, alpha)
         else:
             row.seeds_needed = seeds_for_t(effect, row.vs_baseline.sd, alpha)
+            sd_upper = upper_sd(row.vs_baseline.sd, len(row.vs_baseline.differences))
+            row.seeds_needed_upper = seeds_for_t(effect, sd_upper, alpha)
 
 
 def all_differences(members: list[FinalValues], base: list[FinalValues], policy: str) -> dict[Any, float]:

@@ -158,7 +158,15 @@ CAUSES = (
     ("warm start", "warm-started on", "scored on held-out prompts its model was warm-started on"),
     ("resumed from 0", "resumed from step 0", "a run was trained again from step 0 by --resume"),
     ("other prompts", "scored other held-out prompts", "a run scored other held-out prompts than its baseline's"),
+    ("few prompts", "carry any variation in", "few held-out prompts carry any variation: the task-level interval "
+                                              "may cover less than it says"),
+    ("outlying seed", "lies far from the other seeds'", "a seed lies far from the others (a collapsed run?): the "
+                                                         "task-level interval assumes one normal spread of seeds"),
 )
+
+
+#: The causes the report's statistics find (the task-level interval's assumptions), lettered after the records'.
+STATISTICAL = ("few prompts", "outlying seed")
 
 
 def cause_of(line: str) -> tuple[str, str]:

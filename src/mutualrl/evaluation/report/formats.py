@@ -77,7 +77,7 @@ def comparison_cells(row: ReportRow, report: Report) -> list[str]:
     delta, ci, p = row.delta
     out = [signed(delta), interval(ci), p_text(p), p_text(row.p_holm),
            number(row.vs_baseline.probability_of_improvement, 2)]
-    return out + [seeds_text(row.seeds_needed)] * (width - 5)
+    return out + [seeds_text(row.seeds_needed, row.seeds_needed_upper)] * (width - 5)
 
 
 def cells(row: ReportRow, report: Report) -> list[str]:
@@ -108,7 +108,9 @@ def to_json(report: Report) -> dict[str, Any]:
     causes = caveat_causes(report)
     return {"format": "mutualrl-report", "version": 3, "by": report.by, "baseline": report.baseline,
             "baselines": report.baselines, "comparisons": len(report.comparisons),
-            "interval": {"task": "crossed seeds x prompts: sqrt(t(s-1)^2 v_seed + t(p-1)^2 v_prompt)",
+            "interval": {"task": "crossed seeds x prompts: sqrt(t(s-1)^2 v_seed + t(p-1)^2 v_prompt); from 3 seeds, "
+                                 "where v_prompt >= v_seed, the narrower of it and the variance-analysis form "
+                                 "t(Satterthwaite df) sqrt(components' sum)",
                          "prompts": INTERVAL_KIND},
             "holm_families": {name: len(report.family(name)) for name in ("headline", "task groups")},
             "min_effect": report.min_effect, "context": report.context,
@@ -124,7 +126,8 @@ def json_row(row: ReportRow, report: Report) -> dict[str, Any]:
     delta, ci, p = row.delta
     test = None if row.vs_baseline is None else {
         "claim": row.claim, "mean_difference": delta, "ci95": list(ci) if ci else None, "p": p,
-        "p_holm": row.p_holm, "holm_family": row.family, "seeds_needed": row.seeds_needed}
+        "p_holm": row.p_holm, "holm_family": row.family, "seeds_needed": row.seeds_needed,
+        "seeds_needed_upper": row.seeds_needed_upper}
     return {"group": row.group, "policy": row.policy, "task_group": row.task_group, "seeds": row.seeds,
             "values": row.values, **row.stats.to_json(), "claim": row.claim,
             "ci95_of_claim": list(row.mean_ci) if row.mean_ci else None, "baseline": row.baseline, "test": test,

@@ -7,9 +7,9 @@ used few peer samples, a restarted policy, runs on other versions)."""
 from __future__ import annotations
 
 from mutualrl.evaluation.crossed import Components
-from mutualrl.evaluation.power import ALPHA, POWER, plan_options, plan_words
+from mutualrl.evaluation.power import ALPHA, PILOT_CONFIDENCE, POWER, pilot_words, plan_options, plan_words
 from mutualrl.evaluation.report.build import ALL, HEADLINE, PROMPTS, TASK, TASK_GROUPS, Report, ReportRow
-from mutualrl.evaluation.report.caveats import cause_of
+from mutualrl.evaluation.report.caveats import STATISTICAL, cause_of
 from mutualrl.evaluation.report.stats import FEW_RUNS, INTERVAL_KIND, MIN_RUNS_FOR_IQM, t_quantile
 
 CAVEAT_MARK = "†"
@@ -25,8 +25,11 @@ def notes(report: Report) -> list[str]:
              claim_note(report),
              f"SD: sample standard deviation over runs (n − 1); 95% CI: on a task row over seeds × prompts, crossed "
              f"(the seed part and the prompt part of the variance each with its own t quantile: Owen 2007, Banerjee "
-             f"1960), covering the task; on a prompts row the {INTERVAL_KIND}, covering these prompts; none at n = 1 "
-             f"or when every run scored the same (SD 0); IQM (interquartile mean, rliable) from n = {MIN_RUNS_FOR_IQM}"]
+             f"1960; from 3 seeds, where the prompt part leads, the narrower of it and the two-way variance-analysis "
+             f"form with Satterthwaite's df), covering the task; on a prompts row the {INTERVAL_KIND}, covering "
+             f"these prompts; none at n = 1 or when every run scored the same (SD 0); intervals are not clipped to "
+             f"the reward's range; IQM (interquartile mean, rliable) from n = {MIN_RUNS_FOR_IQM}",
+             *unclipped_notes(report)]
     if report.compared:
         lines += comparison_notes(report)
     lines += cell_notes(report)
@@ -35,6 +38,25 @@ def notes(report: Report) -> list[str]:
         lines.append("the groups also differ in: " + "; ".join(report.between_groups))
     lines += [f"left out: {reason}" for reason in report.left_out]
     return lines
+
+
+def unclipped_notes(report: Report) -> list[str]:
+    """A line when a printed interval reaches beyond what the scores allow (a mean outside the range every run's
+    per-prompt scores span, a Δ beyond ± that range's width): the interval is not clipped, and says so."""
+    scores = [score for members in report.groups.values() for run in members for by_prompt in run.scores.values()
+              for score in by_prompt.values()]
+    if not scores:
+        return []
+    low, high = min(scores), max(scores)
+    beyond = [f"{row.group}, {row.policy}, {row.task_group}: mean [{ci[0]:.3f}, {ci[1]:.3f}]"
+              for row in report.rows for ci in [row.mean_ci] if ci and (ci[0] < low or ci[1] > high)]
+    beyond += [f"{row.group}, {row.policy}, {row.task_group}: Δ [{ci[0]:.3f}, {ci[1]:.3f}]"
+               for row in report.rows for ci in [row.delta[1]] if ci and max(-ci[0], ci[1]) > high - low]
+    if not beyond:
+        return []
+    return [f"unclipped: these intervals reach beyond the scores' range [{low:g}, {high:g}] (Δ: ±{high - low:g}); "
+            f"they are not clipped, so the part beyond it only says how wide the uncertainty is: "
+            + "; ".join(beyond)]
 
 
 def claim_note(report: Report) -> str:
@@ -105,7 +127,9 @@ def power_notes(report: Report) -> list[str]:
              f"first threshold {ALPHA}/m of its family (enough for Holm whatever the other comparisons show), taking "
              f"the observed variance as the truth (task row: the seed, prompt and seed × prompt components at the "
              f"same prompts; prompts row: the SD of the per-seed differences); n/a: no variance observed; > 1000: "
-             f"more than the search goes (on a task row perhaps never at these prompts)"]
+             f"more than the search goes (on a task row perhaps never at these prompts); "
+             f"{pilot_words(max(len(row.seeds) for row in report.rows))} (prompts row: the SD's "
+             f"{PILOT_CONFIDENCE:.0%} upper limit)"]
     for row in report.family(HEADLINE):
         if row.claim == TASK and row.task_delta is not None:
             lines.append(plan_line(row, effect, ALPHA / len(report.family(HEADLINE))))
@@ -116,7 +140,8 @@ def plan_line(row: ReportRow, effect: float, alpha: float) -> str:
     """"plan: sgt vs standalone, tiny-bpe: to detect ±0.05 ...: 12 seeds × 60 prompts, or 8 × 120 ..."."""
     assert row.task_delta is not None
     prompts = row.task_delta.prompts
-    options = plan_options(effect, row.task_delta.components, [prompts, 2 * prompts, 5 * prompts], alpha)
+    options = plan_options(effect, row.task_delta.components, [prompts, 2 * prompts, 5 * prompts], alpha,
+                           pilot=(row.task_delta.seeds, prompts))
     return (f"plan: {row.group} vs {row.baseline}, {row.policy}: {plan_words(effect, options, alpha)} "
             f"({components_words(row.task_delta.components)})")
 
@@ -135,10 +160,11 @@ def cell_notes(report: Report) -> list[str]:
 
 def caveat_causes(report: Report) -> dict[str, tuple[str, str]]:
     """``cause -> (letter, words)`` for every cause of a caveat in the table, lettered a, b, c... in the order of
-    the rows, runs on other versions last."""
+    the rows: what the runs' records say first, then runs on other versions, then what the statistics found
+    (:data:`~.caveats.STATISTICAL`)."""
     causes = [cause_of(line) for row in report.rows for line in row.caveats]
     causes += [VERSIONS] * bool(report.versions)
-    ordered = list(dict.fromkeys(causes))
+    ordered = sorted(dict.fromkeys(causes), key=lambda cause: cause[0] in STATISTICAL)
     return {cause: (chr(ord("a") + i), words) for i, (cause, words) in enumerate(ordered)}
 
 

@@ -1,6 +1,7 @@
 """``mutualrl report``'s terminal table: every column of the other formats where the terminal is wide enough, and
 on a narrow one (80 columns) the identifying columns (group, policy, task group, n) kept whole, the claim a letter
-under n (T: the task, P: these prompts), each interval under its value in the same cell, and SD, IQM and the power
+under n (T: the task, P: these prompts), a policy's caveat letters under it, each interval under its value in the
+same cell, and SD, IQM and the power
 column left to the other formats (a line under the table says so). Rows of two policies must never look
 identical."""
 
@@ -11,6 +12,7 @@ from typing import Any
 from mutualrl.evaluation.report.build import Report, ReportRow
 from mutualrl.evaluation.report.formats import cells, comparison_cells, group_header, headers, interval, number
 from mutualrl.evaluation.report.formats import p_text, policy_cell, signed
+from mutualrl.evaluation.report.notes import CAVEAT_MARK
 
 #: A name column is as wide as its longest value up to this many characters, and folds beyond.
 NAME_WIDTH = 24
@@ -45,7 +47,8 @@ def narrow_headers(report: Report) -> list[str]:
 
 
 def narrow_cells(row: ReportRow, report: Report) -> list[str]:
-    out = [row.group, policy_cell(row, report), row.task_group, f"{row.stats.n}\n{row.claim[0].upper()}",
+    out = [row.group, policy_cell(row, report).replace(f" {CAVEAT_MARK}", f"\n{CAVEAT_MARK}"), row.task_group,
+           f"{row.stats.n}\n{row.claim[0].upper()}",
            f"{number(row.stats.mean)}\n{interval(row.mean_ci, 2)}"]
     if not report.compared:
         return out
@@ -66,7 +69,8 @@ def build_table(report: Report, head: list[str], rows: list[list[str]]) -> Any:
                   box=box.SIMPLE_HEAD, padding=(0, 1), collapse_padding=True, pad_edge=False, show_edge=False)
     for index, title in enumerate(head):
         names = index < 3
-        widest = min(max((len(row[index]) for row in rows), default=1), NAME_WIDTH) if names else None
+        widest = min(max((len(line) for row in rows for line in row[index].split("\n")), default=1),
+                     NAME_WIDTH) if names else None
         table.add_column(title, justify="left" if names else "right", overflow="fold", no_wrap=not names,
                          min_width=widest)
     last = None
