@@ -45,11 +45,11 @@ def build_model(model: str, layers: int | None, folder: Path, device: str) -> di
     config = AutoConfig.for_model(kind, num_hidden_layers=layers or all_layers, num_key_value_heads=kv_heads,
                                   head_dim=head_dim, vocab_size=vocab, hidden_size=hidden, num_attention_heads=heads,
                                   intermediate_size=intermediate, max_position_embeddings=PAPER_MODEL_CONTEXTS[model],
-                                  tie_word_embeddings=model not in UNTIED, torch_dtype="bfloat16")
+                                  tie_word_embeddings=model not in UNTIED, dtype="bfloat16")
     started = time.perf_counter()
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     with torch.device(device):
-        built = AutoModelForCausalLM.from_config(config, torch_dtype=dtype)
+        built = AutoModelForCausalLM.from_config(config, dtype=dtype)
     built.save_pretrained(folder)
     from transformers import AutoTokenizer
 
@@ -73,7 +73,7 @@ def recipe(folder: Path, out: Path, args: argparse.Namespace, device: str) -> Pa
         "grpo": {"max_completion_length": args.completion, "per_device_train_batch_size": args.rows,
                  "num_generations": 4, "max_steps": args.steps, "save_steps": 1000, "use_vllm": False,
                  "gradient_checkpointing": device == "cuda", "learning_rate": 1.0e-6, "warmup_steps": 0},
-        "validation": {"every_steps": 0, "at_start": False, "at_end": False},
+        "validation": {"every_steps": 0, "at_start": False, "limit": 8},  # the end's validation: 8 prompts
         "launch": {"deepspeed": args.deepspeed or ("zero3" if device == "cuda" else "none")},
         "output_dir": str(out / "run"),
     }
