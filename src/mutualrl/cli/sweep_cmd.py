@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -91,8 +92,6 @@ def sweep(
     mutualrl plot --group-by regime SWEEP.
     """
     from mutualrl.errors import UsageError
-    from mutualrl.launch.run import DEFAULT_POOL
-    from mutualrl.launch.sweep.grid import SweepSpec, parse_grid, read_grid_file
 
     if any(value is not None for value in (plan_seeds, min_effect, plan_prompts, plan_comparisons)):
         raise typer.Exit(print_plan(plan_seeds, min_effect, plan_prompts, plan_comparisons))
@@ -100,19 +99,28 @@ def sweep(
         raise UsageError("--output-dir / -o: name the sweep's folder (or plan it first: --plan-seeds)")
     check_output_path(output_dir, "--output-dir", kind="folder")
     check_go_no_go_options(dry_run, check_rows, check_save, None)
+    spec = sweep_spec(output_dir, regimes, seeds, grid, grid_file, pool, max_steps, overrides)
+    check_regimes(spec.regimes)
+    options = slurm_options(slurm, slurm_partition, slurm_time, slurm_gpus, slurm_cpus, slurm_mem, slurm_parallel,
+                            slurm_local)
+    raise typer.Exit(launch(spec, jobs, dry_run, options, (check_rows, check_save)))
+
+
+def sweep_spec(output_dir: Path, regimes: str | None, seeds: str | None, grid: list[str], grid_file: Path | None,
+               pool: str | None, max_steps: int | None, overrides: list[str]) -> Any:
+    """The sweep the options and the ``--grid-file`` describe (the options first)."""
+    from mutualrl.launch.run import DEFAULT_POOL
+    from mutualrl.launch.sweep.grid import SweepSpec, parse_grid, read_grid_file
+
     from_file = read_grid_file(grid_file) if grid_file is not None else {"regimes": [], "seeds": [], "grid": [],
                                                                           "set": []}
-    spec = SweepSpec(
+    return SweepSpec(
         folder=output_dir.absolute(),
         regimes=[r.strip() for r in regimes.split(",") if r.strip()] if regimes else from_file["regimes"]
         or ["standalone", "sgt"],
         seeds=int_list(seeds, "--seeds") if seeds else from_file["seeds"] or [1, 2, 3],
         grid=[*from_file["grid"], *parse_grid(grid)], pool=pool or DEFAULT_POOL, max_steps=max_steps,
         sets=[*from_file["set"], *overrides])
-    check_regimes(spec.regimes)
-    options = slurm_options(slurm, slurm_partition, slurm_time, slurm_gpus, slurm_cpus, slurm_mem, slurm_parallel,
-                            slurm_local)
-    raise typer.Exit(launch(spec, jobs, dry_run, options, (check_rows, check_save)))
 
 
 def go_no_go(spec: object, point: object, rows: int | None, save: Path | None) -> None:
