@@ -56,3 +56,20 @@ def test_the_docs_example_reward_scores_numbers_right(doc: str) -> None:
     scores = scope["exact"](prompts=[""] * 9, completions=completions, completion_ids=[[]] * 9, answer=answers,
                             trainer_state=None, log_extra=None, log_metric=None, prompt_id=["p"] * 9)
     assert scores == [0.0, 1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0]
+
+
+def test_the_sweep_says_each_runs_train_command_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from rich.console import Console
+
+    from mutualrl.launch.sweep import grid
+
+    started = []
+    monkeypatch.setattr(grid.subprocess, "Popen", lambda command, **_: started.append(command) or object())
+    spec = grid.SweepSpec(folder=tmp_path, regimes=["sgt"], seeds=[1], grid=[], pool="tiny", max_steps=2, sets=[])
+    out = io.StringIO()
+    grid.start_point(spec, spec.points()[0], False, 1, Console(file=out, width=300))
+    assert started and started[0][3:5] == ["mutualrl", "train"]
+    assert f"sgt-seed1: training (mutualrl train --regime sgt --seed 1" in out.getvalue()
+    assert "mutualrl mutualrl" not in out.getvalue()
