@@ -12,22 +12,47 @@ do, and draws tables at their own width up to :data:`PLAIN_WIDTH` (``COLUMNS``, 
 from __future__ import annotations
 
 import os
-import sys
+from typing import Any
 
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 
 PLAIN_WIDTH = 200
 """The width tables may take where no terminal is (a log file is read with a pager or an editor, not at 80)."""
 
 
+class CommandConsole(Console):
+    """rich's console on a terminal; where none is (looked at as each line is written: a test swaps the stream), one
+    that never wraps a printed line and draws tables up to :data:`PLAIN_WIDTH` columns (``COLUMNS``, when set, still
+    decides)."""
+
+    def __init__(self, **kwargs: Any):
+        self._given_soft_wrap = False
+        super().__init__(**kwargs)
+
+    @property  # type: ignore[override]
+    def soft_wrap(self) -> bool:
+        return self._given_soft_wrap or not self.is_terminal
+
+    @soft_wrap.setter
+    def soft_wrap(self, value: bool) -> None:
+        self._given_soft_wrap = value
+
+    @property  # type: ignore[override]
+    def size(self) -> ConsoleDimensions:
+        measured = super().size
+        if self.is_terminal or os.environ.get("COLUMNS", "").isdigit() or self._width is not None:
+            return measured
+        return ConsoleDimensions(PLAIN_WIDTH, measured.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
 def command_console(stderr: bool = False) -> Console:
-    """A command's console: rich's own on a terminal; elsewhere one that never wraps a printed line and draws tables
-    up to :data:`PLAIN_WIDTH` columns (or ``COLUMNS``)."""
-    stream = sys.stderr if stderr else sys.stdout
-    if stream is not None and stream.isatty():
-        return Console(stderr=stderr)
-    columns = os.environ.get("COLUMNS", "")
-    return Console(stderr=stderr, soft_wrap=True, width=int(columns) if columns.isdigit() else PLAIN_WIDTH)
+    """A command's console (:class:`CommandConsole`)."""
+    return CommandConsole(stderr=stderr)
+
 
 _shared: Console | None = None
 
