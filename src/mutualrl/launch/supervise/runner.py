@@ -155,17 +155,15 @@ class PoolRunner:
                 self.console.print(f"[yellow]warning:[/] {note}", highlight=False, soft_wrap=True)
 
     def _print_steps(self, rows: list[dict[str, Any]]) -> int:
-        """Non-TTY progress: one line per merged ``kind: train`` row (a logged step of one policy), never wrapped;
-        how many steps were printed."""
+        """Non-TTY progress: one line per merged ``kind: train`` row (a logged step of one policy), its figures from
+        each peer (the detail view) at its end, never wrapped; how many steps were printed."""
         printed = 0
         for row in rows:
             if row.get("kind") == "train":
                 total = self._status_of(str(row.get("policy"))).get("max_steps") or self.settings.max_steps
-                self.console.print(step_line(row, total), highlight=False, soft_wrap=True, markup=False)
+                peers = "".join(f"  | from {peer}: {text}" for peer, text in source_details(row).items())
+                self.console.print(step_line(row, total) + peers, highlight=False, soft_wrap=True, markup=False)
                 printed += 1
-                for peer, text in source_details(row).items():  # the detail view: a line per peer
-                    self.console.print(f"  {row.get('policy')} from {peer}: {text}", highlight=False, soft_wrap=True,
-                                       markup=False)
         return printed
 
     # -- processes ------------------------------------------------------------------------
