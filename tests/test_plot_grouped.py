@@ -137,3 +137,23 @@ def test_a_figure_of_single_runs_says_each_line_is_one_seed(tmp_path: Path, monk
     fig, _ = plt.subplots()
     plot_style.save_with_legend(fig, [("sgt", {"color": "k"}), ("standalone", {"color": "b"})], tmp_path / "f.png")
     assert titles and titles[0].startswith("each line: one run, one seed (n = 1")
+
+
+def test_the_figures_caption_names_each_caveat_cause_once_unless_told(sweep: Path, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    monkeypatch.setattr(grouped_plot, "save_figure", lambda fig, entries, out: out)
+    for seed in (1, 2, 3):  # sgt used no peer sample for tiny-bpe: a caveat, one cause for three runs
+        used = {"peer_samples_used": 0.0, "steps_with_peer_figures": 3, "steps_without_peer_samples": 3}
+        (sweep / f"sgt-seed{seed}" / "summary.json").write_text(json.dumps({
+            "pool": "tiny", "regime": "sgt", "seed": seed, "policies": {"tiny-bpe": used},
+            "warnings": ["sgt used 0% of peer samples for tiny-bpe (none in 3 of 3 steps): it trained as standalone"]}))
+    _, short = grouped_plot.plot_grouped([sweep], tmp_path, ["regime"], "pdf", "one")
+    _, full = grouped_plot.plot_grouped([sweep], tmp_path, ["regime"], "pdf", "one", full_caption=True)
+    report = build_report([sweep])
+    assert full == grouped_plot.caption(report, (0.0, 1.0))
+    assert len(short) < len(full) and "n = 3: a band from so few runs is wide for that reason" in short
+    causes = [words for _, words in grouped_plot.caveat_causes(report).values()]
+    assert causes and all(short.count(words) == 1 for words in causes)
+    assert "sgt, tiny-bpe: used 0% of its peers' samples" in full and "sgt, tiny-bpe: used 0%" not in short

@@ -18,8 +18,8 @@ from typing import Any
 from mutualrl.atomic_io import write_text_atomic
 from mutualrl.evaluation.plot_style import colors, line_kwargs, pyplot, run_styles, save_figure
 from mutualrl.evaluation.report.build import ALL, FinalValues, Report, build_report
-from mutualrl.evaluation.report.notes import caption_caveats
-from mutualrl.evaluation.report.stats import INTERVAL_KIND, MIN_RUNS_FOR_INTERVAL, t_interval
+from mutualrl.evaluation.report.notes import caption_caveats, caveat_causes
+from mutualrl.evaluation.report.stats import FEW_RUNS, INTERVAL_KIND, MIN_RUNS_FOR_INTERVAL, t_interval
 from mutualrl.evaluation.results import group_rewards, metric_value
 from mutualrl.run_folder import RunPaths, read_metric_rows
 
@@ -104,9 +104,10 @@ def panel_bands(groups: dict[str, list[FinalValues]]) -> dict[tuple[str, str], d
     return panels
 
 
-def caption(report: Report, clipped: tuple[float, float] | None = None) -> str:
-    """What the figure shows, n per group, the band's kind (``clipped``: cut to that range somewhere), and every
-    caveat of the report (†)."""
+def caption(report: Report, clipped: tuple[float, float] | None = None, full: bool = True) -> str:
+    """What the figure shows, n per group, the band's kind (``clipped``: cut to that range somewhere), and the
+    report's caveats: every caveat line, naming its runs, or (``full`` False: the figure's default) each cause
+    once, short enough for a paper's caption."""
     context = report.context
     sizes = ", ".join(f"{label} n = {len(members)}" for label, members in report.groups.items())
     text = (f"Held-out reward@1 (greedy) at each validation step; pool {context['pool']}, task {context['task']}, "
@@ -116,13 +117,23 @@ def caption(report: Report, clipped: tuple[float, float] | None = None) -> str:
     if clipped is not None:
         text += (f" Bands clipped to [{clipped[0]:g}, {clipped[1]:g}], the range of every run's value (the interval "
                  "ran past it where n is small).")
-    caveats = caption_caveats(report)
+    caveats = caption_caveats(report) if full else short_caveats(report)
     return text + ("".join(f" Note: {line.rstrip('.')}." for line in caveats) if caveats else "")
 
 
+def short_caveats(report: Report) -> list[str]:
+    """The caption's caveats in short: few runs behind a band, then every cause of a † once (which runs:
+    ``mutualrl report``, or ``--full-caption``)."""
+    few = sorted({len(members) for members in report.groups.values() if len(members) < FEW_RUNS})
+    causes = [words for _, words in caveat_causes(report).values()]
+    return ([f"n = {', '.join(map(str, few))}: a band from so few runs is wide for that reason"] if few else []) + (
+        [f"{'; '.join(causes)} (which runs: mutualrl report, or plot --full-caption)"] if causes else [])
+
+
 def plot_grouped(run_dirs: Sequence[Path], out_dir: Path, by: Sequence[str], fmt: str = "pdf", width: str = "two",
-                 baseline: str | None = None) -> tuple[Path, str]:
-    """Write ``heldout_reward_by_<by>.<fmt>`` and its caption (``.caption.txt``); returns the figure and the caption."""
+                 baseline: str | None = None, full_caption: bool = False) -> tuple[Path, str]:
+    """Write ``heldout_reward_by_<by>.<fmt>`` and its caption (``.caption.txt``; ``full_caption``: every caveat line);
+    returns the figure and the caption."""
     report = build_report(run_dirs, by, baseline, option="--group-by")
     panels = panel_bands(report.groups)
     bounds = reward_range(panels)
@@ -151,7 +162,7 @@ def plot_grouped(run_dirs: Sequence[Path], out_dir: Path, by: Sequence[str], fmt
     entries = [(f"{label} (n = {len(report.groups[label])})", paper_line(palette[i], styles[i]))
                for i, label in enumerate(labels)]
     out = save_figure(fig, entries, grouped_outputs(out_dir, by, fmt)[0])
-    text = caption(report, bounds if clipped else None)
+    text = caption(report, bounds if clipped else None, full_caption)
     write_text_atomic(out.with_suffix(".caption.txt"), text + "\n")  # a link planted there is replaced, not followed
     return out, text
 
