@@ -25,7 +25,7 @@ CHECK_ROWS_FLAG = "--check-rows"
 CHECK_SAVE_FLAG = "--check-save"
 
 
-def check_rows_for(config: Any, given: int | None, local_rows: bool) -> int:
+def check_rows_for(given: int | None, local_rows: bool) -> int:
     """How many rows to score: ``given`` (``--check-rows``), else :data:`DEFAULT_CHECK_ROWS` where the task's rows are
     the user's own (``local_rows``), else 0 (a built-in or hub task: skipped unless asked)."""
     if given is not None:

@@ -301,7 +301,7 @@ def _train_one(options: TrainOptions, console: Console) -> int:
             console.print(rows_checked, highlight=False, soft_wrap=True)
         from mutualrl.launch.pool_check import check_rows_for, run_pool_check
 
-        run_pool_check(config, check_rows_for(config, options.check_rows, train is not None), console, train,
+        run_pool_check(config, check_rows_for(options.check_rows, train is not None), console, train,
                        options.check_save)
         for change in override_changes(options.pool or DEFAULT_POOL, options.overrides) if options.overrides else ():
             console.print(f"--set {change}", highlight=False, soft_wrap=True)

@@ -5,8 +5,8 @@
 sample succeeded (above the success threshold): what SGT's gate lets through, and what any sharing regime has to
 carry. Each shows the learner's failed answer, the peer's answer, its reward and the shard it came from (the
 peer's model, tokenizer and rank, as its manifest names them). With no rescue in the steps kept, the newest records
-are shown instead. The thresholds are SGT's defaults, or the run's own ``regime.sgt`` settings when its config
-names them.
+are shown instead (the heading says which). The thresholds are SGT's defaults, or the run's own ``regime.sgt``
+settings when its config names them.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ def thresholds(run: Path | None) -> tuple[float, float]:
     try:
         sgt = ((yaml.safe_load(RunPaths(run).config.read_text(encoding="utf-8")) or {}).get("regime") or {}).get(
             "sgt") or {}
-    except (OSError, ValueError, yaml.YAMLError, AttributeError):  # a damaged config: the defaults, said as such
+        return float(sgt.get("success_threshold", success)), float(sgt.get("failure_threshold", failure))
+    except (OSError, ValueError, TypeError, yaml.YAMLError, AttributeError):  # a damaged config: SGT's defaults
         return success, failure
-    return float(sgt.get("success_threshold", success)), float(sgt.get("failure_threshold", failure))
 
 
 def step_rows(see_root: Path, step: int) -> dict[str, list[dict[str, Any]]]:
