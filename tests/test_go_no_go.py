@@ -121,3 +121,21 @@ def test_a_reward_without_kwargs_is_refused_by_the_dry_run_in_one_line(project, 
     assert_one_line_error(code, err, "task.reward_funcs[0] gng_rewards.no_kwargs: takes no **kwargs",
                           "trainer_state", "end its signature with **kwargs")
     assert snapshot(project) == before
+
+
+def test_the_check_loads_no_model_a_planned_machine_or_a_cpu_should_not(monkeypatch: pytest.MonkeyPatch):
+    import dataclasses
+
+    import torch
+
+    from mutualrl.config.loader import load_run_config
+    from mutualrl.launch.pool_check import elsewhere
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    tiny, paper = load_run_config("tiny").config, load_run_config("2qwen").config
+    assert elsewhere(tiny, asked=False) is None  # two tiny models: seconds on a CPU
+    assert "not on this machine" in elsewhere(paper, asked=False)  # a dry run downloads nothing
+    assert elsewhere(paper, asked=True) is None  # --check-rows N: scored here anyway
+    simulated = dataclasses.replace(tiny, launch=dataclasses.replace(tiny.launch, gpus=8))
+    assert elsewhere(simulated, asked=True) == "--gpus 8 plans another machine (this one has 0)"

@@ -132,7 +132,7 @@ def go_no_go(spec: object, point: object, rows: int | None, save: Path | None) -
 
     config = resolved_config(spec, point)  # type: ignore[arg-type]
     _, train = check_local_rows(config, console)
-    run_pool_check(config, check_rows_for(rows, train is not None), console, train, save)
+    run_pool_check(config, check_rows_for(rows, train is not None), console, train, save, asked=rows is not None)
 
 
 def print_plan(source: str | None, effect: float | None, prompts: str | None, comparisons: int | None) -> int:

@@ -6,7 +6,9 @@ means for a run (:mod:`mutualrl.evaluation.go_no_go`).
 It runs by default where the rows are the user's own (a local ``task.source``): the path where a pool that cannot
 learn or share on them costs an afternoon. ``--check-rows 0`` skips it; ``--check-rows N`` sets the sample (on any
 task); ``--check-save FILE`` writes the scores as an eval file for ``mutualrl complementarity FILE``'s full tables.
-A dry run planning another machine (``--gpus N`` beyond this one's) loads no model: the check is said skipped.
+A dry run planning another machine (``--gpus N`` beyond this one's, several ``--nodes``) loads no model, nor does
+the default check on a machine without a GPU for a pool over :data:`CPU_CHECK_MAX_PARAMS` or models not on it: the
+check is said skipped, and how to run it.
 """
 
 from __future__ import annotations
@@ -33,8 +35,14 @@ def check_rows_for(given: int | None, local_rows: bool) -> int:
     return DEFAULT_CHECK_ROWS if local_rows else 0
 
 
-def elsewhere(config: Any) -> str | None:
-    """Why this machine cannot run the check as the run would (a planned node that is not this one), or None."""
+CPU_CHECK_MAX_PARAMS = 1.0e9
+"""Without a GPU, the default check scores pools up to this many parameters in all (the tiny and smol pools: seconds
+to a minute); a larger one, or models not on this machine, only when asked (``--check-rows N``)."""
+
+
+def elsewhere(config: Any, asked: bool) -> str | None:
+    """Why this machine does not run the check as the run would (a planned node that is not this one; unless
+    ``asked``, models too large for its CPU or not on it), or None."""
     import torch
 
     if config.launch.nodes > 1:
@@ -42,6 +50,15 @@ def elsewhere(config: Any) -> str | None:
     gpus = config.launch.gpus
     if gpus is not None and gpus > torch.cuda.device_count():
         return f"--gpus {gpus} plans another machine (this one has {torch.cuda.device_count()})"
+    if asked or torch.cuda.is_available():
+        return None
+    from mutualrl.launch.plan.checks import local_param_count
+
+    counts = [local_param_count(policy.model)[0] for policy in config.pool.policies]
+    if None in counts:
+        return "a model of the pool is not on this machine (a dry run downloads nothing)"
+    if sum(counts) > CPU_CHECK_MAX_PARAMS:  # type: ignore[arg-type]
+        return f"the pool's {sum(counts) / 1e9:.1f}B parameters are slow to score on this CPU"  # type: ignore[arg-type]
     return None
 
 
@@ -55,17 +72,17 @@ def sample_rows(examples: list[Any], rows: int, seed: int) -> list[Any]:
 
 
 def run_pool_check(config: Any, rows: int, console: Console, train: list[Any] | None = None,
-                   save: Path | None = None) -> None:
+                   save: Path | None = None, asked: bool = False) -> None:
     """Score the pool on ``rows`` training rows (``train``: the rows already read, else the task's) and print the
-    go/no-go; ``save``: also the eval file. Nothing happens for ``rows`` 0; a planned machine that is not this one
-    is said and skipped. A failure (a model that does not load, a reward function that raises on a completion) is
-    one line naming ``--check-rows 0``, which skips the check."""
+    go/no-go; ``save``: also the eval file. Nothing happens for ``rows`` 0; where this machine does not run it
+    (:func:`elsewhere`; ``asked``: ``--check-rows`` given) it is said and skipped. A failure (a model that does not
+    load, a reward function that raises on a completion) is one line naming ``--check-rows 0``, which skips it."""
     if rows <= 0:
         return
-    why_not = elsewhere(config)
+    why_not = elsewhere(config, asked)
     if why_not is not None:
-        console.print(f"go/no-go: skipped: {why_not}; run the dry run on the machine itself to score the pool on "
-                      f"{rows} rows first", highlight=False, soft_wrap=True, markup=False)
+        hint = "run the dry run on the machine itself" if asked else f"{CHECK_ROWS_FLAG} {rows} scores it here anyway"
+        console.print(f"go/no-go: skipped: {why_not}; {hint}", highlight=False, soft_wrap=True, markup=False)
         return
     try:
         results, examples = score_sample(config, rows, console, train)

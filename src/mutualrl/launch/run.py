@@ -301,8 +301,9 @@ def _train_one(options: TrainOptions, console: Console) -> int:
             console.print(rows_checked, highlight=False, soft_wrap=True)
         from mutualrl.launch.pool_check import check_rows_for, run_pool_check
 
-        run_pool_check(config, check_rows_for(options.check_rows, train is not None), console, train,
-                       options.check_save)
+        local = train is not None and not options.resume  # a resumed run was judged as it started
+        run_pool_check(config, check_rows_for(options.check_rows, local), console, train, options.check_save,
+                       asked=options.check_rows is not None)
         for change in override_changes(options.pool or DEFAULT_POOL, options.overrides) if options.overrides else ():
             console.print(f"--set {change}", highlight=False, soft_wrap=True)
         if options.save_plan is not None:
