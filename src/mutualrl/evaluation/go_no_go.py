@@ -1,7 +1,8 @@
 """Go or no-go before a long run: is there anything for a pool to learn, and to share, on these rows?
 
-From the pool's greedy scores on a small sample of the task's rows (:class:`~mutualrl.evaluation.complementarity.Outcomes`)
-this module says, in a few lines, each policy's reward@1, how many of its failures a peer solves, and what that means:
+From the pool's greedy scores on a small sample of the task's rows
+(:class:`~mutualrl.evaluation.complementarity.Outcomes`) this module says, in a few lines, each policy's reward@1,
+how many of its failures a peer solves, and what that means:
 
 - **nothing to learn**: no policy solves a sampled row; GRPO gets no reward to follow (and neither does any peer);
 - **too easy**: every policy solves at least :data:`TOO_EASY` of the rows; little is left to learn or to share;
