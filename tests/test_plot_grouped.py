@@ -46,7 +46,7 @@ def test_the_figure_legend_title_and_caption(sweep: Path, tmp_path: Path) -> Non
         assert 900 <= image.size[0] <= 1100  # 3.35 in at 300 dpi, cropped to what is drawn
     caption = (tmp_path / "figs" / "heldout_reward_by_regime.caption.txt").read_text()
     assert "standalone n = 3, prp n = 3, sgt n = 3" in caption and "band: 95% Student t interval" in caption
-    assert "no smoothing" in caption and "pool tiny, task data (dataset), 3 steps" in caption
+    assert "no smoothing" in caption and "pool tiny, task data (reward exact), 3 steps" in caption
 
 
 def test_the_legend_says_n_and_the_title_names_pool_task_and_steps(sweep: Path, tmp_path: Path,
@@ -62,7 +62,7 @@ def test_the_legend_says_n_and_the_title_names_pool_task_and_steps(sweep: Path, 
     monkeypatch.setattr(grouped_plot, "save_figure", keep)
     grouped_plot.plot_grouped([sweep], tmp_path, ["regime"], "pdf", "two")
     assert seen["legend"] == ["standalone (n = 3)", "prp (n = 3)", "sgt (n = 3)"]
-    assert seen["title"] == "tiny pool, task data (dataset), 3 steps"
+    assert seen["title"] == "tiny pool, task data (reward exact), 3 steps"
     assert seen["panels"][:3] == ["tiny-bpe: all", "tiny-bpe: add", "tiny-bpe: sub"]
 
 
@@ -98,7 +98,8 @@ def test_plot_compares_data_by_content_and_names_other_differences(tmp_path: Pat
 def test_the_axes_fit_what_is_drawn_with_ticks_at_validation_steps(sweep: Path, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """One y label for the figure (one per row overprinted at one column), the y range fitted to the lines and
-    bands (not a fixed 0-1), x ticks where validation ran (0 and 3 here, not 0, 1, 2, 3)."""
+    bands (not a fixed 0-1) but never past the reward's range (the bands of 3 seeds run past 0 and 1 here: clipped,
+    and the caption says so), x ticks where validation ran (0 and 3 here, not 0, 1, 2, 3)."""
     seen = {}
 
     def keep(fig, entries, out):
@@ -111,5 +112,48 @@ def test_the_axes_fit_what_is_drawn_with_ticks_at_validation_steps(sweep: Path, 
     grouped_plot.plot_grouped([sweep], tmp_path, ["regime"], "pdf", "one")
     assert seen["xticks"] == [0, 3] and seen["supylabel"] == "held-out reward@1" and not any(seen["ylabels"])
     report = build_report([sweep])
-    highest = max(max(r.stats.ci95[1] for r in report.rows if r.stats.ci95), 1.0)  # none at SD 0
-    assert seen["ylim"][0] < 0 < highest < seen["ylim"][1] < highest + 0.2
+    intervals = [r.stats.ci95 for r in report.rows if r.stats.ci95]
+    assert min(low for low, _ in intervals) < 0 and max(high for _, high in intervals) > 1  # the report's own
+    assert seen["ylim"] == (0.0, 1.0)
+    panels = grouped_plot.panel_bands(report.groups)
+    assert grouped_plot.clip_bands(panels, grouped_plot.reward_range(panels))
+    drawn = [v for by_label in panels.values() for b in by_label.values() for v in [*(b.low or []), *(b.high or [])]]
+    assert 0.0 in drawn and 1.0 in drawn and min(drawn) >= 0 and max(drawn) <= 1
+    assert "Bands clipped to [0, 1], the range of every run's value" in grouped_plot.caption(report, (0.0, 1.0))
+
+
+def test_a_reward_outside_0_1_is_not_clipped():
+    wide = {("p", "all"): {"g": grouped_plot.band([{0: -2.0, 1: 3.0}, {0: -1.0, 1: 2.5}, {0: 0.5, 1: 1.0}])}}
+    assert grouped_plot.reward_range(wide) is None and not grouped_plot.clip_bands(wide, None)
+
+
+def test_a_figure_of_single_runs_says_each_line_is_one_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mutualrl.evaluation import plot_style
+
+    titles = []
+    monkeypatch.setattr(plot_style, "write_figure", lambda fig, out, **_: titles.append(
+        fig.legends[0].get_title().get_text()) or out)
+    plt = plot_style.pyplot()
+    fig, _ = plt.subplots()
+    plot_style.save_with_legend(fig, [("sgt", {"color": "k"}), ("standalone", {"color": "b"})], tmp_path / "f.png")
+    assert titles and titles[0].startswith("each line: one run, one seed (n = 1")
+
+
+def test_the_figures_caption_names_each_caveat_cause_once_unless_told(sweep: Path, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    monkeypatch.setattr(grouped_plot, "save_figure", lambda fig, entries, out: out)
+    for seed in (1, 2, 3):  # sgt used no peer sample for tiny-bpe: a caveat, one cause for three runs
+        used = {"peer_samples_used": 0.0, "steps_with_peer_figures": 3, "steps_without_peer_samples": 3}
+        (sweep / f"sgt-seed{seed}" / "summary.json").write_text(json.dumps({
+            "pool": "tiny", "regime": "sgt", "seed": seed, "policies": {"tiny-bpe": used},
+            "warnings": ["sgt used 0% of peer samples for tiny-bpe (none in 3 of 3 steps): it trained as standalone"]}))
+    _, short = grouped_plot.plot_grouped([sweep], tmp_path, ["regime"], "pdf", "one")
+    _, full = grouped_plot.plot_grouped([sweep], tmp_path, ["regime"], "pdf", "one", full_caption=True)
+    report = build_report([sweep])
+    assert full == grouped_plot.caption(report, (0.0, 1.0))
+    assert len(short) < len(full) and "n = 3: a band from so few runs is wide for that reason" in short
+    causes = [words for _, words in grouped_plot.caveat_causes(report).values()]
+    assert causes and all(short.count(words) == 1 for words in causes)
+    assert "sgt, tiny-bpe: used 0% of its peers' samples" in full and "sgt, tiny-bpe: used 0%" not in short

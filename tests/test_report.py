@@ -148,7 +148,7 @@ def test_every_format(sweep: Path) -> None:
 
 def test_report_cli_writes_each_format_and_refuses_a_bad_one(sweep: Path, tmp_path: Path) -> None:
     runner = CliRunner()
-    table = runner.invoke(app, ["report", str(sweep)])
+    table = runner.invoke(app, ["report", str(sweep), "--full-notes"])  # the short form: test_report_short_notes
     assert table.exit_code == 0, table.output
     assert "P(improve)" in table.output and "Student t interval" in table.output
     done = runner.invoke(app, ["report", str(sweep), "--format", "json"])

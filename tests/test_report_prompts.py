@@ -155,7 +155,7 @@ def test_a_misspelt_by_key_is_refused_naming_near_matches(sweep: Path) -> None:
 
 
 def test_the_terminal_table_at_80_columns_keeps_group_policy_task_group_and_n(sweep: Path) -> None:
-    done = CliRunner().invoke(app, ["report", str(sweep)], env={"COLUMNS": "80"})
+    done = CliRunner().invoke(app, ["report", str(sweep), "--full-notes"], env={"COLUMNS": "80"})
     assert done.exit_code == 0, done.output
     lines = done.output.splitlines()
     table = lines[:lines.index(next(line for line in lines if line.startswith("narrow terminal")))]

@@ -86,7 +86,7 @@ def test_the_lines_reach_every_format_and_the_caption(sweep: Path) -> None:
     row = next(r for r in data["rows"] if (r["group"], r["policy"], r["task_group"]) == ("sgt", "tiny-bpe", "all"))
     assert records(row["caveats"]) == records(report.caveats) and f"†b sgt, seed 2: {RESUME_LINE}" in data["notes"]
     assert row["caveat_letters"] == "a,b,c" and data["caveat_letters"]["b"].startswith("a run was trained again")
-    table = CliRunner().invoke(app, ["report", str(sweep)], env={"COLUMNS": "200"})
+    table = CliRunner().invoke(app, ["report", str(sweep), "--full-notes"], env={"COLUMNS": "200"})
     assert table.exit_code == 0, table.output
     flat = " ".join(table.output.split())
     assert f"†a sgt, tiny-bpe, seeds 1, 2: {WARM_LINE}" in flat and f"†b sgt, seed 2: {RESUME_LINE}" in flat

@@ -16,10 +16,10 @@ from rich.markup import escape
 from mutualrl.atomic_io import NAME_MAX
 from mutualrl.config.typed import ConfigError
 from mutualrl.errors import MutualRLError, UsageError
-from mutualrl.host.terminal import share_console
+from mutualrl.host.terminal import command_console, share_console
 from mutualrl.output_files import refuse_existing
 
-console = Console()
+console = command_console()  # piped to a file or CI: lines never wrapped, tables at their own width
 share_console(console)  # progress bars drawn below the CLI (a tiny model's build) nest in its live displays
 err_console = Console(stderr=True, soft_wrap=True)  # one error, one line: never wrapped
 

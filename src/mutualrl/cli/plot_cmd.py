@@ -31,6 +31,9 @@ def plot(
     overwrite: bool = typer.Option(
         False, "--overwrite", help="Replace figures of the same names in the --out folder (the default folder, the "
         "first run's plots/, holds plot's own figures: they are always redrawn)."),
+    full_caption: bool = typer.Option(
+        False, "--full-caption", help="--group-by: every caveat line in the caption, naming its runs (default: each "
+        "cause once, short enough for a paper)."),
 ) -> None:
     """Plot validation reward@1, training reward, entropy, KL and regime metrics per policy.
 
@@ -44,7 +47,7 @@ def plot(
     out_dir = figure_folder(run_dirs, out)
     replace = overwrite or out is None  # the default folder holds plot's own figures, redrawn as a run goes on
     if group_by is not None:
-        plot_grouped_figure(run_dirs, out_dir, group_by, fmt, width, replace)
+        plot_grouped_figure(run_dirs, out_dir, group_by, fmt, width, replace, full_caption)
         return
     alpha = smooth if 0 < smooth < 1 else None
     with warnings.catch_warnings(record=True) as caught:
@@ -75,7 +78,7 @@ def figure_folder(run_dirs: list[Path], out: Path | None) -> Path:
 
 
 def plot_grouped_figure(run_dirs: list[Path], out_dir: Path, group_by: str, fmt: str, width: str,
-                        overwrite: bool) -> None:
+                        overwrite: bool, full_caption: bool = False) -> None:
     from mutualrl.errors import UsageError
     from mutualrl.evaluation.grouped_plot import FORMATS, WIDTHS, grouped_outputs, plot_grouped
     from mutualrl.output_files import refuse_existing
@@ -87,7 +90,7 @@ def plot_grouped_figure(run_dirs: list[Path], out_dir: Path, group_by: str, fmt:
     keys = [key.strip() for key in group_by.split(",") if key.strip()] or ["regime"]
     if not overwrite:
         refuse_existing(grouped_outputs(out_dir, keys, fmt), "--out")
-    figure, caption = plot_grouped(run_dirs, out_dir, keys, fmt, width)
+    figure, caption = plot_grouped(run_dirs, out_dir, keys, fmt, width, full_caption=full_caption)
     console.print(f"wrote {figure}", highlight=False)
     console.print(f"caption ({figure.with_suffix('.caption.txt').name}): {caption}", highlight=False, soft_wrap=True)
 

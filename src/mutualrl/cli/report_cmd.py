@@ -32,6 +32,10 @@ def report(
     out: Path | None = typer.Option(None, "--out", "-o", help="Write to this file instead of standard output.",
                                     show_default=False),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing --out file."),
+    full_notes: bool = typer.Option(False, "--full-notes", help="Under the terminal table and in the LaTeX caption, "
+                                    "every note in full (what each interval covers, Holm's families, each caveat's "
+                                    "runs) instead of the short form, a line each, to paste. Markdown, CSV and JSON "
+                                    "always carry every note."),
 ) -> None:
     """Final held-out reward@1 per group, policy and task group: mean, sample SD, n, a 95% interval and the IQM
     (rliable); against the baseline Δ, paired by seed, with one test per row behind its interval, p, Holm's p and
@@ -47,6 +51,7 @@ def report(
     from mutualrl.evaluation.report.build import build_report
     from mutualrl.evaluation.report.formats import FORMATS, render
     from mutualrl.evaluation.report.notes import notes
+    from mutualrl.evaluation.report.short_notes import short_notes
     from mutualrl.evaluation.report.terminal_table import narrow_note, rich_table
 
     if fmt not in FORMATS:
@@ -64,10 +69,10 @@ def report(
     if fmt == "table" and out is None:
         table = rich_table(built, console.width)
         console.print(table)
-        for line in [*filter(None, [narrow_note(built, table)]), *notes(built)]:
+        for line in [*filter(None, [narrow_note(built, table)]), *(notes(built) if full_notes else short_notes(built))]:
             console.print(line, highlight=False, soft_wrap=True)
         return
-    text = render(built, "markdown" if fmt == "table" else fmt)
+    text = render(built, "markdown" if fmt == "table" else fmt, full_notes=full_notes)
     if out is None:
         typer.echo(text, nl=False)
         return

@@ -31,6 +31,9 @@ def inspect(
         False, "--no-checksum", help="Skip hashing shard files (faster on huge exchanges; sizes are still checked)."
     ),
     show_files: bool = typer.Option(True, "--files/--no-files", help="List every file with its size."),
+    records: int = typer.Option(0, "--records", min=0, metavar="N", help="Also show N records with their provenance, "
+                                "newest first: where a learner failed every sample and a peer's answer succeeded "
+                                "(a rescue), else the newest records."),
 ) -> None:
     """Steps, records per policy, reward means, files, sizes, schema, provenance, and any inconsistency found;
     for a run folder (or the exchange inside one), the per-source diagnostics its policies logged per (learner, peer).
@@ -42,12 +45,31 @@ def inspect(
     from mutualrl.ops.exchange_inspect import inspect_exchange
 
     report = inspect_exchange(run_dir, verify_checksums=not no_checksum)
+    shown = shown_records(run_dir, report, records) if records else None
     if json_output:
-        typer.echo(json.dumps(report.to_dict(), indent=1, default=str))
+        typer.echo(json.dumps({**report.to_dict(), **({"shown_records": shown} if shown else {})}, indent=1,
+                              default=str))
     else:
         _print_report(report, show_files)
+        for line in record_lines(shown) if shown else ():
+            console.print(line, highlight=False, soft_wrap=True, markup=False)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def shown_records(run_dir: Path, report, limit: int) -> dict:  # type: ignore[no-untyped-def]
+    """``--records N``: the rescues (else records) :mod:`mutualrl.ops.exchange_records` finds in the steps kept."""
+    from mutualrl.ops.exchange_records import shown_records as find
+    from mutualrl.ops.peer_offpolicy_stats import run_folder_of
+
+    root = Path(report.root)
+    return find(root, report.steps, limit, run_folder_of(run_dir, root))
+
+
+def record_lines(shown: dict) -> list[str]:
+    from mutualrl.ops.exchange_records import record_lines as lines
+
+    return lines(shown)
 
 
 SOURCE_HEADINGS = {"ess": "ESS", "log_ratio_mean": "log w mean", "log_ratio_max": "log w max",
@@ -74,7 +96,8 @@ def _print_report(report, show_files: bool) -> None:  # type: ignore[no-untyped-
     console.print(f"[bold]SEE[/] {report.root}", highlight=False)
     console.print(
         f"steps: {len(report.steps)}"
-        + (f" ({report.steps[0]}..{report.steps[-1]})" if report.steps else "")
+        + (f" ({report.steps[0]}..{report.steps[-1]}{'; ' + report.retention if report.retention else ''})"
+           if report.steps else "")
         + f"   policies: {', '.join(report.policies) or '-'}   records: {report.records}"
         + f"   files: {len(report.files)} ({_size(report.total_bytes)})"
         + f"   schema version(s): {report.schema_versions or '-'}   run id(s): {report.run_ids or '-'}",

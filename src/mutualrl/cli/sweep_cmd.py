@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from mutualrl.cli.common import check_output_path, console, report_errors
-from mutualrl.cli.train_cmd import MaxStepsOption, PoolOption, SetOption
+from mutualrl.cli.train_cmd import (
+    CheckRowsOption,
+    CheckSaveOption,
+    MaxStepsOption,
+    PoolOption,
+    SetOption,
+    check_go_no_go_options,
+)
 
 
 def int_list(text: str, option: str) -> list[int]:
@@ -58,6 +66,8 @@ def sweep(
                                          help="--slurm: memory per run in GB (sbatch --mem). Default: the "
                                          "partition's."),
     slurm_parallel: int = typer.Option(8, "--slurm-parallel", min=1, help="--slurm: array tasks at once."),
+    check_rows: CheckRowsOption = None,
+    check_save: CheckSaveOption = None,
     slurm_local: bool = typer.Option(False, "--slurm-local", help="--slurm: submitit's local executor (the same "
                                      "array as processes here; to try a submission without Slurm)."),
     plan_seeds: str | None = typer.Option(None, "--plan-seeds", show_default=False,
@@ -82,27 +92,47 @@ def sweep(
     mutualrl plot --group-by regime SWEEP.
     """
     from mutualrl.errors import UsageError
-    from mutualrl.launch.run import DEFAULT_POOL
-    from mutualrl.launch.sweep.grid import SweepSpec, parse_grid, read_grid_file
 
     if any(value is not None for value in (plan_seeds, min_effect, plan_prompts, plan_comparisons)):
         raise typer.Exit(print_plan(plan_seeds, min_effect, plan_prompts, plan_comparisons))
     if output_dir is None:
         raise UsageError("--output-dir / -o: name the sweep's folder (or plan it first: --plan-seeds)")
     check_output_path(output_dir, "--output-dir", kind="folder")
+    check_go_no_go_options(dry_run, check_rows, check_save, None)
+    spec = sweep_spec(output_dir, regimes, seeds, grid, grid_file, pool, max_steps, overrides)
+    check_regimes(spec.regimes)
+    options = slurm_options(slurm, slurm_partition, slurm_time, slurm_gpus, slurm_cpus, slurm_mem, slurm_parallel,
+                            slurm_local)
+    raise typer.Exit(launch(spec, jobs, dry_run, options, (check_rows, check_save)))
+
+
+def sweep_spec(output_dir: Path, regimes: str | None, seeds: str | None, grid: list[str], grid_file: Path | None,
+               pool: str | None, max_steps: int | None, overrides: list[str]) -> Any:
+    """The sweep the options and the ``--grid-file`` describe (the options first)."""
+    from mutualrl.launch.run import DEFAULT_POOL
+    from mutualrl.launch.sweep.grid import SweepSpec, parse_grid, read_grid_file
+
     from_file = read_grid_file(grid_file) if grid_file is not None else {"regimes": [], "seeds": [], "grid": [],
                                                                           "set": []}
-    spec = SweepSpec(
+    return SweepSpec(
         folder=output_dir.absolute(),
         regimes=[r.strip() for r in regimes.split(",") if r.strip()] if regimes else from_file["regimes"]
         or ["standalone", "sgt"],
         seeds=int_list(seeds, "--seeds") if seeds else from_file["seeds"] or [1, 2, 3],
         grid=[*from_file["grid"], *parse_grid(grid)], pool=pool or DEFAULT_POOL, max_steps=max_steps,
         sets=[*from_file["set"], *overrides])
-    check_regimes(spec.regimes)
-    options = slurm_options(slurm, slurm_partition, slurm_time, slurm_gpus, slurm_cpus, slurm_mem, slurm_parallel,
-                            slurm_local)
-    raise typer.Exit(launch(spec, jobs, dry_run, options))
+
+
+def go_no_go(spec: object, point: object, rows: int | None, save: Path | None) -> None:
+    """The dry run's go/no-go (launch/pool_check.py) on the first run's settings: every run of the sweep trains the
+    same pool on the same rows."""
+    from mutualrl.launch.pool_check import check_rows_for, run_pool_check
+    from mutualrl.launch.run import check_local_rows
+    from mutualrl.launch.sweep.grid import resolved_config
+
+    config = resolved_config(spec, point)  # type: ignore[arg-type]
+    _, train = check_local_rows(config, console)
+    run_pool_check(config, check_rows_for(rows, train is not None), console, train, save, asked=rows is not None)
 
 
 def print_plan(source: str | None, effect: float | None, prompts: str | None, comparisons: int | None) -> int:
@@ -147,7 +177,10 @@ def slurm_options(slurm: bool, partition: str | None, time_min: int, gpus: int |
                         parallel=parallel, local=local)
 
 
-def launch(spec: object, jobs: int, dry_run: bool, slurm: object | None) -> int:
+def launch(spec: object, jobs: int, dry_run: bool, slurm: object | None,
+           check: tuple[int | None, Path | None] = (None, None)) -> int:
+    """Run, submit or (``dry_run``) plan the sweep; a dry run ends with the go/no-go (``check``: ``--check-rows``,
+    ``--check-save``)."""
     import shlex
 
     from mutualrl.launch.sweep.grid import plan_sweep, run_sweep
@@ -164,6 +197,7 @@ def launch(spec: object, jobs: int, dry_run: bool, slurm: object | None) -> int:
             console.print(f"  {point.name}: {states[point.name]}: "
                           f"{shlex.join(['mutualrl', 'train', *spec.argv(point, states[point.name] == 'resume')])}",  # type: ignore[attr-defined]
                           highlight=False, soft_wrap=True, markup=False)
+        go_no_go(spec, points[0], *check)
         return 0
     if slurm is not None:
         from mutualrl.launch.sweep.slurm import submit_sweep

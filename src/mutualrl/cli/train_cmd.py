@@ -52,6 +52,14 @@ MainAddressOption = Annotated[str | None, typer.Option(
     "launchers on one machine).", show_default=False)]
 DryRunOption = Annotated[bool, typer.Option(
     "--dry-run", help="Print placement, launch commands and resolved config; start and write nothing.")]
+CheckRowsOption = Annotated[int | None, typer.Option(
+    "--check-rows", min=0, metavar="N", help="With --dry-run: the go/no-go: every policy scores N training rows "
+    "greedily first, and the dry run says each one's reward@1, how many of its failures a peer solves and what that "
+    "means (nothing to learn, too easy, little to share, worth a sweep). Default: 32 where task.source is your own "
+    "local rows, else none; 0 skips it.", show_default=False)]
+CheckSaveOption = Annotated[Path | None, typer.Option(
+    "--check-save", metavar="FILE", help="With --dry-run: also write the go/no-go's scores as an eval file, for "
+    "`mutualrl complementarity FILE`'s full tables.", show_default=False)]
 PreflightOption = Annotated[bool, typer.Option(
     "--preflight", help="Before a long run: plan it, write its folder and start every worker as the run would (its "
     "command, accelerate launch, environment) up to its first GPU touch: settings and digest, GRPOConfig, the "
@@ -99,6 +107,8 @@ def train(
     overwrite: OverwriteOption = False,
     baseline: BaselineOption = None,
     allow_code: AllowCodeOption = [],  # noqa: B006 - Typer's default, never mutated
+    check_rows: CheckRowsOption = None,
+    check_save: CheckSaveOption = None,
     **regime_options: str | None,  # each regime's own options (RegimeSpec.flags), added by with_regime_flags
 ) -> None:
     """Train every policy of a pool concurrently with GRPO, exchanging experience through the SEE.
@@ -106,7 +116,7 @@ def train(
     With no options: the embedded `tiny` pool (two small models with different tokenizers) with SGT on CPU.
     `--baseline standalone` also trains standalone GRPO on the same seed and prints the comparison.
     Your own data: --set task.name=dataset --set task.source=DIR --set 'task.reward_funcs=\\[module.fn]'
-    (docs/tasks.md).
+    (docs/tasks.md); first with --dry-run: it scores the pool on 32 of your rows (the go/no-go).
 
     The progress line per policy: step done/total; reward: mean combined reward of the step's completions;
     val@1: held-out greedy reward@1; the regime's figures (SGT: rescues, prompts whose failed group got a
@@ -130,6 +140,7 @@ def train(
 
             raise UsageError("--save-plan: only with --dry-run (a real launch writes RUN/launch/plan.json itself)")
         check_output_path(save_plan, "--save-plan", kind="file", overwrite=overwrite)
+    check_go_no_go_options(dry_run, check_rows, check_save, overwrite)
     from mutualrl.launch.run import TrainOptions, run_train
 
     options = TrainOptions(pool=pool, regime=regime, regime_overrides=regime_overrides, output_dir=output_dir,
@@ -138,8 +149,24 @@ def train(
                            device_map=device_map, nodes=nodes, machine_rank=machine_rank, main_address=main_address,
                            dry_run=dry_run, preflight=preflight, resume=resume, overwrite=overwrite,
                            baseline=baseline,
-                           save_plan=save_plan, allow_code=split_names(allow_code))
+                           save_plan=save_plan, allow_code=split_names(allow_code), check_rows=check_rows,
+                           check_save=check_save)
     raise typer.Exit(run_train(options, console))
+
+
+def check_go_no_go_options(dry_run: bool, rows: int | None, save: Path | None, overwrite: bool | None) -> None:
+    """``--check-rows`` and ``--check-save`` shape the dry run's go/no-go: only with ``--dry-run``; a file to save to
+    that can be written (an existing one only with ``overwrite``; None: replaced, as ``sweep`` has no
+    ``--overwrite``)."""
+    from mutualrl.errors import UsageError
+    from mutualrl.launch.pool_check import check_save_path
+
+    for flag, value in (("--check-rows", rows), ("--check-save", save)):
+        if value is not None and not dry_run:
+            raise UsageError(f"{flag}: the go/no-go runs with --dry-run (a real launch starts training at once)")
+    if save is not None:
+        check_output_path(save, "--check-save", kind="file", overwrite=overwrite)
+    check_save_path(save, rows)
 
 
 def option_name(flag: str) -> str:

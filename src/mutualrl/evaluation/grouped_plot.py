@@ -18,8 +18,8 @@ from typing import Any
 from mutualrl.atomic_io import write_text_atomic
 from mutualrl.evaluation.plot_style import colors, line_kwargs, pyplot, run_styles, save_figure
 from mutualrl.evaluation.report.build import ALL, FinalValues, Report, build_report
-from mutualrl.evaluation.report.notes import caption_caveats
-from mutualrl.evaluation.report.stats import INTERVAL_KIND, MIN_RUNS_FOR_INTERVAL, t_interval
+from mutualrl.evaluation.report.notes import caption_caveats, caveat_causes
+from mutualrl.evaluation.report.stats import FEW_RUNS, INTERVAL_KIND, MIN_RUNS_FOR_INTERVAL, t_interval
 from mutualrl.evaluation.results import group_rewards, metric_value
 from mutualrl.run_folder import RunPaths, read_metric_rows
 
@@ -37,6 +37,13 @@ class Band:
     low: list[float] | None
     high: list[float] | None
     n: int
+    runs_range: tuple[float, float] = (0.0, 1.0)  # the lowest and highest value any of its runs had
+    clipped: bool = False  # the interval was cut to the reward's range (:func:`clip_bands`)
+
+
+REWARD_RANGE = (0.0, 1.0)
+"""The range of held-out reward@1 where every run's value lies in it (a 0/1 verifier's, most rewards'): a mean over
+seeds cannot leave it, so neither does its band (a t interval on 2-3 seeds runs past it)."""
 
 
 def curves_of(run: FinalValues) -> dict[tuple[str, str], dict[int, float]]:
@@ -56,10 +63,32 @@ def band(per_run: list[dict[int, float]]) -> Band:
     steps = sorted(set.intersection(*(set(curve) for curve in per_run)))
     columns = [[curve[step] for curve in per_run] for step in steps]
     mean = [sum(column) / len(column) for column in columns]
+    values = [v for column in columns for v in column]
+    spread = (min(values), max(values)) if values else REWARD_RANGE
     if len(per_run) < MIN_RUNS_FOR_INTERVAL:
-        return Band(steps, mean, None, None, len(per_run))
+        return Band(steps, mean, None, None, len(per_run), spread)
     bounds = [t_interval(column) for column in columns]
-    return Band(steps, mean, [b[0] for b in bounds], [b[1] for b in bounds], len(per_run))
+    return Band(steps, mean, [b[0] for b in bounds], [b[1] for b in bounds], len(per_run), spread)
+
+
+def reward_range(panels: dict[tuple[str, str], dict[str, Band]]) -> tuple[float, float] | None:
+    """:data:`REWARD_RANGE` when every run's value in every panel lies in it, else None (a reward of another
+    range: nothing is clipped)."""
+    spreads = [b.runs_range for by_label in panels.values() for b in by_label.values()]
+    inside = all(REWARD_RANGE[0] <= low and high <= REWARD_RANGE[1] for low, high in spreads)
+    return REWARD_RANGE if spreads and inside else None
+
+
+def clip_bands(panels: dict[tuple[str, str], dict[str, Band]], bounds: tuple[float, float] | None) -> bool:
+    """Cut every band to ``bounds`` (the reward's range), marking each band cut; whether any was."""
+    if bounds is None:
+        return False
+    for b in (b for by_label in panels.values() for b in by_label.values() if b.low is not None and b.high is not None):
+        low = [max(v, bounds[0]) for v in b.low]  # type: ignore[union-attr]
+        high = [min(v, bounds[1]) for v in b.high]  # type: ignore[union-attr]
+        b.clipped = low != b.low or high != b.high
+        b.low, b.high = low, high
+    return any(b.clipped for by_label in panels.values() for b in by_label.values())
 
 
 def panel_bands(groups: dict[str, list[FinalValues]]) -> dict[tuple[str, str], dict[str, Band]]:
@@ -75,23 +104,40 @@ def panel_bands(groups: dict[str, list[FinalValues]]) -> dict[tuple[str, str], d
     return panels
 
 
-def caption(report: Report) -> str:
-    """What the figure shows, n per group, the band's kind, and every caveat of the report (†)."""
+def caption(report: Report, clipped: tuple[float, float] | None = None, full: bool = True) -> str:
+    """What the figure shows, n per group, the band's kind (``clipped``: cut to that range somewhere), and the
+    report's caveats: every caveat line, naming its runs, or (``full`` False: the figure's default) each cause
+    once, short enough for a paper's caption."""
     context = report.context
     sizes = ", ".join(f"{label} n = {len(members)}" for label, members in report.groups.items())
     text = (f"Held-out reward@1 (greedy) at each validation step; pool {context['pool']}, task {context['task']}, "
             f"{context['steps']} steps. Line: mean over runs (seeds) of each group ({sizes}); band: 95% "
             f"{INTERVAL_KIND} of the mean, for these held-out prompts over new seeds, not for the task (none where "
             f"n < {MIN_RUNS_FOR_INTERVAL}); no smoothing.")
-    caveats = caption_caveats(report)
+    if clipped is not None:
+        text += (f" Bands clipped to [{clipped[0]:g}, {clipped[1]:g}], the range of every run's value (the interval "
+                 "ran past it where n is small).")
+    caveats = caption_caveats(report) if full else short_caveats(report)
     return text + ("".join(f" Note: {line.rstrip('.')}." for line in caveats) if caveats else "")
 
 
+def short_caveats(report: Report) -> list[str]:
+    """The caption's caveats in short: few runs behind a band, then every cause of a † once (which runs:
+    ``mutualrl report``, or ``--full-caption``)."""
+    few = sorted({len(members) for members in report.groups.values() if len(members) < FEW_RUNS})
+    causes = [words for _, words in caveat_causes(report).values()]
+    return ([f"n = {', '.join(map(str, few))}: a band from so few runs is wide for that reason"] if few else []) + (
+        [f"{'; '.join(causes)} (which runs: mutualrl report, or plot --full-caption)"] if causes else [])
+
+
 def plot_grouped(run_dirs: Sequence[Path], out_dir: Path, by: Sequence[str], fmt: str = "pdf", width: str = "two",
-                 baseline: str | None = None) -> tuple[Path, str]:
-    """Write ``heldout_reward_by_<by>.<fmt>`` and its caption (``.caption.txt``); returns the figure and the caption."""
+                 baseline: str | None = None, full_caption: bool = False) -> tuple[Path, str]:
+    """Write ``heldout_reward_by_<by>.<fmt>`` and its caption (``.caption.txt``; ``full_caption``: every caveat line);
+    returns the figure and the caption."""
     report = build_report(run_dirs, by, baseline, option="--group-by")
     panels = panel_bands(report.groups)
+    bounds = reward_range(panels)
+    clipped = clip_bands(panels, bounds)
     labels = list(report.groups)
     palette, styles = colors(len(labels)), run_styles(len(labels))
     policies = list(dict.fromkeys(row.policy for row in report.rows))  # the report's order: the pool's
@@ -110,13 +156,13 @@ def plot_grouped(run_dirs: Sequence[Path], out_dir: Path, by: Sequence[str], fmt
             axes[r][c].set_title(f"{policy}: {group}", pad=2)
     fig.supxlabel("training step", fontsize=7)
     fig.supylabel("held-out reward@1", fontsize=7)  # once: a label per row overprinted its neighbours
-    fit_axes(axes[0][0], panels)
+    fit_axes(axes[0][0], panels, bounds)
     context = report.context
     fig.suptitle(f"{context['pool']} pool, task {context['task']}, {context['steps']} steps", fontsize=8)
     entries = [(f"{label} (n = {len(report.groups[label])})", paper_line(palette[i], styles[i]))
                for i, label in enumerate(labels)]
     out = save_figure(fig, entries, grouped_outputs(out_dir, by, fmt)[0])
-    text = caption(report)
+    text = caption(report, bounds if clipped else None, full_caption)
     write_text_atomic(out.with_suffix(".caption.txt"), text + "\n")  # a link planted there is replaced, not followed
     return out, text
 
@@ -150,9 +196,11 @@ def draw_panel(ax: Any, bands: dict[str, Band], labels: list[str], palette: list
 MAX_STEP_TICKS = 5
 
 
-def fit_axes(ax: Any, panels: dict[tuple[str, str], dict[str, Band]]) -> None:
+def fit_axes(ax: Any, panels: dict[tuple[str, str], dict[str, Band]],
+             bounds: tuple[float, float] | None = None) -> None:
     """The shared axes fitted to what is drawn: y from the lowest to the highest line or band (a Δ of 0.05 is
-    invisible on a fixed 0-1 axis), x ticks at validation steps (every k-th when there are many)."""
+    invisible on a fixed 0-1 axis), never past ``bounds`` (the reward's range), x ticks at validation steps (every
+    k-th when there are many)."""
     from matplotlib.ticker import FixedLocator, MaxNLocator
 
     bands = [band for by_label in panels.values() for band in by_label.values()]
@@ -160,7 +208,8 @@ def fit_axes(ax: Any, panels: dict[tuple[str, str], dict[str, Band]]) -> None:
     if values:
         low, high = min(values), max(values)
         pad = max(high - low, 0.02) * 0.06
-        ax.set_ylim(low - pad, high + pad)
+        floor, ceiling = bounds if bounds is not None else (-float("inf"), float("inf"))
+        ax.set_ylim(max(low - pad, floor), min(high + pad, ceiling))
     ax.yaxis.set_major_locator(MaxNLocator(nbins=4))
     steps = sorted({step for b in bands for step in b.steps})
     if steps:

@@ -81,6 +81,11 @@ def short_title(text: str, width: int = 34) -> str:
     return "\n".join(textwrap.wrap(text, width)) or text
 
 
+ONE_RUN_PER_LINE = ("each line: one run, one seed (n = 1, no spread shown); over seeds: mutualrl plot --group-by "
+                    "regime SWEEP")
+"""The legend's title of ``mutualrl plot RUN...``'s figures: a line is one seed, not a result."""
+
+
 def save_with_legend(fig: Any, entries: Sequence[tuple[str, dict[str, Any]]], out: Path) -> Path:
     """Figure-level legend (``(label, Line2D keyword arguments)``), layout, save, close."""
     from matplotlib.lines import Line2D
@@ -88,8 +93,8 @@ def save_with_legend(fig: Any, entries: Sequence[tuple[str, dict[str, Any]]], ou
     handles = [Line2D([], [], **kwargs) for _, kwargs in entries]
     ncol = min(len(entries), 6)
     fig.legend(handles, [label for label, _ in entries], loc="lower center", ncol=ncol, frameon=False,
-               bbox_to_anchor=(0.5, 0.0), handlelength=3.2)
-    legend_rows = -(-len(entries) // 6)
+               bbox_to_anchor=(0.5, 0.0), handlelength=3.2, title=ONE_RUN_PER_LINE, title_fontsize=8)
+    legend_rows = -(-len(entries) // 6) + 1  # and its title
     height_in = fig.get_size_inches()[1]
     fig.tight_layout(rect=(0, min(0.3, (0.3 + 0.25 * legend_rows) / height_in), 1, 1 - 0.35 / height_in))
     return write_figure(fig, out, dpi=120)

@@ -52,6 +52,7 @@ from mutualrl.evaluation.results import GROUP_KEY_PREFIX, REWARD_KEY_SUFFIX, gro
 from mutualrl.metric_labels import SOURCE_FIGURES, UNIT, MetricWords, source_figure_key
 from mutualrl.output_files import refuse_existing
 from mutualrl.regimes.core.registry import all_regimes
+from mutualrl.run_folder import RunPaths
 
 __all__ = ["RunData", "load_run", "mean_series", "plot_runs", "series", "summary_rows"]
 
@@ -265,7 +266,7 @@ def _task_keys(runs: Sequence[RunData]) -> list[tuple[str, MetricWords]]:
 
 def _group_keys(runs: Sequence[RunData]) -> list[tuple[str, MetricWords]]:
     """``eval/group/<g>/reward@1`` for every task group the runs validated (e.g. the tiny pool's families)."""
-    groups = sorted({g for r in runs for line in r.evals for g in group_rewards(line, r.path / "metrics.jsonl")})
+    groups = sorted({g for r in runs for line in r.evals for g in group_rewards(line, RunPaths(r.path).metrics)})
     return [(f"{GROUP_KEY_PREFIX}{g}{REWARD_KEY_SUFFIX}", MetricWords(f"group {g}", REWARD_AT_1, UNIT))
             for g in groups]
 

@@ -71,17 +71,7 @@ def resolve_targets(target: str, tokenizer: str | None = None, chat_template: bo
         from mutualrl.config.loader import load_run_config
 
         config = load_run_config(target, check_grpo=False).config
-        targets = [
-            EvalTarget(
-                name=p.name,
-                model=p.model,
-                tokenizer=tokenizer or p.tokenizer,
-                chat_template=p.chat_template if chat_template is None else chat_template,
-                dtype=p.dtype,
-            )
-            for p in config.pool.policies
-        ]
-        return TargetSet(targets, config.pool.name, config)
+        return TargetSet(recipe_targets(config, tokenizer, chat_template), config.pool.name, config)
     models = [m.strip() for m in target.split(",") if m.strip()]
     if not models:
         raise UsageError(f"{target!r} names no model to evaluate: give a pool name, a recipe path or "
@@ -107,6 +97,14 @@ def resolve_targets(target: str, tokenizer: str | None = None, chat_template: bo
                                   chat_template=chat_template if trained is None else trained))
     label = "+".join(re.sub(r"[^A-Za-z0-9._-]+", "_", n) for n in names)[:80]
     return TargetSet(targets, label)
+
+
+def recipe_targets(config: Any, tokenizer: str | None = None, chat_template: bool | None = None) -> list[EvalTarget]:
+    """The policies of a resolved recipe (a ``RunConfig``) as models to evaluate, each with its own settings
+    (``tokenizer`` and ``chat_template``, when given, for every one)."""
+    return [EvalTarget(name=p.name, model=p.model, tokenizer=tokenizer or p.tokenizer,
+                       chat_template=p.chat_template if chat_template is None else chat_template, dtype=p.dtype)
+            for p in config.pool.policies]
 
 
 def local_model_name(folder: Path) -> str:

@@ -1,13 +1,58 @@
-"""The console that a command's progress displays share.
+"""The console that a command's progress displays share, and how a command's console writes where no terminal is.
 
 rich nests live displays on one console only: the tiny models' build bar, shown inside ``mutualrl assets fetch``'s
 status line, has to draw on the CLI's console, not on a second one writing to the same terminal. The CLI shares its
 console here; without the CLI (the Python API, a test) progress goes to standard error.
+
+Piped to a file, CI or ``nohup``, rich would wrap every line at 80 columns (a status line split mid-field, a table's
+header broken over two lines): :func:`command_console` writes lines whole there, as TRL's and transformers' loggers
+do, and draws tables at their own width up to :data:`PLAIN_WIDTH` (``COLUMNS``, when set, still decides).
 """
 
 from __future__ import annotations
 
-from rich.console import Console
+import os
+from typing import Any
+
+from rich.console import Console, ConsoleDimensions
+
+PLAIN_WIDTH = 200
+"""The width tables may take where no terminal is (a log file is read with a pager or an editor, not at 80)."""
+
+
+class CommandConsole(Console):
+    """rich's console on a terminal; where none is (looked at as each line is written: a test swaps the stream), one
+    that never wraps a printed line and draws tables up to :data:`PLAIN_WIDTH` columns (``COLUMNS``, when set, still
+    decides)."""
+
+    def __init__(self, **kwargs: Any):
+        self._given_soft_wrap = False
+        super().__init__(**kwargs)
+
+    @property  # type: ignore[override]
+    def soft_wrap(self) -> bool:
+        return self._given_soft_wrap or not self.is_terminal
+
+    @soft_wrap.setter
+    def soft_wrap(self, value: bool) -> None:
+        self._given_soft_wrap = value
+
+    @property  # type: ignore[override]
+    def size(self) -> ConsoleDimensions:
+        measured = super().size
+        if self.is_terminal or os.environ.get("COLUMNS", "").isdigit() or self._width is not None:
+            return measured
+        return ConsoleDimensions(PLAIN_WIDTH, measured.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
+def command_console(stderr: bool = False) -> Console:
+    """A command's console (:class:`CommandConsole`)."""
+    return CommandConsole(stderr=stderr)
+
 
 _shared: Console | None = None
 

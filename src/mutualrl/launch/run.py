@@ -64,6 +64,8 @@ class TrainOptions:
     baseline: str | None = None  # also train this regime on the same seed and settings, then compare
     save_plan: Path | None = None  # --dry-run: also write the plan's JSON to this file (nothing else is written)
     allow_code: list[str] = field(default_factory=list)  # --allow-code: modules a run folder's config may name
+    check_rows: int | None = None  # --dry-run's go/no-go sample (None: 32 where the rows are local, else none)
+    check_save: Path | None = None  # --check-save: the go/no-go's scores as an eval file
 
 
 DEFAULT_POOL = "tiny"
@@ -291,16 +293,21 @@ def _train_one(options: TrainOptions, console: Console) -> int:
         from mutualrl.launch.plan.render import render_plan
         from mutualrl.tasks.reward_funcs import task_summary
 
-        rows_checked = check_local_rows(config, console)  # a bad row fails here, before the plan is shown
+        rows_checked, train = check_local_rows(config, console)  # a bad row fails here, before the plan is shown
         plan = plan_without_launch(config, paths.root, saved=resume_ranks(paths, config, options.resume))
         render_plan(plan, console)
         if plan.placement.gpus:  # the planned step time is a GPU step's
             from mutualrl.launch.supervise.stop_grace import sbatch_signal_line
 
             console.print(sbatch_signal_line(plan), highlight=False, soft_wrap=True)
-        console.print(task_summary(config.task, config.grpo), highlight=False)
+        console.print(task_summary(config.task, config.grpo), highlight=False, soft_wrap=True)
         if rows_checked:
             console.print(rows_checked, highlight=False, soft_wrap=True)
+        from mutualrl.launch.pool_check import check_rows_for, run_pool_check
+
+        local = train is not None and not options.resume  # a resumed run was judged as it started
+        run_pool_check(config, check_rows_for(options.check_rows, local), console, train, options.check_save,
+                       asked=options.check_rows is not None)
         for change in override_changes(options.pool or DEFAULT_POOL, options.overrides) if options.overrides else ():
             console.print(f"--set {change}", highlight=False, soft_wrap=True)
         if options.save_plan is not None:
@@ -328,21 +335,22 @@ def _train_one(options: TrainOptions, console: Console) -> int:
         raise
 
 
-def check_local_rows(config: RunConfig, console: Console) -> str | None:
+def check_local_rows(config: RunConfig, console: Console) -> tuple[str | None, list[Any] | None]:
     """``--dry-run``: the rows of a local ``task.source`` read and checked as the launch reads them before any
     worker starts (:func:`~mutualrl.launch.rundir.prepare.task_examples`), so a bad row is the same one-line error
-    now; the line saying what was checked, or None where the source is no local file or folder (a hub dataset,
-    ``auto``: the launch reads and checks those rows; a dry run downloads nothing)."""
+    now; the line saying what was checked and the training rows, or None twice where the source is no local file or
+    folder (a hub dataset, ``auto``: the launch reads and checks those rows; a dry run downloads nothing)."""
     from mutualrl.launch.rundir.prepare import task_examples
     from mutualrl.tasks.sources import existing_local_source
 
     source = config.task.source
     if existing_local_source(source) is None:
-        return None
+        return None, None
 
     with console.status(f"checking the rows of {source} ..."):
         train, evals = task_examples(config)
-    return f"rows of {source}: {len(train)} train, {len(evals)} held-out, each checked as the launch reads them"
+    return (f"rows of {source}: {len(train)} train, {len(evals)} held-out, each checked as the launch reads them",
+            train)
 
 
 def check_versions(config: RunConfig, dry_run: bool, console: Console) -> None:

@@ -35,6 +35,7 @@ from mutualrl.ops.exchange_inspect_report import (
     merge_provenance,
 )
 from mutualrl.see.shards import ShardInfo, load_shard, read_manifest
+from mutualrl.ops.exchange_retention import retention_note
 from mutualrl.ops.peer_offpolicy_stats import run_folder_of, source_figures
 
 __all__ = ["FileEntry", "InspectReport", "Issue", "PolicyStep", "inspect_exchange", "resolve_see_root"]
@@ -116,6 +117,7 @@ def inspect_exchange(path: Path | str, *, verify_checksums: bool = True) -> Insp
     _check_across_policies(state)
     _summarise(state)
     state.report.sources = source_figures(run_folder_of(path, root))
+    state.report.retention = retention_note(run_folder_of(path, root), state.report.steps)
     return state.report
 
 

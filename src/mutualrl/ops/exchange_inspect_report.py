@@ -65,6 +65,7 @@ class InspectReport:
     issues: list[Issue] = field(default_factory=list)
     checksums_verified: bool = True
     sources: list[dict[str, Any]] = field(default_factory=list)  # per (learner, peer): peer_offpolicy_stats
+    retention: str | None = None  # the steps no longer held and why (ops/exchange_retention.py); None: all held
 
     @property
     def ok(self) -> bool:

@@ -77,9 +77,16 @@ def only_eos_from_model(model: Any) -> Iterator[None]:
         model.generation_config = own
 
 
+OUTPUT_FORM_SETTINGS = frozenset({"output_attentions", "output_hidden_states", "output_scores", "output_logits",
+                                  "return_dict_in_generate", "use_cache"})
+"""Generation settings that shape what ``generate`` returns or how fast, never which tokens greedy picks: not worth
+saying they were not taken (a model's config often sets them: transformers copies them from the model config)."""
+
+
 def ignored_generation_settings(model: Any) -> list[str]:
-    """The fields of a model's ``generation_config`` that greedy evaluation does not take (all but EOS and pad
-    ids), as ``name=value``, for the results to say."""
+    """The fields of a model's ``generation_config`` that greedy evaluation does not take and that would change
+    what it generates (sampling, penalties, lengths: all but the EOS and pad ids and :data:`OUTPUT_FORM_SETTINGS`),
+    as ``name=value``, for the results to say."""
     from transformers import GenerationConfig
 
     own = getattr(model, "generation_config", None)
@@ -89,7 +96,7 @@ def ignored_generation_settings(model: Any) -> list[str]:
     taken = {"eos_token_id", "pad_token_id", "bos_token_id", "decoder_start_token_id", "transformers_version",
              "_from_model_config"}
     return [f"{key}={value!r}"[:80] for key, value in sorted(own.to_dict().items())
-            if key not in taken and value != defaults.get(key)]
+            if key not in taken | OUTPUT_FORM_SETTINGS and value != defaults.get(key)]
 
 
 def generate_greedy(

@@ -136,6 +136,38 @@ def check_reward_columns(spec: RewardSpec, columns: Collection[str], origin: str
                             f"{', '.join(sorted(columns))}); {fix}")
 
 
+TRAINING_KEYWORDS = ("prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric")
+"""What ``GRPOTrainer._calculate_rewards`` passes every reward function by name in training, besides each column."""
+
+
+def unaccepted_keywords(func: Callable[..., Any], columns: Collection[str]) -> list[str]:
+    """The keywords TRL's training call passes (:data:`TRAINING_KEYWORDS`, and every column but the prompt) that
+    ``func`` takes no parameter for and no ``**kwargs`` catches: the first training step's ``TypeError``."""
+    try:
+        parameters = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):  # a builtin or C callable: nothing to read
+        return []
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return []
+    named = {p.name for p in parameters if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                                       inspect.Parameter.KEYWORD_ONLY)}
+    passed = [*TRAINING_KEYWORDS, *sorted(set(columns) - {"prompt", "completion", "completion_ids"})]
+    return [name for name in passed if name not in named]
+
+
+def check_training_keywords(spec: RewardSpec, columns: Collection[str], origin: str) -> None:
+    """Refuse, before the launch, a reward function that training would call with a keyword it does not take (one
+    line; TRL's traceback would come at the first step, after the models loaded)."""
+    for i, name in enumerate(spec.funcs):
+        func = resolve_reward_func(name, f"{REWARD_FUNCS_KEY}[{i}]")
+        missing = unaccepted_keywords(func, columns)
+        if missing:
+            shown = ", ".join(missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8 else "")
+            raise UsageError(f"{REWARD_FUNCS_KEY}[{i}] {name}: takes no **kwargs, and training calls it with "
+                             f"{shown} as well (TRL passes every column of {origin} and its own arguments by "
+                             "name): end its signature with **kwargs")
+
+
 def check_task_columns(task: Any, task_config: Any, grpo: dict[str, Any]) -> None:
     """:func:`check_reward_columns` for the rows ``task`` will read: a ``dataset`` task's source (a local one; a
     hub dataset is checked when its rows are), a built-in task's columns; a task from elsewhere is not known."""
@@ -149,9 +181,12 @@ def check_task_columns(task: Any, task_config: Any, grpo: dict[str, Any]) -> Non
         found = None
     for columns, origin in found or ():
         check_reward_columns(spec, columns, origin)
+        check_training_keywords(spec, columns, origin)
         if task_config.group_column is not None and task_config.group_column not in columns:
             raise DataError(f"task.group_column {task_config.group_column!r} is no column of {origin} (its columns: "
                             f"{', '.join(sorted(columns))})")
+    if not found:  # the columns are not known yet: TRL's own arguments are
+        check_training_keywords(spec, (), f"task {task_config.name}'s rows")
 
 
 def score_batch(spec: RewardSpec, prompts: Sequence[Any], completions: Sequence[Any],

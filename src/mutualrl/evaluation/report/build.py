@@ -466,9 +466,23 @@ def shared_context(runs: list[FinalValues]) -> dict[str, Any]:
             "steps": common([max(r.step.values()) for r in runs])}
 
 
+#: Folder names that say a folder holds data, not which: a user's task is then named by the folder above (when the
+#: run recorded it) and its reward functions.
+GENERIC_FOLDERS = ("data", "dataset", "datasets", "splits", "jsonl")
+
+
 def task_label(settings: RunSettings) -> str:
-    """The task's name; a user's dataset by its folder (``dataset`` alone names no task)."""
+    """The task's name; a user's dataset (``dataset`` alone names no task) by its folder, the folder above one with
+    a generic name when known (``/home/me/sums/data``: ``sums``), and the functions that score it
+    (``sums (reward exact)``)."""
     name, source = settings.get("task.name"), settings.get("task.source")
-    if name == "dataset" and source:
-        return f"{Path(str(source)).name} (dataset)"
-    return str(name)
+    if name != "dataset" or not source:
+        return str(name)
+    folder = Path(str(source))
+    folder = folder.parent if folder.suffix else folder  # a file: its folder names the task
+    if folder.name.lower() in GENERIC_FOLDERS and folder.parent.name:
+        folder = folder.parent
+    funcs = settings.get("task.reward_funcs")
+    scored = [str(f).rsplit(".", 1)[-1] for f in funcs] if isinstance(funcs, (list, tuple)) else []
+    title = folder.name or str(source)
+    return f"{title} (reward {', '.join(scored)})" if scored else title

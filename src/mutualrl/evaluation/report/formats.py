@@ -90,15 +90,16 @@ def cells(row: ReportRow, report: Report) -> list[str]:
     return out
 
 
-def render(report: Report, fmt: str) -> str:
+def render(report: Report, fmt: str, full_notes: bool = True) -> str:
     """The report as ``markdown``, ``csv``, ``latex`` or ``json`` text (the terminal's ``table`` is
-    :func:`.terminal_table.rich_table`; written to a file, the CLI gives it as markdown)."""
+    :func:`.terminal_table.rich_table`; written to a file, the CLI gives it as markdown). ``full_notes`` False: the
+    LaTeX caption carries the short notes (:mod:`.short_notes`); the other formats always carry every note."""
     if fmt == "json":
         return json.dumps(to_json(report), indent=1) + "\n"
     if fmt == "csv":
         return to_csv(report)
     if fmt == "latex":
-        return to_latex(report)
+        return to_latex(report, full_notes)
     if fmt == "markdown":
         return to_markdown(report)
     raise ValueError(fmt)
@@ -165,6 +166,13 @@ LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", 
 LATEX_MARK = re.compile(CAVEAT_MARK + r"([a-z](?:,[a-z])*)?")
 
 
+def caption_notes(report: Report, full: bool) -> list[str]:
+    """Every note, or the short ones (:func:`.short_notes.short_notes`) for a caption to paste."""
+    from mutualrl.evaluation.report.short_notes import short_notes
+
+    return notes(report) if full else short_notes(report)
+
+
 def latex_text(text: str) -> str:
     """``text`` as LaTeX: special characters escaped, every symbol the report writes spelled in ASCII (any other
     non-ASCII character as ``?``, so the file always compiles), a † with its letters as one superscript."""
@@ -177,15 +185,16 @@ def latex_text(text: str) -> str:
     return "".join(parts)
 
 
-def to_latex(report: Report) -> str:
-    """A booktabs table (``\\usepackage{booktabs}``) in a ``table`` float whose caption carries the notes: a
-    caveat in a ``%`` comment is gone from the compiled paper."""
+def to_latex(report: Report, full_notes: bool = True) -> str:
+    """A booktabs table (``\\usepackage{booktabs}``) in a ``table`` float whose caption carries the notes (the short
+    form unless ``full_notes``): a caveat in a ``%`` comment is gone from the compiled paper."""
     head = headers(report)
     spec = "lll" + "r" * (len(head) - 3)
     lines = [r"\begin{table}[t]", r"\centering", r"\scriptsize", r"\begin{tabular}{" + spec + "}", r"\toprule",
              " & ".join(latex_text(h) for h in head) + r" \\", r"\midrule"]
     lines += [" & ".join(latex_text(c) for c in cells(row, report)) + r" \\" for row in report.rows]
     lines += [r"\bottomrule", r"\end{tabular}",
-              r"\caption{" + " ".join(latex_text(line.rstrip(".")) + "." for line in notes(report)) + "}",
+              r"\caption{" + " ".join(latex_text(line.rstrip(".")) + "." for line in caption_notes(report, full_notes))
+              + "}",
               r"\label{tab:mutualrl-report}", r"\end{table}"]
     return "\n".join(lines) + "\n"

@@ -218,7 +218,23 @@ def resume_changes(paths: RunPaths, config: RunConfig) -> list[ConfigChange]:
                          f"(start a new run with --output-dir instead): {'; '.join(map(str, refused))}")
     refuse_shorter_run(paths, config)
     refuse_larger_validation(paths, stored, config)
-    return allowed
+    return [change for change in allowed if not same_folder(change, config)]
+
+
+def same_folder(change: ConfigChange, config: RunConfig) -> bool:
+    """An ``output_dir`` change that names the folder being resumed another way (``runs/x`` -> ``/home/me/runs/x``,
+    as the resume line printed after a stop spells it): no change, nothing to say or store."""
+    if change.key != "output_dir" or not isinstance(change.before, str) or not isinstance(change.after, str):
+        return False
+    from pathlib import Path
+
+    def folder(text: str) -> Path:
+        return Path(text.format(pool=config.pool.name, regime=config.regime.name)).resolve()
+
+    try:
+        return folder(change.before) == folder(change.after)
+    except (KeyError, IndexError, ValueError):  # a placeholder the run's name does not fill: another spelling
+        return False
 
 
 def refuse_shorter_run(paths: RunPaths, config: RunConfig) -> None:

@@ -254,7 +254,23 @@ def resume_hint(paths: RunPaths) -> str:
     step = common_checkpoint(paths, policies) if policies else None
     saved = (f"checkpoint-{step} of every policy ({paths.policies}/<policy>/checkpoint-{step})" if step is not None
              else "its start (no checkpoint was saved yet)")
-    return f"to go on from {saved}: mutualrl train --resume -o {shlex.quote(str(paths.root))}"
+    modules = recorded_modules(paths)
+    allow = f" --allow-code {shlex.quote(','.join(modules))}" if modules else ""
+    return f"to go on from {saved}: mutualrl train --resume -o {shlex.quote(str(paths.root))}{allow}"
+
+
+def recorded_modules(paths: RunPaths) -> list[str]:
+    """The user's modules the run's config names, as ``RUN/inputs.json`` recorded them: what ``--resume`` must be
+    told it accepts (``--allow-code``; a run folder chooses no code by itself). Empty for a damaged or older record
+    (the resume then names what it needs)."""
+    from mutualrl.errors import MutualRLError
+    from mutualrl.run_inputs import recorded_inputs
+
+    try:
+        record = recorded_inputs(paths)
+    except MutualRLError:
+        return []
+    return sorted(record["code"]) if record is not None else []
 
 
 def print_failure(outcome: Any, paths: RunPaths, console: Console) -> None:

@@ -154,14 +154,17 @@ class PoolRunner:
                 self.silent_said.add(name)
                 self.console.print(f"[yellow]warning:[/] {note}", highlight=False, soft_wrap=True)
 
-    def _print_steps(self, rows: list[dict[str, Any]]) -> None:
-        """Non-TTY progress: one line per merged ``kind: train`` row (a logged step of one policy)."""
+    def _print_steps(self, rows: list[dict[str, Any]]) -> int:
+        """Non-TTY progress: one line per merged ``kind: train`` row (a logged step of one policy), its figures from
+        each peer (the detail view) at its end, never wrapped; how many steps were printed."""
+        printed = 0
         for row in rows:
             if row.get("kind") == "train":
                 total = self._status_of(str(row.get("policy"))).get("max_steps") or self.settings.max_steps
-                self.console.print(step_line(row, total), highlight=False)
-                for peer, text in source_details(row).items():  # the detail view: a line per peer
-                    self.console.print(f"  {row.get('policy')} from {peer}: {text}", highlight=False)
+                peers = "".join(f"  | from {peer}: {text}" for peer, text in source_details(row).items())
+                self.console.print(step_line(row, total) + peers, highlight=False, soft_wrap=True, markup=False)
+                printed += 1
+        return printed
 
     # -- processes ------------------------------------------------------------------------
     def start(self) -> None:
@@ -244,10 +247,11 @@ class PoolRunner:
                     # TRL logs; polling the status files would skip steps made between two polls), and the
                     # status of all policies whenever a phase changes, else every 30 s to show the run is alive.
                     if not live:
-                        self._print_steps(new_rows)
-                        if key != last_key or now - last_plain > 30:
+                        if self._print_steps(new_rows):
+                            last_plain = now  # a step line shows the run is alive
+                        if key != last_key or now - last_plain > PLAIN_ALIVE_S:
                             last_plain, last_key = now, key
-                            self.console.print(" | ".join(lines), highlight=False)
+                            self.console.print(" | ".join(lines), highlight=False, soft_wrap=True, markup=False)
                     local_done = all(p.returncode is not None for p in self.procs)
                     if local_done and failure is None and self.remote is not None:
                         self.remote.report(True, returncodes={p.name: p.returncode for p in self.procs})
@@ -286,7 +290,7 @@ class PoolRunner:
             step = int(st.get("step", 0) or 0)
             progress.update(tasks[name], completed=step, total=total, info=info, eta=self.clock.eta(name, step, total))
             lines.append(f"{name}: step {st.get('step', 0)}/{total or '?'} {info}")
-            key.append((name, st.get("step", 0), st.get("phase")))
+            key.append((name, None if self.merger is not None else st.get("step", 0), plain_phase(st.get("phase"))))
         return lines, key
 
     def _local_progress(self, proc: PolicyProcess, progress: Progress, task: Any,
@@ -298,7 +302,7 @@ class PoolRunner:
         progress.update(task, completed=step, total=total, info=info, eta=self.clock.eta(proc.name, step, total))
         # With merged metrics, each logged step gets its own line: only phases count in the key.
         return (f"{proc.name}: step {step}/{total or '?'} {info}",
-                (proc.name, None if self.merger is not None else step, st.get("phase")))
+                (proc.name, None if self.merger is not None else step, plain_phase(st.get("phase"))))
 
     def _check(self, proc: PolicyProcess, failure: tuple[str, str] | None) -> tuple[str, str] | None:
         """The pool's failure, (policy, reason), after a look at ``proc``: its exit, its silence or stall. A failure
@@ -474,6 +478,19 @@ class PoolRunner:
                 proc.returncode = proc.popen.wait(timeout=remaining)
             except subprocess.TimeoutExpired:
                 pass
+
+
+PLAIN_ALIVE_S = 30
+"""Non-TTY progress: the policies' status line at least this often (seconds) when no step line came."""
+ROUTINE_PHASES = ("training", "waiting for peers", "validating")
+"""The phases every step passes through: a plain log's status line is not printed for each of them."""
+
+
+def plain_phase(phase: Any) -> str:
+    """``phase`` as the non-TTY log tells phases apart: the routine of every step (:data:`ROUTINE_PHASES`) is one
+    ``running`` (its step lines show it); starting, saving, stopping, finished are themselves."""
+    text = str(phase or "starting")
+    return "running" if text.startswith(ROUTINE_PHASES) else text
 
 
 def describe_status(status: dict[str, Any]) -> str:

@@ -325,9 +325,9 @@ def run_points(spec: SweepSpec, todo: list[SweepPoint], states: dict[str, str], 
 
 
 def start_point(spec: SweepSpec, point: SweepPoint, resume: bool, jobs: int, console: Console) -> Started:
-    command = train_command(spec, point, resume)
+    command = train_command(spec, point, resume)  # python -P -m mutualrl train ...: shown from "mutualrl"
     console.print(f"[bold]sweep[/] {escape(point.name)}: {'resuming' if resume else 'training'} "
-                  f"({escape(shlex.join(['mutualrl', *command[3:]]))})", highlight=False, soft_wrap=True)
+                  f"({escape(shlex.join(command[3:]))})", highlight=False, soft_wrap=True)
     log = None
     if jobs > 1:
         logs = folder_inside(spec.folder, LOGS_DIR)
