@@ -18,8 +18,10 @@ checkpoint counts only when :func:`checkpoint_problem` finds nothing:
   under DeepSpeed ``latest`` and the ZeRO model and optimizer shards of every rank of the
   tag it names (the ranks are read from the per-rank files present);
 - **the regime's running state** (``mutualrl-regime-state.json``, ``training/regime_state.py``: HACPO's capability
-  window) is judged as every other file, by the manifest and the JSON check; not required, since a checkpoint saved
-  before it existed resumes (with that state afresh);
+  window) is judged by the manifest and read by the worker's own strict reader
+  (:func:`~mutualrl.regimes.core.state_file.read_regime_state`: no ``Infinity``, a dtype HACPO keeps), so a state
+  the worker would refuse passes the checkpoint over here; not required, since a checkpoint saved before it existed
+  resumes (with that state afresh);
 - **no file cut short**: JSON parses, a safetensors file is as long as its header says, a
   torch file's members match their CRCs. Every byte of the weights and the optimizer is read once (GB/s):
   the price of never resuming from garbage.
@@ -47,6 +49,7 @@ from typing import Any
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.errors import UsageError
 from mutualrl.pools.adapter_config import ADAPTER_CONFIG, adapter_config_problem
+from mutualrl.regimes.core.state_file import REGIME_STATE_NAME, RegimeStateError, read_regime_state
 from mutualrl.trust.checkpoint_pickles import unsafe_global
 
 MANIFEST_NAME = "mutualrl-manifest.json"
@@ -424,7 +427,12 @@ def content_problem(folder: Path, names: set[str] | None = None) -> str | None:
         names = set(checkpoint_files(folder))
     ordered = sorted(names)
     for name in ordered:
-        if "/" not in name and name.endswith(".json"):
+        if name == REGIME_STATE_NAME:  # read as the worker reads it: one it would refuse is passed over here
+            try:
+                read_regime_state(folder / name)
+            except RegimeStateError as err:
+                return str(err)
+        elif "/" not in name and name.endswith(".json"):
             try:
                 json.loads((folder / name).read_text())
             except JSON_ERRORS as err:
