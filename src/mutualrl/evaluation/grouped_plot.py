@@ -18,7 +18,7 @@ from typing import Any
 from mutualrl.atomic_io import write_text_atomic
 from mutualrl.evaluation.plot_style import colors, line_kwargs, pyplot, run_styles, save_figure
 from mutualrl.evaluation.report.build import ALL, FinalValues, Report, build_report
-from mutualrl.evaluation.report.notes import caption_caveats
+from mutualrl.evaluation.report.notes import caption_caveats, shown
 from mutualrl.evaluation.report.stats import INTERVAL_KIND, MIN_RUNS_FOR_INTERVAL, t_interval
 from mutualrl.evaluation.results import group_rewards, metric_value
 from mutualrl.run_folder import RunPaths, read_metric_rows
@@ -84,7 +84,7 @@ def caption(report: Report) -> str:
             f"{INTERVAL_KIND} of the mean, for these held-out prompts over new seeds, not for the task (none where "
             f"n < {MIN_RUNS_FOR_INTERVAL}); no smoothing.")
     caveats = caption_caveats(report)
-    return text + ("".join(f" Note: {line.rstrip('.')}." for line in caveats) if caveats else "")
+    return shown(text + ("".join(f" Note: {line.rstrip('.')}." for line in caveats) if caveats else ""))
 
 
 def plot_grouped(run_dirs: Sequence[Path], out_dir: Path, by: Sequence[str], fmt: str = "pdf", width: str = "two",
