@@ -83,12 +83,41 @@ def building(dest: Path) -> Iterator[Path]:
             fault_injection.disk_full(dest)  # a full disk while fetching an asset
             yield tmp
             record_files(tmp)  # what it holds as built: readers take exactly these files
+            ordinary_modes(tmp)  # mkdtemp's 0700 (and a library's 0600) kept other accounts out of a shared cache
             if dest.exists():
                 shutil.rmtree(dest)
             os.replace(tmp, dest)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def process_umask() -> int:
+    """This process's umask: Linux says it in ``/proc/self/status``; elsewhere it is read by setting it back."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def ordinary_modes(folder: Path) -> None:
+    """Give ``folder`` and everything under it the modes an ordinary ``mkdir`` and ``open`` would have under this
+    process's umask (0755 and 0644 under 022; an executable file keeps its execute bits): a cache built by one
+    account is then readable by another, as the user's umask intends. Links are left as they are."""
+    mask = process_umask()
+    for path in [folder, *folder.rglob("*")]:
+        if path.is_symlink():
+            continue
+        if path.is_dir():
+            path.chmod(0o777 & ~mask)
+        elif path.is_file():
+            executable = path.stat().st_mode & 0o100
+            path.chmod((0o777 if executable else 0o666) & ~mask)
 
 
 #: What an asset folder holds as it was built: ``{"files": {relative path: {"size": bytes, "sha256": hex}}}``.
