@@ -6,7 +6,9 @@
   the process group of each worker it starts: a second launch refuses the folder while the launcher or one of
   those workers is alive (a killed launcher's workers stop within seconds, ``ops.watchdog``; it waits for
   them), and a lock whose recorded holder and workers are all gone is taken over, even when a stray process
-  still holds the old file's lock (a new file is made). A message names only a process it has checked.
+  still holds the old file's lock (a new file is made). A message names only a process it has checked. The file is
+  its owner's and group's only (``flock`` works on a read-only descriptor: a lock file others can read, others can
+  hold).
 - :data:`RUN_MARKER` marks a folder as a mutualrl run: ``--overwrite`` deletes nothing else.
 - :func:`check_no_escaping_symlinks`: nothing under a run folder may point out of it, since
   a resumed run writes through whatever it finds there.
@@ -27,6 +29,7 @@ from typing import Any
 import psutil
 
 from mutualrl.errors import UsageError
+from mutualrl.host.file_lock import LOCK_MODE, keep_to_owner_and_group
 from mutualrl.run_folder import LOCK_NAME, MACHINES_DIR, RUN_MARKER, RunPaths
 
 
@@ -70,7 +73,8 @@ class RunLock:
         self.root.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + wait_for_orphans_s
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, LOCK_MODE)  # no other account takes it
+            keep_to_owner_and_group(fd)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
