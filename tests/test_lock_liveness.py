@@ -144,3 +144,30 @@ def test_a_wait_for_a_build_says_what_it_waits_for_and_ends_naming_the_holder(ow
     assert str(err.value).startswith(f"{path}: still held by pid {os.getpid()}") and "\n" not in str(err.value)
     with asset_lock("models", "m", timeout_s=0.4):  # free again: taken
         assert stat.S_IMODE(path.stat().st_mode) & 0o007 == 0
+
+
+def test_a_wait_for_a_stopped_launchs_workers_says_what_it_waits_for(tmp_path: Path, capsys) -> None:
+    import socket
+    import subprocess
+    import sys
+
+    from mutualrl.launch.rundir.lock import RunBusyError, process_start
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # the stopped launcher: its pid is no process now
+    worker = subprocess.Popen(["sleep", "30"], start_new_session=True)  # its worker, still running
+    try:
+        run = tmp_path / "run"
+        run.mkdir()
+        (run / ".lock").write_text(json.dumps({
+            "pid": gone.pid, "host": socket.gethostname(), "since": "2026-11-28T10:00:00",
+            "workers": {"tiny-bpe": {"pgid": worker.pid, "start": process_start(worker.pid)}}}))
+        with pytest.raises(RunBusyError, match=f"policy tiny-bpe's worker \\(pid {worker.pid}\\) still runs"):
+            RunLock(run).acquire("resume", wait_for_orphans_s=0.6)
+    finally:
+        worker.kill()
+        worker.wait()
+    said = capsys.readouterr().err
+    assert said.count("waiting up to") == 1 and f"{run / '.lock'}: waiting up to" in said
+    assert f"for the workers of the stopped launch (pid {gone.pid}) to end: policy tiny-bpe's worker " \
+           f"(pid {worker.pid})" in said

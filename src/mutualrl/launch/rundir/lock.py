@@ -21,6 +21,7 @@ import fcntl
 import json
 import os
 import socket
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -64,6 +65,7 @@ class RunLock:
         self.recorded = False  # this holder's record is in the file (not a stopped launch's, still needed)
         self.warning: str | None = None
         """Set when the filesystem has no file locks (e.g. Lustre without -o flock): the run is not protected."""
+        self._waiting_said = False
 
     def acquire(self, action: str, wait_for_orphans_s: float = ORPHAN_GRACE_S) -> RunLock:
         """Take the lock, or raise :class:`RunBusyError`: its recorded holder is alive here, runs on another machine
@@ -106,6 +108,7 @@ class RunLock:
             raise RunBusyError(f"cannot {action} {self.root}: the run is live ({describe_holder(holder, self.path)})")
         if live_workers(holder):
             if time.monotonic() < deadline:
+                self._say_waiting(holder, deadline)
                 time.sleep(0.5)
                 return
             raise RunBusyError(f"cannot {action} {self.root}: {describe_workers(holder)}")
@@ -125,7 +128,17 @@ class RunLock:
             if time.monotonic() >= deadline:
                 self.release()
                 raise RunBusyError(f"cannot {action} {self.root}: {describe_workers(holder)}")
+            self._say_waiting(holder, deadline)
             time.sleep(0.5)
+
+    def _say_waiting(self, holder: dict[str, Any], deadline: float) -> None:
+        """Once per acquire: on stderr, what the wait is for (a stopped launch's workers) and how long at most."""
+        if not self._waiting_said:
+            self._waiting_said = True
+            workers = "; ".join(f"policy {policy}'s worker (pid {', '.join(map(str, pids))})"
+                                for policy, pids in live_workers(holder))
+            print(f"mutualrl: {self.path}: waiting up to {max(0.0, deadline - time.monotonic()):.0f} s for the workers "
+                  f"of the stopped launch (pid {holder.get('pid')}) to end: {workers}", file=sys.stderr, flush=True)
 
     def add_worker(self, policy: str, pid: int) -> None:
         """Record a worker started with its own process group (``pid`` leads it) while this lock is held."""
