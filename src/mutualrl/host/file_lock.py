@@ -60,7 +60,7 @@ def lock_held(path: Path) -> bool | None:
     None where this process cannot tell (the file is not readable here, or the filesystem has no locks). The probe
     takes a shared lock for an instant and gives it back."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)  # a FIFO there: no wait
     except FileNotFoundError:
         return False
     except OSError:
