@@ -107,3 +107,19 @@ def test_a_built_cache_folder_has_the_modes_the_umask_gives(tmp_path):
     modes = {path.relative_to(dest).as_posix(): stat.S_IMODE(path.stat().st_mode)
              for path in [dest, *dest.rglob("*")]}
     assert modes == {".": 0o755, "sub": 0o755, "sub/weights.bin": 0o644, "run.sh": 0o755, FILES_RECORD: 0o644}
+
+
+def test_a_cache_file_this_account_may_not_read_is_one_line_naming_it_and_what_to_do(tmp_path, monkeypatch):
+    """An older mutualrl built cache folders 0700: another account's `train` died with a PermissionError traceback.
+    (The suite runs as root, which no mode stops: the error is made here as the kernel gives it.)"""
+    import errno
+
+    from mutualrl.cli.common import permission_line
+
+    monkeypatch.setenv("MUTUALRL_CACHE", str(tmp_path / "cache"))
+    private = tmp_path / "cache" / "models" / "tiny-bpe-x"
+    private.mkdir(parents=True, mode=0o700)
+    private.chmod(0o700)
+    line = permission_line(PermissionError(errno.EACCES, "Permission denied", str(private / "config.json")))
+    assert line.startswith(f"{private / 'config.json'}: permission denied ") and "\n" not in line
+    assert "mode 700" in line and "MUTUALRL_CACHE" in line and "chmod -R a+rX" in line
