@@ -84,3 +84,13 @@ def test_resume_passes_over_a_checkpoint_whose_state_the_worker_would_refuse(tmp
     damaged: list[str] = []
     assert common_checkpoint(paths, ["a"], damaged=damaged) == 2
     assert len(damaged) == 1 and "Infinity" in damaged[0] and str(Path(newest) / REGIME_STATE_NAME) in damaged[0]
+
+
+def test_a_regime_state_its_manifest_does_not_list_is_not_what_was_saved(tmp_path):
+    """The worker reads the state file by its name: one added beside a manifest that does not list it would be
+    loaded unchecked by the launcher, so the checkpoint is refused as not what was saved."""
+    folder = build_checkpoint(tmp_path / "checkpoint-2", "full", 2)  # its manifest lists no regime state
+    assert checkpoint_problem(folder) is None
+    (folder / REGIME_STATE_NAME).write_text(state_text("sgt", SGT_STATE))
+    problem = checkpoint_problem(folder)
+    assert problem is not None and REGIME_STATE_NAME in problem and "not what was saved" in problem

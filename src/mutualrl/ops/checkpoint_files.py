@@ -76,10 +76,11 @@ SHOWN = 3
 FULL_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
-#: Files transformers' Trainer, peft or DeepSpeed open by these names when resuming: one the manifest does not name
-#: would be loaded in place of (or beside) what was saved.
+#: Files transformers' Trainer, peft, DeepSpeed or the worker (the regime's state) open by these names when resuming:
+#: one the manifest does not name would be loaded in place of (or beside) what was saved.
 LOADED_BY_NAME = frozenset({*FULL_WEIGHTS, *SHARD_INDEXES, *ADAPTER_WEIGHTS, "adapter_config.json", "optimizer.pt",
-                            "optimizer.bin", "scheduler.pt", "rng_state.pth", "latest", TRAINER_STATE})
+                            "optimizer.bin", "scheduler.pt", "rng_state.pth", "latest", TRAINER_STATE,
+                            REGIME_STATE_NAME})
 
 
 def checkpoint_files(folder: Path) -> dict[str, int]:
