@@ -39,8 +39,13 @@ class LockTimeout(MutualRLError):
 
 def open_lock_file(path: Path) -> int:
     """A close-on-exec descriptor of lock file ``path``, created with :data:`LOCK_MODE` (a link there is refused:
-    ``OSError``); an existing file of this account readable by others is made owner- and group-only."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, LOCK_MODE)
+    ``OSError``); an existing file of this account readable by others is made owner- and group-only. A group
+    member's file (readable, not writable here) is opened read-only: its lock is taken all the same, and no holder
+    is recorded in it."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, LOCK_MODE)
+    except PermissionError:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     keep_to_owner_and_group(fd)
     return fd
 
@@ -80,8 +85,11 @@ def write_holder(fd: int) -> None:
     """Record this process as the holder in the lock file ``fd`` (written in place, then cut: a reader never sees
     it empty while the lock is held)."""
     data = json.dumps(holder_record()).encode()
-    os.pwrite(fd, data, 0)
-    os.ftruncate(fd, len(data))
+    try:
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+    except OSError:  # opened read-only (another account's file) or a full disk: the lock holds all the same
+        pass
 
 
 def holder_record() -> dict[str, Any]:
