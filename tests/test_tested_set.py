@@ -4,7 +4,6 @@ tiny models the set-up builds are the recorded ones, built under CPU-independent
 from __future__ import annotations
 
 import importlib.metadata
-import json
 import re
 from pathlib import Path
 
