@@ -39,7 +39,8 @@ def test_a_record_left_by_a_launcher_killed_on_another_node_does_not_keep_a_run_
     lock.write_text(json.dumps({"pid": 12, "host": "node-elsewhere", "since": "2026-11-27T10:00:00"}))
     assert lock_held(lock) is False
     assert live_runs(tmp_path / "sw", ["sgt-seed1"]) == ({}, None)  # nobody holds it: the sweep starts the run
-    assert RunLock(run).acquire("resume").release() is None  # as train --resume takes it
+    with RunLock(run).acquire("resume") as taken:  # as train --resume takes it
+        assert taken.fd is not None and json.loads(lock.read_text())["pid"] == os.getpid()
 
     lock.write_text(json.dumps({"pid": 12, "host": "node-elsewhere", "since": "2026-11-27T10:00:00"}))
     fd = hold(lock)  # that node's launcher alive: its lock held
