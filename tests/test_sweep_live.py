@@ -6,6 +6,7 @@ the others go on. In process: ``sbatch`` answered by echo and ``squeue`` by a sc
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import socket
@@ -111,14 +112,19 @@ def test_a_lock_recorded_on_another_machine_counts_until_the_scheduler_says_its_
     run = user_folder / "sw" / "standalone-seed1"
     run.mkdir(parents=True)
     (run / ".lock").write_text(json.dumps({"pid": 12, "host": "node-elsewhere", "since": "2026-11-27T10:00:00"}))
-    live, note = live_runs(user_folder / "sw", ["standalone-seed1"])
-    assert note is None and "held by pid 12 on node-elsewhere" in live["standalone-seed1"]
-    (user_folder / "sw" / JOBS_RECORD).write_text(json.dumps({"runs": {"standalone-seed1": {
-        "job_id": "4242_0", "cluster": "slurm", "host": socket.gethostname()}}}))
-    slurm(["4242_0 RUNNING"])
-    assert "job 4242_0 is running" in live_runs(user_folder / "sw", ["standalone-seed1"])[0]["standalone-seed1"]
-    slurm([])  # the job left the queue: its node's record is stale, the run is not live
-    assert live_runs(user_folder / "sw", ["standalone-seed1"]) == ({}, None)
+    held = os.open(run / ".lock", os.O_RDONLY)  # that node's launcher holds the OS lock (tests/test_lock_liveness.py:
+    fcntl.flock(held, fcntl.LOCK_EX)  # a record whose lock nobody holds is no live launch)
+    try:
+        live, note = live_runs(user_folder / "sw", ["standalone-seed1"])
+        assert note is None and "held by pid 12 on node-elsewhere" in live["standalone-seed1"]
+        (user_folder / "sw" / JOBS_RECORD).write_text(json.dumps({"runs": {"standalone-seed1": {
+            "job_id": "4242_0", "cluster": "slurm", "host": socket.gethostname()}}}))
+        slurm(["4242_0 RUNNING"])
+        assert "job 4242_0 is running" in live_runs(user_folder / "sw", ["standalone-seed1"])[0]["standalone-seed1"]
+        slurm([])  # the job left the queue: its node's record is stale, the run is not live
+        assert live_runs(user_folder / "sw", ["standalone-seed1"]) == ({}, None)
+    finally:
+        os.close(held)
 
 
 def test_without_squeue_the_locks_decide_and_it_is_said(user_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:

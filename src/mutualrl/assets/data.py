@@ -239,6 +239,8 @@ def _build(out: Path) -> dict[str, dict[str, int]]:
 def fetch_benchmark_data() -> Path:
     """Fetch (once) the offline benchmark data; returns its folder."""
     dest = data_dir()
+    if is_cached():  # complete (it appears whole): read without a lock
+        return dest
     with asset_lock("data", DATA_NAME):
         if not is_cached():
             with building(dest) as tmp:

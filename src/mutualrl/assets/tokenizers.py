@@ -260,10 +260,11 @@ def fetch_tokenizer(name: str) -> Path:
     if source is None:
         raise _unknown(name)
     dest = tokenizer_dir(name)
-    with asset_lock("tokenizers", name):
-        if not _is_cached(name):
-            with building(dest) as tmp:
-                source.build(tmp)
+    if not _is_cached(name):  # a complete one (it appears whole) is read without a lock
+        with asset_lock("tokenizers", name):
+            if not _is_cached(name):
+                with building(dest) as tmp:
+                    source.build(tmp)
     refuse_damaged(dest, f"tokenizer {name!r}", f"tokenizer:{name}", TOKENIZER_NEEDS)
     return dest
 

@@ -39,6 +39,11 @@ def report_errors(func: F) -> F:
         except MutualRLError as err:
             err_console.print(f"[bold red]error:[/] {escape(one_line(str(err)))}", highlight=False)
             raise typer.Exit(err.exit_code) from None
+        except PermissionError as err:
+            if not err.filename:
+                raise
+            err_console.print(f"[bold red]error:[/] {escape(permission_line(err))}", highlight=False)
+            raise typer.Exit(1) from None
         except OSError as err:
             if err.errno != errno.ENAMETOOLONG:
                 raise
@@ -49,6 +54,31 @@ def report_errors(func: F) -> F:
             raise typer.Exit(2) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def permission_line(err: PermissionError) -> str:
+    """A file this account may not read or write, in one line: whose it is, its mode, and, in the asset cache
+    (another account's, built private by an older mutualrl), what to do."""
+    from mutualrl.assets.cache import CACHE_VARIABLE, cache_root
+    from mutualrl.host.file_lock import account_name
+
+    path = Path(str(err.filename))
+    whose = ""
+    for place in (path, *path.parents):
+        try:
+            info = place.stat()
+        except OSError:
+            continue
+        whose = f" ({place} is {account_name(info.st_uid)}'s, mode {info.st_mode & 0o777:o})"
+        break
+    hint = ""
+    try:
+        if path.resolve().is_relative_to(cache_root().resolve()):
+            hint = (f"; the asset cache is shared: ask its owner to make it readable (chmod -R a+rX), or set "
+                    f"{CACHE_VARIABLE} to a cache of your own")
+    except OSError:
+        pass
+    return f"{shown_path(str(path))}: permission denied{whose}{hint}"
 
 
 def shown_path(text: str) -> str:

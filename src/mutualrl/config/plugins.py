@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.machinery
 import importlib.util
 import os
 import sys
@@ -128,9 +129,59 @@ def refuse_inside_data_folder(module: str, origin: Path, key: str) -> None:
                          "the working directory or on PYTHONPATH")
 
 
+def hidden_by_working_directory(module: str) -> str | None:
+    """What ``module``'s top-level name, found in the working directory, hides: Python's built-in module, the standard
+    library's or an installed package's of the same name (its place), or None. A launcher imports the working
+    directory's (its cwd comes first), but a worker has imported the other already (TRL imports ``datasets``) and
+    finds no reward function in it: after its weights load."""
+    top = module.split(".")[0]
+    cwd = Path(os.getcwd())
+    if not top.isidentifier() or inside_data_folder(cwd) is not None:
+        return None
+    try:
+        here = importlib.machinery.PathFinder.find_spec(top, [str(cwd)])
+    except (ImportError, ValueError):
+        return None
+    if here is None:
+        return None
+    if top in sys.builtin_module_names:
+        return f"Python's built-in module {top!r}"
+    mine = {cwd.resolve()}
+    others = [entry for entry in sys.path if entry and _resolved(entry) not in mine]
+    try:
+        there = importlib.machinery.PathFinder.find_spec(top, others)
+    except (ImportError, ValueError):
+        return None
+    if there is None:
+        return None
+    where = there.origin if there.has_location and there.origin else next(iter(there.submodule_search_locations or
+                                                                                []), "?")
+    kind = "the standard library's module" if top in sys.stdlib_module_names else "the installed package"
+    return f"{kind} {top!r} ({str(where)[:200]})"
+
+
+def _resolved(entry: str) -> Path | None:
+    try:
+        return Path(entry).resolve()
+    except (OSError, RuntimeError):
+        return None
+
+
+def refuse_hidden_library(module: str, key: str) -> None:
+    """A user module named like an installed package or a standard module: one line, before anything imports it."""
+    hidden = hidden_by_working_directory(module)
+    if hidden is not None:
+        top = module.split(".")[0]
+        raise UsageError(f"{key}: module {top!r} in the working directory ({os.getcwd()}) has the name of {hidden}, "
+                         "which the workers import under that name before any reward module; rename your module "
+                         f"(e.g. my_{top}.py) and name it so")
+
+
 def import_module_for(module: str, key: str) -> Any:
-    """Import ``module`` for the recipe key ``key``; a failure is one line naming both and the search path."""
+    """Import ``module`` for the recipe key ``key``; a failure is one line naming both and the search path. A module
+    of the working directory named like a library (:func:`hidden_by_working_directory`) is refused first."""
     refuse_main_module(module, key)
+    refuse_hidden_library(module, key)
     try:
         with _cwd_first_on_path():
             refuse_data_folder_code(module, key)

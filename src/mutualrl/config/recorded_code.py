@@ -126,6 +126,74 @@ def module_file(module: str) -> Path | None:
     return Path(spec.origin).resolve() if spec and spec.origin and spec.has_location else None
 
 
+MAX_SIBLINGS = 200
+"""Most modules of the working directory followed from the named ones (a project imports a handful)."""
+
+
+def sibling_modules(modules: Iterable[str]) -> list[str]:
+    """The modules of the working directory that ``modules`` import, directly or through each other (every import
+    statement of their source, inside functions too, relative ones resolved), in the order found: a named reward
+    module's helper is the run's code as much as the reward module is, so ``RUN/inputs.json`` records it and
+    ``--resume`` checks it. Read, never imported; a module of an installed package or the standard library is none
+    of them, even where a virtual environment lies inside the working directory."""
+    cwd = Path(os.getcwd()).resolve()
+    seen, found = set(modules), []
+    pending = list(modules)
+    while pending and len(found) < MAX_SIBLINGS:
+        module = pending.pop(0)
+        path = module_file(module)
+        for name in imported_names(path, module) if path is not None and path.suffix == ".py" else ():
+            if name in seen:
+                continue
+            seen.add(name)
+            place = module_file(name)
+            if place is not None and place.is_file() and place.is_relative_to(cwd) and not installed_code(name, place):
+                found.append(name)
+                pending.append(name)
+    return found[:MAX_SIBLINGS]
+
+
+def imported_names(path: Path, module: str) -> list[str]:
+    """Every module name an import statement of ``path`` (the source of ``module``) may load: ``import a.b`` gives
+    ``a`` and ``a.b``, ``from a import b`` gives ``a`` and ``a.b`` (``b`` may be a submodule), ``from . import b``
+    is resolved against ``module``'s package. Unreadable or unparsable source names none (its import fails)."""
+    import ast
+
+    try:
+        if path.stat().st_size > MODULE_MAX_BYTES:
+            return []
+        tree = ast.parse(path.read_bytes())
+    except (OSError, SyntaxError, ValueError, RecursionError):
+        return []
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bases = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".") if package else []
+                if node.level - 1 > len(parts) or not parts:
+                    continue
+                base = ".".join(parts[:len(parts) - (node.level - 1)] + ([base] if base else []))
+            bases = [base] + [f"{base}.{alias.name}" for alias in node.names if alias.name != "*"]
+        else:
+            continue
+        for name in bases:
+            parts = name.split(".")
+            names += [".".join(parts[:depth]) for depth in range(1, len(parts) + 1) if parts[0]]
+    return list(dict.fromkeys(names))
+
+
+def installed_code(name: str, place: Path) -> bool:
+    """``name`` found at ``place`` is no user code: the standard library, mutualrl, or an installed package (a
+    virtual environment's ``site-packages``, wherever it lies)."""
+    top = name.split(".")[0]
+    return (top in sys.stdlib_module_names or top == "mutualrl"
+            or any(part in ("site-packages", "dist-packages") for part in place.parts))
+
+
 MODULE_MAX_BYTES = 64 << 20
 """Largest file hashed as a module (real ones are kilobytes): a run folder's record may name any file, a sparse
 terabyte one too, whose hash would keep ``--resume`` or a sweep reading for days."""

@@ -18,7 +18,7 @@ from typing import Any
 from mutualrl.atomic_io import write_text_atomic
 from mutualrl.evaluation.plot_style import colors, line_kwargs, pyplot, run_styles, save_figure
 from mutualrl.evaluation.report.build import ALL, FinalValues, Report, build_report
-from mutualrl.evaluation.report.notes import caption_caveats, caveat_causes
+from mutualrl.evaluation.report.notes import caption_caveats, caveat_causes, shown
 from mutualrl.evaluation.report.stats import FEW_RUNS, INTERVAL_KIND, MIN_RUNS_FOR_INTERVAL, t_interval
 from mutualrl.evaluation.results import group_rewards, metric_value
 from mutualrl.run_folder import RunPaths, read_metric_rows
@@ -118,7 +118,7 @@ def caption(report: Report, clipped: tuple[float, float] | None = None, full: bo
         text += (f" Bands clipped to [{clipped[0]:g}, {clipped[1]:g}], the range of every run's value (the interval "
                  "ran past it where n is small).")
     caveats = caption_caveats(report) if full else short_caveats(report)
-    return text + ("".join(f" Note: {line.rstrip('.')}." for line in caveats) if caveats else "")
+    return shown(text + ("".join(f" Note: {line.rstrip('.')}." for line in caveats) if caveats else ""))
 
 
 def short_caveats(report: Report) -> list[str]:

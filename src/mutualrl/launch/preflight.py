@@ -7,7 +7,9 @@ prepared as the run prepares it (prompts filtered with every policy's tokenizer,
 files), and each command of the plan is started as the launcher starts it (its argv, ``accelerate launch`` where
 the plan says so, its environment, its working folder) with :data:`~mutualrl.training.preflight.PREFLIGHT_ENV`
 set: each rank checks its part (training/preflight.py) and leaves. The rendezvous ports are claimed as the launch
-claims them. Then the folder is deleted, whatever happened.
+claims them. Then the folder is deleted, whatever happened; one a killed preflight left (SIGKILL runs no cleanup) is
+deleted by the next preflight beside it (its lock file is held by no process), and ``mutualrl report`` never lists
+a hidden folder as a run.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -63,9 +66,11 @@ def run_preflight(config: RunConfig, source: str, run_dir: Path, console: Consol
         raise UsageError("--preflight checks a run on one machine: preflight the pool with --nodes 1 and the "
                          "GPUs of one machine, and see the several machines' plan with --dry-run --nodes N")
     parent = run_dir.parent if run_dir.parent.is_dir() else Path(tempfile.gettempdir())
-    folder = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}.preflight-", dir=parent))
+    sweep_stale_preflights(parent)
+    folder = Path(tempfile.mkdtemp(prefix=f".{run_dir.name}{PREFLIGHT_INFIX}", dir=parent))
     try:
-        results = check_workers(config, source, RunPaths(folder), console)
+        with held_by_this_preflight(folder):
+            results = check_workers(config, source, RunPaths(folder), console)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
     print_results(results, console)
@@ -77,6 +82,53 @@ def run_preflight(config: RunConfig, source: str, run_dir: Path, console: Consol
     console.print(f"preflight: every worker of {len(results)} policies started and checked its settings; nothing "
                   "was left behind", highlight=False)
     return 0
+
+
+PREFLIGHT_INFIX = ".preflight-"
+PREFLIGHT_LOCK = ".preflight-lock"
+"""A file in a preflight's folder whose OS lock (``flock``) the preflight holds while it lives: a folder whose lock
+nobody holds was left by a preflight that was killed (SIGKILL runs no cleanup), and the next preflight removes it."""
+
+
+@contextlib.contextmanager
+def held_by_this_preflight(folder: Path) -> Iterator[None]:
+    """Hold ``folder``'s :data:`PREFLIGHT_LOCK` (close-on-exec: no worker keeps it) while the block runs."""
+    import fcntl
+
+    fd = os.open(folder / PREFLIGHT_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        with contextlib.suppress(OSError):  # a filesystem without locks: nothing marks it live, nothing sweeps it
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield
+    finally:
+        os.close(fd)
+
+
+def sweep_stale_preflights(parent: Path) -> list[Path]:
+    """Remove the folders killed preflights left in ``parent`` (hidden, named ``.<run>.preflight-*``, holding a
+    :data:`PREFLIGHT_LOCK` that no process holds: a live preflight's is held); the ones removed."""
+    import fcntl
+
+    removed = []
+    for folder in sorted(parent.glob(f".*{PREFLIGHT_INFIX}*")):
+        lock = folder / PREFLIGHT_LOCK
+        if folder.is_symlink() or not folder.is_dir() or lock.is_symlink() or not lock.is_file():
+            continue
+        try:
+            fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except OSError:  # another account's: not ours to judge
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # held: a preflight still checking (or no locks here: left alone)
+            os.close(fd)
+            continue
+        try:
+            shutil.rmtree(folder, ignore_errors=True)
+        finally:
+            os.close(fd)
+        removed.append(folder)
+    return removed
 
 
 def check_workers(config: RunConfig, source: str, paths: RunPaths, console: Console) -> list[PolicyPreflight]:

@@ -288,6 +288,7 @@ def _train_one(options: TrainOptions, console: Console) -> int:
     if options.preflight:
         from mutualrl.launch.preflight import run_preflight
 
+        check_run_dir(paths, options.resume, options.overwrite)  # the -o the run would refuse, refused now
         return run_preflight(config, source, paths.root, console)
     if options.dry_run:
         from mutualrl.launch.plan.render import render_plan

@@ -18,8 +18,10 @@ checkpoint counts only when :func:`checkpoint_problem` finds nothing:
   under DeepSpeed ``latest`` and the ZeRO model and optimizer shards of every rank of the
   tag it names (the ranks are read from the per-rank files present);
 - **the regime's running state** (``mutualrl-regime-state.json``, ``training/regime_state.py``: HACPO's capability
-  window) is judged as every other file, by the manifest and the JSON check; not required, since a checkpoint saved
-  before it existed resumes (with that state afresh);
+  window) is judged by the manifest and read by the worker's own strict reader
+  (:func:`~mutualrl.regimes.core.state_file.read_regime_state`: no ``Infinity``, a dtype HACPO keeps), so a state
+  the worker would refuse passes the checkpoint over here; not required, since a checkpoint saved before it existed
+  resumes (with that state afresh);
 - **no file cut short**: JSON parses, a safetensors file is as long as its header says, a
   torch file's members match their CRCs. Every byte of the weights and the optimizer is read once (GB/s):
   the price of never resuming from garbage.
@@ -47,6 +49,7 @@ from typing import Any
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.errors import UsageError
 from mutualrl.pools.adapter_config import ADAPTER_CONFIG, adapter_config_problem
+from mutualrl.regimes.core.state_file import REGIME_STATE_NAME, RegimeStateError, read_regime_state
 from mutualrl.trust.checkpoint_pickles import unsafe_global
 
 MANIFEST_NAME = "mutualrl-manifest.json"
@@ -73,10 +76,11 @@ SHOWN = 3
 FULL_WEIGHTS = ("model.safetensors", "pytorch_model.bin")
 SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
-#: Files transformers' Trainer, peft or DeepSpeed open by these names when resuming: one the manifest does not name
-#: would be loaded in place of (or beside) what was saved.
+#: Files transformers' Trainer, peft, DeepSpeed or the worker (the regime's state) open by these names when resuming:
+#: one the manifest does not name would be loaded in place of (or beside) what was saved.
 LOADED_BY_NAME = frozenset({*FULL_WEIGHTS, *SHARD_INDEXES, *ADAPTER_WEIGHTS, "adapter_config.json", "optimizer.pt",
-                            "optimizer.bin", "scheduler.pt", "rng_state.pth", "latest", TRAINER_STATE})
+                            "optimizer.bin", "scheduler.pt", "rng_state.pth", "latest", TRAINER_STATE,
+                            REGIME_STATE_NAME})
 
 
 def checkpoint_files(folder: Path) -> dict[str, int]:
@@ -424,7 +428,12 @@ def content_problem(folder: Path, names: set[str] | None = None) -> str | None:
         names = set(checkpoint_files(folder))
     ordered = sorted(names)
     for name in ordered:
-        if "/" not in name and name.endswith(".json"):
+        if name == REGIME_STATE_NAME:  # read as the worker reads it: one it would refuse is passed over here
+            try:
+                read_regime_state(folder / name)
+            except RegimeStateError as err:
+                return str(err)
+        elif "/" not in name and name.endswith(".json"):
             try:
                 json.loads((folder / name).read_text())
             except JSON_ERRORS as err:

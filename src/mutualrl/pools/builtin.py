@@ -39,7 +39,7 @@ def _tiny(name: str) -> BuiltinModel:
     return BuiltinModel(
         name=name,
         description=tiny.TINY_MODELS[name].description,
-        ensure=lambda: tiny.ensure_tiny_model(name),
+        ensure=lambda: checked_tiny_models([name])[name],
         is_cached=lambda: tiny.is_tiny_model_cached(name),
         default=True,
         folder=lambda: tiny.tiny_model_dir(name),
@@ -101,8 +101,21 @@ def ensure_builtin_models(names: list[str]) -> dict[str, Path]:
 
     models = [get_builtin(n) for n in names]
     tiny_names = [m.name for m in models if m.name in tiny.TINY_MODELS]
-    paths = tiny.ensure_tiny_models(tiny_names) if tiny_names else {}
+    paths = checked_tiny_models(tiny_names) if tiny_names else {}
     return {m.name: paths[m.name] if m.name in paths else m.ensure() for m in models}
+
+
+def checked_tiny_models(names: list[str]) -> dict[str, Path]:
+    """The tiny models ``names`` to train or evaluate: built where missing, each as built (its record of its files)
+    and, where this machine's build context is the recorded one, with the packaged weights' digest
+    (:func:`~mutualrl.pools.tiny_digests.refuse_other_weights`)."""
+    from mutualrl.pools import tiny
+    from mutualrl.pools.tiny_digests import refuse_other_weights
+
+    paths = tiny.ensure_tiny_models(names)
+    for name in names:
+        refuse_other_weights(name)
+    return paths
 
 
 def _asset_fetch(model: BuiltinModel) -> Callable[[], Path]:

@@ -156,6 +156,8 @@ def ensure_smol_model(name: str) -> Path:
     if package is None:
         raise AssetError(f"unknown smol model {name!r}; known: {', '.join(SMOL_MODELS)}")
     dest = smol_model_dir(name)
+    if is_smol_model_cached(name):  # complete (it appears whole): read without a lock
+        return dest
     with asset_lock("models", name):
         if is_smol_model_cached(name):
             return dest

@@ -209,6 +209,8 @@ def build_here(name: str, progress: ProgressFn | None = None) -> Path:
         raise AssetError(f"a tiny model is built under {BUILD_ENV} (this process has {unpinned}): "
                          "use mutualrl.pools.tiny.ensure_tiny_model")
     dest = tiny_model_dir(name)
+    if is_tiny_model_cached(name):  # complete (it appears whole): nothing to build, no lock
+        return dest
     with asset_lock("models", dest.name):
         if not is_tiny_model_cached(name):
             with building(dest) as tmp:

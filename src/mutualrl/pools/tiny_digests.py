@@ -2,7 +2,9 @@
 
 ``tiny_digests.json`` (beside this module) holds the sha256 of each tiny model's weights as the tested set
 (``requirements-tested.txt``) builds them, with the torch and transformers versions and the machine type
-they hold for. The set-up (``mutualrl assets fetch``), ``mutualrl doctor`` and the suite compare.
+they hold for. The set-up (``mutualrl assets fetch``), ``mutualrl doctor`` and the suite compare; ``train`` (and
+every process that loads a ``builtin:tiny-*`` model) refuses weights that differ where the build context is the one
+recorded (:func:`refuse_other_weights`): the cache's own record of its files is rewritten as easily as the weights.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import platform
 from dataclasses import dataclass
 from pathlib import Path
 
+from mutualrl.errors import AssetError
 from mutualrl.pools.tiny import (
     TINY_MODELS,
     is_tiny_model_cached,
@@ -35,12 +38,34 @@ class DigestVerdict:
 
 
 def build_context() -> dict[str, str]:
-    """What the recorded digests hold for: the versions that build the bytes and the machine type."""
-    return {**build_versions(), "machine": platform.machine()}
+    """What the recorded digests hold for: the versions that build the bytes, the machine type and the CPU's vendor
+    (pinned kernels give one model on every AMD EPYC measured; an Intel Xeon built another,
+    benchmarks/results/tiny-determinism.md)."""
+    return {**build_versions(), "machine": platform.machine(), "cpu": cpu_vendor()}
+
+
+def cpu_vendor() -> str:
+    """The CPU's vendor as Linux names it (``AuthenticAMD``, ``GenuineIntel``); ``unknown`` where it is not said."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() in ("vendor_id", "CPU implementer"):
+                    return value.strip() or "unknown"
+    except OSError:
+        pass
+    return "unknown"
 
 
 def read_record(path: Path = RECORD) -> dict:
-    return json.loads(path.read_text())
+    """The packaged record, with the build of this machine's context where it holds one among its ``builds`` (the
+    top level is the first measured; ``builds`` the others, each with its own ``built_with`` and ``sha256``)."""
+    record = json.loads(path.read_text())
+    context = build_context()
+    for other in record.get("builds", []):
+        if other.get("built_with") == context:
+            return {**record, "built_with": other["built_with"], "sha256": other["sha256"]}
+    return record
 
 
 def verdict(name: str, record: dict | None = None) -> DigestVerdict:
@@ -70,3 +95,18 @@ def verdict(name: str, record: dict | None = None) -> DigestVerdict:
 def verdicts() -> list[DigestVerdict]:
     record = read_record()
     return [verdict(name, record) for name in TINY_MODELS]
+
+
+def refuse_other_weights(name: str) -> None:
+    """Raise :class:`AssetError` in one line when tiny model ``name``'s weights differ from the packaged digest and
+    this machine's build context (versions, machine type, recipe) is the one the digest holds for: what is cached is
+    then not what the tested set builds (rewritten, with its ``mutualrl-files.json``). Another context is not
+    compared (``doctor`` says so); a damaged folder is refused by its own record first."""
+    found = verdict(name)
+    if found.status != "differs":
+        return
+    folder = tiny_model_dir(name)
+    raise AssetError(f"{folder / 'model.safetensors'}: {found.detail.removeprefix(f'{name}: ')}; the packaged digest "
+                     f"holds for this machine's versions ({', '.join(f'{k} {v}' for k, v in build_context().items())}),"
+                     f" so the cache is not what was built: delete {folder} and run `mutualrl assets fetch "
+                     f"model:{name}` to build it again (if a fresh build differs too, report `mutualrl doctor --json`)")

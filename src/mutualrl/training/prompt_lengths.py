@@ -5,7 +5,8 @@ policy's tokenizer, and loading a tokenizer imports transformers, torch and Deep
 every launch, for counts that depend only on the tokenizer's files, the tokenizer libraries' versions and the
 prompt. So the counts are kept under ``$MUTUALRL_CACHE/prompt-lengths/<fingerprint>.json``; a launch whose
 prompts were all counted before loads no tokenizer. A tokenizer that is not a local folder (a hub id) is
-counted every time. A memo that cannot be read is ignored and one that cannot be written is skipped: it is a
+counted every time. The memo is shared (another process, another account may write it), so a remembered count that
+would drop a prompt is counted again with the tokenizer before it does. A memo that cannot be read is ignored and one that cannot be written is skipped: it is a
 cache, never a reason for a run to fail.
 """
 
@@ -81,13 +82,16 @@ class PromptLengths:
     """Token counts of prompts under one policy's tokenizer, as TRL will tokenize them (chat template or plain
     text with specials, :func:`~mutualrl.training.data.prompt_token_length`); the tokenizer is loaded only for
     a prompt the memo has not seen. ``source`` is what :func:`~mutualrl.assets.tokenizers.load_tokenizer`
-    takes; ``chat_template`` the policy's setting (None: plain text)."""
+    takes; ``chat_template`` the policy's setting (None: plain text). The memo is a shared cache, trusted only
+    where a wrong count costs nothing: a remembered count over ``max_tokens`` (which would drop the prompt from
+    training or the held-out set) is counted again by the tokenizer, and the memo corrected."""
 
-    def __init__(self, source: str, chat_template: bool | None) -> None:
+    def __init__(self, source: str, chat_template: bool | None, max_tokens: int | None = None) -> None:
         from mutualrl.assets.tokenizers import tokenizer_folder
 
         self.source = source
         self.chat_template = chat_template
+        self.max_tokens = max_tokens
         self._tokenizer: Any = None
         folder = tokenizer_folder(source)  # a name load_tokenizer would refuse is refused here, before any data
         self.memo_path = memo_path(folder) if folder else None
@@ -136,8 +140,9 @@ class PromptLengths:
         key = prompt_key(chat, prompt)
         lengths = self._memo["lengths"]
         known = lengths.get(key)
-        if isinstance(known, int):
-            return known
+        if isinstance(known, int) and not isinstance(known, bool) and known >= 0 and (
+                self.max_tokens is None or known <= self.max_tokens):
+            return known  # a count that keeps the prompt: a wrong one is caught where TRL tokenizes it
         lengths[key] = prompt_token_length(self.tokenizer, prompt, chat)
         self._changed = True
         return lengths[key]

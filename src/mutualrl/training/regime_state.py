@@ -13,19 +13,24 @@ that keeps any).
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
 
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.errors import UsageError
+from mutualrl.regimes.core.state_file import (
+    REGIME_STATE_FORMAT,
+    REGIME_STATE_NAME,
+    REGIME_STATE_VERSION,
+    RegimeStateError,
+    read_regime_state,
+)
 
 log = logging.getLogger(__name__)
 
-REGIME_STATE_NAME = "mutualrl-regime-state.json"
-REGIME_STATE_FORMAT = "mutualrl-regime-state"
-REGIME_STATE_VERSION = 1
+__all__ = ["REGIME_STATE_FORMAT", "REGIME_STATE_NAME", "REGIME_STATE_VERSION", "keeps_state", "load_regime_state",
+           "save_regime_state"]
 
 
 def save_regime_state(folder: Path, regime: Any, step: int) -> Path:
@@ -44,7 +49,9 @@ def keeps_state(regime: Any) -> bool:
 
 def load_regime_state(folder: Path, regime: Any) -> bool:
     """Give ``regime`` the state saved in the checkpoint ``folder``; False where it holds none (an older checkpoint).
-    A file of another regime or policy, or one the regime cannot read, is refused in one line naming it."""
+    The file is read by the launcher's one strict reader (:func:`~mutualrl.regimes.core.state_file.read_regime_state`);
+    a file of another regime or policy, or one the regime cannot take, is refused in one line naming it and the
+    checkpoint to set aside (``--resume`` alone would choose the same checkpoint again)."""
     path = folder / REGIME_STATE_NAME
     if not path.is_file():
         if keeps_state(regime):
@@ -53,19 +60,19 @@ def load_regime_state(folder: Path, regime: Any) -> bool:
                         REGIME_STATE_NAME, regime.name)
         return False
     try:
-        saved = json.loads(path.read_text())
-        if not isinstance(saved, dict) or saved.get("format") != REGIME_STATE_FORMAT:
-            raise ValueError(f"not a {REGIME_STATE_FORMAT} file")
-        for key, mine in (("regime", regime.name), ("policy", regime.policy)):
-            if saved.get(key) != mine:
-                raise UsageError(f"{path}: the state of {key} {saved.get(key)!r}, not {mine!r}; not resumed from")
-        state = saved["state"]
-        if not isinstance(state, dict):
-            raise TypeError("its state is not a mapping")
-        regime.load_state_dict(state)
+        regime.load_state_dict(read_regime_state(path, regime.name, regime.policy))
+    except RegimeStateError as err:
+        raise UsageError(f"{err}; {set_aside(folder)}") from None
     except UsageError as err:
-        raise UsageError(str(err) if str(path) in str(err) else f"{path}: {err}") from None
-    except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError, IndexError) as err:
-        raise UsageError(f"{path}: unreadable regime state ({type(err).__name__}: {str(err)[:200]}); `mutualrl train "
-                         "--resume` picks the newest complete checkpoint") from None
+        raise UsageError(f"{err if str(path) in str(err) else f'{path}: {err}'}; {set_aside(folder)}") from None
+    except (OSError, ValueError, RecursionError, KeyError, TypeError, AttributeError, IndexError,
+            OverflowError) as err:
+        raise UsageError(f"{path}: unreadable regime state ({type(err).__name__}: {' '.join(str(err).split())[:200]})"
+                         f"; {set_aside(folder)}") from None
     return True
+
+
+def set_aside(checkpoint: Path) -> str:
+    """What to do with a checkpoint whose regime state is refused: resume from the one before it."""
+    return (f"not resumed from: move {checkpoint} out of {checkpoint.parent}, then `mutualrl train --resume` "
+            "continues from the checkpoint before it")

@@ -345,7 +345,9 @@ def training_dtype(dtype: str) -> str:
 
 
 def finish_from_checkpoint(trainer: Any, checkpoint: str, state: Any, validation: Any) -> None:
-    """A run stopped after its last checkpoint: load it, validate at the end (unless done), train nothing.
+    """A run stopped after its last checkpoint: load it, validate at the end (unless done), train nothing. The state
+    is the checkpoint's with this run's ``max_steps`` (a resume with ``--max-steps N`` at checkpoint N ends there:
+    the final trainer state and status then say it trained every step it had).
 
     Under ZeRO-3 the model's parameters are partitioned from the start (``zero.Init``: shape [0] on every rank)
     and nothing has prepared DeepSpeed yet, so the weights are loaded into the gathered parameters, which rank
@@ -360,6 +362,7 @@ def finish_from_checkpoint(trainer: Any, checkpoint: str, state: Any, validation
     else:
         trainer._load_from_checkpoint(checkpoint)
     state.is_world_process_zero = trainer.is_world_process_zero()
+    state.max_steps = trainer.args.max_steps  # this run's count, which a resume may have changed (--max-steps)
     trainer.state = state
     validation.validate(state)
     log.info("checkpoint %s already holds step %d of %d: nothing left to train", checkpoint, state.global_step,

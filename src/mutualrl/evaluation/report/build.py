@@ -144,13 +144,15 @@ class Report:
 
 
 def run_folders(paths: Sequence[Path]) -> list[Path]:
-    """Run folders among ``paths``: a run folder itself, or a folder of runs (a sweep), in order."""
+    """Run folders among ``paths``: a run folder itself, or a folder of runs (a sweep), in order. A hidden folder of
+    a sweep (``.NAME.preflight-*``, a preflight's, which a SIGKILL may leave behind) is no run of it."""
     found: list[Path] = []
     for path in paths:
         if RunPaths(path).config.is_file():
             found.append(path)
         elif path.is_dir():
-            inner = sorted(child for child in path.iterdir() if RunPaths(child).config.is_file())
+            inner = sorted(child for child in path.iterdir()
+                           if not child.name.startswith(".") and RunPaths(child).config.is_file())
             if not inner:
                 raise DataError(f"{path}: neither a run folder nor a folder of runs (no config.yaml in it or its "
                                 "subfolders)")

@@ -14,7 +14,7 @@ import re
 
 from mutualrl.evaluation.power import POWER, seeds_text
 from mutualrl.evaluation.report.build import Report, ReportRow
-from mutualrl.evaluation.report.notes import CAVEAT_MARK, caveat_causes, notes, row_letters
+from mutualrl.evaluation.report.notes import CAVEAT_MARK, caveat_causes, notes, row_letters, shown
 from mutualrl.evaluation.report.stats import INTERVAL_KIND
 from mutualrl.evaluation.results import NO_VALUE
 
@@ -29,7 +29,7 @@ def headers(report: Report) -> list[str]:
         base += [f"Δ vs {report.baseline or 'baseline'}", "95% CI of Δ", "p", "p (Holm)", "P(improve)"]
         if report.min_effect is not None:
             base.append(power_header(report))
-    return base
+    return [shown(header) for header in base]
 
 
 def power_header(report: Report) -> str:
@@ -87,7 +87,7 @@ def cells(row: ReportRow, report: Report) -> list[str]:
         out.append(number(row.stats.iqm))
     if report.compared:
         out += comparison_cells(row, report)
-    return out
+    return [shown(cell) for cell in out]  # a group or policy named with a newline stays in its cell
 
 
 def render(report: Report, fmt: str, full_notes: bool = True) -> str:
@@ -148,10 +148,15 @@ def to_csv(report: Report) -> str:
     return out.getvalue() + "".join(f"# {line}\n" for line in notes(report))
 
 
+def markdown_cell(text: str) -> str:
+    """A cell of a markdown table: a ``|`` in a name is escaped, not a column of its own."""
+    return text.replace("|", "\\|")
+
+
 def to_markdown(report: Report) -> str:
-    head = headers(report)
+    head = [markdown_cell(h) for h in headers(report)]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join([" --- "] * 3 + [" ---: "] * (len(head) - 3)) + "|"]
-    lines += ["| " + " | ".join(cells(row, report)) + " |" for row in report.rows]
+    lines += ["| " + " | ".join(markdown_cell(c) for c in cells(row, report)) + " |" for row in report.rows]
     return "\n".join(lines) + "\n\n" + "\n".join(f"- {line}" for line in notes(report)) + "\n"
 
 

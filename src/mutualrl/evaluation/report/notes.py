@@ -17,8 +17,20 @@ CAVEAT_MARK = "†"
 VERSIONS = ("versions", "ran on other library versions, or not on the tested set")
 
 
+def shown(text: str) -> str:
+    """``text`` on one line whatever it holds: a character that is not printable (a newline, a carriage return, a
+    control or line-separator character in a folder name) is written as its escape (``\\n``, ``\\x1b``,
+    ``\\u2028``), so no name forges a CSV row, a markdown line or a LaTeX caption's text."""
+    return text if text.isprintable() else "".join(
+        char if char.isprintable() else char.encode("unicode_escape").decode("ascii") for char in text)
+
+
 def notes(report: Report) -> list[str]:
-    """The lines under every format's table, in reading order."""
+    """The lines under every format's table, in reading order, each on one line (:func:`shown`)."""
+    return [shown(line) for line in _notes(report)]
+
+
+def _notes(report: Report) -> list[str]:
     context = report.context
     lines = [f"final held-out reward@1 (greedy) of each run's last validation; pool {context['pool']}, task "
              f"{context['task']}, step {context['steps']}; n: runs (seeds) per cell",

@@ -4,7 +4,8 @@ and ``eval``.
 A run's rewards come from the user's modules (``task.reward_funcs``, ``plugins``, a ``task.name`` class) and its
 prompts from its own copy of the data (``RUN/data/``). A module edited between the run and ``--resume``, or the
 same name found elsewhere (resumed from another working directory), silently changes what is rewarded mid-run;
-a data copy edited by hand changes what is trained on. So each module's file and content hash, and each data
+a data copy edited by hand changes what is trained on. So each module's file and content hash (the named ones and
+every module of the working directory they import: a helper beside the reward module), and each data
 file's hash, are recorded, and a difference is named: ``--resume`` and ``eval`` refuse it, before any of the
 modules is imported. Every reader of a run's config imports only the modules recorded here, unchanged
 (:mod:`mutualrl.config.recorded_code`).
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.atomic_io import write_text_atomic
-from mutualrl.config.recorded_code import file_hash, module_file, module_hash, named_modules
+from mutualrl.config.recorded_code import file_hash, module_file, module_hash, named_modules, sibling_modules
 from mutualrl.errors import DataError, RunFolderError, UsageError
 from mutualrl.run_folder import RunPaths, is_sparse, read_json
 from mutualrl.run_inputs import recorded_inputs
@@ -48,8 +49,11 @@ def current_inputs(paths: RunPaths, modules: list[str]) -> dict[str, Any]:
 
 
 def record_inputs(paths: RunPaths, config: Any) -> None:
-    """Write ``RUN/inputs.json`` for a run whose data copy was just written."""
-    write_text_atomic(paths.inputs, json.dumps(current_inputs(paths, user_modules(config)), indent=1) + "\n")
+    """Write ``RUN/inputs.json`` for a run whose data copy was just written: the named modules and every module of the
+    working directory they import (:func:`~mutualrl.config.recorded_code.sibling_modules`)."""
+    named = user_modules(config)
+    write_text_atomic(paths.inputs, json.dumps(current_inputs(paths, [*named, *sibling_modules(named)]), indent=1)
+                      + "\n")
 
 
 def code_changes(paths: RunPaths) -> list[str]:

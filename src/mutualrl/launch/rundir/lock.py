@@ -6,7 +6,9 @@
   the process group of each worker it starts: a second launch refuses the folder while the launcher or one of
   those workers is alive (a killed launcher's workers stop within seconds, ``ops.watchdog``; it waits for
   them), and a lock whose recorded holder and workers are all gone is taken over, even when a stray process
-  still holds the old file's lock (a new file is made). A message names only a process it has checked.
+  still holds the old file's lock (a new file is made). A message names only a process it has checked. The file is
+  its owner's and group's only (``flock`` works on a read-only descriptor: a lock file others can read, others can
+  hold).
 - :data:`RUN_MARKER` marks a folder as a mutualrl run: ``--overwrite`` deletes nothing else.
 - :func:`check_no_escaping_symlinks`: nothing under a run folder may point out of it, since
   a resumed run writes through whatever it finds there.
@@ -19,6 +21,7 @@ import fcntl
 import json
 import os
 import socket
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -27,6 +30,7 @@ from typing import Any
 import psutil
 
 from mutualrl.errors import UsageError
+from mutualrl.host.file_lock import LOCK_MODE, keep_to_owner_and_group
 from mutualrl.run_folder import LOCK_NAME, MACHINES_DIR, RUN_MARKER, RunPaths
 
 
@@ -61,6 +65,7 @@ class RunLock:
         self.recorded = False  # this holder's record is in the file (not a stopped launch's, still needed)
         self.warning: str | None = None
         """Set when the filesystem has no file locks (e.g. Lustre without -o flock): the run is not protected."""
+        self._waiting_said = False
 
     def acquire(self, action: str, wait_for_orphans_s: float = ORPHAN_GRACE_S) -> RunLock:
         """Take the lock, or raise :class:`RunBusyError`: its recorded holder is alive here, runs on another machine
@@ -70,7 +75,8 @@ class RunLock:
         self.root.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + wait_for_orphans_s
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, LOCK_MODE)  # no other account takes it
+            keep_to_owner_and_group(fd)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -102,6 +108,7 @@ class RunLock:
             raise RunBusyError(f"cannot {action} {self.root}: the run is live ({describe_holder(holder, self.path)})")
         if live_workers(holder):
             if time.monotonic() < deadline:
+                self._say_waiting(holder, deadline)
                 time.sleep(0.5)
                 return
             raise RunBusyError(f"cannot {action} {self.root}: {describe_workers(holder)}")
@@ -121,7 +128,17 @@ class RunLock:
             if time.monotonic() >= deadline:
                 self.release()
                 raise RunBusyError(f"cannot {action} {self.root}: {describe_workers(holder)}")
+            self._say_waiting(holder, deadline)
             time.sleep(0.5)
+
+    def _say_waiting(self, holder: dict[str, Any], deadline: float) -> None:
+        """Once per acquire: on stderr, what the wait is for (a stopped launch's workers) and how long at most."""
+        if not self._waiting_said:
+            self._waiting_said = True
+            workers = "; ".join(f"policy {policy}'s worker (pid {', '.join(map(str, pids))})"
+                                for policy, pids in live_workers(holder))
+            print(f"mutualrl: {self.path}: waiting up to {max(0.0, deadline - time.monotonic()):.0f} s for the workers "
+                  f"of the stopped launch (pid {holder.get('pid')}) to end: {workers}", file=sys.stderr, flush=True)
 
     def add_worker(self, policy: str, pid: int) -> None:
         """Record a worker started with its own process group (``pid`` leads it) while this lock is held."""

@@ -143,7 +143,8 @@ def kept_prompts(config: RunConfig, console: Console) -> tuple[list[Any], list[A
     builtin = [p.model[len(BUILTIN_PREFIX):] for p in config.pool.policies if p.model.startswith(BUILTIN_PREFIX)]
     if builtin:  # built or fetched once, here, with progress (tiny models warm-start side by side)
         ensure_builtin_models(builtin)
-    lengths = {policy.name: PromptLengths(tokenizer_source(policy.model, policy.tokenizer), policy.chat_template)
+    lengths = {policy.name: PromptLengths(tokenizer_source(policy.model, policy.tokenizer), policy.chat_template,
+                                          config.task.max_prompt_tokens)
                for policy in config.pool.policies}  # remembered counts: most launches load no tokenizer
     for policy_lengths in lengths.values():
         policy_lengths.uses_chat()  # refuses a chat template the tokenizer lacks before any data is loaded

@@ -3,30 +3,18 @@ run uses, else bind it to this run before any worker opens it."""
 
 from __future__ import annotations
 
-import fcntl
-import os
 from pathlib import Path
 
 from mutualrl.errors import UsageError
+from mutualrl.host.file_lock import lock_held
 from mutualrl.run_folder import LOCK_NAME, RunPaths, run_id
 from mutualrl.trust.exchange_binding import bind_exchange, exchange_owner
 
 
 def run_lock_held(folder: Path) -> bool:
-    """Whether a process holds the run lock of ``folder`` (``RUN/.lock``, an OS lock: a dead run holds none)."""
-    try:
-        fd = os.open(Path(folder) / LOCK_NAME, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:  # a filesystem without locks: nothing tells, so nothing is refused
-        return False
-    finally:
-        os.close(fd)  # closing drops a lock this probe took
-    return False
+    """Whether a process holds the run lock of ``folder`` (``RUN/.lock``, an OS lock: a dead run holds none; where
+    nothing can tell, nothing is refused)."""
+    return lock_held(Path(folder) / LOCK_NAME) is True
 
 
 def refuse_live_owner(see_root: Path, paths: RunPaths) -> None:

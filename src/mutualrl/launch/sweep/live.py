@@ -4,19 +4,23 @@ The same ``mutualrl sweep`` command run again while a run trains must not start 
 (its second launch would fail on the run lock, after waiting in the queue, and its task be counted failed). Two
 records say a run is live:
 
-- the run folder's lock (``RUN/.lock``, :mod:`mutualrl.launch.rundir.lock`): a holder on this machine that is alive
-  (pid and start time checked) or whose workers still run; a holder recorded on another machine (a cluster node)
-  counts as live unless the scheduler says the run's job is over (a node that died leaves its record behind);
+- the run folder's lock (``RUN/.lock``, :mod:`mutualrl.launch.rundir.lock`), asked of the operating system first
+  (:func:`~mutualrl.host.file_lock.lock_held`, a non-blocking probe): a lock no process holds is no live launch,
+  whatever its record says (a launcher killed on another node leaves its record, not its lock; ``train --resume``
+  takes such a lock, and so the sweep starts the run). A held lock is live when its recorded holder here is alive
+  (pid and start time checked), or is on another machine (a cluster node) and the scheduler does not say the run's
+  job is over; a stopped launch's workers still running here keep the run live too;
 - the jobs a ``--slurm`` sweep submitted, recorded in ``SWEEP/jobs.json`` (:data:`JOBS_RECORD`) as each submission
-  returns: a Slurm job still in ``squeue`` (pending, running, completing, suspended ...), or a task of submitit's
-  local executor (``--slurm-local``, its job id is the pid of the process that runs it) still alive here.
+  returns: a Slurm job still in ``squeue`` (pending, running, completing, suspended ...; asked by job id, so a
+  colleague running the same sweep sees the jobs of whoever submitted them), or a task of submitit's local executor
+  (``--slurm-local``, its job id is the pid of the process that runs it) still alive here.
 
 A live run is said in one line and left to the launch that has it; the sweep goes on with the others.
 """
 
 from __future__ import annotations
 
-import getpass
+import re
 import socket
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -32,6 +36,8 @@ JOBS_FORMAT = "mutualrl-sweep-jobs"
 OVER = frozenset({"BOOT_FAIL", "CANCELLED", "COMPLETED", "DEADLINE", "FAILED", "NODE_FAIL", "OUT_OF_MEMORY",
                   "PREEMPTED", "REVOKED", "SPECIAL_EXIT", "TIMEOUT"})
 SQUEUE_TIMEOUT_S = 60
+SLURM_JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+)?")
+"""A job id as Slurm gives it (``4242``, an array task ``4242_3``): anything else in a record is not put in a command."""
 
 
 def read_jobs(folder: Path) -> dict[str, dict[str, Any]]:
@@ -62,17 +68,22 @@ def record_jobs(folder: Path, submitted: Mapping[str, Any], local: bool) -> None
 
 
 def slurm_states(job_ids: Sequence[str]) -> dict[str, str] | None:
-    """``job id -> state`` of this user's jobs that squeue lists (array tasks one by one); None when squeue cannot
-    be asked (not installed, an error): the caller says so."""
+    """``job id -> state`` of the recorded jobs ``job_ids`` that squeue lists (array tasks one by one), whoever
+    submitted them (asked by id, not by user: a colleague's identical sweep must not resubmit a live task); None
+    when squeue cannot be asked (not installed, an error): the caller says so. Jobs squeue no longer knows (it
+    answers "Invalid job id" for those) are not listed."""
     if not job_ids:
         return {}
+    ids = sorted({job_id for job_id in job_ids if SLURM_JOB_ID.fullmatch(job_id)})
+    if not ids:
+        return {}
     try:
-        done = subprocess.run(["squeue", "--noheader", "--array", "--user", getpass.getuser(), "--format", "%i %T"],
+        done = subprocess.run(["squeue", "--noheader", "--array", "--jobs", ",".join(ids), "--format", "%i %T"],
                               capture_output=True, text=True, timeout=SQUEUE_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode != 0:
-        return None
+        return {} if "invalid job id" in (done.stderr or "").lower() else None
     states = {}
     for line in done.stdout.splitlines():
         parts = line.split()
@@ -96,13 +107,19 @@ def job_live(entry: Mapping[str, Any], states: Mapping[str, str] | None) -> str 
 
 
 def lock_live(run: Path, job_over: bool) -> str | None:
-    """Why the run folder's lock says the run is live (a clause), or None. ``job_over``: the scheduler said the
-    run's recorded job is over, so a holder recorded on another machine is a stale record (its node is gone)."""
-    from mutualrl.launch.rundir.lock import describe_holder, holder_alive, live_workers, read_holder
+    """Why the run folder's lock says the run is live (a clause), or None. The operating system's lock decides first
+    (:func:`~mutualrl.host.file_lock.lock_held`): held by no process, only a stopped launch's workers still running
+    here keep it live. ``job_over``: the scheduler said the run's recorded job is over, so a holder recorded on
+    another machine is a stale record (its node is gone)."""
+    from mutualrl.host.file_lock import lock_held
+    from mutualrl.launch.rundir.lock import describe_holder, describe_workers, holder_alive, live_workers, read_holder
 
-    holder = read_holder(Path(run) / LOCK_NAME)
+    path = Path(run) / LOCK_NAME
+    holder = read_holder(path)
     if not holder:
         return None
+    if lock_held(path) is False:  # no launch holds it, on any machine: its record is what a killed launcher left
+        return describe_workers(holder).split("; its watchdog")[0] if live_workers(holder) else None
     elsewhere = holder.get("host") not in (None, socket.gethostname())
     if elsewhere and job_over:
         return None

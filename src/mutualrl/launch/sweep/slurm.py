@@ -14,7 +14,7 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -214,26 +214,37 @@ def digests_in_command(executor: Any) -> Iterator[list[str]]:
 
 
 SWEEP_LOCK = ".sweep-lock"
+SWEEP_LOCK_WAIT_S = 600.0
+"""How long a submission waits for another one of the same sweep folder (planning and submitting an array takes
+seconds to minutes); then one line names the lock and its holder."""
 
 
 @contextmanager
-def sweep_lock(folder: Path) -> Iterator[None]:
-    """Hold ``folder``'s :data:`SWEEP_LOCK` (an OS file lock, waited for) while a submission plans and submits."""
-    import fcntl
+def sweep_lock(folder: Path, say: Callable[[str], None] = lambda line: None,
+               wait_s: float = SWEEP_LOCK_WAIT_S) -> Iterator[None]:
+    """Hold ``folder``'s :data:`SWEEP_LOCK` (an OS file lock only its owner and group can open and so take) while a
+    submission plans and submits; a wait says once what it waits for and whom, and ends after ``wait_s``."""
+    from mutualrl.host.file_lock import LockTimeout, account_name, open_lock_file, wait_for_lock, write_holder
 
     Path(folder).mkdir(parents=True, exist_ok=True)
     path = Path(folder) / SWEEP_LOCK
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        fd = open_lock_file(path)
     except OSError as err:
         if path.is_symlink():
             refuse_links_below(Path(folder), path)
-        raise UsageError(f"{path}: cannot open the sweep's lock ({err.strerror})") from None
+        try:
+            owner = f"; it is {account_name(path.stat().st_uid)}'s"
+        except OSError:
+            owner = ""
+        raise UsageError(f"{path}: cannot open the sweep's lock ({err.strerror}{owner}): submit from the account "
+                         "that owns the sweep folder, or use a sweep folder of your own") from None
     try:
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:  # a filesystem without locks: the submission goes on, as a run's lock does
-            pass
+            if wait_for_lock(fd, path, "another submission of this sweep plans and submits", wait_s, say):
+                write_holder(fd)  # who holds it, for the next submission's wait
+        except LockTimeout as err:
+            raise UsageError(str(err)) from None
         yield
     finally:
         os.close(fd)
@@ -294,7 +305,7 @@ def submit_sweep(spec: SweepSpec, options: SlurmOptions, console: Console) -> li
     first's jobs."""
     from mutualrl.launch.sweep.live import record_jobs
 
-    with sweep_lock(spec.folder):
+    with sweep_lock(spec.folder, lambda line: console.print(line, highlight=False, soft_wrap=True, markup=False)):
         todo, states, options, cache = plan_array(spec, options, console)
         if not todo:
             live = sum(state == "live" for state in states.values())

@@ -66,6 +66,10 @@ class RegimeSpec:
     grpo_check: Callable[[Mapping[str, Any]], tuple[str, str] | None] | None = None
     """Check of one policy's GRPO fields (the recipe's, shared and the policy's own, without the defaults above)
     when this regime runs: None, or (field, problem)."""
+    state_check: Callable[[Mapping[str, Any]], str | None] | None = None
+    """Check of the running state its adapter's ``state_dict`` saved, as read back from a checkpoint (torch-free;
+    the launcher's check of a checkpoint and the worker both apply it, :mod:`mutualrl.regimes.core.state_file`):
+    None, or what is wrong with it."""
     order: int = 100
     """Position in listings (help, error messages)."""
     flags: tuple[RegimeFlag, ...] = ()

@@ -114,6 +114,29 @@ class HACPOBatch(GRPOBatch, total=False):
     hacpo_peer_row: torch.Tensor  # bool [B] True on the peer rows
 
 
+#: The dtypes a capability window is saved in (the adapter keeps it in float32; a float dtype torch names).
+WINDOW_DTYPES = ("float32", "float64", "float16", "bfloat16")
+
+
+def check_hacpo_state(state: Mapping[str, Any]) -> str | None:
+    """HACPO's saved capability window (the adapter's ``state_dict``): the pool's policy names, a float dtype, and
+    per step one finite number (or null: no scored rollout) per policy."""
+    policies = state.get("policies")
+    if not isinstance(policies, list) or not all(isinstance(name, str) for name in policies):
+        return "policies is not a list of policy names"
+    if state.get("dtype") not in WINDOW_DTYPES:
+        return f"dtype {str(state.get('dtype'))[:40]!r} is not one of {', '.join(WINDOW_DTYPES)}"
+    history = state.get("capability_history")
+    if not isinstance(history, list):
+        return "capability_history is not a list of steps"
+    for index, row in enumerate(history):
+        if not isinstance(row, list) or len(row) != len(policies) or not all(
+                value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)) for value in row):
+            return (f"capability_history[{index}] is not one number or null for each of the {len(policies)} "
+                    "policies")
+    return None
+
+
 HACPO = register_regime(RegimeSpec(
     name="hacpo",
     help="HACPO (arXiv 2603.02604): PRP's shared rollouts with capability-aware advantages, exponential "
@@ -132,6 +155,7 @@ HACPO = register_regime(RegimeSpec(
         *ratio_metrics("HACPO"),
     ),
     check=check_hacpo_settings,
+    state_check=check_hacpo_state,
     grpo_defaults=(("importance_sampling_level", "sequence"),),
     grpo_check=check_hacpo_grpo,
     order=5,
