@@ -80,7 +80,17 @@ def test_train_refuses_a_tiny_model_rewritten_with_its_files_record(tiny_cache):
         ensure_builtin_models(["tiny-bpe"])
     said = str(err.value)
     assert said.startswith(f"{weights}: ") and "packaged digest" in said and "\n" not in said
-    assert "mutualrl assets fetch model:tiny-bpe" in said
+    assert "mutualrl assets fetch model:tiny-bpe" in said and f"{tiny_digests.ALLOW_OTHER_WEIGHTS_ENV}=1" in said
+
+
+def test_a_cpu_that_builds_other_weights_may_train_with_them_when_the_user_says_so(tiny_cache, monkeypatch):
+    folder = tiny.tiny_model_dir("tiny-bpe")
+    (folder / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes()[::-1])
+    record_files(folder)
+    with pytest.raises(AssetError):
+        ensure_builtin_models(["tiny-bpe"])
+    monkeypatch.setenv(tiny_digests.ALLOW_OTHER_WEIGHTS_ENV, "1")
+    assert "tiny-bpe" in ensure_builtin_models(["tiny-bpe"])
 
 
 def test_a_tiny_model_of_another_build_context_is_not_compared(tiny_cache, monkeypatch):
