@@ -136,15 +136,23 @@ def discrepancy_coefficients(ratios: torch.Tensor, learner_index: int) -> torch.
     return ratios[:, learner_index].clone()  # [M]
 
 
-def sequence_log_ratio(learner_logps: torch.Tensor, behaviour_logps: torch.Tensor,
-                       mask: torch.Tensor) -> torch.Tensor:
-    """Eq. 11 in logs: ``log s = (1/|y|) Σ_t (log π^(k)_θ(y_t) − log π^(j)_old(y_t))`` over the masked tokens (GSPO's
-    sequence ratio, TRL's ``importance_sampling_level: sequence``), clamped to ``±MAX_ABS_LOG_RATIO``.
+def sequence_log_ratio(learner_logps: torch.Tensor, behaviour_logps: torch.Tensor, mask: torch.Tensor,
+                       source_tokens: torch.Tensor | None = None) -> torch.Tensor:
+    """Eq. 11 in logs, as the authors' code computes it: the learner's mean token log-prob of the response minus the
+    source's mean over the source's own tokens (``source_mean_logp``),
+
+        log s = (1/|y|_k) Σ_t log π^(k)_θ(y_t)  −  (1/|y|_j) Σ_{t'} log π^(j)_old(y_t')
+
+    clamped to ``±MAX_ABS_LOG_RATIO``. Within one tokenizer (every pair of the authors') both counts are the
+    response's tokens and this is GSPO's sequence ratio (TRL's ``importance_sampling_level: sequence``). Across
+    tokenizers the source's total is that of its trace on the learner's tokens (THL conserves it) and its count
+    ``source_tokens`` its own.
 
     Args:
         learner_logps: ``[B, T]`` learner log-probs of the responses in its tokens.
         behaviour_logps: ``[B, T]`` the source's log-probs on the same tokens (a peer's THL-aligned trace).
         mask: ``[B, T]`` completion mask; a row without tokens gives 0.
+        source_tokens: ``[B]`` the source's own token count of each response (None: the learner's, ``|y|_k``).
 
     Returns:
         ``[B]``.
@@ -153,9 +161,17 @@ def sequence_log_ratio(learner_logps: torch.Tensor, behaviour_logps: torch.Tenso
     check_same_shape("behaviour_logps", behaviour_logps, "learner_logps", learner_logps)
     check_same_shape("mask", mask, "learner_logps", learner_logps)
     m = mask.bool()
-    diff = torch.where(m, learner_logps - behaviour_logps, torch.zeros_like(learner_logps))  # [B, T]
-    mean = diff.sum(dim=1) / m.sum(dim=1).clamp(min=1)  # [B]
-    return mean.clamp(-MAX_ABS_LOG_RATIO, MAX_ABS_LOG_RATIO)  # [B]
+    zeros = torch.zeros_like(learner_logps)  # [B, T]
+    count = m.sum(dim=1).clamp(min=1).to(learner_logps.dtype)  # [B]
+    if source_tokens is None:
+        source_count = count  # [B]
+    else:
+        check_float("source_tokens", source_tokens, 1, "[B]")
+        source_count = source_tokens.to(learner_logps.device, learner_logps.dtype).clamp(min=1)  # [B]
+    learner_mean = torch.where(m, learner_logps, zeros).sum(dim=1) / count  # [B]
+    source_mean = torch.where(m, behaviour_logps, zeros).sum(dim=1) / source_count  # [B]
+    log_s = torch.where(m.any(dim=1), learner_mean - source_mean, torch.zeros_like(learner_mean))  # [B]
+    return log_s.clamp(-MAX_ABS_LOG_RATIO, MAX_ABS_LOG_RATIO)  # [B]
 
 
 def stepwise_lower_bound(delta: float, delta_step: float, update_index: int) -> float:

@@ -77,14 +77,15 @@ class PRPAdapter(PooledRowsAdapter):
 
     def rows_kept(self, step: PooledStep) -> torch.Tensor:
         """The peer rows the loss keeps, bool ``[N]``: scored, and under ``ftis`` not dropped by F-TIS's filter
-        (advantage <= 0 and sequence KL to the learner >= ``kl_bound``, the KL by ``kl_estimator``;
+        (advantage <= 0 and sequence KL to the learner >= ``kl_bound``, the KL by ``kl_estimator``, per word where
+        the two tokenizations split it differently;
         :func:`~mutualrl.regimes.prp.maths.ftis_kept`)."""
         from mutualrl.regimes.prp.maths import ftis_kept, sequence_kl
 
         kept = step.scored.clone()  # bool [N]
         if self.settings.correction == "ftis" and step.peer_traces is not None:
             kl = sequence_kl(step.snapshot[step.n_local:], step.peer_traces, step.peer_mask,
-                             self.settings.kl_estimator)  # [N] float64
+                             self.settings.kl_estimator, step.peer_groups)  # [N] float64, per word where split
             advantages = step.batch["advantages"][step.n_local:]  # [N]
             kept &= ftis_kept(advantages, kl.to(advantages.device), self.settings.kl_bound)
         return kept
