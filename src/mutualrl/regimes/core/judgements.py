@@ -223,7 +223,7 @@ def aligned_judgements(own: pa.Table, judgements: dict[str, pa.Table], judges: S
     values = torch.zeros((n, len(judges), width), dtype=torch.float32)
     valid = torch.zeros((n, len(judges), width), dtype=torch.bool)
     matched = torch.zeros((n, len(judges)), dtype=torch.bool)
-    groups = singleton_groups((n, len(judges), width))  # [B, M-1, T]
+    units_of = singleton_groups((n, len(judges), width))  # [B, M-1, T] comparison units
     pairs: list[tuple[int, int]] = []
     sources: list[tuple[str, int]] = []
     for i in range(n):
@@ -250,14 +250,14 @@ def aligned_judgements(own: pa.Table, judgements: dict[str, pa.Table], judges: S
             m = min(len(units), width)
             values[i, j, :m] = torch.from_numpy(np.asarray(result.values[c][:m], dtype=np.float32))
             valid[i, j, :m] = torch.from_numpy(units[:m] >= 0)
-            groups[i, j, :m] = torch.from_numpy(comparison_groups(units, result.target_copied[c])[:m])
+            units_of[i, j, :m] = torch.from_numpy(comparison_groups(units, result.target_copied[c])[:m])
             ends = src_spans[c]
             if own_finished[i] and texts["finished"][x] and len(ends) and ends[-1, 0] < 0 and 0 < len(units) <= width \
                     and units[-1] < 0:  # both ended: the judge's EOS log-prob on the learner's EOS
                 values[i, j, len(units) - 1] = float(logps[x][-1])
                 valid[i, j, len(units) - 1] = True
             matched[i, j] = True
-    return AlignedJudgements(values, valid, matched, groups)
+    return AlignedJudgements(values, valid, matched, units_of)
 
 
 def own_logps(trainer: TrainerView, output: GRPOBatch) -> torch.Tensor:
