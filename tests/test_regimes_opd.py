@@ -275,6 +275,8 @@ def test_a_lock_step_step_judges_the_peer_and_adds_its_signal_where_it_is_the_mo
     recorded = learner.trainer.recorded
     assert recorded[("train", "opd/gate_rate")] == [0.5] and recorded[("train", "opd/judged_share")] == [1.0]
     assert recorded[("train", "opd/judged_rows")] == [4.0] and ("train", "mutual/judge_s") in recorded
+    # the rows the peer's judgement changed (the summary's and the report's used share): p0's two of four at λ > 0
+    assert recorded[("train", "opd/from/tiny-sp/used_share")] == [0.0 if lam == 0 else 0.5]
     if lam == 0:
         assert advantages.tolist() == [0.25, -0.25, 0.75, -0.75]  # TRL's own [B] advantages, untouched
         return

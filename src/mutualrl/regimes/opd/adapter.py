@@ -80,6 +80,7 @@ class OPDAdapter(RegimeAdapter):
             opd_advantages,
             opd_metrics,
             row_weights,
+            source_use,
             success_rates,
             teacher_weights,
             teaching_peers,
@@ -105,11 +106,14 @@ class OPDAdapter(RegimeAdapter):
         aligned = aligned_judgements(self.own_records, tables, self.peers, rollouts, mask.shape[1])
         weights = row_weights(prompt_weights, k) * aligned.matched  # [B, M-1]
         if settings.lam == 0 and settings.reward_term:  # standalone GRPO's batch, untouched
-            return output, opd_metrics(teaching, prompt_weights, aligned.matched, judged.rows)
+            metrics = opd_metrics(teaching, prompt_weights, aligned.matched, judged.rows)
+            return output, {**metrics, **source_use(None, None, None, weights, 0.0, self.peers)}
         own = own_logps(trainer, output).float().cpu()  # [B, C]
         signal = distillation_signal(own, aligned.values, aligned.valid, weights, aligned.groups)  # [B, C]
         advantages = output["advantages"]
         output["advantages"] = opd_advantages(advantages.cpu(), signal, mask.cpu(), settings.lam,
                                               settings.reward_term).to(advantages.device)  # [B, C]
-        return output, opd_metrics(teaching, prompt_weights, aligned.matched, judged.rows, own, aligned.values,
-                                   aligned.valid, weights, settings.lam, aligned.groups)
+        metrics = opd_metrics(teaching, prompt_weights, aligned.matched, judged.rows, own, aligned.values,
+                              aligned.valid, weights, settings.lam, aligned.groups)
+        used = source_use(own, aligned.values, aligned.valid, weights, settings.lam, self.peers, aligned.groups)
+        return output, {**metrics, **used}

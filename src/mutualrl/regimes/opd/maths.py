@@ -160,3 +160,24 @@ def opd_metrics(teaching: torch.Tensor, prompt_weights: torch.Tensor, matched: t
     values["signal_abs"] = Share(float((lam * signal.double()).abs()[tokens].sum()), count)
     values["signal_tokens"] = Total(count)
     return values
+
+
+def source_use(own_logps: torch.Tensor | None, peer_logps: torch.Tensor | None, valid: torch.Tensor | None,
+               weights: torch.Tensor, lam: float, names: list[str],
+               groups: torch.Tensor | None = None) -> dict[str, float]:
+    """Per peer ``names[j]``: ``from/<peer>/used_share``, the share of the learner's rollouts of the step (``[B]``)
+    whose per-token advantages peer ``j``'s judgement changed: it teaches the row's prompt (``weights[:, j] > 0``,
+    its judgement matched), and with ``λ > 0`` its signal is nonzero on some token it reached. With ``λ = 0`` (or no
+    signal computed: ``own_logps`` None) none is used. A ``Share`` (reduced over the ranks)."""
+    rows = weights.shape[0]
+    out: dict[str, float] = {}
+    for j, name in enumerate(names):
+        used = 0.0
+        if lam != 0 and own_logps is not None:
+            only = torch.zeros_like(weights)  # [B, M-1]
+            only[:, j] = weights[:, j]
+            signal = distillation_signal(own_logps.float(), peer_logps.float(), valid, only, groups)  # [B, T]
+            used = float(((signal != 0) & valid[:, j]).any(dim=1).sum())
+        out[f"from/{name}/used_share"] = Share(used, rows)
+    return out
+
