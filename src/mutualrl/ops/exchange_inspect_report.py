@@ -65,6 +65,7 @@ class InspectReport:
     issues: list[Issue] = field(default_factory=list)
     checksums_verified: bool = True
     sources: list[dict[str, Any]] = field(default_factory=list)  # per (learner, peer): peer_offpolicy_stats
+    judgements: list[dict[str, Any]] = field(default_factory=list)  # per (learner, judge): exchange_inspect_judgements
 
     @property
     def ok(self) -> bool:
