@@ -118,7 +118,7 @@ def inspect_exchange(path: Path | str, *, verify_checksums: bool = True) -> Insp
     _check_across_policies(state)
     _summarise(state)
     state.report.sources = source_figures(run_folder_of(path, root))
-    judged, issues, listed = inspect_judgements(root, verify_checksums)
+    judged, issues, listed = inspect_judgements(root, verify_checksums, inspect_exchange)
     state.report.judgements, state.report.issues, state.report.files = judged, state.report.issues + issues, \
         state.report.files + listed
     state.report.total_bytes += sum(entry.bytes for entry in listed)

@@ -7,24 +7,26 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pyarrow.compute as pc
 
-from mutualrl.ops.exchange_inspect_report import FileEntry, Issue
+from mutualrl.ops.exchange_inspect_report import FileEntry, InspectReport, Issue
 from mutualrl.see import files
 from mutualrl.see.errors import CorruptShardError
 from mutualrl.see.shards import load_shard, read_manifest
 
 
-def inspect_judgements(root: Path, verify_checksums: bool) -> tuple[list[dict[str, Any]], list[Issue], list[FileEntry]]:
+def inspect_judgements(root: Path, verify_checksums: bool,
+                       inspect_exchange: Callable[..., InspectReport]) -> tuple[list[dict[str, Any]], list[Issue],
+                                                                              list[FileEntry]]:
     """Per (judged learner, judge), in name order: ``learner``, ``judge``, ``steps``, ``records``, ``tokens`` and
     ``judge_logp_mean`` (None without tokens); the nested exchanges' inconsistencies and files, their paths from
-    ``root``. Nothing where the exchange holds no judgements (every regime but OPD)."""
-    from mutualrl.ops.exchange_inspect import inspect_exchange
-
+    ``root``. Nothing where the exchange holds no judgements (every regime but OPD). ``inspect_exchange`` inspects
+    one nested exchange (:func:`mutualrl.ops.exchange_inspect.inspect_exchange`, passed in: it calls this)."""
     entries: list[dict[str, Any]] = []
     issues: list[Issue] = []
     listed: list[FileEntry] = []
