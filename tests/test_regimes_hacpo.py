@@ -27,10 +27,19 @@ EPS = 1e-6
 
 
 # -- 3.1: capability (Eqs. 8-9) ---------------------------------------------------------------
-def test_step_capability_is_each_policys_mean_reward():
+def test_step_capability_is_each_policys_share_of_rewards_above_0_or_its_mean_reward():
     # Policy 0: rewards 1, 0 | 1, 1 -> 3/4.  Policy 1: 0, 0 | 1, NaN -> 1/3 (the unscored one left out).
     pool = torch.tensor([[[1.0, 0.0], [0.0, 0.0]], [[1.0, 1.0], [1.0, NAN]]])
     torch.testing.assert_close(step_capability(pool), torch.tensor([0.75, 1 / 3]))
+    torch.testing.assert_close(step_capability(pool, "mean-reward"), torch.tensor([0.75, 1 / 3]))  # 0/1: the same
+    # Graded rewards: policy 0 0.2, 0.2 | 0.2, 0.2 (format credit on every answer), policy 1 1, 0 | 0, NaN. The
+    # authors' share above 0: 1 and 1/3; the mean reward: 0.2 and 1/3. Nothing scored: NaN either way.
+    graded = torch.tensor([[[0.2, 0.2], [1.0, 0.0]], [[0.2, 0.2], [0.0, NAN]]])
+    torch.testing.assert_close(step_capability(graded), torch.tensor([1.0, 1 / 3]))
+    torch.testing.assert_close(step_capability(graded, "mean-reward"), torch.tensor([0.2, 1 / 3]))
+    assert step_capability(torch.full((1, 2, 2), NAN)).isnan().all()
+    with pytest.raises(ValueError, match="capability measure"):
+        step_capability(pool, "median")
 
 
 def test_smoothed_capability_averages_the_last_k_steps():

@@ -108,7 +108,8 @@ class HACPOAdapter(PooledRowsAdapter):
         )
 
         settings = self.settings
-        self.capability_history = [*self.capability_history, step_capability(pool)][-settings.capability_window:]
+        performance = step_capability(pool, settings.capability)  # [M]
+        self.capability_history = [*self.capability_history, performance][-settings.capability_window:]
         capability = smoothed_capability(torch.stack(self.capability_history), settings.capability_window)  # [M]
         ratios = capability_ratios(capability, settings.max_capability_ratio)  # [M, M]
         self.capability, self.ratios = capability, ratios

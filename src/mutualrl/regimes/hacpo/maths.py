@@ -2,7 +2,8 @@
 
 The four mechanisms of its Sec. 3, as pure functions (equation numbers are the paper's):
 
-- 3.1 agent-capability-aware advantage estimation: :func:`step_capability`, :func:`smoothed_capability`,
+- 3.1 agent-capability-aware advantage estimation: :func:`step_capability` (the authors' share of rewards > 0 by
+  default), :func:`smoothed_capability`,
   :func:`capability_ratios` (Eqs. 8-9) and :func:`capability_advantages` (Eqs. 6-7);
 - 3.2 the capability discrepancy coefficient: :func:`discrepancy_coefficients` (Eq. 10);
 - 3.3 exponential importance sampling over GSPO's sequence ratio: :func:`sequence_log_ratio` (Eq. 11) and the
@@ -35,17 +36,28 @@ MAX_ABS_LOG_RATIO = 10.0
 this far from the learner moves nothing (the clamp's gradient is 0)."""
 
 
-def step_capability(pool_rewards: torch.Tensor) -> torch.Tensor:
-    """Eq. 9's per-step performance ``P_τ^(m)``: each policy's mean reward over all its scored rollouts of the step.
+def step_capability(pool_rewards: torch.Tensor, measure: str = "success-share") -> torch.Tensor:
+    """Eq. 9's per-step performance ``P_τ^(m)`` of each policy over all its scored rollouts of the step.
 
     Args:
         pool_rewards: ``[P, M, K]`` rewards of the step (NaN = not scored, left out).
+        measure: ``"success-share"``, the share of rewards above 0 (the authors' code); ``"mean-reward"``, the mean
+            reward (Eq. 9 as the paper writes it). Equal with 0/1 rewards.
 
     Returns:
         ``[M]``; NaN for a policy with no scored rollout.
     """
     check_pool(pool_rewards)
-    return torch.nanmean(pool_rewards.transpose(0, 1).reshape(pool_rewards.size(1), -1), dim=1)  # [M]
+    per_policy = pool_rewards.transpose(0, 1).reshape(pool_rewards.size(1), -1)  # [M, P*K]
+    if measure == "success-share":
+        scored = ~torch.isnan(per_policy)  # [M, P*K]
+        wins = ((per_policy > 0) & scored).sum(dim=1).to(pool_rewards.dtype)  # [M]
+        counted = scored.sum(dim=1)  # [M]
+        share = wins / counted.clamp(min=1).to(pool_rewards.dtype)  # [M]
+        return torch.where(counted > 0, share, torch.full_like(share, math.nan))  # [M]
+    if measure == "mean-reward":
+        return torch.nanmean(per_policy, dim=1)  # [M]
+    raise ValueError(f"capability measure must be 'success-share' or 'mean-reward'; got {measure!r}")
 
 
 def smoothed_capability(history: torch.Tensor, window: int) -> torch.Tensor:

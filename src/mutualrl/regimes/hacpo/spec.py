@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from mutualrl.regimes.api import (
     NONNEGATIVE,
@@ -58,10 +58,16 @@ class HACPOSettings(PooledRowsSettings):
         metadata={"ge": 0, "help": "Sec. 3.4, Eq. 14: the lower bound rises by this at each parameter update "
                                    "within a step (0: a static band, the paper's 'no Stepwise')."},
     )
+    capability: Literal["success-share", "mean-reward"] = field(
+        default="success-share",
+        metadata={"help": "Eq. 9's per-step performance of a policy: 'success-share', the share of its rewards "
+                          "above 0 (the authors' code), or 'mean-reward', its mean reward (the paper's text); equal "
+                          "with 0/1 rewards."},
+    )
     capability_window: int = field(
         default=5,
-        metadata={"ge": 1, "help": "Eq. 9: a policy's capability is its mean reward over the last K steps, this "
-                                   "one included (K = 5 in the paper)."},
+        metadata={"ge": 1, "help": "Eq. 9: a policy's capability is its per-step performance ('capability') "
+                                   "averaged over the last K steps, this one included (K = 5 in the paper)."},
     )
     max_capability_ratio: float = field(
         default=10.0,
@@ -112,7 +118,7 @@ HACPO = register_regime(RegimeSpec(
     adapter="mutualrl.regimes.hacpo.adapter:HACPOAdapter",
     status=(("cross_kept", "kept"),),
     metrics=(
-        ("capability", MetricWords("HACPO capability (mean reward, last K steps)", "mean reward", UNIT)),
+        ("capability", MetricWords("HACPO capability (last K steps)", "share of rewards > 0, or mean reward", UNIT)),
         ("capability_ratio", MetricWords("HACPO peer/learner capability ratio", "ratio", NONNEGATIVE)),
         ("cross_ratio", MetricWords("HACPO peer rows' sequence ratio s", "ratio", NONNEGATIVE)),
         ("cross_kept", MetricWords("HACPO peer rows inside the clip band", "share of peer rows", UNIT)),
