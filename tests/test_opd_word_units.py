@@ -18,6 +18,7 @@ through :func:`~mutualrl.regimes.core.word_units.comparison_groups`.
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -190,3 +191,35 @@ def test_ftis_divergence_per_word_is_the_word_level_kl_and_zero_for_an_equal_pee
     learner = learner_logps((THETA0, THETA1, THETA2), (1, 2, 0))[None]
     args = (learner, torch.tensor(values)[None], torch.ones(1, T, dtype=torch.long), "mean-log-ratio")
     assert float(sequence_kl(*args, torch.from_numpy(groups)[None])) == float(sequence_kl(*args))
+
+
+def test_a_per_token_importance_weight_is_the_words_on_a_split_word():
+    """PRP's correction at ``correction_level: token`` (TIS, F-TIS's weight): each token of the split word W1 weighs
+    ``min(π_θ(W1) / π_gen(W1), C)``, the word's weight, and ``" y2"`` its own. By hand (C = 3): log w = [log 2,
+    log 3, log 0.5] per token, the word's 6 capped at 3 on both its tokens. Exactly (C = inf), over the generator's 9
+    outcomes of W1: ``E_gen[w(W1) g(W1)] = E_θ[g(W1)]`` for any g; the spread per-token weights do not give it."""
+    from mutualrl.regimes.prp.maths import correction_weights
+
+    groups = torch.tensor([[0, 0, 2]])  # [1, T]
+    log_w = torch.log(torch.tensor([[2.0, 3.0, 0.5]]))  # [1, T]
+    mask = torch.ones(1, T, dtype=torch.long)
+    assert correction_weights(log_w, mask, "tis", "token", 3.0, 10.0, groups).tolist() == [
+        [pytest.approx(3.0), pytest.approx(3.0), pytest.approx(0.5)]]
+    assert correction_weights(log_w, mask, "tis", "token", 3.0, 10.0).tolist() == [
+        [pytest.approx(2.0), pytest.approx(3.0), pytest.approx(0.5)]]  # per spread token, as before
+    g = torch.arange(9, dtype=torch.float64) ** 1.5  # [9] any function of W1
+    w1_learner, _ = learner_word_tables((THETA0, THETA1, THETA2))
+    on_policy = float((w1_learner.exp() * g).sum())
+    per_word = per_token = 0.0
+    for y0, y1 in itertools.product(range(V), repeat=2):
+        sample = (y0, y1, 0)
+        values, unit_of = peer_trace((PEER_W1, PEER_W2), sample)
+        snapshot = learner_logps((THETA0, THETA1, THETA2), sample)[None]  # [1, T]
+        log_w = snapshot - torch.tensor(values)[None]  # [1, T] the learner's snapshot over the aligned trace
+        word = correction_weights(log_w, mask, "tis", "token", math.inf, math.inf, torch.from_numpy(unit_of)[None])
+        spread = correction_weights(log_w, mask, "tis", "token", math.inf, math.inf)
+        q = float(PEER_W1[3 * y0 + y1].exp())
+        per_word += q * float(word[0, 0]) * float(g[3 * y0 + y1])
+        per_token += q * float(spread[0, 0]) * float(g[3 * y0 + y1])
+    assert per_word == pytest.approx(on_policy, rel=1e-6)
+    assert abs(per_token - on_policy) > 0.05 * on_policy

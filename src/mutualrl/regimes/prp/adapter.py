@@ -71,7 +71,8 @@ class PRPAdapter(PooledRowsAdapter):
         if settings.correction == "none":
             return None
         weights = correction_weights(step.peer_log_weights(), step.peer_mask, settings.correction,
-                                     settings.correction_level, settings.truncation_bound, settings.drop_bound)
+                                     settings.correction_level, settings.truncation_bound, settings.drop_bound,
+                                     step.peer_groups)  # [N, T] per word where the tokenizations split it apart
         kept = step.kept[:, None]  # bool [N, 1]
         return torch.where(kept, weights, torch.zeros_like(weights))  # [N, T]
 
@@ -109,7 +110,7 @@ class PRPAdapter(PooledRowsAdapter):
         advantages = step.batch["advantages"][step.n_local:]  # [N] the peer rows' advantages, as the loss reads them
         rows = source_diagnostics(step.peer_log_weights(), step.peer_mask, settings.correction,
                                   settings.correction_level, settings.truncation_bound, settings.drop_bound,
-                                  step.kept, advantages, self.ppo_clip())
+                                  step.kept, advantages, self.ppo_clip(), step.peer_groups)
         names = [name for name, _ in step.sources]
         out: dict[str, float] = {}
         ess_parts = []

@@ -37,17 +37,24 @@ CorrectionLevel = Literal["token", "sequence"]
 AdvantageGrouping = Literal["auto", "pool", "source"]
 
 
-def unit_log_weights(log_w: torch.Tensor, mask: torch.Tensor, level: CorrectionLevel) -> tuple[torch.Tensor, torch.Tensor]:
+def unit_log_weights(log_w: torch.Tensor, mask: torch.Tensor, level: CorrectionLevel,
+                     groups: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The log importance weights of the correction's units and which units exist.
 
-    ``token``: each masked token's ``log w_t`` (``[N, T]``); ``sequence``: each response's
-    ``log W = Σ_t log w_t`` over its masked tokens (``[N, 1]``), one weight for all its tokens.
+    ``token``: each masked token's ``log w_t`` (``[N, T]``), where the peer's tokens of its word are the learner's;
+    on a word the two tokenizers split differently (``groups``,
+    :func:`~mutualrl.regimes.core.word_units.comparison_groups`; None: every token its own) each of its tokens
+    carries the word's ``log w_u = log π_θ(u) − log π_peer(u)``, the only ratio both policies give there;
+    ``sequence``: each response's ``log W = Σ_t log w_t`` over its masked tokens (``[N, 1]``), one weight for all
+    its tokens.
     """
     check_float("log_w", log_w, 2, "[N, T]")
     check_same_shape("mask", mask, "log_w", log_w)
     m = mask.bool()
     masked = torch.where(m, log_w, torch.zeros_like(log_w))  # [N, T]
     if level == "token":
+        if groups is not None:
+            masked = torch.where(m, unit_totals(masked, groups), torch.zeros_like(masked))  # [N, T] per word
         return masked, m
     if level == "sequence":
         return masked.sum(dim=1, keepdim=True), m.any(dim=1, keepdim=True)  # [N, 1], bool [N, 1]
@@ -81,7 +88,7 @@ def corrected_log_weights(unit_log_w: torch.Tensor, correction: Correction, trun
 
 
 def correction_weights(log_w: torch.Tensor, mask: torch.Tensor, correction: Correction, level: CorrectionLevel,
-                       truncation_bound: float, drop_bound: float) -> torch.Tensor:
+                       truncation_bound: float, drop_bound: float, groups: torch.Tensor | None = None) -> torch.Tensor:
     """Per-token loss weights ``[N, T]`` of peer rows: ``T(w)`` of each token's unit (1 outside ``mask``).
 
     ``w = π_snapshot / π_peer`` is the learner's importance weight of the peer's sample (``log_w``). Under a correction
@@ -90,7 +97,7 @@ def correction_weights(log_w: torch.Tensor, mask: torch.Tensor, correction: Corr
     there is ``T(w)·A·∇log π_θ`` for either sign of ``A``, TIS's form (a constant weight on the PPO surrogate; the
     truncated weight of F-TIS multiplies its clipped term the same way).
     """
-    units, exists = unit_log_weights(log_w, mask, level)  # [N, T] or [N, 1]
+    units, exists = unit_log_weights(log_w, mask, level, groups)  # [N, T] or [N, 1]
     corrected, _, _ = corrected_log_weights(units, correction, truncation_bound, drop_bound)
     weights = torch.exp(corrected).expand_as(log_w)  # [N, T]
     return torch.where(mask.bool() & exists, weights, torch.ones_like(weights))  # [N, T]
@@ -208,7 +215,8 @@ def clip_passes(log_w: torch.Tensor, mask: torch.Tensor, advantages: torch.Tenso
 
 def source_diagnostics(log_w: torch.Tensor, mask: torch.Tensor, correction: Correction, level: CorrectionLevel,
                        truncation_bound: float, drop_bound: float, rows_kept: torch.Tensor,
-                       advantages: torch.Tensor, clip: PPOClip | None = None) -> dict[str, torch.Tensor]:
+                       advantages: torch.Tensor, clip: PPOClip | None = None,
+                       groups: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """Per-row sums of how off-policy a peer's rows are and what the loss makes of them, for the per-source metrics
     (rows ``[N]``, float64).
 
@@ -223,7 +231,7 @@ def source_diagnostics(log_w: torch.Tensor, mask: torch.Tensor, correction: Corr
     itself), TRL's clip passes that token's gradient (:func:`clip_passes`) (``advantages`` ``[N]``: the rows'
     advantages as the loss reads them). Later updates of the same generation are not seen.
     """
-    units, exists = unit_log_weights(log_w, mask, level)  # [N, T] or [N, 1]
+    units, exists = unit_log_weights(log_w, mask, level, groups)  # [N, T] or [N, 1]
     corrected, truncated, dropped = corrected_log_weights(units, correction, truncation_bound, drop_bound)
     kept_rows = rows_kept.bool()[:, None]  # bool [N, 1]
     w = torch.exp(units.double().clamp(-150.0, 150.0)) * exists  # [N, T] or [N, 1]
