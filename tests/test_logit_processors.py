@@ -22,8 +22,8 @@ def refused(regime: str, *overrides: str) -> str:
 
 
 def test_a_repetition_penalty_changes_the_sampled_distribution_by_hand():
-    """transformers' repetition penalty 1.3 on a token already in the text with logit 1.2: 1.2 / 1.3 = 0.9231. The model's
-    probability of it e^1.2 / (e^1.2 + e^0.4 + e^-0.3) = 3.3201 / 5.5527 = 0.5979, the sampler's 2.5171 / 4.7497 =
+    """transformers' repetition penalty 1.3 on a token already in the text with logit 1.2: 1.2 / 1.3 = 0.9231. The
+    model's probability of it e^1.2 / (e^1.2 + e^0.4 + e^-0.3) = 3.3201 / 5.5527 = 0.5979, the sampler's 2.5171 / 4.7497 =
     0.5300: a ratio with one side of each is off by 1.128 on that token, with no change of policy."""
     from transformers import RepetitionPenaltyLogitsProcessor
 

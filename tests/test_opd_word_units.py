@@ -59,7 +59,8 @@ def learner_word_tables(theta: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, 
 
 
 def peer_trace(peer: tuple[torch.Tensor, torch.Tensor], sample: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """The peer's log-probs of its 2 tokens moved onto the learner's 3 by THL, and the learner tokens' comparison units."""
+    """The peer's log-probs of its 2 tokens moved onto the learner's 3 by THL, and the learner tokens' comparison
+    units."""
     w1_table, w2_table = peer
     y0, y1, y2 = sample
     word = 3 * y0 + y1
@@ -140,7 +141,8 @@ def test_the_units_thl_gives_a_word_split_two_against_one():
 
 
 @pytest.mark.slow  # 27 x 3 passes through a tiny trainer's loss: over 2 s
-def test_opd_per_word_signal_is_the_word_level_reverse_kl_gradient_through_trls_loss(grad_trainer, monkeypatch):  # noqa: F811
+def test_opd_per_word_signal_is_the_word_level_reverse_kl_gradient_through_trls_loss(
+        grad_trainer, monkeypatch):  # noqa: F811
     peer = (PEER_W1, PEER_W2)
     got = expected_gradient(grad_trainer, monkeypatch, peer, per_word=True)
     exact = word_kl_gradient(peer)
@@ -150,7 +152,8 @@ def test_opd_per_word_signal_is_the_word_level_reverse_kl_gradient_through_trls_
 
 
 @pytest.mark.slow  # 2 x 27 passes through a tiny trainer's loss: over 2 s
-def test_a_peer_equal_to_the_learner_word_for_word_gives_zero_expected_opd_signal(grad_trainer, monkeypatch):  # noqa: F811
+def test_a_peer_equal_to_the_learner_word_for_word_gives_zero_expected_opd_signal(
+        grad_trainer, monkeypatch):  # noqa: F811
     peer = learner_as_peer()
     per_word = expected_gradient(grad_trainer, monkeypatch, peer, per_word=True)
     assert max(float(x.abs().max()) for x in per_word) < 1e-6
@@ -170,7 +173,8 @@ def ftis_expectations(peer) -> dict[str, float]:
         learner = learner_logps((THETA0, THETA1, THETA2), sample)[None]  # [1, T]
         generator = torch.tensor(values)[None]  # [1, T]
         mask = torch.ones(1, T, dtype=torch.long)
-        out["per_word"] += p_gen * float(sequence_kl(learner, generator, mask, "rlogr-sum", torch.from_numpy(groups)[None]))
+        units = torch.from_numpy(groups)[None]  # [1, T]
+        out["per_word"] += p_gen * float(sequence_kl(learner, generator, mask, "rlogr-sum", units))
         out["per_token"] += p_gen * float(sequence_kl(learner, generator, mask, "rlogr-sum"))
     return out
 

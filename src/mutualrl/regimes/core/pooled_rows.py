@@ -198,7 +198,8 @@ class PooledRowsAdapter(RegimeAdapter):
                      step: PooledStep) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The peers' behaviour traces on the learner's tokens ``[N, T]`` (THL); past a row's end (padding, outside
         the mask) the learner's snapshot, so that the ratio there is 1. With them each token's comparison unit
-        ``[N, T]`` (:mod:`~mutualrl.regimes.core.word_units`) and the peer's own tokens that reached each row ``[N]``."""
+        ``[N, T]`` (:mod:`~mutualrl.regimes.core.word_units`) and the peer's own tokens that reached each row
+        ``[N]``."""
         responses = step.responses
         aligned = self._aligned_traces(peers, step.sources, responses.texts, responses.finished, responses.spans,
                                        responses.ids)
