@@ -180,4 +180,3 @@ def source_use(own_logps: torch.Tensor | None, peer_logps: torch.Tensor | None, 
             used = float(((signal != 0) & valid[:, j]).any(dim=1).sum())
         out[f"from/{name}/used_share"] = Share(used, rows)
     return out
-
