@@ -140,6 +140,18 @@ def test_the_units_thl_gives_a_word_split_two_against_one():
     assert unit_heads(torch.from_numpy(groups)[None]).tolist() == [[True, False, True]]
 
 
+def test_comparison_groups_by_hand():
+    """Units [0, 0, 1, 2, 2, -1] (the last a special token), unit 1 copied, units 0 and 2 spread: groups [0, 0, 2, 3,
+    3, 5]; a copied multi-token unit keeps each token its own; nothing spread: every token its own."""
+    units = np.array([0, 0, 1, 2, 2, -1])
+    copied = np.array([False, False, True, False, False, False])
+    assert comparison_groups(units, copied).tolist() == [0, 0, 2, 3, 3, 5]
+    assert comparison_groups(np.array([0, 0, 1]), np.array([True, True, False])).tolist() == [0, 1, 2]
+    assert comparison_groups(np.array([0, 1, -1]), np.array([True, True, False])).tolist() == [0, 1, 2]
+    with pytest.raises(ValueError, match="positions"):
+        unit_totals(torch.zeros(1, 3), torch.tensor([[0, 3, 2]]))
+
+
 @pytest.mark.slow  # 27 x 3 passes through a tiny trainer's loss: over 2 s
 def test_opd_per_word_signal_is_the_word_level_reverse_kl_gradient_through_trls_loss(
         grad_trainer, monkeypatch):  # noqa: F811
@@ -227,3 +239,55 @@ def test_a_per_token_importance_weight_is_the_words_on_a_split_word():
         per_token += q * float(spread[0, 0]) * float(g[3 * y0 + y1])
     assert per_word == pytest.approx(on_policy, rel=1e-6)
     assert abs(per_token - on_policy) > 0.05 * on_policy
+
+
+# -- the units as the adapters read them, across two real tokenizers ---------------------------------------------------
+TEXT = " 12 - 5 = 7"  # Mistral SP: ▁ 1 2 | ▁- | ▁ 5 | ▁= | ▁ 7 (+ EOS); GPT-2: " 12", " -", " 5", " =", " 7" (+ EOS)
+
+
+@pytest.mark.slow  # THL's first decode and retokenization of two vocabularies: over 2 s
+def test_opd_gives_each_token_of_a_split_word_the_words_log_ratio_across_two_real_tokenizers(thl_tokenizers):
+    """The Mistral-SP learner writes " 12" in 3 tokens, the GPT-2 judge in 1: through the judging and alignment the
+    adapter runs, each of the learner's 3 tokens carries the word's judge log-prob minus the learner's, " -" (▁- on
+    both sides, copied) its own token's, and EOS on EOS its own."""
+    from test_regimes_opd import ScoringTrainer, own_table, rollouts_of
+    from test_regimes_seam import padded
+
+    from mutualrl.regimes.core.judgements import aligned_judgements, judge_rollouts
+
+    learner, judge = padded(thl_tokenizers["mistral-sp"]), padded(thl_tokenizers["gpt2"])
+    own, ids = own_table(learner, [TEXT])
+    assert len(ids[0]) == 10  # 9 pieces + EOS
+    output = {"prompt_ids": torch.tensor([[5, 6]]), "prompt_mask": torch.ones(1, 2, dtype=torch.long)}
+    table = judge_rollouts(ScoringTrainer(judge), output, rollouts_of(1, 1), {"tiny-sp": own}, ["tiny-sp"])
+    aligned = aligned_judgements(own, {"tiny-bpe": table.records["tiny-sp"].to_table()}, ["tiny-bpe"],
+                                 rollouts_of(1, 1), 10)
+    # the judge's 6 tokens score -1 .. -6: " 12" -1 (spread: -1/3 on each of ▁ 1 2), " -" -2, " 5" -3, " =" -4,
+    # " 7" -5, EOS -6
+    assert aligned.groups[0, 0].tolist() == [0, 0, 0, 3, 4, 4, 6, 7, 7, 9]
+    own_logps = -0.1 * torch.arange(1, 11, dtype=torch.float32)[None]  # [1, 10] the learner's
+    signal = distillation_signal(own_logps, aligned.values, aligned.valid, torch.ones(1, 1), aligned.groups)
+    word = -1.0 + 0.1 + 0.2 + 0.3  # the judge's " 12" minus the learner's three tokens
+    expected = [word] * 3 + [-2.0 + 0.4] + [-3.0 + 0.5 + 0.6] * 2 + [-4.0 + 0.7] + [-5.0 + 0.8 + 0.9] * 2 + [-6.0 + 1.0]
+    assert signal[0].tolist() == pytest.approx(expected, abs=1e-5)
+
+
+@pytest.mark.slow  # THL's first decode and retokenization of two vocabularies: over 2 s
+def test_pooled_rows_read_the_units_and_the_sources_own_count_across_two_real_tokenizers(thl_tokenizers):
+    """A GPT-2 peer's row of " 12 - 5 = 7" + EOS (6 tokens) retokenized for a Mistral-SP learner (9 + EOS): the
+    comparison units the pooled step keeps (F-TIS's divergence, the correction weights) and the peer's own 6 tokens
+    (HACPO's source mean)."""
+    from test_regimes_opd import own_table
+    from test_regimes_seam import padded
+
+    from mutualrl.regimes.prp.adapter import PRPAdapter
+    from mutualrl.thl import retokenize
+
+    peer, learner = padded(thl_tokenizers["gpt2"]), padded(thl_tokenizers["mistral-sp"])
+    table, _ = own_table(peer, [TEXT], trace=True)  # the peer's record: its spans, a trace of -1 per token
+    mine = retokenize(learner, [TEXT])[0]
+    ids = [list(mine.ids) + [learner.eos_token_id]]
+    got = PRPAdapter._aligned_traces(None, {"p": table}, [("p", 0)], [TEXT], [True], [np.asarray(mine.spans)], ids)
+    assert got.groups[0].tolist() == [0, 0, 0, 3, 4, 4, 6, 7, 7]  # the learner's EOS (index 9) is its own unit
+    assert got.source_tokens == [6]
+    assert got.traces[0].sum() == pytest.approx(-6.0)  # the peer's whole trace, EOS on EOS
