@@ -76,6 +76,8 @@ class GRPOBatch(TypedDict, total=False):
     hacpo_peer_logps: torch.Tensor  # float [B, C] a peer row's aligned trace (Eq. 11's denominator)
     hacpo_coefficient: torch.Tensor  # float32 [B] a peer row's discrepancy coefficient, 1 on own rows
     hacpo_peer_row: torch.Tensor  # bool [B] True on the peer rows
+    hacpo_source_tokens: torch.Tensor  # float [B] a peer row's count of its source's own tokens (Eq. 11's source mean)
+    hacpo_source: torch.Tensor  # int64 [B] a peer row's source policy (its pool index), -1 on own rows
 
 
 @dataclass
