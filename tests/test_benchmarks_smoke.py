@@ -52,6 +52,16 @@ def test_verifier_agreement() -> None:
 
 
 @pytest.mark.benchmarks_and_recipes
+@pytest.mark.slow  # loads two tokenizers: over 5 s on the 2-core box
+def test_word_splits() -> None:
+    rows = [json.loads(line) for line in run_script("word_splits.py", "--pairs", "tiny,2qwen", "--json").splitlines()
+            if line.startswith("{")]
+    tiny, qwen = rows
+    assert tiny["words"] == qwen["words"] > 300 and qwen["split_share"] == 0.0  # one vocabulary family: none
+    assert 0.2 < tiny["split_share"] < 0.5 and tiny["digit_split_share"] > 0.9  # GPT-2 / SentencePiece: numbers
+
+
+@pytest.mark.benchmarks_and_recipes
 @pytest.mark.slow  # over 5 s on the 2-core box: the full suite, not the fast tier
 def test_thl_speed() -> None:
     out = last_json(run_script("thl_speed.py", "--n", "2", "--min-tokens", "20", "--max-tokens", "40",

@@ -128,3 +128,7 @@ def test_a_sharing_regime_that_used_no_peer_sample_says_so():
         "still ran (not standalone GRPO)"]
     mostly = peer_sample_use([{"prp/from/a/used_share": 1.0}] * 2 + [{"prp/from/a/used_share": 0.0}])
     assert unused_sharing_warnings("prp", {"p": mostly}) == [] and peer_sample_use([{"reward_mean": 1}]) == {}
+    # OPD's used share (the learner's rollouts a peer's judgement changed): a gate on 2 % of them in one step of three
+    opd = peer_sample_use([{"opd/from/a/used_share": 0.02}] + [{"opd/from/a/used_share": 0.0}] * 2)
+    assert opd["peer_samples_used"] == pytest.approx(0.02 / 3)
+    assert unused_sharing_warnings("opd", {"p": opd}) == ["opd used 1% of peer samples for p (none in 2 of 3 steps)"]

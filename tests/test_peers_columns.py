@@ -64,7 +64,7 @@ def test_prp_aligns_a_peer_trace_onto_the_same_tokens_as_itself():
              for name, row in sources]  # the learner's tokens: the peer's own, one EOS more where finished
     finished = [True, False, True, True, False]
     ids = [list(range(len(s) + done)) for s, done in zip(spans, finished, strict=True)]
-    got = PRPAdapter._aligned_traces(None, tables, sources, texts, finished, spans, ids)
+    got = PRPAdapter._aligned_traces(None, tables, sources, texts, finished, spans, ids).traces
     for (name, row), trace, own, done in zip(sources, got, spans, finished, strict=True):
         logps = np.asarray(tables[name].column("behaviour_logps")[row].as_py(), dtype=np.float32)  # [n]
         assert trace.dtype == np.float32 and len(trace) == len(own) + done

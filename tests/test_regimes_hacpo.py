@@ -27,10 +27,19 @@ EPS = 1e-6
 
 
 # -- 3.1: capability (Eqs. 8-9) ---------------------------------------------------------------
-def test_step_capability_is_each_policys_mean_reward():
+def test_step_capability_is_each_policys_share_of_rewards_above_0_or_its_mean_reward():
     # Policy 0: rewards 1, 0 | 1, 1 -> 3/4.  Policy 1: 0, 0 | 1, NaN -> 1/3 (the unscored one left out).
     pool = torch.tensor([[[1.0, 0.0], [0.0, 0.0]], [[1.0, 1.0], [1.0, NAN]]])
     torch.testing.assert_close(step_capability(pool), torch.tensor([0.75, 1 / 3]))
+    torch.testing.assert_close(step_capability(pool, "mean-reward"), torch.tensor([0.75, 1 / 3]))  # 0/1: the same
+    # Graded rewards: policy 0 0.2, 0.2 | 0.2, 0.2 (format credit on every answer), policy 1 1, 0 | 0, NaN. The
+    # authors' share above 0: 1 and 1/3; the mean reward: 0.2 and 1/3. Nothing scored: NaN either way.
+    graded = torch.tensor([[[0.2, 0.2], [1.0, 0.0]], [[0.2, 0.2], [0.0, NAN]]])
+    torch.testing.assert_close(step_capability(graded), torch.tensor([1.0, 1 / 3]))
+    torch.testing.assert_close(step_capability(graded, "mean-reward"), torch.tensor([0.2, 1 / 3]))
+    assert step_capability(torch.full((1, 2, 2), NAN)).isnan().all()
+    with pytest.raises(ValueError, match="capability measure"):
+        step_capability(pool, "median")
 
 
 def test_smoothed_capability_averages_the_last_k_steps():
@@ -120,6 +129,14 @@ def test_sequence_log_ratio_is_the_masked_mean():
     mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
     # Row 0: (0.5 + 0.5 - 1)/3 = 0; row 1: 0.5/1 (the padding's 9s left out).
     torch.testing.assert_close(sequence_log_ratio(learner, behaviour, mask), torch.tensor([0.0, 0.5]))
+    # Across tokenizers (the authors' source_mean_logp): the learner's 3 tokens [-1, -2, -3] of a text the source
+    # wrote in 2 tokens [-3, -3], its word of two learner tokens spread by THL: trace [-1.5, -1.5, -3]. The learner's
+    # mean -2 minus the source's own mean -6/2 = -3: log s = 1 (the learner's count for both gives 0).
+    worked = sequence_log_ratio(torch.tensor([[-1.0, -2.0, -3.0]]), torch.tensor([[-1.5, -1.5, -3.0]]),
+                                torch.tensor([[1, 1, 1]]), torch.tensor([2.0]))
+    torch.testing.assert_close(worked, torch.tensor([1.0]))
+    assert sequence_log_ratio(torch.tensor([[-1.0, -2.0, -3.0]]), torch.tensor([[-1.5, -1.5, -3.0]]),
+                              torch.tensor([[1, 1, 1]])).item() == 0.0
     # A peer 30 nats per token less likely: clamped to 10 (the authors' bound).
     assert sequence_log_ratio(torch.tensor([[0.0]]), torch.tensor([[-30.0]]), torch.tensor([[1]])).item() == 10.0
 
@@ -186,7 +203,7 @@ def test_stepwise_lower_bound():
 def test_hacpo_adapter_writes_eq_6_advantages_and_eq_50_weights(thl_tokenizers, tmp_path):
     from test_regimes_seam import peer_then_learner, pool_of
 
-    from mutualrl.regimes.hacpo.adapter import COEFFICIENT
+    from mutualrl.regimes.hacpo.adapter import COEFFICIENT, SOURCE_TOKENS
 
     adapters = pool_of(tmp_path, thl_tokenizers, "hacpo")
     learner, peer = adapters["tiny-sp"], adapters["tiny-bpe"]
@@ -206,17 +223,21 @@ def test_hacpo_adapter_writes_eq_6_advantages_and_eq_50_weights(thl_tokenizers, 
     assert (merged["old_per_token_logps"][mask] == -0.5).all()
     # TRL's own loss leaves the peer rows out (its tool_mask), and Eq. 50 is the regime's term on them.
     assert merged["tool_mask"][:4].eq(1).all() and merged["tool_mask"][4:].eq(0).all()
-    # s: the snapshot (-0.5 per learner token) over the peer's aligned trace, which keeps the peer's total
-    # (-0.5 per peer token): log s = -0.5 + 0.5 * 3/4, -0.5 + 0.5 * 2/4, -0.5 + 0.5 * 2/3, -0.5 + 0.5 * 4/7
-    # (s = 0.882, 0.779, 0.846, 0.807). Eq. 50's gradient weight 2 * s^2 inside the band, 0 outside. First update,
-    # band [0.8, 1]: rows 0, 2, 3 stay; fourth update, band [0.875, 1]: row 0 only. The fake aggregates as TRL's
-    # loss_type grpo over the 8 rows, and the adapter scales its term by 8/4 (a row weighs what it weighs among the
-    # learner's 4 standalone rows), so d loss / d logp_t = -(1/4) (1/L) w A on a peer row's token.
+    # s, as the authors' code computes it: the learner's mean token log-prob (-0.5 per learner token, the snapshot)
+    # minus the peer's mean over its OWN tokens (the fake's -0.5 per peer token, EOS included), whatever the two
+    # token counts: log s = 0 on every row (dividing the peer's total by the learner's count instead, 3 vs 4, 2 vs 4,
+    # 2 vs 3 and 4 vs 7 tokens, gave s = 0.882, 0.779, 0.846, 0.807). The peer's own counts (GPT-2, EOS included):
+    assert merged[SOURCE_TOKENS][4:].tolist() == [3.0, 2.0, 2.0, 4.0]
+    # Eq. 50's gradient weight 2 * s^2 inside the band, 0 outside. With the learner 0.2 nats per token below its
+    # snapshot, s = e^-0.2 = 0.819 on every row: inside the first update's band [0.8, 1], outside the fourth's
+    # [0.875, 1]. The fake aggregates as TRL's loss_type grpo over the 8 rows, and the adapter scales its term by 8/4
+    # (a row weighs what it weighs among the learner's 4 standalone rows), so d loss / d logp_t = -(1/4) (1/L) w A on
+    # a peer row's token.
     assert learner.row_scale == 2.0
-    for update, expected in ((0, [2 * math.exp(-0.25), 0.0, 2 * math.exp(-1 / 3), 2 * math.exp(-3 / 7)]),
-                             (3, [2 * math.exp(-0.25), 0.0, 0.0, 0.0])):
+    for update, shift, expected in ((0, 0.0, [2.0] * 4), (3, 0.0, [2.0] * 4), (0, 0.2, [2 * math.exp(-0.4)] * 4),
+                                    (3, 0.2, [0.0] * 4)):
         learner.trainer.state.global_step = update
-        logps = merged["old_per_token_logps"].clone().requires_grad_(True)  # [8, T] the snapshot, as TRL's forward
+        logps = (merged["old_per_token_logps"] - shift).requires_grad_(True)  # [8, T] TRL's forward
         learner.trainer.policy_logps = logps
         learner.extra_loss(learner.trainer.model, merged).backward()
         grad = logps.grad.double()  # [8, T]
@@ -226,4 +247,4 @@ def test_hacpo_adapter_writes_eq_6_advantages_and_eq_50_weights(thl_tokenizers, 
         assert grad[4:][~mask[4:]].abs().sum() == 0  # only the rows' own tokens move
     recorded = learner.trainer.recorded
     assert recorded[("train", "hacpo/capability")] == [0.25] and recorded[("train", "hacpo/capability_ratio")] == [2.0]
-    assert recorded[("train", "hacpo/cross_kept")] == [0.75]
+    assert recorded[("train", "hacpo/cross_kept")] == [1.0]  # s = 1 at the snapshot: every row in [0.8, 1]

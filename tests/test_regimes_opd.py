@@ -275,6 +275,8 @@ def test_a_lock_step_step_judges_the_peer_and_adds_its_signal_where_it_is_the_mo
     recorded = learner.trainer.recorded
     assert recorded[("train", "opd/gate_rate")] == [0.5] and recorded[("train", "opd/judged_share")] == [1.0]
     assert recorded[("train", "opd/judged_rows")] == [4.0] and ("train", "mutual/judge_s") in recorded
+    # the rows the peer's judgement changed (the summary's and the report's used share): p0's two of four at λ > 0
+    assert recorded[("train", "opd/from/tiny-sp/used_share")] == [0.0 if lam == 0 else 0.5]
     if lam == 0:
         assert advantages.tolist() == [0.25, -0.25, 0.75, -0.75]  # TRL's own [B] advantages, untouched
         return
@@ -285,6 +287,14 @@ def test_a_lock_step_step_judges_the_peer_and_adds_its_signal_where_it_is_the_mo
     assert recorded[("train", "opd/teacher_logp")] == [pytest.approx(-0.75)]
     # and the other way round: the learner teaches the peer p1 (it solved one of two, the peer none)
     assert peer.trainer.recorded[("train", "opd/gate_rate")] == [0.5]
+    # `see inspect` shows the judgements: each policy's 4 rollouts judged by the other, at the fake's -0.5 per token
+    from mutualrl.ops.exchange_inspect import inspect_exchange
+
+    report = inspect_exchange(tmp_path)
+    assert report.ok and [(e["learner"], e["judge"], e["steps"], e["records"]) for e in report.judgements] == [
+        ("tiny-bpe", "tiny-sp", 1, 4), ("tiny-sp", "tiny-bpe", 1, 4)]
+    assert all(e["tokens"] > 0 and e["judge_logp_mean"] == pytest.approx(-0.5) for e in report.judgements)
+    assert any(f.path.startswith("_judgements/tiny-bpe/step-000000/tiny-sp/") for f in report.files)
 
 
 # -- the judgements' exchange: the SEE's rules --------------------------------------------------------------------

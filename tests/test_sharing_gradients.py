@@ -25,7 +25,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from mutualrl.assets.tokenizers import load_tokenizer
 from mutualrl.config import load_run_config
-from mutualrl.regimes.hacpo.adapter import COEFFICIENT, PEER_LOGPS, PEER_ROW, HACPOAdapter
+from mutualrl.regimes.hacpo.adapter import COEFFICIENT, PEER_LOGPS, PEER_ROW, SOURCE_TOKENS, HACPOAdapter
 from mutualrl.regimes.core.pooled_rows import PooledStep
 from mutualrl.regimes.prp.adapter import PRPAdapter
 from mutualrl.regimes.core.trainer_interface import TOKEN_WEIGHTS
@@ -172,6 +172,7 @@ def hacpo_batch(adapter: HACPOAdapter, log_s0: float, advantage: float, omega: f
     batch["ref_per_token_logps"] = snapshot - 0.3
     batch[PEER_LOGPS] = torch.cat([snapshot[:1], snapshot[1:] - log_s0])  # [2, 4]
     batch[COEFFICIENT] = torch.tensor([1.0, omega])
+    batch[SOURCE_TOKENS] = torch.tensor([4.0, 4.0])  # the source's own tokens: the learner's (one tokenizer)
     batch[PEER_ROW] = torch.tensor([False, True])
     batch["tool_mask"] = torch.tensor([[1, 1, 1, 1], [0, 0, 0, 0]])
     return batch
@@ -253,6 +254,7 @@ def own_and_far_peers(peers: int) -> tuple[dict, np.ndarray]:
     batch["ref_per_token_logps"] = snapshot - 0.3
     batch[PEER_LOGPS] = torch.cat([snapshot[:2], snapshot[2:] + 3.0])  # log s = -3
     batch[COEFFICIENT] = torch.ones(rows)
+    batch[SOURCE_TOKENS] = batch["completion_mask"].sum(dim=1).float()  # [B+N] one tokenizer: the rows' own
     batch[PEER_ROW] = torch.tensor([False, False] + [True] * peers)
     batch["tool_mask"] = torch.cat([torch.ones(2, 4, dtype=torch.long), torch.zeros(peers, 4, dtype=torch.long)])
     return batch, snapshot.double().numpy() + MOVED

@@ -104,7 +104,8 @@ def _micro_batch(batch, rows):
 
 @pytest.mark.slow  # over 2 s: outside the fast tier
 def test_hacpo_used_share_counts_every_update_of_the_generation(thl_tokenizers, tmp_path):
-    """tests/test_regimes_hacpo.py's step (its peer rows' s = 0.882, 0.779, 0.846, 0.807, every advantage nonzero), with
+    """tests/test_regimes_hacpo.py's step (every advantage nonzero; s = 1 at the snapshot), the learner's forward moved
+    per peer row so that s = 0.882, 0.779, 0.846, 0.807, with
     2 micro-batches per generation and num_iterations 2: four updates, band lower bounds 0.8, 0.825, 0.85, 0.875.
     Micro-batch a holds peer rows 0, 1 and b rows 2, 3; the updates see a, b, a, b. Moving: update 0 row 0 (row 1 is
     below 0.8), update 1 row 2 (row 3, 0.807 < 0.825), update 2 row 0, update 3 none (0.846 < 0.875): 3 of the 8
@@ -114,13 +115,15 @@ def test_hacpo_used_share_counts_every_update_of_the_generation(thl_tokenizers, 
     learner.trainer.args.steps_per_generation, learner.trainer.args.num_iterations = 2, 2
     merged = peer_then_learner(learner, peer, [" hello world", " 45", " 4", " 4 5 6"], [1.0, 0.0, 1.0, 0.0])
     recorded = learner.trainer.recorded
-    assert recorded[("train", "hacpo/cross_kept")] == [0.75] and merged["advantages"][4:].ne(0).all()
+    assert recorded[("train", "hacpo/cross_kept")] == [1.0] and merged["advantages"][4:].ne(0).all()
+    shift = torch.log(torch.tensor([1.0] * 4 + [0.882, 0.779, 0.846, 0.807]))  # [8] log s of each row's forward
+    merged["shift"] = shift
     first, second = _micro_batch(merged, [0, 1, 4, 5]), _micro_batch(merged, [2, 3, 6, 7])
     moved_by_autograd = []
     for update, batch in enumerate((first, second, first, second)):
         assert ("train", "hacpo/from/tiny-bpe/used_share") not in recorded  # logged after the last pass only
         learner.trainer.state.global_step = update
-        logps = batch["old_per_token_logps"].clone().requires_grad_(True)  # [4, T] the snapshot, as TRL's forward
+        logps = (batch["old_per_token_logps"] + batch["shift"][:, None]).requires_grad_(True)  # [4, T] TRL's forward
         learner.trainer.policy_logps = logps
         learner.extra_loss(learner.trainer.model, batch).backward()
         moved_by_autograd.append(int((logps.grad[2:] != 0).any(dim=1).sum()))  # the peer rows that moved

@@ -36,7 +36,8 @@ def inspect(
                                 "(a rescue), else the newest records."),
 ) -> None:
     """Steps, records per policy, reward means, files, sizes, schema, provenance, and any inconsistency found;
-    for a run folder (or the exchange inside one), the per-source diagnostics its policies logged per (learner, peer).
+    for a run folder (or the exchange inside one), the per-source diagnostics its policies logged per (learner, peer),
+    and the peers' judgements of each policy's rollouts where the regime has them (OPD).
 
     Exits 1 when an inconsistency is found (missing shards or ranks, checksum/size mismatch,
     unreadable file, stray temporary files, failure markers, row counts differing from the
@@ -92,6 +93,17 @@ def _sources_table(sources: list[dict]) -> Table:
     return table
 
 
+def _judgements_table(judgements: list[dict]) -> Table:
+    """Per (learner, judge): the peers' judgements of the learner's rollouts (OPD) in the exchange."""
+    table = Table(title="Judgements: each peer's scoring of the learner's rollouts (OPD)")
+    for column in ("learner", "judged by", "steps", "records", "tokens", "judge log-prob / token"):
+        table.add_column(column, justify="left" if column in ("learner", "judged by") else "right")
+    for entry in judgements:
+        table.add_row(entry["learner"], entry["judge"], str(entry["steps"]), str(entry["records"]),
+                      str(entry["tokens"]), fmt_number(entry["judge_logp_mean"], 3))
+    return table
+
+
 def _print_report(report, show_files: bool) -> None:  # type: ignore[no-untyped-def]
     console.print(f"[bold]SEE[/] {report.root}", highlight=False)
     console.print(
@@ -109,6 +121,8 @@ def _print_report(report, show_files: bool) -> None:  # type: ignore[no-untyped-
         console.print(_provenance_table(report.provenance))
     if report.sources:
         console.print(_sources_table(report.sources))
+    if report.judgements:
+        console.print(_judgements_table(report.judgements))
     if show_files and report.files:
         ftable = Table(title="Files")
         ftable.add_column("path")

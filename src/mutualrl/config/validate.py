@@ -30,7 +30,7 @@ from mutualrl.config.typed import ConfigError, check_bounds, convert
 from mutualrl.regimes.core.pooled_spec import PooledRowsSettings, check_pooled_grpo
 from mutualrl.regimes.core.regime_spec import RegimeSpec
 from mutualrl.regimes.core.registry import get_regime, settings_regimes
-from mutualrl.regimes.core.sampling import check_vllm_ratio
+from mutualrl.regimes.core.sampling import check_processor_ratio, check_vllm_ratio
 
 POLICY_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 NAME_MAX_CHARS = 100
@@ -152,7 +152,8 @@ def _check_regime_settings(config: RunConfig, source: str) -> None:
     """Cross-field checks of each regime's settings (single-field ranges are ``ge``/``gt``/``le`` bounds), then of
     each policy's GRPO fields under the running regime: its ``grpo_check``, a pooling regime's settings against them
     (``check_pooled_grpo``: GSPO with a per-token correction, truncated sampling with the peer's trace as
-    denominator) and truncated sampling with TRL's vLLM ratio (``check_vllm_ratio``, every regime)."""
+    denominator) and truncated sampling with TRL's vLLM ratio (``check_vllm_ratio``, every regime), and a logit
+    processor with either (``check_processor_ratio``)."""
     for spec in settings_regimes():
         problem = spec.check(getattr(config.regime, spec.settings_key)) if spec.check else None
         if problem is not None:
@@ -166,6 +167,8 @@ def _check_regime_settings(config: RunConfig, source: str) -> None:
         if problem is None and isinstance(settings, PooledRowsSettings):
             problem = check_pooled_grpo(settings, grpo, running.settings_key)
         problem = problem or check_vllm_ratio(grpo)
+        peer_denominator = isinstance(settings, PooledRowsSettings) and settings.denominator == "peer"
+        problem = problem or check_processor_ratio(grpo, peer_denominator, running.settings_key)
         if problem is not None:
             where = f"pool.policies.{policy.name}.grpo" if problem[0] in policy.grpo else "grpo"
             raise ConfigError(source, f"{where}.{problem[0]}", problem[1])

@@ -36,6 +36,7 @@ from mutualrl.ops.exchange_inspect_report import (
 )
 from mutualrl.see.shards import ShardInfo, load_shard, read_manifest
 from mutualrl.ops.exchange_retention import retention_note
+from mutualrl.ops.exchange_inspect_judgements import inspect_judgements
 from mutualrl.ops.peer_offpolicy_stats import run_folder_of, source_figures
 
 __all__ = ["FileEntry", "InspectReport", "Issue", "PolicyStep", "inspect_exchange", "resolve_see_root"]
@@ -108,7 +109,8 @@ def inspect_exchange(path: Path | str, *, verify_checksums: bool = True) -> Insp
 
     Walks the folder once (every step, failure marker, heartbeat and stray file), then runs the checks that need the
     whole exchange (stray temporaries, missing policies, prompt ids, mixed runs) and fills in the summaries, with
-    the per-source diagnostics the run folder's metrics hold (:mod:`mutualrl.ops.peer_offpolicy_stats`).
+    the per-source diagnostics the run folder's metrics hold (:mod:`mutualrl.ops.peer_offpolicy_stats`) and the peers'
+    judgements it holds (OPD's; :mod:`mutualrl.ops.exchange_inspect_judgements`).
     """
     root = resolve_see_root(path)
     state = _Inspection(root, InspectReport(root=str(root), checksums_verified=verify_checksums), verify_checksums)
@@ -118,6 +120,10 @@ def inspect_exchange(path: Path | str, *, verify_checksums: bool = True) -> Insp
     _summarise(state)
     state.report.sources = source_figures(run_folder_of(path, root))
     state.report.retention = retention_note(run_folder_of(path, root), state.report.steps)
+    judged, issues, listed = inspect_judgements(root, verify_checksums, inspect_exchange)
+    state.report.judgements, state.report.issues, state.report.files = judged, state.report.issues + issues, \
+        state.report.files + listed
+    state.report.total_bytes += sum(entry.bytes for entry in listed)
     return state.report
 
 

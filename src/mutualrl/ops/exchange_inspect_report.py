@@ -66,6 +66,7 @@ class InspectReport:
     checksums_verified: bool = True
     sources: list[dict[str, Any]] = field(default_factory=list)  # per (learner, peer): peer_offpolicy_stats
     retention: str | None = None  # the steps no longer held and why (ops/exchange_retention.py); None: all held
+    judgements: list[dict[str, Any]] = field(default_factory=list)  # per (learner, judge): exchange_inspect_judgements
 
     @property
     def ok(self) -> bool:

@@ -18,6 +18,8 @@
   :class:`AppendedRows` and :func:`attach_sequences` (rows and sequences added to TRL's batch); peers' judgements
   of the learner's own rollouts (each peer's forward pass over them, through the SEE): :class:`JudgementChannel`,
   :func:`judge_rollouts`, :func:`aligned_judgements` (THL onto the learner's tokens), :func:`own_logps`, :func:`timed`.
+- Comparing two policies across tokenizers (per token where the tokens match, per word where they do not):
+  :func:`comparison_groups`, :func:`singleton_groups`, :func:`unit_totals`, :func:`unit_heads`.
 
 The names live in :mod:`mutualrl.regimes.core`; this module only gathers them. A ``spec.py`` must stay torch-free
 (config loading and every CLI command import every spec), so the names whose modules import torch are imported on
@@ -57,6 +59,8 @@ TORCH_NAMES = {
     "JudgementChannel": "mutualrl.regimes.core.judgements", "judge_rollouts": "mutualrl.regimes.core.judgements",
     "aligned_judgements": "mutualrl.regimes.core.judgements", "own_logps": "mutualrl.regimes.core.judgements",
     "timed": "mutualrl.regimes.core.judgements",
+    "comparison_groups": "mutualrl.regimes.core.word_units", "singleton_groups": "mutualrl.regimes.core.word_units",
+    "unit_heads": "mutualrl.regimes.core.word_units", "unit_totals": "mutualrl.regimes.core.word_units",
 }
 
 __all__ = [

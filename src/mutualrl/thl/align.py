@@ -55,6 +55,7 @@ class AlignedTraces:
     max_unit_chars: np.ndarray  # int64 [B]: non-whitespace characters of the largest (merged) unit
     unit_mass: list[np.ndarray] = field(default_factory=list)  # float64 [U_i]: Z per unit
     target_units: list[np.ndarray] = field(default_factory=list)  # int64 [m_i]: unit of each target token (-1: special)
+    target_copied: list[np.ndarray] = field(default_factory=list)  # bool [m_i]: its unit was copied token by token
     partitions: BatchPartition | None = None  # the merged units (index it: partitions[i] is sequence i's)
 
     @property
@@ -395,6 +396,8 @@ def _results(fb: _FlatBatch, pl: _Placement, spread: np.ndarray, copy_unit: np.n
     units_per_seq = np.bincount(unit_seq, minlength=n_seq)  # [B]
     unit_off = np.concatenate([[0], np.cumsum(units_per_seq)]).astype(np.int64)  # [B + 1]
     target_units_all[pl.t_valid] = pl.t_unit - unit_off[pl.t_seq]
+    target_copied_all = np.zeros(len(fb.tgt_spans), dtype=bool)  # [n_tgt]
+    target_copied_all[pl.t_valid] = copy_unit[pl.t_unit]
     gap = ~pl.has_slot  # [U]: units without a target slot
     residual_special = np.bincount(src_seq[special], weights=lp[special], minlength=n_seq)  # [B]
     residual = residual_special + np.bincount(unit_seq[gap], weights=mass[gap], minlength=n_seq)  # [B]
@@ -417,5 +420,6 @@ def _results(fb: _FlatBatch, pl: _Placement, spread: np.ndarray, copy_unit: np.n
         max_unit_chars=max_unit_chars,
         unit_mass=np.split(mass, cut_u) if n_seq else [],
         target_units=np.split(target_units_all, cut_t) if n_seq else [],
+        target_copied=np.split(target_copied_all, cut_t) if n_seq else [],
         partitions=BatchPartition(whole=part, char_offsets=char_off, unit_offsets=unit_off),
     )

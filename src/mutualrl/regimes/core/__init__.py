@@ -5,7 +5,8 @@
   up; docs/architecture.md), :mod:`.pooled_spec` (the settings of the peer rows PRP and HACPO pool).
 - Shared maths: :mod:`.grpo` (GRPO advantages, TRL-exact, Sec. "Preliminaries", and the same over a pool of
   policies), :mod:`.pool` (the ``[P, K]`` / ``[P, M, K]`` layout), :mod:`.importance` (the
-  importance-ratio diagnostics and ESS of rows a learner did not sample), :mod:`.rank_metrics` (the metric types a
+  importance-ratio diagnostics and ESS of rows a learner did not sample), :mod:`.word_units` (cross-policy
+  quantities per token where the tokenizations match, per word where they differ), :mod:`.rank_metrics` (the metric types a
   regime returns, by how each is reduced over the ranks).
 - Shared by the adapters: :mod:`.trainer_interface` (what the trainer hands a regime: ``GRPOBatch``, the step object
   ``StepRollouts``, ``TrainerView``), :mod:`.adapter` (the base adapter), :mod:`.peers` (peer tables as

@@ -195,11 +195,14 @@ def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollou
 class AlignedJudgements:
     """Every judge's trace on this rank's own tokens: ``values`` float32 ``[B, M-1, T]`` (0 where not ``valid``),
     ``valid`` bool ``[B, M-1, T]`` (the tokens of a text unit the judge scored, and the learner's EOS where both
-    ended), ``matched`` bool ``[B, M-1]`` (a judgement of this row's text arrived)."""
+    ended), ``matched`` bool ``[B, M-1]`` (a judgement of this row's text arrived), ``groups`` int64 ``[B, M-1, T]``
+    (each token's comparison unit, :mod:`~mutualrl.regimes.core.word_units`: itself where the judge's tokens of its
+    word are the learner's, else the word's first token)."""
 
     values: torch.Tensor
     valid: torch.Tensor
     matched: torch.Tensor
+    groups: torch.Tensor
 
 
 def aligned_judgements(own: pa.Table, judgements: dict[str, pa.Table], judges: Sequence[str], rollouts: StepRollouts,
@@ -207,6 +210,7 @@ def aligned_judgements(own: pa.Table, judgements: dict[str, pa.Table], judges: S
     """The judges' traces moved onto this rank's own tokens (THL, one batched call): ``own`` is this rank's own
     published records with token spans (row ``i`` = TRL's row ``i``), ``width`` the batch's completion width. A
     judgement whose text is not the row's (two groups of one prompt in a step share their keys) is not used."""
+    from mutualrl.regimes.core.word_units import comparison_groups, singleton_groups
     from mutualrl.thl import align_logprobs
 
     k = rollouts.num_generations
@@ -219,6 +223,7 @@ def aligned_judgements(own: pa.Table, judgements: dict[str, pa.Table], judges: S
     values = torch.zeros((n, len(judges), width), dtype=torch.float32)
     valid = torch.zeros((n, len(judges), width), dtype=torch.bool)
     matched = torch.zeros((n, len(judges)), dtype=torch.bool)
+    units_of = singleton_groups((n, len(judges), width))  # [B, M-1, T] comparison units
     pairs: list[tuple[int, int]] = []
     sources: list[tuple[str, int]] = []
     for i in range(n):
@@ -245,13 +250,14 @@ def aligned_judgements(own: pa.Table, judgements: dict[str, pa.Table], judges: S
             m = min(len(units), width)
             values[i, j, :m] = torch.from_numpy(np.asarray(result.values[c][:m], dtype=np.float32))
             valid[i, j, :m] = torch.from_numpy(units[:m] >= 0)
+            units_of[i, j, :m] = torch.from_numpy(comparison_groups(units, result.target_copied[c])[:m])
             ends = src_spans[c]
             if own_finished[i] and texts["finished"][x] and len(ends) and ends[-1, 0] < 0 and 0 < len(units) <= width \
                     and units[-1] < 0:  # both ended: the judge's EOS log-prob on the learner's EOS
                 values[i, j, len(units) - 1] = float(logps[x][-1])
                 valid[i, j, len(units) - 1] = True
             matched[i, j] = True
-    return AlignedJudgements(values, valid, matched)
+    return AlignedJudgements(values, valid, matched, units_of)
 
 
 def own_logps(trainer: TrainerView, output: GRPOBatch) -> torch.Tensor:

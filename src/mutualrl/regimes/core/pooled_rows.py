@@ -33,6 +33,7 @@ from mutualrl.regimes.core.peers import PeerGroups, gather_peer_groups
 from mutualrl.regimes.core.pooled_spec import PooledRowsSettings
 from mutualrl.regimes.core.rank_metrics import Total
 from mutualrl.regimes.core.trainer_interface import GRPOBatch, StepRollouts
+from mutualrl.regimes.core.word_units import comparison_groups, singleton_groups
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -55,6 +56,8 @@ class PooledStep:
     peer_traces: torch.Tensor | None  # float [N, T] the peers' THL-aligned behaviour log-probs; None if not read
     behaviour: torch.Tensor | None  # float [B+N, T] the ratio's denominator (TRL's old_per_token_logps)
     kept: torch.Tensor | None = None  # bool [N] the peer rows the loss keeps, once the regime has decided (PRP's)
+    peer_groups: torch.Tensor | None = None  # int64 [N, T] each token's comparison unit (word_units); None: own token
+    source_tokens: torch.Tensor | None = None  # float [N] the peer's own tokens whose log-probs reached the row
 
     @property
     def n_peer(self) -> int:
@@ -73,6 +76,18 @@ class PooledStep:
         behaviour = self.snapshot.clone()  # [B+N, T]
         behaviour[self.n_local:] = self.peer_traces
         return behaviour
+
+
+@dataclass
+class PeerTraces:
+    """The peers' traces on the learner's tokens, one entry per peer row: ``traces`` float32 ``[n_i]``, ``groups``
+    int64 ``[m_i]`` (each learner token's comparison unit, :func:`~mutualrl.regimes.core.word_units.comparison_groups`)
+    and ``source_tokens`` (the peer's own tokens whose log-probs reached the row: its EOS where on the learner's EOS;
+    a token whose unit found no learner token, past a truncated row's end, not)."""
+
+    traces: list[np.ndarray]
+    groups: list[np.ndarray]
+    source_tokens: list[int]
 
 
 def require_whole_micro_batches(rows: int, steps_per_generation: int, regime: str) -> None:
@@ -128,7 +143,7 @@ class PooledRowsAdapter(RegimeAdapter):
                           snapshot=learner_snapshot(trainer, output, rows, self.reads_traces),
                           peer_traces=None, behaviour=None)
         if self.reads_traces:
-            step.peer_traces = self._peer_traces(peers, step)
+            step.peer_traces, step.peer_groups, step.source_tokens = self._peer_traces(peers, step)
         step.behaviour = self.behaviour_logps(step)
         rows.batch["old_per_token_logps"] = step.behaviour
         extend_trl_extras(output, rows, step.behaviour, lambda: self._reference_logps(rows))
@@ -179,19 +194,27 @@ class PooledRowsAdapter(RegimeAdapter):
                     row_scored.append(is_scored)
         return source_rows, prompt_rows, peer_adv, row_scored
 
-    def _peer_traces(self, peers: dict[str, pa.Table], step: PooledStep) -> torch.Tensor:
+    def _peer_traces(self, peers: dict[str, pa.Table],
+                     step: PooledStep) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The peers' behaviour traces on the learner's tokens ``[N, T]`` (THL); past a row's end (padding, outside
-        the mask) the learner's snapshot, so that the ratio there is 1."""
+        the mask) the learner's snapshot, so that the ratio there is 1. With them each token's comparison unit
+        ``[N, T]`` (:mod:`~mutualrl.regimes.core.word_units`) and the peer's own tokens that reached each row
+        ``[N]``."""
         responses = step.responses
         aligned = self._aligned_traces(peers, step.sources, responses.texts, responses.finished, responses.spans,
                                        responses.ids)
         traces = step.snapshot[step.n_local:].clone()  # [N, T]
-        for i, values in enumerate(aligned):
+        groups = singleton_groups(tuple(traces.shape))  # [N, T]
+        for i, (values, row_groups) in enumerate(zip(aligned.traces, aligned.groups, strict=True)):
             traces[i, : len(values)] = torch.as_tensor(values, dtype=traces.dtype, device=traces.device)
-        return traces
+            width = min(len(row_groups), traces.shape[1])
+            groups[i, :width] = torch.from_numpy(row_groups[:width])
+        source_tokens = torch.tensor(aligned.source_tokens, dtype=torch.float64)  # [N]
+        return traces, groups.to(traces.device), source_tokens.to(traces.device)
 
-    def _aligned_traces(self, peers, source_rows, texts, finished, target_spans, peer_ids) -> list[np.ndarray]:
-        """Peer behaviour traces on the learner's token grid (THL), EOS mapped onto EOS."""
+    def _aligned_traces(self, peers, source_rows, texts, finished, target_spans, peer_ids) -> PeerTraces:
+        """Peer behaviour traces on the learner's token grid (THL), EOS mapped onto EOS; each learner token's
+        comparison unit; the count of the peer's own tokens whose log-probs reached the row."""
         from mutualrl.thl import align_logprobs
 
         span_rows = peer_row_views(peers, source_rows, "response_token_spans")  # int32 [2n] views each
@@ -212,15 +235,18 @@ class PooledRowsAdapter(RegimeAdapter):
             src_special.append(special)
             eos_logps.append(float(logps[-1]) if special.size and special[-1] else None)
         result = align_logprobs(texts, src_spans, src_logps, target_spans, src_special=src_special)
-        out = []
-        for values, ids, done, spans, eos_lp in zip(result.values, peer_ids, finished, target_spans, eos_logps,
-                                                    strict=True):
+        out = PeerTraces([], [], [])
+        for i, (values, ids, done, spans, eos_lp) in enumerate(zip(result.values, peer_ids, finished, target_spans,
+                                                                   eos_logps, strict=True)):
             trace = np.zeros(len(ids), dtype=np.float32)
             n = min(len(values), len(ids))
             trace[:n] = np.nan_to_num(np.asarray(values[:n], dtype=np.float32), nan=0.0)
-            if done and eos_lp is not None and len(ids) > len(spans):  # the appended learner EOS
+            on_eos = done and eos_lp is not None and len(ids) > len(spans)  # the appended learner EOS
+            if on_eos:
                 trace[len(spans)] = eos_lp
-            out.append(trace)
+            out.traces.append(trace)
+            out.groups.append(comparison_groups(result.target_units[i], result.target_copied[i]))
+            out.source_tokens.append(int(len(src_spans[i]) - result.residual_tokens[i] + on_eos))
         return out
 
     # -- the metrics ----------------------------------------------------------------------------------------

@@ -13,8 +13,9 @@ offer and its own term:
   token in its per-micro-batch sums) and get Eq. 50 as this regime's own term (:meth:`extra_loss`), computed from
   the log-probs of TRL's own forward at every parameter update: the discrepancy coefficient (Sec. 3.2),
   ``sg[s]^α`` (Sec. 3.3) and the clip band, whose lower bound rises with each update of the step (Sec. 3.4), on the
-  current ``s``, the peer row's sequence ratio to the peer's aligned trace; the KL term on own rows only, as the
-  authors' code (``kl_on_peer_rows``); beyond the paper, TIS's cap on ``s``;
+  current ``s``, the peer row's sequence ratio (the learner's mean token log-prob minus the peer's over its own
+  tokens, the authors' ``source_mean_logp``; the peer's total read from its aligned trace); the KL term on own rows
+  only, as the authors' code (``kl_on_peer_rows``); beyond the paper, TIS's cap on ``s``;
 - the loss's normaliser (:meth:`standalone_normaliser`): every row weighs what a row of the learner's standalone
   batch weighs, as in the authors' code, whose own and peer rows are each a mean over a standalone-sized mini-batch;
   TRL's reduction would count the peer rows' places too and scale the own rows' gradient by ``B / (B + N)``.
@@ -48,6 +49,9 @@ PEER_LOGPS: Final = "hacpo_peer_logps"
 Eq. 11's denominator); the learner's snapshot on own rows (not read)."""
 COEFFICIENT: Final = "hacpo_coefficient"
 """Batch rows ``[B]``: a peer row's discrepancy coefficient ``ω(j, k)`` (Eq. 10, or 1 when off); 1 on own rows."""
+SOURCE_TOKENS: Final = "hacpo_source_tokens"
+"""Batch rows ``[B]``: a peer row's count of its source's own tokens (Eq. 11's source mean divides by it, as the
+authors' ``source_mean_logp``); the row's own completion tokens on own rows (not read)."""
 PEER_ROW: Final = "hacpo_peer_row"
 """Batch rows ``[B]``: True on the peer rows."""
 SOURCE: Final = "hacpo_source"
@@ -104,7 +108,8 @@ class HACPOAdapter(PooledRowsAdapter):
         )
 
         settings = self.settings
-        self.capability_history = [*self.capability_history, step_capability(pool)][-settings.capability_window:]
+        performance = step_capability(pool, settings.capability)  # [M]
+        self.capability_history = [*self.capability_history, performance][-settings.capability_window:]
         capability = smoothed_capability(torch.stack(self.capability_history), settings.capability_window)  # [M]
         ratios = capability_ratios(capability, settings.max_capability_ratio)  # [M, M]
         self.capability, self.ratios = capability, ratios
@@ -155,7 +160,8 @@ class HACPOAdapter(PooledRowsAdapter):
         step = self.pool_step(output, rollouts, peers)
         self.generation_update = self.trainer.state.global_step
         n_local, device = step.n_local, step.peer_mask.device
-        log_s = sequence_log_ratio(step.snapshot[n_local:], step.peer_traces, step.peer_mask)  # [N]
+        log_s = sequence_log_ratio(step.snapshot[n_local:], step.peer_traces, step.peer_mask,
+                                   step.source_tokens)  # [N]
         order = self.pool_order
         sources = torch.tensor([order.index(name) for name, _ in step.sources], dtype=torch.long)  # [N]
         coefficients = self.coefficients[sources].to(device, log_s.dtype)  # [N]
@@ -163,6 +169,8 @@ class HACPOAdapter(PooledRowsAdapter):
         batch = step.batch
         batch[PEER_LOGPS] = torch.cat([step.snapshot[:n_local], step.peer_traces])  # [B+N, T]
         batch[COEFFICIENT] = torch.cat([own, coefficients])  # [B+N]
+        own_tokens = batch["completion_mask"][:n_local].sum(dim=1).to(log_s.dtype)  # [B]
+        batch[SOURCE_TOKENS] = torch.cat([own_tokens, step.source_tokens.to(device, log_s.dtype)])  # [B+N]
         batch[PEER_ROW] = torch.cat([own == 0, torch.ones_like(log_s, dtype=torch.bool)])  # [B+N]
         batch[SOURCE] = torch.cat([torch.full((n_local,), -1, dtype=torch.long), sources]).to(device)  # [B+N]
         args, m = self.trainer.args, len(order)
@@ -230,7 +238,7 @@ class HACPOAdapter(PooledRowsAdapter):
         own_term = self.own_kl_rescale(logps, inputs, scale - 1.0) if own_kl else torch.zeros_like(logps)  # [B, T]
         if not bool(peer_row.any()):
             return trainer.aggregate_loss(own_term, mask, inputs)
-        log_s = sequence_log_ratio(logps, inputs[PEER_LOGPS].to(logps.dtype), mask)  # [B]
+        log_s = sequence_log_ratio(logps, inputs[PEER_LOGPS].to(logps.dtype), mask, inputs[SOURCE_TOKENS])  # [B]
         lower, upper = self.clip_band(trainer.state.global_step - self.generation_update)
         truncation = self.truncation_bound()
         advantages, coefficients = inputs["advantages"].to(logps.dtype), inputs[COEFFICIENT].to(logps.dtype)  # [B] each
@@ -301,7 +309,8 @@ class HACPOAdapter(PooledRowsAdapter):
         ranks (one collective)."""
         from mutualrl.regimes.hacpo.maths import cross_agent_weight, cross_row_outcome, sequence_log_ratio
 
-        log_s = sequence_log_ratio(step.snapshot[step.n_local:], step.peer_traces, step.peer_mask).double()  # [N]
+        log_s = sequence_log_ratio(step.snapshot[step.n_local:], step.peer_traces, step.peer_mask,
+                                   step.source_tokens).double()  # [N]
         band = self.clip_band(0)
         kept, truncated = cross_row_outcome(log_s, *band, self.truncation_bound())  # bool [N] each
         kept, truncated = kept & step.scored, truncated & step.scored  # bool [N] each

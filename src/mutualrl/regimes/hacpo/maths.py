@@ -2,7 +2,8 @@
 
 The four mechanisms of its Sec. 3, as pure functions (equation numbers are the paper's):
 
-- 3.1 agent-capability-aware advantage estimation: :func:`step_capability`, :func:`smoothed_capability`,
+- 3.1 agent-capability-aware advantage estimation: :func:`step_capability` (the authors' share of rewards > 0 by
+  default), :func:`smoothed_capability`,
   :func:`capability_ratios` (Eqs. 8-9) and :func:`capability_advantages` (Eqs. 6-7);
 - 3.2 the capability discrepancy coefficient: :func:`discrepancy_coefficients` (Eq. 10);
 - 3.3 exponential importance sampling over GSPO's sequence ratio: :func:`sequence_log_ratio` (Eq. 11) and the
@@ -35,17 +36,28 @@ MAX_ABS_LOG_RATIO = 10.0
 this far from the learner moves nothing (the clamp's gradient is 0)."""
 
 
-def step_capability(pool_rewards: torch.Tensor) -> torch.Tensor:
-    """Eq. 9's per-step performance ``P_τ^(m)``: each policy's mean reward over all its scored rollouts of the step.
+def step_capability(pool_rewards: torch.Tensor, measure: str = "success-share") -> torch.Tensor:
+    """Eq. 9's per-step performance ``P_τ^(m)`` of each policy over all its scored rollouts of the step.
 
     Args:
         pool_rewards: ``[P, M, K]`` rewards of the step (NaN = not scored, left out).
+        measure: ``"success-share"``, the share of rewards above 0 (the authors' code); ``"mean-reward"``, the mean
+            reward (Eq. 9 as the paper writes it). Equal with 0/1 rewards.
 
     Returns:
         ``[M]``; NaN for a policy with no scored rollout.
     """
     check_pool(pool_rewards)
-    return torch.nanmean(pool_rewards.transpose(0, 1).reshape(pool_rewards.size(1), -1), dim=1)  # [M]
+    per_policy = pool_rewards.transpose(0, 1).reshape(pool_rewards.size(1), -1)  # [M, P*K]
+    if measure == "success-share":
+        scored = ~torch.isnan(per_policy)  # [M, P*K]
+        wins = ((per_policy > 0) & scored).sum(dim=1).to(pool_rewards.dtype)  # [M]
+        counted = scored.sum(dim=1)  # [M]
+        share = wins / counted.clamp(min=1).to(pool_rewards.dtype)  # [M]
+        return torch.where(counted > 0, share, torch.full_like(share, math.nan))  # [M]
+    if measure == "mean-reward":
+        return torch.nanmean(per_policy, dim=1)  # [M]
+    raise ValueError(f"capability measure must be 'success-share' or 'mean-reward'; got {measure!r}")
 
 
 def smoothed_capability(history: torch.Tensor, window: int) -> torch.Tensor:
@@ -136,15 +148,23 @@ def discrepancy_coefficients(ratios: torch.Tensor, learner_index: int) -> torch.
     return ratios[:, learner_index].clone()  # [M]
 
 
-def sequence_log_ratio(learner_logps: torch.Tensor, behaviour_logps: torch.Tensor,
-                       mask: torch.Tensor) -> torch.Tensor:
-    """Eq. 11 in logs: ``log s = (1/|y|) Σ_t (log π^(k)_θ(y_t) − log π^(j)_old(y_t))`` over the masked tokens (GSPO's
-    sequence ratio, TRL's ``importance_sampling_level: sequence``), clamped to ``±MAX_ABS_LOG_RATIO``.
+def sequence_log_ratio(learner_logps: torch.Tensor, behaviour_logps: torch.Tensor, mask: torch.Tensor,
+                       source_tokens: torch.Tensor | None = None) -> torch.Tensor:
+    """Eq. 11 in logs, as the authors' code computes it: the learner's mean token log-prob of the response minus the
+    source's mean over the source's own tokens (``source_mean_logp``),
+
+        log s = (1/|y|_k) Σ_t log π^(k)_θ(y_t)  −  (1/|y|_j) Σ_{t'} log π^(j)_old(y_t')
+
+    clamped to ``±MAX_ABS_LOG_RATIO``. Within one tokenizer (every pair of the authors') both counts are the
+    response's tokens and this is GSPO's sequence ratio (TRL's ``importance_sampling_level: sequence``). Across
+    tokenizers the source's total is that of its trace on the learner's tokens (THL conserves it) and its count
+    ``source_tokens`` its own.
 
     Args:
         learner_logps: ``[B, T]`` learner log-probs of the responses in its tokens.
         behaviour_logps: ``[B, T]`` the source's log-probs on the same tokens (a peer's THL-aligned trace).
         mask: ``[B, T]`` completion mask; a row without tokens gives 0.
+        source_tokens: ``[B]`` the source's own token count of each response (None: the learner's, ``|y|_k``).
 
     Returns:
         ``[B]``.
@@ -153,9 +173,17 @@ def sequence_log_ratio(learner_logps: torch.Tensor, behaviour_logps: torch.Tenso
     check_same_shape("behaviour_logps", behaviour_logps, "learner_logps", learner_logps)
     check_same_shape("mask", mask, "learner_logps", learner_logps)
     m = mask.bool()
-    diff = torch.where(m, learner_logps - behaviour_logps, torch.zeros_like(learner_logps))  # [B, T]
-    mean = diff.sum(dim=1) / m.sum(dim=1).clamp(min=1)  # [B]
-    return mean.clamp(-MAX_ABS_LOG_RATIO, MAX_ABS_LOG_RATIO)  # [B]
+    zeros = torch.zeros_like(learner_logps)  # [B, T]
+    count = m.sum(dim=1).clamp(min=1).to(learner_logps.dtype)  # [B]
+    if source_tokens is None:
+        source_count = count  # [B]
+    else:
+        check_float("source_tokens", source_tokens, 1, "[B]")
+        source_count = source_tokens.to(learner_logps.device, learner_logps.dtype).clamp(min=1)  # [B]
+    learner_mean = torch.where(m, learner_logps, zeros).sum(dim=1) / count  # [B]
+    source_mean = torch.where(m, behaviour_logps, zeros).sum(dim=1) / source_count  # [B]
+    log_s = torch.where(m.any(dim=1), learner_mean - source_mean, torch.zeros_like(learner_mean))  # [B]
+    return log_s.clamp(-MAX_ABS_LOG_RATIO, MAX_ABS_LOG_RATIO)  # [B]
 
 
 def stepwise_lower_bound(delta: float, delta_step: float, update_index: int) -> float:

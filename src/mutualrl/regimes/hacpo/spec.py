@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from mutualrl.regimes.api import (
     NONNEGATIVE,
@@ -62,10 +62,16 @@ class HACPOSettings(PooledRowsSettings):
         metadata={"ge": 0, "help": "Sec. 3.4, Eq. 14: the lower bound rises by this at each parameter update "
                                    "within a step (0: a static band, the paper's 'no Stepwise')."},
     )
+    capability: Literal["success-share", "mean-reward"] = field(
+        default="success-share",
+        metadata={"help": "Eq. 9's per-step performance of a policy: 'success-share', the share of its rewards "
+                          "above 0 (the authors' code), or 'mean-reward', its mean reward (the paper's text); equal "
+                          "with 0/1 rewards."},
+    )
     capability_window: int = field(
         default=5,
-        metadata={"ge": 1, "help": "Eq. 9: a policy's capability is its mean reward over the last K steps, this "
-                                   "one included (K = 5 in the paper)."},
+        metadata={"ge": 1, "help": "Eq. 9: a policy's capability is its per-step performance ('capability') "
+                                   "averaged over the last K steps, this one included (K = 5 in the paper)."},
     )
     max_capability_ratio: float = field(
         default=10.0,
@@ -112,6 +118,8 @@ class HACPOBatch(GRPOBatch, total=False):
     hacpo_peer_logps: torch.Tensor  # float [B, C] a peer row's aligned trace (Eq. 11's denominator)
     hacpo_coefficient: torch.Tensor  # float32 [B] a peer row's discrepancy coefficient, 1 on own rows
     hacpo_peer_row: torch.Tensor  # bool [B] True on the peer rows
+    hacpo_source_tokens: torch.Tensor  # float [B] a peer row's count of its source's own tokens (Eq. 11's source mean)
+    hacpo_source: torch.Tensor  # int64 [B] a peer row's source policy (its pool index), -1 on own rows
 
 
 #: The dtypes a capability window is saved in (the adapter keeps it in float32; a float dtype torch names).
@@ -148,7 +156,7 @@ HACPO = register_regime(RegimeSpec(
     adapter="mutualrl.regimes.hacpo.adapter:HACPOAdapter",
     status=(("cross_kept", "kept"),),
     metrics=(
-        ("capability", MetricWords("HACPO capability (mean reward, last K steps)", "mean reward", UNIT)),
+        ("capability", MetricWords("HACPO capability (last K steps)", "share of rewards > 0, or mean reward", UNIT)),
         ("capability_ratio", MetricWords("HACPO peer/learner capability ratio", "ratio", NONNEGATIVE)),
         ("cross_ratio", MetricWords("HACPO peer rows' sequence ratio s", "ratio", NONNEGATIVE)),
         ("cross_kept", MetricWords("HACPO peer rows inside the clip band", "share of peer rows", UNIT)),

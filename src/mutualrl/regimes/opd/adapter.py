@@ -10,7 +10,8 @@ Per step, lock-step (docs/regimes.md, "Beyond the paper: mutual on-policy distil
    judgement exchange (:class:`~mutualrl.regimes.core.judgements.JudgementChannel`);
 3. wait for the peers' judgements of this policy's round and move each judge's trace onto this policy's tokens (THL);
 4. gate per prompt group (a peer teaches where its verified success rate is above the learner's), and write TRL's
-   advantages per token: ``c · A_i + λ · Σ_j w_{p,j} (ℓ^j_peer,t − ℓ_own,t)`` (:mod:`mutualrl.regimes.opd.maths`).
+   advantages per token: ``c · A_i + λ · Σ_j w_{p,j} δ^j_t``, ``δ`` the peer's log-ratio to the learner of the
+   token where their tokens of its word match, of the whole word where they do not (:mod:`mutualrl.regimes.opd.maths`).
 
 With ``lam: 0`` (and the reward term kept) step 4 leaves TRL's advantages as they are: the batch TRL trains on is
 standalone GRPO's, bit for bit (the judging still runs, at no gradient).
@@ -74,6 +75,7 @@ class OPDAdapter(RegimeAdapter):
             opd_advantages,
             opd_metrics,
             row_weights,
+            source_use,
             success_rates,
             teacher_weights,
             teaching_peers,
@@ -99,11 +101,14 @@ class OPDAdapter(RegimeAdapter):
         aligned = aligned_judgements(self.own_records, tables, self.peers, rollouts, mask.shape[1])
         weights = row_weights(prompt_weights, k) * aligned.matched  # [B, M-1]
         if settings.lam == 0 and settings.reward_term:  # standalone GRPO's batch, untouched
-            return output, opd_metrics(teaching, prompt_weights, aligned.matched, judged.rows)
+            metrics = opd_metrics(teaching, prompt_weights, aligned.matched, judged.rows)
+            return output, {**metrics, **source_use(None, None, None, weights, 0.0, self.peers)}
         own = own_logps(trainer, output).float().cpu()  # [B, C]
-        signal = distillation_signal(own, aligned.values, aligned.valid, weights)  # [B, C]
+        signal = distillation_signal(own, aligned.values, aligned.valid, weights, aligned.groups)  # [B, C]
         advantages = output["advantages"]
         output["advantages"] = opd_advantages(advantages.cpu(), signal, mask.cpu(), settings.lam,
                                               settings.reward_term).to(advantages.device)  # [B, C]
-        return output, opd_metrics(teaching, prompt_weights, aligned.matched, judged.rows, own, aligned.values,
-                                   aligned.valid, weights, settings.lam)
+        metrics = opd_metrics(teaching, prompt_weights, aligned.matched, judged.rows, own, aligned.values,
+                              aligned.valid, weights, settings.lam, aligned.groups)
+        used = source_use(own, aligned.values, aligned.valid, weights, settings.lam, self.peers, aligned.groups)
+        return output, {**metrics, **used}

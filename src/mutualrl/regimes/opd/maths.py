@@ -2,7 +2,7 @@
 
 The learner ``θ`` samples ``y ~ π_θ(· | x)``; a teaching peer ``T`` scores the same text. Per learner token ``t``:
 
-    δ_t     = log π_T(y_t | x, y_<t) − log π_θ(y_t | x, y_<t)         (THL-aligned: exact per span, below)
+    δ_t     = log π_T(y_t | x, y_<t) − log π_θ(y_t | x, y_<t)         (where the tokens match; per word else, below)
     A_{i,t} = c · A_i^GRPO + λ · Σ_j w_{p,j} · δ^j_t                  c = 1 (reward_term) or 0
 
 With TRL's clipped surrogate at the snapshot (ratio 1) the gradient of the token is ``−A_{i,t} ∇ log π_θ(y_t)``, so
@@ -12,9 +12,20 @@ reverse KL; MiniLLM's single-step term), whose expectation over ``y`` is that gr
 (``tests/test_regimes_opd.py`` enumerates a small vocabulary).
 
 Across tokenizers the peer's trace is in its own tokens; THL moves it onto the learner's tokens unit by unit (a unit
-is a word, or a CJK character): within a unit the peer's mass is spread over the learner's tokens of it, so per
-token ``δ_t`` is exact only where the two tokenizations agree, while over a unit (a span of text) it is exact
-everywhere: ``Σ_{t∈u} δ_t = log π_T(u | prefix) − log π_θ(u | prefix)`` (THL's conservation).
+is a word, or a CJK character). Where the peer's tokens of a unit are the learner's (same spans, one for one) each
+token gets the peer's own log-prob of it, and ``δ_t`` is exact per token as above. Where the unit is split
+differently (``" 12"``: learner ``" 1"`` ``"2"``, peer ``" 12"``), the peer has no probability of the learner's
+single tokens, only of the unit: THL spreads ``log π_T(u)`` evenly over its tokens, and a per-token ``δ_t`` of that
+spread is the gradient of no divergence (with a peer equal to the learner word for word, its expectation is not 0).
+There every learner token of the unit carries the unit's whole log-ratio
+
+    δ_t = log π_T(u | prefix) − log π_θ(u | prefix)     for each t ∈ u      (:func:`distillation_signal`, ``groups``)
+
+so the λ part of the unit's gradient is ``λ (log π_θ(u) − log π_T(u)) Σ_{t∈u} ∇ log π_θ(y_t) = λ (log π_θ(u) −
+log π_T(u)) ∇ log π_θ(u)``: the score-function estimate of the gradient of the unit's reverse KL ``KL(π_θ(u | ·) ‖
+π_T(u | ·))``, 0 in expectation where the peer equals the learner on whole units (``tests/test_opd_word_units.py``
+enumerates a word split 2-vs-1 through TRL's loss). A unit is the finest span both tokenizations can compare; its
+estimator's variance grows with the unit's log-ratio, as a sequence-level one's does with the sequence's.
 
 The gate (``w``): per prompt group, a peer teaches where its verified success rate on its own K rollouts of the
 prompt is above the learner's (``gate: competence``; NaN, nothing scored, teaches nothing), or always
@@ -28,7 +39,7 @@ from typing import Literal
 
 import torch
 
-from mutualrl.regimes.api import Share, Total, check_float
+from mutualrl.regimes.api import Share, Total, check_float, unit_totals
 
 
 def success_rates(rewards: torch.Tensor, success_threshold: float) -> torch.Tensor:
@@ -75,13 +86,17 @@ def teacher_weights(teaching: torch.Tensor, peer_rates: torch.Tensor,
 
 
 def distillation_signal(own_logps: torch.Tensor, peer_logps: torch.Tensor, valid: torch.Tensor,
-                        weights: torch.Tensor) -> torch.Tensor:
-    """``Σ_j w_{i,j} (ℓ^j_peer − ℓ_own)`` per learner token, float32 ``[B, T]``.
+                        weights: torch.Tensor, groups: torch.Tensor | None = None) -> torch.Tensor:
+    """``Σ_j w_{i,j} δ^j_t`` per learner token, float32 ``[B, T]``: ``δ^j_t`` is the log-ratio ``ℓ^j_peer − ℓ_own`` of
+    the token's comparison unit (``groups``): the token's own where the peer's tokens of its word are the learner's,
+    the whole word's ``log π_j(u) − log π_θ(u)`` on each of its tokens where they are not (module docstring).
 
     ``own_logps`` ``[B, T]``: the learner's log-probs of its tokens at generation; ``peer_logps`` ``[B, M-1, T]``: each
     peer's trace aligned onto those tokens; ``valid`` bool ``[B, M-1, T]``: the tokens the peer's trace reached (a unit
-    of the learner's text, or its EOS); ``weights`` ``[B, M-1]``: the row's prompt's teacher weights. A token outside
-    ``valid`` gets no signal from that peer (an exact 0, whatever the log-probs there)."""
+    of the learner's text, or its EOS); ``weights`` ``[B, M-1]``: the row's prompt's teacher weights; ``groups`` int64
+    ``[B, M-1, T]``: each token's comparison unit as the position of its first token
+    (:func:`~mutualrl.regimes.core.word_units.comparison_groups`; None: every token its own, the same tokenizer). A
+    token outside ``valid`` gets no signal from that peer (an exact 0, whatever the log-probs there)."""
     check_float("own_logps", own_logps, 2, "[B, T]")
     check_float("peer_logps", peer_logps, 3, "[B, M-1, T]")
     b, t = own_logps.shape
@@ -92,7 +107,9 @@ def distillation_signal(own_logps: torch.Tensor, peer_logps: torch.Tensor, valid
         raise ValueError(f"weights must have shape [B, M-1] = {tuple(peer_logps.shape[:2])}; got {tuple(weights.shape)}")
     delta = peer_logps.to(torch.float32) - own_logps.to(torch.float32)[:, None, :]  # [B, M-1, T]
     reached = valid & (weights[:, :, None] > 0)  # [B, M-1, T]
-    delta = torch.where(reached, delta, torch.zeros_like(delta))
+    delta = torch.where(reached, delta, torch.zeros_like(delta))  # [B, M-1, T]
+    if groups is not None:
+        delta = torch.where(reached, unit_totals(delta, groups), torch.zeros_like(delta))  # [B, M-1, T] per word
     return (weights.to(torch.float32)[:, :, None] * delta).sum(1)  # [B, T]
 
 
@@ -116,7 +133,7 @@ def row_weights(prompt_weights: torch.Tensor, k: int) -> torch.Tensor:
 def opd_metrics(teaching: torch.Tensor, prompt_weights: torch.Tensor, matched: torch.Tensor, judged_rows: int,
                 own_logps: torch.Tensor | None = None, peer_logps: torch.Tensor | None = None,
                 valid: torch.Tensor | None = None, weights: torch.Tensor | None = None,
-                lam: float = 0.0) -> dict[str, float]:
+                lam: float = 0.0, groups: torch.Tensor | None = None) -> dict[str, float]:
     """The step's figures (``opd/<name>``): ``gate_rate`` (prompts with a teaching peer), ``judged_share`` (the
     learner's (rollout, peer) pairs whose judgement arrived and is of the learner's text), ``judged_rows`` (the peers'
     rollouts this policy judged), and where the signal was computed (``own_logps`` given): ``teacher_logp`` and
@@ -139,7 +156,27 @@ def opd_metrics(teaching: torch.Tensor, prompt_weights: torch.Tensor, matched: t
     count = float(tokens.sum())
     values["teacher_logp"] = Share(float(teacher[tokens].sum()), count)
     values["reverse_kl"] = Share(float((own - teacher)[tokens].sum()), count)
-    signal = distillation_signal(own_logps.float(), peer_logps.float(), valid, weights)  # [B, T]
+    signal = distillation_signal(own_logps.float(), peer_logps.float(), valid, weights, groups)  # [B, T]
     values["signal_abs"] = Share(float((lam * signal.double()).abs()[tokens].sum()), count)
     values["signal_tokens"] = Total(count)
     return values
+
+
+def source_use(own_logps: torch.Tensor | None, peer_logps: torch.Tensor | None, valid: torch.Tensor | None,
+               weights: torch.Tensor, lam: float, names: list[str],
+               groups: torch.Tensor | None = None) -> dict[str, float]:
+    """Per peer ``names[j]``: ``from/<peer>/used_share``, the share of the learner's rollouts of the step (``[B]``)
+    whose per-token advantages peer ``j``'s judgement changed: it teaches the row's prompt (``weights[:, j] > 0``,
+    its judgement matched), and with ``λ > 0`` its signal is nonzero on some token it reached. With ``λ = 0`` (or no
+    signal computed: ``own_logps`` None) none is used. A ``Share`` (reduced over the ranks)."""
+    rows = weights.shape[0]
+    out: dict[str, float] = {}
+    for j, name in enumerate(names):
+        used = 0.0
+        if lam != 0 and own_logps is not None:
+            only = torch.zeros_like(weights)  # [B, M-1]
+            only[:, j] = weights[:, j]
+            signal = distillation_signal(own_logps.float(), peer_logps.float(), valid, only, groups)  # [B, T]
+            used = float(((signal != 0) & valid[:, j]).any(dim=1).sum())
+        out[f"from/{name}/used_share"] = Share(used, rows)
+    return out

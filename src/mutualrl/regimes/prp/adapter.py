@@ -71,20 +71,22 @@ class PRPAdapter(PooledRowsAdapter):
         if settings.correction == "none":
             return None
         weights = correction_weights(step.peer_log_weights(), step.peer_mask, settings.correction,
-                                     settings.correction_level, settings.truncation_bound, settings.drop_bound)
+                                     settings.correction_level, settings.truncation_bound, settings.drop_bound,
+                                     step.peer_groups)  # [N, T] per word where the tokenizations split it apart
         kept = step.kept[:, None]  # bool [N, 1]
         return torch.where(kept, weights, torch.zeros_like(weights))  # [N, T]
 
     def rows_kept(self, step: PooledStep) -> torch.Tensor:
         """The peer rows the loss keeps, bool ``[N]``: scored, and under ``ftis`` not dropped by F-TIS's filter
-        (advantage <= 0 and sequence KL to the learner >= ``kl_bound``, the KL by ``kl_estimator``;
+        (advantage <= 0 and sequence KL to the learner >= ``kl_bound``, the KL by ``kl_estimator``, per word where
+        the two tokenizations split it differently;
         :func:`~mutualrl.regimes.prp.maths.ftis_kept`)."""
         from mutualrl.regimes.prp.maths import ftis_kept, sequence_kl
 
         kept = step.scored.clone()  # bool [N]
         if self.settings.correction == "ftis" and step.peer_traces is not None:
             kl = sequence_kl(step.snapshot[step.n_local:], step.peer_traces, step.peer_mask,
-                             self.settings.kl_estimator)  # [N] float64
+                             self.settings.kl_estimator, step.peer_groups)  # [N] float64, per word where split
             advantages = step.batch["advantages"][step.n_local:]  # [N]
             kept &= ftis_kept(advantages, kl.to(advantages.device), self.settings.kl_bound)
         return kept
@@ -108,7 +110,7 @@ class PRPAdapter(PooledRowsAdapter):
         advantages = step.batch["advantages"][step.n_local:]  # [N] the peer rows' advantages, as the loss reads them
         rows = source_diagnostics(step.peer_log_weights(), step.peer_mask, settings.correction,
                                   settings.correction_level, settings.truncation_bound, settings.drop_bound,
-                                  step.kept, advantages, self.ppo_clip())
+                                  step.kept, advantages, self.ppo_clip(), step.peer_groups)
         names = [name for name, _ in step.sources]
         out: dict[str, float] = {}
         ess_parts = []

@@ -19,7 +19,16 @@ from typing import Literal
 
 import torch
 
-from mutualrl.regimes.api import TRL_STD_EPS, ScaleRewards, check_float, check_pool, check_same_shape, group_advantages
+from mutualrl.regimes.api import (
+    TRL_STD_EPS,
+    ScaleRewards,
+    check_float,
+    check_pool,
+    check_same_shape,
+    group_advantages,
+    unit_heads,
+    unit_totals,
+)
 
 
 # -- importance-weight corrections of peer rows (beyond the paper: TIS, F-TIS, TIS with a drop line) -------------
@@ -28,17 +37,24 @@ CorrectionLevel = Literal["token", "sequence"]
 AdvantageGrouping = Literal["auto", "pool", "source"]
 
 
-def unit_log_weights(log_w: torch.Tensor, mask: torch.Tensor, level: CorrectionLevel) -> tuple[torch.Tensor, torch.Tensor]:
+def unit_log_weights(log_w: torch.Tensor, mask: torch.Tensor, level: CorrectionLevel,
+                     groups: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """The log importance weights of the correction's units and which units exist.
 
-    ``token``: each masked token's ``log w_t`` (``[N, T]``); ``sequence``: each response's
-    ``log W = Σ_t log w_t`` over its masked tokens (``[N, 1]``), one weight for all its tokens.
+    ``token``: each masked token's ``log w_t`` (``[N, T]``), where the peer's tokens of its word are the learner's;
+    on a word the two tokenizers split differently (``groups``,
+    :func:`~mutualrl.regimes.core.word_units.comparison_groups`; None: every token its own) each of its tokens
+    carries the word's ``log w_u = log π_θ(u) − log π_peer(u)``, the only ratio both policies give there;
+    ``sequence``: each response's ``log W = Σ_t log w_t`` over its masked tokens (``[N, 1]``), one weight for all
+    its tokens.
     """
     check_float("log_w", log_w, 2, "[N, T]")
     check_same_shape("mask", mask, "log_w", log_w)
     m = mask.bool()
     masked = torch.where(m, log_w, torch.zeros_like(log_w))  # [N, T]
     if level == "token":
+        if groups is not None:
+            masked = torch.where(m, unit_totals(masked, groups), torch.zeros_like(masked))  # [N, T] per word
         return masked, m
     if level == "sequence":
         return masked.sum(dim=1, keepdim=True), m.any(dim=1, keepdim=True)  # [N, 1], bool [N, 1]
@@ -72,7 +88,7 @@ def corrected_log_weights(unit_log_w: torch.Tensor, correction: Correction, trun
 
 
 def correction_weights(log_w: torch.Tensor, mask: torch.Tensor, correction: Correction, level: CorrectionLevel,
-                       truncation_bound: float, drop_bound: float) -> torch.Tensor:
+                       truncation_bound: float, drop_bound: float, groups: torch.Tensor | None = None) -> torch.Tensor:
     """Per-token loss weights ``[N, T]`` of peer rows: ``T(w)`` of each token's unit (1 outside ``mask``).
 
     ``w = π_snapshot / π_peer`` is the learner's importance weight of the peer's sample (``log_w``). Under a correction
@@ -81,7 +97,7 @@ def correction_weights(log_w: torch.Tensor, mask: torch.Tensor, correction: Corr
     there is ``T(w)·A·∇log π_θ`` for either sign of ``A``, TIS's form (a constant weight on the PPO surrogate; the
     truncated weight of F-TIS multiplies its clipped term the same way).
     """
-    units, exists = unit_log_weights(log_w, mask, level)  # [N, T] or [N, 1]
+    units, exists = unit_log_weights(log_w, mask, level, groups)  # [N, T] or [N, 1]
     corrected, _, _ = corrected_log_weights(units, correction, truncation_bound, drop_bound)
     weights = torch.exp(corrected).expand_as(log_w)  # [N, T]
     return torch.where(mask.bool() & exists, weights, torch.ones_like(weights))  # [N, T]
@@ -92,23 +108,37 @@ KL_ESTIMATORS: tuple[str, ...] = ("rlogr-sum", "k3-sum", "mean-log-ratio")
 
 
 def sequence_kl(learner_logps: torch.Tensor, generator_logps: torch.Tensor, mask: torch.Tensor,
-                estimator: KLEstimator = "rlogr-sum") -> torch.Tensor:
-    """F-TIS's per-sequence filter figure ``[N]`` from the tokens the generator sampled, ``δ_t = log π_gen − log π_θ``
-    and ``r_t = π_θ / π_gen = exp(−δ_t)`` on the masked tokens. What each estimator's expectation over the generator's
-    samples is (per token at the generator's own prefix; docs/regimes.md, "Which sequence KL"):
+                estimator: KLEstimator = "rlogr-sum", groups: torch.Tensor | None = None) -> torch.Tensor:
+    """F-TIS's per-sequence filter figure ``[N]`` from the tokens the generator sampled, ``δ_u = log π_gen − log π_θ``
+    and ``r_u = π_θ / π_gen = exp(−δ_u)`` of each comparison unit ``u`` of the masked tokens: a token where the
+    generator's tokens of its word are the learner's, the whole word where they are not (``groups``,
+    :func:`~mutualrl.regimes.core.word_units.comparison_groups`; None: every token its own). Across tokenizers THL
+    spreads a split word's log-prob over the learner's tokens of it, and a per-token term of that spread is no
+    divergence (an agreeing peer's number-heavy answer would pass the bound); per word the terms are exact. What each
+    estimator's expectation over the generator's samples is (per unit at the generator's own prefix; docs/regimes.md,
+    "Which sequence KL"):
 
-    - ``rlogr-sum`` (the default): ``Σ_t (r_t log r_t − r_t + 1)``, each term >= 0; unbiased for ``Σ_t KL(π_θ ‖
-      π_gen)`` at the generator's prefixes, F-TIS's ``D_KL(π_θ ‖ π_gen)`` (the sequence KL itself where a token's
+    - ``rlogr-sum`` (the default): ``Σ_u (r_u log r_u − r_u + 1)``, each term >= 0; unbiased for ``Σ_u KL(π_θ ‖
+      π_gen)`` at the generator's prefixes, F-TIS's ``D_KL(π_θ ‖ π_gen)`` (the sequence KL itself where a unit's
       distributions do not depend on the prefix);
-    - ``k3-sum``: ``Σ_t (exp(δ_t) − δ_t − 1)``, GRPO's k3 with the generator in the reference's place; on the
-      generator's samples it estimates ``Σ_t (χ²(π_gen ‖ π_θ) − KL(π_gen ‖ π_θ))``, which grows as ``e^δ``;
+    - ``k3-sum``: ``Σ_u (exp(δ_u) − δ_u − 1)``, GRPO's k3 with the generator in the reference's place; on the
+      generator's samples it estimates ``Σ_u (χ²(π_gen ‖ π_θ) − KL(π_gen ‖ π_θ))``, which grows as ``e^δ``;
     - ``mean-log-ratio``: ``(1/|y|) Σ_t δ_t``, TRL 1.16's off-policy sequence mask (``get_off_policy_mask``):
-      ``Σ_t δ_t`` is unbiased for the sequence's ``KL(π_gen ‖ π_θ)``, divided by the length; 0 on a row without tokens.
+      ``Σ_t δ_t`` is unbiased for the sequence's ``KL(π_gen ‖ π_θ)``, divided by the learner's token count; 0 on a
+      row without tokens (word totals are conserved, so the units do not change it).
     """
     check_same_shape("generator_logps", generator_logps, "learner_logps", learner_logps)
     check_same_shape("mask", mask, "learner_logps", learner_logps)
     m = mask.bool()
-    delta = (generator_logps.double() - learner_logps.double()).clamp(-50.0, 50.0)  # [N, T] float64
+    delta = torch.where(m, generator_logps.double() - learner_logps.double(),
+                        torch.zeros_like(learner_logps, dtype=torch.float64))  # [N, T] float64
+    if estimator == "mean-log-ratio":
+        return delta.clamp(-50.0, 50.0).sum(dim=1) / m.sum(dim=1).clamp(min=1)  # [N]
+    if groups is not None:
+        check_same_shape("groups", groups, "learner_logps", learner_logps)
+        delta = unit_totals(delta, groups)  # [N, T] each token: its unit's log-ratio
+        m = m & unit_heads(groups.to(m.device))  # [N, T] one term per unit
+    delta = delta.clamp(-50.0, 50.0)  # [N, T]
     if estimator == "rlogr-sum":
         r = torch.exp(-delta)  # [N, T] π_θ / π_gen
         terms = r * -delta - r + 1.0  # [N, T] r log r − r + 1
@@ -116,9 +146,6 @@ def sequence_kl(learner_logps: torch.Tensor, generator_logps: torch.Tensor, mask
     if estimator == "k3-sum":
         k3 = torch.exp(delta) - delta - 1.0  # [N, T]
         return torch.where(m, k3, torch.zeros_like(k3)).sum(dim=1)  # [N]
-    if estimator == "mean-log-ratio":
-        total = torch.where(m, delta, torch.zeros_like(delta)).sum(dim=1)  # [N]
-        return total / m.sum(dim=1).clamp(min=1)  # [N]
     raise ValueError(f"kl_estimator must be one of {', '.join(KL_ESTIMATORS)}; got {estimator!r}")
 
 
@@ -188,7 +215,8 @@ def clip_passes(log_w: torch.Tensor, mask: torch.Tensor, advantages: torch.Tenso
 
 def source_diagnostics(log_w: torch.Tensor, mask: torch.Tensor, correction: Correction, level: CorrectionLevel,
                        truncation_bound: float, drop_bound: float, rows_kept: torch.Tensor,
-                       advantages: torch.Tensor, clip: PPOClip | None = None) -> dict[str, torch.Tensor]:
+                       advantages: torch.Tensor, clip: PPOClip | None = None,
+                       groups: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """Per-row sums of how off-policy a peer's rows are and what the loss makes of them, for the per-source metrics
     (rows ``[N]``, float64).
 
@@ -203,7 +231,7 @@ def source_diagnostics(log_w: torch.Tensor, mask: torch.Tensor, correction: Corr
     itself), TRL's clip passes that token's gradient (:func:`clip_passes`) (``advantages`` ``[N]``: the rows'
     advantages as the loss reads them). Later updates of the same generation are not seen.
     """
-    units, exists = unit_log_weights(log_w, mask, level)  # [N, T] or [N, 1]
+    units, exists = unit_log_weights(log_w, mask, level, groups)  # [N, T] or [N, 1]
     corrected, truncated, dropped = corrected_log_weights(units, correction, truncation_bound, drop_bound)
     kept_rows = rows_kept.bool()[:, None]  # bool [N, 1]
     w = torch.exp(units.double().clamp(-150.0, 150.0)) * exists  # [N, T] or [N, 1]
