@@ -53,9 +53,12 @@ def said_everywhere(root: Path, phrase: str) -> None:
     data = json.loads(render(report, "json"))
     assert any(phrase in line for r in data["rows"] if r["group"] == "sgt" and r["task_group"] == "all"
                for line in r["caveats"])
-    table = CliRunner().invoke(app, ["report", str(root)], env={"COLUMNS": "200"})
+    # the terminal's notes are short by default (each caveat's cause once); --full-notes prints every line
+    short = CliRunner().invoke(app, ["report", str(root)], env={"COLUMNS": "200"})
+    assert short.exit_code == 0 and "†" in short.output and "--full-notes" in short.output, short.output
+    table = CliRunner().invoke(app, ["report", str(root), "--full-notes"], env={"COLUMNS": "200"})
     assert table.exit_code == 0 and phrase in " ".join(table.output.split())
-    narrow = CliRunner().invoke(app, ["report", str(root)], env={"COLUMNS": "80"})
+    narrow = CliRunner().invoke(app, ["report", str(root), "--full-notes"], env={"COLUMNS": "80"})
     assert narrow.exit_code == 0 and "†" in narrow.output and phrase in " ".join(narrow.output.split())
 
 
