@@ -123,7 +123,7 @@ if [ "${MUTUALRL_NO_VLLM:-0}" = 1 ]; then
   echo "==> MUTUALRL_NO_VLLM=1: vLLM not installed (generation uses transformers)"
 elif has_nvidia_gpu; then
   if "$PY" -c "import vllm" 2>/dev/null; then
-    echo "==> vLLM $("$PY" -c "import importlib.metadata as m; print(m.version('vllm'))") already installed"
+    echo "==> vLLM already installed ($("$PY" -c "import vllm; print(vllm.__version__)" 2>/dev/null))"
   else
     echo "==> NVIDIA GPU: installing vLLM ($VLLM_GPU_PIN, the tested series; the paper recipes generate with it)"
     if ! "${PIP_LOCKED[@]}" -e ".[vllm]"; then

@@ -60,3 +60,10 @@ def test_the_builtin_pool_on_gpus_says_it_trains_another_run_than_the_readmes(tm
     assert "CUDA_VISIBLE_DEVICES= mutualrl train" in said[0]
     cpu = make_launch_plan(config, tmp_path / "cpu", gpus=0, simulate=True, cpu_cores=2, dry_run=True)
     assert not any(w.startswith("the builtin pool") for w in cpu.warnings)
+
+
+def test_a_vllm_server_generates_in_its_own_process_so_no_generation_peak_is_held_against_the_card(tmp_path):
+    config = load_run_config("2qwen", overrides=["grpo.vllm_mode=server"]).config
+    plan = make_launch_plan(config, tmp_path / "run", gpus=8, simulate=True, gpu_memory_gib=80.0,
+                            vllm_available=True, dry_run=True)
+    assert not any("generation: about" in w for w in plan.warnings), plan.warnings

@@ -47,11 +47,14 @@ SAVING = "saving"  # the status phase of a policy writing a checkpoint (MutualGR
 LAUNCHER_WAIT_S = 5.0
 STEP_WAIT_S = 30.0
 AGENT_STOP_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR2"
-"""What torchrun's agent catches and passes on to its ranks (torch's own list and SIGUSR2; ``--signals-to-handle``)."""
-AGENT_SHUTDOWN_S = 86_400
+"""What torchrun's agent catches and passes on to its ranks (torch's own list and SIGUSR2; ``--signals-to-handle``).
+The ranks take each as a stop (:func:`install_stop_handlers`) but SIGQUIT, which still ends them at once."""
+AGENT_SHUTDOWN_S = 3_600
 """How long torchrun's agent waits for its ranks to end after passing a signal on before it SIGKILLs them (torch's
-default: 30 s). A day: the launcher's own wait (grace and save wait, launch/supervise/stop_grace.py) ends first and
-kills the ranks it finds; a rank whose launcher is gone stops itself (ops/watchdog.py)."""
+default: 30 s). An hour: longer than the launcher's own wait on any shipped pool (the planned grace, at most 1,309 s,
+and the save wait, at most ``SAVE_WAIT_CAP_S`` = 1,800 s: launch/supervise/stop_grace.py), which ends first and kills
+what it finds; a rank whose launcher is gone stops itself (ops/watchdog.py). It also bounds a command of the dry run
+started by hand, with no launcher, whose rank hangs."""
 GRACE_S = 20.0
 """The least the launcher waits for every policy to save and exit before it kills them (the floor of
 :func:`mutualrl.launch.supervise.stop_grace.stop_grace_s`, which adds the steps to go and the plan's checkpoint

@@ -216,7 +216,9 @@ def phase_peaks(config: RunConfig, plan: Any, shape: ModelShape) -> list[PhasePe
     engine = getattr(plan, "engine", None)
     if engine is not None:
         generated = min(generated, engine.max_num_seqs)
-    if engine is None or plan.placement.device_type == "cpu":  # a GPU engine's memory is its share (engine table)
+    # a GPU engine's memory is its share (engine table); a server's (`trl vllm-serve`) is another process's
+    served = bool(grpo.get("use_vllm")) and grpo.get("vllm_mode") == "server" and plan.placement.device_type != "cpu"
+    if not served and (engine is None or plan.placement.device_type == "cpu"):
         kv = generated * (prompt + completion) * kv_token
         logits = generated * shape.vocab * 4
         peaks.append(PhasePeak("generation", (kv + logits) / gib, f"KV cache of {generated} sequences x "
