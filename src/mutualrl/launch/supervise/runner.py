@@ -197,12 +197,16 @@ class PoolRunner:
         self.progress.started(proc.name)
 
     def terminate(self, procs: Sequence[PolicyProcess], sig: int = signal.SIGTERM) -> None:
+        """``sig`` to each live worker's process group; a SIGKILL to its ranks' groups too (torchrun's agent starts
+        each rank in a session of its own, and a killed agent passes nothing on)."""
         for proc in procs:
             if proc.popen is not None and proc.popen.poll() is None:
-                try:
-                    os.killpg(proc.popen.pid, sig)
-                except ProcessLookupError:
-                    pass
+                groups = worker_process.process_groups(proc.popen.pid) if sig == signal.SIGKILL else {proc.popen.pid}
+                for group in groups:
+                    try:
+                        os.killpg(group, sig)
+                    except (ProcessLookupError, PermissionError):
+                        pass
 
     def _status_of(self, name: str) -> dict[str, Any]:
         return read_status(self.paths.status(name))

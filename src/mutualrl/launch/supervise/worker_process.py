@@ -9,6 +9,7 @@ reads no setting, file or socket that would choose another way.
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
@@ -32,3 +33,22 @@ def start_worker_process(argv: list[str], env: Mapping[str, str], cwd: Path | No
     into ``log`` (the caller closes its copy), stdin from ``/dev/null``."""
     return subprocess.Popen(argv, env=dict(env), cwd=cwd, stdout=log, stderr=subprocess.STDOUT,
                             stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def process_groups(pid: int) -> set[int]:
+    """The process groups of ``pid`` and of every process it started: torchrun's agent starts each rank in a session
+    of its own (``torch/distributed/elastic/multiprocessing/subprocess_handler``), so a ``killpg`` of the agent's group
+    alone leaves its ranks running."""
+    import psutil
+
+    groups = {pid}
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return groups
+    for child in children:
+        try:
+            groups.add(os.getpgid(child.pid))
+        except ProcessLookupError:
+            continue
+    return groups - {os.getpgrp()}  # never the launcher's own
