@@ -23,7 +23,8 @@ def test_every_paper_model_with_a_known_shape_has_a_known_context():
 
 
 def test_a_completion_past_the_context_is_refused_on_a_clean_node(clean_node):
-    assert loading.model_context("Qwen/Qwen2.5-Math-1.5B") == (4096, "Qwen/Qwen2.5-Math-1.5B's config.json as published")
+    known = loading.model_context("Qwen/Qwen2.5-Math-1.5B")
+    assert known == (4096, "Qwen/Qwen2.5-Math-1.5B's config.json as published")
     check_model_context(load_run_config("2qwen").config)  # 1024 + 3072: exactly the 4096 positions
     with pytest.raises(PlacementError, match=r"1024 \+ grpo.max_completion_length=3200 = 4224 tokens.*4096 positions"):
         check_model_context(load_run_config("2qwen", overrides=["grpo.max_completion_length=3200"]).config)

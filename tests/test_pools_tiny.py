@@ -106,11 +106,11 @@ def test_cached_tiny_models_have_complementary_skills(built_pool):
         assert report["test_sampled_accuracy"][weak]["pass@4"] <= 0.05, (name, report)
         sampled = tiny_warm_start.sampled_accuracies(model, tokenizer, "test", k=4, limit_per_family=50)
         assert sampled[weak]["pass@4"] <= 0.05 and sampled[spec.strong_family]["pass@4"] >= 0.8, (name, sampled)
-        # Closed to its own samples: a 400-step run draws ~6,400 samples on the weak family (~10 per train prompt), and
-        # the right answers they are expected to hold must be far below one: at most 0.02 over the run (on average and on
-        # its most likely prompt), so standalone GRPO sees a success there in at most ~2 % of runs. (It was a fixed
-        # mean 1e-6 and max 1e-4, which the AMD builds met with room; an Intel Xeon builds other weights, mean 2.0e-6 and
-        # max 4.4e-4: 0.013 and 0.004 expected right answers a run.) The strong family is answered.
+        # Closed to its own samples: a 400-step run draws ~6,400 samples on the weak family (~10 per train prompt),
+        # and the right answers they are expected to hold must be far below one: at most 0.02 over the run (on average
+        # and on its most likely prompt), so standalone GRPO sees a success there in at most ~2 % of runs. (It was a
+        # fixed mean 1e-6 and max 1e-4, which the AMD builds met with room; an Intel Xeon builds other weights, mean
+        # 2.0e-6 and max 4.4e-4: 0.013 and 0.004 expected right answers a run.) The strong family is answered.
         chance = tiny_warm_start.answer_probabilities(model, tokenizer, "train")
         draws = RUN_WEAK_DRAWS
         per_prompt = draws / len(list(family_split(weak, "train")))

@@ -196,7 +196,8 @@ def check_tiny_digests() -> Check:
         return Check("tiny-models", "warn", detail, "mutualrl assets fetch", info)
     if another_torch_build():  # a GPU box's torch: kept by the set-up, so no set-up gives the recorded context
         return Check("tiny-models", "warn", detail, "nothing to install: the digests are of torch's CPU build, and the "
-                     "README's tiny-pool figures are a CPU run of it (the builtin pool on GPUs trains another run)", info)
+                     "README's tiny-pool figures are a CPU run of it (the builtin pool on GPUs trains another run)",
+                     info)
     return Check("tiny-models", "warn", detail, "./setup.sh installs the versions the digests are recorded for", info)
 
 
