@@ -20,10 +20,18 @@ from mutualrl.run_folder import RunPaths
 
 @pytest.fixture
 def workdir(tmp_path, monkeypatch):
+    forget_user_modules()  # another test of this worker may have imported its own `my_rewards` from its folder
     monkeypatch.chdir(tmp_path)
     yield tmp_path
+    forget_user_modules()
+
+
+def forget_user_modules() -> None:
+    import importlib
+
     for name in [n for n in sys.modules if n.split(".")[0] in ("my_rewards", "helper", "scoring", "lazy_helper")]:
         del sys.modules[name]
+    importlib.invalidate_caches()
 
 
 def write_project(folder):
