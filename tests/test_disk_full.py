@@ -130,6 +130,21 @@ def test_run_json_says_failed_and_why_even_when_no_new_file_fits(tmp_path, monke
     assert record["started"] == "then" and record["pool"] == "tiny"
 
 
+def test_a_launch_on_a_full_disk_still_marks_a_killed_launchers_record_interrupted(tmp_path, monkeypatch):
+    """The record a SIGKILLed launcher left "running" is the first thing a launch writes (before its lock's work): on
+    a full disk it is rewritten in place too, so the one-line error is not followed by a record that still runs
+    (benchmarks/chaos.py, ``disk_full:run.json@1`` after an ``all``)."""
+    from mutualrl.launch.rundir import record as run_record
+
+    paths = RunPaths(tmp_path)
+    write_json_atomic(paths.run_json, {"status": "running", "started": "then"})
+    monkeypatch.setenv(DISK_FULL_ENV, "run.json@1")
+    with pytest.raises(StorageError):  # a new file cannot be made, as on a full disk
+        write_json_atomic(paths.run_json, {"status": "probe"})
+    run_record.mark_interrupted(paths)
+    assert json.loads(paths.run_json.read_text()) == {"status": "interrupted", "started": "then"}
+
+
 def test_a_worker_error_from_a_full_disk_becomes_one_line_and_exit_28(tmp_path, monkeypatch, capsys):
     """Anywhere in the worker (here: loading its config fails to write nothing but raises ENOSPC)."""
     from mutualrl.training import worker

@@ -132,8 +132,8 @@ def write_record(paths: RunPaths, record: dict[str, Any]) -> None:
 def mark_interrupted(paths: RunPaths) -> None:
     """A run.json still saying "running" while we hold the lock was left by a killed launcher."""
     info = read_record(paths)
-    if info.get("status") == "running":
-        write_json_atomic(paths.run_json, {**info, "status": "interrupted"})
+    if info.get("status") == "running":  # in place on a full disk, as every write of the record
+        write_record(paths, {**info, "status": "interrupted"})
 
 
 def mark_ended(paths: RunPaths, status: str, reason: str) -> bool:
