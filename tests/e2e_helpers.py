@@ -106,9 +106,10 @@ TINY_SGT_3_STEPS_OFF_LOCK_STEP = (*TINY, "--regime", "sgt", "--max-steps", "3", 
 """The same 3 SGT steps through the staleness machinery (S = 0: the exchange logs its age metrics), reporting to
 TensorBoard; trains bit-identically to the lock-step run (test_async_exchange_e2e.py)."""
 
-TINY_HACPO_5_STEPS = (*TINY, "--regime", "hacpo", "--max-steps", "5", "--set", "validation.at_start=false")
-"""5 HACPO steps: the run test_train_e2e.py's SIGTERM test stops and resumes, and (shared) the same run not stopped, the
-reference of the resumed run's weights."""
+TINY_HACPO_5_STEPS = (*TINY, "--regime", "hacpo", "--max-steps", "5", "--set", "validation.at_start=false",
+                      "--set", "validation.every_steps=1")
+"""5 HACPO steps validated at each: the run test_train_e2e.py's SIGTERM test stops and resumes, and (shared) the same
+run not stopped, the reference of the resumed run's weights and validation rows."""
 
 TINY_REGIMES_2_STEPS = {
     "xgrpo": ("--regime", "xgrpo", "--set", "grpo.report_to=[tensorboard]"),

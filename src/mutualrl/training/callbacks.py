@@ -213,7 +213,10 @@ class ValidationCallback(TrainerCallback):
         self.done_steps: set[int] = set()
 
     def on_train_begin(self, args, state, control, **kwargs):
-        if self.at_start and state.global_step == 0:
+        step = state.global_step
+        if (self.at_start and step == 0) or (step > 0 and self.every_steps > 0 and step % self.every_steps == 0):
+            # resumed at a validation step: a stop that saved there skipped its validation (StopAtStepCallback), so
+            # it is done now, on the checkpoint's weights; one done before the checkpoint has its result, so none
             self.validate(state)
 
     def on_step_end(self, args, state, control, **kwargs):

@@ -13,8 +13,8 @@ from mutualrl.training.stop_request import HOLDING, STEP_WAIT_S, read_request, r
 
 class StopAtStepCallback(TrainerCallback):
     """At the end of the step the launcher names: a checkpoint (unless ``save_strategy`` is ``no``) and the end of
-    training; no validation at that step. Placed after the status callback (its file holds the step) and before
-    the validation callback."""
+    training; that step's validation waits for the resume (``ValidationCallback.on_train_begin``). Placed after
+    the status callback (its file holds the step) and before the validation callback."""
 
     def __init__(self, paths: RunPaths, status: Any, validation: Any):
         self.paths, self.status, self.validation = paths, status, validation
@@ -28,7 +28,7 @@ class StopAtStepCallback(TrainerCallback):
         if not decided_on_rank_zero(PartialState(), lambda: self.due(state)):  # every rank stops at one step
             return
         self.stopped_at = int(state.global_step)
-        self.validation.done_steps.add(self.stopped_at)  # the launcher's grace is for the save, not a validation
+        self.validation.done_steps.add(self.stopped_at)  # the launcher's grace is for the save; validated on resume
         control.should_save = args.save_strategy != "no"
         control.should_training_stop = True
 
