@@ -18,8 +18,8 @@ import signal
 import sys
 from types import FrameType
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2)
-"""The launcher's stop signals (launch/supervise/signals.py); torchrun's agent replaces these handlers with its own."""
+from mutualrl.host.stop_signals import STOP_SIGNALS  # torchrun's agent replaces these handlers with its own
+
 
 
 def leave_stop_to_the_ranks(signum: int, frame: FrameType | None) -> None:

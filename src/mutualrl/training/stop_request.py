@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.atomic_io import write_json_atomic
+from mutualrl.host.stop_signals import STOP_SIGNALS
 from mutualrl.run_folder import RunPaths, read_json_or
 
 STOP_FILE = ".stop.json"  # a dot name: no policy's status file (status/<policy>.json) can be it
@@ -128,7 +129,7 @@ def rank_agent_env() -> dict[str, str]:
 def install_stop_handlers(paths: RunPaths) -> None:
     """SIGTERM, SIGINT, SIGHUP and SIGUSR2 of this worker wait for the launcher's request (module docstring; torchrun's
     agent passes each of them on); a signal ignored at start stays ignored."""
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR2):
+    for sig in STOP_SIGNALS:
         previous = signal.getsignal(sig)
         if previous is signal.SIG_IGN:
             continue

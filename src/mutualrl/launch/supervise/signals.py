@@ -26,9 +26,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-#: SIGUSR2: submitit's sbatch script asks Slurm for it 90 s before the time limit (``--signal=USR2@90``), to every
-#: process of the task; its default action ends the process, so it stops the run as SIGTERM does (with a checkpoint).
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR2)
+from mutualrl.host.stop_signals import STOP_SIGNALS
+
 REPEAT_S = 1.0
 _state: dict[str, Any] = {"depth": 0, "requested": None, "at": 0.0}
 
