@@ -22,9 +22,10 @@ MOVED_MODULES = {
 #: No shim keeps an old path importable.
 MOVED_INSIDE_SRC = {
     **{f"regimes/{name}.py": f"regimes/core/{name}.py" for name in (
-        "adapter", "batch_rows", "grpo", "importance", "peer_responses", "peers", "pool", "pooled_rows", "pooled_spec",
+        "adapter", "batch_rows", "grpo", "importance", "peer_responses", "peers", "pooled_rows", "pooled_spec",
         "publication", "quantile_sketch", "rank_metrics", "regime_spec", "registry")},
     "regimes/usability.py": "evaluation/channel_decomposition.py",
+    "regimes/pool.py": "regimes/core/reward_shapes.py",
     # renamed so that a module's name says what it holds
     "regimes/seam.py": "regimes/core/trainer_interface.py",
     "regimes/core/seam.py": "regimes/core/trainer_interface.py",
@@ -41,6 +42,7 @@ MOVED_INSIDE_SRC = {
     "training/no_signal.py": "training/reward_signal_watch.py",
     "evaluation/usability.py": "evaluation/channel_decomposition.py",
     "launch/join.py": "launch/secondary_machine.py",
+    "regimes/core/pool.py": "regimes/core/reward_shapes.py",
     "pools/safe_load.py": "trust/checkpoint_pickles.py",
     "see/binding.py": "trust/exchange_binding.py",
     "see/inspect.py": "ops/exchange_inspect.py",
