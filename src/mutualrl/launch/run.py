@@ -33,7 +33,7 @@ from mutualrl.launch.rundir.record import (
     write_run_json,
 )
 from mutualrl.launch.rundir.resume import ConfigChange, changes_training
-from mutualrl.launch.supervise.pool import run_pool
+from mutualrl.launch.supervise.machine_workers import run_machine_workers
 from mutualrl.launch.supervise.signals import raise_if_interrupted, stop_signals
 from mutualrl.pools.loading import refuse_stored_remote_code, sets_remote_code
 from mutualrl.run_folder import RunPaths, read_json
@@ -475,7 +475,7 @@ def launch_claimed(config: RunConfig, paths: RunPaths, resume_step: int | None, 
     with reporting(remote):  # several machines: a launcher error stops the others' workers at once
         write_run_json(paths, config, status="running",
                        resumed_from=(resume_step or 0) if resumed else None)
-        outcome = run_pool(config, plan, paths, resume_step, lock, console, remote)
+        outcome = run_machine_workers(config, plan, paths, resume_step, lock, console, remote)
     status = "done" if outcome.ok else ("interrupted" if outcome.reason == "interrupted" else "failed")
     write_run_json(paths, config, status=status, reason=None if outcome.ok else outcome.reason)
     from mutualrl.launch.rundir.summary import print_failure, print_summary, summarise
