@@ -43,7 +43,7 @@ from mutualrl.launch.plan.configs import (
 )
 from mutualrl.launch.plan.grpo_decisions import Decided
 from mutualrl.launch.plan.detect import Node, this_node
-from mutualrl.launch.plan.engine import PlannedEngine, engine_length, engine_note, planned_engine
+from mutualrl.launch.plan.colocated_vllm import PlannedEngine, engine_length, engine_note, planned_engine
 from mutualrl.launch.plan.host_memory import HostMemory, host_from_json, host_memory
 from mutualrl.launch.plan.machines import plan_placement_nodes
 from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
