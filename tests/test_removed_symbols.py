@@ -65,6 +65,8 @@ REMOVED_NAMES = (
     # the SEE record in one module (see/records.py): per-row ids stored once (the manifest), tests' own helpers
     "RolloutRecord", "from_records", "ShardMetadata", "stamped", "ID_COLUMNS", "shard_info_from_manifest",
     "write_bytes_atomic",
+    # renamed so that a name says what it holds
+    "Decided",
 )
 #: Four modules of one concept, now ``see/records.py``.
 MERGED_MODULES = ("see/columns.py", "see/ragged.py", "see/validation.py", "see/schema.py")
