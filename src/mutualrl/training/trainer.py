@@ -57,7 +57,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
 
     def __init__(self, *args: Any, policy_name: str, regime: RegimeAdapter,
                  vllm_caps: tuple[int | None, int | None] = (None, None), **kwargs: Any):
-        from mutualrl.host.cpu_lm_head import score_labelled_rows_only_on_cpu
+        from mutualrl.host.trl_cpu_lm_head_patch import score_labelled_rows_only_on_cpu
         from mutualrl.training.vllm_engine import engine_overrides, install_cpu_weight_sync, on_cpu_colocate
 
         # The engine's caps (any device); on a CPU also the model's dtype and eager mode.
