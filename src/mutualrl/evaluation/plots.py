@@ -50,7 +50,7 @@ from mutualrl.evaluation.plotted_runs import (
 )
 from mutualrl.evaluation.results import GROUP_KEY_PREFIX, REWARD_KEY_SUFFIX, group_rewards
 from mutualrl.metric_labels import SOURCE_FIGURES, UNIT, MetricWords, source_figure_key
-from mutualrl.output_files import refuse_existing
+from mutualrl.output_guards import refuse_existing
 from mutualrl.regimes.core.registry import all_regimes
 from mutualrl.run_folder import RunPaths
 
