@@ -47,6 +47,7 @@ MOVED_INSIDE_SRC = {
     "launch/plan/engine.py": "launch/plan/colocated_vllm.py",
     "host/cpu_lm_head.py": "host/trl_cpu_lm_head_patch.py",
     "output_files.py": "output_guards.py",
+    "run_inputs.py": "inputs_record_reader.py",
     "pools/safe_load.py": "trust/checkpoint_pickles.py",
     "see/binding.py": "trust/exchange_binding.py",
     "see/inspect.py": "ops/exchange_inspect.py",
