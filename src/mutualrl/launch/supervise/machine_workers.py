@@ -7,6 +7,8 @@ both call :func:`run_machine_workers`; they differ only in what comes before (pr
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +23,23 @@ from mutualrl.launch.supervise.signals import stop_signals
 from mutualrl.regimes.core.registry import get_regime
 from mutualrl.run_folder import RunPaths
 
+LAUNCH_LOG_ENV = "MUTUALRL_LAUNCH_LOG"
+"""When set, a file each launch appends one line to as it starts its workers (a machine's share of a run, or a
+``--preflight``): how the test suite counts its end-to-end runs (``tests/conftest.py``, ``LAUNCH_BUDGET``)."""
+
+
+def note_launch(run_dir: Path) -> None:
+    """One line, ``PID "RUN"`` (the folder as JSON: a name holding a newline is still one line), in the file
+    :data:`LAUNCH_LOG_ENV` names; nothing when it is unset."""
+    log_file = os.environ.get(LAUNCH_LOG_ENV)
+    if not log_file:
+        return
+    try:
+        with open(log_file, "a") as fh:  # one short write: the lines of concurrent launches do not interleave
+            fh.write(f"{os.getpid()} {json.dumps(str(run_dir))}\n")
+    except OSError:  # a count is never worth a run
+        pass
+
 
 def run_machine_workers(config: RunConfig, plan: Any, paths: RunPaths, resume_step: int | None, lock: RunLock,
              console: Console, remote: Any = None) -> RunOutcome:
@@ -28,6 +47,7 @@ def run_machine_workers(config: RunConfig, plan: Any, paths: RunPaths, resume_st
     every machine ended); a failure is reported to the other machines through ``remote``."""
     from mutualrl.launch.rundir.resume import restart_command
 
+    note_launch(paths.root)
     processes = processes_from_plan(plan, paths, resume_step)
     settings = watch_settings(config, paths, lock, plan=plan,
                               restart_argv=lambda policy: restart_command(processes, paths, policy))
