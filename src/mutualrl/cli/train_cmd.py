@@ -189,7 +189,8 @@ def with_regime_flags(command: Callable[..., Any]) -> Callable[..., Any]:
     params = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
     after = [p.name for p in params].index("regime") + 1
     added = [inspect.Parameter(option_name(f.flag), inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str | None,
-                               default=typer.Option(None, f.flag, help=regime_option_help(spec, f), show_default=False))
+                               default=typer.Option(None, f.flag, help=regime_option_help(spec, f),
+                                                    show_default=False))
              for spec, f in regime_flags()]
     command.__signature__ = signature.replace(parameters=[*params[:after], *added, *params[after:]])  # type: ignore[attr-defined]
     return command
