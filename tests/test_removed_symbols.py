@@ -69,8 +69,8 @@ REMOVED_NAMES = (
     "RolloutRecord", "from_records", "ShardMetadata", "stamped", "ID_COLUMNS", "shard_info_from_manifest",
     "write_bytes_atomic",
     # renamed so that a name says what it holds
-    "Decided", "OUTBOUND_GRPO_FIELDS", "OUTBOUND_KINDS", "metric_words", "METRIC_WORDS", "source_figures", "NoSignalWatch",
-    "run_pool", "pool_settings",
+    "Decided", "OUTBOUND_GRPO_FIELDS", "OUTBOUND_KINDS", "metric_words", "METRIC_WORDS", "source_figures",
+    "NoSignalWatch", "run_pool", "pool_settings",
 )
 #: Four modules of one concept, now ``see/records.py``.
 MERGED_MODULES = ("see/columns.py", "see/ragged.py", "see/validation.py", "see/schema.py")
