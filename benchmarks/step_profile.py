@@ -25,7 +25,7 @@ One pass over ``R`` rows of padded length ``S`` (``T = R*S`` positions) with ``M
     head_fwd = 2 * h * V * M                              the real vocabulary V; M = the rows the head projected
                                                           (counted): R*(S-1) with TRL on a CPU, the completion
                                                           tokens on CUDA/XPU with Triton, those and fillers with
-                                                          mutualrl on a CPU (host/cpu_lm_head.py; its weight
+                                                          mutualrl on a CPU (host/trl_cpu_lm_head_patch.py; its weight
                                                           gradient spans R*(S-1) rows, counted as M here)
     backward = 2*(N_frozen+N_trainable)*T + 2*N_trainable*T     input gradients through the frozen base too,
                                                                  weight gradients of trainable weights only

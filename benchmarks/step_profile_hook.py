@@ -129,7 +129,7 @@ def logps_wrapper(func):
             rows, length = input_ids.shape
             completion = int(attention_mask[:, -logits_to_keep:].sum())  # the positions the loss reads
             # The rows the fused head projected: every position (TRL on a CPU), the labelled ones (a Triton device),
-            # or those and fillers (mutualrl on a CPU, host/cpu_lm_head.py); counted where the head projects them.
+            # or those and fillers (mutualrl on a CPU, host/trl_cpu_lm_head_patch.py); counted where the head projects them.
             scored = STATE.projected
             STATE.logps.append({"phase": STATE.phase, "grad": torch.is_grad_enabled(), "rows": rows,
                                 "length": length, "scored": scored, "keep": int(logits_to_keep),

@@ -33,6 +33,7 @@ from e2e_helpers import (TINY, TINY_HACPO_5_STEPS, TINY_REGIMES_2_STEPS, TINY_SG
                          shared_train)
 from mutualrl.host.process_start import imports_done
 from mutualrl.launch.plan.detect import detect_cpu_cores
+from mutualrl.launch.supervise.machine_workers import LAUNCH_LOG_ENV
 from mutualrl.training.worker import START_LOG_ENV
 
 # The suite starts several hundred Python processes (launchers, workers, CLI commands), each importing mutualrl's
@@ -63,6 +64,18 @@ test starts, and say which in the commit; how it came to 170: ``benchmarks/resul
 policy-process budget"."""
 
 
+LAUNCH_BUDGET = 100
+"""The most launches one run of the whole suite may make: a ``mutualrl train`` (or the Python API's ``train``) starting
+a machine's workers, a ``--preflight`` starting its checks (each line ``machine_workers.note_launch`` writes); over it
+the session fails, as over :data:`POLICY_PROCESS_BUDGET` (the count is printed at the end, ``launches: N``). A launch
+costs its launcher's and its workers' start whatever it checks, so a new behaviour is checked on a shared run
+(``e2e_helpers.shared_train``, the session fixtures below) and the budget is raised, like the policy-process budget,
+only for a launch no shared run can stand for, saying which in the commit. 100 is an estimate, not yet a count: the
+last clean-clone runs started 148-150 policy processes, most launches two of them, some four ranks, one or none (a
+reading of the test files finds 80-95 launches); set it to the first whole-suite count printed here plus a few
+(``benchmarks/results/test-suite.md``, "The launch budget")."""
+
+
 def policy_starts(log: Path) -> dict[str, bool]:
     """The policy workers that logged their start in ``log``, by pid: whether each ran forked from a zygote (its
     forked child wrote ``PID forked`` before the worker's own ``PID``: ``zygotes.child.note_forked``; one that
@@ -76,6 +89,26 @@ def policy_starts(log: Path) -> dict[str, bool]:
 
 def count_policy_starts(log: Path) -> int:
     return len(policy_starts(log))
+
+
+def count_launches(log: Path) -> int:
+    """The launches logged in ``log``, one line each."""
+    return sum(1 for line in log.read_text().splitlines() if line.strip()) if log.exists() else 0
+
+
+def launch_log(starts_log: Path) -> Path:
+    """Beside the session's policy-start log: the launches' log (:data:`LAUNCH_LOG_ENV`)."""
+    return starts_log.parent / "launches.log"
+
+
+def launch_budget_line(launches: int, budget: int) -> tuple[str, bool]:
+    """The summary line of the launches, and whether ``launches`` is over ``budget``."""
+    over = launches > budget
+    line = f"launches: {launches} (budget {budget})"
+    if over:
+        line += (f" -- OVER BUDGET by {launches - budget}: check the behaviour on a shared run "
+                 "(LAUNCH_BUDGET in tests/conftest.py says when to raise it)")
+    return line, over
 
 
 def policy_budget_line(started: int, budget: int, wall_seconds: float, forked: int = 0) -> tuple[str, bool]:
@@ -214,6 +247,8 @@ def pytest_configure(config: pytest.Config) -> None:
         log = Path(tempfile.mkdtemp(prefix="mutualrl-policy-starts-")) / "starts.log"
         log.touch()
         os.environ[START_LOG_ENV] = str(log)
+        launch_log(log).touch()
+        os.environ[LAUNCH_LOG_ENV] = str(launch_log(log))
         # CPU policy workers forked from zygotes that imported torch, transformers and TRL once (tests/fork_server/:
         # half of a short run's worker CPU), in a folder only this user reads; deleting it at the end stops them
         (log.parent / "zygotes").mkdir(mode=0o700)
@@ -319,16 +354,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     line, over = policy_budget_line(len(starts), POLICY_PROCESS_BUDGET, time.monotonic() - started_at,
                                     sum(starts.values()))
     terminalreporter.write_line(line, red=over, bold=over)
+    line, over = launch_budget_line(count_launches(launch_log(log)), LAUNCH_BUDGET)
+    terminalreporter.write_line(line, red=over, bold=over)
     users = count_policy_starts(user_start_log(log))
     terminalreporter.write_line(f"user_start tests: {users} policy processes started as a user's run starts them")
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Over the budget the session fails, whatever the tests said."""
+    """Over either budget (policy processes, launches) the session fails, whatever the tests said."""
     config = session.config
     if POLICY_START_KEY in config.stash:
         log, _ = config.stash[POLICY_START_KEY]
-        if count_policy_starts(log) > POLICY_PROCESS_BUDGET:
+        if count_policy_starts(log) > POLICY_PROCESS_BUDGET or count_launches(launch_log(log)) > LAUNCH_BUDGET:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

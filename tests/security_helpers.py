@@ -51,7 +51,7 @@ def joining_machine(monkeypatch: pytest.MonkeyPatch) -> Callable[..., list]:
     started: list = []
     monkeypatch.setattr(secondary_machine, "addresses", lambda session: None)
     monkeypatch.setattr(secondary_machine, "check_same_plan", lambda mine, machine0: None)
-    monkeypatch.setattr(secondary_machine, "run_pool", lambda config, plan, *rest: started.append(plan))
+    monkeypatch.setattr(secondary_machine, "run_machine_workers", lambda config, plan, *rest: started.append(plan))
     monkeypatch.setattr(launch_plan.LaunchPlan, "read", staticmethod(lambda root: None))
 
     def run(paths: RunPaths, *overrides: str) -> list:

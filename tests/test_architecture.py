@@ -11,7 +11,8 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "mutualrl"
 #: Layer of each top-level package or module; a module may import only from its own layer or below.
 LAYERS = {
     "__init__": 0, "errors": 0, "fault_injection": 0, "atomic_io": 0, "padding": 0, "host": 0, "run_folder": 0,
-    "versions": 0, "release": 0, "run_inputs": 0, "output_files": 0, "metric_labels": 0, "write_failures": 0, "trust": 0,
+    "versions": 0, "release": 0, "inputs_record_reader": 0, "output_guards": 0, "metric_labels": 0, "write_failures": 0,
+    "trust": 0,
     "assets": 1, "config": 1, "see": 1, "thl": 1, "regimes": 1,
     "tasks": 2,
     "pools": 3,

@@ -16,7 +16,7 @@ from transformers import AutoModelForCausalLM
 from trl.kernels import ChunkedLogProbFunction
 from trl.trainer.utils import add_fused_lm_head
 
-from mutualrl.host.cpu_lm_head import (
+from mutualrl.host.trl_cpu_lm_head_patch import (
     MIN_ROWS,
     ROW_MULTIPLE,
     LabelledRowsLogProb,

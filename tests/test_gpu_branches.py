@@ -17,7 +17,7 @@ import pytest
 
 from mutualrl.config.loader import load_run_config
 from mutualrl.errors import MutualRLError
-from mutualrl.launch.plan.engine import planned_engine
+from mutualrl.launch.plan.colocated_vllm import planned_engine
 from mutualrl.launch.plan.launch_plan import make_launch_plan
 from mutualrl.training.vllm_engine import TRL_MAX_NUM_BATCHED_TOKENS, awake_engine, engine_caps, trl_max_num_seqs
 from recipe_paths import recipe_params

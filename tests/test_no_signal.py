@@ -11,7 +11,7 @@ from rich.console import Console
 
 from mutualrl.launch.supervise.runner import PoolRunner
 from mutualrl.launch.supervise.worker_output import stop_reason
-from mutualrl.training.reward_signal_watch import NoRewardError, NoSignalWatch, group_shares, no_signal_note
+from mutualrl.training.reward_signal_watch import NoRewardError, RewardSignalWatch, group_shares, no_signal_note
 
 
 def test_group_shares_count_flat_and_all_fail_groups():
@@ -20,7 +20,7 @@ def test_group_shares_count_flat_and_all_fail_groups():
 
 
 def test_the_worker_says_it_once_after_three_flat_steps_with_a_completion():
-    watch = NoSignalWatch("p")
+    watch = RewardSignalWatch("p")
     flat, spread = [0.0] * 8, [0.0, 1.0] * 4
     assert watch.observe(flat, 4, "x", 0.0)[1] is None and watch.observe(spread, 4, "x", 0.0)[1] is None
     assert watch.observe(flat, 4, "x", 0.0)[1] is None and watch.observe(flat, 4, "x", 0.0)[1] is None
@@ -49,7 +49,7 @@ def test_the_launcher_prints_it_once_from_the_merged_rows():
 
 def test_the_designed_blind_spot_is_described_not_blamed_on_the_format():
     """The tiny demo: strong-family groups all succeed, weak-family groups all fail: flat, but rewards were earned."""
-    watch = NoSignalWatch("tiny-bpe", stop_after=30)
+    watch = RewardSignalWatch("tiny-bpe", stop_after=30)
     for _ in range(2):
         assert watch.observe([1.0] * 4 + [0.0] * 4, 4, "7", 1.0)[1] is None
     failed, note = watch.observe([1.0] * 4 + [0.0] * 4, 4, "7", 1.0)
@@ -58,7 +58,7 @@ def test_the_designed_blind_spot_is_described_not_blamed_on_the_format():
 
 
 def test_a_policy_with_no_reward_for_n_steps_is_stopped_with_one_completion():
-    watch = NoSignalWatch("p", stop_after=4)
+    watch = RewardSignalWatch("p", stop_after=4)
     for _ in range(3):
         watch.observe([0.0] * 8, 4, "????", 0.0)
     watch.observe([0.0] * 7 + [1.0], 4, "7", 1.0)  # one completion scored: the count starts again
@@ -73,14 +73,14 @@ def test_a_policy_with_no_reward_for_n_steps_is_stopped_with_one_completion():
 
 def test_a_penalty_only_reward_with_spread_is_not_stopped():
     """Rewards that are never above 0 but differ inside a group (a length penalty) still give GRPO a signal."""
-    watch = NoSignalWatch("p", stop_after=2)
+    watch = RewardSignalWatch("p", stop_after=2)
     for _ in range(10):
         watch.observe([-1.0, -0.5, -1.0, -0.2] * 2, 4, "a long answer", -0.5)
 
 
 @pytest.mark.parametrize("off", [None, 0])
 def test_the_stop_can_be_turned_off(off):
-    watch = NoSignalWatch("p", stop_after=off)
+    watch = RewardSignalWatch("p", stop_after=off)
     for _ in range(100):
         watch.observe([0.0] * 8, 4, "????", 0.0)
 
@@ -106,25 +106,25 @@ def test_the_default_stops_after_a_few_dozen_steps_and_resume_may_change_it():
 
 def test_a_penalty_only_reward_that_reached_its_best_is_not_stopped():
     """A reward of -1 or 0 (0 the best: a format penalty) whose completions all reached 0 has learnt, not failed."""
-    watch = NoSignalWatch("p", stop_after=2)
+    watch = RewardSignalWatch("p", stop_after=2)
     watch.observe([-1.0] * 8, 4, "no", -1.0)
     for _ in range(10):
         watch.observe([0.0] * 8, 4, "<answer>7</answer>", 0.0)
     with pytest.raises(NoRewardError):  # the same reward at -1 all along is stopped
-        watch = NoSignalWatch("p", stop_after=2)
+        watch = RewardSignalWatch("p", stop_after=2)
         for _ in range(2):
             watch.observe([-1.0] * 8, 4, "no", -1.0)
 
 
 def test_a_resumed_run_remembers_the_lower_rewards_it_logged():
-    watch = NoSignalWatch("p", stop_after=2, lowest=-0.75)  # the trainer's log_history before the resume
+    watch = RewardSignalWatch("p", stop_after=2, lowest=-0.75)  # the trainer's log_history before the resume
     for _ in range(10):
         watch.observe([0.0] * 8, 4, "<answer>7</answer>", 0.0)
 
 
 def test_a_policy_whose_peers_scored_is_not_stopped():
     """SGT rescues a policy that scores nothing with its peers' successes (its designed blind spot); PRP adds them."""
-    watch = NoSignalWatch("p", stop_after=2)
+    watch = RewardSignalWatch("p", stop_after=2)
     for _ in range(10):
         watch.observe([0.0] * 8, 4, "?", 0.0, peers_scored=True)
     with pytest.raises(NoRewardError):
@@ -157,7 +157,7 @@ def blind_step_watched(adapters, peer_rewards, stop_after, steps):
     out, rollouts = step_of(learner.trainer.processing_class, ["?", "?", "?", "?"], [0.0] * 4)
     learner.process_step(out, rollouts)
     learner.config.task.stop_after_no_reward_steps = stop_after
-    trainer = SimpleNamespace(no_signal=None, state=SimpleNamespace(log_history=[]), policy_name="tiny-bpe",
+    trainer = SimpleNamespace(signal_watch=None, state=SimpleNamespace(log_history=[]), policy_name="tiny-bpe",
                               regime=learner, record_metrics=learner.trainer.record_metrics,
                               accelerator=SimpleNamespace(is_main_process=True))
     for _ in range(steps):

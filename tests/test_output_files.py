@@ -1,4 +1,4 @@
-"""One write rule for every command that writes (issue 68, ``mutualrl.output_files``): a link planted where a
+"""One write rule for every command that writes (issue 68, ``mutualrl.output_guards``): a link planted where a
 command's file or folder goes (pointing outside) gets nothing written through it, exit 2 in one line; an existing
 file there is refused without ``--overwrite``; with it, a link is replaced, its target untouched. In process, on
 finished-run fakes (``report_fakes``): no model loads, nothing trains."""

@@ -60,12 +60,12 @@ def test_the_variant_reads_its_own_settings_through_prps_code(variant):
 def test_the_variants_metric_is_named_by_its_spec_alone(variant):
     """The plots' words for the variant's metric come from its spec (no table outside its folder names it); its
     ratio diagnostics, logged under its own name, are a key in words."""
-    from mutualrl.evaluation.plot_labels import metric_words
+    from mutualrl.evaluation.plot_labels import metric_label
 
-    assert metric_words("prp-tis-test/capped_share") == SPEC.metrics[0][1]
-    assert metric_words("prp-tis-test/token_clip_rate").title == "prp-tis-test: token clip rate"
+    assert metric_label("prp-tis-test/capped_share") == SPEC.metrics[0][1]
+    assert metric_label("prp-tis-test/token_clip_rate").title == "prp-tis-test: token clip rate"
     unregister_regime(SPEC.name)
-    assert metric_words("prp-tis-test/capped_share").title == "prp-tis-test: capped share"
+    assert metric_label("prp-tis-test/capped_share").title == "prp-tis-test: capped share"
 
 
 @pytest.mark.slow  # over 2 s: a step of THL over two real vocabularies

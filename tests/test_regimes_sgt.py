@@ -10,7 +10,7 @@ from _regimes_strategies import NAN, binary_pool, reward_tensor
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mutualrl.regimes.core.pool import split_pool
+from mutualrl.regimes.core.reward_shapes import split_pool
 from mutualrl.regimes.sgt.maths import (
     SGTGate,
     assign_sgt_rows,

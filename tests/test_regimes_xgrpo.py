@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mutualrl.regimes.core.grpo import group_advantages, prp_pooled_advantages
-from mutualrl.regimes.core.pool import split_pool
+from mutualrl.regimes.core.reward_shapes import split_pool
 from mutualrl.regimes.xgrpo.maths import XGRPOResult, pearson, xgrpo_advantages
 
 EPS = 1e-4

@@ -22,9 +22,10 @@ MOVED_MODULES = {
 #: No shim keeps an old path importable.
 MOVED_INSIDE_SRC = {
     **{f"regimes/{name}.py": f"regimes/core/{name}.py" for name in (
-        "adapter", "batch_rows", "grpo", "importance", "peer_responses", "peers", "pool", "pooled_rows", "pooled_spec",
+        "adapter", "batch_rows", "grpo", "importance", "peer_responses", "peers", "pooled_rows", "pooled_spec",
         "publication", "quantile_sketch", "rank_metrics", "regime_spec", "registry")},
     "regimes/usability.py": "evaluation/channel_decomposition.py",
+    "regimes/pool.py": "regimes/core/reward_shapes.py",
     # renamed so that a module's name says what it holds
     "regimes/seam.py": "regimes/core/trainer_interface.py",
     "regimes/core/seam.py": "regimes/core/trainer_interface.py",
@@ -41,6 +42,12 @@ MOVED_INSIDE_SRC = {
     "training/no_signal.py": "training/reward_signal_watch.py",
     "evaluation/usability.py": "evaluation/channel_decomposition.py",
     "launch/join.py": "launch/secondary_machine.py",
+    "regimes/core/pool.py": "regimes/core/reward_shapes.py",
+    "launch/supervise/pool.py": "launch/supervise/machine_workers.py",
+    "launch/plan/engine.py": "launch/plan/colocated_vllm.py",
+    "host/cpu_lm_head.py": "host/trl_cpu_lm_head_patch.py",
+    "output_files.py": "output_guards.py",
+    "run_inputs.py": "inputs_record_reader.py",
     "pools/safe_load.py": "trust/checkpoint_pickles.py",
     "see/binding.py": "trust/exchange_binding.py",
     "see/inspect.py": "ops/exchange_inspect.py",
@@ -61,6 +68,9 @@ REMOVED_NAMES = (
     # the SEE record in one module (see/records.py): per-row ids stored once (the manifest), tests' own helpers
     "RolloutRecord", "from_records", "ShardMetadata", "stamped", "ID_COLUMNS", "shard_info_from_manifest",
     "write_bytes_atomic",
+    # renamed so that a name says what it holds
+    "Decided", "OUTBOUND_GRPO_FIELDS", "OUTBOUND_KINDS", "metric_words", "METRIC_WORDS", "source_figures",
+    "NoSignalWatch", "run_pool", "pool_settings",
 )
 #: Four modules of one concept, now ``see/records.py``.
 MERGED_MODULES = ("see/columns.py", "see/ragged.py", "see/validation.py", "see/schema.py")

@@ -157,7 +157,8 @@ def test_the_launch_passes_a_resume_from_step_0_to_the_record(tmp_path: Path,
 
     written = []
     monkeypatch.setattr(launch_run, "write_run_json", lambda *args, **kwargs: written.append(kwargs))
-    monkeypatch.setattr(launch_run, "run_pool", lambda *args: SimpleNamespace(ok=False, reason="boom", extra={}))
+    monkeypatch.setattr(launch_run, "run_machine_workers",
+                        lambda *args: SimpleNamespace(ok=False, reason="boom", extra={}))
     monkeypatch.setattr("mutualrl.tasks.shipped_rewards.write_shipped", lambda *args: None)
     monkeypatch.setattr("mutualrl.launch.rundir.summary.print_failure", lambda *args: None)
     config = SimpleNamespace(launch=SimpleNamespace(nodes=1), task=SimpleNamespace(reward_funcs=[]))

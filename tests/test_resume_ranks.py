@@ -63,7 +63,7 @@ def resume(paths: RunPaths, dry_run: bool, *sets: str) -> int:
 def test_a_two_rank_zero3_run_resumed_on_one_rank_is_refused_before_launch(stopped: RunPaths, dry_run, monkeypatch):
     import mutualrl.launch.run as run_module
 
-    monkeypatch.setattr(run_module, "run_pool", lambda *a, **k: pytest.fail("a worker was launched"))
+    monkeypatch.setattr(run_module, "run_machine_workers", lambda *a, **k: pytest.fail("a worker was launched"))
     before = snapshot(stopped.root)
     with pytest.raises(PlacementError) as err:
         resume(stopped, dry_run, "launch.cpu_processes=1")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from mutualrl.errors import UsageError
-from mutualrl.launch.rundir.export_settings import OUTBOUND_GRPO_FIELDS
+from mutualrl.launch.rundir.export_settings import LEAVING_GRPO_FIELDS
 from security_helpers import resume, stored_run_maker
 
 
@@ -84,4 +84,4 @@ def test_every_listed_field_is_a_field_of_the_installed_grpo_config() -> None:
     """The list follows TRL 1.16's GRPOConfig: a field renamed there would silently stop being checked."""
     from mutualrl.config.grpo_schema import grpo_schema
 
-    assert set(OUTBOUND_GRPO_FIELDS) <= set(grpo_schema().types)
+    assert set(LEAVING_GRPO_FIELDS) <= set(grpo_schema().types)

@@ -66,7 +66,7 @@ def test_a_process_a_worker_leaves_behind_does_not_keep_the_run_locked(tmp_path:
 
     from mutualrl.api import load_config
     from mutualrl.launch.rundir.lock import RunLock
-    from mutualrl.launch.supervise.pool import run_pool
+    from mutualrl.launch.supervise.machine_workers import run_machine_workers
     from mutualrl.run_folder import RunPaths
 
     script = tmp_path / "worker.py"
@@ -78,8 +78,8 @@ def test_a_process_a_worker_leaves_behind_does_not_keep_the_run_locked(tmp_path:
     try:
         with RunLock(paths.root).acquire("train into") as lock:
             plan = SimpleNamespace(specs=specs, policy=lambda name: SimpleNamespace(grpo={"use_vllm": False}))
-            outcome = run_pool(config, plan, paths, None, lock,
-                               Console(file=open("/dev/null", "w")))
+            outcome = run_machine_workers(config, plan, paths, None, lock,
+                                          Console(file=open("/dev/null", "w")))
         strays = [int((paths.root / f"stray-{spec.policy}").read_text()) for spec in specs]
         assert outcome.returncodes == {spec.policy: 0 for spec in specs}
         with RunLock(paths.root).acquire("resume", wait_for_orphans_s=1) as again:

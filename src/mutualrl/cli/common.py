@@ -17,7 +17,7 @@ from mutualrl.atomic_io import NAME_MAX
 from mutualrl.config.typed import ConfigError
 from mutualrl.errors import MutualRLError, UsageError
 from mutualrl.host.terminal import command_console, share_console
-from mutualrl.output_files import refuse_existing
+from mutualrl.output_guards import refuse_existing
 
 console = command_console()  # piped to a file or CI: lines never wrapped, tables at their own width
 share_console(console)  # progress bars drawn below the CLI (a tiny model's build) nest in its live displays

@@ -39,7 +39,7 @@ DEFAULT_FOLDER = "eval-results"
 def check_default_folder() -> None:
     """Before any model loads: the working directory's ``eval-results`` is no link (nor a file) where the results
     would go; it is made only when they are written."""
-    from mutualrl.output_files import refuse_links_below
+    from mutualrl.output_guards import refuse_links_below
 
     folder = Path.cwd() / DEFAULT_FOLDER
     refuse_links_below(Path.cwd(), folder)
@@ -54,7 +54,7 @@ def default_output(label: str, suite: str) -> Path:
     safe_suite = suite.replace(",", "+").replace("/", "_")
     stem = f"{label}-{safe_suite}".encode()[:DEFAULT_STEM_BYTES].decode(errors="ignore")
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    from mutualrl.output_files import folder_inside
+    from mutualrl.output_guards import folder_inside
 
     folder_inside(Path.cwd(), DEFAULT_FOLDER)  # the one write rule: made here, never written through a link
     for attempt in range(1000):

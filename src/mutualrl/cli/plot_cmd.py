@@ -65,7 +65,7 @@ def plot(
 def figure_folder(run_dirs: list[Path], out: Path | None) -> Path:
     """The folder the figures go to: ``--out`` as the user named it, else the first run's (or sweep's) ``plots/``,
     which must be a real folder inside it: a run folder is data, and a link planted there is refused."""
-    from mutualrl.output_files import folder_inside
+    from mutualrl.output_guards import folder_inside
 
     if out is not None:
         out_dir = check_output_path(out, "--out", kind="folder")
@@ -81,7 +81,7 @@ def plot_grouped_figure(run_dirs: list[Path], out_dir: Path, group_by: str, fmt:
                         overwrite: bool, full_caption: bool = False) -> None:
     from mutualrl.errors import UsageError
     from mutualrl.evaluation.grouped_plot import FORMATS, WIDTHS, grouped_outputs, plot_grouped
-    from mutualrl.output_files import refuse_existing
+    from mutualrl.output_guards import refuse_existing
 
     if fmt not in FORMATS:
         raise UsageError(f"--format {fmt}: expected one of {', '.join(FORMATS)}")

@@ -106,11 +106,16 @@ def explain_lines(config: Any) -> list[str]:
 
     unexplained = "see TRL's documentation."
     rows += [(f"grpo.{key}", "", f"TRL GRPOConfig: {grpo_help(key) or unexplained}", None) for key in config.grpo]
+    from mutualrl.config.field_table import flag_fields
+
+    options = {field.key: flag for flag, field in flag_fields().items()}
     lines = []
     for key, _type, help_text, _default in rows:
         value = lookup(plain, key.split("."), config)
         if isinstance(value, dict) and value and key != "launch.device_map":
             continue  # a section: its fields follow
+        if key in options:
+            help_text += f" Option: {options[key]}."
         lines += [f"{key} = {value!r}" if value is not MISSING else key, f"    {help_text}"] if help_text else []
     return lines
 

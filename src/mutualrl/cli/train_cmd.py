@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Callable
 from pathlib import Path
@@ -10,9 +11,30 @@ from typing import Annotated, Any
 import typer
 
 from mutualrl.cli.common import ALLOW_CODE_HELP, check_output_path, console, report_errors, split_names
+from mutualrl.config.field_table import flag_fields, option_help
+from mutualrl.regimes.core.regime_spec import RegimeFlag, RegimeSpec
 from mutualrl.regimes.core.registry import flag_setting, get_regime, regime_flags, regimes_help
 
 REGIME_HELP = "Sharing regime: " + regimes_help() + ". Default: the recipe's."
+
+
+def field_option(flag: str, **shown: Any) -> Any:
+    """The option ``flag``, which sets one settings field: its help and lower bound are the field's declaration
+    (``flag`` in its metadata, :func:`mutualrl.config.field_table.flag_fields`), written nowhere else; the recipe's
+    value stands when it is not given."""
+    declared = flag_fields()[flag]
+    return typer.Option(flag, help=option_help(declared.help, declared.key), min=declared.bounds.get("ge"),
+                        show_default=False, **shown)
+
+
+def regime_option_help(spec: RegimeSpec, option: RegimeFlag) -> str:
+    """A regime's own option's help: its spec's text, or else its settings field's help, for that regime only."""
+    if option.help:
+        return option.help
+    declared = next(f for f in dataclasses.fields(spec.settings) if f.name == option.setting)
+    return f"{spec.name.upper()} only: " + option_help(declared.metadata["help"],
+                                                      f"regime.{spec.settings_key}.{option.setting}")
+
 
 # The options of ``mutualrl train`` (Typer's ``Annotated`` style), so that its signature stays short.
 PoolOption = Annotated[str | None, typer.Option(
@@ -28,28 +50,16 @@ SeedOption = Annotated[int | None, typer.Option(
 SetOption = Annotated[list[str], typer.Option(
     "--set", "-s", help="Override any recipe field: --set grpo.learning_rate=1e-6, --set "
     "'task.reward_funcs=\\[my_rewards.exact]' (repeatable).")]
-GpusOption = Annotated[int | None, typer.Option(
-    "--gpus", min=0, help="GPUs to place policies on (default: all visible).")]
-GpuMemoryOption = Annotated[float | None, typer.Option(
-    "--gpu-memory", min=0.01, metavar="GIB", help="Memory of each GPU in GiB for the memory check (default: "
-    "detected); with --dry-run --gpus N it checks the card you will get, vLLM's share counted.", show_default=False)]
-RamOption = Annotated[float | None, typer.Option(
-    "--ram", min=0.01, metavar="GIB", help="RAM of each machine in GiB for the host-memory check (default: "
-    "detected); with --dry-run --gpus N it checks the node you will get (the dry run's 'Host RAM' line).",
-    show_default=False)]
+# The options that set one settings field (launch.*): help and bounds from the field's declaration.
+GpusOption = Annotated[int | None, field_option("--gpus")]
+GpuMemoryOption = Annotated[float | None, field_option("--gpu-memory", metavar="GIB")]
+RamOption = Annotated[float | None, field_option("--ram", metavar="GIB")]
 DeviceMapOption = Annotated[str | None, typer.Option(
     "--device-map", help="Explicit placement, e.g. 'qwen-a=0,1;qwen-b=2,3' (overrides the even split). With "
     "--nodes, ids are global: machine k has k*gpus .. k*gpus+gpus-1.")]
-NodesOption = Annotated[int | None, typer.Option(
-    "--nodes", min=1, help="Machines to run the pool on (default 1), each with --gpus GPUs; the run folder "
-    "must be on a filesystem they all mount at the same path. Start the same command on every machine with "
-    "its own --machine-rank.", show_default=False)]
-MachineRankOption = Annotated[int | None, typer.Option(
-    "--machine-rank", min=0, help="Which machine this is (0..nodes-1). Machine 0 creates the run; the "
-    "others join it and start only their workers.", show_default=False)]
-MainAddressOption = Annotated[str | None, typer.Option(
-    "--main-address", help="Address of machine 0 as the others reach it (default 127.0.0.1: several "
-    "launchers on one machine).", show_default=False)]
+NodesOption = Annotated[int | None, field_option("--nodes")]
+MachineRankOption = Annotated[int | None, field_option("--machine-rank")]
+MainAddressOption = Annotated[str | None, field_option("--main-address")]
 DryRunOption = Annotated[bool, typer.Option(
     "--dry-run", help="Print placement, launch commands and resolved config; start and write nothing.")]
 CheckRowsOption = Annotated[int | None, typer.Option(
@@ -65,8 +75,7 @@ PreflightOption = Annotated[bool, typer.Option(
     "command, accelerate launch, environment) up to its first GPU touch: settings and digest, GRPOConfig, the "
     "DeepSpeed config, tokenizer, prompts, one batch scored, vLLM's argument checks; report per policy and delete "
     "it all. On any machine with --gpus N --gpu-memory GIB (a login node).")]
-ForceOption = Annotated[bool, typer.Option(
-    "--force", help="Start even when the admission check finds this machine cannot hold the pool (launch.force).")]
+ForceOption = Annotated[bool, field_option("--force")]
 SavePlanOption = Annotated[Path | None, typer.Option(
     "--save-plan", help="With --dry-run: also write the plan (placement, commands, per-policy GRPO "
     "fields) as JSON to this file.", show_default=False)]
@@ -180,8 +189,9 @@ def with_regime_flags(command: Callable[..., Any]) -> Callable[..., Any]:
     params = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
     after = [p.name for p in params].index("regime") + 1
     added = [inspect.Parameter(option_name(f.flag), inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=str | None,
-                               default=typer.Option(None, f.flag, help=f.help, show_default=False))
-             for _, f in regime_flags()]
+                               default=typer.Option(None, f.flag, help=regime_option_help(spec, f),
+                                                    show_default=False))
+             for spec, f in regime_flags()]
     command.__signature__ = signature.replace(parameters=[*params[:after], *added, *params[after:]])  # type: ignore[attr-defined]
     return command
 

@@ -12,7 +12,9 @@ that other places would otherwise keep in lists of their own:
 - ``regimes``: which regimes read it (:data:`REGIMES`);
 - optionally ``lock_step``: its value under which peers exchange records round for round (the paper's barrier);
   a regime whose spec says ``lock_step_only`` refuses any other value when the recipe is read
-  (:func:`mutualrl.config.validate.validate_run_config`).
+  (:func:`mutualrl.config.validate.validate_run_config`);
+- optionally ``flag``: the ``mutualrl train`` option that sets it (``--gpus``); the option's help and lower bound are
+  the field's (``cli/train_cmd.py``), and the launcher applies it to this key (``launch/run.py``).
 
 A field declares them with ``**rules(...)`` in its metadata; ``tests/test_settings_page.py`` fails on a field that
 does not. TRL's GRPOConfig fields are not ours to annotate: the few mutualrl asks about are declared in
@@ -48,13 +50,13 @@ REGIMES = {
 """The kinds of ``regimes``: which regimes read the field."""
 
 DECLARED = ("resume", "leaves", "group", "regimes")
-"""The keys every field's metadata holds (``lock_step`` is optional)."""
+"""The keys every field's metadata holds (``lock_step`` and ``flag`` are optional)."""
 
 NOT_GIVEN = object()
 
 
 def rules(group: str, *, resume: str, leaves: str | None = None, regimes: str = "any",
-          lock_step: Any = NOT_GIVEN) -> dict[str, Any]:
+          lock_step: Any = NOT_GIVEN, flag: str | None = None) -> dict[str, Any]:
     """A field's declarations, to unpack into its metadata: ``metadata={"help": ..., **rules("Timeouts",
     resume=MAY_CHANGE)}``. ``group`` and ``resume`` have no default: a new field says both."""
     if resume not in RESUME:
@@ -66,6 +68,10 @@ def rules(group: str, *, resume: str, leaves: str | None = None, regimes: str = 
     declared: dict[str, Any] = {"group": group, "resume": resume, "leaves": leaves, "regimes": regimes}
     if lock_step is not NOT_GIVEN:
         declared["lock_step"] = lock_step
+    if flag is not None:
+        if not flag.startswith("--"):
+            raise ValueError(f"flag must be a long option (--name), got {flag!r}")
+        declared["flag"] = flag
     return declared
 
 

@@ -2,8 +2,9 @@
 
 The answers other places need are read from here and listed nowhere else: which keys ``--resume`` may change
 (:func:`resume_rule`), which fields send data off this machine (:func:`outbound_fields`,
-:func:`outbound_grpo_fields`), the values a lock-step-only regime needs (:func:`lock_step_fields`) and the rows of the
-generated settings page (:mod:`mutualrl.config.settings_page`).
+:func:`outbound_grpo_fields`), the values a lock-step-only regime needs (:func:`lock_step_fields`), the options of
+``mutualrl train`` that set a field (:func:`flag_fields`) and the rows of the generated settings page
+(:mod:`mutualrl.config.settings_page`).
 
 Keys are as in a recipe, a policy's fields under ``pool.policies.*`` and a regime's settings under
 ``regime.<key>`` (which take the declarations of ``RegimeConfig.settings``: a regime's settings are the run's
@@ -136,6 +137,16 @@ def outbound_fields() -> list[DeclaredField]:
 def outbound_grpo_fields() -> dict[str, str]:
     """GRPOConfig field -> its ``leaves`` kind, for the fields that may send data off this machine."""
     return {name: rules["leaves"] for name, rules in GRPO_FIELD_RULES.items() if rules["leaves"]}
+
+
+def flag_fields() -> dict[str, DeclaredField]:
+    """``mutualrl train`` option -> the field it sets, for the fields that declare one (``flag``)."""
+    return {f.rules["flag"]: f for f in declared_fields() if f.rules.get("flag")}
+
+
+def option_help(help_text: str, key: str) -> str:
+    """The ``--help`` of an option that sets the field ``key``: the field's own help, then the key it sets."""
+    return f"{help_text} Recipe key: {key}."
 
 
 def lock_step_fields() -> list[tuple[str, Any]]:

@@ -257,7 +257,7 @@ def _difference(found: Path | None, was: dict[str, Any]) -> str:
 
 def _recorded_code(paths: RunPaths) -> dict[str, Any]:
     """``inputs.json``'s ``code`` object; empty when there is no record (nothing is recorded, so nothing named)."""
-    from mutualrl.run_inputs import recorded_inputs
+    from mutualrl.inputs_record_reader import recorded_inputs
 
     record = recorded_inputs(paths)  # each entry's type checked: a damaged one is one line naming it
     return record["code"] if record is not None else {}

@@ -298,19 +298,19 @@ class LaunchConfig:
     gpus: int | None = field(
         default=None,
         metadata={"ge": 0, "help": "Number of GPUs to place policies on. Default: all visible. Set it with --dry-run to "
-                  "simulate a node (e.g. 8).", **rules("Placement", resume=MAY_CHANGE)},
+                  "simulate a node (e.g. 8).", **rules("Placement", resume=MAY_CHANGE, flag="--gpus")},
     )
     gpu_memory_gib: float | None = field(
         default=None,
-        metadata={"gt": 0, "help": "Memory of each GPU in GiB for the plan's memory check (--gpu-memory). Default: "
-                  "detected on a real node; give it with --dry-run --gpus N to check the card you will get.",
-                  **rules("Placement", resume=MAY_CHANGE)},
+        metadata={"gt": 0, "help": "Memory of each GPU in GiB for the plan's memory check. Default: detected on a "
+                  "real node; give it with --dry-run --gpus N to check the card you will get, vLLM's share counted.",
+                  **rules("Placement", resume=MAY_CHANGE, flag="--gpu-memory")},
     )
     ram_gib: float | None = field(
         default=None,
-        metadata={"gt": 0, "help": "RAM of each machine in GiB for the plan's host-memory check (--ram). Default: "
-                  "detected on a real node; give it with --dry-run --gpus N to check the node you will get.",
-                  **rules("Placement", resume=MAY_CHANGE)},
+        metadata={"gt": 0, "help": "RAM of each machine in GiB for the plan's host-memory check. Default: detected "
+                  "on a real node; give it with --dry-run --gpus N to check the node you will get (the dry run's "
+                  "'Host RAM' line).", **rules("Placement", resume=MAY_CHANGE, flag="--ram")},
     )
     device_map: dict[str, list[int]] | None = field(
         default=None,
@@ -328,8 +328,8 @@ class LaunchConfig:
     force: bool = field(
         default=False,
         metadata={"help": "Start even when the admission check finds that this machine cannot hold the pool "
-                  "(CPU: more than 4 policy processes per core, or more RAM than it has); --force.",
-                  **rules("Placement", resume=MAY_CHANGE)},
+                  "(CPU: more than 4 policy processes per core, or more RAM than it has).",
+                  **rules("Placement", resume=MAY_CHANGE, flag="--force")},
     )
     cpu_processes: int = field(
         default=1,
@@ -344,21 +344,22 @@ class LaunchConfig:
     )
     nodes: int = field(
         default=1,
-        metadata={"ge": 1, "help": "Machines the pool runs on (--nodes), each with `gpus` GPUs; the run folder must be "
-                  "on a filesystem every machine mounts at the same path. Start `mutualrl train` on every machine "
-                  "with the same options and its own --machine-rank.", **rules("Several machines", resume=MAY_CHANGE)},
+        metadata={"ge": 1, "help": "Machines the pool runs on, each with `gpus` GPUs; the run folder must be on a "
+                  "filesystem every machine mounts at the same path. Start `mutualrl train` on every machine with "
+                  "the same options and its own --machine-rank.",
+                  **rules("Several machines", resume=MAY_CHANGE, flag="--nodes")},
     )
     machine_rank: int = field(
         default=0,
-        metadata={"ge": 0, "help": "Which machine this launcher is (--machine-rank), 0..nodes-1. Machine 0 creates "
-                  "the run (config, plan, run.json, summary); the others join it and start only their workers.",
-                  **rules("Several machines", resume=MAY_CHANGE)},
+        metadata={"ge": 0, "help": "Which machine this launcher is, 0..nodes-1. Machine 0 creates the run (config, "
+                  "plan, run.json, summary); the others join it and start only their workers.",
+                  **rules("Several machines", resume=MAY_CHANGE, flag="--machine-rank")},
     )
     main_address: str = field(
         default="127.0.0.1",
-        metadata={"help": "Address of machine 0 as the other machines reach it (--main-address): the rendezvous "
-                  "address of every policy whose ranks span machine 0 and others. 127.0.0.1 simulates "
-                  "several machines on one.", **rules("Several machines", resume=MAY_CHANGE, leaves="address")},
+        metadata={"help": "Address of machine 0 as the other machines reach it: the rendezvous address of every "
+                  "policy whose ranks span machine 0 and others. 127.0.0.1 simulates several machines on one.",
+                  **rules("Several machines", resume=MAY_CHANGE, leaves="address", flag="--main-address")},
     )
     join_timeout_s: float = field(
         default=600.0,

@@ -67,6 +67,8 @@ def _entry(row: DeclaredField) -> list[str]:
         facts.append(f"read by {REGIMES[row.rules['regimes']]}")
     if row.rules.get("leaves"):
         facts.append(LEAVES[row.rules["leaves"]])
+    if row.rules.get("flag"):
+        facts.append(f"option `{row.rules['flag']}`")
     lock_step = dict(lock_step_fields()).get(row.key, _UNSET)
     if lock_step is not _UNSET:
         only = ", ".join(spec.name for spec in all_regimes() if spec.lock_step_only)

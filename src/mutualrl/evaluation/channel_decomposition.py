@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from mutualrl.regimes.core.grpo import TRL_STD_EPS, group_advantages, prp_pooled_advantages
-from mutualrl.regimes.core.pool import ScaleRewards, check_learner_and_peers, join_pool
+from mutualrl.regimes.core.reward_shapes import ScaleRewards, check_learner_and_peers, join_pool
 from mutualrl.regimes.sgt.maths import sgt_gate
 
 

@@ -26,7 +26,7 @@ from mutualrl.regimes.core.registry import all_regimes
 #: The metrics every run logs that the built-in figures draw, by the key they are logged under; a regime's own
 #: metrics have their words in its spec (``RegimeSpec.metrics``), the per-source figures in
 #: :data:`~mutualrl.metric_labels.SOURCE_FIGURES`.
-METRIC_WORDS: dict[str, MetricWords] = {
+RUN_METRIC_LABELS: dict[str, MetricWords] = {
     "eval/reward@1": MetricWords("validation reward@1", "reward@1 (greedy)", UNIT),
     "reward_mean": MetricWords("training reward", "mean reward", UNIT),
     "entropy": MetricWords("token entropy", "entropy (nats per token)", NONNEGATIVE),
@@ -34,12 +34,13 @@ METRIC_WORDS: dict[str, MetricWords] = {
 }
 
 
-def metric_words(key: str) -> MetricWords:
-    """The words of ``key``: a run's metric (:data:`METRIC_WORDS`), a regime's (its spec's ``metrics``), a per-source
-    figure (``<regime>/from/<peer>/<figure>``); any other key (a user's regime metric without words) in words
-    (``myreg/peer_hit_rate`` -> ``myreg: peer hit rate``) on its values' own range."""
-    if key in METRIC_WORDS:
-        return METRIC_WORDS[key]
+def metric_label(key: str) -> MetricWords:
+    """What a figure calls ``key`` and the range it draws it on: a run's metric (:data:`RUN_METRIC_LABELS`), a
+    regime's (its spec's ``metrics``), a per-source figure (``<regime>/from/<peer>/<figure>``); any other key (a
+    user's regime metric without words) in words (``myreg/peer_hit_rate`` -> ``myreg: peer hit rate``) on its values'
+    own range."""
+    if key in RUN_METRIC_LABELS:
+        return RUN_METRIC_LABELS[key]
     regime_words = next((spec.metric_keys[key] for spec in all_regimes() if key in spec.metric_keys), None)
     if regime_words is not None:
         return regime_words

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.errors import DataError
-from mutualrl.evaluation.plot_labels import axis_range, metric_words
+from mutualrl.evaluation.plot_labels import axis_range, metric_label
 from mutualrl.evaluation.plot_style import (
     colors,
     empty_panel,
@@ -50,7 +50,7 @@ from mutualrl.evaluation.plotted_runs import (
 )
 from mutualrl.evaluation.results import GROUP_KEY_PREFIX, REWARD_KEY_SUFFIX, group_rewards
 from mutualrl.metric_labels import SOURCE_FIGURES, UNIT, MetricWords, source_figure_key
-from mutualrl.output_files import refuse_existing
+from mutualrl.output_guards import refuse_existing
 from mutualrl.regimes.core.registry import all_regimes
 from mutualrl.run_folder import RunPaths
 
@@ -98,7 +98,7 @@ def plot_metric_panels(
 ) -> Path | None:
     """One panel per policy (plus, titled as such, the mean over the policies at the steps all of them logged),
     one line per run, of metric ``key``; every panel on the same y range."""
-    policies, words = _panel_policies(runs), metric_words(key)
+    policies, words = _panel_policies(runs), metric_label(key)
     if not any(series(getattr(r, kind), p, key)[0] for r in runs for p in policies):
         return None
     averaged = _averaged_policies(runs)
@@ -378,10 +378,10 @@ def plot_runs(run_dirs: Sequence[str | Path], out_dir: str | Path, smooth: float
         plot_metric_panels(runs, out_dir / "training_reward.png", kind="train", key="reward_mean",
                            title="Training reward (mean over the step's rollouts)", smooth=smooth, markers=False),
         plot_grid(runs, out_dir / "optimization.png", kind="train",
-                  keys=[(k, metric_words(k)) for k in OPTIMIZATION_KEYS],
+                  keys=[(k, metric_label(k)) for k in OPTIMIZATION_KEYS],
                   title="Optimization signatures: entropy and KL", smooth=smooth, empty_notes={"kl": kl_note(runs)}),
         plot_metric_mosaic(runs, out_dir / "regime_metrics.png", kind="train",
-                           keys=[(k, metric_words(k)) for k in _regime_keys(runs)],
+                           keys=[(k, metric_label(k)) for k in _regime_keys(runs)],
                            title="Regime metrics", smooth=smooth),
         *plot_sources(runs, out_dir, smooth),
     ]

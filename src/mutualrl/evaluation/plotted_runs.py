@@ -83,7 +83,7 @@ def load_run(path: str | Path) -> RunData:
 
 def data_digests(paths: RunPaths) -> dict[str, str] | None:
     """The sha256 of each data file the run recorded (``inputs.json``); None for a run without the record."""
-    from mutualrl.run_inputs import recorded_inputs
+    from mutualrl.inputs_record_reader import recorded_inputs
 
     record = recorded_inputs(paths)  # each entry's type checked: a damaged one is one line naming it
     return dict(record["data"]) if record is not None and record["data"] else None

@@ -55,7 +55,7 @@ def resolve_key(key: str) -> str:
 def read_settings(run: Path) -> RunSettings:
     """``RUN/config.yaml`` flattened, with the digests of ``RUN/inputs.json`` in place of the data's path."""
     from mutualrl.config.yaml_strict import load_yaml
-    from mutualrl.run_inputs import recorded_inputs
+    from mutualrl.inputs_record_reader import recorded_inputs
     from mutualrl.run_folder import read_bytes
 
     paths = RunPaths(run)

@@ -12,5 +12,5 @@ opened so other accounts cannot take it, probed through the OS lock, and waited 
 holder (:mod:`.file_lock`).
 A CPU host: which vLLM build is installed and whether it runs here, and the CPU path's settings (:mod:`.vllm_cpu`,
 read from package metadata), the trainer's weights into a colocated vLLM engine on a CPU (:mod:`.vllm_cpu_sync`),
-and TRL's fused LM head scoring only the completion tokens on a CPU (:mod:`.cpu_lm_head`).
+and TRL's fused LM head scoring only the completion tokens on a CPU (:mod:`.trl_cpu_lm_head_patch`).
 """

@@ -33,6 +33,7 @@ from mutualrl.config.schema import RunConfig
 from mutualrl.errors import UsageError
 from mutualrl.launch.plan.commands import LaunchSpec
 from mutualrl.launch.supervise import worker_process
+from mutualrl.launch.supervise.machine_workers import note_launch
 from mutualrl.launch.supervise.worker_output import TAIL_BYTES, describe_exit, spawn_dir, tail
 from mutualrl.launch.supervise.worker_process import WorkerProcess
 from mutualrl.ops.watchdog import LAUNCHER_PID_ENV
@@ -150,6 +151,7 @@ def check_workers(config: RunConfig, source: str, paths: RunPaths, console: Cons
         plan.write()
         write_shipped(config.task.reward_funcs, paths.shipped_rewards)
         results = {p.name: PolicyPreflight(p.name, p.placement.num_processes) for p in plan.policies}
+        note_launch(paths.root)
         started = start_all(plan.specs, paths, simulate)
         console.print(f"preflight: {len(started)} policies started in {paths.root}, "
                       f"{sum(r.ranks for r in results.values())} ranks", highlight=False)

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from mutualrl.atomic_io import write_json_atomic
+from mutualrl.config.field_table import flag_fields
 from mutualrl.config.loader import LoadedRecipe, OptionSetting, load_run_config, override_changes, parse_override
 from mutualrl.config.plugins import open_run_folder
 from mutualrl.config.recorded_code import accept_code, overrides_modules
@@ -33,7 +34,7 @@ from mutualrl.launch.rundir.record import (
     write_run_json,
 )
 from mutualrl.launch.rundir.resume import ConfigChange, changes_training
-from mutualrl.launch.supervise.pool import run_pool
+from mutualrl.launch.supervise.machine_workers import run_machine_workers
 from mutualrl.launch.supervise.signals import raise_if_interrupted, stop_signals
 from mutualrl.pools.loading import refuse_stored_remote_code, sets_remote_code
 from mutualrl.run_folder import RunPaths, read_json
@@ -49,12 +50,13 @@ class TrainOptions:
     max_steps: int | None = None
     seed: int | None = None
     overrides: list[str] = field(default_factory=list)  # --set KEY=VALUE, as given
-    force: bool = False  # --force: launch.force
+    # force ... main_address: named as their option, each setting the field that declares it (field_table.flag_fields)
+    force: bool = False
     gpus: int | None = None
-    gpu_memory: float | None = None  # --gpu-memory: launch.gpu_memory_gib
-    ram: float | None = None  # --ram: launch.ram_gib
+    gpu_memory: float | None = None
+    ram: float | None = None
     device_map: str | None = None
-    nodes: int | None = None  # several machines: launch.nodes, launch.machine_rank, launch.main_address
+    nodes: int | None = None
     machine_rank: int | None = None
     main_address: str | None = None
     dry_run: bool = False
@@ -74,17 +76,12 @@ DEFAULT_POOL = "tiny"
 def option_settings(options: TrainOptions) -> list[OptionSetting]:
     """The dedicated options as typed recipe settings (they win over ``--set``; errors name the flag)."""
     settings = [OptionSetting(flag, key, value) for flag, key, value in options.regime_overrides]
-    if options.force:
-        settings.append(OptionSetting("--force", "launch.force", True))
+    for flag, declared in flag_fields().items():  # --gpus, --nodes, --force...: each field declares its option
+        value = getattr(options, flag.removeprefix("--").replace("-", "_"))
+        if value is not None and value is not False:  # not given: the recipe's value stands
+            settings.append(OptionSetting(flag, declared.key, value))
     if options.seed is not None:
         settings.append(OptionSetting("--seed", "grpo.seed", options.seed))
-    for key in ("gpus", "nodes", "machine_rank", "main_address"):
-        if getattr(options, key) is not None:
-            settings.append(OptionSetting(f"--{key.replace('_', '-')}", f"launch.{key}", getattr(options, key)))
-    if options.gpu_memory is not None:
-        settings.append(OptionSetting("--gpu-memory", "launch.gpu_memory_gib", options.gpu_memory))
-    if options.ram is not None:
-        settings.append(OptionSetting("--ram", "launch.ram_gib", options.ram))
     if options.output_dir is not None:  # a literal path: braces are not {pool}/{regime} placeholders
         literal = str(options.output_dir).replace("{", "{{").replace("}", "}}")
         try:
@@ -475,7 +472,7 @@ def launch_claimed(config: RunConfig, paths: RunPaths, resume_step: int | None, 
     with reporting(remote):  # several machines: a launcher error stops the others' workers at once
         write_run_json(paths, config, status="running",
                        resumed_from=(resume_step or 0) if resumed else None)
-        outcome = run_pool(config, plan, paths, resume_step, lock, console, remote)
+        outcome = run_machine_workers(config, plan, paths, resume_step, lock, console, remote)
     status = "done" if outcome.ok else ("interrupted" if outcome.reason == "interrupted" else "failed")
     write_run_json(paths, config, status=status, reason=None if outcome.ok else outcome.reason)
     from mutualrl.launch.rundir.summary import print_failure, print_summary, summarise

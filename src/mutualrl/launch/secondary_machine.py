@@ -19,7 +19,7 @@ from mutualrl.config.schema import RunConfig
 from mutualrl.errors import UsageError
 from mutualrl.launch.rundir.lock import RunLock
 from mutualrl.launch.supervise.nodes import RemoteWatch, addresses, join_session, local_address, machines_of, reporting
-from mutualrl.launch.supervise.pool import run_pool
+from mutualrl.launch.supervise.machine_workers import run_machine_workers
 from mutualrl.run_folder import RunPaths, machine_lock_name
 
 
@@ -69,7 +69,7 @@ def run_machine(config: RunConfig, paths: RunPaths, console: Console, session: d
                   f" of pool [cyan]{stored.pool.name}[/], run folder {paths.root}", highlight=False)
     remote = RemoteWatch(paths.root, paths.see_root(run_config.see.dir), session, machine,
                          machines_of(plan), wait_for=(), peer_timeout_s=stored.see.peer_timeout_s)
-    return run_pool(run_config, plan, paths, session.get("resume_step"), lock, console, remote)
+    return run_machine_workers(run_config, plan, paths, session.get("resume_step"), lock, console, remote)
 
 
 PER_MACHINE = ("launch.machine_rank", "launch.force", "launch.join_timeout_s", "output_dir")

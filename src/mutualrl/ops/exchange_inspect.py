@@ -37,7 +37,7 @@ from mutualrl.ops.exchange_inspect_report import (
 from mutualrl.see.shards import ShardInfo, load_shard, read_manifest
 from mutualrl.ops.exchange_retention import retention_note
 from mutualrl.ops.exchange_inspect_judgements import inspect_judgements
-from mutualrl.ops.peer_offpolicy_stats import run_folder_of, source_figures
+from mutualrl.ops.peer_offpolicy_stats import offpolicy_stats_by_peer, run_folder_of
 
 __all__ = ["FileEntry", "InspectReport", "Issue", "PolicyStep", "inspect_exchange", "resolve_see_root"]
 
@@ -118,7 +118,7 @@ def inspect_exchange(path: Path | str, *, verify_checksums: bool = True) -> Insp
     _check_stray_temps(state)
     _check_across_policies(state)
     _summarise(state)
-    state.report.sources = source_figures(run_folder_of(path, root))
+    state.report.sources = offpolicy_stats_by_peer(run_folder_of(path, root))
     state.report.retention = retention_note(run_folder_of(path, root), state.report.steps)
     judged, issues, listed = inspect_judgements(root, verify_checksums, inspect_exchange)
     state.report.judgements, state.report.issues, state.report.files = judged, state.report.issues + issues, \

@@ -23,7 +23,7 @@ def run_folder_of(path: Path | str, see_root: Path) -> Path | None:
     return None
 
 
-def source_figures(run: Path | None) -> list[dict[str, Any]]:
+def offpolicy_stats_by_peer(run: Path | None) -> list[dict[str, Any]]:
     """Per (learner, peer), in the order first logged: ``regime``, ``steps`` (how many logged a figure),
     ``last_step``, ``last`` (each figure at the last step that logged it) and ``mean`` (over the steps, NaN left
     out). Empty without a run folder or per-source figures."""

@@ -31,7 +31,7 @@ from typing import Any
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.config.schema import PolicyConfig, RunConfig
 from mutualrl.errors import UnknownNameError, UsageError
-from mutualrl.output_files import refuse_links_below
+from mutualrl.output_guards import refuse_links_below
 from mutualrl.regimes.standalone.spec import STANDALONE
 from mutualrl.run_folder import RunPaths, read_json_or
 from mutualrl.see.harvest import Harvest, Success, harvest_successes, see_root_of

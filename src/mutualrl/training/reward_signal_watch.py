@@ -3,7 +3,7 @@
 GRPO learns from reward differences inside a group of K completions of one prompt. When every group of
 a step has equal rewards (TRL's ``frac_reward_zero_std`` is 1.0) every advantage is 0 and the step
 changes nothing (SGT can still rescue all-fail groups from a peer). After several such steps the worker
-logs it once, with one completion and its reward (:class:`NoSignalWatch`), and the launcher prints it once
+logs it once, with one completion and its reward (:class:`RewardSignalWatch`), and the launcher prints it once
 on the progress display from the merged metrics rows (:func:`no_signal_note`): what was seen (the share of
 groups in which every completion failed, whether any completion scored), not a guess at why; a pool's
 designed blind spot (the tiny pool's) looks the same as a reward that misses the answer's format.
@@ -66,7 +66,7 @@ def explain(policy: str, steps: int, all_fail: float | None) -> str:
             f"reward{seen(all_fail)}, so every GRPO advantage is 0")
 
 
-class NoSignalWatch:
+class RewardSignalWatch:
     """One policy's consecutive steps without reward spread (said once, in the worker's log) and without any
     reward (``stop_after`` of them stop the policy: :class:`NoRewardError`; None or 0: never)."""
 

@@ -57,7 +57,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
 
     def __init__(self, *args: Any, policy_name: str, regime: RegimeAdapter,
                  vllm_caps: tuple[int | None, int | None] = (None, None), **kwargs: Any):
-        from mutualrl.host.cpu_lm_head import score_labelled_rows_only_on_cpu
+        from mutualrl.host.trl_cpu_lm_head_patch import score_labelled_rows_only_on_cpu
         from mutualrl.training.vllm_engine import engine_overrides, install_cpu_weight_sync, on_cpu_colocate
 
         # The engine's caps (any device); on a CPU also the model's dtype and eager mode.
@@ -69,7 +69,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         self.policy_name = policy_name
         self.regime = regime
         self._step_rollouts: StepRollouts | None = None  # built in _calculate_rewards, taken once per step
-        self.no_signal: Any = None  # training.reward_signal_watch.NoSignalWatch, made at the first step
+        self.signal_watch: Any = None  # training.reward_signal_watch.RewardSignalWatch, made at the first step
         self.generation_delay: tuple[float, str | None] = (0.0, None)  # (seconds, "even" | "odd" | None)
         self.policy_logps: torch.Tensor | None = None  # [B, C] of TRL's loss forward, inside compute_loss only
         self._capture_policy_logps = False
@@ -115,17 +115,17 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         """Log the all-fail share; once, after several steps with no reward spread, what was seen (with this rank's
         first completion as TRL decoded it); stop after ``task.stop_after_no_reward_steps`` steps in which nothing
         scored (training/reward_signal_watch.py)."""
-        from mutualrl.training.reward_signal_watch import ALL_FAIL_KEY, NoSignalWatch
+        from mutualrl.training.reward_signal_watch import ALL_FAIL_KEY, RewardSignalWatch
 
-        if self.no_signal is None:  # resumed: the lowest mean reward logged before stands for the rewards seen
+        if self.signal_watch is None:  # resumed: the lowest mean reward logged before stands for the rewards seen
             means = [h["reward"] for h in self.state.log_history if isinstance(h.get("reward"), (int, float))
                      and math.isfinite(h["reward"])]
-            self.no_signal = NoSignalWatch(self.policy_name, lowest=min(means, default=None),
-                                           stop_after=self.regime.config.task.stop_after_no_reward_steps)
+            self.signal_watch = RewardSignalWatch(self.policy_name, lowest=min(means, default=None),
+                                                  stop_after=self.regime.config.task.stop_after_no_reward_steps)
         rewards = rollouts.rewards_global.tolist()
-        failed, note = self.no_signal.observe(rewards, rollouts.num_generations, rollouts.first_completion,
-                                              float(rollouts.rewards_local[0]) if len(rollouts.rewards_local) else 0.0,
-                                              peers_scored=self.regime.peers_scored)
+        failed, note = self.signal_watch.observe(rewards, rollouts.num_generations, rollouts.first_completion,
+                                                 float(rollouts.rewards_local[0]) if len(rollouts.rewards_local) else 0.0,
+                                                 peers_scored=self.regime.peers_scored)
         self.record_metrics({ALL_FAIL_KEY: failed})
         if note is not None and self.accelerator.is_main_process:
             logging.getLogger("mutualrl.worker").warning(note)

@@ -37,7 +37,7 @@ from typing import Any
 from mutualrl.config.grpo_schema import grpo_default
 from mutualrl.config.schema import BatchConfig
 from mutualrl.errors import PlacementError
-from mutualrl.launch.plan.grpo_decisions import Decided
+from mutualrl.launch.plan.grpo_decisions import GRPODecision
 
 
 class BatchSizeError(PlacementError):
@@ -138,7 +138,7 @@ def _suggest(batch: BatchConfig, world_size: int) -> str:
 
 def apply_batch(
     grpo: Mapping[str, Any], batch: BatchConfig | None, world_size: int, policy: str = ""
-) -> tuple[Decided, DerivedBatch | None]:
+) -> tuple[GRPODecision, DerivedBatch | None]:
     """The batch fields decided for ``world_size`` from ``batch``, over ``grpo`` (the recipe's fields).
 
     ``batch`` None: nothing decided (the recipe's fields only checked, see :func:`check_trl_batch`).
@@ -147,7 +147,7 @@ def apply_batch(
     """
     if batch is None:
         check_trl_batch(grpo, world_size, policy)
-        return Decided(), None
+        return GRPODecision(), None
     num_generations = int(grpo.get("num_generations", grpo_default("num_generations")))
     derived = derive_batch(batch, num_generations, world_size, policy)
     fields = derived.grpo_fields()
@@ -155,7 +155,7 @@ def apply_batch(
              for key, value in fields.items() if key in grpo and grpo[key] != value]
     if grpo.get("generation_batch_size") is not None:
         notes.append("grpo.generation_batch_size dropped: `batch.prompts_per_step` sets the generation batch")
-    return Decided(fields, dropped=("generation_batch_size",), notes=notes), derived
+    return GRPODecision(fields, dropped=("generation_batch_size",), notes=notes), derived
 
 
 def trl_generation_batch(grpo: Mapping[str, Any], world_size: int) -> tuple[int, int]:
@@ -197,7 +197,7 @@ def check_trl_batch(grpo: Mapping[str, Any], world_size: int, policy: str = "") 
         )
 
 
-def split_across_cpu_ranks(grpo: Mapping[str, Any], ranks: int, policy: str = "") -> Decided:
+def split_across_cpu_ranks(grpo: Mapping[str, Any], ranks: int, policy: str = "") -> GRPODecision:
     """A recipe without ``batch`` (its fields ``grpo``) run on ``ranks`` CPU ranks: each rank takes 1/ranks of the
     per-device batch, the one field decided.
 
@@ -205,11 +205,11 @@ def split_across_cpu_ranks(grpo: Mapping[str, Any], ranks: int, policy: str = ""
     exactly that equivalence).
     """
     if ranks <= 1:
-        return Decided()
+        return GRPODecision()
     per_device = int(grpo.get("per_device_train_batch_size") or grpo_default("per_device_train_batch_size"))
     if per_device % ranks:
         raise BatchSizeError(f"policy {policy!r}: per_device_train_batch_size={per_device} does not split over "
                              f"launch.cpu_processes={ranks} ranks; choose a divisor of it")
-    return Decided({"per_device_train_batch_size": per_device // ranks},
+    return GRPODecision({"per_device_train_batch_size": per_device // ranks},
                    notes=[f"{policy}: {ranks} CPU ranks x per_device_train_batch_size {per_device // ranks} "
                           f"(= {per_device} on one rank)"])

@@ -22,7 +22,7 @@ from typing import Any
 
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError
-from mutualrl.launch.plan.grpo_decisions import Decided
+from mutualrl.launch.plan.grpo_decisions import GRPODecision
 
 LOCKSTEP_KEEP = 2
 WARN_ABOVE = 0.8  # of the free space
@@ -44,18 +44,18 @@ def resume_keep(config: RunConfig, grpo: Mapping[str, Any]) -> int:
 
 
 def keep_for_resume(config: RunConfig, planned: Mapping[str, Any], recipe_grpo: Mapping[str, Any],
-                    policy: str) -> Decided:
+                    policy: str) -> GRPODecision:
     """``save_total_limit`` = what resume needs for the ``planned`` fields, decided unless the recipe sets it; a
     note when the recipe's limit keeps fewer (resume may then find no common checkpoint)."""
     keep = resume_keep(config, planned)
     if "save_total_limit" not in recipe_grpo:
-        return Decided({"save_total_limit": keep})
+        return GRPODecision({"save_total_limit": keep})
     asked = recipe_grpo["save_total_limit"]
     if asked is not None and int(asked) < keep:
-        return Decided(notes=[f"{policy}: grpo.save_total_limit={asked} keeps fewer checkpoints than --resume may "
+        return GRPODecision(notes=[f"{policy}: grpo.save_total_limit={asked} keeps fewer checkpoints than --resume may "
                               f"need ({keep}: the last common one and those a policy wrote past it); resume may "
                               f"start over"])
-    return Decided()
+    return GRPODecision()
 
 
 def checkpoint_bytes_per_param(device_type: str, deepspeed: str) -> float:

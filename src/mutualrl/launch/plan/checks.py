@@ -11,7 +11,7 @@ from typing import Any
 from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError
 from mutualrl.launch.plan.batching import BatchSizeError, trl_generation_batch
-from mutualrl.launch.plan.engine import size_engines
+from mutualrl.launch.plan.colocated_vllm import size_engines
 from mutualrl.launch.plan.mwra import DeviceType, Placement
 from mutualrl.regimes.core.registry import get_regime
 

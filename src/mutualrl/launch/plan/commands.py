@@ -43,7 +43,7 @@ from mutualrl.config.schema import RunConfig
 from mutualrl.errors import PlacementError
 from mutualrl.host.allocator import allocator_env
 from mutualrl.launch.plan.configs import ZERO_STAGES
-from mutualrl.launch.plan.grpo_decisions import Decided
+from mutualrl.launch.plan.grpo_decisions import GRPODecision
 from mutualrl.launch.plan.machines import local_devices
 from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 from mutualrl.run_folder import RunPaths
@@ -80,7 +80,7 @@ def vllm_importable() -> bool:
 
 def resolve_vllm(
     grpo: Mapping[str, Any], placed: PolicyPlacement, vllm_available: bool | None = None
-) -> Decided:
+) -> GRPODecision:
     """The vLLM fields decided for where ``grpo`` (the recipe's fields) runs: generation kept only where it can run,
     else turned off with a note saying why.
 
@@ -89,25 +89,25 @@ def resolve_vllm(
     server mode, with the CUDA-only settings replaced (:func:`~mutualrl.host.vllm_cpu.adapt_cpu_vllm`).
     """
     if not grpo.get("use_vllm"):
-        return Decided()
+        return GRPODecision()
     mode = grpo.get("vllm_mode", "colocate")
     if placed.device_type != "cuda":
         from mutualrl.host import vllm_cpu
 
         blocker = vllm_cpu.cpu_blocker()
         if blocker is not None:
-            return Decided({"use_vllm": False}, notes=[
+            return GRPODecision({"use_vllm": False}, notes=[
                 f"{placed.name}: vLLM generation turned off on the CPU: {blocker}; generation uses transformers"])
         if mode == "colocate":
             fields, cpu_notes = vllm_cpu.adapt_cpu_vllm(grpo, placed.name)
-            return Decided(fields, notes=[
+            return GRPODecision(fields, notes=[
                 f"{placed.name}: vLLM on the CPU ({vllm_cpu.installed_build().describe()}), colocate: "
                 f"an engine in each of the policy's {placed.num_processes} process(es), KV cache "
                 f"{vllm_cpu.KV_ENV} sized at start from the model and batch", *cpu_notes])
     else:
         available = vllm_importable() if vllm_available is None else vllm_available
         if not available:
-            return Decided({"use_vllm": False}, notes=[
+            return GRPODecision({"use_vllm": False}, notes=[
                 f"{placed.name}: vLLM generation turned off: `vllm` is not installed (pip install 'mutualrl[vllm]'); "
                 f"generation uses transformers, which is much slower"])
     if mode == "colocate":
@@ -118,10 +118,10 @@ def resolve_vllm(
                 f"{placed.num_processes} GPU process(es) in vLLM colocate mode"
             )
     elif mode == "server":
-        return Decided(notes=[
+        return GRPODecision(notes=[
             f"{placed.name}: vLLM server mode: start `trl vllm-serve` for this policy yourself "
             f"(grpo.vllm_server_base_url / vllm_server_port); mutualrl only launches the trainers"])
-    return Decided()
+    return GRPODecision()
 
 
 def adapt_grpo_to_device(
@@ -129,7 +129,7 @@ def adapt_grpo_to_device(
     placed: PolicyPlacement,
     deepspeed: str = "none",
     vllm_available: bool | None = None,
-) -> Decided:
+) -> GRPODecision:
     """The GRPOConfig fields decided by where a policy runs, for ``grpo`` (the recipe's fields), with notes.
 
     CPU: ``bf16``/``fp16`` off (TRL defaults to bf16, which fails on a CPU), ``tf32`` dropped,
@@ -148,7 +148,7 @@ def adapt_grpo_to_device(
         if grpo.get("tf32"):
             notes.append(f"{placed.name}: grpo.tf32 dropped on the CPU")
         fields["use_cpu"] = True
-        return Decided(fields, dropped=("tf32",), notes=notes)
+        return GRPODecision(fields, dropped=("tf32",), notes=notes)
     if grpo.get("bf16") is None:  # TRL's own default (trl/trainer/base_config.py): made explicit, so that the
         fields["bf16"] = not grpo.get("fp16")  # DeepSpeed JSON and accelerate's mixed_precision say what GRPOConfig does
     if grpo.get("use_cpu"):
@@ -156,7 +156,7 @@ def adapt_grpo_to_device(
         fields["use_cpu"] = False
     if fields.get("use_vllm", grpo.get("use_vllm")) and "vllm_importance_sampling_correction" not in grpo:
         notes.append(f"{placed.name}: {GPU_VLLM_CORRECTION}")
-    return Decided(fields, notes=notes)
+    return GRPODecision(fields, notes=notes)
 
 
 GPU_VLLM_CORRECTION = ("grpo.vllm_importance_sampling_correction unset: TRL's default on a GPU is on (mode "

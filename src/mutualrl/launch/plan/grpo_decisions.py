@@ -12,7 +12,7 @@ from typing import Any
 
 
 @dataclass(frozen=True)
-class Decided:
+class GRPODecision:
     """The GRPOConfig fields one stage decides for a policy."""
 
     fields: dict[str, Any] = field(default_factory=dict)

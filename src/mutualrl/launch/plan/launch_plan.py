@@ -41,9 +41,9 @@ from mutualrl.launch.plan.configs import (
     write_json,
     write_yaml,
 )
-from mutualrl.launch.plan.grpo_decisions import Decided
+from mutualrl.launch.plan.grpo_decisions import GRPODecision
 from mutualrl.launch.plan.detect import Node, this_node
-from mutualrl.launch.plan.engine import PlannedEngine, engine_length, engine_note, planned_engine
+from mutualrl.launch.plan.colocated_vllm import PlannedEngine, engine_length, engine_note, planned_engine
 from mutualrl.launch.plan.host_memory import HostMemory, host_from_json, host_memory
 from mutualrl.launch.plan.machines import plan_placement_nodes
 from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
@@ -465,7 +465,7 @@ def _known_context(model: str) -> int | None:
 
 
 def _policy_batch(recipe: Mapping[str, Any], batch: BatchConfig | None, placement: Placement,
-                  name: str) -> tuple[Decided, DerivedBatch | None]:
+                  name: str) -> tuple[GRPODecision, DerivedBatch | None]:
     """The batch fields decided for policy ``name``'s world size: derived from ``batch``, or without it the recipe's
     per-device batch split over its CPU ranks; raises :class:`BatchSizeError` naming an explicit device map."""
     placed = placement.of(name)

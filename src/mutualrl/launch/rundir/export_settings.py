@@ -27,10 +27,9 @@ from mutualrl.config.typed import ConfigError
 from mutualrl.errors import UsageError
 from mutualrl.training.trackers import tracker_names
 
-OUTBOUND_KINDS = outbound_grpo_fields()
-"""TRL 1.16's ``GRPOConfig`` fields (its own and ``TrainingArguments``') that may send something elsewhere, with the
-kind of their ``leaves`` declaration (:data:`mutualrl.config.grpo_schema.GRPO_FIELD_RULES`)."""
-OUTBOUND_GRPO_FIELDS = tuple(OUTBOUND_KINDS)
+LEAVING_GRPO_FIELDS = outbound_grpo_fields()
+"""TRL 1.16's ``GRPOConfig`` fields (its own and ``TrainingArguments``') that may send something elsewhere, each with
+the kind of its ``leaves`` declaration (:data:`mutualrl.config.grpo_schema.GRPO_FIELD_RULES`)."""
 LOCAL_TRACKERS = {"tensorboard"}
 """Trackers that write only files under the run folder."""
 
@@ -58,7 +57,7 @@ def stored_outbound(config: RunConfig, given: dict[str, Any], run_folder: Path) 
     for policy in config.pool.policies:
         merged = {**config.grpo, **policy.grpo}
         own_now = policies_now.get(policy.name, set())
-        for name in OUTBOUND_GRPO_FIELDS:
+        for name in LEAVING_GRPO_FIELDS:
             if name not in merged or not sends(name, merged[name]):
                 continue
             if name in own_now or (name in shared_now and name not in policy.grpo):
@@ -75,7 +74,7 @@ def stored_outbound(config: RunConfig, given: dict[str, Any], run_folder: Path) 
 def sends(name: str, value: Any) -> bool:
     """Whether GRPOConfig field ``name`` set to ``value`` sends something elsewhere: by its ``leaves`` kind, a value
     other than its default, or ``report_to`` naming a tracker beyond :data:`LOCAL_TRACKERS`."""
-    if OUTBOUND_KINDS[name] == "trackers":
+    if LEAVING_GRPO_FIELDS[name] == "trackers":
         return not set(tracker_names(value)) <= LOCAL_TRACKERS
     return value != grpo_default(name)
 

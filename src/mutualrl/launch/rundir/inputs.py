@@ -20,8 +20,8 @@ from typing import Any
 from mutualrl.atomic_io import write_text_atomic
 from mutualrl.config.recorded_code import file_hash, module_file, module_hash, named_modules, sibling_modules
 from mutualrl.errors import DataError, RunFolderError, UsageError
+from mutualrl.inputs_record_reader import recorded_inputs
 from mutualrl.run_folder import RunPaths, is_sparse, read_json
-from mutualrl.run_inputs import recorded_inputs
 from mutualrl.tasks.reward_funcs import TRL_REWARDS
 from mutualrl.tasks.shipped_rewards import is_shipped
 

@@ -179,7 +179,7 @@ def data_copy_changes(paths: RunPaths, config: RunConfig, console: Console) -> l
     from pathlib import Path
 
     from mutualrl.config.recorded_code import file_hash
-    from mutualrl.run_inputs import recorded_inputs
+    from mutualrl.inputs_record_reader import recorded_inputs
     from mutualrl.training.data import EVAL_FILE, TRAIN_FILE, write_examples
 
     record = recorded_inputs(paths)

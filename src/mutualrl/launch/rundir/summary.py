@@ -264,7 +264,7 @@ def recorded_modules(paths: RunPaths) -> list[str]:
     told it accepts (``--allow-code``; a run folder chooses no code by itself). Empty for a damaged or older record
     (the resume then names what it needs)."""
     from mutualrl.errors import MutualRLError
-    from mutualrl.run_inputs import recorded_inputs
+    from mutualrl.inputs_record_reader import recorded_inputs
 
     try:
         record = recorded_inputs(paths)

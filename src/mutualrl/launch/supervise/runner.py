@@ -78,7 +78,8 @@ class RunOutcome:
 
 @dataclass(frozen=True)
 class PoolSettings:
-    """How :class:`PoolRunner` watches a pool (:func:`mutualrl.launch.supervise.pool.pool_settings` fills it from a config)."""
+    """How :class:`PoolRunner` watches a pool (:func:`mutualrl.launch.supervise.machine_workers.watch_settings` fills
+    it from a config)."""
 
     see_root: Path = field(metadata={"help": "The run's SEE folder: failure markers are written, heartbeats read."})
     stall_timeout_s: float = field(metadata={"help": "A pool none of whose policies (on any machine) shows progress "

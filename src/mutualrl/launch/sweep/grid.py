@@ -27,7 +27,7 @@ from rich.markup import escape
 
 from mutualrl.atomic_io import write_json_atomic
 from mutualrl.errors import UsageError
-from mutualrl.output_files import folder_inside, open_append_inside, refuse_links_below
+from mutualrl.output_guards import folder_inside, open_append_inside, refuse_links_below
 from mutualrl.run_folder import RunPaths
 
 SWEEP_RECORD = "sweep.json"

@@ -25,7 +25,7 @@ from rich.console import Console
 from mutualrl.errors import UsageError
 from mutualrl.launch.sweep.grid import SweepPoint, SweepSpec, plan_sweep, train_command
 from mutualrl.launch.sweep.task_needs import cache_line, cache_record, run_configs, task_cache_env, task_gpus, task_mem_gb
-from mutualrl.output_files import folder_inside, refuse_links_below, write_new_inside
+from mutualrl.output_guards import folder_inside, refuse_links_below, write_new_inside
 
 #: Where submitit keeps its job files (scripts, pickles, logs), inside the sweep folder.
 SLURM_DIR = "slurm"
@@ -254,7 +254,7 @@ def sweep_lock(folder: Path, say: Callable[[str], None] = lambda line: None,
 def job_files_inside(root: Path) -> Iterator[None]:
     """While submitting: each job's folder submitit moves a script or pickle into (``slurm/<job id>``, a name known
     only once Slurm answered, so it cannot be checked before) is made with the one write rule
-    (:func:`mutualrl.output_files.folder_inside`): a link planted at that name, or at the file's, is refused in
+    (:func:`mutualrl.output_guards.folder_inside`): a link planted at that name, or at the file's, is refused in
     one line and nothing is moved through it."""
     from submitit.core.utils import JobPaths
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 from trl.trainer.utils import nanstd  # TRL's own: the advantages' std is TRL's op for op
 
-from mutualrl.regimes.core.pool import ScaleRewards, check_float, check_pool, check_scale_rewards
+from mutualrl.regimes.core.reward_shapes import ScaleRewards, check_float, check_pool, check_scale_rewards
 
 TRL_STD_EPS = 1e-4
 """The constant TRL adds to the reward standard deviation (``advantages / (std_rewards + 1e-4)``)."""

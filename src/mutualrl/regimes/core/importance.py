@@ -10,7 +10,7 @@ import math
 
 import torch
 
-from mutualrl.regimes.core.pool import check_float, check_same_shape
+from mutualrl.regimes.core.reward_shapes import check_float, check_same_shape
 from mutualrl.regimes.core.rank_metrics import Quantile, Share
 
 

@@ -3,7 +3,7 @@
 Paper, SEE paragraph of "The Mutual RL System Design": a learner reads only the peer fields its
 regime subscribes to, keyed by ``(prompt_id, sample_index)``. Every adapter that reads peers
 builds its ``[P, M-1, K]`` peer tensors with :func:`gather_peer_groups` (the layout of
-:mod:`mutualrl.regimes.core.pool`), so the row matching and the "policies saw different prompts"
+:mod:`mutualrl.regimes.core.reward_shapes`), so the row matching and the "policies saw different prompts"
 error live here once. The numbers leave Arrow column-wise, through numpy. Peer responses that enter the
 learner's batch (SGT's rescues, PRP's pooled rows) become learner token rows in
 :mod:`mutualrl.regimes.core.peer_responses`.
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from mutualrl.regimes.core.pool import join_pool
+from mutualrl.regimes.core.reward_shapes import join_pool
 
 if TYPE_CHECKING:
     import pyarrow as pa

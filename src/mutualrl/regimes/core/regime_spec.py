@@ -28,8 +28,8 @@ class RegimeFlag:
     """The option as typed, ``--<regime>-<field>``."""
     setting: str
     """The field of the regime's settings dataclass it sets."""
-    help: str
-    """Its ``--help`` text."""
+    help: str = ""
+    """Its ``--help`` text; empty: the settings field's own help, for this regime only (``cli/train_cmd.py``)."""
 
 
 @dataclass(frozen=True)

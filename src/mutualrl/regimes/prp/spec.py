@@ -36,6 +36,5 @@ PRP = register_regime(RegimeSpec(
     metrics=ratio_metrics("PRP"),
     check=check_prp_settings,
     order=3,
-    flags=(RegimeFlag("--prp-denominator", "denominator",
-                      "PRP only: 'learner' (naive: learner snapshot) or 'peer' (THL-aligned peer trace)."),),
+    flags=(RegimeFlag("--prp-denominator", "denominator"),),  # its help: the settings field's
 ))

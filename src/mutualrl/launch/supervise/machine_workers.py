@@ -1,11 +1,14 @@
-"""The pool loop every machine runs: start this machine's workers of a plan and watch them until they end.
+"""The loop every machine of a run runs: start the workers a plan places on this machine and watch them until they
+end.
 
 Machine 0 (:mod:`mutualrl.launch.run`) and the other machines of a run (:mod:`mutualrl.launch.secondary_machine`)
-both call :func:`run_pool`; they differ only in what comes before (prepare or join) and after (summary).
+both call :func:`run_machine_workers`; they differ only in what comes before (prepare or join) and after (summary).
 """
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,16 +23,34 @@ from mutualrl.launch.supervise.signals import stop_signals
 from mutualrl.regimes.core.registry import get_regime
 from mutualrl.run_folder import RunPaths
 
+LAUNCH_LOG_ENV = "MUTUALRL_LAUNCH_LOG"
+"""When set, a file each launch appends one line to as it starts its workers (a machine's share of a run, or a
+``--preflight``): how the test suite counts its end-to-end runs (``tests/conftest.py``, ``LAUNCH_BUDGET``)."""
 
-def run_pool(config: RunConfig, plan: Any, paths: RunPaths, resume_step: int | None, lock: RunLock,
+
+def note_launch(run_dir: Path) -> None:
+    """One line, ``PID "RUN"`` (the folder as JSON: a name holding a newline is still one line), in the file
+    :data:`LAUNCH_LOG_ENV` names; nothing when it is unset."""
+    log_file = os.environ.get(LAUNCH_LOG_ENV)
+    if not log_file:
+        return
+    try:
+        with open(log_file, "a") as fh:  # one short write: the lines of concurrent launches do not interleave
+            fh.write(f"{os.getpid()} {json.dumps(str(run_dir))}\n")
+    except OSError:  # a count is never worth a run
+        pass
+
+
+def run_machine_workers(config: RunConfig, plan: Any, paths: RunPaths, resume_step: int | None, lock: RunLock,
              console: Console, remote: Any = None) -> RunOutcome:
     """Start and watch the workers ``plan`` places on this machine until they end (machine 0 of several: until
     every machine ended); a failure is reported to the other machines through ``remote``."""
     from mutualrl.launch.rundir.resume import restart_command
 
+    note_launch(paths.root)
     processes = processes_from_plan(plan, paths, resume_step)
-    settings = pool_settings(config, paths, lock, restart_argv=lambda policy: restart_command(processes, paths, policy),
-                             plan=plan)
+    settings = watch_settings(config, paths, lock, plan=plan,
+                              restart_argv=lambda policy: restart_command(processes, paths, policy))
     runner = PoolRunner(processes, paths, settings, console=console, remote=remote)
     try:
         with stop_signals():  # Ctrl-C, SIGTERM, SIGHUP: workers stopped, run left resumable
@@ -41,8 +62,8 @@ def run_pool(config: RunConfig, plan: Any, paths: RunPaths, resume_step: int | N
     return outcome
 
 
-def pool_settings(config: RunConfig, paths: RunPaths, lock: RunLock,
-                  restart_argv: Callable[[str], tuple[list[str], int | None]], plan: Any = None) -> PoolSettings:
+def watch_settings(config: RunConfig, paths: RunPaths, lock: RunLock,
+                   restart_argv: Callable[[str], tuple[list[str], int | None]], plan: Any = None) -> PoolSettings:
     """How the runner watches this run's pool, from its config (and ``plan``'s checkpoints: a stop's grace)."""
     from mutualrl import fault_injection
     from mutualrl.launch.supervise.stop_grace import budget_for

@@ -1,4 +1,4 @@
-"""On a CPU, TRL's fused LM head scores only the labelled positions, with TRL's own CPU numbers bit for bit.
+"""A patch of TRL's fused LM head: on a CPU it scores only the labelled positions, with TRL's CPU numbers bit for bit.
 
 TRL 1.16's ``add_fused_lm_head`` (``trl/trainer/utils.py``) projects through the LM head only the positions whose
 label is not -100 when ``_use_triton(device)`` holds; on any other device it scores every position of the padded

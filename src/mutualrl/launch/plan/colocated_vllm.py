@@ -32,7 +32,7 @@ from typing import Any
 from mutualrl.config.grpo_schema import grpo_default
 from mutualrl.config.schema import LaunchConfig, RunConfig
 from mutualrl.launch.plan.configs import ZERO_STAGES
-from mutualrl.launch.plan.grpo_decisions import Decided
+from mutualrl.launch.plan.grpo_decisions import GRPODecision
 from mutualrl.launch.plan.mwra import Placement
 from mutualrl.launch.plan.model_shapes import ModelShape, model_shape
 from mutualrl.training.vllm_engine import TRL_MAX_NUM_BATCHED_TOKENS, engine_caps, trl_max_num_seqs
@@ -59,7 +59,7 @@ def planned_engine(grpo: dict[str, Any], launch: LaunchConfig) -> EngineCaps | N
 
 
 def engine_length(recipe: Mapping[str, Any], device_type: str, max_prompt_tokens: int,
-                  validation_tokens: int | None = None, context: int | None = None) -> Decided:
+                  validation_tokens: int | None = None, context: int | None = None) -> GRPODecision:
     """``vllm_max_model_length`` for a policy generating with vLLM on GPUs where the recipe leaves it unset: the
     longest sequence the run makes (``task.max_prompt_tokens``, which no kept prompt exceeds, + the longer of the
     completion and ``validation.max_new_tokens``: validation generates with the same engine), at most the model's
@@ -70,10 +70,10 @@ def engine_length(recipe: Mapping[str, Any], device_type: str, max_prompt_tokens
     CPU the worker sizes the KV cache for the model's context itself (``training/worker.py: prepare_cpu_vllm``), so
     the CPU plan is unchanged."""
     if device_type != "cuda" or not recipe.get("use_vllm") or recipe.get("vllm_max_model_length") is not None:
-        return Decided()
+        return GRPODecision()
     completion = int(recipe.get("max_completion_length") or grpo_default("max_completion_length"))
     longest = max_prompt_tokens + max(completion, validation_tokens or 0)
-    return Decided({"vllm_max_model_length": min(longest, context) if context else longest})
+    return GRPODecision({"vllm_max_model_length": min(longest, context) if context else longest})
 
 
 def engine_note(name: str, caps: EngineCaps | None) -> list[str]:
