@@ -33,7 +33,6 @@ from e2e_helpers import (TINY, TINY_HACPO_5_STEPS, TINY_REGIMES_2_STEPS, TINY_SG
                          shared_train)
 from mutualrl.host.process_start import imports_done
 from mutualrl.launch.plan.detect import detect_cpu_cores
-from mutualrl.launch.supervise.machine_workers import LAUNCH_LOG_ENV
 from mutualrl.training.worker import START_LOG_ENV
 
 # The suite starts several hundred Python processes (launchers, workers, CLI commands), each importing mutualrl's
@@ -53,6 +52,9 @@ FORK_SITE = TESTS / "fork_server"
 on the ``PYTHONPATH`` of every process a test starts (:func:`pytest_configure`), and on this one's path."""
 sys.path.insert(0, str(FORK_SITE))
 from zygotes.start import FORK_SERVER_ENV, plug_into  # noqa: E402  (found on the path set just above)
+# Importing the launcher imports worker_process, which the fork server's sitecustomize (on this worker's PYTHONPATH
+# under xdist) plugs the zygotes into: only once they are on the path.
+from mutualrl.launch.supervise.machine_workers import LAUNCH_LOG_ENV  # noqa: E402
 
 POLICY_PROCESS_BUDGET = 170
 """The most policy-worker processes one run of the whole suite may start; over it the session fails (the count is
