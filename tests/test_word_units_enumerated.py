@@ -7,10 +7,12 @@ seen through its tokenizer: ``π(y_k | y_<k)`` = the mass of the texts whose tok
 its own tokens reach the learner's through THL and EOS on EOS, as ``aligned_judgements`` moves them, and the comparison
 units through ``comparison_groups``.
 
-- 3-vs-1 and 2-vs-2 at different boundaries (``"x" "yz"`` against ``"xy" "z"``), random text distributions: OPD's
+- 3-vs-1, 2-vs-2 at different boundaries (``"x" "yz"`` against ``"xy" "z"``) and a peer token across two units
+  (``"b c"``; ``"你好"``, two units under THL's ``auto`` units), random text distributions: OPD's
   expected gradient (``−Σ_t A_t ∇log π_θ(y_t)``, TRL's at the snapshot, ``test_opd_word_units`` checks it through
-  TRL's loss per sample) is the exact gradient of the word-level reverse KL with word prefixes held fixed, 0 for an
-  equal peer; F-TIS's ``E_gen[rlogr-sum]`` is that KL at the generator's word prefixes.
+  TRL's loss per sample) is the exact gradient of the word-level reverse KL with word prefixes held fixed (the units a
+  peer token straddles compared as one word), 0 for an equal peer; F-TIS's ``E_gen[rlogr-sum]`` is that KL at the
+  generator's word prefixes.
 - The limit (docs/regimes.md, OPD "Across tokenizers"): where a word's end is decided by the next token (``" 1"``
   then ``" 12"`` are both words), a unit's log-prob is that of its tokens, the mass of every word they begin; the two
   tokenizers' tokens begin different sets of words (the peer writes ``" 12"`` in one token, so its ``" 1"`` is the
@@ -41,15 +43,20 @@ def letters(word: str) -> list[str]:
     return [word[:head]] + list(word[head:])
 
 
-class World:
-    """``texts``: tuples of words; ``split``: per side (``"learner"``, ``"peer"``) a word's tokens."""
+def by_word(split):
+    """A text's tokens (from its tuple of words), each word split on its own by ``split``."""
+    return lambda words: [t for word in words for t in split(word)]
 
-    def __init__(self, texts: list[tuple[str, ...]], learner_split, peer_split):
+
+class World:
+    """``texts``: tuples of words; per side (``"learner"``, ``"peer"``) a text's tokens from its words."""
+
+    def __init__(self, texts: list[tuple[str, ...]], learner_tokens, peer_tokens):
         self.texts = texts
-        self.split = {"learner": learner_split, "peer": peer_split}
+        self.split = {"learner": learner_tokens, "peer": peer_tokens}
 
     def tokens(self, i: int, side: str) -> tuple[str, ...]:
-        return tuple(t for word in self.texts[i] for t in self.split[side](word)) + (EOS,)
+        return tuple(self.split[side](self.texts[i])) + (EOS,)
 
     def spans(self, i: int, side: str) -> np.ndarray:
         """int64 ``[n, 2]`` each token's characters; EOS ``(-1, -1)``."""
@@ -76,7 +83,7 @@ class World:
         assert units[-1] < 0 and (units[:-1] >= 0).all()
         values = torch.tensor(result.values[0], dtype=torch.float64)  # [m]
         values[-1] = float(peer_logps[-1])  # both ended: the peer's EOS on the learner's EOS
-        return values, torch.from_numpy(comparison_groups(units, result.target_copied[0]))
+        return values, torch.from_numpy(comparison_groups(result.target_comparison_units[0], result.target_copied[0]))
 
     def word_kl(self, learner: torch.Tensor, peer: torch.Tensor, prefixes: str) -> torch.Tensor:
         """``Σ_k Σ_{w<k} sg[P(w<k)] KL(P_θ(w_k | w<k) ‖ P_T(w_k | w<k))`` over whole words (EOS the last), the
@@ -136,13 +143,23 @@ def two_policies(world: World, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 AB = "ab"
 THREE_LETTER = [(a + b + c, " " + d) for a in AB for b in AB for c in AB for d in AB]  # 16 texts
 SPLITS = {
-    "3-vs-1": World(THREE_LETTER, lambda w: [w] if w[0] == " " else list(w), lambda w: [w]),
-    "2-vs-2": World(THREE_LETTER, lambda w: [w] if w[0] == " " else [w[0], w[1:]],
-                    lambda w: [w] if w[0] == " " else [w[:2], w[2:]]),
+    "3-vs-1": World(THREE_LETTER, by_word(lambda w: [w] if w[0] == " " else list(w)), by_word(lambda w: [w])),
+    "2-vs-2": World(THREE_LETTER, by_word(lambda w: [w] if w[0] == " " else [w[0], w[1:]]),
+                    by_word(lambda w: [w] if w[0] == " " else [w[:2], w[2:]])),
+    # a peer token across two units: "b c" over the space (a multi-word token), "你好" over two CJK characters (each
+    # its own unit under THL's "auto" units); the learner's tokens stay inside units
+    "across a space": World([(a + b, " " + c) for a in AB for b in AB for c in AB],
+                            lambda words: [words[0][0], words[0][1], words[1]],
+                            lambda words: [words[0][0], words[0][1] + words[1]]),
+    "across CJK characters": World([(a + b, " " + c) for a in "你好" for b in "你好" for c in AB],
+                                   by_word(lambda w: [w] if w[0] == " " else list(w)), by_word(lambda w: [w])),
 }
+COMPARED_AS = {  # the words each world's comparison units are (word_kl reads only the texts): the peer's "b c" joins two
+    split: World([("".join(text),) for text in world.texts], None, None) if split == "across a space" else world
+    for split, world in SPLITS.items()}
 NUMBERS = [" 1", " 12", " 2", " 21"]
-PREFIX_WORDS = World([(w,) for w in NUMBERS] + [(w, v) for w in NUMBERS for v in NUMBERS], letters,
-                     lambda w: [w] if w == " 12" else letters(w))  # 20 texts; the peer has the token " 12"
+PREFIX_WORDS = World([(w,) for w in NUMBERS] + [(w, v) for w in NUMBERS for v in NUMBERS], by_word(letters),
+                     by_word(lambda w: [w] if w == " 12" else letters(w)))  # 20 texts; the peer has the token " 12"
 
 
 def test_the_worlds_policies_are_the_text_distribution_and_their_units_as_intended():
@@ -159,6 +176,11 @@ def test_the_worlds_policies_are_the_text_distribution_and_their_units_as_intend
     theta, _ = two_policies(PREFIX_WORDS, 0)
     _, groups = PREFIX_WORDS.aligned(1, PREFIX_WORDS.token_logps(theta, "peer")[1])  # " 12": " 1" "2" vs " 12"
     assert groups.tolist() == [0, 0, 2]
+    for split in ("across a space", "across CJK characters"):  # the units the peer's token reaches: one comparison
+        world = SPLITS[split]
+        theta, _ = two_policies(world, 0)
+        _, groups = world.aligned(0, world.token_logps(theta, "peer")[0])
+        assert groups.tolist() == ([0, 0, 0, 3] if split == "across a space" else [0, 0, 2, 3])
 
 
 @pytest.mark.parametrize("split", sorted(SPLITS))
@@ -169,7 +191,7 @@ def test_opd_per_word_signal_is_the_word_level_reverse_kl_gradient_and_zero_for_
     assert float(equal.abs().max()) < 1e-6  # THL's values are float32
     got = opd_expected_gradient(world, theta, other)
     params = theta.clone().requires_grad_(True)
-    (LAM * world.word_kl(params, other, "learner")).backward()
+    (LAM * COMPARED_AS[split].word_kl(params, other, "learner")).backward()
     assert torch.allclose(got, params.grad, atol=1e-6)
     assert float(params.grad.norm()) > 0.1
 
@@ -179,7 +201,7 @@ def test_ftis_per_word_divergence_is_the_word_level_kl_and_zero_for_an_equal_pee
     world = SPLITS[split]
     theta, other = two_policies(world, 4)
     assert ftis_expected_divergence(world, theta, theta) == pytest.approx(0.0, abs=1e-6)
-    exact = float(world.word_kl(theta, other, "peer"))
+    exact = float(COMPARED_AS[split].word_kl(theta, other, "peer"))
     assert ftis_expected_divergence(world, theta, other) == pytest.approx(exact, abs=1e-6)
     assert exact > 0.1
 
