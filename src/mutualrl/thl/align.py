@@ -56,6 +56,9 @@ class AlignedTraces:
     unit_mass: list[np.ndarray] = field(default_factory=list)  # float64 [U_i]: Z per unit
     target_units: list[np.ndarray] = field(default_factory=list)  # int64 [m_i]: unit of each target token (-1: special)
     target_copied: list[np.ndarray] = field(default_factory=list)  # bool [m_i]: its unit was copied token by token
+    # int64 [m_i]: the unit of each target token as far as the source can tell units apart (-1: special): the units a
+    # source token straddles joined, since only their total is the source's (its mass is apportioned by overlap)
+    target_comparison_units: list[np.ndarray] = field(default_factory=list)
     partitions: BatchPartition | None = None  # the merged units (index it: partitions[i] is sequence i's)
 
     @property
@@ -137,6 +140,7 @@ class _Placement:
     mass: np.ndarray  # float64 [U]: Z_w
     count_t: np.ndarray  # int64 [U]: C_w
     touched_by_split: np.ndarray  # bool [U]: units a straddling source token reaches
+    joined: np.ndarray  # int64 [U]: each unit's comparison unit (the units a straddling source token reaches, joined)
     split_gap_seq: np.ndarray  # int64 [k]: sequence of each straddling token reaching a unit without slot
     u_start: np.ndarray  # int64 [U]: first character of each unit
     u_end: np.ndarray  # int64 [U]: end character of each unit
@@ -298,14 +302,16 @@ def _place_mass(fb: _FlatBatch, bp: BatchPartition) -> _Placement:
     count_t = np.bincount(t_unit, minlength=n_units)  # [U]
     touched_by_split = np.zeros(n_units, dtype=bool)  # [U]
     split_gap_seq = np.zeros(0, dtype=np.int64)  # [k]
+    joined = np.arange(n_units, dtype=np.int64)  # [U]
     u_start, u_end = part.unit_char_bounds()  # [U], [U]
     if not all_single:
         split_mass, touched_by_split, split_gap_seq = _straddling_mass(
             part, u_start, u_end, count_t, np.nonzero(~single)[0], s_first, s_last, s_spans, s_lp, s_seq)
         mass += split_mass
+        _, joined = part.merged(s_first[~single], s_last[~single])  # [U]
     return _Placement(batch=bp, part=part, lost=lost, t_valid=t_valid, t_seq=t_seq, t_spans=tv_spans, t_unit=t_unit,
                       s_unit=s_unit, s_spans=single_spans, s_logps=single_lp, s_seq=single_seq, mass=mass,
-                      count_t=count_t, touched_by_split=touched_by_split, split_gap_seq=split_gap_seq,
+                      count_t=count_t, touched_by_split=touched_by_split, joined=joined, split_gap_seq=split_gap_seq,
                       u_start=u_start, u_end=u_end, has_slot=count_t > 0)
 
 
@@ -398,6 +404,8 @@ def _results(fb: _FlatBatch, pl: _Placement, spread: np.ndarray, copy_unit: np.n
     target_units_all[pl.t_valid] = pl.t_unit - unit_off[pl.t_seq]
     target_copied_all = np.zeros(len(fb.tgt_spans), dtype=bool)  # [n_tgt]
     target_copied_all[pl.t_valid] = copy_unit[pl.t_unit]
+    comparison_all = np.full(len(fb.tgt_spans), -1, dtype=np.int64)  # [n_tgt]
+    comparison_all[pl.t_valid] = pl.joined[pl.t_unit] - pl.joined[unit_off[pl.t_seq]]  # numbered from each text's own
     gap = ~pl.has_slot  # [U]: units without a target slot
     residual_special = np.bincount(src_seq[special], weights=lp[special], minlength=n_seq)  # [B]
     residual = residual_special + np.bincount(unit_seq[gap], weights=mass[gap], minlength=n_seq)  # [B]
@@ -421,5 +429,6 @@ def _results(fb: _FlatBatch, pl: _Placement, spread: np.ndarray, copy_unit: np.n
         unit_mass=np.split(mass, cut_u) if n_seq else [],
         target_units=np.split(target_units_all, cut_t) if n_seq else [],
         target_copied=np.split(target_copied_all, cut_t) if n_seq else [],
+        target_comparison_units=np.split(comparison_all, cut_t) if n_seq else [],
         partitions=BatchPartition(whole=part, char_offsets=char_off, unit_offsets=unit_off),
     )

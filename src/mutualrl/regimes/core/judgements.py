@@ -250,7 +250,8 @@ def aligned_judgements(own: pa.Table, judgements: dict[str, pa.Table], judges: S
             m = min(len(units), width)
             values[i, j, :m] = torch.from_numpy(np.asarray(result.values[c][:m], dtype=np.float32))
             valid[i, j, :m] = torch.from_numpy(units[:m] >= 0)
-            units_of[i, j, :m] = torch.from_numpy(comparison_groups(units, result.target_copied[c])[:m])
+            units_of[i, j, :m] = torch.from_numpy(comparison_groups(result.target_comparison_units[c],
+                                                                    result.target_copied[c])[:m])
             ends = src_spans[c]
             if own_finished[i] and texts["finished"][x] and len(ends) and ends[-1, 0] < 0 and 0 < len(units) <= width \
                     and units[-1] < 0:  # both ended: the judge's EOS log-prob on the learner's EOS

@@ -245,7 +245,7 @@ class PooledRowsAdapter(RegimeAdapter):
             if on_eos:
                 trace[len(spans)] = eos_lp
             out.traces.append(trace)
-            out.groups.append(comparison_groups(result.target_units[i], result.target_copied[i]))
+            out.groups.append(comparison_groups(result.target_comparison_units[i], result.target_copied[i]))
             out.source_tokens.append(int(len(src_spans[i]) - result.residual_tokens[i] + on_eos))
         return out
 

@@ -8,7 +8,9 @@ per-token probability of either policy. Only the unit's total is exact: ``Σ_{t�
 
 So a quantity compared per token (a log-ratio, a KL term) is exact per token where the tokens match, and per *word*
 (THL unit) where they do not. A **comparison unit** is therefore a single learner token where its THL unit was
-copied (and a special token: the EOS, matched on the EOS), and the whole THL unit where it was spread. Each learner
+copied (and a special token: the EOS, matched on the EOS), and the whole THL unit where it was spread; units that one
+peer token straddles (``"你好"`` over two CJK characters, a token across a space) are one comparison unit, since THL
+apportions that token's log-prob between them by character overlap (``target_comparison_units``). Each learner
 token names its comparison unit by the position of the unit's first token (:func:`comparison_groups`); the pure maths
 reduce over that (:func:`unit_totals`, :func:`unit_heads`).
 """
@@ -22,7 +24,8 @@ import torch
 def comparison_groups(target_units: np.ndarray, target_copied: np.ndarray) -> np.ndarray:
     """int64 ``[m]``: for each learner token, the position of the first token of its comparison unit.
 
-    ``target_units`` int64 ``[m]``: each learner token's THL unit (-1: a special token); ``target_copied`` bool ``[m]``:
+    ``target_units`` int64 ``[m]``: each learner token's THL unit, with the units a source token straddles joined
+    (``AlignedTraces.target_comparison_units``; -1: a special token); ``target_copied`` bool ``[m]``:
     its unit was copied token by token (:class:`~mutualrl.thl.align.AlignedTraces`). A copied or special token is its
     own unit (its own position); the tokens of a spread unit share the position of the unit's first token."""
     units = np.asarray(target_units, dtype=np.int64)  # [m]

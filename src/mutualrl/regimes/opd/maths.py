@@ -23,9 +23,13 @@ There every learner token of the unit carries the unit's whole log-ratio
 
 so the λ part of the unit's gradient is ``λ (log π_θ(u) − log π_T(u)) Σ_{t∈u} ∇ log π_θ(y_t) = λ (log π_θ(u) −
 log π_T(u)) ∇ log π_θ(u)``: the score-function estimate of the gradient of the unit's reverse KL ``KL(π_θ(u | ·) ‖
-π_T(u | ·))``, 0 in expectation where the peer equals the learner on whole units (``tests/test_opd_word_units.py``
-enumerates a word split 2-vs-1 through TRL's loss). A unit is the finest span both tokenizations can compare; its
-estimator's variance grows with the unit's log-ratio, as a sequence-level one's does with the sequence's.
+π_T(u | ·))``, 0 in expectation where the peer equals the learner on whole units whose tokens say where they end
+(``tests/test_opd_word_units.py`` enumerates a word split 2-vs-1 through TRL's loss). Where the next token decides
+a word's end (``" 1"`` and ``" 12"`` both words) a unit's log-prob is the mass of every word its tokens begin, a
+different set for each tokenizer, and an equal peer's expected signal is not 0 (docs/regimes.md, "Where the next
+token ends a word"; ``tests/test_word_units_enumerated.py``). A unit is the finest span both tokenizations can
+compare; its estimator's variance grows with the unit's log-ratio, as a sequence-level one's does with the
+sequence's.
 
 The gate (``w``): per prompt group, a peer teaches where its verified success rate on its own K rollouts of the
 prompt is above the learner's (``gate: competence``; NaN, nothing scored, teaches nothing), or always

@@ -114,7 +114,8 @@ def sequence_kl(learner_logps: torch.Tensor, generator_logps: torch.Tensor, mask
     generator's tokens of its word are the learner's, the whole word where they are not (``groups``,
     :func:`~mutualrl.regimes.core.word_units.comparison_groups`; None: every token its own). Across tokenizers THL
     spreads a split word's log-prob over the learner's tokens of it, and a per-token term of that spread is no
-    divergence (an agreeing peer's number-heavy answer would pass the bound); per word the terms are exact. What each
+    divergence (an agreeing peer's number-heavy answer would pass the bound); per word the terms are exact where a
+    word's tokens say where it ends (not where the next token does: docs/regimes.md, OPD's "The limit"). What each
     estimator's expectation over the generator's samples is (per unit at the generator's own prefix; docs/regimes.md,
     "Which sequence KL"):
 
