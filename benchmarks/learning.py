@@ -54,6 +54,8 @@ REGIME_ARGS = {
                  "--set", "regime.prp.kl_bound=50.0"],
     # Mutual on-policy distillation (GKD/MiniLLM across tokenizers; docs/regimes.md): the regime's defaults.
     "opd": ["--regime", "opd"],
+    # OPD's distillation with SGT's rescue in one loss (issue 97; docs/regimes.md): the recipe's regime.opdsgt.
+    "opd-sgt": ["--regime", "opd-sgt"],
 }
 MAIN_REGIMES = ("standalone", "sgt")  # run on every seed of --seeds
 WEAK_TARGET, STRONG_TARGET = 0.30, -0.05
