@@ -255,6 +255,8 @@ def main() -> None:
     other_seeds = [int(s) for s in args.other_seeds.split(",") if s]
     own_seeds = {name: [int(s) for s in value.split(",") if s]
                  for name, _, value in (item.partition("=") for item in args.regime_seeds)}
+    if set(own_seeds) - set(regimes):
+        parser.error(f"--regime-seeds: {', '.join(sorted(set(own_seeds) - set(regimes)))} not in --regimes")
     extra = [x for item in args.set for x in ("--set", item)]
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
