@@ -2,7 +2,7 @@
 from their judgements of its own (OPD's exchange), and where its whole group failed, from one verified peer success
 (SGT's rescue), in one loss.
 
-Per step, lock-step (docs/regimes.md, "Beyond the paper: on-policy distillation with a rescue"):
+Per step, lock-step (docs/regimes.md, "Beyond the paper: OPD with SGT's rescue"):
 
 1. publish this rank's rollout records with their token spans and read the peers' round (the base adapter);
 2. judge every peer rollout of this rank's groups with this policy's model and publish the judgements; read the

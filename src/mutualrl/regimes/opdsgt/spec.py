@@ -3,7 +3,7 @@
 OPD's per-token reverse-KL signal from the peers' judgements of the learner's own rollouts (where a peer is the more
 competent on the prompt) and SGT's NLL on one verified peer success (where every own rollout failed), in one loss.
 The maths is :mod:`mutualrl.regimes.opdsgt.maths`, the adapter :class:`~mutualrl.regimes.opdsgt.adapter.
-OPDSGTAdapter`; docs/regimes.md, "Beyond the paper: on-policy distillation with a rescue".
+OPDSGTAdapter`; docs/regimes.md, "Beyond the paper: OPD with SGT's rescue".
 """
 
 from __future__ import annotations
