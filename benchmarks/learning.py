@@ -54,6 +54,8 @@ REGIME_ARGS = {
                  "--set", "regime.prp.kl_bound=50.0"],
     # Mutual on-policy distillation (GKD/MiniLLM across tokenizers; docs/regimes.md): the regime's defaults.
     "opd": ["--regime", "opd"],
+    # OPD's distillation with SGT's rescue in one loss (issue 97; docs/regimes.md): the recipe's regime.opdsgt.
+    "opd-sgt": ["--regime", "opd-sgt"],
 }
 MAIN_REGIMES = ("standalone", "sgt")  # run on every seed of --seeds
 WEAK_TARGET, STRONG_TARGET = 0.30, -0.05
@@ -237,6 +239,8 @@ def main() -> None:
     parser.add_argument("--seeds", default="1,2,3,4,5", help="seeds of standalone and sgt")
     parser.add_argument("--other-seeds", default="1,2,3", help="seeds of the other regimes")
     parser.add_argument("--quick", action="store_true", help="standalone and sgt on seeds 1,2 only (~15 min)")
+    parser.add_argument("--regime-seeds", action="append", default=[], metavar="REGIME=SEEDS",
+                        help="seeds of one regime instead of --seeds/--other-seeds (opd=1,2,3); repeatable")
     parser.add_argument("--max-steps", type=int, default=None)
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "learning")
     parser.add_argument("--set", action="append", default=[], help="extra --set overrides for every run")
@@ -249,6 +253,10 @@ def main() -> None:
         parser.error(f"--regimes: unknown {', '.join(unknown)}; known: {', '.join(REGIME_ARGS)}")
     seeds = [1, 2] if args.quick else [int(s) for s in args.seeds.split(",")]
     other_seeds = [int(s) for s in args.other_seeds.split(",") if s]
+    own_seeds = {name: [int(s) for s in value.split(",") if s]
+                 for name, _, value in (item.partition("=") for item in args.regime_seeds)}
+    if set(own_seeds) - set(regimes):
+        parser.error(f"--regime-seeds: {', '.join(sorted(set(own_seeds) - set(regimes)))} not in --regimes")
     extra = [x for item in args.set for x in ("--set", item)]
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -257,7 +265,7 @@ def main() -> None:
     costs: dict[str, dict[int, dict]] = {}
     for regime in regimes:
         runs[regime], curves[regime] = {}, {}
-        for seed in seeds if regime in MAIN_REGIMES else other_seeds:
+        for seed in own_seeds.get(regime, seeds if regime in MAIN_REGIMES else other_seeds):
             run_dir = run_one(args.pool, regime, seed, args.out, args.max_steps, extra)
             runs[regime][seed] = json.loads((run_dir / "summary.json").read_text())
             costs.setdefault(regime, {})[seed] = step_costs(run_dir)

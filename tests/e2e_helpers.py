@@ -117,6 +117,7 @@ TINY_REGIMES_2_STEPS = {
     "prp-learner": ("--regime", "prp", "--set", "regime.prp.denominator=learner"),
     "grpo-randpert": ("--regime", "grpo-randpert"),
     "opd": ("--regime", "opd"),
+    "opd-sgt": ("--regime", "opd-sgt"),
 }
 """2 steps of each of the other regimes (``TINY + ("--max-steps", "2") + args``)."""
 

@@ -1,5 +1,5 @@
 """A run resumed from its checkpoint ends with the bytes of an uninterrupted one, for every regime that exchanges
-rollouts or carries state from one step to the next (SGT, PRP, XGRPO, OPD; standalone GRPO beside them), end to end.
+rollouts or carries state from one step to the next (SGT, PRP, XGRPO, OPD, opd-sgt; standalone GRPO beside them), end to end.
 
 Each test rides on a run the suite already makes, as the uninterrupted reference (``tiny_regime_2_steps``,
 ``sgt_3_steps`` and its standalone baseline), and adds the shortest run that crosses a checkpoint and a resume: the
@@ -52,15 +52,16 @@ def assert_same_bytes(reference: Path, resumed: Path, steps: int) -> None:
         assert weights[0].read_bytes() == weights[1].read_bytes(), f"{policy}: resumed weights differ"
 
 
-@pytest.mark.parametrize("tiny_regime_2_steps", ["xgrpo", "prp-peer", "opd"], indirect=True)
+@pytest.mark.parametrize("tiny_regime_2_steps", ["xgrpo", "prp-peer", "opd", "opd-sgt"], indirect=True)
 def test_a_regime_resumed_at_step_1_ends_with_the_uninterrupted_runs_weights(tiny_regime_2_steps, request, tmp_path):
     """XGRPO (the peers' advantages of each step), PRP with the peer denominator (the peers' rows and traces), OPD
-    (the peers' judgements of the learner's own rollouts, through nested exchanges): 2 steps, the second resumed."""
+    (the peers' judgements of the learner's own rollouts, through nested exchanges), opd-sgt (those judgements, the
+    rescues and their per-prompt budget, its saved state): 2 steps, the second resumed."""
     reference, done = tiny_regime_2_steps
     assert_ok(done)
     name = request.node.callspec.params["tiny_regime_2_steps"]
     resumed = tmp_path / "resumed"
-    ended_at_step_1_and_resumed(resumed, (*TINY, *TINY_REGIMES_2_STEPS[name]), 2, keeps_state=False)
+    ended_at_step_1_and_resumed(resumed, (*TINY, *TINY_REGIMES_2_STEPS[name]), 2, keeps_state=name == "opd-sgt")
     assert_same_bytes(reference, resumed, 2)
 
 

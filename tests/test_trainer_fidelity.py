@@ -1,6 +1,7 @@
-"""App. "Infrastructure fidelity": the standalone regime is vanilla TRL GRPO, parameter for parameter; so is on-policy
-distillation (``opd``) with ``lam: 0``, its whole exchange running (a peer's round, judging it, the peer's judgements
-of every rollout read and aligned)."""
+"""App. "Infrastructure fidelity": the standalone regime is vanilla TRL GRPO, parameter for parameter; so are on-policy
+distillation (``opd``) with ``lam: 0`` and its composition with SGT's rescue (``opd-sgt``) with ``lam: 0`` and
+``rescue_lam: 0``, their whole exchange running (a peer's round, judging it, the peer's judgements of every rollout
+read and aligned, the rescue gate firing)."""
 
 from __future__ import annotations
 
@@ -60,35 +61,40 @@ def test_standalone_trainer_matches_vanilla_grpo(tmp_path):
     assert diff <= 1e-6
     assert torch.equal(next(vanilla_model.parameters()), next(mutual_model.parameters()))
 
-    # On-policy distillation at lam 0 with a scripted peer that solves every prompt (so the gate fires on every
-    # prompt the learner does not solve) and judges every learner token at -1: bit for bit vanilla GRPO.
-    opd_model = AutoModelForCausalLM.from_pretrained(folder)
-    opd = opd_trainer(opd_model, tokenizer, dataset, tmp_path)
-    peer = threading.Thread(target=scripted_peer, args=(tmp_path / "see", 3), daemon=True)
-    peer.start()
-    opd.train()
-    peer.join(60)
-    gates = [row["opd/gate_rate"] for row in opd.state.log_history if "opd/gate_rate" in row]
-    assert len(gates) == 3 and any(g > 0 for g in gates)  # the gate fired: the signal was there, times 0
-    assert all(row["opd/judged_share"] == 1.0 for row in opd.state.log_history if "opd/judged_share" in row)
-    assert all(torch.equal(p, q) for p, q in zip(vanilla_model.parameters(), opd_model.parameters()))
+    # On-policy distillation at lam 0, and with the rescue at lam 0 and rescue_lam 0, each with a scripted peer that
+    # solves every prompt (so the gates fire on every prompt the learner does not solve) and judges every learner
+    # token at -1: bit for bit vanilla GRPO.
+    for regime, overrides, gate in (("opd", ["regime.opd.lam=0"], "gate_rate"),
+                                    ("opd-sgt", ["regime.opdsgt.lam=0", "regime.opdsgt.rescue_lam=0"], "rescue_rate")):
+        model = AutoModelForCausalLM.from_pretrained(folder)
+        trainer = zero_lambda_trainer(regime, overrides, model, tokenizer, dataset, tmp_path / regime)
+        peer = threading.Thread(target=scripted_peer, args=(tmp_path / regime / "see", 3), daemon=True)
+        peer.start()
+        trainer.train()
+        peer.join(60)
+        gates = [row[f"{regime}/{gate}"] for row in trainer.state.log_history if f"{regime}/{gate}" in row]
+        assert len(gates) == 3 and any(g > 0 for g in gates), regime  # the gate fired: the signal was there, times 0
+        shares = [row[f"{regime}/judged_share"] for row in trainer.state.log_history if f"{regime}/judged_share" in row]
+        assert len(shares) == 3 and all(share == 1.0 for share in shares), regime
+        assert all(torch.equal(p, q) for p, q in zip(vanilla_model.parameters(), model.parameters())), regime
 
 
-def opd_trainer(model, tokenizer, dataset, tmp_path) -> MutualGRPOTrainer:
-    """The policy ``tiny-bpe`` of the tiny pool under ``opd`` with ``lam: 0``, over a real SEE in ``tmp_path/see``."""
+def zero_lambda_trainer(regime, overrides, model, tokenizer, dataset, folder) -> MutualGRPOTrainer:
+    """The policy ``tiny-bpe`` of the tiny pool under ``regime`` with ``overrides`` (its weights at 0), over a real SEE
+    in ``folder/see``."""
     from mutualrl.see.exchange import ExperienceExchange
     from mutualrl.training.adapters import make_regime_adapter
 
-    config = load_run_config("tiny", regime="opd", overrides=["regime.opd.lam=0"], check_grpo=False).config
-    exchange = ExperienceExchange(tmp_path / "see", "run", "tiny-bpe", policies=["tiny-bpe", "tiny-sp"],
+    config = load_run_config("tiny", regime=regime, overrides=overrides, check_grpo=False).config
+    exchange = ExperienceExchange(folder / "see", "run", "tiny-bpe", policies=["tiny-bpe", "tiny-sp"],
                                   barrier_timeout_s=60, poll_interval_s=0.01)
-    return MutualGRPOTrainer(model=model, reward_funcs=_reward, args=_args(str(tmp_path / "o")), train_dataset=dataset,
+    return MutualGRPOTrainer(model=model, reward_funcs=_reward, args=_args(str(folder / "o")), train_dataset=dataset,
                              processing_class=tokenizer, policy_name="tiny-bpe",
                              regime=make_regime_adapter(config, "tiny-bpe", exchange))
 
 
 def scripted_peer(root, steps: int) -> None:
-    """The peer ``tiny-sp`` of :func:`opd_trainer`, for ``steps`` rounds, through the same SEE calls a policy makes:
+    """The peer ``tiny-sp`` of :func:`zero_lambda_trainer`, for ``steps`` rounds, through the same SEE calls a policy makes:
     it reads the learner's round, publishes its own (the learner's rollouts as its own, every one solved) and its
     judgements of the learner's rollouts (the learner's tokens and spans, each at -1); no torch, so no random
     stream of the learner's is touched."""

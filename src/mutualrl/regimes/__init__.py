@@ -5,7 +5,7 @@
   <-> the maths; imported only by the training layer): ``standalone``, ``xgrpo`` (Regime 2),
   ``sgt`` (Regime 3), ``prp`` (Regime 1), ``randpert`` (the ``grpo-randpert`` control), ``hacpo`` (HACPO,
   arXiv 2603.02604, on PRP's pooled rows), ``opd`` (mutual on-policy distillation: peers judge the learner's
-  rollouts).
+  rollouts), ``opdsgt`` (``opd-sgt``: that distillation and SGT's rescue in one loss).
 - :mod:`~mutualrl.regimes.api` — the one module of mutualrl a regime folder imports besides its own files: the
   spec and registration, the metric types and words, the seam the trainer hands a regime, the shared maths and the
   adapter's building blocks (docs/architecture.md, "Adding a regime").

@@ -1,0 +1,107 @@
+"""opd-sgt, on-policy distillation with a rescue (beyond the paper): settings, metrics, registration.
+
+OPD's per-token reverse-KL signal from the peers' judgements of the learner's own rollouts (where a peer is the more
+competent on the prompt) and SGT's NLL on one verified peer success (where every own rollout failed), in one loss.
+The maths is :mod:`mutualrl.regimes.opdsgt.maths`, the adapter :class:`~mutualrl.regimes.opdsgt.adapter.
+OPDSGTAdapter`; docs/regimes.md, "Beyond the paper: OPD with SGT's rescue".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mutualrl.regimes.api import (FREE, NONNEGATIVE, NONPOSITIVE, UNIT, GRPOBatch, MetricWords, RegimeSpec,
+                                  register_regime, whole_count)
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass
+class OPDSGTSettings:
+    """On-policy distillation (GKD, arXiv 2306.13649) with Success-Gated Transfer's rescue, one objective."""
+
+    lam: float = field(default=0.1, metadata={
+        "ge": 0, "help": "lambda: weight of the per-token distillation signal (teacher log-prob - own log-prob) added "
+                         "to the GRPO advantage where a peer is the more competent; 0 with rescue_lam 0 is standalone "
+                         "GRPO"})
+    rescue_lam: float = field(default=0.1, metadata={
+        "ge": 0, "help": "lambda_r: weight of the NLL of one verified peer success on a prompt whose every own "
+                         "rollout failed (SGT's rescue), relative to GRPO"})
+    success_threshold: float = field(default=0.8, metadata={
+        "help": "a rollout with a combined reward above this is a verified success (the teacher's success rate, the "
+                "rescue's candidates)"})
+    failure_threshold: float = field(default=0.2, metadata={
+        "help": "an own rollout with a combined reward below this failed; the rescue fires where every scored one "
+                "did"})
+    max_rescues_per_prompt: int | None = field(default=None, metadata={
+        "ge": 1, "help": "over the whole run, how many steps may rescue one prompt for this learner (unset: no limit); "
+                         "the distillation signal is not limited. The counts are saved with each checkpoint."})
+
+
+class OPDSGTBatch(GRPOBatch, total=False):
+    """The keys opd-sgt adds to TRL's batch (``R``: the rescue's tokens)."""
+
+    opdsgt_completion_ids: torch.Tensor  # int64 [B, R] the rescue on the first row of a rescued prompt, padding else
+    opdsgt_completion_mask: torch.Tensor  # int64 [B, R]
+    opdsgt_weight: torch.Tensor  # float32 [B] the rescue NLL's weight of each row (0 off the rescued rows)
+
+
+def check_opdsgt_settings(settings: OPDSGTSettings) -> tuple[str, str] | None:
+    if settings.failure_threshold > settings.success_threshold:
+        return "failure_threshold", f"must not exceed success_threshold ({settings.success_threshold})"
+    return None
+
+
+def check_opdsgt_grpo(grpo: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The distillation signal is per token; GSPO's sequence ratio would train every token with the row's mean."""
+    if grpo.get("importance_sampling_level") == "sequence":
+        return "importance_sampling_level", ("'sequence' (GSPO) under regime opd-sgt: TRL's sequence ratio averages "
+                                             "the tokens' log-ratios, so every token would train with the mean of "
+                                             "the row's per-token advantages; use 'token' (TRL's default)")
+    return None
+
+
+def check_opdsgt_state(state: Mapping[str, Any]) -> str | None:
+    """The saved rescue counters: whole numbers >= 0, one per prompt id."""
+    if not whole_count(state.get("rescues_total")):
+        return f"rescues_total {str(state.get('rescues_total'))[:40]} is not a whole number >= 0"
+    by_prompt = state.get("rescues_by_prompt", {})
+    if not isinstance(by_prompt, dict):
+        return "rescues_by_prompt is not a mapping of prompt ids to counts"
+    wrong = next((key for key, count in by_prompt.items() if not whole_count(count)), None)
+    if wrong is not None:
+        return f"rescues_by_prompt[{wrong[:80]!r}] {str(by_prompt[wrong])[:40]} is not a whole number >= 0"
+    return None
+
+
+OPD_SGT = register_regime(RegimeSpec(
+    name="opd-sgt",
+    help="on-policy distillation with a rescue: per-token reverse-KL advantage where a peer is the more competent, "
+         "plus NLL on a verified peer success where the learner's whole group failed",
+    needs_peers=True,
+    lock_step_only=True,
+    settings_key="opdsgt",
+    settings=OPDSGTSettings,
+    batch=OPDSGTBatch,
+    adapter="mutualrl.regimes.opdsgt.adapter:OPDSGTAdapter",
+    status=(("rescues", "rescues"), ("distill_rate", "distil")),
+    metrics=(
+        ("distill_rate", MetricWords("opd-sgt distillation rate", "share of prompts with a teaching peer", UNIT)),
+        ("rescue_rate", MetricWords("opd-sgt rescue rate", "share of prompts rescued", UNIT)),
+        ("rescues", MetricWords("opd-sgt rescues", "prompts rescued this step", NONNEGATIVE)),
+        ("rescues_total", MetricWords("opd-sgt rescues so far", "prompts rescued, cumulative", NONNEGATIVE)),
+        ("reverse_kl", MetricWords("opd-sgt reverse KL (sample estimate)", "own - teacher log-prob (nats per token)",
+                                   FREE)),
+        ("signal_abs", MetricWords("opd-sgt signal size (λ-weighted)", "|λ·(teacher − own)| per token", NONNEGATIVE)),
+        ("nll_term", MetricWords("opd-sgt rescue NLL term (λ_r-weighted)", "NLL (nats per token)", NONNEGATIVE)),
+        ("rescue_logp", MetricWords("learner log-prob of rescued answers", "sequence log-prob (nats)", NONPOSITIVE)),
+        ("judged_share", MetricWords("rollouts judged by every peer", "share of (rollout, peer) pairs", UNIT)),
+    ),
+    check=check_opdsgt_settings,
+    grpo_check=check_opdsgt_grpo,
+    state_check=check_opdsgt_state,
+    order=7,
+))
