@@ -4,7 +4,8 @@
   (the variable naming plugin regimes), the words a plot puts on a metric (:class:`MetricWords` and its ranges
   ``FREE``, ``UNIT``, ``NONNEGATIVE``, ``NONPOSITIVE``), and the pooled-rows settings PRP and HACPO share
   (:class:`PooledRowsSettings`, :func:`ratio_metrics`); :class:`UsageError`, what a regime raises on bad settings
-  or input (one line, exit 2); :func:`whole_count`, for a ``state_check`` of saved counters.
+  or input (one line, exit 2); :func:`whole_count` and :func:`check_rescue_counts` (a rescue budget's counters), for
+  a ``state_check`` of saved counters.
 - The metrics a regime returns, by how each is reduced over the ranks: :class:`Share`, :class:`Total`,
   :class:`Quantile`.
 - What the trainer hands a regime (the seam): :class:`GRPOBatch` (TRL's batch), :class:`StepRollouts` (this
@@ -19,7 +20,9 @@
   of the learner's own rollouts (each peer's forward pass over them, through the SEE): :class:`JudgementChannel`,
   :func:`judge_rollouts`, :func:`aligned_judgements` (THL onto the learner's tokens), :func:`own_logps`, :func:`timed`.
 - Comparing two policies across tokenizers (per token where the tokens match, per word where they do not):
-  :func:`comparison_groups`, :func:`singleton_groups`, :func:`unit_totals`, :func:`unit_heads`.
+  :func:`comparison_groups`, :func:`singleton_groups`, :func:`unit_totals`, :func:`unit_heads`; on-policy
+  distillation over them: :func:`distillation_signal`, :func:`success_rates` (which picks a teacher), and
+  :class:`JudgedAdapter`, the base adapter of a regime whose peers judge its rollouts.
 
 The names live in :mod:`mutualrl.regimes.core`; this module only gathers them. A ``spec.py`` must stay torch-free
 (config loading and every CLI command import every spec), so the names whose modules import torch are imported on
@@ -38,7 +41,7 @@ from mutualrl.regimes.core.pooled_spec import PooledRowsSettings, ratio_metrics
 from mutualrl.regimes.core.rank_metrics import Quantile, Share, Total
 from mutualrl.regimes.core.regime_spec import RegimeFlag, RegimeSpec, register_regime
 from mutualrl.regimes.core.registry import ENV_VAR
-from mutualrl.regimes.core.state_file import whole_count
+from mutualrl.regimes.core.state_file import check_rescue_counts, whole_count
 from mutualrl.regimes.core.trainer_interface import TOKEN_WEIGHTS, GRPOBatch, StepRollouts, TrainerView
 
 #: The names whose modules import torch -> the module that defines each, imported on first use. A plain literal:
@@ -62,12 +65,14 @@ TORCH_NAMES = {
     "timed": "mutualrl.regimes.core.judgements",
     "comparison_groups": "mutualrl.regimes.core.word_units", "singleton_groups": "mutualrl.regimes.core.word_units",
     "unit_heads": "mutualrl.regimes.core.word_units", "unit_totals": "mutualrl.regimes.core.word_units",
+    "distillation_signal": "mutualrl.regimes.core.distillation",
+    "success_rates": "mutualrl.regimes.core.distillation", "JudgedAdapter": "mutualrl.regimes.core.judged_adapter",
 }
 
 __all__ = [
     "ENV_VAR", "FREE", "NONNEGATIVE", "NONPOSITIVE", "TOKEN_WEIGHTS", "UNIT", "GRPOBatch", "MetricWords",
     "PooledRowsSettings", "Quantile", "RegimeFlag", "RegimeSpec", "Share", "StepRollouts", "Total", "TrainerView",
-    "UsageError", "ratio_metrics", "register_regime", "whole_count", *TORCH_NAMES,
+    "UsageError", "check_rescue_counts", "ratio_metrics", "register_regime", "whole_count", *TORCH_NAMES,
 ]
 
 

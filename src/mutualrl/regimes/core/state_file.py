@@ -98,3 +98,17 @@ def _regime_problem(regime: str, state: dict[str, Any]) -> str | None:
 def whole_count(value: Any) -> bool:
     """A JSON whole number >= 0 (not a boolean, not a float)."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def check_rescue_counts(state: Any) -> str | None:
+    """A rescue budget's saved counters (SGT's, opd-sgt's ``state_dict``): ``rescues_total`` and, per prompt id, the
+    steps that rescued it, whole numbers >= 0; None when they are, else what is wrong."""
+    if not whole_count(state.get("rescues_total")):
+        return f"rescues_total {str(state.get('rescues_total'))[:40]} is not a whole number >= 0"
+    by_prompt = state.get("rescues_by_prompt", {})
+    if not isinstance(by_prompt, dict):
+        return "rescues_by_prompt is not a mapping of prompt ids to counts"
+    wrong = next((key for key, count in by_prompt.items() if not whole_count(count)), None)
+    if wrong is not None:
+        return f"rescues_by_prompt[{wrong[:80]!r}] {str(by_prompt[wrong])[:40]} is not a whole number >= 0"
+    return None

@@ -19,21 +19,17 @@ standalone GRPO's, bit for bit (the judging still runs, at no gradient).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from mutualrl.regimes.api import (
     GRPOBatch,
-    JudgementChannel,
-    RegimeAdapter,
+    JudgedAdapter,
     StepRollouts,
-    TrainerView,
     aligned_judgements,
     gather_peer_groups,
-    judge_rollouts,
     own_logps,
-    timed,
 )
 from mutualrl.regimes.opd.spec import OPD, OPDSettings
 
@@ -41,32 +37,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
-class OPDAdapter(RegimeAdapter):
+class OPDAdapter(JudgedAdapter):
     spec = OPD
     settings: OPDSettings  # typed view of RegimeAdapter.settings
-    peer_columns = ("prompt_id", "sample_index", "reward", "response_text", "finished")
-    publishes_spans = True  # this policy's own spans, kept from its records: its peers' judgements are aligned onto them
-
-    def __init__(self, *args: Any, **kwargs: Any):
-        super().__init__(*args, **kwargs)
-        self.channel: JudgementChannel | None = None
-        self.own_records: pa.Table | None = None
-
-    def bind(self, trainer: TrainerView) -> None:
-        super().bind(trainer)
-        if self.exchange is None:
-            return
-        self.channel = JudgementChannel(self.exchange, self.peers)
-
-    def build_records(self, output: GRPOBatch, rollouts: StepRollouts) -> Any:
-        records = super().build_records(output, rollouts)
-        self.own_records = records.to_table()  # the text and spans the peers judge, as published
-        return records
-
-    def prune_records(self, step: int) -> None:
-        super().prune_records(step)
-        if self.channel is not None:
-            self.channel.prune(step)
 
     def transform(self, output: GRPOBatch, rollouts: StepRollouts,
                   peers: dict[str, pa.Table]) -> tuple[GRPOBatch, dict[str, float]]:
@@ -82,13 +55,7 @@ class OPDAdapter(RegimeAdapter):
         )
 
         settings, trainer, step = self.settings, self.trainer, rollouts.step
-        rollouts.require_whole_groups(self.name)
-        judged, judge_s = timed(lambda: judge_rollouts(trainer, output, rollouts, peers, self.peers))
-        for name, records in judged.records.items():
-            self.channel.publish(step, name, records)
-        with self.phase("waiting for peers' judgements"):
-            tables, wait_s = timed(lambda: self.channel.read(step, self.peers))
-        trainer.record_metrics({"mutual/judge_s": judge_s, "mutual/judgements_wait_s": wait_s})
+        judged, tables = self.exchange_judgements(output, rollouts, peers)
 
         k = rollouts.num_generations
         prompts = rollouts.prompt_ids_local[::k]

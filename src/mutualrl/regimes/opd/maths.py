@@ -43,17 +43,8 @@ from typing import Literal
 
 import torch
 
-from mutualrl.regimes.api import Share, Total, check_float, unit_totals
-
-
-def success_rates(rewards: torch.Tensor, success_threshold: float) -> torch.Tensor:
-    """Share of the scored rollouts over the last axis (K) whose reward is above ``success_threshold`` (a verified
-    success); NaN where none is scored. ``[..., K]`` → ``[...]``."""
-    scored = ~torch.isnan(rewards)  # [..., K]
-    wins = (rewards > success_threshold) & scored  # NaN > x is False
-    counted = scored.sum(-1)  # [...]
-    rates = wins.sum(-1).to(torch.float32) / counted.clamp(min=1).to(torch.float32)
-    return torch.where(counted > 0, rates, torch.full_like(rates, float("nan")))
+# distillation_signal, success_rates: shared with opd-sgt (regimes/core/distillation.py), read here by OPD's adapter
+from mutualrl.regimes.api import Share, Total, check_float, distillation_signal, success_rates  # noqa: F401
 
 
 def teaching_peers(own_rate: torch.Tensor, peer_rates: torch.Tensor,
@@ -87,34 +78,6 @@ def teacher_weights(teaching: torch.Tensor, peer_rates: torch.Tensor,
     weights = torch.zeros(peer_rates.shape, dtype=torch.float32)
     weights[torch.arange(len(best)), best] = 1.0
     return weights * teaching.any(-1, keepdim=True).to(torch.float32)  # [P, M-1]
-
-
-def distillation_signal(own_logps: torch.Tensor, peer_logps: torch.Tensor, valid: torch.Tensor,
-                        weights: torch.Tensor, groups: torch.Tensor | None = None) -> torch.Tensor:
-    """``Σ_j w_{i,j} δ^j_t`` per learner token, float32 ``[B, T]``: ``δ^j_t`` is the log-ratio ``ℓ^j_peer − ℓ_own`` of
-    the token's comparison unit (``groups``): the token's own where the peer's tokens of its word are the learner's,
-    the whole word's ``log π_j(u) − log π_θ(u)`` on each of its tokens where they are not (module docstring).
-
-    ``own_logps`` ``[B, T]``: the learner's log-probs of its tokens at generation; ``peer_logps`` ``[B, M-1, T]``: each
-    peer's trace aligned onto those tokens; ``valid`` bool ``[B, M-1, T]``: the tokens the peer's trace reached (a unit
-    of the learner's text, or its EOS); ``weights`` ``[B, M-1]``: the row's prompt's teacher weights; ``groups`` int64
-    ``[B, M-1, T]``: each token's comparison unit as the position of its first token
-    (:func:`~mutualrl.regimes.core.word_units.comparison_groups`; None: every token its own, the same tokenizer). A
-    token outside ``valid`` gets no signal from that peer (an exact 0, whatever the log-probs there)."""
-    check_float("own_logps", own_logps, 2, "[B, T]")
-    check_float("peer_logps", peer_logps, 3, "[B, M-1, T]")
-    b, t = own_logps.shape
-    if peer_logps.shape[0] != b or peer_logps.shape[2] != t or valid.shape != peer_logps.shape:
-        raise ValueError(f"peer_logps and valid must have shape [B={b}, M-1, T={t}]; got "
-                         f"{tuple(peer_logps.shape)} and {tuple(valid.shape)}")
-    if weights.shape != peer_logps.shape[:2]:
-        raise ValueError(f"weights must have shape [B, M-1] = {tuple(peer_logps.shape[:2])}; got {tuple(weights.shape)}")
-    delta = peer_logps.to(torch.float32) - own_logps.to(torch.float32)[:, None, :]  # [B, M-1, T]
-    reached = valid & (weights[:, :, None] > 0)  # [B, M-1, T]
-    delta = torch.where(reached, delta, torch.zeros_like(delta))  # [B, M-1, T]
-    if groups is not None:
-        delta = torch.where(reached, unit_totals(delta, groups), torch.zeros_like(delta))  # [B, M-1, T] per word
-    return (weights.to(torch.float32)[:, :, None] * delta).sum(1)  # [B, T]
 
 
 def opd_advantages(advantages: torch.Tensor, signal: torch.Tensor, mask: torch.Tensor, lam: float,

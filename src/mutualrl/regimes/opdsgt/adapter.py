@@ -24,18 +24,14 @@ import torch
 
 from mutualrl.regimes.api import (
     GRPOBatch,
-    JudgementChannel,
-    RegimeAdapter,
+    JudgedAdapter,
     Share,
     StepRollouts,
-    TrainerView,
     aligned_judgements,
     attach_sequences,
     gather_peer_groups,
-    judge_rollouts,
     learner_responses,
     own_logps,
-    timed,
 )
 from mutualrl.regimes.opdsgt.spec import OPD_SGT, OPDSGTSettings
 
@@ -46,16 +42,12 @@ PREFIX: Final = "opdsgt"
 """The prefix of the batch keys this regime adds (``opdsgt_completion_ids``, ...: ``spec.OPDSGTBatch``)."""
 
 
-class OPDSGTAdapter(RegimeAdapter):
+class OPDSGTAdapter(JudgedAdapter):
     spec = OPD_SGT
     settings: OPDSGTSettings  # typed view of RegimeAdapter.settings
-    peer_columns = ("prompt_id", "sample_index", "reward", "response_text", "finished")
-    publishes_spans = True  # the peers' judgements are aligned onto this policy's own spans
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.channel: JudgementChannel | None = None
-        self.own_records: pa.Table | None = None
         self.rescues_total = 0
         self.rescues_by_prompt: dict[str, int] = {}  # steps that rescued each prompt (the run's rescue budget)
 
@@ -66,21 +58,6 @@ class OPDSGTAdapter(RegimeAdapter):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rescues_total = int(state["rescues_total"])
         self.rescues_by_prompt = {str(key): int(value) for key, value in state.get("rescues_by_prompt", {}).items()}
-
-    def bind(self, trainer: TrainerView) -> None:
-        super().bind(trainer)
-        if self.exchange is not None:
-            self.channel = JudgementChannel(self.exchange, self.peers)
-
-    def build_records(self, output: GRPOBatch, rollouts: StepRollouts) -> Any:
-        records = super().build_records(output, rollouts)
-        self.own_records = records.to_table()  # the text and spans the peers judge, as published
-        return records
-
-    def prune_records(self, step: int) -> None:
-        super().prune_records(step)
-        if self.channel is not None:
-            self.channel.prune(step)
 
     def transform(self, output: GRPOBatch, rollouts: StepRollouts,
                   peers: dict[str, pa.Table]) -> tuple[GRPOBatch, dict[str, float]]:
@@ -96,13 +73,7 @@ class OPDSGTAdapter(RegimeAdapter):
         )
 
         settings, trainer, step = self.settings, self.trainer, rollouts.step
-        rollouts.require_whole_groups(self.name)
-        judged, judge_s = timed(lambda: judge_rollouts(trainer, output, rollouts, peers, self.peers))
-        for name, records in judged.records.items():
-            self.channel.publish(step, name, records)
-        with self.phase("waiting for peers' judgements"):
-            tables, wait_s = timed(lambda: self.channel.read(step, self.peers))
-        trainer.record_metrics({"mutual/judge_s": judge_s, "mutual/judgements_wait_s": wait_s})
+        judged, tables = self.exchange_judgements(output, rollouts, peers)
 
         k = rollouts.num_generations
         prompts = rollouts.prompt_ids_local[::k]

@@ -32,17 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from mutualrl.regimes.api import Share, Total, check_float, unit_totals
-
-
-def success_rates(rewards: torch.Tensor, success_threshold: float) -> torch.Tensor:
-    """Share of the scored rollouts over the last axis (K) whose reward is above ``success_threshold``; NaN where
-    none is scored. ``[..., K]`` → ``[...]``."""
-    scored = ~torch.isnan(rewards)  # [..., K]
-    wins = (rewards > success_threshold) & scored  # [..., K]
-    counted = scored.sum(-1)  # [...]
-    rates = wins.sum(-1).to(torch.float32) / counted.clamp(min=1).to(torch.float32)  # [...]
-    return torch.where(counted > 0, rates, torch.full_like(rates, float("nan")))
+from mutualrl.regimes.api import Share, Total, check_float, distillation_signal, success_rates
 
 
 def teacher_weights(own_rewards: torch.Tensor, peer_rewards: torch.Tensor, success_threshold: float) -> torch.Tensor:
@@ -92,28 +82,6 @@ def choose_rescues(peer_rewards: torch.Tensor, gated: torch.Tensor, success_thre
     position = hit.long().argmax(-1)  # [P]
     chosen = torch.stack([position // k, position % k], dim=1)  # [P, 2]
     return torch.where((count > 0)[:, None], chosen, torch.full_like(chosen, -1))
-
-
-def distillation_signal(own_logps: torch.Tensor, peer_logps: torch.Tensor, valid: torch.Tensor,
-                        weights: torch.Tensor, groups: torch.Tensor | None = None) -> torch.Tensor:
-    """``Σ_j w_{i,j} δ^j_t`` float32 ``[B, T]``: ``own_logps`` ``[B, T]`` (the learner's log-probs of its tokens at
-    generation), ``peer_logps`` ``[B, M-1, T]`` (each peer's trace aligned onto them by THL), ``valid`` bool
-    ``[B, M-1, T]`` (the tokens the trace reached), ``weights`` ``[B, M-1]`` (the row's prompt's teacher weights),
-    ``groups`` int64 ``[B, M-1, T]`` (each token's comparison unit as the position of its first token; None: every
-    token its own). Outside ``valid`` a peer adds an exact 0, whatever the log-probs there."""
-    check_float("own_logps", own_logps, 2, "[B, T]")
-    check_float("peer_logps", peer_logps, 3, "[B, M-1, T]")
-    b, t = own_logps.shape
-    if peer_logps.shape[0] != b or peer_logps.shape[2] != t or valid.shape != peer_logps.shape:
-        raise ValueError(f"peer_logps and valid must have shape [B={b}, M-1, T={t}]; got "
-                         f"{tuple(peer_logps.shape)} and {tuple(valid.shape)}")
-    if weights.shape != peer_logps.shape[:2]:
-        raise ValueError(f"weights must have shape [B, M-1] = {tuple(peer_logps.shape[:2])}; got {tuple(weights.shape)}")
-    reached = valid & (weights[:, :, None] > 0)  # [B, M-1, T]
-    delta = torch.where(reached, peer_logps.float() - own_logps.float()[:, None, :], torch.zeros(()))  # [B, M-1, T]
-    if groups is not None:
-        delta = torch.where(reached, unit_totals(delta, groups), torch.zeros(()))  # [B, M-1, T] per word
-    return (weights.float()[:, :, None] * delta).sum(1)  # [B, T]
 
 
 def combined_advantages(advantages: torch.Tensor, signal: torch.Tensor, mask: torch.Tensor,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from mutualrl.regimes.api import (FREE, NONNEGATIVE, NONPOSITIVE, UNIT, GRPOBatch, MetricWords, RegimeSpec,
-                                  register_regime, whole_count)
+                                  check_rescue_counts, register_regime)
 
 if TYPE_CHECKING:
     import torch
@@ -64,19 +64,6 @@ def check_opdsgt_grpo(grpo: Mapping[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def check_opdsgt_state(state: Mapping[str, Any]) -> str | None:
-    """The saved rescue counters: whole numbers >= 0, one per prompt id."""
-    if not whole_count(state.get("rescues_total")):
-        return f"rescues_total {str(state.get('rescues_total'))[:40]} is not a whole number >= 0"
-    by_prompt = state.get("rescues_by_prompt", {})
-    if not isinstance(by_prompt, dict):
-        return "rescues_by_prompt is not a mapping of prompt ids to counts"
-    wrong = next((key for key, count in by_prompt.items() if not whole_count(count)), None)
-    if wrong is not None:
-        return f"rescues_by_prompt[{wrong[:80]!r}] {str(by_prompt[wrong])[:40]} is not a whole number >= 0"
-    return None
-
-
 OPD_SGT = register_regime(RegimeSpec(
     name="opd-sgt",
     help="on-policy distillation with a rescue: per-token reverse-KL advantage where a peer is the more competent, "
@@ -102,6 +89,6 @@ OPD_SGT = register_regime(RegimeSpec(
     ),
     check=check_opdsgt_settings,
     grpo_check=check_opdsgt_grpo,
-    state_check=check_opdsgt_state,
+    state_check=check_rescue_counts,  # its saved rescue counters (the adapter's state_dict)
     order=7,
 ))

@@ -7,12 +7,11 @@ successes).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-from mutualrl.regimes.api import (NONNEGATIVE, NONPOSITIVE, UNIT, GRPOBatch, MetricWords, RegimeSpec, register_regime,
-                                  whole_count)
+from mutualrl.regimes.api import (NONNEGATIVE, NONPOSITIVE, UNIT, GRPOBatch, MetricWords, RegimeSpec,
+                                  check_rescue_counts, register_regime)
 
 if TYPE_CHECKING:
     import torch
@@ -69,19 +68,6 @@ def check_sgt_settings(settings: SGTSettings) -> tuple[str, str] | None:
     return None
 
 
-def check_sgt_state(state: Mapping[str, Any]) -> str | None:
-    """SGT's saved counters (the adapter's ``state_dict``): whole numbers >= 0, one per prompt id."""
-    if not whole_count(state.get("rescues_total")):
-        return f"rescues_total {str(state.get('rescues_total'))[:40]} is not a whole number >= 0"
-    by_prompt = state.get("rescues_by_prompt", {})
-    if not isinstance(by_prompt, dict):
-        return "rescues_by_prompt is not a mapping of prompt ids to counts"
-    wrong = next((key for key, count in by_prompt.items() if not whole_count(count)), None)
-    if wrong is not None:
-        return f"rescues_by_prompt[{wrong[:80]!r}] {str(by_prompt[wrong])[:40]} is not a whole number >= 0"
-    return None
-
-
 SGT = register_regime(RegimeSpec(
     name="sgt",
     help="success-gated transfer: NLL on a verified peer success when the learner's whole group failed",
@@ -109,6 +95,6 @@ SGT = register_regime(RegimeSpec(
         ("rescue_logp", MetricWords("learner log-prob of rescued answers", "sequence log-prob (nats)", NONPOSITIVE)),
     ),
     check=check_sgt_settings,
-    state_check=check_sgt_state,
+    state_check=check_rescue_counts,  # its saved rescue counters (the adapter's state_dict)
     order=2,
 ))

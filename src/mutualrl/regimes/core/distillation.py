@@ -1,0 +1,48 @@
+"""On-policy distillation's pieces shared by OPD and opd-sgt: the verified success rate that picks a teacher, and the
+per-token signal across tokenizers, each peer's log-ratio to the learner of the token's comparison unit weighted by
+the peer's teacher weight (docs/regimes.md, OPD's formula table)."""
+
+from __future__ import annotations
+
+import torch
+
+from mutualrl.regimes.core.reward_shapes import check_float
+from mutualrl.regimes.core.word_units import unit_totals
+
+
+def success_rates(rewards: torch.Tensor, success_threshold: float) -> torch.Tensor:
+    """Share of the scored rollouts over the last axis (K) whose reward is above ``success_threshold`` (a verified
+    success); NaN where none is scored. ``[..., K]`` → ``[...]``."""
+    scored = ~torch.isnan(rewards)  # [..., K]
+    wins = (rewards > success_threshold) & scored  # [..., K]; NaN > x is False
+    counted = scored.sum(-1)  # [...]
+    rates = wins.sum(-1).to(torch.float32) / counted.clamp(min=1).to(torch.float32)
+    return torch.where(counted > 0, rates, torch.full_like(rates, float("nan")))
+
+
+def distillation_signal(own_logps: torch.Tensor, peer_logps: torch.Tensor, valid: torch.Tensor,
+                        weights: torch.Tensor, groups: torch.Tensor | None = None) -> torch.Tensor:
+    """``Σ_j w_{i,j} δ^j_t`` per learner token, float32 ``[B, T]``: ``δ^j_t`` is the log-ratio ``ℓ^j_peer − ℓ_own`` of
+    the token's comparison unit (``groups``): the token's own where the peer's tokens of its word are the learner's,
+    the whole word's ``log π_j(u) − log π_θ(u)`` on each of its tokens where they are not (docs/regimes.md, OPD).
+
+    ``own_logps`` ``[B, T]``: the learner's log-probs of its tokens at generation; ``peer_logps`` ``[B, M-1, T]``: each
+    peer's trace aligned onto those tokens; ``valid`` bool ``[B, M-1, T]``: the tokens the peer's trace reached (a unit
+    of the learner's text, or its EOS); ``weights`` ``[B, M-1]``: the row's prompt's teacher weights; ``groups`` int64
+    ``[B, M-1, T]``: each token's comparison unit as the position of its first token
+    (:func:`~mutualrl.regimes.core.word_units.comparison_groups`; None: every token its own, the same tokenizer). A
+    token outside ``valid`` gets no signal from that peer (an exact 0, whatever the log-probs there)."""
+    check_float("own_logps", own_logps, 2, "[B, T]")
+    check_float("peer_logps", peer_logps, 3, "[B, M-1, T]")
+    b, t = own_logps.shape
+    if peer_logps.shape[0] != b or peer_logps.shape[2] != t or valid.shape != peer_logps.shape:
+        raise ValueError(f"peer_logps and valid must have shape [B={b}, M-1, T={t}]; got "
+                         f"{tuple(peer_logps.shape)} and {tuple(valid.shape)}")
+    if weights.shape != peer_logps.shape[:2]:
+        raise ValueError(f"weights must have shape [B, M-1] = {tuple(peer_logps.shape[:2])}; got {tuple(weights.shape)}")
+    delta = peer_logps.to(torch.float32) - own_logps.to(torch.float32)[:, None, :]  # [B, M-1, T]
+    reached = valid & (weights[:, :, None] > 0)  # [B, M-1, T]
+    delta = torch.where(reached, delta, torch.zeros_like(delta))  # [B, M-1, T]
+    if groups is not None:
+        delta = torch.where(reached, unit_totals(delta, groups), torch.zeros_like(delta))  # [B, M-1, T] per word
+    return (weights.to(torch.float32)[:, :, None] * delta).sum(1)  # [B, T]
