@@ -16,9 +16,10 @@
 - The adapter's building blocks (``adapter.py``): :class:`RegimeAdapter` (the base), :class:`PooledRowsAdapter`
   and :class:`PooledStep` (peer rows pooled into the batch), :class:`PeerGroups` and :func:`gather_peer_groups`
   (peer tables as ``[P, M-1, K]`` tensors), :func:`learner_responses` (peer responses as learner token rows),
-  :class:`AppendedRows` and :func:`attach_sequences` (rows and sequences added to TRL's batch); peers' judgements
-  of the learner's own rollouts (each peer's forward pass over them, through the SEE): :class:`JudgementChannel`,
-  :func:`judge_rollouts`, :func:`aligned_judgements` (THL onto the learner's tokens), :func:`own_logps`, :func:`timed`.
+  :class:`AppendedRows`, :func:`attach_sequences` and :func:`attached_rows` (rows and sequences added to TRL's
+  batch, and the rows that carry one); peers' judgements of the learner's own rollouts (each peer's forward pass
+  over them, through the SEE): :class:`JudgementChannel`, :func:`judge_rollouts`, :func:`aligned_judgements` (THL
+  onto the learner's tokens), :func:`own_logps`, :func:`timed`.
 - Comparing two policies across tokenizers (per token where the tokens match, per word where they do not):
   :func:`comparison_groups`, :func:`singleton_groups`, :func:`unit_totals`, :func:`unit_heads`; on-policy
   distillation over them: :func:`distillation_signal`, :func:`success_rates` (which picks a teacher), and
@@ -60,6 +61,7 @@ TORCH_NAMES = {
     "PeerGroups": "mutualrl.regimes.core.peers", "gather_peer_groups": "mutualrl.regimes.core.peers",
     "learner_responses": "mutualrl.regimes.core.peer_responses",
     "AppendedRows": "mutualrl.regimes.core.batch_rows", "attach_sequences": "mutualrl.regimes.core.batch_rows",
+    "attached_rows": "mutualrl.regimes.core.batch_rows",
     "JudgementChannel": "mutualrl.regimes.core.judgements", "judge_rollouts": "mutualrl.regimes.core.judgements",
     "aligned_judgements": "mutualrl.regimes.core.judgements", "own_logps": "mutualrl.regimes.core.judgements",
     "timed": "mutualrl.regimes.core.judgements",

@@ -122,3 +122,22 @@ def attach_sequences(output: GRPOBatch, sequences: Sequence[Sequence[int]], pad_
                                       device=output["completion_ids"].device)  # [B, R] each
     output[f"{prefix}_completion_ids"] = completion
     output[f"{prefix}_completion_mask"] = mask
+
+
+def attached_rows(inputs: GRPOBatch, prefix: str, num_processes: int) -> tuple[torch.Tensor, torch.Tensor,
+                                                                                torch.Tensor] | None:
+    """The rows of a micro-batch that carry an attached sequence (:func:`attach_sequences`) with a positive
+    ``<prefix>_weight``: (their indices ``[R]``, their sequences and masks cut to the longest ``[R, T']``); None where
+    the batch has no such key, or where no row carries one on a single process. With several ranks a rank without one
+    still scores row 0 (at weight 0: no gradient), so that every rank runs the same forward and backward."""
+    weights = inputs.get(f"{prefix}_weight")
+    if weights is None:
+        return None
+    rows = torch.nonzero(weights > 0, as_tuple=True)[0]  # [R]
+    if rows.numel() == 0:
+        if num_processes == 1:
+            return None
+        rows = torch.zeros(1, dtype=torch.long, device=weights.device)  # [1]: keep ranks in lock-step
+    mask = inputs[f"{prefix}_completion_mask"][rows]  # [R, T]
+    width = max(1, int(mask.sum(dim=1).max().item()))
+    return rows, inputs[f"{prefix}_completion_ids"][rows][:, :width], mask[:, :width]  # [R], [R, T'], [R, T']

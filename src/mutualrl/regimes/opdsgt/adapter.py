@@ -29,6 +29,7 @@ from mutualrl.regimes.api import (
     StepRollouts,
     aligned_judgements,
     attach_sequences,
+    attached_rows,
     gather_peer_groups,
     learner_responses,
     own_logps,
@@ -155,20 +156,13 @@ class OPDSGTAdapter(JudgedAdapter):
 
     def extra_loss(self, model: torch.nn.Module, inputs: GRPOBatch) -> torch.Tensor | None:
         """``Σ_i w_i · NLL_θ(y*_i)`` over this micro-batch's rescued rows (``λ_r`` times their mean over the step)."""
-        weights = inputs.get(f"{PREFIX}_weight")
-        if weights is None:
+        attached = attached_rows(inputs, PREFIX, self.trainer.accelerator.num_processes)
+        if attached is None:
             return None
-        rows = torch.nonzero(weights > 0, as_tuple=True)[0]
-        if rows.numel() == 0:
-            if self.trainer.accelerator.num_processes == 1:
-                return None
-            rows = torch.zeros(1, dtype=torch.long, device=weights.device)  # keep ranks in lock-step
         from mutualrl.regimes.opdsgt.maths import rescue_nll
 
-        mask = inputs[f"{PREFIX}_completion_mask"][rows]  # [R, T]
-        width = max(1, int(mask.sum(dim=1).max().item()))
-        completion = inputs[f"{PREFIX}_completion_ids"][rows][:, :width]  # [R, T']
-        mask = mask[:, :width]  # [R, T']
+        rows, completion, mask = attached  # [R], [R, T'], [R, T']
+        weights = inputs[f"{PREFIX}_weight"]  # [B]
         logps = self.trainer.score_completions(model, inputs["prompt_ids"][rows], inputs["prompt_mask"][rows],
                                                completion, mask)  # [R, T']
         loss = rescue_nll(logps, mask, weights[rows])

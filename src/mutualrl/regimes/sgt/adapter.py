@@ -24,6 +24,7 @@ from mutualrl.regimes.api import (
     RegimeAdapter,
     StepRollouts,
     attach_sequences,
+    attached_rows,
     gather_peer_groups,
     learner_responses,
 )
@@ -271,21 +272,14 @@ class SGTAdapter(RegimeAdapter):
         return out
 
     def extra_loss(self, model: torch.nn.Module, inputs: GRPOBatch) -> torch.Tensor | None:
-        weights = inputs.get("sgt_weight")
-        if weights is None:
+        trainer = self.trainer
+        attached = attached_rows(inputs, "sgt", trainer.accelerator.num_processes)
+        if attached is None:
             return None
-        rows = torch.nonzero(weights > 0, as_tuple=True)[0]
-        if rows.numel() == 0:
-            if self.trainer.accelerator.num_processes == 1:
-                return None
-            rows = torch.zeros(1, dtype=torch.long, device=weights.device)  # keep ranks in lock-step
         from mutualrl.regimes.sgt.maths import rescue_logprob, sgt_nll
 
-        trainer = self.trainer
-        mask = inputs["sgt_completion_mask"][rows]
-        width = max(1, int(mask.sum(dim=1).max().item()))
-        completion = inputs["sgt_completion_ids"][rows][:, :width]
-        mask = mask[:, :width]
+        rows, completion, mask = attached  # [R], [R, T'], [R, T']
+        weights = inputs["sgt_weight"]  # [B]
         prompt_ids = inputs.get("sgt_prompt_ids", inputs["prompt_ids"])
         prompt_mask = inputs.get("sgt_prompt_mask", inputs["prompt_mask"])
         logps = trainer.score_completions(model, prompt_ids[rows], prompt_mask[rows], completion, mask)
