@@ -9,7 +9,7 @@ sweep's run dies with the sweep (:mod:`.parent_death`), the signals that stop a 
 the commands that print a report keep the libraries' warnings and log lines out of it (:mod:`.quiet_libraries`), and a
 lock file shared by processes and accounts is
 opened so other accounts cannot take it, probed through the OS lock, and waited for with a bound that names its
-holder (:mod:`.file_lock`).
+holder (:mod:`.file_lock`); the test suite's budgets count the lines a start and a launch note (:mod:`.count_logs`).
 A CPU host: which vLLM build is installed and whether it runs here, and the CPU path's settings (:mod:`.vllm_cpu`,
 read from package metadata), the trainer's weights into a colocated vLLM engine on a CPU (:mod:`.vllm_cpu_sync`),
 and TRL's fused LM head scoring only the completion tokens on a CPU (:mod:`.trl_cpu_lm_head_patch`).

@@ -26,6 +26,7 @@ from mutualrl import fault_injection
 from mutualrl.config.resolved import load_resolved_config
 from mutualrl.config.schema import PolicyConfig
 from mutualrl.errors import MutualRLError, StorageError, UsageError
+from mutualrl.host.count_logs import note_line
 from mutualrl.host.process_exit import exit_without_teardown
 from mutualrl.host.process_start import collector_paused_for_imports, imports_done
 from mutualrl.regimes.core.registry import get_regime
@@ -50,14 +51,7 @@ START_LOG_ENV = "MUTUALRL_POLICY_START_LOG"
 
 
 def note_start() -> None:
-    log_file = os.environ.get(START_LOG_ENV)
-    if not log_file:
-        return
-    try:
-        with open(log_file, "a") as fh:  # one short write: the lines of concurrent starts do not interleave
-            fh.write(f"{os.getpid()}\n")
-    except OSError:  # a count is never worth a run
-        pass
+    note_line(START_LOG_ENV, str(os.getpid()))
 
 
 def prepare_cpu_vllm(args: Any, model: Any, tokenizer: Any, examples: list, chat: bool, policy: str) -> None:

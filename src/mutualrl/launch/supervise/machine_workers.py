@@ -17,6 +17,7 @@ from rich.console import Console
 
 from mutualrl.config.cadence import max_optimizer_steps
 from mutualrl.config.schema import RunConfig
+from mutualrl.host.count_logs import note_line
 from mutualrl.launch.rundir.lock import RunLock
 from mutualrl.launch.supervise.runner import PolicyProcess, PoolRunner, PoolSettings, RunOutcome
 from mutualrl.launch.supervise.signals import stop_signals
@@ -31,14 +32,7 @@ LAUNCH_LOG_ENV = "MUTUALRL_LAUNCH_LOG"
 def note_launch(run_dir: Path) -> None:
     """One line, ``PID "RUN"`` (the folder as JSON: a name holding a newline is still one line), in the file
     :data:`LAUNCH_LOG_ENV` names; nothing when it is unset."""
-    log_file = os.environ.get(LAUNCH_LOG_ENV)
-    if not log_file:
-        return
-    try:
-        with open(log_file, "a") as fh:  # one short write: the lines of concurrent launches do not interleave
-            fh.write(f"{os.getpid()} {json.dumps(str(run_dir))}\n")
-    except OSError:  # a count is never worth a run
-        pass
+    note_line(LAUNCH_LOG_ENV, f"{os.getpid()} {json.dumps(str(run_dir))}")
 
 
 def run_machine_workers(config: RunConfig, plan: Any, paths: RunPaths, resume_step: int | None, lock: RunLock,
