@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import signal
 import sys
@@ -53,7 +54,7 @@ def stubborn_pool(tmp_path: Path, size: int) -> list[PolicyProcess]:
 
 def runner(tmp_path: Path, procs, **kwargs) -> InterruptedRunner:
     settings = PoolSettings(tmp_path / "see", stall_timeout_s=60.0, grace_s=20.0, poll_s=0.05)
-    return InterruptedRunner(procs, RunPaths(tmp_path), settings, console=Console(file=open("/dev/null", "w")),
+    return InterruptedRunner(procs, RunPaths(tmp_path), settings, console=Console(file=io.StringIO()),
                              **kwargs)
 
 
@@ -106,7 +107,7 @@ def test_a_ctrl_c_python_drops_in_a_finalizer_still_stops_the_pool(tmp_path, mon
         assert dropped == [KeyboardInterrupt]  # Python dropped it: nothing was raised here
         assert interrupt_requested() == "SIGINT"
         settings = PoolSettings(tmp_path / "see", stall_timeout_s=60.0, grace_s=5.0, poll_s=0.05)
-        outcome = PoolRunner(procs, RunPaths(tmp_path), settings, console=Console(file=open("/dev/null", "w"))).run()
+        outcome = PoolRunner(procs, RunPaths(tmp_path), settings, console=Console(file=io.StringIO())).run()
     assert outcome.reason == "interrupted" and not outcome.ok
     assert all(p.popen is None for p in procs)  # stopped before a worker started
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored after
@@ -176,7 +177,7 @@ def test_a_stop_has_every_policy_save_at_one_step_the_slower_catching_up(tmp_pat
                            log_path=tmp_path / "logs" / f"{name}.log") for name, pace in (("a", "0.02"), ("b", "0.1"))]
     settings = PoolSettings(tmp_path / "see", stall_timeout_s=60.0, grace_s=20.0, poll_s=0.05)
     outcome = StoppedAtStep(procs, RunPaths(tmp_path), settings, at=2,
-                            console=Console(file=open("/dev/null", "w"))).run()
+                            console=Console(file=io.StringIO())).run()
     assert outcome.reason == "interrupted" and outcome.returncodes == {"a": 75, "b": 75}
     saved = {(tmp_path / f"{name}.saved").read_text() for name in ("a", "b")}
     assert len(saved) == 1 and int(saved.pop()) >= 2  # one step for both, though a ran ahead of b
@@ -238,7 +239,7 @@ def test_a_second_stop_signal_kills_the_pool_at_once(tmp_path):
                            log_path=tmp_path / "logs" / f"{name}.log") for name in ("a", "b")]
     settings = PoolSettings(tmp_path / "see", stall_timeout_s=60.0, grace_s=20.0, poll_s=0.05)
     started = time.time()
-    outcome = SecondStop(procs, RunPaths(tmp_path), settings, at=1, console=Console(file=open("/dev/null", "w"))).run()
+    outcome = SecondStop(procs, RunPaths(tmp_path), settings, at=1, console=Console(file=io.StringIO())).run()
     assert outcome.reason == "interrupted" and outcome.returncodes == {"a": -signal.SIGKILL, "b": -signal.SIGKILL}
     assert time.time() - started < 15  # not the 300 s step, nor the 20 s grace
 

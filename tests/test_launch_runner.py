@@ -93,7 +93,7 @@ def _procs(tmp_path: Path, modes: dict[str, str], steps: int = 3) -> list[Policy
 def _runner(tmp_path: Path, procs, stall: float = 30.0, on_peer_failure: str = "stop") -> PoolRunner:
     settings = PoolSettings(tmp_path / "see", stall_timeout_s=stall, grace_s=20.0, poll_s=0.05,
                             on_peer_failure=on_peer_failure)
-    return PoolRunner(procs, RunPaths(tmp_path), settings, console=Console(file=open("/dev/null", "w")))
+    return PoolRunner(procs, RunPaths(tmp_path), settings, console=Console(file=io.StringIO()))
 
 
 def test_success_merges_every_metric_line(tmp_path):

@@ -4,6 +4,7 @@ line, and the launcher leaves run.json true whatever stops it."""
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import subprocess
@@ -62,7 +63,7 @@ def test_a_launcher_error_leaves_run_json_failed_not_running(tmp_path, monkeypat
 
     monkeypatch.setattr(launch_run, "launch_locked", crash)
     with pytest.raises(AttributeError):
-        train_one(TrainOptions(output_dir=root), Console(file=open(os.devnull, "w")))
+        train_one(TrainOptions(output_dir=root), Console(file=io.StringIO()))
     record = json.loads((root / "run.json").read_text())
     assert record["status"] == "failed" and "AttributeError" in record["reason"]
 
@@ -125,7 +126,7 @@ def test_the_corrected_command_clears_what_the_failed_start_left_then_launches(t
     (paths.data / "train.jsonl").write_text("{}\n")
     launched = []
     monkeypatch.setattr(launch_run, "launch_locked", lambda *args, **kwargs: launched.append(args[3]) or 0)
-    assert train_one(TrainOptions(output_dir=paths.root), Console(file=open(os.devnull, "w"))) == 0
+    assert train_one(TrainOptions(output_dir=paths.root), Console(file=io.StringIO())) == 0
     assert launched == [paths] and not paths.data.exists() and not paths.marker.exists()
 
 

@@ -9,6 +9,7 @@ CPU-minutes of imports: torch, TRL, DeepSpeed and vLLM in every rank)."""
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -89,7 +90,7 @@ def accelerate_rank_zero_env(argv: list[str]) -> dict[str, str]:
 def planned_folder(recipe: str, folder: Path) -> LaunchPlan:
     """``recipe``'s run folder prepared and planned as ``train --preflight --gpus 8 --gpu-memory 80`` does."""
     config = load_run_config(recipe, overrides=["launch.gpus=8", "launch.gpu_memory_gib=80", *FEWER_PROMPTS]).config
-    config, _ = prepare_launch(RunPaths(folder), config, recipe, False, [], Console(file=open(os.devnull, "w")))
+    config, _ = prepare_launch(RunPaths(folder), config, recipe, False, [], Console(file=io.StringIO()))
     plan = make_launch_plan(config, folder, gpus=8, simulate=True, vllm_available=True, dry_run=True)
     plan.write()
     return plan
@@ -118,7 +119,7 @@ def test_a_setting_the_worker_refuses_is_found_by_its_check(offline_hub, one_ran
     """fp16 beside the paper's bf16: GRPOConfig refuses it in the worker, never in the plan; the check raises it."""
     config = load_run_config("2qwen", overrides=["launch.gpus=8", "launch.gpu_memory_gib=80", "grpo.fp16=true",
                                                  *FEWER_PROMPTS]).config
-    config, _ = prepare_launch(RunPaths(tmp_path), config, "2qwen", False, [], Console(file=open(os.devnull, "w")))
+    config, _ = prepare_launch(RunPaths(tmp_path), config, "2qwen", False, [], Console(file=io.StringIO()))
     plan = make_launch_plan(config, tmp_path, gpus=8, simulate=True, vllm_available=True, dry_run=True)
     plan.write()
     spec = plan.policies[0].launch

@@ -4,6 +4,7 @@ there are; a missing column is never filled with ""."""
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -52,7 +53,7 @@ def options(tmp_path: Path, func: str, task: str = "dataset", dry_run: bool = Tr
 def test_the_readme_reward_on_a_dataset_without_answer_is_refused_before_the_launch(project: Path,
                                                                                     dry_run: bool) -> None:
     with pytest.raises(DataError) as refused:
-        run_train(options(project, "exact", dry_run=dry_run), Console(file=open("/dev/null", "w")))
+        run_train(options(project, "exact", dry_run=dry_run), Console(file=io.StringIO()))
     message = str(refused.value)
     assert "\n" not in message
     assert message.startswith("task.reward_funcs[0] col_rewards.exact: parameter 'answer' is no column of ")
@@ -63,7 +64,7 @@ def test_the_readme_reward_on_a_dataset_without_answer_is_refused_before_the_lau
 def test_a_builtin_task_names_its_own_columns(project: Path) -> None:
     with pytest.raises(DataError, match=r"parameter 'level' is no column of task synthetic-arith's rows \(its "
                                         r"columns: answer, prompt_id, task\)"):
-        run_train(options(project, "by_level", task="synthetic-arith"), Console(file=open("/dev/null", "w")))
+        run_train(options(project, "by_level", task="synthetic-arith"), Console(file=io.StringIO()))
 
 
 def test_parameters_with_defaults_and_those_trl_passes_need_no_column(project: Path) -> None:
@@ -74,7 +75,7 @@ def test_parameters_with_defaults_and_those_trl_passes_need_no_column(project: P
     assert required_columns(col_rewards.optional_answer) == []
     assert required_columns(len) == []  # nothing to read: not refused
     check_reward_columns(RewardSpec(task="dataset", funcs=("col_rewards.optional_answer",)), {"result"}, "data")
-    assert run_train(options(project, "optional_answer"), Console(file=open("/dev/null", "w"))) == 0
+    assert run_train(options(project, "optional_answer"), Console(file=io.StringIO())) == 0
 
 
 def test_a_row_without_a_column_hands_the_reward_functions_none_of_it() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 
@@ -124,7 +125,7 @@ def test_a_see_folder_deleted_mid_run_stops_the_run_saying_so(tmp_path):
     procs = [PolicyProcess(name="a", argv=[sys.executable, str(worker), str(see)], env={},
                            log_path=tmp_path / "logs" / "a.log")]
     settings = PoolSettings(see, stall_timeout_s=60.0, grace_s=5.0, poll_s=0.05, watch_see=True)
-    runner = PoolRunner(procs, RunPaths(tmp_path), settings, console=Console(file=open(os.devnull, "w")))
+    runner = PoolRunner(procs, RunPaths(tmp_path), settings, console=Console(file=io.StringIO()))
     threading.Timer(1.0, lambda: shutil.move(see, tmp_path / "gone")).start()  # atomic: the worker writes on
     started = time.time()
     outcome = runner.run()

@@ -18,4 +18,6 @@ def test_see_root_of_an_exchange_folder_leaves_no_scandir_open(tmp_path):
         warnings.simplefilter("always")
         assert see_root_of(tmp_path) == tmp_path
         gc.collect()
-    assert not [w for w in caught if issubclass(w.category, ResourceWarning)], [str(w.message) for w in caught]
+    # scandir's own warning: another test's object collected here may warn of its own (a file it left open)
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning) and "scandir" in str(w.message)], \
+        [str(w.message) for w in caught]

@@ -3,6 +3,7 @@ interrupted, and what the next launch is told."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -79,7 +80,7 @@ def test_a_process_a_worker_leaves_behind_does_not_keep_the_run_locked(tmp_path:
         with RunLock(paths.root).acquire("train into") as lock:
             plan = SimpleNamespace(specs=specs, policy=lambda name: SimpleNamespace(grpo={"use_vllm": False}))
             outcome = run_machine_workers(config, plan, paths, None, lock,
-                                          Console(file=open("/dev/null", "w")))
+                                          Console(file=io.StringIO()))
         strays = [int((paths.root / f"stray-{spec.policy}").read_text()) for spec in specs]
         assert outcome.returncodes == {spec.policy: 0 for spec in specs}
         with RunLock(paths.root).acquire("resume", wait_for_orphans_s=1) as again:
@@ -187,7 +188,7 @@ def test_a_worker_that_exits_0_before_its_last_step_fails_the_run_naming_it(tmp_
     procs = [PolicyProcess(name=name, argv=[sys.executable, str(script), str(paths.root), name, str(steps)], env={},
                            log_path=paths.log(name)) for name, steps in (("a", 4), ("b", last))]
     settings = PoolSettings(paths.see_root(), stall_timeout_s=60.0, grace_s=5.0, poll_s=0.05, max_steps=4)
-    outcome = PoolRunner(procs, paths, settings, console=Console(file=open(os.devnull, "w"))).run()
+    outcome = PoolRunner(procs, paths, settings, console=Console(file=io.StringIO())).run()
     if last == 4:
         assert outcome.ok
         return
@@ -224,7 +225,7 @@ def test_a_worker_ended_inside_a_reward_function_is_reported_naming_the_function
     procs = [PolicyProcess(name="b", argv=[sys.executable, str(script), str(paths.root), "b"], env={},
                            log_path=paths.log("b"))]
     settings = PoolSettings(paths.see_root(), stall_timeout_s=60.0, grace_s=5.0, poll_s=0.05, max_steps=4)
-    outcome = PoolRunner(procs, paths, settings, console=Console(file=open(os.devnull, "w"))).run()
+    outcome = PoolRunner(procs, paths, settings, console=Console(file=io.StringIO())).run()
     assert not outcome.ok and outcome.failed_policy == "b"
     assert "at step 1 of 4 without finishing its training" in outcome.reason
     assert outcome.reason.endswith("(in reward function 'leaves')")

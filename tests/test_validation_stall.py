@@ -5,7 +5,7 @@ names both (before, the console showed "validating 4/4" until the stall limit an
 from __future__ import annotations
 
 import contextlib
-import os
+import io
 import sys
 import threading
 import time
@@ -115,7 +115,7 @@ def test_the_stall_limit_names_the_reward_function_that_hangs_in_validation(tmp_
                            log_path=paths.log("b"))]
     settings = PoolSettings(paths.see_root(), stall_timeout_s=4.0, grace_s=2.0, poll_s=0.05, max_steps=4)
     started = time.monotonic()
-    outcome = PoolRunner(procs, paths, settings, console=Console(file=open(os.devnull, "w"))).run()
+    outcome = PoolRunner(procs, paths, settings, console=Console(file=io.StringIO())).run()
     assert time.monotonic() - started < 30  # not the function's 60 s: the stall limit ended it
     assert not outcome.ok and outcome.failed_policy == "b"
     assert "(stalled)" in outcome.reason and outcome.reason.endswith(f"(in reward function 'hangs', {DOING})")
