@@ -66,14 +66,15 @@ test starts, and say which in the commit; how it came to 170: ``benchmarks/resul
 policy-process budget"."""
 
 
-LAUNCH_BUDGET = 80
+LAUNCH_BUDGET = 90
 """The most launches one run of the whole suite may make: a ``mutualrl train`` (or the Python API's ``train``) starting
 a machine's workers, a ``--preflight`` starting its checks (each line ``machine_workers.note_launch`` writes); over it
 the session fails, as over :data:`POLICY_PROCESS_BUDGET` (the count is printed at the end, ``launches: N``). A launch
 costs its launcher's and its workers' start whatever it checks, so a new behaviour is checked on a shared run
 (``e2e_helpers.shared_train``, the session fixtures below) and the budget is raised, like the policy-process budget,
-only for a launch no shared run can stand for, saying which in the commit. 80: the first whole-suite count, 73 on a
-clean clone (2026-11-28), plus a few (``benchmarks/results/test-suite.md``, "The launch budget")."""
+only for a launch no shared run can stand for, saying which in the commit. 90: the whole-suite counts, 73-78 on clean
+clones (2026-11-28: the chaos trials resume as often as their faults' timing needs), plus a margin
+(``benchmarks/results/test-suite.md``, "The launch budget")."""
 
 
 def policy_starts(log: Path) -> dict[str, bool]:
