@@ -74,7 +74,7 @@ class OPDSGTAdapter(JudgedAdapter):
         )
 
         settings, trainer, step = self.settings, self.trainer, rollouts.step
-        judged, tables = self.exchange_judgements(output, rollouts, peers)
+        _, tables = self.exchange_judgements(output, rollouts, peers)
 
         k = rollouts.num_generations
         prompts = rollouts.prompt_ids_local[::k]
