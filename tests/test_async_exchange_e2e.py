@@ -83,13 +83,18 @@ def test_a_slow_peer_is_read_stale_within_the_bound_then_skips_rounds_to_catch_u
     one stops waiting; replaying the recorded reads and skips reproduces the run bit for bit. tiny-sp's step 0 is
     held until tiny-bpe has chosen its round of step 1 (:func:`e2e_helpers.hold_tiny_sp`), so tiny-bpe waits at
     step 2 for round 0 and reads it (or round 1) stale whatever the load: with the throttle alone, a tiny-sp that
-    started first stayed ahead by catching up and no round was read stale (CI, 2026-11-26). (Bounded staleness
-    without catch-up, and its exact ages: test_multirank_cpu.py; the policy's choices: test_see_staleness.py.)"""
+    started first stayed ahead by catching up and no round was read stale (CI, 2026-11-26). Both policies are
+    throttled, so the ratio of their round times that sets how far tiny-sp jumps (:func:`catch_up_target`) stays
+    near 2.4 / 0.6 whatever the load: with tiny-bpe unthrottled it reached ~7 on a quiet box, tiny-sp jumped past
+    the last round tiny-bpe could read, and tiny-bpe got nothing after the catch-up (CI, 2026-11-28). tiny-bpe
+    stands at round 4 when tiny-sp decides (S = 2 holds it there), so the jump ends by round 4 + ceil(2 rho - 1) - 2,
+    11 at rho = 5, well before the last. (Bounded staleness without catch-up, and its exact ages:
+    test_multirank_cpu.py; the policy's choices: test_see_staleness.py.)"""
     run_dir = tmp_path / "catch-up"
-    steps = 16
+    steps = 20
     hold = hold_tiny_sp(tmp_path, held_steps=1)
     done = train(run_dir, steps, "--set", "see.max_staleness=2", "--set", "see.catch_up=true", *hold,
-                 delay="tiny-sp=1.0", cwd=tmp_path)
+                 delay="tiny-bpe=0.4,tiny-sp=2.0", cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     fast = read_consumption(run_dir / "see", "tiny-bpe")
     assert [r["step"] for r in fast] == list(range(steps))
