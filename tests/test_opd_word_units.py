@@ -70,7 +70,7 @@ def peer_trace(peer: tuple[torch.Tensor, torch.Tensor], sample: tuple[int, int, 
     return aligned.values[0].astype(np.float64), comparison_groups(aligned.target_units[0], aligned.target_copied[0])
 
 
-def trl_gradient(trainer, monkeypatch, sample, peer, per_word: bool) -> tuple[torch.Tensor, ...]:
+def trl_gradient(trainer, monkeypatch, sample, peer, per_word: bool, sequence: bool = False) -> tuple[torch.Tensor, ...]:
     """``d loss / d θ`` of TRL's loss (``loss_type: grpo``, one row) on ``sample`` with OPD's advantages alone (λ,
     no reward term), times T (TRL's grpo loss is the token mean)."""
     from trl import GRPOTrainer
@@ -85,7 +85,7 @@ def trl_gradient(trainer, monkeypatch, sample, peer, per_word: bool) -> tuple[to
     values, groups = peer_trace(peer, sample)
     signal = distillation_signal(own.detach(), torch.tensor(values, dtype=torch.float32)[None, None],
                                  torch.ones(1, 1, T, dtype=torch.bool), torch.ones(1, 1),
-                                 torch.from_numpy(groups)[None, None] if per_word else None)  # [1, T]
+                                 torch.from_numpy(groups)[None, None] if per_word else None, sequence)  # [1, T]
     mask = torch.ones(1, T, dtype=torch.long)
     batch = {"prompt_ids": torch.full((1, 2), 5), "prompt_mask": torch.ones(1, 2, dtype=torch.long),
              "completion_ids": torch.tensor([sample]), "completion_mask": mask, "num_items_in_batch": torch.tensor(T),
@@ -94,13 +94,20 @@ def trl_gradient(trainer, monkeypatch, sample, peer, per_word: bool) -> tuple[to
     return tuple(x.grad * T for x in theta)
 
 
-def expected_gradient(trainer, monkeypatch, peer, per_word: bool) -> tuple[torch.Tensor, ...]:
+def expected_gradient(trainer, monkeypatch, peer, per_word: bool, sequence: bool = False) -> tuple[torch.Tensor, ...]:
     """``E_{y ~ π_θ}`` of the TRL gradient, exactly: Σ over the 27 texts weighted by the learner's probability."""
     total = [torch.zeros_like(x) for x in (THETA0, THETA1, THETA2)]
     for sample in itertools.product(range(V), repeat=T):
         weight = float(learner_logps((THETA0, THETA1, THETA2), sample).sum().exp())
-        got = trl_gradient(trainer, monkeypatch, sample, peer, per_word)
-        if per_word:  # by hand, each text: λ Σ_u (log p(u) − log q(u)) ∇ log p(u)
+        got = trl_gradient(trainer, monkeypatch, sample, peer, per_word, sequence)
+        if sequence:  # by hand, each text: λ (log p(y) − log q(y)) ∇ log p(y)
+            values, _ = peer_trace(peer, sample)
+            theta = tuple(x.clone().requires_grad_(True) for x in (THETA0, THETA1, THETA2))
+            logps = learner_logps(theta, sample)  # [T]
+            (LAM * (float(logps.sum().detach()) - values.sum()) * logps.sum()).backward()
+            for a, b in zip(got, theta, strict=True):
+                assert torch.allclose(a.double(), b.grad, atol=1e-5), sample
+        elif per_word:  # by hand, each text: λ Σ_u (log p(u) − log q(u)) ∇ log p(u)
             values, _ = peer_trace(peer, sample)
             theta = tuple(x.clone().requires_grad_(True) for x in (THETA0, THETA1, THETA2))
             logps = learner_logps(theta, sample)  # [T]
@@ -122,6 +129,16 @@ def word_kl_gradient(peer) -> tuple[torch.Tensor, ...]:
     kl1 = (w1.exp() * (w1 - q1)).sum()
     kl2 = (w1.detach().exp() * (w2.exp() * (w2 - q2)).sum(-1)).sum()
     (LAM * (kl1 + kl2)).backward()
+    return tuple(x.grad for x in theta)
+
+
+def text_kl_gradient(peer) -> tuple[torch.Tensor, ...]:
+    """The exact gradient of ``λ KL(p(W1, W2) ‖ q(W1, W2))`` over the 27 whole texts."""
+    theta = tuple(x.clone().requires_grad_(True) for x in (THETA0, THETA1, THETA2))
+    w1, w2 = learner_word_tables(theta)
+    q1, q2 = peer
+    lp, lq = w1[:, None] + w2, q1[:, None] + q2  # [9, V] log p(text), log q(text)
+    (LAM * (lp.exp() * (lp - lq)).sum()).backward()
     return tuple(x.grad for x in theta)
 
 
@@ -291,3 +308,18 @@ def test_pooled_rows_read_the_units_and_the_sources_own_count_across_two_real_to
     assert got.groups[0].tolist() == [0, 0, 0, 3, 4, 4, 6, 7, 7]  # the learner's EOS (index 9) is its own unit
     assert got.source_tokens == [6]
     assert got.traces[0].sum() == pytest.approx(-6.0)  # the peer's whole trace, EOS on EOS
+
+
+@pytest.mark.slow  # 2 x 27 passes through a tiny trainer's loss: over 2 s
+def test_opd_sequence_signal_is_the_text_level_reverse_kl_gradient_through_trls_loss_and_zero_for_an_equal_peer(
+        grad_trainer, monkeypatch):  # noqa: F811
+    """``signal: sequence``: every token carries the text's log-ratio; per text (checked by hand inside) and in
+    expectation, the gradient of the sequence-level reverse KL (word prefixes not held fixed)."""
+    peer = (PEER_W1, PEER_W2)
+    got = expected_gradient(grad_trainer, monkeypatch, peer, per_word=True, sequence=True)
+    exact = text_kl_gradient(peer)
+    for a, b in zip(got, exact, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    assert max(float(x.abs().max()) for x in exact) > 0.05
+    equal = expected_gradient(grad_trainer, monkeypatch, learner_as_peer(), per_word=True, sequence=True)
+    assert max(float(x.abs().max()) for x in equal) < 1e-6

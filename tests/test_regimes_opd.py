@@ -61,6 +61,10 @@ def test_the_signal_is_peer_minus_own_on_reached_tokens_only():
     assert best.tolist() == [[-1.0, 0.75, 0.0, 0.0]]  # an unreached token gets an exact 0 (even under -inf)
     mean = distillation_signal(own, peer, valid, torch.tensor([[0.5, 0.5]]))
     assert mean.tolist() == [[-0.5, -0.625, 0.5, 0.0]]
+    # signal: sequence, each reached token carries its peer's summed delta over the reached tokens: peer 0 -1.0 + 0.75,
+    # peer 1 0.0 - 2.0 + 1.0
+    whole = distillation_signal(own, peer, valid, torch.tensor([[0.5, 0.5]]), sequence=True)
+    assert whole.tolist() == [[-0.625, -0.625, -0.5, 0.0]]
     mask = torch.tensor([[1, 1, 1, 0]])
     assert opd_advantages(torch.tensor([2.0]), best, mask, 0.1, True).tolist() == [[pytest.approx(1.9),
                                                                                        pytest.approx(2.075), 2.0, 0.0]]

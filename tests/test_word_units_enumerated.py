@@ -101,8 +101,14 @@ class World:
             total = total + weight * (cl.exp() * (cl - cq)).sum()
         return total
 
+    def text_kl(self, learner: torch.Tensor, peer: torch.Tensor) -> torch.Tensor:
+        """``KL(π_θ ‖ π_T)`` over whole texts, the sequence-level reverse KL."""
+        lp, lq = torch.log_softmax(learner, -1), torch.log_softmax(peer, -1)  # [N], [N]
+        return (lp.exp() * (lp - lq)).sum()
 
-def opd_expected_gradient(world: World, theta: torch.Tensor, peer: torch.Tensor) -> torch.Tensor:
+
+def opd_expected_gradient(world: World, theta: torch.Tensor, peer: torch.Tensor,
+                          sequence: bool = False) -> torch.Tensor:
     """``E_{y ~ π_θ}[−Σ_t A_t ∇log π_θ(y_t)]`` with OPD's advantages (λ, no reward term), exactly."""
     peer_logps = world.token_logps(peer, "peer")
     weights = torch.softmax(theta, -1)  # [N]
@@ -114,7 +120,7 @@ def opd_expected_gradient(world: World, theta: torch.Tensor, peer: torch.Tensor)
         m = len(own)
         signal = distillation_signal(own.detach().float()[None], values.float()[None, None],
                                      torch.ones(1, 1, m, dtype=torch.bool), torch.ones(1, 1),
-                                     groups[None, None])  # [1, m]
+                                     groups[None, None], sequence)  # [1, m]
         advantages = opd_advantages(torch.zeros(1), signal, torch.ones(1, m), LAM, reward_term=False)  # [1, m]
         (-(advantages[0].double() * own).sum()).backward()
         total += float(weights[i]) * params.grad
@@ -204,6 +210,22 @@ def test_ftis_per_word_divergence_is_the_word_level_kl_and_zero_for_an_equal_pee
     exact = float(COMPARED_AS[split].word_kl(theta, other, "peer"))
     assert ftis_expected_divergence(world, theta, other) == pytest.approx(exact, abs=1e-6)
     assert exact > 0.1
+
+
+@pytest.mark.parametrize("split", [*sorted(SPLITS), "prefix words"])
+def test_opd_sequence_is_the_text_level_reverse_kl_gradient_and_zero_for_an_equal_peer_on_every_split(split):
+    """``signal: sequence``: exact on every world, the prefix words included (where per unit it is not)."""
+    world = PREFIX_WORDS if split == "prefix words" else SPLITS[split]
+    theta, other = two_policies(world, 5)
+    equal = opd_expected_gradient(world, theta, theta, sequence=True)
+    assert float(equal.abs().max()) < 1e-5  # THL's values are float32, summed over the text
+    got = opd_expected_gradient(world, theta, other, sequence=True)
+    params = theta.clone().requires_grad_(True)
+    (LAM * world.text_kl(params, other)).backward()
+    assert torch.allclose(got, params.grad, atol=1e-5)
+    assert float(params.grad.norm()) > 0.1
+    if split == "prefix words":  # where the per-unit signal is not 0 for the equal peer
+        assert float(opd_expected_gradient(world, theta, theta).norm()) > 0.02
 
 
 def test_where_the_next_token_decides_a_words_end_an_equal_peer_is_not_zero_per_word():

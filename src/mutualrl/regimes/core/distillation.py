@@ -21,7 +21,8 @@ def success_rates(rewards: torch.Tensor, success_threshold: float) -> torch.Tens
 
 
 def distillation_signal(own_logps: torch.Tensor, peer_logps: torch.Tensor, valid: torch.Tensor,
-                        weights: torch.Tensor, groups: torch.Tensor | None = None) -> torch.Tensor:
+                        weights: torch.Tensor, groups: torch.Tensor | None = None,
+                        sequence: bool = False) -> torch.Tensor:
     """``Σ_j w_{i,j} δ^j_t`` per learner token, float32 ``[B, T]``: ``δ^j_t`` is the log-ratio ``ℓ^j_peer − ℓ_own`` of
     the token's comparison unit (``groups``): the token's own where the peer's tokens of its word are the learner's,
     the whole word's ``log π_j(u) − log π_θ(u)`` on each of its tokens where they are not (docs/regimes.md, OPD).
@@ -31,7 +32,13 @@ def distillation_signal(own_logps: torch.Tensor, peer_logps: torch.Tensor, valid
     of the learner's text, or its EOS); ``weights`` ``[B, M-1]``: the row's prompt's teacher weights; ``groups`` int64
     ``[B, M-1, T]``: each token's comparison unit as the position of its first token
     (:func:`~mutualrl.regimes.core.word_units.comparison_groups`; None: every token its own, the same tokenizer). A
-    token outside ``valid`` gets no signal from that peer (an exact 0, whatever the log-probs there)."""
+    token outside ``valid`` gets no signal from that peer (an exact 0, whatever the log-probs there).
+
+    ``sequence``: each token carries instead the peer's log-ratio of the whole text, ``Σ_{t'} δ^j_{t'}`` (THL conserves
+    a text's total): the score-function estimate of the gradient of the sequence-level reverse KL ``KL(π_θ(y) ‖
+    π_j(y))``, exact whatever the two tokenizers, at a sequence-level estimator's variance. (A return from the token's
+    own unit on, MiniLLM's, is not exact across tokenizers: where the next token ends a word the peer's log-prob of
+    the text before depends on that token, so it is no baseline.)"""
     check_float("own_logps", own_logps, 2, "[B, T]")
     check_float("peer_logps", peer_logps, 3, "[B, M-1, T]")
     b, t = own_logps.shape
@@ -43,6 +50,8 @@ def distillation_signal(own_logps: torch.Tensor, peer_logps: torch.Tensor, valid
     delta = peer_logps.to(torch.float32) - own_logps.to(torch.float32)[:, None, :]  # [B, M-1, T]
     reached = valid & (weights[:, :, None] > 0)  # [B, M-1, T]
     delta = torch.where(reached, delta, torch.zeros_like(delta))  # [B, M-1, T]
-    if groups is not None:
+    if sequence:
+        delta = torch.where(reached, delta.sum(-1, keepdim=True).expand_as(delta), torch.zeros_like(delta))  # [B, M-1, T]
+    elif groups is not None:
         delta = torch.where(reached, unit_totals(delta, groups), torch.zeros_like(delta))  # [B, M-1, T] per word
     return (weights.to(torch.float32)[:, :, None] * delta).sum(1)  # [B, T]

@@ -71,11 +71,13 @@ class OPDAdapter(JudgedAdapter):
             metrics = opd_metrics(teaching, prompt_weights, aligned.matched, judged.rows)
             return output, {**metrics, **source_use(None, None, None, weights, 0.0, self.peers)}
         own = own_logps(trainer, output).float().cpu()  # [B, C]
-        signal = distillation_signal(own, aligned.values, aligned.valid, weights, aligned.groups)  # [B, C]
+        whole = settings.signal == "sequence"
+        signal = distillation_signal(own, aligned.values, aligned.valid, weights, aligned.groups, whole)  # [B, C]
         advantages = output["advantages"]
         output["advantages"] = opd_advantages(advantages.cpu(), signal, mask.cpu(), settings.lam,
                                               settings.reward_term).to(advantages.device)  # [B, C]
         metrics = opd_metrics(teaching, prompt_weights, aligned.matched, judged.rows, own, aligned.values,
-                              aligned.valid, weights, settings.lam, aligned.groups)
-        used = source_use(own, aligned.values, aligned.valid, weights, settings.lam, self.peers, aligned.groups)
+                              aligned.valid, weights, settings.lam, aligned.groups, whole)
+        used = source_use(own, aligned.values, aligned.valid, weights, settings.lam, self.peers, aligned.groups,
+                          whole)
         return output, {**metrics, **used}

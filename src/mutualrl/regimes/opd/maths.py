@@ -29,7 +29,9 @@ a word's end (``" 1"`` and ``" 12"`` both words) a unit's log-prob is the mass o
 different set for each tokenizer, and an equal peer's expected signal is not 0 (docs/regimes.md, "Where the next
 token ends a word"; ``tests/test_word_units_enumerated.py``). A unit is the finest span both tokenizations can
 compare; its estimator's variance grows with the unit's log-ratio, as a sequence-level one's does with the
-sequence's.
+sequence's. ``signal: sequence`` is exact there too, at a sequence-level estimator's variance: each token carries
+the whole text's log-ratio, the estimate of the gradient of ``KL(π_θ(y) ‖ π_T(y))`` over whole texts
+(``tests/test_word_units_enumerated.py``).
 
 The gate (``w``): per prompt group, a peer teaches where its verified success rate on its own K rollouts of the
 prompt is above the learner's (``gate: competence``; NaN, nothing scored, teaches nothing), or always
@@ -100,7 +102,8 @@ def row_weights(prompt_weights: torch.Tensor, k: int) -> torch.Tensor:
 def opd_metrics(teaching: torch.Tensor, prompt_weights: torch.Tensor, matched: torch.Tensor, judged_rows: int,
                 own_logps: torch.Tensor | None = None, peer_logps: torch.Tensor | None = None,
                 valid: torch.Tensor | None = None, weights: torch.Tensor | None = None,
-                lam: float = 0.0, groups: torch.Tensor | None = None) -> dict[str, float]:
+                lam: float = 0.0, groups: torch.Tensor | None = None,
+                sequence: bool = False) -> dict[str, float]:
     """The step's figures (``opd/<name>``): ``gate_rate`` (prompts with a teaching peer), ``judged_share`` (the
     learner's (rollout, peer) pairs whose judgement arrived and is of the learner's text), ``judged_rows`` (the peers'
     rollouts this policy judged), and where the signal was computed (``own_logps`` given): ``teacher_logp`` and
@@ -123,7 +126,8 @@ def opd_metrics(teaching: torch.Tensor, prompt_weights: torch.Tensor, matched: t
     count = float(tokens.sum())
     values["teacher_logp"] = Share(float(teacher[tokens].sum()), count)
     values["reverse_kl"] = Share(float((own - teacher)[tokens].sum()), count)
-    signal = distillation_signal(own_logps.float(), peer_logps.float(), valid, weights, groups)  # [B, T]
+    signal = distillation_signal(own_logps.float(), peer_logps.float(), valid, weights, groups,
+                                 sequence)  # [B, T]
     values["signal_abs"] = Share(float((lam * signal.double()).abs()[tokens].sum()), count)
     values["signal_tokens"] = Total(count)
     return values
@@ -131,7 +135,7 @@ def opd_metrics(teaching: torch.Tensor, prompt_weights: torch.Tensor, matched: t
 
 def source_use(own_logps: torch.Tensor | None, peer_logps: torch.Tensor | None, valid: torch.Tensor | None,
                weights: torch.Tensor, lam: float, names: list[str],
-               groups: torch.Tensor | None = None) -> dict[str, float]:
+               groups: torch.Tensor | None = None, sequence: bool = False) -> dict[str, float]:
     """Per peer ``names[j]``: ``from/<peer>/used_share``, the share of the learner's rollouts of the step (``[B]``)
     whose per-token advantages peer ``j``'s judgement changed: it teaches the row's prompt (``weights[:, j] > 0``,
     its judgement matched), and with ``λ > 0`` its signal is nonzero on some token it reached. With ``λ = 0`` (or no
@@ -143,7 +147,8 @@ def source_use(own_logps: torch.Tensor | None, peer_logps: torch.Tensor | None, 
         if lam != 0 and own_logps is not None:
             only = torch.zeros_like(weights)  # [B, M-1]
             only[:, j] = weights[:, j]
-            signal = distillation_signal(own_logps.float(), peer_logps.float(), valid, only, groups)  # [B, T]
+            signal = distillation_signal(own_logps.float(), peer_logps.float(), valid, only, groups,
+                                         sequence)  # [B, T]
             used = float(((signal != 0) & valid[:, j]).any(dim=1).sum())
         out[f"from/{name}/used_share"] = Share(used, rows)
     return out

@@ -24,6 +24,12 @@ class OPDSettings:
     lam: float = field(default=0.1, metadata={
         "ge": 0, "help": "lambda: weight of the per-token distillation signal (peer log-prob - own log-prob) added to "
                          "the GRPO advantage; 0 is standalone GRPO"})
+    signal: Literal["unit", "sequence"] = field(default="unit", metadata={
+        "help": "what each token carries: 'unit', its comparison unit's log-ratio (peer - own; the token's own where "
+                "both tokenizers split its word alike): the per-token reverse KL (GKD; MiniLLM's single-step term), "
+                "not exact where the next token decides a word's end (' 1' / ' 12'); 'sequence', the whole text's "
+                "log-ratio: the sequence-level reverse KL, exact whatever the tokenizers, at a higher variance "
+                "(docs/regimes.md)"})
     gate: Literal["competence", "always"] = field(default="competence", metadata={
         "help": "which peers teach a prompt: 'competence' (a peer whose verified success rate on the prompt's K "
                 "rollouts is above the learner's; none where no peer is), 'always' (every peer, every prompt)"})
