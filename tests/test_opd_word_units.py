@@ -100,20 +100,17 @@ def expected_gradient(trainer, monkeypatch, peer, per_word: bool, sequence: bool
     for sample in itertools.product(range(V), repeat=T):
         weight = float(learner_logps((THETA0, THETA1, THETA2), sample).sum().exp())
         got = trl_gradient(trainer, monkeypatch, sample, peer, per_word, sequence)
-        if sequence:  # by hand, each text: λ (log p(y) − log q(y)) ∇ log p(y)
+        if per_word or sequence:  # by hand, each text
             values, _ = peer_trace(peer, sample)
             theta = tuple(x.clone().requires_grad_(True) for x in (THETA0, THETA1, THETA2))
             logps = learner_logps(theta, sample)  # [T]
-            (LAM * (float(logps.sum().detach()) - values.sum()) * logps.sum()).backward()
-            for a, b in zip(got, theta, strict=True):
-                assert torch.allclose(a.double(), b.grad, atol=1e-5), sample
-        elif per_word:  # by hand, each text: λ Σ_u (log p(u) − log q(u)) ∇ log p(u)
-            values, _ = peer_trace(peer, sample)
-            theta = tuple(x.clone().requires_grad_(True) for x in (THETA0, THETA1, THETA2))
-            logps = learner_logps(theta, sample)  # [T]
-            w1_gap = float(logps[:2].sum().detach()) - (values[0] + values[1])
-            w2_gap = float(logps[2].detach()) - values[2]
-            (LAM * (w1_gap * logps[:2].sum() + w2_gap * logps[2])).backward()
+            if sequence:  # λ (log p(y) − log q(y)) ∇ log p(y)
+                surrogate = (float(logps.sum().detach()) - values.sum()) * logps.sum()
+            else:  # λ Σ_u (log p(u) − log q(u)) ∇ log p(u)
+                w1_gap = float(logps[:2].sum().detach()) - (values[0] + values[1])
+                w2_gap = float(logps[2].detach()) - values[2]
+                surrogate = w1_gap * logps[:2].sum() + w2_gap * logps[2]
+            (LAM * surrogate).backward()
             for a, b in zip(got, theta, strict=True):
                 assert torch.allclose(a.double(), b.grad, atol=1e-5), sample
         for acc, g in zip(total, got, strict=True):

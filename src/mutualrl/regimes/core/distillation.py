@@ -51,7 +51,8 @@ def distillation_signal(own_logps: torch.Tensor, peer_logps: torch.Tensor, valid
     reached = valid & (weights[:, :, None] > 0)  # [B, M-1, T]
     delta = torch.where(reached, delta, torch.zeros_like(delta))  # [B, M-1, T]
     if sequence:
-        delta = torch.where(reached, delta.sum(-1, keepdim=True).expand_as(delta), torch.zeros_like(delta))  # [B, M-1, T]
+        text = delta.sum(-1, keepdim=True).expand_as(delta)  # [B, M-1, T] each peer's log-ratio of the whole text
+        delta = torch.where(reached, text, torch.zeros_like(delta))  # [B, M-1, T]
     elif groups is not None:
         delta = torch.where(reached, unit_totals(delta, groups), torch.zeros_like(delta))  # [B, M-1, T] per word
     return (weights.to(torch.float32)[:, :, None] * delta).sum(1)  # [B, T]

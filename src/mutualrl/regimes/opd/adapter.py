@@ -71,13 +71,14 @@ class OPDAdapter(JudgedAdapter):
             metrics = opd_metrics(teaching, prompt_weights, aligned.matched, judged.rows)
             return output, {**metrics, **source_use(None, None, None, weights, 0.0, self.peers)}
         own = own_logps(trainer, output).float().cpu()  # [B, C]
-        whole = settings.signal == "sequence"
-        signal = distillation_signal(own, aligned.values, aligned.valid, weights, aligned.groups, whole)  # [B, C]
+        sequence = settings.signal == "sequence"
+        signal = distillation_signal(own, aligned.values, aligned.valid, weights, aligned.groups,
+                                     sequence=sequence)  # [B, C]
         advantages = output["advantages"]
         output["advantages"] = opd_advantages(advantages.cpu(), signal, mask.cpu(), settings.lam,
                                               settings.reward_term).to(advantages.device)  # [B, C]
         metrics = opd_metrics(teaching, prompt_weights, aligned.matched, judged.rows, own, aligned.values,
-                              aligned.valid, weights, settings.lam, aligned.groups, whole)
+                              aligned.valid, weights, settings.lam, signal)
         used = source_use(own, aligned.values, aligned.valid, weights, settings.lam, self.peers, aligned.groups,
-                          whole)
+                          sequence=sequence)
         return output, {**metrics, **used}

@@ -102,13 +102,13 @@ def row_weights(prompt_weights: torch.Tensor, k: int) -> torch.Tensor:
 def opd_metrics(teaching: torch.Tensor, prompt_weights: torch.Tensor, matched: torch.Tensor, judged_rows: int,
                 own_logps: torch.Tensor | None = None, peer_logps: torch.Tensor | None = None,
                 valid: torch.Tensor | None = None, weights: torch.Tensor | None = None,
-                lam: float = 0.0, groups: torch.Tensor | None = None,
-                sequence: bool = False) -> dict[str, float]:
+                lam: float = 0.0, signal: torch.Tensor | None = None) -> dict[str, float]:
     """The step's figures (``opd/<name>``): ``gate_rate`` (prompts with a teaching peer), ``judged_share`` (the
     learner's (rollout, peer) pairs whose judgement arrived and is of the learner's text), ``judged_rows`` (the peers'
     rollouts this policy judged), and where the signal was computed (``own_logps`` given): ``teacher_logp`` and
     ``reverse_kl`` (own − teacher log-prob, the per-token sample estimate of the reverse KL) per signalled token,
-    ``signal_abs`` (mean ``|λ · signal|`` there) and ``signal_tokens``. Shares and totals: reduced over the ranks."""
+    ``signal_abs`` (mean ``|λ · signal|`` there, ``signal`` ``[B, T]`` as :func:`distillation_signal` gave the step)
+    and ``signal_tokens``. Shares and totals: reduced over the ranks."""
     values: dict[str, float] = {
         "gate_rate": Share(float(teaching.any(-1).sum()), teaching.shape[0]),
         "judged_share": Share(float(matched.sum()), matched.numel()),
@@ -126,8 +126,6 @@ def opd_metrics(teaching: torch.Tensor, prompt_weights: torch.Tensor, matched: t
     count = float(tokens.sum())
     values["teacher_logp"] = Share(float(teacher[tokens].sum()), count)
     values["reverse_kl"] = Share(float((own - teacher)[tokens].sum()), count)
-    signal = distillation_signal(own_logps.float(), peer_logps.float(), valid, weights, groups,
-                                 sequence)  # [B, T]
     values["signal_abs"] = Share(float((lam * signal.double()).abs()[tokens].sum()), count)
     values["signal_tokens"] = Total(count)
     return values
@@ -148,7 +146,7 @@ def source_use(own_logps: torch.Tensor | None, peer_logps: torch.Tensor | None, 
             only = torch.zeros_like(weights)  # [B, M-1]
             only[:, j] = weights[:, j]
             signal = distillation_signal(own_logps.float(), peer_logps.float(), valid, only, groups,
-                                         sequence)  # [B, T]
+                                         sequence=sequence)  # [B, T]
             used = float(((signal != 0) & valid[:, j]).any(dim=1).sum())
         out[f"from/{name}/used_share"] = Share(used, rows)
     return out

@@ -104,7 +104,7 @@ class OPDSGTAdapter(JudgedAdapter):
             source = self._attach_rescues(output, rollouts, peer_rewards.rows, gated, chosen, peers)
         by_peer = [settings.lam * distillation_signal(own, aligned.values, aligned.valid, self._only(weights, j),
                                                       aligned.groups) for j in range(len(self.peers))]  # [B, C] each
-        metrics.update(signal_metrics(own, aligned.values, aligned.valid, weights, settings.lam, aligned.groups))
+        metrics.update(signal_metrics(own, aligned.values, aligned.valid, weights, settings.lam, signal))
         return output, {**metrics, **source_use(by_peer, source, self.peers)}
 
     @staticmethod

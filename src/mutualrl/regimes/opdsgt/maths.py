@@ -135,14 +135,14 @@ def step_metrics(weights: torch.Tensor, gated: torch.Tensor, matched: torch.Tens
 
 
 def signal_metrics(own_logps: torch.Tensor, peer_logps: torch.Tensor, valid: torch.Tensor, weights: torch.Tensor,
-                   lam: float, groups: torch.Tensor | None) -> dict[str, float]:
+                   lam: float, signal: torch.Tensor) -> dict[str, float]:
     """``reverse_kl`` (own − teacher log-prob per signalled token, the sample estimate of the reverse KL) and
-    ``signal_abs`` (mean ``|λ · signal|`` there). ``weights`` ``[B, M-1]`` are 0/1 (one teacher per prompt)."""
+    ``signal_abs`` (mean ``|λ · signal|`` there; ``signal`` ``[B, T]`` as :func:`distillation_signal` gave the step).
+    ``weights`` ``[B, M-1]`` are 0/1 (one teacher per prompt)."""
     reached = valid & (weights[:, :, None] > 0)  # [B, M-1, T]
     tokens = reached.any(1)  # [B, T]
     teacher = torch.where(reached, peer_logps.double(), torch.zeros((), dtype=torch.float64)).sum(1)  # [B, T]
     count = float(tokens.sum())
-    signal = distillation_signal(own_logps, peer_logps, valid, weights, groups)  # [B, T]
     return {"reverse_kl": Share(float((own_logps.double() - teacher)[tokens].sum()), count),
             "signal_abs": Share(float((lam * signal.double()).abs()[tokens].sum()), count)}
 
