@@ -38,6 +38,7 @@ from typing import Any
 
 from mutualrl.errors import UsageError
 from mutualrl.metric_labels import FREE, NONNEGATIVE, NONPOSITIVE, UNIT, MetricWords
+from mutualrl.regimes.core.distillation_spec import per_token_ratio_check
 from mutualrl.regimes.core.pooled_spec import PooledRowsSettings, ratio_metrics
 from mutualrl.regimes.core.rank_metrics import Quantile, Share, Total
 from mutualrl.regimes.core.regime_spec import RegimeFlag, RegimeSpec, register_regime
@@ -74,7 +75,8 @@ TORCH_NAMES = {
 __all__ = [
     "ENV_VAR", "FREE", "NONNEGATIVE", "NONPOSITIVE", "TOKEN_WEIGHTS", "UNIT", "GRPOBatch", "MetricWords",
     "PooledRowsSettings", "Quantile", "RegimeFlag", "RegimeSpec", "Share", "StepRollouts", "Total", "TrainerView",
-    "UsageError", "check_rescue_counts", "ratio_metrics", "register_regime", "whole_count", *TORCH_NAMES,
+    "UsageError", "check_rescue_counts", "per_token_ratio_check", "ratio_metrics", "register_regime", "whole_count",
+    *TORCH_NAMES,
 ]
 
 

@@ -10,11 +10,11 @@ distillation".
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-from mutualrl.regimes.api import FREE, NONNEGATIVE, NONPOSITIVE, UNIT, MetricWords, RegimeSpec, register_regime
+from mutualrl.regimes.api import (FREE, NONNEGATIVE, NONPOSITIVE, UNIT, MetricWords, RegimeSpec, per_token_ratio_check,
+                                  register_regime)
 
 
 @dataclass
@@ -49,17 +49,6 @@ def check_opd_settings(settings: OPDSettings) -> tuple[str, str] | None:
     return None
 
 
-def check_opd_grpo(grpo: Mapping[str, Any]) -> tuple[str, str] | None:
-    """OPD's signal is per token; GSPO's sequence ratio (``importance_sampling_level: sequence``) carries the gradient
-    of the tokens' mean log-prob, so TRL would train every token with the row's mean advantage."""
-    if grpo.get("importance_sampling_level") == "sequence":
-        return "importance_sampling_level", ("'sequence' (GSPO) under regime opd: TRL's sequence ratio averages the "
-                                             "tokens' log-ratios, so every token would train with the mean of the "
-                                             "row's per-token advantages, not its own distillation signal; use "
-                                             "'token' (TRL's default)")
-    return None
-
-
 OPD = register_regime(RegimeSpec(
     name="opd",
     help="mutual on-policy distillation: peers score the learner's rollouts; per-token reverse-KL advantage where "
@@ -82,6 +71,6 @@ OPD = register_regime(RegimeSpec(
         ("judged_rows", MetricWords("peer rollouts this policy judged", "rollouts", NONNEGATIVE)),
     ),
     check=check_opd_settings,
-    grpo_check=check_opd_grpo,
+    grpo_check=per_token_ratio_check("opd"),
     order=6,
 ))

@@ -8,12 +8,11 @@ OPDSGTAdapter`; docs/regimes.md, "Beyond the paper: OPD with SGT's rescue".
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mutualrl.regimes.api import (FREE, NONNEGATIVE, NONPOSITIVE, UNIT, GRPOBatch, MetricWords, RegimeSpec,
-                                  check_rescue_counts, register_regime)
+                                  check_rescue_counts, per_token_ratio_check, register_regime)
 
 if TYPE_CHECKING:
     import torch
@@ -55,15 +54,6 @@ def check_opdsgt_settings(settings: OPDSGTSettings) -> tuple[str, str] | None:
     return None
 
 
-def check_opdsgt_grpo(grpo: Mapping[str, Any]) -> tuple[str, str] | None:
-    """The distillation signal is per token; GSPO's sequence ratio would train every token with the row's mean."""
-    if grpo.get("importance_sampling_level") == "sequence":
-        return "importance_sampling_level", ("'sequence' (GSPO) under regime opd-sgt: TRL's sequence ratio averages "
-                                             "the tokens' log-ratios, so every token would train with the mean of "
-                                             "the row's per-token advantages; use 'token' (TRL's default)")
-    return None
-
-
 OPD_SGT = register_regime(RegimeSpec(
     name="opd-sgt",
     help="on-policy distillation with a rescue: per-token reverse-KL advantage where a peer is the more competent, "
@@ -88,7 +78,7 @@ OPD_SGT = register_regime(RegimeSpec(
         ("judged_share", MetricWords("rollouts judged by every peer", "share of (rollout, peer) pairs", UNIT)),
     ),
     check=check_opdsgt_settings,
-    grpo_check=check_opdsgt_grpo,
+    grpo_check=per_token_ratio_check("opd-sgt"),
     state_check=check_rescue_counts,  # its saved rescue counters (the adapter's state_dict)
     order=7,
 ))
