@@ -56,6 +56,8 @@ REGIME_ARGS = {
     "opd": ["--regime", "opd"],
     # OPD's distillation with SGT's rescue in one loss (issue 97; docs/regimes.md): the recipe's regime.opdsgt.
     "opd-sgt": ["--regime", "opd-sgt"],
+    # The peers' next-token distributions compared over next bytes (issue 97; docs/regimes.md): its defaults.
+    "byte-kd": ["--regime", "byte-kd"],
 }
 MAIN_REGIMES = ("standalone", "sgt")  # run on every seed of --seeds
 WEAK_TARGET, STRONG_TARGET = 0.30, -0.05

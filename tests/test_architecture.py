@@ -236,7 +236,7 @@ def regime_folders() -> list[Path]:
 
 
 def test_a_regime_folder_imports_only_itself_and_the_regime_api():
-    assert [folder.name for folder in regime_folders()] == ["hacpo", "opd", "opdsgt", "prp", "randpert", "sgt",
+    assert [folder.name for folder in regime_folders()] == ["bytekd", "hacpo", "opd", "opdsgt", "prp", "randpert", "sgt",
                                                          "standalone", "xgrpo"]
     assert [line for folder in regime_folders() for line in regime_folder_imports(folder)] == []
 

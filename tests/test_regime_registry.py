@@ -91,7 +91,7 @@ def test_a_regime_name_is_spelled_in_one_source_file():
 
 def test_every_builtin_regime_is_one_folder():
     folders = sorted(p.parent.name for p in (ROOT / "src" / "mutualrl" / "regimes").glob("*/spec.py"))
-    assert folders == ["hacpo", "opd", "opdsgt", "prp", "randpert", "sgt", "standalone", "xgrpo"]
+    assert folders == ["bytekd", "hacpo", "opd", "opdsgt", "prp", "randpert", "sgt", "standalone", "xgrpo"]
     assert {get_regime(n).adapter.split(":")[0] for n in ("xgrpo", "sgt", "prp", "grpo-randpert")} == {
         "mutualrl.regimes.xgrpo.adapter", "mutualrl.regimes.sgt.adapter", "mutualrl.regimes.prp.adapter",
         "mutualrl.regimes.randpert.adapter"}

@@ -1,6 +1,6 @@
 """App. "Infrastructure fidelity": the standalone regime is vanilla TRL GRPO, parameter for parameter; so are on-policy
-distillation (``opd``) with ``lam: 0`` and its composition with SGT's rescue (``opd-sgt``) with ``lam: 0`` and
-``rescue_lam: 0``, their whole exchange running (a peer's round, judging it, the peer's judgements of every rollout
+distillation (``opd``) with ``lam: 0``, its composition with SGT's rescue (``opd-sgt``) with ``lam: 0`` and
+``rescue_lam: 0``, and next-byte distillation (``byte-kd``) with ``lam: 0``, their whole exchange running (a peer's round, judging it, the peer's judgements of every rollout
 read and aligned, the rescue gate firing)."""
 
 from __future__ import annotations
@@ -61,11 +61,13 @@ def test_standalone_trainer_matches_vanilla_grpo(tmp_path):
     assert diff <= 1e-6
     assert torch.equal(next(vanilla_model.parameters()), next(mutual_model.parameters()))
 
-    # On-policy distillation at lam 0, and with the rescue at lam 0 and rescue_lam 0, each with a scripted peer that
+    # On-policy distillation at lam 0, with the rescue at lam 0 and rescue_lam 0, and next-byte distillation at lam 0
+    # (its judges publish no distributions here: the learner's own judging still runs), each with a scripted peer that
     # solves every prompt (so the gates fire on every prompt the learner does not solve) and judges every learner
     # token at -1: bit for bit vanilla GRPO.
     for regime, overrides, gate in (("opd", ["regime.opd.lam=0"], "gate_rate"),
-                                    ("opd-sgt", ["regime.opdsgt.lam=0", "regime.opdsgt.rescue_lam=0"], "rescue_rate")):
+                                    ("opd-sgt", ["regime.opdsgt.lam=0", "regime.opdsgt.rescue_lam=0"], "rescue_rate"),
+                                    ("byte-kd", ["regime.bytekd.lam=0"], "gate_rate")):
         model = AutoModelForCausalLM.from_pretrained(folder)
         trainer = zero_lambda_trainer(regime, overrides, model, tokenizer, dataset, tmp_path / regime)
         peer = threading.Thread(target=scripted_peer, args=(tmp_path / regime / "see", 3), daemon=True)

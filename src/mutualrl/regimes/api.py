@@ -16,14 +16,17 @@
 - The adapter's building blocks (``adapter.py``): :class:`RegimeAdapter` (the base), :class:`PooledRowsAdapter`
   and :class:`PooledStep` (peer rows pooled into the batch), :class:`PeerGroups` and :func:`gather_peer_groups`
   (peer tables as ``[P, M-1, K]`` tensors), :func:`learner_responses` (peer responses as learner token rows),
+  :func:`peer_rows` and :func:`peer_row_views` (chosen rows of peer tables, by column),
   :class:`AppendedRows`, :func:`attach_sequences` and :func:`attached_rows` (rows and sequences added to TRL's
   batch, and the rows that carry one); peers' judgements of the learner's own rollouts (each peer's forward pass
   over them, through the SEE): :class:`JudgementChannel`, :func:`judge_rollouts`, :func:`aligned_judgements` (THL
   onto the learner's tokens), :func:`own_logps`, :func:`timed`.
 - Comparing two policies across tokenizers (per token where the tokens match, per word where they do not):
   :func:`comparison_groups`, :func:`singleton_groups`, :func:`unit_totals`, :func:`unit_heads`; on-policy
-  distillation over them: :func:`distillation_signal`, :func:`success_rates` (which picks a teacher), and
-  :class:`JudgedAdapter`, the base adapter of a regime whose peers judge its rollouts.
+  distillation over them: :func:`distillation_signal`, :func:`success_rates`, :func:`teaching_peers` and
+  :func:`teacher_weights` (which pick a teacher), and :class:`JudgedAdapter`, the base adapter of a regime whose peers
+  judge its rollouts; next-byte distributions, what two vocabularies can compare: :func:`first_byte_symbols`,
+  :func:`symbol_logps`, :func:`clean_starts`, ``SYMBOLS``.
 
 The names live in :mod:`mutualrl.regimes.core`; this module only gathers them. A ``spec.py`` must stay torch-free
 (config loading and every CLI command import every spec), so the names whose modules import torch are imported on
@@ -60,7 +63,8 @@ TORCH_NAMES = {
     "RegimeAdapter": "mutualrl.regimes.core.adapter",
     "PooledRowsAdapter": "mutualrl.regimes.core.pooled_rows", "PooledStep": "mutualrl.regimes.core.pooled_rows",
     "PeerGroups": "mutualrl.regimes.core.peers", "gather_peer_groups": "mutualrl.regimes.core.peers",
-    "learner_responses": "mutualrl.regimes.core.peer_responses",
+    "learner_responses": "mutualrl.regimes.core.peer_responses", "peer_rows": "mutualrl.regimes.core.peer_responses",
+    "peer_row_views": "mutualrl.regimes.core.peer_responses",
     "AppendedRows": "mutualrl.regimes.core.batch_rows", "attach_sequences": "mutualrl.regimes.core.batch_rows",
     "attached_rows": "mutualrl.regimes.core.batch_rows",
     "JudgementChannel": "mutualrl.regimes.core.judgements", "judge_rollouts": "mutualrl.regimes.core.judgements",
@@ -70,6 +74,9 @@ TORCH_NAMES = {
     "unit_heads": "mutualrl.regimes.core.word_units", "unit_totals": "mutualrl.regimes.core.word_units",
     "distillation_signal": "mutualrl.regimes.core.distillation",
     "success_rates": "mutualrl.regimes.core.distillation", "JudgedAdapter": "mutualrl.regimes.core.judged_adapter",
+    "teaching_peers": "mutualrl.regimes.core.distillation", "teacher_weights": "mutualrl.regimes.core.distillation",
+    "first_byte_symbols": "mutualrl.regimes.core.next_bytes", "symbol_logps": "mutualrl.regimes.core.next_bytes",
+    "clean_starts": "mutualrl.regimes.core.next_bytes", "SYMBOLS": "mutualrl.regimes.core.next_bytes",
 }
 
 __all__ = [

@@ -331,6 +331,16 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         )
         return logps
 
+    def completion_logits(self, model, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
+        """Next-token logits ``[B, C, V]`` before each completion token, over TRL's temperature: the model's own forward
+        (TRL's fused head returns log-probs of the sampled tokens only), keeping the last ``C + 1`` positions."""
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # [B, P + C]
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)  # [B, P + C]
+        width = completion_ids.size(1)
+        with self.accelerator.autocast():
+            logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=width + 1).logits
+        return logits[:, :-1, :].float() / self.temperature  # [B, C, V]
+
     def score_reference(self, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
         """Per-token log-probs ``[B, C]`` of the rows under the reference model (for the KL term when beta > 0),
         no grad: TRL's ``ref_model``, or the policy with its PEFT adapter switched to "ref" (or off), as TRL does."""

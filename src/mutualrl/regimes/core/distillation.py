@@ -1,8 +1,10 @@
-"""On-policy distillation's pieces shared by OPD and opd-sgt: the verified success rate that picks a teacher, and the
-per-token signal across tokenizers, each peer's log-ratio to the learner of the token's comparison unit weighted by
-the peer's teacher weight (docs/regimes.md, OPD's formula table)."""
+"""On-policy distillation's pieces shared by OPD, opd-sgt and byte-kd: the verified success rate and the gate that pick
+a teacher, and the per-token signal across tokenizers, each peer's log-ratio to the learner of the token's comparison
+unit weighted by the peer's teacher weight (docs/regimes.md, OPD's formula table)."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 import torch
 
@@ -18,6 +20,39 @@ def success_rates(rewards: torch.Tensor, success_threshold: float) -> torch.Tens
     counted = scored.sum(-1)  # [...]
     rates = wins.sum(-1).to(torch.float32) / counted.clamp(min=1).to(torch.float32)
     return torch.where(counted > 0, rates, torch.full_like(rates, float("nan")))
+
+
+def teaching_peers(own_rate: torch.Tensor, peer_rates: torch.Tensor,
+                   gate: Literal["competence", "always"]) -> torch.Tensor:
+    """bool ``[P, M-1]``: the peers that teach each prompt. ``competence``: a peer whose success rate is above the
+    learner's (both scored); ``always``: every peer."""
+    check_float("peer_rates", peer_rates, 2, "[P, M-1]")
+    if own_rate.shape != peer_rates.shape[:1]:
+        raise ValueError(f"own_rate must have shape [P] = [{peer_rates.shape[0]}]; got {tuple(own_rate.shape)}")
+    if gate == "always":
+        return torch.ones(peer_rates.shape, dtype=torch.bool)
+    if gate != "competence":
+        raise ValueError(f"gate must be 'competence' or 'always'; got {gate!r}")
+    return peer_rates > own_rate[:, None]  # NaN on either side: False
+
+
+def teacher_weights(teaching: torch.Tensor, peer_rates: torch.Tensor,
+                    teachers: Literal["best", "mean"]) -> torch.Tensor:
+    """float32 ``[P, M-1]``: each teaching peer's weight ``w_{p,j}`` in the prompt's signal; a row sums to 1 where some
+    peer teaches, 0 where none does. ``best``: the teaching peer with the highest success rate (ties and unscored
+    rates: the first in the pool's order) alone; ``mean``: every teaching peer, equally."""
+    if teaching.shape != peer_rates.shape:
+        raise ValueError(f"teaching must have the shape of peer_rates {tuple(peer_rates.shape)}")
+    if teachers == "mean":
+        count = teaching.sum(-1, keepdim=True).clamp(min=1).to(torch.float32)  # [P, 1]
+        return teaching.to(torch.float32) / count
+    if teachers != "best":
+        raise ValueError(f"teachers must be 'best' or 'mean'; got {teachers!r}")
+    score = torch.where(teaching, torch.nan_to_num(peer_rates, nan=-1.0), torch.full_like(peer_rates, -2.0))
+    best = torch.argmax(score, dim=-1)  # [P] the first maximum
+    weights = torch.zeros(peer_rates.shape, dtype=torch.float32)
+    weights[torch.arange(len(best)), best] = 1.0
+    return weights * teaching.any(-1, keepdim=True).to(torch.float32)  # [P, M-1]
 
 
 def distillation_signal(own_logps: torch.Tensor, peer_logps: torch.Tensor, valid: torch.Tensor,

@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from mutualrl.regimes.core.adapter import RegimeAdapter
-from mutualrl.regimes.core.judgements import JudgementChannel, judge_rollouts, timed
+from mutualrl.regimes.core.judgements import (DISTRIBUTION_COLUMNS, JUDGEMENT_COLUMNS, JudgementChannel, judge_rollouts,
+                                              timed)
 from mutualrl.regimes.core.trainer_interface import GRPOBatch, StepRollouts, TrainerView
 
 if TYPE_CHECKING:
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
 class JudgedAdapter(RegimeAdapter):
     peer_columns = ("prompt_id", "sample_index", "reward", "response_text", "finished")
     publishes_spans = True  # its own spans, kept from its records: its peers' judgements are aligned onto them
+    top_bytes = 0  # > 0: the judges also publish their next-byte distributions, this many symbols per token
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -39,11 +41,13 @@ class JudgedAdapter(RegimeAdapter):
         judgements of this policy's rollouts: (this rank's judging, with its ``rows``; the peers' judgement tables)."""
         rollouts.require_whole_groups(self.name)
         step = rollouts.step
-        judged, judge_s = timed(lambda: judge_rollouts(self.trainer, output, rollouts, peers, self.peers))
+        judged, judge_s = timed(lambda: judge_rollouts(self.trainer, output, rollouts, peers, self.peers,
+                                                       self.top_bytes))
         for name, records in judged.records.items():
             self.channel.publish(step, name, records)
+        columns = JUDGEMENT_COLUMNS + (DISTRIBUTION_COLUMNS if self.top_bytes else ())
         with self.phase("waiting for peers' judgements"):
-            tables, wait_s = timed(lambda: self.channel.read(step, self.peers))
+            tables, wait_s = timed(lambda: self.channel.read(step, self.peers, columns))
         self.trainer.record_metrics({"mutual/judge_s": judge_s, "mutual/judgements_wait_s": wait_s})
         return judged, tables
 

@@ -55,6 +55,9 @@ JUDGEMENT_COLUMNS = ("prompt_id", "sample_index", "response_text", "response_tok
                      "finished")
 """What a learner reads of its judges' records."""
 
+DISTRIBUTION_COLUMNS = ("next_byte_ids", "next_byte_logps")
+"""What a learner also reads where its judges publish next-byte distributions (byte-kd)."""
+
 WAIT_SLICE_S = 10.0
 """The judgements' barrier is waited in slices of this length (each slice ends with a look at the judges' progress in
 the main exchange, where their heartbeats are)."""
@@ -90,7 +93,8 @@ class JudgementChannel:
         """This rank's judgements of ``judged``'s rollouts of round ``step``."""
         self.outgoing[judged].publish(step, records)
 
-    def read(self, step: int, judges: Sequence[str]) -> dict[str, pa.Table]:
+    def read(self, step: int, judges: Sequence[str],
+             columns: Sequence[str] = JUDGEMENT_COLUMNS) -> dict[str, pa.Table]:
         """Every judge's records of this policy's round ``step`` (all of a judge's ranks, concatenated in rank order),
         read as the SEE reads a round: checksums, schema and rows verified. Waits for them: a judge's failure marker
         (in the main exchange) ends the wait at once; a judge whose heartbeat in the main exchange shows no progress
@@ -123,7 +127,7 @@ class JudgementChannel:
                         raise
         finally:
             self.main.waiting = False
-        return {judge: self.incoming.read_shards(found[judge], columns=JUDGEMENT_COLUMNS) for judge in judges}
+        return {judge: self.incoming.read_shards(found[judge], columns=list(columns)) for judge in judges}
 
     def prune(self, step: int) -> None:
         """Drop this rank's own judgement shards older than the exchange's retention."""
@@ -141,11 +145,13 @@ class Judged:
 
 
 def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollouts, peers: dict[str, pa.Table],
-                   names: Sequence[str]) -> Judged:
+                   names: Sequence[str], top_bytes: int = 0) -> Judged:
     """Score the peers ``names``' rollouts of this rank's groups with this policy's model (one no-grad forward pass
     over all of them, at TRL's scoring batch size): their text in this policy's tokens after this policy's own prompt
     tokens of the prompt; the judgement records per peer (module docstring). A peer's table must hold the columns
-    ``prompt_id``, ``sample_index``, ``reward``, ``response_text``, ``finished``."""
+    ``prompt_id``, ``sample_index``, ``reward``, ``response_text``, ``finished``. ``top_bytes`` > 0: each record
+    also carries, at each of the judge's tokens, its ``top_bytes`` most likely next-byte symbols and their log-masses
+    (:mod:`~mutualrl.regimes.core.next_bytes`; byte-kd's teacher distribution)."""
     from mutualrl.padding import pad_token_rows
     from mutualrl.regimes.core.publication import _prompt_text
     from mutualrl.see.records import Ragged, RolloutBatch
@@ -167,9 +173,14 @@ def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollou
     prompt_rows = torch.tensor([p * k for p, _ in keys], dtype=torch.long, device=device)  # [N]
     completion_ids, completion_mask = pad_token_rows(responses.ids, tokenizer.pad_token_id, min_width=1,
                                                      device=device)  # [N, C']
-    with torch.no_grad():
-        logps = trainer.score_completions(trainer.model, output["prompt_ids"][prompt_rows],
-                                          output["prompt_mask"][prompt_rows], completion_ids, completion_mask)
+    prompt_ids, prompt_mask = output["prompt_ids"][prompt_rows], output["prompt_mask"][prompt_rows]  # [N, P]
+    symbols = symbol_logps = None
+    if top_bytes > 0:
+        logps, symbols, symbol_logps = _judge_distributions(trainer, prompt_ids, prompt_mask, completion_ids,
+                                                            completion_mask, top_bytes)
+    else:
+        with torch.no_grad():
+            logps = trainer.score_completions(trainer.model, prompt_ids, prompt_mask, completion_ids, completion_mask)
     logps = logps.detach().float().cpu()  # [N, C']
     texts = [_prompt_text(prompt) for prompt in rollouts.prompt_texts_local[::k]]
     rewards = peer_rows(peers, sources, ("reward",))["reward"]
@@ -186,9 +197,47 @@ def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollou
             reward=np.asarray([rewards[i] for i in part], dtype=np.float32),
             finished=[responses.finished[i] for i in part],
             behaviour_logps=Ragged.from_padded(logps[start:end], completion_mask[start:end].cpu(), np.float32),
+            **({} if symbols is None else {
+                "next_byte_ids": _per_token_rows(symbols[start:end], completion_mask[start:end].cpu(), np.int32),
+                "next_byte_logps": _per_token_rows(symbol_logps[start:end], completion_mask[start:end].cpu(),
+                                                   np.float32)}),
         )
         start = end
     return Judged(records, len(sources), int(completion_mask.sum()))
+
+
+def _judge_distributions(trainer: TrainerView, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                         completion_ids: torch.Tensor, completion_mask: torch.Tensor,
+                         top_bytes: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The judge's log-probs of its tokens ``[N, C']`` and, before each, its ``top_bytes`` most likely next-byte
+    symbols and their log-masses ``[N, C', k]`` each: one no-grad forward per scoring batch, its logits reduced
+    there (a batch's ``[n, C', V]`` logits at a time)."""
+    from mutualrl.regimes.core.next_bytes import first_byte_symbols, top_symbols
+
+    size = trainer.args.per_device_train_batch_size
+    logps, ids, masses = [], [], []
+    table = None
+    with torch.no_grad():
+        for start in range(0, completion_ids.size(0), size):
+            rows = slice(start, start + size)
+            logits = trainer.completion_logits(trainer.model, prompt_ids[rows], prompt_mask[rows],
+                                               completion_ids[rows], completion_mask[rows])  # [n, C', V]
+            if table is None:
+                table = first_byte_symbols(trainer.processing_class, logits.shape[-1])  # [V]
+            token_logps = torch.log_softmax(logits, dim=-1)  # [n, C', V]
+            logps.append(token_logps.gather(-1, completion_ids[rows, :, None]).squeeze(-1).cpu())  # [n, C']
+            top_ids, top_logps = top_symbols(logits, table, top_bytes)  # [n, C', k] each
+            ids.append(top_ids.cpu())
+            masses.append(top_logps.cpu())
+    return torch.cat(logps), torch.cat(ids), torch.cat(masses)
+
+
+def _per_token_rows(padded: torch.Tensor, mask: torch.Tensor, dtype: type) -> Any:
+    """``[N, C', k]`` values per token → ragged rows of ``k`` values per kept token (the mask's), flattened."""
+    from mutualrl.see.records import Ragged
+
+    kept = mask.bool()  # [N, C']
+    return Ragged.from_rows([padded[i][kept[i]].reshape(-1) for i in range(padded.shape[0])], dtype)
 
 
 @dataclass

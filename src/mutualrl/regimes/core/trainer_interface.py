@@ -200,6 +200,12 @@ class TrainerView(Protocol):
         """Per-token log-probs ``[B, C]`` under the reference model (TRL's KL term, ``beta > 0``), no grad."""
         ...
 
+    def completion_logits(self, model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                          completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
+        """The next-token logits ``[B, C, V]`` before each completion token, divided by TRL's temperature (the
+        distribution TRL's log-probs are of); with grad where the caller has it."""
+        ...
+
     def aggregate_loss(self, per_token_loss: torch.Tensor, mask: torch.Tensor, inputs: GRPOBatch) -> torch.Tensor:
         """A regime's per-token loss ``[B, C]`` of this micro-batch summed and normalised as TRL's ``loss_type`` does its
         own (the same normaliser and gradient-accumulation scaling), so that it adds to TRL's loss term for term."""

@@ -45,41 +45,10 @@ from typing import Literal
 
 import torch
 
-# distillation_signal, success_rates: shared with opd-sgt (regimes/core/distillation.py), read here by OPD's adapter
-from mutualrl.regimes.api import Share, Total, check_float, distillation_signal, success_rates  # noqa: F401
-
-
-def teaching_peers(own_rate: torch.Tensor, peer_rates: torch.Tensor,
-                   gate: Literal["competence", "always"]) -> torch.Tensor:
-    """bool ``[P, M-1]``: the peers that teach each prompt. ``competence``: a peer whose success rate is above the
-    learner's (both scored); ``always``: every peer."""
-    check_float("peer_rates", peer_rates, 2, "[P, M-1]")
-    if own_rate.shape != peer_rates.shape[:1]:
-        raise ValueError(f"own_rate must have shape [P] = [{peer_rates.shape[0]}]; got {tuple(own_rate.shape)}")
-    if gate == "always":
-        return torch.ones(peer_rates.shape, dtype=torch.bool)
-    if gate != "competence":
-        raise ValueError(f"gate must be 'competence' or 'always'; got {gate!r}")
-    return peer_rates > own_rate[:, None]  # NaN on either side: False
-
-
-def teacher_weights(teaching: torch.Tensor, peer_rates: torch.Tensor,
-                    teachers: Literal["best", "mean"]) -> torch.Tensor:
-    """float32 ``[P, M-1]``: each teaching peer's weight ``w_{p,j}`` in the prompt's signal; a row sums to 1 where some
-    peer teaches, 0 where none does. ``best``: the teaching peer with the highest success rate (ties and unscored
-    rates: the first in the pool's order) alone; ``mean``: every teaching peer, equally."""
-    if teaching.shape != peer_rates.shape:
-        raise ValueError(f"teaching must have the shape of peer_rates {tuple(peer_rates.shape)}")
-    if teachers == "mean":
-        count = teaching.sum(-1, keepdim=True).clamp(min=1).to(torch.float32)  # [P, 1]
-        return teaching.to(torch.float32) / count
-    if teachers != "best":
-        raise ValueError(f"teachers must be 'best' or 'mean'; got {teachers!r}")
-    score = torch.where(teaching, torch.nan_to_num(peer_rates, nan=-1.0), torch.full_like(peer_rates, -2.0))
-    best = torch.argmax(score, dim=-1)  # [P] the first maximum
-    weights = torch.zeros(peer_rates.shape, dtype=torch.float32)
-    weights[torch.arange(len(best)), best] = 1.0
-    return weights * teaching.any(-1, keepdim=True).to(torch.float32)  # [P, M-1]
+# distillation_signal, success_rates, teaching_peers, teacher_weights: shared with opd-sgt and byte-kd
+# (regimes/core/distillation.py), read here by OPD's adapter
+from mutualrl.regimes.api import (Share, Total, distillation_signal, success_rates, teacher_weights,  # noqa: F401
+                                  teaching_peers)
 
 
 def opd_advantages(advantages: torch.Tensor, signal: torch.Tensor, mask: torch.Tensor, lam: float,

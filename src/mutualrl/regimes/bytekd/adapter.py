@@ -1,0 +1,177 @@
+"""Adapter of next-byte distillation (``byte-kd``): every policy judges its peers' rollouts and publishes, with each
+judgement, its next-byte distribution at each of its tokens; it learns from its peers' distributions at the shared
+token boundaries of its own rollouts.
+
+Per step, lock-step (docs/regimes.md, "Beyond the paper: next-byte distillation"):
+
+1. publish this rank's rollout records with their token spans and read the peers' round (the base adapter);
+2. judge every peer rollout of this rank's groups (one no-grad forward, its logits reduced to the ``top_bytes`` most
+   likely next-byte symbols per token) and publish the judgements; read the peers' judgements of this policy's round;
+3. gate per prompt (OPD's: the most competent peer above the learner teaches) and find, for each own token, the
+   judge's token that starts at the same offset where both start on a boundary;
+4. put the teacher's symbols, log-masses and weights into TRL's batch; :meth:`ByteKDAdapter.extra_loss` runs the
+   learner's forward on the taught rows and adds ``λ Σ w KL(q_T ‖ q_θ)`` (:func:`~mutualrl.regimes.bytekd.maths.
+   symbol_kl`) to TRL's loss, reduced as TRL reduces its own.
+
+With ``lam: 0`` step 4 is skipped: the batch TRL trains on is standalone GRPO's, bit for bit (the judging still runs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+import torch
+
+from mutualrl.regimes.api import (
+    GRPOBatch,
+    JudgedAdapter,
+    Share,
+    StepRollouts,
+    clean_starts,
+    first_byte_symbols,
+    gather_peer_groups,
+    peer_row_views,
+    peer_rows,
+    success_rates,
+    symbol_logps,
+    teacher_weights,
+    teaching_peers,
+)
+from mutualrl.regimes.bytekd.spec import BYTE_KD, ByteKDSettings
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+PREFIX: Final = "bytekd"
+"""The prefix of the batch keys this regime adds (``spec.ByteKDBatch``)."""
+
+
+@dataclass
+class TeacherDistributions:
+    """Each judge's published next-byte symbols on this rank's own tokens: ``ids`` int64 ``[B, J, C, k]``, ``logps``
+    float32 ``[B, J, C, k]`` (0 where not ``shared``), ``shared`` bool ``[B, J, C]`` (the own token starts on a
+    boundary the judge's tokens share, and the judge published its distribution there), ``matched`` bool ``[B, J]`` (a
+    judgement of this row's text arrived)."""
+
+    ids: torch.Tensor
+    logps: torch.Tensor
+    shared: torch.Tensor
+    matched: torch.Tensor
+
+
+def teacher_distributions(own: pa.Table, judgements: dict[str, pa.Table], judges: list[str], rollouts: StepRollouts,
+                          width: int, k: int) -> TeacherDistributions:
+    """The judges' next-byte distributions at the shared boundaries of this rank's own tokens (``own``: its published
+    records with spans, row ``i`` = TRL's row ``i``; ``width``: the batch's completion width). A judgement whose text
+    is not the row's is not used; one without distributions (``k`` per token) is matched but shares no boundary."""
+    from mutualrl.regimes.bytekd.maths import shared_boundaries
+
+    n, kk = own.num_rows, rollouts.num_generations
+    groups = gather_peer_groups(judgements, judges, rollouts.prompt_ids_local[::kk], kk, rollouts.step, columns=())
+    texts = own.column("response_text").to_pylist()
+    own_spans = peer_row_views({"": own}, [("", i) for i in range(n)], "response_token_spans")
+    ids = torch.zeros((n, len(judges), width, k), dtype=torch.long)
+    logps = torch.zeros((n, len(judges), width, k), dtype=torch.float32)
+    shared = torch.zeros((n, len(judges), width), dtype=torch.bool)
+    matched = torch.zeros((n, len(judges)), dtype=torch.bool)
+    sources = [(judge, int(groups.rows[i // kk, j, rollouts.sample_index_local[i]]))
+               for i in range(n) for j, judge in enumerate(judges)]
+    their_texts = peer_rows(judgements, sources, ("response_text",))["response_text"]
+    spans = peer_row_views(judgements, sources, "response_token_spans")
+    symbols = peer_row_views(judgements, sources, "next_byte_ids")
+    masses = peer_row_views(judgements, sources, "next_byte_logps")
+    for x, (i, j) in enumerate((i, j) for i in range(n) for j in range(len(judges))):
+        if their_texts[x] != texts[i] or spans[x] is None:
+            continue
+        matched[i, j] = True
+        theirs = spans[x].astype(np.int64).reshape(-1, 2)  # [m, 2]
+        if symbols[x] is None or masses[x] is None or len(symbols[x]) != k * len(theirs) \
+                or len(masses[x]) != k * len(theirs):
+            continue
+        mine = clean_starts(own_spans[i].astype(np.int64).reshape(-1, 2), len(texts[i]))[:width]  # [n_i]
+        at = shared_boundaries(mine, clean_starts(theirs, len(texts[i])))  # [n_i] judge token, -1: none
+        hit = np.flatnonzero(at >= 0)
+        ids[i, j, hit] = torch.from_numpy(symbols[x].astype(np.int64).reshape(-1, k)[at[hit]])  # [h, k]
+        logps[i, j, hit] = torch.from_numpy(masses[x].astype(np.float32).reshape(-1, k)[at[hit]])  # [h, k]
+        shared[i, j, hit] = True
+    return TeacherDistributions(ids, logps, shared, matched)
+
+
+class ByteKDAdapter(JudgedAdapter):
+    spec = BYTE_KD
+    settings: ByteKDSettings  # typed view of RegimeAdapter.settings
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.symbols: torch.Tensor | None = None  # [V] the learner's next-byte symbol of each token id
+
+    @property
+    def top_bytes(self) -> int:  # the judges publish this many next-byte symbols per token
+        return self.settings.top_bytes
+
+    def transform(self, output: GRPOBatch, rollouts: StepRollouts,
+                  peers: dict[str, pa.Table]) -> tuple[GRPOBatch, dict[str, float]]:
+        settings, k = self.settings, rollouts.num_generations
+        _, tables = self.exchange_judgements(output, rollouts, peers)
+        prompts = rollouts.prompt_ids_local[::k]
+        peer = gather_peer_groups(peers, self.peers, prompts, k, rollouts.step, columns=("reward",))
+        own_rate = success_rates(rollouts.rewards_local.float().view(len(prompts), k), settings.success_threshold)
+        peer_rates = success_rates(peer.values["reward"], settings.success_threshold)  # [P, J]
+        teaching = teaching_peers(own_rate, peer_rates, "competence")  # [P, J]
+        prompt_weights = teacher_weights(teaching, peer_rates, "best")  # [P, J]
+        mask = output["completion_mask"]  # [B, C]
+        teacher = teacher_distributions(self.own_records, tables, self.peers, rollouts, mask.shape[1],
+                                        settings.top_bytes)
+        row_weights = prompt_weights.repeat_interleave(k, dim=0) * teacher.matched  # [B, J]
+        weights = row_weights[:, :, None] * teacher.shared * mask.cpu().bool()[:, None, :]  # [B, J, C]
+        taught = row_weights > 0  # [B, J]
+        own_tokens = mask.cpu().bool()[:, None, :] & taught[:, :, None]  # [B, J, C]
+        metrics: dict[str, float] = {
+            "gate_rate": Share(float(teaching.any(-1).sum()), teaching.shape[0]),
+            "judged_share": Share(float(teacher.matched.sum()), teacher.matched.numel()),
+            "shared_share": Share(float((weights > 0).sum()), float(own_tokens.sum())),
+        }
+        used = settings.lam > 0
+        for j, name in enumerate(self.peers):
+            metrics[f"from/{name}/used_share"] = Share(float((weights[:, j] > 0).any(-1).sum()) if used else 0.0,
+                                                       weights.shape[0])
+        if not used:  # standalone GRPO's batch, untouched
+            return output, metrics
+        device = mask.device
+        output[f"{PREFIX}_ids"] = teacher.ids.to(device)  # [B, J, C, k]
+        output[f"{PREFIX}_logps"] = teacher.logps.to(device)  # [B, J, C, k]
+        output[f"{PREFIX}_weights"] = weights.to(device)  # [B, J, C]
+        return output, metrics
+
+    def extra_loss(self, model: torch.nn.Module, inputs: GRPOBatch) -> torch.Tensor | None:
+        """``λ`` times the next-byte KL of this micro-batch's taught rows (:func:`~mutualrl.regimes.bytekd.maths.
+        symbol_kl`), reduced as TRL reduces its per-token loss. With several ranks a rank with no taught row still
+        runs the forward on row 0 (at weight 0), so that every rank runs the same forward and backward."""
+        from mutualrl.regimes.bytekd.maths import symbol_kl
+
+        weights = inputs.get(f"{PREFIX}_weights")  # [B, J, C]
+        if weights is None:
+            return None
+        rows = torch.nonzero((weights > 0).flatten(1).any(1), as_tuple=True)[0]  # [R]
+        if rows.numel() == 0:
+            if self.trainer.accelerator.num_processes == 1:
+                return None
+            rows = torch.zeros(1, dtype=torch.long, device=weights.device)  # [1]
+        trainer, mask = self.trainer, inputs["completion_mask"]
+        logits = trainer.completion_logits(model, inputs["prompt_ids"][rows], inputs["prompt_mask"][rows],
+                                           inputs["completion_ids"][rows], mask[rows])  # [R, C, V]
+        if self.symbols is None or self.symbols.shape[0] != logits.shape[-1]:
+            self.symbols = first_byte_symbols(trainer.processing_class, logits.shape[-1])  # [V]
+        own_logq = symbol_logps(torch.log_softmax(logits, dim=-1), self.symbols)  # [R, C, 258]
+        kl = symbol_kl(own_logq, inputs[f"{PREFIX}_ids"][rows], inputs[f"{PREFIX}_logps"][rows],
+                       weights[rows])  # [R, C]
+        per_token = torch.zeros(mask.shape, dtype=kl.dtype, device=kl.device).index_put((rows,), kl)  # [B, C]
+        loss = self.settings.lam * trainer.aggregate_loss(per_token, mask, inputs)
+        shared = weights[rows].sum(1) > 0  # [R, C]
+        values = {"kl_term": loss.detach().item(),
+                  "byte_kl": Share(float(kl.detach()[shared].double().sum()), int(shared.sum()))}
+        trainer.record_metrics({f"{self.name}/{key}": value for key, value in values.items()},
+                               mode="train" if model.training else "eval")
+        return loss

@@ -1,0 +1,66 @@
+"""byte-kd, on-policy distillation of the peers' next-byte distributions (beyond the paper): settings, metrics,
+registration.
+
+Each peer judges the learner's rollouts (OPD's exchange) and publishes, at each of its tokens, its next-token
+distribution marginalised to the next byte (:mod:`mutualrl.regimes.core.next_bytes`). At every offset of the learner's
+text where both tokenizations have a token boundary, the learner adds ``λ · KL(q_peer ‖ q_θ)`` over next-byte
+symbols to TRL's loss, on the prompts where the peer is the more competent. The maths is
+:mod:`mutualrl.regimes.bytekd.maths`, the adapter :class:`~mutualrl.regimes.bytekd.adapter.ByteKDAdapter`;
+docs/regimes.md, "Beyond the paper: next-byte distillation".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from mutualrl.regimes.api import NONNEGATIVE, UNIT, GRPOBatch, MetricWords, RegimeSpec, register_regime
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass
+class ByteKDSettings:
+    """On-policy distillation (GKD, arXiv 2306.13649) of a peer's next-token distribution, compared over next bytes."""
+
+    lam: float = field(default=1.0, metadata={
+        "ge": 0, "help": "lambda: weight of the next-byte KL(peer ‖ learner), summed over the shared token "
+                         "boundaries of the learner's text and reduced as TRL reduces its per-token loss; 0 is "
+                         "standalone GRPO"})
+    top_bytes: int = field(default=8, metadata={
+        "ge": 1, "le": 258, "help": "how many of its most likely next-byte symbols a judge publishes per token; the "
+                                    "rest of its mass is one more cell of the divergence (exact for that partition)"})
+    success_threshold: float = field(default=0.8, metadata={
+        "help": "a rollout with a combined reward above this is a verified success; a peer teaches a prompt where "
+                "its success rate on its K rollouts is above the learner's (the best such peer)"})
+
+
+class ByteKDBatch(GRPOBatch, total=False):
+    """The keys byte-kd adds to TRL's batch (``J`` judges, ``k`` symbols per position)."""
+
+    bytekd_ids: torch.Tensor  # int64 [B, J, C, k] each judge's most likely next-byte symbols before each own token
+    bytekd_logps: torch.Tensor  # float32 [B, J, C, k] their log-masses
+    bytekd_weights: torch.Tensor  # float32 [B, J, C] the teacher weight where that judge has a boundary there, else 0
+
+
+BYTE_KD = register_regime(RegimeSpec(
+    name="byte-kd",
+    help="next-byte distillation: peers publish their next-token distributions as next-byte distributions; "
+         "KL(peer ‖ learner) at shared token boundaries where a peer is the more competent",
+    needs_peers=True,
+    lock_step_only=True,
+    settings_key="bytekd",
+    settings=ByteKDSettings,
+    batch=ByteKDBatch,
+    adapter="mutualrl.regimes.bytekd.adapter:ByteKDAdapter",
+    status=(("gate_rate", "gate"), ("byte_kl", "bkl")),
+    metrics=(
+        ("gate_rate", MetricWords("byte-kd gate rate", "share of prompts with a teaching peer", UNIT)),
+        ("shared_share", MetricWords("tokens on a shared boundary", "share of taught tokens", UNIT)),
+        ("byte_kl", MetricWords("next-byte KL(teacher ‖ learner)", "nats per shared boundary", NONNEGATIVE)),
+        ("kl_term", MetricWords("byte-kd loss term (λ-weighted)", "as TRL's loss", NONNEGATIVE)),
+        ("judged_share", MetricWords("rollouts judged by every peer", "share of (rollout, peer) pairs", UNIT)),
+    ),
+    order=8,
+))

@@ -1,0 +1,89 @@
+"""A model's next-token distribution as a distribution over the next *byte*: what two tokenizers can compare.
+
+Two vocabularies share no tokens, but every token writes bytes (THL's byte table: byte-level BPE's bytes,
+SentencePiece's ``"▁"`` as a space, ``<0xNN>`` as byte NN). At a text offset where a tokenization has a token
+boundary, the next-token distribution ``π(· | prefix)`` gives a distribution over the first byte the text continues
+with:
+
+    q(b) = Σ_{v : first byte of v = b} π(v | prefix)          b ∈ {0..255, END, OTHER}
+
+``END`` is the end-of-sequence token's mass, ``OTHER`` every other special or empty token's. Mass is conserved
+(``Σ_b q(b) = 1``) and both models' ``q`` live on the same 258 symbols, so at an offset where both tokenizations of
+one text have a boundary a divergence between them is defined, whatever the vocabularies (docs/regimes.md, byte-kd).
+
+A judge publishes its ``q`` at the start of each of its tokens (and at its EOS) as the ``k`` most likely symbols and
+their log-masses (the SEE record's ``next_byte_ids`` and ``next_byte_logps``); the rest of the mass is ``1 − Σ``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+END = 256
+"""The symbol of the end-of-sequence token."""
+OTHER = 257
+"""The symbol of every other token that writes no byte (special tokens, empty pieces, ids past the tokenizer's)."""
+SYMBOLS = 258
+
+
+def first_byte_symbols(tokenizer: Any, vocab_size: int) -> torch.Tensor:
+    """int64 ``[V]``: each token id's symbol, for a model whose logits are ``vocab_size`` wide: its first byte, ``END``
+    for the tokenizer's EOS, ``OTHER`` for the rest (special, empty, and ids the tokenizer does not have)."""
+    from mutualrl.thl.spans import byte_table
+
+    table = byte_table(tokenizer)
+    n = min(vocab_size, table.vocab_size)
+    symbols = np.full(vocab_size, OTHER, dtype=np.int64)  # [V]
+    writes = (table.lengths[:n] > 0) & ~table.special[:n]  # [n]
+    first = table.blob[np.minimum(table.offsets[:n], max(len(table.blob) - 1, 0))].astype(np.int64)  # [n]
+    symbols[:n] = np.where(writes, first, OTHER)
+    eos = tokenizer.eos_token_id
+    for token in (eos if isinstance(eos, (list, tuple)) else [eos]):
+        if token is not None and 0 <= int(token) < vocab_size:
+            symbols[int(token)] = END
+    return torch.from_numpy(symbols)
+
+
+def symbol_logps(logps: torch.Tensor, symbols: torch.Tensor) -> torch.Tensor:
+    """``log q(b)`` ``[..., 258]`` from next-token log-probs ``[..., V]`` (a log-sum-exp per symbol, so a symbol the
+    model gives 1e-30 keeps its gradient; a symbol no token has is ``-inf``)."""
+    if logps.shape[-1] != symbols.shape[0]:
+        raise ValueError(f"log-probs are {logps.shape[-1]} wide, the symbol table {symbols.shape[0]}")
+    index = symbols.to(logps.device).expand_as(logps)  # [..., V]
+    shape = (*logps.shape[:-1], SYMBOLS)
+    peak = torch.full(shape, float("-inf"), dtype=logps.dtype, device=logps.device).scatter_reduce(
+        -1, index, logps.detach(), reduce="amax")  # [..., 258]
+    safe_peak = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))  # [..., 258]
+    scaled = torch.exp(logps - safe_peak.gather(-1, index))  # [..., V]
+    total = torch.zeros(shape, dtype=logps.dtype, device=logps.device).scatter_add(-1, index, scaled)  # [..., 258]
+    written = total > 0  # [..., 258] some token has the symbol
+    logq = safe_peak + torch.log(torch.where(written, total, torch.ones_like(total)))  # [..., 258] no log(0) to backprop
+    return torch.where(written, logq, torch.full_like(logq, float("-inf")))  # [..., 258]
+
+
+def top_symbols(logits: torch.Tensor, symbols: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` most likely next-byte symbols at each position and their log-masses, from logits ``[..., V]``:
+    (int32 ``[..., k]``, float32 ``[..., k]``), most likely first."""
+    logq = symbol_logps(torch.log_softmax(logits.float(), dim=-1), symbols)  # [..., 258]
+    values, ids = torch.topk(logq, k=min(k, SYMBOLS), dim=-1)  # [..., k] each
+    return ids.to(torch.int32), values.clamp(min=torch.finfo(torch.float32).min)
+
+
+def clean_starts(spans: np.ndarray, text_length: int) -> np.ndarray:
+    """int64 ``[n]``: the text offset each token starts at where it starts on a boundary of its tokenization, else
+    -1. ``spans`` ``[n, 2]`` (THL's character spans; ``(-1, -1)`` for a token with no text): a text token starts on a
+    boundary where it starts where the text before it ended (not inside a character it shares with the previous
+    token); a no-text token (the EOS) stands at the offset where the text before it ended, a boundary when that is the
+    text's end (the EOS after the whole text)."""
+    starts = np.full(len(spans), -1, dtype=np.int64)  # [n]
+    ended = 0  # where the text before this token ends
+    for i, (start, end) in enumerate(spans.tolist()):
+        if start < 0:
+            starts[i] = ended if ended == text_length else -1
+            continue
+        starts[i] = start if start == ended else -1
+        ended = max(ended, end)
+    return starts

@@ -1,0 +1,202 @@
+"""Next-byte distillation (regimes/bytekd): the maths by hand, its gradient through TRL's loss across a word two
+tokenizers split 2-vs-1 (every text of a small vocabulary), and the judges' distributions across two real tokenizers.
+
+- A model's next-byte distribution is the sum of its next-token probabilities over the tokens that begin with each
+  byte (EOS its own symbol), by hand, on a toy vocabulary and on GPT-2's and Mistral's real pieces.
+- ``KL(q_T ‖ q_θ)`` over the teacher's published cells and the rest, and its gradient on the learner's logits
+  ``π(v)(1 − q_T(c(v))/q_θ(c(v)))``, by hand; a symbol the learner cannot write joins the rest.
+- Through TRL 1.16's loss: the learner writes ``y0 | y1 | y2``, the teacher ``y0y1 | y2``; the gradient is the KL's
+  at offsets 0 and 2 (the shared boundaries) and nothing at offset 1, on each of the 64 texts.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from test_regimes_opd import TEXT, grad_trainer, own_table, rollouts_of  # noqa: F401 - grad_trainer: a fixture
+from test_regimes_seam import padded
+
+from mutualrl.regimes.bytekd.maths import shared_boundaries, symbol_kl
+from mutualrl.regimes.core.next_bytes import END, OTHER, SYMBOLS, clean_starts, first_byte_symbols, symbol_logps, \
+    top_symbols
+
+
+# -- next-byte distributions, by hand ----------------------------------------------------------------------------------
+def test_a_next_byte_distribution_sums_the_tokens_that_begin_with_each_byte():
+    symbols = torch.tensor([ord("4"), ord("4"), ord("?"), END, ord("7")])  # "4" "47" "?" EOS "7"
+    logits = torch.tensor([0.1, -3.0, 2.0, 0.5, -1.0])
+    pi = torch.softmax(logits, -1)
+    logq = symbol_logps(torch.log_softmax(logits, -1), symbols)  # [258]
+    assert logq.shape == (SYMBOLS,)
+    assert logq[ord("4")].exp().item() == pytest.approx((pi[0] + pi[1]).item())
+    assert logq[END].exp().item() == pytest.approx(pi[3].item())
+    assert logq.exp().sum().item() == pytest.approx(1.0)  # mass conserved
+    assert torch.isneginf(logq[ord("5")]) and torch.isneginf(logq[OTHER])  # no token begins with them
+    ids, masses = top_symbols(logits, symbols, 2)
+    assert ids.tolist() == [ord("?"), END] and masses.exp().tolist() == pytest.approx([pi[2].item(), pi[3].item()])
+
+
+def test_the_symbols_of_two_real_vocabularies(thl_tokenizers):
+    gpt2, mistral = thl_tokenizers["gpt2"], thl_tokenizers["mistral-sp"]
+    for tokenizer, pieces in ((gpt2, {"4": "4", "47": "4", "Ġ47": " ", "?": "?"}),
+                              (mistral, {"4": "4", "▁": " ", "▁-": " ", "<0x34>": "4"})):
+        symbols = first_byte_symbols(tokenizer, len(tokenizer) + 3)  # a model wider than its tokenizer
+        vocab = tokenizer.get_vocab()
+        assert {piece: chr(int(symbols[vocab[piece]])) for piece in pieces} == pieces
+        assert int(symbols[tokenizer.eos_token_id]) == END and (symbols[-3:] == OTHER).all()
+    assert int(first_byte_symbols(mistral, len(mistral))[mistral.bos_token_id]) == OTHER
+
+
+def test_the_divergence_over_cells_and_its_gradient_by_hand():
+    symbols = torch.tensor([ord("4"), ord("4"), ord("?"), END, ord("7")])
+    logits = torch.tensor([[0.1, -3.0, 2.0, 0.5, -1.0], [0.0, 0.3, -0.2, 0.1, 0.4]], requires_grad=True)  # [T=2, V]
+    own = symbol_logps(torch.log_softmax(logits, -1), symbols)[None]  # [1, 2, 258]
+    ids = torch.tensor([[[[ord("4"), END, ord("9")], [ord("?"), ord("7"), ord("4")]]]])  # [1, J=1, T=2, k=3]
+    q_teacher = torch.tensor([[0.9, 0.05, 0.03], [0.5, 0.2, 0.1]])  # "9": no learner token begins with it: rest
+    weights = torch.tensor([[[1.0, 0.0]]])  # the second position: no shared boundary
+    kl = symbol_kl(own, ids, q_teacher.log()[None, None], weights)  # [1, 2]
+    pi = torch.softmax(logits.detach()[0], -1)
+    cell = {0: "4", 1: "4", 2: "R", 3: "E", 4: "R"}
+    q_own = {"4": pi[0] + pi[1], "E": pi[3], "R": pi[2] + pi[4]}
+    q_t = {"4": 0.9, "E": 0.05, "R": 1 - 0.9 - 0.05}  # "9" joins the rest
+    assert kl[0, 0].item() == pytest.approx(sum(q_t[c] * np.log(q_t[c] / float(q_own[c])) for c in q_t))
+    assert kl[0, 1].item() == 0.0
+    kl.sum().backward()
+    expected = [float(pi[v] * (1 - q_t[cell[v]] / q_own[cell[v]])) for v in range(5)]
+    assert logits.grad[0].tolist() == pytest.approx(expected, abs=1e-6)
+    assert logits.grad[1].abs().max().item() == 0.0
+    assert logits.grad[0].sum().item() == pytest.approx(0.0, abs=1e-6)  # softmax: the logits' gradient sums to 0
+
+
+def test_an_untaught_position_is_an_exact_zero_without_nan():
+    own = torch.full((1, 1, SYMBOLS), float("-inf"))
+    own[0, 0, :2] = torch.log(torch.tensor([0.5, 0.5]))
+    own.requires_grad_(True)
+    ids = torch.zeros(1, 2, 1, 4, dtype=torch.long)  # padding: every id 0
+    kl = symbol_kl(own, ids, torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1))
+    kl.sum().backward()
+    assert kl.item() == 0.0 and torch.isfinite(own.grad).all() and own.grad.abs().max().item() == 0.0
+
+
+def test_shared_boundaries_by_hand():
+    # "12 3": learner "1" "2" " 3" EOS, judge "12" " 3" EOS; a token that starts inside a shared character is no boundary
+    assert clean_starts(np.array([[0, 1], [1, 2], [2, 4], [-1, -1]]), 4).tolist() == [0, 1, 2, 4]
+    assert clean_starts(np.array([[0, 2], [1, 3]]), 3).tolist() == [0, -1]
+    assert clean_starts(np.array([[0, 2], [-1, -1]]), 3).tolist() == [0, -1]  # an EOS before the text ends
+    mine, theirs = np.array([0, 1, 2, 4]), np.array([0, 2, 4])
+    assert shared_boundaries(mine, theirs).tolist() == [0, -1, 1, 2]
+
+
+# -- through TRL's loss, a word split 2-vs-1 --------------------------------------------------------------------------
+CHARS = "abcd"
+LAM, K = 0.7, 2
+THETA = torch.tensor([[0.3, -0.2, 1.1, 0.0], [-0.4, 0.9, 0.0, 0.5], [1.2, -0.3, 0.2, -0.6], [0.1, 0.5, -0.8, 0.3],
+                      [0.6, -0.1, 0.4, 0.9]], dtype=torch.float32)  # [5, V]: y0's logits, then y1 | y0, y2 | y1
+TEACHER_W1 = torch.log_softmax(torch.linspace(-1.0, 1.4, 16).sin() * 2, -1)  # [16] the teacher's 2-char tokens y0y1
+TEACHER_Y2 = torch.log_softmax(torch.tensor([[0.2, 0.9, -0.5, 0.0], [1.0, -1.0, 0.3, 0.1], [0.0, 0.0, 0.8, -0.4],
+                                             [-0.3, 0.6, 0.1, 0.2]] * 4), -1)  # [16, V] y2 | y0y1
+
+
+def teacher_cells(sample: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The teacher's published top-``K`` next-byte symbols and log-masses before each of its 2 tokens, by hand:
+    before ``y0y1`` the mass of its 2-char tokens summed by first character; before ``y2`` its distribution."""
+    y0, y1, _ = sample
+    first = TEACHER_W1.exp().reshape(4, 4).sum(1)  # [V] by the first character
+    second = TEACHER_Y2[4 * y0 + y1].exp()  # [V]
+    tops = [torch.topk(q, K) for q in (first, second)]
+    ids = torch.stack([torch.tensor([ord(CHARS[i]) for i in top.indices]) for top in tops])  # [2, K]
+    return ids, torch.stack([top.values.log() for top in tops])  # [2, K] each
+
+
+def trl_gradient(trainer, monkeypatch, sample) -> torch.Tensor:
+    """``d loss / d THETA`` of TRL's whole loss (grpo, one row, advantages 0) with byte-kd's term, times T."""
+    from trl import GRPOTrainer
+
+    theta = THETA.clone().requires_grad_(True)
+    y0, y1, y2 = sample
+    logits = torch.stack([theta[0], theta[1 + y0], theta[1 + y1]])[None]  # [1, T=3, V] (y2 | y1: rows 1-4 again)
+    own = torch.log_softmax(logits, -1).gather(-1, torch.tensor([[[y0], [y1], [y2]]]))[..., 0]  # [1, 3]
+    monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies",
+                        lambda *a, **k: (own, torch.zeros_like(own), None))
+    monkeypatch.setattr(trainer, "completion_logits", lambda *a, **k: logits)
+    at = shared_boundaries(clean_starts(np.array([[0, 1], [1, 2], [2, 3]]), 3),
+                           clean_starts(np.array([[0, 2], [2, 3]]), 3))  # [3] learner token → teacher token
+    assert at.tolist() == [0, -1, 1]
+    ids, masses = teacher_cells(sample)
+    hit = torch.from_numpy(at >= 0)
+    batch = {"prompt_ids": torch.full((1, 2), 5), "prompt_mask": torch.ones(1, 2, dtype=torch.long),
+             "completion_ids": torch.tensor([sample]), "completion_mask": torch.ones(1, 3, dtype=torch.long),
+             "num_items_in_batch": torch.tensor(3), "advantages": torch.zeros(1),
+             "bytekd_ids": torch.where(hit[:, None], ids[at.clip(0)], 0)[None, None],  # [1, 1, 3, K]
+             "bytekd_logps": torch.where(hit[:, None], masses[at.clip(0)], 0.0)[None, None],
+             "bytekd_weights": hit.float()[None, None]}  # [1, 1, 3]
+    trainer.compute_loss(trainer.model, batch).backward()
+    return theta.grad * 3
+
+
+def hand_gradient(sample) -> torch.Tensor:
+    """``λ Σ_{o ∈ {0, 2}} ∂KL_o / ∂z``: ``π(v)(1 − q_T(c(v))/q_θ(c(v)))`` at each shared offset, on the logits row that
+    position reads; the rest cell is every symbol outside the teacher's top K."""
+    y0, y1, _ = sample
+    ids, masses = teacher_cells(sample)
+    grad = torch.zeros_like(THETA)
+    for position, row in ((0, 0), (1, 1 + y1)):  # teacher token 0 ↔ learner offset 0, teacher token 1 ↔ offset 2
+        pi = torch.softmax(THETA[row], -1)
+        top = [CHARS.index(chr(int(i))) for i in ids[position]]
+        q_t = {v: float(masses[position][top.index(v)].exp()) for v in top}
+        rest_t = 1 - sum(q_t.values())
+        rest_own = float(sum(pi[v] for v in range(4) if v not in top))
+        for v in range(4):
+            ratio = q_t[v] / float(pi[v]) if v in top else rest_t / rest_own
+            grad[row, v] += LAM * float(pi[v]) * (1 - ratio)
+    return grad
+
+
+@pytest.mark.slow  # builds a tiny trainer (shared with test_regimes_opd) and runs TRL's loss 64 times
+def test_the_gradient_through_trls_loss_across_a_two_vs_one_split(grad_trainer, monkeypatch):
+    from mutualrl.config import load_run_config
+    from mutualrl.regimes.bytekd.adapter import ByteKDAdapter
+
+    config = load_run_config("tiny", overrides=[f"regime.bytekd.lam={LAM}"], regime="byte-kd", check_grpo=False).config
+    adapter = ByteKDAdapter(config, "tiny-sp", exchange=None)
+    adapter.trainer = grad_trainer
+    adapter.symbols = torch.tensor([ord(c) for c in CHARS])  # the learner's 4 tokens
+    monkeypatch.setattr(grad_trainer, "regime", adapter)
+    for sample in itertools.product(range(4), repeat=3):
+        got = trl_gradient(grad_trainer, monkeypatch, sample)
+        assert torch.allclose(got, hand_gradient(sample), atol=1e-5), sample
+        assert (got[1 + sample[0]] == 0).all() or sample[0] == sample[1]  # offset 1 (inside the teacher's token): none
+
+
+# -- the judges' distributions across two real tokenizers -------------------------------------------------------------
+@pytest.mark.slow  # THL's first decode and retokenization of two vocabularies: over 2 s
+def test_the_shared_boundaries_of_two_real_tokenizers(thl_tokenizers):
+    """GPT-2 learner, Mistral SP judge on " 12 - 5 = 7": GPT-2 starts tokens at 0 3 5 7 9 (+ EOS at 11), Mistral at
+    0 1 2 3 5 6 7 9 10 (+ EOS at 11): every GPT-2 token starts on a shared boundary, the judge's tokens "1" "2" "5"
+    "7" (inside GPT-2's " 12", " 5", " 7") are compared nowhere."""
+    from mutualrl.regimes.bytekd.adapter import teacher_distributions
+    from mutualrl.thl import retokenize
+
+    learner, judge = padded(thl_tokenizers["gpt2"]), padded(thl_tokenizers["mistral-sp"])
+    own, _ = own_table(learner, [TEXT])
+    theirs = retokenize(judge, [TEXT])[0]
+    n = len(theirs.ids) + 1  # and the EOS
+    spans = np.concatenate([theirs.spans, [[-1, -1]]])
+    ids = np.arange(n * 2, dtype=np.int32) % SYMBOLS  # judge token i's symbols: 2i, 2i + 1
+    from mutualrl.see.records import RolloutBatch
+
+    table = RolloutBatch(prompt_id=["p0"], sample_index=[0], prompt_text=["q"], response_text=[TEXT],
+                         response_token_ids=[theirs.ids + [judge.eos_token_id]], response_token_spans=[spans],
+                         reward=np.zeros(1, np.float32), finished=[True], behaviour_logps=[[-1.0] * n],
+                         next_byte_ids=[ids], next_byte_logps=[-np.arange(n * 2, dtype=np.float32) / 10]).to_table()
+    got = teacher_distributions(own, {"tiny-sp": table}, ["tiny-sp"], rollouts_of(1, 1), 6, 2)
+    starts = [0, 3, 5, 7, 9, 11]  # GPT-2's tokens (and its EOS)
+    judge_starts = clean_starts(spans, len(TEXT)).tolist()
+    assert judge_starts == [0, 1, 2, 3, 5, 6, 7, 9, 10, 11]
+    assert got.shared.tolist() == [[[True] * 6]] and got.matched.tolist() == [[True]]
+    expected = [judge_starts.index(s) for s in starts]  # the judge's token at each shared boundary
+    assert got.ids[0, 0].tolist() == [[2 * i, 2 * i + 1] for i in expected]
+    assert got.logps[0, 0].tolist() == pytest.approx([[-0.2 * i, -(2 * i + 1) / 10] for i in expected])
