@@ -88,6 +88,8 @@ class RolloutRecord:
     advantage: float | None = None
     behaviour_logps: list[float] | None = None
     finished: bool = True
+    next_byte_ids: list[int] | None = None  # flattened [num_tokens, k]
+    next_byte_logps: list[float] | None = None
 
 
 def batch_from_records(records: Sequence[RolloutRecord]) -> RolloutBatch:
@@ -109,6 +111,8 @@ def batch_from_records(records: Sequence[RolloutRecord]) -> RolloutBatch:
         advantage=[r.advantage for r in records],
         behaviour_logps=optional("behaviour_logps"),
         finished=[r.finished for r in records],
+        next_byte_ids=optional("next_byte_ids"),
+        next_byte_logps=optional("next_byte_logps"),
     )
 
 

@@ -9,13 +9,13 @@ from pathlib import Path
 from mutualrl.see.consumption_log import rollback_log
 from mutualrl.see.errors import CorruptShardError
 from mutualrl.see.files import FAILED_DIR, MANIFEST_RE, STEP_DIR_RE, judgements_roots
-from mutualrl.see.records import SCHEMA_VERSION
+from mutualrl.see.records import READABLE_SCHEMA_VERSIONS
 from mutualrl.see.shards import older_layout_error, read_manifest
 
 
 def refuse_older_layout(root: Path) -> None:
     """:class:`~mutualrl.see.errors.SchemaMismatchError` (one line: start a new run, or resume with the version
-    that wrote it) when a committed shard under ``root`` has another schema version: a resumed run would read the
+    that wrote it) when a committed shard under ``root`` has a schema version this one cannot read: a resumed run would read the
     rounds before its restart step (bounded staleness, ``see inspect``) and find records it cannot read."""
     if not root.is_dir():
         return
@@ -31,7 +31,7 @@ def refuse_older_layout(root: Path) -> None:
                 version = read_manifest(manifest).schema_version
             except (CorruptShardError, FileNotFoundError):  # damaged: the readers report it where they meet it
                 continue
-            if version != SCHEMA_VERSION:
+            if version not in READABLE_SCHEMA_VERSIONS:
                 raise older_layout_error(root, version)
 
 

@@ -29,7 +29,17 @@ behaviour_logps            list<float32>,      per-token log-probs of the behavi
                            nullable            finite; null when not published
 finished                   bool                the response ended with EOS
 num_tokens                 int32               ``len(response_token_ids)``
+next_byte_ids              list<int32>,        flattened ``[num_tokens, k]``: at each token, the
+                           nullable            publisher's top-k next-byte symbols (0..255 a byte,
+                                               256 END: the EOS token, 257 any other special or
+                                               empty token); null unless the regime publishes
+                                               distributions
+next_byte_logps            list<float32>,      flattened ``[num_tokens, k]``: log of the
+                           nullable            publisher's next-token probability mass on each of
+                                               those symbols (finite, <= 0); null with the ids
 =========================  ==================  ==================================================
+
+A v2 table or shard (no ``next_byte_*`` columns) reads as v3 with both columns null.
 
 Variable-length columns are Arrow lists (32-bit offsets) over flat primitive buffers, so a
 reader maps them from disk and sees numpy arrays without copying (:func:`ragged`).
@@ -54,7 +64,18 @@ from mutualrl.see.errors import InvalidRecordError, SchemaMismatchError
 
 #: Version of the record layout; written into every shard's file metadata and manifest.
 #: 2 (2026-11-26): no per-row step/policy/rank (the manifest has them), spans nullable.
-SCHEMA_VERSION = 2
+#: 3 (2026-11-28): v2 plus the nullable next-byte distribution (next_byte_ids, next_byte_logps) at the end.
+SCHEMA_VERSION = 3
+
+#: The layouts this version reads: a v2 shard or table reads as v3 with the next-byte columns null.
+READABLE_SCHEMA_VERSIONS = (2, 3)
+
+#: The two columns v3 added; both null or both present in a row.
+NEXT_BYTE_COLUMNS = ("next_byte_ids", "next_byte_logps")
+#: Next-byte symbols past the bytes: the end-of-sequence token, and every other special or empty token.
+NEXT_BYTE_END, NEXT_BYTE_OTHER = 256, 257
+#: Largest next-byte log-prob accepted (0 up to float32 rounding of a summed mass).
+NEXT_BYTE_LOGP_MAX = 1e-4
 
 ROLLOUT_SCHEMA = pa.schema(
     [
@@ -69,10 +90,18 @@ ROLLOUT_SCHEMA = pa.schema(
         pa.field("behaviour_logps", pa.list_(pa.float32()), nullable=True),
         pa.field("finished", pa.bool_(), nullable=False),
         pa.field("num_tokens", pa.int32(), nullable=False),
+        pa.field("next_byte_ids", pa.list_(pa.int32()), nullable=True),
+        pa.field("next_byte_logps", pa.list_(pa.float32()), nullable=True),
     ]
 )
 
 COLUMNS: tuple[str, ...] = tuple(ROLLOUT_SCHEMA.names)
+
+#: Each readable layout's columns, as its files hold them (v2: v3 without the next-byte columns).
+SCHEMAS: dict[int, pa.Schema] = {
+    2: pa.schema([f for f in ROLLOUT_SCHEMA if f.name not in NEXT_BYTE_COLUMNS]),
+    3: ROLLOUT_SCHEMA,
+}
 
 #: The shard file's own metadata: only the layout version (the rest is the manifest's).
 FILE_METADATA = {b"schema_version": str(SCHEMA_VERSION).encode()}
@@ -207,11 +236,17 @@ class RolloutBatch:
 
     def __init__(self, *, prompt_id: Sequence[str], sample_index: Any, prompt_text: Sequence[str],
                  response_text: Sequence[str], response_token_ids: Any, reward: Any, finished: Any,
-                 response_token_spans: Any = None, advantage: Any = None, behaviour_logps: Any = None):
+                 response_token_spans: Any = None, advantage: Any = None, behaviour_logps: Any = None,
+                 next_byte_ids: Any = None, next_byte_logps: Any = None):
         n = len(prompt_id)
+        if (next_byte_ids is None) != (next_byte_logps is None):
+            given, absent = NEXT_BYTE_COLUMNS if next_byte_logps is None else NEXT_BYTE_COLUMNS[::-1]
+            raise InvalidRecordError(f"column {given!r} given without {absent!r}: both or neither", column=absent)
         tokens = _ragged_input(response_token_ids, np.int32, "response_token_ids")
         lists = {"response_token_spans": (response_token_spans, np.int32, pa.int32()),
-                 "behaviour_logps": (behaviour_logps, np.float32, pa.float32())}
+                 "behaviour_logps": (behaviour_logps, np.float32, pa.float32()),
+                 "next_byte_ids": (next_byte_ids, np.int32, pa.int32()),
+                 "next_byte_logps": (next_byte_logps, np.float32, pa.float32())}
         optional = {name: None if data is None else _ragged_input(data, dtype, name)
                     for name, (data, dtype, _) in lists.items()}
         lengths = {"prompt_id": n, "sample_index": len(sample_index), "prompt_text": len(prompt_text),
@@ -258,7 +293,8 @@ class RolloutBatch:
         return self._table.column(name)
 
     def ragged(self, name: str) -> Ragged:
-        """Zero-copy flat values + offsets of a list column (``response_token_ids``, spans, ``behaviour_logps``)."""
+        """Zero-copy flat values + offsets of a list column (``response_token_ids``, spans, ``behaviour_logps``,
+        ``next_byte_ids``, ``next_byte_logps``)."""
         return ragged(self._table.column(name))
 
     def __repr__(self) -> str:
@@ -290,8 +326,13 @@ def first_true(mask: np.ndarray) -> int | None:
 def conform_schema(table: pa.Table) -> pa.Table:
     """``table`` with exactly :data:`ROLLOUT_SCHEMA`'s columns, order and types (safe casts allowed).
 
-    Raises :class:`SchemaMismatchError` listing missing, unexpected and uncastable columns.
+    A v2 table (neither next-byte column) gets both as nulls; one without the other is missing. Raises
+    :class:`SchemaMismatchError` listing missing, unexpected and uncastable columns.
     """
+    if not any(c in table.column_names for c in NEXT_BYTE_COLUMNS):
+        for name in NEXT_BYTE_COLUMNS:
+            field = ROLLOUT_SCHEMA.field(name)
+            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
     missing = [c for c in COLUMNS if c not in table.column_names]
     extra = [c for c in table.column_names if c not in COLUMNS]
     if missing or extra:
@@ -321,8 +362,10 @@ def validate_table(table: pa.Table) -> pa.Table:
     log-probs (where present) one per token, a null row holding no values; token ids >= 0; a
     finite or NaN (not scored) reward, finite advantage and log-probs; every span is ``(-1, -1)``
     or ``0 <= start <= end <= len(text)``; ``sample_index >= 0``; no duplicate
-    ``(prompt_id, sample_index)``. The checks are numpy/Arrow passes over whole columns, no
-    Python loop per row; locating the offending row runs only after a check failed.
+    ``(prompt_id, sample_index)``; next-byte ids and log-probs both null or both present, as many of each,
+    k >= 1 per token, ids in 0..257, log-probs finite and <= :data:`NEXT_BYTE_LOGP_MAX`. The checks are
+    numpy/Arrow passes over whole columns, no Python loop per row; locating the offending row runs only after a
+    check failed.
     """
     table = conform_schema(table)
     arrays = {name: single_chunk(table.column(name)) for name in COLUMNS}
@@ -333,6 +376,7 @@ def validate_table(table: pa.Table) -> pa.Table:
     _check_list_items(arrays)
     _check_lengths(arrays, tokens, spans, logps)
     _check_values(arrays, tokens, logps)
+    _check_next_bytes(arrays, tokens)
     _check_spans(arrays, spans)
     _check_ids(arrays)
     return table
@@ -358,8 +402,8 @@ def _check_required(arrays: dict[str, pa.Array]) -> None:
 
 
 def _check_list_items(arrays: dict[str, pa.Array]) -> None:
-    """No null item inside the token, span and log-prob lists."""
-    for name in ("response_token_ids", "response_token_spans", "behaviour_logps"):
+    """No null item inside the token, span, log-prob and next-byte lists."""
+    for name in ("response_token_ids", "response_token_spans", "behaviour_logps", *NEXT_BYTE_COLUMNS):
         if arrays[name].values.null_count:
             flat = pc.list_flatten(arrays[name])
             if flat.null_count:
@@ -403,6 +447,47 @@ def _check_values(arrays: dict[str, pa.Array], tokens: Ragged, logps: Ragged) ->
         row = row_of(logps.offsets, idx)
         token = idx - int(logps.offsets[row])
         _fail(arrays, row, "behaviour_logps", f"token {token} has log-prob {logps.values[idx]} (must be finite)")
+
+
+def _check_next_bytes(arrays: dict[str, pa.Array], tokens: Ragged) -> None:
+    """Next-byte ids and log-probs: both null or both present in a row, a null row holding no values; as many ids
+    as log-probs, k >= 1 per token (none for no token); ids in 0..257; log-probs finite and <= 1e-4."""
+    ids, logps = ragged(arrays["next_byte_ids"]), ragged(arrays["next_byte_logps"])
+    rows = ids.num_rows
+    if (not len(ids.values) and not len(logps.values)
+            and arrays["next_byte_ids"].null_count == arrays["next_byte_logps"].null_count == rows):
+        return  # not published: every row null and empty
+    valid = {name: np.ones(rows, bool) if r.valid is None else r.valid
+             for name, r in zip(NEXT_BYTE_COLUMNS, (ids, logps), strict=True)}
+    if (row := first_true(valid["next_byte_ids"] != valid["next_byte_logps"])) is not None:
+        absent, given = NEXT_BYTE_COLUMNS if valid["next_byte_logps"][row] else NEXT_BYTE_COLUMNS[::-1]
+        _fail(arrays, row, absent, f"is null but {given} is not (both or neither)")
+    for name, column in zip(NEXT_BYTE_COLUMNS, (ids, logps), strict=True):
+        if (row := first_true(~valid[name] & (column.lengths != 0))) is not None:
+            _fail(arrays, row, name, f"is null but holds {column.lengths[row]} values")
+    present = valid["next_byte_ids"]  # [rows]
+    n_ids, n_logps = ids.lengths, logps.lengths  # [rows] each
+    if (row := first_true(present & (n_ids != n_logps))) is not None:
+        _fail(arrays, row, "next_byte_logps", f"has {n_logps[row]} values but next_byte_ids has {n_ids[row]}")
+    tok_len = tokens.lengths  # [rows]
+    whole = np.where(tok_len > 0, (n_ids % np.maximum(tok_len, 1) == 0) & (n_ids > 0), n_ids == 0)  # [rows]
+    if (row := first_true(present & ~whole)) is not None:
+        _fail(arrays, row, "next_byte_ids", f"has {n_ids[row]} values, not k >= 1 per token for {tok_len[row]} tokens")
+    k = n_ids // np.maximum(tok_len, 1)  # [rows] symbols per token (0 where none)
+    if len(ids.values) and (ids.values.min() < 0 or ids.values.max() > NEXT_BYTE_OTHER):
+        idx = int(np.argmax((ids.values < 0) | (ids.values > NEXT_BYTE_OTHER)))
+        row = row_of(ids.offsets, idx)
+        token, symbol = divmod(idx - int(ids.offsets[row]), int(k[row]))
+        _fail(arrays, row, "next_byte_ids", f"token {token} symbol {symbol} is {int(ids.values[idx])} (must be "
+              f"0..{NEXT_BYTE_OTHER}: a byte, {NEXT_BYTE_END} END, {NEXT_BYTE_OTHER} another special token)")
+    values = logps.values  # [total]
+    # NaN makes min non-finite, +inf makes max too large: two reductions, no mask
+    if len(values) and not (np.isfinite(values.min()) and values.max() <= NEXT_BYTE_LOGP_MAX):
+        idx = int(np.argmax(~(np.isfinite(values) & (values <= NEXT_BYTE_LOGP_MAX))))
+        row = row_of(logps.offsets, idx)
+        token, symbol = divmod(idx - int(logps.offsets[row]), int(k[row]))
+        _fail(arrays, row, "next_byte_logps",
+              f"token {token} symbol {symbol} has log-prob {float(values[idx]):.6g} (must be finite and <= 0)")
 
 
 def _check_spans(arrays: dict[str, pa.Array], spans: Ragged) -> None:

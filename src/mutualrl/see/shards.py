@@ -5,7 +5,8 @@ manifest's presence is the commit, and the manifest (:class:`ShardInfo`) is wher
 run, policy, step, rank and world size live. Readers find the committed shards of a (step,
 policy) with :func:`scan_committed` (a manifest must agree with its path) and load each with
 :func:`load_shard`, which verifies size, xxh3_128 checksum, schema and row count against the
-manifest (refusing a compressed file before it is read), then the rows themselves, once per file. Every check of
+manifest (refusing a compressed file before it is read), then the rows themselves, once per file (a v2 shard reads
+as v3, its next-byte columns null). Every check of
 a peer's file runs here, in this order: size, then the checksum over the bytes (:func:`file_checksum`), then
 the IPC footer before anything is inflated (:func:`mutualrl.trust.arrow_ipc.check_uncompressed`: pyarrow would
 inflate a compressed body to any size it declares), then the schema, the row count and the rows.
@@ -29,7 +30,14 @@ from mutualrl.run_folder import read_bytes
 from mutualrl.see import files
 from mutualrl.see.errors import CorruptShardError, InvalidRecordError, SchemaMismatchError
 from mutualrl.see.files import CHECKSUM_ALGORITHM, MANIFEST_RE
-from mutualrl.see.records import ROLLOUT_SCHEMA, SCHEMA_VERSION, validate_table
+from mutualrl.see.records import (
+    FILE_METADATA,
+    READABLE_SCHEMA_VERSIONS,
+    SCHEMA_VERSION,
+    SCHEMAS,
+    conform_schema,
+    validate_table,
+)
 from mutualrl.trust.arrow_ipc import UnsafeIpcFile, check_uncompressed
 
 
@@ -85,10 +93,11 @@ def read_manifest(path: Path) -> ShardInfo:
 
 
 def older_layout_error(path: Path, version: int) -> SchemaMismatchError:
-    """The one line for an exchange written by another mutualrl version (its record layout differs)."""
+    """The one line for an exchange written by another mutualrl version (a record layout it cannot read)."""
+    reads = " and ".join(f"v{v}" for v in READABLE_SCHEMA_VERSIONS)
     return SchemaMismatchError(
         f"{path} was written by {'an older' if version < SCHEMA_VERSION else 'a newer'} mutualrl (SEE schema "
-        f"v{version}; this one reads v{SCHEMA_VERSION}): start a new run (another --output-dir), or resume this one "
+        f"v{version}; this one reads {reads}): start a new run (another --output-dir), or resume this one "
         f"with the mutualrl version that wrote it{' (0.3.0 or earlier)' if version == 1 else ''}",
         path=path,
         problem="schema_version",
@@ -105,7 +114,7 @@ def scan_committed(root: Path, run_id: str, step: int, policy: str, found: dict[
 
     Shards of other runs (a reused folder) are skipped and their run ids added to ``other_runs``. A manifest of
     this run that describes another policy, step or rank than its path (copied there) is a
-    :class:`CorruptShardError`; one of another schema version, a :class:`SchemaMismatchError`.
+    :class:`CorruptShardError`; one of a schema version this one cannot read, a :class:`SchemaMismatchError`.
     """
     folder = files.policy_dir(root, step, policy)
     files.revalidate_folders(root, folder)
@@ -137,7 +146,7 @@ def add_committed(path: Path, run_id: str, where: tuple[str, int, int, int], fou
     if info.run_id != run_id:
         other_runs.add(info.run_id)
         return
-    if info.schema_version != SCHEMA_VERSION:
+    if info.schema_version not in READABLE_SCHEMA_VERSIONS:
         raise older_layout_error(root, info.schema_version)
     if (info.policy, info.step, info.rank, info.world_size) != where:
         raise CorruptShardError(
@@ -181,7 +190,7 @@ def load_shard(
             step=info.step,
         )
 
-    if info.schema_version != SCHEMA_VERSION:
+    if info.schema_version not in READABLE_SCHEMA_VERSIONS:
         raise older_layout_error(path, info.schema_version)
     try:
         st = os.stat(path)
@@ -216,11 +225,14 @@ def load_shard(
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as err:
         raise corrupt("unreadable", f"not a readable Arrow IPC file ({err})") from None
     version = (table.schema.metadata or {}).get(b"schema_version", b"?").decode(errors="replace")
-    if version != str(SCHEMA_VERSION):
-        raise corrupt("schema_version", f"file has schema version {version}, its manifest says {SCHEMA_VERSION}",
+    if version != str(info.schema_version):
+        raise corrupt("schema_version", f"file has schema version {version}, its manifest says {info.schema_version}",
                       SchemaMismatchError)
-    if not table.schema.remove_metadata().equals(ROLLOUT_SCHEMA):
-        raise corrupt("schema", f"columns differ from SEE schema v{SCHEMA_VERSION}: {table.schema.names}", SchemaMismatchError)
+    if not table.schema.remove_metadata().equals(SCHEMAS[info.schema_version]):
+        raise corrupt("schema", f"columns differ from SEE schema v{info.schema_version}: {table.schema.names}",
+                      SchemaMismatchError)
+    if info.schema_version != SCHEMA_VERSION:  # an older layout this one reads: its new columns added as nulls
+        table = conform_schema(table).replace_schema_metadata(FILE_METADATA)
     if table.num_rows != info.rows:
         raise corrupt("rows", f"{table.num_rows} rows in the file, manifest says {info.rows}")
     if not trusted:
