@@ -60,7 +60,7 @@ def test_the_page_lists_every_leaf_field_once_with_its_rules():
     leaves = [f.key for f in declared_fields() if not f.section and not f.key.startswith("regime.randpert.")]
     assert [key for key in leaves if text.count(f"- `{key}` (") != 1] == []
     assert "`see.max_staleness` (an integer; ≥ 0; default `0`; fixed on resume;" in text
-    assert "opd, opd-sgt: `0` only" in text and "`launch.gpus` (" in text and "may change on resume" in text
+    assert "opd, opd-sgt, byte-kd: `0` only" in text and "`launch.gpus` (" in text and "may change on resume" in text
 
 
 # The keys --resume has let change since resuming was written (the prefix list the declarations replaced); any other
