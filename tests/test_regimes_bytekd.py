@@ -200,3 +200,33 @@ def test_the_shared_boundaries_of_two_real_tokenizers(thl_tokenizers):
     expected = [judge_starts.index(s) for s in starts]  # the judge's token at each shared boundary
     assert got.ids[0, 0].tolist() == [[2 * i, 2 * i + 1] for i in expected]
     assert torch.allclose(got.logps[0, 0], torch.tensor([[-0.2 * i, -(2 * i + 1) / 10] for i in expected]))
+
+
+@pytest.mark.slow  # builds a tiny trainer: over 2 s
+def test_a_judges_published_distribution_is_its_direct_forward_summed_by_first_byte(grad_trainer, thl_tokenizers):
+    """The judge (a tiny Mistral-SP model through the trainer's own forward) on the GPT-2 learner's text: before each of
+    its tokens it publishes the ``k`` largest next-byte masses of its direct forward pass, by hand from the logits."""
+    from mutualrl.regimes.core.judgements import judge_rollouts
+
+    judge, k = grad_trainer, 3
+    tokenizer = judge.processing_class
+    own, _ = own_table(padded(thl_tokenizers["gpt2"]), [TEXT, " 40 + 2 = 42"])
+    prompt = tokenizer("What is 12 - 5?", add_special_tokens=False)["input_ids"]
+    output = {"prompt_ids": torch.tensor([prompt, prompt]), "prompt_mask": torch.ones(2, len(prompt), dtype=torch.long)}
+    table = judge_rollouts(judge, output, rollouts_of(2, 2), {"tiny-bpe": own}, ["tiny-bpe"], top_bytes=k)
+    table = table.records["tiny-bpe"].to_table()
+    symbols = first_byte_symbols(tokenizer, judge.model.config.vocab_size)
+    model = judge.model.eval()
+    for row in range(2):
+        ids = table.column("response_token_ids").to_pylist()[row]
+        with torch.no_grad():
+            logits = model(torch.tensor([prompt + ids])).logits[0].double()[len(prompt) - 1: -1]  # [n, V]
+        probs = torch.softmax(logits, -1)
+        by_byte = torch.zeros(len(ids), SYMBOLS, dtype=torch.float64).index_add_(1, symbols, probs)  # [n, 258]
+        top = torch.topk(by_byte, k, dim=-1)
+        published = np.asarray(table.column("next_byte_ids").to_pylist()[row]).reshape(-1, k)
+        masses = np.exp(np.asarray(table.column("next_byte_logps").to_pylist()[row])).reshape(-1, k)
+        assert published.tolist() == top.indices.tolist()
+        assert np.allclose(masses, top.values.numpy(), atol=1e-5)
+        assert table.column("behaviour_logps").to_pylist()[row] == pytest.approx(
+            torch.log_softmax(logits, -1).gather(1, torch.tensor(ids)[:, None])[:, 0].tolist(), abs=1e-5)

@@ -19,6 +19,8 @@ response_token_spans   each judge token's character span in the text; ``(-1, -1)
 behaviour_logps        the judge's log-probs of its tokens: ``log π_judge(token | its prompt, the text before)``
 reward, finished       the learner's (as read)
 advantage              null
+next_byte_ids,         with ``top_bytes`` (byte-kd): before each judge token, its ``k`` most likely next-byte symbols
+next_byte_logps        and their log-masses (:mod:`~mutualrl.regimes.core.next_bytes`); null otherwise
 =====================  ==========================================================================================
 
 into a nested exchange per judged policy (:class:`JudgementChannel`; ``<see>/_judgements/<learner>/``, the
@@ -27,7 +29,8 @@ its peers' judgements of its round under the exchange's lock-step rules (failure
 judge that shows no progress for ``see.barrier_timeout_s`` ends it with the barrier's timeout) and aligns each
 judge's trace onto its own tokens (:func:`aligned_judgements`, THL: per text unit, mass conserved).
 
-Cost: one no-grad forward pass per peer rollout judged (``(M-1)·B`` rows per rank and step, of the judge's own
+Cost: one no-grad forward pass per peer rollout judged (with ``top_bytes``, its logits reduced a scoring batch at a
+time) (``(M-1)·B`` rows per rank and step, of the judge's own
 length for the text) and the wait for the slowest judge.
 """
 
