@@ -35,7 +35,7 @@ def test_a_next_byte_distribution_sums_the_tokens_that_begin_with_each_byte():
     assert logq[END].exp().item() == pytest.approx(pi[3].item())
     assert logq.exp().sum().item() == pytest.approx(1.0)  # mass conserved
     assert torch.isneginf(logq[ord("5")]) and torch.isneginf(logq[OTHER])  # no token begins with them
-    ids, masses = top_symbols(logits, symbols, 2)
+    ids, masses = top_symbols(torch.log_softmax(logits, -1), symbols, 2)
     assert ids.tolist() == [ord("?"), END] and masses.exp().tolist() == pytest.approx([pi[2].item(), pi[3].item()])
 
 
@@ -48,6 +48,8 @@ def test_the_symbols_of_two_real_vocabularies(thl_tokenizers):
         assert {piece: chr(int(symbols[vocab[piece]])) for piece in pieces} == pieces
         assert int(symbols[tokenizer.eos_token_id]) == END and (symbols[-3:] == OTHER).all()
     assert int(first_byte_symbols(mistral, len(mistral))[mistral.bos_token_id]) == OTHER
+    stop = gpt2.get_vocab()["?"]  # a stop id other than the EOS (TRL's eos_token_ids) ends a generation too
+    assert int(first_byte_symbols(gpt2, len(gpt2), [stop])[stop]) == END
 
 
 def test_the_divergence_over_cells_and_its_gradient_by_hand():
@@ -79,6 +81,18 @@ def test_an_untaught_position_is_an_exact_zero_without_nan():
     kl = symbol_kl(own, ids, torch.zeros(1, 2, 1, 4), torch.zeros(1, 2, 1))
     kl.sum().backward()
     assert kl.item() == 0.0 and torch.isfinite(own.grad).all() and own.grad.abs().max().item() == 0.0
+
+
+def test_a_rest_the_learner_cannot_write_is_no_cell_and_a_zero_teacher_mass_no_nan():
+    own = torch.full((1, 1, SYMBOLS), float("-inf"))
+    own[0, 0, :2] = torch.log(torch.tensor([0.7, 0.3]))  # the learner writes symbols 0 and 1 only
+    own.requires_grad_(True)
+    ids = torch.tensor([[[[0, 1, 5]]]])
+    masses = torch.tensor([[[[np.log(0.6), np.log(0.39), float("-inf")]]]])  # 0.01 on the rest: unwritable
+    kl = symbol_kl(own, ids, masses, torch.ones(1, 1, 1))
+    kl.sum().backward()
+    assert kl.item() == pytest.approx(0.6 * np.log(0.6 / 0.7) + 0.39 * np.log(0.39 / 0.3), rel=1e-5)
+    assert torch.isfinite(own.grad).all()
 
 
 def test_shared_boundaries_by_hand():
@@ -200,6 +214,15 @@ def test_the_shared_boundaries_of_two_real_tokenizers(thl_tokenizers):
     expected = [judge_starts.index(s) for s in starts]  # the judge's token at each shared boundary
     assert got.ids[0, 0].tolist() == [[2 * i, 2 * i + 1] for i in expected]
     assert torch.allclose(got.logps[0, 0], torch.tensor([[-0.2 * i, -(2 * i + 1) / 10] for i in expected]))
+    other, _ = own_table(learner, [TEXT + "0"])  # a judgement of another text under the same keys: not used
+    assert not teacher_distributions(other, {"tiny-sp": table}, ["tiny-sp"], rollouts_of(1, 1), 7, 2).matched.any()
+    unfinished, _ = own_table(learner, [TEXT], finished=False)  # no EOS on either side: the text's 5 boundaries
+    cut = RolloutBatch(prompt_id=["p0"], sample_index=[0], prompt_text=["q"], response_text=[TEXT],
+                       response_token_ids=[theirs.ids], response_token_spans=[theirs.spans],
+                       reward=np.zeros(1, np.float32), finished=[False], behaviour_logps=[[-1.0] * (n - 1)],
+                       next_byte_ids=[ids[:-2]], next_byte_logps=[np.zeros(2 * n - 2, np.float32)]).to_table()
+    got = teacher_distributions(unfinished, {"tiny-sp": cut}, ["tiny-sp"], rollouts_of(1, 1), 6, 2)
+    assert got.shared.tolist() == [[[True] * 5 + [False]]]
 
 
 @pytest.mark.slow  # builds a tiny trainer: over 2 s

@@ -163,7 +163,7 @@ class ByteKDAdapter(JudgedAdapter):
         logits = trainer.completion_logits(model, inputs["prompt_ids"][rows], inputs["prompt_mask"][rows],
                                            inputs["completion_ids"][rows], mask[rows])  # [R, C, V]
         if self.symbols is None or self.symbols.shape[0] != logits.shape[-1]:
-            self.symbols = first_byte_symbols(trainer.processing_class, logits.shape[-1])  # [V]
+            self.symbols = first_byte_symbols(trainer.processing_class, logits.shape[-1], trainer.eos_token_ids)  # [V]
         own_logq = symbol_logps(torch.log_softmax(logits, dim=-1), self.symbols)  # [R, C, 258]
         kl = symbol_kl(own_logq, inputs[f"{PREFIX}_ids"][rows], inputs[f"{PREFIX}_logps"][rows],
                        weights[rows])  # [R, C]

@@ -20,8 +20,11 @@ logit ``z_v`` at the boundary, ``v`` in cell ``c(v)``:
     ∂KL_o / ∂z_v = π_θ(v) (1 − q_T(c(v)) / q_θ(c(v)))          summed over a cell: q_θ(c) − q_T(c)
 
 so it points at bytes the learner gives no mass to, which a signal on its own samples alone cannot (OPD's reverse
-KL only reweights what it samples). At the shared boundaries the two models' ``q`` are each other's exact
-next-byte marginals given the same text; between them (inside a token of either) no comparison is made.
+KL only reweights what it samples). Each ``q`` is its model's next-byte mass after its own prompt and its own
+tokens of the same text, where its tokenization has a boundary; between shared boundaries (inside a token of either)
+no comparison is made. At offset 0 each model continues its own chat template, so a convention of one (a leading
+space after the prompt) is taught as any other byte. Where the learner cannot write any symbol of the rest, the rest
+cell is left out (it has no gradient).
 """
 
 from __future__ import annotations
@@ -66,11 +69,14 @@ def symbol_kl(own_logq: torch.Tensor, teacher_ids: torch.Tensor, teacher_logps: 
     writable = (own_at > FLOOR / 2) & taught[..., None]  # [B, J, T, k] cells the learner can write
     teacher_q = torch.where(writable, teacher_logps.float().exp(), torch.zeros_like(own_at))  # [B, J, T, k]
     cells = torch.zeros_like(own, dtype=torch.bool).scatter(-1, ids, writable)  # [B, J, T, 258] the symbols of S
-    own_rest = torch.logsumexp(torch.where(cells, torch.full_like(own, FLOOR), own), dim=-1)  # [B, J, T]
+    outside = torch.where(cells, torch.full_like(own, FLOOR), own)  # [B, J, T, 258] the learner's rest, FLOOR in S
+    own_rest = torch.logsumexp(outside, dim=-1)  # [B, J, T]
+    rest_writable = (outside > FLOOR / 2).any(-1)  # [B, J, T] the rest holds a symbol the learner can write
     teacher_rest = (1.0 - teacher_q.sum(-1)).clamp(min=0.0)  # [B, J, T]
-    safe_log = torch.where(writable, teacher_logps.float(), torch.zeros_like(own_at))  # [B, J, T, k]
+    safe_log = torch.where(teacher_q > 0, teacher_logps.float(), torch.zeros_like(own_at))  # [B, J, T, k]
     in_s = (teacher_q * (safe_log - own_at)).sum(-1)  # [B, J, T]
-    rest = torch.where(teacher_rest > 0, teacher_rest * (torch.log(teacher_rest.clamp(min=1e-30)) - own_rest),
-                       torch.zeros_like(own_rest))  # [B, J, T]
+    rest = torch.where((teacher_rest > 0) & rest_writable,
+                       teacher_rest * (torch.log(teacher_rest.clamp(min=1e-30)) - own_rest),
+                       torch.zeros_like(own_rest))  # [B, J, T] (a rest the learner cannot write: no cell)
     per_judge = torch.where(taught, in_s + rest, torch.zeros_like(rest))  # [B, J, T]
     return (weights.float() * per_judge).sum(1)  # [B, T]

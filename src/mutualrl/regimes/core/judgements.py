@@ -226,10 +226,10 @@ def _judge_distributions(trainer: TrainerView, prompt_ids: torch.Tensor, prompt_
             logits = trainer.completion_logits(trainer.model, prompt_ids[rows], prompt_mask[rows],
                                                completion_ids[rows], completion_mask[rows])  # [n, C', V]
             if table is None:
-                table = first_byte_symbols(trainer.processing_class, logits.shape[-1])  # [V]
+                table = first_byte_symbols(trainer.processing_class, logits.shape[-1], trainer.eos_token_ids)  # [V]
             token_logps = torch.log_softmax(logits, dim=-1)  # [n, C', V]
             logps.append(token_logps.gather(-1, completion_ids[rows, :, None]).squeeze(-1).cpu())  # [n, C']
-            top_ids, top_logps = top_symbols(logits, table, top_bytes)  # [n, C', k] each
+            top_ids, top_logps = top_symbols(token_logps, table, top_bytes)  # [n, C', k] each
             ids.append(top_ids.cpu())
             masses.append(top_logps.cpu())
     return torch.cat(logps), torch.cat(ids), torch.cat(masses)

@@ -7,7 +7,7 @@ with:
 
     q(b) = Σ_{v : first byte of v = b} π(v | prefix)          b ∈ {0..255, END, OTHER}
 
-``END`` is the end-of-sequence token's mass, ``OTHER`` every other special or empty token's. Mass is conserved
+``END`` is the mass of the tokens that end a generation, ``OTHER`` every other special or empty token's. Mass is conserved
 (``Σ_b q(b) = 1``) and both models' ``q`` live on the same 258 symbols, so at an offset where both tokenizations of
 one text have a boundary a divergence between them is defined, whatever the vocabularies (docs/regimes.md, byte-kd).
 
@@ -17,6 +17,7 @@ their log-masses (the SEE record's ``next_byte_ids`` and ``next_byte_logps``); t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -29,9 +30,10 @@ OTHER = 257
 SYMBOLS = 258
 
 
-def first_byte_symbols(tokenizer: Any, vocab_size: int) -> torch.Tensor:
+def first_byte_symbols(tokenizer: Any, vocab_size: int, stop_ids: Sequence[int] = ()) -> torch.Tensor:
     """int64 ``[V]``: each token id's symbol, for a model whose logits are ``vocab_size`` wide: its first byte, ``END``
-    for the tokenizer's EOS, ``OTHER`` for the rest (special, empty, and ids the tokenizer does not have)."""
+    for every id that ends a generation (the tokenizer's EOS and ``stop_ids``, TRL's ``eos_token_ids``), ``OTHER``
+    for the rest (special, empty, and ids the tokenizer does not have)."""
     from mutualrl.thl.spans import byte_table
 
     table = byte_table(tokenizer)
@@ -41,7 +43,7 @@ def first_byte_symbols(tokenizer: Any, vocab_size: int) -> torch.Tensor:
     first = table.blob[np.minimum(table.offsets[:n], max(len(table.blob) - 1, 0))].astype(np.int64)  # [n]
     symbols[:n] = np.where(writes, first, OTHER)
     eos = tokenizer.eos_token_id
-    for token in (eos if isinstance(eos, (list, tuple)) else [eos]):
+    for token in [*(eos if isinstance(eos, (list, tuple)) else [eos]), *stop_ids]:
         if token is not None and 0 <= int(token) < vocab_size:
             symbols[int(token)] = END
     return torch.from_numpy(symbols)
@@ -64,10 +66,11 @@ def symbol_logps(logps: torch.Tensor, symbols: torch.Tensor) -> torch.Tensor:
     return torch.where(written, logq, torch.full_like(logq, float("-inf")))  # [..., 258]
 
 
-def top_symbols(logits: torch.Tensor, symbols: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``k`` most likely next-byte symbols at each position and their log-masses, from logits ``[..., V]``:
-    (int32 ``[..., k]``, float32 ``[..., k]``), most likely first."""
-    logq = symbol_logps(torch.log_softmax(logits.float(), dim=-1), symbols)  # [..., 258]
+def top_symbols(logps: torch.Tensor, symbols: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``k`` most likely next-byte symbols at each position and their log-masses, from next-token log-probs
+    ``[..., V]``: (int32 ``[..., k]``, float32 ``[..., k]``), most likely first (a symbol no token has: the float32
+    minimum, a finite stand-in for log 0)."""
+    logq = symbol_logps(logps.float(), symbols)  # [..., 258]
     values, ids = torch.topk(logq, k=min(k, SYMBOLS), dim=-1)  # [..., k] each
     return ids.to(torch.int32), values.clamp(min=torch.finfo(torch.float32).min)
 
