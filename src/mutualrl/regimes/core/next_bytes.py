@@ -23,11 +23,10 @@ from typing import Any
 import numpy as np
 import torch
 
-END = 256
-"""The symbol of the end-of-sequence token."""
-OTHER = 257
-"""The symbol of every other token that writes no byte (special tokens, empty pieces, ids past the tokenizer's)."""
-SYMBOLS = 258
+from mutualrl.see.records import NEXT_BYTE_END as END  # the symbol of the tokens that end a generation
+from mutualrl.see.records import NEXT_BYTE_OTHER as OTHER  # of every other token that writes no byte
+
+SYMBOLS = OTHER + 1
 
 
 def first_byte_symbols(tokenizer: Any, vocab_size: int, stop_ids: Sequence[int] = ()) -> torch.Tensor:
