@@ -31,7 +31,7 @@ finished                   bool                the response ended with EOS
 num_tokens                 int32               ``len(response_token_ids)``
 next_byte_ids              list<int32>,        flattened ``[num_tokens, k]``: at each token, the
                            nullable            publisher's top-k next-byte symbols (0..255 a byte,
-                                               256 END: the EOS token, 257 any other special or
+                                               256 END: a token that ends generation, 257 other special or
                                                empty token); null unless the regime publishes
                                                distributions
 next_byte_logps            list<float32>,      flattened ``[num_tokens, k]``: log of the
