@@ -122,3 +122,26 @@ def test_the_dry_run_shows_micro_batch_rows_and_activations(tmp_path, recipe):
         row = next(line for line in batch_table.splitlines() if line.startswith(f"│ {p.name} "))
         assert f"{p.micro_batch.describe()} x {p.micro_batch.tokens_per_row} tokens" in row
         assert f"{p.micro_batch.activation_gib:.1f} GiB" in row
+
+
+def test_byte_kd_counts_a_second_forward_and_its_whole_logits(tmp_path):
+    """byte-kd runs a second forward over every own row and keeps its logits (``[rows, completion, vocabulary]``, three
+    float32 copies) for the backward: beside standalone's micro-batch of the same rows, 4 more rows of layers and
+    4 x completion x vocabulary x 4 B x 3; opd-sgt scores one rescue per prompt (4 rows of K = 5: 1)."""
+    from mutualrl.launch.plan.bounds import activation_bytes_per_token, micro_batch, training_dtype_bytes
+    from mutualrl.launch.plan.model_shapes import model_shape
+
+    plan = gpu_plan(tmp_path, "2qwen", gpu_memory_gib=141.0, regime="byte-kd").policy("qwen2.5-math-1.5b")
+    shape = model_shape("Qwen/Qwen2.5-Math-1.5B")
+    standalone = micro_batch(load_run_config("2qwen", regime="standalone").config, plan, shape, own_rows=4)
+    distilled = micro_batch(load_run_config("2qwen", regime="byte-kd").config, plan, shape, own_rows=4)
+    assert (distilled.own_rows, distilled.distilled_rows, distilled.rows) == (4, 4, 8)
+    assert distilled.describe() == "8 (4 own + 4 distilled)"
+    tokens, completion = distilled.tokens_per_row, plan.grpo["max_completion_length"]
+    kept, rest = activation_bytes_per_token(shape, training_dtype_bytes(plan), bool(plan.grpo.get(
+        "gradient_checkpointing")), tokens)
+    extra = 4 * tokens * (shape.layers * kept + rest) + 4 * completion * shape.vocab * 4 * 3
+    assert (distilled.activation_gib - standalone.activation_gib) * 2**30 == pytest.approx(extra)
+    assert "3 float32 copies of" in distilled.how
+    rescued = micro_batch(load_run_config("2qwen", regime="opd-sgt").config, plan, shape, own_rows=4)
+    assert (rescued.rescue_rows, rescued.distilled_rows) == (1, 0)

@@ -9,7 +9,8 @@ phases, one at a time, each with its own peak:
   peer's rollouts of the learner's prompts to the generation batch before TRL splits it into
   ``steps_per_generation`` micro-batches, so each holds ``M`` times the learner's rows (``M`` policies, every peer
   rollout scored: the upper bound); SGT scores a rescue beside each gated row (at most ``min(c, K) / K`` of the
-  rows, ``c`` = ``max_pairs_per_prompt``). Every row is ``task.max_prompt_tokens + grpo.max_completion_length``
+  rows, ``c`` = ``max_pairs_per_prompt``; opd-sgt one per prompt); byte-kd runs a second forward over every own row
+  and keeps its whole ``rows x completion x vocabulary`` logits (:data:`FULL_LOGIT_COPIES`). Every row is ``task.max_prompt_tokens + grpo.max_completion_length``
   tokens long. The logits are TRL 1.16's fused head (``trl/trainer/utils.py:add_fused_lm_head``,
   ``trl/kernels/chunked_logprob.py``): one tile of at most 4096 scored tokens x 32768 vocabulary columns at a time,
   never ``rows x tokens x vocabulary``;
@@ -63,6 +64,9 @@ HEAD_TILE_TOKENS = 4096
 """TRL 1.16's fused head projects at most this many scored tokens at once (``chunked_logprob.TOKEN_CHUNK_SIZE``)."""
 HEAD_TILE_VOCAB = 32768
 """... onto this many vocabulary columns at once (``trl/trainer/utils.py:_CHUNKED_LOGPROB_CHUNK_SIZE``)."""
+FULL_LOGIT_COPIES = 3
+"""Float32 ``[rows, completion, vocabulary]`` tensors byte-kd's second forward keeps for its backward: the logits over
+TRL's temperature, their log-softmax and its exponent inside the next-byte sums (``regimes/core/next_bytes.py``)."""
 TRAINING_MARGIN_SHARE = 0.1
 """Share of a card left to what the estimate does not count while a policy trains: the CUDA context, NCCL's
 buffers, ZeRO-3's gathered parameters, the allocator's fragmentation, what a sleeping engine keeps."""
@@ -86,19 +90,22 @@ class MicroBatch:
     peer_rows: int
     """Peers' rollouts pooled into it (PRP, HACPO), at most."""
     rescue_rows: int
-    """Peer successes scored beside it (SGT), at most."""
+    """Peer successes scored beside it (SGT, opd-sgt), at most."""
     tokens_per_row: int
     activation_gib: float | None
     """None: the model's shape is unknown here."""
     how: str
+    distilled_rows: int = 0
+    """Own rows scored a second time with their whole next-token logits kept (byte-kd), at most."""
 
     @property
     def rows(self) -> int:
-        return self.own_rows + self.peer_rows + self.rescue_rows
+        return self.own_rows + self.peer_rows + self.rescue_rows + self.distilled_rows
 
     def describe(self) -> str:
         """``32 (16 own + 16 peer)``."""
-        added = [f"{n} {what}" for n, what in ((self.peer_rows, "peer"), (self.rescue_rows, "rescue")) if n]
+        added = [f"{n} {what}" for n, what in ((self.peer_rows, "peer"), (self.rescue_rows, "rescue"),
+                                                (self.distilled_rows, "distilled")) if n]
         return f"{self.rows} ({' + '.join([f'{self.own_rows} own', *added])})" if added else str(self.rows)
 
 
@@ -107,20 +114,27 @@ def _field(grpo: dict[str, Any], name: str) -> int:
     return int(value if value is not None else grpo_default(name))
 
 
-def added_rows(config: RunConfig, own_rows: int, k: int) -> tuple[int, int]:
-    """(peer rows, rescue rows) the run's regime adds to a micro-batch of ``own_rows`` of the learner's rows, at most
-    (module docstring). The pooled rows' settings (PRP's, HACPO's) mark a regime that pools peer rows."""
+def added_rows(config: RunConfig, own_rows: int, k: int) -> tuple[int, int, int]:
+    """(peer rows, rescue rows, distilled rows) the run's regime adds to a micro-batch of ``own_rows`` of the
+    learner's rows, at most (module docstring). The pooled rows' settings (PRP's, HACPO's) mark a regime that pools
+    peer rows; opd-sgt rescues one row per prompt; byte-kd scores every own row again with its whole logits."""
+    from mutualrl.regimes.bytekd.spec import ByteKDSettings
     from mutualrl.regimes.core.pooled_spec import PooledRowsSettings
     from mutualrl.regimes.core.registry import get_regime
+    from mutualrl.regimes.opdsgt.spec import OPDSGTSettings
     from mutualrl.regimes.sgt.spec import SGTSettings
 
     spec = get_regime(config.regime.name)
     settings = config.regime.settings.get(spec.settings_key) if spec.settings_key else None
     if isinstance(settings, PooledRowsSettings):
-        return own_rows * (len(config.pool.policies) - 1), 0
+        return own_rows * (len(config.pool.policies) - 1), 0, 0
     if isinstance(settings, SGTSettings):
-        return 0, math.ceil(own_rows * min(settings.max_pairs_per_prompt, k) / k)
-    return 0, 0
+        return 0, math.ceil(own_rows * min(settings.max_pairs_per_prompt, k) / k), 0
+    if isinstance(settings, OPDSGTSettings):
+        return 0, math.ceil(own_rows / k), 0
+    if isinstance(settings, ByteKDSettings):
+        return 0, 0, own_rows
+    return 0, 0, 0
 
 
 def training_dtype_bytes(plan: Any) -> int:
@@ -159,9 +173,10 @@ def activation_bytes_per_token(shape: ModelShape, dtype: int, checkpointing: boo
 
 
 def activation_bytes(rows: int, tokens: int, scored: int, shape: ModelShape, dtype: int, checkpointing: bool,
-                     head_trained: bool) -> tuple[float, str]:
+                     head_trained: bool, full_logits: int = 0) -> tuple[float, str]:
     """Bytes a micro-batch of ``rows`` x ``tokens`` holds at its backward's peak (``scored``: the completion tokens
-    the head scores), and how that was counted."""
+    the head scores; ``full_logits``: the completion tokens whose whole logits a regime keeps, byte-kd's), and how
+    that was counted."""
     kept, rest = activation_bytes_per_token(shape, dtype, checkpointing, tokens)
     n = rows * tokens
     layers = n * (shape.layers * kept + rest)
@@ -173,22 +188,26 @@ def activation_bytes(rows: int, tokens: int, scored: int, shape: ModelShape, dty
     how = (f"{rows} rows x {tokens} tokens: {what}, TRL's fused head (a {min(scored, HEAD_TILE_TOKENS)} x "
            f"{min(shape.vocab, HEAD_TILE_VOCAB)} tile, float32 gradients"
            f"{' and the head weight' if head_trained else ''})")
-    return layers + head, how
+    logits = full_logits * shape.vocab * 4 * FULL_LOGIT_COPIES
+    if full_logits:
+        how += f", {FULL_LOGIT_COPIES} float32 copies of {full_logits} tokens x {shape.vocab} logits"
+    return layers + head + logits, how
 
 
 def micro_batch(config: RunConfig, plan: Any, shape: ModelShape | None, own_rows: int | None = None) -> MicroBatch:
     """The micro-batch of ``plan``'s process with ``own_rows`` of its own (default: its per-device batch)."""
     grpo = plan.grpo
     own = own_rows or _field(grpo, "per_device_train_batch_size")
-    peer, rescue = added_rows(config, own, _field(grpo, "num_generations"))
+    peer, rescue, distilled = added_rows(config, own, _field(grpo, "num_generations"))
     completion = _field(grpo, "max_completion_length")
     tokens = config.task.max_prompt_tokens + completion
     if shape is None:
-        return MicroBatch(own, peer, rescue, tokens, None, "model shape unknown")
+        return MicroBatch(own, peer, rescue, tokens, None, "model shape unknown", distilled)
     lora = next(p.lora for p in config.pool.policies if p.name == plan.name) is not None
-    held, how = activation_bytes(own + peer + rescue, tokens, (own + peer + rescue) * completion, shape,
-                                 training_dtype_bytes(plan), bool(grpo.get("gradient_checkpointing")), not lora)
-    return MicroBatch(own, peer, rescue, tokens, held / 2**30, how)
+    rows = own + peer + rescue + distilled
+    held, how = activation_bytes(rows, tokens, (own + peer + rescue) * completion, shape, training_dtype_bytes(plan),
+                                 bool(grpo.get("gradient_checkpointing")), not lora, distilled * completion)
+    return MicroBatch(own, peer, rescue, tokens, held / 2**30, how, distilled)
 
 
 CARD_FIXES = {
