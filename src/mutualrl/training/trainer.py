@@ -338,7 +338,8 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)  # [B, P + C]
         width = completion_ids.size(1)
         with self.accelerator.autocast():
-            logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=width + 1).logits
+            logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=width + 1,
+                           use_cache=False).logits  # [B, C + 1, V]
         return logits[:, :-1, :].float() / self.temperature  # [B, C, V]
 
     def score_reference(self, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
