@@ -118,6 +118,7 @@ TINY_REGIMES_2_STEPS = {
     "grpo-randpert": ("--regime", "grpo-randpert"),
     "opd": ("--regime", "opd"),
     "opd-sgt": ("--regime", "opd-sgt"),
+    "byte-kd": ("--regime", "byte-kd"),
 }
 """2 steps of each of the other regimes (``TINY + ("--max-steps", "2") + args``)."""
 

@@ -6,7 +6,8 @@ tokenizers split 2-vs-1 (every text of a small vocabulary), and the judges' dist
 - ``KL(q_T ‖ q_θ)`` over the teacher's published cells and the rest, and its gradient on the learner's logits
   ``π(v)(1 − q_T(c(v))/q_θ(c(v)))``, by hand; a symbol the learner cannot write joins the rest.
 - Through TRL 1.16's loss: the learner writes ``y0 | y1 | y2``, the teacher ``y0y1 | y2``; the gradient is the KL's
-  at offsets 0 and 2 (the shared boundaries) and nothing at offset 1, on each of the 64 texts.
+  at offsets 0 and 2 (the shared boundaries) and nothing at offset 1, on each of the 64 texts; 0 for a teacher equal
+  to the learner word for word.
 """
 
 from __future__ import annotations
@@ -114,18 +115,22 @@ TEACHER_Y2 = torch.log_softmax(torch.tensor([[0.2, 0.9, -0.5, 0.0], [1.0, -1.0, 
                                              [-0.3, 0.6, 0.1, 0.2]] * 4), -1)  # [16, V] y2 | y0y1
 
 
-def teacher_cells(sample: tuple[int, int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+def teacher_cells(sample: tuple[int, int, int], equal: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """The teacher's published top-``K`` next-byte symbols and log-masses before each of its 2 tokens, by hand:
-    before ``y0y1`` the mass of its 2-char tokens summed by first character; before ``y2`` its distribution."""
+    before ``y0y1`` the mass of its 2-char tokens summed by first character; before ``y2`` its distribution.
+    ``equal``: a teacher equal to the learner word for word (its ``y0y1`` the learner's ``π(y0) π(y1 | y0)``, its
+    ``y2`` the learner's ``π(y2 | y1)``)."""
     y0, y1, _ = sample
     first = TEACHER_W1.exp().reshape(4, 4).sum(1)  # [V] by the first character
     second = TEACHER_Y2[4 * y0 + y1].exp()  # [V]
+    if equal:
+        first, second = torch.softmax(THETA[0], -1), torch.softmax(THETA[1 + y1], -1)  # [V] each
     tops = [torch.topk(q, K) for q in (first, second)]
     ids = torch.stack([torch.tensor([ord(CHARS[i]) for i in top.indices]) for top in tops])  # [2, K]
     return ids, torch.stack([top.values.log() for top in tops])  # [2, K] each
 
 
-def trl_gradient(trainer, monkeypatch, sample) -> torch.Tensor:
+def trl_gradient(trainer, monkeypatch, sample, equal: bool = False) -> torch.Tensor:
     """``d loss / d THETA`` of TRL's whole loss (grpo, one row, advantages 0) with byte-kd's term, times T."""
     from trl import GRPOTrainer
 
@@ -139,7 +144,7 @@ def trl_gradient(trainer, monkeypatch, sample) -> torch.Tensor:
     at = shared_boundaries(clean_starts(np.array([[0, 1], [1, 2], [2, 3]]), 3),
                            clean_starts(np.array([[0, 2], [2, 3]]), 3))  # [3] learner token → teacher token
     assert at.tolist() == [0, -1, 1]
-    ids, masses = teacher_cells(sample)
+    ids, masses = teacher_cells(sample, equal)
     hit = torch.from_numpy(at >= 0)
     batch = {"prompt_ids": torch.full((1, 2), 5), "prompt_mask": torch.ones(1, 2, dtype=torch.long),
              "completion_ids": torch.tensor([sample]), "completion_mask": torch.ones(1, 3, dtype=torch.long),
@@ -183,6 +188,7 @@ def test_the_gradient_through_trls_loss_across_a_two_vs_one_split(grad_trainer, 
         got = trl_gradient(grad_trainer, monkeypatch, sample)
         assert torch.allclose(got, hand_gradient(sample), atol=1e-5), sample
         assert (got[1 + sample[0]] == 0).all() or sample[0] == sample[1]  # offset 1 (inside the teacher's token): none
+        assert trl_gradient(grad_trainer, monkeypatch, sample, equal=True).abs().max().item() < 1e-6  # an equal peer
 
 
 # -- the judges' distributions across two real tokenizers -------------------------------------------------------------

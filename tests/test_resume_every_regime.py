@@ -1,5 +1,6 @@
 """A run resumed from its checkpoint ends with the bytes of an uninterrupted one, for every regime that exchanges
-rollouts or carries state from one step to the next (SGT, PRP, XGRPO, OPD, opd-sgt; standalone GRPO beside them), end to end.
+rollouts or carries state from one step to the next (SGT, PRP, XGRPO, OPD, opd-sgt, byte-kd; standalone GRPO beside
+them), end to end.
 
 Each test rides on a run the suite already makes, as the uninterrupted reference (``tiny_regime_2_steps``,
 ``sgt_3_steps`` and its standalone baseline), and adds the shortest run that crosses a checkpoint and a resume: the
@@ -52,11 +53,12 @@ def assert_same_bytes(reference: Path, resumed: Path, steps: int) -> None:
         assert weights[0].read_bytes() == weights[1].read_bytes(), f"{policy}: resumed weights differ"
 
 
-@pytest.mark.parametrize("tiny_regime_2_steps", ["xgrpo", "prp-peer", "opd", "opd-sgt"], indirect=True)
+@pytest.mark.parametrize("tiny_regime_2_steps", ["xgrpo", "prp-peer", "opd", "opd-sgt", "byte-kd"], indirect=True)
 def test_a_regime_resumed_at_step_1_ends_with_the_uninterrupted_runs_weights(tiny_regime_2_steps, request, tmp_path):
     """XGRPO (the peers' advantages of each step), PRP with the peer denominator (the peers' rows and traces), OPD
     (the peers' judgements of the learner's own rollouts, through nested exchanges), opd-sgt (those judgements, the
-    rescues and their per-prompt budget, its saved state): 2 steps, the second resumed."""
+    rescues and their per-prompt budget, its saved state), byte-kd (judgements with next-byte distributions): 2
+    steps, the second resumed."""
     reference, done = tiny_regime_2_steps
     assert_ok(done)
     name = request.node.callspec.params["tiny_regime_2_steps"]
