@@ -76,6 +76,10 @@ class FakeTrainer:
     def score_reference(self, prompt_ids, prompt_mask, completion_ids, completion_mask):
         return torch.zeros(completion_ids.shape)  # [B, C]
 
+    def completion_logits(self, model, prompt_ids, prompt_mask, completion_ids, completion_mask):
+        """Uniform next-token logits ``[B, C, V]`` (every token equally likely)."""
+        return torch.zeros((*completion_ids.shape, len(self.processing_class)))
+
     def aggregate_loss(self, per_token_loss, mask, inputs):
         """TRL's ``loss_type: grpo`` of one micro-batch: the mean over rows of each row's token mean."""
         return ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
