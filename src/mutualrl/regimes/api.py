@@ -19,8 +19,9 @@
   :func:`peer_rows` and :func:`peer_row_views` (chosen rows of peer tables, by column),
   :class:`AppendedRows`, :func:`attach_sequences` and :func:`attached_rows` (rows and sequences added to TRL's
   batch, and the rows that carry one); peers' judgements of the learner's own rollouts (each peer's forward pass
-  over them, through the SEE): :class:`JudgementChannel`, :func:`judge_rollouts`, :func:`aligned_judgements` (THL
-  onto the learner's tokens), :func:`own_logps`, :func:`timed`.
+  over them, through the SEE): :class:`JudgementChannel`, :func:`judge_rollouts`, :func:`judgement_sources` (each
+  own row's judgement records), :func:`aligned_judgements` (THL onto the learner's tokens), :func:`own_logps`,
+  :func:`timed`.
 - Comparing two policies across tokenizers (per token where the tokens match, per word where they do not):
   :func:`comparison_groups`, :func:`singleton_groups`, :func:`unit_totals`, :func:`unit_heads`; on-policy
   distillation over them: :func:`distillation_signal`, :func:`success_rates`, :func:`teaching_peers` and
@@ -69,6 +70,7 @@ TORCH_NAMES = {
     "attached_rows": "mutualrl.regimes.core.batch_rows",
     "JudgementChannel": "mutualrl.regimes.core.judgements", "judge_rollouts": "mutualrl.regimes.core.judgements",
     "aligned_judgements": "mutualrl.regimes.core.judgements", "own_logps": "mutualrl.regimes.core.judgements",
+    "judgement_sources": "mutualrl.regimes.core.judgements",
     "timed": "mutualrl.regimes.core.judgements",
     "comparison_groups": "mutualrl.regimes.core.word_units", "singleton_groups": "mutualrl.regimes.core.word_units",
     "unit_heads": "mutualrl.regimes.core.word_units", "unit_totals": "mutualrl.regimes.core.word_units",

@@ -32,6 +32,7 @@ from mutualrl.regimes.api import (
     clean_starts,
     first_byte_symbols,
     gather_peer_groups,
+    judgement_sources,
     peer_row_views,
     peer_rows,
     success_rates,
@@ -68,21 +69,19 @@ def teacher_distributions(own: pa.Table, judgements: dict[str, pa.Table], judges
     is not the row's is not used; one without distributions (``k`` per token) is matched but shares no boundary."""
     from mutualrl.regimes.bytekd.maths import shared_boundaries
 
-    n, kk = own.num_rows, rollouts.num_generations
-    groups = gather_peer_groups(judgements, judges, rollouts.prompt_ids_local[::kk], kk, rollouts.step, columns=())
+    n = own.num_rows
     texts = own.column("response_text").to_pylist()
     own_spans = peer_row_views({"": own}, [("", i) for i in range(n)], "response_token_spans")
     ids = torch.zeros((n, len(judges), width, k), dtype=torch.long)
     logps = torch.zeros((n, len(judges), width, k), dtype=torch.float32)
     shared = torch.zeros((n, len(judges), width), dtype=torch.bool)
     matched = torch.zeros((n, len(judges)), dtype=torch.bool)
-    sources = [(judge, int(groups.rows[i // kk, j, rollouts.sample_index_local[i]]))
-               for i in range(n) for j, judge in enumerate(judges)]
+    pairs, sources = judgement_sources(judgements, judges, rollouts, n)
     their_texts = peer_rows(judgements, sources, ("response_text",))["response_text"]
     spans = peer_row_views(judgements, sources, "response_token_spans")
     symbols = peer_row_views(judgements, sources, "next_byte_ids")
     masses = peer_row_views(judgements, sources, "next_byte_logps")
-    for x, (i, j) in enumerate((i, j) for i in range(n) for j in range(len(judges))):
+    for x, (i, j) in enumerate(pairs):
         if their_texts[x] != texts[i] or spans[x] is None:
             continue
         matched[i, j] = True

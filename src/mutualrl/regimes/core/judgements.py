@@ -257,6 +257,17 @@ class AlignedJudgements:
     groups: torch.Tensor
 
 
+def judgement_sources(judgements: dict[str, pa.Table], judges: Sequence[str], rollouts: StepRollouts,
+                      rows: int) -> tuple[list[tuple[int, int]], list[tuple[str, int]]]:
+    """Each (own row ``i``, judge ``j``) of this rank's ``rows``, row-major, and the judge's record of that rollout
+    (``(judge, row in its table)``, found by the rollout's prompt and sample index)."""
+    k = rollouts.num_generations
+    groups = gather_peer_groups(judgements, judges, rollouts.prompt_ids_local[::k], k, rollouts.step, columns=())
+    pairs = [(i, j) for i in range(rows) for j in range(len(judges))]
+    sources = [(judges[j], int(groups.rows[i // k, j, rollouts.sample_index_local[i]])) for i, j in pairs]
+    return pairs, sources
+
+
 def aligned_judgements(own: pa.Table, judgements: dict[str, pa.Table], judges: Sequence[str], rollouts: StepRollouts,
                        width: int) -> AlignedJudgements:
     """The judges' traces moved onto this rank's own tokens (THL, one batched call): ``own`` is this rank's own
@@ -265,10 +276,7 @@ def aligned_judgements(own: pa.Table, judgements: dict[str, pa.Table], judges: S
     from mutualrl.regimes.core.word_units import comparison_groups, singleton_groups
     from mutualrl.thl import align_logprobs
 
-    k = rollouts.num_generations
     n = own.num_rows
-    prompts = rollouts.prompt_ids_local[::k]
-    groups = gather_peer_groups(judgements, judges, prompts, k, rollouts.step, columns=())
     own_texts = own.column("response_text").to_pylist()
     own_finished = own.column("finished").to_pylist()
     own_spans = peer_row_views({"": own}, [("", i) for i in range(n)], "response_token_spans")
@@ -276,14 +284,7 @@ def aligned_judgements(own: pa.Table, judgements: dict[str, pa.Table], judges: S
     valid = torch.zeros((n, len(judges), width), dtype=torch.bool)
     matched = torch.zeros((n, len(judges)), dtype=torch.bool)
     units_of = singleton_groups((n, len(judges), width))  # [B, M-1, T] comparison units
-    pairs: list[tuple[int, int]] = []
-    sources: list[tuple[str, int]] = []
-    for i in range(n):
-        p, s = divmod(i, k)
-        s = rollouts.sample_index_local[i]
-        for j, judge in enumerate(judges):
-            pairs.append((i, j))
-            sources.append((judge, int(groups.rows[p, j, s])))
+    pairs, sources = judgement_sources(judgements, judges, rollouts, n)
     texts = peer_rows(judgements, sources, ("response_text", "finished"))
     spans = peer_row_views(judgements, sources, "response_token_spans")
     logps = peer_row_views(judgements, sources, "behaviour_logps")
