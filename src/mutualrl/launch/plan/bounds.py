@@ -90,7 +90,7 @@ class MicroBatch:
     peer_rows: int
     """Peers' rollouts pooled into it (PRP, HACPO), at most."""
     rescue_rows: int
-    """Peer successes scored beside it (SGT, opd-sgt), at most."""
+    """Peer successes scored beside it (SGT, opd-sgt, byte-kd with a rescue), at most."""
     tokens_per_row: int
     activation_gib: float | None
     """None: the model's shape is unknown here."""
@@ -117,7 +117,8 @@ def _field(grpo: dict[str, Any], name: str) -> int:
 def added_rows(config: RunConfig, own_rows: int, k: int) -> tuple[int, int, int]:
     """(peer rows, rescue rows, distilled rows) the run's regime adds to a micro-batch of ``own_rows`` of the
     learner's rows, at most (module docstring). The pooled rows' settings (PRP's, HACPO's) mark a regime that pools
-    peer rows; opd-sgt rescues one row per prompt; byte-kd scores every own row again with its whole logits."""
+    peer rows; opd-sgt rescues one row per prompt; byte-kd scores every own row again with its whole logits (and, with
+    ``rescue_lam``, rescues one row per prompt)."""
     from mutualrl.regimes.bytekd.spec import ByteKDSettings
     from mutualrl.regimes.core.pooled_spec import PooledRowsSettings
     from mutualrl.regimes.core.registry import get_regime
@@ -133,7 +134,7 @@ def added_rows(config: RunConfig, own_rows: int, k: int) -> tuple[int, int, int]
     if isinstance(settings, OPDSGTSettings):
         return 0, math.ceil(own_rows / k), 0
     if isinstance(settings, ByteKDSettings):
-        return 0, 0, own_rows
+        return 0, math.ceil(own_rows / k) if settings.rescue_lam > 0 else 0, own_rows
     return 0, 0, 0
 
 

@@ -11,9 +11,13 @@ Per step, lock-step (docs/regimes.md, "Beyond the paper: next-byte distillation"
    judge's token that starts at the same offset where both start on a boundary;
 4. put the teacher's symbols, log-masses and weights into TRL's batch; :meth:`ByteKDAdapter.extra_loss` runs the
    learner's forward on the taught rows and adds ``λ Σ w KL(q_T ‖ q_θ)`` (:func:`~mutualrl.regimes.bytekd.maths.
-   symbol_kl`) to TRL's loss, reduced as TRL reduces its own.
+   symbol_kl`) to TRL's loss, reduced as TRL reduces its own;
+5. with ``rescue_lam > 0``, SGT's rescue in the same loss: where every own rollout of a prompt failed and a peer's
+   succeeded (under the run's budget), one chosen peer success, retokenized, rides on the prompt's first row and
+   ``extra_loss`` adds ``λ_r`` times its NLL (:class:`~mutualrl.regimes.core.rescue.RescueBudget`).
 
-With ``lam: 0`` step 4 is skipped: the batch TRL trains on is standalone GRPO's, bit for bit (the judging still runs).
+With ``lam: 0`` and ``rescue_lam: 0`` steps 4-5 are skipped: the batch TRL trains on is standalone GRPO's, bit for
+bit (the judging still runs).
 """
 
 from __future__ import annotations
@@ -27,14 +31,18 @@ import torch
 from mutualrl.regimes.api import (
     GRPOBatch,
     JudgedAdapter,
+    RescueBudget,
     Share,
     StepRollouts,
+    Total,
+    choose_rescues,
     clean_starts,
     first_byte_symbols,
     gather_peer_groups,
     judgement_sources,
     peer_row_views,
     peer_rows,
+    rescue_gate,
     success_rates,
     symbol_logps,
     teacher_weights,
@@ -105,6 +113,14 @@ class ByteKDAdapter(JudgedAdapter):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.symbols: torch.Tensor | None = None  # [V] the learner's next-byte symbol of each token id
+        self.rescues = RescueBudget(PREFIX)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The rescue counters: the run's total and, per prompt, the steps that rescued it (the budget)."""
+        return self.rescues.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rescues.load_state_dict(state)
 
     @property
     def top_bytes(self) -> int:  # the judges publish this many next-byte symbols per token
@@ -116,7 +132,8 @@ class ByteKDAdapter(JudgedAdapter):
         _, tables = self.exchange_judgements(output, rollouts, peers)
         prompts = rollouts.prompt_ids_local[::k]
         peer = gather_peer_groups(peers, self.peers, prompts, k, rollouts.step, columns=("reward",))
-        own_rate = success_rates(rollouts.rewards_local.float().view(len(prompts), k), settings.success_threshold)
+        own_rewards = rollouts.rewards_local.float().view(len(prompts), k)  # [P, K]
+        own_rate = success_rates(own_rewards, settings.success_threshold)  # [P]
         peer_rates = success_rates(peer.values["reward"], settings.success_threshold)  # [P, J]
         teaching = teaching_peers(own_rate, peer_rates, "competence")  # [P, J]
         prompt_weights = teacher_weights(teaching, peer_rates, "best")  # [P, J]
@@ -132,19 +149,57 @@ class ByteKDAdapter(JudgedAdapter):
             "judged_share": Share(float(teacher.matched.sum()), teacher.matched.numel()),
             "shared_share": Share(float((weights > 0).sum()), float(own_tokens.sum())),
         }
-        used = settings.lam > 0
+        distilled = (weights > 0).any(-1) if settings.lam > 0 else torch.zeros(weights.shape[:2], dtype=torch.bool)
+        source = torch.full((weights.shape[0],), -1, dtype=torch.long)  # [B] the rescue's peer slot
+        if settings.rescue_lam > 0:
+            source = self._rescue(output, rollouts, peers, peer.rows, own_rewards, peer.values["reward"], prompts,
+                                  metrics)
         for j, name in enumerate(self.peers):
-            metrics[f"from/{name}/used_share"] = Share(float((weights[:, j] > 0).any(-1).sum()) if used else 0.0,
-                                                       weights.shape[0])
-        if not used:  # standalone GRPO's batch, untouched
-            return output, metrics
-        device = mask.device
-        output[f"{PREFIX}_ids"] = teacher.ids.to(device)  # [B, J, C, k]
-        output[f"{PREFIX}_logps"] = teacher.logps.to(device)  # [B, J, C, k]
-        output[f"{PREFIX}_weights"] = weights.to(device)  # [B, J, C]
+            metrics[f"from/{name}/used_share"] = Share(float((distilled[:, j] | (source == j)).sum()),
+                                                       weights.shape[0])  # rows whose loss peer j changed
+        if settings.lam > 0:
+            device = mask.device
+            output[f"{PREFIX}_ids"] = teacher.ids.to(device)  # [B, J, C, k]
+            output[f"{PREFIX}_logps"] = teacher.logps.to(device)  # [B, J, C, k]
+            output[f"{PREFIX}_weights"] = weights.to(device)  # [B, J, C]
         return output, metrics
 
+    def _rescue(self, output: GRPOBatch, rollouts: StepRollouts, peers: dict[str, pa.Table], peer_rows: torch.Tensor,
+                own_rewards: torch.Tensor, peer_rewards: torch.Tensor, prompts: list[str],
+                metrics: dict[str, float]) -> torch.Tensor:
+        """SGT's rescue (step 5): gate, choose, count and attach; returns each row's rescue peer slot ``[B]``.
+        ``own_rewards`` ``[P, K]``, ``peer_rewards`` and ``peer_rows`` ``[P, J, K]``."""
+        settings = self.settings
+        gated = rescue_gate(own_rewards, peer_rewards, settings.success_threshold, settings.failure_threshold,
+                            self.rescues.rescued_before(prompts), settings.max_rescues_per_prompt)  # [P]
+        chosen = choose_rescues(peer_rewards, gated, settings.success_threshold,
+                                self.seeded_generator(rollouts.step, self.name))  # [P, 2]
+        self.rescues.count(prompts, gated, rollouts)
+        metrics.update({"rescue_rate": Share(float(gated.sum()), len(prompts)), "rescues": Total(float(gated.sum())),
+                        "rescues_total": self.rescues.rescues_total})
+        if not (bool(gated.any()) or rollouts.num_processes > 1):
+            return torch.full((len(rollouts.prompt_ids_local),), -1, dtype=torch.long)
+        return self.rescues.attach(self.trainer, output, rollouts, peers, self.peers, peer_rows, gated, chosen,
+                                   settings.rescue_lam)
+
     def extra_loss(self, model: torch.nn.Module, inputs: GRPOBatch) -> torch.Tensor | None:
+        """``λ`` times the next-byte KL of this micro-batch's taught rows, plus ``λ_r`` times the NLL of its rescues
+        (with ``rescue_lam``); None where neither term is in the batch."""
+        kl, rescue = self._kl_term(model, inputs), self._rescue_term(model, inputs)
+        if kl is None or rescue is None:
+            return rescue if kl is None else kl
+        return kl + rescue
+
+    def _rescue_term(self, model: torch.nn.Module, inputs: GRPOBatch) -> torch.Tensor | None:
+        term = self.rescues.loss(self.trainer, model, inputs)
+        if term is None:
+            return None
+        loss, values = term
+        self.trainer.record_metrics({f"{self.name}/{key}": value for key, value in values.items()},
+                                    mode="train" if model.training else "eval")
+        return loss
+
+    def _kl_term(self, model: torch.nn.Module, inputs: GRPOBatch) -> torch.Tensor | None:
         """``λ`` times the next-byte KL of this micro-batch's taught rows (:func:`~mutualrl.regimes.bytekd.maths.
         symbol_kl`), reduced as TRL reduces its per-token loss. With several ranks a rank with no taught row still
         runs the forward on row 0 (at weight 0), so that every rank runs the same forward and backward."""

@@ -4,7 +4,8 @@ registration.
 Each peer judges the learner's rollouts (OPD's exchange) and publishes, at each of its tokens, its next-token
 distribution marginalised to the next byte (:mod:`mutualrl.regimes.core.next_bytes`). At every offset of the learner's
 text where both tokenizations have a token boundary, the learner adds ``λ · KL(q_peer ‖ q_θ)`` over next-byte
-symbols to TRL's loss, on the prompts where the peer is the more competent. The maths is
+symbols to TRL's loss, on the prompts where the peer is the more competent; with ``rescue_lam`` it also adds SGT's NLL
+on one verified peer success where every own rollout failed (:mod:`mutualrl.regimes.core.rescue`). The maths is
 :mod:`mutualrl.regimes.bytekd.maths`, the adapter :class:`~mutualrl.regimes.bytekd.adapter.ByteKDAdapter`;
 docs/regimes.md, "Beyond the paper: next-byte distillation".
 """
@@ -14,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from mutualrl.regimes.api import NONNEGATIVE, UNIT, GRPOBatch, MetricWords, RegimeSpec, register_regime
+from mutualrl.regimes.api import (NONNEGATIVE, NONPOSITIVE, UNIT, GRPOBatch, MetricWords, RegimeSpec,
+                                  check_rescue_counts, register_regime)
 
 if TYPE_CHECKING:
     import torch
@@ -34,6 +36,15 @@ class ByteKDSettings:
     success_threshold: float = field(default=0.8, metadata={
         "help": "a rollout with a combined reward above this is a verified success; a peer teaches a prompt where "
                 "its success rate on its K rollouts is above the learner's (the best such peer)"})
+    rescue_lam: float = field(default=0.0, metadata={
+        "ge": 0, "help": "lambda_r: weight of the NLL of one verified peer success on a prompt whose every own "
+                         "rollout failed (SGT's rescue), in the same loss; 0: no rescue"})
+    failure_threshold: float = field(default=0.2, metadata={
+        "help": "an own rollout with a combined reward below this failed; the rescue fires where every scored one "
+                "did"})
+    max_rescues_per_prompt: int | None = field(default=None, metadata={
+        "ge": 1, "help": "over the whole run, how many steps may rescue one prompt for this learner (unset: no limit); "
+                         "the next-byte KL is not limited. The counts are saved with each checkpoint."})
 
 
 class ByteKDBatch(GRPOBatch, total=False):
@@ -42,6 +53,15 @@ class ByteKDBatch(GRPOBatch, total=False):
     bytekd_ids: torch.Tensor  # int64 [B, J, C, k] each judge's most likely next-byte symbols before each own token
     bytekd_logps: torch.Tensor  # float32 [B, J, C, k] their log-masses
     bytekd_weights: torch.Tensor  # float32 [B, J, C] the teacher weight where that judge has a boundary there, else 0
+    bytekd_completion_ids: torch.Tensor  # int64 [B, R] the rescue on the first row of a rescued prompt, padding else
+    bytekd_completion_mask: torch.Tensor  # int64 [B, R]
+    bytekd_weight: torch.Tensor  # float32 [B] the rescue NLL's weight of each row (0 off the rescued rows)
+
+
+def check_bytekd_settings(settings: ByteKDSettings) -> tuple[str, str] | None:
+    if settings.failure_threshold > settings.success_threshold:
+        return "failure_threshold", f"must not exceed success_threshold ({settings.success_threshold})"
+    return None
 
 
 BYTE_KD = register_regime(RegimeSpec(
@@ -61,6 +81,13 @@ BYTE_KD = register_regime(RegimeSpec(
         ("byte_kl", MetricWords("next-byte KL(teacher ‖ learner)", "nats per shared boundary", NONNEGATIVE)),
         ("kl_term", MetricWords("byte-kd loss term (λ-weighted)", "as TRL's loss", NONNEGATIVE)),
         ("judged_share", MetricWords("rollouts judged by every peer", "share of (rollout, peer) pairs", UNIT)),
+        ("rescue_rate", MetricWords("byte-kd rescue rate", "share of prompts rescued", UNIT)),
+        ("rescues", MetricWords("byte-kd rescues", "prompts rescued this step", NONNEGATIVE)),
+        ("rescues_total", MetricWords("byte-kd rescues so far", "prompts rescued, cumulative", NONNEGATIVE)),
+        ("nll_term", MetricWords("byte-kd rescue NLL term (λ_r-weighted)", "NLL (nats per token)", NONNEGATIVE)),
+        ("rescue_logp", MetricWords("learner log-prob of rescued answers", "sequence log-prob (nats)", NONPOSITIVE)),
     ),
+    check=check_bytekd_settings,
+    state_check=check_rescue_counts,  # its saved rescue counters (the adapter's state_dict)
     order=8,
 ))

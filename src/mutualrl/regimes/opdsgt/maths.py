@@ -33,6 +33,7 @@ from __future__ import annotations
 import torch
 
 from mutualrl.regimes.api import Share, Total, check_float, distillation_signal, success_rates
+from mutualrl.regimes.api import choose_rescues, rescue_gate, rescue_nll, rescue_weights  # SGT's rescue, named here too
 
 
 def teacher_weights(own_rewards: torch.Tensor, peer_rewards: torch.Tensor, success_threshold: float) -> torch.Tensor:
@@ -53,37 +54,6 @@ def teacher_weights(own_rewards: torch.Tensor, peer_rewards: torch.Tensor, succe
     return weights * teaching.any(-1, keepdim=True).to(torch.float32)  # [P, M-1]
 
 
-def rescue_gate(own_rewards: torch.Tensor, peer_rewards: torch.Tensor, success_threshold: float,
-                failure_threshold: float, rescued_before: torch.Tensor, max_rescues: int | None) -> torch.Tensor:
-    """bool ``[P]``: the prompts rescued this step. Every scored own rollout below ``failure_threshold`` (and at
-    least one scored), some peer rollout above ``success_threshold``, and ``rescued_before`` ``[P]`` (earlier steps
-    that rescued the prompt) below ``max_rescues`` (None: no limit)."""
-    check_float("peer_rewards", peer_rewards, 3, "[P, M-1, K]")
-    scored = ~torch.isnan(own_rewards)  # [P, K]
-    failed = ((own_rewards < failure_threshold) | ~scored).all(-1) & scored.any(-1)  # [P]
-    peer_success = (peer_rewards > success_threshold).flatten(1).any(-1)  # [P]
-    gated = failed & peer_success  # [P]
-    if max_rescues is not None:
-        gated = gated & (rescued_before < max_rescues)  # [P]
-    return gated
-
-
-def choose_rescues(peer_rewards: torch.Tensor, gated: torch.Tensor, success_threshold: float,
-                   generator: torch.Generator) -> torch.Tensor:
-    """int64 ``[P, 2]``: ``(peer slot, sample index)`` of the success each gated prompt learns from, uniform over the
-    prompt's peer successes (peer-major order; one draw per prompt, gated or not, so the generator advances the same
-    every step); ``(-1, -1)`` off the gate."""
-    p, peers, k = peer_rewards.shape
-    candidates = (peer_rewards > success_threshold).reshape(p, peers * k) & gated[:, None]  # [P, (M-1)·K]
-    count = candidates.sum(-1)  # [P]
-    draw = torch.rand(p, generator=generator, dtype=torch.float64)  # [P]
-    rank = torch.minimum((draw * count).floor().long(), (count - 1).clamp(min=0))  # [P]
-    hit = candidates & (candidates.long().cumsum(-1) == (rank + 1)[:, None])  # [P, (M-1)·K]
-    position = hit.long().argmax(-1)  # [P]
-    chosen = torch.stack([position // k, position % k], dim=1)  # [P, 2]
-    return torch.where((count > 0)[:, None], chosen, torch.full_like(chosen, -1))
-
-
 def combined_advantages(advantages: torch.Tensor, signal: torch.Tensor, mask: torch.Tensor,
                         lam: float) -> torch.Tensor:
     """Per-token advantages ``[B, T]`` for TRL's loss: ``A_i + λ · signal_{i,t}`` on the completion's tokens
@@ -93,34 +63,6 @@ def combined_advantages(advantages: torch.Tensor, signal: torch.Tensor, mask: to
                          f"{tuple(signal.shape)}")
     combined = advantages[:, None].float() + lam * signal.float()  # [B, T]
     return torch.where(mask.bool(), combined, torch.zeros_like(combined)).to(advantages.dtype)
-
-
-def rescue_weights(rows: torch.Tensor, lam: float, steps_per_generation: int, gradient_accumulation_steps: int,
-                   num_gated: int, num_processes: int = 1) -> torch.Tensor:
-    """float32 ``[B]``: the weight of each row's rescue NLL, ``w = λ_r · S · N / (G · n)`` on the ``rows`` (bool
-    ``[B]``) that carry one, 0 elsewhere; ``n`` the rescued rows of every rank. TRL cuts the generation batch into
-    ``S`` micro-batches and ``G`` of them make an optimizer step, and DDP averages over ``N`` ranks, so the summed
-    term over one step is ``λ_r`` times the mean NLL over the rescued rows (SGT's weighting)."""
-    if num_gated < int(rows.sum()):
-        raise ValueError(f"num_gated ({num_gated}) is smaller than this rank's rescued rows ({int(rows.sum())})")
-    if num_gated == 0:
-        return torch.zeros(rows.shape, dtype=torch.float32)
-    w = lam * steps_per_generation * num_processes / (gradient_accumulation_steps * num_gated)
-    return torch.where(rows, torch.full(rows.shape, w), torch.zeros(rows.shape)).float()  # [B]
-
-
-def rescue_nll(logps: torch.Tensor, mask: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """``Σ_i w_i · (−Σ_t ℓ_{i,t} m_{i,t} / max(1, Σ_t m_{i,t}))``: the weighted token-averaged NLL of the rescues.
-    ``logps`` ``[R, T]`` (with grad), ``mask`` ``[R, T]``, ``weights`` ``[R]``; rows of weight 0 and masked positions
-    add an exact 0 whatever their log-probs."""
-    check_float("logps", logps, 2, "[R, T]")
-    if mask.shape != logps.shape or weights.shape != logps.shape[:1]:
-        raise ValueError(f"mask must be [R, T] = {tuple(logps.shape)} and weights [R]; got {tuple(mask.shape)} and "
-                         f"{tuple(weights.shape)}")
-    kept = torch.where(mask.bool(), logps, torch.zeros_like(logps))  # [R, T]
-    nll = -kept.sum(1) / mask.bool().sum(1).clamp(min=1).to(logps.dtype)  # [R]
-    w = weights.to(logps.dtype)  # [R]
-    return torch.where(w != 0, w * nll, torch.zeros_like(nll)).sum()
 
 
 def step_metrics(weights: torch.Tensor, gated: torch.Tensor, matched: torch.Tensor) -> dict[str, float]:
