@@ -118,7 +118,8 @@ TINY_REGIMES_2_STEPS = {
     "grpo-randpert": ("--regime", "grpo-randpert"),
     "opd": ("--regime", "opd"),
     "opd-sgt": ("--regime", "opd-sgt"),
-    "byte-kd": ("--regime", "byte-kd"),
+    "byte-kd": ("--regime", "byte-kd", "--set", "regime.bytekd.rescue_lam=0.3",
+                "--set", "regime.bytekd.max_rescues_per_prompt=1"),  # with SGT's rescue: its counters are saved
 }
 """2 steps of each of the other regimes (``TINY + ("--max-steps", "2") + args``)."""
 

@@ -127,7 +127,8 @@ def test_the_dry_run_shows_micro_batch_rows_and_activations(tmp_path, recipe):
 def test_byte_kd_counts_a_second_forward_and_its_whole_logits(tmp_path):
     """byte-kd runs a second forward over every own row and keeps its logits (``[rows, completion, vocabulary]``, three
     float32 copies) for the backward: beside standalone's micro-batch of the same rows, 4 more rows of layers and
-    4 x completion x vocabulary x 4 B x 3; opd-sgt scores one rescue per prompt (4 rows of K = 5: 1)."""
+    4 x completion x vocabulary x 4 B x 3; opd-sgt scores one rescue per prompt (4 rows of K = 5: 1), and byte-kd with
+    SGT's rescue both."""
     from mutualrl.launch.plan.bounds import activation_bytes_per_token, micro_batch, training_dtype_bytes
     from mutualrl.launch.plan.model_shapes import model_shape
 
@@ -145,3 +146,6 @@ def test_byte_kd_counts_a_second_forward_and_its_whole_logits(tmp_path):
     assert "3 float32 copies of" in distilled.how
     rescued = micro_batch(load_run_config("2qwen", regime="opd-sgt").config, plan, shape, own_rows=4)
     assert (rescued.rescue_rows, rescued.distilled_rows) == (1, 0)
+    both = micro_batch(load_run_config("2qwen", regime="byte-kd", overrides=["regime.bytekd.rescue_lam=0.3"]).config,
+                       plan, shape, own_rows=4)  # with SGT's rescue: one rescue row of the 4 own rows (K = 5) too
+    assert (both.rescue_rows, both.distilled_rows, both.describe()) == (1, 4, "9 (4 own + 1 rescue + 4 distilled)")

@@ -130,16 +130,33 @@ def teacher_cells(sample: tuple[int, int, int], equal: bool = False) -> tuple[to
     return ids, torch.stack([top.values.log() for top in tops])  # [2, K] each
 
 
-def trl_gradient(trainer, monkeypatch, sample, equal: bool = False) -> torch.Tensor:
-    """``d loss / d THETA`` of TRL's whole loss (grpo, one row, advantages 0) with byte-kd's term, times T."""
+def theta_logps(theta: torch.Tensor, sequence) -> torch.Tensor:
+    """``[T]``: the toy learner's log-prob of each token of ``sequence`` (``y_t`` read on row 0 at ``t = 0``, on row
+    ``1 + y_{t-1}`` after)."""
+    sequence = [int(y) for y in sequence]
+    logits = torch.stack([theta[0], *(theta[1 + y] for y in sequence[:-1])])  # [T, V]
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(sequence)[:, None])[:, 0]
+
+
+RESCUE, RESCUE_LAM = (2, 0, 1), 0.4  # a verified peer success "cab", in the learner's tokens; λ_r
+
+
+def trl_gradient(trainer, monkeypatch, sample, equal: bool = False, rescue: bool = False) -> torch.Tensor:
+    """``d loss / d THETA`` of TRL's whole loss (grpo, one row, advantages 0) with byte-kd's term, times T; with
+    ``rescue`` the row also carries the rescue ``RESCUE`` (SGT's, at ``RESCUE_LAM``)."""
     from trl import GRPOTrainer
+
+    from mutualrl.regimes.core.rescue import rescue_weights
 
     theta = THETA.clone().requires_grad_(True)
     y0, y1, y2 = sample
     logits = torch.stack([theta[0], theta[1 + y0], theta[1 + y1]])[None]  # [1, T=3, V] (y2 | y1: rows 1-4 again)
-    own = torch.log_softmax(logits, -1).gather(-1, torch.tensor([[[y0], [y1], [y2]]]))[..., 0]  # [1, 3]
-    monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies",
-                        lambda *a, **k: (own, torch.zeros_like(own), None))
+
+    def forward(self, model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        logps = torch.stack([theta_logps(theta, row) for row in input_ids[:, -logits_to_keep:]])  # [B, T]
+        return logps, torch.zeros_like(logps), None
+
+    monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", forward)
     monkeypatch.setattr(trainer, "completion_logits", lambda *a, **k: logits)
     at = shared_boundaries(clean_starts(np.array([[0, 1], [1, 2], [2, 3]]), 3),
                            clean_starts(np.array([[0, 2], [2, 3]]), 3))  # [3] learner token → teacher token
@@ -152,6 +169,10 @@ def trl_gradient(trainer, monkeypatch, sample, equal: bool = False) -> torch.Ten
              "bytekd_ids": torch.where(hit[:, None], ids[at.clip(0)], 0)[None, None],  # [1, 1, 3, K]
              "bytekd_logps": torch.where(hit[:, None], masses[at.clip(0)], 0.0)[None, None],
              "bytekd_weights": hit.float()[None, None]}  # [1, 1, 3]
+    if rescue:
+        batch.update({"bytekd_completion_ids": torch.tensor([RESCUE]),
+                      "bytekd_completion_mask": torch.ones(1, 3, dtype=torch.long),
+                      "bytekd_weight": rescue_weights(torch.tensor([True]), RESCUE_LAM, 1, 1, 1)})  # [1]
     trainer.compute_loss(trainer.model, batch).backward()
     return theta.grad * 3
 
@@ -189,6 +210,37 @@ def test_the_gradient_through_trls_loss_across_a_two_vs_one_split(grad_trainer, 
         assert torch.allclose(got, hand_gradient(sample), atol=1e-5), sample
         assert (got[1 + sample[0]] == 0).all() or sample[0] == sample[1]  # offset 1 (inside the teacher's token): none
         assert trl_gradient(grad_trainer, monkeypatch, sample, equal=True).abs().max().item() < 1e-6  # an equal peer
+
+
+def rescue_hand_gradient() -> torch.Tensor:
+    """``−λ_r ∇ Σ_t log π(y*_t)`` (the rescue's token-averaged NLL, times T = 3): ``λ_r (π − e_{y*_t})`` on the
+    logits row each position of ``y* = RESCUE`` reads."""
+    grad = torch.zeros_like(THETA)
+    rows = (0, *(1 + y for y in RESCUE[:-1]))
+    for row, y in zip(rows, RESCUE, strict=True):
+        grad[row] += RESCUE_LAM * (torch.softmax(THETA[row], -1) - torch.eye(4)[y])
+    return grad
+
+
+@pytest.mark.slow  # the tiny trainer of the test above, 64 more passes through TRL's loss
+def test_with_sgts_rescue_the_gradient_is_the_kl_and_the_rescues_nll_by_hand(grad_trainer, monkeypatch):
+    """One objective: on each of the 64 texts (split 2-vs-1 as above) carrying the rescue ``y* = "cab"``, TRL's loss
+    with byte-kd's extra loss has the gradient of the KL at the shared boundaries plus ``λ_r`` times the rescue's NLL,
+    each by hand; neither term is lost or counted twice."""
+    from mutualrl.config import load_run_config
+    from mutualrl.regimes.bytekd.adapter import ByteKDAdapter
+
+    config = load_run_config("tiny", overrides=[f"regime.bytekd.lam={LAM}", f"regime.bytekd.rescue_lam={RESCUE_LAM}"],
+                             regime="byte-kd", check_grpo=False).config
+    adapter = ByteKDAdapter(config, "tiny-sp", exchange=None)
+    adapter.trainer = grad_trainer
+    adapter.symbols = torch.tensor([ord(c) for c in CHARS])  # the learner's 4 tokens
+    monkeypatch.setattr(grad_trainer, "regime", adapter)
+    rescue = rescue_hand_gradient()
+    assert rescue.abs().max() > 0.1
+    for sample in itertools.product(range(4), repeat=3):
+        got = trl_gradient(grad_trainer, monkeypatch, sample, rescue=True)
+        assert torch.allclose(got, hand_gradient(sample) + rescue, atol=1e-5), sample
 
 
 # -- the judges' distributions across two real tokenizers -------------------------------------------------------------

@@ -57,13 +57,14 @@ def assert_same_bytes(reference: Path, resumed: Path, steps: int) -> None:
 def test_a_regime_resumed_at_step_1_ends_with_the_uninterrupted_runs_weights(tiny_regime_2_steps, request, tmp_path):
     """XGRPO (the peers' advantages of each step), PRP with the peer denominator (the peers' rows and traces), OPD
     (the peers' judgements of the learner's own rollouts, through nested exchanges), opd-sgt (those judgements, the
-    rescues and their per-prompt budget, its saved state), byte-kd (judgements with next-byte distributions): 2
-    steps, the second resumed."""
+    rescues and their per-prompt budget, its saved state), byte-kd (judgements with next-byte distributions, with
+    SGT's rescue and its budget): 2 steps, the second resumed."""
     reference, done = tiny_regime_2_steps
     assert_ok(done)
     name = request.node.callspec.params["tiny_regime_2_steps"]
     resumed = tmp_path / "resumed"
-    ended_at_step_1_and_resumed(resumed, (*TINY, *TINY_REGIMES_2_STEPS[name]), 2, keeps_state=name == "opd-sgt")
+    ended_at_step_1_and_resumed(resumed, (*TINY, *TINY_REGIMES_2_STEPS[name]), 2,
+                                keeps_state=name in ("opd-sgt", "byte-kd"))
     assert_same_bytes(reference, resumed, 2)
 
 

@@ -275,6 +275,10 @@ def test_every_other_regime_trains_two_steps_on_the_tiny_pool(tiny_regime_2_step
         rollouts = {p["name"]: p["grpo"]["per_device_train_batch_size"] for p in plan["policies"]}
         peer_of = dict(zip(POLICIES, reversed(POLICIES)))
         assert all(line["prp/peer_rows"] == rollouts[peer_of[line["policy"]]] for line in train)
+    if regime in ("opd-sgt", "byte-kd"):  # the rescue fired (each policy's blind spot) and its NLL entered the loss
+        for policy in POLICIES:
+            mine = [line for line in train if line["policy"] == policy]
+            assert mine[-1][f"{regime}/rescues_total"] > 0 and any(f"{regime}/nll_term" in line for line in mine)
 
 
 @pytest.mark.slow
