@@ -279,3 +279,12 @@ def test_tiny_recipe_builds_a_variant_as_the_set_up_does(tmp_path: Path) -> None
     refused = subprocess.run([sys.executable, str(BENCH / "tiny_recipe.py"), "--model", "tiny-bpe", "--set",
                               "stepz=4", "--out", str(tmp_path / "w")], capture_output=True, text=True, cwd=ROOT)
     assert refused.returncode != 0 and "no recipe field 'stepz'" in refused.stderr
+
+
+@pytest.mark.benchmarks_and_recipes
+def test_bytekd_memory() -> None:
+    """byte-kd's lean next-byte log-masses against autograd's composition: it saves less for the backward."""
+    result = last_json(run_script("bytekd_memory.py", "--vocab", "2000", "--rows", "2", "--completion", "8",
+                                  "--rounds", "1"))
+    assert {run["path"] for run in result["runs"]} == {"lean", "composition"}
+    assert result["lean_over_composition"]["saved_bytes"] < 0.5  # one [R, C, V] tensor kept against three

@@ -125,9 +125,9 @@ def test_the_dry_run_shows_micro_batch_rows_and_activations(tmp_path, recipe):
 
 
 def test_byte_kd_counts_a_second_forward_and_its_whole_logits(tmp_path):
-    """byte-kd runs a second forward over every own row and keeps its logits (``[rows, completion, vocabulary]``, three
-    float32 copies) for the backward: beside standalone's micro-batch of the same rows, 4 more rows of layers and
-    4 x completion x vocabulary x 4 B x 3; opd-sgt scores one rescue per prompt (4 rows of K = 5: 1), and byte-kd with
+    """byte-kd runs a second forward over every own row and keeps its logits (``[rows, completion, vocabulary]``
+    float32, and their gradient at the backward: two copies): beside standalone's micro-batch of the same rows, 4 more rows of layers and
+    4 x completion x vocabulary x 4 B x 2; opd-sgt scores one rescue per prompt (4 rows of K = 5: 1), and byte-kd with
     SGT's rescue both."""
     from mutualrl.launch.plan.bounds import activation_bytes_per_token, micro_batch, training_dtype_bytes
     from mutualrl.launch.plan.model_shapes import model_shape
@@ -141,9 +141,9 @@ def test_byte_kd_counts_a_second_forward_and_its_whole_logits(tmp_path):
     tokens, completion = distilled.tokens_per_row, plan.grpo["max_completion_length"]
     kept, rest = activation_bytes_per_token(shape, training_dtype_bytes(plan), bool(plan.grpo.get(
         "gradient_checkpointing")), tokens)
-    extra = 4 * tokens * (shape.layers * kept + rest) + 4 * completion * shape.vocab * 4 * 3
+    extra = 4 * tokens * (shape.layers * kept + rest) + 4 * completion * shape.vocab * 4 * 2
     assert (distilled.activation_gib - standalone.activation_gib) * 2**30 == pytest.approx(extra)
-    assert "3 float32 copies of" in distilled.how
+    assert "2 float32 copies of" in distilled.how
     rescued = micro_batch(load_run_config("2qwen", regime="opd-sgt").config, plan, shape, own_rows=4)
     assert (rescued.rescue_rows, rescued.distilled_rows) == (1, 0)
     both = micro_batch(load_run_config("2qwen", regime="byte-kd", overrides=["regime.bytekd.rescue_lam=0.3"]).config,

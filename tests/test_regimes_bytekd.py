@@ -53,6 +53,47 @@ def test_the_symbols_of_two_real_vocabularies(thl_tokenizers):
     assert int(first_byte_symbols(gpt2, len(gpt2), [stop])[stop]) == END
 
 
+def saved_elements(compute) -> tuple[torch.Tensor, list[int]]:
+    """``compute()``'s result and the sizes (elements) of every tensor autograd saved for its backward."""
+    sizes: list[int] = []
+
+    def pack(tensor):
+        sizes.append(tensor.numel())
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        out = compute()
+    return out, sizes
+
+
+@pytest.mark.parametrize("chunk", [1 << 24, 2 * 600])  # one chunk; 2 rows at a time
+def test_next_bytes_from_logits_keep_only_the_logits_for_the_backward(monkeypatch, chunk):
+    """``next_byte_logps(z)`` equals ``symbol_logps(log_softmax(z))`` bit for bit and has its gradient (a symbol no
+    token has: ``-inf``, no gradient), in chunks of rows; it saves one ``[N, V]`` tensor for the backward (the
+    logits), where autograd's composition saves three."""
+    from mutualrl.regimes.core import next_bytes
+
+    monkeypatch.setattr(next_bytes, "ROWS_PER_CHUNK_ELEMENTS", chunk)
+    v = 600  # wider than the 258 symbols: an [N, V] tensor is the largest a step keeps
+    symbols = torch.arange(v) % 6  # bytes 0-5 ...
+    symbols[3], symbols[7] = END, OTHER  # ... an EOS, a special token
+    weights = torch.randn(3, 5, SYMBOLS, generator=torch.Generator().manual_seed(1))  # [3, 5, 258]
+    logits = torch.randn(3, 5, v, generator=torch.Generator().manual_seed(0)) * 4  # [3, 5, V]
+
+    def loss_of(logq):  # the finite log-masses weighted: what symbol_kl's use of them looks like
+        return (torch.where(torch.isfinite(logq), logq, torch.zeros_like(logq)) * weights).sum()
+
+    lean_in, plain_in = logits.clone().requires_grad_(True), logits.clone().requires_grad_(True)
+    lean, lean_saved = saved_elements(lambda: next_bytes.next_byte_logps(lean_in, symbols))
+    plain, plain_saved = saved_elements(lambda: symbol_logps(torch.log_softmax(plain_in, -1), symbols))
+    assert torch.equal(lean, plain) and int(torch.isinf(lean).sum()) == 3 * 5 * (SYMBOLS - 8)
+    loss_of(lean).backward()
+    loss_of(plain).backward()
+    assert torch.allclose(lean_in.grad, plain_in.grad, atol=1e-5) and lean_in.grad.abs().max() > 0.1
+    full = 3 * 5 * v
+    assert sum(size >= full for size in lean_saved) == 1 and sum(size >= full for size in plain_saved) >= 3
+
+
 def test_the_divergence_over_cells_and_its_gradient_by_hand():
     symbols = torch.tensor([ord("4"), ord("4"), ord("?"), END, ord("7")])
     logits = torch.tensor([[0.1, -3.0, 2.0, 0.5, -1.0], [0.0, 0.3, -0.2, 0.1, 0.4]], requires_grad=True)  # [T=2, V]

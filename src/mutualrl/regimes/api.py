@@ -27,8 +27,9 @@
   distillation over them: :func:`distillation_signal`, :func:`success_rates`, :func:`teaching_peers` and
   :func:`teacher_weights` (which pick a teacher), and :class:`JudgedAdapter`, the base adapter of a regime whose peers
   judge its rollouts; next-byte distributions, what two vocabularies can compare: :func:`first_byte_symbols`,
-  :func:`symbol_logps`, :func:`clean_starts`, ``SYMBOLS``; SGT's rescue as a part of another loss: :class:`RescueBudget`,
-  :func:`rescue_gate`, :func:`choose_rescues`, :func:`rescue_weights`, :func:`rescue_nll`.
+  :func:`symbol_logps`, :func:`next_byte_logps` (from logits, memory-lean), :func:`clean_starts`, ``SYMBOLS``; SGT's
+  rescue as a part of another loss: :class:`RescueBudget`, :func:`rescue_gate`, :func:`choose_rescues`,
+  :func:`rescue_weights`, :func:`rescue_nll`.
 
 The names live in :mod:`mutualrl.regimes.core`; this module only gathers them. A ``spec.py`` must stay torch-free
 (config loading and every CLI command import every spec), so the names whose modules import torch are imported on
@@ -80,6 +81,7 @@ TORCH_NAMES = {
     "teaching_peers": "mutualrl.regimes.core.distillation", "teacher_weights": "mutualrl.regimes.core.distillation",
     "first_byte_symbols": "mutualrl.regimes.core.next_bytes", "symbol_logps": "mutualrl.regimes.core.next_bytes",
     "clean_starts": "mutualrl.regimes.core.next_bytes", "SYMBOLS": "mutualrl.regimes.core.next_bytes",
+    "next_byte_logps": "mutualrl.regimes.core.next_bytes",
     "RescueBudget": "mutualrl.regimes.core.rescue", "rescue_gate": "mutualrl.regimes.core.rescue",
     "choose_rescues": "mutualrl.regimes.core.rescue", "rescue_weights": "mutualrl.regimes.core.rescue",
     "rescue_nll": "mutualrl.regimes.core.rescue",

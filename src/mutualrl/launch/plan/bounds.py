@@ -64,9 +64,9 @@ HEAD_TILE_TOKENS = 4096
 """TRL 1.16's fused head projects at most this many scored tokens at once (``chunked_logprob.TOKEN_CHUNK_SIZE``)."""
 HEAD_TILE_VOCAB = 32768
 """... onto this many vocabulary columns at once (``trl/trainer/utils.py:_CHUNKED_LOGPROB_CHUNK_SIZE``)."""
-FULL_LOGIT_COPIES = 3
-"""Float32 ``[rows, completion, vocabulary]`` tensors byte-kd's second forward keeps for its backward: the logits over
-TRL's temperature, their log-softmax and its exponent inside the next-byte sums (``regimes/core/next_bytes.py``)."""
+FULL_LOGIT_COPIES = 2
+"""Float32 ``[rows, completion, vocabulary]`` tensors byte-kd's second forward holds at its backward: the logits over
+TRL's temperature (the one such tensor ``next_byte_logps`` keeps) and their gradient (``regimes/core/next_bytes.py``)."""
 TRAINING_MARGIN_SHARE = 0.1
 """Share of a card left to what the estimate does not count while a policy trains: the CUDA context, NCCL's
 buffers, ZeRO-3's gathered parameters, the allocator's fragmentation, what a sleeping engine keeps."""

@@ -40,11 +40,11 @@ from mutualrl.regimes.api import (
     first_byte_symbols,
     gather_peer_groups,
     judgement_sources,
+    next_byte_logps,
     peer_row_views,
     peer_rows,
     rescue_gate,
     success_rates,
-    symbol_logps,
     teacher_weights,
     teaching_peers,
 )
@@ -218,7 +218,7 @@ class ByteKDAdapter(JudgedAdapter):
                                            inputs["completion_ids"][rows], mask[rows])  # [R, C, V]
         if self.symbols is None or self.symbols.shape[0] != logits.shape[-1]:
             self.symbols = first_byte_symbols(trainer.processing_class, logits.shape[-1], trainer.eos_token_ids)  # [V]
-        own_logq = symbol_logps(torch.log_softmax(logits, dim=-1), self.symbols)  # [R, C, 258]
+        own_logq = next_byte_logps(logits, self.symbols)  # [R, C, 258] keeping only the logits for the backward
         kl = symbol_kl(own_logq, inputs[f"{PREFIX}_ids"][rows], inputs[f"{PREFIX}_logps"][rows],
                        weights[rows])  # [R, C]
         per_token = torch.zeros(mask.shape, dtype=kl.dtype, device=kl.device).index_put((rows,), kl)  # [B, C]

@@ -65,6 +65,54 @@ def symbol_logps(logps: torch.Tensor, symbols: torch.Tensor) -> torch.Tensor:
     return torch.where(written, logq, torch.full_like(logq, float("-inf")))  # [..., 258]
 
 
+ROWS_PER_CHUNK_ELEMENTS = 1 << 24
+""":func:`next_byte_logps` works on at most this many ``[rows, V]`` logits at once (64 MiB of float32)."""
+
+
+def next_byte_logps(logits: torch.Tensor, symbols: torch.Tensor) -> torch.Tensor:
+    """``log q(b)`` ``[..., 258]`` from next-token logits ``[..., V]``: :func:`symbol_logps` of their log-softmax,
+    with its gradient, keeping only ``logits`` for the backward (:class:`_NextByteLogps`) instead of the three
+    ``[..., V]`` float32 tensors autograd would (on a 152k vocabulary, GiBs per micro-batch)."""
+    if logits.shape[-1] != symbols.shape[0]:
+        raise ValueError(f"logits are {logits.shape[-1]} wide, the symbol table {symbols.shape[0]}")
+    flat = logits.reshape(-1, logits.shape[-1])  # [N, V]
+    return _NextByteLogps.apply(flat, symbols.to(logits.device)).reshape(*logits.shape[:-1], SYMBOLS)
+
+
+class _NextByteLogps(torch.autograd.Function):
+    """``log q(c) = log Σ_{v ∈ c} softmax(z)_v`` row by row, in chunks; its backward recomputes each chunk's
+    log-softmax: ``∂ log q(c) / ∂z_w = π(w) 1[w ∈ c] / q(c) − π(w)``, so for an upstream gradient ``g``
+    ``∂L/∂z_w = g_{c(w)} exp(log π(w) − log q(c(w))) − π(w) Σ_c g_c`` (a symbol no token has: ``−inf``, no gradient)."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, symbols: torch.Tensor) -> torch.Tensor:  # [N, V], [V] -> [N, 258]
+        out = torch.empty((logits.shape[0], SYMBOLS), dtype=logits.dtype, device=logits.device)  # [N, 258]
+        for rows in _chunks(logits):
+            out[rows] = symbol_logps(torch.log_softmax(logits[rows], dim=-1), symbols)  # [n, 258]
+        ctx.save_for_backward(logits, symbols, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # [N, 258] -> [N, V]
+        logits, symbols, logq = ctx.saved_tensors
+        grad_logits = torch.empty_like(logits)  # [N, V]
+        for rows in _chunks(logits):
+            finite = torch.isfinite(logq[rows])  # [n, 258]
+            g = torch.where(finite, grad[rows], torch.zeros_like(grad[rows]))  # [n, 258]
+            safe_logq = torch.where(finite, logq[rows], torch.zeros_like(logq[rows]))  # [n, 258]
+            logp = torch.log_softmax(logits[rows], dim=-1)  # [n, V]
+            index = symbols.expand_as(logp)  # [n, V]
+            own_cell = g.gather(-1, index) * torch.exp(logp - safe_logq.gather(-1, index))  # [n, V]
+            grad_logits[rows] = own_cell - torch.exp(logp) * g.sum(-1, keepdim=True)  # [n, V]
+        return grad_logits, None
+
+
+def _chunks(logits: torch.Tensor) -> list[slice]:
+    """Row slices of ``logits`` ``[N, V]`` of at most :data:`ROWS_PER_CHUNK_ELEMENTS` elements each."""
+    step = max(1, ROWS_PER_CHUNK_ELEMENTS // max(1, logits.shape[1]))
+    return [slice(start, start + step) for start in range(0, logits.shape[0], step)]
+
+
 def top_symbols(logps: torch.Tensor, symbols: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The ``k`` most likely next-byte symbols at each position and their log-masses, from next-token log-probs
     ``[..., V]``: (int32 ``[..., k]``, float32 ``[..., k]``), most likely first (a symbol no token has: the float32
