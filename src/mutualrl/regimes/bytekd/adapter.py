@@ -185,19 +185,10 @@ class ByteKDAdapter(JudgedAdapter):
     def extra_loss(self, model: torch.nn.Module, inputs: GRPOBatch) -> torch.Tensor | None:
         """``λ`` times the next-byte KL of this micro-batch's taught rows, plus ``λ_r`` times the NLL of its rescues
         (with ``rescue_lam``); None where neither term is in the batch."""
-        kl, rescue = self._kl_term(model, inputs), self._rescue_term(model, inputs)
+        kl, rescue = self._kl_term(model, inputs), self.rescues.loss(self.trainer, model, inputs, self.name)
         if kl is None or rescue is None:
             return rescue if kl is None else kl
         return kl + rescue
-
-    def _rescue_term(self, model: torch.nn.Module, inputs: GRPOBatch) -> torch.Tensor | None:
-        term = self.rescues.loss(self.trainer, model, inputs)
-        if term is None:
-            return None
-        loss, values = term
-        self.trainer.record_metrics({f"{self.name}/{key}": value for key, value in values.items()},
-                                    mode="train" if model.training else "eval")
-        return loss
 
     def _kl_term(self, model: torch.nn.Module, inputs: GRPOBatch) -> torch.Tensor | None:
         """``λ`` times the next-byte KL of this micro-batch's taught rows (:func:`~mutualrl.regimes.bytekd.maths.

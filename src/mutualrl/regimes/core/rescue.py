@@ -144,10 +144,10 @@ class RescueBudget:
         output[f"{self.prefix}_weight"] = weights.to(device)  # [B]
         return source
 
-    def loss(self, trainer: TrainerView, model: torch.nn.Module,
-             inputs: GRPOBatch) -> tuple[torch.Tensor, dict[str, float]] | None:
-        """``Σ_i w_i · NLL_θ(y*_i)`` over this micro-batch's rescued rows (``λ_r`` times their mean over the step) and
-        its metrics (``nll_term``, ``rescue_logp``); None where no row carries a rescue."""
+    def loss(self, trainer: TrainerView, model: torch.nn.Module, inputs: GRPOBatch, name: str) -> torch.Tensor | None:
+        """``Σ_i w_i · NLL_θ(y*_i)`` over this micro-batch's rescued rows (``λ_r`` times their mean over the step), its
+        metrics recorded under the regime's ``name`` (``nll_term``, ``rescue_logp``); None where no row carries a
+        rescue."""
         attached = attached_rows(inputs, self.prefix, trainer.accelerator.num_processes)
         if attached is None:
             return None
@@ -161,4 +161,6 @@ class RescueBudget:
         if bool(carried.any()):
             kept = torch.where(mask.bool(), logps.detach(), torch.zeros_like(logps))  # [R, T']
             values["rescue_logp"] = Share(float(kept.sum(1)[carried].double().sum()), int(carried.sum()))
-        return loss, values
+        trainer.record_metrics({f"{name}/{key}": value for key, value in values.items()},
+                               mode="train" if model.training else "eval")
+        return loss

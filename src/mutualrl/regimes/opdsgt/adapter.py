@@ -111,10 +111,4 @@ class OPDSGTAdapter(JudgedAdapter):
 
     def extra_loss(self, model: torch.nn.Module, inputs: GRPOBatch) -> torch.Tensor | None:
         """``Σ_i w_i · NLL_θ(y*_i)`` over this micro-batch's rescued rows (``λ_r`` times their mean over the step)."""
-        term = self.rescues.loss(self.trainer, model, inputs)
-        if term is None:
-            return None
-        loss, values = term
-        self.trainer.record_metrics({f"{self.name}/{key}": value for key, value in values.items()},
-                                    mode="train" if model.training else "eval")
-        return loss
+        return self.rescues.loss(self.trainer, model, inputs, self.name)
