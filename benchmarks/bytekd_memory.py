@@ -3,7 +3,7 @@ function (``next_byte_logps``: keeps only the logits for the backward) against a
 (``symbol_logps`` of ``log_softmax``), side by side.
 
 Each (path, round) runs in a fresh process on the same random logits ``[rows, completion, vocab]`` (float32) and a
-fixed symbol table: the bytes autograd saved for the backward, the process's peak resident memory above what it held
+fixed symbol table: the bytes autograd saved for the backward (each storage once), the process's peak resident memory above what it held
 with the logits made (``/proc/self/clear_refs`` resets the peak first), and the forward + backward wall time. The
 figures are ratios lean / composition; results/bytekd-memory.md.
 
@@ -42,10 +42,10 @@ def measure(path: str, vocab: int, rows: int, completion: int) -> dict:
     symbols = torch.randint(0, 256, (vocab,), generator=generator)  # [V] a byte per token
     logits = (torch.randn(rows, completion, vocab, generator=generator) * 3).requires_grad_(True)  # [R, C, V]
     weights = torch.randn(rows, completion, SYMBOLS, generator=generator)  # [R, C, 258]
-    saved: list[int] = []
+    saved: dict[int, int] = {}  # each distinct storage once (an expanded index is a view of [V], not [R, C, V])
 
     def pack(tensor):
-        saved.append(tensor.numel() * tensor.element_size())
+        saved[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
         return tensor
 
     Path("/proc/self/clear_refs").write_text("5")  # the peak (VmHWM) starts again from what the process holds now
@@ -56,7 +56,7 @@ def measure(path: str, vocab: int, rows: int, completion: int) -> dict:
                                                                                    symbols)  # [R, C, 258]
     (torch.where(torch.isfinite(logq), logq, torch.zeros_like(logq)) * weights).sum().backward()
     seconds = time.perf_counter() - start
-    return {"path": path, "saved_bytes": sum(saved), "peak_above_mib": (status_kib("VmHWM") - before) / 1024,
+    return {"path": path, "saved_bytes": sum(saved.values()), "peak_above_mib": (status_kib("VmHWM") - before) / 1024,
             "seconds": seconds, "logits_mib": logits.numel() * 4 / 2**20}
 
 

@@ -287,4 +287,4 @@ def test_bytekd_memory() -> None:
     result = last_json(run_script("bytekd_memory.py", "--vocab", "2000", "--rows", "2", "--completion", "8",
                                   "--rounds", "1"))
     assert {run["path"] for run in result["runs"]} == {"lean", "composition"}
-    assert result["lean_over_composition"]["saved_bytes"] < 0.5  # one [R, C, V] tensor kept against three
+    assert result["lean_over_composition"]["saved_bytes"] < 0.7  # one [R, C, V] float32 storage kept against two

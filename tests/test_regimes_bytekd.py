@@ -53,24 +53,26 @@ def test_the_symbols_of_two_real_vocabularies(thl_tokenizers):
     assert int(first_byte_symbols(gpt2, len(gpt2), [stop])[stop]) == END
 
 
-def saved_elements(compute) -> tuple[torch.Tensor, list[int]]:
-    """``compute()``'s result and the sizes (elements) of every tensor autograd saved for its backward."""
-    sizes: list[int] = []
+def saved_storages(compute) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """``compute()``'s result and each distinct storage autograd saved for its backward, as a flat tensor of its
+    elements' type (an expanded index is a view of its ``[V]`` table, counted as that)."""
+    storages: dict[int, torch.Tensor] = {}
 
     def pack(tensor):
-        sizes.append(tensor.numel())
+        storage = tensor.untyped_storage()
+        storages[storage.data_ptr()] = torch.empty(0, dtype=tensor.dtype).set_(storage)
         return tensor
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         out = compute()
-    return out, sizes
+    return out, list(storages.values())
 
 
 @pytest.mark.parametrize("chunk", [1 << 24, 2 * 600])  # one chunk; 2 rows at a time
 def test_next_bytes_from_logits_keep_only_the_logits_for_the_backward(monkeypatch, chunk):
     """``next_byte_logps(z)`` equals ``symbol_logps(log_softmax(z))`` bit for bit and has its gradient (a symbol no
-    token has: ``-inf``, no gradient), in chunks of rows; it saves one ``[N, V]`` tensor for the backward (the
-    logits), where autograd's composition saves three."""
+    token has: ``-inf``, no gradient), in chunks of rows; it saves one ``[N, V]`` float32 storage for the backward (the
+    logits), where autograd's composition saves two (log-softmax's output, the exponent's)."""
     from mutualrl.regimes.core import next_bytes
 
     monkeypatch.setattr(next_bytes, "ROWS_PER_CHUNK_ELEMENTS", chunk)
@@ -84,14 +86,15 @@ def test_next_bytes_from_logits_keep_only_the_logits_for_the_backward(monkeypatc
         return (torch.where(torch.isfinite(logq), logq, torch.zeros_like(logq)) * weights).sum()
 
     lean_in, plain_in = logits.clone().requires_grad_(True), logits.clone().requires_grad_(True)
-    lean, lean_saved = saved_elements(lambda: next_bytes.next_byte_logps(lean_in, symbols))
-    plain, plain_saved = saved_elements(lambda: symbol_logps(torch.log_softmax(plain_in, -1), symbols))
+    lean, lean_saved = saved_storages(lambda: next_bytes.next_byte_logps(lean_in, symbols))
+    plain, plain_saved = saved_storages(lambda: symbol_logps(torch.log_softmax(plain_in, -1), symbols))
     assert torch.equal(lean, plain) and int(torch.isinf(lean).sum()) == 3 * 5 * (SYMBOLS - 8)
     loss_of(lean).backward()
     loss_of(plain).backward()
     assert torch.allclose(lean_in.grad, plain_in.grad, atol=1e-5) and lean_in.grad.abs().max() > 0.1
-    full = 3 * 5 * v
-    assert sum(size >= full for size in lean_saved) == 1 and sum(size >= full for size in plain_saved) >= 3
+    full = [t for t in lean_saved if t.is_floating_point() and t.numel() == 3 * 5 * v]
+    assert len(full) == 1 and full[0].data_ptr() == lean_in.data_ptr()  # the logits themselves, not a copy
+    assert len([t for t in plain_saved if t.is_floating_point() and t.numel() == 3 * 5 * v]) == 2
 
 
 def test_the_divergence_over_cells_and_its_gradient_by_hand():
@@ -182,9 +185,11 @@ def theta_logps(theta: torch.Tensor, sequence) -> torch.Tensor:
 RESCUE, RESCUE_LAM = (2, 0, 1), 0.4  # a verified peer success "cab", in the learner's tokens; λ_r
 
 
-def trl_gradient(trainer, monkeypatch, sample, equal: bool = False, rescue: bool = False) -> torch.Tensor:
+def trl_gradient(trainer, monkeypatch, sample, equal: bool = False, rescue: bool = False,
+                 kl: bool = True) -> torch.Tensor:
     """``d loss / d THETA`` of TRL's whole loss (grpo, one row, advantages 0) with byte-kd's term, times T; with
-    ``rescue`` the row also carries the rescue ``RESCUE`` (SGT's, at ``RESCUE_LAM``)."""
+    ``rescue`` the row also carries the rescue ``RESCUE`` (SGT's, at ``RESCUE_LAM``); without ``kl`` the batch has no
+    teacher distributions (what the adapter writes with ``lam: 0``)."""
     from trl import GRPOTrainer
 
     from mutualrl.regimes.core.rescue import rescue_weights
@@ -210,6 +215,9 @@ def trl_gradient(trainer, monkeypatch, sample, equal: bool = False, rescue: bool
              "bytekd_ids": torch.where(hit[:, None], ids[at.clip(0)], 0)[None, None],  # [1, 1, 3, K]
              "bytekd_logps": torch.where(hit[:, None], masses[at.clip(0)], 0.0)[None, None],
              "bytekd_weights": hit.float()[None, None]}  # [1, 1, 3]
+    if not kl:
+        for key in ("bytekd_ids", "bytekd_logps", "bytekd_weights"):
+            del batch[key]
     if rescue:
         batch.update({"bytekd_completion_ids": torch.tensor([RESCUE]),
                       "bytekd_completion_mask": torch.ones(1, 3, dtype=torch.long),
@@ -282,6 +290,8 @@ def test_with_sgts_rescue_the_gradient_is_the_kl_and_the_rescues_nll_by_hand(gra
     for sample in itertools.product(range(4), repeat=3):
         got = trl_gradient(grad_trainer, monkeypatch, sample, rescue=True)
         assert torch.allclose(got, hand_gradient(sample) + rescue, atol=1e-5), sample
+    alone = trl_gradient(grad_trainer, monkeypatch, (0, 1, 2), rescue=True, kl=False)  # lam 0: the rescue alone
+    assert torch.allclose(alone, rescue, atol=1e-5)
 
 
 # -- the judges' distributions across two real tokenizers -------------------------------------------------------------
@@ -352,3 +362,43 @@ def test_a_judges_published_distribution_is_its_direct_forward_summed_by_first_b
         assert np.allclose(masses, top.values.numpy(), atol=1e-5)
         assert table.column("behaviour_logps").to_pylist()[row] == pytest.approx(
             torch.log_softmax(logits, -1).gather(1, torch.tensor(ids)[:, None])[:, 0].tolist(), abs=1e-5)
+
+
+# -- settings and saved state of the rescue ---------------------------------------------------------------------------
+def test_a_checkpoint_saved_before_the_rescue_resumes_with_a_fresh_budget(tmp_path):
+    """byte-kd's checkpoints of before its rescue hold ``"state": {}``: the launcher's reader accepts it and the
+    adapter starts its counters at 0; damaged counters are still refused, and saved ones load."""
+    import json
+
+    from mutualrl.config import load_run_config
+    from mutualrl.regimes.bytekd.adapter import ByteKDAdapter
+    from mutualrl.regimes.core.state_file import (REGIME_STATE_FORMAT, REGIME_STATE_VERSION, RegimeStateError,
+                                                  read_regime_state)
+
+    path = tmp_path / "state.json"
+
+    def saved(state):
+        path.write_text(json.dumps({"format": REGIME_STATE_FORMAT, "version": REGIME_STATE_VERSION,
+                                    "regime": "byte-kd", "policy": "tiny-sp", "step": 1, "state": state}))
+        return read_regime_state(path, "byte-kd", "tiny-sp")
+
+    config = load_run_config("tiny", regime="byte-kd", check_grpo=False).config
+    adapter = ByteKDAdapter(config, "tiny-sp", exchange=None)
+    adapter.rescues.rescues_total = 5
+    adapter.load_state_dict(saved({}))
+    assert adapter.state_dict() == {"rescues_total": 0, "rescues_by_prompt": {}}
+    adapter.load_state_dict(saved({"rescues_total": 3, "rescues_by_prompt": {"p1": 2, "p0": 1}}))
+    assert adapter.state_dict() == {"rescues_total": 3, "rescues_by_prompt": {"p0": 1, "p1": 2}}
+    with pytest.raises(RegimeStateError, match="rescues_total"):
+        saved({"rescues_total": -1})
+
+
+def test_the_thresholds_order_is_checked_only_with_the_rescue_on():
+    """``failure_threshold`` (0.2 by default) is the rescue's: a teaching gate below it is byte-kd's own business."""
+    from mutualrl.config import load_run_config
+    from mutualrl.config.typed import ConfigError
+
+    low = ["regime.bytekd.success_threshold=0.1"]
+    assert load_run_config("tiny", overrides=low, regime="byte-kd", check_grpo=False).config
+    with pytest.raises(ConfigError, match="failure_threshold: must not exceed success_threshold"):
+        load_run_config("tiny", overrides=[*low, "regime.bytekd.rescue_lam=0.3"], regime="byte-kd", check_grpo=False)

@@ -4,7 +4,7 @@
   (the variable naming plugin regimes), the words a plot puts on a metric (:class:`MetricWords` and its ranges
   ``FREE``, ``UNIT``, ``NONNEGATIVE``, ``NONPOSITIVE``), and the pooled-rows settings PRP and HACPO share
   (:class:`PooledRowsSettings`, :func:`ratio_metrics`); :class:`UsageError`, what a regime raises on bad settings
-  or input (one line, exit 2); :func:`whole_count` and :func:`check_rescue_counts` (a rescue budget's counters), for
+  or input (one line, exit 2); :func:`whole_count`, :func:`check_rescue_counts` and :func:`check_optional_rescue_counts` (a rescue budget's counters), for
   a ``state_check`` of saved counters.
 - The metrics a regime returns, by how each is reduced over the ranks: :class:`Share`, :class:`Total`,
   :class:`Quantile`.
@@ -49,7 +49,7 @@ from mutualrl.regimes.core.pooled_spec import PooledRowsSettings, ratio_metrics
 from mutualrl.regimes.core.rank_metrics import Quantile, Share, Total
 from mutualrl.regimes.core.regime_spec import RegimeFlag, RegimeSpec, register_regime
 from mutualrl.regimes.core.registry import ENV_VAR
-from mutualrl.regimes.core.state_file import check_rescue_counts, whole_count
+from mutualrl.regimes.core.state_file import check_optional_rescue_counts, check_rescue_counts, whole_count
 from mutualrl.regimes.core.trainer_interface import TOKEN_WEIGHTS, GRPOBatch, StepRollouts, TrainerView
 
 #: The names whose modules import torch -> the module that defines each, imported on first use. A plain literal:
@@ -90,7 +90,7 @@ TORCH_NAMES = {
 __all__ = [
     "ENV_VAR", "FREE", "NONNEGATIVE", "NONPOSITIVE", "TOKEN_WEIGHTS", "UNIT", "GRPOBatch", "MetricWords",
     "PooledRowsSettings", "Quantile", "RegimeFlag", "RegimeSpec", "Share", "StepRollouts", "Total", "TrainerView",
-    "UsageError", "check_rescue_counts", "per_token_ratio_check", "ratio_metrics", "register_regime", "whole_count",
+    "UsageError", "check_optional_rescue_counts", "check_rescue_counts", "per_token_ratio_check", "ratio_metrics", "register_regime", "whole_count",
     *TORCH_NAMES,
 ]
 

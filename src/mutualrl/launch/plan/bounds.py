@@ -90,7 +90,8 @@ class MicroBatch:
     peer_rows: int
     """Peers' rollouts pooled into it (PRP, HACPO), at most."""
     rescue_rows: int
-    """Peer successes scored beside it (SGT, opd-sgt, byte-kd with a rescue), at most."""
+    """Peer successes scored beside it (SGT, opd-sgt, byte-kd with a rescue), on average over the micro-batches: TRL
+    shuffles the generation batch before splitting it, so one micro-batch may hold more (the training margin's)."""
     tokens_per_row: int
     activation_gib: float | None
     """None: the model's shape is unknown here."""

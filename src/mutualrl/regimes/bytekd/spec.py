@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from mutualrl.regimes.api import (NONNEGATIVE, NONPOSITIVE, UNIT, GRPOBatch, MetricWords, RegimeSpec,
-                                  check_rescue_counts, register_regime)
+                                  check_optional_rescue_counts, register_regime)
 
 if TYPE_CHECKING:
     import torch
@@ -59,7 +59,7 @@ class ByteKDBatch(GRPOBatch, total=False):
 
 
 def check_bytekd_settings(settings: ByteKDSettings) -> tuple[str, str] | None:
-    if settings.failure_threshold > settings.success_threshold:
+    if settings.rescue_lam > 0 and settings.failure_threshold > settings.success_threshold:
         return "failure_threshold", f"must not exceed success_threshold ({settings.success_threshold})"
     return None
 
@@ -88,6 +88,6 @@ BYTE_KD = register_regime(RegimeSpec(
         ("rescue_logp", MetricWords("learner log-prob of rescued answers", "sequence log-prob (nats)", NONPOSITIVE)),
     ),
     check=check_bytekd_settings,
-    state_check=check_rescue_counts,  # its saved rescue counters (the adapter's state_dict)
+    state_check=check_optional_rescue_counts,  # its rescue counters; {} in a checkpoint of before the rescue
     order=8,
 ))

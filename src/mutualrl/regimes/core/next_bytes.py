@@ -71,8 +71,8 @@ ROWS_PER_CHUNK_ELEMENTS = 1 << 24
 
 def next_byte_logps(logits: torch.Tensor, symbols: torch.Tensor) -> torch.Tensor:
     """``log q(b)`` ``[..., 258]`` from next-token logits ``[..., V]``: :func:`symbol_logps` of their log-softmax,
-    with its gradient, keeping only ``logits`` for the backward (:class:`_NextByteLogps`) instead of the three
-    ``[..., V]`` float32 tensors autograd would (on a 152k vocabulary, GiBs per micro-batch)."""
+    with its gradient, keeping only ``logits`` for the backward (:class:`_NextByteLogps`) where autograd's composition
+    keeps two ``[..., V]`` float32 tensors and makes more at its peak (on a 152k vocabulary, GiBs per micro-batch)."""
     if logits.shape[-1] != symbols.shape[0]:
         raise ValueError(f"logits are {logits.shape[-1]} wide, the symbol table {symbols.shape[0]}")
     flat = logits.reshape(-1, logits.shape[-1])  # [N, V]

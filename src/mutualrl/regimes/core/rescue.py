@@ -97,7 +97,8 @@ class RescueBudget:
         return {"rescues_total": self.rescues_total, "rescues_by_prompt": dict(sorted(self.rescues_by_prompt.items()))}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rescues_total = int(state["rescues_total"])
+        """The saved counters; an empty state (a checkpoint saved before the regime had a rescue) starts afresh."""
+        self.rescues_total = int(state.get("rescues_total", 0))
         self.rescues_by_prompt = {str(key): int(value) for key, value in state.get("rescues_by_prompt", {}).items()}
 
     def rescued_before(self, prompts: list[str]) -> torch.Tensor:

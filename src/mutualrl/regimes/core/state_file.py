@@ -100,6 +100,12 @@ def whole_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def check_optional_rescue_counts(state: Any) -> str | None:
+    """:func:`check_rescue_counts`, where an empty state is a fresh budget too (byte-kd's checkpoints saved ``{}``
+    before it had a rescue)."""
+    return check_rescue_counts(state) if state else None
+
+
 def check_rescue_counts(state: Any) -> str | None:
     """A rescue budget's saved counters (SGT's, opd-sgt's ``state_dict``): ``rescues_total`` and, per prompt id, the
     steps that rescued it, whole numbers >= 0; None when they are, else what is wrong."""
