@@ -99,6 +99,7 @@ def test_capability_advantage_guards():
 @settings(max_examples=150, deadline=None)
 @given(rewards=pool_rewards(min_m=2))
 @example(rewards=torch.full((1, 3, 1), -1.7137))  # found by a run of the suite: equal rewards, a rounded mean
+@example(rewards=torch.full((1, 3, 1), 1.5468004))  # and another (2026-11-29): the guard's own mean rounded too
 def test_capability_ratio_one_is_plain_pooled_grpo(rewards):
     # The limit: every capability equal -> PRP's shared-rollout GRPO advantage over the pool, on every prompt whose
     # rewards differ. Where they are all equal HACPO's guard gives exactly 0, while the pooled GRPO advantage (TRL's

@@ -102,7 +102,8 @@ def capability_advantages(pool_rewards: torch.Tensor, baseline_weights: torch.Te
         A_{p,j,i}  = (r_{p,j,i} − μ̂^(k)(p)) / (σ_joint(p) + eps)         (Eq. 6; σ_joint: std of the nG raw rewards)
 
     Two guards of the authors' code, where Eqs. 6-7 give no usable baseline: a prompt whose rewards are all equal
-    takes the plain mean (advantage 0: with σ = 0 a weighted baseline would divide a non-zero gap by ``eps``); and
+    takes the plain mean, the common reward itself (advantage exactly 0: with σ = 0 a weighted baseline, or a
+    float32 mean's rounding, would divide a non-zero gap by ``eps``); and
     a baseline above the prompt's best reward takes the learner's own mean instead (the code's guard for 0/1
     rewards, ``baseline > 1``, stated for any scale). With every weight 1 neither changes anything, and this is
     PRP's pooled GRPO advantage (:func:`~mutualrl.regimes.core.grpo.prp_pooled_advantages`, ``"group"``).
@@ -125,7 +126,7 @@ def capability_advantages(pool_rewards: torch.Tensor, baseline_weights: torch.Te
     baseline = torch.nanmean(weighted, dim=1)  # [P]
     best = torch.nan_to_num(flat, nan=-math.inf).amax(dim=1)  # [P]
     worst = torch.nan_to_num(flat, nan=math.inf).amin(dim=1)  # [P]
-    baseline = torch.where(best == worst, torch.nanmean(flat, dim=1), baseline)  # [P]
+    baseline = torch.where(best == worst, best, baseline)  # [P] the common value itself: a mean of it may round
     own_mean = torch.nanmean(pool_rewards[:, learner_index], dim=1)  # [P]
     baseline = torch.where(baseline > best, own_mean, baseline)  # [P]
     scale = nanstd(flat, dim=1) + eps  # [P]
