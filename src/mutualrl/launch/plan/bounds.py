@@ -8,7 +8,7 @@ phases, one at a time, each with its own peak:
   ``per_device_train_batch_size`` own completions plus what the regime adds to them: PRP and HACPO append every
   peer's rollouts of the learner's prompts to the generation batch before TRL splits it into
   ``steps_per_generation`` micro-batches, so each holds ``M`` times the learner's rows (``M`` policies, every peer
-  rollout scored: the upper bound); SGT scores a rescue beside each gated row (at most ``min(c, K) / K`` of the
+  rollout scored: the upper bound); SGT scores a rescue beside each gated row (on average at most ``min(c, K) / K`` of the
   rows, ``c`` = ``max_pairs_per_prompt``; opd-sgt one per prompt); byte-kd runs a second forward over every own row
   and keeps its whole ``rows x completion x vocabulary`` logits (:data:`FULL_LOGIT_COPIES`). Every row is ``task.max_prompt_tokens + grpo.max_completion_length``
   tokens long. The logits are TRL 1.16's fused head (``trl/trainer/utils.py:add_fused_lm_head``,
@@ -117,7 +117,7 @@ def _field(grpo: dict[str, Any], name: str) -> int:
 
 def added_rows(config: RunConfig, own_rows: int, k: int) -> tuple[int, int, int]:
     """(peer rows, rescue rows, distilled rows) the run's regime adds to a micro-batch of ``own_rows`` of the
-    learner's rows, at most (module docstring). The pooled rows' settings (PRP's, HACPO's) mark a regime that pools
+    learner's rows: the peer and distilled rows at most, the rescue rows on average (:attr:`MicroBatch.rescue_rows`). The pooled rows' settings (PRP's, HACPO's) mark a regime that pools
     peer rows; opd-sgt rescues one row per prompt; byte-kd scores every own row again with its whole logits (and, with
     ``rescue_lam``, rescues one row per prompt)."""
     from mutualrl.regimes.bytekd.spec import ByteKDSettings
