@@ -4,8 +4,8 @@
   (the variable naming plugin regimes), the words a plot puts on a metric (:class:`MetricWords` and its ranges
   ``FREE``, ``UNIT``, ``NONNEGATIVE``, ``NONPOSITIVE``), and the pooled-rows settings PRP and HACPO share
   (:class:`PooledRowsSettings`, :func:`ratio_metrics`); :class:`UsageError`, what a regime raises on bad settings
-  or input (one line, exit 2); :func:`whole_count`, :func:`check_rescue_counts` and :func:`check_optional_rescue_counts` (a rescue budget's counters), for
-  a ``state_check`` of saved counters.
+  or input (one line, exit 2); :func:`whole_count`, :func:`check_rescue_counts` and
+  :func:`check_optional_rescue_counts` (a rescue budget's counters), for a ``state_check`` of saved counters.
 - The metrics a regime returns, by how each is reduced over the ranks: :class:`Share`, :class:`Total`,
   :class:`Quantile`.
 - What the trainer hands a regime (the seam): :class:`GRPOBatch` (TRL's batch), :class:`StepRollouts` (this
@@ -90,7 +90,8 @@ TORCH_NAMES = {
 __all__ = [
     "ENV_VAR", "FREE", "NONNEGATIVE", "NONPOSITIVE", "TOKEN_WEIGHTS", "UNIT", "GRPOBatch", "MetricWords",
     "PooledRowsSettings", "Quantile", "RegimeFlag", "RegimeSpec", "Share", "StepRollouts", "Total", "TrainerView",
-    "UsageError", "check_optional_rescue_counts", "check_rescue_counts", "per_token_ratio_check", "ratio_metrics", "register_regime", "whole_count",
+    "UsageError", "check_optional_rescue_counts", "check_rescue_counts", "per_token_ratio_check", "ratio_metrics",
+    "register_regime", "whole_count",
     *TORCH_NAMES,
 ]
 

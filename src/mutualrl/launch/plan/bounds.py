@@ -8,10 +8,11 @@ phases, one at a time, each with its own peak:
   ``per_device_train_batch_size`` own completions plus what the regime adds to them: PRP and HACPO append every
   peer's rollouts of the learner's prompts to the generation batch before TRL splits it into
   ``steps_per_generation`` micro-batches, so each holds ``M`` times the learner's rows (``M`` policies, every peer
-  rollout scored: the upper bound); SGT scores a rescue beside each gated row (on average at most ``min(c, K) / K`` of the
-  rows, ``c`` = ``max_pairs_per_prompt``; opd-sgt one per prompt); byte-kd runs a second forward over every own row
-  and keeps its whole ``rows x completion x vocabulary`` logits (:data:`FULL_LOGIT_COPIES`). Every row is ``task.max_prompt_tokens + grpo.max_completion_length``
-  tokens long. The logits are TRL 1.16's fused head (``trl/trainer/utils.py:add_fused_lm_head``,
+  rollout scored: the upper bound); SGT scores a rescue beside each gated row (on average at most
+  ``min(c, K) / K`` of the rows, ``c`` = ``max_pairs_per_prompt``; opd-sgt one per prompt); byte-kd runs a second
+  forward over every own row and keeps its whole ``rows x completion x vocabulary`` logits
+  (:data:`FULL_LOGIT_COPIES`). Every row is ``task.max_prompt_tokens + grpo.max_completion_length`` tokens long.
+  The logits are TRL 1.16's fused head (``trl/trainer/utils.py:add_fused_lm_head``,
   ``trl/kernels/chunked_logprob.py``): one tile of at most 4096 scored tokens x 32768 vocabulary columns at a time,
   never ``rows x tokens x vocabulary``;
 - generation: the KV cache of the rank's generation batch (``per_device_train_batch_size x steps_per_generation``
@@ -65,8 +66,9 @@ HEAD_TILE_TOKENS = 4096
 HEAD_TILE_VOCAB = 32768
 """... onto this many vocabulary columns at once (``trl/trainer/utils.py:_CHUNKED_LOGPROB_CHUNK_SIZE``)."""
 FULL_LOGIT_COPIES = 2
-"""Float32 ``[rows, completion, vocabulary]`` tensors byte-kd's second forward holds at its backward: the logits over
-TRL's temperature (the one such tensor ``next_byte_logps`` keeps) and their gradient (``regimes/core/next_bytes.py``)."""
+"""Float32 ``[rows, completion, vocabulary]`` tensors byte-kd's second forward holds at its backward: the logits
+over TRL's temperature (the one such tensor ``next_byte_logps`` keeps) and their gradient
+(``regimes/core/next_bytes.py``)."""
 TRAINING_MARGIN_SHARE = 0.1
 """Share of a card left to what the estimate does not count while a policy trains: the CUDA context, NCCL's
 buffers, ZeRO-3's gathered parameters, the allocator's fragmentation, what a sleeping engine keeps."""
@@ -117,9 +119,10 @@ def _field(grpo: dict[str, Any], name: str) -> int:
 
 def added_rows(config: RunConfig, own_rows: int, k: int) -> tuple[int, int, int]:
     """(peer rows, rescue rows, distilled rows) the run's regime adds to a micro-batch of ``own_rows`` of the
-    learner's rows: the peer and distilled rows at most, the rescue rows on average (:attr:`MicroBatch.rescue_rows`). The pooled rows' settings (PRP's, HACPO's) mark a regime that pools
-    peer rows; opd-sgt rescues one row per prompt; byte-kd scores every own row again with its whole logits (and, with
-    ``rescue_lam``, rescues one row per prompt)."""
+    learner's rows: the peer and distilled rows at most, the rescue rows on average (:attr:`MicroBatch.rescue_rows`).
+    The pooled rows' settings (PRP's, HACPO's) mark a regime that pools peer rows; opd-sgt rescues one row per
+    prompt; byte-kd scores every own row again with its whole logits (and, with ``rescue_lam``, rescues one row per
+    prompt)."""
     from mutualrl.regimes.bytekd.spec import ByteKDSettings
     from mutualrl.regimes.core.pooled_spec import PooledRowsSettings
     from mutualrl.regimes.core.registry import get_regime
