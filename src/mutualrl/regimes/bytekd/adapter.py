@@ -35,7 +35,6 @@ from mutualrl.regimes.api import (
     Share,
     StepRollouts,
     Total,
-    choose_rescues,
     clean_starts,
     first_byte_symbols,
     gather_peer_groups,
@@ -43,7 +42,6 @@ from mutualrl.regimes.api import (
     next_byte_logps,
     peer_row_views,
     peer_rows,
-    rescue_gate,
     success_rates,
     teacher_weights,
     teaching_peers,
@@ -167,18 +165,14 @@ class ByteKDAdapter(JudgedAdapter):
     def _rescue(self, output: GRPOBatch, rollouts: StepRollouts, peers: dict[str, pa.Table], peer_rows: torch.Tensor,
                 own_rewards: torch.Tensor, peer_rewards: torch.Tensor, prompts: list[str],
                 metrics: dict[str, float]) -> torch.Tensor:
-        """SGT's rescue (step 5): gate, choose, count and attach; returns each row's rescue peer slot ``[B]``.
+        """SGT's rescue (step 5): select (gate, choose, count) and attach; returns each row's rescue peer slot ``[B]``.
         ``own_rewards`` ``[P, K]``, ``peer_rewards`` and ``peer_rows`` ``[P, J, K]``."""
         settings = self.settings
-        gated = rescue_gate(own_rewards, peer_rewards, settings.success_threshold, settings.failure_threshold,
-                            self.rescues.rescued_before(prompts), settings.max_rescues_per_prompt)  # [P]
-        chosen = choose_rescues(peer_rewards, gated, settings.success_threshold,
-                                self.seeded_generator(rollouts.step, self.name))  # [P, 2]
-        self.rescues.count(prompts, gated, rollouts)
+        gated, chosen = self.rescues.select(own_rewards, peer_rewards, prompts, settings.success_threshold,
+                                            settings.failure_threshold, settings.max_rescues_per_prompt,
+                                            self.seeded_generator(rollouts.step, self.name), rollouts)  # [P], [P, 2]
         metrics.update({"rescue_rate": Share(float(gated.sum()), len(prompts)), "rescues": Total(float(gated.sum())),
                         "rescues_total": self.rescues.rescues_total})
-        if not (bool(gated.any()) or rollouts.num_processes > 1):
-            return torch.full((len(rollouts.prompt_ids_local),), -1, dtype=torch.long)
         return self.rescues.attach(self.trainer, output, rollouts, peers, self.peers, peer_rows, gated, chosen,
                                    settings.rescue_lam)
 

@@ -105,6 +105,17 @@ class RescueBudget:
         """int64 ``[P]``: the earlier steps that rescued each prompt."""
         return torch.tensor([self.rescues_by_prompt.get(p, 0) for p in prompts], dtype=torch.long)
 
+    def select(self, own_rewards: torch.Tensor, peer_rewards: torch.Tensor, prompts: list[str],
+               success_threshold: float, failure_threshold: float, max_rescues: int | None,
+               generator: torch.Generator, rollouts: StepRollouts) -> tuple[torch.Tensor, torch.Tensor]:
+        """This step's rescues, counted against the budget: (``gated`` bool ``[P]``, :func:`rescue_gate`; ``chosen``
+        int64 ``[P, 2]``, :func:`choose_rescues`). ``own_rewards`` ``[P, K]``, ``peer_rewards`` ``[P, M-1, K]``."""
+        gated = rescue_gate(own_rewards, peer_rewards, success_threshold, failure_threshold,
+                            self.rescued_before(prompts), max_rescues)  # [P]
+        chosen = choose_rescues(peer_rewards, gated, success_threshold, generator)  # [P, 2]
+        self.count(prompts, gated, rollouts)
+        return gated, chosen
+
     def count(self, prompts: list[str], gated: torch.Tensor, rollouts: StepRollouts) -> None:
         """Count this step's rescued prompts, every rank's (a prompt may fall to another rank at its next visit)."""
         rescued = [prompt for prompt, hit in zip(prompts, gated.tolist(), strict=True) if hit]
@@ -121,8 +132,11 @@ class RescueBudget:
                lam: float) -> torch.Tensor:
         """The chosen peer successes in the learner's vocabulary (THL, EOS where the peer finished) on the first row
         of each rescued prompt, with their NLL weights; returns each row's rescue peer slot ``[B]`` (-1: none).
-        ``peer_rows`` ``[P, M-1, K]``: each peer sample's row in its table; ``chosen`` ``[P, 2]``."""
+        ``peer_rows`` ``[P, M-1, K]``: each peer sample's row in its table; ``chosen`` ``[P, 2]``. A lone rank with no
+        rescue leaves the batch as it is; with several ranks every rank attaches (the NLL's reduction is collective)."""
         k = rollouts.num_generations
+        if not (bool(gated.any()) or rollouts.num_processes > 1):
+            return torch.full((len(rollouts.prompt_ids_local),), -1, dtype=torch.long)
         gated_prompts = [p for p in range(len(gated)) if bool(gated[p])]
         sources = [(names[int(chosen[p, 0])], int(peer_rows[p, int(chosen[p, 0]), int(chosen[p, 1])]))
                    for p in gated_prompts]

@@ -8,7 +8,7 @@ Per step, lock-step (docs/regimes.md, "Beyond the paper: OPD with SGT's rescue")
 2. judge every peer rollout of this rank's groups with this policy's model and publish the judgements; read the
    peers' judgements of this policy's rollouts and move them onto its tokens (THL);
 3. per prompt: the teaching peer (:func:`~mutualrl.regimes.opdsgt.maths.teacher_weights`) and the rescue gate
-   (:func:`~mutualrl.regimes.opdsgt.maths.rescue_gate`, under the run's rescue budget);
+   (:meth:`~mutualrl.regimes.core.rescue.RescueBudget.select`, under the run's rescue budget);
 4. write TRL's per-token advantages ``A_i + λ Σ_j w δ^j_t`` and attach the chosen peer success, retokenized, to the
    first row of each rescued prompt; :meth:`OPDSGTAdapter.extra_loss` adds ``λ_r`` times its NLL to TRL's loss.
 
@@ -58,10 +58,8 @@ class OPDSGTAdapter(JudgedAdapter):
     def transform(self, output: GRPOBatch, rollouts: StepRollouts,
                   peers: dict[str, pa.Table]) -> tuple[GRPOBatch, dict[str, float]]:
         from mutualrl.regimes.opdsgt.maths import (
-            choose_rescues,
             combined_advantages,
             distillation_signal,
-            rescue_gate,
             signal_metrics,
             source_use,
             step_metrics,
@@ -77,10 +75,9 @@ class OPDSGTAdapter(JudgedAdapter):
         peer_rewards = gather_peer_groups(peers, self.peers, prompts, k, step, columns=("reward",))
         rewards = peer_rewards.values["reward"]  # [P, M-1, K]
         prompt_weights = teacher_weights(own_rewards, rewards, settings.success_threshold)  # [P, M-1]
-        gated = rescue_gate(own_rewards, rewards, settings.success_threshold, settings.failure_threshold,
-                            self.rescues.rescued_before(prompts), settings.max_rescues_per_prompt)  # [P]
-        chosen = choose_rescues(rewards, gated, settings.success_threshold, self.seeded_generator(step, self.name))
-        self.rescues.count(prompts, gated, rollouts)
+        gated, chosen = self.rescues.select(own_rewards, rewards, prompts, settings.success_threshold,
+                                            settings.failure_threshold, settings.max_rescues_per_prompt,
+                                            self.seeded_generator(step, self.name), rollouts)  # [P], [P, 2]
         mask = output["completion_mask"]  # [B, C]
         aligned = aligned_judgements(self.own_records, tables, self.peers, rollouts, mask.shape[1])
         weights = prompt_weights.repeat_interleave(k, dim=0) * aligned.matched  # [B, M-1]
@@ -94,7 +91,7 @@ class OPDSGTAdapter(JudgedAdapter):
         advantages = output["advantages"]
         output["advantages"] = combined_advantages(advantages.cpu(), signal, mask.cpu(),
                                                    settings.lam).to(advantages.device)  # [B, C]
-        if settings.rescue_lam > 0 and (bool(gated.any()) or rollouts.num_processes > 1):
+        if settings.rescue_lam > 0:
             source = self.rescues.attach(trainer, output, rollouts, peers, self.peers, peer_rewards.rows, gated, chosen,
                                          settings.rescue_lam)
         by_peer = [settings.lam * distillation_signal(own, aligned.values, aligned.valid, self._only(weights, j),
