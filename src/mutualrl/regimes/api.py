@@ -28,7 +28,7 @@
   :func:`teacher_weights` (which pick a teacher), and :class:`JudgedAdapter`, the base adapter of a regime whose peers
   judge its rollouts; next-byte distributions, what two vocabularies can compare: :func:`first_byte_symbols`,
   :func:`symbol_logps`, :func:`next_byte_logps` (from logits, memory-lean), :func:`clean_starts`, ``SYMBOLS``; SGT's
-  rescue as a part of another loss: :class:`RescueBudget`, :func:`rescue_gate`, :func:`choose_rescues`,
+  rescue as a part of another loss: :class:`RescueBudget`, :func:`every_own_failed`, :func:`rescue_gate`, :func:`choose_rescues`,
   :func:`rescue_weights`, :func:`rescue_nll`.
 
 The names live in :mod:`mutualrl.regimes.core`; this module only gathers them. A ``spec.py`` must stay torch-free
@@ -84,7 +84,7 @@ TORCH_NAMES = {
     "next_byte_logps": "mutualrl.regimes.core.next_bytes",
     "RescueBudget": "mutualrl.regimes.core.rescue", "rescue_gate": "mutualrl.regimes.core.rescue",
     "choose_rescues": "mutualrl.regimes.core.rescue", "rescue_weights": "mutualrl.regimes.core.rescue",
-    "rescue_nll": "mutualrl.regimes.core.rescue",
+    "rescue_nll": "mutualrl.regimes.core.rescue", "every_own_failed": "mutualrl.regimes.core.rescue",
 }
 
 __all__ = [

@@ -7,8 +7,9 @@ Per step, lock-step (docs/regimes.md, "Beyond the paper: next-byte distillation"
 1. publish this rank's rollout records with their token spans and read the peers' round (the base adapter);
 2. judge every peer rollout of this rank's groups (one no-grad forward, its logits reduced to the ``top_bytes`` most
    likely next-byte symbols per token) and publish the judgements; read the peers' judgements of this policy's round;
-3. gate per prompt (OPD's: the most competent peer above the learner teaches) and find, for each own token, the
-   judge's token that starts at the same offset where both start on a boundary;
+3. gate per prompt (OPD's: the most competent peer above the learner teaches; with ``gate: blind-spot`` only where
+   every own rollout failed) and find, for each own token, the judge's token that starts at the same offset where
+   both start on a boundary;
 4. put the teacher's symbols, log-masses and weights into TRL's batch; :meth:`ByteKDAdapter.extra_loss` runs the
    learner's forward on the taught rows and adds ``λ Σ w KL(q_T ‖ q_θ)`` (:func:`~mutualrl.regimes.bytekd.maths.
    symbol_kl`) to TRL's loss, reduced as TRL reduces its own;
@@ -36,6 +37,7 @@ from mutualrl.regimes.api import (
     StepRollouts,
     Total,
     clean_starts,
+    every_own_failed,
     first_byte_symbols,
     gather_peer_groups,
     judgement_sources,
@@ -134,6 +136,8 @@ class ByteKDAdapter(JudgedAdapter):
         own_rate = success_rates(own_rewards, settings.success_threshold)  # [P]
         peer_rates = success_rates(peer.values["reward"], settings.success_threshold)  # [P, J]
         teaching = teaching_peers(own_rate, peer_rates, "competence")  # [P, J]
+        if settings.gate == "blind-spot":
+            teaching &= every_own_failed(own_rewards, settings.failure_threshold)[:, None]  # [P, J]
         prompt_weights = teacher_weights(teaching, peer_rates, "best")  # [P, J]
         mask = output["completion_mask"]  # [B, C]
         teacher = teacher_distributions(self.own_records, tables, self.peers, rollouts, mask.shape[1],

@@ -4,7 +4,8 @@ registration.
 Each peer judges the learner's rollouts (OPD's exchange) and publishes, at each of its tokens, its next-token
 distribution marginalised to the next byte (:mod:`mutualrl.regimes.core.next_bytes`). At every offset of the learner's
 text where both tokenizations have a token boundary, the learner adds ``λ · KL(q_peer ‖ q_θ)`` over next-byte
-symbols to TRL's loss, on the prompts where the peer is the more competent; with ``rescue_lam`` it also adds SGT's NLL
+symbols to TRL's loss, on the prompts where the peer is the more competent (``gate: blind-spot``: only where every
+own rollout failed); with ``rescue_lam`` it also adds SGT's NLL
 on one verified peer success where every own rollout failed (:mod:`mutualrl.regimes.core.rescue`). The maths is
 :mod:`mutualrl.regimes.bytekd.maths`, the adapter :class:`~mutualrl.regimes.bytekd.adapter.ByteKDAdapter`;
 docs/regimes.md, "Beyond the paper: next-byte distillation".
@@ -13,7 +14,7 @@ docs/regimes.md, "Beyond the paper: next-byte distillation".
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from mutualrl.regimes.api import (NONNEGATIVE, NONPOSITIVE, UNIT, GRPOBatch, MetricWords, RegimeSpec,
                                   check_optional_rescue_counts, register_regime)
@@ -33,15 +34,20 @@ class ByteKDSettings:
     top_bytes: int = field(default=8, metadata={
         "ge": 1, "le": 258, "help": "how many of its most likely next-byte symbols a judge publishes per token; the "
                                     "rest of its mass is one more cell of the divergence (exact for that partition)"})
+    gate: Literal["competence", "blind-spot"] = field(default="competence", metadata={
+        "help": "where a peer's distribution teaches: 'competence' (every prompt where a peer's success rate on its "
+                "K rollouts is above the learner's; the best such peer), 'blind-spot' (only the prompts where every "
+                "own rollout failed, below failure_threshold, and a peer has a verified success: SGT's rescue gate, "
+                "without its budget)"})
     success_threshold: float = field(default=0.8, metadata={
-        "help": "a rollout with a combined reward above this is a verified success; a peer teaches a prompt where "
-                "its success rate on its K rollouts is above the learner's (the best such peer)"})
+        "help": "a rollout with a combined reward above this is a verified success; the gate compares success "
+                "rates on the K rollouts"})
     rescue_lam: float = field(default=0.0, metadata={
         "ge": 0, "help": "lambda_r: weight of the NLL of one verified peer success on a prompt whose every own "
                          "rollout failed (SGT's rescue), in the same loss; 0: no rescue"})
     failure_threshold: float = field(default=0.2, metadata={
-        "help": "an own rollout with a combined reward below this failed; the rescue fires where every scored one "
-                "did"})
+        "help": "an own rollout with a combined reward below this failed; the rescue (and gate 'blind-spot') fires "
+                "where every scored one did"})
     max_rescues_per_prompt: int | None = field(default=None, metadata={
         "ge": 1, "help": "over the whole run, how many steps may rescue one prompt for this learner (unset: no limit); "
                          "the next-byte KL is not limited. The counts are saved with each checkpoint."})
@@ -59,7 +65,8 @@ class ByteKDBatch(GRPOBatch, total=False):
 
 
 def check_bytekd_settings(settings: ByteKDSettings) -> tuple[str, str] | None:
-    if settings.rescue_lam > 0 and settings.failure_threshold > settings.success_threshold:
+    uses_failures = settings.rescue_lam > 0 or settings.gate == "blind-spot"
+    if uses_failures and settings.failure_threshold > settings.success_threshold:
         return "failure_threshold", f"must not exceed success_threshold ({settings.success_threshold})"
     return None
 

@@ -2,7 +2,7 @@
 prompt failed and a peer's succeeded, the learner adds ``λ_r`` times the NLL of one verified peer success,
 retokenized into its vocabulary, under a run-wide budget of steps per prompt.
 
-The maths (:func:`rescue_gate`, :func:`choose_rescues`, :func:`rescue_weights`, :func:`rescue_nll`) is SGT's
+The maths (:func:`every_own_failed`, :func:`rescue_gate`, :func:`choose_rescues`, :func:`rescue_weights`, :func:`rescue_nll`) is SGT's
 (docs/regimes.md, "SGT"), written for one chosen success per prompt; :class:`RescueBudget` is the adapter's side
 (the counters a checkpoint saves, the rescues attached to TRL's batch, the NLL term of a micro-batch).
 """
@@ -23,14 +23,20 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
+def every_own_failed(own_rewards: torch.Tensor, failure_threshold: float) -> torch.Tensor:
+    """bool ``[P]``: every scored own rollout of the prompt below ``failure_threshold``, at least one scored
+    (``own_rewards`` ``[P, K]``, NaN: unscored). The learner's blind spot on that prompt this step."""
+    scored = ~torch.isnan(own_rewards)  # [P, K]
+    return ((own_rewards < failure_threshold) | ~scored).all(-1) & scored.any(-1)  # [P]
+
+
 def rescue_gate(own_rewards: torch.Tensor, peer_rewards: torch.Tensor, success_threshold: float,
                 failure_threshold: float, rescued_before: torch.Tensor, max_rescues: int | None) -> torch.Tensor:
     """bool ``[P]``: the prompts rescued this step. Every scored own rollout below ``failure_threshold`` (and at
     least one scored), some peer rollout above ``success_threshold``, and ``rescued_before`` ``[P]`` (earlier steps
     that rescued the prompt) below ``max_rescues`` (None: no limit)."""
     check_float("peer_rewards", peer_rewards, 3, "[P, M-1, K]")
-    scored = ~torch.isnan(own_rewards)  # [P, K]
-    failed = ((own_rewards < failure_threshold) | ~scored).all(-1) & scored.any(-1)  # [P]
+    failed = every_own_failed(own_rewards, failure_threshold)  # [P]
     peer_success = (peer_rewards > success_threshold).flatten(1).any(-1)  # [P]
     gated = failed & peer_success  # [P]
     if max_rescues is not None:
