@@ -20,7 +20,7 @@ import torch
 from test_regimes_opd import TEXT, grad_trainer, own_table, rollouts_of  # noqa: F401 - grad_trainer: a fixture
 from test_regimes_seam import padded
 
-from mutualrl.regimes.bytekd.maths import shared_boundaries, symbol_kl
+from mutualrl.regimes.bytekd.maths import shared_boundaries, symbol_kl, teaching_gate
 from mutualrl.regimes.core.next_bytes import END, OTHER, SYMBOLS, clean_starts, first_byte_symbols, symbol_logps, \
     top_symbols
 
@@ -147,6 +147,28 @@ def test_shared_boundaries_by_hand():
     assert clean_starts(np.array([[0, 2], [-1, -1]]), 3).tolist() == [0, -1]  # an EOS before the text ends
     mine, theirs = np.array([0, 1, 2, 4]), np.array([0, 2, 4])
     assert shared_boundaries(mine, theirs).tolist() == [0, -1, 1, 2]
+
+
+
+def test_the_teaching_gate_by_hand():
+    """K = 4, two peers. Prompt 0: the learner fails every rollout, peer b has one success: b teaches under both gates.
+    Prompt 1: the learner has one rollout at 0.5 (no success, not a failure), a succeeds more: a teaches by
+    competence, nobody at the blind spot. Prompt 2: the learner fails all, no peer succeeds: nobody. Prompt 3: nothing
+    of the learner's scored: no blind spot (SGT's rescue does not fire there either)."""
+    nan = float("nan")
+    own = torch.tensor([[0.0, 0.1, 0.0, 0.0], [0.0, 0.5, 0.0, 0.0], [0.0] * 4, [nan] * 4])  # [P, K]
+    peers = torch.tensor([[[0.0] * 4, [1.0, 0.0, 0.0, 0.0]], [[1.0, 1.0, 0.0, 0.0], [0.0] * 4],
+                          [[0.0] * 4, [0.1] * 4], [[1.0] * 4, [1.0] * 4]])  # [P, J, K]
+    own_rate, peer_rates = torch.tensor([0.0, 0.0, 0.0, nan]), torch.tensor([[0.0, 0.25], [0.5, 0.0], [0.0, 0.0],
+                                                                             [1.0, 1.0]])  # [P], [P, J]
+    assert torch.equal(peer_rates, (peers > 0.8).float().mean(-1))
+    competence = teaching_gate(own_rate, peer_rates, own, 0.2, "competence")  # [P, J]
+    assert competence.tolist() == [[False, True], [True, False], [False, False], [False, False]]
+    blind = teaching_gate(own_rate, peer_rates, own, 0.2, "blind-spot")
+    assert blind.tolist() == [[False, True], [False, False], [False, False], [False, False]]
+    assert teaching_gate(own_rate, peer_rates, own, 0.6, "blind-spot")[1].tolist() == [True, False]  # 0.5 failed
+    with pytest.raises(ValueError, match="gate must be"):
+        teaching_gate(own_rate, peer_rates, own, 0.2, "always")
 
 
 # -- through TRL's loss, a word split 2-vs-1 --------------------------------------------------------------------------
@@ -393,12 +415,14 @@ def test_a_checkpoint_saved_before_the_rescue_resumes_with_a_fresh_budget(tmp_pa
         saved({"rescues_total": -1})
 
 
-def test_the_thresholds_order_is_checked_only_with_the_rescue_on():
-    """``failure_threshold`` (0.2 by default) is the rescue's: a teaching gate below it is byte-kd's own business."""
+def test_the_thresholds_order_is_checked_only_where_failures_count():
+    """``failure_threshold`` (0.2 by default) is the rescue's and the blind-spot gate's: with neither, a success
+    threshold below it is byte-kd's own business."""
     from mutualrl.config import load_run_config
     from mutualrl.config.typed import ConfigError
 
     low = ["regime.bytekd.success_threshold=0.1"]
     assert load_run_config("tiny", overrides=low, regime="byte-kd", check_grpo=False).config
-    with pytest.raises(ConfigError, match="failure_threshold: must not exceed success_threshold"):
-        load_run_config("tiny", overrides=[*low, "regime.bytekd.rescue_lam=0.3"], regime="byte-kd", check_grpo=False)
+    for failures_count in ("regime.bytekd.rescue_lam=0.3", "regime.bytekd.gate=blind-spot"):
+        with pytest.raises(ConfigError, match="failure_threshold: must not exceed success_threshold"):
+            load_run_config("tiny", overrides=[*low, failures_count], regime="byte-kd", check_grpo=False)

@@ -37,7 +37,6 @@ from mutualrl.regimes.api import (
     StepRollouts,
     Total,
     clean_starts,
-    every_own_failed,
     first_byte_symbols,
     gather_peer_groups,
     judgement_sources,
@@ -46,8 +45,8 @@ from mutualrl.regimes.api import (
     peer_rows,
     success_rates,
     teacher_weights,
-    teaching_peers,
 )
+from mutualrl.regimes.bytekd.maths import shared_boundaries, symbol_kl, teaching_gate
 from mutualrl.regimes.bytekd.spec import BYTE_KD, ByteKDSettings
 
 if TYPE_CHECKING:
@@ -75,8 +74,6 @@ def teacher_distributions(own: pa.Table, judgements: dict[str, pa.Table], judges
     """The judges' next-byte distributions at the shared boundaries of this rank's own tokens (``own``: its published
     records with spans, row ``i`` = TRL's row ``i``; ``width``: the batch's completion width). A judgement whose text
     is not the row's is not used; one without distributions (``k`` per token) is matched but shares no boundary."""
-    from mutualrl.regimes.bytekd.maths import shared_boundaries
-
     n = own.num_rows
     texts = own.column("response_text").to_pylist()
     own_spans = peer_row_views({"": own}, [("", i) for i in range(n)], "response_token_spans")
@@ -135,9 +132,7 @@ class ByteKDAdapter(JudgedAdapter):
         own_rewards = rollouts.rewards_local.float().view(len(prompts), k)  # [P, K]
         own_rate = success_rates(own_rewards, settings.success_threshold)  # [P]
         peer_rates = success_rates(peer.values["reward"], settings.success_threshold)  # [P, J]
-        teaching = teaching_peers(own_rate, peer_rates, "competence")  # [P, J]
-        if settings.gate == "blind-spot":
-            teaching &= every_own_failed(own_rewards, settings.failure_threshold)[:, None]  # [P, J]
+        teaching = teaching_gate(own_rate, peer_rates, own_rewards, settings.failure_threshold, settings.gate)  # [P, J]
         prompt_weights = teacher_weights(teaching, peer_rates, "best")  # [P, J]
         mask = output["completion_mask"]  # [B, C]
         teacher = teacher_distributions(self.own_records, tables, self.peers, rollouts, mask.shape[1],
@@ -192,8 +187,6 @@ class ByteKDAdapter(JudgedAdapter):
         """``λ`` times the next-byte KL of this micro-batch's taught rows (:func:`~mutualrl.regimes.bytekd.maths.
         symbol_kl`), reduced as TRL reduces its per-token loss. With several ranks a rank with no taught row still
         runs the forward on row 0 (at weight 0), so that every rank runs the same forward and backward."""
-        from mutualrl.regimes.bytekd.maths import symbol_kl
-
         weights = inputs.get(f"{PREFIX}_weights")  # [B, J, C]
         if weights is None:
             return None

@@ -14,6 +14,9 @@ divergence is exact for the partition ``S ∪ {R}``:
     KL_o = Σ_{c ∈ S ∪ {R}} q_T(c) (log q_T(c) − log q_θ(c))
     L    = λ Σ_j w_{p,j} Σ_{o shared} KL^j_o                   reduced over the batch as TRL reduces its per-token loss
 
+``w_{p,j}`` is 1 for the best peer whose success rate on prompt ``p`` is above the learner's, 0 for the others
+(:func:`teaching_gate`; with ``gate: blind-spot`` only where every own rollout of ``p`` failed).
+
 A symbol the learner's vocabulary cannot write (no token starts with it) joins ``R``. Its gradient on the learner's
 logit ``z_v`` at the boundary, ``v`` in cell ``c(v)``:
 
@@ -32,10 +35,24 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mutualrl.regimes.api import SYMBOLS, check_float
+from mutualrl.regimes.api import SYMBOLS, check_float, every_own_failed, teaching_peers
 
 FLOOR = -1.0e4
 """A log-mass standing for a symbol the learner's vocabulary cannot write (a constant: no gradient)."""
+
+
+def teaching_gate(own_rate: torch.Tensor, peer_rates: torch.Tensor, own_rewards: torch.Tensor,
+                  failure_threshold: float, gate: str) -> torch.Tensor:
+    """bool ``[P, J]``: the peers whose distribution teaches each prompt. ``competence``: a peer whose success rate
+    (``peer_rates`` ``[P, J]``) is above the learner's (``own_rate`` ``[P]``); ``blind-spot``: the same, only where
+    every own rollout (``own_rewards`` ``[P, K]``) is below ``failure_threshold`` (there the learner's rate is 0, so a
+    teaching peer has a verified success: SGT's rescue gate without its budget)."""
+    teaching = teaching_peers(own_rate, peer_rates, "competence")  # [P, J]
+    if gate == "blind-spot":
+        return teaching & every_own_failed(own_rewards, failure_threshold)[:, None]  # [P, J]
+    if gate != "competence":
+        raise ValueError(f"gate must be 'competence' or 'blind-spot'; got {gate!r}")
+    return teaching
 
 
 def shared_boundaries(own_starts: np.ndarray, judge_starts: np.ndarray) -> np.ndarray:
