@@ -3,7 +3,8 @@
 - Declaring the regime (``spec.py``): :class:`RegimeSpec`, :class:`RegimeFlag`, :func:`register_regime`, ``ENV_VAR``
   (the variable naming plugin regimes), the words a plot puts on a metric (:class:`MetricWords` and its ranges
   ``FREE``, ``UNIT``, ``NONNEGATIVE``, ``NONPOSITIVE``), and the pooled-rows settings PRP and HACPO share
-  (:class:`PooledRowsSettings`, :func:`ratio_metrics`); :class:`UsageError`, what a regime raises on bad settings
+  (:class:`PooledRowsSettings`, :func:`ratio_metrics`), the fields and metrics SGT's rescue brings to another regime
+  (:class:`RescueSettings`, :func:`check_rescue_thresholds`, :func:`rescue_metrics`); :class:`UsageError`, what a regime raises on bad settings
   or input (one line, exit 2); :func:`whole_count`, :func:`check_rescue_counts` and
   :func:`check_optional_rescue_counts` (a rescue budget's counters), for a ``state_check`` of saved counters.
 - The metrics a regime returns, by how each is reduced over the ranks: :class:`Share`, :class:`Total`,
@@ -46,6 +47,7 @@ from mutualrl.errors import UsageError
 from mutualrl.metric_labels import FREE, NONNEGATIVE, NONPOSITIVE, UNIT, MetricWords
 from mutualrl.regimes.core.distillation_spec import per_token_ratio_check
 from mutualrl.regimes.core.pooled_spec import PooledRowsSettings, ratio_metrics
+from mutualrl.regimes.core.rescue_spec import RescueSettings, check_rescue_thresholds, rescue_metrics
 from mutualrl.regimes.core.rank_metrics import Quantile, Share, Total
 from mutualrl.regimes.core.regime_spec import RegimeFlag, RegimeSpec, register_regime
 from mutualrl.regimes.core.registry import ENV_VAR
@@ -89,9 +91,9 @@ TORCH_NAMES = {
 
 __all__ = [
     "ENV_VAR", "FREE", "NONNEGATIVE", "NONPOSITIVE", "TOKEN_WEIGHTS", "UNIT", "GRPOBatch", "MetricWords",
-    "PooledRowsSettings", "Quantile", "RegimeFlag", "RegimeSpec", "Share", "StepRollouts", "Total", "TrainerView",
-    "UsageError", "check_optional_rescue_counts", "check_rescue_counts", "per_token_ratio_check", "ratio_metrics",
-    "register_regime", "whole_count",
+    "PooledRowsSettings", "Quantile", "RegimeFlag", "RegimeSpec", "RescueSettings", "Share", "StepRollouts", "Total",
+    "TrainerView", "UsageError", "check_optional_rescue_counts", "check_rescue_counts", "check_rescue_thresholds",
+    "per_token_ratio_check", "ratio_metrics", "register_regime", "rescue_metrics", "whole_count",
     *TORCH_NAMES,
 ]
 

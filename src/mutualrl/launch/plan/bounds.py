@@ -120,13 +120,12 @@ def _field(grpo: dict[str, Any], name: str) -> int:
 def added_rows(config: RunConfig, own_rows: int, k: int) -> tuple[int, int, int]:
     """(peer rows, rescue rows, distilled rows) the run's regime adds to a micro-batch of ``own_rows`` of the
     learner's rows: the peer and distilled rows at most, the rescue rows on average (:attr:`MicroBatch.rescue_rows`).
-    The pooled rows' settings (PRP's, HACPO's) mark a regime that pools peer rows; opd-sgt rescues one row per
-    prompt; byte-kd scores every own row again with its whole logits (and, with ``rescue_lam``, rescues one row per
-    prompt)."""
+    The pooled rows' settings (PRP's, HACPO's) mark a regime that pools peer rows; the rescue's (opd-sgt's, byte-kd's)
+    one rescued row per prompt where ``rescue_lam`` > 0; byte-kd scores every own row again with its whole logits."""
     from mutualrl.regimes.bytekd.spec import ByteKDSettings
     from mutualrl.regimes.core.pooled_spec import PooledRowsSettings
     from mutualrl.regimes.core.registry import get_regime
-    from mutualrl.regimes.opdsgt.spec import OPDSGTSettings
+    from mutualrl.regimes.core.rescue_spec import RescueSettings
     from mutualrl.regimes.sgt.spec import SGTSettings
 
     spec = get_regime(config.regime.name)
@@ -135,11 +134,8 @@ def added_rows(config: RunConfig, own_rows: int, k: int) -> tuple[int, int, int]
         return own_rows * (len(config.pool.policies) - 1), 0, 0
     if isinstance(settings, SGTSettings):
         return 0, math.ceil(own_rows * min(settings.max_pairs_per_prompt, k) / k), 0
-    if isinstance(settings, OPDSGTSettings):
-        return 0, math.ceil(own_rows / k), 0
-    if isinstance(settings, ByteKDSettings):
-        return 0, math.ceil(own_rows / k) if settings.rescue_lam > 0 else 0, own_rows
-    return 0, 0, 0
+    rescue = math.ceil(own_rows / k) if isinstance(settings, RescueSettings) and settings.rescue_lam > 0 else 0
+    return 0, rescue, own_rows if isinstance(settings, ByteKDSettings) else 0
 
 
 def training_dtype_bytes(plan: Any) -> int:

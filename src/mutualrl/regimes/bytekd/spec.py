@@ -16,16 +16,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from mutualrl.regimes.api import (NONNEGATIVE, NONPOSITIVE, UNIT, GRPOBatch, MetricWords, RegimeSpec,
-                                  check_optional_rescue_counts, register_regime)
+from mutualrl.regimes.api import (NONNEGATIVE, UNIT, GRPOBatch, MetricWords, RegimeSpec, RescueSettings,
+                                  check_optional_rescue_counts, check_rescue_thresholds, register_regime,
+                                  rescue_metrics)
 
 if TYPE_CHECKING:
     import torch
 
 
 @dataclass
-class ByteKDSettings:
-    """On-policy distillation (GKD, arXiv 2306.13649) of a peer's next-token distribution, compared over next bytes."""
+class ByteKDSettings(RescueSettings):
+    """On-policy distillation (GKD, arXiv 2306.13649) of a peer's next-token distribution, compared over next bytes;
+    SGT's rescue in the same loss with ``rescue_lam``."""
 
     lam: float = field(default=1.0, metadata={
         "ge": 0, "help": "lambda: weight of the next-byte KL(peer ‖ learner), summed over the shared token "
@@ -39,18 +41,6 @@ class ByteKDSettings:
                 "K rollouts is above the learner's; the best such peer), 'blind-spot' (only the prompts where every "
                 "own rollout failed, below failure_threshold, and a peer has a verified success: SGT's rescue gate, "
                 "without its budget)"})
-    success_threshold: float = field(default=0.8, metadata={
-        "help": "a rollout with a combined reward above this is a verified success; the gate compares success "
-                "rates on the K rollouts"})
-    rescue_lam: float = field(default=0.0, metadata={
-        "ge": 0, "help": "lambda_r: weight of the NLL of one verified peer success on a prompt whose every own "
-                         "rollout failed (SGT's rescue), in the same loss; 0: no rescue"})
-    failure_threshold: float = field(default=0.2, metadata={
-        "help": "an own rollout with a combined reward below this failed; the rescue (and gate 'blind-spot') fires "
-                "where every scored one did"})
-    max_rescues_per_prompt: int | None = field(default=None, metadata={
-        "ge": 1, "help": "over the whole run, how many steps may rescue one prompt for this learner (unset: no limit); "
-                         "the next-byte KL is not limited. The counts are saved with each checkpoint."})
 
 
 class ByteKDBatch(GRPOBatch, total=False):
@@ -65,10 +55,7 @@ class ByteKDBatch(GRPOBatch, total=False):
 
 
 def check_bytekd_settings(settings: ByteKDSettings) -> tuple[str, str] | None:
-    uses_failures = settings.rescue_lam > 0 or settings.gate == "blind-spot"
-    if uses_failures and settings.failure_threshold > settings.success_threshold:
-        return "failure_threshold", f"must not exceed success_threshold ({settings.success_threshold})"
-    return None
+    return check_rescue_thresholds(settings, settings.rescue_lam > 0 or settings.gate == "blind-spot")
 
 
 BYTE_KD = register_regime(RegimeSpec(
@@ -88,11 +75,7 @@ BYTE_KD = register_regime(RegimeSpec(
         ("byte_kl", MetricWords("next-byte KL(teacher ‖ learner)", "nats per shared boundary", NONNEGATIVE)),
         ("kl_term", MetricWords("byte-kd loss term (λ-weighted)", "as TRL's loss", NONNEGATIVE)),
         ("judged_share", MetricWords("rollouts judged by every peer", "share of (rollout, peer) pairs", UNIT)),
-        ("rescue_rate", MetricWords("byte-kd rescue rate", "share of prompts rescued", UNIT)),
-        ("rescues", MetricWords("byte-kd rescues", "prompts rescued this step", NONNEGATIVE)),
-        ("rescues_total", MetricWords("byte-kd rescues so far", "prompts rescued, cumulative", NONNEGATIVE)),
-        ("nll_term", MetricWords("byte-kd rescue NLL term (λ_r-weighted)", "NLL (nats per token)", NONNEGATIVE)),
-        ("rescue_logp", MetricWords("learner log-prob of rescued answers", "sequence log-prob (nats)", NONPOSITIVE)),
+        *rescue_metrics("byte-kd"),
     ),
     check=check_bytekd_settings,
     state_check=check_optional_rescue_counts,  # its rescue counters; {} in a checkpoint of before the rescue

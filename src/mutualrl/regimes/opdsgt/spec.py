@@ -11,15 +11,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from mutualrl.regimes.api import (FREE, NONNEGATIVE, NONPOSITIVE, UNIT, GRPOBatch, MetricWords, RegimeSpec,
-                                  check_rescue_counts, per_token_ratio_check, register_regime)
+from mutualrl.regimes.api import (FREE, NONNEGATIVE, UNIT, GRPOBatch, MetricWords, RegimeSpec, RescueSettings,
+                                  check_rescue_counts, check_rescue_thresholds, per_token_ratio_check,
+                                  register_regime, rescue_metrics)
 
 if TYPE_CHECKING:
     import torch
 
 
 @dataclass
-class OPDSGTSettings:
+class OPDSGTSettings(RescueSettings):
     """On-policy distillation (GKD, arXiv 2306.13649) with Success-Gated Transfer's rescue, one objective."""
 
     lam: float = field(default=0.1, metadata={
@@ -29,15 +30,6 @@ class OPDSGTSettings:
     rescue_lam: float = field(default=0.1, metadata={
         "ge": 0, "help": "lambda_r: weight of the NLL of one verified peer success on a prompt whose every own "
                          "rollout failed (SGT's rescue), relative to GRPO"})
-    success_threshold: float = field(default=0.8, metadata={
-        "help": "a rollout with a combined reward above this is a verified success (the teacher's success rate, the "
-                "rescue's candidates)"})
-    failure_threshold: float = field(default=0.2, metadata={
-        "help": "an own rollout with a combined reward below this failed; the rescue fires where every scored one "
-                "did"})
-    max_rescues_per_prompt: int | None = field(default=None, metadata={
-        "ge": 1, "help": "over the whole run, how many steps may rescue one prompt for this learner (unset: no limit); "
-                         "the distillation signal is not limited. The counts are saved with each checkpoint."})
 
 
 class OPDSGTBatch(GRPOBatch, total=False):
@@ -46,12 +38,6 @@ class OPDSGTBatch(GRPOBatch, total=False):
     opdsgt_completion_ids: torch.Tensor  # int64 [B, R] the rescue on the first row of a rescued prompt, padding else
     opdsgt_completion_mask: torch.Tensor  # int64 [B, R]
     opdsgt_weight: torch.Tensor  # float32 [B] the rescue NLL's weight of each row (0 off the rescued rows)
-
-
-def check_opdsgt_settings(settings: OPDSGTSettings) -> tuple[str, str] | None:
-    if settings.failure_threshold > settings.success_threshold:
-        return "failure_threshold", f"must not exceed success_threshold ({settings.success_threshold})"
-    return None
 
 
 OPD_SGT = register_regime(RegimeSpec(
@@ -67,17 +53,13 @@ OPD_SGT = register_regime(RegimeSpec(
     status=(("rescues", "rescues"), ("distill_rate", "distil")),
     metrics=(
         ("distill_rate", MetricWords("opd-sgt distillation rate", "share of prompts with a teaching peer", UNIT)),
-        ("rescue_rate", MetricWords("opd-sgt rescue rate", "share of prompts rescued", UNIT)),
-        ("rescues", MetricWords("opd-sgt rescues", "prompts rescued this step", NONNEGATIVE)),
-        ("rescues_total", MetricWords("opd-sgt rescues so far", "prompts rescued, cumulative", NONNEGATIVE)),
+        *rescue_metrics("opd-sgt"),
         ("reverse_kl", MetricWords("opd-sgt reverse KL (sample estimate)", "own - teacher log-prob (nats per token)",
                                    FREE)),
         ("signal_abs", MetricWords("opd-sgt signal size (λ-weighted)", "|λ·(teacher − own)| per token", NONNEGATIVE)),
-        ("nll_term", MetricWords("opd-sgt rescue NLL term (λ_r-weighted)", "NLL (nats per token)", NONNEGATIVE)),
-        ("rescue_logp", MetricWords("learner log-prob of rescued answers", "sequence log-prob (nats)", NONPOSITIVE)),
         ("judged_share", MetricWords("rollouts judged by every peer", "share of (rollout, peer) pairs", UNIT)),
     ),
-    check=check_opdsgt_settings,
+    check=check_rescue_thresholds,
     grpo_check=per_token_ratio_check("opd-sgt"),
     state_check=check_rescue_counts,  # its saved rescue counters (the adapter's state_dict)
     order=7,
