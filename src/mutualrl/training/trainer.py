@@ -12,7 +12,8 @@ points in TRL 1.16 are:
    rank's rollout records, wait for the peers' records of the same step (barrier), and
    let the active regime rewrite the batch (advantages for XGRPO / randpert, extra rows for
    PRP, auxiliary SGT sequences). Every tensor keeps a consistent leading dimension, so
-   TRL's shuffling and splitting into micro-batches keep working.
+   TRL's shuffling and splitting into micro-batches keep working; :meth:`_prepare_inputs` then deals the rows that
+   carry an auxiliary sequence evenly over the micro-batches.
 3. :meth:`compute_loss` -- the regime may weight TRL's per-token policy loss (``token_weights``:
    PRP's corrections, HACPO; applied once, :func:`weighted_advantages`) and add an auxiliary term
    (SGT's gated NLL), scaled for gradient accumulation like TRL scales its own loss.
@@ -110,6 +111,19 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         # after the peers' round is read: a peer's success teaches SGT and PRP
         self.watch_signal(rollouts)
         return output
+
+    def _prepare_inputs(self, generation_batch: Any) -> GRPOBatch:
+        """TRL's, with the rows that carry a rescue dealt evenly over the generation's micro-batches
+        (:func:`~mutualrl.training.micro_batches.deal_attached_rows`: what the memory plan counts)."""
+        from mutualrl.training.micro_batches import deal_attached_rows
+
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        fresh = self.model.training and (self._step % generate_every == 0 or self._buffered_inputs is None)
+        inputs = super()._prepare_inputs(generation_batch)
+        if not fresh:
+            return inputs
+        self._buffered_inputs = deal_attached_rows(self._buffered_inputs)
+        return self._buffered_inputs[self._step % self.args.steps_per_generation]
 
     def watch_signal(self, rollouts: StepRollouts) -> None:
         """Log the all-fail share; once, after several steps with no reward spread, what was seen (with this rank's

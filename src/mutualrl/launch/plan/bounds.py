@@ -8,8 +8,9 @@ phases, one at a time, each with its own peak:
   ``per_device_train_batch_size`` own completions plus what the regime adds to them: PRP and HACPO append every
   peer's rollouts of the learner's prompts to the generation batch before TRL splits it into
   ``steps_per_generation`` micro-batches, so each holds ``M`` times the learner's rows (``M`` policies, every peer
-  rollout scored: the upper bound); SGT scores a rescue beside each gated row (on average at most
-  ``min(c, K) / K`` of the rows, ``c`` = ``max_pairs_per_prompt``; opd-sgt one per prompt); byte-kd runs a second
+  rollout scored: the upper bound); SGT scores a rescue beside each gated row (at most ``min(c, K) / K`` of the
+  rows, ``c`` = ``max_pairs_per_prompt``, the rescued rows dealt evenly over the micro-batches by
+  ``training/micro_batches.py``; opd-sgt one per prompt); byte-kd runs a second
   forward over every own row and keeps its whole ``rows x completion x vocabulary`` logits
   (:data:`FULL_LOGIT_COPIES`). Every row is ``task.max_prompt_tokens + grpo.max_completion_length`` tokens long.
   The logits are TRL 1.16's fused head (``trl/trainer/utils.py:add_fused_lm_head``,
@@ -92,8 +93,8 @@ class MicroBatch:
     peer_rows: int
     """Peers' rollouts pooled into it (PRP, HACPO), at most."""
     rescue_rows: int
-    """Peer successes scored beside it (SGT, opd-sgt, byte-kd with a rescue), on average over the micro-batches: TRL
-    shuffles the generation batch before splitting it, so one micro-batch may hold more (the training margin's)."""
+    """Peer successes scored beside it (SGT, opd-sgt, byte-kd with a rescue), at most: the trainer deals the rescued
+    rows of a generation evenly over its micro-batches (``training/micro_batches.py``)."""
     tokens_per_row: int
     activation_gib: float | None
     """None: the model's shape is unknown here."""
@@ -119,7 +120,7 @@ def _field(grpo: dict[str, Any], name: str) -> int:
 
 def added_rows(config: RunConfig, own_rows: int, k: int) -> tuple[int, int, int]:
     """(peer rows, rescue rows, distilled rows) the run's regime adds to a micro-batch of ``own_rows`` of the
-    learner's rows: the peer and distilled rows at most, the rescue rows on average (:attr:`MicroBatch.rescue_rows`).
+    learner's rows, each at most (:attr:`MicroBatch.rescue_rows`).
     The pooled rows' settings (PRP's, HACPO's) mark a regime that pools peer rows; the rescue's (opd-sgt's, byte-kd's)
     one rescued row per prompt where ``rescue_lam`` > 0; byte-kd scores every own row again with its whole logits."""
     from mutualrl.regimes.bytekd.spec import ByteKDSettings

@@ -124,6 +124,16 @@ def attach_sequences(output: GRPOBatch, sequences: Sequence[Sequence[int]], pad_
     output[f"{prefix}_completion_mask"] = mask
 
 
+def attached_row_flags(batch: GRPOBatch) -> torch.Tensor | None:
+    """bool ``[B]``: the rows whose attached sequence is scored (a positive ``<prefix>_weight`` beside a
+    ``<prefix>_completion_mask``, :func:`attach_sequences`); None where the batch attaches none."""
+    prefixes = [key.removesuffix("_completion_mask") for key in batch
+                if key.endswith("_completion_mask") and key != "completion_mask"]
+    flags = [batch[f"{prefix}_weight"] > 0 for prefix in prefixes
+             if isinstance(batch.get(f"{prefix}_weight"), torch.Tensor)]  # [B] each
+    return torch.stack(flags).any(0) if flags else None  # [B]
+
+
 def attached_rows(inputs: GRPOBatch, prefix: str, num_processes: int) -> tuple[torch.Tensor, torch.Tensor,
                                                                                 torch.Tensor] | None:
     """The rows of a micro-batch that carry an attached sequence (:func:`attach_sequences`) with a positive
