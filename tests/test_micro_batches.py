@@ -46,6 +46,17 @@ def test_every_rescued_row_in_one_micro_batch_is_dealt_one_to_each():
     assert [c["completion_ids"][:, 0].tolist() for c in dealt] == [[0, 2, 4, 5], [1, 6, 7, 8], [3, 9, 10, 11]]
 
 
+def test_two_rescue_prefixes_count_as_one_flag_per_row():
+    chunks = [batch(4, [0, 1]), batch(4, [], start=4)]
+    for chunk, carried in zip(chunks, ([2], [0]), strict=True):  # a second regime's rescue on other rows
+        chunk["bytekd_completion_mask"] = torch.zeros(4, 2, dtype=torch.long)
+        chunk["bytekd_weight"] = torch.zeros(4)
+        chunk["bytekd_weight"][carried] = 1.0
+    assert attached_row_flags(chunks[0]).tolist() == [True, True, True, False]
+    dealt = deal_attached_rows(chunks)
+    assert [int(attached_row_flags(c).sum()) for c in dealt] == [2, 2]
+
+
 def test_a_batch_already_even_or_with_nothing_attached_is_left_as_it_is():
     even = [batch(4, [0]), batch(4, [2], start=4)]
     assert deal_attached_rows(even) is even
@@ -53,6 +64,8 @@ def test_a_batch_already_even_or_with_nothing_attached_is_left_as_it_is():
     assert deal_attached_rows(plain) is plain
     one = [batch(4, [0, 1, 2])]
     assert deal_attached_rows(one) is one
+    images = [{**batch(4, [0, 1, 2]), "pixel_values": torch.zeros(6, 3)}, batch(4, [], start=4)]  # 6 patches
+    assert deal_attached_rows(images) is images  # image tensors are not one row per completion
 
 
 def test_trls_prepare_inputs_shuffles_then_the_trainer_deals(monkeypatch):

@@ -13,9 +13,8 @@ import math
 from typing import Any
 
 import torch
-from trl.trainer.utils import split_tensor_dict
 
-from mutualrl.regimes.core.batch_rows import attached_row_flags
+from mutualrl.regimes.core.batch_rows import UNSUPPORTED_KEYS, attached_row_flags
 from mutualrl.regimes.core.trainer_interface import GRPOBatch
 
 
@@ -31,24 +30,27 @@ def dealt_order(carried: torch.Tensor, chunks: int) -> torch.Tensor:
                         dtype=torch.long)  # [N]
 
 
-def _joined(chunks: list[GRPOBatch]) -> dict[str, Any]:
-    """The chunks' rows in one batch again (the inverse of TRL's ``split_tensor_dict``)."""
-    joined: dict[str, Any] = {}
-    for key, first in chunks[0].items():
-        if isinstance(first, torch.Tensor) and first.ndim > 0:
-            joined[key] = torch.cat([chunk[key] for chunk in chunks])
-        elif isinstance(first, list):
-            joined[key] = [row for chunk in chunks for row in chunk[key]]
-        else:  # None, or a scalar TRL copies to every chunk (num_items_in_batch)
-            joined[key] = first
-    return joined
+def _dealt(values: list[Any], order: torch.Tensor, chunks: int) -> list[Any]:
+    """One key's values in ``chunks`` micro-batches, their rows taken in ``order`` (TRL's ``split_tensor_dict`` of
+    the reordered batch); a scalar or None (``num_items_in_batch``) is every micro-batch's, as TRL copies it."""
+    first = values[0]
+    if isinstance(first, torch.Tensor) and first.ndim > 0:
+        rows = torch.cat(values)[order.to(first.device)]  # [N, ...]
+    elif isinstance(first, list):
+        joined = [row for value in values for row in value]
+        rows = [joined[i] for i in order.tolist()]
+    else:
+        return [first] * chunks
+    size = len(order) // chunks
+    return [rows[j * size:(j + 1) * size] for j in range(chunks)]
 
 
 def deal_attached_rows(chunks: list[GRPOBatch]) -> list[GRPOBatch]:
     """``chunks`` (TRL's micro-batches of one generation) with the rows that carry an attached sequence dealt evenly
     (:func:`dealt_order`); as they are where a micro-batch already holds no more than its even share, where nothing is
-    attached, or where there is one micro-batch."""
-    if len(chunks) < 2:
+    attached, where there is one micro-batch, or where the batch has images (their tensors are not one row per
+    completion; no regime attaches to such a batch). One key at a time: the batch is never held twice."""
+    if len(chunks) < 2 or any(chunks[0].get(key) is not None for key in UNSUPPORTED_KEYS):
         return chunks
     flags = [attached_row_flags(chunk) for chunk in chunks]
     if any(flag is None for flag in flags):
@@ -57,10 +59,9 @@ def deal_attached_rows(chunks: list[GRPOBatch]) -> list[GRPOBatch]:
     if max(counts) <= math.ceil(sum(counts) / len(chunks)):
         return chunks
     order = dealt_order(torch.cat(flags), len(chunks))  # type: ignore[arg-type]
-    joined = _joined(chunks)
-    for key, value in joined.items():
-        if isinstance(value, torch.Tensor) and value.ndim > 0:
-            joined[key] = value[order.to(value.device)]
-        elif isinstance(value, list):
-            joined[key] = [value[i] for i in order.tolist()]
-    return split_tensor_dict(joined, len(chunks))  # type: ignore[return-value]
+    dealt: list[dict[str, Any]] = [{} for _ in chunks]
+    for key in list(chunks[0]):
+        values = [chunk.pop(key) for chunk in chunks]  # TRL's chunks let go of each key as it is dealt
+        for part, value in zip(dealt, _dealt(values, order, len(chunks)), strict=True):
+            part[key] = value
+    return dealt  # type: ignore[return-value]

@@ -21,8 +21,8 @@ class RescueSettings:
         "help": "a rollout with a combined reward above this is a verified success (a rescue's candidates; the "
                 "success rates a teaching gate compares)"})
     failure_threshold: float = field(default=0.2, metadata={
-        "help": "an own rollout with a combined reward below this failed; the rescue (and byte-kd's gate "
-                "'blind-spot') fires where every scored one did"})
+        "help": "an own rollout with a combined reward below this failed; the rescue (and a gate that reads "
+                "failures) fires where every scored one did"})
     max_rescues_per_prompt: int | None = field(default=None, metadata={
         "ge": 1, "help": "over the whole run, how many steps may rescue one prompt for this learner (unset: no "
                          "limit); the regime's other term is not limited. The counts are saved with each checkpoint."})
