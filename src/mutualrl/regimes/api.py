@@ -30,7 +30,8 @@
   judge its rollouts; next-byte distributions, what two vocabularies can compare: :func:`first_byte_symbols`,
   :func:`symbol_logps`, :func:`next_byte_logps` (from logits, memory-lean), :func:`clean_starts`, ``SYMBOLS``; SGT's
   rescue as a part of another loss: :class:`RescueBudget`, :func:`every_own_failed`, :func:`rescue_gate`, :func:`choose_rescues`,
-  :func:`rescue_weights`, :func:`rescue_nll`.
+  :func:`rescue_weights`, :func:`rescue_nll`; a success anchor on the prompts every own rollout solved:
+  :func:`solved_prompts`, :func:`anchored_advantages`.
 
 The names live in :mod:`mutualrl.regimes.core`; this module only gathers them. A ``spec.py`` must stay torch-free
 (config loading and every CLI command import every spec), so the names whose modules import torch are imported on
@@ -87,6 +88,8 @@ TORCH_NAMES = {
     "RescueBudget": "mutualrl.regimes.core.rescue", "rescue_gate": "mutualrl.regimes.core.rescue",
     "choose_rescues": "mutualrl.regimes.core.rescue", "rescue_weights": "mutualrl.regimes.core.rescue",
     "rescue_nll": "mutualrl.regimes.core.rescue", "every_own_failed": "mutualrl.regimes.core.rescue",
+    "solved_prompts": "mutualrl.regimes.core.success_anchor",
+    "anchored_advantages": "mutualrl.regimes.core.success_anchor",
 }
 
 __all__ = [

@@ -22,11 +22,14 @@ from mutualrl.regimes.api import (
     GRPOBatch,
     PeerGroups,
     RegimeAdapter,
+    Share,
     StepRollouts,
+    anchored_advantages,
     attach_sequences,
     attached_rows,
     gather_peer_groups,
     learner_responses,
+    solved_prompts,
 )
 from mutualrl.regimes.sgt.spec import RESCUES_TOTAL_KEY, SGT, SGTSettings
 
@@ -122,7 +125,21 @@ class SGTAdapter(RegimeAdapter):
         if not self.thresholds_checked:  # once, at the first step: a gate that cannot fire says so
             self.thresholds_checked = True
             self.warn_thresholds(rollouts.rewards_global, peers)
-        return self._rescue(output, rollouts, peers, self.own_round(rollouts), rollouts.step)
+        return self._anchor(*self._rescue(output, rollouts, peers, self.own_round(rollouts), rollouts.step), rollouts)
+
+    def _anchor(self, output: GRPOBatch, metrics: dict[str, float],
+                rollouts: StepRollouts) -> tuple[GRPOBatch, dict[str, float]]:
+        """With ``anchor_lam``: this step's own rollouts of the prompts they all solved get ``α`` added to their
+        advantage (:mod:`mutualrl.regimes.core.success_anchor`)."""
+        alpha = self.settings.anchor_lam
+        if alpha == 0:
+            return output, metrics
+        k = rollouts.num_generations
+        own_rewards = rollouts.rewards_local.float().view(-1, k)  # [P, K]
+        solved = solved_prompts(own_rewards, self.settings.success_threshold)  # [P]
+        output["advantages"] = anchored_advantages(output["advantages"], solved, k, alpha)  # [B]
+        metrics["anchored_rate"] = Share(float(solved.sum()), len(solved))
+        return output, metrics
 
     def transform_stale(self, output: GRPOBatch, rollouts: StepRollouts, peers: dict[str, pa.Table],
                         peer_step: int) -> tuple[GRPOBatch, dict[str, float]]:
@@ -134,7 +151,7 @@ class SGTAdapter(RegimeAdapter):
             raise UsageError(f"SGT keeps its own groups of the last see.max_staleness + 1 = "
                              f"{self.config.see.max_staleness + 1} rounds; round {peer_step} is older (replaying a run "
                              "with a larger see.max_staleness? set the same value)")
-        return self._rescue(output, rollouts, peers, self.history[peer_step], peer_step)
+        return self._anchor(*self._rescue(output, rollouts, peers, self.history[peer_step], peer_step), rollouts)
 
     def _rescue(self, output: GRPOBatch, rollouts: StepRollouts, peers: dict[str, pa.Table], own: OwnRound,
                 step: int) -> tuple[GRPOBatch, dict[str, float]]:

@@ -45,6 +45,15 @@ class SGTSettings:
     )
 
 
+    anchor_lam: float = field(
+        default=0.0,
+        metadata={"ge": 0, "help": "Beyond the paper: a success anchor. On a prompt whose every own rollout is a "
+                  "verified success (GRPO's advantage 0 there), each rollout's advantage is raised by this: "
+                  "self-imitation on what the learner already solves, so that a rescue of a near-identical prompt "
+                  "does not pull it away (docs/regimes.md). 0: the paper's SGT."}
+    )
+
+
 class SGTBatch(GRPOBatch, total=False):
     """The keys SGT adds to TRL's batch (``R``: the rescue's tokens, ``P'``: its prompt's)."""
 
@@ -92,6 +101,7 @@ SGT = register_regime(RegimeSpec(
         ("extra_seq_frac", MetricWords("SGT extra sequences", "extra sequences / rollouts", NONNEGATIVE)),
         ("extra_seq_frac_bound", MetricWords("SGT extra sequences, bound", "extra sequences / rollouts", NONNEGATIVE)),
         ("nll_term", MetricWords("SGT NLL term (λ-weighted)", "NLL (nats per token)", NONNEGATIVE)),
+        ("anchored_rate", MetricWords("SGT success-anchor rate", "share of prompts every rollout solved", UNIT)),
         ("rescue_logp", MetricWords("learner log-prob of rescued answers", "sequence log-prob (nats)", NONPOSITIVE)),
     ),
     check=check_sgt_settings,
