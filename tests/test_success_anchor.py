@@ -55,3 +55,22 @@ def test_the_anchor_through_trls_loss_is_the_nll_of_the_solved_answer(grad_train
         assert torch.allclose(trl_gradient(grad_trainer, monkeypatch, sample, float(solved[0])), hand, atol=1e-6)
         unsolved = anchored_advantages(torch.zeros(1), torch.tensor([False]), 1, ALPHA)
         assert trl_gradient(grad_trainer, monkeypatch, sample, float(unsolved[0])).abs().max() == 0
+
+
+def test_sgts_adapter_anchors_this_steps_solved_prompts():
+    """SGT's adapter with ``anchor_lam``: the rows of the prompts all of whose rollouts scored above 0.8 this step
+    get α on TRL's advantages (K = 2, three prompts: solved, mixed, failed); with α = 0 the batch is untouched."""
+    from types import SimpleNamespace
+
+    from mutualrl.config import load_run_config
+    from mutualrl.regimes.sgt.adapter import SGTAdapter
+
+    rollouts = SimpleNamespace(num_generations=2, rewards_local=torch.tensor([1.0, 1.0, 1.0, 0.0, 0.0, 0.0]))
+    advantages = torch.tensor([0.0, 0.0, 0.5, -0.5, 0.0, 0.0])
+    for alpha, lift in ((ALPHA, [ALPHA, ALPHA, 0, 0, 0, 0]), (0.0, [0] * 6)):
+        config = load_run_config("tiny", overrides=[f"regime.sgt.anchor_lam={alpha}"], regime="sgt",
+                                 check_grpo=False).config
+        adapter = SGTAdapter(config, "tiny-sp", exchange=None)
+        output, metrics = adapter._anchor({"advantages": advantages.clone()}, {}, rollouts)
+        assert torch.allclose(output["advantages"], advantages + torch.tensor(lift, dtype=torch.float32))
+        assert ("anchored_rate" in metrics) == (alpha > 0)
