@@ -13,7 +13,8 @@
   policy's step), :class:`TrainerView`, ``TOKEN_WEIGHTS`` (the batch key of per-token loss weights).
 - The maths a regime may reuse (``maths.py``): GRPO's advantages as TRL computes them (``TRL_STD_EPS``,
   :func:`group_advantages`, :func:`prp_pooled_advantages`, :func:`reward_scale`, :func:`nanstd`) and the pool's
-  ``[P, M, K]`` layout and checks (``ScaleRewards``, :func:`check_float`, :func:`check_pool`, ...).
+  ``[P, M, K]`` layout and checks (``ScaleRewards``, :func:`check_float`, :func:`check_pool`, :func:`every_scored`,
+  ...).
 - The adapter's building blocks (``adapter.py``): :class:`RegimeAdapter` (the base), :class:`PooledRowsAdapter`
   and :class:`PooledStep` (peer rows pooled into the batch), :class:`PeerGroups` and :func:`gather_peer_groups`
   (peer tables as ``[P, M-1, K]`` tensors), :func:`learner_responses` (peer responses as learner token rows),
@@ -62,6 +63,7 @@ TORCH_NAMES = {
     "nanstd": "mutualrl.regimes.core.grpo", "prp_pooled_advantages": "mutualrl.regimes.core.grpo",
     "reward_scale": "mutualrl.regimes.core.grpo",
     "ScaleRewards": "mutualrl.regimes.core.reward_shapes", "check_float": "mutualrl.regimes.core.reward_shapes",
+    "every_scored": "mutualrl.regimes.core.reward_shapes",
     "check_learner_and_peers": "mutualrl.regimes.core.reward_shapes",
     "check_pool": "mutualrl.regimes.core.reward_shapes", "check_same_shape": "mutualrl.regimes.core.reward_shapes",
     "check_scale_rewards": "mutualrl.regimes.core.reward_shapes", "join_pool": "mutualrl.regimes.core.reward_shapes",

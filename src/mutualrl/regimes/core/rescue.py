@@ -2,9 +2,10 @@
 prompt failed and a peer's succeeded, the learner adds ``λ_r`` times the NLL of one verified peer success,
 retokenized into its vocabulary, under a run-wide budget of steps per prompt.
 
-The maths (:func:`every_own_failed`, :func:`rescue_gate`, :func:`choose_rescues`, :func:`rescue_weights`, :func:`rescue_nll`) is SGT's
-(docs/regimes.md, "SGT"), written for one chosen success per prompt; :class:`RescueBudget` is the adapter's side
-(the counters a checkpoint saves, the rescues attached to TRL's batch, the NLL term of a micro-batch).
+The maths (:func:`every_own_failed`, :func:`rescue_gate`, :func:`choose_rescues`, :func:`rescue_weights`,
+:func:`rescue_nll`) is SGT's (docs/regimes.md, "SGT"), written for one chosen success per prompt;
+:class:`RescueBudget` is the adapter's side (the counters a checkpoint saves, the rescues attached to TRL's batch,
+the NLL term of a micro-batch).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import torch
 from mutualrl.regimes.core.batch_rows import attach_sequences, attached_rows
 from mutualrl.regimes.core.peer_responses import learner_responses
 from mutualrl.regimes.core.rank_metrics import Share
-from mutualrl.regimes.core.reward_shapes import check_float
+from mutualrl.regimes.core.reward_shapes import check_float, every_scored
 from mutualrl.regimes.core.trainer_interface import GRPOBatch, StepRollouts, TrainerView
 
 if TYPE_CHECKING:
@@ -26,8 +27,7 @@ if TYPE_CHECKING:
 def every_own_failed(own_rewards: torch.Tensor, failure_threshold: float) -> torch.Tensor:
     """bool ``[P]``: every scored own rollout of the prompt below ``failure_threshold``, at least one scored
     (``own_rewards`` ``[P, K]``, NaN: unscored). The learner's blind spot on that prompt this step."""
-    scored = ~torch.isnan(own_rewards)  # [P, K]
-    return ((own_rewards < failure_threshold) | ~scored).all(-1) & scored.any(-1)  # [P]
+    return every_scored(own_rewards < failure_threshold, own_rewards)  # [P]
 
 
 def rescue_gate(own_rewards: torch.Tensor, peer_rewards: torch.Tensor, success_threshold: float,

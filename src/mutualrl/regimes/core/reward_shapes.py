@@ -29,6 +29,13 @@ def check_scale_rewards(scale_rewards: str) -> None:
         )
 
 
+def every_scored(hit: torch.Tensor, rewards: torch.Tensor) -> torch.Tensor:
+    """bool ``[P]``: ``hit`` ``[P, K]`` on every scored rollout of ``rewards`` ``[P, K]`` (NaN: unscored), at least
+    one scored."""
+    scored = ~torch.isnan(rewards)  # [P, K]
+    return (hit | ~scored).all(-1) & scored.any(-1)  # [P]
+
+
 def check_float(name: str, t: torch.Tensor, ndim: int, layout: str) -> None:
     """Require a floating tensor with ``ndim`` dimensions (``layout`` names them, e.g. ``"[P, K]"``)."""
     if not isinstance(t, torch.Tensor):

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import torch
 
-from mutualrl.regimes.core.reward_shapes import check_float
+from mutualrl.regimes.core.reward_shapes import check_float, every_scored
 
 
 def solved_prompts(own_rewards: torch.Tensor, success_threshold: float) -> torch.Tensor:
     """bool ``[P]``: every scored own rollout (``own_rewards`` ``[P, K]``, NaN: unscored) above ``success_threshold``,
     at least one scored."""
     check_float("own_rewards", own_rewards, 2, "[P, K]")
-    scored = ~torch.isnan(own_rewards)  # [P, K]
-    return ((own_rewards > success_threshold) | ~scored).all(-1) & scored.any(-1)  # [P]
+    return every_scored(own_rewards > success_threshold, own_rewards)  # [P]
 
 
 def anchored_advantages(advantages: torch.Tensor, solved: torch.Tensor, k: int, alpha: float) -> torch.Tensor:

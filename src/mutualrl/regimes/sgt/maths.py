@@ -26,7 +26,7 @@ from typing import Literal
 
 import torch
 
-from mutualrl.regimes.api import Share, Total, check_float, check_learner_and_peers, check_same_shape
+from mutualrl.regimes.api import Share, Total, check_float, check_learner_and_peers, check_same_shape, every_scored
 from mutualrl.regimes.sgt.spec import SGTSettings, check_sgt_settings
 
 
@@ -121,11 +121,7 @@ def sgt_gate(
     _check_thresholds(success_threshold, failure_threshold)
     negative = is_negative(learner_rewards, failure_threshold)
     any_negative = negative.any(dim=1)
-    if require_all_failed:
-        scored = ~torch.isnan(learner_rewards)
-        learner_failed = (negative | ~scored).all(dim=1) & any_negative
-    else:
-        learner_failed = any_negative
+    learner_failed = every_scored(negative, learner_rewards) if require_all_failed else any_negative  # [P]
     peer_success = is_success(peer_rewards, success_threshold)
     peer_has_success = peer_success.flatten(1).any(dim=1)
     return SGTGate(

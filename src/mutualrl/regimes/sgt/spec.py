@@ -43,8 +43,6 @@ class SGTSettings:
                   "more, so an answer it cannot take up yet stops pulling on its other skills. The counts are saved "
                   "with each checkpoint."}
     )
-
-
     anchor_lam: float = field(
         default=0.0,
         metadata={"ge": 0, "help": "Beyond the paper: a success anchor. On a prompt whose every own rollout is a "
