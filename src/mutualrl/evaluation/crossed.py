@@ -183,8 +183,16 @@ def report_half_width(found: Parts, alpha: float = 1 - CONFIDENCE) -> Any:
     if found.seeds < 3:
         return conservative
     variance, df = anova_variance(found.v_seed, found.v_prompt, found.v_error, found.seeds, found.prompts)
-    anova = stats.t.isf(alpha / 2, df) * np.sqrt(np.maximum(variance, 0.0))
-    return np.where(prompt_led(found), np.minimum(conservative, anova), conservative)
+    led = prompt_led(found)
+    shape = np.broadcast_shapes(np.shape(conservative), np.shape(variance), np.shape(led))
+    half = np.array(np.broadcast_to(conservative, shape), dtype=float)  # (...) a writable copy
+    led = np.broadcast_to(led, shape)  # (...)
+    # t's quantile only where the form may be used: a power plan's grid is mostly seed-led, and the quantile is
+    # most of its cost
+    anova = stats.t.isf(alpha / 2, np.broadcast_to(df, shape)[led]) * np.sqrt(
+        np.maximum(np.broadcast_to(variance, shape)[led], 0.0))  # (n_led,)
+    half[led] = np.minimum(half[led], anova)
+    return half
 
 
 def prompt_led(found: Parts) -> Any:
