@@ -382,12 +382,30 @@ def xdist_group_name(group: str) -> str:
     return group.replace("[", "(").replace("]", ")")
 
 
+OPT_IN_TIERS = ("real_pool", "benchmarks_and_recipes")
+"""Markers of tiers outside the README's command: their tests run only where ``-m`` names the tier. (An ``-m`` in
+``addopts`` did this until a command line's own ``-m``, the fast tier's ``-m "not slow"``, replaced it and ran 27
+of the tier's tests in the fast tier.)"""
+
+
+def opted_out(items: list[pytest.Item], markexpr: str) -> list[pytest.Item]:
+    """The tests of an opt-in tier (:data:`OPT_IN_TIERS`) that ``markexpr`` does not name."""
+    return [item for item in items if any(item.get_closest_marker(tier) is not None and tier not in markexpr
+                                          for tier in OPT_IN_TIERS)]
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The groups, marked before pytest-xdist's worker reads the marks into the test ids it schedules by (its own
-    ``pytest_collection_modifyitems``, registered after this file: pluggy calls the later one first). Marked after
-    it, the marks did nothing, silently: every group was spread over both workers, and a shared run launched on each
-    worker that met one of its tests; so did a group named with a parameter's brackets (:func:`xdist_group_name`)."""
+    """The opt-in tiers left out unless named (:func:`opted_out`); then the groups, marked before pytest-xdist's
+    worker reads the marks into the test ids it schedules by (its own ``pytest_collection_modifyitems``, registered
+    after this file: pluggy calls the later one first). Marked after it, the marks did nothing, silently: every group
+    was spread over both workers, and a shared run launched on each worker that met one of its tests; so did a group
+    named with a parameter's brackets (:func:`xdist_group_name`)."""
+    left_out = opted_out(items, config.getoption("markexpr") or "")
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        dropped = set(left_out)
+        items[:] = [item for item in items if item not in dropped]
     groups = xdist_groups((item.nodeid, shared_fixture_keys(item)) for item in items)
     for item in items:
         if item.nodeid in groups:

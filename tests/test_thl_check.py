@@ -62,6 +62,7 @@ def test_acceptance_all_36_pairs_on_the_builtin_corpus() -> None:
     assert all(r["max_unit_chars"] < 200 for r in rows)
 
 
+@pytest.mark.slow  # over 2 s: 36 pairs, each tokenizer loaded by the CLI
 def test_acceptance_all_36_pairs_on_mixed_text(tmp_path: Path) -> None:
     texts = tmp_path / "mixed.jsonl"
     texts.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in MIXED), encoding="utf-8")

@@ -12,7 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import (THREAD_VARIABLES, share_the_cores, threads_per_worker, xdist_group_name, xdist_groups,
+from conftest import (THREAD_VARIABLES, opted_out, share_the_cores, threads_per_worker, xdist_group_name, xdist_groups,
                       xdist_workers)
 
 TESTS = Path(__file__).parent
@@ -149,3 +149,16 @@ def test_this_worker_runs_torch_on_the_threads_its_children_inherit(request):
         assert all(os.environ.get(name, "").strip() for name in THREAD_VARIABLES)
     if os.environ.get("OMP_NUM_THREADS", "").isdigit():
         assert torch.get_num_threads() == int(os.environ["OMP_NUM_THREADS"])
+
+
+def test_an_opt_in_tier_runs_only_where_the_mark_expression_names_it():
+    """The fast tier's ``-m "not slow"`` once replaced addopts' ``-m`` and ran the benchmarks tier's tests."""
+    def item(*marks: str) -> SimpleNamespace:
+        return SimpleNamespace(get_closest_marker=lambda name: name if name in marks else None)
+
+    tier, pool, slow, plain = item("benchmarks_and_recipes"), item("real_pool", "slow"), item("slow"), item()
+    everything = [tier, pool, slow, plain]
+    assert opted_out(everything, "") == [tier, pool]
+    assert opted_out(everything, "not slow") == [tier, pool]
+    assert opted_out(everything, "benchmarks_and_recipes") == [pool]
+    assert opted_out(everything, "real_pool or benchmarks_and_recipes") == []
