@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -389,8 +390,9 @@ of the tier's tests in the fast tier.)"""
 
 
 def opted_out(items: list[pytest.Item], markexpr: str) -> list[pytest.Item]:
-    """The tests of an opt-in tier (:data:`OPT_IN_TIERS`) that ``markexpr`` does not name."""
-    return [item for item in items if any(item.get_closest_marker(tier) is not None and tier not in markexpr
+    """The tests of an opt-in tier (:data:`OPT_IN_TIERS`) that ``markexpr`` does not name (as a whole word)."""
+    named = set(re.findall(r"\w+", markexpr))
+    return [item for item in items if any(item.get_closest_marker(tier) is not None and tier not in named
                                           for tier in OPT_IN_TIERS)]
 
 

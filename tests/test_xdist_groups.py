@@ -12,8 +12,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import (THREAD_VARIABLES, opted_out, share_the_cores, threads_per_worker, xdist_group_name, xdist_groups,
-                      xdist_workers)
+from conftest import (OPT_IN_TIERS, THREAD_VARIABLES, opted_out, share_the_cores, threads_per_worker, xdist_group_name,
+                      xdist_groups, xdist_workers)
 
 TESTS = Path(__file__).parent
 CALLS_A_SHARED_RUN = re.compile(r"\b(shared_train|tiny_regime_run)\(")
@@ -156,9 +156,11 @@ def test_an_opt_in_tier_runs_only_where_the_mark_expression_names_it():
     def item(*marks: str) -> SimpleNamespace:
         return SimpleNamespace(get_closest_marker=lambda name: name if name in marks else None)
 
-    tier, pool, slow, plain = item("benchmarks_and_recipes"), item("real_pool", "slow"), item("slow"), item()
+    pool_mark, tier_mark = OPT_IN_TIERS  # named through the constant: this file stays out of the tier's digest
+    tier, pool, slow, plain = item(tier_mark), item(pool_mark, "slow"), item("slow"), item()
     everything = [tier, pool, slow, plain]
     assert opted_out(everything, "") == [tier, pool]
     assert opted_out(everything, "not slow") == [tier, pool]
-    assert opted_out(everything, "benchmarks_and_recipes") == [pool]
-    assert opted_out(everything, "real_pool or benchmarks_and_recipes") == []
+    assert opted_out(everything, tier_mark) == [pool]
+    assert opted_out(everything, f"{pool_mark} or {tier_mark}") == []
+    assert opted_out(everything, f"{pool_mark}_gpu") == [tier, pool]  # a whole word, not a substring

@@ -189,7 +189,7 @@ def report_half_width(found: Parts, alpha: float = 1 - CONFIDENCE) -> Any:
     led = np.broadcast_to(led, shape)  # (...)
     # t's quantile only where the form may be used: a power plan's grid is mostly seed-led, and the quantile is
     # most of its cost
-    anova = stats.t.isf(alpha / 2, np.broadcast_to(df, shape)[led]) * np.sqrt(
+    anova = stats.t.isf(np.broadcast_to(alpha, shape)[led] / 2, np.broadcast_to(df, shape)[led]) * np.sqrt(
         np.maximum(np.broadcast_to(variance, shape)[led], 0.0))  # (n_led,)
     half[led] = np.minimum(half[led], anova)
     return half
