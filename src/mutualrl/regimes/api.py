@@ -4,8 +4,8 @@
   (the variable naming plugin regimes), the words a plot puts on a metric (:class:`MetricWords` and its ranges
   ``FREE``, ``UNIT``, ``NONNEGATIVE``, ``NONPOSITIVE``), and the pooled-rows settings PRP and HACPO share
   (:class:`PooledRowsSettings`, :func:`ratio_metrics`), the fields and metrics SGT's rescue brings to another regime
-  (:class:`RescueSettings`, :func:`check_rescue_thresholds`, :func:`rescue_metrics`); :class:`UsageError`, what a regime raises on bad settings
-  or input (one line, exit 2); :func:`whole_count`, :func:`check_rescue_counts` and
+  (:class:`RescueSettings`, :func:`check_rescue_thresholds`, :func:`rescue_metrics`); :class:`UsageError`, what a
+  regime raises on bad settings or input (one line, exit 2); :func:`whole_count`, :func:`check_rescue_counts` and
   :func:`check_optional_rescue_counts` (a rescue budget's counters), for a ``state_check`` of saved counters.
 - The metrics a regime returns, by how each is reduced over the ranks: :class:`Share`, :class:`Total`,
   :class:`Quantile`.
