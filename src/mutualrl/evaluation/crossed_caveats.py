@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from mutualrl.evaluation.crossed import error_mean_square
@@ -72,3 +73,47 @@ def outlying_seeds(matrix: Any) -> Any:
     if seeds < ROBUST_FROM:
         return outlier_scores(m) > OUTLIER_RATIO_FEW
     return robust_scores(m) > OUTLIER_RATIO
+
+
+#: A run is named as failed when the other seeds' runs make what it did less likely than this (:func:`match_chance`).
+FAILED_CHANCE = 0.001
+
+
+def match_chance(others: Sequence[Mapping[str, bool]], prompts: Sequence[str]) -> float:
+    """The chance that a run like the other seeds' does on every one of ``prompts`` what a candidate did (``others``:
+    per other run, ``prompt id -> whether it did it there``): per prompt the share of the other runs that did,
+    shrunk towards ½ ((count + ½) / (runs + 1), so that a prompt where no other run did still leaves a chance),
+    multiplied over the prompts (independent given the runs; a weak seed's runs correlate them, which the shrinkage
+    pays for). A run at 0 against two seeds that each solve a prompt: 0.17 a prompt, below 0.001 from 4 prompts."""
+    chance = 1.0
+    for prompt in prompts:
+        did = [run[prompt] for run in others if prompt in run]
+        chance *= (sum(did) + 0.5) / (len(did) + 1)
+    return chance
+
+
+def failed_runs(scores: Mapping[Any, Mapping[str, float]],
+                start: Mapping[Any, Mapping[str, float]] | None = None) -> dict[Any, str]:
+    """``seed -> what its run did`` for the runs of one cell (``seed -> prompt id -> score``; ``start``: each run's
+    step-0 validation, where known) that failed by what they are, not by distance: a run that scored one value on
+    every prompt (a run at 0, or at 1), or its step-0 score on every prompt, where the other seeds' runs make that
+    less likely than :data:`FAILED_CHANCE` (:func:`match_chance`). Named at any number of seeds from 2 and of
+    prompts: at 3 seeds × 100 prompts a run at 0 on every prompt is named in every simulated sweep
+    (tests/test_report_boundary.py)."""
+    out: dict[Any, str] = {}
+    start = start or {}
+    for seed, run in scores.items():
+        others = {key: other for key, other in scores.items() if key != seed}
+        values = set(run.values())
+        if len(run) > 1 and len(values) == 1 and others:
+            value = next(iter(values))
+            did = [{prompt: score == value for prompt, score in other.items()} for other in others.values()]
+            if match_chance(did, list(run)) < FAILED_CHANCE:
+                out[seed] = f"scored {value:g} on every held-out prompt"
+                continue
+        if start.get(seed) == dict(run) and len(run) > 1:
+            did = [{prompt: score == start[key].get(prompt) for prompt, score in other.items()}
+                   for key, other in others.items() if start.get(key)]
+            if did and match_chance(did, list(run)) < FAILED_CHANCE:
+                out[seed] = "scored its step-0 score on every held-out prompt (did it train?)"
+    return out
