@@ -81,14 +81,16 @@ FAILED_CHANCE = 0.001
 
 def match_chance(others: Sequence[Mapping[str, bool]], prompts: Sequence[str]) -> float:
     """The chance that a run like the other seeds' does on every one of ``prompts`` what a candidate did (``others``:
-    per other run, ``prompt id -> whether it did it there``): per prompt the share of the other runs that did,
-    shrunk towards ½ ((count + ½) / (runs + 1), so that a prompt where no other run did still leaves a chance),
-    multiplied over the prompts (independent given the runs; a weak seed's runs correlate them, which the shrinkage
-    pays for). A run at 0 against two seeds that each solve a prompt: 0.17 a prompt, below 0.001 from 4 prompts."""
+    per other run, ``prompt id -> whether it did it there``), multiplied over the prompts (independent given the
+    runs; a weak seed's runs correlate them, which the small factors below pay for): 1 on a prompt where every other
+    run did it too (it says nothing against the candidate), else the share of the other runs that did, shrunk towards
+    ½ ((count + ½) / (runs + 1): a prompt where none did still leaves a chance). A run at 0 where two other seeds
+    both solve some prompts: 0.17 for each such prompt, below 0.001 from 4 of them."""
     chance = 1.0
     for prompt in prompts:
         did = [run[prompt] for run in others if prompt in run]
-        chance *= (sum(did) + 0.5) / (len(did) + 1)
+        if not all(did):
+            chance *= (sum(did) + 0.5) / (len(did) + 1)
     return chance
 
 

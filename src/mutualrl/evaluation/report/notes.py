@@ -13,6 +13,12 @@ from mutualrl.evaluation.report.caveats import STATISTICAL, cause_of
 from mutualrl.evaluation.report.stats import FEW_RUNS, INTERVAL_KIND, MIN_RUNS_FOR_IQM, t_quantile
 
 CAVEAT_MARK = "†"
+#: What every task-level interval assumes, said under every table.
+CONDITION = ("what the task-level interval assumes: it covers the task for a method whose runs look like the runs "
+             "seen (each seed's run a draw from one spread; a reward@1 mean of 0-1 scores on the logit scale); a "
+             "failure that no seed of the sweep showed is not covered and no caveat can name it (a run that "
+             "collapses in 1 seed of 10 is missed by 3 seeds 73 % of the time, and such sweeps covered the task's Δ "
+             "in as few as 0.14 of cases in simulation); a failed run that shows is named (†)")
 #: The cause of a line about runs on other library versions (``run_versions``), lettered like the others.
 VERSIONS = ("versions", "ran on other library versions, or not on the tested set")
 
@@ -41,7 +47,7 @@ def _notes(report: Report) -> list[str]:
              f"form with Satterthwaite's df), covering the task; on a prompts row the {INTERVAL_KIND}, covering "
              f"these prompts; none at n = 1 or when every run scored the same (SD 0); intervals are not clipped to "
              f"the reward's range; IQM (interquartile mean, rliable) from n = {MIN_RUNS_FOR_IQM}",
-             *unclipped_notes(report)]
+             *unclipped_notes(report), CONDITION]
     if report.compared:
         lines += comparison_notes(report)
     lines += cell_notes(report)
