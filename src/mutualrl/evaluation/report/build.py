@@ -515,14 +515,22 @@ def seed_scores(members: list[FinalValues], policy: str) -> dict[Any, dict[str, 
 
 
 def shared_context(runs: list[FinalValues]) -> dict[str, Any]:
-    """Pool, task and final validation step, each when every run has the same (else "mixed")."""
+    """Pool, task, final validation step and held-out prompt limit, each when every run has the same (else
+    "mixed")."""
     def common(values: list[Any]) -> Any:
         return values[0] if len(set(map(repr, values))) == 1 else "mixed"
 
     return {"pool": common([r.settings.get("pool.name") for r in runs]),
             "task": common([task_label(r.settings) for r in runs]),
             "source": common([r.settings.get("task.source") for r in runs]),
-            "steps": common([max(r.step.values()) for r in runs])}
+            "steps": common([max(r.step.values()) for r in runs]),
+            "limit": common([validation_limit(r.settings) for r in runs])}
+
+
+def validation_limit(settings: RunSettings) -> Any:
+    """The held-out prompts a run validated on at most: ``validation.limit``, else ``task.eval_limit`` (None: all)."""
+    limit = settings.get("validation.limit")
+    return limit if limit is not None else settings.get("task.eval_limit")
 
 
 #: Folder names that say a folder holds data, not which: a user's task is then named by the folder above (when the

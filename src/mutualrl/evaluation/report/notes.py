@@ -81,9 +81,14 @@ def claim_note(report: Report) -> str:
     prompts = sorted({row.task_mean.prompts for row in report.rows if row.claim == TASK and row.task_mean})
     over = (f", over the {' or '.join(map(str, prompts))} held-out prompts every run of the cell scored"
             if prompts else "")
+    limit = report.context.get("limit")
+    first = (f"; the held-out prompts are the split's first {limit} (validation.limit), not a random draw: the {TASK} "
+             f"claim holds as far as they are like one" if limit not in (None, "mixed") else
+             "; some runs validated on the split's first N prompts only (validation.limit), not a random draw"
+             if limit == "mixed" else "")
     return (f"claim: what a row's intervals, p and power are about -- {TASK}: the expected reward@1 over new seeds "
             f"and new prompts of the task (task group {ALL}{over}); {PROMPTS}: the expected reward@1 of these "
-            f"held-out prompts over new seeds (the task groups: a prompt's record carries no task group)")
+            f"held-out prompts over new seeds (the task groups: a prompt's record carries no task group){first}")
 
 
 def comparison_notes(report: Report) -> list[str]:
