@@ -231,6 +231,8 @@ def test_a_pilots_plan_is_a_range_and_says_what_its_ends_mean(tmp_path: Path) ->
     assert "sgt vs standalone, tiny-bpe (pilot: 3 seeds × 40 prompts;" in lines[0]
     low, high = (int(x) for x in lines[0].split("): ")[-1].split(" seeds × 40")[0].split("-"))
     assert low < high  # 3 seeds: the upper confidence limits ask for more
-    assert "90% upper confidence limits from a pilot of 3 seeds" in lines[-1]
+    assert "90% upper confidence limits from a pilot of 3 seeds" in " ".join(lines)
+    assert lines[1].startswith("  expected power at 40 prompts, averaged over the pilot's uncertainty: 5 seeds ")
+    assert any(line.startswith("pilot caveat: sgt, tiny-bpe: only ") for line in lines)  # its few-prompts caveat
     stated = plan_lines("seed=0.0008,prompt=0.0015,interaction=0.04", 0.03, prompts=[150])
     assert "-" not in stated[0].split("): ")[-1] and "taking the stated variance components as true" in stated[-1]

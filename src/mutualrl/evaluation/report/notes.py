@@ -7,7 +7,15 @@ used few peer samples, a restarted policy, runs on other versions)."""
 from __future__ import annotations
 
 from mutualrl.evaluation.crossed import Components
-from mutualrl.evaluation.power import ALPHA, PILOT_CONFIDENCE, POWER, pilot_words, plan_options, plan_words
+from mutualrl.evaluation.power import (
+    ALPHA,
+    PILOT_CONFIDENCE,
+    POWER,
+    pilot_words,
+    plan_options,
+    plan_words,
+    power_table,
+)
 from mutualrl.evaluation.report.build import ALL, HEADLINE, PROMPTS, TASK, TASK_GROUPS, Report, ReportRow
 from mutualrl.evaluation.report.caveats import STATISTICAL, cause_of
 from mutualrl.evaluation.report.stats import FEW_RUNS, INTERVAL_KIND, MIN_RUNS_FOR_IQM, t_quantile
@@ -165,8 +173,9 @@ def plan_line(row: ReportRow, effect: float, alpha: float) -> str:
     prompts = row.task_delta.prompts
     options = plan_options(effect, row.task_delta.components, [prompts, 2 * prompts, 5 * prompts], alpha,
                            pilot=(row.task_delta.seeds, prompts))
+    table = power_table(effect, row.task_delta.components, (row.task_delta.seeds, prompts), prompts, alpha)
     return (f"plan: {row.group} vs {row.baseline}, {row.policy}: {plan_words(effect, options, alpha)} "
-            f"({components_words(row.task_delta.components)})")
+            f"({components_words(row.task_delta.components)}); {table}")
 
 
 def components_words(comps: Components) -> str:
