@@ -1,8 +1,8 @@
 """When the crossed interval's assumptions fail, and the report must say so beside the row.
 
-- **Few informative prompts**: when most prompts score alike in every seed (and, in Δ, alike in both arms), the
-  prompt part of the variance rests on the few that differ, a skewed handful that a t quantile does not fit; in
-  simulation (``benchmarks/report_grid.py``) the interval's coverage of the task falls below 0.93 under
+- **Few informative prompts** (in Δ, or in a mean near 0 or 1): when most prompts score alike in every seed (and, in
+  Δ, alike in both arms), the prompt part of the variance rests on the few that differ, a skewed handful that a t
+  quantile does not fit; in simulation (``benchmarks/report_grid.py``) the interval's coverage of the task falls below 0.93 under
   :data:`FEW_INFORMATIVE` informative prompts (:func:`~mutualrl.evaluation.crossed.informative_prompts`).
 - **An outlying seed** (a collapsed run, say): the interval assumes seeds drawn from one normal spread. At 3 or 4
   seeds, a seed whose mean lies further from the other seeds' mean than :data:`OUTLIER_RATIO_FEW` times the spread
@@ -10,7 +10,13 @@
   :data:`OUTLIER_RATIO` times their scaled median absolute deviation (robust to a second collapsed run); each
   spread floored at the seed × prompt noise of a seed's mean, sqrt(MS_error / p). 2 seeds say nothing about which
   is odd. The ratios are set by simulation so that normal seeds are flagged in at most about 4 % of sweeps in
-  every scenario of the grid while a single collapsed run is found (benchmarks/results/report-grid.md).
+  every scenario of the grid while a single collapsed run is found (benchmarks/results/report-grid.md). By distance
+  alone a run at 0 can hide: at 100 prompts or fewer its gap from the others is about the threshold.
+- **A failed run, by what it is** (:func:`failed_runs`): one value on every prompt (a run at 0, or at 1), or its
+  step-0 scores on every prompt, where the other seeds' runs make that unlikely: named at any number of prompts.
+
+None of these can name a failure that no seed of the sweep showed: the interval covers a method whose runs look like
+the runs seen, and the report's notes say so.
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ effect ``±effect`` with 80 % probability, taking the observed variance as the t
   a 3-seed pilot's seed component is itself uncertain by a factor of several.
 - paired t: the noncentral t with the observed SD of the per-seed differences (Cohen 1988).
 
+A pilot's plan also gives the expected power at a few seed counts (:func:`expected_power`): the crossed power
+averaged over what the pilot leaves uncertain, the figure a user can act on where a 3-seed pilot's range of seeds
+spans a factor of 5-10 or more.
+
 The level is Holm's first threshold α/m over the m comparisons of the row's family: a comparison whose raw p is below
 α/m has a Holm-adjusted p below α whatever the other comparisons show, so the seeds given are enough for Holm's
 test as the table applies it (they are what it needs when every other comparison of the family is null).

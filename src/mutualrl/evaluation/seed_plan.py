@@ -5,7 +5,8 @@ components (``seed=0.0004,prompt=0.002,interaction=0.05``), the fewest seeds wit
 test of the task claim (crossed seeds × prompts, at Holm's first threshold α/m of the headline family) detects a
 stated minimal effect with 80 % power, for several numbers of held-out prompts (:mod:`.power`):
 "to detect ±0.05 with 80% power (two-sided α = 0.025): 12 seeds × 200 prompts, or 8 × 500"; from a pilot, a range
-whose upper end plans with the pilot components' upper confidence limits ("12-25 seeds × 200 prompts").
+whose upper end plans with the pilot components' upper confidence limits ("12-70 seeds × 200 prompts"), and the
+expected power at a few seed counts averaged over the pilot's uncertainty, with the pilot's caveats under it.
 """
 
 from __future__ import annotations

@@ -52,9 +52,10 @@ def _notes(report: Report) -> list[str]:
              f"SD: sample standard deviation over runs (n − 1); 95% CI: on a task row over seeds × prompts, crossed "
              f"(the seed part and the prompt part of the variance each with its own t quantile: Owen 2007, Banerjee "
              f"1960; from 3 seeds, where the prompt part leads, the narrower of it and the two-way variance-analysis "
-             f"form with Satterthwaite's df), covering the task; on a prompts row the {INTERVAL_KIND}, covering "
-             f"these prompts; none at n = 1 or when every run scored the same (SD 0); intervals are not clipped to "
-             f"the reward's range; IQM (interquartile mean, rliable) from n = {MIN_RUNS_FOR_IQM}",
+             f"form with Satterthwaite's df, a choice made from the data and validated by simulation; a mean of 0-1 "
+             f"scores on the logit scale), covering the task; on a prompts row the {INTERVAL_KIND}, covering these "
+             f"prompts; none at n = 1 or when every run scored the same (SD 0); intervals are not clipped to the "
+             f"reward's range; IQM (interquartile mean, rliable) from n = {MIN_RUNS_FOR_IQM}",
              *unclipped_notes(report), CONDITION]
     if report.compared:
         lines += comparison_notes(report)
