@@ -161,3 +161,14 @@ def test_a_seed_that_scored_fewer_prompts_is_said_and_one_pair_gives_no_share(tm
     assert sgt.task_delta.seeds == 3 and sgt.task_delta.prompts == 45  # over the prompts all scored
     text = " ".join(render(report, "markdown").split())
     assert "the held-out prompts are the split's first 50 (validation.limit), not a random draw" in text
+
+
+def test_twenty_prompts_that_all_vary_count_twenty_and_carry_no_caveat() -> None:
+    """The count of prompts carrying variation reaches p: 20 prompts of 3 seeds that all vary are all informative
+    (the caveat's threshold), while a prompt every seed scored alike at the most common value counts out."""
+    rng = np.random.default_rng(30)
+    matrix = (rng.random((3, 20)) < 0.5).astype(float)  # (seeds, prompts)
+    matrix[0] = 1 - matrix[1]  # every prompt scored 0 by one seed and 1 by another
+    assert informative_prompts(matrix) == FEW_INFORMATIVE == 20
+    matrix[:, :3] = 0.0  # three prompts every seed scored 0
+    assert informative_prompts(matrix) == 17
