@@ -80,12 +80,17 @@ def test_a_collapsed_seed_is_named_in_every_format(tmp_path: Path) -> None:
     ours = {seed: [int(d < 0.55 or rng.random() < 0.1) for d in difficulty] for seed in (1, 2, 3, 4)}
     ours[3] = [0] * 60  # seed 3's run collapsed: it solves nothing
     root = sweep_of(tmp_path / "sweep", base, ours)
-    said_everywhere(root, "of seed 3 (")
+    said_everywhere(root, "sgt, tiny-bpe: seed 3 scored 0 on every held-out prompt, where the other seeds' runs did not")
     report = build_report([root])
     row = next(r for r in report.rows if (r.group, r.task_group) == ("sgt", "all"))
-    assert any("lies far from the other seeds'" in line and "seed 3" in line for line in row.caveats)
+    assert not any("lies far" in line for line in row.caveats)  # named once, by what it is
     baseline = next(r for r in report.rows if (r.group, r.task_group) == ("standalone", "all"))
-    assert not any("lies far" in line for line in baseline.caveats)  # only the run that collapsed
+    assert not any("seed 3" in line for line in baseline.caveats)  # only the run that collapsed
+    ours[3] = [1] + [0] * 59  # a run that solves one prompt: not one value on every prompt, but far from the others
+    near = sweep_of(tmp_path / "near", base, ours)
+    said_everywhere(near, "of seed 3 (")
+    row = next(r for r in build_report([near]).rows if (r.group, r.task_group) == ("sgt", "all"))
+    assert any("lies far from the other seeds'" in line and "seed 3" in line for line in row.caveats)
 
 
 def null_and_effect(name: str, seeds: int, prompts: int, repeats: int, seed: int) -> tuple[np.ndarray, ...]:

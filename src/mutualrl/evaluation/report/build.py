@@ -82,6 +82,7 @@ class ReportRow:
     p_holm: float | None = None  # Holm's adjusted p of the row's test, over the row's family
     seeds_needed: int | None = None  # for the report's --min-effect, with the row's test (None: not asked or n/a)
     seeds_needed_upper: int | None = None  # the same at the variance's 90 % upper confidence limits
+    failed: set[Any] = field(default_factory=set)  # seeds named as failed runs (its own or its baseline's)
 
     @property
     def claim(self) -> str:
@@ -332,7 +333,8 @@ def report_rows(groups: dict[str, list[FinalValues]], baselines: dict[str, str |
         for policy in dict.fromkeys(p for m in members for p in m.values):
             caveats = cell_caveats(label, policy, [(m.settings.seed, m.caveats) for m in members],
                                    all_differences(members, groups.get(base or "", []), policy), base)
-            caveats += failed_lines(label, policy, members, groups.get(base or "", []), base)
+            failed, lines = failed_lines(label, policy, members, groups.get(base or "", []), base)
+            caveats += lines
             caveats += [line for line in [prompt_sets_caveat(label, policy, seed_scores(members, policy))] if line]
             same = set(seed_scores(members, policy))
             if base is not None:
@@ -342,7 +344,7 @@ def report_rows(groups: dict[str, list[FinalValues]], baselines: dict[str, str |
             for task_group in dict.fromkeys(g for m in members for g in m.values.get(policy, {})):
                 by_seed = seed_values(members, policy, task_group)
                 row = ReportRow(label, policy, task_group, list(by_seed), list(by_seed.values()),
-                                cell_stats(list(by_seed.values())), baseline=base, caveats=caveats)
+                                cell_stats(list(by_seed.values())), baseline=base, caveats=caveats, failed=failed)
                 if base is not None:  # paired only where both runs scored the same prompts: never across sets
                     row.vs_baseline = paired_stats({seed: v for seed, v in by_seed.items() if seed in same},
                                                    seed_values(groups[base], policy, task_group))
@@ -351,24 +353,25 @@ def report_rows(groups: dict[str, list[FinalValues]], baselines: dict[str, str |
 
 
 def failed_lines(label: str, policy: str, members: list[FinalValues], base: list[FinalValues],
-                 base_label: str | None) -> list[str]:
+                 base_label: str | None) -> tuple[set[Any], list[str]]:
     """A line per run of the cell that failed by what it is (:func:`~mutualrl.evaluation.crossed_caveats.failed_runs`:
     one value on every prompt, or its step-0 scores), and per baseline run of the same seed that did: whatever the
-    distance of its mean from the others', at any number of prompts."""
+    distance of its mean from the others', at any number of prompts. Returns the seeds named and the lines."""
     from mutualrl.evaluation.report.caveats import seeds_text
 
-    lines = []
+    lines, named = [], set()
     for runs, whose in ((members, ""), (base, f"against {base_label}: {base_label}'s run of ")):
         ours = seed_scores(runs, policy)
         start = {m.settings.seed: m.start_scores[policy] for m in runs if policy in m.start_scores}
         shown = {seed: what for seed, what in failed_runs(ours, start).items()
                  if not whose or seed in seed_scores(members, policy)}
+        named |= set(shown)
         for what in dict.fromkeys(shown.values()):
             seeds = [seed for seed, found in shown.items() if found == what]
             lines.append(f"{label}, {policy}: {whose}{seeds_text(seeds)} {what}, where the other seeds' runs did "
                          f"not (a collapsed or failed run?): the task-level interval covers runs like the ones seen, "
                          f"not a failure their seeds did not show; look at the run, and report it apart if it failed")
-    return lines
+    return named, lines
 
 
 def prompt_sets_caveat(label: str, policy: str, ours: dict[Any, dict[str, float]]) -> str | None:
@@ -445,7 +448,7 @@ def outlier_line(row: ReportRow, what: str, seeds: list[Any], matrix: Any) -> st
     """The caveat naming the seeds whose mean over the prompts lies far from the others' (a collapsed run)."""
     if len(seeds) < 3 or not matrix.size:
         return None
-    flagged = outlying_seeds(matrix)
+    flagged = outlying_seeds(matrix) & [seed not in row.failed for seed in seeds]  # a failed run is named already
     if not flagged.any():
         return None
     means = matrix.mean(axis=1)
