@@ -80,7 +80,7 @@ def test_a_collapsed_seed_is_named_in_every_format(tmp_path: Path) -> None:
     ours = {seed: [int(d < 0.55 or rng.random() < 0.1) for d in difficulty] for seed in (1, 2, 3, 4)}
     ours[3] = [0] * 60  # seed 3's run collapsed: it solves nothing
     root = sweep_of(tmp_path / "sweep", base, ours)
-    said_everywhere(root, "sgt, tiny-bpe: seed 3 scored 0 on every held-out prompt, where the other seeds' runs did not")
+    said_everywhere(root, "sgt, tiny-bpe: seed 3 scored 0 on every held-out prompt, where the other seeds' runs")
     report = build_report([root])
     row = next(r for r in report.rows if (r.group, r.task_group) == ("sgt", "all"))
     assert not any("lies far" in line for line in row.caveats)  # named once, by what it is

@@ -80,7 +80,8 @@ def test_a_hard_task_with_few_solved_prompts_names_no_normal_run() -> None:
 
 
 #: Cells (fixed share, mu, seed SD, sign, seeds, prompts) near a bound, with the gain over the symmetric interval
-#: asserted (negative: no loss beyond it): an easy task (mean 0.94) and hard ones (0.30, 0.04, 0.14); the seed SD large, which skews seed means.
+#: asserted (negative: no loss beyond it): an easy task (mean 0.94) and hard ones (0.30, 0.04, 0.14); the seed SD
+#: large, which skews the seeds' means.
 BOUNDARY_CELLS = [((0.0, 2.5, 0.8, 1.0, 3, 500), 0.03), ((0.0, -1.0, 1.2, -1.0, 3, 500), 0.03),
                   ((0.8, -1.5, 0.8, -1.0, 3, 500), 0.0), ((0.0, -2.0, 1.2, -1.0, 3, 100), -0.01)]
 

@@ -2,8 +2,9 @@
 
 - **Few informative prompts** (in Δ, or in a mean near 0 or 1): when most prompts score alike in every seed (and, in
   Δ, alike in both arms), the prompt part of the variance rests on the few that differ, a skewed handful that a t
-  quantile does not fit; in simulation (``benchmarks/report_grid.py``) the interval's coverage of the task falls below 0.93 under
-  :data:`FEW_INFORMATIVE` informative prompts (:func:`~mutualrl.evaluation.crossed.informative_prompts`).
+  quantile does not fit; in simulation (``benchmarks/report_grid.py``) the interval's coverage of the task falls
+  below 0.93 under :data:`FEW_INFORMATIVE` informative prompts
+  (:func:`~mutualrl.evaluation.crossed.informative_prompts`).
 - **An outlying seed** (a collapsed run, say): the interval assumes seeds drawn from one normal spread. At 3 or 4
   seeds, a seed whose mean lies further from the other seeds' mean than :data:`OUTLIER_RATIO_FEW` times the spread
   a further seed would show by theirs; from 5 seeds, one further from the median of the seed means than

@@ -336,7 +336,7 @@ def report_rows(groups: dict[str, list[FinalValues]], baselines: dict[str, str |
             failed, lines = failed_lines(label, policy, members, groups.get(base or "", []), base)
             caveats += lines
             caveats += [line for line in [prompt_sets_caveat(label, policy, seed_scores(members, policy))] if line]
-            same = set(seed_scores(members, policy))
+            same: set[Any] = set()  # the seeds whose run and baseline run scored the same prompts
             if base is not None:
                 ours, theirs = seed_scores(members, policy), seed_scores(groups[base], policy)
                 caveats += [line for line in [pairing_caveat(label, base, policy, ours, theirs)] if line]
@@ -354,9 +354,9 @@ def report_rows(groups: dict[str, list[FinalValues]], baselines: dict[str, str |
 
 def failed_lines(label: str, policy: str, members: list[FinalValues], base: list[FinalValues],
                  base_label: str | None) -> tuple[set[Any], list[str]]:
-    """A line per run of the cell that failed by what it is (:func:`~mutualrl.evaluation.crossed_caveats.failed_runs`:
-    one value on every prompt, or its step-0 scores), and per baseline run of the same seed that did: whatever the
-    distance of its mean from the others', at any number of prompts. Returns the seeds named and the lines."""
+    """The seeds named and a line per run of the cell that failed by what it is (one value, or its step-0 scores, on
+    every prompt: :func:`~mutualrl.evaluation.crossed_caveats.failed_runs`), and per baseline run of the same seed
+    that did: whatever the distance of its mean from the others', at any number of prompts."""
     from mutualrl.evaluation.report.caveats import seeds_text
 
     lines, named = [], set()
@@ -369,8 +369,8 @@ def failed_lines(label: str, policy: str, members: list[FinalValues], base: list
         for what in dict.fromkeys(shown.values()):
             seeds = [seed for seed, found in shown.items() if found == what]
             lines.append(f"{label}, {policy}: {whose}{seeds_text(seeds)} {what}, where the other seeds' runs did "
-                         f"not (a collapsed or failed run?): the task-level interval covers runs like the ones seen, "
-                         f"not a failure their seeds did not show; look at the run, and report it apart if it failed")
+                         f"not (a collapsed or failed run?): the task-level interval takes it as one draw of the "
+                         f"seeds' spread; look at the run, and report it apart if it failed")
     return named, lines
 
 
