@@ -29,8 +29,8 @@ What it covers, by simulation (``benchmarks/report_grid.py``, benchmarks/results
 ``tests/test_report_crossed.py``, ``tests/test_report_boundary.py``): the task, for a method whose runs look like the
 runs seen -- coverage ≥ 0.93 where 20 prompts or more carry variation, and a true null rejected at most about 0.05 of
 the time (median about 0.01: the achieved size is well under the nominal one). Not covered: a failure that no seed
-of the sweep showed (runs that collapse 1 time in 10: the sweeps that drew none covered the task's Δ in as few as
-0.14 of cases), which nothing in the runs can flag and the report's notes state as the interval's condition; and
+of the sweep showed (runs that collapse 1 time in 7-10: the sweeps that drew none covered the task's Δ in 0.00-0.63
+of cases), which nothing in the runs can flag and the report's notes state as the interval's condition; and
 few prompts carrying variation, which the report caveats, with failed and outlying runs (:mod:`.crossed_caveats`).
 """
 

@@ -27,7 +27,7 @@ CONDITION = ("what the task-level interval assumes: it covers the task for a met
              "covered 0.90 at worst in simulation where seeds differ widely); a "
              "failure that no seed of the sweep showed is not covered and no caveat can name it (a run that "
              "collapses in 1 seed of 10 is missed by 3 seeds 73 % of the time, and such sweeps covered the task's Δ "
-             "in as few as 0.14 of cases in simulation); a failed run that shows is named (†)")
+             "in 0.00-0.63 of cases in simulation); a failed run that shows is named (†)")
 #: The cause of a line about runs on other library versions (``run_versions``), lettered like the others.
 VERSIONS = ("versions", "ran on other library versions, or not on the tested set")
 
