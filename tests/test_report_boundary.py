@@ -121,16 +121,16 @@ def test_a_collapse_no_seed_showed_is_not_covered_and_the_notes_say_so(tmp_path:
     (nothing to name) the interval of Δ covers the task's Δ, which includes the collapses, well under 0.95; the
     condition is said under every format's table."""
     rng = np.random.default_rng(12)
-    base, base_truth = sweeps(rng, 1200, 5, 500, fixed=0.0, mu=0.5, seed_sd=0.1, sign=1.0)
-    ours, ours_truth = sweeps(rng, 1200, 5, 500, fixed=0.0, mu=0.7, seed_sd=0.1, sign=1.0)
-    collapsed = rng.random((1200, 5)) < 0.1  # (sweeps, seeds)
+    base, base_truth = sweeps(rng, 800, 5, 500, fixed=0.0, mu=0.5, seed_sd=0.1, sign=1.0)
+    ours, ours_truth = sweeps(rng, 800, 5, 500, fixed=0.0, mu=0.7, seed_sd=0.1, sign=1.0)
+    collapsed = rng.random((800, 5)) < 0.1  # (sweeps, seeds)
     ours[collapsed] = 0.0
     truth = 0.9 * ours_truth - base_truth
     diff = ours - base
     found = parts(diff)
     covered = np.abs(found.mean - truth) <= report_half_width(found)
     unseen = ~collapsed.any(axis=1)
-    assert 0.5 < unseen.mean() < 0.75 and covered[unseen].mean() < 0.6  # 0.58 of the sweeps; 0.35 of them covered
+    assert 0.5 < unseen.mean() < 0.75 and covered[unseen].mean() < 0.6  # 0.57 of the sweeps; 0.38 of them covered
     for seed in (1, 2, 3, 4, 5):
         write_finished_run(tmp_path / f"standalone-{seed}", "standalone", seed, {"tiny-bpe": list(base[0, seed - 1])})
         write_finished_run(tmp_path / f"sgt-{seed}", "sgt", seed, {"tiny-bpe": list(ours[0, seed - 1])})
