@@ -28,6 +28,30 @@ def detect_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def torch_build() -> tuple[str, str | None]:
+    """(torch's version, the CUDA version it was built for; None: a CPU build), a CPU build read from its metadata."""
+    if torch_is_cpu_build():
+        return importlib.metadata.version("torch"), None
+    import torch
+
+    return str(torch.__version__), torch.version.cuda
+
+
+def refuse_unseen_gpus() -> None:
+    """Torch sees no GPU: refuse in one line where ``nvidia-smi`` lists some (a driver older than the torch build, a
+    CPU build on a GPU box), unless ``CUDA_VISIBLE_DEVICES`` hides them on purpose."""
+    from mutualrl.host.nvidia_smi import hides_gpus, read_driver, torch_misses_gpus
+
+    if hides_gpus():
+        return
+    report = read_driver()
+    if report is None or not report.gpus:
+        return
+    problem = torch_misses_gpus(report, *torch_build())
+    if problem:
+        raise PlacementError(problem)
+
+
 def detect_gpu_memory_gib(gpus: int) -> float | None:
     """The smallest total memory among the first ``gpus`` visible GPUs."""
     if gpus <= 0:
@@ -134,8 +158,12 @@ def this_node(
         gpus = launch.gpus
     if gpus is None:
         gpus = 0 if simulate else detect_gpus()
+        if gpus == 0 and not simulate:
+            refuse_unseen_gpus()
     elif not simulate:
         visible = detect_gpus()
+        if gpus > visible == 0:
+            refuse_unseen_gpus()
         if gpus > visible:
             raise PlacementError(
                 f"--gpus {gpus} asks for more GPUs than are visible ({visible}); lower --gpus, or add --dry-run "

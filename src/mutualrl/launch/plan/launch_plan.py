@@ -48,6 +48,7 @@ from mutualrl.launch.plan.host_memory import HostMemory, host_from_json, host_me
 from mutualrl.launch.plan.machines import plan_placement_nodes
 from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 from mutualrl.launch.plan.resume_ranks import check_resume_ranks
+from mutualrl.launch.plan.run_length import check_train_prompts, optimizer_steps_per_epoch
 from mutualrl.pools.loading import remote_code_note
 from mutualrl.regimes.core.registry import get_regime
 from mutualrl.run_folder import RunPaths, read_json
@@ -312,6 +313,8 @@ def make_launch_plan(
     addresses: dict[int, str] | None = None,
     dry_run: bool = False,
     resume_ranks: Mapping[str, tuple[int, str]] | None = None,
+    train_prompts: int | None = None,
+    prompts_source: str = "",
 ) -> LaunchPlan:
     """Plan the run: placement, per-policy GRPO fields, config files and commands.
 
@@ -329,6 +332,8 @@ def make_launch_plan(
     planned (``PolicyPlan.launches``) as ``launch.machine_rank`` sees them; ``addresses``
     {machine: address} fills in where a policy spanning machines other than 0 meets.
     ``resume_ranks``: ``--resume``'s checkpoints, refused on another rank count (:mod:`.resume_ranks`).
+    ``train_prompts``: the prompts training reads (``prompts_source`` says where they are), refused when fewer than
+    one step draws (:mod:`.run_length`); None: not checked, and the run length counted from the task's known size.
     """
     run_dir = Path(run_dir).resolve()
     launch = config.launch
@@ -339,10 +344,12 @@ def make_launch_plan(
     specs = build_machine_specs(config, placement, run_dir, python, parent_visible_devices=node.visible_devices,
                                 machine=launch.machine_rank, addresses=addresses)
     plans = [
-        _plan_policy(config, index, placement, launches, run_dir, vllm_available, addresses)
+        _plan_policy(config, index, placement, launches, run_dir, vllm_available, addresses, train_prompts)
         for index, (_, launches) in enumerate(zip(config.pool.policies, specs, strict=True))
     ]
     warnings = [
+        *check_train_prompts([(p.name, p.grpo, p.placement.world_size) for p in plans], train_prompts, config.batch,
+                             prompts_source or f"task {config.task.name}"),
         *placement.warnings,
         *check_trackers([p.grpo.get("report_to") for p in plans], fail=not (simulate or dry_run)),
         *check_same_prompts(config, plans),
@@ -409,7 +416,8 @@ def _place_pool(config: RunConfig, node: Node) -> Placement:
 
 
 def _policy_grpo(
-    config: RunConfig, index: int, placement: Placement, run_dir: Path, vllm_available: bool | None
+    config: RunConfig, index: int, placement: Placement, run_dir: Path, vllm_available: bool | None,
+    train_prompts: int | None = None,
 ) -> tuple[dict[str, Any], DerivedBatch | None, list[str], list[list[str]]]:
     """One policy's GRPOConfig arguments, final: shared + its overrides, then the fields each stage decides for its
     devices, batch, cadence and resume, then the fields mutualrl owns
@@ -439,8 +447,10 @@ def _policy_grpo(
         grpo.pop(key, None)
     notes = [*device.notes, *sizes.notes, *cadence_notes, *keep.notes,
              *engine_note(policy.name, planned_engine(grpo, launch)), *remote_code_note(policy.name, policy.model, grpo)]
+    prompts = train_prompts if train_prompts is not None else known_train_prompts(config.task)
+    epoch_steps = None if prompts is None else optimizer_steps_per_epoch(grpo, placed.world_size, prompts)
     schedule_rows = describe(cadence, grpo, validation_interval(cadence, config.validation.every_steps),
-                             known_train_prompts(config.task))
+                             prompts, epoch_steps)
     return grpo, derived, notes, [list(row) for row in schedule_rows]
 
 
@@ -488,11 +498,12 @@ def _plan_policy(
     run_dir: Path,
     vllm_available: bool | None,
     addresses: dict[int, str] | None,
+    train_prompts: int | None = None,
 ) -> PolicyPlan:
     """Everything for pool policy ``index``: its GRPO fields, accelerate / DeepSpeed files and commands."""
     launch, policy = config.launch, config.pool.policies[index]
     placed, spec = placement.of(policy.name), launches[0]
-    grpo, derived, notes, schedule = _policy_grpo(config, index, placement, run_dir, vllm_available)
+    grpo, derived, notes, schedule = _policy_grpo(config, index, placement, run_dir, vllm_available, train_prompts)
     meet = machine_address(placed.machines[0], launch.main_address, addresses)
     port = policy_port(config, index)
     stage = ZERO_STAGES[launch.deepspeed]

@@ -321,7 +321,8 @@ class PoolRunner:
                                            or stop_reason(proc.log_path) or describe_exit(rc))
                                + in_reward_function(self.paths, proc.name))
                 elif failure is None:  # a run is done when every policy trained all its steps, nothing else
-                    reason = unfinished_exit(self.paths, proc.name, proc.marks, self.settings.max_steps)
+                    reason = unfinished_exit(self.paths, proc.name, proc.marks, self.settings.max_steps,
+                                             proc.log_path)
                     failure = (proc.name, reason + in_reward_function(self.paths, proc.name)) if reason else None
                     if failure is None:
                         self.progress.finished(p.name for p in self.procs if p.returncode is None)
