@@ -61,6 +61,16 @@ def detect_gpu_memory_gib(gpus: int) -> float | None:
     return min(torch.cuda.get_device_properties(i).total_memory for i in range(gpus)) / 2**30
 
 
+def detect_gpu_name() -> str | None:
+    """The first visible GPU's name (``NVIDIA H100 80GB HBM3``), where torch can say it."""
+    try:
+        import torch
+
+        return str(torch.cuda.get_device_name(0))
+    except (RuntimeError, AssertionError, ImportError):
+        return None
+
+
 def detect_cpu_cores() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -138,6 +148,8 @@ class Node:
     ram_gib: float | None
     visible_devices: str | None
     """The parent's CUDA_VISIBLE_DEVICES as the commands should see it (None: read it from the environment)."""
+    gpu_name: str | None = None
+    """The first GPU's name, as torch reports it (None: simulated, or no GPU)."""
 
 
 def this_node(
@@ -180,4 +192,5 @@ def this_node(
     if not simulate:
         gpu_memory_gib = gpu_memory_gib if gpu_memory_gib is not None else detect_gpu_memory_gib(gpus)
         ram_gib = ram_gib if ram_gib is not None else detect_ram_gib()
-    return Node(gpus, cpu_cores, gpu_memory_gib, ram_gib, parent_visible_devices)
+    name = detect_gpu_name() if gpus > 0 and not simulate else None
+    return Node(gpus, cpu_cores, gpu_memory_gib, ram_gib, parent_visible_devices, name)

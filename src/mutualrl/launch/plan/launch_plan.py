@@ -48,7 +48,9 @@ from mutualrl.launch.plan.host_memory import HostMemory, host_from_json, host_me
 from mutualrl.launch.plan.machines import plan_placement_nodes
 from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 from mutualrl.launch.plan.resume_ranks import check_resume_ranks
-from mutualrl.launch.plan.run_length import check_train_prompts, optimizer_steps_per_epoch
+from mutualrl.launch.plan.run_length import check_train_prompts, optimizer_steps_per_epoch, plan_steps
+from mutualrl.launch.plan.run_time import RunTime, estimate_run_time, run_time_from_json
+from mutualrl.config.grpo_schema import grpo_default
 from mutualrl.pools.loading import remote_code_note
 from mutualrl.regimes.core.registry import get_regime
 from mutualrl.run_folder import RunPaths, read_json
@@ -119,6 +121,8 @@ class LaunchPlan:
     """The host RAM a GPU node needs for the run's processes against its RAM (None: a CPU pool)."""
     see_filesystem: str = ""
     """The filesystem of the SEE folder, in words (the barrier polls it)."""
+    run_time: RunTime | None = None
+    """The run's time on its GPUs, estimated and where measured (None: a CPU plan)."""
 
     def policy(self, name: str) -> PolicyPlan:
         for plan in self.policies:
@@ -149,6 +153,7 @@ class LaunchPlan:
             "disk": asdict(self.disk) if self.disk else None,
             "host": asdict(self.host) if self.host else None,
             "see_filesystem": self.see_filesystem,
+            "run_time": asdict(self.run_time) if self.run_time else None,
             "policies": [
                 {
                     "name": p.name,
@@ -229,6 +234,7 @@ class LaunchPlan:
             disk=_disk_from(data.get("disk")),
             host=host_from_json(data.get("host")),
             see_filesystem=str(data.get("see_filesystem", "")),
+            run_time=run_time_from_json(data.get("run_time")),
         )
 
     def write(self, run_dir: Path | None = None) -> list[Path]:
@@ -367,6 +373,10 @@ def make_launch_plan(
         warnings.append("memory check skipped: GPU memory is unknown for a simulated node (--gpus); give it with "
                         "--gpu-memory GIB (e.g. --gpu-memory 80 for an 80 GiB card)")
     warnings += builtin_pool_on_gpus(plans)
+    prompts = train_prompts if train_prompts is not None else known_train_prompts(config.task)
+    run_time = estimate_run_time(plans, node.gpu_name, config.task.max_prompt_tokens + max(
+        int(p.grpo.get("max_completion_length") or grpo_default("max_completion_length")) for p in plans), run_dir,
+        lambda plan: plan_steps(plan.grpo, plan.placement.world_size, prompts))
     return LaunchPlan(
         run_dir=str(run_dir),
         pool=config.pool.name,
@@ -381,6 +391,7 @@ def make_launch_plan(
         disk=disk,
         host=host_memory(config, plans, node.ram_gib),
         see_filesystem=see_filesystem,
+        run_time=run_time,
     )
 
 

@@ -58,6 +58,14 @@ def run_steps(grpo: Mapping[str, Any], world_size: int, train_prompts: int | Non
     return math.ceil(epochs * optimizer_steps_per_epoch(grpo, world_size, train_prompts))
 
 
+def plan_steps(grpo: Mapping[str, Any], world_size: int, train_prompts: int | None) -> tuple[int, int, int | None]:
+    """(sequences one generation step makes, optimizer steps it feeds, the run's optimizer steps or None)."""
+    completions, _ = trl_generation_batch(grpo, world_size)
+    per_generation = steps_per_generation(grpo, world_size) * _field(grpo, "num_iterations")
+    accumulation = _field(grpo, "gradient_accumulation_steps")
+    return completions, max(1, per_generation // accumulation), run_steps(grpo, world_size, train_prompts)
+
+
 def check_train_prompts(policies: Sequence[tuple[str, Mapping[str, Any], int]], train_prompts: int | None,
                         batch: BatchConfig | None, where: str) -> list[str]:
     """Refuse a run no step of which could train; warn where ``max_steps`` outruns explicit epochs.
