@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -22,6 +23,14 @@ from mutualrl.run_folder import RunPaths
 from test_cli_errors import assert_one_line_error, run_cli, snapshot
 
 TINY = {"num_generations": 4, "per_device_train_batch_size": 32, "gradient_accumulation_steps": 1, "max_steps": 400}
+
+
+def plans(rows: list[tuple[str, dict, int]]) -> list[SimpleNamespace]:
+    """Stand-ins of PolicyPlan: (name, final GRPO fields, world size) each."""
+    return [SimpleNamespace(name=name, grpo=grpo, placement=SimpleNamespace(world_size=world))
+            for name, grpo, world in rows]
+
+
 PAPER_8 = {"num_generations": 5, "per_device_train_batch_size": 10, "gradient_accumulation_steps": 16,
            "steps_per_generation": 64, "num_train_epochs": 15}
 """The paper batch (1024 prompts, 4 mini-batches, 2 prompts a device) on a policy's 8 GPUs (batching.py)."""
@@ -31,21 +40,21 @@ def test_fewer_prompts_than_one_step_are_refused_naming_the_figure_and_a_batch_t
     batch = BatchConfig(prompts_per_step=1024, mini_batches_per_step=4, micro_batch_prompts_per_device=2)
     paper_4 = {**PAPER_8, "steps_per_generation": 128, "gradient_accumulation_steps": 32}
     with pytest.raises(TooFewPromptsError) as refused:
-        check_train_prompts([("a", paper_4, 4), ("b", paper_4, 4)], 240, batch, "task.source rows.jsonl")
+        check_train_prompts(plans([("a", paper_4, 4), ("b", paper_4, 4)]), 240, batch, "task.source rows.jsonl")
     line = str(refused.value)
     assert "\n" not in line
     assert "task.source rows.jsonl: 240 train prompts, fewer than the 1,024 one step of a draws" in line
     # 2 prompts x 4 GPUs x 4 mini-batches: a multiple of 32 splits; 224 is the largest within 240
     assert "--set batch.prompts_per_step=224" in line
-    assert check_train_prompts([("a", paper_4, 4)], 1024, batch, "x") == []  # one whole step is enough
+    assert check_train_prompts(plans([("a", paper_4, 4)]), 1024, batch, "x") == []  # one whole step is enough
 
 
 def test_a_recipe_without_batch_is_told_the_per_device_batch_that_fits():
     with pytest.raises(TooFewPromptsError, match=r"6 train prompts, fewer than the 8 one step of tiny-bpe draws.*"
                                                  r"--set grpo.per_device_train_batch_size=24"):
-        check_train_prompts([("tiny-bpe", TINY, 1)], 6, None, "task synthetic-arith")
-    assert check_train_prompts([("tiny-bpe", TINY, 1)], 8, None, "task synthetic-arith") == []
-    assert check_train_prompts([("tiny-bpe", TINY, 1)], None, None, "unknown") == []  # nothing known: nothing said
+        check_train_prompts(plans([("tiny-bpe", TINY, 1)]), 6, None, "task synthetic-arith")
+    assert check_train_prompts(plans([("tiny-bpe", TINY, 1)]), 8, None, "task synthetic-arith") == []
+    assert check_train_prompts(plans([("tiny-bpe", TINY, 1)]), None, None, "unknown") == []  # nothing known: nothing said
 
 
 @pytest.mark.slow  # importing TRL's sampler: ~7 s of CPU
@@ -86,7 +95,7 @@ def test_every_run_length_is_a_step_count_and_max_steps_beyond_the_epochs_is_sai
                                                 optimizer_steps_per_epoch(paper_grpo, 4, 240))}
     assert rows["run length (max_steps; LR schedule length)"] == (
         "60 (= 15 epochs x 1 paper step of 240 train prompts, 15 paper steps)")
-    warned = check_train_prompts([("p", {**TINY, "num_train_epochs": 2}, 1)], 100, None, "task")
+    warned = check_train_prompts(plans([("p", {**TINY, "num_train_epochs": 2}, 1)]), 100, None, "task")
     assert len(warned) == 1 and "max_steps 400 is more than grpo.num_train_epochs 2 reach (24 optimizer" in warned[0]
 
 
@@ -129,9 +138,10 @@ def test_a_worker_ended_by_an_empty_epoch_is_reported_with_that_cause(tmp_path):
     assert reason is not None and "at step 0 of 400: transformers found no batch in an epoch" in reason
     assert "fewer train prompts than one step draws" in reason and "reward function" not in reason
     log.write_text("loading\n")
-    import transformers
+    import importlib.util
 
-    assert EMPTY_EPOCH in (Path(transformers.__file__).parent / "trainer.py").read_text()  # the warning's own words
+    trainer = Path(importlib.util.find_spec("transformers").origin).parent / "trainer.py"  # read, not imported
+    assert EMPTY_EPOCH in trainer.read_text()  # the warning's own words
     assert "e.g. a reward function" in unfinished_exit(paths, "tiny-bpe", marks, max_steps=400, log_path=log)
 
 

@@ -319,27 +319,21 @@ def make_launch_plan(
     addresses: dict[int, str] | None = None,
     dry_run: bool = False,
     resume_ranks: Mapping[str, tuple[int, str]] | None = None,
-    train_prompts: int | None = None,
-    prompts_source: str = "",
+    train_prompts: int | None = None, prompts_source: str = "",
 ) -> LaunchPlan:
     """Plan the run: placement, per-policy GRPO fields, config files and commands.
 
     ``dry_run``: a tracker that is not installed is a warning (the real run refuses it), as docs/evaluation.md says.
-
-    ``gpus``: GPUs to use (default ``config.launch.gpus``, else all visible). Unless
-    ``simulate``, asking for more GPUs than are visible fails, and device memory, CPU
-    cores and RAM are detected; with ``simulate`` (``--dry-run --gpus 8``) nothing is
-    detected and the memory check runs only if ``gpu_memory_gib`` is given.
-    ``param_counts``: {policy: parameters} hints for the memory check (otherwise known
-    model cards, then the size in the model name). Raises PlacementError (before anything
-    starts) when the pool cannot be placed or its batch cannot be split.
-
-    Several machines (``launch.nodes``): ``gpus`` is per machine, every machine's commands are
-    planned (``PolicyPlan.launches``) as ``launch.machine_rank`` sees them; ``addresses``
-    {machine: address} fills in where a policy spanning machines other than 0 meets.
+    ``gpus``: GPUs to use (default ``config.launch.gpus``, else all visible). Unless ``simulate``, asking for more
+    GPUs than are visible fails, and device memory, CPU cores and RAM are detected; with ``simulate`` (``--dry-run
+    --gpus 8``) nothing is detected and the memory check runs only if ``gpu_memory_gib`` is given.
+    ``param_counts``: {policy: parameters} hints for the memory check (otherwise known model cards, then the size in
+    the model name). Raises PlacementError (before anything starts) when the pool cannot be placed or its batch cannot
+    be split. Several machines (``launch.nodes``): ``gpus`` is per machine, every machine's commands are planned
+    (``PolicyPlan.launches``) as ``launch.machine_rank`` sees them; ``addresses`` {machine: address} fills in where a
+    policy spanning machines other than 0 meets.
     ``resume_ranks``: ``--resume``'s checkpoints, refused on another rank count (:mod:`.resume_ranks`).
-    ``train_prompts``: the prompts training reads (``prompts_source`` says where they are), refused when fewer than
-    one step draws (:mod:`.run_length`); None: not checked, and the run length counted from the task's known size.
+    ``train_prompts`` (from ``prompts_source``): refused when fewer than one step draws (:mod:`.run_length`).
     """
     run_dir = Path(run_dir).resolve()
     launch = config.launch
@@ -354,8 +348,7 @@ def make_launch_plan(
         for index, (_, launches) in enumerate(zip(config.pool.policies, specs, strict=True))
     ]
     warnings = [
-        *check_train_prompts([(p.name, p.grpo, p.placement.world_size) for p in plans], train_prompts, config.batch,
-                             prompts_source or f"task {config.task.name}"),
+        *check_train_prompts(plans, train_prompts, config.batch, prompts_source or f"task {config.task.name}"),
         *placement.warnings,
         *check_trackers([p.grpo.get("report_to") for p in plans], fail=not (simulate or dry_run)),
         *check_same_prompts(config, plans),
@@ -373,10 +366,6 @@ def make_launch_plan(
         warnings.append("memory check skipped: GPU memory is unknown for a simulated node (--gpus); give it with "
                         "--gpu-memory GIB (e.g. --gpu-memory 80 for an 80 GiB card)")
     warnings += builtin_pool_on_gpus(plans)
-    prompts = train_prompts if train_prompts is not None else known_train_prompts(config.task)
-    run_time = estimate_run_time(plans, node.gpu_name, config.task.max_prompt_tokens + max(
-        int(p.grpo.get("max_completion_length") or grpo_default("max_completion_length")) for p in plans), run_dir,
-        lambda plan: plan_steps(plan.grpo, plan.placement.world_size, prompts))
     return LaunchPlan(
         run_dir=str(run_dir),
         pool=config.pool.name,
@@ -391,8 +380,17 @@ def make_launch_plan(
         disk=disk,
         host=host_memory(config, plans, node.ram_gib),
         see_filesystem=see_filesystem,
-        run_time=run_time,
+        run_time=_run_time(config, plans, node, run_dir, train_prompts),
     )
+
+
+def _run_time(config: RunConfig, plans: list[PolicyPlan], node: Node, run_dir: Path,
+              train_prompts: int | None) -> RunTime | None:
+    """The run's time on its GPUs (:mod:`.run_time`): sequences at the length caps, the run's steps from its prompts."""
+    prompts = train_prompts if train_prompts is not None else known_train_prompts(config.task)
+    completion = max(int(p.grpo.get("max_completion_length") or grpo_default("max_completion_length")) for p in plans)
+    return estimate_run_time(plans, node.gpu_name, config.task.max_prompt_tokens + completion, run_dir,
+                             lambda plan: plan_steps(plan.grpo, plan.placement.world_size, prompts))
 
 
 def _see_filesystem(config: RunConfig, run_dir: Path) -> tuple[str, list[str]]:

@@ -66,17 +66,18 @@ def plan_steps(grpo: Mapping[str, Any], world_size: int, train_prompts: int | No
     return completions, max(1, per_generation // accumulation), run_steps(grpo, world_size, train_prompts)
 
 
-def check_train_prompts(policies: Sequence[tuple[str, Mapping[str, Any], int]], train_prompts: int | None,
-                        batch: BatchConfig | None, where: str) -> list[str]:
+def check_train_prompts(plans: Sequence[Any], train_prompts: int | None, batch: BatchConfig | None,
+                        where: str) -> list[str]:
     """Refuse a run no step of which could train; warn where ``max_steps`` outruns explicit epochs.
 
-    ``policies``: (name, final GRPO fields, world size) each; ``train_prompts``: the prompts training will read (None:
-    not known here, nothing checked); ``where``: the prompts' source in words. Raises :class:`TooFewPromptsError`,
-    one line with the prompts one step draws and the fix; returns the warnings.
+    ``plans``: the policies' plans (their final GRPO fields, world sizes); ``train_prompts``: the prompts training will
+    read (None: not known here, nothing checked); ``where``: the prompts' source in words. Raises
+    :class:`TooFewPromptsError`, one line with the prompts one step draws and the fix; returns the warnings.
     """
     if train_prompts is None:
         return []
     warnings = []
+    policies = [(plan.name, plan.grpo, plan.placement.world_size) for plan in plans]
     for name, grpo, world_size in policies:
         _, needed = trl_generation_batch(grpo, world_size)
         if train_prompts < needed:
