@@ -40,6 +40,7 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from mutualrl.regimes.core.adapter import RegimeAdapter
+from mutualrl.regimes.core.next_bytes import tempered_logits
 from mutualrl.regimes.core.trainer_interface import GRPOBatch, StepRollouts
 from mutualrl.training.trl_metrics import TRLMetrics
 
@@ -354,7 +355,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         with self.accelerator.autocast():
             logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=width + 1,
                            use_cache=False).logits  # [B, C + 1, V]
-        return logits[:, :-1, :].float() / self.temperature  # [B, C, V]
+        return tempered_logits(logits[:, :-1, :], self.temperature)  # [B, C, V] float32: one copy, not two
 
     def score_reference(self, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
         """Per-token log-probs ``[B, C]`` of the rows under the reference model (for the KL term when beta > 0),
