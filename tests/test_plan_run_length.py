@@ -55,6 +55,11 @@ def test_a_recipe_without_batch_is_told_the_per_device_batch_that_fits():
         check_train_prompts(plans([("tiny-bpe", TINY, 1)]), 6, None, "task synthetic-arith")
     assert check_train_prompts(plans([("tiny-bpe", TINY, 1)]), 8, None, "task synthetic-arith") == []
     assert check_train_prompts(plans([("tiny-bpe", TINY, 1)]), None, None, "unknown") == []  # nothing known: nothing said
+    # launch.cpu_processes=2: the plan split the recipe's 32 into 16 a rank; the fix is the recipe's figure again
+    split = plans([("tiny-bpe", {**TINY, "per_device_train_batch_size": 16}, 2)])
+    split[0].placement.device_type = "cpu"
+    with pytest.raises(TooFewPromptsError, match=r"fewer than the 8 one step.*--set grpo.per_device_train_batch_size=24"):
+        check_train_prompts(split, 6, None, "task synthetic-arith")
 
 
 @pytest.mark.slow  # importing TRL's sampler: ~7 s of CPU

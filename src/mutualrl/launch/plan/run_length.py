@@ -78,13 +78,15 @@ def check_train_prompts(plans: Sequence[Any], train_prompts: int | None, batch: 
         return []
     warnings = []
     policies = [(plan.name, plan.grpo, plan.placement.world_size) for plan in plans]
+    # a recipe without `batch` on CPU ranks gives one rank's batch, which the plan split over the ranks
+    split = batch is None and any(getattr(plan.placement, "device_type", "") == "cpu" for plan in plans)
     for name, grpo, world_size in policies:
         _, needed = trl_generation_batch(grpo, world_size)
         if train_prompts < needed:
             raise TooFewPromptsError(
                 f"{where}: {train_prompts:,} train prompts, fewer than the {needed:,} one step of {name} draws, so no "
                 f"step could train (transformers would find no batch); "
-                f"{_fix(grpo, world_size, train_prompts, batch, [p[2] for p in policies])}")
+                f"{_fix(grpo, world_size, train_prompts, batch, [p[2] for p in policies], split)}")
         epochs, max_steps = grpo.get("num_train_epochs"), grpo.get("max_steps")
         if epochs is not None and max_steps is not None and int(max_steps) > 0:
             per_epoch = optimizer_steps_per_epoch(grpo, world_size, train_prompts)
@@ -98,8 +100,9 @@ def check_train_prompts(plans: Sequence[Any], train_prompts: int | None, batch: 
 
 
 def _fix(grpo: Mapping[str, Any], world_size: int, train_prompts: int, batch: BatchConfig | None,
-         world_sizes: Sequence[int]) -> str:
-    """How to make one step draw at most ``train_prompts`` prompts: the largest batch that still splits."""
+         world_sizes: Sequence[int], split: bool = False) -> str:
+    """How to make one step draw at most ``train_prompts`` prompts: the largest batch that still splits (``split``:
+    the recipe's per-device batch is one CPU rank's whole batch, split over the ranks by the plan)."""
     more = "or train on more prompts (more rows, or a larger task.train_limit)"
     if batch is not None:
         fitting = [p for p in range(train_prompts, 0, -1)
@@ -108,7 +111,7 @@ def _fix(grpo: Mapping[str, Any], world_size: int, train_prompts: int, batch: Ba
             return f"lower batch.prompts_per_step to {fitting[0]} (--set batch.prompts_per_step={fitting[0]}), {more}"
         return f"lower batch.prompts_per_step and batch.micro_batch_prompts_per_device, {more}"
     k = _field(grpo, "num_generations")
-    passes = world_size * steps_per_generation(grpo, world_size)
+    passes = (1 if split else world_size) * steps_per_generation(grpo, world_size)
     per_device = k * (train_prompts // passes)
     if per_device >= k:
         return (f"lower grpo.per_device_train_batch_size to {per_device} (--set "
