@@ -62,6 +62,8 @@ def test_the_paper_pools_plan_prints_its_estimate_and_keeps_it_in_its_json(tmp_p
     assert "Run time (estimate, on H100 (assumed: a simulated node), 989 TFLOPS bf16 a GPU at 15-40 % training" in text
     assert "105 steps:" in text
     assert LaunchPlan.from_json(json.loads(json.dumps(plan.to_json()))).run_time == estimate
+    h200 = dry_run("2qwen", gpus=8, run_dir=tmp_path / "run", gpu_memory_gib=141.0).run_time
+    assert h200.gpu == "H200" and h200.assumed_gpu  # --gpu-memory 141: costed as the card of that size
 
 
 def test_a_cpu_plan_has_no_estimate(tmp_path):

@@ -156,9 +156,13 @@ def describe(cadence: Cadence | None, grpo: dict[str, Any], validate_every: int,
     if cadence is not None and cadence.unit == "paper":
         head = [("1 paper step", f"{cadence.prompts_per_unit} prompts",
                  f"{cadence.optimizer_steps_per_unit} (mini-batches x num_iterations)")]
+    run_length = row("run length (max_steps; LR schedule length)", "max_steps", length)
+    if grpo.get("max_steps") is None or int(grpo["max_steps"]) <= 0:  # epochs set the length, not a step count
+        epochs = grpo.get("num_train_epochs")
+        run_length = (run_length[0], f"{3 if epochs is None else epochs:g} epochs (grpo.num_train_epochs)", run_length[2])
     return [
         *head,
-        row("run length (max_steps; LR schedule length)", "max_steps", length),
+        run_length,
         row("LR warm-up (warmup_steps)", "warmup_steps", grpo.get("warmup_steps")),
         row("checkpoint every (save_steps)", "save_every", grpo.get("save_steps")),
         row("log every (logging_steps)", "log_every", grpo.get("logging_steps")),

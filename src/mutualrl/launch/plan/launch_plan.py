@@ -390,7 +390,8 @@ def _run_time(config: RunConfig, plans: list[PolicyPlan], node: Node, run_dir: P
     prompts = train_prompts if train_prompts is not None else known_train_prompts(config.task)
     completion = max(int(p.grpo.get("max_completion_length") or grpo_default("max_completion_length")) for p in plans)
     return estimate_run_time(plans, node.gpu_name, config.task.max_prompt_tokens + completion, run_dir,
-                             lambda plan: plan_steps(plan.grpo, plan.placement.world_size, prompts))
+                             lambda plan: plan_steps(plan.grpo, plan.placement.world_size, prompts),
+                             node.gpu_memory_gib)
 
 
 def _see_filesystem(config: RunConfig, run_dir: Path) -> tuple[str, list[str]]:

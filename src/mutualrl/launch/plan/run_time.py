@@ -33,7 +33,11 @@ BF16_PEAK_TFLOPS = {
 longest name first (``H100 PCIe`` before ``H100``)."""
 
 ASSUMED_GPU = "H100"
-"""The card a simulated node (``--dry-run --gpus N``) is costed on: its name is not known there."""
+"""The card a simulated node (``--dry-run --gpus N``) is costed on: its name is not known there; with ``--gpu-memory``
+of :data:`H200_GIB` or more, an H200."""
+
+H200_GIB = 120.0
+"""A simulated card at least this large is costed as an H200 (141 GB: 140 GiB as torch reports it)."""
 
 TRAIN_EFFICIENCY = (0.15, 0.40)
 """The share of the peak a training forward/backward reaches (ZeRO-3 on one node, bf16), low and high."""
@@ -176,15 +180,16 @@ def _seconds(seconds: float) -> str:
 
 
 def estimate_run_time(plans: Sequence[Any], gpu_name: str | None, sequence_tokens: int, run_dir: Path,
-                      steps_of: Any) -> RunTime | None:
-    """The run's time for ``plans`` (PolicyPlans) on ``gpu_name`` (None: :data:`ASSUMED_GPU`), ``steps_of(plan)``
+                      steps_of: Any, gpu_memory_gib: float | None = None) -> RunTime | None:
+    """The run's time for ``plans`` (PolicyPlans) on ``gpu_name`` (None: :data:`ASSUMED_GPU`, or an H200 for cards of
+    ``gpu_memory_gib`` >= :data:`H200_GIB`), ``steps_of(plan)``
     giving (sequences a generation step, optimizer steps a generation, the run's optimizer steps or None).
     None: a CPU plan, or a card not in :data:`BF16_PEAK_TFLOPS`."""
     gpu_plans = [p for p in plans if p.placement.device_type == "cuda"]
     if not gpu_plans:
         return None
     assumed = gpu_name is None
-    gpu = gpu_name or ASSUMED_GPU
+    gpu = gpu_name or ("H200" if (gpu_memory_gib or 0) >= H200_GIB else ASSUMED_GPU)
     peak = bf16_peak_tflops(gpu)
     if peak is None:
         return None
