@@ -56,6 +56,7 @@ def test_each_ranks_files_come_from_its_own_report(tmp_path):
 
 
 def test_the_rank_in_a_files_name():
-    assert rank_of("rng_state_3.pth") == 3 and rank_of("global_step8/bf16_zero_pp_rank_12_mp_rank_00_optim_states.pt") == 12
+    assert rank_of("rng_state_3.pth") == 3
+    assert rank_of("global_step8/bf16_zero_pp_rank_12_mp_rank_00_optim_states.pt") == 12
     assert rank_of("global_step8/zero_pp_rank_0_mp_rank_00_model_states.pt") == 0
     assert rank_of("trainer_state.json") is None and rank_of("latest") is None and rank_of("rng_state.pth") is None

@@ -27,7 +27,8 @@ def stand_in_nvidia_smi(folder: Path) -> Path:
     """An ``nvidia-smi`` that lists 8 H100s on a CUDA 12.4 driver (``-L``: the list; no argument: the header)."""
     folder.mkdir(exist_ok=True)
     script = folder / "nvidia-smi"
-    script.write_text(f"#!/bin/sh\nif [ \"$1\" = -L ]; then cat <<'EOF'\n{LISTING}EOF\nelse cat <<'EOF'\n{HEADER}EOF\nfi\n")
+    script.write_text(f"#!/bin/sh\nif [ \"$1\" = -L ]; then cat <<'EOF'\n{LISTING}EOF\n"
+                      f"else cat <<'EOF'\n{HEADER}EOF\nfi\n")
     script.chmod(0o755)
     return folder
 

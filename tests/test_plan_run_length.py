@@ -54,11 +54,11 @@ def test_a_recipe_without_batch_is_told_the_per_device_batch_that_fits():
                                                  r"--set grpo.per_device_train_batch_size=24"):
         check_train_prompts(plans([("tiny-bpe", TINY, 1)]), 6, None, "task synthetic-arith")
     assert check_train_prompts(plans([("tiny-bpe", TINY, 1)]), 8, None, "task synthetic-arith") == []
-    assert check_train_prompts(plans([("tiny-bpe", TINY, 1)]), None, None, "unknown") == []  # nothing known: nothing said
+    assert check_train_prompts(plans([("tiny-bpe", TINY, 1)]), None, None, "unknown") == []  # nothing known: no check
     # launch.cpu_processes=2: the plan split the recipe's 32 into 16 a rank; the fix is the recipe's figure again
     split = plans([("tiny-bpe", {**TINY, "per_device_train_batch_size": 16}, 2)])
     split[0].placement.device_type = "cpu"
-    with pytest.raises(TooFewPromptsError, match=r"fewer than the 8 one step.*--set grpo.per_device_train_batch_size=24"):
+    with pytest.raises(TooFewPromptsError, match=r"than the 8 one step.*grpo.per_device_train_batch_size=24"):
         check_train_prompts(split, 6, None, "task synthetic-arith")
 
 
@@ -90,7 +90,8 @@ def test_every_run_length_is_a_step_count_and_max_steps_beyond_the_epochs_is_sai
     assert run_steps(epochs, 1, 100) == 36  # 12 batches of 8 prompts (4 dropped) x 3 epochs
     assert run_steps(epochs, 1, None) is None and run_steps(TINY, 1, None) == 400
     rows = {row[0]: row[2] for row in describe(None, epochs, 5, 100, optimizer_steps_per_epoch(epochs, 1, 100))}
-    assert rows["run length (max_steps; LR schedule length)"] == "36 (= 3 epochs x 12 optimizer steps of 100 train prompts)"
+    length = "run length (max_steps; LR schedule length)"
+    assert rows[length] == "36 (= 3 epochs x 12 optimizer steps of 100 train prompts)"
     rows = {row[0]: row[2] for row in describe(None, TINY, 5, 100, 12)}
     assert rows["run length (max_steps; LR schedule length)"] == "400 (= 33.3 epochs of 100 train prompts)"
     paper = resolve_cadence(ScheduleConfig(unit="paper"), BatchConfig(prompts_per_step=224, mini_batches_per_step=4,

@@ -159,7 +159,8 @@ def describe(cadence: Cadence | None, grpo: dict[str, Any], validate_every: int,
     run_length = row("run length (max_steps; LR schedule length)", "max_steps", length)
     if grpo.get("max_steps") is None or int(grpo["max_steps"]) <= 0:  # epochs set the length, not a step count
         epochs = grpo.get("num_train_epochs")
-        run_length = (run_length[0], f"{3 if epochs is None else epochs:g} epochs (grpo.num_train_epochs)", run_length[2])
+        recipe = f"{3 if epochs is None else epochs:g} epochs (grpo.num_train_epochs)"
+        run_length = (run_length[0], recipe, run_length[2])
     return [
         *head,
         run_length,

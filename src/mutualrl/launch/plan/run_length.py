@@ -41,7 +41,8 @@ def steps_per_generation(grpo: Mapping[str, Any], world_size: int) -> int:
 def optimizer_steps_per_epoch(grpo: Mapping[str, Any], world_size: int, train_prompts: int) -> int:
     """Optimizer steps in one pass over ``train_prompts``, as transformers counts them (0: no whole batch)."""
     _, prompts = trl_generation_batch(grpo, world_size)
-    batches = (train_prompts // max(prompts, 1)) * steps_per_generation(grpo, world_size) * _field(grpo, "num_iterations")
+    generations = train_prompts // max(prompts, 1)
+    batches = generations * steps_per_generation(grpo, world_size) * _field(grpo, "num_iterations")
     accumulation = _field(grpo, "gradient_accumulation_steps")
     return batches // accumulation + int(batches % accumulation > 0)
 

@@ -161,8 +161,10 @@ def describe_run_time(estimate: RunTime) -> str:
         + (f"; measured here: {_seconds(p.measured_s * p.optimizer_steps_per_generation)}" if p.measured_s else "")
         + ")" for p in estimate.policies)
     run = estimate.run_s
-    total = ("the run's length is not known here" if run is None else
-             f"{estimate.generations:,} steps: {_seconds(run[0])}" + (f"-{_seconds(run[1])}" if run[1] != run[0] else ""))
+    total = "the run's length is not known here"
+    if run is not None:
+        span = _seconds(run[0]) + (f"-{_seconds(run[1])}" if run[1] != run[0] else "")
+        total = f"{estimate.generations:,} steps: {span}"
     left_out = f"; left out (size unknown): {', '.join(estimate.unknown)}" if estimate.unknown else ""
     return f"Run time (estimate, {basis}): a step {steps}; {total}{left_out}"
 

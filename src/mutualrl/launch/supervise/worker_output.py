@@ -85,8 +85,9 @@ def unfinished_exit(paths: RunPaths, policy: str, marks_at_start: tuple[tuple[in
             return None
     step, total = status.get("step", 0), status.get("max_steps") or max_steps or "?"
     if log_path is not None and EMPTY_EPOCH in tail(log_path, 64):
-        return (f"exited with code 0 at step {step} of {total}: transformers found no batch in an epoch (\"{EMPTY_EPOCH}"
-                "\"): fewer train prompts than one step draws; lower the batch or train on more prompts")
+        return (f"exited with code 0 at step {step} of {total}: transformers found no batch in an epoch "
+                f"(\"{EMPTY_EPOCH}\"): fewer train prompts than one step draws; lower the batch or train on more "
+                "prompts")
     return (f"exited with code 0 at step {step} of {total} without finishing its training (a run is done only "
             "when every policy trained all its steps: something in the process, e.g. a reward function, ended it)")
 

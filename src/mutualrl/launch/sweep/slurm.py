@@ -88,7 +88,8 @@ def resources_line(tasks: int, options: SlurmOptions) -> str:
     at_once = max(1, min(options.parallel, tasks))  # submitit caps the array's parallelism at its size
     return (f"job array: {tasks} task{'s' if tasks != 1 else ''} (at most {at_once} at once), each "
             f"{options.gpus_per_task or 0} GPU{'s' if options.gpus_per_task != 1 else ''}, "
-            f"{options.cpus_per_task or DEFAULT_CPUS} CPUs, {memory}, {options.time_min or DEFAULT_TIME_MIN} min, partition {options.partition or '(the default)'}"
+            f"{options.cpus_per_task or DEFAULT_CPUS} CPUs, {memory}, {options.time_min or DEFAULT_TIME_MIN} min, "
+            f"partition {options.partition or '(the default)'}"
             f"{f', stop signal {options.signal_s} s before the limit' if options.signal_s else ''}"
             f"{'; submitit local executor' if options.local else ''}")
 
