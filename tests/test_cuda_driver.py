@@ -33,7 +33,8 @@ def test_the_list_and_the_query_forms_count_gpus_and_the_driver_alone_gives_its_
     assert parse_nvidia_smi(listed) == NvidiaDriver(4, None, None)
     queried = parse_nvidia_smi("570.86.15\n570.86.15\n")
     assert (queried.gpus, queried.driver_version, queried.cuda_major) == (2, "570.86.15", 12)
-    assert NvidiaDriver(1, "580.95.05", None).cuda_major == 13 and NvidiaDriver(1, "470.1", None).cuda_major is None
+    assert NvidiaDriver(1, "580.95.05", None).cuda_major == 13 and NvidiaDriver(1, "470.1", None).cuda_major == 11
+    assert NvidiaDriver(1, "418.1", None).cuda_major is None
     assert parse_nvidia_smi("") == NvidiaDriver(0, None, None)
 
 

@@ -84,3 +84,17 @@ def test_the_driver_the_readme_and_the_lock_name_is_the_one_the_sets_builds_need
     notes = (ROOT / "README.md").read_text().split("## GPU notes", 1)[1].split("\n## ", 1)[0]
     assert f"R{driver}" in notes and f"CUDA {RECORD['cuda_major']}" in notes
     assert f"R{driver} or newer" in (ROOT / "requirements-gpu.txt").read_text()
+
+
+def test_an_environment_with_a_cuda_torch_is_compared_with_the_gpu_set(monkeypatch):
+    from mutualrl import versions
+    from mutualrl.host import cuda_driver
+
+    torch = PACKAGES["torch"]
+    for build, lock in (((torch["version"], torch["requires_dist"]), versions.GPU_LOCK_NAME),
+                        (("2.13.0+cu126", []), versions.GPU_LOCK_NAME), (("2.13.0+cpu", []), versions.LOCK_NAME),
+                        (None, versions.LOCK_NAME)):
+        monkeypatch.setattr(cuda_driver, "installed_build", lambda name, build=build: build if name == "torch" else None)
+        assert versions.lock_name() == lock, build
+        assert versions.lock_path() == ROOT / lock
+    assert versions.read_lock() == versions.parse_lock((ROOT / versions.LOCK_NAME).read_text())
