@@ -113,13 +113,14 @@ def pip_report(lines: list[str], constraints: dict[str, str], target: bool, work
 
 def distributions(report: dict) -> dict[str, dict]:
     """{canonical name: {version, file, requires_dist, requires_python}} of a report's installs. The file's name only:
-    its address would name the index."""
+    its address would name the index. Requirements sorted: a source's order can change from one build of its metadata
+    to the next (DeepSpeed's extras come from a set)."""
     found = {}
     for item in report["install"]:
         meta = item["metadata"]
         found[canonicalize_name(meta["name"])] = {
             "version": meta["version"], "file": item["download_info"]["url"].rsplit("/", 1)[-1].replace("%2B", "+"),
-            "requires_dist": meta.get("requires_dist", []), "requires_python": meta.get("requires_python")}
+            "requires_dist": sorted(meta.get("requires_dist", [])), "requires_python": meta.get("requires_python")}
     return found
 
 
@@ -231,8 +232,8 @@ def write() -> int:
               "cuda_major": major, "minimum_driver": driver, "packages": found}
     RECORD.write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
     print(f"gpu_lock: {len(found)} packages written to {GPU_LOCK.name}; CUDA {major} builds (driver R{driver}+)")
-    for name, why in set_aside.items():
-        print(f"  set aside from the CPU lock: {name}=={why}")
+    for why in set_aside.values():
+        print(f"  set aside from the CPU lock: {why}")
     return 0
 
 
