@@ -19,7 +19,7 @@ How it resolves, on any machine (a CPU one too), through pip's own configuration
    versions wherever its own packages allow.
 
     python .ci/gpu_lock.py write          # resolve and write requirements-gpu.txt and requirements-gpu.json
-    python .ci/gpu_lock.py check          # resolve against the committed lock: exit 1 where it does not resolve or differs
+    python .ci/gpu_lock.py check          # resolve against the committed lock: exit 1 where it fails or differs
     python .ci/gpu_lock.py digest         # the digest of what the resolution depends on
     python .ci/gpu_lock.py digest --check # exit 0 when it equals the recorded one (.ci/gpu-lock.sha256), 1 when not
     python .ci/gpu_lock.py digest --write # record it (after the resolution passed)
@@ -250,7 +250,8 @@ def check() -> int:
         print("gpu_lock: the GPU set resolves, but not to requirements-gpu.txt (python .ci/gpu_lock.py write):\n  "
               + "\n  ".join(differ), file=sys.stderr)
         return 1
-    print(f"gpu_lock: the GPU set resolves to requirements-gpu.txt ({len(found)} packages, pip {target['pip_version']})")
+    print(f"gpu_lock: the GPU set resolves to requirements-gpu.txt ({len(found)} packages, "
+          f"pip {target['pip_version']})")
     return 0
 
 

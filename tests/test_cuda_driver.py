@@ -16,8 +16,9 @@ RECORD = json.loads((TESTS.parent / "requirements-gpu.json").read_text())
 
 def standin_table(driver: str, cuda: str) -> str:
     """The stand-in's table (tests/standin_gpu/nvidia-smi), laid out as nvidia-smi 580 lays it out."""
+    env = {"STANDIN_DRIVER": driver, "STANDIN_CUDA": cuda, "PATH": "/usr/bin:/bin"}
     return subprocess.run(["bash", str(TESTS / "standin_gpu" / "nvidia-smi")], capture_output=True, text=True,
-                          check=True, env={"STANDIN_DRIVER": driver, "STANDIN_CUDA": cuda, "PATH": "/usr/bin:/bin"}).stdout
+                          check=True, env=env).stdout
 
 
 def test_the_table_gives_the_gpus_the_driver_and_its_newest_cuda():

@@ -77,7 +77,8 @@ def test_no_index_is_named_in_the_lock_or_its_record():
 
 
 def test_the_driver_the_readme_and_the_lock_name_is_the_one_the_sets_builds_need():
-    needs = {cuda_major_needed(PACKAGES[name]["version"], PACKAGES[name]["requires_dist"]) for name in ("torch", "vllm")}
+    needs = {cuda_major_needed(PACKAGES[name]["version"], PACKAGES[name]["requires_dist"])
+             for name in ("torch", "vllm")}
     assert len(needs) == 1 and RECORD["cuda_major"] in needs
     driver = minimum_driver(RECORD["cuda_major"])
     assert driver == RECORD["minimum_driver"]
@@ -94,7 +95,8 @@ def test_an_environment_with_a_cuda_torch_is_compared_with_the_gpu_set(monkeypat
     for build, lock in (((torch["version"], torch["requires_dist"]), versions.GPU_LOCK_NAME),
                         (("2.13.0+cu126", []), versions.GPU_LOCK_NAME), (("2.13.0+cpu", []), versions.LOCK_NAME),
                         (None, versions.LOCK_NAME)):
-        monkeypatch.setattr(cuda_driver, "installed_build", lambda name, build=build: build if name == "torch" else None)
+        monkeypatch.setattr(cuda_driver, "installed_build",
+                            lambda name, build=build: build if name == "torch" else None)
         assert versions.lock_name() == lock, build
         assert versions.lock_path() == ROOT / lock
     assert versions.read_lock() == versions.parse_lock((ROOT / versions.LOCK_NAME).read_text())
