@@ -108,12 +108,14 @@ def driver_refusal(driver: NvidiaDriver, builds: dict[str, tuple[str, int | None
     needed = max(build[1] for build in too_new.values())
     what = " and ".join(f"{'the installed' if installed else 'the GPU set`s'} {name} {version}"
                         for name, (version, _, installed) in too_new.items()).replace("`", "'")
-    branch = minimum_driver(needed)
+    installs = ([f"a CUDA {runs} build of torch {builds['torch'][0].split('+')[0]} (PyTorch's own install "
+                 "instructions)"] if "torch" in too_new else [])
+    if "vllm" in too_new:
+        installs.append(f"the vLLM {builds['vllm'][0].split('+')[0]} built for CUDA {runs} (vLLM's own)")
     return (f"{what} {'is a' if len(too_new) == 1 else 'are'} CUDA {needed} build{'s' * (len(too_new) > 1)}, which "
-            f"need{'s' * (len(too_new) == 1)} an NVIDIA driver of R{branch} or newer; this box has the "
-            f"{driver.describe()}. Upgrade the driver, or install a CUDA {runs} build of torch and the vLLM built for "
-            "it into the venv first, following PyTorch's and vLLM's own install instructions, then run ./setup.sh "
-            "again (MUTUALRL_NO_VLLM=1 leaves vLLM out)")
+            f"need{'s' * (len(too_new) == 1)} an NVIDIA driver of R{minimum_driver(needed)} or newer; this box has "
+            f"the {driver.describe()}. Upgrade the driver, or install into the venv first {' and '.join(installs)}, "
+            "then run ./setup.sh again" + (" (MUTUALRL_NO_VLLM=1 leaves vLLM out)" if "vllm" in too_new else ""))
 
 
 def installed_build(name: str) -> tuple[str, list[str]] | None:
