@@ -65,7 +65,7 @@ HEADER = """\
 # GPU branch passes it to every pip install. The CPU lock's versions wherever the GPU packages allow; where they do not,
 # requirements-gpu.json says which line and why. torch {torch} and vLLM here are CUDA {cuda} builds: they need an NVIDIA
 # driver of R{driver} or newer (README "GPU notes"). Regenerate after changing pyproject.toml or the CPU lock:
-# .venv/bin/python .ci/gpu_lock.py write (docs/launch.md "The GPU set").
+# .venv/bin/python .ci/gpu_lock.py write (its docstring says how it resolves).
 """
 
 
