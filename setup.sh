@@ -44,8 +44,9 @@ if has_nvidia_gpu; then
   # The GPU set's torch and vLLM (or those already installed) against the driver, before anything is installed:
   # under a driver older than their CUDA, torch sees no GPU and every run would train on the CPU.
   no_vllm=(); if [ "${MUTUALRL_NO_VLLM:-0}" = 1 ]; then no_vllm=(--no-vllm); fi
+  smi=$(nvidia-smi 2>&1 || true)  # its table's header names the driver and the newest CUDA it runs
   refusal_rc=0
-  refusal=$(nvidia-smi 2>/dev/null | PYTHONPATH="$PWD/src" "$PY" -m mutualrl.host.cuda_driver requirements-gpu.json \
+  refusal=$(printf '%s\n' "$smi" | PYTHONPATH="$PWD/src" "$PY" -m mutualrl.host.cuda_driver requirements-gpu.json \
             "${no_vllm[@]}") || refusal_rc=$?
   if [ "$refusal_rc" = 1 ] && [ -n "$refusal" ]; then
     echo "setup: $refusal" >&2
