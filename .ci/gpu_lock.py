@@ -27,6 +27,7 @@ How it resolves, on any machine (a CPU one too), through pip's own configuration
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import subprocess
@@ -128,27 +129,38 @@ def is_wheel(dist: dict) -> bool:
     return dist["file"].endswith(".whl")
 
 
-def applies(requirement: Requirement, extras: set[str]) -> bool:
-    """Whether a requirement applies on the target with these extras of its distribution requested."""
-    if requirement.marker is None:
+@functools.lru_cache(maxsize=None)
+def parse(text: str) -> Requirement:
+    """A requirement line, parsed once (the suite's checks read each of the record's thousands many times)."""
+    return Requirement(text)
+
+
+def applies(text: str, extras: set[str] | frozenset[str]) -> bool:
+    """Whether a requirement line applies on the target with these extras of its distribution requested."""
+    return _applies(text, frozenset(extras))
+
+
+@functools.lru_cache(maxsize=None)
+def _applies(text: str, extras: frozenset[str]) -> bool:
+    marker = parse(text).marker
+    if marker is None:
         return True
-    return any(requirement.marker.evaluate({**default_environment(), **TARGET_MARKERS, "extra": extra})
-               for extra in extras | {""})
+    return any(marker.evaluate({**default_environment(), **TARGET_MARKERS, "extra": extra}) for extra in extras | {""})
 
 
 def requested_extras(inputs: list[str], dists: dict[str, dict]) -> dict[str, set[str]]:
     """{canonical name: the extras of it that the inputs or a resolved distribution ask for}, to a fixed point."""
     extras: dict[str, set[str]] = {}
     for line in inputs:
-        need = Requirement(line)
+        need = parse(line)
         extras.setdefault(canonicalize_name(need.name), set()).update(need.extras)
     changed = True
     while changed:
         changed = False
         for name, dist in dists.items():
             for text in dist["requires_dist"]:
-                need = Requirement(text)
-                if applies(need, extras.get(name, set())):
+                need = parse(text)
+                if applies(text, extras.get(name, set())):
                     wanted = extras.setdefault(canonicalize_name(need.name), set())
                     changed |= not need.extras <= wanted
                     wanted |= need.extras
@@ -161,13 +173,14 @@ def conflicts(pins: dict[str, str], dists: dict[str, dict], inputs: list[str]) -
     the lock against the recorded pins."""
     extras = requested_extras(inputs, dists)
     found = []
-    needs = [("the requested set", Requirement(line)) for line in inputs]
-    needs += [(f"{name} {dist['version']}", Requirement(text)) for name, dist in sorted(dists.items())
+    needs = [("the requested set", line) for line in inputs]
+    needs += [(f"{name} {dist['version']}", text) for name, dist in sorted(dists.items())
               for text in dist["requires_dist"]]
-    for who, need in needs:
+    for who, text in needs:
         owner = who.split(" ", 1)[0]
-        if who != "the requested set" and not applies(need, extras.get(owner, set())):
+        if who != "the requested set" and not applies(text, extras.get(owner, set())):
             continue
+        need = parse(text)
         name = canonicalize_name(need.name)
         if name not in pins:
             found.append((name, f"missing: {who} requires {need}"))
@@ -193,7 +206,7 @@ def resolve(constraints_for_target: dict[str, str] | None, work: Path) -> tuple[
     extras = requested_extras(inputs, here)
     lines = [line for line in inputs if canonicalize_name(Requirement(line).name) not in sources]
     for name, dist in sources.items():
-        lines += [text for text in dist["requires_dist"] if applies(Requirement(text), extras.get(name, set()))]
+        lines += [text for text in dist["requires_dist"] if applies(text, extras.get(name, set()))]
     target = pip_report(lines, {n: v for n, v in base.items() if n not in sources}, target=True, work=work)
     return target, sources, set_aside
 

@@ -23,9 +23,9 @@ def exact_pins(requirer: str) -> list[tuple[str, str]]:
     extras = gpu_lock.requested_extras(RECORD["requested"], PACKAGES).get(requirer, set())
     found = []
     for text in PACKAGES[requirer]["requires_dist"]:
-        need = gpu_lock.Requirement(text)
+        need = gpu_lock.parse(text)
         pinned = [spec.version for spec in need.specifier if spec.operator == "=="]
-        if pinned and gpu_lock.applies(need, extras):
+        if pinned and gpu_lock.applies(text, extras):
             found.append((gpu_lock.canonicalize_name(need.name), pinned[0]))
     return found
 
