@@ -97,7 +97,7 @@ def check_tested_versions(uses_vllm: bool) -> str | None:
 
 
 LOCK_NAME = "requirements-tested.txt"
-#: The GPU set: what ./setup.sh installs on an NVIDIA box (.ci/gpu_lock.py resolves it; docs/launch.md "The GPU set").
+#: The GPU set: what ./setup.sh installs on an NVIDIA box (.ci/gpu_lock.py resolves it and says how).
 GPU_LOCK_NAME = "requirements-gpu.txt"
 #: What the set-up installs outside the lock: torch and a CUDA build's own packages, the tools of pip itself.
 UNLOCKED = ("torch", "pip", "setuptools", "wheel", "mutualrl", "triton")

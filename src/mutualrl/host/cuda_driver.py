@@ -5,8 +5,8 @@ newer, CUDA 12 R525 (NVIDIA's CUDA toolkit release notes, "CUDA Driver" table; t
 data-centre cards aside). Under an older driver torch sees no GPU at all. :func:`parse_nvidia_smi` reads the driver
 and the newest CUDA it supports from ``nvidia-smi``'s own output, :func:`cuda_major_needed` reads a torch or vLLM
 build's CUDA major from its version (``+cu126``) or its requirements (``nvidia-*-cu13``, ``cuda-toolkit==13.0.3``),
-and :func:`driver_refusal` says, in one line, why a set of builds cannot run under a driver. Pure functions of text:
-nothing here runs ``nvidia-smi`` or imports torch.
+and :func:`driver_refusal` says, in one line, why a set of builds cannot run under a driver: pure functions of text.
+Nothing here runs ``nvidia-smi`` or imports torch (:func:`setup_refusal` reads the installed builds' metadata).
 
 ``python -m mutualrl.host.cuda_driver RECORD [--no-vllm]``, with ``nvidia-smi``'s output on stdin, is ./setup.sh's
 check before it installs a GPU build: RECORD is ``requirements-gpu.json`` (what the GPU set's builds require); a torch
