@@ -35,6 +35,12 @@ def test_the_lock_is_the_set_pip_resolved():
     assert {"torch", "vllm", "trl", "transformers", "deepspeed"} <= set(LOCK)
 
 
+def test_the_lock_was_resolved_for_the_project_as_pyproject_has_it_now():
+    """A dependency or extra added to pyproject.toml since the lock was made fails here, in the fast tier: regenerate
+    it (python .ci/gpu_lock.py write)."""
+    assert RECORD["requested"] == gpu_lock.requested(), "pyproject.toml changed: .venv/bin/python .ci/gpu_lock.py write"
+
+
 def test_no_line_of_the_lock_conflicts_with_a_requirement_of_the_set_or_of_the_project():
     assert gpu_lock.conflicts(LOCK, PACKAGES, RECORD["requested"]) == []
 
