@@ -14,13 +14,10 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
+from mutualrl.host.cuda_driver import MINIMUM_DRIVER, parse_nvidia_smi
+
 NVIDIA_SMI_TIMEOUT_S = 20.0
 """A hung driver makes ``nvidia-smi`` wait; the plan does not wait for it longer than this."""
-
-MIN_DRIVER_FOR_CUDA = {13: 580, 12: 525, 11: 450}
-"""The oldest Linux driver branch each CUDA major version runs on (the CUDA toolkit release notes' table of minimum
-driver versions: 13.x >= 580, 12.x >= 525.60.13, 11.x >= 450.80.02)."""
-
 
 @dataclass(frozen=True)
 class DriverReport:
@@ -41,8 +38,6 @@ class DriverReport:
 
 
 GPU_LINE = re.compile(r"^GPU (\d+): (.+?)(?: \(UUID: [^)]*\))?\s*$")
-DRIVER = re.compile(r"Driver Version:\s*([0-9][0-9.]*)")
-CUDA = re.compile(r"CUDA Version:\s*([0-9]+\.[0-9]+)")
 
 
 def parse_gpu_list(text: str) -> list[str]:
@@ -51,9 +46,10 @@ def parse_gpu_list(text: str) -> list[str]:
 
 
 def parse_header(text: str) -> tuple[str | None, str | None]:
-    """(driver version, CUDA version) of plain ``nvidia-smi``'s header line."""
-    driver, cuda = DRIVER.search(text), CUDA.search(text)
-    return (driver.group(1) if driver else None), (cuda.group(1) if cuda else None)
+    """(driver version, CUDA version) of plain ``nvidia-smi``'s header line (read by :mod:`.cuda_driver`)."""
+    driver = parse_nvidia_smi(text)
+    cuda = driver.cuda_version
+    return driver.driver_version, (f"{cuda[0]}.{cuda[1]}" if cuda else None)
 
 
 def _output(argv: list[str]) -> str | None:
@@ -102,7 +98,7 @@ def torch_misses_gpus(report: DriverReport | None, torch_version: str, torch_cud
         return (f"{said}: it is a CPU build; install a CUDA build of torch for this driver"
                 f"{f' (CUDA {report.cuda} or older)' if report.cuda else ''}{on_purpose}")
     built_major = driver_major(torch_cuda)
-    needed = MIN_DRIVER_FOR_CUDA.get(built_major or 0)
+    needed = MINIMUM_DRIVER.get(built_major or 0)
     have = driver_major(report.driver)
     if needed is not None and have is not None and have < needed:
         return (f"{said}: the torch build is for CUDA {torch_cuda}, which needs driver R{needed} or newer; install a "
