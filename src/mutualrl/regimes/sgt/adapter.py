@@ -25,10 +25,16 @@ from mutualrl.regimes.api import (
     Share,
     StepRollouts,
     anchored_advantages,
+    anchored_rollouts,
     attach_sequences,
     attached_rows,
+    choose_rescues,
     gather_peer_groups,
     learner_responses,
+    rescue_logprob,
+    rescue_nll,
+    rescue_rows,
+    rescue_weights,
     solved_prompts,
 )
 from mutualrl.regimes.sgt.spec import RESCUES_TOTAL_KEY, SGT, SGTSettings
@@ -129,15 +135,16 @@ class SGTAdapter(RegimeAdapter):
 
     def _anchor(self, output: GRPOBatch, metrics: dict[str, float],
                 rollouts: StepRollouts) -> tuple[GRPOBatch, dict[str, float]]:
-        """With ``anchor_lam``: this step's own rollouts of the prompts they all solved get ``α`` added to their
-        advantage (:mod:`mutualrl.regimes.core.success_anchor`)."""
+        """With ``anchor_lam``: this step's verified own successes of the prompts they all solved get ``α`` added to
+        their advantage (:mod:`mutualrl.regimes.core.success_anchor`)."""
         alpha = self.settings.anchor_lam
         if alpha == 0:
             return output, metrics
         k = rollouts.num_generations
         own_rewards = rollouts.rewards_local.float().view(-1, k)  # [P, K]
         solved = solved_prompts(own_rewards, self.settings.success_threshold)  # [P]
-        output["advantages"] = anchored_advantages(output["advantages"], solved, k, alpha)  # [B]
+        lifted = anchored_rollouts(own_rewards, self.settings.success_threshold)  # [P, K]
+        output["advantages"] = anchored_advantages(output["advantages"], lifted, alpha)  # [B]
         metrics["anchored_rate"] = Share(float(solved.sum()), len(solved))
         return output, metrics
 
@@ -194,7 +201,7 @@ class SGTAdapter(RegimeAdapter):
         """The gate per prompt (all K own rollouts failed, a peer succeeded, the prompt's rescue budget not spent), the
         peer success chosen for each gated prompt (seeded per step, policy and regime), the learner rows it rescues,
         and how many prompts only the budget kept out."""
-        from mutualrl.regimes.sgt.maths import assign_sgt_rows, select_peer_successes, sgt_gate, within_rescue_budget
+        from mutualrl.regimes.sgt.maths import sgt_gate, within_rescue_budget
 
         settings = self.settings
         peer = gather_peer_groups(peers, self.peers, own.groups, k, step, columns=("reward", "num_tokens"))
@@ -207,8 +214,9 @@ class SGTAdapter(RegimeAdapter):
         gate = within_rescue_budget(unbudgeted, before, settings.max_rescues_per_prompt)
         over_budget = int((unbudgeted.gated & ~gate.gated).sum())
         generator = self.seeded_generator(step, self.name)
-        chosen = select_peer_successes(gate, peer_lengths, selection=settings.selection, generator=generator)
-        row_mask = assign_sgt_rows(gate.gated, k, settings.max_pairs_per_prompt)
+        chosen = choose_rescues(peer_rewards, gate.gated, settings.success_threshold, generator,
+                                selection=settings.selection, peer_lengths=peer_lengths)  # [P, 2]
+        row_mask = rescue_rows(gate.gated, k, settings.max_pairs_per_prompt)  # [P, K]
         return peer, gate, chosen, row_mask, over_budget
 
     def _chosen_successes(self, peer: PeerGroups, gate: SGTGate, chosen: torch.Tensor,
@@ -247,8 +255,6 @@ class SGTAdapter(RegimeAdapter):
         """The rescues ``sources`` in the learner's vocabulary (THL, EOS appended where the peer finished:
         :func:`~mutualrl.regimes.core.peer_responses.learner_responses`), put on the gated rows of ``output`` with their
         weights (Eq. regime3_total); returns the rescue tokens added."""
-        from mutualrl.regimes.sgt.maths import sgt_example_weights
-
         trainer = self.trainer
         k = rollouts.num_generations
         sequences = learner_responses(peers, sources, trainer.processing_class, trainer.max_completion_length).ids
@@ -265,9 +271,9 @@ class SGTAdapter(RegimeAdapter):
                     rows[i], source_index[i] = ids, self.peers.index(name)
                     extra_tokens += len(ids)
         attach_sequences(output, rows, pad, width, "sgt")  # sgt_completion_ids, sgt_completion_mask: [B_local, R]
-        weights = sgt_example_weights(flat_mask, self.settings.lam, trainer.args.steps_per_generation,
-                                      trainer.current_gradient_accumulation_steps, num_gated=num_gated,
-                                      num_processes=rollouts.num_processes)
+        weights = rescue_weights(flat_mask, self.settings.lam, trainer.args.steps_per_generation,
+                                 trainer.current_gradient_accumulation_steps, num_gated=num_gated,
+                                 num_processes=rollouts.num_processes)  # [B_local]
         output["sgt_weight"] = weights.to(device=device, dtype=torch.float32)
         output[SGT_SOURCE] = torch.tensor(source_index, dtype=torch.long, device=device)  # [B_local]
         if own.prompt_ids is not None:  # an earlier round: its prompts, not this step's
@@ -279,8 +285,6 @@ class SGTAdapter(RegimeAdapter):
                      sources: torch.Tensor) -> dict[str, float]:
         """Per peer with a rescue in this micro-batch, ``from/<peer>/rescue_logp``: the learner's mean sequence
         log-prob of that peer's rescued answers, read from the NLL forward (no pass of its own)."""
-        from mutualrl.regimes.sgt.maths import rescue_logprob
-
         out = {}
         for m, peer in enumerate(self.peers):
             mine = torch.where(sources == m, weights, torch.zeros_like(weights))  # [R]
@@ -293,14 +297,12 @@ class SGTAdapter(RegimeAdapter):
         attached = attached_rows(inputs, "sgt", trainer.accelerator.num_processes)
         if attached is None:
             return None
-        from mutualrl.regimes.sgt.maths import rescue_logprob, sgt_nll
-
         rows, completion, mask = attached  # [R], [R, T'], [R, T']
         weights = inputs["sgt_weight"]  # [B]
         prompt_ids = inputs.get("sgt_prompt_ids", inputs["prompt_ids"])
         prompt_mask = inputs.get("sgt_prompt_mask", inputs["prompt_mask"])
         logps = trainer.score_completions(model, prompt_ids[rows], prompt_mask[rows], completion, mask)
-        loss = sgt_nll(logps, mask, weights[rows])
+        loss = rescue_nll(logps, mask, weights[rows], self.settings.rescue_reduction)
         values = {"nll_term": loss.detach().item()}
         logp = rescue_logprob(logps.detach(), mask, weights[rows])
         if logp == logp:  # not NaN: some row of this micro-batch carries a rescue
