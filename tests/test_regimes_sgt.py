@@ -313,7 +313,7 @@ def test_every_regime_with_the_rescue_offers_its_reduction():
     from mutualrl.regimes.core.rescue_spec import RescueGateSettings
 
     keys = sorted(spec.settings_key for spec in settings_regimes() if issubclass(spec.settings, RescueGateSettings))
-    assert keys == ["bytekd", "opdsgt", "sgt"]
+    assert {"bytekd", "opdsgt", "sgt"} <= set(keys)
     for key in keys:
         config = load_run_config("tiny", overrides=[f"regime.{key}.rescue_reduction=sum"], check_grpo=False).config
         assert getattr(config.regime, key).rescue_reduction == "sum"

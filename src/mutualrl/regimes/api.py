@@ -1,7 +1,8 @@
 """What a regime author imports: the one mutualrl module a regime folder ``regimes/<name>/`` uses besides its own files.
 
 - Declaring the regime (``spec.py``): :class:`RegimeSpec`, :class:`RegimeFlag`, :func:`register_regime`, ``ENV_VAR``
-  (the variable naming plugin regimes), the words a plot puts on a metric (:class:`MetricWords` and its ranges
+  (the variable naming plugin regimes); a variant's parent: :func:`parent_regime` (its spec, to ``replace``) and
+  :func:`parent_adapter` (its adapter class, to subclass, from ``adapter.py`` only), the words a plot puts on a metric (:class:`MetricWords` and its ranges
   ``FREE``, ``UNIT``, ``NONNEGATIVE``, ``NONPOSITIVE``), and the pooled-rows settings PRP and HACPO share
   (:class:`PooledRowsSettings`, :func:`ratio_metrics`), the fields and metrics SGT's rescue brings to another regime
   (:class:`RescueGateSettings`, SGT's base; :class:`RescueSettings`, with the weight ``rescue_lam``;
@@ -56,7 +57,7 @@ from mutualrl.regimes.core.rescue_spec import (RescueGateSettings, RescueSetting
                                               rescue_metrics)
 from mutualrl.regimes.core.rank_metrics import Quantile, Share, Total
 from mutualrl.regimes.core.regime_spec import RegimeFlag, RegimeSpec, register_regime
-from mutualrl.regimes.core.registry import ENV_VAR
+from mutualrl.regimes.core.registry import ENV_VAR, parent_adapter, parent_regime
 from mutualrl.regimes.core.state_file import check_optional_rescue_counts, check_rescue_counts, whole_count
 from mutualrl.regimes.core.trainer_interface import TOKEN_WEIGHTS, GRPOBatch, StepRollouts, TrainerView
 
@@ -104,9 +105,10 @@ TORCH_NAMES = {
 
 __all__ = [
     "ENV_VAR", "FREE", "NONNEGATIVE", "NONPOSITIVE", "TOKEN_WEIGHTS", "UNIT", "GRPOBatch", "MetricWords",
-    "PooledRowsSettings", "Quantile", "RegimeFlag", "RegimeSpec", "RescueGateSettings", "RescueSettings", "Share", "StepRollouts", "Total",
-    "TrainerView", "UsageError", "check_optional_rescue_counts", "check_rescue_counts", "check_rescue_thresholds",
-    "per_token_ratio_check", "ratio_metrics", "register_regime", "rescue_metrics", "whole_count",
+    "PooledRowsSettings", "Quantile", "RegimeFlag", "RegimeSpec", "RescueGateSettings", "RescueSettings", "Share",
+    "StepRollouts", "Total", "TrainerView", "UsageError", "check_optional_rescue_counts", "check_rescue_counts",
+    "check_rescue_thresholds", "parent_adapter", "parent_regime", "per_token_ratio_check", "ratio_metrics",
+    "register_regime", "rescue_metrics", "whole_count",
     *TORCH_NAMES,
 ]
 
