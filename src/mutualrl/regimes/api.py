@@ -9,6 +9,8 @@
   :func:`check_rescue_thresholds`, :func:`rescue_metrics`); :class:`UsageError`, what a
   regime raises on bad settings or input (one line, exit 2); :func:`whole_count`, :func:`check_rescue_counts` and
   :func:`check_optional_rescue_counts` (a rescue budget's counters), for a ``state_check`` of saved counters.
+- TRL's loss types classified once (normaliser, clipping, unit): ``LOSS_TYPES``, :class:`LossType`,
+  :func:`loss_type`, :func:`loss_types_where`.
 - The metrics a regime returns, by how each is reduced over the ranks: :class:`Share`, :class:`Total`,
   :class:`Quantile`.
 - What the trainer hands a regime (the seam): :class:`GRPOBatch` (TRL's batch), :class:`StepRollouts` (this
@@ -52,6 +54,7 @@ from typing import Any
 from mutualrl.errors import UsageError
 from mutualrl.metric_labels import FREE, NONNEGATIVE, NONPOSITIVE, UNIT, MetricWords
 from mutualrl.regimes.core.distillation_spec import per_token_ratio_check
+from mutualrl.regimes.core.loss_types import LOSS_TYPES, LossType, loss_type, loss_types_where
 from mutualrl.regimes.core.pooled_spec import PooledRowsSettings, ratio_metrics
 from mutualrl.regimes.core.rescue_spec import (RescueGateSettings, RescueSettings, check_rescue_thresholds,
                                               rescue_metrics)
@@ -104,10 +107,11 @@ TORCH_NAMES = {
 }
 
 __all__ = [
-    "ENV_VAR", "FREE", "NONNEGATIVE", "NONPOSITIVE", "TOKEN_WEIGHTS", "UNIT", "GRPOBatch", "MetricWords",
+    "ENV_VAR", "FREE", "LOSS_TYPES", "NONNEGATIVE", "NONPOSITIVE", "TOKEN_WEIGHTS", "UNIT", "GRPOBatch", "LossType",
+    "MetricWords",
     "PooledRowsSettings", "Quantile", "RegimeFlag", "RegimeSpec", "RescueGateSettings", "RescueSettings", "Share",
     "StepRollouts", "Total", "TrainerView", "UsageError", "check_optional_rescue_counts", "check_rescue_counts",
-    "check_rescue_thresholds", "parent_adapter", "parent_regime", "per_token_ratio_check", "ratio_metrics",
+    "check_rescue_thresholds", "loss_type", "loss_types_where", "parent_adapter", "parent_regime", "per_token_ratio_check", "ratio_metrics",
     "register_regime", "rescue_metrics", "whole_count",
     *TORCH_NAMES,
 ]
