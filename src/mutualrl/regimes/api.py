@@ -2,12 +2,12 @@
 
 - Declaring the regime (``spec.py``): :class:`RegimeSpec`, :class:`RegimeFlag`, :func:`register_regime`, ``ENV_VAR``
   (the variable naming plugin regimes); a variant's parent: :func:`parent_regime` (its spec, to ``replace``) and
-  :func:`parent_adapter` (its adapter class, to subclass, from ``adapter.py`` only), the words a plot puts on a metric (:class:`MetricWords` and its ranges
-  ``FREE``, ``UNIT``, ``NONNEGATIVE``, ``NONPOSITIVE``), and the pooled-rows settings PRP and HACPO share
-  (:class:`PooledRowsSettings`, :func:`ratio_metrics`), the fields and metrics SGT's rescue brings to another regime
-  (:class:`RescueGateSettings`, SGT's base; :class:`RescueSettings`, with the weight ``rescue_lam``;
-  :func:`check_rescue_thresholds`, :func:`rescue_metrics`); :class:`UsageError`, what a
-  regime raises on bad settings or input (one line, exit 2); :func:`whole_count`, :func:`check_rescue_counts` and
+  :func:`parent_adapter` (its adapter class, to subclass, from ``adapter.py`` only); the words a plot puts on a
+  metric (:class:`MetricWords` and its ranges ``FREE``, ``UNIT``, ``NONNEGATIVE``, ``NONPOSITIVE``); the pooled-rows
+  settings PRP and HACPO share (:class:`PooledRowsSettings`, :func:`ratio_metrics`); the rescue's settings and
+  metrics (:class:`RescueGateSettings`, SGT's base; :class:`RescueSettings`, with the weight ``rescue_lam``;
+  :func:`check_rescue_thresholds`, :func:`rescue_metrics`); :class:`UsageError`, what a regime raises on bad
+  settings or input (one line, exit 2); :func:`whole_count`, :func:`check_rescue_counts` and
   :func:`check_optional_rescue_counts` (a rescue budget's counters), for a ``state_check`` of saved counters.
 - TRL's loss types classified once (normaliser, clipping, unit): ``LOSS_TYPES``, :class:`LossType`,
   :func:`loss_type`, :func:`loss_types_where`.
@@ -111,8 +111,8 @@ __all__ = [
     "MetricWords",
     "PooledRowsSettings", "Quantile", "RegimeFlag", "RegimeSpec", "RescueGateSettings", "RescueSettings", "Share",
     "StepRollouts", "Total", "TrainerView", "UsageError", "check_optional_rescue_counts", "check_rescue_counts",
-    "check_rescue_thresholds", "loss_type", "loss_types_where", "parent_adapter", "parent_regime", "per_token_ratio_check", "ratio_metrics",
-    "register_regime", "rescue_metrics", "whole_count",
+    "check_rescue_thresholds", "loss_type", "loss_types_where", "parent_adapter", "parent_regime",
+    "per_token_ratio_check", "ratio_metrics", "register_regime", "rescue_metrics", "whole_count",
     *TORCH_NAMES,
 ]
 
