@@ -240,16 +240,19 @@ class RescueBudget:
         self.count(prompts, gated, rollouts)
         return gated, chosen
 
-    def count(self, prompts: list[str], gated: torch.Tensor, rollouts: StepRollouts) -> None:
-        """Count this step's rescued prompts, every rank's (a prompt may fall to another rank at its next visit)."""
+    def count(self, prompts: list[str], gated: torch.Tensor, rollouts: StepRollouts, per_prompt: bool = True) -> int:
+        """Count this step's rescued prompts, every rank's (a prompt may fall to another rank at its next visit), and
+        return how many. ``per_prompt`` False keeps the total only (SGT without a budget: no count per prompt)."""
         rescued = [prompt for prompt, hit in zip(prompts, gated.tolist(), strict=True) if hit]
         if rollouts.num_processes > 1:
             from accelerate.utils import gather_object
 
             rescued = gather_object(rescued)
-        for prompt in rescued:
-            self.rescues_by_prompt[prompt] = self.rescues_by_prompt.get(prompt, 0) + 1
+        if per_prompt:
+            for prompt in rescued:
+                self.rescues_by_prompt[prompt] = self.rescues_by_prompt.get(prompt, 0) + 1
         self.rescues_total += len(rescued)
+        return len(rescued)
 
     def attach(self, trainer: TrainerView, output: GRPOBatch, rollouts: StepRollouts, peers: dict[str, pa.Table],
                names: list[str], peer_rows: torch.Tensor, gated: torch.Tensor, chosen: torch.Tensor,

@@ -22,6 +22,7 @@ from mutualrl.regimes.api import (
     GRPOBatch,
     PeerGroups,
     RegimeAdapter,
+    RescueBudget,
     Share,
     StepRollouts,
     anchored_advantages,
@@ -76,8 +77,7 @@ class SGTAdapter(RegimeAdapter):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.rescues_total = 0
-        self.rescues_by_prompt: dict[str, int] = {}  # steps that rescued each prompt (kept under a run-wide cap)
+        self.rescues = RescueBudget("sgt", self.settings.rescue_reduction)  # its counts; per prompt under a cap
         self.history: dict[int, OwnRound] = {}
         self.thresholds_checked = False
         self.total_restored = False
@@ -87,11 +87,10 @@ class SGTAdapter(RegimeAdapter):
         ``logging_steps - 1`` steps), and under ``max_rescues_per_prompt`` the steps that rescued each prompt. The
         groups kept for stale rounds are not state: a resumed policy's staleness window starts at its first resumed
         step, and it reads no round before it."""
-        return {"rescues_total": self.rescues_total, "rescues_by_prompt": dict(sorted(self.rescues_by_prompt.items()))}
+        return self.rescues.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rescues_total = int(state["rescues_total"])
-        self.rescues_by_prompt = {str(key): int(value) for key, value in state.get("rescues_by_prompt", {}).items()}
+        self.rescues.load_state_dict(state)
         self.total_restored = True  # a checkpoint without this state (older) restores it from the logged total
 
     def warn_thresholds(self, own: torch.Tensor, peers: dict[str, pa.Table]) -> None:
@@ -178,12 +177,11 @@ class SGTAdapter(RegimeAdapter):
             extra_tokens = self._attach_rescues(output, rollouts, own, gated_prompts, peers, sources, flat_mask,
                                                 num_gated)
 
-        rescued = self._sum_over_ranks(int(gate.gated.sum()), rollouts)
-        self._count_rescues(own, gate, rollouts)
         if not self.total_restored:  # a resumed run goes on counting from its checkpoint's logged total
             self.total_restored = True
-            self.rescues_total = max(self.rescues_total, logged_total(self.trainer.state.log_history))
-        self.rescues_total += rescued
+            self.rescues.rescues_total = max(self.rescues.rescues_total, logged_total(self.trainer.state.log_history))
+        # every rank's rescued prompts; per prompt only under a budget (a prompt may fall to another rank next time)
+        rescued = self.rescues.count(own.groups, gate.gated, rollouts, settings.max_rescues_per_prompt is not None)
         rollout_tokens = int(output["completion_mask"].sum().item())
         metrics = sgt_metrics(gate, own.rewards, peer.values["reward"], extra_tokens=extra_tokens,
                               rollout_tokens=rollout_tokens, m=len(self.peers) + 1, k=k,
@@ -191,7 +189,7 @@ class SGTAdapter(RegimeAdapter):
                               max_pairs_per_prompt=settings.max_pairs_per_prompt)
         metrics.update(source_use(gate, chosen, peer.values["reward"], self.peers))
         metrics["rescues"] = rescued
-        metrics["rescues_total"] = self.rescues_total
+        metrics["rescues_total"] = self.rescues.rescues_total
         if settings.max_rescues_per_prompt is not None:  # the same on every rank: all take part in the sum
             metrics["over_budget"] = self._sum_over_ranks(over_budget, rollouts)
         return output, metrics
@@ -210,7 +208,7 @@ class SGTAdapter(RegimeAdapter):
         unbudgeted = sgt_gate(own.rewards, peer_rewards, success_threshold=settings.success_threshold,
                               failure_threshold=settings.failure_threshold,
                               require_all_failed=settings.require_all_failed)
-        before = torch.tensor([self.rescues_by_prompt.get(group, 0) for group in own.groups], dtype=torch.long)  # [P]
+        before = self.rescues.rescued_before(own.groups)  # [P]
         gate = within_rescue_budget(unbudgeted, before, settings.max_rescues_per_prompt)
         over_budget = int((unbudgeted.gated & ~gate.gated).sum())
         generator = self.seeded_generator(step, self.name)
@@ -228,19 +226,6 @@ class SGTAdapter(RegimeAdapter):
             m, j = int(chosen[p, 0]), int(chosen[p, 1])  # chosen: int64 [P, 2] (peer, sample)
             sources.append((self.peers[m], int(peer.rows[p, m, j])))
         return gated_prompts, sources
-
-    def _count_rescues(self, own: OwnRound, gate: SGTGate, rollouts: StepRollouts) -> None:
-        """Under ``max_rescues_per_prompt``, count this step's rescued prompts, every rank's, so that each rank holds
-        the whole run's counts (a prompt may fall to another rank at its next visit; rank 0 saves them)."""
-        if self.settings.max_rescues_per_prompt is None:
-            return
-        rescued = [group for group, gated in zip(own.groups, gate.gated.tolist(), strict=True) if gated]
-        if rollouts.num_processes > 1:
-            from accelerate.utils import gather_object
-
-            rescued = gather_object(rescued)
-        for group in rescued:
-            self.rescues_by_prompt[group] = self.rescues_by_prompt.get(group, 0) + 1
 
     def _sum_over_ranks(self, count: int, rollouts: StepRollouts) -> int:
         """``count`` summed over the ranks (every rank takes part in the collective, gated or not)."""
