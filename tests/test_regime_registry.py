@@ -227,3 +227,24 @@ def test_a_regime_flag_gives_the_type_of_its_settings_field():
             flag_setting("--flagged-k", "[1")
     finally:
         unregister_regime(spec.name)
+
+
+def test_a_variant_whose_settings_do_not_subclass_its_parents_or_whose_parent_is_unknown_is_refused(tmp_path):
+    """``parent=`` is checked where a recipe is read: the variant's settings must subclass the parent's (else the
+    parent's values could not reach them), and the parent must be a registered regime; each is one line."""
+    from mutualrl.config import load_run_config
+    from mutualrl.config.typed import ConfigError
+
+    @dataclass
+    class Unrelated:
+        bonus: float = 0.0
+
+    for name, parent, match in (("orphan-test", "sgt", "must subclass its parent 'sgt'"),
+                                ("lost-test", "sgtt", "unknown regime 'sgtt'")):
+        register_regime(RegimeSpec(name=name, help="a test variant", parent=parent, settings_key=name.replace("-", "_"),
+                                   settings=Unrelated))
+        try:
+            with pytest.raises(ConfigError, match=match):
+                load_run_config("tiny", regime=name, check_grpo=False)
+        finally:
+            unregister_regime(name)
