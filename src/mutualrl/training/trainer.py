@@ -40,6 +40,7 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from mutualrl.regimes.core.adapter import RegimeAdapter
+from mutualrl.regimes.core.loss_types import loss_type
 from mutualrl.regimes.core.next_bytes import tempered_logits
 from mutualrl.regimes.core.trainer_interface import GRPOBatch, StepRollouts
 from mutualrl.training.trl_metrics import TRLMetrics
@@ -255,20 +256,19 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         training = self.model.training
         accumulation = self.current_gradient_accumulation_steps if training else 1.0
         masked = per_token_loss * mask  # [B, C]
-        if self.loss_type in ("grpo", "sapo"):
+        normaliser = loss_type(self.loss_type).normaliser  # regimes/core/loss_types.py, TRL's branches classified
+        if normaliser == "row_tokens":
             return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accumulation
-        if self.loss_type == "bnpo":
+        if normaliser == "batch_tokens":
             return masked.sum() / mask.sum().clamp(min=1.0) / accumulation
-        if self.loss_type == "dr_grpo":
+        if normaliser == "max_length":
             return masked.sum() / (per_token_loss.size(0) * self.max_completion_length) / accumulation
-        if self.loss_type in ("cispo", "dapo", "vespo"):
+        if normaliser == "generation_tokens":
             normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
             if training:
                 normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
             return masked.sum() / normalizer
-        if self.loss_type == "luspo":
-            return masked.sum(-1).mean() / accumulation
-        raise ValueError(f"unknown loss_type {self.loss_type!r}")
+        return masked.sum(-1).mean() / accumulation  # "rows"
 
     # -- 4. checkpoints: complete by construction ----------------------------------------
     def _save_checkpoint(self, model, trial):
