@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from mutualrl.config.loader import load_run_config
-from mutualrl.errors import UsageError
+from mutualrl.errors import DataError, UsageError
 from mutualrl.evaluation.complementarity import Outcomes
 from mutualrl.launch.sweep.grid import NO_REWARD_STOP, SweepSpec, failed_advice, resolved_config, stop_rule_lines
 from mutualrl.run_folder import RunPaths
@@ -232,8 +232,11 @@ def test_thl_check_reads_the_data_files_train_reads(tmp_path: Path) -> None:
     assert read_texts(str(tmp_path / "texts.jsonl")) == ["Hello world"]
     chat = {"prompt": [{"role": "user", "content": "Add 2 and 3."}], "completion": "5"}
     assert row_text(chat) == "Add 2 and 3. 5"
-    with pytest.raises(UsageError, match="--texts .*missing: no such file"):
+    with pytest.raises(DataError, match="missing does not exist"):
         read_texts(str(tmp_path / "missing"))
+    (data / "train.jsonl").write_text(json.dumps({"prompt": "1+1=", "answer": 2}) + "\n" + json.dumps({"id": 3}) + "\n")
+    with pytest.raises(DataError, match="row 1 has no text, prompt or completion"):  # named, not dropped
+        read_texts(str(data))
 
 
 def test_thl_checks_verdict_says_what_the_numbers_mean_for_a_pair() -> None:
@@ -252,6 +255,9 @@ def test_thl_checks_verdict_says_what_the_numbers_mean_for_a_pair() -> None:
     [ratio] = ratio_verdict(rows)
     assert ratio.startswith("a -> b: 98% of 900 tokens of 93 responses have an importance ratio outside 1 ± 0.2")
     assert "below its controls' 0.99 and 1.00" in ratio and "a ratio-weighted regime (PRP) carries little" in ratio
+    [none] = ratio_verdict([{"source": "a", "target": "b", "denominator": "thl_aligned", "n_responses": 0}])
+    assert none == "a -> b: no importance ratio: no text is over 8 characters, so none splits into a prompt and a " \
+        "response (longer texts show them)"
 
 
 def test_names_and_help_say_what_they_do(monkeypatch: pytest.MonkeyPatch) -> None:

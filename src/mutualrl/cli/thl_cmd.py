@@ -140,25 +140,30 @@ def read_texts(path: str) -> list[str]:
 
     where = Path(path).expanduser()
     if not where.exists():
-        raise UsageError(f"--texts {path}: no such file or folder")
-    if where.suffix == ".jsonl":
-        try:
-            return load_texts(where)
-        except DataError as err:
-            if "\"text\"" not in str(err):
-                raise
+        raise DataError(f"texts file {where} does not exist")
+    if where.suffix == ".jsonl" and '"text"' in first_line(where):  # a texts file: each line must have its text
+        return load_texts(where)
     data = read_local(where, "train")
-    texts = [row_text(row) for row in data.rows]
-    kept = [text for text in texts if text]
-    if not kept:
-        raise UsageError(f"--texts {path}: no row has a text, a prompt or one of {', '.join(TEXT_FIELDS)}")
-    return kept
+    texts = []
+    for index, row in enumerate(data.rows):
+        text = row_text(row)
+        if text is None:
+            raise DataError(f"--texts {data.origin}: row {index} has no text, prompt or {', '.join(TEXT_FIELDS)}")
+        texts.append(text)
+    return texts
 
 
-def row_text(row: Any) -> str:
-    """A data row as one text: its ``text``, else its prompt and the first of :data:`TEXT_FIELDS` it has."""
+def first_line(path: Path) -> str:
+    """The first line of ``path`` that is not blank ("" for none)."""
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        return next((line for line in lines if line.strip()), "")
+
+
+def row_text(row: Any) -> str | None:
+    """A data row as one text: its ``text``, else its prompt and the first of :data:`TEXT_FIELDS` it has; None for a
+    row with none of them."""
     if not isinstance(row, dict):
-        return ""
+        return None
     if isinstance(row.get("text"), str):
         return row["text"]
     prompt = row.get("prompt")
@@ -166,7 +171,8 @@ def row_text(row: Any) -> str:
         prompt = "\n".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict))
     after = next((row[f] for f in TEXT_FIELDS if isinstance(row.get(f), (str, int, float))
                   and not isinstance(row.get(f), bool)), None)
-    return " ".join(str(part) for part in (prompt, after) if part not in (None, ""))
+    parts = [str(part) for part in (prompt, after) if isinstance(part, (str, int, float))]
+    return " ".join(part for part in parts if part) if parts else None
 
 
 def _check_options(units: str, rule: str, max_word_err: float, max_prefix_leak: float, long_n: int) -> None:

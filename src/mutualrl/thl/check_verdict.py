@@ -43,7 +43,11 @@ def ratio_verdict(rows: list[dict[str, Any]], eps: float = 0.2) -> list[str]:
     """One line per pair of the importance-ratio table: THL's clip rate, and whether it is below its controls."""
     lines = []
     for row in rows:
-        if row.get("denominator") != "thl_aligned" or "token_clip_rate" not in row:
+        if row.get("denominator") != "thl_aligned":
+            continue
+        if "token_clip_rate" not in row:
+            lines.append(f"{row['source']} -> {row['target']}: no importance ratio: no text is over 8 characters, so "
+                         "none splits into a prompt and a response (longer texts show them)")
             continue
         pair = (row["source"], row["target"])
         controls = [r.get("token_clip_rate") for r in rows if (r["source"], r["target"]) == pair
