@@ -278,3 +278,28 @@ def test_names_and_help_say_what_they_do(monkeypatch: pytest.MonkeyPatch) -> Non
     pools_cmd.print_rows([("p", "2 policies", "standalone", words)], 1)
     shown = out.getvalue()
     assert "…" not in shown and " ".join(shown.split()).endswith(words) and len(shown.splitlines()) > 1
+
+
+def test_a_stop_in_a_sweep_gives_one_resume_instruction(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sweep's ("the same command continues it"), not also the run's own ``train --resume`` line."""
+    from types import SimpleNamespace
+
+    from mutualrl.launch.rundir.summary import SWEEP_RUN_ENV, print_failure
+    from mutualrl.launch.sweep import grid
+
+    outcome = SimpleNamespace(reason="interrupted", failed_policy=None, extra={})
+
+    def said() -> str:
+        out = io.StringIO()
+        print_failure(outcome, RunPaths(tmp_path), Console(file=out, width=200))
+        return out.getvalue()
+
+    assert "to go on from its start" in said()
+    monkeypatch.setenv(SWEEP_RUN_ENV, "1")
+    assert said() == "run stopped: interrupted\n"
+    monkeypatch.delenv(SWEEP_RUN_ENV)
+    started = []
+    monkeypatch.setattr(grid.subprocess, "Popen", lambda command, **kwargs: started.append(kwargs) or object())
+    spec = SweepSpec(folder=tmp_path, regimes=["sgt"], seeds=[1])
+    grid.start_point(spec, spec.points()[0], False, 1, Console(file=io.StringIO()))
+    assert started[0]["env"][SWEEP_RUN_ENV] == "1"
