@@ -44,8 +44,7 @@ class PlainProgress:
 
         def advance(count: int) -> None:
             with self.lock:
-                if self.done == 0:
-                    self.phase = f"scoring with {name}"
+                self.phase = f"scoring with {name}"
                 self.done += count
                 if self.done >= self.total or self.clock() - self.last >= ALIVE_S:
                     self.say()
