@@ -171,8 +171,8 @@ def stop_warnings(config: Any, out: Any) -> list[str]:
                "standalone baseline of it would be stopped" if peers else "this run would be stopped")
         lines.append(f"  warning: {name} scored nothing above 0 on the sample: a policy whose completions score "
                      f"nothing for {stop_after} steps in a row (task.stop_after_no_reward_steps) stops the run"
-                     f"{f' ({steps} steps planned)' if steps else ''}; {who}. --set task.stop_after_no_reward_steps=0 trains it to "
-                     "the end")
+                     f"{f' ({steps} steps planned)' if steps else ''}; {who}. --set "
+                     "task.stop_after_no_reward_steps=0 trains it to the end")
     return lines
 
 
