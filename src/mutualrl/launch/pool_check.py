@@ -100,8 +100,7 @@ def run_pool_check(config: Any, rows: int, console: Console, train: list[Any] | 
 def score_sample(config: Any, rows: int, console: Console, train: list[Any] | None) -> tuple[list[Any], list[Any]]:
     """Every policy's greedy results on a sample of ``rows`` training rows, scored by the run's reward functions
     with its validation's completion length; and the rows."""
-    from mutualrl.evaluation.runner import recipe_targets, run_eval
-    from mutualrl.launch.evaluate import eval_settings, quiet_transformers
+    from mutualrl.launch.evaluate import eval_settings
 
     settings = eval_settings(config, None, source=None, verifier=None, max_new_tokens=None, batch_size=None,
                              max_prompt_tokens=None)
@@ -110,10 +109,13 @@ def score_sample(config: Any, rows: int, console: Console, train: list[Any] | No
 
         train = task_from_config(config.task).load(config.task.train_split, config.task.source, None)
     examples = sample_rows(train, rows, config.task.split_seed)
-    quiet_transformers()
     console.print(f"go/no-go: scoring {len(config.pool.policies)} policies on {len(examples)} training rows (greedy, "
                   f"at most {settings.max_new_tokens} new tokens) ...", highlight=False, soft_wrap=True, markup=False)
+    from mutualrl.evaluation.runner import recipe_targets, run_eval  # said first: the libraries take a while to load
+    from mutualrl.launch.evaluate import quiet_transformers
     from mutualrl.launch.said_progress import said_progress
+
+    quiet_transformers()
 
     with said_progress(console, "go/no-go", "rows") as (on_status, factory):
         results, _ = run_eval(recipe_targets(config), examples, max_new_tokens=settings.max_new_tokens,
