@@ -12,8 +12,8 @@ from mutualrl.cli.train_cmd import (
     CheckRowsOption,
     CheckSaveOption,
     MaxStepsOption,
-    PoolOption,
     SetOption,
+    SweepPoolOption,
     check_go_no_go_options,
 )
 
@@ -44,7 +44,7 @@ def sweep(
                                    "is run), e.g. --grid grpo.learning_rate=1e-5,2e-5."),
     grid_file: Path | None = typer.Option(None, "--grid-file", help="A YAML with regimes, seeds, grid "
                                           "({key: [values]}) and set ([KEY=VALUE]).", show_default=False),
-    pool: PoolOption = None,
+    pool: SweepPoolOption = None,
     max_steps: MaxStepsOption = None,
     overrides: SetOption = [],  # noqa: B006 - Typer's default, never mutated
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Runs at once on this machine (each run's policies "

@@ -241,7 +241,9 @@ class TaskConfig:
         "values split held-out reward@1 into groups: in validation, the end-of-run table and `mutualrl eval`.",
         **rules("Task", resume=IDENTITY)})
     stop_after_no_reward_steps: int | None = field(default=30, metadata={"ge": 0, "help": "Stop the run when no "
-        "completion of a policy scored above 0 for this many steps in a row, showing one (0 or null: never).",
+        "completion of a policy scored above 0 for this many steps in a row, showing one (0 or null: never). "
+        "mutualrl sweep sets 0 unless a --set or --grid names it: a baseline that reads no peer is not stopped where "
+        "the sharing regimes go on.",
         **rules("Task", resume=MAY_CHANGE)})
 
 

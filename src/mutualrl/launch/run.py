@@ -251,9 +251,9 @@ BASELINE_REUSE_HINT = ("--baseline reuses a run only when it finished with the s
 def reuse_finished(paths: RunPaths, config: RunConfig, console: Console, hint: str = BASELINE_REUSE_HINT,
                    again: str = "--overwrite trains it again") -> bool:
     """``--baseline`` and ``mutualrl sweep``: a run that finished in ``paths`` with ``config``'s settings is used as it
-    is, and the console says so (and ``again``: how to train it again); a run there with other settings is refused,
-    naming them, then ``hint``. False:
-    ``paths`` holds no run to reuse (an empty folder, a run still to finish)."""
+    is, and the console says so (and ``again``: how to train it again); a run there with settings ``--resume``
+    refuses is refused, naming them, then ``hint``. False: ``paths`` holds no run to reuse (an empty folder, a run
+    still to finish, or one whose settings changed only where a resume may change them)."""
     from mutualrl.launch.rundir.inputs import code_changes
     from mutualrl.launch.rundir.prepare import data_copy_changes
     from mutualrl.launch.rundir.record import reusable_summary, settings_differences
@@ -266,7 +266,8 @@ def reuse_finished(paths: RunPaths, config: RunConfig, console: Console, hint: s
             console.print(f"{paths.root}: finished with these settings; using it as it is, not training it again "
                           f"({again})", highlight=False, soft_wrap=True)
             return True
-    differences = differences or settings_differences(paths, config)
+    # a run to go on takes the settings --resume accepts (docs/settings.md: "may change on resume")
+    differences = differences or settings_differences(paths, config, may_change=False)
     if differences:
         shown = "; ".join(differences[:4]) + (f"; ... {len(differences) - 4} more" if len(differences) > 4 else "")
         raise UsageError(f"{paths.root} holds a run with other settings or inputs ({shown}); {hint}")
