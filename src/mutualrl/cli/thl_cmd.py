@@ -141,7 +141,8 @@ def read_texts(path: str) -> list[str]:
     where = Path(path).expanduser()
     if not where.exists():
         raise DataError(f"texts file {where} does not exist")
-    if where.suffix == ".jsonl" and '"text"' in first_line(where):  # a texts file: each line must have its text
+    # a texts file: each line must have its text (a FIFO is no file: first_line would block on it)
+    if where.suffix == ".jsonl" and where.is_file() and '"text"' in first_line(where):
         return load_texts(where)
     data = read_local(where, "train")
     texts = []
