@@ -96,7 +96,9 @@ def held_by_this_preflight(folder: Path) -> Iterator[None]:
     """Hold ``folder``'s :data:`PREFLIGHT_LOCK` (close-on-exec: no worker keeps it) while the block runs."""
     import fcntl
 
-    fd = os.open(folder / PREFLIGHT_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    from mutualrl.host.file_lock import open_safely
+
+    fd = open_safely(folder / PREFLIGHT_LOCK, os.O_RDWR | os.O_CREAT, 0o600, what="a preflight's lock file")
     try:
         with contextlib.suppress(OSError):  # a filesystem without locks: nothing marks it live, nothing sweeps it
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -110,14 +112,16 @@ def sweep_stale_preflights(parent: Path) -> list[Path]:
     :data:`PREFLIGHT_LOCK` that no process holds: a live preflight's is held); the ones removed."""
     import fcntl
 
+    from mutualrl.host.file_lock import UnsafeFileError, open_safely
+
     removed = []
     for folder in sorted(parent.glob(f".*{PREFLIGHT_INFIX}*")):
         lock = folder / PREFLIGHT_LOCK
         if folder.is_symlink() or not folder.is_dir() or lock.is_symlink() or not lock.is_file():
             continue
         try:
-            fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-        except OSError:  # another account's: not ours to judge
+            fd = open_safely(lock, os.O_RDONLY, what="a preflight's lock file")
+        except (OSError, UnsafeFileError):  # another account's, or no lock file: not ours to judge
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
