@@ -192,7 +192,10 @@ def baseline_options(options: TrainOptions, run_dir: Path) -> TrainOptions:
 
 def run_train(options: TrainOptions, console: Console | None = None) -> int:
     """Train the pool; with ``options.baseline`` also train the baseline regime and print both side by side."""
-    with stop_signals():  # one Ctrl-C stops both runs of a pair, even if it came between them
+    from mutualrl.host.terminal import best_effort_console
+
+    # one Ctrl-C stops both runs of a pair, even if it came between them; a full or closed console stops neither
+    with stop_signals(), best_effort_console():
         return _run_train(options, console or Console())
 
 
