@@ -341,7 +341,9 @@ def check_local_rows(config: RunConfig, console: Console) -> tuple[str | None, l
     worker starts (:func:`~mutualrl.launch.rundir.prepare.task_examples`), so a bad row is the same one-line error
     now; the line saying what was checked and the training rows, or None twice where the source is no local file or
     folder (a hub dataset, ``auto``: the launch reads and checks those rows; a dry run downloads nothing)."""
-    from mutualrl.launch.rundir.prepare import task_examples
+    from rich.markup import escape
+
+    from mutualrl.launch.rundir.prepare import held_out_warning, task_examples
     from mutualrl.tasks.sources import existing_local_source
 
     source = config.task.source
@@ -350,6 +352,9 @@ def check_local_rows(config: RunConfig, console: Console) -> tuple[str | None, l
 
     with console.status(f"checking the rows of {source} ..."):
         train, evals = task_examples(config)
+    repeats = held_out_warning(train, evals)  # said before training, as the launch says it
+    if repeats:
+        console.print(f"[yellow]warning:[/] {escape(repeats)}", highlight=False, soft_wrap=True)
     return (f"rows of {source}: {len(train)} train, {len(evals)} held-out, each checked as the launch reads them",
             train)
 

@@ -3,6 +3,7 @@ the resolved config of a new run, or roll a resumed run back to its restart step
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rich.console import Console
@@ -109,6 +110,9 @@ def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Consol
 
     console.print(task_summary(config.task, config.grpo), highlight=False)
     warn_seen_prompts(config, train_kept, eval_kept, console)
+    repeats = held_out_warning(train_kept, eval_kept)
+    if repeats:
+        console.print(f"[yellow]warning:[/] {escape(repeats)}", highlight=False, soft_wrap=True)
     write_examples(paths.data / TRAIN_FILE, train_kept)
     write_examples(paths.data / EVAL_FILE, eval_kept)
     record_inputs(paths, config)  # what --resume and eval check the user's code and this data copy against
@@ -130,6 +134,30 @@ def warn_seen_prompts(config: RunConfig, train: list[Any], held_out: list[Any], 
     warning = overlap_warning([p.model for p in config.pool.policies], train, held_out)
     if warning:
         console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
+
+
+def prompt_key(prompt: Any) -> str:
+    """A prompt as compared: text with its whitespace runs as one space; a chat prompt as its JSON."""
+    if isinstance(prompt, str):
+        return " ".join(prompt.split())
+    return json.dumps(prompt, sort_keys=True, default=str)
+
+
+def held_out_warning(train: list[Any], held_out: list[Any]) -> str | None:
+    """One line when the held-out rows repeat a prompt or hold a training row's prompt (None: neither): every
+    held-out score counts each copy, and a training prompt measures memory, not what was learnt."""
+    keys = [prompt_key(example.prompt) for example in held_out]
+    distinct, training = set(keys), {prompt_key(example.prompt) for example in train}
+    parts = []
+    if len(keys) > len(distinct):
+        parts.append(f"{len(keys) - len(distinct)} of its {len(keys)} rows repeat a prompt ({len(distinct)} distinct): "
+                     "each copy is scored and counted")
+    shared = len(distinct & training)
+    if shared:
+        parts.append(f"{shared} of its prompts are training prompts too: scores on them measure memory")
+    if not parts:
+        return None
+    return "held-out rows: " + "; ".join(parts) + "; give a held-out split of distinct prompts the run does not train on"
 
 
 def kept_prompts(config: RunConfig, console: Console) -> tuple[list[Any], list[Any], tuple[Any, Any]]:
