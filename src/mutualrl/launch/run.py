@@ -284,6 +284,10 @@ def train_one(options: TrainOptions, console: Console) -> int:
 def _train_one(options: TrainOptions, console: Console) -> int:
     config, source = resolve_config(options)
     check_versions(config, options.dry_run, console)
+    if options.dry_run or options.preflight:  # what the launch refuses, the dry runs refuse (naming the policy)
+        from mutualrl.launch.rundir.prepare import check_chat_templates
+
+        check_chat_templates(config)
     paths = RunPaths(run_dir_for(config))
     if options.preflight:
         from mutualrl.launch.preflight import run_preflight
