@@ -177,7 +177,9 @@ def start(spec: LaunchSpec, paths: RunPaths, simulated: bool = False) -> WorkerP
     log_path = Path(spec.log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **spec.env, LAUNCHER_PID_ENV: str(os.getpid()), PREFLIGHT_ENV: SIMULATED if simulated else "1"}
-    with log_path.open("ab") as log:
+    from mutualrl.host.file_lock import open_safely
+
+    with os.fdopen(open_safely(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, what="a worker's log"), "ab") as log:
         return worker_process.start_worker_process(
             spec.argv, env, spawn_dir(paths.root, Path(spec.cwd) if spec.cwd else None), log)
 
