@@ -153,7 +153,10 @@ def append_text(path: str | Path, text: str) -> None:
     back to its previous end, so no reader ever finds half a line, and raises a ``StorageError``."""
     path = Path(path)
     data = memoryview(text.encode("utf-8"))
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)  # unbuffered: nothing left to flush later
+    from mutualrl.host.file_lock import open_safely
+
+    # unbuffered: nothing left to flush later; a link, FIFO or folder at its name is refused, naming it
+    fd = open_safely(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         start = os.lseek(fd, 0, os.SEEK_END)
         try:

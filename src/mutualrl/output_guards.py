@@ -23,7 +23,6 @@ never writes through it. ``mutualrl see`` writes nothing.
 
 from __future__ import annotations
 
-import errno
 import os
 from collections.abc import Iterable
 from pathlib import Path
@@ -90,9 +89,11 @@ def write_new_inside(path: Path, data: bytes) -> None:
 
 def open_append_inside(path: Path) -> int:
     """An fd appending to ``path`` (created when missing), opened without following a link at its name."""
-    try:
-        return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
-    except OSError as err:
-        if err.errno == errno.ELOOP:
-            raise link_refusal(path, path.parent) from None
+    from mutualrl.host.file_lock import UnsafeFileError, open_safely
+
+    try:  # a FIFO, device or folder at its name is refused too, naming it
+        return open_safely(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    except UnsafeFileError:
+        if Path(path).is_symlink():
+            raise link_refusal(Path(path), Path(path).parent) from None
         raise

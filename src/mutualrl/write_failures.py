@@ -38,6 +38,22 @@ def is_storage_message(text: str) -> bool:
 _WRITE_FAILURE_HINTS = ("no space left", "os error 28", "file write failed", "unexpected pos", "quota exceeded")
 
 
+TRAIN_ADVICE = "a run continues with `mutualrl train --resume`, losing nothing"
+"""What a failed write's message adds by default: training (a worker, the launcher, the Python API) resumes."""
+_advice = [TRAIN_ADVICE]  # the command's own (:func:`command_advice`), innermost last
+
+
+@contextlib.contextmanager
+def command_advice(advice: str | None) -> Iterator[None]:
+    """Inside, a failed write's message ends with ``advice`` (how this command continues; None: nothing but "run the
+    command again"), not training's ``--resume``: ``report``, ``plot`` and ``sweep`` give their own."""
+    _advice.append(advice or "")
+    try:
+        yield
+    finally:
+        _advice.pop()
+
+
 LOW_SPACE_BYTES = 256 * 1000 * 1000
 """Below this much free space, a write that failed without an errno (torch.save) is taken for a full disk."""
 
@@ -83,8 +99,8 @@ def storage_error(err: BaseException, path: str | os.PathLike[str]) -> StorageEr
     else:
         return None
     cure = ("make it writable (or choose another --output-dir)" if code in _NOT_WRITABLE else "free some space")
-    return StorageError(f"{what} {where} ({describe_free(free)}); {cure} and run the command "
-                        "again (a run continues with `mutualrl train --resume`, losing nothing)")
+    advice = f" ({_advice[-1]})" if _advice[-1] else ""
+    return StorageError(f"{what} {where} ({describe_free(free)}); {cure} and run the command again{advice}")
 
 
 @contextlib.contextmanager

@@ -143,6 +143,19 @@ def ordinary_modes(folder: Path) -> None:
             path.chmod((0o777 if executable else 0o666) & ~mask)
 
 
+def umask_file_modes(folder: Path, suffixes: tuple[str, ...] = (".safetensors",)) -> None:
+    """The files directly in ``folder`` ending in ``suffixes`` get the mode an ordinary ``open`` gives under this
+    process's umask (transformers writes ``model.safetensors`` 0600 through a temporary file, the rest 0644: a
+    colleague reading a shared run found whole weights "damaged"). Nothing else changes; errors are left alone."""
+    mask = process_umask()
+    for path in Path(folder).iterdir() if Path(folder).is_dir() else ():
+        if path.name.endswith(suffixes) and not path.is_symlink() and path.is_file():
+            try:
+                path.chmod((0o777 if path.stat().st_mode & 0o100 else 0o666) & ~mask)
+            except OSError:  # another account's file, or a read-only folder: as it was
+                pass
+
+
 #: What an asset folder holds as it was built: ``{"files": {relative path: {"size": bytes, "sha256": hex}}}``.
 FILES_RECORD = "mutualrl-files.json"
 FILES_FORMAT = "mutualrl-asset-files"

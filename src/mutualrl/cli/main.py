@@ -23,7 +23,8 @@ from mutualrl.cli import (
     train_cmd,
 )
 from mutualrl.cli.common import err_console, one_line
-from mutualrl.write_failures import storage_error
+from mutualrl.host.terminal import best_effort_console
+from mutualrl.write_failures import TRAIN_ADVICE, command_advice, storage_error
 
 app = typer.Typer(
     name="mutualrl",
@@ -81,6 +82,30 @@ def run(argv: Sequence[str] | None = None) -> int:
         err_console.print("error: the current folder no longer exists (deleted or moved away): cd into an existing "
                           "folder and run the command again", highlight=False, markup=False)
         return 1
+    # a full or closed stdout/stderr never stops a command (a run's logs are its record); a full disk's advice is
+    # this command's own
+    with best_effort_console(), command_advice(ADVICE.get(command_name(argv), TRAIN_ADVICE)):
+        return run_command(argv, debug)
+
+
+#: How each command continues after a failed write, where it is not training's ``--resume`` (None: run it again).
+ADVICE: dict[str, str | None] = {
+    "report": None, "plot": None, "eval": None, "thl-check": None, "complementarity": None, "doctor": None,
+    "pools": None, "see": None, "assets": None,
+    "sweep": "the same `mutualrl sweep` command continues it: finished runs are reused, stopped ones resumed",
+}
+
+
+def command_name(argv: Sequence[str] | None) -> str | None:
+    """The subcommand named on the command line (``sys.argv`` when ``argv`` is None)."""
+    import sys
+
+    words = list(sys.argv[1:] if argv is None else argv)
+    return next((word for word in words if not word.startswith("-")), None)
+
+
+def run_command(argv: Sequence[str] | None, debug: bool) -> int:
+    """:func:`run`'s command, its errors said in one line."""
     command = typer.main.get_command(app)
     try:
         result = command.main(args=argv, prog_name="mutualrl", standalone_mode=False)

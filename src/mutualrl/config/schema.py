@@ -315,14 +315,18 @@ class SEESettings:
     )
 
 
+MAX_NODE_GPUS = 1024
+"""More GPUs than any one machine holds: ``--gpus`` beyond it is a typo (the plan lists every GPU)."""
+
+
 @dataclass
 class LaunchConfig:
     """MWRA placement and process launch."""
 
     gpus: int | None = field(
         default=None,
-        metadata={"ge": 0, "help": "Number of GPUs to place policies on. Default: all visible. Set it with --dry-run to "
-                  "simulate a node (e.g. 8).", **rules("Placement", resume=MAY_CHANGE, flag="--gpus")},
+        metadata={"ge": 0, "le": MAX_NODE_GPUS, "help": "Number of GPUs to place policies on. Default: all visible. "
+                  "Set it with --dry-run to simulate a node (e.g. 8).", **rules("Placement", resume=MAY_CHANGE, flag="--gpus")},
     )
     gpu_memory_gib: float | None = field(
         default=None,

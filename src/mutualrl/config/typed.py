@@ -183,6 +183,9 @@ def build_dataclass(cls: type, data: Any, source: str, path: str = "") -> Any:
     return cls(**kwargs)
 
 
+MAX_WHOLE = 2**63 - 1
+"""The largest whole number a setting may hold (a C ``ssize_t``): a count or an id beyond it means nothing."""
+
 BOUND_CHECKS = {
     "gt": (lambda value, bound: value > bound, "must be > {bound}"),
     "ge": (lambda value, bound: value >= bound, "must be >= {bound}"),
@@ -199,6 +202,9 @@ def check_bounds(value: Any, bounds: typing.Mapping[str, Any], source: str, path
     """
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return
+    if isinstance(value, int) and abs(value) > MAX_WHOLE:  # no count or id means it; C's ssize_t overflows on it
+        raise ConfigError(source, path, f"must be a whole number of at most {MAX_WHOLE:,} either side of 0, got "
+                                        f"{str(value)[:30]}{'...' if len(str(value)) > 30 else ''}")
     if not math.isfinite(value):
         raise ConfigError(source, path, f"must be a finite number, got {value!r}")
     for key, (ok, problem) in BOUND_CHECKS.items():

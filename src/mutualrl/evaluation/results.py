@@ -220,9 +220,25 @@ def json_number(value: Any, where: str) -> float:
     mutualrl, and its score is not what it looks like."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise DataError(f"{where} {str(value)[:80]!r} (a JSON {json_type(value)}) is not a number")
+    if isinstance(value, int) and abs(value) > FLOAT_MAX:  # float() of it would raise OverflowError
+        raise DataError(f"{where} {str(value)[:40]}... is beyond a float's range")
     if not math.isfinite(value):
         raise DataError(f"{where} {value!r} is not a finite number")
     return float(value)
+
+
+FLOAT_MAX = 1.7976931348623157e308
+SCORE_MAX = 1e12
+"""A score's largest magnitude: far beyond any reward (a verifier's is 0 or 1; weighted reward functions a few
+units), and small enough that a report's sums of squares over millions of rows stay finite."""
+
+
+def score_number(value: Any, where: str) -> float:
+    """A record's score: :func:`json_number`, within :data:`SCORE_MAX` of 0, else one line naming ``where``."""
+    score = json_number(value, where)
+    if abs(score) > SCORE_MAX:
+        raise DataError(f"{where} {score:g} is out of any reward's range (at most {SCORE_MAX:g} either side of 0)")
+    return score
 
 
 def json_type(value: Any) -> str:
@@ -244,7 +260,7 @@ def prompt_result(raw: Any, i: int, origin: str) -> PromptResult:
     missing = [k for k in ("prompt_id", "task", "score") if k not in raw]
     if missing:
         raise DataError(f"{origin}: record {i} lacks field(s) {', '.join(missing)}")
-    score = json_number(raw["score"], f"{origin}: record {i}: score")
+    score = score_number(raw["score"], f"{origin}: record {i}: score")
     for name in ("prompt_id", "task"):
         if not isinstance(raw[name], str) or not raw[name]:
             raise DataError(f"{origin}: record {i}: {name} {str(raw[name])[:80]!r} (a JSON {json_type(raw[name])}) "

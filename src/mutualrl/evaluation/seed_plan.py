@@ -19,7 +19,10 @@ from typing import Any
 from mutualrl.errors import UsageError
 from mutualrl.evaluation.crossed import Components
 from mutualrl.evaluation.power import ALPHA, pilot_words, plan_options, plan_words, power_table
+from mutualrl.evaluation.results import SCORE_MAX
 
+MAX_VARIANCE = (2 * SCORE_MAX) ** 2
+"""The largest variance of a difference of two scores (each at most ``SCORE_MAX`` either side of 0)."""
 #: Prompt counts planned for when none are given and no pilot says how many it scored.
 DEFAULT_PROMPTS = (100, 200, 500)
 #: The names a stated component may go by.
@@ -38,6 +41,10 @@ def stated_components(text: str) -> Components:
             number = float(value) if sep and key else -1.0
         except ValueError:
             number = -1.0
+        if math.isfinite(number) and number > MAX_VARIANCE:
+            raise UsageError(f"--plan-seeds {text[:200]!r}: {name.strip()}={value.strip()[:40]} is beyond any "
+                             f"variance of a reward difference (at most {MAX_VARIANCE:g}: scores are at most "
+                             f"{SCORE_MAX:g} either side of 0)")
         if number < 0 or not math.isfinite(number):
             raise UsageError(f"--plan-seeds {text!r}: expected a pilot sweep's folder or variances "
                              "seed=V,prompt=V,interaction=V (each ≥ 0), e.g. "
@@ -49,8 +56,8 @@ def stated_components(text: str) -> Components:
 
 
 def check_effect(effect: float) -> None:
-    """Refuse a minimal effect that is not a finite number above 0, in one line."""
-    if not math.isfinite(effect) or effect <= 0:
+    """Refuse a minimal effect that is not a finite number above 0 (nor beyond any reward difference), in one line."""
+    if not math.isfinite(effect) or effect <= 0 or effect > 2 * SCORE_MAX:
         raise UsageError(f"--min-effect {effect}: give the smallest Δ that would matter, a finite number above 0 "
                          "(e.g. 0.05)")
 

@@ -7,12 +7,18 @@ console here; without the CLI (the Python API, a test) progress goes to standard
 Piped to a file, CI or ``nohup``, rich would wrap every line at 80 columns (a status line split mid-field, a table's
 header broken over two lines): :func:`command_console` writes lines whole there, as TRL's and transformers' loggers
 do, and draws tables at their own width up to :data:`PLAIN_WIDTH` (``COLUMNS``, when set, still decides).
+
+Console output is best effort (:func:`best_effort_console`): standard output and error redirected to a full disk,
+piped into ``head`` that has exited, or closed, never stop a command; a run's own logs in its folder stay its record.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any
+import sys
+from collections.abc import Iterator
+from typing import Any, TextIO
 
 from rich.console import Console, ConsoleDimensions
 
@@ -28,6 +34,10 @@ class CommandConsole(Console):
     def __init__(self, **kwargs: Any):
         self._given_soft_wrap = False
         super().__init__(**kwargs)
+
+    def on_broken_pipe(self) -> None:
+        """A reader that went away (``| head``): the console falls quiet; the command goes on (rich would exit 1)."""
+        self.quiet = True
 
     @property  # type: ignore[override]
     def soft_wrap(self) -> bool:
@@ -66,3 +76,48 @@ def share_console(console: Console) -> None:
 def progress_console() -> Console:
     """The shared console, else a console on standard error."""
     return _shared if _shared is not None else Console(stderr=True)
+
+
+class BestEffortStream:
+    """A console stream (standard output or error) whose failed writes are dropped: a full disk, a closed pipe or a
+    closed file stops the console, never the command. Its first failure is kept in :attr:`failed`; everything
+    else is the wrapped stream's."""
+
+    def __init__(self, stream: TextIO):
+        self.stream = stream
+        self.failed: BaseException | None = None
+
+    def write(self, text: str) -> int:
+        if self.failed is None:
+            try:
+                return self.stream.write(text)
+            except (OSError, ValueError) as err:  # ENOSPC, EPIPE, EIO; ValueError: a closed file
+                self.failed = err
+        return len(text)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        if self.failed is None:
+            try:
+                self.stream.flush()
+            except (OSError, ValueError) as err:
+                self.failed = err
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.stream, name)
+
+
+@contextlib.contextmanager
+def best_effort_console() -> Iterator[None]:
+    """Inside, ``sys.stdout`` and ``sys.stderr`` are :class:`BestEffortStream` s (rich's consoles, ``print`` and
+    logging's handlers write through them when they write); outside, the streams they were."""
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = (stream if isinstance(stream, BestEffortStream) or stream is None
+                              else BestEffortStream(stream) for stream in saved)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved

@@ -96,7 +96,9 @@ def held_by_this_preflight(folder: Path) -> Iterator[None]:
     """Hold ``folder``'s :data:`PREFLIGHT_LOCK` (close-on-exec: no worker keeps it) while the block runs."""
     import fcntl
 
-    fd = os.open(folder / PREFLIGHT_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    from mutualrl.host.file_lock import open_safely
+
+    fd = open_safely(folder / PREFLIGHT_LOCK, os.O_RDWR | os.O_CREAT, 0o600, what="a preflight's lock file")
     try:
         with contextlib.suppress(OSError):  # a filesystem without locks: nothing marks it live, nothing sweeps it
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -110,14 +112,16 @@ def sweep_stale_preflights(parent: Path) -> list[Path]:
     :data:`PREFLIGHT_LOCK` that no process holds: a live preflight's is held); the ones removed."""
     import fcntl
 
+    from mutualrl.host.file_lock import UnsafeFileError, open_safely
+
     removed = []
     for folder in sorted(parent.glob(f".*{PREFLIGHT_INFIX}*")):
         lock = folder / PREFLIGHT_LOCK
         if folder.is_symlink() or not folder.is_dir() or lock.is_symlink() or not lock.is_file():
             continue
         try:
-            fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-        except OSError:  # another account's: not ours to judge
+            fd = open_safely(lock, os.O_RDONLY, what="a preflight's lock file")
+        except (OSError, UnsafeFileError):  # another account's, or no lock file: not ours to judge
             continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -174,7 +178,9 @@ def start(spec: LaunchSpec, paths: RunPaths, simulated: bool = False) -> WorkerP
     log_path = Path(spec.log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **spec.env, LAUNCHER_PID_ENV: str(os.getpid()), PREFLIGHT_ENV: SIMULATED if simulated else "1"}
-    with log_path.open("ab") as log:
+    from mutualrl.host.file_lock import open_safely
+
+    with os.fdopen(open_safely(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, what="a worker's log"), "ab") as log:
         return worker_process.start_worker_process(
             spec.argv, env, spawn_dir(paths.root, Path(spec.cwd) if spec.cwd else None), log)
 

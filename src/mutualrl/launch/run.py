@@ -193,7 +193,10 @@ def baseline_options(options: TrainOptions, run_dir: Path) -> TrainOptions:
 
 def run_train(options: TrainOptions, console: Console | None = None) -> int:
     """Train the pool; with ``options.baseline`` also train the baseline regime and print both side by side."""
-    with stop_signals():  # one Ctrl-C stops both runs of a pair, even if it came between them
+    from mutualrl.host.terminal import best_effort_console
+
+    # one Ctrl-C stops both runs of a pair, even if it came between them; a full or closed console stops neither
+    with stop_signals(), best_effort_console():
         return _run_train(options, console or Console())
 
 
@@ -283,6 +286,10 @@ def train_one(options: TrainOptions, console: Console) -> int:
 def _train_one(options: TrainOptions, console: Console) -> int:
     config, source = resolve_config(options)
     check_versions(config, options.dry_run, console)
+    if options.dry_run or options.preflight:  # what the launch refuses, the dry runs refuse (naming the policy)
+        from mutualrl.launch.rundir.prepare import check_chat_templates
+
+        check_chat_templates(config)
     paths = RunPaths(run_dir_for(config))
     if options.preflight:
         from mutualrl.launch.preflight import run_preflight
@@ -341,7 +348,9 @@ def check_local_rows(config: RunConfig, console: Console) -> tuple[str | None, l
     worker starts (:func:`~mutualrl.launch.rundir.prepare.task_examples`), so a bad row is the same one-line error
     now; the line saying what was checked and the training rows, or None twice where the source is no local file or
     folder (a hub dataset, ``auto``: the launch reads and checks those rows; a dry run downloads nothing)."""
-    from mutualrl.launch.rundir.prepare import task_examples
+    from rich.markup import escape
+
+    from mutualrl.launch.rundir.prepare import held_out_warning, task_examples
     from mutualrl.tasks.sources import existing_local_source
 
     source = config.task.source
@@ -350,6 +359,9 @@ def check_local_rows(config: RunConfig, console: Console) -> tuple[str | None, l
 
     with console.status(f"checking the rows of {source} ..."):
         train, evals = task_examples(config)
+    repeats = held_out_warning(train, evals)  # said before training, as the launch says it
+    if repeats:
+        console.print(f"[yellow]warning:[/] {escape(repeats)}", highlight=False, soft_wrap=True)
     return (f"rows of {source}: {len(train)} train, {len(evals)} held-out, each checked as the launch reads them",
             train)
 

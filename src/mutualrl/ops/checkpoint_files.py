@@ -22,6 +22,9 @@ checkpoint counts only when :func:`checkpoint_problem` finds nothing:
   (:func:`~mutualrl.regimes.core.state_file.read_regime_state`: no ``Infinity``, a dtype HACPO keeps), so a state
   the worker would refuse passes the checkpoint over here; not required, since a checkpoint saved before it existed
   resumes (with that state afresh);
+- **a save that finished**: a checkpoint without a manifest is an older version's only where nothing says this
+  version saved it (:func:`unfinished_save`: the run folder's marker names a release that writes manifests, or an
+  earlier checkpoint of the policy has one); else it is a save cut short and passed over for the one before it;
 - **no file cut short**: JSON parses, a safetensors file is as long as its header says, a
   torch file's members match their CRCs. Every byte of the weights and the optimizer is read once (GB/s):
   the price of never resuming from garbage.
@@ -495,6 +498,45 @@ def step_problem(folder: Path) -> str | None:
     return None
 
 
+MANIFEST_SINCE = (0, 3)
+"""The first release whose checkpoints all end with a manifest: a run folder it made has no checkpoint without one."""
+
+
+def release_tuple(version: Any) -> tuple[int, ...] | None:
+    """``"0.4.0.dev0"`` as ``(0, 4, 0)``: its leading whole numbers; None for anything else."""
+    parts = re.match(r"^([0-9]{1,6})\.([0-9]{1,6})", version) if isinstance(version, str) else None
+    return tuple(int(part) for part in parts.groups()) if parts else None
+
+
+def unfinished_save(folder: Path) -> str | None:
+    """Why ``folder``, a checkpoint without a manifest, is this version's save cut short (a kill or a full disk after
+    transformers' files, before the regime state and the manifest) rather than an older version's checkpoint: its
+    run folder was made by a release that writes manifests, or an earlier checkpoint of the same policy has one (or
+    a regime state this one lacks). None: it may be an older version's, judged by its files."""
+    from mutualrl.run_folder import RUN_MARKER
+
+    marker = folder.parent.parent.parent / RUN_MARKER  # RUN/policies/<policy>/checkpoint-N
+    try:
+        release = json.loads(marker.read_text()).get("mutualrl") if marker.is_file() else None
+    except (*JSON_ERRORS, AttributeError):
+        release = None
+    made_by = release_tuple(release)
+    if made_by is not None and made_by >= MANIFEST_SINCE:
+        return f"the run was made by mutualrl {str(release)[:40]}, which ends every checkpoint with one"
+    named = CHECKPOINT_NAME_RE.match(folder.name)
+    if named is None or not folder.parent.is_dir():
+        return None
+    for sibling in folder.parent.iterdir():
+        earlier = CHECKPOINT_NAME_RE.match(sibling.name)
+        if earlier is None or int(earlier.group(1)) >= int(named.group(1)) or not sibling.is_dir():
+            continue
+        if (sibling / MANIFEST_NAME).is_file():
+            return f"the earlier {sibling.name} has one"
+        if (sibling / REGIME_STATE_NAME).is_file() and not (folder / REGIME_STATE_NAME).is_file():
+            return f"the earlier {sibling.name} has a regime state ({REGIME_STATE_NAME}) this one lacks"
+    return None
+
+
 def checkpoint_problem(folder: Path) -> str | None:
     """Why ``folder`` cannot be resumed from exactly (missing, incomplete or damaged), or None when it can."""
     folder = Path(folder)
@@ -511,6 +553,9 @@ def checkpoint_problem(folder: Path) -> str | None:
     missing = required_missing(folder, names)
     if missing:
         return f"{folder}: incomplete, missing {'; '.join(missing)}"
+    if manifest is None and (why := unfinished_save(folder)) is not None:
+        return (f"{folder}: its save did not finish (no {MANIFEST_NAME}, written last; {why}): not resumed from, "
+                "the checkpoint before it is")
     return (content_problem(folder, names if manifest is not None else None)
             or (adapter_config_problem(folder) if ADAPTER_CONFIG in names else None) or step_problem(folder))
 

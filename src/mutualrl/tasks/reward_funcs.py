@@ -21,7 +21,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mutualrl.errors import DataError, UsageError
+from mutualrl.errors import DataError, MutualRLError, UsageError
 from mutualrl.tasks.shipped_rewards import is_shipped, load_shipped
 
 REWARD_FUNCS_KEY = "task.reward_funcs"
@@ -197,8 +197,15 @@ def score_batch(spec: RewardSpec, prompts: Sequence[Any], completions: Sequence[
     weights = spec.weights or (1.0,) * len(funcs)
     totals = [0.0] * len(completions)
     for func, weight in zip(funcs, weights, strict=True):
-        rewards = list(func(prompts=list(prompts), completions=list(completions),
-                            completion_ids=[list(ids) for ids in completion_ids], **columns))
+        try:
+            rewards = list(func(prompts=list(prompts), completions=list(completions),
+                                completion_ids=[list(ids) for ids in completion_ids], **columns))
+        except MutualRLError:
+            raise
+        except (Exception, SystemExit) as err:  # a user's function: what it raised (sys.exit too), in one line
+            said = " ".join(str(err).split())[:200]
+            raise DataError(f"reward function {getattr(func, '__name__', func)!r} raised {type(err).__name__}"
+                            f"{f': {said}' if said else ''} while scoring {len(completions)} completions") from None
         if len(rewards) != len(completions):
             raise DataError(f"reward function {getattr(func, '__name__', func)!r} returned {len(rewards)} rewards "
                             f"for {len(completions)} completions (one per completion)")

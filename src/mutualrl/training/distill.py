@@ -264,6 +264,9 @@ def train_distill(plan: DistillPlan, on_status: Callable[[str], None] = lambda m
                                    on_status)
     trained.save_pretrained(str(model_dir))
     tokenizer.save_pretrained(str(model_dir))
+    from mutualrl.assets.cache import umask_file_modes
+
+    umask_file_modes(model_dir)  # transformers writes the weights 0600
     del model, trained
     summary: dict[str, Any] = {
         "format": SUMMARY_FORMAT,

@@ -184,7 +184,10 @@ def train_sft(model: Any, tokenizer: Any, rows: list[dict[str, list[int]]], conf
     trained = trainer.model
     if lora is not None:
         if adapter_dir is not None:
+            from mutualrl.assets.cache import umask_file_modes
+
             trained.save_pretrained(str(adapter_dir))
+            umask_file_modes(adapter_dir)  # transformers writes the weights 0600
         trained = trained.merge_and_unload()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     stats = {

@@ -5,9 +5,12 @@ policy's tokenizer, and loading a tokenizer imports transformers, torch and Deep
 every launch, for counts that depend only on the tokenizer's files, the tokenizer libraries' versions and the
 prompt. So the counts are kept under ``$MUTUALRL_CACHE/prompt-lengths/<fingerprint>.json``; a launch whose
 prompts were all counted before loads no tokenizer. A tokenizer that is not a local folder (a hub id) is
-counted every time. The memo is shared (another process, another account may write it), so a remembered count that
-would drop a prompt is counted again with the tokenizer before it does. A memo that cannot be read is ignored and one that cannot be written is skipped: it is a
-cache, never a reason for a run to fail.
+counted every time. The memo is shared (another process, another account may write it): a remembered count that
+would drop a prompt is counted again with the tokenizer before it does, and a memo another account could have
+written (not this account's, or writable by its group or others) is not read at all, since a count saying a long
+prompt is short would change which prompts train; this account's memo is written owner-writable only. A memo that
+cannot be read is ignored and one that cannot be written is skipped: it is a cache, never a reason for a run to
+fail.
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ import hashlib
 import importlib.metadata
 import inspect
 import json
+import os
 from pathlib import Path
 from typing import Any
 
-from mutualrl.assets.cache import cache_dir
+from mutualrl.assets.cache import cache_dir, process_umask
 from mutualrl.atomic_io import write_text_atomic
-from mutualrl.errors import StorageError
+from mutualrl.errors import StorageError, UsageError
 from mutualrl.tasks.base import TaskExample
 
 MEMO_FORMAT = 1
@@ -70,6 +74,22 @@ def prompt_key(chat: bool, prompt: str | list[dict[str, str]]) -> str:
     return hashlib.blake2b(text.encode(), digest_size=12).hexdigest()
 
 
+def read_own_file(path: Path) -> str | None:
+    """The text of ``path`` when it is a regular file of this account that no other account may write (None: it is
+    missing, another's, or group- or world-writable); opened without following a link or waiting on a FIFO."""
+    from mutualrl.host.file_lock import open_safely
+
+    try:
+        fd = open_safely(path, os.O_RDONLY, what="a prompt-length memo")
+    except FileNotFoundError:
+        return None
+    with os.fdopen(fd, "rb") as memo:
+        info = os.fstat(memo.fileno())
+        if info.st_uid != os.getuid() or info.st_mode & 0o022:
+            return None
+        return memo.read().decode()
+
+
 def memo_path(folder: Path) -> Path | None:
     """Where ``folder``'s counts are remembered; None when the folder cannot be read whole (it is counted)."""
     try:
@@ -99,9 +119,11 @@ class PromptLengths:
         self._changed = False
 
     def _read(self) -> dict[str, Any]:
+        """The memo, when this account alone could have written it; else (another's, missing, unreadable) empty."""
         try:
-            memo = json.loads(self.memo_path.read_text()) if self.memo_path and self.memo_path.is_file() else {}
-        except (OSError, ValueError):
+            text = read_own_file(self.memo_path) if self.memo_path is not None else None
+            memo = json.loads(text) if text is not None else {}
+        except (OSError, ValueError, RecursionError, UsageError):
             return {"lengths": {}}
         ok = isinstance(memo, dict) and isinstance(memo.get("lengths"), dict)
         return memo if ok else {"lengths": {}}
@@ -156,6 +178,7 @@ class PromptLengths:
             return
         try:
             write_text_atomic(self.memo_path, json.dumps({**self._memo, "lengths": merged}))
+            os.chmod(self.memo_path, 0o644 & ~process_umask())  # trusted next time: writable by this account only
         except (OSError, StorageError):  # a full or read-only cache: the next launch counts again
             pass
         self._changed = False

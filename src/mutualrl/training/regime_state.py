@@ -24,6 +24,7 @@ from mutualrl.regimes.core.state_file import (
     REGIME_STATE_NAME,
     REGIME_STATE_VERSION,
     RegimeStateError,
+    first_nonfinite,
     read_regime_state,
 )
 
@@ -34,10 +35,19 @@ __all__ = ["REGIME_STATE_FORMAT", "REGIME_STATE_NAME", "REGIME_STATE_VERSION", "
 
 
 def save_regime_state(folder: Path, regime: Any, step: int) -> Path:
-    """Write ``regime``'s state at ``step`` into the checkpoint ``folder`` (atomically); its path."""
-    return write_json_atomic(folder / REGIME_STATE_NAME, {
+    """Write ``regime``'s state at ``step`` into the checkpoint ``folder`` (atomically); its path. A state holding a
+    value that is not a finite number is never written: one line names the file and the value (the checkpoint then
+    has no manifest, and ``--resume`` passes it over)."""
+    path = folder / REGIME_STATE_NAME
+    state = regime.state_dict()
+    nonfinite = first_nonfinite(state)
+    if nonfinite is not None:
+        raise UsageError(f"{path}: not saved: regime {regime.name}'s state holds a number that is not finite "
+                         f"({nonfinite}); the run stops here, `mutualrl train --resume` continues from the checkpoint "
+                         "before it")
+    return write_json_atomic(path, {
         "format": REGIME_STATE_FORMAT, "version": REGIME_STATE_VERSION, "regime": regime.name,
-        "policy": regime.policy, "step": int(step), "state": regime.state_dict()}, allow_nan=False)
+        "policy": regime.policy, "step": int(step), "state": state}, allow_nan=False)
 
 
 def keeps_state(regime: Any) -> bool:

@@ -281,6 +281,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
         from mutualrl import fault_injection
+        from mutualrl.assets.cache import umask_file_modes
         from mutualrl.write_failures import storage_errors
         from accelerate.utils import gather_object
 
@@ -296,6 +297,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
                 drop_manifest(folder)
             super()._save_checkpoint(model, trial)
             if self.args.should_save:
+                umask_file_modes(folder)  # weights readable as the user's umask says, before the manifest
                 save_regime_state(folder, self.regime, self.state.global_step)
             time.sleep(fault_injection.save_delay(self.policy_name))  # a slow filesystem on purpose (tests)
             self.accelerator.wait_for_everyone()  # every rank's shards and RNG state are on disk

@@ -367,17 +367,22 @@ def save_final_model(trainer: Any, folder: Path) -> None:
     """``trainer.save_model``, or after :func:`finish_from_checkpoint` under DeepSpeed (no engine yet: transformers'
     ``save_model`` asks ``model_wrapped.save_checkpoint`` of the bare model and fails) the weights gathered on every
     rank (``GatheredParameters``: a collective; ZeRO-3's partitions, nothing to gather under ZeRO-2) and saved by the
-    main process as ``save_model`` would."""
+    main process as ``save_model`` would. The weights then get the mode the user's umask gives (not transformers'
+    0600)."""
+    from mutualrl.assets.cache import umask_file_modes
+
     if not (trainer.is_deepspeed_enabled and getattr(trainer, "deepspeed", None) is None):
         trainer.save_model(str(folder))
-        return
-    import deepspeed
+    else:
+        import deepspeed
 
-    with deepspeed.zero.GatheredParameters(list(trainer.model.parameters())):
-        state = ({k: v.detach().cpu().clone() for k, v in trainer.model.state_dict().items()}
-                 if trainer.args.should_save else None)
+        with deepspeed.zero.GatheredParameters(list(trainer.model.parameters())):
+            state = ({k: v.detach().cpu().clone() for k, v in trainer.model.state_dict().items()}
+                     if trainer.args.should_save else None)
+        if trainer.args.should_save:
+            trainer.model.save_pretrained(str(folder), state_dict=state)
     if trainer.args.should_save:
-        trainer.model.save_pretrained(str(folder), state_dict=state)
+        umask_file_modes(folder)  # transformers writes the weights 0600, the rest under the umask
 
 
 def close_process_group() -> None:

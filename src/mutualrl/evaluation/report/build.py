@@ -199,8 +199,10 @@ def final_values(run: Path) -> FinalValues:
             continue
         step = max(files)
         result = ModelEvalResult.load(files[step])
-        if result.reward_at_1 is None:
-            continue
+        if result.reward_at_1 is None:  # a seed's policy never dropped silently from the tables
+            raise DataError(f"{files[step]}: holds no records (no held-out prompt was scored), so policy "
+                            f"{policy_dir.name} of {run} has no final reward@1; evaluate it again (mutualrl eval "
+                            f"{run}) or leave the run out of the report")
         row = next((r for r in rows if r.get("policy") == policy_dir.name and r.get("step") == step), {})
         values[policy_dir.name] = {ALL: result.reward_at_1, **apart_from_all(group_rewards(row, paths.metrics))}
         scores[policy_dir.name] = result.scores()

@@ -30,7 +30,13 @@ from typing import Any
 import psutil
 
 from mutualrl.errors import UsageError
-from mutualrl.host.file_lock import LOCK_MODE, keep_to_owner_and_group
+from mutualrl.host.file_lock import (
+    LOCK_MODE,
+    UnsafeFileError,
+    keep_to_owner_and_group,
+    open_safely,
+    read_small,
+)
 from mutualrl.run_folder import LOCK_NAME, MACHINES_DIR, RUN_MARKER, RunPaths
 
 
@@ -75,7 +81,8 @@ class RunLock:
         self.root.mkdir(parents=True, exist_ok=True)
         deadline = time.monotonic() + wait_for_orphans_s
         while True:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, LOCK_MODE)  # no other account takes it
+            # no other account takes it; a link, FIFO or folder planted at its name is refused, naming it
+            fd = open_safely(self.path, os.O_RDWR | os.O_CREAT, LOCK_MODE, what="the run folder's lock file")
             keep_to_owner_and_group(fd)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -186,9 +193,11 @@ def same_file(fd: int, path: Path) -> bool:
 
 
 def read_holder(path: Path) -> dict[str, Any]:
+    """The holder record of lock file ``path`` (``{}``: none, unreadable, or no regular file there: a FIFO is never
+    waited on)."""
     try:
-        data = json.loads(path.read_text() or "{}")
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        data = json.loads(read_small(path, "the run folder's lock file").decode() or "{}")
+    except (OSError, UnsafeFileError, json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 

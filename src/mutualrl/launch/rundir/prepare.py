@@ -3,6 +3,7 @@ the resolved config of a new run, or roll a resumed run back to its restart step
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from rich.console import Console
@@ -109,6 +110,9 @@ def prepare_run(paths: RunPaths, config: RunConfig, source: str, console: Consol
 
     console.print(task_summary(config.task, config.grpo), highlight=False)
     warn_seen_prompts(config, train_kept, eval_kept, console)
+    repeats = held_out_warning(train_kept, eval_kept)
+    if repeats:
+        console.print(f"[yellow]warning:[/] {escape(repeats)}", highlight=False, soft_wrap=True)
     write_examples(paths.data / TRAIN_FILE, train_kept)
     write_examples(paths.data / EVAL_FILE, eval_kept)
     record_inputs(paths, config)  # what --resume and eval check the user's code and this data copy against
@@ -132,6 +136,59 @@ def warn_seen_prompts(config: RunConfig, train: list[Any], held_out: list[Any], 
         console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False, soft_wrap=True)
 
 
+def chat_template_checked(policy: str, lengths: Any) -> bool:
+    """Whether ``policy``'s prompts go through its chat template (``lengths``: its ``PromptLengths``); asked of a
+    tokenizer without one: one line naming the policy."""
+    from mutualrl.errors import DataError
+
+    try:
+        return bool(lengths.uses_chat())
+    except DataError as err:
+        raise UsageError(f"policy {policy}: {err} ({lengths.source}); set pool.policies.{policy}.chat_template "
+                         "to false or null, or give it a tokenizer that has one") from None
+
+
+def check_chat_templates(config: RunConfig) -> None:
+    """The launch's chat-template check, for the dry runs too: every policy asking for its tokenizer's chat template
+    (``chat_template: true``) has one, or one line names the policy. A tokenizer not on this machine (a hub id, a
+    builtin model not built yet) is left to the launch, which reads it anyway."""
+    from mutualrl.assets.tokenizers import tokenizer_folder
+    from mutualrl.pools.loading import tokenizer_source
+    from mutualrl.training.prompt_lengths import PromptLengths
+
+    for policy in config.pool.policies:
+        if not policy.chat_template:
+            continue
+        source = tokenizer_source(policy.model, policy.tokenizer)
+        if tokenizer_folder(source) is not None:
+            chat_template_checked(policy.name, PromptLengths(source, policy.chat_template,
+                                                             config.task.max_prompt_tokens))
+
+
+def prompt_key(prompt: Any) -> str:
+    """A prompt as compared: text with its whitespace runs as one space; a chat prompt as its JSON."""
+    if isinstance(prompt, str):
+        return " ".join(prompt.split())
+    return json.dumps(prompt, sort_keys=True, default=str)
+
+
+def held_out_warning(train: list[Any], held_out: list[Any]) -> str | None:
+    """One line when the held-out rows repeat a prompt or hold a training row's prompt (None: neither): every
+    held-out score counts each copy, and a training prompt measures memory, not what was learnt."""
+    keys = [prompt_key(example.prompt) for example in held_out]
+    distinct, training = set(keys), {prompt_key(example.prompt) for example in train}
+    parts = []
+    if len(keys) > len(distinct):
+        parts.append(f"{len(keys) - len(distinct)} of its {len(keys)} rows repeat a prompt ({len(distinct)} distinct): "
+                     "each copy is scored and counted")
+    shared = len(distinct & training)
+    if shared:
+        parts.append(f"{shared} of its prompts are training prompts too: scores on them measure memory")
+    if not parts:
+        return None
+    return "held-out rows: " + "; ".join(parts) + "; give a held-out split of distinct prompts the run does not train on"
+
+
 def kept_prompts(config: RunConfig, console: Console) -> tuple[list[Any], list[Any], tuple[Any, Any]]:
     """The training and held-out prompts a run of ``config`` keeps (every policy's tokens within
     ``task.max_prompt_tokens``) and the filter's two reports; the builtin models are built first."""
@@ -146,8 +203,8 @@ def kept_prompts(config: RunConfig, console: Console) -> tuple[list[Any], list[A
     lengths = {policy.name: PromptLengths(tokenizer_source(policy.model, policy.tokenizer), policy.chat_template,
                                           config.task.max_prompt_tokens)
                for policy in config.pool.policies}  # remembered counts: most launches load no tokenizer
-    for policy_lengths in lengths.values():
-        policy_lengths.uses_chat()  # refuses a chat template the tokenizer lacks before any data is loaded
+    for name, policy_lengths in lengths.items():  # a chat template the tokenizer lacks, before any data is loaded
+        chat_template_checked(name, policy_lengths)
     with console.status(f"loading task {config.task.name} ..."):
         train, evals = task_examples(config)
     train_kept, report = joint_length_filter(train, lengths, config.task.max_prompt_tokens)

@@ -129,7 +129,9 @@ def write_record(paths: RunPaths, record: dict[str, Any]) -> None:
         if not paths.run_json.exists():
             raise
         data = json.dumps(record, indent=1, default=str).encode()
-        fd = os.open(paths.run_json, os.O_WRONLY)
+        from mutualrl.host.file_lock import open_safely
+
+        fd = open_safely(paths.run_json, os.O_WRONLY, what="the run's record")
         try:
             os.write(fd, data)
             os.ftruncate(fd, len(data))

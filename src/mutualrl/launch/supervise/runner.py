@@ -185,7 +185,11 @@ class PoolRunner:
 
     def _spawn(self, proc: PolicyProcess) -> None:
         proc.log_path.parent.mkdir(parents=True, exist_ok=True)
-        log_fh = proc.log_path.open("ab")
+        from mutualrl.host.file_lock import open_safely
+
+        # a link, FIFO or folder planted at its name is refused, naming it (a FIFO would hang the launcher)
+        log_fh = os.fdopen(open_safely(proc.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, what="a worker's log"),
+                           "ab")
         proc.marks = file_marks(self.paths, proc.name)
         # Workers watch this pid and stop when it dies (ops.watchdog): no orphans.
         env = {**os.environ, **proc.env, LAUNCHER_PID_ENV: str(os.getpid())}

@@ -314,6 +314,14 @@ def run_sweep(spec: SweepSpec, console: Console, jobs: int = 1) -> int:
 
     def finished(point: SweepPoint, code: int, seconds: float) -> None:
         nonlocal done
+        from mutualrl.launch.sweep.live import live_line, lock_live
+
+        # a launch that found the run live (an identical sweep started with this one took it meanwhile)
+        taken = lock_live(spec.folder / point.name, job_over=False) if code != 0 else None
+        if taken is not None:
+            live.append(point.name)
+            console.print(live_line(point.name, taken), highlight=False, soft_wrap=True, markup=False)
+            return
         if code == 0:
             done += 1
         else:

@@ -34,13 +34,13 @@ def _refuse_constant(name: str) -> Any:
 def strict_json(text: str) -> Any:
     """``text`` parsed as strict JSON: ``NaN``, ``Infinity`` and a number beyond a float's range are refused."""
     value = json.loads(text, parse_constant=_refuse_constant)
-    nonfinite = _first_nonfinite(value)
+    nonfinite = first_nonfinite(value)
     if nonfinite is not None:
         raise ValueError(f"{nonfinite} is not a finite number (a state holds finite numbers only)")
     return value
 
 
-def _first_nonfinite(value: Any) -> str | None:
+def first_nonfinite(value: Any) -> str | None:
     """Where ``value`` holds a float that is not finite (``1e999`` parses as infinity), or None."""
     pending = [("", value)]
     while pending:

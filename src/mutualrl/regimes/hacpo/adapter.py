@@ -128,12 +128,20 @@ class HACPOAdapter(PooledRowsAdapter):
         use count from the step's own generation)."""
         history = torch.stack(self.capability_history) if self.capability_history else torch.zeros(0)
         return {"policies": self.pool_order, "dtype": str(history.dtype).removeprefix("torch."),
-                "capability_history": [[None if math.isnan(x) else x for x in row.tolist()]
+                "measure": self.settings.capability, "capability_history": [[None if math.isnan(x) else x for x in row.tolist()]
                                        for row in self.capability_history]}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         from mutualrl.regimes.api import UsageError
+        from mutualrl.regimes.hacpo.spec import check_hacpo_state
 
+        state = {"measure": self.settings.capability, **state}  # a window saved before it named its measure
+        problem = check_hacpo_state(state)  # where it is read too: every value in its range, a real float dtype
+        if problem is not None:
+            raise UsageError(f"regime 'hacpo': the checkpoint's capability window: {problem}")
+        if state.get("measure", self.settings.capability) != self.settings.capability:
+            raise UsageError(f"regime 'hacpo': the checkpoint's capability window measures {state.get('measure')!r}, "
+                             f"this run {self.settings.capability!r}")
         saved, order = list(state.get("policies") or []), self.pool_order
         if sorted(saved) != sorted(order):
             raise UsageError(f"regime 'hacpo': the checkpoint's capability window is of the policies {saved}, "

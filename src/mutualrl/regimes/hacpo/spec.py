@@ -126,14 +126,23 @@ class HACPOBatch(GRPOBatch, total=False):
 WINDOW_DTYPES = ("float32", "float64", "float16", "bfloat16")
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest finite float32: a capability beyond it is infinite in the window's tensor."""
+
+
 def check_hacpo_state(state: Mapping[str, Any]) -> str | None:
-    """HACPO's saved capability window (the adapter's ``state_dict``): the pool's policy names, a float dtype, and
-    per step one finite number (or null: no scored rollout) per policy."""
+    """HACPO's saved capability window (the adapter's ``state_dict``): the pool's policy names, a real float dtype, and
+    per step one number (or null: no scored rollout) per policy, in Eq. 9's range: a share of rewards above 0 is in
+    [0, 1] (``measure`` "success-share", the default, or not saved); a mean reward (``measure`` "mean-reward") is
+    finite in the window's dtype."""
     policies = state.get("policies")
     if not isinstance(policies, list) or not all(isinstance(name, str) for name in policies):
         return "policies is not a list of policy names"
-    if state.get("dtype") not in WINDOW_DTYPES:
+    if not isinstance(state.get("dtype"), str) or state.get("dtype") not in WINDOW_DTYPES:
         return f"dtype {str(state.get('dtype'))[:40]!r} is not one of {', '.join(WINDOW_DTYPES)}"
+    measure = state.get("measure", "success-share")
+    if measure not in ("success-share", "mean-reward"):
+        return f"measure {str(measure)[:40]!r} is not 'success-share' or 'mean-reward'"
     history = state.get("capability_history")
     if not isinstance(history, list):
         return "capability_history is not a list of steps"
@@ -142,7 +151,18 @@ def check_hacpo_state(state: Mapping[str, Any]) -> str | None:
                 value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)) for value in row):
             return (f"capability_history[{index}] is not one number or null for each of the {len(policies)} "
                     "policies")
+        wrong = next((value for value in row if value is not None and not capability_in_range(value, measure)), None)
+        if wrong is not None:
+            where = "in [0, 1] (a share of rewards above 0)" if measure == "success-share" else "a finite mean reward"
+            return f"capability_history[{index}] holds {str(wrong)[:40]}, not {where}"
     return None
+
+
+def capability_in_range(value: float, measure: str) -> bool:
+    """A saved capability Eq. 9 can give: a share in [0, 1]; a mean reward finite in float32."""
+    if measure == "success-share":
+        return 0.0 <= value <= 1.0
+    return abs(value) <= FLOAT32_MAX  # NaN fails too
 
 
 HACPO = register_regime(RegimeSpec(
