@@ -70,6 +70,33 @@ def test_a_cpu_plan_has_no_estimate(tmp_path):
     assert dry_run("tiny", run_dir=tmp_path / "run").run_time is None
 
 
+def write_metrics(paths: RunPaths, name: str, rows: list[tuple[int, float]]) -> None:
+    paths.policy_metrics(name).parent.mkdir(parents=True, exist_ok=True)
+    paths.policy_metrics(name).write_text("".join(
+        json.dumps({"kind": "train", "policy": name, "step": step, "time": time}) + "\n" for step, time in rows))
+
+
+def test_the_measured_step_leaves_out_a_stop_before_a_resume_and_steps_logged_again(tmp_path):
+    """10 s a step, with a validation every 5 steps taking 20 s more; the run stood stopped a day between steps 10
+    and 11, and a resume from step 5's checkpoint logged steps 6-10 again."""
+    paths, name = RunPaths(tmp_path), "p"
+    first = [(step, 10.0 * step + 20.0 * (step // 5)) for step in range(1, 11)]
+    resumed_at = first[-1][1] + 86_400.0
+    after_gap = [(step, resumed_at + 10.0 * (step - 10) + 20.0 * (step // 5 - 2)) for step in range(11, 21)]
+    true_s = (after_gap[-1][1] - after_gap[0][1] + first[-1][1] - first[0][1]) / 18  # the gap's interval left out
+    assert true_s == pytest.approx(10.0 + 20.0 * 4 / 18)  # the validations at 5, 10, 15 and 20 stay counted
+    write_metrics(paths, name, first + after_gap)
+    assert measured_step_s(paths, name) == pytest.approx(true_s)  # the whole span would give 4,561 s
+    rolled_back = [(step, first[-1][1] + 60.0 + 10.0 * (step - 6)) for step in range(6, 11)]
+    write_metrics(paths, name, first + rolled_back)  # steps 6-10 logged twice
+    steps_measured = 9 + 4
+    seconds = first[-1][1] - first[0][1] + rolled_back[-1][1] - rolled_back[0][1]
+    assert measured_step_s(paths, name) == pytest.approx(seconds / steps_measured)
+    assert measured_step_s(paths, name) < 14.0  # the whole span over steps 1-10 would give 26 s
+    write_metrics(paths, name, [(3, 100.0), (3, 110.0)])
+    assert measured_step_s(paths, name) is None  # no step measured
+
+
 def test_the_measured_step_comes_from_the_run_folders_metrics(tmp_path):
     paths, name = RunPaths(tmp_path), "qwen2.5-math-1.5b"
     assert measured_step_s(paths, name) is None
