@@ -191,7 +191,10 @@ def describe_run_time(estimate: RunTime) -> str:
         span = _seconds(run[0]) + (f"-{_seconds(run[1])}" if run[1] != run[0] else "")
         total = f"{estimate.generations:,} steps: {span}"
     left_out = f"; left out (size unknown): {', '.join(estimate.unknown)}" if estimate.unknown else ""
-    return f"Run time (estimate, {basis}): a step {steps}; {total}{left_out}"
+    a100 = BF16_PEAK_TFLOPS["A100"]
+    other = (f"; on another card the times scale by {estimate.peak_tflops:g} / its TFLOPS (an A100's {a100:g}: "
+             f"x{estimate.peak_tflops / a100:.1f})" if estimate.assumed_gpu and estimate.peak_tflops > a100 else "")
+    return f"Run time (estimate, {basis}): a step {steps}; {total}{left_out}{other}"
 
 
 def _share(bounds: tuple[float, float]) -> str:
