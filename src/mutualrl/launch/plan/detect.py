@@ -57,14 +57,15 @@ def refuse_unseen_gpus(config: RunConfig, asked: int | None = None) -> str | Non
     warning, since a scheduler may have set it)."""
     from mutualrl.host.nvidia_smi import hides_gpus, read_driver, torch_misses_gpus
 
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if "CUDA_VISIBLE_DEVICES" in os.environ and visible in ("", "-1"):
+        return None  # asked for on purpose: nvidia-smi need not run
     report = read_driver()
     if report is None or not report.gpus:
         return None
     if hides_gpus(report):
-        visible = os.environ["CUDA_VISIBLE_DEVICES"].strip()
-        return None if visible in ("", "-1") else (
-            f"CUDA_VISIBLE_DEVICES={visible} hides the {report.describe()} nvidia-smi lists: the run is planned on "
-            f"the CPU")
+        return (f"CUDA_VISIBLE_DEVICES={visible} hides the {report.describe()} nvidia-smi lists: the run is planned on "
+                f"the CPU")
     needed_by = ", ".join(part for part in (f"--gpus {asked}" if asked else "", gpu_needs(config)) if part)
     problem = torch_misses_gpus(report, *torch_build(), needed_by=needed_by)
     if needed_by:
