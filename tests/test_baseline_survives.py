@@ -128,6 +128,15 @@ def test_the_success_threshold_comes_from_the_rewards_range() -> None:
     assert success_threshold(np.full((4, 2), -1.0)) == (None, "every completion got reward -1")
     [line] = check_lines(checks, 3, None, "every completion got reward -1")
     assert line.startswith("  nothing-to-learn: every sampled completion got the same reward")
+    assert success_threshold(np.full((4, 2), 0.3)) == (None, "every completion got reward 0.3")  # flat, inside [0, 1]
+    [line] = check_lines(policy_checks(outcomes(np.full((2, 4), 0.3).tolist(), 0.5)), 4, None,
+                         "every completion got reward 0.3")
+    assert line.startswith("  nothing-to-learn: every sampled completion got the same reward")  # not "solves no row"
+    nothing, _ = success_threshold(np.zeros((4, 2)))  # a verifier's 0 everywhere: no policy solves a row
+    assert nothing == 0.5 and verdict(policy_checks(outcomes(np.zeros((2, 4)).tolist(), 0.5))).meaning.startswith(
+        "no policy solves any sampled row")
+    assert success_threshold(np.ones((4, 2)))[0] == 0.5  # all solved: too easy, said as such
+    assert verdict(policy_checks(outcomes(np.ones((2, 4)).tolist(), 0.5))).kind == "too-easy"
 
 
 def test_the_verdict_gives_its_interval_and_says_when_the_sample_does_not_settle_it() -> None:

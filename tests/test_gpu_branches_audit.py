@@ -281,10 +281,11 @@ def test_a_cuda_node_is_detected_with_its_smallest_card_and_no_more_gpus_than_vi
     monkeypatch.setattr(detect, "torch_is_cpu_build", lambda: False)  # a CUDA node has a CUDA build of torch
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: len(sizes))
-    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(total_memory=sizes[i] * 2**30))
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: SimpleNamespace(total_memory=sizes[i] * 2**30, name="NVIDIA H100 80GB HBM3"))
     config = load_run_config("2qwen").config
     node = this_node(config, None, False, None, None, None, None)
-    assert (node.gpus, node.gpu_memory_gib) == (8, 40.0)
+    assert (node.gpus, node.gpu_memory_gib, node.gpu_name) == (8, 40.0, "NVIDIA H100 80GB HBM3")
     assert this_node(config, 3, False, None, None, None, None).gpu_memory_gib == 80.0  # the first 3 cards only
     with pytest.raises(PlacementError, match="more GPUs than are visible"):
         this_node(config, 9, False, None, None, None, None)

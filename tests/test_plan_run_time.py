@@ -61,6 +61,7 @@ def test_the_paper_pools_plan_prints_its_estimate_and_keeps_it_in_its_json(tmp_p
     text = console.export_text()
     assert "Run time (estimate, on H100 (assumed: a simulated node), 989 TFLOPS bf16 a GPU at 15-40 % training" in text
     assert "105 steps:" in text
+    assert "; on another card the times scale by 989 / its TFLOPS (an A100's 312: x3.2)" in text
     assert LaunchPlan.from_json(json.loads(json.dumps(plan.to_json()))).run_time == estimate
     h200 = dry_run("2qwen", gpus=8, run_dir=tmp_path / "run", gpu_memory_gib=141.0).run_time
     assert h200.gpu == "H200" and h200.assumed_gpu  # --gpu-memory 141: costed as the card of that size
@@ -68,6 +69,33 @@ def test_the_paper_pools_plan_prints_its_estimate_and_keeps_it_in_its_json(tmp_p
 
 def test_a_cpu_plan_has_no_estimate(tmp_path):
     assert dry_run("tiny", run_dir=tmp_path / "run").run_time is None
+
+
+def write_metrics(paths: RunPaths, name: str, rows: list[tuple[int, float]]) -> None:
+    paths.policy_metrics(name).parent.mkdir(parents=True, exist_ok=True)
+    paths.policy_metrics(name).write_text("".join(
+        json.dumps({"kind": "train", "policy": name, "step": step, "time": time}) + "\n" for step, time in rows))
+
+
+def test_the_measured_step_leaves_out_a_stop_before_a_resume_and_steps_logged_again(tmp_path):
+    """10 s a step, with a validation every 5 steps taking 20 s more; the run stood stopped a day between steps 10
+    and 11, and a resume from step 5's checkpoint logged steps 6-10 again."""
+    paths, name = RunPaths(tmp_path), "p"
+    first = [(step, 10.0 * step + 20.0 * (step // 5)) for step in range(1, 11)]
+    resumed_at = first[-1][1] + 86_400.0
+    after_gap = [(step, resumed_at + 10.0 * (step - 10) + 20.0 * (step // 5 - 2)) for step in range(11, 21)]
+    true_s = (after_gap[-1][1] - after_gap[0][1] + first[-1][1] - first[0][1]) / 18  # the gap's interval left out
+    assert true_s == pytest.approx(10.0 + 20.0 * 4 / 18)  # the validations at 5, 10, 15 and 20 stay counted
+    write_metrics(paths, name, first + after_gap)
+    assert measured_step_s(paths, name) == pytest.approx(true_s)  # the whole span would give 4,561 s
+    rolled_back = [(step, first[-1][1] + 60.0 + 10.0 * (step - 6)) for step in range(6, 11)]
+    write_metrics(paths, name, first + rolled_back)  # steps 6-10 logged twice
+    steps_measured = 9 + 4
+    seconds = first[-1][1] - first[0][1] + rolled_back[-1][1] - rolled_back[0][1]
+    assert measured_step_s(paths, name) == pytest.approx(seconds / steps_measured)
+    assert measured_step_s(paths, name) < 14.0  # the whole span over steps 1-10 would give 26 s
+    write_metrics(paths, name, [(3, 100.0), (3, 110.0)])
+    assert measured_step_s(paths, name) is None  # no step measured
 
 
 def test_the_measured_step_comes_from_the_run_folders_metrics(tmp_path):
@@ -82,18 +110,41 @@ def test_the_measured_step_comes_from_the_run_folders_metrics(tmp_path):
     assert first.measured_s == pytest.approx(30.0) and first.policy == plan.policies[0].name
 
 
-def _plans(run_s: tuple[float, float] | None, ranks: int) -> list[SimpleNamespace]:
+def _plans(run_s: tuple[float, float] | None, ranks: int, gpu: str = "H100",
+           assumed: bool = True) -> list[SimpleNamespace]:
     policy = SimpleNamespace(placement=SimpleNamespace(device_type="cuda", num_processes=ranks))
-    run_time = None if run_s is None else SimpleNamespace(run_s=run_s)
+    run_time = None if run_s is None else SimpleNamespace(run_s=run_s, gpu=gpu, peak_tflops=bf16_peak_tflops(gpu),
+                                                          assumed_gpu=assumed)
     return [SimpleNamespace(run_time=run_time, policies=[policy, policy])]
 
 
 def test_slurm_time_and_cpus_follow_the_plan_and_given_values_below_it_are_said():
     options, notes = fit_time_and_cpus(SlurmOptions(), _plans((3600.0, 36000.0), 4))
-    assert (options.time_min, options.cpus_per_task, notes) == (660, 32, [])  # 10 h + 10 %; 8 ranks x 4
+    assert (options.time_min, options.cpus_per_task) == (660, 32)  # 10 h + 10 %; 8 ranks x 4
+    assert notes == ["--slurm-time 660 min comes from the runs' Run time estimate (its high end + 10%) on H100 GPUs "
+                     "(assumed: the nodes' card is not known when planning); a card of lower bf16 peak takes longer in "
+                     "proportion (an A100: x3.2): give --slurm-time for yours"]
+    options, notes = fit_time_and_cpus(SlurmOptions(), _plans((3600.0, 36000.0), 4, gpu="A100", assumed=False))
+    assert notes == ["--slurm-time 660 min comes from the runs' Run time estimate (its high end + 10%) on A100 GPUs"]
     options, notes = fit_time_and_cpus(SlurmOptions(time_min=240, cpus_per_task=4), _plans((3600.0, 36000.0), 4))
     assert (options.time_min, options.cpus_per_task) == (240, 4) and len(notes) == 2
     assert notes[0].startswith("--slurm-time 240: a run may need up to 660 min")
     assert notes[1].startswith("--slurm-cpus 4: a run's 8 GPU ranks keep about 32 cores busy")
     options, notes = fit_time_and_cpus(SlurmOptions(), [SimpleNamespace(run_time=None, policies=[])])
     assert (options.time_min, options.cpus_per_task, notes) == (240, 4, [])  # a CPU pool: the defaults
+
+
+def test_the_default_slurm_time_is_capped_at_48_h_and_over_24_h_is_said():
+    """The paper recipe's high estimate, 31.5 h: asked as is (+10 %), said to be over many partitions' 24 h; a run of
+    100 h: capped at 48 h, with the resubmission that finishes it."""
+    options, notes = fit_time_and_cpus(SlurmOptions(), _plans((10.5 * 3600, 31.5 * 3600), 4))
+    assert options.time_min == 2080 and len(notes) == 2
+    assert notes[1].startswith("--slurm-time 2080 min is over 24 h, the MaxTime of many partitions, where Slurm leaves "
+                               "the tasks PENDING (PartitionTimeLimit)") and "sinfo -h -o %l -p PARTITION" in notes[1]
+    options, notes = fit_time_and_cpus(SlurmOptions(), _plans((50 * 3600, 100 * 3600), 4))
+    assert options.time_min == 48 * 60 and len(notes) == 3
+    assert notes[1] == ("a run may need up to 110.0 h, over the 48 h cap of the default --slurm-time: a run its limit "
+                        "stops resumes when the same sweep is submitted again, as often as it takes")
+    assert notes[2].startswith("--slurm-time 2880 min is over 24 h")
+    options, notes = fit_time_and_cpus(SlurmOptions(time_min=3000), _plans((50 * 3600, 100 * 3600), 4))
+    assert options.time_min == 3000 and len(notes) == 1  # given: kept, only its shortfall said

@@ -246,5 +246,7 @@ def test_a_variant_whose_settings_do_not_subclass_its_parents_or_whose_parent_is
         try:
             with pytest.raises(ConfigError, match=match):
                 load_run_config("tiny", regime=name, check_grpo=False)
+            # a run of another regime (a resume, a report) still reads its config: only the variant's runs break
+            assert load_run_config("tiny", regime="standalone", check_grpo=False).config.regime.name == "standalone"
         finally:
             unregister_regime(name)

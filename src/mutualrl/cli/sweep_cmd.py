@@ -57,8 +57,8 @@ def sweep(
                                                help="--slurm: the partition."),
     slurm_time: int | None = typer.Option(None, "--slurm-time", min=1, show_default=False,
                                           help="--slurm: minutes per run. Default: the high end of the runs' planned "
-                                          "time (the dry run's Run time line) + 10 %, or 240 where none is "
-                                          "estimated (a CPU pool)."),
+                                          "time (the dry run's Run time line) + 10 %, at most 48 h, or 240 where "
+                                          "none is estimated (a CPU pool)."),
     slurm_gpus: int | None = typer.Option(None, "--slurm-gpus", min=0, show_default=False,
                                           help="--slurm: GPUs per run. Default: what the runs ask for (launch.gpus, "
                                           "a device map; 0 for a CPU pool); a GPU pool that names no count "

@@ -140,8 +140,9 @@ class RegimeConfig:
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise ConfigError(source, f"{path}.{key}",
                                   f"unknown key (expected one of: {', '.join(['name', *specs])}){hint}")
-        settings = {key: build_dataclass(spec.settings, inherited_section(data, spec, source, path), source,
-                                         f"{path}.{key}")
+        settings = {key: build_dataclass(spec.settings, inherited_section(data, spec, source, path,
+                                                                          chosen=spec.name == name),
+                                         source, f"{path}.{key}")
                     for key, spec in specs.items()}
         return cls(name=name, settings=settings)
 
@@ -162,9 +163,13 @@ class RegimeConfig:
         return rows
 
 
-def inherited_section(data: dict[str, Any], spec: Any, source: str, path: str) -> dict[str, Any]:
+def inherited_section(data: dict[str, Any], spec: Any, source: str, path: str,
+                      chosen: bool = True) -> dict[str, Any]:
     """A regime's recipe section over its parents' (a variant: ``regime.sgt.lam`` reaches ``sgt-half``'s ``lam``
-    unless ``regime.sgt_half.lam`` is set; grandparent first, the nearest last, the variant's own on top)."""
+    unless ``regime.sgt_half.lam`` is set; grandparent first, the nearest last, the variant's own on top).
+
+    A broken chain (an unknown parent, settings that do not subclass its) is refused only for the ``chosen`` regime:
+    a plug-in variant's mistake must not stop every other run from reading its config; unchosen, its own section."""
     from mutualrl.config.typed import ConfigError
     from mutualrl.errors import UsageError
     from mutualrl.regimes.core.registry import parent_chain
@@ -172,6 +177,9 @@ def inherited_section(data: dict[str, Any], spec: Any, source: str, path: str) -
     try:
         chain = parent_chain(spec)
     except UsageError as err:
+        if not chosen:
+            own = data.get(spec.settings_key)
+            return own if isinstance(own, dict) else {}
         raise ConfigError(source, f"{path}.name", str(err)) from None
     own = data.get(spec.settings_key)
     if not chain or (own is not None and not isinstance(own, dict)):

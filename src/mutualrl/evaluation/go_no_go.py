@@ -17,7 +17,7 @@ failures a peer solves comes with its 95% Wilson interval (:func:`wilson`); wher
 Success is reward >= a threshold taken from the rewards seen (:func:`success_threshold`): 0.5 for a reward in
 [0, 1] (a verifier's 0/1), else the middle of the range the sample's rewards span (a shaped or penalty-only reward,
 always <= 0, still has better and worse completions); when every completion got the same reward there is nothing
-to tell apart, and nothing for GRPO to follow.
+to tell apart, and nothing for GRPO to follow (all 0 or all 1 read as a verifier's: nothing solved, too easy).
 """
 
 from __future__ import annotations
@@ -71,15 +71,16 @@ def wilson(successes: int, trials: int, z: float = Z95) -> tuple[float, float] |
 
 def success_threshold(scores: np.ndarray) -> tuple[float | None, str]:
     """The success threshold for the sample's rewards (``scores``, any shape) and how it was chosen: 0.5 where every
-    reward lies in [0, 1], else the middle of the range seen; None where every reward is the same."""
+    reward lies in [0, 1], else the middle of the range seen; None where every reward is the same (a flat reward:
+    nothing to tell apart), but for all 0 or all 1, a verifier's verdict on every row (none solved; all solved)."""
     finite = scores[np.isfinite(scores)]  # (n,)
     if finite.size == 0:
         return None, "no completion was scored"
     low, high = float(finite.min()), float(finite.max())
+    if low == high and low not in (0.0, 1.0):
+        return None, f"every completion got reward {low:g}"
     if low >= 0.0 and high <= 1.0:
         return 0.5, "a reward in [0, 1]"
-    if low == high:
-        return None, f"every completion got reward {low:g}"
     middle = (low + high) / 2
     return middle, f"the middle of the rewards seen, {low:g} to {high:g}: the reward is not 0/1"
 

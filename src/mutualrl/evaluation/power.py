@@ -78,8 +78,9 @@ def expected_power(effect: float, comps: Components, pilot: tuple[int, int], see
     uncertain: the true seed and prompt mean squares given the observed ones, each the observed times df / χ²(df)
     (a flat prior on their logs; the χ² on a fixed grid of quantiles, so the same pilot gives the same figure), the
     interaction as estimated (its many df), then :func:`crossed_power`'s integral over the planned sweep, all at
-    once. A 3-seed pilot's seed mean square is uncertain by a factor of 30 between its 5 % and 95 % points: the
-    average pays for it, where a plan from the observed components alone ignores it."""
+    once. A 3-seed pilot's seed mean square is uncertain by a factor of about 60 between its 5 % and 95 % points
+    (df 2: χ²'s 95 % point over its 5 % point is 58): the average pays for it, where a plan from the observed
+    components alone ignores it."""
     import numpy as np
     from scipy import stats
 

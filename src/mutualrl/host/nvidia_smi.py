@@ -29,6 +29,8 @@ class DriverReport:
     """The driver version (``550.54.15``); None where the output did not say."""
     cuda: str | None
     """The newest CUDA version the driver runs (``12.4``); None where the output did not say."""
+    uuids: tuple[str, ...] = ()
+    """The GPUs' and MIG devices' UUIDs (``GPU-...``, ``MIG-...``) that ``nvidia-smi -L`` printed."""
 
     def describe(self) -> str:
         """``8 GPUs (driver 550.54.15, CUDA 12.4)``."""
@@ -43,6 +45,14 @@ GPU_LINE = re.compile(r"^GPU (\d+): (.+?)(?: \(UUID: [^)]*\))?\s*$")
 def parse_gpu_list(text: str) -> list[str]:
     """The GPU names of ``nvidia-smi -L``'s output (``GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-...)`` a line)."""
     return [match.group(2) for line in text.splitlines() if (match := GPU_LINE.match(line.strip()))]
+
+
+UUID = re.compile(r"\(UUID: ([^)\s]+)\)")
+
+
+def parse_uuids(text: str) -> tuple[str, ...]:
+    """Every ``(UUID: ...)`` of ``nvidia-smi -L``'s output, GPUs' and MIG devices' alike."""
+    return tuple(UUID.findall(text))
 
 
 def parse_header(text: str) -> tuple[str | None, str | None]:
@@ -69,13 +79,27 @@ def read_driver() -> DriverReport | None:
     if listing is None:
         return None
     driver, cuda = parse_header(_output([program]) or "")
-    return DriverReport(parse_gpu_list(listing), driver, cuda)
+    return DriverReport(parse_gpu_list(listing), driver, cuda, parse_uuids(listing))
 
 
-def hides_gpus(environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
-    """``CUDA_VISIBLE_DEVICES`` set to no device (empty, ``-1``): a CPU run asked for on purpose."""
+def names_a_device(entry: str, report: DriverReport) -> bool:
+    """``entry`` of ``CUDA_VISIBLE_DEVICES`` is one of ``report``'s devices: an index below its count, or a UUID (or
+    a UUID's prefix, as CUDA accepts) it lists. A UUID is taken as valid where the listing printed none."""
+    if entry.isdigit():
+        return int(entry) < len(report.gpus)
+    if entry.startswith(("GPU-", "MIG-")):
+        return not report.uuids or any(uuid.startswith(entry) for uuid in report.uuids)
+    return False
+
+
+def hides_gpus(report: DriverReport, environ: dict[str, str] | os._Environ[str] = os.environ) -> bool:
+    """``CUDA_VISIBLE_DEVICES`` leaves torch no device of ``report``'s: a CPU run asked for on purpose.
+
+    CUDA reads the list up to its first entry that names no device, so the list hides every GPU exactly when its
+    first entry names none: empty, ``-1``, ``-1,0``, ``NoDevFiles`` (set by some schedulers), an index past the last
+    GPU, a UUID not listed."""
     value = environ.get("CUDA_VISIBLE_DEVICES")
-    return value is not None and value.strip() in ("", "-1")
+    return value is not None and not names_a_device(value.split(",")[0].strip(), report)
 
 
 def driver_major(driver: str | None) -> int | None:
@@ -85,15 +109,22 @@ def driver_major(driver: str | None) -> int | None:
         return None
 
 
-def torch_misses_gpus(report: DriverReport | None, torch_version: str, torch_cuda: str | None) -> str | None:
+CPU_ON_PURPOSE = "; --gpus 0 (or CUDA_VISIBLE_DEVICES= mutualrl train ...) trains on the CPU on purpose"
+"""How a run on a GPU box is placed on the CPU on purpose, as every line of :func:`torch_misses_gpus` ends."""
+
+
+def torch_misses_gpus(report: DriverReport | None, torch_version: str, torch_cuda: str | None,
+                      needed_by: str = "") -> str | None:
     """One line saying why torch sees none of the GPUs ``nvidia-smi`` lists, and what to do (None: it lists none).
 
     ``torch_cuda``: the CUDA version torch was built for (``torch.version.cuda``; None: a CPU build).
+    ``needed_by``: what in the run needs a GPU (``vLLM, DeepSpeed zero3``), said after "sees none".
     """
     if report is None or not report.gpus:
         return None
-    said = f"nvidia-smi lists {report.describe()} but torch {torch_version} sees none"
-    on_purpose = "; CUDA_VISIBLE_DEVICES= mutualrl train ... trains on the CPU on purpose"
+    said = f"nvidia-smi lists {report.describe()} but torch {torch_version} sees none" + (
+        f" and the run needs GPUs ({needed_by})" if needed_by else "")
+    on_purpose = CPU_ON_PURPOSE
     if torch_cuda is None:
         return (f"{said}: it is a CPU build; install a CUDA build of torch for this driver"
                 f"{f' (CUDA {report.cuda} or older)' if report.cuda else ''}{on_purpose}")

@@ -28,6 +28,7 @@ what bounds a stop.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -105,23 +106,58 @@ def request_stop(paths: RunPaths, signal_name: str, statuses: Callable[[], dict[
 
 
 FOLLOW_S = 3.0
-"""How long the launcher of a machine K > 0 waits for machine 0's stop step before deciding one itself (machine 0 not
-signalled: a Ctrl-C on this machine alone; Slurm signals every machine of the job, machine 0 too): under
-:data:`LAUNCHER_WAIT_S`, so this machine's signalled workers still find a step."""
+"""How long the launcher of a machine K > 0 waits for machine 0's stop step before it tries to decide one itself
+(machine 0 not signalled: a Ctrl-C on this machine alone; Slurm signals every machine of the job, machine 0 too):
+under :data:`LAUNCHER_WAIT_S`, so this machine's signalled workers still find a step."""
+
+FOLLOW_SEE_S = 90.0
+"""How long the launcher of a machine K > 0 reads on for a request machine 0 has written (its exclusive create found
+the file) but this machine does not see yet: longer than NFS's default ``acdirmax`` (60 s), the longest a client
+trusts its cached view of a directory, and with it a cached "no such file". Then it stops its workers at once."""
+
+
+def claim_request(paths: RunPaths, signal_name: str) -> bool:
+    """Create the request file with ``signal_name`` alone where no machine has written one (False: one exists).
+
+    An exclusive create is decided by the file server, not by this machine's cached view of the folder (NFS since
+    v3), so a machine that cannot see machine 0's request yet learns here that it exists."""
+    try:
+        handle = os.open(stop_path(paths), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(handle, "w") as request:
+        request.write(json.dumps({"signal": signal_name}))
+    return True
 
 
 def follow_stop(paths: RunPaths, decide: Callable[[], int], read: Callable[[RunPaths], dict[str, Any] | None] =
-                read_request, wait_s: float = FOLLOW_S, poll_s: float = 0.05) -> int:
+                read_request, wait_s: float = FOLLOW_S, poll_s: float = 0.05, *, signal_name: str = "SIGINT",
+                see_s: float = FOLLOW_SEE_S, say: Callable[[str], None] = lambda line: None) -> int:
     """The launcher of a machine K > 0: the step machine 0 decided (its ``RUN/status/.stop.json``), so that two
-    machines whose views of the shared status files differ (NFS's attribute cache) cannot name two steps; ``decide()``
-    (:func:`request_stop`) where none comes within ``wait_s``. ``read``: how this machine reads the request."""
+    machines whose views of the shared status files differ (NFS's attribute cache) cannot name two steps. None
+    within ``wait_s``: ``decide()`` (:func:`request_stop`) only where this machine's exclusive create of the file
+    (:func:`claim_request`) shows that no machine wrote one; otherwise machine 0's request is read for up to ``see_s``
+    more, and never overwritten; 0 (stop this machine's workers at once) where it stays unseen. ``read``: how this
+    machine reads the request; ``say``: a line for the user before the longer wait."""
+    step = _read_step(paths, read, wait_s, poll_s)
+    if step is not None:
+        return step
+    if claim_request(paths, signal_name):
+        return decide()
+    say(f"machine 0 has asked for a stop that this machine does not see yet (a network filesystem's cached view of "
+        f"{stop_path(paths).parent}); reading it for up to {see_s:.0f} s, then stopping this machine's workers at once")
+    step = _read_step(paths, read, see_s, poll_s)
+    return 0 if step is None else step
+
+
+def _read_step(paths: RunPaths, read: Callable[[RunPaths], dict[str, Any] | None], wait_s: float,
+               poll_s: float) -> int | None:
+    """The step the request names, read every ``poll_s`` for up to ``wait_s`` (None: none seen)."""
     deadline = time.monotonic() + wait_s
     while True:
         step = requested_step(read(paths))
-        if step is not None:
+        if step is not None or time.monotonic() >= deadline:
             return step
-        if time.monotonic() >= deadline:
-            return decide()
         time.sleep(poll_s)
 
 

@@ -37,19 +37,40 @@ def torch_build() -> tuple[str, str | None]:
     return str(torch.__version__), torch.version.cuda
 
 
-def refuse_unseen_gpus() -> None:
-    """Torch sees no GPU: refuse in one line where ``nvidia-smi`` lists some (a driver older than the torch build, a
-    CPU build on a GPU box), unless ``CUDA_VISIBLE_DEVICES`` hides them on purpose."""
+def gpu_needs(config: RunConfig) -> str:
+    """What in the run needs a GPU, in words (``vLLM, DeepSpeed zero3``); empty: it can train on the CPU as asked."""
+    launch = config.launch
+    merged = [{**config.grpo, **policy.grpo} for policy in config.pool.policies]
+    needs = [
+        "an explicit device map" if launch.device_map else "",
+        "vLLM" if any(grpo.get("use_vllm") for grpo in merged) else "",
+        f"DeepSpeed {launch.deepspeed}" if launch.deepspeed != "none" else "",
+    ]
+    return ", ".join(need for need in needs if need)
+
+
+def refuse_unseen_gpus(config: RunConfig, asked: int | None = None) -> str | None:
+    """Torch sees no GPU where ``nvidia-smi`` lists some (a driver older than the torch build, a CPU build on a GPU
+    box): refuse in one line where the run would use GPUs (``--gpus asked``, vLLM, DeepSpeed, a device map); otherwise
+    the plan trains on the CPU and the line is returned as its warning. None: ``nvidia-smi`` lists no GPU, or
+    ``CUDA_VISIBLE_DEVICES`` empty or -1 hides them on purpose (another value that hides them is named in the
+    warning, since a scheduler may have set it)."""
     from mutualrl.host.nvidia_smi import hides_gpus, read_driver, torch_misses_gpus
 
-    if hides_gpus():
-        return
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if "CUDA_VISIBLE_DEVICES" in os.environ and visible in ("", "-1"):
+        return None  # asked for on purpose: nvidia-smi need not run
     report = read_driver()
     if report is None or not report.gpus:
-        return
-    problem = torch_misses_gpus(report, *torch_build())
-    if problem:
-        raise PlacementError(problem)
+        return None
+    if hides_gpus(report):
+        return (f"CUDA_VISIBLE_DEVICES={visible} hides the {report.describe()} nvidia-smi lists: the run is planned on "
+                f"the CPU")
+    needed_by = ", ".join(part for part in (f"--gpus {asked}" if asked else "", gpu_needs(config)) if part)
+    problem = torch_misses_gpus(report, *torch_build(), needed_by=needed_by)
+    if needed_by:
+        raise PlacementError(str(problem))
+    return f"planned on the CPU: {problem}"
 
 
 def detect_gpu_memory_gib(gpus: int) -> float | None:
@@ -150,6 +171,8 @@ class Node:
     """The parent's CUDA_VISIBLE_DEVICES as the commands should see it (None: read it from the environment)."""
     gpu_name: str | None = None
     """The first GPU's name, as torch reports it (None: simulated, or no GPU)."""
+    warning: str | None = None
+    """What detection found wrong without refusing (GPUs torch does not see, for a run that needs none)."""
 
 
 def this_node(
@@ -168,14 +191,15 @@ def this_node(
                          f"(0..{launch.nodes - 1})")
     if gpus is None:
         gpus = launch.gpus
+    warning = None
     if gpus is None:
         gpus = 0 if simulate else detect_gpus()
         if gpus == 0 and not simulate:
-            refuse_unseen_gpus()
+            warning = refuse_unseen_gpus(config)
     elif not simulate:
         visible = detect_gpus()
         if gpus > visible == 0:
-            refuse_unseen_gpus()
+            refuse_unseen_gpus(config, gpus)
         if gpus > visible:
             raise PlacementError(
                 f"--gpus {gpus} asks for more GPUs than are visible ({visible}); lower --gpus, or add --dry-run "
@@ -193,4 +217,4 @@ def this_node(
         gpu_memory_gib = gpu_memory_gib if gpu_memory_gib is not None else detect_gpu_memory_gib(gpus)
         ram_gib = ram_gib if ram_gib is not None else detect_ram_gib()
     name = detect_gpu_name() if gpus > 0 and not simulate else None
-    return Node(gpus, cpu_cores, gpu_memory_gib, ram_gib, parent_visible_devices, name)
+    return Node(gpus, cpu_cores, gpu_memory_gib, ram_gib, parent_visible_devices, name, warning)

@@ -349,6 +349,7 @@ def make_launch_plan(
     ]
     warnings = [
         *check_train_prompts(plans, train_prompts, config.batch, prompts_source or f"task {config.task.name}"),
+        *([node.warning] if node.warning else []),
         *placement.warnings,
         *check_trackers([p.grpo.get("report_to") for p in plans], fail=not (simulate or dry_run)),
         *check_same_prompts(config, plans),

@@ -125,9 +125,36 @@ def policy_time(policy: str, grpo: Mapping[str, Any], gpus: int, params: float, 
                       measured_s)
 
 
+STOP_FACTOR = 10.0
+"""An interval between logged rows slower than this many times the median a step is a stop (a Slurm limit, a Ctrl-C,
+then a resume later), not training: left out of the measured step."""
+
+
 def measured_step_s(paths: RunPaths, policy: str) -> float | None:
-    """Seconds an optimizer step took in ``policy``'s metrics rows of this run folder (wall time between its first
-    and last rows over the steps between them: validation and saves included); None with fewer than two rows."""
+    """Seconds an optimizer step took in ``policy``'s metrics rows of this run folder; None with no two consecutive
+    rows.
+
+    Measured over the intervals between consecutive rows whose step increased (a row at a step not above the one
+    before starts again: a resume from an older checkpoint logs its steps twice; a clock that went back is skipped
+    too), leaving out any interval more than
+    :data:`STOP_FACTOR` times slower a step than the median interval (the time a run stood stopped before its resume).
+    The rest are summed, so validation and saves between rows stay counted."""
+    rows = _train_rows(paths, policy)
+    if rows is None:
+        return None
+    intervals = [(later[1] - earlier[1], later[0] - earlier[0])
+                 for earlier, later in zip(rows, rows[1:]) if later[0] > earlier[0] and later[1] >= earlier[1]]
+    if not intervals:
+        return None
+    rates = sorted(seconds / steps for seconds, steps in intervals)
+    middle = len(rates) // 2
+    median = rates[middle] if len(rates) % 2 else (rates[middle - 1] + rates[middle]) / 2
+    kept = [(seconds, steps) for seconds, steps in intervals if seconds / steps <= STOP_FACTOR * median]
+    return sum(seconds for seconds, _ in kept) / sum(steps for _, steps in kept)
+
+
+def _train_rows(paths: RunPaths, policy: str) -> list[tuple[int, float]] | None:
+    """(step, time) of ``policy``'s train rows in file order (None: no metrics file); a cut line is skipped."""
     import json
 
     rows: list[tuple[int, float]] = []
@@ -143,9 +170,7 @@ def measured_step_s(paths: RunPaths, policy: str) -> float | None:
                     rows.append((row["step"], float(row["time"])))
     except OSError:
         return None
-    if len(rows) < 2 or rows[-1][0] <= rows[0][0]:
-        return None
-    return (rows[-1][1] - rows[0][1]) / (rows[-1][0] - rows[0][0])
+    return rows
 
 
 def describe_run_time(estimate: RunTime) -> str:
@@ -166,7 +191,10 @@ def describe_run_time(estimate: RunTime) -> str:
         span = _seconds(run[0]) + (f"-{_seconds(run[1])}" if run[1] != run[0] else "")
         total = f"{estimate.generations:,} steps: {span}"
     left_out = f"; left out (size unknown): {', '.join(estimate.unknown)}" if estimate.unknown else ""
-    return f"Run time (estimate, {basis}): a step {steps}; {total}{left_out}"
+    a100 = BF16_PEAK_TFLOPS["A100"]
+    other = (f"; on another card the times scale by {estimate.peak_tflops:g} / its TFLOPS (an A100's {a100:g}: "
+             f"x{estimate.peak_tflops / a100:.1f})" if estimate.assumed_gpu and estimate.peak_tflops > a100 else "")
+    return f"Run time (estimate, {basis}): a step {steps}; {total}{left_out}{other}"
 
 
 def _share(bounds: tuple[float, float]) -> str:

@@ -435,9 +435,11 @@ class PoolRunner:
             if self.remote is None or self.remote.machine == 0:
                 step = request_stop(self.paths, how, read_statuses)
             else:
-                step = follow_stop(self.paths, lambda: request_stop(self.paths, how, read_statuses))
+                step = follow_stop(self.paths, lambda: request_stop(self.paths, how, read_statuses), signal_name=how,
+                                   say=lambda line: self.console.print(line, style="yellow", highlight=False,
+                                                                       soft_wrap=True, markup=False))
                 read_statuses()  # for the time to the step
-        except Exception:  # a full disk, a deleted folder: no request, the workers are stopped as before
+        except (Exception, KeyboardInterrupt):  # a full disk, a deleted folder, another Ctrl-C: stopped as before
             step = 0
         if step == 0 or not live:
             self._stop_all()

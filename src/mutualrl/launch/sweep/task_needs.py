@@ -26,6 +26,7 @@ from typing import Any
 
 from mutualrl.assets.cache import CACHE_VARIABLE, cache_dir, cache_root
 from mutualrl.errors import UsageError
+from mutualrl.launch.plan.run_time import BF16_PEAK_TFLOPS
 
 
 
@@ -195,22 +196,34 @@ reward function; 8 ranks: 32, as examples/slurm asks for."""
 TIME_MARGIN = 0.1
 """Asked on top of the slowest run's high estimate."""
 
+MAX_TIME_MIN = 48 * 60
+"""The longest default ``--slurm-time``: a run that needs more is stopped at it and resumes when the same sweep is
+submitted again (many partitions allow no more)."""
+
+PARTITION_LIMIT_MIN = 24 * 60
+"""A common partition ``MaxTime``: a longer limit leaves the tasks PENDING (PartitionTimeLimit) there, said."""
+
+SLOWER_CARD = "A100"
+"""The slower card the note on an assumed card names (its peak from :data:`BF16_PEAK_TFLOPS`)."""
+
 
 def fit_time_and_cpus(options: Any, plans: list[Any]) -> tuple[Any, list[str]]:
     """``options`` (SlurmOptions) with the time limit and CPUs the runs' ``plans`` need where not given, and a line
-    for each given value below that need."""
+    for each given value below that need, and for a time limit taken from the estimate (:func:`estimated_time_notes`)."""
     import dataclasses
     import math
 
-    high_s = max((p.run_time.run_s[1] for p in plans if p.run_time is not None and p.run_time.run_s), default=None)
+    estimates = [p.run_time for p in plans if p.run_time is not None and p.run_time.run_s]
+    slowest = max(estimates, key=lambda estimate: estimate.run_s[1], default=None)
     ranks = max((sum(q.placement.num_processes for q in p.policies if q.placement.device_type == "cuda")
                  for p in plans), default=0)
-    need_min = None if high_s is None else math.ceil(high_s * (1 + TIME_MARGIN) / 60)
+    need_min = None if slowest is None else math.ceil(slowest.run_s[1] * (1 + TIME_MARGIN) / 60)
     need_cpus = ranks * CPUS_PER_GPU_RANK or None
     notes = []
     time_min, cpus = options.time_min, options.cpus_per_task
     if time_min is None:
-        time_min = need_min or DEFAULT_TIME_MIN
+        time_min = DEFAULT_TIME_MIN if need_min is None else min(need_min, MAX_TIME_MIN)
+        notes += estimated_time_notes(time_min, need_min, slowest) if need_min is not None else []
     elif need_min is not None and time_min < need_min:
         notes.append(f"--slurm-time {time_min}: a run may need up to {need_min} min (the high end of the Run time line "
                      f"of `mutualrl train --dry-run`, +{TIME_MARGIN:.0%}); a run its limit stops resumes when the same "
@@ -222,3 +235,24 @@ def fit_time_and_cpus(options: Any, plans: list[Any]) -> tuple[Any, list[str]]:
                      f"({CPUS_PER_GPU_RANK} a rank: trainer, vLLM engine, reward function); give --slurm-cpus "
                      f"{need_cpus}")
     return dataclasses.replace(options, time_min=time_min, cpus_per_task=cpus), notes
+
+
+def estimated_time_notes(time_min: int, need_min: int, slowest: Any) -> list[str]:
+    """What a default ``--slurm-time`` of ``time_min`` taken from the slowest run's estimate (RunTime ``slowest``,
+    needing ``need_min`` minutes) rests on: the card it was costed on (a slower one takes longer), the cap at
+    :data:`MAX_TIME_MIN`, and a limit over :data:`PARTITION_LIMIT_MIN` that many partitions refuse."""
+    card, peak = slowest.gpu, slowest.peak_tflops
+    slower, slower_peak = SLOWER_CARD, BF16_PEAK_TFLOPS[SLOWER_CARD]
+    notes = [f"--slurm-time {time_min} min comes from the runs' Run time estimate (its high end + {TIME_MARGIN:.0%}) on "
+             f"{card} GPUs" + (f" (assumed: the nodes' card is not known when planning); a card of lower bf16 peak "
+                               f"takes longer in proportion (an {slower}: x{peak / slower_peak:.1f}): give "
+                               f"--slurm-time for yours" if slowest.assumed_gpu and peak > slower_peak else "")]
+    if need_min > time_min:
+        notes.append(f"a run may need up to {need_min / 60:.1f} h, over the {MAX_TIME_MIN // 60} h cap of the default "
+                     f"--slurm-time: a run its limit stops resumes when the same sweep is submitted again, as often as "
+                     f"it takes")
+    if time_min > PARTITION_LIMIT_MIN:
+        notes.append(f"--slurm-time {time_min} min is over {PARTITION_LIMIT_MIN // 60} h, the MaxTime of many "
+                     f"partitions, where Slurm leaves the tasks PENDING (PartitionTimeLimit) without a word: `sinfo -h "
+                     f"-o %l -p PARTITION` shows the limit; give --slurm-time at most that")
+    return notes
