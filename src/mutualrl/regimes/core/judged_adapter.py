@@ -19,6 +19,7 @@ class JudgedAdapter(RegimeAdapter):
     peer_columns = ("prompt_id", "sample_index", "reward", "response_text", "finished")
     publishes_spans = True  # its own spans, kept from its records: its peers' judgements are aligned onto them
     top_bytes = 0  # > 0: the judges also publish their next-byte distributions, this many symbols per token
+    byte_covers: Any = None  # a CoverLimits: those distributions exact, at every byte offset (byte-kd's 'exact')
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -42,7 +43,7 @@ class JudgedAdapter(RegimeAdapter):
         rollouts.require_whole_groups(self.name)
         step = rollouts.step
         judged, judge_s = timed(lambda: judge_rollouts(self.trainer, output, rollouts, peers, self.peers,
-                                                       self.top_bytes))
+                                                       self.top_bytes, self.byte_covers))
         for name, records in judged.records.items():
             self.channel.publish(step, name, records)
         columns = JUDGEMENT_COLUMNS + (DISTRIBUTION_COLUMNS if self.top_bytes else ())

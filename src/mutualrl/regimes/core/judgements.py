@@ -51,6 +51,8 @@ from mutualrl.regimes.core.trainer_interface import GRPOBatch, StepRollouts, Tra
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from mutualrl.regimes.core.cover_scoring import CoverLimits
+
     from mutualrl.see.exchange import ExperienceExchange
     from mutualrl.see.records import RolloutBatch
 
@@ -148,13 +150,15 @@ class Judged:
 
 
 def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollouts, peers: dict[str, pa.Table],
-                   names: Sequence[str], top_bytes: int = 0) -> Judged:
+                   names: Sequence[str], top_bytes: int = 0, covers: CoverLimits | None = None) -> Judged:
     """Score the peers ``names``' rollouts of this rank's groups with this policy's model (one no-grad forward pass
     over all of them, at TRL's scoring batch size): their text in this policy's tokens after this policy's own prompt
     tokens of the prompt; the judgement records per peer (module docstring). A peer's table must hold the columns
     ``prompt_id``, ``sample_index``, ``reward``, ``response_text``, ``finished``. ``top_bytes`` > 0: each record
     also carries, at each of the judge's tokens, its ``top_bytes`` most likely next-byte symbols and their log-masses
-    (:mod:`~mutualrl.regimes.core.next_bytes`; byte-kd's teacher distribution)."""
+    (:mod:`~mutualrl.regimes.core.next_bytes`; byte-kd's teacher distribution); with ``covers``, its exact next-byte
+    distribution at every byte offset of the text instead, ``n + 1`` rows of ``top_bytes`` for a text of ``n`` bytes
+    (:mod:`~mutualrl.regimes.core.byte_covers`)."""
     from mutualrl.padding import pad_token_rows
     from mutualrl.regimes.core.publication import _prompt_text
     from mutualrl.see.records import Ragged, RolloutBatch
@@ -177,11 +181,19 @@ def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollou
     completion_ids, completion_mask = pad_token_rows(responses.ids, tokenizer.pad_token_id, min_width=1,
                                                      device=device)  # [N, C']
     prompt_ids, prompt_mask = output["prompt_ids"][prompt_rows], output["prompt_mask"][prompt_rows]  # [N, P]
-    symbols = symbol_logps = None
-    if top_bytes > 0:
+    symbols = symbol_logps = exact = None
+    if top_bytes > 0 and covers is not None:
+        from mutualrl.regimes.core.cover_scoring import judge_next_bytes
+
+        given = [ids[:-1] if done and ids and ids[-1] == tokenizer.eos_token_id else ids
+                 for ids, done in zip(responses.ids, responses.finished, strict=True)]
+        exact = judge_next_bytes(trainer, prompt_ids, prompt_mask, [t.encode("utf-8") for t in responses.texts],
+                                 given, top_bytes, covers)
+        trainer.record_metrics({"mutual/cover_dropped": exact[2]})
+    if top_bytes > 0 and covers is None:
         logps, symbols, symbol_logps = _judge_distributions(trainer, prompt_ids, prompt_mask, completion_ids,
                                                             completion_mask, top_bytes)
-    else:
+    if top_bytes == 0 or covers is not None:
         with torch.no_grad():
             logps = trainer.score_completions(trainer.model, prompt_ids, prompt_mask, completion_ids, completion_mask)
     logps = logps.detach().float().cpu()  # [N, C']
@@ -200,6 +212,9 @@ def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollou
             reward=np.asarray([rewards[i] for i in part], dtype=np.float32),
             finished=[responses.finished[i] for i in part],
             behaviour_logps=Ragged.from_padded(logps[start:end], completion_mask[start:end].cpu(), np.float32),
+            **({} if exact is None else {
+                "next_byte_ids": Ragged.from_rows([exact[0][i].reshape(-1) for i in part], np.int32),
+                "next_byte_logps": Ragged.from_rows([exact[1][i].reshape(-1) for i in part], np.float32)}),
             **({} if symbols is None else {
                 "next_byte_ids": _per_token_rows(symbols[start:end], completion_mask[start:end].cpu(), np.int32),
                 "next_byte_logps": _per_token_rows(symbol_logps[start:end], completion_mask[start:end].cpu(),
