@@ -9,42 +9,18 @@ byte after ``o`` (the text's end on its EOS) and is reduced as TRL reduces its p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from mutualrl.regimes.api import (CoverLimits, GRPOBatch, Share, StepRollouts, TokenPieces, TrainerView,
-                                  judgement_sources, learner_next_bytes, offset_slots, peer_row_views, peer_rows,
-                                  token_pieces)
+from mutualrl.regimes.api import (CoverLimits, GRPOBatch, OwnTexts, Share, StepRollouts, TrainerView,
+                                  judgement_sources, learner_next_bytes, offset_slots, own_texts, peer_row_views,
+                                  peer_rows, token_pieces)
 from mutualrl.regimes.bytekd.maths import symbol_kl
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-
-@dataclass
-class OwnTexts:
-    """This rank's rows as the learner wrote them: ``tokens`` (EOS left out), ``texts`` their bytes, ``finished``."""
-
-    tokens: list[list[int]]
-    texts: list[bytes]
-    finished: list[bool]
-
-
-def own_texts(trainer: TrainerView, completion_ids: torch.Tensor, mask: torch.Tensor, pieces: TokenPieces) -> OwnTexts:
-    """The rows ``completion_ids`` ``[B, C]`` (``mask``) as text tokens and bytes, a trailing stop token removed."""
-    stops = set(int(v) for v in trainer.eos_token_ids)
-    tokens, texts, finished = [], [], []
-    for row, keep in zip(completion_ids.tolist(), mask.bool().tolist(), strict=True):
-        ids = [v for v, kept in zip(row, keep, strict=True) if kept]
-        done = bool(ids) and ids[-1] in stops
-        ids = ids[:-1] if done else ids
-        tokens.append(ids)
-        texts.append(pieces.text_of(ids))
-        finished.append(done)
-    return OwnTexts(tokens, texts, finished)
 
 
 def exact_teacher_distributions(own: OwnTexts, judgements: dict[str, pa.Table], judges: list[str],

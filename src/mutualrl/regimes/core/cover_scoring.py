@@ -86,6 +86,53 @@ def learner_next_bytes(trainer: TrainerView, model: torch.nn.Module, prompt_ids:
     return cover_next_byte_logps(covers, text, pieces, state_logps), covers
 
 
+TEXT_LIMITS = CoverLimits(0.0, 64)
+"""The enumeration's limits for a text's probability over its tokenizations (OPD's ``signal: sequence``): no floor, at
+most 64 tokenizations of each prefix."""
+
+
+def text_logps(trainer: TrainerView, model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+               texts: Sequence[bytes], given: Sequence[Sequence[int]], finished: Sequence[bool],
+               limits: CoverLimits = TEXT_LIMITS) -> torch.Tensor:
+    """float32 ``[N]``: each text's log-probability under ``model`` after its prompt (``prompt_ids`` / ``prompt_mask``
+    ``[N, P]``), summed over every tokenization (:func:`~mutualrl.regimes.core.byte_covers.text_logp`; ``given``: a
+    tokenization of each, EOS left out; its EOS counted where ``finished``); no gradient."""
+    from mutualrl.regimes.core.byte_covers import text_logp
+
+    width = model.get_output_embeddings().weight.shape[0]
+    pieces = token_pieces(trainer, width)
+    out = torch.zeros(len(texts), dtype=torch.float32)
+    with torch.no_grad():
+        for row, (text, tokens, done) in enumerate(zip(texts, given, finished, strict=True)):
+            covers = find_covers(text, pieces, model_forward(trainer, model, prompt_ids[row], prompt_mask[row]),
+                                 tokens, limits.floor, limits.max_states)
+            out[row] = float(text_logp(covers, text, pieces, bool(done)))
+    return out
+
+
+@dataclass
+class OwnTexts:
+    """This rank's rows as the learner wrote them: ``tokens`` (EOS left out), ``texts`` their bytes, ``finished``."""
+
+    tokens: list[list[int]]
+    texts: list[bytes]
+    finished: list[bool]
+
+
+def own_texts(trainer: TrainerView, completion_ids: torch.Tensor, mask: torch.Tensor, pieces: TokenPieces) -> OwnTexts:
+    """The rows ``completion_ids`` ``[B, C]`` (``mask``) as text tokens and bytes, a trailing stop token removed."""
+    stops = set(int(v) for v in trainer.eos_token_ids)
+    tokens, texts, finished = [], [], []
+    for row, keep in zip(completion_ids.tolist(), mask.bool().tolist(), strict=True):
+        ids = [v for v, kept in zip(row, keep, strict=True) if kept]
+        done = bool(ids) and ids[-1] in stops
+        ids = ids[:-1] if done else ids
+        tokens.append(ids)
+        texts.append(pieces.text_of(ids))
+        finished.append(done)
+    return OwnTexts(tokens, texts, finished)
+
+
 _PIECES: dict[tuple[int, int], TokenPieces] = {}
 
 

@@ -18,7 +18,8 @@ response_token_ids     the judge's tokens of that text (its EOS appended where t
 response_token_spans   each judge token's character span in the text; ``(-1, -1)`` for the EOS
 behaviour_logps        the judge's log-probs of its tokens: ``log π_judge(token | its prompt, the text before)``
 reward, finished       the learner's (as read)
-advantage              null
+advantage              null; with text marginals (OPD's ``signal: sequence``) the judge's log-probability of the text
+                       summed over every tokenization of it (:mod:`~mutualrl.regimes.core.byte_covers`)
 next_byte_ids,         with ``top_bytes`` (byte-kd): before each judge token, its ``k`` most likely next-byte symbols
 next_byte_logps        and their log-masses (:mod:`~mutualrl.regimes.core.next_bytes`); null otherwise
 =====================  ==========================================================================================
@@ -150,7 +151,8 @@ class Judged:
 
 
 def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollouts, peers: dict[str, pa.Table],
-                   names: Sequence[str], top_bytes: int = 0, covers: CoverLimits | None = None) -> Judged:
+                   names: Sequence[str], top_bytes: int = 0, covers: CoverLimits | None = None,
+                   text_marginals: bool = False) -> Judged:
     """Score the peers ``names``' rollouts of this rank's groups with this policy's model (one no-grad forward pass
     over all of them, at TRL's scoring batch size): their text in this policy's tokens after this policy's own prompt
     tokens of the prompt; the judgement records per peer (module docstring). A peer's table must hold the columns
@@ -158,7 +160,8 @@ def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollou
     also carries, at each of the judge's tokens, its ``top_bytes`` most likely next-byte symbols and their log-masses
     (:mod:`~mutualrl.regimes.core.next_bytes`; byte-kd's teacher distribution); with ``covers``, its exact next-byte
     distribution at every byte offset of the text instead, ``n + 1`` rows of ``top_bytes`` for a text of ``n`` bytes
-    (:mod:`~mutualrl.regimes.core.byte_covers`)."""
+    (:mod:`~mutualrl.regimes.core.byte_covers`). ``text_marginals``: each record's ``advantage`` is the judge's
+    log-probability of the text over every tokenization (OPD's ``signal: sequence``)."""
     from mutualrl.padding import pad_token_rows
     from mutualrl.regimes.core.publication import _prompt_text
     from mutualrl.see.records import Ragged, RolloutBatch
@@ -197,6 +200,14 @@ def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollou
         with torch.no_grad():
             logps = trainer.score_completions(trainer.model, prompt_ids, prompt_mask, completion_ids, completion_mask)
     logps = logps.detach().float().cpu()  # [N, C']
+    marginals = None
+    if text_marginals:
+        from mutualrl.regimes.core.cover_scoring import text_logps
+
+        stripped = [ids[:-1] if done and ids and ids[-1] == tokenizer.eos_token_id else ids
+                    for ids, done in zip(responses.ids, responses.finished, strict=True)]
+        marginals = text_logps(trainer, trainer.model, prompt_ids, prompt_mask,
+                               [t.encode("utf-8") for t in responses.texts], stripped, responses.finished)  # [N]
     texts = [_prompt_text(prompt) for prompt in rollouts.prompt_texts_local[::k]]
     rewards = peer_rows(peers, sources, ("reward",))["reward"]
     records, start = {}, 0
@@ -211,6 +222,8 @@ def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollou
             response_token_ids=[responses.ids[i] for i in part], response_token_spans=spans,
             reward=np.asarray([rewards[i] for i in part], dtype=np.float32),
             finished=[responses.finished[i] for i in part],
+            advantage=None if marginals is None else [float(v) if np.isfinite(v) else None
+                                                      for v in marginals[start:end].tolist()],
             behaviour_logps=Ragged.from_padded(logps[start:end], completion_mask[start:end].cpu(), np.float32),
             **({} if exact is None else {
                 "next_byte_ids": Ragged.from_rows([exact[0][i].reshape(-1) for i in part], np.int32),
@@ -327,6 +340,22 @@ def aligned_judgements(own: pa.Table, judgements: dict[str, pa.Table], judges: S
                 valid[i, j, len(units) - 1] = True
             matched[i, j] = True
     return AlignedJudgements(values, valid, matched, units_of)
+
+
+def judged_text_logps(judgements: dict[str, pa.Table], judges: Sequence[str], rollouts: StepRollouts,
+                      texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each judge's log-probability of each own row's text over every tokenization (its records' ``advantage`` with
+    text marginals): float32 ``[B, M-1]`` and bool ``[B, M-1]`` (a judgement of the row's text, with one)."""
+    n = len(texts)
+    values = torch.zeros((n, len(judges)), dtype=torch.float32)
+    found = torch.zeros((n, len(judges)), dtype=torch.bool)
+    pairs, sources = judgement_sources(judgements, judges, rollouts, n)
+    columns = peer_rows(judgements, sources, ("response_text", "advantage"))
+    for x, (i, j) in enumerate(pairs):
+        value = columns["advantage"][x]
+        if columns["response_text"][x] == texts[i] and value is not None and np.isfinite(value):
+            values[i, j], found[i, j] = float(value), True
+    return values, found
 
 
 def own_logps(trainer: TrainerView, output: GRPOBatch) -> torch.Tensor:
