@@ -3,7 +3,8 @@
 A learner over ``{a, b, EOS}`` writes 0 to 2 tokens then its EOS (rows of 1 to 3 tokens), a teacher over the same
 vocabulary (the tokens match one for one). A batch of two rows is every pair of the 7 sequences; through TRL 1.16's
 ``compute_loss`` with OPD's advantages (reward term off), the expected gradient is, under grpo, sapo, dr_grpo, dapo
-and cispo alike, ``λ / L`` times (``L`` = ``max_completion_length``):
+and cispo alike, ``λ / L`` times (``L`` = ``max_completion_length``; under cispo also its weight at ratio 1,
+``min(1, epsilon_high)``, as TRL's own advantages):
 
 - ``signal: sequence``: ``∇ KL(π_θ(y) ‖ π_T(y))`` over whole sequences;
 - ``signal: unit``: ``Σ_h P_θ(h) ∇ KL(π_θ(· | h) ‖ π_T(· | h))`` over every prefix ``h`` (the per-token reverse KL
@@ -66,7 +67,8 @@ def trl_gradient(trainer, monkeypatch, learner, teacher, rows, loss_type, sequen
     monkeypatch.setattr(trainer, "loss_type", loss_type)
     signal = distillation_signal(own, peer, mask.bool()[:, None], torch.ones(len(rows), 1), sequence=sequence)
     if scaled:
-        signal = signal * signal_row_scale(loss_type, mask, trainer.max_completion_length, float(mask.sum()), 1)[:, None]
+        scale = signal_row_scale(loss_type, mask, trainer.max_completion_length, float(mask.sum()), 1)  # [B]
+        signal = signal * scale[:, None]
     batch = {"prompt_ids": torch.zeros((len(rows), 1), dtype=torch.long),
              "prompt_mask": torch.ones((len(rows), 1), dtype=torch.long), "completion_ids": ids,
              "completion_mask": mask, "num_items_in_batch": mask.sum(),
@@ -83,7 +85,7 @@ def source_gradients(learner: TableModel, teacher: TableModel) -> tuple[torch.Te
     (whole,) = torch.autograd.grad(sequence, theta)
     theta = learner.theta.clone().double().requires_grad_(True)
     per_token = torch.zeros((), dtype=torch.float64)
-    for n in range(learner.depth + 1):
+    for n in range(learner.depth):  # at the depth both write their EOS alone: KL 0, no gradient
         for history in itertools.product(range(learner.eos), repeat=n):
             reach = token_logps(learner, history)[:-1].sum().double().exp()  # P_θ(h), held
             own, theirs = learner.logps(history, theta), teacher.logps(history).double()
@@ -111,7 +113,8 @@ def test_both_signals_are_exact_under_each_accepted_loss_type_on_rows_of_unequal
     for loss_type in LOSS_TYPES:
         for sequence, source in ((True, whole), (False, unit)):
             got = expected(grad_trainer, monkeypatch, learner, teacher, loss_type, sequence)
-            assert torch.allclose(got, LAM / length * source, atol=1e-5), (loss_type, sequence)
+            cap = min(1.0, grad_trainer.epsilon_high) if loss_type == "cispo" else 1.0  # CISPO's weight at ratio 1
+            assert torch.allclose(got, cap * LAM / length * source, atol=1e-5), (loss_type, sequence)
     for sequence, source in ((True, whole), (False, unit)):  # grpo's own division by |y| misses both
         plain = expected(grad_trainer, monkeypatch, learner, teacher, "grpo", sequence, scaled=False)
         assert (plain - LAM / length * source).abs().max() > 1e-3

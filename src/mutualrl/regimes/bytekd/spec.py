@@ -1,12 +1,13 @@
 """byte-kd, on-policy distillation of the peers' next-byte distributions (beyond the paper): settings, metrics,
 registration.
 
-Each peer judges the learner's rollouts (OPD's exchange) and publishes, at each of its tokens, its next-token
-distribution marginalised to the next byte (:mod:`mutualrl.regimes.core.next_bytes`). At every offset of the learner's
-text where both tokenizations have a token boundary, the learner adds ``λ · KL(q_peer ‖ q_θ)`` over next-byte
-symbols to TRL's loss, on the prompts where the peer is the more competent (``gate: blind-spot``: only where every
-own rollout failed); with ``rescue_lam`` it also adds SGT's NLL
-on one verified peer success where every own rollout failed (:mod:`mutualrl.regimes.core.rescue`). The maths is
+Each peer judges the learner's rollouts (OPD's exchange) and publishes, at each byte offset of the text, its exact
+next-byte distribution, summed over every tokenization covering the text so far
+(:mod:`mutualrl.regimes.core.byte_covers`; ``distribution: canonical``: at each of its tokens, its next-token
+distribution by first byte). At every byte offset of the learner's text (``canonical``: where both tokenizations have
+a token boundary), the learner adds ``λ · KL(q_peer ‖ q_θ)`` over next-byte symbols to TRL's loss, on the prompts
+where the peer is the more competent (``gate: blind-spot``: only where every own rollout failed); with ``rescue_lam``
+it also adds SGT's NLL on one verified peer success where every own rollout failed (:mod:`mutualrl.regimes.core.rescue`). The maths is
 :mod:`mutualrl.regimes.bytekd.maths`, the adapter :class:`~mutualrl.regimes.bytekd.adapter.ByteKDAdapter`;
 docs/regimes.md, "Beyond the paper: next-byte distillation".
 """
