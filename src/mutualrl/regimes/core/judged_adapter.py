@@ -54,6 +54,12 @@ class JudgedAdapter(RegimeAdapter):
         self.trainer.record_metrics({"mutual/judge_s": judge_s, "mutual/judgements_wait_s": wait_s})
         return judged, tables
 
+    @staticmethod
+    def _items(output: GRPOBatch) -> float:
+        """The step's completion tokens over all ranks (TRL's ``num_items_in_batch``; this rank's where absent)."""
+        items = output.get("num_items_in_batch")
+        return float(output["completion_mask"].sum() if items is None else items)
+
     def prune_records(self, step: int) -> None:
         super().prune_records(step)
         if self.channel is not None:

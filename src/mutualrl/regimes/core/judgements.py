@@ -184,15 +184,9 @@ def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollou
     completion_ids, completion_mask = pad_token_rows(responses.ids, tokenizer.pad_token_id, min_width=1,
                                                      device=device)  # [N, C']
     prompt_ids, prompt_mask = output["prompt_ids"][prompt_rows], output["prompt_mask"][prompt_rows]  # [N, P]
-    symbols = symbol_logps = exact = None
-    if top_bytes > 0 and covers is not None:
-        from mutualrl.regimes.core.cover_scoring import judge_next_bytes
-
-        given = [ids[:-1] if done and ids and ids[-1] == tokenizer.eos_token_id else ids
-                 for ids, done in zip(responses.ids, responses.finished, strict=True)]
-        exact = judge_next_bytes(trainer, prompt_ids, prompt_mask, [t.encode("utf-8") for t in responses.texts],
-                                 given, top_bytes, covers)
-        trainer.record_metrics({"mutual/cover_dropped": exact[2]})
+    symbols = symbol_logps = None
+    exact, marginals = _over_texts(trainer, responses, prompt_ids, prompt_mask, top_bytes if covers else 0, covers,
+                                   text_marginals)
     if top_bytes > 0 and covers is None:
         logps, symbols, symbol_logps = _judge_distributions(trainer, prompt_ids, prompt_mask, completion_ids,
                                                             completion_mask, top_bytes)
@@ -200,14 +194,6 @@ def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollou
         with torch.no_grad():
             logps = trainer.score_completions(trainer.model, prompt_ids, prompt_mask, completion_ids, completion_mask)
     logps = logps.detach().float().cpu()  # [N, C']
-    marginals = None
-    if text_marginals:
-        from mutualrl.regimes.core.cover_scoring import text_logps
-
-        stripped = [ids[:-1] if done and ids and ids[-1] == tokenizer.eos_token_id else ids
-                    for ids, done in zip(responses.ids, responses.finished, strict=True)]
-        marginals = text_logps(trainer, trainer.model, prompt_ids, prompt_mask,
-                               [t.encode("utf-8") for t in responses.texts], stripped, responses.finished)  # [N]
     texts = [_prompt_text(prompt) for prompt in rollouts.prompt_texts_local[::k]]
     rewards = peer_rows(peers, sources, ("reward",))["reward"]
     records, start = {}, 0
@@ -235,6 +221,27 @@ def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollou
         )
         start = end
     return Judged(records, len(sources), int(completion_mask.sum()))
+
+
+def _over_texts(trainer: TrainerView, responses: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                top_bytes: int, covers: CoverLimits | None, text_marginals: bool) -> tuple[Any, torch.Tensor | None]:
+    """What the judge computes over every tokenization of each text (:mod:`~mutualrl.regimes.core.byte_covers`):
+    with ``top_bytes`` and ``covers``, its exact next-byte distributions (per text ``[n + 1, k]`` ids and log-masses,
+    and the largest share dropped), else None; with ``text_marginals``, each text's log-probability ``[N]``, else
+    None."""
+    from mutualrl.regimes.core.cover_scoring import judge_next_bytes, text_logps
+
+    eos = trainer.processing_class.eos_token_id
+    given = [ids[:-1] if done and ids and ids[-1] == eos else ids
+             for ids, done in zip(responses.ids, responses.finished, strict=True)]  # the text's tokens, EOS left out
+    texts = [text.encode("utf-8") for text in responses.texts]
+    exact = marginals = None
+    if top_bytes > 0 and covers is not None:
+        exact = judge_next_bytes(trainer, prompt_ids, prompt_mask, texts, given, top_bytes, covers)
+        trainer.record_metrics({"mutual/cover_dropped": exact[2]})
+    if text_marginals:
+        marginals = text_logps(trainer, trainer.model, prompt_ids, prompt_mask, texts, given, responses.finished)
+    return exact, marginals
 
 
 def _judge_distributions(trainer: TrainerView, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,

@@ -91,7 +91,7 @@ class OPDAdapter(JudgedAdapter):
         own = own_logps(trainer, output).float().cpu()  # [B, C]
         sequence = settings.signal == "sequence"
         scale = signal_row_scale(trainer.loss_type, mask.cpu(), trainer.max_completion_length or mask.shape[1],
-                                 float(output["num_items_in_batch"]), rollouts.num_processes)  # [B] TRL's row weights
+                                 self._items(output), rollouts.num_processes)  # [B] TRL's row weights
         if sequence:  # the texts' log-ratio, each side over every tokenization of the text
             texts, tokens, finished = self._own_texts(output)
             published = self.own_records.column("response_text").to_pylist()

@@ -89,7 +89,7 @@ class OPDSGTAdapter(JudgedAdapter):
             return output, {**metrics, **source_use(zero, source, self.peers)}
         own = own_logps(trainer, output).float().cpu()  # [B, C]
         scale = signal_row_scale(trainer.loss_type, mask.cpu(), trainer.max_completion_length or mask.shape[1],
-                                 float(output["num_items_in_batch"]), rollouts.num_processes)[:, None]  # [B, 1]
+                                 self._items(output), rollouts.num_processes)[:, None]  # [B, 1]
         signal = distillation_signal(own, aligned.values, aligned.valid, weights, aligned.groups) * scale  # [B, C]
         advantages = output["advantages"]
         output["advantages"] = combined_advantages(advantages.cpu(), signal, mask.cpu(),
