@@ -11,7 +11,8 @@ are sampled from the model itself (seeded, at temperature 1, up to ``--tokens`` 
 
 And the canonical form's bias: at each offset where the completion's own tokenization starts a token, the largest
 ``|q_canonical(c) − q_exact(c)|`` over the symbols, and ``KL(q_exact ‖ q_canonical)``; the mean states per completion
-and the largest share of mass the limits dropped. JSON on stdout; results/bytekd-exact.md.
+and the largest share of mass the limits dropped. Inside a merged token: after the first digit of each two-digit
+right answer, both forms' END mass and the right second digit's. JSON on stdout; results/bytekd-exact.md.
 
     PYTHONPATH=src python benchmarks/bytekd_exact.py --prompts 6 --samples 4 --tokens 8
 """
@@ -113,14 +114,47 @@ def measure(name: str, prompts: list[str], samples: int, tokens: int, seed: int,
         logq, _ = learner_next_bytes(shim, model, prompt, mask, text, row, pieces, limits)
         torch.where(torch.isfinite(logq), logq, torch.zeros_like(logq)).sum().backward()
         times["learner_exact"] += time.perf_counter() - clock
+    inside = inside_merged(shim, model, tokenizer, pieces, prompts, max_covers)
     n = len(rows)
-    return {"model": name, "completions": n, "mean_bytes": statistics.mean(len(pieces.text_of(r)) for _, r, _ in rows),
+    return {"inside_merged": inside, "model": name, "completions": n, "mean_bytes": statistics.mean(len(pieces.text_of(r)) for _, r, _ in rows),
             "ms_per_completion": {key: 1000 * value / n for key, value in times.items()},
             "exact_over_canonical": {"judge": times["judge_exact"] / times["judge_canonical"],
                                      "learner": times["learner_exact"] / times["learner_canonical"]},
             "states_mean": statistics.mean(states), "dropped_max": dropped,
             "canonical_bias": {"max_abs_q_gap": max(gaps), "mean_abs_q_gap": statistics.mean(gaps),
                                "max_end_gap": max(end_gaps), "mean_kl_exact_canonical": statistics.mean(kls)}}
+
+
+def inside_merged(shim, model, tokenizer, pieces, prompts: list[str], max_covers: int) -> dict:
+    """After the first digit of each two-digit right answer: the canonical form's q (after the prefix's own tokens)
+    against the exact q, their END mass and the right second digit's, averaged over the prompts."""
+    import torch
+
+    from mutualrl.regimes.core.byte_covers import cover_next_byte_logps, find_covers
+    from mutualrl.regimes.core.cover_scoring import model_forward
+    from mutualrl.regimes.core.next_bytes import END, next_byte_logps
+
+    figures = {"prompts": 0, "canonical_end": 0.0, "exact_end": 0.0, "canonical_digit": 0.0, "exact_digit": 0.0}
+    for prompt in prompts:
+        answer = str(eval(prompt[:-1]))  # noqa: S307 - our own digits and operators
+        if len(answer) != 2:
+            continue
+        ids = torch.tensor(tokenizer(prompt, add_special_tokens=False)["input_ids"])  # [P]
+        mask = torch.ones_like(ids)
+        text = answer.encode()
+        given = tokenizer(answer, add_special_tokens=False)["input_ids"]
+        prefix = torch.tensor([tokenizer(answer[0], add_special_tokens=False)["input_ids"] + [0]])  # [1, p + 1]
+        with torch.no_grad():
+            canonical = next_byte_logps(shim.completion_logits(model, ids[None], mask[None], prefix,
+                                                               torch.ones_like(prefix)), pieces.symbols)[0, -1].exp()
+            covers = find_covers(text, pieces, model_forward(shim, model, ids, mask), given, 0.0, max_covers)
+            exact = cover_next_byte_logps(covers, text, pieces)[1].exp()  # [258] after the first digit
+        figures["prompts"] += 1
+        for name, q in (("canonical", canonical), ("exact", exact)):
+            figures[f"{name}_end"] += float(q[END])
+            figures[f"{name}_digit"] += float(q[text[1]])
+    count = max(figures["prompts"], 1)
+    return {key: value if key == "prompts" else value / count for key, value in figures.items()}
 
 
 def main() -> None:

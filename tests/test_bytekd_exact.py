@@ -5,7 +5,7 @@ byte a token; ``"1"`` and ``"12"`` are both texts (a word that is a prefix of an
 every complete token sequence, with no tokenization reasoning:
 
 - the cover enumeration's next-byte distribution at every byte offset, inside ``"12"`` included, and each text's
-  probability over its tokenizations;
+  probability over its tokenizations; inside a 3-byte character written whole or split 1-2;
 - a teacher equal to the learner on every text: KL 0 at every offset of every text the learner can write, and the
   expected loss and gradient 0, through TRL 1.16's loss;
 - another teacher: the gradient through TRL's loss is the exact next-byte KL's, on every learner sample;
@@ -36,6 +36,23 @@ def exact_logq(model: TableModel, tokens, theta=None) -> torch.Tensor:
     covers = find_covers(text, model.token_pieces, model.forward(theta), given=tokens)
     states = None if theta is None else torch.stack([model.logps(state, theta) for state in covers.tokens])
     return cover_next_byte_logps(covers, text, model.token_pieces, states)  # [n + 1, 258]
+
+
+CJK = [b"\xe4", b"\xb8\x80", b"\xe4\xb8\x80", b"1", b""]  # "一" (U+4E00, 3 bytes) whole, or its bytes split 1-2
+
+
+def test_a_multi_byte_character_split_two_ways_is_compared_byte_by_byte():
+    """Inside a character (a token boundary inside its bytes, or none): the exact next-byte distribution at each of
+    its byte offsets, by the complete sequences."""
+    model = TableModel(CJK, depth=2, seed=2)
+    for tokens, _ in model.sequences():
+        text = model.text_of(tokens)
+        logq = exact_logq(model, tokens)
+        for offset in range(len(text) + 1):
+            reference = brute_next_bytes(model, text[:offset])
+            finite = torch.isfinite(reference)
+            assert torch.equal(torch.isfinite(logq[offset]), finite), (text, offset)
+            assert (logq[offset][finite].double() - reference[finite]).abs().max() < 1e-5, (text, offset)
 
 
 def test_the_covers_give_the_exact_next_byte_distribution_at_every_offset_and_each_texts_probability():
@@ -197,3 +214,22 @@ def test_through_trls_loss_the_gradient_is_the_exact_kls_and_zero_for_a_peer_equ
         (grad_ref,) = torch.autograd.grad(reference, theta)
         assert abs(float(loss) - float(reference)) < 1e-5 and torch.allclose(grad, grad_ref, atol=1e-6), tokens
     assert abs(float(expected_loss)) < 1e-6 and expected_grad.abs().max() < 1e-6
+
+
+def test_a_record_with_a_distribution_per_byte_offset_is_valid_and_a_wrong_count_is_refused():
+    """The judge's exact distributions: ``k`` symbols at each of the text's ``n + 1`` byte offsets (``"é1"``: 3 bytes,
+    4 offsets, 2 tokens), accepted by the SEE's checks; a count that is neither per token nor per offset is not."""
+    import numpy as np
+
+    from mutualrl.see.errors import InvalidRecordError
+    from mutualrl.see.records import RolloutBatch
+
+    def record(values: int):
+        return RolloutBatch(prompt_id=["p"], sample_index=[0], prompt_text=["q"], response_text=["é1"],
+                            response_token_ids=[[5, 6]], reward=np.zeros(1, np.float32), finished=[False],
+                            next_byte_ids=[[49] * values], next_byte_logps=[[-0.5] * values]).to_table()
+
+    assert RolloutBatch.from_table(record(2 * 4)).to_table().num_rows == 1  # k = 2 per offset
+    assert RolloutBatch.from_table(record(3 * 2)).to_table().num_rows == 1  # k = 3 per token
+    with pytest.raises(InvalidRecordError, match="nor per byte offset for 4 offsets"):
+        RolloutBatch.from_table(record(5))
