@@ -41,6 +41,7 @@ from mutualrl.regimes.api import (
     first_byte_symbols,
     gather_peer_groups,
     judgement_sources,
+    logits_width,
     next_byte_logps,
     peer_row_views,
     peer_rows,
@@ -179,7 +180,7 @@ class ByteKDAdapter(JudgedAdapter):
         """The judges' exact distributions at every byte offset of this rank's texts, and the offsets each row has
         (bool ``[B, O]``)."""
         mask = output["completion_mask"]  # [B, C]
-        pieces = token_pieces(self.trainer, self.trainer.model.get_output_embeddings().weight.shape[0])
+        pieces = token_pieces(self.trainer, logits_width(self.trainer.model))
         own = own_texts(self.trainer, output["completion_ids"].cpu(), mask.cpu(), pieces)
         ids, logps, shared, matched = exact_teacher_distributions(own, tables, self.peers, rollouts,
                                                                   self.settings.top_bytes)

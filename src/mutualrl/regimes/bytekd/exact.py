@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from mutualrl.regimes.api import (CoverLimits, GRPOBatch, OwnTexts, Share, StepRollouts, TrainerView,
-                                  judgement_sources, learner_next_bytes, offset_slots, own_texts, peer_row_views,
-                                  peer_rows, token_pieces)
+                                  judgement_sources, learner_next_bytes, logits_width, offset_slots, own_texts,
+                                  peer_row_views, peer_rows, token_pieces)
 from mutualrl.regimes.bytekd.maths import symbol_kl
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def exact_kl_term(trainer: TrainerView, model: torch.nn.Module, inputs: GRPOBatc
             return None, {}
         rows = [0]  # every rank runs the same forwards and backward: row 0 at weight 0 (an exact 0)
     mask = inputs["completion_mask"]  # [B, C]
-    width = model.get_output_embeddings().weight.shape[0]
+    width = logits_width(model)
     pieces = token_pieces(trainer, width)
     own = own_texts(trainer, inputs["completion_ids"][rows], mask[rows], pieces)
     per_row, kl_sum, offsets, states, dropped = [], 0.0, 0, 0, 0.0

@@ -57,7 +57,7 @@ def judge_next_bytes(trainer: TrainerView, prompt_ids: torch.Tensor, prompt_mask
     symbols and their log-masses ``[n + 1, k]`` each (int32, float32), and the largest share of mass dropped."""
     from mutualrl.regimes.core.next_bytes import SYMBOLS
 
-    width = trainer.model.get_output_embeddings().weight.shape[0]
+    width = logits_width(trainer.model)
     pieces = token_pieces(trainer, width)
     ids_out, logps_out, dropped = [], [], 0.0
     with torch.no_grad():
@@ -99,7 +99,7 @@ def text_logps(trainer: TrainerView, model: torch.nn.Module, prompt_ids: torch.T
     tokenization of each, EOS left out; its EOS counted where ``finished``); no gradient."""
     from mutualrl.regimes.core.byte_covers import text_logp
 
-    width = model.get_output_embeddings().weight.shape[0]
+    width = logits_width(model)
     pieces = token_pieces(trainer, width)
     out = torch.zeros(len(texts), dtype=torch.float32)
     with torch.no_grad():
@@ -131,6 +131,14 @@ def own_texts(trainer: TrainerView, completion_ids: torch.Tensor, mask: torch.Te
         texts.append(pieces.text_of(ids))
         finished.append(done)
     return OwnTexts(tokens, texts, finished)
+
+
+def logits_width(model: torch.nn.Module) -> int:
+    """How many logits ``model`` gives per position: its (text) config's vocabulary size (a sharded output layer may
+    hold none of its rows on this rank)."""
+    config = model.config
+    text = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return int(text.vocab_size)
 
 
 _PIECES: dict[tuple[int, int], TokenPieces] = {}

@@ -31,6 +31,7 @@ from mutualrl.regimes.api import (
     aligned_judgements,
     gather_peer_groups,
     judged_text_logps,
+    logits_width,
     own_logps,
     own_texts,
     signal_row_scale,
@@ -55,7 +56,7 @@ class OPDAdapter(JudgedAdapter):
     def _own_texts(self, output: GRPOBatch) -> tuple[list[bytes], list[list[int]], list[bool]]:
         """This rank's rows as bytes, their tokens (EOS left out) and whether each finished."""
         mask = output["completion_mask"]  # [B, C]
-        pieces = token_pieces(self.trainer, self.trainer.model.get_output_embeddings().weight.shape[0])
+        pieces = token_pieces(self.trainer, logits_width(self.trainer.model))
         own = own_texts(self.trainer, output["completion_ids"].cpu(), mask.cpu(), pieces)
         return own.texts, own.tokens, own.finished
 
