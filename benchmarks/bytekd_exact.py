@@ -142,8 +142,9 @@ def inside_merged(shim, model, tokenizer, pieces, prompts: list[str], max_covers
         ids = torch.tensor(tokenizer(prompt, add_special_tokens=False)["input_ids"])  # [P]
         mask = torch.ones_like(ids)
         text = answer.encode()
-        given = tokenizer(answer, add_special_tokens=False)["input_ids"]
-        prefix = torch.tensor([tokenizer(answer[0], add_special_tokens=False)["input_ids"] + [0]])  # [1, p + 1]
+        digit = pieces.exact(answer[0].encode())[0]  # the first digit's own token (no SentencePiece "▁")
+        given = [digit, *pieces.exact(answer[1].encode())[:1]]
+        prefix = torch.tensor([[digit, 0]])  # [1, 2] the digit, then a stand-in whose logits are not read
         with torch.no_grad():
             canonical = next_byte_logps(shim.completion_logits(model, ids[None], mask[None], prefix,
                                                                torch.ones_like(prefix)), pieces.symbols)[0, -1].exp()

@@ -233,3 +233,7 @@ def test_a_record_with_a_distribution_per_byte_offset_is_valid_and_a_wrong_count
     assert RolloutBatch.from_table(record(3 * 2)).to_table().num_rows == 1  # k = 3 per token
     with pytest.raises(InvalidRecordError, match="nor per byte offset for 4 offsets"):
         RolloutBatch.from_table(record(5))
+    empty = RolloutBatch(prompt_id=["p"], sample_index=[0], prompt_text=["q"], response_text=[""],
+                         response_token_ids=[[]], reward=np.zeros(1, np.float32), finished=[False],
+                         next_byte_ids=[[49, 50]], next_byte_logps=[[-0.5, -1.5]]).to_table()
+    assert RolloutBatch.from_table(empty).to_table().num_rows == 1  # no token, one offset: k = 2 there
