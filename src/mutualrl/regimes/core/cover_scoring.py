@@ -86,9 +86,9 @@ def learner_next_bytes(trainer: TrainerView, model: torch.nn.Module, prompt_ids:
     return cover_next_byte_logps(covers, text, pieces, state_logps), covers
 
 
-TEXT_LIMITS = CoverLimits(0.0, 64)
-"""The enumeration's limits for a text's probability over its tokenizations (OPD's ``signal: sequence``): no floor, at
-most 64 tokenizations of each prefix."""
+TEXT_LIMITS = CoverLimits(1e-4, 8)
+"""The enumeration's limits for a text's probability over its tokenizations (OPD's ``signal: sequence``): byte-kd's
+defaults (a tokenization below 1e-4 of its offset's most likely one dropped, at most 8 per offset)."""
 
 
 def text_logps(trainer: TrainerView, model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
