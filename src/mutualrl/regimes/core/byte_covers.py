@@ -181,8 +181,11 @@ def find_covers(text: bytes, pieces: TokenPieces, forward: Forward, given: Seque
             branch, position = cache[state]
             logps = rows[branch][position]  # [V]
             for n in range(1, min(pieces.longest, len(text) - offset) + 1):
-                for v in pieces.exact(text[offset:offset + n]):
+                piece = text[offset:offset + n]
+                for v in pieces.exact(piece):
                     at_offset[offset + n].append((state + (v,), logp + float(logps[v]), index))
+                if not len(pieces.extending(piece)[0]):
+                    break  # no token is longer and begins with these bytes
     logps = torch.stack([rows[b][p] for b, p in at]) if at else torch.zeros((0, 0))  # [S, V]
     return Covers(states, ends, parents, branches, at, logps, dropped)
 
@@ -200,8 +203,9 @@ def cover_next_byte_logps(covers: Covers, text: bytes, pieces: TokenPieces,
         contributions[start].append(path[s] + _grouped(logps[s], symbols))  # [258] its next token from here
         for end in range(start + 1, min(start + pieces.longest, len(text)) + 1):
             ids, nxt = pieces.extending(text[start:end])  # a last token running past `end`
-            if len(ids):
-                contributions[end].append(path[s] + _grouped(logps[s, ids.to(logps.device)], nxt.to(logps.device)))
+            if not len(ids):
+                break  # no token runs past this prefix: none runs past a longer one
+            contributions[end].append(path[s] + _grouped(logps[s, ids.to(logps.device)], nxt.to(logps.device)))
     out = []
     for parts in contributions:
         if not parts:
