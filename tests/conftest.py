@@ -383,7 +383,7 @@ def xdist_group_name(group: str) -> str:
     return group.replace("[", "(").replace("]", ")")
 
 
-OPT_IN_TIERS = ("real_pool", "benchmarks_and_recipes")
+OPT_IN_TIERS = ("real_pool", "benchmarks_and_recipes", "gpu_lock_resolution")
 """Markers of tiers outside the README's command: their tests run only where ``-m`` names the tier. (An ``-m`` in
 ``addopts`` did this until a command line's own ``-m``, the fast tier's ``-m "not slow"``, replaced it and ran 27
 of the tier's tests in the fast tier.)"""

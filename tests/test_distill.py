@@ -161,8 +161,8 @@ def test_settings_and_overrides():
 
 
 def test_sequence_loss_is_sgt_auxiliary_nll(tmp_path):
-    """PeerSFTTrainer's loss on a batch == SGT's sgt_nll with weight 1/n (mean of per-example token means)."""
-    from mutualrl.regimes.sgt.maths import sgt_nll
+    """PeerSFTTrainer's loss on a batch == SGT's rescue_nll with weight 1/n (mean of per-example token means)."""
+    from mutualrl.regimes.core.rescue import rescue_nll
     from mutualrl.training.distill_sft import _peer_sft_trainer_class, build_sft_config, sft_kwargs
     from tiny_models import build_tiny_lm
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -181,7 +181,7 @@ def test_sequence_loss_is_sgt_auxiliary_nll(tmp_path):
     mask = torch.zeros(len(rows), width, dtype=torch.long)
     for i, lp in enumerate(expected_logps):
         per_token[i, : len(lp)], mask[i, : len(lp)] = lp, 1
-    expected = sgt_nll(per_token, mask, torch.full((len(rows),), 1 / len(rows)))
+    expected = rescue_nll(per_token, mask, torch.full((len(rows),), 1 / len(rows)))
     from datasets import Dataset
 
     data = Dataset.from_list([{"input_ids": p + c, "labels": [-100] * len(p) + c} for p, c in rows])

@@ -26,7 +26,7 @@ def example_files() -> dict[str, dict[str, str]]:
     ``# regimes/<folder>/<file>.py``."""
     text = DOC.read_text()
     section = text[text.index("## Adding a regime\n"):]
-    section = section[:section.index("\n## ", 1)]
+    section = section[:section.index("\n### A regime variant")]  # the variant: tests/test_doc_regime_variant.py
     files: dict[str, dict[str, str]] = {}
     for folder, name, code in BLOCK.findall(section):
         files.setdefault(folder, {})[name] = code

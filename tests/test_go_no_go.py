@@ -39,9 +39,10 @@ def test_the_verdict_says_what_the_sample_means(columns, kind):
 
 
 def test_the_lines_give_each_policy_and_the_rows_the_verdict_rests_on():
-    lines = check_lines(policy_checks(outcomes([[1, 1, 0, 0], [0, 0, 1, 1]])), 4, 0.5)
-    assert lines[0] == "  m0: reward@1 0.50; a peer solves 2 of its 2 failures"
-    assert lines[-1].startswith("  worth-a-sweep: peers solve 4 of the 4 failures") and "(4 rows, greedy" in lines[-1]
+    lines = check_lines(policy_checks(outcomes([[1, 1, 0, 0], [0, 0, 1, 1]])), 4, 0.5, "a reward in [0, 1]")
+    assert lines[0] == "  m0: reward@1 0.50 (95% interval 0.15 to 0.85); a peer solves 2 of its 2 failures"
+    assert lines[-1].startswith("  worth-a-sweep: peers solve 4 of the 4 failures (100%, 95% interval 51% to 100%)")
+    assert "(4 rows, greedy, success = reward >= 0.5, a reward in [0, 1]: a rough look" in lines[-1]
 
 
 def test_the_sample_is_drawn_with_the_seed_in_file_order():

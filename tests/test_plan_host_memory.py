@@ -154,7 +154,7 @@ def test_a_slurm_sweep_asks_for_the_host_ram_its_runs_need(tmp_path, monkeypatch
             "--dry-run"]
     done = runner.invoke(app, base, terminal_width=400)
     assert done.exit_code == 0, done.output
-    assert "each 8 GPUs, 4 CPUs, 70 GB memory" in done.output  # 55.6 GiB + 25 %, as the dry run's line says
+    assert "each 8 GPUs, 32 CPUs, 70 GB memory" in done.output  # 55.6 GiB + 25 %; 4 CPUs a GPU rank
     low = runner.invoke(app, [*base, "--slurm-mem", "48"], terminal_width=400)
     assert low.exit_code == 2 and ("--slurm-mem 48: a run of the sweep needs about 55.6 GiB of host RAM on a node of 8 "
                                    "GPUs") in low.output and "give --slurm-mem 70" in low.output, low.output

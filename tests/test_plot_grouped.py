@@ -57,11 +57,22 @@ def test_the_legend_says_n_and_the_title_names_pool_task_and_steps(sweep: Path, 
         seen["legend"] = [label for label, _ in entries]
         seen["title"] = fig._suptitle.get_text()
         seen["panels"] = [ax.get_title() for ax in fig.axes]
+        ax = fig.axes[0]
+        seen["bars"] = [tuple(line.get_ydata()) for line in ax.get_lines() if len(line.get_xdata()) == 2
+                        and line.get_xdata()[0] == line.get_xdata()[1]]
+        seen["hatches"] = [band.get_hatch() for band in ax.collections]
         return out
 
     monkeypatch.setattr(grouped_plot, "save_figure", keep)
     grouped_plot.plot_grouped([sweep], tmp_path, ["regime"], "pdf", "two")
-    assert seen["legend"] == ["standalone (n = 3)", "prp (n = 3)", "sgt (n = 3)"]
+    # the legend says what a band and a bar are: the band a t interval over seeds, the bar the report's own interval
+    assert seen["legend"] == ["standalone (n = 3)", "prp (n = 3)", "sgt (n = 3)", grouped_plot.BAND_KEY,
+                             grouped_plot.BAR_KEY]
+    report = build_report([sweep])
+    wanted = [row.mean_ci for row in report.rows if row.policy == "tiny-bpe" and row.task_group == "all"]
+    assert len(wanted) == 3 and None not in wanted  # a bar per group in the first panel: the report's numbers
+    assert [v for bar in sorted(seen["bars"]) for v in bar] == pytest.approx([v for ci in sorted(wanted) for v in ci])
+    assert len(set(seen["hatches"])) == len(seen["hatches"]) == 3  # overlapping bands stay apart
     assert seen["title"] == "tiny pool, task data (reward exact), 3 steps"
     assert seen["panels"][:3] == ["tiny-bpe: all", "tiny-bpe: add", "tiny-bpe: sub"]
 

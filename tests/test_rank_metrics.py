@@ -113,7 +113,7 @@ def rescue_counts(accelerator, tokenizer) -> dict[str, int]:
     """SGT's run-wide counts under ``max_rescues_per_prompt`` after the step on this rank: every rank's rescues (rank 0
     holds p0 and p1, both rescued; rank 1 neither), so that any rank may meet p0 next and rank 0 saves them all."""
     adapter, _ = stepped_adapter(accelerator, tokenizer, "sgt", ("regime.sgt.max_rescues_per_prompt=2",))
-    return adapter.rescues_by_prompt
+    return adapter.rescues.rescues_by_prompt
 
 
 def two_rank_steps(accelerator, tokenizer):

@@ -10,17 +10,15 @@ from _regimes_strategies import NAN, binary_pool, reward_tensor
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mutualrl.regimes.core.rescue import choose_rescues, rescue_nll, rescue_rows, rescue_weights
 from mutualrl.regimes.core.reward_shapes import split_pool
-from mutualrl.regimes.sgt.maths import (
-    SGTGate,
-    assign_sgt_rows,
-    select_peer_successes,
-    sgt_example_weights,
-    sgt_gate,
-    sgt_metrics,
-    sgt_nll,
-    within_rescue_budget,
-)
+from mutualrl.regimes.sgt.maths import SGTGate, sgt_gate, sgt_metrics, within_rescue_budget
+
+
+def select_peer_successes(gate: SGTGate, peer_lengths, selection="random", generator=None) -> torch.Tensor:
+    """The rescue's choice on an SGT gate, as SGT's adapter makes it: the gate's verified peer successes are the
+    rewards above the threshold (1 > 0.5), the rest 0."""
+    return choose_rescues(gate.peer_success.float(), gate.gated, 0.5, generator, selection, peer_lengths)
 
 
 def t(x) -> torch.Tensor:
@@ -209,42 +207,42 @@ def test_a_prompt_rescued_up_to_its_budget_is_gated_no_more():
 def test_assign_rows_caps_pairs_per_prompt():
     gated = torch.tensor([True, False, True])
     # cap 1: first row of each gated prompt.
-    assert assign_sgt_rows(gated, 3, 1).tolist() == [[True, False, False], [False] * 3, [True, False, False]]
+    assert rescue_rows(gated, 3, 1).tolist() == [[True, False, False], [False] * 3, [True, False, False]]
     # cap 2: first two rows; cap 5 > K = 3: all three; cap 0: none.
-    assert assign_sgt_rows(gated, 3, 2).tolist() == [[True, True, False], [False] * 3, [True, True, False]]
-    assert assign_sgt_rows(gated, 3, 5).tolist() == [[True] * 3, [False] * 3, [True] * 3]
-    assert not bool(assign_sgt_rows(gated, 3, 0).any())
+    assert rescue_rows(gated, 3, 2).tolist() == [[True, True, False], [False] * 3, [True, True, False]]
+    assert rescue_rows(gated, 3, 5).tolist() == [[True] * 3, [False] * 3, [True] * 3]
+    assert not bool(rescue_rows(gated, 3, 0).any())
     with pytest.raises(ValueError, match=r"gated must be a \[P\] bool"):
-        assign_sgt_rows(torch.tensor([1, 0]), 3)
+        rescue_rows(torch.tensor([1, 0]), 3)
 
 
 def test_example_weights_by_hand():
     # 8 rows, 2 gated, lambda 0.1, one generation batch = one accumulation window (S = G = 1):
     # w = 0.1 / 2 = 0.05 on gated rows.
     mask = torch.tensor([False, True, False, False, False, True, False, False])
-    w = sgt_example_weights(mask, 0.1, 1, 1)
+    w = rescue_weights(mask, 0.1, 1, 1)
     torch.testing.assert_close(w, 0.05 * mask.float())
     # S = 4 micro-batches per generation, G = 2 per step, 2 ranks, 8 gated rows over both ranks:
     # w = 0.1 * 4 * 2 / (2 * 8) = 0.05.
-    w = sgt_example_weights(mask, 0.1, 4, 2, num_gated=8, num_processes=2)
+    w = rescue_weights(mask, 0.1, 4, 2, num_gated=8, num_processes=2)
     torch.testing.assert_close(w, 0.05 * mask.float())
     # S = G = 4 on one rank: w = 0.1 * 4 / (4 * 2) = 0.05 -- only the ratio S/G matters.
-    torch.testing.assert_close(sgt_example_weights(mask, 0.1, 4, 4), 0.05 * mask.float())
+    torch.testing.assert_close(rescue_weights(mask, 0.1, 4, 4), 0.05 * mask.float())
 
 
 def test_example_weights_reproduce_lambda_times_gated_mean_over_a_generation_batch():
     # Walk TRL's schedule: shuffle the generation batch, cut it into S micro-batches, add
-    # sgt_nll of each; G micro-batches make one optimizer step. Over the whole generation
+    # rescue_nll of each; G micro-batches make one optimizer step. Over the whole generation
     # batch the steps sum to (S/G) * lambda * mean_gated(NLL), i.e. lambda * mean per step.
     g = torch.Generator().manual_seed(0)
     b, tlen, s, gacc, lam = 24, 6, 6, 3, 0.1
     logps = -torch.rand(b, tlen, generator=g) * 3
     mask = torch.rand(b, tlen, generator=g) > 0.3
     rows = torch.rand(b, generator=g) > 0.6
-    w = sgt_example_weights(rows, lam, s, gacc)
+    w = rescue_weights(rows, lam, s, gacc)
     perm = torch.randperm(b, generator=g)
     total = sum(
-        sgt_nll(logps[idx], mask[idx], w[idx]) for idx in perm.chunk(s)
+        rescue_nll(logps[idx], mask[idx], w[idx]) for idx in perm.chunk(s)
     )
     per_row = -(logps * mask).sum(1) / mask.sum(1).clamp(min=1)
     expected = (s / gacc) * lam * per_row[rows].mean()
@@ -254,11 +252,11 @@ def test_example_weights_reproduce_lambda_times_gated_mean_over_a_generation_bat
 def test_example_weights_bad_inputs():
     mask = torch.tensor([True, False])
     with pytest.raises(ValueError, match="num_gated"):
-        sgt_example_weights(mask, 0.1, 1, 1, num_gated=0)
+        rescue_weights(mask, 0.1, 1, 1, num_gated=0)
     with pytest.raises(ValueError, match=">= 1"):
-        sgt_example_weights(mask, 0.1, 0, 1)
+        rescue_weights(mask, 0.1, 0, 1)
     with pytest.raises(ValueError, match=r"\[B\] bool"):
-        sgt_example_weights(torch.ones(2), 0.1, 1, 1)
+        rescue_weights(torch.ones(2), 0.1, 1, 1)
 
 
 # ---------------------------------------------------------------- NLL
@@ -270,7 +268,7 @@ def test_nll_by_hand():
     # Weights 0.5 and 0.25: 0.5 * 1.5 + 0.25 * 4 = 0.75 + 1 = 1.75.
     logps = torch.tensor([[-1.0, -2.0, -math.inf], [-4.0, NAN, NAN]], requires_grad=True)
     mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
-    loss = sgt_nll(logps, mask, torch.tensor([0.5, 0.25]))
+    loss = rescue_nll(logps, mask, torch.tensor([0.5, 0.25]))
     assert loss.item() == pytest.approx(1.75)
     loss.backward()
     # d loss / d logp = -w / n_tokens on masked positions, 0 elsewhere: -0.25, -0.25 | -0.25.
@@ -280,17 +278,48 @@ def test_nll_by_hand():
 def test_nll_zero_weight_rows_contribute_exact_zero():
     # A zero-weight row whose log-probs are -inf in the mask must not produce NaN (0 * inf).
     logps = torch.tensor([[-math.inf, -1.0], [-2.0, -2.0]], requires_grad=True)
-    loss = sgt_nll(logps, torch.ones(2, 2), torch.tensor([0.0, 1.0]))
+    loss = rescue_nll(logps, torch.ones(2, 2), torch.tensor([0.0, 1.0]))
     assert loss.item() == 2.0
     # A row with an empty mask counts max(1, 0) = 1 token and sums nothing: NLL 0.
-    assert sgt_nll(torch.tensor([[-3.0]]), torch.tensor([[0]]), torch.tensor([1.0])).item() == 0.0
+    assert rescue_nll(torch.tensor([[-3.0]]), torch.tensor([[0]]), torch.tensor([1.0])).item() == 0.0
 
 
 def test_nll_shape_errors():
-    with pytest.raises(ValueError, match=r"weights must have shape \[B\]"):
-        sgt_nll(torch.zeros(2, 3), torch.ones(2, 3), torch.ones(3))
-    with pytest.raises(ValueError, match="mask must have the shape of per_token_logps"):
-        sgt_nll(torch.zeros(2, 3), torch.ones(2, 2), torch.ones(2))
+    with pytest.raises(ValueError, match=r"weights must have shape \[R\]"):
+        rescue_nll(torch.zeros(2, 3), torch.ones(2, 3), torch.ones(3))
+    with pytest.raises(ValueError, match="mask must have the shape of logps"):
+        rescue_nll(torch.zeros(2, 3), torch.ones(2, 2), torch.ones(2))
+    with pytest.raises(ValueError, match="'mean' or 'sum'"):
+        rescue_nll(torch.zeros(2, 3), torch.ones(2, 3), torch.ones(2), "max")
+
+
+def test_the_rescue_reduction_sum_is_the_papers_sequence_nll_and_mean_its_per_token_average():
+    """``rescue_reduction``: the same answer as 3 tokens (a tokenizer that splits it) or 2 (one that merges it), each
+    of log-prob -1 a token: ``sum`` weighs it by its tokens (3 vs 2 nats), ``mean`` by one (1 nat each)."""
+    logps = torch.tensor([[-1.0, -1.0, -1.0], [-1.0, -1.0, -7.0]])  # [R=2, T=3]; the 7 is masked out
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])  # [R, T]
+    weights = torch.tensor([0.5, 0.25])  # [R]
+    assert rescue_nll(logps, mask, weights, "sum").item() == pytest.approx(0.5 * 3 + 0.25 * 2)
+    assert rescue_nll(logps, mask, weights, "mean").item() == pytest.approx(0.5 * 1 + 0.25 * 1)
+    assert rescue_nll(logps, mask, weights).item() == rescue_nll(logps, mask, weights, "mean").item()
+
+
+def test_every_regime_with_the_rescue_offers_its_reduction():
+    """SGT, opd-sgt and byte-kd declare the rescue's settings once (``RescueGateSettings``): each takes
+    ``rescue_reduction`` from a recipe, default ``mean``, and refuses another word."""
+    from mutualrl.config import load_run_config
+    from mutualrl.config.typed import ConfigError
+    from mutualrl.regimes.core.registry import settings_regimes
+    from mutualrl.regimes.core.rescue_spec import RescueGateSettings
+
+    keys = sorted(spec.settings_key for spec in settings_regimes() if issubclass(spec.settings, RescueGateSettings))
+    assert {"bytekd", "opdsgt", "sgt"} <= set(keys)
+    for key in keys:
+        config = load_run_config("tiny", overrides=[f"regime.{key}.rescue_reduction=sum"], check_grpo=False).config
+        assert getattr(config.regime, key).rescue_reduction == "sum"
+        assert getattr(load_run_config("tiny", check_grpo=False).config.regime, key).rescue_reduction == "mean"
+        with pytest.raises(ConfigError, match="rescue_reduction"):
+            load_run_config("tiny", overrides=[f"regime.{key}.rescue_reduction=max"], check_grpo=False)
 
 
 # ---------------------------------------------------------------- metrics
@@ -362,19 +391,19 @@ def test_no_gate_adds_exactly_nothing(data, selection):
     assert not bool(gate.gated.any())
     chosen = select_peer_successes(gate, torch.ones(p, m - 1, k), selection, torch.Generator().manual_seed(0))
     assert bool((chosen == -1).all())
-    rows = assign_sgt_rows(gate.gated, k, data.draw(st.integers(0, 3))).reshape(-1)
+    rows = rescue_rows(gate.gated, k, data.draw(st.integers(0, 3))).reshape(-1)
     assert not bool(rows.any())
-    w = sgt_example_weights(rows, 0.1, 2, 1)
+    w = rescue_weights(rows, 0.1, 2, 1)
     assert bool((w == 0).all())
     logps = torch.full((p * k, 3), -math.inf, requires_grad=True)
-    loss = sgt_nll(logps, torch.ones(p * k, 3), w)
+    loss = rescue_nll(logps, torch.ones(p * k, 3), w)
     assert loss.item() == 0.0
     loss.backward()
     assert bool((logps.grad == 0).all())
     got = sgt_metrics(gate, learner, peers, 0, 100, m, k)
     assert got["gate_rate"] == 0.0 and got["extra_seq_frac"] == 0.0 and got["extra_token_frac"] == 0.0
     # No auxiliary sequences at all is also exactly zero.
-    assert sgt_nll(torch.zeros(0, 0), torch.zeros(0, 0), torch.zeros(0)).item() == 0.0
+    assert rescue_nll(torch.zeros(0, 0), torch.zeros(0, 0), torch.zeros(0)).item() == 0.0
 
 
 def test_gate_shape_errors():
@@ -392,7 +421,7 @@ def test_gate_shape_errors():
 
 
 def test_rescue_logprob_is_the_mean_sequence_logprob_of_rows_that_carry_the_term():
-    from mutualrl.regimes.sgt.maths import rescue_logprob
+    from mutualrl.regimes.core.rescue import rescue_logprob
 
     logps = t([[-1.0, -2.0, -9.0], [-0.5, -0.5, -0.5], [-3.0, float("-inf"), 0.0]])
     mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0]])

@@ -80,12 +80,17 @@ def test_a_collapsed_seed_is_named_in_every_format(tmp_path: Path) -> None:
     ours = {seed: [int(d < 0.55 or rng.random() < 0.1) for d in difficulty] for seed in (1, 2, 3, 4)}
     ours[3] = [0] * 60  # seed 3's run collapsed: it solves nothing
     root = sweep_of(tmp_path / "sweep", base, ours)
-    said_everywhere(root, "of seed 3 (")
+    said_everywhere(root, "sgt, tiny-bpe: seed 3 scored 0 on every held-out prompt, where the other seeds' runs")
     report = build_report([root])
     row = next(r for r in report.rows if (r.group, r.task_group) == ("sgt", "all"))
-    assert any("lies far from the other seeds'" in line and "seed 3" in line for line in row.caveats)
+    assert not any("lies far" in line for line in row.caveats)  # named once, by what it is
     baseline = next(r for r in report.rows if (r.group, r.task_group) == ("standalone", "all"))
-    assert not any("lies far" in line for line in baseline.caveats)  # only the run that collapsed
+    assert not any("seed 3" in line for line in baseline.caveats)  # only the run that collapsed
+    ours[3] = [1] + [0] * 59  # a run that solves one prompt: not one value on every prompt, but far from the others
+    near = sweep_of(tmp_path / "near", base, ours)
+    said_everywhere(near, "of seed 3 (")
+    row = next(r for r in build_report([near]).rows if (r.group, r.task_group) == ("sgt", "all"))
+    assert any("lies far from the other seeds'" in line and "seed 3" in line for line in row.caveats)
 
 
 def null_and_effect(name: str, seeds: int, prompts: int, repeats: int, seed: int) -> tuple[np.ndarray, ...]:
@@ -231,6 +236,8 @@ def test_a_pilots_plan_is_a_range_and_says_what_its_ends_mean(tmp_path: Path) ->
     assert "sgt vs standalone, tiny-bpe (pilot: 3 seeds × 40 prompts;" in lines[0]
     low, high = (int(x) for x in lines[0].split("): ")[-1].split(" seeds × 40")[0].split("-"))
     assert low < high  # 3 seeds: the upper confidence limits ask for more
-    assert "90% upper confidence limits from a pilot of 3 seeds" in lines[-1]
+    assert "90% upper confidence limits from a pilot of 3 seeds" in " ".join(lines)
+    assert lines[1].startswith("  expected power at 40 prompts, averaged over the pilot's uncertainty: 5 seeds ")
+    assert any(line.startswith("pilot caveat: sgt, tiny-bpe: only ") for line in lines)  # its few-prompts caveat
     stated = plan_lines("seed=0.0008,prompt=0.0015,interaction=0.04", 0.03, prompts=[150])
     assert "-" not in stated[0].split("): ")[-1] and "taking the stated variance components as true" in stated[-1]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -82,7 +83,10 @@ def test_the_task_level_delta_and_mean_recomputed_by_hand_from_the_eval_jsons(sw
     assert crossed.ci95 == pytest.approx((low, high)) and row.delta[1] == crossed.ci95
     assert (crossed.p < 0.05) == (low > 0 or high < 0)  # the p of the interval beside it
     ours = np.array([[by_hand["hacpo", s][p] for p in sorted(by_hand["hacpo", s])] for s in (1, 2, 3)])
-    assert row.task_mean.ci95 == pytest.approx(crossed_by_hand(ours)[1:]) and row.mean_ci == row.task_mean.ci95
+    centre, low, high = crossed_by_hand(ours)  # a 0-1 mean's interval: the same half-width on the logit scale
+    logit, spread = math.log(centre / (1 - centre)), (high - low) / 2 / (centre * (1 - centre))
+    by_logit = (1 / (1 + math.exp(spread - logit)), 1 / (1 + math.exp(-logit - spread)))
+    assert row.task_mean.ci95 == pytest.approx(by_logit) and row.mean_ci == row.task_mean.ci95
     add = next(r for r in rows if r.task_group == "add" and r.vs_baseline)
     assert add.task_delta is None and add.claim == "prompts" and add.delta[1] == add.vs_baseline.ci95
 
@@ -184,7 +188,8 @@ def test_summary_without_caveats_marks_nothing(tmp_path: Path) -> None:
         write_finished_run(tmp_path / f"g{seed}", "sgt", seed, {"tiny-bpe": [1, seed - 1]})
     report = build_report([tmp_path])
     assert records(report.caveats) == []  # the records say nothing; 2 prompts: what the statistics say, marked
-    assert [cause_of(line)[0] for line in report.caveats] == ["few prompts"]
-    assert "| sgt | tiny-bpe †a |" in render(report, "markdown") and "standalone | tiny-bpe |" in render(report, "markdown")
+    assert {cause_of(line)[0] for line in report.caveats} == {"few prompts"}  # in the mean rows and in Δ
+    table = render(report, "markdown")
+    assert "| sgt | tiny-bpe †a |" in table and "standalone | tiny-bpe †a |" in table
     row = next(r for r in report.rows if (r.group, r.task_group) == ("sgt", "all"))
     assert statistics.fmean(row.vs_baseline.differences) == pytest.approx(0.25)

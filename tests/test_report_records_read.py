@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from mutualrl.cli.main import app
 from mutualrl.evaluation.crossed import crossed_stats
+from mutualrl.evaluation.report.build import build_report
 from mutualrl.evaluation.results import ModelEvalResult
 
 
@@ -109,8 +110,17 @@ def test_arms_that_scored_different_prompts_are_compared_with_a_line_that_says_s
         text = " ".join(done.output.split())
         common = 0 if name == "disjoint" else 2
         assert (f"sgt vs standalone, tiny-bpe, seeds 1, 2: scored other held-out prompts than standalone's run of "
-                f"the same seed (4 against 4, {common} in common): its Δ compares different prompts") in text, text
+                f"the same seed (4 against 4, {common} in common): left out of Δ over seeds (a paired test over "
+                f"different prompts compares nothing)") in text, text
         assert ("no prompt in common" in text) == (name == "disjoint")
+        # never a paired test over different prompts: no Δ over seeds, and an all row's Δ over the common prompts
+        rows = [row for row in build_report([runs[0].parent]).rows if row.group == "sgt"]
+        assert all(row.vs_baseline.differences == [] and row.vs_baseline.p is None for row in rows)
+        assert all(row.delta == (None, None, None) for row in rows if name == "disjoint" or row.task_group != "all")
+        overall = [row for row in rows if row.task_group == "all"]
+        assert all((row.task_delta is not None) == (name == "overlap") for row in overall)
+        assert all(row.task_delta.prompts == 2 and row.delta[0] is not None for row in overall if row.task_delta)
+        assert not [row for row in build_report([runs[0].parent]).comparisons if row.task_group != "all"]
     same = runs_of(tmp_path / "same", {"standalone": [[1, 0, 1, 0]], "sgt": [[1, 1, 1, 0]]})
     done = CliRunner().invoke(app, ["report", str(same[0].parent), "--format", "markdown"])
     assert done.exit_code == 0 and "other held-out prompts" not in done.output

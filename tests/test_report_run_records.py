@@ -59,7 +59,7 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_lines_are_read_from_summary_and_run_json(sweep: Path) -> None:
     report = build_report([sweep])
     assert records(report.caveats) == [f"sgt, tiny-bpe, seeds 1, 2: {WARM_LINE}", f"sgt, seed 2: {RESUME_LINE}"]
-    marked = {(r.group, r.policy) for r in report.rows if r.caveats}
+    marked = {(r.group, r.policy) for r in report.rows if records(r.caveats)}
     assert marked == {("sgt", "tiny-bpe"), ("sgt", "tiny-sp")}  # the resume concerns every policy of the run
     sp = next(r for r in report.rows if (r.group, r.policy, r.task_group) == ("sgt", "tiny-sp", "all"))
     assert records(sp.caveats) == [f"sgt, seed 2: {RESUME_LINE}"]

@@ -147,14 +147,15 @@ def test_hacpo_without_the_band_tis_truncates_the_rows_above_c(thl_tokenizers, t
 
 # -- SGT: the share of each peer's samples used, and the learner's log-prob of its rescues -----------------
 def test_sgt_source_use_by_hand():
-    from mutualrl.regimes.sgt.maths import select_peer_successes, sgt_gate, source_use
+    from mutualrl.regimes.core.rescue import choose_rescues
+    from mutualrl.regimes.sgt.maths import sgt_gate, source_use
 
     # 3 prompts, K = 2, peers a and b. The learner failed p0 and p1; a solved p0 (one sample), b solved p1;
     # b's second sample of p2 is not scored. Shortest selection: p0 takes a's, p1 takes b's.
     learner = torch.tensor([[0.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
     peers = torch.tensor([[[1.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [1.0, 1.0]], [[1.0, 1.0], [0.0, math.nan]]])
     gate = sgt_gate(learner, peers)
-    chosen = select_peer_successes(gate, torch.ones_like(peers), selection="shortest")
+    chosen = choose_rescues(peers, gate.gated, 0.8, None, "shortest", torch.ones_like(peers))  # [P, 2]
     used = source_use(gate, chosen, peers, ["a", "b"])
     # a: 1 of its 6 scored samples; b: 1 of its 5 scored.
     assert used["from/a/used_share"] == pytest.approx(1 / 6) and used["from/b/used_share"] == pytest.approx(1 / 5)
@@ -164,7 +165,8 @@ def test_sgt_source_use_by_hand():
 def test_sgt_source_use_over_two_ranks_is_the_whole_batchs():
     """Each rank holds some prompts; the shares of two ranks, reduced as record_metrics reduces them, are the share of
     all the prompts together (the keys are the same on every rank: one per peer, every step)."""
-    from mutualrl.regimes.sgt.maths import select_peer_successes, sgt_gate, source_use
+    from mutualrl.regimes.core.rescue import choose_rescues
+    from mutualrl.regimes.sgt.maths import sgt_gate, source_use
     from mutualrl.training.trl_metrics import combine, parts
 
     learner = torch.tensor([[0.0, 0.0], [0.0, 0.0], [1.0, 0.0]])
@@ -172,7 +174,7 @@ def test_sgt_source_use_over_two_ranks_is_the_whole_batchs():
 
     def use(rows):
         gate = sgt_gate(learner[rows], peers[rows])
-        chosen = select_peer_successes(gate, torch.ones_like(peers[rows]), selection="shortest")
+        chosen = choose_rescues(peers[rows], gate.gated, 0.8, None, "shortest", torch.ones_like(peers[rows]))
         return source_use(gate, chosen, peers[rows], ["a", "b"])
 
     whole, first, second = use(slice(0, 3)), use(slice(0, 2)), use(slice(2, 3))

@@ -9,7 +9,7 @@ import torch
 from test_regimes_bytekd import THETA, theta_logps
 from test_regimes_opd import grad_trainer  # noqa: F401 - a fixture
 
-from mutualrl.regimes.core.success_anchor import anchored_advantages, solved_prompts
+from mutualrl.regimes.core.success_anchor import anchored_advantages, anchored_rollouts, solved_prompts
 
 ALPHA = 0.35
 
@@ -19,11 +19,13 @@ def test_the_solved_prompts_and_their_advantages_by_hand():
     rewards = torch.tensor([[1.0, 0.9, 1.0], [1.0, 0.5, 1.0], [1.0, nan, 1.0], [nan, nan, nan], [0.8, 1.0, 1.0]])
     assert solved_prompts(rewards, 0.8).tolist() == [True, False, True, False, False]  # 0.8 is not above 0.8
     advantages = torch.tensor([0.0, 0.0, 0.0, -0.5, 0.7, -0.2, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.1, 0.1, -0.2])
-    got = anchored_advantages(advantages, solved_prompts(rewards, 0.8), 3, ALPHA)
-    assert torch.allclose(got, advantages + ALPHA * torch.tensor([1.0] * 3 + [0.0] * 3 + [1.0] * 3 + [0.0] * 6))
-    assert torch.equal(anchored_advantages(advantages, solved_prompts(rewards, 0.8), 3, 0.0), advantages)
+    lifted = anchored_rollouts(rewards, 0.8)  # [5, 3]: the unscored rollout of a solved prompt is not verified
+    assert lifted.tolist() == [[True] * 3, [False] * 3, [True, False, True], [False] * 3, [False] * 3]
+    got = anchored_advantages(advantages, lifted, ALPHA)
+    assert torch.allclose(got, advantages + ALPHA * torch.tensor([1.0] * 3 + [0.0] * 3 + [1.0, 0.0, 1.0] + [0.0] * 6))
+    assert torch.equal(anchored_advantages(advantages, lifted, 0.0), advantages)
     with pytest.raises(ValueError, match=r"\[P\*K\] = \[15\]"):
-        anchored_advantages(advantages[:-1], solved_prompts(rewards, 0.8), 3, ALPHA)
+        anchored_advantages(advantages[:-1], lifted, ALPHA)
 
 
 def trl_gradient(trainer, monkeypatch, sample, advantage: float) -> torch.Tensor:
@@ -51,9 +53,9 @@ def test_the_anchor_through_trls_loss_is_the_nll_of_the_solved_answer(grad_train
         hand = torch.zeros_like(THETA)
         for row, y in zip(rows, sample, strict=True):
             hand[row] += ALPHA * (torch.softmax(THETA[row], -1) - torch.eye(4)[y])
-        solved = anchored_advantages(torch.zeros(1), torch.tensor([True]), 1, ALPHA)  # [1]: GRPO's 0, anchored
+        solved = anchored_advantages(torch.zeros(1), torch.tensor([[True]]), ALPHA)  # [1]: GRPO's 0, anchored
         assert torch.allclose(trl_gradient(grad_trainer, monkeypatch, sample, float(solved[0])), hand, atol=1e-6)
-        unsolved = anchored_advantages(torch.zeros(1), torch.tensor([False]), 1, ALPHA)
+        unsolved = anchored_advantages(torch.zeros(1), torch.tensor([[False]]), ALPHA)
         assert trl_gradient(grad_trainer, monkeypatch, sample, float(unsolved[0])).abs().max() == 0
 
 

@@ -27,6 +27,7 @@ def test_the_grid_is_regimes_by_settings_by_seeds_with_a_folder_each(tmp_path: P
                                         for lr in ("1e-5", "2e-5") for s in (1, 2)]
     argv = spec.argv(points[-1])
     assert argv == ["--regime", "sgt", "--seed", "2", "--pool", "tiny", "--max-steps", "3",
+                    "--set", "task.stop_after_no_reward_steps=0",  # a sweep trains every run to its end
                     *[x for s in USER_TASK for x in ("--set", s)], "--set", "grpo.learning_rate=2e-5",
                     "-o", str(tmp_path / "sw" / "sgt-learning_rate2e-5-seed2")]
     assert spec.argv(points[0], resume=True)[-1] == "--resume"
@@ -56,9 +57,14 @@ def test_dry_run_names_every_run_and_its_command_from_the_callers_folder(user_fo
     done = CliRunner().invoke(app, args, terminal_width=400)
     assert done.exit_code == 0, done.output
     assert "4 runs (2 regimes x 1 settings x 2 seeds)" in done.output and "4 to train" in done.output
-    assert (f"sgt-seed2: new: mutualrl train --regime sgt --seed 2 --pool tiny --max-steps 2 --set task.name=dataset --set "
+    assert (f"sgt-seed2: new: mutualrl train --regime sgt --seed 2 --pool tiny --max-steps 2 --set "
+            f"task.stop_after_no_reward_steps=0 --set task.name=dataset --set "
             f"task.source=data --set 'task.reward_funcs=[my_rewards.exact]' -o {user_folder}/sweeps/mine/sgt-seed2"
             in done.output)
+    assert "every run: task.stop_after_no_reward_steps=0 (a sweep trains each run to its end" in done.output
+    # the go/no-go's wait says what it does and how far (piped: lines, not a spinner that prints nothing)
+    assert "go/no-go: scoring 2 policies on 18 training rows (greedy" in done.output
+    assert "go/no-go: scoring with tiny-sp; tiny-sp: 18/18 rows (" in done.output
     assert not (user_folder / "sweeps").exists()  # a dry run writes nothing: no folder, no sweep.json (issue 68)
 
 

@@ -156,11 +156,13 @@ def test_an_opt_in_tier_runs_only_where_the_mark_expression_names_it():
     def item(*marks: str) -> SimpleNamespace:
         return SimpleNamespace(get_closest_marker=lambda name: name if name in marks else None)
 
-    pool_mark, tier_mark = OPT_IN_TIERS  # named through the constant: this file stays out of the tier's digest
-    tier, pool, slow, plain = item(tier_mark), item(pool_mark, "slow"), item("slow"), item()
-    everything = [tier, pool, slow, plain]
-    assert opted_out(everything, "") == [tier, pool]
-    assert opted_out(everything, "not slow") == [tier, pool]
-    assert opted_out(everything, tier_mark) == [pool]
-    assert opted_out(everything, f"{pool_mark} or {tier_mark}") == []
-    assert opted_out(everything, f"{pool_mark}_gpu") == [tier, pool]  # a whole word, not a substring
+    pool_mark, tier_mark, lock_mark = OPT_IN_TIERS  # through the constant: out of the tier digest
+    tier, pool, lock = item(tier_mark), item(pool_mark, "slow"), item(lock_mark, "slow")
+    slow, plain = item("slow"), item()
+    everything = [tier, pool, lock, slow, plain]
+    assert opted_out(everything, "") == [tier, pool, lock]
+    assert opted_out(everything, "not slow") == [tier, pool, lock]
+    assert opted_out(everything, tier_mark) == [pool, lock]
+    assert opted_out(everything, lock_mark) == [tier, pool]
+    assert opted_out(everything, f"{pool_mark} or {tier_mark}") == [lock]
+    assert opted_out(everything, f"{pool_mark}_gpu") == [tier, pool, lock]  # a whole word, not a substring

@@ -47,9 +47,15 @@ class RunResult:
     recipe naming code): :func:`evaluate` of this result accepts them again. None from :func:`read_run`: a folder
     read back vouches for no code."""
 
-    def rows(self, kind: str = "train", policy: str | None = None) -> list[dict[str, Any]]:
-        """Metrics rows of one kind (``train`` or ``eval``), optionally of one policy."""
+    def metric_rows(self, kind: str = "train", policy: str | None = None) -> list[dict[str, Any]]:
+        """The logged metrics rows of one kind, optionally of one policy: ``train`` (a row per logged step: reward,
+        loss, the regime's figures) or ``eval`` (a row per validation: held-out reward@1). Not data rows: the
+        prompts are the task's (``RUN/data/``)."""
         return [r for r in self.metrics if r.get("kind") == kind and (policy is None or r.get("policy") == policy)]
+
+    def rows(self, kind: str = "train", policy: str | None = None) -> list[dict[str, Any]]:
+        """:meth:`metric_rows` under its earlier name."""
+        return self.metric_rows(kind, policy)
 
     def held_out(self) -> dict[str, tuple[float | None, float | None]]:
         """Each policy's held-out greedy reward@1, (before, after) training."""

@@ -164,18 +164,20 @@ def check_tested_versions() -> Check:
 
 
 def check_tested_set() -> Check:
-    """The whole environment against the tested set (requirements-tested.txt): a difference is allowed, said."""
-    from mutualrl.versions import LOCK_NAME, installed_distributions, lock_differences, read_lock
+    """The whole environment against the tested set (requirements-tested.txt; the GPU set, requirements-gpu.txt,
+    under a CUDA torch): a difference is allowed, said."""
+    from mutualrl.versions import installed_distributions, lock_differences, lock_name, read_lock
 
+    lock_file = lock_name()
     lock = read_lock()
     if not lock:
-        return Check("tested-set", "warn", f"{LOCK_NAME} not found: the environment cannot be compared", "")
+        return Check("tested-set", "warn", f"{lock_file} not found: the environment cannot be compared", "")
     differences = lock_differences(lock, installed_distributions())
     if not differences:
-        return Check("tested-set", "ok", f"every installed package at its version in {LOCK_NAME}")
+        return Check("tested-set", "ok", f"every installed package at its version in {lock_file}")
     shown = "; ".join(differences[:6]) + (f"; and {len(differences) - 6} more" if len(differences) > 6 else "")
-    return Check("tested-set", "warn", f"{len(differences)} package(s) differ from {LOCK_NAME}: {shown}",
-                 "./setup.sh installs the tested set (pip install -c requirements-tested.txt ...)",
+    return Check("tested-set", "warn", f"{len(differences)} package(s) differ from {lock_file}: {shown}",
+                 f"./setup.sh installs the tested set (pip install -c {lock_file} ...)",
                  {"differences": differences})
 
 

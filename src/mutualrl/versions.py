@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.errors import UsageError
+from mutualrl.host import cuda_driver
 from mutualrl.host.vllm_cpu import installed_build
 
 #: distribution -> the release series (major.minor) that was tested; pyproject.toml and setup.sh pin these.
@@ -96,6 +97,8 @@ def check_tested_versions(uses_vllm: bool) -> str | None:
 
 
 LOCK_NAME = "requirements-tested.txt"
+#: The GPU set: what ./setup.sh installs on an NVIDIA box (.ci/gpu_lock.py resolves it and says how).
+GPU_LOCK_NAME = "requirements-gpu.txt"
 #: What the set-up installs outside the lock: torch and a CUDA build's own packages, the tools of pip itself.
 UNLOCKED = ("torch", "pip", "setuptools", "wheel", "mutualrl", "triton")
 UNLOCKED_PREFIXES = ("nvidia-", "cuda-")
@@ -110,10 +113,19 @@ def normalized(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def lock_path() -> Path | None:
-    """The lock beside the package (a wheel carries it) or at the checkout's root (an editable install)."""
+def lock_name() -> str:
+    """The lock this environment's set-up installs through: the GPU set where torch is a CUDA build, else the tested
+    set (a CPU build, or no torch)."""
+    torch = cuda_driver.installed_build("torch")
+    return GPU_LOCK_NAME if torch is not None and cuda_driver.cuda_major_needed(*torch) is not None else LOCK_NAME
+
+
+def lock_path(name: str | None = None) -> Path | None:
+    """The lock (:func:`lock_name` unless named) beside the package (a wheel carries it) or at the checkout's root (an
+    editable install)."""
+    name = name or lock_name()
     here = Path(__file__).resolve().parent
-    for candidate in (here / LOCK_NAME, here.parents[1] / LOCK_NAME):
+    for candidate in (here / name, here.parents[1] / name):
         if candidate.is_file():
             return candidate
     return None

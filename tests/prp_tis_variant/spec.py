@@ -22,6 +22,7 @@ class PRPTISSettings(PRPSettings):
 
 SPEC = RegimeSpec(
     name="prp-tis-test", help="PRP with capped per-token importance weights (a test-only variant)", needs_peers=True,
+    parent="prp",  # regime.prp.<field> in a recipe reaches the variant
     settings_key="prp_tis_test", settings=PRPTISSettings, adapter="prp_tis_variant.adapter:PRPTISAdapter",
     status=(("capped_share", "capped"),),
     metrics=(("capped_share", MetricWords("peer tokens whose weight was capped", "share of peer tokens", UNIT)),),

@@ -67,12 +67,21 @@ def opening_comment(path: Path) -> str:
 
 
 def print_rows(rows: list[tuple[str, str, str, str]], name_w: int) -> None:
+    """One row per recipe, its whole description: wrapped under its column in a terminal, on one line when piped."""
+    import textwrap
+
+    from rich.markup import escape
+
     width = max(console.width, 60)
     for name, count, regime, description in rows:
         head = f"{name:<{name_w}}  {count:<10}  {regime:<13}  "
-        room = width - len(head)
-        text = description if len(description) <= room else description[: max(room - 1, 0)] + "…"
-        console.print(f"[bold cyan]{name:<{name_w}}[/]  {count:<10}  {regime:<13}  {text}", highlight=False)
+        room = max(width - len(head), 20)
+        lines = textwrap.wrap(description, room) if console.is_terminal else [description]
+        lines = lines or [""]
+        console.print(f"[bold cyan]{name:<{name_w}}[/]  {count:<10}  {regime:<13}  {escape(lines[0])}",
+                      highlight=False, soft_wrap=True)
+        for line in lines[1:]:
+            console.print(" " * len(head) + escape(line), highlight=False, soft_wrap=True)
 
 
 @app.command("show")

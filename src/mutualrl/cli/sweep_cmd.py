@@ -12,8 +12,8 @@ from mutualrl.cli.train_cmd import (
     CheckRowsOption,
     CheckSaveOption,
     MaxStepsOption,
-    PoolOption,
     SetOption,
+    SweepPoolOption,
     check_go_no_go_options,
 )
 
@@ -44,7 +44,7 @@ def sweep(
                                    "is run), e.g. --grid grpo.learning_rate=1e-5,2e-5."),
     grid_file: Path | None = typer.Option(None, "--grid-file", help="A YAML with regimes, seeds, grid "
                                           "({key: [values]}) and set ([KEY=VALUE]).", show_default=False),
-    pool: PoolOption = None,
+    pool: SweepPoolOption = None,
     max_steps: MaxStepsOption = None,
     overrides: SetOption = [],  # noqa: B006 - Typer's default, never mutated
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Runs at once on this machine (each run's policies "
@@ -55,13 +55,17 @@ def sweep(
                                "of running them here; the sweep folder must be on a filesystem the nodes share."),
     slurm_partition: str | None = typer.Option(None, "--slurm-partition", show_default=False,
                                                help="--slurm: the partition."),
-    slurm_time: int = typer.Option(240, "--slurm-time", min=1, help="--slurm: minutes per run."),
+    slurm_time: int | None = typer.Option(None, "--slurm-time", min=1, show_default=False,
+                                          help="--slurm: minutes per run. Default: the high end of the runs' planned "
+                                          "time (the dry run's Run time line) + 10 %, or 240 where none is "
+                                          "estimated (a CPU pool)."),
     slurm_gpus: int | None = typer.Option(None, "--slurm-gpus", min=0, show_default=False,
                                           help="--slurm: GPUs per run. Default: what the runs ask for (launch.gpus, "
                                           "a device map; 0 for a CPU pool); a GPU pool that names no count "
                                           "(2qwen: DeepSpeed, vLLM) needs it given."),
-    slurm_cpus: int = typer.Option(4, "--slurm-cpus", min=1, help="--slurm: CPU cores per run (sbatch "
-                                   "--cpus-per-task)."),
+    slurm_cpus: int | None = typer.Option(None, "--slurm-cpus", min=1, show_default=False,
+                                          help="--slurm: CPU cores per run (sbatch --cpus-per-task). Default: 4 a "
+                                          "GPU rank of the runs' plans, at least 4."),
     slurm_mem: int | None = typer.Option(None, "--slurm-mem", min=1, show_default=False,
                                          help="--slurm: memory per run in GB (sbatch --mem). Default: the "
                                          "partition's."),
@@ -158,8 +162,8 @@ def check_regimes(regimes: list[str]) -> None:
         get_regime(regime, where="--regimes")
 
 
-def slurm_options(slurm: bool, partition: str | None, time_min: int, gpus: int | None, cpus: int, mem: int | None,
-                  parallel: int, local: bool) -> object | None:
+def slurm_options(slurm: bool, partition: str | None, time_min: int | None, gpus: int | None, cpus: int | None,
+                  mem: int | None, parallel: int, local: bool) -> object | None:
     """The array's resources when --slurm is given (None: run here; the --slurm-* options that need --slurm are
     refused without it). GPUs None: what the runs ask for, decided when the sweep is planned."""
     from mutualrl.errors import UsageError

@@ -6,9 +6,11 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from mutualrl.cli.common import console, report_errors
@@ -81,8 +83,10 @@ def thl_check(
     target: list[str] = typer.Option(None, "--target", help="Target tokenizer(s). Default: phi3, or the target "
                                      "model's own tokenizer."),
     cross: bool = typer.Option(False, "--cross", help="Check every source x target combination (else pairs are zipped)."),
-    texts_file: str = typer.Option(None, "--texts", help="JSONL file, one {\"text\": ...} per line. Default: the "
-                                   "built-in corpus (prose, LaTeX, code, whitespace, emoji, CJK, mixed scripts)."),
+    texts_file: str = typer.Option(None, "--texts", help="The texts: a JSONL file of {\"text\": ...} lines, or a "
+                                   "data file or folder as task.source reads it (its train split: each row's text, "
+                                   "else its prompt and answer or completion). Default: the built-in corpus (prose, "
+                                   "LaTeX, code, whitespace, emoji, CJK, mixed scripts)."),
     source_model: str = typer.Option(None, "--source-model", help="Causal LM (folder, hub id or builtin:NAME) whose "
                                      "log-probs are aligned. Default: seeded synthetic log-probs."),
     target_model: str = typer.Option(None, "--target-model", help="Causal LM scoring the target side "
@@ -104,20 +108,72 @@ def thl_check(
     json_output: bool = typer.Option(False, "--json", help="Print JSON instead of tables."),
 ) -> None:
     """Check THL's per-word mass conservation between tokenizers and reproduce the paper's THL diagnostics."""
-    from mutualrl.thl.corpus import builtin_corpus, load_texts
+    from mutualrl.thl.check_verdict import pair_verdict, ratio_verdict
+    from mutualrl.thl.corpus import builtin_corpus
 
     _check_options(units, rule, max_word_err, max_prefix_leak, long_n)
-    texts = load_texts(texts_file) if texts_file else builtin_corpus()
+    texts = read_texts(texts_file) if texts_file else builtin_corpus()
     pairs, both_models = _policy_pairs(source, target, cross, source_model, target_model)
     result = _diagnostics(pairs, texts, seed=seed, units=units, rule=rule, ratios=both_models, cjk=cjk or all_tables,
                           long_lengths=long_lengths if long_context or all_tables else None, long_n=long_n)
     failures = _failures(result["pairs"], max_word_err, max_prefix_leak)
+    result["verdict"] = [*(pair_verdict(row, max_word_err, max_prefix_leak) for row in result["pairs"]),
+                         *ratio_verdict(result.get("ratios", []))]
     _print_result(result, json_output)
     if failures:
         from mutualrl.cli.common import err_console
 
         err_console.print("[bold red]THL conservation check failed:[/]\n  " + "\n  ".join(failures), highlight=False)
         raise typer.Exit(1)
+
+
+TEXT_FIELDS = ("completion", "answer", "solution", "response")
+"""Row fields after the prompt that make a text of a data row without a ``text`` field (the first one present)."""
+
+
+def read_texts(path: str) -> list[str]:
+    """``--texts``: a JSONL file of ``{"text": ...}`` lines, else the train split of a data file or folder as
+    ``task.source`` reads it, each row's ``text``, or its prompt (a chat's contents joined) then its answer."""
+    from mutualrl.errors import DataError
+    from mutualrl.tasks.sources import read_local
+    from mutualrl.thl.corpus import load_texts
+
+    where = Path(path).expanduser()
+    if not where.exists():
+        raise DataError(f"texts file {where} does not exist")
+    # a texts file: each line must have its text (a FIFO is no file: first_line would block on it)
+    if where.suffix == ".jsonl" and where.is_file() and '"text"' in first_line(where):
+        return load_texts(where)
+    data = read_local(where, "train")
+    texts = []
+    for index, row in enumerate(data.rows):
+        text = row_text(row)
+        if text is None:
+            raise DataError(f"--texts {data.origin}: row {index} has no text, prompt or {', '.join(TEXT_FIELDS)}")
+        texts.append(text)
+    return texts
+
+
+def first_line(path: Path) -> str:
+    """The first line of ``path`` that is not blank ("" for none)."""
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        return next((line for line in lines if line.strip()), "")
+
+
+def row_text(row: Any) -> str | None:
+    """A data row as one text: its ``text``, else its prompt and the first of :data:`TEXT_FIELDS` it has; None for a
+    row with none of them."""
+    if not isinstance(row, dict):
+        return None
+    if isinstance(row.get("text"), str):
+        return row["text"]
+    prompt = row.get("prompt")
+    if isinstance(prompt, list):  # a chat: its messages' contents
+        prompt = "\n".join(str(m.get("content", "")) for m in prompt if isinstance(m, dict))
+    after = next((row[f] for f in TEXT_FIELDS if isinstance(row.get(f), (str, int, float))
+                  and not isinstance(row.get(f), bool)), None)
+    parts = [str(part) for part in (prompt, after) if isinstance(part, (str, int, float))]
+    return " ".join(part for part in parts if part) if parts else None
 
 
 def _check_options(units: str, rule: str, max_word_err: float, max_prefix_leak: float, long_n: int) -> None:
@@ -139,15 +195,24 @@ def _policy_pairs(
     source: list[str] | None, target: list[str] | None, cross: bool, source_model: str | None, target_model: str | None
 ) -> tuple[list[tuple[Policy, Policy]], bool]:
     """The (source, target) policies to check, and whether both sides have a model."""
-    from mutualrl.pools.loading import load_model
-
     sources = list(source) if source else ([source_model] if source_model else ["qwen3"])
     targets = list(target) if target else ([target_model] if target_model else ["phi3"])
-    models = {"source": load_model(source_model, dtype="float32", device="cpu") if source_model else None,
-              "target": load_model(target_model, dtype="float32", device="cpu") if target_model else None}
+    models = {"source": _load(source_model) if source_model else None,
+              "target": _load(target_model) if target_model else None}
     pairs = [(_policy(s, "source", source_model, models["source"]),
               _policy(t, "target", target_model, models["target"])) for s, t in _pairs(sources, targets, cross)]
     return pairs, models["source"] is not None and models["target"] is not None
+
+
+def _load(model: str) -> Any:
+    """A model on the CPU, said on standard error (the tables stay on standard output, free of loading bars)."""
+    from mutualrl.launch.evaluate import quiet_transformers
+    from mutualrl.pools.loading import load_model
+
+    quiet_transformers()
+    Console(stderr=True, soft_wrap=True).print(f"thl-check: loading {model} on cpu ...", highlight=False,
+                                               markup=False)
+    return load_model(model, dtype="float32", device="cpu")
 
 
 def _policy(name: str, side: str, model_name: str | None, model: Any) -> Policy:
@@ -175,7 +240,16 @@ def _diagnostics(pairs: list[tuple[Policy, Policy]], texts: list[str], *, seed: 
     """The conservation table, then the optional long-context, CJK and importance-ratio tables."""
     from mutualrl.thl import check
 
-    result: dict[str, Any] = {"pairs": check.conservation_table(pairs, texts, seed=seed, units=units, rule=rule)}
+    def say(s: Policy, t: Policy, what: str) -> None:  # a model's scoring takes a while on a CPU: said, on stderr
+        if s.model is not None or t.model is not None:
+            Console(stderr=True, soft_wrap=True).print(f"thl-check: {s.name} -> {t.name}: {what} ...",
+                                                       highlight=False, markup=False)
+
+    rows = []
+    for index, (s, t) in enumerate(pairs, start=1):
+        say(s, t, f"pair {index}/{len(pairs)}: scoring {len(texts)} texts")
+        rows.append(check.conservation_row(s, t, texts, seed=seed, units=units, rule=rule))
+    result: dict[str, Any] = {"pairs": rows}
     if long_lengths is not None:
         lengths = _lengths(long_lengths)
         result["long_context"] = [r for s, t in pairs
@@ -183,7 +257,10 @@ def _diagnostics(pairs: list[tuple[Policy, Policy]], texts: list[str], *, seed: 
     if cjk:
         result["cjk"] = [r for s, t in pairs for r in check.cjk_table(s, t, texts, seed=seed)]
     if ratios:
-        result["ratios"] = [r for s, t in pairs for r in check.ratio_table(s, t, texts, seed=seed)]
+        result["ratios"] = []
+        for s, t in pairs:
+            say(s, t, "importance ratios against a shuffled prompt and a broken alignment")
+            result["ratios"] += check.ratio_table(s, t, texts, seed=seed)
     return result
 
 
@@ -210,3 +287,9 @@ def _print_result(result: dict[str, Any], json_output: bool) -> None:
                            ("ratios", "Importance ratios exp(l_target - denominator)")):
             if key in result:
                 console.print(_table(title, result[key]))
+        from mutualrl.thl.check_verdict import COUNTS
+
+        console.print(COUNTS, highlight=False, soft_wrap=True, markup=False)
+        console.print("verdict:", highlight=False, markup=False)
+        for line in result["verdict"]:
+            console.print(f"  {line}", highlight=False, soft_wrap=True, markup=False)

@@ -37,9 +37,11 @@ def regime_option_help(spec: RegimeSpec, option: RegimeFlag) -> str:
 
 
 # The options of ``mutualrl train`` (Typer's ``Annotated`` style), so that its signature stays short.
+POOL_HELP = "Pool name (see `mutualrl pools`) or a recipe YAML path. Default: tiny"
 PoolOption = Annotated[str | None, typer.Option(
-    "--pool", "-p", help="Pool name (see `mutualrl pools`) or a recipe YAML path. Default: tiny; with "
-    "--resume, the run's own settings.", show_default=False)]
+    "--pool", "-p", help=f"{POOL_HELP}; with --resume, the run's own settings.", show_default=False)]
+SweepPoolOption = Annotated[str | None, typer.Option(
+    "--pool", "-p", help=f"{POOL_HELP}, for every run of the sweep.", show_default=False)]
 RegimeOption = Annotated[str | None, typer.Option("--regime", "-r", help=REGIME_HELP, show_default=False)]
 OutputDirOption = Annotated[Path | None, typer.Option("--output-dir", "-o", help="Run folder (default: recipe's).")]
 MaxStepsOption = Annotated[int | None, typer.Option(

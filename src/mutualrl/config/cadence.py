@@ -133,8 +133,10 @@ def epoch_length(epochs: float, train_prompts: int, cadence: Cadence) -> tuple[i
 
 
 def describe(cadence: Cadence | None, grpo: dict[str, Any], validate_every: int,
-             train_prompts: int | None = None) -> list[tuple[str, str, str]]:
-    """Rows (setting, recipe value, optimizer steps) for the dry-run plan."""
+             train_prompts: int | None = None, epoch_steps: int | None = None) -> list[tuple[str, str, str]]:
+    """Rows (setting, recipe value, optimizer steps) for the dry-run plan; ``epoch_steps``: the optimizer steps one
+    pass over the ``train_prompts`` holds (the plan counts them as TRL does), which turns every run length into a
+    step count."""
     unit = cadence.unit if cadence is not None else "optimizer"
 
     def row(label: str, ours: str, optimizer_value: Any) -> tuple[str, str, str]:
@@ -149,27 +151,50 @@ def describe(cadence: Cadence | None, grpo: dict[str, Any], validate_every: int,
             shown = "0 (at the start and the end only)"
         return label, recipe, shown
 
-    epochs = grpo.get("num_train_epochs")
-    length = grpo.get("max_steps")
-    if length is None or int(length) <= 0:
-        epochs = 3 if epochs is None else epochs
-        length = f"{epochs:g} epochs"
-        if cadence is not None and cadence.unit == "paper" and train_prompts:
-            per_epoch, total = epoch_length(float(epochs), train_prompts, cadence)
-            length = (f"{total} (= {epochs:g} epochs x {per_epoch} paper steps of {train_prompts:,} train prompts, "
-                      f"{total // cadence.optimizer_steps_per_unit} paper steps)")
+    length = run_length_words(cadence, grpo, train_prompts, epoch_steps)
     head = []
     if cadence is not None and cadence.unit == "paper":
         head = [("1 paper step", f"{cadence.prompts_per_unit} prompts",
                  f"{cadence.optimizer_steps_per_unit} (mini-batches x num_iterations)")]
+    run_length = row("run length (max_steps; LR schedule length)", "max_steps", length)
+    if grpo.get("max_steps") is None or int(grpo["max_steps"]) <= 0:  # epochs set the length, not a step count
+        epochs = grpo.get("num_train_epochs")
+        recipe = f"{3 if epochs is None else epochs:g} epochs (grpo.num_train_epochs)"
+        run_length = (run_length[0], recipe, run_length[2])
     return [
         *head,
-        row("run length (max_steps; LR schedule length)", "max_steps", length),
+        run_length,
         row("LR warm-up (warmup_steps)", "warmup_steps", grpo.get("warmup_steps")),
         row("checkpoint every (save_steps)", "save_every", grpo.get("save_steps")),
         row("log every (logging_steps)", "log_every", grpo.get("logging_steps")),
         row("validate every", "validate_every", validate_every),
     ]
+
+
+def run_length_words(cadence: Cadence | None, grpo: dict[str, Any], train_prompts: int | None,
+                     epoch_steps: int | None) -> Any:
+    """The run length in optimizer steps, with the epochs or steps it stands for where the prompts are known."""
+    epochs = grpo.get("num_train_epochs")
+    length = grpo.get("max_steps")
+    paper = cadence is not None and cadence.unit == "paper"
+    if length is not None and int(length) > 0:
+        if epoch_steps and train_prompts:
+            return f"{int(length)} (= {int(length) / epoch_steps:.3g} epochs of {train_prompts:,} train prompts)"
+        return length
+    epochs = 3 if epochs is None else epochs
+    if epoch_steps is not None and train_prompts:
+        total = math.ceil(float(epochs) * epoch_steps)
+        if paper:
+            per_unit = cadence.optimizer_steps_per_unit  # type: ignore[union-attr]
+            paper_steps = epoch_steps // per_unit
+            return (f"{total} (= {epochs:g} epochs x {paper_steps} paper step{'s' if paper_steps != 1 else ''} of "
+                    f"{train_prompts:,} train prompts, {total // per_unit} paper steps)")
+        return f"{total} (= {epochs:g} epochs x {epoch_steps} optimizer steps of {train_prompts:,} train prompts)"
+    if paper and train_prompts:
+        per_epoch, total = epoch_length(float(epochs), train_prompts, cadence)  # type: ignore[arg-type]
+        return (f"{total} (= {epochs:g} epochs x {per_epoch} paper steps of {train_prompts:,} train prompts, "
+                f"{total // cadence.optimizer_steps_per_unit} paper steps)")  # type: ignore[union-attr]
+    return f"{epochs:g} epochs (optimizer steps unknown here: the launch counts the train prompts)"
 
 
 def render_schedule(rows_by_policy: list[tuple[str, list[list[str]]]], console: Any) -> None:

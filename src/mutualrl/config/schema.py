@@ -140,7 +140,8 @@ class RegimeConfig:
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise ConfigError(source, f"{path}.{key}",
                                   f"unknown key (expected one of: {', '.join(['name', *specs])}){hint}")
-        settings = {key: build_dataclass(spec.settings, data.get(key) or {}, source, f"{path}.{key}")
+        settings = {key: build_dataclass(spec.settings, inherited_section(data, spec, source, path), source,
+                                         f"{path}.{key}")
                     for key, spec in specs.items()}
         return cls(name=name, settings=settings)
 
@@ -159,6 +160,27 @@ class RegimeConfig:
             rows.append((key, describe_type(spec.settings), f"{spec.name} settings.", None))
             rows.extend(iter_field_help(spec.settings, key))
         return rows
+
+
+def inherited_section(data: dict[str, Any], spec: Any, source: str, path: str) -> dict[str, Any]:
+    """A regime's recipe section over its parents' (a variant: ``regime.sgt.lam`` reaches ``sgt-half``'s ``lam``
+    unless ``regime.sgt_half.lam`` is set; grandparent first, the nearest last, the variant's own on top)."""
+    from mutualrl.config.typed import ConfigError
+    from mutualrl.errors import UsageError
+    from mutualrl.regimes.core.registry import parent_chain
+
+    try:
+        chain = parent_chain(spec)
+    except UsageError as err:
+        raise ConfigError(source, f"{path}.name", str(err)) from None
+    own = data.get(spec.settings_key)
+    if not chain or (own is not None and not isinstance(own, dict)):
+        return own or {}  # the builder names a section that is not a mapping
+    merged: dict[str, Any] = {}
+    for parent in chain:
+        section = data.get(parent.settings_key)
+        merged.update(section if isinstance(section, dict) else {})
+    return {**merged, **(own or {})}
 
 
 @dataclass
@@ -219,7 +241,9 @@ class TaskConfig:
         "values split held-out reward@1 into groups: in validation, the end-of-run table and `mutualrl eval`.",
         **rules("Task", resume=IDENTITY)})
     stop_after_no_reward_steps: int | None = field(default=30, metadata={"ge": 0, "help": "Stop the run when no "
-        "completion of a policy scored above 0 for this many steps in a row, showing one (0 or null: never).",
+        "completion of a policy scored above 0 for this many steps in a row, showing one (0 or null: never). "
+        "mutualrl sweep sets 0 unless a --set or --grid names it: a baseline that reads no peer is not stopped where "
+        "the sharing regimes go on.",
         **rules("Task", resume=MAY_CHANGE)})
 
 

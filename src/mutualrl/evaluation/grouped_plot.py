@@ -1,8 +1,10 @@
 """``mutualrl plot --group-by``: one figure for a paper, seeds aggregated.
 
 Runs are grouped as ``mutualrl report`` groups them (same refusal of runs differing in more than the seed), and each
-group draws the mean over its runs of the held-out reward@1 at each validation step, with the report's interval
-(95 % Student t interval of the mean over seeds, from n = 2) as a band. One panel per policy and task group; the legend
+group draws the mean over its runs of the held-out reward@1 at each validation step, with a 95 % Student t interval
+of the mean over seeds (from n = 2) as a band, hatched and edged its own way so overlapping bands stay apart, and at
+the last step a bar: the report's interval of the cell (its claim's, over seeds x prompts for the task), which the
+legend tells from the band. One panel per policy and task group; the legend
 (labels from what differs, n per group) sits under the panels; the title names pool, task and steps; a caption
 line says what the line, the band and the smoothing are, and carries the report's caveats (small n, a method that
 used few peer samples, a restarted policy). Sized for a paper's one or two columns.
@@ -114,6 +116,9 @@ def caption(report: Report, clipped: tuple[float, float] | None = None, full: bo
             f"{context['steps']} steps. Line: mean over runs (seeds) of each group ({sizes}); band: 95% "
             f"{INTERVAL_KIND} of the mean, for these held-out prompts over new seeds, not for the task (none where "
             f"n < {MIN_RUNS_FOR_INTERVAL}); no smoothing.")
+    if any(row.mean_ci is not None for row in report.rows):
+        text += (" Bar at the last step: the report's 95% interval of the cell, from the test of its claim (over seeds "
+                 "x prompts where it claims the task), as mutualrl report gives it.")
     if clipped is not None:
         text += (f" Bands clipped to [{clipped[0]:g}, {clipped[1]:g}], the range of every run's value (the interval "
                  "ran past it where n is small).")
@@ -153,14 +158,17 @@ def plot_grouped(run_dirs: Sequence[Path], out_dir: Path, by: Sequence[str], fmt
     for r, line in enumerate(grid):
         for c, (policy, group) in enumerate(line):
             draw_panel(axes[r][c], panels.get((policy, group), {}), labels, palette, styles)
+            draw_report_bars(axes[r][c], panels.get((policy, group), {}), report_intervals(report, policy, group),
+                             labels, palette)
             axes[r][c].set_title(f"{policy}: {group}", pad=2)
     fig.supxlabel("training step", fontsize=7)
     fig.supylabel("held-out reward@1", fontsize=7)  # once: a label per row overprinted its neighbours
-    fit_axes(axes[0][0], panels, bounds)
+    fit_axes(axes[0][0], panels, bounds, [v for row in report.rows if row.mean_ci is not None for v in row.mean_ci])
     context = report.context
     fig.suptitle(f"{context['pool']} pool, task {context['task']}, {context['steps']} steps", fontsize=8)
     entries = [(f"{label} (n = {len(report.groups[label])})", paper_line(palette[i], styles[i]))
                for i, label in enumerate(labels)]
+    entries += legend_keys(any(report_intervals(report, policy, group) for line in grid for policy, group in line))
     out = save_figure(fig, entries, grouped_outputs(out_dir, by, fmt)[0])
     text = caption(report, bounds if clipped else None, full_caption)
     write_text_atomic(out.with_suffix(".caption.txt"), text + "\n")  # a link planted there is replaced, not followed
@@ -182,14 +190,58 @@ def paper_line(color: Any, style: Any) -> dict[str, Any]:
     return kwargs
 
 
+HATCHES = ("////", "\\\\\\\\", "....", "xxxx", "----", "||||")
+"""Each group's band hatched its own way and edged with thin lines in its colour: where bands overlap, their tints
+blend into a colour no legend shows, the hatches and edges still tell them apart."""
+BAND_KEY = "band: 95% t interval over seeds (these prompts)"
+BAR_KEY = "bar at the last step: the report's 95% interval of the cell"
+
+
 def draw_panel(ax: Any, bands: dict[str, Band], labels: list[str], palette: list[Any], styles: list[Any]) -> None:
+    from matplotlib.colors import to_rgba
+
     for index, label in enumerate(labels):
         curve = bands.get(label)
         if curve is None:
             continue
         ax.plot(curve.steps, curve.mean, **paper_line(palette[index], styles[index]))
         if curve.low is not None and curve.high is not None:
-            ax.fill_between(curve.steps, curve.low, curve.high, color=palette[index], alpha=0.18, linewidth=0)
+            ax.fill_between(curve.steps, curve.low, curve.high, facecolor=to_rgba(palette[index], 0.12),
+                            edgecolor=to_rgba(palette[index], 0.5), hatch=HATCHES[index % len(HATCHES)], linewidth=0)
+            for edge in (curve.low, curve.high):
+                ax.plot(curve.steps, edge, color=palette[index], lw=0.4, ls=(0, (1, 1)))
+
+
+def report_intervals(report: Report, policy: str, group: str) -> dict[str, tuple[float, float]]:
+    """Each group's 95% interval of ``(policy, group)``'s cell as ``mutualrl report`` gives it (its claim's: over
+    seeds x prompts for a task-level row), by group label; groups without one left out."""
+    return {row.group: row.mean_ci for row in report.rows
+            if row.policy == policy and row.task_group == group and row.mean_ci is not None}
+
+
+def draw_report_bars(ax: Any, bands: dict[str, Band], intervals: dict[str, tuple[float, float]], labels: list[str],
+                     palette: list[Any]) -> None:
+    """The report's interval of each group's cell, a capped bar at the last step drawn (side by side, a little
+    apart): the number a reader finds in the report's table, where the band is the figure's own."""
+    last = max((curve.steps[-1] for curve in bands.values() if curve.steps), default=None)
+    first = min((curve.steps[0] for curve in bands.values() if curve.steps), default=None)
+    if last is None or first is None:
+        return
+    gap = max(last - first, 1) * 0.02
+    shown = [label for label in labels if label in intervals and label in bands]
+    for place, label in enumerate(shown):
+        x = last + (place - (len(shown) - 1) / 2) * gap
+        low, high = intervals[label]
+        ax.plot([x, x], [low, high], color=palette[labels.index(label)], lw=0.9, marker="_", markersize=4,
+                markeredgewidth=0.9)
+
+
+def legend_keys(bars: bool) -> list[tuple[str, dict[str, Any]]]:
+    """The legend's entries that say what a band and (``bars``: drawn) a bar are."""
+    keys = [(BAND_KEY, {"color": "0.55", "lw": 5, "alpha": 0.35})]
+    if bars:
+        keys.append((BAR_KEY, {"color": "0.2", "lw": 0, "marker": "|", "markersize": 7, "markeredgewidth": 0.9}))
+    return keys
 
 
 #: At most this many step labels on the x axis: more collide at a column's width.
@@ -197,14 +249,14 @@ MAX_STEP_TICKS = 5
 
 
 def fit_axes(ax: Any, panels: dict[tuple[str, str], dict[str, Band]],
-             bounds: tuple[float, float] | None = None) -> None:
-    """The shared axes fitted to what is drawn: y from the lowest to the highest line or band (a Δ of 0.05 is
+             bounds: tuple[float, float] | None = None, bars: Sequence[float] = ()) -> None:
+    """The shared axes fitted to what is drawn: y from the lowest to the highest line, band or bar (a Δ of 0.05 is
     invisible on a fixed 0-1 axis), never past ``bounds`` (the reward's range), x ticks at validation steps (every
     k-th when there are many)."""
     from matplotlib.ticker import FixedLocator, MaxNLocator
 
     bands = [band for by_label in panels.values() for band in by_label.values()]
-    values = [v for b in bands for v in [*b.mean, *(b.low or []), *(b.high or [])]]
+    values = [v for b in bands for v in [*b.mean, *(b.low or []), *(b.high or [])]] + list(bars)
     if values:
         low, high = min(values), max(values)
         pad = max(high - low, 0.02) * 0.06

@@ -13,6 +13,10 @@ effect ``±effect`` with 80 % probability, taking the observed variance as the t
   a 3-seed pilot's seed component is itself uncertain by a factor of several.
 - paired t: the noncentral t with the observed SD of the per-seed differences (Cohen 1988).
 
+A pilot's plan also gives the expected power at a few seed counts (:func:`expected_power`): the crossed power
+averaged over what the pilot leaves uncertain, the figure a user can act on where a 3-seed pilot's range of seeds
+spans a factor of 5-10 or more.
+
 The level is Holm's first threshold α/m over the m comparisons of the row's family: a comparison whose raw p is below
 α/m has a Holm-adjusted p below α whatever the other comparisons show, so the seeds given are enough for Holm's
 test as the table applies it (they are what it needs when every other comparison of the family is null).
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 from mutualrl.evaluation.crossed import Components, Parts, report_half_width
 
@@ -58,6 +63,58 @@ def crossed_power(effect: float, comps: Components, seeds: int, prompts: int, al
     half = report_half_width(found, alpha)  # (SEED_GRID, PROMPT_GRID, ERROR_GRID)
     sd = math.sqrt(var)
     return float(np.mean(stats.norm.cdf((abs(effect) - half) / sd) + stats.norm.cdf((-abs(effect) - half) / sd)))
+
+
+#: The seed counts a pilot's expected power is shown at (:func:`expected_power`).
+TABLE_SEEDS = (5, 10, 20, 40)
+#: Quantile grids of what a pilot leaves uncertain (its seed and prompt mean squares), and of the planned sweep's
+#: three χ² inside each (coarser than :func:`crossed_power`'s: the outer average smooths them).
+PILOT_SEED_GRID, PILOT_PROMPT_GRID, INNER_GRID = 16, 4, (40, 8, 3)
+
+
+def expected_power(effect: float, comps: Components, pilot: tuple[int, int], seeds: int, prompts: int,
+                   alpha: float) -> float:
+    """The power at ``seeds`` × ``prompts`` averaged over what a pilot of ``pilot`` (seeds, prompts) leaves
+    uncertain: the true seed and prompt mean squares given the observed ones, each the observed times df / χ²(df)
+    (a flat prior on their logs; the χ² on a fixed grid of quantiles, so the same pilot gives the same figure), the
+    interaction as estimated (its many df), then :func:`crossed_power`'s integral over the planned sweep, all at
+    once. A 3-seed pilot's seed mean square is uncertain by a factor of 30 between its 5 % and 95 % points: the
+    average pays for it, where a plan from the observed components alone ignores it."""
+    import numpy as np
+    from scipy import stats
+
+    pilot_seeds, pilot_prompts = pilot
+    ms_seed = pilot_prompts * comps.seed + comps.interaction
+    ms_prompt = pilot_seeds * comps.prompt + comps.interaction
+
+    def draws(size: int, df: int, axis: int) -> Any:  # the true/observed ratios, on axis ``axis`` of five
+        ratio = df / stats.chi2.ppf((np.arange(size) + 0.5) / size, df)  # (size,)
+        return ratio.reshape([-1 if i == axis else 1 for i in range(5)])
+
+    seed = np.maximum(ms_seed * draws(PILOT_SEED_GRID, pilot_seeds - 1, 0) - comps.interaction, 0) / pilot_prompts
+    prompt = np.maximum(ms_prompt * draws(PILOT_PROMPT_GRID, pilot_prompts - 1, 1) - comps.interaction,
+                        0) / pilot_seeds  # (1, G_prompt, 1, 1, 1)
+    cells = seeds * prompts
+    inner = []
+    for size, df, axis, expected in ((INNER_GRID[0], seeds - 1, 2, (seed * prompts + comps.interaction) / cells),
+                                     (INNER_GRID[1], prompts - 1, 3, (prompt * seeds + comps.interaction) / cells),
+                                     (INNER_GRID[2], (seeds - 1) * (prompts - 1), 4, comps.interaction / cells)):
+        quantiles = stats.chi2.ppf((np.arange(size) + 0.5) / size, df) / df  # (size,)
+        inner.append(expected * quantiles.reshape([-1 if i == axis else 1 for i in range(5)]))
+    half = report_half_width(Parts(seeds, prompts, effect, *inner), alpha)  # (G_seed, G_prompt, 40, 8, 3)
+    sd = np.sqrt(seed / seeds + prompt / prompts + comps.interaction / cells)  # (G_seed, G_prompt, 1, 1, 1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        power = stats.norm.cdf((abs(effect) - half) / sd) + stats.norm.cdf((-abs(effect) - half) / sd)
+    return float(np.mean(np.where(sd > 0, power, 1.0)))
+
+
+def power_table(effect: float, comps: Components, pilot: tuple[int, int], prompts: int, alpha: float,
+                seed_counts: tuple[int, ...] = TABLE_SEEDS) -> str:
+    """"expected power at 100 prompts, over the pilot's uncertainty: 5 seeds 0.31, 10 0.55, 20 0.78, 40 0.90"."""
+    shown = ", ".join(f"{seeds} seeds {expected_power(effect, comps, pilot, seeds, prompts, alpha):.2f}"
+                      if i == 0 else f"{seeds} {expected_power(effect, comps, pilot, seeds, prompts, alpha):.2f}"
+                      for i, seeds in enumerate(seed_counts))
+    return f"expected power at {prompts} prompts, averaged over the pilot's uncertainty: {shown}"
 
 
 def upper_components(comps: Components, seeds: int, prompts: int,
@@ -170,8 +227,11 @@ def plan_words(effect: float, options: list[tuple[int, int | None, int | None]],
 
 
 def pilot_words(pilot_seeds: int) -> str:
-    """What a plan's range from a pilot means, said under it."""
+    """What a plan's range from a pilot and its expected-power table mean, said under them."""
     return (f"a range a-b of seeds: a, the pilot's variance components taken as true; b, the seed and prompt "
             f"components at their one-sided {PILOT_CONFIDENCE:.0%} upper confidence limits from a pilot of "
-            f"{pilot_seeds} seeds. Simulated from 3-seed pilots (benchmarks/results/report-grid.md), a reaches the "
-            f"stated power in 34-59 % of them and b in at least 80 %; a larger pilot narrows the range")
+            f"{pilot_seeds} seeds. Simulated from 3-seed pilots, a reaches the seeds the truth needs in 35-59 % of "
+            f"them and b in at least 80 %, at a median 5-10 times those seeds (tests/test_report_plans.py): the "
+            f"range is wide, and a larger pilot narrows it. The expected power at a few seed counts averages the "
+            f"power over what the pilot leaves uncertain (the chance of detecting the effect, given the pilot): "
+            f"choose the seeds whose chance you accept")

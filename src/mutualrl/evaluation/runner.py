@@ -284,6 +284,7 @@ def evaluate_target(t: EvalTarget, tokenizer: Any, chat_template: bool, kept: li
     start = time.perf_counter()
     model = load_model_or_adapter(t.model, t.dtype, device, base=t.base_model)
     load_s = time.perf_counter() - start
+    on_status(f"{t.name} loaded ({load_s:.0f} s); generating {len(kept)} prompts, {batch_size} at a time")
     result = evaluate_examples(
         model, tokenizer, kept, max_new_tokens=max_new_tokens, batch_size=batch_size,
         chat_template=chat_template, progress=progress, model_name=t.model, policy=t.name, verifier=verifier,

@@ -5,7 +5,8 @@ components (``seed=0.0004,prompt=0.002,interaction=0.05``), the fewest seeds wit
 test of the task claim (crossed seeds × prompts, at Holm's first threshold α/m of the headline family) detects a
 stated minimal effect with 80 % power, for several numbers of held-out prompts (:mod:`.power`):
 "to detect ±0.05 with 80% power (two-sided α = 0.025): 12 seeds × 200 prompts, or 8 × 500"; from a pilot, a range
-whose upper end plans with the pilot components' upper confidence limits ("12-25 seeds × 200 prompts").
+whose upper end plans with the pilot components' upper confidence limits ("12-70 seeds × 200 prompts"), and the
+expected power at a few seed counts averaged over the pilot's uncertainty, with the pilot's caveats under it.
 """
 
 from __future__ import annotations
@@ -13,10 +14,11 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from mutualrl.errors import UsageError
 from mutualrl.evaluation.crossed import Components
-from mutualrl.evaluation.power import ALPHA, pilot_words, plan_options, plan_words
+from mutualrl.evaluation.power import ALPHA, pilot_words, plan_options, plan_words, power_table
 
 #: Prompt counts planned for when none are given and no pilot says how many it scored.
 DEFAULT_PROMPTS = (100, 200, 500)
@@ -87,7 +89,22 @@ def pilot_lines(pilot: Path, effect: float, prompts: Sequence[int] | None, compa
         lines.append(f"{row.group} vs {row.baseline}, {row.policy} (pilot: {delta.seeds} seeds × {delta.prompts} "
                      f"prompts; {components_words(delta.components)}; {m} headline comparison{'s' * (m != 1)}): "
                      f"{plan_words(effect, options, ALPHA / m)}")
-    return [*lines, assumptions(max(row.task_delta.seeds for row in rows))]
+        lines.append(f"  {power_table(effect, delta.components, (delta.seeds, delta.prompts), counts[0], ALPHA / m)}")
+    return [*lines, assumptions(max(row.task_delta.seeds for row in rows)), *pilot_caveats(report, rows)]
+
+
+def pilot_caveats(report: Any, rows: list[Any]) -> list[str]:
+    """The pilot's own caveats, under its plan: every caveat of its rows (a failed run, an outlying seed, few
+    prompts carrying variation, ...; the variance a plan starts from is theirs), and a line per comparison whose
+    seeds all scored alike (its seed component is unmeasured, and the plan takes it as 0)."""
+    lines = [f"pilot caveat: {line}" for line in report.caveats]
+    for row in rows:
+        comps = row.task_delta.components
+        if comps.seed + comps.interaction <= 1e-12 * max(1.0, comps.prompt):  # float dust of equal rows
+            lines.append(f"pilot caveat: {row.group} vs {row.baseline}, {row.policy}: every seed of the pilot scored "
+                         f"the same Δ on every prompt, so its seed component is unmeasured (taken as 0, the plan has "
+                         f"no range); state one: --plan-seeds seed=V,prompt=V,interaction=V")
+    return lines
 
 
 def assumptions(pilot_seeds: int | None) -> str:

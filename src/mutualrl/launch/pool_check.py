@@ -13,6 +13,7 @@ check is said skipped, and how to run it.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 from typing import Any
@@ -99,8 +100,7 @@ def run_pool_check(config: Any, rows: int, console: Console, train: list[Any] | 
 def score_sample(config: Any, rows: int, console: Console, train: list[Any] | None) -> tuple[list[Any], list[Any]]:
     """Every policy's greedy results on a sample of ``rows`` training rows, scored by the run's reward functions
     with its validation's completion length; and the rows."""
-    from mutualrl.evaluation.runner import recipe_targets, run_eval
-    from mutualrl.launch.evaluate import eval_settings, quiet_transformers
+    from mutualrl.launch.evaluate import eval_settings
 
     settings = eval_settings(config, None, source=None, verifier=None, max_new_tokens=None, batch_size=None,
                              max_prompt_tokens=None)
@@ -109,29 +109,38 @@ def score_sample(config: Any, rows: int, console: Console, train: list[Any] | No
 
         train = task_from_config(config.task).load(config.task.train_split, config.task.source, None)
     examples = sample_rows(train, rows, config.task.split_seed)
+    console.print(f"go/no-go: scoring {len(config.pool.policies)} policies on {len(examples)} training rows (greedy, "
+                  f"at most {settings.max_new_tokens} new tokens) ...", highlight=False, soft_wrap=True, markup=False)
+    from mutualrl.evaluation.runner import recipe_targets, run_eval  # said first: the libraries take a while to load
+    from mutualrl.launch.evaluate import quiet_transformers
+    from mutualrl.launch.said_progress import said_progress
+
     quiet_transformers()
-    with console.status(f"go/no-go: scoring {len(config.pool.policies)} policies on {len(examples)} training rows "
-                        "(greedy) ..."):
+
+    with said_progress(console, "go/no-go", "rows") as (on_status, factory):
         results, _ = run_eval(recipe_targets(config), examples, max_new_tokens=settings.max_new_tokens,
                               batch_size=settings.batch_size, backend="transformers", verifier=settings.scoring,
-                              max_prompt_tokens=settings.max_prompt_tokens, split=config.task.train_split)
+                              max_prompt_tokens=settings.max_prompt_tokens, split=config.task.train_split,
+                              on_status=on_status, progress_factory=factory)
     return results, examples
 
 
 def print_check(config: Any, results: list[Any], rows: int, console: Console, save: Path | None) -> None:
     """The check's lines (:func:`mutualrl.evaluation.go_no_go.check_lines`) and how to see more."""
     from mutualrl.evaluation.complementarity import align
-    from mutualrl.evaluation.go_no_go import check_lines, policy_checks, verdict
+    from mutualrl.evaluation.go_no_go import check_lines, policy_checks, success_threshold, verdict
 
-    threshold = 0.5
-    out = align(results, threshold)
+    out = align(results)
+    threshold, why = success_threshold(out.scores)
+    out = dataclasses.replace(out, threshold=0.5 if threshold is None else threshold)
     source = config.task.source or config.task.name
     console.print(f"go/no-go: the pool on {len(out.prompt_ids)} of {source}'s training rows, before training:",
                   highlight=False, soft_wrap=True, markup=False)
     checks = policy_checks(out)
-    for line in check_lines(checks, len(out.prompt_ids), threshold):
+    for line in [*check_lines(checks, len(out.prompt_ids), threshold, why), *stop_warnings(config, out)]:
         console.print(line, highlight=False, soft_wrap=True, markup=False)
-    if verdict(checks).kind == "nothing-to-learn":  # a model that cannot, or a reward that never says right?
+    # a model that cannot, or a reward that never says right (or never differs)?
+    if threshold is None or verdict(checks).kind == "nothing-to-learn":
         for result in results:
             shown = result.records[0]
             console.print(f"  e.g. {result.name} on {shown.prompt[:80]!r}: {shown.completion[:80]!r} (answer "
@@ -142,6 +151,31 @@ def print_check(config: Any, results: list[Any], rows: int, console: Console, sa
     console.print(f"  more: {CHECK_ROWS_FLAG} {max(4 * rows, 200)} for a larger sample; the full tables (overlap, "
                   f"difficulty, which regime can use each prompt): {tables}; skip the check: {CHECK_ROWS_FLAG} 0",
                   highlight=False, soft_wrap=True, markup=False)
+
+
+def stop_warnings(config: Any, out: Any) -> list[str]:
+    """A line per policy none of whose sampled completions scored above 0 in a run long enough for the no-reward stop
+    (``task.stop_after_no_reward_steps``) to end it: the stop, who it ends first, and how to keep the run."""
+    import numpy as np
+
+    from mutualrl.config.cadence import max_optimizer_steps
+    from mutualrl.regimes.core.registry import get_regime
+
+    stop_after, steps = config.task.stop_after_no_reward_steps, max_optimizer_steps(config)
+    if not stop_after or (isinstance(steps, int) and steps < stop_after):
+        return []
+    peers = get_regime(config.regime.name).needs_peers
+    lines = []
+    for k, name in enumerate(out.models):
+        if float(np.nanmax(out.scores[:, k], initial=0.0)) > 0.0:
+            continue
+        who = ("under this regime a peer's success counts as signal, so it goes on while a peer scores, but a "
+               "standalone baseline of it would be stopped" if peers else "this run would be stopped")
+        lines.append(f"  warning: {name} scored nothing above 0 on the sample: a policy whose completions score "
+                     f"nothing for {stop_after} steps in a row (task.stop_after_no_reward_steps) stops the run"
+                     f"{f' ({steps} steps planned)' if steps else ''}; {who}. --set "
+                     "task.stop_after_no_reward_steps=0 trains it to the end")
+    return lines
 
 
 def check_save_path(save: Path | None, rows: int | None) -> None:

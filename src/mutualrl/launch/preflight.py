@@ -137,7 +137,7 @@ def check_workers(config: RunConfig, source: str, paths: RunPaths, console: Cons
     from mutualrl.launch.plan.detect import detect_gpus
     from mutualrl.launch.plan.launch_plan import make_launch_plan
     from mutualrl.launch.ports import claim_run_ports
-    from mutualrl.launch.rundir.prepare import prepare_launch
+    from mutualrl.launch.rundir.prepare import prepare_launch, prepared_train_prompts
     from mutualrl.tasks.shipped_rewards import write_shipped
 
     # its own exchange in the folder: a see.dir the recipe shares with a live run is never claimed
@@ -147,7 +147,8 @@ def check_workers(config: RunConfig, source: str, paths: RunPaths, console: Cons
     config, ports = claim_run_ports(config)
     with ports:
         plan = make_launch_plan(config, paths.root, gpus=config.launch.gpus, simulate=simulate,
-                                vllm_available=True if simulate else None)
+                                vllm_available=True if simulate else None, train_prompts=prepared_train_prompts(paths),
+                                prompts_source=f"{paths.data} (the prompts kept by the length filter)")
         plan.write()
         write_shipped(config.task.reward_funcs, paths.shipped_rewards)
         results = {p.name: PolicyPreflight(p.name, p.placement.num_processes) for p in plan.policies}

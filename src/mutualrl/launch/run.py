@@ -22,6 +22,7 @@ from mutualrl.launch.rundir.prepare import (
     discard_unstarted,
     never_started,
     prepare_launch,
+    prepared_train_prompts,
     resume_changes,
     without_config,
 )
@@ -250,9 +251,9 @@ BASELINE_REUSE_HINT = ("--baseline reuses a run only when it finished with the s
 def reuse_finished(paths: RunPaths, config: RunConfig, console: Console, hint: str = BASELINE_REUSE_HINT,
                    again: str = "--overwrite trains it again") -> bool:
     """``--baseline`` and ``mutualrl sweep``: a run that finished in ``paths`` with ``config``'s settings is used as it
-    is, and the console says so (and ``again``: how to train it again); a run there with other settings is refused,
-    naming them, then ``hint``. False:
-    ``paths`` holds no run to reuse (an empty folder, a run still to finish)."""
+    is, and the console says so (and ``again``: how to train it again); a run there with settings ``--resume``
+    refuses is refused, naming them, then ``hint``. False: ``paths`` holds no run to reuse (an empty folder, a run
+    still to finish, or one whose settings changed only where a resume may change them)."""
     from mutualrl.launch.rundir.inputs import code_changes
     from mutualrl.launch.rundir.prepare import data_copy_changes
     from mutualrl.launch.rundir.record import reusable_summary, settings_differences
@@ -265,7 +266,8 @@ def reuse_finished(paths: RunPaths, config: RunConfig, console: Console, hint: s
             console.print(f"{paths.root}: finished with these settings; using it as it is, not training it again "
                           f"({again})", highlight=False, soft_wrap=True)
             return True
-    differences = differences or settings_differences(paths, config)
+    # a run to go on takes the settings --resume accepts (docs/settings.md: "may change on resume")
+    differences = differences or settings_differences(paths, config, may_change=False)
     if differences:
         shown = "; ".join(differences[:4]) + (f"; ... {len(differences) - 4} more" if len(differences) > 4 else "")
         raise UsageError(f"{paths.root} holds a run with other settings or inputs ({shown}); {hint}")
@@ -292,7 +294,8 @@ def _train_one(options: TrainOptions, console: Console) -> int:
         from mutualrl.tasks.reward_funcs import task_summary
 
         rows_checked, train = check_local_rows(config, console)  # a bad row fails here, before the plan is shown
-        plan = plan_without_launch(config, paths.root, saved=resume_ranks(paths, config, options.resume))
+        plan = plan_without_launch(config, paths.root, saved=resume_ranks(paths, config, options.resume),
+                                   train_prompts=None if train is None else len(train))
         render_plan(plan, console)
         if plan.placement.gpus:  # the planned step time is a GPU step's
             from mutualrl.launch.supervise.stop_grace import sbatch_signal_line
@@ -412,20 +415,27 @@ def resume_ranks(paths: RunPaths, config: RunConfig, resume: bool) -> dict[str, 
 
 
 def plan_without_launch(config: RunConfig, run_dir: Path, gpu_memory_gib: float | None = None,
-                        saved: dict[str, tuple[int, str]] | None = None) -> Any:
+                        saved: dict[str, tuple[int, str]] | None = None, train_prompts: int | None = None) -> Any:
     """Plan the launch without starting or writing anything: ``--dry-run`` (a dry run into a finished run
     must not overwrite its record; ``LaunchPlan.write`` is the real launch's job).
 
     ``launch.gpus`` set (``--gpus``) simulates a node of that size (nothing is detected);
     there vLLM is planned as the GPU node would run it (installed there), not as this box can.
     ``saved``: ``--resume``'s checkpoints (:func:`resume_ranks`), refused on another rank count as the launch does.
+    ``train_prompts``: the rows of a local ``task.source`` (None: the task's known train size, where it has one);
+    fewer than one step draws are refused, before the joint length filter drops any.
     """
     from mutualrl.launch.plan.launch_plan import make_launch_plan
+    from mutualrl.tasks.registry import known_train_prompts
 
     simulate = config.launch.gpus is not None
+    local = train_prompts is not None
+    train_prompts = train_prompts if local else known_train_prompts(config.task)
+    where = (f"task.source {config.task.source}" if local else f"task {config.task.name}"
+             + (f" (task.train_limit {config.task.train_limit})" if config.task.train_limit else ""))
     plan = make_launch_plan(config, run_dir, gpus=config.launch.gpus, simulate=simulate,
                             vllm_available=True if simulate else None, gpu_memory_gib=gpu_memory_gib, dry_run=True,
-                            resume_ranks=saved)
+                            resume_ranks=saved, train_prompts=train_prompts, prompts_source=where)
     return plan
 
 
@@ -446,7 +456,9 @@ def launch_locked(options: TrainOptions, config: RunConfig, source: str, paths: 
     config, ports = claim_run_ports(config)  # free here, and no other run on this machine takes them before ours ends
     saved = resume_ranks(paths, config, options.resume)
     with ports:
-        plan = make_launch_plan(config, paths.root, gpus=config.launch.gpus, resume_ranks=saved)
+        plan = make_launch_plan(config, paths.root, gpus=config.launch.gpus, resume_ranks=saved,
+                                train_prompts=prepared_train_prompts(paths),
+                                prompts_source=f"{paths.data} (the prompts kept by the length filter)")
         return launch_claimed(config, paths, resume_step, lock, console, plan, resumed=resumed)
 
 

@@ -42,7 +42,7 @@ import json
 import re
 import zipfile
 import zlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -103,11 +103,35 @@ def file_hash(path: Path) -> str:
     return digest.hexdigest()
 
 
-def write_manifest(folder: Path, step: int) -> Path:
-    """Record ``folder`` as complete: called once every rank has saved, so it is the last file written. Weights in
-    safetensors carry no checksum of their own (torch files do: their zip CRCs), so theirs is recorded."""
-    files = checkpoint_files(folder)
-    hashes = {name: file_hash(folder / name) for name in files if name.endswith(HASHED_SUFFIXES)}
+def rank_of(name: str) -> int | None:
+    """The rank a checkpoint file's name says wrote it (``rng_state_3.pth``, ``global_step8/zero_pp_rank_3_...``);
+    None for a file of the whole policy (its weights, ``latest``, the trainer state)."""
+    match = RANK_FILE_RE.match(name.rsplit("/", 1)[-1])
+    return int(match.group(1)) if match else None
+
+
+def merge_rank_reports(reports: Sequence[Mapping[str, int]]) -> dict[str, int]:
+    """A checkpoint's files from what each rank saw of its folder (``reports[r]``: :func:`checkpoint_files` on rank
+    r, after every rank saved). On a filesystem several machines share, a machine's view can lag (NFS's attribute
+    cache): rank 0 may not list another machine's ZeRO shards yet, or see a stale size. So each rank's own files (its
+    rank in their name) are taken as that rank saw them, every other file as rank 0 saw it, then as any rank did."""
+    merged: dict[str, int] = {}
+    for rank, report in enumerate(reports):
+        merged.update({name: size for name, size in report.items() if rank_of(name) == rank})
+    for report in reports:  # rank 0's view first
+        for name, size in report.items():
+            merged.setdefault(name, size)
+    return dict(sorted(merged.items()))
+
+
+def write_manifest(folder: Path, step: int, files: Mapping[str, int] | None = None) -> Path:
+    """Record ``folder`` as complete: called once every rank has saved, so it is the last file written; ``files``:
+    what the ranks report they wrote (:func:`merge_rank_reports`; None: what this process sees). Weights in
+    safetensors carry no checksum of their own (torch files do: their zip CRCs), so theirs is recorded (those this
+    process sees: the weights are rank 0's)."""
+    files = dict(files) if files is not None else checkpoint_files(folder)
+    hashes = {name: file_hash(folder / name) for name in files
+              if name.endswith(HASHED_SUFFIXES) and (folder / name).is_file()}
     return write_json_atomic(folder / MANIFEST_NAME, {
         "format": MANIFEST_FORMAT, "version": 1, "step": int(step), "files": files, HASH_KEY: hashes})
 

@@ -2,10 +2,8 @@
 
 - ``regimes/<name>/`` — ``spec.py`` (torch-free: settings, metric names and words, status metric, registration),
   ``maths.py`` (pure tensor functions, tested by hand against the paper), ``adapter.py`` (TRL's batch
-  <-> the maths; imported only by the training layer): ``standalone``, ``xgrpo`` (Regime 2),
-  ``sgt`` (Regime 3), ``prp`` (Regime 1), ``randpert`` (the ``grpo-randpert`` control), ``hacpo`` (HACPO,
-  arXiv 2603.02604, on PRP's pooled rows), ``opd`` (mutual on-policy distillation: peers judge the learner's
-  rollouts), ``opdsgt`` (``opd-sgt``: that distillation and SGT's rescue in one loss).
+  <-> the maths; imported only by the training layer). The registry finds every such folder; ``mutualrl train
+  --help`` lists the regimes, docs/regimes.md explains each. A variant's spec names its parent (``parent=``).
 - :mod:`~mutualrl.regimes.api` — the one module of mutualrl a regime folder imports besides its own files: the
   spec and registration, the metric types and words, the seam the trainer hands a regime, the shared maths and the
   adapter's building blocks (docs/architecture.md, "Adding a regime").

@@ -1,12 +1,16 @@
 """What a regime author imports: the one mutualrl module a regime folder ``regimes/<name>/`` uses besides its own files.
 
 - Declaring the regime (``spec.py``): :class:`RegimeSpec`, :class:`RegimeFlag`, :func:`register_regime`, ``ENV_VAR``
-  (the variable naming plugin regimes), the words a plot puts on a metric (:class:`MetricWords` and its ranges
-  ``FREE``, ``UNIT``, ``NONNEGATIVE``, ``NONPOSITIVE``), and the pooled-rows settings PRP and HACPO share
-  (:class:`PooledRowsSettings`, :func:`ratio_metrics`), the fields and metrics SGT's rescue brings to another regime
-  (:class:`RescueSettings`, :func:`check_rescue_thresholds`, :func:`rescue_metrics`); :class:`UsageError`, what a
-  regime raises on bad settings or input (one line, exit 2); :func:`whole_count`, :func:`check_rescue_counts` and
+  (the variable naming plugin regimes); a variant's parent: :func:`parent_regime` (its spec, to ``replace``) and
+  :func:`parent_adapter` (its adapter class, to subclass, from ``adapter.py`` only); the words a plot puts on a
+  metric (:class:`MetricWords` and its ranges ``FREE``, ``UNIT``, ``NONNEGATIVE``, ``NONPOSITIVE``); the pooled-rows
+  settings PRP and HACPO share (:class:`PooledRowsSettings`, :func:`ratio_metrics`); the rescue's settings and
+  metrics (:class:`RescueGateSettings`, SGT's base; :class:`RescueSettings`, with the weight ``rescue_lam``;
+  :func:`check_rescue_thresholds`, :func:`rescue_metrics`); :class:`UsageError`, what a regime raises on bad
+  settings or input (one line, exit 2); :func:`whole_count`, :func:`check_rescue_counts` and
   :func:`check_optional_rescue_counts` (a rescue budget's counters), for a ``state_check`` of saved counters.
+- TRL's loss types classified once (normaliser, clipping, unit): ``LOSS_TYPES``, :class:`LossType`,
+  :func:`loss_type`, :func:`loss_types_where`.
 - The metrics a regime returns, by how each is reduced over the ranks: :class:`Share`, :class:`Total`,
   :class:`Quantile`.
 - What the trainer hands a regime (the seam): :class:`GRPOBatch` (TRL's batch), :class:`StepRollouts` (this
@@ -30,9 +34,11 @@
   :func:`teacher_weights` (which pick a teacher), and :class:`JudgedAdapter`, the base adapter of a regime whose peers
   judge its rollouts; next-byte distributions, what two vocabularies can compare: :func:`first_byte_symbols`,
   :func:`symbol_logps`, :func:`next_byte_logps` (from logits, memory-lean), :func:`clean_starts`, ``SYMBOLS``; SGT's
-  rescue as a part of another loss: :class:`RescueBudget`, :func:`every_own_failed`, :func:`rescue_gate`, :func:`choose_rescues`,
-  :func:`rescue_weights`, :func:`rescue_nll`; a success anchor on the prompts every own rollout solved:
-  :func:`solved_prompts`, :func:`anchored_advantages`.
+  rescue, one implementation for every regime that uses it: :class:`RescueBudget`, :func:`is_success`,
+  :func:`own_failed`, :func:`every_own_failed`, :func:`within_budget`, :func:`rescue_gate`, :func:`choose_rescues`,
+  :func:`rescue_rows`, :func:`rescue_weights`, :func:`rescue_nll`, :func:`rescue_logprob`; a success anchor on the
+  prompts every own rollout solved:
+  :func:`solved_prompts`, :func:`anchored_rollouts`, :func:`anchored_advantages`.
 
 The names live in :mod:`mutualrl.regimes.core`; this module only gathers them. A ``spec.py`` must stay torch-free
 (config loading and every CLI command import every spec), so the names whose modules import torch are imported on
@@ -48,11 +54,13 @@ from typing import Any
 from mutualrl.errors import UsageError
 from mutualrl.metric_labels import FREE, NONNEGATIVE, NONPOSITIVE, UNIT, MetricWords
 from mutualrl.regimes.core.distillation_spec import per_token_ratio_check
+from mutualrl.regimes.core.loss_types import LOSS_TYPES, LossType, loss_type, loss_types_where
 from mutualrl.regimes.core.pooled_spec import PooledRowsSettings, ratio_metrics
-from mutualrl.regimes.core.rescue_spec import RescueSettings, check_rescue_thresholds, rescue_metrics
+from mutualrl.regimes.core.rescue_spec import (RescueGateSettings, RescueSettings, check_rescue_thresholds,
+                                              rescue_metrics)
 from mutualrl.regimes.core.rank_metrics import Quantile, Share, Total
 from mutualrl.regimes.core.regime_spec import RegimeFlag, RegimeSpec, register_regime
-from mutualrl.regimes.core.registry import ENV_VAR
+from mutualrl.regimes.core.registry import ENV_VAR, parent_adapter, parent_regime
 from mutualrl.regimes.core.state_file import check_optional_rescue_counts, check_rescue_counts, whole_count
 from mutualrl.regimes.core.trainer_interface import TOKEN_WEIGHTS, GRPOBatch, StepRollouts, TrainerView
 
@@ -98,14 +106,20 @@ TORCH_NAMES = {
     "RescueBudget": "mutualrl.regimes.core.rescue", "rescue_gate": "mutualrl.regimes.core.rescue",
     "choose_rescues": "mutualrl.regimes.core.rescue", "rescue_weights": "mutualrl.regimes.core.rescue",
     "rescue_nll": "mutualrl.regimes.core.rescue", "every_own_failed": "mutualrl.regimes.core.rescue",
+    "is_success": "mutualrl.regimes.core.rescue", "own_failed": "mutualrl.regimes.core.rescue",
+    "within_budget": "mutualrl.regimes.core.rescue", "rescue_rows": "mutualrl.regimes.core.rescue",
+    "rescue_logprob": "mutualrl.regimes.core.rescue",
     "solved_prompts": "mutualrl.regimes.core.success_anchor",
     "anchored_advantages": "mutualrl.regimes.core.success_anchor",
+    "anchored_rollouts": "mutualrl.regimes.core.success_anchor",
 }
 
 __all__ = [
-    "ENV_VAR", "FREE", "NONNEGATIVE", "NONPOSITIVE", "TOKEN_WEIGHTS", "UNIT", "GRPOBatch", "MetricWords",
-    "PooledRowsSettings", "Quantile", "RegimeFlag", "RegimeSpec", "RescueSettings", "Share", "StepRollouts", "Total",
-    "TrainerView", "UsageError", "check_optional_rescue_counts", "check_rescue_counts", "check_rescue_thresholds",
+    "ENV_VAR", "FREE", "LOSS_TYPES", "NONNEGATIVE", "NONPOSITIVE", "TOKEN_WEIGHTS", "UNIT", "GRPOBatch", "LossType",
+    "MetricWords",
+    "PooledRowsSettings", "Quantile", "RegimeFlag", "RegimeSpec", "RescueGateSettings", "RescueSettings", "Share",
+    "StepRollouts", "Total", "TrainerView", "UsageError", "check_optional_rescue_counts", "check_rescue_counts",
+    "check_rescue_thresholds", "loss_type", "loss_types_where", "parent_adapter", "parent_regime",
     "per_token_ratio_check", "ratio_metrics", "register_regime", "rescue_metrics", "whole_count",
     *TORCH_NAMES,
 ]

@@ -3,7 +3,7 @@
 Paper, App. "Online Gating versus Sequential Peer Distillation": "Learning rate 2e-5 with
 cosine schedule and 0.03 warmup; LoRA (rank=16, alpha=32, dropout=0.05); 1 epoch. The SFT
 loss matches the SGT auxiliary NLL but is applied offline." SGT's auxiliary term
-(:func:`mutualrl.regimes.sgt.maths.sgt_nll`) is the mean over examples of each example's
+(:func:`mutualrl.regimes.core.rescue.rescue_nll`) is the mean over examples of each example's
 token-averaged NLL of the peer response; :class:`PeerSFTTrainer` computes exactly that
 (``loss_reduction="sequence"``) from TRL's fused per-token log-probs, or TRL's own
 token-averaged loss (``"token"``).

@@ -104,6 +104,27 @@ def request_stop(paths: RunPaths, signal_name: str, statuses: Callable[[], dict[
     return step
 
 
+FOLLOW_S = 3.0
+"""How long the launcher of a machine K > 0 waits for machine 0's stop step before deciding one itself (machine 0 not
+signalled: a Ctrl-C on this machine alone; Slurm signals every machine of the job, machine 0 too): under
+:data:`LAUNCHER_WAIT_S`, so this machine's signalled workers still find a step."""
+
+
+def follow_stop(paths: RunPaths, decide: Callable[[], int], read: Callable[[RunPaths], dict[str, Any] | None] =
+                read_request, wait_s: float = FOLLOW_S, poll_s: float = 0.05) -> int:
+    """The launcher of a machine K > 0: the step machine 0 decided (its ``RUN/status/.stop.json``), so that two
+    machines whose views of the shared status files differ (NFS's attribute cache) cannot name two steps; ``decide()``
+    (:func:`request_stop`) where none comes within ``wait_s``. ``read``: how this machine reads the request."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        step = requested_step(read(paths))
+        if step is not None:
+            return step
+        if time.monotonic() >= deadline:
+            return decide()
+        time.sleep(poll_s)
+
+
 def request_teardown(paths: RunPaths) -> None:
     """Before the launcher signals workers to end now (a failure, nothing trained yet): ``step`` 0 tells a
     signalled worker not to wait for a step, unless a stop at a step is under way."""

@@ -40,6 +40,8 @@ from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from mutualrl.regimes.core.adapter import RegimeAdapter
+from mutualrl.regimes.core.loss_types import loss_type
+from mutualrl.regimes.core.next_bytes import tempered_logits
 from mutualrl.regimes.core.trainer_interface import GRPOBatch, StepRollouts
 from mutualrl.training.trl_metrics import TRLMetrics
 
@@ -254,20 +256,19 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         training = self.model.training
         accumulation = self.current_gradient_accumulation_steps if training else 1.0
         masked = per_token_loss * mask  # [B, C]
-        if self.loss_type in ("grpo", "sapo"):
+        normaliser = loss_type(self.loss_type).normaliser  # regimes/core/loss_types.py, TRL's branches classified
+        if normaliser == "row_tokens":
             return (masked.sum(-1) / mask.sum(-1).clamp(min=1.0)).mean() / accumulation
-        if self.loss_type == "bnpo":
+        if normaliser == "batch_tokens":
             return masked.sum() / mask.sum().clamp(min=1.0) / accumulation
-        if self.loss_type == "dr_grpo":
+        if normaliser == "max_length":
             return masked.sum() / (per_token_loss.size(0) * self.max_completion_length) / accumulation
-        if self.loss_type in ("cispo", "dapo", "vespo"):
+        if normaliser == "generation_tokens":
             normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
             if training:
                 normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
             return masked.sum() / normalizer
-        if self.loss_type == "luspo":
-            return masked.sum(-1).mean() / accumulation
-        raise ValueError(f"unknown loss_type {self.loss_type!r}")
+        return masked.sum(-1).mean() / accumulation  # "rows"
 
     # -- 4. checkpoints: complete by construction ----------------------------------------
     def _save_checkpoint(self, model, trial):
@@ -281,7 +282,9 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
 
         from mutualrl import fault_injection
         from mutualrl.write_failures import storage_errors
-        from mutualrl.ops.checkpoint_files import drop_manifest, write_manifest
+        from accelerate.utils import gather_object
+
+        from mutualrl.ops.checkpoint_files import checkpoint_files, drop_manifest, merge_rank_reports, write_manifest
         from mutualrl.training.regime_state import save_regime_state
         from mutualrl.training.stop_request import SAVING
 
@@ -296,8 +299,10 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
                 save_regime_state(folder, self.regime, self.state.global_step)
             time.sleep(fault_injection.save_delay(self.policy_name))  # a slow filesystem on purpose (tests)
             self.accelerator.wait_for_everyone()  # every rank's shards and RNG state are on disk
+            # what each rank sees it wrote: another machine's shards may not be in rank 0's view of a shared folder yet
+            reports = gather_object([checkpoint_files(folder)])
             if self.args.should_save:
-                write_manifest(folder, self.state.global_step)
+                write_manifest(folder, self.state.global_step, merge_rank_reports(reports))
         if self.regime.phase_hook is not None:  # saved: a later stop must not wait on a save long done
             self.regime.phase_hook("training")
 
@@ -354,7 +359,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         with self.accelerator.autocast():
             logits = model(input_ids=input_ids, attention_mask=attention_mask, logits_to_keep=width + 1,
                            use_cache=False).logits  # [B, C + 1, V]
-        return logits[:, :-1, :].float() / self.temperature  # [B, C, V]
+        return tempered_logits(logits[:, :-1, :], self.temperature)  # [B, C, V] float32: one copy, not two
 
     def score_reference(self, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
         """Per-token log-probs ``[B, C]`` of the rows under the reference model (for the KL term when beta > 0),

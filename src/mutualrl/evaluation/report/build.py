@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from mutualrl.errors import DataError, UsageError
-from mutualrl.evaluation.crossed import Crossed, crossed_stats, score_matrix
-from mutualrl.evaluation.crossed_caveats import FEW_INFORMATIVE, outlying_seeds
+from mutualrl.evaluation.crossed import Crossed, crossed_stats, logit_interval, score_matrix
+from mutualrl.evaluation.crossed_caveats import FEW_INFORMATIVE, failed_runs, outlying_seeds
 from mutualrl.evaluation.power import ALPHA, seeds_for_crossed, seeds_for_t, upper_components, upper_sd
 from mutualrl.evaluation.prompt_paired import difference_matrix
 from mutualrl.evaluation.report.caveats import RunCaveats, cell_caveats, read_caveats
@@ -62,6 +62,7 @@ validation's per-prompt scores (``policy -> prompt id -> score``) and its summar
     values: dict[str, dict[str, float]]
     scores: dict[str, dict[str, float]] = field(default_factory=dict)
     caveats: RunCaveats = field(default_factory=lambda: RunCaveats({}, {}))
+    start_scores: dict[str, dict[str, float]] = field(default_factory=dict)  # the step-0 validation's, where kept
 
 
 @dataclass
@@ -81,6 +82,7 @@ class ReportRow:
     p_holm: float | None = None  # Holm's adjusted p of the row's test, over the row's family
     seeds_needed: int | None = None  # for the report's --min-effect, with the row's test (None: not asked or n/a)
     seeds_needed_upper: int | None = None  # the same at the variance's 90 % upper confidence limits
+    failed: set[Any] = field(default_factory=set)  # seeds named as failed runs (its own or its baseline's)
 
     @property
     def claim(self) -> str:
@@ -132,7 +134,8 @@ class Report:
     def comparisons(self) -> list[ReportRow]:
         """Every comparison the table reports (a row against its baseline on a seed or more): both of Holm's
         families, the untested ones included (no spread: no p), which keeps each family what the table shows."""
-        return [row for row in self.rows if row.vs_baseline is not None and row.vs_baseline.differences]
+        return [row for row in self.rows if row.vs_baseline is not None
+                and (row.vs_baseline.differences or (row.claim == TASK and row.task_delta is not None))]
 
     def family(self, name: str) -> list[ReportRow]:
         """The comparisons of one of Holm's families (:data:`HEADLINE` or :data:`TASK_GROUPS`)."""
@@ -189,6 +192,7 @@ def final_values(run: Path) -> FinalValues:
     values: dict[str, dict[str, float]] = {}
     scores: dict[str, dict[str, float]] = {}
     steps: dict[str, int] = {}
+    start: dict[str, dict[str, float]] = {}
     for policy_dir in sorted(d for d in paths.eval_dir.iterdir() if d.is_dir()) if paths.eval_dir.is_dir() else []:
         files = step_files(policy_dir)
         if not files:
@@ -201,9 +205,20 @@ def final_values(run: Path) -> FinalValues:
         values[policy_dir.name] = {ALL: result.reward_at_1, **apart_from_all(group_rewards(row, paths.metrics))}
         scores[policy_dir.name] = result.scores()
         steps[policy_dir.name] = step
+        if 0 in files and step > 0:
+            start.update({policy_dir.name: found for found in [step_zero_scores(files[0])] if found is not None})
     if not values:
         raise DataError(f"{run}: no validation results (eval/<policy>/step-N.json)")
-    return FinalValues(settings, steps, values, scores, read_caveats(run))
+    return FinalValues(settings, steps, values, scores, read_caveats(run), start)
+
+
+def step_zero_scores(path: Path) -> dict[str, float] | None:
+    """A policy's step-0 validation scores (``prompt id -> score``); None when the file cannot be read (only the
+    check for a run that never moved from its step-0 scores is lost, and the report goes on)."""
+    try:
+        return ModelEvalResult.load(path).scores()
+    except DataError:
+        return None
 
 
 def group_runs(runs: list[FinalValues], by: Sequence[str]) -> dict[str, list[FinalValues]]:
@@ -318,17 +333,57 @@ def report_rows(groups: dict[str, list[FinalValues]], baselines: dict[str, str |
         for policy in dict.fromkeys(p for m in members for p in m.values):
             caveats = cell_caveats(label, policy, [(m.settings.seed, m.caveats) for m in members],
                                    all_differences(members, groups.get(base or "", []), policy), base)
+            failed, lines = failed_lines(label, policy, members, groups.get(base or "", []), base)
+            caveats += lines
+            caveats += [line for line in [prompt_sets_caveat(label, policy, seed_scores(members, policy))] if line]
+            same: set[Any] = set()  # the seeds whose run and baseline run scored the same prompts
             if base is not None:
-                caveats += [line for line in [pairing_caveat(label, base, policy, seed_scores(members, policy),
-                                                             seed_scores(groups[base], policy))] if line]
+                ours, theirs = seed_scores(members, policy), seed_scores(groups[base], policy)
+                caveats += [line for line in [pairing_caveat(label, base, policy, ours, theirs)] if line]
+                same = {seed for seed in ours if seed in theirs and ours[seed].keys() == theirs[seed].keys()}
             for task_group in dict.fromkeys(g for m in members for g in m.values.get(policy, {})):
                 by_seed = seed_values(members, policy, task_group)
                 row = ReportRow(label, policy, task_group, list(by_seed), list(by_seed.values()),
-                                cell_stats(list(by_seed.values())), baseline=base, caveats=caveats)
-                if base is not None:
-                    row.vs_baseline = paired_stats(by_seed, seed_values(groups[base], policy, task_group))
+                                cell_stats(list(by_seed.values())), baseline=base, caveats=caveats, failed=failed)
+                if base is not None:  # paired only where both runs scored the same prompts: never across sets
+                    row.vs_baseline = paired_stats({seed: v for seed, v in by_seed.items() if seed in same},
+                                                   seed_values(groups[base], policy, task_group))
                 rows.append(row)
     return rows
+
+
+def failed_lines(label: str, policy: str, members: list[FinalValues], base: list[FinalValues],
+                 base_label: str | None) -> tuple[set[Any], list[str]]:
+    """The seeds named and a line per run of the cell that failed by what it is (one value, or its step-0 scores, on
+    every prompt: :func:`~mutualrl.evaluation.crossed_caveats.failed_runs`), and per baseline run of the same seed
+    that did: whatever the distance of its mean from the others', at any number of prompts."""
+    from mutualrl.evaluation.report.caveats import seeds_text
+
+    lines, named = [], set()
+    for runs, whose in ((members, ""), (base, f"against {base_label}: {base_label}'s run of ")):
+        ours = seed_scores(runs, policy)
+        start = {m.settings.seed: m.start_scores[policy] for m in runs if policy in m.start_scores}
+        shown = {seed: what for seed, what in failed_runs(ours, start).items()
+                 if not whose or seed in seed_scores(members, policy)}
+        named |= set(shown)
+        for what in dict.fromkeys(shown.values()):
+            seeds = [seed for seed, found in shown.items() if found == what]
+            lines.append(f"{label}, {policy}: {whose}{seeds_text(seeds)} {what}, where the other seeds' runs did "
+                         f"not (a collapsed or failed run?): the task-level interval takes it as one draw of the "
+                         f"seeds' spread; look at the run, and report it apart if it failed")
+    return named, lines
+
+
+def prompt_sets_caveat(label: str, policy: str, ours: dict[Any, dict[str, float]]) -> str | None:
+    """A line when the cell's runs scored different held-out prompts (a seed that scored 45 of 50): the row's mean
+    is over each run's own prompts, its task-level interval over the prompts every run scored."""
+    sizes = {seed: len(scores) for seed, scores in ours.items()}
+    if len({frozenset(scores) for scores in ours.values()}) <= 1:
+        return None
+    common = len(set.intersection(*(set(scores) for scores in ours.values())))
+    return (f"{label}, {policy}: its seeds' runs scored other held-out prompts than each other ({min(sizes.values())}"
+            f"-{max(sizes.values())} prompts, {common} in common): the mean is over each run's own prompts, the "
+            f"task-level interval over the {common} every run scored")
 
 
 def pairing_caveat(label: str, base: str, policy: str, ours: dict[Any, dict[str, float]],
@@ -347,8 +402,8 @@ def pairing_caveat(label: str, base: str, policy: str, ours: dict[Any, dict[str,
     tail = ("no prompt in common, so no interval over prompts" if all(c == 0 for *_, c in sizes)
             else "the interval over seeds × prompts uses the common ones only")
     return (f"{label} vs {base}, {policy}, {seeds_text(differ)}: scored other held-out prompts than {base}'s run of "
-            f"the same seed ({mine} against {baseline}, {common} in common): its Δ compares different prompts; "
-            f"{tail}")
+            f"the same seed ({mine} against {baseline}, {common} in common): left out of Δ over seeds (a paired test "
+            f"over different prompts compares nothing); {tail}")
 
 
 def add_task_level(report: Report) -> None:
@@ -360,35 +415,40 @@ def add_task_level(report: Report) -> None:
         ours = seed_scores(report.groups[row.group], row.policy)
         seeds, _, matrix = score_matrix(ours)
         row.task_mean = crossed_stats(matrix) if seeds and matrix.size else None
+        if row.task_mean is not None and row.task_mean.ci95 and 0 <= matrix.min() and matrix.max() <= 1:
+            low, high = row.task_mean.ci95  # a 0-1 reward's mean near a bound: the logit scale keeps it covered
+            row.task_mean.ci95 = logit_interval(row.task_mean.mean, (high - low) / 2)
         found = [outlier_line(row, "reward@1", seeds, matrix)] if row.task_mean else []
+        if row.task_mean is not None:
+            found.append(few_prompts_line(row, row.task_mean, "reward@1"))
         if row.baseline is not None:
             seeds, _, matrix = difference_matrix(ours, seed_scores(report.groups[row.baseline], row.policy))
             row.task_delta = crossed_stats(matrix) if seeds and matrix.size else None
             found += [outlier_line(row, "Δ", seeds, matrix)] if row.task_delta else []
         if row.task_delta is not None:
-            found.append(few_prompts_line(row, row.task_delta))
+            found.append(few_prompts_line(row, row.task_delta, f"Δ against {row.baseline}"))
         row.caveats = [*row.caveats, *(line for line in found if line)]  # this row's own: the list is shared
         row.task_note = task_note(row)
 
 
-def few_prompts_line(row: ReportRow, claimed: Crossed) -> str | None:
-    """The caveat of a task row whose Δ rests on fewer than :data:`FEW_INFORMATIVE` informative prompts (a cell's
-    own mean is left alone: its always- and never-solved prompts differ, and inform its prompt part)."""
+def few_prompts_line(row: ReportRow, claimed: Crossed, what: str) -> str | None:
+    """The caveat of a task row whose mean (``what``: reward@1, near 0 or 1 where most prompts are never or always
+    solved) or Δ rests on fewer than :data:`FEW_INFORMATIVE` prompts that carry variation."""
     if claimed.informative >= FEW_INFORMATIVE:
         return None
-    what = f"Δ against {row.baseline}"
     return (f"{row.group}, {row.policy}: only {claimed.informative} of {claimed.prompts} held-out prompts carry any "
-            f"variation in {what} (the others have the same mean over the seeds); under {FEW_INFORMATIVE} such "
-            f"prompts the task-level interval covered the task less often than it says in simulation (0.88-0.89 "
-            f"at 10 seeds × 50 prompts with about 4 such prompts: benchmarks/results/report-grid.md): read the row "
-            f"as a claim about these prompts")
+            f"variation in {what} (the others score alike in every seed); under {FEW_INFORMATIVE} such prompts the "
+            f"task-level interval covered the task less often than it says in simulation (Δ: 0.88-0.89 at 10 seeds "
+            f"× 50 prompts with about 4 such prompts, benchmarks/results/report-grid.md; a mean near 0 or 1 with "
+            f"under 20 such prompts: 0.3-0.9, tests/test_report_boundary.py): read the row as a claim about these "
+            f"prompts")
 
 
 def outlier_line(row: ReportRow, what: str, seeds: list[Any], matrix: Any) -> str | None:
     """The caveat naming the seeds whose mean over the prompts lies far from the others' (a collapsed run)."""
     if len(seeds) < 3 or not matrix.size:
         return None
-    flagged = outlying_seeds(matrix)
+    flagged = outlying_seeds(matrix) & [seed not in row.failed for seed in seeds]  # a failed run is named already
     if not flagged.any():
         return None
     means = matrix.mean(axis=1)
@@ -458,14 +518,22 @@ def seed_scores(members: list[FinalValues], policy: str) -> dict[Any, dict[str, 
 
 
 def shared_context(runs: list[FinalValues]) -> dict[str, Any]:
-    """Pool, task and final validation step, each when every run has the same (else "mixed")."""
+    """Pool, task, final validation step and held-out prompt limit, each when every run has the same (else
+    "mixed")."""
     def common(values: list[Any]) -> Any:
         return values[0] if len(set(map(repr, values))) == 1 else "mixed"
 
     return {"pool": common([r.settings.get("pool.name") for r in runs]),
             "task": common([task_label(r.settings) for r in runs]),
             "source": common([r.settings.get("task.source") for r in runs]),
-            "steps": common([max(r.step.values()) for r in runs])}
+            "steps": common([max(r.step.values()) for r in runs]),
+            "limit": common([validation_limit(r.settings) for r in runs])}
+
+
+def validation_limit(settings: RunSettings) -> Any:
+    """The held-out prompts a run validated on at most: ``validation.limit``, else ``task.eval_limit`` (None: all)."""
+    limit = settings.get("validation.limit")
+    return limit if limit is not None else settings.get("task.eval_limit")
 
 
 #: Folder names that say a folder holds data, not which: a user's task is then named by the folder above (when the

@@ -162,11 +162,13 @@ CAUSES = (
                                               "may cover less than it says"),
     ("outlying seed", "lies far from the other seeds'", "a seed lies far from the others (a collapsed run?): the "
                                                          "task-level interval assumes one normal spread of seeds"),
+    ("failed run", "where the other seeds' runs did not", "a run scored one value, or its step-0 scores, on every "
+                                                          "held-out prompt: a failed run?"),
 )
 
 
 #: The causes the report's statistics find (the task-level interval's assumptions), lettered after the records'.
-STATISTICAL = ("few prompts", "outlying seed")
+STATISTICAL = ("few prompts", "outlying seed", "failed run")
 
 
 def cause_of(line: str) -> tuple[str, str]:

@@ -7,12 +7,27 @@ used few peer samples, a restarted policy, runs on other versions)."""
 from __future__ import annotations
 
 from mutualrl.evaluation.crossed import Components
-from mutualrl.evaluation.power import ALPHA, PILOT_CONFIDENCE, POWER, pilot_words, plan_options, plan_words
+from mutualrl.evaluation.power import (
+    ALPHA,
+    PILOT_CONFIDENCE,
+    POWER,
+    pilot_words,
+    plan_options,
+    plan_words,
+    power_table,
+)
 from mutualrl.evaluation.report.build import ALL, HEADLINE, PROMPTS, TASK, TASK_GROUPS, Report, ReportRow
 from mutualrl.evaluation.report.caveats import STATISTICAL, cause_of
 from mutualrl.evaluation.report.stats import FEW_RUNS, INTERVAL_KIND, MIN_RUNS_FOR_IQM, t_quantile
 
 CAVEAT_MARK = "†"
+#: What every task-level interval assumes, said under every table.
+CONDITION = ("what the task-level interval assumes: it covers the task for a method whose runs look like the runs "
+             "seen (each seed's run a draw from one spread; a mean of 0-1 scores on the logit scale, which near 0 or 1 "
+             "covered 0.90 at worst in simulation where seeds differ widely); a "
+             "failure that no seed of the sweep showed is not covered and no caveat can name it (a run that "
+             "collapses in 1 seed of 10 is missed by 3 seeds 73 % of the time, and such sweeps covered the task's Δ "
+             "in 0.00-0.63 of cases in simulation); a failed run that shows is named (†)")
 #: The cause of a line about runs on other library versions (``run_versions``), lettered like the others.
 VERSIONS = ("versions", "ran on other library versions, or not on the tested set")
 
@@ -38,10 +53,11 @@ def _notes(report: Report) -> list[str]:
              f"SD: sample standard deviation over runs (n − 1); 95% CI: on a task row over seeds × prompts, crossed "
              f"(the seed part and the prompt part of the variance each with its own t quantile: Owen 2007, Banerjee "
              f"1960; from 3 seeds, where the prompt part leads, the narrower of it and the two-way variance-analysis "
-             f"form with Satterthwaite's df), covering the task; on a prompts row the {INTERVAL_KIND}, covering "
-             f"these prompts; none at n = 1 or when every run scored the same (SD 0); intervals are not clipped to "
-             f"the reward's range; IQM (interquartile mean, rliable) from n = {MIN_RUNS_FOR_IQM}",
-             *unclipped_notes(report)]
+             f"form with Satterthwaite's df, a choice made from the data and validated by simulation; a mean of 0-1 "
+             f"scores on the logit scale), covering the task; on a prompts row the {INTERVAL_KIND}, covering these "
+             f"prompts; none at n = 1 or when every run scored the same (SD 0); intervals are not clipped to the "
+             f"reward's range; IQM (interquartile mean, rliable) from n = {MIN_RUNS_FOR_IQM}",
+             *unclipped_notes(report), CONDITION]
     if report.compared:
         lines += comparison_notes(report)
     lines += cell_notes(report)
@@ -75,9 +91,14 @@ def claim_note(report: Report) -> str:
     prompts = sorted({row.task_mean.prompts for row in report.rows if row.claim == TASK and row.task_mean})
     over = (f", over the {' or '.join(map(str, prompts))} held-out prompts every run of the cell scored"
             if prompts else "")
+    limit = report.context.get("limit")
+    first = (f"; the held-out prompts are the split's first {limit} (validation.limit), not a random draw: the {TASK} "
+             f"claim holds as far as they are like one" if limit not in (None, "mixed") else
+             "; some runs validated on the split's first N prompts only (validation.limit), not a random draw"
+             if limit == "mixed" else "")
     return (f"claim: what a row's intervals, p and power are about -- {TASK}: the expected reward@1 over new seeds "
             f"and new prompts of the task (task group {ALL}{over}); {PROMPTS}: the expected reward@1 of these "
-            f"held-out prompts over new seeds (the task groups: a prompt's record carries no task group)")
+            f"held-out prompts over new seeds (the task groups: a prompt's record carries no task group){first}")
 
 
 def comparison_notes(report: Report) -> list[str]:
@@ -154,8 +175,9 @@ def plan_line(row: ReportRow, effect: float, alpha: float) -> str:
     prompts = row.task_delta.prompts
     options = plan_options(effect, row.task_delta.components, [prompts, 2 * prompts, 5 * prompts], alpha,
                            pilot=(row.task_delta.seeds, prompts))
+    table = power_table(effect, row.task_delta.components, (row.task_delta.seeds, prompts), prompts, alpha)
     return (f"plan: {row.group} vs {row.baseline}, {row.policy}: {plan_words(effect, options, alpha)} "
-            f"({components_words(row.task_delta.components)})")
+            f"({components_words(row.task_delta.components)}); {table}")
 
 
 def components_words(comps: Components) -> str:

@@ -22,7 +22,8 @@ def short_notes(report: Report) -> list[str]:
     lines = [f"Final held-out reward@1 (greedy), pool {context['pool']}, task {context['task']}, step "
              f"{context['steps']}; n: seeds per cell; 95% CI over seeds x prompts (task rows) or seeds (prompts rows)"
              + (f"; Δ vs {report.baseline or 'each baseline'} paired by seed, p Holm-adjusted"
-                if report.compared else "") + "."]
+                if report.compared else "") + ".",
+             "A task interval covers a method whose runs look like the runs seen, not a failure no seed showed."]
     lines += cell_notes(report)
     if report.min_effect is not None:  # asked for: the plan of each headline comparison, without the definition
         lines += power_notes(report)[1:]

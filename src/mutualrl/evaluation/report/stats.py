@@ -10,7 +10,7 @@ about *these* held-out prompts (a claim about the task is :mod:`~mutualrl.evalua
 - A group against its baseline, paired by seed: the mean difference Δ, its paired t interval and the paired t
   test's two-sided p (df n − 1: one test, so p < 0.05 exactly when the interval excludes 0; a t-based p has no
   floor, unlike a sign-flip p's 2/2ⁿ), and P(improve): the share of those same seed pairs where the group's run
-  beats the baseline's (a tie counts half), so that it can never disagree with Δ's pairs.
+  beats the baseline's (a tie counts half), so that it can never disagree with Δ's pairs; none from a single pair.
 - Several comparisons in one table: Holm's step-down adjustment (Holm, 1979), over a family the table names.
 """
 
@@ -157,8 +157,9 @@ def t_test_p(differences: Sequence[float]) -> float | None:
 
 
 def paired_improvement(differences: Sequence[float]) -> float | None:
-    """P(improve) on the pairs: the share of seeds where the group's run beats the baseline's, a tie half."""
-    if not differences:
+    """P(improve) on the pairs: the share of seeds where the group's run beats the baseline's, a tie half; None
+    below 2 pairs (one pair's 1.00 or 0.00 is no share)."""
+    if len(differences) < MIN_RUNS_FOR_INTERVAL:
         return None
     return sum(1.0 if d > 0 else 0.5 if d == 0 else 0.0 for d in differences) / len(differences)
 

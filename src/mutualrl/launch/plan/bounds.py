@@ -69,7 +69,8 @@ HEAD_TILE_VOCAB = 32768
 FULL_LOGIT_COPIES = 2
 """Float32 ``[rows, completion, vocabulary]`` tensors byte-kd's second forward holds at its backward: the logits
 over TRL's temperature (the one such tensor ``next_byte_logps`` keeps) and their gradient
-(``regimes/core/next_bytes.py``)."""
+(``regimes/core/next_bytes.py``). Its forward holds less: the model's bf16 logits and one float32 copy, divided in
+place (``tempered_logits``: 6 bytes a logit; ``.float() / temperature`` held 10)."""
 TRAINING_MARGIN_SHARE = 0.1
 """Share of a card left to what the estimate does not count while a policy trains: the CUDA context, NCCL's
 buffers, ZeRO-3's gathered parameters, the allocator's fragmentation, what a sleeping engine keeps."""

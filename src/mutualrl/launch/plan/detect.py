@@ -28,6 +28,30 @@ def detect_gpus() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def torch_build() -> tuple[str, str | None]:
+    """(torch's version, the CUDA version it was built for; None: a CPU build), a CPU build read from its metadata."""
+    if torch_is_cpu_build():
+        return importlib.metadata.version("torch"), None
+    import torch
+
+    return str(torch.__version__), torch.version.cuda
+
+
+def refuse_unseen_gpus() -> None:
+    """Torch sees no GPU: refuse in one line where ``nvidia-smi`` lists some (a driver older than the torch build, a
+    CPU build on a GPU box), unless ``CUDA_VISIBLE_DEVICES`` hides them on purpose."""
+    from mutualrl.host.nvidia_smi import hides_gpus, read_driver, torch_misses_gpus
+
+    if hides_gpus():
+        return
+    report = read_driver()
+    if report is None or not report.gpus:
+        return
+    problem = torch_misses_gpus(report, *torch_build())
+    if problem:
+        raise PlacementError(problem)
+
+
 def detect_gpu_memory_gib(gpus: int) -> float | None:
     """The smallest total memory among the first ``gpus`` visible GPUs."""
     if gpus <= 0:
@@ -35,6 +59,16 @@ def detect_gpu_memory_gib(gpus: int) -> float | None:
     import torch
 
     return min(torch.cuda.get_device_properties(i).total_memory for i in range(gpus)) / 2**30
+
+
+def detect_gpu_name() -> str | None:
+    """The first visible GPU's name (``NVIDIA H100 80GB HBM3``), where torch can say it."""
+    try:
+        import torch
+
+        return str(torch.cuda.get_device_name(0))
+    except (RuntimeError, AssertionError, ImportError):
+        return None
 
 
 def detect_cpu_cores() -> int:
@@ -114,6 +148,8 @@ class Node:
     ram_gib: float | None
     visible_devices: str | None
     """The parent's CUDA_VISIBLE_DEVICES as the commands should see it (None: read it from the environment)."""
+    gpu_name: str | None = None
+    """The first GPU's name, as torch reports it (None: simulated, or no GPU)."""
 
 
 def this_node(
@@ -134,8 +170,12 @@ def this_node(
         gpus = launch.gpus
     if gpus is None:
         gpus = 0 if simulate else detect_gpus()
+        if gpus == 0 and not simulate:
+            refuse_unseen_gpus()
     elif not simulate:
         visible = detect_gpus()
+        if gpus > visible == 0:
+            refuse_unseen_gpus()
         if gpus > visible:
             raise PlacementError(
                 f"--gpus {gpus} asks for more GPUs than are visible ({visible}); lower --gpus, or add --dry-run "
@@ -152,4 +192,5 @@ def this_node(
     if not simulate:
         gpu_memory_gib = gpu_memory_gib if gpu_memory_gib is not None else detect_gpu_memory_gib(gpus)
         ram_gib = ram_gib if ram_gib is not None else detect_ram_gib()
-    return Node(gpus, cpu_cores, gpu_memory_gib, ram_gib, parent_visible_devices)
+    name = detect_gpu_name() if gpus > 0 and not simulate else None
+    return Node(gpus, cpu_cores, gpu_memory_gib, ram_gib, parent_visible_devices, name)

@@ -48,6 +48,9 @@ from mutualrl.launch.plan.host_memory import HostMemory, host_from_json, host_me
 from mutualrl.launch.plan.machines import plan_placement_nodes
 from mutualrl.launch.plan.mwra import Placement, PolicyPlacement
 from mutualrl.launch.plan.resume_ranks import check_resume_ranks
+from mutualrl.launch.plan.run_length import check_train_prompts, optimizer_steps_per_epoch, plan_steps
+from mutualrl.launch.plan.run_time import RunTime, estimate_run_time, run_time_from_json
+from mutualrl.config.grpo_schema import grpo_default
 from mutualrl.pools.loading import remote_code_note
 from mutualrl.regimes.core.registry import get_regime
 from mutualrl.run_folder import RunPaths, read_json
@@ -118,6 +121,8 @@ class LaunchPlan:
     """The host RAM a GPU node needs for the run's processes against its RAM (None: a CPU pool)."""
     see_filesystem: str = ""
     """The filesystem of the SEE folder, in words (the barrier polls it)."""
+    run_time: RunTime | None = None
+    """The run's time on its GPUs, estimated and where measured (None: a CPU plan)."""
 
     def policy(self, name: str) -> PolicyPlan:
         for plan in self.policies:
@@ -148,6 +153,7 @@ class LaunchPlan:
             "disk": asdict(self.disk) if self.disk else None,
             "host": asdict(self.host) if self.host else None,
             "see_filesystem": self.see_filesystem,
+            "run_time": asdict(self.run_time) if self.run_time else None,
             "policies": [
                 {
                     "name": p.name,
@@ -228,6 +234,7 @@ class LaunchPlan:
             disk=_disk_from(data.get("disk")),
             host=host_from_json(data.get("host")),
             see_filesystem=str(data.get("see_filesystem", "")),
+            run_time=run_time_from_json(data.get("run_time")),
         )
 
     def write(self, run_dir: Path | None = None) -> list[Path]:
@@ -312,23 +319,21 @@ def make_launch_plan(
     addresses: dict[int, str] | None = None,
     dry_run: bool = False,
     resume_ranks: Mapping[str, tuple[int, str]] | None = None,
+    train_prompts: int | None = None, prompts_source: str = "",
 ) -> LaunchPlan:
     """Plan the run: placement, per-policy GRPO fields, config files and commands.
 
     ``dry_run``: a tracker that is not installed is a warning (the real run refuses it), as docs/evaluation.md says.
-
-    ``gpus``: GPUs to use (default ``config.launch.gpus``, else all visible). Unless
-    ``simulate``, asking for more GPUs than are visible fails, and device memory, CPU
-    cores and RAM are detected; with ``simulate`` (``--dry-run --gpus 8``) nothing is
-    detected and the memory check runs only if ``gpu_memory_gib`` is given.
-    ``param_counts``: {policy: parameters} hints for the memory check (otherwise known
-    model cards, then the size in the model name). Raises PlacementError (before anything
-    starts) when the pool cannot be placed or its batch cannot be split.
-
-    Several machines (``launch.nodes``): ``gpus`` is per machine, every machine's commands are
-    planned (``PolicyPlan.launches``) as ``launch.machine_rank`` sees them; ``addresses``
-    {machine: address} fills in where a policy spanning machines other than 0 meets.
+    ``gpus``: GPUs to use (default ``config.launch.gpus``, else all visible). Unless ``simulate``, asking for more
+    GPUs than are visible fails, and device memory, CPU cores and RAM are detected; with ``simulate`` (``--dry-run
+    --gpus 8``) nothing is detected and the memory check runs only if ``gpu_memory_gib`` is given.
+    ``param_counts``: {policy: parameters} hints for the memory check (otherwise known model cards, then the size in
+    the model name). Raises PlacementError (before anything starts) when the pool cannot be placed or its batch cannot
+    be split. Several machines (``launch.nodes``): ``gpus`` is per machine, every machine's commands are planned
+    (``PolicyPlan.launches``) as ``launch.machine_rank`` sees them; ``addresses`` {machine: address} fills in where a
+    policy spanning machines other than 0 meets.
     ``resume_ranks``: ``--resume``'s checkpoints, refused on another rank count (:mod:`.resume_ranks`).
+    ``train_prompts`` (from ``prompts_source``): refused when fewer than one step draws (:mod:`.run_length`).
     """
     run_dir = Path(run_dir).resolve()
     launch = config.launch
@@ -339,10 +344,11 @@ def make_launch_plan(
     specs = build_machine_specs(config, placement, run_dir, python, parent_visible_devices=node.visible_devices,
                                 machine=launch.machine_rank, addresses=addresses)
     plans = [
-        _plan_policy(config, index, placement, launches, run_dir, vllm_available, addresses)
+        _plan_policy(config, index, placement, launches, run_dir, vllm_available, addresses, train_prompts)
         for index, (_, launches) in enumerate(zip(config.pool.policies, specs, strict=True))
     ]
     warnings = [
+        *check_train_prompts(plans, train_prompts, config.batch, prompts_source or f"task {config.task.name}"),
         *placement.warnings,
         *check_trackers([p.grpo.get("report_to") for p in plans], fail=not (simulate or dry_run)),
         *check_same_prompts(config, plans),
@@ -374,7 +380,18 @@ def make_launch_plan(
         disk=disk,
         host=host_memory(config, plans, node.ram_gib),
         see_filesystem=see_filesystem,
+        run_time=_run_time(config, plans, node, run_dir, train_prompts),
     )
+
+
+def _run_time(config: RunConfig, plans: list[PolicyPlan], node: Node, run_dir: Path,
+              train_prompts: int | None) -> RunTime | None:
+    """The run's time on its GPUs (:mod:`.run_time`): sequences at the length caps, the run's steps from its prompts."""
+    prompts = train_prompts if train_prompts is not None else known_train_prompts(config.task)
+    completion = max(int(p.grpo.get("max_completion_length") or grpo_default("max_completion_length")) for p in plans)
+    return estimate_run_time(plans, node.gpu_name, config.task.max_prompt_tokens + completion, run_dir,
+                             lambda plan: plan_steps(plan.grpo, plan.placement.world_size, prompts),
+                             node.gpu_memory_gib)
 
 
 def _see_filesystem(config: RunConfig, run_dir: Path) -> tuple[str, list[str]]:
@@ -409,7 +426,8 @@ def _place_pool(config: RunConfig, node: Node) -> Placement:
 
 
 def _policy_grpo(
-    config: RunConfig, index: int, placement: Placement, run_dir: Path, vllm_available: bool | None
+    config: RunConfig, index: int, placement: Placement, run_dir: Path, vllm_available: bool | None,
+    train_prompts: int | None = None,
 ) -> tuple[dict[str, Any], DerivedBatch | None, list[str], list[list[str]]]:
     """One policy's GRPOConfig arguments, final: shared + its overrides, then the fields each stage decides for its
     devices, batch, cadence and resume, then the fields mutualrl owns
@@ -439,8 +457,10 @@ def _policy_grpo(
         grpo.pop(key, None)
     notes = [*device.notes, *sizes.notes, *cadence_notes, *keep.notes,
              *engine_note(policy.name, planned_engine(grpo, launch)), *remote_code_note(policy.name, policy.model, grpo)]
+    prompts = train_prompts if train_prompts is not None else known_train_prompts(config.task)
+    epoch_steps = None if prompts is None else optimizer_steps_per_epoch(grpo, placed.world_size, prompts)
     schedule_rows = describe(cadence, grpo, validation_interval(cadence, config.validation.every_steps),
-                             known_train_prompts(config.task))
+                             prompts, epoch_steps)
     return grpo, derived, notes, [list(row) for row in schedule_rows]
 
 
@@ -488,11 +508,12 @@ def _plan_policy(
     run_dir: Path,
     vllm_available: bool | None,
     addresses: dict[int, str] | None,
+    train_prompts: int | None = None,
 ) -> PolicyPlan:
     """Everything for pool policy ``index``: its GRPO fields, accelerate / DeepSpeed files and commands."""
     launch, policy = config.launch, config.pool.policies[index]
     placed, spec = placement.of(policy.name), launches[0]
-    grpo, derived, notes, schedule = _policy_grpo(config, index, placement, run_dir, vllm_available)
+    grpo, derived, notes, schedule = _policy_grpo(config, index, placement, run_dir, vllm_available, train_prompts)
     meet = machine_address(placed.machines[0], launch.main_address, addresses)
     port = policy_port(config, index)
     stage = ZERO_STAGES[launch.deepspeed]

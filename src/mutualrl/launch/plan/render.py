@@ -15,6 +15,7 @@ from mutualrl.launch.plan.checkpoints import DiskPlan
 from mutualrl.launch.plan.host_memory import host_line
 from mutualrl.launch.plan.launch_plan import LaunchPlan, PolicyPlan, plan_path
 from mutualrl.launch.plan.mwra import Placement
+from mutualrl.launch.plan.run_time import describe_run_time
 
 
 def render_plan(plan: LaunchPlan, console: Console, written: bool = False) -> None:
@@ -43,6 +44,8 @@ def render_plan(plan: LaunchPlan, console: Console, written: bool = False) -> No
         console.print(Text(_disk_line(plan.disk)))
     if plan.host is not None:
         console.print(Text(host_line(plan.host)))
+    if plan.run_time is not None:
+        console.print(Text(describe_run_time(plan.run_time)))
     if plan.see_filesystem:
         console.print(Text(f"SEE folder: {plan.see_filesystem}"))
     render_schedule([(p.name, p.schedule) for p in plan.policies], console)

@@ -304,3 +304,16 @@ def prepare_resume(paths: RunPaths, config: RunConfig, allowed: list[ConfigChang
     for policy in policies:  # stale status from the stopped run
         paths.status(policy).unlink(missing_ok=True)
     return config, step
+
+
+def prepared_train_prompts(paths: RunPaths) -> int | None:
+    """The train prompts the prepared run folder holds (after the joint length filter: what the workers read), for
+    the plan's check that one step's batch fills; None where the folder holds none (a machine K > 0 before machine 0
+    wrote them)."""
+    from mutualrl.training.data import TRAIN_FILE
+
+    try:
+        with (paths.data / TRAIN_FILE).open("rb") as rows:
+            return sum(1 for line in rows if line.strip())
+    except OSError:
+        return None

@@ -44,9 +44,16 @@ def finished_summary(paths: RunPaths, config: RunConfig) -> dict[str, Any] | Non
     return summary if finished else None
 
 
-def settings_differences(paths: RunPaths, config: RunConfig) -> list[str] | None:
-    """How the finished run in ``paths`` differs from ``config`` in what it trains (``[]``: the same settings);
-    None when the folder holds no readable run config."""
+STOP_RULES = frozenset({"task.stop_after_no_reward_steps", "see.barrier_timeout_s", "see.peer_timeout_s",
+                        "launch.stall_timeout_s", "launch.join_timeout_s", "pool.description"})
+"""Settings that only decide when a run is stopped (or name it): a run that finished is the same run under any
+value of them, so a sweep or ``--baseline`` that changes one reuses it."""
+
+
+def settings_differences(paths: RunPaths, config: RunConfig, may_change: bool = True) -> list[str] | None:
+    """How the finished run in ``paths`` differs from ``config`` in what it trains (``[]``: the same settings;
+    :data:`STOP_RULES` left out); ``may_change`` False: only the differences a ``--resume`` refuses. None when the
+    folder holds no readable run config."""
     from mutualrl.config.resolved import load_resolved_config
     from mutualrl.config.typed import to_plain
     from mutualrl.errors import MutualRLError
@@ -59,7 +66,8 @@ def settings_differences(paths: RunPaths, config: RunConfig) -> list[str] | None
     except MutualRLError:
         return None
     refused, allowed = config_changes(to_plain(stored), to_plain(config))
-    return [str(change) for change in [*refused, *allowed] if change.key != "output_dir"]
+    return [str(change) for change in [*refused, *(allowed if may_change else [])]
+            if change.key != "output_dir" and change.key not in STOP_RULES]
 
 
 def reusable_summary(paths: RunPaths, config: RunConfig) -> dict[str, Any] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from rich.console import Console
@@ -244,6 +245,11 @@ def print_comparison(comparison: dict[str, Any], console: Console) -> None:
 MAX_REASON_CHARS = 2000
 
 
+SWEEP_RUN_ENV = "MUTUALRL_SWEEP_RUN"
+"""Set by ``mutualrl sweep`` for the runs it starts: a run it stopped leaves the resume instruction to the sweep
+(the same sweep command), so a stop says one way to go on."""
+
+
 def resume_hint(paths: RunPaths) -> str:
     """The checkpoint an interrupted run goes on from, and the exact command that does it."""
     import shlex
@@ -283,7 +289,7 @@ def print_failure(outcome: Any, paths: RunPaths, console: Console) -> None:
         return
     if outcome.failed_policy is None:
         console.print(f"[bold red]run stopped:[/] {outcome.reason}", highlight=False)
-        if outcome.reason == "interrupted":
+        if outcome.reason == "interrupted" and not os.environ.get(SWEEP_RUN_ENV):  # a sweep says how to go on
             console.print(resume_hint(paths), highlight=False, soft_wrap=True)
         return
     console.print(f"[bold red]policy {outcome.failed_policy} failed:[/] {outcome.reason}; the other policies were "

@@ -47,7 +47,7 @@ from mutualrl.launch.supervise.worker_output import (
 )
 from mutualrl.regimes.core.registry import all_regimes
 from mutualrl.run_folder import RunPaths, read_status, see_marker
-from mutualrl.training.stop_request import clear_request, request_stop, request_teardown
+from mutualrl.training.stop_request import clear_request, follow_stop, request_stop, request_teardown
 from mutualrl.ops.watchdog import LAUNCHER_PID_ENV
 from mutualrl.write_failures import is_storage_message
 
@@ -321,7 +321,8 @@ class PoolRunner:
                                            or stop_reason(proc.log_path) or describe_exit(rc))
                                + in_reward_function(self.paths, proc.name))
                 elif failure is None:  # a run is done when every policy trained all its steps, nothing else
-                    reason = unfinished_exit(self.paths, proc.name, proc.marks, self.settings.max_steps)
+                    reason = unfinished_exit(self.paths, proc.name, proc.marks, self.settings.max_steps,
+                                             proc.log_path)
                     failure = (proc.name, reason + in_reward_function(self.paths, proc.name)) if reason else None
                     if failure is None:
                         self.progress.finished(p.name for p in self.procs if p.returncode is None)
@@ -421,9 +422,17 @@ class PoolRunner:
         names = [*live, *self.remote_names]
         how = interrupt_requested() or "SIGINT"
         statuses: dict[str, dict[str, Any]] = {}
-        try:
-            step = request_stop(self.paths, how, lambda: statuses.update(
-                {name: self._status_of(name) for name in names}) or statuses)
+
+        def read_statuses() -> dict[str, dict[str, Any]]:
+            statuses.update({name: self._status_of(name) for name in names})
+            return statuses
+
+        try:  # one machine decides the step (machine 0); the others read it, so two views cannot name two steps
+            if self.remote is None or self.remote.machine == 0:
+                step = request_stop(self.paths, how, read_statuses)
+            else:
+                step = follow_stop(self.paths, lambda: request_stop(self.paths, how, read_statuses))
+                read_statuses()  # for the time to the step
         except Exception:  # a full disk, a deleted folder: no request, the workers are stopped as before
             step = 0
         if step == 0 or not live:

@@ -8,8 +8,9 @@ the pool writes at the same time, to the run folder's filesystem. So the launche
 
 - time to the stop step: the slowest policy's steps to go (1 in lock-step: the step in flight) times its step time,
   the longest the launcher saw one of its steps take in this launch, from the status files (a validation between
-  two steps counted with them; before the launcher saw a step end, the time since it first looked, model loading
-  counted); a policy not yet seen to step counts as the slowest one seen. With no step seen (a Slurm warning asked
+  two steps counted with them; before the launcher saw a step end, the time since the policy's status said it
+  began training, else since the launcher first looked, model loading counted); a policy not yet seen to step
+  counts as the slowest one seen. With no step seen (a Slurm warning asked
   for at submission) a step counts :data:`UNMEASURED_STEP_S`.
 - checkpoint GiB: the launch plan's disk table (:class:`~mutualrl.launch.plan.checkpoints.DiskPlan`, one checkpoint
   of each policy, all ranks together: 14 bytes per parameter under ZeRO-3), summed over the pool; a policy whose
@@ -30,6 +31,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from mutualrl.training.stop_request import FINISHED, GRACE_S, SAVING
+
+TRAINING = "training"
+"""The status phase a policy's :class:`~mutualrl.training.callbacks.StatusCallback` writes when its training begins
+(its model loaded)."""
 
 WRITE_GIB_PER_S = 0.25
 """A conservative rate for one machine's checkpoint writes to the run folder's filesystem, all policies together:
@@ -125,15 +130,18 @@ class StepTimes:
         self.clock = clock
         self._seen: dict[str, tuple[int, float, bool]] = {}  # step, when first seen, whether a step end began it
         self._longest: dict[str, float] = {}  # between two step ends seen
-        self._first: dict[str, float] = {}  # from the first look to a step end: start-up counted
+        self._first: dict[str, float] = {}  # to the first step end: from the start of training, else the first look
+        self._phase: dict[str, Any] = {}  # the status phase last seen
 
     def look(self, statuses: Mapping[str, Mapping[str, Any]]) -> None:
         """Note every policy of ``statuses`` whose step moved (a step back: a restart, measured afresh)."""
         now = self.clock()
         for policy, status in statuses.items():
             step, seen = _completed(status), self._seen.get(policy)
-            if seen is None or step < seen[0]:
-                self._seen[policy] = (step, now, False)
+            began = status.get("phase") == TRAINING and self._phase.get(policy) != TRAINING
+            self._phase[policy] = status.get("phase")
+            if seen is None or step < seen[0] or (began and step == seen[0] and not seen[2]):
+                self._seen[policy] = (step, now, False)  # model loading over: the first step's clock starts here
             elif step > seen[0]:
                 per_step, into = (now - seen[1]) / (step - seen[0]), self._longest if seen[2] else self._first
                 into[policy] = max(into.get(policy, 0.0), per_step)

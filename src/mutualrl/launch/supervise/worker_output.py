@@ -64,11 +64,17 @@ def file_marks(paths: RunPaths, policy: str) -> tuple[tuple[int, int] | None, ..
     return tuple(marks)
 
 
+EMPTY_EPOCH = "not to be a single sample in your epoch_iterator"
+"""transformers' warning when an epoch holds no batch (fewer train prompts than one step draws); it then ends the
+training at once, exit code 0."""
+
+
 def unfinished_exit(paths: RunPaths, policy: str, marks_at_start: tuple[tuple[int, int] | None, ...],
-                    max_steps: int | None) -> str | None:
+                    max_steps: int | None, log_path: Path | None = None) -> str | None:
     """Why a worker that exited with code 0 did not finish (None: it did): it finished when its status or its
     final trainer state, written since it started (``marks_at_start``), says it trained every step it had
-    (at least ``max_steps``, the run's own count where known)."""
+    (at least ``max_steps``, the run's own count where known). ``log_path``: the worker's log, read for
+    transformers' empty-epoch warning."""
     status_path, state_path = progress_files(paths, policy)
     now = file_marks(paths, policy)
     status = read_status(status_path) if now[0] != marks_at_start[0] else {}
@@ -78,6 +84,10 @@ def unfinished_exit(paths: RunPaths, policy: str, marks_at_start: tuple[tuple[in
         if isinstance(step, int) and isinstance(total, int) and 0 < total <= step and step >= (max_steps or 0):
             return None
     step, total = status.get("step", 0), status.get("max_steps") or max_steps or "?"
+    if log_path is not None and EMPTY_EPOCH in tail(log_path, 64):
+        return (f"exited with code 0 at step {step} of {total}: transformers found no batch in an epoch "
+                f"(\"{EMPTY_EPOCH}\"): fewer train prompts than one step draws; lower the batch or train on more "
+                "prompts")
     return (f"exited with code 0 at step {step} of {total} without finishing its training (a run is done only "
             "when every policy trained all its steps: something in the process, e.g. a reward function, ended it)")
 

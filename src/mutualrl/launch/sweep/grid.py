@@ -36,6 +36,11 @@ LOGS_DIR = "logs"
 #: What a refused run's message ends with.
 SWEEP_REUSE_HINT = ("mutualrl sweep reuses a run only when it finished with the same settings, code and data: sweep "
                     "into another folder (-o), or delete that run folder to train it again")
+NO_REWARD_STOP = "task.stop_after_no_reward_steps"
+#: What every run of a sweep gets unless a --set or --grid names the key: the no-reward stop off. The stop counts a
+#: peer's success as signal (SGT, PRP), so on a task where one policy never scores alone it would stop the standalone
+#: baseline and spare the sharing regimes: the comparison would lose its baseline.
+SWEEP_DEFAULTS = (f"{NO_REWARD_STOP}=0",)
 
 
 @dataclass(frozen=True)
@@ -73,10 +78,26 @@ class SweepSpec:
 
     def argv(self, point: SweepPoint, resume: bool = False) -> list[str]:
         """``mutualrl train``'s arguments for ``point`` (after ``train``)."""
-        sets = [arg for item in [*self.sets, *point.sets] for arg in ("--set", item)]
+        sets = [arg for item in self.run_sets(point) for arg in ("--set", item)]
         common = ["--pool", self.pool, *(["--max-steps", str(self.max_steps)] if self.max_steps is not None else [])]
         return ["--regime", point.regime, "--seed", str(point.seed), *common, *sets,
                 "-o", str(self.folder / point.name), *(["--resume"] if resume else [])]
+
+    def run_sets(self, point: SweepPoint) -> list[str]:
+        """``point``'s ``--set`` items: :data:`SWEEP_DEFAULTS` whose key no set or grid value names, then the
+        sweep's, then the grid's."""
+        given = [*self.sets, *point.sets]
+        return [*[item for item in SWEEP_DEFAULTS if set_key(item) not in map(set_key, given)], *given]
+
+    def defaults_taken(self) -> list[str]:
+        """The :data:`SWEEP_DEFAULTS` every run gets (no set nor grid names their key)."""
+        named = {set_key(item) for item in self.sets} | {key for key, _ in self.grid}
+        return [item for item in SWEEP_DEFAULTS if set_key(item) not in named]
+
+
+def set_key(item: str) -> str:
+    """The setting a ``--set KEY=VALUE`` item names."""
+    return item.partition("=")[0].strip()
 
 
 def folder_name(text: str) -> str:
@@ -164,7 +185,7 @@ def resolved_config(spec: SweepSpec, point: SweepPoint) -> Any:
     from mutualrl.launch.run import TrainOptions, resolve_config
 
     options = TrainOptions(pool=spec.pool, regime=point.regime, seed=point.seed, max_steps=spec.max_steps,
-                           overrides=[*spec.sets, *point.sets], output_dir=spec.folder / point.name)
+                           overrides=spec.run_sets(point), output_dir=spec.folder / point.name)
     return resolve_config(options)[0]
 
 
@@ -254,9 +275,33 @@ def plan_sweep(spec: SweepSpec, console: Console, extra: dict[str, Any] | Callab
                   f"{len(points) // max(1, len(spec.regimes) * len(spec.seeds))} settings x {len(spec.seeds)} seeds) "
                   f"in {spec.folder}: {counts['reused']} finished (reused), {counts['resume']} to resume, "
                   f"{counts['new']} to train{live_count}", highlight=False, soft_wrap=True)
-    for line in [*([cannot_ask] if cannot_ask else []), *(live_line(name, why) for name, why in live.items())]:
+    for line in [*([cannot_ask] if cannot_ask else []), *(live_line(name, why) for name, why in live.items()),
+                 *stop_rule_lines(spec)]:
         console.print(line, highlight=False, soft_wrap=True, markup=False)
     return points, states
+
+
+def stop_rule_lines(spec: SweepSpec) -> list[str]:
+    """What the plan says of the no-reward stop: off in every run (:data:`SWEEP_DEFAULTS`), or, turned on by a set,
+    that it judges a regime that reads no peer apart from one that learns from peers' successes."""
+    from mutualrl.regimes.core.registry import get_regime
+
+    if spec.defaults_taken():
+        return [f"every run: {NO_REWARD_STOP}=0 (a sweep trains each run to its end: the stop for no reward counts a "
+                "peer's success as signal, so it would stop a baseline that reads no peer where the sharing regimes "
+                f"go on; --set {NO_REWARD_STOP}=N turns it on for every run)"]
+    values = [item.partition("=")[2].strip() for item in spec.sets if set_key(item) == NO_REWARD_STOP][-1:]
+    values = values or [value for key, grid_values in spec.grid if key == NO_REWARD_STOP for value in grid_values]
+    if all(value.lower() in ("0", "null", "none", "~") for value in values):
+        return []
+    alone = [name for name in spec.regimes if not get_regime(name).needs_peers]
+    sharing = [name for name in spec.regimes if get_regime(name).needs_peers]
+    if not alone or not sharing:
+        return []
+    return [f"warning: {NO_REWARD_STOP} is on: a run of {', '.join(alone)} is stopped after that many steps in which "
+            f"its own completions score nothing, a run of {', '.join(sharing)} only when its peers' do not score "
+            f"either; a policy that never scores alone leaves the report without its baseline ({NO_REWARD_STOP}=0 "
+            "keeps every run to its end)"]
 
 
 def run_sweep(spec: SweepSpec, console: Console, jobs: int = 1) -> int:
@@ -288,7 +333,7 @@ def run_sweep(spec: SweepSpec, console: Console, jobs: int = 1) -> int:
         return 130
     if failed:
         console.print(f"[red]sweep:[/] {len(failed)} run(s) did not finish: {', '.join(failed)} (their logs: "
-                      f"{spec.folder}/<run>/logs/); the same command resumes them", highlight=False, soft_wrap=True)
+                      f"{spec.folder}/<run>/logs/); {failed_advice(spec, failed)}", highlight=False, soft_wrap=True)
         return 1
     if live:
         console.print(f"sweep: {done}/{len(points)} runs finished; {len(live)} live, left to the launch that has "
@@ -300,6 +345,22 @@ def run_sweep(spec: SweepSpec, console: Console, jobs: int = 1) -> int:
                   f"{shlex.quote(str(spec.folder))}; the figure: mutualrl plot --group-by regime "
                   f"{shlex.quote(str(spec.folder))}", highlight=False, soft_wrap=True, markup=False)
     return 0
+
+
+def failed_advice(spec: SweepSpec, failed: list[str]) -> str:
+    """What to do about the runs that did not finish: the same command resumes them, except a run the no-reward stop
+    ended, which the same command would stop again."""
+    from mutualrl.launch.rundir.record import read_record
+    from mutualrl.training.reward_signal_watch import NO_REWARD
+
+    unscored = [name for name in failed if NO_REWARD in str(read_record(RunPaths(spec.folder / name)).get("reason"))]
+    others = [name for name in failed if name not in unscored]
+    advice = [f"the same command resumes {', '.join(others)}"] if others else []
+    if unscored:
+        advice.append(f"{', '.join(unscored)} stopped because nothing scored ({NO_REWARD_STOP}), and the same command "
+                      f"would stop {'them' if len(unscored) > 1 else 'it'} again: add --set {NO_REWARD_STOP}=0 to it "
+                      "to train every run to its end (a resume may change that setting)")
+    return "; ".join(advice)
 
 
 def run_points(spec: SweepSpec, todo: list[SweepPoint], states: dict[str, str], jobs: int, console: Console,
@@ -335,7 +396,10 @@ def start_point(spec: SweepSpec, point: SweepPoint, resume: bool, jobs: int, con
     from mutualrl.host.parent_death import die_with_parent
 
     # a kill -9 of the sweep stops the run as a Ctrl-C of it does (SIGTERM: the run's own stop, resumable)
+    from mutualrl.launch.rundir.summary import SWEEP_RUN_ENV
+
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT if log else None,
+                               env={**os.environ, SWEEP_RUN_ENV: "1"},  # its stop: the sweep's resume line only
                                preexec_fn=die_with_parent())  # noqa: PLW1509 - only prctl and getppid run there
     return Started(point, process, time.perf_counter(), log)
 

@@ -24,7 +24,17 @@ from rich.console import Console
 
 from mutualrl.errors import UsageError
 from mutualrl.launch.sweep.grid import SweepPoint, SweepSpec, plan_sweep, train_command
-from mutualrl.launch.sweep.task_needs import cache_line, cache_record, run_configs, task_cache_env, task_gpus, task_mem_gb
+from mutualrl.launch.sweep.task_needs import (
+    DEFAULT_CPUS,
+    DEFAULT_TIME_MIN,
+    cache_line,
+    cache_record,
+    fit_time_and_cpus,
+    run_configs,
+    task_cache_env,
+    task_gpus,
+    task_mem_gb,
+)
 from mutualrl.output_guards import folder_inside, refuse_links_below, write_new_inside
 
 #: Where submitit keeps its job files (scripts, pickles, logs), inside the sweep folder.
@@ -36,9 +46,9 @@ class SlurmOptions:
     """What each array task asks Slurm for."""
 
     partition: str | None = None
-    time_min: int = 240
+    time_min: int | None = None  # None: the runs' planned time (task_needs.fit_time_and_cpus), else 240
     gpus_per_task: int | None = None  # None: what the runs ask for (task_needs.task_gpus); 0 when submitted as is
-    cpus_per_task: int = 4
+    cpus_per_task: int | None = None  # None: 4 a GPU rank of the runs' plans, at least 4
     mem_gb: int | None = None  # None: the runs' host RAM + a margin (task_needs.task_mem_gb); CPU: the partition's
     parallel: int = 8  # array tasks running at once
     local: bool = False  # submitit's local executor instead of sbatch
@@ -58,7 +68,8 @@ def executor_for(folder: Path, options: SlurmOptions) -> Any:
     except RuntimeError as err:  # no srun on this machine
         raise UsageError(f"--slurm: {err} Submit from a Slurm login node, try the array here with --slurm-local, or "
                          "run without --slurm") from None
-    parameters: dict[str, Any] = {"timeout_min": options.time_min, "cpus_per_task": options.cpus_per_task,
+    parameters: dict[str, Any] = {"timeout_min": options.time_min or DEFAULT_TIME_MIN,
+                                  "cpus_per_task": options.cpus_per_task or DEFAULT_CPUS,
                                   "gpus_per_node": options.gpus_per_task or 0, "tasks_per_node": 1, "nodes": 1,
                                   "name": f"mutualrl-sweep-{folder.name}", "slurm_array_parallelism": options.parallel}
     if options.partition:
@@ -76,8 +87,9 @@ def resources_line(tasks: int, options: SlurmOptions) -> str:
     memory = f"{options.mem_gb} GB memory" if options.mem_gb else "the partition's default memory"
     at_once = max(1, min(options.parallel, tasks))  # submitit caps the array's parallelism at its size
     return (f"job array: {tasks} task{'s' if tasks != 1 else ''} (at most {at_once} at once), each "
-            f"{options.gpus_per_task or 0} GPU{'s' if options.gpus_per_task != 1 else ''}, {options.cpus_per_task} "
-            f"CPUs, {memory}, {options.time_min} min, partition {options.partition or '(the default)'}"
+            f"{options.gpus_per_task or 0} GPU{'s' if options.gpus_per_task != 1 else ''}, "
+            f"{options.cpus_per_task or DEFAULT_CPUS} CPUs, {memory}, {options.time_min or DEFAULT_TIME_MIN} min, "
+            f"partition {options.partition or '(the default)'}"
             f"{f', stop signal {options.signal_s} s before the limit' if options.signal_s else ''}"
             f"{'; submitit local executor' if options.local else ''}")
 
@@ -150,7 +162,8 @@ def stop_signal(options: SlurmOptions, plans: list[Any]) -> SlurmOptions:
 
     if options.signal_s is not None:
         return options
-    return replace(options, signal_s=warning_s(max(map(planned_save_gib, plans), default=0.0), options.time_min))
+    return replace(options, signal_s=warning_s(max(map(planned_save_gib, plans), default=0.0),
+                                               options.time_min or DEFAULT_TIME_MIN))
 
 
 def start_holding_sigint(command: list[str], cwd: str, env: dict[str, str] | None) -> tuple[subprocess.Popen, bool]:
@@ -290,8 +303,12 @@ def plan_array(spec: SweepSpec, options: SlurmOptions, console: Console, dry_run
     cache = cache_record(configs)
     plans: dict[str, Any] = {}  # filled as each run is planned, before the record (with the stop signal) is written
     points, states = plan_sweep(spec, console, extra=lambda: {"cache": cache, "slurm": asdict(stop_signal(
-        options, list(plans.values())))}, dry_run=dry_run, gpus=options.gpus_per_task or 0, plans=plans)
+        fit_time_and_cpus(options, list(plans.values()))[0], list(plans.values())))}, dry_run=dry_run,
+        gpus=options.gpus_per_task or 0, plans=plans)
+    options, notes = fit_time_and_cpus(options, list(plans.values()))
     options = stop_signal(options, list(plans.values()))
+    for note in notes:
+        console.print(f"warning: {note}", highlight=False, soft_wrap=True, markup=False)
     todo = [p for p in points if states[p.name] not in ("reused", "live")]  # a live run is left to its launch
     console.print(resources_line(len(todo), options), highlight=False, soft_wrap=True, markup=False)
     console.print(cache_line(cache), highlight=False, soft_wrap=True, markup=False)

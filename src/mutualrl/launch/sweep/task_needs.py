@@ -8,6 +8,10 @@
   :mod:`mutualrl.launch.plan.host_memory`: the processes' baseline, loading the weights, a checkpoint save), the
   largest of the runs plus a margin, asked as ``--mem`` unless ``--slurm-mem`` is given (below the need: refused);
   a CPU pool's is left to the partition's default.
+- **Time and CPUs**: each run's plan estimates its time on the task's GPUs (the dry run's "Run time" line,
+  :mod:`mutualrl.launch.plan.run_time`); ``--slurm-time`` not given asks for the slowest run's high estimate plus
+  :data:`TIME_MARGIN`, ``--slurm-cpus`` not given :data:`CPUS_PER_GPU_RANK` a GPU rank; a value given below either is
+  kept and said (a run cut by its time limit resumes when the same sweep is submitted again).
 - **The asset cache** (``$MUTUALRL_CACHE``): the folder the sweep was submitted with, and the assets there the runs
   read (the ``builtin:`` models, e.g. ``models/tiny-bpe-<hash>``), are recorded in ``sweep.json``; each array task
   checks the cache it would use before its run starts (:func:`task_cache_env`).
@@ -176,3 +180,45 @@ def task_cache_env(record: Mapping[str, Any], environ: Mapping[str, str]) -> tup
     if lacking:
         return env, f"the asset cache {recorded} lacks {', '.join(lacking)}: this task builds them there (minutes)"
     return env, None
+
+
+DEFAULT_TIME_MIN = 240
+"""``--slurm-time`` where no run's time is estimated (a CPU pool, sizes unknown)."""
+
+DEFAULT_CPUS = 4
+"""``--slurm-cpus`` of a CPU pool's task."""
+
+CPUS_PER_GPU_RANK = 4
+"""CPU cores a GPU rank keeps busy: its trainer process, its colocated vLLM engine's scheduler and detokenizer, and the
+reward function; 8 ranks: 32, as examples/slurm asks for."""
+
+TIME_MARGIN = 0.1
+"""Asked on top of the slowest run's high estimate."""
+
+
+def fit_time_and_cpus(options: Any, plans: list[Any]) -> tuple[Any, list[str]]:
+    """``options`` (SlurmOptions) with the time limit and CPUs the runs' ``plans`` need where not given, and a line
+    for each given value below that need."""
+    import dataclasses
+    import math
+
+    high_s = max((p.run_time.run_s[1] for p in plans if p.run_time is not None and p.run_time.run_s), default=None)
+    ranks = max((sum(q.placement.num_processes for q in p.policies if q.placement.device_type == "cuda")
+                 for p in plans), default=0)
+    need_min = None if high_s is None else math.ceil(high_s * (1 + TIME_MARGIN) / 60)
+    need_cpus = ranks * CPUS_PER_GPU_RANK or None
+    notes = []
+    time_min, cpus = options.time_min, options.cpus_per_task
+    if time_min is None:
+        time_min = need_min or DEFAULT_TIME_MIN
+    elif need_min is not None and time_min < need_min:
+        notes.append(f"--slurm-time {time_min}: a run may need up to {need_min} min (the high end of the Run time line "
+                     f"of `mutualrl train --dry-run`, +{TIME_MARGIN:.0%}); a run its limit stops resumes when the same "
+                     "sweep is submitted again")
+    if cpus is None:
+        cpus = max(DEFAULT_CPUS, need_cpus or 0)
+    elif need_cpus is not None and cpus < need_cpus:
+        notes.append(f"--slurm-cpus {cpus}: a run's {ranks} GPU ranks keep about {need_cpus} cores busy "
+                     f"({CPUS_PER_GPU_RANK} a rank: trainer, vLLM engine, reward function); give --slurm-cpus "
+                     f"{need_cpus}")
+    return dataclasses.replace(options, time_min=time_min, cpus_per_task=cpus), notes

@@ -114,7 +114,7 @@ class ByteKDAdapter(JudgedAdapter):
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.symbols: torch.Tensor | None = None  # [V] the learner's next-byte symbol of each token id
-        self.rescues = RescueBudget(PREFIX)
+        self.rescues = RescueBudget(PREFIX, self.settings.rescue_reduction)
 
     def state_dict(self) -> dict[str, Any]:
         """The rescue counters: the run's total and, per prompt, the steps that rescued it (the budget)."""

@@ -2,7 +2,11 @@
 
 - Declaring and finding regimes: :mod:`.regime_spec` (``RegimeSpec``, ``RegimeFlag``, ``register_regime``),
   :mod:`.registry` (discovers every ``regimes/<name>/spec.py`` and the ``MUTUALRL_REGIMES`` plugins; looks regimes
-  up; docs/architecture.md), :mod:`.pooled_spec` (the settings of the peer rows PRP and HACPO pool).
+  up; docs/architecture.md), :mod:`.pooled_spec` (the settings of the peer rows PRP and HACPO pool),
+  :mod:`.rescue_spec` (the settings of SGT's rescue, which opd-sgt and byte-kd share), :mod:`.loss_types` (TRL's
+  loss types classified once).
+- SGT's rescue, one implementation for every regime that uses it: :mod:`.rescue`; the success anchor:
+  :mod:`.success_anchor`.
 - Shared maths: :mod:`.grpo` (GRPO advantages, TRL-exact, Sec. "Preliminaries", and the same over a pool of
   policies), :mod:`.pool` (the ``[P, K]`` / ``[P, M, K]`` layout), :mod:`.importance` (the
   importance-ratio diagnostics and ESS of rows a learner did not sample), :mod:`.word_units` (cross-policy

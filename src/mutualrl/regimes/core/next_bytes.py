@@ -69,6 +69,15 @@ ROWS_PER_CHUNK_ELEMENTS = 1 << 24
 """:func:`next_byte_logps` works on at most this many ``[rows, V]`` logits at once (64 MiB of float32)."""
 
 
+def tempered_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``logits`` ``[..., V]`` (the model's, bf16 under autocast) as one float32 tensor over ``temperature``: one copy,
+    divided in place. ``logits.float() / temperature`` holds two float32 copies beside the bf16 logits at once, 10
+    bytes a logit where the plan counts 8 (``launch/plan/bounds.py``: ``FULL_LOGIT_COPIES``); in place, 6 at this line
+    and 8 at the backward (these and their gradient)."""
+    scaled = logits.to(torch.float32, copy=True)  # [..., V]
+    return scaled.div_(temperature) if temperature != 1 else scaled  # [..., V]: neither op keeps a tensor for backward
+
+
 def next_byte_logps(logits: torch.Tensor, symbols: torch.Tensor) -> torch.Tensor:
     """``log q(b)`` ``[..., 258]`` from next-token logits ``[..., V]``: :func:`symbol_logps` of their log-softmax,
     with its gradient, keeping only ``logits`` for the backward (:class:`_NextByteLogps`) where autograd's composition

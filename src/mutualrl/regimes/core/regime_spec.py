@@ -78,6 +78,10 @@ class RegimeSpec:
     """Needs every peer's records of the very same round (OPD: the peers judge this round's rollouts), so it runs
     under the paper's lock-step barrier only: a recipe that leaves it (see.max_staleness > 0, see.on_peer_failure
     continue, see.replay_consumption; each such field declares its lock-step value) is refused when it is read."""
+    parent: str | None = None
+    """The regime this one is a variant of (its name): the variant's settings dataclass subclasses the parent's, and a
+    recipe's ``regime.<parent key>`` values reach the variant's settings unless its own section sets them
+    (docs/architecture.md, "A regime variant in three files")."""
     batch: type | None = None
     """The keys it adds to TRL's batch beyond every regime's (:class:`~mutualrl.regimes.core.trainer_interface.
     GRPOBatch`): a ``GRPOBatch`` subclass in its own folder, each key with its shape (SGT's ``SGTBatch``)."""

@@ -155,10 +155,44 @@ def inherited_setting_key(regime: str | None, key: str) -> str:
     return key
 
 
+def parent_regime(name: str) -> RegimeSpec:
+    """The spec of the regime a variant builds on; its ``spec.py`` replaces what differs
+    (``dataclasses.replace(parent, name=..., parent=parent.name, settings=...)``)."""
+    return get_regime(name, "parent regime")
+
+
+def parent_adapter(name: str) -> type:
+    """The adapter class of regime ``name``, for a variant's ``adapter.py`` to subclass (imports it, so torch and
+    TRL: call it from an adapter, never from a spec)."""
+    module, _, class_name = parent_regime(name).adapter.partition(":")
+    return getattr(importlib.import_module(module), class_name)
+
+
+def parent_chain(spec: RegimeSpec) -> list[RegimeSpec]:
+    """``spec``'s parents with settings, nearest last (a variant of a variant: grandparent first). A parent that
+    is not registered, or whose settings the variant's do not subclass, is refused."""
+    chain: list[RegimeSpec] = []
+    seen = {spec.name}
+    while spec.parent is not None:
+        parent = get_regime(spec.parent, f"regime {spec.name!r}: parent")
+        if parent.name in seen:
+            raise UsageError(f"regime {spec.name!r}: its parents form a loop through {parent.name!r}")
+        seen.add(parent.name)
+        if parent.settings is not None:
+            if spec.settings is None or not issubclass(spec.settings, parent.settings):
+                raise UsageError(f"regime {spec.name!r}: its settings must subclass its parent {parent.name!r}'s "
+                                 f"({parent.settings.__name__})")
+            chain.insert(0, parent)
+        spec = parent
+    return chain
+
+
 def regimes_help() -> str:
     """``name (help), ...`` for the CLI."""
     return ", ".join(f"{s.name} ({s.help})" for s in all_regimes())
 
 
 __all__ = ["ENV_VAR", "RegimeFlag", "RegimeSpec", "all_regimes", "flag_setting", "get_regime", "import_file",
-           "inherited_setting_key", "load_regimes", "regime_flags", "regime_names", "regimes_help", "register_regime", "settings_regimes", "unregister_regime"]
+           "inherited_setting_key", "load_regimes", "parent_adapter", "parent_chain", "parent_regime",
+           "regime_flags", "regime_names", "regimes_help", "register_regime", "settings_regimes",
+           "unregister_regime"]

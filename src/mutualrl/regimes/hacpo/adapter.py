@@ -38,6 +38,7 @@ from mutualrl.regimes.api import (
     Quantile,
     Share,
     StepRollouts,
+    loss_types_where,
 )
 from mutualrl.regimes.hacpo.spec import HACPO, HACPOSettings
 
@@ -57,9 +58,9 @@ PEER_ROW: Final = "hacpo_peer_row"
 SOURCE: Final = "hacpo_source"
 """Batch rows ``[B]``: the pool index of a peer row's source policy; -1 on own rows (the per-source ``used_share``
 is counted at the loss, where TRL has shuffled and split the rows)."""
-TOKEN_NORMALISED: Final = ("dapo", "cispo", "vespo")
-"""TRL 1.16 loss types whose normaliser is ``num_items_in_batch`` (the generation's completion tokens over the ranks);
-the others (``grpo``, ``sapo``, ``dr_grpo``, ``luspo``; ``bnpo`` is refused) count a micro-batch's rows."""
+TOKEN_NORMALISED: Final = loss_types_where(normaliser="generation_tokens")
+"""TRL 1.16 loss types whose normaliser is ``num_items_in_batch`` (the generation's completion tokens over the ranks;
+``LOSS_TYPES``); the others (``bnpo`` is refused) count a micro-batch's rows."""
 
 
 @dataclass

@@ -47,7 +47,7 @@ class OPDSGTAdapter(JudgedAdapter):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.rescues = RescueBudget(PREFIX)
+        self.rescues = RescueBudget(PREFIX, self.settings.rescue_reduction)
 
     def state_dict(self) -> dict[str, Any]:
         """The rescue counters: the run's total and, per prompt, the steps that rescued it (the budget)."""

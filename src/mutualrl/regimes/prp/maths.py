@@ -26,6 +26,7 @@ from mutualrl.regimes.api import (
     check_pool,
     check_same_shape,
     group_advantages,
+    loss_types_where,
     unit_heads,
     unit_totals,
 )
@@ -187,8 +188,8 @@ class PPOClip:
     delta: float | None = None
 
 
-CLIPPED_LOSSES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
-"""TRL 1.16's loss types whose surrogate is ``-min(r·A, clip(r)·A)`` (cispo, sapo and vespo give every ratio a
+CLIPPED_LOSSES = loss_types_where(clipped=True)
+"""TRL 1.16's loss types whose surrogate is ``-min(r·A, clip(r)·A)`` (``LOSS_TYPES``; the others give every ratio a
 gradient)."""
 
 

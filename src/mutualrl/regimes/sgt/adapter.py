@@ -22,13 +22,20 @@ from mutualrl.regimes.api import (
     GRPOBatch,
     PeerGroups,
     RegimeAdapter,
+    RescueBudget,
     Share,
     StepRollouts,
     anchored_advantages,
+    anchored_rollouts,
     attach_sequences,
     attached_rows,
+    choose_rescues,
     gather_peer_groups,
     learner_responses,
+    rescue_logprob,
+    rescue_nll,
+    rescue_rows,
+    rescue_weights,
     solved_prompts,
 )
 from mutualrl.regimes.sgt.spec import RESCUES_TOTAL_KEY, SGT, SGTSettings
@@ -70,8 +77,7 @@ class SGTAdapter(RegimeAdapter):
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
-        self.rescues_total = 0
-        self.rescues_by_prompt: dict[str, int] = {}  # steps that rescued each prompt (kept under a run-wide cap)
+        self.rescues = RescueBudget("sgt", self.settings.rescue_reduction)  # its counts; per prompt under a cap
         self.history: dict[int, OwnRound] = {}
         self.thresholds_checked = False
         self.total_restored = False
@@ -81,11 +87,10 @@ class SGTAdapter(RegimeAdapter):
         ``logging_steps - 1`` steps), and under ``max_rescues_per_prompt`` the steps that rescued each prompt. The
         groups kept for stale rounds are not state: a resumed policy's staleness window starts at its first resumed
         step, and it reads no round before it."""
-        return {"rescues_total": self.rescues_total, "rescues_by_prompt": dict(sorted(self.rescues_by_prompt.items()))}
+        return self.rescues.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.rescues_total = int(state["rescues_total"])
-        self.rescues_by_prompt = {str(key): int(value) for key, value in state.get("rescues_by_prompt", {}).items()}
+        self.rescues.load_state_dict(state)
         self.total_restored = True  # a checkpoint without this state (older) restores it from the logged total
 
     def warn_thresholds(self, own: torch.Tensor, peers: dict[str, pa.Table]) -> None:
@@ -129,15 +134,16 @@ class SGTAdapter(RegimeAdapter):
 
     def _anchor(self, output: GRPOBatch, metrics: dict[str, float],
                 rollouts: StepRollouts) -> tuple[GRPOBatch, dict[str, float]]:
-        """With ``anchor_lam``: this step's own rollouts of the prompts they all solved get ``α`` added to their
-        advantage (:mod:`mutualrl.regimes.core.success_anchor`)."""
+        """With ``anchor_lam``: this step's verified own successes of the prompts they all solved get ``α`` added to
+        their advantage (:mod:`mutualrl.regimes.core.success_anchor`)."""
         alpha = self.settings.anchor_lam
         if alpha == 0:
             return output, metrics
         k = rollouts.num_generations
         own_rewards = rollouts.rewards_local.float().view(-1, k)  # [P, K]
         solved = solved_prompts(own_rewards, self.settings.success_threshold)  # [P]
-        output["advantages"] = anchored_advantages(output["advantages"], solved, k, alpha)  # [B]
+        lifted = anchored_rollouts(own_rewards, self.settings.success_threshold)  # [P, K]
+        output["advantages"] = anchored_advantages(output["advantages"], lifted, alpha)  # [B]
         metrics["anchored_rate"] = Share(float(solved.sum()), len(solved))
         return output, metrics
 
@@ -171,12 +177,11 @@ class SGTAdapter(RegimeAdapter):
             extra_tokens = self._attach_rescues(output, rollouts, own, gated_prompts, peers, sources, flat_mask,
                                                 num_gated)
 
-        rescued = self._sum_over_ranks(int(gate.gated.sum()), rollouts)
-        self._count_rescues(own, gate, rollouts)
         if not self.total_restored:  # a resumed run goes on counting from its checkpoint's logged total
             self.total_restored = True
-            self.rescues_total = max(self.rescues_total, logged_total(self.trainer.state.log_history))
-        self.rescues_total += rescued
+            self.rescues.rescues_total = max(self.rescues.rescues_total, logged_total(self.trainer.state.log_history))
+        # every rank's rescued prompts; per prompt only under a budget (a prompt may fall to another rank next time)
+        rescued = self.rescues.count(own.groups, gate.gated, rollouts, settings.max_rescues_per_prompt is not None)
         rollout_tokens = int(output["completion_mask"].sum().item())
         metrics = sgt_metrics(gate, own.rewards, peer.values["reward"], extra_tokens=extra_tokens,
                               rollout_tokens=rollout_tokens, m=len(self.peers) + 1, k=k,
@@ -184,7 +189,7 @@ class SGTAdapter(RegimeAdapter):
                               max_pairs_per_prompt=settings.max_pairs_per_prompt)
         metrics.update(source_use(gate, chosen, peer.values["reward"], self.peers))
         metrics["rescues"] = rescued
-        metrics["rescues_total"] = self.rescues_total
+        metrics["rescues_total"] = self.rescues.rescues_total
         if settings.max_rescues_per_prompt is not None:  # the same on every rank: all take part in the sum
             metrics["over_budget"] = self._sum_over_ranks(over_budget, rollouts)
         return output, metrics
@@ -194,7 +199,7 @@ class SGTAdapter(RegimeAdapter):
         """The gate per prompt (all K own rollouts failed, a peer succeeded, the prompt's rescue budget not spent), the
         peer success chosen for each gated prompt (seeded per step, policy and regime), the learner rows it rescues,
         and how many prompts only the budget kept out."""
-        from mutualrl.regimes.sgt.maths import assign_sgt_rows, select_peer_successes, sgt_gate, within_rescue_budget
+        from mutualrl.regimes.sgt.maths import sgt_gate, within_rescue_budget
 
         settings = self.settings
         peer = gather_peer_groups(peers, self.peers, own.groups, k, step, columns=("reward", "num_tokens"))
@@ -203,12 +208,13 @@ class SGTAdapter(RegimeAdapter):
         unbudgeted = sgt_gate(own.rewards, peer_rewards, success_threshold=settings.success_threshold,
                               failure_threshold=settings.failure_threshold,
                               require_all_failed=settings.require_all_failed)
-        before = torch.tensor([self.rescues_by_prompt.get(group, 0) for group in own.groups], dtype=torch.long)  # [P]
+        before = self.rescues.rescued_before(own.groups)  # [P]
         gate = within_rescue_budget(unbudgeted, before, settings.max_rescues_per_prompt)
         over_budget = int((unbudgeted.gated & ~gate.gated).sum())
         generator = self.seeded_generator(step, self.name)
-        chosen = select_peer_successes(gate, peer_lengths, selection=settings.selection, generator=generator)
-        row_mask = assign_sgt_rows(gate.gated, k, settings.max_pairs_per_prompt)
+        chosen = choose_rescues(peer_rewards, gate.gated, settings.success_threshold, generator,
+                                selection=settings.selection, peer_lengths=peer_lengths)  # [P, 2]
+        row_mask = rescue_rows(gate.gated, k, settings.max_pairs_per_prompt)  # [P, K]
         return peer, gate, chosen, row_mask, over_budget
 
     def _chosen_successes(self, peer: PeerGroups, gate: SGTGate, chosen: torch.Tensor,
@@ -220,19 +226,6 @@ class SGTAdapter(RegimeAdapter):
             m, j = int(chosen[p, 0]), int(chosen[p, 1])  # chosen: int64 [P, 2] (peer, sample)
             sources.append((self.peers[m], int(peer.rows[p, m, j])))
         return gated_prompts, sources
-
-    def _count_rescues(self, own: OwnRound, gate: SGTGate, rollouts: StepRollouts) -> None:
-        """Under ``max_rescues_per_prompt``, count this step's rescued prompts, every rank's, so that each rank holds
-        the whole run's counts (a prompt may fall to another rank at its next visit; rank 0 saves them)."""
-        if self.settings.max_rescues_per_prompt is None:
-            return
-        rescued = [group for group, gated in zip(own.groups, gate.gated.tolist(), strict=True) if gated]
-        if rollouts.num_processes > 1:
-            from accelerate.utils import gather_object
-
-            rescued = gather_object(rescued)
-        for group in rescued:
-            self.rescues_by_prompt[group] = self.rescues_by_prompt.get(group, 0) + 1
 
     def _sum_over_ranks(self, count: int, rollouts: StepRollouts) -> int:
         """``count`` summed over the ranks (every rank takes part in the collective, gated or not)."""
@@ -247,8 +240,6 @@ class SGTAdapter(RegimeAdapter):
         """The rescues ``sources`` in the learner's vocabulary (THL, EOS appended where the peer finished:
         :func:`~mutualrl.regimes.core.peer_responses.learner_responses`), put on the gated rows of ``output`` with their
         weights (Eq. regime3_total); returns the rescue tokens added."""
-        from mutualrl.regimes.sgt.maths import sgt_example_weights
-
         trainer = self.trainer
         k = rollouts.num_generations
         sequences = learner_responses(peers, sources, trainer.processing_class, trainer.max_completion_length).ids
@@ -265,9 +256,9 @@ class SGTAdapter(RegimeAdapter):
                     rows[i], source_index[i] = ids, self.peers.index(name)
                     extra_tokens += len(ids)
         attach_sequences(output, rows, pad, width, "sgt")  # sgt_completion_ids, sgt_completion_mask: [B_local, R]
-        weights = sgt_example_weights(flat_mask, self.settings.lam, trainer.args.steps_per_generation,
-                                      trainer.current_gradient_accumulation_steps, num_gated=num_gated,
-                                      num_processes=rollouts.num_processes)
+        weights = rescue_weights(flat_mask, self.settings.lam, trainer.args.steps_per_generation,
+                                 trainer.current_gradient_accumulation_steps, num_gated=num_gated,
+                                 num_processes=rollouts.num_processes)  # [B_local]
         output["sgt_weight"] = weights.to(device=device, dtype=torch.float32)
         output[SGT_SOURCE] = torch.tensor(source_index, dtype=torch.long, device=device)  # [B_local]
         if own.prompt_ids is not None:  # an earlier round: its prompts, not this step's
@@ -279,8 +270,6 @@ class SGTAdapter(RegimeAdapter):
                      sources: torch.Tensor) -> dict[str, float]:
         """Per peer with a rescue in this micro-batch, ``from/<peer>/rescue_logp``: the learner's mean sequence
         log-prob of that peer's rescued answers, read from the NLL forward (no pass of its own)."""
-        from mutualrl.regimes.sgt.maths import rescue_logprob
-
         out = {}
         for m, peer in enumerate(self.peers):
             mine = torch.where(sources == m, weights, torch.zeros_like(weights))  # [R]
@@ -293,14 +282,12 @@ class SGTAdapter(RegimeAdapter):
         attached = attached_rows(inputs, "sgt", trainer.accelerator.num_processes)
         if attached is None:
             return None
-        from mutualrl.regimes.sgt.maths import rescue_logprob, sgt_nll
-
         rows, completion, mask = attached  # [R], [R, T'], [R, T']
         weights = inputs["sgt_weight"]  # [B]
         prompt_ids = inputs.get("sgt_prompt_ids", inputs["prompt_ids"])
         prompt_mask = inputs.get("sgt_prompt_mask", inputs["prompt_mask"])
         logps = trainer.score_completions(model, prompt_ids[rows], prompt_mask[rows], completion, mask)
-        loss = sgt_nll(logps, mask, weights[rows])
+        loss = rescue_nll(logps, mask, weights[rows], self.settings.rescue_reduction)
         values = {"nll_term": loss.detach().item()}
         logp = rescue_logprob(logps.detach(), mask, weights[rows])
         if logp == logp:  # not NaN: some row of this micro-batch carries a rescue

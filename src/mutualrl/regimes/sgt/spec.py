@@ -11,21 +11,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from mutualrl.regimes.api import (NONNEGATIVE, NONPOSITIVE, UNIT, GRPOBatch, MetricWords, RegimeSpec,
-                                  check_rescue_counts, register_regime)
+                                  RescueGateSettings, check_rescue_counts, check_rescue_thresholds, register_regime)
 
 if TYPE_CHECKING:
     import torch
 
 
 @dataclass
-class SGTSettings:
-    """Success-Gated Transfer (paper Sec. "Regime 3", App. "Implementation details for SGT")."""
+class SGTSettings(RescueGateSettings):
+    """Success-Gated Transfer (paper Sec. "Regime 3", App. "Implementation details for SGT"): the rescue's gate,
+    budget and reduction (:class:`~mutualrl.regimes.core.rescue_spec.RescueGateSettings`, shared with opd-sgt and
+    byte-kd), its weight and the paper's options."""
 
     lam: float = field(default=0.1, metadata={"ge": 0, "help": "lambda_SGT: weight of the gated NLL term relative to GRPO."})
-    success_threshold: float = field(
-        default=0.8, metadata={"help": "A rollout with reward above this is a verified success."}
-    )
-    failure_threshold: float = field(default=0.2, metadata={"help": "A rollout with reward below this is a negative."})
     require_all_failed: bool = field(
         default=True,
         metadata={"help": "Gate only when all K learner rollouts are negative (the paper's strict setting)."},
@@ -36,19 +34,13 @@ class SGTSettings:
     max_pairs_per_prompt: int = field(
         default=1, metadata={"ge": 1, "help": "Cap on SGT pairs formed for one prompt and learner per step."}
     )
-    max_rescues_per_prompt: int | None = field(
-        default=None,
-        metadata={"ge": 1, "help": "Over the whole run, how many steps may rescue one prompt for this learner (unset: "
-                  "no limit, as in the paper). A prompt the learner still fails after this many lessons draws no "
-                  "more, so an answer it cannot take up yet stops pulling on its other skills. The counts are saved "
-                  "with each checkpoint."}
-    )
     anchor_lam: float = field(
         default=0.0,
         metadata={"ge": 0, "help": "Beyond the paper: a success anchor. On a prompt whose every own rollout is a "
-                  "verified success (GRPO's advantage 0 there), each rollout's advantage is raised by this: "
-                  "self-imitation on what the learner already solves, so that a rescue of a near-identical prompt "
-                  "does not pull it away (docs/regimes.md). 0: the paper's SGT."}
+                  "verified success (GRPO's advantage 0 there), each verified rollout's advantage is raised by this: "
+                  "imitation of the learner's own verified successes (RAFT's rejection-sampling fine-tuning, not "
+                  "SIL's (R - V)+, which is 0 there), so that a rescue of a near-identical prompt does not pull it "
+                  "away (docs/regimes.md). 0: the paper's SGT."}
     )
 
 
@@ -70,9 +62,8 @@ RESCUE_LOGP_KEY = "sgt/rescue_logp"
 
 
 def check_sgt_settings(settings: SGTSettings) -> tuple[str, str] | None:
-    if settings.failure_threshold > settings.success_threshold:
-        return "failure_threshold", f"must not exceed success_threshold ({settings.success_threshold})"
-    return None
+    """The rescue's rule: the failure threshold not above the success threshold."""
+    return check_rescue_thresholds(settings)
 
 
 SGT = register_regime(RegimeSpec(
