@@ -14,7 +14,9 @@ And the canonical form's bias: at each offset where the completion's own tokeniz
 and the largest share of mass the limits dropped. Inside a merged token: after the first digit of each two-digit
 right answer, both forms' END mass and the right second digit's. JSON on stdout; results/bytekd-exact.md.
 
-    PYTHONPATH=src python benchmarks/bytekd_exact.py --prompts 6 --samples 4 --tokens 8
+    PYTHONPATH=src python benchmarks/bytekd_exact.py --prompts 12 --samples 4 --tokens 8
+    PYTHONPATH=src python benchmarks/bytekd_exact.py --untrained --prompts 2 --samples 2 --tokens 16 \
+        --max-covers 8 --cover-floor 1e-4
 """
 
 from __future__ import annotations
@@ -60,7 +62,8 @@ def completions(model, tokenizer, prompts: list[str], samples: int, tokens: int,
     return out
 
 
-def measure(name: str, prompts: list[str], samples: int, tokens: int, seed: int, max_covers: int) -> dict:
+def measure(name: str, prompts: list[str], samples: int, tokens: int, seed: int, max_covers: int, floor: float,
+            untrained: bool) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -71,11 +74,14 @@ def measure(name: str, prompts: list[str], samples: int, tokens: int, seed: int,
 
     folder = ensure_tiny_model(name)
     model, tokenizer = AutoModelForCausalLM.from_pretrained(folder).float(), AutoTokenizer.from_pretrained(folder)
+    if untrained:  # the same architecture at a random initialisation: mass spread over many tokenizations
+        torch.manual_seed(seed)
+        model = AutoModelForCausalLM.from_config(model.config).float()
     model.eval()
     shim = Shim(model, tokenizer)
     width = model.get_output_embeddings().weight.shape[0]
     pieces = token_pieces(shim, width)
-    limits = CoverLimits(0.0, max_covers)
+    limits = CoverLimits(floor, max_covers)
     times = {key: 0.0 for key in ("judge_canonical", "judge_exact", "learner_canonical", "learner_exact")}
     states, dropped, gaps, kls, end_gaps = [], 0.0, [], [], []
     rows = completions(model, tokenizer, prompts, samples, tokens, seed)
@@ -90,7 +96,7 @@ def measure(name: str, prompts: list[str], samples: int, tokens: int, seed: int,
         times["judge_canonical"] += time.perf_counter() - clock
         clock = time.perf_counter()
         with torch.no_grad():
-            covers = find_covers(text, pieces, model_forward(shim, model, prompt, mask), row, 0.0, max_covers)
+            covers = find_covers(text, pieces, model_forward(shim, model, prompt, mask), row, floor, max_covers)
             exact = cover_next_byte_logps(covers, text, pieces)  # [n + 1, 258]
         times["judge_exact"] += time.perf_counter() - clock
         states.append(len(covers.tokens))
@@ -114,7 +120,7 @@ def measure(name: str, prompts: list[str], samples: int, tokens: int, seed: int,
         logq, _ = learner_next_bytes(shim, model, prompt, mask, text, row, pieces, limits)
         torch.where(torch.isfinite(logq), logq, torch.zeros_like(logq)).sum().backward()
         times["learner_exact"] += time.perf_counter() - clock
-    inside = inside_merged(shim, model, tokenizer, pieces, prompts, max_covers)
+    inside = None if untrained else inside_merged(shim, model, tokenizer, pieces, prompts, max_covers)
     n = len(rows)
     return {"inside_merged": inside, "model": name, "completions": n, "mean_bytes": statistics.mean(len(pieces.text_of(r)) for _, r, _ in rows),
             "ms_per_completion": {key: 1000 * value / n for key, value in times.items()},
@@ -164,11 +170,14 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=4, help="completions per prompt")
     parser.add_argument("--tokens", type=int, default=8, help="most tokens per completion")
     parser.add_argument("--max-covers", type=int, default=64, help="byte-kd's max_covers")
+    parser.add_argument("--cover-floor", type=float, default=0.0, help="byte-kd's cover_floor")
+    parser.add_argument("--untrained", action="store_true", help="each model's architecture at a random init")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
     digits = [(a, b, c) for a in range(1, 10) for b in range(1, 10) for c in range(0, 10)][::37][:args.prompts]
     prompts = [f"{a}+{b}+{c}=" for a, b, c in digits] + [f"{a}+{b}-{c}=" for a, b, c in digits if a + b >= c]
-    out = [measure(name, prompts, args.samples, args.tokens, args.seed, args.max_covers)
+    out = [measure(name, prompts, args.samples, args.tokens, args.seed, args.max_covers, args.cover_floor,
+                   args.untrained)
            for name in ("tiny-bpe", "tiny-sp")]
     print(json.dumps({"args": vars(args), "results": out}, indent=1))
 
