@@ -98,6 +98,7 @@ def test_a_teacher_equal_on_texts_has_kl_and_gradient_zero_at_every_offset_of_ev
         assert abs(loss.item()) < 1e-6 and theta.grad.abs().max() < 1e-6, tokens
 
 
+@pytest.mark.slow  # autograd through the brute-force sums at every offset of 40 samples: over 2 s
 def test_the_gradient_is_the_exact_next_byte_kls_by_enumeration():
     """Against a teacher that differs: the covers' KL and its gradient equal the same KL over brute-force next-byte
     distributions (sums over complete sequences), on every learner sample."""
