@@ -76,3 +76,16 @@ def test_opd_under_gspo_is_refused():
     assert text.endswith("use 'token' (TRL's default)") and "importance_sampling_level" in text
     assert load_run_config("tiny", regime="opd", check_grpo=False,
                            overrides=["grpo.importance_sampling_level=token"]).config.regime.name == "opd"
+
+
+@pytest.mark.parametrize("regime", ["opd", "opd-sgt"])
+@pytest.mark.parametrize("setting, key", [("grpo.top_p=0.9", "top_p=0.9"), ("grpo.top_k=50", "top_k=50"),
+                                          ("grpo.min_p=0.05", "min_p=0.05"),
+                                          ("grpo.repetition_penalty=1.1", "repetition_penalty=1.1")])
+def test_opd_with_a_truncating_or_processed_sampler_is_refused(regime, setting, key):
+    """OPD's signal is a score-function estimate under the model's own distribution: a sampler drawing from another
+    one is refused in one line naming the setting, as PRP's peer denominator and HACPO are."""
+    text = refused(regime, setting)
+    assert key in text and f"under regime {regime}" in text
+    assert load_run_config("tiny", regime=regime, check_grpo=False, overrides=[
+        "grpo.top_p=1.0", "grpo.top_k=0", "grpo.repetition_penalty=1.0"]).config.regime.name == regime

@@ -271,7 +271,8 @@ def test_the_gradient_through_trls_loss_across_a_two_vs_one_split(grad_trainer, 
     from mutualrl.config import load_run_config
     from mutualrl.regimes.bytekd.adapter import ByteKDAdapter
 
-    config = load_run_config("tiny", overrides=[f"regime.bytekd.lam={LAM}"], regime="byte-kd", check_grpo=False).config
+    config = load_run_config("tiny", overrides=[f"regime.bytekd.lam={LAM}", "regime.bytekd.distribution=canonical"],
+                             regime="byte-kd", check_grpo=False).config
     adapter = ByteKDAdapter(config, "tiny-sp", exchange=None)
     adapter.trainer = grad_trainer
     adapter.symbols = torch.tensor([ord(c) for c in CHARS])  # the learner's 4 tokens
@@ -301,7 +302,8 @@ def test_with_sgts_rescue_the_gradient_is_the_kl_and_the_rescues_nll_by_hand(gra
     from mutualrl.config import load_run_config
     from mutualrl.regimes.bytekd.adapter import ByteKDAdapter
 
-    config = load_run_config("tiny", overrides=[f"regime.bytekd.lam={LAM}", f"regime.bytekd.rescue_lam={RESCUE_LAM}"],
+    config = load_run_config("tiny", overrides=[f"regime.bytekd.lam={LAM}", f"regime.bytekd.rescue_lam={RESCUE_LAM}",
+                                        "regime.bytekd.distribution=canonical"],
                              regime="byte-kd", check_grpo=False).config
     adapter = ByteKDAdapter(config, "tiny-sp", exchange=None)
     adapter.trainer = grad_trainer

@@ -285,8 +285,13 @@ def test_a_lock_step_step_judges_the_peer_and_adds_its_signal_where_it_is_the_mo
         assert advantages.tolist() == [0.25, -0.25, 0.75, -0.75]  # TRL's own [B] advantages, untouched
         return
     # Every log-prob is the fake's -0.5 per token. " 2": GPT-2 one token, Mistral SP two (▁, 2): the judge's -1.0
-    # on it; EOS on EOS: -0.5 both. δ = [-0.5, 0] on p0's rows (the learner's completions are [digit, EOS]).
-    assert advantages.tolist() == [[0.25 - lam * 0.5, 0.25], [-0.25 - lam * 0.5, -0.25], [0.75, 0.75], [-0.75, -0.75]]
+    # on it; EOS on EOS: -0.5 both. δ = [-0.5, 0] on p0's rows (the learner's completions are [digit, EOS]), times
+    # the row factor that makes TRL's reduction a constant one (grpo: |y| / L = 2 / max_completion_length).
+    trainer = learner.trainer
+    assert trainer.loss_type == "grpo"
+    s = 2 / trainer.max_completion_length
+    assert advantages.tolist() == [[pytest.approx(0.25 - lam * 0.5 * s), 0.25],
+                                   [pytest.approx(-0.25 - lam * 0.5 * s), -0.25], [0.75, 0.75], [-0.75, -0.75]]
     assert recorded[("train", "opd/reverse_kl")] == [pytest.approx(0.25)]  # (0.5 + 0) / 2 per token
     assert recorded[("train", "opd/teacher_logp")] == [pytest.approx(-0.75)]
     # and the other way round: the learner teaches the peer p1 (it solved one of two, the peer none)

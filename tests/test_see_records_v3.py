@@ -96,10 +96,11 @@ def with_column(table: pa.Table, name: str, rows: list, value_type: pa.DataType)
         ([[1, 2, 3, 4], [], None], [[-1.0, -1.0, -1.0], [], None],
          r"row 0 .*'next_byte_logps': has 3 values but next_byte_ids has 4$"),
         ([[1, 2, 3], [], None], [[-1.0, -1.0, -1.0], [], None],
-         r"row 0 .*'next_byte_ids': has 3 values, not k >= 1 per token for 2 tokens$"),
-        ([[], [], None], [[], [], None], r"row 0 .*'next_byte_ids': has 0 values, not k >= 1 per token for 2 tokens$"),
-        ([[1, 2], [5, 6], None], [[-1.0, -1.0], [-1.0, -1.0], None],
-         r"row 1 .*'next_byte_ids': has 2 values, not k >= 1 per token for 0 tokens$"),
+         r"row 0 .*'next_byte_ids': has 3 values, not k >= 1 per token for 2 tokens nor per byte offset for 2 "
+         r"offsets$"),
+        ([[], [], None], [[], [], None],
+         r"row 0 .*'next_byte_ids': has 0 values, not k >= 1 per token for 2 tokens nor per byte offset for 2 "
+         r"offsets$"),
         ([[1, 2, 3, 258], [], None], [[-1.0] * 4, [], None],
          r"row 0 .*'next_byte_ids': token 1 symbol 1 is 258 \(must be 0\.\.257"),
         ([[1, -1], [], None], [[-1.0] * 2, [], None], r"row 0 .*'next_byte_ids': token 1 symbol 0 is -1 "),

@@ -32,9 +32,10 @@ num_tokens                 int32               ``len(response_token_ids)``
 next_byte_ids              list<int32>,        flattened ``[num_tokens, k]``: at each token, the
                            nullable            publisher's top-k next-byte symbols (0..255 a byte,
                                                256 END: a token that ends generation, 257 other special or
-                                               empty token); null unless the regime publishes
-                                               distributions
-next_byte_logps            list<float32>,      flattened ``[num_tokens, k]``: log of the
+                                               empty token); or ``[text bytes + 1, k]``, at each byte
+                                               offset of the text (exact distributions); null unless
+                                               the regime publishes distributions
+next_byte_logps            list<float32>,      flattened as the ids: log of the
                            nullable            publisher's next-token probability mass on each of
                                                those symbols (finite, <= 0); null with the ids
 =========================  ==================  ==================================================
@@ -471,9 +472,16 @@ def _check_next_bytes(arrays: dict[str, pa.Array], tokens: Ragged) -> None:
         _fail(arrays, row, "next_byte_logps", f"has {n_logps[row]} values but next_byte_ids has {n_ids[row]}")
     tok_len = tokens.lengths  # [rows]
     whole = np.where(tok_len > 0, (n_ids % np.maximum(tok_len, 1) == 0) & (n_ids > 0), n_ids == 0)  # [rows]
+    offsets = np.zeros(rows, dtype=np.int64)  # [rows] byte offsets of the text (its bytes + 1), where per offset
     if (row := first_true(present & ~whole)) is not None:
-        _fail(arrays, row, "next_byte_ids", f"has {n_ids[row]} values, not k >= 1 per token for {tok_len[row]} tokens")
-    k = n_ids // np.maximum(tok_len, 1)  # [rows] symbols per token (0 where none)
+        offsets = np.fromiter((len(text.encode("utf-8")) + 1 if text is not None else 1
+                               for text in arrays["response_text"].to_pylist()), dtype=np.int64, count=rows)
+        per_offset = (n_ids % offsets == 0) & (n_ids > 0)  # [rows] k per byte offset (exact distributions)
+        if (row := first_true(present & ~whole & ~per_offset)) is not None:
+            _fail(arrays, row, "next_byte_ids", f"has {n_ids[row]} values, not k >= 1 per token for {tok_len[row]} "
+                  f"tokens nor per byte offset for {offsets[row]} offsets")
+        offsets = np.where(whole, 0, offsets)  # [rows]
+    k = np.where(offsets > 0, n_ids // np.maximum(offsets, 1), n_ids // np.maximum(tok_len, 1))  # [rows] per position
     if len(ids.values) and (ids.values.min() < 0 or ids.values.max() > NEXT_BYTE_OTHER):
         idx = int(np.argmax((ids.values < 0) | (ids.values > NEXT_BYTE_OTHER)))
         row = row_of(ids.offsets, idx)

@@ -36,16 +36,20 @@ from mutualrl.regimes.api import (
     Share,
     StepRollouts,
     Total,
+    CoverLimits,
     clean_starts,
     first_byte_symbols,
     gather_peer_groups,
     judgement_sources,
+    logits_width,
     next_byte_logps,
     peer_row_views,
     peer_rows,
     success_rates,
     teacher_weights,
+    token_pieces,
 )
+from mutualrl.regimes.bytekd.exact import exact_kl_term, exact_teacher_distributions, own_texts
 from mutualrl.regimes.bytekd.maths import shared_boundaries, symbol_kl, teaching_gate
 from mutualrl.regimes.bytekd.spec import BYTE_KD, ByteKDSettings
 
@@ -120,8 +124,14 @@ class ByteKDAdapter(JudgedAdapter):
         self.rescues.load_state_dict(state)
 
     @property
-    def top_bytes(self) -> int:  # the judges publish this many next-byte symbols per token
+    def top_bytes(self) -> int:  # the judges publish this many next-byte symbols per token (per byte with 'exact')
         return self.settings.top_bytes
+
+    @property
+    def byte_covers(self) -> CoverLimits | None:  # 'exact': the judges' distributions at every byte offset
+        if self.settings.distribution != "exact":
+            return None
+        return CoverLimits(self.settings.cover_floor, self.settings.max_covers)
 
     def transform(self, output: GRPOBatch, rollouts: StepRollouts,
                   peers: dict[str, pa.Table]) -> tuple[GRPOBatch, dict[str, float]]:
@@ -135,12 +145,16 @@ class ByteKDAdapter(JudgedAdapter):
         teaching = teaching_gate(own_rate, peer_rates, own_rewards, settings.failure_threshold, settings.gate)  # [P, J]
         prompt_weights = teacher_weights(teaching, peer_rates, "best")  # [P, J]
         mask = output["completion_mask"]  # [B, C]
-        teacher = teacher_distributions(self.own_records, tables, self.peers, rollouts, mask.shape[1],
-                                        settings.top_bytes)
+        if self.byte_covers is not None:
+            teacher, positions = self._exact_teachers(output, rollouts, tables)  # positions: [B, O] byte offsets
+        else:
+            teacher = teacher_distributions(self.own_records, tables, self.peers, rollouts, mask.shape[1],
+                                            settings.top_bytes)
+            positions = mask.cpu().bool()  # [B, C]
         row_weights = prompt_weights.repeat_interleave(k, dim=0) * teacher.matched  # [B, J]
-        weights = row_weights[:, :, None] * teacher.shared * mask.cpu().bool()[:, None, :]  # [B, J, C]
+        weights = row_weights[:, :, None] * teacher.shared * positions[:, None, :]  # [B, J, C or O]
         taught = row_weights > 0  # [B, J]
-        own_tokens = mask.cpu().bool()[:, None, :] & taught[:, :, None]  # [B, J, C]
+        own_tokens = positions[:, None, :] & taught[:, :, None]  # [B, J, C or O]
         metrics: dict[str, float] = {
             "gate_rate": Share(float(teaching.any(-1).sum()), teaching.shape[0]),
             "judged_share": Share(float(teacher.matched.sum()), teacher.matched.numel()),
@@ -160,6 +174,19 @@ class ByteKDAdapter(JudgedAdapter):
             output[f"{PREFIX}_logps"] = teacher.logps.to(device)  # [B, J, C, k]
             output[f"{PREFIX}_weights"] = weights.to(device)  # [B, J, C]
         return output, metrics
+
+    def _exact_teachers(self, output: GRPOBatch, rollouts: StepRollouts,
+                        tables: dict[str, pa.Table]) -> tuple[TeacherDistributions, torch.Tensor]:
+        """The judges' exact distributions at every byte offset of this rank's texts, and the offsets each row has
+        (bool ``[B, O]``)."""
+        mask = output["completion_mask"]  # [B, C]
+        pieces = token_pieces(self.trainer, logits_width(self.trainer.model))
+        own = own_texts(self.trainer, output["completion_ids"].cpu(), mask.cpu(), pieces)
+        ids, logps, shared, matched = exact_teacher_distributions(own, tables, self.peers, rollouts,
+                                                                  self.settings.top_bytes)
+        lengths = torch.tensor([len(text) + 1 for text in own.texts])  # [B]
+        positions = torch.arange(ids.shape[2])[None, :] < lengths[:, None]  # [B, O]
+        return TeacherDistributions(ids, logps, shared, matched), positions
 
     def _rescue(self, output: GRPOBatch, rollouts: StepRollouts, peers: dict[str, pa.Table], peer_rows: torch.Tensor,
                 own_rewards: torch.Tensor, peer_rewards: torch.Tensor, prompts: list[str],
@@ -190,6 +217,12 @@ class ByteKDAdapter(JudgedAdapter):
         weights = inputs.get(f"{PREFIX}_weights")  # [B, J, C]
         if weights is None:
             return None
+        if self.byte_covers is not None:
+            loss, values = exact_kl_term(self.trainer, model, inputs, PREFIX, self.settings.lam, self.byte_covers)
+            if loss is not None:
+                self.trainer.record_metrics({f"{self.name}/{key}": value for key, value in values.items()},
+                                            mode="train" if model.training else "eval")
+            return loss
         rows = torch.nonzero((weights > 0).flatten(1).any(1), as_tuple=True)[0]  # [R]
         if rows.numel() == 0:
             if self.trainer.accelerator.num_processes == 1:

@@ -1,5 +1,9 @@
 """Next-byte distillation across tokenizers (beyond the paper; GKD's on-policy distillation, arXiv 2306.13649).
 
+What follows is ``distribution: canonical``, an approximation: each ``q`` is the next-token distribution after the
+model's own tokens only. ``distribution: exact`` (the default; :mod:`mutualrl.regimes.bytekd.exact`) sums over every
+tokenization covering the text and compares at every byte offset; :func:`symbol_kl` is the divergence of both.
+
 The learner ``θ`` samples ``y ~ π_θ(· | x)``; a teaching peer ``T`` scores the same text in its own tokens. At an
 offset ``o`` of ``y`` where both tokenizations have a token boundary (a *shared boundary*), each model's next-token
 distribution gives a distribution over the next byte (:mod:`mutualrl.regimes.core.next_bytes`):

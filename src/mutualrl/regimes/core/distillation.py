@@ -8,6 +8,7 @@ from typing import Literal
 
 import torch
 
+from mutualrl.regimes.core.distillation_spec import SIGNAL_LOSS_TYPES
 from mutualrl.regimes.core.reward_shapes import check_float
 from mutualrl.regimes.core.word_units import unit_totals
 
@@ -91,3 +92,46 @@ def distillation_signal(own_logps: torch.Tensor, peer_logps: torch.Tensor, valid
     elif groups is not None:
         delta = torch.where(reached, unit_totals(delta, groups), torch.zeros_like(delta))  # [B, M-1, T] per word
     return (weights.to(torch.float32)[:, :, None] * delta).sum(1)  # [B, T]
+
+
+
+
+def signal_row_scale(loss_type: str, mask: torch.Tensor, max_completion_length: int, num_items: float,
+                     num_processes: int) -> torch.Tensor:
+    """float32 ``[B]``: the factor on each row's signal (``mask`` ``[B, C]``, this rank's rows) under which TRL's
+    reduction of ``A_t = signal_t`` is the row's sum over ``max_completion_length``, averaged over the rows (dr_grpo's
+    normaliser, a constant): ``grpo`` and ``sapo`` divide a row by its own length (factor ``|y_i| / L``), ``dapo`` and
+    ``cispo`` by the step's token count ``num_items`` over all ranks (factor ``num_items / (B · ranks · L)``). So the
+    λ part's expected update is the gradient of its source's objective whatever the rows' lengths (a row's own
+    normaliser would weigh a sample by ``1/|y|``, which its length correlates with)."""
+    if loss_type not in SIGNAL_LOSS_TYPES:
+        raise ValueError(f"a distillation signal is exact under loss_type {', '.join(SIGNAL_LOSS_TYPES)}; got "
+                         f"{loss_type!r}")
+    rows, length = mask.shape[0], float(max(1, max_completion_length))
+    if loss_type in ("grpo", "sapo"):
+        return mask.sum(-1).clamp(min=1).to(torch.float32) / length  # [B]
+    if loss_type == "dr_grpo":
+        return torch.ones(rows, dtype=torch.float32)  # [B]
+    return torch.full((rows,), float(num_items) / (rows * num_processes * length), dtype=torch.float32)  # [B]
+
+
+def text_signal(own_text: torch.Tensor, judge_text: torch.Tensor, valid: torch.Tensor,
+                weights: torch.Tensor) -> torch.Tensor:
+    """OPD's ``signal: sequence`` over texts, float32 ``[B, T]``: each token a judge reached carries ``Σ_j w_{i,j}
+    (log p_j(x_i) − log p_θ(x_i))``, both the models' log-probabilities of the row's text summed over every
+    tokenization of it (``own_text`` ``[B]``, ``judge_text`` ``[B, M-1]``; ``valid`` ``[B, M-1, T]``, ``weights``
+    ``[B, M-1]``, 0 where a judge sent none). With ``y`` the tokens sampled for text ``x``, ``E_y[δ(x) ∇log π_θ(y)] =
+    Σ_x δ(x) ∇p_θ(x)``: the gradient of ``KL(p_θ ‖ p_j)`` over texts however the learner split them (with the
+    learner's log-prob of its own tokens instead, ``−H(tokenization | text)`` joins the objective)."""
+    check_float("judge_text", judge_text, 2, "[B, M-1]")
+    if own_text.shape != judge_text.shape[:1] or valid.shape[:2] != judge_text.shape or \
+            weights.shape != judge_text.shape:
+        raise ValueError(f"own_text [B], judge_text and weights [B, M-1], valid [B, M-1, T]; got "
+                         f"{tuple(own_text.shape)}, {tuple(judge_text.shape)}, {tuple(weights.shape)}, "
+                         f"{tuple(valid.shape)}")
+    taught = weights > 0  # [B, M-1]
+    delta = torch.where(taught, judge_text.float() - own_text.float()[:, None], torch.zeros_like(judge_text.float()))
+    reached = valid & taught[:, :, None]  # [B, M-1, T]
+    per_judge = torch.where(reached, delta[:, :, None].expand_as(reached), torch.zeros(reached.shape))  # [B, M-1, T]
+    return (weights.float()[:, :, None] * per_judge).sum(1)  # [B, T]
+

@@ -19,6 +19,8 @@ class JudgedAdapter(RegimeAdapter):
     peer_columns = ("prompt_id", "sample_index", "reward", "response_text", "finished")
     publishes_spans = True  # its own spans, kept from its records: its peers' judgements are aligned onto them
     top_bytes = 0  # > 0: the judges also publish their next-byte distributions, this many symbols per token
+    byte_covers: Any = None  # a CoverLimits: those distributions exact, at every byte offset (byte-kd's 'exact')
+    text_marginals = False  # the judges also publish their log-probability of each text over every tokenization
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -42,14 +44,21 @@ class JudgedAdapter(RegimeAdapter):
         rollouts.require_whole_groups(self.name)
         step = rollouts.step
         judged, judge_s = timed(lambda: judge_rollouts(self.trainer, output, rollouts, peers, self.peers,
-                                                       self.top_bytes))
+                                                       self.top_bytes, self.byte_covers, self.text_marginals))
         for name, records in judged.records.items():
             self.channel.publish(step, name, records)
-        columns = JUDGEMENT_COLUMNS + (DISTRIBUTION_COLUMNS if self.top_bytes else ())
+        columns = JUDGEMENT_COLUMNS + (DISTRIBUTION_COLUMNS if self.top_bytes else ()) + (
+            ("advantage",) if self.text_marginals else ())
         with self.phase("waiting for peers' judgements"):
             tables, wait_s = timed(lambda: self.channel.read(step, self.peers, columns))
         self.trainer.record_metrics({"mutual/judge_s": judge_s, "mutual/judgements_wait_s": wait_s})
         return judged, tables
+
+    @staticmethod
+    def _items(output: GRPOBatch) -> float:
+        """The step's completion tokens over all ranks (TRL's ``num_items_in_batch``; this rank's where absent)."""
+        items = output.get("num_items_in_batch")
+        return float(output["completion_mask"].sum() if items is None else items)
 
     def prune_records(self, step: int) -> None:
         super().prune_records(step)

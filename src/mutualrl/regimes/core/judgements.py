@@ -18,7 +18,8 @@ response_token_ids     the judge's tokens of that text (its EOS appended where t
 response_token_spans   each judge token's character span in the text; ``(-1, -1)`` for the EOS
 behaviour_logps        the judge's log-probs of its tokens: ``log π_judge(token | its prompt, the text before)``
 reward, finished       the learner's (as read)
-advantage              null
+advantage              null; with text marginals (OPD's ``signal: sequence``) the judge's log-probability of the text
+                       summed over every tokenization of it (:mod:`~mutualrl.regimes.core.byte_covers`)
 next_byte_ids,         with ``top_bytes`` (byte-kd): before each judge token, its ``k`` most likely next-byte symbols
 next_byte_logps        and their log-masses (:mod:`~mutualrl.regimes.core.next_bytes`); null otherwise
 =====================  ==========================================================================================
@@ -50,6 +51,8 @@ from mutualrl.regimes.core.trainer_interface import GRPOBatch, StepRollouts, Tra
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from mutualrl.regimes.core.cover_scoring import CoverLimits
 
     from mutualrl.see.exchange import ExperienceExchange
     from mutualrl.see.records import RolloutBatch
@@ -148,13 +151,17 @@ class Judged:
 
 
 def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollouts, peers: dict[str, pa.Table],
-                   names: Sequence[str], top_bytes: int = 0) -> Judged:
+                   names: Sequence[str], top_bytes: int = 0, covers: CoverLimits | None = None,
+                   text_marginals: bool = False) -> Judged:
     """Score the peers ``names``' rollouts of this rank's groups with this policy's model (one no-grad forward pass
     over all of them, at TRL's scoring batch size): their text in this policy's tokens after this policy's own prompt
     tokens of the prompt; the judgement records per peer (module docstring). A peer's table must hold the columns
     ``prompt_id``, ``sample_index``, ``reward``, ``response_text``, ``finished``. ``top_bytes`` > 0: each record
     also carries, at each of the judge's tokens, its ``top_bytes`` most likely next-byte symbols and their log-masses
-    (:mod:`~mutualrl.regimes.core.next_bytes`; byte-kd's teacher distribution)."""
+    (:mod:`~mutualrl.regimes.core.next_bytes`; byte-kd's teacher distribution); with ``covers``, its exact next-byte
+    distribution at every byte offset of the text instead, ``n + 1`` rows of ``top_bytes`` for a text of ``n`` bytes
+    (:mod:`~mutualrl.regimes.core.byte_covers`). ``text_marginals``: each record's ``advantage`` is the judge's
+    log-probability of the text over every tokenization (OPD's ``signal: sequence``)."""
     from mutualrl.padding import pad_token_rows
     from mutualrl.regimes.core.publication import _prompt_text
     from mutualrl.see.records import Ragged, RolloutBatch
@@ -178,10 +185,12 @@ def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollou
                                                      device=device)  # [N, C']
     prompt_ids, prompt_mask = output["prompt_ids"][prompt_rows], output["prompt_mask"][prompt_rows]  # [N, P]
     symbols = symbol_logps = None
-    if top_bytes > 0:
+    exact, marginals = _over_texts(trainer, responses, prompt_ids, prompt_mask, top_bytes if covers else 0, covers,
+                                   text_marginals)
+    if top_bytes > 0 and covers is None:
         logps, symbols, symbol_logps = _judge_distributions(trainer, prompt_ids, prompt_mask, completion_ids,
                                                             completion_mask, top_bytes)
-    else:
+    if top_bytes == 0 or covers is not None:
         with torch.no_grad():
             logps = trainer.score_completions(trainer.model, prompt_ids, prompt_mask, completion_ids, completion_mask)
     logps = logps.detach().float().cpu()  # [N, C']
@@ -199,7 +208,12 @@ def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollou
             response_token_ids=[responses.ids[i] for i in part], response_token_spans=spans,
             reward=np.asarray([rewards[i] for i in part], dtype=np.float32),
             finished=[responses.finished[i] for i in part],
+            advantage=None if marginals is None else [float(v) if np.isfinite(v) else None
+                                                      for v in marginals[start:end].tolist()],
             behaviour_logps=Ragged.from_padded(logps[start:end], completion_mask[start:end].cpu(), np.float32),
+            **({} if exact is None else {
+                "next_byte_ids": Ragged.from_rows([exact[0][i].reshape(-1) for i in part], np.int32),
+                "next_byte_logps": Ragged.from_rows([exact[1][i].reshape(-1) for i in part], np.float32)}),
             **({} if symbols is None else {
                 "next_byte_ids": _per_token_rows(symbols[start:end], completion_mask[start:end].cpu(), np.int32),
                 "next_byte_logps": _per_token_rows(symbol_logps[start:end], completion_mask[start:end].cpu(),
@@ -207,6 +221,27 @@ def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollou
         )
         start = end
     return Judged(records, len(sources), int(completion_mask.sum()))
+
+
+def _over_texts(trainer: TrainerView, responses: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                top_bytes: int, covers: CoverLimits | None, text_marginals: bool) -> tuple[Any, torch.Tensor | None]:
+    """What the judge computes over every tokenization of each text (:mod:`~mutualrl.regimes.core.byte_covers`):
+    with ``top_bytes`` and ``covers``, its exact next-byte distributions (per text ``[n + 1, k]`` ids and log-masses,
+    and the largest share dropped), else None; with ``text_marginals``, each text's log-probability ``[N]``, else
+    None."""
+    from mutualrl.regimes.core.cover_scoring import judge_next_bytes, text_logps
+
+    eos = trainer.processing_class.eos_token_id
+    given = [ids[:-1] if done and ids and ids[-1] == eos else ids
+             for ids, done in zip(responses.ids, responses.finished, strict=True)]  # the text's tokens, EOS left out
+    texts = [text.encode("utf-8") for text in responses.texts]
+    exact = marginals = None
+    if top_bytes > 0 and covers is not None:
+        exact = judge_next_bytes(trainer, prompt_ids, prompt_mask, texts, given, top_bytes, covers)
+        trainer.record_metrics({"mutual/cover_dropped": exact[2]})
+    if text_marginals:
+        marginals = text_logps(trainer, trainer.model, prompt_ids, prompt_mask, texts, given, responses.finished)
+    return exact, marginals
 
 
 def _judge_distributions(trainer: TrainerView, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
@@ -312,6 +347,22 @@ def aligned_judgements(own: pa.Table, judgements: dict[str, pa.Table], judges: S
                 valid[i, j, len(units) - 1] = True
             matched[i, j] = True
     return AlignedJudgements(values, valid, matched, units_of)
+
+
+def judged_text_logps(judgements: dict[str, pa.Table], judges: Sequence[str], rollouts: StepRollouts,
+                      texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each judge's log-probability of each own row's text over every tokenization (its records' ``advantage`` with
+    text marginals): float32 ``[B, M-1]`` and bool ``[B, M-1]`` (a judgement of the row's text, with one)."""
+    n = len(texts)
+    values = torch.zeros((n, len(judges)), dtype=torch.float32)
+    found = torch.zeros((n, len(judges)), dtype=torch.bool)
+    pairs, sources = judgement_sources(judgements, judges, rollouts, n)
+    columns = peer_rows(judgements, sources, ("response_text", "advantage"))
+    for x, (i, j) in enumerate(pairs):
+        value = columns["advantage"][x]
+        if columns["response_text"][x] == texts[i] and value is not None and np.isfinite(value):
+            values[i, j], found[i, j] = float(value), True
+    return values, found
 
 
 def own_logps(trainer: TrainerView, output: GRPOBatch) -> torch.Tensor:

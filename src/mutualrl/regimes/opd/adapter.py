@@ -10,8 +10,9 @@ Per step, lock-step (docs/regimes.md, "Beyond the paper: mutual on-policy distil
    judgement exchange (:class:`~mutualrl.regimes.core.judgements.JudgementChannel`);
 3. wait for the peers' judgements of this policy's round and move each judge's trace onto this policy's tokens (THL);
 4. gate per prompt group (a peer teaches where its verified success rate is above the learner's), and write TRL's
-   advantages per token: ``c · A_i + λ · Σ_j w_{p,j} δ^j_t``, ``δ`` the peer's log-ratio to the learner of the
-   token where their tokens of its word match, of the whole word where they do not (:mod:`mutualrl.regimes.opd.maths`).
+   advantages per token: ``c · A_i + λ · s_i · Σ_j w_{p,j} δ^j_t``, ``δ`` the peer's log-ratio to the learner of the
+   token where their tokens of its word match, of the whole word where they do not (:mod:`mutualrl.regimes.opd.maths`),
+   ``s_i`` the factor that makes TRL's reduction of row ``i`` a constant one (``signal_row_scale``).
 
 With ``lam: 0`` (and the reward term kept) step 4 leaves TRL's advantages as they are: the batch TRL trains on is
 standalone GRPO's, bit for bit (the judging still runs, at no gradient).
@@ -29,7 +30,14 @@ from mutualrl.regimes.api import (
     StepRollouts,
     aligned_judgements,
     gather_peer_groups,
+    judged_text_logps,
+    logits_width,
     own_logps,
+    own_texts,
+    signal_row_scale,
+    text_logps,
+    text_signal,
+    token_pieces,
 )
 from mutualrl.regimes.opd.spec import OPD, OPDSettings
 
@@ -40,6 +48,17 @@ if TYPE_CHECKING:
 class OPDAdapter(JudgedAdapter):
     spec = OPD
     settings: OPDSettings  # typed view of RegimeAdapter.settings
+
+    @property
+    def text_marginals(self) -> bool:  # signal: sequence compares texts: the judges send their text log-probs
+        return self.settings.signal == "sequence"
+
+    def _own_texts(self, output: GRPOBatch) -> tuple[list[bytes], list[list[int]], list[bool]]:
+        """This rank's rows as bytes, their tokens (EOS left out) and whether each finished."""
+        mask = output["completion_mask"]  # [B, C]
+        pieces = token_pieces(self.trainer, logits_width(self.trainer.model))
+        own = own_texts(self.trainer, output["completion_ids"].cpu(), mask.cpu(), pieces)
+        return own.texts, own.tokens, own.finished
 
     def transform(self, output: GRPOBatch, rollouts: StepRollouts,
                   peers: dict[str, pa.Table]) -> tuple[GRPOBatch, dict[str, float]]:
@@ -72,8 +91,20 @@ class OPDAdapter(JudgedAdapter):
             return output, {**metrics, **source_use(None, None, None, weights, 0.0, self.peers)}
         own = own_logps(trainer, output).float().cpu()  # [B, C]
         sequence = settings.signal == "sequence"
-        signal = distillation_signal(own, aligned.values, aligned.valid, weights, aligned.groups,
-                                     sequence=sequence)  # [B, C]
+        scale = signal_row_scale(trainer.loss_type, mask.cpu(), trainer.max_completion_length or mask.shape[1],
+                                 self._items(output), rollouts.num_processes)  # [B] TRL's row weights
+        if sequence:  # the texts' log-ratio, each side over every tokenization of the text
+            texts, tokens, finished = self._own_texts(output)
+            published = self.own_records.column("response_text").to_pylist()
+            own_text = text_logps(trainer, trainer.model, output["prompt_ids"], output["prompt_mask"], texts, tokens,
+                                  finished)  # [B]
+            judge_text, found = judged_text_logps(tables, self.peers, rollouts, published)  # [B, M-1]
+            found &= torch.tensor([text == words.encode("utf-8") for text, words in zip(texts, published,
+                                                                                          strict=True)])[:, None]
+            signal = text_signal(own_text, judge_text, aligned.valid, weights * found) * scale[:, None]  # [B, C]
+        else:
+            signal = distillation_signal(own, aligned.values, aligned.valid, weights, aligned.groups) \
+                * scale[:, None]  # [B, C]
         advantages = output["advantages"]
         output["advantages"] = opd_advantages(advantages.cpu(), signal, mask.cpu(), settings.lam,
                                               settings.reward_term).to(advantages.device)  # [B, C]

@@ -30,8 +30,11 @@ different set for each tokenizer, and an equal peer's expected signal is not 0 (
 token ends a word"; ``tests/test_word_units_enumerated.py``). A unit is the finest span both tokenizations can
 compare; its estimator's variance grows with the unit's log-ratio, as a sequence-level one's does with the
 sequence's. ``signal: sequence`` is exact there too, at a sequence-level estimator's variance: each token carries
-the whole text's log-ratio, the estimate of the gradient of ``KL(π_θ(y) ‖ π_T(y))`` over whole texts
-(``tests/test_word_units_enumerated.py``).
+the whole text's log-ratio ``log p_T(x) − log p_θ(x)``, each side's probability of the text summed over every
+tokenization of it (:func:`~mutualrl.regimes.core.distillation.text_signal`), the estimate of the gradient of
+``KL(p_θ ‖ p_T)`` over whole texts however the learner split them (``tests/test_opd_texts.py``). The adapter
+multiplies each row's signal by :func:`~mutualrl.regimes.core.distillation.signal_row_scale` so that TRL's
+reduction is a constant one under each loss type it accepts (``tests/test_opd_loss_types.py``).
 
 The gate (``w``): per prompt group, a peer teaches where its verified success rate on its own K rollouts of the
 prompt is above the learner's (``gate: competence``; NaN, nothing scored, teaches nothing), or always

@@ -28,7 +28,9 @@ class OPDSettings:
         "help": "what each token carries: 'unit', its comparison unit's log-ratio (peer - own; the token's own where "
                 "both tokenizers split its word alike): the per-token reverse KL (GKD; MiniLLM's single-step term), "
                 "not exact where the next token decides a word's end (' 1' / ' 12'); 'sequence', the whole text's "
-                "log-ratio: the sequence-level reverse KL, exact whatever the tokenizers, at a higher variance "
+                "log-ratio, each side's log-prob of the text summed over every tokenization of it: the "
+                "sequence-level reverse KL over texts, exact whatever the tokenizers and however the learner split "
+                "the text, at a higher variance and one scoring of the text's tokenizations per side "
                 "(docs/regimes.md)"})
     gate: Literal["competence", "always"] = field(default="competence", metadata={
         "help": "which peers teach a prompt: 'competence' (a peer whose verified success rate on the prompt's K "

@@ -30,6 +30,7 @@ from mutualrl.regimes.api import (
     aligned_judgements,
     gather_peer_groups,
     own_logps,
+    signal_row_scale,
 )
 from mutualrl.regimes.opdsgt.spec import OPD_SGT, OPDSGTSettings
 
@@ -87,15 +88,18 @@ class OPDSGTAdapter(JudgedAdapter):
             zero = [torch.zeros_like(mask, dtype=torch.float32).cpu()] * len(self.peers)
             return output, {**metrics, **source_use(zero, source, self.peers)}
         own = own_logps(trainer, output).float().cpu()  # [B, C]
-        signal = distillation_signal(own, aligned.values, aligned.valid, weights, aligned.groups)  # [B, C]
+        scale = signal_row_scale(trainer.loss_type, mask.cpu(), trainer.max_completion_length or mask.shape[1],
+                                 self._items(output), rollouts.num_processes)[:, None]  # [B, 1]
+        signal = distillation_signal(own, aligned.values, aligned.valid, weights, aligned.groups) * scale  # [B, C]
         advantages = output["advantages"]
         output["advantages"] = combined_advantages(advantages.cpu(), signal, mask.cpu(),
                                                    settings.lam).to(advantages.device)  # [B, C]
         if settings.rescue_lam > 0:
             source = self.rescues.attach(trainer, output, rollouts, peers, self.peers, peer_rewards.rows, gated, chosen,
                                          settings.rescue_lam)
-        by_peer = [settings.lam * distillation_signal(own, aligned.values, aligned.valid, self._only(weights, j),
-                                                      aligned.groups) for j in range(len(self.peers))]  # [B, C] each
+        by_peer = [settings.lam * scale * distillation_signal(own, aligned.values, aligned.valid,
+                                                              self._only(weights, j), aligned.groups)
+                   for j in range(len(self.peers))]  # [B, C] each
         metrics.update(signal_metrics(own, aligned.values, aligned.valid, weights, settings.lam, signal))
         return output, {**metrics, **source_use(by_peer, source, self.peers)}
 

@@ -1,0 +1,72 @@
+"""OPD's ``signal: sequence`` compares texts, however the learner split them, by enumeration through TRL's loss.
+
+The learner writes ``"12"`` as one token or as ``"1" "2"`` (a non-canonical split with mass), the peer one digit a
+token and equal to the learner on every text (tests/bytekd_worlds.py). With each side's log-probability of the text
+summed over its tokenizations (the covers), the expected gradient over the learner's 40 sequences is 0; with the
+learner's log-prob of the tokens it sampled (the old signal) it is not: that objective gains the entropy of the
+tokenization given the text.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from bytekd_worlds import ByteChainModel, TableModel, brute_texts
+from test_opd_loss_types import token_logps
+from test_regimes_opd import grad_trainer  # noqa: F401 - a fixture
+
+from mutualrl.regimes.core.byte_covers import find_covers, text_logp
+from mutualrl.regimes.core.distillation import signal_row_scale, text_signal
+from mutualrl.regimes.opd.maths import opd_advantages
+
+LAM = 0.5
+
+
+def own_text_logp(model: TableModel, tokens) -> torch.Tensor:
+    text = model.text_of(tokens)
+    covers = find_covers(text, model.token_pieces, model.forward(), given=tokens)
+    return text_logp(covers, text, model.token_pieces, True)
+
+
+def trl_gradient(trainer, monkeypatch, model, tokens, own_text, judge_text) -> torch.Tensor:
+    from trl import GRPOTrainer
+
+    theta = model.theta.clone().requires_grad_(True)
+    n = len(tokens) + 1
+    mask = torch.ones(1, n, dtype=torch.long)
+
+    def forward(self, _model, input_ids, attention_mask, logits_to_keep, *args, **kwargs):
+        logps = token_logps(model, tokens, theta)[None]  # [1, n]
+        return logps, torch.zeros_like(logps), None
+
+    monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", forward)
+    monkeypatch.setattr(trainer, "loss_type", "grpo")
+    scale = signal_row_scale("grpo", mask, trainer.max_completion_length, n, 1)  # [1] |y| / L
+    signal = text_signal(own_text.reshape(1), judge_text.reshape(1, 1), torch.ones(1, 1, n, dtype=torch.bool),
+                         torch.ones(1, 1)) * scale[:, None]
+    batch = {"prompt_ids": torch.zeros((1, 1), dtype=torch.long), "prompt_mask": torch.ones((1, 1), dtype=torch.long),
+             "completion_ids": torch.tensor([[*tokens, model.eos]]), "completion_mask": mask,
+             "num_items_in_batch": mask.sum(),
+             "advantages": opd_advantages(torch.zeros(1), signal, mask, LAM, reward_term=False)}
+    trainer.compute_loss(trainer.model, batch).backward()
+    return theta.grad
+
+
+@pytest.mark.slow  # the tiny trainer of test_regimes_opd; TRL's loss on the learner's 40 sequences, twice
+def test_the_sequence_signal_over_texts_is_zero_for_a_peer_equal_on_texts_however_the_learner_split(grad_trainer,
+                                                                                                   monkeypatch):
+    model = TableModel([b"1", b"2", b"12", b""], depth=3, seed=1)
+    peer = brute_texts(ByteChainModel(model, b"12").reference)  # the peer's text probabilities: the learner's
+    texts = brute_texts(model)
+    split = sum(lp.exp() for tokens, lp in model.sequences() if tokens[:2] == (0, 1))  # "12" written "1" "2"
+    assert float(split) > 0.02  # a non-canonical split with real mass
+    exact, naive = torch.zeros_like(model.theta), torch.zeros_like(model.theta)
+    for tokens, logp in model.sequences():
+        text = model.text_of(tokens)
+        own = own_text_logp(model, tokens)
+        assert abs(float(own) - float(texts[text])) < 1e-5  # the covers' text probability
+        weight = logp.exp().detach()
+        exact += weight * trl_gradient(grad_trainer, monkeypatch, model, tokens, own, peer[text].detach())
+        naive += weight * trl_gradient(grad_trainer, monkeypatch, model, tokens, logp.detach(), peer[text].detach())
+    assert exact.abs().max() < 1e-6
+    assert naive.abs().max() > 1e-3  # the learner's own tokens' log-prob: not 0
