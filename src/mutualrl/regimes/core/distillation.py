@@ -9,6 +9,7 @@ from typing import Literal
 import torch
 
 from mutualrl.regimes.core.distillation_spec import SIGNAL_LOSS_TYPES
+from mutualrl.regimes.core.loss_types import loss_type as classified
 from mutualrl.regimes.core.reward_shapes import check_float
 from mutualrl.regimes.core.word_units import unit_totals
 
@@ -108,10 +109,13 @@ def signal_row_scale(loss_type: str, mask: torch.Tensor, max_completion_length: 
         raise ValueError(f"a distillation signal is exact under loss_type {', '.join(SIGNAL_LOSS_TYPES)}; got "
                          f"{loss_type!r}")
     rows, length = mask.shape[0], float(max(1, max_completion_length))
-    if loss_type in ("grpo", "sapo"):
+    normaliser = classified(loss_type).normaliser  # regimes/core/loss_types.py: TRL's reductions, classified once
+    if normaliser == "row_tokens":
         return mask.sum(-1).clamp(min=1).to(torch.float32) / length  # [B]
-    if loss_type == "dr_grpo":
+    if normaliser == "max_length":
         return torch.ones(rows, dtype=torch.float32)  # [B]
+    if normaliser != "generation_tokens":
+        raise ValueError(f"no exact distillation signal under a {normaliser!r} normaliser ({loss_type!r})")
     return torch.full((rows,), float(num_items) / (rows * num_processes * length), dtype=torch.float32)  # [B]
 
 
