@@ -24,9 +24,12 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-RECIPE = {  # try 1 of the pre-registration; a change is a new, written try
-    "lora_r": 16, "lora_alpha": 32, "lr": 2e-3, "warmup_steps": 10, "batch": 16, "steps": 150,
-    "max_new_tokens": 6,
+#: The pre-registered tries (benchmarks/results/learning-real-pool.md); a change is a new try, written before it runs.
+TRIES = {
+    1: {"lora_r": 16, "lora_alpha": 32, "lr": 2e-3, "warmup_steps": 10, "decay": False, "clip": None,
+        "batch": 16, "steps": 150, "max_new_tokens": 6},
+    2: {"lora_r": 16, "lora_alpha": 32, "lr": 2e-3, "warmup_steps": 10, "decay": True, "clip": 1.0,
+        "batch": 16, "steps": 80, "max_new_tokens": 6},
 }
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 GAP = 0.3
@@ -79,6 +82,15 @@ def answer_loss(model, batch: list[tuple[list[int], int]], pad_id: int):
     return torch.nn.functional.cross_entropy(logits, torch.tensor(targets))
 
 
+def learning_rate(recipe: dict, step: int) -> float:
+    """Linear warm-up to ``lr``; then constant, or (``decay``) linear to 0 at the last step."""
+    warm = min(1.0, (step + 1) / recipe["warmup_steps"])
+    if not recipe["decay"] or step < recipe["warmup_steps"]:
+        return recipe["lr"] * warm
+    left = recipe["steps"] - step
+    return recipe["lr"] * left / (recipe["steps"] - recipe["warmup_steps"] + 1)
+
+
 def greedy_scores(model, tokenizer, rows, max_new_tokens: int):
     """A ModelEvalResult of greedy completions, one prompt at a time (no padding to shift positions)."""
     import torch
@@ -119,7 +131,8 @@ def train(args) -> None:
     torch.manual_seed(args.seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    recipe = dict(RECIPE, steps=args.steps)
+    recipe = dict(TRIES[args.try_number])
+    recipe["steps"] = args.steps or recipe["steps"]
     tokenizer = AutoTokenizer.from_pretrained(model_dir(args.model))
     model = AutoModelForCausalLM.from_pretrained(model_dir(args.model), dtype=torch.float32)
     test_rows = held_out(args.limit)
@@ -140,11 +153,13 @@ def train(args) -> None:
     losses = []
     for step in range(recipe["steps"]):
         for group in optimizer.param_groups:
-            group["lr"] = recipe["lr"] * min(1.0, (step + 1) / recipe["warmup_steps"])
+            group["lr"] = learning_rate(recipe, step)
         batch = [encoded[sampler.randrange(len(encoded))] for _ in range(recipe["batch"])]
         loss = answer_loss(model, batch, tokenizer.pad_token_id or tokenizer.eos_token_id)
         optimizer.zero_grad()
         loss.backward()
+        if recipe["clip"]:
+            torch.nn.utils.clip_grad_norm_(params, recipe["clip"])
         optimizer.step()
         losses.append(round(loss.item(), 5))
         if step % 10 == 0 or step == recipe["steps"] - 1:
@@ -181,7 +196,7 @@ def combine(args) -> None:
     from mutualrl.evaluation.results import ModelEvalResult
 
     out = Path(args.out)
-    report = {"recipe": RECIPE, "gap_rule": GAP, "seeds": {}}
+    report = {"gap_rule": GAP, "seeds": {}}
     for seed in [int(s) for s in args.seeds.split(",")]:
         smol = ModelEvalResult.load(out / f"smollm2-135m-velish-seed{seed}-eval.json")
         gemma = ModelEvalResult.load(out / f"gemma3-270m-ombric-seed{seed}-eval.json")
@@ -189,7 +204,7 @@ def combine(args) -> None:
         weak_of = {smol.model: "ombric", gemma.model: "velish"}
         checks = seed_verdict(by_family, weak_of)
         comp = analyze([smol, gemma])
-        report["seeds"][seed] = {"accuracy": by_family, "checks": checks,
+        report["seeds"][seed] = {"recipe": smol.settings["recipe"], "accuracy": by_family, "checks": checks,
                                  "met": all(c["met"] for c in checks.values()),
                                  "complementarity_pairs": comp["pairs"], "pool": comp["pool"],
                                  "adapter_sha256": {r.model: r.settings["adapter_sha256"] for r in (smol, gemma)},
@@ -213,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--model", required=True, choices=["smollm2-135m", "gemma3-270m"], help="a cached smol model")
     run.add_argument("--family", required=True, choices=["velish", "ombric"], help="the family it learns")
     run.add_argument("--seed", type=int, required=True, help="warm-start seed (LoRA init and row sampling)")
-    run.add_argument("--steps", type=int, default=RECIPE["steps"], help="SFT steps (the pre-registered try's)")
+    run.add_argument("--try", dest="try_number", type=int, default=max(TRIES), choices=sorted(TRIES),
+                     help="the pre-registered try whose recipe to run (default: the latest)")
+    run.add_argument("--steps", type=int, default=None, help="SFT steps (default: the try's; fewer for a smoke run)")
     run.add_argument("--limit", type=int, default=None, help="held-out prompts per family (default: all 100)")
     run.add_argument("--eval-base", action="store_true", help="also score the untouched model first")
     run.add_argument("--out", required=True, help="folder for eval files and adapters")
