@@ -218,7 +218,7 @@ def combine(args) -> None:
     print(json.dumps({k: v for k, v in report.items() if k != "seeds"}, indent=1))
     for seed, s in report["seeds"].items():
         print(seed, s["accuracy"], {k: (c["gap"], c["met"]) for k, c in s["checks"].items()},
-              [(p["learner"], p["peer"], p.get("rescue_rate")) for p in s["complementarity_pairs"]])
+              [(p["learner"], p["peer"], p["peer_rescues_fail"]) for p in s["complementarity_pairs"]])
 
 
 def main(argv: list[str] | None = None) -> int:
