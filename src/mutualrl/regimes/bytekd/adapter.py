@@ -49,7 +49,8 @@ from mutualrl.regimes.api import (
     teacher_weights,
     token_pieces,
 )
-from mutualrl.regimes.bytekd.exact import exact_kl_term, exact_teacher_distributions, own_texts
+from mutualrl.regimes.bytekd.exact import (empty_teacher_tensors, exact_kl_term, exact_teacher_distributions,
+                                          own_texts)
 from mutualrl.regimes.bytekd.maths import shared_boundaries, symbol_kl, teaching_gate
 from mutualrl.regimes.bytekd.spec import BYTE_KD, ByteKDSettings
 
@@ -81,10 +82,7 @@ def teacher_distributions(own: pa.Table, judgements: dict[str, pa.Table], judges
     n = own.num_rows
     texts = own.column("response_text").to_pylist()
     own_spans = peer_row_views({"": own}, [("", i) for i in range(n)], "response_token_spans")
-    ids = torch.zeros((n, len(judges), width, k), dtype=torch.long)
-    logps = torch.zeros((n, len(judges), width, k), dtype=torch.float32)
-    shared = torch.zeros((n, len(judges), width), dtype=torch.bool)
-    matched = torch.zeros((n, len(judges)), dtype=torch.bool)
+    ids, logps, shared, matched = empty_teacher_tensors(n, len(judges), width, k)
     pairs, sources = judgement_sources(judgements, judges, rollouts, n)
     their_texts = peer_rows(judgements, sources, ("response_text",))["response_text"]
     spans = peer_row_views(judgements, sources, "response_token_spans")

@@ -23,6 +23,17 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
+def empty_teacher_tensors(rows: int, judges: int, width: int, k: int) -> tuple[torch.Tensor, torch.Tensor,
+                                                                              torch.Tensor, torch.Tensor]:
+    """The judges' symbols before any judgement is read, all zero: ``ids`` int64 and ``logps`` float32
+    ``[rows, judges, width, k]``, ``shared`` bool ``[rows, judges, width]``, ``matched`` bool ``[rows, judges]``."""
+    ids = torch.zeros((rows, judges, width, k), dtype=torch.long)  # [B, J, W, k]
+    logps = torch.zeros((rows, judges, width, k), dtype=torch.float32)  # [B, J, W, k]
+    shared = torch.zeros((rows, judges, width), dtype=torch.bool)  # [B, J, W]
+    matched = torch.zeros((rows, judges), dtype=torch.bool)  # [B, J]
+    return ids, logps, shared, matched
+
+
 def exact_teacher_distributions(own: OwnTexts, judgements: dict[str, pa.Table], judges: list[str],
                                 rollouts: StepRollouts, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
                                                                          torch.Tensor]:
@@ -30,10 +41,7 @@ def exact_teacher_distributions(own: OwnTexts, judgements: dict[str, pa.Table], 
     ``logps`` float32 ``[B, J, O, k]``, ``shared`` bool ``[B, J, O]`` (the judge's text is the row's, byte for byte,
     with ``n + 1`` offsets of ``k``), ``matched`` bool ``[B, J]`` (a judgement of this row arrived)."""
     n, width = len(own.texts), max((len(text) + 1 for text in own.texts), default=1)
-    ids = torch.zeros((n, len(judges), width, k), dtype=torch.long)
-    logps = torch.zeros((n, len(judges), width, k), dtype=torch.float32)
-    shared = torch.zeros((n, len(judges), width), dtype=torch.bool)
-    matched = torch.zeros((n, len(judges)), dtype=torch.bool)
+    ids, logps, shared, matched = empty_teacher_tensors(n, len(judges), width, k)
     pairs, sources = judgement_sources(judgements, judges, rollouts, n)
     their_texts = peer_rows(judgements, sources, ("response_text",))["response_text"]
     symbols = peer_row_views(judgements, sources, "next_byte_ids")
