@@ -58,6 +58,12 @@ REGIME_ARGS = {
     "opd-sgt": ["--regime", "opd-sgt"],
     # The peers' next-token distributions compared over next bytes (issue 97; docs/regimes.md): its defaults.
     "byte-kd": ["--regime", "byte-kd"],
+    # byte-kd's canonical approximation (each peer's next token after its own tokens only), alone and with SGT's
+    # rescue at the settings measured on seeds 1-8 (results/learning-tiny.md).
+    "byte-kd-canonical": ["--regime", "byte-kd", "--set", "regime.bytekd.distribution=canonical"],
+    "byte-kd-canonical-rescue": ["--regime", "byte-kd", "--set", "regime.bytekd.distribution=canonical",
+                                 "--set", "regime.bytekd.lam=0.3", "--set", "regime.bytekd.rescue_lam=0.3",
+                                 "--set", "regime.bytekd.max_rescues_per_prompt=1"],
 }
 MAIN_REGIMES = ("standalone", "sgt")  # run on every seed of --seeds
 WEAK_TARGET, STRONG_TARGET = 0.30, -0.05
