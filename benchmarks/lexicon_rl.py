@@ -12,7 +12,8 @@ is a real ``mutualrl train --pool smol-lexicon``; only the regime and the seed d
 ``DIR`` is the ``--out`` given to lexicon_warm_start.py (its ``adapters/`` folder). ``run`` is resumable across days:
 a finished run is reused, and a run stopped mid-way (the box rebooted, Ctrl-C) continues from its last checkpoint
 (``mutualrl train --resume``; the recipe saves every 10 steps). Each run's output goes to ``RUNS/<run>.log``.
-A finished run is reused whatever its length: give ``--max-steps`` runs (a smoke test) their own ``--out``.
+A finished run is reused whatever its settings: give ``--max-steps`` or ``--set`` runs (a smoke test) their
+own ``--out``.
 ``report`` writes ``RUNS/lexicon-rl.json`` and ``RUNS/lexicon-rl.md``: per regime and policy, the weak- and the
 strong-family Δ against standalone on the same seeds, with the crossed seeds × prompts 95% interval and p of
 ``mutualrl report`` (docs/evaluation.md), and the rule's verdict.
@@ -76,13 +77,14 @@ def run_state(run_dir: Path) -> str:
     return "started" if (run_dir / "config.yaml").is_file() else "new"
 
 
-def train_command(regime: str, seed: int, run_dir: Path, overrides: list[str], max_steps: int | None) -> list[str]:
+def train_command(regime: str, seed: int, run_dir: Path, overrides: list[str], max_steps: int | None,
+                  extra: tuple[str, ...] = ()) -> list[str]:
     """A new run's ``mutualrl train``, or ``--resume`` of a stopped one (its own settings: nothing else is given)."""
     if run_state(run_dir) == "started":
         return [sys.executable, "-m", "mutualrl", "train", "--resume", "-o", str(run_dir)]
     steps = ["--max-steps", str(max_steps)] if max_steps is not None else []
     return [sys.executable, "-m", "mutualrl", "train", "--pool", POOL, *REGIME_ARGS[regime], "--seed", str(seed),
-            "-o", str(run_dir), *overrides, *steps]
+            "-o", str(run_dir), *overrides, *steps, *(word for text in extra for word in ("--set", text))]
 
 
 def run_all(args: argparse.Namespace) -> int:
@@ -106,7 +108,7 @@ def run_all(args: argparse.Namespace) -> int:
             if run_state(run_dir) == "done":
                 print(f"{run_dir.name}: finished, reused", flush=True)
                 continue
-            command = train_command(regime, seed, run_dir, overrides, args.max_steps)
+            command = train_command(regime, seed, run_dir, overrides, args.max_steps, tuple(args.set))
             started = time.time()
             print(f"{run_dir.name}: {'resumed' if '--resume' in command else 'started'} "
                   f"{time.strftime('%H:%M')} (log {out / (run_dir.name + '.log')})", flush=True)
@@ -248,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
             cmd.add_argument("--warm-start", default="runs/lexicon-warm-start",
                              help="the --out of benchmarks/lexicon_warm_start.py train (holds adapters/)")
             cmd.add_argument("--max-steps", type=int, default=None, help="shorter runs (a smoke test), not the rule's")
+            cmd.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                             help="another setting for new runs (a smoke test: validation.limit=4), not the rule's")
     args = parser.parse_args(argv)
     return run_all(args) if args.command == "run" else report(args)
 

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 from bench_helpers import load_benchmark
 
-from mutualrl.config.loader import load_run_config
 from mutualrl.errors import DataError, UsageError
 from mutualrl.tasks import invented_lexicon as lexicon
 from mutualrl.tasks.registry import get_task, task_groups
@@ -126,24 +125,3 @@ def test_task_scores_the_warm_starts_recorded_completions_as_the_script_did() ->
         assert [s.score for s in scored] == [r.score for r in records]
         assert {r.score for r in records} == {0.0, 1.0}  # both outcomes occur: the comparison can fail
         assert [s.extracted for s in scored] == [r.extracted or None for r in records]
-
-
-@pytest.mark.slow  # two real tokenizers (Gemma's 262k vocabulary loads in seconds)
-def test_prompt_tokens_are_the_warm_starts_for_both_real_tokenizers() -> None:
-    """Validation (evaluation.generate.prompt_token_ids, plain text) and TRL's rollouts (``processing_class(text=
-    prompts)``) see the ids the warm start trained and was measured on: ``tokenizer(prompt).input_ids``."""
-    from transformers import AutoTokenizer
-
-    from mutualrl.evaluation.generate import prompt_token_ids
-    from mutualrl.pools.loading import load_tokenizer_for
-
-    bench = load_benchmark("lexicon_warm_start")
-    examples = get_task("invented-lexicon").load("test", limit=6)
-    for model in ("smollm2-135m", "gemma3-270m"):
-        script = AutoTokenizer.from_pretrained(bench.model_dir(model))
-        ours = load_tokenizer_for(f"builtin:{model}")
-        for example in examples:
-            expected = script(example.prompt).input_ids
-            assert prompt_token_ids(ours, example.for_policy(False), False) == expected
-            assert ours(text=[example.prompt])["input_ids"][0] == expected
-        assert len(expected) <= load_run_config("smol-lexicon").config.task.max_prompt_tokens

@@ -67,6 +67,7 @@ def test_a_finished_run_is_reused_and_a_stopped_one_resumed(tmp_path: Path) -> N
     assert bench.run_state(tmp_path / "nothing") == "new"
 
 
+@pytest.mark.slow  # scipy's first import (the t quantiles), about 3 s alone on the loaded box
 def test_verdict_helps_only_when_the_weak_gain_is_clear_and_the_strong_family_kept() -> None:
     standalone = runs(0.0, 0.95, 1)
     weak, strong = smol_cells(runs(0.5, 0.95, 2), standalone)
@@ -128,7 +129,7 @@ def test_every_regime_of_the_rule_resolves_on_the_recipe(regime: str, tmp_path: 
 
     args = bench.REGIME_ARGS[regime]
     overrides = [args[i + 1] for i, word in enumerate(args) if word == "--set"]
-    config = load_run_config(bench.POOL, overrides=overrides, regime=args[1]).config
+    config = load_run_config(bench.POOL, overrides=overrides, regime=args[1], check_grpo=False).config
     assert config.regime.name == args[1]
     if regime == "byte-kd-rescue":
         assert config.regime.bytekd.rescue_lam == config.regime.sgt.lam == 0.1
