@@ -103,6 +103,7 @@ def test_one_seed_gives_no_interval_and_equal_runs_a_point() -> None:
     assert weak["ci95"] == [0.0, 0.0] and not weak["spread"] and bench.verdict(weak, strong) == "not established"
 
 
+@pytest.mark.slow  # scipy's first import where the test above was left out (the fast tier)
 def test_comparison_tables_every_regime_and_policy_against_standalone(tmp_path: Path, monkeypatch) -> None:
     fabricated = {"standalone": runs(0.0, 0.95, 1), "sgt": runs(0.5, 0.95, 2)}
 
