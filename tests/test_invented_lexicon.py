@@ -1,4 +1,4 @@
-"""The ``invented-lexicon`` task and its warm-start builder (benchmarks/lexicon_warm_start.py), on the tiny model."""
+"""The ``invented-lexicon`` task as the package runs it, and its warm start (benchmarks/lexicon_warm_start.py)."""
 
 from __future__ import annotations
 
