@@ -67,6 +67,9 @@ BAD_INPUTS = [
     (["train", "--device-map", "tiny-bpe=0;tiny-sp=9", "--gpus", "3", "--dry-run"], ["--device-map", "[9]"]),
     (["train", "--pool", "/dev/null"], ["/dev/null"]),
     (["train", "--pool", "no-such-pool"], ["no-such-pool"]),
+    (["train", "--pool", "smol-lexicon"], ["pool.policies.smollm2-135m.init_adapter",  # no warm start built here
+                                           "runs/lexicon-warm-start/adapters/smollm2-135m-velish-seed1",
+                                           "python benchmarks/lexicon_warm_start.py train --model smollm2-135m"]),
     (["train", "--regime", "banana"], ["--regime", "banana"]),
     (["train", "-o", "a-file"], ["a-file", "not a folder"]),
     (["train", "-o", "a-file/run"], ["a-file", "not a folder"]),

@@ -1,12 +1,15 @@
-"""The ``invented-lexicon`` task and its warm-start builder (benchmarks/lexicon_warm_start.py), on the tiny model."""
+"""The ``invented-lexicon`` task as the package runs it, and its warm start (benchmarks/lexicon_warm_start.py)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from bench_helpers import load_benchmark
 
-from mutualrl.errors import DataError
+from mutualrl.errors import DataError, UsageError
 from mutualrl.tasks import invented_lexicon as lexicon
+from mutualrl.tasks.registry import get_task, task_groups
 
 
 def test_families_share_no_word_and_split_keeps_every_word_in_train() -> None:
@@ -85,3 +88,40 @@ def test_seed_verdict_needs_each_weak_family_a_gap_below_its_peer() -> None:
     short = bench.seed_verdict({"smol": {"velish": 0.8, "ombric": 0.01}, "gemma": {"velish": 0.1, "ombric": 0.3}},
                                weak_of)
     assert not short["smol weak on ombric"]["met"] and short["gemma weak on velish"]["met"]
+
+
+# -- the task as the package runs it: registered, per family, scored as the warm start measured it ----------------
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "learning-real-pool" / "try2"
+
+
+def test_task_is_registered_and_holds_out_the_warm_starts_prompts_in_its_order() -> None:
+    bench = load_benchmark("lexicon_warm_start")
+    task = get_task("invented-lexicon")
+    test = task.load("test")
+    assert [(e.prompt_id, e.prompt, e.answer) for e in test] == [(r.prompt_id, r.prompt, r.answer)
+                                                                 for r in bench.held_out()]
+    assert [task.group_of(e) for e in test[:4]] == ["velish", "ombric", "velish", "ombric"]  # any prefix balanced
+    assert task_groups("invented-lexicon", test) == {e.prompt_id: e.prompt_id.split("-")[1] for e in test}
+    train = task.load("train")
+    assert len(train) == 312 and not {e.prompt_id for e in train} & {e.prompt_id for e in test}
+    assert task.load("test", limit=3) == test[:3] and task.answer_text("red cat") == " red cat"
+    with pytest.raises(UsageError, match="no split 'validation'"):
+        task.load("validation")
+    with pytest.raises(UsageError, match="task.source must be unset"):
+        task.check_source("some/hub-dataset")
+
+
+def test_task_scores_the_warm_starts_recorded_completions_as_the_script_did() -> None:
+    """400 real greedy completions of the two warm-started models (try 2, seed 1): the package's scoring (the task's
+    verifier through evaluation's scorer, what validation runs) gives each the script's score."""
+    from mutualrl.evaluation.generate import score_examples
+    from mutualrl.evaluation.results import ModelEvalResult
+
+    examples = {e.prompt_id: e for e in get_task("invented-lexicon").load("test")}
+    for name in ("smollm2-135m-velish-seed1", "gemma3-270m-ombric-seed1"):
+        records = ModelEvalResult.load(RESULTS / f"{name}-eval.json").records
+        scored = score_examples([examples[r.prompt_id] for r in records], [r.completion for r in records])
+        assert [s.score for s in scored] == [r.score for r in records]
+        assert {r.score for r in records} == {0.0, 1.0}  # both outcomes occur: the comparison can fail
+        assert [s.extracted for s in scored] == [r.extracted or None for r in records]

@@ -22,7 +22,7 @@ from mutualrl.run_folder import RunPaths
 from mutualrl.training.grpo_args import PLANNED_GRPO_ENV, planned_grpo_args
 from recipe_paths import recipe_params
 
-CPU_POOLS = {"tiny", "smol", "smol-arith", "smol-qa"}
+CPU_POOLS = {"tiny", "smol", "smol-arith", "smol-qa", "smol-lexicon"}
 PAPER_RECIPES = sorted(path.stem for path in list_named_recipes() if path.stem not in CPU_POOLS)
 CARDS_GIB = (40.0, 80.0, 141.0)
 GPU_COUNTS = (1, 2, 4, 8)

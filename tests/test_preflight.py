@@ -27,7 +27,7 @@ from mutualrl.run_folder import RunPaths
 from mutualrl.training.preflight import preflight_policy
 from recipe_paths import recipe_params
 
-CPU_POOLS = {"tiny", "smol", "smol-arith", "smol-qa"}
+CPU_POOLS = {"tiny", "smol", "smol-arith", "smol-qa", "smol-lexicon"}
 PAPER_RECIPES = sorted(path.stem for path in list_named_recipes() if path.stem not in CPU_POOLS)
 FEWER_PROMPTS = ("task.train_limit=32", "task.eval_limit=8")
 """In process, every recipe's prompts are cut (the joint length filter tokenizes each with every policy's tokenizer:

@@ -61,6 +61,18 @@ class PolicyConfig:
                   "alpha, lora_dropout or dropout, target_modules, use_rslora, ...); unset ones take r 16, alpha 32, "
                   "dropout 0.05, all-linear. `lora: {}` uses those defaults.", **rules("Pool", resume=IDENTITY)},
     )
+    init_adapter: str | None = field(
+        default=None,
+        metadata={"help": "A peft LoRA adapter folder merged into the model before training (a supervised warm start "
+                  "made elsewhere): the policy starts from model + adapter, and `mutualrl eval` of the run merges "
+                  "it under a LoRA policy's trained adapter too. A relative path is from the working directory.",
+                  **rules("Pool", resume=IDENTITY)},
+    )
+    init_adapter_build: str | None = field(
+        default=None,
+        metadata={"help": "The command that builds init_adapter, named in the one-line error when that folder "
+                  "holds no adapter.", **rules("Pool", resume=MAY_CHANGE)},
+    )
     chat_template: bool | None = field(
         default=None,
         metadata={
@@ -199,7 +211,8 @@ class TaskConfig:
         default="synthetic-arith",
         metadata={
             "help": "Task: math, gsm8k, arc, openbookqa, boolq, piqa, hellaswag, siqa, qa-mix (the six QA tasks), "
-            "math-qa-mix (MATH + the six QA tasks, the paper's commonsense experiment), synthetic-arith; "
+            "math-qa-mix (MATH + the six QA tasks, the paper's commonsense experiment), synthetic-arith, "
+            "invented-lexicon (two invented languages to translate, results per language); "
             "<qa task>-line (arc-easy-line, openbookqa-line, ...): the QA task with an answer line instead of "
             "\\boxed{}; dataset: your own rows (task.source, task.reward_funcs); package.module:Class: your "
             "Task subclass.",

@@ -117,6 +117,10 @@ def _check_pool(config: RunConfig, source: str) -> None:
             f"pool {config.pool.name!r} has {len(policies)}",
         )
     _check_regime_settings(config, source)
+    for policy in policies:
+        if policy.init_adapter is not None and {**config.grpo, **policy.grpo}.get("use_vllm"):
+            raise ConfigError(source, f"pool.policies.{policy.name}.init_adapter", "merged into the trainer's model "
+                              "only, and vLLM would generate from the model without it; set grpo.use_vllm: false")
     _check_see(config, source)
     if config.schedule is not None and config.schedule.unit == "paper" and config.batch is None:
         raise ConfigError(source, "schedule.unit", "'paper' counts paper steps, which `batch` defines "

@@ -39,6 +39,8 @@ class EvalTarget:
     chat_template: bool | None = None
     dtype: str = "auto"
     base_model: str | None = None  # a LoRA adapter's base (the policy's model); None: the base the adapter names
+    init_adapter: str | None = None  # the policy's warm start, merged into its model first (pool.policies.*)
+    init_adapter_build: str | None = None  # the command that builds it, named when it is missing
 
 
 @dataclass
@@ -103,7 +105,8 @@ def recipe_targets(config: Any, tokenizer: str | None = None, chat_template: boo
     """The policies of a resolved recipe (a ``RunConfig``) as models to evaluate, each with its own settings
     (``tokenizer`` and ``chat_template``, when given, for every one)."""
     return [EvalTarget(name=p.name, model=p.model, tokenizer=tokenizer or p.tokenizer,
-                       chat_template=p.chat_template if chat_template is None else chat_template, dtype=p.dtype)
+                       chat_template=p.chat_template if chat_template is None else chat_template, dtype=p.dtype,
+                       init_adapter=p.init_adapter, init_adapter_build=p.init_adapter_build)
             for p in config.pool.policies]
 
 
@@ -250,7 +253,7 @@ def tokenize_prompts(targets: list[EvalTarget], examples: list[TaskExample], on_
                      ) -> tuple[dict[str, Any], dict[str, bool], dict[str, list[list[int]]]]:
     """Per target: its tokenizer, whether it takes the chat template, and every prompt's token ids (for the joint
     length filter); each model's weight files and adapter config checked first, before any model loads."""
-    from mutualrl.pools.loading import check_adapter_config, load_tokenizer_for
+    from mutualrl.pools.loading import check_adapter_config, check_init_adapter, load_tokenizer_for
 
     tokenizers = {}
     tokenized: dict[str, list[list[int]]] = {}
@@ -258,6 +261,7 @@ def tokenize_prompts(targets: list[EvalTarget], examples: list[TaskExample], on_
     for t in targets:
         check_weight_files(t.model)
         check_adapter_config(t.model)  # before any model loads: a damaged one is one line, not peft's traceback
+        check_init_adapter(t.name, t.init_adapter, t.init_adapter_build)
         on_status(f"loading tokenizer of {t.name}")
         tok = load_tokenizer_for(t.model, t.tokenizer)
         tokenizers[t.name] = tok
@@ -273,7 +277,7 @@ def evaluate_target(t: EvalTarget, tokenizer: Any, chat_template: bool, kept: li
     is freed after."""
     from mutualrl.pools.loading import is_adapter_folder, load_model_or_adapter, resolve_model_path
 
-    if backend == "vllm" and not is_adapter_folder(t.model):  # an adapter: merged onto its base here
+    if backend == "vllm" and not is_adapter_folder(t.model) and t.init_adapter is None:  # merged here instead
         on_status(f"evaluating {t.name} with vLLM")
         return evaluate_examples_vllm(
             resolve_model_path(t.model), tokenizer, kept, max_new_tokens=max_new_tokens,
@@ -282,7 +286,7 @@ def evaluate_target(t: EvalTarget, tokenizer: Any, chat_template: bool, kept: li
         )
     on_status(f"loading {t.name} ({t.model}) on {device}")
     start = time.perf_counter()
-    model = load_model_or_adapter(t.model, t.dtype, device, base=t.base_model)
+    model = load_model_or_adapter(t.model, t.dtype, device, base=t.base_model, init_adapter=t.init_adapter)
     load_s = time.perf_counter() - start
     on_status(f"{t.name} loaded ({load_s:.0f} s); generating {len(kept)} prompts, {batch_size} at a time")
     result = evaluate_examples(

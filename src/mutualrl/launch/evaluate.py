@@ -378,7 +378,8 @@ def run_folder_targets(target: str, tokenizer: str | None, chat_template: bool |
     targets = [EvalTarget(name=f"{p.name}/final", model=str(paths.final_model(p.name)),
                           tokenizer=tokenizer or p.tokenizer,
                           chat_template=bool(p.chat_template) if chat_template is None else chat_template,
-                          dtype=p.dtype, base_model=p.model)  # a LoRA policy's final/ is its adapter
+                          dtype=p.dtype, base_model=p.model,  # a LoRA policy's final/ is its adapter
+                          init_adapter=p.init_adapter, init_adapter_build=p.init_adapter_build)
                for p in config.pool.policies]
     return TargetSet(targets, f"{paths.root.resolve().name}-final", config, run_folder=paths.root)
 

@@ -156,8 +156,11 @@ def refuse_stored_settings(config: RunConfig, options: TrainOptions, settings: l
 def checked(loaded: LoadedRecipe) -> tuple[RunConfig, str]:
     """The loaded config and its source, once its task and splits are known to exist."""
     from mutualrl.launch.plan.checks import check_model_context, check_ports
+    from mutualrl.pools.loading import check_init_adapter
 
     check_task(loaded.config)
+    for policy in loaded.config.pool.policies:  # a missing warm start: one line naming how to build it
+        check_init_adapter(policy.name, policy.init_adapter, policy.init_adapter_build)
     check_model_context(loaded.config)
     check_ports(loaded.config)
     return loaded.config, loaded.source

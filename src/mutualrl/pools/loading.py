@@ -118,11 +118,35 @@ def check_adapter_config(model: str) -> None:
         raise DataError(f"{problem}; not an adapter that can be loaded (restore the folder, or evaluate another)")
 
 
-def load_model_or_adapter(model: str, dtype: str = "auto", device: Any = None, base: str | None = None) -> Any:
+def check_init_adapter(policy: str, init_adapter: str | None, build: str | None = None) -> None:
+    """A policy's ``init_adapter`` is a peft adapter folder that can be loaded: else one :class:`UsageError` naming
+    the folder and, when the recipe says it (``init_adapter_build``), the command that builds it."""
+    if init_adapter is None:
+        return
+    if not is_adapter_folder(init_adapter):
+        how = f"; build it with: {build}" if build else ""
+        raise UsageError(f"pool.policies.{policy}.init_adapter: {init_adapter} holds no LoRA adapter (no "
+                         f"{ADAPTER_CONFIG}){how}")
+    check_adapter_config(init_adapter)
+
+
+def merge_init_adapter(model_obj: Any, init_adapter: str | None) -> Any:
+    """``model_obj`` with the peft adapter folder ``init_adapter`` merged into its weights (itself when None)."""
+    if init_adapter is None:
+        return model_obj
+    check_adapter_config(init_adapter)
+    from peft import PeftModel
+
+    return PeftModel.from_pretrained(model_obj, init_adapter).merge_and_unload()
+
+
+def load_model_or_adapter(model: str, dtype: str = "auto", device: Any = None, base: str | None = None,
+                          init_adapter: str | None = None) -> Any:
     """:func:`load_model`, or for a peft adapter folder the adapter on its base model, merged (what a LoRA policy
-    trained): ``base`` is the policy's model (the run's config), else the base the adapter names."""
+    trained): ``base`` is the policy's model (the run's config), else the base the adapter names. A policy's
+    ``init_adapter`` (its warm start) is merged into the base first, as its training started from it."""
     if not is_adapter_folder(model):
-        return load_model(model, dtype, device)
+        return merge_init_adapter(load_model(model, dtype, device), init_adapter)
     check_adapter_config(model)
     from peft import PeftModel
 
@@ -133,7 +157,8 @@ def load_model_or_adapter(model: str, dtype: str = "auto", device: Any = None, b
         if not base:
             raise UsageError(f"{model}: a LoRA adapter that names no base model; evaluate the run folder instead "
                              "(its config names the policy's model)")
-    return PeftModel.from_pretrained(load_model(base, dtype, device), model).merge_and_unload()
+    start = merge_init_adapter(load_model(base, dtype, device), init_adapter)
+    return PeftModel.from_pretrained(start, model).merge_and_unload()
 
 
 def load_model(model: str, dtype: str = "auto", device: Any = None, trust_remote_code: bool = False) -> Any:

@@ -16,7 +16,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from mutualrl.errors import DataError
+from mutualrl.errors import DataError, UsageError
+from mutualrl.tasks.base import Task, TaskExample
 
 TASK_NAME = "invented-lexicon"
 #: Seed of the invented words and of each family's word-to-English permutation.
@@ -24,6 +25,8 @@ LEXICON_SEED = 20261129
 #: Seed of the train/test split (a constant: held-out prompts are the same for every run).
 SPLIT_SEED = 20261130
 TEST_PER_FAMILY = 100
+#: Sources accepted by :meth:`InventedLexiconTask.load` (the phrases are generated, not read).
+GENERATED_SOURCES = (None, "builtin", "offline", "generated")
 
 ENGLISH_ADJECTIVES = ("red", "blue", "green", "black", "white", "brown", "pink", "gray",
                       "big", "small", "old", "young", "tall", "fat", "dark", "pale")
@@ -123,3 +126,56 @@ def score(completion: str, answer: str) -> float:
     if first.endswith("."):
         first = first[:-1].rstrip()
     return 1.0 if first == answer else 0.0
+
+
+def family_rows(family: str, which: str) -> list[Phrase]:
+    """The phrases of one family in one split (``train`` or ``test``), in the split's fixed order."""
+    return split(family)[which]
+
+
+def example(phrase: Phrase) -> TaskExample:
+    """One phrase as the package's example: the prompt text the warm start was trained and measured on."""
+    return TaskExample(prompt_id=phrase.prompt_id, prompt=phrase.prompt, answer=phrase.answer, task=TASK_NAME,
+                       meta={"family": phrase.family})
+
+
+class InventedLexiconTask(Task):
+    """Two invented languages to translate into English (the module docstring); results per family."""
+
+    name = TASK_NAME
+    splits = ("train", "test")
+    default_eval_split = "test"
+    completion_tokens = 6  # "red cat" and an end of text; the warm start was measured at 6 new tokens
+
+    def group_of(self, example: TaskExample) -> str | None:
+        """Results are reported per family: each warm-started policy knows one lexicon."""
+        return family_of(example.prompt_id)
+
+    def load(self, split: str, source: str | None = None, limit: int | None = None) -> list[TaskExample]:
+        """Both families' phrases of ``split``, alternating between families (any prefix is balanced)."""
+        if split not in self.splits:
+            raise UsageError(f"task {self.name!r} has no split {split!r}; it has: {', '.join(self.splits)}")
+        self.check_source(source)
+        if limit is not None and limit < 0:
+            raise UsageError(f"task {self.name!r}: limit must be >= 0, got {limit}")
+        per_family = [family_rows(f, split) for f in FAMILY_NAMES]
+        rows = [example(phrase) for pair in zip(*per_family, strict=True) for phrase in pair]
+        return rows if limit is None else rows[:limit]
+
+    def check_source(self, source: str | None) -> None:
+        """Refused before a launch and in a dry run alike: a source here would be ignored."""
+        if source not in GENERATED_SOURCES:
+            raise UsageError(f"task {self.name!r} generates its phrases; task.source must be unset (got {source!r})")
+
+    def answer_text(self, answer: str) -> str:
+        """Right after ``English:``: a space and the two English words."""
+        return f" {answer}"
+
+    def extract(self, completion: str) -> str | None:
+        """The answer a completion gives: its first line, stripped (None when it is empty)."""
+        lines = completion.strip().splitlines()
+        return lines[0].strip() if lines else None
+
+    def score(self, completion: str, answer: str) -> float:
+        """The warm start's verifier, :func:`score`: the first line, lower-cased, one trailing '.' dropped."""
+        return score(completion, answer)

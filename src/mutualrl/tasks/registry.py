@@ -14,6 +14,7 @@ from mutualrl.tasks.base import Task
 # "mutualrl.tasks.answer_line:<base task>"), or a callable given to register_task.
 _TASKS: dict[str, str] = {
     "synthetic-arith": "mutualrl.tasks.synthetic:SyntheticArithTask",
+    "invented-lexicon": "mutualrl.tasks.invented_lexicon:InventedLexiconTask",
     "math": "mutualrl.tasks.math:MathTask",
     "gsm8k": "mutualrl.tasks.gsm8k:GSM8KTask",
     "arc": "mutualrl.tasks.qa:ARCTask",

@@ -226,7 +226,8 @@ def load_start_model(plan: DistillPlan, dtype: str, device: str) -> Any:
     """The learner's trained model (a GRPO LoRA adapter in final/ is merged into its base)."""
     from mutualrl.pools.loading import load_model_or_adapter
 
-    return load_model_or_adapter(str(plan.start_model), dtype, device, base=plan.learner.model)
+    return load_model_or_adapter(str(plan.start_model), dtype, device, base=plan.learner.model,
+                                 init_adapter=plan.learner.init_adapter)
 
 
 def train_distill(plan: DistillPlan, on_status: Callable[[str], None] = lambda msg: None) -> dict[str, Any]:

@@ -312,15 +312,15 @@ def check_resumable(checkpoint: str) -> None:
 
 
 def load_policy(policy: Any, args: Any) -> tuple[Any, Any]:
-    """A policy's tokenizer and model; code shipped with them runs only when the recipe sets
-    ``grpo.trust_remote_code`` (the plan names it)."""
-    from mutualrl.pools.loading import load_model
+    """A policy's tokenizer and model (its ``init_adapter`` merged in); code shipped with them runs only when the
+    recipe sets ``grpo.trust_remote_code`` (the plan names it)."""
+    from mutualrl.pools.loading import load_model, merge_init_adapter
 
     trust = args.trust_remote_code is True
     tokenizer = load_tokenizer_only(policy, args)
     model = load_model(policy.model, training_dtype(policy.dtype), device="cpu" if args.use_cpu else None,
                        trust_remote_code=trust)
-    return tokenizer, model
+    return tokenizer, merge_init_adapter(model, policy.init_adapter)  # a warm start: training starts from it
 
 
 def checkpoint_state(checkpoint: str) -> Any:
