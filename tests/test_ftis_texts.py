@@ -168,6 +168,7 @@ class TableTrainer:
         self.model = SimpleNamespace(config=SimpleNamespace(vocab_size=width))
         self.processing_class = SimpleNamespace(eos_token_id=world.eos, pad_token_id=world.eos)
         self.eos_token_ids = [world.eos]
+        self.accelerator = SimpleNamespace(num_processes=1)  # one rank: the enumeration's forwards are its own
         cover_scoring._PIECES[(id(self.processing_class), width)] = world.token_pieces
 
     def completion_logits(self, model, prompt_ids, prompt_mask, ids, mask) -> torch.Tensor:

@@ -25,6 +25,7 @@ import torch
 from mutualrl.regimes.core.byte_covers import TokenPieces, cover_next_byte_logps, find_covers
 from mutualrl.regimes.core.cover_scoring import TEXT_LIMITS, CoverLimits, logits_width, model_forward, token_pieces
 from mutualrl.regimes.core.next_bytes import END
+from mutualrl.regimes.core.rank_forwards import forwards_in_step
 from mutualrl.regimes.core.trainer_interface import TrainerView
 
 
@@ -58,9 +59,9 @@ def policy_byte_logps(trainer: TrainerView, prompt_ids: torch.Tensor, prompt_mas
     pieces = token_pieces(trainer, logits_width(model))
     out: dict[int, torch.Tensor] = {}
     dropped = 0.0
-    with torch.no_grad():
+    with torch.no_grad(), forwards_in_step(trainer, model) as in_step:  # every rank: its rows' counts differ
         for row in rows:
-            forward = model_forward(trainer, model, prompt_ids[row], prompt_mask[row])
+            forward = in_step(model_forward(trainer, model, prompt_ids[row], prompt_mask[row]))
             text = pieces.text_of(tokens[row]) if texts is None else texts[row]
             out[row], lost = text_byte_logps(text, tokens[row], bool(finished[row]), pieces, forward, limits)
             dropped = max(dropped, lost)
