@@ -243,3 +243,10 @@ def test_missing_rows_is_what_this_rank_lacks_of_the_rank_with_most(monkeypatch,
     ranks = SimpleNamespace(num_processes=2, device=torch.device("cpu"),
                             gather=lambda count: torch.cat([count, torch.tensor([3])]))
     assert rank_forwards.missing_rows(ranks, rank_rows) == 3 - rank_rows
+
+
+def test_the_logits_width_of_a_model_wrapped_by_deepspeeds_engine_is_its_modules():
+    """DeepSpeed's engine (the model TRL's loss gets under DeepSpeed) has a ``config`` of its own, DeepSpeed's dict."""
+    module = SimpleNamespace(config=SimpleNamespace(vocab_size=7))
+    engine = SimpleNamespace(module=module, config={"zero_optimization": {"stage": 3}})
+    assert cover_scoring.logits_width(engine) == cover_scoring.logits_width(module) == 7

@@ -138,8 +138,8 @@ def own_texts(trainer: TrainerView, completion_ids: torch.Tensor, mask: torch.Te
 
 def logits_width(model: torch.nn.Module) -> int:
     """How many logits ``model`` gives per position: its (text) config's vocabulary size (a sharded output layer may
-    hold none of its rows on this rank)."""
-    config = model.config
+    hold none of its rows on this rank). A DeepSpeed engine (or DDP) wrapping the model: its module's config."""
+    config = getattr(model, "module", model).config  # the engine's own ``config`` is DeepSpeed's
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     return int(text.vocab_size)
 
