@@ -1,11 +1,12 @@
-"""The cover enumeration's forwards kept in step across a policy's ranks under ZeRO-3 (regimes/core/rank_forwards.py).
+"""The cover enumeration's forwards kept in step across a policy's ranks (regimes/core/rank_forwards.py).
 
 Two ranks are simulated by two threads sharing a fake process group that enforces ZeRO-3's contract: every forward
 of the model is a collective (DeepSpeed all-gathers each submodule's parameters as its forward starts, and again in
 a gradient forward's backward), so the ranks' collectives must pair up one by one, each of the same kind; the group
 fails at the first pair that does not. Each rank holds texts of different lengths (a different number of
 tokenizations to forward): the ranks end with the same sequence of collectives, and every value each computes is
-the one rank alone computes on its texts. Without the equaliser the group fails (the fake enforces something).
+the one rank alone computes on its texts; so under DDP, whose wrapper broadcasts the module's buffers before each
+forward. Without the equaliser the group fails (the fake enforces something).
 """
 
 from __future__ import annotations
@@ -92,10 +93,13 @@ class RankTrainer:
     model (test-only): each ``completion_logits`` call is a collective forward, counted by whether it has a
     gradient."""
 
-    def __init__(self, model: TableModel, theta: torch.Tensor, group: FakeGroup | None, rank: int):
+    def __init__(self, model: TableModel, theta: torch.Tensor, group: FakeGroup | None, rank: int,
+                 syncs_buffers: bool = False):
         self.world, self.theta = model, theta
         self.accelerator = RankAccelerator(group, rank)
         self.model = SimpleNamespace(config=SimpleNamespace(vocab_size=len(PIECES)))
+        if syncs_buffers:  # DDP's wrapper broadcasting the module's buffers before each forward
+            self.model.will_sync_module_buffers = lambda: True
         self.processing_class = SimpleNamespace(eos_token_id=model.eos, pad_token_id=model.eos)
         self.eos_token_ids = [model.eos]
         self.forwards = {"no grad": 0, "grad": 0}
@@ -157,14 +161,14 @@ def rank_work(trainer: RankTrainer, model: TableModel, teacher: ByteChainModel, 
             "grad": trainer.theta.grad.clone(), "forwards": dict(trainer.forwards)}
 
 
-def run_ranks(monkeypatch, in_step: bool) -> tuple[FakeGroup, dict[int, dict], dict[int, BaseException]]:
-    """Both ranks' :func:`rank_work` in threads, the equaliser on (``in_step``) or not; each rank's results and
-    errors."""
-    monkeypatch.setattr(rank_forwards, "zero3_enabled", lambda: in_step)
+def run_ranks(monkeypatch, why: str) -> tuple[FakeGroup, dict[int, dict], dict[int, BaseException]]:
+    """Both ranks' :func:`rank_work` in threads, each forward collective ``why``: ``zero3``, ``ddp`` (DDP's buffer
+    broadcast), or ``unknown`` (the equaliser not told, off); each rank's results and errors."""
+    monkeypatch.setattr(rank_forwards, "zero3_enabled", lambda: why == "zero3")
     group, results, errors = FakeGroup(), {}, {}
 
     def rank(r: int) -> None:
-        trainer = RankTrainer(LEARNER, LEARNER.theta.clone().requires_grad_(True), group, r)
+        trainer = RankTrainer(LEARNER, LEARNER.theta.clone().requires_grad_(True), group, r, why == "ddp")
         try:
             results[r] = rank_work(trainer, LEARNER, TEACHER, TOKENS[r])
             group.collective(r, "end of step")
@@ -190,8 +194,9 @@ def alone(rows: list[tuple[int, ...]]) -> dict:
     return rank_work(trainer, LEARNER, TEACHER, rows)
 
 
-def test_two_ranks_with_different_cover_counts_pair_every_forward_and_compute_the_same_values(monkeypatch):
-    group, results, errors = run_ranks(monkeypatch, in_step=True)
+@pytest.mark.parametrize("why", ["zero3", "ddp"])
+def test_two_ranks_with_different_cover_counts_pair_every_forward_and_compute_the_same_values(monkeypatch, why):
+    group, results, errors = run_ranks(monkeypatch, why)
     assert not errors, errors
     assert group.log[0] == group.log[1]  # every collective paired, forwards and backwards included
     assert results[0]["forwards"] == results[1]["forwards"]
@@ -210,19 +215,21 @@ def test_two_ranks_with_different_cover_counts_pair_every_forward_and_compute_th
 
 
 def test_without_the_equaliser_the_ranks_collectives_do_not_pair(monkeypatch):
-    _, _, errors = run_ranks(monkeypatch, in_step=False)
+    _, _, errors = run_ranks(monkeypatch, "unknown")
     assert any(isinstance(error, Mismatch) for error in errors.values()), errors
 
 
-def test_one_rank_or_no_zero3_runs_no_collective_and_no_dummy(monkeypatch):
+def test_one_rank_or_forwards_that_are_not_collective_run_no_collective_and_no_dummy(monkeypatch):
     monkeypatch.setattr(rank_forwards, "zero3_enabled", lambda: True)
-    single = RankAccelerator(None, 0)
-    assert not rank_forwards.forwards_are_collective(single)
-    assert rank_forwards.missing_rows(single, 3) == 0
+    single, model = RankAccelerator(None, 0), SimpleNamespace(will_sync_module_buffers=lambda: True)
+    assert not rank_forwards.forwards_are_collective(single, model)
+    assert rank_forwards.missing_rows(single, model, 3) == 0
     monkeypatch.setattr(rank_forwards, "zero3_enabled", lambda: False)
     two = RankAccelerator(FakeGroup(), 0)  # a collective on it would wait for a rank that never comes
-    assert not rank_forwards.forwards_are_collective(two) and rank_forwards.missing_rows(two, 3) == 0
-    with rank_forwards.forwards_in_step(SimpleNamespace(accelerator=two), None) as in_step:
+    quiet = SimpleNamespace(will_sync_module_buffers=lambda: False)  # DDP without buffers to broadcast
+    assert not rank_forwards.forwards_are_collective(two, quiet) and rank_forwards.missing_rows(two, quiet, 3) == 0
+    assert rank_forwards.forwards_are_collective(two, model)
+    with rank_forwards.forwards_in_step(SimpleNamespace(accelerator=two), quiet) as in_step:
         forward = LEARNER.forward()
         assert in_step(forward) is forward
 
@@ -242,7 +249,7 @@ def test_missing_rows_is_what_this_rank_lacks_of_the_rank_with_most(monkeypatch,
     monkeypatch.setattr(rank_forwards, "zero3_enabled", lambda: True)
     ranks = SimpleNamespace(num_processes=2, device=torch.device("cpu"),
                             gather=lambda count: torch.cat([count, torch.tensor([3])]))
-    assert rank_forwards.missing_rows(ranks, rank_rows) == 3 - rank_rows
+    assert rank_forwards.missing_rows(ranks, None, rank_rows) == 3 - rank_rows
 
 
 def test_the_logits_width_of_a_model_wrapped_by_deepspeeds_engine_is_its_modules():

@@ -71,7 +71,7 @@ def exact_kl_term(trainer: TrainerView, model: torch.nn.Module, inputs: GRPOBatc
         if trainer.accelerator.num_processes == 1:
             return None, {}
         rows = [0]  # every rank runs the same forwards and backward: row 0 at weight 0 (an exact 0)
-    idle = missing_rows(trainer.accelerator, len(rows))  # ZeRO-3: as many rows' forwards as the rank with the most
+    idle = missing_rows(trainer.accelerator, model, len(rows))  # as many rows' forwards as the rank with the most
     mask = inputs["completion_mask"]  # [B, C]
     width = logits_width(model)
     pieces = token_pieces(trainer, width)

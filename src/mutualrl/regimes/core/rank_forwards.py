@@ -1,10 +1,11 @@
-"""Forwards whose number depends on a rank's rows, kept in step across a policy's ranks under DeepSpeed ZeRO-3.
+"""Forwards whose number depends on a rank's rows, kept in step across a policy's ranks where each is collective.
 
 Under ZeRO-3 each forward of the sharded model is collective: as each submodule's forward starts, DeepSpeed
 all-gathers its parameters over the policy's ranks (``PartitionedParameterCoordinator.fetch_sub_module``, the
 parameters above ``stage3_param_persistence_threshold``), and a forward with a gradient gathers them again in its
 backward. So every rank must run the model the same number of times, in the same order; the shapes of the batches
-may differ. The cover enumeration (:mod:`~mutualrl.regimes.core.byte_covers`) runs one forward per tokenization it
+may differ. DDP's wrapper, too, broadcasts the module's buffers at each forward (a rotary embedding's, say). The
+cover enumeration (:mod:`~mutualrl.regimes.core.byte_covers`) runs one forward per tokenization it
 keeps, a number that depends on each rank's texts: run as it is, one rank's extra forward is paired with another
 rank's next collective, and the policy hangs or fails.
 
@@ -13,7 +14,7 @@ run (a sum over the policy's ranks); a rank with none left says so and runs a du
 result dropped) for as long as another rank still has one; then every rank leaves together. Cost: one scalar
 all-reduce per forward, and each rank runs as many forwards as the rank with the most. A forward with a gradient
 whose count depends on the rows (byte-kd's learner rows) is evened out by :func:`missing_rows` and
-:func:`idle_row`. With one rank, or without ZeRO-3, none of this runs: no collective, no dummy.
+:func:`idle_row`. With one rank, or forwards that are not collective, none of this runs: no collective, no dummy.
 """
 
 from __future__ import annotations
@@ -35,9 +36,14 @@ def zero3_enabled() -> bool:
     return bool(is_deepspeed_zero3_enabled())
 
 
-def forwards_are_collective(ranks: RanksView) -> bool:
-    """Whether the policy's forwards pair up across its ranks: ZeRO-3 with more than one rank."""
-    return ranks.num_processes > 1 and zero3_enabled()
+def forwards_are_collective(ranks: RanksView, model: torch.nn.Module) -> bool:
+    """Whether each forward of ``model`` pairs up across the policy's ranks: with more than one rank, under ZeRO-3,
+    or where ``model`` is DDP's wrapper and broadcasts the module's buffers before this forward (DDP's
+    ``will_sync_module_buffers``: ``broadcast_buffers``, the default, and buffers such as a rotary embedding's)."""
+    if ranks.num_processes <= 1:
+        return False
+    syncs_buffers = getattr(model, "will_sync_module_buffers", None)
+    return zero3_enabled() or (callable(syncs_buffers) and bool(syncs_buffers()))
 
 
 class LockstepForwards:
@@ -89,7 +95,7 @@ def forwards_in_step(trainer: TrainerView, model: torch.nn.Module) -> Iterator[C
     each forward callable of the span; at its end the ranks leave together (:class:`LockstepForwards`). Where the
     forwards are not collective (:func:`forwards_are_collective`), the wrapper is the identity and nothing runs. An
     error inside the span leaves at once (the other ranks cannot be joined then)."""
-    if not forwards_are_collective(trainer.accelerator):
+    if not forwards_are_collective(trainer.accelerator, model):
         yield lambda forward: forward
         return
 
@@ -102,10 +108,10 @@ def forwards_in_step(trainer: TrainerView, model: torch.nn.Module) -> Iterator[C
     lockstep.finish()
 
 
-def missing_rows(ranks: RanksView, rows: int) -> int:
-    """How many rows this rank lacks of the policy's rank with the most (``rows``: this rank's): 0 where the
-    forwards are not collective, with no collective run then."""
-    if not forwards_are_collective(ranks):
+def missing_rows(ranks: RanksView, model: torch.nn.Module, rows: int) -> int:
+    """How many rows this rank lacks of the policy's rank with the most (``rows``: this rank's, one forward of
+    ``model`` each): 0 where its forwards are not collective, with no collective run then."""
+    if not forwards_are_collective(ranks, model):
         return 0
     count = torch.tensor([rows], dtype=torch.long, device=ranks.device)  # [1]
     most = ranks.gather(count)  # [ranks]
