@@ -90,6 +90,7 @@ class RolloutRecord:
     finished: bool = True
     next_byte_ids: list[int] | None = None  # flattened [num_tokens, k]
     next_byte_logps: list[float] | None = None
+    text_byte_logps: list[float] | None = None  # one per byte of the text, then its end where finished
 
 
 def batch_from_records(records: Sequence[RolloutRecord]) -> RolloutBatch:
@@ -113,6 +114,7 @@ def batch_from_records(records: Sequence[RolloutRecord]) -> RolloutBatch:
         finished=[r.finished for r in records],
         next_byte_ids=optional("next_byte_ids"),
         next_byte_logps=optional("next_byte_logps"),
+        text_byte_logps=optional("text_byte_logps"),
     )
 
 

@@ -125,27 +125,33 @@ def test_the_dry_run_shows_micro_batch_rows_and_activations(tmp_path, recipe):
 
 
 def test_byte_kd_counts_a_second_forward_and_its_whole_logits(tmp_path):
-    """byte-kd runs a second forward over every own row and keeps its logits (``[rows, completion, vocabulary]``
-    float32, and their gradient at the backward: two copies): beside standalone's micro-batch of the same rows, 4 more rows of layers and
-    4 x completion x vocabulary x 4 B x 2; opd-sgt scores one rescue per prompt (4 rows of K = 5: 1), and byte-kd with
-    SGT's rescue both."""
+    """byte-kd's canonical form runs a second forward over every own row and keeps its logits (``[rows, completion,
+    vocabulary]`` float32, and their gradient at the backward: two copies): beside standalone's micro-batch of the
+    same rows, 4 more rows of layers and 4 x completion x vocabulary x 4 B x 2. Its exact form (the default) forwards
+    the sampled tokenization and up to ``max_covers`` others per row, all alive until the backward: 4 x (1 + 8) rows
+    (``max_covers: 2``: 4 x 3). opd-sgt scores one rescue per prompt (4 rows of K = 5: 1), and byte-kd with SGT's
+    rescue both."""
     from mutualrl.launch.plan.bounds import activation_bytes_per_token, micro_batch, training_dtype_bytes
     from mutualrl.launch.plan.model_shapes import model_shape
 
     plan = gpu_plan(tmp_path, "2qwen", gpu_memory_gib=141.0, regime="byte-kd").policy("qwen2.5-math-1.5b")
     shape = model_shape("Qwen/Qwen2.5-Math-1.5B")
     standalone = micro_batch(load_run_config("2qwen", regime="standalone").config, plan, shape, own_rows=4)
-    distilled = micro_batch(load_run_config("2qwen", regime="byte-kd").config, plan, shape, own_rows=4)
-    assert (distilled.own_rows, distilled.distilled_rows, distilled.rows) == (4, 4, 8)
-    assert distilled.describe() == "8 (4 own + 4 distilled)"
-    tokens, completion = distilled.tokens_per_row, plan.grpo["max_completion_length"]
+    tokens, completion = standalone.tokens_per_row, plan.grpo["max_completion_length"]
     kept, rest = activation_bytes_per_token(shape, training_dtype_bytes(plan), bool(plan.grpo.get(
         "gradient_checkpointing")), tokens)
-    extra = 4 * tokens * (shape.layers * kept + rest) + 4 * completion * shape.vocab * 4 * 2
-    assert (distilled.activation_gib - standalone.activation_gib) * 2**30 == pytest.approx(extra)
-    assert "2 float32 copies of" in distilled.how
+    for overrides, distilled_rows, described in (
+            (["regime.bytekd.distribution=canonical"], 4, "8 (4 own + 4 distilled)"),
+            ([], 36, "40 (4 own + 36 distilled)"),
+            (["regime.bytekd.max_covers=2"], 12, "16 (4 own + 12 distilled)")):
+        distilled = micro_batch(load_run_config("2qwen", regime="byte-kd", overrides=overrides).config, plan, shape,
+                                own_rows=4)
+        assert (distilled.own_rows, distilled.distilled_rows, distilled.describe()) == (4, distilled_rows, described)
+        extra = distilled_rows * (tokens * (shape.layers * kept + rest) + completion * shape.vocab * 4 * 2)
+        assert (distilled.activation_gib - standalone.activation_gib) * 2**30 == pytest.approx(extra)
+        assert "2 float32 copies of" in distilled.how
     rescued = micro_batch(load_run_config("2qwen", regime="opd-sgt").config, plan, shape, own_rows=4)
     assert (rescued.rescue_rows, rescued.distilled_rows) == (1, 0)
     both = micro_batch(load_run_config("2qwen", regime="byte-kd", overrides=["regime.bytekd.rescue_lam=0.3"]).config,
                        plan, shape, own_rows=4)  # with SGT's rescue: one rescue row of the 4 own rows (K = 5) too
-    assert (both.rescue_rows, both.distilled_rows, both.describe()) == (1, 4, "9 (4 own + 1 rescue + 4 distilled)")
+    assert (both.rescue_rows, both.distilled_rows, both.describe()) == (1, 36, "41 (4 own + 1 rescue + 36 distilled)")

@@ -193,11 +193,11 @@ def test_tis_drop_drops_a_distant_peers_rows_from_the_used_share(thl_tokenizers,
 
 @pytest.mark.slow  # over 2 s: outside the fast tier
 def test_ftis_drops_only_the_negative_advantage_rows_of_a_distant_peer(thl_tokenizers, tmp_path):
-    """log w = 3 on every peer token: each row's KL is (e^-3 + 3 - 1) per token, above g = 1 for every row: the peer
-    rows with advantage <= 0 (its failures: rewards 0 and its own group's mean 0.5) get weight 0, its successes keep
+    """log w = 3 on every peer token: each row's KL over its tokens (``kl_over: tokens``) is (e^-3 + 3 - 1) per token,
+    above g = 1 for every row: the peer rows with advantage <= 0 (its failures: rewards 0 and its own group's mean 0.5) get weight 0, its successes keep
     min(w, C) = C; advantages are the peer's own group's (vertical)."""
     merged, recorded = _prp_step(tmp_path, thl_tokenizers, lambda ids: torch.full(ids.shape, -3.0),
-                                 correction="ftis", kl_bound=1.0, truncation_bound=2.0)
+                                 correction="ftis", kl_bound=1.0, truncation_bound=2.0, kl_over="tokens")
     advantages = merged["advantages"][4:]
     mask = merged["completion_mask"][4:].bool()
     weights = merged[TOKEN_WEIGHTS][4:]

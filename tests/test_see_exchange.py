@@ -75,14 +75,14 @@ def test_publish_read_round_trip_with_manifest_and_provenance(tmp_path):
     assert manifest["rows"] == 3
     assert manifest["bytes"] == path.stat().st_size
     assert manifest["checksum"] == xxhash.xxh3_128(path.read_bytes()).hexdigest()
-    assert manifest["schema_version"] == 3 and manifest["run_id"] == "run-1"
+    assert manifest["schema_version"] == 4 and manifest["run_id"] == "run-1"
     assert (manifest["policy"], manifest["step"], manifest["rank"], manifest["world_size"]) == ("a", 3, 0, 1)
     assert manifest["provenance"]["model"] == "tiny-qwen"
     assert set(manifest["provenance"]["versions"]) == {"mutualrl", "trl", "transformers", "torch", "pyarrow"}
     assert manifest["provenance"]["pid"] == os.getpid()
 
     table = b.read(3, "a")
-    assert table.schema.metadata == {b"schema_version": b"3"}  # who published it: the manifest's, once
+    assert table.schema.metadata == {b"schema_version": b"4"}  # who published it: the manifest's, once
     assert records_of(table) == records_of(batch)
 
     rewards = b.read(3, "a", columns=["reward", "prompt_id"])
@@ -269,8 +269,8 @@ def test_a_shard_of_the_older_layout_is_refused_by_name(tmp_path):
     manifest["schema_version"] = 1
     manifest_path.write_text(json.dumps(manifest))
     with pytest.raises(SchemaMismatchError, match=rf"^{tmp_path} was written by an older mutualrl \(SEE schema v1; "
-                       r"this one reads v2 and v3\): start a new run .*or resume this one with the mutualrl version that "
-                       r"wrote it \(0\.3\.0 or earlier\)$"):
+                       r"this one reads v2, v3 and v4\): start a new run .*or resume this one with the mutualrl version "
+                       r"that wrote it \(0\.3\.0 or earlier\)$"):
         a.read(1, "b")
 
 

@@ -48,7 +48,7 @@ def test_healthy_exchange_json(tmp_path):
     assert report["root"] == str(tmp_path / "see")
     assert report["steps"] == [0, 1, 2]
     assert report["policies"] == ["a", "b"]
-    assert report["schema_versions"] == [3] and report["run_ids"] == ["run-x"]
+    assert report["schema_versions"] == [4] and report["run_ids"] == ["run-x"]
     for step in range(3):
         cell_a = report["cells"][str(step)]["a"]
         cell_b = report["cells"][str(step)]["b"]
@@ -203,7 +203,7 @@ def test_a_shard_of_the_older_layout_is_named_as_such(tmp_path):
     manifest["schema_version"] = 1
     manifest_path.write_text(json.dumps(manifest))
     code, report = inspect_json(tmp_path)
-    assert code == 1 and report["schema_versions"] == [1, 3]
+    assert code == 1 and report["schema_versions"] == [1, 4]
     older = [i for i in report["issues"] if i["kind"] == "schema_version"]
     assert len(older) == 1 and "written by an older mutualrl (SEE schema v1" in older[0]["message"]
     assert "mixed_schema_versions" in {i["kind"] for i in report["issues"]}

@@ -1,5 +1,6 @@
-"""SEE record schema v3 (see/records.py): the nullable next-byte columns (``next_byte_ids``, ``next_byte_logps``),
-their checks (one line naming the row and the column), and v2 tables and shards still read, as v3 with nulls."""
+"""SEE record schema v3 and v4 (see/records.py): the nullable next-byte columns (``next_byte_ids``,
+``next_byte_logps``) and v4's ``text_byte_logps``, their checks (one line naming the row and the column), and v2 and
+v3 tables and shards still read, as v4 with nulls."""
 
 from __future__ import annotations
 
@@ -22,19 +23,22 @@ from mutualrl.see.records import (
     ROLLOUT_SCHEMA,
     SCHEMA_VERSION,
     SCHEMAS,
+    TEXT_BYTE_COLUMN,
     Ragged,
     RolloutBatch,
 )
 from see_synthetic import RolloutRecord, batch_from_records, records_of, synthetic_batch
 
 
-def test_v3_is_v2_plus_two_nullable_list_columns_at_the_end():
-    assert SCHEMA_VERSION == 3 and READABLE_SCHEMA_VERSIONS == (2, 3)
-    assert COLUMNS[-3:] == ("num_tokens", "next_byte_ids", "next_byte_logps")
+def test_v3_is_v2_plus_two_nullable_list_columns_at_the_end_and_v4_one_more():
+    assert SCHEMA_VERSION == 4 and READABLE_SCHEMA_VERSIONS == (2, 3, 4)
+    assert COLUMNS[-4:] == ("num_tokens", "next_byte_ids", "next_byte_logps", TEXT_BYTE_COLUMN)
     assert ROLLOUT_SCHEMA.field("next_byte_ids").type == pa.list_(pa.int32())
     assert ROLLOUT_SCHEMA.field("next_byte_logps").type == pa.list_(pa.float32())
-    assert all(ROLLOUT_SCHEMA.field(name).nullable for name in NEXT_BYTE_COLUMNS)
-    assert SCHEMAS[2].names == list(COLUMNS[:-2]) and SCHEMAS[3] is ROLLOUT_SCHEMA
+    assert ROLLOUT_SCHEMA.field(TEXT_BYTE_COLUMN).type == pa.list_(pa.float32())
+    assert all(ROLLOUT_SCHEMA.field(name).nullable for name in (*NEXT_BYTE_COLUMNS, TEXT_BYTE_COLUMN))
+    assert SCHEMAS[2].names == list(COLUMNS[:-3]) and SCHEMAS[3].names == list(COLUMNS[:-1])
+    assert SCHEMAS[4] is ROLLOUT_SCHEMA
 
 
 def records() -> list[RolloutRecord]:
@@ -62,7 +66,7 @@ def test_next_byte_columns_round_trip_through_the_table_and_a_published_shard(tm
     assert view.values.reshape(-1, 3)[1].tolist() == [256, 10, 32]  # token 1's top 3, [num_tokens, k] row-major
     exchange(tmp_path, "b").publish(1, batch)
     read = exchange(tmp_path, "a").read(1, "b")
-    assert read.schema.metadata == {b"schema_version": b"3"}
+    assert read.schema.metadata == {b"schema_version": b"4"}
     got = records_of(read)
     assert got[0].next_byte_ids == [52, 53, 257, 256, 10, 32]
     assert got[0].next_byte_logps == pytest.approx([-0.1, -2.5, -4.0, -0.01, -5.0, 0.0])
@@ -140,20 +144,20 @@ def test_rounding_above_zero_is_accepted_and_a_null_row_holding_values_is_not():
 
 def test_a_v2_table_validates_with_null_next_byte_columns_and_one_column_alone_is_missing():
     table = synthetic_batch(3, 2, seed=1).to_table()
-    v2 = table.drop_columns(list(NEXT_BYTE_COLUMNS))
+    v2 = table.drop_columns([*NEXT_BYTE_COLUMNS, TEXT_BYTE_COLUMN])
     assert v2.schema.names == SCHEMAS[2].names
     read = validate_table(v2)
     assert read.schema.remove_metadata().equals(ROLLOUT_SCHEMA)
     assert [read.column(name).null_count for name in NEXT_BYTE_COLUMNS] == [6, 6]
-    assert read.drop_columns(list(NEXT_BYTE_COLUMNS)).equals(v2)
-    with pytest.raises(SchemaMismatchError, match=r"SEE schema v3: missing column\(s\) \['next_byte_logps'\]$"):
+    assert read.drop_columns([*NEXT_BYTE_COLUMNS, TEXT_BYTE_COLUMN]).equals(v2)
+    with pytest.raises(SchemaMismatchError, match=r"SEE schema v4: missing column\(s\) \['next_byte_logps'\]$"):
         validate_table(table.drop_columns(["next_byte_logps"]))
 
 
 def as_v2(data: Path) -> None:
     """Rewrite a published shard as mutualrl with SEE schema v2 wrote it: no next-byte columns, v2 file metadata and
     manifest (size, rows and checksum fixed)."""
-    table = pa.ipc.open_file(data).read_all().drop_columns(list(NEXT_BYTE_COLUMNS))
+    table = pa.ipc.open_file(data).read_all().drop_columns([*NEXT_BYTE_COLUMNS, TEXT_BYTE_COLUMN])
     table = table.replace_schema_metadata({b"schema_version": b"2"})
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as writer:
@@ -166,7 +170,7 @@ def as_v2(data: Path) -> None:
     manifest.write_text(json.dumps(fields))
 
 
-def test_a_v2_shard_on_disk_reads_as_v3_with_nulls_beside_a_v3_shard(tmp_path):
+def test_a_v2_shard_on_disk_reads_as_v4_with_nulls_beside_a_v4_shard(tmp_path):
     writers = [exchange(tmp_path, "b", rank=r, world_size=2) for r in range(2)]
     batches = [synthetic_batch(2, 2, seed=r, prompt_offset=2 * r) for r in range(2)]
     old = writers[0].publish(1, batches[0])
@@ -182,19 +186,53 @@ def test_a_v2_shard_on_disk_reads_as_v3_with_nulls_beside_a_v3_shard(tmp_path):
     ragged(read.column("next_byte_logps"))  # the null column views like any other
 
 
-def test_a_v2_file_under_a_v3_manifest_and_a_v1_shard_are_refused(tmp_path):
+def test_a_v2_file_under_a_v4_manifest_and_a_v1_shard_are_refused(tmp_path):
     data = exchange(tmp_path, "b").publish(1, synthetic_batch(2, 2, seed=1))
     manifest = data.with_name("rank-0-of-1.manifest.json")
     as_v2(data)
     fields = json.loads(manifest.read_text())
-    manifest.write_text(json.dumps({**fields, "schema_version": 3}))
-    with pytest.raises(SchemaMismatchError, match=r"file has schema version 2, its manifest says 3") as info:
+    manifest.write_text(json.dumps({**fields, "schema_version": 4}))
+    with pytest.raises(SchemaMismatchError, match=r"file has schema version 2, its manifest says 4") as info:
         exchange(tmp_path, "a").read(1, "b")
     assert isinstance(info.value, CorruptShardError) and info.value.problem == "schema_version"
     manifest.write_text(json.dumps({**fields, "schema_version": 1}))
-    message = (rf"^{tmp_path} was written by an older mutualrl \(SEE schema v1; this one reads v2 and v3\): start a "
-               r"new run .*or resume this one with the mutualrl version that wrote it \(0\.3\.0 or earlier\)$")
+    message = (rf"^{tmp_path} was written by an older mutualrl \(SEE schema v1; this one reads v2, v3 and v4\): "
+               r"start a new run .*or resume this one with the mutualrl version that wrote it \(0\.3\.0 or earlier\)$")
     with pytest.raises(SchemaMismatchError, match=message):
         exchange(tmp_path, "a").read(1, "b")
     with pytest.raises(SchemaMismatchError, match=message):
         refuse_older_layout(tmp_path)
+
+
+def test_text_byte_logps_round_trip_and_each_rule_is_one_line_naming_the_row_and_the_column():
+    """v4's ``text_byte_logps``: one per byte of the text (UTF-8) and one for its end where finished."""
+    rows = records()  # "4" finished: 2 values; "" not finished: 0; "wörld" (6 bytes) not finished: 6
+    values = [[-0.5, -0.1], [], [-1.0] * 6]
+    batch = batch_from_records(rows)
+    kwargs = {name: batch.column(name).to_pylist() for name in ("prompt_id", "sample_index", "prompt_text",
+                                                               "response_text", "reward", "finished")}
+    built = RolloutBatch(**kwargs, response_token_ids=batch.column("response_token_ids").to_pylist(),
+                         text_byte_logps=values)
+    assert validate_table(built.to_table()).column(TEXT_BYTE_COLUMN).to_pylist() == [
+        pytest.approx(v) for v in values]
+    nulls = RolloutBatch(**kwargs, response_token_ids=batch.column("response_token_ids").to_pylist(),
+                         text_byte_logps=[values[0], None, None])
+    assert validate_table(nulls.to_table()).column(TEXT_BYTE_COLUMN).null_count == 2
+    table = built.to_table()
+    for bad, pattern in (([[-0.5], [], [-1.0] * 6], r"row 0 .*'text_byte_logps': has 1 values for 2 \(one per byte "
+                                                     r"of the text, one for its end where finished\)$"),
+                         ([[-0.5, -0.1], [], [-1.0] * 5], r"row 2 .*'text_byte_logps': has 5 values for 6 "),
+                         ([[-0.5, 0.1], [], [-1.0] * 6], r"row 0 .*'text_byte_logps': value 1 is 0\.1 \(must be "
+                                                         r"finite and <= 0\)$"),
+                         ([[-0.5, -0.1], [], [-1.0] * 5 + [math.nan]], r"row 2 .*value 5 is nan")):
+        with pytest.raises(InvalidRecordError, match=pattern) as info:
+            validate_table(with_column(table, TEXT_BYTE_COLUMN, bad, pa.float32()))
+        assert "\n" not in str(info.value) and info.value.column == TEXT_BYTE_COLUMN
+
+
+def test_a_v3_table_reads_as_v4_with_text_byte_logps_null():
+    table = synthetic_batch(3, 2, seed=1).to_table()
+    v3 = table.drop_columns([TEXT_BYTE_COLUMN])
+    assert v3.schema.names == SCHEMAS[3].names
+    read = validate_table(v3)
+    assert read.schema.remove_metadata().equals(ROLLOUT_SCHEMA) and read.column(TEXT_BYTE_COLUMN).null_count == 6

@@ -77,6 +77,7 @@ def base_batch(advantages: list[float]) -> dict:
 def prp_batch(advantage: float, level: str = "token", **settings) -> dict:
     """The batch PRP's adapter makes of one own row and the peer row: its ratio denominators and token weights."""
     config = load_run_config("tiny", regime="prp", check_grpo=False).config
+    settings.setdefault("kl_over", "tokens")  # F-TIS's KL of the sampled tokens: the figures below are per token
     config.regime.prp = replace(config.regime.prp, correction_level=level, truncation_bound=C, drop_bound=D,
                                 **settings)
     adapter = PRPAdapter(config, "tiny-bpe", exchange=None)

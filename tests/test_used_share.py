@@ -54,7 +54,7 @@ def _prp_ftis_step(tmp_path, thl_tokenizers, peer_rewards):
     """One PRP + F-TIS step of tiny-bpe with a peer identical to it (sequence KL 0: F-TIS keeps every row), both with
     GPT-2's tokenizer; returns (batch, recorded)."""
     same = {"gpt2": thl_tokenizers["gpt2"], "mistral-sp": thl_tokenizers["gpt2"]}
-    adapters = pool_of(tmp_path, same, "prp", correction="ftis")
+    adapters = pool_of(tmp_path, same, "prp", correction="ftis", kl_over="tokens")  # the traces' KL: no model here
     learner, peer = adapters["tiny-bpe"], adapters["tiny-sp"]
     learner.bind(ScoredTrainer(padded(thl_tokenizers["gpt2"])))
     peer.bind(ScoredTrainer(padded(thl_tokenizers["gpt2"])))
@@ -170,9 +170,9 @@ def test_the_kl_estimator_is_a_setting_with_rlogr_sum_by_default():
 @pytest.mark.slow  # over 2 s: outside the fast tier
 @pytest.mark.parametrize("estimator,dropped", [("rlogr-sum", True), ("k3-sum", True), ("mean-log-ratio", False)])
 def test_the_estimator_decides_which_rows_ftis_keeps(thl_tokenizers, tmp_path, estimator, dropped):
-    """The peer's log-probs are the learner's − 3 on every token (δ = −3), g = 1: rlogr-sum gives each row
-    (3e³ − e³ + 1)·L >= 41.2 > g (r = e³) and k3-sum (e^-3 + 3 − 1)·L >= 2.05 > g, so its rows with A <= 0 are
-    dropped (weight 0); the mean log-ratio is −3 < g, so every row keeps min(w, 2) = 2 (w = e³) and all four are
+    """The KL of the sampled tokens (``kl_over: tokens``). The peer's log-probs are the learner's − 3 on every token
+    (δ = −3), g = 1: rlogr-sum gives each row (3e³ − e³ + 1)·L >= 41.2 > g (r = e³) and k3-sum (e^-3 + 3 − 1)·L >=
+    2.05 > g, so its rows with A <= 0 are dropped (weight 0); the mean log-ratio is −3 < g, so every row keeps min(w, 2) = 2 (w = e³) and all four are
     used."""
     from test_prp_corrections import scored_step
 
@@ -180,7 +180,7 @@ def test_the_estimator_decides_which_rows_ftis_keeps(thl_tokenizers, tmp_path, e
 
     _, merged, recorded = scored_step(tmp_path, thl_tokenizers, "prp", lambda ids: torch.full(ids.shape, -3.0),
                                       [" 4", " 5", " 4", " 3"], correction="ftis", kl_bound=1.0,
-                                      kl_estimator=estimator)
+                                      kl_estimator=estimator, kl_over="tokens")
     advantages, mask = merged["advantages"][4:], merged["completion_mask"][4:].bool()  # [4], [4, T]
     weights = merged[TOKEN_WEIGHTS][4:]  # [4, T]
     negative = advantages <= 0  # [4] the peer's failures (rewards 1, 0, 1, 0: its own groups' means 0.5)

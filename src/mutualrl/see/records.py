@@ -38,9 +38,15 @@ next_byte_ids              list<int32>,        flattened ``[num_tokens, k]``: at
 next_byte_logps            list<float32>,      flattened as the ids: log of the
                            nullable            publisher's next-token probability mass on each of
                                                those symbols (finite, <= 0); null with the ids
+text_byte_logps            list<float32>,      one per byte of the response text (UTF-8), then one
+                           nullable            for its end where finished: the publisher's log-prob
+                                               of that byte (of END) given the bytes before, over
+                                               every tokenization (finite, <= 0); null unless the
+                                               regime's readers compare texts (PRP's F-TIS)
 =========================  ==================  ==================================================
 
-A v2 table or shard (no ``next_byte_*`` columns) reads as v3 with both columns null.
+A v2 table or shard (no ``next_byte_*`` columns) reads as v4 with those and ``text_byte_logps`` null; a v3 one with
+``text_byte_logps`` null.
 
 Variable-length columns are Arrow lists (32-bit offsets) over flat primitive buffers, so a
 reader maps them from disk and sees numpy arrays without copying (:func:`ragged`).
@@ -62,14 +68,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from mutualrl.see.errors import InvalidRecordError, SchemaMismatchError
+from mutualrl.see.text_byte_checks import text_byte_problem
 
 #: Version of the record layout; written into every shard's file metadata and manifest.
 #: 2 (2026-11-26): no per-row step/policy/rank (the manifest has them), spans nullable.
 #: 3 (2026-11-28): v2 plus the nullable next-byte distribution (next_byte_ids, next_byte_logps) at the end.
-SCHEMA_VERSION = 3
+#: 4 (2026-11-29): v3 plus the nullable per-byte log-probs of the text (text_byte_logps) at the end.
+SCHEMA_VERSION = 4
 
-#: The layouts this version reads: a v2 shard or table reads as v3 with the next-byte columns null.
-READABLE_SCHEMA_VERSIONS = (2, 3)
+#: The layouts this version reads: an older shard or table reads as v4 with the columns it lacks null.
+READABLE_SCHEMA_VERSIONS = (2, 3, 4)
 
 #: The two columns v3 added; both null or both present in a row.
 NEXT_BYTE_COLUMNS = ("next_byte_ids", "next_byte_logps")
@@ -93,15 +101,21 @@ ROLLOUT_SCHEMA = pa.schema(
         pa.field("num_tokens", pa.int32(), nullable=False),
         pa.field("next_byte_ids", pa.list_(pa.int32()), nullable=True),
         pa.field("next_byte_logps", pa.list_(pa.float32()), nullable=True),
+        pa.field("text_byte_logps", pa.list_(pa.float32()), nullable=True),
     ]
 )
 
 COLUMNS: tuple[str, ...] = tuple(ROLLOUT_SCHEMA.names)
 
-#: Each readable layout's columns, as its files hold them (v2: v3 without the next-byte columns).
+#: The column v4 added.
+TEXT_BYTE_COLUMN = "text_byte_logps"
+
+#: Each readable layout's columns, as its files hold them (v3: v4 without text_byte_logps; v2: v3 without the
+#: next-byte columns).
 SCHEMAS: dict[int, pa.Schema] = {
-    2: pa.schema([f for f in ROLLOUT_SCHEMA if f.name not in NEXT_BYTE_COLUMNS]),
-    3: ROLLOUT_SCHEMA,
+    2: pa.schema([f for f in ROLLOUT_SCHEMA if f.name not in (*NEXT_BYTE_COLUMNS, TEXT_BYTE_COLUMN)]),
+    3: pa.schema([f for f in ROLLOUT_SCHEMA if f.name != TEXT_BYTE_COLUMN]),
+    4: ROLLOUT_SCHEMA,
 }
 
 #: The shard file's own metadata: only the layout version (the rest is the manifest's).
@@ -238,7 +252,7 @@ class RolloutBatch:
     def __init__(self, *, prompt_id: Sequence[str], sample_index: Any, prompt_text: Sequence[str],
                  response_text: Sequence[str], response_token_ids: Any, reward: Any, finished: Any,
                  response_token_spans: Any = None, advantage: Any = None, behaviour_logps: Any = None,
-                 next_byte_ids: Any = None, next_byte_logps: Any = None):
+                 next_byte_ids: Any = None, next_byte_logps: Any = None, text_byte_logps: Any = None):
         n = len(prompt_id)
         if (next_byte_ids is None) != (next_byte_logps is None):
             given, absent = NEXT_BYTE_COLUMNS if next_byte_logps is None else NEXT_BYTE_COLUMNS[::-1]
@@ -247,7 +261,8 @@ class RolloutBatch:
         lists = {"response_token_spans": (response_token_spans, np.int32, pa.int32()),
                  "behaviour_logps": (behaviour_logps, np.float32, pa.float32()),
                  "next_byte_ids": (next_byte_ids, np.int32, pa.int32()),
-                 "next_byte_logps": (next_byte_logps, np.float32, pa.float32())}
+                 "next_byte_logps": (next_byte_logps, np.float32, pa.float32()),
+                 TEXT_BYTE_COLUMN: (text_byte_logps, np.float32, pa.float32())}
         optional = {name: None if data is None else _ragged_input(data, dtype, name)
                     for name, (data, dtype, _) in lists.items()}
         lengths = {"prompt_id": n, "sample_index": len(sample_index), "prompt_text": len(prompt_text),
@@ -327,13 +342,15 @@ def first_true(mask: np.ndarray) -> int | None:
 def conform_schema(table: pa.Table) -> pa.Table:
     """``table`` with exactly :data:`ROLLOUT_SCHEMA`'s columns, order and types (safe casts allowed).
 
-    A v2 table (neither next-byte column) gets both as nulls; one without the other is missing. Raises
-    :class:`SchemaMismatchError` listing missing, unexpected and uncastable columns.
+    A v2 table (neither next-byte column) gets both as nulls, one without the other is missing; a v2 or v3 table
+    (no ``text_byte_logps``) gets it as nulls. Raises :class:`SchemaMismatchError` listing missing, unexpected and
+    uncastable columns.
     """
-    if not any(c in table.column_names for c in NEXT_BYTE_COLUMNS):
-        for name in NEXT_BYTE_COLUMNS:
-            field = ROLLOUT_SCHEMA.field(name)
-            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+    added = (() if any(c in table.column_names for c in NEXT_BYTE_COLUMNS) else NEXT_BYTE_COLUMNS) + (
+        () if TEXT_BYTE_COLUMN in table.column_names else (TEXT_BYTE_COLUMN,))
+    for name in added:
+        field = ROLLOUT_SCHEMA.field(name)
+        table = table.append_column(field, pa.nulls(table.num_rows, field.type))
     missing = [c for c in COLUMNS if c not in table.column_names]
     extra = [c for c in table.column_names if c not in COLUMNS]
     if missing or extra:
@@ -364,7 +381,8 @@ def validate_table(table: pa.Table) -> pa.Table:
     finite or NaN (not scored) reward, finite advantage and log-probs; every span is ``(-1, -1)``
     or ``0 <= start <= end <= len(text)``; ``sample_index >= 0``; no duplicate
     ``(prompt_id, sample_index)``; next-byte ids and log-probs both null or both present, as many of each,
-    k >= 1 per token, ids in 0..257, log-probs finite and <= :data:`NEXT_BYTE_LOGP_MAX`. The checks are
+    k >= 1 per token, ids in 0..257, log-probs finite and <= :data:`NEXT_BYTE_LOGP_MAX`; ``text_byte_logps`` one
+    per byte of the text and one for its end where finished, finite and <= that bound. The checks are
     numpy/Arrow passes over whole columns, no Python loop per row; locating the offending row runs only after a
     check failed.
     """
@@ -378,6 +396,8 @@ def validate_table(table: pa.Table) -> pa.Table:
     _check_lengths(arrays, tokens, spans, logps)
     _check_values(arrays, tokens, logps)
     _check_next_bytes(arrays, tokens)
+    if (found := text_byte_problem(ragged(arrays[TEXT_BYTE_COLUMN]), arrays["response_text"], arrays["finished"])):
+        _fail(arrays, found[0], TEXT_BYTE_COLUMN, found[1])
     _check_spans(arrays, spans)
     _check_ids(arrays)
     return table
@@ -404,7 +424,8 @@ def _check_required(arrays: dict[str, pa.Array]) -> None:
 
 def _check_list_items(arrays: dict[str, pa.Array]) -> None:
     """No null item inside the token, span, log-prob and next-byte lists."""
-    for name in ("response_token_ids", "response_token_spans", "behaviour_logps", *NEXT_BYTE_COLUMNS):
+    for name in ("response_token_ids", "response_token_spans", "behaviour_logps", *NEXT_BYTE_COLUMNS,
+                 TEXT_BYTE_COLUMN):
         if arrays[name].values.null_count:
             flat = pc.list_flatten(arrays[name])
             if flat.null_count:

@@ -94,7 +94,8 @@ def read_manifest(path: Path) -> ShardInfo:
 
 def older_layout_error(path: Path, version: int) -> SchemaMismatchError:
     """The one line for an exchange written by another mutualrl version (a record layout it cannot read)."""
-    reads = " and ".join(f"v{v}" for v in READABLE_SCHEMA_VERSIONS)
+    names = [f"v{v}" for v in READABLE_SCHEMA_VERSIONS]
+    reads = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
     return SchemaMismatchError(
         f"{path} was written by {'an older' if version < SCHEMA_VERSION else 'a newer'} mutualrl (SEE schema "
         f"v{version}; this one reads {reads}): start a new run (another --output-dir), or resume this one "

@@ -12,7 +12,8 @@ phases, one at a time, each with its own peak:
   rows, ``c`` = ``max_pairs_per_prompt``, the rescued rows dealt evenly over the micro-batches by
   ``training/micro_batches.py``; opd-sgt one per prompt); byte-kd runs a second
   forward over every own row and keeps its whole ``rows x completion x vocabulary`` logits
-  (:data:`FULL_LOGIT_COPIES`). Every row is ``task.max_prompt_tokens + grpo.max_completion_length`` tokens long.
+  (:data:`FULL_LOGIT_COPIES`), under ``distribution: exact`` one per tokenization of the row it keeps too
+  (:func:`distilled_sequences`). Every row is ``task.max_prompt_tokens + grpo.max_completion_length`` tokens long.
   The logits are TRL 1.16's fused head (``trl/trainer/utils.py:add_fused_lm_head``,
   ``trl/kernels/chunked_logprob.py``): one tile of at most 4096 scored tokens x 32768 vocabulary columns at a time,
   never ``rows x tokens x vocabulary``;
@@ -137,7 +138,23 @@ def added_rows(config: RunConfig, own_rows: int, k: int) -> tuple[int, int, int]
     if isinstance(settings, SGTSettings):
         return 0, math.ceil(own_rows * min(settings.max_pairs_per_prompt, k) / k), 0
     rescue = math.ceil(own_rows / k) if isinstance(settings, RescueSettings) and settings.rescue_lam > 0 else 0
-    return 0, rescue, own_rows if isinstance(settings, ByteKDSettings) else 0
+    return 0, rescue, own_rows * distilled_sequences(settings) if isinstance(settings, ByteKDSettings) else 0
+
+
+EXACT_COVERS_UNBOUNDED = 8
+"""Tokenizations per row counted for byte-kd's exact form at ``max_covers: 0`` (none dropped: unbounded): its
+default bound."""
+
+
+def distilled_sequences(settings: Any) -> int:
+    """Sequences byte-kd's learner forwards with a gradient per own row, alive together until the backward: the
+    ``canonical`` form's second forward, one; the ``exact`` form's (``regimes/bytekd/exact.py``) the sampled
+    tokenization's and one per other tokenization the enumeration keeps, ``1 + max_covers`` counted (the kept
+    tokenizations of one offset; a text that branches at several offsets can hold more, logged as ``cover_states``;
+    ``max_covers: 0``, unbounded, counts :data:`EXACT_COVERS_UNBOUNDED`). Each is a whole row with its logits."""
+    if settings.distribution != "exact":
+        return 1
+    return 1 + (settings.max_covers or EXACT_COVERS_UNBOUNDED)
 
 
 def training_dtype_bytes(plan: Any) -> int:

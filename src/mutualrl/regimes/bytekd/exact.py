@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from mutualrl.regimes.api import (CoverLimits, GRPOBatch, OwnTexts, Share, StepRollouts, TrainerView,
-                                  judgement_sources, learner_next_bytes, logits_width, offset_slots, own_texts,
-                                  peer_row_views, peer_rows, token_pieces)
+from mutualrl.regimes.api import (CoverLimits, GRPOBatch, OwnTexts, Share, StepRollouts, TrainerView, idle_row,
+                                  judgement_sources, learner_next_bytes, logits_width, missing_rows, offset_slots,
+                                  own_texts, peer_row_views, peer_rows, token_pieces)
 from mutualrl.regimes.bytekd.maths import symbol_kl
 
 if TYPE_CHECKING:
@@ -71,6 +71,7 @@ def exact_kl_term(trainer: TrainerView, model: torch.nn.Module, inputs: GRPOBatc
         if trainer.accelerator.num_processes == 1:
             return None, {}
         rows = [0]  # every rank runs the same forwards and backward: row 0 at weight 0 (an exact 0)
+    idle = missing_rows(trainer.accelerator, model, len(rows))  # as many rows' forwards as the rank with the most
     mask = inputs["completion_mask"]  # [B, C]
     width = logits_width(model)
     pieces = token_pieces(trainer, width)
@@ -90,8 +91,9 @@ def exact_kl_term(trainer: TrainerView, model: torch.nn.Module, inputs: GRPOBatc
         offsets += int(taught.sum())
         states += len(covers.tokens)
         dropped = max(dropped, covers.dropped)
+    zeros = [idle_row(trainer, model) for _ in range(idle)]  # each an exact 0 with a backward like a row's
     per_token = torch.zeros(mask.shape, dtype=per_row[0].dtype, device=per_row[0].device).index_put(
         (torch.tensor(rows, device=per_row[0].device),), torch.stack(per_row))  # [B, C]
-    loss = lam * trainer.aggregate_loss(per_token, mask, inputs)
+    loss = sum(zeros, lam * trainer.aggregate_loss(per_token, mask, inputs))
     return loss, {"kl_term": loss.detach().item(), "byte_kl": Share(kl_sum, offsets),
                   "cover_states": Share(float(states), len(rows)), "cover_dropped": dropped}

@@ -58,6 +58,9 @@ class RegimeAdapter:
     publishes_spans = False
     """Whether this policy publishes each token's character span (THL): declared by a regime whose readers need the
     peers' spans (PRP's peer denominator); otherwise the column is null and only the text is decoded."""
+    publishes_text_bytes = False
+    """Whether this policy publishes each byte's log-prob given its text before (the SEE record's
+    ``text_byte_logps``): declared by a regime whose readers compare texts (PRP's F-TIS)."""
     peer_columns: tuple[str, ...] | None = None
     uses_stale_rounds: ClassVar[bool] = False
     """Whether the regime implements :meth:`transform_stale` (declared, not detected): only then is a peer round
@@ -268,7 +271,7 @@ class RegimeAdapter:
         from mutualrl.regimes.core.publication import rollout_records
 
         return rollout_records(output, rollouts, self.trainer, traces=self.publishes_traces,
-                               spans=self.publishes_spans)
+                               spans=self.publishes_spans, text_bytes=self.publishes_text_bytes)
 
 
 def stable_seed(*parts: Any) -> int:

@@ -6,6 +6,8 @@ divergence sits on the learner's tokens.
 Cost: one forward of the given tokenization, plus one per distinct branch the enumeration keeps (a tokenization
 other than the given one with mass above the floor), then, on the learner's side, one forward with a gradient over
 those branches (benchmarks/README.md, byte-kd).
+Under ZeRO-3 with several ranks the enumeration's forwards run in step across the policy's ranks
+(:mod:`~mutualrl.regimes.core.rank_forwards`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from mutualrl.regimes.core.byte_covers import Covers, Forward, TokenPieces, cover_next_byte_logps, find_covers
+from mutualrl.regimes.core.rank_forwards import forwards_in_step
 from mutualrl.regimes.core.trainer_interface import TrainerView
 
 
@@ -60,9 +63,9 @@ def judge_next_bytes(trainer: TrainerView, prompt_ids: torch.Tensor, prompt_mask
     width = logits_width(trainer.model)
     pieces = token_pieces(trainer, width)
     ids_out, logps_out, dropped = [], [], 0.0
-    with torch.no_grad():
+    with torch.no_grad(), forwards_in_step(trainer, trainer.model) as in_step:
         for row, (text, tokens) in enumerate(zip(texts, given, strict=True)):
-            forward = model_forward(trainer, trainer.model, prompt_ids[row], prompt_mask[row])
+            forward = in_step(model_forward(trainer, trainer.model, prompt_ids[row], prompt_mask[row]))
             covers = find_covers(text, pieces, forward, tokens, limits.floor, limits.max_states)
             logq = cover_next_byte_logps(covers, text, pieces)  # [n + 1, 258]
             values, symbols = torch.topk(logq, k=min(k, SYMBOLS), dim=-1)  # [n + 1, k]
@@ -78,8 +81,8 @@ def learner_next_bytes(trainer: TrainerView, model: torch.nn.Module, prompt_ids:
     """The learner's exact next-byte log-masses ``[n + 1, 258]`` at every byte offset of its text (``tokens``: the
     tokens it sampled, EOS left out), with the gradient of every state's log-probs: the states found with no
     gradient, then one forward with the gradient over their branches."""
-    with torch.no_grad():
-        covers = find_covers(text, pieces, model_forward(trainer, model, prompt_ids, prompt_mask), tokens,
+    with torch.no_grad(), forwards_in_step(trainer, model) as in_step:
+        covers = find_covers(text, pieces, in_step(model_forward(trainer, model, prompt_ids, prompt_mask)), tokens,
                              limits.floor, limits.max_states)
     rows = model_forward(trainer, model, prompt_ids, prompt_mask)(covers.branches)  # each [len + 1, V]
     state_logps = torch.stack([rows[branch][position] for branch, position in covers.at])  # [S, V]
@@ -102,10 +105,10 @@ def text_logps(trainer: TrainerView, model: torch.nn.Module, prompt_ids: torch.T
     width = logits_width(model)
     pieces = token_pieces(trainer, width)
     out = torch.zeros(len(texts), dtype=torch.float32)
-    with torch.no_grad():
+    with torch.no_grad(), forwards_in_step(trainer, model) as in_step:
         for row, (text, tokens, done) in enumerate(zip(texts, given, finished, strict=True)):
-            covers = find_covers(text, pieces, model_forward(trainer, model, prompt_ids[row], prompt_mask[row]),
-                                 tokens, limits.floor, limits.max_states)
+            forward = in_step(model_forward(trainer, model, prompt_ids[row], prompt_mask[row]))
+            covers = find_covers(text, pieces, forward, tokens, limits.floor, limits.max_states)
             out[row] = float(text_logp(covers, text, pieces, bool(done)))
     return out
 
@@ -135,8 +138,8 @@ def own_texts(trainer: TrainerView, completion_ids: torch.Tensor, mask: torch.Te
 
 def logits_width(model: torch.nn.Module) -> int:
     """How many logits ``model`` gives per position: its (text) config's vocabulary size (a sharded output layer may
-    hold none of its rows on this rank)."""
-    config = model.config
+    hold none of its rows on this rank). A DeepSpeed engine (or DDP) wrapping the model: its module's config."""
+    config = getattr(model, "module", model).config  # the engine's own ``config`` is DeepSpeed's
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     return int(text.vocab_size)
 

@@ -64,6 +64,16 @@ class PooledRowsSettings:
                           "KL(peer || learner) over its length). F-TIS names KL(pi_theta || pi_gen); g = 50 is a "
                           "whole-sequence magnitude, which a sum has."},
     )
+    kl_over: Literal["texts", "tokens"] = field(
+        default="texts",
+        metadata={"help": "Under 'ftis': what the sequence KL compares. 'texts': each byte of the text and its end, "
+                          "each policy's probability of it given the text before summed over every tokenization "
+                          "(the peer publishes its own with its records), so a learner equal to the peer on texts "
+                          "gives 0 whichever way either split them; costs an enumeration of tokenizations per "
+                          "published row and per peer row with advantage <= 0. 'tokens': the peer's sampled tokens "
+                          "against the learner's tokens of its text (per word where the tokenizers split it "
+                          "differently): cheaper, but a non-canonical split counts as divergence."},
+    )
     drop_bound: float = field(
         default=10.0,
         metadata={"gt": 0, "help": "Under 'tis-drop': a unit whose importance weight exceeds it is dropped (weight "

@@ -21,9 +21,10 @@ if TYPE_CHECKING:
 
 
 def rollout_records(output: GRPOBatch, rollouts: StepRollouts, trainer: TrainerView, traces: bool,
-                    spans: bool) -> RolloutBatch:
-    """This rank's records of the step: with the behaviour traces (``traces``) and each token's character span
-    (``spans``) where a reader needs them. Built from the trainer's own tensors, so not re-checked."""
+                    spans: bool, text_bytes: bool = False) -> RolloutBatch:
+    """This rank's records of the step: with the behaviour traces (``traces``), each token's character span
+    (``spans``) and each byte's log-prob given the text before (``text_bytes``, :func:`text_byte_records`) where a
+    reader needs them. Built from the trainer's own tensors, so not re-checked."""
     from mutualrl.see.records import Ragged, RolloutBatch
     from mutualrl.thl import batch_decode_text, batch_decode_with_spans
 
@@ -50,7 +51,26 @@ def rollout_records(output: GRPOBatch, rollouts: StepRollouts, trainer: TrainerV
         # one per token, by the rows' lengths: mask_truncated_completions zeroes a cut row's completion_mask
         behaviour_logps=None if logps is None else Ragged.from_padded(logps, lengths, np.float32),
         finished=(lengths > 0) & np.isin(last, trainer.eos_token_ids),  # [B] the last token is an EOS
+        text_byte_logps=text_byte_records(output, lengths, texts, trainer) if text_bytes else None,
     )
+
+
+def text_byte_records(output: GRPOBatch, lengths: Any, texts: list[str], trainer: TrainerView) -> list[Any]:
+    """Per row, the policy's log-prob of each byte of its text given the bytes before, then of its end where it
+    finished, over every tokenization (:mod:`~mutualrl.regimes.core.written_bytes`; no gradient): what a reader
+    compares texts on whichever way this policy split them: of the decoded text (the record's), its sampled tokens
+    forwarded first where they write it. None for a row whose text the enumeration's limits could not write."""
+    from mutualrl.regimes.core.cover_scoring import logits_width, own_texts, token_pieces
+    from mutualrl.regimes.core.written_bytes import policy_byte_logps, published_byte_logps
+
+    ids = output["completion_ids"]  # [B, C]
+    mask = torch.arange(ids.shape[1])[None, :] < torch.as_tensor(lengths)[:, None]  # bool [B, C]
+    own = own_texts(trainer, ids.cpu(), mask, token_pieces(trainer, logits_width(trainer.model)))
+    written = [text.encode("utf-8") for text in texts]
+    given = [tokens if own.texts[i] == written[i] else [] for i, tokens in enumerate(own.tokens)]
+    values, _ = policy_byte_logps(trainer, output["prompt_ids"], output["prompt_mask"], range(len(texts)), given,
+                                  own.finished, written)
+    return [published_byte_logps(values.get(i)) for i in range(len(texts))]
 
 
 def behaviour_trace(output: GRPOBatch) -> torch.Tensor | None:

@@ -12,8 +12,10 @@ the snapshot and a peer sample weighs ``T(w)`` (:meth:`PRPAdapter.peer_token_wei
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import math
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 
 from mutualrl.regimes.api import (
@@ -25,6 +27,10 @@ from mutualrl.regimes.api import (
     Quantile,
     Share,
     StepRollouts,
+    logits_width,
+    peer_row_views,
+    policy_byte_logps,
+    token_pieces,
 )
 from mutualrl.regimes.prp.spec import PRP, PRPSettings
 
@@ -38,15 +44,27 @@ class PRPAdapter(PooledRowsAdapter):
     spec = PRP
     settings: PRPSettings  # typed view of RegimeAdapter.settings (a variant's subclass of PRPSettings)
 
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.text_divergence: dict[str, float] = {}  # this step's figures of F-TIS's KL over texts
+        if self.compares_texts:  # F-TIS's KL over texts: each policy publishes its bytes' log-probs, reads its peers'
+            self.publishes_text_bytes = True
+            self.peer_columns = (*self.peer_columns, "text_byte_logps")
+
+    @property
+    def compares_texts(self) -> bool:
+        return self.settings.correction == "ftis" and self.settings.kl_over == "texts"
+
     def transform(self, output: GRPOBatch, rollouts: StepRollouts,
                   peers: dict[str, pa.Table]) -> tuple[GRPOBatch, dict[str, float]]:
         step = self.pool_step(output, rollouts, peers)
-        step.kept = self.rows_kept(step)  # once: the loss's weights and the per-source figures both read it
+        generator = peer_row_views(peers, step.sources, "text_byte_logps") if self.compares_texts else None
+        step.kept = self.rows_kept(step, generator)  # once: the loss's weights and the per-source figures read it
         weights = self.peer_token_weights(step)
         if weights is not None:
             own = torch.ones((step.n_local, step.width), dtype=weights.dtype, device=weights.device)  # [B, T]
             step.batch[TOKEN_WEIGHTS] = torch.cat([own, weights])  # [B+N, T]
-        return step.batch, self.step_metrics(step, weights)
+        return step.batch, {**self.step_metrics(step, weights), **self.text_divergence}
 
     # -- the hooks of the pooled step -------------------------------------------------------------
     def behaviour_logps(self, step: PooledStep) -> torch.Tensor | None:
@@ -76,20 +94,59 @@ class PRPAdapter(PooledRowsAdapter):
         kept = step.kept[:, None]  # bool [N, 1]
         return torch.where(kept, weights, torch.zeros_like(weights))  # [N, T]
 
-    def rows_kept(self, step: PooledStep) -> torch.Tensor:
+    def rows_kept(self, step: PooledStep, generator: list[np.ndarray | None] | None = None) -> torch.Tensor:
         """The peer rows the loss keeps, bool ``[N]``: scored, and under ``ftis`` not dropped by F-TIS's filter
-        (advantage <= 0 and sequence KL to the learner >= ``kl_bound``, the KL by ``kl_estimator``, per word where
-        the two tokenizations split it differently;
-        :func:`~mutualrl.regimes.prp.maths.ftis_kept`)."""
+        (advantage <= 0 and sequence KL to the learner >= ``kl_bound``, the KL by ``kl_estimator``;
+        :func:`~mutualrl.regimes.prp.maths.ftis_kept`): over texts (``kl_over: texts``, :meth:`kl_over_texts`, from the
+        generators' published ``generator`` values of each row), or over the sampled tokens, per word where the two
+        tokenizations split it differently."""
         from mutualrl.regimes.prp.maths import ftis_kept, sequence_kl
 
         kept = step.scored.clone()  # bool [N]
-        if self.settings.correction == "ftis" and step.peer_traces is not None:
+        if self.settings.correction != "ftis" or step.peer_traces is None:
+            return kept
+        advantages = step.batch["advantages"][step.n_local:]  # [N]
+        if self.compares_texts:
+            kl = self.kl_over_texts(step, generator or [None] * step.n_peer,
+                                    (kept & (advantages <= 0)).cpu())  # [N] float64
+        else:
             kl = sequence_kl(step.snapshot[step.n_local:], step.peer_traces, step.peer_mask,
                              self.settings.kl_estimator, step.peer_groups)  # [N] float64, per word where split
-            advantages = step.batch["advantages"][step.n_local:]  # [N]
-            kept &= ftis_kept(advantages, kl.to(advantages.device), self.settings.kl_bound)
-        return kept
+        return kept & ftis_kept(advantages, kl.to(advantages.device), self.settings.kl_bound)
+
+    def kl_over_texts(self, step: PooledStep, generator: list[np.ndarray | None],
+                      needed: torch.Tensor) -> torch.Tensor:
+        """F-TIS's KL over texts ``[N]`` (:func:`~mutualrl.regimes.prp.maths.text_kl`) of the rows ``needed`` (bool
+        ``[N]``: scored with advantage <= 0, the rows the filter can drop; NaN elsewhere): the learner's
+        probability of each byte of its row's text given the bytes before, over every tokenization of it
+        (:func:`~mutualrl.regimes.core.written_bytes.policy_byte_logps`, no gradient), against the generator's
+        published one. The row's text is the bytes its learner tokens write (a prefix where the row is cut), or, where
+        they write it otherwise (a tokenizer's normalisation) and the row holds its end, the generator's text. A row
+        whose generator published none, or cut and written otherwise, is ``+inf`` (dropped)."""
+        from mutualrl.regimes.prp.maths import text_kl, written_log_ratios
+
+        eos = self.trainer.processing_class.eos_token_id
+        pieces = token_pieces(self.trainer, logits_width(self.trainer.model))
+        rows = [i for i in range(step.n_peer) if bool(needed[i])]
+        ends = [bool(done) and bool(ids) and ids[-1] == eos
+                for ids, done in zip(step.responses.ids, step.responses.finished, strict=True)]
+        tokens = [ids[:-1] if end else ids for ids, end in zip(step.responses.ids, ends, strict=True)]
+        texts, given, written = [b""] * step.n_peer, [[] for _ in range(step.n_peer)], []
+        for i in rows:
+            text, own = step.responses.texts[i].encode("utf-8"), pieces.text_of(tokens[i])
+            matched = own == text or (text.startswith(own) and not ends[i])  # the whole text, or a cut row's prefix
+            if matched or ends[i]:
+                texts[i], given[i] = (own, tokens[i]) if matched else (text, [])
+                written.append(i)
+        prompts = step.batch["prompt_ids"][step.n_local:], step.batch["prompt_mask"][step.n_local:]  # [N, P] each
+        learner, dropped = policy_byte_logps(self.trainer, *prompts, written, given, ends, texts)
+        deltas = [written_log_ratios(learner.get(i), None if generator[i] is None else torch.from_numpy(
+            np.asarray(generator[i], dtype=np.float64))) for i in range(step.n_peer)]
+        kl = text_kl(deltas, step.peer_mask.sum(dim=1).cpu(), self.settings.kl_estimator)  # [N] float64
+        missing = sum(deltas[i] is None for i in rows)
+        self.text_divergence = {"ftis_text_missing": Share(missing, len(rows)),
+                                "ftis_cover_dropped": Quantile(torch.tensor([dropped]), 1.0)}
+        return torch.where(needed, kl, torch.full_like(kl, math.nan))  # [N]
 
     def source_metrics(self, step: PooledStep) -> dict[str, float]:
         """Per peer (the source of the rows): how off-policy its samples are for this learner and what the loss made of

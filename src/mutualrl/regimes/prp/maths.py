@@ -14,6 +14,7 @@ with HACPO; the channel decomposition of the three regimes is :mod:`mutualrl.eva
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -149,6 +150,43 @@ def sequence_kl(learner_logps: torch.Tensor, generator_logps: torch.Tensor, mask
         k3 = torch.exp(delta) - delta - 1.0  # [N, T]
         return torch.where(m, k3, torch.zeros_like(k3)).sum(dim=1)  # [N]
     raise ValueError(f"kl_estimator must be one of {', '.join(KL_ESTIMATORS)}; got {estimator!r}")
+
+
+def written_log_ratios(learner: torch.Tensor | None, generator: torch.Tensor | None) -> torch.Tensor | None:
+    """float64 ``[u]``: ``δ_o = log q_gen(x_o | x_{<o}) − log q_θ(x_o | x_{<o})`` of each symbol the learner's row
+    writes (``learner`` ``[u]``: its bytes, then the end where its row holds the EOS;
+    :func:`~mutualrl.regimes.core.written_bytes.written_byte_logps`), against the generator's of the whole text
+    (``generator``, its bytes then its end where it finished): a row cut in the learner's tokens compares its bytes'.
+    None where either is missing or the generator's text is shorter than the row."""
+    if learner is None or generator is None or len(generator) < len(learner):
+        return None
+    return generator[: len(learner)].double() - learner.double()  # [u]
+
+
+def text_kl(deltas: Sequence[torch.Tensor | None], tokens: torch.Tensor,
+            estimator: KLEstimator = "rlogr-sum") -> torch.Tensor:
+    """F-TIS's per-sequence filter figure ``[N]`` over texts: :func:`sequence_kl`'s estimators with the text's
+    written symbols as units (``deltas``, :func:`written_log_ratios` of each row; ``r_o = exp(−δ_o)``), each side's
+    probability of a symbol its exact next-byte one, over every tokenization. So a learner equal to the generator on
+    every text gives 0 whichever split either sampled, and ``E_gen`` of ``rlogr-sum`` is ``Σ_o E_{x~gen}
+    KL(q_θ(·|x_{<o}) ‖ q_gen(·|x_{<o}))``, per byte at the generator's prefixes; ``mean-log-ratio`` is the text's
+    log-ratio ``log p_gen(x) − log p_θ(x)`` over the row's learner token count (``tokens`` ``[N]``). A row without
+    the values (None) is ``+inf``: nothing says it is near."""
+    out = torch.full((len(deltas),), math.inf, dtype=torch.float64)  # [N]
+    for row, delta in enumerate(deltas):
+        if delta is None:
+            continue
+        delta = delta.double().clamp(-50.0, 50.0)  # [u]
+        if estimator == "mean-log-ratio":
+            out[row] = delta.sum() / max(int(tokens[row]), 1)
+        elif estimator == "rlogr-sum":
+            r = torch.exp(-delta)  # [u] q_θ / q_gen
+            out[row] = (r * -delta - r + 1.0).sum()
+        elif estimator == "k3-sum":
+            out[row] = (torch.exp(delta) - delta - 1.0).sum()
+        else:
+            raise ValueError(f"kl_estimator must be one of {', '.join(KL_ESTIMATORS)}; got {estimator!r}")
+    return out
 
 
 def ftis_kept(advantages: torch.Tensor, kl: torch.Tensor, kl_bound: float) -> torch.Tensor:
