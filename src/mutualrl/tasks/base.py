@@ -73,6 +73,16 @@ class Task(ABC):
     def check_source(self, source: str | None) -> None:
         """Refuse, before a launch (and in a dry run), a ``task.source`` this task cannot read; loading stays lazy."""
 
+    def check_load(self, split: str, source: str | None, limit: int | None) -> None:
+        """Refuse, in one line, a ``load`` of a split this task lacks, a source it cannot read, or a negative limit."""
+        from mutualrl.errors import UsageError
+
+        if split not in self.splits:
+            raise UsageError(f"task {self.name!r} has no split {split!r}; it has: {', '.join(self.splits)}")
+        self.check_source(source)
+        if limit is not None and limit < 0:
+            raise UsageError(f"task {self.name!r}: limit must be >= 0, got {limit}")
+
     def with_verifier(self, mode: str) -> Task:
         """A copy of this task that checks answers with ``mode`` (recipe field ``task.verifier``)."""
         if mode == "default":

@@ -153,11 +153,7 @@ class InventedLexiconTask(Task):
 
     def load(self, split: str, source: str | None = None, limit: int | None = None) -> list[TaskExample]:
         """Both families' phrases of ``split``, alternating between families (any prefix is balanced)."""
-        if split not in self.splits:
-            raise UsageError(f"task {self.name!r} has no split {split!r}; it has: {', '.join(self.splits)}")
-        self.check_source(source)
-        if limit is not None and limit < 0:
-            raise UsageError(f"task {self.name!r}: limit must be >= 0, got {limit}")
+        self.check_load(split, source, limit)
         per_family = [family_rows(f, split) for f in FAMILY_NAMES]
         rows = [example(phrase) for pair in zip(*per_family, strict=True) for phrase in pair]
         return rows if limit is None else rows[:limit]

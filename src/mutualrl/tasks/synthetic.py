@@ -141,11 +141,7 @@ class SyntheticArithTask(Task):
 
     def load(self, split: str, source: str | None = None, limit: int | None = None) -> list[TaskExample]:
         """Both families' problems of ``split``, alternating between families; at most ``limit``."""
-        if split not in self.splits:
-            raise UsageError(f"task {self.name!r} has no split {split!r}; it has: {', '.join(self.splits)}")
-        self.check_source(source)
-        if limit is not None and limit < 0:
-            raise UsageError(f"task {self.name!r}: limit must be >= 0, got {limit}")
+        self.check_load(split, source, limit)
         examples = interleave(family_split(f, split) for f in FAMILY_NAMES)
         return examples if limit is None else examples[:limit]
 
