@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from mutualrl.regimes.api import (CoverLimits, GRPOBatch, OwnTexts, Share, StepRollouts, TrainerView,
-                                  judgement_sources, learner_next_bytes, logits_width, offset_slots, own_texts,
-                                  peer_row_views, peer_rows, token_pieces)
+                                  judgement_sources, learner_next_bytes_together, logits_width, offset_slots,
+                                  own_texts, peer_row_views, peer_rows, token_pieces)
 from mutualrl.regimes.bytekd.maths import symbol_kl
 
 if TYPE_CHECKING:
@@ -76,9 +76,9 @@ def exact_kl_term(trainer: TrainerView, model: torch.nn.Module, inputs: GRPOBatc
     pieces = token_pieces(trainer, width)
     own = own_texts(trainer, inputs["completion_ids"][rows], mask[rows], pieces)
     per_row, kl_sum, offsets, states, dropped = [], 0.0, 0, 0, 0.0
-    for r, row in enumerate(rows):
-        logq, covers = learner_next_bytes(trainer, model, inputs["prompt_ids"][row], inputs["prompt_mask"][row],
-                                          own.texts[r], own.tokens[r], pieces, limits)  # [n + 1, 258]
+    learned = learner_next_bytes_together(trainer, model, inputs["prompt_ids"][rows], inputs["prompt_mask"][rows],
+                                          own.texts, own.tokens, pieces, limits)  # each [n + 1, 258], its covers
+    for r, (row, (logq, covers)) in enumerate(zip(rows, learned, strict=True)):
         o = logq.shape[0]
         taught_ids = inputs[f"{prefix}_ids"][row:row + 1, :, :o]  # [1, J, n + 1, k]
         taught_logps = inputs[f"{prefix}_logps"][row:row + 1, :, :o]  # [1, J, n + 1, k]
