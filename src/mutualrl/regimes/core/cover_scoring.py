@@ -114,23 +114,46 @@ def model_forward(trainer: TrainerView, model: torch.nn.Module, prompt_ids: torc
     return lambda sequences: forward([(0, sequence) for sequence in sequences])
 
 
+def all_covers(trainer: TrainerView, model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+               texts: Sequence[bytes], given: Sequence[Sequence[int]], pieces: TokenPieces,
+               limits: CoverLimits) -> Iterator[tuple[int, Covers]]:
+    """Each text's index and covers under ``model`` after its prompt (``prompt_ids`` / ``prompt_mask`` ``[N, P]``),
+    the texts' enumerations side by side (:func:`~mutualrl.regimes.core.byte_covers.find_covers_together`) in groups
+    of consecutive texts whose given tokenizations' log-probs fit :data:`LOGITS_PER_CALL` together (one text at
+    least), a group's covers yielded before the next group's enumeration starts (a caller that drops them holds one
+    group's forwards at a time)."""
+    width = logits_width(model)
+    groups: list[list[int]] = []
+    size = 0
+    for i, tokens in enumerate(given):
+        need = (len(tokens) + 1) * width
+        if not groups or size + need > LOGITS_PER_CALL:
+            groups.append([])
+            size = 0
+        groups[-1].append(i)
+        size += need
+    for group in groups:
+        index = torch.tensor(group, dtype=torch.long, device=prompt_ids.device)  # [n]
+        yield from zip(group, find_covers_together([texts[i] for i in group], pieces,
+                                                   rows_forward(trainer, model, prompt_ids[index], prompt_mask[index]),
+                                                   [given[i] for i in group], limits.floor, limits.max_states))
+
+
 def judge_next_bytes(trainer: TrainerView, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                      texts: Sequence[bytes], given: Sequence[Sequence[int]], k: int,
                      limits: CoverLimits) -> tuple[list[torch.Tensor], list[torch.Tensor], float]:
     """The judge's exact next-byte distribution at every byte offset of each text (``prompt_ids`` / ``prompt_mask``
     ``[N, P]`` its prompt of each, ``given`` its tokens of each, EOS left out): per text its ``k`` most likely
     symbols and their log-masses ``[n + 1, k]`` each (int32, float32), and the largest share of mass dropped. The
-    texts' enumerations run side by side (:func:`~mutualrl.regimes.core.byte_covers.find_covers_together`)."""
+    texts' enumerations run side by side (:func:`all_covers`)."""
     from mutualrl.regimes.core.next_bytes import SYMBOLS
 
     width = logits_width(trainer.model)
     pieces = token_pieces(trainer, width)
     ids_out, logps_out, dropped = [], [], 0.0
     with torch.no_grad():
-        found = find_covers_together(texts, pieces, rows_forward(trainer, trainer.model, prompt_ids, prompt_mask),
-                                     given, limits.floor, limits.max_states)
-        for text, covers in zip(texts, found, strict=True):
-            logq = cover_next_byte_logps(covers, text, pieces)  # [n + 1, 258]
+        for i, covers in all_covers(trainer, trainer.model, prompt_ids, prompt_mask, texts, given, pieces, limits):
+            logq = cover_next_byte_logps(covers, texts[i], pieces)  # [n + 1, 258]
             values, symbols = torch.topk(logq, k=min(k, SYMBOLS), dim=-1)  # [n + 1, k]
             ids_out.append(symbols.to(torch.int32).cpu())
             logps_out.append(values.clamp(min=torch.finfo(torch.float32).min).float().cpu())
@@ -171,8 +194,8 @@ def learner_next_bytes_together(trainer: TrainerView, model: torch.nn.Module, pr
     of every state's log-probs: the states found with no gradient (the texts side by side), then the forwards with
     the gradient over the fewest sequences that hold every state (:func:`state_rows`), all texts' together."""
     with torch.no_grad():
-        found = find_covers_together(texts, pieces, rows_forward(trainer, model, prompt_ids, prompt_mask), tokens,
-                                     limits.floor, limits.max_states)
+        found = [covers for _, covers in all_covers(trainer, model, prompt_ids, prompt_mask, texts, tokens, pieces,
+                                                    limits)]
     requests: list[Request] = []
     picks: list[tuple[int, int]] = []
     for i, covers in enumerate(found):
@@ -202,10 +225,8 @@ def text_logps(trainer: TrainerView, model: torch.nn.Module, prompt_ids: torch.T
     pieces = token_pieces(trainer, width)
     out = torch.zeros(len(texts), dtype=torch.float32)
     with torch.no_grad():
-        found = find_covers_together(texts, pieces, rows_forward(trainer, model, prompt_ids, prompt_mask), given,
-                                     limits.floor, limits.max_states)
-        for row, (text, covers, done) in enumerate(zip(texts, found, finished, strict=True)):
-            out[row] = float(text_logp(covers, text, pieces, bool(done)))
+        for row, covers in all_covers(trainer, model, prompt_ids, prompt_mask, texts, given, pieces, limits):
+            out[row] = float(text_logp(covers, texts[row], pieces, bool(finished[row])))
     return out
 
 
