@@ -7,7 +7,9 @@ are sampled from the model itself (seeded, at temperature 1, up to ``--tokens`` 
 - judge, canonical: one no-grad forward, the next-byte log-masses at each token;
 - judge, exact: the cover enumeration and the next-byte log-masses at every byte offset;
 - learner, canonical: one forward, the log-masses, a backward;
-- learner, exact: the enumeration (no gradient), one forward over the kept branches, the log-masses, a backward.
+- learner, exact: the enumeration (no gradient), one forward over the kept states, the log-masses, a backward;
+- then both forms over all completions at once, as a training step runs them (``*_together``): canonical, one
+  padded forward; exact, the texts' enumerations side by side, one forward per round for all of them.
 
 And the canonical form's bias: at each offset where the completion's own tokenization starts a token, the largest
 ``|q_canonical(c) − q_exact(c)|`` over the symbols, and ``KL(q_exact ‖ q_canonical)``; the mean states per completion
@@ -120,15 +122,63 @@ def measure(name: str, prompts: list[str], samples: int, tokens: int, seed: int,
         logq, _ = learner_next_bytes(shim, model, prompt, mask, text, row, pieces, limits)
         torch.where(torch.isfinite(logq), logq, torch.zeros_like(logq)).sum().backward()
         times["learner_exact"] += time.perf_counter() - clock
+    times.update(together(shim, model, pieces, rows, limits))
     inside = None if untrained else inside_merged(shim, model, tokenizer, pieces, prompts, max_covers)
     n = len(rows)
     return {"inside_merged": inside, "model": name, "completions": n, "mean_bytes": statistics.mean(len(pieces.text_of(r)) for _, r, _ in rows),
             "ms_per_completion": {key: 1000 * value / n for key, value in times.items()},
             "exact_over_canonical": {"judge": times["judge_exact"] / times["judge_canonical"],
-                                     "learner": times["learner_exact"] / times["learner_canonical"]},
+                                     "learner": times["learner_exact"] / times["learner_canonical"],
+                                     "judge_together": times["judge_exact_together"] / times["judge_canonical_together"],
+                                     "learner_together": times["learner_exact_together"]
+                                     / times["learner_canonical_together"]},
             "states_mean": statistics.mean(states), "dropped_max": dropped,
             "canonical_bias": {"max_abs_q_gap": max(gaps), "mean_abs_q_gap": statistics.mean(gaps),
                                "max_end_gap": max(end_gaps), "mean_kl_exact_canonical": statistics.mean(kls)}}
+
+
+def together(shim, model, pieces, rows, limits) -> dict[str, float]:
+    """Both forms over all the completions at once, as a training step runs them (seconds): canonical, one forward of
+    the right-padded completions; exact, the texts' enumerations side by side (one forward per round for all) and the
+    learner's gradient forward over every text's states in one batch."""
+    import torch
+
+    from mutualrl.regimes.core.byte_covers import cover_next_byte_logps, find_covers_together
+    from mutualrl.regimes.core.cover_scoring import learner_next_bytes_together, rows_forward
+    from mutualrl.regimes.core.next_bytes import next_byte_logps
+
+    width = max(len(prompt) for prompt, _, _ in rows)
+    ids = torch.stack([torch.cat([torch.zeros(width - len(p), dtype=torch.long), p]) for p, _, _ in rows])  # [N, P]
+    mask = torch.stack([torch.cat([torch.zeros(width - len(p), dtype=torch.long), torch.ones_like(p)])
+                        for p, _, _ in rows])  # [N, P]
+    stop = shim.eos_token_ids[0]
+    sequences = [row + ([stop] if done else []) for _, row, done in rows]
+    columns = max(len(sequence) for sequence in sequences)
+    completion = torch.tensor([s + [stop] * (columns - len(s)) for s in sequences])  # [N, C]
+    completion_mask = torch.tensor([[1] * len(s) + [0] * (columns - len(s)) for s in sequences])  # [N, C]
+    texts, given, times = [pieces.text_of(row) for _, row, _ in rows], [row for _, row, _ in rows], {}
+    for side in ("judge", "learner"):
+        model.zero_grad()
+        clock = time.perf_counter()
+        with torch.set_grad_enabled(side == "learner"):
+            logq = next_byte_logps(shim.completion_logits(model, ids, mask, completion, completion_mask),
+                                   pieces.symbols)  # [N, C, 258]
+            if side == "learner":
+                torch.where(torch.isfinite(logq), logq, torch.zeros_like(logq)).sum().backward()
+        times[f"{side}_canonical_together"] = time.perf_counter() - clock
+    clock = time.perf_counter()
+    with torch.no_grad():
+        found = find_covers_together(texts, pieces, rows_forward(shim, model, ids, mask), given, limits.floor,
+                                     limits.max_states)
+        for covers, text in zip(found, texts, strict=True):
+            cover_next_byte_logps(covers, text, pieces)
+    times["judge_exact_together"] = time.perf_counter() - clock
+    model.zero_grad()
+    clock = time.perf_counter()
+    learned = learner_next_bytes_together(shim, model, ids, mask, texts, given, pieces, limits)
+    sum(torch.where(torch.isfinite(q), q, torch.zeros_like(q)).sum() for q, _ in learned).backward()
+    times["learner_exact_together"] = time.perf_counter() - clock
+    return times
 
 
 def inside_merged(shim, model, tokenizer, pieces, prompts: list[str], max_covers: int) -> dict:

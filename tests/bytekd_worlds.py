@@ -113,3 +113,37 @@ class ByteChainModel:
 
     def tokens_of(self, text: bytes) -> list[int]:
         return [self.alphabet.index(b) for b in text]
+
+
+def per_state_next_byte_logps(covers, text: bytes, pieces: TokenPieces, state_logps) -> torch.Tensor:
+    """``log q(c | b_{<o})`` ``[len(text) + 1, 258]`` one state and one (state, end) pair at a time: the cover sum
+    written as a loop (what :func:`~mutualrl.regimes.core.byte_covers.cover_next_byte_logps` vectorises), the reference
+    its batched form is checked against; ``state_logps``: each state's next-token log-probs, ``[V]`` each."""
+    from mutualrl.regimes.core.next_bytes import symbol_logps
+
+    path: list[torch.Tensor] = []
+    for s, parent in enumerate(covers.parents):
+        path.append(torch.zeros((), dtype=state_logps[0].dtype) if parent < 0
+                    else path[parent] + state_logps[parent][covers.tokens[s][-1]])
+    contributions: list[list[torch.Tensor]] = [[] for _ in range(len(text) + 1)]
+    for s, start in enumerate(covers.ends):
+        contributions[start].append(path[s] + symbol_logps(state_logps[s], pieces.symbols))  # [258]
+        for end in range(start + 1, min(start + pieces.longest, len(text)) + 1):
+            ids, nxt = pieces.extending(text[start:end])
+            if not len(ids):
+                break
+            contributions[end].append(path[s] + symbol_logps(state_logps[s][ids], nxt))  # [258]
+    out = []
+    for parts in contributions:
+        if not parts:
+            out.append(torch.full((SYMBOLS,), float("-inf"), dtype=state_logps[0].dtype))
+            continue
+        stacked = torch.stack(parts)  # [R, 258]
+        peak = stacked.detach().amax(0)  # [258]
+        safe = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))  # [258]
+        total = torch.exp(stacked - safe).sum(0)  # [258]
+        written = total > 0
+        joint = torch.where(written, safe + torch.log(torch.where(written, total, torch.ones_like(total))),
+                            torch.full_like(total, float("-inf")))  # [258]
+        out.append(joint - torch.logsumexp(joint, 0))
+    return torch.stack(out)  # [O, 258]

@@ -99,6 +99,7 @@ TORCH_NAMES = {
     "TokenPieces": "mutualrl.regimes.core.byte_covers", "find_covers": "mutualrl.regimes.core.byte_covers",
     "cover_next_byte_logps": "mutualrl.regimes.core.byte_covers", "text_logp": "mutualrl.regimes.core.byte_covers",
     "CoverLimits": "mutualrl.regimes.core.cover_scoring", "learner_next_bytes": "mutualrl.regimes.core.cover_scoring",
+    "learner_next_bytes_together": "mutualrl.regimes.core.cover_scoring",
     "offset_slots": "mutualrl.regimes.core.cover_scoring", "token_pieces": "mutualrl.regimes.core.cover_scoring",
     "logits_width": "mutualrl.regimes.core.cover_scoring", "OwnTexts": "mutualrl.regimes.core.cover_scoring", "own_texts": "mutualrl.regimes.core.cover_scoring",
     "text_logps": "mutualrl.regimes.core.cover_scoring", "judged_text_logps": "mutualrl.regimes.core.judgements",

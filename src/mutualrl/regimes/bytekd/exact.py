@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from mutualrl.regimes.api import (CoverLimits, GRPOBatch, OwnTexts, Share, StepRollouts, TrainerView, idle_row,
-                                  judgement_sources, learner_next_bytes, logits_width, missing_rows, offset_slots,
+from mutualrl.regimes.api import (CoverLimits, GRPOBatch, OwnTexts, Share, StepRollouts, TrainerView,
+                                  judgement_sources, learner_next_bytes_together, logits_width, offset_slots,
                                   own_texts, peer_row_views, peer_rows, token_pieces)
 from mutualrl.regimes.bytekd.maths import symbol_kl
 
@@ -71,15 +71,14 @@ def exact_kl_term(trainer: TrainerView, model: torch.nn.Module, inputs: GRPOBatc
         if trainer.accelerator.num_processes == 1:
             return None, {}
         rows = [0]  # every rank runs the same forwards and backward: row 0 at weight 0 (an exact 0)
-    idle = missing_rows(trainer.accelerator, model, len(rows))  # as many rows' forwards as the rank with the most
     mask = inputs["completion_mask"]  # [B, C]
     width = logits_width(model)
     pieces = token_pieces(trainer, width)
     own = own_texts(trainer, inputs["completion_ids"][rows], mask[rows], pieces)
     per_row, kl_sum, offsets, states, dropped = [], 0.0, 0, 0, 0.0
-    for r, row in enumerate(rows):
-        logq, covers = learner_next_bytes(trainer, model, inputs["prompt_ids"][row], inputs["prompt_mask"][row],
-                                          own.texts[r], own.tokens[r], pieces, limits)  # [n + 1, 258]
+    learned, pad = learner_next_bytes_together(trainer, model, inputs["prompt_ids"][rows], inputs["prompt_mask"][rows],
+                                          own.texts, own.tokens, pieces, limits)  # each [n + 1, 258], its covers
+    for r, (row, (logq, covers)) in enumerate(zip(rows, learned, strict=True)):
         o = logq.shape[0]
         taught_ids = inputs[f"{prefix}_ids"][row:row + 1, :, :o]  # [1, J, n + 1, k]
         taught_logps = inputs[f"{prefix}_logps"][row:row + 1, :, :o]  # [1, J, n + 1, k]
@@ -91,9 +90,10 @@ def exact_kl_term(trainer: TrainerView, model: torch.nn.Module, inputs: GRPOBatc
         offsets += int(taught.sum())
         states += len(covers.tokens)
         dropped = max(dropped, covers.dropped)
-    zeros = [idle_row(trainer, model) for _ in range(idle)]  # each an exact 0 with a backward like a row's
     per_token = torch.zeros(mask.shape, dtype=per_row[0].dtype, device=per_row[0].device).index_put(
         (torch.tensor(rows, device=per_row[0].device),), torch.stack(per_row))  # [B, C]
-    loss = sum(zeros, lam * trainer.aggregate_loss(per_token, mask, inputs))
+    loss = lam * trainer.aggregate_loss(per_token, mask, inputs)
+    if pad is not None:  # another rank ran more gradient forwards: as many here, each an exact 0
+        loss = loss + pad
     return loss, {"kl_term": loss.detach().item(), "byte_kl": Share(kl_sum, offsets),
                   "cover_states": Share(float(states), len(rows)), "cover_dropped": dropped}

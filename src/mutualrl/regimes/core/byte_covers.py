@@ -17,18 +17,21 @@ token as at a boundary, whatever the vocabulary: two models that give every text
 ``q`` at every offset. Non-canonical tokenizations are states like any other (a model that writes ``"12"`` as
 ``"1" "2"`` sometimes has both in ``S(2)``).
 
-The states are enumerated per offset (:func:`find_covers`): each state's next-token distribution (one forward per
-distinct token sequence; the given tokenization's prefixes come from a single forward) extends it by every token
+The states are enumerated per offset (:func:`find_covers`): each state's next-token distribution (the given tokenization's prefixes
+from a single forward; a state no earlier forward holds is continued to the text's end and forwarded, its
+descendants along that continuation with it) extends it by every token
 whose bytes are the text's next bytes. A state whose probability is below ``floor`` times the most likely state of its
 offset is dropped with its descendants (``floor`` 0: none, exact); so are the states past ``max_states`` per offset,
 least likely first. :attr:`Covers.dropped` is the largest share of an offset's state mass dropped.
+:func:`find_covers_together` runs several texts' enumerations side by side, each round's sequences of every text in
+one call of ``forward`` (a batch's texts: one padded forward per round, not one per text).
 """
 
 from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,18 +144,53 @@ def find_covers(text: bytes, pieces: TokenPieces, forward: Forward, given: Seque
     """Every tokenization of every prefix of ``text`` the model gives mass (the states of the module docstring),
     offset by offset, with their next-token log-probs; ``given``: a tokenization of ``text`` (the sampled or the
     canonical one), forwarded first. ``floor`` > 0 / ``max_states`` > 0: the approximations of the module docstring."""
+    return find_covers_together([text], pieces, lambda requests: forward([sequence for _, sequence in requests]),
+                                [given], floor, max_states)[0]
+
+
+RowsForward = Callable[[list[tuple[int, tuple[int, ...]]]], list[torch.Tensor]]
+"""``forward(requests)``: for each ``(text index, token sequence)``, the sequence's next-token log-probs after every
+prefix of it, after that text's prompt, ``[len(s) + 1, V]`` (a :data:`Forward` over several prompts at once)."""
+
+
+def find_covers_together(texts: Sequence[bytes], pieces: TokenPieces, forward: RowsForward,
+                         given: Sequence[Sequence[int]], floor: float = 0.0, max_states: int = 0) -> list[Covers]:
+    """:func:`find_covers` of each text (``given[i]`` a tokenization of ``texts[i]``), the enumerations run side by
+    side: each round's sequences of every text go to one ``forward`` (one padded batch instead of one per text)."""
+    walks = {i: _enumerate(text, pieces, tokens, floor, max_states)
+             for i, (text, tokens) in enumerate(zip(texts, given, strict=True))}
+    asked = {i: next(walk) for i, walk in walks.items()}
+    found: dict[int, Covers] = {}
+    while asked:
+        requests = [(i, sequence) for i, sequences in asked.items() for sequence in sequences]
+        outputs = iter(forward(requests))
+        answers = {i: [next(outputs).detach() for _ in sequences] for i, sequences in asked.items()}
+        asked = {}
+        for i, rows in answers.items():
+            try:
+                asked[i] = walks[i].send(rows)
+            except StopIteration as stop:
+                found[i] = stop.value
+    return [found[i] for i in range(len(texts))]
+
+
+def _enumerate(text: bytes, pieces: TokenPieces, given: Sequence[int], floor: float,
+               max_states: int) -> Generator[list[tuple[int, ...]], list[torch.Tensor], Covers]:
+    """:func:`find_covers`' walk over the offsets, as a generator: it yields the token sequences it needs forwarded
+    and is sent their log-probs (``[len(s) + 1, V]`` each); it returns the covers."""
     cache: dict[tuple[int, ...], tuple[int, int]] = {}
     branches: list[tuple[int, ...]] = []
     rows: list[torch.Tensor] = []
 
-    def run(sequences: list[tuple[int, ...]]) -> None:
-        for sequence, out in zip(sequences, forward(sequences), strict=True):
+    def store(sequences: list[tuple[int, ...]], outputs: list[torch.Tensor]) -> None:
+        for sequence, out in zip(sequences, outputs, strict=True):
             branches.append(sequence)
-            rows.append(out.detach())
+            rows.append(out)
             for position in range(len(sequence) + 1):
                 cache.setdefault(sequence[:position], (len(branches) - 1, position))
 
-    run([tuple(int(v) for v in given)])
+    first = [tuple(int(v) for v in given)]
+    store(first, (yield first))
     at_offset: list[list[tuple[tuple[int, ...], float, int]]] = [[] for _ in range(len(text) + 1)]
     at_offset[0].append(((), 0.0, -1))
     states: list[tuple[int, ...]] = []
@@ -169,9 +207,10 @@ def find_covers(text: bytes, pieces: TokenPieces, forward: Forward, given: Seque
             total = torch.logsumexp(torch.tensor([entry[1] for entry in found]), 0)
             kept = torch.logsumexp(torch.tensor([entry[1] for entry in keep]), 0)
             dropped = max(dropped, float(1.0 - torch.exp(kept - total)))
-        missing = [_extension(state, offset, text, pieces, given) for state, _, _ in keep if state not in cache]
+        missing = list(dict.fromkeys(_extension(state, offset, text, pieces, given)
+                                     for state, _, _ in keep if state not in cache))
         if missing:
-            run(list(dict.fromkeys(missing)))
+            store(missing, (yield missing))
         for state, logp, parent in keep:
             index = len(states)
             states.append(state)
@@ -179,73 +218,97 @@ def find_covers(text: bytes, pieces: TokenPieces, forward: Forward, given: Seque
             parents.append(parent)
             at.append(cache[state])
             branch, position = cache[state]
-            logps = rows[branch][position]  # [V]
-            for n in range(1, min(pieces.longest, len(text) - offset) + 1):
-                piece = text[offset:offset + n]
-                for v in pieces.exact(piece):
-                    at_offset[offset + n].append((state + (v,), logp + float(logps[v]), index))
-                if not len(pieces.extending(piece)[0]):
-                    break  # no token is longer and begins with these bytes
+            _extend(state, logp, index, rows[branch][position], offset, text, pieces, at_offset)
     logps = torch.stack([rows[b][p] for b, p in at]) if at else torch.zeros((0, 0))  # [S, V]
     return Covers(states, ends, parents, branches, at, logps, dropped)
+
+
+def _extend(state: tuple[int, ...], logp: float, index: int, logps: torch.Tensor, offset: int, text: bytes,
+            pieces: TokenPieces, at_offset: list[list[tuple[tuple[int, ...], float, int]]]) -> None:
+    """Add to ``at_offset`` each child of ``state`` (at ``offset``, log-prob ``logp``, number ``index``; its next-token
+    log-probs ``logps`` ``[V]``): the state and one token whose bytes are the text's next bytes."""
+    for n in range(1, min(pieces.longest, len(text) - offset) + 1):
+        piece = text[offset:offset + n]
+        for v in pieces.exact(piece):
+            at_offset[offset + n].append((state + (v,), logp + float(logps[v]), index))
+        if not len(pieces.extending(piece)[0]):
+            break  # no token is longer and begins with these bytes
 
 
 def cover_next_byte_logps(covers: Covers, text: bytes, pieces: TokenPieces,
                           state_logps: torch.Tensor | None = None) -> torch.Tensor:
     """``log q(c | b_{<o})`` ``[len(text) + 1, 258]`` at every byte offset ``o`` of ``text`` (module docstring), from
     each state's next-token log-probs ``state_logps`` ``[S, V]`` (``covers.logps`` where None; with a gradient, the
-    result has it). An offset no state reaches (the model cannot write the text) is ``-inf`` throughout."""
+    result has it). An offset no state reaches (the model cannot write the text) is ``-inf`` throughout.
+
+    Every term ``P(s) π(v | s)`` goes to its cell ``(o, c)`` in one flat log-sum-exp: each state's every token to
+    the cell of its own offset and the token's symbol, and each token that runs past a later offset (one gather for
+    all of them: the states of one offset share the text ahead, so their tokens are listed once per offset)."""
     logps = covers.logps if state_logps is None else state_logps  # [S, V]
-    path = _path_logps(covers, logps)
-    symbols = pieces.symbols.to(logps.device)
-    contributions: list[list[torch.Tensor]] = [[] for _ in range(len(text) + 1)]
+    device, offsets = logps.device, len(text) + 1
+    path = _path_logps(covers, logps)  # [S]
+    ends = torch.tensor(covers.ends, dtype=torch.long, device=device)  # [S]
+    cells = [(ends[:, None] * SYMBOLS + pieces.symbols.to(device)[None, :]).flatten()]  # [S·V] its next token here
+    terms = [(path[:, None] + logps).flatten()]  # [S·V]
+    states, tokens, running = _running_past(covers, text, pieces)  # [R] each, a token running past an offset
+    if len(states):
+        states, tokens, running = states.to(device), tokens.to(device), running.to(device)
+        cells.append(running)
+        terms.append(path[states] + logps[states, tokens])  # [R]
+    joint = _segment_logsumexp(torch.cat(terms), torch.cat(cells), offsets * SYMBOLS).view(offsets, SYMBOLS)
+    reached = torch.isfinite(joint).any(-1, keepdim=True)  # [O, 1] some state writes the text this far
+    norm = torch.logsumexp(torch.where(reached, joint, torch.zeros_like(joint)), -1, keepdim=True)  # [O, 1]
+    return torch.where(reached, joint - norm, torch.full_like(joint, float("-inf")))  # [O, 258]
+
+
+def _running_past(covers: Covers, text: bytes, pieces: TokenPieces) -> tuple[torch.Tensor, torch.Tensor,
+                                                                              torch.Tensor]:
+    """Each (state, token) whose token's bytes begin with the text from the state's offset to a later offset ``e``
+    and are longer: the state, the token and its cell ``e · 258 + (its byte after e)`` (int64 ``[R]`` each)."""
+    by_start: dict[int, list[int]] = {}
     for s, start in enumerate(covers.ends):
-        contributions[start].append(path[s] + _grouped(logps[s], symbols))  # [258] its next token from here
+        by_start.setdefault(start, []).append(s)
+    states, tokens, cells = [], [], []
+    for start, members in by_start.items():
+        group = torch.tensor(members, dtype=torch.long)  # [k]
         for end in range(start + 1, min(start + pieces.longest, len(text)) + 1):
-            ids, nxt = pieces.extending(text[start:end])  # a last token running past `end`
+            ids, nxt = pieces.extending(text[start:end])  # [m] each: a last token running past `end`
             if not len(ids):
                 break  # no token runs past this prefix: none runs past a longer one
-            contributions[end].append(path[s] + _grouped(logps[s, ids.to(logps.device)], nxt.to(logps.device)))
-    out = []
-    for parts in contributions:
-        if not parts:
-            out.append(torch.full((SYMBOLS,), float("-inf"), dtype=logps.dtype, device=logps.device))
-            continue
-        joint = _logsumexp_rows(torch.stack(parts))  # [258] log P(b_{<o} · c)
-        out.append(joint - torch.logsumexp(joint, 0))
-    return torch.stack(out)  # [O, 258]
+            states.append(group.repeat_interleave(len(ids)))  # [k·m]
+            tokens.append(ids.repeat(len(members)))  # [k·m]
+            cells.append((end * SYMBOLS + nxt).repeat(len(members)))  # [k·m]
+    if not states:
+        return torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+    return torch.cat(states), torch.cat(tokens), torch.cat(cells)
 
 
-def _path_logps(covers: Covers, logps: torch.Tensor) -> list[torch.Tensor]:
-    """``log P(s)`` of each state: its parent's plus its last token's log-prob after the parent (states come after
-    their parents)."""
-    path: list[torch.Tensor] = []
-    for s, parent in enumerate(covers.parents):
-        path.append(torch.zeros((), dtype=logps.dtype, device=logps.device) if parent < 0
-                    else path[parent] + logps[parent, covers.tokens[s][-1]])
+def _path_logps(covers: Covers, logps: torch.Tensor) -> torch.Tensor:
+    """``log P(s)`` ``[S]`` of each state: its parent's plus its last token's log-prob after the parent, summed one
+    depth (token count) at a time, in the order a chain of additions would."""
+    path = torch.zeros(len(covers.parents), dtype=logps.dtype, device=logps.device)  # [S]
+    depths: dict[int, list[int]] = {}
+    for s, tokens in enumerate(covers.tokens):
+        if covers.parents[s] >= 0:
+            depths.setdefault(len(tokens), []).append(s)
+    for depth in sorted(depths):
+        states = depths[depth]
+        index = torch.tensor(states, dtype=torch.long, device=logps.device)  # [k]
+        parents = torch.tensor([covers.parents[s] for s in states], dtype=torch.long, device=logps.device)  # [k]
+        last = torch.tensor([covers.tokens[s][-1] for s in states], dtype=torch.long, device=logps.device)  # [k]
+        path = path.index_put((index,), path[parents] + logps[parents, last])  # [S]
     return path
 
 
-def _logsumexp_rows(parts: torch.Tensor) -> torch.Tensor:
-    """``log Σ_r exp(parts[r])`` ``[258]`` over the rows of ``parts`` ``[R, 258]``; ``-inf`` with no gradient (not NaN)
-    where every row is ``-inf``."""
-    peak = parts.detach().amax(0)  # [258]
-    safe = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))  # [258]
-    total = torch.exp(parts - safe).sum(0)  # [258]
+def _segment_logsumexp(terms: torch.Tensor, cells: torch.Tensor, size: int) -> torch.Tensor:
+    """``log Σ_{r: cells[r] = c} exp(terms[r])`` ``[size]`` over the flat ``terms`` ``[R]``; ``-inf`` with no gradient
+    (not NaN) where no term of a cell is finite."""
+    peak = torch.full((size,), float("-inf"), dtype=terms.dtype, device=terms.device).scatter_reduce(
+        0, cells, terms.detach(), reduce="amax")  # [size]
+    safe = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))  # [size]
+    total = torch.zeros_like(safe).index_add(0, cells, torch.exp(terms - safe[cells]))  # [size]
     written = total > 0
-    out = safe + torch.log(torch.where(written, total, torch.ones_like(total)))  # [258]
-    return torch.where(written, out, torch.full_like(out, float("-inf")))
-
-
-def _grouped(logps: torch.Tensor, symbols: torch.Tensor) -> torch.Tensor:
-    """``log Σ_{v: symbols[v] = c} exp(logps[v])`` ``[258]`` (``-inf`` where no ``v``), with a finite gradient."""
-    peak = torch.full((SYMBOLS,), float("-inf"), dtype=logps.dtype, device=logps.device).scatter_reduce(
-        0, symbols, logps.detach(), reduce="amax")  # [258]
-    safe = torch.where(torch.isfinite(peak), peak, torch.zeros_like(peak))  # [258]
-    total = torch.zeros(SYMBOLS, dtype=logps.dtype, device=logps.device).scatter_add(
-        0, symbols, torch.exp(logps - safe[symbols]))  # [258]
-    written = total > 0
-    out = safe + torch.log(torch.where(written, total, torch.ones_like(total)))  # [258]
+    out = safe + torch.log(torch.where(written, total, torch.ones_like(total)))  # [size]
     return torch.where(written, out, torch.full_like(out, float("-inf")))
 
 

@@ -24,7 +24,6 @@ from contextlib import contextmanager
 
 import torch
 
-from mutualrl.regimes.core.byte_covers import Forward
 from mutualrl.regimes.core.trainer_interface import RanksView, TrainerView
 
 
@@ -62,13 +61,14 @@ class LockstepForwards:
         flag = torch.tensor([int(mine)], dtype=torch.long, device=self.ranks.device)  # [1]
         return int(self.ranks.reduce(flag, reduction="sum").item()) > 0
 
-    def wrap(self, forward: Forward) -> Forward:
-        """``forward`` announced to the other ranks before each call; its results unchanged."""
+    def wrap(self, call: Callable) -> Callable:
+        """``call`` (one forward of the model, or an enumeration's ``forward``) announced to the other ranks before
+        each call; its results unchanged."""
 
-        def in_step(sequences: list[tuple[int, ...]]) -> list[torch.Tensor]:
+        def in_step(*args, **kwargs):
             self._any_rank_forwards(True)
             self.rounds += 1
-            return forward(sequences)
+            return call(*args, **kwargs)
 
         return in_step
 
@@ -90,7 +90,7 @@ def dummy_forward(trainer: TrainerView, model: torch.nn.Module) -> torch.Tensor:
 
 
 @contextmanager
-def forwards_in_step(trainer: TrainerView, model: torch.nn.Module) -> Iterator[Callable[[Forward], Forward]]:
+def forwards_in_step(trainer: TrainerView, model: torch.nn.Module) -> Iterator[Callable[[Callable], Callable]]:
     """A span of forwards of ``model`` whose number depends on this rank's rows: yields the wrapper to put around
     each forward callable of the span; at its end the ranks leave together (:class:`LockstepForwards`). Where the
     forwards are not collective (:func:`forwards_are_collective`), the wrapper is the identity and nothing runs. An
@@ -124,5 +124,11 @@ def idle_row(trainer: TrainerView, model: torch.nn.Module) -> torch.Tensor:
     scalar 0 with that gradient's graph, to add to the loss (an exact 0: the logits clamped finite first)."""
     with forwards_in_step(trainer, model):
         pass
+    return zero_with_gradient(trainer, model)
+
+
+def zero_with_gradient(trainer: TrainerView, model: torch.nn.Module) -> torch.Tensor:
+    """A scalar exact 0 with the graph of one forward of ``model`` (a one-token dummy, its logits clamped finite
+    first): added to the loss, its backward gathers the parameters as a real forward's does."""
     logits = dummy_forward(trainer, model).float().clamp(-1e4, 1e4)  # [1, 1, V]
     return logits.sum() * 0.0

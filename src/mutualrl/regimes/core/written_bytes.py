@@ -61,7 +61,7 @@ def policy_byte_logps(trainer: TrainerView, prompt_ids: torch.Tensor, prompt_mas
     dropped = 0.0
     with torch.no_grad(), forwards_in_step(trainer, model) as in_step:  # every rank: its rows' counts differ
         for row in rows:
-            forward = in_step(model_forward(trainer, model, prompt_ids[row], prompt_mask[row]))
+            forward = model_forward(trainer, model, prompt_ids[row], prompt_mask[row], in_step)  # each call in step
             text = pieces.text_of(tokens[row]) if texts is None else texts[row]
             out[row], lost = text_byte_logps(text, tokens[row], bool(finished[row]), pieces, forward, limits)
             dropped = max(dropped, lost)
