@@ -98,8 +98,14 @@ def metric_lines(run_dir: Path, kind: str = "train") -> list[dict[str, Any]]:
 TINY = ("--pool", "tiny", "--set", "validation.limit=20", "--set", "validation.every_steps=0")
 """The embedded tiny pool, validated at the start and the end on 20 held-out prompts."""
 
-TINY_SGT_3_STEPS = (*TINY, "--regime", "sgt", "--max-steps", "3", "--baseline", "standalone")
-"""3 SGT steps, then its standalone baseline in ``<run>-standalone`` (the baseline does not touch the SGT run)."""
+CHECKPOINT_EACH_STEP = ("--set", "grpo.save_steps=1", "--set", "grpo.save_total_limit=3")
+"""A checkpoint at every step, each kept (the tiny recipe's: every 100, the plan keeping the last 2): the shared runs
+that test_resume_every_regime.py resumes from their ``checkpoint-1`` (a checkpoint more costs its write, a resume
+test's run to step 1 a launch)."""
+
+TINY_SGT_3_STEPS = (*TINY, "--regime", "sgt", "--max-steps", "3", *CHECKPOINT_EACH_STEP, "--baseline", "standalone")
+"""3 SGT steps, then its standalone baseline in ``<run>-standalone`` (the baseline does not touch the SGT run); each
+checkpointed at every step."""
 
 TINY_SGT_3_STEPS_OFF_LOCK_STEP = (*TINY, "--regime", "sgt", "--max-steps", "3", "--set", "see.on_peer_failure=continue",
                                   "--set", "grpo.report_to=[tensorboard]")
@@ -112,16 +118,18 @@ TINY_HACPO_5_STEPS = (*TINY, "--regime", "hacpo", "--max-steps", "5", "--set", "
 run not stopped, the reference of the resumed run's weights and validation rows."""
 
 TINY_REGIMES_2_STEPS = {
-    "xgrpo": ("--regime", "xgrpo", "--set", "grpo.report_to=[tensorboard]"),
-    "prp-peer": ("--regime", "prp", "--set", "regime.prp.denominator=peer"),
+    "xgrpo": ("--regime", "xgrpo", "--set", "grpo.report_to=[tensorboard]", *CHECKPOINT_EACH_STEP),
+    "prp-peer": ("--regime", "prp", "--set", "regime.prp.denominator=peer", *CHECKPOINT_EACH_STEP),
     "prp-learner": ("--regime", "prp", "--set", "regime.prp.denominator=learner"),
     "grpo-randpert": ("--regime", "grpo-randpert"),
-    "opd": ("--regime", "opd"),
-    "opd-sgt": ("--regime", "opd-sgt"),
+    "opd": ("--regime", "opd", *CHECKPOINT_EACH_STEP),
+    "opd-sgt": ("--regime", "opd-sgt", *CHECKPOINT_EACH_STEP),
     "byte-kd": ("--regime", "byte-kd", "--set", "regime.bytekd.rescue_lam=0.3",
-                "--set", "regime.bytekd.max_rescues_per_prompt=1"),  # with SGT's rescue: its counters are saved
+                "--set", "regime.bytekd.max_rescues_per_prompt=1",  # with SGT's rescue: its counters are saved
+                *CHECKPOINT_EACH_STEP),
 }
-"""2 steps of each of the other regimes (``TINY + ("--max-steps", "2") + args``)."""
+"""2 steps of each of the other regimes (``TINY + ("--max-steps", "2") + args``); those test_resume_every_regime.py
+resumes checkpointed at every step."""
 
 _SHARED: dict[tuple[str, ...], tuple[Path, subprocess.CompletedProcess]] = {}
 

@@ -2,24 +2,26 @@
 rollouts or carries state from one step to the next (SGT, PRP, XGRPO, OPD, opd-sgt, byte-kd; standalone GRPO beside
 them), end to end.
 
-Each test rides on a run the suite already makes, as the uninterrupted reference (``tiny_regime_2_steps``,
-``sgt_3_steps`` and its standalone baseline), and adds the shortest run that crosses a checkpoint and a resume: the
-reference's own arguments ending at step 1 (its ``checkpoint-1``, with the regime's state), then ``--resume
---max-steps`` to the reference's length. The resumed processes start from that checkpoint as a stopped run's do (its
-weights, optimizer, schedule, random state, regime state, the exchange's rounds after it); the tiny recipe's 10-step
-warm-up gives the lengthened schedule the reference's rates. The stop itself (SIGTERM, the step the policies hold
-at, its checkpoint), with HACPO resumed against the same run not stopped: tests/test_train_e2e.py's SIGTERM test."""
+Each test rides on a run the suite already makes, checkpointed at every step (``tiny_regime_2_steps``,
+``sgt_3_steps`` and its standalone baseline): its uninterrupted end is the reference, and a copy of its folder cut
+back to ``checkpoint-1`` (the later checkpoints and the final models left out: a run stopped after its first
+checkpoint) is resumed with ``--resume``. The resumed processes start from that checkpoint as a stopped run's do (its
+weights, optimizer, schedule, random state and regime state; the exchange's rounds and the metric rows after it
+dropped), so a test adds one launch to the shared run, not two. The stop itself (SIGTERM, the step the
+policies hold at, its checkpoint), with HACPO resumed against the same run not stopped: tests/test_train_e2e.py's
+SIGTERM test; a resume that lengthens a run (``--max-steps``): tests/test_byo_task_e2e.py."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from e2e_helpers import TINY, TINY_REGIMES_2_STEPS, assert_ok, child_env
+from e2e_helpers import assert_ok, child_env
 from mutualrl.training.regime_state import REGIME_STATE_NAME
 
 POLICIES = ("tiny-bpe", "tiny-sp")
@@ -33,9 +35,19 @@ def train(run_dir: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-def ended_at_step_1_and_resumed(run_dir: Path, args: tuple[str, ...], steps: int, keeps_state: bool) -> None:
-    """``args`` (the reference's, without its length) to step 1, then resumed from ``checkpoint-1`` to ``steps``."""
-    assert_ok(train(run_dir, *args, "--max-steps", "1"))
+def resumed_from_step_1(reference: Path, run_dir: Path, steps: int, keeps_state: bool) -> None:
+    """A copy of ``reference`` in ``run_dir`` without its checkpoints after step 1 or its final models, resumed to
+    its end (``steps``) from ``checkpoint-1``."""
+    for policy in POLICIES:
+        saved = sorted(path.name for path in (reference / "policies" / policy).glob("checkpoint-*"))
+        assert saved == sorted(f"checkpoint-{s}" for s in range(1, steps + 1)), (policy, saved)
+
+    def after_step_1(folder: str, names: list[str]) -> list[str]:
+        if Path(folder).parent.name != "policies":
+            return []
+        return [name for name in names if name == "final" or name.startswith("checkpoint-") and name != "checkpoint-1"]
+
+    shutil.copytree(reference, run_dir, symlinks=True, ignore=after_step_1)
     for policy in POLICIES:
         saved = json.loads((run_dir / "policies" / policy / "checkpoint-1" / REGIME_STATE_NAME).read_text())
         assert bool(saved["state"]) == keeps_state, (policy, saved)
@@ -63,8 +75,7 @@ def test_a_regime_resumed_at_step_1_ends_with_the_uninterrupted_runs_weights(tin
     assert_ok(done)
     name = request.node.callspec.params["tiny_regime_2_steps"]
     resumed = tmp_path / "resumed"
-    ended_at_step_1_and_resumed(resumed, (*TINY, *TINY_REGIMES_2_STEPS[name]), 2,
-                                keeps_state=name in ("opd-sgt", "byte-kd"))
+    resumed_from_step_1(reference, resumed, 2, keeps_state=name in ("opd-sgt", "byte-kd"))
     assert_same_bytes(reference, resumed, 2)
 
 
@@ -77,5 +88,5 @@ def test_sgt_and_its_standalone_baseline_resumed_at_step_1_end_with_the_uninterr
     assert_ok(done)
     reference = sgt_run if regime == "sgt" else sgt_run.with_name(f"{sgt_run.name}-standalone")
     resumed = tmp_path / "resumed"
-    ended_at_step_1_and_resumed(resumed, (*TINY, "--regime", regime), 3, keeps_state=regime == "sgt")
+    resumed_from_step_1(reference, resumed, 3, keeps_state=regime == "sgt")
     assert_same_bytes(reference, resumed, 3)

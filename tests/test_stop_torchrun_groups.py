@@ -6,7 +6,10 @@ launcher and its ranks (``accelerate launch`` runs the same agent on a GPU node)
 SIGTERM on and SIGKILLs its ranks 30 s later, and dies at once of a SIGUSR2 (its launcher then takes the policy for
 failed): the save of the step in flight was lost either way. Here each policy is a torchrun group of 2 CPU ranks,
 each save takes :data:`SAVE_S`, one policy's processes get SIGTERM and the other's SIGUSR2 (the
-launcher SIGTERM): both policies must leave the checkpoint of the step in flight.
+launcher SIGTERM): both policies must leave the checkpoint of the step in flight. torch's agent reads its wait from
+``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` (30 s when unset): the test's environment sets it to :data:`AGENT_DEFAULT_S`, so a
+save of :data:`SAVE_S` outlasts the agent's own wait unless mutualrl's plan sets a longer one for the policy
+(``stop_request.rank_agent_env``), as it must, whatever the launcher's environment says.
 """
 
 from __future__ import annotations
@@ -26,9 +29,12 @@ from mutualrl.ops.checkpoint_files import MANIFEST_NAME, checkpoint_problem
 
 POLICIES = ("tiny-bpe", "tiny-sp")
 SIGNAL_OF = {"tiny-bpe": signal.SIGTERM, "tiny-sp": signal.SIGUSR2}
-SAVE_S = 45
-"""Longer than torch's agent waits after passing a signal on before it SIGKILLs its ranks (30 s), and than an agent dead
-of SIGUSR2 leaves its ranks once the launcher is gone (their watchdog: 10 s)."""
+AGENT_DEFAULT_S = 2
+"""The agent's wait after passing a signal on before it SIGKILLs its ranks, where mutualrl did not set one: torch's
+default (30 s) shortened for the test, so that the save need not outlast 30 s to show a plan that leaves it."""
+SAVE_S = 15
+"""Longer than :data:`AGENT_DEFAULT_S`, and than an agent dead of SIGUSR2 leaves its ranks once the launcher is gone
+(their watchdog: 10 s, ``ops/watchdog.py``). (45 s, longer than torch's own default, until the test set it.)"""
 
 
 def logged_steps(run_dir, policy: str) -> list[int]:
@@ -59,7 +65,8 @@ def test_term_and_usr2_to_every_process_of_torchrun_groups_save_the_step_in_flig
     command = [sys.executable, "-m", "mutualrl", "train", *TINY, "--regime", "sgt", "--max-steps", "30",
                "-o", str(run_dir), "--set", "validation.at_start=false", "--set", "launch.cpu_processes=2",
                "--set", f"launch.main_process_port={free_ports(2)}"]
-    env = {**child_env(), fault_injection.SAVE_DELAY_ENV: ",".join(f"{p}={SAVE_S}" for p in POLICIES)}
+    env = {**child_env(), fault_injection.SAVE_DELAY_ENV: ",".join(f"{p}={SAVE_S}" for p in POLICIES),
+           "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(AGENT_DEFAULT_S)}
     launcher = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 600
     while not all(logged_steps(run_dir, p) for p in POLICIES):

@@ -299,22 +299,40 @@ def test_standalone_through_the_launcher_equals_vanilla_trl(tmp_path):
 
 @pytest.mark.slow
 def test_zero3_on_cpu_trains_the_tiny_pool(tmp_path):
-    """DeepSpeed ZeRO-3 through the same launch path, one policy per process, on CPU."""
+    """DeepSpeed ZeRO-3 through the same launch path, one policy per process, on CPU. A one-policy ZeRO-2 run starts
+    beside it on the same recipe port (the default's situation: the second run's worker died at its process group
+    with EADDRINUSE, before each launcher claimed a block of free ports, launch/ports.py): both finish, on three
+    distinct ports of the block, each its stage's engine."""
     import subprocess
     import sys
+    import time
 
-    from e2e_helpers import child_env, free_ports
+    from e2e_helpers import child_env, free_ports, train_command
 
-    run_dir = tmp_path / "run"
-    done = subprocess.run([sys.executable, "-m", "mutualrl", "train", "--pool", "tiny", "--max-steps", "2",
-                           "-o", str(run_dir), "--set", "launch.deepspeed=zero3", "--set", "validation.limit=10",
-                           "--set", f"launch.main_process_port={free_ports(2)}",
-                           "--set", "validation.every_steps=0"],
-                          env=child_env(), capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    port = free_ports(4)
+    run_dir, beside = tmp_path / "run", tmp_path / "run-zero2"
+    zero2 = write_recipe(tmp_path / "zero2.yaml", {"bpe": "builtin:tiny-bpe"}, regime="standalone", steps=1,
+                         extra={"launch.deepspeed": "zero2", "launch.main_process_port": port,
+                                "validation.at_start": False})
+    commands = [[sys.executable, "-m", "mutualrl", "train", "--pool", "tiny", "--max-steps", "2", "-o", str(run_dir),
+                 "--set", "launch.deepspeed=zero3", "--set", "validation.limit=10",
+                 "--set", f"launch.main_process_port={port}", "--set", "validation.every_steps=0"],
+                train_command(zero2, beside)]
+    procs = []
+    for command in commands:
+        procs.append(subprocess.Popen(command, env=child_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+        time.sleep(0.2)
+    outputs = [proc.communicate(timeout=900)[0] for proc in procs]
+    for proc, output in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0, output[-3000:]
     for policy in ("tiny-bpe", "tiny-sp"):
         log = (run_dir / "logs" / f"{policy}.log").read_text()
         assert "DeepSpeed ZeRO-3 on cpu" in log
         assert (run_dir / "policies" / policy / "final").exists()
     assert sorted((line["policy"], line["step"]) for line in metric_lines(run_dir)) == [
         (p, s) for p in ("tiny-bpe", "tiny-sp") for s in (1, 2)]
+    assert "DeepSpeed ZeRO-2 on cpu" in (beside / "logs" / "bpe.log").read_text()
+    ports = [policy["main_process_port"] for folder in (run_dir, beside)
+             for policy in json.loads((folder / "launch" / "plan.json").read_text())["policies"]]
+    assert sorted(ports) == [port, port + 1, port + 2], ports

@@ -9,10 +9,9 @@ process-group state), on the default tiny pool, 3 steps:
   ran through the engine and gives, on the same weights, exactly the answers transformers greedy
   gives; the SEE holds the same record schema and per-step record counts as the same run without
   vLLM at the default learning rate (neither depends on it);
-- with the sync switched off (MUTUALRL_DEBUG_VLLM_NO_SYNC) at that learning rate: the same gap
-  check fails, so it can tell a synced engine from a stale one;
-- at that learning rate with the sync on, a LoRA policy (its frozen embedding kept in the engine) keeps the gap
-  small too (host/vllm_cpu_sync.py).
+- one standalone run at that learning rate of a policy whose sync is switched off (MUTUALRL_DEBUG_VLLM_NO_SYNC):
+  the same gap check fails, so it can tell a synced engine from a stale one; and of a LoRA policy beside it, its
+  sync on (its frozen embedding kept in the engine): it keeps the gap small too (host/vllm_cpu_sync.py).
 
 The gap is TRL's diagnostic of its importance-sampling correction, which the CPU plan turns off by default
 (vllm_cpu.SAME_SAMPLER); these runs turn it on to read it. The default path (no correction) runs end to end
@@ -121,29 +120,39 @@ def test_see_records_have_the_same_schema_and_counts_with_and_without_vllm(runs)
             assert schemas[0].equals(schemas[1], check_metadata=False), (step, policy)
 
 
-def test_the_gap_check_fails_when_the_engine_is_not_synced(tmp_path):
+STALE, LORA = "tiny-bpe", "tiny-bpe-lora"
+
+
+@pytest.fixture(scope="module")
+def stale_and_lora(tmp_path_factory) -> Path:
+    """One standalone run of two tiny-bpe policies at the :data:`MOVING` learning rate, each with its own engine: a
+    full fine-tune whose engine is never synced (``MUTUALRL_DEBUG_VLLM_NO_SYNC`` names it) and a LoRA one whose engine
+    is (standalone: neither reads the other, so each is the run it would be alone; one launch, not two)."""
+    policies = (f"pool.policies=[{{name: {STALE}, model: 'builtin:tiny-bpe'}}, {{name: {LORA}, model: "
+                "'builtin:tiny-bpe', lora: {r: 8, alpha: 16, dropout: 0.0}}]")
+    return train(tmp_path_factory.mktemp("stale-and-lora") / "run", "--regime", "standalone", "--set", policies,
+                 *WITH_GAP, *MOVING, env={"MUTUALRL_DEBUG_VLLM_NO_SYNC": STALE})
+
+
+def test_the_gap_check_fails_when_the_engine_is_not_synced(stale_and_lora):
     # tiny-bpe: its samples are right ~70 % of the time on its strong family, so groups are mixed and the two
     # updates move the weights (tiny-sp's are near-uniform since issue 25: zero advantages, nothing to sync).
-    run = train(tmp_path / "nosync", "--regime", "standalone", "--set", "pool.policies=[{name: tiny-bpe, model: "
-                "'builtin:tiny-bpe'}]", *WITH_GAP, *MOVING, "--set", "validation.at_start=false",
-                env={"MUTUALRL_DEBUG_VLLM_NO_SYNC": "1"})
-    gaps = {r["step"]: r[GAP] for r in rows(run, "train")}
+    gaps = {r["step"]: r[GAP] for r in rows(stale_and_lora, "train") if r["policy"] == STALE}
     assert gaps[1] <= MAX_GAP  # nothing trained yet: engine and trainer agree
     assert gaps[STEPS] > MAX_GAP, gaps  # two updates the engine never saw
 
 
-def test_a_lora_policy_syncs_its_adapted_layers_and_keeps_its_frozen_embeddings(tmp_path):
+def test_a_lora_policy_syncs_its_adapted_layers_and_keeps_its_frozen_embeddings(stale_and_lora):
     # From the second sync on the frozen (tied) embedding stays in the engine (training/vllm_cpu_sync.py; which
     # weights are left out is tests/test_vllm_sync.py's). LoRA's B starts at zero, so a nonzero B after training
     # means the merged layers moved; a gap <= MAX_GAP at every step means the engine sampled from the moved
     # layers around an intact embedding and head.
     from safetensors.torch import load_file
 
-    run = train(tmp_path / "lora", "--regime", "standalone", "--set", "pool.policies=[{name: tiny-bpe, model: "
-                "'builtin:tiny-bpe', lora: {r: 8, alpha: 16, dropout: 0.0}}]", *WITH_GAP, *MOVING)
-    gaps = {r["step"]: r[GAP] for r in rows(run, "train")}
+    run = stale_and_lora
+    gaps = {r["step"]: r[GAP] for r in rows(run, "train") if r["policy"] == LORA}
     assert sorted(gaps) == [1, 2, 3] and max(gaps.values()) <= MAX_GAP, gaps
-    adapter = load_file(run / "policies" / "tiny-bpe" / "final" / "adapter_model.safetensors")
+    adapter = load_file(run / "policies" / LORA / "final" / "adapter_model.safetensors")
     assert max(t.abs().max().item() for name, t in adapter.items() if "lora_B" in name) > 0
-    log = (run / "logs" / "tiny-bpe.log").read_text()
+    log = (run / "logs" / f"{LORA}.log").read_text()
     assert "transformer.wte.weight stay in the engine from the first sync" in log

@@ -29,7 +29,8 @@ a skipped round generates nothing, so it sleeps not). It changes wall time only,
 (:meth:`~mutualrl.training.trainer.MutualGRPOTrainer.throttle`)."""
 
 VLLM_NO_SYNC_ENV = "MUTUALRL_DEBUG_VLLM_NO_SYNC"
-"""``1`` leaves a CPU vLLM engine on its initial weights (tests check that the log-prob gap then grows)."""
+"""``1`` (every policy) or ``policy[,...]`` (the named ones) leaves a CPU vLLM engine on its initial weights (tests
+check that the log-prob gap then grows, beside a policy whose engine is synced)."""
 
 SAVE_DELAY_ENV = "MUTUALRL_DEBUG_SAVE_DELAY"
 """``policy=seconds[,...]``: a sleep in each checkpoint save of the named policies, after the files and before the
@@ -87,6 +88,7 @@ def stop_grace() -> tuple[float, float] | None:
     return float(floor), float(rate)
 
 
-def vllm_sync_skipped() -> bool:
-    """Whether :data:`VLLM_NO_SYNC_ENV` asks to leave the vLLM engine on its initial weights."""
-    return os.environ.get(VLLM_NO_SYNC_ENV) == "1"
+def vllm_sync_skipped(policy: str) -> bool:
+    """Whether :data:`VLLM_NO_SYNC_ENV` asks to leave ``policy``'s vLLM engine on its initial weights."""
+    spec = os.environ.get(VLLM_NO_SYNC_ENV, "")
+    return spec == "1" or policy in {name.strip() for name in spec.split(",")}

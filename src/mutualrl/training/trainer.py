@@ -67,7 +67,7 @@ class MutualGRPOTrainer(TRLMetrics, GRPOTrainer):
         with engine_overrides(kwargs.get("args"), kwargs.get("model"), *vllm_caps):
             super().__init__(*args, **kwargs)
         if on_cpu_colocate(self.args):
-            install_cpu_weight_sync(self.vllm_generation)  # vLLM's CPU backend repacks its weights
+            install_cpu_weight_sync(self.vllm_generation, policy_name)  # vLLM's CPU backend repacks its weights
         score_labelled_rows_only_on_cpu(self.model)  # on a CPU: TRL's numbers from the labelled positions only
         self.policy_name = policy_name
         self.regime = regime

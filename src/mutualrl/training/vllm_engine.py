@@ -120,10 +120,10 @@ def awake_engine(generation: Any) -> Iterator[Any]:
             generation._llm_weights_sleeping = True
 
 
-def install_cpu_weight_sync(generation: Any) -> None:
-    """Make ``generation.sync_weights()`` (called by TRL before each generation) use
+def install_cpu_weight_sync(generation: Any, policy: str) -> None:
+    """Make ``generation.sync_weights()`` (called by TRL before each generation) of ``policy``'s engine use
     :func:`~mutualrl.host.vllm_cpu_sync.cpu_sync_weights`."""
-    if fault_injection.vllm_sync_skipped():
+    if fault_injection.vllm_sync_skipped(policy):
         generation.sync_weights = types.MethodType(lambda self: None, generation)
         return
     from mutualrl.host.vllm_cpu_sync import cpu_sync_weights
