@@ -396,16 +396,6 @@ def opted_out(items: list[pytest.Item], markexpr: str) -> list[pytest.Item]:
                                           for tier in OPT_IN_TIERS)]
 
 
-def slow_files_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """``items`` with the files that hold a ``slow`` test first, each file's tests together and in order (a module's
-    fixtures are built once). pytest-xdist's ``loadgroup`` hands out the groups of several tests first, then single
-    tests in this order, each to the worker that runs short of work: a long single test collected late (a module's
-    one-test group, a launch of its own) started when little was left and kept one worker busy while the other
-    had finished; collected early, the suite ends on short tests that the two workers share out evenly."""
-    slow_files = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow") is not None}
-    return sorted(items, key=lambda item: item.nodeid.split("::")[0] not in slow_files)
-
-
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The opt-in tiers left out unless named (:func:`opted_out`); then the groups, marked before pytest-xdist's
@@ -418,7 +408,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         config.hook.pytest_deselected(items=left_out)
         dropped = set(left_out)
         items[:] = [item for item in items if item not in dropped]
-    items[:] = slow_files_first(items)
     groups = xdist_groups((item.nodeid, shared_fixture_keys(item)) for item in items)
     for item in items:
         if item.nodeid in groups:

@@ -12,8 +12,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from conftest import (OPT_IN_TIERS, THREAD_VARIABLES, opted_out, share_the_cores, slow_files_first, threads_per_worker,
-                      xdist_group_name, xdist_groups, xdist_workers)
+from conftest import (OPT_IN_TIERS, THREAD_VARIABLES, opted_out, share_the_cores, threads_per_worker, xdist_group_name,
+                      xdist_groups, xdist_workers)
 
 TESTS = Path(__file__).parent
 CALLS_A_SHARED_RUN = re.compile(r"\b(shared_train|tiny_regime_run)\(")
@@ -166,17 +166,3 @@ def test_an_opt_in_tier_runs_only_where_the_mark_expression_names_it():
     assert opted_out(everything, lock_mark) == [tier, pool]
     assert opted_out(everything, f"{pool_mark} or {tier_mark}") == [lock]
     assert opted_out(everything, f"{pool_mark}_gpu") == [tier, pool, lock]  # a whole word, not a substring
-
-
-def test_the_files_with_a_slow_test_come_first_each_whole_and_in_order():
-    """A long test collected last (test_zero3_branches.py's one-test group) started when little else was left: one
-    worker ran it alone at the end of the suite."""
-    def item(nodeid: str, *marks: str) -> SimpleNamespace:
-        return SimpleNamespace(nodeid=nodeid, get_closest_marker=lambda name: name if name in marks else None)
-
-    fast_a, fast_b = item("tests/test_a.py::test_1"), item("tests/test_a.py::test_2")
-    mixed_fast, mixed_slow = item("tests/test_m.py::test_1"), item("tests/test_m.py::test_2[x]", "slow")
-    last = item("tests/test_z.py::test_1", "slow")
-    ordered = slow_files_first([fast_a, mixed_fast, fast_b, mixed_slow, last])
-    assert ordered == [mixed_fast, mixed_slow, last, fast_a, fast_b]
-    assert slow_files_first([fast_a, fast_b]) == [fast_a, fast_b]
