@@ -225,11 +225,11 @@ def test_one_rank_or_forwards_that_are_not_collective_run_no_collective_and_no_d
     monkeypatch.setattr(rank_forwards, "zero3_enabled", lambda: True)
     single, model = RankAccelerator(None, 0), SimpleNamespace(will_sync_module_buffers=lambda: True)
     assert not rank_forwards.forwards_are_collective(single, model)
-    assert rank_forwards.missing_rows(single, model, 3) == 0
+    assert rank_forwards.missing_calls(single, model, 3) == 0
     monkeypatch.setattr(rank_forwards, "zero3_enabled", lambda: False)
     two = RankAccelerator(FakeGroup(), 0)  # a collective on it would wait for a rank that never comes
     quiet = SimpleNamespace(will_sync_module_buffers=lambda: False)  # DDP without buffers to broadcast
-    assert not rank_forwards.forwards_are_collective(two, quiet) and rank_forwards.missing_rows(two, quiet, 3) == 0
+    assert not rank_forwards.forwards_are_collective(two, quiet) and rank_forwards.missing_calls(two, quiet, 3) == 0
     assert rank_forwards.forwards_are_collective(two, model)
     with rank_forwards.forwards_in_step(SimpleNamespace(accelerator=two), quiet) as in_step:
         forward = LEARNER.forward()
@@ -247,11 +247,11 @@ def test_the_lockstep_runs_a_dummy_per_round_another_rank_still_forwards():
 
 
 @pytest.mark.parametrize("rank_rows", [1, 3])
-def test_missing_rows_is_what_this_rank_lacks_of_the_rank_with_most(monkeypatch, rank_rows):
+def test_missing_calls_is_what_this_rank_lacks_of_the_rank_with_most(monkeypatch, rank_rows):
     monkeypatch.setattr(rank_forwards, "zero3_enabled", lambda: True)
     ranks = SimpleNamespace(num_processes=2, device=torch.device("cpu"),
                             gather=lambda count: torch.cat([count, torch.tensor([3])]))
-    assert rank_forwards.missing_rows(ranks, None, rank_rows) == 3 - rank_rows
+    assert rank_forwards.missing_calls(ranks, None, rank_rows) == 3 - rank_rows
 
 
 def test_the_logits_width_of_a_model_wrapped_by_deepspeeds_engine_is_its_modules():

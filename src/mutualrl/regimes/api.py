@@ -105,7 +105,7 @@ TORCH_NAMES = {
     "text_logps": "mutualrl.regimes.core.cover_scoring", "judged_text_logps": "mutualrl.regimes.core.judgements",
     "text_signal": "mutualrl.regimes.core.distillation",
     "policy_byte_logps": "mutualrl.regimes.core.written_bytes",
-    "missing_rows": "mutualrl.regimes.core.rank_forwards", "idle_row": "mutualrl.regimes.core.rank_forwards",
+    "missing_calls": "mutualrl.regimes.core.rank_forwards",
     "RescueBudget": "mutualrl.regimes.core.rescue", "rescue_gate": "mutualrl.regimes.core.rescue",
     "choose_rescues": "mutualrl.regimes.core.rescue", "rescue_weights": "mutualrl.regimes.core.rescue",
     "rescue_nll": "mutualrl.regimes.core.rescue", "every_own_failed": "mutualrl.regimes.core.rescue",

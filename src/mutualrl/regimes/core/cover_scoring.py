@@ -20,7 +20,7 @@ import torch
 
 from mutualrl.regimes.core.byte_covers import (Covers, Forward, RowsForward, TokenPieces, cover_next_byte_logps,
                                                find_covers_together)
-from mutualrl.regimes.core.rank_forwards import forwards_in_step, missing_rows, zero_with_gradient
+from mutualrl.regimes.core.rank_forwards import forwards_in_step, missing_calls, zero_with_gradient
 from mutualrl.regimes.core.trainer_interface import TrainerView
 
 
@@ -225,7 +225,7 @@ def learner_next_bytes_together(trainer: TrainerView, model: torch.nn.Module, pr
         sequences, at = state_rows(covers)
         picks.extend((len(requests) + row, position) for row, position in at)
         requests.extend((i, sequence) for sequence in sequences)
-    idle = missing_rows(trainer.accelerator, model, len(_chunks(requests, logits_width(model))))  # before any call
+    idle = missing_calls(trainer.accelerator, model, len(_chunks(requests, logits_width(model))))  # before any call
     state_logps = picked_logps(trainer, model, prompt_ids, prompt_mask, requests, picks)  # [Σ S, V]
     pads = [zero_with_gradient(trainer, model) for _ in range(idle)]  # each an exact 0 with a backward
     each = torch.split(state_logps, [len(covers.tokens) for covers in found])  # [S, V] per text

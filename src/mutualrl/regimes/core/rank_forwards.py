@@ -12,9 +12,9 @@ rank's next collective, and the policy hangs or fails.
 The scheme is Transformers' ``generate(synced_gpus=True)``'s: before each of its forwards a rank says it has one to
 run (a sum over the policy's ranks); a rank with none left says so and runs a dummy forward (one token, no gradient,
 result dropped) for as long as another rank still has one; then every rank leaves together. Cost: one scalar
-all-reduce per forward, and each rank runs as many forwards as the rank with the most. A forward with a gradient
-whose count depends on the rows (byte-kd's learner rows) is evened out by :func:`missing_rows` and
-:func:`idle_row`. With one rank, or forwards that are not collective, none of this runs: no collective, no dummy.
+all-reduce per forward, and each rank runs as many forwards as the rank with the most. Calls with a gradient whose
+count depends on the rows (byte-kd's learner's) are evened out by :func:`missing_calls` and
+:func:`zero_with_gradient`. With one rank, or forwards that are not collective, none of this runs: no collective, no dummy.
 """
 
 from __future__ import annotations
@@ -108,27 +108,19 @@ def forwards_in_step(trainer: TrainerView, model: torch.nn.Module) -> Iterator[C
     lockstep.finish()
 
 
-def missing_rows(ranks: RanksView, model: torch.nn.Module, rows: int) -> int:
-    """How many rows this rank lacks of the policy's rank with the most (``rows``: this rank's, one forward of
-    ``model`` each): 0 where its forwards are not collective, with no collective run then."""
+def missing_calls(ranks: RanksView, model: torch.nn.Module, calls: int) -> int:
+    """How many calls of ``model`` this rank lacks of the policy's rank with the most (``calls``: this rank's): 0
+    where its forwards are not collective, with no collective run then."""
     if not forwards_are_collective(ranks, model):
         return 0
-    count = torch.tensor([rows], dtype=torch.long, device=ranks.device)  # [1]
+    count = torch.tensor([calls], dtype=torch.long, device=ranks.device)  # [1]
     most = ranks.gather(count)  # [ranks]
-    return int(most.max().item()) - rows
-
-
-def idle_row(trainer: TrainerView, model: torch.nn.Module) -> torch.Tensor:
-    """A row this rank runs for another rank's (:func:`missing_rows`): its span of no-gradient forwards with none of
-    its own, then one forward with the gradient, whose backward gathers the parameters as a real row's does. A
-    scalar 0 with that gradient's graph, to add to the loss (an exact 0: the logits clamped finite first)."""
-    with forwards_in_step(trainer, model):
-        pass
-    return zero_with_gradient(trainer, model)
+    return int(most.max().item()) - calls
 
 
 def zero_with_gradient(trainer: TrainerView, model: torch.nn.Module) -> torch.Tensor:
     """A scalar exact 0 with the graph of one forward of ``model`` (a one-token dummy, its logits clamped finite
-    first): added to the loss, its backward gathers the parameters as a real forward's does."""
+    first), run for a call another rank makes (:func:`missing_calls`): added to the loss, its backward gathers the
+    parameters as a real call's does."""
     logits = dummy_forward(trainer, model).float().clamp(-1e4, 1e4)  # [1, 1, V]
     return logits.sum() * 0.0
