@@ -17,7 +17,8 @@ and group (mean over seeds, band = min-max)::
     python benchmarks/learning.py --regimes sgt,standalone --seeds 11,12 --out /tmp/learn
 
 Each (regime, seed) is a real ``mutualrl train`` run; runs already finished in ``--out``
-are reused (delete the folder to start again). Prints one JSON object at the end.
+are reused (delete the folder to start again), a run stopped mid-way continues from its last checkpoint (the tiny
+recipe saves every 100 steps). Prints one JSON object at the end.
 """
 
 from __future__ import annotations
@@ -70,14 +71,22 @@ WEAK_TARGET, STRONG_TARGET = 0.30, -0.05
 STRONG_FULL_TEST_TARGET = -0.02  # the strong family on the whole test split (issue 25)
 
 
+def run_command(pool: str, regime: str, seed: int, run_dir: Path, max_steps: int | None,
+                extra: list[str]) -> list[str]:
+    """A new run's ``mutualrl train``, or ``--resume`` of one stopped mid-way (a reboot, Ctrl-C: its folder has its
+    settings; it continues from its last checkpoint, the recipe's ``save_steps``, with its own settings)."""
+    if (run_dir / "config.yaml").is_file():
+        return [sys.executable, "-m", "mutualrl", "train", "--resume", "-o", str(run_dir)]
+    cmd = [sys.executable, "-m", "mutualrl", "train", "--pool", pool, *REGIME_ARGS[regime], "--seed", str(seed),
+           "-o", str(run_dir), "--overwrite", *extra]
+    return cmd + (["--max-steps", str(max_steps)] if max_steps is not None else [])
+
+
 def run_one(pool: str, regime: str, seed: int, out: Path, max_steps: int | None, extra: list[str]) -> Path:
     run_dir = out / f"{regime}-seed{seed}"
     if (run_dir / "summary.json").exists():
         return run_dir
-    cmd = [sys.executable, "-m", "mutualrl", "train", "--pool", pool, *REGIME_ARGS[regime], "--seed", str(seed),
-           "-o", str(run_dir), "--overwrite", *extra]
-    if max_steps is not None:
-        cmd += ["--max-steps", str(max_steps)]
+    cmd = run_command(pool, regime, seed, run_dir, max_steps, extra)
     started = time.perf_counter()
     done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:

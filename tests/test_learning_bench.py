@@ -90,3 +90,18 @@ def test_steps_to_reach_the_weak_target_and_the_cost_per_step_by_hand(tmp_path) 
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     assert step_costs(tmp_path) == {"a": {"step_time": 1.5, "mutual/judge_s": 0.5, "mutual/judgements_wait_s": 0.25},
                                     "b": {"step_time": 3.0}}
+
+
+def test_a_stopped_run_is_resumed_and_a_new_one_started(tmp_path: Path) -> None:
+    """A run stopped mid-way (its folder has config.yaml, no summary.json) continues from its checkpoint with its own
+    settings; a folder without settings (a start that failed, or none) is trained from the start."""
+    from learning import run_command
+
+    run_dir = tmp_path / "byte-kd-seed2"
+    fresh = run_command("tiny", "byte-kd", 2, run_dir, 40, ["--set", "x=1"])
+    assert fresh[2:] == ["mutualrl", "train", "--pool", "tiny", "--regime", "byte-kd", "--seed", "2", "-o",
+                         str(run_dir), "--overwrite", "--set", "x=1", "--max-steps", "40"]
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text("pool: {}\n")
+    assert run_command("tiny", "byte-kd", 2, run_dir, 40, ["--set", "x=1"])[2:] == [
+        "mutualrl", "train", "--resume", "-o", str(run_dir)]
