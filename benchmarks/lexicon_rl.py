@@ -1,7 +1,7 @@
 """The real-model pool's RL comparison: does a real model learn the lexicon its peer knows? (``smol-lexicon``)
 
 The rule was written before any run (benchmarks/results/learning-real-pool.md, "The later RL comparison's rule"):
-standalone GRPO, SGT, byte-kd without and with SGT's rescue, and opd-sgt, each on RL seeds 11-16, RL seed ``s`` on the
+standalone GRPO, SGT, byte-kd (canonical: the amendment before any run) without and with SGT's rescue, and opd-sgt, each on RL seeds 11-16, RL seed ``s`` on the
 warm-start adapters of seed ``1 + (s - 11) mod 3`` (built by benchmarks/lexicon_warm_start.py). Every (regime, seed)
 is a real ``mutualrl train --pool smol-lexicon``; only the regime and the seed differ::
 
@@ -32,12 +32,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 POOL = "smol-lexicon"
 BASELINE = "standalone"
-# SGT's rescue in byte-kd's loss at SGT's own weight (the paper's lambda 0.1), so the two rescues are the same term.
+# byte-kd in its canonical form (the amendment of 2026-11-29 19:45 UTC, before any RL run: the exact form cost
+# 238 s to over 600 s a step here and its launch plan needs 26 GiB; results/learning-real-pool.md). SGT's rescue
+# in byte-kd's loss at SGT's own weight (the paper's lambda 0.1), so the two rescues are the same term.
+CANONICAL = ["--set", "regime.bytekd.distribution=canonical"]
 REGIME_ARGS = {
     "standalone": ["--regime", "standalone"],
     "sgt": ["--regime", "sgt"],
-    "byte-kd": ["--regime", "byte-kd"],
-    "byte-kd-rescue": ["--regime", "byte-kd", "--set", "regime.bytekd.rescue_lam=0.1"],
+    "byte-kd": ["--regime", "byte-kd", *CANONICAL],
+    "byte-kd-rescue": ["--regime", "byte-kd", *CANONICAL, "--set", "regime.bytekd.rescue_lam=0.1"],
     "opd-sgt": ["--regime", "opd-sgt"],
 }
 RL_SEEDS = (11, 12, 13, 14, 15, 16)

@@ -136,3 +136,5 @@ def test_every_regime_of_the_rule_resolves_on_the_recipe(regime: str, tmp_path: 
         assert config.regime.bytekd.rescue_lam == config.regime.sgt.lam == 0.1
     if regime == "byte-kd":
         assert config.regime.bytekd.rescue_lam == 0.0
+    if regime.startswith("byte-kd"):  # the amendment before any RL run: the exact form does not fit this box
+        assert config.regime.bytekd.distribution == "canonical"
