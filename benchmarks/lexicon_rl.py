@@ -1,8 +1,9 @@
 """The real-model pool's RL comparison: does a real model learn the lexicon its peer knows? (``smol-lexicon``)
 
 The rule was written before any run (benchmarks/results/learning-real-pool.md, "The later RL comparison's rule"):
-standalone GRPO, SGT, byte-kd (canonical: the amendment before any run) without and with SGT's rescue, and opd-sgt, each on RL seeds 11-16, RL seed ``s`` on the
-warm-start adapters of seed ``1 + (s - 11) mod 3`` (built by benchmarks/lexicon_warm_start.py). Every (regime, seed)
+standalone GRPO, SGT, byte-kd (its canonical form: the amendment before any run) without and with SGT's rescue, and
+opd-sgt, each on RL seeds 11-16, RL seed ``s`` on the warm-start adapters of seed ``1 + (s - 11) mod 3`` (built by
+benchmarks/lexicon_warm_start.py). Every (regime, seed)
 is a real ``mutualrl train --pool smol-lexicon``; only the regime and the seed differ::
 
     python benchmarks/lexicon_rl.py run --warm-start DIR --out RUNS                # every regime, seeds 11-16
