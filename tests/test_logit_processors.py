@@ -1,7 +1,8 @@
 """Logit processors that reshape the sampling distribution (repetition, presence and frequency penalties, biases, a
 minimum length, ...) are refused, in one line naming the setting, wherever a ratio reads the trainer's log-probs as
 the sampler's: TRL 1.16's vLLM correction and off-policy mask, and a pooling regime's peer denominator (PRP's
-``denominator: peer``, HACPO). OPD under GSPO's sequence ratio is refused the same way."""
+``denominator: peer``, HACPO). OPD under GSPO's sequence ratio, TRL's entropy mask or its off-policy mask is refused
+the same way."""
 
 from __future__ import annotations
 
@@ -89,3 +90,21 @@ def test_opd_with_a_truncating_or_processed_sampler_is_refused(regime, setting, 
     assert key in text and f"under regime {regime}" in text
     assert load_run_config("tiny", regime=regime, check_grpo=False, overrides=[
         "grpo.top_p=1.0", "grpo.top_k=0", "grpo.repetition_penalty=1.0"]).config.regime.name == regime
+
+
+@pytest.mark.parametrize("regime", ["opd", "opd-sgt"])
+@pytest.mark.parametrize("setting, key", [("grpo.top_entropy_quantile=0.2", "top_entropy_quantile"),
+                                          ("grpo.off_policy_mask_threshold=0.5", "off_policy_mask_threshold")])
+def test_opd_under_trls_entropy_or_off_policy_mask_is_refused(regime, setting, key):
+    """TRL 1.16 multiplies the per-token policy loss by these masks: the entropy mask zeroes the tokens below its
+    quantile, the off-policy mask the negative-advantage tokens of a row far from the sampler, so part of OPD's signal
+    (carried in the advantages) is dropped, even with TRL's own checks on. byte-kd's KL is a term of its own, outside
+    both masks: accepted."""
+    with pytest.raises(ConfigError) as err:
+        load_run_config("tiny", regime=regime, overrides=[setting], check_grpo=True)
+    text = str(err.value)
+    assert "\n" not in text and f"grpo.{key}: " in text and f"under regime {regime}" in text
+    assert load_run_config("tiny", regime=regime, check_grpo=False, overrides=[
+        "grpo.top_entropy_quantile=1.0"]).config.regime.name == regime
+    assert load_run_config("tiny", regime="byte-kd", check_grpo=False,
+                           overrides=[setting]).config.regime.name == "byte-kd"
