@@ -5,6 +5,10 @@ token and equal to the learner on every text (tests/bytekd_worlds.py). With each
 summed over its tokenizations (the covers), the expected gradient over the learner's 40 sequences is 0; with the
 learner's log-prob of the tokens it sampled (the old signal) it is not: that objective gains the entropy of the
 tokenization given the text.
+
+``signal: unit`` keeps that limit (docs/regimes.md, OPD): where the learner writes ``"12"`` as ``"1" "2"``, a split
+the peer shares token for token, each token carries its own log-ratio, and the row's signal sums to ``log p_j(x) −
+log π_θ(y)``: the split's probability against the text's, ``−log P_θ(y | x)`` for a peer equal on texts, not 0.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from test_opd_loss_types import token_logps
 from test_regimes_opd import grad_trainer  # noqa: F401 - a fixture
 
 from mutualrl.regimes.core.byte_covers import find_covers, text_logp
-from mutualrl.regimes.core.distillation import signal_row_scale, text_signal
+from mutualrl.regimes.core.distillation import distillation_signal, signal_row_scale, text_signal
 from mutualrl.regimes.opd.maths import opd_advantages
 
 LAM = 0.5
@@ -70,3 +74,27 @@ def test_the_sequence_signal_over_texts_is_zero_for_a_peer_equal_on_texts_howeve
         naive += weight * trl_gradient(grad_trainer, monkeypatch, model, tokens, logp.detach(), peer[text].detach())
     assert exact.abs().max() < 1e-6
     assert naive.abs().max() > 1e-3  # the learner's own tokens' log-prob: not 0
+
+
+def test_unit_scores_a_non_canonical_split_by_its_own_probability_and_sequence_by_the_texts():
+    """The learner writes ``"12"`` as ``"1" "2"``; the peer (one digit a token, equal to the learner on every text)
+    splits it alike, so ``unit`` compares token for token and sums to ``log p_j(x) − log π_θ(y)`` = ``−log P_θ(y |
+    x)`` > 0; ``sequence`` compares the texts: 0."""
+    model = TableModel([b"1", b"2", b"12", b""], depth=3, seed=1)
+    peer = ByteChainModel(model, b"12")
+    tokens = (0, 1)  # "1" "2": the learner's non-canonical split of "12"
+    text = model.text_of(tokens)
+    assert text == b"12" and peer.tokens_of(text) == [0, 1]  # the peer's tokens are the learner's: per-token units
+    own = token_logps(model, tokens).detach()[None]  # [1, 3] the learner's tokens and EOS
+    history = peer.tokens_of(text)
+    judged = torch.stack([peer.logps(tuple(history[:t]))[v] for t, v in enumerate([*history, peer.eos])])  # [3]
+    valid, weights = torch.ones(1, 1, 3, dtype=torch.bool), torch.ones(1, 1)
+    unit = distillation_signal(own, judged.float()[None, None], valid, weights)  # [1, 3]
+    texts = brute_texts(model)
+    assert abs(float(judged.sum()) - float(texts[text])) < 1e-5  # the peer is the learner on texts
+    deficit = float(texts[text]) - float(own.sum())  # −log P_θ("1" "2" | "12"): the split's share of the text
+    assert deficit > 0.05 and abs(float(unit.sum()) - deficit) < 1e-5
+    assert unit.abs().max() > 1e-2
+    sequence = text_signal(own_text_logp(model, tokens).detach().reshape(1), judged.sum().float().reshape(1, 1),
+                           valid, weights)  # [1, 3]
+    assert sequence.abs().max() < 1e-6
