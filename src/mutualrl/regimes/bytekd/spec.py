@@ -31,9 +31,9 @@ class ByteKDSettings(RescueSettings):
     SGT's rescue in the same loss with ``rescue_lam``."""
 
     lam: float = field(default=1.0, metadata={
-        "ge": 0, "help": "lambda: weight of the next-byte KL(peer ‖ learner), summed over the shared token "
-                         "boundaries of the learner's text and reduced as TRL reduces its per-token loss; 0 is "
-                         "standalone GRPO"})
+        "ge": 0, "help": "lambda: weight of the next-byte KL(peer ‖ learner), summed over the learner's text (at "
+                         "every byte offset with distribution 'exact', at the shared token boundaries with "
+                         "'canonical') and reduced as TRL reduces its per-token loss; 0 is standalone GRPO"})
     top_bytes: int = field(default=8, metadata={
         "ge": 1, "le": 258, "help": "how many of its most likely next-byte symbols a judge publishes per token; the "
                                     "rest of its mass is one more cell of the divergence (exact for that partition)"})
@@ -77,8 +77,8 @@ def check_bytekd_settings(settings: ByteKDSettings) -> tuple[str, str] | None:
 
 BYTE_KD = register_regime(RegimeSpec(
     name="byte-kd",
-    help="next-byte distillation: peers publish their next-token distributions as next-byte distributions; "
-         "KL(peer ‖ learner) at shared token boundaries where a peer is the more competent",
+    help="next-byte distillation: peers publish their next-byte distributions; KL(peer ‖ learner) at every byte "
+         "offset of the learner's text ('canonical': at shared token boundaries) where a peer is the more competent",
     needs_peers=True,
     lock_step_only=True,
     settings_key="bytekd",
@@ -88,8 +88,10 @@ BYTE_KD = register_regime(RegimeSpec(
     status=(("gate_rate", "gate"), ("byte_kl", "bkl")),
     metrics=(
         ("gate_rate", MetricWords("byte-kd gate rate", "share of prompts with a teaching peer", UNIT)),
-        ("shared_share", MetricWords("tokens on a shared boundary", "share of taught tokens", UNIT)),
-        ("byte_kl", MetricWords("next-byte KL(teacher ‖ learner)", "nats per shared boundary", NONNEGATIVE)),
+        ("shared_share", MetricWords("positions compared", "share of taught byte offsets ('canonical': tokens)",
+                                     UNIT)),
+        ("byte_kl", MetricWords("next-byte KL(teacher ‖ learner)",
+                                "nats per byte offset ('canonical': per shared boundary)", NONNEGATIVE)),
         ("kl_term", MetricWords("byte-kd loss term (λ-weighted)", "as TRL's loss", NONNEGATIVE)),
         ("cover_states", MetricWords("tokenizations of prefixes enumerated", "states per taught row", NONNEGATIVE)),
         ("cover_dropped", MetricWords("prefix mass the floor dropped", "largest share at one offset", UNIT)),

@@ -27,7 +27,8 @@ class OPDSettings:
     signal: Literal["unit", "sequence"] = field(default="unit", metadata={
         "help": "what each token carries: 'unit', its comparison unit's log-ratio (peer - own; the token's own where "
                 "both tokenizers split its word alike): the per-token reverse KL (GKD; MiniLLM's single-step term), "
-                "not exact where the next token decides a word's end (' 1' / ' 12'); 'sequence', the whole text's "
+                "not exact where the next token decides a word's end (' 1' / ' 12'), and a word the learner writes "
+                "non-canonically is scored by that split's probability, not the word's; 'sequence', the whole text's "
                 "log-ratio, each side's log-prob of the text summed over every tokenization of it: the "
                 "sequence-level reverse KL over texts, exact whatever the tokenizers and however the learner split "
                 "the text, at a higher variance and one scoring of the text's tokenizations per side "

@@ -26,7 +26,8 @@ class OPDSGTSettings(RescueSettings):
     lam: float = field(default=0.1, metadata={
         "ge": 0, "help": "lambda: weight of the per-token distillation signal (teacher log-prob - own log-prob) added "
                          "to the GRPO advantage where a peer is the more competent; 0 with rescue_lam 0 is standalone "
-                         "GRPO"})
+                         "GRPO. The signal is OPD's 'unit': a word the learner writes non-canonically is scored by "
+                         "that split's probability, not the word's (OPD's signal: sequence compares texts)"})
     rescue_lam: float = field(default=0.1, metadata={
         "ge": 0, "help": "lambda_r: weight of the NLL of one verified peer success on a prompt whose every own "
                          "rollout failed (SGT's rescue), relative to GRPO"})
