@@ -120,7 +120,7 @@ def test_both_signals_are_exact_under_each_accepted_loss_type_on_rows_of_unequal
         assert (plain - LAM / length * source).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("loss_type", ["bnpo", "vespo"])
+@pytest.mark.parametrize("loss_type", ["bnpo", "vespo", "luspo"])
 @pytest.mark.parametrize("regime", ["opd", "opd-sgt"])
 def test_a_loss_type_without_a_known_row_weight_is_refused(regime, loss_type):
     from mutualrl.config import load_run_config
