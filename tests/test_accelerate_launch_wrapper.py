@@ -8,6 +8,8 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from mutualrl.host import accelerate_launch
 
 
@@ -27,6 +29,7 @@ def test_deepspeeds_launch_keeps_the_ranks_pythonpath_as_the_launcher_set_it(mon
     assert "env_var_path_add" in launch.prepare_deepspeed_cmd_env.__code__.co_names
 
 
+@pytest.mark.slow
 def test_a_stop_signal_leaves_the_one_rank_launch_waiting_for_its_rank(tmp_path):
     """accelerate's one-rank launch (simple_launcher) waits for its child: a SIGTERM to it must not end it while the
     rank saves. The stand-in rank ignores nothing: it exits 75 (stopped with a checkpoint) 1 s after its own SIGTERM."""

@@ -63,6 +63,7 @@ def test_the_doc_example_imports_only_itself_and_the_regime_api(example_regime):
     assert regime_folder_imports(folder) == []
 
 
+@pytest.mark.slow
 def test_the_doc_example_runs_a_step_through_the_fake_trainer(example_regime, thl_tokenizers, tmp_path):
     adapters = pool_of(tmp_path / "see", thl_tokenizers, "peerbase", peer_weight=0.5)
     learner, peer = adapters["tiny-bpe"], adapters["tiny-sp"]

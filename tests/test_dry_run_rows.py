@@ -50,6 +50,7 @@ def test_a_bad_row_fails_the_dry_run_as_the_run_in_one_line(workdir, capsys, row
     assert snapshot(workdir) == before
 
 
+@pytest.mark.slow
 def test_good_rows_pass_the_dry_run_and_it_says_they_were_checked(workdir, capsys):
     write_rows(workdir / "data", GOOD)
     from mutualrl.cli.main import run

@@ -318,6 +318,7 @@ def test_eval_cli_models_and_recipe(tiny_models: dict[str, Path], tmp_path: Path
     assert all(r.tasks == ["gsm8k"] and r.n == 3 for r in results)
 
 
+@pytest.mark.slow
 def test_eval_cli_joint_length_filter_and_errors(tiny_models: dict[str, Path], tmp_path: Path) -> None:
     runner = CliRunner()
     out = tmp_path / "f.json"

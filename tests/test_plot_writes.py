@@ -32,6 +32,7 @@ def one_line(output: str) -> str:
     return " ".join(output.split())
 
 
+@pytest.mark.slow
 def test_links_planted_in_a_sweeps_figure_folder_are_replaced_not_followed(sweep: Path, tmp_path: Path) -> None:
     figure = sweep / "plots" / "heldout_reward_by_regime.pdf"
     caption = figure.with_suffix(".caption.txt")
@@ -44,6 +45,7 @@ def test_links_planted_in_a_sweeps_figure_folder_are_replaced_not_followed(sweep
     assert not caption.is_symlink() and "Held-out reward@1" in caption.read_text()
 
 
+@pytest.mark.slow
 def test_a_link_planted_in_a_runs_plots_folder_is_replaced_not_followed(sweep: Path, tmp_path: Path) -> None:
     run = sweep / "sgt-seed1"
     plant(run / "plots" / "validation_reward.png", tmp_path / "victim.png")
@@ -90,6 +92,7 @@ def test_plot_out_refuses_an_existing_figure_of_the_run_plots(sweep: Path, tmp_p
     assert (out / "validation_reward.png").read_text() == "a figure of mine"
 
 
+@pytest.mark.slow
 def test_a_figure_that_cannot_be_written_is_one_line_and_leaves_no_file(sweep: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     real_write = os.write

@@ -115,6 +115,7 @@ def test_each_worker_of_every_paper_recipe_passes_its_check_from_an_8_gpu_80_gib
         assert "a batch of" in checks["data"] and "scored" in checks["rewards"]
 
 
+@pytest.mark.slow
 def test_a_setting_the_worker_refuses_is_found_by_its_check(offline_hub, one_rank, tmp_path, monkeypatch):
     """fp16 beside the paper's bf16: GRPOConfig refuses it in the worker, never in the plan; the check raises it."""
     config = load_run_config("2qwen", overrides=["launch.gpus=8", "launch.gpu_memory_gib=80", "grpo.fp16=true",

@@ -121,6 +121,7 @@ def two_rank_steps(accelerator, tokenizer):
     return logged, rescue_counts(accelerator, tokenizer)
 
 
+@pytest.mark.slow
 def test_two_ranks_log_the_whole_batch_as_one_rank_does(thl_tokenizers):
     tokenizer = padded(thl_tokenizers["gpt2"])
     one = {regime: logged_step(OneRank(), tokenizer, regime, overrides) for regime, overrides in REGIMES.items()}

@@ -96,6 +96,7 @@ def test_capability_advantage_guards():
     assert capability_advantages(uniform, weights, 0, EPS).tolist() == [[[0.0, 0.0], [0.0, 0.0]]]
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(rewards=pool_rewards(min_m=2))
 @example(rewards=torch.full((1, 3, 1), -1.7137))  # found by a run of the suite: equal rewards, a rounded mean

@@ -155,6 +155,7 @@ def test_a_collapsed_run_is_found_and_normal_seeds_rarely_flagged(seeds: int) ->
     assert flagged[:, 1].mean() >= 0.9 and flagged[:, [0, 2]].mean() <= 0.02
 
 
+@pytest.mark.slow
 def test_a_plan_from_a_3_seed_pilot_reaches_its_power_at_the_top_of_its_range() -> None:
     """60 pilots of 3 seeds from a normal crossed model whose seed component leads (the hardest case: its upper
     limit rests on 2 df): the plan as observed reaches the seeds the truth needs in under 80 % of them (the

@@ -84,6 +84,7 @@ def holm_rejects(ours: np.ndarray, other: np.ndarray, alpha: float) -> np.ndarra
     return below(ours, alpha / 2) | (below(other, alpha / 2) & below(ours, alpha))
 
 
+@pytest.mark.slow
 def test_the_plan_agrees_with_a_simulation_of_the_tables_own_test() -> None:
     """Normal crossed data with known components: at the planned seeds the table's test (Holm over 2 headline
     comparisons, the other one null) rejects 80 % of the time within Monte-Carlo error, one seed fewer does not
@@ -149,6 +150,7 @@ def test_a_share_used_by_few_runs_says_what_the_runs_that_used_none_did(sweep: P
     assert "trained as standalone" not in render(report, "markdown")
 
 
+@pytest.mark.slow
 def test_min_effect_gives_the_plan_in_every_format_and_latex_stays_ascii(sweep: Path) -> None:
     report = build_report([sweep], min_effect=0.05)
     row = next(r for r in report.rows if (r.group, r.task_group) == ("hacpo", "all"))

@@ -8,6 +8,8 @@ import json
 import os
 import stat
 
+import pytest
+
 from mutualrl.assets.cache import umask_file_modes
 from mutualrl.training.data import joint_length_filter
 from mutualrl.training.prompt_lengths import PromptLengths
@@ -84,6 +86,7 @@ def test_saved_weights_get_the_umasks_mode(tmp_path):
     assert stat.S_IMODE(config.stat().st_mode) == 0o600  # not weights: left as written
 
 
+@pytest.mark.slow
 def test_a_runs_weights_are_readable_as_its_umask_says(sgt_3_steps):
     run, _ = sgt_3_steps
     umask = os.umask(0)

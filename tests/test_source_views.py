@@ -73,6 +73,7 @@ def _with_sources(run: Path, regime: str, spread: float) -> Path:
     return run
 
 
+@pytest.mark.slow
 def test_plot_draws_one_figure_per_learner_on_shared_ranges(tmp_path, monkeypatch):
     from mutualrl.evaluation import plots
 

@@ -51,6 +51,7 @@ def user_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return make_user_folder(tmp_path, monkeypatch)
 
 
+@pytest.mark.slow
 def test_dry_run_names_every_run_and_its_command_from_the_callers_folder(user_folder: Path) -> None:
     args = ["sweep", "--regimes", "standalone,sgt", "--seeds", "1,2", "--max-steps", "2", "-o", "sweeps/mine",
             "--dry-run", *[x for s in USER_TASK for x in ("--set", s)]]

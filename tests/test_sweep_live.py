@@ -62,6 +62,7 @@ def invoke(args: list[str]) -> tuple[int, str]:
     return done.exit_code, done.output
 
 
+@pytest.mark.slow
 def test_the_same_slurm_sweep_run_again_while_its_tasks_train_submits_only_what_is_not_live(user_folder: Path,
                                                                                             slurm) -> None:
     code, first = invoke([*ARGS, "--slurm"])

@@ -91,6 +91,7 @@ def test_the_array_resources_reach_the_sbatch_script(user_folder: Path, monkeypa
     assert len(pickled) == 2 and all(call.args[2] == record["cache"] for call in pickled)
 
 
+@pytest.mark.slow
 def test_the_dry_run_shows_the_array_and_a_gpu_pool_without_a_count_is_refused(user_folder: Path) -> None:
     runner = CliRunner()
     done = runner.invoke(app, ["sweep", "--regimes", "standalone", "--seeds", "1,2", "-o", "sw", "--slurm",

@@ -71,6 +71,7 @@ def test_acceptance_all_36_pairs_on_mixed_text(tmp_path: Path) -> None:
     _check_acceptance(json.loads(result.stdout)["pairs"], len(MIXED))
 
 
+@pytest.mark.slow
 def test_table_output_and_extra_diagnostics() -> None:
     result = _run(["--source", "qwen3", "--target", "phi3", "--cjk", "--long-context", "--long-lengths", "256,512",
                    "--long-n", "2"])

@@ -150,6 +150,7 @@ def test_out_of_vocabulary_id_is_a_clear_error(thl_tokenizers: dict) -> None:
     assert decode_with_spans(tok, []).text == ""
 
 
+@pytest.mark.slow
 def test_normalizing_tokenizer_falls_back_to_offsets(thl_tokenizers: dict) -> None:
     tok = thl_tokenizers["qwen3"]  # NFC normalizer: decomposed "é" is encoded as the composed character
     text = "Cafe\u0301 au lait"
