@@ -14,6 +14,7 @@ save of :data:`SAVE_S` outlasts the agent's own wait unless mutualrl's plan sets
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -37,26 +38,47 @@ SAVE_S = 15
 (their watchdog: 10 s, ``ops/watchdog.py``). (45 s, longer than torch's own default, until the test set it.)"""
 
 
+AGENT_ALIVE_S = 3
+"""How long after the signals each agent must still be alive: well within the ranks' save (:data:`SAVE_S`), which
+load only lengthens (the step in flight ends first)."""
+
+
 def logged_steps(run_dir, policy: str) -> list[int]:
     path = run_dir / "metrics" / f"{policy}.jsonl"
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
     return [row["step"] for row in rows if row.get("kind") == "train"]
 
 
-def signal_every_process(launcher: subprocess.Popen) -> dict[str, list[int]]:
+def signal_every_process(launcher: subprocess.Popen) -> tuple[dict[str, list[int]], dict[str, psutil.Process]]:
     """As Slurm does: every process of the run, the launcher last; a policy's agent and ranks get its signal of
-    :data:`SIGNAL_OF` (their command line names the policy). Returns the pids signalled per policy."""
-    signalled: dict[str, list[int]] = {policy: [] for policy in POLICIES}
+    :data:`SIGNAL_OF` (their command line names the policy). Returns the pids signalled per policy, and each
+    policy's torchrun agent (its process whose parent is no process of the policy)."""
+    members: dict[str, list[psutil.Process]] = {policy: [] for policy in POLICIES}
     for child in psutil.Process(launcher.pid).children(recursive=True):
         try:
             command = " ".join(child.cmdline())
-            policy = next(p for p in POLICIES if f"--policy {p}" in command)
-            child.send_signal(SIGNAL_OF[policy])
-            signalled[policy].append(child.pid)
+            members[next(p for p in POLICIES if f"--policy {p}" in command)].append(child)
         except (psutil.NoSuchProcess, StopIteration):
             continue
+    pids = {policy: {process.pid for process in processes} for policy, processes in members.items()}
+    agents = {policy: process for policy, processes in members.items() for process in processes
+              if process.ppid() not in pids[policy]}
+    signalled: dict[str, list[int]] = {policy: [] for policy in POLICIES}
+    for policy, processes in members.items():
+        for process in processes:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                process.send_signal(SIGNAL_OF[policy])
+                signalled[policy].append(process.pid)
     launcher.send_signal(signal.SIGTERM)
-    return signalled
+    return signalled, agents
+
+
+def alive(process: psutil.Process) -> bool:
+    """Running, and not a zombie its parent has yet to reap (a process dead of a signal it did not handle)."""
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 @pytest.mark.slow
@@ -73,9 +95,13 @@ def test_term_and_usr2_to_every_process_of_torchrun_groups_save_the_step_in_flig
         assert launcher.poll() is None, launcher.communicate()[0][-3000:]
         assert time.monotonic() < deadline, "no policy logged a step in 600 s"
         time.sleep(0.2)
-    signalled = signal_every_process(launcher)
+    signalled, agents = signal_every_process(launcher)
     # each policy: its agent and 2 ranks (torchrun starts each rank in a session of its own)
     assert all(len(pids) >= 3 for pids in signalled.values()), signalled
+    # Each agent waits for its ranks' saves (SAVE_S) instead of ending: one that does not handle a signal (torch's
+    # default list has no SIGUSR2) dies of it at once, and under accelerate launch its policy is taken for failed.
+    time.sleep(AGENT_ALIVE_S)
+    assert {p: alive(a) for p, a in agents.items()} == {p: True for p in POLICIES}, agents
     out, _ = launcher.communicate(timeout=600)
     assert launcher.returncode == 130, out[-3000:]
     saved = json.loads((run_dir / "run.json").read_text())
