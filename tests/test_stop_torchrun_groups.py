@@ -33,9 +33,9 @@ SIGNAL_OF = {"tiny-bpe": signal.SIGTERM, "tiny-sp": signal.SIGUSR2}
 AGENT_DEFAULT_S = 2
 """The agent's wait after passing a signal on before it SIGKILLs its ranks, where mutualrl did not set one: torch's
 default (30 s) shortened for the test, so that the save need not outlast 30 s to show a plan that leaves it."""
-SAVE_S = 15
-"""Longer than :data:`AGENT_DEFAULT_S`, and than an agent dead of SIGUSR2 leaves its ranks once the launcher is gone
-(their watchdog: 10 s, ``ops/watchdog.py``). (45 s, longer than torch's own default, until the test set it.)"""
+SAVE_S = 8
+"""Longer than :data:`AGENT_DEFAULT_S` (a save the agent's own wait cuts short leaves no manifest) and than
+:data:`AGENT_ALIVE_S` (an agent dead of SIGUSR2 is seen dead before its ranks' save ends)."""
 
 
 AGENT_ALIVE_S = 3
