@@ -5,8 +5,9 @@ of the model is a collective (DeepSpeed all-gathers each submodule's parameters 
 a gradient forward's backward), so the ranks' collectives must pair up one by one, each of the same kind; the group
 fails at the first pair that does not. Each rank holds texts of different lengths (a different number of
 tokenizations to forward): the ranks end with the same sequence of collectives, and every value each computes is
-the one rank alone computes on its texts; so under DDP, whose wrapper broadcasts the module's buffers before each
-forward. Without the equaliser the group fails (the fake enforces something).
+the one rank alone computes on its texts; so under DDP, whose wrapper broadcasts the module's buffers before a
+forward that follows one with a gradient (the fake keeps DDP's ``require_forward_param_sync`` as torch does). Without
+the equaliser, or with DDP read from ``will_sync_module_buffers()``, the group fails (the fake enforces something).
 """
 
 from __future__ import annotations
@@ -98,8 +99,12 @@ class RankTrainer:
         self.world, self.theta = model, theta
         self.accelerator = RankAccelerator(group, rank)
         self.model = SimpleNamespace(config=SimpleNamespace(vocab_size=len(PIECES)))
-        if syncs_buffers:  # DDP's wrapper broadcasting the module's buffers before each forward
-            self.model.will_sync_module_buffers = lambda: True
+        self.ddp = syncs_buffers
+        if syncs_buffers:  # DDP's wrapper with buffers to broadcast (torch's DistributedDataParallel's fields)
+            self.model.forward_sync_buffers, self.model.modules_buffers = True, [torch.zeros(1)]
+            self.model.require_forward_param_sync = True
+            self.model.will_sync_module_buffers = lambda: (self.model.require_forward_param_sync
+                                                           and self.model.forward_sync_buffers)
         self.processing_class = SimpleNamespace(eos_token_id=model.eos, pad_token_id=model.eos)
         self.eos_token_ids = [model.eos]
         self.forwards = {"no grad": 0, "grad": 0}
@@ -108,8 +113,12 @@ class RankTrainer:
     def completion_logits(self, model, prompt_ids, prompt_mask, ids, mask) -> torch.Tensor:
         grad = torch.is_grad_enabled()
         self.forwards["grad" if grad else "no grad"] += 1
-        if self.accelerator.group is not None:
+        if self.accelerator.group is not None and not self.ddp:
             self.accelerator.group.collective(self.accelerator.rank, "forward")
+        if self.ddp:  # DDP's _pre_forward: broadcast where the last forward had a gradient; _post_forward sets it
+            if self.accelerator.group is not None and self.model.will_sync_module_buffers():
+                self.accelerator.group.collective(self.accelerator.rank, "broadcast buffers")
+            self.model.require_forward_param_sync = grad
         rows = []
         for row in range(ids.shape[0]):
             n = int(mask[row].sum()) - 1
@@ -117,7 +126,7 @@ class RankTrainer:
             states = [self.world.logps(history[:p], self.theta) for p in range(n + 1)]
             rows.append(torch.stack(states + [torch.zeros(len(PIECES))] * (ids.shape[1] - n - 1)))  # [W, V]
         out = torch.stack(rows)  # [N, W, V] the table's log-probs as logits
-        return Backward.apply(out, self.accelerator) if grad else out
+        return Backward.apply(out, self.accelerator) if grad and not self.ddp else out  # DDP: one all-reduce a step
 
     def aggregate_loss(self, per_token: torch.Tensor, mask: torch.Tensor, inputs) -> torch.Tensor:
         return (per_token * mask).sum() / mask.sum().clamp(min=1)
@@ -221,14 +230,26 @@ def test_without_the_equaliser_the_ranks_collectives_do_not_pair(monkeypatch):
     assert any(isinstance(error, Mismatch) for error in errors.values()), errors
 
 
+def test_ddp_read_from_will_sync_module_buffers_leaves_the_gradient_calls_unpadded(monkeypatch):
+    """After the enumeration's forwards without a gradient DDP's ``will_sync_module_buffers()`` is False, so a check
+    that reads it pads nothing, yet each gradient forward after the first broadcasts the buffers."""
+    monkeypatch.setattr(cover_scoring, "LOGITS_PER_CALL", 1)  # one sequence a call: the ranks' gradient calls differ
+    monkeypatch.setattr(rank_forwards, "broadcasts_buffers", lambda model: bool(model.will_sync_module_buffers()))
+    _, _, errors = run_ranks(monkeypatch, "ddp")
+    assert any(isinstance(error, Mismatch) for error in errors.values()), errors
+
+
 def test_one_rank_or_forwards_that_are_not_collective_run_no_collective_and_no_dummy(monkeypatch):
     monkeypatch.setattr(rank_forwards, "zero3_enabled", lambda: True)
-    single, model = RankAccelerator(None, 0), SimpleNamespace(will_sync_module_buffers=lambda: True)
+    single = RankAccelerator(None, 0)
+    model = SimpleNamespace(will_sync_module_buffers=lambda: False, forward_sync_buffers=True,
+                            modules_buffers=[torch.zeros(1)])  # DDP with buffers, whatever the last forward was
     assert not rank_forwards.forwards_are_collective(single, model)
     assert rank_forwards.missing_calls(single, model, 3) == 0
     monkeypatch.setattr(rank_forwards, "zero3_enabled", lambda: False)
     two = RankAccelerator(FakeGroup(), 0)  # a collective on it would wait for a rank that never comes
-    quiet = SimpleNamespace(will_sync_module_buffers=lambda: False)  # DDP without buffers to broadcast
+    quiet = SimpleNamespace(will_sync_module_buffers=lambda: False, forward_sync_buffers=True,
+                            modules_buffers=[])  # DDP without buffers to broadcast
     assert not rank_forwards.forwards_are_collective(two, quiet) and rank_forwards.missing_calls(two, quiet, 3) == 0
     assert rank_forwards.forwards_are_collective(two, model)
     with rank_forwards.forwards_in_step(SimpleNamespace(accelerator=two), quiet) as in_step:

@@ -4,7 +4,8 @@ Under ZeRO-3 each forward of the sharded model is collective: as each submodule'
 all-gathers its parameters over the policy's ranks (``PartitionedParameterCoordinator.fetch_sub_module``, the
 parameters above ``stage3_param_persistence_threshold``), and a forward with a gradient gathers them again in its
 backward. So every rank must run the model the same number of times, in the same order; the shapes of the batches
-may differ. DDP's wrapper, too, broadcasts the module's buffers at each forward (a rotary embedding's, say). The
+may differ. DDP's wrapper, too, broadcasts the module's buffers before a forward (a rotary embedding's, say) that
+follows a forward with a gradient. The
 cover enumeration (:mod:`~mutualrl.regimes.core.byte_covers`) runs one forward per tokenization it
 keeps, a number that depends on each rank's texts: run as it is, one rank's extra forward is paired with another
 rank's next collective, and the policy hangs or fails.
@@ -35,14 +36,23 @@ def zero3_enabled() -> bool:
     return bool(is_deepspeed_zero3_enabled())
 
 
+def broadcasts_buffers(model: torch.nn.Module) -> bool:
+    """Whether ``model`` is DDP's wrapper set to broadcast the module's buffers (``forward_sync_buffers``, formerly
+    ``broadcast_buffers``: the default) and has some. From its settings, not ``will_sync_module_buffers()``, which
+    also reads whether the previous forward had a gradient (``require_forward_param_sync``): after the enumeration's
+    forwards without one it says no, yet every gradient forward after the first broadcasts."""
+    if not callable(getattr(model, "will_sync_module_buffers", None)):
+        return False
+    enabled = getattr(model, "forward_sync_buffers", getattr(model, "broadcast_buffers", False))
+    return bool(enabled) and len(getattr(model, "modules_buffers", ())) > 0
+
+
 def forwards_are_collective(ranks: RanksView, model: torch.nn.Module) -> bool:
-    """Whether each forward of ``model`` pairs up across the policy's ranks: with more than one rank, under ZeRO-3,
-    or where ``model`` is DDP's wrapper and broadcasts the module's buffers before this forward (DDP's
-    ``will_sync_module_buffers``: ``broadcast_buffers``, the default, and buffers such as a rotary embedding's)."""
+    """Whether forwards of ``model`` pair up across the policy's ranks: with more than one rank, under ZeRO-3, or
+    where ``model`` is DDP's wrapper broadcasting its buffers (:func:`broadcasts_buffers`)."""
     if ranks.num_processes <= 1:
         return False
-    syncs_buffers = getattr(model, "will_sync_module_buffers", None)
-    return zero3_enabled() or (callable(syncs_buffers) and bool(syncs_buffers()))
+    return zero3_enabled() or broadcasts_buffers(model)
 
 
 class LockstepForwards:
