@@ -200,7 +200,8 @@ def learner_next_bytes(trainer: TrainerView, model: torch.nn.Module, prompt_ids:
                        limits: CoverLimits) -> tuple[torch.Tensor, Covers]:
     """The learner's exact next-byte log-masses ``[n + 1, 258]`` at every byte offset of its text (``tokens``: the
     tokens it sampled, EOS left out), with the gradient of every state's log-probs (``prompt_ids`` / ``prompt_mask``
-    ``[P]``): :func:`learner_next_bytes_together` of one text (one rank's alone: no padding forwards)."""
+    ``[P]``): :func:`learner_next_bytes_together` of one text, its padding dropped: for one rank (with several,
+    each rank must call it as often as the others, and add the padding :func:`learner_next_bytes_together` returns)."""
     return learner_next_bytes_together(trainer, model, prompt_ids[None], prompt_mask[None], [text], [tokens], pieces,
                                        limits)[0][0]
 
