@@ -346,8 +346,9 @@ def markdown(table: dict[str, Any]) -> str:
         for policy, row in policies.items():
             lines.append(f"| {regime} | {policy} | {row['weak']['family']}: {cell(row['weak'])} | "
                          f"{row['strong']['family']}: {cell(row['strong'])} | {row['verdict']} |")
-    lines.append(f"\nInformative prompts: those whose Δ varies; the interval's coverage (about 0.93 or more) was "
-                 f"checked where at least {INFORMATIVE_CHECKED} are (src/mutualrl/evaluation/crossed.py).")
+    lines.append(f"\nInformative prompts: those whose Δ differs between seeds (all but the largest block of prompts "
+                 f"with one Δ on every seed); the interval's coverage (about 0.93 or more) was checked by simulation "
+                 f"where at least {INFORMATIVE_CHECKED} are (src/mutualrl/evaluation/crossed.py).")
     return "\n".join(lines) + "\n"
 
 
