@@ -167,8 +167,8 @@ def refusal(out: Path, regimes: list[str], seeds: list[int], max_steps: int, ext
                 continue
             found = first_difference(run_dir, rule_settings(regime, seed, max_steps, extra))
             if found is not None:
-                return (f"{run_dir}: {found}: not the run this comparison needs; give that run its own --out "
-                        f"(move it out of {out})")
+                return (f"{run_dir}: {found}; runs of other settings need their own --out: move this run out of "
+                        f"{out} (or give this command another --out)")
     return None
 
 

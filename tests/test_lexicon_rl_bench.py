@@ -213,7 +213,7 @@ def test_report_refuses_a_run_that_is_not_the_rules_naming_it(tmp_path: Path, mo
     assert bench.main(["report", "--out", str(tmp_path), "--seeds", "11"]) == 2
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and error.startswith(f"{smoke.resolve()}: grpo.max_steps is 2, not 40")
-    assert "its own --out" in error and not (tmp_path / "lexicon-rl.json").exists()
+    assert "need their own --out" in error and not (tmp_path / "lexicon-rl.json").exists()
 
 
 @pytest.mark.parametrize(("regime", "changes", "said"), [
@@ -229,7 +229,7 @@ def test_report_refuses_a_run_that_is_not_the_rules_naming_it(tmp_path: Path, mo
 def test_a_differing_setting_is_named(regime: str, changes: dict, said: str, tmp_path: Path) -> None:
     run_dir = finished_run(tmp_path, regime, 13, **changes)
     assert bench.first_difference(run_dir, bench.rule_settings(regime, 13, 40)) == said
-    assert bench.refusal(tmp_path, [regime], [13], 40).startswith(f"{run_dir}: {said}: ")
+    assert bench.refusal(tmp_path, [regime], [13], 40).startswith(f"{run_dir}: {said}; ")
 
 
 def test_run_refuses_before_training_and_reuses_the_rules_runs(tmp_path: Path, monkeypatch, capsys) -> None:
