@@ -34,6 +34,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from mutualrl.config.lookup import MISSING, value_at  # noqa: E402
+
 POOL = "smol-lexicon"
 BASELINE = "standalone"
 # byte-kd in its canonical form (the amendment of 2026-11-29 19:45 UTC, before any RL run: the exact form cost
@@ -115,22 +119,6 @@ def rule_settings(regime: str, rl_seed: int, max_steps: int, extra: tuple[str, .
     return expected
 
 
-MISSING = object()  # a setting the config does not hold
-
-
-def setting(data: Any, dotted: str) -> Any:
-    """The value at ``dotted`` of a config mapping (a list item by its ``name``); :data:`MISSING` if absent."""
-    node = data
-    for key in dotted.split("."):
-        if isinstance(node, list):
-            node = next((item for item in node if isinstance(item, dict) and item.get("name") == key), MISSING)
-        elif isinstance(node, dict):
-            node = node.get(key, MISSING)
-        else:
-            return MISSING
-        if node is MISSING:
-            return MISSING
-    return node
 
 
 def first_difference(run_dir: Path, expected: dict[str, Any]) -> str | None:
@@ -146,7 +134,7 @@ def first_difference(run_dir: Path, expected: dict[str, Any]) -> str | None:
     except (OSError, RunFolderError, ConfigError) as err:
         return f"its settings cannot be read ({err})"
     for key, want in expected.items():
-        have = setting(data, key)
+        have = value_at(data, key)
         if key.endswith(".init_adapter"):  # the warm start by its folder's name, wherever that folder lies
             same = isinstance(have, str) and Path(have).name == want
         else:

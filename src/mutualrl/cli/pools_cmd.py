@@ -16,6 +16,7 @@ from mutualrl.config.loader import (
     load_run_config,
     read_yaml,
 )
+from mutualrl.config.lookup import MISSING, value_at
 from mutualrl.config.typed import to_plain
 from mutualrl.regimes.standalone.spec import STANDALONE
 
@@ -120,7 +121,7 @@ def explain_lines(config: Any) -> list[str]:
     options = {field.key: flag for flag, field in flag_fields().items()}
     lines = []
     for key, _type, help_text, _default in rows:
-        value = lookup(plain, key.split("."), config)
+        value = value_at(plain, key)
         if isinstance(value, dict) and value and key != "launch.device_map":
             continue  # a section: its fields follow
         if key in options:
@@ -129,19 +130,3 @@ def explain_lines(config: Any) -> list[str]:
     return lines
 
 
-MISSING = object()
-
-
-def lookup(plain: Any, parts: list[str], config: Any) -> Any:
-    """The value at a dotted key of the plain recipe (a policy by its name), or :data:`MISSING`."""
-    node = plain
-    for i, part in enumerate(parts):
-        if isinstance(node, list) and parts[i - 1] == "policies":
-            node = next((p for p in node if p.get("name") == part), MISSING)
-        elif isinstance(node, dict):
-            node = node.get(part, MISSING)
-        else:
-            return MISSING
-        if node is MISSING:
-            return MISSING
-    return node
