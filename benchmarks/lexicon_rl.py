@@ -242,14 +242,32 @@ def family_delta(ours: dict[int, dict[str, float]], base: dict[int, dict[str, fl
     seeds, prompts, matrix = difference_matrix(ours, base)
     if not seeds or not prompts:
         return {"seeds": seeds, "prompts": 0, "informative_prompts": None, "mean": None, "ci95": None, "p": None,
-                "spread": False, "per_seed": {}}
+                "spread": False, "per_seed": {}, "warm_start_ci95": None}
     found = crossed_stats(matrix)
     mean = float(matrix.mean())
     spread = found is not None and found.ci95 is not None
     ci95 = list(found.ci95) if spread else ([mean, mean] if found is not None else None)
     return {"seeds": seeds, "prompts": len(prompts), "informative_prompts": found.informative if found else None,
             "mean": mean, "ci95": ci95, "p": found.p if spread else None, "spread": spread,
-            "per_seed": {str(s): float(v) for s, v in zip(seeds, matrix.mean(axis=1), strict=True)}}
+            "per_seed": {str(s): float(v) for s, v in zip(seeds, matrix.mean(axis=1), strict=True)},
+            "warm_start_ci95": warm_start_interval(seeds, matrix)}
+
+
+def warm_start_interval(seeds: list[int], matrix: Any) -> list[float] | None:
+    """The crossed interval with the warm starts as the units (each warm start's RL seeds averaged, prompt by prompt):
+    RL seeds that share a warm start are not independent draws of it, so this is read beside the rule's interval (a
+    sensitivity check written before any run, not the verdict). None under 2 warm starts; the mean twice where
+    nothing varies."""
+    import numpy as np
+
+    from mutualrl.evaluation.crossed import crossed_stats
+
+    starts = sorted({warm_start_seed(s) for s in seeds})
+    rows = [matrix[[i for i, s in enumerate(seeds) if warm_start_seed(s) == w]].mean(axis=0) for w in starts]
+    found = crossed_stats(np.stack(rows)) if len(rows) >= 2 else None  # [W, P]
+    if found is None:
+        return None
+    return list(found.ci95) if found.ci95 is not None else [found.mean, found.mean]
 
 
 def rounded(cell: dict[str, Any]) -> dict[str, Any]:
@@ -259,6 +277,8 @@ def rounded(cell: dict[str, Any]) -> dict[str, Any]:
 
     return {**cell, "mean": four(cell["mean"]),
             "ci95": [four(x) for x in cell["ci95"]] if cell["ci95"] is not None else None,
+            "warm_start_ci95": ([four(x) for x in cell["warm_start_ci95"]]
+                                if cell.get("warm_start_ci95") is not None else None),
             "per_seed": {s: four(v) for s, v in cell["per_seed"].items()}}
 
 
@@ -325,7 +345,9 @@ def markdown(table: dict[str, Any]) -> str:
         few = (f": fewer than the {INFORMATIVE_CHECKED} its coverage was checked from"
                if informative is not None and informative < INFORMATIVE_CHECKED and d.get("spread") else "")
         counted = f", {informative} informative prompts{few}" if informative is not None else ""
-        return f"{d['mean']:+.3f}{ci}{p} ({len(d['seeds'])} seeds, {d['prompts']} prompts{counted})"
+        starts = d.get("warm_start_ci95")
+        by_start = f"; warm starts as units [{starts[0]:+.3f}, {starts[1]:+.3f}]" if starts else ""
+        return f"{d['mean']:+.3f}{ci}{p} ({len(d['seeds'])} seeds, {d['prompts']} prompts{counted}{by_start})"
 
     lines = ["| regime | policy | weak family Δ [95% CI], p (seeds, prompts, informative prompts) | "
              "strong family Δ [95% CI], p (seeds, prompts, informative prompts) | verdict |",
@@ -336,7 +358,9 @@ def markdown(table: dict[str, Any]) -> str:
                          f"{row['strong']['family']}: {cell(row['strong'])} | {row['verdict']} |")
     lines.append(f"\nInformative prompts: those whose Δ differs between seeds (all but the largest block of prompts "
                  f"with one Δ on every seed); the interval's coverage (about 0.93 or more) was checked by simulation "
-                 f"where at least {INFORMATIVE_CHECKED} are (src/mutualrl/evaluation/crossed.py).")
+                 f"where at least {INFORMATIVE_CHECKED} are (src/mutualrl/evaluation/crossed.py). \"Warm starts as "
+                 f"units\": the same interval with each warm start's two RL seeds averaged (they share it), a "
+                 f"sensitivity check beside the verdict, not part of it.")
     return "\n".join(lines) + "\n"
 
 

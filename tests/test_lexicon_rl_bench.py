@@ -298,3 +298,21 @@ def test_the_verdict_reads_the_unrounded_interval(tmp_path: Path, monkeypatch) -
     text = (tmp_path / "lexicon-rl.md").read_text()
     assert "(6 seeds, 100 prompts, 37 informative prompts)" in text
     assert "(6 seeds, 100 prompts, 12 informative prompts: fewer than the 20 its coverage was checked from)" in text
+
+
+def test_the_warm_start_interval_averages_the_rl_seeds_of_each_warm_start_by_hand() -> None:
+    """RL seeds 11/14, 12/15, 13/16 share a warm start: with the warm starts as units, each pair's Δ is averaged
+    prompt by prompt, and the interval is the crossed one of that 3 × P matrix."""
+    import numpy as np
+
+    from mutualrl.evaluation.crossed import crossed_stats
+
+    prompts = [f"p{i}" for i in range(4)]
+    delta = {11: [1, 0, 1, 0], 14: [1, 1, 1, 0], 12: [0, 0, 1, 0], 15: [0, 0, 0, 0], 13: [1, 1, 1, 1], 16: [0, 1, 1, 1]}
+    ours = {s: {p: float(d) for p, d in zip(prompts, row, strict=True)} for s, row in delta.items()}
+    base = {s: {p: 0.0 for p in prompts} for s in delta}
+    cell = bench.family_delta(ours, base)
+    by_hand = np.array([[1, 0.5, 1, 0], [0, 0, 0.5, 0], [0.5, 1, 1, 1]])  # [warm start 1, 2, 3] x prompts
+    assert cell["warm_start_ci95"] == pytest.approx(list(crossed_stats(by_hand).ci95), abs=1e-12)
+    assert cell["warm_start_ci95"] != pytest.approx(cell["ci95"])  # not the six seeds' interval
+    assert bench.family_delta({11: ours[11], 14: ours[14]}, {11: base[11], 14: base[14]})["warm_start_ci95"] is None
