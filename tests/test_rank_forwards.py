@@ -132,8 +132,10 @@ class RankTrainer:
         return (per_token * mask).sum() / mask.sum().clamp(min=1)
 
 
-def batch(model: TableModel, teacher: ByteChainModel, rows: list[tuple[int, ...]]) -> dict[str, torch.Tensor]:
-    """byte-kd's exact inputs for the learner samples ``rows`` (each + EOS), every offset taught by ``teacher``."""
+def batch(model: TableModel, teacher: ByteChainModel, rows: list[tuple[int, ...]],
+          taught: bool = True) -> dict[str, torch.Tensor]:
+    """byte-kd's exact inputs for the learner samples ``rows`` (each + EOS), every offset taught by ``teacher`` (none
+    where not ``taught``: every row gated off)."""
     width = max(len(tokens) for tokens in rows) + 1
     texts = [model.text_of(tokens) for tokens in rows]
     offsets = max(len(text) for text in texts) + 1
@@ -146,14 +148,15 @@ def batch(model: TableModel, teacher: ByteChainModel, rows: list[tuple[int, ...]
         mask[i, :len(tokens) + 1] = 1
         logps[i, 0, :len(text) + 1] = torch.stack([teacher.logps(teacher.tokens_of(text[:o]))
                                                    for o in range(len(text) + 1)])  # [n + 1, 3]
-        weights[i, 0, :len(text) + 1] = 1.0
+        weights[i, 0, :len(text) + 1] = float(taught)
     return {"prompt_ids": torch.zeros((len(rows), 1), dtype=torch.long),
             "prompt_mask": torch.ones((len(rows), 1), dtype=torch.long), "completion_ids": ids,
             "completion_mask": mask, "bytekd_ids": torch.tensor([*ALPHABET, END]).expand(len(rows), 1, offsets, 3),
             "bytekd_logps": logps, "bytekd_weights": weights}
 
 
-def rank_work(trainer: RankTrainer, model: TableModel, teacher: ByteChainModel, rows: list[tuple[int, ...]]) -> dict:
+def rank_work(trainer: RankTrainer, model: TableModel, teacher: ByteChainModel, rows: list[tuple[int, ...]],
+              taught: bool = True) -> dict:
     """Everything that forwards a number of times that depends on the rows, as a rank runs it in a step: the judge's
     exact distributions and texts' probabilities, the written bytes' log-probs, byte-kd's exact term and its
     backward."""
@@ -164,22 +167,24 @@ def rank_work(trainer: RankTrainer, model: TableModel, teacher: ByteChainModel, 
                            EXACT)
     written, _ = policy_byte_logps(trainer, *prompts, range(len(rows)), [list(t) for t in rows], [True] * len(rows),
                                    limits=EXACT)
-    loss, _ = exact.exact_kl_term(trainer, trainer.model, batch(model, teacher, rows), "bytekd", 1.0, EXACT)
+    loss, _ = exact.exact_kl_term(trainer, trainer.model, batch(model, teacher, rows, taught), "bytekd", 1.0, EXACT)
     loss.backward()
     return {"judged": judged[:2], "marginals": marginals, "written": written, "loss": loss.detach(),
             "grad": trainer.theta.grad.clone(), "forwards": dict(trainer.forwards)}
 
 
-def run_ranks(monkeypatch, why: str) -> tuple[FakeGroup, dict[int, dict], dict[int, BaseException]]:
+def run_ranks(monkeypatch, why: str, untaught: tuple[int, ...] = ()) -> tuple[FakeGroup, dict[int, dict],
+                                                                              dict[int, BaseException]]:
     """Both ranks' :func:`rank_work` in threads, each forward collective ``why``: ``zero3``, ``ddp`` (DDP's buffer
-    broadcast), or ``unknown`` (the equaliser not told, off); each rank's results and errors."""
+    broadcast), or ``unknown`` (the equaliser not told, off); the ranks in ``untaught`` have every row gated off;
+    each rank's results and errors."""
     monkeypatch.setattr(rank_forwards, "zero3_enabled", lambda: why == "zero3")
     group, results, errors = FakeGroup(), {}, {}
 
     def rank(r: int) -> None:
         trainer = RankTrainer(LEARNER, LEARNER.theta.clone().requires_grad_(True), group, r, why == "ddp")
         try:
-            results[r] = rank_work(trainer, LEARNER, TEACHER, TOKENS[r])
+            results[r] = rank_work(trainer, LEARNER, TEACHER, TOKENS[r], r not in untaught)
             group.collective(r, "end of step")
         except BaseException as error:  # noqa: BLE001 - reported by the test
             errors[r] = error
@@ -223,6 +228,18 @@ def test_two_ranks_with_different_cover_counts_pair_every_forward_and_compute_th
         assert all(torch.equal(results[r]["written"][i], single["written"][i]) for i in range(len(rows)))
         assert float(single["loss"]) > 0 and torch.equal(results[r]["loss"], single["loss"])
         assert torch.allclose(results[r]["grad"], single["grad"], atol=1e-7, rtol=0)
+
+
+@pytest.mark.parametrize("why", ["zero3", "ddp"])
+def test_a_rank_whose_every_row_is_gated_off_still_runs_the_step_with_the_others(monkeypatch, why):
+    """No taught row on a rank (its gate closed everywhere): it forwards row 0 at weight 0, so its collectives pair
+    with the taught rank's, and its loss and gradient are exact zeros."""
+    monkeypatch.setattr(cover_scoring, "LOGITS_PER_CALL", 1)
+    group, results, errors = run_ranks(monkeypatch, why, untaught=(0,))
+    assert not errors, errors
+    assert group.log[0] == group.log[1]
+    assert float(results[0]["loss"]) == 0.0 and not results[0]["grad"].any()
+    assert float(results[1]["loss"]) > 0
 
 
 def test_without_the_equaliser_the_ranks_collectives_do_not_pair(monkeypatch):
