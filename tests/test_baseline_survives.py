@@ -216,6 +216,21 @@ def test_the_go_no_go_says_what_it_does_when_piped() -> None:
     assert "tiny-bpe: 4/4 rows" in out.getvalue()
 
 
+def test_eval_says_how_far_it_is_when_piped_and_nothing_when_told_not_to() -> None:
+    """``mutualrl eval`` piped to a log: rich's bar draws nothing until it ends, so eval says its phases and each
+    model's prompts as lines (the go/no-go's), not a bar at the end."""
+    from mutualrl.launch.evaluate import print_nothing, shown_progress
+
+    out = io.StringIO()
+    with shown_progress(True, Console(file=out, width=200)) as (on_status, factory):
+        on_status("loading builtin:tiny-bpe on cpu")
+        factory("tiny-bpe", 32)(32)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("eval: loading builtin:tiny-bpe on cpu (") and "tiny-bpe: 32/32 prompts" in lines[-1]
+    with shown_progress(False) as (on_status, factory):
+        assert on_status is print_nothing and factory is None
+
+
 def test_the_stop_grace_counts_a_first_step_from_the_start_of_training_not_from_model_loading() -> None:
     from mutualrl.launch.supervise.stop_grace import StepTimes
 

@@ -12,7 +12,8 @@ against the run's record (:mod:`mutualrl.launch.rundir.inputs`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,21 @@ def progress_bars(enabled: bool = True, console: Any = None
         return lambda n: progress.advance(task_id, n)
 
     return progress, factory
+
+
+@contextmanager
+def shown_progress(shown: bool, console: Any = None) -> Iterator[tuple[Callable[[str], None], Any]]:
+    """``(on_status, progress_factory)`` for :func:`~mutualrl.evaluation.runner.run_eval`: where ``shown``, on
+    ``console`` (default: standard error) bars in a terminal, and piped (a log, CI), where a bar draws nothing until
+    it ends, a line at least every few seconds (:func:`~mutualrl.launch.said_progress.said_progress`); else
+    nothing."""
+    if not shown:
+        yield print_nothing, None
+        return
+    from mutualrl.launch.said_progress import said_progress
+
+    with said_progress(console or Console(stderr=True, soft_wrap=True), "eval", "prompts") as sinks:
+        yield sinks
 
 
 def run_eval_command(
@@ -99,10 +115,9 @@ def run_eval_command(
         f"greedy, max {settings.max_new_tokens} new tokens, {scoring_label(scoring)}",
         highlight=False,
     )
-    progress, factory = progress_bars(bars, bar_console)
     quiet_transformers()
     start = time.perf_counter()
-    with progress:
+    with shown_progress(bars, bar_console) as (on_status, factory):
         results, dropped = run_eval(
             chosen.targets,
             examples,
@@ -113,8 +128,7 @@ def run_eval_command(
             verifier=scoring,
             max_prompt_tokens=settings.max_prompt_tokens,
             split=split,
-            on_status=(lambda msg: progress.console.print(f"[dim]{msg}[/]", highlight=False)) if bars
-            else print_nothing,
+            on_status=on_status,
             progress_factory=factory,
         )
     say_prompt_forms(results, dropped, settings.max_prompt_tokens, log)
