@@ -103,15 +103,12 @@ def distill(
     plan = plan_distill(options)
     console.print(f"[bold]distill[/] {plan.learner.name} ← {plan.peer}: {len(plan.successes)} distinct successes "
                   f"from {plan.harvest.root}; output {plan.output}", highlight=False)
-    from mutualrl.launch.evaluate import progress_bars, quiet_transformers
+    from mutualrl.launch.evaluate import quiet_transformers, shown_progress
 
     quiet_transformers()
     with storage_errors(plan.output):  # a full disk (data, SFT checkpoints, model, summary): one line naming it
         summary = train_distill(plan, on_status=lambda msg: err_console.print(f"[dim]{msg}[/]", highlight=False))
         if evaluate:
-            progress, factory = progress_bars(console=err_console)
-            with progress:
-                summary = finish_distill(
-                    plan, summary, on_status=lambda msg: progress.console.print(f"[dim]{msg}[/]", highlight=False),
-                    progress_factory=factory)
+            with shown_progress(True, err_console) as (on_status, factory):
+                summary = finish_distill(plan, summary, on_status=on_status, progress_factory=factory)
     print_summary(summary)
