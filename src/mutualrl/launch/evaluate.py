@@ -25,38 +25,6 @@ from mutualrl.errors import UsageError
 REWARD_FUNCS_OPTION = "--reward-funcs"
 
 
-def progress_bars(enabled: bool = True, console: Any = None
-                  ) -> tuple[Any, Callable[[str, int], Callable[[int], None]]]:
-    """A rich progress display on ``console`` (default: standard error) and a factory of per-model bars
-    (``advance`` callbacks); hidden unless ``enabled``."""
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    progress = Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("prompts"),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=console or Console(stderr=True, soft_wrap=True),
-        transient=False,
-        disable=not enabled,
-    )
-
-    def factory(name: str, total: int) -> Callable[[int], None]:
-        task_id = progress.add_task(name, total=total)
-        return lambda n: progress.advance(task_id, n)
-
-    return progress, factory
-
-
 @contextmanager
 def shown_progress(shown: bool, console: Any = None) -> Iterator[tuple[Callable[[str], None], Any]]:
     """``(on_status, progress_factory)`` for :func:`~mutualrl.evaluation.runner.run_eval`: where ``shown``, on

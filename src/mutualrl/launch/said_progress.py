@@ -66,14 +66,34 @@ class PlainProgress:
                 self.say()
 
 
+def progress_bars(console: Any, unit: str) -> tuple[Any, BarFactory]:
+    """A rich progress display on ``console`` (a terminal) and a factory of per-model bars counting ``unit``
+    (``advance`` callbacks)."""
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
+                        TimeElapsedColumn(), TimeRemainingColumn(), console=console, transient=False)
+
+    def factory(name: str, total: int) -> Callable[[int], None]:
+        task_id = progress.add_task(name, total=total)
+        return lambda n: progress.advance(task_id, n)
+
+    return progress, factory
+
+
 @contextmanager
 def said_progress(console: Any, label: str, unit: str) -> Iterator[tuple[StatusSink, BarFactory]]:
     """``(on_status, progress_factory)`` for :func:`mutualrl.evaluation.runner.run_eval`, shown on ``console``:
     bars in a terminal, lines when piped (module docstring)."""
     if console.is_terminal:
-        from mutualrl.launch.evaluate import progress_bars
-
-        bars, factory = progress_bars(True, console)
+        bars, factory = progress_bars(console, unit)
         with bars:
             yield (lambda message: bars.console.print(f"[dim]{label}: {message}[/]", highlight=False)), factory
         return
