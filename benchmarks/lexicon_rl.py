@@ -119,8 +119,6 @@ def rule_settings(regime: str, rl_seed: int, max_steps: int, extra: tuple[str, .
     return expected
 
 
-
-
 def first_difference(run_dir: Path, expected: dict[str, Any]) -> str | None:
     """The first setting of the run's ``config.yaml`` that is not ``expected``, said; None when all are."""
     from mutualrl.config.typed import ConfigError
