@@ -34,8 +34,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from mutualrl.evaluation.results import group_rewards  # noqa: E402
+from run_folder import resume_command, run_state  # noqa: E402
 
 REGIME_ARGS = {
     "standalone": ["--regime", "standalone"],
@@ -75,8 +77,8 @@ def run_command(pool: str, regime: str, seed: int, run_dir: Path, max_steps: int
                 extra: list[str]) -> list[str]:
     """A new run's ``mutualrl train``, or ``--resume`` of one stopped mid-way (a reboot, Ctrl-C: its folder has its
     settings; it continues from its last checkpoint, the recipe's ``save_steps``, with its own settings)."""
-    if (run_dir / "config.yaml").is_file():
-        return [sys.executable, "-m", "mutualrl", "train", "--resume", "-o", str(run_dir)]
+    if run_state(run_dir) == "started":
+        return resume_command(run_dir)
     cmd = [sys.executable, "-m", "mutualrl", "train", "--pool", pool, *REGIME_ARGS[regime], "--seed", str(seed),
            "-o", str(run_dir), "--overwrite", *extra]
     return cmd + (["--max-steps", str(max_steps)] if max_steps is not None else [])

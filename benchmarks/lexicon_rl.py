@@ -35,8 +35,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from mutualrl.config.lookup import MISSING, value_at  # noqa: E402
+from run_folder import resume_command, run_state  # noqa: E402
 
 POOL = "smol-lexicon"
 BASELINE = "standalone"
@@ -84,15 +86,6 @@ def adapter_settings(warm_start: Path, rl_seed: int) -> tuple[list[str], list[st
         if not (folder / "adapter_config.json").is_file():
             missing.append(f"{folder} (build it: {build})")
     return overrides, missing
-
-
-def run_state(run_dir: Path) -> str:
-    """``done`` (finished: reused), ``started`` (stopped mid-way: resumed) or ``new``."""
-    record = run_dir / "run.json"
-    status = json.loads(record.read_text()).get("status") if record.is_file() else None
-    if status == "done" and (run_dir / "summary.json").is_file():
-        return "done"
-    return "started" if (run_dir / "config.yaml").is_file() else "new"
 
 
 def recipe_max_steps() -> int:
@@ -162,7 +155,7 @@ def train_command(regime: str, seed: int, run_dir: Path, overrides: list[str], m
                   extra: tuple[str, ...] = ()) -> list[str]:
     """A new run's ``mutualrl train``, or ``--resume`` of a stopped one (its own settings: nothing else is given)."""
     if run_state(run_dir) == "started":
-        return [sys.executable, "-m", "mutualrl", "train", "--resume", "-o", str(run_dir)]
+        return resume_command(run_dir)
     steps = ["--max-steps", str(max_steps)] if max_steps is not None else []
     return [sys.executable, "-m", "mutualrl", "train", "--pool", POOL, *REGIME_ARGS[regime], "--seed", str(seed),
             "-o", str(run_dir), *overrides, *steps, *(word for text in extra for word in ("--set", text))]
