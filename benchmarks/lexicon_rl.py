@@ -235,11 +235,10 @@ def family_delta(ours: dict[int, dict[str, float]], base: dict[int, dict[str, fl
         return {"seeds": seeds, "prompts": 0, "informative_prompts": None, "mean": None, "ci95": None, "p": None,
                 "spread": False, "per_seed": {}, "warm_start_ci95": None}
     found = crossed_stats(matrix)
-    mean = float(matrix.mean())
     spread = found is not None and found.ci95 is not None
-    ci95 = list(found.ci95) if spread else ([mean, mean] if found is not None else None)
     return {"seeds": seeds, "prompts": len(prompts), "informative_prompts": found.informative if found else None,
-            "mean": mean, "ci95": ci95, "p": found.p if spread else None, "spread": spread,
+            "mean": float(matrix.mean()), "ci95": crossed_interval(found), "p": found.p if spread else None,
+            "spread": spread,
             "per_seed": {str(s): float(v) for s, v in zip(seeds, matrix.mean(axis=1), strict=True)},
             "warm_start_ci95": warm_start_interval(seeds, matrix)}
 
@@ -255,7 +254,11 @@ def warm_start_interval(seeds: list[int], matrix: Any) -> list[float] | None:
 
     starts = sorted({warm_start_seed(s) for s in seeds})
     rows = [matrix[[i for i, s in enumerate(seeds) if warm_start_seed(s) == w]].mean(axis=0) for w in starts]
-    found = crossed_stats(np.stack(rows)) if len(rows) >= 2 else None  # [W, P]
+    return crossed_interval(crossed_stats(np.stack(rows)) if len(rows) >= 2 else None)  # rows: [W, P]
+
+
+def crossed_interval(found: Any) -> list[float] | None:
+    """``crossed_stats``'s 95% interval; its mean twice where nothing varies; None where it found no units."""
     if found is None:
         return None
     return list(found.ci95) if found.ci95 is not None else [found.mean, found.mean]
