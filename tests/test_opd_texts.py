@@ -98,3 +98,60 @@ def test_unit_scores_a_non_canonical_split_by_its_own_probability_and_sequence_b
     sequence = text_signal(own_text_logp(model, tokens).detach().reshape(1), judged.sum().float().reshape(1, 1),
                            valid, weights)  # [1, 3]
     assert sequence.abs().max() < 1e-6
+
+
+def segmentations(text: bytes, pieces: list[bytes]):
+    """Every tokenization of ``text`` into the non-empty ``pieces`` (their ids)."""
+    if not text:
+        yield ()
+        return
+    for v, piece in enumerate(pieces):
+        if piece and text.startswith(piece):
+            for rest in segmentations(text[len(piece):], pieces):
+                yield (v, *rest)
+
+
+def test_the_sequence_signals_limits_are_the_regimes_settings_and_zero_keeps_every_tokenization(monkeypatch):
+    """A model spreading its mass over the 24 tokenizations of "ababab": at the limits' defaults (1e-4, 8 a prefix)
+    the text's log-probability loses a share of its mass (the signal of a peer equal on texts would not be 0); with
+    both 0 it is the sum over every tokenization. OPD's ``cover_floor`` / ``max_covers`` reach the learner's scoring
+    and the judges', and the judges log the share dropped."""
+    from types import SimpleNamespace
+
+    from mutualrl.regimes.core import cover_scoring, judgements
+    from mutualrl.regimes.core.cover_scoring import CoverLimits
+    from mutualrl.regimes.opd.adapter import OPDAdapter
+    from mutualrl.regimes.opd.spec import OPDSettings
+
+    model = TableModel([b"a", b"b", b"ab", b"ba", b"aba", b"bab", b""], depth=6, seed=3, scale=0.1)
+    text = b"ababab"
+    splits = list(segmentations(text, model.pieces))
+    brute = torch.logsumexp(torch.stack([
+        sum((model.logps(s[:t])[s[t]] for t in range(len(s))), torch.zeros(())) + model.logps(s)[model.eos]
+        for s in splits]), 0)
+    by_limits = {}
+    for limits in (CoverLimits(1e-4, 8), CoverLimits(0.0, 0)):
+        covers = find_covers(text, model.token_pieces, model.forward(), splits[0], limits.floor, limits.max_states)
+        by_limits[limits] = (float(text_logp(covers, text, model.token_pieces, True)), covers.dropped)
+    assert len(splits) == 24
+    assert by_limits[CoverLimits(0.0, 0)] == (pytest.approx(float(brute), abs=1e-5), 0.0)
+    assert float(brute) - by_limits[CoverLimits(1e-4, 8)][0] > 0.05 and by_limits[CoverLimits(1e-4, 8)][1] > 0.05
+
+    adapter = OPDAdapter.__new__(OPDAdapter)
+    adapter.config = SimpleNamespace(regime=SimpleNamespace(opd=OPDSettings(signal="sequence", cover_floor=0.0,
+                                                                            max_covers=0)))
+    assert adapter.text_limits == CoverLimits(0.0, 0)
+    adapter.config.regime.opd = OPDSettings(signal="unit")
+    assert adapter.text_limits is None  # the judges publish no text log-probabilities
+    seen, recorded = [], {}
+
+    def scoring(trainer, model, prompt_ids, prompt_mask, texts, given, finished, limits):
+        seen.append(limits)
+        return torch.zeros(len(texts)), 0.25
+
+    monkeypatch.setattr(cover_scoring, "text_logps", scoring)
+    judge = SimpleNamespace(processing_class=SimpleNamespace(eos_token_id=9), model=None,
+                            record_metrics=recorded.update)
+    responses = SimpleNamespace(ids=[[1, 9]], finished=[True], texts=["ab"])
+    judgements._over_texts(judge, responses, torch.zeros(1, 1), torch.ones(1, 1), 0, None, CoverLimits(0.0, 0))
+    assert seen == [CoverLimits(0.0, 0)] and recorded == {"mutual/text_cover_dropped": 0.25}

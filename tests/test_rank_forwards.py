@@ -163,7 +163,7 @@ def rank_work(trainer: RankTrainer, model: TableModel, teacher: ByteChainModel, 
     texts = [model.text_of(tokens) for tokens in rows]
     prompts = torch.zeros((len(rows), 1), dtype=torch.long), torch.ones((len(rows), 1), dtype=torch.long)
     judged = judge_next_bytes(trainer, *prompts, texts, [list(t) for t in rows], 3, EXACT)
-    marginals = text_logps(trainer, trainer.model, *prompts, texts, [list(t) for t in rows], [True] * len(rows),
+    marginals, _ = text_logps(trainer, trainer.model, *prompts, texts, [list(t) for t in rows], [True] * len(rows),
                            EXACT)
     written, _ = policy_byte_logps(trainer, *prompts, range(len(rows)), [list(t) for t in rows], [True] * len(rows),
                                    limits=EXACT)

@@ -235,25 +235,30 @@ def learner_next_bytes_together(trainer: TrainerView, model: torch.nn.Module, pr
 
 
 TEXT_LIMITS = CoverLimits(1e-4, 8)
-"""The enumeration's limits for a text's probability over its tokenizations (OPD's ``signal: sequence``): byte-kd's
-defaults (a tokenization below 1e-4 of its offset's most likely one dropped, at most 8 per offset)."""
+"""The enumeration's limits for a text's probability over its tokenizations where a regime has no setting of its own
+(F-TIS's ``kl_over: texts``): byte-kd's defaults (a tokenization below 1e-4 of its offset's most likely one dropped,
+at most 8 per offset)."""
 
 
 def text_logps(trainer: TrainerView, model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                texts: Sequence[bytes], given: Sequence[Sequence[int]], finished: Sequence[bool],
-               limits: CoverLimits = TEXT_LIMITS) -> torch.Tensor:
+               limits: CoverLimits = TEXT_LIMITS) -> tuple[torch.Tensor, float]:
     """float32 ``[N]``: each text's log-probability under ``model`` after its prompt (``prompt_ids`` / ``prompt_mask``
-    ``[N, P]``), summed over every tokenization (:func:`~mutualrl.regimes.core.byte_covers.text_logp`; ``given``: a
-    tokenization of each, EOS left out; its EOS counted where ``finished``); no gradient."""
+    ``[N, P]``), summed over every tokenization the ``limits`` keep
+    (:func:`~mutualrl.regimes.core.byte_covers.text_logp`; ``given``: a tokenization of each, EOS left out; its EOS
+    counted where ``finished``; exact with both limits 0); and the largest share of an offset's mass they dropped. No
+    gradient."""
     from mutualrl.regimes.core.byte_covers import text_logp
 
     width = logits_width(model)
     pieces = token_pieces(trainer, width)
     out = torch.zeros(len(texts), dtype=torch.float32)
+    dropped = 0.0
     with torch.no_grad():
         for row, covers in all_covers(trainer, model, prompt_ids, prompt_mask, texts, given, pieces, limits):
             out[row] = float(text_logp(covers, texts[row], pieces, bool(finished[row])))
-    return out
+            dropped = max(dropped, covers.dropped)
+    return out, dropped
 
 
 @dataclass

@@ -20,7 +20,7 @@ class JudgedAdapter(RegimeAdapter):
     publishes_spans = True  # its own spans, kept from its records: its peers' judgements are aligned onto them
     top_bytes = 0  # > 0: the judges also publish their next-byte distributions, this many symbols per token
     byte_covers: Any = None  # a CoverLimits: those distributions exact, at every byte offset (byte-kd's 'exact')
-    text_marginals = False  # the judges also publish their log-probability of each text over every tokenization
+    text_limits: Any = None  # a CoverLimits: the judges also publish each text's log-probability over its tokenizations
 
     def __init__(self, *args: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -44,11 +44,11 @@ class JudgedAdapter(RegimeAdapter):
         rollouts.require_whole_groups(self.name)
         step = rollouts.step
         judged, judge_s = timed(lambda: judge_rollouts(self.trainer, output, rollouts, peers, self.peers,
-                                                       self.top_bytes, self.byte_covers, self.text_marginals))
+                                                       self.top_bytes, self.byte_covers, self.text_limits))
         for name, records in judged.records.items():
             self.channel.publish(step, name, records)
         columns = JUDGEMENT_COLUMNS + (DISTRIBUTION_COLUMNS if self.top_bytes else ()) + (
-            ("advantage",) if self.text_marginals else ())
+            ("advantage",) if self.text_limits is not None else ())
         with self.phase("waiting for peers' judgements"):
             tables, wait_s = timed(lambda: self.channel.read(step, self.peers, columns))
         self.trainer.record_metrics({"mutual/judge_s": judge_s, "mutual/judgements_wait_s": wait_s})

@@ -152,7 +152,7 @@ class Judged:
 
 def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollouts, peers: dict[str, pa.Table],
                    names: Sequence[str], top_bytes: int = 0, covers: CoverLimits | None = None,
-                   text_marginals: bool = False) -> Judged:
+                   text_limits: CoverLimits | None = None) -> Judged:
     """Score the peers ``names``' rollouts of this rank's groups with this policy's model (one no-grad forward pass
     over all of them, at TRL's scoring batch size): their text in this policy's tokens after this policy's own prompt
     tokens of the prompt; the judgement records per peer (module docstring). A peer's table must hold the columns
@@ -160,8 +160,9 @@ def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollou
     also carries, at each of the judge's tokens, its ``top_bytes`` most likely next-byte symbols and their log-masses
     (:mod:`~mutualrl.regimes.core.next_bytes`; byte-kd's teacher distribution); with ``covers``, its exact next-byte
     distribution at every byte offset of the text instead, ``n + 1`` rows of ``top_bytes`` for a text of ``n`` bytes
-    (:mod:`~mutualrl.regimes.core.byte_covers`). ``text_marginals``: each record's ``advantage`` is the judge's
-    log-probability of the text over every tokenization (OPD's ``signal: sequence``)."""
+    (:mod:`~mutualrl.regimes.core.byte_covers`). ``text_limits``: each record's ``advantage`` is the judge's
+    log-probability of the text over every tokenization these limits keep (OPD's ``signal: sequence``; the largest
+    share they dropped is logged as ``mutual/text_cover_dropped``)."""
     from mutualrl.padding import pad_token_rows
     from mutualrl.regimes.core.publication import _prompt_text
     from mutualrl.see.records import Ragged, RolloutBatch
@@ -186,7 +187,7 @@ def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollou
     prompt_ids, prompt_mask = output["prompt_ids"][prompt_rows], output["prompt_mask"][prompt_rows]  # [N, P]
     symbols = symbol_logps = None
     exact, marginals = _over_texts(trainer, responses, prompt_ids, prompt_mask, top_bytes if covers else 0, covers,
-                                   text_marginals)
+                                   text_limits)
     if top_bytes > 0 and covers is None:
         logps, symbols, symbol_logps = _judge_distributions(trainer, prompt_ids, prompt_mask, completion_ids,
                                                             completion_mask, top_bytes)
@@ -224,11 +225,12 @@ def judge_rollouts(trainer: TrainerView, output: GRPOBatch, rollouts: StepRollou
 
 
 def _over_texts(trainer: TrainerView, responses: Any, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
-                top_bytes: int, covers: CoverLimits | None, text_marginals: bool) -> tuple[Any, torch.Tensor | None]:
+                top_bytes: int, covers: CoverLimits | None,
+                text_limits: CoverLimits | None) -> tuple[Any, torch.Tensor | None]:
     """What the judge computes over every tokenization of each text (:mod:`~mutualrl.regimes.core.byte_covers`):
     with ``top_bytes`` and ``covers``, its exact next-byte distributions (per text ``[n + 1, k]`` ids and log-masses,
-    and the largest share dropped), else None; with ``text_marginals``, each text's log-probability ``[N]``, else
-    None."""
+    and the largest share dropped), else None; with ``text_limits``, each text's log-probability ``[N]`` under
+    them, else None."""
     from mutualrl.regimes.core.cover_scoring import judge_next_bytes, text_logps
 
     eos = trainer.processing_class.eos_token_id
@@ -239,8 +241,10 @@ def _over_texts(trainer: TrainerView, responses: Any, prompt_ids: torch.Tensor, 
     if top_bytes > 0 and covers is not None:
         exact = judge_next_bytes(trainer, prompt_ids, prompt_mask, texts, given, top_bytes, covers)
         trainer.record_metrics({"mutual/cover_dropped": exact[2]})
-    if text_marginals:
-        marginals = text_logps(trainer, trainer.model, prompt_ids, prompt_mask, texts, given, responses.finished)
+    if text_limits is not None:
+        marginals, dropped = text_logps(trainer, trainer.model, prompt_ids, prompt_mask, texts, given,
+                                        responses.finished, text_limits)
+        trainer.record_metrics({"mutual/text_cover_dropped": dropped})
     return exact, marginals
 
 

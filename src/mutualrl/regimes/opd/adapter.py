@@ -25,8 +25,10 @@ from typing import TYPE_CHECKING
 import torch
 
 from mutualrl.regimes.api import (
+    CoverLimits,
     GRPOBatch,
     JudgedAdapter,
+    Quantile,
     StepRollouts,
     aligned_judgements,
     gather_peer_groups,
@@ -50,8 +52,10 @@ class OPDAdapter(JudgedAdapter):
     settings: OPDSettings  # typed view of RegimeAdapter.settings
 
     @property
-    def text_marginals(self) -> bool:  # signal: sequence compares texts: the judges send their text log-probs
-        return self.settings.signal == "sequence"
+    def text_limits(self) -> CoverLimits | None:  # signal: sequence compares texts: the judges send their text log-probs
+        if self.settings.signal != "sequence":
+            return None
+        return CoverLimits(self.settings.cover_floor, self.settings.max_covers)
 
     def _own_texts(self, output: GRPOBatch) -> tuple[list[bytes], list[list[int]], list[bool]]:
         """This rank's rows as bytes, their tokens (EOS left out) and whether each finished."""
@@ -96,8 +100,8 @@ class OPDAdapter(JudgedAdapter):
         if sequence:  # the texts' log-ratio, each side over every tokenization of the text
             texts, tokens, finished = self._own_texts(output)
             published = self.own_records.column("response_text").to_pylist()
-            own_text = text_logps(trainer, trainer.model, output["prompt_ids"], output["prompt_mask"], texts, tokens,
-                                  finished)  # [B]
+            own_text, dropped = text_logps(trainer, trainer.model, output["prompt_ids"], output["prompt_mask"], texts,
+                                           tokens, finished, self.text_limits)  # [B]
             judge_text, found = judged_text_logps(tables, self.peers, rollouts, published)  # [B, M-1]
             found &= torch.tensor([text == words.encode("utf-8") for text, words in zip(texts, published,
                                                                                           strict=True)])[:, None]
@@ -112,4 +116,6 @@ class OPDAdapter(JudgedAdapter):
                               aligned.valid, weights, settings.lam, signal)
         used = source_use(own, aligned.values, aligned.valid, weights, settings.lam, self.peers, aligned.groups,
                           sequence=sequence)
+        if sequence:  # the largest share of an offset's mass the limits dropped from the learner's texts
+            metrics["text_cover_dropped"] = Quantile(torch.tensor([dropped]), 1.0)
         return output, {**metrics, **used}

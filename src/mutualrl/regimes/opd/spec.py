@@ -31,8 +31,17 @@ class OPDSettings:
                 "non-canonically is scored by that split's probability, not the word's; 'sequence', the whole text's "
                 "log-ratio, each side's log-prob of the text summed over every tokenization of it: the "
                 "sequence-level reverse KL over texts, exact whatever the tokenizers and however the learner split "
-                "the text, at a higher variance and one scoring of the text's tokenizations per side "
+                "the text where the limits drop no tokenization (cover_floor, max_covers), at a higher variance and one scoring of the text's tokenizations per side "
                 "(docs/regimes.md)"})
+    cover_floor: float = field(default=1e-4, metadata={
+        "ge": 0, "lt": 1, "help": "with signal 'sequence': drop a tokenization of a prefix whose probability is "
+                                  "below this times the most likely one's at its offset, on both sides (0: none "
+                                  "dropped; with max_covers 0 too, each text's probability is exact at any cost; the "
+                                  "largest dropped share is logged as text_cover_dropped)"})
+    max_covers: int = field(default=8, metadata={
+        "ge": 0, "help": "with signal 'sequence': keep at most this many tokenizations of each prefix, the most "
+                         "likely, on both sides (0: all; a model spreading its mass over many tokenizations of a "
+                         "long text needs the bound, and its dropped mass biases the signal)"})
     gate: Literal["competence", "always"] = field(default="competence", metadata={
         "help": "which peers teach a prompt: 'competence' (a peer whose verified success rate on the prompt's K "
                 "rollouts is above the learner's; none where no peer is), 'always' (every peer, every prompt)"})
@@ -70,6 +79,8 @@ OPD = register_regime(RegimeSpec(
                                      NONPOSITIVE)),
         ("signal_abs", MetricWords("OPD signal size (λ-weighted)", "|λ·(teacher − own)| per token", NONNEGATIVE)),
         ("signal_tokens", MetricWords("tokens with a distillation signal", "tokens", NONNEGATIVE)),
+        ("text_cover_dropped", MetricWords("text mass the limits dropped (signal 'sequence')",
+                                           "largest share at one offset", UNIT)),
         ("judged_share", MetricWords("rollouts judged by every peer", "share of (rollout, peer) pairs", UNIT)),
         ("judged_rows", MetricWords("peer rollouts this policy judged", "rollouts", NONNEGATIVE)),
     ),
