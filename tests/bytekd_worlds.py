@@ -50,13 +50,13 @@ class TableModel:
 
     def sequences(self, theta: torch.Tensor | None = None) -> list[tuple[tuple[int, ...], torch.Tensor]]:
         """Every complete sequence (its EOS left out) and its log-probability, EOS included."""
-        out = []
-        for n in range(self.depth + 1):
-            for history in itertools.product(range(self.eos), repeat=n):
-                logp = sum((self.logps(history[:t], theta)[history[t]] for t in range(n)),
-                           torch.zeros(())) + self.logps(history, theta)[self.eos]
-                out.append((history, logp))
-        return out
+        return [(history, self.sequence_logp(history, theta))
+                for n in range(self.depth + 1) for history in itertools.product(range(self.eos), repeat=n)]
+
+    def sequence_logp(self, tokens: tuple[int, ...], theta: torch.Tensor | None = None) -> torch.Tensor:
+        """The log-probability of writing ``tokens`` and then the EOS."""
+        return sum((self.logps(tokens[:t], theta)[tokens[t]] for t in range(len(tokens))),
+                   torch.zeros(())) + self.logps(tokens, theta)[self.eos]
 
     def text_of(self, tokens) -> bytes:
         return b"".join(self.pieces[v] for v in tokens)

@@ -126,9 +126,7 @@ def test_the_sequence_signals_limits_are_the_regimes_settings_and_zero_keeps_eve
     model = TableModel([b"a", b"b", b"ab", b"ba", b"aba", b"bab", b""], depth=6, seed=3, scale=0.1)
     text = b"ababab"
     splits = list(segmentations(text, model.pieces))
-    brute = torch.logsumexp(torch.stack([
-        sum((model.logps(s[:t])[s[t]] for t in range(len(s))), torch.zeros(())) + model.logps(s)[model.eos]
-        for s in splits]), 0)
+    brute = torch.logsumexp(torch.stack([model.sequence_logp(split) for split in splits]), 0)
     by_limits = {}
     for limits in (CoverLimits(1e-4, 8), CoverLimits(0.0, 0)):
         covers = find_covers(text, model.token_pieces, model.forward(), splits[0], limits.floor, limits.max_states)

@@ -52,7 +52,7 @@ class OPDAdapter(JudgedAdapter):
     settings: OPDSettings  # typed view of RegimeAdapter.settings
 
     @property
-    def text_limits(self) -> CoverLimits | None:  # signal: sequence compares texts: the judges send their text log-probs
+    def text_limits(self) -> CoverLimits | None:  # signal: sequence compares texts: the judges send their text logps
         if self.settings.signal != "sequence":
             return None
         return CoverLimits(self.settings.cover_floor, self.settings.max_covers)

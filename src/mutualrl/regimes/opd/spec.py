@@ -31,8 +31,8 @@ class OPDSettings:
                 "non-canonically is scored by that split's probability, not the word's; 'sequence', the whole text's "
                 "log-ratio, each side's log-prob of the text summed over every tokenization of it: the "
                 "sequence-level reverse KL over texts, exact whatever the tokenizers and however the learner split "
-                "the text where the limits drop no tokenization (cover_floor, max_covers), at a higher variance and one scoring of the text's tokenizations per side "
-                "(docs/regimes.md)"})
+                "the text where the limits drop no tokenization (cover_floor, max_covers), at a higher variance and "
+                "one scoring of the text's tokenizations per side (docs/regimes.md)"})
     cover_floor: float = field(default=1e-4, metadata={
         "ge": 0, "lt": 1, "help": "with signal 'sequence': drop a tokenization of a prefix whose probability is "
                                   "below this times the most likely one's at its offset, on both sides (0: none "
