@@ -30,6 +30,7 @@ from mutualrl.regimes.core.written_bytes import text_byte_logps
 from mutualrl.regimes.prp.maths import KL_ESTIMATORS, text_kl, written_log_ratios
 
 EXACT = CoverLimits(0.0, 0)
+DEFAULT_LIMITS = CoverLimits(1e-4, 8)  # regime.prp.cover_floor and max_covers's defaults
 PIECES = [b"1", b"2", b"12", b""]
 
 
@@ -169,7 +170,11 @@ class TableTrainer:
         self.processing_class = SimpleNamespace(eos_token_id=world.eos, pad_token_id=world.eos)
         self.eos_token_ids = [world.eos]
         self.accelerator = SimpleNamespace(num_processes=1)  # one rank: the enumeration's forwards are its own
+        self.metrics: dict[str, float] = {}
         cover_scoring._PIECES[(id(self.processing_class), width)] = world.token_pieces
+
+    def record_metrics(self, values) -> None:
+        self.metrics.update(values)
 
     def completion_logits(self, model, prompt_ids, prompt_mask, ids, mask) -> torch.Tensor:
         out = torch.zeros((ids.shape[0], ids.shape[1], len(self.world.pieces)))  # [N, W, V]
@@ -180,8 +185,10 @@ class TableTrainer:
         return out
 
 
-def published(world, rows: list[tuple[int, ...]]) -> list[np.ndarray | None]:
-    """The generator's records' ``text_byte_logps`` of its rows (every one finished), as a peer reads them."""
+def published(world, rows: list[tuple[int, ...]], limits: CoverLimits = DEFAULT_LIMITS,
+              metrics: dict | None = None) -> list[np.ndarray | None]:
+    """The generator's records' ``text_byte_logps`` of its rows (every one finished) under ``limits``, as a peer reads
+    them; what the generator logs goes into ``metrics``."""
     width = max(len(tokens) for tokens in rows) + 1
     ids = torch.full((len(rows), width), world.eos)  # [N, C]
     for i, tokens in enumerate(rows):
@@ -190,19 +197,26 @@ def published(world, rows: list[tuple[int, ...]]) -> list[np.ndarray | None]:
               "prompt_mask": torch.ones((len(rows), 1), dtype=torch.long)}
     lengths = np.array([len(tokens) + 1 for tokens in rows])
     texts = [world.text_of(tokens).decode() for tokens in rows]
-    return [None if v is None else np.asarray(v, np.float32)
-            for v in text_byte_records(output, lengths, texts, TableTrainer(world))]
+    trainer = TableTrainer(world)
+    values = text_byte_records(output, lengths, texts, trainer, limits)
+    if metrics is not None:
+        metrics.update(trainer.metrics)
+    return [None if v is None else np.asarray(v, np.float32) for v in values]
 
 
-def filter_rows(learner, generator, rows, advantages, tokens_of, kl_bound: float) -> torch.Tensor:
-    """PRP's F-TIS filter (``PRPAdapter.rows_kept``) over the generator's ``rows``, the learner ``learner``."""
+def filter_rows(learner, generator, rows, advantages, tokens_of, kl_bound: float,
+                limits: CoverLimits = DEFAULT_LIMITS, metrics: dict | None = None) -> torch.Tensor:
+    """PRP's F-TIS filter (``PRPAdapter.rows_kept``) over the generator's ``rows``, the learner ``learner``, both
+    sides' enumerations under ``limits`` (``regime.prp.cover_floor`` / ``max_covers``); both sides' metrics go into
+    ``metrics``."""
     from mutualrl.config import load_run_config
     from mutualrl.regimes.prp.adapter import PRPAdapter
 
     config = load_run_config("tiny", regime="prp", check_grpo=False).config
-    config.regime.prp = replace(config.regime.prp, correction="ftis", kl_bound=kl_bound)
+    config.regime.prp = replace(config.regime.prp, correction="ftis", kl_bound=kl_bound, cover_floor=limits.floor,
+                                max_covers=limits.max_states)
     adapter = PRPAdapter(config, "tiny-bpe", exchange=None)
-    assert adapter.publishes_text_bytes and "text_byte_logps" in adapter.peer_columns
+    assert adapter.text_byte_limits == limits and "text_byte_logps" in adapter.peer_columns
     adapter.trainer = TableTrainer(learner)
     texts = [generator.text_of(tokens) for tokens in rows]
     ids = [tokens_of(text) + [learner.eos] for text in texts]
@@ -215,7 +229,10 @@ def filter_rows(learner, generator, rows, advantages, tokens_of, kl_bound: float
                       responses=LearnerResponses([t.decode() for t in texts], [True] * n, ids, []),
                       peer_mask=mask, scored=torch.ones(n, dtype=torch.bool),
                       snapshot=torch.zeros((n + 1, width)), peer_traces=torch.zeros((n, width)), behaviour=None)
-    return adapter.rows_kept(step, published(generator, rows))
+    kept = adapter.rows_kept(step, published(generator, rows, limits, metrics))
+    if metrics is not None:
+        metrics.update(adapter.text_divergence)
+    return kept
 
 
 ROWS = [(0, 1), (2,), (0,), (1, 2), (2, 0, 1)]  # "12" written "1" "2", "12", "1", "212", "1212"
@@ -241,6 +258,29 @@ def test_the_filter_drops_the_rows_whose_text_level_kl_reaches_the_bound():
     kept = filter_rows(learner, generator, ROWS, advantages, lambda text: canonical(learner, text), bound)
     assert kept.tolist() == [a > 0 or kl < bound for a, kl in zip(advantages, exact, strict=True)]
     assert negative[-1] - negative[0] > 0.1 and not all(kept.tolist()) and any(kept[[0, 1, 3, 4]].tolist())
+
+
+def test_the_enumerations_limits_are_the_regimes_settings_on_both_sides():
+    """A generator that spreads "abab" over its 7 tokenizations, a learner equal to it on texts that writes a byte a
+    token (one tokenization). Exact (``cover_floor`` and ``max_covers`` 0), the filter keeps every row at a tiny
+    bound; with ``max_covers: 1`` the generator's published values lose the mass of the tokenizations it drops (the
+    learner's lose none), so the rows read as divergent and are dropped: the settings reach the generator's side, and
+    each side logs the share it dropped."""
+    from mutualrl.regimes.prp.spec import PRPSettings
+
+    assert CoverLimits.of(PRPSettings()) == DEFAULT_LIMITS
+    generator = TableModel([b"a", b"b", b"ab", b"ba", b"aba", b"bab", b""], depth=4, seed=3, scale=0.1)
+    learner = ByteChainModel(generator, b"ab")
+    rows = [(0, 1, 0, 1), (2, 2), (4, 1)]  # "abab" three ways
+    assert {generator.text_of(tokens) for tokens in rows} == {b"abab"}
+    by_limits = {}
+    for limits in (EXACT, CoverLimits(0.0, 1)):
+        metrics: dict = {}
+        kept = filter_rows(learner, generator, rows, [-1.0] * 3, learner.tokens_of, 1e-4, limits, metrics)
+        by_limits[limits] = kept.tolist(), metrics["mutual/text_bytes_cover_dropped"], metrics["ftis_cover_dropped"]
+    assert by_limits[EXACT][:2] == ([True] * 3, 0.0)
+    assert by_limits[CoverLimits(0.0, 1)][0] == [False] * 3 and by_limits[CoverLimits(0.0, 1)][1] > 0.05
+    assert all(float(by_limits[limits][2]) == 0.0 for limits in by_limits)  # the learner drops nothing
 
 
 @pytest.mark.slow  # the real SEE and the bytes of GPT-2's vocabulary: several seconds

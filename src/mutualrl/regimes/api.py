@@ -6,7 +6,8 @@
   metric (:class:`MetricWords` and its ranges ``FREE``, ``UNIT``, ``NONNEGATIVE``, ``NONPOSITIVE``); the pooled-rows
   settings PRP and HACPO share (:class:`PooledRowsSettings`, :func:`ratio_metrics`); the rescue's settings and
   metrics (:class:`RescueGateSettings`, SGT's base; :class:`RescueSettings`, with the weight ``rescue_lam``;
-  :func:`check_rescue_thresholds`, :func:`rescue_metrics`); :class:`UsageError`, what a regime raises on bad
+  :func:`check_rescue_thresholds`, :func:`rescue_metrics`); the limits of an enumeration of tokenizations
+  (:class:`CoverSettings`, ``cover_floor`` and ``max_covers``); :class:`UsageError`, what a regime raises on bad
   settings or input (one line, exit 2); :func:`whole_count`, :func:`check_rescue_counts` and
   :func:`check_optional_rescue_counts` (a rescue budget's counters), for a ``state_check`` of saved counters.
 - TRL's loss types classified once (normaliser, clipping, unit): ``LOSS_TYPES``, :class:`LossType`,
@@ -53,6 +54,7 @@ from typing import Any
 
 from mutualrl.errors import UsageError
 from mutualrl.metric_labels import FREE, NONNEGATIVE, NONPOSITIVE, UNIT, MetricWords
+from mutualrl.regimes.core.cover_spec import CoverSettings
 from mutualrl.regimes.core.distillation_spec import per_token_ratio_check
 from mutualrl.regimes.core.loss_types import LOSS_TYPES, LossType, loss_type, loss_types_where
 from mutualrl.regimes.core.pooled_spec import PooledRowsSettings, ratio_metrics
@@ -118,7 +120,7 @@ TORCH_NAMES = {
 }
 
 __all__ = [
-    "ENV_VAR", "FREE", "LOSS_TYPES", "NONNEGATIVE", "NONPOSITIVE", "TOKEN_WEIGHTS", "UNIT", "GRPOBatch", "LossType",
+    "ENV_VAR", "FREE", "CoverSettings", "LOSS_TYPES", "NONNEGATIVE", "NONPOSITIVE", "TOKEN_WEIGHTS", "UNIT", "GRPOBatch", "LossType",
     "MetricWords",
     "PooledRowsSettings", "Quantile", "RegimeFlag", "RegimeSpec", "RescueGateSettings", "RescueSettings", "Share",
     "StepRollouts", "Total", "TrainerView", "UsageError", "check_optional_rescue_counts", "check_rescue_counts",

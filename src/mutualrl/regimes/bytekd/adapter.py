@@ -129,7 +129,7 @@ class ByteKDAdapter(JudgedAdapter):
     def byte_covers(self) -> CoverLimits | None:  # 'exact': the judges' distributions at every byte offset
         if self.settings.distribution != "exact":
             return None
-        return CoverLimits(self.settings.cover_floor, self.settings.max_covers)
+        return CoverLimits.of(self.settings)
 
     def transform(self, output: GRPOBatch, rollouts: StepRollouts,
                   peers: dict[str, pa.Table]) -> tuple[GRPOBatch, dict[str, float]]:

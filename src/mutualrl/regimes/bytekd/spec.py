@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from mutualrl.regimes.api import (NONNEGATIVE, UNIT, GRPOBatch, MetricWords, RegimeSpec, RescueSettings,
+from mutualrl.regimes.api import (NONNEGATIVE, UNIT, CoverSettings, GRPOBatch, MetricWords, RegimeSpec, RescueSettings,
                                   check_optional_rescue_counts, check_rescue_thresholds, register_regime,
                                   rescue_metrics)
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class ByteKDSettings(RescueSettings):
+class ByteKDSettings(RescueSettings, CoverSettings):
     """On-policy distillation (GKD, arXiv 2306.13649) of a peer's next-token distribution, compared over next bytes;
     SGT's rescue in the same loss with ``rescue_lam``."""
 
@@ -43,14 +43,6 @@ class ByteKDSettings(RescueSettings):
                 "every byte offset; 'canonical', an approximation: the next-token distribution after the model's own "
                 "tokens only, summed by first byte, compared where both tokenizations have a boundary (it reads a "
                 "merged token's inside as the end of the text: docs/regimes.md)"})
-    cover_floor: float = field(default=1e-4, metadata={
-        "ge": 0, "lt": 1, "help": "with 'exact': drop a tokenization of a prefix whose probability is below this "
-                                  "times the most likely one's at its offset (0: none dropped; with max_covers 0 "
-                                  "too, exact at any cost; the largest dropped share is logged as cover_dropped)"})
-    max_covers: int = field(default=8, metadata={
-        "ge": 0, "help": "with 'exact': keep at most this many tokenizations of each prefix, the most likely (0: "
-                         "all; each kept one other than the sampled costs a forward: a model that spreads its mass "
-                         "over many tokenizations, as an untrained one does, needs this bound)"})
     gate: Literal["competence", "blind-spot"] = field(default="competence", metadata={
         "help": "where a peer's distribution teaches: 'competence' (every prompt where a peer's success rate on its "
                 "K rollouts is above the learner's; the best such peer), 'blind-spot' (only the prompts where every "

@@ -58,9 +58,10 @@ class RegimeAdapter:
     publishes_spans = False
     """Whether this policy publishes each token's character span (THL): declared by a regime whose readers need the
     peers' spans (PRP's peer denominator); otherwise the column is null and only the text is decoded."""
-    publishes_text_bytes = False
-    """Whether this policy publishes each byte's log-prob given its text before (the SEE record's
-    ``text_byte_logps``): declared by a regime whose readers compare texts (PRP's F-TIS)."""
+    text_byte_limits: Any = None
+    """A ``CoverLimits``: this policy publishes each byte's log-prob given its text before, over its tokenizations
+    within these limits (the SEE record's ``text_byte_logps``); declared by a regime whose readers compare texts
+    (PRP's F-TIS). None: not published."""
     peer_columns: tuple[str, ...] | None = None
     uses_stale_rounds: ClassVar[bool] = False
     """Whether the regime implements :meth:`transform_stale` (declared, not detected): only then is a peer round
@@ -271,7 +272,7 @@ class RegimeAdapter:
         from mutualrl.regimes.core.publication import rollout_records
 
         return rollout_records(output, rollouts, self.trainer, traces=self.publishes_traces,
-                               spans=self.publishes_spans, text_bytes=self.publishes_text_bytes)
+                               spans=self.publishes_spans, text_bytes=self.text_byte_limits)
 
 
 def stable_seed(*parts: Any) -> int:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from mutualrl.regimes.core.cover_spec import CoverSettings
 from mutualrl.regimes.core.byte_covers import (Covers, Forward, RowsForward, TokenPieces, cover_next_byte_logps,
                                                find_covers_together)
 from mutualrl.regimes.core.rank_forwards import forwards_in_step, missing_calls, zero_with_gradient
@@ -30,6 +31,11 @@ class CoverLimits:
 
     floor: float = 0.0
     max_states: int = 0
+
+    @classmethod
+    def of(cls, settings: CoverSettings) -> CoverLimits:
+        """A regime's ``cover_floor`` and ``max_covers``."""
+        return cls(settings.cover_floor, settings.max_covers)
 
 
 LOGITS_PER_CALL = 1 << 25
@@ -234,15 +240,9 @@ def learner_next_bytes_together(trainer: TrainerView, model: torch.nn.Module, pr
             for text, covers, states in zip(texts, found, each, strict=True)], (sum(pads[1:], pads[0]) if pads else None)
 
 
-TEXT_LIMITS = CoverLimits(1e-4, 8)
-"""The enumeration's limits for a text's probability over its tokenizations where a regime has no setting of its own
-(F-TIS's ``kl_over: texts``): byte-kd's defaults (a tokenization below 1e-4 of its offset's most likely one dropped,
-at most 8 per offset)."""
-
-
 def text_logps(trainer: TrainerView, model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                texts: Sequence[bytes], given: Sequence[Sequence[int]], finished: Sequence[bool],
-               limits: CoverLimits = TEXT_LIMITS) -> tuple[torch.Tensor, float]:
+               limits: CoverLimits) -> tuple[torch.Tensor, float]:
     """float32 ``[N]``: each text's log-probability under ``model`` after its prompt (``prompt_ids`` / ``prompt_mask``
     ``[N, P]``), summed over every tokenization the ``limits`` keep
     (:func:`~mutualrl.regimes.core.byte_covers.text_logp`; ``given``: a tokenization of each, EOS left out; its EOS

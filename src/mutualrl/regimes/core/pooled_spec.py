@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mutualrl.metric_labels import NONNEGATIVE, UNIT, MetricWords
+from mutualrl.regimes.core.cover_spec import CoverSettings
 from mutualrl.regimes.core.sampling import shown, truncating_sampling
 
 
 @dataclass
-class PooledRowsSettings:
+class PooledRowsSettings(CoverSettings):
     """Peer rows in the learner's batch (the paper's PRP, Sec. "Regime 1", and the regimes built on its rows)."""
 
     denominator: Literal["learner", "peer"] = field(

@@ -3,7 +3,7 @@
 The record (:class:`~mutualrl.see.records.RolloutBatch`) takes the token ids and behaviour log-probs straight from
 TRL's padded tensors (no Python list per token), the text through THL (the one decode of ours) and each token's span
 only where the regime's readers need spans (PRP's peer denominator). A regime does not call this: it declares what its
-readers need (``RegimeAdapter.publishes_traces``, ``publishes_spans``) and the base adapter publishes
+readers need (``RegimeAdapter.publishes_traces``, ``publishes_spans``, ``text_byte_limits``) and the base adapter publishes
 (:meth:`~mutualrl.regimes.core.adapter.RegimeAdapter.publish_records`).
 """
 
@@ -17,14 +17,15 @@ import torch
 from mutualrl.regimes.core.trainer_interface import GRPOBatch, StepRollouts, TrainerView
 
 if TYPE_CHECKING:
+    from mutualrl.regimes.core.cover_scoring import CoverLimits
     from mutualrl.see.records import RolloutBatch
 
 
 def rollout_records(output: GRPOBatch, rollouts: StepRollouts, trainer: TrainerView, traces: bool,
-                    spans: bool, text_bytes: bool = False) -> RolloutBatch:
+                    spans: bool, text_bytes: CoverLimits | None = None) -> RolloutBatch:
     """This rank's records of the step: with the behaviour traces (``traces``), each token's character span
-    (``spans``) and each byte's log-prob given the text before (``text_bytes``, :func:`text_byte_records`) where a
-    reader needs them. Built from the trainer's own tensors, so not re-checked."""
+    (``spans``) and each byte's log-prob given the text before (under the limits ``text_bytes``,
+    :func:`text_byte_records`) where a reader needs them. Built from the trainer's own tensors, so not re-checked."""
     from mutualrl.see.records import Ragged, RolloutBatch
     from mutualrl.thl import batch_decode_text, batch_decode_with_spans
 
@@ -51,15 +52,17 @@ def rollout_records(output: GRPOBatch, rollouts: StepRollouts, trainer: TrainerV
         # one per token, by the rows' lengths: mask_truncated_completions zeroes a cut row's completion_mask
         behaviour_logps=None if logps is None else Ragged.from_padded(logps, lengths, np.float32),
         finished=(lengths > 0) & np.isin(last, trainer.eos_token_ids),  # [B] the last token is an EOS
-        text_byte_logps=text_byte_records(output, lengths, texts, trainer) if text_bytes else None,
+        text_byte_logps=None if text_bytes is None else text_byte_records(output, lengths, texts, trainer, text_bytes),
     )
 
 
-def text_byte_records(output: GRPOBatch, lengths: Any, texts: list[str], trainer: TrainerView) -> list[Any]:
+def text_byte_records(output: GRPOBatch, lengths: Any, texts: list[str], trainer: TrainerView,
+                      limits: CoverLimits) -> list[Any]:
     """Per row, the policy's log-prob of each byte of its text given the bytes before, then of its end where it
     finished, over every tokenization (:mod:`~mutualrl.regimes.core.written_bytes`; no gradient): what a reader
     compares texts on whichever way this policy split them: of the decoded text (the record's), its sampled tokens
-    forwarded first where they write it. None for a row whose text the enumeration's limits could not write."""
+    forwarded first where they write it; the enumeration under ``limits``, the largest share of an offset's mass they
+    dropped logged as ``mutual/text_bytes_cover_dropped``. None for a row whose text the limits could not write."""
     from mutualrl.regimes.core.cover_scoring import logits_width, own_texts, token_pieces
     from mutualrl.regimes.core.written_bytes import policy_byte_logps, published_byte_logps
 
@@ -68,8 +71,9 @@ def text_byte_records(output: GRPOBatch, lengths: Any, texts: list[str], trainer
     own = own_texts(trainer, ids.cpu(), mask, token_pieces(trainer, logits_width(trainer.model)))
     written = [text.encode("utf-8") for text in texts]
     given = [tokens if own.texts[i] == written[i] else [] for i, tokens in enumerate(own.tokens)]
-    values, _ = policy_byte_logps(trainer, output["prompt_ids"], output["prompt_mask"], range(len(texts)), given,
-                                  own.finished, written)
+    values, dropped = policy_byte_logps(trainer, output["prompt_ids"], output["prompt_mask"], range(len(texts)),
+                                        given, own.finished, written, limits=limits)
+    trainer.record_metrics({"mutual/text_bytes_cover_dropped": dropped})
     return [published_byte_logps(values.get(i)) for i in range(len(texts))]
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from mutualrl.regimes.core.byte_covers import TokenPieces, cover_next_byte_logps, find_covers
-from mutualrl.regimes.core.cover_scoring import TEXT_LIMITS, CoverLimits, logits_width, model_forward, token_pieces
+from mutualrl.regimes.core.cover_scoring import CoverLimits, logits_width, model_forward, token_pieces
 from mutualrl.regimes.core.next_bytes import END
 from mutualrl.regimes.core.rank_forwards import forwards_in_step
 from mutualrl.regimes.core.trainer_interface import TrainerView
@@ -48,8 +48,8 @@ def text_byte_logps(text: bytes, tokens: Sequence[int], finished: bool, pieces: 
 
 def policy_byte_logps(trainer: TrainerView, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                       rows: Sequence[int], tokens: Sequence[Sequence[int]], finished: Sequence[bool],
-                      texts: Sequence[bytes] | None = None,
-                      limits: CoverLimits = TEXT_LIMITS) -> tuple[dict[int, torch.Tensor], float]:
+                      texts: Sequence[bytes] | None = None, *,
+                      limits: CoverLimits) -> tuple[dict[int, torch.Tensor], float]:
     """The trainer's model's :func:`written_byte_logps` of texts: for each row index in ``rows``, ``texts[row]``
     (None: the bytes ``tokens[row]`` write) after prompt ``prompt_ids[row]`` / ``prompt_mask[row]`` (``[N, P]``, TRL's
     left padding), ``tokens[row]`` a tokenization of it (EOS left out; empty: none known), ``finished[row]``: its end

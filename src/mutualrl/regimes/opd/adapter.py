@@ -55,7 +55,7 @@ class OPDAdapter(JudgedAdapter):
     def text_limits(self) -> CoverLimits | None:  # signal: sequence compares texts: the judges send their text logps
         if self.settings.signal != "sequence":
             return None
-        return CoverLimits(self.settings.cover_floor, self.settings.max_covers)
+        return CoverLimits.of(self.settings)
 
     def _own_texts(self, output: GRPOBatch) -> tuple[list[bytes], list[list[int]], list[bool]]:
         """This rank's rows as bytes, their tokens (EOS left out) and whether each finished."""

@@ -13,12 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mutualrl.regimes.api import (FREE, NONNEGATIVE, NONPOSITIVE, UNIT, MetricWords, RegimeSpec, per_token_ratio_check,
+from mutualrl.regimes.api import (FREE, NONNEGATIVE, NONPOSITIVE, UNIT, CoverSettings, MetricWords, RegimeSpec, per_token_ratio_check,
                                   register_regime)
 
 
 @dataclass
-class OPDSettings:
+class OPDSettings(CoverSettings):
     """Mutual on-policy distillation (GKD, arXiv 2306.13649; MiniLLM, arXiv 2306.08543) between peers."""
 
     lam: float = field(default=0.1, metadata={
@@ -33,15 +33,6 @@ class OPDSettings:
                 "sequence-level reverse KL over texts, exact whatever the tokenizers and however the learner split "
                 "the text where the limits drop no tokenization (cover_floor, max_covers), at a higher variance and "
                 "one scoring of the text's tokenizations per side (docs/regimes.md)"})
-    cover_floor: float = field(default=1e-4, metadata={
-        "ge": 0, "lt": 1, "help": "with signal 'sequence': drop a tokenization of a prefix whose probability is "
-                                  "below this times the most likely one's at its offset, on both sides (0: none "
-                                  "dropped; with max_covers 0 too, each text's probability is exact at any cost; the "
-                                  "largest dropped share is logged as text_cover_dropped)"})
-    max_covers: int = field(default=8, metadata={
-        "ge": 0, "help": "with signal 'sequence': keep at most this many tokenizations of each prefix, the most "
-                         "likely, on both sides (0: all; a model spreading its mass over many tokenizations of a "
-                         "long text needs the bound, and its dropped mass biases the signal)"})
     gate: Literal["competence", "always"] = field(default="competence", metadata={
         "help": "which peers teach a prompt: 'competence' (a peer whose verified success rate on the prompt's K "
                 "rollouts is above the learner's; none where no peer is), 'always' (every peer, every prompt)"})

@@ -20,6 +20,7 @@ import torch
 
 from mutualrl.regimes.api import (
     TOKEN_WEIGHTS,
+    CoverLimits,
     GRPOBatch,
     PeerGroups,
     PooledRowsAdapter,
@@ -48,7 +49,7 @@ class PRPAdapter(PooledRowsAdapter):
         super().__init__(*args, **kwargs)
         self.text_divergence: dict[str, float] = {}  # this step's figures of F-TIS's KL over texts
         if self.compares_texts:  # F-TIS's KL over texts: each policy publishes its bytes' log-probs, reads its peers'
-            self.publishes_text_bytes = True
+            self.text_byte_limits = CoverLimits.of(self.settings)
             self.peer_columns = (*self.peer_columns, "text_byte_logps")
 
     @property
@@ -139,7 +140,8 @@ class PRPAdapter(PooledRowsAdapter):
                 texts[i], given[i] = (own, tokens[i]) if matched else (text, [])
                 written.append(i)
         prompts = step.batch["prompt_ids"][step.n_local:], step.batch["prompt_mask"][step.n_local:]  # [N, P] each
-        learner, dropped = policy_byte_logps(self.trainer, *prompts, written, given, ends, texts)
+        learner, dropped = policy_byte_logps(self.trainer, *prompts, written, given, ends, texts,
+                                             limits=CoverLimits.of(self.settings))
         deltas = [written_log_ratios(learner.get(i), None if generator[i] is None else torch.from_numpy(
             np.asarray(generator[i], dtype=np.float64))) for i in range(step.n_peer)]
         kl = text_kl(deltas, step.peer_mask.sum(dim=1).cpu(), self.settings.kl_estimator)  # [N] float64
