@@ -128,16 +128,23 @@ def test_an_untaught_position_is_an_exact_zero_without_nan():
     assert kl.item() == 0.0 and torch.isfinite(own.grad).all() and own.grad.abs().max().item() == 0.0
 
 
-def test_a_rest_the_learner_cannot_write_is_no_cell_and_a_zero_teacher_mass_no_nan():
+@pytest.mark.parametrize("learner, teacher", [((0.7, 0.3), (0.6, 0.39)), ((0.5, 0.5), (0.3, 0.3))])
+def test_a_rest_the_learner_cannot_write_counts_its_teacher_mass_and_a_zero_teacher_mass_no_nan(learner, teacher):
+    """The learner writes two symbols only; the teacher's rest (0.01, then 0.4) is on symbols it cannot write. The
+    figure is the generalised KL over the learner's two cells, ``Σ q_T log(q_T / q_θ) + q_T(R)``, never negative
+    (the plain sum over the two cells is -0.306 in the second case), and the gradient is the two cells' alone:
+    ``∂/∂ log q_θ(c) = −q_T(c)``."""
     own = torch.full((1, 1, SYMBOLS), float("-inf"))
-    own[0, 0, :2] = torch.log(torch.tensor([0.7, 0.3]))  # the learner writes symbols 0 and 1 only
+    own[0, 0, :2] = torch.log(torch.tensor(learner))  # the learner writes symbols 0 and 1 only
     own.requires_grad_(True)
     ids = torch.tensor([[[[0, 1, 5]]]])
-    masses = torch.tensor([[[[np.log(0.6), np.log(0.39), float("-inf")]]]])  # 0.01 on the rest: unwritable
+    masses = torch.tensor([[[[np.log(teacher[0]), np.log(teacher[1]), float("-inf")]]]])  # the rest: unwritable
     kl = symbol_kl(own, ids, masses, torch.ones(1, 1, 1))
     kl.sum().backward()
-    assert kl.item() == pytest.approx(0.6 * np.log(0.6 / 0.7) + 0.39 * np.log(0.39 / 0.3), rel=1e-5)
-    assert torch.isfinite(own.grad).all()
+    cells = sum(q * np.log(q / p) for q, p in zip(teacher, learner, strict=True))
+    assert kl.item() == pytest.approx(cells + 1 - sum(teacher), rel=1e-5) and kl.item() >= 0
+    assert own.grad[0, 0, :2].tolist() == pytest.approx([-teacher[0], -teacher[1]], rel=1e-5)
+    assert torch.isfinite(own.grad).all() and own.grad[0, 0, 2:].abs().max().item() == 0.0
 
 
 def test_shared_boundaries_by_hand():

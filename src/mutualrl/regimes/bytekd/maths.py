@@ -31,7 +31,9 @@ KL only reweights what it samples). Each ``q`` is its model's next-byte mass aft
 tokens of the same text, where its tokenization has a boundary; between shared boundaries (inside a token of either)
 no comparison is made. At offset 0 each model continues its own chat template, so a convention of one (a leading
 space after the prompt) is taught as any other byte. Where the learner cannot write any symbol of the rest, the rest
-cell is left out (it has no gradient).
+cell's term is its teacher mass ``q_T(R)``, a constant: the sum is then the generalised KL over the learner's cells,
+``Σ q_T log(q_T / q_θ) − Σ q_T + Σ q_θ`` (``Σ q_θ = 1`` there), which is ``≥ 0`` where the plain sum over them
+can be negative, with the same gradient (the true KL is infinite: the teacher has mass the learner cannot write).
 """
 
 from __future__ import annotations
@@ -98,6 +100,6 @@ def symbol_kl(own_logq: torch.Tensor, teacher_ids: torch.Tensor, teacher_logps: 
     in_s = (teacher_q * (safe_log - own_at)).sum(-1)  # [B, J, T]
     rest = torch.where((teacher_rest > 0) & rest_writable,
                        teacher_rest * (torch.log(teacher_rest.clamp(min=1e-30)) - own_rest),
-                       torch.zeros_like(own_rest))  # [B, J, T] (a rest the learner cannot write: no cell)
+                       teacher_rest)  # [B, J, T] (a rest the learner cannot write: its mass, the generalised KL's)
     per_judge = torch.where(taught, in_s + rest, torch.zeros_like(rest))  # [B, J, T]
     return (weights.float() * per_judge).sum(1)  # [B, T]
