@@ -265,7 +265,8 @@ def test_the_enumerations_limits_are_the_regimes_settings_on_both_sides():
     token (one tokenization). Exact (``cover_floor`` and ``max_covers`` 0), the filter keeps every row at a tiny
     bound; with ``max_covers: 1`` the generator's published values lose the mass of the tokenizations it drops (the
     learner's lose none), so the rows read as divergent and are dropped: the settings reach the generator's side, and
-    each side logs the share it dropped."""
+    each side logs the share it dropped. The generator itself as the learner (retokenized "ab" "ab"): its side drops
+    mass under ``max_covers: 1`` and none exact."""
     from mutualrl.regimes.prp.spec import PRPSettings
 
     assert CoverLimits.of(PRPSettings()) == DEFAULT_LIMITS
@@ -281,6 +282,12 @@ def test_the_enumerations_limits_are_the_regimes_settings_on_both_sides():
     assert by_limits[EXACT][:2] == ([True] * 3, 0.0)
     assert by_limits[CoverLimits(0.0, 1)][0] == [False] * 3 and by_limits[CoverLimits(0.0, 1)][1] > 0.05
     assert all(float(by_limits[limits][2]) == 0.0 for limits in by_limits)  # the learner drops nothing
+    # the learner's side: the generator itself as the learner, its own canonical split "ab" "ab" retokenized
+    for limits in (EXACT, CoverLimits(0.0, 1)):
+        metrics = {}
+        kept = filter_rows(generator, generator, rows, [-1.0] * 3, lambda text: [2, 2], 1e-4, limits, metrics)
+        by_limits[limits] = kept.tolist(), float(metrics["ftis_cover_dropped"])
+    assert by_limits[EXACT] == ([True] * 3, 0.0) and by_limits[CoverLimits(0.0, 1)][1] > 0.05
 
 
 @pytest.mark.slow  # the real SEE and the bytes of GPT-2's vocabulary: several seconds

@@ -120,8 +120,8 @@ TORCH_NAMES = {
 }
 
 __all__ = [
-    "ENV_VAR", "FREE", "CoverSettings", "LOSS_TYPES", "NONNEGATIVE", "NONPOSITIVE", "TOKEN_WEIGHTS", "UNIT", "GRPOBatch", "LossType",
-    "MetricWords",
+    "ENV_VAR", "FREE", "LOSS_TYPES", "NONNEGATIVE", "NONPOSITIVE", "TOKEN_WEIGHTS", "UNIT", "CoverSettings",
+    "GRPOBatch", "LossType", "MetricWords",
     "PooledRowsSettings", "Quantile", "RegimeFlag", "RegimeSpec", "RescueGateSettings", "RescueSettings", "Share",
     "StepRollouts", "Total", "TrainerView", "UsageError", "check_optional_rescue_counts", "check_rescue_counts",
     "check_rescue_thresholds", "loss_type", "loss_types_where", "parent_adapter", "parent_regime",

@@ -13,7 +13,7 @@ distribution gives a distribution over the next byte (:mod:`mutualrl.regimes.cor
 
 over the same 258 symbols whatever the vocabularies. The peer publishes its ``k`` most likely symbols ``S`` and their
 masses; the rest is one cell ``R`` (mass ``1 − Σ_S q_T``; the learner's is the mass of every other symbol), so the
-divergence is exact for the partition ``S ∪ {R}``:
+divergence is exact for the partition ``S ∪ {R}`` (generalised where the learner cannot write ``R``: below):
 
     KL_o = Σ_{c ∈ S ∪ {R}} q_T(c) (log q_T(c) − log q_θ(c))
     L    = λ Σ_j w_{p,j} Σ_{o shared} KL^j_o                   reduced over the batch as TRL reduces its per-token loss
@@ -31,9 +31,10 @@ KL only reweights what it samples). Each ``q`` is its model's next-byte mass aft
 tokens of the same text, where its tokenization has a boundary; between shared boundaries (inside a token of either)
 no comparison is made. At offset 0 each model continues its own chat template, so a convention of one (a leading
 space after the prompt) is taught as any other byte. Where the learner cannot write any symbol of the rest, the rest
-cell's term is its teacher mass ``q_T(R)``, a constant: the sum is then the generalised KL over the learner's cells,
-``Σ q_T log(q_T / q_θ) − Σ q_T + Σ q_θ`` (``Σ q_θ = 1`` there), which is ``≥ 0`` where the plain sum over them
-can be negative, with the same gradient (the true KL is infinite: the teacher has mass the learner cannot write).
+cell's term is its teacher mass ``q_T(R)``, a constant: the sum is then the generalised KL over the learner's
+cells, ``Σ q_T log(q_T / q_θ) − Σ q_T + Σ q_θ`` (``Σ q_θ = 1`` there), ``≥ 0`` up to float rounding where the
+plain sum over them can be negative, with the same gradient (the true KL is infinite: the teacher has mass the
+learner cannot write).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def shared_boundaries(own_starts: np.ndarray, judge_starts: np.ndarray) -> np.nd
 def symbol_kl(own_logq: torch.Tensor, teacher_ids: torch.Tensor, teacher_logps: torch.Tensor,
               weights: torch.Tensor) -> torch.Tensor:
     """``Σ_j w_{j,t} KL(q_j ‖ q_θ)`` per learner position, float32 ``[B, T]``, over each judge's cells ``S ∪ {R}``
-    (module docstring). ``own_logq`` ``[B, T, 258]``: the learner's next-byte log-masses (``-inf``: a symbol it cannot
+    (module docstring; the generalised KL where the learner cannot write ``R``). ``own_logq`` ``[B, T, 258]``: the learner's next-byte log-masses (``-inf``: a symbol it cannot
     write); ``teacher_ids`` int ``[B, J, T, k]`` and ``teacher_logps`` ``[B, J, T, k]``: each judge's published
     symbols and log-masses there; ``weights`` ``[B, J, T]``: the teacher weight at a shared boundary, 0 elsewhere (a
     position with weight 0 contributes an exact 0, whatever its values)."""

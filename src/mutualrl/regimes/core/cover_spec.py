@@ -18,8 +18,9 @@ class CoverSettings:
                                   "'sequence', F-TIS over 'texts'): drop a tokenization of a prefix whose "
                                   "probability is below this times the most likely one's at its offset, on every "
                                   "side that scores (0: none dropped; with max_covers 0 too, exact at any cost); the "
-                                  "largest share dropped is logged (<regime>/...cover_dropped)"})
+                                  "largest share dropped is logged (a metric named ...cover_dropped)"})
     max_covers: int = field(default=8, metadata={
         "ge": 0, "help": "there: keep at most this many tokenizations of each prefix, the most likely (0: all). Each "
-                         "kept one costs a forward; a model that spreads its mass over many tokenizations, as an "
-                         "untrained one does, needs the bound, and the mass it drops biases what is compared"})
+                         "kept one other than the sampled costs a forward; a model that spreads its mass over many "
+                         "tokenizations, as an untrained one does, needs the bound, and the mass it drops biases "
+                         "what is compared"})

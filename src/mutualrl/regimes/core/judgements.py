@@ -47,6 +47,7 @@ import torch
 
 from mutualrl.regimes.core.peer_responses import learner_responses, peer_row_views, peer_rows
 from mutualrl.regimes.core.peers import gather_peer_groups
+from mutualrl.regimes.core.rank_metrics import Quantile
 from mutualrl.regimes.core.trainer_interface import GRPOBatch, StepRollouts, TrainerView
 
 if TYPE_CHECKING:
@@ -240,11 +241,11 @@ def _over_texts(trainer: TrainerView, responses: Any, prompt_ids: torch.Tensor, 
     exact = marginals = None
     if top_bytes > 0 and covers is not None:
         exact = judge_next_bytes(trainer, prompt_ids, prompt_mask, texts, given, top_bytes, covers)
-        trainer.record_metrics({"mutual/cover_dropped": exact[2]})
+        trainer.record_metrics({"mutual/cover_dropped": Quantile([exact[2]], 1.0)})  # the ranks' largest
     if text_limits is not None:
         marginals, dropped = text_logps(trainer, trainer.model, prompt_ids, prompt_mask, texts, given,
                                         responses.finished, text_limits)
-        trainer.record_metrics({"mutual/text_cover_dropped": dropped})
+        trainer.record_metrics({"mutual/text_cover_dropped": Quantile([dropped], 1.0)})
     return exact, marginals
 
 

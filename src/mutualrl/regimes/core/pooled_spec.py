@@ -10,12 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from mutualrl.metric_labels import NONNEGATIVE, UNIT, MetricWords
-from mutualrl.regimes.core.cover_spec import CoverSettings
 from mutualrl.regimes.core.sampling import shown, truncating_sampling
 
 
 @dataclass
-class PooledRowsSettings(CoverSettings):
+class PooledRowsSettings:
     """Peer rows in the learner's batch (the paper's PRP, Sec. "Regime 1", and the regimes built on its rows)."""
 
     denominator: Literal["learner", "peer"] = field(
@@ -70,7 +69,8 @@ class PooledRowsSettings(CoverSettings):
         metadata={"help": "Under 'ftis': what the sequence KL compares. 'texts': each byte of the text and its end, "
                           "each policy's probability of it given the text before summed over every tokenization "
                           "(the peer publishes its own with its records), so a learner equal to the peer on texts "
-                          "gives 0 whichever way either split them; costs an enumeration of tokenizations per "
+                          "gives 0 whichever way either split them (exactly at regime.prp.cover_floor and max_covers "
+                          "0); costs an enumeration of tokenizations per "
                           "published row and per peer row with advantage <= 0. 'tokens': the peer's sampled tokens "
                           "against the learner's tokens of its text (per word where the tokenizers split it "
                           "differently): cheaper, but a non-canonical split counts as divergence."},

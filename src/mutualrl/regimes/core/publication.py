@@ -3,8 +3,8 @@
 The record (:class:`~mutualrl.see.records.RolloutBatch`) takes the token ids and behaviour log-probs straight from
 TRL's padded tensors (no Python list per token), the text through THL (the one decode of ours) and each token's span
 only where the regime's readers need spans (PRP's peer denominator). A regime does not call this: it declares what its
-readers need (``RegimeAdapter.publishes_traces``, ``publishes_spans``, ``text_byte_limits``) and the base adapter publishes
-(:meth:`~mutualrl.regimes.core.adapter.RegimeAdapter.publish_records`).
+readers need (``RegimeAdapter.publishes_traces``, ``publishes_spans``, ``text_byte_limits``) and the base adapter
+publishes (:meth:`~mutualrl.regimes.core.adapter.RegimeAdapter.publish_records`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from mutualrl.regimes.core.rank_metrics import Quantile
 from mutualrl.regimes.core.trainer_interface import GRPOBatch, StepRollouts, TrainerView
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ def text_byte_records(output: GRPOBatch, lengths: Any, texts: list[str], trainer
     given = [tokens if own.texts[i] == written[i] else [] for i, tokens in enumerate(own.tokens)]
     values, dropped = policy_byte_logps(trainer, output["prompt_ids"], output["prompt_mask"], range(len(texts)),
                                         given, own.finished, written, limits=limits)
-    trainer.record_metrics({"mutual/text_bytes_cover_dropped": dropped})
+    trainer.record_metrics({"mutual/text_bytes_cover_dropped": Quantile([dropped], 1.0)})  # the ranks' largest
     return [published_byte_logps(values.get(i)) for i in range(len(texts))]
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mutualrl.regimes.api import (FREE, NONNEGATIVE, NONPOSITIVE, UNIT, CoverSettings, MetricWords, RegimeSpec, per_token_ratio_check,
-                                  register_regime)
+from mutualrl.regimes.api import (FREE, NONNEGATIVE, NONPOSITIVE, UNIT, CoverSettings, MetricWords, RegimeSpec,
+                                  per_token_ratio_check, register_regime)
 
 
 @dataclass

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mutualrl.regimes.api import PooledRowsSettings, RegimeFlag, RegimeSpec, ratio_metrics, register_regime
+from mutualrl.regimes.api import (CoverSettings, PooledRowsSettings, RegimeFlag, RegimeSpec, ratio_metrics,
+                                  register_regime)
 
 
 @dataclass
-class PRPSettings(PooledRowsSettings):
-    """Peer Rollout Pooling (paper Sec. "Regime 1"): the pooled rows' settings as they are."""
+class PRPSettings(PooledRowsSettings, CoverSettings):
+    """Peer Rollout Pooling (paper Sec. "Regime 1"): the pooled rows' settings as they are, and the enumeration's
+    limits of F-TIS over texts."""
 
 
 def check_prp_settings(settings: PRPSettings) -> tuple[str, str] | None:
