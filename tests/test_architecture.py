@@ -6,6 +6,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "mutualrl"
 
 #: Layer of each top-level package or module; a module may import only from its own layer or below.
@@ -75,6 +77,7 @@ def cli_imports(path: Path) -> list[str]:
     return found
 
 
+@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
 def test_nothing_but_the_cli_imports_the_cli():
     """The command line is the top: no package below it imports ``mutualrl.cli``, nor does ``api.py`` beside it (what
     a command and the Python API both run lives below them, e.g. ``launch/evaluate.py`` for ``eval``)."""
@@ -92,6 +95,7 @@ def test_the_cli_import_check_sees_one(tmp_path):
                                            "mutualrl.cli.run_cmd"]
 
 
+@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
 def test_no_two_packages_of_a_layer_import_each_other():
     """Inside a layer arrows run one way too: in layer 1 config -> regimes (the registry) and regimes -> see, thl
     (a regime's adapter publishes and reads SEE records, retokenizes with THL); never back."""

@@ -10,6 +10,8 @@ import inspect
 import re
 from pathlib import Path
 
+import pytest
+
 SRC = Path(__file__).resolve().parents[1] / "src" / "mutualrl"
 
 MOVED_MODULES = {
@@ -108,6 +110,7 @@ def test_merged_modules_are_gone_and_imported_nowhere():
     assert found == set()
 
 
+@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
 def test_removed_names_appear_nowhere_in_src():
     found = {(path, name) for path, text in sources().items() for name in REMOVED_NAMES
              if re.search(rf"\b{re.escape(name)}\b", text)}
