@@ -22,8 +22,6 @@ import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_NUM_THREADS", "1")
-
 #: The pre-registered tries (benchmarks/results/learning-real-pool.md); a change is a new try, written before it runs.
 TRIES = {
     1: {"lora_r": 16, "lora_alpha": 32, "lr": 2e-3, "warmup_steps": 10, "decay": False, "clip": None,
@@ -222,6 +220,7 @@ def combine(args) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch's first import (every function imports it late)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("train", help="warm-start one model on one family and score it on the held-out split")
