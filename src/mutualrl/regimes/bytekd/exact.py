@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from mutualrl.regimes.api import (CoverLimits, GRPOBatch, OwnTexts, Share, StepRollouts, TrainerView,
+from mutualrl.regimes.api import (CoverLimits, GRPOBatch, OwnTexts, Quantile, Share, StepRollouts, TrainerView,
                                   judgement_sources, learner_next_bytes_together, logits_width, offset_slots,
                                   own_texts, peer_row_views, peer_rows, token_pieces)
 from mutualrl.regimes.bytekd.maths import symbol_kl
@@ -96,4 +96,4 @@ def exact_kl_term(trainer: TrainerView, model: torch.nn.Module, inputs: GRPOBatc
     if pad is not None:  # another rank ran more gradient forwards: as many here, each an exact 0
         loss = loss + pad
     return loss, {"kl_term": loss.detach().item(), "byte_kl": Share(kl_sum, offsets),
-                  "cover_states": Share(float(states), len(rows)), "cover_dropped": dropped}
+                  "cover_states": Share(float(states), len(rows)), "cover_dropped": Quantile.largest(dropped)}

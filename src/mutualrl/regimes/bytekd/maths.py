@@ -75,8 +75,9 @@ def symbol_kl(own_logq: torch.Tensor, teacher_ids: torch.Tensor, teacher_logps: 
     """``Σ_j w_{j,t} KL(q_j ‖ q_θ)`` per learner position, float32 ``[B, T]``, over each judge's cells ``S ∪ {R}``
     (module docstring; the generalised KL where the learner cannot write ``R``). ``own_logq`` ``[B, T, 258]``: the
     learner's next-byte log-masses (``-inf``: a symbol it cannot write); ``teacher_ids`` int ``[B, J, T, k]`` and
-    ``teacher_logps`` ``[B, J, T, k]``: each judge's published symbols and log-masses there; ``weights`` ``[B, J, T]``: the teacher weight at a shared boundary, 0 elsewhere (a
-    position with weight 0 contributes an exact 0, whatever its values)."""
+    ``teacher_logps`` ``[B, J, T, k]``: each judge's published symbols and log-masses there; ``weights``
+    ``[B, J, T]``: the teacher weight at a shared boundary, 0 elsewhere (a position with weight 0 contributes an
+    exact 0, whatever its values)."""
     check_float("own_logq", own_logq, 3, "[B, T, 258]")
     b, t, width = own_logq.shape
     if width != SYMBOLS or teacher_ids.shape[0] != b or teacher_ids.shape[2] != t or teacher_ids.dim() != 4:

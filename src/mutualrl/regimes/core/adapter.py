@@ -272,7 +272,7 @@ class RegimeAdapter:
         from mutualrl.regimes.core.publication import rollout_records
 
         return rollout_records(output, rollouts, self.trainer, traces=self.publishes_traces,
-                               spans=self.publishes_spans, text_bytes=self.text_byte_limits)
+                               spans=self.publishes_spans, text_byte_limits=self.text_byte_limits)
 
 
 def stable_seed(*parts: Any) -> int:

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 import torch
 
-from mutualrl.regimes.core.cover_spec import CoverSettings
 from mutualrl.regimes.core.byte_covers import (Covers, Forward, RowsForward, TokenPieces, cover_next_byte_logps,
                                                find_covers_together)
+from mutualrl.regimes.core.cover_spec import CoverSettings
 from mutualrl.regimes.core.rank_forwards import forwards_in_step, missing_calls, zero_with_gradient
 from mutualrl.regimes.core.trainer_interface import TrainerView
 

@@ -241,11 +241,11 @@ def _over_texts(trainer: TrainerView, responses: Any, prompt_ids: torch.Tensor, 
     exact = marginals = None
     if top_bytes > 0 and covers is not None:
         exact = judge_next_bytes(trainer, prompt_ids, prompt_mask, texts, given, top_bytes, covers)
-        trainer.record_metrics({"mutual/cover_dropped": Quantile([exact[2]], 1.0)})  # the ranks' largest
+        trainer.record_metrics({"mutual/cover_dropped": Quantile.largest(exact[2])})
     if text_limits is not None:
         marginals, dropped = text_logps(trainer, trainer.model, prompt_ids, prompt_mask, texts, given,
                                         responses.finished, text_limits)
-        trainer.record_metrics({"mutual/text_cover_dropped": Quantile([dropped], 1.0)})
+        trainer.record_metrics({"mutual/text_cover_dropped": Quantile.largest(dropped)})
     return exact, marginals
 
 

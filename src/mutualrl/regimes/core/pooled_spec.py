@@ -70,8 +70,8 @@ class PooledRowsSettings:
                           "each policy's probability of it given the text before summed over every tokenization "
                           "(the peer publishes its own with its records), so a learner equal to the peer on texts "
                           "gives 0 whichever way either split them (exactly at regime.prp.cover_floor and max_covers "
-                          "0); costs an enumeration of tokenizations per "
-                          "published row and per peer row with advantage <= 0. 'tokens': the peer's sampled tokens "
+                          "0); costs an enumeration of tokenizations per published row and per peer row with "
+                          "advantage <= 0. 'tokens': the peer's sampled tokens "
                           "against the learner's tokens of its text (per word where the tokenizers split it "
                           "differently): cheaper, but a non-canonical split counts as divergence."},
     )

@@ -23,9 +23,9 @@ if TYPE_CHECKING:
 
 
 def rollout_records(output: GRPOBatch, rollouts: StepRollouts, trainer: TrainerView, traces: bool,
-                    spans: bool, text_bytes: CoverLimits | None = None) -> RolloutBatch:
+                    spans: bool, text_byte_limits: CoverLimits | None = None) -> RolloutBatch:
     """This rank's records of the step: with the behaviour traces (``traces``), each token's character span
-    (``spans``) and each byte's log-prob given the text before (under the limits ``text_bytes``,
+    (``spans``) and each byte's log-prob given the text before (under the limits ``text_byte_limits``,
     :func:`text_byte_records`) where a reader needs them. Built from the trainer's own tensors, so not re-checked."""
     from mutualrl.see.records import Ragged, RolloutBatch
     from mutualrl.thl import batch_decode_text, batch_decode_with_spans
@@ -53,7 +53,8 @@ def rollout_records(output: GRPOBatch, rollouts: StepRollouts, trainer: TrainerV
         # one per token, by the rows' lengths: mask_truncated_completions zeroes a cut row's completion_mask
         behaviour_logps=None if logps is None else Ragged.from_padded(logps, lengths, np.float32),
         finished=(lengths > 0) & np.isin(last, trainer.eos_token_ids),  # [B] the last token is an EOS
-        text_byte_logps=None if text_bytes is None else text_byte_records(output, lengths, texts, trainer, text_bytes),
+        text_byte_logps=(None if text_byte_limits is None
+                         else text_byte_records(output, lengths, texts, trainer, text_byte_limits)),
     )
 
 
@@ -74,7 +75,7 @@ def text_byte_records(output: GRPOBatch, lengths: Any, texts: list[str], trainer
     given = [tokens if own.texts[i] == written[i] else [] for i, tokens in enumerate(own.tokens)]
     values, dropped = policy_byte_logps(trainer, output["prompt_ids"], output["prompt_mask"], range(len(texts)),
                                         given, own.finished, written, limits=limits)
-    trainer.record_metrics({"mutual/text_bytes_cover_dropped": Quantile([dropped], 1.0)})  # the ranks' largest
+    trainer.record_metrics({"mutual/text_bytes_cover_dropped": Quantile.largest(dropped)})
     return [published_byte_logps(values.get(i)) for i in range(len(texts))]
 
 

@@ -65,6 +65,11 @@ class Quantile(float):
         return cls.of_sketch(QuantileSketch.of(values), q)
 
     @classmethod
+    def largest(cls, value: float) -> Quantile:
+        """One value of this rank, reduced over the ranks as their largest (the 1.0 quantile)."""
+        return cls([value], 1.0)
+
+    @classmethod
     def of_sketch(cls, sketch: QuantileSketch, q: float) -> Quantile:
         quantile = super().__new__(cls, sketch.quantile(float(q)))
         quantile.q, quantile.sketch = float(q), sketch

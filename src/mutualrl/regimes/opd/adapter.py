@@ -117,5 +117,5 @@ class OPDAdapter(JudgedAdapter):
         used = source_use(own, aligned.values, aligned.valid, weights, settings.lam, self.peers, aligned.groups,
                           sequence=sequence)
         if sequence:  # the largest share of an offset's mass the limits dropped from the learner's texts
-            metrics["text_cover_dropped"] = Quantile(torch.tensor([dropped]), 1.0)
+            metrics["text_cover_dropped"] = Quantile.largest(dropped)
         return output, {**metrics, **used}

@@ -141,13 +141,13 @@ class PRPAdapter(PooledRowsAdapter):
                 written.append(i)
         prompts = step.batch["prompt_ids"][step.n_local:], step.batch["prompt_mask"][step.n_local:]  # [N, P] each
         learner, dropped = policy_byte_logps(self.trainer, *prompts, written, given, ends, texts,
-                                             limits=CoverLimits.of(self.settings))
+                                             limits=self.text_byte_limits)  # the limits it publishes under
         deltas = [written_log_ratios(learner.get(i), None if generator[i] is None else torch.from_numpy(
             np.asarray(generator[i], dtype=np.float64))) for i in range(step.n_peer)]
         kl = text_kl(deltas, step.peer_mask.sum(dim=1).cpu(), self.settings.kl_estimator)  # [N] float64
         missing = sum(deltas[i] is None for i in rows)
         self.text_divergence = {"ftis_text_missing": Share(missing, len(rows)),
-                                "ftis_cover_dropped": Quantile(torch.tensor([dropped]), 1.0)}
+                                "ftis_cover_dropped": Quantile.largest(dropped)}
         return torch.where(needed, kl, torch.full_like(kl, math.nan))  # [N]
 
     def source_metrics(self, step: PooledStep) -> dict[str, float]:
