@@ -77,7 +77,7 @@ def cli_imports(path: Path) -> list[str]:
     return found
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_nothing_but_the_cli_imports_the_cli():
     """The command line is the top: no package below it imports ``mutualrl.cli``, nor does ``api.py`` beside it (what
     a command and the Python API both run lives below them, e.g. ``launch/evaluate.py`` for ``eval``)."""
@@ -95,7 +95,7 @@ def test_the_cli_import_check_sees_one(tmp_path):
                                            "mutualrl.cli.run_cmd"]
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_no_two_packages_of_a_layer_import_each_other():
     """Inside a layer arrows run one way too: in layer 1 config -> regimes (the registry) and regimes -> see, thl
     (a regime's adapter publishes and reads SEE records, retokenizes with THL); never back."""

@@ -82,7 +82,7 @@ def test_a_full_disk_must_be_one_line_and_a_failed_run_record():
     assert judge_disk_full("done\n", 0, {"status": "done"}, warning + "Traceback (most") == {"disk_full_unclear": 1}
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_a_resume_without_the_optimizer_state_is_counted_as_a_reset(tmp_path):
     """A real silent reset: transformers' Trainer resumed from a checkpoint whose optimizer.pt was deleted starts
     a fresh AdamW without a word; the counter finds it in the checkpoints it saves afterwards (and none in a

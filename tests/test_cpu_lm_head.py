@@ -93,7 +93,7 @@ def assert_bit_for_bit(trl, ours):
     assert not different, different
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 @pytest.mark.parametrize("pair, make, rows", [("bpe", full_model, 8), ("sp", full_model, 8), ("bpe", lora_policy, 4)])
 def test_trls_numbers_bit_for_bit_from_the_labelled_positions(random_lm_pair, projected_rows, pair, make, rows):
     model = make(random_lm_pair[pair])
@@ -108,7 +108,7 @@ def test_trls_numbers_bit_for_bit_from_the_labelled_positions(random_lm_pair, pr
     assert head.requires_grad == (make is full_model)  # a head that trains, and one that does not
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_one_labelled_token_is_projected_among_fillers_and_keeps_trls_bits(random_lm_pair, projected_rows):
     """A product over one row takes another kernel than one over every position (its last bits differ): the row
     goes through with unlabelled ones up to MIN_ROWS."""

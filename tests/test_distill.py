@@ -107,7 +107,7 @@ def test_harvest_errors(tmp_path):
 # -- SFT examples, settings and loss --------------------------------------------------------
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 @pytest.mark.parametrize("name", ["gpt2", "mistral-sp"])
 def test_sft_rows_are_the_sgt_rescue_target(name):
     from mutualrl.assets.tokenizers import load_tokenizer
@@ -161,7 +161,7 @@ def test_settings_and_overrides():
                                     max_steps=None, overrides={"lr_scheduler_type": "nope"}))
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_sequence_loss_is_sgt_auxiliary_nll(tmp_path):
     """PeerSFTTrainer's loss on a batch == SGT's rescue_nll with weight 1/n (mean of per-example token means)."""
     from mutualrl.regimes.core.rescue import rescue_nll

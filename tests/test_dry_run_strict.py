@@ -35,7 +35,7 @@ def test_a_dry_run_refuses_what_a_run_refuses(workdir, capsys, args, needles, dr
     assert code != 0 and snapshot(workdir) == before
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_the_plan_says_its_files_would_be_written_and_states_the_held_out_rows(workdir, capsys):
     from mutualrl.cli.main import run
 

@@ -47,7 +47,7 @@ def test_3qwen_engine_share_and_kv_capacity_by_hand():
     assert big.kv_cache_gib == pytest.approx(107.42)
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_every_paper_recipe_shows_engine_share_kv_capacity_and_peak_disk():
     for recipe in PAPER_RECIPES:
         shares = {}

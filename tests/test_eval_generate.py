@@ -83,7 +83,7 @@ def some_examples() -> list[TaskExample]:
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_batched_left_padded_greedy_matches_one_prompt_at_a_time() -> None:
     tok = load_tokenizer("gpt2")
     model = tiny_llama(tok, 0)
@@ -341,7 +341,7 @@ def test_eval_cli_joint_length_filter_and_errors(tiny_models: dict[str, Path], t
     assert res.exit_code == 2 and "unknown task or suite 'nosuchtask'" in " ".join(res.output.split())
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_complementarity_runs_the_evaluation_first(tiny_models: dict[str, Path], tmp_path: Path) -> None:
     runner = CliRunner()
     saved = tmp_path / "ran.json"

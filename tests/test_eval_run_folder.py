@@ -55,7 +55,7 @@ def test_eval_of_a_run_folder_evaluates_every_final_model_with_the_runs_settings
     assert all(r.tasks == ["gsm8k"] and r.n == 2 and r.settings["max_new_tokens"] == 3 for r in results)
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_eval_of_a_checkpoint_is_labelled_by_policy_and_folder(run_folder, tmp_path):
     out = tmp_path / "ckpt.json"
     checkpoint, final = run_folder / "policies" / "bpe" / "checkpoint-2", run_folder / "policies" / "sp" / "final"

@@ -23,7 +23,7 @@ def model_and_tokenizer(tmp_path_factory: pytest.TempPathFactory):
     return AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_cold_sampling_equals_greedy_on_left_padded_batches(model_and_tokenizer) -> None:
     model, tok = model_and_tokenizer
     prompts = [tok(t)["input_ids"] for t in ("1+2+3=", "a much longer prompt than the others, 9+9=", "7-")]
@@ -35,7 +35,7 @@ def test_cold_sampling_equals_greedy_on_left_padded_batches(model_and_tokenizer)
     assert [group[0] for group in both] == greedy and all(len(group) == 3 for group in both)
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_samples_are_seeded_varied_and_leave_the_global_rng_alone(model_and_tokenizer) -> None:
     model, tok = model_and_tokenizer
     prompts = [tok("3+4=")["input_ids"], tok("a b c")["input_ids"]]

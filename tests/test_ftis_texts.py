@@ -81,7 +81,7 @@ def brute_values(model, text: bytes) -> torch.Tensor:
     return torch.stack([brute_q(model, text[:o])[text[o] if o < len(text) else END] for o in range(len(text) + 1)])
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_a_learner_equal_on_texts_is_at_zero_whichever_split_the_generator_sampled():
     generator = table()
     learner = ByteChainModel(generator, b"12")
@@ -99,7 +99,7 @@ def test_a_learner_equal_on_texts_is_at_zero_whichever_split_the_generator_sampl
     assert abs(token_ratio) > 0.1
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_a_learner_that_splits_otherwise_is_at_zero_against_a_generator_equal_on_texts():
     """The learner's side: its canonical tokens of ``"12"`` are one token, the generator wrote one byte a token."""
     learner = table(seed=3)
@@ -110,7 +110,7 @@ def test_a_learner_that_splits_otherwise_is_at_zero_against_a_generator_equal_on
         assert delta.abs().max() < 1e-6, (text, delta)
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_each_byte_is_the_exact_conditional_and_the_row_sums_to_the_texts_log_ratio():
     generator, learner = table(seed=1), table(seed=2)
     p_gen, p_learner = brute_texts(generator), brute_texts(learner)
@@ -263,7 +263,7 @@ def test_the_filter_drops_the_rows_whose_text_level_kl_reaches_the_bound():
     assert negative[-1] - negative[0] > 0.1 and not all(kept.tolist()) and any(kept[[0, 1, 3, 4]].tolist())
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_the_enumerations_limits_are_the_regimes_settings_on_both_sides():
     """A generator that spreads "abab" over its 7 tokenizations, a learner equal to it on texts that writes a byte a
     token (one tokenization). Exact (``cover_floor`` and ``max_covers`` 0), the filter keeps every row at a tiny

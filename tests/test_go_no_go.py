@@ -92,7 +92,7 @@ def dry_run(capsys, func: str, *extra: str) -> tuple[int, str, str]:
     return code, " ".join(captured.out.split()), captured.err
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_the_dry_run_scores_the_pool_on_the_users_rows_and_writes_only_what_it_is_told(project, capsys):
     code, out, _ = dry_run(capsys, "first_int", "--check-rows", "8", "--check-save", "check.json")
     assert code == 0

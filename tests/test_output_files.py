@@ -111,7 +111,7 @@ def test_a_link_planted_where_a_command_writes_is_refused_and_nothing_leaves_the
     assert [p.name for p in outside.iterdir()] == ["victim"] and victim.read_text() == USERS_FILE
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 @pytest.mark.parametrize("name", [name for name, case in CASES.items() if case.replaces])
 def test_an_existing_file_is_replaced_only_with_overwrite_and_a_link_never_followed(
         name: str, tmp: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -150,7 +150,7 @@ def test_a_figure_of_single_runs_says_each_line_is_one_seed(tmp_path: Path, monk
     assert titles and titles[0].startswith("each line: one run, one seed (n = 1")
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_the_figures_caption_names_each_caveat_cause_once_unless_told(sweep: Path, tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     import json

@@ -40,7 +40,7 @@ def test_a_next_byte_distribution_sums_the_tokens_that_begin_with_each_byte():
     assert ids.tolist() == [ord("?"), END] and masses.exp().tolist() == pytest.approx([pi[2].item(), pi[3].item()])
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_the_symbols_of_two_real_vocabularies(thl_tokenizers):
     gpt2, mistral = thl_tokenizers["gpt2"], thl_tokenizers["mistral-sp"]
     for tokenizer, pieces in ((gpt2, {"4": "4", "47": "4", "Ġ47": " ", "?": "?"}),

@@ -153,7 +153,7 @@ def test_matches_trl_on_fixed_batch(scale, trl_advantages):
     assert torch.equal(group_advantages(r, scale), trl_advantages(r, scale))
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 @settings(max_examples=150, deadline=None)
 @given(rewards=learner_rewards(), scale=st.sampled_from(["group", "batch", "none"]))
 def test_bit_identical_to_trl(trl_advantages, rewards, scale):

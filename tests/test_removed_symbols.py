@@ -110,7 +110,7 @@ def test_merged_modules_are_gone_and_imported_nowhere():
     assert found == set()
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_removed_names_appear_nowhere_in_src():
     found = {(path, name) for path, text in sources().items() for name in REMOVED_NAMES
              if re.search(rf"\b{re.escape(name)}\b", text)}

@@ -31,7 +31,7 @@ from report_coverage import SCENARIOS, draw, seed_t_covers  # noqa: E402
 REPEATS = 2000
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 @pytest.mark.parametrize("scenario", list(SCENARIOS))
 def test_the_crossed_interval_covers_the_task_and_the_t_these_prompts(scenario: str) -> None:
     """At 3, 5 and 10 seeds (100 prompts; 200 uniform) the crossed 95 % interval holds the task's Δ and mean at

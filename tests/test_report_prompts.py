@@ -158,7 +158,7 @@ def test_a_misspelt_by_key_is_refused_naming_near_matches(sweep: Path) -> None:
     assert plotted.exit_code != 0 and "--group-by regme: no run has this setting; did you mean regime" in plotted.output
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_the_terminal_table_at_80_columns_keeps_group_policy_task_group_and_n(sweep: Path) -> None:
     done = CliRunner().invoke(app, ["report", str(sweep), "--full-notes"], env={"COLUMNS": "80"})
     assert done.exit_code == 0, done.output

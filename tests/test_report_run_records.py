@@ -127,7 +127,7 @@ def test_the_summary_records_held_out_prompts_a_warm_started_model_saw(tmp_path:
     assert "seen_prompts" not in summarise(paths, config, SimpleNamespace(seconds=1.0, extra={}))
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_run_json_records_each_resume_and_keeps_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     paths = RunPaths(tmp_path)
     config = SimpleNamespace(pool=SimpleNamespace(name="tiny", policies=[]), regime=SimpleNamespace(name="sgt"),

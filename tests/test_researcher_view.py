@@ -10,7 +10,7 @@ from mutualrl.cli.main import run
 from mutualrl.config.loader import list_experiment_recipes, recipes_dir
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_pools_lists_the_experiment_recipes_and_each_shows(capsys):
     assert run(["pools"]) == 0
     listing = capsys.readouterr().out

@@ -67,7 +67,7 @@ def test_a_builtin_task_names_its_own_columns(project: Path) -> None:
         run_train(options(project, "by_level", task="synthetic-arith"), Console(file=io.StringIO()))
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_parameters_with_defaults_and_those_trl_passes_need_no_column(project: Path) -> None:
     sys.path.insert(0, str(project))
     import col_rewards

@@ -121,7 +121,7 @@ def test_a_module_outside_the_run_folder_is_imported_and_said_where_from(
     sys.modules.pop("own_rewards_sec", None)
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_train_resume_dry_run_of_a_hostile_run_folder_runs_none_of_its_code(hostile_run, tmp_path: Path) -> None:
     paths, marker = hostile_run
     name_in_config(paths, plugins_entry="evil_plugin", reward="evil_rewards.score")

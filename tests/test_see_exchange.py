@@ -466,7 +466,7 @@ PEER_PROCESS = """
 """
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_two_processes_exchange_records_over_several_steps(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(SRC) + os.pathsep + str(TESTS)}  # see_synthetic
     root = tmp_path / "see"

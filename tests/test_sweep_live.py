@@ -137,7 +137,7 @@ def test_without_squeue_the_locks_decide_and_it_is_said(user_folder: Path, monke
     assert live == {} and note is not None and "cannot ask squeue" in note
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_a_task_of_submitits_local_executor_is_live_while_it_runs(tmp_path: Path) -> None:
     spec = SweepSpec(tmp_path / "sw", ["standalone"], [1], max_steps=1)
     stop = tmp_path / "stop"

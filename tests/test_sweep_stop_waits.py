@@ -70,7 +70,7 @@ def test_a_second_ctrl_c_while_the_sweep_waits_kills_the_runs_going():
     assert all(r.killed for r in runs)
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_a_real_run_process_gets_sigterm_and_is_waited_for(tmp_path):
     """A stand-in for `mutualrl train` that saves for 2 s after its SIGTERM: waited for, not killed."""
     import sys

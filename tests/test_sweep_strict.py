@@ -42,7 +42,7 @@ def user_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return make_user_folder(tmp_path, monkeypatch, "def exact(completions, answer, **kwargs):\n    return [0.0] * len(answer)\n")
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 @pytest.mark.parametrize("slurm", [[], ["--slurm", "--slurm-local"]])
 def test_a_dry_run_writes_nothing(user_folder: Path, slurm: list[str]) -> None:
     sweep = user_folder / "sw"

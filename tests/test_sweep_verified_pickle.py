@@ -81,7 +81,7 @@ def test_a_pickle_of_the_same_array_is_a_call_its_submitter_made(tmp_path: Path,
     assert run_task(command, 1).returncode == 0 and (tmp_path / "ran-0").is_file()
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_submitits_local_executor_runs_the_checked_tasks(tmp_path: Path) -> None:
     """``--slurm-local``: submitit's local executor starts the same checked command for each task."""
     spec = SweepSpec(tmp_path / "sw", ["standalone"], [1, 2], max_steps=1)

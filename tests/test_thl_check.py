@@ -89,7 +89,7 @@ def test_table_output_and_extra_diagnostics() -> None:
     assert cjk["western"]["auto_rel_mae_pct"] == pytest.approx(cjk["western"]["word_rel_mae_pct"])
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 def test_threshold_violation_exits_non_zero() -> None:
     result = _run(["--source", "qwen3", "--target", "phi3", "--max-word-err", "0", "--json"])
     assert result.exit_code == 1

@@ -33,7 +33,7 @@ ORDINARY = [
 ]
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 @pytest.mark.parametrize("name", sorted(REFERENCE_VOCABS))
 def test_named_tokenizer_matches_llama_cpp_reference_tokenizations(name: str) -> None:
     tok = load_tokenizer(name)
@@ -106,7 +106,7 @@ def test_special_tokens_get_no_span_and_no_text(thl_tokenizers: dict, name: str)
     assert decoded.text.strip() == "Hi there"
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 @pytest.mark.parametrize("name", THL_TOKENIZERS)
 def test_retokenize_is_a_continuation_of_the_prompt(thl_tokenizers: dict, name: str) -> None:
     tok = thl_tokenizers[name]

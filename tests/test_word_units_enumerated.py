@@ -212,7 +212,7 @@ def test_ftis_per_word_divergence_is_the_word_level_kl_and_zero_for_an_equal_pee
     assert exact > 0.1
 
 
-@pytest.mark.slow  # over 2 s on the 2-core box (benchmarks/results/test-suite.md)
+@pytest.mark.slow  # over 2 s: outside the fast tier
 @pytest.mark.parametrize("split", [*sorted(SPLITS), "prefix words"])
 def test_opd_sequence_is_the_text_level_reverse_kl_gradient_and_zero_for_an_equal_peer_on_every_split(split):
     """``signal: sequence``: exact on every world, the prefix words included (where per unit it is not)."""
