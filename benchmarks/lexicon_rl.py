@@ -20,7 +20,8 @@ the paired warm starts, the regime's own settings): any other run found there --
 ``report`` writes ``RUNS/lexicon-rl.json`` and ``RUNS/lexicon-rl.md``: per regime and policy, the weak- and the
 strong-family Δ against standalone on the same seeds, with the crossed seeds × prompts 95% interval and p of
 ``mutualrl report`` (docs/evaluation.md), the number of prompts it is computed on and of those whose Δ varies (the
-interval's coverage was checked from 20 such prompts on), and the rule's verdict (on the unrounded interval).
+interval's coverage was checked from 20 such prompts on), and the rule's verdict (on the unrounded interval); then
+every regime's final accuracy per policy and family, per seed and its mean (the levels each Δ is a difference of).
 """
 
 from __future__ import annotations
@@ -329,6 +330,37 @@ def comparison(out: Path, seeds: list[int], regimes: list[str]) -> dict[str, Any
     return table
 
 
+def accuracy_levels(out: Path, seeds: list[int], regimes: list[str]) -> dict[str, Any]:
+    """Each regime's final accuracy per policy and family (the share of the family's prompts solved): per seed and
+    the mean over the seeds found, the levels every Δ is a difference of (standalone included). Unrounded."""
+    levels: dict[str, Any] = {}
+    for regime in regimes:
+        ours = policy_scores(out, regime, seeds)
+        for policy, strong in WARM_STARTS.items():
+            for family in (WEAK[policy], strong):
+                per_seed = {str(s): sum(found.values()) / len(found)
+                            for s, v in sorted(ours.get(policy, {}).items())
+                            if (found := family_scores(v, family))}
+                mean = sum(per_seed.values()) / len(per_seed) if per_seed else None
+                levels.setdefault(regime, {}).setdefault(policy, {})[family] = {"mean": mean, "per_seed": per_seed}
+    return levels
+
+
+def levels_markdown(levels: dict[str, Any]) -> str:
+    """:func:`accuracy_levels` as a table: the mean over the seeds, then each seed's accuracy in seed order."""
+    lines = ["| regime | policy | weak family: mean (per seed) | strong family: mean (per seed) |", "|---|---|---|---|"]
+    for regime, policies in levels.items():
+        for policy, families in policies.items():
+            cells = []
+            for family in (WEAK[policy], WARM_STARTS[policy]):
+                level = families[family]
+                seeds = " ".join(f"{v:.2f}" for v in level["per_seed"].values())
+                cells.append(f"{family}: no runs" if level["mean"] is None
+                             else f"{family}: {level['mean']:.3f} ({seeds})")
+            lines.append(f"| {regime} | {policy} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown(table: dict[str, Any]) -> str:
     def cell(d: dict[str, Any]) -> str:
         if d["mean"] is None:
@@ -386,11 +418,13 @@ def report(args: argparse.Namespace) -> int:
         print(refused, file=sys.stderr)
         return 2
     table = comparison(out, seeds, regimes)
+    levels = accuracy_levels(out, seeds, checked)
     (out / "lexicon-rl.json").write_text(json.dumps({"baseline": BASELINE, "strong_margin": STRONG_MARGIN,
-                                                     "regimes": rounded_table(table),
+                                                     "regimes": rounded_table(table), "accuracy": levels,
                                                      "run_seconds": run_seconds(out, regimes, seeds)},
                                                     indent=1) + "\n")
-    text = markdown(table)
+    text = markdown(table) + "\nFinal greedy accuracy on each family's held-out prompts (the levels of each Δ):\n\n"
+    text += levels_markdown(levels)
     (out / "lexicon-rl.md").write_text(text)
     print(text, end="")
     return 0
