@@ -4,4 +4,4 @@
 run's ``run.json`` and its lock marker carry it.
 """
 
-VERSION = "0.9.0.dev0"
+VERSION = "0.10.0.dev0"
