@@ -430,6 +430,19 @@ def no_leftover_deepspeed_config():
         sys.modules["transformers.integrations.deepspeed"].unset_hf_deepspeed_config()
 
 
+@pytest.fixture(autouse=True)
+def no_run_folder_opened_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``config/plugins.py`` keeps the run folders a process opened (``open_run_folder``: no code imported from
+    inside them, and stderr names each module imported while one is open) for the process's life, as a command's
+    process should. In the suite's long-lived workers an earlier in-process ``eval`` or ``--resume`` left its folder
+    open for the next test, whose one-line error then read two lines. Every test starts with none open."""
+    from mutualrl.config import plugins
+
+    for state in ("_DATA_FOLDERS", "_HINT_FOLDERS"):
+        monkeypatch.setattr(plugins, state, [])
+    monkeypatch.setattr(plugins, "_SAID", set())
+
+
 @pytest.fixture
 def offline_hub(monkeypatch: pytest.MonkeyPatch) -> None:
     """The test never reaches for the Hugging Face hub: ``HF_HUB_OFFLINE=1`` and ``HF_DATASETS_OFFLINE=1`` for the
