@@ -347,14 +347,14 @@ def accuracy_levels(out: Path, seeds: list[int], regimes: list[str]) -> dict[str
 
 
 def levels_markdown(levels: dict[str, Any]) -> str:
-    """:func:`accuracy_levels` as a table: the mean over the seeds, then each seed's accuracy in seed order."""
+    """:func:`accuracy_levels` as a table: the mean over the seeds, then each seed's accuracy, named by its seed."""
     lines = ["| regime | policy | weak family: mean (per seed) | strong family: mean (per seed) |", "|---|---|---|---|"]
     for regime, policies in levels.items():
         for policy, families in policies.items():
             cells = []
             for family in (WEAK[policy], WARM_STARTS[policy]):
                 level = families[family]
-                seeds = " ".join(f"{v:.2f}" for v in level["per_seed"].values())
+                seeds = " ".join(f"{s}: {v:.2f}" for s, v in level["per_seed"].items())
                 cells.append(f"{family}: no runs" if level["mean"] is None
                              else f"{family}: {level['mean']:.3f} ({seeds})")
             lines.append(f"| {regime} | {policy} | {cells[0]} | {cells[1]} |")
@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name, helptext in (("run", "train every (regime, seed) not finished yet"),
-                           ("report", "the Δ table and the rule's verdicts from the finished runs")):
+                           ("report", "the Δ table, the rule's verdicts and the accuracies from the finished runs")):
         cmd = sub.add_parser(name, help=helptext)
         cmd.add_argument("--out", required=True, help="folder of the runs (one per regime and seed)")
         cmd.add_argument("--seeds", default=",".join(map(str, RL_SEEDS)), help="RL seeds (default 11-16)")

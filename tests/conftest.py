@@ -435,12 +435,14 @@ def no_run_folder_opened_before(monkeypatch: pytest.MonkeyPatch) -> None:
     """``config/plugins.py`` keeps the run folders a process opened (``open_run_folder``: no code imported from
     inside them, and stderr names each module imported while one is open) for the process's life, as a command's
     process should. In the suite's long-lived workers an earlier in-process ``eval`` or ``--resume`` left its folder
-    open for the next test, whose one-line error then read two lines. Every test starts with none open."""
-    from mutualrl.config import plugins
+    open for the next test, whose one-line error then read two lines. Every test starts with none open, and with no
+    module accepted as named by an earlier test's command (``config/recorded_code.py``)."""
+    from mutualrl.config import plugins, recorded_code
 
     for state in ("_DATA_FOLDERS", "_HINT_FOLDERS"):
         monkeypatch.setattr(plugins, state, [])
     monkeypatch.setattr(plugins, "_SAID", set())
+    monkeypatch.setattr(recorded_code, "_NAMED_BY_COMMAND", set())
 
 
 @pytest.fixture

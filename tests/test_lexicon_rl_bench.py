@@ -168,8 +168,8 @@ def solved(family: str, right: int, n: int = 100) -> dict[str, float]:
 
 
 def test_accuracy_levels_are_each_familys_share_solved_per_seed_and_their_mean(tmp_path: Path, monkeypatch) -> None:
-    fabricated = {"standalone": {11: {**solved("ombric", 3), **solved("velish", 100)},
-                                 12: {**solved("ombric", 0), **solved("velish", 90)}},
+    fabricated = {"standalone": {12: {**solved("ombric", 0), **solved("velish", 90)},  # out of order: sorted by seed
+                                 11: {**solved("ombric", 3), **solved("velish", 100)}},
                   "sgt": {11: {**solved("ombric", 10), **solved("velish", 80)}}}  # seed 12 not finished
 
     def policy_scores(out: Path, regime: str, seeds: list[int]) -> dict:
@@ -180,12 +180,15 @@ def test_accuracy_levels_are_each_familys_share_solved_per_seed_and_their_mean(t
     levels = bench.accuracy_levels(tmp_path, [11, 12], ["standalone", "sgt", "opd-sgt"])
     smol = levels["standalone"]["smollm2-135m"]
     assert smol["ombric"] == {"mean": pytest.approx(0.015), "per_seed": {"11": 0.03, "12": 0.0}}
+    assert list(smol["ombric"]["per_seed"]) == ["11", "12"]
     assert smol["velish"] == {"mean": pytest.approx(0.95), "per_seed": {"11": 1.0, "12": 0.9}}
     assert levels["sgt"]["smollm2-135m"]["ombric"] == {"mean": 0.1, "per_seed": {"11": 0.1}}
     assert levels["sgt"]["gemma3-270m"]["velish"] == {"mean": 0.01, "per_seed": {"11": 0.01}}
     assert levels["opd-sgt"]["gemma3-270m"]["ombric"] == {"mean": None, "per_seed": {}}  # no runs: said, not guessed
     table = bench.levels_markdown(levels)
-    assert "| standalone | smollm2-135m | ombric: 0.015 (0.03 0.00) | velish: 0.950 (1.00 0.90) |" in table
+    assert ("| standalone | smollm2-135m | ombric: 0.015 (11: 0.03 12: 0.00) | velish: 0.950 (11: 1.00 12: 0.90) |"
+            in table)
+    assert "| sgt | smollm2-135m | ombric: 0.100 (11: 0.10) |" in table
     assert "| opd-sgt | gemma3-270m | velish: no runs | ombric: no runs |" in table
 
 
